@@ -1,0 +1,177 @@
+"""Multi-head attention (Vaswani et al. 2017, §3.2.2), the post's §1–§2.
+
+    head_h = Attention(x W^Q_h, c W^K_h, c W^V_h)          MHA(x, c) = Concat(head_1 .. head_H) W^O
+
+Each head works in its own ``Dh = D / H``-dimensional subspace, so H heads can follow H different relations at
+the cost of one full-width head (post §1.2). The five steps of the post's §2.1, with this module's hook points:
+
+1. project      ``q = x W^Q`` ``(B, T, D)``, ``k, v = c W^K, c W^V`` ``(B, S, Hkv*Dh)``
+2. split heads  view ``(B, T, H, Dh)`` then transpose → ``(B, H, T, Dh)``      ``hook_q``, ``hook_k``, ``hook_v``
+3. attend       ``softmax(q k^T * scale + bias) v`` by a kernel (kernels.py)   ``hook_scores``, ``hook_weights``,
+                                                                              ``hook_z`` ``(B, H, T, Dh)``
+4. merge heads  transpose back → ``(B, T, H, Dh)`` → reshape ``(B, T, D)``     ``hook_merged``
+5. project out  ``W^O``                                                       ``hook_out``
+
+Grouped-query attention (Ainslie et al. 2023) shares each key/value head between ``H / Hkv`` query heads
+(``n_kv_heads``; 1 is multi-query attention, Shazeer 2019). ``scale`` defaults to ``1/sqrt(Dh)``: the dot product of
+two random Dh-dim vectors with unit-variance entries has variance Dh, and dividing by sqrt(Dh) brings it back to 1
+(post §1.3) — per head, not per ``D``.
+
+Positional schemes that act inside attention (RoPE, ALiBi, Shaw) are injected as ``positional``; this module
+calls the scheme's hooks and never asks which scheme it is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from anatomy.components import kernels
+from anatomy.components.hook_point import HookPoint
+from anatomy.components.kv_cache import KVCache
+from anatomy.components.masks import as_attention_mask
+from anatomy.components.positional.base import PositionalScheme
+from anatomy.shapes import check_choice, check_divisible, check_hidden, check_positive, check_rank
+
+
+class MultiHeadAttention(nn.Module):
+    """Self- or cross-attention with H query heads and Hkv key/value heads.
+
+    Args (keyword-only):
+        d_model: model width D.
+        n_heads: query heads H; ``d_model % n_heads == 0``.
+        n_kv_heads: key/value heads Hkv (default H); ``n_heads % n_kv_heads == 0``.
+        bias: bias on the four projections.
+        dropout: dropout on the attention weights (training only).
+        kernel: ``"auto"`` | ``"sdpa"`` | ``"math"`` | ``"loop"``.
+        scale: score scale; default ``1/sqrt(Dh)``.
+        fused_qkv: one ``qkv_proj`` Linear instead of ``q_proj``, ``k_proj``, ``v_proj``.
+        positional: a scheme of site ``"attention"`` (RoPE, ALiBi, Shaw) or ``None``.
+    """
+
+    def __init__(
+        self, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
+        dropout: float = 0.0, kernel: str = "auto", scale: float | None = None, fused_qkv: bool = False,
+        positional: PositionalScheme | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive("d_model", d_model)
+        check_positive("n_heads", n_heads)
+        check_divisible("d_model", d_model, "n_heads", n_heads)
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        check_positive("n_kv_heads", n_kv_heads)
+        check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
+        check_choice("kernel", kernel, kernels.KERNEL_NAMES)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        if positional is not None and positional.site != "attention":
+            raise ValueError(f"positional scheme {type(positional).__name__} acts at site {positional.site!r}, "
+                             "not inside attention; the model builder places it")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.head_dim = d_model // n_heads
+        self.kernel, self.dropout, self.fused_qkv = kernel, dropout, fused_qkv
+        self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
+        kv_dim = n_kv_heads * self.head_dim
+        if fused_qkv:
+            self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
+        else:
+            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
+            self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
+        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.positional = positional
+        for name in ("q", "k", "v", "scores", "weights", "z", "merged", "out"):
+            setattr(self, f"hook_{name}", HookPoint())
+
+    def _project(self, x: torch.Tensor, source: torch.Tensor):
+        """``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, D)``, ``k, v (B, S, Hkv*Dh)``."""
+        kv_dim = self.n_kv_heads * self.head_dim
+        if not self.fused_qkv:
+            return self.q_proj(x), self.k_proj(source), self.v_proj(source)
+        if source is x:
+            return self.qkv_proj(x).split([self.d_model, kv_dim, kv_dim], dim=-1)
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        q = nn.functional.linear(x, w[: self.d_model], None if b is None else b[: self.d_model])
+        kv = nn.functional.linear(source, w[self.d_model:], None if b is None else b[self.d_model:])
+        return (q, *kv.split([kv_dim, kv_dim], dim=-1))
+
+    def _project_q(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.fused_qkv:
+            return self.q_proj(x)
+        b = self.qkv_proj.bias
+        return nn.functional.linear(x, self.qkv_proj.weight[: self.d_model], None if b is None else b[: self.d_model])
+
+    def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
+
+    def forward(
+        self, x: torch.Tensor, *, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+        is_causal: bool = False, kv_cache: KVCache | None = None, need_weights: bool = False,
+        positions: torch.Tensor | None = None, attn_bias: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Attend from ``x: (B, T, D)`` to ``context: (B, S, D)`` (default: ``x`` itself).
+
+        ``mask`` is boolean, True = may attend, broadcastable to ``(B, H, T, S)``; ``is_causal`` adds the causal
+        mask (bottom-right aligned when a cache makes S > T). ``positions: (B|1, T)`` are the query positions
+        (default: ``arange(T)`` after what the cache holds). ``attn_bias`` is a float bias broadcastable to
+        ``(B, H, T, S)`` computed by the stack (T5). Returns ``(output (B, T, D), weights (B, H, T, S) or None)``.
+        """
+        check_hidden("x", x, self.d_model)
+        b, t, _ = x.shape
+        cross = context is not None
+        if cross:
+            check_hidden("context", context, self.d_model)
+            if context.shape[0] != b:
+                raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
+        past = 0 if kv_cache is None or cross else len(kv_cache)
+        if positions is None:
+            positions = torch.arange(past, past + t, device=x.device)[None]  # (1, T)
+        else:
+            check_rank("positions", positions, 2, "(B|1, T)")
+            if positions.shape[-1] != t or positions.shape[0] not in (1, b):
+                raise ValueError(f"positions must have shape (B|1, T={t}), got {tuple(positions.shape)}")
+
+        if cross and kv_cache is not None and len(kv_cache):
+            q = self._split(self._project_q(x), self.n_heads)  # (B, H, T, Dh)
+            k, v, k_pos = kv_cache.k, kv_cache.v, kv_cache.positions  # memory projected once, at step 0
+        else:
+            q, k, v = self._project(x, context if cross else x)
+            q = self._split(q, self.n_heads)  # (B, H, T, Dh)
+            k = self._split(k, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            v = self._split(v, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            k_pos = torch.arange(k.shape[-2], device=x.device)[None] if cross else positions
+            if self.positional is not None and not cross:
+                q, k = self.positional.rotate(q, k, positions, k_pos)
+            if kv_cache is not None:
+                k, v, k_pos = kv_cache.update(k, v, k_pos)  # (B, Hkv, S, Dh)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        s = k.shape[-2]
+        if mask is not None:
+            mask = as_attention_mask(mask, b, self.n_heads, t, s)
+        is_causal = is_causal and t > 1  # one query at the end of the keys sees all of them
+
+        bias, value_bias = attn_bias, None
+        if self.positional is not None and not cross:
+            extra = self.positional.score_bias(q, positions, k_pos, self.scale)
+            if extra is not None:
+                bias = extra if bias is None else bias + extra
+            value_bias = self.positional.value_bias(positions, k_pos)
+        hooked = self.hook_scores.has_hooks or self.hook_weights.has_hooks
+        kernel = kernels.resolve(self.kernel, need_weights=need_weights, value_bias=value_bias is not None,
+                                 hooked=hooked, where=type(self).__name__)
+        hooks = {"score_hook": self.hook_scores, "weight_hook": self.hook_weights} if kernel.returns_weights else {}
+        out, weights = kernel.fn(
+            q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias, value_bias=value_bias,
+            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights, **hooks,
+        )  # (B, H, T, Dh)
+        out = self.hook_z(out)
+        out = out.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
+        out = self.hook_merged(out)
+        return self.hook_out(self.o_proj(out)), weights
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+                f"kernel={self.kernel!r}, scale={self.scale:.4g}")

@@ -1,0 +1,20 @@
+"""``HookPoint``: an identity module placed at every interesting activation.
+
+The components place them (``hook_q``, ``hook_scores``, ``hook_weights``, ...) and know nothing of who looks.
+Inspection attaches ordinary PyTorch forward hooks to them; a module never stores activations on itself.
+Names come from module paths, so the weights of layer 0 are ``blocks.0.attn.hook_weights``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class HookPoint(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    @property
+    def has_hooks(self) -> bool:
+        return bool(self._forward_hooks or self._forward_pre_hooks)

@@ -1,0 +1,187 @@
+"""Scaled dot-product attention kernels behind one registry.
+
+All kernels compute the same function (Vaswani et al. 2017, eq. 1)::
+
+    Attention(Q, K, V) = softmax(Q K^T * scale + bias, masked) V        scale = 1 / sqrt(Dh) by default
+
+and differ only in *how*:
+
+``loop``  one head at a time, literally as the post's §2.1 describes it. For teaching; slow.
+``math``  all heads in one batched matmul → mask → softmax (float32) → matmul. Returns the weights and fires the
+          score/weight hooks. Can add Shaw's relative *value* term.
+``sdpa``  ``torch.nn.functional.scaled_dot_product_attention``: fused (flash / memory-efficient) where available,
+          memory linear in S. Cannot return weights nor add a value term; it refuses those with a clear error.
+``auto``  ``sdpa`` unless weights, a score/weight hook or a value term are asked for; then ``math`` (said once in
+          the log). Resolved per call by :func:`resolve`.
+
+Every kernel takes ``q: (B, H, T, Dh)``, ``k, v: (B, Hkv, S, Dh)`` with ``H % Hkv == 0`` (grouped-query
+attention: query head ``h`` uses key/value head ``h // (H // Hkv)``), a boolean ``mask`` broadcastable to
+``(B, H, T, S)`` (True = may attend), ``is_causal``, a float ``bias`` broadcastable to ``(B, H, T, S)`` (ALiBi, T5,
+Shaw's key term) and ``value_bias`` ``(B|1, T, S, Dh)`` (Shaw's value term). A query row that may attend to
+nothing gets weights 0 and output 0 — never NaN — in every kernel and dtype, forward and backward.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from anatomy.components.masks import causal_mask, combine
+from anatomy.shapes import compute_dtype
+
+log = logging.getLogger("anatomy")
+
+Hook = Callable[[torch.Tensor], torch.Tensor]
+
+
+def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """``(B, Hkv, S, Dh)`` → ``(B, H, S, Dh)``: each key/value head serves ``H // Hkv`` consecutive query heads."""
+    b, hkv, s, dh = x.shape
+    if hkv == n_heads:
+        return x
+    return x[:, :, None].expand(b, hkv, n_heads // hkv, s, dh).reshape(b, n_heads, s, dh)  # (B, H, S, Dh)
+
+
+def _full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device) -> torch.Tensor | None:
+    return combine(mask, causal_mask(t, s, device=device) if is_causal else None)
+
+
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim in float32; hidden keys get exactly 0 and fully hidden rows are all 0."""
+    scores = scores.to(compute_dtype(scores.dtype))
+    if mask is None:
+        return scores.softmax(-1)
+    row_has_key = mask.any(-1, keepdim=True)  # (B|1, H|1, T, 1)
+    scores = scores.masked_fill(~mask, float("-inf"))
+    scores = scores.masked_fill(~row_has_key, 0.0)  # a row with no key: uniform here, zeroed below; no NaN
+    return scores.softmax(-1).masked_fill(~mask, 0.0)
+
+
+def math_attention(
+    q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
+    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+):
+    b, h, t, dh = q.shape
+    s = k.shape[-2]
+    k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dh)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    if bias is not None:
+        scores = scores + bias
+    if score_hook is not None:
+        scores = score_hook(scores)
+    weights = _masked_softmax(scores, _full_mask(mask, is_causal, t, s, q.device)).to(v.dtype)  # (B, H, T, S)
+    if weight_hook is not None:
+        weights = weight_hook(weights)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    out = torch.matmul(dropped, v)  # (B, H, T, Dh)
+    if value_bias is not None:
+        out = out + torch.einsum("bhts,btsd->bhtd", dropped, value_bias.to(v.dtype))  # (B, H, T, Dh)
+    return out, (weights if need_weights else None)
+
+
+def loop_attention(
+    q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
+    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+):
+    """The post's description, one head at a time: for each head, its own Q_h K_h^T, softmax, and weights @ V_h."""
+    b, h, t, dh = q.shape
+    hkv, s = k.shape[1], k.shape[-2]
+    full = _full_mask(mask, is_causal, t, s, q.device)
+    outs, all_weights = [], []
+    for head in range(h):
+        kv_head = head // (h // hkv)
+        scores = q[:, head] @ k[:, kv_head].transpose(-2, -1) * scale  # (B, T, S)
+        if bias is not None:
+            scores = scores + bias.expand(b, h, t, s)[:, head]
+        head_mask = None if full is None else full.expand(b, h, t, s)[:, head]  # (B, T, S)
+        w = _masked_softmax(scores, head_mask).to(v.dtype)  # (B, T, S)
+        all_weights.append(w)
+        dropped = F.dropout(w, p=dropout_p) if dropout_p > 0 else w
+        out = dropped @ v[:, kv_head]  # (B, T, Dh)
+        if value_bias is not None:
+            out = out + torch.einsum("bts,btsd->btd", dropped, value_bias.to(v.dtype))  # (B, T, Dh)
+        outs.append(out)
+    weights = torch.stack(all_weights, dim=1)  # (B, H, T, S)
+    if score_hook is not None or weight_hook is not None:
+        # hooks observe the stacked tensors; the loop itself is the teaching path, not an editing point
+        if score_hook is not None:
+            scores_all = torch.matmul(q, repeat_kv(k, h).transpose(-2, -1)) * scale  # (B, H, T, S)
+            score_hook(scores_all + bias if bias is not None else scores_all)
+        if weight_hook is not None:
+            weight_hook(weights)
+    return torch.stack(outs, dim=1), (weights if need_weights else None)  # (B, H, T, Dh)
+
+
+def sdpa_attention(
+    q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
+    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+):
+    if need_weights or score_hook is not None or weight_hook is not None:
+        raise ValueError("kernel='sdpa' cannot return attention weights or fire score/weight hooks; "
+                         "use kernel='math' (or 'auto', which switches when weights are asked for)")
+    if value_bias is not None:
+        raise ValueError("kernel='sdpa' cannot express Shaw relative attention's value term; "
+                         "use kernel='math' (or 'auto', which picks 'math' for positional='shaw')")
+    t, s = q.shape[-2], k.shape[-2]
+    # A purely causal square mask reaches the fused kernel as is_causal (no T x S mask materialised).
+    use_flag = is_causal and mask is None and bias is None and t == s
+    full = None if use_flag else _full_mask(mask, is_causal, t, s, q.device)
+    attn_mask = full
+    if bias is not None:
+        attn_mask = bias.to(q.dtype)
+        if full is not None:
+            attn_mask = attn_mask.masked_fill(~full, float("-inf"))
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=use_flag, scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )  # (B, H, T, Dh)
+    if full is not None:
+        out = out.masked_fill(~full.any(-1, keepdim=True), 0.0)  # guarantee zeros on rows with no key
+    return out, None
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    fn: Callable
+    returns_weights: bool
+    supports_value_bias: bool
+
+
+KERNELS: dict[str, Kernel] = {
+    "loop": Kernel("loop", loop_attention, returns_weights=True, supports_value_bias=True),
+    "math": Kernel("math", math_attention, returns_weights=True, supports_value_bias=True),
+    "sdpa": Kernel("sdpa", sdpa_attention, returns_weights=False, supports_value_bias=False),
+}
+KERNEL_NAMES = (*KERNELS, "auto")
+
+_said: set[str] = set()
+
+
+def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "") -> Kernel:
+    """Pick the kernel for one call. ``auto`` → ``sdpa`` unless weights/hooks/value term need ``math``."""
+    if name == "auto":
+        reasons = [r for r, on in (("weights were requested", need_weights),
+                                   ("a score/weight hook is attached", hooked),
+                                   ("the positional scheme adds a value term", value_bias)) if on]
+        if not reasons:
+            return KERNELS["sdpa"]
+        key = f"{where}:{reasons[0]}"
+        if key not in _said:
+            _said.add(key)
+            log.info("attention %s: kernel 'auto' uses 'math' because %s", where or "", reasons[0])
+        return KERNELS["math"]
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r}; valid names: {', '.join(KERNEL_NAMES)}")
+    kernel = KERNELS[name]
+    if value_bias and not kernel.supports_value_bias:
+        raise ValueError(f"kernel={name!r} cannot express Shaw relative attention's value term; "
+                         "use kernel='math' or 'auto'")
+    if (need_weights or hooked) and not kernel.returns_weights:
+        raise ValueError(f"kernel={name!r} cannot return attention weights or fire score/weight hooks; "
+                         "use kernel='math' or 'auto'")
+    return kernel

@@ -1,0 +1,68 @@
+"""Normalisation layers (post §4.2) and the name registry the builder resolves.
+
+``LayerNorm`` (Ba et al. 2016) normalises each token over its D features::
+
+    LayerNorm(x) = gamma * (x - mean(x)) / sqrt(var(x) + eps) + beta            (statistics over the last dim)
+
+so a token's scale never depends on the other tokens of the batch or on its length. ``RMSNorm`` (Zhang & Sennrich
+2019; Llama, T5) drops the mean and beta: ``gamma * x / sqrt(mean(x^2) + eps)``. Both compute their statistics in
+float32 and cast back, so bf16/fp16 activations do not lose the variance to rounding.
+
+``TokenBatchNorm`` is BatchNorm over the (B*T) tokens of a batch. It exists only for the post's LayerNorm vs
+BatchNorm comparison (§4.2): its statistics mix tokens of different sentences, padding included, and change
+between training and evaluation.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from anatomy.shapes import compute_dtype
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dt = compute_dtype(x.dtype)
+        bias = None if self.bias is None else self.bias.to(dt)
+        return F.layer_norm(x.to(dt), self.weight.shape, self.weight.to(dt), bias, self.eps).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model: int, *, eps: float = 1e-6, bias: bool = False) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.to(compute_dtype(x.dtype))
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
+        return (self.weight.to(xf.dtype) * xf).to(x.dtype)
+
+
+class TokenBatchNorm(nn.Module):
+    """BatchNorm1d over all tokens of the batch, for the post's comparison only."""
+
+    def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(d_model, eps=eps, affine=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        return self.bn(x.reshape(-1, shape[-1])).reshape(shape)  # (B, T, D)
+
+
+NORMS: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "batchnorm": TokenBatchNorm}
+
+
+def norm_class(name: str) -> type[nn.Module]:
+    if name not in NORMS:
+        raise ValueError(f"unknown norm {name!r}; valid names: {', '.join(sorted(NORMS))}")
+    return NORMS[name]

@@ -1,0 +1,202 @@
+"""``ModelConfig``: one frozen, validated description of a model, and the presets.
+
+Every field is also a ``key=value`` word on the command line. Validation names the field, the value and what
+was expected, before any module is built. ``build_model`` (models/build.py) is the only place a config becomes
+modules; components never see a config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from anatomy.components.add_norm import PLACEMENTS
+from anatomy.components.ffn import ACTIVATION_NAMES
+from anatomy.components.kernels import KERNEL_NAMES
+from anatomy.components.norms import NORMS
+from anatomy.components.positional import POSITIONAL, ROPE_LAYOUTS
+from anatomy.shapes import check_choice
+
+ARCHITECTURES = ("encoder", "decoder_lm", "seq2seq", "classifier")
+INITS = ("normal", "xavier", "deepnet")
+POOLINGS = ("cls", "mean")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str = "decoder_lm"
+    vocab_size: int = 256
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    n_layers: int = 2
+    n_decoder_layers: int | None = None
+    d_ff: int | None = None
+    max_seq_len: int = 512
+    positional: str = "sinusoidal"
+    norm: str = "layernorm"
+    norm_position: str = "pre"
+    activation: str = "gelu"
+    kernel: str = "auto"
+    dropout: float = 0.0
+    attention_dropout: float = 0.0
+    bias: bool = True
+    tie_embeddings: bool = True
+    num_labels: int = 2
+    pooling: str = "cls"
+    pooler: bool = False
+    norm_eps: float = 1e-5
+    scale_embeddings: bool = False
+    attn_scale: float | None = None
+    fused_qkv: bool = False
+    rope_base: float = 10000.0
+    rope_layout: str = "half"
+    max_relative_distance: int = 16
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    final_norm: bool | None = None
+    embedding_norm: bool = False
+    type_vocab_size: int = 0
+    pad_token_id: int = 0
+    init: str = "normal"
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name, choices in (("architecture", ARCHITECTURES), ("positional", POSITIONAL), ("norm", NORMS),
+                              ("norm_position", PLACEMENTS), ("activation", ACTIVATION_NAMES),
+                              ("kernel", KERNEL_NAMES), ("rope_layout", ROPE_LAYOUTS), ("init", INITS),
+                              ("pooling", POOLINGS)):
+            check_choice(name, getattr(self, name), choices)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            want = _FIELD_TYPES.get(f.name)
+            if want is not None and value is not None and not _is_type(value, want):
+                raise TypeError(f"{f.name} must be {want.__name__}, got {value!r} ({type(value).__name__})")
+        positive = ["vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "num_labels",
+                    "max_relative_distance", "t5_num_buckets", "t5_max_distance"]
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("n_kv_heads", "n_decoder_layers", "d_ff"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ValueError(f"positional='rope' needs an even head dimension d_model // n_heads, "
+                             f"got {self.d_model} // {self.n_heads} = {self.head_dim}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={self.d_model}")
+        for name in ("dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.norm_eps <= 0 or self.init_std <= 0:
+            raise ValueError(f"norm_eps and init_std must be > 0, got {self.norm_eps}, {self.init_std}")
+        if not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id must be in [0, vocab_size={self.vocab_size}), got {self.pad_token_id}")
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+
+    # derived values -------------------------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_layers if self.n_decoder_layers is None else self.n_decoder_layers
+
+    @property
+    def use_final_norm(self) -> bool:
+        return self.norm_position in ("pre", "sandwich") if self.final_norm is None else self.final_norm
+
+    # construction -----------------------------------------------------------------------------------------------
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; valid names: {', '.join(sorted(PRESETS))}")
+        return cls.from_dict({**PRESETS[name], **overrides})
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown config field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(known))}")
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return self.from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+_FIELD_TYPES: dict[str, type] = {}  # filled below from the annotations
+
+
+def _is_type(value: Any, want: type) -> bool:
+    if want is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if want is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, want)
+
+
+def _field_types() -> dict[str, type]:
+    out = {}
+    for f in fields(ModelConfig):
+        base = str(f.type).split("|")[0].strip()
+        out[f.name] = {"int": int, "float": float, "bool": bool, "str": str}[base]
+    return out
+
+
+_FIELD_TYPES.update(_field_types())
+
+# The presets: each family's design choices at a real published size. Tests and the CLI shrink the sizes with
+# overrides (``ModelConfig.from_preset("llama", d_model=64, n_layers=2)``); docs/presets.md lists how each one
+# departs from the 2017 paper.
+PRESETS: dict[str, dict[str, Any]] = {
+    "vaswani-2017": dict(  # "Attention Is All You Need", base model
+        architecture="seq2seq", vocab_size=37000, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+        max_seq_len=512, positional="sinusoidal", norm="layernorm", norm_position="post", activation="relu",
+        dropout=0.1, bias=True, tie_embeddings=True, scale_embeddings=True, init="xavier", norm_eps=1e-6,
+    ),
+    "bert": dict(  # BERT-base (Devlin et al. 2019)
+        architecture="encoder", vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+        max_seq_len=512, positional="learned", norm="layernorm", norm_position="post", activation="gelu",
+        dropout=0.1, attention_dropout=0.1, bias=True, embedding_norm=True, type_vocab_size=2, norm_eps=1e-12,
+        pooler=True, init="normal",
+    ),
+    "gpt2": dict(  # GPT-2 small (Radford et al. 2019)
+        architecture="decoder_lm", vocab_size=50257, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
+        max_seq_len=1024, positional="learned", norm="layernorm", norm_position="pre", activation="gelu_tanh",
+        dropout=0.1, attention_dropout=0.1, bias=True, tie_embeddings=True, fused_qkv=True, init="normal",
+    ),
+    "llama": dict(  # Llama architecture at SmolLM-135M's size: RMSNorm, RoPE (half), SwiGLU, GQA, no biases
+        architecture="decoder_lm", vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, n_layers=30,
+        d_ff=1536, max_seq_len=2048, positional="rope", rope_layout="half", rope_base=10000.0, norm="rmsnorm",
+        norm_position="pre", activation="swiglu", bias=False, tie_embeddings=True, norm_eps=1e-5, init="normal",
+    ),
+    "t5": dict(  # T5-small (Raffel et al. 2020)
+        architecture="seq2seq", vocab_size=32128, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
+        max_seq_len=512, positional="t5", norm="rmsnorm", norm_position="pre", activation="relu", bias=False,
+        attn_scale=1.0, dropout=0.1, tie_embeddings=True, norm_eps=1e-6, init="normal",
+    ),
+    "seed-block": dict(  # the post's §5.1 worked example: B=2, T=10, D=16, H=4, d_k=4; one Post-Norm block
+        architecture="encoder", vocab_size=100, d_model=16, n_heads=4, n_layers=1, d_ff=64, max_seq_len=64,
+        positional="sinusoidal", norm="layernorm", norm_position="post", activation="gelu", dropout=0.0,
+        init="xavier",
+    ),
+}

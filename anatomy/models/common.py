@@ -1,0 +1,44 @@
+"""Small helpers shared by the models: HF-style attention masks and position ids."""
+
+from __future__ import annotations
+
+import torch
+
+from anatomy.components.masks import positions_from_mask
+from anatomy.shapes import check_rank, check_tensor
+
+
+def key_padding(attention_mask: torch.Tensor | None, b: int, s: int, name: str = "attention_mask"):
+    """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``."""
+    if attention_mask is None:
+        return None
+    check_rank(name, attention_mask, 2, "(B, S) with 1/True on real tokens")
+    if attention_mask.shape != (b, s):
+        raise ValueError(f"{name} must have shape (B={b}, S={s}), got {tuple(attention_mask.shape)}")
+    if attention_mask.dtype == torch.bool:
+        return attention_mask
+    if attention_mask.is_floating_point():
+        raise TypeError(f"{name} must be bool or integer 0/1 (1 = real token), got dtype {attention_mask.dtype}")
+    if attention_mask.numel() and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        raise ValueError(f"{name} must hold only 0 and 1 (1 = real token)")
+    return attention_mask.bool()
+
+
+def make_positions(mask: torch.Tensor | None, t: int, past: int, device, given: torch.Tensor | None = None):
+    """Query positions ``(B|1, T)``: given ids, else counted from the mask (left padding), else ``past + arange``."""
+    if given is not None:
+        check_rank("position_ids", given, 2, "(B, T)")
+        if given.shape[-1] != t:
+            raise ValueError(f"position_ids must have T={t} columns, got shape {tuple(given.shape)}")
+        if given.is_floating_point() or given.dtype == torch.bool:
+            raise TypeError(f"position_ids must hold integers, got dtype {given.dtype}")
+        return given
+    if mask is not None:
+        return positions_from_mask(mask)[:, -t:]  # (B, T)
+    return torch.arange(past, past + t, device=device)[None]  # (1, T)
+
+
+def ids_shape(input_ids: torch.Tensor, name: str = "input_ids") -> tuple[int, int]:
+    check_tensor(name, input_ids)
+    check_rank(name, input_ids, 2, "(B, T)")
+    return input_ids.shape[0], input_ids.shape[1]

@@ -1,0 +1,79 @@
+"""Encoder-decoder (the 2017 paper's model, T5): the decoder attends to the encoder's output."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from anatomy.models.common import ids_shape
+from anatomy.models.decoder import Decoder, DecoderStack
+from anatomy.models.encoder import Encoder, EncoderStack
+from anatomy.models.outputs import EncoderOutput, Seq2SeqOutput
+
+
+def shift_right(labels: torch.Tensor, start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: the decoder input is the target shifted right by one, starting with ``start_token_id``."""
+    shifted = labels.new_full(labels.shape, start_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    return shifted.masked_fill(shifted == -100, start_token_id)
+
+
+class EncoderDecoderStack(nn.Module):
+    """The body of ``nn.Transformer``: an ``EncoderStack`` and a ``DecoderStack`` over hidden states."""
+
+    def __init__(self, *, encoder: EncoderStack, decoder: DecoderStack) -> None:
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, *, src_key_padding_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, src_mask=None, tgt_is_causal: bool = True) -> torch.Tensor:
+        """``src: (B, S, D)``, ``tgt: (B, T, D)`` → ``(B, T, D)``; masks boolean, True = may attend."""
+        memory, _ = self.encoder(src, key_padding_mask=src_key_padding_mask, attn_mask=src_mask)
+        out, _ = self.decoder(tgt, memory, key_padding_mask=tgt_key_padding_mask,
+                              memory_key_padding_mask=memory_key_padding_mask, is_causal=tgt_is_causal)
+        return out
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, *, encoder: Encoder, decoder: Decoder, lm_head: nn.Linear, decoder_start_token_id: int = 0,
+                 output_scale: float = 1.0) -> None:
+        super().__init__()
+        self.encoder, self.decoder, self.lm_head = encoder, decoder, lm_head
+        self.decoder_start_token_id = decoder_start_token_id
+        self.output_scale = output_scale
+
+    def new_caches(self):
+        return self.decoder.stack.new_caches()
+
+    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, *,
+                decoder_input_ids: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, encoder_outputs: EncoderOutput | None = None,
+                kv_caches: list | None = None, use_cache: bool = False,
+                output_attentions: bool = False) -> Seq2SeqOutput:
+        if encoder_outputs is None:
+            if input_ids is None:
+                raise ValueError("input_ids (B, S) are required unless encoder_outputs are given")
+            encoder_outputs = self.encoder(input_ids, attention_mask, output_attentions=output_attentions)
+        if decoder_input_ids is None:
+            if labels is None:
+                raise ValueError("give decoder_input_ids (B, T) or labels (B, T) to derive them by shifting right")
+            decoder_input_ids = shift_right(labels, self.decoder_start_token_id)
+        ids_shape(decoder_input_ids, "decoder_input_ids")
+        if use_cache and kv_caches is None:
+            kv_caches = self.new_caches()
+        hidden, weights = self.decoder(decoder_input_ids, encoder_outputs.last_hidden_state,
+                                       attention_mask=decoder_attention_mask, memory_mask=attention_mask,
+                                       kv_caches=kv_caches, output_attentions=output_attentions)
+        logits = self.lm_head(hidden * self.output_scale if self.output_scale != 1.0 else hidden)  # (B, T, V)
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(f"labels must have shape (B, T)={tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        return Seq2SeqOutput(
+            logits=logits, loss=loss, encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            kv_caches=kv_caches, encoder_attentions=encoder_outputs.attentions,
+            decoder_attentions=None if weights is None else tuple(w[0] for w in weights),
+            cross_attentions=None if weights is None else tuple(w[1] for w in weights),
+        )
