@@ -135,6 +135,7 @@ def as_attention_mask(mask: torch.Tensor, b: int, h: int, t: int, s: int, name: 
     Accepted: ``(T, S)``, ``(B, T, S)``, ``(B, 1|H, T|1, S)`` (ordinary broadcasting rules, bool dtype).
     """
     check_mask_dtype(name, mask)
+    given = tuple(mask.shape)
     if mask.dim() == 2:
         mask = mask[None, None]  # (1, 1, T, S)
     elif mask.dim() == 3:
@@ -144,7 +145,7 @@ def as_attention_mask(mask: torch.Tensor, b: int, h: int, t: int, s: int, name: 
     want = (b, h, t, s)
     if any(m not in (1, w) for m, w in zip(mask.shape, want)):
         raise ValueError(
-            f"{name} of shape {tuple(mask.shape)} does not broadcast to (B={b}, H={h}, T={t}, S={s}); "
+            f"{name} of shape {given} does not broadcast to (B={b}, H={h}, T={t}, S={s}); "
             "a (B, S) key-padding mask must be expanded with masks.key_padding_to_attention first"
         )
     return mask

@@ -1,0 +1,3 @@
+from anatomy.cli.main import main
+
+raise SystemExit(main())

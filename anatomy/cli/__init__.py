@@ -1,0 +1,1 @@
+"""The command line: a thin command table over library functions."""

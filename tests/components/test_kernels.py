@@ -1,0 +1,145 @@
+"""The kernel matrix: loop, math and sdpa compute the same function (float64, forward and backward)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anatomy.components import MultiHeadAttention, kernels
+from anatomy.components.masks import causal_mask, combine, key_padding_to_attention, padding_mask
+from anatomy.components.positional import (
+    ALiBiPositional,
+    RotaryPositional,
+    ShawRelativePositional,
+    T5RelativeBias,
+)
+
+B, T, D, H = 3, 7, 32, 4
+
+
+def _masks(name: str):
+    pad = key_padding_to_attention(padding_mask([7, 4, 2], T))  # (B, 1, 1, S)
+    if name == "none":
+        return None, False
+    if name == "padding":
+        return pad, False
+    if name == "causal":
+        return None, True
+    if name == "padding+causal":
+        return pad, True
+    if name == "fully-masked":  # batch row 2 sees no key at all; row 1 hides two query rows
+        m = torch.ones(B, 1, T, T, dtype=torch.bool)
+        m[2] = False
+        m[1, :, 3:5] = False
+        return m, False
+    raise KeyError(name)
+
+
+MASKS = ["none", "padding", "causal", "padding+causal", "fully-masked"]
+SCHEMES = ["none", "rope", "rope-interleaved", "alibi", "t5", "shaw"]
+
+
+def _positional(name: str):
+    return {
+        "none": None,
+        "rope": RotaryPositional(head_dim=D // H),
+        "rope-interleaved": RotaryPositional(head_dim=D // H, layout="interleaved"),
+        "alibi": ALiBiPositional(n_heads=H),
+        "shaw": ShawRelativePositional(head_dim=D // H, max_relative_distance=3),
+        "t5": None,
+    }[name]
+
+
+def _run(attn, kernel, x, mask, is_causal, bias):
+    attn.kernel = kernel
+    x = x.clone().requires_grad_(True)
+    attn.zero_grad()
+    out, _ = attn(x, mask=mask, is_causal=is_causal, attn_bias=bias)
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+    grads = [x.grad] + [p.grad.clone() for p in attn.parameters()]
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("mask_name", MASKS)
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("n_kv_heads", [H, 2, 1])
+def test_kernels_agree_forward_and_backward(mask_name, scheme, n_kv_heads):
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=n_kv_heads, positional=_positional(scheme)).double()
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    mask, is_causal = _masks(mask_name)
+    bias = None
+    if scheme == "t5":
+        t5 = T5RelativeBias(n_heads=H, num_buckets=8, max_distance=16).double()
+        torch.nn.init.normal_(t5.relative_attention_bias.weight)
+        pos = torch.arange(T)[None]
+        bias = t5.score_bias(None, pos, pos, 1.0).detach()
+    ref_out, ref_grads = _run(attn, "loop", x, mask, is_causal, bias)
+    for kernel in ("math", "sdpa", "auto"):
+        if kernel == "sdpa" and scheme == "shaw":
+            with pytest.raises(ValueError, match="value term"):
+                _run(attn, kernel, x, mask, is_causal, bias)
+            continue
+        out, grads = _run(attn, kernel, x, mask, is_causal, bias)
+        assert (out - ref_out).abs().max() <= 1e-10, kernel
+        for g, rg in zip(grads, ref_grads):
+            assert (g - rg).abs().max() <= 1e-8, kernel
+    if mask_name == "fully-masked":  # rows with no visible key: exact zeros before the output projection
+        attn.kernel = "math"
+        with torch.no_grad():
+            z = {}
+            h = attn.hook_z.register_forward_hook(lambda m, a, o: z.setdefault("z", o))
+            attn(x, mask=mask)
+            h.remove()
+        assert torch.count_nonzero(z["z"][2]) == 0
+        assert torch.count_nonzero(z["z"][1, :, 3:5]) == 0
+
+
+def test_auto_uses_sdpa_unless_weights_are_asked(monkeypatch):
+    calls = []
+    for name, k in kernels.KERNELS.items():
+        monkeypatch.setitem(kernels.KERNELS, name, kernels.Kernel(
+            k.name, lambda *a, _n=name, _f=k.fn, **kw: (calls.append(_n), _f(*a, **kw))[1],
+            k.returns_weights, k.supports_value_bias))
+    attn = MultiHeadAttention(d_model=D, n_heads=H)
+    x = torch.randn(B, T, D)
+    attn(x)
+    assert calls == ["sdpa"]
+    _, w = attn(x, need_weights=True)
+    assert calls[-1] == "math" and w.shape == (B, H, T, T)
+    assert torch.allclose(w.sum(-1), torch.ones(B, H, T))
+    h = attn.hook_scores.register_forward_hook(lambda *a: None)
+    attn(x)
+    assert calls[-1] == "math"
+    h.remove()
+    attn(x)
+    assert calls[-1] == "sdpa"
+
+
+def test_sdpa_gets_is_causal_flag_for_a_purely_causal_square_mask(monkeypatch):
+    seen = {}
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.update(kw)
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(kernels.F, "scaled_dot_product_attention", spy)
+    attn = MultiHeadAttention(d_model=D, n_heads=H, kernel="sdpa")
+    attn(torch.randn(B, T, D), is_causal=True)
+    assert seen["is_causal"] is True and seen["attn_mask"] is None
+    pad = key_padding_to_attention(padding_mask([7, 4, 2], T))
+    attn(torch.randn(B, T, D), is_causal=True, mask=pad)
+    assert seen["is_causal"] is False and seen["attn_mask"].shape == (B, 1, T, T)
+
+
+def test_causal_mask_is_bottom_right_aligned_for_cached_decoding():
+    m = causal_mask(2, 4)
+    assert m.tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert combine(None, None) is None
+
+
+def test_weights_are_not_returned_by_sdpa_and_refuse_clearly():
+    attn = MultiHeadAttention(d_model=D, n_heads=H, kernel="sdpa")
+    with pytest.raises(ValueError, match="cannot return attention weights"):
+        attn(torch.randn(B, T, D), need_weights=True)

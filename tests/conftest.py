@@ -1,0 +1,22 @@
+"""Shared test settings: the Hypothesis profiles.
+
+``default``  a handful of examples per property (a few hundred in the whole suite), no deadline: CPU timings of
+             tiny PyTorch models jitter too much for Hypothesis' per-example deadline to mean anything.
+``fuzz``     ``HYPOTHESIS_PROFILE=fuzz python -m pytest tests/parity/test_fuzz.py``: at least 10,000 examples per
+             test, run by hand (it takes minutes).
+
+A test that wants more cases than the profile's default under ``default`` (the fuzz test) asks for
+``max(its_own_count, settings.default.max_examples)``, so the ``fuzz`` profile still scales it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_COMMON = dict(deadline=None, print_blob=True, suppress_health_check=[HealthCheck.too_slow])
+
+settings.register_profile("default", max_examples=12, **_COMMON)
+settings.register_profile("fuzz", max_examples=10_000, **_COMMON)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
