@@ -1,0 +1,43 @@
+"""`anatomy trace` runs offline from the command line and prints the post's shape table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from anatomy.cli.main import main
+
+
+def test_trace_seed_block_scores_row_reads_2_4_10_10():
+    proc = subprocess.run([sys.executable, "-m", "anatomy", "trace", "--preset", "seed-block"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    scores = [line for line in proc.stdout.splitlines() if "Q K^T" in line]
+    assert len(scores) == 1 and "(B=2, H=4, T=10, S=10)" in scores[0]
+
+
+def test_trace_json_rows_follow_the_post(capsys):
+    assert main(["trace", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    shapes = [(r["kind"], tuple(r["shape"])) for r in rows]
+    assert shapes[0] == ("embed", (2, 10, 16))
+    assert ("split", (2, 4, 10, 4)) in shapes and ("scores", (2, 4, 10, 10)) in shapes
+    assert ("hidden", (2, 10, 64)) in shapes and shapes[-1] == ("norm", (2, 10, 16))
+
+
+def test_trace_cross_attention_has_s_different_from_t(capsys):
+    assert main(["trace", "--preset", "t5", "--d-model", "32", "--layers", "1", "--seq", "6", "--tgt-seq", "4",
+                 "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    cross = [r for r in rows if "cross" in r["step"] and r["kind"] == "scores"]
+    assert cross and cross[0]["shape"] == [2, 8, 4, 6]
+
+
+def test_trace_bad_input_exits_2_with_one_line(capsys):
+    assert main(["trace", "--heads", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "n_heads=3" in err[0]
+    assert main(["trace", "--preset", "nope"]) == 2
+    assert "valid names" in capsys.readouterr().err
+    assert main(["trace", "--seq", "0"]) == 2

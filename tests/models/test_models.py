@@ -1,0 +1,142 @@
+"""The five models: outputs, losses, pooling, tying, presets, naming, initialisation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from anatomy import PRESETS, ModelConfig, build_model
+from anatomy.models import Classifier, DecoderLM, Encoder, Seq2Seq
+from anatomy.models.seq2seq import shift_right
+
+SMALL = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=None, max_seq_len=32, dropout=0.0,
+             attention_dropout=0.0)
+
+
+def small(preset: str, **kw) -> ModelConfig:
+    kv = {"n_kv_heads": 2} if preset == "llama" else {}
+    return ModelConfig.from_preset(preset, **{**SMALL, **kv, **kw})
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_builds_and_runs_small(preset):
+    torch.manual_seed(0)
+    model = build_model(small(preset)).eval()
+    ids = torch.randint(1, 40, (2, 6))
+    out = model(ids, labels=ids) if isinstance(model, (DecoderLM, Seq2Seq)) else model(ids)
+    tensor = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    assert torch.isfinite(tensor).all()
+    if hasattr(out, "loss") and out.loss is not None:
+        assert abs(out.loss.item() - math.log(40)) < 1.5  # near uniform at init
+
+
+def test_lm_loss_is_shifted_cross_entropy_with_ignore_index():
+    model = build_model(small("gpt2")).eval()
+    ids = torch.randint(0, 40, (2, 7))
+    labels = ids.clone()
+    labels[0, 3] = -100
+    out = model(ids, labels=labels)
+    ref = F.cross_entropy(out.logits[:, :-1].reshape(-1, 40), labels[:, 1:].reshape(-1), ignore_index=-100)
+    assert torch.allclose(out.loss, ref)
+
+
+def test_seq2seq_teacher_forcing_and_cross_attention_shapes():
+    model = build_model(small("vaswani-2017")).eval()
+    src, tgt = torch.randint(1, 40, (2, 9)), torch.randint(1, 40, (2, 5))
+    assert shift_right(tgt, 0)[:, 0].tolist() == [0, 0] and torch.equal(shift_right(tgt, 0)[:, 1:], tgt[:, :-1])
+    out = model(src, labels=tgt, output_attentions=True)
+    assert out.logits.shape == (2, 5, 40)
+    assert out.cross_attentions[0].shape == (2, 4, 5, 9)  # (B, H, T, S) with S != T
+    assert out.decoder_attentions[0].shape == (2, 4, 5, 5)
+    ref = F.cross_entropy(out.logits.reshape(-1, 40), tgt.reshape(-1))
+    assert torch.allclose(out.loss, ref)
+    w = out.decoder_attentions[1]
+    assert torch.count_nonzero(w.triu(1)) == 0  # causal self-attention
+
+
+def test_tied_and_untied_heads():
+    tied = build_model(small("gpt2"))
+    assert tied.lm_head.weight is tied.embeddings.embed_tokens.weight
+    untied = build_model(small("gpt2", tie_embeddings=False))
+    assert untied.lm_head.weight is not untied.embeddings.embed_tokens.weight
+    s2s = build_model(small("t5"))
+    assert s2s.encoder.embeddings.embed_tokens is s2s.decoder.embeddings.embed_tokens
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_classifier_pooling_ignores_padding(pooling):
+    torch.manual_seed(0)
+    model = build_model(small("bert", architecture="classifier", pooling=pooling, num_labels=3)).eval()
+    assert isinstance(model, Classifier)
+    ids = torch.randint(1, 40, (1, 5))
+    padded = torch.cat([ids, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    mask = torch.tensor([[1] * 5 + [0] * 3])
+    alone = model(ids).logits
+    assert torch.allclose(model(padded, mask).logits, alone, atol=1e-5)
+    out = model(ids, labels=torch.tensor([2]))
+    assert torch.allclose(out.loss, F.cross_entropy(alone, torch.tensor([2])), atol=1e-5)
+
+
+def test_bert_token_types_change_the_output():
+    model = build_model(small("bert")).eval()
+    assert isinstance(model, Encoder)
+    ids = torch.randint(1, 40, (1, 5))
+    a = model(ids).last_hidden_state
+    b = model(ids, token_type_ids=torch.ones_like(ids)).last_hidden_state
+    assert (a - b).abs().max() > 1e-3
+
+
+def test_state_dict_names_follow_the_checkpoint_vocabulary():
+    keys = set(build_model(small("llama")).state_dict())
+    for key in ["stack.blocks.0.attn.q_proj.weight", "stack.blocks.0.attn.k_proj.weight",
+                "stack.blocks.0.attn.o_proj.weight", "stack.blocks.0.ffn.gate_proj.weight",
+                "stack.blocks.0.ffn.up_proj.weight", "stack.blocks.0.ffn.down_proj.weight",
+                "stack.blocks.0.attn_add_norm.norm.weight", "stack.final_norm.weight", "lm_head.weight"]:
+        assert key in keys, key
+    assert build_model(small("llama")).stack.blocks[0].attn.k_proj.out_features == 16  # Hkv * Dh = 2 * 8
+
+
+def test_gpt2_init_scales_residual_projections():
+    torch.manual_seed(0)
+    model = build_model(small("gpt2", d_model=256, n_layers=8))
+    o = model.stack.blocks[0].attn.o_proj.weight.std().item()
+    qkv = model.stack.blocks[0].attn.qkv_proj.weight.std().item()
+    assert qkv == pytest.approx(0.02, rel=0.05)
+    assert o == pytest.approx(0.02 / math.sqrt(16), rel=0.05)
+
+
+def test_deepnorm_blocks_carry_alpha_and_beta_scaled_init():
+    cfg = small("bert", norm_position="deepnorm", init="deepnet", n_layers=6, d_model=128)
+    model = build_model(cfg)
+    alpha, beta = (12) ** 0.25, (48) ** -0.25
+    assert model.stack.blocks[0].attn_add_norm.alpha == pytest.approx(alpha)
+    v = model.stack.blocks[0].attn.v_proj.weight
+    expected = beta * math.sqrt(2 / (v.shape[0] + v.shape[1]))
+    assert v.std().item() == pytest.approx(expected, rel=0.1)
+
+
+def test_final_norm_follows_placement():
+    assert build_model(small("gpt2")).stack.final_norm is not None
+    assert build_model(small("bert")).stack.final_norm is None
+    assert build_model(small("bert", final_norm=True)).stack.final_norm is not None
+
+
+def test_config_round_trips_through_json_and_overrides():
+    cfg = ModelConfig.from_preset("llama", n_layers=3)
+    assert cfg.n_layers == 3 and cfg.positional == "rope"
+    assert ModelConfig.from_dict(__import__("json").loads(cfg.to_json())) == cfg
+    assert cfg.replace(d_model=288).head_dim == 32
+    with pytest.raises(Exception):
+        cfg.d_model = 3  # frozen
+
+
+def test_dropout_is_active_in_training_only():
+    model = build_model(small("gpt2", dropout=0.5, attention_dropout=0.5))
+    ids = torch.randint(0, 40, (2, 6))
+    model.train()
+    assert not torch.allclose(model(ids).logits, model(ids).logits)
+    model.eval()
+    assert torch.equal(model(ids).logits, model(ids).logits)
