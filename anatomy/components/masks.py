@@ -141,7 +141,8 @@ def as_attention_mask(mask: torch.Tensor, b: int, h: int, t: int, s: int, name: 
     elif mask.dim() == 3:
         mask = mask[:, None]  # (B, 1, T, S)
     elif mask.dim() != 4:
-        raise ValueError(f"{name} must have 2, 3 or 4 dimensions broadcastable to (B, H, T, S), got {tuple(mask.shape)}")
+        raise ValueError(f"{name} must have 2, 3 or 4 dimensions broadcastable to (B, H, T, S), "
+                         f"got {tuple(mask.shape)}")
     want = (b, h, t, s)
     if any(m not in (1, w) for m, w in zip(mask.shape, want)):
         raise ValueError(

@@ -86,7 +86,8 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
              step: str = ""):
         op, zh, _ = KINDS[kind]
         shape = tuple(tensor.shape)
-        rows.append(TraceRow(step=step or where(name), kind=kind, operation=label or op, operation_zh=zh, shape=list(shape),
+        rows.append(TraceRow(step=step or where(name), kind=kind, operation=label or op, operation_zh=zh,
+                             shape=list(shape),
                              dims=fmt(shape, _letters(kind, shape, which)), params=params, module=name))
 
     def on(module: nn.Module, kind: str, which: str = "", label: str = "", with_input: str | None = None,

@@ -8,8 +8,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from anatomy.components import AddNorm, FeedForward, LayerNorm, RMSNorm, TokenBatchNorm, default_d_ff
-from anatomy.components import deepnorm_constants
+from anatomy.components import (
+    AddNorm,
+    FeedForward,
+    LayerNorm,
+    RMSNorm,
+    TokenBatchNorm,
+    deepnorm_constants,
+    default_d_ff,
+)
 from anatomy.components.embedding import TokenEmbedding, make_lm_head
 from anatomy.components.masks import (
     from_additive,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -129,7 +130,7 @@ def test_config_round_trips_through_json_and_overrides():
     assert cfg.n_layers == 3 and cfg.positional == "rope"
     assert ModelConfig.from_dict(__import__("json").loads(cfg.to_json())) == cfg
     assert cfg.replace(d_model=288).head_dim == 32
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.d_model = 3  # frozen
 
 

@@ -51,7 +51,8 @@ class RotaryPositional(PositionalScheme):
     def __init__(self, *, head_dim: int, base: float = 10000.0, layout: str = "half", **_: object) -> None:
         super().__init__()
         if head_dim % 2:
-            raise ValueError(f"positional='rope' needs an even head dimension Dh = d_model // n_heads, got Dh={head_dim}")
+            raise ValueError("positional='rope' needs an even head dimension Dh = d_model // n_heads, "
+                             f"got Dh={head_dim}")
         if layout not in ROPE_LAYOUTS:
             raise ValueError(f"unknown rope_layout {layout!r}; valid names: {', '.join(ROPE_LAYOUTS)}")
         if base <= 1:
