@@ -159,18 +159,25 @@ class MultiHeadAttention(nn.Module):
             if extra is not None:
                 bias = extra if bias is None else bias + extra
             value_bias = self.positional.value_bias(positions, k_pos)
+        out, weights = self._attend(q, k, v, mask=mask, is_causal=is_causal, bias=bias, value_bias=value_bias,
+                                    need_weights=need_weights)  # (B, H, T, Dh)
+        out = self.hook_merged(self._merge(self.hook_z(out)))  # (B, T, D)
+        return self.hook_out(self.o_proj(out)), weights
+
+    def _attend(self, q, k, v, *, mask, is_causal, bias, value_bias, need_weights):
+        """Pick the kernel for this call and run it: ``(B, H, T, Dh)`` out, weights or ``None``."""
         hooked = self.hook_scores.has_hooks or self.hook_weights.has_hooks
         kernel = kernels.resolve(self.kernel, need_weights=need_weights, value_bias=value_bias is not None,
                                  hooked=hooked, where=type(self).__name__)
         hooks = {"score_hook": self.hook_scores, "weight_hook": self.hook_weights} if kernel.returns_weights else {}
-        out, weights = kernel.fn(
+        return kernel.fn(
             q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias, value_bias=value_bias,
             dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights, **hooks,
-        )  # (B, H, T, Dh)
-        out = self.hook_z(out)
-        out = out.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
-        out = self.hook_merged(out)
-        return self.hook_out(self.o_proj(out)), weights
+        )
+
+    def _merge(self, out: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = out.shape
+        return out.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from anatomy.components.masks import positions_from_mask
 from anatomy.shapes import check_rank, check_tensor
 
 
@@ -33,7 +34,7 @@ def make_positions(mask: torch.Tensor | None, t: int, past: int, device, given: 
             raise TypeError(f"position_ids must hold integers, got dtype {given.dtype}")
         return given
     if mask is not None:
-        return torch.arange(past, past + t, device=device)[None]  # (B, T)
+        return positions_from_mask(mask)[:, -t:]  # (B, T)
     return torch.arange(past, past + t, device=device)[None]  # (1, T)
 
 
