@@ -1,0 +1,206 @@
+"""Each fault of the bug zoo shows its effect, leaves other instances untouched, and undoes itself exactly."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from anatomy import ModelConfig, build_model, pitfalls
+from anatomy.components import MultiHeadAttention
+from anatomy.components.kernels import math_attention
+from anatomy.pitfalls.kernels import faulty_attention
+
+V = 30
+
+
+def make(arch="encoder", **kw):
+    torch.manual_seed(0)
+    cfg = ModelConfig(architecture=arch, vocab_size=V, d_model=16, n_heads=4, n_layers=2, max_seq_len=32,
+                      positional=kw.pop("positional", "sinusoidal"), **kw)
+    model = build_model(cfg).double().eval()
+    with torch.no_grad():  # lively weights, so every fault has something to change
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    return model
+
+
+def hidden(model, ids, mask=None):
+    out = model(ids, mask)
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") and out.last_hidden_state is not None \
+        else out.logits
+
+
+IDS = torch.tensor([[3, 5, 7, 9, 11, 13], [4, 6, 8, 10, 0, 0]])
+MASK = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0]])
+
+
+def check_isolation(name, model, run, **params):
+    """While the fault is active on `model`, a copy with the same weights is still correct; afterwards `model`
+    is correct again. Returns the faulty output."""
+    twin = copy.deepcopy(model)
+    ref = run(model)
+    with pitfalls.inject(model, name, **params):
+        bad = run(model)
+        assert torch.equal(run(twin), ref), "another instance changed while the fault was active"
+    assert torch.equal(run(model), ref), "the fault was not undone exactly"
+    return ref, bad
+
+
+def test_registry_documents_every_fault():
+    assert len(pitfalls.FAULTS) == 15
+    for f in pitfalls.FAULTS.values():
+        assert f.post_zh and f.summary_en and f.summary_zh and f.hides_in and f.section.startswith("§")
+        assert f.severity in ("error", "warning")
+    with pytest.raises(ValueError, match="unknown fault 'nope'; valid names: no_scaling"):
+        pitfalls.apply(make(), "nope")
+    with pytest.raises(ValueError, match="takes parameters"):
+        pitfalls.apply(make(), "no_scaling", factor=2)
+
+
+def test_faulty_kernel_with_default_knobs_is_the_math_kernel():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8, dtype=torch.float64) for _ in range(3))
+    mask = torch.rand(2, 1, 5, 5) > 0.3
+    a, wa = faulty_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
+    b, wb = math_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
+    assert torch.equal(a, b) and torch.equal(wa, wb)
+
+
+@pytest.mark.parametrize("name, scale", [("no_scaling", 1.0), ("scale_by_d_model", 1 / math.sqrt(16))])
+def test_scaling_faults_equal_attention_with_that_scale(name, scale):
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=16, n_heads=4).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    ref, bad = check_isolation(name, attn, lambda m: m(x)[0])
+    wrong = MultiHeadAttention(d_model=16, n_heads=4, scale=scale).double()
+    wrong.load_state_dict(attn.state_dict())
+    assert torch.allclose(bad, wrong(x)[0], atol=1e-12) and not torch.allclose(bad, ref)
+
+
+def _leaks_future(model, name, **params):
+    ids = IDS[:1]
+    changed = ids.clone()
+    changed[0, 4] = 1
+    with pitfalls.inject(model, name, **params):
+        a, b = hidden(model, ids), hidden(model, changed)
+    return (a[0, :4] - b[0, :4]).abs().max().item()
+
+
+@pytest.mark.parametrize("name, params", [("split_without_transpose", {}), ("merge_wrong_transpose", {}),
+                                          ("causal_off_by_one", {"causal_offset": 1})])
+def test_faults_that_leak_the_future_into_a_causal_lm(name, params):
+    model = make("decoder_lm")
+    check_isolation(name, model, lambda m: hidden(m, IDS))
+    assert _leaks_future(copy.deepcopy(model), "no_scaling") == 0.0  # a fault that keeps causality: no leak
+    assert _leaks_future(model, name, **params) > 1e-6
+
+
+def test_mask_after_softmax_leaves_rows_that_do_not_sum_to_one():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=16, n_heads=4, kernel="math").double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    mask = MASK.bool()[:, None, None, :]
+    _, w_ok = attn(x, mask=mask, need_weights=True)
+    check_isolation("mask_after_softmax", attn, lambda m: m(x, mask=mask)[0])
+    with pitfalls.inject(attn, "mask_after_softmax"):
+        _, w = attn(x, mask=mask, need_weights=True)
+    assert torch.allclose(w_ok.sum(-1), torch.ones(2, 4, 6, dtype=torch.float64))
+    assert w[1].sum(-1).max() < 1 - 1e-3 and torch.allclose(w[0].sum(-1), torch.ones(4, 6, dtype=torch.float64))
+
+
+def test_finite_fill_makes_empty_rows_uniform_and_overflows_float16():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=16, n_heads=4).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    mask = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    mask[1] = False  # the second sequence sees nothing
+    ok = attn(x, mask=mask)[0]
+    assert torch.allclose(ok[1], attn.o_proj.bias.expand(6, 16))  # zero attention output, only the out bias
+    for fill in (-1e9, -1e4):
+        with pitfalls.inject(attn, "finite_mask_fill", fill=fill):
+            bad = attn(x, mask=mask)[0]
+        assert torch.isfinite(bad).all() and (bad[1] - ok[1]).abs().max() > 1e-3  # uniform over hidden keys
+    half = MultiHeadAttention(d_model=16, n_heads=4).half()
+    with pitfalls.inject(half, "finite_mask_fill", fill=-1e9), pytest.raises(RuntimeError, match="overflow"):
+        half(x.half(), mask=mask)
+
+
+def test_inf_fill_without_guard_gives_nan_on_empty_rows():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=16, n_heads=4).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    mask = torch.ones(2, 1, 6, 6, dtype=torch.bool)
+    mask[1, :, :2] = False
+    _, bad = check_isolation("inf_fill_no_guard", attn, lambda m: m(x, mask=mask)[0])
+    assert torch.isnan(bad[1, :2]).all() and torch.isfinite(bad[0]).all()
+
+
+def test_padding_mask_on_queries_lets_real_tokens_see_padding():
+    model = make("encoder")
+    other_pad = IDS.clone()
+    other_pad[1, 4:] = 17
+    check_isolation("padding_mask_on_queries", model, lambda m: hidden(m, IDS, MASK))
+    ok = (hidden(model, IDS, MASK)[1, :4] - hidden(model, other_pad, MASK)[1, :4]).abs().max()
+    with pitfalls.inject(model, "padding_mask_on_queries"):
+        leak = (hidden(model, IDS, MASK)[1, :4] - hidden(model, other_pad, MASK)[1, :4]).abs().max()
+    assert ok == 0 and leak > 1e-6
+
+
+def test_shared_layernorm_uses_one_module_for_both_sublayers():
+    model = make("encoder")
+    block = model.stack.blocks[0]
+    ref, bad = check_isolation("shared_layernorm", model, lambda m: hidden(m, IDS))
+    with pitfalls.inject(model, "shared_layernorm"):
+        assert block.ffn_add_norm.norm is block.attn_add_norm.norm
+        assert len(list(model.parameters())) < len(list(copy.deepcopy(model).parameters())) + 1
+    assert block.ffn_add_norm.norm is not block.attn_add_norm.norm
+    assert not torch.allclose(ref, bad)
+
+
+@pytest.mark.parametrize("placement", ["post", "pre"])
+def test_no_residual_and_norm_on_residual_path_change_the_block(placement):
+    model = make("encoder", norm_position=placement)
+    for name in ("no_residual", "norm_on_residual_path"):
+        ref, bad = check_isolation(name, model, lambda m: hidden(m, IDS))
+        assert (ref - bad).abs().max() > 1e-3
+    block, x = model.stack.blocks[0], torch.randn(1, 4, 16, dtype=torch.float64)
+    an = block.attn_add_norm
+    with pitfalls.inject(model, "norm_on_residual_path"):
+        out = an.after(x, torch.zeros_like(x))
+    assert torch.allclose(out, an.norm(x))  # the residual now carries norm(x), not x
+
+
+def test_large_init_scale_saturates_softmax_and_restores_weights_exactly():
+    torch.manual_seed(0)
+    cfg = ModelConfig(architecture="encoder", vocab_size=V, d_model=64, n_heads=4, n_layers=1, norm_position="post")
+    model = build_model(cfg).double().eval()  # the usual N(0, 0.02) init
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    peak_ok = model(IDS, output_attentions=True).attentions[0].max(-1).values.mean()
+    with pitfalls.inject(model, "large_init_scale"):
+        peak_bad = model(IDS, output_attentions=True).attentions[0].max(-1).values.mean()
+    assert peak_bad > 0.9 and peak_bad > peak_ok + 0.2
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_batchnorm_makes_a_token_depend_on_the_rest_of_the_batch():
+    model = make("encoder").train()
+    model.apply(lambda m: setattr(m, "p", 0.0) if isinstance(m, torch.nn.Dropout) else None)
+    alone = lambda m: hidden(m, IDS[:1])[0]  # noqa: E731
+    batch = lambda m: hidden(m, IDS)[0]  # noqa: E731
+    assert torch.allclose(alone(model), batch(model), atol=1e-12)
+    check_isolation("batchnorm_instead_of_layernorm", model, batch)
+    with pitfalls.inject(model, "batchnorm_instead_of_layernorm"):
+        assert (alone(model) - batch(model)).abs().max() > 1e-3
+
+
+def test_no_positional_makes_the_encoder_permutation_equivariant():
+    model = make("encoder")
+    perm = torch.tensor([5, 2, 0, 4, 1, 3])
+    x = IDS[:1]
+    ref, bad = check_isolation("no_positional", model, lambda m: hidden(m, x))
+    assert not torch.allclose(hidden(model, x[:, perm]), ref[:, perm])
+    with pitfalls.inject(model, "no_positional"):
+        assert torch.allclose(hidden(model, x[:, perm]), bad[:, perm], atol=1e-10)
