@@ -11,6 +11,7 @@
 
 Ours is always batch first; ``to_torch`` returns torch modules with ``batch_first=True``. A torch module
 built with ``batch_first=False`` converts all the same: transpose its ``(T, B, D)`` inputs to ``(B, T, D)``.
+The result has the source's train/eval mode, device and dtype.
 
 Key tables (torch name → our name)
 ----------------------------------
@@ -407,16 +408,17 @@ def _check_same_config(layers: list[nn.Module], where: str) -> None:
 
 def _encoder_stack_to_torch(stack: EncoderStack) -> nn.TransformerEncoder:
     layers = _stack_layers_to_torch(stack, _encoder_block_to_torch, EncoderBlock)
-    enc = nn.TransformerEncoder(layers[0], num_layers=len(layers), norm=_norm_to_torch(stack.final_norm,
-                                "EncoderStack.final_norm"), enable_nested_tensor=False)
+    norm = _norm_to_torch(stack.final_norm, "EncoderStack.final_norm")
+    # no nested tensors: they would write zeros at padded positions, where ours computes them like any other
+    enc = nn.TransformerEncoder(layers[0], num_layers=len(layers), norm=norm, enable_nested_tensor=False)
     enc.layers = nn.ModuleList(layers)  # our converted blocks, not clones of the first
     return enc
 
 
 def _decoder_stack_to_torch(stack: DecoderStack) -> nn.TransformerDecoder:
     layers = _stack_layers_to_torch(stack, _decoder_block_to_torch, DecoderBlock)
-    dec = nn.TransformerDecoder(layers[0], num_layers=len(layers),
-                                norm=_norm_to_torch(stack.final_norm, "DecoderStack.final_norm"))
+    norm = _norm_to_torch(stack.final_norm, "DecoderStack.final_norm")
+    dec = nn.TransformerDecoder(layers[0], num_layers=len(layers), norm=norm)
     dec.layers = nn.ModuleList(layers)
     return dec
 
@@ -453,7 +455,7 @@ _TO_TORCH = {
 def _dispatch(module: object, table: dict, prefix: str):
     for cls, fn in table.items():
         if isinstance(module, cls):
-            return fn(module)
+            return fn(module).train(module.training)  # same mode as the source
     names = ", ".join(f"{prefix}{cls.__name__}" for cls in table)
     raise TypeError(f"cannot convert {type(module).__name__}; supported: {names}")
 
