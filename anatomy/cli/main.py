@@ -9,7 +9,11 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from anatomy.cli import claims as claims_cmd
+from anatomy.cli import generate as generate_cmd
 from anatomy.cli import trace as trace_cmd
+from anatomy.cli import train as train_cmd
+from anatomy.cli import viz as viz_cmd
 
 
 class UsageError(Exception):
@@ -17,7 +21,16 @@ class UsageError(Exception):
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
+    "report": (claims_cmd.add_report_arguments, claims_cmd.run_report,
+               "the main job: run every claim of the post (quick preset) and write a browsable report"),
+    "claims": (claims_cmd.add_arguments, claims_cmd.run, "list or run the claims of the post, one by one"),
     "trace": (trace_cmd.add_arguments, trace_cmd.run, "the post's shape table, from a real forward pass"),
+    "viz": (viz_cmd.add_arguments, viz_cmd.run, "pictures: attention maps, positional encodings, masks, a page"),
+    "train": (train_cmd.add_arguments, train_cmd.run, "train a model from a preset and key=value words; --resume"),
+    "generate": (generate_cmd.add_generate_arguments, generate_cmd.run_generate,
+                 "continue a prompt with a trained language or seq2seq model"),
+    "predict": (generate_cmd.add_predict_arguments, generate_cmd.run_predict,
+                "label probabilities of a trained classifier"),
 }
 
 

@@ -1,0 +1,81 @@
+"""``anatomy claims list|run`` and ``anatomy report`` (the main job: every claim at the quick preset)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from anatomy.experiments.registry import PRESETS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    sub.add_parser("list", help="list every claim with its section and experiment")
+    run = sub.add_parser("run", help="run claims and write claims.json, figures and the reports")
+    run.add_argument("ids", nargs="*", help="claim ids or numbers (C20-mask-fill, C20, 20)")
+    run.add_argument("--all", action="store_true", help="run every claim")
+    run.add_argument("--preset", choices=PRESETS, default="quick")
+    run.add_argument("--seeds", type=int, default=None, help="seeds per experiment (default: 1 smoke, 3 quick/full)")
+    run.add_argument("--out", default="claims-out", help="output directory (default claims-out)")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from anatomy.experiments.registry import CLAIMS
+    from anatomy.experiments.runner import run_claims, select
+
+    if args.action == "list":
+        for cid in select(None):
+            c = CLAIMS[cid]
+            print(f"{cid:<42} {c.section:<6} {c.experiment:<28} {c.statement_en}")
+        print(f"\n{len(CLAIMS)} claims")
+        return 0
+    if not args.ids and not args.all:
+        raise ValueError("give claim ids (e.g. C20 C29) or --all")
+    if args.ids and args.all:
+        raise ValueError("give claim ids or --all, not both")
+    _check_out(args.out)
+    doc = run_claims(None if args.all else args.ids, preset=args.preset, seeds=args.seeds, out=args.out,
+                     progress=not args.quiet)
+    _summary(doc, args.out)
+    return 0
+
+
+def add_report_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", default="report", help="output directory (default ./report)")
+    p.add_argument("--preset", choices=PRESETS, default="quick", help="default quick (about 15 minutes on 2 cores)")
+    p.add_argument("--seeds", type=int, default=None)
+    p.add_argument("--quiet", action="store_true")
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from anatomy.experiments.runner import run_claims
+
+    _check_out(args.out)
+    t0 = time.perf_counter()
+    doc = run_claims(None, preset=args.preset, seeds=args.seeds, out=args.out, progress=not args.quiet)
+    _summary(doc, args.out)
+    print(f"wall time {time.perf_counter() - t0:.0f} s · open {Path(args.out) / 'index.html'}")
+    return 0
+
+
+def _check_out(out: str) -> None:
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out} exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"--out {out} is not writable ({err.strerror})") from None
+
+
+def _summary(doc: dict, out: str) -> None:
+    from collections import Counter
+
+    counts = Counter(c["verdict"] for c in doc["claims"])
+    print(f"{len(doc['claims'])} claims · " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    print(f"wrote {Path(out) / 'claims.json'}, report.md, report.zh.md, index.html")

@@ -1,0 +1,194 @@
+"""The claim registry: a claim of the post, the experiment that measures it, and the rule that judges it.
+
+A claim is declared *before* anything runs, with the rule that will turn numbers into a verdict:
+
+    supported     the measured numbers satisfy the claim's rule on every seed (or its interval does)
+    refuted       they contradict it on every seed (or the interval excludes it)
+    nuanced       it holds only under conditions the rule names (e.g. in float32 but not float16)
+    inconclusive  the seeds disagree, or the effect is inside the noise
+
+Verdicts are never typed by hand: a rule is a function of the recorded metrics, and the sentence that explains a
+verdict is generated from the same numbers. An experiment is a function ``run(ctx) -> dict[str, float]`` called
+once per seed; several claims may share one experiment (one setup, one verdict each).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+VERDICTS = ("supported", "refuted", "nuanced", "inconclusive")
+PRESETS = ("smoke", "quick", "full")
+DEFAULT_SEEDS = {"smoke": 1, "quick": 3, "full": 3}
+
+
+@dataclass
+class Metric:
+    """One metric over seeds: mean, spread and a 95% interval (t-interval; the single value when n = 1)."""
+
+    name: str
+    values: list[float]
+    unit: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if self.n > 1 else 0.0
+
+    @property
+    def ci95(self) -> tuple[float, float]:
+        if self.n < 2:
+            return (self.mean, self.mean)
+        half = _t95(self.n - 1) * self.std / math.sqrt(self.n)
+        return (self.mean - half, self.mean + half)
+
+    def fmt(self, digits: int = 3) -> str:
+        if self.n == 1:
+            return f"{_g(self.mean, digits)}{self.unit}"
+        return f"{_g(self.mean, digits)} ± {_g(self.std, digits)}{self.unit}"
+
+    def to_dict(self) -> dict[str, Any]:
+        lo, hi = self.ci95
+        return {"mean": _clean(self.mean), "std": _clean(self.std), "ci95": [_clean(lo), _clean(hi)],
+                "values": [_clean(v) for v in self.values], "n": self.n, "unit": self.unit}
+
+
+def _clean(x: float):
+    return x if math.isfinite(x) else str(x)
+
+
+def _g(x: float, digits: int) -> str:
+    if not math.isfinite(x):
+        return str(x)
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}" if abs(x) >= 1 else f"{x:.{digits}f}".rstrip("0").rstrip(".") or "0"
+
+
+def _t95(df: int) -> float:
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+    return table.get(df, 2.0 if df > 30 else 2.228)
+
+
+@dataclass
+class Verdict:
+    verdict: str
+    reason_en: str
+    reason_zh: str
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+
+
+Rule = Callable[[dict[str, Metric]], Verdict]
+
+
+@dataclass
+class Context:
+    """What an experiment run gets: the preset, the seed, where to put figures, and a figure recorder."""
+
+    preset: str
+    seed: int
+    out_dir: Path
+    figures: list[str] = field(default_factory=list)
+    first_seed: bool = True
+
+    def figure_path(self, name: str) -> Path | None:
+        """A path for a figure (PNG) on the first seed only; ``None`` on the other seeds (draw nothing)."""
+        if not self.first_seed:
+            return None
+        path = self.out_dir / "figures" / f"{name}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.figures.append(str(path.relative_to(self.out_dir)))
+        return path
+
+
+@dataclass
+class Experiment:
+    name: str
+    fn: Callable[[Context], dict[str, float]]
+    units: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Claim:
+    id: str
+    section: str
+    statement_zh: str
+    statement_en: str
+    experiment: str
+    metrics: tuple[str, ...]
+    rule: Rule
+    rule_text: str
+
+
+EXPERIMENTS: dict[str, Experiment] = {}
+CLAIMS: dict[str, Claim] = {}
+
+
+def experiment(name: str, units: dict[str, str] | None = None):
+    """Register ``fn(ctx) -> {metric: value}`` as experiment ``name``."""
+    def wrap(fn):
+        if name in EXPERIMENTS:
+            raise ValueError(f"experiment {name!r} registered twice")
+        EXPERIMENTS[name] = Experiment(name, fn, units or {})
+        return fn
+    return wrap
+
+
+def claim(id: str, *, section: str, zh: str, en: str, experiment: str, metrics: tuple[str, ...] | list[str],
+          rule: Rule, rule_text: str) -> Claim:
+    if id in CLAIMS:
+        raise ValueError(f"claim {id!r} registered twice")
+    if not id.startswith("C") or not id[1:].split("-")[0].isdigit():
+        raise ValueError(f"claim id must start with its number, like 'C20-mask-fill', got {id!r}")
+    c = Claim(id, section, zh, en, experiment, tuple(metrics), rule, rule_text)
+    CLAIMS[id] = c
+    return c
+
+
+def claim_number(claim_id: str) -> int:
+    return int(claim_id[1:].split("-")[0])
+
+
+# --- rule helpers: small, explicit, reusable ------------------------------------------------------------------
+
+def _each(m: Metric, pred: Callable[[float], bool]) -> tuple[int, int]:
+    hits = sum(1 for v in m.values if pred(v))
+    return hits, m.n
+
+
+def holds_on_every_seed(metric: str, pred: Callable[[float], bool], en: str, zh: str,
+                        *, refute_en: str = "", refute_zh: str = "") -> Rule:
+    """Supported if ``pred`` holds on every seed, refuted if on none, inconclusive if the seeds disagree.
+    ``en``/``zh`` are templates filled with ``{value}`` (the metric, mean ± spread)."""
+    def rule(ms: dict[str, Metric]) -> Verdict:
+        m = ms[metric]
+        hits, n = _each(m, pred)
+        value = m.fmt()
+        if hits == n:
+            return Verdict("supported", en.format(value=value), zh.format(value=value))
+        if hits == 0:
+            return Verdict("refuted", (refute_en or "Not observed: " + en).format(value=value),
+                           (refute_zh or "未观察到：" + zh).format(value=value))
+        return Verdict("inconclusive", f"Seeds disagree ({hits} of {n}): {en.format(value=value)}",
+                       f"各随机种子结论不一致（{hits}/{n}）：{zh.format(value=value)}")
+    return rule
+
+
+def fact(en: str, zh: str, verdict: str = "supported") -> Rule:
+    """For claims judged from sources or by construction (literature, unverifiable): the verdict is declared
+    with its reason and the experiment still records what it can measure."""
+    return lambda ms: Verdict(verdict, en, zh)

@@ -1,0 +1,72 @@
+"""The claims lab's machinery: metrics, rules on synthetic values (both outcomes), the runner and the reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anatomy.experiments.registry import CLAIMS, Metric, holds_on_every_seed
+from anatomy.experiments.runner import run_claims, select
+
+
+def test_metric_summary_and_interval():
+    m = Metric("x", [1.0, 2.0, 3.0])
+    assert m.mean == 2.0 and m.std == 1.0
+    lo, hi = m.ci95
+    assert lo == pytest.approx(2 - 4.303 / 3**0.5) and hi == pytest.approx(2 + 4.303 / 3**0.5)
+    assert Metric("y", [5.0]).ci95 == (5.0, 5.0)
+    assert m.to_dict()["values"] == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("values, verdict", [([0.5, 0.6, 0.7], "supported"), ([1.5, 1.6, 2.0], "refuted"),
+                                             ([0.5, 1.5, 0.7], "inconclusive")])
+def test_holds_on_every_seed_gives_each_outcome(values, verdict):
+    rule = holds_on_every_seed("x", lambda v: v < 1, "x is {value}", "x 为 {value}")
+    v = rule({"x": Metric("x", values)})
+    assert v.verdict == verdict
+    assert Metric("x", values).fmt() in v.reason_en and Metric("x", values).fmt() in v.reason_zh
+
+
+def test_c5_rule_on_synthetic_numbers():
+    select(None)
+    rule = CLAIMS["C5-dot-variance"].rule
+
+    def ms(ratio, beyond):
+        out = {f"var_ratio_dk{d}": Metric("r", [ratio] * 3) for d in (16, 64, 256)}
+        out["frac_beyond_8_dk64"] = Metric("f", [beyond] * 3)
+        return out
+
+    assert rule(ms(1.0, 0.3)).verdict == "supported"
+    assert rule(ms(1.0, 0.01)).verdict == "nuanced"
+    assert rule(ms(2.0, 0.3)).verdict == "refuted"
+
+
+def test_select_accepts_ids_numbers_and_rejects_unknown():
+    assert select(["C5"]) == ["C5-dot-variance"]
+    assert select(["5", "C4-multihead-parameters"]) == ["C5-dot-variance", "C4-multihead-parameters"]
+    with pytest.raises(ValueError, match="unknown claim 'C999'"):
+        select(["C999"])
+
+
+def test_every_claim_of_the_post_is_registered():
+    numbers = sorted({int(c[1:].split("-")[0]) for c in select(None)})
+    assert numbers == list(range(1, 56)), f"missing: {sorted(set(range(1, 56)) - set(numbers))}"
+
+
+def test_smoke_run_of_all_claims_writes_verdicts_metrics_and_reports(tmp_path):
+    doc = run_claims(None, preset="smoke", out=tmp_path, progress=False)
+    stored = json.loads((tmp_path / "claims.json").read_text(encoding="utf-8"))
+    assert stored["preset"] == "smoke" and stored["seeds"] == 1
+    assert [c["id"] for c in stored["claims"]] == [c["id"] for c in doc["claims"]]
+    for c in stored["claims"]:
+        assert c["verdict"] in ("supported", "refuted", "nuanced", "inconclusive")
+        assert c["metrics"] and all("mean" in m and "ci95" in m for m in c["metrics"].values())
+        assert set(c) >= {"id", "section", "statement_zh", "statement_en", "verdict", "metrics", "figures",
+                          "runtime_s"}
+        for fig in c["figures"]:
+            assert (tmp_path / fig).stat().st_size > 1000
+    for name in ("report.md", "report.zh.md", "index.html"):
+        text = (tmp_path / name).read_text(encoding="utf-8")
+        assert all(c["id"] in text for c in stored["claims"])
+    assert "成立" in (tmp_path / "report.zh.md").read_text(encoding="utf-8")
