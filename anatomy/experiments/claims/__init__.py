@@ -1,3 +1,10 @@
-"""One module per section of the post; importing this package registers every claim."""
+"""One module per section of the post; importing this package registers every claim.
 
-from anatomy.experiments.claims import multihead  # noqa: F401
+multihead       §1      C1–C8     heads, the sqrt(d_k) scale
+implementation  §2      C9–C20    shapes, head count and size, init, masks and fill values
+positional      §3      C21–C32   order blindness, sinusoidal algebra, extrapolation, learned vs sinusoidal
+add_norm        §4      C33–C45   residuals, LayerNorm vs BatchNorm, Pre- vs Post-Norm
+block           §5      C46–C55   the block's shape table, silent bugs, FFN width and parameters
+"""
+
+from anatomy.experiments.claims import add_norm, block, implementation, multihead, positional  # noqa: F401

@@ -1,0 +1,1 @@
+"""Claims module add_norm (being written)."""

@@ -1,0 +1,1 @@
+"""Claims module implementation (being written)."""

@@ -1,0 +1,1 @@
+"""Claims module positional (being written)."""
