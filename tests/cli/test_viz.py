@@ -1,0 +1,154 @@
+"""`anatomy viz attention|pe|mask|page` write real files offline; bad input is one line naming the argument, exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+
+import anatomy
+from anatomy.cli.main import main
+
+pytest.importorskip("matplotlib")
+Image = pytest.importorskip("PIL.Image")
+
+TEXT = "小明把球传给了小红"
+
+
+def _one_line_error(capsys, *words) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    for w in words:
+        assert w in err[0], (w, err[0])
+    return err[0]
+
+
+def test_viz_attention_png_svg_html(tmp_path, capsys):
+    png, svg, html = tmp_path / "a.png", tmp_path / "a.svg", tmp_path / "a.html"
+    assert main(["viz", "attention", "--text", TEXT, "--heads", "0", "2", "--out", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {png}" in out and re.search(r"head 0: \d\.\d{3}, head 2: \d\.\d{3}", out)
+    with Image.open(png) as im:
+        assert im.format == "PNG" and im.size[0] > 400
+    assert main(["viz", "attention", "--text", "hello world", "--preset", "llama", "n_layers=3", "d_model=72",
+                 "d_ff=64", "--layer", "2", "--heads", "8", "--out", str(svg)]) == 0  # 9 heads, 3 kv heads
+    assert svg.read_text(encoding="utf-8").lstrip().startswith(("<?xml", "<svg"))
+    assert main(["viz", "attention", "--text", TEXT, "--out", str(html)]) == 0
+    page = html.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="anatomy-data">(.*?)</script>', page, re.S).group(1))
+    assert data["attention"]["layers"][0]["q_tokens"] == list(TEXT) and len(data["attention"]["layers"]) == 1
+
+
+def test_viz_attention_seq2seq_cross_attention_layer(tmp_path, capsys):
+    out = tmp_path / "cross.png"
+    # two encoder layers, then decoder block 0's self-attention (2) and cross-attention (3)
+    assert main(["viz", "attention", "--text", "abc", "--preset", "t5", "n_layers=2", "d_model=32", "d_ff=64",
+                 "--layer", "3", "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+    assert "entropy" in capsys.readouterr().out
+
+
+def test_viz_pe_every_kind_and_html(tmp_path, capsys):
+    for kind in ("sinusoidal", "alibi"):  # every kind is drawn in tests/inspection/test_figures.py
+        out = tmp_path / f"{kind}.svg"
+        assert main(["viz", "pe", "--kind", kind, "--d-model", "16", "--max-len", "32", "--train-len", "16",
+                     "--out", str(out)]) == 0
+        assert out.stat().st_size > 20_000
+    html = tmp_path / "pe.html"
+    assert main(["viz", "pe", "--kind", "rope", "--out", str(html)]) == 0
+    assert '"kind":"rope"' in html.read_text(encoding="utf-8")
+
+
+def test_viz_mask_prints_the_table_and_draws(tmp_path, capsys):
+    assert main(["viz", "mask"]) == 0
+    text = capsys.readouterr().out
+    assert "finfo.min" in text and "NaN" in text and "overflow" in text and "0 (no NaN)" in text
+    html = tmp_path / "mask.html"  # the PNG is checked in tests/inspection/test_figures.py
+    assert main(["viz", "mask", "--seq", "6", "--pad", "2", "--out", str(html)]) == 0
+    page = html.read_text(encoding="utf-8")
+    assert "<svg" in page and "two masks added" in page
+
+
+def test_viz_page(tmp_path, capsys):
+    out = tmp_path / "page.html"
+    assert main(["viz", "page", "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "形状追踪" in page and "(B=1, H=4, T=14, S=14)" in page  # the default text has 14 characters
+    assert not re.search(r"(src|href)=[\"']?https?:", page)
+
+
+def test_viz_help_lists_the_subcommands(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["viz", "--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and all(w in out for w in ("attention", "pe", "mask", "page"))
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["attention", "--text", "abc", "--layer", "5"], ["--layer 5", "1 attention layer"]),
+    (["attention", "--text", "abc", "--layer", "-1"], ["--layer -1"]),
+    (["attention", "--text", "abc", "--heads", "0", "4"], ["--heads 4", "4 heads"]),
+    (["attention", "--text", "x" * 65], ["--text", "max_seq_len=64"]),
+    (["attention", "--text", "abc", "--preset", "nope"], ["unknown preset", "valid names"]),
+    (["attention", "--text", "abc", "n_layers"], ["key=value"]),
+    (["attention", "--text", "abc", "n_heads=3"], ["n_heads=3"]),
+    (["pe", "--kind", "cosine"], ["--kind", "sinusoidal"]),
+    (["pe", "--kind", "rope", "--train-len", "500"], ["--train-len"]),
+    (["mask", "--pad", "9"], ["--pad"]),
+    ([], ["attention|pe|mask|page"]),
+])
+def test_bad_input_is_one_line_exit_2(argv, words, tmp_path, capsys):
+    out = ["--out", str(tmp_path / "x.png")] if argv and argv[0] in ("attention", "pe") else []
+    assert main(["viz", *argv, *out]) == 2
+    _one_line_error(capsys, *words)
+
+
+def test_unwritable_or_wrong_output_path(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    for out, word in ((tmp_path / "missing" / "x.png", "does not exist"), (blocker / "x.png", "does not exist"),
+                      (tmp_path, "is a directory"), (tmp_path / "x.txt", "must end in")):
+        assert main(["viz", "attention", "--text", "abc", "--out", str(out)]) == 2
+        _one_line_error(capsys, "--out", word)
+    assert main(["viz", "page", "--out", str(tmp_path / "page.png")]) == 2
+    _one_line_error(capsys, "--out", ".html")
+
+
+def test_checkpoint_needs_load_pretrained(tmp_path, capsys, monkeypatch):
+    monkeypatch.delattr(anatomy, "load_pretrained", raising=False)
+    assert main(["viz", "attention", "--text", "abc", "--checkpoint", str(tmp_path), "--out",
+                 str(tmp_path / "x.png")]) == 2
+    _one_line_error(capsys, "--checkpoint", "anatomy.load_pretrained")
+
+
+def test_checkpoint_is_used_when_load_pretrained_exists(tmp_path, capsys, monkeypatch):
+    def load(path):
+        torch.manual_seed(1)
+        return anatomy.build_model(anatomy.ModelConfig.from_preset("seed-block", n_heads=2))
+
+    monkeypatch.setattr(anatomy, "load_pretrained", load, raising=False)
+    out = tmp_path / "ckpt.png"
+    assert main(["viz", "attention", "--text", "abc", "--checkpoint", str(tmp_path), "--out", str(out)]) == 0
+    assert "head 1:" in capsys.readouterr().out and out.exists()
+    assert main(["viz", "attention", "--text", "abc", "--checkpoint", str(tmp_path / "nope"), "--out",
+                 str(out)]) == 2
+    _one_line_error(capsys, "--checkpoint", "not a directory")
+
+
+def test_checkpoint_saved_by_save_pretrained(tmp_path, capsys):
+    if not hasattr(anatomy, "load_pretrained") or not hasattr(anatomy, "save_pretrained"):
+        pytest.skip("anatomy.save_pretrained / load_pretrained are not part of this build yet")
+    torch.manual_seed(2)
+    model = anatomy.build_model(anatomy.ModelConfig.from_preset("seed-block", n_layers=2)).eval()
+    anatomy.save_pretrained(model, tmp_path / "ckpt")
+    out = tmp_path / "ckpt.html"
+    assert main(["viz", "attention", "--text", "小明把球", "--checkpoint", str(tmp_path / "ckpt"), "--layer", "1",
+                 "--out", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="anatomy-data">(.*?)</script>', page, re.S).group(1))
+    ids = torch.tensor([[ord(c) % 100 for c in "小明把球"]])
+    with torch.no_grad():
+        expected = model(ids, output_attentions=True).attentions[1][0]
+    torch.testing.assert_close(torch.tensor(data["attention"]["layers"][0]["weights"]), expected, atol=1e-6, rtol=0)

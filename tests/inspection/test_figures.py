@@ -1,0 +1,199 @@
+"""Figures are produced offline, are valid PNG/SVG with real content, and Chinese labels never become boxes."""
+
+from __future__ import annotations
+
+import math
+import warnings
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+
+import anatomy
+from anatomy.inspection import attention_weights, viz
+
+matplotlib = pytest.importorskip("matplotlib")
+Image = pytest.importorskip("PIL.Image")
+
+TEXT = "小明把球传给了小红他跑得很快"  # the post's §1.1 sentence
+
+
+@pytest.fixture(scope="module")
+def layer():
+    torch.manual_seed(0)
+    model = anatomy.build_model(anatomy.ModelConfig.from_preset("seed-block")).eval()
+    tokens, ids = viz.char_tokens(TEXT, model.config.vocab_size)
+    with torch.no_grad(), attention_weights(model, layers=[0]) as maps:
+        model(ids)
+    return tokens, maps[0]
+
+
+def _png_ok(path, min_size=(400, 300)):
+    with Image.open(path) as im:
+        im.verify()
+    with Image.open(path) as im:
+        assert im.format == "PNG" and im.size[0] >= min_size[0] and im.size[1] >= min_size[1]
+        gray = im.convert("L")
+        inked = gray.point(lambda v: 255 if v < 200 else 0).histogram()[255] / (im.size[0] * im.size[1])
+        assert inked > 0.05, f"{path} is almost blank ({inked:.1%} inked)"
+        return im.size
+
+
+def _glyph_warnings(record) -> list[str]:
+    return [str(w.message) for w in record if "missing from font" in str(w.message)]
+
+
+def _texts(fig) -> list[str]:
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
+
+
+def test_char_tokens_say_what_they_are():
+    tokens, ids = viz.char_tokens("ab小", 100)
+    assert tokens == ["a", "b", "小"] and ids.tolist() == [[97, 98, ord("小") % 100]]
+    assert "ord(char) mod vocab_size=100" in viz.TOKENIZER_NOTE.format(vocab=100)
+    with pytest.raises(ValueError, match="--text"):
+        viz.char_tokens("", 100)
+
+
+def test_attention_figure_png_grid_of_heads_with_entropy(layer, tmp_path):
+    tokens, weights = layer
+    fig = viz.attention_figure(weights, tokens, note=viz.TOKENIZER_NOTE.format(vocab=100))
+    heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert len(heads) == 4 and len(fig.axes) == 5  # four heads and one colour bar
+    entropy = weights.entropy(0)
+    for ax, h in zip(heads, range(4)):
+        assert f"entropy {entropy[h]:.2f} nats" in ax.get_title()
+        assert [t.get_text() for t in ax.get_yticklabels()] == tokens
+    size = _png_ok(viz.save_figure(fig, tmp_path / "attention.png"))
+    assert size[0] > size[1]  # a row of four heads
+
+
+def test_attention_figure_svg_is_self_contained(layer, tmp_path):
+    tokens, weights = layer
+    path = viz.save_figure(viz.attention_figure(weights, tokens), tmp_path / "attention.svg")
+    root = ET.parse(path).getroot()
+    assert root.tag.endswith("svg")
+    svg = "{http://www.w3.org/2000/svg}"
+    assert not list(root.iter(svg + "text"))  # glyphs are drawn as paths: no font needed to view it
+    assert sum(1 for _ in root.iter(svg + "use")) > 100 and sum(1 for _ in root.iter(svg + "path")) > 50
+    text = open(path, encoding="utf-8").read()
+    assert "http://" not in text.replace("http://www.w3.org", "").replace("http://purl.org", "").replace(
+        "http://creativecommons.org", "").replace("http://matplotlib.org", "")
+
+
+def test_chinese_labels_have_no_missing_glyphs(layer, tmp_path):
+    if viz.cjk_font() is None:
+        pytest.skip("no CJK font installed (apt-get install fonts-wqy-microhei); the no-font path is tested below")
+    tokens, weights = layer
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        fig = viz.attention_figure(weights, tokens)
+        viz.save_figure(fig, tmp_path / "zh.png")
+        viz.save_figure(viz.positional_figure(viz.positional_data("sinusoidal", max_len=32, train_len=16)),
+                        tmp_path / "pe.png")
+    assert not _glyph_warnings(record)
+    assert any("熵" in t for t in _texts(fig)) and any("小" in t for t in _texts(fig))
+
+
+def test_the_glyph_check_would_catch_boxes(tmp_path):
+    """Sanity check of the test above: Chinese text in a Latin-only font does warn."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        with matplotlib.rc_context({"font.family": ["DejaVu Sans"]}):
+            fig = viz.new_figure(figsize=(2, 1))
+            fig.text(0.1, 0.5, "小明")
+            fig.savefig(tmp_path / "boxes.png")
+    assert _glyph_warnings(record)
+
+
+def test_without_a_cjk_font_one_hint_and_code_points_not_boxes(layer, tmp_path, monkeypatch):
+    monkeypatch.setattr(viz, "cjk_font", lambda: None)
+    tokens, weights = layer
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        fig = viz.attention_figure(weights, tokens)
+        _png_ok(viz.save_figure(fig, tmp_path / "no_cjk.png"))
+    assert not _glyph_warnings(record)
+    texts = _texts(fig)
+    assert "U+5C0F" in texts  # 小
+    hints = [t for t in texts if "fonts-wqy-microhei" in t]
+    assert len(hints) == 1 and "no CJK font" in hints[0]
+    assert not any(viz.needs_cjk(t) for t in texts)
+
+
+@pytest.mark.parametrize("kind", viz.PE_KINDS)
+def test_positional_data_is_computed_and_shaped(kind):
+    data = viz.positional_data(kind, d_model=32, max_len=48, train_len=24, n_heads=4)
+    heat, waves, sim, beyond = data.panels()
+    assert heat.image is not None and len(heat.image) == 48
+    assert waves.series and sim.series and beyond.series
+    for panel in (waves, sim, beyond):
+        assert all(len(ys) == len(panel.x) for _, ys in panel.series)
+    if kind == "sinusoidal":
+        ys = sim.series[0][1]
+        zero = sim.x.index(0)
+        assert ys[zero] == pytest.approx(1.0) and max(ys) == ys[zero]
+        assert ys[zero - 3] == pytest.approx(ys[zero + 3])  # depends on |k| only
+        assert len(waves.series) >= 3  # a fast and a slow dimension at least
+    if kind == "learned":
+        assert "ValueError" in beyond.note and "max_seq_len=24" in beyond.note
+        assert all(math.isnan(v) for v in beyond.series[0][1][24:])
+    if kind == "alibi":
+        assert all(v == 0.0 for _, ys in beyond.series for v in ys[:24])
+    if kind == "t5":
+        ys = beyond.series[0][1]
+        assert len(set(ys[24:])) == 1  # every distance past max_distance shares one bucket
+    assert data.to_dict()["panels"][0]["image"]  # JSON-ready, NaN as None
+
+
+def test_positional_figure_png_and_svg(tmp_path):
+    fig = viz.positional_figure(viz.positional_data("rope", d_model=32, max_len=64, train_len=32))
+    assert len([ax for ax in fig.axes if ax.get_title()]) == 4
+    _png_ok(viz.save_figure(fig, tmp_path / "rope.png"), (800, 600))
+    fig = viz.positional_figure(viz.positional_data("learned", d_model=16, max_len=40, train_len=20))
+    assert ET.parse(viz.save_figure(fig, tmp_path / "learned.svg")).getroot().tag.endswith("svg")
+
+
+def test_bad_positional_arguments_name_the_argument():
+    with pytest.raises(ValueError, match="--kind must be one of"):
+        viz.positional_data("cosine")
+    with pytest.raises(ValueError, match="--train-len"):
+        viz.positional_data("rope", max_len=32, train_len=32)
+    with pytest.raises(ValueError, match="--d-model must be even"):
+        viz.positional_data("sinusoidal", d_model=15)
+
+
+def test_masks_mark_fully_masked_rows(tmp_path):
+    masks = viz.mask_examples(seq=8, pad=3)
+    names = list(masks)
+    assert masks["causal"].equal(torch.ones(8, 8, dtype=torch.bool).tril())
+    assert not masks[names[0]][:, 5:].any() and masks[names[0]][:, :5].all()
+    empty = (~masks[names[3]].any(-1)).nonzero().flatten().tolist()
+    assert empty == [0, 1, 2]  # left padding + causal: the pad queries see nothing
+    fig = viz.mask_figure(masks, viz.fill_value_table())
+    assert "3 fully masked row(s)" in fig.axes[3].get_title()
+    assert sum("no key" in t for t in _texts(fig)) == 3
+    _png_ok(viz.save_figure(fig, tmp_path / "masks.png"), (1000, 600))
+
+
+def test_fill_value_table_is_computed():
+    rows = {(r["fill"], r["dtype"]): r for r in viz.fill_value_table()}
+    assert len(rows) == 4 * 3 + 3
+    for dt in ("float32", "bfloat16", "float16"):
+        assert rows[("-inf", dt)]["fully masked row"] == "NaN"  # softmax of all -inf
+        assert rows[("finfo.min", dt)]["fully masked row"].startswith("uniform")  # leaks to padding
+        assert rows[("finfo.min", dt)]["two masks added"] == "NaN"  # finfo.min + finfo.min = -inf
+        assert rows[("anatomy: bool mask", dt)]["fully masked row"] == "0 (no NaN)"
+        for fill in ("-inf", "finfo.min", "-1e9", "-1e4"):
+            assert rows[(fill, dt)]["hidden weight"] == "0 (exact)"
+    assert rows[("-1e9", "float16")]["stored as"] == "-inf (overflow)"
+    assert torch.tensor(-1e9, dtype=torch.float16).isinf()
+    assert rows[("-1e9", "float16")]["scores.masked_fill"].startswith("RuntimeError")
+    assert rows[("-1e4", "bfloat16")]["stored as"] == "-9984 (rounded)"
+    leak32 = float(rows[("-1e4", "float32")]["hidden weight, logit 1e4"].split()[-1])
+    expected = math.exp(9990 - 1e4) / (math.exp(2) + math.exp(1) + math.exp(0.5) + math.exp(-10))  # 1.5 hidden too
+    assert leak32 == pytest.approx(expected, rel=0.05)
+    text = viz.format_table(viz.fill_value_table())
+    assert text.splitlines()[0].split()[:2] == ["fill", "dtype"] and "overflow" in text
