@@ -62,6 +62,7 @@ class ModelConfig:
     pad_token_id: int = 0
     init: str = "normal"
     init_std: float = 0.02
+    output_scale: float = 1.0  # seq2seq: hidden * output_scale before lm_head (T5 v1.0 tied: d_model**-0.5)
 
     def __post_init__(self) -> None:
         for name, choices in (("architecture", ARCHITECTURES), ("positional", POSITIONAL), ("norm", NORMS),
@@ -96,6 +97,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.norm_eps <= 0 or self.init_std <= 0:
             raise ValueError(f"norm_eps and init_std must be > 0, got {self.norm_eps}, {self.init_std}")
+        if not self.output_scale > 0:
+            raise ValueError(f"output_scale must be > 0, got {self.output_scale}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"pad_token_id must be in [0, vocab_size={self.vocab_size}), got {self.pad_token_id}")
         if self.type_vocab_size < 0:

@@ -1,1 +1,1 @@
-"""Interop: convert to and from code we did not write (``torch_nn``: torch.nn's Transformer modules)."""
+"""Interop: torch.nn (torch_nn.py), Hugging Face (hf.py), safetensors checkpoints (safetensors_io.py), RoPE layouts."""

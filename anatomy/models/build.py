@@ -86,7 +86,7 @@ def build_model(config: ModelConfig) -> nn.Module:
         decoder = Decoder(embeddings=_embeddings(config, embed_tokens, with_types=False),
                           stack=_stack(config, DecoderStack, DecoderBlock, n_dec, dec_alpha, bidirectional=False))
         model = Seq2Seq(encoder=encoder, decoder=decoder, lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
-                        decoder_start_token_id=config.pad_token_id)
+                        decoder_start_token_id=config.pad_token_id, output_scale=config.output_scale)
         beta, depth = dec_beta, n_enc + n_dec
     else:
         encoder = Encoder(embeddings=_embeddings(config, embed_tokens),

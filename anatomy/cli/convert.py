@@ -1,0 +1,87 @@
+"""``anatomy convert``: Hugging Face directory ⇄ anatomy checkpoint, with an optional layer-by-layer error budget.
+
+    anatomy convert --from-hf HF_DIR --out DIR [--verify]     HF config.json + safetensors → ours
+    anatomy convert --to-hf DIR --out HF_DIR [--verify]       ours → HF (needs transformers)
+
+``--verify`` loads both models (the HF one with ``transformers``), runs the same token ids through them in float32
+and bfloat16, and prints max and mean |diff| at every layer (anatomy.interop.error_budget). Exit 0 when the float32
+output agrees within ``--tol``, 1 when it does not or a checkpoint cannot be read, 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from-hf", metavar="DIR", help="Hugging Face directory (config.json + model.safetensors)")
+    src.add_argument("--to-hf", metavar="DIR", help="anatomy checkpoint directory to write in Hugging Face format")
+    p.add_argument("--out", metavar="DIR", required=True, help="output directory")
+    p.add_argument("--verify", action="store_true",
+                   help="print the layer-by-layer error budget against the source model (needs transformers)")
+    p.add_argument("--rope-layout", choices=("half", "interleaved"), default="half",
+                   help="with --from-hf: RoPE layout of the converted model (default half, as HF Llama)")
+    p.add_argument("--tol", type=float, default=1e-4, help="float32 output tolerance for --verify (default 1e-4)")
+    p.add_argument("--seq", type=int, default=16, help="sequence length of the --verify inputs (default 16)")
+
+
+def _transformers():
+    try:
+        import transformers
+    except ImportError:
+        raise ValueError("--to-hf and --verify need transformers: pip install 'transformer-anatomy[hf]'") from None
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # one table on stdout, no bars on stderr
+    return transformers
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from anatomy.interop import hf
+    from anatomy.interop.error_budget import error_budget, render
+    from anatomy.interop.safetensors_io import FORMAT, load_pretrained, read_config, read_tensors, save_pretrained
+
+    flag = "--from-hf" if args.from_hf else "--to-hf"
+    source = Path(args.from_hf or args.to_hf)
+    if not source.is_dir():
+        raise ValueError(f"{flag} {source}: no such directory")
+    if args.seq <= 0 or not args.tol > 0:
+        raise ValueError(f"--seq must be a positive integer and --tol > 0, got --seq {args.seq} --tol {args.tol}")
+    out = Path(args.out)
+    if out.resolve() == source.resolve():
+        raise ValueError(f"--out {out} must differ from the source directory")
+    tf = _transformers() if args.verify or args.to_hf else None
+    try:
+        if args.from_hf:
+            config = read_config(source)
+            if config.get("format") == FORMAT:
+                raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")
+            arch = hf.arch_of(config)
+            ours = hf.model_from_checkpoint(config, read_tensors(source), source=str(source),
+                                            rope_layout=args.rope_layout).eval()
+            save_pretrained(ours, out)
+            print(f"converted {arch} {source} -> anatomy {type(ours).__name__} {out}")
+            if args.verify:
+                theirs = getattr(tf, arch).from_pretrained(str(source), dtype=torch.float32, local_files_only=True)
+        else:
+            ours = load_pretrained(source)
+            theirs = hf.to_hf(ours).eval()
+            arch = type(theirs).__name__
+            theirs.save_pretrained(str(out))
+            print(f"converted anatomy {type(ours).__name__} {source} -> {arch} {out}")
+    except hf.CheckpointError as err:
+        print(f"anatomy convert: error: {err}", file=sys.stderr)
+        return 1
+    if not args.verify:
+        return 0
+    rows = error_budget(ours, theirs.eval(), arch=arch, seq=args.seq)
+    print(f"\nerror budget vs {arch}: max and mean |ours - HF| over every element (same inputs, same dtype)")
+    print(render(rows))
+    worst = rows[-1].diffs["float32"][0]
+    verdict = "OK" if worst <= args.tol else "FAIL"
+    print(f"\n{verdict}: float32 {rows[-1].name} max |diff| {worst:.3e} (tolerance {args.tol:g})")
+    return 0 if worst <= args.tol else 1

@@ -1,0 +1,69 @@
+"""Choosing the next token from logits: small pure functions over ``logits: (B, V)``.
+
+Each filter returns new logits with the excluded tokens set to ``-inf``, so they compose in the usual order
+``temperature → top-k → top-p → softmax → sample`` (what Hugging Face's ``generate`` does too). Greedy decoding is
+the ``argmax``; it ignores temperature and the filters, which never change the arg-max token.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anatomy.shapes import check_rank
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """``(B, V)`` → ``(B,)``: the most likely token (the first one on ties, as ``torch.argmax``)."""
+    check_rank("logits", logits, 2, "(B, V)")
+    return logits.argmax(dim=-1)  # (B,)
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Divide by ``temperature > 0``: below 1 sharpens the distribution, above 1 flattens it."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (use do_sample=False for greedy), got {temperature}")
+    return logits if temperature == 1.0 else logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """Keep the ``k`` largest logits of each row (ties at the k-th value are kept too)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
+        raise ValueError(f"top_k must be a positive integer, got {k!r}")
+    if k >= logits.shape[-1]:
+        return logits
+    kth = logits.topk(k, dim=-1).values[..., -1:]  # (B, 1)
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Nucleus filtering (Holtzman et al. 2020): keep the smallest set of most likely tokens whose probability
+    reaches ``p``; the most likely token is always kept."""
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {p}")
+    if p == 1.0:
+        return logits
+    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
+    probs = sorted_logits.float().softmax(dim=-1)
+    before = probs.cumsum(dim=-1) - probs  # probability mass strictly before each token
+    drop_sorted = before >= p  # token is not needed: the tokens before it already reach p
+    drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def sample(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``(B, V)`` → ``(B,)`` drawn from ``softmax(logits)`` (float32)."""
+    probs = logits.float().softmax(dim=-1)  # (B, V)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+
+
+def next_token(logits: torch.Tensor, *, do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
+               top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The next token of each row: greedy, or sampled after temperature, top-k and top-p."""
+    if not do_sample:
+        return greedy(logits)
+    logits = apply_temperature(logits, temperature)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    return sample(logits, generator)

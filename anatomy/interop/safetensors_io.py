@@ -1,0 +1,256 @@
+"""Checkpoints on disk: ``config.json`` + ``model.safetensors``. Never pickle.
+
+``save_pretrained(model, dir)`` writes one of our models; ``load_pretrained(dir)`` reads it back bit-exact, and
+also reads a Hugging Face directory of a supported architecture (``anatomy.interop.hf.SUPPORTED``), single-file
+or sharded (``model.safetensors.index.json`` + ``model-0000k-of-0000n.safetensors``), without importing
+``transformers``.
+
+Why never pickle: ``torch.load`` on a ``.bin``/``.pt`` file unpickles it, and unpickling runs whatever callable the
+file names (``os.system``, ``builtins.open``, ...). safetensors is a JSON header plus raw bytes: reading it runs
+nothing. This module therefore never opens a pickle file at all; it refuses it with a message that says how to
+convert it where the file is trusted.
+
+Tied weights: ``lm_head.weight is embed_tokens.weight`` in a tied model, and safetensors refuses to store two names
+for one storage. We store each tensor once and record the other names in ``config.json`` (``"tied"``); the
+builder ties them again on load.
+
+Our ``config.json``::
+
+    {"format": "anatomy", "format_version": 1, "anatomy_version": "0.1.0", "model_class": "DecoderLM",
+     "dtype": "float32", "tied": {"lm_head.weight": "embeddings.embed_tokens.weight"}, "config": {...ModelConfig...}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import nn
+
+from anatomy.config import ModelConfig
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+INDEX_NAME = "model.safetensors.index.json"
+FORMAT = "anatomy"
+FORMAT_VERSION = 1
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read or written; the message names the file."""
+
+
+# ------------------------------------------------------------------------------------------------ tensors
+
+def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Split a state dict into tensors to store (each storage once, contiguous) and ``{alias: stored name}``.
+
+    Two names are one tensor when they view the same memory the same way (tied weights). Other tensors that share
+    a storage (views into one buffer) are copied, so safetensors never sees shared memory.
+    """
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    seen: dict[tuple, str] = {}
+    storages: set[int] = set()
+    for name, t in state_dict.items():
+        ident = (t.device.type, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
+                 t.dtype)
+        if t.numel() and ident in seen:
+            aliases[name] = seen[ident]
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        shared = t.numel() and ptr in storages
+        tensors[name] = t.detach().clone() if shared or not t.is_contiguous() else t.detach()
+        if t.numel():
+            seen[ident] = name
+            storages.add(ptr)
+    return tensors, aliases
+
+
+def write_tensors(tensors: dict[str, torch.Tensor], directory: Path, *, max_shard_size: int | None = None) -> None:
+    """``model.safetensors``, or shards + ``model.safetensors.index.json`` when larger than ``max_shard_size`` bytes."""
+    tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    if max_shard_size is None or total <= max_shard_size:
+        save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+        return
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if shards[-1] and size + nbytes > max_shard_size:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    weight_map = {}
+    for k, shard in enumerate(shards, start=1):
+        file = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(directory / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(shard, file))
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+
+
+def _read_file(path: Path, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            names = list(f.keys()) if keys is None else keys
+            missing = sorted(set(names) - set(f.keys()))
+            if missing:
+                raise CheckpointError(f"{path}: the index names tensor(s) {missing[:5]} that this shard lacks")
+            return {name: f.get_tensor(name) for name in names}
+    except (SafetensorError, OSError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: not a readable safetensors file, it may be truncated or corrupted "
+                              f"({err})") from None
+
+
+def _refuse_pickle(path: Path) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: refusing to read a pickle checkpoint; unpickling runs code named by the file. "
+        "Convert it to safetensors where the file is trusted (transformers: model.save_pretrained(dir), "
+        "which writes model.safetensors) and load that directory")
+
+
+def read_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """Every tensor of ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json``."""
+    d = Path(directory)
+    single, index = d / WEIGHTS_NAME, d / INDEX_NAME
+    if single.is_file():
+        return _read_file(single)
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{index}: not a valid safetensors index ({err!r})") from None
+        by_file: dict[str, list[str]] = {}
+        for name, file in weight_map.items():
+            if not isinstance(file, str) or Path(file).name != file:
+                raise CheckpointError(f"{index}: shard name {file!r} must be a plain file name in {d}")
+            by_file.setdefault(file, []).append(name)
+        tensors: dict[str, torch.Tensor] = {}
+        for file, names in by_file.items():
+            if not (d / file).is_file():
+                raise CheckpointError(f"{d / file}: shard listed in {index.name} is missing")
+            tensors.update(_read_file(d / file, names))
+        return tensors
+    pickles = sorted(p for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES) if d.is_dir() else []
+    if pickles:
+        raise _refuse_pickle(pickles[0])
+    raise CheckpointError(f"{d}: no {WEIGHTS_NAME} or {INDEX_NAME} found")
+
+
+# ------------------------------------------------------------------------------------------------ our format
+
+def save_pretrained(model: nn.Module, directory: str | os.PathLike, *, max_shard_size: int | None = None) -> Path:
+    """Write ``config.json`` + ``model.safetensors`` (sharded above ``max_shard_size`` bytes) for a model built by
+    ``anatomy.build_model``. Returns the directory."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"save_pretrained needs a model built by anatomy.build_model (it carries .config), "
+                        f"got {type(model).__name__}")
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise CheckpointError(f"{d}: exists and is not a directory")
+    d.mkdir(parents=True, exist_ok=True)
+    tensors, aliases = unique_tensors(model.state_dict())
+    dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors.values() if t.is_floating_point()}
+    meta = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "anatomy_version": _version(),
+        "model_class": type(model).__name__, "dtype": dtypes.pop() if len(dtypes) == 1 else "mixed",
+        "tied": aliases, "config": config.to_dict(),
+    }
+    for stale in [d / WEIGHTS_NAME, d / INDEX_NAME, *d.glob("model-*-of-*.safetensors")]:
+        stale.unlink(missing_ok=True)  # a previous save with another sharding must not leave files behind
+    write_tensors(tensors, d, max_shard_size=max_shard_size)
+    (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return d
+
+
+def _version() -> str:
+    from anatomy import __version__
+
+    return __version__
+
+
+def read_config(directory: str | os.PathLike) -> dict:
+    d = Path(directory)
+    if d.is_file():
+        if d.suffix in PICKLE_SUFFIXES:
+            raise _refuse_pickle(d)
+        raise CheckpointError(f"{d}: expected a checkpoint directory (config.json + model.safetensors), got a file")
+    if not d.is_dir():
+        raise CheckpointError(f"{d}: no such checkpoint directory")
+    path = d / CONFIG_NAME
+    if not path.is_file():
+        pickles = sorted(p for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        if pickles:
+            raise _refuse_pickle(pickles[0])
+        raise CheckpointError(f"{path}: missing; a checkpoint directory holds config.json + model.safetensors")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None = None) -> nn.Module:
+    """Read one of our checkpoints (bit-exact) or a Hugging Face directory of a supported architecture.
+
+    Returns our model in eval mode, in the checkpoint's dtype unless ``dtype`` is given.
+    """
+    data = read_config(directory)
+    d = Path(directory)
+    if data.get("format") == FORMAT:
+        model = _load_ours(d, data)
+    elif "architectures" in data or "model_type" in data:
+        from anatomy.interop import hf
+
+        model = hf.model_from_checkpoint(data, read_tensors(d), source=str(d))
+    else:
+        raise CheckpointError(f"{d / CONFIG_NAME}: neither an anatomy checkpoint (\"format\": \"anatomy\") nor a "
+                              "Hugging Face config (\"architectures\")")
+    if dtype is not None:
+        model.to(dtype)
+    return model.eval()
+
+
+def _load_ours(d: Path, data: dict) -> nn.Module:
+    from anatomy.models import build_model
+
+    if data.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{d / CONFIG_NAME}: format_version {data.get('format_version')!r} is not supported "
+                              f"(this anatomy reads {FORMAT_VERSION})")
+    try:
+        config = ModelConfig.from_dict(data["config"])
+    except KeyError:
+        raise CheckpointError(f"{d / CONFIG_NAME}: missing the \"config\" object") from None
+    tensors = read_tensors(d)
+    for alias, stored in data.get("tied", {}).items():
+        if stored not in tensors:
+            raise CheckpointError(f"{d}: tied weight {alias!r} refers to {stored!r}, which the weights lack")
+        tensors[alias] = tensors[stored]
+    model = build_model(config)
+    expected = model.state_dict()
+    missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"{d}: weights do not match config.json: missing {missing[:5]}, "
+                              f"unexpected {unexpected[:5]}")
+    for name, want in expected.items():  # in the model's order: the first mismatch is the earliest layer's
+        if tuple(tensors[name].shape) != tuple(want.shape):
+            raise CheckpointError(f"{d}: weight {name!r} has shape {tuple(tensors[name].shape)} in the file, but "
+                                  f"config.json implies {tuple(want.shape)}")
+    if data.get("dtype") not in (None, "mixed"):
+        dtype = getattr(torch, str(data["dtype"]), None)
+        if not isinstance(dtype, torch.dtype):
+            raise CheckpointError(f"{d / CONFIG_NAME}: unknown dtype {data['dtype']!r}")
+        model.to(dtype)
+    model.load_state_dict(tensors)
+    return model

@@ -1,0 +1,1 @@
+"""Tests of anatomy.generation (a package, so its test module names cannot clash with other folders)."""

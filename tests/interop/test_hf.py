@@ -1,0 +1,383 @@
+"""Parity with Hugging Face transformers through anatomy.interop.hf (float32, eval, 1e-5).
+
+Nothing is downloaded: every HF model is built from a local config object with random weights, perturbed so that
+biases and norm gains are not at their initial 0/1, and HF's own ``save_pretrained`` writes the on-disk fixtures.
+Decoder-only batches are left-padded (HF gets ``position_ids`` counted from the mask, as its ``generate`` does;
+ours derives them from the mask); encoder batches are right-padded. Padded positions are compared only where they
+are real tokens: what a model computes at a pad position is not defined.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+from transformers import (  # noqa: E402
+    BertConfig,
+    BertForSequenceClassification,
+    BertModel,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    T5Config,
+    T5ForConditionalGeneration,
+)
+
+from anatomy import load_pretrained, save_pretrained  # noqa: E402
+from anatomy.cli.main import main  # noqa: E402
+from anatomy.generation import generate  # noqa: E402
+from anatomy.interop.hf import SUPPORTED, from_hf, to_hf  # noqa: E402
+from anatomy.interop.rope_layout import convert_rope_layout  # noqa: E402
+from anatomy.interop.safetensors_io import CheckpointError  # noqa: E402
+
+V, TOL = 100, 1e-5
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: intra-op threads only add wake-up latency on a shared machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _perturb(model, seed: int = 0, scale: float = 0.2):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+def gpt2(**kw):
+    torch.manual_seed(0)
+    return _perturb(GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=64, **kw)))
+
+
+def llama(**kw):
+    torch.manual_seed(0)
+    args = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=64, vocab_size=V, max_position_embeddings=64)
+    return _perturb(LlamaForCausalLM(LlamaConfig(**{**args, **kw})))
+
+
+def bert(cls: bool = False):
+    torch.manual_seed(0)
+    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                        vocab_size=V, max_position_embeddings=64, num_labels=3)
+    return _perturb(BertForSequenceClassification(config) if cls else BertModel(config))
+
+
+def t5(**kw):
+    torch.manual_seed(0)
+    args = dict(num_layers=2, num_decoder_layers=3, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=V)
+    return _perturb(T5ForConditionalGeneration(T5Config(**{**args, **kw})))
+
+
+FAMILIES = {
+    "gpt2": gpt2,
+    "gpt2-untied": lambda: gpt2(tie_word_embeddings=False),
+    "llama-gqa-untied": llama,
+    "llama-mqa-tied-theta": lambda: llama(num_key_value_heads=1, tie_word_embeddings=True, rope_theta=500.0),
+    "bert": bert,
+    "bert-classifier": lambda: bert(cls=True),
+    "t5-v1.0": t5,
+    "t5-gated-silu-unscaled": lambda: t5(feed_forward_proj="gated-silu", tie_word_embeddings=False),
+}
+
+G = torch.Generator().manual_seed(1)
+IDS = torch.randint(3, V, (3, 9), generator=G)
+LEFT = torch.ones(3, 9, dtype=torch.long)
+LEFT[1, :4] = 0
+LEFT[2, :1] = 0
+RIGHT = torch.ones(3, 9, dtype=torch.long)
+RIGHT[1, 5:] = 0
+RIGHT[2, 8:] = 0
+TYPES = torch.randint(0, 2, (3, 9), generator=G)
+DEC = torch.randint(0, V, (3, 6), generator=G)
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return (a - b).abs().max().item()
+
+
+def _outputs(hf, ours, mask):
+    """(HF output, our output, where to compare) for one family with or without padding."""
+    with torch.no_grad():
+        if isinstance(hf, (GPT2LMHeadModel, LlamaForCausalLM)):
+            ids = IDS if mask is None else IDS.masked_fill(mask == 0, 0)
+            pos = None if mask is None else (mask.cumsum(-1) - 1).clamp_min(0)
+            a = hf(ids, attention_mask=mask, position_ids=pos).logits
+            b = ours(ids, mask).logits
+            return a, b, (slice(None) if mask is None else mask.bool())
+        if isinstance(hf, (BertModel, BertForSequenceClassification)):
+            a = hf(IDS, attention_mask=mask, token_type_ids=TYPES)
+            b = ours(IDS, mask, token_type_ids=TYPES)
+            if isinstance(hf, BertModel):
+                return a.last_hidden_state, b.last_hidden_state, (slice(None) if mask is None else mask.bool())
+            return a.logits, b.logits, slice(None)
+        a = hf(input_ids=IDS, attention_mask=mask, decoder_input_ids=DEC).logits
+        b = ours(IDS, mask, decoder_input_ids=DEC).logits
+        return a, b, slice(None)
+
+
+# ------------------------------------------------------------------------------------------ (1) logits
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_logits_match_hf_with_and_without_padding(name):
+    hf = FAMILIES[name]()
+    ours = from_hf(hf)
+    assert not ours.training
+    decoder_only = isinstance(hf, (GPT2LMHeadModel, LlamaForCausalLM))
+    for mask in (None, LEFT if decoder_only else RIGHT):
+        a, b, where = _outputs(hf, ours, mask)
+        assert a.shape == b.shape
+        assert a.abs().max() > 0.1  # not a degenerate comparison
+        assert _diff(a[where], b[where]) <= TOL, f"{name}, padding={mask is not None}"
+
+
+def test_converted_configs_read_every_design_choice():
+    c = from_hf(gpt2()).config
+    assert (c.fused_qkv, c.activation, c.norm_position, c.positional, c.tie_embeddings) == (
+        True, "gelu_tanh", "pre", "learned", True)
+    c = from_hf(FAMILIES["llama-mqa-tied-theta"]()).config
+    assert (c.n_kv_heads, c.rope_base, c.rope_layout, c.tie_embeddings, c.activation, c.bias) == (
+        1, 500.0, "half", True, "swiglu", False)
+    c = from_hf(bert(cls=True)).config
+    assert (c.architecture, c.norm_position, c.embedding_norm, c.type_vocab_size, c.pooler, c.num_labels) == (
+        "classifier", "post", True, 2, True, 3)
+    c = from_hf(t5()).config
+    assert (c.attn_scale, c.positional, c.n_decoder_layers, c.output_scale, c.norm) == (
+        1.0, "t5", 3, 32**-0.5, "rmsnorm")
+    assert from_hf(FAMILIES["t5-gated-silu-unscaled"]()).config.output_scale == 1.0
+
+
+# ------------------------------------------------------------------------------------------ (2) greedy generation
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied"])
+def test_greedy_32_tokens_match_hf_generate_left_padded(name):
+    hf = FAMILIES[name]()
+    ours = from_hf(hf)
+    ids = IDS.masked_fill(LEFT == 0, 0)
+    expected = hf.generate(ids, attention_mask=LEFT, max_new_tokens=32, do_sample=False, pad_token_id=0)
+    got = generate(ours, ids, LEFT, max_new_tokens=32, eos_token_id=hf.generation_config.eos_token_id,
+                   pad_token_id=0)
+    assert got.shape == expected.shape == (3, 9 + 32)
+    assert torch.equal(got, expected)
+    assert len(set(got[:, 9:].flatten().tolist())) > 3  # the continuation is not one repeated token
+
+
+def test_t5_greedy_16_tokens_match_hf_generate():
+    hf = t5(num_decoder_layers=2)  # transformers 5.x sizes T5's generation cache by the encoder depth
+    ours = from_hf(hf)
+    expected = hf.generate(input_ids=IDS, attention_mask=RIGHT, max_new_tokens=16, do_sample=False,
+                           decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    got = generate(ours, IDS, RIGHT, max_new_tokens=16, eos_token_id=1, pad_token_id=0)
+    assert torch.equal(got, expected)
+    assert got.shape[1] == 17 and len(set(got[:, 1:].flatten().tolist())) > 1
+
+
+# ------------------------------------------------------------------------------------------ (3) round trips
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-mqa-tied-theta", "bert-classifier", "t5-v1.0"])
+def test_hf_to_ours_to_hf(name):
+    hf = FAMILIES[name]()
+    back = to_hf(from_hf(hf))
+    assert type(back) is type(hf) and not back.training
+    for key, value in hf.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+    mask = LEFT if name.startswith(("gpt2", "llama")) else RIGHT
+    a, b, where = _outputs(hf, from_hf(back), mask)
+    assert _diff(a[where], b[where]) <= TOL
+
+
+@pytest.mark.parametrize("name,shard", [("gpt2", None), ("llama-gqa-untied", "20KB"), ("bert", None),
+                                        ("bert-classifier", None), ("t5-v1.0", "30KB")])
+def test_hf_directory_loads_without_transformers_objects(tmp_path, name, shard):
+    hf = FAMILIES[name]()
+    hf.save_pretrained(tmp_path, **({"max_shard_size": shard} if shard else {}))
+    if shard:
+        assert (tmp_path / "model.safetensors.index.json").is_file()
+        assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
+    ours = load_pretrained(tmp_path)
+    mask = LEFT if name.startswith(("gpt2", "llama")) else RIGHT
+    a, b, where = _outputs(hf, ours, mask)
+    assert _diff(a[where], b[where]) <= TOL
+    save_pretrained(ours, tmp_path / "ours")  # and on into our own format, bit-exact
+    again = load_pretrained(tmp_path / "ours")
+    for key, value in ours.state_dict().items():
+        assert torch.equal(again.state_dict()[key], value), key
+
+
+# ------------------------------------------------------------------------------------------ RoPE layouts
+
+
+def test_rope_layout_conversion_both_ways_keeps_logits():
+    hf = llama()
+    half = from_hf(hf)
+    inter = convert_rope_layout(half, "interleaved")
+    assert inter.config.rope_layout == "interleaved"
+    q_half = half.stack.blocks[0].attn.q_proj.weight
+    assert not torch.equal(inter.stack.blocks[0].attn.q_proj.weight, q_half)  # the rows really moved
+    with torch.no_grad():
+        ref = half(IDS, LEFT).logits
+        assert _diff(inter(IDS, LEFT).logits, ref) <= TOL
+        # the permutation is what makes it work: the same weights read in the other layout disagree
+        wrong = half.config.replace(rope_layout="interleaved")
+        from anatomy.models import build_model
+
+        unpermuted = build_model(wrong).eval()
+        unpermuted.load_state_dict(half.state_dict())
+        assert _diff(unpermuted(IDS, LEFT).logits, ref) > 1e-3
+    back = convert_rope_layout(inter, "half")
+    for key, value in half.state_dict().items():
+        assert torch.equal(back.state_dict()[key], value), key
+    # from_hf straight into the interleaved layout, and to_hf out of it
+    direct = from_hf(hf, rope_layout="interleaved")
+    assert direct.config.rope_layout == "interleaved"
+    assert torch.equal(direct.stack.blocks[1].attn.k_proj.weight, inter.stack.blocks[1].attn.k_proj.weight)
+    a, b, where = _outputs(hf, from_hf(to_hf(inter)), LEFT)
+    assert _diff(a[where], b[where]) <= TOL
+
+
+# ------------------------------------------------------------------------------------------ command line
+
+
+def test_convert_cli_from_hf_and_back_with_error_budget(tmp_path, capsys):
+    gpt2().save_pretrained(tmp_path / "hf")
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours"), "--verify"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("  ")[0].strip(): line for line in out.splitlines()}
+    for name in ("embeddings", "block 0 attention", "block 0 ffn", "block 1 attention", "block 1 ffn",
+                 "final norm", "logits"):
+        assert name in rows, out
+        numbers = [float(x) for x in rows[name].split()[-4:]]  # float32 max, mean, bfloat16 max, mean
+        assert numbers[0] <= TOL and numbers[2] < 0.5, rows[name]
+    assert "float32 max" in out and "bfloat16 max" in out and "OK:" in out
+    assert (tmp_path / "ours" / "config.json").is_file()
+    assert main(["convert", "--to-hf", str(tmp_path / "ours"), "--out", str(tmp_path / "hf2"), "--verify"]) == 0
+    assert "OK:" in capsys.readouterr().out
+    again = GPT2LMHeadModel.from_pretrained(tmp_path / "hf2").eval()
+    with torch.no_grad():
+        assert torch.equal(again(IDS).logits, gpt2()(IDS).logits)
+
+
+def test_convert_cli_t5_error_budget_has_cross_attention(tmp_path, capsys):
+    t5().save_pretrained(tmp_path / "hf")
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "o"), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "decoder block 2 cross-attention" in out and "encoder final norm" in out
+
+
+def test_convert_cli_bad_usage_exits_2_with_one_line(tmp_path, capsys):
+    assert main(["convert", "--from-hf", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--from-hf" in err[0] and "no such directory" in err[0]
+
+
+# ------------------------------------------------------------------------------------------ (4) bad input
+
+
+def test_unsupported_architecture_names_the_supported_ones(tmp_path):
+    gpt2().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["architectures"] = ["MistralForCausalLM"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="MistralForCausalLM") as info:
+        load_pretrained(tmp_path)
+    assert all(arch in str(info.value) for arch in SUPPORTED)
+    with pytest.raises(TypeError, match="GPT2Model.*supported: GPT2LMHeadModel"):
+        from_hf(transformers.GPT2Model(GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=V)))
+
+
+def test_config_disagreeing_with_weights_names_the_key_and_both_shapes(tmp_path):
+    gpt2().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["n_embd"] = 64
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"'transformer\.wte\.weight' has shape \(100, 32\), but the config "
+                                              r"implies \(100, 64\)"):
+        load_pretrained(tmp_path)
+
+
+def test_missing_and_extra_keys_are_listed(tmp_path):
+    llama().save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["num_hidden_layers"] = 3
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=r"missing \['model\.layers\.2\.input_layernorm\.weight'"):
+        load_pretrained(tmp_path)
+
+
+def test_unexpressible_hf_features_are_refused_by_name():
+    with pytest.raises(ValueError, match="scale_attn_by_inverse_layer_idx"):
+        from_hf(gpt2(scale_attn_by_inverse_layer_idx=True))
+    with pytest.raises(ValueError, match="gated-gelu"):
+        from_hf(t5(feed_forward_proj="gated-gelu"))
+
+
+def test_to_hf_names_what_does_not_fit():
+    from anatomy import ModelConfig, build_model
+
+    model = build_model(ModelConfig.from_preset("gpt2", vocab_size=V, d_model=32, n_heads=4, n_layers=1,
+                                                   norm="rmsnorm"))
+    with pytest.raises(ValueError, match="closest is gpt2, which needs: norm='rmsnorm'"):
+        to_hf(model)
+    untied_t5 = build_model(ModelConfig.from_preset("t5", vocab_size=V, d_model=32, n_heads=4, n_layers=1, d_ff=64,
+                                                    tie_embeddings=False))
+    if int(transformers.__version__.split(".")[0]) >= 5:  # transformers 5 always ties T5's head
+        with pytest.raises(ValueError, match="does not keep 'shared.weight' as written"):
+            to_hf(untied_t5)
+
+
+def test_truncated_hf_safetensors_names_the_file(tmp_path):
+    gpt2().save_pretrained(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    with pytest.raises(CheckpointError, match=f"{weights}.*truncated or corrupted"):
+        load_pretrained(tmp_path)
+
+
+class _Payload:
+    """Unpickling this object calls ``open(path, "w")``: it creates a file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_pickle_checkpoint_is_refused_and_its_payload_never_runs(tmp_path, capsys):
+    live = tmp_path / "proof-the-payload-is-live"
+    pickle.loads(pickle.dumps(_Payload(live))).close()
+    assert live.exists()  # unpickling really runs it
+
+    marker = tmp_path / "pwned"
+    hf_dir = tmp_path / "hf"
+    gpt2().save_pretrained(hf_dir)
+    (hf_dir / "model.safetensors").unlink()
+    (hf_dir / "pytorch_model.bin").write_bytes(pickle.dumps({"weights": _Payload(marker)}))
+    with pytest.raises(CheckpointError, match="refusing to read a pickle checkpoint"):
+        load_pretrained(hf_dir)
+    with pytest.raises(CheckpointError, match="pickle"):
+        load_pretrained(hf_dir / "pytorch_model.bin")
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pytorch_model.bin" in err[0]
+    assert not marker.exists()
