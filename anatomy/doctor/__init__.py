@@ -1,0 +1,15 @@
+"""The doctor: which of the post's pitfalls does *your* attention or block have?
+
+``anatomy check FILE.py:CLASS`` (or :func:`check`) runs the learner's module on small fixed float64 inputs, next
+to our reference with the same weights. Behavioural probes (``probes.py``) need no weights: causal and padding
+leaks, token order, batch independence, NaN on fully masked rows, the block's wiring. The differential diagnosis
+(``diagnose.py``) maps the learner's parameters onto our ``MultiHeadAttention`` / ``EncoderBlock``
+(``mapping.py``) and names the bug-zoo fault (``anatomy.pitfalls``) that reproduces the learner's output, with
+the post's explanation in English and Chinese. docs/doctor.md documents the contract and the JSON schema.
+"""
+
+from anatomy.doctor.check import check
+from anatomy.doctor.report import SCHEMA, Finding, Report
+from anatomy.doctor.subject import CheckError
+
+__all__ = ["SCHEMA", "CheckError", "Finding", "Report", "check"]

@@ -1,0 +1,283 @@
+"""``check(target)``: load the learner's module, discover how it is called, probe it, diagnose it, report.
+
+    from anatomy.doctor import check
+    report = check("my_attention.py:MyAttention", d_model=16, n_heads=4)
+    print(report.render(lang="zh"))        # or report.to_json(); report.faults == {"no_scaling"}
+
+``target`` is ``"FILE.py:CLASS"``, a class or factory called as ``(d_model, n_heads)``, or a module instance
+(copied, never changed). A module that cannot be loaded, built or called raises :class:`CheckError` with one
+line saying what was expected; everything else is a finding in the :class:`Report`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from anatomy.components.attention import MultiHeadAttention
+from anatomy.components.block import EncoderBlock
+from anatomy.doctor import diagnose as dg
+from anatomy.doctor import mapping as mp
+from anatomy.doctor.probes import Context, run_all, shape
+from anatomy.doctor.report import Finding, Report, fmt
+from anatomy.doctor.subject import (
+    CallError,
+    CheckError,
+    Subject,
+    build,
+    causal_keep,
+    dependency,
+    discover_causal_format,
+    discover_mask,
+    pad_keep,
+    randomize,
+)
+from anatomy.pitfalls import FAULTS
+
+KINDS = ("auto", "attention", "block")
+BATCH = 2
+ATTN_REQUIRED = [f"{k}.weight" for k in mp.ATTN_KEYS]
+BLOCK_REQUIRED = [f"attn.{r}" for r in ATTN_REQUIRED] + ["attn_add_norm.norm.weight", "ffn.up_proj.weight",
+                                                          "ffn.down_proj.weight"]
+
+
+def _seq_len(d: int, h: int) -> int:
+    """T distinct from B, H, D and Dh, so that a mask or a reshape on the wrong axis cannot broadcast by luck."""
+    return next(t for t in (6, 7, 5, 9, 11) if t not in {BATCH, h, d, d // h})
+
+
+def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, causal: bool = False,
+          factory: str | None = None, mapping: dict | None = None, seed: int = 0) -> Report:
+    """Probe and diagnose ``target`` (see the module docstring); raises :class:`CheckError` when it cannot run.
+
+    The tensors are tiny (B=2, T=6), so the check runs single-threaded: on a busy machine intra-op threads cost
+    milliseconds per op for nothing. The previous thread count is restored on return, and the caller's RNG state
+    is left as it was (the check runs on a forked generator seeded with ``seed``).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory: str | None, mapping: dict | None,
+           seed: int) -> Report:
+    if kind not in KINDS:
+        raise CheckError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    for name, v in (("d_model", d_model), ("n_heads", n_heads)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise CheckError(f"{name} must be a positive integer, got {v!r}")
+    if d_model % n_heads:
+        raise CheckError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+    d, h = d_model, n_heads
+    module, label = build(target, factory, d, h, seed)
+    randomize(module, d, seed)
+    subject = Subject.inspect(module, label)
+    t = _seq_len(d, h)
+    x = torch.randn(BATCH, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    try:
+        base, base_w = subject.run(x)
+    except CallError as err:
+        call = "forward(x, None)" if subject.mask_required else "forward(x)"
+        what = f"raised {err}" if err.raised else str(err)
+        raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)} {what}; expected it to return "
+                         "out (B, T, D) or (out, weights)") from None
+    settings = {"d_model": d, "n_heads": h, "head_dim": d // h, "batch": BATCH, "seq": t, "seed": seed,
+                "dtype": "float64", "causal_flag": causal, "tolerance": dg.TOL}
+    found: dict = {"call": subject.call, "returns": "(out, weights)" if base_w is not None else "out",
+                   "weights_shape": _legend(base_w, h) if base_w is not None else None}
+
+    # which kind of module, and how its parameters map onto ours
+    attn_hyps, scope = mp.find_attention(module, d, h)
+    named = dict(module.named_modules())
+    inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
+    has_norms = any(mp.is_norm(m, d) and not inside(p) for p, m in named.items())
+    kind = ("block" if has_norms else "attention") if kind == "auto" else kind
+
+    ctx = Context(subject, kind, d, h, x, base, base_w)
+    if tuple(base.shape) != (BATCH, t, d):
+        findings, _ = shape(ctx)
+        found.update(mask={"sense": None, "examined": False},
+                     causal={"value": causal, "source": "flag" if causal else "none", "layout": None})
+        return Report(label, kind, settings, found, findings, [],
+                      [{"probe": "*", "en": "the output shape is wrong", "zh": "输出形状不对"}],
+                      {"status": "unavailable", "reason": "the output shape is wrong"})
+    found.update(_conventions(ctx, causal))
+    hyps, complete = _hypotheses(ctx, attn_hyps, scope, mapping, found)
+
+    refs = dg.References(kind, d, h, ctx.parts, dict(module.named_parameters()))
+    if complete:
+        diag = dg.diagnose(subject, refs, complete, _scenarios(ctx))
+    else:
+        miss = ", ".join(mp.missing(hyps[0], _required(kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
+        diag = dg.Diagnosis("unavailable", f"could not map {miss} (name them with --map)")
+    if diag.hypothesis is not None:
+        ctx.hyp = diag.hypothesis
+        found["mapping"] = _mapping_found(diag.hypothesis, [])
+        if ctx.parts is not None:
+            ctx.found_block["activation"] = diag.variant.get("activation")
+        ref = refs.build(diag.key[0], diag.hypothesis, diag.key[1])
+        plain = dg.Scenario("plain", x, None, ctx.causal, None, torch.ones(BATCH, t, dtype=torch.bool))
+        ctx.raw_scores = lambda: dg.raw_scores(ref, plain)
+    elif complete:
+        ctx.hyp = complete[0]
+
+    findings, passed, skipped = run_all(ctx)
+    findings += _diagnosis_findings(diag)
+    if diag.status in ("fault", "ambiguous"):
+        for f in findings:  # the leaks and mixing the fault causes are its symptoms
+            if f.fault is None and f.severity == "error":
+                f.explained_by = diag.fault
+    return Report(label, kind, settings, found, findings, passed, skipped, diag.to_dict())
+
+
+def _conventions(ctx: Context, causal_flag: bool) -> dict:
+    """Is the module causal by itself? Which mask does it take (sense, layout), and can it take a causal one?"""
+    subject, x, base = ctx.subject, ctx.x, ctx.base
+    shape_ = tuple(x.shape)
+    ctx.dep = dependency(subject, x) if bool(torch.isfinite(base).all()) else None
+    detected = not causal_flag and ctx.dep is not None and _looks_causal(ctx.dep)
+    ctx.causal = causal_flag or detected
+    mask = None
+    if subject.takes_mask:
+        cands = discover_mask(subject, x, base, shape_)
+        best = cands[0]
+        if not best.ok:
+            mask = {"sense": None, "tried": len(cands), "last_error": cands[-1].reason}
+        else:
+            ctx.mask = best.fmt
+            also = [c.fmt.sense for c in cands[1:] if c.ok and c.fmt.layout == best.fmt.layout
+                    and (c.effect > 0) == (best.effect > 0) and abs(c.leak - best.leak) <= 1e-12]
+            if not ctx.causal:
+                ctx.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
+            mask = {"sense": best.fmt.sense, "layout": best.fmt.layout, "also": list(dict.fromkeys(also)),
+                    "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None}
+    source = "flag" if causal_flag else "detected" if detected else "mask" if ctx.causal_mask else "none"
+    return {"mask": mask, "causal": {"value": ctx.causal, "source": source,
+                                     "layout": ctx.causal_mask.layout if ctx.causal_mask else None}}
+
+
+def _required(kind: str) -> list[str]:
+    return BLOCK_REQUIRED if kind == "block" else ATTN_REQUIRED
+
+
+def _hypotheses(ctx: Context, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None,
+                found: dict) -> tuple[list[mp.Hypothesis], list[mp.Hypothesis]]:
+    """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
+    module, d, h = ctx.subject.module, ctx.d, ctx.h
+    if ctx.kind == "block":
+        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx))
+        hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
+        if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
+            hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
+        found["block"] = ctx.found_block
+        ctx.found_block.update({"norms": parts.norms, "d_ff": parts.d_ff, "activation": None})
+    else:
+        hyps = attn_hyps
+    if mapping:
+        hyps = mp.apply_user_map(hyps, mapping, dict(module.named_parameters()), _ref_names(ctx.kind, d, h, ctx.parts))
+    required = _required(ctx.kind)
+    complete = [hp for hp in hyps if not mp.missing(hp, required)]
+    shown = complete[0] if complete else (hyps[0] if hyps else None)
+    found["mapping"] = None if shown is None else _mapping_found(shown, mp.missing(shown, required))
+    return hyps, complete
+
+
+def _mapping_found(hyp: mp.Hypothesis, missing: list[str]) -> dict:
+    return {"style": hyp.style, "pairs": [[r, s.user, s.note] for r, s in hyp.sources.items()], "missing": missing}
+
+
+def _looks_causal(dep: torch.Tensor) -> bool:
+    """Outputs depend on earlier tokens but never on tokens two or more steps ahead (one ahead may be a leak)."""
+    t = dep.shape[0]
+    if t < 4:
+        return False
+    far_future = torch.ones(t, t, dtype=torch.bool).triu(2)
+    past = torch.ones(t, t, dtype=torch.bool).tril(-1)
+    return float(dep[far_future].max()) == 0.0 and float(dep[past].max()) > 0.0
+
+
+def _legend(w: torch.Tensor, h: int) -> str:
+    if w.dim() == 4 and w.shape[1] == h:
+        return "(B, H, T, S)"
+    if w.dim() == 3:
+        return "(B, T, S)"
+    return str(tuple(w.shape))
+
+
+def _attention_paths(hyps: list[mp.Hypothesis]) -> set[str]:
+    paths = set()
+    for hp in hyps:
+        paths |= set(hp.modules.values())
+        paths |= {s.user.rpartition(".")[0] for s in hp.sources.values()}
+    return paths
+
+
+def _call_order(ctx: Context) -> list[str]:
+    """Sub-module paths in the order one plain forward calls them (a shared module appears once per call)."""
+    order, handles = [], []
+    for p, m in ctx.subject.module.named_modules():
+        if p:
+            handles.append(m.register_forward_hook(lambda mod, a, o, p=p: order.append(p)))
+    try:
+        ctx.subject.run(ctx.x)
+    except CallError:
+        pass
+    finally:
+        for hd in handles:
+            hd.remove()
+    return order
+
+
+def _ref_names(kind: str, d: int, h: int, parts) -> list[str]:
+    if kind == "attention":
+        return [n for n, _ in MultiHeadAttention(d_model=d, n_heads=h).named_parameters()]
+    d_ff = parts.d_ff if parts is not None and parts.d_ff else 4 * d
+    act = parts.activations[0] if parts is not None else "relu"
+    return [n for n, _ in EncoderBlock.build(d_model=d, n_heads=h, d_ff=d_ff, activation=act).named_parameters()]
+
+
+def _scenarios(ctx: Context) -> list[dg.Scenario]:
+    b, t = ctx.b, ctx.t
+    every = torch.ones(b, t, dtype=torch.bool)
+    out = [dg.Scenario("plain", ctx.x, None, ctx.causal, None, every)]
+    if ctx.mask is not None:
+        keep = pad_keep(b, t, [t, t - 2])
+        out.append(dg.Scenario("padding", ctx.x, keep[:, :1][:, None], ctx.causal, ctx.mask.make(keep, ctx.x.dtype),
+                               keep[:, 0]))
+    if ctx.causal_mask is not None:
+        keep = causal_keep(b, t)
+        out.append(dg.Scenario("causal_mask", ctx.x, keep[0], False, ctx.causal_mask.make(keep, ctx.x.dtype), every))
+    return out
+
+
+def _diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
+    if diag.status in ("fault", "ambiguous"):
+        f = diag.fault
+        also_en = f" (also reproduced by: {', '.join(diag.also)})" if diag.also else ""
+        also_zh = f"（{', '.join(diag.also)} 也能复现）" if diag.also else ""
+        ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
+              diag.distance_fault, "output_scale": diag.scale, **({"variant": diag.variant} if diag.variant else {})}
+        return [Finding("diagnosis", FAULTS[f].severity,
+                        f"max |you − reference| = {fmt(diag.distance_correct)}; with {f} switched on in the reference: "
+                        f"{fmt(diag.distance_fault)}{also_en}",
+                        f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；在参考实现里打开 {f} 后为 "
+                        f"{fmt(diag.distance_fault)}{also_zh}", ev, fault=f)]
+    if diag.status == "unexplained":
+        fd = diag.first_difference or {}
+        near = diag.nearest[0] if diag.nearest else {}
+        where, where_zh = fd.get("where", "?"), fd.get("where_zh", "?")
+        before = ", ".join(fd.get("matching_before") or []) or "-"
+        return [Finding(
+            "diagnosis", "warning",
+            f"your output differs from the reference by {fmt(diag.distance_correct)} and no single fault of the bug "
+            f"zoo reproduces it (nearest: {near.get('fault') or 'correct'} at {fmt(near.get('max_abs_diff'))}); "
+            f"first difference: {where} (max |Δ| {fmt(fd.get('max_abs_diff'))}); matching before it: {before}",
+            f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误能复现（最接近："
+            f"{near.get('fault') or '正确实现'}，差 {fmt(near.get('max_abs_diff'))}）；最早的差异：{where_zh}"
+            f"（最大 |Δ| {fmt(fd.get('max_abs_diff'))}）；在它之前一致的：{before}",
+            {"max_abs_diff_vs_reference": diag.distance_correct, "first_difference": fd, "nearest": diag.nearest})]
+    return []

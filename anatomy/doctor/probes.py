@@ -1,0 +1,481 @@
+"""Behavioural probes: small experiments on the learner's module, each returning findings with the numbers.
+
+Most need no weights at all (DESIGN §5): a change to a future token must not move an earlier output (causal leak);
+a change to a padded token must not move a real output, and masked weights must be exactly 0 (padding leak);
+permuting tokens must permute the outputs and batch rows must not talk to each other (token order: heads or
+tokens mixed by a reshape); fully masked rows give no NaN. The scaling probe recovers the pre-softmax logits from
+the returned weights (``log w`` per row, up to a constant) and fits them against ``q·k`` of the mapped
+projections. Block probes look at the wiring: which norm is called how often, whether the block's output ends
+in a norm, and what is left of the input when both sub-layers are silenced.
+
+A probe returns ``(findings, skipped_reason)``; no findings and no reason means it passed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from anatomy.doctor.mapping import BlockParts, Hypothesis
+from anatomy.doctor.report import Finding, fmt
+from anatomy.doctor.subject import (
+    CallError,
+    MaskFormat,
+    Subject,
+    causal_keep,
+    close,
+    dependency,
+    max_diff,
+    pad_keep,
+)
+
+LEAK_TOL = 1e-9  # relative: hidden tokens must have *no* effect (a -1e9 or -inf fill gives exactly 0 in float64)
+Skip = tuple[str, str]  # (en, zh)
+
+
+@dataclass
+class Context:
+    subject: Subject
+    kind: str
+    d: int
+    h: int
+    x: torch.Tensor
+    base: torch.Tensor
+    base_w: torch.Tensor | None
+    mask: MaskFormat | None = None
+    causal: bool = False
+    causal_mask: MaskFormat | None = None
+    dep: torch.Tensor | None = None
+    parts: BlockParts | None = None
+    hyp: Hypothesis | None = None
+    raw_scores: Callable[[], torch.Tensor | None] | None = None  # q k^T of the mapped reference, plain input
+    found_block: dict = field(default_factory=dict)
+    silenced: str | None = None  # residual probe's verdict: "identity" | "constant" | "normed"
+
+    @property
+    def b(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def t(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def dh(self) -> int:
+        return self.d // self.h
+
+    @property
+    def scale(self) -> float:
+        return max(1.0, float(self.base.abs().nan_to_num(0).max()))
+
+
+def _leak(v: float, ctx: Context) -> bool:
+    return v > LEAK_TOL * ctx.scale
+
+
+# --- attention and blocks alike --------------------------------------------------------------------------------
+
+def shape(ctx: Context):
+    findings = []
+    want = (ctx.b, ctx.t, ctx.d)
+    if tuple(ctx.base.shape) != want:
+        return [Finding("shape", "error", f"output has shape {tuple(ctx.base.shape)}; the input was {want} and the "
+                                          "output must keep it (B, T, D)",
+                        f"输出形状是 {tuple(ctx.base.shape)}；输入是 {want}，输出必须保持 (B, T, D)",
+                        {"input_shape": list(want), "output_shape": list(ctx.base.shape)})], None
+    w = ctx.base_w
+    if w is not None:
+        full, avg = (ctx.b, ctx.h, ctx.t, ctx.t), (ctx.b, ctx.t, ctx.t)
+        if tuple(w.shape) not in (full, avg):
+            findings.append(Finding("shape", "error",
+                                    f"weights have shape {tuple(w.shape)}; expected (B, H, T, S) = {full}",
+                                    f"权重形状是 {tuple(w.shape)}；应为 (B, H, T, S) = {full}",
+                                    {"weights_shape": list(w.shape), "expected": list(full)}))
+        elif not ctx.causal:
+            sums = w.sum(-1)
+            worst = float((sums - 1).abs().max())
+            if not worst <= 1e-6:
+                findings.append(Finding(
+                    "shape", "error", f"rows of the weights sum to {fmt(float(sums.min()))}..{fmt(float(sums.max()))} "
+                                      "without any mask, not 1",
+                    f"不加 mask 时权重每行之和为 {fmt(float(sums.min()))}..{fmt(float(sums.max()))}，而不是 1",
+                    {"row_sum_min": float(sums.min()), "row_sum_max": float(sums.max())}))
+    return findings, None
+
+
+def finite(ctx: Context):
+    bad = int((~torch.isfinite(ctx.base)).sum())
+    if bad:
+        return [Finding("finite", "error", f"{bad} of {ctx.base.numel()} outputs are NaN or inf without any mask",
+                        f"不加 mask 时 {ctx.base.numel()} 个输出中有 {bad} 个是 NaN 或 inf",
+                        {"non_finite": bad, "of": ctx.base.numel()})], None
+    return [], None
+
+
+def _worst_future(dep: torch.Tensor) -> tuple[float, int, int, int]:
+    t = dep.shape[0]
+    future = torch.ones(t, t, dtype=torch.bool).triu(1)
+    vals = dep.masked_fill(~future, 0.0)
+    idx = int(vals.argmax())
+    return float(vals.max()), idx // t, idx % t, int((vals > 0).sum())
+
+
+def causal_leak(ctx: Context):
+    if ctx.causal:
+        dep, how = ctx.dep, "plain"
+    elif ctx.causal_mask is not None:
+        mask = ctx.causal_mask.make(causal_keep(ctx.b, ctx.t), ctx.x.dtype)
+        try:
+            dep, how = dependency(ctx.subject, ctx.x, mask), "mask"
+        except CallError as err:
+            return [], (f"forward raised with a causal mask: {err}", f"传入因果 mask 时 forward 报错：{err}")
+    else:
+        return [], ("not causal; pass --causal for a decoder's self-attention, or let forward take a (T, S) mask",
+                    "不是因果注意力；decoder 的自注意力请加 --causal，或让 forward 接受 (T, S) 的 mask")
+    worst, i, j, n = _worst_future(dep)
+    if _leak(worst, ctx):
+        where = "" if how == "plain" else " under a causal mask"
+        return [Finding("causal_leak", "error",
+                        f"changing token {j} moved the output at position {i} by {fmt(worst)}{where}: an earlier "
+                        f"position sees the future ({n} (query, future key) pairs leak)",
+                        f"改变第 {j} 个 token 使第 {i} 个位置的输出变化了 {fmt(worst)}：前面的位置看到了未来"
+                        f"（{n} 对 (query, 未来 key) 泄漏）",
+                        {"query": i, "changed_token": j, "max_change": worst, "leaking_pairs": n})], None
+    return [], None
+
+
+def padding_leak(ctx: Context):
+    if ctx.mask is None:
+        return [], _no_mask(ctx)
+    t = ctx.t
+    keep = pad_keep(ctx.b, t, [t, t - 2])
+    real = keep[:, 0]  # (B, T)
+    mask = ctx.mask.make(keep, ctx.x.dtype)
+    x2 = ctx.x.clone()
+    x2[1, t - 2:] += 3.0 * torch.randn(2, ctx.d, generator=torch.Generator().manual_seed(5), dtype=ctx.x.dtype)
+    try:
+        out, w = ctx.subject.run(ctx.x, mask)
+        out2, _ = ctx.subject.run(x2, mask)
+    except CallError as err:
+        return [], (f"forward raised with a padding mask: {err}", f"传入 padding mask 时 forward 报错：{err}")
+    findings = []
+    leak = max_diff(out, out2, real)
+    ev = {"max_change_of_real_outputs": leak, "padded_tokens": [1, t - 2, t - 1]}
+    hidden_w = None
+    if w is not None and w.shape[-2:] == (t, t):
+        w4 = w if w.dim() == 4 else w[:, None]
+        rows = real[:, None, :, None].expand_as(w4)  # real query rows
+        cols = (~keep[:, None]).expand_as(w4)  # hidden keys
+        hidden_w = float(w4[rows & cols].abs().nan_to_num(math.inf).max())
+        ev["max_weight_on_padded_keys"] = hidden_w
+    no_effect = max_diff(out, ctx.base) == 0.0
+    ev["mask_has_effect"] = not no_effect
+    if _leak(leak, ctx) or (hidden_w is not None and hidden_w > 0):
+        findings.append(Finding(
+            "padding_leak", "error",
+            ("the mask has no effect at all (the output with a padding mask equals the one without); "
+             if no_effect else "")
+            + f"changing the padded tokens of sequence 1 moved its real outputs by {fmt(leak)}"
+            + (f"; real queries put weight up to {fmt(hidden_w)} on padded keys (must be exactly 0)"
+               if hidden_w else ""),
+            ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
+            + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
+            + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
+            ev))
+    if w is not None and w.shape[-2:] == (t, t) and not ctx.causal:
+        sums = (w if w.dim() == 4 else w[:, None]).sum(-1)  # (B, H|1, T)
+        sums = sums.permute(0, 2, 1)[real]  # real query rows
+        lo, hi = float(sums.min()), float(sums.max())
+        if not (abs(lo - 1) <= 1e-6 and abs(hi - 1) <= 1e-6):
+            findings.append(Finding(
+                "padding_leak", "error",
+                f"with a padding mask the weights of real queries sum to {fmt(lo)}..{fmt(hi)}, not 1",
+                f"加 padding mask 后真实 query 的权重之和为 {fmt(lo)}..{fmt(hi)}，而不是 1",
+                {"row_sum_min": lo, "row_sum_max": hi}))
+    return findings, None
+
+
+def _no_mask(ctx: Context) -> Skip:
+    if not ctx.subject.takes_mask:
+        return ("forward takes no mask", "forward 不接受 mask")
+    return ("no mask format was accepted", "没有任何 mask 格式被接受")
+
+
+def token_order(ctx: Context):
+    if ctx.causal:
+        return [], ("a causal module is not permutation-equivariant", "因果模块本来就不满足置换等变")
+    perm = torch.roll(torch.arange(ctx.t), 2)
+    try:
+        out, _ = ctx.subject.run(ctx.x[:, perm])
+    except CallError as err:
+        return [], (str(err), str(err))
+    diff = max_diff(out, ctx.base[:, perm])
+    if _leak(diff, ctx):
+        return [Finding("token_order", "error",
+                        f"permuting the tokens did not permute the outputs (max |Δ| = {fmt(diff)}): without positional "
+                        "encoding attention must not care where a token sits; heads or tokens are being mixed",
+                        f"打乱 token 顺序后输出没有按同样的顺序打乱（最大 |Δ| = {fmt(diff)}）：没有位置编码时注意力"
+                        "不该在乎 token 的位置；头或 token 被混在了一起",
+                        {"max_diff": diff, "permutation": perm.tolist()})], None
+    return [], None
+
+
+def batch_independence(ctx: Context):
+    x2 = ctx.x.clone()
+    x2[1:] = torch.randn(x2[1:].shape, generator=torch.Generator().manual_seed(3), dtype=x2.dtype)
+    try:
+        out, _ = ctx.subject.run(x2)
+    except CallError as err:
+        return [], (str(err), str(err))
+    diff = max_diff(out[:1], ctx.base[:1])
+    if _leak(diff, ctx):
+        return [Finding("batch_independence", "error",
+                        f"changing sequence 1 moved the outputs of sequence 0 by {fmt(diff)}: the rows of a batch "
+                        "must not see each other", f"改变第 1 个序列使第 0 个序列的输出变化了 {fmt(diff)}：batch 里的"
+                        "各个序列不应互相看到", {"max_change": diff})], None
+    return [], None
+
+
+def scaling(ctx: Context):
+    w = ctx.base_w
+    if w is None or w.dim() != 4 or tuple(w.shape) != (ctx.b, ctx.h, ctx.t, ctx.t):
+        return [], ("needs per-head weights (B, H, T, S) from forward; the diagnosis checks the scale instead",
+                    "需要 forward 返回每个头的权重 (B, H, T, S)；缩放改由差分诊断检查")
+    if ctx.dh == 1 or ctx.h == 1:
+        return [], ("d_k and d_model give the same scale here", "此处 d_k 与 d_model 给出相同的缩放")
+    raw = ctx.raw_scores() if ctx.raw_scores is not None else None
+    if raw is None:
+        return [], ("your q/k projections were not mapped", "未能对应你的 q/k 投影")
+    seen = w > 0  # log w is the logit up to a per-row constant wherever the weight is positive
+    rows = seen.sum(-1, keepdim=True)
+    if not bool((rows >= 2).any()):
+        return [], ("needs rows with at least two visible keys", "需要至少有两个可见 key 的行")
+    n = rows.clamp_min(1)
+    log_w = torch.log(w.clamp_min(1e-300)).masked_fill(~seen, 0.0)
+    logits = (log_w - log_w.sum(-1, keepdim=True) / n).masked_fill(~seen, 0.0)
+    raw = raw.masked_fill(~seen, 0.0)
+    r = (raw - raw.sum(-1, keepdim=True) / n).masked_fill(~seen, 0.0)
+    logits, r = logits[seen], r[seen]
+    s = float((logits * r).sum() / (r * r).sum())
+    resid = float(((logits - s * r) ** 2).sum() / (logits**2).sum().clamp_min(1e-300))
+    ev = {"fitted_scale": s, "one_over_sqrt_d_k": 1 / math.sqrt(ctx.dh), "one_over_sqrt_d_model": 1 / math.sqrt(ctx.d),
+          "logit_std": float(logits.std()), "logit_std_with_1_over_sqrt_d_k": float(r.std()) / math.sqrt(ctx.dh),
+          "fit_r2": 1 - resid}
+    if resid > 1e-3:
+        return [], (f"inconclusive: log-weights do not follow q·k of the mapped projections (R² = {fmt(1 - resid)})",
+                    f"无法判断：log 权重与对应投影的 q·k 不成比例（R² = {fmt(1 - resid)}）")
+    verdicts = ((1 / math.sqrt(ctx.dh), None), (1.0, "no_scaling"), (1 / math.sqrt(ctx.d), "scale_by_d_model"))
+    want_s, got_std, want_std = fmt(1 / math.sqrt(ctx.dh)), fmt(ev["logit_std"]), fmt(
+        ev["logit_std_with_1_over_sqrt_d_k"])
+    en = (f"scores are scaled by {fmt(s)} (fitted from log-weights); 1/sqrt(d_k) = {want_s}; the logits' std is "
+          f"{got_std} where {want_std} was due")
+    zh = (f"分数的缩放系数为 {fmt(s)}（由 log 权重拟合）；1/sqrt(d_k) = {want_s}；"
+          f"logit 标准差为 {got_std}，应为 {want_std}")
+    for want, fault in verdicts:
+        if abs(s / want - 1) < 1e-4:
+            return ([], None) if fault is None else ([Finding("scaling", "error", en, zh, ev, fault=fault)], None)
+    return [Finding("scaling", "error", en, zh, ev)], None
+
+
+def fully_masked(ctx: Context):
+    if ctx.mask is None:
+        return [], _no_mask(ctx)
+    keep = pad_keep(ctx.b, ctx.t, [ctx.t, 0])  # sequence 1 is all padding: its queries see no key
+    try:
+        out, w = ctx.subject.run(ctx.x, ctx.mask.make(keep, ctx.x.dtype))
+    except CallError as err:
+        return [], (f"forward raised on an all-padding sequence: {err}", f"全是 padding 的序列让 forward 报错：{err}")
+    nan_empty = int(torch.isnan(out[1]).sum())
+    nan_real = int(torch.isnan(out[0]).sum())
+    findings = []
+    if nan_real:
+        findings.append(Finding("fully_masked", "error",
+                                f"NaN from the all-padding sequence reached the other sequence ({nan_real} outputs)",
+                                f"全 padding 序列产生的 NaN 扩散到了另一个序列（{nan_real} 个输出）",
+                                {"nan_outputs_real_sequence": nan_real}))
+    if nan_empty:
+        torch_nn = any(isinstance(m, nn.MultiheadAttention) for m in ctx.subject.module.modules())
+        note_en = " (a known behaviour of torch.nn.MultiheadAttention)" if torch_nn else ""
+        note_zh = "（torch.nn.MultiheadAttention 的已知行为）" if torch_nn else ""
+        findings.append(Finding(
+            "fully_masked", "warning",
+            f"a sequence whose keys are all padding gives NaN in {nan_empty} of {out[1].numel()} outputs{note_en}; "
+            "guard rows with no visible key (weights 0) so the NaN cannot reach the loss",
+            f"key 全是 padding 的序列有 {nan_empty}/{out[1].numel()} 个输出为 NaN{note_zh}；请对没有可见 key 的行"
+            "做保护（权重置 0），以免 NaN 传到 loss",
+            {"nan_outputs": nan_empty, "of": out[1].numel()}, fault="inf_fill_no_guard"))
+    return findings, None
+
+
+def float16_fill(ctx: Context):
+    if ctx.mask is None:
+        return [], _no_mask(ctx)
+    try:
+        half = copy.deepcopy(ctx.subject.module).half()
+    except Exception as err:  # noqa: BLE001
+        return [], (f"could not copy the module to float16: {err}", f"无法把模块复制为 float16：{err}")
+    keep = pad_keep(ctx.b, ctx.t, [ctx.t, ctx.t - 2])
+    try:
+        ctx.subject.run(ctx.x.half(), ctx.mask.make(keep, torch.float16), module=half)
+    except CallError as err:
+        if "overflow" in str(err):
+            return [Finding("float16_fill", "warning",
+                            f"in float16 the mask fill does not fit ({err}); use float('-inf') with a guard or "
+                            "torch.finfo(scores.dtype).min",
+                            f"float16 下 mask 的填充值放不下（{err}）；请用 float('-inf') 并处理整行被遮的情况，或用 "
+                            "torch.finfo(scores.dtype).min", {"error": str(err)}, fault="finite_mask_fill")], None
+        return [], (f"the module does not run in float16 here: {err}", f"模块在这里无法以 float16 运行：{err}")
+    return [], None
+
+
+# --- blocks -------------------------------------------------------------------------------------------------------
+
+def norm_parameters(ctx: Context):
+    parts = ctx.parts
+    if parts is None or not parts.norms:
+        return [], ("no norm module found (nn.LayerNorm, nn.RMSNorm or a class named *Norm)",
+                    "没有找到 norm 模块（nn.LayerNorm、nn.RMSNorm 或名为 *Norm 的类）")
+    named = dict(ctx.subject.module.named_modules())
+    counts = {p: parts.norm_calls.count(p) for p in parts.norms}
+    shared = [p for p, n in counts.items() if n > 1]
+    params = [(p, id(getattr(named[p], "weight", None))) for p in parts.norms
+              if isinstance(getattr(named[p], "weight", None), torch.Tensor)]
+    same_param = len({i for _, i in params}) < len(params)
+    if shared or same_param:
+        who = shared[0] if shared else params[0][0]
+        n = counts.get(who, 0)
+        return [Finding("norm_parameters", "error",
+                        f"one norm `{who}` serves {n if shared else 'several'} sub-layers (called {n}× in one forward; "
+                        f"{len(parts.norms)} norm module(s) for 2 sub-layers): each needs its own gamma and beta",
+                        f"同一个 norm `{who}` 被 {n if shared else '多'} 个子层共用（一次 forward 调用 {n} 次；"
+                        f"2 个子层只有 {len(parts.norms)} 个 norm 模块）：每个子层都需要自己的 gamma 和 beta",
+                        {"norm": who, "calls": n, "norm_modules": len(parts.norms), "sub_layers": 2},
+                        fault="shared_layernorm")], None
+    return [], None
+
+
+def _zeroed(ctx: Context) -> list[str]:
+    """Learner parameters that make the attention and FFN outputs 0 when zeroed (their last projections)."""
+    if ctx.hyp is None:
+        return []
+    names = []
+    for ref in ("attn.o_proj.weight", "attn.o_proj.bias", "ffn.down_proj.weight", "ffn.down_proj.bias"):
+        src = ctx.hyp.sources.get(ref)
+        if src is not None:
+            names.append(src.user)
+    return names if any("o_proj.weight" in r for r in ctx.hyp.sources) else []
+
+
+def residual(ctx: Context):
+    names = _zeroed(ctx)
+    if not names or not any("down_proj" in r for r in ctx.hyp.sources):
+        return [], ("the attention output and FFN projections were not mapped", "未能对应注意力输出投影和 FFN 投影")
+    params = dict(ctx.subject.module.named_parameters())
+    saved = {n: params[n].detach().clone() for n in names}
+    try:
+        with torch.no_grad():
+            for n in names:
+                params[n].zero_()
+        out, _ = ctx.subject.run(ctx.x)
+    except CallError as err:
+        return [], (str(err), str(err))
+    finally:
+        with torch.no_grad():
+            for n, v in saved.items():
+                params[n].copy_(v)
+    spread = float(out.std(dim=1).max())  # does anything of x survive?
+    ev = {"silenced_output_std_over_tokens": spread, "max_diff_from_input": max_diff(out, ctx.x)}
+    if close(out, ctx.x):
+        ctx.silenced = "identity"
+    elif spread <= 1e-9 * ctx.scale:
+        ctx.silenced = "constant"
+        return [Finding("residual", "error",
+                        "with the attention and FFN outputs set to 0 the block's output no longer depends on its input "
+                        f"(std over tokens {fmt(spread)}): there is no residual path x + f(x)",
+                        f"把注意力和 FFN 的输出置 0 后，block 的输出不再依赖输入（各 token 间标准差 {fmt(spread)}）："
+                        "没有 x + f(x) 的残差路径", ev, fault="no_residual")], None
+    else:
+        ctx.silenced = "normed"
+    return [], None
+
+
+def norm_placement(ctx: Context):
+    parts = ctx.parts
+    if parts is None or not parts.norms:
+        return [], ("no norm module found", "没有找到 norm 模块")
+    named = dict(ctx.subject.module.named_modules())
+    calls: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+    handles = [named[p].register_forward_hook(
+        lambda m, a, o, p=p: calls.append((p, a[0] if a else None, o))) for p in parts.norms]
+    try:
+        out, _ = ctx.subject.run(ctx.x)
+    except CallError as err:
+        return [], (str(err), str(err))
+    finally:
+        for hd in handles:
+            hd.remove()
+    if not calls:
+        return [], ("no norm was called", "没有 norm 被调用")
+    first_in_is_x = calls[0][1] is not None and close(calls[0][1], ctx.x)
+    ends_with_norm = isinstance(calls[-1][2], torch.Tensor) and close(out, calls[-1][2])
+    ev = {"first_norm_input_is_x": first_in_is_x, "output_is_last_norm_output": ends_with_norm,
+          "norm_calls": [c[0] for c in calls], "silenced_block": ctx.silenced}
+    if ends_with_norm and not first_in_is_x:
+        placement = "post"
+    elif first_in_is_x and ends_with_norm:
+        placement = "pre+final"
+    elif first_in_is_x and ctx.silenced in ("identity", "constant", None):
+        placement = "pre"
+    elif first_in_is_x and ctx.silenced == "normed":
+        placement = "norm_on_residual_path"
+    else:
+        placement = "unknown"
+    ctx.found_block["placement"] = placement
+    if placement == "norm_on_residual_path":
+        return [Finding("norm_placement", "error",
+                        "the first norm sees x (Pre-Norm), but with both sub-layers silenced the block returns "
+                        "norm(norm(x)) instead of x: the residual carries the normalised input",
+                        "第一个 norm 的输入是 x（Pre-Norm），但把两个子层都静音后 block 返回的是 norm(norm(x)) 而不是 "
+                        "x：残差走的是归一化之后的输入", ev, fault="norm_on_residual_path")], None
+    return [], None
+
+
+def ffn_width(ctx: Context):
+    parts = ctx.parts
+    if parts is None or not parts.d_ff:
+        return [], ("no feed-forward pair of Linears (D → F → D) found", "没有找到前馈网络的两个 Linear（D → F → D）")
+    ratio = parts.d_ff / ctx.d
+    if not 2 <= ratio <= 8:
+        return [Finding("ffn_width", "warning",
+                        f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model; the usual width is 4 × d_model (8/3 × for "
+                        "gated FFNs): the FFN holds most of a block's capacity",
+                        f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model；通常取 4 × d_model（门控 FFN 取 8/3 ×）："
+                        "FFN 承载了 block 的大部分容量", {"d_ff": parts.d_ff, "ratio": ratio})], None
+    return [], None
+
+
+ATTENTION_PROBES = {"shape": shape, "finite": finite, "causal_leak": causal_leak, "padding_leak": padding_leak,
+                    "token_order": token_order, "batch_independence": batch_independence, "scaling": scaling,
+                    "fully_masked": fully_masked, "float16_fill": float16_fill}
+BLOCK_PROBES = {"norm_parameters": norm_parameters, "residual": residual, "norm_placement": norm_placement,
+                "ffn_width": ffn_width}
+
+
+def run_all(ctx: Context) -> tuple[list[Finding], list[str], list[dict]]:
+    probes = dict(ATTENTION_PROBES)
+    if ctx.kind == "block":
+        probes.update(BLOCK_PROBES)
+    findings, passed, skipped = [], [], []
+    for name, probe in probes.items():
+        found, skip = probe(ctx)
+        findings += found
+        if skip is not None:
+            skipped.append({"probe": name, "en": skip[0], "zh": skip[1]})
+        elif not found:
+            passed.append(name)
+    return findings, passed, skipped

@@ -1,0 +1,364 @@
+"""Findings and the report: text for a terminal (English or Chinese, wrapped to the terminal's width, CJK counted
+as two columns) and JSON with a stable schema (docs/doctor.md, ``SCHEMA = "anatomy.doctor/1"``)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+from anatomy.pitfalls import FAULTS
+
+SCHEMA = "anatomy.doctor/1"
+SEVERITIES = ("error", "warning")
+
+PROBE_TITLES = {  # probe id → (en, zh)
+    "shape": ("shape", "形状"),
+    "finite": ("finite output", "输出有限"),
+    "mask": ("mask", "mask"),
+    "causal_leak": ("causal leak", "因果泄漏"),
+    "padding_leak": ("padding leak", "padding 泄漏"),
+    "token_order": ("token order", "词序"),
+    "batch_independence": ("batch rows independent", "batch 各行独立"),
+    "scaling": ("scaling", "缩放"),
+    "fully_masked": ("fully-masked rows", "整行被遮住"),
+    "float16_fill": ("float16 mask fill", "float16 下的 mask 填充"),
+    "norm_parameters": ("separate norm parameters", "各自的 Norm 参数"),
+    "residual": ("residual", "残差"),
+    "norm_placement": ("norm placement", "Norm 位置"),
+    "ffn_width": ("FFN width", "FFN 宽度"),
+    "diagnosis": ("diagnosis", "诊断"),
+    "*": ("all other probes", "其余探针"),
+}
+
+FAULT_TITLES = {  # bug-zoo name → short (en, zh) headline
+    "no_scaling": ("scores not scaled by 1/sqrt(d_k)", "分数没有除以 sqrt(d_k)"),
+    "scale_by_d_model": ("scaled by sqrt(d_model) instead of sqrt(d_k)", "用 sqrt(d_model) 代替了 sqrt(d_k)"),
+    "split_without_transpose": ("heads split by reshape without transpose", "拆头时 reshape 后没有 transpose"),
+    "merge_wrong_transpose": ("heads merged without transposing back", "并头时没有先转置回来"),
+    "mask_after_softmax": ("mask applied after softmax", "mask 在 softmax 之后才施加"),
+    "finite_mask_fill": ("finite mask fill overflows in float16", "有限值 mask 填充在 float16 下溢出"),
+    "inf_fill_no_guard": ("NaN on fully-masked rows (-inf fill, no guard)",
+                          "整行被遮住时输出 NaN（-inf 填充且未处理）"),
+    "padding_mask_on_queries": ("padding mask on queries instead of keys", "padding mask 遮了 query 而不是 key"),
+    "causal_off_by_one": ("causal mask off by one", "因果 mask 错了一位"),
+    "shared_layernorm": ("two sub-layers share one LayerNorm", "两个子层共用一个 LayerNorm"),
+    "no_residual": ("residual connection missing", "缺少残差连接"),
+    "norm_on_residual_path": ("Pre-Norm wired wrongly: norm on the residual path",
+                              "Pre-Norm 接错：Norm 落在残差路径上"),
+    "large_init_scale": ("projections initialised too large", "线性层初始化尺度过大"),
+    "batchnorm_instead_of_layernorm": ("BatchNorm instead of LayerNorm", "用了 BatchNorm 而不是 LayerNorm"),
+    "no_positional": ("no positional encoding", "没有位置编码"),
+}
+
+SENSE_SHORT = {
+    "bool_keep": ("bool True = keep", "布尔 True = 保留"), "bool_ignore": ("bool True = ignore", "布尔 True = 忽略"),
+    "additive": ("additive float", "加性浮点"), "int_keep": ("0/1 integers", "0/1 整数"),
+    "float_keep": ("0/1 floats", "0/1 浮点"),
+}
+
+SENSE_TEXT = {
+    "bool_keep": ("bool, True = may attend", "布尔，True = 可以关注"),
+    "bool_ignore": ("bool, True = ignore (padding)", "布尔，True = 忽略（padding）"),
+    "additive": ("additive float (0 or a large negative number)", "加性浮点（0 或很大的负数）"),
+    "int_keep": ("integers 0/1, 1 = may attend", "整数 0/1，1 = 可以关注"),
+    "float_keep": ("floats 0/1, 1 = may attend", "浮点 0/1，1 = 可以关注"),
+}
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if isinstance(v, int):
+        return str(v)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "inf"
+    if v == 0:
+        return "0"
+    return f"{v:.4g}" if 1e-3 <= abs(v) < 1e4 else f"{v:.1e}"
+
+
+@dataclass
+class Finding:
+    probe: str
+    severity: str  # "error" | "warning"
+    en: str
+    zh: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    fault: str | None = None  # a bug-zoo name when the probe identifies the fault itself
+    explained_by: str | None = None  # a symptom of the fault the diagnosis named
+
+    def __post_init__(self):
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
+
+    def text(self, lang: str) -> str:
+        return self.zh if lang == "zh" else self.en
+
+    def to_dict(self) -> dict:
+        return {"probe": self.probe, "severity": self.severity, "fault": self.fault,
+                "explained_by": self.explained_by, "message": {"en": self.en, "zh": self.zh},
+                "evidence": {k: _jsonable(v) for k, v in self.evidence.items()}}
+
+
+def _jsonable(v):
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    return v
+
+
+@dataclass
+class Report:
+    target: str
+    kind: str
+    settings: dict
+    found: dict
+    findings: list[Finding]
+    passed: list[str]
+    skipped: list[dict]  # {"probe", "en", "zh"}
+    diagnosis: dict
+
+    @property
+    def faults(self) -> set[str]:
+        """The bug-zoo names the doctor found (probes that identify a fault, and the diagnosis)."""
+        return {f.fault for f in self.findings if f.fault}
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def groups(self) -> list[tuple[str | None, list[Finding]]]:
+        """Findings grouped by the fault they name or are explained by; unexplained findings stand alone."""
+        named: dict[str, list[Finding]] = {}
+        alone: list[Finding] = []
+        for f in self.findings:
+            key = f.fault or f.explained_by
+            (named.setdefault(key, []) if key else alone).append(f)
+        out = [(k, v) for k, v in named.items()] + [(None, [f]) for f in alone]
+        return sorted(out, key=lambda kv: 0 if any(f.severity == "error" for f in kv[1]) else 1)
+
+    def counts(self) -> tuple[int, int]:
+        errors = warnings = 0
+        for _, fs in self.groups():
+            if any(f.severity == "error" for f in fs):
+                errors += 1
+            else:
+                warnings += 1
+        return errors, warnings
+
+    def exit_code(self, strict: bool = False) -> int:
+        errors, warnings = self.counts()
+        return 1 if errors or (strict and warnings) else 0
+
+    def to_dict(self, strict: bool = False) -> dict:
+        errors, warnings = self.counts()
+        return {
+            "schema": SCHEMA, "target": self.target, "kind": self.kind, "settings": self.settings,
+            "found": _jsonable(self.found), "findings": [f.to_dict() for f in self.findings],
+            "faults": sorted(self.faults), "passed": self.passed, "skipped": self.skipped,
+            "diagnosis": _jsonable(self.diagnosis),
+            "summary": {"errors": errors, "warnings": warnings, "exit_code": self.exit_code(strict)},
+        }
+
+    def to_json(self, strict: bool = False) -> str:
+        return json.dumps(self.to_dict(strict), ensure_ascii=False, indent=2)
+
+    def render(self, lang: str = "en", width: int = 80, strict: bool = False) -> str:
+        return "\n".join(_render(self, lang, width, strict))
+
+
+# --- text ---------------------------------------------------------------------------------------------------------
+
+def display_width(s: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
+
+
+_TOKEN = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|[^\s\u2e80-\u9fff\uf900-\ufaff"
+                    r"\uff00-\uffef\u3000-\u303f]+|\s+")
+
+
+NO_LINE_START = set("。，、；：！？）」』】》")
+
+
+def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> list[str]:
+    """Greedy wrap by display width: Latin words stay whole (unless longer than a line), CJK characters break
+    anywhere. ``first`` prefixes the first line, ``rest`` the others."""
+    rest = first if rest is None else rest
+    lines: list[str] = []
+    line, base, space = first, first, False
+    for tok in _TOKEN.findall(text):
+        if tok.isspace():
+            space = line != base
+            continue
+        piece = (" " if space else "") + tok
+        space = False
+        if display_width(line + piece) <= width:
+            line += piece
+        elif line != base and display_width(rest + tok) <= width:
+            carry = ""
+            if tok in NO_LINE_START and len(line) > len(base) + 1 and not piece.startswith(" "):
+                line, carry = line[:-1], line[-1]  # closing punctuation never starts a line
+            lines.append(line)
+            line = base = rest
+            line += carry + tok
+        else:  # longer than a line: cut it
+            for ch in piece:
+                if display_width(line + ch) > width:
+                    lines.append(line)
+                    line = base = rest
+                    if ch == " ":
+                        continue
+                line += ch
+    if line != base or not lines:
+        lines.append(line)
+    return [ln.rstrip() for ln in lines]
+
+
+def _t(lang: str, en: str, zh: str) -> str:
+    return zh if lang == "zh" else en
+
+
+def _mapping_text(mapping: dict | None, lang: str) -> str:
+    """``q_proj/k_proj/v_proj ← qkv [rows q|k|v], o_proj ← proj``: weights only, fused sources grouped."""
+    if not mapping:
+        return _t(lang, "not mapped", "未能对应")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for ref, user, note in mapping["pairs"]:
+        if ref.endswith(".bias"):
+            continue
+        user = user.removesuffix(".weight")
+        groups.setdefault((user, re.sub(r" #\d+", "", note)), []).append(ref.removesuffix(".weight"))
+    pairs = ["/".join(refs) + f" ← {user}" + (f" [{note}]" if note else "") for (user, note), refs in groups.items()]
+    return f"{mapping['style']}: " + ", ".join(pairs)
+
+
+def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
+    f = r.found
+    rows = []
+    ret = f.get("returns", "out")
+    if f.get("weights_shape"):
+        ret = f"(out, weights {f['weights_shape']})"
+    rows.append((_t(lang, "call", "调用"), f"{f.get('call', '?')} → {ret}"))
+    m = f.get("mask")
+    if m is None:
+        rows.append(("mask", _t(lang, "forward takes no mask", "forward 不接受 mask")))
+    elif m.get("examined") is False:
+        rows.append(("mask", _t(lang, "not examined", "未检查")))
+    elif m.get("sense") is None:
+        rows.append(("mask", _t(lang, f"none of {m.get('tried')} formats was accepted ({m.get('last_error')})",
+                                f"试过的 {m.get('tried')} 种格式都不被接受（{m.get('last_error')}）")))
+    else:
+        sense = SENSE_TEXT[m["sense"]][1 if lang == "zh" else 0]
+        text = _t(lang, f"{sense}, shaped {m['layout']}", f"{sense}，形状 {m['layout']}")
+        if m.get("also"):
+            also = _t(lang, ", ", "、").join(SENSE_SHORT[s][1 if lang == "zh" else 0] for s in m["also"])
+            text += _t(lang, f" (also accepted: {also})", f"（也接受：{also}）")
+        rows.append(("mask", text))
+    c = f.get("causal", {})
+    src = c.get("source")
+    causal_text = {
+        "flag": _t(lang, "yes (--causal): the module masks the future itself", "是（--causal）：模块自己遮住未来"),
+        "detected": _t(lang, "yes (detected: outputs never depend on tokens two or more steps ahead)",
+                       "是（检测到：输出从不依赖两步以后的 token）"),
+        "mask": _t(lang, f"no; a causal mask is passed as {c.get('layout')} for the causal probe",
+                   f"否；因果探针以 {c.get('layout')} 传入因果 mask"),
+        "none": _t(lang, "no (pass --causal for a decoder's self-attention)", "否（decoder 的自注意力请加 --causal）"),
+    }.get(src, "?")
+    rows.append((_t(lang, "causal", "因果"), causal_text))
+    rows.append((_t(lang, "weights", "权重"), _mapping_text(f.get("mapping"), lang)))
+    if f.get("mapping") and f["mapping"].get("missing"):
+        rows.append(("", _t(lang, "missing: ", "缺少：") + ", ".join(f["mapping"]["missing"])))
+    b = f.get("block")
+    if b:
+        place = {"pre": "pre-norm: x + f(norm(x))", "post": "post-norm: norm(x + f(x))",
+                 "norm_on_residual_path": _t(lang, "miswired pre-norm: x = norm(x); x = x + f(x)",
+                                             "接错的 pre-norm：x = norm(x); x = x + f(x)"),
+                 "pre+final": _t(lang, "pre-norm with a norm at the end", "pre-norm，末尾还有一个 norm")}.get(
+            b.get("placement"), _t(lang, "not recognised", "未识别"))
+        rows.append(("norm", place + " · " + (", ".join(b.get("norms") or []) or "-")))
+        ffn = f"d_ff={b.get('d_ff')}" if b.get("d_ff") else _t(lang, "not found", "未找到")
+        if b.get("activation"):
+            ffn += f", {b['activation']}"
+        rows.append(("ffn", ffn))
+    d = r.diagnosis or {}
+    st = d.get("status")
+    if st == "matches":
+        var = ", ".join(f"{v}" for v in (d.get("variant") or {}).values())
+        text = _t(lang, f"your output equals ours within {fmt(d.get('max_abs_diff_vs_reference'))}",
+                  f"你的输出与参考实现一致（误差 {fmt(d.get('max_abs_diff_vs_reference'))}）")
+        rows.append((_t(lang, "reference", "参考"), text + (f" ({var})" if var else "")))
+    elif st in ("fault", "ambiguous"):
+        rows.append((_t(lang, "reference", "参考"),
+                     _t(lang, f"reproduced by the bug-zoo fault {d.get('fault')} (below)",
+                        f"与 bug zoo 中的 {d.get('fault')} 完全吻合（见下）")))
+    elif st == "unexplained":
+        fd = d.get("first_difference") or {}
+        rows.append((_t(lang, "reference", "参考"),
+                     _t(lang, f"differs by {fmt(d.get('max_abs_diff_vs_reference'))}; no single fault reproduces it; "
+                              f"first difference: {fd.get('where')}",
+                        f"相差 {fmt(d.get('max_abs_diff_vs_reference'))}；没有单个已知错误能复现；"
+                        f"最早的差异：{fd.get('where_zh')}")))
+    elif st == "unavailable":
+        rows.append((_t(lang, "reference", "参考"), _t(lang, "not compared: ", "未比较：") + str(d.get("reason"))))
+    return rows
+
+
+def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
+    s = r.settings
+    out = [f"anatomy check · {r.target}"]
+    out += wrap(f"{r.kind} · d_model={s['d_model']}, n_heads={s['n_heads']}, d_k={s['head_dim']} · "
+                f"float64, B={s['batch']}, T={s['seq']}, seed {s['seed']}", width)
+    out.append("")
+    out.append(_t(lang, "found", "发现"))
+    for key, text in _found_lines(r, lang):
+        pad = key + " " * max(1, 10 - display_width(key))
+        out += wrap(text, width, first="  " + pad, rest=" " * 12)
+    for fault, fs in r.groups():
+        out.append("")
+        sev = "error" if any(f.severity == "error" for f in fs) else "warning"
+        mark = ("✗ " + _t(lang, "error", "错误")) if sev == "error" else ("! " + _t(lang, "warning", "警告"))
+        if fault:
+            z = FAULTS.get(fault)
+            title = FAULT_TITLES.get(fault, (fault, fault))[1 if lang == "zh" else 0]
+            out += wrap(f"{mark} · {title} · {fault}" + (f", {_t(lang, 'post', '原文')} {z.section}" if z else ""),
+                        width, rest="    ")
+            if z:
+                out += wrap(z.summary_zh if lang == "zh" else z.summary_en, width, first="    ")
+                out += wrap(_t(lang, "post: ", "原文：") + z.post_zh, width, first="    ", rest="      ")
+                out += wrap(_t(lang, "look at: ", "常见位置：") + z.hides_in, width, first="    ", rest="      ")
+        else:
+            f = fs[0]
+            out += wrap(f"{mark} · {PROBE_TITLES.get(f.probe, (f.probe, f.probe))[1 if lang == 'zh' else 0]}",
+                        width, rest="    ")
+        for f in fs:
+            title = PROBE_TITLES.get(f.probe, (f.probe, f.probe))[1 if lang == "zh" else 0]
+            out += wrap(title + _t(lang, ": ", "：") + f.text(lang) if fault else f.text(lang), width,
+                        first="    - ", rest="      ")
+    out.append("")
+    passed = _t(lang, ", ", "、").join(PROBE_TITLES.get(p, (p, p))[1 if lang == "zh" else 0] for p in r.passed) or "-"
+    out += wrap(passed, width, first=_t(lang, "passed   ", "通过     "), rest=" " * 9)
+    for sk in r.skipped:
+        title = PROBE_TITLES.get(sk["probe"], (sk["probe"], sk["probe"]))[1 if lang == "zh" else 0]
+        out += wrap(title + _t(lang, ": ", "：") + sk["zh" if lang == "zh" else "en"], width,
+                    first=_t(lang, "skipped  ", "跳过     "), rest=" " * 11)
+    errors, warnings = r.counts()
+    code = r.exit_code(strict)
+    out.append("")
+    out.append(_t(lang, f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} → exit {code}",
+                  f"{errors} 个错误，{warnings} 个警告 → 退出码 {code}"))
+    return out

@@ -1,0 +1,406 @@
+"""The learner's module as the doctor sees it: loaded from a file, built, called, and its conventions discovered.
+
+Loading never writes next to the learner's file: the source is executed from its path with
+``sys.dont_write_bytecode`` set, so no ``__pycache__`` appears, and the file is only ever read.
+
+The contract (docs/doctor.md): the class is built as ``CLASS(d_model, n_heads)`` (or ``FUNC(d_model, n_heads)``
+with ``--factory``) and called as ``forward(x)`` / ``forward(x, mask)`` with ``x: (B, T, D)``; it returns ``out``
+or ``(out, weights)``. What the mask means (bool keep, bool ignore, additive float, 0/1 numbers) and its shape are
+*discovered*: each candidate format must leave the output unchanged when it hides nothing and must hide what it
+says it hides; the best candidate is the one whose hidden keys leak least.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import inspect
+import io
+import math
+import sys
+import uuid
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class CheckError(ValueError):
+    """The learner's module could not be loaded, built or called: one line, exit code 2."""
+
+
+class CallError(Exception):
+    """One call of the learner's module failed (the doctor decides whether that is fatal).
+
+    ``raised`` tells an exception from the learner's code (message "RuntimeError: ...") from a result of the
+    wrong type (message "returned dict")."""
+
+    def __init__(self, message: str, *, raised: bool = True):
+        super().__init__(message)
+        self.raised = raised
+
+
+def one_line(err: BaseException, limit: int = 240) -> str:
+    text = " ".join(str(err).split())
+    text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- loading --------------------------------------------------------------------------------------------------
+
+def import_file(path: str | Path):
+    """Execute a Python file as a fresh module without writing bytecode next to it and without registering it."""
+    path = Path(path)
+    if path.suffix != ".py":
+        raise CheckError(f"expected a Python file FILE.py, got {str(path)!r}")
+    if not path.is_file():
+        raise CheckError(f"no such file: {str(path)!r}")
+    name = f"_anatomy_doctor_{path.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CheckError(f"cannot import {str(path)!r} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    saved_flag, folder = sys.dont_write_bytecode, str(path.resolve().parent)
+    sys.dont_write_bytecode = True
+    sys.path.insert(0, folder)  # the learner's file may import its neighbours
+    sys.modules[name] = module  # dataclasses and typing look the module up while it executes
+    try:
+        with _quiet():
+            spec.loader.exec_module(module)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as err:  # noqa: BLE001 - a learner's file may even call sys.exit
+        raise CheckError(f"could not import {path.name}: {one_line(err)}") from None
+    finally:
+        sys.dont_write_bytecode = saved_flag
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        sys.modules.pop(name, None)
+    return module
+
+
+def resolve_target(target, factory: str | None = None) -> tuple[Callable, str, str]:
+    """``target`` → (the thing to call with ``(d_model, n_heads)`` or a module instance, label, its name)."""
+    if isinstance(target, nn.Module):
+        return target, type(target).__name__, type(target).__name__
+    if callable(target) and not isinstance(target, str):
+        name = getattr(target, "__name__", type(target).__name__)
+        return target, name, name
+    if not isinstance(target, str):
+        raise CheckError(f"expected FILE.py:CLASS, a class, a factory or a module, got {type(target).__name__}")
+    path, sep, name = target.rpartition(":")
+    if not sep or not path:
+        path, name = target, ""
+    if factory:
+        name = factory
+    if not name:
+        raise CheckError(f"expected FILE.py:CLASS (or --factory FUNC), got {target!r}")
+    module = import_file(path)
+    if not hasattr(module, name):
+        public = sorted(n for n, v in vars(module).items()
+                        if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
+                        and getattr(v, "__module__", None) == module.__name__)
+        raise CheckError(f"{Path(path).name} has no {name!r}; it defines: {', '.join(public) or 'nothing public'}")
+    return getattr(module, name), f"{Path(path).name}:{name}", name
+
+
+def build(target, factory: str | None, d_model: int, n_heads: int, seed: int = 0) -> tuple[nn.Module, str]:
+    """The learner's module in float64 and eval mode. It is built under a forked, seeded RNG: the same module every
+    time (its initial values stay as built where :func:`randomize` leaves them), and the caller's RNG untouched."""
+    obj, label, name = resolve_target(target, factory)
+    if isinstance(obj, nn.Module):
+        module = copy.deepcopy(obj)  # never change the caller's instance
+    else:
+        how = "FUNC(d_model, n_heads)" if factory else "CLASS(d_model, n_heads)"
+        try:
+            with _quiet(), torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                module = obj(d_model, n_heads)
+        except Exception as err:  # noqa: BLE001
+            raise CheckError(f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
+                             "(use --factory FUNC for another signature)") from None
+        if not isinstance(module, nn.Module):
+            raise CheckError(f"{name}({d_model}, {n_heads}) returned {type(module).__name__}; expected a "
+                             "torch.nn.Module")
+    try:
+        module = module.double().eval()
+    except Exception as err:  # noqa: BLE001
+        raise CheckError(f"could not move {name} to float64: {one_line(err)}") from None
+    return module, label
+
+
+def randomize(module: nn.Module, d_model: int, seed: int) -> None:
+    """Give every parameter seeded, lively values so that no fault hides behind an identity initialisation.
+
+    Matrices get N(0, 1/fan_in) (so q·k has variance ~Dh before scaling), gains that start at 1 get 1 + N(0, 0.2),
+    biases that start at 0 get N(0, 0.2). Scalars (a learned temperature, say) are left alone.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.numel() <= 1:
+                continue
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
+            if p.dim() == 2:
+                p.copy_(noise / math.sqrt(p.shape[-1]))
+            elif p.dim() > 2:
+                p.copy_(noise / math.sqrt(d_model))
+            elif bool((p == 1).all()):
+                p.copy_(1 + 0.2 * noise)
+            elif bool((p == 0).all()):
+                p.copy_(0.2 * noise)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The learner's prints and warnings must not garble the report (or the JSON)."""
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+# --- calling --------------------------------------------------------------------------------------------------
+
+QKV_NAMES = ({"query", "key", "value"}, {"q", "k", "v"})
+MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_mask", "padding_mask", "pad_mask")
+
+
+@dataclass
+class Subject:
+    """How to call the learner's module: ``run(x, mask)`` → ``(out, weights or None)``."""
+
+    module: nn.Module
+    label: str
+    call: str  # "forward(x)", "forward(x, mask)", "forward(x, mask=mask)", "forward(x, x, x, mask)"
+    qkv: bool = False
+    mask_kw: str | None = None  # keyword-only mask parameter
+    takes_mask: bool = False
+    mask_required: bool = False
+    fields: dict = field(default_factory=dict)
+
+    @classmethod
+    def inspect(cls, module: nn.Module, label: str) -> Subject:
+        try:
+            params = list(inspect.signature(module.forward).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        P = inspect.Parameter
+        positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+        required = [p for p in positional if p.default is P.empty]
+        names = {p.name for p in positional[:3]}
+        if len(required) >= 3 and names in QKV_NAMES:
+            mask = positional[3] if len(positional) > 3 else None
+            return cls(module, label, "forward(x, x, x" + (f", {mask.name})" if mask else ")"), qkv=True,
+                       takes_mask=mask is not None, mask_required=mask is not None and mask.default is P.empty)
+        if len(positional) >= 2:
+            mask = positional[1]
+            return cls(module, label, f"forward(x, {mask.name})", takes_mask=True,
+                       mask_required=mask.default is P.empty)
+        kw = [p for p in params if p.kind == P.KEYWORD_ONLY and p.name in MASK_NAMES]
+        if kw:
+            return cls(module, label, f"forward(x, {kw[0].name}=mask)", mask_kw=kw[0].name, takes_mask=True,
+                       mask_required=kw[0].default is P.empty)
+        if any(p.kind == P.VAR_POSITIONAL for p in params):
+            return cls(module, label, "forward(x, mask)", takes_mask=True)
+        return cls(module, label, "forward(x)")
+
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, module: nn.Module | None = None):
+        module = self.module if module is None else module
+        x = x.clone()  # a forward that writes into its input (x += ...) must not change the doctor's inputs
+        mask = None if mask is None else mask.clone()
+        args: list = [x, x, x] if self.qkv else [x]
+        kwargs = {}
+        if mask is not None or self.mask_required:
+            if self.mask_kw:
+                kwargs[self.mask_kw] = mask
+            else:
+                args.append(mask)
+        try:
+            with torch.no_grad(), _quiet():
+                result = module(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001 - whatever the learner's code raises
+            raise CallError(one_line(err)) from None
+        return parse_output(result)
+
+
+def parse_output(result) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if isinstance(result, torch.Tensor):
+        return result, None
+    if isinstance(result, (tuple, list)) and result and isinstance(result[0], torch.Tensor):
+        weights = result[1] if len(result) > 1 and isinstance(result[1], torch.Tensor) else None
+        return result[0], weights
+    raise CallError(f"returned {type(result).__name__}", raised=False)
+
+
+# --- masks ----------------------------------------------------------------------------------------------------
+
+SENSES = ("bool_keep", "bool_ignore", "additive", "int_keep", "float_keep")
+PAD_LAYOUTS = ("(B, S)", "(B, 1, 1, S)", "(B, 1, S)", "(B, 1, T, S)", "(B, T, S)")
+FULL_LAYOUTS = ("(B, 1, T, S)", "(B, T, S)", "(T, S)")
+
+
+def make_sense(sense: str, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean keep-mask (True = may attend) written in ``sense``."""
+    if sense == "bool_keep":
+        return keep
+    if sense == "bool_ignore":
+        return ~keep
+    if sense == "additive":  # finfo.min, not -inf: the fill must not be the doctor's NaN
+        return torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)
+    if sense == "int_keep":
+        return keep.long()
+    if sense == "float_keep":
+        return keep.to(dtype)
+    raise ValueError(f"unknown mask sense {sense!r}")
+
+
+def make_layout(layout: str, keep: torch.Tensor) -> torch.Tensor | None:
+    """``keep: (B, T, S)`` → the layout, or None when the layout cannot say it (a causal mask as (B, S))."""
+    per_key = bool((keep == keep[:, :1]).all())
+    same_batch = bool((keep == keep[:1]).all())
+    if layout == "(B, S)":
+        return keep[:, 0] if per_key else None  # (B, S)
+    if layout == "(B, 1, 1, S)":
+        return keep[:, :1, None] if per_key else None  # (B, 1, 1, S)
+    if layout == "(B, 1, S)":  # the annotated transformer's src_mask
+        return keep[:, :1] if per_key else None  # (B, 1, S)
+    if layout == "(B, 1, T, S)":
+        return keep[:, None]  # (B, 1, T, S)
+    if layout == "(B, T, S)":
+        return keep
+    if layout == "(T, S)":
+        return keep[0] if same_batch else None  # (T, S)
+    raise ValueError(f"unknown mask layout {layout!r}")
+
+
+@dataclass(frozen=True)
+class MaskFormat:
+    sense: str
+    layout: str
+
+    def make(self, keep: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor | None:
+        m = make_layout(self.layout, keep)
+        return None if m is None else make_sense(self.sense, m, dtype)
+
+    def expresses(self, keep: torch.Tensor) -> bool:
+        return make_layout(self.layout, keep) is not None
+
+
+def pad_keep(b: int, t: int, lengths: list[int]) -> torch.Tensor:
+    """``(B, T, S)`` keep-mask of right padding: row ``i`` has ``lengths[i]`` real tokens."""
+    key = torch.arange(t)[None] < torch.tensor(lengths)[:, None]  # (B, S)
+    return key[:, None, :].expand(b, t, t).clone()  # (B, T, S)
+
+
+def causal_keep(b: int, t: int) -> torch.Tensor:
+    return torch.ones(t, t, dtype=torch.bool).tril().expand(b, t, t).clone()  # (B, T, S)
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor | None = None) -> float:
+    """max |a - b| over the (B, T) rows selected (all if None); NaN anywhere there counts as infinite."""
+    d = (a - b).abs()
+    if rows is not None:
+        d = d[rows]
+    if d.numel() == 0:
+        return 0.0
+    if torch.isnan(d).any():
+        return math.inf
+    return float(d.max())
+
+
+def close(a: torch.Tensor, b: torch.Tensor, rows=None, tol: float = 1e-9) -> bool:
+    scale = max(1.0, float(b.abs().nan_to_num(0).max()) if b.numel() else 1.0)
+    return max_diff(a, b, rows) <= tol * scale
+
+
+@dataclass
+class MaskCandidate:
+    fmt: MaskFormat
+    ok: bool
+    reason: str = ""
+    effect: float = 0.0
+    leak: float = math.inf
+
+
+def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: tuple) -> list[MaskCandidate]:
+    """Try every (sense, layout) on a padding mask. A format is accepted when it is neutral while hiding nothing;
+    the accepted ones come first, best first: the mask changes the output, its hidden keys leak least, then the
+    order of SENSES and PAD_LAYOUTS. Rejected candidates follow, each with its reason."""
+    b, t, _ = x.shape
+    keep_all = torch.ones(b, t, t, dtype=torch.bool)
+    keep_pad = pad_keep(b, t, [t, t - 2])
+    real = keep_pad[:, 0]  # (B, T) real query rows
+    x2 = x.clone()
+    x2[1, t - 2:] += torch.randn(2, x.shape[-1], generator=torch.Generator().manual_seed(7), dtype=x.dtype)
+    cands = []
+    for layout in PAD_LAYOUTS:
+        for sense in SENSES:
+            fmt = MaskFormat(sense, layout)
+            cand = MaskCandidate(fmt, ok=False)
+            cands.append(cand)
+            try:
+                out_all, _ = subject.run(x, fmt.make(keep_all, x.dtype))
+                if tuple(out_all.shape) != shape:
+                    cand.reason = f"output shape {tuple(out_all.shape)}"
+                    continue
+                if not close(out_all, base):
+                    cand.reason = "a mask that hides nothing changed the output"
+                    continue
+                out_pad, _ = subject.run(x, fmt.make(keep_pad, x.dtype))
+                out_pad2, _ = subject.run(x2, fmt.make(keep_pad, x.dtype))
+            except CallError as err:
+                cand.reason = str(err)
+                continue
+            if tuple(out_pad.shape) != shape or tuple(out_pad2.shape) != shape:
+                cand.reason = "output shape changed with a mask"
+                continue
+            cand.ok = True
+            cand.effect = max_diff(out_pad.nan_to_num(1e30), base)
+            cand.leak = max_diff(out_pad, out_pad2, real)
+    scale = max(1.0, float(base.abs().max()))
+    order = {s: i for i, s in enumerate(SENSES)}
+
+    def rank(c: MaskCandidate):
+        return (not c.ok, c.effect <= 1e-9 * scale, c.leak > 1e-9 * scale, order[c.fmt.sense],
+                PAD_LAYOUTS.index(c.fmt.layout))
+
+    return sorted(cands, key=rank)
+
+
+def discover_causal_format(subject: Subject, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor,
+                           shape: tuple) -> MaskFormat | None:
+    """A layout (in the discovered sense) that can carry a causal mask, or None (e.g. the module takes (B, S))."""
+    b, t, _ = x.shape
+    layouts = [fmt.layout] if fmt.layout in FULL_LAYOUTS else []
+    layouts += [lay for lay in FULL_LAYOUTS if lay not in layouts]
+    keep_all, keep_causal = torch.ones(b, t, t, dtype=torch.bool), causal_keep(b, t)
+    for layout in layouts:
+        cand = MaskFormat(fmt.sense, layout)
+        try:
+            out_all, _ = subject.run(x, cand.make(keep_all, x.dtype))
+            out_causal, _ = subject.run(x, cand.make(keep_causal, x.dtype))
+        except CallError:
+            continue
+        if tuple(out_all.shape) != shape or tuple(out_causal.shape) != shape or not close(out_all, base):
+            continue
+        if max_diff(out_causal[:, : t - 1], base[:, : t - 1]) > 1e-9:
+            return cand
+    return None
+
+
+def dependency(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``dep[i, j]``: how far output row ``i`` moves (max over batch and features) when token ``j`` changes."""
+    base, _ = subject.run(x, mask)
+    t = x.shape[1]
+    dep = torch.zeros(t, t, dtype=torch.float64)
+    gen = torch.Generator().manual_seed(11)
+    for j in range(t):
+        x2 = x.clone()
+        x2[:, j] += torch.randn(x.shape[0], x.shape[-1], generator=gen, dtype=x.dtype)
+        out, _ = subject.run(x2, mask)
+        dep[:, j] = (out - base).abs().nan_to_num(math.inf).amax(dim=(0, 2))
+    return dep
