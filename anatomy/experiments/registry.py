@@ -43,18 +43,26 @@ class Metric:
         return statistics.fmean(self.values)
 
     @property
+    def finite(self) -> bool:
+        return all(math.isfinite(v) for v in self.values)
+
+    @property
     def std(self) -> float:
+        if not self.finite:
+            return float("nan")  # a diverged seed has no spread to speak of; the mean says inf/nan
         return statistics.stdev(self.values) if self.n > 1 else 0.0
 
     @property
     def ci95(self) -> tuple[float, float]:
+        if not self.finite:
+            return (float("nan"), float("nan"))
         if self.n < 2:
             return (self.mean, self.mean)
         half = _t95(self.n - 1) * self.std / math.sqrt(self.n)
         return (self.mean - half, self.mean + half)
 
     def fmt(self, digits: int = 3) -> str:
-        if self.n == 1:
+        if self.n == 1 or not self.finite:
             return f"{_g(self.mean, digits)}{self.unit}"
         return f"{_g(self.mean, digits)} ± {_g(self.std, digits)}{self.unit}"
 

@@ -35,15 +35,17 @@ def render_markdown(doc: dict[str, Any], lang: str = "en") -> str:
                   f"{doc['environment']['threads']} 线程。结论由运行中测得的数字按事先声明的规则得出。", ""]
         lines += ["结论统计：" + "，".join(f"{ZH_VERDICT[v]} {counts.get(v, 0)}" for v in BADGE), ""]
     else:
-        lines += [f"Preset `{doc['preset']}`, {doc['seeds']} seed(s) per experiment; torch {doc['environment']['torch']}, "
-                  f"{doc['environment']['threads']} threads. Every verdict is computed from the numbers measured in "
+        env = doc["environment"]
+        lines += [f"Preset `{doc['preset']}`, {doc['seeds']} seed(s) per experiment; torch {env['torch']}, "
+                  f"{env['threads']} threads. Every verdict is computed from the numbers measured in "
                   "this run by a rule declared in the claim's code before the run.", ""]
         lines += ["Verdicts: " + ", ".join(f"{v} {counts.get(v, 0)}" for v in BADGE), ""]
     lines += ["| # | " + ("论断" if zh else "claim") + " | " + ("结论" if zh else "verdict") + " |", "|---|---|---|"]
     for c in doc["claims"]:
         statement = c["statement_zh"] if zh else c["statement_en"]
         verdict = ZH_VERDICT[c["verdict"]] if zh else c["verdict"]
-        lines.append(f"| [{c['id'].split('-')[0]}](#{c['id'].lower()}) | {statement} | {BADGE[c['verdict']]} {verdict} |")
+        anchor = f"[{c['id'].split('-')[0]}](#{c['id'].lower()})"
+        lines.append(f"| {anchor} | {statement} | {BADGE[c['verdict']]} {verdict} |")
     lines.append("")
     for c in doc["claims"]:
         lines += [f"## {c['id']}", "", f"**{c['section']}** · " + (
@@ -79,7 +81,8 @@ def render_html(doc: dict[str, Any]) -> str:
     summary = " · ".join(f"{BADGE[v]} {v} {counts.get(v, 0)}" for v in BADGE)
     return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
 <title>transformer-anatomy · claims report</title><style>
-body{{font-family:system-ui,"Noto Sans CJK SC","WenQuanYi Micro Hei",sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}}
+body{{font-family:system-ui,"Noto Sans CJK SC","WenQuanYi Micro Hei",sans-serif;max-width:980px;
+margin:2em auto;padding:0 1em;color:#222}}
 section{{border-left:6px solid #aaa;padding:.2em 1em;margin:1.2em 0}} .supported{{border-color:#2a9d4b}}
 .refuted{{border-color:#d43c3c}} .nuanced{{border-color:#e0a31b}} .inconclusive{{border-color:#888}}
 .badge{{font-size:.7em;font-weight:normal}} .post{{color:#555}} img{{max-width:300px;margin:4px;border:1px solid #ddd}}

@@ -48,7 +48,7 @@ def select(ids: list[str] | None) -> list[str]:
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
-    np.random.seed(seed)
+    np.random.seed(seed)  # noqa: NPY002  (experiments may use the legacy global generator)
     torch.manual_seed(seed)
 
 
@@ -66,6 +66,23 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     for cid in chosen:
         groups.setdefault(CLAIMS[cid].experiment, []).append(cid)
 
+    # The experiments train tiny models: one intra-op thread is faster than two (no synchronisation per op) and
+    # keeps runs reproducible and robust to a busy machine. The caller's setting is restored at the end.
+    caller_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        doc = _run_groups(groups, chosen, preset, n_seeds, out, progress)
+    finally:
+        torch.set_num_threads(caller_threads)
+    (out / "claims.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+    from anatomy.experiments.report import write_reports
+
+    write_reports(doc, out)
+    return doc
+
+
+def _run_groups(groups: dict[str, list[str]], chosen: list[str], preset: str, n_seeds: int, out: Path,
+                progress: bool) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     threads = torch.get_num_threads()
     for exp_name, claim_ids in groups.items():
@@ -104,14 +121,9 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
         if progress:
             summary = ", ".join(f"{c} → {results[c]['verdict']}" for c in claim_ids)
             tqdm.write(f"  {exp_name}: {summary} ({runtime:.1f}s)")
-    doc = {
+    return {
         "preset": preset, "seeds": n_seeds, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "environment": {"torch": torch.__version__, "python": platform.python_version(),
                         "threads": threads, "machine": platform.machine()},
         "claims": [results[c] for c in chosen],
     }
-    (out / "claims.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
-    from anatomy.experiments.report import write_reports
-
-    write_reports(doc, out)
-    return doc

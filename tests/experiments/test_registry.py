@@ -70,3 +70,11 @@ def test_smoke_run_of_all_claims_writes_verdicts_metrics_and_reports(tmp_path):
         text = (tmp_path / name).read_text(encoding="utf-8")
         assert all(c["id"] in text for c in stored["claims"])
     assert "成立" in (tmp_path / "report.zh.md").read_text(encoding="utf-8")
+
+
+def test_non_finite_metric_values_do_not_crash_the_summary():
+    m = Metric("loss", [1.0, float("nan"), 2.0])
+    assert m.std != m.std and "nan" in m.fmt()
+    d = m.to_dict()
+    assert d["std"] == "nan" and d["values"][1] == "nan"
+    assert Metric("x", [float("inf")] * 3).fmt() == "inf"
