@@ -9,7 +9,9 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from anatomy.cli import check as check_cmd
 from anatomy.cli import claims as claims_cmd
+from anatomy.cli import convert as convert_cmd
 from anatomy.cli import generate as generate_cmd
 from anatomy.cli import trace as trace_cmd
 from anatomy.cli import train as train_cmd
@@ -25,6 +27,10 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
                "the main job: run every claim of the post (quick preset) and write a browsable report"),
     "claims": (claims_cmd.add_arguments, claims_cmd.run, "list or run the claims of the post, one by one"),
     "trace": (trace_cmd.add_arguments, trace_cmd.run, "the post's shape table, from a real forward pass"),
+    "check": (check_cmd.add_arguments, check_cmd.run,
+              "the doctor: which of the post's pitfalls does your own attention or block have?"),
+    "convert": (convert_cmd.add_arguments, convert_cmd.run,
+                "Hugging Face directory <-> anatomy checkpoint; --verify prints the layer-by-layer error budget"),
     "viz": (viz_cmd.add_arguments, viz_cmd.run, "pictures: attention maps, positional encodings, masks, a page"),
     "train": (train_cmd.add_arguments, train_cmd.run, "train a model from a preset and key=value words; --resume"),
     "generate": (generate_cmd.add_generate_arguments, generate_cmd.run_generate,

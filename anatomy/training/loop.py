@@ -1,0 +1,354 @@
+"""The training loop: one function, readable top to bottom.
+
+    options → task (data, tokenizer) → model → AdamW → [resume] → for each step:
+        lr from warmup + cosine → global batch → this process's rows → forward (bf16 autocast if asked)
+        → non-finite loss? stop, naming the step → backward → clip (error if non-finite) → step
+        → log (metrics.jsonl, progress bar) → evaluate (early stop) → checkpoint (atomic, keep the last N)
+    → test-set evaluation → summary.json, loss.png
+
+What makes ``--resume`` exact (bit-identical losses on CPU): the weights, AdamW's moments, the data sampler's
+generator, torch's global RNG (dropout) and the step counter are all restored; the learning rate is a pure
+function of the step; evaluation draws from its own generator and never touches the training ones.
+
+A NaN or Inf loss means numerical instability, not a batch to skip (nanoGPT's maintainer declined "skip NaN
+steps"): training stops with the step's number and the last checkpoint stays the last good one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from anatomy.models import build_model
+from anatomy.training import checkpoint as ckpt
+from anatomy.training import distributed as dist
+from anatomy.training.options import RESUMABLE, TrainOptions
+from anatomy.training.tasks import make_task
+
+METRICS, SUMMARY, PLOT = "metrics.jsonl", "summary.json", "loss.png"
+
+
+class TrainingError(RuntimeError):
+    """Training stopped on a failure (a non-finite loss or gradient): exit code 1."""
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    steps: int
+    last_checkpoint: Path | None
+    stopped_early: bool = False
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def lr_at(step: int, options: TrainOptions) -> float:
+    """Linear warmup over ``warmup_steps``, then cosine decay from ``lr`` to ``min_lr`` at ``steps``."""
+    if step <= options.warmup_steps:
+        return options.lr * step / options.warmup_steps
+    progress = min(1.0, (step - options.warmup_steps) / max(1, options.steps - options.warmup_steps))
+    return options.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (options.lr - options.min_lr)
+
+
+def make_optimizer(model: nn.Module, options: TrainOptions, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with decoupled weight decay on matrices (linear and embedding weights) only, never on biases and
+    norm gains."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": options.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=options.lr, betas=(options.beta1, options.beta2),
+                             fused=device.type == "cuda" or None)
+
+
+def rng_state(data_generator: torch.Generator) -> dict[str, torch.Tensor]:
+    state = {"torch": torch.get_rng_state(), "data": data_generator.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def restore_rng(state: dict[str, torch.Tensor], data_generator: torch.Generator) -> None:
+    torch.set_rng_state(state["torch"])
+    data_generator.set_state(state["data"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def maybe_compile(model: nn.Module, probe: dict[str, torch.Tensor], autocast, log) -> nn.Module:
+    """``torch.compile`` the model, proven on one forward/backward (RNG untouched, gradients cleared); the eager
+    model with one log line when compilation is unavailable here."""
+    try:
+        compiled = torch.compile(model)
+        with torch.random.fork_rng(devices=[]), autocast():
+            compiled(**probe).loss.backward()
+        model.zero_grad(set_to_none=True)
+        return compiled
+    except Exception as err:  # no C++ compiler, an unsupported Python, a graph break that fails...
+        model.zero_grad(set_to_none=True)
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else ""
+        log(f"compile=true: torch.compile is unavailable here ({type(err).__name__}: {first}); training eagerly")
+        return model
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str | Path, *,
+          log=None) -> TrainResult:
+    """Train as ``options`` say (``model_overrides`` on top of ``options.model``), writing into ``run_dir``."""
+    run_dir = Path(run_dir)
+    if ckpt.step_dirs(run_dir):
+        raise ValueError(f"--out {str(run_dir)!r} already holds a training run; continue it with --resume "
+                         f"{str(run_dir)!r} or choose another directory")
+    return _run(options, model_overrides, run_dir, None, log)
+
+
+def resume(run_dir: str | Path, changes: dict[str, Any] | None = None, *, preset: str | None = None,
+           log=None) -> TrainResult:
+    """Continue the latest checkpoint of ``run_dir`` exactly. ``changes`` may only touch ``RESUMABLE`` options;
+    with ``preset``, the run must have been started from that preset (with the same overrides)."""
+    from anatomy.training.options import resolve
+
+    last = ckpt.resolve(run_dir)
+    saved = ckpt.load_training_state(last)
+    saved_options = TrainOptions(**saved["training"]["options"])
+    saved_model = saved["training"]["model_overrides"]
+    changes = dict(changes or {})
+    if preset is not None:  # the whole description must match, except what may change on resume
+        options, model = resolve(preset, changes)
+        wanted = {**{k: v for k, v in options.to_dict().items() if k not in RESUMABLE}, **model}
+        have = {**{k: v for k, v in saved_options.to_dict().items() if k not in RESUMABLE}, **saved_model}
+        differ = sorted(k for k in set(wanted) | set(have) if wanted.get(k) != have.get(k))
+        if differ:
+            raise ckpt.CheckpointError(
+                f"{str(last)!r} comes from another configuration than --preset {preset}: "
+                + ", ".join(f"{k}={have.get(k, '(preset default)')!r} there, {wanted.get(k, '(preset default)')!r} here"
+                            for k in differ[:4]))
+        changes = {k: v for k, v in changes.items() if k in RESUMABLE}
+    for key, value in changes.items():
+        current = getattr(saved_options, key, saved_model.get(key))
+        if key not in RESUMABLE and value != current:
+            raise ckpt.CheckpointError(
+                f"{str(last)!r} was trained with {key}={current!r}; {key}={value!r} cannot change on resume "
+                f"(only {', '.join(sorted(RESUMABLE))} can)")
+    options = TrainOptions(**{**saved_options.to_dict(), **{k: v for k, v in changes.items() if k in RESUMABLE}})
+    run_dir = last.parent.parent if last.parent.name == "checkpoints" else Path(run_dir)
+    return _run(options, saved_model, run_dir, (last, saved), log)
+
+
+def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed, log) -> TrainResult:
+    device = dist.device_for(options.device)
+    world = dist.setup(device)
+
+    def say(message: str) -> None:
+        if world.is_main:
+            (log or _stderr)(message)
+
+    if options.batch_size % world.world_size:
+        raise ValueError(f"batch_size={options.batch_size} (the global batch) must be divisible by the number of "
+                         f"processes ({world.world_size})")
+    last, saved = resumed if resumed else (None, None)
+    tokenizer = None
+    if saved is not None:
+        from anatomy.data.tokenizers import load_tokenizer
+
+        tokenizer = load_tokenizer(last)
+
+    # ---- data, model, optimizer ---------------------------------------------------------------------------
+    task = make_task(options, tokenizer)
+    config = task.model_config(model_overrides)
+    if saved is not None and config != ckpt.load_config(last):
+        raise ckpt.CheckpointError(f"{str(last)!r} was saved with a different model config than this run builds")
+    torch.manual_seed(options.seed)
+    model = build_model(config).to(device)
+    optimizer = make_optimizer(model, options, device)
+    data_generator = torch.Generator().manual_seed(options.seed)
+    start, best_val, evals_since_best = 0, math.inf, 0
+    if saved is not None:
+        ckpt.load_weights(model, last)
+        optimizer.load_state_dict(saved["optimizer"])
+        restore_rng(saved["rng"], data_generator)
+        start = int(saved["state"]["step"])
+        best_val = float(saved["state"].get("best_val", math.inf))
+        evals_since_best = int(saved["state"].get("evals_since_best", 0))
+        say(f"resuming {str(last)!r} at step {start}")
+    training_record = {"options": options.to_dict(), "model_overrides": model_overrides}
+    if task.name == "classify":
+        training_record["label_names"] = list(task.label_names)
+    if world.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _truncate_metrics(run_dir / METRICS, after=start)
+
+    def autocast():
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.precision == "bf16")
+
+    local_batch = options.batch_size // world.world_size
+    forward = dist.wrap(model, world, device)
+    if options.compile:
+        probe = _to(task.batch("train", torch.Generator().manual_seed(0), local_batch), device)
+        forward = maybe_compile(forward, probe, autocast, say)
+
+    def loss_and_logits(batch):  # evaluation: the plain model, every process on the whole batch
+        with autocast():
+            out = model(**_to(batch, device))
+        return out.loss, out.logits
+
+    def save(step: int) -> Path | None:
+        path = None
+        if world.is_main:
+            path = ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=task.tokenizer,
+                                        training=training_record,
+                                        trainer_state={"best_val": best_val, "evals_since_best": evals_since_best},
+                                        rng=rng_state(data_generator), keep_last=options.keep_last)
+        dist.barrier(world)
+        return path
+
+    last_saved = last
+    say(f"training {config.architecture} ({sum(p.numel() for p in model.parameters()):,} parameters) on "
+        f"{task.name}, {options.steps} steps, global batch {options.batch_size} x {world.world_size} process(es), "
+        f"{device}, {options.precision}")
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=options.steps, initial=start, disable=not (world.is_main and options.progress),
+               unit="step", dynamic_ncols=True, file=sys.stderr)
+    window_tokens, window_time = 0, 0.0  # tokens/s counts training steps only, not evaluation or saving
+    stopped_early = False
+    model.train()
+    for step in range(start + 1, options.steps + 1):
+        step_start = time.perf_counter()
+        lr = lr_at(step, options)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        batch = task.batch("train", data_generator, options.batch_size)  # the global batch, same everywhere
+        local = _to(dist.shard(batch, world), device)
+        with autocast():
+            loss = forward(**local).loss
+        mean_loss = float(dist.mean(loss.detach(), world))
+        if not math.isfinite(mean_loss):
+            bar.close()
+            raise TrainingError(f"non-finite loss ({mean_loss}) at step {step}; training stopped. "
+                                + (f"The last good checkpoint is {str(last_saved)!r}." if last_saved else
+                                   "No checkpoint was saved before it.")
+                                + " Lower lr or raise warmup_steps.")
+        loss.backward()
+        try:
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip, error_if_nonfinite=True)
+        except RuntimeError as err:
+            bar.close()
+            raise TrainingError(f"non-finite gradient norm at step {step}; training stopped. The last good "
+                                f"checkpoint is {str(last_saved)!r}. ({err})") from None
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+        window_tokens += task.n_tokens(batch)
+        window_time += time.perf_counter() - step_start
+        bar.update(1)
+        record = None
+        evaluate_now = step % options.eval_every == 0 or step == options.steps
+        if step % options.log_every == 0 or step == options.steps or evaluate_now:
+            record = {"step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": window_tokens / max(window_time, 1e-9),
+                      "grad_norm": float(grad_norm)}
+            bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}")
+            window_tokens, window_time = 0, 0.0
+
+        if evaluate_now:
+            model.eval()
+            with torch.no_grad():
+                val = {k: float(v) for k, v in task.evaluate(loss_and_logits, "val", options.batch_size).items()}
+            model.train()
+            record = {**record, **{f"val_{k}": v for k, v in val.items()}}
+            if val["loss"] < best_val:
+                best_val, evals_since_best = val["loss"], 0
+            else:
+                evals_since_best += 1
+            shown = ", ".join(f"val {k} {v:.4f}" for k, v in val.items())
+            say(f"step {step}: train loss {mean_loss:.4f}, {shown}")
+            stopped_early = dist.broadcast_flag(bool(options.patience) and evals_since_best >= options.patience,
+                                                world)
+
+        if record is not None and world.is_main:
+            with open(run_dir / METRICS, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        if step % options.save_every == 0 or step == options.steps or stopped_early:
+            last_saved = save(step) or last_saved
+        if stopped_early:
+            say(f"early stop at step {step}: no better val loss in {options.patience} evaluations "
+                f"(best {best_val:.4f})")
+            break
+    bar.close()
+
+    # ---- the end: test set, summary, plot -----------------------------------------------------------------
+    final_step = step if options.steps > start else start
+    model.eval()
+    with torch.no_grad():
+        test = {k: float(v) for k, v in task.evaluate(loss_and_logits, "test", options.batch_size).items()}
+    summary = {"steps": final_step, "best_val_loss": best_val, **{f"test_{k}": v for k, v in test.items()}}
+    if task.name == "classify" and options.baselines and world.is_main:
+        summary["baselines_test_accuracy"] = task.baselines()
+    if world.is_main:
+        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        say("test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items())
+            + ("" if "baselines_test_accuracy" not in summary else "; baselines (test accuracy): "
+               + ", ".join(f"{k} {v:.4f}" for k, v in summary["baselines_test_accuracy"].items())))
+        if options.plot:
+            _plot(run_dir, say)
+    dist.barrier(world)
+    dist.teardown(world)
+    return TrainResult(run_dir, final_step, last_saved, stopped_early, summary)
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+def _stderr(message: str) -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.write(message, file=sys.stderr)
+
+
+def _truncate_metrics(path: Path, after: int) -> None:
+    """Drop records of steps after ``after`` (logged by a process that died before its next checkpoint)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= after:
+                keep.append(line)
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue  # a line cut by the crash
+    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+
+
+def _plot(run_dir: Path, say) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        say("plot: matplotlib is not installed (pip install matplotlib); skipping loss.png")
+        return
+    rows = [json.loads(line) for line in (run_dir / METRICS).read_text(encoding="utf-8").splitlines()]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train loss", lw=1)
+    val = [r for r in rows if "val_loss" in r]
+    if val:
+        ax.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="val loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(run_dir / PLOT, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,190 @@
+"""Training options and presets: ``key=value`` words beside the model's config fields.
+
+A run is described by one ``TrainOptions`` (how to train, on what) plus ``ModelConfig`` overrides (what to
+train). The command line mixes both kinds of words freely: ``anatomy train --preset char-tang steps=500 lr=3e-4
+d_model=256``; ``parse_words`` sorts them, converts each value to its field's type and names the valid keys when a
+word is unknown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, fields
+from typing import Any
+
+from anatomy.config import PRESETS as MODEL_PRESETS
+from anatomy.config import ModelConfig
+
+TASKS = ("lm", "classify", "seq2seq")
+PRECISIONS = ("fp32", "bf16")
+TOKENIZERS = ("char", "bpe")
+DEVICES = ("auto", "cpu", "cuda")
+# Options a resumed run may change: they do not touch the numbers the run computes.
+RESUMABLE = frozenset({"steps", "log_every", "save_every", "keep_last", "progress", "plot", "eval_every",
+                       "eval_batches"})
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    task: str = "lm"
+    model: str = "gpt2"  # the model preset the overrides apply to
+    # data
+    corpus: str = "shakespeare"  # lm: a shipped corpus or a UTF-8 text file
+    dataset: str = "sentiment-en"  # classify: a shipped labelled set or a TSV file LABEL<TAB>TEXT
+    seq2seq_task: str = "reverse"  # seq2seq: copy | reverse | sort
+    min_len: int = 4
+    max_len: int = 12
+    tokenizer: str = "char"
+    bpe_vocab: int = 2000
+    data_seed: int = 0  # the train/val/test split; independent of ``seed``
+    # optimisation
+    steps: int = 1000
+    batch_size: int = 12  # the global batch: divided among torchrun's processes
+    block_size: int = 64
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    seed: int = 1337
+    precision: str = "fp32"
+    compile: bool = False
+    device: str = "auto"
+    # evaluation, logging, checkpoints
+    eval_every: int = 250
+    eval_batches: int = 20
+    patience: int = 0  # early stop after this many evaluations without a better val loss; 0 = never
+    log_every: int = 10
+    save_every: int = 500
+    keep_last: int = 2
+    progress: bool = True
+    plot: bool = True
+    baselines: bool = True  # classify: majority-class and bag-of-characters logistic regression on the test set
+
+    def __post_init__(self) -> None:
+        for name, choices in (("task", TASKS), ("precision", PRECISIONS), ("tokenizer", TOKENIZERS),
+                              ("device", DEVICES), ("model", tuple(MODEL_PRESETS))):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "log_every", "save_every",
+                     "keep_last", "bpe_vocab", "min_len", "max_len"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("warmup_steps", "patience"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:
+            raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
+        if self.weight_decay < 0 or self.grad_clip <= 0:
+            raise ValueError(f"need weight_decay >= 0 and grad_clip > 0, got {self.weight_decay}, {self.grad_clip}")
+        if self.min_len > self.max_len:
+            raise ValueError(f"min_len={self.min_len} must be <= max_len={self.max_len}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# The training presets: a task, its data and a small model on top of a model preset.
+SMALL_LM = dict(n_layers=4, n_heads=4, d_model=128, d_ff=512, dropout=0.0, attention_dropout=0.0)
+PRESETS: dict[str, dict[str, Any]] = {
+    # nanoGPT's shakespeare_char at its CPU settings (4 layers, 4 heads, 128 dims, block 64, batch 12, 2000 iters)
+    "char-shakespeare": dict(task="lm", model="gpt2", corpus="shakespeare", tokenizer="char", steps=2000,
+                             batch_size=12, block_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_every=250,
+                             **SMALL_LM),
+    "char-tang": dict(task="lm", model="gpt2", corpus="tang", tokenizer="char", steps=2000, batch_size=12,
+                      block_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_every=250, **SMALL_LM),
+    "bpe-shakespeare": dict(task="lm", model="llama", corpus="shakespeare", tokenizer="bpe", bpe_vocab=2000,
+                            steps=2000, batch_size=12, block_size=64, lr=1e-3, warmup_steps=100, eval_every=250,
+                            n_kv_heads=2, **SMALL_LM),
+    "sentiment-en": dict(task="classify", model="bert", dataset="sentiment-en", tokenizer="bpe", bpe_vocab=4000,
+                         steps=1500, batch_size=32, block_size=64, lr=5e-4, min_lr=5e-5, warmup_steps=100,
+                         eval_every=250, n_layers=2, n_heads=4, d_model=128, d_ff=512, dropout=0.1,
+                         attention_dropout=0.0, pooling="mean", pooler=False, type_vocab_size=0, weight_decay=0.01),
+    "sentiment-zh": dict(task="classify", model="bert", dataset="sentiment-zh", tokenizer="char", steps=1500,
+                         batch_size=32, block_size=128, lr=5e-4, min_lr=5e-5, warmup_steps=100, eval_every=250,
+                         n_layers=2, n_heads=4, d_model=128, d_ff=512, dropout=0.1, attention_dropout=0.0,
+                         pooling="mean", pooler=False, type_vocab_size=0, weight_decay=0.01),
+    **{f"seq2seq-{task}": dict(task="seq2seq", model="vaswani-2017", seq2seq_task=task, tokenizer="char",
+                               min_len=4, max_len=12, steps=1500, batch_size=32, block_size=32, lr=1e-3,
+                               min_lr=1e-4, warmup_steps=100, eval_every=250, weight_decay=0.01, n_layers=2,
+                               n_heads=4, d_model=64, d_ff=256, dropout=0.0, scale_embeddings=True)
+       for task in ("copy", "reverse", "sort")},
+}
+
+OPTION_FIELDS = {f.name: f for f in fields(TrainOptions)}
+MODEL_FIELDS = {f.name: f for f in fields(ModelConfig)}
+# Set from the data, never by hand.
+DERIVED_MODEL_FIELDS = ("architecture", "vocab_size", "num_labels", "pad_token_id")
+
+
+def valid_keys() -> list[str]:
+    return sorted(set(OPTION_FIELDS) | set(MODEL_FIELDS) - set(DERIVED_MODEL_FIELDS))
+
+
+def _field_type(f: dataclasses.Field) -> tuple[type, bool]:
+    text = str(f.type)
+    base = text.split("|")[0].strip()
+    return {"int": int, "float": float, "bool": bool, "str": str}[base], "None" in text
+
+
+def convert(key: str, raw: str) -> Any:
+    """``raw`` (a command-line string) → the type of field ``key``; ``ValueError`` naming key, value and type."""
+    f = OPTION_FIELDS.get(key) or MODEL_FIELDS.get(key)
+    want, optional = _field_type(f)
+    if optional and raw.lower() in ("none", "null"):
+        return None
+    if want is bool:
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(f"{key} must be a boolean (true/false), got {raw!r}")
+    if want is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{key} must be an integer, got {raw!r}") from None
+    if want is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"{key} must be a number, got {raw!r}") from None
+    return raw
+
+
+def parse_words(words: list[str]) -> dict[str, Any]:
+    """``["steps=10", "d_model=64"]`` → ``{"steps": 10, "d_model": 64}``, typed, validated by name."""
+    out: dict[str, Any] = {}
+    for word in words:
+        key, sep, raw = word.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise ValueError(f"expected key=value, got {word!r}; valid keys: {', '.join(valid_keys())}")
+        if key in DERIVED_MODEL_FIELDS:
+            raise ValueError(f"{key} is set from the data and cannot be given; valid keys: {', '.join(valid_keys())}")
+        if key not in OPTION_FIELDS and key not in MODEL_FIELDS:
+            raise ValueError(f"unknown key {key!r}; valid keys: {', '.join(valid_keys())}")
+        out[key] = convert(key, raw.strip())
+    return out
+
+
+def resolve(preset: str | None, overrides: dict[str, Any]) -> tuple[TrainOptions, dict[str, Any]]:
+    """A preset (optional) and typed overrides → ``(TrainOptions, model overrides)``. The model overrides are
+    checked against ``ModelConfig`` later, once the data has fixed the vocabulary size."""
+    values: dict[str, Any] = {}
+    if preset is not None:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(sorted(PRESETS))}")
+        values.update(PRESETS[preset])
+    values.update(overrides)
+    options = TrainOptions(**{k: v for k, v in values.items() if k in OPTION_FIELDS})
+    model = {k: v for k, v in values.items() if k in MODEL_FIELDS}
+    return options, model
+
+
+def options_json(options: TrainOptions, model_overrides: dict[str, Any]) -> str:
+    return json.dumps({"options": options.to_dict(), "model_overrides": model_overrides}, indent=2, sort_keys=True)

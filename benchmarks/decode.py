@@ -1,0 +1,57 @@
+"""Greedy decoding speed: our KV-cache ``anatomy.generation.generate`` against Hugging Face GPT-2 ``generate``
+(its own KV cache) at the same size and weights-shape, in one run.
+
+    GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 \
+        python benchmarks/decode.py [--rounds 5] [--threads 2] [--new 200]
+
+Batch 1, a 16-token prompt, ``--new`` new tokens (no EOS: every run emits exactly that many), 4 layers, 4 heads,
+d 256, vocab 4096, context 256. Prints new tokens/s and the median ratio over interleaved rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _common import environment, rounds  # noqa: E402
+from train_step import hf_gpt2, ours  # noqa: E402
+
+from anatomy.generation import generate  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--new", type=int, default=200)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(environment())
+    torch.manual_seed(0)
+    prompt = torch.randint(0, 4096, (1, 16), generator=torch.Generator().manual_seed(0))
+    mine = ours().eval()
+    contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=args.new)}
+    hf = hf_gpt2()
+    if hf is not None:
+        hf.eval()
+        mask = torch.ones_like(prompt)
+        contenders["hf_gpt2_generate"] = lambda: hf.generate(
+            prompt, attention_mask=mask, max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False,
+            pad_token_id=0, eos_token_id=None)
+        with torch.no_grad():
+            assert contenders["hf_gpt2_generate"]().shape[1] == 16 + args.new
+    assert contenders["ours"]().shape[1] == 16 + args.new
+    with torch.inference_mode():
+        seconds, ratios = rounds(contenders, "ours", args.rounds, 1)
+    print(f"greedy, batch 1, prompt 16, {args.new} new tokens: median over {args.rounds} interleaved rounds")
+    for k in contenders:
+        print(f"  {k:18s} {args.new / seconds[k]:8.1f} new tokens/s   time / ours {ratios[k]:5.2f}")
+
+
+if __name__ == "__main__":
+    main()
