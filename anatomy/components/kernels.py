@@ -140,7 +140,9 @@ def sdpa_attention(
         enable_gqa=k.shape[1] != q.shape[1],
     )  # (B, H, T, Dh)
     if full is not None:
-        out = out.masked_fill(~full.any(-1, keepdim=True), 0.0)  # guarantee zeros on rows with no key
+        row_has_key = full.any(-1, keepdim=True)  # (B|1, H|1, T, 1), small
+        if not bool(row_has_key.all()):  # guarantee zeros on rows with no key, without a copy when none exists
+            out = out.masked_fill(~row_has_key, 0.0)
     return out, None
 
 
