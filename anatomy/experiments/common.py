@@ -30,15 +30,16 @@ def tiny_model(**overrides: Any) -> torch.nn.Module:
 
 
 def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *, lr: float = 3e-3,
-        warmup: int = 0, clip: float | None = 1.0, on_step: Callable[[int, torch.nn.Module], None] | None = None
-        ) -> list[float]:
+        warmup: int = 0, clip: float | None = 1.0, on_step: Callable[[int, torch.nn.Module], None] | None = None,
+        decay: bool = False) -> list[float]:
     """AdamW for ``steps`` steps on ``batch(step)``; returns the loss per step (NaN stays NaN: no silent skip)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     losses = []
     model.train()
     for step in range(steps):
         for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / warmup) if warmup else lr
+            ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
+            group["lr"] = lr * ramp * ((1 - step / steps) if decay else 1.0)
         loss = model(**batch(step)).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -325,21 +326,4 @@ def fit_decayed(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.T
                 lr: float = 3e-3, warmup: int = 20, clip: float | None = 1.0) -> list[float]:
     """Like :func:`fit`, with the learning rate decayed linearly to 0 after ``warmup`` steps: the final weights do
     not depend on where the last noisy step happened to land, so comparisons between short runs are steadier."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses = []
-    model.train()
-    for step in range(steps):
-        for group in opt.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / max(1, warmup)) * (1 - step / steps)
-        loss = model(**batch(step)).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            losses += [float("nan")] * (steps - step - 1)
-            break
-    model.eval()
-    return losses
+    return fit(model, batch, steps, lr=lr, warmup=warmup, clip=clip, decay=True)
