@@ -19,6 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--seeds", type=int, default=None, help="seeds per experiment (default: 1 smoke, 3 quick/full)")
     run.add_argument("--out", default="claims-out", help="output directory (default claims-out)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
+    merge = sub.add_parser("merge", help="combine runs made in parallel into one report")
+    merge.add_argument("sources", nargs="+", help="output directories of `anatomy claims run`")
+    merge.add_argument("--out", required=True, help="directory for the merged claims.json and reports")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,6 +33,12 @@ def run(args: argparse.Namespace) -> int:
             c = CLAIMS[cid]
             print(f"{cid:<42} {c.section:<6} {c.experiment:<28} {c.statement_en}")
         print(f"\n{len(CLAIMS)} claims")
+        return 0
+    if args.action == "merge":
+        from anatomy.experiments.report import merge
+
+        _check_out(args.out)
+        _summary(merge(args.sources, args.out), args.out)
         return 0
     if not args.ids and not args.all:
         raise ValueError("give claim ids (e.g. C20 C29) or --all")

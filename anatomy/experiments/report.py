@@ -102,4 +102,34 @@ def write_reports(doc: dict[str, Any], out: str | Path) -> None:
 
 
 def load(out: str | Path) -> dict[str, Any]:
-    return json.loads((Path(out) / "claims.json").read_text(encoding="utf-8"))
+    path = Path(out) / "claims.json"
+    if not path.is_file():
+        raise ValueError(f"{out} holds no claims.json (run `anatomy claims run ... --out {out}` first)")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
+    """Combine runs made in parallel (same preset and seeds, different claims) into one report in ``out``."""
+    import shutil
+
+    docs = [load(s) for s in sources]
+    first = docs[0]
+    for src, doc in zip(sources, docs):
+        if (doc["preset"], doc["seeds"]) != (first["preset"], first["seeds"]):
+            raise ValueError(f"{src} was run with preset {doc['preset']!r} and {doc['seeds']} seeds, "
+                             f"{sources[0]} with {first['preset']!r} and {first['seeds']}: they cannot be merged")
+    out = Path(out)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    claims: dict[str, dict[str, Any]] = {}
+    for src, doc in zip(sources, docs):
+        for c in doc["claims"]:
+            claims[c["id"]] = c
+        figures = Path(src) / "figures"
+        if figures.is_dir() and figures.resolve() != (out / "figures").resolve():
+            for f in figures.iterdir():
+                shutil.copy2(f, out / "figures" / f.name)
+    merged = {**first, "created": max(d["created"] for d in docs),
+              "claims": sorted(claims.values(), key=lambda c: int(c["id"][1:].split("-")[0]))}
+    (out / "claims.json").write_text(json.dumps(merged, indent=2, ensure_ascii=False), encoding="utf-8")
+    write_reports(merged, out)
+    return merged

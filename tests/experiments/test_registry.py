@@ -78,3 +78,18 @@ def test_non_finite_metric_values_do_not_crash_the_summary():
     d = m.to_dict()
     assert d["std"] == "nan" and d["values"][1] == "nan"
     assert Metric("x", [float("inf")] * 3).fmt() == "inf"
+
+
+def test_runs_made_in_parallel_merge_into_one_report(tmp_path):
+    from anatomy.cli.main import main
+
+    assert main(["claims", "run", "C5", "--preset", "smoke", "--out", str(tmp_path / "a"), "--quiet"]) == 0
+    assert main(["claims", "run", "C4", "--preset", "smoke", "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    assert main(["claims", "merge", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "m")]) == 0
+    merged = json.loads((tmp_path / "m" / "claims.json").read_text(encoding="utf-8"))
+    assert [c["id"] for c in merged["claims"]] == ["C4-multihead-parameters", "C5-dot-variance"]
+    assert (tmp_path / "m" / "figures" / "C5-dot-product-variance.png").is_file()
+    assert "C4-multihead-parameters" in (tmp_path / "m" / "report.md").read_text(encoding="utf-8")
+    assert main(["claims", "run", "C4", "--preset", "quick", "--seeds", "1", "--out", str(tmp_path / "q"),
+                 "--quiet"]) == 0
+    assert main(["claims", "merge", str(tmp_path / "a"), str(tmp_path / "q"), "--out", str(tmp_path / "x")]) == 2
