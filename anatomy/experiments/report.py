@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-BADGE = {"supported": "✅", "refuted": "❌", "nuanced": "⚖️", "inconclusive": "❔"}
+BADGE = {"supported": "✓", "refuted": "✗", "nuanced": "≈", "inconclusive": "?"}  # plain symbols: no emoji font needed
 ZH_VERDICT = {"supported": "成立", "refuted": "不成立", "nuanced": "有条件成立", "inconclusive": "无定论"}
 
 
