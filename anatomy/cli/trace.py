@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from anatomy.config import PRESETS, ModelConfig
 from anatomy.inspection.trace import example_inputs, render, trace_model
@@ -17,7 +18,9 @@ SIZE_FLAGS = {  # flag → config field
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="seed-block", help=f"model preset ({', '.join(PRESETS)}); default seed-block")
+    p.add_argument("--preset", default=None, help=f"model preset ({', '.join(PRESETS)}); default seed-block")
+    p.add_argument("--checkpoint", default=None, metavar="DIR",
+                   help="trace a saved model (config.json + model.safetensors, ours or a supported HF directory)")
     p.add_argument("--batch", type=int, default=2, help="batch size B (default 2)")
     p.add_argument("--seq", type=int, default=10, help="sequence length T (default 10)")
     p.add_argument("--tgt-seq", type=int, default=None, help="decoder length for seq2seq models (default --seq)")
@@ -40,15 +43,26 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
     overrides = {field: getattr(args, flag) for flag, field in SIZE_FLAGS.items() if getattr(args, flag) is not None}
-    if args.preset in ("bert", "gpt2", "llama", "t5", "vaswani-2017") and "vocab_size" not in overrides:
-        overrides["vocab_size"] = 1000  # the shapes do not depend on it; keeps the model small
-    config = ModelConfig.from_preset(args.preset, **overrides)
+    if args.checkpoint is not None:
+        if args.preset is not None or overrides:
+            raise ValueError("--checkpoint fixes the model: give it alone, without --preset or size flags")
+        from anatomy.interop.safetensors_io import load_pretrained
+
+        if not Path(args.checkpoint).is_dir():
+            raise ValueError(f"--checkpoint {args.checkpoint} is not a directory")
+        model = load_pretrained(args.checkpoint).float().eval()
+        config, source = model.config, f"checkpoint {args.checkpoint}"
+    else:
+        preset = args.preset or "seed-block"
+        if preset in ("bert", "gpt2", "llama", "t5", "vaswani-2017") and "vocab_size" not in overrides:
+            overrides["vocab_size"] = 1000  # the shapes do not depend on it; keeps the model small
+        config = ModelConfig.from_preset(preset, **overrides)
+        model, source = build_model(config).eval(), f"preset {preset}"
     if args.seq > config.max_seq_len and config.positional == "learned":
         raise ValueError(f"--seq {args.seq} is longer than the learned positional table (max_seq_len="
                          f"{config.max_seq_len})")
-    model = build_model(config).eval()
     rows = trace_model(model, example_inputs(model, args.batch, args.seq, tgt_seq=args.tgt_seq))
-    title = (f"anatomy trace · preset {args.preset} · {config.architecture}, D={config.d_model}, "
+    title = (f"anatomy trace · {source} · {config.architecture}, D={config.d_model}, "
              f"H={config.n_heads}, Dh={config.head_dim}, layers={config.n_layers}, norm={config.norm_position}")
     print(render(rows, args.format, title=title))
     if args.format == "table":

@@ -41,3 +41,19 @@ def test_trace_bad_input_exits_2_with_one_line(capsys):
     assert main(["trace", "--preset", "nope"]) == 2
     assert "valid names" in capsys.readouterr().err
     assert main(["trace", "--seq", "0"]) == 2
+
+
+def test_trace_a_saved_checkpoint(tmp_path, capsys):
+    import anatomy
+
+    model = anatomy.build_model(anatomy.ModelConfig.from_preset("llama", vocab_size=50, d_model=32, n_heads=4,
+                                                                n_kv_heads=2, n_layers=2, d_ff=64))
+    anatomy.save_pretrained(model, tmp_path / "ckpt")
+    assert main(["trace", "--checkpoint", str(tmp_path / "ckpt"), "--seq", "6", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "checkpoint" in doc["title"]
+    kinds = [(r["kind"], r["shape"]) for r in doc["rows"] if "layer 1" in r["step"]]
+    assert ("split", [2, 2, 6, 8]) in kinds and ("scores", [2, 4, 6, 6]) in kinds  # GQA: Hkv=2 keys, H=4 scores
+    assert main(["trace", "--checkpoint", str(tmp_path / "ckpt"), "--heads", "2"]) == 2
+    assert main(["trace", "--checkpoint", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
