@@ -119,6 +119,7 @@ def test_finite_fill_makes_empty_rows_uniform_and_overflows_float16():
     mask[1] = False  # the second sequence sees nothing
     ok = attn(x, mask=mask)[0]
     assert torch.allclose(ok[1], attn.o_proj.bias.expand(6, 16))  # zero attention output, only the out bias
+    check_isolation("finite_mask_fill", attn, lambda m: m(x, mask=mask)[0], fill=-1e4)
     for fill in (-1e9, -1e4):
         with pitfalls.inject(attn, "finite_mask_fill", fill=fill):
             bad = attn(x, mask=mask)[0]
@@ -178,6 +179,7 @@ def test_large_init_scale_saturates_softmax_and_restores_weights_exactly():
     cfg = ModelConfig(architecture="encoder", vocab_size=V, d_model=64, n_heads=4, n_layers=1, norm_position="post")
     model = build_model(cfg).double().eval()  # the usual N(0, 0.02) init
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    check_isolation("large_init_scale", model, lambda m: hidden(m, IDS))
     peak_ok = model(IDS, output_attentions=True).attentions[0].max(-1).values.mean()
     with pitfalls.inject(model, "large_init_scale"):
         peak_bad = model(IDS, output_attentions=True).attentions[0].max(-1).values.mean()
