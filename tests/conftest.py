@@ -24,9 +24,9 @@ settings.register_profile("fuzz", max_examples=10_000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(autouse=True)
 def one_thread():
-    """Run a module's tiny tensors on one intra-op thread (opt in: ``pytestmark = usefixtures("one_thread")``).
+    """Every test runs on one intra-op thread (restored afterwards): the suite's tensors are tiny.
 
     Tensors of a few hundred elements gain nothing from threads, and on a busy machine the OpenMP workers' spin-waits
     cost far more than the work: the property/fuzz modules ran ~25x slower with 2 threads under load.

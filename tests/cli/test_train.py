@@ -19,13 +19,6 @@ TINY = ["d_model=16", "n_heads=2", "n_layers=1", "d_ff=32", "batch_size=4", "blo
         "warmup_steps=2", "progress=false", "plot=false", "eval_every=100", "save_every=2"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _corpus(tmp: Path) -> Path:
     path = tmp / "corpus.txt"

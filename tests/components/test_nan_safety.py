@@ -17,8 +17,6 @@ from anatomy.components import MultiHeadAttention, kernels
 from anatomy.components.masks import causal_mask, combine, padding_mask
 from anatomy.components.positional import ALiBiPositional, RotaryPositional, ShawRelativePositional, T5RelativeBias
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 KERNELS = ["loop", "math", "sdpa"]
 # On CPU, torch's own SDPA already returns 0 for a row with no key (torch >= 2.5); the fused CUDA kernels do not

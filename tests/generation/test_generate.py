@@ -15,13 +15,6 @@ SMALL = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_
 LLAMA = dict(n_kv_heads=2)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _model(preset: str, **overrides):
     torch.manual_seed(0)

@@ -43,14 +43,6 @@ from anatomy.interop.safetensors_io import CheckpointError  # noqa: E402
 V, TOL = 100, 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add wake-up latency on a shared machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _perturb(model, seed: int = 0, scale: float = 0.2):
     g = torch.Generator().manual_seed(seed)

@@ -23,13 +23,6 @@ PRESETS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _model(name: str, **overrides):
     torch.manual_seed(0)

@@ -20,8 +20,6 @@ from anatomy.components import MultiHeadAttention
 from anatomy.components.masks import causal_mask, combine, padding_mask
 from anatomy.components.positional import ALiBiPositional, RotaryPositional, ShawRelativePositional, T5RelativeBias
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 # forward / backward tolerance, relative to the reference's largest entry (and at least 1)
 TOLERANCE = {  # about 5x the worst error seen in 2,500 calibration cases (max |error| / (1 + max |reference|))
     torch.float64: (1e-10, 1e-8),

@@ -29,8 +29,6 @@ from anatomy.components.positional import (
     sinusoidal_table,
 )
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 VOCAB = 23
 SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "shaw", "t5")
 EXACT = 1e-12  # "the same computation": only float64 rounding of differently batched matmuls

@@ -25,14 +25,6 @@ MAX_DIFF: list[float] = []  # every compared max |diff|, for the curious (print 
 
 # ------------------------------------------------------------------------------------------------ helpers
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tensors here are tiny: intra-op threads only add wake-up latency (10 ms per op on a busy box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
 
 def _randomize(module: nn.Module, seed: int = 0) -> nn.Module:
     """Perturb every parameter so zero-initialised biases and unit norms are tested too."""
