@@ -35,10 +35,3 @@ class KVCache:
                 [self.positions.expand(b, -1), positions.expand(b, -1)], dim=-1
             )  # (B|1, S + T)
         return self.k, self.v, self.positions
-
-    def reorder(self, index: torch.Tensor) -> None:
-        """Keep batch rows ``index`` (beam search, dropping finished rows)."""
-        if self.k is not None:
-            self.k, self.v = self.k[index], self.v[index]
-            if self.positions.shape[0] > 1:
-                self.positions = self.positions[index]

@@ -17,7 +17,8 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy: position ``t`` predicts ``labels[t + 1]``; label -100 is ignored."""
     if labels.shape != logits.shape[:2]:
         raise ValueError(f"labels must have shape (B, T)={tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+    predictions = logits[:, :-1].flatten(0, 1).float()  # (B*(T-1), V)
+    return F.cross_entropy(predictions, labels[:, 1:].flatten(), ignore_index=-100)  # targets (B*(T-1),)
 
 
 class DecoderLM(nn.Module):

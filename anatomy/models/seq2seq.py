@@ -70,7 +70,7 @@ class Seq2Seq(nn.Module):
         if labels is not None:
             if labels.shape != logits.shape[:2]:
                 raise ValueError(f"labels must have shape (B, T)={tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)  # (B*T, V)
         return Seq2SeqOutput(
             logits=logits, loss=loss, encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             kv_caches=kv_caches, encoder_attentions=encoder_outputs.attentions,
