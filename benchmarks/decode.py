@@ -5,7 +5,9 @@
         python benchmarks/decode.py [--rounds 5] [--threads 2] [--new 200]
 
 Batch 1, a 16-token prompt, ``--new`` new tokens (no EOS: every run emits exactly that many), 4 layers, 4 heads,
-d 256, vocab 4096, context 256. Prints new tokens/s and the median ratio over interleaved rounds.
+d 256, vocab 4096, context 256. Prints new tokens/s and the median ratio over interleaved rounds. ``ours`` decodes
+with the flattened step (anatomy.generation.fast), ``ours_modules`` with ``fast=False`` (every module called);
+both give the same tokens (asserted here).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def main() -> None:
     torch.manual_seed(0)
     prompt = torch.randint(0, 4096, (1, 16), generator=torch.Generator().manual_seed(0))
     mine = ours().eval()
-    contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=args.new)}
+    contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=args.new),
+                  "ours_modules": lambda: generate(mine, prompt, max_new_tokens=args.new, fast=False)}
     hf = hf_gpt2()
     if hf is not None:
         hf.eval()
@@ -46,6 +49,7 @@ def main() -> None:
         with torch.no_grad():
             assert contenders["hf_gpt2_generate"]().shape[1] == 16 + args.new
     assert contenders["ours"]().shape[1] == 16 + args.new
+    assert torch.equal(contenders["ours"](), contenders["ours_modules"]())
     with torch.inference_mode():
         seconds, ratios = rounds(contenders, "ours", args.rounds, 1)
     print(f"greedy, batch 1, prompt 16, {args.new} new tokens: median over {args.rounds} interleaved rounds")

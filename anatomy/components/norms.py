@@ -31,6 +31,8 @@ class LayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dt = compute_dtype(x.dtype)
+        if x.dtype == dt and self.weight.dtype == dt:  # the usual float32 case: nothing to convert
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
         bias = None if self.bias is None else self.bias.to(dt)
         return F.layer_norm(x.to(dt), self.weight.shape, self.weight.to(dt), bias, self.eps).to(x.dtype)
 

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from anatomy.generation.fast import DecodeStep, refusal
 from anatomy.generation.sampling import next_token
-from anatomy.models.common import ids_shape, key_padding
+from anatomy.models.common import ids_shape, key_padding, make_positions
 from anatomy.models.seq2seq import Seq2Seq
 
 
@@ -39,12 +40,14 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
              max_new_tokens: int = 32, eos_token_id: int | Sequence[int] | None = None,
              pad_token_id: int | None = None, do_sample: bool = False, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
-             decoder_start_token_id: int | None = None) -> torch.Tensor:
+             decoder_start_token_id: int | None = None, fast: bool = True) -> torch.Tensor:
     """Generate up to ``max_new_tokens`` tokens per row.
 
     Returns ``(B, T + n)`` (prompt then new tokens) for a decoder-only LM, ``(B, 1 + n)`` (start token then new
     tokens) for an encoder-decoder model, ``n <= max_new_tokens``. ``pad_token_id`` defaults to the first eos id.
-    The model runs in eval mode (its mode is restored afterwards).
+    The model runs in eval mode (its mode is restored afterwards). ``fast=True`` decodes a DecoderLM with the
+    flattened step of ``anatomy.generation.fast`` (same numbers, less Python per token) unless
+    ``fast.refusal(model)`` names a reason not to; ``fast=False`` always runs the modules.
     """
     b, _ = ids_shape(input_ids)
     if not hasattr(model, "new_caches"):
@@ -60,7 +63,7 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     was_training = model.training
     model.eval()
     try:
-        caches = model.new_caches()
+        caches = model.new_caches(capacity=(1 if seq2seq else input_ids.shape[1]) + max_new_tokens)
         if seq2seq:
             encoded = model.encoder(input_ids, mask)  # (B, S, D), computed once
             start = model.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id
@@ -72,8 +75,12 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
                 return out.logits[:, -1]  # (B, V)
         else:
             prefix = input_ids
+            flat = DecodeStep(model, caches) if fast and refusal(model) is None else None
 
             def step(ids: torch.Tensor) -> torch.Tensor:
+                if flat is not None and ids.shape[1] == 1:
+                    positions = make_positions(mask, 1, len(caches[0]), ids.device)  # (B|1, 1)
+                    return flat(ids[:, 0], positions, mask)  # (B, V)
                 return model(ids, mask, kv_caches=caches, use_cache=True).logits[:, -1]  # (B, V)
         grow = mask is not None and not seq2seq  # a decoder-only mask covers the cache: one more real column
         ones = None if mask is None else mask.new_ones(b, 1)

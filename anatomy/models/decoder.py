@@ -23,8 +23,9 @@ class DecoderStack(nn.Module):
         self.position_bias = position_bias
         self.hook_out = HookPoint()
 
-    def new_caches(self) -> list[tuple[KVCache, KVCache]]:
-        return [(KVCache(), KVCache()) for _ in self.blocks]
+    def new_caches(self, capacity: int | None = None) -> list[tuple[KVCache, KVCache]]:
+        """A (self, cross) pair per block; ``capacity`` sizes the self-attention buffers once."""
+        return [(KVCache(capacity), KVCache()) for _ in self.blocks]
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
                 memory_key_padding_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,

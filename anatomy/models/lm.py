@@ -26,8 +26,9 @@ class DecoderLM(nn.Module):
         super().__init__()
         self.embeddings, self.stack, self.lm_head = embeddings, stack, lm_head
 
-    def new_caches(self) -> list[KVCache]:
-        return [KVCache() for _ in self.stack.blocks]
+    def new_caches(self, capacity: int | None = None) -> list[KVCache]:
+        """One empty cache per block; ``capacity`` (the final length, when known) sizes their buffers once."""
+        return [KVCache(capacity) for _ in self.stack.blocks]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 labels: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,

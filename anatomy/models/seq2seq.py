@@ -43,8 +43,8 @@ class Seq2Seq(nn.Module):
         self.decoder_start_token_id = decoder_start_token_id
         self.output_scale = output_scale
 
-    def new_caches(self):
-        return self.decoder.stack.new_caches()
+    def new_caches(self, capacity: int | None = None):
+        return self.decoder.stack.new_caches(capacity)
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, *,
                 decoder_input_ids: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,

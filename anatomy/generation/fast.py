@@ -1,0 +1,177 @@
+"""A flattened one-token decode step for ``DecoderLM``: the modules' arithmetic, without the module machinery.
+
+Why it exists: at batch 1 a decode step of a small model is mostly not arithmetic. Each step of the module path
+makes ~60 ``nn.Module`` calls, validates every argument again, passes dozens of hook points, applies dropout
+that is a no-op in eval mode and rebuilds masks and positions per layer. For the 4-layer, d=256 benchmark model
+that is half of the step (benchmarks/decode.py). ``DecodeStep`` reads the modules' weights once and runs a step
+as a short list of tensor operations per layer:
+
+    x (B, D)  --norm--> h --qkv--> q (B,H,1,Dh), k, v (B,Hkv,1,Dh) --rotate (RoPE)--> write k, v into the cache
+              --sdpa over the cache (B,H,1,S)--> (B,H,1,Dh) --> (B, D) --o_proj--> + x --norm--> FFN --> + x
+
+It calls the same functions the modules call (the norm modules' ``forward``, the positional scheme's ``rotate`` /
+``score_bias``, ``kernels.sdpa_attention``, the FFN activation, ``F.linear`` with the same weights), so it gives
+the module path's numbers: tests/generation/test_fast.py holds the logits equal to the module path within float
+round-off and the greedy tokens identical for every preset it accepts, batched and left-padded.
+
+It is an optimisation and declines anything it does not cover: ``refusal(model)`` names the reason (hooks
+attached, a training-mode model, a teaching kernel chosen on purpose, Shaw's value term, T5's shared bias, an
+encoder-decoder model, a block of another kind) and ``generate`` then uses the module path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules import module as _module
+
+from anatomy.components import kernels
+from anatomy.components.attention import MultiHeadAttention
+from anatomy.components.block import EncoderBlock
+from anatomy.components.embedding import InputEmbeddings, TokenEmbedding
+from anatomy.components.ffn import FeedForward
+from anatomy.components.kv_cache import KVCache
+from anatomy.components.norms import LayerNorm
+from anatomy.components.positional.base import PositionalScheme
+from anatomy.models.lm import DecoderLM
+
+
+def _hooked(model: nn.Module) -> bool:
+    if (_module._global_forward_hooks or _module._global_forward_pre_hooks
+            or _module._global_backward_hooks):
+        return True
+    return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def refusal(model: nn.Module) -> str | None:
+    """Why ``model`` cannot use the flattened step (``None``: it can)."""
+    if not isinstance(model, DecoderLM):
+        return f"only DecoderLM is flattened, not {type(model).__name__}"
+    if model.training:
+        return "the model is in training mode"
+    if _hooked(model):
+        return "forward hooks are attached (inspection needs the module path)"
+    if type(model.lm_head) is not nn.Linear:
+        return f"the output head is a {type(model.lm_head).__name__}, not an nn.Linear"
+    if type(model.embeddings) is not InputEmbeddings or type(model.embeddings.embed_tokens) is not TokenEmbedding:
+        return "the input embeddings are replaced modules"
+    if model.lm_head.out_features > model.embeddings.embed_tokens.num_embeddings:
+        return "the output head predicts ids the input embedding does not have"
+    if model.stack.position_bias is not None:
+        return "a stack-level position bias (T5) is computed per step by the stack"
+    for i, block in enumerate(model.stack.blocks):
+        if type(block) is not EncoderBlock:
+            return f"block {i} is a {type(block).__name__}, not an EncoderBlock"
+        attn, ffn = block.attn, block.ffn
+        if type(attn) is not MultiHeadAttention or type(ffn) is not FeedForward:
+            return f"block {i} has a replaced attention or feed-forward module"
+        if attn.kernel not in ("auto", "sdpa"):
+            return f"block {i} asks for kernel={attn.kernel!r} (the flattened step always uses sdpa)"
+        pos = attn.positional
+        if pos is not None and type(pos).value_bias is not PositionalScheme.value_bias:
+            return f"block {i}'s positional scheme {type(pos).__name__} adds a value term (sdpa cannot)"
+    return None
+
+
+def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """``norm(x)``; a float32 LayerNorm goes straight to the op its ``forward`` would call."""
+    if type(norm) is LayerNorm and x.dtype == norm.weight.dtype == torch.float32:
+        return torch.layer_norm(x, norm.weight.shape, norm.weight, norm.bias, norm.eps)
+    return norm.forward(x)
+
+
+class _Layer:
+    """The tensors and callables of one block, looked up once."""
+
+    def __init__(self, block: EncoderBlock) -> None:
+        attn, ffn = block.attn, block.ffn
+        self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.d_model
+        self.scale, self.positional = attn.scale, attn.positional
+        if attn.fused_qkv:
+            self.qkv = (attn.qkv_proj.weight, attn.qkv_proj.bias)
+            self.q = self.k = self.v = None
+        else:
+            self.qkv = None
+            self.q, self.k, self.v = ((p.weight, p.bias) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        self.o = (attn.o_proj.weight, attn.o_proj.bias)
+        self.up = (ffn.up_proj.weight, ffn.up_proj.bias)
+        self.gate = (ffn.gate_proj.weight, ffn.gate_proj.bias) if ffn.gated else None
+        self.down = (ffn.down_proj.weight, ffn.down_proj.bias)
+        self.act = ffn.act
+        self.attn_add_norm, self.ffn_add_norm = block.attn_add_norm, block.ffn_add_norm
+
+    @staticmethod
+    def before(add_norm, x: torch.Tensor) -> torch.Tensor:
+        if add_norm.placement == "pre":
+            return _norm(add_norm.norm, x)
+        return add_norm.before(x)
+
+    @staticmethod
+    def after(add_norm, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if add_norm.placement == "pre":
+            return x + out
+        if add_norm.placement == "post":
+            return _norm(add_norm.norm, x + out)
+        return add_norm.after(x, out)  # sandwich, deepnorm: the module's own arithmetic
+
+    def __call__(self, x: torch.Tensor, cache: KVCache, positions: torch.Tensor,
+                 mask: torch.Tensor | None) -> torch.Tensor:
+        b = x.shape[0]
+        h = self.before(self.attn_add_norm, x)  # (B, D)
+        kv_dim = self.hkv * self.dh
+        if self.qkv is not None:
+            q, k, v = F.linear(h, *self.qkv).split_with_sizes([self.d, kv_dim, kv_dim], dim=-1)
+        else:
+            q, k, v = F.linear(h, *self.q), F.linear(h, *self.k), F.linear(h, *self.v)
+        q = q.view(b, self.h, 1, self.dh)  # (B, H, 1, Dh)
+        k = k.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
+        v = v.view(b, self.hkv, 1, self.dh)
+        if self.positional is not None:
+            q, k = self.positional.rotate(q, k, positions, positions)
+        k, v, k_pos = cache.update(k, v, positions)  # (B, Hkv, S, Dh), (B|1, S)
+        bias = None if self.positional is None else self.positional.score_bias(q, positions, k_pos, self.scale)
+        out, _ = kernels.sdpa_attention(q, k, v, mask=mask, scale=self.scale, bias=bias)  # (B, H, 1, Dh)
+        x = self.after(self.attn_add_norm, x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)
+        h = self.before(self.ffn_add_norm, x)
+        hidden = self.act(F.linear(h, *self.up)) if self.gate is None else (
+            self.act(F.linear(h, *self.gate)) * F.linear(h, *self.up))  # (B, F)
+        return self.after(self.ffn_add_norm, x, F.linear(hidden, *self.down))  # (B, D)
+
+
+class DecodeStep:
+    """``step(token (B,), positions (B|1, 1), mask (B, S) | None) -> logits (B, V)`` for one new token per row,
+    appending to ``caches`` (one ``KVCache`` per block, filled by the module path's prefill)."""
+
+    def __init__(self, model: DecoderLM, caches: list[KVCache]) -> None:
+        reason = refusal(model)
+        if reason is not None:
+            raise ValueError(f"DecodeStep cannot flatten this model: {reason}")
+        if len(caches) != len(model.stack.blocks):
+            raise ValueError(f"caches must hold one KVCache per block ({len(model.stack.blocks)}), got {len(caches)}")
+        self.model, self.caches = model, caches
+        self.layers = [_Layer(block) for block in model.stack.blocks]
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """``InputEmbeddings.forward`` without its id range check (ids come from this model's own logits) and
+        without dropout (eval mode): ``(B, 1)`` → ``(B, 1, D)``."""
+        emb = self.model.embeddings
+        if emb.token_types is not None:
+            return emb(ids, positions)
+        x = F.embedding(ids, emb.embed_tokens.weight)  # (B, 1, D)
+        if emb.embed_tokens.multiplier != 1.0:
+            x = x * emb.embed_tokens.multiplier
+        if emb.positional is not None:
+            x = emb.positional.add_to_embeddings(x, positions)
+        return x if emb.norm is None else emb.norm(x)
+
+    def __call__(self, token: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        b = token.shape[0]
+        model = self.model
+        x = self._embed(token[:, None], positions).view(b, -1)  # (B, D)
+        attn_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
+        for layer, cache in zip(self.layers, self.caches):
+            x = layer(x, cache, positions, attn_mask)
+        if model.stack.final_norm is not None:
+            x = _norm(model.stack.final_norm, x)
+        return F.linear(x, model.lm_head.weight, model.lm_head.bias)  # (B, V)

@@ -1,0 +1,186 @@
+"""The flattened decode step (``anatomy.generation.fast``) against the module path it replaces, and the buffered
+KV cache it writes into against plain concatenation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anatomy import ModelConfig, build_model
+from anatomy.components.kv_cache import KVCache
+from anatomy.generation import generate
+from anatomy.generation.fast import DecodeStep, refusal
+from anatomy.models.common import make_positions
+
+SMALL = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=64)
+
+# Every decoder-only design the step accepts: each positional site, both norms, all four placements, gated FFNs,
+# fused and separate projections, GQA/MQA, no bias.
+ACCEPTED = {
+    "gpt2": ("gpt2", {}),
+    "llama-gqa": ("llama", dict(n_kv_heads=2)),
+    "llama-mqa-interleaved": ("llama", dict(n_kv_heads=1, rope_layout="interleaved")),
+    "alibi-post": ("gpt2", dict(positional="alibi", norm_position="post", final_norm=False)),
+    "sinusoidal-sandwich-geglu": ("gpt2", dict(positional="sinusoidal", norm_position="sandwich", activation="geglu")),
+    "none-deepnorm-rmsnorm": ("gpt2", dict(positional="none", norm_position="deepnorm", norm="rmsnorm",
+                                           final_norm=False)),
+    "separate-qkv-nobias-sdpa": ("gpt2", dict(fused_qkv=False, bias=False, kernel="sdpa")),
+    "scaled-embeddings-untied": ("gpt2", dict(scale_embeddings=True, tie_embeddings=False)),
+}
+
+
+def _model(preset: str, **overrides):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.from_preset(preset, **{**SMALL, **overrides}))
+    with torch.no_grad():
+        for p in model.parameters():  # peaked, varied logits instead of a near-uniform random start
+            p.add_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+def _prompt(b: int = 3, t: int = 7, pad: tuple[int, ...] = (0, 2, 5)):
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 50, (b, t), generator=g)
+    mask = torch.ones(b, t, dtype=torch.long)
+    for row, n in enumerate(pad[:b]):
+        mask[row, :n] = 0
+        ids[row, :n] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("name", list(ACCEPTED))
+def test_step_logits_equal_the_module_path(name):
+    preset, overrides = ACCEPTED[name]
+    model = _model(preset, **overrides)
+    assert refusal(model) is None
+    ids, mask = _prompt()
+    with torch.inference_mode():
+        caches_a, caches_b = model.new_caches(32), model.new_caches(32)
+        model(ids, mask, kv_caches=caches_a, use_cache=True)
+        model(ids, mask, kv_caches=caches_b, use_cache=True)
+        flat = DecodeStep(model, caches_b)
+        token = torch.tensor([3, 17, 41])
+        for _ in range(6):
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+            slow = model(token[:, None], mask, kv_caches=caches_a, use_cache=True).logits[:, -1]  # (B, V)
+            fast = flat(token, make_positions(mask.bool(), 1, len(caches_b[0]), token.device), mask.bool())
+            torch.testing.assert_close(fast, slow, rtol=0, atol=1e-5)
+            assert len(caches_a[0]) == len(caches_b[0])
+            torch.testing.assert_close(caches_b[-1].k, caches_a[-1].k, rtol=0, atol=1e-5)
+            token = slow.argmax(-1)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa", "alibi-post"])
+def test_greedy_tokens_identical_batched_and_alone(name):
+    preset, overrides = ACCEPTED[name]
+    model = _model(preset, **overrides)
+    ids, mask = _prompt()
+    fast = generate(model, ids, mask, max_new_tokens=12)
+    slow = generate(model, ids, mask, max_new_tokens=12, fast=False)
+    assert torch.equal(fast, slow)
+    for row in range(ids.shape[0]):  # a left-padded row equals its prompt alone
+        real = mask[row].bool()
+        alone = generate(model, ids[row: row + 1, real], max_new_tokens=12)
+        assert torch.equal(alone[0, -12:], fast[row, -12:])
+
+
+def test_sampling_and_eos_follow_the_same_draws():
+    model = _model("gpt2")
+    ids, mask = _prompt()
+    kw = dict(max_new_tokens=15, do_sample=True, top_k=10, top_p=0.9, temperature=0.8, eos_token_id=[4, 9])
+    a = generate(model, ids, mask, generator=torch.Generator().manual_seed(5), **kw)
+    b = generate(model, ids, mask, generator=torch.Generator().manual_seed(5), fast=False, **kw)
+    assert torch.equal(a, b)
+
+
+def test_refusals_name_the_reason_and_generate_falls_back():
+    model = _model("gpt2")
+    assert "training mode" in refusal(model.train())
+    model.eval()
+    assert "kernel='math'" in refusal(_model("gpt2", kernel="math"))
+    assert "value term" in refusal(_model("gpt2", positional="shaw"))
+    assert "DecoderLM" in refusal(build_model(ModelConfig.from_preset("t5", **SMALL)))
+    seen = []
+    handle = model.stack.blocks[1].attn.hook_out.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    try:
+        assert "hooks" in refusal(model)
+        generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=4)
+    finally:
+        handle.remove()
+    assert [s[1] for s in seen] == [3, 1, 1, 1]  # prefill, then every decode step ran through the modules
+    assert refusal(model) is None
+    with pytest.raises(ValueError, match="cannot flatten this model: the model is in training mode"):
+        DecodeStep(model.train(), model.new_caches())
+
+
+def test_refused_models_still_generate_the_same_tokens():
+    for overrides in (dict(kernel="math"), dict(positional="shaw")):
+        model = _model("gpt2", **overrides)
+        ids, mask = _prompt()
+        assert torch.equal(generate(model, ids, mask, max_new_tokens=6),
+                           generate(model, ids, mask, max_new_tokens=6, fast=False))
+
+
+# ------------------------------------------------------------------------------------------ the buffered cache
+
+
+def _entries(b, t, seed, hkv=2, dh=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(b, hkv, t, dh, generator=g), torch.randn(b, hkv, t, dh, generator=g)
+
+
+@pytest.mark.parametrize("capacity", [None, 1, 5, 100])
+def test_buffered_cache_equals_concatenation(capacity):
+    cache, reference = KVCache(capacity), KVCache()
+    s = 0
+    for step, t in enumerate([7, 1, 1, 3, 1, 20, 1]):  # crosses several doublings when capacity is small
+        k, v = _entries(2, t, step)
+        pos = torch.arange(s, s + t)[None]
+        got = cache.update(k, v, pos)
+        want = reference._concatenate(k, v, pos)
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+        s += t
+    assert len(cache) == s == 34
+
+
+def test_buffered_cache_writes_only_new_slots():
+    cache = KVCache(capacity=64)
+    k, v = _entries(1, 5, 0)
+    cache.update(k, v, torch.arange(5)[None])
+    buffer = cache._k_buf
+    k1, v1 = _entries(1, 1, 1)
+    k_all, _, _ = cache.update(k1, v1, torch.tensor([[5]]))
+    assert cache._k_buf is buffer  # no reallocation while there is room
+    assert k_all.data_ptr() == buffer.data_ptr()  # a view, not a copy
+    assert torch.equal(k_all[..., :5, :], k) and torch.equal(k_all[..., 5:, :], k1)
+
+
+def test_cache_positions_broadcast_to_the_batch():
+    cache = KVCache()
+    k, v = _entries(3, 2, 0)
+    cache.update(k, v, torch.arange(2)[None])  # (1, T) positions
+    k1, v1 = _entries(3, 1, 1)
+    _, _, pos = cache.update(k1, v1, torch.tensor([[2], [0], [1]]))  # (B, 1) positions
+    assert pos.tolist() == [[0, 1, 2], [0, 1, 0], [0, 1, 1]]
+
+
+def test_cache_under_autograd_concatenates_and_backpropagates():
+    cache = KVCache(capacity=16)
+    k = torch.randn(1, 2, 3, 4, requires_grad=True)
+    v = torch.randn(1, 2, 3, 4, requires_grad=True)
+    k_all, v_all, _ = cache.update(k, v, torch.arange(3)[None])
+    k1 = torch.randn(1, 2, 1, 4, requires_grad=True)
+    k_all, v_all, _ = cache.update(k1, k1.detach().clone().requires_grad_(), torch.tensor([[3]]))
+    (k_all.sum() + v_all.sum()).backward()
+    assert torch.equal(k.grad, torch.ones_like(k)) and torch.equal(k1.grad, torch.ones_like(k1))
+
+
+def test_cache_bad_input():
+    with pytest.raises(ValueError, match="capacity must be a positive integer or None, got 0"):
+        KVCache(0)
+    cache = KVCache()
+    cache.update(*_entries(2, 3, 0), torch.arange(3)[None])
+    with pytest.raises(ValueError, match="kv_cache holds batch size 2, got keys for batch 3"):
+        cache.update(*_entries(3, 1, 1), torch.tensor([[3]]))
+    assert len(cache) == 3  # the refused update left the cache as it was
