@@ -29,18 +29,18 @@ from anatomy import ModelConfig, build_model  # noqa: E402
 L, H, D, T, B, V = 4, 4, 256, 256, 8, 4096
 
 
-def ours() -> torch.nn.Module:
-    config = ModelConfig.from_preset("gpt2", n_layers=L, n_heads=H, d_model=D, d_ff=4 * D, vocab_size=V,
+def ours(d: int = D, v: int = V) -> torch.nn.Module:
+    config = ModelConfig.from_preset("gpt2", n_layers=L, n_heads=H, d_model=d, d_ff=4 * d, vocab_size=v,
                                      max_seq_len=T, dropout=0.0, attention_dropout=0.0, kernel="sdpa")
     return build_model(config)
 
 
-def hf_gpt2() -> torch.nn.Module | None:
+def hf_gpt2(d: int = D, v: int = V) -> torch.nn.Module | None:
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
         return None
-    config = GPT2Config(vocab_size=V, n_positions=T, n_embd=D, n_layer=L, n_head=H, resid_pdrop=0.0, embd_pdrop=0.0,
+    config = GPT2Config(vocab_size=v, n_positions=T, n_embd=d, n_layer=L, n_head=H, resid_pdrop=0.0, embd_pdrop=0.0,
                         attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
     assert model.config._attn_implementation == "sdpa"

@@ -21,6 +21,8 @@ encoder-decoder model, a block of another kind) and ``generate`` then uses the m
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -74,15 +76,27 @@ def refusal(model: nn.Module) -> str | None:
     return None
 
 
-def _norm(norm: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``norm(x)``; a float32 LayerNorm goes straight to the op its ``forward`` would call."""
-    if type(norm) is LayerNorm and x.dtype == norm.weight.dtype == torch.float32:
-        return torch.layer_norm(x, norm.weight.shape, norm.weight, norm.bias, norm.eps)
-    return norm.forward(x)
+def _norm_fn(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``norm.forward``; for a float32 LayerNorm, the op that ``forward`` ends in, with its arguments bound now."""
+    if type(norm) is LayerNorm and norm.weight.dtype == torch.float32:
+        shape, weight, bias, eps = tuple(norm.weight.shape), norm.weight, norm.bias, norm.eps
+        return lambda x: torch.layer_norm(x, shape, weight, bias, eps) if x.dtype == torch.float32 else norm.forward(x)
+    return norm.forward
+
+
+def _add_norm_fns(add_norm: nn.Module):
+    """``(before, after)`` of one AddNorm: ``before(x)`` is what the sub-layer sees (``None``: x itself) and
+    ``after(x, out)`` the new residual stream. Pre and Post are spelled out; the others use the module's own."""
+    if add_norm.placement == "pre":
+        return _norm_fn(add_norm.norm), torch.add
+    if add_norm.placement == "post":
+        norm = _norm_fn(add_norm.norm)
+        return None, lambda x, out: norm(x + out)
+    return add_norm.before, add_norm.after  # sandwich, deepnorm
 
 
 class _Layer:
-    """The tensors and callables of one block, looked up once."""
+    """The tensors and callables of one block, looked up once (``nn.Module`` attribute lookups are slow)."""
 
     def __init__(self, block: EncoderBlock) -> None:
         attn, ffn = block.attn, block.ffn
@@ -99,29 +113,17 @@ class _Layer:
         self.gate = (ffn.gate_proj.weight, ffn.gate_proj.bias) if ffn.gated else None
         self.down = (ffn.down_proj.weight, ffn.down_proj.bias)
         self.act = ffn.act
-        self.attn_add_norm, self.ffn_add_norm = block.attn_add_norm, block.ffn_add_norm
-
-    @staticmethod
-    def before(add_norm, x: torch.Tensor) -> torch.Tensor:
-        if add_norm.placement == "pre":
-            return _norm(add_norm.norm, x)
-        return add_norm.before(x)
-
-    @staticmethod
-    def after(add_norm, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if add_norm.placement == "pre":
-            return x + out
-        if add_norm.placement == "post":
-            return _norm(add_norm.norm, x + out)
-        return add_norm.after(x, out)  # sandwich, deepnorm: the module's own arithmetic
+        self.attn_before, self.attn_after = _add_norm_fns(block.attn_add_norm)
+        self.ffn_before, self.ffn_after = _add_norm_fns(block.ffn_add_norm)
+        kv_dim = self.hkv * self.dh
+        self.sizes = [self.d, kv_dim, kv_dim]
 
     def __call__(self, x: torch.Tensor, cache: KVCache, positions: torch.Tensor,
                  mask: torch.Tensor | None) -> torch.Tensor:
         b = x.shape[0]
-        h = self.before(self.attn_add_norm, x)  # (B, D)
-        kv_dim = self.hkv * self.dh
+        h = x if self.attn_before is None else self.attn_before(x)  # (B, D)
         if self.qkv is not None:
-            q, k, v = F.linear(h, *self.qkv).split_with_sizes([self.d, kv_dim, kv_dim], dim=-1)
+            q, k, v = F.linear(h, *self.qkv).split_with_sizes(self.sizes, dim=-1)
         else:
             q, k, v = F.linear(h, *self.q), F.linear(h, *self.k), F.linear(h, *self.v)
         q = q.view(b, self.h, 1, self.dh)  # (B, H, 1, Dh)
@@ -132,11 +134,11 @@ class _Layer:
         k, v, k_pos = cache.update(k, v, positions)  # (B, Hkv, S, Dh), (B|1, S)
         bias = None if self.positional is None else self.positional.score_bias(q, positions, k_pos, self.scale)
         out, _ = kernels.sdpa_attention(q, k, v, mask=mask, scale=self.scale, bias=bias)  # (B, H, 1, Dh)
-        x = self.after(self.attn_add_norm, x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)
-        h = self.before(self.ffn_add_norm, x)
+        x = self.attn_after(x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)
+        h = x if self.ffn_before is None else self.ffn_before(x)
         hidden = self.act(F.linear(h, *self.up)) if self.gate is None else (
             self.act(F.linear(h, *self.gate)) * F.linear(h, *self.up))  # (B, F)
-        return self.after(self.ffn_add_norm, x, F.linear(hidden, *self.down))  # (B, D)
+        return self.ffn_after(x, F.linear(hidden, *self.down))  # (B, D)
 
 
 class DecodeStep:
@@ -151,27 +153,32 @@ class DecodeStep:
             raise ValueError(f"caches must hold one KVCache per block ({len(model.stack.blocks)}), got {len(caches)}")
         self.model, self.caches = model, caches
         self.layers = [_Layer(block) for block in model.stack.blocks]
+        emb = model.embeddings
+        self.embeddings = emb if emb.token_types is not None else None  # token types: the module, unchanged
+        self.token_weight, self.multiplier = emb.embed_tokens.weight, emb.embed_tokens.multiplier
+        self.positional, self.embedding_norm = emb.positional, emb.norm
+        final = model.stack.final_norm
+        self.final_norm = None if final is None else _norm_fn(final)
+        self.head = (model.lm_head.weight, model.lm_head.bias)
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """``InputEmbeddings.forward`` without its id range check (ids come from this model's own logits) and
         without dropout (eval mode): ``(B, 1)`` → ``(B, 1, D)``."""
-        emb = self.model.embeddings
-        if emb.token_types is not None:
-            return emb(ids, positions)
-        x = F.embedding(ids, emb.embed_tokens.weight)  # (B, 1, D)
-        if emb.embed_tokens.multiplier != 1.0:
-            x = x * emb.embed_tokens.multiplier
-        if emb.positional is not None:
-            x = emb.positional.add_to_embeddings(x, positions)
-        return x if emb.norm is None else emb.norm(x)
+        if self.embeddings is not None:
+            return self.embeddings(ids, positions)
+        x = F.embedding(ids, self.token_weight)  # (B, 1, D)
+        if self.multiplier != 1.0:
+            x = x * self.multiplier
+        if self.positional is not None:
+            x = self.positional.add_to_embeddings(x, positions)
+        return x if self.embedding_norm is None else self.embedding_norm(x)
 
     def __call__(self, token: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b = token.shape[0]
-        model = self.model
         x = self._embed(token[:, None], positions).view(b, -1)  # (B, D)
         attn_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
         for layer, cache in zip(self.layers, self.caches):
             x = layer(x, cache, positions, attn_mask)
-        if model.stack.final_norm is not None:
-            x = _norm(model.stack.final_norm, x)
-        return F.linear(x, model.lm_head.weight, model.lm_head.bias)  # (B, V)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return F.linear(x, *self.head)  # (B, V)
