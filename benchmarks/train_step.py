@@ -53,8 +53,9 @@ class XTransformersLM(torch.nn.Module):
         self.net = net
 
     def forward(self, input_ids, labels=None):
-        logits = self.net(input_ids)
-        loss = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        logits = self.net(input_ids)  # (B, T, V)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())  # next-token targets (B*(T-1),)
         return type("Out", (), {"loss": loss, "logits": logits})
 
 
