@@ -2,6 +2,8 @@
 
     FFN(x)    = down(act(up(x)))                         ReLU (2017), GELU (BERT, GPT-2)
     SwiGLU(x) = down(silu(gate(x)) * up(x))              Shazeer 2020; Llama
+    GEGLU(x)  = down(gelu(gate(x)) * up(x))              Shazeer 2020; "geglu" (erf GELU), "geglu_tanh"
+                                                         (tanh GELU: T5 v1.1 / flan-t5's "gated-gelu")
 
 Width rules (``d_ff`` when not given): ``4 * D`` for the plain FFN, as in the paper; for gated variants
 ``2/3 * 4 * D`` rounded up to a multiple of 8, so the three matrices hold about as many parameters as the two of
@@ -24,7 +26,11 @@ ACTIVATIONS = {
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "silu": F.silu,
 }
-GATED = {"swiglu": F.silu, "geglu": F.gelu}
+GATED = {
+    "swiglu": F.silu,
+    "geglu": F.gelu,
+    "geglu_tanh": ACTIVATIONS["gelu_tanh"],  # T5 v1.1's "gated-gelu": HF's "gelu_new" inside the gate
+}
 ACTIVATION_NAMES = (*ACTIVATIONS, *GATED)
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from anatomy.components.ffn import default_d_ff
+from anatomy.components.ffn import GATED, default_d_ff
 from anatomy.config import ModelConfig
 from anatomy.interop.rope_layout import convert_state_dict as convert_rope_state
 from anatomy.interop.safetensors_io import CheckpointError
@@ -258,7 +258,9 @@ def _llama_write(cfg: ModelConfig, arch: str) -> dict:
 
 # ================================================================================================ T5
 
-_T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-silu": "swiglu"}
+# feed_forward_proj → our activation. HF runs "gated-gelu" (T5 v1.1, flan-t5) with dense_act_fn="gelu_new", the
+# tanh GELU, as act(wi_0(x)) * wi_1(x): our "geglu_tanh"; "gated-silu" is silu(wi_0(x)) * wi_1(x): "swiglu".
+_T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-silu": "swiglu", "gated-gelu": "geglu_tanh"}
 
 
 def _t5_config(c: dict, arch: str) -> ModelConfig:
@@ -267,8 +269,7 @@ def _t5_config(c: dict, arch: str) -> ModelConfig:
         raise _refuse(arch, f"d_kv * num_heads = {c.get('d_kv', 64)} * {h} != d_model = {d}")
     ffn = c.get("feed_forward_proj", "relu")
     if ffn not in _T5_FFN:
-        raise _refuse(arch, f"feed_forward_proj={ffn!r} (supported: {', '.join(_T5_FFN)}; 'gated-gelu' uses the "
-                            "tanh GELU inside a gate, which anatomy's activations do not name)")
+        raise _refuse(arch, f"feed_forward_proj={ffn!r} (supported: {', '.join(_T5_FFN)})")
     tied = c.get("tie_word_embeddings", True) is not False
     scaled = c.get("scale_decoder_outputs", tied)  # v1.0: tied head and hidden * d_model**-0.5; v1.1: neither
     pad = _pad(c, vocab)
@@ -290,7 +291,7 @@ def _t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
     rows = [_e(("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", *tied),
                ("encoder.embeddings.embed_tokens.weight", "decoder.embeddings.embed_tokens.weight", *tied))]
-    gated = cfg.activation == "swiglu"
+    gated = cfg.activation in GATED  # DenseGatedActDense: wi_0 is the gate, wi_1 the linear half
     for side, n, names in (("encoder", cfg.n_layers, ("SelfAttention", "DenseReluDense")),
                            ("decoder", cfg.decoder_layers, ("SelfAttention", "EncDecAttention", "DenseReluDense"))):
         # block 0 owns the stack's one relative-bias table (num_buckets, H)

@@ -100,6 +100,19 @@ def test_ffn_widths_and_swiglu_formula():
     assert relu.up_proj.out_features == 20 and not hasattr(relu, "gate_proj")
 
 
+def test_geglu_tanh_is_a_tanh_gelu_gate():
+    assert default_d_ff(512, "geglu_tanh") == 1368  # gated: the 2/3 * 4 * D rule
+    torch.manual_seed(0)
+    ffn = FeedForward(d_model=8, d_ff=16, activation="geglu_tanh").double()
+    assert ffn.gated and ffn.gate_proj.out_features == 16
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    gate, up = ffn.gate_proj(x), ffn.up_proj(x)
+    # the tanh approximation written out (Hendrycks & Gimpel 2016; HF's "gelu_new")
+    gelu_tanh = 0.5 * gate * (1 + torch.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate**3)))
+    assert torch.allclose(ffn(x), ffn.down_proj(gelu_tanh * up), atol=1e-12)
+    assert not torch.allclose(ffn(x), ffn.down_proj(F.gelu(gate) * up), atol=1e-6)  # not the erf GELU ("geglu")
+
+
 def test_embedding_scale_and_tied_head():
     emb = TokenEmbedding(10, 16, scale=True)
     ids = torch.tensor([[1, 2]])
