@@ -314,6 +314,18 @@ def finite_metrics(values: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def fmt_blown(metric, zh: bool = False) -> str:
+    """A metric that ``finite_metrics`` may have capped: say "not finite" instead of printing the cap."""
+    blown = sum(abs(v) >= BLOWN_UP for v in metric.values)
+    if not blown:
+        return metric.fmt()
+    if blown == metric.n:
+        return "非有限（训练发散）" if zh else "not finite (training diverged)"
+    kept = type(metric)(metric.name, [v for v in metric.values if abs(v) < BLOWN_UP], metric.unit)
+    return (f"{kept.fmt()}（另有 {blown}/{metric.n} 个种子发散）" if zh
+            else f"{kept.fmt()} ({blown} of {metric.n} seeds diverged)")
+
+
 def fmt_count(metric) -> str:
     """A metric that is a whole number on every seed, printed as one (``3`` rather than ``3 ± 0``)."""
     vals = metric.values

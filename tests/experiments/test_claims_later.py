@@ -170,6 +170,17 @@ def test_c39_rule():
     assert judge(39, **base, score_std_no_norm=1.3, failed_no_norm=0) == "refuted"
 
 
+def test_c39_reason_says_diverged_instead_of_printing_the_cap():
+    ms = {k: Metric(k, [float(v)] * 3) for k, v in dict(depth_deep=12, score_std_layernorm=1.45, failed_pre=0,
+                                                        n_lrs=4, score_std_no_norm=1e6, failed_no_norm=2).items()}
+    verdict = CLAIMS[claim_id(39)].rule(ms)
+    assert "not finite (training diverged) without" in verdict.reason_en
+    assert "非有限（训练发散）" in verdict.reason_zh
+    assert "e+06" not in verdict.reason_en + verdict.reason_zh
+    ms["score_std_no_norm"] = Metric("score_std_no_norm", [9.0, 1e6, 11.0])
+    assert "10 ± 1.41 (1 of 3 seeds diverged)" in CLAIMS[claim_id(39)].rule(ms).reason_en
+
+
 def test_c40_c41_c42_rules():
     base = dict(diff_unbiased_variance=0.05, diff_wrong_dim=2.7)
     assert judge(40, **base, err_ours_vs_formula=1e-15, err_torch_vs_formula=1e-15) == "supported"

@@ -84,6 +84,15 @@ def test_greedy_tokens_identical_batched_and_alone(name):
         assert torch.equal(alone[0, -12:], fast[row, -12:])
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa"])
+def test_bfloat16_models_give_the_same_tokens(name):
+    preset, overrides = ACCEPTED[name]
+    model = _model(preset, **overrides).to(torch.bfloat16)  # norms fall back to their modules (float32 stats)
+    ids, mask = _prompt()
+    assert torch.equal(generate(model, ids, mask, max_new_tokens=10),
+                       generate(model, ids, mask, max_new_tokens=10, fast=False))
+
+
 def test_sampling_and_eos_follow_the_same_draws():
     model = _model("gpt2")
     ids, mask = _prompt()

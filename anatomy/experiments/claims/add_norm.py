@@ -31,6 +31,7 @@ from anatomy.experiments.common import (
     figure_grid,
     finite_metrics,
     fit,
+    fmt_blown,
     fmt_count,
     fmt_values,
     per_seed,
@@ -486,10 +487,10 @@ def _c39(ms):
     ln, raw = ms["score_std_layernorm"], ms["score_std_no_norm"]
     depth = int(ms["depth_deep"].values[0])
     nums_en = (f"Spread (std) of the last layer's attention scores after training ({depth} layers, lr 3e-3): "
-               f"{ln.fmt()} with LayerNorm, {raw.fmt()} without; runs that failed: {ms['failed_pre'].fmt()} with "
+               f"{ln.fmt()} with LayerNorm, {fmt_blown(raw)} without; runs that failed: {ms['failed_pre'].fmt()} with "
                f"LayerNorm (of {fmt_count(ms['n_lrs'])} rates), {ms['failed_no_norm'].fmt()} without (of 2).")
-    nums_zh = (f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，无 {raw.fmt()}；失败"
-               "次数："
+    nums_zh = (f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，"
+               f"无 {fmt_blown(raw, zh=True)}；失败次数："
                f"有 LayerNorm {ms['failed_pre'].fmt()}（共 {fmt_count(ms['n_lrs'])} 个学习率），无 "
                f"{ms['failed_no_norm'].fmt()}（共 2 个）。")
     stable = [(r > 2 * a or not math.isfinite(r)) or f > p for a, r, f, p in
