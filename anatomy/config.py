@@ -31,6 +31,7 @@ class ModelConfig:
     d_model: int = 128
     n_heads: int = 4
     n_kv_heads: int | None = None
+    head_dim: int | None = None  # None: d_model // n_heads; set to decouple (T5 v1.1 small, Gemma); read .dh
     n_layers: int = 2
     n_decoder_layers: int | None = None
     d_ff: int | None = None
@@ -80,16 +81,17 @@ class ModelConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("n_kv_heads", "n_decoder_layers", "d_ff"):
+        for name in ("n_kv_heads", "head_dim", "n_decoder_layers", "d_ff"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
-        if self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if self.head_dim is None and self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
+                             "(or set head_dim to give the heads their own width)")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
-        if self.positional == "rope" and self.head_dim % 2:
-            raise ValueError(f"positional='rope' needs an even head dimension d_model // n_heads, "
-                             f"got {self.d_model} // {self.n_heads} = {self.head_dim}")
+        if self.positional == "rope" and self.dh % 2:
+            raise ValueError(f"positional='rope' needs an even head dimension, got Dh={self.dh}"
+                             + ("" if self.head_dim else f" (d_model // n_heads = {self.d_model} // {self.n_heads})"))
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={self.d_model}")
         for name in ("dropout", "attention_dropout"):
@@ -106,8 +108,9 @@ class ModelConfig:
 
     # derived values -------------------------------------------------------------------------------------------
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def dh(self) -> int:
+        """The heads' width Dh: ``head_dim`` when set, else ``d_model // n_heads``."""
+        return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
 
     @property
     def kv_heads(self) -> int:

@@ -32,7 +32,7 @@ LEGEND = {
     "D": "model width d_model",
     "H": "query heads",
     "Hkv": "key/value heads",
-    "Dh": "head width d_model // n_heads",
+    "Dh": "head width (d_model // n_heads unless head_dim is set)",
     "F": "feed-forward hidden width d_ff",
     "V": "vocabulary size",
 }

@@ -11,7 +11,8 @@ from anatomy.models import build_model
 from anatomy.shapes import LEGEND
 
 SIZE_FLAGS = {  # flag → config field
-    "d_model": "d_model", "heads": "n_heads", "kv_heads": "n_kv_heads", "layers": "n_layers", "d_ff": "d_ff",
+    "d_model": "d_model", "heads": "n_heads", "kv_heads": "n_kv_heads", "head_dim": "head_dim", "layers": "n_layers",
+    "d_ff": "d_ff",
     "vocab": "vocab_size", "positional": "positional", "norm": "norm", "norm_position": "norm_position",
     "activation": "activation", "architecture": "architecture",
 }
@@ -27,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--d-model", type=int)
     p.add_argument("--heads", type=int)
     p.add_argument("--kv-heads", type=int)
+    p.add_argument("--head-dim", type=int, help="heads' width Dh (default d_model // heads)")
     p.add_argument("--layers", type=int)
     p.add_argument("--d-ff", type=int)
     p.add_argument("--vocab", type=int)
@@ -63,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                          f"{config.max_seq_len})")
     rows = trace_model(model, example_inputs(model, args.batch, args.seq, tgt_seq=args.tgt_seq))
     title = (f"anatomy trace · {source} · {config.architecture}, D={config.d_model}, "
-             f"H={config.n_heads}, Dh={config.head_dim}, layers={config.n_layers}, norm={config.norm_position}")
+             f"H={config.n_heads}, Dh={config.dh}, layers={config.n_layers}, norm={config.norm_position}")
     print(render(rows, args.format, title=title))
     if args.format == "table":
         print("\nlegend: " + ", ".join(f"{k} {v}" for k, v in LEGEND.items()))

@@ -49,17 +49,22 @@ class MultiHeadAttention(nn.Module):
         scale: score scale; default ``1/sqrt(Dh)``.
         fused_qkv: one ``qkv_proj`` Linear instead of ``q_proj``, ``k_proj``, ``v_proj``.
         positional: a scheme of site ``"attention"`` (RoPE, ALiBi, Shaw) or ``None``.
+        head_dim: Dh; default ``d_model // n_heads`` (the post's d_k). Set it to decouple the heads' width from
+            D (T5 v1.1 small: D=512, 6 heads of 64): q/k/v project D → H·Dh (Hkv·Dh) and the output H·Dh → D.
     """
 
     def __init__(
         self, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
         dropout: float = 0.0, kernel: str = "auto", scale: float | None = None, fused_qkv: bool = False,
-        positional: PositionalScheme | None = None,
+        positional: PositionalScheme | None = None, head_dim: int | None = None,
     ) -> None:
         super().__init__()
         check_positive("d_model", d_model)
         check_positive("n_heads", n_heads)
-        check_divisible("d_model", d_model, "n_heads", n_heads)
+        if head_dim is None:
+            check_divisible("d_model", d_model, "n_heads", n_heads)
+        else:
+            check_positive("head_dim", head_dim)
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         check_positive("n_kv_heads", n_kv_heads)
         check_divisible("n_heads", n_heads, "n_kv_heads", n_kv_heads)
@@ -70,17 +75,18 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"positional scheme {type(positional).__name__} acts at site {positional.site!r}, "
                              "not inside attention; the model builder places it")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
-        self.head_dim = d_model // n_heads
+        self.head_dim = d_model // n_heads if head_dim is None else head_dim
+        self.inner_dim = n_heads * self.head_dim  # H·Dh: = D unless head_dim was set
         self.kernel, self.dropout, self.fused_qkv = kernel, dropout, fused_qkv
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         kv_dim = n_kv_heads * self.head_dim
         if fused_qkv:
-            self.qkv_proj = nn.Linear(d_model, d_model + 2 * kv_dim, bias=bias)
+            self.qkv_proj = nn.Linear(d_model, self.inner_dim + 2 * kv_dim, bias=bias)
         else:
-            self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+            self.q_proj = nn.Linear(d_model, self.inner_dim, bias=bias)
             self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
             self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
-        self.o_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.o_proj = nn.Linear(self.inner_dim, d_model, bias=bias)
         self.positional = positional
         for name in ("q", "k", "v", "scores", "weights", "z", "merged", "out"):
             setattr(self, f"hook_{name}", HookPoint())
@@ -91,17 +97,18 @@ class MultiHeadAttention(nn.Module):
         if not self.fused_qkv:
             return self.q_proj(x), self.k_proj(source), self.v_proj(source)
         if source is x:
-            return self.qkv_proj(x).split([self.d_model, kv_dim, kv_dim], dim=-1)
+            return self.qkv_proj(x).split([self.inner_dim, kv_dim, kv_dim], dim=-1)
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        q = nn.functional.linear(x, w[: self.d_model], None if b is None else b[: self.d_model])
-        kv = nn.functional.linear(source, w[self.d_model:], None if b is None else b[self.d_model:])
+        q = nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
+        kv = nn.functional.linear(source, w[self.inner_dim:], None if b is None else b[self.inner_dim:])
         return (q, *kv.split([kv_dim, kv_dim], dim=-1))
 
     def _project_q(self, x: torch.Tensor) -> torch.Tensor:
         if not self.fused_qkv:
             return self.q_proj(x)
         b = self.qkv_proj.bias
-        return nn.functional.linear(x, self.qkv_proj.weight[: self.d_model], None if b is None else b[: self.d_model])
+        w = self.qkv_proj.weight
+        return nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
 
     def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         b, t, _ = x.shape
@@ -177,8 +184,9 @@ class MultiHeadAttention(nn.Module):
 
     def _merge(self, out: torch.Tensor) -> torch.Tensor:
         b, _, t, _ = out.shape
-        return out.transpose(1, 2).reshape(b, t, self.d_model)  # (B, T, D)
+        return out.transpose(1, 2).reshape(b, t, self.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+                + (f"head_dim={self.head_dim}, " if self.inner_dim != self.d_model else "") +
                 f"kernel={self.kernel!r}, scale={self.scale:.4g}")

@@ -100,7 +100,7 @@ class _Layer:
 
     def __init__(self, block: EncoderBlock) -> None:
         attn, ffn = block.attn, block.ffn
-        self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.d_model
+        self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.inner_dim  # d: H·Dh
         self.scale, self.positional = attn.scale, attn.positional
         if attn.fused_qkv:
             self.qkv = (attn.qkv_proj.weight, attn.qkv_proj.bias)

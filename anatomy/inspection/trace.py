@@ -62,6 +62,10 @@ def _letters(kind: str, shape: tuple[int, ...], which: str) -> str:
         letters = "B Hkv S Dh"
     if kind == "proj" and which in ("k", "v"):
         letters = "B S Hkv*Dh"
+    if kind == "proj" and which == "qkv":
+        letters = "B T (H+2Hkv)*Dh"
+    if kind in ("proj", "merge") and which == "wide":  # heads of their own width: H·Dh != D
+        letters = "B T H*Dh"
     if kind == "head" and len(shape) == 2:
         letters = "B C"
     return letters
@@ -107,15 +111,16 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
         if isinstance(module, InputEmbeddings):
             on(module, "embed")
         elif isinstance(module, MultiHeadAttention):
+            wide = module.inner_dim != module.d_model
             for which in ("q", "k", "v"):
                 proj = getattr(module, f"{which}_proj", None)
                 if proj is not None:
-                    on(proj, "proj", which, f"linear projection {which.upper()}")
+                    on(proj, "proj", "wide" if wide and which == "q" else which, f"linear projection {which.upper()}")
                 on(getattr(module, f"hook_{which}"), "split", which, f"split heads: {which}")
             if module.fused_qkv:
-                on(module.qkv_proj, "proj", "q", "fused linear projection Q|K|V")
+                on(module.qkv_proj, "proj", "qkv", "fused linear projection Q|K|V")
             for hook, kind in (("scores", "scores"), ("weights", "softmax"), ("z", "z"), ("merged", "merge")):
-                on(getattr(module, f"hook_{hook}"), kind)
+                on(getattr(module, f"hook_{hook}"), kind, "wide" if wide and kind == "merge" else "")
             on(module.o_proj, "out")
         elif isinstance(module, AddNorm):
             norms = [module.pre_norm, module.post_norm] if module.placement == "sandwich" else [module.norm]

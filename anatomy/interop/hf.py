@@ -210,8 +210,6 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
     d, h, vocab = _get(c, "hidden_size"), _get(c, "num_attention_heads"), _get(c, "vocab_size")
     if c.get("hidden_act", "silu") != "silu":
         raise _refuse(arch, f"hidden_act={c['hidden_act']!r} (anatomy's Llama FFN is SwiGLU: silu)")
-    if c.get("head_dim") not in (None, d // h):
-        raise _refuse(arch, f"head_dim={c['head_dim']} != hidden_size // num_attention_heads = {d // h}")
     if bool(c.get("attention_bias", False)) != bool(c.get("mlp_bias", False)):
         raise _refuse(arch, "attention_bias != mlp_bias (anatomy has one bias flag)")
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
@@ -221,6 +219,7 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
     return ModelConfig(
         architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h,
         n_kv_heads=c.get("num_key_value_heads") or h, n_layers=_get(c, "num_hidden_layers"),
+        head_dim=None if c.get("head_dim") in (None, d // h) else c["head_dim"],  # decoupled heads (Qwen3, Gemma)
         d_ff=_get(c, "intermediate_size"), max_seq_len=c.get("max_position_embeddings", 2048), positional="rope",
         rope_layout="half", rope_base=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
         norm="rmsnorm", norm_position="pre", activation="swiglu", dropout=0.0,
@@ -249,7 +248,7 @@ def _llama_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
         num_key_value_heads=cfg.kv_heads, num_hidden_layers=cfg.n_layers,
-        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), head_dim=cfg.head_dim,
+        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), head_dim=cfg.dh,
         max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps, hidden_act="silu",
         rope_theta=cfg.rope_base, attention_bias=cfg.bias, mlp_bias=cfg.bias, attention_dropout=cfg.attention_dropout,
         tie_word_embeddings=cfg.tie_embeddings,
@@ -265,8 +264,7 @@ _T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-silu": "swiglu", "gated-gelu":
 
 def _t5_config(c: dict, arch: str) -> ModelConfig:
     d, h, vocab = _get(c, "d_model"), _get(c, "num_heads"), _get(c, "vocab_size")
-    if c.get("d_kv", 64) * h != d:
-        raise _refuse(arch, f"d_kv * num_heads = {c.get('d_kv', 64)} * {h} != d_model = {d}")
+    d_kv = c.get("d_kv", 64)
     ffn = c.get("feed_forward_proj", "relu")
     if ffn not in _T5_FFN:
         raise _refuse(arch, f"feed_forward_proj={ffn!r} (supported: {', '.join(_T5_FFN)})")
@@ -277,6 +275,7 @@ def _t5_config(c: dict, arch: str) -> ModelConfig:
     rate = c.get("dropout_rate", 0.1)
     return ModelConfig(
         architecture="seq2seq", vocab_size=vocab, d_model=d, n_heads=h, n_layers=_get(c, "num_layers"),
+        head_dim=None if d_kv * h == d else d_kv,  # T5 v1.1 small: 6 heads of 64 on d_model 512
         n_decoder_layers=c.get("num_decoder_layers") or _get(c, "num_layers"), d_ff=_get(c, "d_ff"),
         positional="t5", t5_num_buckets=c.get("relative_attention_num_buckets", 32),
         t5_max_distance=c.get("relative_attention_max_distance", 128), norm="rmsnorm", norm_position="pre",
@@ -317,7 +316,7 @@ def _t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _t5_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.head_dim, num_heads=cfg.n_heads,
+        vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.dh, num_heads=cfg.n_heads,
         d_ff=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), num_layers=cfg.n_layers,
         num_decoder_layers=cfg.decoder_layers, relative_attention_num_buckets=cfg.t5_num_buckets,
         relative_attention_max_distance=cfg.t5_max_distance, dropout_rate=cfg.dropout,
@@ -498,6 +497,9 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
             wrong.append("pooler=False (BertForSequenceClassification has a tanh pooler)")
         if fam.name == "t5" and not any(math.isclose(config.output_scale, s) for s in (1.0, config.d_model**-0.5)):
             wrong.append(f"output_scale={config.output_scale} (T5 uses 1.0 or d_model**-0.5)")
+        if fam.name == "bert" and config.dh * config.n_heads != config.d_model:
+            wrong.append(f"head_dim={config.head_dim} (BERT's heads split d_model: needs n_heads * head_dim == "
+                         "d_model)")
         if fam.name != "t5" and config.output_scale != 1.0:
             wrong.append(f"output_scale={config.output_scale} (needs 1.0)")
         if not wrong:

@@ -65,7 +65,7 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], config: ModelConfig,
     check_choice("rope_layout", target, ROPE_LAYOUTS)
     if config.positional != "rope":
         raise ValueError(f"RoPE layout conversion needs positional='rope', got positional={config.positional!r}")
-    source, dh, h, hkv = config.rope_layout, config.head_dim, config.n_heads, config.kv_heads
+    source, dh, h, hkv = config.rope_layout, config.dh, config.n_heads, config.kv_heads
     out = {}
     for key, value in state_dict.items():
         match = _QK_KEY.search(key)

@@ -165,6 +165,9 @@ def _check_ours_mha(a: MultiHeadAttention, where: str) -> bool:
     if a.n_kv_heads != a.n_heads:
         raise ValueError(f"{where}: grouped-query attention (GQA, n_kv_heads={a.n_kv_heads} != "
                          f"n_heads={a.n_heads}) has no nn.MultiheadAttention equivalent")
+    if a.inner_dim != a.d_model:
+        raise ValueError(f"{where}: heads of width head_dim={a.head_dim} (n_heads * head_dim = {a.inner_dim} != "
+                         f"d_model = {a.d_model}) have no nn.MultiheadAttention equivalent: its heads split d_model")
     if a.positional is not None:
         raise ValueError(f"{where}: a positional scheme inside attention ({type(a.positional).__name__}) has "
                          "no nn.MultiheadAttention equivalent")

@@ -29,7 +29,7 @@ def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
     cls = positional_class(config.positional)
     if cls.site != site:
         return None
-    return cls(d_model=config.d_model, max_seq_len=config.max_seq_len, head_dim=config.head_dim,
+    return cls(d_model=config.d_model, max_seq_len=config.max_seq_len, head_dim=config.dh,
                n_heads=config.n_heads, base=config.rope_base if config.positional == "rope" else 10000.0,
                layout=config.rope_layout, max_relative_distance=config.max_relative_distance,
                num_buckets=config.t5_num_buckets, max_distance=config.t5_max_distance, bidirectional=bidirectional)
@@ -44,7 +44,7 @@ def _block_kwargs(config: ModelConfig, alpha: float) -> dict:
                 activation=config.activation, norm=config.norm, norm_eps=config.norm_eps,
                 placement=config.norm_position, bias=config.bias, dropout=config.dropout,
                 attention_dropout=config.attention_dropout, kernel=config.kernel, attn_scale=config.attn_scale,
-                fused_qkv=config.fused_qkv, alpha=alpha)
+                fused_qkv=config.fused_qkv, alpha=alpha, head_dim=config.head_dim)
 
 
 def _embeddings(config: ModelConfig, embed_tokens: TokenEmbedding, *, with_types: bool = True) -> InputEmbeddings:

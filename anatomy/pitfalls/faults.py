@@ -74,7 +74,7 @@ def split_without_transpose(attn: MultiHeadAttention, x: torch.Tensor, heads: in
 
 def merge_without_transpose(attn: MultiHeadAttention, out: torch.Tensor) -> torch.Tensor:
     b, _, t, _ = out.shape
-    return out.reshape(b, t, attn.d_model)  # "(B, T, D)" — but token t now holds pieces of several tokens
+    return out.reshape(b, t, attn.inner_dim)  # "(B, T, D)" — but token t now holds pieces of several tokens
 
 
 # --- blocks ---------------------------------------------------------------------------------------------------

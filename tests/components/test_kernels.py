@@ -95,6 +95,25 @@ def test_kernels_agree_forward_and_backward(mask_name, scheme, n_kv_heads):
         assert torch.count_nonzero(z["z"][1, :, 3:5]) == 0
 
 
+@pytest.mark.parametrize("mask_name", ["padding+causal", "fully-masked"])
+@pytest.mark.parametrize("n_kv_heads,fused", [(3, False), (1, True)])
+def test_kernels_agree_with_decoupled_head_width(mask_name, n_kv_heads, fused):
+    """head_dim set: 3 heads of 20 on d_model 32 (H·Dh = 60), RoPE on the 20-wide heads."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=D, n_heads=3, n_kv_heads=n_kv_heads, head_dim=20, fused_qkv=fused,
+                              positional=RotaryPositional(head_dim=20)).double()
+    assert attn.scale == 20 ** -0.5 and attn.o_proj.in_features == 60
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    mask, is_causal = _masks(mask_name)
+    ref_out, ref_grads = _run(attn, "loop", x, mask, is_causal, None)
+    assert ref_out.shape == (B, T, D)
+    for kernel in ("math", "sdpa"):
+        out, grads = _run(attn, kernel, x, mask, is_causal, None)
+        assert (out - ref_out).abs().max() <= 1e-10, kernel
+        for g, rg in zip(grads, ref_grads):
+            assert (g - rg).abs().max() <= 1e-8, kernel
+
+
 def test_auto_uses_sdpa_unless_weights_are_asked(monkeypatch):
     calls = []
     for name, k in kernels.KERNELS.items():

@@ -26,6 +26,7 @@ ACCEPTED = {
                                            final_norm=False)),
     "separate-qkv-nobias-sdpa": ("gpt2", dict(fused_qkv=False, bias=False, kernel="sdpa")),
     "scaled-embeddings-untied": ("gpt2", dict(scale_embeddings=True, tie_embeddings=False)),
+    "decoupled-heads": ("llama", dict(n_heads=2, n_kv_heads=1, head_dim=24)),  # H·Dh = 48 != d_model = 32
 }
 
 

@@ -99,6 +99,9 @@ FAMILIES = {
     # tied); equal depths so that HF's generate works (see test_t5_greedy_16_tokens_match_hf_generate)
     "t5-gated-gelu-v1.1": lambda: t5(feed_forward_proj="gated-gelu", tie_word_embeddings=False, num_heads=2, d_kv=16,
                                      num_decoder_layers=2),
+    # heads wider than d_model / num_heads (t5-v1_1-small: 6 x 64 on 512; Qwen3, Gemma set head_dim the same way)
+    "t5-decoupled-heads": lambda: t5(num_heads=3, d_kv=16, num_decoder_layers=2),
+    "llama-decoupled-heads": lambda: llama(head_dim=16),
 }
 
 G = torch.Generator().manual_seed(1)
@@ -210,7 +213,7 @@ def test_flan_t5_style_config_json_is_read():
 # ------------------------------------------------------------------------------------------ (2) greedy generation
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied"])
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-decoupled-heads"])
 def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     hf = FAMILIES[name]()
     ours = from_hf(hf)
@@ -223,7 +226,7 @@ def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     assert len(set(got[:, 9:].flatten().tolist())) > 3  # the continuation is not one repeated token
 
 
-@pytest.mark.parametrize("name", ["t5-v1.0", "t5-gated-gelu-v1.1"])
+@pytest.mark.parametrize("name", ["t5-v1.0", "t5-gated-gelu-v1.1", "t5-decoupled-heads"])
 def test_t5_greedy_16_tokens_match_hf_generate(name):
     # transformers 5.x sizes T5's generation cache by the encoder depth: equal depths
     hf = t5(num_decoder_layers=2) if name == "t5-v1.0" else FAMILIES[name]()
@@ -238,7 +241,8 @@ def test_t5_greedy_16_tokens_match_hf_generate(name):
 # ------------------------------------------------------------------------------------------ (3) round trips
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-mqa-tied-theta", "bert-classifier", "t5-v1.0",
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-mqa-tied-theta", "llama-decoupled-heads",
+                                  "bert-classifier", "t5-v1.0", "t5-decoupled-heads",
                                   "t5-gated-gelu-v1.1"])
 def test_hf_to_ours_to_hf(name):
     hf = FAMILIES[name]()
@@ -379,9 +383,21 @@ def test_unexpressible_hf_features_are_refused_by_name():
     with pytest.raises(ValueError, match="gated-relu") as info:
         from_hf(t5(feed_forward_proj="gated-relu"))
     assert "supported: relu, gelu, gated-silu, gated-gelu" in str(info.value)
-    with pytest.raises(ValueError, match=r"d_kv \* num_heads = 64 \* 6 != d_model = 512"):  # t5-v1_1-small's shape
-        config_from_hf(dict(architectures=["T5ForConditionalGeneration"], d_model=512, d_kv=64, num_heads=6,
-                            num_layers=8, d_ff=1024, vocab_size=32128, feed_forward_proj="gated-gelu"))
+
+
+
+def test_decoupled_head_width_is_read_and_written():
+    small = config_from_hf(dict(architectures=["T5ForConditionalGeneration"], d_model=512, d_kv=64, num_heads=6,
+                                num_layers=8, d_ff=1024, vocab_size=32128, feed_forward_proj="gated-gelu"))
+    assert (small.head_dim, small.dh, small.n_heads, small.d_model) == (64, 64, 6, 512)  # t5-v1_1-small's shape
+    for name, field in (("t5-decoupled-heads", "d_kv"), ("llama-decoupled-heads", "head_dim")):
+        hf = FAMILIES[name]()
+        ours = from_hf(hf)
+        attn = ours.decoder.stack.blocks[0].cross_attn if name.startswith("t5") else ours.stack.blocks[0].attn
+        assert attn.inner_dim == 48 if name.startswith("t5") else attn.inner_dim == 64  # != d_model = 32
+        assert tuple(attn.o_proj.weight.shape) == (32, attn.inner_dim)
+        assert getattr(to_hf(ours).config, field) == 16
+    assert from_hf(llama()).config.head_dim is None  # the default width stays implicit
 
 
 def test_to_hf_names_what_does_not_fit():

@@ -129,7 +129,7 @@ def test_config_round_trips_through_json_and_overrides():
     cfg = ModelConfig.from_preset("llama", n_layers=3)
     assert cfg.n_layers == 3 and cfg.positional == "rope"
     assert ModelConfig.from_dict(__import__("json").loads(cfg.to_json())) == cfg
-    assert cfg.replace(d_model=288).head_dim == 32
+    assert cfg.replace(d_model=288).dh == 32
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.d_model = 3  # frozen
 
@@ -141,3 +141,29 @@ def test_dropout_is_active_in_training_only():
     assert not torch.allclose(model(ids).logits, model(ids).logits)
     model.eval()
     assert torch.equal(model(ids).logits, model(ids).logits)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_decoupled_head_width_builds_every_preset(preset):
+    """head_dim set: 3 heads of 16 on d_model 32 (not divisible); q/k/v project to H·Dh = 48 and back to 32."""
+    torch.manual_seed(0)
+    kv = {"n_kv_heads": 1} if preset == "llama" else {}
+    config = ModelConfig.from_preset(preset, **{**SMALL, "n_heads": 3, "head_dim": 16, **kv})
+    assert config.dh == 16
+    model = build_model(config).eval()
+    attn = next(m for m in model.modules() if hasattr(m, "inner_dim"))
+    assert (attn.head_dim, attn.inner_dim, tuple(attn.o_proj.weight.shape)) == (16, 48, (32, 48))
+    ids = torch.randint(1, 40, (2, 6))
+    out = model(ids, labels=ids) if isinstance(model, (DecoderLM, Seq2Seq)) else model(ids)
+    tensor = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    assert tensor.shape[:2] == (2, 6) and torch.isfinite(tensor).all()
+
+
+def test_head_dim_validation():
+    with pytest.raises(ValueError, match="d_model=32 must be divisible by n_heads=3 \\(or set head_dim"):
+        ModelConfig.from_preset("gpt2", **{**SMALL, "n_heads": 3})
+    with pytest.raises(ValueError, match="head_dim must be a positive integer or None, got 0"):
+        ModelConfig.from_preset("gpt2", **{**SMALL, "head_dim": 0})
+    with pytest.raises(ValueError, match="positional='rope' needs an even head dimension, got Dh=7"):
+        ModelConfig.from_preset("llama", **{**SMALL, "n_kv_heads": 2, "head_dim": 7})
+    assert ModelConfig.from_preset("gpt2", **SMALL).head_dim is None  # the post's d_k = d_model / h, implicit
