@@ -1,18 +1,22 @@
 """``anatomy check FILE.py:CLASS``: which of the post's pitfalls does your attention or block have?
 
 Exit codes: 0 no error (warnings are printed), 1 errors (or warnings with ``--strict``), 2 the module could not be
-loaded, built or called (one line on stderr saying what was expected). See docs/doctor.md.
+loaded, built or called, or did not finish within ``--timeout`` (one line on stderr saying what was expected or
+which step hung). See docs/doctor.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
 
-from anatomy.doctor import CheckError, check
+from anatomy.doctor import CheckError, CheckTimeout, check
+from anatomy.doctor.check import TIMEOUT
+from anatomy.doctor.limits import Step, Watchdog, grace
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map", metavar="JSON", help='reference name → your parameter, inline or a .json file: '
                                                  '\'{"q_proj.weight": "attn.Wq.T"}\' (.T transposes)')
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    p.add_argument("--timeout", type=float, default=TIMEOUT, metavar="SECONDS",
+                   help=f"time limit for importing the file, building the module and each forward (default "
+                        f"{TIMEOUT:g}; 0: none)")
 
 
 def _load_map(value: str | None) -> dict | None:
@@ -55,10 +62,30 @@ def terminal_width() -> int:
     return max(60, min(100, shutil.get_terminal_size((80, 24)).columns))
 
 
+def _overdue(lang: str):
+    """The watchdog's last word: the alarm could not stop the step (C code that never returns, or a module that
+    swallows every alarm), so the process ends here, exit code 2, with the same line as a timeout."""
+    def end(step: Step) -> None:
+        en, zh = step.describe()
+        err = CheckTimeout(en, zh, step.limit)
+        late = grace(step.limit)
+        extra = (f" (still running {late:g} s after the limit: the process was ended)" if lang == "en"
+                 else f"（超过时限 {late:g} 秒后仍在运行：进程已被终止）")
+        sys.stderr.write(f"anatomy check: error: {err.zh if lang == 'zh' else err.en}{extra}\n")
+        sys.stderr.flush()
+        os._exit(2)
+    return end
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        report = check(args.target, kind=args.kind, d_model=args.d_model, n_heads=args.heads, causal=args.causal,
-                       factory=args.factory, mapping=_load_map(args.map), seed=args.seed)
+        with Watchdog(_overdue(args.lang)):
+            report = check(args.target, kind=args.kind, d_model=args.d_model, n_heads=args.heads,
+                           causal=args.causal, factory=args.factory, mapping=_load_map(args.map), seed=args.seed,
+                           timeout=args.timeout)
+    except CheckTimeout as err:
+        print(f"anatomy check: error: {err.zh if args.lang == 'zh' else err.en}", file=sys.stderr)
+        return 2
     except CheckError as err:
         print(f"anatomy check: error: {err}", file=sys.stderr)
         return 2

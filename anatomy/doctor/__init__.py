@@ -4,12 +4,14 @@
 to our reference with the same weights. Behavioural probes (``probes.py``) need no weights: causal and padding
 leaks, token order, batch independence, NaN on fully masked rows, the block's wiring. The differential diagnosis
 (``diagnose.py``) maps the learner's parameters onto our ``MultiHeadAttention`` / ``EncoderBlock``
-(``mapping.py``) and names the bug-zoo fault (``anatomy.pitfalls``) that reproduces the learner's output, with
-the post's explanation in English and Chinese. docs/doctor.md documents the contract and the JSON schema.
+(``mapping.py``, grouped-query attention included) and names the bug-zoo fault (``anatomy.pitfalls``), or the pair
+of faults, that reproduces the learner's output, with the post's explanation in English and Chinese. Importing,
+building and each forward run under a time limit (``limits.py``). docs/doctor.md documents the contract and the
+JSON schema.
 """
 
 from anatomy.doctor.check import check
 from anatomy.doctor.report import SCHEMA, Finding, Report
-from anatomy.doctor.subject import CheckError
+from anatomy.doctor.subject import CheckError, CheckTimeout
 
-__all__ = ["SCHEMA", "CheckError", "Finding", "Report", "check"]
+__all__ = ["SCHEMA", "CheckError", "CheckTimeout", "Finding", "Report", "check"]

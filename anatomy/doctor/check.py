@@ -6,7 +6,9 @@
 
 ``target`` is ``"FILE.py:CLASS"``, a class or factory called as ``(d_model, n_heads)``, or a module instance
 (copied, never changed). A module that cannot be loaded, built or called raises :class:`CheckError` with one
-line saying what was expected; everything else is a finding in the :class:`Report`.
+line saying what was expected; everything else is a finding in the :class:`Report`. Importing the file, building
+the module and each single forward get ``timeout`` seconds (``limits.py``); past it, :class:`CheckTimeout` (a
+``CheckError``) says which step hung, in English (``en``) and Chinese (``zh``).
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
+from anatomy.doctor.limits import Hung
 from anatomy.doctor.probes import Context, run_all, shape
 from anatomy.doctor.report import Finding, Report, fmt
 from anatomy.doctor.subject import (
     CallError,
     CheckError,
+    CheckTimeout,
     Subject,
     build,
     causal_keep,
@@ -34,6 +38,7 @@ from anatomy.doctor.subject import (
 from anatomy.pitfalls import FAULTS
 
 KINDS = ("auto", "attention", "block")
+TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
 BATCH = 2
 ATTN_REQUIRED = [f"{k}.weight" for k in mp.ATTN_KEYS]
 BLOCK_REQUIRED = [f"attn.{r}" for r in ATTN_REQUIRED] + ["attn_add_norm.norm.weight", "ffn.up_proj.weight",
@@ -46,25 +51,33 @@ def _seq_len(d: int, h: int) -> int:
 
 
 def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, causal: bool = False,
-          factory: str | None = None, mapping: dict | None = None, seed: int = 0) -> Report:
+          factory: str | None = None, mapping: dict | None = None, seed: int = 0,
+          timeout: float | None = TIMEOUT) -> Report:
     """Probe and diagnose ``target`` (see the module docstring); raises :class:`CheckError` when it cannot run.
 
+    ``timeout``: seconds that importing the file, building the module, or one forward may take (None or 0: no
+    limit); past it :class:`CheckTimeout`. It is enforced in the main thread only (``limits.py`` says why).
     The tensors are tiny (B=2, T=6), so the check runs single-threaded: on a busy machine intra-op threads cost
     milliseconds per op for nothing. The previous thread count is restored on return, and the caller's RNG state
     is left as it was (the check runs on a forked generator seeded with ``seed``).
     """
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout >= 0 or timeout == float("inf")):
+        raise CheckError(f"timeout must be a number of seconds >= 0 (0 or None: no limit), got {timeout!r}")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed)
+            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None)
+    except Hung as hung:  # an alarm that landed between the learner's code and the doctor's own
+        raise CheckTimeout.from_hung(hung) from None
     finally:
         torch.set_num_threads(threads)
 
 
 def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory: str | None, mapping: dict | None,
-           seed: int) -> Report:
+           seed: int, timeout: float | None) -> Report:
     if kind not in KINDS:
         raise CheckError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     for name, v in (("d_model", d_model), ("n_heads", n_heads)):
@@ -73,9 +86,10 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     if d_model % n_heads:
         raise CheckError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
     d, h = d_model, n_heads
-    module, label = build(target, factory, d, h, seed)
+    module, label = build(target, factory, d, h, seed, timeout)
     randomize(module, d, seed)
     subject = Subject.inspect(module, label)
+    subject.timeout = timeout
     t = _seq_len(d, h)
     x = torch.randn(BATCH, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     try:
@@ -109,6 +123,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     hyps, complete = _hypotheses(ctx, attn_hyps, scope, mapping, found)
 
     refs = dg.References(kind, d, h, ctx.parts, dict(module.named_parameters()))
+    subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
         diag = dg.diagnose(subject, refs, complete, _scenarios(ctx))
     else:
@@ -116,12 +131,12 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         diag = dg.Diagnosis("unavailable", f"could not map {miss} (name them with --map)")
     if diag.hypothesis is not None:
         ctx.hyp = diag.hypothesis
-        found["mapping"] = _mapping_found(diag.hypothesis, [])
+        found["mapping"] = _mapping_found(diag.hypothesis, [], refs.params, d, h)
         if ctx.parts is not None:
             ctx.found_block["activation"] = diag.variant.get("activation")
         ref = refs.build(diag.key[0], diag.hypothesis, diag.key[1])
         plain = dg.Scenario("plain", x, None, ctx.causal, None, torch.ones(BATCH, t, dtype=torch.bool))
-        ctx.raw_scores = lambda: dg.raw_scores(ref, plain)
+        ctx.raw_scores = lambda: diag.hypothesis.learner_heads(dg.raw_scores(ref, plain))
     elif complete:
         ctx.hyp = complete[0]
 
@@ -130,7 +145,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     if diag.status in ("fault", "ambiguous"):
         for f in findings:  # the leaks and mixing the fault causes are its symptoms
             if f.fault is None and f.severity == "error":
-                f.explained_by = diag.fault
+                f.explained_by = _cause(f.probe, diag.faults)
     return Report(label, kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 
@@ -138,11 +153,13 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
     """Is the module causal by itself? Which mask does it take (sense, layout), and can it take a causal one?"""
     subject, x, base = ctx.subject, ctx.x, ctx.base
     shape_ = tuple(x.shape)
+    subject.stage = ("causal detection (one token changed at a time)", "因果检测（每次改一个 token）")
     ctx.dep = dependency(subject, x) if bool(torch.isfinite(base).all()) else None
     detected = not causal_flag and ctx.dep is not None and _looks_causal(ctx.dep)
     ctx.causal = causal_flag or detected
     mask = None
     if subject.takes_mask:
+        subject.stage = ("mask discovery", "mask 格式探测")
         cands = discover_mask(subject, x, base, shape_)
         best = cands[0]
         if not best.ok:
@@ -152,6 +169,7 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
             also = [c.fmt.sense for c in cands[1:] if c.ok and c.fmt.layout == best.fmt.layout
                     and (c.effect > 0) == (best.effect > 0) and abs(c.leak - best.leak) <= 1e-12]
             if not ctx.causal:
+                subject.stage = ("causal mask discovery", "因果 mask 格式探测")
                 ctx.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
             mask = {"sense": best.fmt.sense, "layout": best.fmt.layout, "also": list(dict.fromkeys(also)),
                     "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None}
@@ -182,12 +200,14 @@ def _hypotheses(ctx: Context, attn_hyps: list[mp.Hypothesis], scope: str | None,
     required = _required(ctx.kind)
     complete = [hp for hp in hyps if not mp.missing(hp, required)]
     shown = complete[0] if complete else (hyps[0] if hyps else None)
-    found["mapping"] = None if shown is None else _mapping_found(shown, mp.missing(shown, required))
+    params = dict(module.named_parameters())
+    found["mapping"] = None if shown is None else _mapping_found(shown, mp.missing(shown, required), params, d, h)
     return hyps, complete
 
 
-def _mapping_found(hyp: mp.Hypothesis, missing: list[str]) -> dict:
-    return {"style": hyp.style, "pairs": [[r, s.user, s.note] for r, s in hyp.sources.items()], "missing": missing}
+def _mapping_found(hyp: mp.Hypothesis, missing: list[str], params: dict, d: int, h: int) -> dict:
+    return {"style": hyp.style, "pairs": [[r, s.user, s.note] for r, s in hyp.sources.items()], "missing": missing,
+            "n_kv_heads": mp.kv_heads(hyp, params, d, h)}
 
 
 def _looks_causal(dep: torch.Tensor) -> bool:
@@ -219,6 +239,7 @@ def _attention_paths(hyps: list[mp.Hypothesis]) -> set[str]:
 def _call_order(ctx: Context) -> list[str]:
     """Sub-module paths in the order one plain forward calls them (a shared module appears once per call)."""
     order, handles = [], []
+    ctx.subject.stage = ("the walk through your sub-modules", "子模块调用顺序的记录")
     for p, m in ctx.subject.module.named_modules():
         if p:
             handles.append(m.register_forward_hook(lambda mod, a, o, p=p: order.append(p)))
@@ -254,7 +275,36 @@ def _scenarios(ctx: Context) -> list[dg.Scenario]:
     return out
 
 
+SYMPTOMS = {  # fault → the probes whose errors it causes (to say which of a pair explains a symptom)
+    "split_without_transpose": {"token_order", "padding_leak", "causal_leak"},
+    "merge_wrong_transpose": {"token_order", "padding_leak", "causal_leak"},
+    "mask_after_softmax": {"padding_leak", "shape", "causal_leak"},
+    "padding_mask_on_queries": {"padding_leak"},
+    "causal_off_by_one": {"causal_leak"},
+}
+
+
+def _cause(probe: str, faults: list[str]) -> str:
+    """The fault that explains a symptom: the one fault named; of a pair, the one known to cause it (the more
+    specific when both can: a causal leak is the off-by-one mask's rather than the mixed heads'), else the first."""
+    causes = [f for f in faults if probe in SYMPTOMS.get(f, ())]
+    return min(causes, key=lambda f: len(SYMPTOMS[f])) if causes else faults[0]
+
+
 def _diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
+    if diag.status in ("fault", "ambiguous") and len(diag.faults) == 2:  # one finding per fault, same numbers
+        a, b = diag.faults
+        also_en = "".join(f"; also reproduced by {x} + {y}" for x, y in diag.also_pairs)
+        also_zh = "".join(f"；{x} + {y} 也能复现" for x, y in diag.also_pairs)
+        ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
+              diag.distance_fault, "output_scale": diag.scale, "faults": [a, b],
+              **({"variant": diag.variant} if diag.variant else {})}
+        en = (f"max |you − reference| = {fmt(diag.distance_correct)}; no single fault of the bug zoo reproduces your "
+              f"output, but {a} and {b} switched on together in the reference do: {fmt(diag.distance_fault)}"
+              f"{also_en}")
+        zh = (f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；bug zoo 中没有单个错误能复现你的输出，但在参考实现里"
+              f"同时打开 {a} 和 {b} 后为 {fmt(diag.distance_fault)}{also_zh}")
+        return [Finding("diagnosis", FAULTS[f].severity, en, zh, dict(ev), fault=f) for f in (a, b)]
     if diag.status in ("fault", "ambiguous"):
         f = diag.fault
         also_en = f" (also reproduced by: {', '.join(diag.also)})" if diag.also else ""
@@ -270,14 +320,16 @@ def _diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
         fd = diag.first_difference or {}
         near = diag.nearest[0] if diag.nearest else {}
         where, where_zh = fd.get("where", "?"), fd.get("where_zh", "?")
+        nearest = " + ".join(near.get("faults") or []) or "correct"
+        nearest_zh = " + ".join(near.get("faults") or []) or "正确实现"
         before = ", ".join(fd.get("matching_before") or []) or "-"
         return [Finding(
             "diagnosis", "warning",
-            f"your output differs from the reference by {fmt(diag.distance_correct)} and no single fault of the bug "
-            f"zoo reproduces it (nearest: {near.get('fault') or 'correct'} at {fmt(near.get('max_abs_diff'))}); "
+            f"your output differs from the reference by {fmt(diag.distance_correct)} and neither a single fault of the "
+            f"bug zoo nor a pair of them reproduces it (nearest: {nearest} at {fmt(near.get('max_abs_diff'))}); "
             f"first difference: {where} (max |Δ| {fmt(fd.get('max_abs_diff'))}); matching before it: {before}",
-            f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误能复现（最接近："
-            f"{near.get('fault') or '正确实现'}，差 {fmt(near.get('max_abs_diff'))}）；最早的差异：{where_zh}"
+            f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误、也没有两个错误的组合能复现"
+            f"（最接近：{nearest_zh}，差 {fmt(near.get('max_abs_diff'))}）；最早的差异：{where_zh}"
             f"（最大 |Δ| {fmt(fd.get('max_abs_diff'))}）；在它之前一致的：{before}",
             {"max_abs_diff_vs_reference": diag.distance_correct, "first_difference": fd, "nearest": diag.nearest})]
     return []

@@ -4,9 +4,11 @@ The learner's weights are copied into our ``MultiHeadAttention`` / ``EncoderBloc
 float64 on the same fixed inputs (no mask; a padding mask; a causal mask or ``is_causal``), and the distance
 ``max |user - reference|`` is measured on real query rows. The correct reference matching means the learner's
 module computes what the post describes. Otherwise every fault of the bug zoo (``anatomy.pitfalls``) is switched
-on in turn; the one that reproduces the learner's output to tolerance is named. When none does, the doctor says
-where the first difference appears (inputs and outputs of each mapped sub-module, then the attention weights,
-then the output) instead of guessing.
+on in turn; the one that reproduces the learner's output to tolerance is named. When no single fault does, every
+pair of faults that the zoo can switch on together on one reference is tried, with the same tolerance (two faults
+can be on together when they shadow different attributes of the reference: :func:`compatible_pairs`), and a pair
+that reproduces the output is named. When nothing does, the doctor says where the first difference appears
+(inputs and outputs of each mapped sub-module, then the attention weights, then the output) instead of guessing.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from torch import nn
 from anatomy import pitfalls
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
-from anatomy.doctor.mapping import BlockParts, Hypothesis, load_reference
+from anatomy.components.kernels import repeat_kv
+from anatomy.doctor.mapping import BlockParts, Hypothesis, kv_heads, load_reference
 from anatomy.doctor.subject import CallError, Subject, max_diff
 
 TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to ~1e-13, faults differ by > 1e-3
@@ -46,16 +49,22 @@ class Scenario:
 class Candidate:
     hyp: int
     variant: tuple
-    fault: str | None
+    faults: tuple[str, ...]  # () for the correct reference, one fault, or a pair
     distance: float
+
+    @property
+    def fault(self) -> str | None:
+        return self.faults[0] if self.faults else None
 
 
 @dataclass
 class Diagnosis:
     status: str  # "matches" | "fault" | "ambiguous" | "unexplained" | "unavailable"
     reason: str = ""
-    fault: str | None = None
-    also: list[str] = field(default_factory=list)
+    fault: str | None = None  # the reproducing fault (with a pair: its first)
+    faults: list[str] = field(default_factory=list)  # every fault of the reproducing combination: one, or a pair
+    also: list[str] = field(default_factory=list)  # other single faults that reproduce it too
+    also_pairs: list[list[str]] = field(default_factory=list)  # other pairs that reproduce it too
     hypothesis: Hypothesis | None = None
     variant: dict = field(default_factory=dict)
     distance_correct: float | None = None
@@ -72,6 +81,7 @@ class Diagnosis:
             "variant": self.variant, "max_abs_diff_vs_reference": _num(self.distance_correct),
             "max_abs_diff_vs_faulty_reference": _num(self.distance_fault), "output_scale": _num(self.scale),
             "nearest": self.nearest, "first_difference": self.first_difference,
+            "faults": self.faults, "also_pairs": self.also_pairs,
         }
 
 
@@ -97,13 +107,14 @@ class References:
     def build(self, hyp_index: int, hyp: Hypothesis, variant: tuple) -> nn.Module:
         key = (hyp_index, variant)
         if key not in self._cache:
+            kv = kv_heads(hyp, self.params, self.d, self.h)  # fewer than H: grouped-query attention
             if self.kind == "attention":
-                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, kernel="math")
+                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math")
             else:
                 placement, activation = variant
-                ref = EncoderBlock.build(d_model=self.d, n_heads=self.h, d_ff=self.parts.d_ff, activation=activation,
-                                         norm=self.parts.norm, norm_eps=self.parts.eps, placement=placement,
-                                         kernel="math")
+                ref = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=self.parts.d_ff,
+                                         activation=activation, norm=self.parts.norm, norm_eps=self.parts.eps,
+                                         placement=placement, kernel="math")
             ref = ref.double().eval()
             load_reference(ref, hyp, self.params)
             self._cache[key] = ref
@@ -147,6 +158,34 @@ def consistent(fault: str, scenarios: list[Scenario]) -> bool:
     return bool(padded.any()) and max_diff(padding.user_out.nan_to_num(1e30), plain.user_out, padded) > 0
 
 
+def _shadowed(ref: nn.Module, name: str) -> frozenset | None:
+    """The attributes and sub-modules (``(module path, name)``) fault ``name`` shadows on ``ref``; None when it
+    changes nothing there, or changes values in place (then it is never paired)."""
+    modules = list(ref.named_modules(remove_duplicate=False))
+
+    def state() -> dict:
+        return {(p, k): id(v) for p, m in modules for k, v in (*vars(m).items(), *m._modules.items())}
+
+    before = state()
+    try:
+        with pitfalls.inject(ref, name):
+            after = state()
+    except ValueError:  # nothing to change in this reference
+        return None
+    changed = frozenset(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    return changed or None
+
+
+def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
+    """Pairs of faults the zoo can switch on together on ``ref``: each shadows attributes of the reference's
+    instances (``pitfalls.apply``) and undoes exactly that, so two that shadow different attributes compose, in
+    either order. Two that shadow the same one (both scales; two knobs of the attention kernel, which each replace
+    ``_attend``; two rewirings of the residual) would silently keep only the second, and are not paired."""
+    shadowed = {n: _shadowed(ref, n) for n in names}
+    usable = [n for n in names if shadowed[n] is not None]
+    return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1:] if not shadowed[a] & shadowed[b]]
+
+
 def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
     done = []
     for sc in scenarios:
@@ -180,7 +219,7 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
     cands: list[Candidate] = []
     for i, hyp in enumerate(hyps):
         for v in variants:
-            cands.append(Candidate(i, v, None, distance(refs.build(i, hyp, v))))
+            cands.append(Candidate(i, v, (), distance(refs.build(i, hyp, v))))
             if cands[-1].distance <= tol:
                 c = cands[-1]
                 return Diagnosis("matches", hypothesis=hyp, variant=refs.describe(v), distance_correct=c.distance,
@@ -192,20 +231,29 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
             for name in fault_names:
                 try:
                     with pitfalls.inject(ref, name):
-                        cands.append(Candidate(i, v, name, distance(ref)))
+                        cands.append(Candidate(i, v, (name,), distance(ref)))
                 except ValueError:  # the fault has nothing to change in this variant
                     continue
-    correct = sorted((c for c in cands if c.fault is None), key=lambda c: c.distance)
+    if not any(c.faults and c.distance <= tol for c in cands):  # no single fault: two at once?
+        for i, hyp in enumerate(hyps):
+            for v in variants:
+                ref = refs.build(i, hyp, v)
+                for a, b in compatible_pairs(ref, fault_names):
+                    with pitfalls.inject(ref, a), pitfalls.inject(ref, b):
+                        cands.append(Candidate(i, v, (a, b), distance(ref)))
+    correct = sorted((c for c in cands if not c.faults), key=lambda c: c.distance)
     best_correct = correct[0]
-    hits = sorted((c for c in cands if c.fault is not None and c.distance <= tol), key=lambda c: c.distance)
+    hits = sorted((c for c in cands if c.faults and c.distance <= tol), key=lambda c: c.distance)
     ranked = sorted(cands, key=lambda c: c.distance)
     nearest = [{"fault": c.fault, "mapping": hyps[c.hyp].style, **refs.describe(c.variant),
-                "max_abs_diff": _num(c.distance)} for c in ranked[:3]]
+                "max_abs_diff": _num(c.distance), "faults": list(c.faults)} for c in ranked[:3]]
     if hits:
-        names = list(dict.fromkeys(c.fault for c in hits))
+        combos = list(dict.fromkeys(c.faults for c in hits))
         best = hits[0]
         same = [c for c in correct if c.hyp == best.hyp and c.variant == best.variant]
-        return Diagnosis("fault" if len(names) == 1 else "ambiguous", fault=best.fault, also=names[1:],
+        return Diagnosis("fault" if len(combos) == 1 else "ambiguous", fault=best.fault, faults=list(best.faults),
+                         also=[c[0] for c in combos[1:] if len(c) == 1],
+                         also_pairs=[list(c) for c in combos[1:] if len(c) == 2],
                          hypothesis=hyps[best.hyp], variant=refs.describe(best.variant),
                          distance_correct=(same or correct)[0].distance, distance_fault=best.distance, scale=scale,
                          nearest=nearest, key=(best.hyp, best.variant))
@@ -258,7 +306,7 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
         if name == "weights":
             if user_w is None or ref_o is None or user_w.shape != ref_o.shape:
                 continue
-            d = max_diff(user_w, ref_o)
+            d = max_diff(user_w, hyp.learner_heads(ref_o))
             if d > tol:
                 return {"scenario": sc.name, "where": "attention weights", "where_zh": "注意力权重", "user": None,
                         "reference": "hook_weights", "max_abs_diff": d, "matching_before": matched}
@@ -273,6 +321,10 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
                     "where_zh": f"{u} 没有在 {name} 的位置被调用", "user": u, "reference": name, "max_abs_diff": None,
                     "matching_before": matched}
         u_in, u_out = calls[k]
+        if name.endswith("q_proj") and ref_o is not None:  # regrouped query heads: compare in the learner's order
+            ref_o = hyp.learner_features(ref_o)
+        if name.endswith("o_proj") and ref_in is not None:
+            ref_in = hyp.learner_features(ref_in)
         for what, a, b in (("input", u_in, ref_in), ("output", u_out, ref_o)):
             if a is None or b is None or a.shape != b.shape:
                 continue
@@ -297,4 +349,5 @@ def raw_scores(ref: nn.Module, sc: Scenario) -> torch.Tensor:
     finally:
         for hd in hs:
             hd.remove()
-    return seen["q"] @ seen["k"].transpose(-2, -1)  # (B, H, T, S)
+    k = repeat_kv(seen["k"], seen["q"].shape[1])  # (B, H, S, Dh): each key/value head serves its group
+    return seen["q"] @ k.transpose(-2, -1)  # (B, H, T, S)

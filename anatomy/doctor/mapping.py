@@ -7,6 +7,13 @@ code cannot tell a layout from names and shapes alone (``x @ W`` or ``x @ W.T``;
 chunks or per head), every reading is a hypothesis, and the differential diagnosis keeps the one that
 reproduces the learner's output. A ``--map`` JSON names the rest: ``{"q_proj.weight": "attn.Wq.T", ...}``
 (reference name → learner parameter, ``.T`` to transpose; values are reshaped to the reference's shape).
+
+Grouped-query and multi-query attention (fewer key/value heads than query heads) are read from the shapes: k and v
+Linears with ``Hkv * Dh`` outputs (or a fused ``D + 2 Hkv Dh`` one) give ``Hkv``; the reference is then our
+``MultiHeadAttention(n_kv_heads=Hkv)`` (:func:`kv_heads`). Query head ``i`` shares key/value head ``i // (H/Hkv)``
+there (``repeat_interleave``); a learner who tiles the key/value heads instead (``k.repeat(1, H/Hkv, 1, 1)``:
+head ``i`` uses ``i mod Hkv``) wrote the same model with its query heads in another order, so that reading is a
+second hypothesis, with the query rows (and the output projection's columns) regrouped.
 """
 
 from __future__ import annotations
@@ -63,10 +70,28 @@ class Hypothesis:
     style: str
     sources: dict[str, Source]  # reference parameter name → source
     modules: dict[str, str] = field(default_factory=dict)  # reference module → learner module (for hooks)
+    heads: list[int] | None = None  # our query head j is the learner's head heads[j] (None: the same order)
 
     def prefixed(self, prefix: str) -> Hypothesis:
         return Hypothesis(self.style, {prefix + k: v for k, v in self.sources.items()},
-                          {prefix + k: v for k, v in self.modules.items()})
+                          {prefix + k: v for k, v in self.modules.items()}, self.heads)
+
+    def learner_heads(self, t: torch.Tensor) -> torch.Tensor:
+        """``(B, H, ...)`` per head in our order → in the learner's order (to compare with its weights)."""
+        if self.heads is None:
+            return t
+        out = torch.empty_like(t)
+        out[:, self.heads] = t
+        return out
+
+    def learner_features(self, t: torch.Tensor) -> torch.Tensor:
+        """``(..., H*Dh)`` query features (q_proj's output, o_proj's input) in our head order → the learner's."""
+        if self.heads is None:
+            return t
+        ours = t.unflatten(-1, (len(self.heads), -1))  # (..., H, Dh)
+        out = torch.empty_like(ours)
+        out[..., self.heads, :] = ours
+        return out.flatten(-2)
 
 
 def _p(name: str, f=lambda t: t, note: str = "") -> Source:
@@ -89,6 +114,56 @@ def _rows(d: int, h: int, layout: str, chunk: int) -> torch.Tensor:
     return heads.reshape(-1)
 
 
+def kv_dims(d: int, h: int) -> dict[int, int]:
+    """Output width of a k/v projection → key/value heads, for every ``Hkv`` that divides ``H`` (``Hkv * Dh``)."""
+    dh = d // h
+    return {kv * dh: kv for kv in range(1, h + 1) if h % kv == 0}
+
+
+def kv_heads(hyp: Hypothesis, params: dict[str, torch.Tensor], d: int, h: int) -> int:
+    """Key/value heads of the reference that reads ``hyp``: from the size of what feeds ``k_proj.weight``."""
+    src = hyp.sources.get("k_proj.weight") or hyp.sources.get("attn.k_proj.weight")
+    if src is None:
+        return h
+    try:
+        n = src.fn(params).numel()
+    except (KeyError, IndexError, RuntimeError):
+        return h
+    return kv_dims(d, h).get(n // d, h) if n % d == 0 else h
+
+
+def _groups(d: int, h: int, kv: int) -> list[tuple[str, torch.Tensor | None, list[int] | None]]:
+    """Ways query heads can share ``kv`` key/value heads: ours (consecutive query heads share one, no change), and,
+    when it differs, tiled (head ``i`` uses ``i mod kv``): the query rows to take in our head order, and that
+    order (our head j is the learner's head ``heads[j]``)."""
+    if kv in (1, h):
+        return [("", None, None)]
+    r, dh = h // kv, d // h
+    heads = [(j % r) * kv + j // r for j in range(h)]
+    rows = torch.cat([torch.arange(p * dh, (p + 1) * dh) for p in heads])
+    return [("", None, None), (f", tiled: query head i uses key/value head i mod {kv}", rows, heads)]
+
+
+def _regroup(src: dict[str, Source], rows: torch.Tensor | None) -> dict[str, Source]:
+    """Reorder the query heads of a hypothesis (rows of q_proj, columns of o_proj) to our grouping."""
+    if rows is None:
+        return src
+    out = dict(src)
+    for key, f in (("q_proj.weight", lambda t: t[rows]), ("q_proj.bias", lambda t: t[rows]),
+                   ("o_proj.weight", lambda t: t[:, rows])):
+        s = src.get(key)
+        if s is not None:
+            out[key] = Source(s.user, (s.note + ", " if s.note else "") + "heads regrouped",
+                              lambda params, g=s.fn, f=f: f(g(params)))
+    return out
+
+
+def _gqa_style(kv: int, h: int) -> str:
+    if kv == h:
+        return ""
+    return "multi-query attention, 1 key/value head" if kv == 1 else f"grouped-query attention, {kv} key/value heads"
+
+
 def _fused(d: int, h: int, weight: str, bias: str | None, *, transpose: bool) -> list[tuple[str, dict]]:
     """Fused q/k/v weight (``(3D, D)`` Linear-style, or ``(D, 3D)`` used as ``x @ W``) → two chunk layouts."""
     hyps = []
@@ -104,6 +179,18 @@ def _fused(d: int, h: int, weight: str, bias: str | None, *, transpose: bool) ->
                 src[f"{key}.bias"] = _p(bias, lambda t, idx=idx: t.reshape(-1)[idx], f"{layout} #{c}")
         hyps.append((layout, src))
     return hyps
+
+
+def _fused_gqa(d: int, h: int, kv: int, weight: str, bias: str | None) -> dict[str, Source]:
+    """A fused ``(D + 2 Hkv Dh, D)`` projection, rows ``q | k | v`` (our own ``fused_qkv`` layout)."""
+    kv_dim = kv * (d // h)
+    spans = {"q_proj": (0, d), "k_proj": (d, d + kv_dim), "v_proj": (d + kv_dim, d + 2 * kv_dim)}
+    src = {}
+    for key, (a, b) in spans.items():
+        src[f"{key}.weight"] = _p(weight, lambda t, a=a, b=b: t[a:b], f"rows {a}:{b}")
+        if bias is not None:
+            src[f"{key}.bias"] = _p(bias, lambda t, a=a, b=b: t[a:b], f"{a}:{b}")
+    return src
 
 
 def find_attention(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], str | None]:
@@ -129,12 +216,14 @@ def find_attention(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis],
     def square(m: nn.Linear) -> bool:
         return m.in_features == d and m.out_features == d
 
+    kv_of = kv_dims(d, h)  # k/v output width → key/value heads (D itself: H of them)
     groups: dict[str, dict[str, str]] = {}
     for p, m in linears.items():
         role = role_of(local(p))
-        if role in ("q", "k", "v", "o") and square(m):
+        if role in ("q", "o") and square(m) or role in ("k", "v") and m.in_features == d and m.out_features in kv_of:
             groups.setdefault(parent(p), {}).setdefault(role, p)
-        elif role == "qkv" and m.in_features == d and m.out_features == 3 * d:
+        elif role == "qkv" and m.in_features == d and (m.out_features - d) // 2 in kv_of \
+                and m.out_features > d and (m.out_features - d) % 2 == 0:
             groups.setdefault(parent(p), {}).setdefault("qkv", p)
 
     def find_o(scope: str, taken: set[str]) -> str | None:
@@ -145,7 +234,7 @@ def find_attention(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis],
         return None
 
     for scope, roles in groups.items():
-        if {"q", "k", "v"} <= roles.keys():
+        if {"q", "k", "v"} <= roles.keys() and linears[roles["k"]].out_features == linears[roles["v"]].out_features:
             o = roles.get("o") or find_o(scope, {roles["q"], roles["k"], roles["v"]})
             if o is None:
                 continue
@@ -154,19 +243,27 @@ def find_attention(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis],
                 path = roles[r] if r != "o" else o
                 src.update(_linear(key, path, linears[path]))
                 mods[key] = path
-            return [Hypothesis("separate Linears", src, mods)], scope
+            kv = kv_of[linears[roles["k"]].out_features]
+            return [Hypothesis(f"separate Linears ({_gqa_style(kv, h)}{how})" if kv != h else "separate Linears",
+                               _regroup(src, rows), mods, heads) for how, rows, heads in _groups(d, h, kv)], scope
     for scope, roles in groups.items():
         if "qkv" in roles:
             o = roles.get("o") or find_o(scope, {roles["qkv"]})
             if o is None:
                 continue
             fused = linears[roles["qkv"]]
+            bias = f"{roles['qkv']}.bias" if fused.bias is not None else None
+            kv = kv_of[(fused.out_features - d) // 2]
             hyps = []
-            for layout, src in _fused(d, h, f"{roles['qkv']}.weight",
-                                      f"{roles['qkv']}.bias" if fused.bias is not None else None, transpose=False):
-                src.update(_linear("o_proj", o, linears[o]))
-                hyps.append(Hypothesis(f"fused qkv Linear ({layout})", src, {"o_proj": o}))
-            return hyps, scope
+            if kv == h:
+                for layout, src in _fused(d, h, f"{roles['qkv']}.weight", bias, transpose=False):
+                    src.update(_linear("o_proj", o, linears[o]))
+                    hyps.append(Hypothesis(f"fused qkv Linear ({layout})", src, {"o_proj": o}))
+                return hyps, scope
+            src = _fused_gqa(d, h, kv, f"{roles['qkv']}.weight", bias)  # q|k|v chunks of widths D, Hkv Dh, Hkv Dh
+            src.update(_linear("o_proj", o, linears[o]))
+            return [Hypothesis(f"fused qkv Linear (q|k|v, {_gqa_style(kv, h)}{how})", _regroup(src, rows),
+                               {"o_proj": o}, heads) for how, rows, heads in _groups(d, h, kv)], scope
     for p, m in named.items():  # the annotated transformer's `linears` = 4 clones: q, k, v, o
         if isinstance(m, nn.ModuleList) and len(m) == 4 and all(isinstance(x, nn.Linear) and square(x) for x in m):
             src, mods = {}, {}
@@ -326,7 +423,7 @@ def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: s
             if isinstance(m, cls):
                 acts.append(name)
     if "gate" in ffn:
-        acts = ["swiglu", "geglu"]
+        acts = ["swiglu", "geglu", "geglu_tanh"]  # the gate's activation is tried by the hypotheses
     elif not acts:
         acts = ["relu", "gelu", "gelu_tanh", "silu"]
     first = named[norms[0]] if norms else None
@@ -351,8 +448,8 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         ref = {"up": "ffn.up_proj", "down": "ffn.down_proj", "gate": "ffn.gate_proj"}[role]
         extra.update(_linear(ref, path, named[path]))
         mods[ref] = path
-    return [Hypothesis(h.style, {**h.prefixed("attn.").sources, **extra}, {**h.prefixed("attn.").modules, **mods})
-            for h in attn]
+    return [Hypothesis(h.style, {**h.prefixed("attn.").sources, **extra}, {**h.prefixed("attn.").modules, **mods},
+                       h.heads) for h in attn]
 
 
 # --- user maps --------------------------------------------------------------------------------------------------
@@ -377,7 +474,7 @@ def apply_user_map(hyps: list[Hypothesis], user_map: dict, params: dict[str, tor
                                                                                            if transpose else ""))
     if not hyps:
         return [Hypothesis("--map", src)]
-    return [Hypothesis(h.style + " + --map", {**h.sources, **src}, h.modules) for h in hyps]
+    return [Hypothesis(h.style + " + --map", {**h.sources, **src}, h.modules, h.heads) for h in hyps]
 
 
 def load_reference(ref: nn.Module, hyp: Hypothesis, params: dict[str, torch.Tensor]) -> None:

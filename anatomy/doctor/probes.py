@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor.mapping import BlockParts, Hypothesis
-from anatomy.doctor.report import Finding, fmt
+from anatomy.doctor.report import PROBE_TITLES, Finding, fmt
 from anatomy.doctor.subject import (
     CallError,
     MaskFormat,
@@ -472,6 +472,8 @@ def run_all(ctx: Context) -> tuple[list[Finding], list[str], list[dict]]:
         probes.update(BLOCK_PROBES)
     findings, passed, skipped = [], [], []
     for name, probe in probes.items():
+        title = PROBE_TITLES.get(name, (name, name))
+        ctx.subject.stage = (f"the {title[0]} probe", f"{title[1]}探针")
         found, skip = probe(ctx)
         findings += found
         if skip is not None:

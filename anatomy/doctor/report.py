@@ -302,6 +302,11 @@ def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
         text = _t(lang, f"your output equals ours within {fmt(d.get('max_abs_diff_vs_reference'))}",
                   f"你的输出与参考实现一致（误差 {fmt(d.get('max_abs_diff_vs_reference'))}）")
         rows.append((_t(lang, "reference", "参考"), text + (f" ({var})" if var else "")))
+    elif st in ("fault", "ambiguous") and len(d.get("faults") or []) == 2:
+        a, b = d["faults"]
+        rows.append((_t(lang, "reference", "参考"),
+                     _t(lang, f"reproduced by two bug-zoo faults together, {a} and {b} (below); no single one does",
+                        f"同时打开 bug zoo 中的 {a} 和 {b} 后完全吻合（见下），单个错误都不行")))
     elif st in ("fault", "ambiguous"):
         rows.append((_t(lang, "reference", "参考"),
                      _t(lang, f"reproduced by the bug-zoo fault {d.get('fault')} (below)",
@@ -309,9 +314,9 @@ def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
     elif st == "unexplained":
         fd = d.get("first_difference") or {}
         rows.append((_t(lang, "reference", "参考"),
-                     _t(lang, f"differs by {fmt(d.get('max_abs_diff_vs_reference'))}; no single fault reproduces it; "
-                              f"first difference: {fd.get('where')}",
-                        f"相差 {fmt(d.get('max_abs_diff_vs_reference'))}；没有单个已知错误能复现；"
+                     _t(lang, f"differs by {fmt(d.get('max_abs_diff_vs_reference'))}; no single fault or pair of "
+                              f"faults reproduces it; first difference: {fd.get('where')}",
+                        f"相差 {fmt(d.get('max_abs_diff_vs_reference'))}；没有单个已知错误或两个错误的组合能复现；"
                         f"最早的差异：{fd.get('where_zh')}")))
     elif st == "unavailable":
         rows.append((_t(lang, "reference", "参考"), _t(lang, "not compared: ", "未比较：") + str(d.get("reason"))))

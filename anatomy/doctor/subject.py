@@ -28,9 +28,31 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from anatomy.doctor.limits import Hung, guard
+
 
 class CheckError(ValueError):
     """The learner's module could not be loaded, built or called: one line, exit code 2."""
+
+
+class CheckTimeout(CheckError):
+    """A step of the learner's code (importing its file, building the module, one forward) ran past the time limit.
+
+    ``str()`` is the English line; ``en``/``zh`` say which step hung and the limit, ``step_en``/``step_zh`` the
+    step alone, ``limit`` the limit in seconds."""
+
+    def __init__(self, step_en: str, step_zh: str, limit: float):
+        self.step_en, self.step_zh, self.limit = step_en, step_zh, limit
+        self.en = (f"{step_en} did not finish within the time limit of {limit:g} s (--timeout), so the check stopped "
+                   "there: look for a loop that never ends, or raise --timeout if the module is only slow")
+        self.zh = (f"{step_zh}没有在 {limit:g} 秒的时限（--timeout）内结束，检查到此停止：请找一找永远不会结束的循环；"
+                   "如果模块只是慢，请调大 --timeout")
+        super().__init__(self.en)
+
+    @classmethod
+    def from_hung(cls, hung: Hung) -> CheckTimeout:
+        en, zh = hung.step.describe()
+        return cls(en, zh, hung.step.limit)
 
 
 class CallError(Exception):
@@ -52,8 +74,9 @@ def one_line(err: BaseException, limit: int = 240) -> str:
 
 # --- loading --------------------------------------------------------------------------------------------------
 
-def import_file(path: str | Path):
-    """Execute a Python file as a fresh module without writing bytecode next to it and without registering it."""
+def import_file(path: str | Path, timeout: float | None = None):
+    """Execute a Python file as a fresh module without writing bytecode next to it and without registering it.
+    Its top-level code runs under the time limit ``timeout`` (seconds; :class:`CheckTimeout` past it)."""
     path = Path(path)
     if path.suffix != ".py":
         raise CheckError(f"expected a Python file FILE.py, got {str(path)!r}")
@@ -69,8 +92,11 @@ def import_file(path: str | Path):
     sys.path.insert(0, folder)  # the learner's file may import its neighbours
     sys.modules[name] = module  # dataclasses and typing look the module up while it executes
     try:
-        with _quiet():
+        with _quiet(), guard(timeout, lambda: (f"importing {path.name} (the code at the top level of the file)",
+                                              f"导入 {path.name}（文件顶层的代码）时")):
             spec.loader.exec_module(module)
+    except Hung as hung:
+        raise CheckTimeout.from_hung(hung) from None
     except KeyboardInterrupt:
         raise
     except BaseException as err:  # noqa: BLE001 - a learner's file may even call sys.exit
@@ -83,7 +109,7 @@ def import_file(path: str | Path):
     return module
 
 
-def resolve_target(target, factory: str | None = None) -> tuple[Callable, str, str]:
+def resolve_target(target, factory: str | None = None, timeout: float | None = None) -> tuple[Callable, str, str]:
     """``target`` → (the thing to call with ``(d_model, n_heads)`` or a module instance, label, its name)."""
     if isinstance(target, nn.Module):
         return target, type(target).__name__, type(target).__name__
@@ -99,7 +125,7 @@ def resolve_target(target, factory: str | None = None) -> tuple[Callable, str, s
         name = factory
     if not name:
         raise CheckError(f"expected FILE.py:CLASS (or --factory FUNC), got {target!r}")
-    module = import_file(path)
+    module = import_file(path, timeout)
     if not hasattr(module, name):
         public = sorted(n for n, v in vars(module).items()
                         if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
@@ -108,18 +134,24 @@ def resolve_target(target, factory: str | None = None) -> tuple[Callable, str, s
     return getattr(module, name), f"{Path(path).name}:{name}", name
 
 
-def build(target, factory: str | None, d_model: int, n_heads: int, seed: int = 0) -> tuple[nn.Module, str]:
+def build(target, factory: str | None, d_model: int, n_heads: int, seed: int = 0,
+          timeout: float | None = None) -> tuple[nn.Module, str]:
     """The learner's module in float64 and eval mode. It is built under a forked, seeded RNG: the same module every
-    time (its initial values stay as built where :func:`randomize` leaves them), and the caller's RNG untouched."""
-    obj, label, name = resolve_target(target, factory)
+    time (its initial values stay as built where :func:`randomize` leaves them), and the caller's RNG untouched.
+    Importing the file and building the module each run under the time limit ``timeout`` (seconds)."""
+    obj, label, name = resolve_target(target, factory, timeout)
     if isinstance(obj, nn.Module):
         module = copy.deepcopy(obj)  # never change the caller's instance
     else:
         how = "FUNC(d_model, n_heads)" if factory else "CLASS(d_model, n_heads)"
+        step = (f"{label}: {name}({d_model}, {n_heads}) (building the module)",
+                f"{label}：构造模块 {name}({d_model}, {n_heads}) 时")
         try:
-            with _quiet(), torch.random.fork_rng(devices=[]):
+            with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
                 torch.manual_seed(seed)
                 module = obj(d_model, n_heads)
+        except Hung as hung:
+            raise CheckTimeout.from_hung(hung) from None
         except Exception as err:  # noqa: BLE001
             raise CheckError(f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
                              "(use --factory FUNC for another signature)") from None
@@ -181,6 +213,8 @@ class Subject:
     takes_mask: bool = False
     mask_required: bool = False
     fields: dict = field(default_factory=dict)
+    timeout: float | None = None  # seconds one forward may take (None: no limit)
+    stage: tuple[str, str] = ("the first call", "首次调用")  # what the doctor is doing, for the timeout message
 
     @classmethod
     def inspect(cls, module: nn.Module, label: str) -> Subject:
@@ -220,11 +254,34 @@ class Subject:
             else:
                 args.append(mask)
         try:
-            with torch.no_grad(), _quiet():
+            with torch.no_grad(), _quiet(), guard(self.timeout, lambda: self._describe(x, mask, module)):
                 result = module(*args, **kwargs)
+        except Hung as hung:
+            raise CheckTimeout.from_hung(hung) from None
         except Exception as err:  # noqa: BLE001 - whatever the learner's code raises
             raise CallError(one_line(err)) from None
         return parse_output(result)
+
+    def _describe(self, x: torch.Tensor, mask: torch.Tensor | None, module: nn.Module) -> tuple[str, str]:
+        """The call that hung, in English and Chinese: which forward, on what, during which step of the check."""
+        call = self.call if mask is not None or self.mask_required else "forward(x, x, x)" if self.qkv else "forward(x)"
+        m = None if mask is None else tuple(mask.shape)
+        what = f"x of shape {tuple(x.shape)}" + (f" and a mask of shape {m}" if m else "")
+        what_zh = f"x 形状 {tuple(x.shape)}" + (f"，mask 形状 {m}" if m else "")
+        dtype = str(x.dtype).replace("torch.", "")
+        copy_en, copy_zh = ("", "") if module is self.module else (f" of a {dtype} copy", f"（{dtype} 副本）")
+        return (f"{self.label}: {call}{copy_en} on {what}, during {self.stage[0]},",
+                f"{self.label}：{_zh_join('在', self.stage[1], '阶段')}，{call}{copy_zh}（{what_zh}）")
+
+
+def _zh_join(*parts: str) -> str:
+    """Join Chinese phrases, with a space where Chinese meets a Latin word (``在 mask 格式探测阶段``)."""
+    out = ""
+    for part in parts:
+        if out and part and (out[-1].isascii() and out[-1].isalnum()) != (part[0].isascii() and part[0].isalnum()):
+            out += " "
+        out += part
+    return out
 
 
 def parse_output(result) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -4,6 +4,7 @@ the post's mistakes is named (exactly that one), unusable modules are refused in
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -32,6 +33,8 @@ def run(target: str, **kw):
     ("fused_attention.py:CausalAttention", {"causal": True}),
     ("separate_block.py:PostNormBlock", {}), ("separate_block.py:PreNormBlock", {}), ("fused_block.py:Block", {}),
     ("other_styles.py:EinsumParams", {}), ("other_styles.py:HeadParams", {}),
+    ("gqa_attention.py:GroupedQueryAttention", {}), ("gqa_attention.py:MultiQueryAttention", {}),
+    ("gqa_attention.py:TiledGroups", {}), ("gqa_attention.py:FusedGQA", {}), ("gqa_attention.py:LlamaBlock", {}),
 ])
 def test_correct_modules_pass_with_no_finding_at_all(target, kw):
     report = run(target, **kw)
@@ -87,6 +90,7 @@ def test_each_attention_fault_is_named_exactly(style, fault, cls, causal):
     assert report.exit_code() == (1 if severity == "error" else 0)
     if severity == "error":
         assert report.diagnosis["status"] == "fault" and report.diagnosis["fault"] == fault
+        assert report.diagnosis["faults"] == [fault]
         assert report.diagnosis["max_abs_diff_vs_faulty_reference"] < 1e-12 < report.diagnosis[
             "max_abs_diff_vs_reference"]
     else:  # a hazard that leaves real tokens right: the output matches the reference
@@ -102,6 +106,53 @@ def test_each_block_fault_is_named_exactly(style, fault, cls):
     assert report.faults == {fault}, report.render()
     assert report.diagnosis["fault"] == fault and report.exit_code() == 1
     assert all(f.fault == fault or f.explained_by == fault for f in report.findings)
+
+
+# --- grouped-query attention ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls, n_kv, style", [
+    ("GroupedQueryAttention", 2, "separate Linears (grouped-query attention, 2 key/value heads)"),
+    ("MultiQueryAttention", 1, "separate Linears (multi-query attention, 1 key/value head)"),
+    ("TiledGroups", 2, "separate Linears (grouped-query attention, 2 key/value heads, tiled: query head i uses "
+                       "key/value head i mod 2)"),
+    ("FusedGQA", 2, "fused qkv Linear (q|k|v, grouped-query attention, 2 key/value heads)"),
+    ("LlamaBlock", 2, "separate Linears (grouped-query attention, 2 key/value heads)"),
+])
+def test_grouped_query_attention_is_mapped_with_its_key_value_heads(cls, n_kv, style):
+    report = run(f"gqa_attention.py:{cls}")
+    assert report.found["mapping"]["n_kv_heads"] == n_kv and report.found["mapping"]["style"] == style
+    assert report.diagnosis["mapping"] == style and report.diagnosis["max_abs_diff_vs_reference"] < 1e-12
+    if cls not in ("FusedGQA", "LlamaBlock"):  # these return no weights; the others' fit q·k of the regrouped heads
+        assert "scaling" in report.passed, report.render()
+
+
+@pytest.mark.parametrize("fault, cls", [("no_scaling", "NoScaling"),
+                                        ("split_without_transpose", "SplitWithoutTranspose")])
+@pytest.mark.parametrize("d_model, n_heads", [(16, 4), (32, 8)])  # 2 key/value heads for 4 and for 8 query heads
+def test_grouped_query_attention_faults_are_named_exactly(fault, cls, d_model, n_heads):
+    report = run(f"gqa_attention.py:{cls}", d_model=d_model, n_heads=n_heads)
+    assert report.faults == {fault}, report.render()
+    assert report.diagnosis["status"] == "fault" and report.diagnosis["fault"] == fault
+    assert report.diagnosis["max_abs_diff_vs_faulty_reference"] < 1e-12 < report.diagnosis["max_abs_diff_vs_reference"]
+    assert report.found["mapping"]["n_kv_heads"] == 2
+    assert all(f.fault == fault or f.explained_by == fault for f in report.findings)
+
+
+def test_tiled_key_value_heads_are_compared_in_the_learners_head_order():
+    """The walk to the first difference compares q_proj's output, the weights and o_proj's input per head in the
+    learner's order; a tiled module with an unknown mistake after o_proj matches everywhere up to it."""
+    report = run("gqa_attention.py:TiledResidualInside")
+    assert report.diagnosis["status"] == "unexplained" and "tiled" in report.diagnosis["mapping"]
+    first = report.diagnosis["first_difference"]
+    assert first["where"] == "after the last mapped sub-module (the output)"
+    assert first["matching_before"] == ["q_proj", "k_proj", "v_proj", "attention weights", "o_proj"]
+
+
+def test_grouped_query_attention_through_a_user_map():
+    user_map = {f"{r}_proj.{p}": f"{u}.{p}" for r, u in zip("qkvo", ("alpha", "beta", "gamma", "delta"))
+                for p in ("weight", "bias")}
+    report = run("gqa_attention.py:Renamed", mapping=user_map)
+    assert report.diagnosis["status"] == "matches" and report.found["mapping"]["n_kv_heads"] == 2
 
 
 def test_symptoms_carry_their_numbers():
@@ -140,12 +191,78 @@ def test_mapping_styles_and_user_map():
         run("other_styles.py:Renamed", mapping={"q_proj.weight": "zeta.weight"})
 
 
-def test_two_mistakes_are_not_guessed_the_first_difference_is_named():
-    report = run("other_styles.py:TwoMistakes")
+# --- two faults at once -------------------------------------------------------------------------------------------
+
+PAIR_CASES = [  # (target, kw, the two faults in the zoo's order)
+    ("two_faults.py:NoScalingMaskAfterSoftmax", {}, ["no_scaling", "mask_after_softmax"]),
+    ("other_styles.py:TwoMistakes", {}, ["no_scaling", "merge_wrong_transpose"]),
+    ("two_faults.py:SplitCausalOffByOne", {"causal": True}, ["split_without_transpose", "causal_off_by_one"]),
+    ("two_faults.py:SharedNormNoScaling", {}, ["no_scaling", "shared_layernorm"]),
+]
+
+
+@pytest.mark.parametrize("target, kw, pair", PAIR_CASES)
+def test_two_faults_at_once_are_both_named_exactly(target, kw, pair):
+    report = run(target, **kw)
+    d = report.diagnosis
+    assert d["status"] == "fault" and d["faults"] == pair and d["fault"] == pair[0], report.render()
+    assert d["also"] == [] and d["also_pairs"] == []
+    assert d["max_abs_diff_vs_faulty_reference"] < 1e-12 < 1e-3 < d["max_abs_diff_vs_reference"]
+    assert report.faults == set(pair) and report.to_dict()["faults"] == sorted(pair)
+    assert all(f.fault in pair or f.explained_by in pair for f in report.findings)
+    diagnoses = [f for f in report.findings if f.probe == "diagnosis"]
+    assert [f.fault for f in diagnoses] == pair and all(f.evidence["faults"] == pair for f in diagnoses)
+    assert report.counts() == (2, 0) and report.exit_code() == 1
+    assert "no single fault" in diagnoses[0].en and "没有单个错误能复现" in diagnoses[0].zh
+    assert f"reproduced by two bug-zoo faults together, {pair[0]} and {pair[1]}" in report.render(width=300)
+    assert f"同时打开 bug zoo 中的 {pair[0]} 和 {pair[1]} 后完全吻合" in report.render(lang="zh", width=300)
+
+
+def test_two_faults_in_the_json_report_of_the_command_line(capsys):
+    from anatomy.cli.main import main
+
+    assert main(["check", str(ZOO / "two_faults.py:NoScalingMaskAfterSoftmax"), "--format", "json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["schema"] == "anatomy.doctor/1" and report["faults"] == ["mask_after_softmax", "no_scaling"]
+    diag = report["diagnosis"]
+    assert diag["status"] == "fault" and diag["fault"] == "no_scaling"
+    assert diag["faults"] == ["no_scaling", "mask_after_softmax"] and diag["also_pairs"] == []
+    assert diag["max_abs_diff_vs_faulty_reference"] < 1e-12
+    assert report["summary"] == {"errors": 2, "warnings": 0, "exit_code": 1}
+    assert [f["fault"] for f in report["findings"] if f["probe"] == "diagnosis"] == diag["faults"]
+
+
+def test_a_pair_explains_each_symptom_by_the_fault_that_causes_it():
+    report = run("two_faults.py:NoScalingMaskAfterSoftmax")
+    leaks = [f for f in report.findings if f.probe == "padding_leak"]
+    assert leaks and all(f.explained_by == "mask_after_softmax" for f in leaks)
+    assert next(f for f in report.findings if f.probe == "scaling").fault == "no_scaling"
+    causal = run("two_faults.py:SplitCausalOffByOne", causal=True)
+    assert next(f for f in causal.findings if f.probe == "causal_leak").explained_by == "causal_off_by_one"
+
+
+def test_pairs_are_tried_only_when_no_single_fault_reproduces_the_output(monkeypatch):
+    from anatomy.doctor import diagnose
+
+    def no_pairs(*a, **kw):
+        raise AssertionError("pairs were tried although a single fault reproduces the output")
+
+    monkeypatch.setattr(diagnose, "compatible_pairs", no_pairs)
+    report = run("separate_attention.py:NoScaling")
+    assert report.diagnosis["faults"] == ["no_scaling"] and report.diagnosis["also_pairs"] == []
+    assert all(len(n["faults"]) <= 1 for n in report.diagnosis["nearest"])
+
+
+def test_what_no_fault_and_no_pair_reproduces_is_not_guessed_the_first_difference_is_named():
+    report = run("other_styles.py:SoftmaxOverQueries")
     assert report.diagnosis["status"] == "unexplained" and report.faults == set()
+    assert report.diagnosis["faults"] == [] and report.diagnosis["fault"] is None
     first = report.diagnosis["first_difference"]
     assert first["where"] == "input of o_proj" and first["matching_before"] == ["q_proj", "k_proj", "v_proj"]
-    assert report.exit_code() == 1  # the token-order probe still sees the mixing
+    [warning] = report.warnings
+    assert "neither a single fault of the bug zoo nor a pair of them reproduces it" in warning.en
+    assert "没有单个错误、也没有两个错误的组合能复现" in warning.zh
+    assert "no single fault or pair of faults reproduces it" in report.render()
 
 
 def test_python_api_takes_classes_and_instances_without_changing_them():
@@ -196,6 +313,8 @@ def test_the_learners_file_is_never_modified(tmp_path):
 
 REPORTS = [("separate_attention.py:MaskAfterSoftmax", {}), ("fused_block.py:NormOnResidualPath", {}),
            ("torch_adapter.py:TorchMHA", {}), ("other_styles.py:TwoMistakes", {}),
+           ("two_faults.py:NoScalingMaskAfterSoftmax", {}), ("other_styles.py:SoftmaxOverQueries", {}),
+           ("gqa_attention.py:TiledGroups", {}),
            ("separate_attention.py:CausalOffByOne", {"causal": True}), ("broken.py:WrongShape", {})]
 
 
@@ -230,8 +349,11 @@ def test_json_schema_is_stable():
     for f in report["findings"]:
         assert list(f) == ["probe", "severity", "fault", "explained_by", "message", "evidence"]
         assert set(f["message"]) == {"en", "zh"}
-    assert set(report["diagnosis"]) == {"status", "reason", "fault", "also", "mapping", "variant",
-                                        "max_abs_diff_vs_reference", "max_abs_diff_vs_faulty_reference",
-                                        "output_scale", "nearest", "first_difference"}
+    assert list(report["diagnosis"]) == ["status", "reason", "fault", "also", "mapping", "variant",
+                                         "max_abs_diff_vs_reference", "max_abs_diff_vs_faulty_reference",
+                                         "output_scale", "nearest", "first_difference", "faults", "also_pairs"]
+    assert report["diagnosis"]["faults"] == ["no_scaling"] and report["diagnosis"]["also_pairs"] == []
+    assert all(list(n) == ["fault", "mapping", "max_abs_diff", "faults"] for n in report["diagnosis"]["nearest"])
+    assert report["found"]["mapping"]["n_kv_heads"] == 4
     assert report["summary"] == {"errors": 1, "warnings": 0, "exit_code": 1}
     assert all(set(s) == {"probe", "en", "zh"} for s in report["skipped"])

@@ -9,10 +9,13 @@ import pytest
 import torch
 from torch import nn
 
+from anatomy import pitfalls
+from anatomy.components import EncoderBlock, MultiHeadAttention
 from anatomy.doctor import check
+from anatomy.doctor.diagnose import ATTENTION_FAULTS, BLOCK_FAULTS, compatible_pairs
 from anatomy.doctor.mapping import role_of
 from anatomy.doctor.report import display_width, fmt, wrap
-from anatomy.doctor.subject import MaskFormat, make_layout, pad_keep
+from anatomy.doctor.subject import MaskFormat, make_layout, pad_keep, randomize
 
 ZOO = Path(__file__).parent / "zoo"
 
@@ -144,3 +147,44 @@ def test_the_same_check_gives_the_same_report_and_leaves_the_rng_alone():
 def test_numbers_print_short():
     assert [fmt(v) for v in (0.0, 0.5548, 3.9e-16, 12345.0, math.inf, None, 7)] == \
         ["0", "0.5548", "3.9e-16", "1.2e+04", "inf", "n/a", "7"]
+
+
+def _reference(kind: str) -> nn.Module:
+    ref = (MultiHeadAttention(d_model=16, n_heads=4, kernel="math") if kind == "attention"
+           else EncoderBlock.build(d_model=16, n_heads=4, kernel="math")).double().eval()
+    randomize(ref, 16, 0)  # gains != 1: a shared norm must show
+    return ref
+
+
+def test_faults_that_shadow_the_same_part_of_the_reference_are_not_paired():
+    pairs = compatible_pairs(_reference("attention"), list(ATTENTION_FAULTS))
+    assert ("no_scaling", "mask_after_softmax") in pairs
+    assert ("split_without_transpose", "merge_wrong_transpose") in pairs
+    for same in [("no_scaling", "scale_by_d_model"), ("mask_after_softmax", "padding_mask_on_queries"),
+                 ("mask_after_softmax", "causal_off_by_one"), ("padding_mask_on_queries", "causal_off_by_one")]:
+        assert same not in pairs  # both scales; three knobs that each replace the kernel
+    assert len(pairs) == 21 - 4
+    block = compatible_pairs(_reference("block"), list(ATTENTION_FAULTS + BLOCK_FAULTS))
+    assert ("no_residual", "norm_on_residual_path") not in block and ("no_scaling", "shared_layernorm") in block
+    assert len(block) == 45 - 5
+
+
+def test_paired_faults_are_both_active_and_both_undone():
+    ref = _reference("block")
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mask = pad_keep(2, 6, [6, 4])[:, :1, None]  # (B, 1, 1, S), True = may attend
+
+    def out():
+        with torch.no_grad():
+            return ref(x, mask=mask, is_causal=True)[0]
+
+    base = out()
+    for a, b in compatible_pairs(ref, list(ATTENTION_FAULTS + BLOCK_FAULTS)):
+        with pitfalls.inject(ref, a):
+            only_a = out()
+        with pitfalls.inject(ref, b):
+            only_b = out()
+        with pitfalls.inject(ref, a), pitfalls.inject(ref, b):
+            both = out()
+        assert (both - only_a).abs().max() > 1e-6 and (both - only_b).abs().max() > 1e-6, (a, b)
+        assert torch.equal(out(), base), (a, b)

@@ -1,5 +1,6 @@
 """More ways learners write attention: bare Parameters with einsum, per-head weight tensors, the annotated
-transformer's four cloned Linears, names no rule can guess, and two mistakes at once."""
+transformer's four cloned Linears, names no rule can guess, two mistakes at once, and a mistake the zoo does not
+know."""
 
 import math
 
@@ -91,7 +92,7 @@ class Renamed(nn.Module):
 
 
 class TwoMistakes(nn.Module):
-    """No scaling *and* no transpose before the merge: no single fault of the zoo reproduces it."""
+    """No scaling *and* no transpose before the merge: no single fault of the zoo reproduces it, the pair does."""
 
     def __init__(self, d_model, n_heads):
         super().__init__()
@@ -103,3 +104,18 @@ class TwoMistakes(nn.Module):
         q, k, v = (f(x).view(B, T, self.h, -1).transpose(1, 2) for f in (self.q_proj, self.k_proj, self.v_proj))
         w = (q @ k.transpose(-2, -1)).softmax(-1)
         return self.o_proj((w @ v).reshape(B, T, D))
+
+
+class SoftmaxOverQueries(nn.Module):
+    """A mistake the bug zoo does not know, alone or paired: softmax over the queries (dim=-2), not the keys."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = (f(x).view(B, T, self.h, -1).transpose(1, 2) for f in (self.q_proj, self.k_proj, self.v_proj))
+        w = (q @ k.transpose(-2, -1) / math.sqrt(D // self.h)).softmax(-2)
+        return self.o_proj((w @ v).transpose(1, 2).reshape(B, T, D))

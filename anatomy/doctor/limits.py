@@ -1,0 +1,155 @@
+"""Time limits on the learner's code: importing its file, building its module, one forward.
+
+    with guard(60.0, lambda: ("forward(x) of my.py:Attn", "my.py:Attn 的 forward(x)")):
+        out = module(x)              # past 60 s: ``Hung`` is raised inside the learner's code
+
+**How.** ``signal.setitimer(ITIMER_REAL)`` and a ``SIGALRM`` handler, in the main thread, around each step; the
+caller's handler and timer are restored afterwards (a caller's alarm that falls due inside the step is passed on
+when it falls due, not lost). The handler raises :class:`Hung`, a ``BaseException``: a learner's ``except
+Exception`` cannot swallow it, and the doctor does not take it for the module raising. After the limit the alarm
+repeats every ``RETRY`` seconds, so a bare ``except:`` inside a loop does not stop it either, unless the loop
+swallows every one.
+
+**Why not a worker process.** A worker can be killed wherever it hangs, but the learner's module (a class, a
+factory, an instance passed to :func:`check`, with closures and unpicklable state) would have to be built and
+probed in the child, every probe's tensors sent across, and a fork of a process holding torch's thread pools is
+fragile. The signal costs a few microseconds per forward and keeps everything in one process. What it cannot do:
+a module spinning in pure Python is stopped at its next bytecode, but Python runs signal handlers only between
+bytecodes, so inside one torch op (or any C code) the alarm waits until the op returns: the limit is late by the
+op's length (the doctor's tensors are tiny, so that is short), and C code that never returns is never stopped.
+For that case (and for a module that swallows every alarm) the command line adds :class:`Watchdog`: a thread that
+ends the process, exit code 2, when a step is still running well past its limit. The library never ends the
+process; it enforces the limit only in the main thread (elsewhere ``signal`` cannot be used) and not at all when
+``SIGALRM`` has a handler installed outside Python.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+RETRY = 0.1  # seconds between repeated alarms once a step is over its limit
+Describe = Callable[[], tuple[str, str]]  # the step in English and Chinese, computed only when it is needed
+
+
+@dataclass
+class Step:
+    describe: Describe
+    limit: float
+    deadline: float  # time.monotonic() when the limit runs out
+
+
+class Hung(BaseException):
+    """A step of the learner's code ran past its limit. Not an ``Exception``: ``except Exception`` must not eat it."""
+
+    def __init__(self, step: Step):
+        super().__init__(step.describe()[0])
+        self.step = step
+
+
+_active: list[Step] = []  # the guarded steps now running, innermost last (read by the watchdog thread)
+
+
+def enforced() -> bool:
+    """Can a limit be enforced here? Only in the main thread, and only with ``SIGALRM`` handled from Python."""
+    return (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGALRM) is not None)
+
+
+class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe):``
+    """Raise :class:`Hung` into the code inside the ``with`` once it has run ``limit`` seconds (None or 0: never)."""
+
+    def __init__(self, limit: float | None, describe: Describe):
+        self.limit, self.describe = limit, describe
+        self.on = False
+
+    def __enter__(self) -> guard:
+        if not self.limit or self.limit <= 0 or not enforced():
+            return self
+        now = time.monotonic()
+        self.step = Step(self.describe, float(self.limit), now + self.limit)
+        self.old_handler = signal.getsignal(signal.SIGALRM)
+        self.old_delay, self.old_interval = signal.getitimer(signal.ITIMER_REAL)
+        self.outer = now + self.old_delay if self.old_delay > 0 else None  # the caller's own alarm, if any
+        self.outer_fired = False
+        self.on = True
+        _active.append(self.step)
+        signal.signal(signal.SIGALRM, self._alarm)
+        first = self.limit if self.outer is None or self.outer >= self.step.deadline else self.outer - now
+        signal.setitimer(signal.ITIMER_REAL, max(first, 1e-6), RETRY)
+        return self
+
+    def _alarm(self, signum, frame) -> None:
+        if not self.on:
+            return
+        now = time.monotonic()
+        if self.outer is not None and not self.outer_fired and self.outer < self.step.deadline \
+                and now >= self.outer - 1e-3:
+            self.outer_fired = True  # the caller's alarm fell due first: give it its signal, keep ours running
+            signal.setitimer(signal.ITIMER_REAL, max(self.step.deadline - now, 1e-6), RETRY)
+            self._pass_on(signum, frame)
+            return
+        if now < self.step.deadline - 1e-3:
+            return
+        raise Hung(self.step)
+
+    def _pass_on(self, signum, frame) -> None:
+        old = self.old_handler
+        if callable(old):
+            old(signum, frame)
+        elif old == signal.SIG_DFL:  # the caller's alarm would have ended the process: so it does
+            self.on = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.raise_signal(signal.SIGALRM)
+
+    def __exit__(self, *exc) -> bool:
+        if not self.on:
+            return False
+        self.on = False  # first: an alarm arriving from here on does nothing
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.old_handler)
+        if self.step in _active:
+            _active.remove(self.step)
+        if self.old_delay > 0 and not self.outer_fired:
+            signal.setitimer(signal.ITIMER_REAL, max(self.outer - time.monotonic(), 1e-6), self.old_interval)
+        elif self.old_delay > 0 and self.old_interval > 0:
+            signal.setitimer(signal.ITIMER_REAL, self.old_interval, self.old_interval)
+        return False
+
+
+def grace(limit: float) -> float:
+    """How long past its limit the watchdog lets a step run: the limit again, between 1 and 10 seconds."""
+    return min(max(limit, 1.0), 10.0)
+
+
+class Watchdog:
+    """For the command line only: end the process when a guarded step is still running ``grace(limit)`` seconds
+    after its limit (the alarm could not get through: C code that never returns, or a module that swallows
+    every alarm). ``on_overdue(step)`` says so and ends the process; it runs in the watchdog's thread."""
+
+    def __init__(self, on_overdue: Callable[[Step], None], poll: float = 0.05):
+        self.on_overdue, self.poll = on_overdue, poll
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="anatomy-check-watchdog", daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll):
+            steps = list(_active)
+            now = time.monotonic()
+            for step in steps:
+                if now > step.deadline + grace(step.limit):
+                    self.on_overdue(step)
+                    return
+
+    def __enter__(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self._stop.set()
+        self._thread.join()
+        return False
