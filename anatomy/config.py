@@ -52,6 +52,7 @@ class ModelConfig:
     scale_embeddings: bool = False
     attn_scale: float | None = None
     fused_qkv: bool = False
+    qk_norm: bool = False  # QK-norm: each head's q and k normalised over Dh (the model's norm kind) before RoPE
     rope_base: float = 10000.0
     rope_layout: str = "half"
     max_relative_distance: int = 16
@@ -111,6 +112,13 @@ class ModelConfig:
     def dh(self) -> int:
         """The heads' width Dh: ``head_dim`` when set, else ``d_model // n_heads``."""
         return self.d_model // self.n_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def qk_norm_kind(self) -> str | None:
+        """What ``qk_norm`` builds: RMSNorm in an RMSNorm model, else LayerNorm (never BatchNorm); None when off."""
+        if not self.qk_norm:
+            return None
+        return "rmsnorm" if self.norm == "rmsnorm" else "layernorm"
 
     @property
     def kv_heads(self) -> int:
@@ -194,6 +202,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         architecture="decoder_lm", vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, n_layers=30,
         d_ff=1536, max_seq_len=2048, positional="rope", rope_layout="half", rope_base=10000.0, norm="rmsnorm",
         norm_position="pre", activation="swiglu", bias=False, tie_embeddings=True, norm_eps=1e-5, init="normal",
+    ),
+    "qwen3": dict(  # Qwen3-0.6B (Qwen team 2025): the Llama design + QK-norm, heads of 128 on d_model 1024
+        architecture="decoder_lm", vocab_size=151936, d_model=1024, n_heads=16, n_kv_heads=8, head_dim=128,
+        n_layers=28, d_ff=3072, max_seq_len=40960, positional="rope", rope_layout="half", rope_base=1000000.0,
+        norm="rmsnorm", norm_position="pre", activation="swiglu", bias=False, tie_embeddings=True, norm_eps=1e-6,
+        qk_norm=True, init="normal",
     ),
     "t5": dict(  # T5-small (Raffel et al. 2020)
         architecture="seq2seq", vocab_size=32128, d_model=512, n_heads=8, n_layers=6, d_ff=2048,

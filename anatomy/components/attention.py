@@ -32,6 +32,7 @@ from anatomy.components import kernels
 from anatomy.components.hook_point import HookPoint
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.masks import as_attention_mask
+from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_choice, check_divisible, check_hidden, check_positive, check_rank
 
@@ -51,12 +52,17 @@ class MultiHeadAttention(nn.Module):
         positional: a scheme of site ``"attention"`` (RoPE, ALiBi, Shaw) or ``None``.
         head_dim: Dh; default ``d_model // n_heads`` (the post's d_k). Set it to decouple the heads' width from
             D (T5 v1.1 small: D=512, 6 heads of 64): q/k/v project D → H·Dh (Hkv·Dh) and the output H·Dh → D.
+        qk_norm: ``"rmsnorm"`` | ``"layernorm"`` | ``None``: normalise each head's query and key over Dh (one
+            weight of width Dh shared by the heads) after the split and before RoPE (QK-norm, Qwen3/Gemma 3/OLMo).
+            It bounds the logits q·k without a smaller learning rate; the scale 1/sqrt(Dh) stays.
+        norm_eps: epsilon of the QK-norm.
     """
 
     def __init__(
         self, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
         dropout: float = 0.0, kernel: str = "auto", scale: float | None = None, fused_qkv: bool = False,
-        positional: PositionalScheme | None = None, head_dim: int | None = None,
+        positional: PositionalScheme | None = None, head_dim: int | None = None, qk_norm: str | None = None,
+        norm_eps: float = 1e-6,
     ) -> None:
         super().__init__()
         check_positive("d_model", d_model)
@@ -88,6 +94,12 @@ class MultiHeadAttention(nn.Module):
             self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.o_proj = nn.Linear(self.inner_dim, d_model, bias=bias)
         self.positional = positional
+        self.qk_norm = qk_norm
+        if qk_norm is not None:
+            make = norm_class(qk_norm)
+            if make is TokenBatchNorm:
+                raise ValueError("qk_norm must be 'rmsnorm' or 'layernorm' (a per-token norm), got 'batchnorm'")
+            self.q_norm, self.k_norm = make(self.head_dim, eps=norm_eps), make(self.head_dim, eps=norm_eps)
         for name in ("q", "k", "v", "scores", "weights", "z", "merged", "out"):
             setattr(self, f"hook_{name}", HookPoint())
 
@@ -143,12 +155,16 @@ class MultiHeadAttention(nn.Module):
 
         if cross and kv_cache is not None and len(kv_cache):
             q = self._split(self._project_q(x), self.n_heads)  # (B, H, T, Dh)
+            if self.qk_norm is not None:
+                q = self.q_norm(q)
             k, v, k_pos = kv_cache.k, kv_cache.v, kv_cache.positions  # memory projected once, at step 0
         else:
             q, k, v = self._project(x, context if cross else x)
             q = self._split(q, self.n_heads)  # (B, H, T, Dh)
             k = self._split(k, self.n_kv_heads)  # (B, Hkv, S, Dh)
             v = self._split(v, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            if self.qk_norm is not None:  # over Dh, per head and token; before RoPE rotates the pairs
+                q, k = self.q_norm(q), self.k_norm(k)
             k_pos = torch.arange(k.shape[-2], device=x.device)[None] if cross else positions
             if self.positional is not None and not cross:
                 q, k = self.positional.rotate(q, k, positions, k_pos)
@@ -188,5 +204,6 @@ class MultiHeadAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-                + (f"head_dim={self.head_dim}, " if self.inner_dim != self.d_model else "") +
+                + (f"head_dim={self.head_dim}, " if self.inner_dim != self.d_model else "")
+                + (f"qk_norm={self.qk_norm!r}, " if self.qk_norm else "") +
                 f"kernel={self.kernel!r}, scale={self.scale:.4g}")

@@ -113,6 +113,8 @@ class _Layer:
         self.gate = (ffn.gate_proj.weight, ffn.gate_proj.bias) if ffn.gated else None
         self.down = (ffn.down_proj.weight, ffn.down_proj.bias)
         self.act = ffn.act
+        self.q_norm = None if attn.qk_norm is None else _norm_fn(attn.q_norm)
+        self.k_norm = None if attn.qk_norm is None else _norm_fn(attn.k_norm)
         self.attn_before, self.attn_after = _add_norm_fns(block.attn_add_norm)
         self.ffn_before, self.ffn_after = _add_norm_fns(block.ffn_add_norm)
         kv_dim = self.hkv * self.dh
@@ -129,6 +131,8 @@ class _Layer:
         q = q.view(b, self.h, 1, self.dh)  # (B, H, 1, Dh)
         k = k.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
         v = v.view(b, self.hkv, 1, self.dh)
+        if self.q_norm is not None:  # QK-norm over Dh, before RoPE
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.positional is not None:
             q, k = self.positional.rotate(q, k, positions, positions)
         k, v, k_pos = cache.update(k, v, positions)  # (B, Hkv, S, Dh), (B|1, S)

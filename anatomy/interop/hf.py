@@ -49,7 +49,7 @@ from anatomy.interop.rope_layout import convert_state_dict as convert_rope_state
 from anatomy.interop.safetensors_io import CheckpointError
 
 SUPPORTED = ("GPT2LMHeadModel", "BertModel", "BertForSequenceClassification", "LlamaForCausalLM",
-             "T5ForConditionalGeneration")
+             "Qwen3ForCausalLM", "T5ForConditionalGeneration")
 
 _REQUIRED = object()
 
@@ -212,6 +212,9 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
         raise _refuse(arch, f"hidden_act={c['hidden_act']!r} (anatomy's Llama FFN is SwiGLU: silu)")
     if bool(c.get("attention_bias", False)) != bool(c.get("mlp_bias", False)):
         raise _refuse(arch, "attention_bias != mlp_bias (anatomy has one bias flag)")
+    qwen3 = arch == "Qwen3ForCausalLM"
+    if qwen3 and c.get("use_sliding_window", False):
+        raise _refuse(arch, "use_sliding_window=True (anatomy has no sliding-window attention)")
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
@@ -225,7 +228,7 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
         norm="rmsnorm", norm_position="pre", activation="swiglu", dropout=0.0,
         attention_dropout=float(c.get("attention_dropout", 0.0)), bias=bool(c.get("attention_bias", False)),
         tie_embeddings=c.get("tie_word_embeddings", False), norm_eps=c.get("rms_norm_eps", 1e-6),
-        pad_token_id=_pad(c, vocab),
+        pad_token_id=_pad(c, vocab), qk_norm=qwen3,
     )
 
 
@@ -237,6 +240,9 @@ def _llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False)
         for p in ("q_proj", "k_proj", "v_proj", "o_proj"):  # q/k rows in the "half" RoPE layout
             rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", cfg.bias)
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's Dh, weight (Dh,), before RoPE
+            rows += _norm(f"{h}.self_attn.q_norm", f"{o}.attn.q_norm", False)
+            rows += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", False)
         rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False)
         for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
             rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", cfg.bias)
@@ -245,7 +251,7 @@ def _llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 
 def _llama_write(cfg: ModelConfig, arch: str) -> dict:
-    return dict(
+    out = dict(
         vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
         num_key_value_heads=cfg.kv_heads, num_hidden_layers=cfg.n_layers,
         intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), head_dim=cfg.dh,
@@ -253,6 +259,10 @@ def _llama_write(cfg: ModelConfig, arch: str) -> dict:
         rope_theta=cfg.rope_base, attention_bias=cfg.bias, mlp_bias=cfg.bias, attention_dropout=cfg.attention_dropout,
         tie_word_embeddings=cfg.tie_embeddings,
     )
+    if arch == "Qwen3ForCausalLM":  # no mlp_bias field (its MLP has none); rope_theta lives in rope_parameters
+        del out["mlp_bias"], out["rope_theta"]
+        out.update(rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}, use_sliding_window=False)
+    return out
 
 
 # ================================================================================================ T5
@@ -350,7 +360,7 @@ FAMILIES = {
         "gpt2", ("GPT2LMHeadModel",), "GPT2Config", _gpt2_config, _gpt2_table, _gpt2_write,
         {"GPT2LMHeadModel": "transformer."}, (r"\.attn\.(bias|masked_bias)$",),
         dict(architecture=("decoder_lm",), positional=("learned",), norm=("layernorm",), fused_qkv=(True,),
-             bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), **_PRE_DECODER)),
+             bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), qk_norm=(False,), **_PRE_DECODER)),
     "bert": Family(
         "bert", ("BertModel", "BertForSequenceClassification"), "BertConfig", _bert_config, _bert_table,
         _bert_write, {"BertForSequenceClassification": "bert."},
@@ -358,17 +368,22 @@ FAMILIES = {
         dict(architecture=("encoder", "classifier"), positional=("learned",), norm=("layernorm",),
              norm_position=("post",), embedding_norm=(True,), fused_qkv=(False,), bias=(True,),
              activation=tuple(_ACT_TO_HF), scale_embeddings=(False,), final_norm=(None, False), attn_scale=(None,),
-             pooling=("cls",))),
+             pooling=("cls",), qk_norm=(False,))),
     "llama": Family(
         "llama", ("LlamaForCausalLM",), "LlamaConfig", _llama_config, _llama_table, _llama_write,
         {"LlamaForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
         dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), **_PRE_DECODER)),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), **_PRE_DECODER)),
+    "qwen3": Family(  # Llama + QK-norm (and usually heads wider than hidden_size / num_attention_heads)
+        "qwen3", ("Qwen3ForCausalLM",), "Qwen3Config", _llama_config, _llama_table, _llama_write,
+        {"Qwen3ForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
+        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(True,), bias=(False,), **_PRE_DECODER)),
     "t5": Family(
         "t5", ("T5ForConditionalGeneration",), "T5Config", _t5_config, _t5_table, _t5_write, {},
         (r"EncDecAttention\.relative_attention_bias\.weight$",),  # present but unused in some old checkpoints
         dict(architecture=("seq2seq",), positional=("t5",), norm=("rmsnorm",), bias=(False,), attn_scale=(1.0,),
-             activation=tuple(_T5_FFN.values()), fused_qkv=(False,), **_PRE_DECODER)),
+             activation=tuple(_T5_FFN.values()), fused_qkv=(False,), qk_norm=(False,), **_PRE_DECODER)),
 }
 ARCH_FAMILY = {arch: fam for fam in FAMILIES.values() for arch in fam.archs}
 
@@ -489,7 +504,7 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
     for fam in FAMILIES.values():
         wrong = [f"{name}={getattr(config, name)!r} (needs {' or '.join(map(repr, allowed))})"
                  for name, allowed in fam.requires.items() if getattr(config, name) not in allowed]
-        if fam.name != "llama" and config.kv_heads != config.n_heads:
+        if fam.name not in ("llama", "qwen3") and config.kv_heads != config.n_heads:
             wrong.append(f"n_kv_heads={config.n_kv_heads} (needs n_kv_heads == n_heads)")
         if fam.name == "bert" and config.type_vocab_size < 1:
             wrong.append("type_vocab_size=0 (BERT always adds token-type embeddings)")
@@ -497,9 +512,9 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
             wrong.append("pooler=False (BertForSequenceClassification has a tanh pooler)")
         if fam.name == "t5" and not any(math.isclose(config.output_scale, s) for s in (1.0, config.d_model**-0.5)):
             wrong.append(f"output_scale={config.output_scale} (T5 uses 1.0 or d_model**-0.5)")
-        if fam.name == "bert" and config.dh * config.n_heads != config.d_model:
-            wrong.append(f"head_dim={config.head_dim} (BERT's heads split d_model: needs n_heads * head_dim == "
-                         "d_model)")
+        if fam.name in ("gpt2", "bert") and config.dh * config.n_heads != config.d_model:
+            wrong.append(f"head_dim={config.head_dim} ({fam.name}'s heads split d_model: needs n_heads * head_dim "
+                         "== d_model)")
         if fam.name != "t5" and config.output_scale != 1.0:
             wrong.append(f"output_scale={config.output_scale} (needs 1.0)")
         if not wrong:

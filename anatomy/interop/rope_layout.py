@@ -31,7 +31,7 @@ from anatomy.config import ModelConfig
 from anatomy.shapes import check_choice
 
 # Self-attention q/k projections in our state-dict vocabulary; "cross_attn." does not match (no "." before "attn").
-_QK_KEY = re.compile(r"(^|\.)attn\.(q_proj|k_proj|qkv_proj)\.(weight|bias)$")
+_QK_KEY = re.compile(r"(^|\.)attn\.(q_proj|k_proj|qkv_proj|q_norm|k_norm)\.(weight|bias)$")
 
 
 def layout_permutation(head_dim: int, source: str, target: str) -> torch.Tensor:
@@ -73,7 +73,9 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], config: ModelConfig,
             out[key] = value
             continue
         proj = match.group(2)
-        if proj == "q_proj":
+        if proj in ("q_norm", "k_norm"):  # QK-norm: one (Dh,) weight over each head's dims, permuted like them
+            out[key] = permute_heads(value, 1, dh, source, target)
+        elif proj == "q_proj":
             out[key] = permute_heads(value, h, dh, source, target)
         elif proj == "k_proj":
             out[key] = permute_heads(value, hkv, dh, source, target)

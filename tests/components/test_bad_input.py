@@ -77,7 +77,8 @@ def test_unknown_names_list_the_valid_ones(field, value, listed):
 
 
 def test_unknown_preset_lists_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown preset 'gpt5'; valid names: bert, gpt2, llama, seed-block, t5"):
+    names = "bert, gpt2, llama, qwen3, seed-block, t5, vaswani-2017"
+    with pytest.raises(ValueError, match=rf"unknown preset 'gpt5'; valid names: {names}"):
         ModelConfig.from_preset("gpt5")
 
 

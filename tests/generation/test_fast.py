@@ -27,6 +27,8 @@ ACCEPTED = {
     "separate-qkv-nobias-sdpa": ("gpt2", dict(fused_qkv=False, bias=False, kernel="sdpa")),
     "scaled-embeddings-untied": ("gpt2", dict(scale_embeddings=True, tie_embeddings=False)),
     "decoupled-heads": ("llama", dict(n_heads=2, n_kv_heads=1, head_dim=24)),  # H·Dh = 48 != d_model = 32
+    "qwen3-qk-norm": ("qwen3", dict(n_kv_heads=2, head_dim=16)),  # RMSNorm QK-norm before RoPE
+    "gpt2-qk-layernorm": ("gpt2", dict(qk_norm=True)),  # LayerNorm QK-norm, fused projections
 }
 
 

@@ -29,6 +29,8 @@ from transformers import (  # noqa: E402
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
     T5Config,
     T5ForConditionalGeneration,
 )
@@ -73,6 +75,13 @@ def llama(**kw):
     return _perturb(LlamaForCausalLM(LlamaConfig(**{**args, **kw})))
 
 
+def qwen3(**kw):
+    torch.manual_seed(0)
+    args = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                intermediate_size=64, vocab_size=V, max_position_embeddings=64, tie_word_embeddings=True)
+    return _perturb(Qwen3ForCausalLM(Qwen3Config(**{**args, **kw})))
+
+
 def bert(cls: bool = False):
     torch.manual_seed(0)
     config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
@@ -102,6 +111,8 @@ FAMILIES = {
     # heads wider than d_model / num_heads (t5-v1_1-small: 6 x 64 on 512; Qwen3, Gemma set head_dim the same way)
     "t5-decoupled-heads": lambda: t5(num_heads=3, d_kv=16, num_decoder_layers=2),
     "llama-decoupled-heads": lambda: llama(head_dim=16),
+    # Qwen3: Llama + QK-norm (RMSNorm over each head's 16 dims) with heads wider than hidden / heads (4 x 16 on 32)
+    "qwen3-qk-norm": qwen3,
 }
 
 G = torch.Generator().manual_seed(1)
@@ -123,7 +134,7 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def _outputs(hf, ours, mask):
     """(HF output, our output, where to compare) for one family with or without padding."""
     with torch.no_grad():
-        if isinstance(hf, (GPT2LMHeadModel, LlamaForCausalLM)):
+        if isinstance(hf, (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM)):
             ids = IDS if mask is None else IDS.masked_fill(mask == 0, 0)
             pos = None if mask is None else (mask.cumsum(-1) - 1).clamp_min(0)
             a = hf(ids, attention_mask=mask, position_ids=pos).logits
@@ -213,7 +224,7 @@ def test_flan_t5_style_config_json_is_read():
 # ------------------------------------------------------------------------------------------ (2) greedy generation
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-decoupled-heads"])
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-decoupled-heads", "qwen3-qk-norm"])
 def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     hf = FAMILIES[name]()
     ours = from_hf(hf)
@@ -242,6 +253,7 @@ def test_t5_greedy_16_tokens_match_hf_generate(name):
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-mqa-tied-theta", "llama-decoupled-heads",
+                                  "qwen3-qk-norm",
                                   "bert-classifier", "t5-v1.0", "t5-decoupled-heads",
                                   "t5-gated-gelu-v1.1"])
 def test_hf_to_ours_to_hf(name):
@@ -250,7 +262,7 @@ def test_hf_to_ours_to_hf(name):
     assert type(back) is type(hf) and not back.training
     for key, value in hf.state_dict().items():
         assert torch.equal(back.state_dict()[key], value), key
-    mask = LEFT if name.startswith(("gpt2", "llama")) else RIGHT
+    mask = LEFT if name.startswith(("gpt2", "llama", "qwen3")) else RIGHT
     a, b, where = _outputs(hf, from_hf(back), mask)
     assert _diff(a[where], b[where]) <= _tol(name, a)
     if name.startswith("t5"):  # HF → ours → HF: the same HF computation, so the same logits bit for bit
@@ -268,7 +280,7 @@ def test_hf_directory_loads_without_transformers_objects(tmp_path, name, shard):
         assert (tmp_path / "model.safetensors.index.json").is_file()
         assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
     ours = load_pretrained(tmp_path)
-    mask = LEFT if name.startswith(("gpt2", "llama")) else RIGHT
+    mask = LEFT if name.startswith(("gpt2", "llama", "qwen3")) else RIGHT
     a, b, where = _outputs(hf, ours, mask)
     assert _diff(a[where], b[where]) <= _tol(name, a)
     save_pretrained(ours, tmp_path / "ours")  # and on into our own format, bit-exact
@@ -337,6 +349,18 @@ def test_convert_cli_t5_error_budget_has_cross_attention(tmp_path, capsys):
     assert "decoder block 2 cross-attention" in out and "encoder final norm" in out
 
 
+def test_convert_cli_qwen3_round_trip_with_error_budget(tmp_path, capsys):
+    qwen3().save_pretrained(tmp_path / "hf")
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "o"), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert "block 1 attention" in out and "OK:" in out
+    assert main(["convert", "--to-hf", str(tmp_path / "o"), "--out", str(tmp_path / "hf2"), "--verify"]) == 0
+    assert "OK:" in capsys.readouterr().out
+    again = Qwen3ForCausalLM.from_pretrained(tmp_path / "hf2").eval()
+    with torch.no_grad():
+        assert torch.equal(again(IDS).logits, qwen3()(IDS).logits)
+
+
 def test_convert_cli_bad_usage_exits_2_with_one_line(tmp_path, capsys):
     assert main(["convert", "--from-hf", str(tmp_path / "nope"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -384,6 +408,23 @@ def test_unexpressible_hf_features_are_refused_by_name():
         from_hf(t5(feed_forward_proj="gated-relu"))
     assert "supported: relu, gelu, gated-silu, gated-gelu" in str(info.value)
 
+
+
+def test_qwen3_qk_norm_is_read_and_matters():
+    hf = FAMILIES["qwen3-qk-norm"]()
+    ours = from_hf(hf)
+    c, attn = ours.config, ours.stack.blocks[1].attn
+    assert (c.qk_norm, c.qk_norm_kind, c.dh, c.head_dim, attn.inner_dim) == (True, "rmsnorm", 16, 16, 64)
+    assert torch.equal(attn.q_norm.weight, hf.model.layers[1].self_attn.q_norm.weight)
+    assert torch.equal(attn.k_norm.weight, hf.model.layers[1].self_attn.k_norm.weight)
+    assert to_hf(ours).__class__.__name__ == "Qwen3ForCausalLM"
+    a, b, where = _outputs(hf, ours, LEFT)
+    with torch.no_grad():  # without the norms the logits move: the test above is not passing by accident
+        for block in ours.stack.blocks:
+            block.attn.q_norm.weight.fill_(1.0)
+    assert _diff(a[where], _outputs(hf, ours, LEFT)[1][where]) > 1e-2
+    with pytest.raises(ValueError, match="use_sliding_window=True"):
+        from_hf(qwen3(use_sliding_window=True, sliding_window=8))
 
 
 def test_decoupled_head_width_is_read_and_written():

@@ -18,7 +18,7 @@ SMALL = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=None, max_se
 
 
 def small(preset: str, **kw) -> ModelConfig:
-    kv = {"n_kv_heads": 2} if preset == "llama" else {}
+    kv = {"n_kv_heads": 2} if preset in ("llama", "qwen3") else {}
     return ModelConfig.from_preset(preset, **{**SMALL, **kv, **kw})
 
 
@@ -147,7 +147,7 @@ def test_dropout_is_active_in_training_only():
 def test_decoupled_head_width_builds_every_preset(preset):
     """head_dim set: 3 heads of 16 on d_model 32 (not divisible); q/k/v project to H·Dh = 48 and back to 32."""
     torch.manual_seed(0)
-    kv = {"n_kv_heads": 1} if preset == "llama" else {}
+    kv = {"n_kv_heads": 1} if preset in ("llama", "qwen3") else {}
     config = ModelConfig.from_preset(preset, **{**SMALL, "n_heads": 3, "head_dim": 16, **kv})
     assert config.dh == 16
     model = build_model(config).eval()
@@ -167,3 +167,38 @@ def test_head_dim_validation():
     with pytest.raises(ValueError, match="positional='rope' needs an even head dimension, got Dh=7"):
         ModelConfig.from_preset("llama", **{**SMALL, "n_kv_heads": 2, "head_dim": 7})
     assert ModelConfig.from_preset("gpt2", **SMALL).head_dim is None  # the post's d_k = d_model / h, implicit
+
+
+def test_qk_norm_normalises_each_head_before_rope_and_survives_layout_conversion():
+    from anatomy.interop.rope_layout import convert_rope_layout
+
+    torch.manual_seed(0)
+    config = small("llama", qk_norm=True, head_dim=12)
+    assert (config.qk_norm_kind, small("gpt2", qk_norm=True).qk_norm_kind) == ("rmsnorm", "layernorm")
+    assert small("seed-block", norm="batchnorm", qk_norm=True).qk_norm_kind == "layernorm"
+    model = build_model(config).eval()
+    attn = model.stack.blocks[0].attn
+    assert tuple(attn.q_norm.weight.shape) == tuple(attn.k_norm.weight.shape) == (12,)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    q = {}
+    ids = torch.randint(1, 40, (2, 6))
+    with torch.no_grad():
+        out = model(ids).logits
+        attn.q_proj.weight.mul_(100.0)  # QK-norm makes the query's size irrelevant
+        again = model(ids).logits
+    torch.testing.assert_close(again, out, rtol=1e-4, atol=1e-4)  # 100x W_q: the same logits
+    with torch.no_grad():  # with a unit weight every head's query has rms 1 (RoPE rotates pairs: norms kept)
+        attn.q_norm.weight.fill_(1.0)
+        q.clear()
+        handle = attn.hook_q.register_forward_hook(lambda m, a, o: q.setdefault("q", o))
+        model(ids)
+        handle.remove()
+    rms = q["q"].pow(2).mean(-1).sqrt()  # (B, H, T)
+    torch.testing.assert_close(rms, torch.ones_like(rms), rtol=1e-4, atol=1e-4)
+    with torch.no_grad():
+        attn.q_norm.weight.copy_(torch.linspace(0.5, 2.0, 12))  # not symmetric: the permutation must be right
+        inter = convert_rope_layout(model, "interleaved")
+        torch.testing.assert_close(inter(ids).logits, model(ids).logits, rtol=1e-5, atol=1e-5)
+    assert not torch.equal(inter.stack.blocks[0].attn.q_norm.weight, attn.q_norm.weight)  # permuted with the dims
