@@ -53,6 +53,7 @@ class ModelConfig:
     attn_scale: float | None = None
     fused_qkv: bool = False
     qk_norm: bool = False  # QK-norm: each head's q and k normalised over Dh (the model's norm kind) before RoPE
+    sliding_window: int | None = None  # local self-attention over the last W key slots (Mistral); None: all
     rope_base: float = 10000.0
     rope_layout: str = "half"
     max_relative_distance: int = 16
@@ -82,7 +83,7 @@ class ModelConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("n_kv_heads", "head_dim", "n_decoder_layers", "d_ff"):
+        for name in ("n_kv_heads", "head_dim", "n_decoder_layers", "d_ff", "sliding_window"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
         if self.head_dim is None and self.d_model % self.n_heads:

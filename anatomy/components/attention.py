@@ -31,7 +31,7 @@ from torch import nn
 from anatomy.components import kernels
 from anatomy.components.hook_point import HookPoint
 from anatomy.components.kv_cache import KVCache
-from anatomy.components.masks import as_attention_mask
+from anatomy.components.masks import as_attention_mask, sliding_window_mask
 from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_choice, check_divisible, check_hidden, check_positive, check_rank
@@ -56,13 +56,16 @@ class MultiHeadAttention(nn.Module):
             weight of width Dh shared by the heads) after the split and before RoPE (QK-norm, Qwen3/Gemma 3/OLMo).
             It bounds the logits q·k without a smaller learning rate; the scale 1/sqrt(Dh) stays.
         norm_eps: epsilon of the QK-norm.
+        sliding_window: W or ``None``: self-attention sees only the W key slots ending at the query's own
+            (Mistral's local attention; Longformer's band of 2W - 1 slots when not causal). Cross-attention is
+            never windowed. The cache keeps every entry; the band masks the old ones.
     """
 
     def __init__(
         self, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
         dropout: float = 0.0, kernel: str = "auto", scale: float | None = None, fused_qkv: bool = False,
         positional: PositionalScheme | None = None, head_dim: int | None = None, qk_norm: str | None = None,
-        norm_eps: float = 1e-6,
+        norm_eps: float = 1e-6, sliding_window: int | None = None,
     ) -> None:
         super().__init__()
         check_positive("d_model", d_model)
@@ -94,6 +97,9 @@ class MultiHeadAttention(nn.Module):
             self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
         self.o_proj = nn.Linear(self.inner_dim, d_model, bias=bias)
         self.positional = positional
+        if sliding_window is not None:
+            check_positive("sliding_window", sliding_window)
+        self.sliding_window = sliding_window
         self.qk_norm = qk_norm
         if qk_norm is not None:
             make = norm_class(qk_norm)
@@ -174,6 +180,9 @@ class MultiHeadAttention(nn.Module):
         s = k.shape[-2]
         if mask is not None:
             mask = as_attention_mask(mask, b, self.n_heads, t, s)
+        if self.sliding_window is not None and not cross:  # local attention: a band of key slots, causal or not
+            band = sliding_window_mask(t, s, self.sliding_window, causal=is_causal, device=x.device)  # (T, S)
+            mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
         is_causal = is_causal and t > 1  # one query at the end of the keys sees all of them
 
         bias, value_bias = attn_bias, None
@@ -205,5 +214,6 @@ class MultiHeadAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
                 + (f"head_dim={self.head_dim}, " if self.inner_dim != self.d_model else "")
-                + (f"qk_norm={self.qk_norm!r}, " if self.qk_norm else "") +
+                + (f"qk_norm={self.qk_norm!r}, " if self.qk_norm else "")
+                + (f"sliding_window={self.sliding_window}, " if self.sliding_window else "") +
                 f"kernel={self.kernel!r}, scale={self.scale:.4g}")

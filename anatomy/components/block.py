@@ -27,12 +27,12 @@ from anatomy.components.positional.base import PositionalScheme
 
 
 def _parts(d_model, n_heads, n_kv_heads, d_ff, activation, norm, norm_eps, placement, bias, dropout,
-           attention_dropout, kernel, attn_scale, fused_qkv, alpha, head_dim, qk_norm):
+           attention_dropout, kernel, attn_scale, fused_qkv, alpha, head_dim, qk_norm, sliding_window):
     make_norm = partial(norm_class(norm), eps=norm_eps, bias=bias)
     add_norm = partial(AddNorm, d_model, placement=placement, make_norm=make_norm, dropout=dropout, alpha=alpha)
     attn = partial(MultiHeadAttention, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, bias=bias,
                    dropout=attention_dropout, kernel=kernel, scale=attn_scale, fused_qkv=fused_qkv, head_dim=head_dim,
-                   qk_norm=qk_norm, norm_eps=norm_eps)
+                   qk_norm=qk_norm, norm_eps=norm_eps, sliding_window=sliding_window)
     ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
     return add_norm, attn, ffn
 
@@ -52,10 +52,10 @@ class EncoderBlock(nn.Module):
               bias: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, kernel: str = "auto",
               attn_scale: float | None = None, fused_qkv: bool = False, alpha: float = 1.0,
               positional: PositionalScheme | None = None, head_dim: int | None = None,
-              qk_norm: str | None = None) -> EncoderBlock:
+              qk_norm: str | None = None, sliding_window: int | None = None) -> EncoderBlock:
         add_norm, attn, ffn = _parts(d_model, n_heads, n_kv_heads, d_ff, activation, norm, norm_eps, placement,
                                      bias, dropout, attention_dropout, kernel, attn_scale, fused_qkv, alpha, head_dim,
-                                     qk_norm)
+                                     qk_norm, sliding_window)
         return cls(attn=attn(positional=positional), ffn=ffn, attn_add_norm=add_norm(), ffn_add_norm=add_norm())
 
     def forward(self, x: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False,
@@ -88,11 +88,11 @@ class DecoderBlock(nn.Module):
               bias: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, kernel: str = "auto",
               attn_scale: float | None = None, fused_qkv: bool = False, alpha: float = 1.0,
               positional: PositionalScheme | None = None, head_dim: int | None = None,
-              qk_norm: str | None = None) -> DecoderBlock:
+              qk_norm: str | None = None, sliding_window: int | None = None) -> DecoderBlock:
         add_norm, attn, ffn = _parts(d_model, n_heads, n_kv_heads, d_ff, activation, norm, norm_eps, placement,
                                      bias, dropout, attention_dropout, kernel, attn_scale, fused_qkv, alpha, head_dim,
-                                     qk_norm)
-        return cls(attn=attn(positional=positional), cross_attn=attn(positional=None), ffn=ffn,
+                                     qk_norm, sliding_window)
+        return cls(attn=attn(positional=positional), cross_attn=attn(positional=None, sliding_window=None), ffn=ffn,
                    attn_add_norm=add_norm(), cross_add_norm=add_norm(), ffn_add_norm=add_norm())
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *, mask: torch.Tensor | None = None,

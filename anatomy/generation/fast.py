@@ -101,7 +101,7 @@ class _Layer:
     def __init__(self, block: EncoderBlock) -> None:
         attn, ffn = block.attn, block.ffn
         self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.inner_dim  # d: H·Dh
-        self.scale, self.positional = attn.scale, attn.positional
+        self.scale, self.positional, self.window = attn.scale, attn.positional, attn.sliding_window
         if attn.fused_qkv:
             self.qkv = (attn.qkv_proj.weight, attn.qkv_proj.bias)
             self.q = self.k = self.v = None
@@ -136,6 +136,10 @@ class _Layer:
         if self.positional is not None:
             q, k = self.positional.rotate(q, k, positions, positions)
         k, v, k_pos = cache.update(k, v, positions)  # (B, Hkv, S, Dh), (B|1, S)
+        if self.window is not None and k.shape[-2] > self.window:  # the band of one query: the last W slots
+            w = self.window
+            k, v, k_pos = k[..., -w:, :], v[..., -w:, :], k_pos[..., -w:]  # (B, Hkv, W, Dh), (B|1, W)
+            mask = None if mask is None else mask[..., -w:]  # (B, 1, 1, W)
         bias = None if self.positional is None else self.positional.score_bias(q, positions, k_pos, self.scale)
         out, _ = kernels.sdpa_attention(q, k, v, mask=mask, scale=self.scale, bias=bias)  # (B, H, 1, Dh)
         x = self.attn_after(x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)

@@ -33,7 +33,7 @@ class Row:
 def probes(config, arch: str) -> list[Probe]:
     """The rows for one architecture: embeddings, each block's attention and FFN output, final norm, output."""
     n = config.n_layers
-    if arch in ("GPT2LMHeadModel", "LlamaForCausalLM", "Qwen3ForCausalLM"):  # Qwen3: Llama's module names
+    if arch in ("GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"):  # Llama's names
         gpt = arch == "GPT2LMHeadModel"
         h = "transformer.h" if gpt else "model.layers"
         rows = [Probe("embeddings", "transformer.drop" if gpt else "model.embed_tokens", "embeddings")]

@@ -49,7 +49,7 @@ from anatomy.interop.rope_layout import convert_state_dict as convert_rope_state
 from anatomy.interop.safetensors_io import CheckpointError
 
 SUPPORTED = ("GPT2LMHeadModel", "BertModel", "BertForSequenceClassification", "LlamaForCausalLM",
-             "Qwen3ForCausalLM", "T5ForConditionalGeneration")
+             "MistralForCausalLM", "Qwen3ForCausalLM", "T5ForConditionalGeneration")
 
 _REQUIRED = object()
 
@@ -213,8 +213,9 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
     if bool(c.get("attention_bias", False)) != bool(c.get("mlp_bias", False)):
         raise _refuse(arch, "attention_bias != mlp_bias (anatomy has one bias flag)")
     qwen3 = arch == "Qwen3ForCausalLM"
-    if qwen3 and c.get("use_sliding_window", False):
-        raise _refuse(arch, "use_sliding_window=True (anatomy has no sliding-window attention)")
+    if qwen3 and c.get("use_sliding_window", False):  # Qwen3 windows only the layers past max_window_layers
+        raise _refuse(arch, "use_sliding_window=True (a window on some layers only; anatomy windows all or none)")
+    window = c.get("sliding_window") if arch == "MistralForCausalLM" else None  # Mistral: every layer, or None
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
@@ -228,7 +229,7 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
         norm="rmsnorm", norm_position="pre", activation="swiglu", dropout=0.0,
         attention_dropout=float(c.get("attention_dropout", 0.0)), bias=bool(c.get("attention_bias", False)),
         tie_embeddings=c.get("tie_word_embeddings", False), norm_eps=c.get("rms_norm_eps", 1e-6),
-        pad_token_id=_pad(c, vocab), qk_norm=qwen3,
+        pad_token_id=_pad(c, vocab), qk_norm=qwen3, sliding_window=window,
     )
 
 
@@ -259,9 +260,13 @@ def _llama_write(cfg: ModelConfig, arch: str) -> dict:
         rope_theta=cfg.rope_base, attention_bias=cfg.bias, mlp_bias=cfg.bias, attention_dropout=cfg.attention_dropout,
         tie_word_embeddings=cfg.tie_embeddings,
     )
-    if arch == "Qwen3ForCausalLM":  # no mlp_bias field (its MLP has none); rope_theta lives in rope_parameters
-        del out["mlp_bias"], out["rope_theta"]
-        out.update(rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base}, use_sliding_window=False)
+    if arch in ("Qwen3ForCausalLM", "MistralForCausalLM"):  # no bias fields; rope_theta lives in rope_parameters
+        del out["mlp_bias"], out["rope_theta"], out["attention_bias"]
+        out.update(rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base})
+    if arch == "Qwen3ForCausalLM":
+        out.update(attention_bias=False, use_sliding_window=False)
+    if arch == "MistralForCausalLM":
+        out.update(sliding_window=cfg.sliding_window)
     return out
 
 
@@ -360,7 +365,8 @@ FAMILIES = {
         "gpt2", ("GPT2LMHeadModel",), "GPT2Config", _gpt2_config, _gpt2_table, _gpt2_write,
         {"GPT2LMHeadModel": "transformer."}, (r"\.attn\.(bias|masked_bias)$",),
         dict(architecture=("decoder_lm",), positional=("learned",), norm=("layernorm",), fused_qkv=(True,),
-             bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), qk_norm=(False,), **_PRE_DECODER)),
+             bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), qk_norm=(False,),
+             sliding_window=(None,), **_PRE_DECODER)),
     "bert": Family(
         "bert", ("BertModel", "BertForSequenceClassification"), "BertConfig", _bert_config, _bert_table,
         _bert_write, {"BertForSequenceClassification": "bert."},
@@ -368,22 +374,29 @@ FAMILIES = {
         dict(architecture=("encoder", "classifier"), positional=("learned",), norm=("layernorm",),
              norm_position=("post",), embedding_norm=(True,), fused_qkv=(False,), bias=(True,),
              activation=tuple(_ACT_TO_HF), scale_embeddings=(False,), final_norm=(None, False), attn_scale=(None,),
-             pooling=("cls",), qk_norm=(False,))),
+             pooling=("cls",), qk_norm=(False,), sliding_window=(None,))),
     "llama": Family(
         "llama", ("LlamaForCausalLM",), "LlamaConfig", _llama_config, _llama_table, _llama_write,
         {"LlamaForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
         dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), **_PRE_DECODER)),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), sliding_window=(None,), **_PRE_DECODER)),
+    "mistral": Family(  # Llama + sliding-window attention on every layer (or none: sliding_window null)
+        "mistral", ("MistralForCausalLM",), "MistralConfig", _llama_config, _llama_table, _llama_write,
+        {"MistralForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
+        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), bias=(False,), **_PRE_DECODER)),
     "qwen3": Family(  # Llama + QK-norm (and usually heads wider than hidden_size / num_attention_heads)
         "qwen3", ("Qwen3ForCausalLM",), "Qwen3Config", _llama_config, _llama_table, _llama_write,
         {"Qwen3ForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
         dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), qk_norm=(True,), bias=(False,), **_PRE_DECODER)),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(True,), bias=(False,), sliding_window=(None,),
+             **_PRE_DECODER)),
     "t5": Family(
         "t5", ("T5ForConditionalGeneration",), "T5Config", _t5_config, _t5_table, _t5_write, {},
         (r"EncDecAttention\.relative_attention_bias\.weight$",),  # present but unused in some old checkpoints
         dict(architecture=("seq2seq",), positional=("t5",), norm=("rmsnorm",), bias=(False,), attn_scale=(1.0,),
-             activation=tuple(_T5_FFN.values()), fused_qkv=(False,), qk_norm=(False,), **_PRE_DECODER)),
+             activation=tuple(_T5_FFN.values()), fused_qkv=(False,), qk_norm=(False,), sliding_window=(None,),
+             **_PRE_DECODER)),
 }
 ARCH_FAMILY = {arch: fam for fam in FAMILIES.values() for arch in fam.archs}
 
@@ -504,7 +517,7 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
     for fam in FAMILIES.values():
         wrong = [f"{name}={getattr(config, name)!r} (needs {' or '.join(map(repr, allowed))})"
                  for name, allowed in fam.requires.items() if getattr(config, name) not in allowed]
-        if fam.name not in ("llama", "qwen3") and config.kv_heads != config.n_heads:
+        if fam.name not in ("llama", "mistral", "qwen3") and config.kv_heads != config.n_heads:
             wrong.append(f"n_kv_heads={config.n_kv_heads} (needs n_kv_heads == n_heads)")
         if fam.name == "bert" and config.type_vocab_size < 1:
             wrong.append("type_vocab_size=0 (BERT always adds token-type embeddings)")

@@ -168,6 +168,9 @@ def _check_ours_mha(a: MultiHeadAttention, where: str) -> bool:
     if a.inner_dim != a.d_model:
         raise ValueError(f"{where}: heads of width head_dim={a.head_dim} (n_heads * head_dim = {a.inner_dim} != "
                          f"d_model = {a.d_model}) have no nn.MultiheadAttention equivalent: its heads split d_model")
+    if a.sliding_window is not None:
+        raise ValueError(f"{where}: sliding-window attention (sliding_window={a.sliding_window}) has no "
+                         "nn.MultiheadAttention equivalent")
     if a.qk_norm is not None:
         raise ValueError(f"{where}: QK-norm (qk_norm={a.qk_norm!r}) has no nn.MultiheadAttention equivalent")
     if a.positional is not None:

@@ -44,7 +44,8 @@ def _block_kwargs(config: ModelConfig, alpha: float) -> dict:
                 activation=config.activation, norm=config.norm, norm_eps=config.norm_eps,
                 placement=config.norm_position, bias=config.bias, dropout=config.dropout,
                 attention_dropout=config.attention_dropout, kernel=config.kernel, attn_scale=config.attn_scale,
-                fused_qkv=config.fused_qkv, alpha=alpha, head_dim=config.head_dim, qk_norm=config.qk_norm_kind)
+                fused_qkv=config.fused_qkv, alpha=alpha, head_dim=config.head_dim, qk_norm=config.qk_norm_kind,
+                sliding_window=config.sliding_window)
 
 
 def _embeddings(config: ModelConfig, embed_tokens: TokenEmbedding, *, with_types: bool = True) -> InputEmbeddings:

@@ -19,11 +19,13 @@ from anatomy.components import (
 )
 from anatomy.components.embedding import TokenEmbedding, make_lm_head
 from anatomy.components.masks import (
+    causal_mask,
     from_additive,
     from_torch_nn,
     padding_mask,
     padding_mask_from_ids,
     positions_from_mask,
+    sliding_window_mask,
     to_additive,
     to_torch_nn,
 )
@@ -120,6 +122,15 @@ def test_embedding_scale_and_tied_head():
     head = make_lm_head(emb, tie=True)
     assert head.weight is emb.weight
     assert make_lm_head(emb, tie=False).weight is not emb.weight
+
+
+def test_sliding_window_mask_is_a_bottom_right_band():
+    assert sliding_window_mask(4, 4, 2).int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
+    assert sliding_window_mask(1, 6, 3).int().tolist() == [[0, 0, 0, 1, 1, 1]]  # one decode query: the last 3
+    assert sliding_window_mask(3, 3, 2, causal=False).int().tolist() == [[1, 1, 0], [1, 1, 1], [0, 1, 1]]
+    assert torch.equal(sliding_window_mask(5, 7, 7), causal_mask(5, 7))  # a window as long as the keys: causal
+    with pytest.raises(ValueError, match="window must be a positive integer, got 0"):
+        sliding_window_mask(3, 3, 0)
 
 
 def test_mask_conversions_round_trip():

@@ -114,6 +114,38 @@ def test_kernels_agree_with_decoupled_head_width(mask_name, n_kv_heads, fused):
             assert (g - rg).abs().max() <= 1e-8, kernel
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_sliding_window_is_a_band_every_kernel_obeys(causal):
+    from anatomy.components.masks import sliding_window_mask
+
+    torch.manual_seed(0)
+    w = 3
+    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2, sliding_window=w,
+                              positional=RotaryPositional(head_dim=D // H)).double()
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    pad = key_padding_to_attention(padding_mask([7, 5, 6], T))
+    ref_out, ref_grads = _run(attn, "loop", x, pad, causal, None)
+    for kernel in ("math", "sdpa"):
+        out, grads = _run(attn, kernel, x, pad, causal, None)
+        assert (out - ref_out).abs().max() <= 1e-10, kernel
+        for g, rg in zip(grads, ref_grads):
+            assert (g - rg).abs().max() <= 1e-8, kernel
+    # the band, spelled out: the same module without a window but with the band as its mask gives the same output
+    band = sliding_window_mask(T, T, w, causal=causal)
+    attn.sliding_window = None
+    banded, _ = _run(attn, "math", x, pad & band, False, None)
+    torch.testing.assert_close(banded, ref_out, rtol=0, atol=1e-10)
+    assert (_run(attn, "math", x, pad, causal, None)[0] - ref_out).abs().max() > 1e-3  # the window matters
+    # tokens 0..3 lie outside query 6's band (slots 4..6, or 4..8 without causality): they cannot move its output
+    attn.sliding_window = w
+    with torch.no_grad():
+        moved = x.clone()
+        moved[0, :7 - w] += 5.0
+        out_a, _ = attn(x, mask=pad, is_causal=causal)
+        out_b, _ = attn(moved, mask=pad, is_causal=causal)
+    assert torch.equal(out_a[0, 6], out_b[0, 6]) and not torch.equal(out_a[0, 5], out_b[0, 5])
+
+
 def test_auto_uses_sdpa_unless_weights_are_asked(monkeypatch):
     calls = []
     for name, k in kernels.KERNELS.items():

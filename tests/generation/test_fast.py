@@ -29,6 +29,8 @@ ACCEPTED = {
     "decoupled-heads": ("llama", dict(n_heads=2, n_kv_heads=1, head_dim=24)),  # H·Dh = 48 != d_model = 32
     "qwen3-qk-norm": ("qwen3", dict(n_kv_heads=2, head_dim=16)),  # RMSNorm QK-norm before RoPE
     "gpt2-qk-layernorm": ("gpt2", dict(qk_norm=True)),  # LayerNorm QK-norm, fused projections
+    "sliding-window": ("llama", dict(n_kv_heads=2, sliding_window=4)),  # the step reads the last 4 slots only
+    "sliding-window-alibi": ("gpt2", dict(positional="alibi", sliding_window=3)),
 }
 
 

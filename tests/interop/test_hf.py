@@ -29,6 +29,8 @@ from transformers import (  # noqa: E402
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
     T5Config,
@@ -42,6 +44,7 @@ from anatomy.generation import generate  # noqa: E402
 from anatomy.interop.hf import SUPPORTED, config_from_hf, from_hf, to_hf  # noqa: E402
 from anatomy.interop.rope_layout import convert_rope_layout  # noqa: E402
 from anatomy.interop.safetensors_io import CheckpointError  # noqa: E402
+from anatomy.models import build_model as build_model_from  # noqa: E402
 
 V, TOL = 100, 1e-5
 # HF runs T5's "gated-gelu" through gelu_new, the tanh GELU written out in Python; ours is F.gelu(approximate="tanh").
@@ -82,6 +85,13 @@ def qwen3(**kw):
     return _perturb(Qwen3ForCausalLM(Qwen3Config(**{**args, **kw})))
 
 
+def mistral(**kw):
+    torch.manual_seed(0)
+    args = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=64, vocab_size=V, max_position_embeddings=64, sliding_window=4)
+    return _perturb(MistralForCausalLM(MistralConfig(**{**args, **kw})))
+
+
 def bert(cls: bool = False):
     torch.manual_seed(0)
     config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
@@ -113,6 +123,8 @@ FAMILIES = {
     "llama-decoupled-heads": lambda: llama(head_dim=16),
     # Qwen3: Llama + QK-norm (RMSNorm over each head's 16 dims) with heads wider than hidden / heads (4 x 16 on 32)
     "qwen3-qk-norm": qwen3,
+    # Mistral: Llama + a sliding window of 4 key slots on every layer (the inputs are 9 long: the window bites)
+    "mistral-window-4": mistral,
 }
 
 G = torch.Generator().manual_seed(1)
@@ -134,7 +146,7 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def _outputs(hf, ours, mask):
     """(HF output, our output, where to compare) for one family with or without padding."""
     with torch.no_grad():
-        if isinstance(hf, (GPT2LMHeadModel, LlamaForCausalLM, Qwen3ForCausalLM)):
+        if isinstance(hf, (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen3ForCausalLM)):
             ids = IDS if mask is None else IDS.masked_fill(mask == 0, 0)
             pos = None if mask is None else (mask.cumsum(-1) - 1).clamp_min(0)
             a = hf(ids, attention_mask=mask, position_ids=pos).logits
@@ -224,7 +236,8 @@ def test_flan_t5_style_config_json_is_read():
 # ------------------------------------------------------------------------------------------ (2) greedy generation
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-decoupled-heads", "qwen3-qk-norm"])
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-decoupled-heads", "qwen3-qk-norm",
+                                  "mistral-window-4"])
 def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     hf = FAMILIES[name]()
     ours = from_hf(hf)
@@ -253,7 +266,7 @@ def test_t5_greedy_16_tokens_match_hf_generate(name):
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-mqa-tied-theta", "llama-decoupled-heads",
-                                  "qwen3-qk-norm",
+                                  "qwen3-qk-norm", "mistral-window-4",
                                   "bert-classifier", "t5-v1.0", "t5-decoupled-heads",
                                   "t5-gated-gelu-v1.1"])
 def test_hf_to_ours_to_hf(name):
@@ -262,7 +275,7 @@ def test_hf_to_ours_to_hf(name):
     assert type(back) is type(hf) and not back.training
     for key, value in hf.state_dict().items():
         assert torch.equal(back.state_dict()[key], value), key
-    mask = LEFT if name.startswith(("gpt2", "llama", "qwen3")) else RIGHT
+    mask = LEFT if name.startswith(("gpt2", "llama", "qwen3", "mistral")) else RIGHT
     a, b, where = _outputs(hf, from_hf(back), mask)
     assert _diff(a[where], b[where]) <= _tol(name, a)
     if name.startswith("t5"):  # HF → ours → HF: the same HF computation, so the same logits bit for bit
@@ -280,7 +293,7 @@ def test_hf_directory_loads_without_transformers_objects(tmp_path, name, shard):
         assert (tmp_path / "model.safetensors.index.json").is_file()
         assert len(list(tmp_path.glob("model-*.safetensors"))) > 1
     ours = load_pretrained(tmp_path)
-    mask = LEFT if name.startswith(("gpt2", "llama", "qwen3")) else RIGHT
+    mask = LEFT if name.startswith(("gpt2", "llama", "qwen3", "mistral")) else RIGHT
     a, b, where = _outputs(hf, ours, mask)
     assert _diff(a[where], b[where]) <= _tol(name, a)
     save_pretrained(ours, tmp_path / "ours")  # and on into our own format, bit-exact
@@ -373,9 +386,9 @@ def test_convert_cli_bad_usage_exits_2_with_one_line(tmp_path, capsys):
 def test_unsupported_architecture_names_the_supported_ones(tmp_path):
     gpt2().save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    config["architectures"] = ["MistralForCausalLM"]
+    config["architectures"] = ["FalconForCausalLM"]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match="MistralForCausalLM") as info:
+    with pytest.raises(ValueError, match="FalconForCausalLM") as info:
         load_pretrained(tmp_path)
     assert all(arch in str(info.value) for arch in SUPPORTED)
     with pytest.raises(TypeError, match="GPT2Model.*supported: GPT2LMHeadModel"):
@@ -425,6 +438,23 @@ def test_qwen3_qk_norm_is_read_and_matters():
     assert _diff(a[where], _outputs(hf, ours, LEFT)[1][where]) > 1e-2
     with pytest.raises(ValueError, match="use_sliding_window=True"):
         from_hf(qwen3(use_sliding_window=True, sliding_window=8))
+
+
+def test_mistral_sliding_window_is_read_and_matters():
+    hf = FAMILIES["mistral-window-4"]()
+    ours = from_hf(hf)
+    assert ours.config.sliding_window == 4 and ours.stack.blocks[0].attn.sliding_window == 4
+    assert to_hf(ours).config.sliding_window == 4
+    a, b, where = _outputs(hf, ours, None)
+    assert _diff(a, b) <= TOL
+    for block in ours.stack.blocks:  # without the window the later positions move: the window is really used
+        block.attn.sliding_window = None
+    _, full, _ = _outputs(hf, ours, None)
+    assert _diff(full[:, :4], a[:, :4]) <= TOL and _diff(full[:, 4:], a[:, 4:]) > 1e-2
+    none = from_hf(mistral(sliding_window=None))  # a window-less Mistral is a Llama: written as one
+    assert none.config.sliding_window is None and type(to_hf(none)).__name__ == "LlamaForCausalLM"
+    windowed_llama = build_model_from(from_hf(llama()).config.replace(sliding_window=8))
+    assert type(to_hf(windowed_llama)).__name__ == "MistralForCausalLM"
 
 
 def test_decoupled_head_width_is_read_and_written():

@@ -360,6 +360,8 @@ def _mixed_bias_block():
      "positional scheme inside attention \\(RotaryPositional\\)"),
     (lambda: MultiHeadAttention(d_model=D, n_heads=H, scale=1.0), "non-default attention scale"),
     (lambda: MultiHeadAttention(d_model=D, n_heads=H, head_dim=2 * D // H), "heads split d_model"),
+    (lambda: MultiHeadAttention(d_model=D, n_heads=H, sliding_window=4), "sliding-window attention"),
+    (lambda: MultiHeadAttention(d_model=D, n_heads=H, qk_norm="rmsnorm"), "QK-norm"),
     (lambda: _block(norm="rmsnorm"), "RMSNorm"),
     (lambda: _block(activation="swiglu"), "activation 'swiglu'"),
     (lambda: _block(activation="silu"), "activation 'silu'"),
@@ -371,8 +373,8 @@ def _mixed_bias_block():
     (lambda: DecoderStack(blocks=[DecoderBlock.build(d_model=D, n_heads=H, d_ff=F, n_kv_heads=1)]),
      "grouped-query attention"),
     (lambda: EncoderStack(blocks=[_block()], position_bias=T5RelativeBias(n_heads=H)), "T5RelativeBias"),
-], ids=["gqa", "rope", "scale", "head_dim", "rmsnorm", "swiglu", "silu", "sandwich", "deepnorm", "mixed_bias",
-        "mixed_stack", "gqa_in_stack", "t5_bias"])
+], ids=["gqa", "rope", "scale", "head_dim", "window", "qk_norm", "rmsnorm", "swiglu", "silu", "sandwich",
+        "deepnorm", "mixed_bias", "mixed_stack", "gqa_in_stack", "t5_bias"])
 def test_to_torch_refuses(module, match):
     with pytest.raises(ValueError, match=match):
         to_torch(module())
