@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "-1e4 do to softmax in float32, bfloat16 and float16 (computed, also printed).")
     m.add_argument("--seq", type=int, default=8, help="sequence length T (default 8)")
     m.add_argument("--pad", type=int, default=3, help="padding tokens in the example row (default 3)")
+    m.add_argument("--window", type=int, default=None,
+                   help="also draw the causal sliding-window band of this width (Mistral's local attention)")
     m.add_argument("--out", help="FILE.png, FILE.svg or FILE.html (default: print the table only)")
 
     g = sub.add_parser("page", help="one self-contained HTML page: trace, attention maps, PE explorer",
@@ -226,7 +228,7 @@ def _mask(args: argparse.Namespace) -> int:
     from anatomy.inspection import page, viz
 
     ext = _check_out(args.out, (".png", ".svg", ".html")) if args.out else None
-    masks = viz.mask_examples(args.seq, args.pad)
+    masks = viz.mask_examples(args.seq, args.pad, args.window)
     table = viz.fill_value_table()
     print("What each fill value does to softmax (computed now; additive mask, softmax in the dtype):")
     print(viz.format_table(table))

@@ -23,7 +23,13 @@ from dataclasses import dataclass, field
 import torch
 
 from anatomy.components.kernels import math_attention
-from anatomy.components.masks import causal_mask, combine, key_padding_to_attention, padding_mask
+from anatomy.components.masks import (
+    causal_mask,
+    combine,
+    key_padding_to_attention,
+    padding_mask,
+    sliding_window_mask,
+)
 from anatomy.components.positional import (
     ALiBiPositional,
     LearnedPositional,
@@ -470,12 +476,15 @@ def positional_figure(data: PEData):
 # --------------------------------------------------------------------------------------------------- masks
 
 
-def mask_examples(seq: int = 8, pad: int = 3) -> dict[str, torch.Tensor]:
-    """Four ``(T, S)`` masks of one padded sequence (True = may attend), built by ``components.masks``."""
+def mask_examples(seq: int = 8, pad: int = 3, window: int | None = None) -> dict[str, torch.Tensor]:
+    """Four ``(T, S)`` masks of one padded sequence (True = may attend), built by ``components.masks``; a fifth,
+    the causal sliding-window band, when ``window`` is given."""
     if not isinstance(seq, int) or not 2 <= seq <= 64:
         raise ValueError(f"--seq must be an integer in [2, 64], got {seq!r}")
     if not isinstance(pad, int) or not 1 <= pad < seq:
         raise ValueError(f"--pad must be an integer in [1, --seq={seq}), got {pad!r}")
+    if window is not None and (not isinstance(window, int) or not 1 <= window <= seq):
+        raise ValueError(f"--window must be an integer in [1, --seq={seq}], got {window!r}")
     right = padding_mask([seq - pad], seq)  # (1, S): real tokens first
     left = right.flip(-1)  # (1, S): padding first
     causal = causal_mask(seq)  # (T, S)
@@ -484,12 +493,15 @@ def mask_examples(seq: int = 8, pad: int = 3) -> dict[str, torch.Tensor]:
         return key_padding_to_attention(key_padding)[0, 0].expand(seq, seq)  # (T, S)
 
     real = seq - pad
-    return {
+    out = {
         f"padding ({real} tokens, then {pad} pads)": as_ts(right),
         "causal": causal,
         "padding & causal": combine(as_ts(right), causal),
         f"left padding ({pad} pads first) & causal": combine(as_ts(left), causal),
     }
+    if window is not None:
+        out[f"sliding window {window} (causal)"] = sliding_window_mask(seq, seq, window)
+    return out
 
 
 _FILLS = (("-inf", lambda dt: float("-inf")), ("finfo.min", lambda dt: torch.finfo(dt).min),

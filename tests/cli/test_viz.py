@@ -69,6 +69,19 @@ def test_viz_mask_prints_the_table_and_draws(tmp_path, capsys):
     assert main(["viz", "mask", "--seq", "6", "--pad", "2", "--out", str(html)]) == 0
     page = html.read_text(encoding="utf-8")
     assert "<svg" in page and "two masks added" in page
+    assert main(["viz", "mask", "--seq", "6", "--window", "2", "--out", str(html)]) == 0
+    assert "sliding window 2 (causal)" in html.read_text(encoding="utf-8")
+    assert main(["viz", "mask", "--window", "0"]) == 2
+    assert "--window must be an integer in [1, --seq=8], got 0" in capsys.readouterr().err
+
+
+def test_mask_examples_window_band_comes_from_the_library():
+    from anatomy.components.masks import sliding_window_mask
+    from anatomy.inspection.viz import mask_examples
+
+    masks = mask_examples(7, 2, window=3)
+    assert torch.equal(masks["sliding window 3 (causal)"], sliding_window_mask(7, 7, 3))
+    assert len(mask_examples(7, 2)) == 4
 
 
 def test_viz_page(tmp_path, capsys):
