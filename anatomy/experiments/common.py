@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from anatomy import ModelConfig, build_model
+from anatomy.experiments.registry import Verdict
 
 
 def budget(preset: str, smoke: Any, quick: Any, full: Any) -> Any:
@@ -229,6 +230,21 @@ def count_seeds(metrics: dict, names: tuple[str, ...] | list[str], pred: Callabl
     """How many seeds satisfy ``pred(*values)`` (the values of ``names`` on that seed), and how many seeds."""
     rows = per_seed(metrics, *names)
     return sum(1 for row in rows if pred(*row)), len(rows)
+
+
+def seeds_disagree(en: str, zh: str) -> Verdict:
+    """The last resort of a rule: inconclusive, the numbers ``en``/``zh`` followed by "the seeds disagree"."""
+    return Verdict("inconclusive", en + " The seeds disagree.", zh + "各种子结论不一致。")
+
+
+def all_or_none(holds: list[bool], en: str, zh: str, *, refute_en: str = "", refute_zh: str = "") -> Verdict:
+    """Supported if the claim ``holds`` on every seed, refuted if on none (the numbers ``en``/``zh`` followed by
+    ``refute_en``/``refute_zh``), otherwise :func:`seeds_disagree`."""
+    if all(holds):
+        return Verdict("supported", en, zh)
+    if not any(holds):
+        return Verdict("refuted", en + refute_en, zh + refute_zh)
+    return seeds_disagree(en, zh)
 
 
 def fmt_values(values: list[float], unit: str = "", digits: int = 3) -> str:

@@ -24,6 +24,7 @@ from anatomy.components.add_norm import AddNorm
 from anatomy.components.norms import LayerNorm
 from anatomy.experiments.common import (
     MarkovTask,
+    all_or_none,
     budget,
     count_seeds,
     curve_stats,
@@ -37,6 +38,7 @@ from anatomy.experiments.common import (
     per_seed,
     residual_grad_norms,
     residual_rms,
+    seeds_disagree,
 )
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.inspection import capture
@@ -322,7 +324,7 @@ def _c33(ms):
     if all(f == 0 and e <= TOL for f, e in zip(frac, excess)):
         return Verdict("refuted", nums_en + " The broken stacks trained as well as Pre-Norm.",
                        nums_zh + "这些“错误”结构训练得和 Pre-Norm 一样好。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C33-six-layers-without-addnorm", section="§4",
@@ -374,7 +376,7 @@ def _c34(ms):
     if degr == 0:
         return Verdict("refuted", nums_en + " No degradation appeared without residuals.",
                        nums_zh + "去掉残差后没有出现退化。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C34-residual-degradation-not-vanishing", section="§4.1",
@@ -411,19 +413,15 @@ def _c36(ms):
                f"（初始化时 {hw0.fmt()}），Pre-Norm {hw_pre.fmt()}，DeepNorm {ms['highway_gain_deepnorm'].fmt()}（1 表"
                "示不衰减）。"
                f"包含子层在内的总梯度之比为 {total.fmt()}（Post）和 {total_pre.fmt()}（Pre）。")
-    ok, n = count_seeds(ms, ("highway_gain_post",), _undamped)
-    if ok == n:
-        return Verdict("supported", nums_en, nums_zh)
-    if ok == 0:
-        pre_ok = all(_undamped(v) for v in hw_pre.values)
-        return Verdict("refuted", nums_en + (" The undamped highway is Pre-Norm's, where the skip path is an exact "
-                       "identity; in Post-Norm every LayerNorm sits on that path and rescales the gradient, layer "
-                       "after layer." if pre_ok else " Neither placement keeps the skip path undamped."),
-                       nums_zh + ("不衰减的“高速公路”属于 Pre-Norm，它的跳连路径是严格的恒等映射；Post-Norm 中每个 "
-                                  "LayerNorm "
-                                  "都在这条路径上，逐层重新缩放梯度。" if pre_ok else "两种放置方式的跳连路径都不是不衰"
-                                                                                      "减的。"))
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    post_undamped = [_undamped(v) for v in hw.values]
+    pre_ok = all(_undamped(v) for v in hw_pre.values)
+    return all_or_none(post_undamped, nums_en, nums_zh,
+                       refute_en=(" The undamped highway is Pre-Norm's, where the skip path is an exact identity; in "
+                                  "Post-Norm every LayerNorm sits on that path and rescales the gradient, layer after "
+                                  "layer." if pre_ok else " Neither placement keeps the skip path undamped."),
+                       refute_zh=("不衰减的“高速公路”属于 Pre-Norm，它的跳连路径是严格的恒等映射；Post-Norm 中每个 "
+                                  "LayerNorm 都在这条路径上，逐层重新缩放梯度。" if pre_ok
+                                  else "两种放置方式的跳连路径都不是不衰减的。"))
 
 
 claim("C36-post-norm-gradient-highway", section="§4.1",
@@ -465,7 +463,7 @@ def _c37(ms):
     if not any(pre_ok):
         return Verdict("refuted", nums_en + " Even Pre-Norm trained worse when deeper.",
                        nums_zh + "即使是 Pre-Norm，加深后也训练得更差。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C37-any-depth-trainable", section="§4.1",
@@ -495,12 +493,9 @@ def _c39(ms):
                f"{ms['failed_no_norm'].fmt()}（共 2 个）。")
     stable = [(r > 2 * a or not math.isfinite(r)) or f > p for a, r, f, p in
               per_seed(ms, "score_std_layernorm", "score_std_no_norm", "failed_no_norm", "failed_pre")]
-    if all(stable):
-        return Verdict("supported", nums_en, nums_zh)
-    if not any(stable):
-        return Verdict("refuted", nums_en + " Without LayerNorm the scores were no larger and training no worse.",
-                       nums_zh + "去掉 LayerNorm 后分数并没有更大，训练也没有更差。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return all_or_none(stable, nums_en, nums_zh,
+                       refute_en=" Without LayerNorm the scores were no larger and training no worse.",
+                       refute_zh="去掉 LayerNorm 后分数并没有更大，训练也没有更差。")
 
 
 claim("C39-layernorm-stabilises-scores", section="§4.2",
@@ -546,7 +541,7 @@ def _c43(ms):
     if not any(unstable):
         return Verdict("refuted", nums_en + " Post-Norm was not less stable than Pre-Norm here.",
                        nums_zh + "这里 Post-Norm 并不比 Pre-Norm 更不稳定。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C43-post-norm-unstable-accumulation", section="§4.3",

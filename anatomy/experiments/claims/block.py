@@ -30,6 +30,7 @@ from anatomy.experiments.common import (
     fmt_count,
     fmt_values,
     per_seed,
+    seeds_disagree,
 )
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.inspection import capture, trace_model
@@ -222,7 +223,7 @@ def _c47(ms):
     if all(worse):
         return Verdict("refuted", nums_en + " The small heads did clearly worse than one big head: head size matters "
                        "here.", nums_zh + "小头明显不如一个大头：这里头的大小是有影响的。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C47-small-heads-parallel-subspaces", section="§5.1",
@@ -368,7 +369,7 @@ def _c48(ms):
     if not any(hurt):
         return Verdict("refuted", nums_en + " The bug did not lower accuracy here.", nums_zh + "这里该错误没有降低准确"
                                                                                                "率。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C48-wrong-transpose-silent", section="§5.2",
@@ -408,7 +409,7 @@ def _c50(ms):
     if not any(erratic) and not any(worse):
         return Verdict("refuted", nums_en + " It trained as well and as smoothly as the correct block.",
                        nums_zh + "它训练得和正确的 block 一样好、一样平滑。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C50-miswired-pre-norm-erratic", section="§5.2",
@@ -445,7 +446,7 @@ def _c51(ms):
                        nums_zh + "没有明显下降：loss 差异在容差之内。")
     if all(x < -TOL for x in diffs):
         return Verdict("refuted", nums_en + " Sharing was even better here.", nums_zh + "这里共用反而更好。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C51-shared-layernorm-hurts", section="§5.3",
@@ -668,7 +669,7 @@ def _c54(ms):
     if not any(grows) and not any(ffn_site):
         return Verdict("refuted", nums_en + " Neither a wider FFN nor dropout placement points at the FFN.",
                        nums_zh + "FFN 宽度和 dropout 的位置都没有指向 FFN 是过拟合的主要来源。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C54-ffn-overfits", section="§5.3",
@@ -723,7 +724,7 @@ def _c55(ms):
                        nums_zh + f"只有{'、'.join(z for _, z in always)}单独就能破坏训练（"
                                  f"{'、'.join(z for _, z in never)}"
                        "不能）；没有 NaN 的失败是停滞，不是爆炸。")
-    return Verdict("inconclusive", nums_en + " The seeds disagree.", nums_zh + "各种子结论不一致。")
+    return seeds_disagree(nums_en, nums_zh)
 
 
 claim("C55-explosion-debug-order", section="结尾",
