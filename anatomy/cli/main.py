@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 a finding or failure, 2 bad usage (with a one-line reas
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -63,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ValueError, TypeError) as err:
         print(f"anatomy {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `anatomy claims list | head`: the reader has gone; stop quietly, like SIGPIPE would
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter flushes stdout at exit: not into the closed pipe
+        return 128 + 13
 
 
 if __name__ == "__main__":

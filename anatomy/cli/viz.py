@@ -6,8 +6,10 @@
     anatomy viz mask --out masks.png                                    masks and what fill values do to softmax
     anatomy viz page --out anatomy.html                                 trace + attention + PE explorer, offline
 
-The model is a preset with random weights (seed 0) unless ``--checkpoint`` names a saved one. Text is split into
-characters; each character's id is its code point modulo the vocabulary size (said in every figure).
+The model is a preset with random weights (seed 0) unless ``--checkpoint`` names a saved one (a checkpoint or an
+``anatomy train`` run directory). A checkpoint's own tokenizer (``tokenizer.json``) encodes the text; otherwise
+the text is split into characters and each id is the code point modulo the vocabulary size (said in every
+figure).
 """
 
 from __future__ import annotations
@@ -105,18 +107,22 @@ def _written(path: str, write) -> None:
 
 
 def _load(args: argparse.Namespace):
-    """(model in eval mode, config, a note on where the weights come from)."""
+    """(model in eval mode, config, a note on where the weights come from, the checkpoint's tokenizer or None)."""
     if args.checkpoint:
-        load = getattr(anatomy, "load_pretrained", None)
-        if load is None:
-            raise ValueError("--checkpoint needs anatomy.load_pretrained, which this installation does not have "
-                             "yet; use --preset NAME")
+        from anatomy.data.tokenizers import FILE, load_tokenizer
+        from anatomy.training.checkpoint import CheckpointError, resolve
+
         if args.preset or args.overrides:
             raise ValueError("--checkpoint cannot be combined with --preset or key=value overrides")
         if not os.path.isdir(args.checkpoint):
             raise ValueError(f"--checkpoint {args.checkpoint!r} is not a directory")
-        model = load(args.checkpoint)
-        return model.eval(), model.config, f"weights from {args.checkpoint}"
+        try:
+            ckpt = resolve(args.checkpoint)  # a run directory means its latest checkpoint
+        except CheckpointError as err:
+            raise ValueError(f"--checkpoint: {err}") from None
+        model = anatomy.load_pretrained(ckpt)
+        tokenizer = load_tokenizer(ckpt) if (ckpt / FILE).is_file() else None
+        return model.eval(), model.config, f"weights from {ckpt}", tokenizer
     preset = args.preset or "seed-block"
     overrides = {"vocab_size": 1000} if preset in BIG_PRESETS else {}  # char ids mod V; keeps the model small
     overrides.update(_overrides(args.overrides))
@@ -124,7 +130,7 @@ def _load(args: argparse.Namespace):
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = build_model(config).eval()
-    return model, config, f"preset {preset}, untrained (random init, seed 0)"
+    return model, config, f"preset {preset}, untrained (random init, seed 0)", None
 
 
 def _overrides(items: list[str]) -> dict:
@@ -151,17 +157,30 @@ def _overrides(items: list[str]) -> dict:
     return out
 
 
-def _tokens(args: argparse.Namespace, config: ModelConfig):
-    from anatomy.inspection.viz import char_tokens
+def _tokens(args: argparse.Namespace, config: ModelConfig, tokenizer=None):
+    """(token labels, model inputs, a note on how the text became ids)."""
+    from anatomy.inspection.viz import TOKENIZER_NOTE, char_tokens
 
-    if len(args.text) > config.max_seq_len:
-        raise ValueError(f"--text has {len(args.text)} characters, longer than the model's maximum "
+    if tokenizer is None:
+        tokens, ids = char_tokens(args.text, config.vocab_size)
+        note = TOKENIZER_NOTE.format(vocab=config.vocab_size)
+    else:
+        if not args.text:
+            raise ValueError("--text must be a non-empty string")
+        try:
+            id_list = tokenizer.encode(args.text)
+        except ValueError as err:  # characters the checkpoint's vocabulary does not have: named
+            raise ValueError(f"--text: {err}") from None
+        ids = torch.tensor([id_list])  # (1, T)
+        tokens = [tokenizer.decode([i], skip_special=False) or "·" for i in id_list]
+        note = f"tokens: the checkpoint's own tokenizer ({type(tokenizer).__name__}, {len(id_list)} tokens)"
+    if ids.shape[1] > config.max_seq_len:
+        raise ValueError(f"--text has {ids.shape[1]} tokens, longer than the model's maximum "
                          f"max_seq_len={config.max_seq_len}")
-    tokens, ids = char_tokens(args.text, config.vocab_size)
     inputs = {"input_ids": ids}
     if config.architecture == "seq2seq":
         inputs["decoder_input_ids"] = ids  # the decoder reads the same text; cross-attention is then T × T
-    return tokens, inputs
+    return tokens, inputs, note
 
 
 def _cjk_hint(text: str) -> None:
@@ -179,7 +198,7 @@ def _attention(args: argparse.Namespace) -> int:
     from anatomy.inspection.weights import attention_modules, attention_weights
 
     ext = _check_out(args.out, (".png", ".svg", ".html"))
-    model, config, origin = _load(args)
+    model, config, origin, tokenizer = _load(args)
     modules = attention_modules(model)
     if not 0 <= args.layer < len(modules):
         raise ValueError(f"--layer {args.layer}: the model has {len(modules)} attention layer(s), "
@@ -190,11 +209,11 @@ def _attention(args: argparse.Namespace) -> int:
     if bad:
         raise ValueError(f"--heads {' '.join(map(str, bad))}: layer {args.layer} has {module.n_heads} heads, "
                          f"numbered 0..{module.n_heads - 1}")
-    tokens, inputs = _tokens(args, config)
+    tokens, inputs, how = _tokens(args, config, tokenizer)
     with torch.no_grad(), attention_weights(model, layers=[args.layer], heads=heads) as maps:
         model(**inputs)
     layer = maps[args.layer]
-    note = viz.TOKENIZER_NOTE.format(vocab=config.vocab_size) + f"; {origin}"
+    note = f"{how}; {origin}"
     title = f"layer {args.layer} ({name}{', cross-attention' if layer.cross else ''})"
     _cjk_hint(args.text)
     if ext == ".html":
@@ -247,16 +266,16 @@ def _mask(args: argparse.Namespace) -> int:
 
 
 def _page(args: argparse.Namespace) -> int:
-    from anatomy.inspection import page, viz
+    from anatomy.inspection import page
 
     _check_out(args.out, (".html",))
-    model, config, origin = _load(args)
-    tokens, inputs = _tokens(args, config)
+    model, config, origin, tokenizer = _load(args)
+    tokens, inputs, how = _tokens(args, config, tokenizer)
     html = page.model_page(
         model, inputs, tokens, title="transformer-anatomy · 模型解剖页",
         subtitle=f"{origin} · {config.architecture}, D={config.d_model}, H={config.n_heads}, "
                  f"layers={config.n_layers} · text 「{args.text}」",
-        notes=[viz.TOKENIZER_NOTE.format(vocab=config.vocab_size),
+        notes=[how,
                "attention weights recomputed beside the fused kernel (SDPA) from the captured q and k"])
     _written(args.out, lambda: page.write_page(args.out, html))
     return 0

@@ -57,3 +57,15 @@ def test_trace_a_saved_checkpoint(tmp_path, capsys):
     assert main(["trace", "--checkpoint", str(tmp_path / "ckpt"), "--heads", "2"]) == 2
     assert main(["trace", "--checkpoint", str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    """``anatomy trace | head -1``: the reader leaves early; no BrokenPipeError traceback, SIGPIPE's exit code."""
+    code = ("import sys; from anatomy.cli.main import main; "
+            "sys.exit(main(['trace', '--preset', 'gpt2', '--d-model', '48', '--layers', '60', '--format', 'json']))")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader is gone before the table is written
+    _, err = proc.communicate(timeout=120)
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
+    assert proc.returncode == 141  # 60 layers of JSON rows: far more than a pipe buffer (64 KiB) holds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -129,27 +130,6 @@ def test_unwritable_or_wrong_output_path(tmp_path, capsys):
     _one_line_error(capsys, "--out", ".html")
 
 
-def test_checkpoint_needs_load_pretrained(tmp_path, capsys, monkeypatch):
-    monkeypatch.delattr(anatomy, "load_pretrained", raising=False)
-    assert main(["viz", "attention", "--text", "abc", "--checkpoint", str(tmp_path), "--out",
-                 str(tmp_path / "x.png")]) == 2
-    _one_line_error(capsys, "--checkpoint", "anatomy.load_pretrained")
-
-
-def test_checkpoint_is_used_when_load_pretrained_exists(tmp_path, capsys, monkeypatch):
-    def load(path):
-        torch.manual_seed(1)
-        return anatomy.build_model(anatomy.ModelConfig.from_preset("seed-block", n_heads=2))
-
-    monkeypatch.setattr(anatomy, "load_pretrained", load, raising=False)
-    out = tmp_path / "ckpt.png"
-    assert main(["viz", "attention", "--text", "abc", "--checkpoint", str(tmp_path), "--out", str(out)]) == 0
-    assert "head 1:" in capsys.readouterr().out and out.exists()
-    assert main(["viz", "attention", "--text", "abc", "--checkpoint", str(tmp_path / "nope"), "--out",
-                 str(out)]) == 2
-    _one_line_error(capsys, "--checkpoint", "not a directory")
-
-
 def test_checkpoint_saved_by_save_pretrained(tmp_path, capsys):
     if not hasattr(anatomy, "load_pretrained") or not hasattr(anatomy, "save_pretrained"):
         pytest.skip("anatomy.save_pretrained / load_pretrained are not part of this build yet")
@@ -165,3 +145,28 @@ def test_checkpoint_saved_by_save_pretrained(tmp_path, capsys):
     with torch.no_grad():
         expected = model(ids, output_attentions=True).attentions[1][0]
     torch.testing.assert_close(torch.tensor(data["attention"]["layers"][0]["weights"]), expected, atol=1e-6, rtol=0)
+
+
+def test_viz_attention_reads_text_with_the_checkpoints_own_tokenizer(tmp_path, capsys):
+    from anatomy.data.tokenizers import CharTokenizer
+
+    tok = CharTokenizer("abcdefgh ")
+    model = anatomy.build_model(anatomy.ModelConfig.from_preset(
+        "gpt2", vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, max_seq_len=16))
+    run = tmp_path / "run" / "checkpoints" / "step-000001"  # a run directory: its latest checkpoint is used
+    anatomy.save_pretrained(model, run)
+    tok.save(run)
+    out = tmp_path / "a.html"
+    assert main(["viz", "attention", "--checkpoint", str(tmp_path / "run"), "--text", "bad cafe",
+                 "--out", str(out)]) == 0
+    page = html.unescape(out.read_text(encoding="utf-8"))
+    assert "the checkpoint's own tokenizer (CharTokenizer, 8 tokens)" in page
+    assert "ord(char) mod" not in page
+    capsys.readouterr()
+    assert main(["viz", "attention", "--checkpoint", str(run), "--text", "bad 咖啡", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--text:" in err and "'咖'" in err and "'啡'" in err
+    assert main(["viz", "attention", "--checkpoint", str(tmp_path / "nope"), "--text", "a", "--out", str(out)]) == 2
+    _one_line_error(capsys, "--checkpoint", "not a directory")
+    assert main(["viz", "attention", "--checkpoint", str(tmp_path), "--text", "a", "--out", str(out)]) == 2
+    _one_line_error(capsys, "--checkpoint", "holds no checkpoint")
