@@ -6,8 +6,9 @@ that is a no-op in eval mode and rebuilds masks and positions per layer. For the
 that is half of the step (benchmarks/decode.py). ``DecodeStep`` reads the modules' weights once and runs a step
 as a short list of tensor operations per layer:
 
-    x (B, D)  --norm--> h --qkv--> q (B,H,1,Dh), k, v (B,Hkv,1,Dh) --rotate (RoPE)--> write k, v into the cache
-              --sdpa over the cache (B,H,1,S)--> (B,H,1,Dh) --> (B, D) --o_proj--> + x --norm--> FFN --> + x
+    x (B, D)  --norm--> h --qkv--> q (B,H,1,Dh), k, v (B,Hkv,1,Dh) --QK-norm--> --rotate (RoPE)--> write k, v
+              into the cache --sdpa over the cache (B,H,1,S), or its last W slots with a sliding window-->
+              (B,H,1,Dh) --> (B, H·Dh) --o_proj--> + x --norm--> FFN --> + x
 
 It calls the same functions the modules call (the norm modules' ``forward``, the positional scheme's ``rotate`` /
 ``score_bias``, ``kernels.sdpa_attention``, the FFN activation, ``F.linear`` with the same weights), so it gives
