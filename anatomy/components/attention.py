@@ -178,12 +178,7 @@ class MultiHeadAttention(nn.Module):
                 k, v, k_pos = kv_cache.update(k, v, k_pos)  # (B, Hkv, S, Dh)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         s = k.shape[-2]
-        if mask is not None:
-            mask = as_attention_mask(mask, b, self.n_heads, t, s)
-        if self.sliding_window is not None and not cross:  # local attention: a band of key slots, causal or not
-            band = sliding_window_mask(t, s, self.sliding_window, causal=is_causal, device=x.device)  # (T, S)
-            mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
-        is_causal = is_causal and t > 1  # one query at the end of the keys sees all of them
+        mask, is_causal = self.kernel_mask(mask, is_causal, b, t, s, cross=cross, device=x.device)
 
         bias, value_bias = attn_bias, None
         if self.positional is not None and not cross:
@@ -195,6 +190,18 @@ class MultiHeadAttention(nn.Module):
                                     need_weights=need_weights)  # (B, H, T, Dh)
         out = self.hook_merged(self._merge(self.hook_z(out)))  # (B, T, D)
         return self.hook_out(self.o_proj(out)), weights
+
+    def kernel_mask(self, mask: torch.Tensor | None, is_causal: bool, b: int, t: int, s: int, *, cross: bool,
+                    device: torch.device) -> tuple[torch.Tensor | None, bool]:
+        """The ``(mask, is_causal)`` the kernel gets for ``t`` queries and ``s`` keys: the caller's mask checked
+        and broadcast to ``(B|1, H|1, T, S)``, the sliding-window band folded in, the flag kept only when it means
+        something. (Also used by ``inspection.weights`` to recompute the weights this module computed.)"""
+        if mask is not None:
+            mask = as_attention_mask(mask, b, self.n_heads, t, s)
+        if self.sliding_window is not None and not cross:  # local attention: a band of key slots, causal or not
+            band = sliding_window_mask(t, s, self.sliding_window, causal=is_causal, device=device)  # (T, S)
+            mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
+        return mask, is_causal and t > 1  # one query at the end of the keys sees all of them
 
     def _attend(self, q, k, v, *, mask, is_causal, bias, value_bias, need_weights):
         """Pick the kernel for this call and run it: ``(B, H, T, Dh)`` out, weights or ``None``."""

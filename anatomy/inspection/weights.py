@@ -33,7 +33,6 @@ from torch import nn
 
 from anatomy.components import kernels
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.masks import as_attention_mask
 from anatomy.inspection.capture import capture
 
 
@@ -95,10 +94,8 @@ def recompute(module: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, call
     b, h, t, _ = q.shape
     s = k.shape[-2]
     cross = call.get("context") is not None
-    mask = call.get("mask")
-    if mask is not None:
-        mask = as_attention_mask(mask, b, h, t, s)
-    is_causal = bool(call.get("is_causal", False)) and t > 1  # as the module does
+    mask, is_causal = module.kernel_mask(call.get("mask"), bool(call.get("is_causal", False)), b, t, s, cross=cross,
+                                         device=q.device)  # exactly what the module handed its kernel
     bias = call.get("attn_bias")
     if module.positional is not None and not cross:
         positions = call.get("positions")

@@ -20,6 +20,9 @@ CASES = {
     "ALiBi, 6 heads (not a power of 2)": ("seed-block", {"d_model": 24, "n_heads": 6, "positional": "alibi"}),
     "T5 bias, encoder + decoder + cross": ("t5", SMALL),
     "seq2seq, sinusoidal": ("vaswani-2017", {**SMALL, "dropout": 0.0}),
+    "sliding window 3, causal + padding": ("llama", {**SMALL, "n_kv_heads": 2, "sliding_window": 3}),
+    "sliding window 2, encoder (a symmetric band)": ("seed-block", {"sliding_window": 2}),
+    "qwen3: QK-norm, heads of 12 on d_model 32": ("qwen3", {**SMALL, "n_kv_heads": 2, "head_dim": 12}),
 }
 
 
