@@ -94,6 +94,9 @@ class ModelConfig:
         if self.positional == "rope" and self.dh % 2:
             raise ValueError(f"positional='rope' needs an even head dimension, got Dh={self.dh}"
                              + ("" if self.head_dim else f" (d_model // n_heads = {self.d_model} // {self.n_heads})"))
+        if self.sliding_window is not None and self.positional == "t5":
+            raise ValueError("sliding_window does not combine with positional='t5': the stack computes T5's shared "
+                             "bias over every cached key, a rolling window cache keeps only the last W")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={self.d_model}")
         for name in ("dropout", "attention_dropout"):

@@ -58,7 +58,8 @@ class MultiHeadAttention(nn.Module):
         norm_eps: epsilon of the QK-norm.
         sliding_window: W or ``None``: self-attention sees only the W key slots ending at the query's own
             (Mistral's local attention; Longformer's band of 2W - 1 slots when not causal). Cross-attention is
-            never windowed. The cache keeps every entry; the band masks the old ones.
+            never windowed. A cache built with ``KVCache(window=W)`` (``new_caches`` does) rolls: it holds only
+            the entries the band can still reach.
     """
 
     def __init__(
@@ -151,7 +152,7 @@ class MultiHeadAttention(nn.Module):
             check_hidden("context", context, self.d_model)
             if context.shape[0] != b:
                 raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
-        past = 0 if kv_cache is None or cross else len(kv_cache)
+        past = 0 if kv_cache is None or cross else kv_cache.seen  # positions continue after every cached entry
         if positions is None:
             positions = torch.arange(past, past + t, device=x.device)[None]  # (1, T)
         else:
@@ -178,7 +179,8 @@ class MultiHeadAttention(nn.Module):
                 k, v, k_pos = kv_cache.update(k, v, k_pos)  # (B, Hkv, S, Dh)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         s = k.shape[-2]
-        mask, is_causal = self.kernel_mask(mask, is_causal, b, t, s, cross=cross, device=x.device)
+        mask, is_causal = self.kernel_mask(mask, is_causal, b, t, s, cross=cross, device=x.device,
+                                           kv_cache=None if cross else kv_cache)
 
         bias, value_bias = attn_bias, None
         if self.positional is not None and not cross:
@@ -192,10 +194,13 @@ class MultiHeadAttention(nn.Module):
         return self.hook_out(self.o_proj(out)), weights
 
     def kernel_mask(self, mask: torch.Tensor | None, is_causal: bool, b: int, t: int, s: int, *, cross: bool,
-                    device: torch.device) -> tuple[torch.Tensor | None, bool]:
+                    device: torch.device, kv_cache: KVCache | None = None) -> tuple[torch.Tensor | None, bool]:
         """The ``(mask, is_causal)`` the kernel gets for ``t`` queries and ``s`` keys: the caller's mask checked
         and broadcast to ``(B|1, H|1, T, S)``, the sliding-window band folded in, the flag kept only when it means
         something. (Also used by ``inspection.weights`` to recompute the weights this module computed.)"""
+        if (mask is not None and kv_cache is not None and kv_cache.window is not None
+                and mask.shape[-1] == kv_cache.seen > s):
+            mask = mask[..., -s:]  # a rolling cache holds the last S of the `seen` slots the mask covers
         if mask is not None:
             mask = as_attention_mask(mask, b, self.n_heads, t, s)
         if self.sliding_window is not None and not cross:  # local attention: a band of key slots, causal or not

@@ -5,10 +5,16 @@ them again is wasted work. The cache keeps ``k, v: (B, Hkv, S, Dh)`` (after RoPE
 token) and the key positions ``(B|1, S)``; each step appends the new token's entries.
 
 Appending by ``torch.cat`` would copy the whole cache every step (O(S) bytes per token, O(S^2) per sequence).
-Instead the entries live in a buffer with spare room along S, and ``k``/``v``/``positions`` are views of its first
-``S`` slots: a step writes only the new slots. The buffer doubles when full (or starts at ``capacity`` when the
-caller knows the final length, as ``generate`` does). When autograd is recording and the new entries need
-gradients, the cache falls back to ``torch.cat`` so no tensor saved for backward is ever overwritten.
+Instead the entries live in a buffer with spare room along S, and ``k``/``v``/``positions`` are views of the held
+slots: a step writes only the new slots. The buffer doubles when full (or starts at ``capacity`` when the caller
+knows the final length, as ``generate`` does). When autograd is recording and the new entries need gradients, the
+cache falls back to ``torch.cat`` so no tensor saved for backward is ever overwritten.
+
+With ``window=W`` (sliding-window attention) the cache *rolls*, as Mistral's does: no query after the current ones
+can see more than the last ``W - 1`` earlier slots, so an update first drops everything older. It then holds at
+most ``W - 1 + T`` entries for ``T`` new ones: memory O(W), not O(S). ``seen`` counts every entry ever appended
+(the next position, and the width of an attention mask over the whole sequence); ``len(cache)`` counts the ones
+held, which are always the *last* ``len(cache)`` of the ``seen``.
 
 A cross-attention cache is filled once from the encoder memory and then only read.
 """
@@ -19,41 +25,78 @@ import torch
 
 
 class KVCache:
-    def __init__(self, capacity: int | None = None) -> None:
-        if capacity is not None and (not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1):
-            raise ValueError(f"capacity must be a positive integer or None, got {capacity!r}")
-        self.capacity = capacity
+    def __init__(self, capacity: int | None = None, *, window: int | None = None) -> None:
+        for name, value in (("capacity", capacity), ("window", window)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        # a rolling cache never needs the whole sequence: twice the window bounds the buffer (compaction then
+        # moves W entries once every ~W steps)
+        self.capacity = capacity if window is None or capacity is None else min(capacity, 2 * window)
+        self.window = window
+        self.seen = 0  # entries ever appended
         self.k: torch.Tensor | None = None  # (B, Hkv, S, Dh), a view of _k_buf when buffered
         self.v: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None  # (B|1, S)
         self._k_buf = self._v_buf = self._pos_buf = None  # (B, Hkv, C, Dh), (B, Hkv, C, Dh), (B|1, C); C >= S
+        self._start = 0  # the held entries are buffer slots [_start, _start + len)
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
     def update(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
-        """Append ``k, v: (B, Hkv, T, Dh)`` and ``positions: (B|1, T)``; return the full ``(k, v, positions)``."""
+        """Append ``k, v: (B, Hkv, T, Dh)`` and ``positions: (B|1, T)``; return the held ``(k, v, positions)``:
+        every entry so far, or with a window the last ``W - 1`` earlier ones and the ``T`` new ones."""
         if self.k is not None and k.shape[0] != self.k.shape[0]:
             raise ValueError(f"kv_cache holds batch size {self.k.shape[0]}, got keys for batch {k.shape[0]}")
+        t = k.shape[-2]
+        if self.window is not None and len(self) > self.window - 1:
+            self._keep_last(self.window - 1)  # older slots are outside every future query's window
+        self.seen += t
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             return self._concatenate(k, v, positions)
-        s, t = len(self), k.shape[-2]
-        buf = self._k_buf
-        if (buf is None or s + t > buf.shape[-2] or positions.shape[0] > self._pos_buf.shape[0]
+        s, start, buf = len(self), self._start, self._k_buf
+        if buf is not None and start + s + t > buf.shape[-2] and s + t <= buf.shape[-2]:
+            self._compact()  # room at the front: move the held entries there instead of growing
+            start = 0
+        if (buf is None or start + s + t > buf.shape[-2] or positions.shape[0] > self._pos_buf.shape[0]
                 or buf.dtype != k.dtype or buf.device != k.device):
             self._grow(s + t, k, v, positions)
+            start = 0
+        end = start + s
         # narrow + copy_ rather than slice assignment: the same writes, without parsing an index per call
-        self._k_buf.narrow(-2, s, t).copy_(k)
-        self._v_buf.narrow(-2, s, t).copy_(v)
-        self._pos_buf.narrow(-1, s, t).copy_(positions)
-        self.k, self.v = self._k_buf.narrow(-2, 0, s + t), self._v_buf.narrow(-2, 0, s + t)  # (B, Hkv, S+T, Dh)
-        self.positions = self._pos_buf.narrow(-1, 0, s + t)  # (B|1, S + T)
+        self._k_buf.narrow(-2, end, t).copy_(k)
+        self._v_buf.narrow(-2, end, t).copy_(v)
+        self._pos_buf.narrow(-1, end, t).copy_(positions)
+        self._view(start, s + t)
         return self.k, self.v, self.positions
 
+    def _view(self, start: int, n: int) -> None:
+        self._start = start
+        self.k, self.v = self._k_buf.narrow(-2, start, n), self._v_buf.narrow(-2, start, n)  # (B, Hkv, n, Dh)
+        self.positions = self._pos_buf.narrow(-1, start, n)  # (B|1, n)
+
+    def _keep_last(self, n: int) -> None:
+        """Hold only the last ``n`` entries (a window's roll); nothing is copied."""
+        drop = len(self) - n
+        if self._k_buf is None:  # concatenated tensors: slice them
+            self.k, self.v, self.positions = self.k[..., drop:, :], self.v[..., drop:, :], self.positions[..., drop:]
+        else:
+            self._view(self._start + drop, n)
+
+    def _compact(self) -> None:
+        """Move the held entries to the front of the buffers (a rolling cache that reached the buffer's end)."""
+        s = len(self)
+        for buf, held in ((self._k_buf, self.k), (self._v_buf, self.v)):
+            buf.narrow(-2, 0, s).copy_(held.clone())  # the ranges may overlap: copy through a fresh tensor
+        self._pos_buf.narrow(-1, 0, s).copy_(self.positions.clone())
+        self._view(0, s)
+
     def _grow(self, needed: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor) -> None:
-        """New buffers with room for at least ``needed`` entries (double the old room); keep what is cached."""
+        """New buffers with room for at least ``needed`` entries (double the old room); keep what is held."""
         old = 0 if self._k_buf is None else self._k_buf.shape[-2]
         room = max(needed, 2 * old, self.capacity or 0, 16)
+        if self.window is not None:  # no doubling past what the window can ever hold at once
+            room = max(needed, min(room, max(2 * self.window, 16)))
         b, hkv, _, dh = k.shape
         k_buf = k.new_empty(b, hkv, room, dh)
         v_buf = v.new_empty(b, hkv, room, v.shape[-1])
@@ -65,10 +108,15 @@ class KVCache:
             v_buf[..., :s, :] = self.v
             pos_buf[:, :s] = self.positions
         self._k_buf, self._v_buf, self._pos_buf = k_buf, v_buf, pos_buf
+        if s:
+            self._view(0, s)
+        else:
+            self._start = 0
 
     def _concatenate(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
         """Out-of-place append (autograd-safe): every step allocates the full ``(B, Hkv, S + T, Dh)``."""
         self._k_buf = self._v_buf = self._pos_buf = None
+        self._start = 0
         if self.k is None:
             self.k, self.v, self.positions = k, v, positions
         else:

@@ -137,10 +137,10 @@ class _Layer:
         if self.positional is not None:
             q, k = self.positional.rotate(q, k, positions, positions)
         k, v, k_pos = cache.update(k, v, positions)  # (B, Hkv, S, Dh), (B|1, S)
-        if self.window is not None and k.shape[-2] > self.window:  # the band of one query: the last W slots
-            w = self.window
+        if self.window is not None:  # the band of one query: the last W slots (a rolling cache holds about that)
+            w = min(self.window, k.shape[-2])
             k, v, k_pos = k[..., -w:, :], v[..., -w:, :], k_pos[..., -w:]  # (B, Hkv, W, Dh), (B|1, W)
-            mask = None if mask is None else mask[..., -w:]  # (B, 1, 1, W)
+            mask = None if mask is None else mask[..., -w:]  # (B, 1, 1, W) of the mask over every seen slot
         bias = None if self.positional is None else self.positional.score_bias(q, positions, k_pos, self.scale)
         out, _ = kernels.sdpa_attention(q, k, v, mask=mask, scale=self.scale, bias=bias)  # (B, H, 1, Dh)
         x = self.attn_after(x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)

@@ -79,7 +79,7 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
 
             def step(ids: torch.Tensor) -> torch.Tensor:
                 if flat is not None and ids.shape[1] == 1:
-                    positions = make_positions(mask, 1, len(caches[0]), ids.device)  # (B|1, 1)
+                    positions = make_positions(mask, 1, caches[0].seen, ids.device)  # (B|1, 1)
                     return flat(ids[:, 0], positions, mask)  # (B, V)
                 return model(ids, mask, kv_caches=caches, use_cache=True).logits[:, -1]  # (B, V)
         grow = mask is not None and not seq2seq  # a decoder-only mask covers the cache: one more real column

@@ -95,7 +95,8 @@ def recompute(module: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, call
     s = k.shape[-2]
     cross = call.get("context") is not None
     mask, is_causal = module.kernel_mask(call.get("mask"), bool(call.get("is_causal", False)), b, t, s, cross=cross,
-                                         device=q.device)  # exactly what the module handed its kernel
+                                         device=q.device, kv_cache=None if cross else call.get("kv_cache"))
+    # ^ exactly what the module handed its kernel
     bias = call.get("attn_bias")
     if module.positional is not None and not cross:
         positions = call.get("positions")
@@ -141,7 +142,7 @@ def attention_weights(model: nn.Module, *, layers: int | Iterable[int] | None = 
     def before(index: int):
         def hook(_module, _args, kwargs):
             cache = kwargs.get("kv_cache")
-            calls[index] = {**kwargs, "past": 0 if cache is None else len(cache)}
+            calls[index] = {**kwargs, "past": 0 if cache is None else cache.seen}
 
         return hook
 

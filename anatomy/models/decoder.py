@@ -25,7 +25,7 @@ class DecoderStack(nn.Module):
 
     def new_caches(self, capacity: int | None = None) -> list[tuple[KVCache, KVCache]]:
         """A (self, cross) pair per block; ``capacity`` sizes the self-attention buffers once."""
-        return [(KVCache(capacity), KVCache()) for _ in self.blocks]
+        return [(KVCache(capacity, window=block.attn.sliding_window), KVCache()) for block in self.blocks]
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
                 memory_key_padding_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
@@ -41,7 +41,7 @@ class DecoderStack(nn.Module):
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"kv_caches must hold one (self, cross) pair per block ({len(self.blocks)}), "
                              f"got {len(kv_caches)}")
-        past = len(kv_caches[0][0]) if kv_caches else 0
+        past = kv_caches[0][0].seen if kv_caches else 0
         if positions is None:
             positions = torch.arange(past, past + t, device=x.device)[None]  # (1, T)
         h = self.blocks[0].attn.n_heads
@@ -80,7 +80,7 @@ class Decoder(nn.Module):
                 memory_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 kv_caches: list | None = None, output_attentions: bool = False):
         b, t = ids_shape(input_ids, "decoder_input_ids")
-        past = len(kv_caches[0][0]) if kv_caches else 0
+        past = kv_caches[0][0].seen if kv_caches else 0
         mask = key_padding(attention_mask, b, past + t, "decoder_attention_mask")
         mem_mask = key_padding(memory_mask, b, memory.shape[1], "attention_mask")
         positions = make_positions(mask, t, past, input_ids.device, position_ids)

@@ -34,7 +34,7 @@ class EncoderStack(nn.Module):
         d_model = self.blocks[0].attn.d_model if len(self.blocks) else x.shape[-1]
         check_hidden("x", x, d_model)
         b, t, _ = x.shape
-        past = len(kv_caches[0]) if kv_caches else 0
+        past = kv_caches[0].seen if kv_caches else 0
         if positions is None:
             positions = torch.arange(past, past + t, device=x.device)[None]  # (1, T)
         if kv_caches is not None and len(kv_caches) != len(self.blocks):

@@ -28,7 +28,7 @@ class DecoderLM(nn.Module):
 
     def new_caches(self, capacity: int | None = None) -> list[KVCache]:
         """One empty cache per block; ``capacity`` (the final length, when known) sizes their buffers once."""
-        return [KVCache(capacity) for _ in self.stack.blocks]
+        return [KVCache(capacity, window=block.attn.sliding_window) for block in self.stack.blocks]
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 labels: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -39,7 +39,7 @@ class DecoderLM(nn.Module):
         b, t = ids_shape(input_ids)
         if use_cache and kv_caches is None:
             kv_caches = self.new_caches()
-        past = len(kv_caches[0]) if kv_caches else 0
+        past = kv_caches[0].seen if kv_caches else 0
         mask = key_padding(attention_mask, b, past + t)
         positions = make_positions(mask, t, past, input_ids.device, position_ids)
         x = self.embeddings(input_ids, positions)  # (B, T, D)

@@ -240,3 +240,49 @@ def test_random_designs_decode_the_same_on_both_paths(design, b, t, pads, sample
     fast = generate(model, ids, mask, generator=torch.Generator().manual_seed(seed), **kw)
     slow = generate(model, ids, mask, generator=torch.Generator().manual_seed(seed), fast=False, **kw)
     assert torch.equal(fast, slow), design
+
+
+# ------------------------------------------------------------------------------------------ the rolling cache
+
+
+@pytest.mark.parametrize("capacity", [None, 3, 1000])
+def test_window_cache_rolls_and_holds_the_last_entries(capacity):
+    w = 4
+    rolling, full = KVCache(capacity, window=w), KVCache()
+    s = 0
+    for step, t in enumerate([6, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1]):
+        k, v = _entries(2, t, step)
+        pos = torch.arange(s, s + t)[None]
+        got = rolling.update(k, v, pos)
+        want = full.update(k, v, pos)
+        s += t
+        held = min(s, w - 1 + t)  # the last W - 1 earlier slots and the T new ones
+        assert len(rolling) == held and rolling.seen == full.seen == s
+        for a, b in zip(got, want):
+            assert torch.equal(a, b[..., -held:, :] if a.dim() == 4 else b[..., -held:])
+        assert rolling._k_buf.shape[-2] <= max(2 * w, 16, held)  # memory O(W), not O(S)
+    assert s == 30
+
+
+def test_window_model_decodes_like_recomputing_everything():
+    """Greedy tokens with the rolling cache equal re-running the whole (left-padded) sequence without a cache."""
+    model = _model("llama", n_kv_heads=2, sliding_window=3)
+    ids, mask = _prompt()
+    got = generate(model, ids, mask, max_new_tokens=20)
+    ref_ids, ref_mask = ids, mask
+    for _ in range(20):
+        with torch.no_grad():
+            logits = model(ref_ids, ref_mask).logits[:, -1]
+        ref_ids = torch.cat([ref_ids, logits.argmax(-1, keepdim=True)], dim=1)
+        ref_mask = torch.cat([ref_mask, torch.ones_like(ref_mask[:, :1])], dim=1)
+    assert torch.equal(got, ref_ids)
+    assert torch.equal(generate(model, ids, mask, max_new_tokens=20, fast=False), ref_ids)
+    caches = model.new_caches(capacity=ids.shape[1] + 20)
+    assert all(c.window == 3 and c.capacity == 6 for c in caches)  # the hint is capped at 2W
+
+
+def test_window_with_t5_bias_is_refused():
+    from anatomy import ModelConfig
+
+    with pytest.raises(ValueError, match="sliding_window does not combine with positional='t5'"):
+        ModelConfig.from_preset("t5", sliding_window=4)
