@@ -85,7 +85,7 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
         grow = mask is not None and not seq2seq  # a decoder-only mask covers the cache: one more real column
         ones = None if mask is None else mask.new_ones(b, 1)
 
-        new = prefix.new_empty(b, max_new_tokens)
+        new: list[torch.Tensor] = []  # one (B,) tensor per step; stacked once at the end
         done = torch.zeros(b, dtype=torch.bool, device=input_ids.device)
         n = 0
         logits = step(prefix) if max_new_tokens else None  # prefill
@@ -94,13 +94,13 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
             if eos is not None:
                 token = token.masked_fill(done, pad)
                 done = done | torch.isin(token, eos)
-            new[:, n] = token
+            new.append(token)
             n += 1
             if n == max_new_tokens or (eos is not None and bool(done.all())):
                 break
             if grow:
                 mask = torch.cat([mask, ones], dim=1)  # (B, S + 1)
             logits = step(token[:, None])  # decode one token
-        return torch.cat([prefix, new[:, :n]], dim=1)
+        return torch.cat([prefix, *(t[:, None] for t in new)], dim=1)  # (B, T + n)
     finally:
         model.train(was_training)
