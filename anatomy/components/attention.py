@@ -142,7 +142,7 @@ class MultiHeadAttention(nn.Module):
 
         ``mask`` is boolean, True = may attend, broadcastable to ``(B, H, T, S)``; ``is_causal`` adds the causal
         mask (bottom-right aligned when a cache makes S > T). ``positions: (B|1, T)`` are the query positions
-        (default: ``arange(T)`` after what the cache holds). ``attn_bias`` is a float bias broadcastable to
+        (default: ``arange(T)`` after every entry the cache has seen). ``attn_bias`` is a float bias broadcastable to
         ``(B, H, T, S)`` computed by the stack (T5). Returns ``(output (B, T, D), weights (B, H, T, S) or None)``.
         """
         check_hidden("x", x, self.d_model)
