@@ -23,6 +23,7 @@ KINDS = {
     "embed": ("token embedding + positional encoding", "词嵌入结果 + 位置编码", "B T D"),
     "proj": ("linear projections Q, K, V", "线性投影生成Q/K/V", "B T D"),
     "split": ("split heads: view + transpose(1, 2)", "拆头 reshape + transpose", "B H T Dh"),
+    "qknorm": ("QK-norm over Dh, per head (before RoPE)", "QK 归一化（每个头的 Dh 上，RoPE 之前）", "B H T Dh"),
     "scores": ("scaled dot product Q K^T / sqrt(Dh)", "缩放点积 QK^T / sqrt(dk)", "B H T S"),
     "softmax": ("softmax over keys (attention weights)", "softmax", "B H T S"),
     "z": ("weights @ V, per head", "softmax后加权 attn V", "B H T Dh"),
@@ -58,7 +59,7 @@ def _params(module: nn.Module) -> int:
 
 def _letters(kind: str, shape: tuple[int, ...], which: str) -> str:
     letters = KINDS[kind][2]
-    if kind == "split" and which in ("k", "v"):
+    if kind in ("split", "qknorm") and which in ("k", "v"):
         letters = "B Hkv S Dh"
     if kind == "proj" and which in ("k", "v"):
         letters = "B S Hkv*Dh"
@@ -102,7 +103,7 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
             if with_input:
                 emit(with_input, name, args[0])
             emit(kind, name, output[0] if isinstance(output, tuple) else output,
-                 _params(module) if kind in ("proj", "out", "norm", "ffn", "head", "final", "embed") else 0,
+                 _params(module) if kind in ("proj", "out", "norm", "qknorm", "ffn", "head", "final", "embed") else 0,
                  which, label, step)
 
         handles.append(module.register_forward_hook(hook))
@@ -119,6 +120,10 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
                 on(getattr(module, f"hook_{which}"), "split", which, f"split heads: {which}")
             if module.fused_qkv:
                 on(module.qkv_proj, "proj", "qkv", "fused linear projection Q|K|V")
+            if module.qk_norm is not None:
+                for which in ("q", "k"):
+                    label = f"QK-norm of {which} ({module.qk_norm}, over Dh)"
+                    on(getattr(module, f"{which}_norm"), "qknorm", which, label)
             for hook, kind in (("scores", "scores"), ("weights", "softmax"), ("z", "z"), ("merged", "merge")):
                 on(getattr(module, f"hook_{hook}"), kind, "wide" if wide and kind == "merge" else "")
             on(module.o_proj, "out")

@@ -69,3 +69,14 @@ def test_output_into_a_closed_pipe_ends_quietly():
     _, err = proc.communicate(timeout=120)
     assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()
     assert proc.returncode == 141  # 60 layers of JSON rows: far more than a pipe buffer (64 KiB) holds
+
+
+def test_trace_shows_qk_norm_and_wide_heads(capsys):
+    assert main(["trace", "--preset", "qwen3", "--d-model", "32", "--heads", "4", "--kv-heads", "2", "--head-dim",
+                 "16", "--layers", "1", "--vocab", "50", "--d-ff", "64", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    qk = [r for r in rows if r["kind"] == "qknorm"]
+    assert [(r["dims"], r["params"]) for r in qk] == [("(B=2, H=4, T=10, Dh=16)", 16),
+                                                      ("(B=2, Hkv=2, S=10, Dh=16)", 16)]
+    q_proj = next(r for r in rows if r["operation"] == "linear projection Q")
+    assert q_proj["dims"] == "(B=2, T=10, H*Dh=64)"
