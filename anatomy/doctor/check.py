@@ -108,7 +108,8 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     attn_hyps, scope = mp.find_attention(module, d, h)
     named = dict(module.named_modules())
     inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
-    has_norms = any(mp.is_norm(m, d) and not inside(p) for p, m in named.items())
+    qk_paths = {p for hp in attn_hyps if hp.qk_norm is not None for p in (hp.qk_norm.q, hp.qk_norm.k)}
+    has_norms = any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
 
     ctx = Context(subject, kind, d, h, x, base, base_w)
@@ -196,7 +197,8 @@ def _hypotheses(ctx: Context, attn_hyps: list[mp.Hypothesis], scope: str | None,
     else:
         hyps = attn_hyps
     if mapping:
-        hyps = mp.apply_user_map(hyps, mapping, dict(module.named_parameters()), _ref_names(ctx.kind, d, h, ctx.parts))
+        hyps = mp.apply_user_map(hyps, mapping, dict(module.named_parameters()), _ref_names(ctx.kind, d, h, ctx.parts),
+                                 dict(module.named_modules()))
     required = _required(ctx.kind)
     complete = [hp for hp in hyps if not mp.missing(hp, required)]
     shown = complete[0] if complete else (hyps[0] if hyps else None)
@@ -207,7 +209,8 @@ def _hypotheses(ctx: Context, attn_hyps: list[mp.Hypothesis], scope: str | None,
 
 def _mapping_found(hyp: mp.Hypothesis, missing: list[str], params: dict, d: int, h: int) -> dict:
     return {"style": hyp.style, "pairs": [[r, s.user, s.note] for r, s in hyp.sources.items()], "missing": missing,
-            "n_kv_heads": mp.kv_heads(hyp, params, d, h)}
+            "n_kv_heads": mp.kv_heads(hyp, params, d, h),
+            "qk_norm": None if hyp.qk_norm is None else hyp.qk_norm.to_dict()}
 
 
 def _looks_causal(dep: torch.Tensor) -> bool:
@@ -254,11 +257,13 @@ def _call_order(ctx: Context) -> list[str]:
 
 
 def _ref_names(kind: str, d: int, h: int, parts) -> list[str]:
+    """Every name ``--map`` may fill: the reference's parameters, QK-norm (``q_norm``/``k_norm``) included."""
     if kind == "attention":
-        return [n for n, _ in MultiHeadAttention(d_model=d, n_heads=h).named_parameters()]
+        return [n for n, _ in MultiHeadAttention(d_model=d, n_heads=h, qk_norm="layernorm").named_parameters()]
     d_ff = parts.d_ff if parts is not None and parts.d_ff else 4 * d
     act = parts.activations[0] if parts is not None else "relu"
-    return [n for n, _ in EncoderBlock.build(d_model=d, n_heads=h, d_ff=d_ff, activation=act).named_parameters()]
+    return [n for n, _ in EncoderBlock.build(d_model=d, n_heads=h, d_ff=d_ff, activation=act,
+                                             qk_norm="layernorm").named_parameters()]
 
 
 def _scenarios(ctx: Context) -> list[dg.Scenario]:

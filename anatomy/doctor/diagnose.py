@@ -108,13 +108,17 @@ class References:
         key = (hyp_index, variant)
         if key not in self._cache:
             kv = kv_heads(hyp, self.params, self.d, self.h)  # fewer than H: grouped-query attention
+            qk = hyp.qk_norm.kind if hyp.qk_norm is not None else None
             if self.kind == "attention":
-                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math")
+                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk)
             else:
                 placement, activation = variant
                 ref = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=self.parts.d_ff,
                                          activation=activation, norm=self.parts.norm, norm_eps=self.parts.eps,
-                                         placement=placement, kernel="math")
+                                         placement=placement, kernel="math", qk_norm=qk)
+            if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
+                attn = self.attention(ref)
+                attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps
             ref = ref.double().eval()
             load_reference(ref, hyp, self.params)
             self._cache[key] = ref
@@ -325,6 +329,8 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
             ref_o = hyp.learner_features(ref_o)
         if name.endswith("o_proj") and ref_in is not None:
             ref_in = hyp.learner_features(ref_in)
+        if name.endswith(("q_norm", "k_norm")):  # ours (B, H, T, Dh); yours often (B, T, H, Dh) or (B, T, D)
+            ref_in, ref_o = (_learner_layout(hyp, name, r, u) for r, u in ((ref_in, u_in), (ref_o, u_out)))
         for what, a, b in (("input", u_in, ref_in), ("output", u_out, ref_o)):
             if a is None or b is None or a.shape != b.shape:
                 continue
@@ -337,6 +343,18 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
     return {"scenario": sc.name, "where": "after the last mapped sub-module (the output)",
             "where_zh": "最后一个对应的子模块之后（输出）", "user": None, "reference": None,
             "max_abs_diff": max_diff(user_out, ref_out, rows), "matching_before": matched}
+
+
+def _learner_layout(hyp: Hypothesis, name: str, ref: torch.Tensor | None, user: torch.Tensor | None):
+    """A reference q/k ``(B, H, T, Dh)`` in the learner's layout: as is when the shapes agree, else read token-major
+    (``(B, T, H, Dh)``, or ``(B, T, H·Dh)`` for a norm over all heads) when the sizes do."""
+    if ref is None or user is None or ref.dim() != 4:
+        return ref
+    if name.endswith("q_norm"):  # regrouped query heads: in the learner's order
+        ref = hyp.learner_heads(ref)
+    if ref.shape == user.shape or ref.numel() != user.numel():
+        return ref
+    return ref.transpose(1, 2).reshape(user.shape)
 
 
 def raw_scores(ref: nn.Module, sc: Scenario) -> torch.Tensor:

@@ -14,6 +14,14 @@ Linears with ``Hkv * Dh`` outputs (or a fused ``D + 2 Hkv Dh`` one) give ``Hkv``
 there (``repeat_interleave``); a learner who tiles the key/value heads instead (``k.repeat(1, H/Hkv, 1, 1)``:
 head ``i`` uses ``i mod Hkv``) wrote the same model with its query heads in another order, so that reading is a
 second hypothesis, with the query rows (and the output projection's columns) regrouped.
+
+QK-norm (Qwen3, OLMo2, Gemma 3): two norms of width ``Dh`` in the attention (``q_norm``/``k_norm``,
+``query_norm``/``key_norm``, ``q_layernorm``/``k_ln`` ..., or else the only two ``Dh``-wide norms there) normalise
+each head's query and key. The reference is then ``MultiHeadAttention(qk_norm=kind, norm_eps=eps)`` with the
+learner's kind (``nn.LayerNorm`` or a norm with a bias: ``layernorm``; ``nn.RMSNorm`` or a weight-only norm:
+``rmsnorm``) and eps, and their weights (and biases) feed ``q_norm``/``k_norm`` (:func:`find_qk_norm`). q/k norms of
+width ``D`` (one norm over all heads, before the split) cannot carry the reference's per-head weight: the reference
+keeps its per-head QK-norm with gains 1, and the walk to the first difference compares the two at ``q_norm``.
 """
 
 from __future__ import annotations
@@ -66,15 +74,30 @@ class Source:
 
 
 @dataclass
+class QKNorm:
+    """The learner's QK-norm, as the reference takes it: ``MultiHeadAttention(qk_norm=kind, norm_eps=eps)``."""
+
+    kind: str  # "rmsnorm" | "layernorm"
+    eps: float
+    q: str | None  # the learner's norm modules (None: named by --map through a bare Parameter)
+    k: str | None
+    width: int  # Dh: per head, weights mapped; D: over all heads before the split, which ours cannot carry
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "eps": self.eps, "q_norm": self.q, "k_norm": self.k, "width": self.width}
+
+
+@dataclass
 class Hypothesis:
     style: str
     sources: dict[str, Source]  # reference parameter name → source
     modules: dict[str, str] = field(default_factory=dict)  # reference module → learner module (for hooks)
     heads: list[int] | None = None  # our query head j is the learner's head heads[j] (None: the same order)
+    qk_norm: QKNorm | None = None  # the reference normalises q and k per head (None: no QK-norm)
 
     def prefixed(self, prefix: str) -> Hypothesis:
         return Hypothesis(self.style, {prefix + k: v for k, v in self.sources.items()},
-                          {prefix + k: v for k, v in self.modules.items()}, self.heads)
+                          {prefix + k: v for k, v in self.modules.items()}, self.heads, self.qk_norm)
 
     def learner_heads(self, t: torch.Tensor) -> torch.Tensor:
         """``(B, H, ...)`` per head in our order → in the learner's order (to compare with its weights)."""
@@ -194,7 +217,17 @@ def _fused_gqa(d: int, h: int, kv: int, weight: str, bias: str | None) -> dict[s
 
 
 def find_attention(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], str | None]:
-    """Hypotheses for ``q_proj/k_proj/v_proj/o_proj`` (weights and biases) and the learner's attention scope."""
+    """Hypotheses for ``q_proj/k_proj/v_proj/o_proj`` (weights and biases), ``q_norm/k_norm`` when the learner
+    normalises q and k (:func:`find_qk_norm`), and the learner's attention scope."""
+    hyps, scope = _find_projections(module, d, h)
+    qk = find_qk_norm(module, scope, d, h) if hyps else None
+    if qk is None:
+        return hyps, scope
+    norm, src, mods = qk
+    return [Hypothesis(hp.style, {**hp.sources, **src}, {**hp.modules, **mods}, hp.heads, norm) for hp in hyps], scope
+
+
+def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], str | None]:
     named = dict(module.named_modules())
     for path, m in named.items():  # torch.nn.MultiheadAttention anywhere inside
         if isinstance(m, nn.MultiheadAttention) and m.in_proj_weight is not None and m.embed_dim == d:
@@ -351,13 +384,94 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
     return [], None
 
 
+# --- QK-norm --------------------------------------------------------------------------------------------------
+
+QK_NORM_AFFIXES = ("layernorm", "rmsnorm", "norm", "ln")
+
+
+def qk_role(name: str) -> str | None:
+    """``q_norm``, ``query_norm``, ``q_layernorm``, ``norm_k``, ``k_ln`` → ``"q"`` / ``"k"``; anything else None."""
+    s = re.sub(r"[^a-z0-9]", "", name.lower())
+    for a in QK_NORM_AFFIXES:
+        if s.endswith(a) and len(s) > len(a):
+            s = s[: -len(a)]
+            break
+        if s.startswith(a) and len(s) > len(a):
+            s = s[len(a):]
+            break
+    else:
+        return None
+    role = role_of(s)
+    return role if role in ("q", "k") else None
+
+
+def norm_width(m: nn.Module) -> int | None:
+    """The width a norm module normalises over (``nn.LayerNorm``/``nn.RMSNorm``, or a class named ``*Norm`` with a
+    1-d weight); None for anything else."""
+    if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+        shape = tuple(m.normalized_shape)
+        return shape[0] if len(shape) == 1 else None
+    w = getattr(m, "weight", None)
+    if "norm" in type(m).__name__.lower() and isinstance(w, torch.Tensor) and w.dim() == 1:
+        return w.shape[0]
+    return None
+
+
+def qk_norm_kind(m: nn.Module) -> str:
+    """``nn.RMSNorm``, a class named ``*RMS*`` or a norm with a weight only → rmsnorm; ``nn.LayerNorm`` or a norm
+    with a bias → layernorm."""
+    if isinstance(m, nn.RMSNorm) or "rms" in type(m).__name__.lower():
+        return "rmsnorm"
+    if isinstance(m, nn.LayerNorm) or isinstance(getattr(m, "bias", None), torch.Tensor):
+        return "layernorm"
+    return "rmsnorm"
+
+
+def _norm_sources(ref: str, path: str, m: nn.Module) -> dict[str, Source]:
+    out = {}
+    for p in ("weight", "bias"):
+        if isinstance(getattr(m, p, None), torch.Tensor):
+            out[f"{ref}.{p}"] = _p(f"{path}.{p}" if path else p)
+    return out
+
+
+def find_qk_norm(module: nn.Module, scope: str | None, d: int, h: int
+                 ) -> tuple[QKNorm, dict[str, Source], dict[str, str]] | None:
+    """The learner's q/k norms inside the attention scope: two ``Dh``-wide norms named for q and k (or the only two
+    ``Dh``-wide norms there, in definition order), or two named for q and k of width ``D`` (over all heads; not
+    mapped). Returns the QK-norm, the sources of ``q_norm``/``k_norm`` and the modules to hook, or None."""
+    dh = d // h
+
+    def inside(p: str) -> bool:
+        return not scope or p == scope or p.startswith(scope + ".")
+
+    norms = {p: (m, norm_width(m)) for p, m in module.named_modules() if inside(p) and norm_width(m) is not None}
+    for width in dict.fromkeys((dh, d)):
+        named: dict[str, str] = {}
+        for p, (_, w) in norms.items():
+            role = qk_role(p.rpartition(".")[2])
+            if w == width and role is not None:
+                named.setdefault(role, p)
+        if {"q", "k"} <= named.keys():
+            q, k = named["q"], named["k"]
+            break
+        if width == dh and width != d:
+            same = [p for p, (_, w) in norms.items() if w == dh]
+            if len(same) == 2:
+                q, k = same
+                break
+    else:
+        return None
+    qm = norms[q][0]
+    norm = QKNorm(qk_norm_kind(qm), norm_eps(qm), q, k, width)
+    src = {**_norm_sources("q_norm", q, qm), **_norm_sources("k_norm", k, norms[k][0])} if width == dh else {}
+    return norm, src, {"q_norm": q, "k_norm": k}
+
+
 # --- blocks ---------------------------------------------------------------------------------------------------
 
 def is_norm(m: nn.Module, d: int) -> bool:
-    if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
-        return True
-    w = getattr(m, "weight", None)
-    return "norm" in type(m).__name__.lower() and isinstance(w, torch.Tensor) and tuple(w.shape) == (d,)
+    return norm_width(m) == d
 
 
 def norm_kind(m: nn.Module) -> str:
@@ -392,7 +506,7 @@ def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: s
     def inside_attn(p: str) -> bool:
         return attn_scope is not None and attn_scope != "" and (p == attn_scope or p.startswith(attn_scope + "."))
 
-    norm_paths = [p for p, m in named.items() if is_norm(m, d) and not inside_attn(p)]
+    norm_paths = [p for p, m in named.items() if is_norm(m, d) and not inside_attn(p) and p not in attn_paths]
     norm_calls = [p for p in call_order if p in norm_paths]
     norms = list(dict.fromkeys(norm_calls)) or norm_paths
     linear_calls = [p for p in dict.fromkeys(call_order) if isinstance(named.get(p), nn.Linear)
@@ -449,14 +563,18 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         extra.update(_linear(ref, path, named[path]))
         mods[ref] = path
     return [Hypothesis(h.style, {**h.prefixed("attn.").sources, **extra}, {**h.prefixed("attn.").modules, **mods},
-                       h.heads) for h in attn]
+                       h.heads, h.qk_norm) for h in attn]
 
 
 # --- user maps --------------------------------------------------------------------------------------------------
 
 def apply_user_map(hyps: list[Hypothesis], user_map: dict, params: dict[str, torch.Tensor],
-                   ref_names: list[str]) -> list[Hypothesis]:
-    """``{"q_proj.weight": "attn.Wq.T"}``: reference name → learner parameter (``.T`` transposes)."""
+                   ref_names: list[str], modules: dict[str, nn.Module] | None = None) -> list[Hypothesis]:
+    """``{"q_proj.weight": "attn.Wq.T"}``: reference name → learner parameter (``.T`` transposes).
+
+    Naming ``q_norm.weight`` (or ``k_norm.*``) gives the reference a QK-norm when no hypothesis found one: its kind
+    and eps from the learner's module that holds the parameter (a bare Parameter: rmsnorm, or layernorm when a
+    ``q_norm.bias``/``k_norm.bias`` is named too, with our default eps 1e-6)."""
     if not isinstance(user_map, dict):
         raise CheckError("--map must be a JSON object {reference parameter: your parameter}")
     src = {}
@@ -472,9 +590,33 @@ def apply_user_map(hyps: list[Hypothesis], user_map: dict, params: dict[str, tor
                              + (" ..." if len(names) > 12 else ""))
         src[ref] = _p(name, (lambda t: t.T) if transpose else (lambda t: t), "from --map" + (", transposed"
                                                                                            if transpose else ""))
+    norm = _mapped_qk_norm(src, params, modules or {})
     if not hyps:
-        return [Hypothesis("--map", src)]
-    return [Hypothesis(h.style + " + --map", {**h.sources, **src}, h.modules, h.heads) for h in hyps]
+        return [Hypothesis("--map", src, qk_norm=norm)]
+    return [Hypothesis(h.style + " + --map", {**h.sources, **src}, h.modules, h.heads, h.qk_norm or norm)
+            for h in hyps]
+
+
+def _mapped_qk_norm(src: dict[str, Source], params: dict[str, torch.Tensor],
+                    modules: dict[str, nn.Module]) -> QKNorm | None:
+    """The QK-norm that ``--map`` names through ``q_norm.*``/``k_norm.*`` (blocks: ``attn.q_norm.*``), or None."""
+    owners: dict[str, str | None] = {}
+    width = 0
+    for ref, s in src.items():
+        role = ref.rpartition(".")[0].rpartition(".")[2]  # "q_norm" of "attn.q_norm.weight"
+        if role in ("q_norm", "k_norm"):
+            owner = s.user.rpartition(".")[0]
+            owners.setdefault(role, owner if norm_width(modules.get(owner, nn.Identity())) is not None else None)
+            width = width or params[s.user].numel()
+    if not owners:
+        return None
+    path = owners.get("q_norm") or owners.get("k_norm")
+    if path is not None:
+        kind, eps = qk_norm_kind(modules[path]), norm_eps(modules[path])
+    else:
+        biased = any(r.endswith(("q_norm.bias", "k_norm.bias")) for r in src)
+        kind, eps = ("layernorm" if biased else "rmsnorm"), 1e-6
+    return QKNorm(kind, eps, owners.get("q_norm"), owners.get("k_norm"), width)
 
 
 def load_reference(ref: nn.Module, hyp: Hypothesis, params: dict[str, torch.Tensor]) -> None:

@@ -283,6 +283,15 @@ def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
     rows.append((_t(lang, "weights", "权重"), _mapping_text(f.get("mapping"), lang)))
     if f.get("mapping") and f["mapping"].get("missing"):
         rows.append(("", _t(lang, "missing: ", "缺少：") + ", ".join(f["mapping"]["missing"])))
+    qk = (f.get("mapping") or {}).get("qk_norm")
+    if qk:
+        per_head = qk["width"] == r.settings.get("head_dim")
+        over = _t(lang, "head_dim", " head_dim") if per_head else _t(
+            lang, f"all {qk['width']} features (before the head split; ours is per head)",
+            f"全部 {qk['width']} 个特征（拆头之前；参考实现按头归一化）")
+        paths = ", ".join(p for p in (qk["q_norm"], qk["k_norm"]) if p) or "--map"
+        rows.append(("qk-norm", _t(lang, f"{qk['kind']} over {over}, eps {qk['eps']:g} · {paths}",
+                                   f"{qk['kind']}，作用于{over}，eps {qk['eps']:g} · {paths}")))
     b = f.get("block")
     if b:
         place = {"pre": "pre-norm: x + f(norm(x))", "post": "post-norm: norm(x + f(x))",

@@ -314,7 +314,7 @@ def test_the_learners_file_is_never_modified(tmp_path):
 REPORTS = [("separate_attention.py:MaskAfterSoftmax", {}), ("fused_block.py:NormOnResidualPath", {}),
            ("torch_adapter.py:TorchMHA", {}), ("other_styles.py:TwoMistakes", {}),
            ("two_faults.py:NoScalingMaskAfterSoftmax", {}), ("other_styles.py:SoftmaxOverQueries", {}),
-           ("gqa_attention.py:TiledGroups", {}),
+           ("gqa_attention.py:TiledGroups", {}), ("qk_norm_attention.py:NormBeforeSplit", {}),
            ("separate_attention.py:CausalOffByOne", {"causal": True}), ("broken.py:WrongShape", {})]
 
 
@@ -354,6 +354,78 @@ def test_json_schema_is_stable():
                                          "output_scale", "nearest", "first_difference", "faults", "also_pairs"]
     assert report["diagnosis"]["faults"] == ["no_scaling"] and report["diagnosis"]["also_pairs"] == []
     assert all(list(n) == ["fault", "mapping", "max_abs_diff", "faults"] for n in report["diagnosis"]["nearest"])
-    assert report["found"]["mapping"]["n_kv_heads"] == 4
+    assert report["found"]["mapping"]["n_kv_heads"] == 4 and report["found"]["mapping"]["qk_norm"] is None
     assert report["summary"] == {"errors": 1, "warnings": 0, "exit_code": 1}
     assert all(set(s) == {"probe", "en", "zh"} for s in report["skipped"])
+
+
+# --- QK-norm ------------------------------------------------------------------------------------------------------
+
+QK = "qk_norm_attention.py"
+
+
+@pytest.mark.parametrize("cls, kind, eps, q, k", [
+    ("QKNormAttention", "rmsnorm", 1e-6, "q_norm", "k_norm"),  # torch.nn.RMSNorm(head_dim)
+    ("QKLayerNormAttention", "layernorm", 1e-5, "q_norm", "k_norm"),  # torch.nn.LayerNorm(head_dim), with a bias
+    ("HandWrittenRMSNorm", "rmsnorm", 1e-5, "query_norm", "key_norm"),  # its own class, a weight only
+    ("QKNormBlock", "rmsnorm", 1e-6, "self_attn.q_norm", "self_attn.k_norm"),  # a block: RMSNorm(D) eps 1e-5 too
+])
+def test_a_correct_qk_norm_module_is_mapped_and_passes(cls, kind, eps, q, k):
+    report = run(f"{QK}:{cls}")
+    assert report.findings == [], report.render()
+    assert report.diagnosis["status"] == "matches" and report.diagnosis["max_abs_diff_vs_reference"] < 1e-12
+    assert report.kind == ("block" if cls == "QKNormBlock" else "attention")  # Dh-wide norms do not make a block
+    assert report.found["mapping"]["qk_norm"] == {"kind": kind, "eps": eps, "q_norm": q, "k_norm": k, "width": 4}
+    pre = "attn." if cls == "QKNormBlock" else ""
+    pairs = {r: u for r, u, _ in report.found["mapping"]["pairs"]}
+    assert pairs[f"{pre}q_norm.weight"] == f"{q}.weight" and pairs[f"{pre}k_norm.weight"] == f"{k}.weight"
+    assert (f"{pre}q_norm.bias" in pairs) == (kind == "layernorm")
+    if cls == "QKNormBlock":
+        assert report.found["block"]["norms"] == ["input_layernorm", "post_attention_layernorm"]
+    else:
+        assert "scaling" in report.passed  # the fit is against q·k after the norms
+    assert f"qk-norm   {kind} over head_dim, eps {eps:g} · {q}, {k}" in report.render(width=100)
+
+
+@pytest.mark.parametrize("fault, cls", [("no_scaling", "NoScaling"),
+                                        ("split_without_transpose", "SplitWithoutTranspose"),
+                                        ("mask_after_softmax", "MaskAfterSoftmax")])
+@pytest.mark.parametrize("d_model, n_heads", [(16, 4), (24, 3)])
+def test_faults_on_a_qk_norm_module_are_named_exactly(fault, cls, d_model, n_heads):
+    report = run(f"{QK}:{cls}", d_model=d_model, n_heads=n_heads)
+    assert report.faults == {fault}, report.render()
+    d = report.diagnosis
+    assert d["status"] == "fault" and d["faults"] == [fault] and d["also"] == []
+    assert d["max_abs_diff_vs_faulty_reference"] < 1e-12 < 1e-3 < d["max_abs_diff_vs_reference"]
+    assert report.found["mapping"]["qk_norm"]["width"] == d_model // n_heads
+    assert all(f.fault == fault or f.explained_by == fault for f in report.findings)
+
+
+def test_qk_norm_over_d_model_before_the_split_is_unexplained_at_q_norm():
+    """No fault of the zoo normalises across the heads: the doctor does not guess, it names q_norm's output as the
+    first difference (its input, q_proj's output, matches)."""
+    report = run(f"{QK}:NormBeforeSplit")
+    assert report.diagnosis["status"] == "unexplained" and report.faults == set(), report.render()
+    assert report.kind == "attention"
+    assert report.found["mapping"]["qk_norm"] == {"kind": "rmsnorm", "eps": 1e-6, "q_norm": "q_norm",
+                                                  "k_norm": "k_norm", "width": 16}
+    assert not any("q_norm." in r for r, _, _ in report.found["mapping"]["pairs"])  # (D,) cannot feed (Dh,)
+    first = report.diagnosis["first_difference"]
+    assert first["where"] == "output of q_norm" and first["reference"] == "q_norm"
+    assert first["matching_before"] == ["q_proj", "k_proj", "v_proj"]
+
+
+def test_qk_norm_through_a_user_map_and_in_the_json_report(capsys):
+    from anatomy.cli.main import main
+
+    plain = run(f"{QK}:Renamed")  # three Dh-wide norms, none named for q or k: not guessed
+    assert plain.found["mapping"]["qk_norm"] is None and plain.diagnosis["status"] == "unexplained"
+    user_map = {"q_norm.weight": "alpha.weight", "k_norm.weight": "beta.weight"}
+    assert main(["check", str(ZOO / f"{QK}:Renamed"), "--map", json.dumps(user_map), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["diagnosis"]["status"] == "matches" and report["findings"] == []
+    assert report["found"]["mapping"]["qk_norm"] == {"kind": "rmsnorm", "eps": 1e-6, "q_norm": "alpha",
+                                                     "k_norm": "beta", "width": 4}
+    assert ["q_norm.weight", "alpha.weight", "from --map"] in report["found"]["mapping"]["pairs"]
+    with pytest.raises(CheckError, match="unknown reference parameter 'q_norm.gain'; valid names: .*k_norm.bias"):
+        run(f"{QK}:Renamed", mapping={"q_norm.gain": "alpha.weight"})

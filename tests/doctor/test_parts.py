@@ -13,7 +13,7 @@ from anatomy import pitfalls
 from anatomy.components import EncoderBlock, MultiHeadAttention
 from anatomy.doctor import check
 from anatomy.doctor.diagnose import ATTENTION_FAULTS, BLOCK_FAULTS, compatible_pairs
-from anatomy.doctor.mapping import role_of
+from anatomy.doctor.mapping import find_attention, find_qk_norm, qk_role, role_of
 from anatomy.doctor.report import display_width, fmt, wrap
 from anatomy.doctor.subject import MaskFormat, make_layout, pad_keep, randomize
 
@@ -28,6 +28,43 @@ ZOO = Path(__file__).parent / "zoo"
 ])
 def test_parameter_names_map_to_roles(name, role):
     assert role_of(name) == role
+
+
+@pytest.mark.parametrize("name, role", [
+    ("q_norm", "q"), ("k_norm", "k"), ("query_norm", "q"), ("key_norm", "k"), ("q_layernorm", "q"),
+    ("k_layernorm", "k"), ("q_ln", "q"), ("norm_k", "k"), ("q_rmsnorm", "q"),
+    ("norm1", None), ("v_norm", None), ("out_norm", None), ("q_proj", None), ("ln_1", None), ("norm", None),
+])
+def test_qk_norm_names_map_to_q_and_k(name, role):
+    assert qk_role(name) == role
+
+
+class _QKNorms(nn.Module):
+    """q/k/v/o Linears and norms: ``widths`` by name, each an nn.RMSNorm unless named in ``layer``."""
+
+    def __init__(self, widths: dict[str, int], layer=()):
+        super().__init__()
+        for r in ("q", "k", "v", "o"):
+            setattr(self, f"{r}_proj", nn.Linear(16, 16))
+        for name, w in widths.items():
+            setattr(self, name, nn.LayerNorm(w, eps=1e-3) if name in layer else nn.RMSNorm(w, eps=1e-4))
+
+
+def test_qk_norms_are_found_by_name_width_and_number():
+    named, _, _ = find_qk_norm(_QKNorms({"key_norm": 4, "query_norm": 4, "norm": 4}), "", 16, 4)
+    assert (named.q, named.k, named.kind, named.eps, named.width) == ("query_norm", "key_norm", "rmsnorm", 1e-4, 4)
+    two, src, mods = find_qk_norm(_QKNorms({"a": 4, "b": 4}, layer=("a", "b")), "", 16, 4)  # the only two: in order
+    assert (two.q, two.k, two.kind, two.eps) == ("a", "b", "layernorm", 1e-3)
+    assert {r: s.user for r, s in src.items()} == {"q_norm.weight": "a.weight", "q_norm.bias": "a.bias",
+                                                 "k_norm.weight": "b.weight", "k_norm.bias": "b.bias"}
+    assert mods == {"q_norm": "a", "k_norm": "b"}
+    wide, src, _ = find_qk_norm(_QKNorms({"q_norm": 16, "k_norm": 16}), "", 16, 4)  # over D: not mapped
+    assert wide.width == 16 and src == {}
+    for widths in ({"a": 4, "b": 4, "c": 4}, {"a": 4}, {"a": 16, "b": 16}, {"q_norm": 8, "k_norm": 8}, {}):
+        assert find_qk_norm(_QKNorms(widths), "", 16, 4) is None, widths
+    [hyp], scope = find_attention(_QKNorms({"q_norm": 4, "k_norm": 4}), 16, 4)
+    assert scope == "" and hyp.qk_norm.kind == "rmsnorm" and hyp.modules["q_norm"] == "q_norm"
+    assert {"q_norm.weight", "k_norm.weight"} <= hyp.sources.keys()
 
 
 def test_layouts_say_only_what_they_can():
