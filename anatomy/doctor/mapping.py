@@ -15,117 +15,39 @@ there (``repeat_interleave``); a learner who tiles the key/value heads instead (
 head ``i`` uses ``i mod Hkv``) wrote the same model with its query heads in another order, so that reading is a
 second hypothesis, with the query rows (and the output projection's columns) regrouped.
 
-QK-norm (Qwen3, OLMo2, Gemma 3): two norms of width ``Dh`` in the attention (``q_norm``/``k_norm``,
-``query_norm``/``key_norm``, ``q_layernorm``/``k_ln`` ..., or else the only two ``Dh``-wide norms there) normalise
-each head's query and key. The reference is then ``MultiHeadAttention(qk_norm=kind, norm_eps=eps)`` with the
-learner's kind (``nn.LayerNorm`` or a norm with a bias: ``layernorm``; ``nn.RMSNorm`` or a weight-only norm:
-``rmsnorm``) and eps, and their weights (and biases) feed ``q_norm``/``k_norm`` (:func:`find_qk_norm`). q/k norms of
-width ``D`` (one norm over all heads, before the split) cannot carry the reference's per-head weight: the reference
-keeps its per-head QK-norm with gains 1, and the walk to the first difference compares the two at ``q_norm``.
+Names and the hypothesis record live in ``naming.py``; norms (QK-norm, the block's norms) in ``norms.py``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from anatomy.doctor.naming import (  # noqa: F401 - re-exported: the doctor's modules read them from here
+    ATTN_KEYS,
+    Hypothesis,
+    QKNorm,
+    Source,
+    _linear,
+    _p,
+    core,
+    role_of,
+)
+from anatomy.doctor.norms import (  # noqa: F401 - re-exported as above
+    BlockParts,
+    block_hypotheses,
+    block_parts,
+    find_qk_norm,
+    is_norm,
+    norm_eps,
+    norm_kind,
+    norm_width,
+    qk_norm_kind,
+    qk_role,
+)
 from anatomy.doctor.subject import CheckError
-
-ROLES = {"q": {"q", "query", "queries"}, "k": {"k", "key", "keys"}, "v": {"v", "value", "values"},
-         "o": {"o", "out", "output", "outs"}, "qkv": {"qkv", "kqv", "in", "attn", "qkvs"}}
-AFFIXES = sorted({"linear", "proj", "projection", "weight", "weights", "lin", "dense", "layer", "net", "matrix",
-                  "mat", "to", "fc", "w", "l", "c", "in", "s", "head", "heads", "self"}, key=len, reverse=True)
-ATTN_KEYS = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-
-def core(name: str) -> str:
-    """``W_query_proj`` → ``query``: strip affixes while what is left is not a known core."""
-    s = re.sub(r"[^a-z0-9]", "", name.lower())
-    cores = set().union(*ROLES.values())
-    for _ in range(4):
-        if s in cores:
-            return s
-        for a in AFFIXES:
-            if s.startswith(a) and len(s) > len(a):
-                s = s[len(a):]
-                break
-            if s.endswith(a) and len(s) > len(a):
-                s = s[: -len(a)]
-                break
-        else:
-            return s
-    return s
-
-
-def role_of(name: str) -> str | None:
-    c = core(name)
-    return next((r for r, names in ROLES.items() if c in names), None)
-
-
-@dataclass
-class Source:
-    user: str  # the learner's parameter name
-    note: str  # how it is read: "", "transposed", "rows 16:32", ...
-    fn: Callable[[dict[str, torch.Tensor]], torch.Tensor] = field(repr=False)
-
-
-@dataclass
-class QKNorm:
-    """The learner's QK-norm, as the reference takes it: ``MultiHeadAttention(qk_norm=kind, norm_eps=eps)``."""
-
-    kind: str  # "rmsnorm" | "layernorm"
-    eps: float
-    q: str | None  # the learner's norm modules (None: named by --map through a bare Parameter)
-    k: str | None
-    width: int  # Dh: per head, weights mapped; D: over all heads before the split, which ours cannot carry
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "eps": self.eps, "q_norm": self.q, "k_norm": self.k, "width": self.width}
-
-
-@dataclass
-class Hypothesis:
-    style: str
-    sources: dict[str, Source]  # reference parameter name → source
-    modules: dict[str, str] = field(default_factory=dict)  # reference module → learner module (for hooks)
-    heads: list[int] | None = None  # our query head j is the learner's head heads[j] (None: the same order)
-    qk_norm: QKNorm | None = None  # the reference normalises q and k per head (None: no QK-norm)
-
-    def prefixed(self, prefix: str) -> Hypothesis:
-        return Hypothesis(self.style, {prefix + k: v for k, v in self.sources.items()},
-                          {prefix + k: v for k, v in self.modules.items()}, self.heads, self.qk_norm)
-
-    def learner_heads(self, t: torch.Tensor) -> torch.Tensor:
-        """``(B, H, ...)`` per head in our order → in the learner's order (to compare with its weights)."""
-        if self.heads is None:
-            return t
-        out = torch.empty_like(t)
-        out[:, self.heads] = t
-        return out
-
-    def learner_features(self, t: torch.Tensor) -> torch.Tensor:
-        """``(..., H*Dh)`` query features (q_proj's output, o_proj's input) in our head order → the learner's."""
-        if self.heads is None:
-            return t
-        ours = t.unflatten(-1, (len(self.heads), -1))  # (..., H, Dh)
-        out = torch.empty_like(ours)
-        out[..., self.heads, :] = ours
-        return out.flatten(-2)
-
-
-def _p(name: str, f=lambda t: t, note: str = "") -> Source:
-    return Source(name, note, lambda params: f(params[name]))
-
-
-def _linear(prefix: str, path: str, lin: nn.Linear) -> dict[str, Source]:
-    out = {f"{prefix}.weight": _p(f"{path}.weight")}
-    if lin.bias is not None:
-        out[f"{prefix}.bias"] = _p(f"{path}.bias")
-    return out
 
 
 def _rows(d: int, h: int, layout: str, chunk: int) -> torch.Tensor:
@@ -383,190 +305,6 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
             return hyps, scope
     return [], None
 
-
-# --- QK-norm --------------------------------------------------------------------------------------------------
-
-QK_NORM_AFFIXES = ("layernorm", "rmsnorm", "norm", "ln")
-
-
-def qk_role(name: str) -> str | None:
-    """``q_norm``, ``query_norm``, ``q_layernorm``, ``norm_k``, ``k_ln`` → ``"q"`` / ``"k"``; anything else None."""
-    s = re.sub(r"[^a-z0-9]", "", name.lower())
-    for a in QK_NORM_AFFIXES:
-        if s.endswith(a) and len(s) > len(a):
-            s = s[: -len(a)]
-            break
-        if s.startswith(a) and len(s) > len(a):
-            s = s[len(a):]
-            break
-    else:
-        return None
-    role = role_of(s)
-    return role if role in ("q", "k") else None
-
-
-def norm_width(m: nn.Module) -> int | None:
-    """The width a norm module normalises over (``nn.LayerNorm``/``nn.RMSNorm``, or a class named ``*Norm`` with a
-    1-d weight); None for anything else."""
-    if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
-        shape = tuple(m.normalized_shape)
-        return shape[0] if len(shape) == 1 else None
-    w = getattr(m, "weight", None)
-    if "norm" in type(m).__name__.lower() and isinstance(w, torch.Tensor) and w.dim() == 1:
-        return w.shape[0]
-    return None
-
-
-def qk_norm_kind(m: nn.Module) -> str:
-    """``nn.RMSNorm``, a class named ``*RMS*`` or a norm with a weight only → rmsnorm; ``nn.LayerNorm`` or a norm
-    with a bias → layernorm."""
-    if isinstance(m, nn.RMSNorm) or "rms" in type(m).__name__.lower():
-        return "rmsnorm"
-    if isinstance(m, nn.LayerNorm) or isinstance(getattr(m, "bias", None), torch.Tensor):
-        return "layernorm"
-    return "rmsnorm"
-
-
-def _norm_sources(ref: str, path: str, m: nn.Module) -> dict[str, Source]:
-    out = {}
-    for p in ("weight", "bias"):
-        if isinstance(getattr(m, p, None), torch.Tensor):
-            out[f"{ref}.{p}"] = _p(f"{path}.{p}" if path else p)
-    return out
-
-
-def find_qk_norm(module: nn.Module, scope: str | None, d: int, h: int
-                 ) -> tuple[QKNorm, dict[str, Source], dict[str, str]] | None:
-    """The learner's q/k norms inside the attention scope: two ``Dh``-wide norms named for q and k (or the only two
-    ``Dh``-wide norms there, in definition order), or two named for q and k of width ``D`` (over all heads; not
-    mapped). Returns the QK-norm, the sources of ``q_norm``/``k_norm`` and the modules to hook, or None."""
-    dh = d // h
-
-    def inside(p: str) -> bool:
-        return not scope or p == scope or p.startswith(scope + ".")
-
-    norms = {p: (m, norm_width(m)) for p, m in module.named_modules() if inside(p) and norm_width(m) is not None}
-    for width in dict.fromkeys((dh, d)):
-        named: dict[str, str] = {}
-        for p, (_, w) in norms.items():
-            role = qk_role(p.rpartition(".")[2])
-            if w == width and role is not None:
-                named.setdefault(role, p)
-        if {"q", "k"} <= named.keys():
-            q, k = named["q"], named["k"]
-            break
-        if width == dh and width != d:
-            same = [p for p, (_, w) in norms.items() if w == dh]
-            if len(same) == 2:
-                q, k = same
-                break
-    else:
-        return None
-    qm = norms[q][0]
-    norm = QKNorm(qk_norm_kind(qm), norm_eps(qm), q, k, width)
-    src = {**_norm_sources("q_norm", q, qm), **_norm_sources("k_norm", k, norms[k][0])} if width == dh else {}
-    return norm, src, {"q_norm": q, "k_norm": k}
-
-
-# --- blocks ---------------------------------------------------------------------------------------------------
-
-def is_norm(m: nn.Module, d: int) -> bool:
-    return norm_width(m) == d
-
-
-def norm_kind(m: nn.Module) -> str:
-    return "rmsnorm" if isinstance(m, nn.RMSNorm) or "rms" in type(m).__name__.lower() else "layernorm"
-
-
-def norm_eps(m: nn.Module) -> float:
-    eps = getattr(m, "eps", None)
-    if eps is None:
-        eps = getattr(m, "variance_epsilon", None)
-    return float(eps) if eps is not None else float(torch.finfo(torch.float64).eps)
-
-
-ACTIVATION_MODULES = ((nn.ReLU, "relu"), (nn.SiLU, "silu"))
-
-
-@dataclass
-class BlockParts:
-    norms: list[str]  # distinct learner norm modules in call order
-    norm_calls: list[str]  # every norm call in order (a shared norm appears twice)
-    ffn: dict[str, str]  # "up" / "down" / "gate" → learner Linear path
-    d_ff: int | None
-    activations: list[str]  # candidates for the reference FFN
-    norm: str = "layernorm"
-    eps: float = 1e-5
-
-
-def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: set[str],
-                call_order: list[str]) -> BlockParts:
-    named = dict(module.named_modules())
-
-    def inside_attn(p: str) -> bool:
-        return attn_scope is not None and attn_scope != "" and (p == attn_scope or p.startswith(attn_scope + "."))
-
-    norm_paths = [p for p, m in named.items() if is_norm(m, d) and not inside_attn(p) and p not in attn_paths]
-    norm_calls = [p for p in call_order if p in norm_paths]
-    norms = list(dict.fromkeys(norm_calls)) or norm_paths
-    linear_calls = [p for p in dict.fromkeys(call_order) if isinstance(named.get(p), nn.Linear)
-                    and p not in attn_paths and not inside_attn(p)]
-    if not linear_calls:
-        linear_calls = [p for p, m in named.items() if isinstance(m, nn.Linear) and p not in attn_paths
-                        and not inside_attn(p)]
-    ffn: dict[str, str] = {}
-    d_ff = None
-    if len(linear_calls) == 2:
-        up, down = (named[p] for p in linear_calls)
-        if up.in_features == d and down.out_features == d and up.out_features == down.in_features:
-            ffn, d_ff = {"up": linear_calls[0], "down": linear_calls[1]}, up.out_features
-    elif len(linear_calls) == 3:
-        gate = [p for p in linear_calls if "gate" in p.rpartition(".")[2].lower()]
-        rest = [p for p in linear_calls if p not in gate]
-        down = [p for p in rest if named[p].out_features == d and named[p].in_features != d]
-        if len(gate) == 1 and len(down) == 1:
-            up = [p for p in rest if p != down[0]][0]
-            ffn, d_ff = {"gate": gate[0], "up": up, "down": down[0]}, named[up].out_features
-    acts = []
-    for p, m in named.items():
-        if inside_attn(p):
-            continue
-        if isinstance(m, nn.GELU):
-            acts.append("gelu_tanh" if m.approximate == "tanh" else "gelu")
-        for cls, name in ACTIVATION_MODULES:
-            if isinstance(m, cls):
-                acts.append(name)
-    if "gate" in ffn:
-        acts = ["swiglu", "geglu", "geglu_tanh"]  # the gate's activation is tried by the hypotheses
-    elif not acts:
-        acts = ["relu", "gelu", "gelu_tanh", "silu"]
-    first = named[norms[0]] if norms else None
-    return BlockParts(norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)),
-                      norm_kind(first) if first is not None else "layernorm",
-                      norm_eps(first) if first is not None else 1e-5)
-
-
-def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Module) -> list[Hypothesis]:
-    named = dict(module.named_modules())
-    extra: dict[str, Source] = {}
-    mods: dict[str, str] = {}
-    for ref, path in zip(("attn_add_norm.norm", "ffn_add_norm.norm"), parts.norms[:2]):
-        m = named[path]
-        mods[ref] = path
-        pre = f"{path}." if path else ""
-        if isinstance(getattr(m, "weight", None), torch.Tensor):
-            extra[f"{ref}.weight"] = _p(f"{pre}weight")
-        if isinstance(getattr(m, "bias", None), torch.Tensor):
-            extra[f"{ref}.bias"] = _p(f"{pre}bias")
-    for role, path in parts.ffn.items():
-        ref = {"up": "ffn.up_proj", "down": "ffn.down_proj", "gate": "ffn.gate_proj"}[role]
-        extra.update(_linear(ref, path, named[path]))
-        mods[ref] = path
-    return [Hypothesis(h.style, {**h.prefixed("attn.").sources, **extra}, {**h.prefixed("attn.").modules, **mods},
-                       h.heads, h.qk_norm) for h in attn]
-
-
-# --- user maps --------------------------------------------------------------------------------------------------
 
 def apply_user_map(hyps: list[Hypothesis], user_map: dict, params: dict[str, torch.Tensor],
                    ref_names: list[str], modules: dict[str, nn.Module] | None = None) -> list[Hypothesis]:
