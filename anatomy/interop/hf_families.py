@@ -1,0 +1,362 @@
+"""The Hugging Face families ``anatomy.interop.hf`` converts, one section each: how a ``config.json`` becomes a
+``ModelConfig`` (``read_config``), the key table between their state dict and ours (``table``: every key used
+once, shapes checked by the caller), and the config written back (``write_config``). The registry at the end
+(``FAMILIES``) says which of our configs each family can hold (``requires``)."""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from anatomy.components.ffn import GATED, default_d_ff
+from anatomy.config import ModelConfig
+from anatomy.interop.safetensors_io import CheckpointError
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Entry:
+    hf: tuple[str, ...]  # checkpoint key, then tied aliases
+    ours: tuple[str, ...]  # our state-dict key, then tied aliases
+    op: str = "copy"  # "copy" | "conv1d" (transpose the weight) | "drop" (read past on purpose)
+
+
+def _e(hf: str | tuple[str, ...], ours: str | tuple[str, ...], op: str = "copy") -> Entry:
+    return Entry((hf,) if isinstance(hf, str) else tuple(hf), (ours,) if isinstance(ours, str) else tuple(ours), op)
+
+
+def _linear(hf: str, ours: str, bias: bool, op: str = "copy") -> list[Entry]:
+    rows = [_e(f"{hf}.weight", f"{ours}.weight", op)]
+    return rows + ([_e(f"{hf}.bias", f"{ours}.bias", "drop" if op == "drop" else "copy")] if bias else [])
+
+
+def _norm(hf: str, ours: str, bias: bool) -> list[Entry]:
+    return _linear(hf, ours, bias)
+
+
+def _get(c: dict, key: str, default: Any = _REQUIRED) -> Any:
+    value = c.get(key, default)
+    if value is _REQUIRED:
+        raise CheckpointError(f"Hugging Face config lacks the required field {key!r}")
+    return value
+
+
+def _pad(c: dict, vocab: int) -> int:
+    pad = c.get("pad_token_id")
+    return pad if isinstance(pad, int) and 0 <= pad < vocab else 0
+
+
+def _refuse(arch: str, what: str) -> CheckpointError:
+    return CheckpointError(f"{arch}: {what} is not supported by anatomy's converter")
+
+
+_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
+                "silu": "silu", "swish": "silu"}
+_ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
+
+
+def _activation(arch: str, name: str) -> str:
+    if name not in _ACT_FROM_HF:
+        raise _refuse(arch, f"activation {name!r} (supported: {', '.join(sorted(_ACT_FROM_HF))})")
+    return _ACT_FROM_HF[name]
+
+
+# ================================================================================================ GPT-2
+
+def _gpt2_config(c: dict, arch: str) -> ModelConfig:
+    if c.get("scale_attn_by_inverse_layer_idx"):
+        raise _refuse(arch, "scale_attn_by_inverse_layer_idx=True")
+    if c.get("add_cross_attention"):
+        raise _refuse(arch, "add_cross_attention=True")
+    d, vocab = _get(c, "n_embd"), _get(c, "vocab_size")
+    return ModelConfig(
+        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=_get(c, "n_head"),
+        n_layers=_get(c, "n_layer"), d_ff=c.get("n_inner") or 4 * d, max_seq_len=c.get("n_positions", 1024),
+        positional="learned", norm="layernorm", norm_position="pre",
+        activation=_activation(arch, c.get("activation_function", "gelu_new")),
+        dropout=c.get("resid_pdrop", 0.1), attention_dropout=c.get("attn_pdrop", 0.1), bias=True,
+        tie_embeddings=c.get("tie_word_embeddings", True), fused_qkv=True,
+        norm_eps=c.get("layer_norm_epsilon", 1e-5), attn_scale=None if c.get("scale_attn_weights", True) else 1.0,
+        pad_token_id=_pad(c, vocab),
+    )
+
+
+def _gpt2_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
+    rows = [_e(("transformer.wte.weight", *tied), ("embeddings.embed_tokens.weight", *tied)),
+            _e("transformer.wpe.weight", "embeddings.positional.weight")]
+    for i in range(cfg.n_layers):
+        h, o = f"transformer.h.{i}", f"stack.blocks.{i}"
+        rows += _norm(f"{h}.ln_1", f"{o}.attn_add_norm.norm", True)
+        rows += _linear(f"{h}.attn.c_attn", f"{o}.attn.qkv_proj", True, "conv1d")  # (D, 3D) → (3D, D)
+        rows += _linear(f"{h}.attn.c_proj", f"{o}.attn.o_proj", True, "conv1d")  # (D, D) → (D, D)^T
+        rows += _norm(f"{h}.ln_2", f"{o}.ffn_add_norm.norm", True)
+        rows += _linear(f"{h}.mlp.c_fc", f"{o}.ffn.up_proj", True, "conv1d")  # (D, F) → (F, D)
+        rows += _linear(f"{h}.mlp.c_proj", f"{o}.ffn.down_proj", True, "conv1d")  # (F, D) → (D, F)
+    rows += _norm("transformer.ln_f", "stack.final_norm", True)
+    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+
+
+def _gpt2_write(cfg: ModelConfig, arch: str) -> dict:
+    return dict(
+        vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.n_heads, n_layer=cfg.n_layers,
+        n_inner=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), n_positions=cfg.max_seq_len,
+        activation_function=_ACT_TO_HF[cfg.activation], layer_norm_epsilon=cfg.norm_eps,
+        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.attention_dropout,
+        scale_attn_weights=cfg.attn_scale is None, tie_word_embeddings=cfg.tie_embeddings,
+    )
+
+
+# ================================================================================================ BERT
+
+def _bert_config(c: dict, arch: str) -> ModelConfig:
+    if c.get("position_embedding_type", "absolute") != "absolute":
+        raise _refuse(arch, f"position_embedding_type={c['position_embedding_type']!r}")
+    if c.get("is_decoder") or c.get("add_cross_attention"):
+        raise _refuse(arch, "a BERT decoder (is_decoder / add_cross_attention)")
+    vocab = _get(c, "vocab_size")
+    labels = c.get("num_labels") or len(c.get("id2label") or {}) or 2
+    return ModelConfig(
+        architecture="classifier" if arch == "BertForSequenceClassification" else "encoder",
+        vocab_size=vocab, d_model=_get(c, "hidden_size"), n_heads=_get(c, "num_attention_heads"),
+        n_layers=_get(c, "num_hidden_layers"), d_ff=_get(c, "intermediate_size"),
+        max_seq_len=c.get("max_position_embeddings", 512), positional="learned", norm="layernorm",
+        norm_position="post", activation=_activation(arch, c.get("hidden_act", "gelu")),
+        dropout=c.get("hidden_dropout_prob", 0.1), attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
+        bias=True, embedding_norm=True, type_vocab_size=c.get("type_vocab_size", 2),
+        norm_eps=c.get("layer_norm_eps", 1e-12), pooler=arch == "BertForSequenceClassification",
+        num_labels=labels, pad_token_id=_pad(c, vocab),
+    )
+
+
+def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+    cls = arch == "BertForSequenceClassification"
+    b, e = ("bert.", "encoder.") if cls else ("", "")
+    rows = [_e(f"{b}embeddings.word_embeddings.weight", f"{e}embeddings.embed_tokens.weight"),
+            _e(f"{b}embeddings.position_embeddings.weight", f"{e}embeddings.positional.weight"),
+            _e(f"{b}embeddings.token_type_embeddings.weight", f"{e}embeddings.token_types.weight"),
+            *_norm(f"{b}embeddings.LayerNorm", f"{e}embeddings.norm", True)]
+    for i in range(cfg.n_layers):
+        h, o = f"{b}encoder.layer.{i}", f"{e}stack.blocks.{i}"
+        rows += _linear(f"{h}.attention.self.query", f"{o}.attn.q_proj", True)
+        rows += _linear(f"{h}.attention.self.key", f"{o}.attn.k_proj", True)
+        rows += _linear(f"{h}.attention.self.value", f"{o}.attn.v_proj", True)
+        rows += _linear(f"{h}.attention.output.dense", f"{o}.attn.o_proj", True)
+        rows += _norm(f"{h}.attention.output.LayerNorm", f"{o}.attn_add_norm.norm", True)  # Post-LN
+        rows += _linear(f"{h}.intermediate.dense", f"{o}.ffn.up_proj", True)
+        rows += _linear(f"{h}.output.dense", f"{o}.ffn.down_proj", True)
+        rows += _norm(f"{h}.output.LayerNorm", f"{o}.ffn_add_norm.norm", True)
+    if cls:
+        return rows + _linear("bert.pooler.dense", "pooler", True) + _linear("classifier", "classifier", True)
+    return rows + _linear("pooler.dense", "-", True, "drop")  # our Encoder stops at last_hidden_state
+
+
+def _bert_write(cfg: ModelConfig, arch: str) -> dict:
+    out = dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
+        num_hidden_layers=cfg.n_layers, intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
+        hidden_act=_ACT_TO_HF[cfg.activation], max_position_embeddings=cfg.max_seq_len,
+        type_vocab_size=cfg.type_vocab_size, layer_norm_eps=cfg.norm_eps, hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout, pad_token_id=cfg.pad_token_id,
+    )
+    if arch == "BertForSequenceClassification":
+        out["num_labels"] = cfg.num_labels
+    return out
+
+
+# ================================================================================================ Llama
+
+def _llama_config(c: dict, arch: str) -> ModelConfig:
+    d, h, vocab = _get(c, "hidden_size"), _get(c, "num_attention_heads"), _get(c, "vocab_size")
+    if c.get("hidden_act", "silu") != "silu":
+        raise _refuse(arch, f"hidden_act={c['hidden_act']!r} (anatomy's Llama FFN is SwiGLU: silu)")
+    if bool(c.get("attention_bias", False)) != bool(c.get("mlp_bias", False)):
+        raise _refuse(arch, "attention_bias != mlp_bias (anatomy has one bias flag)")
+    qwen3 = arch == "Qwen3ForCausalLM"
+    if qwen3 and c.get("use_sliding_window", False):  # Qwen3 windows only the layers past max_window_layers
+        raise _refuse(arch, "use_sliding_window=True (a window on some layers only; anatomy windows all or none)")
+    window = c.get("sliding_window") if arch == "MistralForCausalLM" else None  # Mistral: every layer, or None
+    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise _refuse(arch, f"rope scaling {rope_type!r} (only plain RoPE)")
+    return ModelConfig(
+        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h,
+        n_kv_heads=c.get("num_key_value_heads") or h, n_layers=_get(c, "num_hidden_layers"),
+        head_dim=None if c.get("head_dim") in (None, d // h) else c["head_dim"],  # decoupled heads (Qwen3, Gemma)
+        d_ff=_get(c, "intermediate_size"), max_seq_len=c.get("max_position_embeddings", 2048), positional="rope",
+        rope_layout="half", rope_base=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
+        norm="rmsnorm", norm_position="pre", activation="swiglu", dropout=0.0,
+        attention_dropout=float(c.get("attention_dropout", 0.0)), bias=bool(c.get("attention_bias", False)),
+        tie_embeddings=c.get("tie_word_embeddings", False), norm_eps=c.get("rms_norm_eps", 1e-6),
+        pad_token_id=_pad(c, vocab), qk_norm=qwen3, sliding_window=window,
+    )
+
+
+def _llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
+    rows = [_e(("model.embed_tokens.weight", *tied), ("embeddings.embed_tokens.weight", *tied))]
+    for i in range(cfg.n_layers):
+        h, o = f"model.layers.{i}", f"stack.blocks.{i}"
+        rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False)
+        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):  # q/k rows in the "half" RoPE layout
+            rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", cfg.bias)
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's Dh, weight (Dh,), before RoPE
+            rows += _norm(f"{h}.self_attn.q_norm", f"{o}.attn.q_norm", False)
+            rows += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", False)
+        rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False)
+        for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
+            rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", cfg.bias)
+    rows += _norm("model.norm", "stack.final_norm", False)
+    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+
+
+def _llama_write(cfg: ModelConfig, arch: str) -> dict:
+    out = dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads, num_hidden_layers=cfg.n_layers,
+        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), head_dim=cfg.dh,
+        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps, hidden_act="silu",
+        rope_theta=cfg.rope_base, attention_bias=cfg.bias, mlp_bias=cfg.bias, attention_dropout=cfg.attention_dropout,
+        tie_word_embeddings=cfg.tie_embeddings,
+    )
+    if arch in ("Qwen3ForCausalLM", "MistralForCausalLM"):  # no bias fields; rope_theta lives in rope_parameters
+        del out["mlp_bias"], out["rope_theta"], out["attention_bias"]
+        out.update(rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base})
+    if arch == "Qwen3ForCausalLM":
+        out.update(attention_bias=False, use_sliding_window=False)
+    if arch == "MistralForCausalLM":
+        out.update(sliding_window=cfg.sliding_window)
+    return out
+
+
+# ================================================================================================ T5
+
+# feed_forward_proj → our activation. HF runs "gated-gelu" (T5 v1.1, flan-t5) with dense_act_fn="gelu_new", the
+# tanh GELU, as act(wi_0(x)) * wi_1(x): our "geglu_tanh"; "gated-silu" is silu(wi_0(x)) * wi_1(x): "swiglu".
+_T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-silu": "swiglu", "gated-gelu": "geglu_tanh"}
+
+
+def _t5_config(c: dict, arch: str) -> ModelConfig:
+    d, h, vocab = _get(c, "d_model"), _get(c, "num_heads"), _get(c, "vocab_size")
+    d_kv = c.get("d_kv", 64)
+    ffn = c.get("feed_forward_proj", "relu")
+    if ffn not in _T5_FFN:
+        raise _refuse(arch, f"feed_forward_proj={ffn!r} (supported: {', '.join(_T5_FFN)})")
+    tied = c.get("tie_word_embeddings", True) is not False
+    scaled = c.get("scale_decoder_outputs", tied)  # v1.0: tied head and hidden * d_model**-0.5; v1.1: neither
+    pad = _pad(c, vocab)
+    start = c.get("decoder_start_token_id")
+    rate = c.get("dropout_rate", 0.1)
+    return ModelConfig(
+        architecture="seq2seq", vocab_size=vocab, d_model=d, n_heads=h, n_layers=_get(c, "num_layers"),
+        head_dim=None if d_kv * h == d else d_kv,  # T5 v1.1 small: 6 heads of 64 on d_model 512
+        n_decoder_layers=c.get("num_decoder_layers") or _get(c, "num_layers"), d_ff=_get(c, "d_ff"),
+        positional="t5", t5_num_buckets=c.get("relative_attention_num_buckets", 32),
+        t5_max_distance=c.get("relative_attention_max_distance", 128), norm="rmsnorm", norm_position="pre",
+        activation=_T5_FFN[ffn], bias=False, attn_scale=1.0, dropout=rate, attention_dropout=rate,
+        tie_embeddings=tied, norm_eps=c.get("layer_norm_epsilon", 1e-6),
+        output_scale=d**-0.5 if scaled else 1.0,
+        pad_token_id=start if isinstance(start, int) and 0 <= start < vocab else pad,  # our decoder start id
+    )
+
+
+def _t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
+    rows = [_e(("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", *tied),
+               ("encoder.embeddings.embed_tokens.weight", "decoder.embeddings.embed_tokens.weight", *tied))]
+    gated = cfg.activation in GATED  # DenseGatedActDense: wi_0 is the gate, wi_1 the linear half
+    for side, n, names in (("encoder", cfg.n_layers, ("SelfAttention", "DenseReluDense")),
+                           ("decoder", cfg.decoder_layers, ("SelfAttention", "EncDecAttention", "DenseReluDense"))):
+        # block 0 owns the stack's one relative-bias table (num_buckets, H)
+        rows.append(_e(f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                       f"{side}.stack.position_bias.relative_attention_bias.weight"))
+        for i in range(n):
+            h, o = f"{side}.block.{i}.layer", f"{side}.stack.blocks.{i}"
+            ours = {"SelfAttention": ("attn", "attn_add_norm"), "EncDecAttention": ("cross_attn", "cross_add_norm"),
+                    "DenseReluDense": ("ffn", "ffn_add_norm")}
+            for j, name in enumerate(names):
+                module, add_norm = ours[name]
+                if name == "DenseReluDense":
+                    ffn = (("wi_0", "gate_proj"), ("wi_1", "up_proj")) if gated else (("wi", "up_proj"),)
+                    for hf_name, our_name in (*ffn, ("wo", "down_proj")):
+                        rows.append(_e(f"{h}.{j}.{name}.{hf_name}.weight", f"{o}.{module}.{our_name}.weight"))
+                else:
+                    for p in "qkvo":
+                        rows.append(_e(f"{h}.{j}.{name}.{p}.weight", f"{o}.{module}.{p}_proj.weight"))
+                rows.append(_e(f"{h}.{j}.layer_norm.weight", f"{o}.{add_norm}.norm.weight"))
+        rows.append(_e(f"{side}.final_layer_norm.weight", f"{side}.stack.final_norm.weight"))
+    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+
+
+def _t5_write(cfg: ModelConfig, arch: str) -> dict:
+    return dict(
+        vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.dh, num_heads=cfg.n_heads,
+        d_ff=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), num_layers=cfg.n_layers,
+        num_decoder_layers=cfg.decoder_layers, relative_attention_num_buckets=cfg.t5_num_buckets,
+        relative_attention_max_distance=cfg.t5_max_distance, dropout_rate=cfg.dropout,
+        layer_norm_epsilon=cfg.norm_eps, feed_forward_proj={v: k for k, v in _T5_FFN.items()}[cfg.activation],
+        # transformers reads this flag as "scale the decoder output" (and, before v5, as "tie the head"); to_hf
+        # checks afterwards that the head it built is the one we wrote
+        tie_word_embeddings=not math.isclose(cfg.output_scale, 1.0), pad_token_id=cfg.pad_token_id,
+        decoder_start_token_id=cfg.pad_token_id,
+    )
+
+
+# ================================================================================================ registry
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    archs: tuple[str, ...]
+    config_class: str  # the transformers config class
+    read_config: Callable[[dict, str], ModelConfig]
+    table: Callable[[ModelConfig, str], list[Entry]]
+    write_config: Callable[[ModelConfig, str], dict]
+    base_prefix: dict[str, str]  # arch → prefix that headless checkpoints (GPT2Model, ...) lack
+    buffers: tuple[str, ...] = ()  # regexes of checkpoint keys that are buffers, not weights
+    requires: dict[str, tuple] = field(default_factory=dict)  # ModelConfig fields to_hf needs
+
+
+_PRE_DECODER = dict(norm_position=("pre",), scale_embeddings=(False,), embedding_norm=(False,),
+                    type_vocab_size=(0,), final_norm=(None, True))
+FAMILIES = {
+    "gpt2": Family(
+        "gpt2", ("GPT2LMHeadModel",), "GPT2Config", _gpt2_config, _gpt2_table, _gpt2_write,
+        {"GPT2LMHeadModel": "transformer."}, (r"\.attn\.(bias|masked_bias)$",),
+        dict(architecture=("decoder_lm",), positional=("learned",), norm=("layernorm",), fused_qkv=(True,),
+             bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), qk_norm=(False,),
+             sliding_window=(None,), **_PRE_DECODER)),
+    "bert": Family(
+        "bert", ("BertModel", "BertForSequenceClassification"), "BertConfig", _bert_config, _bert_table,
+        _bert_write, {"BertForSequenceClassification": "bert."},
+        (r"embeddings\.(position_ids|token_type_ids)$",),
+        dict(architecture=("encoder", "classifier"), positional=("learned",), norm=("layernorm",),
+             norm_position=("post",), embedding_norm=(True,), fused_qkv=(False,), bias=(True,),
+             activation=tuple(_ACT_TO_HF), scale_embeddings=(False,), final_norm=(None, False), attn_scale=(None,),
+             pooling=("cls",), qk_norm=(False,), sliding_window=(None,))),
+    "llama": Family(
+        "llama", ("LlamaForCausalLM",), "LlamaConfig", _llama_config, _llama_table, _llama_write,
+        {"LlamaForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
+        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), sliding_window=(None,), **_PRE_DECODER)),
+    "mistral": Family(  # Llama + sliding-window attention on every layer (or none: sliding_window null)
+        "mistral", ("MistralForCausalLM",), "MistralConfig", _llama_config, _llama_table, _llama_write,
+        {"MistralForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
+        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), bias=(False,), **_PRE_DECODER)),
+    "qwen3": Family(  # Llama + QK-norm (and usually heads wider than hidden_size / num_attention_heads)
+        "qwen3", ("Qwen3ForCausalLM",), "Qwen3Config", _llama_config, _llama_table, _llama_write,
+        {"Qwen3ForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
+        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(True,), bias=(False,), sliding_window=(None,),
+             **_PRE_DECODER)),
+    "t5": Family(
+        "t5", ("T5ForConditionalGeneration",), "T5Config", _t5_config, _t5_table, _t5_write, {},
+        (r"EncDecAttention\.relative_attention_bias\.weight$",),  # present but unused in some old checkpoints
+        dict(architecture=("seq2seq",), positional=("t5",), norm=("rmsnorm",), bias=(False,), attn_scale=(1.0,),
+             activation=tuple(_T5_FFN.values()), fused_qkv=(False,), qk_norm=(False,), sliding_window=(None,),
+             **_PRE_DECODER)),
+}
+ARCH_FAMILY = {arch: fam for fam in FAMILIES.values() for arch in fam.archs}
