@@ -109,7 +109,10 @@ def test_the_glyph_check_would_catch_boxes(tmp_path):
 
 
 def test_without_a_cjk_font_one_hint_and_code_points_not_boxes(layer, tmp_path, monkeypatch):
-    monkeypatch.setattr(viz, "cjk_font", lambda: None)
+    from anatomy.inspection import figures
+
+    for where in (viz, figures):  # the pictures read it here; the font plumbing in figures.py
+        monkeypatch.setattr(where, "cjk_font", lambda: None)
     tokens, weights = layer
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
