@@ -141,7 +141,9 @@ def sdpa_attention(
     )  # (B, H, T, Dh)
     if full is not None:
         row_has_key = full.any(-1, keepdim=True)  # (B|1, H|1, T, 1), small
-        if not bool(row_has_key.all()):  # guarantee zeros on rows with no key, without a copy when none exists
+        # guarantee zeros on rows with no key; eager skips the copy when no such row exists, a compiled graph
+        # cannot branch on values, so it always fills
+        if torch.compiler.is_compiling() or not bool(row_has_key.all()):
             out = out.masked_fill(~row_has_key, 0.0)
     return out, None
 

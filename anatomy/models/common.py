@@ -19,7 +19,8 @@ def key_padding(attention_mask: torch.Tensor | None, b: int, s: int, name: str =
         return attention_mask
     if attention_mask.is_floating_point():
         raise TypeError(f"{name} must be bool or integer 0/1 (1 = real token), got dtype {attention_mask.dtype}")
-    if attention_mask.numel() and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+    if (attention_mask.numel() and not torch.compiler.is_compiling()  # a value check: eager only, no graph break
+            and not bool(((attention_mask == 0) | (attention_mask == 1)).all())):
         raise ValueError(f"{name} must hold only 0 and 1 (1 = real token)")
     return attention_mask.bool()
 
