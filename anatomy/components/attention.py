@@ -204,7 +204,8 @@ class MultiHeadAttention(nn.Module):
         if mask is not None:
             mask = as_attention_mask(mask, b, self.n_heads, t, s)
         if self.sliding_window is not None and not cross:  # local attention: a band of key slots, causal or not
-            band = sliding_window_mask(t, s, self.sliding_window, causal=is_causal, device=device)  # (T, S)
+            band = sliding_window_mask(t, s, self.sliding_window, causal=is_causal, device=device)[None, None]
+            # ^ (1, 1, T, S), the rank every kernel mask has
             mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
         return mask, is_causal and t > 1  # one query at the end of the keys sees all of them
 

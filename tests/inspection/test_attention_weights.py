@@ -141,3 +141,21 @@ def test_bad_layer_and_head_numbers_name_the_argument():
     with pytest.raises(ValueError, match="heads must name at least one"):
         with attention_weights(model, heads=[]):
             pass
+
+
+@pytest.mark.parametrize("preset,overrides", [("llama", {**SMALL, "n_kv_heads": 2, "sliding_window": 3}),
+                                              ("seed-block", {"sliding_window": 2})])
+def test_window_maps_without_a_padding_mask_and_a_subset_of_heads(preset, overrides):
+    """No attention_mask at all: the band is the only mask (it once reached the head selection as a 2-D tensor)."""
+    model, config = _model(preset, overrides)
+    ids = torch.randint(1, config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad(), attention_weights(model, layers=[0], heads=[2, 1]) as maps:
+        model(ids)
+    w = maps[0].weights  # (B, 2, T, T)
+    window = config.sliding_window
+    offsets = torch.arange(7)[:, None] - torch.arange(7)[None, :]  # i - j
+    outside = offsets >= window if preset == "llama" else offsets.abs() >= window
+    if preset == "llama":
+        outside = outside | (offsets < 0)  # causal too
+    assert w.shape == (2, 2, 7, 7) and torch.all(w[..., outside] == 0)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 2, 7))
