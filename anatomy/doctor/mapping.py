@@ -32,7 +32,6 @@ from anatomy.doctor.naming import (  # noqa: F401 - re-exported: the doctor's mo
     Source,
     _linear,
     _p,
-    core,
     role_of,
 )
 from anatomy.doctor.norms import (  # noqa: F401 - re-exported as above
@@ -42,7 +41,6 @@ from anatomy.doctor.norms import (  # noqa: F401 - re-exported as above
     find_qk_norm,
     is_norm,
     norm_eps,
-    norm_kind,
     norm_width,
     qk_norm_kind,
     qk_role,

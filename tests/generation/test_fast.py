@@ -1,13 +1,14 @@
-"""The flattened decode step (``anatomy.generation.fast``) against the module path it replaces, and the buffered
-KV cache it writes into against plain concatenation."""
+"""The flattened decode step (``anatomy.generation.fast``) against the module path it replaces (the KV cache it
+writes into is tested in tests/components/test_kv_cache.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from anatomy import ModelConfig, build_model
-from anatomy.components.kv_cache import KVCache
 from anatomy.generation import generate
 from anatomy.generation.fast import DecodeStep, refusal
 from anatomy.models.common import make_positions
@@ -135,75 +136,7 @@ def test_refused_models_still_generate_the_same_tokens():
                            generate(model, ids, mask, max_new_tokens=6, fast=False))
 
 
-# ------------------------------------------------------------------------------------------ the buffered cache
-
-
-def _entries(b, t, seed, hkv=2, dh=4):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(b, hkv, t, dh, generator=g), torch.randn(b, hkv, t, dh, generator=g)
-
-
-@pytest.mark.parametrize("capacity", [None, 1, 5, 100])
-def test_buffered_cache_equals_concatenation(capacity):
-    cache, reference = KVCache(capacity), KVCache()
-    s = 0
-    for step, t in enumerate([7, 1, 1, 3, 1, 20, 1]):  # crosses several doublings when capacity is small
-        k, v = _entries(2, t, step)
-        pos = torch.arange(s, s + t)[None]
-        got = cache.update(k, v, pos)
-        want = reference._concatenate(k, v, pos)
-        for a, b in zip(got, want):
-            assert torch.equal(a, b)
-        s += t
-    assert len(cache) == s == 34
-
-
-def test_buffered_cache_writes_only_new_slots():
-    cache = KVCache(capacity=64)
-    k, v = _entries(1, 5, 0)
-    cache.update(k, v, torch.arange(5)[None])
-    buffer = cache._k_buf
-    k1, v1 = _entries(1, 1, 1)
-    k_all, _, _ = cache.update(k1, v1, torch.tensor([[5]]))
-    assert cache._k_buf is buffer  # no reallocation while there is room
-    assert k_all.data_ptr() == buffer.data_ptr()  # a view, not a copy
-    assert torch.equal(k_all[..., :5, :], k) and torch.equal(k_all[..., 5:, :], k1)
-
-
-def test_cache_positions_broadcast_to_the_batch():
-    cache = KVCache()
-    k, v = _entries(3, 2, 0)
-    cache.update(k, v, torch.arange(2)[None])  # (1, T) positions
-    k1, v1 = _entries(3, 1, 1)
-    _, _, pos = cache.update(k1, v1, torch.tensor([[2], [0], [1]]))  # (B, 1) positions
-    assert pos.tolist() == [[0, 1, 2], [0, 1, 0], [0, 1, 1]]
-
-
-def test_cache_under_autograd_concatenates_and_backpropagates():
-    cache = KVCache(capacity=16)
-    k = torch.randn(1, 2, 3, 4, requires_grad=True)
-    v = torch.randn(1, 2, 3, 4, requires_grad=True)
-    k_all, v_all, _ = cache.update(k, v, torch.arange(3)[None])
-    k1 = torch.randn(1, 2, 1, 4, requires_grad=True)
-    k_all, v_all, _ = cache.update(k1, k1.detach().clone().requires_grad_(), torch.tensor([[3]]))
-    (k_all.sum() + v_all.sum()).backward()
-    assert torch.equal(k.grad, torch.ones_like(k)) and torch.equal(k1.grad, torch.ones_like(k1))
-
-
-def test_cache_bad_input():
-    with pytest.raises(ValueError, match="capacity must be a positive integer or None, got 0"):
-        KVCache(0)
-    cache = KVCache()
-    cache.update(*_entries(2, 3, 0), torch.arange(3)[None])
-    with pytest.raises(ValueError, match="kv_cache holds batch size 2, got keys for batch 3"):
-        cache.update(*_entries(3, 1, 1), torch.tensor([[3]]))
-    assert len(cache) == 3  # the refused update left the cache as it was
-
-
 # ------------------------------------------------------------------------------------------ random designs
-
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 DESIGNS = st.fixed_dictionaries({
     "preset": st.sampled_from(["gpt2", "llama", "qwen3"]),
@@ -240,49 +173,3 @@ def test_random_designs_decode_the_same_on_both_paths(design, b, t, pads, sample
     fast = generate(model, ids, mask, generator=torch.Generator().manual_seed(seed), **kw)
     slow = generate(model, ids, mask, generator=torch.Generator().manual_seed(seed), fast=False, **kw)
     assert torch.equal(fast, slow), design
-
-
-# ------------------------------------------------------------------------------------------ the rolling cache
-
-
-@pytest.mark.parametrize("capacity", [None, 3, 1000])
-def test_window_cache_rolls_and_holds_the_last_entries(capacity):
-    w = 4
-    rolling, full = KVCache(capacity, window=w), KVCache()
-    s = 0
-    for step, t in enumerate([6, 1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1]):
-        k, v = _entries(2, t, step)
-        pos = torch.arange(s, s + t)[None]
-        got = rolling.update(k, v, pos)
-        want = full.update(k, v, pos)
-        s += t
-        held = min(s, w - 1 + t)  # the last W - 1 earlier slots and the T new ones
-        assert len(rolling) == held and rolling.seen == full.seen == s
-        for a, b in zip(got, want):
-            assert torch.equal(a, b[..., -held:, :] if a.dim() == 4 else b[..., -held:])
-        assert rolling._k_buf.shape[-2] <= max(2 * w, 16, held)  # memory O(W), not O(S)
-    assert s == 30
-
-
-def test_window_model_decodes_like_recomputing_everything():
-    """Greedy tokens with the rolling cache equal re-running the whole (left-padded) sequence without a cache."""
-    model = _model("llama", n_kv_heads=2, sliding_window=3)
-    ids, mask = _prompt()
-    got = generate(model, ids, mask, max_new_tokens=20)
-    ref_ids, ref_mask = ids, mask
-    for _ in range(20):
-        with torch.no_grad():
-            logits = model(ref_ids, ref_mask).logits[:, -1]
-        ref_ids = torch.cat([ref_ids, logits.argmax(-1, keepdim=True)], dim=1)
-        ref_mask = torch.cat([ref_mask, torch.ones_like(ref_mask[:, :1])], dim=1)
-    assert torch.equal(got, ref_ids)
-    assert torch.equal(generate(model, ids, mask, max_new_tokens=20, fast=False), ref_ids)
-    caches = model.new_caches(capacity=ids.shape[1] + 20)
-    assert all(c.window == 3 and c.capacity == 6 for c in caches)  # the hint is capped at 2W
-
-
-def test_window_with_t5_bias_is_refused():
-    from anatomy import ModelConfig
-
-    with pytest.raises(ValueError, match="sliding_window does not combine with positional='t5'"):
-        ModelConfig.from_preset("t5", sliding_window=4)

@@ -88,9 +88,12 @@ def test_temperature_and_sampling():
 
 
 @pytest.mark.parametrize("preset,overrides", [("gpt2", {}), ("llama", {"n_kv_heads": 2}),
-                                              ("seed-block", {"architecture": "decoder_lm"})])
+                                              ("seed-block", {"architecture": "decoder_lm"}),
+                                              ("llama", {"n_kv_heads": 2, "sliding_window": 3})])  # rolling cache
 def test_cached_greedy_equals_recomputing_the_prefix(preset, overrides):
     model = _model(preset, **overrides)
+    if overrides.get("sliding_window"):  # the cache rolls: it is sized by the window, not the sequence
+        assert all(c.window == 3 and c.capacity == 6 for c in model.new_caches(capacity=18))
     ids = torch.randint(1, 50, (3, 6), generator=torch.Generator().manual_seed(1))
     mask = torch.ones(3, 6, dtype=torch.long)
     mask[1, :2] = 0

@@ -218,3 +218,8 @@ def test_padded_forward_traces_into_one_graph(preset):
     assert explained.graph_break_count == 0, [r.reason.splitlines()[0] for r in explained.break_reasons]
     with pytest.raises(ValueError, match="attention_mask must hold only 0 and 1"):  # eager still checks values
         model(ids, mask * 2, **kw)
+
+
+def test_window_with_t5_bias_is_refused():
+    with pytest.raises(ValueError, match="sliding_window does not combine with positional='t5'"):
+        ModelConfig.from_preset("t5", sliding_window=4)
