@@ -5,7 +5,8 @@
 
 **How.** ``signal.setitimer(ITIMER_REAL)`` and a ``SIGALRM`` handler, in the main thread, around each step; the
 caller's handler and timer are restored afterwards (a caller's alarm that falls due inside the step is passed on
-when it falls due, not lost). The handler raises :class:`Hung`, a ``BaseException``: a learner's ``except
+when it falls due, not lost; so is any SIGALRM the guard's timer cannot have sent, such as a caller's alarm that
+fell due in the microseconds while the handlers were being swapped). The handler raises :class:`Hung`, a ``BaseException``: a learner's ``except
 Exception`` cannot swallow it, and the doctor does not take it for the module raising. After the limit the alarm
 repeats every ``RETRY`` seconds, so a bare ``except:`` inside a loop does not stop it either, unless the loop
 swallows every one.
@@ -26,12 +27,15 @@ process; it enforces the limit only in the main thread (elsewhere ``signal`` can
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 RETRY = 0.1  # seconds between repeated alarms once a step is over its limit
+EARLY = 1e-4  # a timer read back in whole microseconds may seem to fire this much early
+SPENT = 1e-5  # a timer that reads this little left may already have sent its signal
 Describe = Callable[[], tuple[str, str]]  # the step in English and Chinese, computed only when it is needed
 
 
@@ -60,7 +64,12 @@ def enforced() -> bool:
 
 
 class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe):``
-    """Raise :class:`Hung` into the code inside the ``with`` once it has run ``limit`` seconds (None or 0: never)."""
+    """Raise :class:`Hung` into the code inside the ``with`` once it has run ``limit`` seconds (None or 0: never).
+
+    Every ``SIGALRM`` that reaches the guard is either its own timer or someone else's: the caller's alarm falling
+    due (passed on to the caller's handler, once), or a signal that arrives before the guard's timer could have
+    fired (also passed on: a caller's alarm that fell due just as the step began, ``kill -ALRM``). Only its own
+    timer, past the limit, raises."""
 
     def __init__(self, limit: float | None, describe: Describe):
         self.limit, self.describe = limit, describe
@@ -71,28 +80,43 @@ class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe)
             return self
         now = time.monotonic()
         self.step = Step(self.describe, float(self.limit), now + self.limit)
+        self.outer, self.outer_fired, self.closing, self.stray = None, False, False, False
+        self.first_due = float("inf")  # before the guard's own timer could first fire, a signal is not ours
         self.old_handler = signal.getsignal(signal.SIGALRM)
-        self.old_delay, self.old_interval = signal.getitimer(signal.ITIMER_REAL)
-        self.outer = now + self.old_delay if self.old_delay > 0 else None  # the caller's own alarm, if any
-        self.outer_fired = False
         self.on = True
         _active.append(self.step)
+        # The handler first, then the caller's timer: an alarm of the caller's that falls due in between reaches
+        # ``_alarm`` as a signal from elsewhere and is passed on.
         signal.signal(signal.SIGALRM, self._alarm)
-        first = self.limit if self.outer is None or self.outer >= self.step.deadline else self.outer - now
-        signal.setitimer(signal.ITIMER_REAL, max(first, 1e-6), RETRY)
+        self.old_delay, self.old_interval = signal.getitimer(signal.ITIMER_REAL)
+        now = time.monotonic()
+        # Linux reads a timer that has fired but whose signal is still on its way as 1 microsecond left: when that
+        # signal has already been passed on, the caller's alarm is spent.
+        if self.old_delay > 0 and not (self.stray and self.old_delay <= SPENT):
+            self.outer = now + self.old_delay  # the caller's own alarm
+        first = self.step.deadline if self.outer is None else min(self.step.deadline, self.outer)
+        self.first_due = first
+        self._arm(first, now)
         return self
+
+    def _arm(self, when: float, now: float) -> None:
+        signal.setitimer(signal.ITIMER_REAL, max(when - now, 1e-6), RETRY)
 
     def _alarm(self, signum, frame) -> None:
         if not self.on:
             return
         now = time.monotonic()
-        if self.outer is not None and not self.outer_fired and self.outer < self.step.deadline \
-                and now >= self.outer - 1e-3:
-            self.outer_fired = True  # the caller's alarm fell due first: give it its signal, keep ours running
-            signal.setitimer(signal.ITIMER_REAL, max(self.step.deadline - now, 1e-6), RETRY)
+        if self.outer is not None and not self.outer_fired and now >= self.outer - EARLY:
+            self.outer_fired = True  # the caller's alarm fell due: give it its signal, keep ours running
+            if not self.closing:
+                self._arm(self.step.deadline, now)
             self._pass_on(signum, frame)
             return
-        if now < self.step.deadline - 1e-3:
+        if now < self.first_due - EARLY:  # our timer cannot have fired yet: the signal came from elsewhere
+            self.stray = True
+            self._pass_on(signum, frame)
+            return
+        if self.closing or now < self.step.deadline - EARLY:
             return
         raise Hung(self.step)
 
@@ -109,16 +133,29 @@ class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe)
     def __exit__(self, *exc) -> bool:
         if not self.on:
             return False
-        self.on = False  # first: an alarm arriving from here on does nothing
+        self.closing = True  # from here on an alarm never raises; a caller's alarm falling due is still passed on
         signal.setitimer(signal.ITIMER_REAL, 0)
+        _let_signals_in()  # a signal our timer sent just before is handled here, not by the caller's handler
         signal.signal(signal.SIGALRM, self.old_handler)
+        self.on = False
         if self.step in _active:
             _active.remove(self.step)
-        if self.old_delay > 0 and not self.outer_fired:
-            signal.setitimer(signal.ITIMER_REAL, max(self.outer - time.monotonic(), 1e-6), self.old_interval)
+        if self.outer is not None and not self.outer_fired:
+            left = self.outer - time.monotonic()
+            if left > EARLY:
+                signal.setitimer(signal.ITIMER_REAL, left, self.old_interval)
+            else:  # fell due while the step was closing: deliver it now rather than race a microsecond timer
+                self.outer_fired = True
+                if self.old_interval > 0:
+                    signal.setitimer(signal.ITIMER_REAL, self.old_interval, self.old_interval)
+                self._pass_on(signal.SIGALRM, sys._getframe(1))  # handlers expect the frame it interrupted
         elif self.old_delay > 0 and self.old_interval > 0:
             signal.setitimer(signal.ITIMER_REAL, self.old_interval, self.old_interval)
         return False
+
+
+def _let_signals_in() -> None:
+    """Calling a Python function is a point where the interpreter runs the handlers of signals already received."""
 
 
 def grace(limit: float) -> float:
