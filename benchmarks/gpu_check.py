@@ -1,8 +1,8 @@
 """One prepared run on a GPU: correctness of our attention, generation and bf16 training on the device, then speed
 against Hugging Face GPT-2, with every result in one JSON file.
 
-    python3 benchmarks/gpu_check.py --out $OUT/gpu.json                 # CUDA; ~3-4 min on an H200 (budget 7.5)
-    python3 benchmarks/gpu_check.py --out gpu.json --skip-speed         # correctness only (~30 s on an H200)
+    python3 benchmarks/gpu_check.py --out $OUT/gpu.json                 # CUDA; 111 s on an H200 (budget 7.5 min)
+    python3 benchmarks/gpu_check.py --out gpu.json --skip-speed         # correctness only (15 s on an H200)
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/g.json   # the CPU smoke test (same checks)
 
 It needs no install: the repository root is put on ``sys.path``. ``transformers`` is optional (the Hugging Face
@@ -240,14 +240,30 @@ class _OpRecorder:
         return "+".join(short) or "math(decomposed)"  # the math backend is composite: no op of its own
 
 
-def _reason(err: BaseException, caught: list) -> str:
-    """PyTorch's own reason for refusing a forced backend (its warnings), else the error's first line."""
-    lines = []
+HEADERS = {"FLASH": "Flash attention", "EFFICIENT": "Memory efficient", "CUDNN": "cuDNN attention"}
+
+
+def _reason(err: BaseException, caught: list, backend: str = "") -> str:
+    """PyTorch's own reason for refusing the forced ``backend``: its warnings come as a header per backend ("Flash
+    attention kernel not used because:") followed by that backend's reasons; keep the forced backend's reasons
+    (all of them when none is headed so), else the error's first line."""
+    by_header: dict[str, list[str]] = {}
+    header, loose = "", []
     for w in caught:
         text = str(w.message).split("(Triggered internally")[0].strip()
-        if text and text not in lines and "No available kernel" not in text:
-            lines.append(text)
-    return ("; ".join(lines) or (str(err).strip().splitlines() or [""])[0])[:300]
+        if not text or "No available kernel" in text:
+            continue
+        if text.endswith("not used because:"):
+            header = text
+            by_header.setdefault(header, [])
+        elif header:
+            by_header[header].append(text)
+        else:
+            loose.append(text)
+    prefix = HEADERS.get(backend, "\0")
+    own = [r for h, rs in by_header.items() if h.startswith(prefix) for r in rs]
+    lines = own or loose or [r for rs in by_header.values() for r in rs]
+    return ("; ".join(dict.fromkeys(lines)) or (str(err).strip().splitlines() or [""])[0])[:300]
 
 
 # --- correctness: attention -----------------------------------------------------------------------------------------
@@ -361,7 +377,7 @@ def check_attention(report: Report, sizes: Sizes, device: torch.device) -> None:
                         except RuntimeError as err:
                             if not any(r in str(err) for r in REJECTED):
                                 raise  # the backend took the call and then failed: a real failure
-                            reason = _reason(err, caught)
+                            reason = _reason(err, caught, short)
                             row.update(accepted=False, reason=reason)
                             report.check(label, bname != "MATH", None, None, f"rejected: {reason}", echo=False)
                             print(f"{'----' if bname != 'MATH' else 'FAIL'}  {label:34s} rejected: {reason[:80]}",

@@ -135,17 +135,39 @@ def sdpa_attention(
         attn_mask = bias.to(q.dtype)
         if full is not None:
             attn_mask = attn_mask.masked_fill(~full, float("-inf"))
+    grouped = k.shape[1] != q.shape[1]
+    if grouped and not native_gqa(q, k, v, attn_mask, dropout_p, use_flag):
+        k, v, grouped = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1]), False
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=use_flag, scale=scale,
-        enable_gqa=k.shape[1] != q.shape[1],
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=use_flag, scale=scale, enable_gqa=grouped,
     )  # (B, H, T, Dh)
     if full is not None:
         row_has_key = full.any(-1, keepdim=True)  # (B|1, H|1, T, 1), small
-        # guarantee zeros on rows with no key; eager skips the copy when no such row exists, a compiled graph
-        # cannot branch on values, so it always fills
-        if torch.compiler.is_compiling() or not bool(row_has_key.all()):
+        # guarantee zeros on rows with no key. On CPU eager skips the copy when no such row exists; a compiled
+        # graph cannot branch on values, and on a GPU reading the answer back would stall the queue, so they fill
+        if q.device.type != "cpu" or torch.compiler.is_compiling() or not bool(row_has_key.all()):
             out = out.masked_fill(~row_has_key, 0.0)
     return out, None
+
+
+def native_gqa(q, k, v, attn_mask, dropout_p: float, is_causal: bool) -> bool:
+    """Hand K/V with fewer heads than Q to SDPA as they are (``enable_gqa=True``), or repeat them to every query head
+    first? On CPU: as they are (every CPU backend takes grouped heads). On CUDA only flash and cuDNN attention take
+    grouped heads; the memory-efficient kernel refuses them, and flash takes no mask and cuDNN no float32. When
+    neither fused kernel would run, a grouped call falls to the *math* backend, which materialises the (B, H, T, S)
+    scores: repeating K/V (one copy the size of Q each) lets the memory-efficient kernel run instead.
+    benchmarks/gqa_sdpa.py measures both ways."""
+    if q.device.type != "cuda":
+        return True
+    if torch.compiler.is_compiling():  # no probing inside a graph: the dtype alone decides (flash or cuDNN)
+        return q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None
+    cuda = torch.backends.cuda
+    try:
+        params = cuda.SDPAParams(q, k, v, attn_mask, dropout_p, is_causal, True)
+        return bool((cuda.flash_sdp_enabled() and cuda.can_use_flash_attention(params))
+                    or (cuda.cudnn_sdp_enabled() and cuda.can_use_cudnn_attention(params)))
+    except (AttributeError, TypeError, RuntimeError):  # a torch without the probes
+        return q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,10 @@
 **How.** ``signal.setitimer(ITIMER_REAL)`` and a ``SIGALRM`` handler, in the main thread, around each step; the
 caller's handler and timer are restored afterwards (a caller's alarm that falls due inside the step is passed on
 when it falls due, not lost; so is any SIGALRM the guard's timer cannot have sent, such as a caller's alarm that
-fell due in the microseconds while the handlers were being swapped). The handler raises :class:`Hung`, a ``BaseException``: a learner's ``except
-Exception`` cannot swallow it, and the doctor does not take it for the module raising. After the limit the alarm
-repeats every ``RETRY`` seconds, so a bare ``except:`` inside a loop does not stop it either, unless the loop
-swallows every one.
+fell due in the microseconds while the handlers were being swapped). The handler raises :class:`Hung`, a
+``BaseException``: a learner's ``except Exception`` cannot swallow it, and the doctor does not take it for the
+module raising. After the limit the alarm repeats every ``RETRY`` seconds, so a bare ``except:`` inside a loop does
+not stop it either, unless the loop swallows every one.
 
 **Why not a worker process.** A worker can be killed wherever it hangs, but the learner's module (a class, a
 factory, an instance passed to :func:`check`, with closures and unpicklable state) would have to be built and

@@ -184,6 +184,64 @@ def test_sdpa_gets_is_causal_flag_for_a_purely_causal_square_mask(monkeypatch):
     assert seen["is_causal"] is False and seen["attn_mask"].shape == (B, 1, T, T)
 
 
+@pytest.mark.parametrize("mask_name", MASKS)
+@pytest.mark.parametrize("n_kv_heads", [2, 1])
+def test_sdpa_repeating_kv_heads_equals_handing_them_grouped(monkeypatch, mask_name, n_kv_heads):
+    """Where no fused kernel takes grouped K/V (CUDA: float32, or a mask without cuDNN) sdpa repeats them to every
+    query head: the same function, forward and backward, and SDPA then sees H heads without enable_gqa."""
+    mask, is_causal = _masks(mask_name)
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=n_kv_heads, kernel="sdpa").double()
+    x = torch.randn(B, T, D, dtype=torch.float64)
+    grouped = _run(attn, "sdpa", x, mask, is_causal, None)
+    seen = {}
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kw):
+        seen.update(kv_heads=k.shape[1], enable_gqa=kw["enable_gqa"])
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(kernels, "native_gqa", lambda *args: False)
+    monkeypatch.setattr(kernels.F, "scaled_dot_product_attention", spy)
+    repeated = _run(attn, "sdpa", x, mask, is_causal, None)
+    assert seen == {"kv_heads": H, "enable_gqa": False}
+    torch.testing.assert_close(repeated[0], grouped[0], rtol=1e-12, atol=1e-12)
+    for a, b in zip(repeated[1], grouped[1]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+class _FakeCuda:
+    """Stands in for a CUDA tensor in :func:`kernels.native_gqa` (this machine has no GPU)."""
+
+    def __init__(self, dtype):
+        self.device, self.dtype = torch.device("cuda"), dtype
+
+
+@pytest.mark.parametrize("flash, cudnn, expected", [(True, False, True), (False, True, True), (False, False, False)])
+def test_grouped_heads_go_to_sdpa_as_they_are_only_where_a_fused_kernel_takes_them(monkeypatch, flash, cudnn,
+                                                                                  expected):
+    cuda = torch.backends.cuda
+    monkeypatch.setattr(cuda, "SDPAParams", lambda *args: args)
+    monkeypatch.setattr(cuda, "can_use_flash_attention", lambda params: flash)
+    monkeypatch.setattr(cuda, "can_use_cudnn_attention", lambda params: cudnn)
+    monkeypatch.setattr(cuda, "flash_sdp_enabled", lambda: True)
+    monkeypatch.setattr(cuda, "cudnn_sdp_enabled", lambda: True)
+    q = _FakeCuda(torch.bfloat16)
+    assert kernels.native_gqa(q, q, q, None, 0.0, True) is expected
+    monkeypatch.setattr(cuda, "flash_sdp_enabled", lambda: False)  # sdpa_kernel([...]) switched flash off
+    monkeypatch.setattr(cuda, "cudnn_sdp_enabled", lambda: False)
+    assert kernels.native_gqa(q, q, q, None, 0.0, True) is False
+
+
+def test_grouped_heads_rule_without_probes_and_on_cpu(monkeypatch):
+    x = torch.randn(1, 2, 3, 4)
+    assert kernels.native_gqa(x, x[:, :1], x[:, :1], None, 0.0, True) is True  # every CPU backend takes them
+    monkeypatch.delattr(torch.backends.cuda, "can_use_cudnn_attention")  # an older torch: the dtype decides
+    assert kernels.native_gqa(_FakeCuda(torch.float16), x, x, None, 0.0, True) is True
+    assert kernels.native_gqa(_FakeCuda(torch.float16), x, x, x, 0.0, False) is False  # flash takes no mask
+    assert kernels.native_gqa(_FakeCuda(torch.float32), x, x, None, 0.0, True) is False
+
+
 def test_causal_mask_is_bottom_right_aligned_for_cached_decoding():
     m = causal_mask(2, 4)
     assert m.tolist() == [[True, True, True, False], [True, True, True, True]]
