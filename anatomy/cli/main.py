@@ -53,9 +53,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+WORD_LISTS = ("words", "overrides", "ids")  # the free-word positionals (nargs="*") of train, viz and claims
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """``parse_args``, except that a command's free words may also come after its options
+    (``anatomy train --preset char-tang --out runs/a steps=500``): argparse fills an ``nargs="*"`` positional from
+    one stretch of words only and calls the rest unrecognized."""
+    args, extras = parser.parse_known_args(argv)
+    lists = [name for name in WORD_LISTS if isinstance(getattr(args, name, None), list)]
+    if extras and lists and not any(word.startswith("-") for word in extras):
+        getattr(args, lists[0]).extend(extras)
+    elif extras:
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     if args.command is None:
         parser.print_help()
         return 2
