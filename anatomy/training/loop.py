@@ -235,20 +235,21 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         local = _to(dist.shard(batch, world), device)
         with autocast():
             loss = forward(**local).loss
-        mean_loss = float(dist.mean(loss.detach(), world))
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
+        # One read-back per step, after the backward is queued (on a GPU each read waits for the queue to drain):
+        # the loss averaged over processes and the gradient norm, both checked before the optimizer may step.
+        mean_loss, grad_norm = torch.stack([dist.mean(loss.detach(), world).float(), norm.float()]).tolist()
         if not math.isfinite(mean_loss):
             bar.close()
             raise TrainingError(f"non-finite loss ({mean_loss}) at step {step}; training stopped. "
                                 + (f"The last good checkpoint is {str(last_saved)!r}." if last_saved else
                                    "No checkpoint was saved before it.")
                                 + " Lower lr or raise warmup_steps.")
-        loss.backward()
-        try:
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip, error_if_nonfinite=True)
-        except RuntimeError as err:
+        if not math.isfinite(grad_norm):
             bar.close()
-            raise TrainingError(f"non-finite gradient norm at step {step}; training stopped. The last good "
-                                f"checkpoint is {str(last_saved)!r}. ({err})") from None
+            raise TrainingError(f"non-finite gradient norm at step {step} ({grad_norm}); training stopped. The last "
+                                f"good checkpoint is {str(last_saved)!r}. Lower lr or raise warmup_steps.")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -259,7 +260,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         evaluate_now = step % options.eval_every == 0 or step == options.steps
         if step % options.log_every == 0 or step == options.steps or evaluate_now:
             record = {"step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": window_tokens / max(window_time, 1e-9),
-                      "grad_norm": float(grad_norm)}
+                      "grad_norm": grad_norm}
             bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}")
             window_tokens, window_time = 0, 0.0
 
