@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from anatomy.cli.main import build_parser
+from anatomy.cli.main import build_parser, parse
 
 ROOT = Path(__file__).parent.parent
 READMES = ["README.md", "README.zh.md"]
@@ -49,7 +49,7 @@ def test_every_anatomy_command_parses(name):
     for line in commands:
         args = shlex.split(re.sub(r"\s\[[^\]]*\]", "", line))[1:]  # a synopsis' [optional parts] left out
         try:
-            parser.parse_args(args)
+            parse(parser, args)  # as `anatomy` itself parses
         except SystemExit as exit_:  # argparse's way of refusing
             pytest.fail(f"{name}: `{line}` does not parse (exit {exit_.code})")
 
