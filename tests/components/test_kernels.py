@@ -252,3 +252,36 @@ def test_weights_are_not_returned_by_sdpa_and_refuse_clearly():
     attn = MultiHeadAttention(d_model=D, n_heads=H, kernel="sdpa")
     with pytest.raises(ValueError, match="cannot return attention weights"):
         attn(torch.randn(B, T, D), need_weights=True)
+
+
+@pytest.mark.parametrize("kernel", ["loop", "math", "sdpa"])
+def test_backward_is_bitwise_repeatable_in_deterministic_mode(kernel):
+    """PyTorch's determinism check for attention (test_transformers.py): under use_deterministic_algorithms the same
+    backward, run again and again, gives torch.equal gradients — GQA, padding and causal masks, RoPE included."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2, kernel=kernel,
+                              positional=RotaryPositional(head_dim=D // H))
+    x = torch.randn(B, T, D)
+    mask, _ = _masks("padding+causal")
+    previous = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        runs = [_run(attn, kernel, x, mask, True, None) for _ in range(20)]
+    finally:
+        torch.use_deterministic_algorithms(previous)
+    for out, grads in runs[1:]:
+        assert torch.equal(out, runs[0][0])
+        assert all(torch.equal(a, b) for a, b in zip(grads, runs[0][1]))
+
+
+def test_batch_equal_to_sequence_length_keeps_the_axes_apart():
+    """B == T is where a batch-first mix-up hides (PyTorch's test_transformerencoder_square_input): with B = T = 5
+    every sample attends alone, exactly as when it is run by itself."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=D, n_heads=H, kernel="math").double()
+    x = torch.randn(5, 5, D, dtype=torch.float64)
+    out, _ = attn(x, is_causal=True)
+    alone = torch.cat([attn(x[i:i + 1], is_causal=True)[0] for i in range(5)])
+    torch.testing.assert_close(out, alone, rtol=0, atol=1e-12)
+    swapped, _ = attn(x.transpose(0, 1).contiguous(), is_causal=True)  # the other reading of the same numbers
+    assert not torch.allclose(swapped.transpose(0, 1), out)
