@@ -31,6 +31,7 @@ from anatomy.models import build_model
 from anatomy.training import checkpoint as ckpt
 from anatomy.training import distributed as dist
 from anatomy.training.options import RESUMABLE, TrainOptions
+from anatomy.training.spikes import SpikeWatch
 from anatomy.training.tasks import make_task
 
 METRICS, SUMMARY, PLOT = "metrics.jsonl", "summary.json", "loss.png"
@@ -173,6 +174,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     optimizer = make_optimizer(model, options, device)
     data_generator = torch.Generator().manual_seed(options.seed)
     start, best_val, evals_since_best = 0, math.inf, 0
+    spikes = SpikeWatch(options.spike_z, options.warmup_steps)
     if saved is not None:
         ckpt.load_weights(model, last)
         optimizer.load_state_dict(saved["optimizer"])
@@ -180,6 +182,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         start = int(saved["state"]["step"])
         best_val = float(saved["state"].get("best_val", math.inf))
         evals_since_best = int(saved["state"].get("evals_since_best", 0))
+        if "spikes" in saved["state"]:
+            spikes.load_state_dict(saved["state"]["spikes"])
         say(f"resuming {str(last)!r} at step {start}")
     training_record = {"options": options.to_dict(), "model_overrides": model_overrides}
     if task.name == "classify":
@@ -207,7 +211,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         if world.is_main:
             path = ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=task.tokenizer,
                                         training=training_record,
-                                        trainer_state={"best_val": best_val, "evals_since_best": evals_since_best},
+                                        trainer_state={"best_val": best_val, "evals_since_best": evals_since_best,
+                                                       "spikes": spikes.state_dict()},
                                         rng=rng_state(data_generator), keep_last=options.keep_last)
         dist.barrier(world)
         return path
@@ -258,9 +263,16 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         bar.update(1)
         record = None
         evaluate_now = step % options.eval_every == 0 or step == options.steps
-        if step % options.log_every == 0 or step == options.steps or evaluate_now:
+        spike_z = spikes.update(step, mean_loss)
+        if spike_z is not None:
+            say(f"step {step}: loss spike: {mean_loss:.4f} is {spike_z:.0f} standard deviations above the recent "
+                f"average {spikes.mean:.4f} (lr {lr:.2e}, gradient norm {grad_norm:.3g}); if it recurs, lower lr or "
+                "raise warmup_steps")
+        if step % options.log_every == 0 or step == options.steps or evaluate_now or spike_z is not None:
             record = {"step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": window_tokens / max(window_time, 1e-9),
                       "grad_norm": grad_norm}
+            if spike_z is not None:
+                record["spike_z"] = spike_z
             bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}")
             window_tokens, window_time = 0, 0.0
 

@@ -22,7 +22,7 @@ TOKENIZERS = ("char", "bpe")
 DEVICES = ("auto", "cpu", "cuda")
 # Options a resumed run may change: they do not touch the numbers the run computes.
 RESUMABLE = frozenset({"steps", "log_every", "save_every", "keep_last", "progress", "plot", "eval_every",
-                       "eval_batches"})
+                       "eval_batches", "spike_z"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class TrainOptions:
     eval_batches: int = 20
     patience: int = 0  # early stop after this many evaluations without a better val loss; 0 = never
     log_every: int = 10
+    spike_z: float = 6.0  # say so when a step's loss is this many std above its recent mean (and 1.2x it); 0 = never
     save_every: int = 500
     keep_last: int = 2
     progress: bool = True
@@ -73,7 +74,7 @@ class TrainOptions:
                      "keep_last", "bpe_vocab", "min_len", "max_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("warmup_steps", "patience"):
+        for name in ("warmup_steps", "patience", "spike_z"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:
