@@ -264,7 +264,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         record = None
         evaluate_now = step % options.eval_every == 0 or step == options.steps
         spike_z = spikes.update(step, mean_loss)
-        if spike_z is not None:
+        if spike_z is not None and not spikes.continuing:
             say(f"step {step}: loss spike: {mean_loss:.4f} is {spike_z:.0f} standard deviations above the recent "
                 f"average {spikes.mean:.4f} (lr {lr:.2e}, gradient norm {grad_norm:.3g}); if it recurs, lower lr or "
                 "raise warmup_steps")

@@ -8,7 +8,8 @@ usual causes: a learning rate too high for the warmup, Post-Norm at depth, fp16 
 The average is an exponential moving mean and variance of the per-step loss (about the last 50 steps). A step is a
 spike when its loss is more than ``z`` standard deviations above the mean **and** more than 20% above it (the
 second condition keeps a nearly constant loss, whose deviation is tiny, from flagging noise). Nothing is flagged
-before the warmup has ended and the average has seen 50 steps.
+before the warmup has ended and the average has seen 50 steps. Consecutive spiking steps are one event: each is
+recorded, the first is said.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class SpikeWatch:
     def __init__(self, z: float, warmup_steps: int):
         self.z, self.warmup_steps = z, warmup_steps
         self.mean, self.var, self.seen = 0.0, 0.0, 0
+        self.continuing = False  # the last spike followed another one: the same event (said once)
+        self._last_spiked = False
 
     def update(self, step: int, loss: float) -> float | None:
         """Take one step's loss; return its z-score when it is a spike, else None. A spike does not enter the
@@ -44,10 +47,13 @@ class SpikeWatch:
                 self.mean += ALPHA * delta
                 self.var = (1 - ALPHA) * (self.var + ALPHA * delta * delta)
             self.seen += 1
+        self.continuing = spike is not None and self._last_spiked
+        self._last_spiked = spike is not None
         return spike
 
     def state_dict(self) -> dict:
-        return {"mean": self.mean, "var": self.var, "seen": self.seen}
+        return {"mean": self.mean, "var": self.var, "seen": self.seen, "last_spiked": self._last_spiked}
 
     def load_state_dict(self, state: dict) -> None:
         self.mean, self.var, self.seen = float(state["mean"]), float(state["var"]), int(state["seen"])
+        self._last_spiked = bool(state.get("last_spiked", False))

@@ -31,8 +31,10 @@ def test_a_jump_after_warmup_is_a_spike_and_stays_out_of_the_average():
         assert watch.update(step, 2.0 + rng.gauss(0, 0.05)) is None
     mean = watch.mean
     z = watch.update(200, 5.0)
-    assert z is not None and z > 6 and watch.mean == mean
-    assert watch.update(201, 2.0) is None
+    assert z is not None and z > 6 and watch.mean == mean and not watch.continuing
+    assert watch.update(201, 4.0) is not None and watch.continuing  # the same event: recorded, not said again
+    assert watch.update(202, 2.0) is None and not watch.continuing
+    assert watch.update(203, 5.0) is not None and not watch.continuing  # a new event
 
 
 @pytest.mark.parametrize("z, step, seen", [(0.0, 500, 100), (6.0, 5, 100), (6.0, 500, 10)])
