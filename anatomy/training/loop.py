@@ -16,6 +16,7 @@ steps"): training stops with the step's number and the last checkpoint stays the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
@@ -154,9 +155,9 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         if world.is_main:
             (log or _stderr)(message)
 
-    if options.batch_size % world.world_size:
+    if options.batch_size % (world.world_size * options.accumulate):
         raise ValueError(f"batch_size={options.batch_size} (the global batch) must be divisible by the number of "
-                         f"processes ({world.world_size})")
+                         f"processes ({world.world_size}) times accumulate ({options.accumulate})")
     last, saved = resumed if resumed else (None, None)
     tokenizer = None
     if saved is not None:
@@ -195,11 +196,29 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     def autocast():
         return torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.precision == "bf16")
 
-    local_batch = options.batch_size // world.world_size
-    forward = dist.wrap(model, world, device)
+    micro_batch = options.batch_size // world.world_size // options.accumulate
+    wrapped = dist.wrap(model, world, device)
+    forward = wrapped
     if options.compile:
-        probe = _to(task.batch("train", torch.Generator().manual_seed(0), local_batch), device)
+        probe = _to(task.batch("train", torch.Generator().manual_seed(0), micro_batch), device)
         forward = maybe_compile(forward, probe, autocast, say)
+
+    def step_gradients(local: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Forward and backward over this process's rows, in ``accumulate`` micro-batches; the mean loss. Each
+        micro-batch's loss weighs 1/accumulate, as each process's weighs 1/world_size under DDP (for lm, where every
+        row has the same number of tokens, that is exactly the loss of the whole batch)."""
+        total = None
+        for i in range(options.accumulate):
+            micro = {k: v[i * micro_batch:(i + 1) * micro_batch] for k, v in local.items()} if options.accumulate > 1 \
+                else local
+            last = i == options.accumulate - 1
+            sync = contextlib.nullcontext() if last or not world.active else wrapped.no_sync()  # all-reduce once
+            with sync:
+                with autocast():
+                    loss = forward(**_to(micro, device)).loss
+                (loss / options.accumulate if options.accumulate > 1 else loss).backward()
+            total = loss.detach() if total is None else total + loss.detach()
+        return total / options.accumulate if options.accumulate > 1 else total
 
     def loss_and_logits(batch):  # evaluation: the plain model, every process on the whole batch
         with autocast():
@@ -237,10 +256,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
             group["lr"] = lr
 
         batch = task.batch("train", data_generator, options.batch_size)  # the global batch, same everywhere
-        local = _to(dist.shard(batch, world), device)
-        with autocast():
-            loss = forward(**local).loss
-        loss.backward()
+        loss = step_gradients(dist.shard(batch, world))
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
         # One read-back per step, after the backward is queued (on a GPU each read waits for the queue to drain):
         # the loss averaged over processes and the gradient norm, both checked before the optimizer may step.

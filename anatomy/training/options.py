@@ -41,6 +41,7 @@ class TrainOptions:
     # optimisation
     steps: int = 1000
     batch_size: int = 12  # the global batch: divided among torchrun's processes
+    accumulate: int = 1  # each process's rows run in this many micro-batches, gradients summed: one optimizer step
     block_size: int = 64
     lr: float = 1e-3
     min_lr: float = 1e-4
@@ -70,8 +71,8 @@ class TrainOptions:
                               ("device", DEVICES), ("model", tuple(MODEL_PRESETS))):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        for name in ("steps", "batch_size", "block_size", "eval_every", "eval_batches", "log_every", "save_every",
-                     "keep_last", "bpe_vocab", "min_len", "max_len"):
+        for name in ("steps", "batch_size", "accumulate", "block_size", "eval_every", "eval_batches", "log_every",
+                     "save_every", "keep_last", "bpe_vocab", "min_len", "max_len"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         for name in ("warmup_steps", "patience", "spike_z"):
