@@ -6,7 +6,7 @@ Layout of ``RUN/checkpoints/step-000500/``::
     model.safetensors    the weights (no pickle)  ┘ loadable by load_pretrained
     tokenizer.json       the tokenizer (tokenizers' own format for BPE)
     training.json        the options and model overrides the run was started with
-    trainer_state.json   step, early-stop and loss-spike-watch state
+    trainer_state.json   step, early-stop and loss-spike-watch state, fp16 loss scale
     optimizer.pt         AdamW's state dict: tensors and numbers only, loaded with ``weights_only=True``
     rng.pt               torch's global RNG, the data sampler's generator (and CUDA's), tensors only
 

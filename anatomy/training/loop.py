@@ -84,6 +84,9 @@ def restore_rng(state: dict[str, torch.Tensor], data_generator: torch.Generator)
         torch.cuda.set_rng_state(state["cuda"])
 
 
+MAX_SKIPPED = 20  # fp16: overflowing steps in a row before training stops
+
+
 def maybe_compile(model: nn.Module, probe: dict[str, torch.Tensor], autocast, log) -> nn.Module:
     """``torch.compile`` the model, proven on one forward/backward (RNG untouched, gradients cleared); the eager
     model with one log line when compilation is unavailable here."""
@@ -193,8 +196,17 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         run_dir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(run_dir / METRICS, after=start)
 
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
+
     def autocast():
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.precision == "bf16")
+        return torch.autocast(device.type, dtype=low or torch.bfloat16, enabled=low is not None)
+
+    # fp16 needs loss scaling (its range ends at 65504; small gradients underflow): the scaler multiplies the loss,
+    # unscales the gradients before clipping, and skips a step whose gradients overflowed, halving the scale.
+    scaler = torch.amp.GradScaler(device.type, enabled=options.precision == "fp16")
+    if saved is not None and "grad_scaler" in saved["state"]:
+        scaler.load_state_dict(saved["state"]["grad_scaler"])
+    skipped_in_a_row = 0
 
     micro_batch = options.batch_size // world.world_size // options.accumulate
     wrapped = dist.wrap(model, world, device)
@@ -216,7 +228,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
             with sync:
                 with autocast():
                     loss = forward(**_to(micro, device)).loss
-                (loss / options.accumulate if options.accumulate > 1 else loss).backward()
+                scaler.scale(loss / options.accumulate if options.accumulate > 1 else loss).backward()
             total = loss.detach() if total is None else total + loss.detach()
         return total / options.accumulate if options.accumulate > 1 else total
 
@@ -231,7 +243,9 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
             path = ckpt.save_checkpoint(run_dir, step, model=model, optimizer=optimizer, tokenizer=task.tokenizer,
                                         training=training_record,
                                         trainer_state={"best_val": best_val, "evals_since_best": evals_since_best,
-                                                       "spikes": spikes.state_dict()},
+                                                       "spikes": spikes.state_dict(),
+                                                       **({"grad_scaler": scaler.state_dict()}
+                                                          if scaler.is_enabled() else {})},
                                         rng=rng_state(data_generator), keep_last=options.keep_last)
         dist.barrier(world)
         return path
@@ -257,6 +271,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
         batch = task.batch("train", data_generator, options.batch_size)  # the global batch, same everywhere
         loss = step_gradients(dist.shard(batch, world))
+        scaler.unscale_(optimizer)
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), options.grad_clip)
         # One read-back per step, after the backward is queued (on a GPU each read waits for the queue to drain):
         # the loss averaged over processes and the gradient norm, both checked before the optimizer may step.
@@ -267,12 +282,24 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
                                 + (f"The last good checkpoint is {str(last_saved)!r}." if last_saved else
                                    "No checkpoint was saved before it.")
                                 + " Lower lr or raise warmup_steps.")
-        if not math.isfinite(grad_norm):
+        overflow = not math.isfinite(grad_norm)
+        if overflow and not scaler.is_enabled():
             bar.close()
             raise TrainingError(f"non-finite gradient norm at step {step} ({grad_norm}); training stopped. The last "
                                 f"good checkpoint is {str(last_saved)!r}. Lower lr or raise warmup_steps.")
-        optimizer.step()
+        scale = scaler.get_scale() if overflow else None
+        scaler.step(optimizer)  # skipped by the scaler when the fp16 gradients overflowed
+        scaler.update()
         optimizer.zero_grad(set_to_none=True)
+        skipped_in_a_row = skipped_in_a_row + 1 if overflow else 0
+        if overflow:
+            if skipped_in_a_row >= MAX_SKIPPED:
+                bar.close()
+                raise TrainingError(f"fp16 gradients overflowed at {MAX_SKIPPED} steps in a row (up to step {step}; "
+                                    f"loss scale now {scaler.get_scale():g}); training stopped. The last good "
+                                    f"checkpoint is {str(last_saved)!r}. Use precision=bf16 or fp32, or lower lr.")
+            say(f"step {step}: fp16 gradients overflowed; step skipped, loss scale {scale:g} -> "
+                f"{scaler.get_scale():g}")
 
         window_tokens += task.n_tokens(batch)
         window_time += time.perf_counter() - step_start
@@ -284,11 +311,15 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
             say(f"step {step}: loss spike: {mean_loss:.4f} is {spike_z:.0f} standard deviations above the recent "
                 f"average {spikes.mean:.4f} (lr {lr:.2e}, gradient norm {grad_norm:.3g}); if it recurs, lower lr or "
                 "raise warmup_steps")
-        if step % options.log_every == 0 or step == options.steps or evaluate_now or spike_z is not None:
+        if step % options.log_every == 0 or step == options.steps or evaluate_now or spike_z is not None or overflow:
             record = {"step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": window_tokens / max(window_time, 1e-9),
                       "grad_norm": grad_norm}
             if spike_z is not None:
                 record["spike_z"] = spike_z
+            if scaler.is_enabled():
+                record["loss_scale"] = scaler.get_scale()
+                if overflow:
+                    record["skipped"] = True
             bar.set_postfix(loss=f"{mean_loss:.4f}", lr=f"{lr:.2e}", tok_s=f"{record['tokens_per_s']:,.0f}")
             window_tokens, window_time = 0, 0.0
 

@@ -17,7 +17,7 @@ from anatomy.config import PRESETS as MODEL_PRESETS
 from anatomy.config import ModelConfig
 
 TASKS = ("lm", "classify", "seq2seq")
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp16")
 TOKENIZERS = ("char", "bpe")
 DEVICES = ("auto", "cpu", "cuda")
 # Options a resumed run may change: they do not touch the numbers the run computes.
