@@ -60,3 +60,39 @@ def environment() -> str:
     tunables = os.environ.get("GLIBC_TUNABLES", "")
     note = "" if "mmap_max=0" in tunables else "  (GLIBC_TUNABLES not set: timings include page re-touching)"
     return f"torch {torch.__version__}, threads {torch.get_num_threads()}{note}"
+
+
+class SdpaRecorder:
+    """Names of the SDPA implementation ops dispatched inside the block (which backend actually ran)."""
+
+    def __enter__(self):
+        self.names: list[str] = []
+        try:
+            from torch.utils._python_dispatch import TorchDispatchMode
+        except ImportError:  # a torch without it: dispatch stays unknown
+            self._mode = None
+            return self
+        names = self.names
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                name = func.overloadpacket.__name__
+                if name.startswith("_scaled_dot_product") and "backward" not in name and name not in names:
+                    names.append(name)
+                return func(*args, **(kwargs or {}))
+
+        self._mode = Mode()
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._mode is not None:
+            self._mode.__exit__(*exc)
+        return False
+
+    @property
+    def backend(self) -> str:
+        if self._mode is None:
+            return "unknown"
+        short = [n.replace("_scaled_dot_product_", "").replace("_attention", "") for n in self.names]
+        return "+".join(short) or "math(decomposed)"  # the math backend is composite: no op of its own

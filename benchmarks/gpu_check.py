@@ -79,7 +79,7 @@ for _p in (str(HERE), str(HERE.parent)):  # _common, and the package without an 
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from _common import rounds  # noqa: E402
+from _common import SdpaRecorder, rounds  # noqa: E402
 
 from anatomy import ModelConfig, build_model  # noqa: E402
 from anatomy.components import MultiHeadAttention  # noqa: E402
@@ -204,42 +204,6 @@ def environment(device: torch.device, quick: bool) -> dict:
     return env
 
 
-class _OpRecorder:
-    """Names of the SDPA implementation ops dispatched inside the block (which backend actually ran)."""
-
-    def __enter__(self):
-        self.names: list[str] = []
-        try:
-            from torch.utils._python_dispatch import TorchDispatchMode
-        except ImportError:  # a torch without it: dispatch stays unknown
-            self._mode = None
-            return self
-        names = self.names
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = func.overloadpacket.__name__
-                if name.startswith("_scaled_dot_product") and "backward" not in name and name not in names:
-                    names.append(name)
-                return func(*args, **(kwargs or {}))
-
-        self._mode = Mode()
-        self._mode.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        if self._mode is not None:
-            self._mode.__exit__(*exc)
-        return False
-
-    @property
-    def backend(self) -> str:
-        if self._mode is None:
-            return "unknown"
-        short = [n.replace("_scaled_dot_product_", "").replace("_attention", "") for n in self.names]
-        return "+".join(short) or "math(decomposed)"  # the math backend is composite: no op of its own
-
-
 HEADERS = {"FLASH": "Flash attention", "EFFICIENT": "Memory efficient", "CUDNN": "cuDNN attention"}
 
 
@@ -301,7 +265,7 @@ def _run_attention(module: MultiHeadAttention, x: torch.Tensor, gout: torch.Tens
     module.kernel = kernel
     module.zero_grad(set_to_none=True)
     x = x.detach().requires_grad_(True)
-    with _OpRecorder() as rec:
+    with SdpaRecorder() as rec:
         out, _ = module(x, mask=case["mask"], is_causal=case["causal"])
     out.backward(gout)
     return out.detach(), x.grad.detach(), rec.backend

@@ -30,27 +30,15 @@ for _p in (str(HERE), str(HERE.parent)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from _common import environment, rounds  # noqa: E402
+from _common import SdpaRecorder, environment, rounds  # noqa: E402
 
 from anatomy.components import kernels  # noqa: E402
 
 
 def backend_of(fn) -> str:
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    seen: list[str] = []
-
-    class Mode(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.overloadpacket.__name__
-            if name.startswith("_scaled_dot_product") and "backward" not in name and name not in seen:
-                seen.append(name)
-            return func(*args, **(kwargs or {}))
-
-    with Mode():
+    with SdpaRecorder() as rec:
         fn()
-    short = [n.replace("_scaled_dot_product_", "").replace("_attention", "") for n in seen]
-    return "+".join(short) or "math(decomposed)"
+    return rec.backend
 
 
 def case(device, dtype, b, t, h, hkv, dh, padded: bool):
