@@ -13,6 +13,7 @@ from collections.abc import Callable
 from anatomy.cli import check as check_cmd
 from anatomy.cli import claims as claims_cmd
 from anatomy.cli import convert as convert_cmd
+from anatomy.cli import evaluate as evaluate_cmd
 from anatomy.cli import generate as generate_cmd
 from anatomy.cli import trace as trace_cmd
 from anatomy.cli import train as train_cmd
@@ -34,6 +35,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
                 "Hugging Face directory <-> anatomy checkpoint; --verify prints the layer-by-layer error budget"),
     "viz": (viz_cmd.add_arguments, viz_cmd.run, "pictures: attention maps, positional encodings, masks, a page"),
     "train": (train_cmd.add_arguments, train_cmd.run, "train a model from a preset and key=value words; --resume"),
+    "evaluate": (evaluate_cmd.add_arguments, evaluate_cmd.run,
+                 "a trained checkpoint's loss (perplexity, accuracy) on its run's val or test split"),
     "generate": (generate_cmd.add_generate_arguments, generate_cmd.run_generate,
                  "continue a prompt with a trained language or seq2seq model"),
     "predict": (generate_cmd.add_predict_arguments, generate_cmd.run_predict,
