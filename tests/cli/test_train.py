@@ -134,7 +134,7 @@ def _unshare_works() -> bool:
 
 
 @pytest.mark.skipif(not _unshare_works(), reason="`unshare -rn` is not permitted here (needs user namespaces)")
-def test_train_generate_predict_offline(tmp_path):
+def test_train_generate_predict_evaluate_offline(tmp_path):
     """Inside a network namespace with no interface but loopback down: nothing may reach for the network."""
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
@@ -148,6 +148,7 @@ def test_train_generate_predict_offline(tmp_path):
         " ".join([*py, "train", "--preset", "sentiment-en", *TINY, "bpe_vocab=300", "baselines=false", "steps=2",
                   "--out", str(tmp_path / "cls")]),
         " ".join([*py, "predict", "--checkpoint", str(tmp_path / "cls"), "--text", "'a fine film'"]),
+        " ".join([*py, "evaluate", "--checkpoint", str(tmp_path / "cls")]),
     ])
     done = subprocess.run(["unshare", "-rn", "bash", "-c", script], env=env, capture_output=True, text=True,
                           timeout=600)
@@ -155,3 +156,4 @@ def test_train_generate_predict_offline(tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("床前明月光")
     assert "a fine film" in lines[1] and "positive" in done.stdout and "negative" in done.stdout
+    assert "(step 2, classify), test: loss " in lines[-1] and "accuracy " in lines[-1]
