@@ -54,6 +54,9 @@ class ModelConfig:
     fused_qkv: bool = False
     qk_norm: bool = False  # QK-norm: each head's q and k normalised over Dh (the model's norm kind) before RoPE
     sliding_window: int | None = None  # local self-attention over the last W key slots (Mistral); None: all
+    # with sliding_window: which layers are local ('L', windowed) and which global ('G'), one letter per layer or
+    # a shorter cycle that repeats ("LG": Gemma 2's alternation; "LLLLLG": Gemma 3's 5:1); None: every layer local
+    window_pattern: str | None = None
     rope_base: float = 10000.0
     rope_layout: str = "half"
     max_relative_distance: int = 16
@@ -94,6 +97,19 @@ class ModelConfig:
         if self.positional == "rope" and self.dh % 2:
             raise ValueError(f"positional='rope' needs an even head dimension, got Dh={self.dh}"
                              + ("" if self.head_dim else f" (d_model // n_heads = {self.d_model} // {self.n_heads})"))
+        if self.window_pattern is not None:
+            if self.sliding_window is None:
+                raise ValueError("window_pattern needs sliding_window (the window its 'L' layers use)")
+            if not self.window_pattern or set(self.window_pattern) - {"L", "G"}:
+                raise ValueError(f"window_pattern must be letters L (local) and G (global), got "
+                                 f"{self.window_pattern!r}")
+            stacks = {"encoder": self.n_layers, "decoder_lm": self.n_layers, "classifier": self.n_layers,
+                      "seq2seq": self.n_layers}
+            layers = [stacks[self.architecture]] + ([self.decoder_layers] if self.architecture == "seq2seq" else [])
+            for n in layers:
+                if n % len(self.window_pattern):
+                    raise ValueError(f"window_pattern {self.window_pattern!r} ({len(self.window_pattern)} letters) "
+                                     f"must cover {n} layers: give one letter per layer or a cycle dividing {n}")
         if self.sliding_window is not None and self.positional == "t5":
             raise ValueError("sliding_window does not combine with positional='t5': the stack computes T5's shared "
                              "bias over every cached key, a rolling window cache keeps only the last W")
@@ -123,6 +139,13 @@ class ModelConfig:
         if not self.qk_norm:
             return None
         return "rmsnorm" if self.norm == "rmsnorm" else "layernorm"
+
+    def layer_window(self, layer: int) -> int | None:
+        """The self-attention window of layer ``layer`` (0-based, within its stack): ``sliding_window`` on a local
+        layer, None on a global one."""
+        if self.window_pattern is None:
+            return self.sliding_window
+        return self.sliding_window if self.window_pattern[layer % len(self.window_pattern)] == "L" else None
 
     @property
     def kv_heads(self) -> int:

@@ -174,9 +174,7 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
     if bool(c.get("attention_bias", False)) != bool(c.get("mlp_bias", False)):
         raise _refuse(arch, "attention_bias != mlp_bias (anatomy has one bias flag)")
     qwen3 = arch == "Qwen3ForCausalLM"
-    if qwen3 and c.get("use_sliding_window", False):  # Qwen3 windows only the layers past max_window_layers
-        raise _refuse(arch, "use_sliding_window=True (a window on some layers only; anatomy windows all or none)")
-    window = c.get("sliding_window") if arch == "MistralForCausalLM" else None  # Mistral: every layer, or None
+    window, pattern = _llama_windows(c, arch)
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
     rope_type = rope.get("rope_type", rope.get("type", "default"))
     if rope_type != "default":
@@ -190,8 +188,29 @@ def _llama_config(c: dict, arch: str) -> ModelConfig:
         norm="rmsnorm", norm_position="pre", activation="swiglu", dropout=0.0,
         attention_dropout=float(c.get("attention_dropout", 0.0)), bias=bool(c.get("attention_bias", False)),
         tie_embeddings=c.get("tie_word_embeddings", False), norm_eps=c.get("rms_norm_eps", 1e-6),
-        pad_token_id=_pad(c, vocab), qk_norm=qwen3, sliding_window=window,
+        pad_token_id=_pad(c, vocab), qk_norm=qwen3, sliding_window=window, window_pattern=pattern,
     )
+
+
+def _llama_windows(c: dict, arch: str) -> tuple[int | None, str | None]:
+    """(sliding_window, window_pattern). Mistral windows every layer (or none: sliding_window null). Qwen3 windows
+    only with use_sliding_window, on the layers its layer_types call "sliding_attention" (by default those from
+    max_window_layers on), the others attend fully."""
+    n = _get(c, "num_hidden_layers")
+    if arch == "MistralForCausalLM":
+        if c.get("layer_types") and set(c["layer_types"]) != {"sliding_attention"} and c.get("sliding_window"):
+            raise _refuse(arch, "layer_types mixing full and sliding attention (Ministral's; use Qwen3's layout)")
+        return c.get("sliding_window"), None
+    if arch != "Qwen3ForCausalLM" or not c.get("use_sliding_window", False) or not c.get("sliding_window"):
+        return None, None
+    types = c.get("layer_types") or ["sliding_attention" if i >= c.get("max_window_layers", 28) else "full_attention"
+                                     for i in range(n)]
+    if len(types) != n or set(types) - {"sliding_attention", "full_attention"}:
+        raise _refuse(arch, f"layer_types {types!r} (expected one of full_attention/sliding_attention per layer)")
+    letters = "".join("L" if t == "sliding_attention" else "G" for t in types)
+    if "L" not in letters:
+        return None, None
+    return int(c["sliding_window"]), (None if "G" not in letters else letters)
 
 
 def _llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
@@ -225,7 +244,11 @@ def _llama_write(cfg: ModelConfig, arch: str) -> dict:
         del out["mlp_bias"], out["rope_theta"], out["attention_bias"]
         out.update(rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base})
     if arch == "Qwen3ForCausalLM":
-        out.update(attention_bias=False, use_sliding_window=False)
+        out.update(attention_bias=False, use_sliding_window=cfg.sliding_window is not None)
+        if cfg.sliding_window is not None:  # the window on the layers cfg.layer_window gives it to
+            types = ["sliding_attention" if cfg.layer_window(i) else "full_attention" for i in range(cfg.n_layers)]
+            leading_full = next((i for i, t in enumerate(types) if t == "sliding_attention"), cfg.n_layers)
+            out.update(sliding_window=cfg.sliding_window, layer_types=types, max_window_layers=leading_full)
     if arch == "MistralForCausalLM":
         out.update(sliding_window=cfg.sliding_window)
     return out
@@ -345,13 +368,13 @@ FAMILIES = {
         "mistral", ("MistralForCausalLM",), "MistralConfig", _llama_config, _llama_table, _llama_write,
         {"MistralForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
         dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), bias=(False,), **_PRE_DECODER)),
-    "qwen3": Family(  # Llama + QK-norm (and usually heads wider than hidden_size / num_attention_heads)
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), bias=(False,), window_pattern=(None,),
+             **_PRE_DECODER)),
+    "qwen3": Family(  # Llama + QK-norm (usually heads wider than hidden_size / num_attention_heads); windows per layer
         "qwen3", ("Qwen3ForCausalLM",), "Qwen3Config", _llama_config, _llama_table, _llama_write,
         {"Qwen3ForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
         dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), qk_norm=(True,), bias=(False,), sliding_window=(None,),
-             **_PRE_DECODER)),
+             fused_qkv=(False,), attn_scale=(None,), qk_norm=(True,), bias=(False,), **_PRE_DECODER)),
     "t5": Family(
         "t5", ("T5ForConditionalGeneration",), "T5Config", _t5_config, _t5_table, _t5_write, {},
         (r"EncDecAttention\.relative_attention_bias\.weight$",),  # present but unused in some old checkpoints

@@ -59,7 +59,8 @@ def _embeddings(config: ModelConfig, embed_tokens: TokenEmbedding, *, with_types
 
 def _stack(config: ModelConfig, cls, block_cls, n_layers: int, alpha: float, *, bidirectional: bool):
     make = partial(block_cls.build, **_block_kwargs(config, alpha))
-    blocks = [make(positional=_positional(config, "attention")) for _ in range(n_layers)]
+    blocks = [make(positional=_positional(config, "attention"), sliding_window=config.layer_window(i))
+              for i in range(n_layers)]
     return cls(blocks=blocks, final_norm=_norm(config) if config.use_final_norm else None,
                position_bias=_positional(config, "model", bidirectional=bidirectional))
 

@@ -32,6 +32,7 @@ ACCEPTED = {
     "gpt2-qk-layernorm": ("gpt2", dict(qk_norm=True)),  # LayerNorm QK-norm, fused projections
     "sliding-window": ("llama", dict(n_kv_heads=2, sliding_window=4)),  # the step reads the last 4 slots only
     "sliding-window-alibi": ("gpt2", dict(positional="alibi", sliding_window=3)),
+    "local-global-layers": ("llama", dict(n_kv_heads=2, sliding_window=3, window_pattern="LG")),  # Gemma 2 style
 }
 
 
@@ -148,6 +149,7 @@ DESIGNS = st.fixed_dictionaries({
     "head_dim": st.sampled_from([None, 6, 12]),
     "qk_norm": st.booleans(),
     "sliding_window": st.sampled_from([None, 1, 3, 6]),
+    "window_pattern": st.sampled_from([None, "LG", "GL"]),  # with a window only (else left out below)
     "fused_qkv": st.booleans(),
     "bias": st.booleans(),
 })
@@ -160,6 +162,8 @@ DESIGNS = st.fixed_dictionaries({
 def test_random_designs_decode_the_same_on_both_paths(design, b, t, pads, sample, seed):
     """Any mix of the designs the step accepts: the same tokens as the module path, batched and left-padded."""
     preset = design.pop("preset")
+    if design["sliding_window"] is None:
+        design["window_pattern"] = None
     if design["fused_qkv"] and preset != "gpt2":
         design["fused_qkv"] = False  # the presets keep their own projection layout; gpt2 covers the fused one
     model = _model(preset, **design, final_norm=design["norm_position"] in ("pre", "sandwich"))

@@ -125,6 +125,8 @@ FAMILIES = {
     "qwen3-qk-norm": qwen3,
     # Mistral: Llama + a sliding window of 4 key slots on every layer (the inputs are 9 long: the window bites)
     "mistral-window-4": mistral,
+    # Qwen3 with use_sliding_window: layer 0 attends fully (max_window_layers=1), layer 1 over the last 4 slots
+    "qwen3-window-layers": lambda: qwen3(use_sliding_window=True, sliding_window=4, max_window_layers=1),
 }
 
 G = torch.Generator().manual_seed(1)
@@ -237,7 +239,7 @@ def test_flan_t5_style_config_json_is_read():
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-decoupled-heads", "qwen3-qk-norm",
-                                  "mistral-window-4"])
+                                  "mistral-window-4", "qwen3-window-layers"])
 def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     hf = FAMILIES[name]()
     ours = from_hf(hf)
@@ -266,7 +268,7 @@ def test_t5_greedy_16_tokens_match_hf_generate(name):
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-mqa-tied-theta", "llama-decoupled-heads",
-                                  "qwen3-qk-norm", "mistral-window-4",
+                                  "qwen3-qk-norm", "mistral-window-4", "qwen3-window-layers",
                                   "bert-classifier", "t5-v1.0", "t5-decoupled-heads",
                                   "t5-gated-gelu-v1.1"])
 def test_hf_to_ours_to_hf(name):
@@ -436,8 +438,27 @@ def test_qwen3_qk_norm_is_read_and_matters():
         for block in ours.stack.blocks:
             block.attn.q_norm.weight.fill_(1.0)
     assert _diff(a[where], _outputs(hf, ours, LEFT)[1][where]) > 1e-2
-    with pytest.raises(ValueError, match="use_sliding_window=True"):
-        from_hf(qwen3(use_sliding_window=True, sliding_window=8))
+
+
+@pytest.mark.parametrize("types, pattern", [(None, "GL"), (["sliding_attention", "full_attention"], "LG"),
+                                            (["sliding_attention"] * 2, None)])
+def test_qwen3_windows_on_some_layers_are_read_written_and_matter(types, pattern):
+    """Qwen3's use_sliding_window windows the layers its layer_types call sliding (by default those from
+    max_window_layers on): read as window_pattern, written back as layer_types, and the window is really used."""
+    hf = qwen3(use_sliding_window=True, sliding_window=4, max_window_layers=1, layer_types=types)
+    ours = from_hf(hf)
+    assert (ours.config.sliding_window, ours.config.window_pattern) == (4, pattern)
+    windows = [b.attn.sliding_window for b in ours.stack.blocks]
+    assert windows == [4 if t == "sliding_attention" else None for t in hf.config.layer_types]
+    back = to_hf(ours)
+    assert back.config.layer_types == hf.config.layer_types and back.config.sliding_window == 4
+    a, b, where = _outputs(hf, ours, LEFT)
+    assert _diff(a[where], b[where]) <= TOL
+    for block in ours.stack.blocks:  # every layer global: the logits move, so the windows were in use
+        block.attn.sliding_window = None
+    assert _diff(a[where], _outputs(hf, ours, LEFT)[1][where]) > 1e-2
+    off = from_hf(qwen3(use_sliding_window=False, sliding_window=4))  # the flag off: no window anywhere
+    assert off.config.sliding_window is None and off.config.window_pattern is None
 
 
 def test_mistral_sliding_window_is_read_and_matters():

@@ -255,3 +255,32 @@ def test_padded_forward_traces_into_one_graph(preset):
 def test_window_with_t5_bias_is_refused():
     with pytest.raises(ValueError, match="sliding_window does not combine with positional='t5'"):
         ModelConfig.from_preset("t5", sliding_window=4)
+
+
+@pytest.mark.parametrize("pattern, layers, windows", [
+    (None, 4, [3, 3, 3, 3]),  # a window without a pattern: every layer local (Mistral)
+    ("LG", 4, [3, None, 3, None]),  # Gemma 2's alternation, the cycle repeated
+    ("LLG", 6, [3, 3, None, 3, 3, None]),
+    ("GGLL", 4, [None, None, 3, 3]),  # Qwen3's max_window_layers=2: the first two attend fully
+])
+def test_window_pattern_gives_each_layer_its_window(pattern, layers, windows):
+    config = small("llama", n_layers=layers, sliding_window=3, window_pattern=pattern)
+    model = build_model(config)
+    assert [b.attn.sliding_window for b in model.stack.blocks] == windows
+    assert [config.layer_window(i) for i in range(layers)] == windows
+    assert [c.window for c in model.new_caches(16)] == windows  # a rolling cache on the local layers only
+    seq = build_model(small("vaswani-2017", n_layers=2, n_decoder_layers=4, sliding_window=3, window_pattern="LG"))
+    assert [b.attn.sliding_window for b in seq.encoder.stack.blocks] == [3, None]
+    assert [b.attn.sliding_window for b in seq.decoder.stack.blocks] == [3, None, 3, None]
+    assert all(b.cross_attn.sliding_window is None for b in seq.decoder.stack.blocks)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(window_pattern="LG"), "window_pattern needs sliding_window"),
+    (dict(sliding_window=3, window_pattern="LX"), "window_pattern must be letters L \\(local\\) and G \\(global\\)"),
+    (dict(sliding_window=3, window_pattern=""), "window_pattern must be letters"),
+    (dict(sliding_window=3, window_pattern="LGL"), "must cover 4 layers: give one letter per layer or a cycle"),
+])
+def test_window_pattern_is_validated(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        small("llama", n_layers=4, **overrides)
