@@ -20,7 +20,7 @@ from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
 from anatomy.doctor.limits import Hung
-from anatomy.doctor.probes import Context, run_all, shape
+from anatomy.doctor.probes import Context, positions, run_all, shape
 from anatomy.doctor.report import Finding, Report, fmt
 from anatomy.doctor.subject import (
     CallError,
@@ -123,7 +123,12 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     found.update(_conventions(ctx, causal))
     hyps, complete = _hypotheses(ctx, attn_hyps, scope, mapping, found)
 
-    refs = dg.References(kind, d, h, ctx.parts, dict(module.named_parameters()))
+    subject.stage = ("position dependence (two tokens swapped, every position shifted)",
+                     "位置依赖检测（交换两个 token、整体平移位置）")
+    ctx.positions = positions(ctx) if bool(torch.isfinite(base).all()) else "none"
+    found["positions"] = ctx.positions
+    refs = dg.References(kind, d, h, ctx.parts, dict(module.named_parameters()),
+                         positional=ctx.positions in ("relative", "dependent"))
     subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
         diag = dg.diagnose(subject, refs, complete, _scenarios(ctx))
@@ -135,6 +140,8 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         found["mapping"] = _mapping_found(diag.hypothesis, [], refs.params, d, h)
         if ctx.parts is not None:
             ctx.found_block["activation"] = diag.variant.get("activation")
+        if diag.status == "matches" or diag.status in ("fault", "ambiguous"):
+            ctx.positional = diag.variant.get("positional")
         ref = refs.build(diag.key[0], diag.hypothesis, diag.key[1])
         plain = dg.Scenario("plain", x, None, ctx.causal, None, torch.ones(BATCH, t, dtype=torch.bool))
         ctx.raw_scores = lambda: diag.hypothesis.learner_heads(dg.raw_scores(ref, plain))

@@ -23,6 +23,7 @@ from anatomy import pitfalls
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.components.kernels import repeat_kv
+from anatomy.components.positional import ALiBiPositional, RotaryPositional
 from anatomy.doctor.mapping import BlockParts, Hypothesis, kv_heads, load_reference
 from anatomy.doctor.subject import CallError, Subject, max_diff
 
@@ -91,31 +92,54 @@ def _num(v):
     return None if math.isinf(v) or math.isnan(v) else float(v)
 
 
+# Relative schemes inside attention the reference can carry, as the report names them. RoPE at base 10000 with
+# positions 0..T-1 in both pairings; ALiBi with the paper's slopes.
+POSITIONAL_VARIANTS = {"rope-half": "RoPE, half layout (pairs i, i + Dh/2)",
+                       "rope-interleaved": "RoPE, interleaved layout (pairs 2i, 2i+1)",
+                       "alibi": "ALiBi"}
+
+
 class References:
     """Builds (and caches) the reference for a hypothesis and a variant, and runs it."""
 
-    def __init__(self, kind: str, d: int, h: int, parts: BlockParts | None, params: dict[str, torch.Tensor]):
+    def __init__(self, kind: str, d: int, h: int, parts: BlockParts | None, params: dict[str, torch.Tensor],
+                 positional: bool = False):
+        """``positional``: the outputs depend on token positions (:func:`probes.positions`), so the references
+        with a relative scheme inside attention are tried too, after the plain one."""
         self.kind, self.d, self.h, self.parts, self.params = kind, d, h, parts, params
+        self.positional = positional
         self._cache: dict = {}
 
     def variants(self, placement_hint: str | None = None) -> list[tuple]:
+        schemes = [None, *POSITIONAL_VARIANTS] if self.positional else [None]
         if self.kind == "attention":
-            return [()]
+            return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
-        return [(p, a) for p in placements for a in self.parts.activations]
+        return [(p, a) + (() if s is None else (s,)) for s in schemes for p in placements
+                for a in self.parts.activations]
+
+    def _positional(self, variant: tuple):
+        scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
+        if scheme is None:
+            return None
+        if scheme == "alibi":
+            return ALiBiPositional(n_heads=self.h)
+        return RotaryPositional(head_dim=self.d // self.h, layout=scheme.split("-")[1])
 
     def build(self, hyp_index: int, hyp: Hypothesis, variant: tuple) -> nn.Module:
         key = (hyp_index, variant)
         if key not in self._cache:
             kv = kv_heads(hyp, self.params, self.d, self.h)  # fewer than H: grouped-query attention
             qk = hyp.qk_norm.kind if hyp.qk_norm is not None else None
+            positional = self._positional(variant)
             if self.kind == "attention":
-                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk)
+                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk,
+                                         positional=positional)
             else:
-                placement, activation = variant
+                placement, activation = variant[:2]
                 ref = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=self.parts.d_ff,
                                          activation=activation, norm=self.parts.norm, norm_eps=self.parts.eps,
-                                         placement=placement, kernel="math", qk_norm=qk)
+                                         placement=placement, kernel="math", qk_norm=qk, positional=positional)
             if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
                 attn = self.attention(ref)
                 attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps
@@ -134,7 +158,11 @@ class References:
             return ref(sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)[0]
 
     def describe(self, variant: tuple) -> dict:
-        return {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1]}
+        out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1]}
+        scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
+        if scheme is not None:
+            out["positional"] = POSITIONAL_VARIANTS[scheme]
+        return out
 
 
 def faults_for(kind: str, scenarios: list[Scenario]) -> list[str]:

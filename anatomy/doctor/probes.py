@@ -56,6 +56,8 @@ class Context:
     raw_scores: Callable[[], torch.Tensor | None] | None = None  # q k^T of the mapped reference, plain input
     found_block: dict = field(default_factory=dict)
     silenced: str | None = None  # residual probe's verdict: "identity" | "constant" | "normed"
+    positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
+    positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
 
     @property
     def b(self) -> int:
@@ -206,7 +208,49 @@ def _no_mask(ctx: Context) -> Skip:
     return ("no mask format was accepted", "没有任何 mask 格式被接受")
 
 
+def positions(ctx: Context) -> str:
+    """Do the outputs depend on where the tokens sit, and how? Swap tokens 0 and 1: without positions inside,
+    every later query sees the same *set* of keys (causal or not), so outputs 2.. do not move ("none"). When they
+    move, put two hidden keys in front (a left-padding mask): every position shifts by 2, and a relative scheme
+    (RoPE, ALiBi) leaves the real outputs unchanged ("relative"); an absolute one, or tokens mixed by a reshape,
+    does not ("absolute"). Without a mask to hide the new keys: "dependent"."""
+    t = ctx.t
+    if t < 3:
+        return "none"
+    swap = torch.arange(t)
+    swap[0], swap[1] = 1, 0
+    try:
+        out, _ = ctx.subject.run(ctx.x[:, swap])
+    except CallError:
+        return "dependent"
+    if not _leak(max_diff(out[:, 2:], ctx.base[:, 2:]), ctx):
+        return "none"
+    if ctx.mask is None:
+        return "dependent"
+    keep = torch.ones(ctx.b, t + 2, t + 2, dtype=torch.bool)
+    keep[:, :, :2] = False  # the two new keys are hidden from every query
+    mask = ctx.mask.make(keep, ctx.x.dtype)
+    if mask is None:
+        return "dependent"
+    pads = torch.randn(ctx.b, 2, ctx.d, generator=torch.Generator().manual_seed(11), dtype=ctx.x.dtype)
+    try:
+        shifted, _ = ctx.subject.run(torch.cat([pads, ctx.x], 1), mask)
+    except CallError:
+        return "dependent"
+    return "absolute" if _leak(max_diff(shifted[:, 2:], ctx.base), ctx) else "relative"
+
+
 def token_order(ctx: Context):
+    if ctx.positional is not None:
+        return [], (f"positions enter attention ({ctx.positional}): permuting the tokens changes the outputs by "
+                    "design, and the reference with that scheme matches",
+                    f"位置信息进入了注意力（{ctx.positional}）：打乱 token 顺序本来就会改变输出，"
+                    "且带该位置方案的参考实现与之吻合")
+    if ctx.positions == "relative":
+        return [], ("positions enter attention relatively (shifting every position by 2 leaves the outputs "
+                    "unchanged, as RoPE or ALiBi would): permuting the tokens changes the outputs by design",
+                    "位置信息以相对方式进入注意力（所有位置整体平移 2 时输出不变，与 RoPE、ALiBi 一致）：打乱 token "
+                    "顺序本来就会改变输出")
     if ctx.causal:
         return [], ("a causal module is not permutation-equivariant", "因果模块本来就不满足置换等变")
     perm = torch.roll(torch.arange(ctx.t), 2)

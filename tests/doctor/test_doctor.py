@@ -429,3 +429,46 @@ def test_qk_norm_through_a_user_map_and_in_the_json_report(capsys):
     assert ["q_norm.weight", "alpha.weight", "from --map"] in report["found"]["mapping"]["pairs"]
     with pytest.raises(CheckError, match="unknown reference parameter 'q_norm.gain'; valid names: .*k_norm.bias"):
         run(f"{QK}:Renamed", mapping={"q_norm.gain": "alpha.weight"})
+
+
+# --- positions inside attention -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls, scheme, positions", [
+    ("RoPEAttention", "RoPE, interleaved layout (pairs 2i, 2i+1)", "relative"),
+    ("HalfRoPEAttention", "RoPE, half layout (pairs i, i + Dh/2)", "relative"),
+    ("CausalRoPE", "RoPE, half layout (pairs i, i + Dh/2)", "dependent"),  # no mask: the shift cannot be tried
+    ("ALiBiAttention", "ALiBi", "relative"),
+])
+def test_a_relative_scheme_inside_attention_is_recognised_not_flagged(cls, scheme, positions):
+    """A learner's RoPE or ALiBi attention (written without anatomy) matches our reference carrying that scheme;
+    permuting tokens changing its outputs is by design, so the token-order probe stands down and says why."""
+    report = run(f"rope_attention.py:{cls}")
+    assert report.diagnosis["status"] == "matches", report.render()
+    assert report.diagnosis["variant"] == {"positional": scheme}
+    assert report.diagnosis["max_abs_diff_vs_reference"] < 1e-12
+    assert report.found["positions"] == positions
+    assert report.errors == [] and "token_order" not in report.passed
+    skip = next(s for s in report.skipped if s["probe"] == "token_order")
+    assert scheme in skip["en"] and scheme in skip["zh"]
+
+
+def test_a_fault_in_a_rope_attention_is_named_with_the_scheme():
+    report = run("rope_attention.py:RoPENoScaling")
+    assert report.diagnosis["fault"] == "no_scaling" and report.diagnosis["status"] == "fault"
+    assert report.faults == {"no_scaling", "inf_fill_no_guard"}  # the -inf fill is a warning of its own
+    assert report.diagnosis["variant"] == {"positional": "RoPE, interleaved layout (pairs 2i, 2i+1)"}
+
+
+def test_absolute_positions_inside_attention_are_still_a_token_order_error():
+    """Adding a sinusoidal table to q and k: shifting every position changes the outputs, so it is not a relative
+    scheme, no reference matches, and permuting tokens is reported as before."""
+    report = run("rope_attention.py:AbsoluteInside")
+    assert report.found["positions"] == "absolute" and report.diagnosis["status"] == "unexplained"
+    assert any(f.probe == "token_order" and f.severity == "error" for f in report.findings)
+
+
+def test_position_free_modules_are_not_tried_with_positional_references():
+    report = run("separate_attention.py:MultiHeadAttention")
+    assert report.found["positions"] == "none" and "positional" not in report.diagnosis["variant"]
+    mixed = run("separate_attention.py:SplitWithoutTranspose")
+    assert mixed.found["positions"] == "absolute" and mixed.faults == {"split_without_transpose"}

@@ -1,0 +1,104 @@
+"""A learner's attention with rotary position embeddings inside it (post §3.4), written without `anatomy`.
+
+`RoPEAttention` rotates q and k pairwise as complex numbers: pairs (2i, 2i+1), angle p * 10000^(-2i/d_k) (the
+"interleaved" layout of the RoFormer paper). `HalfRoPEAttention` pairs i with i + d_k/2 (GPT-NeoX / Llama's
+"rotate_half"). `CausalRoPE` is a decoder's: a causal mask inside, no mask argument. `RoPENoScaling` forgets
+1/sqrt(d_k). `ALiBiAttention` rotates nothing and adds ALiBi's bias, -slope_h * |i - j| with the paper's slopes.
+`AbsoluteInside` adds a sinusoidal table to q and k instead: positions are absolute, so shifting every position
+changes the output. Mask: `(B, S)`, True = real token. Returns `(out, attn)`.
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+
+
+def angles(t, d_k, device, dtype):
+    inv = 10000.0 ** (-torch.arange(0, d_k, 2, device=device, dtype=dtype) / d_k)  # (d_k/2,)
+    return torch.arange(t, device=device, dtype=dtype)[:, None] * inv[None, :]  # (T, d_k/2)
+
+
+def rotate_pairs(x):  # x: (B, h, T, d_k), pairs (2i, 2i+1)
+    b, h, t, d = x.shape
+    z = torch.view_as_complex(x.reshape(b, h, t, d // 2, 2).contiguous())
+    turned = z * torch.polar(torch.ones(t, d // 2, dtype=x.dtype), angles(t, d, x.device, x.dtype))
+    return torch.view_as_real(turned).reshape(b, h, t, d)
+
+
+def rotate_half(x):  # pairs (i, i + d_k/2)
+    t, d = x.shape[-2], x.shape[-1]
+    a = angles(t, d, x.device, x.dtype)
+    cos, sin = torch.cat([a.cos(), a.cos()], -1), torch.cat([a.sin(), a.sin()], -1)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+class RoPEAttention(nn.Module):
+    rotate = staticmethod(rotate_pairs)
+    causal = False
+    scaled = True
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.wq, self.wk = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.wv, self.wo = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+
+    def split(self, y, b, t):
+        return y.view(b, t, self.h, self.d_k).transpose(1, 2)
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q, k = self.rotate(self.split(self.wq(x), b, t)), self.rotate(self.split(self.wk(x), b, t))
+        v = self.split(self.wv(x), b, t)
+        scores = q @ k.transpose(-2, -1)
+        if self.scaled:
+            scores = scores / math.sqrt(self.d_k)
+        if self.causal:
+            scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+        if mask is not None:
+            scores = scores.masked_fill(~mask.bool()[:, None, None, :], float("-inf"))
+        attn = scores.softmax(-1)
+        return self.wo((attn @ v).transpose(1, 2).reshape(b, t, d)), attn
+
+
+class HalfRoPEAttention(RoPEAttention):
+    rotate = staticmethod(rotate_half)
+
+
+class CausalRoPE(HalfRoPEAttention):
+    causal = True
+
+    def forward(self, x):
+        return super().forward(x)
+
+
+class RoPENoScaling(RoPEAttention):
+    scaled = False
+
+
+class AbsoluteInside(RoPEAttention):
+    @staticmethod
+    def rotate(x):
+        t, d = x.shape[-2], x.shape[-1]
+        a = angles(t, d, x.device, x.dtype)
+        return x + torch.cat([a.sin(), a.cos()], -1)
+
+
+class ALiBiAttention(RoPEAttention):
+    @staticmethod
+    def rotate(x):
+        return x
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / self.h) for i in range(self.h)], dtype=x.dtype)
+        pos = torch.arange(t, dtype=x.dtype)
+        bias = -slopes[:, None, None] * (pos[None, :, None] - pos[None, None, :]).abs()  # (h, T, T)
+        q, k, v = (self.split(f(x), b, t) for f in (self.wq, self.wk, self.wv))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k) + bias
+        if mask is not None:
+            scores = scores.masked_fill(~mask.bool()[:, None, None, :], float("-inf"))
+        attn = scores.softmax(-1)
+        return self.wo((attn @ v).transpose(1, 2).reshape(b, t, d)), attn
