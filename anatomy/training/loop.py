@@ -313,7 +313,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
                 "raise warmup_steps")
         if step % options.log_every == 0 or step == options.steps or evaluate_now or spike_z is not None or overflow:
             record = {"step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": window_tokens / max(window_time, 1e-9),
-                      "grad_norm": grad_norm}
+                      "grad_norm": grad_norm if not overflow else None}  # JSON has no inf
             if spike_z is not None:
                 record["spike_z"] = spike_z
             if scaler.is_enabled():

@@ -56,7 +56,9 @@ def test_an_overflowing_step_is_skipped_and_the_scale_halves(tmp_path, monkeypat
     assert [line for line in said if "overflowed" in line] == [
         "step 5: fp16 gradients overflowed; step skipped, loss scale 65536 -> 32768"]
     by_step = {r["step"]: r for r in rows}
-    assert by_step[5]["skipped"] is True and by_step[5]["loss_scale"] == 32768.0
+    assert by_step[5]["skipped"] is True and by_step[5]["loss_scale"] == 32768.0 and by_step[5]["grad_norm"] is None
+    text = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert "Infinity" not in text and "NaN" not in text  # strict JSON, line by line
     assert [r["step"] for r in rows if r.get("skipped")] == [5] and rows[-1]["step"] == 12
 
 
