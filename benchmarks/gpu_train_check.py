@@ -7,7 +7,8 @@ middle of a run and `--resume`, then `anatomy generate` from the checkpoint. One
 Checks (exit 1 if any fails):
 
 * ``char-shakespeare`` at its preset (nanoGPT's CPU settings: 4 layers, 4 heads, d 128, block 64, batch 12, 2000
-  steps) reaches val loss <= 1.9 nats/char in fp32 and in ``precision=bf16``; wall time and tokens/s reported.
+  steps) reaches val loss <= 1.9 nats/char in fp32, ``precision=bf16`` and ``precision=fp16`` (loss-scaled: fewer
+  than 10% of the steps may overflow and be skipped); wall time and tokens/s reported.
 * Resume: a run killed with SIGKILL right after its middle checkpoint is written, then ``--resume``d, logs the same
   losses as the uninterrupted run for every step after the checkpoint (max abs difference reported; on CPU the
   test suite holds this to bit-identity, on CUDA atomics in some backward kernels may differ in the last bits).
@@ -99,12 +100,21 @@ def main(argv: list[str] | None = None) -> int:
 
     fp32, _, _ = train("fp32")
     train("bf16", "precision=bf16")
-    for name in ("fp32", "bf16"):
+    fp16, _, _ = train("fp16", "precision=fp16")
+    for name in ("fp32", "bf16", "fp16"):
         val = results["runs"][name]["summary"].get("best_val_loss", math.inf)
         limit = 1.9 if not args.quick else 4.0
         check(f"char-shakespeare {name} val loss", results["runs"][name]["rc"] == 0 and val <= limit,
               f"{val:.4f} (<= {limit}), {results['runs'][name]['wall_s']} s, "
               f"{results['runs'][name]['median_tokens_per_s']} tokens/s")
+
+    rows = metrics(fp16) if (fp16 / "metrics.jsonl").exists() else {}
+    skipped = sorted(s for s, r in rows.items() if r.get("skipped"))
+    scales = [r["loss_scale"] for r in rows.values() if "loss_scale" in r]
+    results["runs"]["fp16"]["skipped_steps"] = skipped
+    check("fp16 loss scaling", bool(scales) and len(skipped) < steps // 10,
+          f"{len(skipped)} overflowing steps skipped {skipped[:10]}; loss scale {scales[0] if scales else None} -> "
+          f"{scales[-1] if scales else None}")
 
     # Resume: kill right after the middle checkpoint lands, resume, compare with the uninterrupted fp32 run.
     killed = args.work / "killed"
