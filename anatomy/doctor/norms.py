@@ -156,10 +156,16 @@ def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: s
         if up.in_features == d and down.out_features == d and up.out_features == down.in_features:
             ffn, d_ff = {"up": linear_calls[0], "down": linear_calls[1]}, up.out_features
     elif len(linear_calls) == 3:
+        down = [p for p in linear_calls if named[p].out_features == d and named[p].in_features != d]
         gate = [p for p in linear_calls if "gate" in p.rpartition(".")[2].lower()]
+        if not gate and len(down) == 1:
+            # no "gate" in a name: Meta's Llama code calls them w1 (gate), w3 (up), w2 (down); otherwise the gate is
+            # the one called first (down(act(gate(x)) * up(x)) in both conventions)
+            pair = [p for p in linear_calls if p != down[0]]
+            ends = [p.rpartition(".")[2].lower() for p in pair]
+            gate = [pair[ends.index("w1")]] if sorted(ends) == ["w1", "w3"] else pair[:1]
         rest = [p for p in linear_calls if p not in gate]
-        down = [p for p in rest if named[p].out_features == d and named[p].in_features != d]
-        if len(gate) == 1 and len(down) == 1:
+        if len(gate) == 1 and len(down) == 1 and down[0] in rest:
             up = [p for p in rest if p != down[0]][0]
             ffn, d_ff = {"gate": gate[0], "up": up, "down": down[0]}, named[up].out_features
     acts = []

@@ -472,3 +472,16 @@ def test_position_free_modules_are_not_tried_with_positional_references():
     assert report.found["positions"] == "none" and "positional" not in report.diagnosis["variant"]
     mixed = run("separate_attention.py:SplitWithoutTranspose")
     assert mixed.found["positions"] == "absolute" and mixed.faults == {"split_without_transpose"}
+
+
+def test_a_llama_layer_in_metas_naming_with_rope_matches():
+    """A pre-norm RMSNorm + SwiGLU block around a RoPE attention, its FFN named as in Meta's Llama code (w1 gate,
+    w3 up, w2 down: no "gate" in any name): mapped, and equal to our block carrying RoPE."""
+    report = run("rope_attention.py:RoPEBlock")
+    assert report.kind == "block" and report.diagnosis["status"] == "matches", report.render()
+    assert report.diagnosis["variant"] == {"placement": "pre", "activation": "swiglu",
+                                           "positional": "RoPE, half layout (pairs i, i + Dh/2)"}
+    pairs = {ref: yours for ref, yours, _ in report.found["mapping"]["pairs"]}
+    assert (pairs["ffn.gate_proj.weight"], pairs["ffn.up_proj.weight"], pairs["ffn.down_proj.weight"]) == (
+        "w1.weight", "w3.weight", "w2.weight")
+    assert report.errors == []

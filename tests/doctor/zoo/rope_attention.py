@@ -102,3 +102,20 @@ class ALiBiAttention(RoPEAttention):
             scores = scores.masked_fill(~mask.bool()[:, None, None, :], float("-inf"))
         attn = scores.softmax(-1)
         return self.wo((attn @ v).transpose(1, 2).reshape(b, t, d)), attn
+
+
+class RoPEBlock(nn.Module):
+    """A pre-norm block around `HalfRoPEAttention` (RMSNorm, SwiGLU): a Llama layer without grouped heads."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.attn_norm, self.ffn_norm = nn.RMSNorm(d_model, eps=1e-6), nn.RMSNorm(d_model, eps=1e-6)
+        self.attn = HalfRoPEAttention(d_model, n_heads)
+        self.w1 = nn.Linear(d_model, 3 * d_model, bias=False)  # gate
+        self.w3 = nn.Linear(d_model, 3 * d_model, bias=False)  # up
+        self.w2 = nn.Linear(3 * d_model, d_model, bias=False)  # down
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.attn_norm(x), mask)[0]
+        h = self.ffn_norm(x)
+        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
