@@ -3,8 +3,16 @@
 multihead       §1      C1–C8     heads, the sqrt(d_k) scale
 implementation  §2      C9–C20    shapes, head count and size, init, masks and fill values
 positional      §3      C21–C32   order blindness, sinusoidal algebra, extrapolation, learned vs sinusoidal
-add_norm        §4      C33–C45   residuals, LayerNorm vs BatchNorm, Pre- vs Post-Norm
+norm_depth      §4      C33–C45   the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4)
+add_norm        §4      C35, C38, C40–C42   residual vs plain MLP, LayerNorm vs BatchNorm, the LayerNorm formula
 block           §5      C46–C55   the block's shape table, silent bugs, FFN width and parameters
 """
 
-from anatomy.experiments.claims import add_norm, block, implementation, multihead, positional  # noqa: F401
+from anatomy.experiments.claims import (  # noqa: F401
+    add_norm,
+    block,
+    implementation,
+    multihead,
+    norm_depth,
+    positional,
+)
