@@ -1,7 +1,8 @@
 """One module per section of the post; importing this package registers every claim.
 
 multihead       §1      C1–C8     heads, the sqrt(d_k) scale
-implementation  §2      C9–C20    shapes, head count and size, init, masks and fill values
+implementation  §2      C9–C16    shapes, head count and size, init
+masks           §2.4    C17–C20   masks and fill values
 positional      §3      C21–C32   order blindness, sinusoidal algebra, extrapolation, learned vs sinusoidal
 norm_depth      §4      C33–C45   the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4)
 add_norm        §4      C35, C38, C40–C42   residual vs plain MLP, LayerNorm vs BatchNorm, the LayerNorm formula
@@ -12,6 +13,7 @@ from anatomy.experiments.claims import (  # noqa: F401
     add_norm,
     block,
     implementation,
+    masks,
     multihead,
     norm_depth,
     positional,

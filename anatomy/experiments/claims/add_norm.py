@@ -28,7 +28,6 @@ from anatomy.experiments.common import (
 )
 from anatomy.experiments.registry import Verdict, claim, experiment
 
-
 # --- C35: identity vs zero ---------------------------------------------------------------------------------------
 
 class _ResidualMLP(nn.Module):
