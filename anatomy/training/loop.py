@@ -254,6 +254,9 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     say(f"training {config.architecture} ({sum(p.numel() for p in model.parameters()):,} parameters) on "
         f"{task.name}, {options.steps} steps, global batch {options.batch_size} x {world.world_size} process(es), "
         f"{device}, {options.precision}")
+    if options.precision == "fp16" and device.type == "cpu":
+        say("precision=fp16 on a CPU: PyTorch emulates float16 matrix products there (about 20x slower than fp32 on "
+            "this project's test machine); fp16 is for GPUs without bf16, use precision=bf16 or fp32 on a CPU")
 
     # ---- the loop -----------------------------------------------------------------------------------------
     from tqdm.auto import tqdm

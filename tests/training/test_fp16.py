@@ -28,7 +28,9 @@ def _train(tmp_path, name, *extra, log=None):
 
 def test_fp16_trains_like_fp32(tmp_path):
     fp32 = _train(tmp_path, "fp32")
-    fp16 = _train(tmp_path, "fp16", "precision=fp16")
+    said = []
+    fp16 = _train(tmp_path, "fp16", "precision=fp16", log=said.append)
+    assert any("precision=fp16 on a CPU" in line and "use precision=bf16 or fp32" in line for line in said)
     assert all(r["loss_scale"] > 0 for r in fp16) and "loss_scale" not in fp32[0]
     assert abs(fp16[-1]["loss"] - fp32[-1]["loss"]) <= 0.02 * fp32[-1]["loss"]
 
