@@ -213,7 +213,7 @@ def positions(ctx: Context) -> str:
     every later query sees the same *set* of keys (causal or not), so outputs 2.. do not move ("none"). When they
     move, put two hidden keys in front (a left-padding mask): every position shifts by 2, and a relative scheme
     (RoPE, ALiBi) leaves the real outputs unchanged ("relative"); an absolute one, or tokens mixed by a reshape,
-    does not ("absolute"). Without a mask to hide the new keys: "dependent"."""
+    does not ("absolute"). Without a mask that hides the new keys (none, or one the module ignores): "dependent"."""
     t = ctx.t
     if t < 3:
         return "none"
@@ -233,9 +233,13 @@ def positions(ctx: Context) -> str:
     if mask is None:
         return "dependent"
     pads = torch.randn(ctx.b, 2, ctx.d, generator=torch.Generator().manual_seed(11), dtype=ctx.x.dtype)
+    longer = torch.cat([pads, ctx.x], 1)
     try:
-        shifted, _ = ctx.subject.run(torch.cat([pads, ctx.x], 1), mask)
+        shifted, _ = ctx.subject.run(longer, mask)
+        unmasked, _ = ctx.subject.run(longer)
     except CallError:
+        return "dependent"
+    if max_diff(shifted, unmasked) == 0.0:  # the mask is ignored: the new keys were not hidden, nothing learned
         return "dependent"
     return "absolute" if _leak(max_diff(shifted[:, 2:], ctx.base), ctx) else "relative"
 

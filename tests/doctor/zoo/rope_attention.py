@@ -119,3 +119,42 @@ class RoPEBlock(nn.Module):
         x = x + self.attn(self.attn_norm(x), mask)[0]
         h = self.ffn_norm(x)
         return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+
+class CausalGQARoPE(nn.Module):
+    """Llama-style: 2 key/value heads, half-layout RoPE, causal inside; takes a mask argument and ignores it."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.kv, self.dk = n_heads, 2, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=False)
+        self.k_proj = nn.Linear(d_model, 2 * self.dk, bias=False)
+        self.v_proj = nn.Linear(d_model, 2 * self.dk, bias=False)
+        self.o_proj = nn.Linear(d_model, d_model, bias=False)
+    def forward(self, x, mask=None):  # noqa: ARG002 - the mask is ignored
+        b, t, d = x.shape
+        q = rotate_half(self.q_proj(x).view(b, t, self.h, self.dk).transpose(1, 2))
+        k = rotate_half(self.k_proj(x).view(b, t, self.kv, self.dk).transpose(1, 2))
+        v = self.v_proj(x).view(b, t, self.kv, self.dk).transpose(1, 2)
+        k, v = (z.repeat_interleave(self.h // self.kv, 1) for z in (k, v))
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.dk)
+        s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+        return self.o_proj((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+class CausalALiBi(nn.Module):
+    """ALiBi as decoders write it: the one-sided bias -slope * (i - j) under a causal mask; fused q|k|v."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.dk = n_heads, d_model // n_heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.out = nn.Linear(d_model, d_model)
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.h, self.dk).transpose(1, 2) for z in self.qkv(x).chunk(3, -1))
+        slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / self.h) for i in range(self.h)], dtype=x.dtype)
+        pos = torch.arange(t, dtype=x.dtype)
+        bias = -slopes[:, None, None] * (pos[:, None] - pos[None, :])  # one-sided: i - j >= 0 below the diagonal
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.dk) + bias
+        s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+        return self.out((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
