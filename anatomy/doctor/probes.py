@@ -155,11 +155,17 @@ def padding_leak(ctx: Context):
     if ctx.mask is None:
         return [], _no_mask(ctx)
     t = ctx.t
-    keep = pad_keep(ctx.b, t, [t, t - 2])
+    if ctx.causal:  # a causal module never sees right padding: pad sequence 1 on the left, as batched generation does
+        keep = (torch.arange(t)[None] >= torch.tensor([0, 2] + [0] * (ctx.b - 2))[:, None])[:, None].expand(
+            ctx.b, t, t).clone()  # (B, T, S)
+        padded = slice(0, 2)
+    else:
+        keep = pad_keep(ctx.b, t, [t, t - 2])
+        padded = slice(t - 2, t)
     real = keep[:, 0]  # (B, T)
     mask = ctx.mask.make(keep, ctx.x.dtype)
     x2 = ctx.x.clone()
-    x2[1, t - 2:] += 3.0 * torch.randn(2, ctx.d, generator=torch.Generator().manual_seed(5), dtype=ctx.x.dtype)
+    x2[1, padded] += 3.0 * torch.randn(2, ctx.d, generator=torch.Generator().manual_seed(5), dtype=ctx.x.dtype)
     try:
         out, w = ctx.subject.run(ctx.x, mask)
         out2, _ = ctx.subject.run(x2, mask)
@@ -167,7 +173,8 @@ def padding_leak(ctx: Context):
         return [], (f"forward raised with a padding mask: {err}", f"传入 padding mask 时 forward 报错：{err}")
     findings = []
     leak = max_diff(out, out2, real)
-    ev = {"max_change_of_real_outputs": leak, "padded_tokens": [1, t - 2, t - 1]}
+    ev = {"max_change_of_real_outputs": leak, "padded_tokens": [1, padded.start, padded.stop - 1],
+          "padding": "left" if ctx.causal else "right"}
     hidden_w = None
     if w is not None and w.shape[-2:] == (t, t):
         w4 = w if w.dim() == 4 else w[:, None]
