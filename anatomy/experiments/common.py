@@ -7,6 +7,7 @@ corpora.
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
 from collections.abc import Callable
@@ -246,6 +247,24 @@ def all_or_none(holds: list[bool], en: str, zh: str, *, refute_en: str = "", ref
         return Verdict("refuted", en + refute_en, zh + refute_zh)
     return seeds_disagree(en, zh)
 
+
+VERDICT_ZH = {"supported": "成立", "refuted": "不成立", "nuanced": "有条件成立", "inconclusive": "无定论"}
+
+
+def seed_verdict(ms, names, classify, en: str, zh: str, lead: dict | None = None) -> Verdict:
+    """``classify(*values_of_one_seed) -> verdict``; the claim's verdict if every seed gives the same one, else
+    inconclusive. ``en``/``zh`` are the reasons (already filled with the numbers); ``lead`` optionally maps a
+    verdict to an opening sentence ``(en, zh)`` that says in words what the numbers mean."""
+    cats = [classify(*row) for row in per_seed(ms, *names)]
+    counts = collections.Counter(cats)
+    if len(counts) == 1:
+        first = (lead or {}).get(cats[0])
+        if first:
+            return Verdict(cats[0], f"{first[0]} {en}", f"{first[1]}{zh}")
+        return Verdict(cats[0], en, zh)
+    split = ", ".join(f"{v} {n}" for v, n in counts.items())
+    split_zh = "，".join(f"{VERDICT_ZH[v]} {n}" for v, n in counts.items())
+    return Verdict("inconclusive", f"The seeds disagree ({split}). {en}", f"各随机种子结论不一致（{split_zh}）。{zh}")
 
 def fmt_values(values: list[float], unit: str = "", digits: int = 3) -> str:
     """Mean ± spread of per-seed values derived inside a rule, formatted like a recorded metric."""

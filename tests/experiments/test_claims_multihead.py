@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anatomy.experiments.claims.multihead import PAIR_K, PAIR_T, pair_batch
+from anatomy.experiments.claims.head_count import PAIR_K, PAIR_T, pair_batch
 from anatomy.experiments.common import attention_entropy, offset_profile
 from anatomy.experiments.registry import CLAIMS, Metric
 from anatomy.experiments.runner import run_claims, select

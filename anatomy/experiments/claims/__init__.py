@@ -1,6 +1,7 @@
 """One module per section of the post; importing this package registers every claim.
 
 multihead       §1      C1–C8     heads, the sqrt(d_k) scale
+head_count      §1      C1–C3, C12–C14   the head-count sweep on three tasks
 implementation  §2      C9–C16    shapes, head count and size, init
 masks           §2.4    C17–C20   masks and fill values
 positional      §3      C21–C32   order blindness, sinusoidal algebra, extrapolation, learned vs sinusoidal
@@ -12,6 +13,7 @@ block           §5      C46–C55   the block's shape table, silent bugs, FFN w
 from anatomy.experiments.claims import (  # noqa: F401
     add_norm,
     block,
+    head_count,
     implementation,
     masks,
     multihead,

@@ -19,11 +19,8 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention, kernels
-from anatomy.experiments.claims.multihead import (
-    LM_T,
-    _probe_attention,
-    seed_verdict,
-)
+from anatomy.experiments.claims.head_count import LM_T
+from anatomy.experiments.claims.multihead import _probe_attention
 from anatomy.experiments.common import (
     budget,
     char_corpus,
@@ -31,6 +28,7 @@ from anatomy.experiments.common import (
     fit,
     lm_batch,
     mean_tail,
+    seed_verdict,
     tiny_model,
 )
 from anatomy.experiments.registry import Verdict, claim, experiment

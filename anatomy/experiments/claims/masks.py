@@ -9,16 +9,14 @@ from __future__ import annotations
 import torch
 
 from anatomy import pitfalls
-from anatomy.experiments.claims.multihead import (
-    LM_T,
-    seed_verdict,
-)
+from anatomy.experiments.claims.head_count import LM_T
 from anatomy.experiments.common import (
     budget,
     char_corpus,
     figure_grid,
     fit,
     lm_batch,
+    seed_verdict,
     tiny_model,
 )
 from anatomy.experiments.registry import Verdict, claim, experiment
