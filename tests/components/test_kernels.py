@@ -285,3 +285,24 @@ def test_batch_equal_to_sequence_length_keeps_the_axes_apart():
     torch.testing.assert_close(out, alone, rtol=0, atol=1e-12)
     swapped, _ = attn(x.transpose(0, 1).contiguous(), is_causal=True)  # the other reading of the same numbers
     assert not torch.allclose(swapped.transpose(0, 1), out)
+
+
+@pytest.mark.parametrize("kernel", ["loop", "math", "sdpa"])
+def test_non_contiguous_inputs_give_the_same_output(kernel):
+    """Inputs that are views (a transpose, a strided slice, an expanded mask) compute what their contiguous copies
+    do: self-attention with GQA and RoPE, and cross-attention with S != T."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2, kernel=kernel,
+                              positional=RotaryPositional(head_dim=D // H)).double()
+    base = torch.randn(T, B, D, dtype=torch.float64)
+    x = base.transpose(0, 1)  # (B, T, D), not contiguous
+    assert not x.is_contiguous()
+    mask = key_padding_to_attention(padding_mask([7, 4, 2], T)).expand(B, 1, T, T)  # stride 0 on the query axis
+    out, _ = attn(x, mask=mask, is_causal=True)
+    ref, _ = attn(x.contiguous(), mask=mask.contiguous(), is_causal=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    cross = MultiHeadAttention(d_model=D, n_heads=H, kernel=kernel).double()
+    memory = torch.randn(B, 2 * T + 1, D, dtype=torch.float64)[:, ::2]  # (B, T + 1, D), every other row
+    out, _ = cross(x, context=memory)
+    ref, _ = cross(x.contiguous(), context=memory.contiguous())
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
