@@ -92,11 +92,16 @@ def _num(v):
     return None if math.isinf(v) or math.isnan(v) else float(v)
 
 
-# Relative schemes inside attention the reference can carry, as the report names them. RoPE at base 10000 with
-# positions 0..T-1 in both pairings; ALiBi with the paper's slopes.
-POSITIONAL_VARIANTS = {"rope-half": "RoPE, half layout (pairs i, i + Dh/2)",
-                       "rope-interleaved": "RoPE, interleaved layout (pairs 2i, 2i+1)",
-                       "alibi": "ALiBi"}
+# Relative schemes inside attention the reference can carry, as the report names them: RoPE with positions
+# 0..T-1 in both pairings at the bases in use (10000: the paper, GPT-NeoX, Llama 1-2; 500000: Llama 3; 1000000:
+# Qwen), then ALiBi with the paper's slopes.
+ROPE_BASES = (10000, 500000, 1000000)
+POSITIONAL_VARIANTS = {
+    **{f"rope-{layout}@{base}": f"RoPE, {layout} layout ({pairs})" + ("" if base == 10000 else f", base {base:,}")
+       for base in ROPE_BASES
+       for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))},
+    "alibi": "ALiBi",
+}
 
 
 class References:
@@ -124,7 +129,8 @@ class References:
             return None
         if scheme == "alibi":
             return ALiBiPositional(n_heads=self.h)
-        return RotaryPositional(head_dim=self.d // self.h, layout=scheme.split("-")[1])
+        layout, base = scheme.removeprefix("rope-").split("@")
+        return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base))
 
     def build(self, hyp_index: int, hyp: Hypothesis, variant: tuple) -> nn.Module:
         key = (hyp_index, variant)

@@ -436,6 +436,7 @@ def test_qk_norm_through_a_user_map_and_in_the_json_report(capsys):
 @pytest.mark.parametrize("cls, scheme, positions", [
     ("RoPEAttention", "RoPE, interleaved layout (pairs 2i, 2i+1)", "relative"),
     ("HalfRoPEAttention", "RoPE, half layout (pairs i, i + Dh/2)", "relative"),
+    ("Llama3RoPE", "RoPE, half layout (pairs i, i + Dh/2), base 500,000", "relative"),
     ("CausalRoPE", "RoPE, half layout (pairs i, i + Dh/2)", "dependent"),  # no mask: the shift cannot be tried
     ("ALiBiAttention", "ALiBi", "relative"),
     ("CausalALiBi", "ALiBi", "dependent"),  # the one-sided bias of decoders: under the causal mask the same

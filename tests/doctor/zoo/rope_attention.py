@@ -2,8 +2,8 @@
 
 `RoPEAttention` rotates q and k pairwise as complex numbers: pairs (2i, 2i+1), angle p * 10000^(-2i/d_k) (the
 "interleaved" layout of the RoFormer paper). `HalfRoPEAttention` pairs i with i + d_k/2 (GPT-NeoX / Llama's
-"rotate_half"). `CausalRoPE` is a decoder's: a causal mask inside, no mask argument. `RoPENoScaling` forgets
-1/sqrt(d_k). `ALiBiAttention` rotates nothing and adds ALiBi's bias, -slope_h * |i - j| with the paper's slopes.
+"rotate_half"); `Llama3RoPE` the same at Llama 3's base 500000. `CausalRoPE` is a decoder's: a causal mask
+inside, no mask argument. `RoPENoScaling` forgets 1/sqrt(d_k). `ALiBiAttention` rotates nothing and adds ALiBi's bias, -slope_h * |i - j| with the paper's slopes.
 `AbsoluteInside` adds a sinusoidal table to q and k instead: positions are absolute, so shifting every position
 changes the output. Mask: `(B, S)`, True = real token. Returns `(out, attn)`.
 """
@@ -14,8 +14,8 @@ import torch
 import torch.nn as nn
 
 
-def angles(t, d_k, device, dtype):
-    inv = 10000.0 ** (-torch.arange(0, d_k, 2, device=device, dtype=dtype) / d_k)  # (d_k/2,)
+def angles(t, d_k, device, dtype, base=10000.0):
+    inv = base ** (-torch.arange(0, d_k, 2, device=device, dtype=dtype) / d_k)  # (d_k/2,)
     return torch.arange(t, device=device, dtype=dtype)[:, None] * inv[None, :]  # (T, d_k/2)
 
 
@@ -26,9 +26,9 @@ def rotate_pairs(x):  # x: (B, h, T, d_k), pairs (2i, 2i+1)
     return torch.view_as_real(turned).reshape(b, h, t, d)
 
 
-def rotate_half(x):  # pairs (i, i + d_k/2)
+def rotate_half(x, base=10000.0):  # pairs (i, i + d_k/2)
     t, d = x.shape[-2], x.shape[-1]
-    a = angles(t, d, x.device, x.dtype)
+    a = angles(t, d, x.device, x.dtype, base)
     cos, sin = torch.cat([a.cos(), a.cos()], -1), torch.cat([a.sin(), a.sin()], -1)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return x * cos + torch.cat([-x2, x1], -1) * sin
@@ -65,6 +65,10 @@ class RoPEAttention(nn.Module):
 
 class HalfRoPEAttention(RoPEAttention):
     rotate = staticmethod(rotate_half)
+
+
+class Llama3RoPE(RoPEAttention):
+    rotate = staticmethod(lambda x: rotate_half(x, base=500000.0))  # Llama 3's rope_theta
 
 
 class CausalRoPE(HalfRoPEAttention):
