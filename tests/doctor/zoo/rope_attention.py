@@ -5,7 +5,8 @@
 "rotate_half"); `Llama3RoPE` the same at Llama 3's base 500000. `CausalRoPE` is a decoder's: a causal mask
 inside, no mask argument. `RoPENoScaling` forgets 1/sqrt(d_k). `ALiBiAttention` rotates nothing and adds
 ALiBi's bias, -slope_h * |i - j| with the paper's slopes. `AbsoluteInside` adds a sinusoidal table to q and k
-instead: positions are absolute, so shifting every position changes the output. Mask: `(B, S)`, True = real token. Returns `(out, attn)`.
+instead: positions are absolute, so shifting every position changes the output. Mask: `(B, S)`, True = real
+token. Returns `(out, attn)`.
 """
 
 import math
