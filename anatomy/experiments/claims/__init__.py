@@ -1,10 +1,12 @@
-"""One module per section of the post; importing this package registers every claim.
+"""The claims by section of the post, one module per group of experiments; importing this package registers
+every claim.
 
 multihead       §1      C1–C8     heads, the sqrt(d_k) scale
 head_count      §1      C1–C3, C12–C14   the head-count sweep on three tasks
 implementation  §2      C9–C16    shapes, head count and size, init
 masks           §2.4    C17–C20   masks and fill values
-positional      §3      C21–C32   order blindness, sinusoidal algebra, extrapolation, learned vs sinusoidal
+positional      §3      C21, C22, C27, C29–C31   order blindness, extrapolation, add vs concat (trained models)
+sinusoidal      §3      C23–C26, C28, C32   the sinusoidal table's and RoPE's algebra, exactly
 norm_depth      §4      C33–C45   the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4)
 add_norm        §4      C35, C38, C40–C42   residual vs plain MLP, LayerNorm vs BatchNorm, the LayerNorm formula
 block           §5      C46–C55   the block's shape table, silent bugs, FFN width and parameters
@@ -19,4 +21,5 @@ from anatomy.experiments.claims import (  # noqa: F401
     multihead,
     norm_depth,
     positional,
+    sinusoidal,
 )
