@@ -159,15 +159,16 @@ def native_gqa(q, k, v, attn_mask, dropout_p: float, is_causal: bool) -> bool:
     benchmarks/gqa_sdpa.py measures both ways."""
     if q.device.type != "cuda":
         return True
-    if torch.compiler.is_compiling():  # no probing inside a graph: the dtype alone decides (flash or cuDNN)
-        return q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None
+    flash_could = q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None  # the rule without probing
+    if torch.compiler.is_compiling():  # no probing inside a graph
+        return flash_could
     cuda = torch.backends.cuda
     try:
         params = cuda.SDPAParams(q, k, v, attn_mask, dropout_p, is_causal, True)
         return bool((cuda.flash_sdp_enabled() and cuda.can_use_flash_attention(params))
                     or (cuda.cudnn_sdp_enabled() and cuda.can_use_cudnn_attention(params)))
     except (AttributeError, TypeError, RuntimeError):  # a torch without the probes
-        return q.dtype in (torch.float16, torch.bfloat16) and attn_mask is None
+        return flash_could
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import torch
 
 from anatomy.training import checkpoint as ckpt
 from anatomy.training.distributed import device_for
+from anatomy.training.loop import autocast_for, to_device
 from anatomy.training.options import TrainOptions
 from anatomy.training.tasks import make_task
 
@@ -48,11 +49,9 @@ def evaluate_checkpoint(path: str | Path, *, split: str = "test", batch_size: in
         task = make_task(options, tokenizer)
     except FileNotFoundError as err:
         raise ValueError(f"the run's data is gone: {err}") from None
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
-
-    def loss_and_logits(batch):
-        with torch.autocast(run_device.type, dtype=low or torch.bfloat16, enabled=low is not None):
-            out = model(**{k: v.to(run_device) for k, v in batch.items()})
+    def loss_and_logits(batch):  # as training evaluates
+        with autocast_for(options.precision, run_device):
+            out = model(**to_device(batch, run_device))
         return out.loss, out.logits
 
     with torch.no_grad():

@@ -103,7 +103,13 @@ def maybe_compile(model: nn.Module, probe: dict[str, torch.Tensor], autocast, lo
         return model
 
 
-def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+def autocast_for(precision: str, device: torch.device):
+    """The autocast context of a run's ``precision`` (bf16, fp16) on ``device``; fp32: a context that does nothing."""
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    return torch.autocast(device.type, dtype=low or torch.bfloat16, enabled=low is not None)
+
+
+def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
@@ -196,10 +202,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         run_dir.mkdir(parents=True, exist_ok=True)
         _truncate_metrics(run_dir / METRICS, after=start)
 
-    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(options.precision)
-
     def autocast():
-        return torch.autocast(device.type, dtype=low or torch.bfloat16, enabled=low is not None)
+        return autocast_for(options.precision, device)
 
     # fp16 needs loss scaling (its range ends at 65504; small gradients underflow): the scaler multiplies the loss,
     # unscales the gradients before clipping, and skips a step whose gradients overflowed, halving the scale.
@@ -212,29 +216,28 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     wrapped = dist.wrap(model, world, device)
     forward = wrapped
     if options.compile:
-        probe = _to(task.batch("train", torch.Generator().manual_seed(0), micro_batch), device)
+        probe = to_device(task.batch("train", torch.Generator().manual_seed(0), micro_batch), device)
         forward = maybe_compile(forward, probe, autocast, say)
 
     def step_gradients(local: dict[str, torch.Tensor]) -> torch.Tensor:
         """Forward and backward over this process's rows, in ``accumulate`` micro-batches; the mean loss. Each
         micro-batch's loss weighs 1/accumulate, as each process's weighs 1/world_size under DDP (for lm, where every
         row has the same number of tokens, that is exactly the loss of the whole batch)."""
-        total = None
-        for i in range(options.accumulate):
-            micro = {k: v[i * micro_batch:(i + 1) * micro_batch] for k, v in local.items()} if options.accumulate > 1 \
-                else local
+        total = 0.0
+        for i in range(options.accumulate):  # (dividing by 1, the whole batch as one slice, changes no bit)
+            micro = {k: v[i * micro_batch:(i + 1) * micro_batch] for k, v in local.items()}  # (B/k, ...) rows
             last = i == options.accumulate - 1
             sync = contextlib.nullcontext() if last or not world.active else wrapped.no_sync()  # all-reduce once
             with sync:
                 with autocast():
-                    loss = forward(**_to(micro, device)).loss
-                scaler.scale(loss / options.accumulate if options.accumulate > 1 else loss).backward()
-            total = loss.detach() if total is None else total + loss.detach()
-        return total / options.accumulate if options.accumulate > 1 else total
+                    loss = forward(**to_device(micro, device)).loss
+                scaler.scale(loss / options.accumulate).backward()
+            total = total + loss.detach()
+        return total / options.accumulate
 
     def loss_and_logits(batch):  # evaluation: the plain model, every process on the whole batch
         with autocast():
-            out = model(**_to(batch, device))
+            out = model(**to_device(batch, device))
         return out.loss, out.logits
 
     def save(step: int) -> Path | None:

@@ -27,3 +27,9 @@ def test_missing_checkpoint_exits_2(tmp_path, capsys):
     assert main(["evaluate", "--checkpoint", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("anatomy evaluate: error: checkpoint directory")
+
+
+def test_a_bad_batch_size_names_the_flag(tmp_path, capsys):
+    assert main(["evaluate", "--checkpoint", str(tmp_path), "--batch-size", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "anatomy evaluate: error: --batch-size must be a positive integer, got 0"
