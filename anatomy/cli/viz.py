@@ -184,10 +184,10 @@ def _tokens(args: argparse.Namespace, config: ModelConfig, tokenizer=None):
 
 
 def _cjk_hint(text: str) -> None:
-    from anatomy.inspection.viz import CJK_HINT, cjk_font, needs_cjk
+    from anatomy.inspection.viz import cjk_font, cjk_hint, needs_cjk
 
     if needs_cjk(text) and not cjk_font():
-        print(f"anatomy viz: hint: {CJK_HINT}", file=sys.stderr)
+        print(f"anatomy viz: hint: {cjk_hint()}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------------ commands
