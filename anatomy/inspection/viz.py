@@ -23,9 +23,9 @@ import torch
 from anatomy.inspection.figures import (  # noqa: F401 - re-exported: viz is the pictures' one public module
     CJK_HINT,
     _fonts,
-    cjk_hint,
     bi,
     cjk_font,
+    cjk_hint,
     drawable,
     figure_svg,
     is_cjk,
