@@ -9,6 +9,7 @@ from anatomy.config import PRESETS, ModelConfig
 from anatomy.inspection.trace import example_inputs, render, trace_model
 from anatomy.models import build_model
 from anatomy.shapes import LEGEND
+from anatomy.sizes import check_fits
 
 SIZE_FLAGS = {  # flag → config field
     "d_model": "d_model", "heads": "n_heads", "kv_heads": "n_kv_heads", "head_dim": "head_dim", "layers": "n_layers",
@@ -54,11 +55,14 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--checkpoint {args.checkpoint} is not a directory")
         model = load_pretrained(args.checkpoint).float().eval()
         config, source = model.config, f"checkpoint {args.checkpoint}"
+        check_fits(config, args.batch, args.seq, tgt_seq=args.tgt_seq, what="this trace", flags="--seq or --batch")
     else:
         preset = args.preset or "seed-block"
         if preset in ("bert", "gpt2", "llama", "t5", "vaswani-2017") and "vocab_size" not in overrides:
             overrides["vocab_size"] = 1000  # the shapes do not depend on it; keeps the model small
         config = ModelConfig.from_preset(preset, **overrides)
+        check_fits(config, args.batch, args.seq, tgt_seq=args.tgt_seq, what="this trace",
+                   flags="--seq or --batch (or the model's sizes)")  # before a single tensor is allocated
         model, source = build_model(config).eval(), f"preset {preset}"
     if args.seq > config.max_seq_len and config.positional == "learned":
         raise ValueError(f"--seq {args.seq} is longer than the learned positional table (max_seq_len="

@@ -23,6 +23,7 @@ import torch
 import anatomy
 from anatomy.config import PRESETS, ModelConfig
 from anatomy.models import build_model
+from anatomy.sizes import check_fits
 
 BIG_PRESETS = tuple(name for name in PRESETS if name != "seed-block")  # every published size: vocab shrunk
 DEFAULT_TEXT = "小明把球传给了小红他跑得很快"  # the post's §1.1 example sentence
@@ -127,6 +128,8 @@ def _load(args: argparse.Namespace):
     overrides = {"vocab_size": 1000} if preset in BIG_PRESETS else {}  # char ids mod V; keeps the model small
     overrides.update(_overrides(args.overrides))
     config = ModelConfig.from_preset(preset, **overrides)
+    check_fits(config, 1, max(len(getattr(args, "text", "") or ""), 1), what="this model and text",
+               flags="the key=value sizes or the length of --text")  # before the model is built
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = build_model(config).eval()
@@ -184,10 +187,10 @@ def _tokens(args: argparse.Namespace, config: ModelConfig, tokenizer=None):
 
 
 def _cjk_hint(text: str) -> None:
-    from anatomy.inspection.viz import CJK_HINT, cjk_font, needs_cjk
+    from anatomy.inspection.viz import cjk_font, cjk_hint, needs_cjk
 
     if needs_cjk(text) and not cjk_font():
-        print(f"anatomy viz: hint: {CJK_HINT}", file=sys.stderr)
+        print(f"anatomy viz: hint: {cjk_hint()}", file=sys.stderr)
 
 
 # ------------------------------------------------------------------------------------------------ commands

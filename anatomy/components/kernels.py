@@ -50,6 +50,17 @@ def _full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, devic
     return combine(mask, causal_mask(t, s, device=device) if is_causal else None)
 
 
+def scores_of(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """``q k^T * scale`` for ``q: (..., T, Dh)``, ``k: (..., S, Dh)``. float16 tops out at 65504, so half-precision
+    inputs are multiplied in float32 (as SDPA accumulates): a score of 1e5 stays finite and the softmax that follows
+    sees the true value. Other dtypes multiply as they are; autocast is held off so it cannot cast the float32 copy
+    back to float16."""
+    if q.dtype != torch.float16:
+        return torch.matmul(q, k.transpose(-2, -1)) * scale  # (..., T, S)
+    with torch.autocast(q.device.type, enabled=False):
+        return torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # (..., T, S), float32
+
+
 def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Softmax over the last dim in float32; hidden keys get exactly 0 and fully hidden rows are all 0."""
     scores = scores.to(compute_dtype(scores.dtype))
@@ -68,7 +79,7 @@ def math_attention(
     b, h, t, dh = q.shape
     s = k.shape[-2]
     k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dh)
-    scores = torch.matmul(q, k.transpose(-2, -1)) * scale  # (B, H, T, S)
+    scores = scores_of(q, k, scale)  # (B, H, T, S)
     if bias is not None:
         scores = scores + bias
     if score_hook is not None:
@@ -94,7 +105,7 @@ def loop_attention(
     outs, all_weights = [], []
     for head in range(h):
         kv_head = head // (h // hkv)
-        scores = q[:, head] @ k[:, kv_head].transpose(-2, -1) * scale  # (B, T, S)
+        scores = scores_of(q[:, head], k[:, kv_head], scale)  # (B, T, S)
         if bias is not None:
             scores = scores + bias.expand(b, h, t, s)[:, head]
         head_mask = None if full is None else full.expand(b, h, t, s)[:, head]  # (B, T, S)
@@ -109,7 +120,7 @@ def loop_attention(
     if score_hook is not None or weight_hook is not None:
         # hooks observe the stacked tensors; the loop itself is the teaching path, not an editing point
         if score_hook is not None:
-            scores_all = torch.matmul(q, repeat_kv(k, h).transpose(-2, -1)) * scale  # (B, H, T, S)
+            scores_all = scores_of(q, repeat_kv(k, h), scale)  # (B, H, T, S)
             score_hook(scores_all + bias if bias is not None else scores_all)
         if weight_hook is not None:
             weight_hook(weights)

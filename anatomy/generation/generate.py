@@ -24,6 +24,7 @@ from anatomy.generation.fast import DecodeStep, refusal
 from anatomy.generation.sampling import next_token
 from anatomy.models.common import ids_shape, key_padding, make_positions
 from anatomy.models.seq2seq import Seq2Seq
+from anatomy.sizes import check_cache_fits
 
 
 def _eos_tensor(eos_token_id: int | Sequence[int] | None, device) -> torch.Tensor | None:
@@ -63,7 +64,10 @@ def generate(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Te
     was_training = model.training
     model.eval()
     try:
-        caches = model.new_caches(capacity=(1 if seq2seq else input_ids.shape[1]) + max_new_tokens)
+        capacity = (1 if seq2seq else input_ids.shape[1]) + max_new_tokens
+        check_cache_fits(model.config, b, capacity, flags="max_new_tokens (or the batch)", device=str(input_ids.device),
+                         element_size=next(model.parameters()).element_size())  # before the buffers are reserved
+        caches = model.new_caches(capacity=capacity)
         if seq2seq:
             encoded = model.encoder(input_ids, mask)  # (B, S, D), computed once
             start = model.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id

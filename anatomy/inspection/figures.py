@@ -21,22 +21,88 @@ _CJK_FAMILIES = (
 # --------------------------------------------------------------------------------------------------- fonts
 
 
-@functools.lru_cache(maxsize=1)
-def _find_cjk_font() -> str | None:
-    from matplotlib import font_manager
+# File names of fonts known to cover CJK, for looking past matplotlib's font cache.
+_CJK_FILE_HINTS = ("wqy", "wenquanyi", "notosanscjk", "notoserifcjk", "noto-cjk", "notosanssc", "sourcehansans",
+                   "droidsansfallback", "uming", "ukai", "simhei", "msyh", "pingfang", "hiragino", "arialuni")
+_FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts", "~/.local/share/fonts", "~/.fonts",
+              "/Library/Fonts", "/System/Library/Fonts", "~/Library/Fonts", "C:/Windows/Fonts")
+_FONT_EXTENSIONS = (".ttf", ".ttc", ".otf", ".otc")
+_unloadable: list[str] = []  # CJK font files found on disk that matplotlib could not load (named in the hint)
+
+
+def _has_han(path: str) -> bool:
     from matplotlib.ft2font import FT2Font
+
+    try:
+        return bool(FT2Font(path).get_char_index(ord("中")))
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
+def _cached_cjk_font() -> str | None:
+    """A CJK family from matplotlib's font list (built once and cached on disk, so it can predate a font)."""
+    from matplotlib import font_manager
 
     entries = {f.name: f.fname for f in font_manager.fontManager.ttflist}
     candidates = [n for n in _CJK_FAMILIES if n in entries]
     candidates += sorted(n for n in entries if any(w in n for w in ("CJK", "Hei", "Han Sans", "WenQuanYi", "Ming"))
                          and n not in candidates)
-    for name in candidates:
+    return next((name for name in candidates if _has_han(entries[name])), None)
+
+
+def _font_files_on_disk() -> list[str]:
+    """CJK font files fontconfig knows (``fc-list :lang=zh``), then those in the usual font folders whose names
+    say CJK. Neither depends on matplotlib's cache."""
+    import glob
+    import shutil
+    import subprocess
+
+    files: list[str] = []
+    if shutil.which("fc-list"):
         try:
-            if FT2Font(entries[name]).get_char_index(ord("中")):
-                return name
-        except (OSError, RuntimeError, ValueError):
+            out = subprocess.run(["fc-list", ":lang=zh", "file"], capture_output=True, text=True, timeout=10).stdout
+            files += [line.split(":")[0].strip() for line in out.splitlines() if line.strip()]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    extra = [d for d in os.environ.get("ANATOMY_FONT_DIRS", "").split(os.pathsep) if d]
+    for folder in (*extra, *_FONT_DIRS):
+        for path in glob.glob(os.path.join(os.path.expanduser(folder), "**", "*"), recursive=True):
+            name = os.path.basename(path).lower().replace(" ", "").replace("_", "")
+            if name.endswith(_FONT_EXTENSIONS) and (folder in extra or any(h in name for h in _CJK_FILE_HINTS)):
+                files.append(path)
+    return [f for f in dict.fromkeys(files) if f.lower().endswith(_FONT_EXTENSIONS)]
+
+
+@functools.lru_cache(maxsize=1)
+def _find_cjk_font() -> str | None:
+    """matplotlib's cached font list first; if it has no CJK font (none installed, or one installed after the
+    cache was built), a CJK font file on disk is added to matplotlib's font manager for this process."""
+    from matplotlib import font_manager
+
+    _unloadable.clear()
+    found = _cached_cjk_font()
+    if found:
+        return found
+    for path in _font_files_on_disk():
+        if not _has_han(path):
+            _unloadable.append(path)  # a file that says CJK but FreeType cannot read, or one without Chinese glyphs
             continue
+        try:
+            font_manager.fontManager.addfont(path)
+            return font_manager.FontProperties(fname=path).get_name()
+        except (OSError, RuntimeError, ValueError):
+            _unloadable.append(path)
     return None
+
+
+def cjk_hint() -> str:
+    """What to do about Chinese labels drawn as code points: install a font, or (when one is on disk but could
+    not be loaded) say which file was seen."""
+    if _unloadable:
+        return (f"a CJK font file exists ({_unloadable[0]}) but it could not be loaded or has no Chinese glyphs, so "
+                "Chinese text is drawn as U+XXXX code points; install another, e.g. `apt-get install "
+                "fonts-wqy-microhei`")
+    return CJK_HINT
 
 
 def cjk_font() -> str | None:

@@ -25,6 +25,7 @@ from anatomy.inspection.figures import (  # noqa: F401 - re-exported: viz is the
     _fonts,
     bi,
     cjk_font,
+    cjk_hint,
     drawable,
     figure_svg,
     is_cjk,
@@ -112,7 +113,7 @@ def attention_figure(layer: LayerWeights, q_tokens: Sequence[str], k_tokens: Seq
         fig.suptitle(head + f" · max entropy log(S) = {math.log(s):.2f} nats", fontsize=12)
         notes = [note] if note else []
         if needs_cjk("".join(q_tokens) + "".join(k_tokens)) and not cjk_font():
-            notes.append(CJK_HINT)
+            notes.append(cjk_hint())
         if notes:
             fig.text(0.0, -0.01, "\n".join(notes), fontsize=8, va="top", ha="left", color="#444")
     return fig

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from anatomy.models import build_model
+from anatomy.sizes import check_fits
 from anatomy.training import checkpoint as ckpt
 from anatomy.training import distributed as dist
 from anatomy.training.options import RESUMABLE, TrainOptions
@@ -179,6 +180,9 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     config = task.model_config(model_overrides)
     if saved is not None and config != ckpt.load_config(last):
         raise ckpt.CheckpointError(f"{str(last)!r} was saved with a different model config than this run builds")
+    check_fits(config, options.batch_size // (world.world_size * options.accumulate), options.block_size,
+               training=True, what="one training step", device=str(device),
+               flags="batch_size (or accumulate=k to split it), block_size or the model's sizes")
     torch.manual_seed(options.seed)
     model = build_model(config).to(device)
     optimizer = make_optimizer(model, options, device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 import xml.etree.ElementTree as ET
 
@@ -65,7 +66,11 @@ def test_attention_figure_png_grid_of_heads_with_entropy(layer, tmp_path):
     entropy = weights.entropy(0)
     for ax, h in zip(heads, range(4)):
         assert f"entropy {entropy[h]:.2f} nats" in ax.get_title()
-        assert [t.get_text() for t in ax.get_yticklabels()] == tokens
+        labels = [t.get_text() for t in ax.get_yticklabels()]
+        if viz.cjk_font():  # each branch asserted where it applies: Chinese characters, or their code points
+            assert labels == tokens
+        else:
+            assert labels == [f"U+{ord(c):04X}" for c in tokens] and not any(viz.needs_cjk(t) for t in labels)
     size = _png_ok(viz.save_figure(fig, tmp_path / "attention.png"))
     assert size[0] > size[1]  # a row of four heads
 
@@ -200,3 +205,97 @@ def test_fill_value_table_is_computed():
     assert leak32 == pytest.approx(expected, rel=0.05)
     text = viz.format_table(viz.fill_value_table())
     assert text.splitlines()[0].split()[:2] == ["fill", "dtype"] and "overflow" in text
+
+
+# ------------------------------------------------------------------ a CJK font installed after the font cache
+
+
+def _a_cjk_font_file() -> str:
+    from anatomy.inspection import figures
+
+    files = [f for f in figures._font_files_on_disk() if figures._has_han(f)]
+    if not files:
+        pytest.skip("no CJK font file on this machine (apt-get install fonts-wqy-microhei): the code-point "
+                    "fallback is tested by test_without_a_cjk_font_one_hint_and_code_points_not_boxes")
+    return files[0]
+
+
+STALE_CACHE = """
+import json, glob, os, sys
+from matplotlib import font_manager
+from anatomy.inspection import figures
+# the cache on disk now predates the font: drop every font with Chinese glyphs from it
+path = glob.glob(os.path.join(os.environ["MPLCONFIGDIR"], "fontlist-*.json"))[0]
+data = json.load(open(path))
+data["ttflist"] = [f for f in data["ttflist"] if not figures._has_han(f["fname"])]
+json.dump(data, open(path, "w"))
+print(len(data["ttflist"]))
+"""
+
+USE_IT = """
+import warnings
+from anatomy.inspection import figures, viz
+assert figures._cached_cjk_font() is None, "the cache still lists a CJK font: the test set-up failed"
+name = viz.cjk_font()
+with warnings.catch_warnings(record=True) as record:
+    warnings.simplefilter("always")
+    with viz._fonts():  # as every picture draws its text
+        fig = viz.new_figure(figsize=(2, 1))
+        fig.text(0.1, 0.5, "小明 " + viz.bi("weight", "权重"))
+    viz.save_figure(fig, "out.png")
+print(name, sum("missing from font" in str(w.message) for w in record))
+"""
+
+
+def test_a_cjk_font_missing_from_a_stale_matplotlib_cache_is_found_and_used(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    _a_cjk_font_file()
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    kept = subprocess.run([sys.executable, "-c", STALE_CACHE], env=env, capture_output=True, text=True, check=True)
+    assert int(kept.stdout) > 0  # the Latin fonts stay cached
+    run = subprocess.run([sys.executable, "-c", USE_IT], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    name, missing = run.stdout.split()[:-1], int(run.stdout.split()[-1])
+    assert name and name != ["None"] and missing == 0  # found past the cache, and every glyph drawn
+
+
+def test_a_font_folder_is_searched_when_neither_cache_nor_fontconfig_know_the_font(tmp_path, monkeypatch):
+    import shutil
+
+    from anatomy.inspection import figures
+
+    source = _a_cjk_font_file()
+    fresh = tmp_path / "fonts"
+    fresh.mkdir()
+    shutil.copy(source, fresh / ("installed-later" + os.path.splitext(source)[1]))
+    monkeypatch.setattr(figures, "_cached_cjk_font", lambda: None)
+    monkeypatch.setattr(figures, "_FONT_DIRS", ())
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # no fc-list
+    monkeypatch.setenv("ANATOMY_FONT_DIRS", str(fresh))
+    figures._find_cjk_font.cache_clear()
+    try:
+        assert figures.cjk_font() is not None and figures.cjk_hint() == figures.CJK_HINT
+    finally:
+        figures._find_cjk_font.cache_clear()
+
+
+def test_the_hint_names_a_cjk_font_file_that_cannot_be_loaded(tmp_path, monkeypatch):
+    import shutil
+
+    from anatomy.inspection import figures
+
+    (tmp_path / "wqy-microhei.ttc").write_bytes(b"not a font")
+    monkeypatch.setattr(figures, "_cached_cjk_font", lambda: None)
+    monkeypatch.setattr(figures, "_FONT_DIRS", (str(tmp_path),))
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv("ANATOMY_FONT_DIRS", raising=False)
+    figures._find_cjk_font.cache_clear()
+    try:
+        assert figures.cjk_font() is None
+        hint = figures.cjk_hint()
+        assert "wqy-microhei.ttc" in hint and "could not be loaded" in hint and "fonts-wqy-microhei" in hint
+    finally:
+        figures._find_cjk_font.cache_clear()
