@@ -174,13 +174,22 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
         tokenizer = load_tokenizer(last)
 
+    init = None
+    if options.init_from:  # fine-tuning: the checkpoint fixes tokenizer and architecture (training/finetune.py)
+        from anatomy.training import finetune
+
+        init = finetune.resumed_start(last, tokenizer, options) if saved else finetune.load_start(options.init_from)
+        tokenizer = init.tokenizer
+
     # ---- data, model, optimizer ---------------------------------------------------------------------------
     task = make_task(options, tokenizer)
-    config = task.model_config(model_overrides)
+    config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
     if saved is not None and config != ckpt.load_config(last):
         raise ckpt.CheckpointError(f"{str(last)!r} was saved with a different model config than this run builds")
     torch.manual_seed(options.seed)
     model = build_model(config).to(device)
+    if init is not None and init.state is not None:
+        init.load_into(model, task, say)
     optimizer = make_optimizer(model, options, device)
     data_generator = torch.Generator().manual_seed(options.seed)
     start, best_val, evals_since_best = 0, math.inf, 0
@@ -254,6 +263,13 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         return path
 
     last_saved = last
+    init_val = None
+    if init is not None and init.state is not None:  # fine-tuning: the val loss before the first step
+        model.eval()
+        with torch.no_grad():
+            init_val = float(task.evaluate(loss_and_logits, "val", options.batch_size)["loss"])
+        model.train()
+        say(f"step 0 (init_from, before fine-tuning): val loss {init_val:.4f}")
     say(f"training {config.architecture} ({sum(p.numel() for p in model.parameters()):,} parameters) on "
         f"{task.name}, {options.steps} steps, global batch {options.batch_size} x {world.world_size} process(es), "
         f"{device}, {options.precision}")
@@ -361,6 +377,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     with torch.no_grad():
         test = {k: float(v) for k, v in task.evaluate(loss_and_logits, "test", options.batch_size).items()}
     summary = {"steps": final_step, "best_val_loss": best_val, **{f"test_{k}": v for k, v in test.items()}}
+    if init_val is not None:
+        summary["init_val_loss"] = init_val  # fine-tuning: the checkpoint's val loss before the first step
     if task.name == "classify" and options.baselines and world.is_main:
         summary["baselines_test_accuracy"] = task.baselines()
     if world.is_main:
