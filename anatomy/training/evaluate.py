@@ -98,7 +98,10 @@ def evaluate_file(path: str | Path, file: str | Path, *, block: int | None = Non
     block = config.max_seq_len if block is None else block
     if not 2 <= block <= config.max_seq_len:
         raise ValueError(f"--block must be between 2 and the model's max_seq_len={config.max_seq_len}, got {block}")
-    ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    try:
+        ids = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    except ValueError as err:  # characters a character tokenizer does not know: named
+        raise ValueError(f"--file {file}: {err}") from None
     if len(ids) < 2:
         raise ValueError(f"--file {str(file)!r} encodes to {len(ids)} token(s); scoring needs at least 2")
     if int(ids.max()) >= config.vocab_size:
