@@ -50,19 +50,24 @@ class Start:
     tokenizer: Any
     label_names: tuple[str, ...] | None = None
 
-    def config_for(self, task, options, model_overrides: dict[str, Any]) -> ModelConfig:
-        """The run's ``ModelConfig``: the checkpoint's, with the free fields and the task's label count."""
+    def check(self, options, model_overrides: dict[str, Any]) -> None:
+        """Refuse, by name, what this checkpoint cannot do (before any data is read)."""
         check_overrides(model_overrides, self.config, self.source)
         config = self.config
-        allowed = TASKS.get(task.name)
+        allowed = TASKS.get(options.task)
         if allowed is None:
-            raise ValueError(f"init_from supports task=lm and task=classify, got task={task.name}")
+            raise ValueError(f"init_from supports task=lm and task=classify, got task={options.task}")
         if config.architecture not in allowed:
-            raise ValueError(f"init_from={self.source}: task={task.name} needs a checkpoint of architecture "
+            raise ValueError(f"init_from={self.source}: task={options.task} needs a checkpoint of architecture "
                              f"{' or '.join(allowed)}; it holds a {config.architecture} model")
         if options.block_size > config.max_seq_len:
             raise ValueError(f"block_size={options.block_size} is longer than the checkpoint's max_seq_len="
                              f"{config.max_seq_len} (init_from={self.source})")
+
+    def config_for(self, task, options, model_overrides: dict[str, Any]) -> ModelConfig:
+        """The run's ``ModelConfig``: the checkpoint's, with the free fields and the task's label count."""
+        self.check(options, model_overrides)
+        config = self.config
         if task.name == "classify":
             config = config.replace(architecture="classifier", num_labels=task.num_labels)
         return config.replace(**{k: v for k, v in model_overrides.items() if k in FREE_MODEL_FIELDS})

@@ -180,6 +180,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
         init = finetune.resumed_start(last, tokenizer, options) if saved else finetune.load_start(options.init_from)
         tokenizer = init.tokenizer
+        init.check(options, model_overrides)
 
     # ---- data, model, optimizer ---------------------------------------------------------------------------
     task = make_task(options, tokenizer)
