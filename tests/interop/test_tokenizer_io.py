@@ -192,3 +192,17 @@ def test_evaluate_file_on_a_converted_model_is_transformers_own_loss(hf_dir, tmp
     assert result["tokens"] == len(ids) < 64 and result["predicted"] == len(ids) - 1
     assert result["loss"] == pytest.approx(hf_loss, abs=1e-5)
     assert result["perplexity"] == pytest.approx(torch.tensor(hf_loss).exp().item(), rel=1e-5)
+
+
+def test_gpt2s_original_files_convert_and_generate(hf_dir, tmp_path, capsys):
+    """An HF directory with vocab.json + merges.txt only: convert keeps that tokenizer, generate decodes with it."""
+    d = tmp_path / "old"
+    d.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(hf_dir / name, d / name)
+    byte_bpe().model.save(str(d))
+    assert main(["convert", "--from-hf", str(d), "--out", str(tmp_path / "o")]) == 0
+    assert "tokenizer: GPT2Tokenizer (298 tokens" in capsys.readouterr().out
+    assert main(["generate", "--checkpoint", str(tmp_path / "o"), "--prompt", "the quick", "--greedy",
+                 "--max-new-tokens", "6"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == _greedy_hf(hf_dir, "the quick", 6)
