@@ -55,9 +55,10 @@ class HFTokenizer:
     kind = "hf"
 
     def __init__(self, tokenizer, *, specials: dict[str, str | None] | None = None,
-                 tokenizer_class: str = "PreTrainedTokenizerFast") -> None:
+                 tokenizer_class: str = "PreTrainedTokenizerFast", extra: dict | None = None) -> None:
         self.tokenizer = tokenizer
         self.tokenizer_class = tokenizer_class
+        self.extra = dict(extra or {})  # the rest of the source's tokenizer_config.json (cls_token, chat_template...)
         self.specials = {role: None for role in ROLES}
         for role, token in (specials or {}).items():
             if role not in ROLES:
@@ -102,7 +103,7 @@ class HFTokenizer:
 
     def config_json(self) -> dict:
         """tokenizer_config.json as transformers reads it (``AutoTokenizer.from_pretrained(dir)``)."""
-        return {"tokenizer_class": self.tokenizer_class, **self.specials, "backend": "tokenizers"}
+        return {**self.extra, "tokenizer_class": self.tokenizer_class, **self.specials, "backend": "tokenizers"}
 
     def save(self, directory: str | Path) -> Path:
         d = Path(directory)
@@ -132,7 +133,9 @@ class HFTokenizer:
         else:
             raise ValueError(f"no tokenizer in {str(d)!r} (expected {FILE}, or {VOCAB_FILE} + {MERGES_FILE})")
         specials, klass = _specials(d, tok)
-        return cls(tok, specials=specials, tokenizer_class=klass)
+        extra = _read_json(d / CONFIG_FILE) if (d / CONFIG_FILE).is_file() else {}
+        return cls(tok, specials=specials, tokenizer_class=klass,
+                   extra={k: v for k, v in extra.items() if k not in ROLES and k != "tokenizer_class"})
 
 
 def _gpt2_from_files(d: Path):

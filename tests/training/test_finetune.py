@@ -183,3 +183,40 @@ def test_classify_gets_a_new_head_for_a_new_label_set(tmp_path, capsys):
     model, said = build_model(start.config_for(task, options, {})), []
     start.load_into(model, task, said.append)
     assert len(said) == 1 and torch.equal(model.classifier.weight, trained.classifier.weight)
+
+
+def test_classify_from_an_hf_bert_encoder(tmp_path, capsys):
+    """A Hugging Face BertModel directory with a WordPiece tokenizer ([CLS] ... [SEP]): the run keeps that tokenizer,
+    adds a head (said in the log), and predict/--to-hf carry the tokenizer on, cls_token included."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(["good bad fine awful great poor film number"] * 10 + [str(i) for i in range(60)],
+                            trainer=trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials,
+                                                              show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[
+        ("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    hf = tmp_path / "bert"
+    transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]").save_pretrained(hf)
+    torch.manual_seed(0)
+    transformers.BertModel(transformers.BertConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, max_position_embeddings=32)).save_pretrained(hf)
+    data = _tsv(tmp_path / "three.tsv", 3)
+    assert main(["train", "task=classify", f"dataset={data}", f"init_from={hf}", "steps=2", "batch_size=4",
+                 "block_size=16", "eval_every=2", "eval_batches=1", "progress=false", "plot=false",
+                 "--out", str(tmp_path / "run")]) == 0
+    log = capsys.readouterr().err
+    assert f"init_from {hf}: BertModel weights and tokenizer (HFTokenizer, {tok.get_vocab_size()} tokens)" in log
+    assert (f"init_from {hf}: a new classification head (classifier.bias, classifier.weight, random init) for 3 "
+            "labels (0, 1, 2); the checkpoint has no classification head") in log
+    assert main(["predict", "--checkpoint", str(tmp_path / "run"), "--text", "good film", "--format", "json"]) == 0
+    probs = json.loads(capsys.readouterr().out)[0]["probabilities"]
+    assert set(probs) == {"0", "1", "2"} and sum(probs.values()) == pytest.approx(1.0)
+    last = next((tmp_path / "run" / "checkpoints").iterdir())
+    assert json.loads((last / "tokenizer_config.json").read_text())["cls_token"] == "[CLS]"
