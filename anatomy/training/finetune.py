@@ -98,6 +98,16 @@ class Start:
             say(f"init_from {self.source}: a new classification head ({', '.join(sorted(result.missing_keys))}, "
                 f"random init) for {task.num_labels} labels ({', '.join(task.label_names)}); the checkpoint {had}")
 
+    @staticmethod
+    def val_before(model: nn.Module, task, loss_and_logits, batch_size: int, say) -> float:
+        """The val loss of the loaded weights before the first step (logged as step 0), as training evaluates."""
+        model.eval()
+        with torch.no_grad():
+            loss = float(task.evaluate(loss_and_logits, "val", batch_size)["loss"])
+        model.train()
+        say(f"step 0 (init_from, before fine-tuning): val loss {loss:.4f}")
+        return loss
+
 
 def check_overrides(model_overrides: dict[str, Any], config: ModelConfig, source: str) -> None:
     """Refuse, by name, a model field that would change the checkpoint's architecture (the same value is fine)."""

@@ -264,13 +264,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         return path
 
     last_saved = last
-    init_val = None
-    if init is not None and init.state is not None:  # fine-tuning: the val loss before the first step
-        model.eval()
-        with torch.no_grad():
-            init_val = float(task.evaluate(loss_and_logits, "val", options.batch_size)["loss"])
-        model.train()
-        say(f"step 0 (init_from, before fine-tuning): val loss {init_val:.4f}")
+    init_val = init.val_before(model, task, loss_and_logits, options.batch_size, say) if init and init.state else None
     say(f"training {config.architecture} ({sum(p.numel() for p in model.parameters()):,} parameters) on "
         f"{task.name}, {options.steps} steps, global batch {options.batch_size} x {world.world_size} process(es), "
         f"{device}, {options.precision}")
