@@ -62,3 +62,42 @@ def test_readme_starts_with_the_two_commands_ci_runs():
     test_command = first_two[1].strip()
     assert test_command.endswith("python -m pytest -q") and test_command.startswith("pip install torch==2.13.0")
     assert test_command in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+
+
+def _report_minutes() -> dict[str, str]:
+    """The report's run-time figure where a newcomer reads it: both READMEs and `anatomy report --help`."""
+    import argparse
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    help_text = sub.choices["report"].format_help()
+    found = {"README.md": re.findall(r"in about (\d+(?:-\d+)?) minutes on 2 CPU\s+cores", (ROOT / "README.md")
+                                     .read_text(encoding="utf-8")),
+             "README.zh.md": re.findall(r"2 核 CPU 上大约 (\d+(?:-\d+)?) 分钟", (ROOT / "README.zh.md")
+                                        .read_text(encoding="utf-8")),
+             "anatomy report --help": re.findall(r"about (\d+(?:-\d+)?) minutes on 2\s+cores", help_text)}
+    return {where: figures[0] if len(figures) == 1 else repr(figures) for where, figures in found.items()}
+
+
+def test_one_report_run_time_figure_everywhere():
+    figures = _report_minutes()
+    assert len(set(figures.values())) == 1 and re.fullmatch(r"\d+(-\d+)?", figures["README.md"]), figures
+
+
+@pytest.mark.parametrize("name", READMES)
+def test_readmes_say_how_to_get_cpu_torch_and_the_system_packages_tests_need(name):
+    text = (ROOT / name).read_text(encoding="utf-8")
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    assert "apt-get install chromium fonts-wqy-microhei" in text
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "chromium" in ci and "fonts-wqy-microhei" in ci  # what the README asks for is what CI installs
+
+
+def test_skipped_tests_say_why_in_the_summary():
+    """A skipped browser or font test prints its reason (which package to install) in pytest's short summary."""
+    addopts = re.search(r'^addopts = "(.*)"$', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
+    flags = "".join(word[2:] for word in addopts.split() if word.startswith("-r"))
+    assert "a" in flags or "s" in flags, addopts
+    page = (ROOT / "tests" / "inspection" / "test_page.py").read_text(encoding="utf-8")
+    figures = (ROOT / "tests" / "inspection" / "test_figures.py").read_text(encoding="utf-8")
+    assert "apt-get install chromium" in page and "apt-get install fonts-wqy-microhei" in figures

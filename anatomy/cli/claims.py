@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="report", help="output directory (default ./report)")
-    p.add_argument("--preset", choices=PRESETS, default="quick", help="default quick (about 15 minutes on 2 cores)")
+    p.add_argument("--preset", choices=PRESETS, default="quick", help="default quick (about 4-5 minutes on 2 cores)")
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
 

@@ -3,6 +3,11 @@
     anatomy convert --from-hf HF_DIR --out DIR [--verify]     HF config.json + safetensors → ours
     anatomy convert --to-hf DIR --out HF_DIR [--verify]       ours → HF (needs transformers)
 
+The tokenizer travels with the weights both ways (anatomy.interop.tokenizer_io): HF's ``tokenizer.json`` (or
+GPT-2's ``vocab.json`` + ``merges.txt``) is copied into the checkpoint as ``tokenizer.json`` +
+``tokenizer_config.json``, which ``generate``, ``evaluate``, ``predict``, ``viz`` and ``trace`` then use; ``--to-hf``
+writes it back in the files ``AutoTokenizer.from_pretrained`` reads.
+
 ``--verify`` loads both models (the HF one with ``transformers``), runs the same token ids through them in float32
 and bfloat16, and prints max and mean |diff| at every layer (anatomy.interop.error_budget). Exit 0 when the float32
 output agrees within ``--tol``, 1 when it does not or a checkpoint cannot be read, 2 on bad usage.
@@ -38,10 +43,30 @@ def _transformers():
     return transformers
 
 
+def has_tokenizer(directory: Path) -> bool:
+    from anatomy.data.tokenizers import FILE
+    from anatomy.data.tokenizers_hf import has_tokenizer as has_hf_files
+
+    return (directory / FILE).is_file() or has_hf_files(directory)
+
+
+def _say_tokenizer(tokenizer, source: Path, out: Path, write) -> None:
+    """Write the tokenizer (when the source has one) and say so; without one, say what that means."""
+    from anatomy.interop.tokenizer_io import describe
+
+    if tokenizer is None:
+        print(f"tokenizer: none in {source} (no tokenizer.json, vocab.json + merges.txt); commands that read "
+              f"{out} will need token ids")
+        return
+    write()
+    print(f"tokenizer: {describe(tokenizer)} -> {out / 'tokenizer.json'}")
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from anatomy.interop import hf
+    from anatomy.data.tokenizers import load_tokenizer
+    from anatomy.interop import hf, tokenizer_io
     from anatomy.interop.error_budget import error_budget, render
     from anatomy.interop.safetensors_io import FORMAT, load_pretrained, read_config, read_tensors, save_pretrained
 
@@ -63,16 +88,22 @@ def run(args: argparse.Namespace) -> int:
             arch = hf.arch_of(config)
             ours = hf.model_from_checkpoint(config, read_tensors(source), source=str(source),
                                             rope_layout=args.rope_layout).eval()
+            tokenizer = tokenizer_io.read_hf_tokenizer(source)  # read and checked before anything is written
+            if tokenizer is not None:
+                tokenizer_io.check_fits(tokenizer, ours.config.vocab_size, source=str(source))
             save_pretrained(ours, out)
             print(f"converted {arch} {source} -> anatomy {type(ours).__name__} {out}")
+            _say_tokenizer(tokenizer, source, out, lambda: tokenizer.save(out))
             if args.verify:
                 theirs = getattr(tf, arch).from_pretrained(str(source), dtype=torch.float32, local_files_only=True)
         else:
             ours = load_pretrained(source)
             theirs = hf.to_hf(ours).eval()
             arch = type(theirs).__name__
+            tokenizer = load_tokenizer(source) if has_tokenizer(source) else None
             theirs.save_pretrained(str(out))
             print(f"converted anatomy {type(ours).__name__} {source} -> {arch} {out}")
+            _say_tokenizer(tokenizer, source, out, lambda: tokenizer_io.write_hf_tokenizer(tokenizer, out))
     except hf.CheckpointError as err:
         print(f"anatomy convert: error: {err}", file=sys.stderr)
         return 1

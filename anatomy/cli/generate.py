@@ -74,7 +74,8 @@ def run_generate(args: argparse.Namespace) -> int:
     generator = torch.Generator().manual_seed(args.seed)
     prompt_ids = tokenizer.encode(args.prompt)  # names any character outside the vocabulary
     if arch == "seq2seq":
-        src = torch.tensor([prompt_ids + [tokenizer.eos_id]])
+        eos = tokenizer.eos_id  # an HF tokenizer may append it itself (T5's post-processor does)
+        src = torch.tensor([prompt_ids + ([eos] if eos is not None and prompt_ids[-1:] != [eos] else [])])
         if src.shape[1] > model.config.max_seq_len:
             raise UsageError(f"--prompt is {src.shape[1]} tokens with <eos>; this model reads at most "
                              f"{model.config.max_seq_len}")

@@ -23,6 +23,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, help=f"model preset ({', '.join(PRESETS)}); default seed-block")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="trace a saved model (config.json + model.safetensors, ours or a supported HF directory)")
+    p.add_argument("--text", default=None,
+                   help="with --checkpoint: trace this text, encoded by the checkpoint's own tokenizer (B=1, T=tokens)")
     p.add_argument("--batch", type=int, default=2, help="batch size B (default 2)")
     p.add_argument("--seq", type=int, default=10, help="sequence length T (default 10)")
     p.add_argument("--tgt-seq", type=int, default=None, help="decoder length for seq2seq models (default --seq)")
@@ -56,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         model = load_pretrained(args.checkpoint).float().eval()
         config, source = model.config, f"checkpoint {args.checkpoint}"
         check_fits(config, args.batch, args.seq, tgt_seq=args.tgt_seq, what="this trace", flags="--seq or --batch")
+    elif args.text is not None:
+        raise ValueError("--text needs --checkpoint: a preset has no tokenizer (use --batch and --seq)")
     else:
         preset = args.preset or "seed-block"
         if preset in ("bert", "gpt2", "llama", "t5", "vaswani-2017") and "vocab_size" not in overrides:
@@ -67,7 +71,11 @@ def run(args: argparse.Namespace) -> int:
     if args.seq > config.max_seq_len and config.positional == "learned":
         raise ValueError(f"--seq {args.seq} is longer than the learned positional table (max_seq_len="
                          f"{config.max_seq_len})")
-    rows = trace_model(model, example_inputs(model, args.batch, args.seq, tgt_seq=args.tgt_seq))
+    inputs = example_inputs(model, args.batch, args.seq, tgt_seq=args.tgt_seq)
+    if args.text is not None:
+        inputs, note = _text_inputs(args.checkpoint, args.text, config)
+        source += f", {note}"
+    rows = trace_model(model, inputs)
     title = (f"anatomy trace · {source} · {config.architecture}, D={config.d_model}, "
              f"H={config.n_heads}, Dh={config.dh}, layers={config.n_layers}, norm={config.norm_position}")
     print(render(rows, args.format, title=title))
@@ -75,3 +83,23 @@ def run(args: argparse.Namespace) -> int:
         print("\nlegend: " + ", ".join(f"{k} {v}" for k, v in LEGEND.items()))
         print("Scores and weights come from the math kernel: asking for them switches kernel 'auto' off SDPA.")
     return 0
+
+
+def _text_inputs(checkpoint: str, text: str, config: ModelConfig):
+    """``({"input_ids": (1, T)}, note)``: ``text`` through the checkpoint's tokenizer."""
+    import torch
+
+    from anatomy.data.tokenizers import load_tokenizer
+
+    if not text:
+        raise ValueError("--text must be a non-empty string")
+    try:
+        ids = load_tokenizer(checkpoint).encode(text)
+    except ValueError as err:  # no tokenizer there, or characters it does not know: named
+        raise ValueError(f"--text: {err}") from None
+    if not ids or len(ids) > config.max_seq_len:
+        raise ValueError(f"--text gives {len(ids)} tokens; this model reads 1 to max_seq_len={config.max_seq_len}")
+    inputs = {"input_ids": torch.tensor([ids])}  # (1, T)
+    if config.architecture == "seq2seq":
+        inputs["decoder_input_ids"] = inputs["input_ids"]
+    return inputs, f"text of {len(ids)} tokens (the checkpoint's tokenizer)"

@@ -110,7 +110,7 @@ def _written(path: str, write) -> None:
 def _load(args: argparse.Namespace):
     """(model in eval mode, config, a note on where the weights come from, the checkpoint's tokenizer or None)."""
     if args.checkpoint:
-        from anatomy.data.tokenizers import FILE, load_tokenizer
+        from anatomy.data.tokenizers import FILE, has_hf_tokenizer, load_tokenizer
         from anatomy.training.checkpoint import CheckpointError, resolve
 
         if args.preset or args.overrides:
@@ -122,7 +122,7 @@ def _load(args: argparse.Namespace):
         except CheckpointError as err:
             raise ValueError(f"--checkpoint: {err}") from None
         model = anatomy.load_pretrained(ckpt)
-        tokenizer = load_tokenizer(ckpt) if (ckpt / FILE).is_file() else None
+        tokenizer = load_tokenizer(ckpt) if (ckpt / FILE).is_file() or has_hf_tokenizer(ckpt) else None
         return model.eval(), model.config, f"weights from {ckpt}", tokenizer
     preset = args.preset or "seed-block"
     overrides = {"vocab_size": 1000} if preset in BIG_PRESETS else {}  # char ids mod V; keeps the model small

@@ -1,4 +1,5 @@
-"""Two tokenizers with one small interface: characters, and byte-level BPE trained offline with HF ``tokenizers``.
+"""Two tokenizers with one small interface: characters, and byte-level BPE trained offline with HF ``tokenizers``;
+a third, ``HFTokenizer`` (``tokenizers_hf.py``), holds any Hugging Face tokenizer a converted model came with.
 
 Both reserve ``<pad>`` = 0 (also the seq2seq decoder's start token) and ``<eos>`` = 1, and both are saved beside
 a checkpoint as ``tokenizer.json``: the BPE one in Hugging Face's own format (``tokenizers.Tokenizer.from_file``
@@ -14,6 +15,10 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+
+from anatomy.data.tokenizers_hf import CONFIG_FILE as HF_CONFIG_FILE
+from anatomy.data.tokenizers_hf import HFTokenizer
+from anatomy.data.tokenizers_hf import has_tokenizer as has_hf_tokenizer
 
 SPECIALS = ("<pad>", "<eos>")
 PAD_ID, EOS_ID = 0, 1
@@ -139,26 +144,39 @@ class BPETokenizer:
         return path
 
 
-Tokenizer = CharTokenizer | BPETokenizer
+Tokenizer = CharTokenizer | BPETokenizer | HFTokenizer
 
 
 def encode_many(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
-    if isinstance(tokenizer, BPETokenizer):
+    if isinstance(tokenizer, (BPETokenizer, HFTokenizer)):
         return tokenizer.encode_batch(texts)
     return [tokenizer.encode(t) for t in texts]
 
 
 def load_tokenizer(directory: str | Path) -> Tokenizer:
-    """The tokenizer saved in ``directory/tokenizer.json`` (either kind)."""
-    path = Path(directory) / FILE
+    """The tokenizer saved in ``directory``: ours (``tokenizer.json``, either kind), or any Hugging Face tokenizer
+    (``tokenizer.json`` + ``tokenizer_config.json``, or GPT-2's ``vocab.json`` + ``merges.txt``: ``HFTokenizer``)."""
+    d = Path(directory)
+    path = d / FILE
     if not path.is_file():
-        raise ValueError(f"no {FILE} in {str(directory)!r}")
+        if has_hf_tokenizer(d):
+            return HFTokenizer.from_directory(d)
+        raise ValueError(f"no {FILE} in {str(directory)!r} (a model converted with `anatomy convert --from-hf DIR` "
+                         "keeps DIR's tokenizer when DIR holds one)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"{str(path)!r} is not a JSON tokenizer file: {err}") from None
     if data.get("anatomy_tokenizer") == "char":
         return CharTokenizer(data["vocab"], unk=bool(data.get("unk")))
-    from tokenizers import Tokenizer as HFTokenizer
+    if (d / HF_CONFIG_FILE).is_file():
+        return HFTokenizer.from_directory(d)
+    from tokenizers import Tokenizer as HFTokenizerFile
 
-    return BPETokenizer(HFTokenizer.from_file(str(path)))
+    try:
+        tok = HFTokenizerFile.from_file(str(path))
+    except Exception as err:  # tokenizers raises its own Exception type on a malformed file
+        raise ValueError(f"{str(path)!r} is not a Hugging Face tokenizer file: {err}") from None
+    if all(tok.token_to_id(s) == i for i, s in enumerate(SPECIALS)):
+        return BPETokenizer(tok)
+    return HFTokenizer.from_directory(d)  # a foreign tokenizer without a config: its specials from config.json

@@ -175,9 +175,17 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
         tokenizer = load_tokenizer(last)
 
+    init = None
+    if options.init_from:  # fine-tuning: the checkpoint fixes tokenizer and architecture (training/finetune.py)
+        from anatomy.training import finetune
+
+        init = finetune.resumed_start(last, tokenizer, options) if saved else finetune.load_start(options.init_from)
+        tokenizer = init.tokenizer
+        init.check(options, model_overrides)
+
     # ---- data, model, optimizer ---------------------------------------------------------------------------
     task = make_task(options, tokenizer)
-    config = task.model_config(model_overrides)
+    config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
     if saved is not None and config != ckpt.load_config(last):
         raise ckpt.CheckpointError(f"{str(last)!r} was saved with a different model config than this run builds")
     check_fits(config, options.batch_size // (world.world_size * options.accumulate), options.block_size,
@@ -185,6 +193,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
                flags="batch_size (or accumulate=k to split it), block_size or the model's sizes")
     torch.manual_seed(options.seed)
     model = build_model(config).to(device)
+    if init is not None and init.state is not None:
+        init.load_into(model, task, say)
     optimizer = make_optimizer(model, options, device)
     data_generator = torch.Generator().manual_seed(options.seed)
     start, best_val, evals_since_best = 0, math.inf, 0
@@ -258,6 +268,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
         return path
 
     last_saved = last
+    init_val = init.val_before(model, task, loss_and_logits, options.batch_size, say) if init and init.state else None
     say(f"training {config.architecture} ({sum(p.numel() for p in model.parameters()):,} parameters) on "
         f"{task.name}, {options.steps} steps, global batch {options.batch_size} x {world.world_size} process(es), "
         f"{device}, {options.precision}")
@@ -365,6 +376,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     with torch.no_grad():
         test = {k: float(v) for k, v in task.evaluate(loss_and_logits, "test", options.batch_size).items()}
     summary = {"steps": final_step, "best_val_loss": best_val, **{f"test_{k}": v for k, v in test.items()}}
+    if init_val is not None:
+        summary["init_val_loss"] = init_val  # fine-tuning: the checkpoint's val loss before the first step
     if task.name == "classify" and options.baselines and world.is_main:
         summary["baselines_test_accuracy"] = task.baselines()
     if world.is_main:

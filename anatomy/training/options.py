@@ -38,6 +38,7 @@ class TrainOptions:
     tokenizer: str = "char"
     bpe_vocab: int = 2000
     data_seed: int = 0  # the train/val/test split; independent of ``seed``
+    init_from: str | None = None  # fine-tune a checkpoint (ours or HF): its tokenizer and architecture (finetune.py)
     # optimisation
     steps: int = 1000
     batch_size: int = 12  # the global batch: divided among torchrun's processes
@@ -182,6 +183,11 @@ def resolve(preset: str | None, overrides: dict[str, Any]) -> tuple[TrainOptions
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(sorted(PRESETS))}")
         values.update(PRESETS[preset])
+    if overrides.get("init_from"):  # fine-tuning: the checkpoint, not the preset, fixes model and tokenizer
+        from anatomy.training.finetune import FIXED_OPTIONS, check_options
+
+        check_options(overrides)
+        values = {k: v for k, v in values.items() if k not in MODEL_FIELDS and k not in FIXED_OPTIONS}
     values.update(overrides)
     options = TrainOptions(**{k: v for k, v in values.items() if k in OPTION_FIELDS})
     model = {k: v for k, v in values.items() if k in MODEL_FIELDS}
