@@ -80,7 +80,10 @@ def config_from_hf(hf_config: Any, arch: str | None = None) -> ModelConfig:
 # ================================================================================================ HF → ours
 
 def _normalize(tensors: dict[str, torch.Tensor], fam: Family, arch: str) -> dict[str, torch.Tensor]:
-    """Checkpoints saved from the headless class (``GPT2Model``: ``h.0...``) get the head class's prefix."""
+    """Checkpoints saved from the headless class (``GPT2Model``: ``h.0...``) get the head class's prefix; older key
+    spellings the family names (``Family.renames``) get today's."""
+    for pattern, replacement in fam.renames:
+        tensors = {re.sub(pattern, replacement, k): v for k, v in tensors.items()}
     prefix = fam.base_prefix.get(arch)
     if not prefix or any(k.startswith(prefix) for k in tensors):
         return tensors

@@ -215,6 +215,7 @@ class Family:
     base_prefix: dict[str, str]  # arch → prefix that headless checkpoints (GPT2Model, ...) lack
     buffers: tuple[str, ...] = ()  # regexes of checkpoint keys that are buffers, not weights
     requires: dict[str, tuple] = field(default_factory=dict)  # ModelConfig fields to_hf needs
+    renames: tuple[tuple[str, str], ...] = ()  # (regex, replacement): older checkpoint key spellings, read only
 
 
 _PRE_DECODER = dict(norm_position=("pre",), scale_embeddings=(False,), embedding_norm=(False,),
@@ -281,7 +282,8 @@ FAMILIES = {
         _needs(**{**_PRE_DECODER, **_ROPE_SCALED, "architecture": ("decoder_lm",), "positional": ("rope",),
                   "norm": ("layernorm",), "activation": tuple(_ACT_TO_HF), "fused_qkv": (True,), "bias": (True,),
                   "attn_scale": (None,), "qk_norm": (False,), "sliding_window": (None,), "rope_fraction": None,
-                  "parallel_residual": (False, True)})),
+                  "parallel_residual": (False, True)}),
+        renames=((r"^embed_out\.", "lm_head."),)),
     "t5": Family(
         "t5", ("T5ForConditionalGeneration",), "T5Config", _t5_config, _t5_table, _t5_write, {},
         (r"EncDecAttention\.relative_attention_bias\.weight$",),  # present but unused in some old checkpoints

@@ -117,6 +117,6 @@ def llama_write(cfg: ModelConfig, arch: str) -> dict:
     if arch in ("MistralForCausalLM", PHI3):
         out.update(sliding_window=cfg.sliding_window)
     if arch == PHI3:
-        out.update(resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout)
+        out.update(resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, pad_token_id=cfg.pad_token_id)
         del out["head_dim"]  # Phi-3's heads split hidden_size
     return out

@@ -6,7 +6,8 @@ untied output matrix.
 * ``use_parallel_residual`` (default True): ``x + attn(ln_1(x)) + mlp(ln_2(x))``: ``parallel_residual``;
 * ``query_key_value`` is fused with the rows *per head* ``[q_h | k_h | v_h]``; our ``qkv_proj`` stacks
   ``[q | k | v]``: the rows are regrouped (op ``"neox_qkv"``), the same way for the weight and the bias;
-* ``embed_out`` is the output matrix (``tie_word_embeddings`` False by default)."""
+* ``embed_out`` is the output matrix (``tie_word_embeddings`` False by default); transformers 5 calls it
+  ``lm_head`` and renames older checkpoints' key on loading, as ``Family.renames`` does here."""
 
 from __future__ import annotations
 
@@ -48,9 +49,8 @@ def neox_config(c: dict, arch: str) -> ModelConfig:
 
 
 def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
-    tied = cfg.tie_embeddings
-    rows = [_e(("gpt_neox.embed_in.weight", *(("embed_out.weight",) if tied else ())),
-               ("embeddings.embed_tokens.weight", *(("lm_head.weight",) if tied else ())))]
+    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()  # transformers 5's name of embed_out (renames)
+    rows = [_e(("gpt_neox.embed_in.weight", *tied), ("embeddings.embed_tokens.weight", *tied))]
     for i in range(cfg.n_layers):
         h, o = f"gpt_neox.layers.{i}", f"stack.blocks.{i}"
         rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", True)
@@ -61,7 +61,7 @@ def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         rows += _linear(f"{h}.mlp.dense_h_to_4h", f"{o}.ffn.up_proj", True)
         rows += _linear(f"{h}.mlp.dense_4h_to_h", f"{o}.ffn.down_proj", True)
     rows += _norm("gpt_neox.final_layer_norm", "stack.final_norm", True)
-    return rows + ([] if tied else [_e("embed_out.weight", "lm_head.weight")])
+    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
 
 
 def neox_write(cfg: ModelConfig, arch: str) -> dict:
