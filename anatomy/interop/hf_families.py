@@ -221,7 +221,8 @@ class Family:
 _PRE_DECODER = dict(norm_position=("pre",), scale_embeddings=(False,), embedding_norm=(False,),
                     type_vocab_size=(0,), final_norm=(None, True))
 # the options of the later families at their plain values: a family that does not name one needs it plain
-_PLAIN = dict(qkv_bias=(None,), rope_scaling=(None,), rope_fraction=(1.0,), parallel_residual=(False,),
+# (qkv_bias is checked against bias by family_of)
+_PLAIN = dict(rope_scaling=(None,), rope_fraction=(1.0,), parallel_residual=(False,),
               norm_weight_offset=(0.0,), attn_softcap=(None,), final_logit_softcap=(None,))
 _ROPE_SCALED = dict(rope_scaling=(None, "linear", "dynamic", "llama3", "yarn"))  # transformers' ROPE_INIT_FUNCTIONS
 _LLAMA = dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),

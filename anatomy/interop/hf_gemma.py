@@ -91,7 +91,8 @@ def gemma_write(cfg: ModelConfig, arch: str) -> dict:
     return out | dict(
         query_pre_attn_scalar=_scalar(cfg),
         attn_logit_softcapping=cfg.attn_softcap, final_logit_softcapping=cfg.final_logit_softcap,
-        sliding_window=cfg.sliding_window, layer_types=types,
+        # transformers builds the sliding mask whatever the layer types say: some window, used by no layer if none
+        sliding_window=cfg.sliding_window or cfg.max_seq_len, layer_types=types,
     )
 
 

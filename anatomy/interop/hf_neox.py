@@ -32,7 +32,7 @@ def neox_config(c: dict, arch: str) -> ModelConfig:
     vocab = _get(c, "vocab_size")
     if c.get("attention_bias", True) is False:
         raise _refuse(arch, "attention_bias=False (the MLP keeps its bias; anatomy's one bias flag covers both)")
-    if c.get("is_decoder") is False and c.get("add_cross_attention"):
+    if c.get("add_cross_attention"):
         raise _refuse(arch, "add_cross_attention=True")
     return ModelConfig(
         architecture="decoder_lm", vocab_size=vocab, d_model=_get(c, "hidden_size"),
