@@ -199,3 +199,21 @@ def test_neox_checkpoints_with_the_older_embed_out_key_load(tmp_path):
     ours = model_from_checkpoint(config, state).eval()
     a, b, _ = _logits(hf, ours)
     assert _diff(a, b) <= TOL
+
+
+@pytest.mark.parametrize("name, rows", [("gemma2", ("block 1 attention", "block 1 ffn", "final norm")),
+                                        ("gpt-neox", ("block 0 attention", "block 1 ffn", "logits")),
+                                        ("phi3-partial-window", ("block 1 ffn", "logits"))])
+def test_convert_cli_verifies_the_new_families_layer_by_layer(tmp_path, capsys, name, rows):
+    from anatomy.cli.main import main
+
+    FAMILIES[name]().save_pretrained(tmp_path / "hf")
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours"), "--verify"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split("  ")[0].strip(): line for line in out.splitlines()}
+    for row in rows:
+        assert row in lines, out
+        assert float(lines[row].split()[-4]) <= TOL, lines[row]  # float32 max |ours - HF|
+    assert "OK:" in out
+    assert main(["convert", "--to-hf", str(tmp_path / "ours"), "--out", str(tmp_path / "hf2"), "--verify"]) == 0
+    assert "OK:" in capsys.readouterr().out
