@@ -217,3 +217,15 @@ def test_convert_cli_verifies_the_new_families_layer_by_layer(tmp_path, capsys, 
     assert "OK:" in out
     assert main(["convert", "--to-hf", str(tmp_path / "ours"), "--out", str(tmp_path / "hf2"), "--verify"]) == 0
     assert "OK:" in capsys.readouterr().out
+
+
+if __name__ == "__main__":  # the table in docs/interop.md: python tests/interop/test_hf_families.py
+    print(f"{'family':28s} {'max |ours - HF| logits':>24s} {'(left-padded)':>14s} {'max |logit|':>12s}")
+    for family, make in FAMILIES.items():
+        hf_model = make()
+        model = from_hf(hf_model)
+        a, b, _ = _logits(hf_model, model)
+        ap, bp, where = _logits(hf_model, model, mask=LEFT)
+        print(f"{family:28s} {_diff(a, b):24.2e} {_diff(ap[where], bp[where]):14.2e} {a.abs().max().item():12.2f}")
+    a, b, _ = _logits(FAMILIES["llama-dynamic-rope"](), from_hf(FAMILIES["llama-dynamic-rope"]()), LONG)
+    print(f"{'llama-dynamic-rope, 24 > 16':28s} {_diff(a, b):24.2e} {'':14s} {a.abs().max().item():12.2f}")
