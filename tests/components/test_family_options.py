@@ -157,3 +157,19 @@ def test_final_logit_softcap_bounds_the_model_logits():
     a, b = free(ids).logits, capped(ids).logits
     assert a.abs().max() > 2.0 and b.abs().max() <= 2.0
     assert torch.allclose(b, torch.tanh(a / 2.0) * 2.0)
+
+
+def test_recomputed_attention_maps_of_a_soft_capped_model_are_the_kernel_weights():
+    from anatomy.inspection.weights import attention_weights
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=50, positional="rope", norm="rmsnorm",
+                      attn_softcap=1.0, init_std=0.5)
+    model = build_model(cfg).eval()
+    ids = torch.randint(0, 50, (2, 6))
+    with attention_weights(model) as maps:
+        model(ids)
+    returned = model(ids, output_attentions=True).attentions[0]  # the math kernel's own weights
+    assert torch.allclose(maps[0].weights, returned, atol=1e-6)
+    model.stack.blocks[0].attn.softcap = None  # without the cap the maps differ: the cap is in the recomputation
+    assert (model(ids, output_attentions=True).attentions[0] - returned).abs().max() > 1e-3
