@@ -223,7 +223,7 @@ class MultiHeadAttention(nn.Module):
         kernel = kernels.resolve(self.kernel, need_weights=need_weights, value_bias=value_bias is not None,
                                  hooked=hooked, where=type(self).__name__, softcap=self.softcap is not None)
         hooks = {"score_hook": self.hook_scores, "weight_hook": self.hook_weights} if kernel.returns_weights else {}
-        if self.softcap is not None:
+        if self.softcap is not None:  # passed only when set: kernels registered elsewhere need not know the option
             hooks["softcap"] = self.softcap
         return kernel.fn(
             q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias, value_bias=value_bias,
