@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -16,7 +17,7 @@ from anatomy.components.add_norm import PLACEMENTS
 from anatomy.components.ffn import ACTIVATION_NAMES
 from anatomy.components.kernels import KERNEL_NAMES
 from anatomy.components.norms import NORMS
-from anatomy.components.positional import POSITIONAL, ROPE_LAYOUTS
+from anatomy.components.positional import POSITIONAL, ROPE_LAYOUTS, ROPE_SCALINGS
 from anatomy.shapes import check_choice
 
 ARCHITECTURES = ("encoder", "decoder_lm", "seq2seq", "classifier")
@@ -69,6 +70,23 @@ class ModelConfig:
     init: str = "normal"
     init_std: float = 0.02
     output_scale: float = 1.0  # seq2seq: hidden * output_scale before lm_head (T5 v1.0 tied: d_model**-0.5)
+    # --- options of more Hugging Face families (Llama 3, Qwen2, Gemma, Gemma 2, Phi-3, GPT-NeoX); the defaults are
+    # the plain designs above. Docs: docs/interop.md; formulas: components/positional/rope.py, kernels.py
+    qkv_bias: bool | None = None  # bias on the q/k/v projections; None: as `bias` (Qwen2: True, with bias=False)
+    rope_scaling: str | None = None  # RoPE context extension: None | "linear" | "dynamic" | "llama3" | "yarn"
+    rope_factor: float = 1.0  # the stretch factor of rope_scaling (>= 1)
+    rope_original_max_len: int | None = None  # llama3/yarn: the pretraining context; None: max_seq_len
+    rope_low_freq_factor: float = 1.0  # llama3: wavelengths > original_max_len / this are divided by rope_factor
+    rope_high_freq_factor: float = 4.0  # llama3: wavelengths < original_max_len / this are kept
+    rope_beta_fast: float = 32.0  # yarn: the ramp's fast end (rotations over original_max_len)
+    rope_beta_slow: float = 1.0  # yarn: the ramp's slow end
+    rope_attention_factor: float | None = None  # yarn: cos/sin multiplier; None: 0.1 * ln(rope_factor) + 1
+    rope_truncate: bool = True  # yarn: round the ramp's ends to whole dimensions
+    rope_fraction: float = 1.0  # partial rotary: RoPE on the first int(Dh * rope_fraction) dims (GPT-NeoX: 0.25)
+    parallel_residual: bool = False  # GPT-NeoX/GPT-J: x + attn(norm_1(x)) + ffn(norm_2(x)); Pre-Norm only
+    norm_weight_offset: float = 0.0  # RMSNorm scale = offset + weight (Gemma: 1.0, weights stored around 0)
+    attn_softcap: float | None = None  # Gemma 2: scaled scores -> c * tanh(scores / c) before the mask
+    final_logit_softcap: float | None = None  # Gemma 2 (decoder_lm): logits -> c * tanh(logits / c)
 
     def __post_init__(self) -> None:
         for name, choices in (("architecture", ARCHITECTURES), ("positional", POSITIONAL), ("norm", NORMS),
@@ -126,6 +144,59 @@ class ModelConfig:
             raise ValueError(f"pad_token_id must be in [0, vocab_size={self.vocab_size}), got {self.pad_token_id}")
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
+        self._check_family_options()
+
+    def _check_family_options(self) -> None:
+        """The fields of the families beyond Llama: each error names the field, its value and what it needs."""
+        rope = self.positional == "rope"
+        if self.rope_scaling is not None:
+            check_choice("rope_scaling", self.rope_scaling, tuple(ROPE_SCALINGS))
+            if not rope:
+                raise ValueError(f"rope_scaling={self.rope_scaling!r} needs positional='rope', got "
+                                 f"positional={self.positional!r}")
+        if not (math.isfinite(self.rope_factor) and self.rope_factor >= 1.0):
+            raise ValueError(f"rope_factor must be a finite number >= 1 (the context stretch), got {self.rope_factor}")
+        if self.rope_scaling is None and self.rope_factor != 1.0:
+            raise ValueError(f"rope_factor={self.rope_factor} needs rope_scaling (linear, dynamic, llama3 or yarn)")
+        if self.rope_original_max_len is not None and self.rope_original_max_len <= 0:
+            raise ValueError(f"rope_original_max_len must be a positive integer or None, got "
+                             f"{self.rope_original_max_len}")
+        if self.rope_scaling == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor > 0:
+            raise ValueError(f"rope_scaling='llama3' needs rope_high_freq_factor > rope_low_freq_factor > 0, got "
+                             f"{self.rope_high_freq_factor} and {self.rope_low_freq_factor}")
+        if self.rope_scaling == "yarn" and not self.rope_beta_fast > self.rope_beta_slow > 0:
+            raise ValueError(f"rope_scaling='yarn' needs rope_beta_fast > rope_beta_slow > 0, got "
+                             f"{self.rope_beta_fast} and {self.rope_beta_slow}")
+        if self.rope_attention_factor is not None and not self.rope_attention_factor > 0:
+            raise ValueError(f"rope_attention_factor must be > 0 or None, got {self.rope_attention_factor}")
+        if not 0.0 < self.rope_fraction <= 1.0:
+            raise ValueError(f"rope_fraction must be in (0, 1] (the share of each head RoPE rotates), got "
+                             f"{self.rope_fraction}")
+        if self.rope_fraction != 1.0:
+            if not rope:
+                raise ValueError(f"rope_fraction={self.rope_fraction} needs positional='rope', got "
+                                 f"positional={self.positional!r}")
+            if self.rotary_dim < 2 or self.rotary_dim % 2:
+                raise ValueError(f"rope_fraction={self.rope_fraction} rotates int(Dh * rope_fraction) = "
+                                 f"{self.rotary_dim} dims of Dh={self.dh}; that must be an even number >= 2")
+        if self.parallel_residual and (self.norm_position != "pre" or self.architecture == "seq2seq"):
+            raise ValueError(f"parallel_residual=True needs norm_position='pre' and a stack of encoder-style blocks "
+                             f"(not seq2seq), got norm_position={self.norm_position!r}, "
+                             f"architecture={self.architecture!r}")
+        if not math.isfinite(self.norm_weight_offset):
+            raise ValueError(f"norm_weight_offset must be a finite number, got {self.norm_weight_offset}")
+        if self.norm_weight_offset and self.norm != "rmsnorm":
+            raise ValueError(f"norm_weight_offset={self.norm_weight_offset} needs norm='rmsnorm' (Gemma's "
+                             f"(1 + weight) RMSNorm), got norm={self.norm!r}")
+        for name in ("attn_softcap", "final_logit_softcap"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive number or None, got {value}")
+        if self.attn_softcap is not None and self.kernel == "sdpa":
+            raise ValueError(f"attn_softcap={self.attn_softcap} needs a kernel that materialises the scores: "
+                             "kernel='math', 'loop' or 'auto', not 'sdpa'")
+        if self.final_logit_softcap is not None and self.architecture != "decoder_lm":
+            raise ValueError(f"final_logit_softcap needs architecture='decoder_lm', got {self.architecture!r}")
 
     # derived values -------------------------------------------------------------------------------------------
     @property
@@ -146,6 +217,11 @@ class ModelConfig:
         if self.window_pattern is None:
             return self.sliding_window
         return self.sliding_window if self.window_pattern[layer % len(self.window_pattern)] == "L" else None
+
+    @property
+    def rotary_dim(self) -> int:
+        """How many leading dims of each head RoPE rotates: ``int(Dh * rope_fraction)`` (Hugging Face's rule)."""
+        return int(self.dh * self.rope_fraction)
 
     @property
     def kv_heads(self) -> int:

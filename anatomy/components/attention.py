@@ -60,13 +60,17 @@ class MultiHeadAttention(nn.Module):
             (Mistral's local attention; Longformer's band of 2W - 1 slots when not causal). Cross-attention is
             never windowed. A cache built with ``KVCache(window=W)`` (``new_caches`` does) rolls: it holds only
             the entries the band can still reach.
+        qkv_bias: bias on the q/k/v projections (default: ``bias``); Qwen2 has them with an unbiased ``o_proj``.
+        softcap: ``c`` or ``None``: soft-cap the scaled scores to ``c * tanh(scores / c)`` before the mask (Gemma
+            2); needs a kernel that materialises the scores (``"auto"`` picks ``"math"``).
     """
 
     def __init__(
         self, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
         dropout: float = 0.0, kernel: str = "auto", scale: float | None = None, fused_qkv: bool = False,
         positional: PositionalScheme | None = None, head_dim: int | None = None, qk_norm: str | None = None,
-        norm_eps: float = 1e-6, sliding_window: int | None = None,
+        norm_eps: float = 1e-6, sliding_window: int | None = None, qkv_bias: bool | None = None,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         check_positive("d_model", d_model)
@@ -90,17 +94,21 @@ class MultiHeadAttention(nn.Module):
         self.kernel, self.dropout, self.fused_qkv = kernel, dropout, fused_qkv
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         kv_dim = n_kv_heads * self.head_dim
+        in_bias = bias if qkv_bias is None else qkv_bias
         if fused_qkv:
-            self.qkv_proj = nn.Linear(d_model, self.inner_dim + 2 * kv_dim, bias=bias)
+            self.qkv_proj = nn.Linear(d_model, self.inner_dim + 2 * kv_dim, bias=in_bias)
         else:
-            self.q_proj = nn.Linear(d_model, self.inner_dim, bias=bias)
-            self.k_proj = nn.Linear(d_model, kv_dim, bias=bias)
-            self.v_proj = nn.Linear(d_model, kv_dim, bias=bias)
+            self.q_proj = nn.Linear(d_model, self.inner_dim, bias=in_bias)
+            self.k_proj = nn.Linear(d_model, kv_dim, bias=in_bias)
+            self.v_proj = nn.Linear(d_model, kv_dim, bias=in_bias)
         self.o_proj = nn.Linear(self.inner_dim, d_model, bias=bias)
         self.positional = positional
         if sliding_window is not None:
             check_positive("sliding_window", sliding_window)
         self.sliding_window = sliding_window
+        if softcap is not None and not softcap > 0:
+            raise ValueError(f"softcap must be > 0 or None, got {softcap}")
+        self.softcap = None if softcap is None else float(softcap)
         self.qk_norm = qk_norm
         if qk_norm is not None:
             make = norm_class(qk_norm)
@@ -213,8 +221,10 @@ class MultiHeadAttention(nn.Module):
         """Pick the kernel for this call and run it: ``(B, H, T, Dh)`` out, weights or ``None``."""
         hooked = self.hook_scores.has_hooks or self.hook_weights.has_hooks
         kernel = kernels.resolve(self.kernel, need_weights=need_weights, value_bias=value_bias is not None,
-                                 hooked=hooked, where=type(self).__name__)
+                                 hooked=hooked, where=type(self).__name__, softcap=self.softcap is not None)
         hooks = {"score_hook": self.hook_scores, "weight_hook": self.hook_weights} if kernel.returns_weights else {}
+        if self.softcap is not None:  # passed only when set: kernels registered elsewhere need not know the option
+            hooks["softcap"] = self.softcap
         return kernel.fn(
             q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias, value_bias=value_bias,
             dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights, **hooks,
@@ -228,5 +238,6 @@ class MultiHeadAttention(nn.Module):
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
                 + (f"head_dim={self.head_dim}, " if self.inner_dim != self.d_model else "")
                 + (f"qk_norm={self.qk_norm!r}, " if self.qk_norm else "")
-                + (f"sliding_window={self.sliding_window}, " if self.sliding_window else "") +
+                + (f"sliding_window={self.sliding_window}, " if self.sliding_window else "")
+                + (f"softcap={self.softcap:g}, " if self.softcap is not None else "") +
                 f"kernel={self.kernel!r}, scale={self.scale:.4g}")

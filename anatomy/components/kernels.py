@@ -19,6 +19,9 @@ attention: query head ``h`` uses key/value head ``h // (H // Hkv)``), a boolean 
 ``(B, H, T, S)`` (True = may attend), ``is_causal``, a float ``bias`` broadcastable to ``(B, H, T, S)`` (ALiBi, T5,
 Shaw's key term) and ``value_bias`` ``(B|1, T, S, Dh)`` (Shaw's value term). A query row that may attend to
 nothing gets weights 0 and output 0 — never NaN — in every kernel and dtype, forward and backward.
+
+``softcap`` (Gemma 2's attention logit soft-capping, ``math`` and ``loop`` only): the scaled scores become
+``softcap * tanh(scores / softcap)`` before the bias and the mask, so no logit leaves ``(-softcap, softcap)``.
 """
 
 from __future__ import annotations
@@ -72,14 +75,21 @@ def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Te
     return scores.softmax(-1).masked_fill(~mask, 0.0)
 
 
+def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
+    """``cap * tanh(x / cap)``: about ``x`` for ``|x| << cap``, never beyond ``cap`` (Gemma 2's logit soft-capping)."""
+    return torch.tanh(x / cap) * cap
+
+
 def math_attention(
     q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
-    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None, softcap=None,
 ):
     b, h, t, dh = q.shape
     s = k.shape[-2]
     k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dh)
     scores = scores_of(q, k, scale)  # (B, H, T, S)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
     if bias is not None:
         scores = scores + bias
     if score_hook is not None:
@@ -96,7 +106,7 @@ def math_attention(
 
 def loop_attention(
     q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
-    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None, softcap=None,
 ):
     """The post's description, one head at a time: for each head, its own Q_h K_h^T, softmax, and weights @ V_h."""
     b, h, t, dh = q.shape
@@ -106,6 +116,8 @@ def loop_attention(
     for head in range(h):
         kv_head = head // (h // hkv)
         scores = scores_of(q[:, head], k[:, kv_head], scale)  # (B, T, S)
+        if softcap is not None:
+            scores = soft_cap(scores, softcap)
         if bias is not None:
             scores = scores + bias.expand(b, h, t, s)[:, head]
         head_mask = None if full is None else full.expand(b, h, t, s)[:, head]  # (B, T, S)
@@ -121,6 +133,7 @@ def loop_attention(
         # hooks observe the stacked tensors; the loop itself is the teaching path, not an editing point
         if score_hook is not None:
             scores_all = scores_of(q, repeat_kv(k, h), scale)  # (B, H, T, S)
+            scores_all = scores_all if softcap is None else soft_cap(scores_all, softcap)
             score_hook(scores_all + bias if bias is not None else scores_all)
         if weight_hook is not None:
             weight_hook(weights)
@@ -129,8 +142,11 @@ def loop_attention(
 
 def sdpa_attention(
     q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
-    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None, softcap=None,
 ):
+    if softcap is not None:
+        raise ValueError("kernel='sdpa' cannot soft-cap attention logits (attn_softcap); use kernel='math' "
+                         "(or 'auto', which picks 'math' when the logits are soft-capped)")
     if need_weights or score_hook is not None or weight_hook is not None:
         raise ValueError("kernel='sdpa' cannot return attention weights or fire score/weight hooks; "
                          "use kernel='math' (or 'auto', which switches when weights are asked for)")
@@ -200,12 +216,14 @@ KERNEL_NAMES = (*KERNELS, "auto")
 _said: set[str] = set()
 
 
-def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "") -> Kernel:
-    """Pick the kernel for one call. ``auto`` → ``sdpa`` unless weights/hooks/value term need ``math``."""
+def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "",
+            softcap: bool = False) -> Kernel:
+    """Pick the kernel for one call. ``auto`` → ``sdpa`` unless weights/hooks/value term/soft-cap need ``math``."""
     if name == "auto":
         reasons = [r for r, on in (("weights were requested", need_weights),
                                    ("a score/weight hook is attached", hooked),
-                                   ("the positional scheme adds a value term", value_bias)) if on]
+                                   ("the positional scheme adds a value term", value_bias),
+                                   ("the attention logits are soft-capped", softcap)) if on]
         if not reasons:
             return KERNELS["sdpa"]
         key = f"{where}:{reasons[0]}"
@@ -219,6 +237,9 @@ def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, wh
     if value_bias and not kernel.supports_value_bias:
         raise ValueError(f"kernel={name!r} cannot express Shaw relative attention's value term; "
                          "use kernel='math' or 'auto'")
+    if softcap and not kernel.returns_weights:  # the fused kernel has no place for tanh between matmul and softmax
+        raise ValueError(f"kernel={name!r} cannot soft-cap attention logits (attn_softcap); use kernel='math' or "
+                         "'auto'")
     if (need_weights or hooked) and not kernel.returns_weights:
         raise ValueError(f"kernel={name!r} cannot return attention weights or fire score/weight hooks; "
                          "use kernel='math' or 'auto'")

@@ -38,15 +38,23 @@ class LayerNorm(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, d_model: int, *, eps: float = 1e-6, bias: bool = False) -> None:
+    """``offset``: the scale is ``offset + weight`` (Gemma stores ``weight`` around 0 and scales by ``1 + weight``);
+    the weight starts at ``1 - offset``, so a fresh norm scales by 1 either way."""
+
+    def __init__(self, d_model: int, *, eps: float = 1e-6, bias: bool = False, offset: float = 0.0) -> None:
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d_model))
+        self.eps, self.offset = eps, float(offset)
+        self.weight = nn.Parameter(torch.full((d_model,), 1.0 - self.offset))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.to(compute_dtype(x.dtype))
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
+        if self.offset:
+            return (xf * (self.offset + self.weight.to(xf.dtype))).to(x.dtype)
         return (self.weight.to(xf.dtype) * xf).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"offset={self.offset}" if self.offset else ""
 
 
 class TokenBatchNorm(nn.Module):

@@ -63,6 +63,8 @@ def refusal(model: nn.Module) -> str | None:
         return "the output head predicts ids the input embedding does not have"
     if model.stack.position_bias is not None:
         return "a stack-level position bias (T5) is computed per step by the stack"
+    if getattr(model, "final_logit_softcap", None) is not None:
+        return "the final logits are soft-capped (Gemma 2)"
     for i, block in enumerate(model.stack.blocks):
         if type(block) is not EncoderBlock:
             return f"block {i} is a {type(block).__name__}, not an EncoderBlock"
@@ -71,6 +73,10 @@ def refusal(model: nn.Module) -> str | None:
             return f"block {i} has a replaced attention or feed-forward module"
         if attn.kernel not in ("auto", "sdpa"):
             return f"block {i} asks for kernel={attn.kernel!r} (the flattened step always uses sdpa)"
+        if getattr(attn, "softcap", None) is not None:
+            return f"block {i} soft-caps its attention logits (sdpa cannot)"
+        if getattr(block, "parallel_residual", False):
+            return f"block {i} has a parallel residual (the step runs attention then the FFN on its output)"
         pos = attn.positional
         if pos is not None and type(pos).value_bias is not PositionalScheme.value_bias:
             return f"block {i}'s positional scheme {type(pos).__name__} adds a value term (sdpa cannot)"

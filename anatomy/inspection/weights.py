@@ -113,6 +113,7 @@ def recompute(module: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, call
     _, weights = kernels.math_attention(
         q_sel, k_sel, k_sel, mask=_heads_slice(mask, heads), is_causal=is_causal, scale=module.scale,
         bias=_heads_slice(bias, heads), need_weights=True,
+        **({"softcap": module.softcap} if getattr(module, "softcap", None) is not None else {}),
     )  # the output (weights @ k) is discarded; only the weights are wanted
     return weights  # (B, h, T, S)
 

@@ -33,7 +33,15 @@ class Row:
 def probes(config, arch: str) -> list[Probe]:
     """The rows for one architecture: embeddings, each block's attention and FFN output, final norm, output."""
     n = config.n_layers
-    if arch in ("GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"):  # Llama's names
+    if arch == "GPTNeoXForCausalLM":
+        rows = [Probe("embeddings", "gpt_neox.embed_in", "embeddings")]
+        for i in range(n):
+            rows += [Probe(f"block {i} attention", f"gpt_neox.layers.{i}.attention", f"stack.blocks.{i}.hook_attn_out"),
+                     Probe(f"block {i} ffn", f"gpt_neox.layers.{i}.mlp", f"stack.blocks.{i}.hook_ffn_out")]
+        return rows + [Probe("final norm", "gpt_neox.final_layer_norm", "stack.final_norm"),
+                       Probe("logits", None, None)]
+    if arch in ("GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM",  # Llama's names
+                "Qwen2ForCausalLM", "Phi3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM"):
         gpt = arch == "GPT2LMHeadModel"
         h = "transformer.h" if gpt else "model.layers"
         rows = [Probe("embeddings", "transformer.drop" if gpt else "model.embed_tokens", "embeddings")]

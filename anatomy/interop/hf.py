@@ -3,11 +3,12 @@
     ours = from_hf(hf_model)          hf_model = to_hf(ours)          ours = load_pretrained(hf_directory)
 
 Supported: ``GPT2LMHeadModel``, ``BertModel``, ``BertForSequenceClassification``, ``LlamaForCausalLM``,
-``MistralForCausalLM``, ``Qwen3ForCausalLM``, ``T5ForConditionalGeneration`` (both directions). ``transformers``
+``MistralForCausalLM``, ``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``, ``GemmaForCausalLM``, ``Gemma2ForCausalLM``,
+``Phi3ForCausalLM``, ``GPTNeoXForCausalLM``, ``T5ForConditionalGeneration`` (both directions). ``transformers``
 is an optional dependency (``[hf]``): reading an HF *directory* needs only its ``config.json`` and safetensors
 weights; only ``from_hf``/``to_hf`` on live HF objects import it.
 
-Each architecture has three small functions (in ``hf_families.py``, one section per family; this module holds
+Each architecture has three small functions (``hf_families.py`` and the family modules it imports; this module holds
 the conversion that applies them):
 
 * a config reader: HF ``config.json`` dict → ``ModelConfig`` (every field that matters is read, everything we
@@ -18,10 +19,12 @@ the conversion that applies them):
   every tensor has the shape the config implies — a mismatch names the key and both shapes;
 * a config writer: ``ModelConfig`` → HF config kwargs (``to_hf``).
 
-``op`` is ``"copy"``, or ``"conv1d"`` for GPT-2's ``Conv1D`` layers, which store ``W`` as ``(in, out)`` and compute
-``x @ W + b``; ``nn.Linear`` stores ``(out, in)`` and computes ``x @ W.T + b``: the weight is transposed, the bias is
-copied. ``"drop"`` marks a checkpoint tensor our model has no place for (BertModel's pooler: our Encoder returns
-``last_hidden_state``); it is read past on purpose, never by accident.
+``op`` is ``"copy"``; a split (``hf_common.SPLITS``: one HF tensor whose rows stack several of ours, Phi-3's
+``gate_up_proj``, or whose rows are regrouped, GPT-NeoX's per-head ``query_key_value``); or ``"conv1d"`` for GPT-2's
+``Conv1D`` layers, which store ``W`` as ``(in, out)`` and compute ``x @ W + b``; ``nn.Linear`` stores ``(out, in)``
+and computes ``x @ W.T + b``: the weight is transposed, the bias is copied. ``"drop"`` marks a checkpoint tensor our
+model has no place for (BertModel's pooler: our Encoder returns ``last_hidden_state``); it is read past on purpose,
+never by accident.
 
 Layouts that need no permutation, and why:
 * GPT-2's fused ``c_attn`` output columns are ``[q | k | v]``, heads contiguous inside each: exactly the row order of
@@ -43,12 +46,14 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
+from anatomy.interop.hf_common import SPLITS
 from anatomy.interop.hf_families import ARCH_FAMILY, FAMILIES, Family
 from anatomy.interop.rope_layout import convert_state_dict as convert_rope_state
 from anatomy.interop.safetensors_io import CheckpointError
 
 SUPPORTED = ("GPT2LMHeadModel", "BertModel", "BertForSequenceClassification", "LlamaForCausalLM",
-             "MistralForCausalLM", "Qwen3ForCausalLM", "T5ForConditionalGeneration")
+             "MistralForCausalLM", "Qwen3ForCausalLM", "T5ForConditionalGeneration",
+             "Qwen2ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM")
 
 
 def family_for_arch(arch: str) -> Family:
@@ -75,7 +80,10 @@ def config_from_hf(hf_config: Any, arch: str | None = None) -> ModelConfig:
 # ================================================================================================ HF → ours
 
 def _normalize(tensors: dict[str, torch.Tensor], fam: Family, arch: str) -> dict[str, torch.Tensor]:
-    """Checkpoints saved from the headless class (``GPT2Model``: ``h.0...``) get the head class's prefix."""
+    """Checkpoints saved from the headless class (``GPT2Model``: ``h.0...``) get the head class's prefix; older key
+    spellings the family names (``Family.renames``) get today's."""
+    for pattern, replacement in fam.renames:
+        tensors = {re.sub(pattern, replacement, k): v for k, v in tensors.items()}
     prefix = fam.base_prefix.get(arch)
     if not prefix or any(k.startswith(prefix) for k in tensors):
         return tensors
@@ -106,6 +114,14 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
                 raise CheckpointError(f"{where}{alias!r} should be tied to {present[0]!r} "
                                       "(tie_word_embeddings) but holds different values")
         if entry.op == "drop":
+            continue
+        if entry.op in SPLITS:  # one HF tensor ↔ our parts, rows stacked in order
+            parts = [tuple(expected[k].shape) for k in entry.ours]
+            want_hf = (sum(shape[0] for shape in parts), *parts[0][1:])
+            if tuple(value.shape) != want_hf:
+                raise CheckpointError(f"{where}weight {present[0]!r} has shape {tuple(value.shape)}, but the config "
+                                      f"implies {want_hf}")
+            out.update(zip(entry.ours, SPLITS[entry.op].to_ours(value, model.config, len(entry.ours)), strict=True))
             continue
         want = tuple(expected[entry.ours[0]].shape)
         want_hf = want[::-1] if entry.op == "conv1d" and len(want) == 2 else want
@@ -167,15 +183,17 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
     for fam in FAMILIES.values():
         wrong = [f"{name}={getattr(config, name)!r} (needs {' or '.join(map(repr, allowed))})"
                  for name, allowed in fam.requires.items() if getattr(config, name) not in allowed]
-        if fam.name not in ("llama", "mistral", "qwen3") and config.kv_heads != config.n_heads:
+        if fam.name in ("gpt2", "bert", "t5", "gpt_neox") and config.kv_heads != config.n_heads:
             wrong.append(f"n_kv_heads={config.n_kv_heads} (needs n_kv_heads == n_heads)")
+        if fam.name != "qwen2" and config.qkv_bias not in (None, config.bias):
+            wrong.append(f"qkv_bias={config.qkv_bias} with bias={config.bias} (only Qwen2 biases q/k/v alone)")
         if fam.name == "bert" and config.type_vocab_size < 1:
             wrong.append("type_vocab_size=0 (BERT always adds token-type embeddings)")
         if fam.name == "bert" and config.architecture == "classifier" and not config.pooler:
             wrong.append("pooler=False (BertForSequenceClassification has a tanh pooler)")
         if fam.name == "t5" and not any(math.isclose(config.output_scale, s) for s in (1.0, config.d_model**-0.5)):
             wrong.append(f"output_scale={config.output_scale} (T5 uses 1.0 or d_model**-0.5)")
-        if fam.name in ("gpt2", "bert") and config.dh * config.n_heads != config.d_model:
+        if fam.name in ("gpt2", "bert", "phi3", "gpt_neox") and config.dh * config.n_heads != config.d_model:
             wrong.append(f"head_dim={config.head_dim} ({fam.name}'s heads split d_model: needs n_heads * head_dim "
                          "== d_model)")
         if fam.name != "t5" and config.output_scale != 1.0:
@@ -204,6 +222,9 @@ def hf_state_dict(model: nn.Module) -> tuple[str, dict, dict[str, torch.Tensor]]
     out: dict[str, torch.Tensor] = {}
     for entry in fam.table(config, arch):
         if entry.op == "drop":
+            continue
+        if entry.op in SPLITS:
+            out[entry.hf[0]] = SPLITS[entry.op].to_hf(tuple(ours[k] for k in entry.ours), config).contiguous()
             continue
         value = ours[entry.ours[0]]
         value = value.t().contiguous() if entry.op == "conv1d" and value.dim() == 2 else value

@@ -1,66 +1,30 @@
-"""The Hugging Face families ``anatomy.interop.hf`` converts, one section each: how a ``config.json`` becomes a
-``ModelConfig`` (``read_config``), the key table between their state dict and ours (``table``: every key used
-once, shapes checked by the caller), and the config written back (``write_config``). The registry at the end
+"""The Hugging Face families ``anatomy.interop.hf`` converts: how a ``config.json`` becomes a ``ModelConfig``
+(``read_config``), the key table between their state dict and ours (``table``: every key used once, shapes checked
+by the caller), and the config written back (``write_config``). GPT-2, BERT and T5 have a section here; the
+Llama-shaped families (Llama, Mistral, Qwen2, Qwen3, Phi-3) live in ``hf_llama``, Gemma and Gemma 2 in
+``hf_gemma``, GPT-NeoX in ``hf_neox``; shared rows and helpers in ``hf_common``. The registry at the end
 (``FAMILIES``) says which of our configs each family can hold (``requires``)."""
 
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from anatomy.components.ffn import GATED, default_d_ff
 from anatomy.config import ModelConfig
-from anatomy.interop.safetensors_io import CheckpointError
-
-_REQUIRED = object()
-
-
-@dataclass(frozen=True)
-class Entry:
-    hf: tuple[str, ...]  # checkpoint key, then tied aliases
-    ours: tuple[str, ...]  # our state-dict key, then tied aliases
-    op: str = "copy"  # "copy" | "conv1d" (transpose the weight) | "drop" (read past on purpose)
-
-
-def _e(hf: str | tuple[str, ...], ours: str | tuple[str, ...], op: str = "copy") -> Entry:
-    return Entry((hf,) if isinstance(hf, str) else tuple(hf), (ours,) if isinstance(ours, str) else tuple(ours), op)
-
-
-def _linear(hf: str, ours: str, bias: bool, op: str = "copy") -> list[Entry]:
-    rows = [_e(f"{hf}.weight", f"{ours}.weight", op)]
-    return rows + ([_e(f"{hf}.bias", f"{ours}.bias", "drop" if op == "drop" else "copy")] if bias else [])
-
-
-def _norm(hf: str, ours: str, bias: bool) -> list[Entry]:
-    return _linear(hf, ours, bias)
-
-
-def _get(c: dict, key: str, default: Any = _REQUIRED) -> Any:
-    value = c.get(key, default)
-    if value is _REQUIRED:
-        raise CheckpointError(f"Hugging Face config lacks the required field {key!r}")
-    return value
-
-
-def _pad(c: dict, vocab: int) -> int:
-    pad = c.get("pad_token_id")
-    return pad if isinstance(pad, int) and 0 <= pad < vocab else 0
-
-
-def _refuse(arch: str, what: str) -> CheckpointError:
-    return CheckpointError(f"{arch}: {what} is not supported by anatomy's converter")
-
-
-_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
-                "silu": "silu", "swish": "silu"}
-_ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
-
-
-def _activation(arch: str, name: str) -> str:
-    if name not in _ACT_FROM_HF:
-        raise _refuse(arch, f"activation {name!r} (supported: {', '.join(sorted(_ACT_FROM_HF))})")
-    return _ACT_FROM_HF[name]
-
+from anatomy.interop.hf_common import (
+    _ACT_TO_HF,
+    Entry,
+    _activation,
+    _e,
+    _get,
+    _linear,
+    _norm,
+    _pad,
+    _refuse,
+)
+from anatomy.interop.hf_gemma import gemma_config, gemma_table, gemma_write
+from anatomy.interop.hf_llama import llama_config, llama_table, llama_write
+from anatomy.interop.hf_neox import neox_config, neox_table, neox_write
 
 # ================================================================================================ GPT-2
 
@@ -165,95 +129,6 @@ def _bert_write(cfg: ModelConfig, arch: str) -> dict:
     return out
 
 
-# ================================================================================================ Llama
-
-def _llama_config(c: dict, arch: str) -> ModelConfig:
-    d, h, vocab = _get(c, "hidden_size"), _get(c, "num_attention_heads"), _get(c, "vocab_size")
-    if c.get("hidden_act", "silu") != "silu":
-        raise _refuse(arch, f"hidden_act={c['hidden_act']!r} (anatomy's Llama FFN is SwiGLU: silu)")
-    if bool(c.get("attention_bias", False)) != bool(c.get("mlp_bias", False)):
-        raise _refuse(arch, "attention_bias != mlp_bias (anatomy has one bias flag)")
-    qwen3 = arch == "Qwen3ForCausalLM"
-    window, pattern = _llama_windows(c, arch)
-    rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
-    if rope_type != "default":
-        raise _refuse(arch, f"rope scaling {rope_type!r} (only plain RoPE)")
-    return ModelConfig(
-        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h,
-        n_kv_heads=c.get("num_key_value_heads") or h, n_layers=_get(c, "num_hidden_layers"),
-        head_dim=None if c.get("head_dim") in (None, d // h) else c["head_dim"],  # decoupled heads (Qwen3, Gemma)
-        d_ff=_get(c, "intermediate_size"), max_seq_len=c.get("max_position_embeddings", 2048), positional="rope",
-        rope_layout="half", rope_base=float(rope.get("rope_theta", c.get("rope_theta", 10000.0))),
-        norm="rmsnorm", norm_position="pre", activation="swiglu", dropout=0.0,
-        attention_dropout=float(c.get("attention_dropout", 0.0)), bias=bool(c.get("attention_bias", False)),
-        tie_embeddings=c.get("tie_word_embeddings", False), norm_eps=c.get("rms_norm_eps", 1e-6),
-        pad_token_id=_pad(c, vocab), qk_norm=qwen3, sliding_window=window, window_pattern=pattern,
-    )
-
-
-def _llama_windows(c: dict, arch: str) -> tuple[int | None, str | None]:
-    """(sliding_window, window_pattern). Mistral windows every layer (or none: sliding_window null). Qwen3 windows
-    only with use_sliding_window, on the layers its layer_types call "sliding_attention" (by default those from
-    max_window_layers on), the others attend fully."""
-    n = _get(c, "num_hidden_layers")
-    if arch == "MistralForCausalLM":
-        if c.get("layer_types") and set(c["layer_types"]) != {"sliding_attention"} and c.get("sliding_window"):
-            raise _refuse(arch, "layer_types mixing full and sliding attention (Ministral's; use Qwen3's layout)")
-        return c.get("sliding_window"), None
-    if arch != "Qwen3ForCausalLM" or not c.get("use_sliding_window", False) or not c.get("sliding_window"):
-        return None, None
-    types = c.get("layer_types") or ["sliding_attention" if i >= c.get("max_window_layers", 28) else "full_attention"
-                                     for i in range(n)]
-    if len(types) != n or set(types) - {"sliding_attention", "full_attention"}:
-        raise _refuse(arch, f"layer_types {types!r} (expected one of full_attention/sliding_attention per layer)")
-    letters = "".join("L" if t == "sliding_attention" else "G" for t in types)
-    if "L" not in letters:
-        return None, None
-    return int(c["sliding_window"]), (None if "G" not in letters else letters)
-
-
-def _llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
-    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
-    rows = [_e(("model.embed_tokens.weight", *tied), ("embeddings.embed_tokens.weight", *tied))]
-    for i in range(cfg.n_layers):
-        h, o = f"model.layers.{i}", f"stack.blocks.{i}"
-        rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False)
-        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):  # q/k rows in the "half" RoPE layout
-            rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", cfg.bias)
-        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's Dh, weight (Dh,), before RoPE
-            rows += _norm(f"{h}.self_attn.q_norm", f"{o}.attn.q_norm", False)
-            rows += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", False)
-        rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False)
-        for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
-            rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", cfg.bias)
-    rows += _norm("model.norm", "stack.final_norm", False)
-    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
-
-
-def _llama_write(cfg: ModelConfig, arch: str) -> dict:
-    out = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.kv_heads, num_hidden_layers=cfg.n_layers,
-        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), head_dim=cfg.dh,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps, hidden_act="silu",
-        rope_theta=cfg.rope_base, attention_bias=cfg.bias, mlp_bias=cfg.bias, attention_dropout=cfg.attention_dropout,
-        tie_word_embeddings=cfg.tie_embeddings,
-    )
-    if arch in ("Qwen3ForCausalLM", "MistralForCausalLM"):  # no bias fields; rope_theta lives in rope_parameters
-        del out["mlp_bias"], out["rope_theta"], out["attention_bias"]
-        out.update(rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base})
-    if arch == "Qwen3ForCausalLM":
-        out.update(attention_bias=False, use_sliding_window=cfg.sliding_window is not None)
-        if cfg.sliding_window is not None:  # the window on the layers cfg.layer_window gives it to
-            types = ["sliding_attention" if cfg.layer_window(i) else "full_attention" for i in range(cfg.n_layers)]
-            leading_full = next((i for i, t in enumerate(types) if t == "sliding_attention"), cfg.n_layers)
-            out.update(sliding_window=cfg.sliding_window, layer_types=types, max_window_layers=leading_full)
-    if arch == "MistralForCausalLM":
-        out.update(sliding_window=cfg.sliding_window)
-    return out
-
-
 # ================================================================================================ T5
 
 # feed_forward_proj → our activation. HF runs "gated-gelu" (T5 v1.1, flan-t5) with dense_act_fn="gelu_new", the
@@ -340,46 +215,81 @@ class Family:
     base_prefix: dict[str, str]  # arch → prefix that headless checkpoints (GPT2Model, ...) lack
     buffers: tuple[str, ...] = ()  # regexes of checkpoint keys that are buffers, not weights
     requires: dict[str, tuple] = field(default_factory=dict)  # ModelConfig fields to_hf needs
+    renames: tuple[tuple[str, str], ...] = ()  # (regex, replacement): older checkpoint key spellings, read only
 
 
 _PRE_DECODER = dict(norm_position=("pre",), scale_embeddings=(False,), embedding_norm=(False,),
                     type_vocab_size=(0,), final_norm=(None, True))
+# the options of the later families at their plain values: a family that does not name one needs it plain
+# (qkv_bias is checked against bias by family_of)
+_PLAIN = dict(rope_scaling=(None,), rope_fraction=(1.0,), parallel_residual=(False,),
+              norm_weight_offset=(0.0,), attn_softcap=(None,), final_logit_softcap=(None,))
+_ROPE_SCALED = dict(rope_scaling=(None, "linear", "dynamic", "llama3", "yarn"))  # transformers' ROPE_INIT_FUNCTIONS
+_LLAMA = dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
+              fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), **_PRE_DECODER)
+_ROTARY = (r"rotary_emb\.inv_freq$",)
+
+
+def _needs(**fields: tuple | None) -> dict[str, tuple]:
+    """What ``to_hf`` checks: the plain later options unless named; a field named with None takes any value."""
+    return {k: v for k, v in {**_PLAIN, **fields}.items() if v is not None}
+
+
+def _llama_like(name: str, arch: str, config_class: str, **fields: tuple) -> Family:
+    return Family(name, (arch,), config_class, llama_config, llama_table, llama_write, {arch: "model."}, _ROTARY,
+                  _needs(**{**_LLAMA, **_ROPE_SCALED, **fields}))
+
+
 FAMILIES = {
     "gpt2": Family(
         "gpt2", ("GPT2LMHeadModel",), "GPT2Config", _gpt2_config, _gpt2_table, _gpt2_write,
         {"GPT2LMHeadModel": "transformer."}, (r"\.attn\.(bias|masked_bias)$",),
-        dict(architecture=("decoder_lm",), positional=("learned",), norm=("layernorm",), fused_qkv=(True,),
-             bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), qk_norm=(False,),
-             sliding_window=(None,), **_PRE_DECODER)),
+        _needs(architecture=("decoder_lm",), positional=("learned",), norm=("layernorm",), fused_qkv=(True,),
+               bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), qk_norm=(False,),
+               sliding_window=(None,), **_PRE_DECODER)),
     "bert": Family(
         "bert", ("BertModel", "BertForSequenceClassification"), "BertConfig", _bert_config, _bert_table,
         _bert_write, {"BertForSequenceClassification": "bert."},
         (r"embeddings\.(position_ids|token_type_ids)$",),
-        dict(architecture=("encoder", "classifier"), positional=("learned",), norm=("layernorm",),
-             norm_position=("post",), embedding_norm=(True,), fused_qkv=(False,), bias=(True,),
-             activation=tuple(_ACT_TO_HF), scale_embeddings=(False,), final_norm=(None, False), attn_scale=(None,),
-             pooling=("cls",), qk_norm=(False,), sliding_window=(None,))),
-    "llama": Family(
-        "llama", ("LlamaForCausalLM",), "LlamaConfig", _llama_config, _llama_table, _llama_write,
-        {"LlamaForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
-        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), sliding_window=(None,), **_PRE_DECODER)),
-    "mistral": Family(  # Llama + sliding-window attention on every layer (or none: sliding_window null)
-        "mistral", ("MistralForCausalLM",), "MistralConfig", _llama_config, _llama_table, _llama_write,
-        {"MistralForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
-        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), bias=(False,), window_pattern=(None,),
-             **_PRE_DECODER)),
-    "qwen3": Family(  # Llama + QK-norm (usually heads wider than hidden_size / num_attention_heads); windows per layer
-        "qwen3", ("Qwen3ForCausalLM",), "Qwen3Config", _llama_config, _llama_table, _llama_write,
-        {"Qwen3ForCausalLM": "model."}, (r"rotary_emb\.inv_freq$",),
-        dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-             fused_qkv=(False,), attn_scale=(None,), qk_norm=(True,), bias=(False,), **_PRE_DECODER)),
+        _needs(architecture=("encoder", "classifier"), positional=("learned",), norm=("layernorm",),
+               norm_position=("post",), embedding_norm=(True,), fused_qkv=(False,), bias=(True,),
+               activation=tuple(_ACT_TO_HF), scale_embeddings=(False,), final_norm=(None, False), attn_scale=(None,),
+               pooling=("cls",), qk_norm=(False,), sliding_window=(None,))),
+    "llama": _llama_like("llama", "LlamaForCausalLM", "LlamaConfig", sliding_window=(None,)),
+    # Llama + sliding-window attention on every layer (or none: sliding_window null)
+    "mistral": _llama_like("mistral", "MistralForCausalLM", "MistralConfig", bias=(False,), window_pattern=(None,)),
+    # Llama + bias on q/k/v only (o_proj and the MLP without); windows per layer like Qwen3
+    "qwen2": _llama_like("qwen2", "Qwen2ForCausalLM", "Qwen2Config", bias=(False,), qkv_bias=(True,)),
+    # Llama + QK-norm (usually heads wider than hidden_size / num_attention_heads); windows per layer
+    "qwen3": _llama_like("qwen3", "Qwen3ForCausalLM", "Qwen3Config", qk_norm=(True,), bias=(False,)),
+    # Llama with fused qkv_proj and gate_up_proj, partial rotary allowed, a window on every layer (or none);
+    # transformers' Phi-3 takes only plain RoPE (or longrope, which we refuse)
+    "phi3": _llama_like("phi3", "Phi3ForCausalLM", "Phi3Config", fused_qkv=(True,), bias=(False,),
+                        window_pattern=(None,), rope_scaling=(None,), rope_fraction=None),
+    "gemma": Family(
+        "gemma", ("GemmaForCausalLM",), "GemmaConfig", gemma_config, gemma_table, gemma_write,
+        {"GemmaForCausalLM": "model."}, _ROTARY,
+        _needs(**{**_LLAMA, **_ROPE_SCALED, "activation": ("geglu_tanh",), "scale_embeddings": (True,),
+                  "norm_weight_offset": (1.0,), "bias": (False,), "sliding_window": (None,)})),
+    "gemma2": Family(  # Gemma + sandwich norms, soft-capping, query_pre_attn_scalar, windows on alternate layers
+        "gemma2", ("Gemma2ForCausalLM",), "Gemma2Config", gemma_config, gemma_table, gemma_write,
+        {"Gemma2ForCausalLM": "model."}, _ROTARY,
+        _needs(**{**_LLAMA, **_ROPE_SCALED, "activation": ("geglu_tanh",), "scale_embeddings": (True,),
+                  "norm_weight_offset": (1.0,), "bias": (False,), "norm_position": ("sandwich",),
+                  "attn_scale": None, "attn_softcap": None, "final_logit_softcap": None})),
+    "gpt_neox": Family(  # Pre-LN with biases, partial rotary, parallel residual, per-head fused qkv, untied embed_out
+        "gpt_neox", ("GPTNeoXForCausalLM",), "GPTNeoXConfig", neox_config, neox_table, neox_write,
+        {"GPTNeoXForCausalLM": "gpt_neox."}, (*_ROTARY, r"attention\.(bias|masked_bias)$"),
+        _needs(**{**_PRE_DECODER, **_ROPE_SCALED, "architecture": ("decoder_lm",), "positional": ("rope",),
+                  "norm": ("layernorm",), "activation": tuple(_ACT_TO_HF), "fused_qkv": (True,), "bias": (True,),
+                  "attn_scale": (None,), "qk_norm": (False,), "sliding_window": (None,), "rope_fraction": None,
+                  "parallel_residual": (False, True)}),
+        renames=((r"^embed_out\.", "lm_head."),)),
     "t5": Family(
         "t5", ("T5ForConditionalGeneration",), "T5Config", _t5_config, _t5_table, _t5_write, {},
         (r"EncDecAttention\.relative_attention_bias\.weight$",),  # present but unused in some old checkpoints
-        dict(architecture=("seq2seq",), positional=("t5",), norm=("rmsnorm",), bias=(False,), attn_scale=(1.0,),
-             activation=tuple(_T5_FFN.values()), fused_qkv=(False,), qk_norm=(False,), sliding_window=(None,),
-             **_PRE_DECODER)),
+        _needs(architecture=("seq2seq",), positional=("t5",), norm=("rmsnorm",), bias=(False,), attn_scale=(1.0,),
+               activation=tuple(_T5_FFN.values()), fused_qkv=(False,), qk_norm=(False,), sliding_window=(None,),
+               **_PRE_DECODER)),
 }
 ARCH_FAMILY = {arch: fam for fam in FAMILIES.values() for arch in fam.archs}

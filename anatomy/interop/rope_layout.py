@@ -66,6 +66,9 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], config: ModelConfig,
     if config.positional != "rope":
         raise ValueError(f"RoPE layout conversion needs positional='rope', got positional={config.positional!r}")
     source, dh, h, hkv = config.rope_layout, config.dh, config.n_heads, config.kv_heads
+    if config.rope_fraction != 1.0 and source != target:
+        raise ValueError(f"RoPE layout conversion of a partial-rotary model (rope_fraction={config.rope_fraction}) "
+                         "is not supported: only the first rotary_dim dims of each head would move")
     out = {}
     for key, value in state_dict.items():
         match = _QK_KEY.search(key)

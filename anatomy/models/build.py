@@ -15,7 +15,7 @@ from anatomy.components.add_norm import deepnorm_constants
 from anatomy.components.block import DecoderBlock, EncoderBlock
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding, make_lm_head
 from anatomy.components.norms import norm_class
-from anatomy.components.positional import positional_class
+from anatomy.components.positional import RopeScaling, positional_class
 from anatomy.config import ModelConfig
 from anatomy.models.classifier import Classifier
 from anatomy.models.decoder import Decoder, DecoderStack
@@ -25,6 +25,22 @@ from anatomy.models.lm import DecoderLM
 from anatomy.models.seq2seq import Seq2Seq
 
 
+def _rope_options(config: ModelConfig) -> dict:
+    """RoPE's partial rotary width and context scaling, only when they depart from plain RoPE."""
+    if config.positional != "rope":
+        return {}
+    out = {}
+    if config.rope_fraction != 1.0:
+        out["rotary_dim"] = config.rotary_dim
+    if config.rope_scaling is not None:
+        out["scaling"] = RopeScaling(
+            config.rope_scaling, factor=config.rope_factor, original_max_len=config.rope_original_max_len,
+            low_freq_factor=config.rope_low_freq_factor, high_freq_factor=config.rope_high_freq_factor,
+            beta_fast=config.rope_beta_fast, beta_slow=config.rope_beta_slow,
+            attention_factor=config.rope_attention_factor, truncate=config.rope_truncate)
+    return out
+
+
 def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
     cls = positional_class(config.positional)
     if cls.site != site:
@@ -32,11 +48,13 @@ def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
     return cls(d_model=config.d_model, max_seq_len=config.max_seq_len, head_dim=config.dh,
                n_heads=config.n_heads, base=config.rope_base if config.positional == "rope" else 10000.0,
                layout=config.rope_layout, max_relative_distance=config.max_relative_distance,
-               num_buckets=config.t5_num_buckets, max_distance=config.t5_max_distance, bidirectional=bidirectional)
+               num_buckets=config.t5_num_buckets, max_distance=config.t5_max_distance, bidirectional=bidirectional,
+               **_rope_options(config))
 
 
 def _norm(config: ModelConfig) -> nn.Module:
-    return norm_class(config.norm)(config.d_model, eps=config.norm_eps, bias=config.bias)
+    offset = {"offset": config.norm_weight_offset} if config.norm_weight_offset else {}
+    return norm_class(config.norm)(config.d_model, eps=config.norm_eps, bias=config.bias, **offset)
 
 
 def _block_kwargs(config: ModelConfig, alpha: float) -> dict:
@@ -45,7 +63,21 @@ def _block_kwargs(config: ModelConfig, alpha: float) -> dict:
                 placement=config.norm_position, bias=config.bias, dropout=config.dropout,
                 attention_dropout=config.attention_dropout, kernel=config.kernel, attn_scale=config.attn_scale,
                 fused_qkv=config.fused_qkv, alpha=alpha, head_dim=config.head_dim, qk_norm=config.qk_norm_kind,
-                sliding_window=config.sliding_window)
+                sliding_window=config.sliding_window, **_family_options(config))
+
+
+def _family_options(config: ModelConfig) -> dict:
+    """The block options of the Hugging Face families beyond Llama, only when set (keeps older blocks' calls)."""
+    out = {}
+    if config.qkv_bias is not None:
+        out["qkv_bias"] = config.qkv_bias
+    if config.attn_softcap is not None:
+        out["attn_softcap"] = config.attn_softcap
+    if config.norm_weight_offset:
+        out["norm_offset"] = config.norm_weight_offset
+    if config.parallel_residual:
+        out["parallel_residual"] = True
+    return out
 
 
 def _embeddings(config: ModelConfig, embed_tokens: TokenEmbedding, *, with_types: bool = True) -> InputEmbeddings:
@@ -80,7 +112,8 @@ def build_model(config: ModelConfig) -> nn.Module:
     if arch == "decoder_lm":
         stack = _stack(config, EncoderStack, EncoderBlock, n_dec, dec_alpha, bidirectional=False)
         model = DecoderLM(embeddings=_embeddings(config, embed_tokens), stack=stack,
-                          lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings))
+                          lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
+                          final_logit_softcap=config.final_logit_softcap)
         beta, depth = dec_beta, n_dec
     elif arch == "seq2seq":
         encoder = Encoder(embeddings=_embeddings(config, embed_tokens),

@@ -22,9 +22,13 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 class DecoderLM(nn.Module):
-    def __init__(self, *, embeddings: InputEmbeddings, stack: EncoderStack, lm_head: nn.Linear) -> None:
+    """``final_logit_softcap``: ``c`` or ``None``; the logits become ``c * tanh(logits / c)`` (Gemma 2)."""
+
+    def __init__(self, *, embeddings: InputEmbeddings, stack: EncoderStack, lm_head: nn.Linear,
+                 final_logit_softcap: float | None = None) -> None:
         super().__init__()
         self.embeddings, self.stack, self.lm_head = embeddings, stack, lm_head
+        self.final_logit_softcap = final_logit_softcap
 
     def new_caches(self, capacity: int | None = None) -> list[KVCache]:
         """One empty cache per block; ``capacity`` (the final length, when known) sizes their buffers once."""
@@ -46,5 +50,7 @@ class DecoderLM(nn.Module):
         x, weights = self.stack(x, key_padding_mask=mask, is_causal=True, positions=positions,
                                 kv_caches=kv_caches, need_weights=output_attentions)
         logits = self.lm_head(x)  # (B, T, V)
+        if self.final_logit_softcap is not None:
+            logits = torch.tanh(logits / self.final_logit_softcap) * self.final_logit_softcap
         loss = None if labels is None else lm_loss(logits, labels)
         return LMOutput(logits=logits, loss=loss, kv_caches=kv_caches, attentions=weights, last_hidden_state=x)

@@ -6,7 +6,14 @@ from anatomy.components.positional.alibi import ALiBiPositional, alibi_slopes
 from anatomy.components.positional.base import NoPositional, PositionalScheme, relative_distance
 from anatomy.components.positional.learned import LearnedPositional
 from anatomy.components.positional.relative import ShawRelativePositional
-from anatomy.components.positional.rope import ROPE_LAYOUTS, RotaryPositional, apply_rope, rope_angles
+from anatomy.components.positional.rope import (
+    ROPE_LAYOUTS,
+    ROPE_SCALINGS,
+    RopeScaling,
+    RotaryPositional,
+    apply_rope,
+    rope_angles,
+)
 from anatomy.components.positional.sinusoidal import SinusoidalPositional, sinusoidal_table
 from anatomy.components.positional.t5_bias import T5RelativeBias, t5_bucket
 
@@ -28,7 +35,8 @@ def positional_class(name: str) -> type[PositionalScheme]:
 
 
 __all__ = [
-    "POSITIONAL", "ROPE_LAYOUTS", "ALiBiPositional", "LearnedPositional", "NoPositional", "PositionalScheme",
-    "RotaryPositional", "ShawRelativePositional", "SinusoidalPositional", "T5RelativeBias", "alibi_slopes",
-    "apply_rope", "positional_class", "relative_distance", "rope_angles", "sinusoidal_table", "t5_bucket",
+    "POSITIONAL", "ROPE_LAYOUTS", "ROPE_SCALINGS", "ALiBiPositional", "LearnedPositional", "NoPositional",
+    "PositionalScheme", "RopeScaling", "RotaryPositional", "ShawRelativePositional", "SinusoidalPositional",
+    "T5RelativeBias", "alibi_slopes", "apply_rope", "positional_class", "relative_distance", "rope_angles",
+    "sinusoidal_table", "t5_bucket",
 ]

@@ -1,0 +1,75 @@
+"""GPT-NeoX (EleutherAI 2022; Pythia): Pre-LN with biases, RoPE on part of each head, a parallel residual and an
+untied output matrix.
+
+* partial rotary: ``rotary_pct`` (transformers 5: ``rope_parameters.partial_rotary_factor``, default 0.25) of each
+  head's dims rotate, in the ``"half"`` layout over those dims: ``rope_fraction``;
+* ``use_parallel_residual`` (default True): ``x + attn(ln_1(x)) + mlp(ln_2(x))``: ``parallel_residual``;
+* ``query_key_value`` is fused with the rows *per head* ``[q_h | k_h | v_h]``; our ``qkv_proj`` stacks
+  ``[q | k | v]``: the rows are regrouped (op ``"neox_qkv"``), the same way for the weight and the bias;
+* ``embed_out`` is the output matrix (``tie_word_embeddings`` False by default); transformers 5 calls it
+  ``lm_head`` and renames older checkpoints' key on loading, as ``Family.renames`` does here."""
+
+from __future__ import annotations
+
+from anatomy.components.ffn import default_d_ff
+from anatomy.config import ModelConfig
+from anatomy.interop.hf_common import (
+    _ACT_TO_HF,
+    Entry,
+    _activation,
+    _e,
+    _get,
+    _linear,
+    _norm,
+    _pad,
+    _refuse,
+    read_rope,
+    write_rope,
+)
+
+
+def neox_config(c: dict, arch: str) -> ModelConfig:
+    vocab = _get(c, "vocab_size")
+    if c.get("attention_bias", True) is False:
+        raise _refuse(arch, "attention_bias=False (the MLP keeps its bias; anatomy's one bias flag covers both)")
+    if c.get("add_cross_attention"):
+        raise _refuse(arch, "add_cross_attention=True")
+    return ModelConfig(
+        architecture="decoder_lm", vocab_size=vocab, d_model=_get(c, "hidden_size"),
+        n_heads=_get(c, "num_attention_heads"), n_layers=_get(c, "num_hidden_layers"),
+        d_ff=_get(c, "intermediate_size"), max_seq_len=c.get("max_position_embeddings", 2048), positional="rope",
+        rope_layout="half", norm="layernorm", norm_position="pre", activation=_activation(arch, c.get("hidden_act",
+                                                                                                        "gelu")),
+        dropout=float(c.get("hidden_dropout", 0.0)), attention_dropout=float(c.get("attention_dropout", 0.0)),
+        bias=True, tie_embeddings=c.get("tie_word_embeddings", False), fused_qkv=True,
+        norm_eps=c.get("layer_norm_eps", 1e-5), pad_token_id=_pad(c, vocab),
+        parallel_residual=bool(c.get("use_parallel_residual", True)),
+        **read_rope(c, arch, fraction=0.25, partial=True),
+    )
+
+
+def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()  # transformers 5's name of embed_out (renames)
+    rows = [_e(("gpt_neox.embed_in.weight", *tied), ("embeddings.embed_tokens.weight", *tied))]
+    for i in range(cfg.n_layers):
+        h, o = f"gpt_neox.layers.{i}", f"stack.blocks.{i}"
+        rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", True)
+        rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", True)
+        rows.append(_e(f"{h}.attention.query_key_value.weight", f"{o}.attn.qkv_proj.weight", "neox_qkv"))
+        rows.append(_e(f"{h}.attention.query_key_value.bias", f"{o}.attn.qkv_proj.bias", "neox_qkv"))
+        rows += _linear(f"{h}.attention.dense", f"{o}.attn.o_proj", True)
+        rows += _linear(f"{h}.mlp.dense_h_to_4h", f"{o}.ffn.up_proj", True)
+        rows += _linear(f"{h}.mlp.dense_4h_to_h", f"{o}.ffn.down_proj", True)
+    rows += _norm("gpt_neox.final_layer_norm", "stack.final_norm", True)
+    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+
+
+def neox_write(cfg: ModelConfig, arch: str) -> dict:
+    return dict(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
+        num_hidden_layers=cfg.n_layers, intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
+        hidden_act=_ACT_TO_HF[cfg.activation], max_position_embeddings=cfg.max_seq_len, layer_norm_eps=cfg.norm_eps,
+        hidden_dropout=cfg.dropout, attention_dropout=cfg.attention_dropout, attention_bias=True,
+        use_parallel_residual=cfg.parallel_residual, tie_word_embeddings=cfg.tie_embeddings,
+        rope_parameters=write_rope(cfg) | {"partial_rotary_factor": cfg.rope_fraction},
+    )
