@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from anatomy.inspection.figures import bi, drawable, new_figure
+from anatomy.inspection.figures import _fonts, bi, drawable, new_figure
 
 
 def _parts(model: nn.Module):
@@ -95,19 +95,20 @@ def lens_figure(lens: LogitLens, tokens: list[str] | None = None, *, batch: int 
     rows, cols = ids.shape
     if tokens is not None and len(tokens) != cols:
         raise ValueError(f"tokens must label every position ({cols}), got {len(tokens)}")
-    fig = new_figure(figsize=(max(4.0, 0.75 * cols + 2), max(2.5, 0.42 * rows + 1.4)))
-    ax = fig.add_subplot()
-    image = ax.imshow(p.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", origin="lower")
-    for r in range(rows):
-        for c in range(cols):
-            text = decode(int(ids[r, c])) if decode is not None else str(int(ids[r, c]))
-            ax.text(c, r, drawable(repr(text)[1:-1] if isinstance(text, str) else str(text))[:8], ha="center",
-                    va="center", fontsize=7, color="white" if p[r, c] < 0.6 else "black")
-    ax.set_yticks(range(rows), lens.labels)
-    ax.set_xticks(range(cols), [drawable(t) for t in tokens] if tokens is not None else range(cols),
-                  rotation=45 if tokens is not None else 0, ha="right" if tokens is not None else "center")
-    ax.set_xlabel(bi("input position (its top-1 prediction for the next token)", "输入位置(对下一个词的预测)"))
-    ax.set_title(bi("logit lens: each layer's residual through the final norm and unembedding",
-                    "logit lens:各层残差经最终归一化与输出层"), fontsize=9)
-    fig.colorbar(image, ax=ax, label="p(target)" if targets is not None else "p(top-1)")
+    with _fonts():  # text objects take their font when created
+        fig = new_figure(figsize=(max(4.0, 0.75 * cols + 2), max(2.5, 0.42 * rows + 1.4)))
+        ax = fig.add_subplot()
+        image = ax.imshow(p.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", origin="lower")
+        for r in range(rows):
+            for c in range(cols):
+                text = decode(int(ids[r, c])) if decode is not None else str(int(ids[r, c]))
+                ax.text(c, r, drawable(repr(text)[1:-1] if isinstance(text, str) else str(text))[:8], ha="center",
+                        va="center", fontsize=7, color="white" if p[r, c] < 0.6 else "black")
+        ax.set_yticks(range(rows), lens.labels)
+        ax.set_xticks(range(cols), [drawable(t) for t in tokens] if tokens is not None else range(cols),
+                      rotation=45 if tokens is not None else 0, ha="right" if tokens is not None else "center")
+        ax.set_xlabel(bi("input position (its top-1 prediction for the next token)", "输入位置(对下一个词的预测)"))
+        ax.set_title(bi("logit lens: each layer's residual through the final norm and unembedding",
+                        "logit lens:各层残差经最终归一化与输出层"), fontsize=9)
+        fig.colorbar(image, ax=ax, label="p(target)" if targets is not None else "p(top-1)")
     return fig
