@@ -32,7 +32,7 @@ class Sizes:
     cache_new: int
 
 
-FULL = Sizes(attn_batch=4, attn_heads=8, attn_head_dim=64, attn_seqs=(128, 512, 1024),
+FULL = Sizes(attn_batch=4, attn_heads=8, attn_head_dim=64, attn_seqs=(128, 512),
              lm=LMSize(n_layers=4, n_heads=4, d_model=256, seq=256, batch=8, vocab=4096), block_seq=256,
              prompt=16, new_tokens=200, window=64, cache_new=1000)
 QUICK = Sizes(attn_batch=2, attn_heads=2, attn_head_dim=8, attn_seqs=(16,),
