@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from anatomy.components.hook_point import HookPoint
+from anatomy.components.hook_point import HookPoint, hooked
 from anatomy.shapes import check_token_ids
 
 
@@ -66,7 +66,7 @@ class InputEmbeddings(nn.Module):
         elif token_type_ids is not None:
             raise ValueError("token_type_ids were given but the model has no token-type embedding "
                              "(type_vocab_size=0)")
-        if self.positional is not None and self.hook_pos.has_hooks:  # the term alone: 0 + pe is pe exactly
+        if self.positional is not None and hooked(self, "hook_pos"):  # the term alone: 0 + pe is pe exactly
             x = x + self.hook_pos(self.positional.add_to_embeddings(torch.zeros_like(x), positions))  # (B, T, D)
         elif self.positional is not None:
             x = self.positional.add_to_embeddings(x, positions)  # (B, T, D)

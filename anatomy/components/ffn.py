@@ -56,14 +56,13 @@ class FeedForward(nn.Module):
             self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.hook_pre = HookPoint()  # (B, T, F) before the activation (gated: the gate's input to it)
         self.hook_hidden = HookPoint()  # (B, T, F) the hidden layer down_proj reads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:
-            hidden = self.act(self.hook_pre(self.gate_proj(x))) * self.up_proj(x)  # (B, T, F)
+            hidden = self.act(self.gate_proj(x)) * self.up_proj(x)  # (B, T, F)
         else:
-            hidden = self.act(self.hook_pre(self.up_proj(x)))  # (B, T, F)
+            hidden = self.act(self.up_proj(x))  # (B, T, F)
         return self.down_proj(self.dropout(self.hook_hidden(hidden)))  # (B, T, D)
 
     def extra_repr(self) -> str:

@@ -186,19 +186,20 @@ def test_norm_and_ffn_hook_points(preset):
     block = model.stack.blocks[0]
     norm = block.attn_add_norm.norm
     names = ["stack.blocks.0.hook_resid_pre", "stack.blocks.0.attn_add_norm.norm.hook_scale",
-             "stack.blocks.0.attn_add_norm.norm.hook_out", "stack.blocks.0.hook_attn_in",
-             "stack.blocks.0.ffn.hook_pre", "stack.blocks.0.ffn.hook_hidden"]
+             "stack.blocks.0.hook_attn_in", "stack.blocks.0.ffn.hook_hidden", "stack.blocks.0.hook_ffn_in"]
     with torch.no_grad():
         plain = model(ids).logits
         with capture(model, names) as cache:
             hooked = model(ids).logits
-    x, s, out, attn_in, pre, hidden = (cache[n] for n in names)
-    assert s.shape == (2, 10, 1) and pre.shape == hidden.shape == (2, 10, block.ffn.d_ff)
+    x, s, attn_in, hidden, ffn_in = (cache[n] for n in names)
+    assert s.shape == (2, 10, 1) and hidden.shape == (2, 10, block.ffn.d_ff)
     centred = x - x.mean(-1, keepdim=True) if preset == "gpt2" else x
     torch.testing.assert_close(s, centred.pow(2).mean(-1, keepdim=True).add(norm.eps).rsqrt(), atol=1e-6, rtol=1e-6)
-    assert torch.equal(out, attn_in)  # Pre-Norm: the norm's output is what attention sees
+    torch.testing.assert_close(attn_in, norm(x), atol=1e-6, rtol=0)  # Pre-Norm: attention sees the norm's output
+    ffn = block.ffn
+    want = ffn.act(ffn.gate_proj(ffn_in)) * ffn.up_proj(ffn_in) if ffn.gated else ffn.act(ffn.up_proj(ffn_in))
+    torch.testing.assert_close(hidden, want, atol=1e-6, rtol=0)  # the FFN's hidden layer, (B, T, F)
     if preset == "gpt2":
-        assert torch.equal(block.ffn.act(pre), hidden)
         torch.testing.assert_close(hooked, plain, atol=1e-5, rtol=0)  # the step-by-step LayerNorm: same values
     else:
         assert torch.equal(hooked, plain)
