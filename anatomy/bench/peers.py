@@ -125,8 +125,15 @@ def language_models(s: LMSize, status: dict[str, dict], notes: list[str]) -> dic
         if not status[module]["installed"]:
             continue
         torch.manual_seed(0)
+        ids = torch.zeros(1, min(4, s.seq), dtype=torch.long)
         try:
-            models[name] = build(s)
+            model = build(s)
+            if not torch.isfinite(model(input_ids=ids, labels=ids).loss):  # it runs as the suites call it
+                raise RuntimeError("a non-finite loss on a 4-token input")
+            model.zero_grad(set_to_none=True)
+            models[name] = model
         except Exception as err:  # noqa: BLE001 - an incompatible peer version: say so, keep going
-            notes.append(f"{name} left out: building it failed ({type(err).__name__}: {err})")
+            note = f"{name} left out: building or calling it failed ({type(err).__name__}: {err})"
+            if note not in notes:
+                notes.append(note)
     return models

@@ -85,8 +85,8 @@ def replace(value: torch.Tensor | float, index: Index = None) -> Edit:
 
 def ablate_head(head: int | Iterable[int]) -> Edit:
     """Zero one head (or several) of a head-split activation ``(B, H, T, ·)``: ``hook_z`` removes what the head
-    writes; at ``hook_weights`` the head attends nowhere (its z becomes 0 too); ``hook_k``/``hook_v`` count Hkv
-    heads."""
+    writes; at ``hook_weights`` the head attends nowhere (its z becomes 0 too); at ``hook_scores`` (before the
+    mask and softmax) it attends uniformly instead; ``hook_k``/``hook_v`` count Hkv heads."""
     heads = [head] if isinstance(head, int) else list(head)
 
     def edit(x: torch.Tensor, name: str) -> torch.Tensor:

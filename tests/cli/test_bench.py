@@ -77,3 +77,19 @@ def test_bad_input_is_one_line_and_nothing_is_overwritten(tmp_path, capsys):
 
 def test_the_cli_help_names_bench():
     assert "bench" in build_parser().format_help()
+
+
+def test_a_peer_that_fails_to_build_or_run_is_left_out_with_a_note(monkeypatch):
+    from anatomy.bench import peers
+
+    def broken(size):
+        raise TypeError("unexpected keyword argument 'attn_flash'")
+
+    monkeypatch.setitem(peers.LM_PEERS, "x_transformers", ("x_transformers", broken))
+    status = peer_status()
+    status["x_transformers"] = {"installed": True, "version": "0.0"}
+    notes: list[str] = []
+    models = peers.language_models(QUICK.lm, status, notes)
+    assert "x_transformers" not in models and "ours" in models
+    assert notes == ["x_transformers left out: building or calling it failed "
+                     "(TypeError: unexpected keyword argument 'attn_flash')"]
