@@ -1,4 +1,5 @@
-"""Shared timing helpers for the hand-run benchmarks.
+"""Shared timing helpers for the hand-run benchmarks: the measuring code lives in the package
+(``anatomy.bench.timing``, also behind ``anatomy bench``); this module re-exports it for the scripts.
 
 Contenders are interleaved in rounds (every contender once per round, in a rotating order) and the report quotes
 the median of per-round ratios against a reference measured in the same round. Run with
@@ -8,58 +9,15 @@ the median of per-round ratios against a reference measured in the same round. R
 
 from __future__ import annotations
 
-import os
-import statistics
-import time
-from collections.abc import Callable
+import sys
+from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity, profile
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # a checkout without an install still runs
+    sys.path.append(str(Path(__file__).resolve().parents[1]))
 
+from anatomy.bench.timing import environment, peak_memory, rounds, timed  # noqa: E402, F401 - re-exported
 
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    """Best of ``repeat`` calls, in seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def peak_memory(fn: Callable[[], object]) -> int:
-    """Peak bytes allocated by torch on the CPU during ``fn()``, from the profiler's allocation events."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        fn()
-    events = sorted((e for e in prof.events() if e.self_cpu_memory_usage), key=lambda e: e.time_range.start)
-    current = peak = 0
-    for e in events:
-        current += e.self_cpu_memory_usage
-        peak = max(peak, current)
-    return peak
-
-
-def rounds(contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int, repeat: int):
-    """Median seconds per contender and median ratio to ``reference`` over interleaved rounds."""
-    names = list(contenders)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    ratios: dict[str, list[float]] = {n: [] for n in names}
-    for fn in contenders.values():  # warm-up
-        fn()
-    for r in range(n_rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
-        this = {n: timed(contenders[n], repeat) for n in order}
-        for n in names:
-            times[n].append(this[n])
-            ratios[n].append(this[n] / this[reference])
-    return ({n: statistics.median(v) for n, v in times.items()},
-            {n: statistics.median(v) for n, v in ratios.items()})
-
-
-def environment() -> str:
-    tunables = os.environ.get("GLIBC_TUNABLES", "")
-    note = "" if "mmap_max=0" in tunables else "  (GLIBC_TUNABLES not set: timings include page re-touching)"
-    return f"torch {torch.__version__}, threads {torch.get_num_threads()}{note}"
+__all__ = ["SdpaRecorder", "environment", "peak_memory", "rounds", "timed"]
 
 
 class SdpaRecorder:

@@ -15,33 +15,17 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import environment, peak_memory, rounds  # noqa: E402
 
+from anatomy.bench.suites import RawSDPA  # noqa: E402 - the floor: 4 Linears + one SDPA call
 from anatomy.components import MultiHeadAttention  # noqa: E402
 from anatomy.components.masks import key_padding_to_attention, padding_mask, to_torch_nn  # noqa: E402
 
 B, H, DH = 4, 8, 64
 D = H * DH
-
-
-class RawSDPA(nn.Module):
-    """The floor: four Linears and one F.scaled_dot_product_attention call, nothing else."""
-
-    def __init__(self):
-        super().__init__()
-        self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
-
-    def forward(self, x, mask, is_causal):
-        b, t, _ = x.shape
-        q = self.q(x).view(b, t, H, DH).transpose(1, 2)  # (B, H, T, Dh)
-        k = self.k(x).view(b, t, H, DH).transpose(1, 2)  # (B, H, S, Dh)
-        v = self.v(x).view(b, t, H, DH).transpose(1, 2)  # (B, H, S, Dh)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)  # (B, H, T, Dh)
-        return self.o(out.transpose(1, 2).reshape(b, t, D))  # (B, T, D)
 
 
 def contenders(t: int, setting: str, backward: bool, skip_loop: bool):
@@ -50,7 +34,7 @@ def contenders(t: int, setting: str, backward: bool, skip_loop: bool):
     keep = padding_mask(torch.tensor([t, 3 * t // 4, t // 2, t // 4]), t)  # (B, S)
     causal = setting == "causal"
     ours_mask = None if causal else key_padding_to_attention(keep)  # (B, 1, 1, S)
-    raw = RawSDPA()
+    raw = RawSDPA(D, H)
     mha = nn.MultiheadAttention(D, H, batch_first=True)
     tri = torch.ones(t, t, dtype=torch.bool).tril()
 

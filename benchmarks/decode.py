@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import environment, rounds  # noqa: E402
-from train_step import hf_gpt2, ours  # noqa: E402
 
+from anatomy.bench.peers import LMSize, hf_gpt2, ours_lm, peer_status  # noqa: E402
 from anatomy.generation import generate  # noqa: E402
 
 
@@ -44,12 +44,13 @@ def main() -> None:
     print(environment())
     torch.manual_seed(0)
     prompt = torch.randint(0, args.vocab, (1, 16), generator=torch.Generator().manual_seed(0))
-    mine = ours(args.d_model, args.vocab).eval()
+    size = LMSize(n_layers=4, n_heads=4, d_model=args.d_model, seq=256, batch=1, vocab=args.vocab)
+    mine = ours_lm(size).eval()
     contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=args.new),
                   "ours_modules": lambda: generate(mine, prompt, max_new_tokens=args.new, fast=False)}
-    hf = hf_gpt2(args.d_model, args.vocab)
-    if hf is not None:
-        hf.eval()
+    if peer_status()["transformers"]["installed"]:
+        torch.manual_seed(0)
+        hf = hf_gpt2(size).eval()
         mask = torch.ones_like(prompt)
         contenders["hf_gpt2_generate"] = lambda: hf.generate(
             prompt, attention_mask=mask, max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False,

@@ -10,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from anatomy.cli import bench as bench_cmd
 from anatomy.cli import check as check_cmd
 from anatomy.cli import claims as claims_cmd
 from anatomy.cli import convert as convert_cmd
@@ -41,6 +42,7 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
                  "continue a prompt with a trained language or seq2seq model"),
     "predict": (generate_cmd.add_predict_arguments, generate_cmd.run_predict,
                 "label probabilities of a trained classifier"),
+    "bench": (bench_cmd.add_arguments, bench_cmd.run, "speed and memory against every installed peer, in one run"),
 }
 
 

@@ -13,6 +13,7 @@ import math
 import torch
 from torch import nn
 
+from anatomy.components.hook_point import HookPoint, hooked
 from anatomy.shapes import check_token_ids
 
 
@@ -40,7 +41,8 @@ def make_lm_head(embedding: nn.Embedding, *, tie: bool) -> nn.Linear:
 class InputEmbeddings(nn.Module):
     """Token ids → ``(B, T, D)``: token embedding (+ token types) (+ an embedding-site positional scheme)
     (+ an embedding norm, BERT) then dropout. The token embedding is injected so that encoder, decoder and
-    output head can share one matrix."""
+    output head can share one matrix. Hook points: ``hook_tokens`` (the token embedding) and ``hook_pos`` (the
+    positional term an embedding-site scheme adds; it fires only for such a scheme)."""
 
     def __init__(self, *, embed_tokens: TokenEmbedding, positional: nn.Module | None = None,
                  token_types: nn.Embedding | None = None, norm: nn.Module | None = None, dropout: float = 0.0):
@@ -50,10 +52,12 @@ class InputEmbeddings(nn.Module):
         self.token_types = token_types
         self.norm = norm
         self.dropout = nn.Dropout(dropout)
+        self.hook_tokens = HookPoint()  # (B, T, D) token embedding, after the sqrt(D) multiplier
+        self.hook_pos = HookPoint()  # (B, T, D) positional term added to it (sinusoidal, learned)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.embed_tokens(ids)  # (B, T, D)
+        x = self.hook_tokens(self.embed_tokens(ids))  # (B, T, D)
         if self.token_types is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
@@ -62,7 +66,9 @@ class InputEmbeddings(nn.Module):
         elif token_type_ids is not None:
             raise ValueError("token_type_ids were given but the model has no token-type embedding "
                              "(type_vocab_size=0)")
-        if self.positional is not None:
+        if self.positional is not None and hooked(self, "hook_pos"):  # the term alone: 0 + pe is pe exactly
+            x = x + self.hook_pos(self.positional.add_to_embeddings(torch.zeros_like(x), positions))  # (B, T, D)
+        elif self.positional is not None:
             x = self.positional.add_to_embeddings(x, positions)  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)

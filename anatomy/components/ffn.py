@@ -56,7 +56,7 @@ class FeedForward(nn.Module):
             self.gate_proj = nn.Linear(d_model, d_ff, bias=bias)
         self.down_proj = nn.Linear(d_ff, d_model, bias=bias)
         self.dropout = nn.Dropout(dropout)
-        self.hook_hidden = HookPoint()
+        self.hook_hidden = HookPoint()  # (B, T, F) the hidden layer down_proj reads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.gated:

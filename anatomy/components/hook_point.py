@@ -27,3 +27,10 @@ class HookPoint(nn.Module):
     @property
     def has_hooks(self) -> bool:
         return bool(self._forward_hooks or self._forward_pre_hooks)
+
+
+def hooked(module: nn.Module, name: str) -> bool:
+    """Whether ``module``'s hook point ``name`` has a hook of its own: ``module.<name>.has_hooks`` without
+    ``nn.Module.__getattr__`` (about 10x cheaper), for checks on every forward."""
+    point = module._modules[name]
+    return bool(point._forward_hooks or point._forward_pre_hooks)

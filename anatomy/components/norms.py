@@ -11,6 +11,12 @@ float32 and cast back, so bf16/fp16 activations do not lose the variance to roun
 ``TokenBatchNorm`` is BatchNorm over the (B*T) tokens of a batch. It exists only for the post's LayerNorm vs
 BatchNorm comparison (§4.2): its statistics mix tokens of different sentences, padding included, and change
 between training and evaluation.
+
+Hook point of ``LayerNorm`` and ``RMSNorm``: ``hook_scale``, the per-token factor ``1/sqrt(var + eps)`` (or
+``1/rms``), shape ``(..., 1)``. While it has a hook, LayerNorm computes its statistics step by step instead of
+calling the fused ``F.layer_norm`` (equal up to float rounding). A norm's output is already a block's hook point:
+``hook_attn_in``/``hook_ffn_in`` (Pre-Norm), ``hook_resid_mid``/``hook_resid_post`` (Post-Norm), ``hook_out`` of
+the stack (the final norm).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.components.hook_point import HookPoint, hooked
 from anatomy.shapes import compute_dtype
 
 
@@ -28,13 +35,24 @@ class LayerNorm(nn.Module):
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(d_model))
         self.bias = nn.Parameter(torch.zeros(d_model)) if bias else None
+        self.hook_scale = HookPoint()  # (..., 1) 1/sqrt(var + eps) per token (computed only when hooked)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dt = compute_dtype(x.dtype)
+        if hooked(self, "hook_scale"):
+            return self._stepwise(x, dt)
         if x.dtype == dt and self.weight.dtype == dt:  # the usual float32 case: nothing to convert
             return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
         bias = None if self.bias is None else self.bias.to(dt)
         return F.layer_norm(x.to(dt), self.weight.shape, self.weight.to(dt), bias, self.eps).to(x.dtype)
+
+    def _stepwise(self, x: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+        """``F.layer_norm`` written out, so that the scale passes through ``hook_scale``."""
+        xf = x.to(dt)
+        centred = xf - xf.mean(-1, keepdim=True)  # (..., D)
+        scale = self.hook_scale(torch.rsqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps))  # (..., 1)
+        out = centred * scale * self.weight.to(dt)  # (..., D)
+        return (out if self.bias is None else out + self.bias.to(dt)).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -45,10 +63,11 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps, self.offset = eps, float(offset)
         self.weight = nn.Parameter(torch.full((d_model,), 1.0 - self.offset))
+        self.hook_scale = HookPoint()  # (..., 1) 1/rms per token
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         xf = x.to(compute_dtype(x.dtype))
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)  # (..., D)
+        xf = xf * self.hook_scale(torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps))  # (..., D)
         if self.offset:
             return (xf * (self.offset + self.weight.to(xf.dtype))).to(x.dtype)
         return (self.weight.to(xf.dtype) * xf).to(x.dtype)

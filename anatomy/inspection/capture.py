@@ -25,19 +25,25 @@ def hook_names(model: nn.Module) -> list[str]:
     return [name for name, m in model.named_modules() if isinstance(m, HookPoint)]
 
 
+def select_hooks(model: nn.Module, names: str | Iterable[str] | None) -> dict[str, HookPoint]:
+    """The hook points that module-path ``names`` (or shell-style patterns) select, in model order; a pattern
+    matching nothing is refused with the first available names."""
+    patterns = [names] if isinstance(names, str) else (["*"] if names is None else list(names))
+    available = {name: m for name, m in model.named_modules() if isinstance(m, HookPoint)}
+    missing = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in available)]
+    if missing:
+        listed = list(available)
+        sample = ", ".join(listed[:8]) + (", ..." if len(listed) > 8 else "")
+        raise ValueError(f"names {missing} match no hook point of this model; available: {sample}")
+    return {n: m for n, m in available.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)}
+
+
 @contextmanager
 def capture(model: nn.Module, names: str | Iterable[str] | None = None, *,
             detach: bool = True) -> Iterator[dict[str, torch.Tensor]]:
     """Yield a dict filled, during the ``with`` block, with the output of every selected hook point."""
-    patterns = [names] if isinstance(names, str) else (["*"] if names is None else list(names))
-    available = hook_names(model)
-    chosen = [n for n in available if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
-    missing = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in available)]
-    if missing:
-        sample = ", ".join(available[:8]) + (", ..." if len(available) > 8 else "")
-        raise ValueError(f"names {missing} match no hook point of this model; available: {sample}")
+    chosen = select_hooks(model, names)
     cache: dict[str, torch.Tensor] = {}
-    modules = dict(model.named_modules())
     handles = []
 
     def recorder(name: str):
@@ -47,8 +53,8 @@ def capture(model: nn.Module, names: str | Iterable[str] | None = None, *,
         return hook
 
     try:
-        for name in chosen:
-            handles.append(modules[name].register_forward_hook(recorder(name)))
+        for name, module in chosen.items():
+            handles.append(module.register_forward_hook(recorder(name)))
         yield cache
     finally:
         for h in handles:
