@@ -161,6 +161,13 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
             return [d]
     if name in r.SOFTMAX_OPS:
         step.extra["dim"] = _arg(args, kwargs, 1, "dim")
+    if name in r.SDPA_OPS and len(metas) >= 2:
+        given = kwargs.get("scale")
+        base = given if isinstance(given, (int, float)) else metas[0][0].shape[-1] ** -0.5
+        step.extra["scale"] = float(base) * (metas[0][1].factor if metas[0][1] else 1.0) * (
+            metas[1][1].factor if metas[1][1] else 1.0)
+        return [tuple(metas[0][1].dims[:-1] if metas[0][1] else by_size_q(metas[0][0], names)) + (
+            metas[2][1].dims[-1] if len(metas) > 2 and metas[2][1] else names.name(o.shape[-1]),)]
     operands = [(tuple(t.shape), m.dims if m is not None else rd.by_size(t.shape, names)) for t, m in metas]
     if name in ("cat", "concat", "concatenate", "stack") or name in ("chunk", "split", "unbind", "tensor_split"):
         return [_align(fd, first_t, t, names) for t in outs]
@@ -170,6 +177,10 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
         if same or name not in r.SHAPE_OPS:
             return [rd.broadcast_dims(tuple(t.shape), same + operands, names) for t in outs]
     return [_align(fd, first_t, t, names) for t in outs]
+
+
+def by_size_q(t, names):
+    return rd.by_size(t.shape[:-1], names)
 
 
 def _align(fd, first_t, t, names) -> tuple[str, ...]:
@@ -240,7 +251,8 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
         return _tensors(got, [])
     if name in ("matmul", "__matmul__", "bmm") and len(metas) == 2:
         (a, am), (b, bm) = metas
-        if bm is not None and bm.data and bm.feat is not None and a.dim() >= 2 and b.dim() >= 2:
+        if bm is not None and bm.data and bm.feat is not None and a.dim() >= 2 and b.dim() >= 2 and (
+                am is None or am.feat is None):
             col = bm.feat[..., :1, :]  # the weighted sum keeps each value feature in its column
             return [col.expand(*outs[0].shape[:-2], outs[0].shape[-2], col.shape[-1]).clone()
                     if col.shape[-1] == outs[0].shape[-1] else None]
