@@ -231,6 +231,11 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
     return rec
 
 
+def sizes_for(d_model: int, n_heads: int, batch: int, seq: int, **more: int) -> dict[str, int]:
+    """The named sizes of a probe ``(B, T, D)`` for a module built with ``(d_model, n_heads)``."""
+    return {"B": batch, "T": seq, "H": n_heads, "Dh": d_model // n_heads, "D": d_model, **more}
+
+
 def learner_frame() -> tuple[str, int, str]:
     """The innermost frame outside torch, the standard library and the doctor: (file, line, source)."""
     f = sys._getframe(1)

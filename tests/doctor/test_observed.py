@@ -8,7 +8,7 @@ import torch
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.doctor import mapping as mp
 from anatomy.doctor import observed as ob
-from anatomy.doctor.recorder import record
+from anatomy.doctor.recorder import record, sizes_for
 from anatomy.doctor.subject import import_file
 
 ZOO = Path(__file__).parent / "zoo_learners"
@@ -47,8 +47,11 @@ def test_observed_mapping_loads_the_reference(name, cls):
 def test_scale_by_model_width_is_seen_in_per_head_modules():
     """C**-0.5 in a Head module: the observed scale is 1/sqrt(D), not 1/sqrt(Dh) -- with the doctor's sizes too."""
     for d, h in ((12, 3), (16, 4)):
-        good = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttention", d, h), x_probe(d)))
-        bad = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttentionC", d, h), x_probe(d)))
+        sizes = sizes_for(d, h, 2, 7)
+        good = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttention", d, h), x_probe(d),
+                                        sizes=sizes))
+        bad = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttentionC", d, h), x_probe(d),
+                                       sizes=sizes))
         assert good.by == "Dh" and good.value == pytest.approx((d // h) ** -0.5)
         assert bad.by == "D" and bad.value == pytest.approx(d ** -0.5)
         assert "C ** -0.5" in bad.source
