@@ -222,13 +222,26 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
         with torch.no_grad(), mode:
             rec.output = target(*inputs, **kwargs)
     except Exception as err:  # noqa: BLE001 - the learner's forward raised: say where
-        line = rec.steps[-1].where if rec.steps else "?"
-        raise RecordError(f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]} "
-                          f"(last recorded step: {line})", err) from None
+        raise RecordError(f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+                          f"{_raised_at(err)}", err) from None
     finally:
         for h in handles:
             h.remove()
     return rec
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` (at line 12 of my.py: `x.view(5, -1)`)``: the learner's innermost frame of the traceback."""
+    tb, found = err.__traceback__, None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not fn.startswith(_SKIP) and not fn.startswith("<"):
+            found = (fn, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    text = linecache.getline(found[0], found[1]).strip()
+    return f" (at line {found[1]} of {os.path.basename(found[0])}: `{text}`)"
 
 
 def sizes_for(d_model: int, n_heads: int, batch: int, seq: int, **more: int) -> dict[str, int]:
