@@ -1,5 +1,4 @@
 """A pre-norm Transformer block the way a course notebook writes it (learner style, on purpose)."""
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
