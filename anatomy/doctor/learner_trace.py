@@ -224,6 +224,7 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
                 s.index > last_z and sum(1 for i in s.inputs if i.source != "const" and
                                          not i.source.startswith("param")) == 2:
             out[s.index] = ("add", "")
+    _hand_written_norms(rec, out)
     after = [p for p in rec.projections if o_step is not None and p.step > o_step]
     d = rec.sizes.get("D")
     for p in after:  # the FFN: a widening projection, then the one back to D
@@ -232,6 +233,19 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
         elif p.n_in != d:
             out[p.step] = ("ffn", "")
     return out
+
+
+def _hand_written_norms(rec: r.Recording, out: dict) -> None:
+    """A norm written by hand (``a_2 * (x - mean) / (std + eps) + b_2`` in a class named ``LayerNorm``): the last
+    step of each call of a module whose class name says norm is the norm's output."""
+    steps = rec.data_steps()
+    for i, s in enumerate(steps):
+        name = rec.module_types.get(s.module, "")
+        if "norm" not in name.lower() or s.op in NORM_OPS:
+            continue
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        if nxt is None or nxt.module != s.module:
+            out[s.index] = ("norm", "")
 
 
 def kind_text(kind: str, role: str, lang: str) -> str:

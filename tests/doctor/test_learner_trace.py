@@ -120,3 +120,14 @@ def test_a_module_instance_and_torch_multihead_attention():
     assert any(row.op == "multi_head_attention_forward" for row in t.rows)
     assert any("runs as one call" in en for en, _ in t.notes)
     assert torch.get_num_threads() >= 1
+
+
+def test_annotated_block_hand_written_norms_and_residuals_inside_sublayers():
+    name = "trace_annotated_block.py"
+    t = trace_learner(str(ZOO / name) + ":EncoderLayer")
+    got = [k for k, _ in kinds(t)]
+    assert got.count("norm") == 2 and got.count("add") == 2 and t.deviation is None
+    norm = next(row for row in t.rows if row.kind == "norm")
+    assert norm.line == line_of(name, "return self.a_2 * (x - mean) / (std + self.eps) + self.b_2")
+    assert norm.module == "sublayer.0.norm"
+    assert [row.role for row in t.rows if row.kind == "proj"] == ["q", "k", "v"]  # linears[0..2], by dataflow
