@@ -1,12 +1,12 @@
 """``anatomy trace FILE.py:CLASS``: the post's §5.1 table for the learner's own code, one row per recorded step.
 
     from anatomy.doctor.learner_trace import trace_learner
-    t = trace_learner("my_attention.py:MultiHeadAttention")      # built as CLASS(d_model=12, n_heads=3)
+    t = trace_learner("my_attention.py:MultiHeadAttention")      # built as CLASS(20, 5): d_model, n_heads
     for row in t.rows: print(row.line, row.source, row.dims)     # 21 q = self.W_q(x).view(...) (B, T, H, Dh)
     t.deviation                                                  # the first step that leaves the post's flow
     print(t.render("table", lang="zh"))
 
-The module is run once on ``x: (B, T, D)`` with sizes that are all different (B=2, T=7, H=3, Dh=4, D=12 by
+The module is run once on ``x: (B, T, D)`` with sizes that are all different (B=2, T=7, H=5, Dh=4, D=20 by
 default), so every axis can be named by the legend's letters; the recorder (``recorder.py``) gives each step
 with the learner's file and line. Each row is labelled with the post's step it belongs to (projection, split,
 scores, softmax, weighted sum, merge, output projection, residual, norm, FFN) when the dataflow shows it, and the
@@ -25,7 +25,7 @@ from anatomy.doctor import observed as ob
 from anatomy.doctor import recorder as r
 from anatomy.doctor.limits import Hung, guard
 from anatomy.doctor.recorder_dims import letters
-from anatomy.doctor.subject import CheckError, CheckTimeout, Subject, _quiet, build, randomize
+from anatomy.doctor.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
 from anatomy.inspection.trace import KINDS
 from anatomy.shapes import LEGEND
 
@@ -88,7 +88,7 @@ class LearnerTrace:
         return render(self, fmt, lang)
 
 
-def trace_learner(target, *, factory: str | None = None, d_model: int = 12, n_heads: int = 3, batch: int = 2,
+def trace_learner(target, *, factory: str | None = None, d_model: int = 20, n_heads: int = 5, batch: int = 2,
                   seq: int = 7, seed: int = 0, timeout: float | None = 60.0) -> LearnerTrace:
     """Build ``target`` (``FILE.py:CLASS``, a class, a factory or a module) as the doctor does, run it once under
     the recorder and return the table. Raises :class:`CheckError` (one line) when it cannot be loaded, built, run
@@ -112,9 +112,15 @@ def trace_learner(target, *, factory: str | None = None, d_model: int = 12, n_he
 
 def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
     module, label = build(target, factory, d, h, seed, timeout)
-    randomize(module, d, seed)
     subject = Subject.inspect(module, label)
     x = torch.randn(b, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
+        try:  # nn.LazyLinear: its shapes come from a first forward
+            subject.timeout = timeout
+            subject.run(x)
+        except CallError as err:
+            raise CheckError(f"{label}: the warm-up forward of a lazy module raised {err}") from None
+    randomize(module, d, seed)
     sizes = r.sizes_for(d, h, b, t)
     args = [x, x, x] if subject.qkv else [x]
     call = "forward(x, x, x)" if subject.qkv else "forward(x)"
@@ -190,7 +196,7 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
             out[p.step] = ("proj", f"{before}|{role}" if before else role)  # a fused projection: q|k|v
     if roles["o"] is not None:
         out[roles["o"].step] = ("out", "o")
-    first_scores = min((c.scores.index for c in cores if c.scores is not None), default=None)
+    first_scores = min(((c.scores or c.softmax).index for c in cores), default=None)  # sdpa: the fused call
     for core in cores:
         if core.scores is not None:
             out[core.scores.index] = ("scores", "")
@@ -198,13 +204,18 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
                 out[s.index] = ("mask" if "fill" in s.op or s.op in ("where", "add", "add_", "__add__", "sub")
                                 else "scale", "")
         out[core.softmax.index] = ("softmax" if core.softmax.op not in r.SDPA_OPS else "fused", "")
-        if core.weighted is not None:
+        if core.weighted is not None and core.weighted is not core.softmax:
             out[core.weighted.index] = ("z", "")
     proj_steps = {p.step for role in ("q", "k", "v") for p in roles[role]}
     last_z = max((c.weighted.index if c.weighted else c.softmax.index for c in cores), default=None)
     o_step = roles["o"].step if roles["o"] is not None else None
     for s in rec.data_steps():
         if s.index in out:
+            continue
+        src = rec.producer(s)
+        if s.op in r.VIEW_OPS and src is not None and src.index in out and len(src.outputs[0].shape) == 2 and \
+                out[src.index][0] in ("proj", "out"):
+            out[s.index] = out[src.index]  # GPT-2's Conv1D: addmm on (B*T, D), then back to (B, T, ...)
             continue
         shaping = s.op in r.SHAPE_OPS or s.op in ("contiguous",)
         users = [u for u in rec.steps[s.index + 1:] if any(i.source == f"step {s.index}" for i in u.inputs)]

@@ -82,7 +82,7 @@ def attention_cores(rec: r.Recording) -> list[Core]:
     for soft in rec.find(*r.SOFTMAX_OPS, *r.SDPA_OPS):
         if soft.op in r.SDPA_OPS:
             f = soft.feats + [None] * 3
-            cores.append(Core(soft, None, None, [], _heads(f[0], -1), _heads(f[1], -1), _heads(f[2], -1)))
+            cores.append(Core(soft, None, soft, [], _heads(f[0], -1), _heads(f[1], -1), _heads(f[2], -1)))
             continue
         chain, s = [], rec.producer(soft)
         while s is not None and s.op in PASS_OPS:
@@ -325,6 +325,14 @@ def deviations(rec: r.Recording) -> list[dict]:
     for core in attention_cores(rec):
         s = core.softmax
         dims = s.inputs[0].dims if s.inputs else ()
+        if s.op in r.SDPA_OPS:  # the fused kernel: q must already be (B, H, T, Dh)
+            if len(dims) >= 3 and dims[-2] != "T":
+                en, zh = _operand_lines(rec, s)
+                out.append(_dev(s, "scores", f"{en}q reaches the fused attention as {letters(dims)}",
+                                f"{zh}q 以 {letters(dims)} 的形状进入融合注意力",
+                                "q, k, v as (B, H, T, Dh): view(B, T, H, Dh).transpose(1, 2) first",
+                                "q、k、v 应为 (B, H, T, Dh)：先 view(B, T, H, Dh) 再 transpose(1, 2)"))
+            continue
         if len(dims) >= 2 and tuple(dims[-2:]) != ("T", "S"):
             at = core.scores or s
             en, zh = _operand_lines(rec, at)

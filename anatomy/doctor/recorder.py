@@ -1,6 +1,6 @@
 """The op-level recorder: every tensor operation of a learner's forward, with the learner's own file and line.
 
-    rec = record(module, x, sizes={"B": 2, "T": 7, "H": 3, "Dh": 4, "D": 12})
+    rec = record(module, x, sizes={"B": 2, "T": 7, "H": 5, "Dh": 4, "D": 20})
     for s in rec.steps:
         print(s.line, s.source, s.op, s.outputs[0].dims)    # 23 q = q.view(b, t, h, dk) view ('B', 'T', 'H', 'Dh')
     rec.find_softmax()                                      # the first softmax step (or None)
@@ -37,7 +37,8 @@ from torch import nn
 
 from anatomy.doctor import recorder_dims as rd
 
-PROBE_SIZES = {"B": 2, "T": 7, "H": 3, "Dh": 4, "D": 12}  # all different, and so are their products
+# All different, and so are their products; none is 2 or 3, the constants of rotate-half and of a fused q|k|v.
+PROBE_SIZES = {"B": 2, "T": 7, "H": 5, "Dh": 4, "D": 20}
 FEATURE_STRIDE = 1 << 20  # global feature id = projection index * FEATURE_STRIDE + feature
 
 SHAPE_OPS = {"view", "reshape", "transpose", "permute", "swapaxes", "swapdims", "T", "mT", "t", "flatten",
