@@ -96,3 +96,43 @@ def test_split_without_transpose_points_at_the_view_and_the_matmul():
     assert devs[0]["seen"].startswith(f"line {view_line} `q = self.W_q(x).view(b, t, self.h, self.d_k)")
     assert "without transpose(1, 2): the scores are (B, T, H, H)" in devs[0]["seen"]
     assert ob.deviations(record(build("trace_heads_loop.py", "MultiHeadAttention"), x_probe(), sizes=SIZES)) == []
+
+
+class ManualSoftmax(torch.nn.Module):
+    """From-scratch style: heads folded into the batch for bmm, a -1e4 causal fill, a max-shifted exp / sum."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.q, self.k = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.v, self.o = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h, dk = self.h, d // self.h
+
+        def fold(z):
+            return z.view(b, t, h, dk).transpose(1, 2).reshape(b * h, t, dk)  # (B*H, T, Dh)
+
+        q, k, v = fold(self.q(x)), fold(self.k(x)), fold(self.v(x))
+        s = torch.bmm(q, k.transpose(1, 2)) / dk ** 0.5  # (B*H, T, S)
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -1e4)
+        s = s - s.max(dim=-1, keepdim=True)[0]
+        e = torch.exp(s)
+        w = e / e.sum(-1, keepdim=True)
+        z = torch.bmm(w, v).view(b, h, t, dk).transpose(1, 2).reshape(b, t, d)  # (B, T, D)
+        return self.o(z)
+
+
+def test_manual_softmax_bmm_heads_and_a_finite_fill():
+    torch.manual_seed(0)
+    m, x = ManualSoftmax(12, 3).double(), x_probe()
+    rec = record(m, x, sizes=SIZES)
+    sc = ob.observed_scale(rec)
+    assert sc.by == "Dh" and sc.value == pytest.approx(0.5) and "torch.bmm" in sc.source
+    hyp = ob.hypothesis(rec, 12, 3)
+    ref = MultiHeadAttention(d_model=12, n_heads=3).double().eval()
+    mp.load_reference(ref, hyp, dict(m.named_parameters()))
+    with torch.no_grad():
+        diff = float((ref(x, mask=torch.ones(7, 7, dtype=torch.bool).tril())[0] - m(x)).abs().max())
+    assert diff < 1e-12
