@@ -225,7 +225,7 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
     try:
         with torch.no_grad(), mode:
             rec.output = target(*inputs, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the learner's forward raised: say where
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - the learner's forward raised (even sys.exit): say where
         raise RecordError(f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]}"
                           f"{_raised_at(err)}", err) from None
     finally:

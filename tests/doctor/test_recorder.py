@@ -116,3 +116,14 @@ def test_a_forward_that_raises_names_its_line():
 
 def test_probe_sizes_are_all_different():
     assert len(set(PROBE_SIZES.values())) == len(PROBE_SIZES)
+
+
+def test_sys_exit_in_a_forward_is_an_error_not_the_end():
+    class Exits(nn.Module):
+        def forward(self, x):
+            import sys
+
+            sys.exit(0)  # a debugging leftover
+
+    with pytest.raises(RecordError, match="SystemExit"):
+        record(Exits(), x_probe())
