@@ -122,22 +122,7 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
             raise CheckError(f"{label}: the warm-up forward of a lazy module raised {err}") from None
     randomize(module, d, seed)
     sizes = r.sizes_for(d, h, b, t)
-    args = [x, x, x] if subject.qkv else [x]
-    call = "forward(x, x, x)" if subject.qkv else "forward(x)"
-    if subject.mask_required:
-        raise CheckError(f"{label}: forward needs a mask ({subject.call}); the trace calls {call} only")
-
-    def describe() -> tuple[str, str]:
-        return (f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
-                f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）")
-
-    try:
-        with _quiet(), guard(timeout, describe):
-            rec = r.record(module, *args, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args))
-    except Hung as hung:
-        raise CheckTimeout.from_hung(hung) from None
-    except r.RecordError as err:
-        raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)}: {err}") from None
+    rec, call, note = _record(module, subject, label, x, sizes, timeout)
     file = _learner_file(rec)
     steps = [s for s in rec.data_steps() if not file or s.file == file or s.file.startswith(os.path.dirname(file))]
     if not steps:
@@ -146,8 +131,52 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
                          "`anatomy check --map` can still compare its weights")
     devs = ob.deviations(rec) + _output_deviation(rec, steps, tuple(x.shape))
     rows = _rows(rec, steps, devs)
-    notes = _notes(rec, sizes)
+    notes = ([note] if note else []) + _notes(rec, sizes)
     return LearnerTrace(label, file, sizes, call, rows, devs, rec.unfollowed, notes, rec)
+
+
+MASK_LAYOUTS = ("(B, 1, 1, S)", "(B, 1, T, S)", "(B, T, S)", "(B, S)")
+
+
+def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, timeout):
+    """Record ``forward(x)`` (q = k = v = x for ``forward(query, key, value)``; ``mask=None`` when the mask has no
+    default); when that raises and the forward takes a mask, once more with an all-visible boolean mask."""
+    b, t, _ = x.shape
+    args = [x, x, x] if subject.qkv else [x]
+    base = "forward(x, x, x" if subject.qkv else "forward(x"
+    tries: list[tuple[str, list, dict, torch.Tensor | None]] = []
+    if subject.mask_required:
+        tries.append((base + (f", {subject.mask_kw}=None)" if subject.mask_kw else ", None)"), args, {}, None))
+    else:
+        tries.append((base + ")", args, {}, None))
+    if subject.takes_mask:
+        for layout in MASK_LAYOUTS:
+            shape = {"(B, 1, 1, S)": (b, 1, 1, t), "(B, 1, T, S)": (b, 1, t, t), "(B, T, S)": (b, t, t),
+                     "(B, S)": (b, t)}[layout]
+            tries.append((base + f", mask {layout} all visible)", args, {}, torch.ones(shape, dtype=torch.bool)))
+    first_error = None
+    for call, a, kw, mask in tries:
+        if mask is not None or subject.mask_required:
+            kw, a = ({subject.mask_kw: mask}, a) if subject.mask_kw else ({}, [*a, mask])
+
+        def describe(call=call) -> tuple[str, str]:
+            return (f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
+                    f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）")
+
+        try:
+            with _quiet(), guard(timeout, describe):
+                rec = r.record(module, *a, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args),
+                               kwargs=kw, tag_kwargs=False)
+        except Hung as hung:
+            raise CheckTimeout.from_hung(hung) from None
+        except r.RecordError as err:
+            first_error = first_error or f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)}: {err}"
+            continue
+        if call == tries[0][0]:
+            return rec, call, None
+        return rec, call, (f"traced as {call}, because {first_error}",
+                           f"追踪时改用 {call}（传入一个全部可见的 mask），因为 {first_error}")
+    raise CheckError(first_error)
 
 
 def _output_deviation(rec: r.Recording, steps: list[r.Step], shape: tuple) -> list[dict]:

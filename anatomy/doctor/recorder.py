@@ -191,11 +191,13 @@ class Recording:
 
 
 def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str] | None = None,
-           names: list[str] | None = None, kwargs: dict | None = None, module: nn.Module | None = None) -> Recording:
+           names: list[str] | None = None, kwargs: dict | None = None, module: nn.Module | None = None,
+           tag_kwargs: bool = True) -> Recording:
     """Run ``target(*inputs, **kwargs)`` (a module or a function) once and record every tensor operation.
 
     ``sizes``: the probe's named sizes (default :data:`PROBE_SIZES`); ``dims``: the legend letters of each input
     (``["B T D"]``; default: named by size); ``names``: what to call the inputs (default ``x``, ``x1``...).
+    Inputs beyond ``names`` are constants (a mask), and so are ``kwargs`` with ``tag_kwargs=False``.
     ``module``: when ``target`` is a function that calls a module (``subject.run``), the module whose parameters
     and sub-modules to name. Raises :class:`RecordError` when the forward raises (the learner's error inside)."""
     from anatomy.doctor import recorder_ops
@@ -211,7 +213,7 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
         rec._param_names = {id(p): n for n, p in module.named_parameters()}
         rec._param_names.update({id(b): n for n, b in module.named_buffers()})
     names = list(names or ["x" if i == 0 else f"x{i}" for i in range(len(inputs))])
-    tagged = [(n, t) for n, t in zip(names, inputs)] + [(k, v) for k, v in kwargs.items()]
+    tagged = list(zip(names, inputs)) + (list(kwargs.items()) if tag_kwargs else [])
     for i, (n, t) in enumerate(tagged):
         if isinstance(t, torch.Tensor):
             d = rd.parse(dims[i]) if dims and i < len(dims) and dims[i] else rd.by_size(t.shape, rec.names)

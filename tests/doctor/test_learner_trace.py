@@ -141,3 +141,45 @@ def test_more_styles_follow_the_post(cls):
     assert ("split", "(B, H, T, Dh)") in got and ("merge", "(B, T, D)") in got and got[-1] == ("out", "(B, T, D)")
     core = "fused" if cls == "FlashStyle" else "scores"
     assert any(k == core for k, _ in got)
+
+
+MASKED = '''import torch
+import torch.nn as nn
+
+
+class NeedsMask(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x, mask):
+        s = self.q(x) @ x.transpose(1, 2)
+        if mask is not None:
+            s = s.masked_fill(mask == 0, -1e9)
+        return torch.softmax(s, -1) @ x
+
+
+class Repeats(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h, self.q = h, nn.Linear(d, d)
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        mask = mask.repeat(1, self.h, 1, 1)
+        q = self.q(x).view(b, t, self.h, -1).transpose(1, 2)
+        s = (q @ q.transpose(-2, -1)).masked_fill(mask == 0, -1e9)
+        return (torch.softmax(s, -1) @ q).transpose(1, 2).reshape(b, t, d)
+'''
+
+
+def test_a_required_mask_gets_none_and_a_failing_none_an_all_visible_mask(tmp_path):
+    src = tmp_path / "masked.py"
+    src.write_text(MASKED)
+    t = trace_learner(f"{src}:NeedsMask")
+    assert t.call == "forward(x, None)" and t.notes == []
+    t = trace_learner(f"{src}:Repeats")
+    assert t.call == "forward(x, mask (B, 1, 1, S) all visible)"
+    assert "'NoneType' object has no attribute 'repeat'" in t.notes[0][0]
+    assert any(row.kind == "scores" and row.dims == "(B, H, T, S)" for row in t.rows)
+    assert not any("mask" in row.source and row.step == 0 for row in t.rows)  # the mask is not traced as data
