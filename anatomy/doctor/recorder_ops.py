@@ -43,6 +43,8 @@ class Mode(TorchFunctionMode):
             items = tuple(out)
             out, func, name, args, kwargs = iter(items), torch.unbind, "unbind", (args[0], 0), {}
             record_out = items
+        elif name == "__setitem__" and args and isinstance(args[0], torch.Tensor):  # out[..., i] = head(x)
+            record_out = args[0]
         else:
             record_out = out
         try:
@@ -238,6 +240,15 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
     with_feat = [(t, m) for t, m in metas if m is not None and m.feat is not None]
     if not with_feat:
         return [None] * len(outs)
+    if name == "__setitem__" and len(args) >= 3 and isinstance(args[0], torch.Tensor):
+        target, value = args[0], args[2]
+        tm = next((m for t, m in metas if t is target), None)
+        vm = next((m for t, m in metas if t is value), None) if isinstance(value, torch.Tensor) else None
+        feat = tm.feat.clone() if tm is not None and tm.feat is not None else torch.full(target.shape, -1,
+                                                                                          dtype=torch.long)
+        if vm is not None and vm.feat is not None:
+            feat[args[1]] = vm.feat
+        return [feat]
     if name in r.SAME_OPS:
         return [with_feat[0][1].feat.contiguous() if tuple(with_feat[0][0].shape) == tuple(outs[0].shape) else None]
     if name in r.SHAPE_OPS:

@@ -16,7 +16,8 @@ SIZES = sizes_for(12, 3, 2, 7)  # the modules here are built with d_model=12, n_
 CASES = [("trace_heads_loop.py", "MultiHeadAttention"), ("trace_einsum_fused.py", "FusedAttention"),
          ("trace_split_no_transpose.py", "MultiHeadAttention"), ("trace_heads_loop.py", "MultiHeadAttentionC"),
          ("trace_more_styles.py", "FlashStyle"), ("trace_more_styles.py", "GPT2Attention"),
-         ("trace_more_styles.py", "LazyAttention"), ("trace_annotated_block.py", "MultiHeadedAttention")]
+         ("trace_more_styles.py", "LazyAttention"), ("trace_annotated_block.py", "MultiHeadedAttention"),
+         ("trace_more_styles.py", "PreallocatedHeads")]
 
 
 def build(name, cls, d=12, h=3):

@@ -76,3 +76,33 @@ class LazyAttention(nn.Module):
         v = self.v(x).reshape(b, t, self.heads, -1).transpose(1, 2)
         w = (q @ k.transpose(-2, -1) * (d // self.heads) ** -0.5).softmax(-1)
         return self.o((w @ v).transpose(1, 2).reshape(b, t, d))
+
+
+class OneHead(nn.Module):
+    def __init__(self, d_model, d_k):
+        super().__init__()
+        self.W_Q = nn.Linear(d_model, d_k, bias=False)
+        self.W_K = nn.Linear(d_model, d_k, bias=False)
+        self.W_V = nn.Linear(d_model, d_k, bias=False)
+
+    def forward(self, x):
+        Q, K, V = self.W_Q(x), self.W_K(x), self.W_V(x)
+        A = torch.softmax(Q @ K.transpose(1, 2) / self.W_Q.out_features ** 0.5, dim=-1)
+        return A @ V
+
+
+class PreallocatedHeads(nn.Module):
+    """Each head writes its slice of a tensor allocated up front (a loop over heads, no torch.cat)."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.d_k = d_model // n_heads
+        self.heads = nn.ModuleList([OneHead(d_model, self.d_k) for _ in range(n_heads)])
+        self.W_O = nn.Linear(d_model, d_model)
+
+    def forward(self, x):
+        batch, seq, d_model = x.shape
+        out = torch.zeros(batch, seq, d_model, dtype=x.dtype)
+        for i, head in enumerate(self.heads):
+            out[:, :, i * self.d_k:(i + 1) * self.d_k] = head(x)
+        return self.W_O(out)
