@@ -149,6 +149,9 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
         return [d]
     if name in r.MATMUL_OPS:
         step.extra["factors"] = [m.factor if m is not None else 1.0 for _, m in metas]
+        if name == "baddbmm":  # baddbmm(input, q, k, beta=0, alpha=scale): the scale is inside the op
+            alpha = kwargs.get("alpha", 1)
+            step.extra["alpha"] = float(alpha) if isinstance(alpha, (int, float)) else 1.0
         if name == "einsum":
             eq = args[0] if isinstance(args[0], str) else ""
             step.extra["equation"] = eq
