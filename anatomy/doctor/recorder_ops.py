@@ -35,6 +35,9 @@ class Mode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if len(self.rec.steps) >= r.MAX_STEPS:  # a forward that loops for long: stop keeping steps, not running
+            self.rec.truncated = True
+            return func(*args, **kwargs)
         name = op_name(func)
         ins = _tensors(args, []) + _tensors(kwargs, [])
         before = [(t, self.rec.meta_of(t)) for t in ins]
