@@ -151,3 +151,17 @@ def check_cache_fits(config, batch: int, length: int, *, flags: str, element_siz
                         f"({layers} layers × keys and values (B, Hkv, length, Dh) = {_n(batch)}×{config.kv_heads}×"
                         f"{_n(slots)}×{config.dh}), more than the {human(have)} available; lower {flags}")
     return need
+
+
+def check_learner_fits(batch: int, seq: int, d_model: int, n_heads: int, *, flags: str,
+                       available: int | None = None) -> int:
+    """A learner's module runs in float64 on ``(B, T, D)`` probes: its ``(B, H, T, S)`` scores and weights (and a
+    few ``(B, T, D)`` activations) must fit. Refused before the module runs, like :func:`check_fits`."""
+    scores = 2 * batch * n_heads * seq * seq * 8
+    need = scores + 16 * batch * seq * d_model * 8
+    have = available_bytes() if available is None else available
+    if have is not None and need > have:
+        raise SizeError(f"this trace would need about {human(need)} of memory (the largest part: attention scores "
+                        f"(B, H, T, S) = {'×'.join(_n(n) for n in (batch, n_heads, seq, seq))} float64), more than "
+                        f"the {human(have)} available; lower {flags}")
+    return need

@@ -119,3 +119,12 @@ def test_generate_refuses_a_cache_that_cannot_fit_before_reserving_it():
 def test_sizes_json_trace_still_works(capsys):
     assert main(["trace", "--seq", "12", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"]
+
+
+def test_anatomy_trace_of_a_learners_module_is_refused_before_it_runs(tmp_path, capsys):
+    path = tmp_path / "mine.py"
+    path.write_text("import torch\n\nclass A(torch.nn.Module):\n    def __init__(self, d, h):\n        super().__init__()"
+                    "\n\n    def forward(self, x):\n        raise AssertionError('never run')\n", encoding="utf-8")
+    assert main(["trace", f"{path}:A", "--seq", "100000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "GB of memory" in err[0] and "float64" in err[0] and "never run" not in err[0]
