@@ -127,4 +127,4 @@ def test_anatomy_trace_of_a_learners_module_is_refused_before_it_runs(tmp_path, 
                     "\n\n    def forward(self, x):\n        raise AssertionError('never run')\n", encoding="utf-8")
     assert main(["trace", f"{path}:A", "--seq", "100000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "GB of memory" in err[0] and "float64" in err[0] and "never run" not in err[0]
+    assert len(err) == 1 and "B of memory" in err[0] and "float64" in err[0] and "never run" not in err[0]
