@@ -144,14 +144,15 @@ def _hf_layers(cache) -> list:
 
 def open_cache(model, past_key_values, kv_caches: list | None, use_cache: bool,
                attention_mask: torch.Tensor | None):
-    """The forward's cache: ``(kv_caches or None, foreign)``. ``foreign`` is the transformers cache that was given
-    (``None`` otherwise); ``close_cache`` writes the call's new entries back into it."""
+    """The forward's cache: ``(kv_caches or None, given)``. ``given`` is the cache object to hand back: the
+    ``ModelCache`` or the transformers cache that was passed (``close_cache`` writes the call's new entries into
+    the latter), ``None`` otherwise."""
     if past_key_values is not None and kv_caches is not None:
         raise ValueError("give past_key_values or kv_caches, not both (they are two names for one cache)")
     if past_key_values is None:
         return (model.new_caches() if use_cache and kv_caches is None else kv_caches), None
     if isinstance(past_key_values, ModelCache):
-        return past_key_values.kv_caches, None
+        return past_key_values.kv_caches, past_key_values
     if isinstance(past_key_values, (list, tuple)) and past_key_values and all(map(_ours, past_key_values)):
         return list(past_key_values), None  # our own per-layer caches (what kv_caches= takes)
     template = model.new_caches()
@@ -179,12 +180,14 @@ def open_cache(model, past_key_values, kv_caches: list | None, use_cache: bool,
 
 
 def close_cache(kv_caches: list | None, foreign, t: int):
-    """What ``past_key_values`` returns: our ``ModelCache``, or the given transformers cache with the last ``t``
-    (self-attention) entries appended, and on its first call the cross-attention entries."""
+    """What ``past_key_values`` returns: the ``ModelCache`` given (or a new one), or the given transformers cache
+    with the last ``t`` (self-attention) entries appended, and on its first call the cross-attention entries."""
     if kv_caches is None:
         return None
     if foreign is None:
         return ModelCache(kv_caches)
+    if isinstance(foreign, ModelCache):
+        return foreign
     seq2seq = hasattr(foreign, "self_attention_cache")
     target = foreign.self_attention_cache if seq2seq else foreign
     for i, layer in enumerate(kv_caches):
