@@ -23,6 +23,7 @@ from anatomy.generation.decoding import CachedDecoding
 from anatomy.generation.sampling import apply_repetition_penalty, seen_tokens
 
 NEG = -1.0e9  # HF's "impossible" score, added rather than set
+# Shapes: the legend's B (prompts) and V, with K = num_beams, C = candidates kept per step, L = T + max_new_tokens.
 
 
 def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -77,8 +78,8 @@ def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_toke
         if eos is not None:
             ends = ends | torch.isin(tokens, eos)
         if stop is not None:
-            rows = candidates[:, :, : cur + 1].reshape(b * c, cur + 1).tolist()
-            ends = ends | torch.tensor(stop(rows), device=device).view(b, c)
+            rows = candidates[:, :, : cur + 1].reshape(b * c, cur + 1).tolist()  # (B*C, cur + 1)
+            ends = ends | torch.tensor(stop(rows), device=device).view(b, c)  # (B, C)
 
         # the next running beams: the best K candidates that go on
         going = top_scores + ends.float() * NEG
@@ -108,7 +109,7 @@ def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_toke
                 or bool(ends.all())):
             break
         run.reorder(rows_from)
-        logits = run.step(running[:, :, cur - 1].reshape(-1))
+        logits = run.step(running[:, :, cur - 1].reshape(-1))  # newest tokens (B*K,)
     n = num_return_sequences
     length = t + int(finished_len[:, :n].max()) if max_new_tokens else t
     return finished[:, :n, :length].reshape(b * n, length)  # (B*N, T + n)
