@@ -125,3 +125,25 @@ def test_bad_prompts_file_and_beams_past_the_window(ckpt, tmp_path, capsys):
     assert code == 2 and "give --prompt TEXT or --prompts-file FILE" in err
     code, _, err = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", "--num-beams", "2", "--max-new-tokens", "100")
     assert code == 2 and "--num-beams needs the prompt and --max-new-tokens inside one window" in err
+
+
+def test_seq2seq_prompts_file_with_beams(tmp_path, capsys):
+    tok = CharTokenizer.train([TEXT])
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.from_preset("t5", vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2,
+                                                d_ff=64, max_seq_len=32))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    save_pretrained(model, tmp_path / "s2s")
+    tok.save(tmp_path / "s2s")
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("the cat\na dog ran\n", encoding="utf-8")
+    base = ["--checkpoint", tmp_path / "s2s", "--max-new-tokens", "8", "--num-beams", "3", "--format", "json"]
+    code, out, _ = _run(capsys, *base, "--prompts-file", prompts, "--num-return-sequences", "2")
+    assert code == 0
+    rows = json.loads(out)
+    assert [len(r["outputs"]) for r in rows] == [2, 2] and all(len(t) == 8 for r in rows for t in r["outputs"])
+    for row in rows:  # a batch of right-padded sources gives each source's own beams
+        code, alone, _ = _run(capsys, *base, "--prompt", row["prompt"], "--num-return-sequences", "2")
+        assert json.loads(alone)[0]["outputs"] == row["outputs"]
