@@ -139,5 +139,5 @@ def test_several_eos_ids_keep_more_candidates_like_hf(gpt2, eos):
     free = hf.generate(PADDED, attention_mask=LEFT, max_new_tokens=20, num_beams=4, do_sample=False,
                        pad_token_id=PAD)
     other = next(int(t) for t in free[1, 9:] if int(t) != eos)  # a second token the beams produce
-    want, got = _both(gpt2, eos_token_id=[eos, other])  # 3 * num_beams candidates per step
+    want, got = _both(gpt2, eos_token_id=[eos, other])  # (HF keeps 3 * num_beams candidates per step then)
     assert torch.equal(got, want)

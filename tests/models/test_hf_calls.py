@@ -20,6 +20,8 @@ from transformers import (  # noqa: E402
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     T5Config,
     T5ForConditionalGeneration,
 )
@@ -194,6 +196,22 @@ def test_t5_decodes_from_an_hf_encoder_decoder_cache():
         got = ours(IDS, decoder_input_ids=dec[:, 3:], past_key_values=hf(
             input_ids=IDS, decoder_input_ids=dec[:, :3], use_cache=True).past_key_values).logits
     assert _close(got, want)
+
+
+def test_a_sliding_window_cache_from_hf_decodes_like_hf():
+    torch.manual_seed(0)
+    hf = _perturb(MistralForCausalLM(MistralConfig(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
+        vocab_size=V, max_position_embeddings=64, sliding_window=4)))
+    ours = from_hf(hf)
+    with torch.no_grad():
+        theirs = hf(IDS, use_cache=True).past_key_values
+        assert theirs.layers[0].keys.shape[-2] == 3 < theirs.get_seq_length() == 7  # HF holds the last W - 1
+        want = hf(NEXT, cache=theirs).logits
+        got = ours(NEXT, past_key_values=hf(IDS, use_cache=True).past_key_values)
+        mine = ours(NEXT, past_key_values=ours(IDS, use_cache=True).past_key_values).logits
+    assert _close(got.logits, want) and _close(mine, want)
+    assert got.past_key_values.get_seq_length() == 9
 
 
 def test_bad_caches_are_named():
