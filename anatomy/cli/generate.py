@@ -81,6 +81,13 @@ def _check_options(args, usage) -> None:
     for name in ("num_beams", "num_return_sequences"):
         if getattr(args, name) < 1:
             raise usage(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
+    ranges = {"temperature": (lambda v: v > 0, "> 0"), "top_k": (lambda v: v >= 1, ">= 1"),
+              "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+              "repetition_penalty": (lambda v: v > 0, "> 0 (1 = none)")}
+    for name, (ok, expected) in ranges.items():
+        value = getattr(args, name)
+        if value is not None and not ok(value):
+            raise usage(f"{_flag(name)} must be {expected}, got {value:g}")
     sampling = [(n, getattr(args, n)) for n in SAMPLING if getattr(args, n) is not None]
     if args.greedy and args.num_beams > 1:
         raise usage(f"--greedy and --num-beams {args.num_beams} contradict: greedy is one beam; drop one")

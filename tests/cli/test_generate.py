@@ -54,6 +54,10 @@ def _run(capsys, *argv) -> tuple[int, str, str]:
     (["--stream", "--num-return-sequences", "2"], ["--stream", "--num-return-sequences 2"]),
     (["--stream", "--format", "json"], ["--stream", "--format json"]),
     (["--prompts-file", "x.txt"], ["--prompt", "--prompts-file", "not both"]),
+    (["--top-p", "1.5"], ["--top-p must be in (0, 1], got 1.5"]),
+    (["--min-p", "-0.1"], ["--min-p must be in [0, 1]"]),
+    (["--temperature", "0"], ["--temperature must be > 0"]),
+    (["--repetition-penalty", "0"], ["--repetition-penalty must be > 0"]),
 ])
 def test_contradictions_exit_2_naming_both(ckpt, capsys, extra, named):
     code, out, err = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", *extra)
