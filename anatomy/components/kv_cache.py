@@ -70,6 +70,30 @@ class KVCache:
         self._view(start, s + t)
         return self.k, self.v, self.positions
 
+    @property
+    def keys(self) -> torch.Tensor | None:
+        """``k`` by the name Hugging Face's cache layers use: ``(B, Hkv, S, Dh)``."""
+        return self.k
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return self.v
+
+    def batch_select(self, indices: torch.Tensor) -> None:
+        """Keep the batch rows ``indices: (B',)`` in that order (beam search reorders its beams this way)."""
+        if self.k is None:
+            return
+        indices = indices.to(self.k.device)
+        if self._k_buf is None:
+            self.k, self.v = self.k.index_select(0, indices), self.v.index_select(0, indices)
+            if self.positions.shape[0] > 1:
+                self.positions = self.positions.index_select(0, indices)
+            return
+        self._k_buf, self._v_buf = self._k_buf.index_select(0, indices), self._v_buf.index_select(0, indices)
+        if self._pos_buf.shape[0] > 1:
+            self._pos_buf = self._pos_buf.index_select(0, indices)
+        self._view(self._start, len(self))
+
     def _view(self, start: int, n: int) -> None:
         self._start = start
         self.k, self.v = self._k_buf.narrow(-2, start, n), self._v_buf.narrow(-2, start, n)  # (B, Hkv, n, Dh)

@@ -1,8 +1,9 @@
 """Choosing the next token from logits: small pure functions over ``logits: (B, V)``.
 
 Each filter returns new logits with the excluded tokens set to ``-inf``, so they compose in the usual order
-``temperature → top-k → top-p → softmax → sample`` (what Hugging Face's ``generate`` does too). Greedy decoding is
-the ``argmax``; it ignores temperature and the filters, which never change the arg-max token.
+``repetition penalty → temperature → top-k → top-p → min-p → softmax → sample`` (Hugging Face's order too).
+Greedy decoding is the ``argmax``; it ignores temperature and the filters, which never change the arg-max token
+(the repetition penalty does change it: ``generate`` applies it before either rule).
 """
 
 from __future__ import annotations
@@ -50,6 +51,35 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
     return logits.masked_fill(drop, float("-inf"))
 
 
+def min_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Min-p sampling (Nguyen et al. 2024): keep the tokens whose probability is at least ``p`` times the most
+    likely token's. Unlike top-p the cut follows the model's confidence: a peaked row keeps few tokens, a flat row
+    many. Applied after temperature, as Hugging Face's ``MinPLogitsWarper`` is; the most likely token is kept."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"min_p must be in [0, 1], got {p}")
+    probs = logits.float().softmax(dim=-1)  # (B, V)
+    return logits.masked_fill(probs < p * probs.amax(dim=-1, keepdim=True), float("-inf"))
+
+
+def seen_tokens(ids: torch.Tensor, vocab_size: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``(B, T)`` ids → ``(B, V)`` bool: which tokens each row holds (positions where ``mask`` is False, the left
+    padding, do not count)."""
+    if mask is not None:
+        ids = ids.masked_fill(~mask, vocab_size)  # pads land in a spare column
+    seen = torch.zeros(ids.shape[0], vocab_size + 1, dtype=torch.bool, device=ids.device)  # (B, V + 1)
+    return seen.scatter_(1, ids.clamp(0, vocab_size), True)[:, :vocab_size]  # (B, V)
+
+
+def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """CTRL's repetition penalty (Keskar et al. 2019), as Hugging Face applies it: the logit of every token already
+    in the sequence (``seen: (B, V)`` bool) is divided by ``penalty`` when positive and multiplied by it when
+    negative, so ``penalty > 1`` makes a repeat less likely either way; 1 changes nothing."""
+    if not penalty > 0:
+        raise ValueError(f"repetition_penalty must be > 0 (1.0 = none), got {penalty}")
+    penalised = torch.where(logits < 0, logits * penalty, logits / penalty)
+    return torch.where(seen, penalised, logits)
+
+
 def sample(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """``(B, V)`` → ``(B,)`` drawn from ``softmax(logits)`` (float32)."""
     probs = logits.float().softmax(dim=-1)  # (B, V)
@@ -57,8 +87,9 @@ def sample(logits: torch.Tensor, generator: torch.Generator | None = None) -> to
 
 
 def next_token(logits: torch.Tensor, *, do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-               top_p: float | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-    """The next token of each row: greedy, or sampled after temperature, top-k and top-p."""
+               top_p: float | None = None, generator: torch.Generator | None = None,
+               min_p: float | None = None) -> torch.Tensor:
+    """The next token of each row: greedy, or sampled after temperature, top-k, top-p and min-p (HF's order)."""
     if not do_sample:
         return greedy(logits)
     logits = apply_temperature(logits, temperature)
@@ -66,4 +97,6 @@ def next_token(logits: torch.Tensor, *, do_sample: bool = False, temperature: fl
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
+    if min_p is not None:
+        logits = min_p_filter(logits, min_p)
     return sample(logits, generator)

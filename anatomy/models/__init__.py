@@ -1,14 +1,15 @@
 """Five models from the same blocks: Encoder, Decoder, Seq2Seq, DecoderLM, Classifier."""
 
 from anatomy.models.build import build_model
+from anatomy.models.cache import ModelCache
 from anatomy.models.classifier import Classifier
 from anatomy.models.decoder import Decoder, DecoderStack
 from anatomy.models.encoder import Encoder, EncoderStack
 from anatomy.models.lm import DecoderLM
-from anatomy.models.outputs import ClassifierOutput, EncoderOutput, LMOutput, Seq2SeqOutput
+from anatomy.models.outputs import ClassifierOutput, EncoderOutput, LMOutput, ModelOutput, Seq2SeqOutput
 from anatomy.models.seq2seq import EncoderDecoderStack, Seq2Seq
 
 __all__ = [
     "Classifier", "ClassifierOutput", "Decoder", "DecoderLM", "DecoderStack", "Encoder", "EncoderDecoderStack",
-    "EncoderOutput", "EncoderStack", "LMOutput", "Seq2Seq", "Seq2SeqOutput", "build_model",
+    "EncoderOutput", "EncoderStack", "LMOutput", "ModelCache", "ModelOutput", "Seq2Seq", "Seq2SeqOutput", "build_model",
 ]

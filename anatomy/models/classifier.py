@@ -8,6 +8,7 @@ from torch import nn
 
 from anatomy.models.common import ids_shape, key_padding
 from anatomy.models.encoder import Encoder
+from anatomy.models.hf_api import PretrainedMethods
 from anatomy.models.outputs import ClassifierOutput
 
 
@@ -25,7 +26,7 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Ten
     return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # (B, D)
 
 
-class Classifier(nn.Module):
+class Classifier(PretrainedMethods, nn.Module):
     def __init__(self, *, encoder: Encoder, classifier: nn.Linear, pooling: str = "cls",
                  pooler: nn.Linear | None = None, dropout: float = 0.0) -> None:
         super().__init__()
@@ -36,10 +37,11 @@ class Classifier(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                output_attentions: bool = False) -> ClassifierOutput:
+                output_attentions: bool = False, output_hidden_states: bool = False,
+                return_dict: bool = True) -> ClassifierOutput:
         b, t = ids_shape(input_ids)
         enc = self.encoder(input_ids, attention_mask, token_type_ids=token_type_ids,
-                           output_attentions=output_attentions)
+                           output_attentions=output_attentions, output_hidden_states=output_hidden_states)
         pooled = pool(enc.last_hidden_state, key_padding(attention_mask, b, t), self.pooling)  # (B, D)
         if self.pooler is not None:
             pooled = torch.tanh(self.pooler(pooled))
@@ -49,4 +51,6 @@ class Classifier(nn.Module):
             if labels.shape != (b,):
                 raise ValueError(f"labels must have shape (B,)=({b},), got {tuple(labels.shape)}")
             loss = F.cross_entropy(logits.float(), labels)
-        return ClassifierOutput(logits=logits, loss=loss, pooled=pooled, attentions=enc.attentions)
+        out = ClassifierOutput(logits=logits, loss=loss, pooled=pooled, attentions=enc.attentions,
+                               hidden_states=enc.hidden_states)
+        return out if return_dict else out.to_tuple()

@@ -30,9 +30,11 @@ class DecoderStack(nn.Module):
     def forward(self, x: torch.Tensor, memory: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
                 memory_key_padding_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
                 memory_attn_mask: torch.Tensor | None = None, is_causal: bool = True,
-                positions: torch.Tensor | None = None, kv_caches: list | None = None, need_weights: bool = False):
+                positions: torch.Tensor | None = None, kv_caches: list | None = None, need_weights: bool = False,
+                hidden_states: list | None = None):
         """``x: (B, T, D)`` target states, ``memory: (B, S, D)`` encoder output. Masks are boolean, True = may
-        attend. Returns ``(hidden (B, T, D), (self_weights, cross_weights) per layer or None)``."""
+        attend. Returns ``(hidden (B, T, D), (self_weights, cross_weights) per layer or None)``. A
+        ``hidden_states`` list receives each block's input and then the returned output."""
         d_model = self.blocks[0].attn.d_model
         check_hidden("x", x, d_model)
         check_hidden("memory", memory, d_model)
@@ -60,13 +62,18 @@ class DecoderStack(nn.Module):
             bias = self.position_bias.score_bias(None, positions, k_pos, 1.0)  # (B|1, H, T, S)
         weights = []
         for i, block in enumerate(self.blocks):
+            if hidden_states is not None:
+                hidden_states.append(x)
             x, w = block(x, memory, mask=self_mask, memory_mask=cross_mask, is_causal=is_causal,
                          kv_cache=None if kv_caches is None else kv_caches[i], need_weights=need_weights,
                          positions=positions, attn_bias=bias)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return self.hook_out(x), (tuple(weights) if need_weights else None)
+        x = self.hook_out(x)
+        if hidden_states is not None:
+            hidden_states.append(x)
+        return x, (tuple(weights) if need_weights else None)
 
 
 class Decoder(nn.Module):
@@ -78,7 +85,7 @@ class Decoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                kv_caches: list | None = None, output_attentions: bool = False):
+                kv_caches: list | None = None, output_attentions: bool = False, hidden_states: list | None = None):
         b, t = ids_shape(input_ids, "decoder_input_ids")
         past = kv_caches[0][0].seen if kv_caches else 0
         mask = key_padding(attention_mask, b, past + t, "decoder_attention_mask")
@@ -86,4 +93,4 @@ class Decoder(nn.Module):
         positions = make_positions(mask, t, past, input_ids.device, position_ids)
         x = self.embeddings(input_ids, positions)  # (B, T, D)
         return self.stack(x, memory, key_padding_mask=mask, memory_key_padding_mask=mem_mask, positions=positions,
-                          kv_caches=kv_caches, need_weights=output_attentions)
+                          kv_caches=kv_caches, need_weights=output_attentions, hidden_states=hidden_states)

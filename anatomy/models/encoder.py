@@ -10,6 +10,7 @@ from anatomy.components.hook_point import HookPoint
 from anatomy.components.masks import as_attention_mask, combine, key_padding_to_attention
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.models.common import ids_shape, key_padding, make_positions
+from anatomy.models.hf_api import PretrainedMethods
 from anatomy.models.outputs import EncoderOutput
 from anatomy.shapes import check_hidden
 
@@ -28,9 +29,10 @@ class EncoderStack(nn.Module):
 
     def forward(self, x: torch.Tensor, *, key_padding_mask: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None, is_causal: bool = False, positions: torch.Tensor | None = None,
-                kv_caches: list | None = None, need_weights: bool = False):
+                kv_caches: list | None = None, need_weights: bool = False, hidden_states: list | None = None):
         """``key_padding_mask: (B, S)`` and ``attn_mask`` (broadcastable to ``(B, H, T, S)``) are boolean,
-        True = may attend. Returns ``(hidden (B, T, D), weights per layer or None)``."""
+        True = may attend. Returns ``(hidden (B, T, D), weights per layer or None)``. A ``hidden_states`` list
+        receives each block's input and then the returned output (HF's ``output_hidden_states`` tuple)."""
         d_model = self.blocks[0].attn.d_model if len(self.blocks) else x.shape[-1]
         check_hidden("x", x, d_model)
         b, t, _ = x.shape
@@ -50,15 +52,20 @@ class EncoderStack(nn.Module):
             bias = self.position_bias.score_bias(None, positions, k_pos, 1.0)  # (B|1, H, T, S)
         weights = []
         for i, block in enumerate(self.blocks):
+            if hidden_states is not None:
+                hidden_states.append(x)
             x, w = block(x, mask=mask, is_causal=is_causal, kv_cache=None if kv_caches is None else kv_caches[i],
                          need_weights=need_weights, positions=positions, attn_bias=bias)
             weights.append(w)
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return self.hook_out(x), (tuple(weights) if need_weights else None)
+        x = self.hook_out(x)
+        if hidden_states is not None:
+            hidden_states.append(x)
+        return x, (tuple(weights) if need_weights else None)
 
 
-class Encoder(nn.Module):
+class Encoder(PretrainedMethods, nn.Module):
     """``input_ids (B, T)`` → ``last_hidden_state (B, T, D)``; called like a Hugging Face encoder."""
 
     def __init__(self, *, embeddings: InputEmbeddings, stack: EncoderStack) -> None:
@@ -67,11 +74,16 @@ class Encoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_attentions: bool = False) -> EncoderOutput:
+                output_attentions: bool = False, output_hidden_states: bool = False,
+                return_dict: bool = True) -> EncoderOutput:
         b, t = ids_shape(input_ids)
         mask = key_padding(attention_mask, b, t)
         positions = make_positions(mask, t, 0, input_ids.device, position_ids)
         x = self.embeddings(input_ids, positions, token_type_ids)  # (B, T, D)
-        x, weights = self.stack(x, key_padding_mask=mask, positions=positions, need_weights=output_attentions)
-        return EncoderOutput(last_hidden_state=x, attentions=weights)
+        hidden = [] if output_hidden_states else None
+        x, weights = self.stack(x, key_padding_mask=mask, positions=positions, need_weights=output_attentions,
+                                hidden_states=hidden)
+        out = EncoderOutput(last_hidden_state=x, attentions=weights,
+                            hidden_states=None if hidden is None else tuple(hidden))
+        return out if return_dict else out.to_tuple()
 

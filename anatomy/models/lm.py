@@ -8,8 +8,10 @@ from torch import nn
 
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.kv_cache import KVCache
+from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape, key_padding, make_positions
 from anatomy.models.encoder import EncoderStack
+from anatomy.models.hf_api import GenerationMethods
 from anatomy.models.outputs import LMOutput
 
 
@@ -21,7 +23,7 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(predictions, labels[:, 1:].flatten(), ignore_index=-100)  # targets (B*(T-1),)
 
 
-class DecoderLM(nn.Module):
+class DecoderLM(GenerationMethods, nn.Module):
     """``final_logit_softcap``: ``c`` or ``None``; the logits become ``c * tanh(logits / c)`` (Gemma 2)."""
 
     def __init__(self, *, embeddings: InputEmbeddings, stack: EncoderStack, lm_head: nn.Linear,
@@ -37,20 +39,33 @@ class DecoderLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 labels: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 kv_caches: list[KVCache] | None = None, use_cache: bool = False,
-                output_attentions: bool = False) -> LMOutput:
+                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values=None,
+                cache=None, return_dict: bool = True) -> LMOutput:
         """``input_ids: (B, T)``. With a cache, ``attention_mask`` covers the cached *and* the new tokens
-        ``(B, S + T)`` and positions continue from the mask (left-padded batches decode correctly)."""
+        ``(B, S + T)`` and positions continue from the mask (left-padded batches decode correctly).
+
+        Hugging Face's calls work: ``past_key_values=`` (or transformers 5's ``cache=``) takes a ``ModelCache``,
+        legacy ``((k, v), ...)`` tuples or a transformers ``DynamicCache``; ``use_cache=True`` returns the cache as
+        ``past_key_values``; ``output_hidden_states=True`` gives the embeddings' output and every block's (the
+        last one after the final norm, as HF); ``return_dict=False`` gives ``out.to_tuple()``."""
         b, t = ids_shape(input_ids)
-        if use_cache and kv_caches is None:
-            kv_caches = self.new_caches()
+        if cache is not None:
+            if past_key_values is not None:
+                raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
+            past_key_values = cache
+        kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, attention_mask)
         past = kv_caches[0].seen if kv_caches else 0
         mask = key_padding(attention_mask, b, past + t)
         positions = make_positions(mask, t, past, input_ids.device, position_ids)
         x = self.embeddings(input_ids, positions)  # (B, T, D)
+        hidden = [] if output_hidden_states else None
         x, weights = self.stack(x, key_padding_mask=mask, is_causal=True, positions=positions,
-                                kv_caches=kv_caches, need_weights=output_attentions)
+                                kv_caches=kv_caches, need_weights=output_attentions, hidden_states=hidden)
         logits = self.lm_head(x)  # (B, T, V)
         if self.final_logit_softcap is not None:
             logits = torch.tanh(logits / self.final_logit_softcap) * self.final_logit_softcap
         loss = None if labels is None else lm_loss(logits, labels)
-        return LMOutput(logits=logits, loss=loss, kv_caches=kv_caches, attentions=weights, last_hidden_state=x)
+        out = LMOutput(logits=logits, loss=loss, past_key_values=close_cache(kv_caches, foreign, t),
+                       attentions=weights, last_hidden_state=x,
+                       hidden_states=None if hidden is None else tuple(hidden))
+        return out if return_dict else out.to_tuple()

@@ -1,41 +1,115 @@
-"""What models return: dataclasses with Hugging Face's field names."""
+"""What models return: dataclasses with Hugging Face's field names, indexable like HF's ``ModelOutput``.
+
+``out.logits`` is the usual way in. As in HF, ``out[0]`` indexes the fields that are not ``None`` in HF's order
+(``loss`` first when labels were given, else ``logits``), ``out["logits"]`` reads a field by name and
+``out.to_tuple()`` gives them all; ``return_dict=False`` on a forward returns that tuple. Fields HF's class does
+not have (``last_hidden_state`` of an LM, ``pooled`` of a classifier) are attributes only: they are left out of
+the tuple, so ``out[i]`` means what it means in HF.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 import torch
 
 
+class ModelOutput:
+    """HF ``ModelOutput`` behaviour over a dataclass: positional, slice and key indexing of the set fields."""
+
+    _extra: ClassVar[tuple[str, ...]] = ()  # our fields that HF's class lacks: attribute access only
+
+    def keys(self) -> list[str]:
+        return [f.name for f in fields(self) if f.name not in self._extra and getattr(self, f.name) is not None]
+
+    def values(self) -> list[Any]:
+        return [getattr(self, k) for k in self.keys()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, getattr(self, k)) for k in self.keys()]
+
+    def to_tuple(self) -> tuple:
+        return tuple(self.values())
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            if key not in self.keys():
+                raise KeyError(f"{type(self).__name__} has no field {key!r} set; set fields: {', '.join(self.keys())}")
+            return getattr(self, key)
+        return self.to_tuple()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.keys()
+
+    def __iter__(self):  # like HF's (an OrderedDict): iterating gives the keys
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+
+def _caches_of(past_key_values):
+    """The list of our per-layer caches behind ``past_key_values`` (``None`` for none or a foreign cache)."""
+    return getattr(past_key_values, "kv_caches", None)
+
+
 @dataclass
-class EncoderOutput:
-    last_hidden_state: torch.Tensor  # (B, T, D)
+class EncoderOutput(ModelOutput):
+    last_hidden_state: torch.Tensor | None = None  # (B, T, D)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + one per layer, each (B, T, D)
     attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, T)
 
 
 @dataclass
-class LMOutput:
-    logits: torch.Tensor  # (B, T, V)
+class LMOutput(ModelOutput):
     loss: torch.Tensor | None = None
-    kv_caches: list | None = None
-    attentions: tuple[torch.Tensor, ...] | None = None
-    last_hidden_state: torch.Tensor | None = None
+    logits: torch.Tensor | None = None  # (B, T, V)
+    past_key_values: Any = None  # a ModelCache (or the HF cache that was passed in)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + one per layer (the last one normed)
+    attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, S)
+    last_hidden_state: torch.Tensor | None = None  # (B, T, D), after the final norm
+
+    _extra: ClassVar[tuple[str, ...]] = ("last_hidden_state",)
+
+    @property
+    def kv_caches(self) -> list | None:
+        """The per-layer ``KVCache`` list (the pre-HF name; the same objects as ``past_key_values``)."""
+        return _caches_of(self.past_key_values)
+
+    @property
+    def cache(self):
+        """transformers 5 calls ``past_key_values`` ``cache``: the same object."""
+        return self.past_key_values
 
 
 @dataclass
-class Seq2SeqOutput:
-    logits: torch.Tensor  # (B, T, V)
+class Seq2SeqOutput(ModelOutput):
     loss: torch.Tensor | None = None
-    encoder_last_hidden_state: torch.Tensor | None = None  # (B, S, D)
-    kv_caches: list | None = None
-    encoder_attentions: tuple[torch.Tensor, ...] | None = None
+    logits: torch.Tensor | None = None  # (B, T, V)
+    past_key_values: Any = None  # a ModelCache of (self, cross) pairs
+    decoder_hidden_states: tuple[torch.Tensor, ...] | None = None
     decoder_attentions: tuple[torch.Tensor, ...] | None = None
     cross_attentions: tuple[torch.Tensor, ...] | None = None
+    encoder_last_hidden_state: torch.Tensor | None = None  # (B, S, D)
+    encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
+    encoder_attentions: tuple[torch.Tensor, ...] | None = None
+
+    @property
+    def kv_caches(self) -> list | None:
+        return _caches_of(self.past_key_values)
+
+    @property
+    def cache(self):
+        return self.past_key_values
 
 
 @dataclass
-class ClassifierOutput:
-    logits: torch.Tensor  # (B, num_labels)
+class ClassifierOutput(ModelOutput):
     loss: torch.Tensor | None = None
-    pooled: torch.Tensor | None = None  # (B, D)
+    logits: torch.Tensor | None = None  # (B, num_labels)
+    hidden_states: tuple[torch.Tensor, ...] | None = None
     attentions: tuple[torch.Tensor, ...] | None = None
+    pooled: torch.Tensor | None = None  # (B, D)
+
+    _extra: ClassVar[tuple[str, ...]] = ("pooled",)

@@ -6,9 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape
 from anatomy.models.decoder import Decoder, DecoderStack
 from anatomy.models.encoder import Encoder, EncoderStack
+from anatomy.models.hf_api import GenerationMethods
 from anatomy.models.outputs import EncoderOutput, Seq2SeqOutput
 
 
@@ -35,7 +37,7 @@ class EncoderDecoderStack(nn.Module):
         return out
 
 
-class Seq2Seq(nn.Module):
+class Seq2Seq(GenerationMethods, nn.Module):
     def __init__(self, *, encoder: Encoder, decoder: Decoder, lm_head: nn.Linear, decoder_start_token_id: int = 0,
                  output_scale: float = 1.0) -> None:
         super().__init__()
@@ -50,30 +52,44 @@ class Seq2Seq(nn.Module):
                 decoder_input_ids: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, encoder_outputs: EncoderOutput | None = None,
                 kv_caches: list | None = None, use_cache: bool = False,
-                output_attentions: bool = False) -> Seq2SeqOutput:
+                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values=None,
+                cache=None, return_dict: bool = True) -> Seq2SeqOutput:
+        """HF's ``past_key_values`` / ``cache`` / ``use_cache`` / ``output_hidden_states`` / ``return_dict`` work
+        as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer)."""
         if encoder_outputs is None:
             if input_ids is None:
                 raise ValueError("input_ids (B, S) are required unless encoder_outputs are given")
-            encoder_outputs = self.encoder(input_ids, attention_mask, output_attentions=output_attentions)
+            encoder_outputs = self.encoder(input_ids, attention_mask, output_attentions=output_attentions,
+                                           output_hidden_states=output_hidden_states)
+        elif isinstance(encoder_outputs, (tuple, list)):  # HF accepts (last_hidden_state, ...) tuples
+            encoder_outputs = EncoderOutput(last_hidden_state=encoder_outputs[0])
         if decoder_input_ids is None:
             if labels is None:
                 raise ValueError("give decoder_input_ids (B, T) or labels (B, T) to derive them by shifting right")
             decoder_input_ids = shift_right(labels, self.decoder_start_token_id)
         ids_shape(decoder_input_ids, "decoder_input_ids")
-        if use_cache and kv_caches is None:
-            kv_caches = self.new_caches()
+        if cache is not None:
+            if past_key_values is not None:
+                raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
+            past_key_values = cache
+        kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, decoder_attention_mask)
+        hidden_list = [] if output_hidden_states else None
         hidden, weights = self.decoder(decoder_input_ids, encoder_outputs.last_hidden_state,
                                        attention_mask=decoder_attention_mask, memory_mask=attention_mask,
-                                       kv_caches=kv_caches, output_attentions=output_attentions)
+                                       kv_caches=kv_caches, output_attentions=output_attentions,
+                                       hidden_states=hidden_list)
         logits = self.lm_head(hidden * self.output_scale if self.output_scale != 1.0 else hidden)  # (B, T, V)
         loss = None
         if labels is not None:
             if labels.shape != logits.shape[:2]:
                 raise ValueError(f"labels must have shape (B, T)={tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)  # (B*T, V)
-        return Seq2SeqOutput(
+        out = Seq2SeqOutput(
             logits=logits, loss=loss, encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            kv_caches=kv_caches, encoder_attentions=encoder_outputs.attentions,
+            past_key_values=close_cache(kv_caches, foreign, decoder_input_ids.shape[1]),
+            encoder_attentions=encoder_outputs.attentions, encoder_hidden_states=encoder_outputs.hidden_states,
+            decoder_hidden_states=None if hidden_list is None else tuple(hidden_list),
             decoder_attentions=None if weights is None else tuple(w[0] for w in weights),
             cross_attentions=None if weights is None else tuple(w[1] for w in weights),
         )
+        return out if return_dict else out.to_tuple()

@@ -1,0 +1,69 @@
+"""``CachedDecoding``: one model's prefill and cached decode steps, shared by sampling and beam search.
+
+    prefill   one forward over the prompt ``(B, T)`` fills every layer's cache with ``k, v: (B, Hkv, T, Dh)``
+    decode    each step feeds only the newest token ``(B, 1)``; attention reads the cached keys and values, so a
+              step costs O(S) instead of recomputing the whole O(S^2) prefix
+
+A decoder-only mask covers the cache and grows by one real column per step. Encoder-decoder models encode the
+source once; the decoder starts from ``decoder_start_token_id`` and each step's cross-attention reuses the memory
+keys and values its cache projected at step 0. A ``DecoderLM`` decodes with the flattened step of
+``anatomy.generation.fast`` (same numbers, less Python per token) unless ``fast.refusal(model)`` names a reason.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from anatomy.generation.fast import DecodeStep, refusal
+from anatomy.models.cache import ModelCache
+from anatomy.models.common import make_positions
+from anatomy.models.seq2seq import Seq2Seq
+from anatomy.sizes import check_cache_fits
+
+
+class CachedDecoding:
+    def __init__(self, model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor | None, max_new_tokens: int,
+                 *, fast: bool = True, decoder_start_token_id: int | None = None) -> None:
+        b = input_ids.shape[0]
+        self.model, self.mask = model, mask
+        self.seq2seq = isinstance(model, Seq2Seq)
+        capacity = (1 if self.seq2seq else input_ids.shape[1]) + max_new_tokens
+        check_cache_fits(model.config, input_ids.shape[0], capacity, flags="max_new_tokens (or the batch)",
+                         device=str(input_ids.device), element_size=next(model.parameters()).element_size())
+        self.caches = model.new_caches(capacity=capacity)  # reserved once, after the size check
+        self.flat = None
+        if self.seq2seq:
+            self.encoded = model.encoder(input_ids, mask)  # (B, S, D), computed once
+            start = model.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id
+            self.prefix = input_ids.new_full((b, 1), start)  # (B, 1)
+        else:
+            self.prefix = input_ids
+            self.flat = DecodeStep(model, self.caches) if fast and refusal(model) is None else None
+        self.grow = mask is not None and not self.seq2seq  # a decoder-only mask covers the cache
+        self._ones = None if mask is None else mask.new_ones(b, 1)
+
+    def _logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache."""
+        if self.seq2seq:
+            out = self.model(attention_mask=self.mask, decoder_input_ids=ids, encoder_outputs=self.encoded,
+                             kv_caches=self.caches, use_cache=True)
+            return out.logits[:, -1]  # (B, V)
+        if self.flat is not None and ids.shape[1] == 1:
+            positions = make_positions(self.mask, 1, self.caches[0].seen, ids.device)  # (B|1, 1)
+            return self.flat(ids[:, 0], positions, self.mask)  # (B, V)
+        return self.model(ids, self.mask, kv_caches=self.caches, use_cache=True).logits[:, -1]  # (B, V)
+
+    def prefill(self) -> torch.Tensor:
+        return self._logits(self.prefix)
+
+    def step(self, token: torch.Tensor) -> torch.Tensor:
+        """Feed one new token per row ``(B,)``; return the next logits ``(B, V)``."""
+        if self.grow:
+            self.mask = torch.cat([self.mask, self._ones], dim=1)  # (B, S + 1)
+        return self._logits(token[:, None])
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Row ``i`` continues from row ``rows[i]`` (beam search). The masks and the encoder memory are equal
+        within a prompt's beams (running beams hold no padding), so only the caches move."""
+        ModelCache(self.caches).reorder_cache(rows)
