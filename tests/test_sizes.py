@@ -146,8 +146,10 @@ def test_sizes_json_trace_still_works(capsys):
 
 def test_anatomy_trace_of_a_learners_module_is_refused_before_it_runs(tmp_path, capsys):
     path = tmp_path / "mine.py"
-    path.write_text("import torch\n\nclass A(torch.nn.Module):\n    def __init__(self, d, h):\n        super().__init__()"
-                    "\n\n    def forward(self, x):\n        raise AssertionError('never run')\n", encoding="utf-8")
+    path.write_text("import torch\n\nclass A(torch.nn.Module):\n    def __init__(self, d, h):\n"
+                    "        super().__init__()\n\n    def forward(self, x):\n"
+                    "        raise AssertionError('never run')\n",
+                    encoding="utf-8")
     assert main(["trace", f"{path}:A", "--seq", "100000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "B of memory" in err[0] and "float64" in err[0] and "never run" not in err[0]
