@@ -361,6 +361,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
         if record is not None and world.is_main:
             outputs.append_line(run_dir / METRICS, json.dumps(record))
+        outputs.fault(f"after-step-{step}")  # a test's SIGKILL at an exact step (ANATOMY_FAULT)
         if step % options.save_every == 0 or step == options.steps or stopped_early:
             last_saved = save(step) or last_saved
         if stopped_early:

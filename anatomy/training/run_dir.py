@@ -9,7 +9,7 @@
   folder without it unless ``--overwrite`` is given; ``output_folder`` applies the same rule to ``convert --out``.
 * **Atomic small files.** ``write_atomic`` writes a sibling temporary file, fsyncs it and renames it over the
   target: a crash or a full disk leaves the old content, never half of the new.
-* **Fault points for tests.** ``fault("prune")`` kills the process with SIGKILL when the environment variable
+* **Fault points for tests.** ``fault("prune")`` (inside pruning), ``fault("after-step-N")`` kill the process with SIGKILL when the environment variable
   ``ANATOMY_FAULT`` names that point, so a test can stop a run at an exact instant instead of by timing luck.
 """
 
