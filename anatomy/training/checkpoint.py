@@ -122,26 +122,32 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: to
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
+    writing = tmp  # the file being written, named when the disk fills up under it
     try:
         tmp.mkdir()
+        writing = tmp / WEIGHTS
         save_pretrained(model, tmp)  # config.json + model.safetensors
+        writing = tmp / TOKENIZER
         tokenizer.save(tmp)
-        (tmp / TRAINING).write_text(json.dumps(training, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        (tmp / STATE).write_text(json.dumps({**trainer_state, "step": step}, indent=2, sort_keys=True) + "\n",
-                                 encoding="utf-8")
+        for name, text in ((TRAINING, json.dumps(training, indent=2, sort_keys=True)),
+                           (STATE, json.dumps({**trainer_state, "step": step}, indent=2, sort_keys=True))):
+            writing = tmp / name
+            writing.write_text(text + "\n", encoding="utf-8")
         for name, obj in ((OPTIMIZER, optimizer.state_dict()), (RNG, rng)):
             buffer = io.BytesIO()  # torch.save straight to a full disk says only "unexpected pos": write it ourselves
             torch.save(obj, buffer)
-            (tmp / name).write_bytes(buffer.getbuffer())
+            writing = tmp / name
+            writing.write_bytes(buffer.getbuffer())
+        writing = tmp
         for f in tmp.iterdir():
             _fsync_file(f)
         fsync_dir(tmp)
     except OSError as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise _named(err, tmp) from None
+        raise _named(err, writing) from None
     except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        os_error = os_error_from(err, tmp)
+        os_error = os_error_from(err, writing)
         if os_error is not None:
             raise os_error from None
         raise

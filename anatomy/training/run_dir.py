@@ -9,8 +9,9 @@
   folder without it unless ``--overwrite`` is given; ``output_folder`` applies the same rule to ``convert --out``.
 * **Atomic small files.** ``write_atomic`` writes a sibling temporary file, fsyncs it and renames it over the
   target: a crash or a full disk leaves the old content, never half of the new.
-* **Fault points for tests.** ``fault("prune")`` (inside pruning), ``fault("after-step-N")`` kill the process with SIGKILL when the environment variable
-  ``ANATOMY_FAULT`` names that point, so a test can stop a run at an exact instant instead of by timing luck.
+* **Fault points for tests.** ``fault("prune")`` (inside pruning) and ``fault("after-step-N")`` (after step N is
+  logged) kill the process with SIGKILL when the environment variable ``ANATOMY_FAULT`` names that point, so a test
+  can stop a run at an exact instant instead of by timing luck.
 """
 
 from __future__ import annotations
