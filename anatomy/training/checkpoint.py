@@ -11,12 +11,14 @@ Layout of ``RUN/checkpoints/step-000500/``::
     rng.pt               torch's global RNG, the data sampler's generator (and CUDA's), tensors only
 
 Atomicity: every file is written into ``.tmp-step-000500-PID/`` and fsynced, then the directory is renamed into
-place with ``os.replace`` and its parent fsynced, and ``checkpoints/latest`` (one line, the directory's name) is
-replaced the same way. A directory named ``step-*`` is therefore always complete; a crash before the rename leaves
-only a ``.tmp-*`` directory, which the next save removes, and a failed save (a full disk) removes it at once.
-Pruning renames an old ``step-*`` to ``.trash-*`` before deleting it. ``latest`` names the tip of the branch last
-trained: resuming from an earlier checkpoint points it there at once, so a crash before the branch's first save
-still resumes the branch, not the newer checkpoints of the run it left.
+place with ``os.replace`` and its parent fsynced, and ``checkpoints/latest.json`` (``{"checkpoint":
+"step-000500", "changes": {}}``) is replaced the same way. A directory named ``step-*`` is therefore always
+complete; a crash before the rename leaves only a ``.tmp-*`` directory, which the next save removes, and a failed
+save (a full disk) removes it at once.
+Pruning renames an old ``step-*`` to ``.trash-*`` before deleting it. ``latest.json`` names the tip of the branch
+last trained: resuming from an earlier checkpoint points it there at once, with the options the resume changed
+(``steps=60``), so a crash before the branch's first save still resumes the branch, not the newer checkpoints of the
+run it left.
 
 The weights go through ``anatomy.interop.safetensors_io.save_pretrained`` / ``load_pretrained`` (one copy of
 each tied tensor, re-tied on load; never pickle), so every checkpoint directory is also a ``save_pretrained``
@@ -49,7 +51,7 @@ from anatomy.training.run_dir import fault, fsync_dir, write_atomic
 
 CONFIG, WEIGHTS, TRAINING, STATE, OPTIMIZER, RNG = ("config.json", "model.safetensors", "training.json",
                                                     "trainer_state.json", "optimizer.pt", "rng.pt")
-PREFIX, LATEST, TOKENIZER = "step-", "latest", "tokenizer.json"
+PREFIX, LATEST, TOKENIZER = "step-", "latest.json", "tokenizer.json"
 COMPLETE = (CONFIG, WEIGHTS, TOKENIZER, TRAINING, STATE, OPTIMIZER, RNG)  # what every step-* holds
 
 
@@ -113,7 +115,7 @@ def _named(err: OSError, path: Path) -> OSError:
 def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
                     tokenizer, training: dict[str, Any], trainer_state: dict[str, Any],
                     rng: dict[str, torch.Tensor], keep_last: int) -> Path:
-    """Write ``run_dir/checkpoints/step-NNNNNN`` atomically, point ``checkpoints/latest`` at it, then keep only the
+    """Write ``run_dir/checkpoints/step-NNNNNN`` atomically, point ``checkpoints/latest.json`` at it, then keep only the
     last ``keep_last`` of its branch. On any failure (a full disk, Ctrl-C) the temporary directory is removed and
     the previous checkpoints are untouched."""
     root = Path(run_dir) / "checkpoints"
@@ -164,11 +166,27 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: to
     return final
 
 
-def set_latest(run_dir: Path, checkpoint: Path) -> None:
-    """Point ``run_dir/checkpoints/latest`` at ``checkpoint`` (atomically): the tip of the branch being trained."""
+def set_latest(run_dir: Path, checkpoint: Path, changes: dict[str, Any] | None = None) -> None:
+    """Point ``run_dir/checkpoints/latest.json`` at ``checkpoint`` (atomically): the tip of the branch being trained,
+    with the resumable options a resume changed on top of the checkpoint's own (``{"steps": 60}``)."""
     root = Path(run_dir) / "checkpoints"
-    write_atomic(root / LATEST, checkpoint.name + "\n")
+    write_atomic(root / LATEST, json.dumps({"checkpoint": checkpoint.name, "changes": changes or {}},
+                                           sort_keys=True) + "\n")
     fsync_dir(root)
+
+
+def latest(run_dir: Path) -> tuple[str, dict[str, Any]] | None:
+    """``(directory name, option changes)`` of ``checkpoints/latest.json``; None for a run without one."""
+    pointer = Path(run_dir) / "checkpoints" / LATEST
+    if not pointer.is_file():
+        return None
+    data = read_json(pointer)
+    name, changes = data.get("checkpoint"), data.get("changes", {})
+    if not (isinstance(name, str) and name.startswith(PREFIX) and name[len(PREFIX):].isdigit()
+            and isinstance(changes, dict)):
+        raise CheckpointError(f"{str(pointer)!r}: field 'checkpoint' should name a {PREFIX}NNNNNN directory and "
+                              "'changes' be an object; give the checkpoint directory to use instead of the run")
+    return name, changes
 
 
 def _remove(directory: Path) -> None:
@@ -210,7 +228,7 @@ def _say(log, message: str) -> None:
 
 
 def resolve(path: str | Path, *, log=None) -> Path:
-    """A checkpoint directory, or a run directory → the checkpoint ``checkpoints/latest`` names (the branch last
+    """A checkpoint directory, or a run directory → the checkpoint ``checkpoints/latest.json`` names (the branch last
     trained), else its newest complete one. Incomplete ``step-*`` directories are skipped and named (``log``, else
     a warning of the ``anatomy`` logger)."""
     path = Path(path)
@@ -227,13 +245,10 @@ def resolve(path: str | Path, *, log=None) -> Path:
                                   "checkpoint")
         raise CheckpointError(f"{str(path)!r} holds no complete checkpoint (expected {CONFIG} and {WEIGHTS}, or "
                               f"checkpoints/{PREFIX}NNNNNN/ from `anatomy train`)")
-    pointer = path / "checkpoints" / LATEST
-    if not pointer.is_file():
+    pointer, found = path / "checkpoints" / LATEST, latest(path)
+    if found is None:
         return steps[-1]
-    name = pointer.read_text(encoding="utf-8").strip()
-    if not (name.startswith(PREFIX) and name[len(PREFIX):].isdigit()):
-        raise CheckpointError(f"{str(pointer)!r} should name a {PREFIX}NNNNNN directory, holds {name[:40]!r}; give "
-                              "the checkpoint directory to use instead of the run")
+    name = found[0]
     chosen = path / "checkpoints" / name
     if chosen in steps:
         return chosen

@@ -136,8 +136,8 @@ def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str |
 
 def resume(run_dir: str | Path, changes: dict[str, Any] | None = None, *, preset: str | None = None,
            log=None) -> TrainResult:
-    """Continue the latest checkpoint of ``run_dir`` (the one ``checkpoints/latest`` names), or the checkpoint
-    directory given, exactly; the run's ``latest`` then points at it, so the run follows this branch. ``changes``
+    """Continue the latest checkpoint of ``run_dir`` (the one ``checkpoints/latest.json`` names), or the checkpoint
+    directory given, exactly; ``latest.json`` then points at it, so the run follows this branch. ``changes``
     may only touch ``RESUMABLE`` options; with ``preset``, the run must have been started from that preset (with the
     same overrides)."""
     path = Path(run_dir)
@@ -213,7 +213,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
                 raise ValueError(f"--out {str(run_dir)!r} already holds a training run; continue it with --resume")
         else:
             if last.parent == run_dir / "checkpoints":  # this branch is now the run's: a crash before its first
-                ckpt.set_latest(run_dir, last)  # save resumes it, not the newer checkpoints of the branch it left
+                ckpt.set_latest(run_dir, last, {k: v for k, v in options.to_dict().items()  # save resumes it,
+                                                if saved["training"]["options"].get(k) != v})  # not the old branch
             (run_dir / SUMMARY).unlink(missing_ok=True)  # a summary of steps past this point no longer holds
         outputs.truncate_metrics(run_dir / METRICS, after=start)
 

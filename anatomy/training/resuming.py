@@ -20,6 +20,9 @@ def checked_resume(path: Path, changes: dict[str, Any] | None, preset: str | Non
     saved_options = saved_options_of(saved, last)
     saved_model = saved["training"]["model_overrides"]
     changes = dict(changes or {})
+    pointer = ckpt.latest(path) if last.parent == path / "checkpoints" else None
+    if pointer and pointer[0] == last.name:  # the branch's own changes (steps=60), unless given again now
+        changes = {**{k: v for k, v in pointer[1].items() if k in RESUMABLE}, **changes}
     if preset is not None:  # the whole description must match, except what may change on resume
         options, model = resolve(preset, changes)
         wanted = {**{k: v for k, v in options.to_dict().items() if k not in RESUMABLE}, **model}

@@ -1,10 +1,10 @@
 """A run directory's guards: one writer at a time, and never writing into a folder that is not ours.
 
-* **The lock.** ``RUN/.anatomy.lock`` holds the writer's pid, host and start time. It is created with ``O_EXCL``
-  (atomic: of two processes, one wins), removed when the run ends (normally, by an error or by Ctrl-C). A process
-  killed with SIGKILL leaves it behind: a lock whose pid no longer runs on this host is *stale*, said so and taken
-  over. A lock of a live process, or of another host (whose processes cannot be seen from here), refuses the second
-  writer with the owner named (exit code 2).
+* **The lock.** ``RUN/.anatomy.lock`` holds the writer's pid, host and start time. It is created whole by a hard
+  link of a written file (atomic: of two processes, one wins, and no reader sees it empty), and removed when the
+  run ends (normally, by an error or by Ctrl-C). A process killed with SIGKILL leaves it behind: a lock whose pid
+  no longer runs on this host is *stale*, said so and taken over. A lock of a live process, or of another host
+  (whose processes cannot be seen from here), refuses the second writer with the owner named (exit code 2).
 * **Ours.** A folder ``anatomy train`` created holds ``RUN/.anatomy-run``. ``train --out`` refuses a non-empty
   folder without it unless ``--overwrite`` is given; ``output_folder`` applies the same rule to ``convert --out``.
 * **Atomic small files.** ``write_atomic`` writes a sibling temporary file, fsyncs it and renames it over the
@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -115,30 +116,44 @@ class RunLock:
         self.log = log or (lambda message: None)
         self.held = False
 
+    def _create(self, record: str) -> bool:
+        """Create the lock with its record in one step (a hard link of a written file: no reader ever sees it
+        empty); False when it exists."""
+        tmp = self.path.with_name(f"{LOCK}.new-{os.getpid()}")
+        try:
+            tmp.write_text(record, encoding="utf-8")
+            os.link(tmp, self.path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+
     def acquire(self) -> RunLock:
         record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
         for _ in range(3):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                data = _read_lock(self.path)
-                if data is None:  # removed between our two looks
-                    continue
-                if data and (data.get("host") != socket.gethostname() or _alive(data["pid"])):
-                    raise refusal(self.run_dir, data) from None
-                owner = f"pid {data['pid']} on {data.get('host')!r}" if data else "an unreadable record"
-                self.log(f"{str(self.path)!r}: removing a stale lock left by {owner}, which is no longer running")
-                stale = self.path.with_name(f"{LOCK}.stale-{os.getpid()}")
-                try:  # rename first: of two processes taking over the same stale lock, one wins
-                    os.replace(self.path, stale)
-                    stale.unlink()
-                except FileNotFoundError:
-                    pass
+            if self._create(record):
+                self.held = True
+                return self
+            data = _read_lock(self.path)
+            if data is None:  # removed between our two looks
                 continue
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(record)
-            self.held = True
-            return self
+            if data and (data.get("host") != socket.gethostname() or _alive(data["pid"])):
+                raise refusal(self.run_dir, data)
+            owner = f"pid {data['pid']} on {data.get('host')!r}" if data else "an unreadable record"
+            self.log(f"{str(self.path)!r}: removing a stale lock left by {owner}, which is no longer running")
+            stale = self.path.with_name(f"{LOCK}.stale-{os.getpid()}")
+            try:  # rename first: of two processes taking over the same stale lock, one renames it
+                os.replace(self.path, stale)
+            except FileNotFoundError:
+                continue
+            moved = _read_lock(stale)
+            if moved and moved.get("pid") != data.get("pid"):  # another process's fresh lock: put it back
+                with contextlib.suppress(FileExistsError):
+                    os.link(stale, self.path)
+                stale.unlink(missing_ok=True)
+                raise refusal(self.run_dir, moved)
+            stale.unlink(missing_ok=True)
         raise RunLockedError(f"{str(self.path)!r}: could not take the run's lock (another process keeps taking it)")
 
     def release(self) -> None:
