@@ -52,7 +52,8 @@ from anatomy.training.run_dir import fault, fsync_dir, write_atomic
 CONFIG, WEIGHTS, TRAINING, STATE, OPTIMIZER, RNG = ("config.json", "model.safetensors", "training.json",
                                                     "trainer_state.json", "optimizer.pt", "rng.pt")
 PREFIX, LATEST, TOKENIZER = "step-", "latest.json", "tokenizer.json"
-COMPLETE = (CONFIG, WEIGHTS, TOKENIZER, TRAINING, STATE, OPTIMIZER, RNG)  # what every step-* holds
+COMPLETE = (CONFIG, WEIGHTS, TOKENIZER, TRAINING, STATE, OPTIMIZER, RNG)  # what every step-* holds: resume needs all
+LOADABLE = (CONFIG, WEIGHTS)  # what the loaders (generate, evaluate, viz) need
 
 
 class CheckpointError(ValueError):
@@ -82,11 +83,11 @@ def _step(path: Path) -> int:
     return int(path.name[len(PREFIX):])
 
 
-def missing_files(directory: Path) -> list[str]:
-    """The files a training checkpoint needs that ``directory`` lacks (the weights may be sharded)."""
+def missing_files(directory: Path, need: tuple[str, ...] = COMPLETE) -> list[str]:
+    """The files of ``need`` that ``directory`` lacks (the weights may be sharded)."""
     have = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
     weights = WEIGHTS in have or INDEX_NAME in have
-    return [name for name in COMPLETE if name not in have and not (name == WEIGHTS and weights)]
+    return [name for name in need if name not in have and not (name == WEIGHTS and weights)]
 
 
 def _candidates(run_dir: Path) -> list[Path]:
@@ -97,14 +98,15 @@ def _candidates(run_dir: Path) -> list[Path]:
     return sorted(found, key=_step)
 
 
-def step_dirs(run_dir: Path) -> list[Path]:
+def step_dirs(run_dir: Path, need: tuple[str, ...] = COMPLETE) -> list[Path]:
     """Complete checkpoints of a run, oldest first (a ``step-*`` missing a file is skipped: ``incomplete_dirs``)."""
-    return [p for p in _candidates(run_dir) if not missing_files(p)]
+    return [p for p in _candidates(run_dir) if not missing_files(p, need)]
 
 
-def incomplete_dirs(run_dir: Path) -> dict[Path, list[str]]:
-    """``{step-* directory: the files it lacks}``: left by a tool that deleted files one by one, never by us."""
-    return {p: missing for p in _candidates(run_dir) if (missing := missing_files(p))}
+def incomplete_dirs(run_dir: Path, need: tuple[str, ...] = COMPLETE) -> dict[Path, list[str]]:
+    """``{step-* directory: the files of need it lacks}``: left by a tool that deleted files one by one, never by
+    us (pruning renames a checkpoint before deleting it)."""
+    return {p: missing for p in _candidates(run_dir) if (missing := missing_files(p, need))}
 
 
 def _named(err: OSError, path: Path) -> OSError:
@@ -227,23 +229,26 @@ def _say(log, message: str) -> None:
     (log or logging.getLogger("anatomy").warning)(message)
 
 
-def resolve(path: str | Path, *, log=None) -> Path:
+def resolve(path: str | Path, *, log=None, need: tuple[str, ...] = LOADABLE) -> Path:
     """A checkpoint directory, or a run directory → the checkpoint ``checkpoints/latest.json`` names (the branch last
-    trained), else its newest complete one. Incomplete ``step-*`` directories are skipped and named (``log``, else
-    a warning of the ``anatomy`` logger)."""
+    trained), else its newest complete one: holding the files of ``need`` (the weights for the loaders, every file
+    for resume). Incomplete ``step-*`` directories are skipped and named (``log``, else a warning of the
+    ``anatomy`` logger)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
     if (path / CONFIG).is_file() and ((path / WEIGHTS).is_file() or (path / INDEX_NAME).is_file()):
         return path
-    for bad, missing in incomplete_dirs(path).items():
+    skipped = incomplete_dirs(path, need)
+    for bad, missing in skipped.items():
         _say(log, f"skipping {str(bad)!r}: an incomplete checkpoint ({', '.join(missing)} missing)")
-    steps = step_dirs(path)
+    steps = step_dirs(path, need)
     if not steps:
         if (path / CONFIG).is_file():
             raise CheckpointError(f"{str(path)!r} holds {CONFIG} but no {WEIGHTS} (the weights): an incomplete "
                                   "checkpoint")
-        raise CheckpointError(f"{str(path)!r} holds no complete checkpoint (expected {CONFIG} and {WEIGHTS}, or "
+        raise CheckpointError(f"{str(path)!r} holds no checkpoint{' that is complete' if skipped else ''} (expected "
+                              f"{CONFIG} and {WEIGHTS}, or "
                               f"checkpoints/{PREFIX}NNNNNN/ from `anatomy train`)")
     pointer, found = path / "checkpoints" / LATEST, latest(path)
     if found is None:

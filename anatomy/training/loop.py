@@ -121,7 +121,7 @@ def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str |
     or empty folder, one ``anatomy train`` created, or (``overwrite``) any folder that holds no training run."""
     run_dir = Path(run_dir)
     outputs.check_run_out(run_dir, overwrite=overwrite)
-    owner = outputs.holder(run_dir)
+    owner = outputs.holder(run_dir) if outputs.is_main_process() else None
     if owner:
         raise outputs.refusal(run_dir, owner)
     if ckpt.step_dirs(run_dir) or ckpt.incomplete_dirs(run_dir):

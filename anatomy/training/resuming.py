@@ -15,7 +15,7 @@ def checked_resume(path: Path, changes: dict[str, Any] | None, preset: str | Non
                    log) -> tuple[Path, dict[str, Any], TrainOptions, dict[str, Any]]:
     """``(checkpoint, its saved state, the options to continue with, the model overrides)`` for resuming ``path``
     with ``changes`` (``RESUMABLE`` options only) and, when given, the ``preset`` the run must come from."""
-    last = ckpt.resolve(path, log=log)
+    last = ckpt.resolve(path, log=log, need=ckpt.COMPLETE)
     saved = ckpt.load_training_state(last)
     saved_options = saved_options_of(saved, last)
     saved_model = saved["training"]["model_overrides"]

@@ -85,7 +85,7 @@ def test_missing_weights_are_named_not_blamed_on_optimizer_pt(run):
     assert f"{str(step)!r} holds config.json but no model.safetensors (the weights)" in message, message
     assert "pickle" not in message
     message = _message(lambda: ckpt.load_model(run))  # through the run: the step dir is incomplete
-    assert "holds no complete checkpoint" in message
+    assert "holds no checkpoint that is complete" in message
 
 
 def test_an_int64_tensor_where_float32_is_declared_is_refused(run):

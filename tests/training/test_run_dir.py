@@ -149,12 +149,19 @@ def test_loaders_and_resume_skip_and_name_an_incomplete_step_dir(tmp_path):
     (newest / ckpt.OPTIMIZER).unlink()  # as a tool that deletes file by file would leave it
     (tmp_path / "run" / "checkpoints" / "latest.json").unlink()  # a run written before the latest pointer
     said = []
-    assert ckpt.resolve(tmp_path / "run", log=said.append).name == "step-000004"
-    assert said == [f"skipping {str(newest)!r}: an incomplete checkpoint (optimizer.pt missing)"]
-    said.clear()
-    result = loop.resume(tmp_path / "run", log=said.append)
-    assert any("skipping" in m and "step-000006" in m for m in said)
+    assert ckpt.resolve(tmp_path / "run", log=said.append).name == "step-000006"  # the weights are whole
+    assert said == []
+    result = loop.resume(tmp_path / "run", log=said.append)  # resume needs every file: it takes step 4
+    assert said[0] == f"skipping {str(newest)!r}: an incomplete checkpoint (optimizer.pt missing)"
     assert any("resuming" in m and "step-000004" in m for m in said) and result.steps == 6
+    for d in ckpt.step_dirs(tmp_path / "run"):  # the resume saved step 6 again, whole
+        assert not ckpt.missing_files(d)
+    six = tmp_path / "run" / "checkpoints" / "step-000006"
+    (six / ckpt.WEIGHTS).unlink()
+    (tmp_path / "run" / "checkpoints" / "latest.json").unlink()
+    said.clear()
+    assert ckpt.resolve(tmp_path / "run", log=said.append).name == "step-000004"  # the loaders skip it too
+    assert said == [f"skipping {str(six)!r}: an incomplete checkpoint (model.safetensors missing)"]
 
 
 # ---------------------------------------------------------------------------------------------- small pieces
