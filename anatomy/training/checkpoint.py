@@ -218,7 +218,11 @@ def prune(run_dir: Path, keep_last: int, *, current: int | None = None) -> None:
     if trash:
         fsync_dir(root)
     for moved in trash:
-        _remove(moved)
+        try:
+            _remove(moved)
+        except BaseException:  # Ctrl-C while deleting: finish it, then stop
+            shutil.rmtree(moved, ignore_errors=True)
+            raise
     for p in root.iterdir():
         if p.name.startswith((".tmp-", ".old-", ".trash-")) and not p.name.endswith(f"-{os.getpid()}"):
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)

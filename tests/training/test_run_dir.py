@@ -193,3 +193,22 @@ def test_convert_targets(tmp_path):
         rd.output_folder(tmp_path / "hf")
     rd.output_folder(tmp_path / "hf", overwrite=True)
     rd.output_folder(tmp_path / "new")
+
+
+def test_ctrl_c_exits_130_with_one_line_and_leaves_the_run_resumable(tmp_path):
+    run = tmp_path / "run"
+    words = lm_words(tmp_path, "steps=100000", "save_every=5", "log_every=1", "eval_every=100000")
+    proc = subprocess.Popen([*ANATOMY, "train", *words, "--out", str(run)], env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not ckpt.step_dirs(run) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    err = proc.stderr.read()
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("anatomy train: interrupted; the "
+                                                                              "checkpoints saved so far are complete")
+    assert not (run / rd.LOCK).exists()
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith((".tmp", ".trash", ".old"))]
+    _every_step_dir_complete(run)
+    ckpt.load_training_state(ckpt.resolve(run, need=ckpt.COMPLETE))
