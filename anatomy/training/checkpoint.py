@@ -138,9 +138,9 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: to
             writing = tmp / name
             writing.write_text(text + "\n", encoding="utf-8")
         for name, obj in ((OPTIMIZER, optimizer.state_dict()), (RNG, rng)):
+            writing = tmp / name
             buffer = io.BytesIO()  # torch.save straight to a full disk says only "unexpected pos": write it ourselves
             torch.save(obj, buffer)
-            writing = tmp / name
             writing.write_bytes(buffer.getbuffer())
         writing = tmp
         for f in tmp.iterdir():

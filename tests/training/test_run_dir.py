@@ -39,6 +39,26 @@ def _resume(path: Path, *words: str, fault: str | None = None) -> subprocess.Com
                           text=True, timeout=300)
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """In-process runs on one thread, as the subprocesses (OMP_NUM_THREADS=1): their losses agree bit for bit."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _train_here(words: list[str], out: Path) -> None:
+    options, model = resolve(None, parse_words(words))
+    loop.train(options, model, out, log=lambda m: None)
+
+
+def _resume_here(path: Path, *words: str) -> list[str]:
+    said: list[str] = []
+    loop.resume(path, parse_words(list(words)), log=said.append)
+    return said
+
+
 def _weights(path: Path) -> dict[str, torch.Tensor]:
     return ckpt.load_model(path)[0].state_dict()
 
@@ -73,8 +93,7 @@ def test_a_live_lock_refuses_naming_the_owner_and_a_stale_one_is_said_and_taken(
 
 def test_two_concurrent_trains_on_one_folder_the_second_exits_2_naming_the_first(tmp_path):
     words = lm_words(tmp_path, "steps=12", "save_every=4", "log_every=1", "eval_every=100")
-    solo = _train(words, tmp_path / "solo")
-    assert solo.returncode == 0
+    _train_here(words, tmp_path / "solo")
     run = tmp_path / "run"
     first = subprocess.Popen([*ANATOMY, "train", *words, "--out", str(run)], env=env(), stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
@@ -84,11 +103,12 @@ def test_two_concurrent_trains_on_one_folder_the_second_exits_2_naming_the_first
     first.send_signal(signal.SIGSTOP)  # hold the first writer mid-run, whatever the machine's speed
     try:
         assert json.loads((run / rd.LOCK).read_text())["pid"] == first.pid
-        for argv in (["train", *lm_words(tmp_path, "steps=12", "seed=7"), "--out", str(run)],
-                     ["train", "--resume", str(run)]):
-            second = subprocess.run([*ANATOMY, *argv], env=env(), capture_output=True, text=True, timeout=300)
-            assert second.returncode == 2, second.stderr
-            assert f"being written by another process: pid {first.pid} on " in second.stderr.splitlines()[-1]
+        second = subprocess.run([*ANATOMY, "train", *lm_words(tmp_path, "steps=12", "seed=7"), "--out", str(run)],
+                                env=env(), capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr
+        assert f"being written by another process: pid {first.pid} on " in second.stderr.splitlines()[-1]
+        with pytest.raises(rd.RunLockedError, match=f"pid {first.pid} on "):  # nor may a resume write there
+            loop.resume(run, log=lambda m: None)
     finally:
         first.send_signal(signal.SIGCONT)
     assert first.wait(timeout=300) == 0, first.stderr.read()[-2000:]
@@ -101,7 +121,7 @@ def test_two_concurrent_trains_on_one_folder_the_second_exits_2_naming_the_first
 # ---------------------------------------------------------------------------------------- kills at exact points
 def test_sigkill_during_pruning_leaves_every_step_dir_complete_and_resume_is_exact(tmp_path):
     words = lm_words(tmp_path, "steps=8", "save_every=2", "keep_last=1", "log_every=1", "eval_every=100")
-    _train(words, tmp_path / "solo")
+    _train_here(words, tmp_path / "solo")
     run = tmp_path / "run"
     killed = _train(words, run, fault="prune", check=False)  # killed deleting step-000002 while saving step 4
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -110,9 +130,8 @@ def test_sigkill_during_pruning_leaves_every_step_dir_complete_and_resume_is_exa
     assert any(n.startswith(".trash-step-000002-") for n in names), names  # the half-deleted one, not a step-*
     _every_step_dir_complete(run)
     ckpt.load_model(run)
-    resumed = _resume(run)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "stale lock" in resumed.stderr
+    said = _resume_here(run)
+    assert any("removing a stale lock left by pid" in m for m in said), said
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest.json", "step-000008"]
     assert losses(run) == losses(tmp_path / "solo")
 
@@ -120,19 +139,17 @@ def test_sigkill_during_pruning_leaves_every_step_dir_complete_and_resume_is_exa
 def test_branch_then_crash_then_resume_continues_the_chosen_branch(tmp_path):
     words = lm_words(tmp_path, "steps=10", "save_every=5", "keep_last=5", "log_every=1", "eval_every=100")
     run, reference = tmp_path / "run", tmp_path / "reference"
-    _train(words, run)
+    _train_here(words, run)
     shutil.copytree(run, reference)
-    straight = _resume(reference / "checkpoints" / "step-000005", "steps=16")  # the branch, never interrupted
-    assert straight.returncode == 0, straight.stderr[-2000:]
+    _resume_here(reference / "checkpoints" / "step-000005", "steps=16")  # the branch, never interrupted
 
     crashed = _resume(run / "checkpoints" / "step-000005", "steps=16", fault="after-step-7")
     assert crashed.returncode == -signal.SIGKILL
     pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert pointer == {"checkpoint": "step-000005", "changes": {"steps": 16}}
     assert not (run / "summary.json").exists()  # the old branch's summary (steps 10) no longer holds
-    again = _resume(run)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert "resuming" in again.stderr and "step-000005' at step 5" in again.stderr
+    said = _resume_here(run)
+    assert any("resuming" in m and "step-000005' at step 5" in m for m in said), said
     summary = json.loads((run / "summary.json").read_text())
     steps = [s for s, _ in losses(run)]
     assert summary["steps"] == 16 and steps == list(range(1, 17))  # metrics.jsonl agrees with summary.json
@@ -212,3 +229,26 @@ def test_ctrl_c_exits_130_with_one_line_and_leaves_the_run_resumable(tmp_path):
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith((".tmp", ".trash", ".old"))]
     _every_step_dir_complete(run)
     ckpt.load_training_state(ckpt.resolve(run, need=ckpt.COMPLETE))
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, lambda: RuntimeError("No space left on device (os error 28)")])
+def test_a_save_that_fails_removes_its_temporary_directory(tmp_path, monkeypatch, failure):
+    words = lm_words(tmp_path, "steps=4", "save_every=2", "eval_every=100")
+    real_save, calls = ckpt.torch.save, []
+
+    def failing(obj, f):
+        calls.append(1)
+        if len(calls) == 3:  # the second checkpoint's optimizer.pt
+            raise failure()
+        return real_save(obj, f)
+
+    monkeypatch.setattr(ckpt.torch, "save", failing)
+    expected = KeyboardInterrupt if failure is KeyboardInterrupt else OSError
+    with pytest.raises(expected) as err:
+        _train_here(words, tmp_path / "run")
+    if expected is OSError:  # a library's text with an errno becomes an OSError naming the file
+        assert err.value.errno == 28 and err.value.filename.endswith("optimizer.pt")
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["latest.json", "step-000002"]
+    assert not (tmp_path / "run" / rd.LOCK).exists()
+    ckpt.load_training_state(ckpt.resolve(tmp_path / "run", need=ckpt.COMPLETE))
