@@ -16,6 +16,7 @@ output agrees within ``--tol``, 1 when it does not or a checkpoint cannot be rea
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from pathlib import Path
 
@@ -24,7 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-hf", metavar="DIR", help="Hugging Face directory (config.json + model.safetensors)")
     src.add_argument("--to-hf", metavar="DIR", help="anatomy checkpoint directory to write in Hugging Face format")
-    p.add_argument("--out", metavar="DIR", required=True, help="output directory")
+    p.add_argument("--out", metavar="DIR", required=True,
+                   help="output directory: new or empty (never a training checkpoint or run folder)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="let --out be a non-empty folder; its files of the same names are replaced")
     p.add_argument("--verify", action="store_true",
                    help="print the layer-by-layer error budget against the source model (needs transformers)")
     p.add_argument("--rope-layout", choices=("half", "interleaved"), default="half",
@@ -79,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.resolve() == source.resolve():
         raise ValueError(f"--out {out} must differ from the source directory")
+    from anatomy.training.run_dir import output_folder
+
+    output_folder(out, overwrite=args.overwrite)  # never into a checkpoint; a non-empty folder only if asked
+    created = not out.exists()
     tf = _transformers() if args.verify or args.to_hf else None
     try:
         if args.from_hf:
@@ -107,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     except hf.CheckpointError as err:
         print(f"anatomy convert: error: {err}", file=sys.stderr)
         return 1
+    except BaseException:  # a full disk, Ctrl-C: no half-written folder of ours is left behind
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     if not args.verify:
         return 0
     rows = error_budget(ours, theirs.eval(), arch=arch, seq=args.seq)

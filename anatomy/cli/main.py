@@ -1,11 +1,15 @@
 """``anatomy``: the command table. Each command is a small function over the library.
 
-Exit codes: 0 success, 1 a finding or failure, 2 bad usage (with a one-line reason naming the argument).
+Exit codes: 0 success, 1 a finding or failure, 2 bad usage (with a one-line reason naming the argument), 130
+interrupted (Ctrl-C). Errors of the operating system (no space, read-only, permission, a file where a folder is
+expected), running out of memory and Ctrl-C come out as one line naming the path and what to do, never a traceback
+(``report_os_error``; docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -74,6 +78,33 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     return args
 
 
+_OS_ADVICE = {
+    errno.ENOSPC: "no space left on the device holding {path}: free some space or choose a folder on another disk",
+    errno.EDQUOT: "disk quota exceeded writing {path}: free some space or choose a folder on another disk",
+    errno.EROFS: "{path} is on a read-only file system: choose a writable folder",
+    errno.EACCES: "permission denied for {path}: choose a folder you may write, or change its permissions",
+    errno.EPERM: "operation not permitted on {path}: choose a folder you may write, or change its permissions",
+    errno.ENOTDIR: "{path}: a part of this path is a file, not a folder: choose another path",
+    errno.EEXIST: "{path} already exists: choose another path",
+    errno.EISDIR: "{path} is a folder where a file was expected",
+    errno.ENOENT: "{path} does not exist",
+}
+
+
+def report_os_error(err: OSError, args: argparse.Namespace) -> str:
+    """One line for an ``OSError``: what happened to which path, and what to do."""
+    path = repr(str(err.filename)) if err.filename else "the output folder"
+    line = _OS_ADVICE.get(err.errno, "{path}: " + (err.strerror or str(err))).format(path=path)
+    run = getattr(args, "resume", None) or getattr(args, "out", None)
+    if args.command == "train" and run and err.errno not in (errno.ENOTDIR, errno.EEXIST, errno.ENOENT):
+        line += f"; the checkpoints saved so far are complete: continue with `anatomy train --resume {run}`"
+    return line
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError"  # torch.OutOfMemoryError
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parse(parser, argv)
@@ -89,6 +120,22 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # the interpreter flushes stdout at exit: not into the closed pipe
         return 128 + 13
+    except OSError as err:
+        print(f"anatomy {args.command}: error: {report_os_error(err, args)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        run = getattr(args, "resume", None) or getattr(args, "out", None)
+        hint = (f"; the checkpoints saved so far are complete: continue with `anatomy train --resume {run}`"
+                if args.command == "train" and run else "")
+        print(f"\nanatomy {args.command}: interrupted{hint}", file=sys.stderr)
+        return 130
+    except (MemoryError, RuntimeError) as err:
+        if not _out_of_memory(err):
+            raise
+        print(f"anatomy {args.command}: error: out of memory ({type(err).__name__}); the sizes asked for do not fit "
+              "here: use smaller sizes (batch, sequence length, model width) or a machine with more memory",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="a training preset (see below)")
     p.add_argument("--out", help="the run directory to create (metrics.jsonl, checkpoints/, loss.png)")
     p.add_argument("--resume", metavar="DIR", help="continue the latest checkpoint of a run directory exactly")
+    p.add_argument("--overwrite", action="store_true",
+                   help="let --out be a non-empty folder that `anatomy train` did not create (its files of the same "
+                        "names are replaced)")
     p.add_argument("--list-presets", action="store_true", help="print the presets and their settings, then exit")
     p.add_argument("words", nargs="*", metavar="key=value", help="training options and model config fields")
 
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.out:
                 raise UsageError("--out DIR is required (or --resume DIR to continue a run)")
             options, model_overrides = resolve(args.preset, words)
-            train(options, model_overrides, args.out)
+            train(options, model_overrides, args.out, overwrite=args.overwrite)
     except TrainingError as err:
         print(f"anatomy train: {err}", file=sys.stderr)
         return 1

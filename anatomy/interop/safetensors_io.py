@@ -22,8 +22,11 @@ Our ``config.json``::
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
@@ -39,10 +42,34 @@ INDEX_NAME = "model.safetensors.index.json"
 FORMAT = "anatomy"
 FORMAT_VERSION = 1
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+# Pickles beside the weights of a training checkpoint that hold training state, never weights: their presence does
+# not make a directory "a pickle checkpoint" (anatomy.training.checkpoint reads them with weights_only=True).
+TRAINING_STATE_PICKLES = ("optimizer.pt", "rng.pt")
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read or written; the message names the file."""
+
+
+def os_error_from(err: BaseException, path: Path) -> OSError | None:
+    """An ``OSError`` naming ``path`` for a library error that wraps one in its text (safetensors and tokenizers
+    say "... (os error 28)"), so the command line can say "no space left" like for any other write; else None."""
+    found = re.search(r"os error (\d+)", str(err))
+    if found is None:
+        return None
+    code = int(found.group(1))
+    return OSError(code, os.strerror(code) if code in errno.errorcode else str(err), str(path))
+
+
+def _weight_pickles(d: Path) -> list[Path]:
+    return sorted(p for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES and p.name not in TRAINING_STATE_PICKLES)
+
+
+def _no_weights(d: Path) -> CheckpointError:
+    state = [name for name in TRAINING_STATE_PICKLES if (d / name).is_file()]
+    beside = f" ({', '.join(state)} beside it hold training state, not weights)" if state else ""
+    return CheckpointError(f"{d / WEIGHTS_NAME}: missing{beside}; no {WEIGHTS_NAME} or {INDEX_NAME} found, the "
+                           "checkpoint is incomplete")
 
 
 # ------------------------------------------------------------------------------------------------ tensors
@@ -72,12 +99,23 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
     return tensors, aliases
 
 
+def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    try:
+        save_file(tensors, str(path), metadata={"format": "pt"})
+    except SafetensorError as err:  # a full disk comes as "I/O error: No space left on device (os error 28)"
+        os_error = os_error_from(err, path)
+        if os_error is None:
+            raise
+        path.unlink(missing_ok=True)
+        raise os_error from None
+
+
 def write_tensors(tensors: dict[str, torch.Tensor], directory: Path, *, max_shard_size: int | None = None) -> None:
     """``model.safetensors``, or shards + ``model.safetensors.index.json`` when larger than ``max_shard_size`` bytes."""
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     if max_shard_size is None or total <= max_shard_size:
-        save_file(tensors, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+        _save_file(tensors, directory / WEIGHTS_NAME)
         return
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -91,7 +129,7 @@ def write_tensors(tensors: dict[str, torch.Tensor], directory: Path, *, max_shar
     weight_map = {}
     for k, shard in enumerate(shards, start=1):
         file = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, str(directory / file), metadata={"format": "pt"})
+        _save_file(shard, directory / file)
         weight_map.update(dict.fromkeys(shard, file))
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (directory / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
@@ -139,10 +177,10 @@ def read_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
                 raise CheckpointError(f"{d / file}: shard listed in {index.name} is missing")
             tensors.update(_read_file(d / file, names))
         return tensors
-    pickles = sorted(p for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES) if d.is_dir() else []
+    pickles = _weight_pickles(d) if d.is_dir() else []
     if pickles:
         raise _refuse_pickle(pickles[0])
-    raise CheckpointError(f"{d}: no {WEIGHTS_NAME} or {INDEX_NAME} found")
+    raise _no_weights(d)
 
 
 # ------------------------------------------------------------------------------------------------ our format
@@ -188,7 +226,7 @@ def read_config(directory: str | os.PathLike) -> dict:
         raise CheckpointError(f"{d}: no such checkpoint directory")
     path = d / CONFIG_NAME
     if not path.is_file():
-        pickles = sorted(p for p in d.iterdir() if p.suffix in PICKLE_SUFFIXES)
+        pickles = _weight_pickles(d)
         if pickles:
             raise _refuse_pickle(pickles[0])
         raise CheckpointError(f"{path}: missing; a checkpoint directory holds config.json + model.safetensors")
@@ -228,10 +266,7 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
     if data.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{d / CONFIG_NAME}: format_version {data.get('format_version')!r} is not supported "
                               f"(this anatomy reads {FORMAT_VERSION})")
-    try:
-        config = ModelConfig.from_dict(data["config"])
-    except KeyError:
-        raise CheckpointError(f"{d / CONFIG_NAME}: missing the \"config\" object") from None
+    config = config_from(data, d / CONFIG_NAME)
     tensors = read_tensors(d)
     for alias, stored in data.get("tied", {}).items():
         if stored not in tensors:
@@ -247,10 +282,43 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
         if tuple(tensors[name].shape) != tuple(want.shape):
             raise CheckpointError(f"{d}: weight {name!r} has shape {tuple(tensors[name].shape)} in the file, but "
                                   f"config.json implies {tuple(want.shape)}")
-    if data.get("dtype") not in (None, "mixed"):
-        dtype = getattr(torch, str(data["dtype"]), None)
-        if not isinstance(dtype, torch.dtype):
-            raise CheckpointError(f"{d / CONFIG_NAME}: unknown dtype {data['dtype']!r}")
+    declared = data.get("dtype")
+    if declared not in (None, "mixed"):
+        dtype = getattr(torch, str(declared), None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise CheckpointError(f"{d / CONFIG_NAME}: field 'dtype' is {declared!r}, not a floating-point dtype")
         model.to(dtype)
+        expected = model.state_dict()
+    uniform = declared not in (None, "mixed")
+    for name, want in expected.items():  # load_state_dict would cast silently: an int64 file tensor is a wrong file
+        have = tensors[name].dtype
+        if want.is_floating_point():
+            ok = have == want.dtype if uniform else have.is_floating_point
+        else:
+            ok = have == want.dtype
+        if not ok:
+            said = f"declares dtype {declared!r}" if uniform and want.is_floating_point() else f"implies {want.dtype}"
+            raise CheckpointError(f"{d}: weight {name!r} is {str(have).removeprefix('torch.')} in the file, but "
+                                  f"config.json {said}")
     model.load_state_dict(tensors)
     return model
+
+
+def config_from(data: dict, path: Path) -> ModelConfig:
+    """The ``ModelConfig`` of our ``config.json`` (``data``), every field required: a missing field would load with
+    its default and change the model silently (``activation`` moves the logits, ``d_model`` a shape), so it is named
+    with the default it would take."""
+    values = data.get("config")
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path}: missing the \"config\" object")
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
+    missing = [name for name in defaults if name not in values]
+    if missing:
+        shown = ", ".join(f"{name!r} (would default to {defaults[name]!r})" for name in missing[:4])
+        raise CheckpointError(f"{path}: config field(s) missing: {shown}{', ...' if len(missing) > 4 else ''}; an "
+                              "anatomy checkpoint records every field: add them with the values the model was "
+                              "trained with")
+    try:
+        return ModelConfig.from_dict(values)
+    except (TypeError, ValueError) as err:
+        raise CheckpointError(f"{path}: field of \"config\": {err}") from None

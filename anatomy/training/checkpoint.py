@@ -11,8 +11,14 @@ Layout of ``RUN/checkpoints/step-000500/``::
     rng.pt               torch's global RNG, the data sampler's generator (and CUDA's), tensors only
 
 Atomicity: every file is written into ``.tmp-step-000500-PID/`` and fsynced, then the directory is renamed into
-place with ``os.replace`` and its parent fsynced. A directory named ``step-*`` is therefore always complete; a
-crash before the rename leaves only a ``.tmp-*`` directory, which the next save removes.
+place with ``os.replace`` and its parent fsynced, and ``checkpoints/latest.json`` (``{"checkpoint":
+"step-000500", "changes": {}}``) is replaced the same way. A directory named ``step-*`` is therefore always
+complete; a crash before the rename leaves only a ``.tmp-*`` directory, which the next save removes, and a failed
+save (a full disk) removes it at once.
+Pruning renames an old ``step-*`` to ``.trash-*`` before deleting it. ``latest.json`` names the tip of the branch
+last trained: resuming from an earlier checkpoint points it there at once, with the options the resume changed
+(``steps=60``), so a crash before the branch's first save still resumes the branch, not the newer checkpoints of the
+run it left.
 
 The weights go through ``anatomy.interop.safetensors_io.save_pretrained`` / ``load_pretrained`` (one copy of
 each tied tensor, re-tied on load; never pickle), so every checkpoint directory is also a ``save_pretrained``
@@ -21,7 +27,9 @@ directory.
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -31,11 +39,21 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
-from anatomy.interop.safetensors_io import load_pretrained, read_config, save_pretrained
+from anatomy.interop.safetensors_io import (
+    INDEX_NAME,
+    config_from,
+    load_pretrained,
+    os_error_from,
+    read_config,
+    save_pretrained,
+)
+from anatomy.training.run_dir import fault, fsync_dir, write_atomic
 
 CONFIG, WEIGHTS, TRAINING, STATE, OPTIMIZER, RNG = ("config.json", "model.safetensors", "training.json",
                                                     "trainer_state.json", "optimizer.pt", "rng.pt")
-PREFIX = "step-"
+PREFIX, LATEST, TOKENIZER = "step-", "latest.json", "tokenizer.json"
+COMPLETE = (CONFIG, WEIGHTS, TOKENIZER, TRAINING, STATE, OPTIMIZER, RNG)  # what every step-* holds: resume needs all
+LOADABLE = (CONFIG, WEIGHTS)  # what the loaders (generate, evaluate, viz) need
 
 
 class CheckpointError(ValueError):
@@ -50,7 +68,8 @@ def load_weights(model: nn.Module, directory: Path) -> None:
     except (TypeError, ValueError) as err:
         raise CheckpointError(str(err)) from None
     if loaded.config != model.config:
-        raise CheckpointError(f"{str(directory)!r} holds a model of another config than this run builds")
+        raise CheckpointError(f"{str(Path(directory) / CONFIG)!r} holds a model of another config than this run "
+                              f"builds: {config_diff(loaded.config, model.config)}")
     model.load_state_dict(loaded.state_dict())
 
 
@@ -60,44 +79,82 @@ def _fsync_file(path: Path) -> None:
         os.fsync(f.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def _step(path: Path) -> int:
+    return int(path.name[len(PREFIX):])
 
 
-def step_dirs(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+def missing_files(directory: Path, need: tuple[str, ...] = COMPLETE) -> list[str]:
+    """The files of ``need`` that ``directory`` lacks (the weights may be sharded)."""
+    have = {p.name for p in directory.iterdir()} if directory.is_dir() else set()
+    weights = WEIGHTS in have or INDEX_NAME in have
+    return [name for name in need if name not in have and not (name == WEIGHTS and weights)]
+
+
+def _candidates(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
+    return sorted(found, key=_step)
+
+
+def step_dirs(run_dir: Path, need: tuple[str, ...] = COMPLETE) -> list[Path]:
+    """Complete checkpoints of a run, oldest first (a ``step-*`` missing a file is skipped: ``incomplete_dirs``)."""
+    return [p for p in _candidates(run_dir) if not missing_files(p, need)]
+
+
+def incomplete_dirs(run_dir: Path, need: tuple[str, ...] = COMPLETE) -> dict[Path, list[str]]:
+    """``{step-* directory: the files of need it lacks}``: left by a tool that deleted files one by one, never by
+    us (pruning renames a checkpoint before deleting it)."""
+    return {p: missing for p in _candidates(run_dir) if (missing := missing_files(p, need))}
+
+
+def _named(err: OSError, path: Path) -> OSError:
+    """The same error with ``path`` as its file name when the OS did not give one (a failed write or fsync)."""
+    return err if err.filename else OSError(err.errno, err.strerror or str(err), str(path))
 
 
 def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
                     tokenizer, training: dict[str, Any], trainer_state: dict[str, Any],
                     rng: dict[str, torch.Tensor], keep_last: int) -> Path:
-    """Write ``run_dir/checkpoints/step-NNNNNN`` atomically, then keep only the last ``keep_last``."""
+    """Write ``run_dir/checkpoints/step-NNNNNN`` atomically, point ``checkpoints/latest.json`` at it, then keep only the
+    last ``keep_last`` of its branch. On any failure (a full disk, Ctrl-C) the temporary directory is removed and
+    the previous checkpoints are untouched."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{step:06d}"
     tmp = root / f".tmp-{final.name}-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
-    tmp.mkdir()
-    save_pretrained(model, tmp)  # config.json + model.safetensors
-    tokenizer.save(tmp)
-    (tmp / TRAINING).write_text(json.dumps(training, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (tmp / STATE).write_text(json.dumps({**trainer_state, "step": step}, indent=2, sort_keys=True) + "\n",
-                             encoding="utf-8")
-    torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
-    torch.save(rng, tmp / RNG)
-    for f in tmp.iterdir():
-        _fsync_file(f)
-    _fsync_dir(tmp)
+    writing = tmp  # the file being written, named when the disk fills up under it
+    try:
+        tmp.mkdir()
+        writing = tmp / WEIGHTS
+        save_pretrained(model, tmp)  # config.json + model.safetensors
+        writing = tmp / TOKENIZER
+        tokenizer.save(tmp)
+        for name, text in ((TRAINING, json.dumps(training, indent=2, sort_keys=True)),
+                           (STATE, json.dumps({**trainer_state, "step": step}, indent=2, sort_keys=True))):
+            writing = tmp / name
+            writing.write_text(text + "\n", encoding="utf-8")
+        for name, obj in ((OPTIMIZER, optimizer.state_dict()), (RNG, rng)):
+            writing = tmp / name
+            buffer = io.BytesIO()  # torch.save straight to a full disk says only "unexpected pos": write it ourselves
+            torch.save(obj, buffer)
+            writing.write_bytes(buffer.getbuffer())
+        writing = tmp
+        for f in tmp.iterdir():
+            _fsync_file(f)
+        fsync_dir(tmp)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise _named(err, writing) from None
+    except BaseException as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os_error = os_error_from(err, writing)
+        if os_error is not None:
+            raise os_error from None
+        raise
     if final.exists():  # the same step saved again (a resumed run): move the old one aside first
         old = root / f".old-{final.name}-{os.getpid()}"
         os.replace(final, old)
@@ -105,50 +162,147 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: to
         shutil.rmtree(old)
     else:
         os.replace(tmp, final)
-    _fsync_dir(root)
-    prune(run_dir, keep_last)
+    fsync_dir(root)
+    set_latest(run_dir, final)
+    prune(run_dir, keep_last, current=step)
     return final
 
 
-def prune(run_dir: Path, keep_last: int) -> None:
-    """Remove all but the last ``keep_last`` checkpoints and leftovers of interrupted saves of other processes."""
-    for old in step_dirs(run_dir)[:-keep_last]:
-        shutil.rmtree(old)
+def set_latest(run_dir: Path, checkpoint: Path, changes: dict[str, Any] | None = None) -> None:
+    """Point ``run_dir/checkpoints/latest.json`` at ``checkpoint`` (atomically): the tip of the branch being trained,
+    with the resumable options a resume changed on top of the checkpoint's own (``{"steps": 60}``)."""
     root = Path(run_dir) / "checkpoints"
+    write_atomic(root / LATEST, json.dumps({"checkpoint": checkpoint.name, "changes": changes or {}},
+                                           sort_keys=True) + "\n")
+    fsync_dir(root)
+
+
+def latest(run_dir: Path) -> tuple[str, dict[str, Any]] | None:
+    """``(directory name, option changes)`` of ``checkpoints/latest.json``; None for a run without one."""
+    pointer = Path(run_dir) / "checkpoints" / LATEST
+    if not pointer.is_file():
+        return None
+    data = read_json(pointer)
+    name, changes = data.get("checkpoint"), data.get("changes", {})
+    if not (isinstance(name, str) and name.startswith(PREFIX) and name[len(PREFIX):].isdigit()
+            and isinstance(changes, dict)):
+        raise CheckpointError(f"{str(pointer)!r}: field 'checkpoint' should name a {PREFIX}NNNNNN directory and "
+                              "'changes' be an object; give the checkpoint directory to use instead of the run")
+    return name, changes
+
+
+def _remove(directory: Path) -> None:
+    """Delete a directory moved to a trash name, file by file (the fault point sits after the first file)."""
+    for i, f in enumerate(sorted(directory.iterdir())):
+        if f.is_dir():
+            shutil.rmtree(f)
+        else:
+            f.unlink()
+        if i == 0:
+            fault("prune")
+    directory.rmdir()
+
+
+def prune(run_dir: Path, keep_last: int, *, current: int | None = None) -> None:
+    """Remove all but the last ``keep_last`` checkpoints up to step ``current`` (later ones belong to a branch left
+    behind by a resume from an earlier checkpoint; a save of their step replaces them), and the leftovers of
+    interrupted saves and prunes. Each old ``step-*`` is first renamed to ``.trash-*``: a kill while deleting
+    leaves a trash directory, never an incomplete ``step-*``."""
+    root = Path(run_dir) / "checkpoints"
+    lineage = [p for p in step_dirs(run_dir) if current is None or _step(p) <= current]
+    trash = []
+    for old in lineage[:-keep_last]:
+        moved = root / f".trash-{old.name}-{os.getpid()}"
+        os.replace(old, moved)
+        trash.append(moved)
+    if trash:
+        fsync_dir(root)
+    for moved in trash:
+        try:
+            _remove(moved)
+        except BaseException:  # Ctrl-C while deleting: finish it, then stop
+            shutil.rmtree(moved, ignore_errors=True)
+            raise
     for p in root.iterdir():
-        if p.name.startswith((".tmp-", ".old-")) and not p.name.endswith(f"-{os.getpid()}"):
-            shutil.rmtree(p, ignore_errors=True)
+        if p.name.startswith((".tmp-", ".old-", ".trash-")) and not p.name.endswith(f"-{os.getpid()}"):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 # ------------------------------------------------------------------------------------------------------- load
-def resolve(path: str | Path) -> Path:
-    """A checkpoint directory, or a run directory (→ its latest checkpoint)."""
+def _say(log, message: str) -> None:
+    (log or logging.getLogger("anatomy").warning)(message)
+
+
+def resolve(path: str | Path, *, log=None, need: tuple[str, ...] = LOADABLE) -> Path:
+    """A checkpoint directory, or a run directory → the checkpoint ``checkpoints/latest.json`` names (the branch last
+    trained), else its newest complete one: holding the files of ``need`` (the weights for the loaders, every file
+    for resume). Incomplete ``step-*`` directories are skipped and named (``log``, else a warning of the
+    ``anatomy`` logger)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
-    if (path / CONFIG).is_file() and (path / WEIGHTS).is_file():
+    if (path / CONFIG).is_file() and ((path / WEIGHTS).is_file() or (path / INDEX_NAME).is_file()):
         return path
-    steps = step_dirs(path)
+    skipped = incomplete_dirs(path, need)
+    for bad, missing in skipped.items():
+        _say(log, f"skipping {str(bad)!r}: an incomplete checkpoint ({', '.join(missing)} missing)")
+    steps = step_dirs(path, need)
     if not steps:
-        raise CheckpointError(f"{str(path)!r} holds no checkpoint (expected {CONFIG} and {WEIGHTS}, or "
+        if (path / CONFIG).is_file():
+            raise CheckpointError(f"{str(path)!r} holds {CONFIG} but no {WEIGHTS} (the weights): an incomplete "
+                                  "checkpoint")
+        raise CheckpointError(f"{str(path)!r} holds no checkpoint{' that is complete' if skipped else ''} (expected "
+                              f"{CONFIG} and {WEIGHTS}, or "
                               f"checkpoints/{PREFIX}NNNNNN/ from `anatomy train`)")
-    return steps[-1]
+    pointer, found = path / "checkpoints" / LATEST, latest(path)
+    if found is None:
+        return steps[-1]
+    name = found[0]
+    chosen = path / "checkpoints" / name
+    if chosen in steps:
+        return chosen
+    before = [p for p in steps if _step(p) <= int(name[len(PREFIX):])]
+    if not before:
+        raise CheckpointError(f"{str(pointer)!r} names {name}, which is missing or incomplete, and no complete "
+                              "checkpoint precedes it; give the checkpoint directory to use instead of the run")
+    _say(log, f"{str(pointer)!r} names {name}, which is missing or incomplete; using {before[-1].name}, the newest "
+              "complete checkpoint before it")
+    return before[-1]
 
 
 def read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"{str(path)!r} is missing") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{str(path)!r} is not valid JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{str(path)!r}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def load_config(ckpt: Path) -> ModelConfig:
     try:
-        return ModelConfig.from_dict(read_config(ckpt)["config"])
-    except (TypeError, ValueError, KeyError) as err:
-        raise CheckpointError(f"{str(ckpt / CONFIG)!r} is not a valid anatomy model config: {err}") from None
+        return config_from(read_config(ckpt), ckpt / CONFIG)
+    except CheckpointError as err:
+        raise CheckpointError(str(err)) from None
+
+
+def config_diff(have: ModelConfig, want: ModelConfig) -> str:
+    """``"d_model=32 there, 64 here; ..."``: the fields where two configs differ."""
+    a, b = have.to_dict(), want.to_dict()
+    differ = [k for k in a if a[k] != b.get(k)]
+    shown = "; ".join(f"{k}={a[k]!r} there, {b.get(k)!r} here" for k in differ[:4])
+    return shown + ("; ..." if len(differ) > 4 else "")
+
+
+def check_tokenizer(tokenizer, config: ModelConfig, ckpt: Path) -> None:
+    """A tokenizer that emits ids beyond the embedding table would fail at the first such token: refuse it now."""
+    size = getattr(tokenizer, "vocab_size", None)
+    if isinstance(size, int) and size > config.vocab_size:
+        raise CheckpointError(f"{str(ckpt / 'tokenizer.json')!r}: the tokenizer has {size} tokens but {CONFIG} says "
+                              f"vocab_size={config.vocab_size}; ids from {config.vocab_size} on have no embedding row")
 
 
 def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[nn.Module, Any, Path]:
@@ -160,18 +314,71 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple
         model = load_pretrained(ckpt)
     except (TypeError, ValueError) as err:
         raise CheckpointError(str(err)) from None
-    return model.to(device).eval(), load_tokenizer(ckpt), ckpt
+    tokenizer = load_tokenizer(ckpt)
+    check_tokenizer(tokenizer, model.config, ckpt)
+    return model.to(device).eval(), tokenizer, ckpt
 
 
 def load_training_state(ckpt: Path) -> dict[str, Any]:
-    """Everything but the weights of a training checkpoint: options, trainer state, optimizer and RNG state."""
+    """Everything but the weights of a training checkpoint: options, trainer state, optimizer and RNG state, each
+    file checked by key and type here (``check_optimizer`` checks shapes against the model)."""
     for name in (TRAINING, STATE, OPTIMIZER, RNG):
         if not (ckpt / name).is_file():
             raise CheckpointError(f"{str(ckpt)!r} is not a training checkpoint: {name} is missing")
-    try:
-        optimizer = torch.load(ckpt / OPTIMIZER, map_location="cpu", weights_only=True)
-        rng = torch.load(ckpt / RNG, map_location="cpu", weights_only=True)
-    except Exception as err:  # a truncated or foreign file: say which
-        raise CheckpointError(f"cannot read the optimizer/RNG state in {str(ckpt)!r}: {err}") from None
-    return {"training": read_json(ckpt / TRAINING), "state": read_json(ckpt / STATE), "optimizer": optimizer,
-            "rng": rng}
+    loaded = {}
+    for name in (OPTIMIZER, RNG):
+        try:
+            loaded[name] = torch.load(ckpt / name, map_location="cpu", weights_only=True)
+        except Exception as err:  # a truncated or foreign file: say which
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            raise CheckpointError(f"cannot read {str(ckpt / name)!r}: {first}") from None
+    training, state, rng = read_json(ckpt / TRAINING), read_json(ckpt / STATE), loaded[RNG]
+    for key, kind in (("options", dict), ("model_overrides", dict)):
+        if not isinstance(training.get(key), kind):
+            raise CheckpointError(f"{str(ckpt / TRAINING)!r}: field {key!r} is missing or not a JSON object")
+    if not isinstance(state.get("step"), int) or isinstance(state["step"], bool) or state["step"] < 0:
+        raise CheckpointError(f"{str(ckpt / STATE)!r}: field 'step' is missing or not a step number "
+                              f"(got {state.get('step')!r})")
+    if not isinstance(rng, dict):
+        raise CheckpointError(f"{str(ckpt / RNG)!r}: expected a dict of generator states, got {type(rng).__name__}")
+    for key in ("torch", "data"):
+        value = rng.get(key)
+        if not (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1):
+            raise CheckpointError(f"{str(ckpt / RNG)!r}: key {key!r} is missing or not a generator state (a 1-D "
+                                  f"uint8 tensor), got {type(value).__name__}")
+    return {"training": training, "state": state, "optimizer": loaded[OPTIMIZER], "rng": rng}
+
+
+def check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, model: nn.Module, ckpt: Path) -> None:
+    """``optimizer.pt`` against the optimizer this run built: groups, parameter counts, and every state tensor's
+    key and shape, so a mismatch is named here rather than as a size error at the first step."""
+    where = str(ckpt / OPTIMIZER)
+    if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict) or \
+            not isinstance(saved.get("param_groups"), list):
+        raise CheckpointError(f"{where!r}: expected an optimizer state dict with 'state' and 'param_groups'")
+    groups = optimizer.param_groups
+    if len(saved["param_groups"]) != len(groups):
+        raise CheckpointError(f"{where!r}: field 'param_groups' has {len(saved['param_groups'])} groups, this run's "
+                              f"AdamW has {len(groups)}")
+    names = {id(p): n for n, p in model.named_parameters()}
+    params = []
+    for g, (theirs, ours) in enumerate(zip(saved["param_groups"], groups)):
+        if not isinstance(theirs, dict) or len(theirs.get("params", ())) != len(ours["params"]):
+            raise CheckpointError(f"{where!r}: field 'param_groups[{g}].params' lists "
+                                  f"{len(theirs.get('params', ())) if isinstance(theirs, dict) else '?'} parameters, "
+                                  f"this run's model has {len(ours['params'])} in that group")
+        params.extend(zip(theirs["params"], ours["params"]))
+    by_index = dict(params)
+    for index, entry in saved["state"].items():
+        param = by_index.get(index)
+        if param is None or not isinstance(entry, dict):
+            raise CheckpointError(f"{where!r}: field 'state[{index}]' belongs to no parameter of this run's model")
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            if key not in entry:
+                raise CheckpointError(f"{where!r}: field 'state[{index}].{key}' ({names.get(id(param))}) is missing")
+        for key in ("exp_avg", "exp_avg_sq"):
+            value = entry[key]
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(param.shape):
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise CheckpointError(f"{where!r}: field 'state[{index}].{key}' has shape {shape}, this run's "
+                                      f"parameter {names.get(id(param))!r} has {tuple(param.shape)}")

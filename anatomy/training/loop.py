@@ -32,7 +32,9 @@ from anatomy.models import build_model
 from anatomy.sizes import check_fits
 from anatomy.training import checkpoint as ckpt
 from anatomy.training import distributed as dist
-from anatomy.training.options import RESUMABLE, TrainOptions
+from anatomy.training import run_dir as outputs
+from anatomy.training.options import TrainOptions
+from anatomy.training.resuming import checked_resume
 from anatomy.training.spikes import SpikeWatch
 from anatomy.training.tasks import make_task
 
@@ -115,49 +117,50 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
 
 
 def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str | Path, *,
-          log=None) -> TrainResult:
-    """Train as ``options`` say (``model_overrides`` on top of ``options.model``), writing into ``run_dir``."""
+          log=None, overwrite: bool = False) -> TrainResult:
+    """Train as ``options`` say (``model_overrides`` on top of ``options.model``), writing into ``run_dir``: a new
+    or empty folder, one ``anatomy train`` created, or (``overwrite``) any folder that holds no training run."""
     run_dir = Path(run_dir)
-    if ckpt.step_dirs(run_dir):
+    outputs.check_run_out(run_dir, overwrite=overwrite)
+    owner = outputs.holder(run_dir) if outputs.is_main_process() else None
+    if owner:
+        raise outputs.refusal(run_dir, owner)
+    if ckpt.step_dirs(run_dir) or ckpt.incomplete_dirs(run_dir):
         raise ValueError(f"--out {str(run_dir)!r} already holds a training run; continue it with --resume "
                          f"{str(run_dir)!r} or choose another directory")
-    return _run(options, model_overrides, run_dir, None, log)
+    lock = outputs.RunLock(run_dir, log or _stderr)
+    try:
+        return _run(options, model_overrides, run_dir, None, log, lock)
+    finally:
+        lock.release()
 
 
 def resume(run_dir: str | Path, changes: dict[str, Any] | None = None, *, preset: str | None = None,
            log=None) -> TrainResult:
-    """Continue the latest checkpoint of ``run_dir`` exactly. ``changes`` may only touch ``RESUMABLE`` options;
-    with ``preset``, the run must have been started from that preset (with the same overrides)."""
-    from anatomy.training.options import resolve
-
-    last = ckpt.resolve(run_dir)
-    saved = ckpt.load_training_state(last)
-    saved_options = TrainOptions(**saved["training"]["options"])
-    saved_model = saved["training"]["model_overrides"]
-    changes = dict(changes or {})
-    if preset is not None:  # the whole description must match, except what may change on resume
-        options, model = resolve(preset, changes)
-        wanted = {**{k: v for k, v in options.to_dict().items() if k not in RESUMABLE}, **model}
-        have = {**{k: v for k, v in saved_options.to_dict().items() if k not in RESUMABLE}, **saved_model}
-        differ = sorted(k for k in set(wanted) | set(have) if wanted.get(k) != have.get(k))
-        if differ:
-            raise ckpt.CheckpointError(
-                f"{str(last)!r} comes from another configuration than --preset {preset}: "
-                + ", ".join(f"{k}={have.get(k, '(preset default)')!r} there, {wanted.get(k, '(preset default)')!r} here"
-                            for k in differ[:4]))
-        changes = {k: v for k, v in changes.items() if k in RESUMABLE}
-    for key, value in changes.items():
-        current = getattr(saved_options, key, saved_model.get(key))
-        if key not in RESUMABLE and value != current:
-            raise ckpt.CheckpointError(
-                f"{str(last)!r} was trained with {key}={current!r}; {key}={value!r} cannot change on resume "
-                f"(only {', '.join(sorted(RESUMABLE))} can)")
-    options = TrainOptions(**{**saved_options.to_dict(), **{k: v for k, v in changes.items() if k in RESUMABLE}})
-    run_dir = last.parent.parent if last.parent.name == "checkpoints" else Path(run_dir)
-    return _run(options, saved_model, run_dir, (last, saved), log)
+    """Continue the latest checkpoint of ``run_dir`` (the one ``checkpoints/latest.json`` names), or the checkpoint
+    directory given, exactly; ``latest.json`` then points at it, so the run follows this branch. ``changes``
+    may only touch ``RESUMABLE`` options; with ``preset``, the run must have been started from that preset (with the
+    same overrides)."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ckpt.CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
+    root = path.parent.parent if path.parent.name == "checkpoints" else path
+    lock = outputs.RunLock(root, log or _stderr)
+    try:
+        if outputs.is_main_process():
+            lock.acquire()
+        return _resume(path, root, changes, preset, log, lock)
+    finally:
+        lock.release()
 
 
-def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed, log) -> TrainResult:
+def _resume(path: Path, root: Path, changes, preset, log, lock) -> TrainResult:
+    last, saved, options, saved_model = checked_resume(path, changes, preset, log or _stderr)
+    return _run(options, saved_model, root, (last, saved), log, lock)
+
+
+def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed, log,
+         lock: outputs.RunLock) -> TrainResult:
     device = dist.device_for(options.device)
     world = dist.setup(device)
 
@@ -186,8 +189,11 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     # ---- data, model, optimizer ---------------------------------------------------------------------------
     task = make_task(options, tokenizer)
     config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
-    if saved is not None and config != ckpt.load_config(last):
-        raise ckpt.CheckpointError(f"{str(last)!r} was saved with a different model config than this run builds")
+    if saved is not None:
+        ckpt.check_tokenizer(tokenizer, ckpt.load_config(last), last)
+        if config != ckpt.load_config(last):
+            raise ckpt.CheckpointError(f"{str(last / ckpt.CONFIG)!r} was saved with a different model config than "
+                                       f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}")
     check_fits(config, options.batch_size // (world.world_size * options.accumulate), options.block_size,
                training=True, what="one training step", device=str(device),
                flags="batch_size (or accumulate=k to split it), block_size or the model's sizes")
@@ -201,6 +207,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     spikes = SpikeWatch(options.spike_z, options.warmup_steps)
     if saved is not None:
         ckpt.load_weights(model, last)
+        ckpt.check_optimizer(saved["optimizer"], optimizer, model, last)
         optimizer.load_state_dict(saved["optimizer"])
         restore_rng(saved["rng"], data_generator)
         start = int(saved["state"]["step"])
@@ -213,8 +220,17 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     if task.name == "classify":
         training_record["label_names"] = list(task.label_names)
     if world.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        _truncate_metrics(run_dir / METRICS, after=start)
+        if saved is None:  # a new run: the folder is created and locked only now, after every check of the input
+            outputs.claim_run_dir(run_dir)
+            lock.acquire()
+            if ckpt.step_dirs(run_dir):  # another process trained here between our first look and the lock
+                raise ValueError(f"--out {str(run_dir)!r} already holds a training run; continue it with --resume")
+        else:
+            if last.parent == run_dir / "checkpoints":  # this branch is now the run's: a crash before its first
+                ckpt.set_latest(run_dir, last, {k: v for k, v in options.to_dict().items()  # save resumes it,
+                                                if saved["training"]["options"].get(k) != v})  # not the old branch
+            (run_dir / SUMMARY).unlink(missing_ok=True)  # a summary of steps past this point no longer holds
+        outputs.truncate_metrics(run_dir / METRICS, after=start)
 
     def autocast():
         return autocast_for(options.precision, device)
@@ -360,8 +376,8 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
                                                 world)
 
         if record is not None and world.is_main:
-            with open(run_dir / METRICS, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            outputs.append_line(run_dir / METRICS, json.dumps(record))
+        outputs.fault(f"after-step-{step}")  # a test's SIGKILL at an exact step (ANATOMY_FAULT)
         if step % options.save_every == 0 or step == options.steps or stopped_early:
             last_saved = save(step) or last_saved
         if stopped_early:
@@ -381,12 +397,12 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
     if task.name == "classify" and options.baselines and world.is_main:
         summary["baselines_test_accuracy"] = task.baselines()
     if world.is_main:
-        (run_dir / SUMMARY).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        outputs.write_atomic(run_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
         say("test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items())
             + ("" if "baselines_test_accuracy" not in summary else "; baselines (test accuracy): "
                + ", ".join(f"{k} {v:.4f}" for k, v in summary["baselines_test_accuracy"].items())))
         if options.plot:
-            _plot(run_dir, say)
+            outputs.plot_losses(run_dir / METRICS, run_dir / PLOT, say)
     dist.barrier(world)
     dist.teardown(world)
     return TrainResult(run_dir, final_step, last_saved, stopped_early, summary)
@@ -397,41 +413,3 @@ def _stderr(message: str) -> None:
     from tqdm.auto import tqdm
 
     tqdm.write(message, file=sys.stderr)
-
-
-def _truncate_metrics(path: Path, after: int) -> None:
-    """Drop records of steps after ``after`` (logged by a process that died before its next checkpoint)."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            if json.loads(line)["step"] <= after:
-                keep.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue  # a line cut by the crash
-    path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
-
-
-def _plot(run_dir: Path, say) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        say("plot: matplotlib is not installed (pip install matplotlib); skipping loss.png")
-        return
-    rows = [json.loads(line) for line in (run_dir / METRICS).read_text(encoding="utf-8").splitlines()]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([r["step"] for r in rows], [r["loss"] for r in rows], label="train loss", lw=1)
-    val = [r for r in rows if "val_loss" in r]
-    if val:
-        ax.plot([r["step"] for r in val], [r["val_loss"] for r in val], "o-", label="val loss")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(run_dir / PLOT, dpi=120)
-    plt.close(fig)

@@ -3,8 +3,12 @@ of stretches; anything else argparse does not know is still refused."""
 
 from __future__ import annotations
 
+import errno
+from pathlib import Path
+
 import pytest
 
+from anatomy.cli import main as cli
 from anatomy.cli.main import build_parser, parse
 
 
@@ -34,3 +38,47 @@ def test_unknown_arguments_are_still_refused(argv, capsys):
     with pytest.raises(SystemExit) as info:
         parse(build_parser(), argv)
     assert info.value.code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+# ------------------------------------------------- one place for the operating system, memory and Ctrl-C (issue 16)
+def _raising(error: BaseException):
+    def run(args):
+        raise error
+    return run
+
+
+@pytest.mark.parametrize("error, code, expected", [
+    (OSError(errno.ENOSPC, "No space left on device", "/data/run/metrics.jsonl"), 1,
+     "no space left on the device holding '/data/run/metrics.jsonl': free some space"),
+    (OSError(errno.EROFS, "Read-only file system", "/ro/run"), 1,
+     "'/ro/run' is on a read-only file system: choose a writable folder"),
+    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), 1, "permission denied for '/root/x'"),
+    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/a/file.txt/run"), 1,
+     "'/a/file.txt/run': a part of this path is a file, not a folder"),
+    (FileExistsError(errno.EEXIST, "File exists", "/a/b"), 1, "'/a/b' already exists: choose another path"),
+    (OSError(errno.EIO, "Input/output error", "/a/b"), 1, "'/a/b': Input/output error"),
+    (MemoryError(), 1, "out of memory (MemoryError)"),
+    (KeyboardInterrupt(), 130, "interrupted"),
+])
+def test_os_errors_memory_and_ctrl_c_are_one_line_with_a_documented_code(monkeypatch, capsys, error, code, expected):
+    add, _, help_text = cli.COMMANDS["trace"]
+    monkeypatch.setitem(cli.COMMANDS, "trace", (add, _raising(error), help_text))
+    assert cli.main(["trace"]) == code
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("anatomy trace: ") and expected in lines[0], lines
+
+
+def test_train_errors_say_how_to_continue(monkeypatch, capsys):
+    add, _, help_text = cli.COMMANDS["train"]
+    monkeypatch.setitem(cli.COMMANDS, "train", (add, _raising(OSError(errno.ENOSPC, "full", "/d/r/x")), help_text))
+    assert cli.main(["train", "--resume", "/d/r"]) == 1
+    assert "continue with `anatomy train --resume /d/r`" in capsys.readouterr().err
+    monkeypatch.setitem(cli.COMMANDS, "train", (add, _raising(KeyboardInterrupt()), help_text))
+    assert cli.main(["train", "--out", "/d/r"]) == 130
+    assert "interrupted; the checkpoints saved so far are complete" in capsys.readouterr().err
+
+
+def test_exit_codes_are_documented():
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
+    for code in ("`0`", "`1`", "`2`", "`130`"):
+        assert code in doc
