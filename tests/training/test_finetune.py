@@ -218,5 +218,5 @@ def test_classify_from_an_hf_bert_encoder(tmp_path, capsys):
     assert main(["predict", "--checkpoint", str(tmp_path / "run"), "--text", "good film", "--format", "json"]) == 0
     probs = json.loads(capsys.readouterr().out)[0]["probabilities"]
     assert set(probs) == {"0", "1", "2"} and sum(probs.values()) == pytest.approx(1.0)
-    last = next((tmp_path / "run" / "checkpoints").iterdir())
+    last = sorted((tmp_path / "run" / "checkpoints").glob("step-*"))[-1]  # beside latest.json
     assert json.loads((last / "tokenizer_config.json").read_text())["cls_token"] == "[CLS]"
