@@ -1,0 +1,115 @@
+"""The doctor on the learner zoo (tests/doctor/zoo_learners/, written in the styles learners use, not ours): every
+correct module passes without an error, every buggy one gets its pitfall named, and the table's score is printed by
+``python tests/doctor/test_learner_zoo.py``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from anatomy.doctor import CheckError, check
+
+sys.path.insert(0, str(Path(__file__).parent))
+from zoo_learners.cases import CASES, Case, line_of  # noqa: E402
+
+
+def run(case: Case):
+    kw = dict(case.kw)
+    target = str(case.file) + ("" if "factory" in kw else ":" + case.target.partition(":")[2])
+    try:
+        return check(target, **kw), None
+    except CheckError as err:
+        return None, err
+
+
+def judge(case: Case, report, err) -> str | None:
+    """None when the doctor is right about ``case``, else what is wrong."""
+    if case.expect == "refused":
+        if err is None:
+            return f"not refused (exit {report.exit_code()})"
+        return None if case.refusal in str(err) else f"refused with another message: {err}"
+    if err is not None:
+        return f"refused: {err}"
+    errors = report.errors
+    if case.correct:
+        if errors:
+            return "errors on a correct module: " + "; ".join(f"{f.probe}/{f.fault}: {f.en[:90]}" for f in errors)
+        return None
+    if case.expect.startswith("error:"):
+        probe = case.expect.partition(":")[2]
+        return None if any(f.probe == probe for f in errors) else f"no {probe} error; faults {sorted(report.faults)}"
+    if case.expect not in report.faults:
+        return (f"{case.expect} not named; faults {sorted(report.faults)}, diagnosis "
+                f"{report.diagnosis.get('status')} ({report.diagnosis.get('reason') or ''})")
+    if report.exit_code() != 1:
+        return "exit code 0 for an error"
+    return None
+
+
+def facts(case: Case, report) -> list[str]:
+    """The case's further facts (``also``) that the report does not show."""
+    wrong = []
+    for fact in case.also:
+        if fact == "unbiased_std":
+            if "unbiased" not in str(report.found.get("block", {}).get("norm_variant")):
+                wrong.append(fact)
+        elif fact == "eps":
+            if "eps" not in str(report.diagnosis.get("variant")):
+                wrong.append(fact)
+        elif fact == "retried_mask":
+            if not report.found.get("call_notes"):
+                wrong.append(fact)
+        elif fact == "all_leak":
+            if not (report.found.get("mask") or {}).get("all_leak"):
+                wrong.append(fact)
+        elif fact == "not_causal":
+            if report.found["causal"]["value"]:
+                wrong.append(fact)
+        elif fact == "seq_first":
+            if not report.found.get("seq_first"):
+                wrong.append(fact)
+        elif fact.startswith("sub_layer:"):
+            if report.diagnosis.get("sub_layer") != fact.partition(":")[2]:
+                wrong.append(fact)
+    return wrong
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_learner_module_gets_its_verdict(case):
+    report, err = run(case)
+    assert judge(case, report, err) is None, judge(case, report, err) + "\n" + (report.render() if report else "")
+    if report is not None:
+        assert facts(case, report) == [], report.render()
+
+
+def test_the_zoo_covers_every_style_with_correct_and_buggy_modules():
+    assert len(CASES) >= 40
+    correct = [c for c in CASES if c.correct]
+    assert len(correct) >= 20 and len(CASES) - len(correct) >= 20
+    for c in CASES:  # every pitfall's line resolves in its file
+        if not c.correct:
+            assert c.point is not None and line_of(c) > 0, c.id
+
+
+def score() -> None:
+    ok_right = bug_right = false_errors = 0
+    for case in CASES:
+        report, err = run(case)
+        why = judge(case, report, err)
+        more = facts(case, report) if why is None and report is not None else []
+        if case.correct:
+            ok_right += why is None
+            false_errors += why is not None and why.startswith("errors")
+        else:
+            bug_right += why is None
+        mark = "ok " if why is None and not more else "BAD" if why else "~  "
+        print(f"{mark} {case.id:45s} {case.expect:25s} {why or ''}{' missing ' + ','.join(more) if more else ''}")
+    n_ok = sum(c.correct for c in CASES)
+    print(f"correct modules right {ok_right}/{n_ok}, buggy modules right {bug_right}/{len(CASES) - n_ok}, "
+          f"correct modules given an error: {false_errors}")
+
+
+if __name__ == "__main__":
+    score()
