@@ -19,7 +19,9 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
+from anatomy.doctor.contract import detect_seq_first, first_call
 from anatomy.doctor.limits import Hung
+from anatomy.doctor.norm_fit import find_norms
 from anatomy.doctor.probes import Context, positions, run_all, shape
 from anatomy.doctor.report import Finding, Report, fmt
 from anatomy.doctor.subject import (
@@ -52,11 +54,13 @@ def _seq_len(d: int, h: int) -> int:
 
 def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, causal: bool = False,
           factory: str | None = None, mapping: dict | None = None, seed: int = 0,
-          timeout: float | None = TIMEOUT) -> Report:
+          timeout: float | None = TIMEOUT, seq_first: bool | None = None) -> Report:
     """Probe and diagnose ``target`` (see the module docstring); raises :class:`CheckError` when it cannot run.
 
     ``timeout``: seconds that importing the file, building the module, or one forward may take (None or 0: no
-    limit); past it :class:`CheckTimeout`. It is enforced in the main thread only (``limits.py`` says why).
+    limit); past it :class:`CheckTimeout`. ``seq_first``: the module takes ``(T, B, D)`` (True), ``(B, T, D)``
+    (False), or detect it (None, the default; ``contract.py``). The time limit is enforced in the main thread
+    only (``limits.py`` says why).
     The tensors are tiny (B=2, T=6), so the check runs single-threaded: on a busy machine intra-op threads cost
     milliseconds per op for nothing. The previous thread count is restored on return, and the caller's RNG state
     is left as it was (the check runs on a forked generator seeded with ``seed``).
@@ -69,7 +73,7 @@ def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, ca
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None)
+            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None, seq_first)
     except Hung as hung:  # an alarm that landed between the learner's code and the doctor's own
         raise CheckTimeout.from_hung(hung) from None
     finally:
@@ -77,7 +81,7 @@ def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, ca
 
 
 def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory: str | None, mapping: dict | None,
-           seed: int, timeout: float | None) -> Report:
+           seed: int, timeout: float | None, seq_first: bool | None = None) -> Report:
     if kind not in KINDS:
         raise CheckError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     for name, v in (("d_model", d_model), ("n_heads", n_heads)):
@@ -87,32 +91,47 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         raise CheckError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
     d, h = d_model, n_heads
     module, label = build(target, factory, d, h, seed, timeout)
-    randomize(module, d, seed)
     subject = Subject.inspect(module, label)
     subject.timeout = timeout
+    subject.seq_first = bool(seq_first)
     t = _seq_len(d, h)
     x = torch.randn(BATCH, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     try:
+        first_call(subject, x)  # lazy parameters materialised, a failing mask=None default replaced
+        randomize(module, d, seed)
         base, base_w = subject.run(x)
     except CallError as err:
         call = "forward(x, None)" if subject.mask_required else "forward(x)"
         what = f"raised {err}" if err.raised else str(err)
         raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)} {what}; expected it to return "
                          "out (B, T, D) or (out, weights)") from None
+    if seq_first is None and detect_seq_first(subject, x, base, 1e-9 * max(1.0, float(base.abs().nan_to_num(0).max()))):
+        base, base_w = subject.run(x)
+        subject.note("the module is sequence-first: fed (B, T, D) it mixed the sequences of a batch, fed (T, B, D) it "
+                     "does not, so every call gets x as (T, B, D) and its output is read back as (B, T, D)",
+                     "模块按序列优先 (T, B, D) 排布：输入 (B, T, D) 时 batch 中的序列互相混合，输入 (T, B, D) 时不会，"
+                     "因此每次调用都以 (T, B, D) 传入 x，输出按 (B, T, D) 读回")
     settings = {"d_model": d, "n_heads": h, "head_dim": d // h, "batch": BATCH, "seq": t, "seed": seed,
                 "dtype": "float64", "causal_flag": causal, "tolerance": dg.TOL}
     found: dict = {"call": subject.call, "returns": "(out, weights)" if base_w is not None else "out",
-                   "weights_shape": _legend(base_w, h) if base_w is not None else None}
+                   "weights_shape": _legend(base_w, h) if base_w is not None else None,
+                   "seq_first": subject.seq_first, "call_notes": subject.notes,
+                   "ignored_returns": subject.ignored_returns}
 
     # which kind of module, and how its parameters map onto ours
     attn_hyps, scope = mp.find_attention(module, d, h)
     named = dict(module.named_modules())
     inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
     qk_paths = {p for hp in attn_hyps if hp.qk_norm is not None for p in (hp.qk_norm.q, hp.qk_norm.k)}
-    has_norms = any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
+    subject.stage = ("the search for norms (each sub-module's output against its standardised input)",
+                     "norm 查找（比较每个子模块的输出与标准化后的输入）")
+    norms = {p: n for p, n in find_norms(module, lambda: subject.run(x), d).items() if p not in qk_paths}
+    has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths
+                                   for p, m in named.items())
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
 
     ctx = Context(subject, kind, d, h, x, base, base_w)
+    ctx.norms = norms
     if tuple(base.shape) != (BATCH, t, d):
         findings, _ = shape(ctx)
         found.update(mask={"sense": None, "examined": False},
@@ -170,6 +189,16 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
         subject.stage = ("mask discovery", "mask 格式探测")
         cands = discover_mask(subject, x, base, shape_)
         best = cands[0]
+        scale = max(1.0, float(base.abs().nan_to_num(0).max()))
+        if subject.mask_tentative and not any(c.ok and c.effect > 1e-9 * scale for c in cands):
+            subject.takes_mask = False  # forward(x, *args): nothing passed there acts as a mask
+            subject.call = "forward(x)"
+            subject.note("forward(x, *args): no mask passed as the second argument changed the output, so the module "
+                         "is called without one (pass a named mask parameter if it takes one)",
+                         "forward(x, *args)：作为第二个参数传入的任何 mask 都没有改变输出，因此调用时不传 mask"
+                         "（如果模块接受 mask，请使用具名参数）")
+            return {"mask": None, "causal": {"value": ctx.causal, "source": "flag" if causal_flag else
+                                             "detected" if detected else "none", "layout": None}}
         if not best.ok:
             mask = {"sense": None, "tried": len(cands), "last_error": cands[-1].reason}
         else:
@@ -181,6 +210,10 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
                 ctx.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
             mask = {"sense": best.fmt.sense, "layout": best.fmt.layout, "also": list(dict.fromkeys(also)),
                     "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None}
+            acting = [c for c in cands if c.ok and c.effect > 1e-9 * scale]
+            if acting and all(c.leak > 1e-9 * scale for c in acting):  # no convention hides the padding
+                mask["all_leak"] = True
+                mask["leaks"] = [{"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in acting]
     source = "flag" if causal_flag else "detected" if detected else "mask" if ctx.causal_mask else "none"
     return {"mask": mask, "causal": {"value": ctx.causal, "source": source,
                                      "layout": ctx.causal_mask.layout if ctx.causal_mask else None}}
@@ -195,12 +228,16 @@ def _hypotheses(ctx: Context, attn_hyps: list[mp.Hypothesis], scope: str | None,
     """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
     module, d, h = ctx.subject.module, ctx.d, ctx.h
     if ctx.kind == "block":
-        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx))
+        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx),
+                                           ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
         found["block"] = ctx.found_block
-        ctx.found_block.update({"norms": parts.norms, "d_ff": parts.d_ff, "activation": None})
+        ctx.found_block.update({"norms": parts.norms, "d_ff": parts.d_ff, "activation": None,
+                                "norm_variant": parts.describe().get("norm_form"),
+                                "norm_eps": parts.eps if parts.norms else None,
+                                "norms_by_behaviour": [n.to_dict() for n in parts.found.values()]})
     else:
         hyps = attn_hyps
     if mapping:
@@ -221,13 +258,15 @@ def _mapping_found(hyp: mp.Hypothesis, missing: list[str], params: dict, d: int,
 
 
 def _looks_causal(dep: torch.Tensor) -> bool:
-    """Outputs depend on earlier tokens but never on tokens two or more steps ahead (one ahead may be a leak)."""
+    """Every output depends on every earlier token and on itself, never on a token two or more steps ahead: the
+    dependence is lower-triangular (one step ahead is allowed: a causal mask off by one leaks the next token). Local
+    mixing (a window over the neighbours) is not causal: it does not see the whole past."""
     t = dep.shape[0]
     if t < 4:
         return False
     far_future = torch.ones(t, t, dtype=torch.bool).triu(2)
-    past = torch.ones(t, t, dtype=torch.bool).tril(-1)
-    return float(dep[far_future].max()) == 0.0 and float(dep[past].max()) > 0.0
+    past = torch.ones(t, t, dtype=torch.bool).tril()
+    return float(dep[far_future].max()) == 0.0 and float(dep[past].min()) > 0.0
 
 
 def _legend(w: torch.Tensor, h: int) -> str:

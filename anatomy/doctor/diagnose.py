@@ -25,6 +25,7 @@ from anatomy.components.block import EncoderBlock
 from anatomy.components.kernels import repeat_kv
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
 from anatomy.doctor.mapping import BlockParts, Hypothesis, kv_heads, load_reference
+from anatomy.doctor.norm_fit import StdNorm
 from anatomy.doctor.subject import CallError, Subject, max_diff
 
 TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to ~1e-13, faults differ by > 1e-3
@@ -146,6 +147,9 @@ class References:
                 ref = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=self.parts.d_ff,
                                          activation=activation, norm=self.parts.norm, norm_eps=self.parts.eps,
                                          placement=placement, kernel="math", qk_norm=qk, positional=positional)
+                if self.parts.form == "unbiased_std":  # the annotated transformer's norm, carried as it is
+                    for an in (ref.attn_add_norm, ref.ffn_add_norm):
+                        an.norm = StdNorm(self.d, self.parts.eps)
             if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
                 attn = self.attention(ref)
                 attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps
@@ -164,7 +168,8 @@ class References:
             return ref(sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)[0]
 
     def describe(self, variant: tuple) -> dict:
-        out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1]}
+        out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1],
+                                                   **self.parts.describe()}
         scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
         if scheme is not None:
             out["positional"] = POSITIONAL_VARIANTS[scheme]

@@ -58,6 +58,7 @@ class Context:
     silenced: str | None = None  # residual probe's verdict: "identity" | "constant" | "normed"
     positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
     positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
+    norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
 
     @property
     def b(self) -> int:

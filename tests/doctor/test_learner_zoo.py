@@ -96,8 +96,11 @@ def test_the_zoo_covers_every_style_with_correct_and_buggy_modules():
 def score() -> None:
     ok_right = bug_right = false_errors = 0
     for case in CASES:
-        report, err = run(case)
-        why = judge(case, report, err)
+        try:
+            report, err = run(case)
+            why = judge(case, report, err)
+        except Exception as crash:  # noqa: BLE001 - the score goes on
+            report, why = None, f"CRASH {type(crash).__name__}: {crash}"[:200]
         more = facts(case, report) if why is None and report is not None else []
         if case.correct:
             ok_right += why is None
