@@ -20,6 +20,7 @@ from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
 from anatomy.doctor.contract import detect_seq_first, first_call
+from anatomy.doctor.dataflow import observe, scope_of
 from anatomy.doctor.limits import Hung
 from anatomy.doctor.norm_fit import find_norms
 from anatomy.doctor.probes import Context, positions, run_all, shape
@@ -126,12 +127,19 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     subject.stage = ("the search for norms (each sub-module's output against its standardised input)",
                      "norm 查找（比较每个子模块的输出与标准化后的输入）")
     norms = {p: n for p, n in find_norms(module, lambda: subject.run(x), d).items() if p not in qk_paths}
+    subject.stage = ("the recording of one forward (every tensor operation)", "记录一次 forward（每个张量运算）")
+    obs = observe(subject, x, d, h)
+    found["observed"] = obs.to_found()
+    if not attn_hyps and obs.hyp is not None:  # names gave nothing: the mapping read from the dataflow
+        attn_hyps, scope = [obs.hyp], scope_of(obs.hyp, set(named))
+        inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
     has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths
                                    for p, m in named.items())
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
 
     ctx = Context(subject, kind, d, h, x, base, base_w)
     ctx.norms = norms
+    ctx.observation = obs
     if tuple(base.shape) != (BATCH, t, d):
         findings, _ = shape(ctx)
         found.update(mask={"sense": None, "examined": False},

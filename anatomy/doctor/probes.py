@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from anatomy.doctor.dataflow import scale_verdict
 from anatomy.doctor.mapping import BlockParts, Hypothesis
 from anatomy.doctor.report import PROBE_TITLES, Finding, fmt
 from anatomy.doctor.subject import (
@@ -59,6 +60,7 @@ class Context:
     positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
     positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
     norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
+    observation: object = None  # dataflow.Observation: the recorded forward (scale, mapping, lines)
 
     @property
     def b(self) -> int:
@@ -297,9 +299,30 @@ def batch_independence(ctx: Context):
     return [], None
 
 
+def observed_scaling(ctx: Context):
+    """The scale read from the recorded forward: the softmax's input ÷ the q·kᵀ that produced it."""
+    verdict = scale_verdict(ctx.observation, ctx.d, ctx.h) if ctx.observation is not None else None
+    if verdict is None:
+        return None
+    fault, ev = verdict
+    if fault is None:
+        return [], None
+    s = ev["observed_scale"]
+    at = f" (line {ev['line']} `{ev['source']}`)" if ev.get("line") else ""
+    at_zh = f"（第 {ev['line']} 行 `{ev['source']}`）" if ev.get("line") else ""
+    en = (f"the scores are scaled by {fmt(s)}{at}, read from the recorded forward as the softmax's input ÷ q·kᵀ; "
+          f"1/sqrt(d_k) = {fmt(ev['one_over_sqrt_d_k'])}, 1/sqrt(d_model) = {fmt(ev['one_over_sqrt_d_model'])}")
+    zh = (f"分数的缩放系数为 {fmt(s)}{at_zh}（由记录的 forward 读出：softmax 的输入 ÷ q·kᵀ）；"
+          f"1/sqrt(d_k) = {fmt(ev['one_over_sqrt_d_k'])}，1/sqrt(d_model) = {fmt(ev['one_over_sqrt_d_model'])}")
+    return [Finding("scaling", "error", en, zh, ev, fault=None if fault == "other" else fault)], None
+
+
 def scaling(ctx: Context):
     w = ctx.base_w
     if w is None or w.dim() != 4 or tuple(w.shape) != (ctx.b, ctx.h, ctx.t, ctx.t):
+        seen = observed_scaling(ctx)
+        if seen is not None:
+            return seen
         return [], ("needs per-head weights (B, H, T, S) from forward; the diagnosis checks the scale instead",
                     "需要 forward 返回每个头的权重 (B, H, T, S)；缩放改由差分诊断检查")
     if ctx.dh == 1 or ctx.h == 1:

@@ -180,8 +180,8 @@ def test_other_hazards_are_warnings():
 def test_mapping_styles_and_user_map():
     assert "x @ W" in run("other_styles.py:EinsumParams").found["mapping"]["style"]
     assert run("other_styles.py:EinsumParams").found["mask"]["sense"] == "additive"
-    renamed = run("other_styles.py:Renamed")
-    assert renamed.diagnosis["status"] == "unavailable" and "--map" in renamed.diagnosis["reason"]
+    renamed = run("other_styles.py:Renamed")  # names say nothing: the mapping is read from the dataflow
+    assert renamed.diagnosis["status"] == "matches" and renamed.found["mapping"]["style"].startswith("observed")
     user_map = {f"{r}_proj.{p}": f"{u}.{p}" for r, u in zip("qkvo", ("alpha", "beta", "gamma", "delta"))
                 for p in ("weight", "bias")}
     assert run("other_styles.py:Renamed", mapping=user_map).diagnosis["status"] == "matches"
