@@ -38,7 +38,13 @@ from anatomy.doctor.subject import (
     pad_keep,
     randomize,
 )
-from anatomy.pitfalls import FAULTS
+from anatomy.doctor.sublayer import severity
+
+SUB_LAYER_TEXT = {"attn": (" (in the attention sub-layer only)", "的注意力子层"),
+                  "ffn": (" (in the FFN sub-layer only)", "的 FFN 子层")}
+RUN_TEXT = {"plain": ("the plain run", "不加 mask 的运行"),
+            "padding": ("the padding-mask run", "加 padding mask 的运行"),
+            "causal_mask": ("the causal-mask run", "加因果 mask 的运行")}
 
 KINDS = ("auto", "attention", "block")
 TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
@@ -363,18 +369,34 @@ def _diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
               f"{also_en}")
         zh = (f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；bug zoo 中没有单个错误能复现你的输出，但在参考实现里"
               f"同时打开 {a} 和 {b} 后为 {fmt(diag.distance_fault)}{also_zh}")
-        return [Finding("diagnosis", FAULTS[f].severity, en, zh, dict(ev), fault=f) for f in (a, b)]
+        return [Finding("diagnosis", severity(f), en, zh, dict(ev), fault=f) for f in (a, b)]
     if diag.status in ("fault", "ambiguous"):
         f = diag.fault
         also_en = f" (also reproduced by: {', '.join(diag.also)})" if diag.also else ""
         also_zh = f"（{', '.join(diag.also)} 也能复现）" if diag.also else ""
         ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
               diag.distance_fault, "output_scale": diag.scale, **({"variant": diag.variant} if diag.variant else {})}
-        return [Finding("diagnosis", FAULTS[f].severity,
-                        f"max |you − reference| = {fmt(diag.distance_correct)}; with {f} switched on in the reference: "
-                        f"{fmt(diag.distance_fault)}{also_en}",
-                        f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；在参考实现里打开 {f} 后为 "
-                        f"{fmt(diag.distance_fault)}{also_zh}", ev, fault=f)]
+        where_en, where_zh = SUB_LAYER_TEXT.get(diag.sub_layer, ("", ""))
+        out = [Finding("diagnosis", severity(f),
+                       f"max |you − reference| = {fmt(diag.distance_correct)}; with {f} switched on in the reference"
+                       f"{where_en}: {fmt(diag.distance_fault)}{also_en}",
+                       f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；在参考实现{where_zh}里打开 {f} 后为 "
+                       f"{fmt(diag.distance_fault)}{also_zh}", ev, fault=f)]
+        if diag.sub_layer:
+            ev["sub_layer"] = diag.sub_layer
+        if diag.unexplained:  # the known pitfall, and what it leaves different beside it
+            left = diag.unexplained
+            runs = ", ".join(RUN_TEXT.get(k, (k, k))[0] for k in left["scenarios"])
+            runs_zh = "、".join(RUN_TEXT.get(k, (k, k))[1] for k in left["scenarios"])
+            ok = ", ".join(RUN_TEXT.get(k, (k, k))[0] for k in left["matched"])
+            ok_zh = "、".join(RUN_TEXT.get(k, (k, k))[1] for k in left["matched"])
+            out.append(Finding(
+                "diagnosis", "warning",
+                f"{f} reproduces your output on {ok}, but not on {runs} (max |Δ| {fmt(left['max_abs_diff'])}): "
+                "something else differs there too, beside the pitfall named",
+                f"{f} 在{ok_zh}上与你的输出一致，但在{runs_zh}上仍不同（最大 |Δ| {fmt(left['max_abs_diff'])}）："
+                "除了已指出的错误，那里还有别的不同", {"unexplained": left}))
+        return out
     if diag.status == "unexplained":
         fd = diag.first_difference or {}
         near = diag.nearest[0] if diag.nearest else {}

@@ -10,6 +10,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from anatomy.doctor.sublayer import LOCAL
 from anatomy.pitfalls import FAULTS
 
 SCHEMA = "anatomy.doctor/1"
@@ -52,6 +53,7 @@ FAULT_TITLES = {  # bug-zoo name → short (en, zh) headline
     "large_init_scale": ("projections initialised too large", "线性层初始化尺度过大"),
     "batchnorm_instead_of_layernorm": ("BatchNorm instead of LayerNorm", "用了 BatchNorm 而不是 LayerNorm"),
     "no_positional": ("no positional encoding", "没有位置编码"),
+    "norm_on_query_only": ("pre-norm applied to the query only", "Pre-Norm 只作用在 query 上"),
 }
 
 SENSE_SHORT = {
@@ -351,6 +353,10 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
             title = FAULT_TITLES.get(fault, (fault, fault))[1 if lang == "zh" else 0]
             out += wrap(f"{mark} · {title} · {fault}" + (f", {_t(lang, 'post', '原文')} {z.section}" if z else ""),
                         width, rest="    ")
+            local = LOCAL.get(fault)
+            if local:  # the doctor's own fault (sublayer.py): its explanation, no bug-zoo entry
+                out += wrap(local[3] if lang == "zh" else local[2], width, first="    ")
+                out += wrap(_t(lang, "look at: ", "常见位置：") + local[4], width, first="    ", rest="      ")
             if z:
                 out += wrap(z.summary_zh if lang == "zh" else z.summary_en, width, first="    ")
                 out += wrap(_t(lang, "post: ", "原文：") + z.post_zh, width, first="    ", rest="      ")
