@@ -127,7 +127,8 @@ CASES = [
          point="self.scale = 1 / math.sqrt(d_model if scale_by_d_model else d_head)"),
     Case("research.py:TorchMHAThenLinear", "ok", style="an extra Linear after nn.MultiheadAttention"),
     Case("research.py:CausalSelfAttention", "ok", style="GPT-2 c_attn/c_proj, detected causal"),
-    Case("research.py:LocalWindowEncoder", "ok", style="local mixing is not causal", also=("not_causal",)),
+    Case("research.py:LocalWindowEncoder", "error:token_order", point='band = ((i[:, None] - i[None, :]).abs() <= 1)',
+         style="local mixing is not called causal (and is not the post's attention)", also=("not_causal",)),
     # --- cause 3: call contracts ------------------------------------------------------------------------------------
     Case("contract.py:KeywordOnly", "ok", style="keyword-only query=/key=/value="),
     Case("contract.py:KeywordOnlyNoScale", "no_scaling", point="self.heads(self.v_proj(value)), scale=1.0)",
