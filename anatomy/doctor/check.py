@@ -23,6 +23,7 @@ from anatomy.doctor.contract import detect_seq_first, first_call
 from anatomy.doctor.dataflow import observe, scope_of
 from anatomy.doctor.layouts import linear_after_mha
 from anatomy.doctor.limits import Hung
+from anatomy.doctor.masks import padding_keep
 from anatomy.doctor.norm_fit import find_norms
 from anatomy.doctor.probes import Context, positions, run_all, shape
 from anatomy.doctor.report import Report
@@ -36,7 +37,6 @@ from anatomy.doctor.subject import (
     dependency,
     discover_causal_format,
     discover_mask,
-    pad_keep,
     randomize,
 )
 from anatomy.doctor.verdict import cause, diagnosis_findings
@@ -221,9 +221,12 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
             mask = {"sense": best.fmt.sense, "layout": best.fmt.layout, "also": list(dict.fromkeys(also)),
                     "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None}
             acting = [c for c in cands if c.ok and c.effect > 1e-9 * scale]
+            mask["ignored"] = not acting  # no convention changes anything: the module ignores its mask
             if acting and all(c.leak > 1e-9 * scale for c in acting):  # no convention hides the padding
                 mask["all_leak"] = True
                 mask["leaks"] = [{"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in acting]
+                ctx.mask_leaks = mask["leaks"]
+            ctx.mask_ignored = mask["ignored"]
     source = "flag" if causal_flag else "detected" if detected else "mask" if ctx.causal_mask else "none"
     return {"mask": mask, "causal": {"value": ctx.causal, "source": source,
                                      "layout": ctx.causal_mask.layout if ctx.causal_mask else None}}
@@ -326,8 +329,8 @@ def _scenarios(ctx: Context) -> list[dg.Scenario]:
     b, t = ctx.b, ctx.t
     every = torch.ones(b, t, dtype=torch.bool)
     out = [dg.Scenario("plain", ctx.x, None, ctx.causal, None, every)]
-    if ctx.mask is not None:
-        keep = pad_keep(b, t, [t, t - 2])
+    if ctx.mask is not None and not ctx.mask_ignored:  # an ignored mask is the padding probe's finding
+        keep, _ = padding_keep(b, t, ctx.causal)  # the side the padding probe pads, so the two agree
         out.append(dg.Scenario("padding", ctx.x, keep[:, :1][:, None], ctx.causal, ctx.mask.make(keep, ctx.x.dtype),
                                keep[:, 0]))
     if ctx.causal_mask is not None:

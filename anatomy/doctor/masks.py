@@ -72,6 +72,17 @@ def pad_keep(b: int, t: int, lengths: list[int]) -> torch.Tensor:
     return key[:, None, :].expand(b, t, t).clone()  # (B, T, S)
 
 
+def padding_keep(b: int, t: int, causal: bool) -> tuple[torch.Tensor, slice]:
+    """The padding every probe and the diagnosis use, one side for all: sequence 1 has two padded tokens, on the
+    right, or on the left for a causal module (it never sees right padding: batched generation pads on the left).
+    Returns the ``(B, T, S)`` keep-mask and the padded positions of sequence 1."""
+    if not causal:
+        return pad_keep(b, t, [t] + [t - 2] * (b - 1)), slice(t - 2, t)
+    start = torch.tensor([0] + [2] * (b - 1))
+    key = torch.arange(t)[None] >= start[:, None]  # (B, S)
+    return key[:, None, :].expand(b, t, t).clone(), slice(0, 2)  # (B, T, S)
+
+
 def causal_keep(b: int, t: int) -> torch.Tensor:
     return torch.ones(t, t, dtype=torch.bool).tril().expand(b, t, t).clone()  # (B, T, S)
 

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor.mapping import BlockParts, Hypothesis
+from anatomy.doctor.masks import padding_keep
 from anatomy.doctor.report import PROBE_TITLES, Finding, fmt
 from anatomy.doctor.subject import (
     CallError,
@@ -58,6 +59,8 @@ class Context:
     positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
     positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
     norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
+    mask_ignored: bool = False  # no mask convention changes the output
+    mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
     observation: object = None  # dataflow.Observation: the recorded forward (scale, mapping, lines)
 
     @property
@@ -156,13 +159,7 @@ def padding_leak(ctx: Context):
     if ctx.mask is None:
         return [], _no_mask(ctx)
     t = ctx.t
-    if ctx.causal:  # a causal module never sees right padding: pad sequence 1 on the left, as batched generation does
-        keep = (torch.arange(t)[None] >= torch.tensor([0, 2] + [0] * (ctx.b - 2))[:, None])[:, None].expand(
-            ctx.b, t, t).clone()  # (B, T, S)
-        padded = slice(0, 2)
-    else:
-        keep = pad_keep(ctx.b, t, [t, t - 2])
-        padded = slice(t - 2, t)
+    keep, padded = padding_keep(ctx.b, t, ctx.causal)  # the diagnosis pads the same side (masks.py)
     real = keep[:, 0]  # (B, T)
     mask = ctx.mask.make(keep, ctx.x.dtype)
     x2 = ctx.x.clone()
@@ -185,15 +182,23 @@ def padding_leak(ctx: Context):
         ev["max_weight_on_padded_keys"] = hidden_w
     no_effect = max_diff(out, ctx.base) == 0.0
     ev["mask_has_effect"] = not no_effect
+    if ctx.mask_leaks:
+        ev["every_convention_leaks"] = ctx.mask_leaks
+    every = (f"every mask convention the module accepts leaks (all {len(ctx.mask_leaks)} that change the output): "
+             "the mask itself does not hide the padding "
+             "(a fill too small to matter, or applied after the softmax?); " if ctx.mask_leaks else "")
+    every_zh = (f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(ctx.mask_leaks)} 种全部如此）："
+                "mask 本身没有遮住 padding（填充值太小不起作用，"
+                "或在 softmax 之后才施加？）；" if ctx.mask_leaks else "")
     if _leak(leak, ctx) or (hidden_w is not None and hidden_w > 0):
         findings.append(Finding(
-            "padding_leak", "error",
+            "padding_leak", "error", every +
             ("the mask has no effect at all (the output with a padding mask equals the one without); "
              if no_effect else "")
             + f"changing the padded tokens of sequence 1 moved its real outputs by {fmt(leak)}"
             + (f"; real queries put weight up to {fmt(hidden_w)} on padded keys (must be exactly 0)"
                if hidden_w else ""),
-            ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
+            every_zh + ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
             + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
             + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
             ev))

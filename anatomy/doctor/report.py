@@ -256,6 +256,12 @@ def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
     if f.get("weights_shape"):
         ret = f"(out, weights {f['weights_shape']})"
     rows.append((_t(lang, "call", "调用"), f"{f.get('call', '?')} → {ret}"))
+    for note in f.get("call_notes") or []:  # what the doctor adapted to call the module (contract.py)
+        rows.append(("", note["zh" if lang == "zh" else "en"]))
+    for what in f.get("ignored_returns") or []:
+        rows.append(("", _t(lang, f"also returned a tensor of shape {what}: not attention weights (a cache or a "
+                                  "state?), ignored",
+                            f"还返回了一个形状为 {what} 的张量：不是注意力权重（缓存或状态？），已忽略")))
     m = f.get("mask")
     if m is None:
         rows.append(("mask", _t(lang, "forward takes no mask", "forward 不接受 mask")))
@@ -270,6 +276,9 @@ def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
         if m.get("also"):
             also = _t(lang, ", ", "、").join(SENSE_SHORT[s][1 if lang == "zh" else 0] for s in m["also"])
             text += _t(lang, f" (also accepted: {also})", f"（也接受：{also}）")
+        if m.get("all_leak"):
+            text += _t(lang, f"; every one of the {len(m.get('leaks') or [])} conventions that act leaks the padding",
+                       f"；起作用的 {len(m.get('leaks') or [])} 种约定全部泄漏 padding")
         rows.append(("mask", text))
     c = f.get("causal", {})
     src = c.get("source")
@@ -283,6 +292,12 @@ def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
     }.get(src, "?")
     rows.append((_t(lang, "causal", "因果"), causal_text))
     rows.append((_t(lang, "weights", "权重"), _mapping_text(f.get("mapping"), lang)))
+    obs = f.get("observed") or {}
+    if obs.get("recorded") is False:
+        rows.append(("", _t(lang, f"the recorder could not follow one forward ({obs.get('reason')}); the mapping "
+                                  "comes from names only (name the rest with --map)",
+                            f"记录器无法跟踪一次 forward（{obs.get('reason')}）；"
+                            "映射只来自参数名（其余请用 --map 指定）")))
     if f.get("mapping") and f["mapping"].get("missing"):
         rows.append(("", _t(lang, "missing: ", "缺少：") + ", ".join(f["mapping"]["missing"])))
     qk = (f.get("mapping") or {}).get("qk_norm")
@@ -312,7 +327,11 @@ def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
         var = ", ".join(f"{v}" for v in (d.get("variant") or {}).values())
         text = _t(lang, f"your output equals ours within {fmt(d.get('max_abs_diff_vs_reference'))}",
                   f"你的输出与参考实现一致（误差 {fmt(d.get('max_abs_diff_vs_reference'))}）")
-        rows.append((_t(lang, "reference", "参考"), text + (f" ({var})" if var else "")))
+        text += f" ({var})" if var else ""
+        if (f.get("mask") or {}).get("ignored"):
+            text += _t(lang, " on the runs without a mask (your mask changes nothing: see padding leak)",
+                       "，比较的是不加 mask 的运行（你的 mask 不起任何作用：见 padding 泄漏）")
+        rows.append((_t(lang, "reference", "参考"), text))
     elif st in ("fault", "ambiguous") and len(d.get("faults") or []) == 2:
         a, b = d["faults"]
         rows.append((_t(lang, "reference", "参考"),

@@ -319,7 +319,7 @@ class Subject:
         if self.seq_first and out.dim() == 3:
             out = out.transpose(0, 1)  # (B, T, D)
         if second is not None and not looks_like_weights(second, b, t):
-            what = f"a tensor of shape {tuple(second.shape)}"
+            what = str(tuple(second.shape))
             if what not in self.ignored_returns:
                 self.ignored_returns.append(what)
             second = None
