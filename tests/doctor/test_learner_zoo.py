@@ -116,3 +116,25 @@ def score() -> None:
 
 if __name__ == "__main__":
     score()
+
+
+# --- a forward that ends the process (issue 16 point 8) ---------------------------------------------------------
+
+def test_sys_exit_in_forward_is_a_failed_forward_with_its_own_message(capsys):
+    from anatomy.cli.main import main
+
+    target = str(Path(__file__).parent / "zoo_learners" / "contract.py:ExitsInForward")
+    assert main(["check", target]) == 2
+    err = capsys.readouterr().err
+    assert "called sys.exit(0) (SystemExit)" in err and "nothing could be checked" in err
+    assert main(["check", target, "--lang", "zh"]) == 2
+    assert "调用了 sys.exit(0)（SystemExit）" in capsys.readouterr().err
+
+
+def test_os_exit_in_forward_is_caught_by_the_child_process(capsys):
+    from anatomy.cli.main import main
+
+    target = str(Path(__file__).parent / "zoo_learners" / "contract.py:ExitsHard")
+    assert main(["check", target]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "the module ended the process itself (os._exit(0) or a signal)" in out.err
