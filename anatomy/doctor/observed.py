@@ -315,48 +315,59 @@ def _style(rec: r.Recording, cores: list[Core]) -> str:
 
 def deviations(rec: r.Recording) -> list[dict]:
     """Steps where the flow leaves the post's §5.1, first first: each with the learner's line, what was seen and
-    what the post expected there."""
+    what the post expected there (``seen``/``expected`` in English, ``seen_zh``/``expected_zh`` in Chinese)."""
     out = []
     for s in rec.data_steps():
         if s.note:
-            out.append(_dev(s, "view", s.note, "split: view(B, T, H, Dh) then transpose(1, 2) → (B, H, T, Dh); "
-                            "merge: transpose(1, 2) then reshape → (B, T, D)"))
+            out.append(_dev(s, "view", s.note, f"{letters(s.inputs[0].dims)} 变成 "
+                            f"{letters(s.outputs[0].dims)} 只用了一次 view：数字在轴之间搬家，而不是轴换位置"
+                            "（少了 transpose）", SPLIT_EN, SPLIT_ZH))
     for core in attention_cores(rec):
         s = core.softmax
         dims = s.inputs[0].dims if s.inputs else ()
         if len(dims) >= 2 and tuple(dims[-2:]) != ("T", "S"):
             at = core.scores or s
-            lines = _operand_lines(rec, at)
-            seen = f"the scores are {letters(dims)}"
-            if lines:
-                seen = f"{lines} {seen}"
-            out.append(_dev(at, "scores", seen, "scores (B, H, T, S): q and k split into heads with "
-                            "view(B, T, H, Dh).transpose(1, 2) before q @ k.transpose(-2, -1)"))
+            en, zh = _operand_lines(rec, at)
+            out.append(_dev(at, "scores", f"{en}the scores are {letters(dims)}", f"{zh}分数的形状是 {letters(dims)}",
+                            "scores (B, H, T, S): q and k split into heads with view(B, T, H, Dh).transpose(1, 2) "
+                            "before q @ k.transpose(-2, -1)",
+                            "分数应为 (B, H, T, S)：q、k 先 view(B, T, H, Dh) 再 transpose(1, 2) 拆头，然后才 "
+                            "q @ k.transpose(-2, -1)"))
             break
     for s in rec.data_steps():
         if s.op in ("view", "reshape") and len(s.inputs[0].dims) == 4 and s.inputs[0].dims[1:3] == ("H", "T") \
                 and len(s.outputs[0].dims) == 3 and not s.note:
             out.append(_dev(s, "merge", "heads merged from (B, H, T, Dh) without transpose(1, 2): heads and "
-                            "positions are mixed", "transpose(1, 2) to (B, T, H, Dh), then reshape to (B, T, D)"))
+                            "positions are mixed", "从 (B, H, T, Dh) 直接并头、没有 transpose(1, 2)：头和位置混在一起",
+                            MERGE_EN, MERGE_ZH))
     return sorted(out, key=lambda d: d["step"])
 
 
-def _operand_lines(rec: r.Recording, step: r.Step) -> str:
-    """``line 23 `q = q.view(b, t, h, dk)` is used by the matmul at line 25 without transpose(1, 2):``"""
+SPLIT_EN = ("split: view(B, T, H, Dh) then transpose(1, 2) → (B, H, T, Dh); merge: transpose(1, 2) then reshape → "
+            "(B, T, D)")
+SPLIT_ZH = ("拆头：先 view(B, T, H, Dh) 再 transpose(1, 2) → (B, H, T, Dh)；"
+            "并头：先 transpose(1, 2) 再 reshape → (B, T, D)")
+MERGE_EN = "transpose(1, 2) to (B, T, H, Dh), then reshape to (B, T, D)"
+MERGE_ZH = "先 transpose(1, 2) 变成 (B, T, H, Dh)，再 reshape 成 (B, T, D)"
+
+
+def _operand_lines(rec: r.Recording, step: r.Step) -> tuple[str, str]:
+    """``line 23 `q = q.view(b, t, h, dk)` is used by the matmul at line 25 without transpose(1, 2): ``"""
     for i in range(len(step.inputs)):
         src = rec.producer(step, i)
         while src is not None and src.op in ("transpose", "T", "mT", "contiguous"):
             src = rec.producer(src)
         if src is not None and src.op in ("view", "reshape") and src.line != step.line:
             return (f"line {src.line} `{src.source}` is used by the matmul at line {step.line} without "
-                    "transpose(1, 2):")
-    return ""
+                    "transpose(1, 2): ", f"第 {src.line} 行 `{src.source}` 没有 transpose(1, 2) 就被第 {step.line} "
+                    "行的矩阵乘法使用：")
+    return "", ""
 
 
-def _dev(step: r.Step, kind: str, seen: str, expected: str) -> dict:
+def _dev(step: r.Step, kind: str, seen: str, seen_zh: str, expected: str, expected_zh: str) -> dict:
     return {"step": step.index, "kind": kind, "line": step.line, "file": step.file, "source": step.source,
             "op": step.op, "dims": letters(step.outputs[0].dims) if step.outputs else "", "seen": seen,
-            "expected": expected}
+            "expected": expected, "seen_zh": seen_zh, "expected_zh": expected_zh}
 
 
 def summary(rec: r.Recording) -> dict:

@@ -54,7 +54,8 @@ SCALE_OPS = {"mul", "mul_", "__mul__", "__rmul__", "multiply", "div", "div_", "_
 SOFTMAX_OPS = {"softmax", "log_softmax", "_softmax"}
 SDPA_OPS = {"scaled_dot_product_attention"}
 
-_SKIP = tuple(p for p in {os.path.dirname(torch.__file__), os.path.dirname(__file__),
+_SKIP = tuple(p + os.sep for p in {os.path.dirname(torch.__file__), os.path.dirname(__file__),
+                                   os.path.join(os.path.dirname(os.path.dirname(__file__)), "cli"),
                           sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)} if p)
 
 
@@ -144,6 +145,7 @@ class Recording:
         self._metas: dict[int, tuple[torch.Tensor, _Meta]] = {}
         self._param_names: dict[int, str] = {}
         self._modules: list[str] = []
+        self.module_types: dict[str, str] = {}  # module path → class name (of the module recorded)
 
     def _leave(self) -> None:
         if self._modules:
@@ -204,6 +206,7 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
         with torch.no_grad():
             target(*inputs, **kwargs)  # nn.LazyLinear and friends take their shapes from a first forward
     if module is not None:
+        rec.module_types = {p: type(m).__name__ for p, m in module.named_modules()}
         rec._param_names = {id(p): n for n, p in module.named_parameters()}
         rec._param_names.update({id(b): n for n, b in module.named_buffers()})
     names = list(names or ["x" if i == 0 else f"x{i}" for i in range(len(inputs))])
@@ -222,13 +225,26 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
         with torch.no_grad(), mode:
             rec.output = target(*inputs, **kwargs)
     except Exception as err:  # noqa: BLE001 - the learner's forward raised: say where
-        line = rec.steps[-1].where if rec.steps else "?"
-        raise RecordError(f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]} "
-                          f"(last recorded step: {line})", err) from None
+        raise RecordError(f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]}"
+                          f"{_raised_at(err)}", err) from None
     finally:
         for h in handles:
             h.remove()
     return rec
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` (at line 12 of my.py: `x.view(5, -1)`)``: the learner's innermost frame of the traceback."""
+    tb, found = err.__traceback__, None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not fn.startswith(_SKIP) and not fn.startswith("<"):
+            found = (fn, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    text = linecache.getline(found[0], found[1]).strip()
+    return f" (at line {found[1]} of {os.path.basename(found[0])}: `{text}`)"
 
 
 def sizes_for(d_model: int, n_heads: int, batch: int, seq: int, **more: int) -> dict[str, int]:

@@ -233,7 +233,7 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
     if not with_feat:
         return [None] * len(outs)
     if name in r.SAME_OPS:
-        return [with_feat[0][1].feat if tuple(with_feat[0][0].shape) == tuple(outs[0].shape) else None]
+        return [with_feat[0][1].feat.contiguous() if tuple(with_feat[0][0].shape) == tuple(outs[0].shape) else None]
     if name in r.SHAPE_OPS:
         table = {id(t): m for t, m in metas}
 
@@ -248,7 +248,7 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
             return a
 
         got = func(*sub(args), **{k: sub(v) for k, v in kwargs.items()})
-        return _tensors(got, [])
+        return [g.contiguous() for g in _tensors(got, [])]  # a later .view of the data must work on these too
     if name in ("matmul", "__matmul__", "bmm") and len(metas) == 2:
         (a, am), (b, bm) = metas
         if bm is not None and bm.data and bm.feat is not None and a.dim() >= 2 and b.dim() >= 2 and (
