@@ -20,11 +20,12 @@ from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
 from anatomy.doctor.contract import detect_seq_first, first_call
-from anatomy.doctor.dataflow import observe, scope_of
+from anatomy.doctor.dataflow import about_the_mask, observe, record_masked, scope_of
 from anatomy.doctor.layouts import linear_after_mha
 from anatomy.doctor.limits import Hung
 from anatomy.doctor.masks import padding_keep
 from anatomy.doctor.norm_fit import find_norms
+from anatomy.doctor.pointers import point
 from anatomy.doctor.probes import Context, positions, run_all, shape
 from anatomy.doctor.report import Report
 from anatomy.doctor.subject import (
@@ -132,8 +133,9 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     subject.stage = ("the recording of one forward (every tensor operation)", "记录一次 forward（每个张量运算）")
     obs = observe(subject, x, d, h)
     found["observed"] = obs.to_found()
-    if not attn_hyps and obs.hyp is not None:  # names gave nothing: the mapping read from the dataflow
-        attn_hyps, scope = [obs.hyp], scope_of(obs.hyp, set(named))
+    attn_hyps = mp.with_observed(attn_hyps, obs.hyp, dict(module.named_parameters()))  # names, dataflow
+    if scope is None and attn_hyps and attn_hyps[0] is obs.hyp:  # names gave nothing: the dataflow's scope
+        scope = scope_of(obs.hyp, set(named))
         inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
     has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths
                                    for p, m in named.items())
@@ -179,6 +181,11 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
 
     findings, passed, skipped = run_all(ctx)
     findings += diagnosis_findings(diag)
+    masked = [f for f in findings if about_the_mask(f)]
+    if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
+        keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
+        point(masked, record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h))
+    point(findings, obs.rec)  # the learner's lines behind each finding (pointers.py)
     if diag.status in ("fault", "ambiguous"):
         for f in findings:  # the leaks and mixing the fault causes are its symptoms
             if f.fault is None and f.severity == "error":

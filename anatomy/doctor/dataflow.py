@@ -54,6 +54,28 @@ def observe(subject: Subject, x: torch.Tensor, d: int, h: int) -> Observation:
     return obs
 
 
+MASK_FAULTS = {"mask_after_softmax", "finite_mask_fill", "inf_fill_no_guard", "padding_mask_on_queries",
+               "causal_off_by_one"}
+MASK_PROBES = {"padding_leak", "fully_masked", "float16_fill", "causal_leak"}
+
+
+def about_the_mask(finding) -> bool:
+    return (finding.fault or finding.explained_by) in MASK_FAULTS or finding.probe in MASK_PROBES
+
+
+def record_masked(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None, d: int, h: int) -> Recording | None:
+    """A recording of one forward with ``mask`` (the plain one never runs the learner's masking lines)."""
+    if mask is None:
+        return None
+    b, t = x.shape[:2]
+    try:
+        return record(lambda x: subject.run(x, mask)[0], x, sizes=sizes_for(d, h, b, t), module=subject.module)
+    except CheckError:
+        raise
+    except Exception:  # noqa: BLE001 - a pointer is a courtesy
+        return None
+
+
 def scope_of(hyp: Hypothesis, module_paths: set[str]) -> str:
     """The innermost module holding every learner parameter of ``hyp`` (the learner's attention)."""
     parts = [s.user.rpartition(".")[0].split(".") for s in hyp.sources.values() if s.user]

@@ -12,7 +12,7 @@ import pytest
 from anatomy.doctor import CheckError, check
 
 sys.path.insert(0, str(Path(__file__).parent))
-from zoo_learners.cases import CASES, Case, line_of  # noqa: E402
+from zoo_learners.cases import CASES, LINE_GAPS, Case, line_of, lines_of  # noqa: E402
 
 
 def run(case: Case):
@@ -46,6 +46,16 @@ def judge(case: Case, report, err) -> str | None:
     if report.exit_code() != 1:
         return "exit code 0 for an error"
     return None
+
+
+def lines(report) -> set[tuple[str, int]]:
+    """Every (file name, line) the report points at (``findings[].where``)."""
+    return {(Path(w.get("file") or "").name, w["line"]) for f in report.findings for w in f.where if w.get("line")}
+
+
+def pointed(case: Case, report) -> bool:
+    """Does the report point at the case's pitfall line (in the case's file)?"""
+    return any((case.file.name, n) in lines(report) for n in lines_of(case))
 
 
 def facts(case: Case, report) -> list[str]:
@@ -82,6 +92,9 @@ def test_learner_module_gets_its_verdict(case):
     assert judge(case, report, err) is None, judge(case, report, err) + "\n" + (report.render() if report else "")
     if report is not None:
         assert facts(case, report) == [], report.render()
+    if report is not None and not case.correct and case.id not in LINE_GAPS:  # the diagnosis points at the line
+        assert pointed(case, report), (f"line {line_of(case)} not among {sorted(lines(report))}\n"
+                                       + report.render())
 
 
 def test_the_zoo_covers_every_style_with_correct_and_buggy_modules():
@@ -94,7 +107,7 @@ def test_the_zoo_covers_every_style_with_correct_and_buggy_modules():
 
 
 def score() -> None:
-    ok_right = bug_right = false_errors = 0
+    ok_right = bug_right = false_errors = lines_right = 0
     for case in CASES:
         try:
             report, err = run(case)
@@ -107,11 +120,16 @@ def score() -> None:
             false_errors += why is not None and why.startswith("errors")
         else:
             bug_right += why is None
+        if report is not None and not case.correct and case.point and pointed(case, report):
+            lines_right += 1
+        elif why is None and report is not None and not case.correct and case.point:
+            more.append(f"line {line_of(case)} not pointed at (got {sorted(n for _, n in lines(report))})")
         mark = "ok " if why is None and not more else "BAD" if why else "~  "
         print(f"{mark} {case.id:45s} {case.expect:25s} {why or ''}{' missing ' + ','.join(more) if more else ''}")
     n_ok = sum(c.correct for c in CASES)
     print(f"correct modules right {ok_right}/{n_ok}, buggy modules right {bug_right}/{len(CASES) - n_ok}, "
-          f"correct modules given an error: {false_errors}")
+          f"correct modules given an error: {false_errors}; pitfall lines pointed at: {lines_right}/"
+          f"{len(CASES) - n_ok}")
 
 
 if __name__ == "__main__":
