@@ -20,7 +20,7 @@ from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
 from anatomy.doctor.contract import detect_seq_first, first_call
-from anatomy.doctor.dataflow import about_the_mask, observe, record_masked, scope_of
+from anatomy.doctor.dataflow import about_the_mask, observe, record_masked, scope_of, unmapped
 from anatomy.doctor.layouts import linear_after_mha
 from anatomy.doctor.limits import Hung
 from anatomy.doctor.masks import padding_keep
@@ -165,7 +165,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         diag = dg.diagnose(subject, refs, complete, _scenarios(ctx))
     else:
         miss = ", ".join(mp.missing(hyps[0], _required(kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
-        diag = dg.Diagnosis("unavailable", f"could not map {miss} (name them with --map)")
+        diag = dg.Diagnosis("unavailable", unmapped(miss, obs))
     if diag.hypothesis is not None:
         ctx.hyp = diag.hypothesis
         found["mapping"] = _mapping_found(diag.hypothesis, [], refs.params, d, h)

@@ -104,3 +104,22 @@ def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict] |
         if abs(sc.value / want - 1) < 1e-6:
             return fault, ev
     return "other", ev
+
+
+def unmapped(missing: str, obs: Observation) -> str:
+    """Why the reference could not be given the learner's weights, and what would help."""
+    why = f"could not map {missing}: the names do not say which is which"
+    if obs.rec is None:
+        why += f", and the recorder could not follow one forward ({obs.error})"
+    else:
+        n = obs.summary.get("softmaxes", 0)
+        unf = obs.summary.get("unfollowed") or []
+        if n == 0:
+            why += (", and the recorded forward shows no softmax over torch tensors (the scores left torch, for numpy "
+                    "or a C extension, or there is no softmax)")
+        else:
+            why += f", and the recorded forward's {n} softmax(es) do not lead back to projections of the input"
+        if unf:
+            why += f" (not followed: {', '.join(map(str, unf[:3]))})"
+    return why + ("; name them with --map '{\"q_proj.weight\": \"your.param\", ...}' (reference name → your "
+                  "parameter, .T to transpose)")

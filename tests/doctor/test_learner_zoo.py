@@ -80,6 +80,10 @@ def facts(case: Case, report) -> list[str]:
         elif fact == "seq_first":
             if not report.found.get("seq_first"):
                 wrong.append(fact)
+        elif fact == "unmapped_reason":
+            reason = report.diagnosis.get("reason") or ""
+            if report.diagnosis["status"] != "unavailable" or "--map" not in reason or "recorde" not in reason:
+                wrong.append(fact)
         elif fact.startswith("sub_layer:"):
             if report.diagnosis.get("sub_layer") != fact.partition(":")[2]:
                 wrong.append(fact)

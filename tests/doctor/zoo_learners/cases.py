@@ -154,6 +154,8 @@ CASES = [
     Case("contract.py:VarArgs", "ok", style="*args does not take a mask"),
     Case("contract.py:VarArgsNoScale", "no_scaling", point="scale=1.0)\n        return out\n\n\nclass Exits",
          style="*args"),
+    Case("contract.py:ThroughNumpy", "ok", style="a module the recorder cannot follow (numpy inside)",
+         also=("unmapped_reason",)),
     Case("contract.py:ExitsInForward", "refused", point="sys.exit(0)", refusal="sys.exit",
          style="a forward that ends the process"),
     # --- cause 4-6: blocks arranged differently ----------------------------------------------------------------------
