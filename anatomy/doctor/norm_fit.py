@@ -21,6 +21,7 @@ reference.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -89,7 +90,29 @@ def fit_norm(x: torch.Tensor, y: torch.Tensor, eps_hints: list[float] = ()) -> t
                 best = (form, eps, g, b, res)
         if best is not None and best[4] <= FIT_TOL * 1e-3:
             break
+    if best is not None and FIT_TOL < best[4] <= 1e-3 and best[1] > 0:  # a norm, with an eps off the grid
+        best = _refine(x2, y2, best)
     return best if best is not None and best[4] <= FIT_TOL else None
+
+
+def _refine(x: torch.Tensor, y: torch.Tensor, best: tuple) -> tuple:
+    """Ternary search of log10(eps) within a decade either side of the best grid value (the residual is unimodal
+    there): an eps like 3e-7 is fitted, not rounded to the grid."""
+    form = best[0]
+
+    def at(log_eps: float) -> tuple:
+        eps = 10.0 ** log_eps
+        return (form, eps, *_fit(standardise(x, form, eps), y, with_bias=form != "rmsnorm"))
+
+    lo, hi = math.log10(best[1]) - 1.0, math.log10(best[1]) + 1.0
+    for _ in range(80):
+        a, b = lo + (hi - lo) / 3, hi - (hi - lo) / 3
+        if at(a)[4] < at(b)[4]:
+            hi = b
+        else:
+            lo = a
+    found = at((lo + hi) / 2)
+    return found if found[4] < best[4] else best
 
 
 def _eps_hints(m: nn.Module) -> list[float]:

@@ -4,6 +4,7 @@ SublayerConnection (residual and norm inside each sub-layer), `linears` = 4 clon
 Built by the factories at the bottom as (d_model, n_heads) (the classes take (h, d_model) and (size, self_attn,
 feed_forward, dropout)). Masks: (B, 1, S), 0 = padding, as the notebook's `src_mask`.
 """
+# ruff: noqa: UP008 - super(Class, self) is the notebook's own style, kept on purpose
 
 import copy
 import math

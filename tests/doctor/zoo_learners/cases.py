@@ -9,7 +9,6 @@ the line the pitfall sits on (the case's own file), resolved to its line number 
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
