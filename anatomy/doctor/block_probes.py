@@ -88,7 +88,8 @@ def norm_placement(ctx: Context):
     named = dict(ctx.subject.module.named_modules())
     calls: list[tuple[str, torch.Tensor, torch.Tensor]] = []
     handles = [named[p].register_forward_hook(
-        lambda m, a, o, p=p: calls.append((p, a[0] if a else None, o))) for p in parts.norms]
+        lambda m, a, o, p=p: calls.append((p, ctx.subject.batch_first(a[0]) if a else None,
+                                           ctx.subject.batch_first(o)))) for p in parts.norms]
     try:
         out, _ = ctx.subject.run(ctx.x)
     except CallError as err:

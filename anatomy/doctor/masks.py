@@ -89,6 +89,8 @@ def causal_keep(b: int, t: int) -> torch.Tensor:
 
 def max_diff(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor | None = None) -> float:
     """max |a - b| over the (B, T) rows selected (all if None); NaN anywhere there counts as infinite."""
+    if a.shape != b.shape:  # tensors of two layouts (a sequence-first module's insides): never equal
+        return math.inf
     d = (a - b).abs()
     if rows is not None:
         d = d[rows]

@@ -285,6 +285,12 @@ class Subject:
             return cls(module, label, "forward(x, *args)", takes_mask=True, mask_tentative=True)
         return cls(module, label, "forward(x)")
 
+    def batch_first(self, t):
+        """A tensor seen inside the module (a hook) in the doctor's ``(B, T, D)`` layout."""
+        if self.seq_first and isinstance(t, torch.Tensor) and t.dim() == 3:
+            return t.transpose(0, 1)
+        return t
+
     def note(self, en: str, zh: str) -> None:
         if {"en": en, "zh": zh} not in self.notes:
             self.notes.append({"en": en, "zh": zh})

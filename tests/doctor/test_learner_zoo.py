@@ -80,6 +80,9 @@ def facts(case: Case, report) -> list[str]:
         elif fact == "seq_first":
             if not report.found.get("seq_first"):
                 wrong.append(fact)
+        elif fact == "causal_from_diagnosis":
+            if report.found["causal"]["source"] != "diagnosis":
+                wrong.append(fact)
         elif fact == "unmapped_reason":
             reason = report.diagnosis.get("reason") or ""
             if report.diagnosis["status"] != "unavailable" or "--map" not in reason or "recorde" not in reason:

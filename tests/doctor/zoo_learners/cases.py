@@ -137,6 +137,25 @@ CASES = [
     Case("research.py:CausalSelfAttention", "ok", style="GPT-2 c_attn/c_proj, detected causal"),
     Case("research.py:LocalWindowEncoder", "error:token_order", point='band = ((i[:, None] - i[None, :]).abs() <= 1)',
          style="local mixing is not called causal (and is not the post's attention)", also=("not_causal",)),
+    # --- library code learners copy (hub.py) --------------------------------------------------------------------
+    Case("hub.py:BertSelfAttention", "ok", style="BERT self-attention without an output projection, (ctx,) tuple"),
+    Case("hub.py:BertLayer", "ok", style="BERT layer: LayerNorm eps 1e-12 inside each sub-layer's output module"),
+    Case("hub.py:GPT2Attention", "ok", style="GPT-2 Conv1D (weights (in, out)), causal by torch.where"),
+    Case("hub.py:GPT2AttentionScaledByEmbed", "scale_by_d_model", point="self.embed_dim ** 0.5)",
+         style="GPT-2 Conv1D"),
+    Case("hub.py:SdpaAttention", "ok", style="F.scaled_dot_product_attention(is_causal=True)"),
+    Case("hub.py:SdpaNoTranspose", "split_without_transpose",
+         point="q, k, v = (t.reshape(B, self.n_heads, T, C // self.n_heads)",
+         style="sdpa; the mixing hides causality from the detection", also=("causal_from_diagnosis",)),
+    Case("hub.py:Transformer", "ok", style="Residual(PreNorm(fn)) wrappers, to_out = Sequential"),
+    Case("hub.py:TransformerNoFFResidual", "no_residual", point="self.layers[0][1] = PreNorm(dim, FeedForward(",
+         style="Residual(PreNorm(fn)) wrappers", also=("sub_layer:ffn",)),
+    Case(F("hub.py", "torch_encoder_layer"), "ok", {"factory": "torch_encoder_layer"},
+         style="torch.nn.TransformerEncoderLayer, post-norm"),
+    Case(F("hub.py", "torch_encoder_layer_pre"), "ok", {"factory": "torch_encoder_layer_pre"},
+         style="torch.nn.TransformerEncoderLayer, norm_first, GELU"),
+    Case(F("hub.py", "torch_encoder_layer_seq_first"), "ok", {"factory": "torch_encoder_layer_seq_first"},
+         style="torch.nn.TransformerEncoderLayer, sequence-first", also=("seq_first",)),
     # --- cause 3: call contracts ------------------------------------------------------------------------------------
     Case("contract.py:KeywordOnly", "ok", style="keyword-only query=/key=/value="),
     Case("contract.py:KeywordOnlyNoScale", "no_scaling", point="self.heads(self.v_proj(value)), scale=1.0)",
@@ -195,7 +214,7 @@ assert set(RUNS) <= {c.id for c in CASES}
 
 # Pitfalls whose line the recording does not place yet (pointers.py has no step for a residual that is missing, or
 # for one norm module called twice through a wrapper); the verdict is right, the line is not asserted.
-LINE_GAPS = {"annotated.encoder_layer_no_residual", "annotated.encoder_layer_one_sublayer",
-             "d2l.encoder_block_forgot_x", "zh_tutorial.AttnNoResidual", "blocks.CompleteSublayersFFNNoResidual",
-             "research.LocalWindowEncoder"}
+LINE_GAPS = {"hub.TransformerNoFFResidual", "annotated.encoder_layer_no_residual",
+             "annotated.encoder_layer_one_sublayer", "d2l.encoder_block_forgot_x", "zh_tutorial.AttnNoResidual",
+             "blocks.CompleteSublayersFFNNoResidual", "research.LocalWindowEncoder"}
 assert LINE_GAPS <= {c.id for c in CASES}
