@@ -20,7 +20,14 @@ from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
 from anatomy.doctor.contract import detect_seq_first, first_call
-from anatomy.doctor.dataflow import about_the_mask, observe, record_masked, scope_of, unmapped
+from anatomy.doctor.dataflow import (
+    about_the_mask,
+    deviation_faults,
+    observe,
+    record_masked,
+    scope_of,
+    unmapped,
+)
 from anatomy.doctor.layouts import linear_after_mha
 from anatomy.doctor.limits import Hung
 from anatomy.doctor.masks import padding_keep
@@ -40,7 +47,7 @@ from anatomy.doctor.subject import (
     discover_mask,
     randomize,
 )
-from anatomy.doctor.verdict import cause, diagnosis_findings
+from anatomy.doctor.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
 
 KINDS = ("auto", "attention", "block")
 TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
@@ -187,15 +194,20 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
 
     findings, passed, skipped = run_all(ctx)
     findings += diagnosis_findings(diag)
+    named = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
+    if not named and any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings):
+        for fault, dev in deviation_faults(obs):  # the flow shows a known pitfall the comparison could not isolate
+            findings.append(flow_finding(fault, dev))
+            named.append(fault)
     masked = [f for f in findings if about_the_mask(f)]
     if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
         keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
         point(masked, record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h))
     point(findings, obs.rec)  # the learner's lines behind each finding (pointers.py)
-    if diag.status in ("fault", "ambiguous"):
+    if named:
         for f in findings:  # the leaks and mixing the fault causes are its symptoms
             if f.fault is None and f.severity == "error":
-                f.explained_by = cause(f.probe, diag.faults)
+                f.explained_by = cause(f.probe, named)
     return Report(label, kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 

@@ -1,11 +1,11 @@
 """The call contract, completed on the learner's first calls (``check.py`` runs these before any probe).
 
 What the signature cannot say is found by calling: ``nn.LazyLinear`` (and every lazy module) gets one warm-up
-forward before its parameters are read; a ``mask=None`` default whose code then fails (``mask.repeat(...)``) is
-retried with an all-visible mask, which then stands for "no mask" in every later call, and the report says so; a
-sequence-first module (``(T, B, D)``, the default of ``torch.nn.MultiheadAttention``, fairseq) is detected by batch
-independence: fed ``(B, T, D)`` it mixes the batch's sequences, fed its own layout it does not. ``--seq-first``
-(``seq_first=True``) skips the detection.
+forward before its parameters are read; ``mask=None`` (a default, or what the doctor passes for "no mask") whose
+code then fails (``mask.repeat(...)``) is retried with an all-visible mask, which then stands for "no mask" in
+every later call, and the report says so; a sequence-first module (``(T, B, D)``, the default of
+``torch.nn.MultiheadAttention``, fairseq) is detected by batch independence: fed ``(B, T, D)`` it mixes the
+batch's sequences, fed its own layout it does not. ``--seq-first`` (``seq_first=True``) skips the detection.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ def is_lazy(module: nn.Module) -> list[str]:
 
 
 def first_call(subject: Subject, x: torch.Tensor) -> None:
-    """Call the module once as the signature says; when that fails and ``mask=None`` is optional, retry with an
+    """Call the module once as the signature says; when that fails and it takes a mask, retry with an
     all-visible mask in each format until one runs. Lazy parameters are materialised by this call (in ``x``'s
     dtype). Raises :class:`CallError` (the first error) when nothing runs."""
     lazy = is_lazy(subject.module)
     try:
         subject.run(x)
     except CallError as err:
-        if not subject.takes_mask or subject.mask_required:
+        if not subject.takes_mask:
             raise
         for layout in PAD_LAYOUTS:
             for sense in SENSES:
@@ -46,9 +46,9 @@ def first_call(subject: Subject, x: torch.Tensor) -> None:
                     continue
                 subject.mask_required = True
                 subject.fields["no_mask_format"] = {"sense": sense, "layout": layout}
-                subject.note(f"forward without a mask raised {err} although its mask defaults to None; every call "
-                             f"without a mask got an all-visible mask instead ({sense}, {layout})",
-                             f"不传 mask 时 forward 报错（{err}），尽管 mask 的默认值是 None；"
+                subject.note(f"forward with mask=None raised {err}; every call without a mask got an all-visible "
+                             f"mask instead ({sense}, {layout})",
+                             f"传入 mask=None 时 forward 报错（{err}）；"
                              f"凡是不需要 mask 的调用都改为传入全部可见的 mask（{sense}，{layout}）")
                 break
             else:

@@ -123,3 +123,25 @@ def unmapped(missing: str, obs: Observation) -> str:
             why += f" (not followed: {', '.join(map(str, unf[:3]))})"
     return why + ("; name them with --map '{\"q_proj.weight\": \"your.param\", ...}' (reference name → your "
                   "parameter, .T to transpose)")
+
+
+def deviation_faults(obs: Observation) -> list[tuple[str, dict]]:
+    """Bug-zoo faults the recorded flow itself shows (``observed.deviations``): scores not ``(B, H, T, S)`` or a
+    view that moves numbers between axes before the softmax is a split without transpose, after it a merge
+    without transpose. First first, one per fault."""
+    if obs.rec is None:
+        return []
+    cores = ob.attention_cores(obs.rec)
+    first_softmax = cores[0].softmax.index if cores else None
+    out: dict[str, dict] = {}
+    for dev in obs.summary.get("deviations") or []:
+        if dev["kind"] == "scores":
+            fault = "split_without_transpose"
+        elif dev["kind"] == "merge":
+            fault = "merge_wrong_transpose"
+        elif dev["kind"] == "view" and first_softmax is not None:
+            fault = "split_without_transpose" if dev["step"] < first_softmax else "merge_wrong_transpose"
+        else:
+            continue
+        out.setdefault(fault, dev)
+    return list(out.items())

@@ -185,11 +185,11 @@ def padding_leak(ctx: Context):
     if ctx.mask_leaks:
         ev["every_convention_leaks"] = ctx.mask_leaks
     every = (f"every mask convention the module accepts leaks (all {len(ctx.mask_leaks)} that change the output): "
-             "the mask itself does not hide the padding "
-             "(a fill too small to matter, or applied after the softmax?); " if ctx.mask_leaks else "")
+             "the mask itself does not hide the padding (a fill too small to matter, applied after the softmax, "
+             "or tokens mixed by a reshape?); " if ctx.mask_leaks else "")
     every_zh = (f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(ctx.mask_leaks)} 种全部如此）："
                 "mask 本身没有遮住 padding（填充值太小不起作用，"
-                "或在 softmax 之后才施加？）；" if ctx.mask_leaks else "")
+                "在 softmax 之后才施加，或 reshape 把 token 混在了一起？）；" if ctx.mask_leaks else "")
     if _leak(leak, ctx) or (hidden_w is not None and hidden_w > 0):
         findings.append(Finding(
             "padding_leak", "error", every +

@@ -32,6 +32,7 @@ PROBE_TITLES = {  # probe id → (en, zh)
     "norm_placement": ("norm placement", "Norm 位置"),
     "ffn_width": ("FFN width", "FFN 宽度"),
     "diagnosis": ("diagnosis", "诊断"),
+    "dataflow": ("recorded dataflow", "记录的数据流"),
     "*": ("all other probes", "其余探针"),
 }
 

@@ -89,3 +89,19 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
             f"（最大 |Δ| {fmt(fd.get('max_abs_diff'))}）；在它之前一致的：{before}",
             {"max_abs_diff_vs_reference": diag.distance_correct, "first_difference": fd, "nearest": diag.nearest})]
     return []
+
+
+SYMPTOM_PROBES = {"token_order", "padding_leak", "causal_leak", "batch_independence"}
+
+
+def flow_finding(fault: str, dev: dict) -> Finding:
+    """A fault the recorded flow shows (``dataflow.deviation_faults``), named beside an output the comparison
+    could not reproduce (a valid variation next to it, say)."""
+    where = f"line {dev['line']} `{dev['source']}`" if dev.get("line") else "one step"
+    where_zh = f"第 {dev['line']} 行 `{dev['source']}`" if dev.get("line") else "某一步"
+    return Finding("dataflow", severity(fault),
+                   f"the recorded forward shows {fault} at {where}: {dev['seen']}; the post expects: {dev['expected']}",
+                   f"记录的 forward 在{where_zh}显示了 {fault}：{dev.get('seen_zh', dev['seen'])}；原文的做法："
+                   f"{dev.get('expected_zh', dev['expected'])}",
+                   {"line": dev.get("line"), "source": dev.get("source"), "dims": dev.get("dims"),
+                    "kind": dev.get("kind")}, fault=fault)

@@ -202,3 +202,23 @@ class NoScale(MultiHeadSelfAttention):
             scores = scores.masked_fill(mask == 0, -1e9)
         attn = torch.softmax(scores, dim=-1)
         return torch.matmul(attn, V), attn
+
+
+class MaskRequired(MultiHeadSelfAttention):
+    """mask 是必填参数，代码里直接 mask.unsqueeze(1)：传 None 就报错"""
+
+    def forward(self, x, mask):
+        Q = self.split_heads(self.W_q(x))
+        K = self.split_heads(self.W_k(x))
+        V = self.split_heads(self.W_v(x))
+        mask = mask.unsqueeze(1).unsqueeze(2)  # (B, S) -> (B, 1, 1, S)
+        out, attn = self.scaled_dot_product(Q, K, V, mask)
+        return self.W_o(self.combine_heads(out)), attn
+
+
+class SplitWithoutTransposeTanh(SplitWithoutTranspose):
+    """拆头没有 transpose，输出还多套了一层 tanh（参考实现里没有的变化）"""
+
+    def forward(self, x, mask=None):
+        out, attn = super().forward(x, mask)
+        return torch.tanh(out), attn
