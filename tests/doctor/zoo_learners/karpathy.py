@@ -152,3 +152,7 @@ def heads_no_projection(d_model, n_heads):
 
 def block_scaled_by_c(d_model, n_heads):
     return Block(d_model, n_heads, head=HeadScaledByC)
+
+
+def heads_no_projection_scaled_by_c(d_model, n_heads):
+    return MultiHeadAttention(n_heads, d_model // n_heads, d_model, head=HeadScaledByC, project=False)
