@@ -174,7 +174,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
             # a fault that mixes tokens also hides causality from the detection: try the causal reading
             alt = dg.diagnose(subject, refs, complete, _scenarios(ctx, causal=True))
             if alt.status in ("fault", "ambiguous"):
-                diag = alt
+                diag, ctx.causal = alt, True  # the probes then treat it as the decoder it is
                 found["causal"] = {"value": True, "source": "diagnosis", "layout": None}
     else:
         miss = ", ".join(mp.missing(hyps[0], _required(kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
@@ -194,20 +194,21 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
 
     findings, passed, skipped = run_all(ctx)
     findings += diagnosis_findings(diag)
-    named = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
-    if not named and any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings):
+    named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
+    symptoms = any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings)
+    if not named_faults and symptoms:
         for fault, dev in deviation_faults(obs):  # the flow shows a known pitfall the comparison could not isolate
             findings.append(flow_finding(fault, dev))
-            named.append(fault)
+            named_faults.append(fault)
     masked = [f for f in findings if about_the_mask(f)]
     if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
         keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
         point(masked, record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h))
     point(findings, obs.rec)  # the learner's lines behind each finding (pointers.py)
-    if named:
+    if named_faults:
         for f in findings:  # the leaks and mixing the fault causes are its symptoms
             if f.fault is None and f.severity == "error":
-                f.explained_by = cause(f.probe, named)
+                f.explained_by = cause(f.probe, named_faults)
     return Report(label, kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 

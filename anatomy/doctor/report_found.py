@@ -64,9 +64,9 @@ def found_lines(r, lang: str) -> list[tuple[str, str]]:
                    f"否；因果探针以 {c.get('layout')} 传入因果 mask"),
         "none": _t(lang, "no (pass --causal for a decoder's self-attention)", "否（decoder 的自注意力请加 --causal）"),
         "diagnosis": _t(lang, "yes, read from the diagnosis: only a causal reference with the fault below reproduces "
-                              "your output (pass --causal to run the causal probes too)",
+                              "your output (the detection could not see it: the fault mixes tokens)",
                         "是（由诊断得出）：只有带下述错误的因果参考实现能复现你的输出"
-                        "（加 --causal 可同时运行因果探针）"),
+                        "（该错误把 token 混在一起，检测因此看不出因果）"),
     }.get(src, "?")
     rows.append((_t(lang, "causal", "因果"), causal_text))
     rows.append((_t(lang, "weights", "权重"), _mapping_text(f.get("mapping"), lang)))
