@@ -36,6 +36,9 @@ def judge(case: Case, report, err) -> str | None:
     if case.correct:
         if errors:
             return "errors on a correct module: " + "; ".join(f"{f.probe}/{f.fault}: {f.en[:90]}" for f in errors)
+        want = next((a.partition(":")[2] for a in case.also if a.startswith("status:")), "matches")
+        if report.diagnosis["status"] != want:  # a correct module the doctor can map equals the reference
+            return f"diagnosis {report.diagnosis['status']}, expected {want}: {report.diagnosis.get('reason') or ''}"
         return None
     if case.expect.startswith("error:"):
         probe = case.expect.partition(":")[2]
