@@ -274,6 +274,12 @@ class Subject:
             mask = positional[3] if len(positional) > 3 else None
             return cls(module, label, "forward(x, x, x" + (f", {mask.name})" if mask else ")"), qkv=True,
                        takes_mask=mask is not None, mask_required=mask is not None and mask.default is P.empty)
+        named_mask = [p for p in positional[1:] if p.name in MASK_NAMES]
+        if len(positional) >= 2 and named_mask and named_mask[0] is not positional[1] \
+                and all(p.default is not P.empty for p in positional[1:positional.index(named_mask[0])]):
+            mask = named_mask[0]  # forward(x, context=None, mask=None): the mask by its name, context left alone
+            return cls(module, label, f"forward(x, {mask.name}=mask)", mask_kw=mask.name, takes_mask=True,
+                       mask_required=mask.default is P.empty)
         if len(positional) >= 2:
             mask = positional[1]
             return cls(module, label, f"forward(x, {mask.name})", takes_mask=True,

@@ -142,6 +142,11 @@ CASES = [
     Case("research.py:EinsumQKV", "ok", style="bare (D, H, Dh) Parameters + Linear output"),
     Case("research.py:EinsumQKVScaledByDModel", "scale_by_d_model",
          point="self.scale = 1 / math.sqrt(d_model if scale_by_d_model else d_head)"),
+    Case("research.py:EinsumBTHD", "ok", style="forward(x, context=None, mask=None): the mask found by its name; "
+         "(B, T, H, Dh) heads through einsum, no transpose"),
+    Case("research.py:EinsumBTHDMaskOnQueries", "padding_mask_on_queries",
+         point="scores = scores.masked_fill(mask[:, None, :, None] == 0, float('-inf'))",
+         style="forward(x, context=None, mask=None)"),
     Case("research.py:TorchMHAThenLinear", "ok", style="an extra Linear after nn.MultiheadAttention"),
     Case("research.py:CausalSelfAttention", "ok", style="GPT-2 c_attn/c_proj, detected causal"),
     Case("research.py:LocalWindowEncoder", "error:token_order", point='band = ((i[:, None] - i[None, :]).abs() <= 1)',

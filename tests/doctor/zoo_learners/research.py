@@ -113,3 +113,38 @@ class LocalWindowEncoder(CausalSelfAttention):
         i = torch.arange(block_size)
         band = ((i[:, None] - i[None, :]).abs() <= 1).float()
         self.register_buffer("bias", band.view(1, 1, block_size, block_size))
+
+
+class EinsumBTHD(nn.Module):
+    """heads kept as (B, T, H, Dh): no transpose at all, the einsum names the axes ('bqhd,bkhd->bhqk')"""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.wo = nn.Linear(d_model, d_model)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, t, d = x.shape
+        q = self.wq(x).view(b, t, self.h, -1)
+        k = self.wk(context).view(b, context.shape[1], self.h, -1)
+        v = self.wv(context).view(b, context.shape[1], self.h, -1)
+        scores = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask[:, None, None, :] == 0, float('-inf'))
+        attn = scores.softmax(-1)
+        return self.wo(torch.einsum('bhqk,bkhd->bqhd', attn, v).reshape(b, t, d))
+
+
+class EinsumBTHDMaskOnQueries(EinsumBTHD):
+    def forward(self, x, context=None, mask=None):
+        b, t, d = x.shape
+        q = self.wq(x).view(b, t, self.h, -1)
+        k = self.wk(x).view(b, t, self.h, -1)
+        v = self.wv(x).view(b, t, self.h, -1)
+        scores = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask[:, None, :, None] == 0, float('-inf'))
+        attn = scores.softmax(-1)
+        return self.wo(torch.einsum('bhqk,bkhd->bqhd', attn, v).reshape(b, t, d))
