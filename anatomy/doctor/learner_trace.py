@@ -320,6 +320,9 @@ def _notes(rec: r.Recording, sizes: dict) -> list[tuple[str, str]]:
                       "outside torch, or not an attention module); `anatomy check --map` can still name its weights",
                       "没有记录到 softmax：这个模块里没有记录器能跟踪的注意力（在 torch 之外计算，或者不是注意力"
                       "模块）；`anatomy check --map` 仍可指定它的权重"))
+    if rec.truncated:
+        notes.append((f"the forward ran more than {r.MAX_STEPS} tensor operations: only the first were recorded",
+                      f"forward 执行了超过 {r.MAX_STEPS} 个张量运算：只记录了前面这些"))
     if rec.unfollowed:
         notes.append((f"{len(rec.unfollowed)} operation(s) could not be read: {rec.unfollowed[0]}",
                       f"有 {len(rec.unfollowed)} 个操作无法读取：{rec.unfollowed[0]}"))

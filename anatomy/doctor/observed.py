@@ -201,7 +201,7 @@ def _ratio(core: Core) -> tuple[float | None, str]:
         return None, "the softmax input is not a constant multiple of q·kᵀ (an additive bias?)"
     fa, fb = (scores.extra.get("factors") or [1.0, 1.0])[-2:] if scores.op != "einsum" else \
         (scores.extra.get("factors") or [1.0, 1.0])[:2]
-    return med * fa * fb, ""
+    return med * fa * fb * scores.extra.get("alpha", 1.0), ""
 
 
 def observed_scale(rec: r.Recording) -> Scale | None:

@@ -40,6 +40,7 @@ from anatomy.doctor import recorder_dims as rd
 # All different, and so are their products; none is 2 or 3, the constants of rotate-half and of a fused q|k|v.
 PROBE_SIZES = {"B": 2, "T": 7, "H": 5, "Dh": 4, "D": 20}
 FEATURE_STRIDE = 1 << 20  # global feature id = projection index * FEATURE_STRIDE + feature
+MAX_STEPS = 20_000  # a forward stuck in a loop must not fill the memory while its time limit runs
 
 SHAPE_OPS = {"view", "reshape", "transpose", "permute", "swapaxes", "swapdims", "T", "mT", "t", "flatten",
              "unflatten", "view_as", "reshape_as", "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "chunk",
@@ -142,6 +143,7 @@ class Recording:
         self.steps: list[Step] = []
         self.projections: list[Projection] = []
         self.unfollowed: list[str] = []  # ops the recorder saw but could not read (why)
+        self.truncated = False  # more than MAX_STEPS operations: the rest ran unrecorded
         self.output = None
         self._metas: dict[int, tuple[torch.Tensor, _Meta]] = {}
         self._param_names: dict[int, str] = {}
@@ -187,7 +189,7 @@ class Recording:
                 "projections": [{"index": p.index, "step": p.step, "weight": p.weight, "bias": p.bias_param,
                                  "features": p.n_features, "in": p.n_in, "module": p.module,
                                  "applied_to": p.applied_to} for p in self.projections],
-                "unfollowed": self.unfollowed}
+                "unfollowed": self.unfollowed, "truncated": self.truncated}
 
 
 def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str] | None = None,

@@ -35,6 +35,9 @@ class Mode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if len(self.rec.steps) >= r.MAX_STEPS:  # a forward that loops for long: stop keeping steps, not running
+            self.rec.truncated = True
+            return func(*args, **kwargs)
         name = op_name(func)
         ins = _tensors(args, []) + _tensors(kwargs, [])
         before = [(t, self.rec.meta_of(t)) for t in ins]
@@ -149,6 +152,9 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
         return [d]
     if name in r.MATMUL_OPS:
         step.extra["factors"] = [m.factor if m is not None else 1.0 for _, m in metas]
+        if name == "baddbmm":  # baddbmm(input, q, k, beta=0, alpha=scale): the scale is inside the op
+            alpha = kwargs.get("alpha", 1)
+            step.extra["alpha"] = float(alpha) if isinstance(alpha, (int, float)) else 1.0
         if name == "einsum":
             eq = args[0] if isinstance(args[0], str) else ""
             step.extra["equation"] = eq
@@ -169,13 +175,8 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
             return [d]
     if name in r.SOFTMAX_OPS:
         step.extra["dim"] = _arg(args, kwargs, 1, "dim")
-    if name in r.SDPA_OPS and len(metas) >= 2:
-        given = kwargs.get("scale")
-        base = given if isinstance(given, (int, float)) else metas[0][0].shape[-1] ** -0.5
-        step.extra["scale"] = float(base) * (metas[0][1].factor if metas[0][1] else 1.0) * (
-            metas[1][1].factor if metas[1][1] else 1.0)
-        return [tuple(metas[0][1].dims[:-1] if metas[0][1] else by_size_q(metas[0][0], names)) + (
-            metas[2][1].dims[-1] if len(metas) > 2 and metas[2][1] else names.name(o.shape[-1]),)]
+    if name in r.SDPA_OPS and len(metas) >= 3:
+        return [_sdpa(kwargs, metas, o, step, names)]
     operands = [(tuple(t.shape), m.dims if m is not None else rd.by_size(t.shape, names)) for t, m in metas]
     if name in ("cat", "concat", "concatenate", "stack") or name in ("chunk", "split", "unbind", "tensor_split"):
         return [_align(fd, first_t, t, names) for t in outs]
@@ -187,8 +188,15 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
     return [_align(fd, first_t, t, names) for t in outs]
 
 
-def by_size_q(t, names):
-    return rd.by_size(t.shape[:-1], names)
+def _sdpa(kwargs, metas, o, step, names) -> tuple[str, ...]:
+    """``F.scaled_dot_product_attention(q, k, v)``: its scale (``scale=`` or 1/sqrt of q's width, times the
+    scalars on q and k) and its output's names (q's rows, v's width)."""
+    (q, qm), (_k, km), (v, vm) = metas[:3]
+    given = kwargs.get("scale")
+    base = float(given) if isinstance(given, (int, float)) else q.shape[-1] ** -0.5
+    step.extra["scale"] = base * (qm.factor if qm else 1.0) * (km.factor if km else 1.0)
+    rows = qm.dims[:-1] if qm is not None else rd.by_size(q.shape[:-1], names)
+    return (*rows, vm.dims[-1] if vm is not None else names.name(o.shape[-1]))
 
 
 def _align(fd, first_t, t, names) -> tuple[str, ...]:
@@ -298,12 +306,10 @@ def _einsum_feat(eq, metas, out) -> torch.Tensor | None:
         return None
     ins, res = eq.split("->")
     specs = ins.split(",")
-    for spec, (_t, m) in zip(specs, metas):
-        if m is None or m.feat is None:
-            continue
-        other = [s for s, (_, mm) in zip(specs, metas) if mm is not m]
-        if other and any(ch in res and ch not in spec for ch in other[0]) is False:
-            continue
+    with_feat = [(spec, m) for spec, (_t, m) in zip(specs, metas) if m is not None and m.feat is not None]
+    if len(with_feat) != 1:  # q·k (both carry features) mixes them: no single feature per element
+        return None
+    for spec, m in with_feat:
         index = tuple(slice(None) if ch in res else 0 for ch in spec)
         kept = [ch for ch in spec if ch in res]
         f = m.feat[index]

@@ -137,3 +137,19 @@ def test_manual_softmax_bmm_heads_and_a_finite_fill():
     with torch.no_grad():
         diff = float((ref(x, mask=torch.ones(7, 7, dtype=torch.bool).tril())[0] - m(x)).abs().max())
     assert diff < 1e-12
+
+
+def test_scale_inside_baddbmm_alpha():
+    class Baddbmm(torch.nn.Module):  # an older GPT-2 style: the scale is baddbmm's alpha
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = torch.nn.Linear(12, 12), torch.nn.Linear(12, 12)
+
+        def forward(self, x):
+            q, k = self.q(x), self.k(x)
+            empty = torch.empty(x.shape[0], x.shape[1], x.shape[1], dtype=x.dtype)
+            s = torch.baddbmm(empty, q, k.transpose(1, 2), beta=0, alpha=12 ** -0.5)
+            return torch.softmax(s, -1)
+
+    sc = ob.observed_scale(record(Baddbmm().double(), x_probe(), sizes=SIZES))
+    assert sc.value == pytest.approx(12 ** -0.5) and sc.by == "D"

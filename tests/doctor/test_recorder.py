@@ -127,3 +127,17 @@ def test_sys_exit_in_a_forward_is_an_error_not_the_end():
 
     with pytest.raises(RecordError, match="SystemExit"):
         record(Exits(), x_probe())
+
+
+def test_a_long_forward_stops_being_recorded_not_running(monkeypatch):
+    import anatomy.doctor.recorder as recorder
+
+    monkeypatch.setattr(recorder, "MAX_STEPS", 50)
+
+    def loop(x):
+        for _ in range(200):
+            x = x + 1
+        return x
+
+    rec = record(loop, x_probe())
+    assert len(rec.steps) == 50 and rec.truncated and float(rec.output[0, 0, 0] - x_probe()[0, 0, 0]) == 200
