@@ -58,8 +58,9 @@ def found_lines(r, lang: str) -> list[tuple[str, str]]:
     src = c.get("source")
     causal_text = {
         "flag": _t(lang, "yes (--causal): the module masks the future itself", "是（--causal）：模块自己遮住未来"),
-        "detected": _t(lang, "yes (detected: outputs never depend on tokens two or more steps ahead)",
-                       "是（检测到：输出从不依赖两步以后的 token）"),
+        "detected": _t(lang, "yes (detected: every output depends on itself and every earlier token, never on a "
+                             "token two or more steps ahead)",
+                       "是（检测到：每个输出都依赖自身和所有更早的 token，从不依赖两步以后的 token）"),
         "mask": _t(lang, f"no; a causal mask is passed as {c.get('layout')} for the causal probe",
                    f"否；因果探针以 {c.get('layout')} 传入因果 mask"),
         "none": _t(lang, "no (pass --causal for a decoder's self-attention)", "否（decoder 的自注意力请加 --causal）"),

@@ -148,3 +148,38 @@ class EinsumBTHDMaskOnQueries(EinsumBTHD):
             scores = scores.masked_fill(mask[:, None, :, None] == 0, float('-inf'))
         attn = scores.softmax(-1)
         return self.wo(torch.einsum('bhqk,bkhd->bqhd', attn, v).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.gelu = nn.GELU(approximate='tanh')
+        self.c_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class NanoBlock(nn.Module):
+    """nanoGPT's Block: ln_1, attn (c_attn/c_proj), ln_2, mlp (c_fc, tanh GELU, c_proj); causal"""
+
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = MLP(n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class NanoBlockNormedStream(NanoBlock):
+    def forward(self, x):
+        x = self.ln_1(x)
+        x = x + self.attn(x)
+        x = x + self.mlp(self.ln_2(x))
+        return x
