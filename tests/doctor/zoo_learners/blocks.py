@@ -154,3 +154,16 @@ class TorchMHABlock(nn.Module):
         a = self.proj(self.mha(x, x, x, need_weights=False)[0])
         x = self.norm1(x + a)
         return self.norm2(x + self.ff(x))
+
+
+class NormInsideAttentionNoResidual(NormInsideAttention):
+    def forward(self, x):
+        x = self.attention(x)  # the residual around attention is gone
+        return x + self.fc2(F.relu(self.fc1(self.ln_ff(x))))
+
+
+class TorchMHABlockSharedNorm(TorchMHABlock):
+    def forward(self, x):
+        a = self.proj(self.mha(x, x, x, need_weights=False)[0])
+        x = self.norm1(x + a)
+        return self.norm1(x + self.ff(x))

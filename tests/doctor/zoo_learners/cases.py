@@ -201,6 +201,8 @@ CASES = [
     Case("blocks.py:CompleteSublayersScaledByDModel", "scale_by_d_model",
          point="scale=1 / math.sqrt(d_model))\n\n\nclass AttentionWithNorm", style="complete sub-layers"),
     Case("blocks.py:NormInsideAttention", "ok", style="the norm inside the attention module"),
+    Case("blocks.py:NormInsideAttentionNoResidual", "no_residual", point="x = self.attention(x)  #",
+         style="the norm inside the attention module", also=("sub_layer:attn",)),
     Case("blocks.py:PreNormBlock", "ok", style="pre-norm, GELU"),
     Case("blocks.py:QueryOnlyPreNorm", "norm_on_query_only", point="x = x + self.attn(self.ln1(x), x, x)",
          style="pre-norm applied to the query only"),
@@ -210,6 +212,8 @@ CASES = [
          point="self.attn = MHA(d_model, n_heads, scale=1 / math.sqrt(d_model))",
          style="an extra activation beside a known pitfall"),
     Case("blocks.py:TorchMHABlock", "ok", style="post-norm around nn.MultiheadAttention + an extra Linear"),
+    Case("blocks.py:TorchMHABlockSharedNorm", "shared_layernorm", point="return self.norm1(x + self.ff(x))",
+         style="nn.MultiheadAttention + an extra Linear"),
 ]
 
 
@@ -235,5 +239,6 @@ assert set(RUNS) <= {c.id for c in CASES}
 # for one norm module called twice through a wrapper); the verdict is right, the line is not asserted.
 LINE_GAPS = {"hub.TransformerNoFFResidual", "annotated.encoder_layer_no_residual",
              "annotated.encoder_layer_one_sublayer", "d2l.encoder_block_forgot_x", "zh_tutorial.AttnNoResidual",
-             "blocks.CompleteSublayersFFNNoResidual", "research.LocalWindowEncoder"}
+             "blocks.CompleteSublayersFFNNoResidual", "blocks.NormInsideAttentionNoResidual",
+             "research.LocalWindowEncoder"}
 assert LINE_GAPS <= {c.id for c in CASES}
