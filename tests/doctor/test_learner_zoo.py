@@ -4,6 +4,7 @@ correct module passes without an error, every buggy one gets its pitfall named, 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -166,3 +167,16 @@ def test_os_exit_in_forward_is_caught_by_the_child_process(capsys):
     assert main(["check", target]) == 2
     out = capsys.readouterr()
     assert out.out == "" and "the module ended the process itself (os._exit(0) or a signal)" in out.err
+
+
+def test_seq_first_option_skips_the_detection(capsys):
+    from anatomy.cli.main import main
+
+    target = str(Path(__file__).parent / "zoo_learners" / "contract.py:SeqFirst")
+    assert main(["check", target, "--seq-first", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["found"]["seq_first"] is True and report["diagnosis"]["status"] == "matches"
+    assert not any("sequence-first" in n["en"] for n in report["found"]["call_notes"])  # told, not detected
+    detected = check(target)
+    assert detected.found["seq_first"] is True
+    assert any("sequence-first" in n["en"] for n in detected.found["call_notes"])
