@@ -116,10 +116,21 @@ def found_lines(r, lang: str) -> list[tuple[str, str]]:
         rows.append((_t(lang, "reference", "参考"),
                      _t(lang, f"reproduced by two bug-zoo faults together, {a} and {b} (below); no single one does",
                         f"同时打开 bug zoo 中的 {a} 和 {b} 后完全吻合（见下），单个错误都不行")))
-    elif st in ("fault", "ambiguous"):
+    elif st in ("fault", "ambiguous") and d.get("unexplained"):
+        runs = {"plain": ("plain", "不加 mask 的"), "padding": ("padding-mask", "加 padding mask 的"),
+                "causal_mask": ("causal-mask", "加因果 mask 的")}
+        rest = _t(lang, ", ", "、").join(runs.get(k, (k, k))[1 if lang == "zh" else 0]
+                                         for k in d["unexplained"]["scenarios"])
         rows.append((_t(lang, "reference", "参考"),
-                     _t(lang, f"reproduced by the bug-zoo fault {d.get('fault')} (below)",
-                        f"与 bug zoo 中的 {d.get('fault')} 完全吻合（见下）")))
+                     _t(lang, f"reproduced by the bug-zoo fault {d.get('fault')} (below) except on the {rest} run, "
+                              "where something else differs too",
+                        f"除{rest}运行外与 bug zoo 中的 {d.get('fault')} 吻合（见下），那里还有别的不同")))
+    elif st in ("fault", "ambiguous"):
+        where = {"attn": _t(lang, " in the attention sub-layer", "（注意力子层）"),
+                 "ffn": _t(lang, " in the FFN sub-layer", "（FFN 子层）")}.get(d.get("sub_layer"), "")
+        rows.append((_t(lang, "reference", "参考"),
+                     _t(lang, f"reproduced by the bug-zoo fault {d.get('fault')}{where} (below)",
+                        f"与 bug zoo 中的 {d.get('fault')}{where}完全吻合（见下）")))
     elif st == "unexplained":
         fd = d.get("first_difference") or {}
         rows.append((_t(lang, "reference", "参考"),
