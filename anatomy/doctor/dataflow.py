@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from anatomy.doctor import observed as ob
-from anatomy.doctor.naming import Hypothesis
+from anatomy.doctor.naming import Hypothesis, Source
 from anatomy.doctor.recorder import RecordError, Recording, record, sizes_for
 from anatomy.doctor.subject import CallError, CheckError, Subject
 
@@ -46,7 +46,7 @@ def observe(subject: Subject, x: torch.Tensor, d: int, h: int) -> Observation:
         return Observation(error=f"the recorder could not follow the module ({type(err).__name__}: {err})")
     obs = Observation(rec)
     try:
-        obs.hyp = ob.hypothesis(rec, d, h)
+        obs.hyp = ob.hypothesis(rec, d, h) or without_projection(rec, d)
         obs.scale = ob.observed_scale(rec)
         obs.summary = ob.summary(rec)
     except Exception as err:  # noqa: BLE001
@@ -74,6 +74,32 @@ def record_masked(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None, 
         raise
     except Exception:  # noqa: BLE001 - a pointer is a courtesy
         return None
+
+
+def without_projection(rec: Recording, d: int) -> Hypothesis | None:
+    """A module with no output projection (the heads concatenated and returned, BERT's self-attention): the
+    reference's ``o_proj`` is the identity, its columns in the order the output holds the heads' v features."""
+    cores = ob.attention_cores(rec)
+    if not cores or ob.roles(rec)["o"] is not None or any(c.q_feat is None or c.k_feat is None or c.v_feat is None
+                                                         for c in cores):
+        return None
+    meta = rec.meta_of(rec.output) if isinstance(rec.output, torch.Tensor) else None
+    q, k, v = (torch.cat([getattr(c, f"{r}_feat") for c in cores]).reshape(-1) for r in "qkv")
+    if meta is None or meta.feat is None or meta.feat.shape[-1] != d or not (q.numel() == k.numel() == v.numel() == d):
+        return None
+    cols = ob._columns(meta.feat, v)
+    if cols is None or len(set(cols.tolist())) != d:
+        return None
+    src = {}
+    for key, feats in (("q_proj", q), ("k_proj", k), ("v_proj", v)):
+        w, b = ob._rows_source(rec, feats, key.split("_")[0])
+        src[f"{key}.weight"] = w
+        if b is not None:
+            src[f"{key}.bias"] = b
+    eye = torch.eye(d, dtype=torch.float64)[:, cols]
+    src["o_proj.weight"] = Source("(no output projection)", "identity: the heads are returned as they are",
+                                  lambda params, eye=eye: eye)
+    return Hypothesis("observed dataflow (no output projection: o_proj is the identity)", src, {})
 
 
 def scope_of(hyp: Hypothesis, module_paths: set[str]) -> str:

@@ -1,7 +1,7 @@
 """The learner zoo's table: each module, what the doctor must say about it, and the line it must point at.
 
 ``expect``: ``"ok"`` (a correct module: no error, and the diagnosis "matches" unless ``also`` says
-``status:...``: a module without an output projection cannot be compared), a
+``status:...``: a module the recorder cannot follow cannot be compared), a
 bug-zoo fault name (it must be among the report's faults), ``"error:PROBE"`` (an error from that probe, no zoo
 fault for it), or ``"refused"`` (a :class:`CheckError` whose message contains ``refusal``). ``point``: a piece of
 the line the pitfall sits on (the case's own file), resolved to its line number by :func:`line_of`.
@@ -77,7 +77,7 @@ CASES = [
     Case(F("karpathy.py", "heads_see_next"), "causal_off_by_one", {"factory": "heads_see_next", "causal": True},
          "diagonal=1", "per-head ModuleList, tril buffer"),
     Case(F("karpathy.py", "heads_no_projection"), "ok", {"factory": "heads_no_projection"},
-         style="per-head ModuleList, no output projection", also=("status:unavailable",)),
+         style="per-head ModuleList, no output projection (o_proj read as the identity)"),
     Case(F("karpathy.py", "heads_no_projection_scaled_by_c"), "scale_by_d_model",
          {"factory": "heads_no_projection_scaled_by_c"}, "wei = q @ k.transpose(-2, -1) * C**-0.5",
          "no output projection, C**-0.5: named from the recorded scale alone"),
@@ -155,8 +155,10 @@ CASES = [
     Case("research.py:LocalWindowEncoder", "error:token_order", point='band = ((i[:, None] - i[None, :]).abs() <= 1)',
          style="local mixing is not called causal (and is not the post's attention)", also=("not_causal",)),
     # --- library code learners copy (hub.py) --------------------------------------------------------------------
-    Case("hub.py:BertSelfAttention", "ok", style="BERT self-attention without an output projection, (ctx,) tuple",
-         also=("status:unavailable",)),
+    Case("hub.py:BertSelfAttention", "ok", style="BERT self-attention without an output projection, (ctx,) tuple"),
+    Case("hub.py:BertSelfAttentionNoPermute", "merge_wrong_transpose",
+         point="return (context_layer.contiguous().view(b, t, self.all_head_size),)",
+         style="no output projection; heads merged without permute"),
     Case("hub.py:BertLayer", "ok", style="BERT layer: LayerNorm eps 1e-12 inside each sub-layer's output module"),
     Case("hub.py:GPT2Attention", "ok", style="GPT-2 Conv1D (weights (in, out)), causal by torch.where"),
     Case("hub.py:GPT2AttentionScaledByEmbed", "scale_by_d_model", point="self.embed_dim ** 0.5)",

@@ -246,3 +246,18 @@ def torch_encoder_layer_pre(d_model, n_heads):
 
 def torch_encoder_layer_seq_first(d_model, n_heads):
     return nn.TransformerEncoderLayer(d_model, n_heads, dim_feedforward=4 * d_model, dropout=0.0)
+
+
+class BertSelfAttentionNoPermute(BertSelfAttention):
+    """the context is viewed back to (B, T, D) straight from (B, H, T, Dh)"""
+
+    def forward(self, hidden_states, attention_mask=None):
+        query_layer = self.transpose_for_scores(self.query(hidden_states))
+        key_layer = self.transpose_for_scores(self.key(hidden_states))
+        value_layer = self.transpose_for_scores(self.value(hidden_states))
+        attention_scores = torch.matmul(query_layer, key_layer.transpose(-1, -2)) / math.sqrt(self.attention_head_size)
+        if attention_mask is not None:
+            attention_scores = attention_scores + attention_mask
+        context_layer = torch.matmul(nn.functional.softmax(attention_scores, dim=-1), value_layer)
+        b, _, t, _ = context_layer.shape
+        return (context_layer.contiguous().view(b, t, self.all_head_size),)
