@@ -1,0 +1,185 @@
+"""Research-repository styles: a fused `to_qkv` with `to_out = nn.Sequential(Linear, Dropout)` and einsum,
+bare nn.Parameter q/k/v next to a Linear output projection, nn.MultiheadAttention with one more Linear after it,
+a GPT-2 style fused `c_attn` / `c_proj` decoder with a `bias` buffer. Built as CLASS(d_model, n_heads).
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import einsum, nn
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads=8, dim_head=None, dropout=0.0, scale=None):
+        super().__init__()
+        dim_head = dim_head or dim // heads
+        inner_dim = dim_head * heads
+        self.heads = heads
+        self.scale = dim_head ** -0.5 if scale is None else scale
+        self.to_qkv = nn.Linear(dim, inner_dim * 3, bias=False)
+        self.to_out = nn.Sequential(nn.Linear(inner_dim, dim), nn.Dropout(dropout))
+
+    def forward(self, x, mask=None):
+        b, n, _ = x.shape
+        h = self.heads
+        q, k, v = self.to_qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.reshape(b, n, h, -1).transpose(1, 2) for t in (q, k, v))  # b h n d
+        sim = einsum('b h i d, b h j d -> b h i j', q, k) * self.scale
+        if mask is not None:
+            mask = mask[:, None, None, :]  # b j -> b 1 1 j
+            sim = sim.masked_fill(~mask, -torch.finfo(sim.dtype).max)
+        attn = sim.softmax(dim=-1)
+        out = einsum('b h i j, b h j d -> b h i d', attn, v)
+        out = out.transpose(1, 2).reshape(b, n, -1)  # b n (h d)
+        return self.to_out(out)
+
+
+class AttentionScaledByDim(Attention):
+    def __init__(self, dim, heads=8):
+        super().__init__(dim, heads, scale=dim ** -0.5)
+
+
+class EinsumQKV(nn.Module):
+    """q/k/v are bare (D, H, Dh) Parameters used with einsum; the output projection is an nn.Linear"""
+
+    def __init__(self, d_model, n_heads, scale_by_d_model=False):
+        super().__init__()
+        d_head = d_model // n_heads
+        self.W_Q = nn.Parameter(torch.randn(d_model, n_heads, d_head) / math.sqrt(d_model))
+        self.W_K = nn.Parameter(torch.randn(d_model, n_heads, d_head) / math.sqrt(d_model))
+        self.W_V = nn.Parameter(torch.randn(d_model, n_heads, d_head) / math.sqrt(d_model))
+        self.out = nn.Linear(d_model, d_model)
+        self.scale = 1 / math.sqrt(d_model if scale_by_d_model else d_head)
+
+    def forward(self, x):
+        q = torch.einsum('btd,dhe->bhte', x, self.W_Q)
+        k = torch.einsum('btd,dhe->bhte', x, self.W_K)
+        v = torch.einsum('btd,dhe->bhte', x, self.W_V)
+        scores = torch.einsum('bhte,bhse->bhts', q, k) * self.scale
+        w = scores.softmax(-1)
+        z = torch.einsum('bhts,bhse->bthe', w, v)
+        return self.out(z.flatten(2))
+
+
+class EinsumQKVScaledByDModel(EinsumQKV):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads, scale_by_d_model=True)
+
+
+class TorchMHAThenLinear(nn.Module):
+    """nn.MultiheadAttention and one more Linear after it"""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(d_model, n_heads, batch_first=True)
+        self.proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x, key_padding_mask=None):
+        out, _ = self.mha(x, x, x, key_padding_mask=key_padding_mask, need_weights=False)
+        return self.proj(out)
+
+
+class CausalSelfAttention(nn.Module):
+    """GPT-2 style: fused c_attn, c_proj, a lower-triangular `bias` buffer"""
+
+    def __init__(self, n_embd, n_head, block_size=32, offset=0):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.c_proj = nn.Linear(n_embd, n_embd)
+        self.n_head, self.n_embd = n_head, n_embd
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size), diagonal=offset)
+                             .view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        att = F.softmax(att, dim=-1)
+        y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class LocalWindowEncoder(CausalSelfAttention):
+    """an encoder whose attention sees only the neighbours i-1, i, i+1 (not causal, not the post's attention)"""
+
+    def __init__(self, n_embd, n_head, block_size=32):
+        super().__init__(n_embd, n_head, block_size)
+        i = torch.arange(block_size)
+        band = ((i[:, None] - i[None, :]).abs() <= 1).float()
+        self.register_buffer("bias", band.view(1, 1, block_size, block_size))
+
+
+class EinsumBTHD(nn.Module):
+    """heads kept as (B, T, H, Dh): no transpose at all, the einsum names the axes ('bqhd,bkhd->bhqk')"""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.wq, self.wk, self.wv = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.wo = nn.Linear(d_model, d_model)
+
+    def forward(self, x, context=None, mask=None):
+        context = x if context is None else context
+        b, t, d = x.shape
+        q = self.wq(x).view(b, t, self.h, -1)
+        k = self.wk(context).view(b, context.shape[1], self.h, -1)
+        v = self.wv(context).view(b, context.shape[1], self.h, -1)
+        scores = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask[:, None, None, :] == 0, float('-inf'))
+        attn = scores.softmax(-1)
+        return self.wo(torch.einsum('bhqk,bkhd->bqhd', attn, v).reshape(b, t, d))
+
+
+class EinsumBTHDMaskOnQueries(EinsumBTHD):
+    def forward(self, x, context=None, mask=None):
+        b, t, d = x.shape
+        q = self.wq(x).view(b, t, self.h, -1)
+        k = self.wk(x).view(b, t, self.h, -1)
+        v = self.wv(x).view(b, t, self.h, -1)
+        scores = torch.einsum('bqhd,bkhd->bhqk', q, k) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask[:, None, :, None] == 0, float('-inf'))
+        attn = scores.softmax(-1)
+        return self.wo(torch.einsum('bhqk,bkhd->bqhd', attn, v).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, n_embd):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.gelu = nn.GELU(approximate='tanh')
+        self.c_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class NanoBlock(nn.Module):
+    """nanoGPT's Block: ln_1, attn (c_attn/c_proj), ln_2, mlp (c_fc, tanh GELU, c_proj); causal"""
+
+    def __init__(self, n_embd, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.attn = CausalSelfAttention(n_embd, n_head)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.mlp = MLP(n_embd)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class NanoBlockNormedStream(NanoBlock):
+    def forward(self, x):
+        x = self.ln_1(x)
+        x = x + self.attn(x)
+        x = x + self.mlp(self.ln_2(x))
+        return x
