@@ -1,4 +1,10 @@
-"""``anatomy trace``: print the shape of every step of a real forward pass (the post's §5.1 table)."""
+"""``anatomy trace``: print the shape of every step of a real forward pass (the post's §5.1 table).
+
+``anatomy trace [--preset NAME | --checkpoint DIR]`` traces our models; ``anatomy trace FILE.py:CLASS`` (or
+``--factory FUNC``) traces the learner's own module, one row per recorded step with its line of code
+(``anatomy.doctor.learner_trace``). Exit codes: 0 the table was printed, 1 the learner's flow leaves the post's
+(the first such step is marked), 2 bad usage or a module that could not be loaded, built, run or followed.
+"""
 
 from __future__ import annotations
 
@@ -20,11 +26,17 @@ SIZE_FLAGS = {  # flag → config field
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", nargs="?", metavar="FILE.py:CLASS",
+                   help="trace your own module instead: built as CLASS(d_model, n_heads), called as forward(x)")
+    p.add_argument("--factory", metavar="FUNC", help="with FILE.py: build with FUNC(d_model, n_heads) instead")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="with FILE.py: time limit for importing, building and the forward (default 60; 0: none)")
+    p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the table (your module)")
     p.add_argument("--preset", default=None, help=f"model preset ({', '.join(PRESETS)}); default seed-block")
     p.add_argument("--checkpoint", default=None, metavar="DIR",
                    help="trace a saved model (config.json + model.safetensors, ours or a supported HF directory)")
     p.add_argument("--batch", type=int, default=2, help="batch size B (default 2)")
-    p.add_argument("--seq", type=int, default=10, help="sequence length T (default 10)")
+    p.add_argument("--seq", type=int, default=None, help="sequence length T (default 10; your module: 7)")
     p.add_argument("--tgt-seq", type=int, default=None, help="decoder length for seq2seq models (default --seq)")
     p.add_argument("--d-model", type=int)
     p.add_argument("--heads", type=int)
@@ -42,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.target is not None or args.factory is not None:
+        return run_learner(args)
+    if args.seq is None:
+        args.seq = 10
     for name in ("batch", "seq"):
         if getattr(args, name) <= 0:
             raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
@@ -75,3 +91,40 @@ def run(args: argparse.Namespace) -> int:
         print("\nlegend: " + ", ".join(f"{k} {v}" for k, v in LEGEND.items()))
         print("Scores and weights come from the math kernel: asking for them switches kernel 'auto' off SDPA.")
     return 0
+
+
+LEARNER_FLAGS = ("d_model", "heads", "batch", "seq")  # the only size options that apply to a learner's module
+
+
+def run_learner(args: argparse.Namespace) -> int:
+    """``anatomy trace FILE.py:CLASS``: the learner's own module (docs/seeing.md, docs/doctor.md)."""
+    import sys
+
+    from anatomy.cli.check import _overdue
+    from anatomy.doctor import CheckError, CheckTimeout
+    from anatomy.doctor.learner_trace import trace_learner
+    from anatomy.doctor.limits import Watchdog
+
+    if args.target is None:
+        raise ValueError("--factory FUNC needs FILE.py (anatomy trace FILE.py --factory FUNC)")
+    if args.preset is not None or args.checkpoint is not None:
+        raise ValueError("give FILE.py:CLASS or --preset/--checkpoint, not both")
+    others = [flag for flag in SIZE_FLAGS if flag not in LEARNER_FLAGS and getattr(args, flag) is not None]
+    if others or args.tgt_seq is not None:
+        bad = "--" + (others[0] if others else "tgt_seq").replace("_", "-")
+        raise ValueError(f"{bad} applies to --preset models; your module takes --d-model, --heads, --batch, --seq")
+    if args.timeout < 0:
+        raise ValueError(f"--timeout must be a number of seconds >= 0, got {args.timeout:g}")
+    target = args.target if args.factory is None or ":" in args.target else f"{args.target}:{args.factory}"
+    try:
+        with Watchdog(_overdue(args.lang)):
+            trace = trace_learner(target, factory=args.factory, d_model=args.d_model or 12, n_heads=args.heads or 3,
+                                  batch=args.batch, seq=args.seq or 7, timeout=args.timeout)
+    except CheckTimeout as err:
+        print(f"anatomy trace: error: {err.zh if args.lang == 'zh' else err.en}", file=sys.stderr)
+        return 2
+    except CheckError as err:
+        print(f"anatomy trace: error: {err}", file=sys.stderr)
+        return 2
+    print(trace.render(args.format, lang=args.lang))
+    return 1 if trace.deviation is not None else 0

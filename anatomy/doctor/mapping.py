@@ -16,6 +16,13 @@ head ``i`` uses ``i mod Hkv``) wrote the same model with its query heads in anot
 second hypothesis, with the query rows (and the output projection's columns) regrouped.
 
 Names and the hypothesis record live in ``naming.py``; norms (QK-norm, the block's norms) in ``norms.py``.
+
+**From the dataflow.** Names are a shortcut; the recorded forward (``recorder.py``, ``observed.py``) is the ground
+truth: q is what feeds the rows of the scores, k their columns, v what the softmax weights multiply, o the first
+projection of the weighted sum, whatever the names and containers. :func:`with_observed` puts the two together:
+a name reading the dataflow confirms comes first, and when none does (a ``ModuleList`` of heads, ``key`` used as
+the query, einsum over bare Parameters) the reading from the dataflow joins the hypotheses, first. ``--map``
+still overrides both (:func:`apply_user_map`).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import re
 import torch
 from torch import nn
 
+from anatomy.doctor.mapping_observed import agrees, from_dataflow, with_observed  # noqa: F401 - re-exported
 from anatomy.doctor.naming import (  # noqa: F401 - re-exported: the doctor's modules read them from here
     ATTN_KEYS,
     Hypothesis,

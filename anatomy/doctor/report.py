@@ -94,6 +94,7 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     fault: str | None = None  # a bug-zoo name when the probe identifies the fault itself
     explained_by: str | None = None  # a symptom of the fault the diagnosis named
+    where: list = field(default_factory=list)  # the learner's lines behind it (pointers.py): {line, source, en, zh}
 
     def __post_init__(self):
         if self.severity not in SEVERITIES:
@@ -105,7 +106,7 @@ class Finding:
     def to_dict(self) -> dict:
         return {"probe": self.probe, "severity": self.severity, "fault": self.fault,
                 "explained_by": self.explained_by, "message": {"en": self.en, "zh": self.zh},
-                "evidence": {k: _jsonable(v) for k, v in self.evidence.items()}}
+                "evidence": {k: _jsonable(v) for k, v in self.evidence.items()}, "where": self.where}
 
 
 def _jsonable(v):
@@ -343,6 +344,7 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
         pad = key + " " * max(1, 10 - display_width(key))
         out += wrap(text, width, first="  " + pad, rest=" " * 12)
     for fault, fs in r.groups():
+        shown: set = set()
         out.append("")
         sev = "error" if any(f.severity == "error" for f in fs) else "warning"
         mark = ("✗ " + _t(lang, "error", "错误")) if sev == "error" else ("! " + _t(lang, "warning", "警告"))
@@ -363,6 +365,10 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
             title = PROBE_TITLES.get(f.probe, (f.probe, f.probe))[1 if lang == "zh" else 0]
             out += wrap(title + _t(lang, ": ", "：") + f.text(lang) if fault else f.text(lang), width,
                         first="    - ", rest="      ")
+            for w in f.where:  # the learner's line, from the recorded forward (once per group)
+                if (w["line"], w["en"]) not in shown:
+                    shown.add((w["line"], w["en"]))
+                    out += wrap(w["zh" if lang == "zh" else "en"], width, first="      → ", rest="        ")
     out.append("")
     passed = _t(lang, ", ", "、").join(PROBE_TITLES.get(p, (p, p))[1 if lang == "zh" else 0] for p in r.passed) or "-"
     out += wrap(passed, width, first=_t(lang, "passed   ", "通过     "), rest=" " * 9)

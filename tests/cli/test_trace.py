@@ -80,3 +80,47 @@ def test_trace_shows_qk_norm_and_wide_heads(capsys):
                                                       ("(B=2, Hkv=2, S=10, Dh=16)", 16)]
     q_proj = next(r for r in rows if r["operation"] == "linear projection Q")
     assert q_proj["dims"] == "(B=2, T=10, H*Dh=64)"
+
+
+LEARNERS = __import__("pathlib").Path(__file__).parents[1] / "doctor" / "zoo_learners"
+
+
+def test_trace_a_learners_module_prints_its_lines(capsys):
+    assert main(["trace", f"{LEARNERS / 'trace_heads_loop.py'}:MultiHeadAttention"]) == 0
+    out = capsys.readouterr().out
+    assert "wei = F.softmax(wei, dim=-1)" in out and "(B, T, S) = (2, 7, 7)" in out
+    assert "no step leaves it" in out
+
+
+def test_trace_marks_the_first_step_that_leaves_the_post(capsys):
+    target = f"{LEARNERS / 'trace_split_no_transpose.py'}:MultiHeadAttention"
+    assert main(["trace", target]) == 1
+    out = capsys.readouterr().out
+    marked = [line for line in out.splitlines() if line.rstrip().endswith("<<")]
+    assert len(marked) == 1 and "torch.matmul(q, k.transpose(-2, -1))" in marked[0] and "(B, T, H, H)" in marked[0]
+    assert main(["trace", target, "--lang", "zh"]) == 1
+    assert "博文的做法" in capsys.readouterr().out
+    assert main(["trace", target, "--format", "json", "--d-model", "20", "--heads", "4", "--seq", "5"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["deviation"]["dims"] == "(B, T, H, H)" and doc["sizes"]["D"] == 20
+    assert main(["trace", target, "--format", "markdown"]) == 1
+    assert capsys.readouterr().out.startswith("**anatomy trace")
+
+
+def test_trace_a_factory(tmp_path, capsys):
+    src = tmp_path / "fac.py"
+    src.write_text("import torch.nn as nn\n\ndef make(d, h):\n    return nn.Sequential(nn.Linear(d, d), nn.ReLU())\n")
+    assert main(["trace", str(src), "--factory", "make", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [r["op"] for r in rows] == ["linear", "relu"]
+
+
+def test_trace_learner_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    for argv, expect in ((["trace", str(tmp_path / "no.py") + ":A"], "no such file"),
+                         (["trace", f"{LEARNERS / 'trace_block.py'}:Nope"], "it defines: Block"),
+                         (["trace", f"{LEARNERS / 'trace_block.py'}:Block", "--preset", "bert"], "not both"),
+                         (["trace", f"{LEARNERS / 'trace_block.py'}:Block", "--layers", "2"], "--layers applies"),
+                         (["trace", "--factory", "make"], "needs FILE.py")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and expect in err[0], err

@@ -347,7 +347,7 @@ def test_json_schema_is_stable():
                                        "causal_flag", "tolerance"}
     assert set(report["found"]) >= {"call", "returns", "weights_shape", "mask", "causal", "mapping"}
     for f in report["findings"]:
-        assert list(f) == ["probe", "severity", "fault", "explained_by", "message", "evidence"]
+        assert list(f) == ["probe", "severity", "fault", "explained_by", "message", "evidence", "where"]
         assert set(f["message"]) == {"en", "zh"}
     assert list(report["diagnosis"]) == ["status", "reason", "fault", "also", "mapping", "variant",
                                          "max_abs_diff_vs_reference", "max_abs_diff_vs_faulty_reference",

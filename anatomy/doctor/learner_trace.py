@@ -1,0 +1,296 @@
+"""``anatomy trace FILE.py:CLASS``: the post's §5.1 table for the learner's own code, one row per recorded step.
+
+    from anatomy.doctor.learner_trace import trace_learner
+    t = trace_learner("my_attention.py:MultiHeadAttention")      # built as CLASS(d_model=12, n_heads=3)
+    for row in t.rows: print(row.line, row.source, row.dims)     # 21 q = self.W_q(x).view(...) (B, T, H, Dh)
+    t.deviation                                                  # the first step that leaves the post's flow
+    print(t.render("table", lang="zh"))
+
+The module is run once on ``x: (B, T, D)`` with sizes that are all different (B=2, T=7, H=3, Dh=4, D=12 by
+default), so every axis can be named by the legend's letters; the recorder (``recorder.py``) gives each step
+with the learner's file and line. Each row is labelled with the post's step it belongs to (projection, split,
+scores, softmax, weighted sum, merge, output projection, residual, norm, FFN) when the dataflow shows it, and the
+first step where the flow leaves the post's is marked, with what the post expected there (``observed.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from anatomy.doctor import observed as ob
+from anatomy.doctor import recorder as r
+from anatomy.doctor.limits import Hung, guard
+from anatomy.doctor.recorder_dims import letters
+from anatomy.doctor.subject import CheckError, CheckTimeout, Subject, _quiet, build, randomize
+from anatomy.inspection.trace import KINDS
+from anatomy.shapes import LEGEND
+
+SCHEMA = "anatomy.trace.learner/1"
+NORM_OPS = {"layer_norm", "rms_norm", "group_norm", "batch_norm"}
+ACT_OPS = {"relu", "gelu", "silu", "tanh", "sigmoid", "elu", "leaky_relu", "mish", "softplus"}
+EXTRA_KINDS = {  # kinds the post's table does not have a row for
+    "scale": ("scale the scores", "缩放分数"),
+    "mask": ("mask the scores", "对分数加 mask"),
+    "act": ("activation", "激活函数"),
+    "fused": ("fused attention (one call)", "融合的注意力（一次调用）"),
+}
+
+
+@dataclass
+class Row:
+    step: int
+    line: int
+    source: str
+    op: str
+    kind: str  # the post's step ("proj", "split", "scores", ...) or ""
+    role: str  # "q", "k", "v", "o", "" (projections)
+    shape: list[int]
+    dims: str
+    params: list[str] = field(default_factory=list)
+    module: str = ""
+    deviation: str = ""  # "first" on the first step that leaves the post's flow, "also" on later ones
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LearnerTrace:
+    target: str
+    file: str
+    sizes: dict
+    call: str
+    rows: list[Row]
+    deviations: list[dict]
+    unfollowed: list[str]
+    notes: list[tuple[str, str]]  # (en, zh): what the reader should know (ambiguous sizes, a fused call)
+    recording: r.Recording = field(repr=False)
+
+    @property
+    def deviation(self) -> dict | None:
+        return self.deviations[0] if self.deviations else None
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "target": self.target, "file": self.file, "sizes": self.sizes, "call": self.call,
+                "rows": [row.to_dict() for row in self.rows], "deviation": self.deviation,
+                "deviations": self.deviations, "unfollowed": self.unfollowed,
+                "notes": [{"en": en, "zh": zh} for en, zh in self.notes]}
+
+    def render(self, fmt: str = "table", lang: str = "en") -> str:
+        from anatomy.doctor.learner_trace_text import render
+
+        if fmt == "json":
+            return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+        return render(self, fmt, lang)
+
+
+def trace_learner(target, *, factory: str | None = None, d_model: int = 12, n_heads: int = 3, batch: int = 2,
+                  seq: int = 7, seed: int = 0, timeout: float | None = 60.0) -> LearnerTrace:
+    """Build ``target`` (``FILE.py:CLASS``, a class, a factory or a module) as the doctor does, run it once under
+    the recorder and return the table. Raises :class:`CheckError` (one line) when it cannot be loaded, built, run
+    or followed; :class:`CheckTimeout` past ``timeout`` seconds."""
+    for name, v in (("d_model", d_model), ("n_heads", n_heads), ("batch", batch), ("seq", seq)):
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise CheckError(f"{name} must be a positive integer, got {v!r}")
+    if d_model % n_heads:
+        raise CheckError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return _trace(target, factory, d_model, n_heads, batch, seq, seed, timeout or None)
+    except Hung as hung:
+        raise CheckTimeout.from_hung(hung) from None
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
+    module, label = build(target, factory, d, h, seed, timeout)
+    randomize(module, d, seed)
+    subject = Subject.inspect(module, label)
+    x = torch.randn(b, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    sizes = r.sizes_for(d, h, b, t)
+    args = [x, x, x] if subject.qkv else [x]
+    call = "forward(x, x, x)" if subject.qkv else "forward(x)"
+    if subject.mask_required:
+        raise CheckError(f"{label}: forward needs a mask ({subject.call}); the trace calls {call} only")
+
+    def describe() -> tuple[str, str]:
+        return (f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
+                f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）")
+
+    try:
+        with _quiet(), guard(timeout, describe):
+            rec = r.record(module, *args, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args))
+    except Hung as hung:
+        raise CheckTimeout.from_hung(hung) from None
+    except r.RecordError as err:
+        raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)}: {err}") from None
+    file = _learner_file(rec)
+    steps = [s for s in rec.data_steps() if not file or s.file == file or s.file.startswith(os.path.dirname(file))]
+    if not steps:
+        raise CheckError(f"{label}: the recorder saw no tensor operation on x: the forward does not compute with "
+                         "torch on its input (numpy, .tolist() or .item() hide it), so there is nothing to trace; "
+                         "`anatomy check --map` can still compare its weights")
+    devs = ob.deviations(rec) + _output_deviation(rec, steps, tuple(x.shape))
+    rows = _rows(rec, steps, devs)
+    notes = _notes(rec, sizes)
+    return LearnerTrace(label, file, sizes, call, rows, devs, rec.unfollowed, notes, rec)
+
+
+def _output_deviation(rec: r.Recording, steps: list[r.Step], shape: tuple) -> list[dict]:
+    """The output must keep the input's shape (B, T, D): every sub-layer of the post's block does."""
+    out = rec.output[0] if isinstance(rec.output, (tuple, list)) and rec.output else rec.output
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) == shape:
+        return []
+    m = rec.meta_of(out)
+    last = rec.steps[m.producer] if m is not None and m.producer >= 0 else steps[-1]
+    dims = letters(m.dims) if m is not None else str(tuple(out.shape))
+    return [{"step": last.index, "kind": "output", "line": last.line, "file": last.file, "source": last.source,
+             "op": last.op, "dims": dims, "seen": f"the output is {dims} = {tuple(out.shape)}",
+             "seen_zh": f"输出是 {dims} = {tuple(out.shape)}",
+             "expected": "the output keeps the input's shape (B, T, D)", "expected_zh": "输出保持输入的形状 (B, T, D)"}]
+
+
+def _learner_file(rec: r.Recording) -> str:
+    """The file most steps come from (the learner's)."""
+    files = [s.file for s in rec.data_steps() if s.file]
+    return max(set(files), key=files.count) if files else ""
+
+
+def _rows(rec: r.Recording, steps: list[r.Step], devs: list[dict]) -> list[Row]:
+    kinds = label_steps(rec)
+    first = devs[0]["step"] if devs else None
+    also = {d["step"] for d in devs[1:]}
+    rows = []
+    for s in steps:
+        kind, role = kinds.get(s.index, ("", ""))
+        out = s.outputs[0]
+        rows.append(Row(s.index, s.line, s.source, s.op, kind, role, list(out.shape), letters(out.dims),
+                        s.params, s.module, "first" if s.index == first else "also" if s.index in also else ""))
+    return rows
+
+
+def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
+    """step index → (the post's step, role) from the dataflow: projections by what they feed, the views between a
+    projection and the scores (split), the scores, their scale and mask, softmax, weighted sum, merge, residual
+    adds, norms and the FFN."""
+    out: dict[int, tuple[str, str]] = {}
+    roles = ob.roles(rec)
+    cores = ob.attention_cores(rec)
+    for role in ("q", "k", "v"):
+        for p in roles[role]:
+            before = out.get(p.step, ("", ""))[1]
+            out[p.step] = ("proj", f"{before}|{role}" if before else role)  # a fused projection: q|k|v
+    if roles["o"] is not None:
+        out[roles["o"].step] = ("out", "o")
+    first_scores = min((c.scores.index for c in cores if c.scores is not None), default=None)
+    for core in cores:
+        if core.scores is not None:
+            out[core.scores.index] = ("scores", "")
+            for s in core.chain:
+                out[s.index] = ("mask" if "fill" in s.op or s.op in ("where", "add", "add_", "__add__", "sub")
+                                else "scale", "")
+        out[core.softmax.index] = ("softmax" if core.softmax.op not in r.SDPA_OPS else "fused", "")
+        if core.weighted is not None:
+            out[core.weighted.index] = ("z", "")
+    proj_steps = {p.step for role in ("q", "k", "v") for p in roles[role]}
+    last_z = max((c.weighted.index if c.weighted else c.softmax.index for c in cores), default=None)
+    o_step = roles["o"].step if roles["o"] is not None else None
+    for s in rec.data_steps():
+        if s.index in out:
+            continue
+        shaping = s.op in r.SHAPE_OPS or s.op in ("contiguous",)
+        users = [u for u in rec.steps[s.index + 1:] if any(i.source == f"step {s.index}" for i in u.inputs)]
+        in_scores = users and all(out.get(u.index, ("",))[0] == "scores" and u.line == s.line for u in users)
+        if s.op in ("transpose", "T", "mT") and in_scores:
+            continue  # k.transpose(-2, -1) inside the scores' line: part of Q K^T
+        if shaping and first_scores is not None and s.index < first_scores and proj_steps and \
+                s.index > min(proj_steps):
+            out[s.index] = ("split", "")
+        elif shaping and last_z is not None and s.index > last_z and (o_step is None or s.index < o_step):
+            out[s.index] = ("merge", "")
+        elif s.op in NORM_OPS:
+            out[s.index] = ("norm", "")
+        elif s.op in ACT_OPS:
+            out[s.index] = ("act", "")
+        elif s.op in ("add", "__add__", "add_", "__iadd__", "__radd__") and last_z is not None and \
+                s.index > last_z and sum(1 for i in s.inputs if i.source != "const" and
+                                         not i.source.startswith("param")) == 2:
+            out[s.index] = ("add", "")
+    _hand_written_norms(rec, out)
+    after = [p for p in rec.projections if o_step is not None and p.step > o_step]
+    d = rec.sizes.get("D")
+    for p in after:  # the FFN: a widening projection, then the one back to D
+        if p.n_features != d:
+            out[p.step] = ("hidden", "")
+        elif p.n_in != d:
+            out[p.step] = ("ffn", "")
+    return out
+
+
+def _hand_written_norms(rec: r.Recording, out: dict) -> None:
+    """A norm written by hand (``a_2 * (x - mean) / (std + eps) + b_2`` in a class named ``LayerNorm``): the last
+    step of each call of a module whose class name says norm is the norm's output."""
+    steps = rec.data_steps()
+    for i, s in enumerate(steps):
+        name = rec.module_types.get(s.module, "")
+        if "norm" not in name.lower() or s.op in NORM_OPS:
+            continue
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        if nxt is None or nxt.module != s.module:
+            out[s.index] = ("norm", "")
+
+
+def kind_text(kind: str, role: str, lang: str) -> str:
+    if not kind:
+        return ""
+    if kind in KINDS:
+        en, zh, _ = KINDS[kind]
+        if kind == "proj" and role:
+            en, zh = f"linear projection {role.upper()}", f"线性投影 {role.upper()}"
+    else:
+        en, zh = EXTRA_KINDS[kind]
+    return zh if lang == "zh" else en
+
+
+def _notes(rec: r.Recording, sizes: dict) -> list[tuple[str, str]]:
+    notes = []
+    same = rec.names.ambiguous()
+    if same:
+        notes.append((f"sizes shared by several names ({', '.join(same)}): those axes are named by the data where "
+                      "it can tell them apart; choose --d-model/--heads/--batch/--seq that differ",
+                      f"有几个名字共用同一个大小（{', '.join(same)}）：这些轴尽量按数据来源命名；"
+                      "请选择彼此不同的 --d-model/--heads/--batch/--seq"))
+    fused = [s for s in rec.data_steps() if s.op == "multi_head_attention_forward"]
+    if fused:
+        notes.append((f"line {fused[0].line}: torch.nn.MultiheadAttention runs as one call, so its split, scores "
+                      "and softmax are not separate steps; `anatomy check` reads its weights by name "
+                      "(in_proj_weight, out_proj)", f"第 {fused[0].line} 行：torch.nn.MultiheadAttention 是"
+                      "一次调用，拆头、打分和 softmax 不会分成单独的步骤；`anatomy check` 会按名字读取它的权重"
+                      "（in_proj_weight、out_proj）"))
+    elif not ob.attention_cores(rec):
+        notes.append(("no softmax was recorded: this module has no attention the recorder could follow (computed "
+                      "outside torch, or not an attention module); `anatomy check --map` can still name its weights",
+                      "没有记录到 softmax：这个模块里没有记录器能跟踪的注意力（在 torch 之外计算，或者不是注意力"
+                      "模块）；`anatomy check --map` 仍可指定它的权重"))
+    if rec.unfollowed:
+        notes.append((f"{len(rec.unfollowed)} operation(s) could not be read: {rec.unfollowed[0]}",
+                      f"有 {len(rec.unfollowed)} 个操作无法读取：{rec.unfollowed[0]}"))
+    return notes
+
+
+LEGEND_ZH = {"B": "批大小", "T": "查询（目标）长度", "S": "键/值（源）长度", "D": "模型宽度 d_model", "H": "查询头数",
+             "Hkv": "键/值头数", "Dh": "每个头的宽度", "F": "前馈网络隐藏层宽度 d_ff", "V": "词表大小"}
+
+
+def legend_line(lang: str) -> str:
+    if lang == "zh":
+        return "图例：" + "，".join(f"{k} {v}" for k, v in LEGEND_ZH.items())
+    return "legend: " + ", ".join(f"{k} {v}" for k, v in LEGEND.items())

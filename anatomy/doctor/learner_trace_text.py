@@ -1,0 +1,60 @@
+"""The learner trace as a terminal table or GitHub markdown, in English or Chinese (``learner_trace.py``)."""
+
+from __future__ import annotations
+
+import os
+
+from anatomy.doctor.learner_trace import LearnerTrace, kind_text, legend_line
+
+MARK = "<<"
+SOURCE_WIDTH = 48
+
+
+def _t(lang: str, en: str, zh: str) -> str:
+    return zh if lang == "zh" else en
+
+
+def _short(text: str, width: int = SOURCE_WIDTH) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _shape(row) -> str:
+    return f"{row.dims} = ({', '.join(str(n) for n in row.shape)})"
+
+
+def render(trace: LearnerTrace, fmt: str, lang: str) -> str:
+    sizes = ", ".join(f"{k}={v}" for k, v in trace.sizes.items())
+    title = _t(lang, f"anatomy trace · {trace.target} · {trace.call} · {sizes}",
+               f"anatomy trace · {trace.target} · {trace.call} · {sizes}")
+    header = [_t(lang, "line", "行"), _t(lang, "your code", "你的代码"), "op", _t(lang, "post's step", "博文步骤"),
+              _t(lang, "shape", "形状"), ""]
+    body = [[str(row.line), _short(row.source), row.op, kind_text(row.kind, row.role, lang), _shape(row),
+             MARK if row.deviation == "first" else ("<" if row.deviation else "")] for row in trace.rows]
+    if fmt == "markdown":
+        out = [f"**{title}**", "", "| " + " | ".join(h or " " for h in header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") or " " for c in row) + " |" for row in body]
+    else:
+        widths = [max(len(h), *(len(row[i]) for row in body)) for i, h in enumerate(header)]
+        line = "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()
+        out = [title, line, "-" * len(line)]
+        out += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in body]
+    out.append("")
+    dev = trace.deviation
+    if dev is None:
+        out.append(_t(lang, "every step follows the post's flow (§5.1): no step leaves it",
+                      "每一步都符合博文的流程（§5.1）：没有偏离的步骤"))
+    else:
+        where = f"{os.path.basename(dev['file'])}:{dev['line']}"
+        out.append(_t(lang, f"{MARK} first step that leaves the post's flow: line {dev['line']} ({where}) "
+                            f"`{dev['source']}`",
+                      f"{MARK} 第一个偏离博文流程的步骤：第 {dev['line']} 行（{where}）`{dev['source']}`"))
+        out.append(_t(lang, f"   seen: {dev['seen']}", f"   看到的：{dev['seen_zh']}"))
+        out.append(_t(lang, f"   the post expects: {dev['expected']}", f"   博文的做法：{dev['expected_zh']}"))
+        for more in trace.deviations[1:]:
+            out.append(_t(lang, f"<  also line {more['line']}: {more['seen']}",
+                          f"<  另外第 {more['line']} 行：{more['seen_zh']}"))
+    for en, zh in trace.notes:
+        out.append(_t(lang, f"note: {en}", f"注意：{zh}"))
+    if fmt != "markdown":
+        out.append(legend_line(lang))
+    return "\n".join(out)

@@ -1,0 +1,419 @@
+"""What the recorder does with one tensor operation: the step, its axis names, its projections (``recorder.py``)."""
+
+from __future__ import annotations
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from anatomy.doctor import recorder as r
+from anatomy.doctor import recorder_dims as rd
+
+
+def op_name(func) -> str:
+    name = getattr(func, "__name__", "") or type(func).__name__
+    if name == "__get__":  # a property: Tensor.T, Tensor.mT, Tensor.shape
+        name = getattr(getattr(func, "__self__", None), "__name__", name)
+    return name
+
+
+def _tensors(obj, out: list) -> list:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            _tensors(o, out)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            _tensors(o, out)
+    return out
+
+
+class Mode(TorchFunctionMode):
+    def __init__(self, rec: r.Recording):
+        super().__init__()
+        self.rec = rec
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = op_name(func)
+        ins = _tensors(args, []) + _tensors(kwargs, [])
+        before = [(t, self.rec.meta_of(t)) for t in ins]
+        out = func(*args, **kwargs)
+        try:
+            on_op(self.rec, func, name, args, kwargs, before, out)
+        except Exception as err:  # noqa: BLE001 - never break the learner's forward for the recorder's sake
+            self.rec.unfollowed.append(f"{name}: {type(err).__name__}: {err}")
+        return out
+
+
+def _info(rec: r.Recording, t: torch.Tensor, m: r._Meta | None) -> r.TensorInfo:
+    if m is None:
+        name = rec._param_names.get(id(t))
+        return r.TensorInfo(tuple(t.shape), rd.by_size(t.shape, rec.names), f"param {name}" if name else "const")
+    src = m.origin if m.producer < 0 else f"step {m.producer}"
+    return r.TensorInfo(tuple(t.shape), m.dims, src)
+
+
+def _param_meta(rec: r.Recording, t: torch.Tensor) -> r._Meta | None:
+    """A learner parameter not seen before: a recipe that reads it."""
+    name = rec._param_names.get(id(t))
+    if name is None:
+        return None
+    m = r._Meta(-1, rd.by_size(t.shape, rec.names), False, f"param {name}", recipe=lambda p, n=name: p[n],
+                params=frozenset({name}))
+    rec._metas[id(t)] = (t, m)
+    return m
+
+
+def on_op(rec, func, name, args, kwargs, before, out) -> None:
+    outs = _tensors(out, [])
+    if not outs:
+        return
+    metas = [(t, m if m is not None else _param_meta(rec, t)) for t, m in before]
+    data = any(m is not None and m.data for _, m in metas)
+    params = frozenset().union(*[m.params for _, m in metas if m is not None and not m.data])
+    if not data and not params:
+        return  # constants (a causal mask built with torch.ones().tril()) are not steps
+    file, line, src = r.learner_frame()
+    index = len(rec.steps)
+    step = r.Step(index, name, file, line, src, rec._modules[-1] if rec._modules else "",
+                  [_info(rec, t, m) for t, m in metas], [], data, sorted(params))
+    step.feats = [m.feat if m is not None else None for _, m in metas]
+    dims = _dims(rec, name, args, kwargs, metas, outs, step)
+    feats = _feats(rec, func, name, args, kwargs, metas, outs, step) if data else [None] * len(outs)
+    factor = _factor(name, args, metas) if data else 1.0
+    recipe = None
+    if not data:
+        def recipe(p, f=func, a=args, k=kwargs, ms=metas):
+            return (_replay(f, a, k, ms, p))
+    for i, t in enumerate(outs):
+        m = r._Meta(index, dims[i] if i < len(dims) else rd.by_size(t.shape, rec.names), data, f"step {index}",
+                    recipe=None if data else (recipe if len(outs) == 1 else
+                                              (lambda p, g=recipe, i=i: _tensors(g(p), [])[i])),
+                    params=frozenset() if data else params, feat=feats[i] if i < len(feats) else None, factor=factor)
+        rec._metas[id(t)] = (t, m)
+        step.outputs.append(r.TensorInfo(tuple(t.shape), m.dims, f"step {index}"))
+    if data:
+        step.value = outs[0].detach().clone()
+        if name in r.SOFTMAX_OPS | r.SDPA_OPS:
+            first = next((t for t, m in metas if m is not None and m.data), None)
+            step.in_value = None if first is None else first.detach().clone()
+    rec.steps.append(step)
+    if data and name in r.MATMUL_OPS:
+        _projection(rec, name, args, kwargs, metas, outs[0], step)
+    if data and name in ("add", "__add__", "add_", "__iadd__", "__radd__"):
+        _bias(rec, metas, outs[0], step)
+
+
+def _replay(func, args, kwargs, metas, params):
+    """Recompute a parameter-only tensor from other parameter values."""
+    table = {id(t): m for t, m in metas}
+
+    def sub(a):
+        if isinstance(a, torch.Tensor):
+            m = table.get(id(a))
+            return m.recipe(params) if m is not None and m.recipe is not None else a
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x) for x in a)
+        return a
+
+    return func(*sub(args), **{k: sub(v) for k, v in kwargs.items()})
+
+
+def _arg(args, kwargs, i, key, default=None):
+    if key in kwargs:
+        return kwargs[key]
+    return args[i] if len(args) > i else default
+
+
+def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
+    names = rec.names
+    first_t, first_m = metas[0] if metas else (None, None)
+    fd = first_m.dims if first_m is not None else (rd.by_size(first_t.shape, names) if first_t is not None else ())
+    o = outs[0]
+    if name in r.PERMUTE_OPS and first_t is not None and o.dim() == first_t.dim():
+        perm = _perm(name, args, kwargs, first_t.dim())
+        if perm is not None:
+            return [rd.permute(fd, perm)]
+    if name in r.VIEW_OPS and first_t is not None:
+        d, note = rd.reshape_dims(tuple(first_t.shape), fd, tuple(o.shape), names)
+        step.note = note
+        return [d]
+    if name in r.MATMUL_OPS:
+        step.extra["factors"] = [m.factor if m is not None else 1.0 for _, m in metas]
+        if name == "einsum":
+            eq = args[0] if isinstance(args[0], str) else ""
+            step.extra["equation"] = eq
+            ops = [(tuple(t.shape), m.dims if m is not None else rd.by_size(t.shape, names)) for t, m in metas]
+            return [rd.einsum_dims(eq, ops, tuple(o.shape), names)]
+        if name == "linear":
+            return [(*fd[:-1], names.name(o.shape[-1]))]
+        ts = [(t, m) for t, m in metas]
+        if name in ("addmm", "baddbmm"):
+            ts = ts[1:]
+        if len(ts) >= 2:
+            (a, am), (b, bm) = ts[0], ts[1]
+            ad = am.dims if am is not None else rd.by_size(a.shape, names)
+            bd = bm.dims if bm is not None else rd.by_size(b.shape, names)
+            d = rd.matmul_dims(ad, bd, tuple(a.shape), tuple(b.shape), tuple(o.shape), names)
+            if bm is not None and not bm.data:  # x @ W: the feature axis is named by its size
+                d = (*d[:-1], names.name(o.shape[-1]))
+            return [d]
+    if name in r.SOFTMAX_OPS:
+        step.extra["dim"] = _arg(args, kwargs, 1, "dim")
+    if name in r.SDPA_OPS and len(metas) >= 2:
+        given = kwargs.get("scale")
+        base = given if isinstance(given, (int, float)) else metas[0][0].shape[-1] ** -0.5
+        step.extra["scale"] = float(base) * (metas[0][1].factor if metas[0][1] else 1.0) * (
+            metas[1][1].factor if metas[1][1] else 1.0)
+        return [tuple(metas[0][1].dims[:-1] if metas[0][1] else by_size_q(metas[0][0], names)) + (
+            metas[2][1].dims[-1] if len(metas) > 2 and metas[2][1] else names.name(o.shape[-1]),)]
+    operands = [(tuple(t.shape), m.dims if m is not None else rd.by_size(t.shape, names)) for t, m in metas]
+    if name in ("cat", "concat", "concatenate", "stack") or name in ("chunk", "split", "unbind", "tensor_split"):
+        return [_align(fd, first_t, t, names) for t in outs]
+    if all(tuple(t.shape) == tuple(o.shape) for t in outs) and any(len(s) == o.dim() or len(s) <= o.dim()
+                                                                    for s, _ in operands):
+        same = [op for op in operands if op[0] == tuple(o.shape)]
+        if same or name not in r.SHAPE_OPS:
+            return [rd.broadcast_dims(tuple(t.shape), same + operands, names) for t in outs]
+    return [_align(fd, first_t, t, names) for t in outs]
+
+
+def by_size_q(t, names):
+    return rd.by_size(t.shape[:-1], names)
+
+
+def _align(fd, first_t, t, names) -> tuple[str, ...]:
+    """Output axes take the names of input axes of the same size, in order; the rest are named by size."""
+    if first_t is None:
+        return rd.by_size(t.shape, names)
+    out, j = [], 0
+    shape = list(first_t.shape)
+    for n in t.shape:
+        k = next((k for k in range(j, len(shape)) if shape[k] == n), None)
+        if k is None or n == 1:
+            out.append(names.name(int(n)))
+        else:
+            out.append(fd[k])
+            j = k + 1
+    return tuple(out)
+
+
+def _perm(name, args, kwargs, ndim) -> list[int] | None:
+    order = list(range(ndim))
+    if name in ("T", "t"):
+        return order[::-1]
+    if name == "mT":
+        order[-2], order[-1] = order[-1], order[-2]
+        return order
+    if name in ("transpose", "swapaxes", "swapdims"):
+        a, b = _arg(args, kwargs, 1, "dim0"), _arg(args, kwargs, 2, "dim1")
+        if not isinstance(a, int) or not isinstance(b, int):
+            return None
+        a, b = a % ndim, b % ndim
+        order[a], order[b] = order[b], order[a]
+        return order
+    if name == "permute":
+        dims = list(args[1:]) if len(args) > 2 else list(_arg(args, kwargs, 1, "dims") or [])
+        if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+            dims = list(dims[0])
+        return [d % ndim for d in dims] if len(dims) == ndim else None
+    if name in ("movedim", "moveaxis"):
+        src, dst = _arg(args, kwargs, 1, "source"), _arg(args, kwargs, 2, "destination")
+        if isinstance(src, int) and isinstance(dst, int):
+            rest = [i for i in order if i != src % ndim]
+            rest.insert(dst % ndim, src % ndim)
+            return rest
+    return None
+
+
+def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tensor | None]:
+    """Companion feature ids of the outputs (see ``recorder.py``)."""
+    with_feat = [(t, m) for t, m in metas if m is not None and m.feat is not None]
+    if not with_feat:
+        return [None] * len(outs)
+    if name in r.SAME_OPS:
+        return [with_feat[0][1].feat.contiguous() if tuple(with_feat[0][0].shape) == tuple(outs[0].shape) else None]
+    if name in r.SHAPE_OPS:
+        table = {id(t): m for t, m in metas}
+
+        def sub(a):
+            if isinstance(a, torch.Tensor):
+                m = table.get(id(a))
+                if m is not None and m.data:
+                    return m.feat if m.feat is not None else torch.full(a.shape, -1, dtype=torch.long)
+                return a
+            if isinstance(a, (list, tuple)):
+                return type(a)(sub(x) for x in a)
+            return a
+
+        got = func(*sub(args), **{k: sub(v) for k, v in kwargs.items()})
+        return [g.contiguous() for g in _tensors(got, [])]  # a later .view of the data must work on these too
+    if name in ("matmul", "__matmul__", "bmm") and len(metas) == 2:
+        (a, am), (b, bm) = metas
+        if bm is not None and bm.data and bm.feat is not None and a.dim() >= 2 and b.dim() >= 2 and (
+                am is None or am.feat is None):
+            col = bm.feat[..., :1, :]  # the weighted sum keeps each value feature in its column
+            return [col.expand(*outs[0].shape[:-2], outs[0].shape[-2], col.shape[-1]).clone()
+                    if col.shape[-1] == outs[0].shape[-1] else None]
+        return [None]
+    if name == "einsum" and len(metas) == 2:
+        return [_einsum_feat(args[0], metas, outs[0])]
+    if name in r.MATMUL_OPS or name in r.SOFTMAX_OPS:
+        return [None]
+    same = [m.feat for t, m in with_feat if tuple(t.shape) == tuple(outs[0].shape)]  # elementwise
+    if same:
+        return [same[0]]
+    t, m = with_feat[0]
+    try:
+        return [m.feat.broadcast_to(outs[0].shape).clone()]
+    except RuntimeError:
+        return [None]
+
+
+def _einsum_feat(eq, metas, out) -> torch.Tensor | None:
+    """``weights @ v`` written as an einsum: each output element keeps the value feature of its letters."""
+    eq = eq.replace(" ", "")
+    if "->" not in eq or "..." in eq:
+        return None
+    ins, res = eq.split("->")
+    specs = ins.split(",")
+    for spec, (_t, m) in zip(specs, metas):
+        if m is None or m.feat is None:
+            continue
+        other = [s for s, (_, mm) in zip(specs, metas) if mm is not m]
+        if other and any(ch in res and ch not in spec for ch in other[0]) is False:
+            continue
+        index = tuple(slice(None) if ch in res else 0 for ch in spec)
+        kept = [ch for ch in spec if ch in res]
+        f = m.feat[index]
+        perm = sorted(range(len(kept)), key=lambda i: res.index(kept[i]))
+        f = f.permute(perm)
+        shape = [f.shape[[kept[p] for p in perm].index(ch)] if ch in kept else 1 for ch in res]
+        return f.reshape(shape).expand(out.shape).clone()
+    return None
+
+
+def _factor(name, args, metas) -> float:
+    """Scalar multiples since the last projection-like op: ``q / sqrt(dk)`` has factor 1/sqrt(dk)."""
+    data = [(t, m) for t, m in metas if m is not None and m.data]
+    base = data[0][1].factor if data else 1.0
+    if name in r.SHAPE_OPS or name in r.SAME_OPS:
+        return base
+    if name in r.SCALE_OPS and len(data) == 1:
+        others = [a for a in args if not (isinstance(a, torch.Tensor) and a is data[0][0])]
+        scal = [r.scalar_value(a) for a in others]
+        scal = [s for s in scal if s is not None]
+        if len(scal) == 1 and scal[0] != 0:
+            first_is_data = isinstance(args[0], torch.Tensor) and args[0] is data[0][0]
+            if name in ("div", "div_", "__truediv__", "true_divide", "divide", "__itruediv__"):
+                return base / scal[0] if first_is_data else 1.0
+            return base * scal[0]
+    return 1.0
+
+
+def _projection(rec, name, args, kwargs, metas, out, step) -> None:
+    """A matmul of data with a parameter-only tensor is a projection: record its matrix ``(n_features, in)``."""
+    data = [(t, m) for t, m in metas if m is not None and m.data]
+    weights = [(t, m) for t, m in metas if m is not None and not m.data and m.recipe is not None]
+    if len(data) != 1 or not weights:
+        return
+    x, xm = data[0]
+    index = len(rec.projections)
+    bias = bias_param = None
+    if name == "linear":
+        w, wm = weights[0]
+        if w.dim() != 2:
+            return
+        matrix, n_feat, n_in = wm.recipe, w.shape[0], w.shape[1]
+        feat = torch.arange(n_feat).expand(out.shape).clone()
+        b = _arg(args, kwargs, 2, "bias")
+        if isinstance(b, torch.Tensor):
+            bm = next((m for t, m in metas if t is b), None)
+            if bm is not None and bm.recipe is not None:
+                bias, bias_param = bm.recipe, next(iter(bm.params), None)
+    elif name == "einsum":
+        got = _einsum_projection(args[0], metas, x, weights[0], out)
+        if got is None:
+            return
+        matrix, n_feat, n_in, feat = got
+    else:
+        w, wm = weights[-1]
+        ts = [t for t, _ in metas]
+        if name in ("addmm", "baddbmm"):
+            ts = ts[1:]
+            bt, bm = metas[0]
+            if bm is not None and bm.recipe is not None and not bm.data:
+                bias, bias_param = bm.recipe, next(iter(bm.params), None)
+        if len(ts) < 2 or ts[1] is not w or w.dim() < 2:
+            return  # W @ x (the parameter first) is not read as a projection
+        n_in, cols = w.shape[-2], w.shape[-1]
+        lead = tuple(w.shape[:-2])
+        n_feat = cols * (int(torch.tensor(lead).prod()) if lead else 1)
+        def matrix(p, g=wm.recipe, n=n_in):
+            return (g(p).movedim(-2, -1).reshape(-1, n))
+        ids = torch.arange(n_feat).view(*lead, 1, cols)
+        try:
+            feat = ids.expand(out.shape).clone()
+        except RuntimeError:
+            return
+    proj = r.Projection(index, step.index, next(iter(sorted(weights[0][1].params)), "?"), matrix, int(n_feat),
+                        int(n_in), bias, bias_param, step.module, xm.origin if xm.producer < 0 else
+                        f"step {xm.producer}")
+    rec.projections.append(proj)
+    m = rec.meta_of(out)
+    if m is not None:
+        m.feat = feat + index * r.FEATURE_STRIDE
+        m.factor = 1.0
+
+
+def _einsum_projection(eq, metas, x, weight, out):
+    eq = eq.replace(" ", "") if isinstance(eq, str) else ""
+    if "->" not in eq or "..." in eq:
+        return None
+    ins, res = eq.split("->")
+    specs = ins.split(",")
+    tensors = [t for t, _ in metas]
+    if len(specs) != 2 or len(tensors) != 2:
+        return None
+    xi = 0 if tensors[0] is x else 1
+    xs, ws = specs[xi], specs[1 - xi]
+    w, wm = weight
+    contracted = [ch for ch in ws if ch in xs and ch not in res]
+    if len(contracted) != 1 or any(ch not in res for ch in ws if ch != contracted[0]):
+        return None
+    c = ws.index(contracted[0])
+    keep = [i for i in range(len(ws)) if i != c]
+    n_in = w.shape[c]
+    n_feat = int(torch.tensor([w.shape[i] for i in keep]).prod()) if keep else 1
+    def matrix(p, g=wm.recipe, order=keep + [c], n=n_in):
+        return (g(p).permute(order).reshape(-1, n))
+    ids = torch.arange(n_feat).view(*[w.shape[i] for i in keep]) if keep else torch.zeros((), dtype=torch.long)
+    kept = [ws[i] for i in keep]
+    perm = sorted(range(len(kept)), key=lambda i: res.index(kept[i]))
+    ids = ids.permute(perm) if kept else ids
+    shape = [w.shape[keep[[kept[p] for p in perm].index(ch)]] if ch in kept else 1 for ch in res]
+    return matrix, n_feat, n_in, ids.reshape(shape).expand(out.shape).clone()
+
+
+def _bias(rec, metas, out, step) -> None:
+    """``y + b`` right after a projection (a bare-Parameter bias): the projection's bias, element by element."""
+    data = [(t, m) for t, m in metas if m is not None and m.data]
+    params = [(t, m) for t, m in metas if m is not None and not m.data and m.recipe is not None]
+    if len(data) != 1 or len(params) != 1 or data[0][1].feat is None:
+        return
+    t, m = data[0]
+    src = rec.steps[m.producer] if m.producer >= 0 else None
+    proj = next((p for p in rec.projections if src is not None and p.step == src.index), None)
+    if proj is None or proj.bias is not None:
+        return
+    local = (m.feat - proj.index * r.FEATURE_STRIDE).reshape(-1)
+    pos = torch.full((proj.n_features,), -1, dtype=torch.long)
+    flat = torch.arange(local.numel())
+    pos.scatter_reduce_(0, local, flat, reduce="amin", include_self=False)
+    if bool((pos < 0).any()):
+        return
+    shape = tuple(out.shape)
+    recipe = params[0][1].recipe
+    proj.bias = lambda p, g=recipe, s=shape, i=pos: g(p).broadcast_to(s).reshape(-1)[i]
+    proj.bias_param = next(iter(params[0][1].params), None)

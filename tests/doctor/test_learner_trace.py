@@ -1,0 +1,133 @@
+"""``trace_learner``: the post's §5.1 rows for modules written in learner styles, and the first step that leaves
+the post's flow, pointed at the learner's line."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from anatomy.doctor import CheckError, CheckTimeout
+from anatomy.doctor.learner_trace import trace_learner
+
+ZOO = Path(__file__).parent / "zoo_learners"
+
+
+def line_of(name: str, text: str) -> int:
+    return next(i + 1 for i, s in enumerate((ZOO / name).read_text().splitlines()) if text in s)
+
+
+def kinds(trace) -> list[tuple[str, str]]:
+    return [(row.kind, row.dims) for row in trace.rows if row.kind]
+
+
+def test_per_head_loop_rows_follow_the_post():
+    t = trace_learner(str(ZOO / "trace_heads_loop.py") + ":MultiHeadAttention")
+    assert t.deviation is None
+    got = kinds(t)
+    assert got.count(("proj", "(B, T, Dh)")) == 9  # q, k, v of each of the 3 heads
+    assert got.count(("scores", "(B, T, S)")) == 3 and got.count(("softmax", "(B, T, S)")) == 3
+    assert ("merge", "(B, T, D)") in got and got[-1] == ("out", "(B, T, D)")
+    soft = [row for row in t.rows if row.kind == "softmax"]
+    assert soft[0].line == line_of("trace_heads_loop.py", "wei = F.softmax(wei, dim=-1)  # (B, T, T)")
+    assert [row.role for row in t.rows if row.kind == "proj"][:3] == ["k", "q", "v"]
+
+
+def test_fused_einsum_rows():
+    t = trace_learner(str(ZOO / "trace_einsum_fused.py") + ":FusedAttention")
+    got = kinds(t)
+    assert got[0] == ("proj", "(B, T, 3*D)") and t.rows[0].role == "q|k|v"
+    assert ("split", "(B, H, T, Dh)") in got and ("scores", "(B, H, T, S)") in got
+    assert ("z", "(B, H, T, Dh)") in got and ("merge", "(B, T, D)") in got and ("out", "(B, T, D)") in got
+    assert t.deviation is None
+
+
+def test_block_rows_have_norms_residuals_and_ffn():
+    t = trace_learner(str(ZOO / "trace_block.py") + ":Block")
+    got = [k for k, _ in kinds(t)]
+    assert got[0] == "norm" and got.count("add") == 2 and got.count("norm") == 2
+    assert "hidden" in got and "ffn" in got and "scores" in got
+    hidden = next(row for row in t.rows if row.kind == "hidden")
+    assert hidden.shape == [2, 7, 48] and hidden.line == line_of("trace_block.py", "return self.c_proj(self.gelu(")
+
+
+def test_split_without_transpose_marks_the_matmul_line():
+    name = "trace_split_no_transpose.py"
+    t = trace_learner(str(ZOO / name) + ":MultiHeadAttention")
+    first = [row for row in t.rows if row.deviation == "first"]
+    assert len(first) == 1 and first[0].kind == "scores" and first[0].dims == "(B, T, H, H)"
+    assert first[0].line == line_of(name, "scores = torch.matmul(q, k.transpose(-2, -1))")
+    text = t.render("table", "en")
+    assert "the scores are (B, T, H, H)" in text and "(B, H, T, S)" in text
+    assert f"line {line_of(name, 'q = self.W_q(x).view')}" in text
+    zh = t.render("table", "zh")
+    assert "第一个偏离博文流程的步骤" in zh and "分数的形状是 (B, T, H, H)" in zh
+    doc = json.loads(t.render("json"))
+    assert doc["deviation"]["line"] == first[0].line and doc["rows"][0]["dims"] == "(B, T, D)"
+
+
+def test_sizes_options_change_the_rows():
+    t = trace_learner(str(ZOO / "trace_einsum_fused.py") + ":FusedAttention", d_model=20, n_heads=4, batch=3,
+                      seq=6)
+    scores = next(row for row in t.rows if row.kind == "scores")
+    assert scores.shape == [3, 4, 6, 6] and scores.dims == "(B, H, T, S)"
+
+
+def test_ambiguous_sizes_are_said():
+    t = trace_learner(str(ZOO / "trace_einsum_fused.py") + ":FusedAttention", d_model=16, n_heads=4)
+    assert any("H=Dh" in en for en, _ in t.notes)
+
+
+def test_bad_input_is_one_clear_line(tmp_path):
+    with pytest.raises(CheckError, match="no such file"):
+        trace_learner(str(tmp_path / "missing.py") + ":X")
+    with pytest.raises(CheckError, match="has no 'Nope'; it defines: Block"):
+        trace_learner(str(ZOO / "trace_block.py") + ":Nope")
+    src = tmp_path / "raises.py"
+    src.write_text("import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self, d, h):\n"
+                   "        super().__init__()\n        self.q = nn.Linear(d, d)\n\n    def forward(self, x):\n"
+                   "        return self.q(x).view(5, -1, 7)\n")
+    with pytest.raises(CheckError, match=r"RuntimeError.*at line 9 of raises.py: `return self.q\(x\).view"):
+        trace_learner(f"{src}:A")
+    numpy_like = tmp_path / "numpy_like.py"
+    numpy_like.write_text("import torch\nimport torch.nn as nn\n\nclass A(nn.Module):\n"
+                          "    def __init__(self, d, h):\n        super().__init__()\n\n"
+                          "    def forward(self, x):\n        return torch.tensor(x.tolist())\n")
+    with pytest.raises(CheckError, match="no tensor operation on x"):
+        trace_learner(f"{numpy_like}:A")
+
+
+def test_a_forward_that_hangs_stops_at_the_limit(tmp_path):
+    src = tmp_path / "hangs.py"
+    src.write_text("import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self, d, h):\n"
+                   "        super().__init__()\n\n    def forward(self, x):\n        while True:\n"
+                   "            x = x + 0\n")
+    with pytest.raises(CheckTimeout, match="while tracing"):
+        trace_learner(f"{src}:A", timeout=0.3)
+
+
+def test_a_module_instance_and_torch_multihead_attention():
+    class Wrap(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mha = nn.MultiheadAttention(12, 3, batch_first=True)
+
+        def forward(self, x):
+            return self.mha(x, x, x)[0]
+
+    t = trace_learner(Wrap())
+    assert any(row.op == "multi_head_attention_forward" for row in t.rows)
+    assert any("runs as one call" in en for en, _ in t.notes)
+    assert torch.get_num_threads() >= 1
+
+
+def test_annotated_block_hand_written_norms_and_residuals_inside_sublayers():
+    name = "trace_annotated_block.py"
+    t = trace_learner(str(ZOO / name) + ":EncoderLayer")
+    got = [k for k, _ in kinds(t)]
+    assert got.count("norm") == 2 and got.count("add") == 2 and t.deviation is None
+    norm = next(row for row in t.rows if row.kind == "norm")
+    assert norm.line == line_of(name, "return self.a_2 * (x - mean) / (std + self.eps) + self.b_2")
+    assert norm.module == "sublayer.0.norm"
+    assert [row.role for row in t.rows if row.kind == "proj"] == ["q", "k", "v"]  # linears[0..2], by dataflow

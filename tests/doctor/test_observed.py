@@ -1,0 +1,90 @@
+"""Facts read from a recording: the observed scale, the q/k/v/o roles, the mapping and the learner's lines."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from anatomy.components.attention import MultiHeadAttention
+from anatomy.doctor import mapping as mp
+from anatomy.doctor import observed as ob
+from anatomy.doctor.recorder import record, sizes_for
+from anatomy.doctor.subject import import_file
+
+ZOO = Path(__file__).parent / "zoo_learners"
+CASES = [("trace_heads_loop.py", "MultiHeadAttention"), ("trace_einsum_fused.py", "FusedAttention"),
+         ("trace_split_no_transpose.py", "MultiHeadAttention"), ("trace_heads_loop.py", "MultiHeadAttentionC")]
+
+
+def build(name, cls, d=12, h=3):
+    torch.manual_seed(0)
+    return getattr(import_file(ZOO / name), cls)(d, h).double().eval()
+
+
+def x_probe(d=12, t=7):
+    return torch.randn(2, t, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+
+def out_of(m, x):
+    out = m(x)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("name, cls", CASES)
+def test_observed_mapping_loads_the_reference(name, cls):
+    """The mapping read from the dataflow reproduces correct modules exactly; buggy ones differ (the bug)."""
+    m, x = build(name, cls), x_probe()
+    hyp = ob.hypothesis(record(m, x), 12, 3)
+    assert hyp is not None and hyp.style.startswith("observed dataflow")
+    ref = MultiHeadAttention(d_model=12, n_heads=3).double().eval()
+    mp.load_reference(ref, hyp, dict(m.named_parameters()))
+    with torch.no_grad():
+        diff = float((ref(x)[0] - out_of(m, x)).abs().max())
+    correct = cls != "MultiHeadAttentionC" and "no_transpose" not in name
+    assert (diff < 1e-12) == correct, diff
+
+
+def test_scale_by_model_width_is_seen_in_per_head_modules():
+    """C**-0.5 in a Head module: the observed scale is 1/sqrt(D), not 1/sqrt(Dh) -- with the doctor's sizes too."""
+    for d, h in ((12, 3), (16, 4)):
+        sizes = sizes_for(d, h, 2, 7)
+        good = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttention", d, h), x_probe(d),
+                                        sizes=sizes))
+        bad = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttentionC", d, h), x_probe(d),
+                                       sizes=sizes))
+        assert good.by == "Dh" and good.value == pytest.approx((d // h) ** -0.5)
+        assert bad.by == "D" and bad.value == pytest.approx(d ** -0.5)
+        assert "C ** -0.5" in bad.source
+
+
+def test_scale_applied_to_q_before_the_matmul_counts():
+    class PreScaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k = torch.nn.Linear(12, 12), torch.nn.Linear(12, 12)
+
+        def forward(self, x):
+            q = self.q(x) / 12 ** 0.5  # scaled before the matmul, by D
+            return torch.softmax(q @ self.k(x).transpose(1, 2), dim=-1)
+
+    sc = ob.observed_scale(record(PreScaled().double(), x_probe()))
+    assert sc.value == pytest.approx(12 ** -0.5) and sc.by == "D"
+
+
+def test_roles_follow_the_data_not_the_names():
+    rl = ob.roles(record(build("trace_einsum_fused.py", "FusedAttention"), x_probe()))
+    assert [p.weight for p in rl["q"]] == ["w_qkv"] and rl["o"].weight == "to_out.0.weight"
+    rl = ob.roles(record(build("trace_heads_loop.py", "MultiHeadAttention"), x_probe()))
+    assert [p.weight for p in rl["k"]] == [f"heads.{i}.key.weight" for i in range(3)]
+
+
+def test_split_without_transpose_points_at_the_view_and_the_matmul():
+    name = "trace_split_no_transpose.py"
+    devs = ob.deviations(record(build(name, "MultiHeadAttention"), x_probe()))
+    lines = (ZOO / name).read_text().splitlines()
+    view_line = next(i + 1 for i, s in enumerate(lines) if "q = self.W_q(x).view" in s)
+    mm_line = next(i + 1 for i, s in enumerate(lines) if "scores = torch.matmul" in s)
+    assert devs[0]["kind"] == "scores" and devs[0]["line"] == mm_line and devs[0]["dims"] == "(B, T, H, H)"
+    assert devs[0]["seen"].startswith(f"line {view_line} `q = self.W_q(x).view(b, t, self.h, self.d_k)")
+    assert "without transpose(1, 2): the scores are (B, T, H, H)" in devs[0]["seen"]
+    assert ob.deviations(record(build("trace_heads_loop.py", "MultiHeadAttention"), x_probe())) == []

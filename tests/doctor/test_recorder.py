@@ -1,0 +1,118 @@
+"""The op-level recorder on modules written in different styles: lines, shapes, dimension names, projections."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from anatomy.doctor.recorder import PROBE_SIZES, RecordError, record
+from anatomy.doctor.subject import import_file
+
+ZOO = Path(__file__).parent / "zoo_learners"
+
+
+def load(name: str, cls: str, d: int = 12, h: int = 3) -> nn.Module:
+    torch.manual_seed(0)
+    return getattr(import_file(ZOO / name), cls)(d, h).double().eval()
+
+
+def x_probe(b: int = 2, t: int = 7, d: int = 12) -> torch.Tensor:
+    return torch.randn(b, t, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+
+
+def source_line(name: str, text: str) -> int:
+    lines = (ZOO / name).read_text().splitlines()
+    return next(i + 1 for i, line in enumerate(lines) if text in line)
+
+
+def test_per_head_loop_steps_name_lines_and_dims():
+    rec = record(load("trace_heads_loop.py", "MultiHeadAttention"), x_probe())
+    soft = rec.find("softmax")
+    assert len(soft) == 3  # one softmax per Head module
+    line = source_line("trace_heads_loop.py", "wei = F.softmax(wei, dim=-1)  # (B, T, T)")
+    assert soft[0].line == line and soft[0].file.endswith("trace_heads_loop.py")
+    assert soft[0].outputs[0].dims == ("B", "T", "S")
+    # the projections are the Linears inside each Head, applied to x, and the output projection
+    weights = [p.weight for p in rec.projections]
+    assert weights[:3] == ["heads.0.key.weight", "heads.0.query.weight", "heads.0.value.weight"]
+    assert weights[-1] == "proj.weight" and rec.projections[-1].applied_to.startswith("step ")
+    cat = rec.find("cat")[0]
+    assert cat.outputs[0].dims == ("B", "T", "D") and [i.dims for i in cat.inputs] == [("B", "T", "Dh")] * 3
+
+
+def test_split_without_transpose_scores_are_b_t_h_h():
+    name = "trace_split_no_transpose.py"
+    rec = record(load(name, "MultiHeadAttention"), x_probe())
+    soft = rec.find_softmax()
+    assert soft.inputs[0].dims == ("B", "T", "H", "H")
+    scores = rec.find("matmul")[0]
+    assert scores.line == source_line(name, "scores = torch.matmul(q, k.transpose(-2, -1))")
+    view = rec.find("view")[0]
+    assert view.outputs[0].dims == ("B", "T", "H", "Dh") and view.note == ""
+
+
+def test_view_that_interleaves_heads_and_positions_is_noted():
+    class Interleave(nn.Module):
+        def __init__(self, d, h):
+            super().__init__()
+            self.h, self.q = h, nn.Linear(d, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            return self.q(x).view(b, self.h, t, d // self.h)
+
+    rec = record(Interleave(12, 3).double(), x_probe())
+    view = rec.find("view")[0]
+    assert view.outputs[0].dims == ("B", "H", "T", "Dh")
+    assert "transpose is missing" in view.note
+
+
+def test_einsum_with_bare_fused_parameter_and_sequential_output():
+    rec = record(load("trace_einsum_fused.py", "FusedAttention"), x_probe())
+    assert [p.weight for p in rec.projections] == ["w_qkv", "to_out.0.weight"]
+    qkv = rec.projections[0]
+    assert (qkv.n_features, qkv.n_in) == (36, 12)
+    m = qkv.matrix(dict(rec_params := dict(load("trace_einsum_fused.py", "FusedAttention").named_parameters())))
+    assert torch.equal(m, rec_params["w_qkv"].T)  # x @ W: the matrix is W transposed
+    dots = rec.find("einsum")[1]
+    assert dots.outputs[0].dims == ("B", "H", "T", "S")
+    merge = rec.find("reshape")[-1]
+    assert merge.inputs[0].dims == ("B", "T", "H", "Dh") and merge.outputs[0].dims == ("B", "T", "D")
+
+
+def test_lazy_linear_gets_a_warm_up_and_bare_parameter_bias_is_found():
+    class Lazy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = nn.LazyLinear(12)
+            self.w = nn.Parameter(torch.randn(12, 12))
+            self.b = nn.Parameter(torch.randn(12))
+
+        def forward(self, x):
+            return self.q(x) + (x @ self.w.T + self.b)
+
+    mod = Lazy().double()
+    rec = record(mod, x_probe())
+    assert [p.weight for p in rec.projections] == ["q.weight", "w"]
+    params = dict(mod.named_parameters())
+    assert torch.equal(rec.projections[1].matrix(params), params["w"])  # x @ W.T: the matrix is W
+    assert rec.projections[1].bias_param == "b"
+    assert torch.equal(rec.projections[1].bias(params), params["b"])
+
+
+def test_a_forward_that_raises_names_its_line():
+    class Broken(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q = nn.Linear(12, 12)
+
+        def forward(self, x):
+            return self.q(x).view(5, -1, 7)
+
+    with pytest.raises(RecordError, match=r"RuntimeError.*at line \d+ of test_recorder.py: `return self.q\(x\)"):
+        record(Broken().double(), x_probe())
+
+
+def test_probe_sizes_are_all_different():
+    assert len(set(PROBE_SIZES.values())) == len(PROBE_SIZES)
