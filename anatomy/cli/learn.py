@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if command == "solution":
         if not args.force and progress.status(exercise.id) == "not started":
-            raise UsageError(("先认真试一次（anatomy learn check " if zh else "make a real attempt first (anatomy learn "
-                              "check ") + f"{exercise.id}" + ("），或者加 --force" if zh else "), or add --force"))
+            how = f"anatomy learn check {exercise.id}"
+            raise UsageError(f"先认真试一次（{how}），或者加 --force" if zh else
+                             f"make a real attempt first ({how}), or add --force")
         print(solution_text(exercise), end="")
         return 0
     return _check(args, exercise, folder, progress, lang)
