@@ -68,10 +68,12 @@ def _functions(exercise: ex.Exercise, path: str, timeout: float | None) -> Resul
     for call, got, want, rec in runs:  # the contract first: how many values, which shapes and dtypes
         if len(got) != len(want) or not all(isinstance(g, torch.Tensor) for g in got):
             kinds = ", ".join(type(g).__name__ for g in got)
-            result.pitfall, result.line = "wrong_return", source_line(module, call.entry, r"\breturn\b")[0]
-            result.say(f"{_call_text(call)} returned {len(got)} value(s) ({kinds}); the exercise wants "
+            line, source = source_line(module, call.entry, r"\breturn\b")
+            result.pitfall, result.line = "wrong_return", line
+            at_en, at_zh = (f" at line {line} `{source}`", f"（第 {line} 行 `{source}`）") if line else ("", "")
+            result.say(f"{_call_text(call)} returned {len(got)} value(s) ({kinds}){at_en}; the exercise wants "
                        f"{len(want)} tensor(s)" + (" (out, weights)" if call.entry == "attention" else ""),
-                       f"{_call_text(call)} 返回了 {len(got)} 个值（{kinds}）；练习要的是 {len(want)} 个张量"
+                       f"{_call_text(call)} 返回了 {len(got)} 个值（{kinds}）{at_zh}；练习要的是 {len(want)} 个张量"
                        + ("（out, weights）" if call.entry == "attention" else ""))
             return result
         for g, w in zip(got, want):
@@ -88,8 +90,11 @@ def _functions(exercise: ex.Exercise, path: str, timeout: float | None) -> Resul
                 result.say(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
                 return result
             if (w.dtype == torch.bool) != (g.dtype == torch.bool):
-                result.pitfall, result.line = "wrong_dtype", source_line(module, call.entry, r"\breturn\b")[0]
-                result.say(f"{_call_text(call)} returned {g.dtype}; a boolean mask is expected (True = may attend): "
+                line, source = source_line(module, call.entry, r"\breturn\b")
+                result.pitfall, result.line = "wrong_dtype", line
+                result.say(f"{_call_text(call)} returned {g.dtype}"
+                           + (f" at line {line} `{source}`" if line else "")
+                           + "; a boolean mask is expected (True = may attend): "
                            "an additive 0 / -inf mask is another valid form, but not this exercise's",
                            f"{_call_text(call)} 返回了 {g.dtype}；这里要的是布尔掩码（True 表示可以关注）：0/-inf 的加性掩码"
                            "也是一种写法，但不是本练习要的")

@@ -192,8 +192,8 @@ def _causal(t, *, diagonal=0, upper=False):
 
 
 def masks_calls() -> list[Call]:
-    return [Call("padding_mask", (torch.tensor([6, 3, 1]), 6)), Call("padding_mask", ([2, 4], 5)),
-            Call("causal_mask", (5,))]
+    return [Call("padding_mask", (torch.tensor([7, 3]), SIZES["S"])), Call("padding_mask", ([4, 1], SIZES["S"])),
+            Call("causal_mask", (SIZES["T"],))]
 
 
 _CAUSAL = ("Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置。",

@@ -57,7 +57,8 @@ class Result:
 
     def render(self, lang: str = "en") -> str:
         head = {("en", True): "PASS", ("en", False): "NOT YET", ("zh", True): "通过", ("zh", False): "还没通过"}
-        out = [f"{head[(lang, self.passed)]} · {self.exercise} · {os.path.basename(self.file)}"]
+        out = [f"{head[(lang, self.passed)]} · {self.exercise} · {os.path.basename(self.file)}"
+               + (f" · {'坑' if lang == 'zh' else 'pitfall'}: {self.pitfall}" if self.pitfall else "")]
         out += ["  " + line for line in self.lines[lang]]
         if self.table:
             out.append("")

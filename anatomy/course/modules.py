@@ -120,8 +120,11 @@ def _grade_layernorm(exercise: ex.Exercise, path: str, timeout) -> Result:
             result.line = inspect.getsourcelines(cls.__init__)[1]
         except (OSError, TypeError):
             result.line = None
-        result.say(f"LayerNorm has {len(vectors)} learnable parameter(s) of shape (D,); gamma and beta are two",
-                   f"LayerNorm 只有 {len(vectors)} 个形状为 (D,) 的可学习参数；gamma 和 beta 应当是两个")
+        at_en, at_zh = (f" (its __init__ at line {result.line})", f"（__init__ 在第 {result.line} 行）") if result.line \
+            else ("", "")
+        result.say(f"pitfall `no_affine` — LayerNorm has {len(vectors)} learnable parameter(s) of shape (D,){at_en}; "
+                   "gamma and beta are two",
+                   f"坑 `no_affine` —— LayerNorm 只有 {len(vectors)} 个形状为 (D,) 的可学习参数{at_zh}；gamma 和 beta 应当是两个")
         result.say(f"the post: 「{_LN_POST[0]}」 ({_LN_POST[1]})", f"原文：「{_LN_POST[0]}」")
         result.say("hint: self.gamma = nn.Parameter(torch.ones(d_model)); self.beta = nn.Parameter(torch.zeros(d_model))",
                    "提示：self.gamma = nn.Parameter(torch.ones(d_model))；self.beta = nn.Parameter(torch.zeros(d_model))")
