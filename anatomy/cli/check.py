@@ -1,16 +1,22 @@
 """``anatomy check FILE.py:CLASS``: which of the post's pitfalls does your attention or block have?
 
 Exit codes: 0 no error (warnings are printed), 1 errors (or warnings with ``--strict``), 2 the module could not be
-loaded, built or called, or did not finish within ``--timeout`` (one line on stderr saying what was expected or
-which step hung). See docs/doctor.md.
+loaded, built or called, did not finish within ``--timeout``, or ended the process itself (``sys.exit``,
+``os._exit``): one line on stderr saying what was expected or which step hung. See docs/doctor.md.
+
+The check runs in a forked child process where the system has ``fork``: a learner's ``os._exit(0)`` (which no
+``except`` can catch) then ends the child, and the parent says so instead of exiting 0 with no output.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import pickle
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -34,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--map", metavar="JSON", help='reference name → your parameter, inline or a .json file: '
                                                  '\'{"q_proj.weight": "attn.Wq.T"}\' (.T transposes)')
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
+    p.add_argument("--seq-first", action="store_true",
+                   help="your module takes and returns (T, B, D) (default: detected from batch independence)")
     p.add_argument("--timeout", type=float, default=TIMEOUT, metavar="SECONDS",
                    help=f"time limit for importing the file, building the module and each forward (default "
                         f"{TIMEOUT:g}; 0: none)")
@@ -77,20 +85,69 @@ def _overdue(lang: str):
     return end
 
 
-def run(args: argparse.Namespace) -> int:
+def _compute(args: argparse.Namespace) -> tuple[int, str, str]:
+    """(exit code, stdout text, stderr text) of one check."""
     try:
         with Watchdog(_overdue(args.lang)):
             report = check(args.target, kind=args.kind, d_model=args.d_model, n_heads=args.heads,
                            causal=args.causal, factory=args.factory, mapping=_load_map(args.map), seed=args.seed,
-                           timeout=args.timeout)
-    except CheckTimeout as err:
-        print(f"anatomy check: error: {err.zh if args.lang == 'zh' else err.en}", file=sys.stderr)
-        return 2
+                           timeout=args.timeout, seq_first=True if getattr(args, "seq_first", False) else None)
+    except CheckError as err:  # a timeout, a module that exits, one that cannot be loaded, built or called
+        text = getattr(err, "zh", None) if args.lang == "zh" else getattr(err, "en", None)
+        return 2, "", f"anatomy check: error: {text or err}\n"
+    if args.format == "json":
+        return report.exit_code(strict=args.strict), report.to_json(strict=args.strict) + "\n", ""
+    return (report.exit_code(strict=args.strict),
+            report.render(lang=args.lang, width=terminal_width(), strict=args.strict) + "\n", "")
+
+
+def _ended(args: argparse.Namespace, code: int) -> str:
+    if args.lang == "zh":
+        return (f"anatomy check: error: {args.target}：检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），"
+                "因此什么也没能检查；请删掉这个退出（调试时留下的？）\n")
+    return (f"anatomy check: error: {args.target}: the module ended the process itself (os._exit({code}) or a "
+            "signal) before the check finished, so nothing was checked; remove the exit (a debugging leftover?)\n")
+
+
+def _forked(args: argparse.Namespace) -> tuple[int, str, str]:
+    """:func:`_compute` in a child process; a child that ends without an answer is a module that ended it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: compute, answer, and leave without running the parent's cleanup
+        os.close(read)
+        try:
+            answer = _compute(args)
+        except BaseException as err:  # noqa: BLE001 - the parent must get an answer
+            answer = (2, "", f"anatomy check: error: {type(err).__name__}: {err}\n")
+        data = pickle.dumps(answer)
+        with os.fdopen(write, "wb") as pipe:
+            pipe.write(data)
+        os._exit(0)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    if data:
+        return pickle.loads(data)  # noqa: S301 - our own child's answer, through our own pipe
+    code = os.waitstatus_to_exitcode(status)
+    if code == 2:  # the watchdog ended the child after printing its line (limits.py)
+        return 2, "", ""
+    return 2, "", _ended(args, code)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        _load_map(args.map)  # a bad --map is the user's error: said here, before anything runs
     except CheckError as err:
         print(f"anatomy check: error: {err}", file=sys.stderr)
         return 2
-    if args.format == "json":
-        print(report.to_json(strict=args.strict))
-    else:
-        print(report.render(lang=args.lang, width=terminal_width(), strict=args.strict))
-    return report.exit_code(strict=args.strict)
+    code, out, err = _forked(args) if hasattr(os, "fork") else _compute(args)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return code

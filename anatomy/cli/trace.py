@@ -118,7 +118,7 @@ def run_learner(args: argparse.Namespace) -> int:
     target = args.target if args.factory is None or ":" in args.target else f"{args.target}:{args.factory}"
     try:
         with Watchdog(_overdue(args.lang)):
-            trace = trace_learner(target, factory=args.factory, d_model=args.d_model or 12, n_heads=args.heads or 3,
+            trace = trace_learner(target, factory=args.factory, d_model=args.d_model or 20, n_heads=args.heads or 5,
                                   batch=args.batch, seq=args.seq or 7, timeout=args.timeout)
     except CheckTimeout as err:
         print(f"anatomy trace: error: {err.zh if args.lang == 'zh' else err.en}", file=sys.stderr)

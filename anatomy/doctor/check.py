@@ -19,9 +19,22 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
+from anatomy.doctor.contract import detect_seq_first, first_call
+from anatomy.doctor.dataflow import (
+    about_the_mask,
+    deviation_faults,
+    observe,
+    record_masked,
+    scope_of,
+    unmapped,
+)
+from anatomy.doctor.layouts import linear_after_mha
 from anatomy.doctor.limits import Hung
+from anatomy.doctor.masks import padding_keep
+from anatomy.doctor.norm_fit import find_norms
+from anatomy.doctor.pointers import point
 from anatomy.doctor.probes import Context, positions, run_all, shape
-from anatomy.doctor.report import Finding, Report, fmt
+from anatomy.doctor.report import Report
 from anatomy.doctor.subject import (
     CallError,
     CheckError,
@@ -32,10 +45,9 @@ from anatomy.doctor.subject import (
     dependency,
     discover_causal_format,
     discover_mask,
-    pad_keep,
     randomize,
 )
-from anatomy.pitfalls import FAULTS
+from anatomy.doctor.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
 
 KINDS = ("auto", "attention", "block")
 TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
@@ -52,11 +64,13 @@ def _seq_len(d: int, h: int) -> int:
 
 def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, causal: bool = False,
           factory: str | None = None, mapping: dict | None = None, seed: int = 0,
-          timeout: float | None = TIMEOUT) -> Report:
+          timeout: float | None = TIMEOUT, seq_first: bool | None = None) -> Report:
     """Probe and diagnose ``target`` (see the module docstring); raises :class:`CheckError` when it cannot run.
 
     ``timeout``: seconds that importing the file, building the module, or one forward may take (None or 0: no
-    limit); past it :class:`CheckTimeout`. It is enforced in the main thread only (``limits.py`` says why).
+    limit); past it :class:`CheckTimeout`. ``seq_first``: the module takes ``(T, B, D)`` (True), ``(B, T, D)``
+    (False), or detect it (None, the default; ``contract.py``). The time limit is enforced in the main thread
+    only (``limits.py`` says why).
     The tensors are tiny (B=2, T=6), so the check runs single-threaded: on a busy machine intra-op threads cost
     milliseconds per op for nothing. The previous thread count is restored on return, and the caller's RNG state
     is left as it was (the check runs on a forked generator seeded with ``seed``).
@@ -69,7 +83,7 @@ def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, ca
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None)
+            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None, seq_first)
     except Hung as hung:  # an alarm that landed between the learner's code and the doctor's own
         raise CheckTimeout.from_hung(hung) from None
     finally:
@@ -77,7 +91,7 @@ def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, ca
 
 
 def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory: str | None, mapping: dict | None,
-           seed: int, timeout: float | None) -> Report:
+           seed: int, timeout: float | None, seq_first: bool | None = None) -> Report:
     if kind not in KINDS:
         raise CheckError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     for name, v in (("d_model", d_model), ("n_heads", n_heads)):
@@ -87,32 +101,56 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         raise CheckError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
     d, h = d_model, n_heads
     module, label = build(target, factory, d, h, seed, timeout)
-    randomize(module, d, seed)
     subject = Subject.inspect(module, label)
     subject.timeout = timeout
+    subject.seq_first = bool(seq_first)
     t = _seq_len(d, h)
     x = torch.randn(BATCH, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     try:
+        first_call(subject, x)  # lazy parameters materialised, a failing mask=None default replaced
+        randomize(module, d, seed)
         base, base_w = subject.run(x)
     except CallError as err:
         call = "forward(x, None)" if subject.mask_required else "forward(x)"
         what = f"raised {err}" if err.raised else str(err)
         raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)} {what}; expected it to return "
                          "out (B, T, D) or (out, weights)") from None
+    if seq_first is None and detect_seq_first(subject, x, base, 1e-9 * max(1.0, float(base.abs().nan_to_num(0).max()))):
+        base, base_w = subject.run(x)
+        subject.note("the module is sequence-first: fed (B, T, D) it mixed the sequences of a batch, fed (T, B, D) it "
+                     "does not, so every call gets x as (T, B, D) and its output is read back as (B, T, D)",
+                     "模块按序列优先 (T, B, D) 排布：输入 (B, T, D) 时 batch 中的序列互相混合，输入 (T, B, D) 时不会，"
+                     "因此每次调用都以 (T, B, D) 传入 x，输出按 (B, T, D) 读回")
     settings = {"d_model": d, "n_heads": h, "head_dim": d // h, "batch": BATCH, "seq": t, "seed": seed,
                 "dtype": "float64", "causal_flag": causal, "tolerance": dg.TOL}
     found: dict = {"call": subject.call, "returns": "(out, weights)" if base_w is not None else "out",
-                   "weights_shape": _legend(base_w, h) if base_w is not None else None}
+                   "weights_shape": _legend(base_w, h) if base_w is not None else None,
+                   "seq_first": subject.seq_first, "call_notes": subject.notes,
+                   "ignored_returns": subject.ignored_returns}
 
     # which kind of module, and how its parameters map onto ours
     attn_hyps, scope = mp.find_attention(module, d, h)
+    attn_hyps = linear_after_mha(subject, x, attn_hyps, scope, d)  # nn.MultiheadAttention, then one more Linear
     named = dict(module.named_modules())
     inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
     qk_paths = {p for hp in attn_hyps if hp.qk_norm is not None for p in (hp.qk_norm.q, hp.qk_norm.k)}
-    has_norms = any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
+    subject.stage = ("the search for norms (each sub-module's output against its standardised input)",
+                     "norm 查找（比较每个子模块的输出与标准化后的输入）")
+    norms = {p: n for p, n in find_norms(module, lambda: subject.run(x), d).items() if p not in qk_paths}
+    subject.stage = ("the recording of one forward (every tensor operation)", "记录一次 forward（每个张量运算）")
+    obs = observe(subject, x, d, h)
+    found["observed"] = obs.to_found()
+    attn_hyps = mp.with_observed(attn_hyps, obs.hyp, dict(module.named_parameters()))  # names, dataflow
+    if scope is None and attn_hyps and attn_hyps[0] is obs.hyp:  # names gave nothing: the dataflow's scope
+        scope = scope_of(obs.hyp, set(named))
+        inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
+    has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths
+                                   for p, m in named.items())
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
 
     ctx = Context(subject, kind, d, h, x, base, base_w)
+    ctx.norms = norms
+    ctx.observation = obs
     if tuple(base.shape) != (BATCH, t, d):
         findings, _ = shape(ctx)
         found.update(mask={"sense": None, "examined": False},
@@ -132,9 +170,15 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
         diag = dg.diagnose(subject, refs, complete, _scenarios(ctx))
+        if diag.status == "unexplained" and not ctx.causal and ctx.causal_mask is None:
+            # a fault that mixes tokens also hides causality from the detection: try the causal reading
+            alt = dg.diagnose(subject, refs, complete, _scenarios(ctx, causal=True))
+            if alt.status in ("fault", "ambiguous"):
+                diag = alt
+                found["causal"] = {"value": True, "source": "diagnosis", "layout": None}
     else:
         miss = ", ".join(mp.missing(hyps[0], _required(kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
-        diag = dg.Diagnosis("unavailable", f"could not map {miss} (name them with --map)")
+        diag = dg.Diagnosis("unavailable", unmapped(miss, obs))
     if diag.hypothesis is not None:
         ctx.hyp = diag.hypothesis
         found["mapping"] = _mapping_found(diag.hypothesis, [], refs.params, d, h)
@@ -149,11 +193,21 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         ctx.hyp = complete[0]
 
     findings, passed, skipped = run_all(ctx)
-    findings += _diagnosis_findings(diag)
-    if diag.status in ("fault", "ambiguous"):
+    findings += diagnosis_findings(diag)
+    named = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
+    if not named and any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings):
+        for fault, dev in deviation_faults(obs):  # the flow shows a known pitfall the comparison could not isolate
+            findings.append(flow_finding(fault, dev))
+            named.append(fault)
+    masked = [f for f in findings if about_the_mask(f)]
+    if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
+        keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
+        point(masked, record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h))
+    point(findings, obs.rec)  # the learner's lines behind each finding (pointers.py)
+    if named:
         for f in findings:  # the leaks and mixing the fault causes are its symptoms
             if f.fault is None and f.severity == "error":
-                f.explained_by = _cause(f.probe, diag.faults)
+                f.explained_by = cause(f.probe, named)
     return Report(label, kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 
@@ -170,6 +224,16 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
         subject.stage = ("mask discovery", "mask 格式探测")
         cands = discover_mask(subject, x, base, shape_)
         best = cands[0]
+        scale = max(1.0, float(base.abs().nan_to_num(0).max()))
+        if subject.mask_tentative and not any(c.ok and c.effect > 1e-9 * scale for c in cands):
+            subject.takes_mask = False  # forward(x, *args): nothing passed there acts as a mask
+            subject.call = "forward(x)"
+            subject.note("forward(x, *args): no mask passed as the second argument changed the output, so the module "
+                         "is called without one (pass a named mask parameter if it takes one)",
+                         "forward(x, *args)：作为第二个参数传入的任何 mask 都没有改变输出，因此调用时不传 mask"
+                         "（如果模块接受 mask，请使用具名参数）")
+            return {"mask": None, "causal": {"value": ctx.causal, "source": "flag" if causal_flag else
+                                             "detected" if detected else "none", "layout": None}}
         if not best.ok:
             mask = {"sense": None, "tried": len(cands), "last_error": cands[-1].reason}
         else:
@@ -181,6 +245,13 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
                 ctx.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
             mask = {"sense": best.fmt.sense, "layout": best.fmt.layout, "also": list(dict.fromkeys(also)),
                     "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None}
+            acting = [c for c in cands if c.ok and c.effect > 1e-9 * scale]
+            mask["ignored"] = not acting  # no convention changes anything: the module ignores its mask
+            if acting and all(c.leak > 1e-9 * scale for c in acting):  # no convention hides the padding
+                mask["all_leak"] = True
+                mask["leaks"] = [{"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in acting]
+                ctx.mask_leaks = mask["leaks"]
+            ctx.mask_ignored = mask["ignored"]
     source = "flag" if causal_flag else "detected" if detected else "mask" if ctx.causal_mask else "none"
     return {"mask": mask, "causal": {"value": ctx.causal, "source": source,
                                      "layout": ctx.causal_mask.layout if ctx.causal_mask else None}}
@@ -195,12 +266,16 @@ def _hypotheses(ctx: Context, attn_hyps: list[mp.Hypothesis], scope: str | None,
     """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
     module, d, h = ctx.subject.module, ctx.d, ctx.h
     if ctx.kind == "block":
-        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx))
+        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx),
+                                           ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
         found["block"] = ctx.found_block
-        ctx.found_block.update({"norms": parts.norms, "d_ff": parts.d_ff, "activation": None})
+        ctx.found_block.update({"norms": parts.norms, "d_ff": parts.d_ff, "activation": None,
+                                "norm_variant": parts.describe().get("norm_form"),
+                                "norm_eps": parts.eps if parts.norms else None,
+                                "norms_by_behaviour": [n.to_dict() for n in parts.found.values()]})
     else:
         hyps = attn_hyps
     if mapping:
@@ -221,13 +296,15 @@ def _mapping_found(hyp: mp.Hypothesis, missing: list[str], params: dict, d: int,
 
 
 def _looks_causal(dep: torch.Tensor) -> bool:
-    """Outputs depend on earlier tokens but never on tokens two or more steps ahead (one ahead may be a leak)."""
+    """Every output depends on every earlier token and on itself, never on a token two or more steps ahead: the
+    dependence is lower-triangular (one step ahead is allowed: a causal mask off by one leaks the next token). Local
+    mixing (a window over the neighbours) is not causal: it does not see the whole past."""
     t = dep.shape[0]
     if t < 4:
         return False
     far_future = torch.ones(t, t, dtype=torch.bool).triu(2)
-    past = torch.ones(t, t, dtype=torch.bool).tril(-1)
-    return float(dep[far_future].max()) == 0.0 and float(dep[past].max()) > 0.0
+    past = torch.ones(t, t, dtype=torch.bool).tril()
+    return float(dep[far_future].max()) == 0.0 and float(dep[past].min()) > 0.0
 
 
 def _legend(w: torch.Tensor, h: int) -> str:
@@ -273,75 +350,18 @@ def _ref_names(kind: str, d: int, h: int, parts) -> list[str]:
                                              qk_norm="layernorm").named_parameters()]
 
 
-def _scenarios(ctx: Context) -> list[dg.Scenario]:
+def _scenarios(ctx: Context, causal: bool | None = None) -> list[dg.Scenario]:
+    """The diagnosis' runs; ``causal=True``: the reference masks the future itself (a second reading of a module
+    whose mixing hid its causality from the detection)."""
     b, t = ctx.b, ctx.t
+    causal = ctx.causal if causal is None else causal
     every = torch.ones(b, t, dtype=torch.bool)
-    out = [dg.Scenario("plain", ctx.x, None, ctx.causal, None, every)]
-    if ctx.mask is not None:
-        keep = pad_keep(b, t, [t, t - 2])
-        out.append(dg.Scenario("padding", ctx.x, keep[:, :1][:, None], ctx.causal, ctx.mask.make(keep, ctx.x.dtype),
+    out = [dg.Scenario("plain", ctx.x, None, causal, None, every)]
+    if ctx.mask is not None and not ctx.mask_ignored:  # an ignored mask is the padding probe's finding
+        keep, _ = padding_keep(b, t, causal)  # the side the padding probe pads, so the two agree
+        out.append(dg.Scenario("padding", ctx.x, keep[:, :1][:, None], causal, ctx.mask.make(keep, ctx.x.dtype),
                                keep[:, 0]))
-    if ctx.causal_mask is not None:
+    if ctx.causal_mask is not None and not (causal and not ctx.causal):
         keep = causal_keep(b, t)
         out.append(dg.Scenario("causal_mask", ctx.x, keep[0], False, ctx.causal_mask.make(keep, ctx.x.dtype), every))
     return out
-
-
-SYMPTOMS = {  # fault → the probes whose errors it causes (to say which of a pair explains a symptom)
-    "split_without_transpose": {"token_order", "padding_leak", "causal_leak"},
-    "merge_wrong_transpose": {"token_order", "padding_leak", "causal_leak"},
-    "mask_after_softmax": {"padding_leak", "shape", "causal_leak"},
-    "padding_mask_on_queries": {"padding_leak"},
-    "causal_off_by_one": {"causal_leak"},
-}
-
-
-def _cause(probe: str, faults: list[str]) -> str:
-    """The fault that explains a symptom: the one fault named; of a pair, the one known to cause it (the more
-    specific when both can: a causal leak is the off-by-one mask's rather than the mixed heads'), else the first."""
-    causes = [f for f in faults if probe in SYMPTOMS.get(f, ())]
-    return min(causes, key=lambda f: len(SYMPTOMS[f])) if causes else faults[0]
-
-
-def _diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
-    if diag.status in ("fault", "ambiguous") and len(diag.faults) == 2:  # one finding per fault, same numbers
-        a, b = diag.faults
-        also_en = "".join(f"; also reproduced by {x} + {y}" for x, y in diag.also_pairs)
-        also_zh = "".join(f"；{x} + {y} 也能复现" for x, y in diag.also_pairs)
-        ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
-              diag.distance_fault, "output_scale": diag.scale, "faults": [a, b],
-              **({"variant": diag.variant} if diag.variant else {})}
-        en = (f"max |you − reference| = {fmt(diag.distance_correct)}; no single fault of the bug zoo reproduces your "
-              f"output, but {a} and {b} switched on together in the reference do: {fmt(diag.distance_fault)}"
-              f"{also_en}")
-        zh = (f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；bug zoo 中没有单个错误能复现你的输出，但在参考实现里"
-              f"同时打开 {a} 和 {b} 后为 {fmt(diag.distance_fault)}{also_zh}")
-        return [Finding("diagnosis", FAULTS[f].severity, en, zh, dict(ev), fault=f) for f in (a, b)]
-    if diag.status in ("fault", "ambiguous"):
-        f = diag.fault
-        also_en = f" (also reproduced by: {', '.join(diag.also)})" if diag.also else ""
-        also_zh = f"（{', '.join(diag.also)} 也能复现）" if diag.also else ""
-        ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
-              diag.distance_fault, "output_scale": diag.scale, **({"variant": diag.variant} if diag.variant else {})}
-        return [Finding("diagnosis", FAULTS[f].severity,
-                        f"max |you − reference| = {fmt(diag.distance_correct)}; with {f} switched on in the reference: "
-                        f"{fmt(diag.distance_fault)}{also_en}",
-                        f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；在参考实现里打开 {f} 后为 "
-                        f"{fmt(diag.distance_fault)}{also_zh}", ev, fault=f)]
-    if diag.status == "unexplained":
-        fd = diag.first_difference or {}
-        near = diag.nearest[0] if diag.nearest else {}
-        where, where_zh = fd.get("where", "?"), fd.get("where_zh", "?")
-        nearest = " + ".join(near.get("faults") or []) or "correct"
-        nearest_zh = " + ".join(near.get("faults") or []) or "正确实现"
-        before = ", ".join(fd.get("matching_before") or []) or "-"
-        return [Finding(
-            "diagnosis", "warning",
-            f"your output differs from the reference by {fmt(diag.distance_correct)} and neither a single fault of the "
-            f"bug zoo nor a pair of them reproduces it (nearest: {nearest} at {fmt(near.get('max_abs_diff'))}); "
-            f"first difference: {where} (max |Δ| {fmt(fd.get('max_abs_diff'))}); matching before it: {before}",
-            f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误、也没有两个错误的组合能复现"
-            f"（最接近：{nearest_zh}，差 {fmt(near.get('max_abs_diff'))}）；最早的差异：{where_zh}"
-            f"（最大 |Δ| {fmt(fd.get('max_abs_diff'))}）；在它之前一致的：{before}",
-            {"max_abs_diff_vs_reference": diag.distance_correct, "first_difference": fd, "nearest": diag.nearest})]
-    return []

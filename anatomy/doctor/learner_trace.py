@@ -1,12 +1,12 @@
 """``anatomy trace FILE.py:CLASS``: the post's §5.1 table for the learner's own code, one row per recorded step.
 
     from anatomy.doctor.learner_trace import trace_learner
-    t = trace_learner("my_attention.py:MultiHeadAttention")      # built as CLASS(d_model=12, n_heads=3)
+    t = trace_learner("my_attention.py:MultiHeadAttention")      # built as CLASS(20, 5): d_model, n_heads
     for row in t.rows: print(row.line, row.source, row.dims)     # 21 q = self.W_q(x).view(...) (B, T, H, Dh)
     t.deviation                                                  # the first step that leaves the post's flow
     print(t.render("table", lang="zh"))
 
-The module is run once on ``x: (B, T, D)`` with sizes that are all different (B=2, T=7, H=3, Dh=4, D=12 by
+The module is run once on ``x: (B, T, D)`` with sizes that are all different (B=2, T=7, H=5, Dh=4, D=20 by
 default), so every axis can be named by the legend's letters; the recorder (``recorder.py``) gives each step
 with the learner's file and line. Each row is labelled with the post's step it belongs to (projection, split,
 scores, softmax, weighted sum, merge, output projection, residual, norm, FFN) when the dataflow shows it, and the
@@ -25,7 +25,7 @@ from anatomy.doctor import observed as ob
 from anatomy.doctor import recorder as r
 from anatomy.doctor.limits import Hung, guard
 from anatomy.doctor.recorder_dims import letters
-from anatomy.doctor.subject import CheckError, CheckTimeout, Subject, _quiet, build, randomize
+from anatomy.doctor.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
 from anatomy.inspection.trace import KINDS
 from anatomy.shapes import LEGEND
 
@@ -88,7 +88,7 @@ class LearnerTrace:
         return render(self, fmt, lang)
 
 
-def trace_learner(target, *, factory: str | None = None, d_model: int = 12, n_heads: int = 3, batch: int = 2,
+def trace_learner(target, *, factory: str | None = None, d_model: int = 20, n_heads: int = 5, batch: int = 2,
                   seq: int = 7, seed: int = 0, timeout: float | None = 60.0) -> LearnerTrace:
     """Build ``target`` (``FILE.py:CLASS``, a class, a factory or a module) as the doctor does, run it once under
     the recorder and return the table. Raises :class:`CheckError` (one line) when it cannot be loaded, built, run
@@ -112,26 +112,17 @@ def trace_learner(target, *, factory: str | None = None, d_model: int = 12, n_he
 
 def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
     module, label = build(target, factory, d, h, seed, timeout)
-    randomize(module, d, seed)
     subject = Subject.inspect(module, label)
     x = torch.randn(b, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
+        try:  # nn.LazyLinear: its shapes come from a first forward
+            subject.timeout = timeout
+            subject.run(x)
+        except CallError as err:
+            raise CheckError(f"{label}: the warm-up forward of a lazy module raised {err}") from None
+    randomize(module, d, seed)
     sizes = r.sizes_for(d, h, b, t)
-    args = [x, x, x] if subject.qkv else [x]
-    call = "forward(x, x, x)" if subject.qkv else "forward(x)"
-    if subject.mask_required:
-        raise CheckError(f"{label}: forward needs a mask ({subject.call}); the trace calls {call} only")
-
-    def describe() -> tuple[str, str]:
-        return (f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
-                f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）")
-
-    try:
-        with _quiet(), guard(timeout, describe):
-            rec = r.record(module, *args, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args))
-    except Hung as hung:
-        raise CheckTimeout.from_hung(hung) from None
-    except r.RecordError as err:
-        raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)}: {err}") from None
+    rec, call, note = _record(module, subject, label, x, sizes, timeout)
     file = _learner_file(rec)
     steps = [s for s in rec.data_steps() if not file or s.file == file or s.file.startswith(os.path.dirname(file))]
     if not steps:
@@ -140,8 +131,52 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
                          "`anatomy check --map` can still compare its weights")
     devs = ob.deviations(rec) + _output_deviation(rec, steps, tuple(x.shape))
     rows = _rows(rec, steps, devs)
-    notes = _notes(rec, sizes)
+    notes = ([note] if note else []) + _notes(rec, sizes)
     return LearnerTrace(label, file, sizes, call, rows, devs, rec.unfollowed, notes, rec)
+
+
+MASK_LAYOUTS = ("(B, 1, 1, S)", "(B, 1, T, S)", "(B, T, S)", "(B, S)")
+
+
+def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, timeout):
+    """Record ``forward(x)`` (q = k = v = x for ``forward(query, key, value)``; ``mask=None`` when the mask has no
+    default); when that raises and the forward takes a mask, once more with an all-visible boolean mask."""
+    b, t, _ = x.shape
+    args = [x, x, x] if subject.qkv else [x]
+    base = "forward(x, x, x" if subject.qkv else "forward(x"
+    tries: list[tuple[str, list, dict, torch.Tensor | None]] = []
+    if subject.mask_required:
+        tries.append((base + (f", {subject.mask_kw}=None)" if subject.mask_kw else ", None)"), args, {}, None))
+    else:
+        tries.append((base + ")", args, {}, None))
+    if subject.takes_mask:
+        for layout in MASK_LAYOUTS:
+            shape = {"(B, 1, 1, S)": (b, 1, 1, t), "(B, 1, T, S)": (b, 1, t, t), "(B, T, S)": (b, t, t),
+                     "(B, S)": (b, t)}[layout]
+            tries.append((base + f", mask {layout} all visible)", args, {}, torch.ones(shape, dtype=torch.bool)))
+    first_error = None
+    for call, a, kw, mask in tries:
+        if mask is not None or subject.mask_required:
+            kw, a = ({subject.mask_kw: mask}, a) if subject.mask_kw else ({}, [*a, mask])
+
+        def describe(call=call) -> tuple[str, str]:
+            return (f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
+                    f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）")
+
+        try:
+            with _quiet(), guard(timeout, describe):
+                rec = r.record(module, *a, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args),
+                               kwargs=kw, tag_kwargs=False)
+        except Hung as hung:
+            raise CheckTimeout.from_hung(hung) from None
+        except r.RecordError as err:
+            first_error = first_error or f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)}: {err}"
+            continue
+        if call == tries[0][0]:
+            return rec, call, None
+        return rec, call, (f"traced as {call}, because {first_error}",
+                           f"追踪时改用 {call}（传入一个全部可见的 mask），因为 {first_error}")
+    raise CheckError(first_error)
 
 
 def _output_deviation(rec: r.Recording, steps: list[r.Step], shape: tuple) -> list[dict]:
@@ -190,7 +225,7 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
             out[p.step] = ("proj", f"{before}|{role}" if before else role)  # a fused projection: q|k|v
     if roles["o"] is not None:
         out[roles["o"].step] = ("out", "o")
-    first_scores = min((c.scores.index for c in cores if c.scores is not None), default=None)
+    first_scores = min(((c.scores or c.softmax).index for c in cores), default=None)  # sdpa: the fused call
     for core in cores:
         if core.scores is not None:
             out[core.scores.index] = ("scores", "")
@@ -198,13 +233,18 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
                 out[s.index] = ("mask" if "fill" in s.op or s.op in ("where", "add", "add_", "__add__", "sub")
                                 else "scale", "")
         out[core.softmax.index] = ("softmax" if core.softmax.op not in r.SDPA_OPS else "fused", "")
-        if core.weighted is not None:
+        if core.weighted is not None and core.weighted is not core.softmax:
             out[core.weighted.index] = ("z", "")
     proj_steps = {p.step for role in ("q", "k", "v") for p in roles[role]}
     last_z = max((c.weighted.index if c.weighted else c.softmax.index for c in cores), default=None)
     o_step = roles["o"].step if roles["o"] is not None else None
     for s in rec.data_steps():
         if s.index in out:
+            continue
+        src = rec.producer(s)
+        if s.op in r.VIEW_OPS and src is not None and src.index in out and len(src.outputs[0].shape) == 2 and \
+                out[src.index][0] in ("proj", "out"):
+            out[s.index] = out[src.index]  # GPT-2's Conv1D: addmm on (B*T, D), then back to (B, T, ...)
             continue
         shaping = s.op in r.SHAPE_OPS or s.op in ("contiguous",)
         users = [u for u in rec.steps[s.index + 1:] if any(i.source == f"step {s.index}" for i in u.inputs)]

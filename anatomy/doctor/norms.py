@@ -12,7 +12,7 @@ keeps its per-head QK-norm with gains 1, and the walk to the first difference co
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -132,16 +132,37 @@ class BlockParts:
     activations: list[str]  # candidates for the reference FFN
     norm: str = "layernorm"
     eps: float = 1e-5
+    form: str = "layernorm"  # "layernorm" | "rmsnorm" | "unbiased_std" (the annotated transformer's variant)
+    found: dict = field(default_factory=dict)  # path → NormInfo of the norms found by behaviour (norm_fit.py)
+
+    def describe(self) -> dict:
+        """What the reference carries of the learner's norm beyond ours: its eps, the unbiased-std form."""
+        out = {}
+        default = 1e-6 if self.norm == "rmsnorm" else 1e-5
+        if self.eps != default:
+            out["norm_eps"] = f"norm eps {short(self.eps)} vs {short(default)}"
+        if self.form == "unbiased_std":
+            out["norm_form"] = "unbiased std: (x − mean) / (std + eps), the annotated transformer's LayerNorm variant"
+        return out
+
+
+def short(v: float) -> str:
+    """``1e-05`` → ``1e-5``: eps as people write it."""
+    return f"{v:g}".replace("e-0", "e-").replace("e+0", "e+")
 
 
 def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: set[str],
-                call_order: list[str]) -> BlockParts:
+                call_order: list[str], found: dict | None = None) -> BlockParts:
+    """``found``: the norms found by behaviour (``norm_fit.find_norms``), path → NormInfo; they count wherever they
+    sit (inside the attention module too: a pre-norm that lives in the attention sub-layer)."""
     named = dict(module.named_modules())
+    found = found or {}
 
     def inside_attn(p: str) -> bool:
         return attn_scope is not None and attn_scope != "" and (p == attn_scope or p.startswith(attn_scope + "."))
 
-    norm_paths = [p for p, m in named.items() if is_norm(m, d) and not inside_attn(p) and p not in attn_paths]
+    norm_paths = [p for p, m in named.items() if (p in found or is_norm(m, d) and not inside_attn(p))
+                  and p not in attn_paths]
     norm_calls = [p for p in call_order if p in norm_paths]
     norms = list(dict.fromkeys(norm_calls)) or norm_paths
     linear_calls = [p for p in dict.fromkeys(call_order) if isinstance(named.get(p), nn.Linear)
@@ -182,9 +203,13 @@ def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: s
     elif not acts:
         acts = ["relu", "gelu", "gelu_tanh", "silu"]
     first = named[norms[0]] if norms else None
+    info = found.get(norms[0]) if norms else None
+    if info is not None:
+        return BlockParts(norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)), info.kind, info.eps, info.form,
+                          found)
     return BlockParts(norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)),
                       norm_kind(first) if first is not None else "layernorm",
-                      norm_eps(first) if first is not None else 1e-5)
+                      norm_eps(first) if first is not None else 1e-5, found=found)
 
 
 def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Module) -> list[Hypothesis]:
@@ -195,6 +220,12 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         m = named[path]
         mods[ref] = path
         pre = f"{path}." if path else ""
+        info = parts.found.get(path)
+        if info is not None:  # found by behaviour: gain and bias by value, whatever their names
+            extra.update({f"{ref}.{k}": _p(v) for k, v in (("weight", info.weight), ("bias", info.bias)) if v})
+            if info.weight is None:  # a norm without a gain: the reference's gain stays 1
+                extra[f"{ref}.weight"] = Source("(no gain)", "gain 1", lambda params, w=info.width: torch.ones(w))
+            continue
         if isinstance(getattr(m, "weight", None), torch.Tensor):
             extra[f"{ref}.weight"] = _p(f"{pre}weight")
         if isinstance(getattr(m, "bias", None), torch.Tensor):

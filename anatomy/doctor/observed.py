@@ -74,19 +74,48 @@ def _heads(feat: torch.Tensor | None, dh_axis: int) -> torch.Tensor | None:
     f = feat[tuple(index)]
     kept = [a for a in range(feat.dim()) if a in vary or a == dh_axis]
     f = f.movedim(kept.index(dh_axis), -1)
-    return f.reshape(-1, f.shape[-1])
+    rows = f.reshape(-1, f.shape[-1])
+    seen, keep = set(), []
+    for i, row in enumerate(rows.tolist()):  # (B*H, T, Dh) for bmm: each head once, in the order they come
+        if tuple(row) not in seen:
+            seen.add(tuple(row))
+            keep.append(i)
+    return rows[keep]
+
+
+def _manual_softmaxes(rec: r.Recording) -> dict[int, r.Step]:
+    """``e = exp(s); e / e.sum(-1, keepdim=True)``: the division step → the exp step."""
+    found = {}
+    for s in rec.find("div", "__truediv__", "true_divide", "divide"):
+        a, b = rec.producer(s, 0), rec.producer(s, 1)
+        if a is not None and a.op == "exp" and b is not None and b.op == "sum" and rec.producer(b) is a:
+            found[s.index] = a
+    return found
+
+
+def _is_max_shift(rec: r.Recording, s: r.Step) -> bool:
+    """``s - s.max(-1, keepdim=True)`` (a stable softmax): not part of the scale."""
+    if s.op not in ("sub", "__sub__", "sub_") or len(s.inputs) < 2:
+        return False
+    b = rec.producer(s, 1)
+    while b is not None and b.op in ("detach", "__getitem__", "values"):
+        b = rec.producer(b)
+    return b is not None and b.op in ("max", "amax") and rec.producer(b) is rec.producer(s, 0)
 
 
 def attention_cores(rec: r.Recording) -> list[Core]:
     cores = []
-    for soft in rec.find(*r.SOFTMAX_OPS, *r.SDPA_OPS):
+    manual = _manual_softmaxes(rec)
+    for soft in sorted(rec.find(*r.SOFTMAX_OPS, *r.SDPA_OPS) + [rec.steps[i] for i in manual],
+                       key=lambda st: st.index):
         if soft.op in r.SDPA_OPS:
             f = soft.feats + [None] * 3
-            cores.append(Core(soft, None, None, [], _heads(f[0], -1), _heads(f[1], -1), _heads(f[2], -1)))
+            cores.append(Core(soft, None, soft, [], _heads(f[0], -1), _heads(f[1], -1), _heads(f[2], -1)))
             continue
-        chain, s = [], rec.producer(soft)
-        while s is not None and s.op in PASS_OPS:
-            chain.append(s)
+        chain, s = [], rec.producer(manual[soft.index] if soft.index in manual else soft)
+        while s is not None and (s.op in PASS_OPS or _is_max_shift(rec, s)):
+            if not _is_max_shift(rec, s):
+                chain.append(s)
             _, s = _data_input(rec, s, s.outputs[0].shape)
         scores = s if s is not None and s.op in SCORE_OPS else None
         core = Core(soft, scores, None, chain[::-1])
@@ -153,15 +182,17 @@ def _ratio(core: Core) -> tuple[float | None, str]:
     if soft.op in r.SDPA_OPS:
         v = soft.extra.get("scale")
         return v, ""
-    if scores is None or soft.in_value is None or scores.value is None:
+    if scores is None or scores.value is None:
         return None, "the softmax's input does not come from a matmul the recorder saw"
-    s_in, m = soft.in_value.double(), scores.value.double()
+    m = scores.value.double()
+    s_in = core.chain[-1].value.double() if core.chain and core.chain[-1].value is not None else m
     if s_in.shape != m.shape:
         try:
             m = m.broadcast_to(s_in.shape)
         except RuntimeError:
             return None, f"scores {tuple(m.shape)} and softmax input {tuple(s_in.shape)} differ in shape"
     ok = torch.isfinite(s_in) & torch.isfinite(m) & (m.abs() > 1e-6 * float(m.abs().max())) & (s_in.abs() < 1e8)
+    ok &= s_in > -1e3  # a masked score (-1e9, -1e4, the dtype's minimum) is a fill, not a scale
     if not bool(ok.any()):
         return None, "every score is masked"
     ratio = s_in[ok] / m[ok]
@@ -325,6 +356,14 @@ def deviations(rec: r.Recording) -> list[dict]:
     for core in attention_cores(rec):
         s = core.softmax
         dims = s.inputs[0].dims if s.inputs else ()
+        if s.op in r.SDPA_OPS:  # the fused kernel: q must already be (B, H, T, Dh)
+            if len(dims) >= 3 and dims[-2] != "T":
+                en, zh = _operand_lines(rec, s)
+                out.append(_dev(s, "scores", f"{en}q reaches the fused attention as {letters(dims)}",
+                                f"{zh}q 以 {letters(dims)} 的形状进入融合注意力",
+                                "q, k, v as (B, H, T, Dh): view(B, T, H, Dh).transpose(1, 2) first",
+                                "q、k、v 应为 (B, H, T, Dh)：先 view(B, T, H, Dh) 再 transpose(1, 2)"))
+            continue
         if len(dims) >= 2 and tuple(dims[-2:]) != ("T", "S"):
             at = core.scores or s
             en, zh = _operand_lines(rec, at)

@@ -22,13 +22,13 @@ import torch
 from torch import nn
 
 from anatomy.doctor.mapping import BlockParts, Hypothesis
+from anatomy.doctor.masks import padding_keep
 from anatomy.doctor.report import PROBE_TITLES, Finding, fmt
 from anatomy.doctor.subject import (
     CallError,
     MaskFormat,
     Subject,
     causal_keep,
-    close,
     dependency,
     max_diff,
     pad_keep,
@@ -58,6 +58,10 @@ class Context:
     silenced: str | None = None  # residual probe's verdict: "identity" | "constant" | "normed"
     positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
     positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
+    norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
+    mask_ignored: bool = False  # no mask convention changes the output
+    mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
+    observation: object = None  # dataflow.Observation: the recorded forward (scale, mapping, lines)
 
     @property
     def b(self) -> int:
@@ -155,13 +159,7 @@ def padding_leak(ctx: Context):
     if ctx.mask is None:
         return [], _no_mask(ctx)
     t = ctx.t
-    if ctx.causal:  # a causal module never sees right padding: pad sequence 1 on the left, as batched generation does
-        keep = (torch.arange(t)[None] >= torch.tensor([0, 2] + [0] * (ctx.b - 2))[:, None])[:, None].expand(
-            ctx.b, t, t).clone()  # (B, T, S)
-        padded = slice(0, 2)
-    else:
-        keep = pad_keep(ctx.b, t, [t, t - 2])
-        padded = slice(t - 2, t)
+    keep, padded = padding_keep(ctx.b, t, ctx.causal)  # the diagnosis pads the same side (masks.py)
     real = keep[:, 0]  # (B, T)
     mask = ctx.mask.make(keep, ctx.x.dtype)
     x2 = ctx.x.clone()
@@ -184,15 +182,23 @@ def padding_leak(ctx: Context):
         ev["max_weight_on_padded_keys"] = hidden_w
     no_effect = max_diff(out, ctx.base) == 0.0
     ev["mask_has_effect"] = not no_effect
+    if ctx.mask_leaks:
+        ev["every_convention_leaks"] = ctx.mask_leaks
+    every = (f"every mask convention the module accepts leaks (all {len(ctx.mask_leaks)} that change the output): "
+             "the mask itself does not hide the padding (a fill too small to matter, applied after the softmax, "
+             "or tokens mixed by a reshape?); " if ctx.mask_leaks else "")
+    every_zh = (f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(ctx.mask_leaks)} 种全部如此）："
+                "mask 本身没有遮住 padding（填充值太小不起作用，"
+                "在 softmax 之后才施加，或 reshape 把 token 混在了一起？）；" if ctx.mask_leaks else "")
     if _leak(leak, ctx) or (hidden_w is not None and hidden_w > 0):
         findings.append(Finding(
-            "padding_leak", "error",
+            "padding_leak", "error", every +
             ("the mask has no effect at all (the output with a padding mask equals the one without); "
              if no_effect else "")
             + f"changing the padded tokens of sequence 1 moved its real outputs by {fmt(leak)}"
             + (f"; real queries put weight up to {fmt(hidden_w)} on padded keys (must be exactly 0)"
                if hidden_w else ""),
-            ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
+            every_zh + ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
             + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
             + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
             ev))
@@ -296,47 +302,6 @@ def batch_independence(ctx: Context):
     return [], None
 
 
-def scaling(ctx: Context):
-    w = ctx.base_w
-    if w is None or w.dim() != 4 or tuple(w.shape) != (ctx.b, ctx.h, ctx.t, ctx.t):
-        return [], ("needs per-head weights (B, H, T, S) from forward; the diagnosis checks the scale instead",
-                    "需要 forward 返回每个头的权重 (B, H, T, S)；缩放改由差分诊断检查")
-    if ctx.dh == 1 or ctx.h == 1:
-        return [], ("d_k and d_model give the same scale here", "此处 d_k 与 d_model 给出相同的缩放")
-    raw = ctx.raw_scores() if ctx.raw_scores is not None else None
-    if raw is None:
-        return [], ("your q/k projections were not mapped", "未能对应你的 q/k 投影")
-    seen = w > 0  # log w is the logit up to a per-row constant wherever the weight is positive
-    rows = seen.sum(-1, keepdim=True)
-    if not bool((rows >= 2).any()):
-        return [], ("needs rows with at least two visible keys", "需要至少有两个可见 key 的行")
-    n = rows.clamp_min(1)
-    log_w = torch.log(w.clamp_min(1e-300)).masked_fill(~seen, 0.0)
-    logits = (log_w - log_w.sum(-1, keepdim=True) / n).masked_fill(~seen, 0.0)
-    raw = raw.masked_fill(~seen, 0.0)
-    r = (raw - raw.sum(-1, keepdim=True) / n).masked_fill(~seen, 0.0)
-    logits, r = logits[seen], r[seen]
-    s = float((logits * r).sum() / (r * r).sum())
-    resid = float(((logits - s * r) ** 2).sum() / (logits**2).sum().clamp_min(1e-300))
-    ev = {"fitted_scale": s, "one_over_sqrt_d_k": 1 / math.sqrt(ctx.dh), "one_over_sqrt_d_model": 1 / math.sqrt(ctx.d),
-          "logit_std": float(logits.std()), "logit_std_with_1_over_sqrt_d_k": float(r.std()) / math.sqrt(ctx.dh),
-          "fit_r2": 1 - resid}
-    if resid > 1e-3:
-        return [], (f"inconclusive: log-weights do not follow q·k of the mapped projections (R² = {fmt(1 - resid)})",
-                    f"无法判断：log 权重与对应投影的 q·k 不成比例（R² = {fmt(1 - resid)}）")
-    verdicts = ((1 / math.sqrt(ctx.dh), None), (1.0, "no_scaling"), (1 / math.sqrt(ctx.d), "scale_by_d_model"))
-    want_s, got_std, want_std = fmt(1 / math.sqrt(ctx.dh)), fmt(ev["logit_std"]), fmt(
-        ev["logit_std_with_1_over_sqrt_d_k"])
-    en = (f"scores are scaled by {fmt(s)} (fitted from log-weights); 1/sqrt(d_k) = {want_s}; the logits' std is "
-          f"{got_std} where {want_std} was due")
-    zh = (f"分数的缩放系数为 {fmt(s)}（由 log 权重拟合）；1/sqrt(d_k) = {want_s}；"
-          f"logit 标准差为 {got_std}，应为 {want_std}")
-    for want, fault in verdicts:
-        if abs(s / want - 1) < 1e-4:
-            return ([], None) if fault is None else ([Finding("scaling", "error", en, zh, ev, fault=fault)], None)
-    return [Finding("scaling", "error", en, zh, ev)], None
-
-
 def fully_masked(ctx: Context):
     if ctx.mask is None:
         return [], _no_mask(ctx)
@@ -388,141 +353,17 @@ def float16_fill(ctx: Context):
     return [], None
 
 
-# --- blocks -------------------------------------------------------------------------------------------------------
-
-def norm_parameters(ctx: Context):
-    parts = ctx.parts
-    if parts is None or not parts.norms:
-        return [], ("no norm module found (nn.LayerNorm, nn.RMSNorm or a class named *Norm)",
-                    "没有找到 norm 模块（nn.LayerNorm、nn.RMSNorm 或名为 *Norm 的类）")
-    named = dict(ctx.subject.module.named_modules())
-    counts = {p: parts.norm_calls.count(p) for p in parts.norms}
-    shared = [p for p, n in counts.items() if n > 1]
-    params = [(p, id(getattr(named[p], "weight", None))) for p in parts.norms
-              if isinstance(getattr(named[p], "weight", None), torch.Tensor)]
-    same_param = len({i for _, i in params}) < len(params)
-    if shared or same_param:
-        who = shared[0] if shared else params[0][0]
-        n = counts.get(who, 0)
-        return [Finding("norm_parameters", "error",
-                        f"one norm `{who}` serves {n if shared else 'several'} sub-layers (called {n}× in one forward; "
-                        f"{len(parts.norms)} norm module(s) for 2 sub-layers): each needs its own gamma and beta",
-                        f"同一个 norm `{who}` 被 {n if shared else '多'} 个子层共用（一次 forward 调用 {n} 次；"
-                        f"2 个子层只有 {len(parts.norms)} 个 norm 模块）：每个子层都需要自己的 gamma 和 beta",
-                        {"norm": who, "calls": n, "norm_modules": len(parts.norms), "sub_layers": 2},
-                        fault="shared_layernorm")], None
-    return [], None
-
-
-def _zeroed(ctx: Context) -> list[str]:
-    """Learner parameters that make the attention and FFN outputs 0 when zeroed (their last projections)."""
-    if ctx.hyp is None:
-        return []
-    names = []
-    for ref in ("attn.o_proj.weight", "attn.o_proj.bias", "ffn.down_proj.weight", "ffn.down_proj.bias"):
-        src = ctx.hyp.sources.get(ref)
-        if src is not None:
-            names.append(src.user)
-    return names if any("o_proj.weight" in r for r in ctx.hyp.sources) else []
-
-
-def residual(ctx: Context):
-    names = _zeroed(ctx)
-    if not names or not any("down_proj" in r for r in ctx.hyp.sources):
-        return [], ("the attention output and FFN projections were not mapped", "未能对应注意力输出投影和 FFN 投影")
-    params = dict(ctx.subject.module.named_parameters())
-    saved = {n: params[n].detach().clone() for n in names}
-    try:
-        with torch.no_grad():
-            for n in names:
-                params[n].zero_()
-        out, _ = ctx.subject.run(ctx.x)
-    except CallError as err:
-        return [], (str(err), str(err))
-    finally:
-        with torch.no_grad():
-            for n, v in saved.items():
-                params[n].copy_(v)
-    spread = float(out.std(dim=1).max())  # does anything of x survive?
-    ev = {"silenced_output_std_over_tokens": spread, "max_diff_from_input": max_diff(out, ctx.x)}
-    if close(out, ctx.x):
-        ctx.silenced = "identity"
-    elif spread <= 1e-9 * ctx.scale:
-        ctx.silenced = "constant"
-        return [Finding("residual", "error",
-                        "with the attention and FFN outputs set to 0 the block's output no longer depends on its input "
-                        f"(std over tokens {fmt(spread)}): there is no residual path x + f(x)",
-                        f"把注意力和 FFN 的输出置 0 后，block 的输出不再依赖输入（各 token 间标准差 {fmt(spread)}）："
-                        "没有 x + f(x) 的残差路径", ev, fault="no_residual")], None
-    else:
-        ctx.silenced = "normed"
-    return [], None
-
-
-def norm_placement(ctx: Context):
-    parts = ctx.parts
-    if parts is None or not parts.norms:
-        return [], ("no norm module found", "没有找到 norm 模块")
-    named = dict(ctx.subject.module.named_modules())
-    calls: list[tuple[str, torch.Tensor, torch.Tensor]] = []
-    handles = [named[p].register_forward_hook(
-        lambda m, a, o, p=p: calls.append((p, a[0] if a else None, o))) for p in parts.norms]
-    try:
-        out, _ = ctx.subject.run(ctx.x)
-    except CallError as err:
-        return [], (str(err), str(err))
-    finally:
-        for hd in handles:
-            hd.remove()
-    if not calls:
-        return [], ("no norm was called", "没有 norm 被调用")
-    first_in_is_x = calls[0][1] is not None and close(calls[0][1], ctx.x)
-    ends_with_norm = isinstance(calls[-1][2], torch.Tensor) and close(out, calls[-1][2])
-    ev = {"first_norm_input_is_x": first_in_is_x, "output_is_last_norm_output": ends_with_norm,
-          "norm_calls": [c[0] for c in calls], "silenced_block": ctx.silenced}
-    if ends_with_norm and not first_in_is_x:
-        placement = "post"
-    elif first_in_is_x and ends_with_norm:
-        placement = "pre+final"
-    elif first_in_is_x and ctx.silenced in ("identity", "constant", None):
-        placement = "pre"
-    elif first_in_is_x and ctx.silenced == "normed":
-        placement = "norm_on_residual_path"
-    else:
-        placement = "unknown"
-    ctx.found_block["placement"] = placement
-    if placement == "norm_on_residual_path":
-        return [Finding("norm_placement", "error",
-                        "the first norm sees x (Pre-Norm), but with both sub-layers silenced the block returns "
-                        "norm(norm(x)) instead of x: the residual carries the normalised input",
-                        "第一个 norm 的输入是 x（Pre-Norm），但把两个子层都静音后 block 返回的是 norm(norm(x)) 而不是 "
-                        "x：残差走的是归一化之后的输入", ev, fault="norm_on_residual_path")], None
-    return [], None
-
-
-def ffn_width(ctx: Context):
-    parts = ctx.parts
-    if parts is None or not parts.d_ff:
-        return [], ("no feed-forward pair of Linears (D → F → D) found", "没有找到前馈网络的两个 Linear（D → F → D）")
-    ratio = parts.d_ff / ctx.d
-    if not 2 <= ratio <= 8:
-        return [Finding("ffn_width", "warning",
-                        f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model; the usual width is 4 × d_model (8/3 × for "
-                        "gated FFNs): the FFN holds most of a block's capacity",
-                        f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model；通常取 4 × d_model（门控 FFN 取 8/3 ×）："
-                        "FFN 承载了 block 的大部分容量", {"d_ff": parts.d_ff, "ratio": ratio})], None
-    return [], None
-
-
-ATTENTION_PROBES = {"shape": shape, "finite": finite, "causal_leak": causal_leak, "padding_leak": padding_leak,
-                    "token_order": token_order, "batch_independence": batch_independence, "scaling": scaling,
-                    "fully_masked": fully_masked, "float16_fill": float16_fill}
-BLOCK_PROBES = {"norm_parameters": norm_parameters, "residual": residual, "norm_placement": norm_placement,
-                "ffn_width": ffn_width}
+ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports Context from here); run_all puts it in its place
+    "shape": shape, "finite": finite, "causal_leak": causal_leak, "padding_leak": padding_leak,
+    "token_order": token_order, "batch_independence": batch_independence, "scaling": None,
+    "fully_masked": fully_masked, "float16_fill": float16_fill}
 
 
 def run_all(ctx: Context) -> tuple[list[Finding], list[str], list[dict]]:
-    probes = dict(ATTENTION_PROBES)
+    from anatomy.doctor.block_probes import BLOCK_PROBES  # they use this module's Context
+    from anatomy.doctor.scaling import scaling
+
+    probes = {**ATTENTION_PROBES, "scaling": scaling}  # scaling.py keeps its place in the order
     if ctx.kind == "block":
         probes.update(BLOCK_PROBES)
     findings, passed, skipped = [], [], []

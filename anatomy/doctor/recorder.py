@@ -1,6 +1,6 @@
 """The op-level recorder: every tensor operation of a learner's forward, with the learner's own file and line.
 
-    rec = record(module, x, sizes={"B": 2, "T": 7, "H": 3, "Dh": 4, "D": 12})
+    rec = record(module, x, sizes={"B": 2, "T": 7, "H": 5, "Dh": 4, "D": 20})
     for s in rec.steps:
         print(s.line, s.source, s.op, s.outputs[0].dims)    # 23 q = q.view(b, t, h, dk) view ('B', 'T', 'H', 'Dh')
     rec.find_softmax()                                      # the first softmax step (or None)
@@ -37,7 +37,8 @@ from torch import nn
 
 from anatomy.doctor import recorder_dims as rd
 
-PROBE_SIZES = {"B": 2, "T": 7, "H": 3, "Dh": 4, "D": 12}  # all different, and so are their products
+# All different, and so are their products; none is 2 or 3, the constants of rotate-half and of a fused q|k|v.
+PROBE_SIZES = {"B": 2, "T": 7, "H": 5, "Dh": 4, "D": 20}
 FEATURE_STRIDE = 1 << 20  # global feature id = projection index * FEATURE_STRIDE + feature
 
 SHAPE_OPS = {"view", "reshape", "transpose", "permute", "swapaxes", "swapdims", "T", "mT", "t", "flatten",
@@ -190,11 +191,13 @@ class Recording:
 
 
 def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str] | None = None,
-           names: list[str] | None = None, kwargs: dict | None = None, module: nn.Module | None = None) -> Recording:
+           names: list[str] | None = None, kwargs: dict | None = None, module: nn.Module | None = None,
+           tag_kwargs: bool = True) -> Recording:
     """Run ``target(*inputs, **kwargs)`` (a module or a function) once and record every tensor operation.
 
     ``sizes``: the probe's named sizes (default :data:`PROBE_SIZES`); ``dims``: the legend letters of each input
     (``["B T D"]``; default: named by size); ``names``: what to call the inputs (default ``x``, ``x1``...).
+    Inputs beyond ``names`` are constants (a mask), and so are ``kwargs`` with ``tag_kwargs=False``.
     ``module``: when ``target`` is a function that calls a module (``subject.run``), the module whose parameters
     and sub-modules to name. Raises :class:`RecordError` when the forward raises (the learner's error inside)."""
     from anatomy.doctor import recorder_ops
@@ -210,7 +213,7 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
         rec._param_names = {id(p): n for n, p in module.named_parameters()}
         rec._param_names.update({id(b): n for n, b in module.named_buffers()})
     names = list(names or ["x" if i == 0 else f"x{i}" for i in range(len(inputs))])
-    tagged = [(n, t) for n, t in zip(names, inputs)] + [(k, v) for k, v in kwargs.items()]
+    tagged = list(zip(names, inputs)) + (list(kwargs.items()) if tag_kwargs else [])
     for i, (n, t) in enumerate(tagged):
         if isinstance(t, torch.Tensor):
             d = rd.parse(dims[i]) if dims and i < len(dims) and dims[i] else rd.by_size(t.shape, rec.names)
@@ -224,7 +227,7 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
     try:
         with torch.no_grad(), mode:
             rec.output = target(*inputs, **kwargs)
-    except Exception as err:  # noqa: BLE001 - the learner's forward raised: say where
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - the learner's forward raised (even sys.exit): say where
         raise RecordError(f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]}"
                           f"{_raised_at(err)}", err) from None
     finally:

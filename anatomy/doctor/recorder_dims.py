@@ -1,6 +1,6 @@
 """Names for every dimension the recorder sees: from the probe's sizes, and from where each axis came from.
 
-The probe sizes are all different (``B=2, T=7, H=3, Dh=4, D=12``), so a size alone often names an axis; where
+The probe sizes are all different (``B=2, T=7, H=5, Dh=4, D=20``), so a size alone often names an axis; where
 two names share a size (``d_model=16, heads=4``: ``H == Dh``) or a size is the learner's own (``F``), the names
 follow the data: a transpose permutes names, a view splits or joins them, a matmul takes the rows of its first
 operand and the columns of its second, an einsum follows its letters.
@@ -103,9 +103,18 @@ def _groups(a, b):
     return groups
 
 
+FEATURES = ("H", "Hkv", "Dh", "D", "F")
+
+
 def _split_names(label: str, sizes: list[int], names: SizeNames) -> list[str]:
-    """One axis named ``label`` split into axes of ``sizes``: ``D`` → ``H, Dh``; ``3*D`` → ``3, D`` or ``3, H, Dh``."""
-    out = [names.name(n) for n in sizes]
+    """One axis named ``label`` split into axes of ``sizes``: ``D`` → ``H, Dh``; ``3*D`` → ``3, D`` or ``3, H, Dh``.
+    A feature axis splits into feature names only (a rotate-half ``(2, Dh/2)`` is not the batch)."""
+    feature = label in FEATURES or label.endswith(("*D", "*Dh", "*F"))
+    out = [names.name(n) if not feature or names.name(n) in FEATURES else str(n) for n in sizes]
+    m = re.fullmatch(r"(\d+)\*D", label)
+    if m and sizes and sizes[0] == int(m.group(1)) and len(sizes) > 1:  # (3, ...) of a fused q|k|v
+        rest = _split_names("D", sizes[1:], names) if len(sizes) > 2 else [names.name(sizes[1])]
+        return [m.group(1), *rest]
     if label == "D" and len(sizes) == 2 and names.sizes.get("H") and sizes[0] * sizes[1] == names.sizes.get("D"):
         h = names.sizes["H"]
         if sizes == [h, sizes[1]]:

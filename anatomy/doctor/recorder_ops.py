@@ -39,8 +39,16 @@ class Mode(TorchFunctionMode):
         ins = _tensors(args, []) + _tensors(kwargs, [])
         before = [(t, self.rec.meta_of(t)) for t in ins]
         out = func(*args, **kwargs)
+        if name == "__iter__" and args and isinstance(args[0], torch.Tensor):  # q, k, v = qkv: an unbind(0)
+            items = tuple(out)
+            out, func, name, args, kwargs = iter(items), torch.unbind, "unbind", (args[0], 0), {}
+            record_out = items
+        elif name == "__setitem__" and args and isinstance(args[0], torch.Tensor):  # out[..., i] = head(x)
+            record_out = args[0]
+        else:
+            record_out = out
         try:
-            on_op(self.rec, func, name, args, kwargs, before, out)
+            on_op(self.rec, func, name, args, kwargs, before, record_out)
         except Exception as err:  # noqa: BLE001 - never break the learner's forward for the recorder's sake
             self.rec.unfollowed.append(f"{name}: {type(err).__name__}: {err}")
         return out
@@ -232,6 +240,15 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
     with_feat = [(t, m) for t, m in metas if m is not None and m.feat is not None]
     if not with_feat:
         return [None] * len(outs)
+    if name == "__setitem__" and len(args) >= 3 and isinstance(args[0], torch.Tensor):
+        target, value = args[0], args[2]
+        tm = next((m for t, m in metas if t is target), None)
+        vm = next((m for t, m in metas if t is value), None) if isinstance(value, torch.Tensor) else None
+        feat = tm.feat.clone() if tm is not None and tm.feat is not None else torch.full(target.shape, -1,
+                                                                                          dtype=torch.long)
+        if vm is not None and vm.feat is not None:
+            feat[args[1]] = vm.feat
+        return [feat]
     if name in r.SAME_OPS:
         return [with_feat[0][1].feat.contiguous() if tuple(with_feat[0][0].shape) == tuple(outs[0].shape) else None]
     if name in r.SHAPE_OPS:
@@ -257,6 +274,9 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
             return [col.expand(*outs[0].shape[:-2], outs[0].shape[-2], col.shape[-1]).clone()
                     if col.shape[-1] == outs[0].shape[-1] else None]
         return [None]
+    if name in r.SDPA_OPS:  # the fused kernel's output keeps v's features
+        vm = metas[2][1] if len(metas) > 2 else None
+        return [vm.feat if vm is not None and vm.feat is not None and vm.feat.shape == outs[0].shape else None]
     if name == "einsum" and len(metas) == 2:
         return [_einsum_feat(args[0], metas, outs[0])]
     if name in r.MATMUL_OPS or name in r.SOFTMAX_OPS:

@@ -10,6 +10,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
+from anatomy.doctor.sublayer import LOCAL
 from anatomy.pitfalls import FAULTS
 
 SCHEMA = "anatomy.doctor/1"
@@ -31,6 +32,7 @@ PROBE_TITLES = {  # probe id → (en, zh)
     "norm_placement": ("norm placement", "Norm 位置"),
     "ffn_width": ("FFN width", "FFN 宽度"),
     "diagnosis": ("diagnosis", "诊断"),
+    "dataflow": ("recorded dataflow", "记录的数据流"),
     "*": ("all other probes", "其余探针"),
 }
 
@@ -52,6 +54,7 @@ FAULT_TITLES = {  # bug-zoo name → short (en, zh) headline
     "large_init_scale": ("projections initialised too large", "线性层初始化尺度过大"),
     "batchnorm_instead_of_layernorm": ("BatchNorm instead of LayerNorm", "用了 BatchNorm 而不是 LayerNorm"),
     "no_positional": ("no positional encoding", "没有位置编码"),
+    "norm_on_query_only": ("pre-norm applied to the query only", "Pre-Norm 只作用在 query 上"),
 }
 
 SENSE_SHORT = {
@@ -234,103 +237,7 @@ def _t(lang: str, en: str, zh: str) -> str:
     return zh if lang == "zh" else en
 
 
-def _mapping_text(mapping: dict | None, lang: str) -> str:
-    """``q_proj/k_proj/v_proj ← qkv [rows q|k|v], o_proj ← proj``: weights only, fused sources grouped."""
-    if not mapping:
-        return _t(lang, "not mapped", "未能对应")
-    groups: dict[tuple[str, str], list[str]] = {}
-    for ref, user, note in mapping["pairs"]:
-        if ref.endswith(".bias"):
-            continue
-        user = user.removesuffix(".weight")
-        groups.setdefault((user, re.sub(r" #\d+", "", note)), []).append(ref.removesuffix(".weight"))
-    pairs = ["/".join(refs) + f" ← {user}" + (f" [{note}]" if note else "") for (user, note), refs in groups.items()]
-    return f"{mapping['style']}: " + ", ".join(pairs)
-
-
-def _found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
-    f = r.found
-    rows = []
-    ret = f.get("returns", "out")
-    if f.get("weights_shape"):
-        ret = f"(out, weights {f['weights_shape']})"
-    rows.append((_t(lang, "call", "调用"), f"{f.get('call', '?')} → {ret}"))
-    m = f.get("mask")
-    if m is None:
-        rows.append(("mask", _t(lang, "forward takes no mask", "forward 不接受 mask")))
-    elif m.get("examined") is False:
-        rows.append(("mask", _t(lang, "not examined", "未检查")))
-    elif m.get("sense") is None:
-        rows.append(("mask", _t(lang, f"none of {m.get('tried')} formats was accepted ({m.get('last_error')})",
-                                f"试过的 {m.get('tried')} 种格式都不被接受（{m.get('last_error')}）")))
-    else:
-        sense = SENSE_TEXT[m["sense"]][1 if lang == "zh" else 0]
-        text = _t(lang, f"{sense}, shaped {m['layout']}", f"{sense}，形状 {m['layout']}")
-        if m.get("also"):
-            also = _t(lang, ", ", "、").join(SENSE_SHORT[s][1 if lang == "zh" else 0] for s in m["also"])
-            text += _t(lang, f" (also accepted: {also})", f"（也接受：{also}）")
-        rows.append(("mask", text))
-    c = f.get("causal", {})
-    src = c.get("source")
-    causal_text = {
-        "flag": _t(lang, "yes (--causal): the module masks the future itself", "是（--causal）：模块自己遮住未来"),
-        "detected": _t(lang, "yes (detected: outputs never depend on tokens two or more steps ahead)",
-                       "是（检测到：输出从不依赖两步以后的 token）"),
-        "mask": _t(lang, f"no; a causal mask is passed as {c.get('layout')} for the causal probe",
-                   f"否；因果探针以 {c.get('layout')} 传入因果 mask"),
-        "none": _t(lang, "no (pass --causal for a decoder's self-attention)", "否（decoder 的自注意力请加 --causal）"),
-    }.get(src, "?")
-    rows.append((_t(lang, "causal", "因果"), causal_text))
-    rows.append((_t(lang, "weights", "权重"), _mapping_text(f.get("mapping"), lang)))
-    if f.get("mapping") and f["mapping"].get("missing"):
-        rows.append(("", _t(lang, "missing: ", "缺少：") + ", ".join(f["mapping"]["missing"])))
-    qk = (f.get("mapping") or {}).get("qk_norm")
-    if qk:
-        per_head = qk["width"] == r.settings.get("head_dim")
-        over = _t(lang, "head_dim", " head_dim") if per_head else _t(
-            lang, f"all {qk['width']} features (before the head split; ours is per head)",
-            f"全部 {qk['width']} 个特征（拆头之前；参考实现按头归一化）")
-        paths = ", ".join(p for p in (qk["q_norm"], qk["k_norm"]) if p) or "--map"
-        rows.append(("qk-norm", _t(lang, f"{qk['kind']} over {over}, eps {qk['eps']:g} · {paths}",
-                                   f"{qk['kind']}，作用于{over}，eps {qk['eps']:g} · {paths}")))
-    b = f.get("block")
-    if b:
-        place = {"pre": "pre-norm: x + f(norm(x))", "post": "post-norm: norm(x + f(x))",
-                 "norm_on_residual_path": _t(lang, "miswired pre-norm: x = norm(x); x = x + f(x)",
-                                             "接错的 pre-norm：x = norm(x); x = x + f(x)"),
-                 "pre+final": _t(lang, "pre-norm with a norm at the end", "pre-norm，末尾还有一个 norm")}.get(
-            b.get("placement"), _t(lang, "not recognised", "未识别"))
-        rows.append(("norm", place + " · " + (", ".join(b.get("norms") or []) or "-")))
-        ffn = f"d_ff={b.get('d_ff')}" if b.get("d_ff") else _t(lang, "not found", "未找到")
-        if b.get("activation"):
-            ffn += f", {b['activation']}"
-        rows.append(("ffn", ffn))
-    d = r.diagnosis or {}
-    st = d.get("status")
-    if st == "matches":
-        var = ", ".join(f"{v}" for v in (d.get("variant") or {}).values())
-        text = _t(lang, f"your output equals ours within {fmt(d.get('max_abs_diff_vs_reference'))}",
-                  f"你的输出与参考实现一致（误差 {fmt(d.get('max_abs_diff_vs_reference'))}）")
-        rows.append((_t(lang, "reference", "参考"), text + (f" ({var})" if var else "")))
-    elif st in ("fault", "ambiguous") and len(d.get("faults") or []) == 2:
-        a, b = d["faults"]
-        rows.append((_t(lang, "reference", "参考"),
-                     _t(lang, f"reproduced by two bug-zoo faults together, {a} and {b} (below); no single one does",
-                        f"同时打开 bug zoo 中的 {a} 和 {b} 后完全吻合（见下），单个错误都不行")))
-    elif st in ("fault", "ambiguous"):
-        rows.append((_t(lang, "reference", "参考"),
-                     _t(lang, f"reproduced by the bug-zoo fault {d.get('fault')} (below)",
-                        f"与 bug zoo 中的 {d.get('fault')} 完全吻合（见下）")))
-    elif st == "unexplained":
-        fd = d.get("first_difference") or {}
-        rows.append((_t(lang, "reference", "参考"),
-                     _t(lang, f"differs by {fmt(d.get('max_abs_diff_vs_reference'))}; no single fault or pair of "
-                              f"faults reproduces it; first difference: {fd.get('where')}",
-                        f"相差 {fmt(d.get('max_abs_diff_vs_reference'))}；没有单个已知错误或两个错误的组合能复现；"
-                        f"最早的差异：{fd.get('where_zh')}")))
-    elif st == "unavailable":
-        rows.append((_t(lang, "reference", "参考"), _t(lang, "not compared: ", "未比较：") + str(d.get("reason"))))
-    return rows
+from anatomy.doctor.report_found import found_lines  # noqa: E402 - it reads this module's tables
 
 
 def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
@@ -340,7 +247,7 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
                 f"float64, B={s['batch']}, T={s['seq']}, seed {s['seed']}", width)
     out.append("")
     out.append(_t(lang, "found", "发现"))
-    for key, text in _found_lines(r, lang):
+    for key, text in found_lines(r, lang):
         pad = key + " " * max(1, 10 - display_width(key))
         out += wrap(text, width, first="  " + pad, rest=" " * 12)
     for fault, fs in r.groups():
@@ -353,6 +260,10 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
             title = FAULT_TITLES.get(fault, (fault, fault))[1 if lang == "zh" else 0]
             out += wrap(f"{mark} · {title} · {fault}" + (f", {_t(lang, 'post', '原文')} {z.section}" if z else ""),
                         width, rest="    ")
+            local = LOCAL.get(fault)
+            if local:  # the doctor's own fault (sublayer.py): its explanation, no bug-zoo entry
+                out += wrap(local[3] if lang == "zh" else local[2], width, first="    ")
+                out += wrap(_t(lang, "look at: ", "常见位置：") + local[4], width, first="    ", rest="      ")
             if z:
                 out += wrap(z.summary_zh if lang == "zh" else z.summary_en, width, first="    ")
                 out += wrap(_t(lang, "post: ", "原文：") + z.post_zh, width, first="    ", rest="      ")

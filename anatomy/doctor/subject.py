@@ -152,6 +152,9 @@ def build(target, factory: str | None, d_model: int, n_heads: int, seed: int = 0
                 module = obj(d_model, n_heads)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
+        except SystemExit as err:
+            raise ModuleExited(step[0].replace(" (building the module)", ", building the module,"), err.code,
+                               step[1]) from None
         except Exception as err:  # noqa: BLE001
             raise CheckError(f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
                              "(use --factory FUNC for another signature)") from None
@@ -197,13 +200,40 @@ def _quiet():
 
 # --- calling --------------------------------------------------------------------------------------------------
 
-QKV_NAMES = ({"query", "key", "value"}, {"q", "k", "v"})
-MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_mask", "padding_mask", "pad_mask")
+QKV_NAMES = ({"query", "key", "value"}, {"q", "k", "v"}, {"queries", "keys", "values"}, {"x_q", "x_k", "x_v"})
+MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_mask", "padding_mask", "pad_mask",
+              "valid_lens")
+
+
+class ModuleExited(CheckError):
+    """The learner's code ended the process itself (``sys.exit``, ``exit()``, ``os._exit``): never a pass."""
+
+    def __init__(self, where: str, code, where_zh: str | None = None):
+        self.code = code
+        self.en = (f"{where} called sys.exit({code!r}) (SystemExit): the module ended the process instead of "
+                   "returning, so nothing could be checked; remove the exit (a debugging leftover?)")
+        self.zh = (f"{where_zh or where}调用了 sys.exit({code!r})（SystemExit）：模块结束了进程而不是返回结果，"
+                   "因此什么也没能检查；请删掉这个退出（调试时留下的？）")
+        super().__init__(self.en)
+
+
+def _ordered_qkv(params: list, kinds) -> tuple[str, str, str] | None:
+    """The names of the q/k/v parameters among ``params`` (in q, k, v order), when they are named so."""
+    names = [p.name for p in params if p.kind in kinds]
+    for group in QKV_NAMES:
+        if group <= set(names):
+            return tuple(sorted(group, key=lambda n: "qkv".index(n.removeprefix("x_")[0])))  # q, k, v
+    return None
 
 
 @dataclass
 class Subject:
-    """How to call the learner's module: ``run(x, mask)`` → ``(out, weights or None)``."""
+    """How to call the learner's module: ``run(x, mask)`` → ``(out, weights or None)``, ``x`` always (B, T, D).
+
+    The contract is read from ``forward``'s signature (:meth:`inspect`) and completed on the first calls
+    (``check.py``): a sequence-first module gets ``x`` transposed to (T, B, D) and its output transposed back
+    (``seq_first``); a module whose ``mask=None`` default fails gets an all-visible mask wherever the doctor means
+    no mask (``no_mask``); ``forward(x, *args)`` is tried with a mask only tentatively (``mask_tentative``)."""
 
     module: nn.Module
     label: str
@@ -215,6 +245,12 @@ class Subject:
     fields: dict = field(default_factory=dict)
     timeout: float | None = None  # seconds one forward may take (None: no limit)
     stage: tuple[str, str] = ("the first call", "首次调用")  # what the doctor is doing, for the timeout message
+    qkv_kw: tuple[str, str, str] | None = None  # keyword-only q/k/v names: forward(query=x, key=x, value=x)
+    seq_first: bool = False  # the module takes and returns (T, B, D)
+    no_mask: Callable[[torch.Tensor], torch.Tensor] | None = None  # the all-visible mask that stands for "none"
+    mask_tentative: bool = False  # forward(x, *args): a mask is tried, kept only when it changes something
+    notes: list[dict] = field(default_factory=list)  # what the doctor adapted: {"en": ..., "zh": ...}
+    ignored_returns: list[str] = field(default_factory=list)  # returned values not taken as weights
 
     @classmethod
     def inspect(cls, module: nn.Module, label: str) -> Subject:
@@ -225,6 +261,14 @@ class Subject:
         P = inspect.Parameter
         positional = [p for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
         required = [p for p in positional if p.default is P.empty]
+        kw_masks = [p for p in params if p.kind == P.KEYWORD_ONLY and p.name in MASK_NAMES]
+        kw_qkv = _ordered_qkv(params, (P.KEYWORD_ONLY,))
+        if kw_qkv and not required:  # forward(self, *, query, key, value, attn_mask=None)
+            q, k, v = kw_qkv
+            mask = kw_masks[0] if kw_masks else None
+            call = f"forward({q}=x, {k}=x, {v}=x" + (f", {mask.name}=mask)" if mask else ")")
+            return cls(module, label, call, qkv_kw=kw_qkv, mask_kw=mask.name if mask else None,
+                       takes_mask=mask is not None, mask_required=mask is not None and mask.default is P.empty)
         names = {p.name for p in positional[:3]}
         if len(required) >= 3 and names in QKV_NAMES:
             mask = positional[3] if len(positional) > 3 else None
@@ -234,20 +278,34 @@ class Subject:
             mask = positional[1]
             return cls(module, label, f"forward(x, {mask.name})", takes_mask=True,
                        mask_required=mask.default is P.empty)
-        kw = [p for p in params if p.kind == P.KEYWORD_ONLY and p.name in MASK_NAMES]
-        if kw:
-            return cls(module, label, f"forward(x, {kw[0].name}=mask)", mask_kw=kw[0].name, takes_mask=True,
-                       mask_required=kw[0].default is P.empty)
+        if kw_masks:
+            return cls(module, label, f"forward(x, {kw_masks[0].name}=mask)", mask_kw=kw_masks[0].name,
+                       takes_mask=True, mask_required=kw_masks[0].default is P.empty)
         if any(p.kind == P.VAR_POSITIONAL for p in params):
-            return cls(module, label, "forward(x, mask)", takes_mask=True)
+            return cls(module, label, "forward(x, *args)", takes_mask=True, mask_tentative=True)
         return cls(module, label, "forward(x)")
+
+    def batch_first(self, t):
+        """A tensor seen inside the module (a hook) in the doctor's ``(B, T, D)`` layout."""
+        if self.seq_first and isinstance(t, torch.Tensor) and t.dim() == 3:
+            return t.transpose(0, 1)
+        return t
+
+    def note(self, en: str, zh: str) -> None:
+        if {"en": en, "zh": zh} not in self.notes:
+            self.notes.append({"en": en, "zh": zh})
 
     def run(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, module: nn.Module | None = None):
         module = self.module if module is None else module
+        b, t = x.shape[:2]
         x = x.clone()  # a forward that writes into its input (x += ...) must not change the doctor's inputs
+        if mask is None and self.no_mask is not None:
+            mask = self.no_mask(x)
         mask = None if mask is None else mask.clone()
-        args: list = [x, x, x] if self.qkv else [x]
-        kwargs = {}
+        if self.seq_first:
+            x = x.transpose(0, 1)  # (T, B, D)
+        args: list = [x, x, x] if self.qkv else [] if self.qkv_kw else [x]
+        kwargs = dict.fromkeys(self.qkv_kw, x) if self.qkv_kw else {}
         if mask is not None or self.mask_required:
             if self.mask_kw:
                 kwargs[self.mask_kw] = mask
@@ -258,13 +316,25 @@ class Subject:
                 result = module(*args, **kwargs)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
+        except SystemExit as err:
+            en, zh = self._describe(x, mask, module)
+            raise ModuleExited(en.rstrip(","), err.code, zh) from None
         except Exception as err:  # noqa: BLE001 - whatever the learner's code raises
             raise CallError(one_line(err)) from None
-        return parse_output(result)
+        out, second = parse_output(result)
+        if self.seq_first and out.dim() == 3:
+            out = out.transpose(0, 1)  # (B, T, D)
+        if second is not None and not looks_like_weights(second, b, t):
+            what = str(tuple(second.shape))
+            if what not in self.ignored_returns:
+                self.ignored_returns.append(what)
+            second = None
+        return out, second
 
     def _describe(self, x: torch.Tensor, mask: torch.Tensor | None, module: nn.Module) -> tuple[str, str]:
         """The call that hung, in English and Chinese: which forward, on what, during which step of the check."""
-        call = self.call if mask is not None or self.mask_required else "forward(x, x, x)" if self.qkv else "forward(x)"
+        call = self.call if mask is not None or self.mask_required else "forward(x, x, x)" if self.qkv else (
+            "forward(query=x, key=x, value=x)" if self.qkv_kw else "forward(x)")
         m = None if mask is None else tuple(mask.shape)
         what = f"x of shape {tuple(x.shape)}" + (f" and a mask of shape {m}" if m else "")
         what_zh = f"x 形状 {tuple(x.shape)}" + (f"，mask 形状 {m}" if m else "")
@@ -272,6 +342,15 @@ class Subject:
         copy_en, copy_zh = ("", "") if module is self.module else (f" of a {dtype} copy", f"（{dtype} 副本）")
         return (f"{self.label}: {call}{copy_en} on {what}, during {self.stage[0]},",
                 f"{self.label}：{_zh_join('在', self.stage[1], '阶段')}，{call}{copy_zh}（{what_zh}）")
+
+
+def looks_like_weights(w: torch.Tensor, b: int, t: int) -> bool:
+    """A second returned tensor is read as attention weights only when it can be: ``(B, ..., T', T')`` with values
+    in [0, 1] (a cache of keys and values, or a recurrent state, is not)."""
+    if w.dim() not in (3, 4) or w.shape[0] != b or w.shape[-1] != w.shape[-2] or not w.is_floating_point():
+        return False
+    finite = w[torch.isfinite(w)]
+    return finite.numel() == 0 or bool(((finite >= 0) & (finite <= 1 + 1e-9)).all())
 
 
 def _zh_join(*parts: str) -> str:
@@ -293,171 +372,20 @@ def parse_output(result) -> tuple[torch.Tensor, torch.Tensor | None]:
     raise CallError(f"returned {type(result).__name__}", raised=False)
 
 
-# --- masks ----------------------------------------------------------------------------------------------------
-
-SENSES = ("bool_keep", "bool_ignore", "additive", "int_keep", "float_keep")
-PAD_LAYOUTS = ("(B, S)", "(B, 1, 1, S)", "(B, 1, S)", "(B, 1, T, S)", "(B, T, S)")
-FULL_LAYOUTS = ("(B, 1, T, S)", "(B, T, S)", "(T, S)")
-
-
-def make_sense(sense: str, keep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean keep-mask (True = may attend) written in ``sense``."""
-    if sense == "bool_keep":
-        return keep
-    if sense == "bool_ignore":
-        return ~keep
-    if sense == "additive":  # finfo.min, not -inf: the fill must not be the doctor's NaN
-        return torch.zeros(keep.shape, dtype=dtype).masked_fill(~keep, torch.finfo(dtype).min)
-    if sense == "int_keep":
-        return keep.long()
-    if sense == "float_keep":
-        return keep.to(dtype)
-    raise ValueError(f"unknown mask sense {sense!r}")
-
-
-def make_layout(layout: str, keep: torch.Tensor) -> torch.Tensor | None:
-    """``keep: (B, T, S)`` → the layout, or None when the layout cannot say it (a causal mask as (B, S))."""
-    per_key = bool((keep == keep[:, :1]).all())
-    same_batch = bool((keep == keep[:1]).all())
-    if layout == "(B, S)":
-        return keep[:, 0] if per_key else None  # (B, S)
-    if layout == "(B, 1, 1, S)":
-        return keep[:, :1, None] if per_key else None  # (B, 1, 1, S)
-    if layout == "(B, 1, S)":  # the annotated transformer's src_mask
-        return keep[:, :1] if per_key else None  # (B, 1, S)
-    if layout == "(B, 1, T, S)":
-        return keep[:, None]  # (B, 1, T, S)
-    if layout == "(B, T, S)":
-        return keep
-    if layout == "(T, S)":
-        return keep[0] if same_batch else None  # (T, S)
-    raise ValueError(f"unknown mask layout {layout!r}")
-
-
-@dataclass(frozen=True)
-class MaskFormat:
-    sense: str
-    layout: str
-
-    def make(self, keep: torch.Tensor, dtype: torch.dtype = torch.float64) -> torch.Tensor | None:
-        m = make_layout(self.layout, keep)
-        return None if m is None else make_sense(self.sense, m, dtype)
-
-    def expresses(self, keep: torch.Tensor) -> bool:
-        return make_layout(self.layout, keep) is not None
-
-
-def pad_keep(b: int, t: int, lengths: list[int]) -> torch.Tensor:
-    """``(B, T, S)`` keep-mask of right padding: row ``i`` has ``lengths[i]`` real tokens."""
-    key = torch.arange(t)[None] < torch.tensor(lengths)[:, None]  # (B, S)
-    return key[:, None, :].expand(b, t, t).clone()  # (B, T, S)
-
-
-def causal_keep(b: int, t: int) -> torch.Tensor:
-    return torch.ones(t, t, dtype=torch.bool).tril().expand(b, t, t).clone()  # (B, T, S)
-
-
-def max_diff(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor | None = None) -> float:
-    """max |a - b| over the (B, T) rows selected (all if None); NaN anywhere there counts as infinite."""
-    d = (a - b).abs()
-    if rows is not None:
-        d = d[rows]
-    if d.numel() == 0:
-        return 0.0
-    if torch.isnan(d).any():
-        return math.inf
-    return float(d.max())
-
-
-def close(a: torch.Tensor, b: torch.Tensor, rows=None, tol: float = 1e-9) -> bool:
-    scale = max(1.0, float(b.abs().nan_to_num(0).max()) if b.numel() else 1.0)
-    return max_diff(a, b, rows) <= tol * scale
-
-
-@dataclass
-class MaskCandidate:
-    fmt: MaskFormat
-    ok: bool
-    reason: str = ""
-    effect: float = 0.0
-    leak: float = math.inf
-
-
-def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: tuple) -> list[MaskCandidate]:
-    """Try every (sense, layout) on a padding mask. A format is accepted when it is neutral while hiding nothing;
-    the accepted ones come first, best first: the mask changes the output, its hidden keys leak least, then the
-    order of SENSES and PAD_LAYOUTS. Rejected candidates follow, each with its reason."""
-    b, t, _ = x.shape
-    keep_all = torch.ones(b, t, t, dtype=torch.bool)
-    keep_pad = pad_keep(b, t, [t, t - 2])
-    real = keep_pad[:, 0]  # (B, T) real query rows
-    x2 = x.clone()
-    x2[1, t - 2:] += torch.randn(2, x.shape[-1], generator=torch.Generator().manual_seed(7), dtype=x.dtype)
-    cands = []
-    for layout in PAD_LAYOUTS:
-        for sense in SENSES:
-            fmt = MaskFormat(sense, layout)
-            cand = MaskCandidate(fmt, ok=False)
-            cands.append(cand)
-            try:
-                out_all, _ = subject.run(x, fmt.make(keep_all, x.dtype))
-                if tuple(out_all.shape) != shape:
-                    cand.reason = f"output shape {tuple(out_all.shape)}"
-                    continue
-                if not close(out_all, base):
-                    cand.reason = "a mask that hides nothing changed the output"
-                    continue
-                out_pad, _ = subject.run(x, fmt.make(keep_pad, x.dtype))
-                out_pad2, _ = subject.run(x2, fmt.make(keep_pad, x.dtype))
-            except CallError as err:
-                cand.reason = str(err)
-                continue
-            if tuple(out_pad.shape) != shape or tuple(out_pad2.shape) != shape:
-                cand.reason = "output shape changed with a mask"
-                continue
-            cand.ok = True
-            cand.effect = max_diff(out_pad.nan_to_num(1e30), base)
-            cand.leak = max_diff(out_pad, out_pad2, real)
-    scale = max(1.0, float(base.abs().max()))
-    order = {s: i for i, s in enumerate(SENSES)}
-
-    def rank(c: MaskCandidate):
-        return (not c.ok, c.effect <= 1e-9 * scale, c.leak > 1e-9 * scale, order[c.fmt.sense],
-                PAD_LAYOUTS.index(c.fmt.layout))
-
-    return sorted(cands, key=rank)
-
-
-def discover_causal_format(subject: Subject, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor,
-                           shape: tuple) -> MaskFormat | None:
-    """A layout (in the discovered sense) that can carry a causal mask, or None (e.g. the module takes (B, S))."""
-    b, t, _ = x.shape
-    layouts = [fmt.layout] if fmt.layout in FULL_LAYOUTS else []
-    layouts += [lay for lay in FULL_LAYOUTS if lay not in layouts]
-    keep_all, keep_causal = torch.ones(b, t, t, dtype=torch.bool), causal_keep(b, t)
-    for layout in layouts:
-        cand = MaskFormat(fmt.sense, layout)
-        try:
-            out_all, _ = subject.run(x, cand.make(keep_all, x.dtype))
-            out_causal, _ = subject.run(x, cand.make(keep_causal, x.dtype))
-        except CallError:
-            continue
-        if tuple(out_all.shape) != shape or tuple(out_causal.shape) != shape or not close(out_all, base):
-            continue
-        if max_diff(out_causal[:, : t - 1], base[:, : t - 1]) > 1e-9:
-            return cand
-    return None
-
-
-def dependency(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """``dep[i, j]``: how far output row ``i`` moves (max over batch and features) when token ``j`` changes."""
-    base, _ = subject.run(x, mask)
-    t = x.shape[1]
-    dep = torch.zeros(t, t, dtype=torch.float64)
-    gen = torch.Generator().manual_seed(11)
-    for j in range(t):
-        x2 = x.clone()
-        x2[:, j] += torch.randn(x.shape[0], x.shape[-1], generator=gen, dtype=x.dtype)
-        out, _ = subject.run(x2, mask)
-        dep[:, j] = (out - base).abs().nan_to_num(math.inf).amax(dim=(0, 2))
-    return dep
+# the masks moved to masks.py; their names stay importable from here
+from anatomy.doctor.masks import (  # noqa: E402, F401
+    FULL_LAYOUTS,
+    PAD_LAYOUTS,
+    SENSES,
+    MaskCandidate,
+    MaskFormat,
+    causal_keep,
+    close,
+    dependency,
+    discover_causal_format,
+    discover_mask,
+    make_layout,
+    make_sense,
+    max_diff,
+    pad_keep,
+)

@@ -28,7 +28,7 @@ def test_viz_overrides_after_options():
 
 @pytest.mark.parametrize("argv", [
     ["train", "--out", "runs/a", "steps=5", "--bogus", "1"],
-    ["trace", "--preset", "gpt2", "stray"],  # trace takes no free words
+    ["trace", "my.py:Attn", "stray"],  # trace takes one FILE.py:CLASS, no other free words
 ])
 def test_unknown_arguments_are_still_refused(argv, capsys):
     with pytest.raises(SystemExit) as info:

@@ -180,8 +180,8 @@ def test_other_hazards_are_warnings():
 def test_mapping_styles_and_user_map():
     assert "x @ W" in run("other_styles.py:EinsumParams").found["mapping"]["style"]
     assert run("other_styles.py:EinsumParams").found["mask"]["sense"] == "additive"
-    renamed = run("other_styles.py:Renamed")
-    assert renamed.diagnosis["status"] == "unavailable" and "--map" in renamed.diagnosis["reason"]
+    renamed = run("other_styles.py:Renamed")  # names say nothing: the mapping is read from the dataflow
+    assert renamed.diagnosis["status"] == "matches" and renamed.found["mapping"]["style"].startswith("observed")
     user_map = {f"{r}_proj.{p}": f"{u}.{p}" for r, u in zip("qkvo", ("alpha", "beta", "gamma", "delta"))
                 for p in ("weight", "bias")}
     assert run("other_styles.py:Renamed", mapping=user_map).diagnosis["status"] == "matches"
@@ -349,9 +349,12 @@ def test_json_schema_is_stable():
     for f in report["findings"]:
         assert list(f) == ["probe", "severity", "fault", "explained_by", "message", "evidence", "where"]
         assert set(f["message"]) == {"en", "zh"}
-    assert list(report["diagnosis"]) == ["status", "reason", "fault", "also", "mapping", "variant",
-                                         "max_abs_diff_vs_reference", "max_abs_diff_vs_faulty_reference",
-                                         "output_scale", "nearest", "first_difference", "faults", "also_pairs"]
+    assert list(report["diagnosis"])[:13] == ["status", "reason", "fault", "also", "mapping", "variant",
+                                              "max_abs_diff_vs_reference", "max_abs_diff_vs_faulty_reference",
+                                              "output_scale", "nearest", "first_difference", "faults", "also_pairs"]
+    assert list(report["diagnosis"])[13:] == ["sub_layer", "unexplained"]  # additions (docs/doctor.md)
+    assert report["diagnosis"]["sub_layer"] is None and report["diagnosis"]["unexplained"] is None
+    assert {"seq_first", "call_notes", "ignored_returns", "observed"} <= set(report["found"])
     assert report["diagnosis"]["faults"] == ["no_scaling"] and report["diagnosis"]["also_pairs"] == []
     assert all(list(n) == ["fault", "mapping", "max_abs_diff", "faults"] for n in report["diagnosis"]["nearest"])
     assert report["found"]["mapping"]["n_kv_heads"] == 4 and report["found"]["mapping"]["qk_norm"] is None

@@ -26,8 +26,8 @@ def test_per_head_loop_rows_follow_the_post():
     t = trace_learner(str(ZOO / "trace_heads_loop.py") + ":MultiHeadAttention")
     assert t.deviation is None
     got = kinds(t)
-    assert got.count(("proj", "(B, T, Dh)")) == 9  # q, k, v of each of the 3 heads
-    assert got.count(("scores", "(B, T, S)")) == 3 and got.count(("softmax", "(B, T, S)")) == 3
+    assert got.count(("proj", "(B, T, Dh)")) == 15  # q, k, v of each of the 5 heads
+    assert got.count(("scores", "(B, T, S)")) == 5 and got.count(("softmax", "(B, T, S)")) == 5
     assert ("merge", "(B, T, D)") in got and got[-1] == ("out", "(B, T, D)")
     soft = [row for row in t.rows if row.kind == "softmax"]
     assert soft[0].line == line_of("trace_heads_loop.py", "wei = F.softmax(wei, dim=-1)  # (B, T, T)")
@@ -49,7 +49,7 @@ def test_block_rows_have_norms_residuals_and_ffn():
     assert got[0] == "norm" and got.count("add") == 2 and got.count("norm") == 2
     assert "hidden" in got and "ffn" in got and "scores" in got
     hidden = next(row for row in t.rows if row.kind == "hidden")
-    assert hidden.shape == [2, 7, 48] and hidden.line == line_of("trace_block.py", "return self.c_proj(self.gelu(")
+    assert hidden.shape == [2, 7, 80] and hidden.line == line_of("trace_block.py", "return self.c_proj(self.gelu(")
 
 
 def test_split_without_transpose_marks_the_matmul_line():
@@ -87,7 +87,7 @@ def test_bad_input_is_one_clear_line(tmp_path):
     src = tmp_path / "raises.py"
     src.write_text("import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self, d, h):\n"
                    "        super().__init__()\n        self.q = nn.Linear(d, d)\n\n    def forward(self, x):\n"
-                   "        return self.q(x).view(5, -1, 7)\n")
+                   "        return self.q(x).view(3, -1, 7)\n")
     with pytest.raises(CheckError, match=r"RuntimeError.*at line 9 of raises.py: `return self.q\(x\).view"):
         trace_learner(f"{src}:A")
     numpy_like = tmp_path / "numpy_like.py"
@@ -111,7 +111,7 @@ def test_a_module_instance_and_torch_multihead_attention():
     class Wrap(nn.Module):
         def __init__(self):
             super().__init__()
-            self.mha = nn.MultiheadAttention(12, 3, batch_first=True)
+            self.mha = nn.MultiheadAttention(20, 5, batch_first=True)
 
         def forward(self, x):
             return self.mha(x, x, x)[0]
@@ -131,3 +131,55 @@ def test_annotated_block_hand_written_norms_and_residuals_inside_sublayers():
     assert norm.line == line_of(name, "return self.a_2 * (x - mean) / (std + self.eps) + self.b_2")
     assert norm.module == "sublayer.0.norm"
     assert [row.role for row in t.rows if row.kind == "proj"] == ["q", "k", "v"]  # linears[0..2], by dataflow
+
+
+@pytest.mark.parametrize("cls", ["FlashStyle", "GPT2Attention", "LazyAttention"])
+def test_more_styles_follow_the_post(cls):
+    t = trace_learner(str(ZOO / "trace_more_styles.py") + f":{cls}")
+    got = kinds(t)
+    assert t.deviation is None, t.deviation
+    assert ("split", "(B, H, T, Dh)") in got and ("merge", "(B, T, D)") in got and got[-1] == ("out", "(B, T, D)")
+    core = "fused" if cls == "FlashStyle" else "scores"
+    assert any(k == core for k, _ in got)
+
+
+MASKED = '''import torch
+import torch.nn as nn
+
+
+class NeedsMask(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x, mask):
+        s = self.q(x) @ x.transpose(1, 2)
+        if mask is not None:
+            s = s.masked_fill(mask == 0, -1e9)
+        return torch.softmax(s, -1) @ x
+
+
+class Repeats(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.h, self.q = h, nn.Linear(d, d)
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        mask = mask.repeat(1, self.h, 1, 1)
+        q = self.q(x).view(b, t, self.h, -1).transpose(1, 2)
+        s = (q @ q.transpose(-2, -1)).masked_fill(mask == 0, -1e9)
+        return (torch.softmax(s, -1) @ q).transpose(1, 2).reshape(b, t, d)
+'''
+
+
+def test_a_required_mask_gets_none_and_a_failing_none_an_all_visible_mask(tmp_path):
+    src = tmp_path / "masked.py"
+    src.write_text(MASKED)
+    t = trace_learner(f"{src}:NeedsMask")
+    assert t.call == "forward(x, None)" and t.notes == []
+    t = trace_learner(f"{src}:Repeats")
+    assert t.call == "forward(x, mask (B, 1, 1, S) all visible)"
+    assert "'NoneType' object has no attribute 'repeat'" in t.notes[0][0]
+    assert any(row.kind == "scores" and row.dims == "(B, H, T, S)" for row in t.rows)
+    assert not any("mask" in row.source and row.step == 0 for row in t.rows)  # the mask is not traced as data

@@ -12,21 +12,29 @@ from anatomy.doctor.recorder import record, sizes_for
 from anatomy.doctor.subject import import_file
 
 ZOO = Path(__file__).parent / "zoo_learners"
+SIZES = sizes_for(12, 3, 2, 7)  # the modules here are built with d_model=12, n_heads=3
 CASES = [("trace_heads_loop.py", "MultiHeadAttention"), ("trace_einsum_fused.py", "FusedAttention"),
-         ("trace_split_no_transpose.py", "MultiHeadAttention"), ("trace_heads_loop.py", "MultiHeadAttentionC")]
+         ("trace_split_no_transpose.py", "MultiHeadAttention"), ("trace_heads_loop.py", "MultiHeadAttentionC"),
+         ("trace_more_styles.py", "FlashStyle"), ("trace_more_styles.py", "GPT2Attention"),
+         ("trace_more_styles.py", "LazyAttention"), ("trace_annotated_block.py", "MultiHeadedAttention"),
+         ("trace_more_styles.py", "PreallocatedHeads")]
 
 
 def build(name, cls, d=12, h=3):
     torch.manual_seed(0)
-    return getattr(import_file(ZOO / name), cls)(d, h).double().eval()
+    make = getattr(import_file(ZOO / name), cls)
+    m = make(h, d) if cls == "MultiHeadedAttention" else make(d, h)  # the annotated transformer takes (h, d_model)
+    z = torch.zeros(1, 2, d)
+    m(*(z, z, z) if cls == "MultiHeadedAttention" else (z,))  # LazyLinear takes its shape here
+    return m.double().eval()
 
 
 def x_probe(d=12, t=7):
     return torch.randn(2, t, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 
 
-def out_of(m, x):
-    out = m(x)
+def out_of(m, *args):
+    out = m(*args)
     return out[0] if isinstance(out, tuple) else out
 
 
@@ -34,12 +42,13 @@ def out_of(m, x):
 def test_observed_mapping_loads_the_reference(name, cls):
     """The mapping read from the dataflow reproduces correct modules exactly; buggy ones differ (the bug)."""
     m, x = build(name, cls), x_probe()
-    hyp = ob.hypothesis(record(m, x), 12, 3)
+    args = (x, x, x) if cls == "MultiHeadedAttention" else (x,)
+    hyp = ob.hypothesis(record(m, *args, sizes=SIZES), 12, 3)
     assert hyp is not None and hyp.style.startswith("observed dataflow")
     ref = MultiHeadAttention(d_model=12, n_heads=3).double().eval()
     mp.load_reference(ref, hyp, dict(m.named_parameters()))
     with torch.no_grad():
-        diff = float((ref(x)[0] - out_of(m, x)).abs().max())
+        diff = float((ref(x)[0] - out_of(m, *args)).abs().max())
     correct = cls != "MultiHeadAttentionC" and "no_transpose" not in name
     assert (diff < 1e-12) == correct, diff
 
@@ -67,24 +76,64 @@ def test_scale_applied_to_q_before_the_matmul_counts():
             q = self.q(x) / 12 ** 0.5  # scaled before the matmul, by D
             return torch.softmax(q @ self.k(x).transpose(1, 2), dim=-1)
 
-    sc = ob.observed_scale(record(PreScaled().double(), x_probe()))
+    sc = ob.observed_scale(record(PreScaled().double(), x_probe(), sizes=SIZES))
     assert sc.value == pytest.approx(12 ** -0.5) and sc.by == "D"
 
 
 def test_roles_follow_the_data_not_the_names():
-    rl = ob.roles(record(build("trace_einsum_fused.py", "FusedAttention"), x_probe()))
+    rl = ob.roles(record(build("trace_einsum_fused.py", "FusedAttention"), x_probe(), sizes=SIZES))
     assert [p.weight for p in rl["q"]] == ["w_qkv"] and rl["o"].weight == "to_out.0.weight"
-    rl = ob.roles(record(build("trace_heads_loop.py", "MultiHeadAttention"), x_probe()))
+    rl = ob.roles(record(build("trace_heads_loop.py", "MultiHeadAttention"), x_probe(), sizes=SIZES))
     assert [p.weight for p in rl["k"]] == [f"heads.{i}.key.weight" for i in range(3)]
 
 
 def test_split_without_transpose_points_at_the_view_and_the_matmul():
     name = "trace_split_no_transpose.py"
-    devs = ob.deviations(record(build(name, "MultiHeadAttention"), x_probe()))
+    devs = ob.deviations(record(build(name, "MultiHeadAttention"), x_probe(), sizes=SIZES))
     lines = (ZOO / name).read_text().splitlines()
     view_line = next(i + 1 for i, s in enumerate(lines) if "q = self.W_q(x).view" in s)
     mm_line = next(i + 1 for i, s in enumerate(lines) if "scores = torch.matmul" in s)
     assert devs[0]["kind"] == "scores" and devs[0]["line"] == mm_line and devs[0]["dims"] == "(B, T, H, H)"
     assert devs[0]["seen"].startswith(f"line {view_line} `q = self.W_q(x).view(b, t, self.h, self.d_k)")
     assert "without transpose(1, 2): the scores are (B, T, H, H)" in devs[0]["seen"]
-    assert ob.deviations(record(build("trace_heads_loop.py", "MultiHeadAttention"), x_probe())) == []
+    assert ob.deviations(record(build("trace_heads_loop.py", "MultiHeadAttention"), x_probe(), sizes=SIZES)) == []
+
+
+class ManualSoftmax(torch.nn.Module):
+    """From-scratch style: heads folded into the batch for bmm, a -1e4 causal fill, a max-shifted exp / sum."""
+
+    def __init__(self, d, h):
+        super().__init__()
+        self.h = h
+        self.q, self.k = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.v, self.o = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h, dk = self.h, d // self.h
+
+        def fold(z):
+            return z.view(b, t, h, dk).transpose(1, 2).reshape(b * h, t, dk)  # (B*H, T, Dh)
+
+        q, k, v = fold(self.q(x)), fold(self.k(x)), fold(self.v(x))
+        s = torch.bmm(q, k.transpose(1, 2)) / dk ** 0.5  # (B*H, T, S)
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -1e4)
+        s = s - s.max(dim=-1, keepdim=True)[0]
+        e = torch.exp(s)
+        w = e / e.sum(-1, keepdim=True)
+        z = torch.bmm(w, v).view(b, h, t, dk).transpose(1, 2).reshape(b, t, d)  # (B, T, D)
+        return self.o(z)
+
+
+def test_manual_softmax_bmm_heads_and_a_finite_fill():
+    torch.manual_seed(0)
+    m, x = ManualSoftmax(12, 3).double(), x_probe()
+    rec = record(m, x, sizes=SIZES)
+    sc = ob.observed_scale(rec)
+    assert sc.by == "Dh" and sc.value == pytest.approx(0.5) and "torch.bmm" in sc.source
+    hyp = ob.hypothesis(rec, 12, 3)
+    ref = MultiHeadAttention(d_model=12, n_heads=3).double().eval()
+    mp.load_reference(ref, hyp, dict(m.named_parameters()))
+    with torch.no_grad():
+        diff = float((ref(x, mask=torch.ones(7, 7, dtype=torch.bool).tril())[0] - m(x)).abs().max())
+    assert diff < 1e-12

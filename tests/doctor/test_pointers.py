@@ -8,18 +8,19 @@ from torch import nn
 from anatomy.doctor import mapping as mp
 from anatomy.doctor import observed as ob
 from anatomy.doctor.pointers import point, pointers
-from anatomy.doctor.recorder import record
+from anatomy.doctor.recorder import record, sizes_for
 from anatomy.doctor.report import Finding, Report
 from anatomy.doctor.subject import import_file
 
 ZOO = Path(__file__).parent / "zoo_learners"
+SIZES = sizes_for(12, 3, 2, 7)  # the modules here are built with d_model=12, n_heads=3
 
 
 def rec_of(name, cls, d=12, h=3):
     torch.manual_seed(0)
     m = getattr(import_file(ZOO / name), cls)(d, h).double().eval()
     x = torch.randn(2, 7, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    return m, record(m, x)
+    return m, record(m, x, sizes=SIZES)
 
 
 def line_of(name, text):
@@ -54,7 +55,7 @@ def test_no_scaling_points_at_the_scores_matmul():
             s = self.q(x) @ self.k(x).transpose(1, 2)
             return torch.softmax(s, -1)
 
-    where = pointers(record(NoScale().double(), torch.randn(2, 7, 12, dtype=torch.float64)), "no_scaling")
+    where = pointers(record(NoScale().double(), torch.randn(2, 7, 12, dtype=torch.float64), sizes=SIZES), "no_scaling")
     assert "nothing scales them" in where[0]["en"] and where[0]["source"].startswith("s = self.q(x) @")
 
 
@@ -74,9 +75,9 @@ def test_mask_pointers_before_and_after_the_softmax():
             return torch.softmax(s, -1)
 
     x = torch.randn(2, 7, 12, dtype=torch.float64)
-    before = pointers(record(Masked(False).double(), x), "causal_off_by_one")
+    before = pointers(record(Masked(False).double(), x, sizes=SIZES), "causal_off_by_one")
     assert before and before[0]["source"] == 's = s.masked_fill(~keep, float("-inf"))'
-    after = pointers(record(Masked(True).double(), x), "mask_after_softmax")
+    after = pointers(record(Masked(True).double(), x, sizes=SIZES), "mask_after_softmax")
     assert after and after[0]["source"] == "return w.masked_fill(~keep, 0.0)" and "after the softmax" in after[0]["en"]
 
 
@@ -125,7 +126,7 @@ def test_a_key_used_as_the_query_is_mapped_by_what_it_feeds():
             return self.o_proj((w @ v).transpose(1, 2).reshape(b, t, d))  # (B, T, D)
 
     m = Swapped(12, 3).double()
-    rec = record(m, torch.randn(2, 7, 12, dtype=torch.float64))
+    rec = record(m, torch.randn(2, 7, 12, dtype=torch.float64), sizes=SIZES)
     params = dict(m.named_parameters())
     names, _ = mp.find_attention(m, 12, 3)
     hyps = mp.with_observed(names, mp.from_dataflow(rec, 12, 3), params)

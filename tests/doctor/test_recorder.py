@@ -12,12 +12,12 @@ from anatomy.doctor.subject import import_file
 ZOO = Path(__file__).parent / "zoo_learners"
 
 
-def load(name: str, cls: str, d: int = 12, h: int = 3) -> nn.Module:
+def load(name: str, cls: str, d: int = 20, h: int = 5) -> nn.Module:
     torch.manual_seed(0)
     return getattr(import_file(ZOO / name), cls)(d, h).double().eval()
 
 
-def x_probe(b: int = 2, t: int = 7, d: int = 12) -> torch.Tensor:
+def x_probe(b: int = 2, t: int = 7, d: int = 20) -> torch.Tensor:
     return torch.randn(b, t, d, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
 
 
@@ -29,7 +29,7 @@ def source_line(name: str, text: str) -> int:
 def test_per_head_loop_steps_name_lines_and_dims():
     rec = record(load("trace_heads_loop.py", "MultiHeadAttention"), x_probe())
     soft = rec.find("softmax")
-    assert len(soft) == 3  # one softmax per Head module
+    assert len(soft) == 5  # one softmax per Head module
     line = source_line("trace_heads_loop.py", "wei = F.softmax(wei, dim=-1)  # (B, T, T)")
     assert soft[0].line == line and soft[0].file.endswith("trace_heads_loop.py")
     assert soft[0].outputs[0].dims == ("B", "T", "S")
@@ -38,7 +38,7 @@ def test_per_head_loop_steps_name_lines_and_dims():
     assert weights[:3] == ["heads.0.key.weight", "heads.0.query.weight", "heads.0.value.weight"]
     assert weights[-1] == "proj.weight" and rec.projections[-1].applied_to.startswith("step ")
     cat = rec.find("cat")[0]
-    assert cat.outputs[0].dims == ("B", "T", "D") and [i.dims for i in cat.inputs] == [("B", "T", "Dh")] * 3
+    assert cat.outputs[0].dims == ("B", "T", "D") and [i.dims for i in cat.inputs] == [("B", "T", "Dh")] * 5
 
 
 def test_split_without_transpose_scores_are_b_t_h_h():
@@ -62,7 +62,7 @@ def test_view_that_interleaves_heads_and_positions_is_noted():
             b, t, d = x.shape
             return self.q(x).view(b, self.h, t, d // self.h)
 
-    rec = record(Interleave(12, 3).double(), x_probe())
+    rec = record(Interleave(20, 5).double(), x_probe())
     view = rec.find("view")[0]
     assert view.outputs[0].dims == ("B", "H", "T", "Dh")
     assert "transpose is missing" in view.note
@@ -72,7 +72,7 @@ def test_einsum_with_bare_fused_parameter_and_sequential_output():
     rec = record(load("trace_einsum_fused.py", "FusedAttention"), x_probe())
     assert [p.weight for p in rec.projections] == ["w_qkv", "to_out.0.weight"]
     qkv = rec.projections[0]
-    assert (qkv.n_features, qkv.n_in) == (36, 12)
+    assert (qkv.n_features, qkv.n_in) == (60, 20)
     m = qkv.matrix(dict(rec_params := dict(load("trace_einsum_fused.py", "FusedAttention").named_parameters())))
     assert torch.equal(m, rec_params["w_qkv"].T)  # x @ W: the matrix is W transposed
     dots = rec.find("einsum")[1]
@@ -85,9 +85,9 @@ def test_lazy_linear_gets_a_warm_up_and_bare_parameter_bias_is_found():
     class Lazy(nn.Module):
         def __init__(self):
             super().__init__()
-            self.q = nn.LazyLinear(12)
-            self.w = nn.Parameter(torch.randn(12, 12))
-            self.b = nn.Parameter(torch.randn(12))
+            self.q = nn.LazyLinear(20)
+            self.w = nn.Parameter(torch.randn(20, 20))
+            self.b = nn.Parameter(torch.randn(20))
 
         def forward(self, x):
             return self.q(x) + (x @ self.w.T + self.b)
@@ -105,10 +105,10 @@ def test_a_forward_that_raises_names_its_line():
     class Broken(nn.Module):
         def __init__(self):
             super().__init__()
-            self.q = nn.Linear(12, 12)
+            self.q = nn.Linear(20, 20)
 
         def forward(self, x):
-            return self.q(x).view(5, -1, 7)
+            return self.q(x).view(3, -1, 7)
 
     with pytest.raises(RecordError, match=r"RuntimeError.*at line \d+ of test_recorder.py: `return self.q\(x\)"):
         record(Broken().double(), x_probe())
@@ -116,3 +116,14 @@ def test_a_forward_that_raises_names_its_line():
 
 def test_probe_sizes_are_all_different():
     assert len(set(PROBE_SIZES.values())) == len(PROBE_SIZES)
+
+
+def test_sys_exit_in_a_forward_is_an_error_not_the_end():
+    class Exits(nn.Module):
+        def forward(self, x):
+            import sys
+
+            sys.exit(0)  # a debugging leftover
+
+    with pytest.raises(RecordError, match="SystemExit"):
+        record(Exits(), x_probe())
