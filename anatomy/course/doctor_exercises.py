@@ -41,12 +41,14 @@ def grade(exercise: ex.Exercise, path: str, timeout) -> Result:
         result.say("the doctor finds no pitfall: it " + ("matches the reference" + (f" ({variant})" if variant else "")),
                    "医生没有发现坑：与参考实现一致" + (f"（{variant}）" if variant else ""))
         return result
+    fault = report.diagnosis.get("fault")
     errors = report.errors or report.findings
-    first = errors[0]
-    result.pitfall = first.fault or report.diagnosis.get("fault") or first.probe
-    where = first.where or next((f.where for f in errors if f.where), None)
-    if isinstance(where, list) and where:
-        where = where[0]
+    named = [f for f in errors if f.fault]
+    pick = (next((f for f in report.findings if f.probe == "diagnosis" and f.where), None)
+            or next((f for f in report.findings if fault and f.fault == fault and f.where), None)
+            or next((f for f in named if f.where), None) or (named or errors)[0])
+    result.pitfall = fault or pick.fault or pick.probe
+    where = pick.where[0] if isinstance(pick.where, list) and pick.where else pick.where
     if isinstance(where, dict):
         result.line = where.get("line")
     for lang in ("en", "zh"):

@@ -10,13 +10,13 @@ class TransformerBlock(nn.Module):
         self.h, self.d_k = n_heads, d_model // n_heads
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.out = nn.Linear(d_model, d_model)
-        self.norm = nn.LayerNorm(d_model)  # <-- pitfall shared_layernorm
+        self.norm = nn.LayerNorm(d_model)
         self.fc1 = nn.Linear(d_model, d_ff)
         self.fc2 = nn.Linear(d_ff, d_model)
 
     def forward(self, x, mask=None):
         b, t, d = x.shape
-        h = self.norm(x)
+        h = self.norm(x)  # <-- pitfall shared_layernorm (the same norm again at the FFN)
         q, k, v = self.qkv(h).split(d, dim=-1)
         q = q.view(b, t, self.h, self.d_k).transpose(1, 2)
         k = k.view(b, t, self.h, self.d_k).transpose(1, 2)
