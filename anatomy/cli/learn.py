@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="learn_command", metavar="list|start|check|solution")
+    sub = p.add_subparsers(dest="learn_command", metavar="list|start|check|solution|page")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=".", help="the working folder: exercises and progress (default: here)")
     common.add_argument("--lang", choices=("zh", "en"), default=None, help="language (default: from the locale)")
@@ -26,6 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ck.add_argument("--steps", type=int, default=None, help="tiny_lm: training steps (default 300, about a minute)")
     ck.add_argument("--figure", default=None, help="tiny_lm: where to draw the two loss curves (default "
                                                    "tiny_lm_loss.png in --dir)")
+    pg = sub.add_parser("page", parents=[common], help="the exercises and your progress as one HTML page")
+    pg.add_argument("--out", required=True, help="FILE.html")
     so = sub.add_parser("solution", parents=[common], help="the reference solution, after a real attempt")
     so.add_argument("id")
     so.add_argument("--force", action="store_true", help="show it without an attempt")
@@ -54,6 +56,15 @@ def run(args: argparse.Namespace) -> int:
             mark = {"done": "✓", "tried": "~", "not started": " "}
             for r in rows:
                 print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})")
+        return 0
+    if command == "page":
+        from anatomy.course import page
+        from anatomy.inspection.page import write_page
+
+        if not args.out.endswith(".html"):
+            raise UsageError(f"--out must end in .html, got {args.out!r}")
+        write_page(args.out, page(progress, lang))
+        print(("已写入 " if zh else "wrote ") + args.out)
         return 0
     try:
         exercise = get(args.id)

@@ -68,3 +68,22 @@ def solution_path(exercise: Exercise) -> str:
 
     name = "block" if exercise.id == "tiny_lm" else exercise.id
     return str(resources.files("anatomy.course.solutions").joinpath(f"{name}.py"))
+
+
+def page(progress=None, lang: str = "zh") -> str:
+    """The exercises as one self-contained HTML page (the post's lines, shapes, what must hold, your status)."""
+    from anatomy.inspection.page import render_page
+
+    zh = lang == "zh"
+    rows = []
+    for e in EXERCISES:
+        status = "not started" if progress is None else progress.status(e.id)
+        rows.append([e.section, e.id, e.title[1] if zh else e.title[0], e.post[0] if zh else e.post[1],
+                     e.shapes.replace("\n", " · "), "；".join(m[1] for m in e.must) if zh else
+                     "; ".join(m[0] for m in e.must), status])
+    header = (["节", "练习", "标题", "原文", "形状", "必须满足", "进度"] if zh else
+              ["section", "exercise", "title", "the post", "shapes", "what must hold", "status"])
+    return render_page(title="anatomy learn · 亲手写一遍 Transformer Block" if zh else "anatomy learn · write the block",
+                       subtitle="把你的Block亲手写一遍并观察每一步的shape",
+                       notes=["anatomy learn start ID · anatomy learn check ID · anatomy learn solution ID"],
+                       tables=[("练习 · exercises", header, rows)])

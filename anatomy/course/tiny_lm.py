@@ -9,6 +9,7 @@ scaling, a leaking mask, Post-Norm at depth without warm-up) shows here, and the
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -125,6 +126,13 @@ def train(make_block, setup: Setup = Setup(), *, deadline: float | None = None) 
     return curve
 
 
+@functools.lru_cache(maxsize=4)
+def reference_curve(setup: Setup) -> Curve:
+    """The reference block's curve for ``setup`` (deterministic: the same seed, batches and arithmetic), trained
+    once per process."""
+    return train(reference_block(setup), setup)
+
+
 def reference_block(setup: Setup):
     from anatomy.course.solutions.block import TransformerBlock
 
@@ -169,7 +177,7 @@ def grade(exercise: ex.Exercise, path: str, timeout, *, steps: int | None = None
     except Exception as err:  # noqa: BLE001 - the learner's block failed during training
         raise LearnError(f"your block failed while training: {type(err).__name__}: {err}",
                          f"你的 Block 在训练中出错：{type(err).__name__}：{err}") from None
-    ref = train(reference_block(setup), setup)
+    ref = reference_curve(setup)
     result = Result(exercise.id, path, passed=False)
     gap = mine.val[-1] - ref.val[-1]
     result.extra["curves"] = {"yours": vars(mine), "reference": vars(ref)}
