@@ -20,6 +20,7 @@ from anatomy.cli import claims as claims_cmd
 from anatomy.cli import convert as convert_cmd
 from anatomy.cli import evaluate as evaluate_cmd
 from anatomy.cli import generate as generate_cmd
+from anatomy.cli import learn as learn_cmd
 from anatomy.cli import trace as trace_cmd
 from anatomy.cli import train as train_cmd
 from anatomy.cli import viz as viz_cmd
@@ -47,6 +48,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
     "predict": (generate_cmd.add_predict_arguments, generate_cmd.run_predict,
                 "label probabilities of a trained classifier"),
     "bench": (bench_cmd.add_arguments, bench_cmd.run, "speed and memory against every installed peer, in one run"),
+    "learn": (learn_cmd.add_arguments, learn_cmd.run,
+              "the course: write each piece of the post yourself and be told which pitfall you hit, and where"),
 }
 
 

@@ -1,0 +1,89 @@
+"""``anatomy learn``: the post's sections as exercises the learner writes, graded by the recorder and the doctor.
+
+    anatomy learn list                     # the exercises, with progress kept in the working folder
+    anatomy learn start attention          # writes 01_attention.py: the post's lines, the signature, the shapes
+    anatomy learn check attention          # pass (with your shape table), or the pitfall, its line, a hint
+    anatomy learn solution attention       # the reference, after a real attempt (or --force)
+
+From Python: :func:`skeleton`, :func:`anatomy.course.check.check`, :class:`anatomy.course.progress.Progress`.
+"""
+
+from __future__ import annotations
+
+import os
+
+from anatomy.course.exercises import BY_ID, EXERCISES, Exercise, get
+from anatomy.course.grader import MARKER
+
+__all__ = ["BY_ID", "EXERCISES", "Exercise", "get", "language", "skeleton", "solution_text"]
+
+IMPORTS = "import math\n\nimport torch\nfrom torch import nn\n"
+
+
+def language(choice: str | None = None) -> str:
+    """``zh`` or ``en``: the flag, else the locale (``LC_ALL``, ``LANG``...), else English."""
+    if choice:
+        if choice not in ("zh", "en"):
+            raise ValueError(f"--lang must be zh or en, got {choice!r}")
+        return choice
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
+        if os.environ.get(var, "").lower().startswith("zh"):
+            return "zh"
+    return "en"
+
+
+def skeleton(exercise: Exercise, lang: str = "en", hint: bool = False) -> str:
+    """The file ``anatomy learn start`` writes: a header naming the exercise, the post's lines, shapes, what must
+    hold, (the hint), the imports and the signatures to fill in."""
+    zh = lang == "zh"
+    title = exercise.title[1] if zh else exercise.title[0]
+    lines = [f"{MARKER} {exercise.id} ({exercise.section}) · {title}",
+             ("# 写完下面的代码后运行：" if zh else "# Fill in the code below, then run: ")
+             + f"anatomy learn check {exercise.id} {exercise.file}", "#",
+             ("# 原文" if zh else "# The post ") + f"{exercise.section}:"]
+    lines += [f"#   「{exercise.post[0]}」"] + ([] if zh else [f"#   ({exercise.post[1]})"])
+    lines += ["#", "# 形状（图例字母）：" if zh else "# Shapes (the legend's letters):"]
+    lines += [f"#   {s}" for s in exercise.shapes.splitlines()]
+    lines += ["#", "# 必须满足：" if zh else "# What must hold:"]
+    lines += [f"#   - {m[1] if zh else m[0]}" for m in exercise.must]
+    if hint:
+        lines += ["#", ("# 提示：" if zh else "# Hint: ") + (exercise.hint[1] if zh else exercise.hint[0])]
+    else:
+        lines += ["#", "# 需要提示：anatomy learn start --hint（或看 check 的输出）" if zh else
+                  "# A hint: anatomy learn start --hint (or read what check says)"]
+    body = "\n".join(line for line in exercise.signature.splitlines()
+                     if not line.startswith(("import ", "from ")))
+    return "\n".join(lines) + "\n\n" + IMPORTS + "\n\n" + body.strip("\n") + "\n"
+
+
+def solution_text(exercise: Exercise) -> str:
+    from importlib import resources
+
+    name = "block" if exercise.id == "tiny_lm" else exercise.id
+    return resources.files("anatomy.course.solutions").joinpath(f"{name}.py").read_text(encoding="utf-8")
+
+
+def solution_path(exercise: Exercise) -> str:
+    from importlib import resources
+
+    name = "block" if exercise.id == "tiny_lm" else exercise.id
+    return str(resources.files("anatomy.course.solutions").joinpath(f"{name}.py"))
+
+
+def page(progress=None, lang: str = "zh") -> str:
+    """The exercises as one self-contained HTML page (the post's lines, shapes, what must hold, your status)."""
+    from anatomy.inspection.page import render_page
+
+    zh = lang == "zh"
+    rows = []
+    for e in EXERCISES:
+        status = "not started" if progress is None else progress.status(e.id)
+        rows.append([e.section, e.id, e.title[1] if zh else e.title[0], e.post[0] if zh else e.post[1],
+                     e.shapes.replace("\n", " · "), "；".join(m[1] for m in e.must) if zh else
+                     "; ".join(m[0] for m in e.must), status])
+    header = (["节", "练习", "标题", "原文", "形状", "必须满足", "进度"] if zh else
+              ["section", "exercise", "title", "the post", "shapes", "what must hold", "status"])
+    return render_page(title="anatomy learn · 亲手写一遍 Transformer Block" if zh else "anatomy learn · write the block",
+                       subtitle="把你的Block亲手写一遍并观察每一步的shape",
+                       notes=["anatomy learn start ID · anatomy learn check ID · anatomy learn solution ID"],
+                       tables=[("练习 · exercises", header, rows)])

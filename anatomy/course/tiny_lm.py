@@ -1,0 +1,197 @@
+"""The last exercise: the learner's ``TransformerBlock`` trains a tiny character LM beside the reference block.
+
+Both models are the same around the block (token embedding, the sinusoidal table, two blocks under a causal mask
+given in the exercise's convention, a final LayerNorm and a linear head), start from the same seed and
+see the same batches of the embedded Shakespeare corpus. The learner's block passes when its validation loss ends
+within :data:`MARGIN` nats of the reference block's. A block that passes every shape check but learns worse (no
+scaling, a leaking mask, Post-Norm at depth without warm-up) shows here, and the figure draws both curves.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from anatomy.course import exercises as ex
+from anatomy.course.grader import LearnError, Result, check_signature, load, run_guarded
+
+MARGIN = 0.05  # nats
+
+
+@dataclass(frozen=True)
+class Setup:
+    d_model: int = 128
+    n_heads: int = 2  # Dh = 64, the post's d_k: unscaled scores have a standard deviation near 8
+    n_layers: int = 2
+    block: int = 64
+    batch: int = 16
+    steps: int = 300
+    lr: float = 3e-3
+    eval_every: int = 50
+    eval_batches: int = 8
+    seed: int = 0
+
+
+@dataclass
+class Curve:
+    steps: list[int] = field(default_factory=list)
+    train: list[float] = field(default_factory=list)
+    val: list[float] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class TinyLM(nn.Module):
+    """Embedding + sinusoidal positions -> ``blocks`` (each ``block(x, mask)``) -> LayerNorm -> head."""
+
+    def __init__(self, vocab: int, setup: Setup, make_block):
+        super().__init__()
+        from anatomy.components.positional.sinusoidal import sinusoidal_table
+
+        self.embed = nn.Embedding(vocab, setup.d_model)  # N(0, 1): as large as the positional table
+        self.register_buffer("pe", sinusoidal_table(torch.arange(setup.block), setup.d_model), persistent=False)  # (T, D)
+        self.blocks = nn.ModuleList(make_block() for _ in range(setup.n_layers))
+        self.norm = nn.LayerNorm(setup.d_model)
+        self.head = nn.Linear(setup.d_model, vocab, bias=False)
+        self.register_buffer("causal", torch.ones(setup.block, setup.block, dtype=torch.bool).tril(),
+                             persistent=False)  # (T, S), True = may attend
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        t = ids.shape[1]
+        x = self.embed(ids) + self.pe[:t]  # (B, T, D)
+        mask = self.causal[:t, :t][None, None]  # (1, 1, T, S): the exercise's convention
+        for block in self.blocks:
+            x = block(x, mask)
+            if isinstance(x, tuple):  # a block that also returns its weights
+                x = x[0]
+        return self.head(self.norm(x))  # (B, T, V)
+
+
+def _data(setup: Setup):
+    from anatomy.data.corpora import corpus_splits
+
+    splits = corpus_splits("shakespeare", seed=0)
+    chars = sorted(set(splits["train"]) | set(splits["val"]))
+    index = {c: i for i, c in enumerate(chars)}
+    encode = lambda s: torch.tensor([index[c] for c in s], dtype=torch.long)  # noqa: E731
+    return len(chars), encode(splits["train"]), encode(splits["val"])
+
+
+def _batch(data: torch.Tensor, setup: Setup, g: torch.Generator):
+    starts = torch.randint(0, len(data) - setup.block - 1, (setup.batch,), generator=g)
+    x = torch.stack([data[s:s + setup.block] for s in starts.tolist()])  # (B, T)
+    y = torch.stack([data[s + 1:s + setup.block + 1] for s in starts.tolist()])  # (B, T)
+    return x, y
+
+
+def train(make_block, setup: Setup = Setup(), *, deadline: float | None = None) -> Curve:
+    """Train a :class:`TinyLM` of ``make_block()`` blocks; the same batches for every block at the same seed."""
+    vocab, train_ids, val_ids = _data(setup)
+    torch.manual_seed(setup.seed)
+    model = TinyLM(vocab, setup, make_block)
+    opt = torch.optim.AdamW(model.parameters(), lr=setup.lr, weight_decay=0.0)
+    g, gv = torch.Generator().manual_seed(setup.seed), torch.Generator().manual_seed(setup.seed + 1)
+    val_batches = [_batch(val_ids, setup, gv) for _ in range(setup.eval_batches)]
+    curve, start = Curve(), time.monotonic()
+    loss_fn = nn.CrossEntropyLoss()
+    for step in range(1, setup.steps + 1):
+        model.train()
+        x, y = _batch(train_ids, setup, g)
+        warm = min(1.0, step / 30)
+        for group in opt.param_groups:
+            group["lr"] = setup.lr * warm
+        loss = loss_fn(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % setup.eval_every == 0 or step == setup.steps:
+            model.eval()
+            with torch.no_grad():
+                val = sum(float(loss_fn(model(a).flatten(0, 1), b.flatten())) for a, b in val_batches)
+            curve.steps.append(step)
+            curve.train.append(float(loss.detach()))
+            curve.val.append(val / len(val_batches))
+            if not math.isfinite(curve.val[-1]):
+                break
+        if deadline is not None and time.monotonic() > deadline:
+            raise LearnError(f"training stopped after {step} steps: past the time limit",
+                             f"训练在第 {step} 步停下：超过了时限")
+    curve.seconds = time.monotonic() - start
+    return curve
+
+
+@functools.lru_cache(maxsize=4)
+def reference_curve(setup: Setup) -> Curve:
+    """The reference block's curve for ``setup`` (deterministic: the same seed, batches and arithmetic), trained
+    once per process."""
+    return train(reference_block(setup), setup)
+
+
+def reference_block(setup: Setup):
+    from anatomy.course.solutions.block import TransformerBlock
+
+    return lambda: TransformerBlock(setup.d_model, setup.n_heads, 4 * setup.d_model)
+
+
+def figure(curves: dict[str, Curve], path: str | Path) -> str:
+    from anatomy.inspection.figures import _fonts, bi, new_figure, save_figure
+
+    with _fonts():
+        fig = new_figure(figsize=(7, 4))
+        ax = fig.add_subplot(1, 1, 1)
+        for (label, curve), style in zip(curves.items(), ("-", "--", ":")):
+            ax.plot(curve.steps, curve.val, style, marker="o", ms=3, label=label)
+        ax.set_xlabel(bi("step", "步数"))
+        ax.set_ylabel(bi("validation loss (nats)", "验证损失（nats）"))
+        ax.legend()
+        ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def grade(exercise: ex.Exercise, path: str, timeout, *, steps: int | None = None, figure_path=None) -> Result:
+    block_ex = ex.get("block")
+    module = load(block_ex, path, timeout)
+    cls = module.TransformerBlock
+    check_signature(cls.__init__, "TransformerBlock.__init__", ["d_model", "n_heads", "d_ff"], 3)
+    setup = Setup() if steps is None else Setup(steps=steps, eval_every=max(1, min(50, steps // 4)))
+    make = lambda: cls(setup.d_model, setup.n_heads, 4 * setup.d_model)  # noqa: E731
+    probe = torch.zeros(2, 5, setup.d_model)
+    out, _ = run_guarded(lambda: make()(probe, torch.ones(5, 5, dtype=torch.bool).tril()[None, None]), (),
+                         ("one forward of your TransformerBlock", "你的 TransformerBlock 前向一次"), timeout, record=False)
+    out = out[0] if isinstance(out, tuple) else out
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, 5, setup.d_model):
+        raise LearnError(f"TransformerBlock(x (2, 5, {setup.d_model}), mask) returned "
+                         f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}; a block keeps "
+                         "the shape (B, T, D): pass the block exercise first (`anatomy learn check block`)",
+                         "TransformerBlock 没有保持 (B, T, D) 的形状：请先通过 block 练习（`anatomy learn check block`）")
+    try:
+        mine = train(make, setup)
+    except LearnError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the learner's block failed during training
+        raise LearnError(f"your block failed while training: {type(err).__name__}: {err}",
+                         f"你的 Block 在训练中出错：{type(err).__name__}：{err}") from None
+    ref = reference_curve(setup)
+    result = Result(exercise.id, path, passed=False)
+    gap = mine.val[-1] - ref.val[-1]
+    result.extra["curves"] = {"yours": vars(mine), "reference": vars(ref)}
+    result.extra["gap_nats"] = gap
+    if figure_path is not None:
+        result.extra["figure"] = figure({"your block": mine, "reference block": ref}, figure_path)
+    result.passed = math.isfinite(gap) and gap <= MARGIN
+    result.say(f"after {mine.steps[-1]} steps: validation loss {mine.val[-1]:.4f} (yours) vs {ref.val[-1]:.4f} "
+               f"(reference block), a gap of {gap:+.4f} nats (pass: <= {MARGIN})",
+               f"{mine.steps[-1]} 步之后：验证损失 {mine.val[-1]:.4f}（你的）对 {ref.val[-1]:.4f}（参考 Block），"
+               f"相差 {gap:+.4f} nats（通过条件：<= {MARGIN}）")
+    if not result.passed:
+        result.pitfall = "learns_worse"
+        result.say(f"the post: 「{exercise.post[0]}」 ({exercise.post[1]})", f"原文：「{exercise.post[0]}」")
+        result.say(f"hint: {exercise.hint[0]}; `anatomy learn check block` names a pitfall it can see",
+                   f"提示：{exercise.hint[1]}；`anatomy learn check block` 能指出它看得到的坑")
+    return result

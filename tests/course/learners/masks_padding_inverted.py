@@ -1,0 +1,10 @@
+import torch
+
+
+def padding_mask(lengths, max_len):
+    lengths = torch.as_tensor(lengths)
+    return torch.arange(max_len)[None, :] >= lengths[:, None]  # <-- pitfall padding_inverted
+
+
+def causal_mask(t):
+    return torch.tril(torch.ones(t, t)).bool()

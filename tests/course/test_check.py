@@ -1,0 +1,101 @@
+"""Each exercise: the reference passes; learners' code in their own styles passes when right, and when wrong is
+told the pitfall's name and the line (marked ``# <-- pitfall NAME`` in the file); what cannot run gets one message."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from anatomy.course import EXERCISES, solution_path
+from anatomy.course.check import LearnError, check
+
+LEARNERS = Path(__file__).parent / "learners"
+EXERCISE_OF = re.compile(r"^(attention|heads|masks|sinusoidal|layernorm|add_norm|mha|block)_")
+
+
+def _expected(path: Path) -> tuple[str | None, int | None]:
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        found = re.search(r"<-- pitfall ([a-z_]+)", line)
+        if found:
+            return found.group(1), number
+    return None, None
+
+
+CASES = sorted(p for p in LEARNERS.glob("*.py") if EXERCISE_OF.match(p.name))
+DOCTOR_EXERCISES = ("mha", "block")
+
+
+@pytest.mark.parametrize("exercise", [e.id for e in EXERCISES if e.id != "tiny_lm"])
+def test_the_reference_solution_passes(exercise):
+    result = check(exercise, solution_path(next(e for e in EXERCISES if e.id == exercise)))
+    assert result.passed, result.render()
+    assert result.pitfall is None
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_learner_code_gets_the_right_verdict_pitfall_and_line(path):
+    exercise = EXERCISE_OF.match(path.name).group(1)
+    pitfall, line = _expected(path)
+    result = check(exercise, path)
+    text = result.render("en")
+    if pitfall is None:
+        assert result.passed, text
+        return
+    assert not result.passed and result.pitfall == pitfall, text
+    assert result.line == line, text
+    assert f"line {line}" in text or exercise in DOCTOR_EXERCISES
+    zh = result.render("zh")
+    assert "还没通过" in zh and pitfall in zh
+
+
+def test_a_named_pitfall_quotes_the_post_and_gives_numbers_and_a_hint():
+    result = check("attention", LEARNERS / "attention_no_scaling.py")
+    text = result.render("en")
+    assert "除以sqrt(d_k)的本质" in text  # the post's own sentence
+    assert "differs from the reference by up to" in text and "average largest weight per row" in text
+    assert "hint: divide q @ k.transpose(-2, -1) by math.sqrt(q.size(-1))" in text
+    assert result.table and result.table[1]["dims"] == "(B, H, T, S)"  # the learner's own shape table
+
+
+BROKEN = {
+    "syntax": ("def attention(q, k, v, mask=None):\n    return q @ k.transpose(-2, -1\n", "line 2: syntax error"),
+    "signature": ("def attention(q, k):\n    return q, k\n", "attention(q, k): the exercise calls it as "
+                                                            "attention(q, k, v, mask)"),
+    "raises": ("def attention(q, k, v, mask=None):\n    return q.view(3, -1, 7)\n", "raised RuntimeError"),
+    "exits": ("import sys\n\ndef attention(q, k, v, mask=None):\n    sys.exit(0)\n", "SystemExit"),
+    "missing": ("def attn(q, k, v, mask=None):\n    return q, q\n", "defines no attention"),
+    "hangs": ("def attention(q, k, v, mask=None):\n    while True:\n        pass\n", "time limit"),
+}
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_code_that_cannot_be_graded_gets_one_clear_message(kind, tmp_path):
+    source, words = BROKEN[kind]
+    path = tmp_path / "mine.py"
+    path.write_text(source, encoding="utf-8")
+    with pytest.raises(LearnError) as err:
+        check("attention", path, timeout=1.0)
+    assert words in err.value.en and "\n" not in err.value.en and "Traceback" not in err.value.en
+    assert err.value.zh and err.value.zh != ""
+    if kind == "raises":
+        assert "line 2" in err.value.en  # the learner's own line
+
+
+def test_a_file_of_another_exercise_is_named(tmp_path):
+    from anatomy.course import get, skeleton
+
+    path = tmp_path / "01_attention.py"
+    path.write_text(skeleton(get("attention")), encoding="utf-8")
+    with pytest.raises(LearnError, match="is the file of exercise 'attention'.*anatomy learn check attention"):
+        check("heads", path)
+
+
+def test_an_unfilled_skeleton_says_what_it_returned(tmp_path):
+    from anatomy.course import get, skeleton
+
+    path = tmp_path / "01_attention.py"
+    path.write_text(skeleton(get("attention")), encoding="utf-8")
+    result = check("attention", path)
+    assert not result.passed and result.pitfall == "wrong_return" and "NoneType" in result.render()
