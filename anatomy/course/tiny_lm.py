@@ -154,6 +154,30 @@ def figure(curves: dict[str, Curve], path: str | Path) -> str:
     return save_figure(fig, path)
 
 
+def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
+    """(query, key) of the first earlier output a later token moves under the causal mask, or None."""
+    torch.manual_seed(setup.seed)
+    block = make().eval()
+    t = 6
+    x = torch.randn(1, t, setup.d_model, generator=torch.Generator().manual_seed(5))
+    mask = torch.ones(t, t, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
+
+    def run(inp):
+        out, _ = run_guarded(lambda: block(inp, mask), (), ("one forward of your TransformerBlock",
+                                                             "你的 TransformerBlock 前向一次"), timeout, record=False)
+        return out[0] if isinstance(out, tuple) else out
+
+    base = run(x)
+    for j in range(t - 1, 0, -1):
+        moved = x.clone()
+        moved[:, j] = torch.randn(setup.d_model, generator=torch.Generator().manual_seed(j))  # a new token there
+        diff = (run(moved) - base).abs().amax(-1)[0]  # (T,)
+        earlier = [i for i in range(j) if float(diff[i]) > 1e-5]
+        if earlier:
+            return earlier[0], j
+    return None
+
+
 def grade(exercise: ex.Exercise, path: str, timeout, *, steps: int | None = None, figure_path=None) -> Result:
     block_ex = ex.get("block")
     module = load(block_ex, path, timeout)
@@ -170,6 +194,16 @@ def grade(exercise: ex.Exercise, path: str, timeout, *, steps: int | None = None
                          f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}; a block keeps "
                          "the shape (B, T, D): pass the block exercise first (`anatomy learn check block`)",
                          "TransformerBlock 没有保持 (B, T, D) 的形状：请先通过 block 练习（`anatomy learn check block`）")
+    leak = _future_leak(make, setup, timeout)
+    if leak is not None:
+        result = Result(exercise.id, path, passed=False, pitfall="causal_leak")
+        result.say(f"under the causal mask your block lets position {leak[0]} see position {leak[1]}: changing a later "
+                   "token moves an earlier output, so the LM would read the answer it must predict (check the mask's "
+                   "sense: True = may attend, and that the mask reaches the scores before the softmax)",
+                   f"在因果掩码下，你的 Block 让位置 {leak[0]} 看到了位置 {leak[1]}：改动后面的 token 会改变前面的输出，"
+                   "语言模型就会读到它要预测的答案（检查掩码的含义：True 表示可以关注，以及掩码是否在 softmax 之前作用在分数上）")
+        result.say(f"the post: 「{ex.get('masks').post[0]}」", f"原文：「{ex.get('masks').post[0]}」")
+        return result
     try:
         mine = train(make, setup)
     except LearnError:

@@ -46,3 +46,9 @@ def test_the_figure_shows_both_curves(results):
             colours = {c for _, c in im.convert("RGB").getcolors(1 << 20)}
         blue, orange = (31, 119, 180), (255, 127, 14)  # matplotlib's first two line colours
         assert blue in colours and orange in colours
+
+
+def test_a_block_that_sees_the_future_is_stopped_before_training():
+    r = check("tiny_lm", LEARNERS / "block_mask_inverted.py", steps=STEPS)
+    assert not r.passed and r.pitfall == "causal_leak" and "curves" not in r.extra
+    assert "lets position 0 see position" in r.render() and "True = may attend" in r.render()
