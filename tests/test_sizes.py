@@ -62,9 +62,10 @@ def test_the_estimate_follows_the_measured_peak_of_a_trace(capsys):
     """The estimate of ``anatomy trace --seq 2000`` against the most tensor memory the trace really holds at once
     (counted op by op), minus the same at ``--seq 10``: within a factor of 2. (RSS agrees when measured alone: 59 MB
     added vs 67 MB estimated at --seq 1000, 560 vs 584 MB at 3000.)"""
-    peaks = {}
+    peaks, codes = {}, []
     for seq in (10, 2000):
-        peaks[seq] = _peak_tensor_bytes(lambda s=seq: main(["trace", "--seq", str(s), "--format", "json"]))
+        peaks[seq] = _peak_tensor_bytes(lambda s=seq: codes.append(main(["trace", "--seq", str(s), "--format", "json"])))
+    assert codes == [0, 0], capsys.readouterr().err  # neither trace was refused
     capsys.readouterr()
     added = peaks[2000] - peaks[10]
     want = estimate(SEED, 2, 2000)[0] - estimate(SEED, 2, 10)[0]
