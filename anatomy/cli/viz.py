@@ -22,14 +22,13 @@ import sys
 import torch
 
 import anatomy
-from anatomy.config import PRESETS, ModelConfig
+from anatomy.config import LOOK_VOCAB, PRESETS, ModelConfig, large_vocab_presets
 from anatomy.models import build_model
 from anatomy.sizes import check_fits
 from anatomy.words import parse_words
 
 MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
 
-BIG_PRESETS = tuple(name for name in PRESETS if name != "seed-block")  # every published size: vocab shrunk
 DEFAULT_TEXT = "小明把球传给了小红他跑得很快"  # the post's §1.1 example sentence
 
 
@@ -129,7 +128,7 @@ def _load(args: argparse.Namespace):
         tokenizer = load_tokenizer(ckpt) if (ckpt / FILE).is_file() or has_hf_tokenizer(ckpt) else None
         return model.eval(), model.config, f"weights from {ckpt}", tokenizer
     preset = args.preset or "seed-block"
-    overrides = {"vocab_size": 1000} if preset in BIG_PRESETS else {}  # char ids mod V; keeps the model small
+    overrides = {"vocab_size": LOOK_VOCAB} if preset in large_vocab_presets() else {}  # char ids mod V: small
     overrides.update(parse_words(args.overrides, MODEL_FIELDS))
     config = ModelConfig.from_preset(preset, **overrides)
     check_fits(config, 1, max(len(getattr(args, "text", "") or ""), 1), what="this model and text",
