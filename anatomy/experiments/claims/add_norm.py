@@ -15,18 +15,11 @@ from torch import nn
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.norms import LayerNorm
-from anatomy.experiments.claims.norm_depth import TOL
-from anatomy.experiments.common import (
-    MarkovTask,
-    budget,
-    count_seeds,
-    curve_stats,
-    figure,
-    finite_metrics,
-    fit,
-    per_seed,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import TOL, count_seeds, per_seed
+from anatomy.experiments.tasks import MarkovTask
 
 # --- C35: identity vs zero ---------------------------------------------------------------------------------------
 

@@ -19,20 +19,11 @@ import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.block import EncoderBlock
-from anatomy.experiments.common import (
-    MarkovTask,
-    budget,
-    curve_stats,
-    figure,
-    figure_grid,
-    finite_metrics,
-    fit,
-    fmt_count,
-    fmt_values,
-    per_seed,
-    seeds_disagree,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import fmt_count, fmt_values, per_seed, seeds_disagree
+from anatomy.experiments.tasks import MarkovTask
 from anatomy.inspection import capture, trace_model
 
 TOL = 0.05  # nats
@@ -189,7 +180,7 @@ def tiny_heads(ctx):
             axes[0].set(ylabel="query position", xlabel="key position")
             axes[0].figure.suptitle(f"8 heads of d_k = 4 after training on the ordered-pair task (accuracy "
                                     f"{out['acc_h8']:.2f}); target at row t = (token t-1, token t-2)", fontsize=10)
-        figure_grid(ctx.figure_path("C47-eight-heads-of-size-4"), draw, nrows=1, ncols=8, size=(14, 2.6))
+        figure(ctx.figure_path("C47-eight-heads-of-size-4"), draw, grid=(1, 8), size=(14, 2.6))
     return finite_metrics(out)
 
 
@@ -599,7 +590,7 @@ def ffn_width(ctx):
         gx.set(ylabel="loss", ylim=(0, max(v for _, v in gaps.values()) * 1.3),
                title=f"Overfitting a small training set ({small['input_ids'].numel()} tokens)")
         gx.legend(fontsize=8, loc="upper right", ncol=2)
-    figure_grid(ctx.figure_path("C52-ffn-width-and-overfitting"), draw, ncols=2, size=(11, 4))
+    figure(ctx.figure_path("C52-ffn-width-and-overfitting"), draw, grid=(1, 2), size=(11, 4))
     return finite_metrics(out)
 
 

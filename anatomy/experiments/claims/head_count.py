@@ -14,20 +14,12 @@ import time
 import torch
 
 from anatomy import ModelConfig, build_model
-from anatomy.experiments.common import (
-    ablate_head,
-    attention_entropy,
-    budget,
-    char_corpus,
-    figure_grid,
-    fit,
-    fit_decayed,
-    lm_batch,
-    offset_profile,
-    seed_verdict,
-    tiny_model,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, fit, fit_decayed, tiny_model
+from anatomy.experiments.probes import ablate_head, attention_entropy, offset_profile
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.tasks import char_corpus, lm_batch
 from anatomy.inspection import capture
 
 # =============================================================================================================
@@ -293,7 +285,7 @@ def _draw_heads(ctx, out, pair, lm_ent, lm_prof, drops, head_for):
         ax.bar([f"head {i}" for i in range(4)], [100 * d for d in drops], color=colors)
         ax.set(ylabel="relative accuracy drop (%)", ylim=(0, 105),
                title="Ordered pairs, 4 heads: zero one head\n(green: offset-1 head, red: offset-3 head)")
-    figure_grid(path, draw, nrows=2, ncols=3, size=(15, 8.5))
+    figure(path, draw, grid=(2, 3), size=(15, 8.5))
 
 
 def _draw_head_count(ctx, out):
@@ -317,28 +309,35 @@ def _draw_head_count(ctx, out):
                     "of interleaved repeats)")
         for ax in axes[:2]:
             ax.minorticks_off()
-    figure_grid(path, draw, nrows=1, ncols=3, size=(14, 4.2))
+    figure(path, draw, grid=(1, 3), size=(14, 4.2))
 
 
 def _pct(ms, name: str) -> str:
     return ms[name].fmt()
 
 
-def _c1(ms) -> Verdict:
-    def classify(lm, pair):
-        diffuse = (lm >= 0.8) + (pair >= 0.8)
-        return {2: "supported", 1: "nuanced", 0: "refuted"}[diffuse]
+DIFFUSE = 0.8  # C1: a mean normalised entropy at or above this is 'almost uniform'
+C1_RULE = Ladder((
+    Case("supported", f"the single head is almost uniform (entropy ≥ {DIFFUSE}) on both tasks",
+         f"单头在两个任务上都几乎均匀（熵 ≥ {DIFFUSE}）", lambda lm, pair: lm >= DIFFUSE and pair >= DIFFUSE),
+    Case("nuanced", f"the single head is almost uniform (entropy ≥ {DIFFUSE}) on one task only",
+         f"单头只在一个任务上几乎均匀（熵 ≥ {DIFFUSE}）", lambda lm, pair: (lm >= DIFFUSE) != (pair >= DIFFUSE)),
+    Case("refuted", f"the single head is below {DIFFUSE} on both tasks", f"单头在两个任务上的熵都低于 {DIFFUSE}",
+         lambda lm, pair: lm < DIFFUSE and pair < DIFFUSE),
+))
 
+
+def _c1(ms) -> Verdict:
     f = {k: ms[k].fmt() for k in ("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean",
                                   "ent_lm_init")}
     en = (f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} "
           f"on a character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
           f"{f['ent_lm_h4_mean']} (lowest head {f['ent_lm_h4_min']}) and {f['ent_pair_h4_mean']}; an untrained model "
-          f"gives {f['ent_lm_init']}. 'Almost uniform' means ≥ 0.8.")
+          f"gives {f['ent_lm_init']}. 'Almost uniform' means ≥ {DIFFUSE}.")
     zh = (f"单头注意力的归一化熵（1 = 对可见位置均匀分布）：字符语言模型上为 {f['ent_lm_h1']}，有序数对任务上为 "
           f"{f['ent_pair_h1']}；4 头模型各头分别为 {f['ent_lm_h4_mean']}（最低 {f['ent_lm_h4_min']}）和 "
-          f"{f['ent_pair_h4_mean']}；未训练模型为 {f['ent_lm_init']}。≥0.8 视为“几乎均匀”。")
-    return seed_verdict(ms, ("ent_lm_h1", "ent_pair_h1"), classify, en, zh)
+          f"{f['ent_pair_h4_mean']}；未训练模型为 {f['ent_lm_init']}。≥{DIFFUSE} 视为“几乎均匀”。")
+    return seed_verdict(ms, ("ent_lm_h1", "ent_pair_h1"), C1_RULE, en, zh)
 
 
 claim("C1-single-head-diffuse", section="§1.1",
@@ -347,9 +346,8 @@ claim("C1-single-head-diffuse", section="§1.1",
       experiment="head-count",
       metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
       rule=_c1,
-      rule_text="Per seed, the trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the LM, "
-                "rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ 0.8. Supported if almost uniform on "
-                "both tasks, nuanced if on one, refuted if on neither; inconclusive if the seeds disagree.")
+      rule_text=C1_RULE.text("The trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the "
+                             f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."))
 
 
 def _c2(ms) -> Verdict:

@@ -19,19 +19,12 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention, kernels
-from anatomy.experiments.claims.head_count import LM_T
-from anatomy.experiments.claims.multihead import _probe_attention
-from anatomy.experiments.common import (
-    budget,
-    char_corpus,
-    figure_grid,
-    fit,
-    lm_batch,
-    mean_tail,
-    seed_verdict,
-    tiny_model,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, fit, mean_tail, tiny_model
+from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import seed_verdict
+from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
 
 # =============================================================================================================
@@ -421,7 +414,7 @@ def init_training(ctx):
     out, curves, step0 = {}, {}, {}
     for arm in INIT_ARMS:
         model = _init_model(arm, len(vocab), 100 * ctx.seed + 7)
-        step0[arm] = _probe_attention(model, probe)  # (max p, ‖∂L/∂W_q‖, score std) before any update
+        step0[arm] = probe_attention(model, probe)  # (max p, ‖∂L/∂W_q‖, score std) before any update
         g = torch.Generator().manual_seed(ctx.seed)
         curves[arm] = fit(model, lambda _s, g=g: lm_batch(train, LM_T, 32, g), steps, lr=3e-3)
         with torch.no_grad():
@@ -471,7 +464,7 @@ def _draw_init(ctx, curves, step0):
                ylim=(0, 1.15), ylabel="mean max attention prob at step 0",
                title="Before training: how one-hot is the attention?")
         ax.tick_params(axis="x", labelsize=7)
-    figure_grid(path, draw, nrows=1, ncols=2, size=(13, 4.6))
+    figure(path, draw, grid=(1, 2), size=(13, 4.6))
 
 
 def _c15(ms) -> Verdict:

@@ -9,17 +9,11 @@ from __future__ import annotations
 import torch
 
 from anatomy import pitfalls
-from anatomy.experiments.claims.head_count import LM_T
-from anatomy.experiments.common import (
-    budget,
-    char_corpus,
-    figure_grid,
-    fit,
-    lm_batch,
-    seed_verdict,
-    tiny_model,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, fit, tiny_model
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import seed_verdict
+from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
 
 # =============================================================================================================
@@ -244,7 +238,7 @@ def _draw_masks(ctx, grid, out):
         ax.text(1, 88, f"-inf vs -1e9 trained from one seed:\nmax |Δ weight| = {out['c20_param_maxdiff']:.1g}\n"
                          f"greedy tokens identical: {100 * out['c20_gen_agreement']:.0f}%",
                 ha="center", fontsize=8, bbox={"facecolor": "white", "alpha": 0.8})
-    figure_grid(path, draw, nrows=1, ncols=3, size=(16, 5))
+    figure(path, draw, grid=(1, 3), size=(16, 5))
 
 
 def _c17(ms) -> Verdict:

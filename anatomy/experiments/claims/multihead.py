@@ -18,18 +18,12 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention
-from anatomy.experiments.claims.head_count import LM_T
-from anatomy.experiments.common import (
-    budget,
-    char_corpus,
-    figure,
-    figure_grid,
-    lm_batch,
-    seed_verdict,
-    tiny_model,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, tiny_model
+from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment, holds_on_every_seed
-from anatomy.inspection import capture
+from anatomy.experiments.rules import seed_verdict
+from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 
 
 @experiment("head-parameters")
@@ -172,28 +166,6 @@ def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool):
     return model
 
 
-def _probe_attention(model, batch) -> dict[str, float]:
-    """One forward/backward at this state: ``maxp`` (mean max attention prob over rows with >= 8 keys), ``gradq``
-    (‖∂L/∂W_q‖), ``score_std`` (std of the scores the softmax sees, causal part) and ``passthrough``
-    (‖∂L/∂scores‖ / ‖∂L/∂weights‖ on the visible entries: how much gradient the softmax lets through)."""
-    attn = model.stack.blocks[0].attn
-    model.zero_grad(set_to_none=True)
-    names = ["stack.blocks.0.attn.hook_weights", "stack.blocks.0.attn.hook_scores"]
-    with capture(model, names, detach=False) as cache:
-        loss = model(**batch).loss
-        weights, scores = (cache[n] for n in names)
-        weights.retain_grad()
-        scores.retain_grad()
-        loss.backward()
-    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-    out = {"maxp": weights[:, :, 7:].detach().max(-1).values.mean().item(),
-           "gradq": attn.q_proj.weight.grad.norm().item(),
-           "score_std": scores.detach()[..., causal].std().item(),
-           "passthrough": (scores.grad[..., causal].norm() / weights.grad[..., causal].norm()).item()}
-    model.zero_grad(set_to_none=True)
-    return out
-
-
 @experiment("softmax-saturation", units={"real_gradq_ratio_dk64_torchinit": "×",
                                          "real_passthrough_ratio_dk64_torchinit": "×"})
 def softmax_saturation(ctx):
@@ -218,13 +190,13 @@ def softmax_saturation(ctx):
                 undo = [pitfalls.apply(model, "large_init_scale", factor=float(f))]
                 if not scaled:
                     undo.append(pitfalls.apply(model, "no_scaling"))
-                real[(dk, f, scaled)] = _probe_attention(model, batch)
+                real[(dk, f, scaled)] = probe_attention(model, batch)
                 for u in reversed(undo):
                     u()
         model = _model_at_init(dk, len(vocab), ctx.seed, torch_init=True)
         for scaled in (True, False):
             undo = [] if scaled else [pitfalls.apply(model, "no_scaling")]
-            real[(dk, "torch", scaled)] = _probe_attention(model, batch)
+            real[(dk, "torch", scaled)] = probe_attention(model, batch)
             for u in undo:
                 u()
     tu, ts = real[(64, "torch", False)], real[(64, "torch", True)]
@@ -276,7 +248,7 @@ def _draw_saturation(ctx, mc, real, uniform):
                ylabel="‖∂loss/∂scores‖ / ‖∂loss/∂weights‖",
                title="Gradient the softmax lets through at step 0\n(falls as the attention turns one-hot)")
         ax.legend(fontsize=6, ncol=2)
-    figure_grid(path, draw, nrows=1, ncols=3, size=(16, 4.8))
+    figure(path, draw, grid=(1, 3), size=(16, 4.8))
 
 
 def _c7(ms) -> Verdict:

@@ -1,7 +1,7 @@
 """§4: the norm-depth grid, the central experiment of residuals and normalisation (claims C33, C34, C36, C37, C39,
 C43, C44, C45, and C55 of §5).
 
-``norm-depth-grid``      one causal LM task (the lag-2 Markov language of ``common.MarkovTask``), Pre-Norm /
+``norm-depth-grid``      one causal LM task (the lag-2 Markov language of ``tasks.MarkovTask``), Pre-Norm /
                          Post-Norm / DeepNorm across depth and learning rate with no warm-up and no gradient
                          clipping, plus the broken arms (no residual, no norm at all, a large init, a too-high
                          learning rate). Loss curves, NaN/oscillation counts, residual-stream RMS and gradient per
@@ -19,25 +19,21 @@ from torch import nn
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.add_norm import AddNorm
-from anatomy.experiments.common import (
-    MarkovTask,
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.probes import residual_grad_norms, residual_rms
+from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import (
+    TOL,
     all_or_none,
-    budget,
     count_seeds,
-    curve_stats,
-    figure,
-    figure_grid,
-    finite_metrics,
-    fit,
     fmt_blown,
     fmt_count,
     fmt_values,
     per_seed,
-    residual_grad_norms,
-    residual_rms,
     seeds_disagree,
 )
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.tasks import MarkovTask
 from anatomy.inspection import capture
 
 PLACEMENTS = ("pre", "post", "deepnorm")
@@ -45,7 +41,6 @@ BROKEN = ("no_residual", "no_norm")
 ARM_STYLE = {"pre": ("tab:blue", "-"), "post": ("tab:red", "-"), "deepnorm": ("tab:green", "-"),
              "no_residual": ("0.4", "--"), "no_norm": ("tab:orange", "--"), "large_init": ("tab:purple", ":"),
              "high_lr": ("tab:brown", ":")}
-TOL = 0.05  # nats
 
 
 def _strip_norms(model: nn.Module) -> None:
@@ -245,7 +240,7 @@ def _draw_grid(ctx, runs, s, task, deeps, shallow):
                         ax.set_ylabel("train loss (nats)")
             axes[len(lrs) - 1].legend(fontsize=7, loc="lower left")
             axes[0].text(0, task.uniform * 1.5, "× = loss became NaN (curves clipped at the top)", fontsize=7)
-        figure_grid(path, draw, nrows=len(deeps), ncols=len(lrs), size=(4 * len(lrs), 3.3 * len(deeps)),
+        figure(path, draw, grid=(len(deeps), len(lrs)), size=(4 * len(lrs), 3.3 * len(deeps)),
                     sharey=True)
 
     path = ctx.figure_path("C43-residual-rms-and-gradient-per-layer")
@@ -272,7 +267,7 @@ def _draw_grid(ctx, runs, s, task, deeps, shallow):
                       title="Along the skip path only (sub-layers frozen)\nflat at 1 = an undamped highway")
             rms_ax.legend(fontsize=8)
             hw_ax.legend(fontsize=8)
-        figure_grid(path, draw_layers, ncols=3, size=(15, 4.3))
+        figure(path, draw_layers, grid=(1, 3), size=(15, 4.3))
 
     path = ctx.figure_path("C44-lr-sensitivity")
     if path is not None:

@@ -17,19 +17,12 @@ import torch
 from anatomy import ModelConfig, build_model
 from anatomy.components.positional import sinusoidal_table
 from anatomy.components.positional.base import PositionalScheme
-from anatomy.experiments.common import (
-    MarkovTask,
-    budget,
-    count_seeds,
-    figure_grid,
-    finite_metrics,
-    fit,
-    fmt_count,
-    fmt_values,
-    loss_per_position,
-    per_seed,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, finite_metrics, fit
+from anatomy.experiments.probes import loss_per_position
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import count_seeds, fmt_count, fmt_values, per_seed
+from anatomy.experiments.tasks import MarkovTask
 from anatomy.inspection import capture
 
 PE_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw")
@@ -222,7 +215,7 @@ def _draw_pe_lm(ctx, curves, task, T, out, models):
             bars.set_xticks(xs, kinds, rotation=30)
             bars.set(ylabel="mean loss (nats)", title="Inside vs beyond the training length")
             bars.legend(fontsize=8)
-        figure_grid(path, draw, ncols=2, size=(12, 4.5))
+        figure(path, draw, grid=(1, 2), size=(12, 4.5))
 
     path = ctx.figure_path("C27-scores-by-offset")
     if path is not None:
@@ -242,7 +235,7 @@ def _draw_pe_lm(ctx, curves, task, T, out, models):
                        ylabel="query position i")
             axes[0].figure.suptitle("Trained layer-0 attention scores (head 0) for a sequence repeating one token: "
                                     "constant along each diagonal = they depend only on the offset i − j", fontsize=10)
-        figure_grid(path, draw_mats, ncols=4, size=(14, 4.1))
+        figure(path, draw_mats, grid=(1, 4), size=(14, 4.1))
 
 
 # --- C21 ------------------------------------------------------------------------------------------------------

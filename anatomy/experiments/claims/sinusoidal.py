@@ -11,12 +11,10 @@ import math
 import torch
 
 from anatomy.components.positional import apply_rope, rope_angles, sinusoidal_table
-from anatomy.experiments.common import (
-    figure_grid,
-    finite_metrics,
-    per_seed,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import finite_metrics
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import per_seed
 
 
 def _closed_form(pos: torch.Tensor, d: int) -> torch.Tensor:
@@ -95,7 +93,7 @@ def sinusoidal_algebra(ctx):
             gm.set(xlabel="dimension", ylabel="dimension",
                    title=f"|cos| between columns over {n} positions\n(orthogonal basis = black off the diagonal)")
             gm.figure.colorbar(im2, ax=gm)
-        figure_grid(path, draw, ncols=2, size=(12, 4.5))
+        figure(path, draw, grid=(1, 2), size=(12, 4.5))
     return finite_metrics(out)
 
 
