@@ -32,6 +32,7 @@ LM_HEADS = (1, 2, 4, 8)         # at d_model = 64: d_k = 64, 32, 16, 8
 CLS_HEADS = (1, 4, 8)        # classification: d_k = 64, 16, 8
 LM_D, LM_T = 64, 32
 CLS_T = 40
+SPECIALISED = 0.5  # a head with at least this share of its mass on one offset is specialised on it (C3)
 
 
 def pair_batch(n: int, g: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -143,8 +144,9 @@ def head_count(ctx):
     # specialisation and ablation in the 4-head model
     prof4, model4 = pair[4]["profile"], pair[4]["model"]
     head_for = {k: int(prof4[:, k].argmax()) for k in (1, 3)}
-    out["pair_h4_specialised_heads"] = float(sum(1 for hh in range(4) if prof4[hh, [1, 3]].max() >= 0.5))
-    out["pair_h4_covers"] = float(head_for[1] != head_for[3] and all(prof4[head_for[k], k] >= 0.5 for k in (1, 3)))
+    out["pair_h4_specialised_heads"] = float(sum(1 for hh in range(4) if prof4[hh, [1, 3]].max() >= SPECIALISED))
+    out["pair_h4_covers"] = float(head_for[1] != head_for[3]
+                                  and all(prof4[head_for[k], k] >= SPECIALISED for k in (1, 3)))
     attn4 = model4.stack.blocks[0].attn
     drops = []
     for hh in range(4):
@@ -350,36 +352,40 @@ claim("C1-single-head-diffuse", section="§1.1",
                              f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."))
 
 
+CEILING_PCT = 100 * PAIR_CEILING  # C2: the accuracy (%) one relation alone can reach
+C2_SOLVED, C2_MATCH, C2_BOTH, C2_ONE = 90, 0.9, 1.5, 1.2  # 4-head model solved; h1 ≥ 0.9×h4; > 1.5× / ≤ 1.2× ceiling
+C2_RULE = Ladder((
+    Case("inconclusive", f"the 4-head model stays below {C2_SOLVED}% (nothing to compare)",
+         f"四头模型低于 {C2_SOLVED}%（无从比较）", lambda a1, a4: a4 < C2_SOLVED),
+    Case("refuted", f"the single head reaches ≥ {C2_MATCH:.0%} of the 4-head accuracy",
+         f"单头达到四头准确率的 {C2_MATCH:.0%} 以上", lambda a1, a4: a1 >= C2_MATCH * a4),
+    Case("nuanced", f"the single head exceeds {C2_BOTH * CEILING_PCT:.0f}% (both relations in one distribution, but "
+         "learnt worse)", f"单头超过 {C2_BOTH * CEILING_PCT:.0f}%（一份分布里有两种关系，但学得更差）",
+         lambda a1, a4: a1 > C2_BOTH * CEILING_PCT),
+    Case("supported", f"the single head stays ≤ {C2_ONE * CEILING_PCT:.0f}% (one relation only)",
+         f"单头不超过 {C2_ONE * CEILING_PCT:.0f}%（只有一种关系）", lambda a1, a4: a1 <= C2_ONE * CEILING_PCT),
+))
+
+
 def _c2(ms) -> Verdict:
-    ceil = 100 * PAIR_CEILING
-
-    def classify(a1, a4):
-        if a4 < 90:
-            return "inconclusive"  # the multi-head model did not solve the task: nothing to compare
-        if a1 >= 0.9 * a4:
-            return "refuted"
-        if a1 > 1.5 * ceil:
-            return "nuanced"
-        if a1 <= 1.2 * ceil:
-            return "supported"
-        return "inconclusive"
-
+    ceil = CEILING_PCT
     a1, a4 = ms["acc_pair_h1"].fmt(), ms["acc_pair_h4"].fmt()
     m1, m3, r = ms["pair_h1_mass_t1"].fmt(), ms["pair_h1_mass_t3"].fmt(), ms["pair_h1_order_ratio"].fmt()
     en = (f"On y_t = 10·x(t-1) + x(t-3) (100 classes; chance 1%, either relation alone at most {ceil:.0f}%), one head "
           f"reaches {a1} and four heads {a4} at the same number of steps. The single head puts {m1} of its weight on "
-          f"t-1 and {m3} on t-3 (share of t-1: {r}). Above {1.5 * ceil:.0f}% a single attention distribution "
-          f"provably carries both relations (unequal weights keep the order); at or below {1.2 * ceil:.0f}% it "
+          f"t-1 and {m3} on t-3 (share of t-1: {r}). Above {C2_BOTH * ceil:.0f}% a single attention distribution "
+          f"provably carries both relations (unequal weights keep the order); at or below {C2_ONE * ceil:.0f}% it "
           "carries one.")
     zh = (f"在 y_t = 10·x(t-1) + x(t-3)（100 类；随机 1%，只用一种关系最多 {ceil:.0f}%）上，相同训练步数下单头准确率 "
-          f"{a1}，四头 {a4}。单头把 {m1} 的权重放在 t-1、{m3} 放在 t-3（t-1 占比 {r}）。准确率超过 {1.5 * ceil:.0f}% "
-          f"说明一份注意力分布同时承载了两种关系（不相等的权重保留了顺序）；不超过 {1.2 * ceil:.0f}% 则只承载了一种。")
+          f"{a1}，四头 {a4}。单头把 {m1} 的权重放在 t-1、{m3} 放在 t-3（t-1 占比 {r}）。准确率超过 "
+          f"{C2_BOTH * ceil:.0f}% 说明一份注意力分布同时承载了两种关系（不相等的权重保留了顺序）；不超过 "
+          f"{C2_ONE * ceil:.0f}% 则只承载了一种。")
     lead = {"nuanced": ("'Never' is wrong: one head does hold both relations, but at equal steps it learns them far "
                         "worse than several heads.", "“永远不可能”不对：单头确实能同时表达两种关系，但相同步数下学得"
                         "比多头差得多。"),
             "refuted": ("One head does what several heads do here.", "单头在这里做到了多头能做的事。"),
             "supported": ("The single head stays at the one-relation ceiling.", "单头停在只用一种关系的上限。")}
-    return seed_verdict(ms, ("acc_pair_h1", "acc_pair_h4"), classify, en, zh, lead)
+    return seed_verdict(ms, ("acc_pair_h1", "acc_pair_h4"), C2_RULE, en, zh, lead)
 
 
 claim("C2-one-head-one-relation", section="§1.1–1.2",
@@ -389,35 +395,40 @@ claim("C2-one-head-one-relation", section="§1.1–1.2",
       experiment="head-count",
       metrics=("acc_pair_h1", "acc_pair_h4", "pair_h1_mass_t1", "pair_h1_mass_t3", "pair_h1_order_ratio"),
       rule=_c2,
-      rule_text="Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at 10% (the test "
-                "set's sampling error is ≈ 0.3 points). Per seed (needs the 4-head model ≥ 90%): refuted if the "
-                "single head reaches ≥ 90% of the 4-head accuracy; nuanced if it exceeds 15% (both relations in one "
-                "distribution, but learnt worse); supported if it stays ≤ 12% (one relation only); inconclusive "
-                "otherwise or if the seeds disagree.")
+      rule_text=C2_RULE.text(f"Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at "
+                             f"{CEILING_PCT:.0f}% (the test set's sampling error is ≈ 0.3 points)."))
+
+
+C3_DROP = 0.5  # C3: ablating a specialised head costs at least this share of the accuracy
+C3_RULE = Ladder((
+    Case("supported", f"the 4-head pair model has distinct heads (≥ {SPECIALISED} mass) for offsets 1 and 3 whose "
+         f"ablation each costs ≥ {C3_DROP:.0%} of the accuracy, and the 4-head char LM has a head with "
+         f"≥ {SPECIALISED} mass on the previous character",
+         f"四头数对模型的偏移 1 和偏移 3 各有不同的头（≥{SPECIALISED} 的注意力），去掉任一个准确率至少下降 "
+         f"{C3_DROP:.0%}，且四头字符模型有一个头在前一个字符上的权重 ≥{SPECIALISED}",
+         lambda cov, drop, prev: cov >= 1 and drop >= C3_DROP and prev >= SPECIALISED),
+    Case("refuted", "neither specialisation appears", "两种专门化都没有出现",
+         lambda cov, drop, prev: cov < 1 and prev < SPECIALISED),
+), otherwise="nuanced")
 
 
 def _c3(ms) -> Verdict:
-    def classify(cov, drop, prev):
-        if cov >= 1 and drop >= 0.5 and prev >= 0.5:
-            return "supported"
-        if cov < 1 and prev < 0.5:
-            return "refuted"
-        return "nuanced"
-
     f = {k: ms[k].fmt() for k in ("pair_h4_covers", "pair_h4_ablation_min_drop", "pair_h4_specialised_heads",
                                   "lm_h4_prev_char_mass", "lm_h4_prev_head_ablation_dloss")}
-    en = (f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ 0.5 of their mass) on a fraction "
+    en = (f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ {SPECIALISED} of their mass) on a fraction "
           f"{f['pair_h4_covers']} of the seeds, {f['pair_h4_specialised_heads']} specialised heads; zeroing the "
           f"offset-1 or offset-3 head costs at least {f['pair_h4_ablation_min_drop']} of the accuracy (relative). "
           f"Char LM, 4 heads: the most 'previous character' head puts {f['lm_h4_prev_char_mass']} of its mass on "
           f"offset 1, and zeroing it raises the loss by {f['lm_h4_prev_head_ablation_dloss']}. Coreference heads "
           "cannot be tested here (no pronouns in these data).")
-    zh = (f"有序数对、4 头：在 {f['pair_h4_covers']} 的种子上，偏移 1 和偏移 3 各由不同的头负责（≥0.5 的注意力），"
+    zh = (f"有序数对、4 头：在 {f['pair_h4_covers']} 的种子上，偏移 1 和偏移 3 各由不同的头负责"
+          f"（≥{SPECIALISED} 的注意力），"
           f"专门化的头数 {f['pair_h4_specialised_heads']}；去掉偏移 1 或偏移 3 的头，准确率至少相对下降 "
           f"{f['pair_h4_ablation_min_drop']}。字符语言模型、4 头：最关注“前一个字符”的头在偏移 1 上的权重为 "
           f"{f['lm_h4_prev_char_mass']}，去掉它损失上升 {f['lm_h4_prev_head_ablation_dloss']}。指代关系的头在这些数据上"
           "无法检验（没有代词）。")
-    return seed_verdict(ms, ("pair_h4_covers", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass"), classify, en, zh)
+    return seed_verdict(ms, ("pair_h4_covers", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass"), C3_RULE, en,
+                        zh)
 
 
 claim("C3-heads-specialise", section="§1.2",
@@ -428,8 +439,4 @@ claim("C3-heads-specialise", section="§1.2",
       metrics=("pair_h4_covers", "pair_h4_specialised_heads", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass",
                "lm_h4_prev_head_ablation_dloss"),
       rule=_c3,
-      rule_text="A role is attributed only if ablating the head hurts that relation. Per seed: supported if the "
-                "4-head pair model has distinct heads (≥ 0.5 mass) for offsets 1 and 3 whose ablation each costs "
-                "≥ 50% of the accuracy, and the 4-head char LM has a head with ≥ 0.5 mass on the previous "
-                "character; refuted if neither specialisation appears; nuanced otherwise; inconclusive if the seeds "
-                "disagree.")
+      rule_text=C3_RULE.text("A role is attributed only if ablating the head hurts that relation."))
