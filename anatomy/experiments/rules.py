@@ -108,6 +108,8 @@ class Ladder:
 
     cases: tuple[Case, ...]
     otherwise: str = "inconclusive"
+    otherwise_en: str = "none of the rule's cases holds"  # what "otherwise" means here, in words
+    otherwise_zh: str = "规则的各条件均不满足"
 
     def decide(self, *values: float) -> Case | None:
         return next((c for c in self.cases if c.holds(*values)), None)
@@ -125,6 +127,6 @@ class Ladder:
         """``(en, zh)``: the sentence naming the case that decided on these values."""
         case = self.decide(*values)
         if case is None:
-            return (f" Decided: no case of the rule holds ({self.otherwise}).",
-                    f"判定：规则的各条件均不满足（{VERDICT_ZH[self.otherwise]}）。")
+            return (f" Decided: {self.otherwise_en} ({self.otherwise}).",
+                    f"判定：{self.otherwise_zh}（{VERDICT_ZH[self.otherwise]}）。")
         return f" Decided: {case.en} ({case.verdict}).", f"判定：{case.zh}（{VERDICT_ZH[case.verdict]}）。"

@@ -364,7 +364,8 @@ C2_RULE = Ladder((
          lambda a1, a4: a1 > C2_BOTH * CEILING_PCT),
     Case("supported", f"the single head stays ≤ {C2_ONE * CEILING_PCT:.0f}% (one relation only)",
          f"单头不超过 {C2_ONE * CEILING_PCT:.0f}%（只有一种关系）", lambda a1, a4: a1 <= C2_ONE * CEILING_PCT),
-))
+), otherwise_en=f"the single head lies between {C2_ONE * CEILING_PCT:.0f}% and {C2_BOTH * CEILING_PCT:.0f}%",
+   otherwise_zh=f"单头介于 {C2_ONE * CEILING_PCT:.0f}% 和 {C2_BOTH * CEILING_PCT:.0f}% 之间")
 
 
 def _c2(ms) -> Verdict:
@@ -409,7 +410,8 @@ C3_RULE = Ladder((
          lambda cov, drop, prev: cov >= 1 and drop >= C3_DROP and prev >= SPECIALISED),
     Case("refuted", "neither specialisation appears", "两种专门化都没有出现",
          lambda cov, drop, prev: cov < 1 and prev < SPECIALISED),
-), otherwise="nuanced")
+), otherwise="nuanced", otherwise_en="some specialisation appears, but not every condition of 'supported' holds",
+   otherwise_zh="出现了部分专门化，但“成立”的条件没有全部满足")
 
 
 def _c3(ms) -> Verdict:
