@@ -23,7 +23,7 @@ from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, fit, mean_tail, tiny_model
 from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import seed_verdict
+from anatomy.experiments.rules import Case, Ladder, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
 
@@ -107,12 +107,17 @@ def mha_shapes(ctx):
     return out
 
 
-def _c9(ms) -> Verdict:
-    def classify(shapes, same, diff64):
-        if shapes == 1 and same == 1 and diff64 < 1e-10:
-            return "supported"
-        return "refuted"
+SAME_FP64 = 1e-10  # C9: float64 agreement with torch.nn.MultiheadAttention
+C9_RULE = Ladder((
+    Case("supported", "every shape recorded at the hook points equals the post's list, the output has the input's "
+         f"shape and the result matches torch.nn.MultiheadAttention (copied weights) to < {SAME_FP64:g} in float64",
+         "每个挂钩点记录的形状都与原文一致，输出形状等于输入，且与 torch.nn.MultiheadAttention（复制权重）在 float64 "
+         "下相差 "
+         f"< {SAME_FP64:g}", lambda shapes, same, diff64: shapes == 1 and same == 1 and diff64 < SAME_FP64),
+), otherwise="refuted", otherwise_en="a shape or the output differs", otherwise_zh="有形状或输出不一致")
 
+
+def _c9(ms) -> Verdict:
     f = {k: ms[k].fmt() for k in ("maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32", "maxdiff_loop_math_sdpa_fp64")}
     ok = all(v == 1 for v in ms["shapes_match"].values)
     en = (("Every intermediate shape is the post's" if ok else "Some intermediate shapes differ from the post's")
@@ -126,7 +131,7 @@ def _c9(ms) -> Verdict:
           "）/ "
           f"{f['maxdiff_vs_torch_fp32']}（float32），逐头循环、批量矩阵和 SDPA 三种实现相差 "
           f"{f['maxdiff_loop_math_sdpa_fp64']}。")
-    return seed_verdict(ms, ("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64"), classify, en, zh)
+    return seed_verdict(ms, ("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64"), C9_RULE, en, zh)
 
 
 claim("C9-shape-flow", section="§2.1",
@@ -137,19 +142,22 @@ claim("C9-shape-flow", section="§2.1",
       metrics=("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32",
                "maxdiff_loop_math_sdpa_fp64"),
       rule=_c9,
-      rule_text="Supported if every shape recorded at the hook points equals the post's list, the output has the "
-                "input's shape and the result matches torch.nn.MultiheadAttention (copied weights) to < 1e-10 in "
-                "float64, on every seed; refuted otherwise.")
+      rule_text=C9_RULE.text())
+
+
+CHANGED = 1e-3  # C10: a relative output change above this is a real change
+UNCHANGED = 1e-9  # C10: at or below this the fault changed nothing
+C10_RULE = Ladder((
+    Case("supported", f"both faults run without error, keep the shape and change the output by > {CHANGED:g} "
+         "(relative)", f"两种错误都不报错、形状不变，且输出相对变化 > {CHANGED:g}",
+         lambda silent, err: silent == 1 and err > CHANGED),
+    Case("refuted", f"one raises or changes nothing (≤ {UNCHANGED:g})", f"其中一种报错或输出不变（≤ {UNCHANGED:g}）",
+         lambda silent, err: silent == 0 or err <= UNCHANGED),
+), otherwise="nuanced", otherwise_en=f"they run silently but change the output by at most {CHANGED:g}",
+   otherwise_zh=f"它们不报错，但输出变化不超过 {CHANGED:g}")
 
 
 def _c10(ms) -> Verdict:
-    def classify(silent, err):
-        if silent == 1 and err > 1e-3:
-            return "supported"
-        if silent == 0 or err <= 1e-9:
-            return "refuted"
-        return "nuanced"
-
     f = {k: ms[k].fmt() for k in ("faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
                                   "causal_leak_merge_wrong_transpose", "causal_leak_correct")}
     en = (f"Share of the two faults (split without transpose, merge without transpose) that run without any error "
@@ -163,7 +171,7 @@ def _c10(ms) -> Verdict:
           f"{f['causal_leak_split_without_transpose']}（错误拆头）和 {f['causal_leak_merge_wrong_transpose']}（错误并"
           "头），"
           f"正确实现为 {f['causal_leak_correct']}：头被打乱后还会泄漏未来信息。")
-    return seed_verdict(ms, ("faults_silent", "faults_min_rel_err"), classify, en, zh)
+    return seed_verdict(ms, ("faults_silent", "faults_min_rel_err"), C10_RULE, en, zh)
 
 
 claim("C10-wrong-transpose-silent", section="§2.2",
@@ -173,9 +181,7 @@ claim("C10-wrong-transpose-silent", section="§2.2",
       metrics=("faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
                "causal_leak_merge_wrong_transpose", "causal_leak_correct"),
       rule=_c10,
-      rule_text="Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module. Per seed: "
-                "supported if both run without error, keep the shape and change the output by > 1e-3 (relative); "
-                "refuted if one raises or changes nothing; nuanced otherwise; inconclusive if the seeds disagree.")
+      rule_text=C10_RULE.text("Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module."))
 
 
 # =============================================================================================================
@@ -216,14 +222,18 @@ def head_loop_benchmark(ctx):
     return out
 
 
-def _c11(ms) -> Verdict:
-    def classify(lo, hi, sdpa_lo):
-        if lo >= 1.2 and sdpa_lo >= 1.2:
-            return "supported"
-        if hi < 1.1 and sdpa_lo < 1.1:
-            return "refuted"
-        return "nuanced"
+FASTER, NOT_FASTER = 1.2, 1.1  # C11: speed-ups over the per-head loop that count as faster / as no gain
+C11_RULE = Ladder((
+    Case("supported", f"both the batched 'math' kernel and fused SDPA are ≥ {FASTER}× faster in every configuration",
+         f"批量 math 内核与融合 SDPA 在每种配置下都快 {FASTER} 倍以上",
+         lambda lo, hi, sdpa_lo: lo >= FASTER and sdpa_lo >= FASTER),
+    Case("refuted", f"neither is ≥ {NOT_FASTER}× faster in any configuration",
+         f"两者在任何配置下都没有快 {NOT_FASTER} 倍", lambda lo, hi, sdpa_lo: hi < NOT_FASTER and sdpa_lo < NOT_FASTER),
+), otherwise="nuanced", otherwise_en=f"one kernel or configuration is below {FASTER}×",
+   otherwise_zh=f"某个内核或配置低于 {FASTER} 倍")
 
+
+def _c11(ms) -> Verdict:
     f = {k: ms[k].fmt() for k in ("speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max")}
     cfgs = ", ".join(f"(B={b}, S={s}, D={d}, h={h})" for b, s, d, h in BENCH_CONFIGS)
     threads = int(ms["threads"].values[0])
@@ -242,13 +252,13 @@ def _c11(ms) -> Verdict:
           f"{f['speedup_sdpa_max']}。各配置耗时（毫秒，循环 / 批量 / SDPA）：{per_cfg}。本实验未在 GPU 上测量"
           "（GPU 上每个头单独启动核的代价更大）。")
     lead = None
-    if min(ms["speedup_math_min"].values) < 1 and min(ms["speedup_sdpa_min"].values) >= 1.2:
+    if min(ms["speedup_math_min"].values) < 1 and min(ms["speedup_sdpa_min"].values) >= FASTER:
         lead = {"nuanced": ("Batching is not always faster: the post's batched code loses to the loop in some "
                             "configurations (likely because its masking and softmax sweep the whole (B, h, S, S) "
                             "score tensor at once), while the fused kernel wins everywhere.",
                             "批量并不总是更快：原文那种批量写法在部分配置下比逐头循环慢（可能是因为 mask 和 softmax "
                             "一次遍历整个 (B, h, S, S) 分数张量），而融合的 SDPA 核在所有配置下都更快。")}
-    return seed_verdict(ms, ("speedup_math_min", "speedup_math_max", "speedup_sdpa_min"), classify, en, zh, lead)
+    return seed_verdict(ms, ("speedup_math_min", "speedup_math_max", "speedup_sdpa_min"), C11_RULE, en, zh, lead)
 
 
 claim("C11-batched-heads-faster", section="§2.2",
@@ -258,25 +268,28 @@ claim("C11-batched-heads-faster", section="§2.2",
       metrics=("speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max", "threads",
                *(f"{k}_ms_cfg{i}" for i in range(len(BENCH_CONFIGS)) for k in ("loop", "math", "sdpa"))),
       rule=_c11,
-      rule_text="Per seed (one benchmark run), speed-up over the per-head 'loop' kernel of the batched 'math' kernel "
-                "(the post's code) and of fused SDPA, across three (B, S, D, h) configurations: supported if both "
-                "are ≥ 1.2× faster in every configuration, refuted if neither is ≥ 1.1× faster in any, nuanced "
-                "otherwise; inconclusive if the seeds disagree.")
+      rule_text=C11_RULE.text("Per seed (one benchmark run), speed-up over the per-head 'loop' kernel of the batched "
+                              "'math' kernel (the post's code) and of fused SDPA, across three (B, S, D, h) "
+                              "configurations."))
 
 
 # =============================================================================================================
 # C12–C14: judged on the head-count experiment of multihead.py
 # =============================================================================================================
 
-def _c12(ms) -> Verdict:
-    def classify(lm_pen, cls_pen, dk64_gap):
-        worse_lm, worse_cls = lm_pen > 0.05, cls_pen > 3
-        if worse_lm and worse_cls and dk64_gap <= 0.02:
-            return "supported"
-        if not worse_lm and not worse_cls:
-            return "refuted"
-        return "nuanced"
+WORSE_NATS, WORSE_POINTS = 0.05, 3  # C12: small d_k 'clearly worse': LM loss (nats) / sentiment accuracy (points)
+NEAR_BEST = 0.02  # C12: nats: d_k = 64 this close to the best LM loss
+C12_RULE = Ladder((
+    Case("supported", f"clearly worse on both tasks and d_k = 64 is within {NEAR_BEST} nats of the best LM loss",
+         f"两个任务上都明显更差，且 d_k = 64 的 LM 损失与最好值相差不超过 {NEAR_BEST} nat",
+         lambda lm_pen, cls_pen, dk64_gap: lm_pen > WORSE_NATS and cls_pen > WORSE_POINTS and dk64_gap <= NEAR_BEST),
+    Case("refuted", "clearly worse on neither task", "两个任务上都没有明显更差",
+         lambda lm_pen, cls_pen, dk64_gap: not lm_pen > WORSE_NATS and not cls_pen > WORSE_POINTS),
+), otherwise="nuanced", otherwise_en="clearly worse on one task only, or d_k = 64 is not near the best",
+   otherwise_zh="只在一个任务上明显更差，或 d_k = 64 离最好值较远")
 
+
+def _c12(ms) -> Verdict:
     f = {k: ms[k].fmt() for k in ("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4",
                                   "cls_acc_h8", "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best")}
     en = (f"d_model = 64, so d_k = 64, 32, 16, 8 for h = 1, 2, 4, 8. Char-LM validation loss: {f['lm_val_h1']}, "
@@ -293,7 +306,7 @@ def _c12(ms) -> Verdict:
           f"{f['cls_small_dk_penalty']}（准确率，对比 64）；d_k=64 距最好的语言模型损失 {f['lm_dk64_minus_best']}。")
     lead = {"refuted": ("Small heads are not worse here.", "这里小维度的头并没有更差。"),
             "supported": ("Heads below d_k = 32 are clearly worse.", "d_k 低于 32 时明显变差。")}
-    return seed_verdict(ms, ("lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"), classify, en, zh,
+    return seed_verdict(ms, ("lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"), C12_RULE, en, zh,
                         lead)
 
 
@@ -304,22 +317,23 @@ claim("C12-small-dk-degrades", section="§2.3",
       metrics=("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4", "cls_acc_h8",
                "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"),
       rule=_c12,
-      rule_text="d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means the mean of "
-                "d_k ∈ {16, 8} loses > 0.05 nats (≈ 5% perplexity) against d_k ≥ 32 on the char LM, or > 3 accuracy "
-                "points on sentiment (above the test set's sampling error, ≈ 1.1 points at n = 1736). Per seed: "
-                "supported if clearly worse on both tasks and d_k = 64 is within 0.02 nats of the best LM loss; "
-                "refuted if clearly worse on neither; nuanced otherwise; inconclusive if the seeds disagree.")
+      rule_text=C12_RULE.text("d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means "
+                              f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against "
+                              f"d_k ≥ 32 on the char LM, or > {WORSE_POINTS} accuracy points on sentiment (above the "
+                              "test set's sampling error, ≈ 1.1 points at n = 1736)."))
+
+
+SLOWER, OVERFITS = 1.1, 2  # C13: step-time ratio h=8/h=1 that is 'slower'; larger train-val gap (points): 'overfits'
+C13_RULE = Ladder((
+    Case("supported", f"a step takes > {SLOWER}× as long and the train–validation gap is > {OVERFITS} points larger",
+         f"每步耗时超过 {SLOWER} 倍，且训练-验证差距大 {OVERFITS} 个百分点以上",
+         lambda ratio, gap_diff: ratio > SLOWER and gap_diff > OVERFITS),
+    Case("refuted", "neither slower nor overfitting more", "既不更慢也不更过拟合",
+         lambda ratio, gap_diff: not ratio > SLOWER and not gap_diff > OVERFITS),
+), otherwise="nuanced", otherwise_en="one of the two only", otherwise_zh="只满足其中之一")
 
 
 def _c13(ms) -> Verdict:
-    def classify(ratio, gap_diff):
-        slower, overfit = ratio > 1.1, gap_diff > 2
-        if slower and overfit:
-            return "supported"
-        if not slower and not overfit:
-            return "refuted"
-        return "nuanced"
-
     f = {k: ms[k].fmt() for k in ("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1",
                                   "cls_gap_h8", "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8")}
     en = (f"At fixed d_model = 64 (same parameter count), a training step takes {f['lm_step_ms_h1']} ms with 1 head "
@@ -333,7 +347,7 @@ def _c13(ms) -> Verdict:
           f"在 2000 条训练评论上，训练集与验证集准确率之差 1 头为 {f['cls_gap_h1']}，8 头为 {f['cls_gap_h8']}（差 "
           f"{f['cls_gap_h8_minus_h1']}）。")
     lead = {"nuanced": ("Only one half holds.", "只有一半成立。")}
-    return seed_verdict(ms, ("time_ratio_h8_vs_h1", "cls_gap_h8_minus_h1"), classify, en, zh, lead)
+    return seed_verdict(ms, ("time_ratio_h8_vs_h1", "cls_gap_h8_minus_h1"), C13_RULE, en, zh, lead)
 
 
 claim("C13-more-heads-slower-overfit", section="§2.3",
@@ -343,9 +357,9 @@ claim("C13-more-heads-slower-overfit", section="§2.3",
       metrics=("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1", "cls_gap_h8",
                "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8"),
       rule=_c13,
-      rule_text="h = 8 vs h = 1 at d_model = 64. Per seed: 'slower' if a forward+backward step takes > 1.1× as "
-                "long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment reviews is > 2 points "
-                "larger. Supported if both, refuted if neither, nuanced if one; inconclusive if the seeds disagree.")
+      rule_text=C13_RULE.text(f"h = 8 vs h = 1 at d_model = 64. 'Slower' if a forward+backward step takes > {SLOWER}× "
+                              f"as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
+                              f"reviews is > {OVERFITS} points larger."))
 
 
 def _c14(ms) -> Verdict:
@@ -467,14 +481,16 @@ def _draw_init(ctx, curves, step0):
     figure(path, draw, grid=(1, 2), size=(13, 4.6))
 
 
-def _c15(ms) -> Verdict:
-    def classify(gap):
-        if gap <= 0.05:
-            return "supported"
-        if gap >= 0.15:
-            return "refuted"
-        return "nuanced"
+ENOUGH, NOT_ENOUGH = 0.05, 0.15  # C15: nats from the best init: 'enough' / 'not enough'
+C15_RULE = Ladder((
+    Case("supported", f"PyTorch's default init ends within {ENOUGH} nats of the best of {{default, normal(0.02), "
+         "Xavier}", f"PyTorch 默认初始化与三者中最好的相差不超过 {ENOUGH} nat", lambda gap: gap <= ENOUGH),
+    Case("refuted", f"it is ≥ {NOT_ENOUGH} nats worse", f"它差 {NOT_ENOUGH} nat 以上", lambda gap: gap >= NOT_ENOUGH),
+), otherwise="nuanced", otherwise_en=f"it is between {ENOUGH} and {NOT_ENOUGH} nats worse",
+   otherwise_zh=f"它差 {ENOUGH} 到 {NOT_ENOUGH} nat 之间")
 
+
+def _c15(ms) -> Verdict:
     f = {k: ms[k].fmt() for k in ("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best")}
     en = (f"Char LM after the same steps: PyTorch default init {f['val_torch_scaled']}, normal(0.02) "
           f"{f['val_normal_scaled']}, Xavier {f['val_xavier_scaled']}; the default is {f['torch_minus_best']} from "
@@ -482,7 +498,7 @@ def _c15(ms) -> Verdict:
     zh = (f"相同训练步数后的字符语言模型验证损失：PyTorch 默认初始化 {f['val_torch_scaled']}，normal(0.02) "
           f"{f['val_normal_scaled']}，Xavier {f['val_xavier_scaled']}；默认初始化距三者最好值 {f['torch_minus_best']}"
           "。")
-    return seed_verdict(ms, ("torch_minus_best",), classify, en, zh)
+    return seed_verdict(ms, ("torch_minus_best",), C15_RULE, en, zh)
 
 
 claim("C15-default-init-enough", section="§2.3",
@@ -491,19 +507,23 @@ claim("C15-default-init-enough", section="§2.3",
       experiment="init-training",
       metrics=("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best"),
       rule=_c15,
-      rule_text="Char LM, one head, same seed and batches. Per seed: supported if PyTorch's default init ends within "
-                "0.05 nats of the best of {default, normal(0.02), Xavier}; refuted if ≥ 0.15 nats worse; nuanced in "
-                "between; inconclusive if the seeds disagree.")
+      rule_text=C15_RULE.text("Char LM, one head, same seed and batches."))
+
+
+ONE_HOT = 0.7  # C16: mean max attention probability at step 0 at or above this: near one-hot
+GRAD_SMALL = 0.1  # C16: ‖∂L/∂W_q‖ at or below this multiple of the normal init's
+HURTS = 0.1  # C16: nats: a final loss this much worse
+C16_RULE = Ladder((
+    Case("refuted", f"the mean max attention probability at step 0 stays < {ONE_HOT}",
+         f"第 0 步的平均最大注意力概率 < {ONE_HOT}", lambda maxp, grad_ratio, dval: maxp < ONE_HOT),
+    Case("supported", f"it is ≥ {ONE_HOT}, ‖∂L/∂W_q‖ falls to ≤ {GRAD_SMALL}× the normal init's and the final loss "
+         f"is > {HURTS} nats worse", f"它 ≥ {ONE_HOT}，‖∂L/∂W_q‖ 降到正常初始化的 {GRAD_SMALL} 倍以下，且最终损失差 "
+         f"{HURTS} nat 以上", lambda maxp, grad_ratio, dval: grad_ratio <= GRAD_SMALL and dval > HURTS),
+), otherwise="nuanced", otherwise_en=f"attention is near one-hot (≥ {ONE_HOT}) but the gradient or the final loss "
+   "does not suffer as much", otherwise_zh=f"注意力接近独热（≥ {ONE_HOT}），但梯度或最终损失没有受到那么大的影响")
 
 
 def _c16(ms) -> Verdict:
-    def classify(maxp, grad_ratio, dval):
-        if maxp < 0.7:
-            return "refuted"
-        if grad_ratio <= 0.1 and dval > 0.1:
-            return "supported"
-        return "nuanced"
-
     f = {k: ms[k].fmt() for k in ("step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
                                   "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled",
                                   "large_minus_normal")}
@@ -519,9 +539,9 @@ def _c16(ms) -> Verdict:
           f"{f['step0_gradq_ratio_x50']}（同样的 ×50 也放大了 k、v 和输出）。训练后：{f['val_large_scaled']} 对 "
           f"{f['val_normal_scaled']}（差 {f['large_minus_normal']}）。")
     lead = None
-    if all(v > 0.1 for v in ms["step0_gradq_ratio_x50"].values):
+    if all(v > GRAD_SMALL for v in ms["step0_gradq_ratio_x50"].values):
         lead = {"nuanced": ("Near one-hot, yes; vanishing gradients, no.", "接近 one-hot 成立；梯度消失不成立。")}
-    return seed_verdict(ms, ("step0_maxp_x50", "step0_gradq_ratio_x50", "large_minus_normal"), classify, en, zh,
+    return seed_verdict(ms, ("step0_maxp_x50", "step0_gradq_ratio_x50", "large_minus_normal"), C16_RULE, en, zh,
                         lead)
 
 
@@ -532,7 +552,4 @@ claim("C16-large-init-one-hot", section="§2.3",
       metrics=("step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
                "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled", "large_minus_normal"),
       rule=_c16,
-      rule_text="normal(0.02) vs the same weights ×50 on the attention projections. Per seed: refuted if the mean "
-                "max attention probability at step 0 stays < 0.7; supported if it is ≥ 0.7, ‖∂L/∂W_q‖ falls to "
-                "≤ 0.1× the normal init's and the final loss is > 0.1 nats worse; nuanced otherwise; inconclusive "
-                "if the seeds disagree.")
+      rule_text=C16_RULE.text("normal(0.02) vs the same weights ×50 on the attention projections."))
