@@ -44,6 +44,9 @@ def test_smoke_verdicts_of_the_cheap_claims_are_pinned(tmp_path, one_thread):
     doc = run_claims(list(PINNED), preset="smoke", out=tmp_path, progress=False)
     got = {c["id"]: c["verdict"] for c in doc["claims"]}
     assert got == PINNED
+    for c in doc["claims"]:  # a rule reads only the metrics its claim declares (and reports): same verdict from them
+        declared = {k: Metric(k, [float(v) for v in m["values"]], m["unit"]) for k, m in c["metrics"].items()}
+        assert CLAIMS[c["id"]].rule(declared).verdict == c["verdict"], c["id"]
     c45 = next(c for c in doc["claims"] if c["id"] == "C45-pre-norm-de-facto")
     assert "spread over the learning rates was larger than Post-Norm's by > 0.05 nats" in c45["reason_en"]
 
