@@ -7,7 +7,8 @@ implementation  §2      C9–C16    shapes, head count and size, init
 masks           §2.4    C17–C20   masks and fill values
 positional      §3      C21, C22, C27, C29–C31   order blindness, extrapolation, add vs concat (trained models)
 sinusoidal      §3      C23–C26, C28, C32   the sinusoidal table's and RoPE's algebra, exactly
-norm_depth      §4      C33–C45   the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4)
+norm_depth      §4      the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4) ...
+norm_depth_claims §4    C33–C45   ... and the claims judged on it
 add_norm        §4      C35, C38, C40–C42   residual vs plain MLP, LayerNorm vs BatchNorm, the LayerNorm formula
 block           §5      C46–C55   the block's shape table, silent bugs, FFN width and parameters
 """
@@ -20,6 +21,7 @@ from anatomy.experiments.claims import (  # noqa: F401
     masks,
     multihead,
     norm_depth,
+    norm_depth_claims,
     positional,
     sinusoidal,
 )
