@@ -130,3 +130,12 @@ class Ladder:
             return (f" Decided: {self.otherwise_en} ({self.otherwise}).",
                     f"判定：{self.otherwise_zh}（{VERDICT_ZH[self.otherwise]}）。")
         return f" Decided: {case.en} ({case.verdict}).", f"判定：{case.zh}（{VERDICT_ZH[case.verdict]}）。"
+
+
+def num(x: float) -> str:
+    """A threshold as the rule texts write it: ``1e-9``, ``1e-3``, ``0.05``, ``1.5`` (small ones in exponent form,
+    without the exponent's zeros)."""
+    if x and abs(x) <= 1e-3:
+        mantissa, _, exponent = f"{x:e}".partition("e")
+        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    return f"{x:g}"

@@ -112,3 +112,10 @@ def test_ladder_first_case_decides_and_seed_verdict_names_every_deciding_case():
     assert v.verdict == "supported"
     assert v.reason_en == "x. Decided: x ≥ 1 (supported). Decided: x is negative (supported)."
     assert seed_verdict(_ms(x=(2.0, 0.7)), ("x",), ladder, "x.", "x。").verdict == "inconclusive"
+
+
+def test_thresholds_print_as_the_rule_texts_write_them():
+    from anatomy.experiments.rules import num
+
+    assert [num(x) for x in (1e-9, 1e-3, 1e-4, 2.5e-4, 0.05, 1.5, 2, 0.9)] == [
+        "1e-9", "1e-3", "1e-4", "2.5e-4", "0.05", "1.5", "2", "0.9"]

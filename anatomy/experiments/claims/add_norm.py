@@ -18,7 +18,7 @@ from anatomy.components.norms import LayerNorm
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import TOL, count_seeds, per_seed
+from anatomy.experiments.rules import TOL, count_seeds, num, per_seed
 from anatomy.experiments.tasks import MarkovTask
 
 # --- C35: identity vs zero ---------------------------------------------------------------------------------------
@@ -200,12 +200,13 @@ def _c38(ms):
                f"{ms['spike_bn'].fmt()}。")
     if not exact:
         if all(b <= BATCH_DEPENDENT for b in ms["dep_train_bn"].values):
-            return Verdict("refuted", nums_en + f" BatchNorm did not move the logits by > {BATCH_DEPENDENT:g}.",
-                           nums_zh + f"BatchNorm 没有让 logits 变化超过 {BATCH_DEPENDENT:g}。")
-        return Verdict("inconclusive", nums_en + f" The exact half failed on some seed (BN > {BATCH_DEPENDENT:g} and "
-                       f"LN < {PER_SAMPLE:g} needed).",
-                       nums_zh + f"精确部分在某个种子上不成立（需要 BN > {BATCH_DEPENDENT:g} 且 "
-                       f"LN < {PER_SAMPLE:g}）。")
+            return Verdict("refuted", nums_en + f" BatchNorm did not move the logits by > {num(BATCH_DEPENDENT)}.",
+                           nums_zh + f"BatchNorm 没有让 logits 变化超过 {num(BATCH_DEPENDENT)}。")
+        return Verdict("inconclusive", nums_en + f" The exact half failed on some seed (BN > "
+                                                 f"{num(BATCH_DEPENDENT)} and "
+                       f"LN < {num(PER_SAMPLE)} needed).",
+                       nums_zh + f"精确部分在某个种子上不成立（需要 BN > {num(BATCH_DEPENDENT)} 且 "
+                       f"LN < {num(PER_SAMPLE)}）。")
     worse = [vb - vl > TOL or sb - sl > RISE or gap > TOL for vl, vb, sl, sb, gap in
              per_seed(ms, "val_ln", "val_bn", "spike_ln", "spike_bn", "train_eval_gap_bn")]
     if all(worse):
@@ -234,7 +235,8 @@ claim("C38-layernorm-not-batchnorm", section="§4.2",
       rule=_c38,
       rule_text="Same LM on small right-padded batches (4 sentences of random lengths), LayerNorm vs the zoo's "
                 "batchnorm_instead_of_layernorm. The exact half: BN must move a sentence's logits when its batch "
-                f"changes (> {BATCH_DEPENDENT:g}) and LN must not (< {PER_SAMPLE:g}), else refuted (BN never does) or "
+                f"changes (> {num(BATCH_DEPENDENT)}) and LN must not (< {num(PER_SAMPLE)}), else refuted (BN "
+                f"never does) or "
                 f"inconclusive. Then supported if, on every seed, BN ends > {TOL} nats worse on validation, or its "
                 f"curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running statistics; "
                 "nuanced if none of these on any seed; otherwise inconclusive.")

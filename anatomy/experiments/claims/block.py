@@ -22,11 +22,15 @@ from anatomy.components.block import EncoderBlock
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import fmt_count, fmt_values, per_seed, seeds_disagree
+from anatomy.experiments.rules import TOL, fmt_count, fmt_values, num, per_seed, seeds_disagree
 from anatomy.experiments.tasks import MarkovTask
 from anatomy.inspection import capture, trace_model
 
-TOL = 0.05  # nats
+FFN_SHARE = 0.5  # C53: the FFN holds more than this share of the block's parameters
+WORKS, BEATS = 0.9, 0.1  # C47: accuracy the small heads must reach; margin (accuracy) that counts as beating / worse
+ROUGHER, SPIKIER = 0.1, 0.3  # C50: roughness / largest rise (nats) higher by more than these is erratic
+UNCHANGED, CHANGED = 1e-9, 1e-6  # C49: relative change of real-token outputs that is none / a real change
+DROPOUT_SITE = 0.02  # C54: nats: FFN dropout leaves a gap smaller than attention dropout by more than this
 
 
 def _n(module: torch.nn.Module) -> int:
@@ -117,7 +121,7 @@ def _c53(ms):
           f"{ms['ffn_share_d16'].fmt()}；"
           f"8/3·D 的 SwiGLU 为 {ms['ffn_share_d512_swiglu'].fmt()}）；若 d_ff = D 则只有 "
           f"{ms['ffn_share_d512_ff1x'].fmt()}。")
-    if all(x > 0.5 and x > y for x, y in per_seed(ms, "ffn_share_d512", "attn_share_d512")):
+    if all(x > FFN_SHARE and x > y for x, y in per_seed(ms, "ffn_share_d512", "attn_share_d512")):
         return Verdict("supported", en, zh)
     return Verdict("refuted", en, zh)
 
@@ -128,8 +132,8 @@ claim("C53-ffn-most-parameters", section="§5.3",
       experiment="block-anatomy",
       metrics=("ffn_share_d512", "attn_share_d512", "ffn_share_d16", "ffn_share_d512_swiglu", "ffn_share_d512_ff1x",
                "norm_share_d512"),
-      rule=_c53, rule_text="Counted: supported if the FFN holds more than half of the block's parameters and more "
-                           "than attention at d_ff = 4D; refuted otherwise.")
+      rule=_c53, rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters "
+                           "and more than attention at d_ff = 4D; refuted otherwise.")
 
 
 # --- C47 ------------------------------------------------------------------------------------------------------
@@ -201,9 +205,9 @@ def _c47(ms):
                f"各头注意力模式的差异为 {div.fmt()}（总变差，0 表示完全相同）"
                + ("——它们学到的几乎是同一个模式。" if same else "。"))
     rows = per_seed(ms, "acc_h1", "acc_h8")
-    works = [a8 >= 0.9 for _, a8 in rows]
-    beats = [a8 >= a1 + 0.1 for a1, a8 in rows]
-    worse = [a8 < a1 - 0.1 for a1, a8 in rows]
+    works = [a8 >= WORKS for _, a8 in rows]
+    beats = [a8 >= a1 + BEATS for a1, a8 in rows]
+    worse = [a8 < a1 - BEATS for a1, a8 in rows]
     if all(works) and all(beats):
         return Verdict("supported", nums_en, nums_zh)
     if all(works) and not any(beats):
@@ -226,9 +230,10 @@ claim("C47-small-heads-parallel-subspaces", section="§5.1",
                "head_diversity_h8"),
       rule=_c47,
       rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads of "
-                "d_k = 4 reach ≥ 0.9 accuracy and beat one head of d_k = 32 by ≥ 0.1 on every seed; nuanced if they "
-                "reach 0.9 but do not beat it on any seed; refuted if they are worse by > 0.1 on every seed; "
-                "otherwise inconclusive.")
+                f"d_k = 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; nuanced "
+                f"if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > {BEATS} on "
+                "every "
+                "seed; otherwise inconclusive.")
 
 
 # --- C48, C50, C51: the silent bugs, trained ---------------------------------------------------------------------
@@ -374,8 +379,9 @@ claim("C48-wrong-transpose-silent", section="§5.2",
       rule=_c48,
       rule_text="The zoo's split_without_transpose and merge_wrong_transpose. Refuted if either raises. Otherwise, "
                 "trained with the split bug on the order-2 Markov LM: 'accuracy drops' = the prefix-only "
-                "(generation-style) loss is > 0.05 nats worse than the correct model's on every seed → supported; "
-                "nuanced if in addition the teacher-forced loss is > 0.05 nats *better* (the bug leaks the future and "
+                f"(generation-style) loss is > {TOL} nats worse than the correct model's on every seed → supported; "
+                f"nuanced if in addition the teacher-forced loss is > {TOL} nats *better* (the bug leaks the future "
+                "and "
                 "flatters the usual metric); refuted if the prefix loss is not worse on any seed; else inconclusive.")
 
 
@@ -390,7 +396,7 @@ def _c50(ms):
                f"{ms['spike_correct'].fmt()} nat。")
     rows = per_seed(ms, "rough_miswired", "rough_correct", "spike_miswired", "spike_correct", "final_miswired",
                     "final_correct")
-    erratic = [rm > rc + 0.1 or sm > sc + 0.3 for rm, rc, sm, sc, _, _ in rows]
+    erratic = [rm > rc + ROUGHER or sm > sc + SPIKIER for rm, rc, sm, sc, _, _ in rows]
     worse = [fm > fc + TOL for *_, fm, fc in rows]
     if all(erratic):
         return Verdict("supported", nums_en, nums_zh)
@@ -413,9 +419,10 @@ claim("C50-miswired-pre-norm-erratic", section="§5.2",
                "spike_correct"),
       rule=_c50,
       rule_text="The zoo's norm_on_residual_path vs the correct Pre-Norm block, same data and init. Erratic = "
-                "roughness (climb-back per unit of descent of the smoothed curve) higher by > 0.1 or largest rise "
-                "higher by > 0.3 nats. Supported if erratic on every seed; nuanced if not erratic on any seed but "
-                "> 0.05 nats worse at the end on every seed; refuted if neither on any seed; else inconclusive.")
+                f"roughness (climb-back per unit of descent of the smoothed curve) higher by > {ROUGHER} or largest "
+                f"rise higher by > {SPIKIER} nats. Supported if erratic on every seed; nuanced if not erratic on any "
+                f"seed but > {TOL} nats worse at the end on every seed; refuted if neither on any seed; else "
+                "inconclusive.")
 
 
 def _c51(ms):
@@ -447,9 +454,11 @@ claim("C51-shared-layernorm-hurts", section="§5.3",
       experiment="block-faults",
       metrics=("n_layers", "final_shared", "final_correct", "params_shared", "params_correct"),
       rule=_c51,
-      rule_text="The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > 0.05 "
-                "nats worse on every seed; refuted if the difference stays within ±0.05 (no clear drop) or sharing is "
-                "better by > 0.05 on every seed; otherwise inconclusive.")
+      rule_text="The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > "
+                f"{TOL} "
+                f"nats worse on every seed; refuted if the difference stays within ±{TOL} (no clear drop) or sharing "
+                "is "
+                f"better by > {TOL} on every seed; otherwise inconclusive.")
 
 
 # --- C49 ------------------------------------------------------------------------------------------------------
@@ -507,11 +516,14 @@ def _c49(ms):
           "padding 时"
           f"若位置从 0 数起而不是按 mask 计算，真实 token 自己的位置会整体偏移，输出变化 "
           f"{ms['left_pad_naive_positions_diff'].fmt()}。")
-    if all(w < 1e-9 for w in worst):
-        return Verdict("supported", en, zh)
-    if all(w > 1e-6 for w in worst):
-        return Verdict("refuted", en, zh)
-    return Verdict("inconclusive", en, zh)
+    if all(w < UNCHANGED for w in worst):
+        return Verdict("supported", en + f" Below {num(UNCHANGED)} on every seed: unchanged.",
+                       zh + f"每个种子上都低于 {num(UNCHANGED)}：没有变化。")
+    if all(w > CHANGED for w in worst):
+        return Verdict("refuted", en + f" Above {num(CHANGED)} on every seed: the padding does reach real tokens.",
+                       zh + f"每个种子上都高于 {num(CHANGED)}：padding 确实影响了真实 token。")
+    return Verdict("inconclusive", en + f" Between {num(UNCHANGED)} and {num(CHANGED)}, or the seeds disagree.",
+                   zh + f"介于 {num(UNCHANGED)} 与 {num(CHANGED)} 之间，或各种子不一致。")
 
 
 claim("C49-pe-on-padding-harmless", section="§5.2",
@@ -522,8 +534,10 @@ claim("C49-pe-on-padding-harmless", section="§5.2",
                "left_pad_naive_positions_diff"),
       rule=_c49,
       rule_text="Untrained models in float64, padding passed as attention_mask. Supported if the real tokens' outputs "
-                "are unchanged (< 1e-9 relative) by padding on either side, by other pad contents and in the "
-                "encoder, on every seed; refuted if they change by > 1e-6 on every seed; otherwise inconclusive.")
+                f"are unchanged (< {num(UNCHANGED)} relative) by padding on either side, by other pad contents "
+                f"and in the "
+                f"encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
+                "inconclusive.")
 
 
 # --- C52, C54 ---------------------------------------------------------------------------------------------------
@@ -608,9 +622,9 @@ def _c52(ms):
     en = f"Validation loss by d_ff/d_model: {nums}."
     zh = f"按 d_ff/d_model 的验证 loss：{nums}。"
     if all(near_best) and all(pays):
-        return Verdict("supported", en + " 4× is within 0.05 nats of the best width and clearly better than "
+        return Verdict("supported", en + f" 4× is within {TOL} nats of the best width and clearly better than "
                                          "1×." + lit_en,
-                       zh + "4 倍与最佳宽度相差不到 0.05 nat，且明显优于 1 倍。" + lit_zh)
+                       zh + f"4 倍与最佳宽度相差不到 {TOL} nat，且明显优于 1 倍。" + lit_zh)
     if not any(near_best) and not any(pays):
         return Verdict("refuted", en + " 4× is neither near the best nor better than 1×." + lit_en,
                        zh + "4 倍既不接近最佳，也不优于 1 倍。" + lit_zh)
@@ -629,7 +643,7 @@ claim("C52-dff-four-times", section="§5.3",
       experiment="ffn-width", metrics=("val_ff1x", "val_ff4x", "val_ff8x", "floor"),
       rule=_c52,
       rule_text="2-layer LM, D = 32, on the order-2 Markov task (the next token is a table lookup on two tokens: FFN "
-                "work), equal steps of fresh data. Supported if 4× is within 0.05 nats of the best width and > 0.05 "
+                f"work), equal steps of fresh data. Supported if 4× is within {TOL} nats of the best width and > {TOL} "
                 "better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two holds on "
                 "every seed; otherwise inconclusive. The literature half is cited in the reason.")
 
@@ -639,7 +653,7 @@ def _c54(ms):
     ga, gf = ms["gap_ff4x_attn_dropout"], ms["gap_ff4x_ffn_dropout"]
     rows = per_seed(ms, "gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout")
     grows = [b > a + TOL for a, b, _, _ in rows]
-    ffn_site = [f < a - 0.02 for _, _, a, f in rows]
+    ffn_site = [f < a - DROPOUT_SITE for _, _, a, f in rows]
     nums_en = (f"Train-validation gap on a small training set ({fmt_count(ms['n_train_tokens_small'])} tokens): "
                f"d_ff = D {g1.fmt()}, d_ff = 4D {g4.fmt()}; at 4D with dropout 0.3 on the attention output "
                f"{ga.fmt()}, on the FFN output {gf.fmt()}.")
@@ -671,8 +685,9 @@ claim("C54-ffn-overfits", section="§5.3",
       rule=_c54,
       rule_text="A 2-layer LM trained for many epochs on a small set (128 sequences) of the order-2 Markov task. Two "
                 "signs: the "
-                "train–validation gap grows by > 0.05 nats from d_ff = D to 4D, and dropout 0.3 on the FFN output "
-                "leaves a gap > 0.02 nats smaller than the same dropout on the attention output. Supported if both "
+                f"train–validation gap grows by > {TOL} nats from d_ff = D to 4D, and dropout 0.3 on the FFN output "
+                f"leaves a gap > {DROPOUT_SITE} nats smaller than the same dropout on the attention output. Supported "
+                "if both "
                 "on every seed, nuanced if one on every seed, refuted if neither on any seed; else inconclusive.")
 
 

@@ -23,7 +23,7 @@ from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, fit, mean_tail, tiny_model
 from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, num, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
 
@@ -110,10 +110,10 @@ def mha_shapes(ctx):
 SAME_FP64 = 1e-10  # C9: float64 agreement with torch.nn.MultiheadAttention
 C9_RULE = Ladder((
     Case("supported", "every shape recorded at the hook points equals the post's list, the output has the input's "
-         f"shape and the result matches torch.nn.MultiheadAttention (copied weights) to < {SAME_FP64:g} in float64",
+         f"shape and the result matches torch.nn.MultiheadAttention (copied weights) to < {num(SAME_FP64)} in float64",
          "每个挂钩点记录的形状都与原文一致，输出形状等于输入，且与 torch.nn.MultiheadAttention（复制权重）在 float64 "
          "下相差 "
-         f"< {SAME_FP64:g}", lambda shapes, same, diff64: shapes == 1 and same == 1 and diff64 < SAME_FP64),
+         f"< {num(SAME_FP64)}", lambda shapes, same, diff64: shapes == 1 and same == 1 and diff64 < SAME_FP64),
 ), otherwise="refuted", otherwise_en="a shape or the output differs", otherwise_zh="有形状或输出不一致")
 
 
@@ -148,13 +148,14 @@ claim("C9-shape-flow", section="§2.1",
 CHANGED = 1e-3  # C10: a relative output change above this is a real change
 UNCHANGED = 1e-9  # C10: at or below this the fault changed nothing
 C10_RULE = Ladder((
-    Case("supported", f"both faults run without error, keep the shape and change the output by > {CHANGED:g} "
-         "(relative)", f"两种错误都不报错、形状不变，且输出相对变化 > {CHANGED:g}",
+    Case("supported", f"both faults run without error, keep the shape and change the output by > {num(CHANGED)} "
+         "(relative)", f"两种错误都不报错、形状不变，且输出相对变化 > {num(CHANGED)}",
          lambda silent, err: silent == 1 and err > CHANGED),
-    Case("refuted", f"one raises or changes nothing (≤ {UNCHANGED:g})", f"其中一种报错或输出不变（≤ {UNCHANGED:g}）",
+    Case("refuted", f"one raises or changes nothing (≤ {num(UNCHANGED)})", f"其中一种报错或输出不变（≤ "
+                    f"{num(UNCHANGED)}）",
          lambda silent, err: silent == 0 or err <= UNCHANGED),
-), otherwise="nuanced", otherwise_en=f"they run silently but change the output by at most {CHANGED:g}",
-   otherwise_zh=f"它们不报错，但输出变化不超过 {CHANGED:g}")
+), otherwise="nuanced", otherwise_en=f"they run silently but change the output by at most {num(CHANGED)}",
+   otherwise_zh=f"它们不报错，但输出变化不超过 {num(CHANGED)}")
 
 
 def _c10(ms) -> Verdict:

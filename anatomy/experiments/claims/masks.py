@@ -12,7 +12,7 @@ from anatomy import pitfalls
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, fit, tiny_model
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, num, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
 
@@ -246,11 +246,11 @@ EXACT_ZERO = 1e-12  # C19: a weight above the diagonal at or below this is 0
 RENORM_DIFF = 1e-9  # C18: zeroing + renormalising differs from masking when output or gradient move by more
 AGREE = 0.99  # C20: the -inf and -1e9 twins' greedy generations agreeing on fewer tokens than this differ
 C17_RULE = Ladder((
-    Case("refuted", f"-1e9 leaves > {HIDDEN:g} on a hidden key in float32",
-         f"float32 下 -1e9 在被遮位置留下 > {HIDDEN:g}",
+    Case("refuted", f"-1e9 leaves > {num(HIDDEN)} on a hidden key in float32",
+         f"float32 下 -1e9 在被遮位置留下 > {num(HIDDEN)}",
          lambda l32, lbf, err16: l32 > HIDDEN),
-    Case("supported", f"≤ {HIDDEN:g} in float32 and bfloat16 and float16 accepts the value",
-         f"float32 和 bfloat16 下都 ≤ {HIDDEN:g}，且 float16 能存下这个值",
+    Case("supported", f"≤ {num(HIDDEN)} in float32 and bfloat16 and float16 accepts the value",
+         f"float32 和 bfloat16 下都 ≤ {num(HIDDEN)}，且 float16 能存下这个值",
          lambda l32, lbf, err16: lbf <= HIDDEN and err16 == 0),
 ), otherwise="nuanced", otherwise_en="it holds only in some dtypes", otherwise_zh="只在部分数据类型下成立")
 
@@ -284,11 +284,11 @@ claim("C17-padding-large-negative", section="§2.4",
 
 C18_RULE = Ladder((
     Case("supported", f"both zeroing after softmax and zeroing + renormalising differ (output or visible-logit "
-         f"gradient, > {HIDDEN:g} / > {RENORM_DIFF:g})",
-         f"softmax 之后置零、置零再归一化都与之不同（输出或可见位置梯度，> {HIDDEN:g} / > {RENORM_DIFF:g}）",
+         f"gradient, > {num(HIDDEN)} / > {num(RENORM_DIFF)})",
+         f"softmax 之后置零、置零再归一化都与之不同（输出或可见位置梯度，> {num(HIDDEN)} / > {num(RENORM_DIFF)}）",
          lambda af, ag, rf, rg: (af > HIDDEN or ag > HIDDEN) and (rf > RENORM_DIFF or rg > RENORM_DIFF)),
-    Case("nuanced", f"only the un-renormalised version differs (> {HIDDEN:g})",
-         f"只有不重新归一化的做法不同（> {HIDDEN:g}）", lambda af, ag, rf, rg: af > HIDDEN or ag > HIDDEN),
+    Case("nuanced", f"only the un-renormalised version differs (> {num(HIDDEN)})",
+         f"只有不重新归一化的做法不同（> {num(HIDDEN)}）", lambda af, ag, rf, rg: af > HIDDEN or ag > HIDDEN),
 ), otherwise="refuted", otherwise_en="neither differs", otherwise_zh="两者都没有差别")
 
 def _c18(ms) -> Verdict:
@@ -327,8 +327,9 @@ claim("C18-zeroing-after-softmax", section="§2.4",
 
 
 C19_RULE = Ladder((
-    Case("supported", f"earlier logits move by ≤ {HIDDEN:g} and every weight above the diagonal is 0 "
-         f"(≤ {EXACT_ZERO:g})", f"前面位置的 logits 变化 ≤ {HIDDEN:g}，且对角线以上的权重都为 0（≤ {EXACT_ZERO:g}）",
+    Case("supported", f"earlier logits move by ≤ {num(HIDDEN)} and every weight above the diagonal is 0 "
+         f"(≤ {num(EXACT_ZERO)})", f"前面位置的 logits 变化 ≤ {num(HIDDEN)}，且对角线以上的权重都为 0（≤ "
+         f"{num(EXACT_ZERO)}）",
          lambda leak_, upper: leak_ <= HIDDEN and upper <= EXACT_ZERO),
 ), otherwise="refuted", otherwise_en="the future leaks into earlier positions",
    otherwise_zh="未来信息泄漏到了前面的位置")
@@ -363,9 +364,10 @@ claim("C19-causal-mask", section="§2.4",
 
 
 C20_RULE = Ladder((
-    Case("supported", f"-1e9 leaves > {HIDDEN:g} on hidden keys in float32 or the greedy generations of the -inf and "
+    Case("supported", f"-1e9 leaves > {num(HIDDEN)} on hidden keys in float32 or the greedy generations of the "
+                      f"-inf and "
          f"-1e9 twins (same seed, same batches, same kernel) agree on < {AGREE:.0%} of tokens",
-         f"float32 下 -1e9 在被遮位置留下 > {HIDDEN:g}，或 -inf 与 -1e9 两个孪生模型的贪心生成一致率 < {AGREE:.0%}",
+         f"float32 下 -1e9 在被遮位置留下 > {num(HIDDEN)}，或 -inf 与 -1e9 两个孪生模型的贪心生成一致率 < {AGREE:.0%}",
          lambda leak32, pdiff, agree: leak32 > HIDDEN or agree < AGREE),
     Case("refuted", "nothing leaks and the twins end bit-identical with identical generations",
          "没有泄漏，两个孪生模型参数逐位相同、生成完全一致", lambda leak32, pdiff, agree: pdiff == 0 and agree == 1),

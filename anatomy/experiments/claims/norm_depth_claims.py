@@ -15,6 +15,7 @@ from anatomy.experiments.rules import (
     fmt_blown,
     fmt_count,
     fmt_values,
+    num,
     per_seed,
     seeds_disagree,
 )
@@ -172,7 +173,7 @@ claim("C36-post-norm-gradient-highway", section="§4.1",
       rule=_c36,
       rule_text="The 'highway' is the skip path: ‖∂loss/∂x‖ entering block 1 ÷ entering the last block with every "
                 "sub-layer output detached, so the gradient can only travel along the residual path (deepest depth, "
-                f"middle learning rate, after training). Undamped = within [{UNDAMPED[0]:g}, {UNDAMPED[1]:g}]. "
+                f"middle learning rate, after training). Undamped = within [{num(UNDAMPED[0])}, {num(UNDAMPED[1])}]. "
                 "Supported if Post-Norm's is "
                 "undamped on every seed; refuted if it is not on any seed; otherwise inconclusive. The total "
                 "gradient ratio (sub-layers included) is reported alongside.")
