@@ -21,7 +21,7 @@ from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, finite_metrics, fit
 from anatomy.experiments.probes import loss_per_position
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import count_seeds, fmt_count, fmt_values, per_seed
+from anatomy.experiments.rules import count_seeds, fmt_count, fmt_values, num, per_seed
 from anatomy.experiments.tasks import MarkovTask
 from anatomy.inspection import capture
 
@@ -29,6 +29,11 @@ PE_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw")
 COLORS = {"none": "0.5", "sinusoidal": "tab:blue", "learned": "tab:orange", "rope": "tab:green",
           "alibi": "tab:red", "t5": "tab:purple", "shaw": "tab:brown", "concat": "tab:cyan"}
 TOL_LOSS = 0.05  # nats: "about the same loss"
+EXACT = 1e-9  # C21, C27: float64 relative error below this is exact (order-blind, a fixed rotation)
+MOVED = 1e-6  # C21: a change of the last logits above this: the causal decoder sees the order
+GAIN = 0.2  # C21: share of the learnable gain recovered without PE that shows the causal mask leaks order
+OFFSET_R2 = 0.9  # C27: R² of the layer-0 scores explained by the offset alone that counts as "relative"
+EXTRAPOLATES, FAILS = 0.1, 0.5  # C29, C30: share of the learnt gain lost past T: extrapolates / does not
 
 
 class ConcatSinusoidal(PositionalScheme):
@@ -243,7 +248,7 @@ def _draw_pe_lm(ctx, curves, task, T, out, models):
 def _c21(ms):
     eq, pair, pair_pe = ms["nope_equivariance_err"], ms["wo_da_ni_diff_nope"], ms["wo_da_ni_diff_sinusoidal"]
     causal, gain = ms["causal_nope_order_diff"], ms["nope_gain"]
-    blind, n = count_seeds(ms, ("nope_equivariance_err", "wo_da_ni_diff_nope"), lambda e, p: e < 1e-9 and p < 1e-9)
+    blind, n = count_seeds(ms, ("nope_equivariance_err", "wo_da_ni_diff_nope"), lambda e, p: e < EXACT and p < EXACT)
     if blind == 0:
         return Verdict("refuted", f"Self-attention without positions is not order-blind here: permuting the input "
                        f"changes the output by {eq.fmt()} (relative).",
@@ -251,7 +256,7 @@ def _c21(ms):
     if blind < n:
         return Verdict("inconclusive", f"Order-blindness held on {blind} of {n} seeds.",
                        f"只有 {blind}/{n} 个随机种子上满足词序不变性。")
-    leak, _ = count_seeds(ms, ("causal_nope_order_diff", "nope_gain"), lambda c, gn: c > 1e-6 and gn > 0.2)
+    leak, _ = count_seeds(ms, ("causal_nope_order_diff", "nope_gain"), lambda c, gn: c > MOVED and gn > GAIN)
     head_en = (f"Without a causal mask the post is exactly right: permuting the tokens only permutes the outputs "
                f"(error {eq.fmt()}), and 我打你 / 你打我 give each word the same vector ({pair.fmt()}; with "
                f"sinusoidal PE {pair_pe.fmt()}).")
@@ -285,10 +290,11 @@ claim("C21-attention-order-blind", section="§3.1",
                "nope_gain"),
       rule=_c21,
       rule_text="Exact float64 tests on untrained models plus a trained causal LM without PE. Refuted if a "
-                "bidirectional encoder without PE is not permutation-equivariant (relative error ≥ 1e-9); supported "
-                "if it is and a causal decoder without PE is order-blind too (prefix reordering changes nothing and "
-                "training recovers < 20% of the learnable gain on the lag-2 task); nuanced if the encoder is blind "
-                "but the causal decoder is not (reordering changes its logits and it recovers > 20% of the gain).")
+                f"bidirectional encoder without PE is not permutation-equivariant (relative error ≥ {num(EXACT)}); "
+                "supported if it is and a causal decoder without PE is order-blind too (prefix reordering changes "
+                f"nothing and training recovers < {GAIN:.0%} of the learnable gain on the lag-2 task); nuanced if the "
+                f"encoder is blind but the causal decoder is not (reordering changes its logits by > {num(MOVED)} and "
+                f"it recovers > {GAIN:.0%} of the gain); otherwise inconclusive.")
 
 
 # --- C22 ------------------------------------------------------------------------------------------------------
@@ -335,14 +341,14 @@ claim("C22-add-not-concat", section="§3.1",
 def _c27(ms):
     rot, spread = ms["rotation_residual"], ms["dot_shift_spread"]
     r2, r2_rope = ms["offset_r2_sinusoidal"], ms["offset_r2_rope"]
-    if max(rot.values) > 1e-9 or max(spread.values) > 1e-9:
-        return Verdict("refuted", f"PE(p+k) is not a fixed rotation of PE(p): residual {rot.fmt()}.",
-                       f"PE(p+k) 并不是 PE(p) 的固定旋转：残差 {rot.fmt()}。")
+    if max(rot.values) > EXACT or max(spread.values) > EXACT:
+        return Verdict("refuted", f"PE(p+k) is not a fixed rotation of PE(p): residual {rot.fmt()} (above "
+                       f"{num(EXACT)}).", f"PE(p+k) 并不是 PE(p) 的固定旋转：残差 {rot.fmt()}（超过 {num(EXACT)}）。")
     algebra_en = (f"The algebra holds exactly: R_k·PE(p) = PE(p+k) to {rot.fmt()}, and PE(p)·PE(p+k) depends "
                   f"on k alone (spread {spread.fmt()}).")
     algebra_zh = (f"代数部分严格成立：R_k·PE(p) 与 PE(p+k) 相差 {rot.fmt()}，PE(p)·PE(p+k) 只依赖 k（离散度 "
                   f"{spread.fmt()}）。")
-    hits, n = count_seeds(ms, ("offset_r2_sinusoidal",), lambda v: v >= 0.9)
+    hits, n = count_seeds(ms, ("offset_r2_sinusoidal",), lambda v: v >= OFFSET_R2)
     if hits == n:
         return Verdict("supported", algebra_en + f" And the trained model's layer-0 scores are mostly a function of "
                        f"the offset (R² = {r2.fmt()}).",
@@ -370,10 +376,10 @@ claim("C27-relative-by-rotation", section="§3.2",
       metrics=("rotation_residual", "dot_shift_spread", "offset_r2_sinusoidal", "offset_r2_learned",
                "offset_r2_rope", "offset_r2_alibi"),
       rule=_c27,
-      rule_text="Refuted if R_k·PE(p) ≠ PE(p+k) or PE(p)·PE(p+k) varies with p (float64, > 1e-9). Otherwise the "
-                "'relative position for free' half is judged on the trained sinusoidal LM: layer-0 scores of a "
-                "constant-token input, R² explained by the offset i−j alone; supported if ≥ 0.9 on every seed, "
-                "nuanced if < 0.9 on every seed, inconclusive if the seeds disagree.")
+      rule_text=f"Refuted if R_k·PE(p) ≠ PE(p+k) or PE(p)·PE(p+k) varies with p (float64, > {num(EXACT)}). "
+                "Otherwise the 'relative position for free' half is judged on the trained sinusoidal LM: layer-0 "
+                f"scores of a constant-token input, R² explained by the offset i−j alone; supported if ≥ {OFFSET_R2} "
+                f"on every seed, nuanced if < {OFFSET_R2} on every seed, inconclusive if the seeds disagree.")
 
 
 # --- C29, C30, C31 --------------------------------------------------------------------------------------------
@@ -388,9 +394,9 @@ def _c29(ms):
     facts_zh = (f"在 T={T} 上训练后，正弦编码模型的 loss 在训练长度内为 {ms['in_sinusoidal'].fmt()}，超出后为 "
                 f"{ms['past_sinusoidal'].fmt()}（均匀猜测：{ms['uniform'].fmt()}）；学到的收益损失了 {deg.fmt()}"
                 f"（同一任务上 ALiBi 为 {deg_a.fmt()}）。")
-    works, n = count_seeds(ms, ("deg_sinusoidal",), lambda v: v < 0.1)
-    fails, _ = count_seeds(ms, ("deg_sinusoidal", "deg_alibi"), lambda s, a: s > 0.5 and a < 0.1)
-    partial, _ = count_seeds(ms, ("deg_sinusoidal",), lambda v: 0.1 <= v <= 0.5)
+    works, n = count_seeds(ms, ("deg_sinusoidal",), lambda v: v < EXTRAPOLATES)
+    fails, _ = count_seeds(ms, ("deg_sinusoidal", "deg_alibi"), lambda s, a: s > FAILS and a < EXTRAPOLATES)
+    partial, _ = count_seeds(ms, ("deg_sinusoidal",), lambda v: EXTRAPOLATES <= v <= FAILS)
     if works == n:
         return Verdict("supported", facts_en, facts_zh)
     if fails == n:
@@ -413,14 +419,15 @@ claim("C29-sinusoidal-extrapolation", section="§3.2–3.3",
       rule=_c29,
       rule_text="deg = (loss beyond T − loss inside T) / (ln V − loss inside T): the share of the learnt gain lost "
                 "past the training length (0: perfect extrapolation, ≥ 1: worse than guessing). Supported if the "
-                "sinusoidal deg < 0.1 on every seed; refuted if > 0.5 on every seed while ALiBi's < 0.1 (so the "
-                "task can be extrapolated); nuanced if 0.1–0.5 on every seed; otherwise inconclusive.")
+                f"sinusoidal deg < {EXTRAPOLATES} on every seed; refuted if > {FAILS} on every seed while ALiBi's < "
+                f"{EXTRAPOLATES} (so the task can be extrapolated); nuanced if {EXTRAPOLATES}–{FAILS} on every seed; "
+                "otherwise inconclusive.")
 
 
 def _c30(ms):
     raises, deg = ms["learned_raises_past_table"], ms["deg_learned"]
-    bad, n = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d > 0.5)
-    ok, _ = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d <= 0.5)
+    bad, n = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d > FAILS)
+    ok, _ = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d <= FAILS)
     en = (f"A table of T rows has no row T (the model refuses position T: {fmt_count(raises)}); with a table "
           f"4× longer, the rows past T stay at their random initial values and the loss goes from "
           f"{ms['in_learned'].fmt()} to {ms['past_learned'].fmt()} (deg {deg.fmt()}).")
@@ -431,7 +438,8 @@ def _c30(ms):
     if bad == n:
         return Verdict("supported", en, zh)
     if ok == n:
-        return Verdict("nuanced", en + " The untrained rows did not hurt much here.", zh + "这里未训练的行影响不大。")
+        return Verdict("nuanced", en + f" The untrained rows did not hurt much here (deg ≤ {FAILS}).",
+                       zh + f"这里未训练的行影响不大（deg ≤ {FAILS}）。")
     if max(raises.values) == 0:
         return Verdict("refuted", en, zh)
     return Verdict("inconclusive", en, zh)
@@ -443,7 +451,8 @@ claim("C30-learned-no-extrapolation", section="§3.3",
       experiment="pe-lm", metrics=("learned_raises_past_table", "in_learned", "past_learned", "deg_learned"),
       rule=_c30,
       rule_text="Supported if a learned table of T rows refuses position T and a model trained at T with a 4T "
-                "table loses > 50% of its gain past T (deg > 0.5) on every seed; nuanced if it refuses but deg ≤ 0.5; "
+                f"table loses > {FAILS:.0%} of its gain past T (deg > {FAILS}) on every seed; nuanced if it refuses "
+                f"but deg ≤ {FAILS} on every seed; "
                 "refuted if it does not refuse; otherwise inconclusive.")
 
 
