@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anatomy.experiments.claims import head_count, norm_depth, norm_depth_claims
+from anatomy.experiments.claims import head_count_claims, norm_depth, norm_depth_claims
 from anatomy.experiments.registry import CLAIMS, Metric
 from anatomy.experiments.rules import TOL, Case, Ladder, seed_verdict
 from anatomy.experiments.runner import run_claims
@@ -78,7 +78,7 @@ def test_c45_counts_the_seeds_where_a_condition_failed():
 
 
 def test_c1_threshold_is_one_constant_for_rule_reason_and_decision():
-    rule, diffuse = CLAIMS["C1-single-head-diffuse"], head_count.DIFFUSE
+    rule, diffuse = CLAIMS["C1-single-head-diffuse"], head_count_claims.DIFFUSE
     assert f"≥ {diffuse}" in rule.rule_text and "nuanced if the single head is almost uniform" in rule.rule_text
 
     def verdict(lm, pair):

@@ -2,12 +2,13 @@
 every claim.
 
 multihead       §1      C1–C8     heads, the sqrt(d_k) scale
-head_count      §1      C1–C3, C12–C14   the head-count sweep on three tasks
+head_count      §1      the head-count sweep on three tasks ...
+head_count_claims §1–2  C1–C3, C12–C14   ... and the claims judged on it
 implementation  §2      C9–C11    shapes, the per-head loop
-head_size       §2.3    C12–C14   head count and size (judged on head_count's sweep)
 init_training   §2.3    C15, C16  initialisation
 masks           §2.4    C17–C20   masks and fill values
-positional      §3      C21, C22, C27, C29–C31   order blindness, extrapolation, add vs concat (trained models)
+positional      §3      order blindness, extrapolation, add vs concat: the trained models ...
+positional_claims §3    C21, C22, C27, C29–C31   ... and the claims judged on them
 sinusoidal      §3      C23–C26, C28, C32   the sinusoidal table's and RoPE's algebra, exactly
 norm_depth      §4      the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4) ...
 norm_depth_claims §4    C33–C45   ... and the claims judged on it
@@ -23,7 +24,7 @@ from anatomy.experiments.claims import (  # noqa: F401
     block_faults,
     ffn_width,
     head_count,
-    head_size,
+    head_count_claims,
     implementation,
     init_training,
     masks,
@@ -31,5 +32,6 @@ from anatomy.experiments.claims import (  # noqa: F401
     norm_depth,
     norm_depth_claims,
     positional,
+    positional_claims,
     sinusoidal,
 )

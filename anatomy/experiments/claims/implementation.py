@@ -6,7 +6,7 @@ Experiments defined here:
                          split/merge faults (shape kept, numbers scrambled, causality broken).
 ``head-loop-benchmark``  C11: one head at a time (``loop`` kernel) vs batched heads (``math``, ``sdpa``) on CPU.
 
-Head count and size (C12–C14) are in ``head_size``, initialisation (C15, C16) in ``init_training``, the masks of
+Head count and size (C12–C14) are in ``head_count_claims``, initialisation (C15, C16) in ``init_training``, the masks of
 §2.4 (C17–C20) in ``masks``.
 """
 
