@@ -323,3 +323,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         init="xavier",
     ),
 }
+
+
+# One list of the presets too large to build whole for a look at shapes or weights, read from the presets
+# themselves: ``anatomy trace`` and ``anatomy viz`` build such a preset untrained with a LOOK_VOCAB-token vocabulary
+# (the shapes do not depend on it) unless ``vocab_size`` is given.
+LOOK_VOCAB = 1000
+
+
+def large_vocab_presets() -> tuple[str, ...]:
+    """The presets whose published ``vocab_size`` is above :data:`LOOK_VOCAB` (every published size today)."""
+    return tuple(name for name, values in PRESETS.items() if values.get("vocab_size", 0) > LOOK_VOCAB)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anatomy.config import PRESETS, ModelConfig
+from anatomy.config import LOOK_VOCAB, PRESETS, ModelConfig, large_vocab_presets
 from anatomy.inspection.trace import example_inputs, render, trace_model
 from anatomy.models import build_model
 from anatomy.shapes import LEGEND
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--text needs --checkpoint: a preset has no tokenizer (use --batch and --seq)")
     else:
         preset = args.preset or "seed-block"
-        if preset in ("bert", "gpt2", "llama", "t5", "vaswani-2017") and "vocab_size" not in overrides:
-            overrides["vocab_size"] = 1000  # the shapes do not depend on it; keeps the model small
+        if preset in large_vocab_presets() and "vocab_size" not in overrides:
+            overrides["vocab_size"] = LOOK_VOCAB  # the shapes do not depend on it; keeps the model small
         config = ModelConfig.from_preset(preset, **overrides)
         check_fits(config, args.batch, args.seq, tgt_seq=args.tgt_seq, what="this trace",
                    flags="--seq or --batch (or the model's sizes)")  # before a single tensor is allocated

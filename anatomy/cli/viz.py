@@ -15,17 +15,20 @@ figure).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 import torch
 
 import anatomy
-from anatomy.config import PRESETS, ModelConfig
+from anatomy.config import LOOK_VOCAB, PRESETS, ModelConfig, large_vocab_presets
 from anatomy.models import build_model
 from anatomy.sizes import check_fits
+from anatomy.words import parse_words
 
-BIG_PRESETS = tuple(name for name in PRESETS if name != "seed-block")  # every published size: vocab shrunk
+MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
+
 DEFAULT_TEXT = "小明把球传给了小红他跑得很快"  # the post's §1.1 example sentence
 
 
@@ -125,8 +128,8 @@ def _load(args: argparse.Namespace):
         tokenizer = load_tokenizer(ckpt) if (ckpt / FILE).is_file() or has_hf_tokenizer(ckpt) else None
         return model.eval(), model.config, f"weights from {ckpt}", tokenizer
     preset = args.preset or "seed-block"
-    overrides = {"vocab_size": 1000} if preset in BIG_PRESETS else {}  # char ids mod V; keeps the model small
-    overrides.update(_overrides(args.overrides))
+    overrides = {"vocab_size": LOOK_VOCAB} if preset in large_vocab_presets() else {}  # char ids mod V: small
+    overrides.update(parse_words(args.overrides, MODEL_FIELDS))
     config = ModelConfig.from_preset(preset, **overrides)
     check_fits(config, 1, max(len(getattr(args, "text", "") or ""), 1), what="this model and text",
                flags="the key=value sizes or the length of --text")  # before the model is built
@@ -134,30 +137,6 @@ def _load(args: argparse.Namespace):
         torch.manual_seed(0)
         model = build_model(config).eval()
     return model, config, f"preset {preset}, untrained (random init, seed 0)", None
-
-
-def _overrides(items: list[str]) -> dict:
-    """``["n_layers=2", "bias=false"]`` → ``{"n_layers": 2, "bias": False}`` (ints, floats, booleans, None, text)."""
-    out = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"overrides must look like key=value (e.g. n_layers=2), got {item!r}")
-        lowered = text.lower()
-        if lowered in ("true", "false"):
-            value = lowered == "true"
-        elif lowered == "none":
-            value = None
-        else:
-            try:
-                value = int(text)
-            except ValueError:
-                try:
-                    value = float(text)
-                except ValueError:
-                    value = text
-        out[key] = value
-    return out
 
 
 def _tokens(args: argparse.Namespace, config: ModelConfig, tokenizer=None):

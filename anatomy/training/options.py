@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
+from anatomy import words as key_value
 from anatomy.config import PRESETS as MODEL_PRESETS
 from anatomy.config import ModelConfig
 
@@ -121,58 +122,18 @@ OPTION_FIELDS = {f.name: f for f in fields(TrainOptions)}
 MODEL_FIELDS = {f.name: f for f in fields(ModelConfig)}
 # Set from the data, never by hand.
 DERIVED_MODEL_FIELDS = ("architecture", "vocab_size", "num_labels", "pad_token_id")
+DERIVED_REASON = "is set from the data and cannot be given"
 
 
 def valid_keys() -> list[str]:
     return sorted(set(OPTION_FIELDS) | set(MODEL_FIELDS) - set(DERIVED_MODEL_FIELDS))
 
 
-def _field_type(f: dataclasses.Field) -> tuple[type, bool]:
-    text = str(f.type)
-    base = text.split("|")[0].strip()
-    return {"int": int, "float": float, "bool": bool, "str": str}[base], "None" in text
-
-
-def convert(key: str, raw: str) -> Any:
-    """``raw`` (a command-line string) → the type of field ``key``; ``ValueError`` naming key, value and type."""
-    f = OPTION_FIELDS.get(key) or MODEL_FIELDS.get(key)
-    want, optional = _field_type(f)
-    if optional and raw.lower() in ("none", "null"):
-        return None
-    if want is bool:
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes", "on"):
-            return True
-        if lowered in ("false", "0", "no", "off"):
-            return False
-        raise ValueError(f"{key} must be a boolean (true/false), got {raw!r}")
-    if want is int:
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"{key} must be an integer, got {raw!r}") from None
-    if want is float:
-        try:
-            return float(raw)
-        except ValueError:
-            raise ValueError(f"{key} must be a number, got {raw!r}") from None
-    return raw
-
-
 def parse_words(words: list[str]) -> dict[str, Any]:
-    """``["steps=10", "d_model=64"]`` → ``{"steps": 10, "d_model": 64}``, typed, validated by name."""
-    out: dict[str, Any] = {}
-    for word in words:
-        key, sep, raw = word.partition("=")
-        key = key.strip().replace("-", "_")
-        if not sep or not key:
-            raise ValueError(f"expected key=value, got {word!r}; valid keys: {', '.join(valid_keys())}")
-        if key in DERIVED_MODEL_FIELDS:
-            raise ValueError(f"{key} is set from the data and cannot be given; valid keys: {', '.join(valid_keys())}")
-        if key not in OPTION_FIELDS and key not in MODEL_FIELDS:
-            raise ValueError(f"unknown key {key!r}; valid keys: {', '.join(valid_keys())}")
-        out[key] = convert(key, raw.strip())
-    return out
+    """``["steps=10", "d_model=64"]`` → ``{"steps": 10, "d_model": 64}``, typed, validated by name
+    (:func:`anatomy.words.parse_words` over the run's and the model's fields)."""
+    return key_value.parse_words(words, {**MODEL_FIELDS, **OPTION_FIELDS}, valid=valid_keys(),
+                                 refused=dict.fromkeys(DERIVED_MODEL_FIELDS, DERIVED_REASON))
 
 
 def resolve(preset: str | None, overrides: dict[str, Any]) -> tuple[TrainOptions, dict[str, Any]]:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from anatomy.cli.main import main
+from anatomy.models import build_model
 
 
 def test_trace_seed_block_scores_row_reads_2_4_10_10():
@@ -32,6 +33,24 @@ def test_trace_cross_attention_has_s_different_from_t(capsys):
     rows = json.loads(capsys.readouterr().out)["rows"]
     cross = [r for r in rows if "cross" in r["step"] and r["kind"] == "scores"]
     assert cross and cross[0]["shape"] == [2, 8, 4, 6]
+
+
+def test_every_large_vocab_preset_traces_with_a_small_vocabulary(capsys, monkeypatch):
+    from anatomy.cli import trace as trace_cmd
+    from anatomy.config import LOOK_VOCAB, PRESETS, large_vocab_presets
+
+    built = []
+    monkeypatch.setattr(trace_cmd, "build_model", lambda config: built.append(config) or build_model(config))
+    assert "qwen3" in large_vocab_presets()  # read from the presets: a 151,936-token vocabulary
+    assert set(large_vocab_presets()) == {n for n, p in PRESETS.items() if p["vocab_size"] > LOOK_VOCAB}
+    assert "seed-block" not in large_vocab_presets()
+    small = ["--d-model", "32", "--heads", "4", "--kv-heads", "2", "--layers", "1", "--d-ff", "64", "--format", "json"]
+    for preset in large_vocab_presets():
+        assert main(["trace", "--preset", preset, *small]) == 0, preset
+        assert built[-1].vocab_size == LOOK_VOCAB, preset
+    assert main(["trace", "--preset", "qwen3", *small, "--vocab", "77"]) == 0  # a vocabulary asked for is kept
+    assert built[-1].vocab_size == 77
+    capsys.readouterr()
 
 
 def test_trace_bad_input_exits_2_with_one_line(capsys):

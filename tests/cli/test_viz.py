@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import html
 import json
 import re
@@ -40,6 +41,25 @@ def test_viz_attention_png_svg_html(tmp_path, capsys):
     page = html.read_text(encoding="utf-8")
     data = json.loads(re.search(r'id="anatomy-data">(.*?)</script>', page, re.S).group(1))
     assert data["attention"]["layers"][0]["q_tokens"] == list(TEXT) and len(data["attention"]["layers"]) == 1
+
+
+def test_viz_overrides_are_typed_by_the_config_fields():
+    from anatomy.cli import viz
+
+    ns = argparse.Namespace(checkpoint=None, preset="gpt2", text="abc",
+                            overrides=["n_layers=1", "d_model=32", "n_heads=2", "bias=false", "dropout=0",
+                                       "sliding_window=none", "positional=rope"])
+    model, config, *_ = viz._load(ns)
+    assert (config.n_layers, config.d_model, config.bias, config.dropout, config.positional) == (1, 32, False, 0.0,
+                                                                                                "rope")
+    assert type(config.dropout) is float and config.vocab_size == 1000  # a big preset's vocab is shrunk
+
+
+def test_viz_bad_override_value_names_the_field(tmp_path, capsys):
+    assert main(["viz", "attention", "--text", "abc", "n_layers=two", "--out", str(tmp_path / "a.png")]) == 2
+    _one_line_error(capsys, "n_layers must be an integer, got 'two'")
+    assert main(["viz", "attention", "--text", "abc", "layers=2", "--out", str(tmp_path / "a.png")]) == 2
+    _one_line_error(capsys, "unknown key 'layers'", "n_layers")
 
 
 def test_viz_attention_seq2seq_cross_attention_layer(tmp_path, capsys):

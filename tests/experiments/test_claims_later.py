@@ -8,9 +8,10 @@ import math
 
 import pytest
 
-from anatomy.experiments.common import MarkovTask, curve_stats
+from anatomy.experiments.fitting import curve_stats
 from anatomy.experiments.registry import CLAIMS, Metric
 from anatomy.experiments.runner import run_claims, select
+from anatomy.experiments.tasks import MarkovTask
 
 OURS = list(range(21, 56))
 

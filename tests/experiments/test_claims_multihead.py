@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from anatomy.experiments.claims.head_count import PAIR_K, PAIR_T, pair_batch
-from anatomy.experiments.common import attention_entropy, offset_profile
+from anatomy.experiments.probes import attention_entropy, offset_profile
 from anatomy.experiments.registry import CLAIMS, Metric
 from anatomy.experiments.runner import run_claims, select
 

@@ -1,10 +1,10 @@
-"""The shared rule helpers of ``anatomy.experiments.common``: per-seed outcomes to a verdict, in both languages."""
+"""The shared rule helpers of ``anatomy.experiments.rules``: per-seed outcomes to a verdict, in both languages."""
 
 from __future__ import annotations
 
 import pytest
 
-from anatomy.experiments.common import all_or_none, seeds_disagree
+from anatomy.experiments.rules import all_or_none, seeds_disagree
 
 
 def test_seeds_disagree_is_inconclusive_with_the_standard_sentence():

@@ -45,6 +45,24 @@ def test_page_is_self_contained(model_and_page):
     assert "注意力图" in html and "位置编码" in html and "形状追踪" in html  # Chinese labels
 
 
+def test_page_inlines_its_css_and_js_package_data(model_and_page):
+    *_, html, _ = model_and_page
+    assets = Path(page.__file__).parent / "assets"
+    css, js = ((assets / name).read_text(encoding="utf-8") for name in ("page.css", "page.js"))
+    assert "setupAttention" in js and "table.heat" in css  # the real viewer, not an empty file
+    assert f"<style>\n{css}</style>" in html and f"<script>\n{js}</script>" in html
+
+
+def test_every_page_asset_is_package_data():
+    import tomllib
+
+    root = Path(page.__file__).parents[2]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {f"assets/{f.name}" for f in (Path(page.__file__).parent / "assets").iterdir()}
+    assert shipped == {"assets/page.css", "assets/page.js"}
+    assert shipped <= set(declared["anatomy.inspection"])
+
+
 def test_page_carries_the_trace_and_every_layer_and_head(model_and_page):
     model, ids, tokens, html, _ = model_and_page
     data = _data(html)

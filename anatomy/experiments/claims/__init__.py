@@ -2,24 +2,36 @@
 every claim.
 
 multihead       §1      C1–C8     heads, the sqrt(d_k) scale
-head_count      §1      C1–C3, C12–C14   the head-count sweep on three tasks
-implementation  §2      C9–C16    shapes, head count and size, init
+head_count      §1      the head-count sweep on three tasks ...
+head_count_claims §1–2  C1–C3, C12–C14   ... and the claims judged on it
+implementation  §2      C9–C11    shapes, the per-head loop
+init_training   §2.3    C15, C16  initialisation
 masks           §2.4    C17–C20   masks and fill values
-positional      §3      C21, C22, C27, C29–C31   order blindness, extrapolation, add vs concat (trained models)
+positional      §3      order blindness, extrapolation, add vs concat: the trained models ...
+positional_claims §3    C21, C22, C27, C29–C31   ... and the claims judged on them
 sinusoidal      §3      C23–C26, C28, C32   the sinusoidal table's and RoPE's algebra, exactly
-norm_depth      §4      C33–C45   the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4)
+norm_depth      §4      the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4) ...
+norm_depth_claims §4    C33–C45   ... and the claims judged on it
 add_norm        §4      C35, C38, C40–C42   residual vs plain MLP, LayerNorm vs BatchNorm, the LayerNorm formula
-block           §5      C46–C55   the block's shape table, silent bugs, FFN width and parameters
+block           §5      C46, C47, C49, C53   the block's shape table, tiny heads, padding, parameters
+block_faults    §5      C48, C50, C51, C55   the silent bugs trained, the debugging order
+ffn_width       §5.3    C52, C54  the FFN's width and overfitting
 """
 
 from anatomy.experiments.claims import (  # noqa: F401
     add_norm,
     block,
+    block_faults,
+    ffn_width,
     head_count,
+    head_count_claims,
     implementation,
+    init_training,
     masks,
     multihead,
     norm_depth,
+    norm_depth_claims,
     positional,
+    positional_claims,
     sinusoidal,
 )

@@ -14,20 +14,11 @@ import time
 import torch
 
 from anatomy import ModelConfig, build_model
-from anatomy.experiments.common import (
-    ablate_head,
-    attention_entropy,
-    budget,
-    char_corpus,
-    figure_grid,
-    fit,
-    fit_decayed,
-    lm_batch,
-    offset_profile,
-    seed_verdict,
-    tiny_model,
-)
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, fit, fit_decayed, tiny_model
+from anatomy.experiments.probes import ablate_head, attention_entropy, offset_profile
+from anatomy.experiments.registry import experiment
+from anatomy.experiments.tasks import char_corpus, lm_batch
 from anatomy.inspection import capture
 
 # =============================================================================================================
@@ -40,6 +31,7 @@ LM_HEADS = (1, 2, 4, 8)         # at d_model = 64: d_k = 64, 32, 16, 8
 CLS_HEADS = (1, 4, 8)        # classification: d_k = 64, 16, 8
 LM_D, LM_T = 64, 32
 CLS_T = 40
+SPECIALISED = 0.5  # a head with at least this share of its mass on one offset is specialised on it (C3)
 
 
 def pair_batch(n: int, g: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -151,8 +143,9 @@ def head_count(ctx):
     # specialisation and ablation in the 4-head model
     prof4, model4 = pair[4]["profile"], pair[4]["model"]
     head_for = {k: int(prof4[:, k].argmax()) for k in (1, 3)}
-    out["pair_h4_specialised_heads"] = float(sum(1 for hh in range(4) if prof4[hh, [1, 3]].max() >= 0.5))
-    out["pair_h4_covers"] = float(head_for[1] != head_for[3] and all(prof4[head_for[k], k] >= 0.5 for k in (1, 3)))
+    out["pair_h4_specialised_heads"] = float(sum(1 for hh in range(4) if prof4[hh, [1, 3]].max() >= SPECIALISED))
+    out["pair_h4_covers"] = float(head_for[1] != head_for[3]
+                                  and all(prof4[head_for[k], k] >= SPECIALISED for k in (1, 3)))
     attn4 = model4.stack.blocks[0].attn
     drops = []
     for hh in range(4):
@@ -293,7 +286,7 @@ def _draw_heads(ctx, out, pair, lm_ent, lm_prof, drops, head_for):
         ax.bar([f"head {i}" for i in range(4)], [100 * d for d in drops], color=colors)
         ax.set(ylabel="relative accuracy drop (%)", ylim=(0, 105),
                title="Ordered pairs, 4 heads: zero one head\n(green: offset-1 head, red: offset-3 head)")
-    figure_grid(path, draw, nrows=2, ncols=3, size=(15, 8.5))
+    figure(path, draw, grid=(2, 3), size=(15, 8.5))
 
 
 def _draw_head_count(ctx, out):
@@ -317,121 +310,4 @@ def _draw_head_count(ctx, out):
                     "of interleaved repeats)")
         for ax in axes[:2]:
             ax.minorticks_off()
-    figure_grid(path, draw, nrows=1, ncols=3, size=(14, 4.2))
-
-
-def _pct(ms, name: str) -> str:
-    return ms[name].fmt()
-
-
-def _c1(ms) -> Verdict:
-    def classify(lm, pair):
-        diffuse = (lm >= 0.8) + (pair >= 0.8)
-        return {2: "supported", 1: "nuanced", 0: "refuted"}[diffuse]
-
-    f = {k: ms[k].fmt() for k in ("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean",
-                                  "ent_lm_init")}
-    en = (f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} "
-          f"on a character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
-          f"{f['ent_lm_h4_mean']} (lowest head {f['ent_lm_h4_min']}) and {f['ent_pair_h4_mean']}; an untrained model "
-          f"gives {f['ent_lm_init']}. 'Almost uniform' means ≥ 0.8.")
-    zh = (f"单头注意力的归一化熵（1 = 对可见位置均匀分布）：字符语言模型上为 {f['ent_lm_h1']}，有序数对任务上为 "
-          f"{f['ent_pair_h1']}；4 头模型各头分别为 {f['ent_lm_h4_mean']}（最低 {f['ent_lm_h4_min']}）和 "
-          f"{f['ent_pair_h4_mean']}；未训练模型为 {f['ent_lm_init']}。≥0.8 视为“几乎均匀”。")
-    return seed_verdict(ms, ("ent_lm_h1", "ent_pair_h1"), classify, en, zh)
-
-
-claim("C1-single-head-diffuse", section="§1.1",
-      zh="单头模型的注意力图经常是“弥散”的每个位置几乎都在均匀地关注所有位置没有一个清晰的模式",
-      en="Single-head attention maps are diffuse: every position attends almost uniformly to all positions.",
-      experiment="head-count",
-      metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
-      rule=_c1,
-      rule_text="Per seed, the trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the LM, "
-                "rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ 0.8. Supported if almost uniform on "
-                "both tasks, nuanced if on one, refuted if on neither; inconclusive if the seeds disagree.")
-
-
-def _c2(ms) -> Verdict:
-    ceil = 100 * PAIR_CEILING
-
-    def classify(a1, a4):
-        if a4 < 90:
-            return "inconclusive"  # the multi-head model did not solve the task: nothing to compare
-        if a1 >= 0.9 * a4:
-            return "refuted"
-        if a1 > 1.5 * ceil:
-            return "nuanced"
-        if a1 <= 1.2 * ceil:
-            return "supported"
-        return "inconclusive"
-
-    a1, a4 = ms["acc_pair_h1"].fmt(), ms["acc_pair_h4"].fmt()
-    m1, m3, r = ms["pair_h1_mass_t1"].fmt(), ms["pair_h1_mass_t3"].fmt(), ms["pair_h1_order_ratio"].fmt()
-    en = (f"On y_t = 10·x(t-1) + x(t-3) (100 classes; chance 1%, either relation alone at most {ceil:.0f}%), one head "
-          f"reaches {a1} and four heads {a4} at the same number of steps. The single head puts {m1} of its weight on "
-          f"t-1 and {m3} on t-3 (share of t-1: {r}). Above {1.5 * ceil:.0f}% a single attention distribution "
-          f"provably carries both relations (unequal weights keep the order); at or below {1.2 * ceil:.0f}% it "
-          "carries one.")
-    zh = (f"在 y_t = 10·x(t-1) + x(t-3)（100 类；随机 1%，只用一种关系最多 {ceil:.0f}%）上，相同训练步数下单头准确率 "
-          f"{a1}，四头 {a4}。单头把 {m1} 的权重放在 t-1、{m3} 放在 t-3（t-1 占比 {r}）。准确率超过 {1.5 * ceil:.0f}% "
-          f"说明一份注意力分布同时承载了两种关系（不相等的权重保留了顺序）；不超过 {1.2 * ceil:.0f}% 则只承载了一种。")
-    lead = {"nuanced": ("'Never' is wrong: one head does hold both relations, but at equal steps it learns them far "
-                        "worse than several heads.", "“永远不可能”不对：单头确实能同时表达两种关系，但相同步数下学得"
-                        "比多头差得多。"),
-            "refuted": ("One head does what several heads do here.", "单头在这里做到了多头能做的事。"),
-            "supported": ("The single head stays at the one-relation ceiling.", "单头停在只用一种关系的上限。")}
-    return seed_verdict(ms, ("acc_pair_h1", "acc_pair_h4"), classify, en, zh, lead)
-
-
-claim("C2-one-head-one-relation", section="§1.1–1.2",
-      zh="它根本没有能力在一份注意力分布里同时表达多种关系；这些模式如果放在单头里是永远不可能同时出现的",
-      en="One attention distribution cannot express several relations at once; a single head can never do what "
-         "several heads do.",
-      experiment="head-count",
-      metrics=("acc_pair_h1", "acc_pair_h4", "pair_h1_mass_t1", "pair_h1_mass_t3", "pair_h1_order_ratio"),
-      rule=_c2,
-      rule_text="Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at 10% (the test "
-                "set's sampling error is ≈ 0.3 points). Per seed (needs the 4-head model ≥ 90%): refuted if the "
-                "single head reaches ≥ 90% of the 4-head accuracy; nuanced if it exceeds 15% (both relations in one "
-                "distribution, but learnt worse); supported if it stays ≤ 12% (one relation only); inconclusive "
-                "otherwise or if the seeds disagree.")
-
-
-def _c3(ms) -> Verdict:
-    def classify(cov, drop, prev):
-        if cov >= 1 and drop >= 0.5 and prev >= 0.5:
-            return "supported"
-        if cov < 1 and prev < 0.5:
-            return "refuted"
-        return "nuanced"
-
-    f = {k: ms[k].fmt() for k in ("pair_h4_covers", "pair_h4_ablation_min_drop", "pair_h4_specialised_heads",
-                                  "lm_h4_prev_char_mass", "lm_h4_prev_head_ablation_dloss")}
-    en = (f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ 0.5 of their mass) on a fraction "
-          f"{f['pair_h4_covers']} of the seeds, {f['pair_h4_specialised_heads']} specialised heads; zeroing the "
-          f"offset-1 or offset-3 head costs at least {f['pair_h4_ablation_min_drop']} of the accuracy (relative). "
-          f"Char LM, 4 heads: the most 'previous character' head puts {f['lm_h4_prev_char_mass']} of its mass on "
-          f"offset 1, and zeroing it raises the loss by {f['lm_h4_prev_head_ablation_dloss']}. Coreference heads "
-          "cannot be tested here (no pronouns in these data).")
-    zh = (f"有序数对、4 头：在 {f['pair_h4_covers']} 的种子上，偏移 1 和偏移 3 各由不同的头负责（≥0.5 的注意力），"
-          f"专门化的头数 {f['pair_h4_specialised_heads']}；去掉偏移 1 或偏移 3 的头，准确率至少相对下降 "
-          f"{f['pair_h4_ablation_min_drop']}。字符语言模型、4 头：最关注“前一个字符”的头在偏移 1 上的权重为 "
-          f"{f['lm_h4_prev_char_mass']}，去掉它损失上升 {f['lm_h4_prev_head_ablation_dloss']}。指代关系的头在这些数据上"
-          "无法检验（没有代词）。")
-    return seed_verdict(ms, ("pair_h4_covers", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass"), classify, en, zh)
-
-
-claim("C3-heads-specialise", section="§1.2",
-      zh="一个头特别关注相邻词之间的修饰关系另一个头明显在追踪代词和指代对象之间的远距离连接还有的头在关注词与词之间的位置偏移",
-      en="In a trained multi-head model, heads specialise: one on neighbours, one on long-distance links, others on "
-         "positional offsets.",
-      experiment="head-count",
-      metrics=("pair_h4_covers", "pair_h4_specialised_heads", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass",
-               "lm_h4_prev_head_ablation_dloss"),
-      rule=_c3,
-      rule_text="A role is attributed only if ablating the head hurts that relation. Per seed: supported if the "
-                "4-head pair model has distinct heads (≥ 0.5 mass) for offsets 1 and 3 whose ablation each costs "
-                "≥ 50% of the accuracy, and the 4-head char LM has a head with ≥ 0.5 mass on the previous "
-                "character; refuted if neither specialisation appears; nuanced otherwise; inconclusive if the seeds "
-                "disagree.")
+    figure(path, draw, grid=(1, 3), size=(14, 4.2))

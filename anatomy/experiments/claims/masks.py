@@ -9,17 +9,11 @@ from __future__ import annotations
 import torch
 
 from anatomy import pitfalls
-from anatomy.experiments.claims.head_count import LM_T
-from anatomy.experiments.common import (
-    budget,
-    char_corpus,
-    figure_grid,
-    fit,
-    lm_batch,
-    seed_verdict,
-    tiny_model,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, fit, tiny_model
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import Case, Ladder, num, seed_verdict
+from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
 
 # =============================================================================================================
@@ -244,17 +238,23 @@ def _draw_masks(ctx, grid, out):
         ax.text(1, 88, f"-inf vs -1e9 trained from one seed:\nmax |Δ weight| = {out['c20_param_maxdiff']:.1g}\n"
                          f"greedy tokens identical: {100 * out['c20_gen_agreement']:.0f}%",
                 ha="center", fontsize=8, bbox={"facecolor": "white", "alpha": 0.8})
-    figure_grid(path, draw, nrows=1, ncols=3, size=(16, 5))
+    figure(path, draw, grid=(1, 3), size=(16, 5))
 
+
+HIDDEN = 1e-6  # C17-C20: probability (or logit change) at or below this on a hidden key is "≈ 0"
+EXACT_ZERO = 1e-12  # C19: a weight above the diagonal at or below this is 0
+RENORM_DIFF = 1e-9  # C18: zeroing + renormalising differs from masking when output or gradient move by more
+AGREE = 0.99  # C20: the -inf and -1e9 twins' greedy generations agreeing on fewer tokens than this differ
+C17_RULE = Ladder((
+    Case("refuted", f"-1e9 leaves > {num(HIDDEN)} on a hidden key in float32",
+         f"float32 下 -1e9 在被遮位置留下 > {num(HIDDEN)}",
+         lambda l32, lbf, err16: l32 > HIDDEN),
+    Case("supported", f"≤ {num(HIDDEN)} in float32 and bfloat16 and float16 accepts the value",
+         f"float32 和 bfloat16 下都 ≤ {num(HIDDEN)}，且 float16 能存下这个值",
+         lambda l32, lbf, err16: lbf <= HIDDEN and err16 == 0),
+), otherwise="nuanced", otherwise_en="it holds only in some dtypes", otherwise_zh="只在部分数据类型下成立")
 
 def _c17(ms) -> Verdict:
-    def classify(l32, lbf, err16):
-        if l32 > 1e-6:
-            return "refuted"
-        if lbf <= 1e-6 and err16 == 0:
-            return "supported"
-        return "nuanced"
-
     f = {k: ms[k].fmt() for k in ("leak_1e9_fp32", "leak_1e9_bf16", "leak_1e4_fp16", "full_row_1e9_pad_mass")}
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
     en = (f"With -1e9 before softmax, the largest probability left on a hidden key is {f['leak_1e9_fp32']} in "
@@ -268,7 +268,7 @@ def _c17(ms) -> Verdict:
           + (f"float16 存不下 -1e9：masked_fill 直接报溢出错误（-1e4 时为 {f['leak_1e4_fp16']}）。" if err
              else f"float16 用 -1e4：{f['leak_1e4_fp16']}。")
           + f"一整行都被遮住时，{f['full_row_1e9_pad_mass']} 的权重落在 padding 上（均匀分布）。")
-    return seed_verdict(ms, ("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error"), classify, en, zh)
+    return seed_verdict(ms, ("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error"), C17_RULE, en, zh)
 
 
 claim("C17-padding-large-negative", section="§2.4",
@@ -279,21 +279,19 @@ claim("C17-padding-large-negative", section="§2.4",
       experiment="mask-fills",
       metrics=("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error", "leak_1e4_fp16", "full_row_1e9_pad_mass"),
       rule=_c17,
-      rule_text="Softmax computed in each dtype on realistic logits (std 4). Per seed: refuted if -1e9 leaves "
-                "> 1e-6 on a hidden key in float32; supported if ≤ 1e-6 in float32 and bfloat16 and float16 accepts "
-                "the value; nuanced if it holds only in some dtypes; inconclusive if the seeds disagree.")
+      rule_text=C17_RULE.text("Softmax computed in each dtype on realistic logits (std 4)."))
 
+
+C18_RULE = Ladder((
+    Case("supported", f"both zeroing after softmax and zeroing + renormalising differ (output or visible-logit "
+         f"gradient, > {num(HIDDEN)} / > {num(RENORM_DIFF)})",
+         f"softmax 之后置零、置零再归一化都与之不同（输出或可见位置梯度，> {num(HIDDEN)} / > {num(RENORM_DIFF)}）",
+         lambda af, ag, rf, rg: (af > HIDDEN or ag > HIDDEN) and (rf > RENORM_DIFF or rg > RENORM_DIFF)),
+    Case("nuanced", f"only the un-renormalised version differs (> {num(HIDDEN)})",
+         f"只有不重新归一化的做法不同（> {num(HIDDEN)}）", lambda af, ag, rf, rg: af > HIDDEN or ag > HIDDEN),
+), otherwise="refuted", otherwise_en="neither differs", otherwise_zh="两者都没有差别")
 
 def _c18(ms) -> Verdict:
-    def classify(af, ag, rf, rg):
-        zero_differs = af > 1e-6 or ag > 1e-6
-        renorm_differs = rf > 1e-9 or rg > 1e-9
-        if zero_differs and renorm_differs:
-            return "supported"
-        if zero_differs:
-            return "nuanced"
-        return "refuted"
-
     f = {k: ms[k].fmt() for k in ("c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible",
                                   "c18_after_grad_hidden", "c18_renorm_fwd", "c18_renorm_grad_visible",
                                   "c18_renorm_grad_hidden", "causal_future_leak_mask_after_softmax")}
@@ -313,7 +311,7 @@ def _c18(ms) -> Verdict:
           f"{f['c18_renorm_fwd']}，可见梯度 {f['c18_renorm_grad_visible']}，被遮梯度 {f['c18_renorm_grad_hidden']}——与 "
           "softmax 之前遮盖等价，原文关于梯度的解释对它不成立。")
     return seed_verdict(ms, ("c18_after_fwd", "c18_after_grad_visible", "c18_renorm_fwd", "c18_renorm_grad_visible"),
-                        classify, en, zh)
+                        C18_RULE, en, zh)
 
 
 claim("C18-zeroing-after-softmax", section="§2.4",
@@ -325,17 +323,18 @@ claim("C18-zeroing-after-softmax", section="§2.4",
                "c18_renorm_fwd", "c18_renorm_grad_visible", "c18_renorm_grad_hidden",
                "causal_future_leak_mask_after_softmax"),
       rule=_c18,
-      rule_text="float64, against masking before softmax. Per seed: supported if both zeroing after softmax and "
-                "zeroing + renormalising differ (output or visible-logit gradient, > 1e-6 / > 1e-9); nuanced if only "
-                "the un-renormalised version differs; refuted if neither; inconclusive if the seeds disagree.")
+      rule_text=C18_RULE.text("float64, against masking before softmax."))
 
+
+C19_RULE = Ladder((
+    Case("supported", f"earlier logits move by ≤ {num(HIDDEN)} and every weight above the diagonal is 0 "
+         f"(≤ {num(EXACT_ZERO)})", f"前面位置的 logits 变化 ≤ {num(HIDDEN)}，且对角线以上的权重都为 0（≤ "
+         f"{num(EXACT_ZERO)}）",
+         lambda leak_, upper: leak_ <= HIDDEN and upper <= EXACT_ZERO),
+), otherwise="refuted", otherwise_en="the future leaks into earlier positions",
+   otherwise_zh="未来信息泄漏到了前面的位置")
 
 def _c19(ms) -> Verdict:
-    def classify(leak_, upper):
-        if leak_ <= 1e-6 and upper <= 1e-12:
-            return "supported"
-        return "refuted"
-
     f = {k: ms[k].fmt() for k in ("causal_future_leak", "causal_upper_weight_max",
                                   "causal_future_leak_causal_off_by_one", "causal_future_leak_mask_after_softmax")}
     en = (f"A trained 2-layer LM with the library's causal mask (-inf above the diagonal, before softmax): changing "
@@ -349,7 +348,7 @@ def _c19(ms) -> Verdict:
           "线错一位时"
           f"泄漏 {f['causal_future_leak_causal_off_by_one']}，softmax 之后再置零时泄漏 "
           f"{f['causal_future_leak_mask_after_softmax']}。")
-    return seed_verdict(ms, ("causal_future_leak", "causal_upper_weight_max"), classify, en, zh)
+    return seed_verdict(ms, ("causal_future_leak", "causal_upper_weight_max"), C19_RULE, en, zh)
 
 
 claim("C19-causal-mask", section="§2.4",
@@ -361,19 +360,22 @@ claim("C19-causal-mask", section="§2.4",
       metrics=("causal_future_leak", "causal_upper_weight_max", "causal_future_leak_causal_off_by_one",
                "causal_future_leak_mask_after_softmax"),
       rule=_c19,
-      rule_text="Future-token perturbation on a trained LM. Per seed: supported if earlier logits move by ≤ 1e-6 and "
-                "every weight above the diagonal is 0 (≤ 1e-12); refuted otherwise; inconclusive if the seeds "
-                "disagree.")
+      rule_text=C19_RULE.text("Future-token perturbation on a trained LM."))
 
+
+C20_RULE = Ladder((
+    Case("supported", f"-1e9 leaves > {num(HIDDEN)} on hidden keys in float32 or the greedy generations of the "
+                      f"-inf and "
+         f"-1e9 twins (same seed, same batches, same kernel) agree on < {AGREE:.0%} of tokens",
+         f"float32 下 -1e9 在被遮位置留下 > {num(HIDDEN)}，或 -inf 与 -1e9 两个孪生模型的贪心生成一致率 < {AGREE:.0%}",
+         lambda leak32, pdiff, agree: leak32 > HIDDEN or agree < AGREE),
+    Case("refuted", "nothing leaks and the twins end bit-identical with identical generations",
+         "没有泄漏，两个孪生模型参数逐位相同、生成完全一致", lambda leak32, pdiff, agree: pdiff == 0 and agree == 1),
+), otherwise="nuanced", otherwise_en=f"nothing leaks beyond the threshold and the generations agree on ≥ {AGREE:.0%} "
+   "of tokens, but the twins are not identical",
+   otherwise_zh=f"泄漏未超过阈值、生成一致率 ≥ {AGREE:.0%}，但两个孪生模型并不完全相同")
 
 def _c20(ms) -> Verdict:
-    def classify(leak32, pdiff, agree):
-        if leak32 > 1e-6 or agree < 0.99:
-            return "supported"
-        if pdiff == 0 and agree == 1:
-            return "refuted"
-        return "nuanced"
-
     f = {k: ms[k].fmt() for k in ("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff",
                                   "leftpad_nan_inf_noguard", "leftpad_nan_1e9", "leftpad_nan_library",
                                   "leftpad_realdiff_1e9")}
@@ -394,7 +396,7 @@ def _c20(ms) -> Verdict:
           f"{f['leftpad_realdiff_1e9']}），"
           f"本库（-inf + 保护）为 {f['leftpad_nan_library']}。"
           + ("float16 下根本写不进 -1e9（溢出报错）。" if err else ""))
-    return seed_verdict(ms, ("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement"), classify, en, zh)
+    return seed_verdict(ms, ("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement"), C20_RULE, en, zh)
 
 
 claim("C20-mask-fill", section="§2.4",
@@ -405,7 +407,4 @@ claim("C20-mask-fill", section="§2.4",
       metrics=("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff", "leftpad_nan_inf_noguard",
                "leftpad_nan_1e9", "leftpad_nan_library", "leftpad_realdiff_1e9", "fp16_1e9_error"),
       rule=_c20,
-      rule_text="Per seed: supported if -1e9 leaves > 1e-6 on hidden keys in float32 or the greedy generations of "
-                "the -inf and -1e9 twins (same seed, same batches, same kernel) agree on < 99% of tokens; refuted if "
-                "nothing leaks and the twins end bit-identical with identical generations; nuanced otherwise; "
-                "inconclusive if the seeds disagree.")
+      rule_text=C20_RULE.text())

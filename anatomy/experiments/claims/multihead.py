@@ -18,18 +18,19 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention
-from anatomy.experiments.claims.head_count import LM_T
-from anatomy.experiments.common import (
-    budget,
-    char_corpus,
-    figure,
-    figure_grid,
-    lm_batch,
-    seed_verdict,
-    tiny_model,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import budget, tiny_model
+from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment, holds_on_every_seed
-from anatomy.inspection import capture
+from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
+
+SAME_PARAMS = 0.01  # C4: a relative parameter change below this is "no increase"
+UNIT_VARIANCE = 0.1  # C5, C6: a variance within this relative distance of the target is "≈"
+BEYOND_8 = 0.1  # C5: at least this share of the dot products beyond ±8 is "many"
+SATURATED = 0.7  # C7: a mean largest softmax weight at or above this is saturated (near one-hot)
+GRAD_GONE = 0.2  # C7: a softmax Jacobian norm at or below this share of the scaled one is "≈ 0"
+STALL = 0.05  # C8: nats: an improvement below this after the first quarter of training is a stall
 
 
 @experiment("head-parameters")
@@ -50,11 +51,11 @@ claim("C4-multihead-parameters", section="§1.2",
       en="Multi-head attention adds expressiveness without a significant increase in parameters.",
       experiment="head-parameters", metrics=("params_h1", "params_h8", "params_h64", "relative_increase_h64_vs_h1"),
       rule=holds_on_every_seed(
-          "relative_increase_h64_vs_h1", lambda v: abs(v) < 0.01,
+          "relative_increase_h64_vs_h1", lambda v: abs(v) < SAME_PARAMS,
           "Going from 1 to 64 heads at D=512 changes the parameter count by {value} (relative): the heads split "
           "the same projections, they do not add any.",
           "在 D=512 时从 1 个头到 64 个头，参数量的相对变化为 {value}：多个头切分同一组投影，并不增加参数。"),
-      rule_text="supported if the relative parameter change from h=1 to h=64 at D=512 is below 1%; the "
+      rule_text=f"supported if the relative parameter change from h=1 to h=64 at D=512 is below {SAME_PARAMS:.0%}; the "
                 "expressiveness half of the claim is measured by C2/C12.")
 
 
@@ -90,27 +91,31 @@ claim("C5-dot-variance", section="§1.3",
       en="q·k has variance ≈ d_k; at d_k = 64 many values fall beyond ±8.",
       experiment="dot-product-variance", metrics=("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256",
                                                   "frac_beyond_8_dk64"),
-      rule=lambda ms: _c5(ms), rule_text="supported if Var(q·k)/d_k is within 10% of 1 for every d_k and at "
-      "least 10% of the dot products exceed ±8 at d_k=64; nuanced if the variance holds but fewer exceed ±8.")
+      rule=lambda ms: _c5(ms), rule_text=f"supported if Var(q·k)/d_k is within {UNIT_VARIANCE:.0%} of 1 for every "
+      f"d_k and at least {BEYOND_8:.0%} of the dot products exceed ±8 at d_k=64; nuanced if the variance holds but "
+      "fewer exceed ±8; refuted otherwise.")
 
 
 def _c5(ms):
     from anatomy.experiments.registry import Verdict
 
-    ratios_ok = all(abs(v - 1) < 0.1 for k in ("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256")
+    ratios_ok = all(abs(v - 1) < UNIT_VARIANCE for k in ("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256")
                     for v in ms[k].values)
     beyond = ms["frac_beyond_8_dk64"]
-    if ratios_ok and min(beyond.values) >= 0.1:
+    if ratios_ok and min(beyond.values) >= BEYOND_8:
         return Verdict("supported", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64, and {beyond.fmt()} of "
                        "the dot products lie beyond ±8 (one standard deviation).",
                        f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}，{beyond.fmt()} 的点积超出 ±8（一个标"
                        "准差）。")
     if ratios_ok:
         return Verdict("nuanced", f"The variance is ≈ d_k ({ms['var_ratio_dk64'].fmt()} × d_k), but only "
-                       f"{beyond.fmt()} of the values exceed ±8.",
-                       f"方差约等于 d_k（{ms['var_ratio_dk64'].fmt()} 倍），但只有 {beyond.fmt()} 超出 ±8。")
-    return Verdict("refuted", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}: not ≈ 1.",
-                   f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}，并不约等于 1。")
+                       f"{beyond.fmt()} of the values exceed ±8 (fewer than {BEYOND_8:.0%} on some seed).",
+                       f"方差约等于 d_k（{ms['var_ratio_dk64'].fmt()} 倍），但只有 {beyond.fmt()} 超出 ±8"
+                       f"（某个种子上不到 {BEYOND_8:.0%}）。")
+    return Verdict("refuted", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64: not within "
+                   f"{UNIT_VARIANCE:.0%} of 1 for every d_k.",
+                   f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}：并非每个 d_k 都在 1 的 {UNIT_VARIANCE:.0%} "
+                   "以内。")
 
 
 claim("C6-scaling-restores-unit-variance", section="§1.3",
@@ -118,10 +123,11 @@ claim("C6-scaling-restores-unit-variance", section="§1.3",
       en="Dividing by sqrt(d_k) brings the variance of the scores back to ≈ 1.",
       experiment="dot-product-variance", metrics=("scaled_var_dk16", "scaled_var_dk64", "scaled_var_dk256"),
       rule=holds_on_every_seed(
-          "scaled_var_dk64", lambda v: abs(v - 1) < 0.1,
+          "scaled_var_dk64", lambda v: abs(v - 1) < UNIT_VARIANCE,
           "With iid unit-variance entries, Var(q·k / sqrt(d_k)) = {value} at d_k=64 (≈ 1 for every d_k tested).",
           "q、k 各分量独立且方差为 1 时，d_k=64 的 Var(q·k/sqrt(d_k)) = {value}（≈1）。"),
-      rule_text="supported if Var(q·k/sqrt(d_k)) is within 10% of 1 on every seed (iid unit-variance inputs).")
+      rule_text=f"supported if Var(q·k/sqrt(d_k)) at d_k=64 is within {UNIT_VARIANCE:.0%} of 1 on every seed (iid "
+                "unit-variance inputs); refuted if on none; inconclusive otherwise.")
 
 
 
@@ -172,28 +178,6 @@ def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool):
     return model
 
 
-def _probe_attention(model, batch) -> dict[str, float]:
-    """One forward/backward at this state: ``maxp`` (mean max attention prob over rows with >= 8 keys), ``gradq``
-    (‖∂L/∂W_q‖), ``score_std`` (std of the scores the softmax sees, causal part) and ``passthrough``
-    (‖∂L/∂scores‖ / ‖∂L/∂weights‖ on the visible entries: how much gradient the softmax lets through)."""
-    attn = model.stack.blocks[0].attn
-    model.zero_grad(set_to_none=True)
-    names = ["stack.blocks.0.attn.hook_weights", "stack.blocks.0.attn.hook_scores"]
-    with capture(model, names, detach=False) as cache:
-        loss = model(**batch).loss
-        weights, scores = (cache[n] for n in names)
-        weights.retain_grad()
-        scores.retain_grad()
-        loss.backward()
-    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
-    out = {"maxp": weights[:, :, 7:].detach().max(-1).values.mean().item(),
-           "gradq": attn.q_proj.weight.grad.norm().item(),
-           "score_std": scores.detach()[..., causal].std().item(),
-           "passthrough": (scores.grad[..., causal].norm() / weights.grad[..., causal].norm()).item()}
-    model.zero_grad(set_to_none=True)
-    return out
-
-
 @experiment("softmax-saturation", units={"real_gradq_ratio_dk64_torchinit": "×",
                                          "real_passthrough_ratio_dk64_torchinit": "×"})
 def softmax_saturation(ctx):
@@ -218,13 +202,13 @@ def softmax_saturation(ctx):
                 undo = [pitfalls.apply(model, "large_init_scale", factor=float(f))]
                 if not scaled:
                     undo.append(pitfalls.apply(model, "no_scaling"))
-                real[(dk, f, scaled)] = _probe_attention(model, batch)
+                real[(dk, f, scaled)] = probe_attention(model, batch)
                 for u in reversed(undo):
                     u()
         model = _model_at_init(dk, len(vocab), ctx.seed, torch_init=True)
         for scaled in (True, False):
             undo = [] if scaled else [pitfalls.apply(model, "no_scaling")]
-            real[(dk, "torch", scaled)] = _probe_attention(model, batch)
+            real[(dk, "torch", scaled)] = probe_attention(model, batch)
             for u in undo:
                 u()
     tu, ts = real[(64, "torch", False)], real[(64, "torch", True)]
@@ -276,17 +260,24 @@ def _draw_saturation(ctx, mc, real, uniform):
                ylabel="‖∂loss/∂scores‖ / ‖∂loss/∂weights‖",
                title="Gradient the softmax lets through at step 0\n(falls as the attention turns one-hot)")
         ax.legend(fontsize=6, ncol=2)
-    figure_grid(path, draw, nrows=1, ncols=3, size=(16, 4.8))
+    figure(path, draw, grid=(1, 3), size=(16, 4.8))
+
+
+C7_RULE = Ladder((
+    Case("refuted", f"unit-variance q, k at d_k=64 give a mean max-probability < {SATURATED} without the scale (no "
+         "saturation)", f"d_k=64、q、k 方差为 1 时不缩放的平均最大概率 < {SATURATED}（没有饱和）",
+         lambda mc_max, jac, real_max: mc_max < SATURATED),
+    Case("supported", f"it is ≥ {SATURATED}, the softmax Jacobian norm drops to ≤ {GRAD_GONE} of the scaled one "
+         f"(gradient ≈ 0) and a real LM at PyTorch's default init also saturates (≥ {SATURATED})",
+         f"平均最大概率 ≥ {SATURATED}，softmax 雅可比范数降到缩放时的 {GRAD_GONE} 以下（梯度≈0），且真实模型在默认"
+         f"初始化下也饱和（≥ {SATURATED}）",
+         lambda mc_max, jac, real_max: jac <= GRAD_GONE and real_max >= SATURATED),
+), otherwise="nuanced", otherwise_en=f"the softmax saturates (≥ {SATURATED}), but its Jacobian keeps more than "
+   f"{GRAD_GONE} of the scaled norm or the real LM does not saturate",
+   otherwise_zh=f"softmax 饱和（≥ {SATURATED}），但雅可比范数保持在缩放时的 {GRAD_GONE} 以上，或真实模型没有饱和")
 
 
 def _c7(ms) -> Verdict:
-    def classify(mc_max, jac, real_max):
-        if mc_max < 0.7:
-            return "refuted"
-        if jac <= 0.2 and real_max >= 0.7:
-            return "supported"
-        return "nuanced"
-
     f = {k: ms[k].fmt() for k in ("mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_jac_ratio_dk64",
                                   "mc_jac_ratio_dk256", "mc_onehot_rows_unscaled_dk64",
                                   "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
@@ -309,13 +300,13 @@ def _c7(ms) -> Verdict:
           f"{f['real_passthrough_ratio_dk64_torchinit']}，‖∂L/∂W_q‖ 为缩放时的 {f['real_gradq_ratio_dk64_torchinit']}"
           "。")
     lead = None
-    if all(v > 0.2 for v in ms["mc_jac_ratio_dk64"].values):
+    if all(v > GRAD_GONE for v in ms["mc_jac_ratio_dk64"].values):
         lead = {"nuanced": ("Saturation, yes; gradients near zero, no.", "饱和成立；梯度接近零不成立。")}
-    elif all(v < 0.7 for v in ms["real_maxp_unscaled_dk64_torchinit"].values):
+    elif all(v < SATURATED for v in ms["real_maxp_unscaled_dk64_torchinit"].values):
         lead = {"nuanced": ("Saturation with unit-variance q, k, but not in a real model at its default init.",
                             "q、k 方差为 1 时会饱和，但真实模型在默认初始化下不会。")}
     return seed_verdict(ms, ("mc_maxp_unscaled_dk64", "mc_jac_ratio_dk64", "real_maxp_unscaled_dk64_torchinit"),
-                        classify, en, zh, lead)
+                        C7_RULE, en, zh, lead)
 
 
 claim("C7-unscaled-softmax-saturates", section="§1.3",
@@ -327,31 +318,31 @@ claim("C7-unscaled-softmax-saturates", section="§1.3",
                "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
                "real_score_std_unscaled_dk64_torchinit"),
       rule=_c7,
-      rule_text="Per seed: refuted if unit-variance q, k at d_k=64 give a mean max-probability < 0.7 without the "
-                "scale (no saturation); supported if it is ≥ 0.7, the softmax Jacobian norm drops to ≤ 0.2 of the "
-                "scaled one (gradient ≈ 0) and a real LM at PyTorch's default init also saturates (≥ 0.7); "
-                "nuanced otherwise; inconclusive if the seeds disagree.")
+      rule_text=C7_RULE.text())
+
+
+C8_RULE = Ladder((
+    Case("supported", f"the unscaled run improves by < {STALL} nats after the first quarter of training while the "
+         "scaled one does not stall", f"不缩放的模型在训练四分之一之后下降 < {STALL} nat，而缩放的模型没有卡住",
+         lambda progress_u, progress_s, gap: progress_u < STALL <= progress_s),
+    Case("nuanced", f"it keeps improving but ends > {STALL} nats worse (slower, not stuck)",
+         f"它仍在下降但最终差 {STALL} nat 以上（更慢，而非卡住）", lambda progress_u, progress_s, gap: gap > STALL),
+), otherwise="refuted", otherwise_en=f"the unscaled run neither stalls nor ends > {STALL} nats worse",
+   otherwise_zh=f"不缩放的模型既没有卡住，最终也没有差 {STALL} nat 以上")
 
 
 def _c8(ms) -> Verdict:
-    def classify(progress_u, progress_s, gap):
-        if progress_u < 0.05 <= progress_s:
-            return "supported"
-        if gap > 0.05:
-            return "nuanced"
-        return "refuted"
-
     f = {k: ms[k].fmt() for k in ("val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled",
                                   "progress_after_q1_unscaled", "progress_after_q1_scaled")}
     en = (f"Same LM (d_k=64, PyTorch default init), same batches: validation loss {f['val_torch_scaled']} with the "
           f"scale and {f['val_torch_unscaled']} without (difference {f['unscaled_minus_scaled']}). After the first "
           f"quarter of training the unscaled run still improves by {f['progress_after_q1_unscaled']} (scaled: "
-          f"{f['progress_after_q1_scaled']}); a stall would be < 0.05 nats.")
+          f"{f['progress_after_q1_scaled']}); a stall would be < {STALL} nats.")
     zh = (f"同一语言模型（d_k=64，PyTorch 默认初始化），相同批次：有缩放时验证损失 {f['val_torch_scaled']}，去掉缩放 "
           f"{f['val_torch_unscaled']}（差 {f['unscaled_minus_scaled']}）。训练四分之一之后，不缩放的模型仍下降了 "
-          f"{f['progress_after_q1_unscaled']}（缩放：{f['progress_after_q1_scaled']}）；“卡住”指下降 < 0.05 nats。")
+          f"{f['progress_after_q1_unscaled']}（缩放：{f['progress_after_q1_scaled']}）；“卡住”指下降 < {STALL} nats。")
     return seed_verdict(ms, ("progress_after_q1_unscaled", "progress_after_q1_scaled", "unscaled_minus_scaled"),
-                        classify, en, zh)
+                        C8_RULE, en, zh)
 
 
 claim("C8-unscaled-training-stalls", section="§1.3",
@@ -361,7 +352,5 @@ claim("C8-unscaled-training-stalls", section="§1.3",
       metrics=("val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled", "progress_after_q1_unscaled",
                "progress_after_q1_scaled"),
       rule=_c8,
-      rule_text="Char LM, d_k = 64, PyTorch default init, with and without the scale (bug zoo 'no_scaling'), same "
-                "seed and batches. Per seed: supported if the unscaled run improves by < 0.05 nats after the first "
-                "quarter of training while the scaled one does not stall; nuanced if it keeps improving but ends "
-                "> 0.05 nats worse (slower, not stuck); refuted otherwise; inconclusive if the seeds disagree.")
+      rule_text=C8_RULE.text("Char LM, d_k = 64, PyTorch default init, with and without the scale (bug zoo "
+                             "'no_scaling'), same seed and batches."))

@@ -11,12 +11,14 @@ import math
 import torch
 
 from anatomy.components.positional import apply_rope, rope_angles, sinusoidal_table
-from anatomy.experiments.common import (
-    figure_grid,
-    finite_metrics,
-    per_seed,
-)
+from anatomy.experiments.figures import figure
+from anatomy.experiments.fitting import finite_metrics
 from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.rules import num, per_seed
+
+SEPARATES = 0.99  # C23: probe accuracy at or above this separates the part
+EXACT_FP64, EXACT_FP32 = 1e-9, 1e-4  # C24, C32: agreement with the closed form / offset-only in float64, float32
+COS, FEW, MANY = 0.1, 0.05, 0.5  # C28: |cos| above COS is not orthogonal; share of pairs: few / not most
 
 
 def _closed_form(pos: torch.Tensor, d: int) -> torch.Tensor:
@@ -58,7 +60,7 @@ def sinusoidal_algebra(ctx):
     gram = (cols.T @ cols).abs()
     off = gram[~torch.eye(d, dtype=torch.bool)]
     out["max_offdiag_cos"] = off.max().item()
-    out["frac_pairs_cos_above_0.1"] = (off > 0.1).double().mean().item()
+    out[f"frac_pairs_cos_above_{COS}"] = (off > COS).double().mean().item()
 
     # C23: can a linear map pull token and position back out of E[token] + PE[pos]?
     g = torch.Generator().manual_seed(ctx.seed)
@@ -95,7 +97,7 @@ def sinusoidal_algebra(ctx):
             gm.set(xlabel="dimension", ylabel="dimension",
                    title=f"|cos| between columns over {n} positions\n(orthogonal basis = black off the diagonal)")
             gm.figure.colorbar(im2, ax=gm)
-        figure_grid(path, draw, ncols=2, size=(12, 4.5))
+        figure(path, draw, grid=(1, 2), size=(12, 4.5))
     return finite_metrics(out)
 
 
@@ -107,14 +109,15 @@ claim("C23-linear-separation", section="§3.1",
                "probe_token_acc_d256", "probe_pos_acc_d256"),
       rule=lambda ms: _c23(ms),
       rule_text="Least-squares linear probes recover the token (64 ids) and the position (64 positions) from "
-                "E[token] + PE[pos], E ~ N(0, 1), over all 4096 pairs. Supported if both accuracies are ≥ 0.99 at "
+                "E[token] + PE[pos], E ~ N(0, 1), over all 4096 pairs. Supported if both accuracies are "
+                f"≥ {SEPARATES} at "
                 "D = 64 on every seed; nuanced if that holds only at D = 256 (D ≥ number of tokens + positions); "
                 "refuted if not even at D = 256.")
 
 
 def _c23(ms):
     def ok(width):
-        return all(a >= 0.99 and b >= 0.99 for a, b in per_seed(ms, f"probe_token_acc_d{width}",
+        return all(a >= SEPARATES and b >= SEPARATES for a, b in per_seed(ms, f"probe_token_acc_d{width}",
                                                                   f"probe_pos_acc_d{width}"))
     nums = "; ".join(f"D={w}: token {ms[f'probe_token_acc_d{w}'].fmt()}, position {ms[f'probe_pos_acc_d{w}'].fmt()}"
                      for w in (16, 64, 256))
@@ -135,14 +138,16 @@ def _c23(ms):
 
 def _c24(ms):
     e64, e32, far = ms["formula_err_fp64"], ms["formula_err_fp32"], ms["formula_err_fp32_pos10k"]
-    if max(e64.values) < 1e-9 and max(e32.values) < 1e-4:
+    if max(e64.values) < EXACT_FP64 and max(e32.values) < EXACT_FP32:
         return Verdict("supported", f"The implementation equals the closed form to {e64.fmt()} in float64 and "
                        f"{e32.fmt()} in float32 for positions < 512 (at positions near 10 000, float32 angles "
                        f"drift by {far.fmt()}).",
                        f"实现与公式在 float64 下相差 {e64.fmt()}，float32 下（位置 < 512）相差 {e32.fmt()}"
                        f"（位置接近 10000 时 float32 角度误差为 {far.fmt()}）。")
-    return Verdict("refuted", f"The table differs from the formula by {e64.fmt()} (float64).",
-                   f"位置表与公式相差 {e64.fmt()}（float64）。")
+    return Verdict("refuted", f"The table differs from the formula by {e64.fmt()} (float64) and {e32.fmt()} "
+                   f"(float32): not below {num(EXACT_FP64)} / {num(EXACT_FP32)}.",
+                   f"位置表与公式相差 {e64.fmt()}（float64）和 {e32.fmt()}（float32）：没有低于 {num(EXACT_FP64)} / "
+                   f"{num(EXACT_FP32)}。")
 
 
 claim("C24-sinusoidal-formula", section="§3.2",
@@ -150,7 +155,8 @@ claim("C24-sinusoidal-formula", section="§3.2",
       en="The sinusoidal formula as stated (sin on even, cos on odd dimensions).",
       experiment="sinusoidal-algebra", metrics=("formula_err_fp64", "formula_err_fp32", "formula_err_fp32_pos10k"),
       rule=_c24,
-      rule_text="Supported if the library's table equals the closed form to < 1e-9 in float64 and < 1e-4 in float32 "
+      rule_text=f"Supported if the library's table equals the closed form to < {num(EXACT_FP64)} in float64 and "
+                f"< {num(EXACT_FP32)} in float32 "
                 "(positions < 512, D = 64); refuted otherwise.")
 
 
@@ -202,13 +208,13 @@ claim("C26-second-hand-hour-hand", section="§3.2",
 
 
 def _c28(ms):
-    frac, mx = ms["frac_pairs_cos_above_0.1"], ms["max_offdiag_cos"]
-    en = (f"Over 512 positions, {frac.fmt()} of the pairs of PE columns have |cos| > 0.1 (max {mx.fmt()}); a "
+    frac, mx = ms[f"frac_pairs_cos_above_{COS}"], ms["max_offdiag_cos"]
+    en = (f"Over 512 positions, {frac.fmt()} of the pairs of PE columns have |cos| > {COS} (max {mx.fmt()}); a "
           f"Fourier basis on the same grid would give 0.")
-    zh = f"在 512 个位置上，{frac.fmt()} 的 PE 列对 |cos| > 0.1（最大 {mx.fmt()}）；同一网格上的傅里叶基应为 0。"
-    if max(frac.values) < 0.05:
+    zh = f"在 512 个位置上，{frac.fmt()} 的 PE 列对 |cos| > {COS}（最大 {mx.fmt()}）；同一网格上的傅里叶基应为 0。"
+    if max(frac.values) < FEW:
         return Verdict("supported", en, zh)
-    if max(frac.values) < 0.5:
+    if max(frac.values) < MANY:
         return Verdict("nuanced", en + " Fast dimensions are nearly orthogonal; the slow ones (wavelengths far "
                        "longer than the sequence) are almost constant and nearly parallel.",
                        zh + "高频维度近似正交；低频维度（波长远大于序列长度）几乎是常数，彼此接近平行。")
@@ -218,15 +224,15 @@ def _c28(ms):
 claim("C28-orthogonal-fourier-basis", section="§3.2",
       zh="这种“不同维度不同频率”的设计本质上等于用一组正交基函数去编码位置像信号处理里的傅里叶展开",
       en="Sinusoidal PE encodes position with an orthogonal set of basis functions, like a Fourier expansion.",
-      experiment="sinusoidal-algebra", metrics=("frac_pairs_cos_above_0.1", "max_offdiag_cos"),
+      experiment="sinusoidal-algebra", metrics=(f"frac_pairs_cos_above_{COS}", "max_offdiag_cos"),
       rule=_c28,
-      rule_text="Cosine between the D = 64 columns over 512 positions. Supported if < 5% of the pairs have "
-                "|cos| > 0.1; nuanced if < 50%; refuted otherwise.")
+      rule_text=f"Cosine between the D = 64 columns over 512 positions. Supported if < {FEW:.0%} of the pairs have "
+                f"|cos| > {COS}; nuanced if < {MANY:.0%}; refuted otherwise.")
 
 
 def _c32(ms):
     err = ms["rope_offset_only_err"]
-    ok = max(err.values) < 1e-9
+    ok = max(err.values) < EXACT_FP64
     lit_en = ("From the model papers: LLaMA 1–3 (Touvron et al. 2023; Meta 2024), Mistral 7B (Jiang et al. 2023), "
               "Qwen (Bai et al. 2023), PaLM (Chowdhery et al. 2022), GPT-NeoX (Black et al. 2022) and DeepSeek "
               "use rotary embeddings (Su et al. 2021); BLOOM and MPT chose ALiBi instead.")
@@ -248,4 +254,4 @@ claim("C32-rope-mainstream", section="§3.3",
       experiment="sinusoidal-algebra", metrics=("rope_offset_only_err",),
       rule=_c32,
       rule_text="A fact about the literature (model papers cited in the reason), plus a measured check that RoPE "
-                "scores depend only on the offset (float64 error < 1e-9; nuanced if not).")
+                f"scores depend only on the offset (float64 error < {num(EXACT_FP64)}; nuanced if not).")

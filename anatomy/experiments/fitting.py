@@ -1,0 +1,107 @@
+"""Training for experiments: preset budgets, tiny models, one plain loop, loss-curve summaries.
+
+Experiments need instrumentation that a production loop does not offer (per-step gradient norms, residual RMS,
+injected faults), so they train with :func:`fit`, a dozen readable lines, on synthetic tasks or the embedded
+corpora (:mod:`anatomy.experiments.tasks`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from anatomy import ModelConfig, build_model
+
+
+def budget(preset: str, smoke: Any, quick: Any, full: Any) -> Any:
+    """Pick the value for this preset: ``budget(ctx.preset, 20, 300, 2000)``."""
+    return {"smoke": smoke, "quick": quick, "full": full}[preset]
+
+
+def tiny_model(**overrides: Any) -> torch.nn.Module:
+    base = dict(architecture="decoder_lm", vocab_size=64, d_model=64, n_heads=4, n_layers=2, max_seq_len=256,
+                positional="sinusoidal", norm_position="pre", activation="gelu", dropout=0.0)
+    return build_model(ModelConfig(**{**base, **overrides}))
+
+
+def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *, lr: float = 3e-3,
+        warmup: int = 0, clip: float | None = 1.0, on_step: Callable[[int, torch.nn.Module], None] | None = None,
+        decay: bool = False) -> list[float]:
+    """AdamW for ``steps`` steps on ``batch(step)``; returns the loss per step (NaN stays NaN: no silent skip)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    model.train()
+    for step in range(steps):
+        for group in opt.param_groups:
+            ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
+            group["lr"] = lr * ramp * ((1 - step / steps) if decay else 1.0)
+        loss = model(**batch(step)).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if on_step is not None:
+            on_step(step, model)
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        losses.append(loss.item())
+        if not math.isfinite(losses[-1]):
+            losses += [float("nan")] * (steps - step - 1)
+            break
+    model.eval()
+    return losses
+
+
+def fit_decayed(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *,
+                lr: float = 3e-3, warmup: int = 20, clip: float | None = 1.0) -> list[float]:
+    """Like :func:`fit`, with the learning rate decayed linearly to 0 after ``warmup`` steps: the final weights do
+    not depend on where the last noisy step happened to land, so comparisons between short runs are steadier."""
+    return fit(model, batch, steps, lr=lr, warmup=warmup, clip=clip, decay=True)
+
+
+def mean_tail(values: list[float], frac: float = 0.1) -> float:
+    n = max(1, int(len(values) * frac))
+    return sum(values[-n:]) / n
+
+
+def curve_stats(losses: list[float], *, uniform: float | None = None) -> dict[str, float]:
+    """Summary of a loss curve: ``final`` (mean of the last 10%, NaN if the run went NaN), ``nan`` (0/1),
+    ``spike`` (largest rise of the curve, smoothed over 5% of the steps so that minibatch noise does not count,
+    above its running minimum after the first 10% of steps: oscillation; inf if it went NaN), ``rough`` (how much
+    the smoothed curve climbs back per unit it descends: 0 for a steady descent, about 1 for a curve that only
+    wanders, capped at 2; 2 if it went NaN), ``start`` (first loss) and ``failed`` (1 if NaN, or if the final
+    loss is within 0.1 of ``uniform``: nothing learnt)."""
+    n = len(losses)
+    nan = any(not math.isfinite(v) for v in losses)
+    final = float("nan") if nan else mean_tail(losses)
+    w = max(1, n // 20)
+    smooth = [sum(losses[i:i + w]) / w for i in range(max(1, n - w + 1))] if n else []
+    spike, low = 0.0, float("inf")
+    for i, v in enumerate(smooth):
+        if not math.isfinite(v):
+            spike = float("inf")
+            break
+        if i >= max(1, n // 10):
+            spike = max(spike, v - low)
+        low = min(low, v)
+    steps = [b - a for a, b in zip(smooth, smooth[1:])]
+    down = -sum(d for d in steps if d < 0)
+    rough = min(2.0, sum(d for d in steps if d > 0) / down) if down > 0 and not nan else 2.0
+    failed = nan or (uniform is not None and final >= uniform - 0.1)
+    return {"final": final, "nan": float(nan), "spike": spike, "rough": rough,
+            "start": losses[0] if losses else float("nan"), "failed": float(failed)}
+
+
+BLOWN_UP = 1e6
+
+
+def finite_metrics(values: dict[str, float]) -> dict[str, float]:
+    """Metrics with every NaN/inf replaced by ±``BLOWN_UP`` (1e6): a quantity measured on a run that blew up.
+    The registry's mean/spread need finite numbers, and a report should say "1e+06" rather than crash."""
+    out = {}
+    for k, v in values.items():
+        v = float(v)
+        out[k] = v if math.isfinite(v) else (-BLOWN_UP if v < 0 else BLOWN_UP)
+    return out
