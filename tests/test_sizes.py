@@ -64,7 +64,8 @@ def test_the_estimate_follows_the_measured_peak_of_a_trace(capsys):
     added vs 67 MB estimated at --seq 1000, 560 vs 584 MB at 3000.)"""
     peaks, codes = {}, []
     for seq in (10, 2000):
-        peaks[seq] = _peak_tensor_bytes(lambda s=seq: codes.append(main(["trace", "--seq", str(s), "--format", "json"])))
+        argv = ["trace", "--seq", str(seq), "--format", "json"]
+        peaks[seq] = _peak_tensor_bytes(lambda argv=argv: codes.append(main(argv)))
     assert codes == [0, 0], capsys.readouterr().err  # neither trace was refused
     capsys.readouterr()
     added = peaks[2000] - peaks[10]
