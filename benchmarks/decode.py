@@ -44,7 +44,7 @@ def main() -> None:
     print(environment())
     torch.manual_seed(0)
     prompt = torch.randint(0, args.vocab, (1, 16), generator=torch.Generator().manual_seed(0))
-    mine = ours(args.d_model, args.vocab).eval()
+    mine = ours(args.d_model, args.vocab, bias=True).eval()  # biases, like HF's GPT-2
     contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=args.new),
                   "ours_modules": lambda: generate(mine, prompt, max_new_tokens=args.new, fast=False)}
     hf = hf_gpt2(args.d_model, args.vocab)
