@@ -15,7 +15,8 @@ Contenders (every one starts from the same weights, checked to give the same log
                  exact GELU, tied), targets shifted by the data loader, nanoGPT's AdamW (decay groups, not fused
                  on CPU: its model.py asks for fused only on CUDA)
 
-Sizes: the claims lab's tiny models (one thread, as the lab runs them) and the benchmark size: 4 layers, 4 heads,
+At the benchmark size, Hugging Face GPT-2 (sdpa) and x-transformers (flash) join when installed (their own
+weights, plain AdamW). Sizes: the claims lab's tiny models (one thread, as the lab runs them) and the benchmark size: 4 layers, 4 heads,
 d 256, d_ff 1024, T 256, batch 8, vocab 4096 (``--threads``, default 2). A train step is forward + loss + backward +
 AdamW step + zero_grad; inference is a full-sequence forward without grad. Contenders run in interleaved rounds
 (rotating order), best of ``--repeat`` calls per round; a ratio is the median of the per-round ratios.
@@ -70,6 +71,40 @@ def hf_gpt2(d: int = D, v: int = V) -> torch.nn.Module | None:
     model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
     assert model.config._attn_implementation == "sdpa"
     return model
+
+
+class XTransformersLM(torch.nn.Module):
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, input_ids, labels=None):
+        logits = self.net(input_ids)  # (B, T, V)
+        loss = None if labels is None else torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())  # next-token targets (B*(T-1),)
+        return type("Out", (), {"loss": loss, "logits": logits})
+
+
+def x_transformers() -> torch.nn.Module | None:
+    try:
+        from x_transformers import Decoder, TransformerWrapper
+    except ImportError:
+        return None
+    net = TransformerWrapper(num_tokens=V, max_seq_len=T, tie_embedding=True,
+                             attn_layers=Decoder(dim=D, depth=L, heads=H, attn_flash=True))
+    return XTransformersLM(net)
+
+
+def peers() -> dict[str, tuple[torch.nn.Module, object, str]]:
+    """Installed libraries at the benchmark size (their own weights; plain AdamW), beside the bare references."""
+    out = {}
+    for name, make in (("hf_gpt2_sdpa", hf_gpt2), ("x_transformers", x_transformers)):
+        model = make()
+        if model is not None:
+            out[name] = (model, lambda m: torch.optim.AdamW(m.parameters(), lr=1e-4), "labels")
+        else:
+            print(f"  {name}: not installed, skipped")
+    return out
 
 
 def our_optimizer(model):
@@ -158,6 +193,8 @@ def compare(name: str, size: tuple, args) -> None:
     models = contenders(size)
     ids = batch(size)
     check_same_function(models, ids)
+    if name == "benchmark":
+        models.update(peers())
     tokens = ids.numel()
     print(f"\n== {name}: {size[0]} layers, {size[1]} heads, d {size[2]}, T {size[3]}, batch {size[4]}, "
           f"vocab {size[5]}, {threads} thread(s); {sum(p.numel() for p in models['ours'][0].parameters()):,} "
@@ -167,11 +204,14 @@ def compare(name: str, size: tuple, args) -> None:
     for what, times in (("train step", train), ("inference", infer)):
         speed = {k: tokens / statistics.median(v) for k, v in times.items()}
         print(f"  {what:10s} ours/bare time {ratio(times, 'ours', 'bare'):5.3f} (target <= 1.05)   "
-              f"ours_exact vs nanogpt tokens/s {ratio(times, 'nanogpt', 'ours_exact'):5.3f} (target >= 1.10)   "
-              + "  ".join(f"{k} {s:,.0f}" for k, s in speed.items()) + " tokens/s")
+              f"ours_exact vs nanogpt tokens/s {ratio(times, 'nanogpt', 'ours_exact'):5.3f} (target >= 1.10)")
+        print("             tokens/s " + "  ".join(f"{k} {s:,.0f}" for k, s in speed.items())
+              + "   time / ours " + "  ".join(f"{k} {ratio(times, k, 'ours'):.3f}" for k in times if k != "ours"))
     if args.memory:
         mem = {}
         for k, (m, o, kind) in models.items():
+            if k not in ("ours", "bare", "ours_exact", "nanogpt"):
+                continue
             step = trainer(m, o, kind, ids)
             mem[k] = peak_memory(lambda s=step: [s() for _ in range(3)])
         print(f"  peak memory of 3 train steps: ours/bare {mem['ours'] / mem['bare']:5.3f}   ours_exact/nanogpt "
