@@ -216,7 +216,8 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished) -> None:
             else:
                 os.environ[k] = v
     try:
-        items = [(i, (name, preset, seed, str(out))) for i, (name, seed) in enumerate(tasks)]
+        where = str(Path(out).resolve())  # the workers' current directory is the server's, not necessarily ours
+        items = [(i, (name, preset, seed, where)) for i, (name, seed) in enumerate(tasks)]
         for i, result in pool.imap_unordered(_run_indexed, items, chunksize=1):  # dispatched in list order
             finished(tasks[i], result)
         pool.close()
