@@ -21,8 +21,8 @@ def _groups(ids):
     return groups
 
 
-def test_parallel_and_serial_claims_json_agree_on_every_verdict_and_deterministic_metric(tmp_path):
-    serial = run_claims(None, preset="smoke", out=tmp_path / "serial", progress=False, jobs=1)
+def test_parallel_and_serial_claims_json_agree_on_every_verdict_and_deterministic_metric(tmp_path, smoke_serial):
+    serial_out, serial = smoke_serial  # run_claims(None, preset="smoke", jobs=1) (conftest.py)
     parallel = run_claims(None, preset="smoke", out=tmp_path / "parallel", progress=False, jobs=2)
     assert parallel["environment"]["jobs"] == 2 and serial["environment"]["jobs"] == 1
     stored = json.loads((tmp_path / "parallel" / "claims.json").read_text(encoding="utf-8"))
@@ -47,7 +47,7 @@ def test_parallel_and_serial_claims_json_agree_on_every_verdict_and_deterministi
         assert "wall-clock" in serial["claims"][select(None).index(cid)]["nondeterministic"]["why"]
     assert (tmp_path / "parallel" / "index.html").is_file()
     assert sorted(p.name for p in (tmp_path / "parallel" / "figures").iterdir()) == sorted(
-        p.name for p in (tmp_path / "serial" / "figures").iterdir())
+        p.name for p in (serial_out / "figures").iterdir())
 
 
 def test_every_nondeterministic_pattern_names_metrics_an_experiment_records():
