@@ -46,8 +46,10 @@ def run(args: argparse.Namespace) -> int:
     if args.ids and args.all:
         raise ValueError("give claim ids or --all, not both")
     _check_out(args.out)
-    doc = run_claims(None if args.all else args.ids, preset=args.preset, seeds=args.seeds, out=args.out,
-                     progress=not args.quiet, jobs=_jobs(args))
+    doc = _guarded(lambda: run_claims(None if args.all else args.ids, preset=args.preset, seeds=args.seeds,
+                                      out=args.out, progress=not args.quiet, jobs=_jobs(args)), "claims run")
+    if doc is None:
+        return 1
     _summary(doc, args.out)
     return 0
 
@@ -78,11 +80,26 @@ def run_report(args: argparse.Namespace) -> int:
 
     _check_out(args.out)
     t0 = time.perf_counter()
-    doc = run_claims(None, preset=args.preset, seeds=args.seeds, out=args.out, progress=not args.quiet,
-                     jobs=_jobs(args))
+    doc = _guarded(lambda: run_claims(None, preset=args.preset, seeds=args.seeds, out=args.out,
+                                      progress=not args.quiet, jobs=_jobs(args)), "report")
+    if doc is None:
+        return 1
     _summary(doc, args.out)
     print(f"wall time {time.perf_counter() - t0:.0f} s · open {Path(args.out) / 'index.html'}")
     return 0
+
+
+def _guarded(run, command: str):
+    """``run()``, or ``None`` after one line on stderr when a worker process died (exit code 1)."""
+    import sys
+
+    from anatomy.experiments.runner import WorkerDied
+
+    try:
+        return run()
+    except WorkerDied as err:
+        print(f"anatomy {command}: error: {err}", file=sys.stderr)
+        return None
 
 
 def _check_out(out: str) -> None:

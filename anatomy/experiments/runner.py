@@ -19,6 +19,8 @@ import platform
 import random
 import signal
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +124,8 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
                out: str | Path = "claims-out", progress: bool = True, jobs: int | None = 1) -> dict[str, Any]:
     """Run the claims ``ids`` (default: all) and write ``claims.json`` and the reports into ``out``.
 
-    ``jobs``: worker processes (``None``: one per core); 1 runs everything here, one run after the other."""
+    ``jobs``: worker processes (``None``: one per core); 1 runs everything here, one run after the other. With
+    ``jobs > 1`` a script calling this needs the usual ``if __name__ == "__main__":`` guard (multiprocessing)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid names: {', '.join(PRESETS)}")
     n_seeds = DEFAULT_SEEDS[preset] if seeds is None else seeds
@@ -196,41 +199,46 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
+class WorkerDied(RuntimeError):
+    """A worker process ended without an answer (killed, out of memory): the run stops, naming what ran."""
+
+
 def _run_pool(tasks, preset: str, out: Path, jobs: int, finished) -> None:
     """Spread ``tasks`` over ``jobs`` worker processes, in the given order, each worker taking the next task when
     it is free. Workers fork from a fresh server process that imported torch and the claims once ("forkserver":
-    nothing of this process, its threads or locks, is inherited; "spawn" where there is no forkserver)."""
+    nothing of this process, its threads or locks, is inherited; "spawn" where there is no forkserver). An error in
+    a run, or a worker that dies (killed for memory), stops the whole run with that error."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["anatomy.experiments.runner", "anatomy.experiments.claims"])
+    else:
+        context = multiprocessing.get_context("spawn")
     saved = {k: os.environ.get(k) for k in _THREAD_ENV}
     os.environ.update(dict.fromkeys(_THREAD_ENV, "1"))  # the workers start with one intra-op thread
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker)
     try:
-        if "forkserver" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["anatomy.experiments.runner", "anatomy.experiments.claims"])
-        else:
-            context = multiprocessing.get_context("spawn")
-        pool = context.Pool(jobs, initializer=_init_worker)
+        where = str(Path(out).resolve())  # the workers' current directory is the server's, not necessarily ours
+        futures = {pool.submit(run_one, name, preset, seed, where): (name, seed) for name, seed in tasks}
+        for future in as_completed(futures):  # submitted longest first: the workers start them in that order
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                name, seed = futures[future]
+                raise WorkerDied(f"a worker process died during {name} (seed {seed}) or a run beside it, "
+                                 "killed from outside or for memory; try --jobs 1 or fewer jobs") from None
+            finished(futures[future], result)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in list((getattr(pool, "_processes", None) or {}).values()):  # stop the runs under way
+            process.terminate()
+        raise
     finally:
+        pool.shutdown(wait=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    try:
-        where = str(Path(out).resolve())  # the workers' current directory is the server's, not necessarily ours
-        items = [(i, (name, preset, seed, where)) for i, (name, seed) in enumerate(tasks)]
-        for i, result in pool.imap_unordered(_run_indexed, items, chunksize=1):  # dispatched in list order
-            finished(tasks[i], result)
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
-
-
-def _run_indexed(item):
-    i, args = item
-    return i, run_one(*args)
 
 
 def _init_worker() -> None:

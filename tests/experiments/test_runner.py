@@ -101,3 +101,14 @@ def test_the_cli_runs_claims_in_parallel(tmp_path, capsys):
     doc = json.loads((out / "claims.json").read_text(encoding="utf-8"))
     assert doc["environment"]["jobs"] == 2 and [c["id"].split("-")[0] for c in doc["claims"]] == ["C4", "C11"]
     assert "not reproducible bit for bit" in capsys.readouterr().out  # C11 times kernels, and says so
+
+
+def test_a_worker_that_dies_stops_the_run_with_one_line(tmp_path, monkeypatch, capsys):
+    def dying(*_args, **_kw):
+        raise runner.WorkerDied("a worker process died during head-count (seed 0)")
+
+    monkeypatch.setattr(runner, "_run_pool", dying)
+    assert main(["claims", "run", "C1", "C4", "--preset", "smoke", "--seeds", "2", "--out", str(tmp_path),
+                 "--jobs", "2", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "worker process died during head-count" in err
