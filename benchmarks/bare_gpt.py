@@ -68,9 +68,10 @@ class BareGPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:  # nanoGPT: targets already shifted, -1 where there is no next token
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)  # (B*T, V)
         elif labels is not None:  # ours: position t predicts labels[t + 1]
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1))
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
+                                   labels[:, 1:].reshape(-1))  # (B*(T-1), V): the copy our design made
         return Output(logits, loss)
 
     @torch.no_grad()

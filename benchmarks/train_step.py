@@ -16,10 +16,11 @@ Contenders (every one starts from the same weights, checked to give the same log
                  on CPU: its model.py asks for fused only on CUDA)
 
 At the benchmark size, Hugging Face GPT-2 (sdpa) and x-transformers (flash) join when installed (their own
-weights, plain AdamW). Sizes: the claims lab's tiny models (one thread, as the lab runs them) and the benchmark size: 4 layers, 4 heads,
-d 256, d_ff 1024, T 256, batch 8, vocab 4096 (``--threads``, default 2). A train step is forward + loss + backward +
-AdamW step + zero_grad; inference is a full-sequence forward without grad. Contenders run in interleaved rounds
-(rotating order), best of ``--repeat`` calls per round; a ratio is the median of the per-round ratios.
+weights, plain AdamW). Sizes: the claims lab's tiny models (one thread, as the lab runs them) and the benchmark
+size: 4 layers, 4 heads, d 256, d_ff 1024, T 256, batch 8, vocab 4096 (``--threads``, default 2). A train step
+is forward + loss + backward + AdamW step + zero_grad; inference is a full-sequence forward without grad.
+Contenders run in interleaved rounds (rotating order), best of ``--repeat`` calls per round; a ratio is the
+median of the per-round ratios.
 Targets (issue 14): ours / bare <= 1.05 (time); ours_exact vs nanogpt >= 1.10 (tokens/s).
 """
 
