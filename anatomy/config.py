@@ -238,9 +238,14 @@ class ModelConfig:
     # construction -----------------------------------------------------------------------------------------------
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
+        """The preset ``name`` with ``overrides``. Sizes the preset derives from ``d_model`` follow an overridden
+        ``d_model`` unless given too (``PRESET_RULES``): ``from_preset("gpt2", d_model=256)`` has ``d_ff=1024``
+        and 4 heads of 64, like ``GPT2Config(n_embd=256)``'s 4·n_embd. Rates are not sizes: ``dropout`` and
+        ``attention_dropout`` keep the preset's values (0.1 for gpt2, bert, t5, vaswani-2017) at any size; pass
+        ``dropout=0.0, attention_dropout=0.0`` to time a model or to train without them."""
         if name not in PRESETS:
             raise ValueError(f"unknown preset {name!r}; valid names: {', '.join(sorted(PRESETS))}")
-        return cls.from_dict({**PRESETS[name], **overrides})
+        return cls.from_dict({**PRESETS[name], **preset_sizes(name, overrides), **overrides})
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ModelConfig:
@@ -334,3 +339,42 @@ LOOK_VOCAB = 1000
 def large_vocab_presets() -> tuple[str, ...]:
     """The presets whose published ``vocab_size`` is above :data:`LOOK_VOCAB` (every published size today)."""
     return tuple(name for name, values in PRESETS.items() if values.get("vocab_size", 0) > LOOK_VOCAB)
+
+
+# How a preset's sizes follow an overridden d_model (each only when not given too):
+#   d_ff        d_model times the preset's ratio; "gated": SwiGLU's 2/3 * 4 * D rounded up to 8 (Llama's rule)
+#   head_width  n_heads = d_model / head_width, when d_model is a multiple of it (else the preset's count stays)
+#               and head_dim is not given
+#   n_kv_heads  then keeps the preset's group size H / Hkv (or the nearest wider sharing that divides H)
+# qwen3 sets head_dim, so its heads do not depend on d_model; seed-block's 4 heads are the post's example.
+PRESET_RULES: dict[str, dict[str, Any]] = {
+    "vaswani-2017": dict(d_ff=4, head_width=64),
+    "bert": dict(d_ff=4, head_width=64),
+    "gpt2": dict(d_ff=4, head_width=64),
+    "llama": dict(d_ff="gated", head_width=64),
+    "qwen3": dict(d_ff=3),
+    "t5": dict(d_ff=4, head_width=64),
+    "seed-block": dict(d_ff=4),
+}
+
+
+def preset_sizes(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The sizes of preset ``name`` that follow ``overrides`` (``d_model``, ``n_heads``) by ``PRESET_RULES``."""
+    from anatomy.components.ffn import default_d_ff
+
+    preset, rules, out = PRESETS[name], PRESET_RULES.get(name, {}), {}
+    d = overrides.get("d_model", preset.get("d_model"))
+    if not isinstance(d, int) or isinstance(d, bool) or d <= 0 or "d_model" not in overrides:
+        d = None  # not overridden (or invalid: validation names it)
+    if d is not None and "d_ff" not in overrides and "d_ff" in rules:
+        ratio = rules["d_ff"]
+        out["d_ff"] = default_d_ff(d, "swiglu") if ratio == "gated" else ratio * d
+    width = rules.get("head_width")
+    if d is not None and "n_heads" not in overrides and overrides.get("head_dim") is None and width and d % width == 0:
+        out["n_heads"] = d // width
+    heads = overrides.get("n_heads", out.get("n_heads", preset.get("n_heads")))
+    kv = preset.get("n_kv_heads")
+    if kv and "n_kv_heads" not in overrides and isinstance(heads, int) and heads > 0 and heads != preset["n_heads"]:
+        limit = max(1, heads // (preset["n_heads"] // kv))  # as many query heads per kv head as the preset, or more
+        out["n_kv_heads"] = max(k for k in range(1, limit + 1) if heads % k == 0)
+    return out

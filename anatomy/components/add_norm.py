@@ -67,7 +67,8 @@ class AddNorm(nn.Module):
 
     def after(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Combine the residual input ``x`` with the sub-layer output ``out``."""
-        out = self.dropout(out)
+        if self.dropout.p and self.training:  # p = 0 or eval: the identity, without a module call
+            out = self.dropout(out)
         if self.placement == "post":
             return self.norm(x + out)
         if self.placement == "pre":

@@ -72,4 +72,4 @@ class InputEmbeddings(nn.Module):
             x = self.positional.add_to_embeddings(x, positions)  # (B, T, D)
         if self.norm is not None:
             x = self.norm(x)
-        return self.dropout(x)
+        return self.dropout(x) if self.dropout.p and self.training else x

@@ -63,7 +63,10 @@ class FeedForward(nn.Module):
             hidden = self.act(self.gate_proj(x)) * self.up_proj(x)  # (B, T, F)
         else:
             hidden = self.act(self.up_proj(x))  # (B, T, F)
-        return self.down_proj(self.dropout(self.hook_hidden(hidden)))  # (B, T, D)
+        hidden = self.hook_hidden(hidden)
+        if self.dropout.p and self.training:  # p = 0 or eval: the identity, without a module call
+            hidden = self.dropout(hidden)
+        return self.down_proj(hidden)  # (B, T, D)
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}, d_ff={self.d_ff}"

@@ -219,6 +219,8 @@ _said: set[str] = set()
 def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "",
             softcap: bool = False) -> Kernel:
     """Pick the kernel for one call. ``auto`` → ``sdpa`` unless weights/hooks/value term/soft-cap need ``math``."""
+    if name == "auto" and not (need_weights or hooked or value_bias or softcap):  # the usual call, decided at once
+        return KERNELS["sdpa"]
     if name == "auto":
         reasons = [r for r, on in (("weights were requested", need_weights),
                                    ("a score/weight hook is attached", hooked),

@@ -14,6 +14,7 @@ from torch import nn
 from anatomy.components.add_norm import deepnorm_constants
 from anatomy.components.block import DecoderBlock, EncoderBlock
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding, make_lm_head
+from anatomy.components.hook_point import mirror_hook_points
 from anatomy.components.norms import norm_class
 from anatomy.components.positional import RopeScaling, positional_class
 from anatomy.config import ModelConfig
@@ -136,4 +137,6 @@ def build_model(config: ModelConfig) -> nn.Module:
                                dropout=config.dropout)
     init_weights(model, scheme=config.init, std=config.init_std, n_layers=depth, beta=beta)
     model.config = config
+    mirror_hook_points(model)
     return model
+

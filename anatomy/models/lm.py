@@ -19,8 +19,10 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Next-token cross-entropy: position ``t`` predicts ``labels[t + 1]``; label -100 is ignored."""
     if labels.shape != logits.shape[:2]:
         raise ValueError(f"labels must have shape (B, T)={tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
-    predictions = logits[:, :-1].flatten(0, 1).float()  # (B*(T-1), V)
-    return F.cross_entropy(predictions, labels[:, 1:].flatten(), ignore_index=-100)  # targets (B*(T-1),)
+    # The labels move, not the logits: the next token of the last position is "ignored" (-100), so the loss reads
+    # the logits in place instead of copying all but their last position (B*(T-1)*V floats, and again backward).
+    targets = F.pad(labels[:, 1:], (0, 1), value=-100)  # (B, T)
+    return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-100)  # (B*T, V)
 
 
 class DecoderLM(GenerationMethods, nn.Module):

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from anatomy.experiments.registry import CLAIMS, Metric, holds_on_every_seed
-from anatomy.experiments.runner import run_claims, select
+from anatomy.experiments.runner import select
 
 
 def test_metric_summary_and_interval():
@@ -54,8 +54,8 @@ def test_every_claim_of_the_post_is_registered():
     assert numbers == list(range(1, 56)), f"missing: {sorted(set(range(1, 56)) - set(numbers))}"
 
 
-def test_smoke_run_of_all_claims_writes_verdicts_metrics_and_reports(tmp_path):
-    doc = run_claims(None, preset="smoke", out=tmp_path, progress=False)
+def test_smoke_run_of_all_claims_writes_verdicts_metrics_and_reports(smoke_serial):
+    tmp_path, doc = smoke_serial  # run_claims(None, preset="smoke", jobs=1) into tmp_path (conftest.py)
     stored = json.loads((tmp_path / "claims.json").read_text(encoding="utf-8"))
     assert stored["preset"] == "smoke" and stored["seeds"] == 1
     assert [c["id"] for c in stored["claims"]] == [c["id"] for c in doc["claims"]]

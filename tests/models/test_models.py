@@ -284,3 +284,20 @@ def test_window_pattern_gives_each_layer_its_window(pattern, layers, windows):
 def test_window_pattern_is_validated(overrides, message):
     with pytest.raises(ValueError, match=message):
         small("llama", n_layers=4, **overrides)
+
+
+def test_lm_loss_reads_the_logits_in_place_and_equals_the_shifted_copy():
+    """The speed lever of issue 14: labels shifted (last one ignored) instead of the logits sliced and copied;
+    the same value and the same gradient as the copy."""
+    from anatomy.models.lm import lm_loss
+
+    logits = torch.randn(3, 7, 11, requires_grad=True)
+    labels = torch.randint(0, 11, (3, 7))
+    labels[1, 4] = -100
+    new = lm_loss(logits, labels)
+    (g_new,) = torch.autograd.grad(new, logits)
+    old = F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+    (g_old,) = torch.autograd.grad(old, logits)
+    torch.testing.assert_close(new, old, rtol=1e-6, atol=0)
+    torch.testing.assert_close(g_new, g_old, rtol=1e-6, atol=1e-9)
+    assert torch.count_nonzero(g_new[:, -1]) == 0  # the last position predicts nothing
