@@ -1,4 +1,4 @@
-"""Shared test settings: the Hypothesis profiles.
+"""Shared test settings: the Hypothesis profiles, one intra-op thread, and the browser the page tests drive.
 
 ``default``  a handful of examples per property (a few hundred in the whole suite), no deadline: CPU timings of
              tiny PyTorch models jitter too much for Hypothesis' per-example deadline to mean anything.
@@ -12,6 +12,7 @@ property) asks for ``max(its_own_count, settings.default.max_examples)``, so the
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 import torch
@@ -35,3 +36,21 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def browser():
+    """Debian's chromium, headless, driven by playwright (never `playwright install`); skipped, with the package to
+    install, where either is missing. The flags keep it off this machine's closed network."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright python package is not installed")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("Debian chromium is not installed (apt-get install chromium); never `playwright install`")
+    with sync_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--no-first-run"])
+        try:
+            yield launched
+        finally:
+            launched.close()

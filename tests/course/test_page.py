@@ -8,7 +8,6 @@ same query reports it drawn by no CJK font."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,43 +15,27 @@ import pytest
 from anatomy.cli.main import main
 
 
-def _browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright python package is not installed")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium); never `playwright install`")
-    return sync_api, chromium
-
-
-def test_the_course_page_draws_chinese_with_glyphs(tmp_path, capsys):
-    sync_api, chromium = _browser()
+def test_the_course_page_draws_chinese_with_glyphs(tmp_path, capsys, browser):
     path = tmp_path / "learn.html"
     assert main(["learn", "page", "--out", str(path), "--lang", "zh", "--dir", str(tmp_path)]) == 0
     html = path.read_text(encoding="utf-8")
     assert "缩放点积注意力" in html and "把你的Block亲手写一遍" in html
     artifacts = Path(os.environ.get("ANATOMY_ARTIFACTS") or tmp_path)
     artifacts.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--no-first-run"])
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            tab.goto(path.resolve().as_uri())
-            tab.evaluate("() => { const s = document.createElement('span'); s.id = 'control'; "
-                         "s.textContent = '\\ue001\\ue002\\ue003'; document.querySelector('header').appendChild(s); }")
-            cdp = tab.context.new_cdp_session(tab)
-            cdp.send("DOM.enable")
-            cdp.send("CSS.enable")
-            root = cdp.send("DOM.getDocument")["root"]["nodeId"]
-            fonts = {}
-            for selector in ("header h1", "#control"):
-                node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
-                fonts[selector] = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
-            title = tab.inner_text("header h1")
-            tab.screenshot(path=str(artifacts / "learn-page.png"), full_page=True)
-        finally:
-            browser.close()
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    tab.goto(path.resolve().as_uri())
+    tab.evaluate("() => { const s = document.createElement('span'); s.id = 'control'; "
+                 "s.textContent = '\\ue001\\ue002\\ue003'; document.querySelector('header').appendChild(s); }")
+    cdp = tab.context.new_cdp_session(tab)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+    fonts = {}
+    for selector in ("header h1", "#control"):
+        node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": selector})["nodeId"]
+        fonts[selector] = cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]
+    title = tab.inner_text("header h1")
+    tab.screenshot(path=str(artifacts / "learn-page.png"), full_page=True)
     cjk = ("wenquanyi", "wqy", "noto sans cjk", "noto serif cjk", "source han", "droid sans fallback", "ar pl")
     is_cjk = lambda f: any(w in f["familyName"].lower() for w in cjk)  # noqa: E731
     han = sum(1 for c in title if "\u4e00" <= c <= "\u9fff")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -79,59 +78,43 @@ def test_page_carries_the_trace_and_every_layer_and_head(model_and_page):
     assert "(B=1, H=4, T=14, S=14)" in html
 
 
-def _browser():
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright python package is not installed")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("Debian chromium is not installed (apt-get install chromium); never `playwright install`")
-    return sync_api, chromium
-
-
-def test_browser_shows_the_models_weights(model_and_page, tmp_path):
-    sync_api, chromium = _browser()
+def test_browser_shows_the_models_weights(model_and_page, tmp_path, browser):
     model, ids, tokens, _, path = model_and_page
     with torch.no_grad():
         expected = model(ids, output_attentions=True).attentions[LAYER][0, HEAD]  # (T, S), the math kernel
     artifacts = Path(os.environ.get("ANATOMY_ARTIFACTS") or tmp_path)
     artifacts.mkdir(parents=True, exist_ok=True)
     problems = []
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--no-first-run"])
-        try:
-            tab = browser.new_page(viewport={"width": 1280, "height": 900})
-            tab.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in (
-                "error", "warning") else None)
-            tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            requests = []
-            tab.on("request", lambda r: requests.append(r.url))
-            tab.goto(Path(path).resolve().as_uri())
-            tab.wait_for_selector("body[data-ready='1']")
-            tab.select_option("#layer-select", str(LAYER))
-            tab.select_option("#head-select", str(HEAD))
-            shown = tab.eval_on_selector_all("#attn-table tr", "rows => rows.slice(1).map(r => "
-                                             "Array.from(r.querySelectorAll('td.w')).map(c => c.textContent))")
-            header = tab.eval_on_selector_all("#attn-table tr:first-child th", "c => c.map(x => x.textContent)")
-            assert header[1:] == tokens
-            got = torch.tensor([[float(v) for v in row] for row in shown], dtype=torch.float64)
-            assert got.shape == expected.shape
-            assert all(len(v.split(".")[1]) == page.DIGITS for row in shown for v in row)
-            assert float((got - expected.double()).abs().max()) <= 0.5 * 10 ** -page.DIGITS + 1e-7
-            tab.hover("#attn-table tr:nth-child(4) td.w:nth-of-type(2)")  # query 2, key 1
-            readout = tab.inner_text("#attn-hover")
-            assert f"head {HEAD}" in readout and "「把」" in readout and "「明」" in readout
-            assert float(readout.rsplit(":", 1)[1]) == pytest.approx(float(expected[2, 1]), abs=1.5e-6)
-            assert "head 2" in tab.inner_text(".thumb.active")
-            tab.select_option("#pe-select", str(viz.PE_KINDS.index("rope")))
-            assert tab.locator("#pe-panels .panel").count() == 4
-            tab.locator("#pe-panels canvas").hover(position={"x": 2, "y": 2})
-            assert "position p = 0" in tab.inner_text("#pe-readout")
-            tab.hover("#attn-table tr:nth-child(4) td.w:nth-of-type(2)")
-            tab.locator("#attention").screenshot(path=str(artifacts / "page-attention.png"))
-            tab.screenshot(path=str(artifacts / "page-full.png"), full_page=True)
-        finally:
-            browser.close()
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    tab.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in (
+        "error", "warning") else None)
+    tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    requests = []
+    tab.on("request", lambda r: requests.append(r.url))
+    tab.goto(Path(path).resolve().as_uri())
+    tab.wait_for_selector("body[data-ready='1']")
+    tab.select_option("#layer-select", str(LAYER))
+    tab.select_option("#head-select", str(HEAD))
+    shown = tab.eval_on_selector_all("#attn-table tr", "rows => rows.slice(1).map(r => "
+                                     "Array.from(r.querySelectorAll('td.w')).map(c => c.textContent))")
+    header = tab.eval_on_selector_all("#attn-table tr:first-child th", "c => c.map(x => x.textContent)")
+    assert header[1:] == tokens
+    got = torch.tensor([[float(v) for v in row] for row in shown], dtype=torch.float64)
+    assert got.shape == expected.shape
+    assert all(len(v.split(".")[1]) == page.DIGITS for row in shown for v in row)
+    assert float((got - expected.double()).abs().max()) <= 0.5 * 10 ** -page.DIGITS + 1e-7
+    tab.hover("#attn-table tr:nth-child(4) td.w:nth-of-type(2)")  # query 2, key 1
+    readout = tab.inner_text("#attn-hover")
+    assert f"head {HEAD}" in readout and "「把」" in readout and "「明」" in readout
+    assert float(readout.rsplit(":", 1)[1]) == pytest.approx(float(expected[2, 1]), abs=1.5e-6)
+    assert "head 2" in tab.inner_text(".thumb.active")
+    tab.select_option("#pe-select", str(viz.PE_KINDS.index("rope")))
+    assert tab.locator("#pe-panels .panel").count() == 4
+    tab.locator("#pe-panels canvas").hover(position={"x": 2, "y": 2})
+    assert "position p = 0" in tab.inner_text("#pe-readout")
+    tab.hover("#attn-table tr:nth-child(4) td.w:nth-of-type(2)")
+    tab.locator("#attention").screenshot(path=str(artifacts / "page-attention.png"))
+    tab.screenshot(path=str(artifacts / "page-full.png"), full_page=True)
     assert not problems, problems
     assert all(u.startswith("file://") for u in requests), requests
     assert (artifacts / "page-attention.png").stat().st_size > 10_000
