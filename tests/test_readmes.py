@@ -98,6 +98,6 @@ def test_skipped_tests_say_why_in_the_summary():
     addopts = re.search(r'^addopts = "(.*)"$', (ROOT / "pyproject.toml").read_text(encoding="utf-8"), re.M).group(1)
     flags = "".join(word[2:] for word in addopts.split() if word.startswith("-r"))
     assert "a" in flags or "s" in flags, addopts
-    page = (ROOT / "tests" / "inspection" / "test_page.py").read_text(encoding="utf-8")
+    page = (ROOT / "tests" / "conftest.py").read_text(encoding="utf-8")  # the browser fixture both page tests use
     figures = (ROOT / "tests" / "inspection" / "test_figures.py").read_text(encoding="utf-8")
     assert "apt-get install chromium" in page and "apt-get install fonts-wqy-microhei" in figures
