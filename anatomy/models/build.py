@@ -43,14 +43,23 @@ def _rope_options(config: ModelConfig) -> dict:
 
 
 def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
+    """``config.positional`` at ``site`` (embedding / attention / model), or None when it lives elsewhere; each
+    scheme is given the arguments it takes, by name (its constructor refuses any other)."""
     cls = positional_class(config.positional)
     if cls.site != site:
         return None
-    return cls(d_model=config.d_model, max_seq_len=config.max_seq_len, head_dim=config.dh,
-               n_heads=config.n_heads, base=config.rope_base if config.positional == "rope" else 10000.0,
-               layout=config.rope_layout, max_relative_distance=config.max_relative_distance,
-               num_buckets=config.t5_num_buckets, max_distance=config.t5_max_distance, bidirectional=bidirectional,
-               **_rope_options(config))
+    args = {
+        "none": lambda: {},
+        "sinusoidal": lambda: dict(d_model=config.d_model),
+        "learned": lambda: dict(d_model=config.d_model, max_seq_len=config.max_seq_len),
+        "shaw": lambda: dict(head_dim=config.dh, max_relative_distance=config.max_relative_distance),
+        "t5": lambda: dict(n_heads=config.n_heads, bidirectional=bidirectional, num_buckets=config.t5_num_buckets,
+                           max_distance=config.t5_max_distance),
+        "rope": lambda: dict(head_dim=config.dh, base=config.rope_base, layout=config.rope_layout,
+                             max_seq_len=config.max_seq_len, **_rope_options(config)),
+        "alibi": lambda: dict(n_heads=config.n_heads),
+    }[config.positional]
+    return cls(**args())
 
 
 def _norm(config: ModelConfig) -> nn.Module:

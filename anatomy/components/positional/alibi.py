@@ -30,7 +30,7 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 class ALiBiPositional(PositionalScheme):
     site = "attention"
 
-    def __init__(self, *, n_heads: int, **_: object) -> None:
+    def __init__(self, *, n_heads: int) -> None:
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 

@@ -45,7 +45,7 @@ class NoPositional(PositionalScheme):
 
     site = "none"
 
-    def __init__(self, **_: object) -> None:
+    def __init__(self) -> None:
         super().__init__()
 
 

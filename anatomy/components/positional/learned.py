@@ -15,7 +15,7 @@ from anatomy.components.positional.base import PositionalScheme
 class LearnedPositional(PositionalScheme):
     site = "embedding"
 
-    def __init__(self, *, d_model: int, max_seq_len: int, **_: object) -> None:
+    def __init__(self, *, d_model: int, max_seq_len: int) -> None:
         super().__init__()
         self.max_seq_len = max_seq_len
         self.weight = nn.Parameter(torch.zeros(max_seq_len, d_model))

@@ -21,7 +21,7 @@ from anatomy.components.positional.base import PositionalScheme, relative_distan
 class ShawRelativePositional(PositionalScheme):
     site = "attention"
 
-    def __init__(self, *, head_dim: int, max_relative_distance: int = 16, **_: object) -> None:
+    def __init__(self, *, head_dim: int, max_relative_distance: int = 16) -> None:
         super().__init__()
         if max_relative_distance < 1:
             raise ValueError(f"max_relative_distance must be >= 1, got {max_relative_distance}")

@@ -170,7 +170,7 @@ class RotaryPositional(PositionalScheme):
     site = "attention"
 
     def __init__(self, *, head_dim: int, base: float = 10000.0, layout: str = "half", rotary_dim: int | None = None,
-                 scaling: RopeScaling | None = None, max_seq_len: int = 2048, **_: object) -> None:
+                 scaling: RopeScaling | None = None, max_seq_len: int = 2048) -> None:
         super().__init__()
         if head_dim % 2:
             raise ValueError("positional='rope' needs an even head dimension Dh = d_model // n_heads, "

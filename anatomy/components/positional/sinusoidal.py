@@ -28,7 +28,7 @@ def sinusoidal_table(positions: torch.Tensor, d_model: int, base: float = 10000.
 class SinusoidalPositional(PositionalScheme):
     site = "embedding"
 
-    def __init__(self, *, d_model: int, base: float = 10000.0, **_: object) -> None:
+    def __init__(self, *, d_model: int, base: float = 10000.0) -> None:
         super().__init__()
         if d_model % 2:
             raise ValueError(f"positional='sinusoidal' needs an even d_model (sin/cos pairs), got d_model={d_model}")

@@ -36,7 +36,7 @@ class T5RelativeBias(PositionalScheme):
     site = "model"
 
     def __init__(self, *, n_heads: int, bidirectional: bool = True, num_buckets: int = 32,
-                 max_distance: int = 128, **_: object) -> None:
+                 max_distance: int = 128) -> None:
         super().__init__()
         if num_buckets < 4 or max_distance <= num_buckets // 4:
             raise ValueError(f"t5 bias needs num_buckets >= 4 and max_distance > num_buckets/4, "
