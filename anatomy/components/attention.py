@@ -31,7 +31,13 @@ from torch import nn
 from anatomy.components import kernels
 from anatomy.components.hook_point import HookPoint
 from anatomy.components.kv_cache import KVCache
-from anatomy.components.masks import as_attention_mask, sliding_window_mask
+from anatomy.components.masks import (
+    as_attention_mask,
+    check_mask_dtype,
+    combine,
+    key_padding_to_attention,
+    sliding_window_mask,
+)
 from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_choice, check_divisible, check_hidden, check_positive, check_rank
@@ -145,11 +151,14 @@ class MultiHeadAttention(nn.Module):
         self, x: torch.Tensor, *, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
         is_causal: bool = False, kv_cache: KVCache | None = None, need_weights: bool = False,
         positions: torch.Tensor | None = None, attn_bias: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x: (B, T, D)`` to ``context: (B, S, D)`` (default: ``x`` itself).
 
-        ``mask`` is boolean, True = may attend, broadcastable to ``(B, H, T, S)``; ``is_causal`` adds the causal
-        mask (bottom-right aligned when a cache makes S > T). ``positions: (B|1, T)`` are the query positions
+        ``mask`` is boolean, True = may attend, broadcastable to ``(B, H, T, S)``: a 2-D mask is always ``(T, S)``,
+        even when B == T. A ``(B, S)`` key-padding mask (True on real keys) goes to ``key_padding_mask``, as in
+        ``nn.MultiheadAttention`` (which uses the opposite sense); given both, they are combined. ``is_causal`` adds
+        the causal mask (bottom-right aligned when a cache makes S > T). ``positions: (B|1, T)`` are the query positions
         (default: ``arange(T)`` after every entry the cache has seen). ``attn_bias`` is a float bias broadcastable to
         ``(B, H, T, S)`` computed by the stack (T5). Returns ``(output (B, T, D), weights (B, H, T, S) or None)``.
         """
@@ -187,6 +196,13 @@ class MultiHeadAttention(nn.Module):
                 k, v, k_pos = kv_cache.update(k, v, k_pos)  # (B, Hkv, S, Dh)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
         s = k.shape[-2]
+        if key_padding_mask is not None:
+            check_mask_dtype("key_padding_mask", key_padding_mask)
+            if tuple(key_padding_mask.shape) != (b, s):
+                raise ValueError(f"key_padding_mask must have shape (B={b}, S={s}) with True on real keys, got "
+                                 f"{tuple(key_padding_mask.shape)}")
+            padding = key_padding_to_attention(key_padding_mask)  # (B, 1, 1, S)
+            mask = padding if mask is None else combine(as_attention_mask(mask, b, self.n_heads, t, s), padding)
         mask, is_causal = self.kernel_mask(mask, is_causal, b, t, s, cross=cross, device=x.device,
                                            kv_cache=None if cross else kv_cache)
 

@@ -160,6 +160,6 @@ def as_attention_mask(mask: torch.Tensor, b: int, h: int, t: int, s: int, name: 
     if any(m not in (1, w) for m, w in zip(mask.shape, want)):
         raise ValueError(
             f"{name} of shape {given} does not broadcast to (B={b}, H={h}, T={t}, S={s}); "
-            "a (B, S) key-padding mask must be expanded with masks.key_padding_to_attention first"
+            "a (B, S) key-padding mask goes to key_padding_mask= (or expand it with masks.key_padding_to_attention)"
         )
     return mask

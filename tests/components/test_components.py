@@ -180,3 +180,24 @@ def test_a_misspelt_positional_argument_raises(cls, kwargs):
     scheme(**kwargs)  # the spelling it takes
     with pytest.raises(TypeError, match="bsae"):
         scheme(**kwargs, bsae=500000.0)
+
+
+def test_b_equal_t_a_key_padding_mask_has_its_own_argument():
+    """With B == T a 2-D ``mask`` is still ``(T, S)``; a ``(B, S)`` padding mask goes to ``key_padding_mask`` and
+    equals its explicit ``(B, 1, 1, S)`` form, alone and combined with a ``(T, S)`` mask."""
+    from anatomy.components import MultiHeadAttention
+    from anatomy.components.masks import causal_mask, combine, key_padding_to_attention, padding_mask
+
+    torch.manual_seed(0)
+    m = MultiHeadAttention(d_model=8, n_heads=2, kernel="math").eval()
+    x = torch.randn(4, 4, 8)  # B == T == 4
+    pad = padding_mask(torch.tensor([4, 3, 2, 1]), 4)  # (B, S)
+    explicit, _ = m(x, mask=key_padding_to_attention(pad))
+    given, _ = m(x, key_padding_mask=pad)
+    as_ts, _ = m(x, mask=pad)  # read as (T, S): a different mask, by definition
+    assert torch.equal(given, explicit) and not torch.allclose(as_ts, explicit)
+    both, _ = m(x, mask=causal_mask(4), key_padding_mask=pad)
+    want, _ = m(x, mask=combine(causal_mask(4)[None, None], key_padding_to_attention(pad)))
+    assert torch.equal(both, want)
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B=4, S=4\)"):
+        m(x, key_padding_mask=pad[:, :3])
