@@ -125,17 +125,24 @@ def estimate(config, batch: int, seq: int, *, tgt_seq: int | None = None, traini
     return total, max(parts, key=parts.get)
 
 
+def _refuse_over(need: int, *, what: str, part: str, flags: str, device: str = "cpu",
+                 available: int | None = None) -> int:
+    """The one refusal every check shares: :class:`SizeError` when ``need`` bytes exceed the memory available."""
+    have = available_bytes(device) if available is None else available
+    if have is not None and need > have:
+        raise SizeError(f"{what} would need about {human(need)} of memory ({part}), more than the {human(have)} "
+                        f"available; lower {flags}")
+    return need
+
+
 def check_fits(config, batch: int, seq: int, *, flags: str, what: str = "this forward",
                tgt_seq: int | None = None, training: bool = False, weights: bool = True,
                device: str = "cpu", available: int | None = None) -> int:
     """Refuse sizes that cannot fit, before anything is allocated (:class:`SizeError` naming the estimate and
     ``flags``, e.g. ``"--seq or --batch"``). Returns the estimate in bytes."""
     need, largest = estimate(config, batch, seq, tgt_seq=tgt_seq, training=training, weights=weights)
-    have = available_bytes(device) if available is None else available
-    if have is not None and need > have:
-        raise SizeError(f"{what} would need about {human(need)} of memory (the largest part: {largest}), more than "
-                        f"the {human(have)} available; lower {flags}")
-    return need
+    return _refuse_over(need, what=what, part=f"the largest part: {largest}", flags=flags, device=device,
+                        available=available)
 
 
 def check_cache_fits(config, batch: int, length: int, *, flags: str, element_size: int = FLOAT,
@@ -145,23 +152,17 @@ def check_cache_fits(config, batch: int, length: int, *, flags: str, element_siz
     layers = config.decoder_layers if config.architecture == "seq2seq" else config.n_layers
     slots = length if config.sliding_window is None else min(length, 2 * config.sliding_window)
     need = 2 * layers * batch * config.kv_heads * slots * config.dh * element_size
-    have = available_bytes(device) if available is None else available
-    if have is not None and need > have:
-        raise SizeError(f"the KV cache for {_n(length)} positions would need about {human(need)} "
-                        f"({layers} layers × keys and values (B, Hkv, length, Dh) = {_n(batch)}×{config.kv_heads}×"
-                        f"{_n(slots)}×{config.dh}), more than the {human(have)} available; lower {flags}")
-    return need
+    part = (f"{layers} layers × keys and values (B, Hkv, length, Dh) = "
+            f"{'×'.join(_n(n) for n in (batch, config.kv_heads, slots, config.dh))}")
+    return _refuse_over(need, what=f"the KV cache for {_n(length)} positions", part=part, flags=flags,
+                        device=device, available=available)
 
 
 def check_learner_fits(batch: int, seq: int, d_model: int, n_heads: int, *, flags: str,
                        available: int | None = None) -> int:
     """A learner's module runs in float64 on ``(B, T, D)`` probes: its ``(B, H, T, S)`` scores and weights (and a
     few ``(B, T, D)`` activations) must fit. Refused before the module runs, like :func:`check_fits`."""
-    scores = 2 * batch * n_heads * seq * seq * 8
-    need = scores + 16 * batch * seq * d_model * 8
-    have = available_bytes() if available is None else available
-    if have is not None and need > have:
-        raise SizeError(f"this trace would need about {human(need)} of memory (the largest part: attention scores "
-                        f"(B, H, T, S) = {'×'.join(_n(n) for n in (batch, n_heads, seq, seq))} float64), more than "
-                        f"the {human(have)} available; lower {flags}")
-    return need
+    need = 2 * batch * n_heads * seq * seq * 8 + 16 * batch * seq * d_model * 8
+    shape = "×".join(_n(n) for n in (batch, n_heads, seq, seq))
+    part = f"the largest part: attention scores (B, H, T, S) = {shape} float64"
+    return _refuse_over(need, what="this trace", part=part, flags=flags, available=available)

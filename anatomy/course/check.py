@@ -11,12 +11,14 @@ from anatomy.course.grader import (
     Result,
     as_tensors,
     check_signature,
+    dim_names,
     dims_of,
     first_step,
     load,
     max_diff,
     run_guarded,
     same,
+    source_line,
     table_of,
 )
 
@@ -78,7 +80,7 @@ def _functions(exercise: ex.Exercise, path: str, timeout: float | None) -> Resul
             return result
         for g, w in zip(got, want):
             if tuple(g.shape) != tuple(w.shape):
-                step = first_step(rec, tuple({s.op for s in rec.steps}), tuple(rd_dims(g.shape)), path) if rec else None
+                step = first_step(rec, None, dim_names(g.shape, fx.SIZES), path)
                 result.pitfall, result.line = "wrong_shape", step.line if step else source_line(
                     module, call.entry, r"\breturn\b")[0]
                 result.say(f"{_call_text(call)} returned shape {tuple(g.shape)} {dims_of(g.shape, fx.SIZES)}; the "
@@ -121,29 +123,6 @@ def _functions(exercise: ex.Exercise, path: str, timeout: float | None) -> Resul
     return result
 
 
-def rd_dims(shape) -> tuple[str, ...]:
-    from anatomy.doctor import recorder_dims as rd
-
-    return rd.by_size(tuple(shape), rd.SizeNames(fx.SIZES))
-
-
-def source_line(module, entry: str, pattern: str) -> tuple[int | None, str]:
-    """The first line of ``entry``'s own source (after its ``def``) matching ``pattern``: for code the recorder
-    cannot see (Python arithmetic, tensors made from numbers alone)."""
-    import inspect
-    import re
-
-    try:
-        lines, start = inspect.getsourcelines(getattr(module, entry))
-    except (OSError, TypeError, AttributeError):
-        return None, ""
-    for i, line in enumerate(lines[1:], start=start + 1):
-        code = line.split("#")[0]
-        if pattern and re.search(pattern, code):
-            return i, line.strip()
-    return None, ""
-
-
 def _named(result: Result, exercise: ex.Exercise, p: fx.Pitfall, runs, path: str, module) -> Result:
     affected = [r for r in runs if p.variant(r[0].entry) is not None]  # the calls of the entry with the mistake
     call, got, want, rec = next((r for r in affected if not all(same(g, w) for g, w in zip(r[1], r[2]))), affected[0])
@@ -157,10 +136,10 @@ def _named(result: Result, exercise: ex.Exercise, p: fx.Pitfall, runs, path: str
     result.say(f"pitfall `{p.name}` — {where_en}{p.what[0]}", f"坑 `{p.name}` —— {where_zh}{p.what[1]}")
     result.say(f"the post: 「{p.post[0]}」 ({p.post[1]})", f"原文：「{p.post[0]}」")
     diff = max(max_diff(g, w) for g, w in zip(got, want))
+    more_en, more_zh = _evidence(exercise.id, got, want)
     result.say(f"numbers: on {_call_text(call)} your output differs from the reference by up to {diff:.3g} and "
-               f"equals the `{p.name}` version exactly{_evidence(exercise.id, got, want)[0]}",
-               f"数字：在 {_call_text(call)} 上，你的输出与参考实现最多相差 {diff:.3g}，而与 `{p.name}` 版本完全一致"
-               f"{_evidence(exercise.id, got, want)[1]}")
+               f"equals the `{p.name}` version exactly{more_en}",
+               f"数字：在 {_call_text(call)} 上，你的输出与参考实现最多相差 {diff:.3g}，而与 `{p.name}` 版本完全一致{more_zh}")
     result.say(f"hint: {p.hint[0]}", f"提示：{p.hint[1]}")
     return result
 

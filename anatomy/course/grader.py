@@ -176,19 +176,41 @@ def max_diff(a, b) -> float:
         return float("inf")
 
 
+def dim_names(shape, sizes: dict) -> tuple[str, ...]:
+    return rd.by_size(tuple(shape), rd.SizeNames(sizes))
+
+
 def dims_of(shape, sizes: dict) -> str:
-    return rd.letters(rd.by_size(tuple(shape), rd.SizeNames(sizes)))
+    return rd.letters(dim_names(shape, sizes))
 
 
-def first_step(rec, ops: tuple[str, ...], out_dims: tuple[str, ...] | None, file: str):
-    """The learner's first recorded step with one of ``ops`` (and output dims ``out_dims``), in their file."""
+def first_step(rec, ops: tuple[str, ...] | None, out_dims: tuple[str, ...] | None, file: str):
+    """The learner's first recorded step with one of ``ops`` (None: any op) and output dims ``out_dims`` (None: any),
+    in their file; failing the dims, the first with one of ``ops``."""
     if rec is None:
         return None
-    mine = [s for s in rec.steps if os.path.abspath(s.file) == os.path.abspath(file)]
+    mine = [s for s in rec.steps if os.path.abspath(s.file) == os.path.abspath(file)
+            and (ops is None or s.op in ops)]
     for s in mine:
-        if s.op in ops and (out_dims is None or (s.outputs and tuple(s.outputs[0].dims) == tuple(out_dims))):
+        if out_dims is None or (s.outputs and tuple(s.outputs[0].dims) == tuple(out_dims)):
             return s
-    return next((s for s in mine if s.op in ops), None)
+    return mine[0] if mine else None
+
+
+def source_line(module, entry: str, pattern: str) -> tuple[int | None, str]:
+    """The first line of ``entry``'s own source (after its ``def``) matching ``pattern``: for code the recorder
+    cannot see (Python arithmetic, tensors made from numbers alone)."""
+    import re
+
+    try:
+        lines, start = inspect.getsourcelines(getattr(module, entry))
+    except (OSError, TypeError, AttributeError):
+        return None, ""
+    for i, line in enumerate(lines[1:], start=start + 1):
+        code = line.split("#")[0]
+        if pattern and re.search(pattern, code):
+            return i, line.strip()
+    return None, ""
 
 
 def table_of(rec, file: str) -> list[dict]:

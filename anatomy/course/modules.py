@@ -237,18 +237,17 @@ def _grade_add_norm(exercise: ex.Exercise, path: str, timeout) -> Result:
         cls = getattr(module, name)
         check_signature(cls.__init__, f"{name}.__init__", ["d_model", "sublayer"], 2)
         m = _build(cls, (SIZES["D"], sub), name, timeout)
-        norms = [c for c in m.modules() if c is not m and c is not sub and not any(c is s for s in sub.modules())]
         out, rec = run_guarded(m, (x,), (f"{name}.forward(x (2, 5, 6))", f"{name}.forward(x (2, 5, 6))"), timeout,
                                dims=("B T D",), sizes=SIZES, module=m)
         table = table_of(rec, path)
-        norm = _learner_norm(m, sub)
+        norm, own = _learner_norm(m, sub)
         with torch.no_grad():
             reference = norm(x + sub(x)) if placement == "post" else x + sub(norm(x))
         if isinstance(out, torch.Tensor) and same(out, reference, tol=1e-9):
             ok.append((name, table))
             continue
         result.table = table
-        if not norms:
+        if not own:
             result.pitfall = "no_norm"
             result.say(f"{name} has no norm module of its own", f"{name} 没有自己的 Norm 模块")
             return result
@@ -272,13 +271,14 @@ def _grade_add_norm(exercise: ex.Exercise, path: str, timeout) -> Result:
     return result
 
 
-def _learner_norm(m: nn.Module, sub: nn.Module):
-    """The learner's own norm (the first sub-module that is not the given sub-layer), or nn.LayerNorm's."""
+def _learner_norm(m: nn.Module, sub: nn.Module) -> tuple[nn.Module, bool]:
+    """``(norm, True)``: the learner's own norm (the first sub-module with parameters that is not the given
+    sub-layer); else ``(nn.LayerNorm, False)``, for code that normalises with ``F.layer_norm`` directly."""
     inside = {id(s) for s in sub.modules()}
     for child in m.modules():
         if child is not m and id(child) not in inside and any(True for _ in child.parameters()):
-            return child
-    return nn.LayerNorm(SIZES["D"]).double()
+            return child, True
+    return nn.LayerNorm(SIZES["D"]).double(), False
 
 
 def grade(exercise: ex.Exercise, path: str, timeout) -> Result:
