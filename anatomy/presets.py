@@ -44,6 +44,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         architecture="seq2seq", vocab_size=32128, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
         max_seq_len=512, positional="t5", norm="rmsnorm", norm_position="pre", activation="relu", bias=False,
         attn_scale=1.0, dropout=0.1, tie_embeddings=True, norm_eps=1e-6, init="normal",
+        output_scale=512**-0.5,  # T5 v1.0's tied head reads the decoder output times d_model**-0.5 (as HF's T5)
     ),
     "seed-block": dict(  # the post's §5.1 worked example: B=2, T=10, D=16, H=4, d_k=4; one Post-Norm block
         architecture="encoder", vocab_size=100, d_model=16, n_heads=4, n_layers=1, d_ff=64, max_seq_len=64,
@@ -69,6 +70,8 @@ def large_vocab_presets() -> tuple[str, ...]:
 #   head_width  n_heads = d_model / head_width, when d_model is a multiple of it (else the preset's count stays)
 #               and head_dim is not given
 #   n_kv_heads  then keeps the preset's group size H / Hkv (or the nearest wider sharing that divides H)
+#   output_scale  "tied": d_model**-0.5 while the head is tied to the embedding, 1.0 once it is not (T5 v1.0 vs
+#               v1.1; Hugging Face's scale_decoder_outputs follows tie_word_embeddings the same way)
 # qwen3 sets head_dim, so its heads do not depend on d_model; seed-block's 4 heads are the post's example.
 PRESET_RULES: dict[str, dict[str, Any]] = {
     "vaswani-2017": dict(d_ff=4, head_width=64),
@@ -76,13 +79,14 @@ PRESET_RULES: dict[str, dict[str, Any]] = {
     "gpt2": dict(d_ff=4, head_width=64),
     "llama": dict(d_ff="gated", head_width=64),
     "qwen3": dict(d_ff=3),
-    "t5": dict(d_ff=4, head_width=64),
+    "t5": dict(d_ff=4, head_width=64, output_scale="tied"),
     "seed-block": dict(d_ff=4),
 }
 
 
 def preset_sizes(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The sizes of preset ``name`` that follow ``overrides`` (``d_model``, ``n_heads``) by ``PRESET_RULES``."""
+    """The sizes of preset ``name`` that follow ``overrides`` (``d_model``, ``n_heads``, ``tie_embeddings``) by
+    ``PRESET_RULES``."""
     preset, rules, out = PRESETS[name], PRESET_RULES.get(name, {}), {}
     d = overrides.get("d_model", preset.get("d_model"))
     if not isinstance(d, int) or isinstance(d, bool) or d <= 0 or "d_model" not in overrides:
@@ -98,4 +102,9 @@ def preset_sizes(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
     if kv and "n_kv_heads" not in overrides and isinstance(heads, int) and heads > 0 and heads != preset["n_heads"]:
         limit = max(1, heads // (preset["n_heads"] // kv))  # as many query heads per kv head as the preset, or more
         out["n_kv_heads"] = max(k for k in range(1, limit + 1) if heads % k == 0)
+    if rules.get("output_scale") == "tied" and "output_scale" not in overrides:
+        width = overrides.get("d_model", preset["d_model"])
+        tied = overrides.get("tie_embeddings", preset.get("tie_embeddings", True))
+        if isinstance(width, int) and not isinstance(width, bool) and width > 0:  # else validation names d_model
+            out["output_scale"] = width**-0.5 if tied else 1.0
     return out

@@ -197,3 +197,29 @@ def test_without_deepnorm_alpha_and_beta_are_one():
                                     **{**SMALL, "norm_position": "post"}))
     _check_stack(model.encoder.stack, 1.0, 1.0)
     _check_stack(model.decoder.stack, 1.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------- the t5 preset is T5
+
+T5_SMALL_HF = {  # t5-small's config.json (the fields the converter reads; the others are at HF's defaults)
+    "architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 512, "d_kv": 64, "d_ff": 2048,
+    "num_layers": 6, "num_heads": 8, "vocab_size": 32128, "relative_attention_num_buckets": 32,
+    "dropout_rate": 0.1, "layer_norm_epsilon": 1e-6, "feed_forward_proj": "relu", "decoder_start_token_id": 0,
+    "pad_token_id": 0, "eos_token_id": 1, "n_positions": 512,
+}
+
+
+def test_the_t5_preset_is_what_the_hf_converter_reads_from_t5_small():
+    from anatomy.interop.hf import config_from_hf
+
+    ours, hf = ModelConfig.from_preset("t5"), config_from_hf(T5_SMALL_HF)
+    assert ours.decoder_layers == hf.decoder_layers == 6  # None (= n_layers) in the preset, 6 from HF
+    ours, hf = ({k: v for k, v in c.to_dict().items() if k != "n_decoder_layers"} for c in (ours, hf))
+    assert {k for k in ours if ours[k] != hf[k]} == {"attention_dropout"}
+    assert ours["output_scale"] == pytest.approx(512 ** -0.5)
+
+
+@pytest.mark.parametrize("overrides,scale", [({"d_model": 32}, 32 ** -0.5), ({"tie_embeddings": False}, 1.0),
+                                             ({"d_model": 64, "output_scale": 1.0}, 1.0)])
+def test_the_t5_output_scale_follows_d_model_and_the_tied_head(overrides, scale):
+    assert ModelConfig.from_preset("t5", **overrides).output_scale == pytest.approx(scale)
