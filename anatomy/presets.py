@@ -43,7 +43,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "t5": dict(  # T5-small (Raffel et al. 2020)
         architecture="seq2seq", vocab_size=32128, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
         max_seq_len=512, positional="t5", norm="rmsnorm", norm_position="pre", activation="relu", bias=False,
-        attn_scale=1.0, dropout=0.1, tie_embeddings=True, norm_eps=1e-6, init="normal",
+        attn_scale=1.0, dropout=0.1, attention_dropout=0.1, tie_embeddings=True, norm_eps=1e-6, init="normal",
         output_scale=512**-0.5,  # T5 v1.0's tied head reads the decoder output times d_model**-0.5 (as HF's T5)
     ),
     "seed-block": dict(  # the post's §5.1 worked example: B=2, T=10, D=16, H=4, d_k=4; one Post-Norm block
