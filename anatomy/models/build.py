@@ -190,8 +190,8 @@ def build_model(config: ModelConfig) -> nn.Module:
         raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
     embed_tokens = TokenEmbedding(config.vocab_size, config.d_model, scale=config.scale_embeddings)
     model, betas = ARCHITECTURE_BUILDERS[config.architecture](config, embed_tokens, _deepnorm(config))
-    depth = config.n_layers * (config.architecture != "decoder_lm") + config.decoder_layers * (
-        config.architecture in ("seq2seq", "decoder_lm"))
+    depth = {"decoder_lm": config.decoder_layers, "seq2seq": config.n_layers + config.decoder_layers}.get(
+        config.architecture, config.n_layers)  # every block of the model: GPT-2's residual scaling 1/sqrt(2L)
     scheme = "deepnet" if config.norm_position == "deepnorm" else config.init
     init_weights(model, scheme=scheme, std=config.init_std, n_layers=depth, betas=betas)
     model.config = config
