@@ -1,4 +1,4 @@
-"""``ModelConfig``: one frozen, validated description of a model, and the presets.
+"""``ModelConfig``: one frozen, validated description of a model (the presets: anatomy/presets.py).
 
 Every field is also a ``key=value`` word on the command line. Validation names the field, the value and what
 was expected, before any module is built. ``build_model`` (models/build.py) is the only place a config becomes
@@ -18,7 +18,12 @@ from anatomy.components.ffn import ACTIVATION_NAMES
 from anatomy.components.kernels import KERNEL_NAMES
 from anatomy.components.norms import NORMS
 from anatomy.components.positional import POSITIONAL, ROPE_LAYOUTS, ROPE_SCALINGS
+from anatomy.presets import LOOK_VOCAB, PRESET_RULES, PRESETS, large_vocab_presets, preset_sizes
 from anatomy.shapes import check_choice
+
+# the presets live in anatomy/presets.py; these names stay importable from here
+__all__ = ["ARCHITECTURES", "INITS", "LOOK_VOCAB", "POOLINGS", "PRESETS", "PRESET_RULES", "ModelConfig",
+           "large_vocab_presets", "preset_sizes"]
 
 ARCHITECTURES = ("encoder", "decoder_lm", "seq2seq", "classifier")
 INITS = ("normal", "xavier", "deepnet")
@@ -27,52 +32,41 @@ POOLINGS = ("cls", "mean")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    architecture: str = "decoder_lm"
-    vocab_size: int = 256
-    d_model: int = 128
-    n_heads: int = 4
-    n_kv_heads: int | None = None
+    """Every field below is one design choice, with its unit, its choices and what its default means; the
+    ``key=value`` command-line word of each is its name. Derived values (``dh``, ``kv_heads``, ``decoder_layers``,
+    ``use_final_norm``, ``rotary_dim``, ``qk_norm_kind``, ``layer_window``) are properties further down."""
+
+    # --- architecture & sizes -------------------------------------------------------------------------------------
+    architecture: str = "decoder_lm"  # "encoder" | "decoder_lm" | "seq2seq" | "classifier" (an encoder + a head)
+    vocab_size: int = 256  # tokens V of the embedding (and of the LM head)
+    d_model: int = 128  # model width D: the residual stream, the embeddings
+    n_layers: int = 2  # blocks of the encoder / the decoder-only LM; seq2seq: the encoder's (N)
+    n_decoder_layers: int | None = None  # seq2seq: the decoder's blocks (M); None: n_layers (read .decoder_layers)
+    max_seq_len: int = 512  # longest sequence, in tokens (the learned table's rows; RoPE scaling's trained length)
+    bias: bool = True  # biases on every Linear (q/k/v/o, FFN) and LayerNorm's shift; RMSNorm has none either way
+    pad_token_id: int = 0  # the padding token id; seq2seq: also the decoder's start token
+    num_labels: int = 2  # classifier: output classes
+    pooling: str = "cls"  # classifier: "cls" (the first real token) | "mean" (the mean over real tokens)
+    pooler: bool = False  # classifier: BERT's tanh(Linear(D, D)) on the pooled vector
+    # --- attention ----------------------------------------------------------------------------------------------
+    n_heads: int = 4  # query heads H
+    n_kv_heads: int | None = None  # key/value heads Hkv (GQA; 1 is MQA); None: H (read .kv_heads)
     head_dim: int | None = None  # None: d_model // n_heads; set to decouple (T5 v1.1 small, Gemma); read .dh
-    n_layers: int = 2
-    n_decoder_layers: int | None = None
-    d_ff: int | None = None
-    max_seq_len: int = 512
-    positional: str = "sinusoidal"
-    norm: str = "layernorm"
-    norm_position: str = "pre"
-    activation: str = "gelu"
-    kernel: str = "auto"
-    dropout: float = 0.0
-    attention_dropout: float = 0.0
-    bias: bool = True
-    tie_embeddings: bool = True
-    num_labels: int = 2
-    pooling: str = "cls"
-    pooler: bool = False
-    norm_eps: float = 1e-5
-    scale_embeddings: bool = False
-    attn_scale: float | None = None
-    fused_qkv: bool = False
+    kernel: str = "auto"  # the attention arithmetic: "auto" | "sdpa" | "math" | "loop" (components/kernels.py)
+    attn_scale: float | None = None  # the scores' scale; None: 1/sqrt(Dh) (T5: 1.0, folded into its init)
+    fused_qkv: bool = False  # one qkv_proj Linear instead of q/k/v_proj (GPT-2's c_attn); the same arithmetic
     qk_norm: bool = False  # QK-norm: each head's q and k normalised over Dh (the model's norm kind) before RoPE
     sliding_window: int | None = None  # local self-attention over the last W key slots (Mistral); None: all
     # with sliding_window: which layers are local ('L', windowed) and which global ('G'), one letter per layer or
     # a shorter cycle that repeats ("LG": Gemma 2's alternation; "LLLLLG": Gemma 3's 5:1); None: every layer local
     window_pattern: str | None = None
-    rope_base: float = 10000.0
-    rope_layout: str = "half"
-    max_relative_distance: int = 16
-    t5_num_buckets: int = 32
-    t5_max_distance: int = 128
-    final_norm: bool | None = None
-    embedding_norm: bool = False
-    type_vocab_size: int = 0
-    pad_token_id: int = 0
-    init: str = "normal"
-    init_std: float = 0.02
-    output_scale: float = 1.0  # seq2seq: hidden * output_scale before lm_head (T5 v1.0 tied: d_model**-0.5)
-    # --- options of more Hugging Face families (Llama 3, Qwen2, Gemma, Gemma 2, Phi-3, GPT-NeoX); the defaults are
-    # the plain designs above. Docs: docs/interop.md; formulas: components/positional/rope.py, kernels.py
-    qkv_bias: bool | None = None  # bias on the q/k/v projections; None: as `bias` (Qwen2: True, with bias=False)
+    # --- positions ----------------------------------------------------------------------------------------------
+    positional: str = "sinusoidal"  # "none" | "sinusoidal" | "learned" | "shaw" | "t5" | "rope" | "alibi"
+    rope_base: float = 10000.0  # RoPE: the base of its frequencies base^(-2i/Dh)
+    rope_layout: str = "half"  # RoPE: "half" (dim i pairs with i + Dh/2: Llama, HF) | "interleaved" (2i with 2i+1)
+    max_relative_distance: int = 16  # shaw: relative distances clipped to [-k, k]
+    t5_num_buckets: int = 32  # t5: buckets of the relative bias (half per direction when bidirectional)
+    t5_max_distance: int = 128  # t5: the distance where the log-spaced buckets end
     rope_scaling: str | None = None  # RoPE context extension: None | "linear" | "dynamic" | "llama3" | "yarn"
     rope_factor: float = 1.0  # the stretch factor of rope_scaling (>= 1)
     rope_original_max_len: int | None = None  # llama3/yarn: the pretraining context; None: max_seq_len
@@ -83,6 +77,32 @@ class ModelConfig:
     rope_attention_factor: float | None = None  # yarn: cos/sin multiplier; None: 0.1 * ln(rope_factor) + 1
     rope_truncate: bool = True  # yarn: round the ramp's ends to whole dimensions
     rope_fraction: float = 1.0  # partial rotary: RoPE on the first int(Dh * rope_fraction) dims (GPT-NeoX: 0.25)
+    # --- norms & residual ---------------------------------------------------------------------------------------
+    norm: str = "layernorm"  # "layernorm" | "rmsnorm" | "batchnorm" (over the batch's tokens: the post's §4.2 foil)
+    # "post" | "pre" | "sandwich" | "deepnorm" (components/add_norm.py). "deepnorm" is DeepNet's whole recipe:
+    # alpha on the residual AND the init "deepnet" with its beta gains, each stack its own (encoder-decoder: the
+    # encoder's and the decoder's formulas), whatever `init` says (models/build.py, _deepnorm)
+    norm_position: str = "pre"
+    norm_eps: float = 1e-5  # the epsilon of every norm (the QK-norm's too)
+    final_norm: bool | None = None  # a norm after the last block; None: for "pre" and "sandwich" (.use_final_norm)
+    # --- FFN ----------------------------------------------------------------------------------------------------
+    d_ff: int | None = None  # FFN hidden width F; None: 4·D, gated activations 8/3·D rounded up to a multiple of 8
+    activation: str = "gelu"  # "relu" | "gelu" | "gelu_tanh" | "silu" | gated: "swiglu" | "geglu" | "geglu_tanh"
+    # --- embeddings & head --------------------------------------------------------------------------------------
+    tie_embeddings: bool = True  # the LM head shares the token embedding's matrix (Press & Wolf 2017)
+    scale_embeddings: bool = False  # token embeddings times sqrt(D) (the 2017 paper, §3.4)
+    embedding_norm: bool = False  # a norm on the summed embeddings (BERT)
+    type_vocab_size: int = 0  # token-type (segment) embeddings (BERT: 2); 0: none
+    output_scale: float = 1.0  # seq2seq: hidden * output_scale before lm_head (T5 v1.0 tied: d_model**-0.5)
+    # --- initialisation (models/init.py) ------------------------------------------------------------------------
+    init: str = "normal"  # "normal" (GPT-2's) | "xavier" (the 2017 paper's) | "deepnet"; see also norm_position
+    init_std: float = 0.02  # the std of "normal" (and of the embeddings under "deepnet")
+    # --- regularisation -----------------------------------------------------------------------------------------
+    dropout: float = 0.0  # on each sub-layer's output and on the embeddings, in training only; [0, 1)
+    attention_dropout: float = 0.0  # on the attention weights, in training only; [0, 1)
+    # --- options of more Hugging Face families (Llama 3, Qwen2, Gemma, Gemma 2, Phi-3, GPT-NeoX); the defaults are
+    # the plain designs above (the rope_* fields too). Docs: docs/interop.md; formulas: positional/rope.py, kernels.py
+    qkv_bias: bool | None = None  # bias on the q/k/v projections; None: as `bias` (Qwen2: True, with bias=False)
     parallel_residual: bool = False  # GPT-NeoX/GPT-J: x + attn(norm_1(x)) + ffn(norm_2(x)); Pre-Norm only
     norm_weight_offset: float = 0.0  # RMSNorm scale = offset + weight (Gemma: 1.0, weights stored around 0)
     attn_softcap: float | None = None  # Gemma 2: scaled scores -> c * tanh(scores / c) before the mask
@@ -285,96 +305,3 @@ def _field_types() -> dict[str, type]:
 
 
 _FIELD_TYPES.update(_field_types())
-
-# The presets: each family's design choices at a real published size. Tests and the CLI shrink the sizes with
-# overrides (``ModelConfig.from_preset("llama", d_model=64, n_layers=2)``); docs/presets.md lists how each one
-# departs from the 2017 paper.
-PRESETS: dict[str, dict[str, Any]] = {
-    "vaswani-2017": dict(  # "Attention Is All You Need", base model
-        architecture="seq2seq", vocab_size=37000, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
-        max_seq_len=512, positional="sinusoidal", norm="layernorm", norm_position="post", activation="relu",
-        dropout=0.1, bias=True, tie_embeddings=True, scale_embeddings=True, init="xavier", norm_eps=1e-6,
-    ),
-    "bert": dict(  # BERT-base (Devlin et al. 2019)
-        architecture="encoder", vocab_size=30522, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
-        max_seq_len=512, positional="learned", norm="layernorm", norm_position="post", activation="gelu",
-        dropout=0.1, attention_dropout=0.1, bias=True, embedding_norm=True, type_vocab_size=2, norm_eps=1e-12,
-        pooler=True, init="normal",
-    ),
-    "gpt2": dict(  # GPT-2 small (Radford et al. 2019)
-        architecture="decoder_lm", vocab_size=50257, d_model=768, n_heads=12, n_layers=12, d_ff=3072,
-        max_seq_len=1024, positional="learned", norm="layernorm", norm_position="pre", activation="gelu_tanh",
-        dropout=0.1, attention_dropout=0.1, bias=True, tie_embeddings=True, fused_qkv=True, init="normal",
-    ),
-    "llama": dict(  # Llama architecture at SmolLM-135M's size: RMSNorm, RoPE (half), SwiGLU, GQA, no biases
-        architecture="decoder_lm", vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, n_layers=30,
-        d_ff=1536, max_seq_len=2048, positional="rope", rope_layout="half", rope_base=10000.0, norm="rmsnorm",
-        norm_position="pre", activation="swiglu", bias=False, tie_embeddings=True, norm_eps=1e-5, init="normal",
-    ),
-    "qwen3": dict(  # Qwen3-0.6B (Qwen team 2025): the Llama design + QK-norm, heads of 128 on d_model 1024
-        architecture="decoder_lm", vocab_size=151936, d_model=1024, n_heads=16, n_kv_heads=8, head_dim=128,
-        n_layers=28, d_ff=3072, max_seq_len=40960, positional="rope", rope_layout="half", rope_base=1000000.0,
-        norm="rmsnorm", norm_position="pre", activation="swiglu", bias=False, tie_embeddings=True, norm_eps=1e-6,
-        qk_norm=True, init="normal",
-    ),
-    "t5": dict(  # T5-small (Raffel et al. 2020)
-        architecture="seq2seq", vocab_size=32128, d_model=512, n_heads=8, n_layers=6, d_ff=2048,
-        max_seq_len=512, positional="t5", norm="rmsnorm", norm_position="pre", activation="relu", bias=False,
-        attn_scale=1.0, dropout=0.1, tie_embeddings=True, norm_eps=1e-6, init="normal",
-    ),
-    "seed-block": dict(  # the post's §5.1 worked example: B=2, T=10, D=16, H=4, d_k=4; one Post-Norm block
-        architecture="encoder", vocab_size=100, d_model=16, n_heads=4, n_layers=1, d_ff=64, max_seq_len=64,
-        positional="sinusoidal", norm="layernorm", norm_position="post", activation="gelu", dropout=0.0,
-        init="xavier",
-    ),
-}
-
-
-# One list of the presets too large to build whole for a look at shapes or weights, read from the presets
-# themselves: ``anatomy trace`` and ``anatomy viz`` build such a preset untrained with a LOOK_VOCAB-token vocabulary
-# (the shapes do not depend on it) unless ``vocab_size`` is given.
-LOOK_VOCAB = 1000
-
-
-def large_vocab_presets() -> tuple[str, ...]:
-    """The presets whose published ``vocab_size`` is above :data:`LOOK_VOCAB` (every published size today)."""
-    return tuple(name for name, values in PRESETS.items() if values.get("vocab_size", 0) > LOOK_VOCAB)
-
-
-# How a preset's sizes follow an overridden d_model (each only when not given too):
-#   d_ff        d_model times the preset's ratio; "gated": SwiGLU's 2/3 * 4 * D rounded up to 8 (Llama's rule)
-#   head_width  n_heads = d_model / head_width, when d_model is a multiple of it (else the preset's count stays)
-#               and head_dim is not given
-#   n_kv_heads  then keeps the preset's group size H / Hkv (or the nearest wider sharing that divides H)
-# qwen3 sets head_dim, so its heads do not depend on d_model; seed-block's 4 heads are the post's example.
-PRESET_RULES: dict[str, dict[str, Any]] = {
-    "vaswani-2017": dict(d_ff=4, head_width=64),
-    "bert": dict(d_ff=4, head_width=64),
-    "gpt2": dict(d_ff=4, head_width=64),
-    "llama": dict(d_ff="gated", head_width=64),
-    "qwen3": dict(d_ff=3),
-    "t5": dict(d_ff=4, head_width=64),
-    "seed-block": dict(d_ff=4),
-}
-
-
-def preset_sizes(name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The sizes of preset ``name`` that follow ``overrides`` (``d_model``, ``n_heads``) by ``PRESET_RULES``."""
-    from anatomy.components.ffn import default_d_ff
-
-    preset, rules, out = PRESETS[name], PRESET_RULES.get(name, {}), {}
-    d = overrides.get("d_model", preset.get("d_model"))
-    if not isinstance(d, int) or isinstance(d, bool) or d <= 0 or "d_model" not in overrides:
-        d = None  # not overridden (or invalid: validation names it)
-    if d is not None and "d_ff" not in overrides and "d_ff" in rules:
-        ratio = rules["d_ff"]
-        out["d_ff"] = default_d_ff(d, "swiglu") if ratio == "gated" else ratio * d
-    width = rules.get("head_width")
-    if d is not None and "n_heads" not in overrides and overrides.get("head_dim") is None and width and d % width == 0:
-        out["n_heads"] = d // width
-    heads = overrides.get("n_heads", out.get("n_heads", preset.get("n_heads")))
-    kv = preset.get("n_kv_heads")
-    if kv and "n_kv_heads" not in overrides and isinstance(heads, int) and heads > 0 and heads != preset["n_heads"]:
-        limit = max(1, heads // (preset["n_heads"] // kv))  # as many query heads per kv head as the preset, or more
-        out["n_kv_heads"] = max(k for k in range(1, limit + 1) if heads % k == 0)
-    return out

@@ -29,7 +29,11 @@ PLACEMENTS = ("post", "pre", "sandwich", "deepnorm")
 
 
 def deepnorm_constants(n_encoder_layers: int = 0, n_decoder_layers: int = 0) -> dict[str, tuple[float, float]]:
-    """DeepNet's (alpha, beta) per stack (Wang et al. 2022, Table 1). Keys: "encoder", "decoder"."""
+    """DeepNet's (alpha, beta) per stack (Wang et al. 2022, Fig. 2): encoder-only or decoder-only with N layers
+    ((2N)^1/4, (8N)^-1/4); encoder-decoder with N encoder and M decoder layers: the encoder's
+    (0.81 (N^4 M)^1/16, 0.87 (N^4 M)^-1/16), the decoder's ((3M)^1/4, (12M)^-1/4). Keys: "encoder", "decoder".
+    ``alpha`` weights the residual in ``AddNorm``; ``beta`` is the init gain of the stack's v/o/FFN projections
+    (models/init.py); ``build_model`` gives each stack its own pair."""
     n, m = n_encoder_layers, n_decoder_layers
     out = {}
     if n and m:  # encoder-decoder

@@ -77,11 +77,14 @@ class RMSNorm(nn.Module):
 
 
 class TokenBatchNorm(nn.Module):
-    """BatchNorm1d over all tokens of the batch, for the post's comparison only."""
+    """BatchNorm1d over all tokens of the batch, for the post's comparison only. ``bias=False``: no shift (beta),
+    as LayerNorm's ``bias=False``."""
 
     def __init__(self, d_model: int, *, eps: float = 1e-5, bias: bool = True) -> None:
         super().__init__()
         self.bn = nn.BatchNorm1d(d_model, eps=eps, affine=True)
+        if not bias:
+            self.bn.bias = None  # F.batch_norm then scales only
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape

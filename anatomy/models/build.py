@@ -1,8 +1,15 @@
 """``build_model(config)``: the only place where a ``ModelConfig`` becomes modules.
 
+One small function per part, each spelling out which config fields become which constructor argument (the way
+torchtune's component builders are the model): ``_norm``, ``_positional``, ``_attention``, ``_ffn``,
+``_add_norm``, ``_block``, ``_stack``, ``_embeddings``, then one function per architecture. Nothing is passed
+through as a keyword bag, so a field no part reads is visible here, and a constructor that does not take an
+argument refuses it (``TypeError``).
+
 Each design choice is resolved here, once, by name: the positional scheme's *site* decides whether it joins the
-embeddings, every attention layer, or the stack (T5's shared bias); the norm, placement, activation and kernel
-names become constructor arguments of the components.
+embeddings, every attention layer, or the stack (T5's shared bias); ``norm_position="deepnorm"`` brings DeepNet's
+whole recipe, its residual weight ``alpha`` and its initialisation gain ``beta``, each stack its own
+(:func:`deepnorm_constants`).
 """
 
 from __future__ import annotations
@@ -11,11 +18,13 @@ from functools import partial
 
 from torch import nn
 
-from anatomy.components.add_norm import deepnorm_constants
+from anatomy.components.add_norm import AddNorm, deepnorm_constants
+from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import DecoderBlock, EncoderBlock
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding, make_lm_head
+from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import mirror_hook_points
-from anatomy.components.norms import norm_class
+from anatomy.components.norms import LayerNorm, RMSNorm, TokenBatchNorm
 from anatomy.components.positional import RopeScaling, positional_class
 from anatomy.config import ModelConfig
 from anatomy.models.classifier import Classifier
@@ -25,21 +34,27 @@ from anatomy.models.init import init_weights
 from anatomy.models.lm import DecoderLM
 from anatomy.models.seq2seq import Seq2Seq
 
+# ------------------------------------------------------------------------------------------------------ parts
 
-def _rope_options(config: ModelConfig) -> dict:
-    """RoPE's partial rotary width and context scaling, only when they depart from plain RoPE."""
-    if config.positional != "rope":
-        return {}
-    out = {}
-    if config.rope_fraction != 1.0:
-        out["rotary_dim"] = config.rotary_dim
-    if config.rope_scaling is not None:
-        out["scaling"] = RopeScaling(
-            config.rope_scaling, factor=config.rope_factor, original_max_len=config.rope_original_max_len,
-            low_freq_factor=config.rope_low_freq_factor, high_freq_factor=config.rope_high_freq_factor,
-            beta_fast=config.rope_beta_fast, beta_slow=config.rope_beta_slow,
-            attention_factor=config.rope_attention_factor, truncate=config.rope_truncate)
-    return out
+
+def _norm(config: ModelConfig, width: int | None = None) -> nn.Module:
+    """``config.norm`` over ``width`` features (default D); each kind is given the arguments it takes."""
+    d = config.d_model if width is None else width
+    if config.norm == "rmsnorm":  # no shift (beta), so ``bias`` is not its argument; Gemma's offset is
+        return RMSNorm(d, eps=config.norm_eps, offset=config.norm_weight_offset)
+    if config.norm == "layernorm":
+        return LayerNorm(d, eps=config.norm_eps, bias=config.bias)
+    return TokenBatchNorm(d, eps=config.norm_eps, bias=config.bias)
+
+
+def _rope_scaling(config: ModelConfig) -> RopeScaling | None:
+    if config.rope_scaling is None:
+        return None
+    return RopeScaling(
+        config.rope_scaling, factor=config.rope_factor, original_max_len=config.rope_original_max_len,
+        low_freq_factor=config.rope_low_freq_factor, high_freq_factor=config.rope_high_freq_factor,
+        beta_fast=config.rope_beta_fast, beta_slow=config.rope_beta_slow,
+        attention_factor=config.rope_attention_factor, truncate=config.rope_truncate)
 
 
 def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
@@ -56,41 +71,61 @@ def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
         "t5": lambda: dict(n_heads=config.n_heads, bidirectional=bidirectional, num_buckets=config.t5_num_buckets,
                            max_distance=config.t5_max_distance),
         "rope": lambda: dict(head_dim=config.dh, base=config.rope_base, layout=config.rope_layout,
-                             max_seq_len=config.max_seq_len, **_rope_options(config)),
+                             max_seq_len=config.max_seq_len, rotary_dim=config.rotary_dim,
+                             scaling=_rope_scaling(config)),
         "alibi": lambda: dict(n_heads=config.n_heads),
     }[config.positional]
     return cls(**args())
 
 
-def _norm(config: ModelConfig) -> nn.Module:
-    offset = {"offset": config.norm_weight_offset} if config.norm_weight_offset else {}
-    return norm_class(config.norm)(config.d_model, eps=config.norm_eps, bias=config.bias, **offset)
+def _attention(config: ModelConfig, layer: int, *, cross: bool) -> MultiHeadAttention:
+    """Self-attention of layer ``layer`` (0-based in its stack), or the decoder's cross-attention: no positional
+    scheme (the memory's positions are the encoder's business) and never windowed."""
+    return MultiHeadAttention(
+        d_model=config.d_model, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads, head_dim=config.head_dim,
+        bias=config.bias, qkv_bias=config.qkv_bias, dropout=config.attention_dropout, kernel=config.kernel,
+        scale=config.attn_scale, fused_qkv=config.fused_qkv, qk_norm=config.qk_norm_kind,
+        norm_eps=config.norm_eps, softcap=config.attn_softcap,
+        positional=None if cross else _positional(config, "attention"),
+        sliding_window=None if cross else config.layer_window(layer))
 
 
-def _block_kwargs(config: ModelConfig, alpha: float) -> dict:
-    return dict(d_model=config.d_model, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads, d_ff=config.d_ff,
-                activation=config.activation, norm=config.norm, norm_eps=config.norm_eps,
-                placement=config.norm_position, bias=config.bias, dropout=config.dropout,
-                attention_dropout=config.attention_dropout, kernel=config.kernel, attn_scale=config.attn_scale,
-                fused_qkv=config.fused_qkv, alpha=alpha, head_dim=config.head_dim, qk_norm=config.qk_norm_kind,
-                sliding_window=config.sliding_window, **_family_options(config))
+def _ffn(config: ModelConfig) -> FeedForward:
+    """The position-wise FFN; its hidden layer has no dropout of its own (the residual dropout is AddNorm's)."""
+    return FeedForward(d_model=config.d_model, d_ff=config.d_ff, activation=config.activation, bias=config.bias)
 
 
-def _family_options(config: ModelConfig) -> dict:
-    """The block options of the Hugging Face families beyond Llama, only when set (keeps older blocks' calls)."""
-    out = {}
-    if config.qkv_bias is not None:
-        out["qkv_bias"] = config.qkv_bias
-    if config.attn_softcap is not None:
-        out["attn_softcap"] = config.attn_softcap
-    if config.norm_weight_offset:
-        out["norm_offset"] = config.norm_weight_offset
-    if config.parallel_residual:
-        out["parallel_residual"] = True
-    return out
+def _add_norm(config: ModelConfig, alpha: float) -> AddNorm:
+    """One sub-layer's residual and norm(s): its own norm weights, ``alpha`` on the residual (DeepNorm; else 1)."""
+    return AddNorm(config.d_model, placement=config.norm_position, make_norm=partial(_norm, config),
+                   dropout=config.dropout, alpha=alpha)
+
+
+def _block(config: ModelConfig, layer: int, kind: str, alpha: float) -> nn.Module:
+    """``kind="encoder"``: self-attention then FFN (also the decoder-only LM's block, run causally);
+    ``kind="decoder"``: self-attention, cross-attention to the encoder memory, FFN."""
+    ffn = _ffn(config)
+    attn = _attention(config, layer, cross=False)
+    if kind == "encoder":
+        return EncoderBlock(attn=attn, ffn=ffn, attn_add_norm=_add_norm(config, alpha),
+                            ffn_add_norm=_add_norm(config, alpha), parallel_residual=config.parallel_residual)
+    return DecoderBlock(attn=attn, cross_attn=_attention(config, layer, cross=True), ffn=ffn,
+                        attn_add_norm=_add_norm(config, alpha), cross_add_norm=_add_norm(config, alpha),
+                        ffn_add_norm=_add_norm(config, alpha))
+
+
+def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *, bidirectional: bool):
+    """``n_layers`` blocks of ``kind``, the final norm (Pre-Norm and Sandwich by default) and the stack-site
+    positional bias (T5's, one table shared by the layers; bidirectional in an encoder, causal in a decoder)."""
+    blocks = [_block(config, i, kind, alpha) for i in range(n_layers)]
+    stack = EncoderStack if kind == "encoder" else DecoderStack
+    return stack(blocks=blocks, final_norm=_norm(config) if config.use_final_norm else None,
+                 position_bias=_positional(config, "model", bidirectional=bidirectional))
 
 
 def _embeddings(config: ModelConfig, embed_tokens: TokenEmbedding, *, with_types: bool = True) -> InputEmbeddings:
+    """Token embedding (shared by encoder, decoder and a tied head) + token types (BERT; not in a decoder) + an
+    embedding-site positional scheme + BERT's embedding norm, then dropout."""
     return InputEmbeddings(
         embed_tokens=embed_tokens, positional=_positional(config, "embedding"),
         token_types=nn.Embedding(config.type_vocab_size, config.d_model)
@@ -99,53 +134,66 @@ def _embeddings(config: ModelConfig, embed_tokens: TokenEmbedding, *, with_types
     )
 
 
-def _stack(config: ModelConfig, cls, block_cls, n_layers: int, alpha: float, *, bidirectional: bool):
-    make = partial(block_cls.build, **_block_kwargs(config, alpha))
-    blocks = [make(positional=_positional(config, "attention"), sliding_window=config.layer_window(i))
-              for i in range(n_layers)]
-    return cls(blocks=blocks, final_norm=_norm(config) if config.use_final_norm else None,
-               position_bias=_positional(config, "model", bidirectional=bidirectional))
+def _deepnorm(config: ModelConfig) -> dict[str, tuple[float, float]]:
+    """``{"encoder": (alpha, beta), "decoder": (alpha, beta)}`` for the stacks the architecture has: DeepNet's
+    formulas when ``norm_position="deepnorm"`` (Wang et al. 2022; encoder-decoder stacks get their own), else
+    (1, 1). A decoder-only LM's stack is an encoder-style stack run causally: its constants are the "decoder" ones."""
+    arch = config.architecture
+    n = config.n_layers if arch != "decoder_lm" else 0
+    m = config.decoder_layers if arch in ("seq2seq", "decoder_lm") else 0
+    constants = deepnorm_constants(n, m)
+    if config.norm_position != "deepnorm":
+        constants = {kind: (1.0, 1.0) for kind in constants}
+    return constants
+
+
+# ---------------------------------------------------------------------------------------------- architectures
+
+
+def _decoder_lm(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> tuple[nn.Module, dict]:
+    stack = _stack(config, "encoder", config.decoder_layers, deep["decoder"][0], bidirectional=False)
+    model = DecoderLM(embeddings=_embeddings(config, embed_tokens), stack=stack,
+                      lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
+                      final_logit_softcap=config.final_logit_softcap)
+    return model, {stack: deep["decoder"][1]}
+
+
+def _seq2seq(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> tuple[nn.Module, dict]:
+    encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
+                      stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True))
+    decoder = Decoder(embeddings=_embeddings(config, embed_tokens, with_types=False),
+                      stack=_stack(config, "decoder", config.decoder_layers, deep["decoder"][0], bidirectional=False))
+    model = Seq2Seq(encoder=encoder, decoder=decoder, lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
+                    decoder_start_token_id=config.pad_token_id, output_scale=config.output_scale)
+    return model, {encoder.stack: deep["encoder"][1], decoder.stack: deep["decoder"][1]}
+
+
+def _encoder(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> tuple[nn.Module, dict]:
+    encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
+                      stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True))
+    betas = {encoder.stack: deep["encoder"][1]}
+    if config.architecture == "encoder":
+        return encoder, betas
+    model = Classifier(encoder=encoder, classifier=nn.Linear(config.d_model, config.num_labels),
+                       pooling=config.pooling, pooler=nn.Linear(config.d_model, config.d_model) if config.pooler
+                       else None, dropout=config.dropout)
+    return model, betas
+
+
+ARCHITECTURE_BUILDERS = {"decoder_lm": _decoder_lm, "seq2seq": _seq2seq, "encoder": _encoder, "classifier": _encoder}
 
 
 def build_model(config: ModelConfig) -> nn.Module:
-    """Build the model ``config.architecture`` names, initialised by ``config.init``; ``model.config`` is set."""
+    """Build the model ``config.architecture`` names, initialised by ``config.init`` (by DeepNet's scheme when
+    ``norm_position="deepnorm"``); ``model.config`` is set."""
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
-    n_enc, n_dec = config.n_layers, config.decoder_layers
     embed_tokens = TokenEmbedding(config.vocab_size, config.d_model, scale=config.scale_embeddings)
-    arch = config.architecture
-    deep = deepnorm_constants(n_enc if arch != "decoder_lm" else 0,
-                              n_dec if arch in ("seq2seq", "decoder_lm") else 0)
-    enc_alpha, enc_beta = deep.get("encoder", (1.0, 1.0)) if config.norm_position == "deepnorm" else (1.0, 1.0)
-    dec_alpha, dec_beta = deep.get("decoder", (1.0, 1.0)) if config.norm_position == "deepnorm" else (1.0, 1.0)
-
-    if arch == "decoder_lm":
-        stack = _stack(config, EncoderStack, EncoderBlock, n_dec, dec_alpha, bidirectional=False)
-        model = DecoderLM(embeddings=_embeddings(config, embed_tokens), stack=stack,
-                          lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
-                          final_logit_softcap=config.final_logit_softcap)
-        beta, depth = dec_beta, n_dec
-    elif arch == "seq2seq":
-        encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
-                          stack=_stack(config, EncoderStack, EncoderBlock, n_enc, enc_alpha, bidirectional=True))
-        decoder = Decoder(embeddings=_embeddings(config, embed_tokens, with_types=False),
-                          stack=_stack(config, DecoderStack, DecoderBlock, n_dec, dec_alpha, bidirectional=False))
-        model = Seq2Seq(encoder=encoder, decoder=decoder, lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
-                        decoder_start_token_id=config.pad_token_id, output_scale=config.output_scale)
-        beta, depth = dec_beta, n_enc + n_dec
-    else:
-        encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
-                          stack=_stack(config, EncoderStack, EncoderBlock, n_enc, enc_alpha, bidirectional=True))
-        beta, depth = enc_beta, n_enc
-        if arch == "encoder":
-            model = encoder
-        else:
-            model = Classifier(encoder=encoder, classifier=nn.Linear(config.d_model, config.num_labels),
-                               pooling=config.pooling,
-                               pooler=nn.Linear(config.d_model, config.d_model) if config.pooler else None,
-                               dropout=config.dropout)
-    init_weights(model, scheme=config.init, std=config.init_std, n_layers=depth, beta=beta)
+    model, betas = ARCHITECTURE_BUILDERS[config.architecture](config, embed_tokens, _deepnorm(config))
+    depth = {"decoder_lm": config.decoder_layers, "seq2seq": config.n_layers + config.decoder_layers}.get(
+        config.architecture, config.n_layers)  # every block of the model: GPT-2's residual scaling 1/sqrt(2L)
+    scheme = "deepnet" if config.norm_position == "deepnorm" else config.init
+    init_weights(model, scheme=scheme, std=config.init_std, n_layers=depth, betas=betas)
     model.config = config
     mirror_hook_points(model)
     return model
-

@@ -5,14 +5,20 @@
                residual stream's variance does not grow with depth (Radford et al. 2019, §2.3).
 ``"xavier"``   The Annotated Transformer / fairseq for the 2017 paper: Linear ~ Xavier-uniform (Glorot & Bengio
                2010), embeddings ~ N(0, D^-1/2) (fairseq's choice, matching the sqrt(D) embedding scale).
-``"deepnet"``  DeepNet (Wang et al. 2022): Xavier-normal, with gain ``beta`` on the value, output and FFN
-               projections and gain 1 on query and key.
+``"deepnet"``  DeepNet (Wang et al. 2022, Fig. 2): Xavier-normal, with gain ``beta`` on the value, output and FFN
+               projections (self- and cross-attention alike) and gain 1 on query and key; embeddings
+               N(0, init_std). ``betas`` maps each stack (by module identity) to its own beta, so an
+               encoder-decoder's encoder and decoder get theirs; a fused ``qkv_proj`` is initialised as the three
+               matrices it holds (q and k at gain 1, v at beta). The builder uses this scheme whenever
+               ``norm_position="deepnorm"``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
+import torch
 from torch import nn
 
 from anatomy.components.attention import MultiHeadAttention
@@ -20,18 +26,45 @@ from anatomy.components.ffn import FeedForward
 from anatomy.components.positional import LearnedPositional, ShawRelativePositional, T5RelativeBias
 
 
+def _deepnet_gains(model: nn.Module, betas: Mapping[nn.Module, float]) -> dict[int, float | tuple]:
+    """``id(weight) -> gain``: its stack's beta on the value, output and FFN projections (1 outside every stack
+    of ``betas``); a fused ``qkv_proj`` gets ``((q rows, 1), (k rows, 1), (v rows, beta))``."""
+    beta_of = {id(m): beta for scope, beta in betas.items() for m in scope.modules()}
+    gains: dict[int, float | tuple] = {}
+    for m in model.modules():
+        beta = beta_of.get(id(m), 1.0)
+        if isinstance(m, MultiHeadAttention):
+            gains[id(m.o_proj.weight)] = beta
+            if m.fused_qkv:
+                kv = m.n_kv_heads * m.head_dim
+                gains[id(m.qkv_proj.weight)] = ((m.inner_dim, 1.0), (kv, 1.0), (kv, beta))
+            else:
+                gains[id(m.v_proj.weight)] = beta
+        elif isinstance(m, FeedForward):
+            gains.update((id(p), beta) for n, p in m.named_parameters() if n.endswith("proj.weight"))
+    return gains
+
+
+def _deepnet_linear(weight: torch.Tensor, gain: float | tuple) -> None:
+    if not isinstance(gain, tuple):
+        nn.init.xavier_normal_(weight, gain=gain)
+        return
+    with torch.no_grad():
+        for rows, (_, g) in zip(weight.split([n for n, _ in gain], dim=0), gain, strict=True):
+            nn.init.xavier_normal_(rows, gain=g)  # each as the (rows, D) matrix it stands for
+
+
 def init_weights(model: nn.Module, *, scheme: str, std: float = 0.02, n_layers: int = 1,
-                 beta: float = 1.0) -> None:
+                 betas: Mapping[nn.Module, float] | None = None) -> None:
+    """Initialise ``model`` in place by ``scheme``; ``betas`` (``"deepnet"`` only): DeepNet's gain per stack."""
     embedding_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     residual_out = set()
-    scaled = set()
     for m in model.modules():
         if isinstance(m, MultiHeadAttention):
             residual_out.add(id(m.o_proj.weight))
-            scaled.update({id(m.o_proj.weight)} | ({id(m.v_proj.weight)} if not m.fused_qkv else set()))
         if isinstance(m, FeedForward):
             residual_out.add(id(m.down_proj.weight))
-            scaled.update(id(p) for n, p in m.named_parameters() if n.endswith("proj.weight"))
+    gains = _deepnet_gains(model, betas or {}) if scheme == "deepnet" else {}
     for m in model.modules():
         if isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=m.embedding_dim ** -0.5 if scheme == "xavier" else std)
@@ -42,7 +75,7 @@ def init_weights(model: nn.Module, *, scheme: str, std: float = 0.02, n_layers: 
             elif scheme == "xavier":
                 nn.init.xavier_uniform_(m.weight)
             else:  # deepnet
-                nn.init.xavier_normal_(m.weight, gain=beta if id(m.weight) in scaled else 1.0)
+                _deepnet_linear(m.weight, gains.get(id(m.weight), 1.0))
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, (LearnedPositional,)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -67,6 +68,7 @@ def test_departures_match_the_preset(name):
     cell = _departures()[name]
     p = ModelConfig.from_preset(name)
     assert cell["placement"].split(" ")[0] == p.norm_position
+    assert ("+ final norm" in cell["placement"]) == p.use_final_norm
     assert cell["norm"].split(" ")[0] == NORM[p.norm]
     assert cell["activation"] == ACTIVATION[p.activation]
     assert cell["biases"] == ("yes" if p.bias else "none")
@@ -97,3 +99,55 @@ def test_normal_init_is_what_the_table_says_in_a_built_model(name):
     assert weights["up_proj.weight"].std().item() == pytest.approx(0.02, rel=0.03)
     assert weights["o_proj.weight"].std().item() == pytest.approx(residual, rel=0.03)
     assert weights["down_proj.weight"].std().item() == pytest.approx(residual, rel=0.03)
+
+
+def _number(x: float) -> str:
+    """How the table writes a number: 10000, 1,000,000, 1e-6."""
+    if x >= 1 and float(x).is_integer():
+        return f"{int(x):,}" if x >= 100000 else str(int(x))
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_positional_row_matches_the_preset(name):
+    cell, p = _departures()[name]["positional"], ModelConfig.from_preset(name)
+    want = {"sinusoidal": "sinusoidal", "learned": f"learned absolute ({p.max_seq_len})",
+            "rope": f"RoPE ({p.rope_layout} layout, base {_number(p.rope_base)})",
+            "t5": f"bucketed relative bias ({p.t5_num_buckets} buckets, max {p.t5_max_distance})"}[p.positional]
+    assert cell.startswith(want), (cell, want)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_norm_row_names_every_departure_of_the_norm(name):
+    cell, p = _departures()[name]["norm"], ModelConfig.from_preset(name)
+    default_eps = next(f.default for f in dataclasses.fields(ModelConfig) if f.name == "norm_eps")
+    assert (f"eps {_number(p.norm_eps)}" in cell) == (p.norm_eps != default_eps), (cell, p.norm_eps)
+    assert ("a norm on the embeddings" in cell) == p.embedding_norm
+    assert ("QK-norm" in cell) == p.qk_norm
+    if p.qk_norm:
+        assert f"{NORM[p.qk_norm_kind]} over each head's {p.dh} dims" in cell
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_attention_row_matches_the_preset(name):
+    cell, p = _departures()[name]["attention"], ModelConfig.from_preset(name)
+    if p.n_kv_heads is None:
+        assert cell.startswith("MHA")
+    else:
+        assert cell.startswith(f"GQA ({p.n_heads} query, {p.n_kv_heads} kv heads)")
+    assert ("fused QKV" in cell) == p.fused_qkv
+    assert ("**no** 1/sqrt(Dh) scale" in cell) == (p.attn_scale == 1.0)
+    assert p.attn_scale in (None, 1.0)  # a row for any other scale is not written yet
+    assert (f"of **{p.dh} dims each**" in cell) == (p.head_dim is not None and p.head_dim * p.n_heads != p.d_model)
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_embeddings_row_matches_the_preset(name):
+    cell, p = _departures()[name]["embeddings"], ModelConfig.from_preset(name)
+    assert ("scaled by sqrt(D)" in cell) == p.scale_embeddings
+    assert ("not scaled" in cell) == (not p.scale_embeddings and p.architecture not in ("decoder_lm", "seq2seq"))
+    assert ("token types" in cell) == (p.type_vocab_size > 0)
+    assert ("tied" in cell) == (p.tie_embeddings and p.architecture in ("decoder_lm", "seq2seq"))
+    assert ("d_model^-0.5" in cell) == (p.output_scale != 1.0)
+    if p.output_scale != 1.0:
+        assert p.output_scale == pytest.approx(p.d_model ** -0.5)
