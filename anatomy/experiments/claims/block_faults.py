@@ -14,7 +14,7 @@ from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import TOL, fmt_count, fmt_values, per_seed, seeds_disagree
+from anatomy.experiments.rules import TOL, differences, fmt_count, fmt_values, per_seed, seeds_disagree
 from anatomy.experiments.tasks import MarkovTask
 
 ROUGHER, SPIKIER = 0.1, 0.3  # C50: roughness / largest rise (nats) higher by more than these is erratic
@@ -210,9 +210,9 @@ claim("C50-miswired-pre-norm-erratic", section="§5.2",
 
 
 def _c51(ms):
-    diffs = [s - c for s, c in per_seed(ms, "final_shared", "final_correct")]
+    diffs = differences(ms, "final_shared", "final_correct")
     d = fmt_values(diffs, " nats")
-    saved = [c - s for c, s in per_seed(ms, "params_correct", "params_shared")]
+    saved = differences(ms, "params_correct", "params_shared")
     nums_en = (f"{fmt_count(ms['n_layers'])} layers: sharing one LayerNorm between the two sub-layers of each block "
                "saves "
                f"{fmt_values(saved)} parameters and ends at {ms['final_shared'].fmt()} vs {ms['final_correct'].fmt()} "

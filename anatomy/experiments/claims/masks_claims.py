@@ -4,7 +4,7 @@ constants below, written once into the rule text, the reasons and the decision."
 from __future__ import annotations
 
 from anatomy.experiments.registry import Verdict, claim
-from anatomy.experiments.rules import Case, Ladder, num, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, fmts, num, seed_verdict
 
 HIDDEN = 1e-6  # C17-C20: probability (or logit change) at or below this on a hidden key is "≈ 0"
 EXACT_ZERO = 1e-12  # C19: a weight above the diagonal at or below this is 0
@@ -20,7 +20,7 @@ C17_RULE = Ladder((
 ), otherwise="nuanced", otherwise_en="it holds only in some dtypes", otherwise_zh="只在部分数据类型下成立")
 
 def _c17(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("leak_1e9_fp32", "leak_1e9_bf16", "leak_1e4_fp16", "full_row_1e9_pad_mass")}
+    f = fmts(ms, "leak_1e9_fp32", "leak_1e9_bf16", "leak_1e4_fp16", "full_row_1e9_pad_mass")
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
     en = (f"With -1e9 before softmax, the largest probability left on a hidden key is {f['leak_1e9_fp32']} in "
           f"float32 and {f['leak_1e9_bf16']} in bfloat16 (rows with at least one real key). "
@@ -57,9 +57,9 @@ C18_RULE = Ladder((
 ), otherwise="refuted", otherwise_en="neither differs", otherwise_zh="两者都没有差别")
 
 def _c18(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible",
-                                  "c18_after_grad_hidden", "c18_renorm_fwd", "c18_renorm_grad_visible",
-                                  "c18_renorm_grad_hidden", "causal_future_leak_mask_after_softmax")}
+    f = fmts(ms, "c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible",
+                 "c18_after_grad_hidden", "c18_renorm_fwd", "c18_renorm_grad_visible",
+                 "c18_renorm_grad_hidden", "causal_future_leak_mask_after_softmax")
     en = (f"float64. Zeroing after softmax (no renormalisation): rows sum to {f['c18_after_rowsum']}, the output "
           f"differs by {f['c18_after_fwd']}, the gradient on visible logits by {f['c18_after_grad_visible']} and the "
           f"hidden logits still receive {f['c18_after_grad_hidden']}; as a causal mask it lets a future token move "
@@ -100,8 +100,8 @@ C19_RULE = Ladder((
    otherwise_zh="未来信息泄漏到了前面的位置")
 
 def _c19(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("causal_future_leak", "causal_upper_weight_max",
-                                  "causal_future_leak_causal_off_by_one", "causal_future_leak_mask_after_softmax")}
+    f = fmts(ms, "causal_future_leak", "causal_upper_weight_max",
+                 "causal_future_leak_causal_off_by_one", "causal_future_leak_mask_after_softmax")
     en = (f"A trained 2-layer LM with the library's causal mask (-inf above the diagonal, before softmax): changing "
           f"the last token moves earlier logits by {f['causal_future_leak']}, and the largest weight above the "
           f"diagonal is {f['causal_upper_weight_max']}. For contrast, a diagonal shifted by one leaks "
@@ -141,9 +141,9 @@ C20_RULE = Ladder((
    otherwise_zh=f"泄漏未超过阈值、生成一致率 ≥ {AGREE:.0%}，但两个孪生模型并不完全相同")
 
 def _c20(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff",
-                                  "leftpad_nan_inf_noguard", "leftpad_nan_1e9", "leftpad_nan_library",
-                                  "leftpad_realdiff_1e9")}
+    f = fmts(ms, "leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff",
+                 "leftpad_nan_inf_noguard", "leftpad_nan_1e9", "leftpad_nan_library",
+                 "leftpad_realdiff_1e9")
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
     en = (f"-1e9 leaves {f['leak_1e9_fp32']} probability on future keys in float32. Two LMs trained from one seed "
           f"on the same batches, one with -inf and one with -1e9, end with weights that differ by at most "

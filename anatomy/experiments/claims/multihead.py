@@ -22,7 +22,7 @@ from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, tiny_model
 from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment, holds_on_every_seed
-from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, fmts, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 
 SAME_PARAMS = 0.01  # C4: a relative parameter change below this is "no increase"
@@ -278,11 +278,11 @@ C7_RULE = Ladder((
 
 
 def _c7(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_jac_ratio_dk64",
-                                  "mc_jac_ratio_dk256", "mc_onehot_rows_unscaled_dk64",
-                                  "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
-                                  "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
-                                  "real_score_std_unscaled_dk64_torchinit")}
+    f = fmts(ms, "mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_jac_ratio_dk64",
+                 "mc_jac_ratio_dk256", "mc_onehot_rows_unscaled_dk64",
+                 "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
+                 "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
+                 "real_score_std_unscaled_dk64_torchinit")
     en = (f"With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
           f"{f['mc_maxp_unscaled_dk64']} (scaled: {f['mc_maxp_scaled_dk64']}) and {f['mc_onehot_rows_unscaled_dk64']} "
           f"of the rows exceed 0.99; but the softmax Jacobian keeps {f['mc_jac_ratio_dk64']} of its scaled norm "
@@ -332,8 +332,8 @@ C8_RULE = Ladder((
 
 
 def _c8(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled",
-                                  "progress_after_q1_unscaled", "progress_after_q1_scaled")}
+    f = fmts(ms, "val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled",
+                 "progress_after_q1_unscaled", "progress_after_q1_scaled")
     en = (f"Same LM (d_k=64, PyTorch default init), same batches: validation loss {f['val_torch_scaled']} with the "
           f"scale and {f['val_torch_unscaled']} without (difference {f['unscaled_minus_scaled']}). After the first "
           f"quarter of training the unscaled run still improves by {f['progress_after_q1_unscaled']} (scaled: "

@@ -18,6 +18,7 @@ from anatomy.experiments.rules import (
     num,
     per_seed,
     seeds_disagree,
+    setting,
 )
 
 BROKEN_SHARE = 0.5  # C33: share of the broken stacks' runs that go NaN or oscillate for "soon NaN or oscillates"
@@ -30,7 +31,7 @@ ACCUMULATES = 1.5  # C43: residual RMS, last block ÷ first block, above this co
 # --- C33 ------------------------------------------------------------------------------------------------------
 
 def _c33(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     rows = per_seed(ms, "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
                     "excess_no_residual", "excess_no_norm")
     frac = [(a + b) / n for a, b, n, *_ in rows]
@@ -81,7 +82,7 @@ claim("C33-six-layers-without-addnorm", section="§4",
 # --- C34 ------------------------------------------------------------------------------------------------------
 
 def _c34(ms):
-    depth, shallow = int(ms["depth_deep"].values[0]), int(ms["depth_shallow"].values[0])
+    depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     deg_plain, deg_res = ms["degradation_no_residual"], ms["degradation_residual"]
     g0, g1 = ms["grad_ratio_no_residual_init"], ms["grad_ratio_no_residual_trained"]
     r0, r1 = ms["grad_ratio_pre_init"], ms["grad_ratio_pre_trained"]
@@ -141,7 +142,7 @@ def _undamped(r: float) -> bool:
 
 
 def _c36(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     hw, hw0, hw_pre = ms["highway_gain_post"], ms["highway_gain_post_init"], ms["highway_gain_pre"]
     total, total_pre = ms["grad_ratio_post_trained"], ms["grad_ratio_pre_trained"]
     nums_en = (f"Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 "
@@ -182,7 +183,7 @@ claim("C36-post-norm-gradient-highway", section="§4.1",
 # --- C37 ------------------------------------------------------------------------------------------------------
 
 def _c37(ms):
-    depth, shallow = int(ms["depth_deep"].values[0]), int(ms["depth_shallow"].values[0])
+    depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     nums_en = (f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} "
                f"({shallow} layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
                f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs "
@@ -224,7 +225,7 @@ claim("C37-any-depth-trainable", section="§4.1",
 
 def _c39(ms):
     ln, raw = ms["score_std_layernorm"], ms["score_std_no_norm"]
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     nums_en = (f"Spread (std) of the last layer's attention scores after training ({depth} layers, lr 3e-3): "
                f"{ln.fmt()} with LayerNorm, {fmt_blown(raw)} without; runs that failed: {ms['failed_pre'].fmt()} with "
                f"LayerNorm (of {fmt_count(ms['n_lrs'])} rates), {ms['failed_no_norm'].fmt()} without (of 2).")
@@ -255,7 +256,7 @@ claim("C39-layernorm-stabilises-scores", section="§4.2",
 # --- C43, C44, C45 ---------------------------------------------------------------------------------------------
 
 def _c43(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     post_g, pre_g = ms["rms_growth_post"], ms["rms_growth_pre"]
     unstable = [(fp > fq) or (sp > sq + TOL) for fp, fq, sp, sq in
                 per_seed(ms, "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre")]
@@ -302,7 +303,7 @@ claim("C43-post-norm-unstable-accumulation", section="§4.3",
 
 
 def _c44(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     less_sensitive = [a + TOL < b or fa < fb for a, b, fa, fb in
                       per_seed(ms, "lr_spread_pre", "lr_spread_post", "failed_pre", "failed_post")]
     smoother = [a + TOL < b for a, b in per_seed(ms, "rough_pre", "rough_post")]
