@@ -226,6 +226,12 @@ def softmax_saturation(ctx):
 def _draw_saturation(ctx, mc, real, uniform):
     path = ctx.figure_path("C5-C8-C16-score-saturation")
 
+    def by_factor(ax, key):  # the real LM's ``key`` against the init factor: one colour per d_k, scaled vs not
+        for i, dk in enumerate(SAT_DK):
+            for scaled, style, tag in ((True, "o-", "scaled"), (False, "x--", "unscaled")):
+                ax.plot(SAT_FACTORS, [real[(dk, f, scaled)][key] for f in SAT_FACTORS], style, color=f"C{i}",
+                        label=f"d_k={dk} {tag}")
+
     def draw(axes):
         ax = axes[0]
         for tag, c in (("scaled", "C0"), ("unscaled", "C3")):
@@ -237,11 +243,7 @@ def _draw_saturation(ctx, mc, real, uniform):
         ax.minorticks_off()
         ax.legend(fontsize=7)
         ax = axes[1]
-        for i, dk in enumerate(SAT_DK):
-            ax.plot(SAT_FACTORS, [real[(dk, f, True)]["maxp"] for f in SAT_FACTORS], "o-", color=f"C{i}",
-                    label=f"d_k={dk} scaled")
-            ax.plot(SAT_FACTORS, [real[(dk, f, False)]["maxp"] for f in SAT_FACTORS], "x--", color=f"C{i}",
-                    label=f"d_k={dk} unscaled")
+        by_factor(ax, "maxp")
         ax.axhline(uniform, color="gray", ls=":", lw=1)
         ax.text(SAT_FACTORS[-2], uniform + 0.015, "uniform", fontsize=7, color="gray")
         ax.axvline(TORCH_INIT_FACTOR, color="k", ls=":", lw=1)
@@ -251,11 +253,7 @@ def _draw_saturation(ctx, mc, real, uniform):
                                      "the attention?")
         ax.legend(fontsize=6, ncol=2, loc="lower right")
         ax = axes[2]
-        for i, dk in enumerate(SAT_DK):
-            ax.plot(SAT_FACTORS, [real[(dk, f, True)]["passthrough"] for f in SAT_FACTORS], "o-", color=f"C{i}",
-                    label=f"d_k={dk} scaled")
-            ax.plot(SAT_FACTORS, [real[(dk, f, False)]["passthrough"] for f in SAT_FACTORS], "x--", color=f"C{i}",
-                    label=f"d_k={dk} unscaled")
+        by_factor(ax, "passthrough")
         ax.set(xscale="log", yscale="log", xlabel="init scale ×",
                ylabel="‖∂loss/∂scores‖ / ‖∂loss/∂weights‖",
                title="Gradient the softmax lets through at step 0\n(falls as the attention turns one-hot)")
