@@ -16,10 +16,9 @@ import torch
 from anatomy import ModelConfig, build_model
 from anatomy.experiments.figures import figure, heatmap
 from anatomy.experiments.fitting import budget, fit, fit_decayed, tiny_model
-from anatomy.experiments.probes import ablate_head, attention_entropy, offset_profile
+from anatomy.experiments.probes import ablate_head, attention_entropy, hook_output, offset_profile
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import char_corpus, lm_batch
-from anatomy.inspection import capture
 
 # =============================================================================================================
 # head-count: the ordered-pair task, a character LM and a small classification task, at several head counts
@@ -53,9 +52,7 @@ def _pair_accuracy(model, batch, y) -> float:
 
 
 def _weights(model, inputs) -> torch.Tensor:
-    with torch.no_grad(), capture(model, "stack.blocks.0.attn.hook_weights") as cache:
-        model(**inputs)
-    return cache["stack.blocks.0.attn.hook_weights"].float()  # (B, H, T, T)
+    return hook_output(model, "stack.blocks.0.attn.hook_weights", **inputs).float()  # (B, H, T, T)
 
 
 def _sentiment(n_train: int, seed: int):
