@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from anatomy.data.tokenizers_hf import CONFIG_FILE as HF_CONFIG_FILE
-from anatomy.data.tokenizers_hf import HFTokenizer
+from anatomy.data.tokenizers_hf import HFTokenizer, TokenizersBacked
 from anatomy.data.tokenizers_hf import has_tokenizer as has_hf_tokenizer
 
 SPECIALS = ("<pad>", "<eos>")
@@ -33,7 +33,19 @@ class UnknownCharactersError(ValueError):
                          f"({vocab_hint})")
 
 
-class CharTokenizer:
+class OurSpecials:
+    """Our two tokenizers' special ids: ``<pad>`` = 0 and ``<eos>`` = 1."""
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+
+class CharTokenizer(OurSpecials):
     kind = "char"
 
     def __init__(self, chars: Iterable[str], *, unk: bool = False) -> None:
@@ -59,14 +71,6 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return len(self.itos)
 
-    @property
-    def pad_id(self) -> int:
-        return PAD_ID
-
-    @property
-    def eos_id(self) -> int:
-        return EOS_ID
-
     def encode(self, text: str) -> list[int]:
         stoi = self.stoi
         try:
@@ -91,7 +95,7 @@ class CharTokenizer:
         return path
 
 
-class BPETokenizer:
+class BPETokenizer(OurSpecials, TokenizersBacked):
     """Byte-level BPE (GPT-2's scheme): every string is encodable, so there is no unknown token."""
 
     kind = "bpe"
@@ -121,23 +125,6 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size()
 
-    @property
-    def pad_id(self) -> int:
-        return PAD_ID
-
-    @property
-    def eos_id(self) -> int:
-        return EOS_ID
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text).ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(texts)]
-
-    def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
-
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / FILE
         self.tokenizer.save(str(path))
@@ -148,7 +135,7 @@ Tokenizer = CharTokenizer | BPETokenizer | HFTokenizer
 
 
 def encode_many(tokenizer: Tokenizer, texts: list[str]) -> list[list[int]]:
-    if isinstance(tokenizer, (BPETokenizer, HFTokenizer)):
+    if isinstance(tokenizer, TokenizersBacked):
         return tokenizer.encode_batch(texts)
     return [tokenizer.encode(t) for t in texts]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 FILE, CONFIG_FILE = "tokenizer.json", "tokenizer_config.json"
 VOCAB_FILE, MERGES_FILE, SP_FILE, SPECIAL_MAP = "vocab.json", "merges.txt", "tokenizer.model", "special_tokens_map.json"
@@ -48,7 +49,22 @@ def has_tokenizer(directory: str | Path) -> bool:
     return (d / FILE).is_file() or ((d / VOCAB_FILE).is_file() and (d / MERGES_FILE).is_file())
 
 
-class HFTokenizer:
+class TokenizersBacked:
+    """A tokenizer that is a ``tokenizers.Tokenizer`` (``self.tokenizer``): encoding and decoding go through it."""
+
+    tokenizer: Any
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text).ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.tokenizer.encode_batch(texts)]
+
+    def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
+
+
+class HFTokenizer(TokenizersBacked):
     """A ``tokenizers.Tokenizer`` with its special tokens by role (``bos_token``, ``eos_token``, ``pad_token``,
     ``unk_token``: token strings or None) and the transformers class name it was saved with."""
 
@@ -91,15 +107,6 @@ class HFTokenizer:
             if self._id(role) is not None:
                 return self._id(role)
         return 0
-
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text).ids
-
-    def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(texts)]
-
-    def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
 
     def config_json(self) -> dict:
         """tokenizer_config.json as transformers reads it (``AutoTokenizer.from_pretrained(dir)``)."""

@@ -28,8 +28,8 @@ from anatomy.doctor.dataflow import (
     scope_of,
     unmapped,
 )
+from anatomy.doctor.isolation import isolated, require_sizes
 from anatomy.doctor.layouts import linear_after_mha
-from anatomy.doctor.limits import Hung
 from anatomy.doctor.masks import padding_keep
 from anatomy.doctor.norm_fit import find_norms
 from anatomy.doctor.pointers import point
@@ -38,7 +38,6 @@ from anatomy.doctor.report import Report
 from anatomy.doctor.subject import (
     CallError,
     CheckError,
-    CheckTimeout,
     Subject,
     build,
     causal_keep,
@@ -78,27 +77,15 @@ def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, ca
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not timeout >= 0 or timeout == float("inf")):
         raise CheckError(f"timeout must be a number of seconds >= 0 (0 or None: no limit), got {timeout!r}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None, seq_first)
-    except Hung as hung:  # an alarm that landed between the learner's code and the doctor's own
-        raise CheckTimeout.from_hung(hung) from None
-    finally:
-        torch.set_num_threads(threads)
+    with isolated(seed):
+        return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None, seq_first)
 
 
 def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory: str | None, mapping: dict | None,
            seed: int, timeout: float | None, seq_first: bool | None = None) -> Report:
     if kind not in KINDS:
         raise CheckError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    for name, v in (("d_model", d_model), ("n_heads", n_heads)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise CheckError(f"{name} must be a positive integer, got {v!r}")
-    if d_model % n_heads:
-        raise CheckError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+    require_sizes(d_model, n_heads)
     d, h = d_model, n_heads
     module, label = build(target, factory, d, h, seed, timeout)
     subject = Subject.inspect(module, label)

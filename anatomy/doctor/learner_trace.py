@@ -23,6 +23,7 @@ import torch
 
 from anatomy.doctor import observed as ob
 from anatomy.doctor import recorder as r
+from anatomy.doctor.isolation import isolated, require_sizes
 from anatomy.doctor.limits import Hung, guard
 from anatomy.doctor.recorder_dims import letters
 from anatomy.doctor.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
@@ -93,21 +94,9 @@ def trace_learner(target, *, factory: str | None = None, d_model: int = 20, n_he
     """Build ``target`` (``FILE.py:CLASS``, a class, a factory or a module) as the doctor does, run it once under
     the recorder and return the table. Raises :class:`CheckError` (one line) when it cannot be loaded, built, run
     or followed; :class:`CheckTimeout` past ``timeout`` seconds."""
-    for name, v in (("d_model", d_model), ("n_heads", n_heads), ("batch", batch), ("seq", seq)):
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-            raise CheckError(f"{name} must be a positive integer, got {v!r}")
-    if d_model % n_heads:
-        raise CheckError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            return _trace(target, factory, d_model, n_heads, batch, seq, seed, timeout or None)
-    except Hung as hung:
-        raise CheckTimeout.from_hung(hung) from None
-    finally:
-        torch.set_num_threads(threads)
+    require_sizes(d_model, n_heads, batch=batch, seq=seq)
+    with isolated(seed):
+        return _trace(target, factory, d_model, n_heads, batch, seq, seed, timeout or None)
 
 
 def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:

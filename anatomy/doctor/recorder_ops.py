@@ -7,6 +7,7 @@ from torch.overrides import TorchFunctionMode
 
 from anatomy.doctor import recorder as r
 from anatomy.doctor import recorder_dims as rd
+from anatomy.doctor.recorder_projections import argument, bias, projection
 
 
 def op_name(func) -> str:
@@ -111,9 +112,9 @@ def on_op(rec, func, name, args, kwargs, before, out) -> None:
             step.in_value = None if first is None else first.detach().clone()
     rec.steps.append(step)
     if data and name in r.MATMUL_OPS:
-        _projection(rec, name, args, kwargs, metas, outs[0], step)
+        projection(rec, name, args, kwargs, metas, outs[0], step)
     if data and name in ("add", "__add__", "add_", "__iadd__", "__radd__"):
-        _bias(rec, metas, outs[0], step)
+        bias(rec, metas, outs[0], step)
 
 
 def _replay(func, args, kwargs, metas, params):
@@ -129,12 +130,6 @@ def _replay(func, args, kwargs, metas, params):
         return a
 
     return func(*sub(args), **{k: sub(v) for k, v in kwargs.items()})
-
-
-def _arg(args, kwargs, i, key, default=None):
-    if key in kwargs:
-        return kwargs[key]
-    return args[i] if len(args) > i else default
 
 
 def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
@@ -174,7 +169,7 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
                 d = (*d[:-1], names.name(o.shape[-1]))
             return [d]
     if name in r.SOFTMAX_OPS:
-        step.extra["dim"] = _arg(args, kwargs, 1, "dim")
+        step.extra["dim"] = argument(args, kwargs, 1, "dim")
     if name in r.SDPA_OPS and len(metas) >= 3:
         return [_sdpa(kwargs, metas, o, step, names)]
     operands = [(tuple(t.shape), m.dims if m is not None else rd.by_size(t.shape, names)) for t, m in metas]
@@ -223,19 +218,19 @@ def _perm(name, args, kwargs, ndim) -> list[int] | None:
         order[-2], order[-1] = order[-1], order[-2]
         return order
     if name in ("transpose", "swapaxes", "swapdims"):
-        a, b = _arg(args, kwargs, 1, "dim0"), _arg(args, kwargs, 2, "dim1")
+        a, b = argument(args, kwargs, 1, "dim0"), argument(args, kwargs, 2, "dim1")
         if not isinstance(a, int) or not isinstance(b, int):
             return None
         a, b = a % ndim, b % ndim
         order[a], order[b] = order[b], order[a]
         return order
     if name == "permute":
-        dims = list(args[1:]) if len(args) > 2 else list(_arg(args, kwargs, 1, "dims") or [])
+        dims = list(args[1:]) if len(args) > 2 else list(argument(args, kwargs, 1, "dims") or [])
         if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
             dims = list(dims[0])
         return [d % ndim for d in dims] if len(dims) == ndim else None
     if name in ("movedim", "moveaxis"):
-        src, dst = _arg(args, kwargs, 1, "source"), _arg(args, kwargs, 2, "destination")
+        src, dst = argument(args, kwargs, 1, "source"), argument(args, kwargs, 2, "destination")
         if isinstance(src, int) and isinstance(dst, int):
             rest = [i for i in order if i != src % ndim]
             rest.insert(dst % ndim, src % ndim)
@@ -336,110 +331,3 @@ def _factor(name, args, metas) -> float:
                 return base / scal[0] if first_is_data else 1.0
             return base * scal[0]
     return 1.0
-
-
-def _projection(rec, name, args, kwargs, metas, out, step) -> None:
-    """A matmul of data with a parameter-only tensor is a projection: record its matrix ``(n_features, in)``."""
-    data = [(t, m) for t, m in metas if m is not None and m.data]
-    weights = [(t, m) for t, m in metas if m is not None and not m.data and m.recipe is not None]
-    if len(data) != 1 or not weights:
-        return
-    x, xm = data[0]
-    index = len(rec.projections)
-    bias = bias_param = None
-    if name == "linear":
-        w, wm = weights[0]
-        if w.dim() != 2:
-            return
-        matrix, n_feat, n_in = wm.recipe, w.shape[0], w.shape[1]
-        feat = torch.arange(n_feat).expand(out.shape).clone()
-        b = _arg(args, kwargs, 2, "bias")
-        if isinstance(b, torch.Tensor):
-            bm = next((m for t, m in metas if t is b), None)
-            if bm is not None and bm.recipe is not None:
-                bias, bias_param = bm.recipe, next(iter(bm.params), None)
-    elif name == "einsum":
-        got = _einsum_projection(args[0], metas, x, weights[0], out)
-        if got is None:
-            return
-        matrix, n_feat, n_in, feat = got
-    else:
-        w, wm = weights[-1]
-        ts = [t for t, _ in metas]
-        if name in ("addmm", "baddbmm"):
-            ts = ts[1:]
-            bt, bm = metas[0]
-            if bm is not None and bm.recipe is not None and not bm.data:
-                bias, bias_param = bm.recipe, next(iter(bm.params), None)
-        if len(ts) < 2 or ts[1] is not w or w.dim() < 2:
-            return  # W @ x (the parameter first) is not read as a projection
-        n_in, cols = w.shape[-2], w.shape[-1]
-        lead = tuple(w.shape[:-2])
-        n_feat = cols * (int(torch.tensor(lead).prod()) if lead else 1)
-        def matrix(p, g=wm.recipe, n=n_in):
-            return (g(p).movedim(-2, -1).reshape(-1, n))
-        ids = torch.arange(n_feat).view(*lead, 1, cols)
-        try:
-            feat = ids.expand(out.shape).clone()
-        except RuntimeError:
-            return
-    proj = r.Projection(index, step.index, next(iter(sorted(weights[0][1].params)), "?"), matrix, int(n_feat),
-                        int(n_in), bias, bias_param, step.module, xm.origin if xm.producer < 0 else
-                        f"step {xm.producer}")
-    rec.projections.append(proj)
-    m = rec.meta_of(out)
-    if m is not None:
-        m.feat = feat + index * r.FEATURE_STRIDE
-        m.factor = 1.0
-
-
-def _einsum_projection(eq, metas, x, weight, out):
-    eq = eq.replace(" ", "") if isinstance(eq, str) else ""
-    if "->" not in eq or "..." in eq:
-        return None
-    ins, res = eq.split("->")
-    specs = ins.split(",")
-    tensors = [t for t, _ in metas]
-    if len(specs) != 2 or len(tensors) != 2:
-        return None
-    xi = 0 if tensors[0] is x else 1
-    xs, ws = specs[xi], specs[1 - xi]
-    w, wm = weight
-    contracted = [ch for ch in ws if ch in xs and ch not in res]
-    if len(contracted) != 1 or any(ch not in res for ch in ws if ch != contracted[0]):
-        return None
-    c = ws.index(contracted[0])
-    keep = [i for i in range(len(ws)) if i != c]
-    n_in = w.shape[c]
-    n_feat = int(torch.tensor([w.shape[i] for i in keep]).prod()) if keep else 1
-    def matrix(p, g=wm.recipe, order=keep + [c], n=n_in):
-        return (g(p).permute(order).reshape(-1, n))
-    ids = torch.arange(n_feat).view(*[w.shape[i] for i in keep]) if keep else torch.zeros((), dtype=torch.long)
-    kept = [ws[i] for i in keep]
-    perm = sorted(range(len(kept)), key=lambda i: res.index(kept[i]))
-    ids = ids.permute(perm) if kept else ids
-    shape = [w.shape[keep[[kept[p] for p in perm].index(ch)]] if ch in kept else 1 for ch in res]
-    return matrix, n_feat, n_in, ids.reshape(shape).expand(out.shape).clone()
-
-
-def _bias(rec, metas, out, step) -> None:
-    """``y + b`` right after a projection (a bare-Parameter bias): the projection's bias, element by element."""
-    data = [(t, m) for t, m in metas if m is not None and m.data]
-    params = [(t, m) for t, m in metas if m is not None and not m.data and m.recipe is not None]
-    if len(data) != 1 or len(params) != 1 or data[0][1].feat is None:
-        return
-    t, m = data[0]
-    src = rec.steps[m.producer] if m.producer >= 0 else None
-    proj = next((p for p in rec.projections if src is not None and p.step == src.index), None)
-    if proj is None or proj.bias is not None:
-        return
-    local = (m.feat - proj.index * r.FEATURE_STRIDE).reshape(-1)
-    pos = torch.full((proj.n_features,), -1, dtype=torch.long)
-    flat = torch.arange(local.numel())
-    pos.scatter_reduce_(0, local, flat, reduce="amin", include_self=False)
-    if bool((pos < 0).any()):
-        return
-    shape = tuple(out.shape)
-    recipe = params[0][1].recipe
-    proj.bias = lambda p, g=recipe, s=shape, i=pos: g(p).broadcast_to(s).reshape(-1)[i]
-    proj.bias_param = next(iter(params[0][1].params), None)

@@ -30,3 +30,15 @@ def figure(path, draw: Callable[[Any], None], *, grid: tuple[int, int] | None = 
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def heatmap(ax, values, *, label_above: float) -> None:
+    """``values`` (rows × columns, shares in [0, 1]) as an image with its colour bar; each cell above
+    ``label_above`` is labelled with its value (white on dark cells, black on light ones)."""
+    import numpy as np
+
+    im = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    for (i, j), v in np.ndenumerate(values):
+        if v > label_above:
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=7)
+    ax.figure.colorbar(im, ax=ax, fraction=0.046)

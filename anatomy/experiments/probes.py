@@ -23,6 +23,14 @@ def loss_per_position(model: torch.nn.Module, batch: dict[str, torch.Tensor]) ->
     return (ce * valid).sum(0) / valid.sum(0)  # 0/0 = NaN where nothing is scored
 
 
+def hook_output(model: torch.nn.Module, name: str, **inputs: torch.Tensor) -> torch.Tensor:
+    """The output of the one hook point ``name`` on a forward ``model(**inputs)`` without gradients (the mode,
+    train or eval, is the caller's)."""
+    with torch.no_grad(), capture(model, name) as cache:
+        model(**inputs)
+    return cache[name]
+
+
 def residual_rms(model: torch.nn.Module, inputs: dict[str, torch.Tensor],
                  pattern: str = "stack.blocks.*.hook_resid_post") -> list[float]:
     """RMS of the residual stream after each block (over tokens and features), one value per layer."""

@@ -17,6 +17,22 @@ def per_seed(metrics: dict, *names: str) -> list[tuple[float, ...]]:
     return list(zip(*(metrics[n].values for n in names)))
 
 
+def differences(metrics: dict, a: str, b: str) -> list[float]:
+    """``a − b`` seed by seed."""
+    return [x - y for x, y in per_seed(metrics, a, b)]
+
+
+def setting(metrics: dict, name: str) -> int:
+    """A setting the experiment records beside what it measures (a depth, a step cap): the same on every seed,
+    as a whole number."""
+    return int(metrics[name].values[0])
+
+
+def fmts(metrics: dict, *names: str) -> dict[str, str]:
+    """The metrics ``names``, each formatted as a reason quotes it (mean ± spread), by name."""
+    return {k: metrics[k].fmt() for k in names}
+
+
 def count_seeds(metrics: dict, names: tuple[str, ...] | list[str], pred: Callable[..., bool]) -> tuple[int, int]:
     """How many seeds satisfy ``pred(*values)`` (the values of ``names`` on that seed), and how many seeds."""
     rows = per_seed(metrics, *names)
@@ -26,6 +42,16 @@ def count_seeds(metrics: dict, names: tuple[str, ...] | list[str], pred: Callabl
 def seeds_disagree(en: str, zh: str) -> Verdict:
     """The last resort of a rule: inconclusive, the numbers ``en``/``zh`` followed by "the seeds disagree"."""
     return Verdict("inconclusive", en + " The seeds disagree.", zh + "各种子结论不一致。")
+
+
+def decide(en: str, zh: str, *cases: tuple[str, bool, str, str]) -> Verdict:
+    """A rule's verdict from its cases in order: the first ``(verdict, holds, more_en, more_zh)`` that holds gives
+    ``verdict``, its reasons the numbers ``en``/``zh`` followed by ``more_en``/``more_zh``; when none holds,
+    :func:`seeds_disagree`. ``holds`` is already decided over the seeds (``all(...)``, ``not any(...)``)."""
+    for verdict, holds, more_en, more_zh in cases:
+        if holds:
+            return Verdict(verdict, en + more_en, zh + more_zh)
+    return seeds_disagree(en, zh)
 
 
 def all_or_none(holds: list[bool], en: str, zh: str, *, refute_en: str = "", refute_zh: str = "") -> Verdict:

@@ -11,17 +11,7 @@ from dataclasses import dataclass, field
 
 from anatomy.components.ffn import GATED, default_d_ff
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import (
-    _ACT_TO_HF,
-    Entry,
-    _activation,
-    _e,
-    _get,
-    _linear,
-    _norm,
-    _pad,
-    _refuse,
-)
+from anatomy.interop.hf_common import _ACT_TO_HF, Entry, _activation, _e, _get, _linear, _norm, _pad, _refuse
 from anatomy.interop.hf_gemma import gemma_config, gemma_table, gemma_write
 from anatomy.interop.hf_llama import llama_config, llama_table, llama_write
 from anatomy.interop.hf_neox import neox_config, neox_table, neox_write

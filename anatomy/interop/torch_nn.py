@@ -72,9 +72,6 @@ matches (compare real tokens only when the torch side came with nested tensors o
 
 from __future__ import annotations
 
-import math
-
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -83,6 +80,18 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import DecoderBlock, EncoderBlock
 from anatomy.components.ffn import FeedForward
 from anatomy.components.norms import LayerNorm
+from anatomy.interop.torch_nn_attention import (
+    check_ours_mha,
+    check_torch_mha,
+    copy_into,
+    expect,
+    like,
+    mha_from_torch,
+    mha_into_ours,
+    mha_into_torch,
+    mha_to_torch,
+    one_bias,
+)
 from anatomy.models.decoder import DecoderStack
 from anatomy.models.encoder import EncoderStack
 from anatomy.models.seq2seq import EncoderDecoderStack
@@ -103,38 +112,6 @@ DECODER_LAYER_KEYS = (
 _ACTIVATIONS = ("relu", "gelu")
 
 
-# ---------------------------------------------------------------------------------------------- small helpers
-
-def _like(module: nn.Module) -> dict:
-    """``device`` and ``dtype`` of the module's first parameter (empty when it has none)."""
-    p = next(module.parameters(), None)
-    return {} if p is None else {"device": p.device, "dtype": p.dtype}
-
-
-def _copy(dst: torch.Tensor | None, src: torch.Tensor | None, where: str) -> None:
-    """Copy ``src`` into ``dst`` in place (never aliasing); both ``None`` is fine, one ``None`` is not."""
-    if (dst is None) != (src is None):
-        raise ValueError(f"{where}: present on one side only")
-    if dst is None:
-        return
-    if dst.shape != src.shape:
-        raise ValueError(f"{where}: shape {tuple(src.shape)} does not fit {tuple(dst.shape)}")
-    with torch.no_grad():
-        dst.copy_(src)
-
-
-def _one_bias(where: str, present: list[bool]) -> bool:
-    if len(set(present)) != 1:
-        raise ValueError(f"{where} has bias on some projections or norms and not on others; torch.nn's bias= "
-                         "switches the Linear and LayerNorm biases together, and so does ours")
-    return present[0]
-
-
-def _expect(module: object, cls: type, where: str) -> None:
-    if not isinstance(module, cls):
-        raise TypeError(f"{where} must be {cls.__module__}.{cls.__name__}, got {type(module).__name__}")
-
-
 def _activation_name(act: object) -> str:
     """torch layer's ``activation`` (function or module) → our activation name."""
     if act is F.relu or isinstance(act, nn.ReLU):
@@ -145,96 +122,6 @@ def _activation_name(act: object) -> str:
                      "(F.relu, F.gelu, nn.ReLU(), nn.GELU(), or the strings 'relu' / 'gelu')")
 
 
-# ---------------------------------------------------------------------------------------------- attention
-
-def _check_torch_mha(m: nn.MultiheadAttention, where: str) -> bool:
-    """Refuse what our attention cannot express; return whether it has biases."""
-    d = m.embed_dim
-    if m.kdim != d or m.vdim != d:
-        raise ValueError(f"{where}: kdim={m.kdim}, vdim={m.vdim} differ from embed_dim={d}; our "
-                         "MultiHeadAttention needs kdim == vdim == d_model")
-    if m.bias_k is not None:
-        raise ValueError(f"{where}: add_bias_kv=True is not supported (ours has no learned extra key/value)")
-    if m.add_zero_attn:
-        raise ValueError(f"{where}: add_zero_attn=True is not supported (our attention adds no zero key)")
-    return _one_bias(where, [m.in_proj_bias is not None, m.out_proj.bias is not None])
-
-
-def _check_ours_mha(a: MultiHeadAttention, where: str) -> bool:
-    """Refuse what nn.MultiheadAttention cannot express; return whether it has biases."""
-    if a.n_kv_heads != a.n_heads:
-        raise ValueError(f"{where}: grouped-query attention (GQA, n_kv_heads={a.n_kv_heads} != "
-                         f"n_heads={a.n_heads}) has no nn.MultiheadAttention equivalent")
-    if a.inner_dim != a.d_model:
-        raise ValueError(f"{where}: heads of width head_dim={a.head_dim} (n_heads * head_dim = {a.inner_dim} != "
-                         f"d_model = {a.d_model}) have no nn.MultiheadAttention equivalent: its heads split d_model")
-    if a.sliding_window is not None:
-        raise ValueError(f"{where}: sliding-window attention (sliding_window={a.sliding_window}) has no "
-                         "nn.MultiheadAttention equivalent")
-    if a.qk_norm is not None:
-        raise ValueError(f"{where}: QK-norm (qk_norm={a.qk_norm!r}) has no nn.MultiheadAttention equivalent")
-    if a.positional is not None:
-        raise ValueError(f"{where}: a positional scheme inside attention ({type(a.positional).__name__}) has "
-                         "no nn.MultiheadAttention equivalent")
-    default = 1.0 / math.sqrt(a.head_dim)
-    if not math.isclose(a.scale, default, rel_tol=1e-9):
-        raise ValueError(f"{where}: non-default attention scale {a.scale:.6g}; nn.MultiheadAttention always "
-                         f"uses 1/sqrt(Dh) = {default:.6g}")
-    projs = [a.qkv_proj, a.o_proj] if a.fused_qkv else [a.q_proj, a.k_proj, a.v_proj, a.o_proj]
-    return _one_bias(where, [p.bias is not None for p in projs])
-
-
-def _ours_qkv(a: MultiHeadAttention) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Our q/k/v projections as torch's fused ``in_proj``: weight ``(3D, D)``, bias ``(3D,)`` or ``None``."""
-    if a.fused_qkv:
-        return a.qkv_proj.weight, a.qkv_proj.bias
-    projs = (a.q_proj, a.k_proj, a.v_proj)
-    w = torch.cat([p.weight for p in projs])  # (3D, D)
-    b = None if projs[0].bias is None else torch.cat([p.bias for p in projs])  # (3D,)
-    return w, b
-
-
-def _mha_into_ours(a: MultiHeadAttention, m: nn.MultiheadAttention) -> None:
-    if m.in_proj_weight is not None:
-        ws = m.in_proj_weight.chunk(3)  # 3 x (D, D)
-    else:
-        ws = (m.q_proj_weight, m.k_proj_weight, m.v_proj_weight)  # 3 x (D, D)
-    bs = (None,) * 3 if m.in_proj_bias is None else m.in_proj_bias.chunk(3)  # 3 x (D,)
-    if a.fused_qkv:
-        _copy(a.qkv_proj.weight, torch.cat(ws), "qkv_proj.weight")  # (3D, D)
-        _copy(a.qkv_proj.bias, None if bs[0] is None else torch.cat(bs), "qkv_proj.bias")  # (3D,)
-    else:
-        for name, w, b in zip(("q_proj", "k_proj", "v_proj"), ws, bs, strict=True):
-            _copy(getattr(a, name).weight, w, f"{name}.weight")
-            _copy(getattr(a, name).bias, b, f"{name}.bias")
-    _copy(a.o_proj.weight, m.out_proj.weight, "o_proj.weight")
-    _copy(a.o_proj.bias, m.out_proj.bias, "o_proj.bias")
-    a.dropout = m.dropout
-
-
-def _mha_into_torch(m: nn.MultiheadAttention, a: MultiHeadAttention) -> None:
-    w, b = _ours_qkv(a)
-    _copy(m.in_proj_weight, w, "in_proj_weight")
-    _copy(m.in_proj_bias, b, "in_proj_bias")
-    _copy(m.out_proj.weight, a.o_proj.weight, "out_proj.weight")
-    _copy(m.out_proj.bias, a.o_proj.bias, "out_proj.bias")
-    m.dropout = a.dropout
-
-
-def _mha_from_torch(m: nn.MultiheadAttention) -> MultiHeadAttention:
-    bias = _check_torch_mha(m, "nn.MultiheadAttention")
-    a = MultiHeadAttention(d_model=m.embed_dim, n_heads=m.num_heads, bias=bias, dropout=m.dropout,
-                           kernel="auto")
-    _mha_into_ours(a.to(**_like(m)), m)
-    return a
-
-
-def _mha_to_torch(a: MultiHeadAttention) -> nn.MultiheadAttention:
-    bias = _check_ours_mha(a, "MultiHeadAttention")
-    m = nn.MultiheadAttention(a.d_model, a.n_heads, dropout=a.dropout, bias=bias, batch_first=True,
-                              **_like(a))
-    _mha_into_torch(m, a)
-    return m
 
 
 # ---------------------------------------------------------------------------------------------- layers
@@ -246,15 +133,15 @@ def _transfer(layer: nn.Module, block: nn.Module, keys: tuple, *, to_ours: bool)
         src, dst = (t, o) if to_ours else (o, t)
         where = f"{torch_name} / {our_name}"
         if isinstance(t, nn.MultiheadAttention) and to_ours:
-            _mha_into_ours(o, t)
+            mha_into_ours(o, t)
         elif isinstance(t, nn.MultiheadAttention):
-            _mha_into_torch(t, o)
+            mha_into_torch(t, o)
         elif isinstance(t, nn.Dropout):
             dst.p = src.p
         else:  # nn.Linear or a LayerNorm: weight, bias (and eps) on both sides
             if getattr(t, "weight", True) is not None:  # nn.LayerNorm(elementwise_affine=False): ours stays 1
-                _copy(dst.weight, src.weight, f"{where}.weight")
-            _copy(dst.bias, src.bias, f"{where}.bias")
+                copy_into(dst.weight, src.weight, f"{where}.weight")
+            copy_into(dst.bias, src.bias, f"{where}.bias")
             if hasattr(src, "eps"):
                 dst.eps = src.eps
 
@@ -271,28 +158,28 @@ def _block_kwargs_from_torch(layer: nn.Module, attns: list, norms: list) -> dict
     """``EncoderBlock.build`` / ``DecoderBlock.build`` arguments for a torch layer (after checking it)."""
     where = type(layer).__name__
     d = attns[0].embed_dim
-    biases = [_check_torch_mha(m, where) for m in attns]
+    biases = [check_torch_mha(m, where) for m in attns]
     biases += [_check_torch_norm(n, d, where).bias is not None for n in norms]
     biases += [layer.linear1.bias is not None, layer.linear2.bias is not None]
     return dict(d_model=d, n_heads=attns[0].num_heads, d_ff=layer.linear1.out_features,
                 activation=_activation_name(layer.activation), norm="layernorm", norm_eps=norms[0].eps,
-                placement="pre" if layer.norm_first else "post", bias=_one_bias(where, biases),
+                placement="pre" if layer.norm_first else "post", bias=one_bias(where, biases),
                 dropout=layer.dropout1.p, attention_dropout=attns[0].dropout, kernel="auto")
 
 
 def _encoder_layer_from_torch(layer: nn.TransformerEncoderLayer) -> EncoderBlock:
-    _expect(layer, nn.TransformerEncoderLayer, "encoder layer")
+    expect(layer, nn.TransformerEncoderLayer, "encoder layer")
     kw = _block_kwargs_from_torch(layer, [layer.self_attn], [layer.norm1, layer.norm2])
-    block = EncoderBlock.build(**kw).to(**_like(layer))
+    block = EncoderBlock.build(**kw).to(**like(layer))
     _transfer(layer, block, ENCODER_LAYER_KEYS, to_ours=True)
     return block
 
 
 def _decoder_layer_from_torch(layer: nn.TransformerDecoderLayer) -> DecoderBlock:
-    _expect(layer, nn.TransformerDecoderLayer, "decoder layer")
+    expect(layer, nn.TransformerDecoderLayer, "decoder layer")
     kw = _block_kwargs_from_torch(layer, [layer.self_attn, layer.multihead_attn],
                                   [layer.norm1, layer.norm2, layer.norm3])
-    block = DecoderBlock.build(**kw).to(**_like(layer))
+    block = DecoderBlock.build(**kw).to(**like(layer))
     _transfer(layer, block, DECODER_LAYER_KEYS, to_ours=True)
     return block
 
@@ -317,16 +204,16 @@ def _layer_kwargs_to_torch(block: nn.Module, attns: list, add_norms: list[AddNor
         raise ValueError(f"{where}: activation {activation!r} has no torch.nn equivalent (only relu and "
                          "gelu; gated FFNs such as swiglu have a third matrix)")
     norms = [_check_ours_norm(a.norm, where) for a in add_norms]
-    biases = [_check_ours_mha(a, where) for a in attns] + [n.bias is not None for n in norms]
+    biases = [check_ours_mha(a, where) for a in attns] + [n.bias is not None for n in norms]
     biases += [ffn.up_proj.bias is not None, ffn.down_proj.bias is not None]
     return dict(d_model=attns[0].d_model, nhead=attns[0].n_heads, dim_feedforward=ffn.d_ff,
                 dropout=add_norms[0].dropout.p, activation=activation, layer_norm_eps=norms[0].eps,
-                norm_first=placements == ["pre"], bias=_one_bias(where, biases))
+                norm_first=placements == ["pre"], bias=one_bias(where, biases))
 
 
 def _encoder_block_to_torch(block: EncoderBlock) -> nn.TransformerEncoderLayer:
     kw = _layer_kwargs_to_torch(block, [block.attn], [block.attn_add_norm, block.ffn_add_norm])
-    layer = nn.TransformerEncoderLayer(**kw, batch_first=True, **_like(block))
+    layer = nn.TransformerEncoderLayer(**kw, batch_first=True, **like(block))
     _transfer(layer, block, ENCODER_LAYER_KEYS, to_ours=False)
     return layer
 
@@ -334,7 +221,7 @@ def _encoder_block_to_torch(block: EncoderBlock) -> nn.TransformerEncoderLayer:
 def _decoder_block_to_torch(block: DecoderBlock) -> nn.TransformerDecoderLayer:
     kw = _layer_kwargs_to_torch(block, [block.attn, block.cross_attn],
                                 [block.attn_add_norm, block.cross_add_norm, block.ffn_add_norm])
-    layer = nn.TransformerDecoderLayer(**kw, batch_first=True, **_like(block))
+    layer = nn.TransformerDecoderLayer(**kw, batch_first=True, **like(block))
     _transfer(layer, block, DECODER_LAYER_KEYS, to_ours=False)
     return layer
 
@@ -345,7 +232,7 @@ def _norm_from_torch(norm: nn.Module | None, d_model: int, where: str) -> LayerN
     if norm is None:
         return None
     _check_torch_norm(norm, d_model, where)
-    ours = LayerNorm(d_model, eps=norm.eps, bias=norm.bias is not None).to(**_like(norm))
+    ours = LayerNorm(d_model, eps=norm.eps, bias=norm.bias is not None).to(**like(norm))
     _transfer(norm, ours, (("", ""),), to_ours=True)
     return ours
 
@@ -354,13 +241,13 @@ def _norm_to_torch(norm: nn.Module | None, where: str) -> nn.LayerNorm | None:
     if norm is None:
         return None
     _check_ours_norm(norm, where)
-    out = nn.LayerNorm(norm.weight.shape[0], eps=norm.eps, bias=norm.bias is not None, **_like(norm))
+    out = nn.LayerNorm(norm.weight.shape[0], eps=norm.eps, bias=norm.bias is not None, **like(norm))
     _transfer(out, norm, (("", ""),), to_ours=False)
     return out
 
 
 def _stack_from_torch(stack: nn.Module, torch_cls: type, layer_fn, cls: type) -> nn.Module:
-    _expect(stack, torch_cls, torch_cls.__name__)
+    expect(stack, torch_cls, torch_cls.__name__)
     if not len(stack.layers):
         raise ValueError(f"{torch_cls.__name__} has no layers; nothing to take d_model from")
     blocks = [layer_fn(layer) for layer in stack.layers]
@@ -390,7 +277,7 @@ def _stack_layers_to_torch(stack: nn.Module, block_fn, block_cls: type) -> list[
         raise ValueError(f"{where} has no blocks; torch.nn needs at least one layer to take its shape from")
     layers = []
     for i, block in enumerate(stack.blocks):
-        _expect(block, block_cls, f"{where}.blocks[{i}]")
+        expect(block, block_cls, f"{where}.blocks[{i}]")
         layers.append(block_fn(block))
     _check_same_config(layers, where)
     return layers
@@ -443,7 +330,7 @@ def _seq2seq_to_torch(s: EncoderDecoderStack) -> nn.Transformer:
 # ---------------------------------------------------------------------------------------------- public
 
 _FROM_TORCH = {
-    nn.MultiheadAttention: _mha_from_torch,
+    nn.MultiheadAttention: mha_from_torch,
     nn.TransformerEncoderLayer: _encoder_layer_from_torch,
     nn.TransformerDecoderLayer: _decoder_layer_from_torch,
     nn.TransformerEncoder: _encoder_from_torch,
@@ -451,7 +338,7 @@ _FROM_TORCH = {
     nn.Transformer: _seq2seq_from_torch,
 }
 _TO_TORCH = {
-    MultiHeadAttention: _mha_to_torch,
+    MultiHeadAttention: mha_to_torch,
     EncoderBlock: _encoder_block_to_torch,
     DecoderBlock: _decoder_block_to_torch,
     EncoderStack: _encoder_stack_to_torch,

@@ -49,9 +49,21 @@ class ModelOutput:
         return len(self.keys())
 
 
-def _caches_of(past_key_values):
-    """The list of our per-layer caches behind ``past_key_values`` (``None`` for none or a foreign cache)."""
-    return getattr(past_key_values, "kv_caches", None)
+class CachedOutput(ModelOutput):
+    """The two other names of an output's ``past_key_values`` field (LM and seq2seq outputs)."""
+
+    past_key_values: Any
+
+    @property
+    def kv_caches(self) -> list | None:
+        """The per-layer ``KVCache`` list (the pre-HF name; the same objects as ``past_key_values``); ``None`` for
+        none or a foreign cache."""
+        return getattr(self.past_key_values, "kv_caches", None)
+
+    @property
+    def cache(self):
+        """transformers 5 calls ``past_key_values`` ``cache``: the same object."""
+        return self.past_key_values
 
 
 @dataclass
@@ -62,7 +74,7 @@ class EncoderOutput(ModelOutput):
 
 
 @dataclass
-class LMOutput(ModelOutput):
+class LMOutput(CachedOutput):
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None  # (B, T, V)
     past_key_values: Any = None  # a ModelCache (or the HF cache that was passed in)
@@ -72,19 +84,9 @@ class LMOutput(ModelOutput):
 
     _extra: ClassVar[tuple[str, ...]] = ("last_hidden_state",)
 
-    @property
-    def kv_caches(self) -> list | None:
-        """The per-layer ``KVCache`` list (the pre-HF name; the same objects as ``past_key_values``)."""
-        return _caches_of(self.past_key_values)
-
-    @property
-    def cache(self):
-        """transformers 5 calls ``past_key_values`` ``cache``: the same object."""
-        return self.past_key_values
-
 
 @dataclass
-class Seq2SeqOutput(ModelOutput):
+class Seq2SeqOutput(CachedOutput):
     loss: torch.Tensor | None = None
     logits: torch.Tensor | None = None  # (B, T, V)
     past_key_values: Any = None  # a ModelCache of (self, cross) pairs
@@ -94,14 +96,6 @@ class Seq2SeqOutput(ModelOutput):
     encoder_last_hidden_state: torch.Tensor | None = None  # (B, S, D)
     encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
     encoder_attentions: tuple[torch.Tensor, ...] | None = None
-
-    @property
-    def kv_caches(self) -> list | None:
-        return _caches_of(self.past_key_values)
-
-    @property
-    def cache(self):
-        return self.past_key_values
 
 
 @dataclass

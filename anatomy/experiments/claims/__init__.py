@@ -6,7 +6,8 @@ head_count      §1      the head-count sweep on three tasks ...
 head_count_claims §1–2  C1–C3, C12–C14   ... and the claims judged on it
 implementation  §2      C9–C11    shapes, the per-head loop
 init_training   §2.3    C15, C16  initialisation
-masks           §2.4    C17–C20   masks and fill values
+masks           §2.4    masks and fill values: every fill × dtype, the causal mask, two twin LMs ...
+masks_claims    §2.4    C17–C20   ... and the claims judged on them
 positional      §3      order blindness, extrapolation, add vs concat: the trained models ...
 positional_claims §3    C21, C22, C27, C29–C31   ... and the claims judged on them
 sinusoidal      §3      C23–C26, C28, C32   the sinusoidal table's and RoPE's algebra, exactly
@@ -28,6 +29,7 @@ from anatomy.experiments.claims import (  # noqa: F401
     implementation,
     init_training,
     masks,
+    masks_claims,
     multihead,
     norm_depth,
     norm_depth_claims,

@@ -18,7 +18,7 @@ from anatomy.components.norms import LayerNorm
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import TOL, count_seeds, num, per_seed
+from anatomy.experiments.rules import TOL, count_seeds, num, per_seed, setting
 from anatomy.experiments.tasks import MarkovTask
 
 # --- C35: identity vs zero ---------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def identity_mlp(ctx):
 
 def _c35(ms):
     sp, sr = ms["steps_plain"], ms["steps_residual"]
-    cap = int(ms["steps_cap"].values[0])
+    cap = setting(ms, "steps_cap")
     nums_en = (f"Steps to reach MSE < {IDENTITY_EPS} (cap {cap}): plain {sp.fmt()}, residual {sr.fmt()}; final MSE "
                f"{ms['final_mse_plain'].fmt()} vs {ms['final_mse_residual'].fmt()} (at init "
                f"{ms['mse0_plain'].fmt()} vs {ms['mse0_residual'].fmt()}).")

@@ -19,7 +19,7 @@ from anatomy.components.block import EncoderBlock
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import fmt_count, fmt_values, num, per_seed, seeds_disagree
+from anatomy.experiments.rules import decide, fmt_count, fmt_values, num, per_seed
 from anatomy.inspection import capture, trace_model
 
 FFN_SHARE = 0.5  # C53: the FFN holds more than this share of the block's parameters
@@ -202,17 +202,15 @@ def _c47(ms):
     works = [a8 >= WORKS for _, a8 in rows]
     beats = [a8 >= a1 + BEATS for a1, a8 in rows]
     worse = [a8 < a1 - BEATS for a1, a8 in rows]
-    if all(works) and all(beats):
-        return Verdict("supported", nums_en, nums_zh)
-    if all(works) and not any(beats):
-        return Verdict("nuanced", nums_en + " Heads of 4 dimensions do work, but one full-size head did as well: on "
-                       "this task the split into parallel subspaces is not where the power comes from.",
-                       nums_zh + "4 维的头确实能工作，但一个全尺寸的头做得一样好：在这个任务上，力量并非来自并行子空间"
-                                 "的拆分。")
-    if all(worse):
-        return Verdict("refuted", nums_en + " The small heads did clearly worse than one big head: head size matters "
-                       "here.", nums_zh + "小头明显不如一个大头：这里头的大小是有影响的。")
-    return seeds_disagree(nums_en, nums_zh)
+    return decide(nums_en, nums_zh,
+                  ("supported", all(works) and all(beats), "", ""),
+                  ("nuanced", all(works) and not any(beats),
+                   " Heads of 4 dimensions do work, but one full-size head did as well: on this task the split into "
+                   "parallel subspaces is not where the power comes from.",
+                   "4 维的头确实能工作，但一个全尺寸的头做得一样好：在这个任务上，力量并非来自并行子空间的拆分。"),
+                  ("refuted", all(worse),
+                   " The small heads did clearly worse than one big head: head size matters here.",
+                   "小头明显不如一个大头：这里头的大小是有影响的。"))
 
 
 claim("C47-small-heads-parallel-subspaces", section="§5.1",

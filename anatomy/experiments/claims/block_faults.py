@@ -14,7 +14,7 @@ from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import TOL, fmt_count, fmt_values, per_seed, seeds_disagree
+from anatomy.experiments.rules import TOL, decide, differences, fmt_count, fmt_values, per_seed
 from anatomy.experiments.tasks import MarkovTask
 
 ROUGHER, SPIKIER = 0.1, 0.3  # C50: roughness / largest rise (nats) higher by more than these is erratic
@@ -137,19 +137,14 @@ def _c48(ms):
     rows = per_seed(ms, "tf_loss_split", "tf_loss_correct", "prefix_loss_split", "prefix_loss_correct")
     hurt = [ps > pc + TOL for _, _, ps, pc in rows]
     looks_better = [ts < tc - TOL for ts, tc, _, _ in rows]
-    if all(hurt) and all(looks_better):
-        return Verdict("nuanced", nums_en + " Silent, yes — but the training and validation numbers look *better*, "
-                       "because mixing heads leaks future tokens into the past; only an honest, generation-style "
-                       "evaluation shows the damage.",
-                       nums_zh + "确实是静默的——但训练和验证指标反而看起来“更好”，因为串味的头把未来 token 泄露给了过"
-                                 "去；"
-                       "只有诚实的、按生成方式的评估才能看到损害。")
-    if all(hurt):
-        return Verdict("supported", nums_en, nums_zh)
-    if not any(hurt):
-        return Verdict("refuted", nums_en + " The bug did not lower accuracy here.", nums_zh + "这里该错误没有降低准确"
-                                                                                               "率。")
-    return seeds_disagree(nums_en, nums_zh)
+    return decide(nums_en, nums_zh,
+                  ("nuanced", all(hurt) and all(looks_better),
+                   " Silent, yes — but the training and validation numbers look *better*, because mixing heads leaks "
+                   "future tokens into the past; only an honest, generation-style evaluation shows the damage.",
+                   "确实是静默的——但训练和验证指标反而看起来“更好”，因为串味的头把未来 token 泄露给了过去；"
+                   "只有诚实的、按生成方式的评估才能看到损害。"),
+                  ("supported", all(hurt), "", ""),
+                  ("refuted", not any(hurt), " The bug did not lower accuracy here.", "这里该错误没有降低准确率。"))
 
 
 claim("C48-wrong-transpose-silent", section="§5.2",
@@ -182,15 +177,13 @@ def _c50(ms):
                     "final_correct")
     erratic = [rm > rc + ROUGHER or sm > sc + SPIKIER for rm, rc, sm, sc, _, _ in rows]
     worse = [fm > fc + TOL for *_, fm, fc in rows]
-    if all(erratic):
-        return Verdict("supported", nums_en, nums_zh)
-    if not any(erratic) and all(worse):
-        return Verdict("nuanced", nums_en + " The miswired block trains worse, but not erratically.",
-                       nums_zh + "接错的 block 训练得更差，但曲线并没有乱跳。")
-    if not any(erratic) and not any(worse):
-        return Verdict("refuted", nums_en + " It trained as well and as smoothly as the correct block.",
-                       nums_zh + "它训练得和正确的 block 一样好、一样平滑。")
-    return seeds_disagree(nums_en, nums_zh)
+    return decide(nums_en, nums_zh,
+                  ("supported", all(erratic), "", ""),
+                  ("nuanced", not any(erratic) and all(worse), " The miswired block trains worse, but not erratically.",
+                   "接错的 block 训练得更差，但曲线并没有乱跳。"),
+                  ("refuted", not any(erratic) and not any(worse),
+                   " It trained as well and as smoothly as the correct block.",
+                   "它训练得和正确的 block 一样好、一样平滑。"))
 
 
 claim("C50-miswired-pre-norm-erratic", section="§5.2",
@@ -210,9 +203,9 @@ claim("C50-miswired-pre-norm-erratic", section="§5.2",
 
 
 def _c51(ms):
-    diffs = [s - c for s, c in per_seed(ms, "final_shared", "final_correct")]
+    diffs = differences(ms, "final_shared", "final_correct")
     d = fmt_values(diffs, " nats")
-    saved = [c - s for c, s in per_seed(ms, "params_correct", "params_shared")]
+    saved = differences(ms, "params_correct", "params_shared")
     nums_en = (f"{fmt_count(ms['n_layers'])} layers: sharing one LayerNorm between the two sub-layers of each block "
                "saves "
                f"{fmt_values(saved)} parameters and ends at {ms['final_shared'].fmt()} vs {ms['final_correct'].fmt()} "
@@ -221,14 +214,11 @@ def _c51(ms):
                "数，"
                "最终 loss "
                f"{ms['final_shared'].fmt()}，分开时 {ms['final_correct'].fmt()}（共用 − 分开 = {d}）。")
-    if all(x > TOL for x in diffs):
-        return Verdict("supported", nums_en, nums_zh)
-    if all(abs(x) <= TOL for x in diffs):
-        return Verdict("refuted", nums_en + " No clear drop: the loss stayed within the tolerance.",
-                       nums_zh + "没有明显下降：loss 差异在容差之内。")
-    if all(x < -TOL for x in diffs):
-        return Verdict("refuted", nums_en + " Sharing was even better here.", nums_zh + "这里共用反而更好。")
-    return seeds_disagree(nums_en, nums_zh)
+    return decide(nums_en, nums_zh,
+                  ("supported", all(x > TOL for x in diffs), "", ""),
+                  ("refuted", all(abs(x) <= TOL for x in diffs),
+                   " No clear drop: the loss stayed within the tolerance.", "没有明显下降：loss 差异在容差之内。"),
+                  ("refuted", all(x < -TOL for x in diffs), " Sharing was even better here.", "这里共用反而更好。"))
 
 
 claim("C51-shared-layernorm-hurts", section="§5.3",
@@ -264,26 +254,20 @@ def _c55(ms):
                f"{ms['final_high_lr'].fmt()}）；Post-Norm 代替 Pre-Norm → 在某个学习率失败："
                f"{ms['failed_post_any_lr'].fmt()}。")
     causes = [sum(x) for x in zip(init, lr, order)]
-    if not healthy:
-        return Verdict("inconclusive", nums_en + " The baseline itself failed.", nums_zh + "基线本身就失败了。")
-    if all(c == 3 for c in causes):
-        return Verdict("supported", nums_en + " Each of the three suspects, alone, breaks training.",
-                       nums_zh + "三个嫌疑因素中的每一个单独出现都会破坏训练。")
-    if all(c == 0 for c in causes):
-        return Verdict("refuted", nums_en + " None of the three broke training on its own.",
-                       nums_zh + "三个因素单独出现都没有破坏训练。")
     names = [("the init", "初始化", init), ("the learning rate", "学习率", lr), ("the norm order", "Norm 顺序", order)]
     always = [(en, zh) for en, zh, vals in names if all(v > 0 for v in vals)]
     never = [(en, zh) for en, zh, vals in names if all(v == 0 for v in vals)]
-    if len(always) + len(never) == 3:
-        return Verdict("nuanced", nums_en + f" Only {' and '.join(e for e, _ in always)} broke training when "
-                       "changed alone "
-                       f"(not {' and '.join(e for e, _ in never)}); a failure with no NaN is a stall, not an "
-                       "explosion.",
-                       nums_zh + f"只有{'、'.join(z for _, z in always)}单独就能破坏训练（"
-                                 f"{'、'.join(z for _, z in never)}"
-                       "不能）；没有 NaN 的失败是停滞，不是爆炸。")
-    return seeds_disagree(nums_en, nums_zh)
+    return decide(nums_en, nums_zh,
+                  ("inconclusive", not healthy, " The baseline itself failed.", "基线本身就失败了。"),
+                  ("supported", all(c == 3 for c in causes), " Each of the three suspects, alone, breaks training.",
+                   "三个嫌疑因素中的每一个单独出现都会破坏训练。"),
+                  ("refuted", all(c == 0 for c in causes), " None of the three broke training on its own.",
+                   "三个因素单独出现都没有破坏训练。"),
+                  ("nuanced", len(always) + len(never) == 3,
+                   f" Only {' and '.join(e for e, _ in always)} broke training when changed alone (not "
+                   f"{' and '.join(e for e, _ in never)}); a failure with no NaN is a stall, not an explosion.",
+                   f"只有{'、'.join(z for _, z in always)}单独就能破坏训练（{'、'.join(z for _, z in never)}不能）；"
+                   "没有 NaN 的失败是停滞，不是爆炸。"))
 
 
 claim("C55-explosion-debug-order", section="结尾",

@@ -12,7 +12,7 @@ from anatomy import ModelConfig, build_model
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import TOL, fmt_count, per_seed, seeds_disagree
+from anatomy.experiments.rules import TOL, decide, fmt_count, per_seed
 from anatomy.experiments.tasks import MarkovTask
 
 DROPOUT_SITE = 0.02  # C54: nats: FFN dropout leaves a gap smaller than attention dropout by more than this
@@ -139,20 +139,18 @@ def _c54(ms):
                f"{g1.fmt()}，"
                f"d_ff = 4D 时 {g4.fmt()}；4D 且在注意力输出上加 0.3 dropout 时 {ga.fmt()}，在 FFN 输出上加时 "
                f"{gf.fmt()}。")
-    if all(grows) and all(ffn_site):
-        return Verdict("supported", nums_en + " A wider FFN overfits more, and dropout there closes more of the gap "
-                       "than the same dropout on attention.",
-                       nums_zh + "FFN 越宽过拟合越严重，而且在 FFN 上加 dropout 比在注意力上加同样的 dropout 更能缩小差"
-                                 "距。")
-    if all(grows) or all(ffn_site):
-        part = ("a wider FFN overfits more" if all(grows) else "dropout on the FFN closes more of the gap")
-        part_zh = "FFN 越宽过拟合越严重" if all(grows) else "在 FFN 上加 dropout 更能缩小差距"
-        return Verdict("nuanced", nums_en + f" Only half of it holds on every seed: {part}.",
-                       nums_zh + f"只有一半在每个种子上成立：{part_zh}。")
-    if not any(grows) and not any(ffn_site):
-        return Verdict("refuted", nums_en + " Neither a wider FFN nor dropout placement points at the FFN.",
-                       nums_zh + "FFN 宽度和 dropout 的位置都没有指向 FFN 是过拟合的主要来源。")
-    return seeds_disagree(nums_en, nums_zh)
+    part = ("a wider FFN overfits more" if all(grows) else "dropout on the FFN closes more of the gap")
+    part_zh = "FFN 越宽过拟合越严重" if all(grows) else "在 FFN 上加 dropout 更能缩小差距"
+    return decide(nums_en, nums_zh,
+                  ("supported", all(grows) and all(ffn_site),
+                   " A wider FFN overfits more, and dropout there closes more of the gap than the same dropout on "
+                   "attention.",
+                   "FFN 越宽过拟合越严重，而且在 FFN 上加 dropout 比在注意力上加同样的 dropout 更能缩小差距。"),
+                  ("nuanced", all(grows) or all(ffn_site), f" Only half of it holds on every seed: {part}.",
+                   f"只有一半在每个种子上成立：{part_zh}。"),
+                  ("refuted", not any(grows) and not any(ffn_site),
+                   " Neither a wider FFN nor dropout placement points at the FFN.",
+                   "FFN 宽度和 dropout 的位置都没有指向 FFN 是过拟合的主要来源。"))
 
 
 claim("C54-ffn-overfits", section="§5.3",

@@ -14,12 +14,11 @@ import time
 import torch
 
 from anatomy import ModelConfig, build_model
-from anatomy.experiments.figures import figure
+from anatomy.experiments.figures import figure, heatmap
 from anatomy.experiments.fitting import budget, fit, fit_decayed, tiny_model
-from anatomy.experiments.probes import ablate_head, attention_entropy, offset_profile
+from anatomy.experiments.probes import ablate_head, attention_entropy, hook_output, offset_profile
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import char_corpus, lm_batch
-from anatomy.inspection import capture
 
 # =============================================================================================================
 # head-count: the ordered-pair task, a character LM and a small classification task, at several head counts
@@ -53,9 +52,7 @@ def _pair_accuracy(model, batch, y) -> float:
 
 
 def _weights(model, inputs) -> torch.Tensor:
-    with torch.no_grad(), capture(model, "stack.blocks.0.attn.hook_weights") as cache:
-        model(**inputs)
-    return cache["stack.blocks.0.attn.hook_weights"].float()  # (B, H, T, T)
+    return hook_output(model, "stack.blocks.0.attn.hook_weights", **inputs).float()  # (B, H, T, T)
 
 
 def _sentiment(n_train: int, seed: int):
@@ -261,26 +258,18 @@ def _draw_heads(ctx, out, pair, lm_ent, lm_prof, drops, head_for):
         ax = axes[3]
         rows = torch.cat([pair[1]["profile"][:, :6], pair[4]["profile"][:, :6]])
         rows = torch.cat([rows, (1 - rows.sum(-1, keepdim=True)).clamp_min(0)], dim=-1).numpy()
-        im = ax.imshow(rows, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        heatmap(ax, rows, label_above=0.05)
         ax.set(xticks=range(7), xticklabels=[*map(str, range(6)), "other"], xlabel="offset (key = query − offset)",
                yticks=range(5),
                yticklabels=["h=1", "h4: head 0", "head 1", "head 2", "head 3"],
                title="Ordered pairs: attention mass by offset\n(the task needs offsets 1 and 3)")
-        for (i, j), v in np.ndenumerate(rows):
-            if v > 0.05:
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=7)
-        ax.figure.colorbar(im, ax=ax, fraction=0.046)
         ax = axes[4]
         prof = torch.cat([lm_prof[4], (1 - lm_prof[4].sum(-1, keepdim=True)).clamp_min(0)], dim=-1).numpy()
-        im = ax.imshow(prof, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+        heatmap(ax, prof, label_above=0.1)
         ax.set(xticks=range(prof.shape[1]), xticklabels=[*map(str, range(prof.shape[1] - 1)), "≥9"],
                xlabel="offset (0 = itself, 1 = previous character)",
                yticks=range(4), yticklabels=[f"head {i}" for i in range(4)],
                title="Char LM, 4 heads: attention mass by offset")
-        for (i, j), v in np.ndenumerate(prof):
-            if v > 0.1:
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w" if v < 0.6 else "k", fontsize=7)
-        ax.figure.colorbar(im, ax=ax, fraction=0.046)
         ax = axes[5]
         colors = ["C2" if i == head_for[1] else "C3" if i == head_for[3] else "gray" for i in range(4)]
         ax.bar([f"head {i}" for i in range(4)], [100 * d for d in drops], color=colors)

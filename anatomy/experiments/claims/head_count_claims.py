@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from anatomy.experiments.claims.head_count import PAIR_CEILING, SPECIALISED
 from anatomy.experiments.registry import Verdict, claim
-from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, fmts, seed_verdict
 
 DIFFUSE = 0.8  # C1: a mean normalised entropy at or above this is 'almost uniform'
 C1_RULE = Ladder((
@@ -19,8 +19,8 @@ C1_RULE = Ladder((
 
 
 def _c1(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean",
-                                  "ent_lm_init")}
+    f = fmts(ms, "ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean",
+                 "ent_lm_init")
     en = (f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} "
           f"on a character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
           f"{f['ent_lm_h4_mean']} (lowest head {f['ent_lm_h4_min']}) and {f['ent_pair_h4_mean']}; an untrained model "
@@ -104,8 +104,8 @@ C3_RULE = Ladder((
 
 
 def _c3(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("pair_h4_covers", "pair_h4_ablation_min_drop", "pair_h4_specialised_heads",
-                                  "lm_h4_prev_char_mass", "lm_h4_prev_head_ablation_dloss")}
+    f = fmts(ms, "pair_h4_covers", "pair_h4_ablation_min_drop", "pair_h4_specialised_heads",
+                 "lm_h4_prev_char_mass", "lm_h4_prev_head_ablation_dloss")
     en = (f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ {SPECIALISED} of their mass) on a fraction "
           f"{f['pair_h4_covers']} of the seeds, {f['pair_h4_specialised_heads']} specialised heads; zeroing the "
           f"offset-1 or offset-3 head costs at least {f['pair_h4_ablation_min_drop']} of the accuracy (relative). "
@@ -150,8 +150,8 @@ C12_RULE = Ladder((
 
 
 def _c12(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4",
-                                  "cls_acc_h8", "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best")}
+    f = fmts(ms, "lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4",
+                 "cls_acc_h8", "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best")
     en = (f"d_model = 64, so d_k = 64, 32, 16, 8 for h = 1, 2, 4, 8. Char-LM validation loss: {f['lm_val_h1']}, "
           f"{f['lm_val_h2']}, {f['lm_val_h4']}, {f['lm_val_h8']}; sentiment accuracy at d_k = 64, 16, 8: "
           f"{f['cls_acc_h1']}, {f['cls_acc_h4']}, {f['cls_acc_h8']}. Penalty of d_k < 32 against d_k ≥ 32: "
@@ -194,8 +194,8 @@ C13_RULE = Ladder((
 
 
 def _c13(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1",
-                                  "cls_gap_h8", "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8")}
+    f = fmts(ms, "lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1",
+                 "cls_gap_h8", "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8")
     en = (f"At fixed d_model = 64 (same parameter count), a training step takes {f['lm_step_ms_h1']} ms with 1 head "
           f"and {f['lm_step_ms_h8']} ms with 8 (ratio {f['time_ratio_h8_vs_h1']}); per step, the LM reaches "
           f"{f['lm_val_h1']} with 1 head and {f['lm_val_h8']} with 8. On 2000 training reviews the train–validation "

@@ -20,7 +20,7 @@ from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention, kernels
 from anatomy.experiments.fitting import budget
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import Case, Ladder, num, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, fmts, num, seed_verdict, setting
 from anatomy.inspection import capture
 
 # =============================================================================================================
@@ -114,7 +114,7 @@ C9_RULE = Ladder((
 
 
 def _c9(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32", "maxdiff_loop_math_sdpa_fp64")}
+    f = fmts(ms, "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32", "maxdiff_loop_math_sdpa_fp64")
     ok = all(v == 1 for v in ms["shapes_match"].values)
     en = (("Every intermediate shape is the post's" if ok else "Some intermediate shapes differ from the post's")
           + " (project (2,10,512) → split (2,8,10,64) → scores (2,8,10,10) → per-head output (2,8,10,64) → merged "
@@ -155,8 +155,8 @@ C10_RULE = Ladder((
 
 
 def _c10(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
-                                  "causal_leak_merge_wrong_transpose", "causal_leak_correct")}
+    f = fmts(ms, "faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
+                 "causal_leak_merge_wrong_transpose", "causal_leak_correct")
     en = (f"Share of the two faults (split without transpose, merge without transpose) that run without any error "
           f"and keep the output shape: {f['faults_silent']}; their outputs differ from the correct ones by at least "
           f"{f['faults_min_rel_err']} (relative). With a causal mask, changing only the last token moves earlier "
@@ -231,9 +231,9 @@ C11_RULE = Ladder((
 
 
 def _c11(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max")}
+    f = fmts(ms, "speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max")
     cfgs = ", ".join(f"(B={b}, S={s}, D={d}, h={h})" for b, s, d, h in BENCH_CONFIGS)
-    threads = int(ms["threads"].values[0])
+    threads = setting(ms, "threads")
     per_cfg = "; ".join(
         f"(B={b}, S={s}, h={h}) " + " / ".join(f"{ms[f'{k}_ms_cfg{i}'].mean:.2f}" for k in ("loop", "math", "sdpa"))
         for i, (b, s, _d, h) in enumerate(BENCH_CONFIGS))

@@ -13,7 +13,7 @@ from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, fit, mean_tail, tiny_model
 from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment
-from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, fmts, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 
 # =============================================================================================================
@@ -117,7 +117,7 @@ C15_RULE = Ladder((
 
 
 def _c15(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best")}
+    f = fmts(ms, "val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best")
     en = (f"Char LM after the same steps: PyTorch default init {f['val_torch_scaled']}, normal(0.02) "
           f"{f['val_normal_scaled']}, Xavier {f['val_xavier_scaled']}; the default is {f['torch_minus_best']} from "
           "the best of the three.")
@@ -150,9 +150,9 @@ C16_RULE = Ladder((
 
 
 def _c16(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
-                                  "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled",
-                                  "large_minus_normal")}
+    f = fmts(ms, "step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
+                 "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled",
+                 "large_minus_normal")
     en = (f"Attention projections initialised 50× too large (std 1 instead of 0.02, bug zoo 'large_init_scale'): at "
           f"step 0 the scores have std {f['step0_score_std_x50']} and the largest attention weight averages "
           f"{f['step0_maxp_x50']} (normal init: {f['step0_maxp_x1']}). The softmax lets through "

@@ -22,7 +22,7 @@ from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, tiny_model
 from anatomy.experiments.probes import probe_attention
 from anatomy.experiments.registry import Verdict, claim, experiment, holds_on_every_seed
-from anatomy.experiments.rules import Case, Ladder, seed_verdict
+from anatomy.experiments.rules import Case, Ladder, fmts, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 
 SAME_PARAMS = 0.01  # C4: a relative parameter change below this is "no increase"
@@ -226,6 +226,12 @@ def softmax_saturation(ctx):
 def _draw_saturation(ctx, mc, real, uniform):
     path = ctx.figure_path("C5-C8-C16-score-saturation")
 
+    def by_factor(ax, key):  # the real LM's ``key`` against the init factor: one colour per d_k, scaled vs not
+        for i, dk in enumerate(SAT_DK):
+            for scaled, style, tag in ((True, "o-", "scaled"), (False, "x--", "unscaled")):
+                ax.plot(SAT_FACTORS, [real[(dk, f, scaled)][key] for f in SAT_FACTORS], style, color=f"C{i}",
+                        label=f"d_k={dk} {tag}")
+
     def draw(axes):
         ax = axes[0]
         for tag, c in (("scaled", "C0"), ("unscaled", "C3")):
@@ -237,11 +243,7 @@ def _draw_saturation(ctx, mc, real, uniform):
         ax.minorticks_off()
         ax.legend(fontsize=7)
         ax = axes[1]
-        for i, dk in enumerate(SAT_DK):
-            ax.plot(SAT_FACTORS, [real[(dk, f, True)]["maxp"] for f in SAT_FACTORS], "o-", color=f"C{i}",
-                    label=f"d_k={dk} scaled")
-            ax.plot(SAT_FACTORS, [real[(dk, f, False)]["maxp"] for f in SAT_FACTORS], "x--", color=f"C{i}",
-                    label=f"d_k={dk} unscaled")
+        by_factor(ax, "maxp")
         ax.axhline(uniform, color="gray", ls=":", lw=1)
         ax.text(SAT_FACTORS[-2], uniform + 0.015, "uniform", fontsize=7, color="gray")
         ax.axvline(TORCH_INIT_FACTOR, color="k", ls=":", lw=1)
@@ -251,11 +253,7 @@ def _draw_saturation(ctx, mc, real, uniform):
                                      "the attention?")
         ax.legend(fontsize=6, ncol=2, loc="lower right")
         ax = axes[2]
-        for i, dk in enumerate(SAT_DK):
-            ax.plot(SAT_FACTORS, [real[(dk, f, True)]["passthrough"] for f in SAT_FACTORS], "o-", color=f"C{i}",
-                    label=f"d_k={dk} scaled")
-            ax.plot(SAT_FACTORS, [real[(dk, f, False)]["passthrough"] for f in SAT_FACTORS], "x--", color=f"C{i}",
-                    label=f"d_k={dk} unscaled")
+        by_factor(ax, "passthrough")
         ax.set(xscale="log", yscale="log", xlabel="init scale ×",
                ylabel="‖∂loss/∂scores‖ / ‖∂loss/∂weights‖",
                title="Gradient the softmax lets through at step 0\n(falls as the attention turns one-hot)")
@@ -278,11 +276,11 @@ C7_RULE = Ladder((
 
 
 def _c7(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_jac_ratio_dk64",
-                                  "mc_jac_ratio_dk256", "mc_onehot_rows_unscaled_dk64",
-                                  "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
-                                  "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
-                                  "real_score_std_unscaled_dk64_torchinit")}
+    f = fmts(ms, "mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_jac_ratio_dk64",
+                 "mc_jac_ratio_dk256", "mc_onehot_rows_unscaled_dk64",
+                 "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
+                 "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
+                 "real_score_std_unscaled_dk64_torchinit")
     en = (f"With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
           f"{f['mc_maxp_unscaled_dk64']} (scaled: {f['mc_maxp_scaled_dk64']}) and {f['mc_onehot_rows_unscaled_dk64']} "
           f"of the rows exceed 0.99; but the softmax Jacobian keeps {f['mc_jac_ratio_dk64']} of its scaled norm "
@@ -332,8 +330,8 @@ C8_RULE = Ladder((
 
 
 def _c8(ms) -> Verdict:
-    f = {k: ms[k].fmt() for k in ("val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled",
-                                  "progress_after_q1_unscaled", "progress_after_q1_scaled")}
+    f = fmts(ms, "val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled",
+                 "progress_after_q1_unscaled", "progress_after_q1_scaled")
     en = (f"Same LM (d_k=64, PyTorch default init), same batches: validation loss {f['val_torch_scaled']} with the "
           f"scale and {f['val_torch_unscaled']} without (difference {f['unscaled_minus_scaled']}). After the first "
           f"quarter of training the unscaled run still improves by {f['progress_after_q1_unscaled']} (scaled: "

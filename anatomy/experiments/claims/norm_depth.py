@@ -21,10 +21,9 @@ from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.add_norm import AddNorm
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
-from anatomy.experiments.probes import residual_grad_norms, residual_rms
+from anatomy.experiments.probes import hook_output, residual_grad_norms, residual_rms
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import MarkovTask
-from anatomy.inspection import capture
 
 PLACEMENTS = ("pre", "post", "deepnorm")
 BROKEN = ("no_residual", "no_norm")
@@ -52,9 +51,8 @@ def _capped(stats: dict[str, float], uniform: float) -> float:
 def _token_cos(model: nn.Module, inputs: dict, depth: int) -> float:
     """Mean cosine between the token vectors of one sequence after the last block (1 = all tokens alike)."""
     model.eval()
-    with torch.no_grad(), capture(model, f"stack.blocks.{depth - 1}.hook_resid_post") as cache:
-        model(**inputs)
-    h = torch.nn.functional.normalize(next(iter(cache.values())).double(), dim=-1)  # (B, T, D)
+    last = hook_output(model, f"stack.blocks.{depth - 1}.hook_resid_post", **inputs)
+    h = torch.nn.functional.normalize(last.double(), dim=-1)  # (B, T, D)
     sim = h @ h.transpose(1, 2)
     t = sim.shape[-1]
     return ((sim.sum((1, 2)) - t) / (t * (t - 1))).mean().item()
@@ -62,9 +60,7 @@ def _token_cos(model: nn.Module, inputs: dict, depth: int) -> float:
 
 def _score_std(model: nn.Module, inputs: dict, depth: int) -> float:
     model.eval()
-    with torch.no_grad(), capture(model, f"stack.blocks.{depth - 1}.attn.hook_scores") as cache:
-        model(**inputs)
-    s = next(iter(cache.values()))  # (B, H, T, T), before the causal mask
+    s = hook_output(model, f"stack.blocks.{depth - 1}.attn.hook_scores", **inputs)  # (B, H, T, T), pre-mask
     i, j = torch.tril_indices(s.shape[-1], s.shape[-1])
     return s[..., i, j].float().std().item()
 

@@ -12,12 +12,13 @@ from anatomy.experiments.rules import (
     TOL,
     all_or_none,
     count_seeds,
+    decide,
     fmt_blown,
     fmt_count,
     fmt_values,
     num,
     per_seed,
-    seeds_disagree,
+    setting,
 )
 
 BROKEN_SHARE = 0.5  # C33: share of the broken stacks' runs that go NaN or oscillate for "soon NaN or oscillates"
@@ -30,7 +31,7 @@ ACCUMULATES = 1.5  # C43: residual RMS, last block ÷ first block, above this co
 # --- C33 ------------------------------------------------------------------------------------------------------
 
 def _c33(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     rows = per_seed(ms, "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
                     "excess_no_residual", "excess_no_norm")
     frac = [(a + b) / n for a, b, n, *_ in rows]
@@ -43,22 +44,19 @@ def _c33(ms):
                "Pre-Norm："
                f"{ms['nan_or_osc_pre_same_lrs'].fmt()} 次）；最终 loss 比 Pre-Norm 高 {ms['excess_no_residual'].fmt()}"
                f"（无残差）和 {ms['excess_no_norm'].fmt()}（无归一化）nat。")
-    if all(f >= BROKEN_SHARE for f in frac):
-        return Verdict("supported", nums_en, nums_zh)
-    if all(0 < f < BROKEN_SHARE for f in frac) or all(f < BROKEN_SHARE and e > TOL for f, e in zip(frac, excess)):
-        return Verdict("nuanced", nums_en + f" Training does fail, but mostly by stalling rather than blowing up: "
-                       f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} of the "
-                       f"{fmt_count(ms['broken_runs'])} broken runs failed, {ms['nan_no_residual'].fmt()} (no residual)"
-                       " and "
-                       f"{ms['nan_no_norm'].fmt()} (no norm) of them with NaN.",
-                       nums_zh + f"训练确实失败，但多是停滞而非爆炸：{fmt_count(ms['broken_runs'])} 次错误结构运行中失"
-                                 "败 "
-                       f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的："
-                       f"无残差 {ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。")
-    if all(f == 0 and e <= TOL for f, e in zip(frac, excess)):
-        return Verdict("refuted", nums_en + " The broken stacks trained as well as Pre-Norm.",
-                       nums_zh + "这些“错误”结构训练得和 Pre-Norm 一样好。")
-    return seeds_disagree(nums_en, nums_zh)
+    stalled_en = (" Training does fail, but mostly by stalling rather than blowing up: "
+                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} of the "
+                  f"{fmt_count(ms['broken_runs'])} broken runs failed, {ms['nan_no_residual'].fmt()} (no residual) and "
+                  f"{ms['nan_no_norm'].fmt()} (no norm) of them with NaN.")
+    stalled_zh = (f"训练确实失败，但多是停滞而非爆炸：{fmt_count(ms['broken_runs'])} 次错误结构运行中失败 "
+                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的："
+                  f"无残差 {ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。")
+    return decide(nums_en, nums_zh,
+                  ("supported", all(f >= BROKEN_SHARE for f in frac), "", ""),
+                  ("nuanced", all(0 < f < BROKEN_SHARE for f in frac)
+                   or all(f < BROKEN_SHARE and e > TOL for f, e in zip(frac, excess)), stalled_en, stalled_zh),
+                  ("refuted", all(f == 0 and e <= TOL for f, e in zip(frac, excess)),
+                   " The broken stacks trained as well as Pre-Norm.", "这些“错误”结构训练得和 Pre-Norm 一样好。"))
 
 
 claim("C33-six-layers-without-addnorm", section="§4",
@@ -81,7 +79,7 @@ claim("C33-six-layers-without-addnorm", section="§4",
 # --- C34 ------------------------------------------------------------------------------------------------------
 
 def _c34(ms):
-    depth, shallow = int(ms["depth_deep"].values[0]), int(ms["depth_shallow"].values[0])
+    depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     deg_plain, deg_res = ms["degradation_no_residual"], ms["degradation_residual"]
     g0, g1 = ms["grad_ratio_no_residual_init"], ms["grad_ratio_no_residual_trained"]
     r0, r1 = ms["grad_ratio_pre_init"], ms["grad_ratio_pre_trained"]
@@ -99,22 +97,17 @@ def _c34(ms):
                f"（退化）。到达第 1 层的梯度与最后一层之比：无残差时初始化 {g0.fmt()}、训练后 {g1.fmt()}；有残差时 "
                f"{r0.fmt()} 和 {r1.fmt()}。初始化时最后一层输出的 token 向量平均余弦相似度：无残差 "
                f"{ms['token_cos_no_residual_init'].fmt()}，有残差 {ms['token_cos_pre_init'].fmt()}。")
-    if degr == n and vanish == 0:
-        return Verdict("supported", nums_en + " Residuals removed the degradation, and the plain stack's gradient "
-                       "did not vanish.", nums_zh + "残差消除了退化，而无残差网络的梯度并没有消失。")
-    if degr == n and vanish == n:
-        return Verdict("nuanced", nums_en + " Residuals fix the degradation, but without them the gradient also "
-                       f"fades on its way down (below {VANISHED:.0%} of the top layer's): they fix both, so the "
-                       "'not vanishing "
-                       "gradients' half does not hold.",
-                       nums_zh + f"残差确实解决了退化，但没有残差时梯度向下传播也在衰减（不到最后一层的 "
-                                 f"{VANISHED:.0%}）：残差两者"
-                                 "都解决了，"
-                       "“不是梯度消失”这半句不成立。")
-    if degr == 0:
-        return Verdict("refuted", nums_en + " No degradation appeared without residuals.",
-                       nums_zh + "去掉残差后没有出现退化。")
-    return seeds_disagree(nums_en, nums_zh)
+    return decide(nums_en, nums_zh,
+                  ("supported", degr == n and vanish == 0,
+                   " Residuals removed the degradation, and the plain stack's gradient did not vanish.",
+                   "残差消除了退化，而无残差网络的梯度并没有消失。"),
+                  ("nuanced", degr == n and vanish == n,
+                   " Residuals fix the degradation, but without them the gradient also fades on its way down (below "
+                   f"{VANISHED:.0%} of the top layer's): they fix both, so the 'not vanishing gradients' half does not "
+                   "hold.",
+                   f"残差确实解决了退化，但没有残差时梯度向下传播也在衰减（不到最后一层的 {VANISHED:.0%}）："
+                   "残差两者都解决了，“不是梯度消失”这半句不成立。"),
+                  ("refuted", degr == 0, " No degradation appeared without residuals.", "去掉残差后没有出现退化。"))
 
 
 claim("C34-residual-degradation-not-vanishing", section="§4.1",
@@ -141,7 +134,7 @@ def _undamped(r: float) -> bool:
 
 
 def _c36(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     hw, hw0, hw_pre = ms["highway_gain_post"], ms["highway_gain_post_init"], ms["highway_gain_pre"]
     total, total_pre = ms["grad_ratio_post_trained"], ms["grad_ratio_pre_trained"]
     nums_en = (f"Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 "
@@ -182,7 +175,7 @@ claim("C36-post-norm-gradient-highway", section="§4.1",
 # --- C37 ------------------------------------------------------------------------------------------------------
 
 def _c37(ms):
-    depth, shallow = int(ms["depth_deep"].values[0]), int(ms["depth_shallow"].values[0])
+    depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     nums_en = (f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} "
                f"({shallow} layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
                f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs "
@@ -193,18 +186,16 @@ def _c37(ms):
                f"Pre-Norm 失败 {ms['failed_pre'].fmt()} 次，Post-Norm 失败 {ms['failed_post'].fmt()} 次。")
     pre_ok = [b <= s + TOL for b, s in per_seed(ms, "best_pre", "final_pre_shallow")]
     post_fails = [f > 0 for f in ms["failed_post"].values]
-    if all(pre_ok) and not any(post_fails):
-        return Verdict("supported", nums_en + " Deeper stayed trainable in both placements.",
-                       nums_zh + "两种放置方式加深后都仍可训练。")
-    if all(pre_ok) and all(post_fails):
-        return Verdict("nuanced", nums_en + " With residuals and Pre-Norm the deeper stack trained as well; with "
-                       "Post-Norm it depends on the learning rate: depth alone does not guarantee trainability.",
-                       nums_zh + "有残差且用 Pre-Norm 时更深的堆叠照样能训练；用 Post-Norm 时取决于学习率：单靠层数并不"
-                                 "能保证可训练。")
-    if not any(pre_ok):
-        return Verdict("refuted", nums_en + " Even Pre-Norm trained worse when deeper.",
-                       nums_zh + "即使是 Pre-Norm，加深后也训练得更差。")
-    return seeds_disagree(nums_en, nums_zh)
+    return decide(nums_en, nums_zh,
+                  ("supported", all(pre_ok) and not any(post_fails), " Deeper stayed trainable in both placements.",
+                   "两种放置方式加深后都仍可训练。"),
+                  ("nuanced", all(pre_ok) and all(post_fails),
+                   " With residuals and Pre-Norm the deeper stack trained as well; with Post-Norm it depends on the "
+                   "learning rate: depth alone does not guarantee trainability.",
+                   "有残差且用 Pre-Norm 时更深的堆叠照样能训练；用 Post-Norm 时取决于学习率："
+                   "单靠层数并不能保证可训练。"),
+                  ("refuted", not any(pre_ok), " Even Pre-Norm trained worse when deeper.",
+                   "即使是 Pre-Norm，加深后也训练得更差。"))
 
 
 claim("C37-any-depth-trainable", section="§4.1",
@@ -224,7 +215,7 @@ claim("C37-any-depth-trainable", section="§4.1",
 
 def _c39(ms):
     ln, raw = ms["score_std_layernorm"], ms["score_std_no_norm"]
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     nums_en = (f"Spread (std) of the last layer's attention scores after training ({depth} layers, lr 3e-3): "
                f"{ln.fmt()} with LayerNorm, {fmt_blown(raw)} without; runs that failed: {ms['failed_pre'].fmt()} with "
                f"LayerNorm (of {fmt_count(ms['n_lrs'])} rates), {ms['failed_no_norm'].fmt()} without (of 2).")
@@ -255,7 +246,7 @@ claim("C39-layernorm-stabilises-scores", section="§4.2",
 # --- C43, C44, C45 ---------------------------------------------------------------------------------------------
 
 def _c43(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     post_g, pre_g = ms["rms_growth_post"], ms["rms_growth_pre"]
     unstable = [(fp > fq) or (sp > sq + TOL) for fp, fq, sp, sq in
                 per_seed(ms, "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre")]
@@ -270,20 +261,17 @@ def _c43(ms):
                f"各学习率最终 loss 的极差 {ms['lr_spread_post'].fmt()} 对 {ms['lr_spread_pre'].fmt()}。训练后残差流 RMS"
                f"（最后一层 ÷ 第一层）：Post-Norm {post_g.fmt()}，Pre-Norm {pre_g.fmt()}（初始化时 "
                f"{ms['rms_growth_post_init'].fmt()} 和 {ms['rms_growth_pre_init'].fmt()}）。")
-    if all(unstable) and all(accum):
-        return Verdict("supported", nums_en, nums_zh)
-    if all(unstable) and not any(accum):
-        pre_grows = all(v > ACCUMULATES for v in pre_g.values)
-        return Verdict("nuanced", nums_en + " Post-Norm is the less stable one, but not because values pile up on "
-                       "its residual path: its LayerNorm resets the stream after every block."
-                       + (" The stream that grows is Pre-Norm's, the stable one." if pre_grows else ""),
-                       nums_zh + "Post-Norm 的确更不稳定，但原因不是残差路径上的数值累积：它的 LayerNorm 在每个 block "
-                                 "之后都把残差流"
-                       "重新归一化。" + ("真正在增长的是 Pre-Norm 的残差流，而它是稳定的那一个。" if pre_grows else ""))
-    if not any(unstable):
-        return Verdict("refuted", nums_en + " Post-Norm was not less stable than Pre-Norm here.",
-                       nums_zh + "这里 Post-Norm 并不比 Pre-Norm 更不稳定。")
-    return seeds_disagree(nums_en, nums_zh)
+    pre_grows = all(v > ACCUMULATES for v in pre_g.values)
+    return decide(nums_en, nums_zh,
+                  ("supported", all(unstable) and all(accum), "", ""),
+                  ("nuanced", all(unstable) and not any(accum),
+                   " Post-Norm is the less stable one, but not because values pile up on its residual path: its "
+                   "LayerNorm resets the stream after every block."
+                   + (" The stream that grows is Pre-Norm's, the stable one." if pre_grows else ""),
+                   "Post-Norm 的确更不稳定，但原因不是残差路径上的数值累积：它的 LayerNorm 在每个 block 之后都把残差流"
+                   "重新归一化。" + ("真正在增长的是 Pre-Norm 的残差流，而它是稳定的那一个。" if pre_grows else "")),
+                  ("refuted", not any(unstable), " Post-Norm was not less stable than Pre-Norm here.",
+                   "这里 Post-Norm 并不比 Pre-Norm 更不稳定。"))
 
 
 claim("C43-post-norm-unstable-accumulation", section="§4.3",
@@ -302,7 +290,7 @@ claim("C43-post-norm-unstable-accumulation", section="§4.3",
 
 
 def _c44(ms):
-    depth = int(ms["depth_deep"].values[0])
+    depth = setting(ms, "depth_deep")
     less_sensitive = [a + TOL < b or fa < fb for a, b, fa, fb in
                       per_seed(ms, "lr_spread_pre", "lr_spread_post", "failed_pre", "failed_post")]
     smoother = [a + TOL < b for a, b in per_seed(ms, "rough_pre", "rough_post")]

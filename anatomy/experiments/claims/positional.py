@@ -20,10 +20,9 @@ from anatomy.components.positional import sinusoidal_table
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, finite_metrics, fit
-from anatomy.experiments.probes import loss_per_position
+from anatomy.experiments.probes import hook_output, loss_per_position
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import MarkovTask
-from anatomy.inspection import capture
 
 PE_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw")
 COLORS = {"none": "0.5", "sinusoidal": "tab:blue", "learned": "tab:orange", "rope": "tab:green",
@@ -67,9 +66,7 @@ def _offset_r2(model: torch.nn.Module, vocab: int, length: int) -> float:
     position (RoPE, ALiBi by construction); lower: absolute position leaks in."""
     ids = torch.arange(vocab)[:, None].expand(vocab, length).contiguous()  # (V, T)
     model.eval()
-    with torch.no_grad(), capture(model, "stack.blocks.0.attn.hook_scores") as cache:
-        model(input_ids=ids)
-    scores = next(iter(cache.values())).double()  # (V, H, T, T)
+    scores = hook_output(model, "stack.blocks.0.attn.hook_scores", input_ids=ids).double()  # (V, H, T, T)
     i, j = torch.tril_indices(length, length)
     vals = scores[:, :, i, j]  # (V, H, N)
     onehot = torch.nn.functional.one_hot(i - j, length).double()  # (N, T) offset groups
@@ -221,9 +218,7 @@ def _draw_pe_lm(ctx, curves, task, T, out, models):
         ids = torch.full((1, T), 3, dtype=torch.long)
         mats = {}
         for kind in ("sinusoidal", "learned", "rope", "alibi"):
-            with torch.no_grad(), capture(models[kind], "stack.blocks.0.attn.hook_scores") as cache:
-                models[kind](input_ids=ids)
-            s = next(iter(cache.values()))[0, 0].clone()
+            s = hook_output(models[kind], "stack.blocks.0.attn.hook_scores", input_ids=ids)[0, 0].clone()
             s[torch.triu(torch.ones(T, T, dtype=torch.bool), 1)] = float("nan")
             mats[kind] = s
 

@@ -4,7 +4,7 @@ thresholds are the constants below, written once into the rule text, the reasons
 from __future__ import annotations
 
 from anatomy.experiments.registry import Verdict, claim
-from anatomy.experiments.rules import count_seeds, fmt_count, fmt_values, num, per_seed
+from anatomy.experiments.rules import count_seeds, differences, fmt_count, fmt_values, num, per_seed, setting
 
 TOL_LOSS = 0.05  # nats: "about the same loss"
 EXACT = 1e-9  # C21, C27: float64 relative error below this is exact (order-blind, a fixed rotation)
@@ -157,7 +157,7 @@ claim("C27-relative-by-rotation", section="§3.2",
 
 def _c29(ms):
     deg, deg_a = ms["deg_sinusoidal"], ms["deg_alibi"]
-    T = int(ms["train_length"].values[0])
+    T = setting(ms, "train_length")
     facts_en = (f"Trained at T={T}, the sinusoidal model's loss goes from {ms['in_sinusoidal'].fmt()} inside the "
                 f"training length to {ms['past_sinusoidal'].fmt()} beyond it (uniform guessing: "
                 f"{ms['uniform'].fmt()}); it loses {deg.fmt()} of what it had learnt (ALiBi, on the same task: "
@@ -228,7 +228,7 @@ claim("C30-learned-no-extrapolation", section="§3.3",
 
 
 def _c31(ms):
-    diffs = [s - ln for s, ln in per_seed(ms, "in_sinusoidal", "in_learned")]
+    diffs = differences(ms, "in_sinusoidal", "in_learned")
     d = fmt_values(diffs, " nats")
     en = (f"Inside the training length, after {fmt_count(ms['train_steps'])} steps: sinusoidal "
           f"{ms['in_sinusoidal'].fmt()}, learned {ms['in_learned'].fmt()} "
