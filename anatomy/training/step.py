@@ -107,7 +107,7 @@ def gradients(stepper: Stepper, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     Each micro-batch's loss weighs 1/accumulate, as each process's weighs 1/world_size under DDP (for lm, where
     every row has the same number of tokens, that is exactly the loss of the whole batch)."""
     k, forward = stepper.accumulate, stepper.forward or stepper.model
-    rows = next(iter(batch.values())).shape[0] // k
+    rows = next(iter(batch.values())).shape[0] // k if k > 1 else None
     total = 0.0
     for i in range(k):  # (dividing by 1, the whole batch as one slice, changes no bit)
         micro = batch if k == 1 else {key: v[i * rows:(i + 1) * rows] for key, v in batch.items()}  # (B/k, ...) rows
