@@ -104,6 +104,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
     bar = tqdm(total=options.steps, initial=run.start, disable=not (run.world.is_main and options.progress),
                unit="step", dynamic_ncols=True, file=sys.stderr)
+    check = _stop_if_nonfinite(run)
     run.model.train()
     try:
         for step in range(run.start + 1, options.steps + 1):
@@ -111,7 +112,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
             step_start = time.perf_counter()
             lr = lr_at(step, options)
             batch = run.task.batch("train", run.data_generator, options.batch_size)  # the global batch, everywhere
-            result = train_step(run.stepper, dist.shard(batch, run.world), lr, check=_stop_if_nonfinite(run))
+            result = train_step(run.stepper, dist.shard(batch, run.world), lr, check=check)
             _count_overflow(run, result)
             run.window_tokens += run.task.n_tokens(batch)
             run.window_time += time.perf_counter() - step_start
@@ -135,6 +136,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
 
 def _stop_if_nonfinite(run: RunState):
+    """The step's check: a non-finite loss (or gradient norm, unless fp16's scaler skips the step) stops the run."""
     return lambda loss, norm: check_finite(run.step, loss, norm, scaled=run.scaler.is_enabled(),
                                            last_good=run.last_saved)
 
