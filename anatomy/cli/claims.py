@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from anatomy.experiments.registry import PRESETS
+from anatomy.experiments.registry import CLAIM_PRESETS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run = sub.add_parser("run", help="run claims and write claims.json, figures and the reports")
     run.add_argument("ids", nargs="*", help="claim ids or numbers (C20-mask-fill, C20, 20)")
     run.add_argument("--all", action="store_true", help="run every claim")
-    run.add_argument("--preset", choices=PRESETS, default="quick")
+    run.add_argument("--preset", choices=CLAIM_PRESETS, default="quick")
     run.add_argument("--seeds", type=int, default=None, help="seeds per experiment (default: 1 smoke, 3 quick/full)")
     run.add_argument("--out", default="claims-out", help="output directory (default claims-out)")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="report", help="output directory (default ./report)")
-    p.add_argument("--preset", choices=PRESETS, default="quick",
+    p.add_argument("--preset", choices=CLAIM_PRESETS, default="quick",
                    help="default quick (about 2 minutes on 2 cores with --jobs 2, 4 minutes with --jobs 1)")
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--quiet", action="store_true")

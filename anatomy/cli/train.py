@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from anatomy.training.options import PRESETS, parse_words, resolve, valid_keys
+from anatomy.training.options import RUN_PRESETS, parse_words, resolve, valid_keys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = ("presets: " + ", ".join(sorted(PRESETS)) + "\nkeys: " + ", ".join(valid_keys())
+    p.epilog = ("presets: " + ", ".join(sorted(RUN_PRESETS)) + "\nkeys: " + ", ".join(valid_keys())
                 + "\nSee docs/training.md.")
     p.add_argument("--preset", help="a training preset (see below)")
     p.add_argument("--out", help="the run directory to create (metrics.jsonl, checkpoints/, loss.png)")
@@ -33,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from anatomy.training.loop import TrainingError, resume, train
 
     if args.list_presets:
-        for name in sorted(PRESETS):
-            print(f"{name}: " + " ".join(f"{k}={v}" for k, v in PRESETS[name].items()))
+        for name in sorted(RUN_PRESETS):
+            print(f"{name}: " + " ".join(f"{k}={v}" for k, v in RUN_PRESETS[name].items()))
         return 0
     words = parse_words(args.words)
     if args.resume and args.out:

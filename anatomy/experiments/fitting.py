@@ -2,7 +2,9 @@
 
 Experiments need instrumentation that a production loop does not offer (per-step gradient norms, residual RMS,
 injected faults), so they train with :func:`fit`, a dozen readable lines, on synthetic tasks or the embedded
-corpora (:mod:`anatomy.experiments.tasks`).
+corpora (:mod:`anatomy.experiments.tasks`). Each step is ``anatomy train``'s own
+(:func:`anatomy.training.step.train_step`); the optimizer is plain AdamW without weight decay, at the lab's
+constant (or warmed-up, or linearly decayed) learning rate.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import torch
 
 from anatomy import ModelConfig, build_model
+from anatomy.training.step import Stepper, train_step
 
 
 def budget(preset: str, smoke: Any, quick: Any, full: Any) -> Any:
@@ -30,23 +33,19 @@ def tiny_model(**overrides: Any) -> torch.nn.Module:
 def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *, lr: float = 3e-3,
         warmup: int = 0, clip: float | None = 1.0, on_step: Callable[[int, torch.nn.Module], None] | None = None,
         decay: bool = False) -> list[float]:
-    """AdamW for ``steps`` steps on ``batch(step)``; returns the loss per step (NaN stays NaN: no silent skip)."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    """AdamW for ``steps`` steps on ``batch(step)``, each one :func:`anatomy.training.step.train_step` (the step of
+    ``anatomy train``: fp32, one micro-batch, one process); returns the loss per step (NaN stays NaN: no silent
+    skip; the NaN step is taken as it is, and training stops there)."""
+    stepper = Stepper(model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0), clip=clip)
     losses = []
+    model.zero_grad(set_to_none=True)  # stale gradients of an earlier probe must not enter the first step
     model.train()
     for step in range(steps):
-        for group in opt.param_groups:
-            ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
-            group["lr"] = lr * ramp * ((1 - step / steps) if decay else 1.0)
-        loss = model(**batch(step)).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if on_step is not None:
-            on_step(step, model)
-        if clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        losses.append(loss.item())
+        ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
+        hook = None if on_step is None else (lambda step=step: on_step(step, model))
+        result = train_step(stepper, batch(step), lr * ramp * ((1 - step / steps) if decay else 1.0),
+                            after_backward=hook)
+        losses.append(result.loss)
         if not math.isfinite(losses[-1]):
             losses += [float("nan")] * (steps - step - 1)
             break

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 VERDICTS = ("supported", "refuted", "nuanced", "inconclusive")
-PRESETS = ("smoke", "quick", "full")
+CLAIM_PRESETS = ("smoke", "quick", "full")
 DEFAULT_SEEDS = {"smoke": 1, "quick": 3, "full": 3}
 
 

@@ -29,10 +29,10 @@ import torch
 from tqdm.auto import tqdm
 
 from anatomy.experiments.registry import (
+    CLAIM_PRESETS,
     CLAIMS,
     DEFAULT_SEEDS,
     EXPERIMENTS,
-    PRESETS,
     Context,
     Metric,
     Verdict,
@@ -126,8 +126,8 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
 
     ``jobs``: worker processes (``None``: one per core); 1 runs everything here, one run after the other. With
     ``jobs > 1`` a script calling this needs the usual ``if __name__ == "__main__":`` guard (multiprocessing)."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; valid names: {', '.join(PRESETS)}")
+    if preset not in CLAIM_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; valid names: {', '.join(CLAIM_PRESETS)}")
     n_seeds = DEFAULT_SEEDS[preset] if seeds is None else seeds
     if not isinstance(n_seeds, int) or isinstance(n_seeds, bool) or n_seeds < 1:
         raise ValueError(f"seeds must be a positive integer, got {seeds!r}")

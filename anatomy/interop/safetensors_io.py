@@ -35,6 +35,7 @@ from safetensors.torch import save_file
 from torch import nn
 
 from anatomy.config import ModelConfig
+from anatomy.errors import CheckpointError
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -45,10 +46,6 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Pickles beside the weights of a training checkpoint that hold training state, never weights: their presence does
 # not make a directory "a pickle checkpoint" (anatomy.training.checkpoint reads them with weights_only=True).
 TRAINING_STATE_PICKLES = ("optimizer.pt", "rng.pt")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read or written; the message names the file."""
 
 
 def os_error_from(err: BaseException, path: Path) -> OSError | None:

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
+from anatomy.errors import CheckpointError
 from anatomy.interop.safetensors_io import (
     INDEX_NAME,
     config_from,
@@ -54,10 +55,6 @@ CONFIG, WEIGHTS, TRAINING, STATE, OPTIMIZER, RNG = ("config.json", "model.safete
 PREFIX, LATEST, TOKENIZER = "step-", "latest.json", "tokenizer.json"
 COMPLETE = (CONFIG, WEIGHTS, TOKENIZER, TRAINING, STATE, OPTIMIZER, RNG)  # what every step-* holds: resume needs all
 LOADABLE = (CONFIG, WEIGHTS)  # what the loaders (generate, evaluate, viz) need
-
-
-class CheckpointError(ValueError):
-    """A checkpoint directory that is missing, incomplete or does not match the run."""
 
 
 # -------------------------------------------------------------------------------------------------- weights
@@ -283,10 +280,7 @@ def read_json(path: Path) -> dict:
 
 
 def load_config(ckpt: Path) -> ModelConfig:
-    try:
-        return config_from(read_config(ckpt), ckpt / CONFIG)
-    except CheckpointError as err:
-        raise CheckpointError(str(err)) from None
+    return config_from(read_config(ckpt), ckpt / CONFIG)
 
 
 def config_diff(have: ModelConfig, want: ModelConfig) -> str:

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 
 from anatomy.training import checkpoint as ckpt
 from anatomy.training.distributed import device_for
-from anatomy.training.loop import autocast_for, to_device
 from anatomy.training.options import TrainOptions
+from anatomy.training.step import autocast_for, to_device
 from anatomy.training.tasks import make_task
 
 SPLITS = ("val", "test")

@@ -93,7 +93,7 @@ class TrainOptions:
 
 # The training presets: a task, its data and a small model on top of a model preset.
 SMALL_LM = dict(n_layers=4, n_heads=4, d_model=128, d_ff=512, dropout=0.0, attention_dropout=0.0)
-PRESETS: dict[str, dict[str, Any]] = {
+RUN_PRESETS: dict[str, dict[str, Any]] = {
     # nanoGPT's shakespeare_char at its CPU settings (4 layers, 4 heads, 128 dims, block 64, batch 12, 2000 iters)
     "char-shakespeare": dict(task="lm", model="gpt2", corpus="shakespeare", tokenizer="char", steps=2000,
                              batch_size=12, block_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_every=250,
@@ -141,9 +141,9 @@ def resolve(preset: str | None, overrides: dict[str, Any]) -> tuple[TrainOptions
     checked against ``ModelConfig`` later, once the data has fixed the vocabulary size."""
     values: dict[str, Any] = {}
     if preset is not None:
-        if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(sorted(PRESETS))}")
-        values.update(PRESETS[preset])
+        if preset not in RUN_PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(sorted(RUN_PRESETS))}")
+        values.update(RUN_PRESETS[preset])
     if overrides.get("init_from"):  # fine-tuning: the checkpoint, not the preset, fixes model and tokenizer
         from anatomy.training.finetune import FIXED_OPTIONS, check_options
 

@@ -141,3 +141,31 @@ def test_an_intact_checkpoint_still_loads_and_resumes(run):
     model, tokenizer, where = ckpt.load_model(run)
     assert where == _step(run) and tokenizer.vocab_size <= model.config.vocab_size
     assert loop.resume(run, {"steps": 3}, log=lambda m: None).steps == 3
+
+
+def _raised_by(load, *args) -> BaseException:
+    try:
+        load(*args)
+    except Exception as err:  # noqa: BLE001 (the class is what this test looks at)
+        return err
+    raise AssertionError(f"{load.__name__} raised nothing")
+
+
+def test_one_checkpoint_error_caught_from_either_import_path(tmp_path):
+    """The interop loader and the training checkpoint reader raise the one CheckpointError (anatomy.errors): an
+    ``except`` on either import path catches what both raise."""
+    from anatomy import errors
+    from anatomy.interop import safetensors_io
+
+    (tmp_path / "config.json").write_text("{not json")  # a config the interop loader cannot read
+    raised = [_raised_by(safetensors_io.load_pretrained, tmp_path), _raised_by(ckpt.load_config, tmp_path),
+              _raised_by(ckpt.resolve, tmp_path / "absent"), _raised_by(ckpt.load_model, tmp_path / "absent")]
+    for err in raised:
+        for cls in (safetensors_io.CheckpointError, ckpt.CheckpointError):
+            try:
+                raise err
+            except cls:
+                pass
+    assert [type(e).__name__ for e in raised] == ["CheckpointError"] * 4, raised
+    assert safetensors_io.CheckpointError is ckpt.CheckpointError is errors.CheckpointError
+    assert "config.json" in str(raised[0]) and "does not exist" in str(raised[2])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from anatomy.training import checkpoint as ckpt
-from anatomy.training import loop
+from anatomy.training import loop, state
 from anatomy.training.options import parse_words, resolve
 
 from .helpers import lm_words, losses
@@ -36,7 +36,7 @@ def test_fp16_trains_like_fp32(tmp_path):
 
 
 def _poison(monkeypatch, bad_steps):
-    real_build, calls = loop.build_model, {"n": 0}
+    real_build, calls = state.build_model, {"n": 0}
 
     def build(config):
         model = real_build(config)
@@ -48,7 +48,7 @@ def _poison(monkeypatch, bad_steps):
         model.lm_head.weight.register_hook(hook)
         return model
 
-    monkeypatch.setattr(loop, "build_model", build)
+    monkeypatch.setattr(state, "build_model", build)
 
 
 def test_an_overflowing_step_is_skipped_and_the_scale_halves(tmp_path, monkeypatch):

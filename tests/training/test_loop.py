@@ -17,7 +17,7 @@ from anatomy.config import ModelConfig
 from anatomy.generation import generate
 from anatomy.training import checkpoint as ckpt
 from anatomy.training import loop
-from anatomy.training.options import PRESETS, TrainOptions, parse_words, resolve
+from anatomy.training.options import RUN_PRESETS, TrainOptions, parse_words, resolve
 
 from .helpers import TINY_MODEL, TINY_RUN, lm_words
 
@@ -25,10 +25,20 @@ QUIET = {"log": lambda m: None}
 
 
 def test_every_preset_resolves_to_valid_options_and_model():
-    for name in PRESETS:
+    for name in RUN_PRESETS:
         options, model = resolve(name, {})
         config = ModelConfig.from_preset(options.model, **model, vocab_size=100, max_seq_len=options.block_size)
         assert config.d_model <= 256, name  # presets are laptop-sized
+
+
+def test_the_three_kinds_of_preset_have_three_names():
+    from anatomy import config
+    from anatomy.experiments import registry
+    from anatomy.training import options
+
+    assert "char-shakespeare" in options.RUN_PRESETS and "gpt2" in config.PRESETS
+    assert registry.CLAIM_PRESETS == ("smoke", "quick", "full")
+    assert not hasattr(options, "PRESETS") and not hasattr(registry, "PRESETS")  # no alias under the old name
 
 
 def test_parse_words_types_and_errors():

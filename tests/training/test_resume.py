@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from anatomy.training import checkpoint as ckpt
-from anatomy.training import loop
+from anatomy.training import loop, state
 from anatomy.training.options import parse_words, resolve
 
 from .helpers import ANATOMY, env, lm_words, losses
@@ -137,14 +137,14 @@ def test_a_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tmp
 
 
 def test_a_non_finite_gradient_is_caught_by_the_clip(tmp_path, monkeypatch):
-    real_build = loop.build_model
+    real_build = state.build_model
 
     def build_with_bad_grad(config):
         model = real_build(config)
         model.lm_head.weight.register_hook(lambda g: g * float("inf"))
         return model
 
-    monkeypatch.setattr(loop, "build_model", build_with_bad_grad)
+    monkeypatch.setattr(state, "build_model", build_with_bad_grad)
     options, model = resolve(None, parse_words(lm_words(tmp_path, "steps=3", "eval_every=100")))
     with pytest.raises(loop.TrainingError, match="non-finite gradient norm at step 1"):
         loop.train(options, model, tmp_path / "run", log=lambda m: None)
