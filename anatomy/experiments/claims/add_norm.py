@@ -82,6 +82,13 @@ def identity_mlp(ctx):
     return finite_metrics(out)
 
 
+@claim("C35-zero-easier-than-identity", experiment="identity-mlp",
+       metrics=("steps_plain", "steps_residual", "steps_cap", "final_mse_plain", "final_mse_residual", "mse0_plain",
+                "mse0_residual"),
+       rule_text="Two ReLU MLPs with the same Linear layers and PyTorch's default init learn y = x (Adam, lr 1e-3): "
+                 "a plain stack, and a residual stack x + F(x) that must drive F to 0. Supported if the residual "
+                 f"one reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
+                 "refuted if it is not faster on any seed; otherwise inconclusive.")
 def _c35(ms):
     sp, sr = ms["steps_plain"], ms["steps_residual"]
     cap = setting(ms, "steps_cap")
@@ -103,19 +110,6 @@ def _c35(ms):
         return Verdict("refuted", nums_en + " The residual stack was not faster.", nums_zh + "残差网络并没有更快。")
     return Verdict("inconclusive", nums_en + f" The advantage is below {FASTER}× or differs between seeds.",
                    nums_zh + f"优势不到 {FASTER} 倍或各种子不一致。")
-
-
-claim("C35-zero-easier-than-identity", section="§4.1",
-      zh="直接让网络学习一个恒等映射H(x)=x是很困难的…学习“输出0”对网络来说远比学习“完整输出x”容易得多",
-      en="Learning F(x) = 0 (residual) is much easier than learning the identity H(x) = x.",
-      experiment="identity-mlp",
-      metrics=("steps_plain", "steps_residual", "steps_cap", "final_mse_plain", "final_mse_residual", "mse0_plain",
-               "mse0_residual"),
-      rule=_c35,
-      rule_text="Two ReLU MLPs with the same Linear layers and PyTorch's default init learn y = x (Adam, lr 1e-3): "
-                "a plain stack, and a residual stack x + F(x) that must drive F to 0. Supported if the residual "
-                f"one reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
-                "refuted if it is not faster on any seed; otherwise inconclusive.")
 
 
 # --- C38: BatchNorm vs LayerNorm -----------------------------------------------------------------------------------
@@ -184,6 +178,16 @@ def bn_vs_ln(ctx):
     return finite_metrics(out)
 
 
+@claim("C38-layernorm-not-batchnorm", experiment="bn-vs-ln",
+       metrics=("dep_train_bn", "dep_train_ln", "dep_eval_bn", "val_ln", "val_bn", "train_eval_gap_bn", "spike_ln",
+                "spike_bn"),
+       rule_text="Same LM on small right-padded batches (4 sentences of random lengths), LayerNorm vs the zoo's "
+                 "batchnorm_instead_of_layernorm. The exact half: BN must move a sentence's logits when its batch "
+                 f"changes (> {num(BATCH_DEPENDENT)}) and LN must not (< {num(PER_SAMPLE)}), else refuted (BN "
+                 f"never does) or "
+                 f"inconclusive. Then supported if, on every seed, BN ends > {TOL} nats worse on validation, or its "
+                 f"curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running "
+                 "statistics; nuanced if none of these on any seed; otherwise inconclusive.")
 def _c38(ms):
     exact = all(b > BATCH_DEPENDENT and a < PER_SAMPLE for a, b in per_seed(ms, "dep_train_ln", "dep_train_bn"))
     nums_en = (f"Moving one sentence into another batch changes its logits by {ms['dep_train_bn'].fmt()} (relative) "
@@ -221,25 +225,6 @@ def _c38(ms):
                        nums_zh + "BatchNorm 确实依赖 batch 及其 padding，但在这个任务上训练效果相近：没有出现不稳定。")
     return Verdict("inconclusive", nums_en + " The seeds disagree on the training effect.",
                    nums_zh + "各种子对训练影响的结论不一致。")
-
-
-claim("C38-layernorm-not-batchnorm", section="§4.2",
-      zh="BatchNorm依赖batch中样本的统计量序列任务中batch大小往往不大且样本长短不一这使得全局均值和方差波动剧烈训练不稳"
-         "定。"
-         "LayerNorm每个样本独立计算自己的统计量不受其他样本影响这在变长输入和在线推理时显得尤其重要",
-      en="BatchNorm depends on the batch (and its padding) and trains unstably on variable-length input; "
-         "LayerNorm is per sample.",
-      experiment="bn-vs-ln",
-      metrics=("dep_train_bn", "dep_train_ln", "dep_eval_bn", "val_ln", "val_bn", "train_eval_gap_bn", "spike_ln",
-               "spike_bn"),
-      rule=_c38,
-      rule_text="Same LM on small right-padded batches (4 sentences of random lengths), LayerNorm vs the zoo's "
-                "batchnorm_instead_of_layernorm. The exact half: BN must move a sentence's logits when its batch "
-                f"changes (> {num(BATCH_DEPENDENT)}) and LN must not (< {num(PER_SAMPLE)}), else refuted (BN "
-                f"never does) or "
-                f"inconclusive. Then supported if, on every seed, BN ends > {TOL} nats worse on validation, or its "
-                f"curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running statistics; "
-                "nuanced if none of these on any seed; otherwise inconclusive.")
 
 
 # --- C40, C41, C42: LayerNorm and Post-Norm against the references --------------------------------------------
@@ -288,6 +273,10 @@ def layernorm_reference(ctx):
     return finite_metrics(out)
 
 
+@claim("C40-layernorm-formula", experiment="layernorm-reference",
+       metrics=("err_ours_vs_formula", "err_torch_vs_formula", "diff_unbiased_variance", "diff_wrong_dim"),
+       rule_text="Supported if the formula (biased variance, last dimension) matches both our LayerNorm and "
+                 "torch.nn.LayerNorm to < 1e-10 in float64; refuted otherwise.")
 def _c40(ms):
     a, b = ms["err_ours_vs_formula"], ms["err_torch_vs_formula"]
     if max(a.values) < 1e-10 and max(b.values) < 1e-10:
@@ -303,17 +292,10 @@ def _c40(ms):
                    f"公式与实现相差 {a.fmt()} / {b.fmt()}。")
 
 
-claim("C40-layernorm-formula", section="§4.2",
-      zh="LayerNorm(x) = gamma * (x - mean) / sqrt(var + eps) + beta…大家在复现时最好确认一下标准化是在最后一个维度上做"
-         "的",
-      en="LayerNorm(x) = gamma · (x − mean) / sqrt(var + eps) + beta, normalised over the last dimension.",
-      experiment="layernorm-reference",
-      metrics=("err_ours_vs_formula", "err_torch_vs_formula", "diff_unbiased_variance", "diff_wrong_dim"),
-      rule=_c40,
-      rule_text="Supported if the formula (biased variance, last dimension) matches both our LayerNorm and "
-                "torch.nn.LayerNorm to < 1e-10 in float64; refuted otherwise.")
-
-
+@claim("C41-original-layernorm-mean-order", experiment="layernorm-reference",
+       metrics=("diff_std_plus_eps_variant", "diff_mean_order_fp32"),
+       rule_text="Unverifiable as stated (no source is named): always inconclusive, with the nearest measurable "
+                 "variants reported.")
 def _c41(ms):
     v, o = ms["diff_std_plus_eps_variant"], ms["diff_mean_order_fp32"]
     return Verdict("inconclusive",
@@ -328,15 +310,11 @@ def _c41(ms):
                    "两者都不是原论文代码的“均值计算顺序问题”。")
 
 
-claim("C41-original-layernorm-mean-order", section="§4.2",
-      zh="我记得原论文的LayerNorm实现里有个小的均值计算顺序问题不影响主流程",
-      en="The original implementation's LayerNorm had a small issue in the order of the mean computation.",
-      experiment="layernorm-reference", metrics=("diff_std_plus_eps_variant", "diff_mean_order_fp32"),
-      rule=_c41,
-      rule_text="Unverifiable as stated (no source is named): always inconclusive, with the nearest measurable "
-                "variants reported.")
-
-
+@claim("C42-paper-is-post-norm", experiment="layernorm-reference",
+       metrics=("post_norm_parity_err", "post_norm_formula_err", "placement_is_post"),
+       rule_text="A fact about the paper (quoted in the reason); supported if torch's encoder layer with the paper's "
+                 "default equals LN(x + Sublayer(x)) by hand and our 'post' block to < 1e-10 (float64), else "
+                 "inconclusive.")
 def _c42(ms):
     par, form, post = ms["post_norm_parity_err"], ms["post_norm_formula_err"], ms["placement_is_post"]
     lit_en = ("Vaswani et al. (2017), §3.1: \"the output of each sub-layer is LayerNorm(x + Sublayer(x))\" — "
@@ -351,13 +329,3 @@ def _c42(ms):
                        f" post 结构（{par.fmt()}）。")
     return Verdict("inconclusive", lit_en + f" But our parity check failed ({par.fmt()}, {form.fmt()}).",
                    lit_zh + f"但我们的一致性检查未通过（{par.fmt()}，{form.fmt()}）。")
-
-
-claim("C42-paper-is-post-norm", section="§4.3",
-      zh="原论文的做法是每个Sublayer结束后先做Add再在最后统一做LayerNorm这种方式叫Post-Norm",
-      en="The original paper adds first, then applies LayerNorm after each sub-layer: Post-Norm.",
-      experiment="layernorm-reference", metrics=("post_norm_parity_err", "post_norm_formula_err", "placement_is_post"),
-      rule=_c42,
-      rule_text="A fact about the paper (quoted in the reason); supported if torch's encoder layer with the paper's "
-                "default equals LN(x + Sublayer(x)) by hand and our 'post' block to < 1e-10 (float64), else "
-                "inconclusive.")

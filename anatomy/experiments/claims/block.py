@@ -27,7 +27,6 @@ WORKS, BEATS = 0.9, 0.1  # C47: accuracy the small heads must reach; margin (acc
 UNCHANGED, CHANGED = 1e-9, 1e-6  # C49: relative change of real-token outputs that is none / a real change
 
 
-
 def _n(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -79,6 +78,12 @@ def block_anatomy(ctx):
     return finite_metrics(out)
 
 
+@claim("C46-block-shape-table", experiment="block-anatomy",
+       metrics=("rows_checked", "shape_mismatches", "steps_missing", "output_equals_input_shape", "ffn_hidden_width"),
+       rule_text="trace_model on a one-block Post-Norm encoder; every traced step of a kind in the post's table "
+                 "(embedding, Q/K/V, split, scores, softmax, weighted V, merge, output projection, add, norm, FFN) "
+                 "must have the table's shape. Supported if none differs, none is missing and output shape = input "
+                 "shape; refuted otherwise.")
 def _c46(ms):
     mis, miss, n = ms["shape_mismatches"], ms["steps_missing"], ms["rows_checked"]
     if max(mis.values) == 0 and max(miss.values) == 0 and min(ms["output_equals_input_shape"].values) == 1:
@@ -94,18 +99,11 @@ def _c46(ms):
                    f"{mis.fmt()} 个追踪步骤与原文表格不一致（缺失 {miss.fmt()} 个）。")
 
 
-claim("C46-block-shape-table", section="§5.1",
-      zh="设定batch_size=2、seq_len=10、d_model=16、头数h=4，所以每个头维度d_k=4…整个Block的输入输出形状完全一致",
-      en="The post's shape table for B=2, S=10, d_model=16, h=4 (d_k=4); a block's output has its input's shape.",
-      experiment="block-anatomy",
-      metrics=("rows_checked", "shape_mismatches", "steps_missing", "output_equals_input_shape", "ffn_hidden_width"),
-      rule=_c46,
-      rule_text="trace_model on a one-block Post-Norm encoder; every traced step of a kind in the post's table "
-                "(embedding, Q/K/V, split, scores, softmax, weighted V, merge, output projection, add, norm, FFN) "
-                "must have the table's shape. Supported if none differs, none is missing and output shape = input "
-                "shape; refuted otherwise.")
-
-
+@claim("C53-ffn-most-parameters", experiment="block-anatomy",
+       metrics=("ffn_share_d512", "attn_share_d512", "ffn_share_d16", "ffn_share_d512_swiglu", "ffn_share_d512_ff1x",
+                "norm_share_d512"),
+       rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters "
+                 "and more than attention at d_ff = 4D; refuted otherwise.")
 def _c53(ms):
     f, a = ms["ffn_share_d512"], ms["attn_share_d512"]
     en = (f"At d_ff = 4D the FFN holds {f.fmt()} of a block's parameters, attention {a.fmt()} (the same at D=16: "
@@ -118,16 +116,6 @@ def _c53(ms):
     if all(x > FFN_SHARE and x > y for x, y in per_seed(ms, "ffn_share_d512", "attn_share_d512")):
         return Verdict("supported", en, zh)
     return Verdict("refuted", en, zh)
-
-
-claim("C53-ffn-most-parameters", section="§5.3",
-      zh="大的前馈层提供了非线性变换的空间是整个Block里参数量最大的部分",
-      en="The large feed-forward layer holds most of a block's parameters.",
-      experiment="block-anatomy",
-      metrics=("ffn_share_d512", "attn_share_d512", "ffn_share_d16", "ffn_share_d512_swiglu", "ffn_share_d512_ff1x",
-               "norm_share_d512"),
-      rule=_c53, rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters "
-                           "and more than attention at d_ff = 4D; refuted otherwise.")
 
 
 # --- C47 ------------------------------------------------------------------------------------------------------
@@ -182,6 +170,14 @@ def tiny_heads(ctx):
     return finite_metrics(out)
 
 
+@claim("C47-small-heads-parallel-subspaces", experiment="tiny-heads",
+       metrics=("acc_h1", "acc_h2", "acc_h8", "chance", "heads_on_offset1_h8", "heads_on_offset2_h8",
+                "head_diversity_h8"),
+       rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads of "
+                 f"d_k = 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; nuanced "
+                 f"if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > {BEATS} on "
+                 "every "
+                 "seed; otherwise inconclusive.")
 def _c47(ms):
     div = ms["head_diversity_h8"]
     same = all(v < 0.2 for v in div.values)
@@ -212,20 +208,6 @@ def _c47(ms):
                    " The small heads did clearly worse than one big head: head size matters here.",
                    "小头明显不如一个大头：这里头的大小是有影响的。"))
 
-
-claim("C47-small-heads-parallel-subspaces", section="§5.1",
-      zh="d_k=4虽然只有4维但每个头仍然能独立学习自己的模式这说明“多头的力量来自并行子空间而不是来自每个头有多大”这个结"
-         "论真的成立",
-      en="Even d_k = 4 heads learn their own patterns: multi-head power comes from parallel subspaces, not head size.",
-      experiment="tiny-heads",
-      metrics=("acc_h1", "acc_h2", "acc_h8", "chance", "heads_on_offset1_h8", "heads_on_offset2_h8",
-               "head_diversity_h8"),
-      rule=_c47,
-      rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads of "
-                f"d_k = 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; nuanced "
-                f"if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > {BEATS} on "
-                "every "
-                "seed; otherwise inconclusive.")
 
 # --- C49 ------------------------------------------------------------------------------------------------------
 
@@ -268,6 +250,14 @@ def padding_pe(ctx):
     return finite_metrics(out)
 
 
+@claim("C49-pe-on-padding-harmless", experiment="padding-pe",
+       metrics=("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff",
+                "left_pad_naive_positions_diff"),
+       rule_text="Untrained models in float64, padding passed as attention_mask. Supported if the real tokens' outputs "
+                 f"are unchanged (< {num(UNCHANGED)} relative) by padding on either side, by other pad contents "
+                 f"and in the "
+                 f"encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
+                 "inconclusive.")
 def _c49(ms):
     names = ("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff")
     worst = [max(v) for v in per_seed(ms, *names)]
@@ -290,17 +280,3 @@ def _c49(ms):
                        zh + f"每个种子上都高于 {num(CHANGED)}：padding 确实影响了真实 token。")
     return Verdict("inconclusive", en + f" Between {num(UNCHANGED)} and {num(CHANGED)}, or the seeds disagree.",
                    zh + f"介于 {num(UNCHANGED)} 与 {num(CHANGED)} 之间，或各种子不一致。")
-
-
-claim("C49-pe-on-padding-harmless", section="§5.2",
-      zh="Padding部分虽然被mask遮掉了但位置编码还是会加到Padding的向量上。这个小误差通常不会对训练产生大影响",
-      en="Positional encodings are added to padding vectors too, a small error that usually does not matter.",
-      experiment="padding-pe",
-      metrics=("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff",
-               "left_pad_naive_positions_diff"),
-      rule=_c49,
-      rule_text="Untrained models in float64, padding passed as attention_mask. Supported if the real tokens' outputs "
-                f"are unchanged (< {num(UNCHANGED)} relative) by padding on either side, by other pad contents "
-                f"and in the "
-                f"encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
-                "inconclusive.")

@@ -114,6 +114,16 @@ def block_faults(ctx):
     return finite_metrics(out)
 
 
+@claim("C48-wrong-transpose-silent", experiment="block-faults",
+       metrics=("raised_split", "raised_merge", "output_change_split", "output_change_merge", "tf_loss_split",
+                "tf_loss_correct", "prefix_loss_split", "prefix_loss_correct", "future_leak_split",
+                "future_leak_correct", "floor"),
+       rule_text="The zoo's split_without_transpose and merge_wrong_transpose. Refuted if either raises. Otherwise, "
+                 "trained with the split bug on the order-2 Markov LM: 'accuracy drops' = the prefix-only "
+                 f"(generation-style) loss is > {TOL} nats worse than the correct model's on every seed → supported; "
+                 f"nuanced if in addition the teacher-forced loss is > {TOL} nats *better* (the bug leaks the future "
+                 "and "
+                 "flatters the usual metric); refuted if the prefix loss is not worse on any seed; else inconclusive.")
 def _c48(ms):
     if max(ms["raised_split"].values) or max(ms["raised_merge"].values):
         return Verdict("refuted", "The wrong transpose raised an error: it is not silent.",
@@ -147,23 +157,14 @@ def _c48(ms):
                   ("refuted", not any(hurt), " The bug did not lower accuracy here.", "这里该错误没有降低准确率。"))
 
 
-claim("C48-wrong-transpose-silent", section="§5.2",
-      zh="拆头时如果不小心多转置了一个轴或者转置顺序错了结果不是报错而是每个头的输入数据被“串味”。因为维度形状没变程序"
-         "不会提示错误但准确率会诡异下降",
-      en="A wrong transpose when splitting heads raises no error; it only shows up as an odd drop in accuracy.",
-      experiment="block-faults",
-      metrics=("raised_split", "raised_merge", "output_change_split", "output_change_merge", "tf_loss_split",
-               "tf_loss_correct", "prefix_loss_split", "prefix_loss_correct", "future_leak_split",
-               "future_leak_correct", "floor"),
-      rule=_c48,
-      rule_text="The zoo's split_without_transpose and merge_wrong_transpose. Refuted if either raises. Otherwise, "
-                "trained with the split bug on the order-2 Markov LM: 'accuracy drops' = the prefix-only "
-                f"(generation-style) loss is > {TOL} nats worse than the correct model's on every seed → supported; "
-                f"nuanced if in addition the teacher-forced loss is > {TOL} nats *better* (the bug leaks the future "
-                "and "
-                "flatters the usual metric); refuted if the prefix loss is not worse on any seed; else inconclusive.")
-
-
+@claim("C50-miswired-pre-norm-erratic", experiment="block-faults",
+       metrics=("n_layers", "final_miswired", "final_correct", "rough_miswired", "rough_correct", "spike_miswired",
+                "spike_correct"),
+       rule_text="The zoo's norm_on_residual_path vs the correct Pre-Norm block, same data and init. Erratic = "
+                 f"roughness (climb-back per unit of descent of the smoothed curve) higher by > {ROUGHER} or largest "
+                 f"rise higher by > {SPIKIER} nats. Supported if erratic on every seed; nuanced if not erratic on any "
+                 f"seed but > {TOL} nats worse at the end on every seed; refuted if neither on any seed; else "
+                 "inconclusive.")
 def _c50(ms):
     nums_en = (f"{fmt_count(ms['n_layers'])} layers: the Pre-Norm block wired as x = norm(x); x = x + f(x) ends at "
                f"{ms['final_miswired'].fmt()} vs {ms['final_correct'].fmt()} for the correct wiring; roughness (climb-"
@@ -186,22 +187,13 @@ def _c50(ms):
                    "它训练得和正确的 block 一样好、一样平滑。"))
 
 
-claim("C50-miswired-pre-norm-erratic", section="§5.2",
-      zh="我一开始套用Post-Norm的模板改成Pre-Norm时在输入和输出之间拉错了分支线导致Norm放在残差之后又被重复使用训练曲线"
-         "一路乱跳",
-      en="A Pre-Norm block wired with the norm on the residual path (norm reused after the residual) trains "
-         "erratically.",
-      experiment="block-faults",
-      metrics=("n_layers", "final_miswired", "final_correct", "rough_miswired", "rough_correct", "spike_miswired",
-               "spike_correct"),
-      rule=_c50,
-      rule_text="The zoo's norm_on_residual_path vs the correct Pre-Norm block, same data and init. Erratic = "
-                f"roughness (climb-back per unit of descent of the smoothed curve) higher by > {ROUGHER} or largest "
-                f"rise higher by > {SPIKIER} nats. Supported if erratic on every seed; nuanced if not erratic on any "
-                f"seed but > {TOL} nats worse at the end on every seed; refuted if neither on any seed; else "
-                "inconclusive.")
-
-
+@claim("C51-shared-layernorm-hurts", experiment="block-faults",
+       metrics=("n_layers", "final_shared", "final_correct", "params_shared", "params_correct"),
+       rule_text="The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > "
+                 f"{TOL} "
+                 f"nats worse on every seed; refuted if the difference stays within ±{TOL} (no clear drop) or sharing "
+                 "is "
+                 f"better by > {TOL} on every seed; otherwise inconclusive.")
 def _c51(ms):
     diffs = differences(ms, "final_shared", "final_correct")
     d = fmt_values(diffs, " nats")
@@ -221,21 +213,16 @@ def _c51(ms):
                   ("refuted", all(x < -TOL for x in diffs), " Sharing was even better here.", "这里共用反而更好。"))
 
 
-claim("C51-shared-layernorm-hurts", section="§5.3",
-      zh="每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta不能两个层共享同一组参数。我见过有人为了省事共用了参"
-         "数结果模型表达能力明显下降",
-      en="Sharing LayerNorm parameters between sub-layers clearly reduces the model's expressiveness.",
-      experiment="block-faults",
-      metrics=("n_layers", "final_shared", "final_correct", "params_shared", "params_correct"),
-      rule=_c51,
-      rule_text="The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > "
-                f"{TOL} "
-                f"nats worse on every seed; refuted if the difference stays within ±{TOL} (no clear drop) or sharing "
-                "is "
-                f"better by > {TOL} on every seed; otherwise inconclusive.")
-
 # --- C55 (judged on the add_norm grid) ------------------------------------------------------------------------
 
+@claim("C55-explosion-debug-order", experiment="norm-depth-grid",
+       metrics=("failed_pre_mid", "failed_large_init", "nan_large_init", "final_large_init", "failed_high_lr",
+                "nan_high_lr", "final_high_lr", "failed_post_any_lr"),
+       rule_text="Deepest grid depth, no warm-up, no clipping; the baseline is Pre-Norm at lr 3e-3. Each suspect is "
+                 "changed alone: attention weights ×10 (the zoo's large_init_scale), lr ×10, Post-Norm instead of "
+                 "Pre-Norm (failed at any learning rate of the sweep). 'Failed' = NaN or final loss within 0.1 nats of "
+                 "uniform guessing. Supported if all three fail on every seed; nuanced if the same 1–2 do on every "
+                 "seed; refuted if none does; inconclusive if the baseline failed or the seeds disagree.")
 def _c55(ms):
     init = [f for f in ms["failed_large_init"].values]
     lr = [f for f in ms["failed_high_lr"].values]
@@ -268,17 +255,3 @@ def _c55(ms):
                    f"{' and '.join(e for e, _ in never)}); a failure with no NaN is a stall, not an explosion.",
                    f"只有{'、'.join(z for _, z in always)}单独就能破坏训练（{'、'.join(z for _, z in never)}不能）；"
                    "没有 NaN 的失败是停滞，不是爆炸。"))
-
-
-claim("C55-explosion-debug-order", section="结尾",
-      zh="代码跑不通先检查形状形状对了但效果差先看mask和缩放因子train loss爆炸再检查初始化、Norm顺序和学习率",
-      en="When the training loss explodes, check the initialisation, the norm order and the learning rate.",
-      experiment="norm-depth-grid",
-      metrics=("failed_pre_mid", "failed_large_init", "nan_large_init", "final_large_init", "failed_high_lr",
-               "nan_high_lr", "final_high_lr", "failed_post_any_lr"),
-      rule=_c55,
-      rule_text="Deepest grid depth, no warm-up, no clipping; the baseline is Pre-Norm at lr 3e-3. Each suspect is "
-                "changed alone: attention weights ×10 (the zoo's large_init_scale), lr ×10, Post-Norm instead of "
-                "Pre-Norm (failed at any learning rate of the sweep). 'Failed' = NaN or final loss within 0.1 nats of "
-                "uniform guessing. Supported if all three fail on every seed; nuanced if the same 1–2 do on every "
-                "seed; refuted if none does; inconclusive if the baseline failed or the seeds disagree.")

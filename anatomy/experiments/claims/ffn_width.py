@@ -86,6 +86,11 @@ def ffn_width(ctx):
     return finite_metrics(out)
 
 
+@claim("C52-dff-four-times", experiment="ffn-width", metrics=("val_ff1x", "val_ff4x", "val_ff8x", "floor"),
+       rule_text="2-layer LM, D = 32, on the order-2 Markov task (the next token is a table lookup on two tokens: FFN "
+                 f"work), equal steps of fresh data. Supported if 4× is within {TOL} nats of the best width and "
+                 f"> {TOL} better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two "
+                 "holds on every seed; otherwise inconclusive. The literature half is cited in the reason.")
 def _c52(ms):
     widths = [k for k in ("val_ff1x", "val_ff2x", "val_ff4x", "val_ff8x") if k in ms]
     rows = per_seed(ms, *widths)
@@ -115,17 +120,14 @@ def _c52(ms):
     return Verdict("inconclusive", en + " The seeds disagree." + lit_en, zh + "各种子结论不一致。" + lit_zh)
 
 
-claim("C52-dff-four-times", section="§5.3",
-      zh="d_ff一般取d_model的4倍左右这是论文里的经验值后续的变体也都遵循类似的扩大策略",
-      en="d_ff is usually about 4 × d_model, and later variants follow a similar expansion.",
-      experiment="ffn-width", metrics=("val_ff1x", "val_ff4x", "val_ff8x", "floor"),
-      rule=_c52,
-      rule_text="2-layer LM, D = 32, on the order-2 Markov task (the next token is a table lookup on two tokens: FFN "
-                f"work), equal steps of fresh data. Supported if 4× is within {TOL} nats of the best width and > {TOL} "
-                "better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two holds on "
-                "every seed; otherwise inconclusive. The literature half is cited in the reason.")
-
-
+@claim("C54-ffn-overfits", experiment="ffn-width",
+       metrics=("gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout", "n_train_tokens_small"),
+       rule_text="A 2-layer LM trained for many epochs on a small set (128 sequences) of the order-2 Markov task. Two "
+                 "signs: the "
+                 f"train–validation gap grows by > {TOL} nats from d_ff = D to 4D, and dropout 0.3 on the FFN output "
+                 f"leaves a gap > {DROPOUT_SITE} nats smaller than the same dropout on the attention output. Supported "
+                 "if both "
+                 "on every seed, nuanced if one on every seed, refuted if neither on any seed; else inconclusive.")
 def _c54(ms):
     g1, g4 = ms["gap_ff1x"], ms["gap_ff4x"]
     ga, gf = ms["gap_ff4x_attn_dropout"], ms["gap_ff4x_ffn_dropout"]
@@ -151,17 +153,3 @@ def _c54(ms):
                   ("refuted", not any(grows) and not any(ffn_site),
                    " Neither a wider FFN nor dropout placement points at the FFN.",
                    "FFN 宽度和 dropout 的位置都没有指向 FFN 是过拟合的主要来源。"))
-
-
-claim("C54-ffn-overfits", section="§5.3",
-      zh="大的前馈层…通常也是过拟合最容易发生的地方之一",
-      en="The large FFN is one of the places where overfitting most easily happens.",
-      experiment="ffn-width",
-      metrics=("gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout", "n_train_tokens_small"),
-      rule=_c54,
-      rule_text="A 2-layer LM trained for many epochs on a small set (128 sequences) of the order-2 Markov task. Two "
-                "signs: the "
-                f"train–validation gap grows by > {TOL} nats from d_ff = D to 4D, and dropout 0.3 on the FFN output "
-                f"leaves a gap > {DROPOUT_SITE} nats smaller than the same dropout on the attention output. Supported "
-                "if both "
-                "on every seed, nuanced if one on every seed, refuted if neither on any seed; else inconclusive.")

@@ -18,6 +18,10 @@ C1_RULE = Ladder((
 ))
 
 
+@claim("C1-single-head-diffuse", experiment="head-count",
+       metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
+       rule_text=C1_RULE.text("The trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the "
+                              f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."))
 def _c1(ms) -> Verdict:
     f = fmts(ms, "ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean",
                  "ent_lm_init")
@@ -29,16 +33,6 @@ def _c1(ms) -> Verdict:
           f"{f['ent_pair_h1']}；4 头模型各头分别为 {f['ent_lm_h4_mean']}（最低 {f['ent_lm_h4_min']}）和 "
           f"{f['ent_pair_h4_mean']}；未训练模型为 {f['ent_lm_init']}。≥{DIFFUSE} 视为“几乎均匀”。")
     return seed_verdict(ms, ("ent_lm_h1", "ent_pair_h1"), C1_RULE, en, zh)
-
-
-claim("C1-single-head-diffuse", section="§1.1",
-      zh="单头模型的注意力图经常是“弥散”的每个位置几乎都在均匀地关注所有位置没有一个清晰的模式",
-      en="Single-head attention maps are diffuse: every position attends almost uniformly to all positions.",
-      experiment="head-count",
-      metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
-      rule=_c1,
-      rule_text=C1_RULE.text("The trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the "
-                             f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."))
 
 
 CEILING_PCT = 100 * PAIR_CEILING  # C2: the accuracy (%) one relation alone can reach
@@ -57,6 +51,10 @@ C2_RULE = Ladder((
    otherwise_zh=f"单头介于 {C2_ONE * CEILING_PCT:.0f}% 和 {C2_BOTH * CEILING_PCT:.0f}% 之间")
 
 
+@claim("C2-one-head-one-relation", experiment="head-count",
+       metrics=("acc_pair_h1", "acc_pair_h4", "pair_h1_mass_t1", "pair_h1_mass_t3", "pair_h1_order_ratio"),
+       rule_text=C2_RULE.text(f"Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at "
+                              f"{CEILING_PCT:.0f}% (the test set's sampling error is ≈ 0.3 points)."))
 def _c2(ms) -> Verdict:
     ceil = CEILING_PCT
     a1, a4 = ms["acc_pair_h1"].fmt(), ms["acc_pair_h4"].fmt()
@@ -78,17 +76,6 @@ def _c2(ms) -> Verdict:
     return seed_verdict(ms, ("acc_pair_h1", "acc_pair_h4"), C2_RULE, en, zh, lead)
 
 
-claim("C2-one-head-one-relation", section="§1.1–1.2",
-      zh="它根本没有能力在一份注意力分布里同时表达多种关系；这些模式如果放在单头里是永远不可能同时出现的",
-      en="One attention distribution cannot express several relations at once; a single head can never do what "
-         "several heads do.",
-      experiment="head-count",
-      metrics=("acc_pair_h1", "acc_pair_h4", "pair_h1_mass_t1", "pair_h1_mass_t3", "pair_h1_order_ratio"),
-      rule=_c2,
-      rule_text=C2_RULE.text(f"Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at "
-                             f"{CEILING_PCT:.0f}% (the test set's sampling error is ≈ 0.3 points)."))
-
-
 C3_DROP = 0.5  # C3: ablating a specialised head costs at least this share of the accuracy
 C3_RULE = Ladder((
     Case("supported", f"the 4-head pair model has distinct heads (≥ {SPECIALISED} mass) for offsets 1 and 3 whose "
@@ -103,6 +90,10 @@ C3_RULE = Ladder((
    otherwise_zh="出现了部分专门化，但“成立”的条件没有全部满足")
 
 
+@claim("C3-heads-specialise", experiment="head-count",
+       metrics=("pair_h4_covers", "pair_h4_specialised_heads", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass",
+                "lm_h4_prev_head_ablation_dloss"),
+       rule_text=C3_RULE.text("A role is attributed only if ablating the head hurts that relation."))
 def _c3(ms) -> Verdict:
     f = fmts(ms, "pair_h4_covers", "pair_h4_ablation_min_drop", "pair_h4_specialised_heads",
                  "lm_h4_prev_char_mass", "lm_h4_prev_head_ablation_dloss")
@@ -122,17 +113,6 @@ def _c3(ms) -> Verdict:
                         zh)
 
 
-claim("C3-heads-specialise", section="§1.2",
-      zh="一个头特别关注相邻词之间的修饰关系另一个头明显在追踪代词和指代对象之间的远距离连接还有的头在关注词与词之间的位置偏移",
-      en="In a trained multi-head model, heads specialise: one on neighbours, one on long-distance links, others on "
-         "positional offsets.",
-      experiment="head-count",
-      metrics=("pair_h4_covers", "pair_h4_specialised_heads", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass",
-               "lm_h4_prev_head_ablation_dloss"),
-      rule=_c3,
-      rule_text=C3_RULE.text("A role is attributed only if ablating the head hurts that relation."))
-
-
 # =============================================================================================================
 # C12–C14: judged on the head-count experiment of head_count.py
 # =============================================================================================================
@@ -149,6 +129,13 @@ C12_RULE = Ladder((
    otherwise_zh="只在一个任务上明显更差，或 d_k = 64 离最好值较远")
 
 
+@claim("C12-small-dk-degrades", experiment="head-count",
+       metrics=("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4", "cls_acc_h8",
+                "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"),
+       rule_text=C12_RULE.text("d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means "
+                               f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against "
+                               f"d_k ≥ 32 on the char LM, or > {WORSE_POINTS} accuracy points on sentiment (above the "
+                               "test set's sampling error, ≈ 1.1 points at n = 1736)."))
 def _c12(ms) -> Verdict:
     f = fmts(ms, "lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4",
                  "cls_acc_h8", "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best")
@@ -170,19 +157,6 @@ def _c12(ms) -> Verdict:
                         lead)
 
 
-claim("C12-small-dk-degrades", section="§2.3",
-      zh="d_k如果低于32每个头能表达的信息量太有限整体效果会出现明显退化d_k64是各方面都比较均衡的配置",
-      en="d_k below 32 clearly degrades results; d_k = 64 is the balanced choice.",
-      experiment="head-count",
-      metrics=("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4", "cls_acc_h8",
-               "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"),
-      rule=_c12,
-      rule_text=C12_RULE.text("d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means "
-                              f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against "
-                              f"d_k ≥ 32 on the char LM, or > {WORSE_POINTS} accuracy points on sentiment (above the "
-                              "test set's sampling error, ≈ 1.1 points at n = 1736)."))
-
-
 SLOWER, OVERFITS = 1.1, 2  # C13: step-time ratio h=8/h=1 that is 'slower'; larger train-val gap (points): 'overfits'
 C13_RULE = Ladder((
     Case("supported", f"a step takes > {SLOWER}× as long and the train–validation gap is > {OVERFITS} points larger",
@@ -193,6 +167,12 @@ C13_RULE = Ladder((
 ), otherwise="nuanced", otherwise_en="one of the two only", otherwise_zh="只满足其中之一")
 
 
+@claim("C13-more-heads-slower-overfit", experiment="head-count",
+       metrics=("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1", "cls_gap_h8",
+                "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8"),
+       rule_text=C13_RULE.text(f"h = 8 vs h = 1 at d_model = 64. 'Slower' if a forward+backward step takes > {SLOWER}× "
+                               f"as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
+                               f"reviews is > {OVERFITS} points larger."))
 def _c13(ms) -> Verdict:
     f = fmts(ms, "lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1",
                  "cls_gap_h8", "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8")
@@ -210,18 +190,11 @@ def _c13(ms) -> Verdict:
     return seed_verdict(ms, ("time_ratio_h8_vs_h1", "cls_gap_h8_minus_h1"), C13_RULE, en, zh, lead)
 
 
-claim("C13-more-heads-slower-overfit", section="§2.3",
-      zh="头数增多意味着每个头的维度变小…但同时训练会更慢对小数据集也更容易过拟合",
-      en="More heads make training slower and overfit small data sets more.",
-      experiment="head-count",
-      metrics=("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1", "cls_gap_h8",
-               "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8"),
-      rule=_c13,
-      rule_text=C13_RULE.text(f"h = 8 vs h = 1 at d_model = 64. 'Slower' if a forward+backward step takes > {SLOWER}× "
-                              f"as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
-                              f"reviews is > {OVERFITS} points larger."))
-
-
+@claim("C14-four-vs-eight-heads", experiment="head-count",
+       metrics=("cls_acc_h4", "cls_acc_h8", "cls_diff_h8_minus_h4"),
+       rule_text="Accuracy difference (8 heads − 4 heads) over seeds: supported if |mean| < 1 point and the 95% "
+                 "interval lies within ±3 points; refuted if |mean| ≥ 1 point and the interval excludes 0; "
+                 "inconclusive otherwise.")
 def _c14(ms) -> Verdict:
     d = ms["cls_diff_h8_minus_h4"]
     lo, hi = d.ci95
@@ -237,14 +210,3 @@ def _c14(ms) -> Verdict:
         return Verdict("refuted", en, zh)
     return Verdict("inconclusive", en + " The interval is too wide to tell a < 1 point difference.",
                    zh + "区间太宽，无法判断差距是否小于 1 个点。")
-
-
-claim("C14-four-vs-eight-heads", section="§2.3",
-      zh="我在一个小规模文本分类任务里对比过8头还是4头差距不到1个点",
-      en="On a small text-classification task, 4 and 8 heads differ by less than one accuracy point.",
-      experiment="head-count",
-      metrics=("cls_acc_h4", "cls_acc_h8", "cls_diff_h8_minus_h4"),
-      rule=_c14,
-      rule_text="Accuracy difference (8 heads − 4 heads) over seeds: supported if |mean| < 1 point and the 95% "
-                "interval lies within ±3 points; refuted if |mean| ≥ 1 point and the interval excludes 0; "
-                "inconclusive otherwise.")

@@ -113,6 +113,10 @@ C9_RULE = Ladder((
 ), otherwise="refuted", otherwise_en="a shape or the output differs", otherwise_zh="有形状或输出不一致")
 
 
+@claim("C9-shape-flow", experiment="mha-shapes",
+       metrics=("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32",
+                "maxdiff_loop_math_sdpa_fp64"),
+       rule_text=C9_RULE.text())
 def _c9(ms) -> Verdict:
     f = fmts(ms, "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32", "maxdiff_loop_math_sdpa_fp64")
     ok = all(v == 1 for v in ms["shapes_match"].values)
@@ -130,17 +134,6 @@ def _c9(ms) -> Verdict:
     return seed_verdict(ms, ("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64"), C9_RULE, en, zh)
 
 
-claim("C9-shape-flow", section="§2.1",
-      zh="拆头把512维切成8份每份64维…先reshape成(batch, seq_len, 8, 64)再转置成(batch, 8, seq_len, 64)…多头计算完成后"
-         "输入输出的维度完全一致",
-      en="The five-step shape flow (B,S,512) → (B,S,8,64) → (B,8,S,64) → … → (B,S,512); output shape = input shape.",
-      experiment="mha-shapes",
-      metrics=("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32",
-               "maxdiff_loop_math_sdpa_fp64"),
-      rule=_c9,
-      rule_text=C9_RULE.text())
-
-
 CHANGED = 1e-3  # C10: a relative output change above this is a real change
 UNCHANGED = 1e-9  # C10: at or below this the fault changed nothing
 C10_RULE = Ladder((
@@ -154,6 +147,10 @@ C10_RULE = Ladder((
    otherwise_zh=f"它们不报错，但输出变化不超过 {num(CHANGED)}")
 
 
+@claim("C10-wrong-transpose-silent", experiment="mha-shapes",
+       metrics=("faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
+                "causal_leak_merge_wrong_transpose", "causal_leak_correct"),
+       rule_text=C10_RULE.text("Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module."))
 def _c10(ms) -> Verdict:
     f = fmts(ms, "faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
                  "causal_leak_merge_wrong_transpose", "causal_leak_correct")
@@ -169,16 +166,6 @@ def _c10(ms) -> Verdict:
           "头），"
           f"正确实现为 {f['causal_leak_correct']}：头被打乱后还会泄漏未来信息。")
     return seed_verdict(ms, ("faults_silent", "faults_min_rel_err"), C10_RULE, en, zh)
-
-
-claim("C10-wrong-transpose-silent", section="§2.2",
-      zh="reshape之后必须紧跟transpose如果顺序反了会把每个头的数据切得乱七八糟",
-      en="A wrong reshape/transpose order silently scrambles the heads' data.",
-      experiment="mha-shapes",
-      metrics=("faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
-               "causal_leak_merge_wrong_transpose", "causal_leak_correct"),
-      rule=_c10,
-      rule_text=C10_RULE.text("Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module."))
 
 
 # =============================================================================================================
@@ -230,6 +217,12 @@ C11_RULE = Ladder((
    otherwise_zh=f"某个内核或配置低于 {FASTER} 倍")
 
 
+@claim("C11-batched-heads-faster", experiment="head-loop-benchmark",
+       metrics=("speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max", "threads",
+                *(f"{k}_ms_cfg{i}" for i in range(len(BENCH_CONFIGS)) for k in ("loop", "math", "sdpa"))),
+       rule_text=C11_RULE.text("Per seed (one benchmark run), speed-up over the per-head 'loop' kernel of the batched "
+                               "'math' kernel (the post's code) and of fused SDPA, across three (B, S, D, h) "
+                               "configurations."))
 def _c11(ms) -> Verdict:
     f = fmts(ms, "speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max")
     cfgs = ", ".join(f"(B={b}, S={s}, D={d}, h={h})" for b, s, d, h in BENCH_CONFIGS)
@@ -256,15 +249,3 @@ def _c11(ms) -> Verdict:
                             "批量并不总是更快：原文那种批量写法在部分配置下比逐头循环慢（可能是因为 mask 和 softmax "
                             "一次遍历整个 (B, h, S, S) 分数张量），而融合的 SDPA 核在所有配置下都更快。")}
     return seed_verdict(ms, ("speedup_math_min", "speedup_math_max", "speedup_sdpa_min"), C11_RULE, en, zh, lead)
-
-
-claim("C11-batched-heads-faster", section="§2.2",
-      zh="所有头共享同一个计算过程在深度学习框架里能获得更好的并行效率",
-      en="Computing all heads in one batched operation (no per-head loop) is faster.",
-      experiment="head-loop-benchmark",
-      metrics=("speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max", "threads",
-               *(f"{k}_ms_cfg{i}" for i in range(len(BENCH_CONFIGS)) for k in ("loop", "math", "sdpa"))),
-      rule=_c11,
-      rule_text=C11_RULE.text("Per seed (one benchmark run), speed-up over the per-head 'loop' kernel of the batched "
-                              "'math' kernel (the post's code) and of fused SDPA, across three (B, S, D, h) "
-                              "configurations."))

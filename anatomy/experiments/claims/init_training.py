@@ -116,6 +116,9 @@ C15_RULE = Ladder((
    otherwise_zh=f"它差 {ENOUGH} 到 {NOT_ENOUGH} nat 之间")
 
 
+@claim("C15-default-init-enough", experiment="init-training",
+       metrics=("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best"),
+       rule_text=C15_RULE.text("Char LM, one head, same seed and batches."))
 def _c15(ms) -> Verdict:
     f = fmts(ms, "val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best")
     en = (f"Char LM after the same steps: PyTorch default init {f['val_torch_scaled']}, normal(0.02) "
@@ -125,15 +128,6 @@ def _c15(ms) -> Verdict:
           f"{f['val_normal_scaled']}，Xavier {f['val_xavier_scaled']}；默认初始化距三者最好值 {f['torch_minus_best']}"
           "。")
     return seed_verdict(ms, ("torch_minus_best",), C15_RULE, en, zh)
-
-
-claim("C15-default-init-enough", section="§2.3",
-      zh="权重初始化方面线性层默认的初始化方式在实际训练中基本够用",
-      en="The framework's default initialisation of linear layers is good enough in practice.",
-      experiment="init-training",
-      metrics=("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best"),
-      rule=_c15,
-      rule_text=C15_RULE.text("Char LM, one head, same seed and batches."))
 
 
 ONE_HOT = 0.7  # C16: mean max attention probability at step 0 at or above this: near one-hot
@@ -149,6 +143,10 @@ C16_RULE = Ladder((
    "does not suffer as much", otherwise_zh=f"注意力接近独热（≥ {ONE_HOT}），但梯度或最终损失没有受到那么大的影响")
 
 
+@claim("C16-large-init-one-hot", experiment="init-training",
+       metrics=("step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
+                "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled", "large_minus_normal"),
+       rule_text=C16_RULE.text("normal(0.02) vs the same weights ×50 on the attention projections."))
 def _c16(ms) -> Verdict:
     f = fmts(ms, "step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
                  "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled",
@@ -169,13 +167,3 @@ def _c16(ms) -> Verdict:
         lead = {"nuanced": ("Near one-hot, yes; vanishing gradients, no.", "接近 one-hot 成立；梯度消失不成立。")}
     return seed_verdict(ms, ("step0_maxp_x50", "step0_gradq_ratio_x50", "large_minus_normal"), C16_RULE, en, zh,
                         lead)
-
-
-claim("C16-large-init-one-hot", section="§2.3",
-      zh="不要把线性层的scale设得太大否则第一批forward的attention分布就会接近one-hot梯度直接消失",
-      en="A too-large init scale makes the first forward's attention near one-hot and the gradients vanish.",
-      experiment="init-training",
-      metrics=("step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
-               "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled", "large_minus_normal"),
-      rule=_c16,
-      rule_text=C16_RULE.text("normal(0.02) vs the same weights ×50 on the attention projections."))

@@ -19,6 +19,9 @@ C17_RULE = Ladder((
          lambda l32, lbf, err16: lbf <= HIDDEN and err16 == 0),
 ), otherwise="nuanced", otherwise_en="it holds only in some dtypes", otherwise_zh="只在部分数据类型下成立")
 
+@claim("C17-padding-large-negative", experiment="mask-fills",
+       metrics=("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error", "leak_1e4_fp16", "full_row_1e9_pad_mass"),
+       rule_text=C17_RULE.text("Softmax computed in each dtype on realistic logits (std 4)."))
 def _c17(ms) -> Verdict:
     f = fmts(ms, "leak_1e9_fp32", "leak_1e9_bf16", "leak_1e4_fp16", "full_row_1e9_pad_mass")
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
@@ -36,17 +39,6 @@ def _c17(ms) -> Verdict:
     return seed_verdict(ms, ("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error"), C17_RULE, en, zh)
 
 
-claim("C17-padding-large-negative", section="§2.4",
-      zh="Padding Mask用于把无效的padding位遮掉做法是在softmax之前把对应位置设为一个很大的负数比如-1e9这样softmax算出"
-         "来的概率接近于0",
-      en="A padding mask that writes a large negative number (e.g. -1e9) before softmax gives those keys ≈ 0 "
-         "probability.",
-      experiment="mask-fills",
-      metrics=("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error", "leak_1e4_fp16", "full_row_1e9_pad_mass"),
-      rule=_c17,
-      rule_text=C17_RULE.text("Softmax computed in each dtype on realistic logits (std 4)."))
-
-
 C18_RULE = Ladder((
     Case("supported", f"both zeroing after softmax and zeroing + renormalising differ (output or visible-logit "
          f"gradient, > {num(HIDDEN)} / > {num(RENORM_DIFF)})",
@@ -56,6 +48,11 @@ C18_RULE = Ladder((
          f"只有不重新归一化的做法不同（> {num(HIDDEN)}）", lambda af, ag, rf, rg: af > HIDDEN or ag > HIDDEN),
 ), otherwise="refuted", otherwise_en="neither differs", otherwise_zh="两者都没有差别")
 
+@claim("C18-zeroing-after-softmax", experiment="mask-fills",
+       metrics=("c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible", "c18_after_grad_hidden",
+                "c18_renorm_fwd", "c18_renorm_grad_visible", "c18_renorm_grad_hidden",
+                "causal_future_leak_mask_after_softmax"),
+       rule_text=C18_RULE.text("float64, against masking before softmax."))
 def _c18(ms) -> Verdict:
     f = fmts(ms, "c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible",
                  "c18_after_grad_hidden", "c18_renorm_fwd", "c18_renorm_grad_visible",
@@ -79,18 +76,6 @@ def _c18(ms) -> Verdict:
                         C18_RULE, en, zh)
 
 
-claim("C18-zeroing-after-softmax", section="§2.4",
-      zh="如果直接在softmax之后把attention矩阵里某些位置置零效果看似一样实际上softmax已经把这些位置的梯度传给了其他位置数值上并不等价",
-      en="Zeroing attention weights after softmax is not equivalent to masking before it (the gradient has already "
-         "flowed through the hidden positions).",
-      experiment="mask-fills",
-      metrics=("c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible", "c18_after_grad_hidden",
-               "c18_renorm_fwd", "c18_renorm_grad_visible", "c18_renorm_grad_hidden",
-               "causal_future_leak_mask_after_softmax"),
-      rule=_c18,
-      rule_text=C18_RULE.text("float64, against masking before softmax."))
-
-
 C19_RULE = Ladder((
     Case("supported", f"earlier logits move by ≤ {num(HIDDEN)} and every weight above the diagonal is 0 "
          f"(≤ {num(EXACT_ZERO)})", f"前面位置的 logits 变化 ≤ {num(HIDDEN)}，且对角线以上的权重都为 0（≤ "
@@ -99,6 +84,10 @@ C19_RULE = Ladder((
 ), otherwise="refuted", otherwise_en="the future leaks into earlier positions",
    otherwise_zh="未来信息泄漏到了前面的位置")
 
+@claim("C19-causal-mask", experiment="mask-fills",
+       metrics=("causal_future_leak", "causal_upper_weight_max", "causal_future_leak_causal_off_by_one",
+                "causal_future_leak_mask_after_softmax"),
+       rule_text=C19_RULE.text("Future-token perturbation on a trained LM."))
 def _c19(ms) -> Verdict:
     f = fmts(ms, "causal_future_leak", "causal_upper_weight_max",
                  "causal_future_leak_causal_off_by_one", "causal_future_leak_mask_after_softmax")
@@ -116,18 +105,6 @@ def _c19(ms) -> Verdict:
     return seed_verdict(ms, ("causal_future_leak", "causal_upper_weight_max"), C19_RULE, en, zh)
 
 
-claim("C19-causal-mask", section="§2.4",
-      zh="Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置做法是把注意力分数矩阵的上三角部分全部置为"
-         "-inf然后才做softmax",
-      en="A causal mask sets the upper triangle of the scores to -inf before softmax, so each position sees only "
-         "itself and the past.",
-      experiment="mask-fills",
-      metrics=("causal_future_leak", "causal_upper_weight_max", "causal_future_leak_causal_off_by_one",
-               "causal_future_leak_mask_after_softmax"),
-      rule=_c19,
-      rule_text=C19_RULE.text("Future-token perturbation on a trained LM."))
-
-
 C20_RULE = Ladder((
     Case("supported", f"-1e9 leaves > {num(HIDDEN)} on hidden keys in float32 or the greedy generations of the "
                       f"-inf and "
@@ -140,6 +117,10 @@ C20_RULE = Ladder((
    "of tokens, but the twins are not identical",
    otherwise_zh=f"泄漏未超过阈值、生成一致率 ≥ {AGREE:.0%}，但两个孪生模型并不完全相同")
 
+@claim("C20-mask-fill", experiment="mask-fills",
+       metrics=("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff", "leftpad_nan_inf_noguard",
+                "leftpad_nan_1e9", "leftpad_nan_library", "leftpad_realdiff_1e9", "fp16_1e9_error"),
+       rule_text=C20_RULE.text())
 def _c20(ms) -> Verdict:
     f = fmts(ms, "leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff",
                  "leftpad_nan_inf_noguard", "leftpad_nan_1e9", "leftpad_nan_library",
@@ -162,14 +143,3 @@ def _c20(ms) -> Verdict:
           f"本库（-inf + 保护）为 {f['leftpad_nan_library']}。"
           + ("float16 下根本写不进 -1e9（溢出报错）。" if err else ""))
     return seed_verdict(ms, ("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement"), C20_RULE, en, zh)
-
-
-claim("C20-mask-fill", section="§2.4",
-      zh="我一开始图省事把-inf写成了-1e9结果训练出的模型在生成测试时会逐步出现输出质量下降…残留的微小概率还是会被模型利用到。建议直接用-inf",
-      en="Writing -1e9 instead of -inf leaks a little probability that the model exploits, degrading generation; "
-         "always use -inf.",
-      experiment="mask-fills",
-      metrics=("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff", "leftpad_nan_inf_noguard",
-               "leftpad_nan_1e9", "leftpad_nan_library", "leftpad_realdiff_1e9", "fp16_1e9_error"),
-      rule=_c20,
-      rule_text=C20_RULE.text())

@@ -16,6 +16,15 @@ EXTRAPOLATES, FAILS = 0.1, 0.5  # C29, C30: share of the learnt gain lost past T
 
 # --- C21 ------------------------------------------------------------------------------------------------------
 
+@claim("C21-attention-order-blind", experiment="pe-lm",
+       metrics=("nope_equivariance_err", "wo_da_ni_diff_nope", "wo_da_ni_diff_sinusoidal", "causal_nope_order_diff",
+                "nope_gain"),
+       rule_text="Exact float64 tests on untrained models plus a trained causal LM without PE. Refuted if a "
+                 f"bidirectional encoder without PE is not permutation-equivariant (relative error ≥ {num(EXACT)}); "
+                 "supported if it is and a causal decoder without PE is order-blind too (prefix reordering changes "
+                 f"nothing and training recovers < {GAIN:.0%} of the learnable gain on the lag-2 task); nuanced if the "
+                 f"encoder is blind but the causal decoder is not (reordering changes its logits by > {num(MOVED)} and "
+                 f"it recovers > {GAIN:.0%} of the gain); otherwise inconclusive.")
 def _c21(ms):
     eq, pair, pair_pe = ms["nope_equivariance_err"], ms["wo_da_ni_diff_nope"], ms["wo_da_ni_diff_sinusoidal"]
     causal, gain = ms["causal_nope_order_diff"], ms["nope_gain"]
@@ -52,24 +61,15 @@ def _c21(ms):
                    head_zh + f"因果 mask 是否泄露顺序在不同种子上不一致（{leak}/{n}）。")
 
 
-claim("C21-attention-order-blind", section="§3.1",
-      zh="把“我打你”和“你打我”分别输入模型如果把词序打乱注意力分数会变得一模一样…这意味着词序信息对Attention来说完全是"
-         "不可见的",
-      en="Without positional encoding, self-attention is blind to word order: 我打你 and 你打我 look identical.",
-      experiment="pe-lm",
-      metrics=("nope_equivariance_err", "wo_da_ni_diff_nope", "wo_da_ni_diff_sinusoidal", "causal_nope_order_diff",
-               "nope_gain"),
-      rule=_c21,
-      rule_text="Exact float64 tests on untrained models plus a trained causal LM without PE. Refuted if a "
-                f"bidirectional encoder without PE is not permutation-equivariant (relative error ≥ {num(EXACT)}); "
-                "supported if it is and a causal decoder without PE is order-blind too (prefix reordering changes "
-                f"nothing and training recovers < {GAIN:.0%} of the learnable gain on the lag-2 task); nuanced if the "
-                f"encoder is blind but the causal decoder is not (reordering changes its logits by > {num(MOVED)} and "
-                f"it recovers > {GAIN:.0%} of the gain); otherwise inconclusive.")
-
-
 # --- C22 ------------------------------------------------------------------------------------------------------
 
+@claim("C22-add-not-concat", experiment="pe-lm",
+       metrics=("in_sinusoidal", "in_concat", "concat_params_ratio", "train_steps"),
+       rule_text=f"Same LM and data, sinusoidal PE added vs concatenated into the last D/2 features (same width). "
+                 f"Supported if adding is no worse than concatenating by more than {TOL_LOSS} nats of loss inside the "
+                 f"training length on every seed; refuted if it is worse by more on every seed; otherwise "
+                 f"inconclusive. The cost side is the parameter ratio of a concat model that keeps all D token "
+                 f"features (width 2D).")
 def _c22(ms):
     rows = per_seed(ms, "in_sinusoidal", "in_concat")
     diffs = [a - c for a, c in rows]
@@ -95,20 +95,15 @@ def _c22(ms):
                    f"相加 − 拼接 = {d}：各种子在 {TOL_LOSS} nat 的容差上不一致。")
 
 
-claim("C22-add-not-concat", section="§3.1",
-      zh="Concatenate会显著增加维度训练开销变大…Transformer采用的是直接相加…后来实验也证明加法的表达力完全够用",
-      en="Concatenating a position vector costs width; adding it is fully sufficient.",
-      experiment="pe-lm", metrics=("in_sinusoidal", "in_concat", "concat_params_ratio", "train_steps"),
-      rule=_c22,
-      rule_text=f"Same LM and data, sinusoidal PE added vs concatenated into the last D/2 features (same width). "
-                f"Supported if adding is no worse than concatenating by more than {TOL_LOSS} nats of loss inside the "
-                f"training length on every seed; refuted if it is worse by more on every seed; otherwise "
-                f"inconclusive. The cost side is the parameter ratio of a concat model that keeps all D token "
-                f"features (width 2D).")
-
-
 # --- C27 ------------------------------------------------------------------------------------------------------
 
+@claim("C27-relative-by-rotation", experiment="pe-lm",
+       metrics=("rotation_residual", "dot_shift_spread", "offset_r2_sinusoidal", "offset_r2_learned",
+                "offset_r2_rope", "offset_r2_alibi"),
+       rule_text=f"Refuted if R_k·PE(p) ≠ PE(p+k) or PE(p)·PE(p+k) varies with p (float64, > {num(EXACT)}). "
+                 "Otherwise the 'relative position for free' half is judged on the trained sinusoidal LM: layer-0 "
+                 f"scores of a constant-token input, R² explained by the offset i−j alone; supported if ≥ {OFFSET_R2} "
+                 f"on every seed, nuanced if < {OFFSET_R2} on every seed, inconclusive if the seeds disagree.")
 def _c27(ms):
     rot, spread = ms["rotation_residual"], ms["dot_shift_spread"]
     r2, r2_rope = ms["offset_r2_sinusoidal"], ms["offset_r2_rope"]
@@ -138,23 +133,16 @@ def _c27(ms):
                                                        f"{r2.fmt()}）。")
 
 
-claim("C27-relative-by-rotation", section="§3.2",
-      zh="PE(pos+k)可以表示为PE(pos)的某种线性组合…任何位置的编码向量都可以由任意另一个位置加上一个固定的“旋转矩阵”变换"
-         "而来。"
-         "模型不需要单独学习“相对位置k的值是多少”只需要学会这个线性变换就能隐式地获得相对位置信息",
-      en="PE(pos+k) is a fixed rotation of PE(pos), so the model gets relative position implicitly.",
-      experiment="pe-lm",
-      metrics=("rotation_residual", "dot_shift_spread", "offset_r2_sinusoidal", "offset_r2_learned",
-               "offset_r2_rope", "offset_r2_alibi"),
-      rule=_c27,
-      rule_text=f"Refuted if R_k·PE(p) ≠ PE(p+k) or PE(p)·PE(p+k) varies with p (float64, > {num(EXACT)}). "
-                "Otherwise the 'relative position for free' half is judged on the trained sinusoidal LM: layer-0 "
-                f"scores of a constant-token input, R² explained by the offset i−j alone; supported if ≥ {OFFSET_R2} "
-                f"on every seed, nuanced if < {OFFSET_R2} on every seed, inconclusive if the seeds disagree.")
-
-
 # --- C29, C30, C31 --------------------------------------------------------------------------------------------
 
+@claim("C29-sinusoidal-extrapolation", experiment="pe-lm",
+       metrics=("train_length", "in_sinusoidal", "past_sinusoidal", "deg_sinusoidal", "deg_alibi", "deg_rope",
+                "deg_t5", "deg_shaw", "deg_none", "uniform", "floor"),
+       rule_text="deg = (loss beyond T − loss inside T) / (ln V − loss inside T): the share of the learnt gain lost "
+                 "past the training length (0: perfect extrapolation, ≥ 1: worse than guessing). Supported if the "
+                 f"sinusoidal deg < {EXTRAPOLATES} on every seed; refuted if > {FAILS} on every seed while ALiBi's < "
+                 f"{EXTRAPOLATES} (so the task can be extrapolated); nuanced if {EXTRAPOLATES}–{FAILS} on every seed; "
+                 "otherwise inconclusive.")
 def _c29(ms):
     deg, deg_a = ms["deg_sinusoidal"], ms["deg_alibi"]
     T = setting(ms, "train_length")
@@ -180,21 +168,12 @@ def _c29(ms):
                    "extrapolate.", facts_zh + "各种子结论不一致，或该任务上连 ALiBi 也无法外推。")
 
 
-claim("C29-sinusoidal-extrapolation", section="§3.2–3.3",
-      zh="它为什么有一定的外推能力——即使遇到比训练时更长的序列频率范围仍然是完整的；（表）正弦位置编码：理论上能外推到"
-         "更长序列",
-      en="Sinusoidal PE extrapolates to sequences longer than those seen in training.",
-      experiment="pe-lm",
-      metrics=("train_length", "in_sinusoidal", "past_sinusoidal", "deg_sinusoidal", "deg_alibi", "deg_rope",
-               "deg_t5", "deg_shaw", "deg_none", "uniform", "floor"),
-      rule=_c29,
-      rule_text="deg = (loss beyond T − loss inside T) / (ln V − loss inside T): the share of the learnt gain lost "
-                "past the training length (0: perfect extrapolation, ≥ 1: worse than guessing). Supported if the "
-                f"sinusoidal deg < {EXTRAPOLATES} on every seed; refuted if > {FAILS} on every seed while ALiBi's < "
-                f"{EXTRAPOLATES} (so the task can be extrapolated); nuanced if {EXTRAPOLATES}–{FAILS} on every seed; "
-                "otherwise inconclusive.")
-
-
+@claim("C30-learned-no-extrapolation", experiment="pe-lm",
+       metrics=("learned_raises_past_table", "in_learned", "past_learned", "deg_learned"),
+       rule_text="Supported if a learned table of T rows refuses position T and a model trained at T with a 4T "
+                 f"table loses > {FAILS:.0%} of its gain past T (deg > {FAILS}) on every seed; nuanced if it refuses "
+                 f"but deg ≤ {FAILS} on every seed; "
+                 "refuted if it does not refuse; otherwise inconclusive.")
 def _c30(ms):
     raises, deg = ms["learned_raises_past_table"], ms["deg_learned"]
     bad, n = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d > FAILS)
@@ -216,17 +195,9 @@ def _c30(ms):
     return Verdict("inconclusive", en, zh)
 
 
-claim("C30-learned-no-extrapolation", section="§3.3",
-      zh="可学习位置编码：需要预设最大长度超出部分没有参数无外推能力",
-      en="Learned positional embeddings need a preset maximum length and cannot extrapolate past it.",
-      experiment="pe-lm", metrics=("learned_raises_past_table", "in_learned", "past_learned", "deg_learned"),
-      rule=_c30,
-      rule_text="Supported if a learned table of T rows refuses position T and a model trained at T with a 4T "
-                f"table loses > {FAILS:.0%} of its gain past T (deg > {FAILS}) on every seed; nuanced if it refuses "
-                f"but deg ≤ {FAILS} on every seed; "
-                "refuted if it does not refuse; otherwise inconclusive.")
-
-
+@claim("C31-sinusoidal-vs-learned", experiment="pe-lm", metrics=("in_sinusoidal", "in_learned", "floor", "train_steps"),
+       rule_text=f"Supported if |loss(sinusoidal) − loss(learned)| ≤ {TOL_LOSS} nats inside the training length on "
+                 f"every seed; refuted if one is better by more than that on every seed; otherwise inconclusive.")
 def _c31(ms):
     diffs = differences(ms, "in_sinusoidal", "in_learned")
     d = fmt_values(diffs, " nats")
@@ -244,12 +215,3 @@ def _c31(ms):
                        zh + f"{'可学习' if better == 'learned' else '正弦'}编码稳定地好出 {TOL_LOSS} nat 以上。")
     return Verdict("inconclusive", en + " The seeds disagree about the sign or size of the gap.",
                    zh + "各种子对差距的方向或大小不一致。")
-
-
-claim("C31-sinusoidal-vs-learned", section="§3.3",
-      zh="我在自己的小型任务上比较过正则可学习位置编码发现效果几乎相当",
-      en="Sinusoidal and learned positional encodings perform about the same in-distribution.",
-      experiment="pe-lm", metrics=("in_sinusoidal", "in_learned", "floor", "train_steps"),
-      rule=_c31,
-      rule_text=f"Supported if |loss(sinusoidal) − loss(learned)| ≤ {TOL_LOSS} nats inside the training length on "
-                f"every seed; refuted if one is better by more than that on every seed; otherwise inconclusive.")

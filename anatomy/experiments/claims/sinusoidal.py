@@ -103,20 +103,14 @@ def sinusoidal_algebra(ctx):
     return finite_metrics(out)
 
 
-claim("C23-linear-separation", section="§3.1",
-      zh="这个做法的前提是模型可以通过后续的线性层把加和后的向量重新“拆解”出语义部分和位置部分",
-      en="A linear layer can separate the token part and the position part of the sum E + PE.",
-      experiment="sinusoidal-algebra",
-      metrics=("probe_token_acc_d16", "probe_pos_acc_d16", "probe_token_acc_d64", "probe_pos_acc_d64",
-               "probe_token_acc_d256", "probe_pos_acc_d256"),
-      rule=lambda ms: _c23(ms),
-      rule_text="Least-squares linear probes recover the token (64 ids) and the position (64 positions) from "
-                "E[token] + PE[pos], E ~ N(0, 1), over all 4096 pairs. Supported if both accuracies are "
-                f"≥ {SEPARATES} at "
-                "D = 64 on every seed; nuanced if that holds only at D = 256 (D ≥ number of tokens + positions); "
-                "refuted if not even at D = 256.")
-
-
+@claim("C23-linear-separation", experiment="sinusoidal-algebra",
+       metrics=("probe_token_acc_d16", "probe_pos_acc_d16", "probe_token_acc_d64", "probe_pos_acc_d64",
+                "probe_token_acc_d256", "probe_pos_acc_d256"),
+       rule_text="Least-squares linear probes recover the token (64 ids) and the position (64 positions) from "
+                 "E[token] + PE[pos], E ~ N(0, 1), over all 4096 pairs. Supported if both accuracies are "
+                 f"≥ {SEPARATES} at "
+                 "D = 64 on every seed; nuanced if that holds only at D = 256 (D ≥ number of tokens + positions); "
+                 "refuted if not even at D = 256.")
 def _c23(ms):
     def ok(width):
         return all(a >= SEPARATES and b >= SEPARATES for a, b in per_seed(ms, f"probe_token_acc_d{width}",
@@ -138,6 +132,11 @@ def _c23(ms):
                    f"即使 D=256，线性探针也无法分离（{nums_zh}）。")
 
 
+@claim("C24-sinusoidal-formula", experiment="sinusoidal-algebra",
+       metrics=("formula_err_fp64", "formula_err_fp32", "formula_err_fp32_pos10k"),
+       rule_text=f"Supported if the library's table equals the closed form to < {num(EXACT_FP64)} in float64 and "
+                 f"< {num(EXACT_FP32)} in float32 "
+                 "(positions < 512, D = 64); refuted otherwise.")
 def _c24(ms):
     e64, e32, far = ms["formula_err_fp64"], ms["formula_err_fp32"], ms["formula_err_fp32_pos10k"]
     if max(e64.values) < EXACT_FP64 and max(e32.values) < EXACT_FP32:
@@ -152,16 +151,9 @@ def _c24(ms):
                    f"{num(EXACT_FP32)}。")
 
 
-claim("C24-sinusoidal-formula", section="§3.2",
-      zh="PE(pos, 2i) = sin(pos / 10000^(2i/d_model))，PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))",
-      en="The sinusoidal formula as stated (sin on even, cos on odd dimensions).",
-      experiment="sinusoidal-algebra", metrics=("formula_err_fp64", "formula_err_fp32", "formula_err_fp32_pos10k"),
-      rule=_c24,
-      rule_text=f"Supported if the library's table equals the closed form to < {num(EXACT_FP64)} in float64 and "
-                f"< {num(EXACT_FP32)} in float32 "
-                "(positions < 512, D = 64); refuted otherwise.")
-
-
+@claim("C25-frequency-by-dimension", experiment="sinusoidal-algebra",
+       metrics=("freq_decreasing", "wavelength_dim0", "wavelength_last"),
+       rule_text="Supported if the frequency 10000^(-2i/D) strictly decreases with i (D = 64).")
 def _c25(ms):
     dec, w0, wl = ms["freq_decreasing"], ms["wavelength_dim0"], ms["wavelength_last"]
     if min(dec.values) == 1:
@@ -172,13 +164,11 @@ def _c25(ms):
                                                                                                "降。")
 
 
-claim("C25-frequency-by-dimension", section="§3.2",
-      zh="低维（i小）频率高，高维（i大）频率低",
-      en="Low dimensions have high frequency, high dimensions low frequency.",
-      experiment="sinusoidal-algebra", metrics=("freq_decreasing", "wavelength_dim0", "wavelength_last"),
-      rule=_c25, rule_text="Supported if the frequency 10000^(-2i/D) strictly decreases with i (D = 64).")
-
-
+@claim("C26-second-hand-hour-hand", experiment="sinusoidal-algebra",
+       metrics=("step_change_high_freq", "step_change_low_freq", "wavelength_dim0", "wavelength_last"),
+       rule_text="The claim says low-frequency dims are more sensitive to a one-position step and have the shorter "
+                 "range. Supported if the slowest pair moves more per step AND has the shorter wavelength; refuted "
+                 "if both are the other way round; nuanced if one holds.")
 def _c26(ms):
     hi, lo = ms["step_change_high_freq"], ms["step_change_low_freq"]
     w_hi, w_lo = ms["wavelength_dim0"], ms["wavelength_last"]
@@ -197,18 +187,10 @@ def _c26(ms):
     return Verdict("nuanced", nums_en + " Only half of the analogy holds.", nums_zh + "类比只对了一半。")
 
 
-claim("C26-second-hand-hour-hand", section="§3.2",
-      zh="低频率维度像时钟的“秒针”对位置差异敏感但能表达的范围小；高频率维度像“时针”能表达更远的距离",
-      en="Low-frequency dimensions are the 'second hand' (sensitive, short range); high-frequency ones the "
-         "'hour hand' (long range).",
-      experiment="sinusoidal-algebra",
-      metrics=("step_change_high_freq", "step_change_low_freq", "wavelength_dim0", "wavelength_last"),
-      rule=_c26,
-      rule_text="The claim says low-frequency dims are more sensitive to a one-position step and have the shorter "
-                "range. Supported if the slowest pair moves more per step AND has the shorter wavelength; refuted "
-                "if both are the other way round; nuanced if one holds.")
-
-
+@claim("C28-orthogonal-fourier-basis", experiment="sinusoidal-algebra",
+       metrics=(f"frac_pairs_cos_above_{COS}", "max_offdiag_cos"),
+       rule_text=f"Cosine between the D = 64 columns over 512 positions. Supported if < {FEW:.0%} of the pairs have "
+                 f"|cos| > {COS}; nuanced if < {MANY:.0%}; refuted otherwise.")
 def _c28(ms):
     frac, mx = ms[f"frac_pairs_cos_above_{COS}"], ms["max_offdiag_cos"]
     en = (f"Over 512 positions, {frac.fmt()} of the pairs of PE columns have |cos| > {COS} (max {mx.fmt()}); a "
@@ -223,15 +205,9 @@ def _c28(ms):
     return Verdict("refuted", en, zh)
 
 
-claim("C28-orthogonal-fourier-basis", section="§3.2",
-      zh="这种“不同维度不同频率”的设计本质上等于用一组正交基函数去编码位置像信号处理里的傅里叶展开",
-      en="Sinusoidal PE encodes position with an orthogonal set of basis functions, like a Fourier expansion.",
-      experiment="sinusoidal-algebra", metrics=(f"frac_pairs_cos_above_{COS}", "max_offdiag_cos"),
-      rule=_c28,
-      rule_text=f"Cosine between the D = 64 columns over 512 positions. Supported if < {FEW:.0%} of the pairs have "
-                f"|cos| > {COS}; nuanced if < {MANY:.0%}; refuted otherwise.")
-
-
+@claim("C32-rope-mainstream", experiment="sinusoidal-algebra", metrics=("rope_offset_only_err",),
+       rule_text="A fact about the literature (model papers cited in the reason), plus a measured check that RoPE "
+                 f"scores depend only on the offset (float64 error < {num(EXACT_FP64)}; nuanced if not).")
 def _c32(ms):
     err = ms["rope_offset_only_err"]
     ok = max(err.values) < EXACT_FP64
@@ -248,12 +224,3 @@ def _c32(ms):
                                 "因。")
     return Verdict("nuanced", lit_en + f" But our RoPE's scores are not offset-only (error {err.fmt()}).",
                    lit_zh + f"但本库 RoPE 的分数并非只依赖相对距离（误差 {err.fmt()}）。")
-
-
-claim("C32-rope-mainstream", section="§3.3",
-      zh="从当前大模型的实际做法来看主流方案更偏爱旋转类相对位置编码",
-      en="Current large models mostly prefer rotary (relative) positional encoding.",
-      experiment="sinusoidal-algebra", metrics=("rope_offset_only_err",),
-      rule=_c32,
-      rule_text="A fact about the literature (model papers cited in the reason), plus a measured check that RoPE "
-                f"scores depend only on the offset (float64 error < {num(EXACT_FP64)}; nuanced if not).")
