@@ -85,9 +85,9 @@ def identity_mlp(ctx):
 @claim("C35-zero-easier-than-identity", experiment="identity-mlp",
        metrics=("steps_plain", "steps_residual", "steps_cap", "final_mse_plain", "final_mse_residual", "mse0_plain",
                 "mse0_residual"),
-       rule_text="Two ReLU MLPs with the same Linear layers and PyTorch's default init learn y = x (Adam, lr 1e-3): "
-                 "a plain stack, and a residual stack x + F(x) that must drive F to 0. Supported if the residual "
-                 f"one reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
+       rule_text="Two ReLU MLPs with the same Linear layers and PyTorch's default init learn y = x (Adam, lr 1e-3): a "
+                 "plain stack, and a residual stack x + F(x) that must drive F to 0. Supported if the residual one "
+                 f"reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
                  "refuted if it is not faster on any seed; otherwise inconclusive.")
 def _c35(ms):
     sp, sr = ms["steps_plain"], ms["steps_residual"]
@@ -183,10 +183,9 @@ def bn_vs_ln(ctx):
                 "spike_bn"),
        rule_text="Same LM on small right-padded batches (4 sentences of random lengths), LayerNorm vs the zoo's "
                  "batchnorm_instead_of_layernorm. The exact half: BN must move a sentence's logits when its batch "
-                 f"changes (> {num(BATCH_DEPENDENT)}) and LN must not (< {num(PER_SAMPLE)}), else refuted (BN "
-                 f"never does) or "
-                 f"inconclusive. Then supported if, on every seed, BN ends > {TOL} nats worse on validation, or its "
-                 f"curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running "
+                 f"changes (> {num(BATCH_DEPENDENT)}) and LN must not (< {num(PER_SAMPLE)}), else refuted (BN never "
+                 f"does) or inconclusive. Then supported if, on every seed, BN ends > {TOL} nats worse on validation, "
+                 f"or its curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running "
                  "statistics; nuanced if none of these on any seed; otherwise inconclusive.")
 def _c38(ms):
     exact = all(b > BATCH_DEPENDENT and a < PER_SAMPLE for a, b in per_seed(ms, "dep_train_ln", "dep_train_bn"))

@@ -102,8 +102,8 @@ def _c46(ms):
 @claim("C53-ffn-most-parameters", experiment="block-anatomy",
        metrics=("ffn_share_d512", "attn_share_d512", "ffn_share_d16", "ffn_share_d512_swiglu", "ffn_share_d512_ff1x",
                 "norm_share_d512"),
-       rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters "
-                 "and more than attention at d_ff = 4D; refuted otherwise.")
+       rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters and more "
+                 "than attention at d_ff = 4D; refuted otherwise.")
 def _c53(ms):
     f, a = ms["ffn_share_d512"], ms["attn_share_d512"]
     en = (f"At d_ff = 4D the FFN holds {f.fmt()} of a block's parameters, attention {a.fmt()} (the same at D=16: "
@@ -173,10 +173,9 @@ def tiny_heads(ctx):
 @claim("C47-small-heads-parallel-subspaces", experiment="tiny-heads",
        metrics=("acc_h1", "acc_h2", "acc_h8", "chance", "heads_on_offset1_h8", "heads_on_offset2_h8",
                 "head_diversity_h8"),
-       rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads of "
-                 f"d_k = 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; nuanced "
-                 f"if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > {BEATS} on "
-                 "every "
+       rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads of d_k "
+                 f"= 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; nuanced if "
+                 f"they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > {BEATS} on every "
                  "seed; otherwise inconclusive.")
 def _c47(ms):
     div = ms["head_diversity_h8"]
@@ -254,9 +253,8 @@ def padding_pe(ctx):
        metrics=("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff",
                 "left_pad_naive_positions_diff"),
        rule_text="Untrained models in float64, padding passed as attention_mask. Supported if the real tokens' outputs "
-                 f"are unchanged (< {num(UNCHANGED)} relative) by padding on either side, by other pad contents "
-                 f"and in the "
-                 f"encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
+                 f"are unchanged (< {num(UNCHANGED)} relative) by padding on either side, by other pad contents and in "
+                 f"the encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
                  "inconclusive.")
 def _c49(ms):
     names = ("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff")

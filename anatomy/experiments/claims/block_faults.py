@@ -122,8 +122,8 @@ def block_faults(ctx):
                  "trained with the split bug on the order-2 Markov LM: 'accuracy drops' = the prefix-only "
                  f"(generation-style) loss is > {TOL} nats worse than the correct model's on every seed → supported; "
                  f"nuanced if in addition the teacher-forced loss is > {TOL} nats *better* (the bug leaks the future "
-                 "and "
-                 "flatters the usual metric); refuted if the prefix loss is not worse on any seed; else inconclusive.")
+                 "and flatters the usual metric); refuted if the prefix loss is not worse on any seed; else "
+                 "inconclusive.")
 def _c48(ms):
     if max(ms["raised_split"].values) or max(ms["raised_merge"].values):
         return Verdict("refuted", "The wrong transpose raised an error: it is not silent.",
@@ -189,11 +189,9 @@ def _c50(ms):
 
 @claim("C51-shared-layernorm-hurts", experiment="block-faults",
        metrics=("n_layers", "final_shared", "final_correct", "params_shared", "params_correct"),
-       rule_text="The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > "
-                 f"{TOL} "
+       rule_text=f"The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > {TOL} "
                  f"nats worse on every seed; refuted if the difference stays within ±{TOL} (no clear drop) or sharing "
-                 "is "
-                 f"better by > {TOL} on every seed; otherwise inconclusive.")
+                 f"is better by > {TOL} on every seed; otherwise inconclusive.")
 def _c51(ms):
     diffs = differences(ms, "final_shared", "final_correct")
     d = fmt_values(diffs, " nats")

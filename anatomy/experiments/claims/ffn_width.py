@@ -88,9 +88,9 @@ def ffn_width(ctx):
 
 @claim("C52-dff-four-times", experiment="ffn-width", metrics=("val_ff1x", "val_ff4x", "val_ff8x", "floor"),
        rule_text="2-layer LM, D = 32, on the order-2 Markov task (the next token is a table lookup on two tokens: FFN "
-                 f"work), equal steps of fresh data. Supported if 4× is within {TOL} nats of the best width and "
-                 f"> {TOL} better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two "
-                 "holds on every seed; otherwise inconclusive. The literature half is cited in the reason.")
+                 f"work), equal steps of fresh data. Supported if 4× is within {TOL} nats of the best width and > "
+                 f"{TOL} better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two holds "
+                 "on every seed; otherwise inconclusive. The literature half is cited in the reason.")
 def _c52(ms):
     widths = [k for k in ("val_ff1x", "val_ff2x", "val_ff4x", "val_ff8x") if k in ms]
     rows = per_seed(ms, *widths)
@@ -123,11 +123,10 @@ def _c52(ms):
 @claim("C54-ffn-overfits", experiment="ffn-width",
        metrics=("gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout", "n_train_tokens_small"),
        rule_text="A 2-layer LM trained for many epochs on a small set (128 sequences) of the order-2 Markov task. Two "
-                 "signs: the "
-                 f"train–validation gap grows by > {TOL} nats from d_ff = D to 4D, and dropout 0.3 on the FFN output "
-                 f"leaves a gap > {DROPOUT_SITE} nats smaller than the same dropout on the attention output. Supported "
-                 "if both "
-                 "on every seed, nuanced if one on every seed, refuted if neither on any seed; else inconclusive.")
+                 f"signs: the train–validation gap grows by > {TOL} nats from d_ff = D to 4D, and dropout 0.3 on the "
+                 f"FFN output leaves a gap > {DROPOUT_SITE} nats smaller than the same dropout on the attention "
+                 "output. Supported if both on every seed, nuanced if one on every seed, refuted if neither on any "
+                 "seed; else inconclusive.")
 def _c54(ms):
     g1, g4 = ms["gap_ff1x"], ms["gap_ff4x"]
     ga, gf = ms["gap_ff4x_attn_dropout"], ms["gap_ff4x_ffn_dropout"]

@@ -53,7 +53,7 @@ C2_RULE = Ladder((
 
 @claim("C2-one-head-one-relation", experiment="head-count",
        metrics=("acc_pair_h1", "acc_pair_h4", "pair_h1_mass_t1", "pair_h1_mass_t3", "pair_h1_order_ratio"),
-       rule_text=C2_RULE.text(f"Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at "
+       rule_text=C2_RULE.text("Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at "
                               f"{CEILING_PCT:.0f}% (the test set's sampling error is ≈ 0.3 points)."))
 def _c2(ms) -> Verdict:
     ceil = CEILING_PCT
@@ -133,9 +133,9 @@ C12_RULE = Ladder((
        metrics=("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4", "cls_acc_h8",
                 "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"),
        rule_text=C12_RULE.text("d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means "
-                               f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against "
-                               f"d_k ≥ 32 on the char LM, or > {WORSE_POINTS} accuracy points on sentiment (above the "
-                               "test set's sampling error, ≈ 1.1 points at n = 1736)."))
+                               f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against d_k ≥ "
+                               f"32 on the char LM, or > {WORSE_POINTS} accuracy points on sentiment (above the test "
+                               "set's sampling error, ≈ 1.1 points at n = 1736)."))
 def _c12(ms) -> Verdict:
     f = fmts(ms, "lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4",
                  "cls_acc_h8", "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best")
@@ -171,7 +171,7 @@ C13_RULE = Ladder((
        metrics=("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1", "cls_gap_h8",
                 "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8"),
        rule_text=C13_RULE.text(f"h = 8 vs h = 1 at d_model = 64. 'Slower' if a forward+backward step takes > {SLOWER}× "
-                               f"as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
+                               "as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
                                f"reviews is > {OVERFITS} points larger."))
 def _c13(ms) -> Verdict:
     f = fmts(ms, "lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1",

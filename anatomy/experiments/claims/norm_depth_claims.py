@@ -34,13 +34,11 @@ ACCUMULATES = 1.5  # C43: residual RMS, last block ÷ first block, above this co
        metrics=("depth_deep", "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
                 "excess_no_residual", "excess_no_norm", "final_no_residual_mid", "final_no_norm_mid", "final_pre_mid",
                 "failed_no_residual", "failed_no_norm", "nan_no_residual", "nan_no_norm"),
-       rule_text="Deepest grid depth (6 at quick), no warm-up, no clipping, the two highest learning rates. "
-                 f"'NaN or oscillation' = a NaN loss or a rise of > {OSCILLATION} nats above the running minimum after "
-                 f"the first 10% of steps. Supported if ≥ {BROKEN_SHARE:.0%} of the no-residual / no-norm runs do "
-                 "that on "
+       rule_text="Deepest grid depth (6 at quick), no warm-up, no clipping, the two highest learning rates. 'NaN or "
+                 f"oscillation' = a NaN loss or a rise of > {OSCILLATION} nats above the running minimum after the "
+                 f"first 10% of steps. Supported if ≥ {BROKEN_SHARE:.0%} of the no-residual / no-norm runs do that on "
                  f"every seed; nuanced if fewer do but they still end > {TOL} nats worse than Pre-Norm (failure by "
-                 "stalling); refuted if "
-                 "none does and they match Pre-Norm; otherwise inconclusive.")
+                 "stalling); refuted if none does and they match Pre-Norm; otherwise inconclusive.")
 def _c33(ms):
     depth = setting(ms, "depth_deep")
     rows = per_seed(ms, "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
@@ -78,11 +76,9 @@ def _c33(ms):
                 "grad_ratio_pre_trained", "token_cos_no_residual_init", "token_cos_pre_init"),
        rule_text=f"Degradation = the deep stack ends > {TOL} nats worse than the shallow one without residuals while "
                  f"with residuals it does not. Vanishing = the gradient reaching layer 1 is < {VANISHED}× the one at "
-                 "the "
-                 "last "
-                 "layer without residuals (at init or after training) but not with them. Supported if degradation "
-                 "and no vanishing on every seed; nuanced if both (residuals fix both); refuted if no degradation on "
-                 "any seed; otherwise inconclusive.")
+                 "the last layer without residuals (at init or after training) but not with them. Supported if "
+                 "degradation and no vanishing on every seed; nuanced if both (residuals fix both); refuted if no "
+                 "degradation on any seed; otherwise inconclusive.")
 def _c34(ms):
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     deg_plain, deg_res = ms["degradation_no_residual"], ms["degradation_residual"]
@@ -127,9 +123,8 @@ def _undamped(r: float) -> bool:
        rule_text="The 'highway' is the skip path: ‖∂loss/∂x‖ entering block 1 ÷ entering the last block with every "
                  "sub-layer output detached, so the gradient can only travel along the residual path (deepest depth, "
                  f"middle learning rate, after training). Undamped = within [{num(UNDAMPED[0])}, {num(UNDAMPED[1])}]. "
-                 "Supported if Post-Norm's is "
-                 "undamped on every seed; refuted if it is not on any seed; otherwise inconclusive. The total "
-                 "gradient ratio (sub-layers included) is reported alongside.")
+                 "Supported if Post-Norm's is undamped on every seed; refuted if it is not on any seed; otherwise "
+                 "inconclusive. The total gradient ratio (sub-layers included) is reported alongside.")
 def _c36(ms):
     depth = setting(ms, "depth_deep")
     hw, hw0, hw_pre = ms["highway_gain_post"], ms["highway_gain_post_init"], ms["highway_gain_pre"]
@@ -191,10 +186,9 @@ def _c37(ms):
 
 @claim("C39-layernorm-stabilises-scores", experiment="norm-depth-grid",
        metrics=("depth_deep", "score_std_layernorm", "score_std_no_norm", "failed_pre", "failed_no_norm", "n_lrs"),
-       rule_text="Pre-Norm vs the same stack with every norm removed. Supported if, on every seed, the no-norm "
-                 f"scores' std is > {SCORE_BLOWUP}× the LayerNorm one (or non-finite) or the no-norm stack failed "
-                 "at more learning "
-                 "rates; refuted if neither on any seed; otherwise inconclusive.")
+       rule_text="Pre-Norm vs the same stack with every norm removed. Supported if, on every seed, the no-norm scores' "
+                 f"std is > {SCORE_BLOWUP}× the LayerNorm one (or non-finite) or the no-norm stack failed at more "
+                 "learning rates; refuted if neither on any seed; otherwise inconclusive.")
 def _c39(ms):
     ln, raw = ms["score_std_layernorm"], ms["score_std_no_norm"]
     depth = setting(ms, "depth_deep")
@@ -217,10 +211,9 @@ def _c39(ms):
 @claim("C43-post-norm-unstable-accumulation", experiment="norm-depth-grid",
        metrics=("depth_deep", "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre", "rms_growth_post",
                 "rms_growth_pre", "rms_growth_post_init", "rms_growth_pre_init"),
-       rule_text="Unstable = Post-Norm failed at more learning rates than Pre-Norm, or its final loss varies over "
-                 f"the learning rates by > {TOL} nats more. Accumulation = the residual-stream RMS after the last "
-                 f"block is > {ACCUMULATES}× the one after the first block in Post-Norm and grows more than in "
-                 "Pre-Norm. "
+       rule_text="Unstable = Post-Norm failed at more learning rates than Pre-Norm, or its final loss varies over the "
+                 f"learning rates by > {TOL} nats more. Accumulation = the residual-stream RMS after the last block is "
+                 f"> {ACCUMULATES}× the one after the first block in Post-Norm and grows more than in Pre-Norm. "
                  "Supported if both on every seed; nuanced if unstable but no accumulation on every seed; refuted if "
                  "not unstable on any seed; otherwise inconclusive.")
 def _c43(ms):
@@ -296,8 +289,8 @@ def _c44(ms):
 @claim("C45-pre-norm-de-facto", experiment="norm-depth-grid",
        metrics=("failed_pre", "failed_post", "lr_spread_pre", "lr_spread_post"),
        rule_text="A fact about the literature (sources in the reason); supported if our grid also shows Pre-Norm at "
-                 "least as robust as Post-Norm (no more failed runs, spread over learning rates not larger by > "
-                 f"{TOL} nats) on every seed, nuanced otherwise, naming which of the two failed.")
+                 f"least as robust as Post-Norm (no more failed runs, spread over learning rates not larger by > {TOL} "
+                 "nats) on every seed, nuanced otherwise, naming which of the two failed.")
 def _c45(ms):
     lit_en = ("From the sources: the 2017 paper and BERT used Post-Norm; GPT-2 (Radford et al. 2019) moved the norm to "
               "the input of each sub-block, and GPT-3, PaLM, LLaMA 1–3, Mistral, Qwen and DeepSeek are Pre-Norm "

@@ -65,11 +65,10 @@ def _c21(ms):
 
 @claim("C22-add-not-concat", experiment="pe-lm",
        metrics=("in_sinusoidal", "in_concat", "concat_params_ratio", "train_steps"),
-       rule_text=f"Same LM and data, sinusoidal PE added vs concatenated into the last D/2 features (same width). "
+       rule_text="Same LM and data, sinusoidal PE added vs concatenated into the last D/2 features (same width). "
                  f"Supported if adding is no worse than concatenating by more than {TOL_LOSS} nats of loss inside the "
-                 f"training length on every seed; refuted if it is worse by more on every seed; otherwise "
-                 f"inconclusive. The cost side is the parameter ratio of a concat model that keeps all D token "
-                 f"features (width 2D).")
+                 "training length on every seed; refuted if it is worse by more on every seed; otherwise inconclusive. "
+                 "The cost side is the parameter ratio of a concat model that keeps all D token features (width 2D).")
 def _c22(ms):
     rows = per_seed(ms, "in_sinusoidal", "in_concat")
     diffs = [a - c for a, c in rows]
@@ -100,10 +99,10 @@ def _c22(ms):
 @claim("C27-relative-by-rotation", experiment="pe-lm",
        metrics=("rotation_residual", "dot_shift_spread", "offset_r2_sinusoidal", "offset_r2_learned",
                 "offset_r2_rope", "offset_r2_alibi"),
-       rule_text=f"Refuted if R_k·PE(p) ≠ PE(p+k) or PE(p)·PE(p+k) varies with p (float64, > {num(EXACT)}). "
-                 "Otherwise the 'relative position for free' half is judged on the trained sinusoidal LM: layer-0 "
-                 f"scores of a constant-token input, R² explained by the offset i−j alone; supported if ≥ {OFFSET_R2} "
-                 f"on every seed, nuanced if < {OFFSET_R2} on every seed, inconclusive if the seeds disagree.")
+       rule_text=f"Refuted if R_k·PE(p) ≠ PE(p+k) or PE(p)·PE(p+k) varies with p (float64, > {num(EXACT)}). Otherwise "
+                 "the 'relative position for free' half is judged on the trained sinusoidal LM: layer-0 scores of a "
+                 f"constant-token input, R² explained by the offset i−j alone; supported if ≥ {OFFSET_R2} on every "
+                 f"seed, nuanced if < {OFFSET_R2} on every seed, inconclusive if the seeds disagree.")
 def _c27(ms):
     rot, spread = ms["rotation_residual"], ms["dot_shift_spread"]
     r2, r2_rope = ms["offset_r2_sinusoidal"], ms["offset_r2_rope"]
@@ -170,10 +169,9 @@ def _c29(ms):
 
 @claim("C30-learned-no-extrapolation", experiment="pe-lm",
        metrics=("learned_raises_past_table", "in_learned", "past_learned", "deg_learned"),
-       rule_text="Supported if a learned table of T rows refuses position T and a model trained at T with a 4T "
-                 f"table loses > {FAILS:.0%} of its gain past T (deg > {FAILS}) on every seed; nuanced if it refuses "
-                 f"but deg ≤ {FAILS} on every seed; "
-                 "refuted if it does not refuse; otherwise inconclusive.")
+       rule_text="Supported if a learned table of T rows refuses position T and a model trained at T with a 4T table "
+                 f"loses > {FAILS:.0%} of its gain past T (deg > {FAILS}) on every seed; nuanced if it refuses but deg "
+                 f"≤ {FAILS} on every seed; refuted if it does not refuse; otherwise inconclusive.")
 def _c30(ms):
     raises, deg = ms["learned_raises_past_table"], ms["deg_learned"]
     bad, n = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d > FAILS)
@@ -197,7 +195,7 @@ def _c30(ms):
 
 @claim("C31-sinusoidal-vs-learned", experiment="pe-lm", metrics=("in_sinusoidal", "in_learned", "floor", "train_steps"),
        rule_text=f"Supported if |loss(sinusoidal) − loss(learned)| ≤ {TOL_LOSS} nats inside the training length on "
-                 f"every seed; refuted if one is better by more than that on every seed; otherwise inconclusive.")
+                 "every seed; refuted if one is better by more than that on every seed; otherwise inconclusive.")
 def _c31(ms):
     diffs = differences(ms, "in_sinusoidal", "in_learned")
     d = fmt_values(diffs, " nats")

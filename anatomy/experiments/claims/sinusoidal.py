@@ -106,11 +106,10 @@ def sinusoidal_algebra(ctx):
 @claim("C23-linear-separation", experiment="sinusoidal-algebra",
        metrics=("probe_token_acc_d16", "probe_pos_acc_d16", "probe_token_acc_d64", "probe_pos_acc_d64",
                 "probe_token_acc_d256", "probe_pos_acc_d256"),
-       rule_text="Least-squares linear probes recover the token (64 ids) and the position (64 positions) from "
-                 "E[token] + PE[pos], E ~ N(0, 1), over all 4096 pairs. Supported if both accuracies are "
-                 f"≥ {SEPARATES} at "
-                 "D = 64 on every seed; nuanced if that holds only at D = 256 (D ≥ number of tokens + positions); "
-                 "refuted if not even at D = 256.")
+       rule_text="Least-squares linear probes recover the token (64 ids) and the position (64 positions) from E[token] "
+                 f"+ PE[pos], E ~ N(0, 1), over all 4096 pairs. Supported if both accuracies are ≥ {SEPARATES} at D = "
+                 "64 on every seed; nuanced if that holds only at D = 256 (D ≥ number of tokens + positions); refuted "
+                 "if not even at D = 256.")
 def _c23(ms):
     def ok(width):
         return all(a >= SEPARATES and b >= SEPARATES for a, b in per_seed(ms, f"probe_token_acc_d{width}",
@@ -134,9 +133,8 @@ def _c23(ms):
 
 @claim("C24-sinusoidal-formula", experiment="sinusoidal-algebra",
        metrics=("formula_err_fp64", "formula_err_fp32", "formula_err_fp32_pos10k"),
-       rule_text=f"Supported if the library's table equals the closed form to < {num(EXACT_FP64)} in float64 and "
-                 f"< {num(EXACT_FP32)} in float32 "
-                 "(positions < 512, D = 64); refuted otherwise.")
+       rule_text=f"Supported if the library's table equals the closed form to < {num(EXACT_FP64)} in float64 and < "
+                 f"{num(EXACT_FP32)} in float32 (positions < 512, D = 64); refuted otherwise.")
 def _c24(ms):
     e64, e32, far = ms["formula_err_fp64"], ms["formula_err_fp32"], ms["formula_err_fp32_pos10k"]
     if max(e64.values) < EXACT_FP64 and max(e32.values) < EXACT_FP32:
@@ -167,8 +165,8 @@ def _c25(ms):
 @claim("C26-second-hand-hour-hand", experiment="sinusoidal-algebra",
        metrics=("step_change_high_freq", "step_change_low_freq", "wavelength_dim0", "wavelength_last"),
        rule_text="The claim says low-frequency dims are more sensitive to a one-position step and have the shorter "
-                 "range. Supported if the slowest pair moves more per step AND has the shorter wavelength; refuted "
-                 "if both are the other way round; nuanced if one holds.")
+                 "range. Supported if the slowest pair moves more per step AND has the shorter wavelength; refuted if "
+                 "both are the other way round; nuanced if one holds.")
 def _c26(ms):
     hi, lo = ms["step_change_high_freq"], ms["step_change_low_freq"]
     w_hi, w_lo = ms["wavelength_dim0"], ms["wavelength_last"]
