@@ -93,13 +93,11 @@ def _c35(ms):
     sp, sr = ms["steps_plain"], ms["steps_residual"]
     cap = setting(ms, "steps_cap")
     nums_en = (f"Steps to reach MSE < {IDENTITY_EPS} (cap {cap}): plain {sp.fmt()}, residual {sr.fmt()}; final MSE "
-               f"{ms['final_mse_plain'].fmt()} vs {ms['final_mse_residual'].fmt()} (at init "
-               f"{ms['mse0_plain'].fmt()} vs {ms['mse0_residual'].fmt()}).")
-    nums_zh = (f"MSE 降到 {IDENTITY_EPS} 以下所需步数（上限 {cap}）：普通网络 {sp.fmt()}，残差网络 {sr.fmt()}；"
-               "最终 MSE "
-               f"{ms['final_mse_plain'].fmt()} 对 {ms['final_mse_residual'].fmt()}（初始化时 {ms['mse0_plain'].fmt()} "
-               "对 "
-               f"{ms['mse0_residual'].fmt()}）。")
+               f"{ms['final_mse_plain'].fmt()} vs {ms['final_mse_residual'].fmt()} (at init {ms['mse0_plain'].fmt()} "
+               f"vs {ms['mse0_residual'].fmt()}).")
+    nums_zh = (f"MSE 降到 {IDENTITY_EPS} 以下所需步数（上限 {cap}）：普通网络 {sp.fmt()}，残差网络 {sr.fmt()}；最终 "
+               f"MSE {ms['final_mse_plain'].fmt()} 对 {ms['final_mse_residual'].fmt()}（初始化时 "
+               f"{ms['mse0_plain'].fmt()} 对 {ms['mse0_residual'].fmt()}）。")
     faster, n = count_seeds(ms, ("steps_plain", "steps_residual", "final_mse_plain", "final_mse_residual"),
                             lambda p, r, fp, fr: FASTER * r <= p and fr < fp)
     slower, _ = count_seeds(ms, ("steps_plain", "steps_residual"), lambda p, r: r >= p)
@@ -196,18 +194,17 @@ def _c38(ms):
                f"statistics; largest rise in the training curve LN {ms['spike_ln'].fmt()} vs BN "
                f"{ms['spike_bn'].fmt()}.")
     nums_zh = (f"把一个句子放进另一个 batch，训练模式下 BatchNorm 使其 logits 相对变化 {ms['dep_train_bn'].fmt()}，"
-               "LayerNorm 为 "
-               f"{ms['dep_train_ln'].fmt()}（评估模式下 BN 用滑动统计量：{ms['dep_eval_bn'].fmt()}）。验证 loss：LN "
-               f"{ms['val_ln'].fmt()}，BN {ms['val_bn'].fmt()}；BN 在 batch 统计量与滑动统计量之间 loss 相差 "
+               f"LayerNorm 为 {ms['dep_train_ln'].fmt()}（评估模式下 BN "
+               f"用滑动统计量：{ms['dep_eval_bn'].fmt()}）。验证 loss：LN {ms['val_ln'].fmt()}，BN "
+               f"{ms['val_bn'].fmt()}；BN 在 batch 统计量与滑动统计量之间 loss 相差 "
                f"{ms['train_eval_gap_bn'].fmt()}；训练曲线最大回升 LN {ms['spike_ln'].fmt()}，BN "
                f"{ms['spike_bn'].fmt()}。")
     if not exact:
         if all(b <= BATCH_DEPENDENT for b in ms["dep_train_bn"].values):
             return Verdict("refuted", nums_en + f" BatchNorm did not move the logits by > {num(BATCH_DEPENDENT)}.",
                            nums_zh + f"BatchNorm 没有让 logits 变化超过 {num(BATCH_DEPENDENT)}。")
-        return Verdict("inconclusive", nums_en + f" The exact half failed on some seed (BN > "
-                                                 f"{num(BATCH_DEPENDENT)} and "
-                       f"LN < {num(PER_SAMPLE)} needed).",
+        return Verdict("inconclusive", nums_en + f" The exact half failed on some seed (BN > {num(BATCH_DEPENDENT)} "
+                                                 f"and LN < {num(PER_SAMPLE)} needed).",
                        nums_zh + f"精确部分在某个种子上不成立（需要 BN > {num(BATCH_DEPENDENT)} 且 "
                        f"LN < {num(PER_SAMPLE)}）。")
     worse = [vb - vl > TOL or sb - sl > RISE or gap > TOL for vl, vb, sl, sb, gap in
@@ -219,8 +216,8 @@ def _c38(ms):
                        "batch 与滑动"
                        f"统计量之间相差 {TOL} 以上。")
     if not any(worse):
-        return Verdict("nuanced", nums_en + " BatchNorm does depend on the batch and its padding, but on this task "
-                       "it trained about as well: the instability did not show.",
+        return Verdict("nuanced", nums_en + " BatchNorm does depend on the batch and its padding, but on this task it "
+                       "trained about as well: the instability did not show.",
                        nums_zh + "BatchNorm 确实依赖 batch 及其 padding，但在这个任务上训练效果相近：没有出现不稳定。")
     return Verdict("inconclusive", nums_en + " The seeds disagree on the training effect.",
                    nums_zh + "各种子对训练影响的结论不一致。")
@@ -279,10 +276,10 @@ def layernorm_reference(ctx):
 def _c40(ms):
     a, b = ms["err_ours_vs_formula"], ms["err_torch_vs_formula"]
     if max(a.values) < 1e-10 and max(b.values) < 1e-10:
-        return Verdict("supported", f"The formula with the biased variance over the last dimension equals our "
-                       f"LayerNorm to {a.fmt()} and torch's to {b.fmt()} (float64). Using the unbiased variance would "
-                       f"change outputs by {ms['diff_unbiased_variance'].fmt()}; normalising over the sequence "
-                       f"dimension instead by {ms['diff_wrong_dim'].fmt()}.",
+        return Verdict("supported", "The formula with the biased variance over the last dimension equals our LayerNorm "
+                       f"to {a.fmt()} and torch's to {b.fmt()} (float64). Using the unbiased variance would change "
+                       f"outputs by {ms['diff_unbiased_variance'].fmt()}; normalising over the sequence dimension "
+                       f"instead by {ms['diff_wrong_dim'].fmt()}.",
                        f"按最后一维、有偏方差计算的公式与本库 LayerNorm 相差 {a.fmt()}，与 torch 相差 {b.fmt()}（"
                        "float64）。"
                        f"改用无偏方差会使输出变化 {ms['diff_unbiased_variance'].fmt()}；改在序列维上归一化会变化 "
@@ -316,12 +313,12 @@ def _c41(ms):
                  "inconclusive.")
 def _c42(ms):
     par, form, post = ms["post_norm_parity_err"], ms["post_norm_formula_err"], ms["placement_is_post"]
-    lit_en = ("Vaswani et al. (2017), §3.1: \"the output of each sub-layer is LayerNorm(x + Sublayer(x))\" — "
-              "Post-Norm (the later tensor2tensor code switched its default to normalising the sub-layer input).")
+    lit_en = ("Vaswani et al. (2017), §3.1: \"the output of each sub-layer is LayerNorm(x + Sublayer(x))\" — Post-Norm "
+              "(the later tensor2tensor code switched its default to normalising the sub-layer input).")
     lit_zh = ("Vaswani 等（2017）§3.1：“每个子层的输出是 LayerNorm(x + Sublayer(x))”——即 Post-Norm（后来 tensor2tensor "
               "代码的默认改成了先归一化子层输入）。")
     if max(par.values) < 1e-10 and max(form.values) < 1e-10 and min(post.values) == 1:
-        return Verdict("supported", lit_en + f" Measured: torch's paper-default layer equals LN(x + Sublayer(x)) "
+        return Verdict("supported", lit_en + " Measured: torch's paper-default layer equals LN(x + Sublayer(x)) "
                        f"written by hand ({form.fmt()}) and our 'post' block ({par.fmt()}).",
                        lit_zh + f"实测：torch 按论文默认的编码层等于手写的 LN(x + Sublayer(x))（{form.fmt()}），也等于"
                                 "本库的"

@@ -88,9 +88,9 @@ def _c46(ms):
     mis, miss, n = ms["shape_mismatches"], ms["steps_missing"], ms["rows_checked"]
     if max(mis.values) == 0 and max(miss.values) == 0 and min(ms["output_equals_input_shape"].values) == 1:
         return Verdict("supported", f"All {fmt_count(n)} traced steps of a real forward pass (B=2, S=10, D=16, h=4) "
-                                    "have "
-                       f"the shapes of the post's table, and the block's output has its input's shape; the table "
-                       f"leaves out the FFN's hidden layer, (2, 10, {fmt_count(ms['ffn_hidden_width'])}).",
+                                    "have the shapes of the post's table, and the block's output has its input's "
+                                    "shape; the table leaves out the FFN's hidden layer, (2, 10, "
+                                    f"{fmt_count(ms['ffn_hidden_width'])}).",
                        f"真实前向传播（B=2, S=10, D=16, h=4）中追踪到的全部 {fmt_count(n)} 个步骤都与原文表格的形状一"
                        "致，"
                        f"block 输出形状等于输入；表格省略了 FFN 的隐藏层 (2, 10, {fmt_count(ms['ffn_hidden_width'])})"
@@ -107,11 +107,10 @@ def _c46(ms):
 def _c53(ms):
     f, a = ms["ffn_share_d512"], ms["attn_share_d512"]
     en = (f"At d_ff = 4D the FFN holds {f.fmt()} of a block's parameters, attention {a.fmt()} (the same at D=16: "
-          f"{ms['ffn_share_d16'].fmt()}; SwiGLU at 8/3·D: {ms['ffn_share_d512_swiglu'].fmt()}); with d_ff = D it "
-          f"would be only {ms['ffn_share_d512_ff1x'].fmt()}.")
+          f"{ms['ffn_share_d16'].fmt()}; SwiGLU at 8/3·D: {ms['ffn_share_d512_swiglu'].fmt()}); with d_ff = D it would "
+          f"be only {ms['ffn_share_d512_ff1x'].fmt()}.")
     zh = (f"d_ff = 4D 时 FFN 占一个 block 参数的 {f.fmt()}，注意力占 {a.fmt()}（D=16 时同样为 "
-          f"{ms['ffn_share_d16'].fmt()}；"
-          f"8/3·D 的 SwiGLU 为 {ms['ffn_share_d512_swiglu'].fmt()}）；若 d_ff = D 则只有 "
+          f"{ms['ffn_share_d16'].fmt()}；8/3·D 的 SwiGLU 为 {ms['ffn_share_d512_swiglu'].fmt()}）；若 d_ff = D 则只有 "
           f"{ms['ffn_share_d512_ff1x'].fmt()}。")
     if all(x > FFN_SHARE and x > y for x, y in per_seed(ms, "ffn_share_d512", "attn_share_d512")):
         return Verdict("supported", en, zh)
@@ -164,7 +163,7 @@ def tiny_heads(ctx):
                 ax.imshow(maps[i, :12, :12].numpy(), cmap="Blues", vmin=0, vmax=1)
                 ax.set(title=f"head {i}", xticks=[], yticks=[])
             axes[0].set(ylabel="query position", xlabel="key position")
-            axes[0].figure.suptitle(f"8 heads of d_k = 4 after training on the ordered-pair task (accuracy "
+            axes[0].figure.suptitle("8 heads of d_k = 4 after training on the ordered-pair task (accuracy "
                                     f"{out['acc_h8']:.2f}); target at row t = (token t-1, token t-2)", fontsize=10)
         figure(ctx.figure_path("C47-eight-heads-of-size-4"), draw, grid=(1, 8), size=(14, 2.6))
     return finite_metrics(out)
@@ -183,15 +182,13 @@ def _c47(ms):
     nums_en = (f"Ordered-pair task (64 classes, chance {ms['chance'].fmt()}), one layer, D = 32: accuracy "
                f"{ms['acc_h1'].fmt()} with 1 head of d_k = 32, {ms['acc_h2'].fmt()} with 2 heads of 16, "
                f"{ms['acc_h8'].fmt()} with 8 heads of 4. Of the 8 small heads, {ms['heads_on_offset1_h8'].fmt()} "
-               f"attend most to the previous token and {ms['heads_on_offset2_h8'].fmt()} to the one before; the "
-               f"heads' patterns differ by {div.fmt()} (total variation; 0 = identical)"
+               f"attend most to the previous token and {ms['heads_on_offset2_h8'].fmt()} to the one before; the heads' "
+               f"patterns differ by {div.fmt()} (total variation; 0 = identical)"
                + (" — they all learnt nearly the same pattern." if same else "."))
     nums_zh = (f"有序对任务（64 类，随机 {ms['chance'].fmt()}），单层，D = 32：1 个 d_k=32 的头准确率 "
-               f"{ms['acc_h1'].fmt()}，"
-               f"2 个 16 维的头 {ms['acc_h2'].fmt()}，8 个 4 维的头 {ms['acc_h8'].fmt()}。8 个小头中 "
-               f"{ms['heads_on_offset1_h8'].fmt()} 个最关注前一个 token，{ms['heads_on_offset2_h8'].fmt()} 个最关注再前"
-               "一个；"
-               f"各头注意力模式的差异为 {div.fmt()}（总变差，0 表示完全相同）"
+               f"{ms['acc_h1'].fmt()}，2 个 16 维的头 {ms['acc_h2'].fmt()}，8 个 4 维的头 {ms['acc_h8'].fmt()}。8 "
+               f"个小头中 {ms['heads_on_offset1_h8'].fmt()} 个最关注前一个 token，{ms['heads_on_offset2_h8'].fmt()} "
+               f"个最关注再前一个；各头注意力模式的差异为 {div.fmt()}（总变差，0 表示完全相同）"
                + ("——它们学到的几乎是同一个模式。" if same else "。"))
     rows = per_seed(ms, "acc_h1", "acc_h8")
     works = [a8 >= WORKS for _, a8 in rows]
@@ -259,17 +256,15 @@ def padding_pe(ctx):
 def _c49(ms):
     names = ("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff")
     worst = [max(v) for v in per_seed(ms, *names)]
-    en = (f"With the padding masked as keys, the positional vectors (and the contents) of pad positions never reach "
-          f"a real token: real-token outputs change by {fmt_values(worst)} (float64; right padding, other pad "
-          f"contents, left padding, bidirectional encoder). The real hazard is elsewhere: with left padding and "
-          f"positions counted from 0 instead of from the mask, the real tokens' own positions shift and their "
-          f"outputs change by {ms['left_pad_naive_positions_diff'].fmt()}.")
+    en = ("With the padding masked as keys, the positional vectors (and the contents) of pad positions never reach a "
+          f"real token: real-token outputs change by {fmt_values(worst)} (float64; right padding, other pad contents, "
+          "left padding, bidirectional encoder). The real hazard is elsewhere: with left padding and positions counted "
+          "from 0 instead of from the mask, the real tokens' own positions shift and their outputs change by "
+          f"{ms['left_pad_naive_positions_diff'].fmt()}.")
     zh = ("只要 padding 作为 key 被 mask 掉，padding 位置上的位置编码（以及内容）就不会影响任何真实 token：真实 token "
-          "的输出变化 "
-          f"{fmt_values(worst)}（float64；右 padding、改变 pad 内容、左 padding、双向编码器）。真正的风险在别处：左 "
-          "padding 时"
-          f"若位置从 0 数起而不是按 mask 计算，真实 token 自己的位置会整体偏移，输出变化 "
-          f"{ms['left_pad_naive_positions_diff'].fmt()}。")
+          f"的输出变化 {fmt_values(worst)}（float64；右 padding、改变 pad 内容、左 "
+          "padding、双向编码器）。真正的风险在别处：左 padding 时若位置从 0 数起而不是按 mask 计算，真实 token "
+          f"自己的位置会整体偏移，输出变化 {ms['left_pad_naive_positions_diff'].fmt()}。")
     if all(w < UNCHANGED for w in worst):
         return Verdict("supported", en + f" Below {num(UNCHANGED)} on every seed: unchanged.",
                        zh + f"每个种子上都低于 {num(UNCHANGED)}：没有变化。")

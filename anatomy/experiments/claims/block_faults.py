@@ -128,22 +128,19 @@ def _c48(ms):
     if max(ms["raised_split"].values) or max(ms["raised_merge"].values):
         return Verdict("refuted", "The wrong transpose raised an error: it is not silent.",
                        "错误的转置直接报错了：它并不是静默的。")
-    nums_en = (f"Neither a split without the transpose nor a merge without it raises or changes a shape (output "
-               f"values change by {ms['output_change_split'].fmt()} and {ms['output_change_merge'].fmt()}). Trained "
-               f"with the split bug, the teacher-forced validation loss is {ms['tf_loss_split'].fmt()} (correct model "
+    nums_en = ("Neither a split without the transpose nor a merge without it raises or changes a shape (output values "
+               f"change by {ms['output_change_split'].fmt()} and {ms['output_change_merge'].fmt()}). Trained with the "
+               f"split bug, the teacher-forced validation loss is {ms['tf_loss_split'].fmt()} (correct model "
                f"{ms['tf_loss_correct'].fmt()}; best honest loss {ms['floor'].fmt()}), but predicting from the prefix "
                f"alone, as in generation, it is {ms['prefix_loss_split'].fmt()} (correct "
-               f"{ms['prefix_loss_correct'].fmt()}): "
-               f"changing future tokens moves its past logits by {ms['future_leak_split'].fmt()} "
-               f"(correct {ms['future_leak_correct'].fmt()}).")
+               f"{ms['prefix_loss_correct'].fmt()}): changing future tokens moves its past logits by "
+               f"{ms['future_leak_split'].fmt()} (correct {ms['future_leak_correct'].fmt()}).")
     nums_zh = (f"拆头不转置、并头不转置都不会报错，也不改变形状（输出数值分别变化 {ms['output_change_split'].fmt()} 和 "
                f"{ms['output_change_merge'].fmt()}）。带着拆头错误训练后，teacher forcing 的验证 loss 为 "
                f"{ms['tf_loss_split'].fmt()}（正确模型 {ms['tf_loss_correct'].fmt()}；诚实的最优 {ms['floor'].fmt()}）"
-               "，"
-               f"但像生成时那样只用前缀预测则为 {ms['prefix_loss_split'].fmt()}（正确 "
-               f"{ms['prefix_loss_correct'].fmt()}）："
-               f"改动未来的 token 会让它过去位置的 logits 变化 {ms['future_leak_split'].fmt()}（正确模型 "
-               f"{ms['future_leak_correct'].fmt()}）。")
+               f"，但像生成时那样只用前缀预测则为 {ms['prefix_loss_split'].fmt()}（正确 "
+               f"{ms['prefix_loss_correct'].fmt()}）：改动未来的 token 会让它过去位置的 logits 变化 "
+               f"{ms['future_leak_split'].fmt()}（正确模型 {ms['future_leak_correct'].fmt()}）。")
     rows = per_seed(ms, "tf_loss_split", "tf_loss_correct", "prefix_loss_split", "prefix_loss_correct")
     hurt = [ps > pc + TOL for _, _, ps, pc in rows]
     looks_better = [ts < tc - TOL for ts, tc, _, _ in rows]
@@ -197,13 +194,10 @@ def _c51(ms):
     d = fmt_values(diffs, " nats")
     saved = differences(ms, "params_correct", "params_shared")
     nums_en = (f"{fmt_count(ms['n_layers'])} layers: sharing one LayerNorm between the two sub-layers of each block "
-               "saves "
-               f"{fmt_values(saved)} parameters and ends at {ms['final_shared'].fmt()} vs {ms['final_correct'].fmt()} "
-               f"(shared − separate = {d}).")
+               f"saves {fmt_values(saved)} parameters and ends at {ms['final_shared'].fmt()} vs "
+               f"{ms['final_correct'].fmt()} (shared − separate = {d}).")
     nums_zh = (f"{fmt_count(ms['n_layers'])} 层：每个 block 的两个子层共用一个 LayerNorm，省下 {fmt_values(saved)} 个参"
-               "数，"
-               "最终 loss "
-               f"{ms['final_shared'].fmt()}，分开时 {ms['final_correct'].fmt()}（共用 − 分开 = {d}）。")
+               f"数，最终 loss {ms['final_shared'].fmt()}，分开时 {ms['final_correct'].fmt()}（共用 − 分开 = {d}）。")
     return decide(nums_en, nums_zh,
                   ("supported", all(x > TOL for x in diffs), "", ""),
                   ("refuted", all(abs(x) <= TOL for x in diffs),
@@ -232,12 +226,10 @@ def _c55(ms):
                f"{ms['nan_high_lr'].fmt()}, final {ms['final_high_lr'].fmt()}); Post- instead of Pre-Norm → failed at "
                f"some learning rate: {ms['failed_post_any_lr'].fmt()}.")
     nums_zh = (f"从一个健康的 Pre-Norm 运行出发（失败：{ms['failed_pre_mid'].fmt()}），每次只改一处：注意力初始化放大 "
-               "10 倍 → 失败 "
-               f"{ms['failed_large_init'].fmt()}（NaN {ms['nan_large_init'].fmt()}，最终 "
-               f"{ms['final_large_init'].fmt()}）；"
-               f"学习率放大 10 倍 → 失败 {ms['failed_high_lr'].fmt()}（NaN {ms['nan_high_lr'].fmt()}，最终 "
-               f"{ms['final_high_lr'].fmt()}）；Post-Norm 代替 Pre-Norm → 在某个学习率失败："
-               f"{ms['failed_post_any_lr'].fmt()}。")
+               f"10 倍 → 失败 {ms['failed_large_init'].fmt()}（NaN {ms['nan_large_init'].fmt()}，最终 "
+               f"{ms['final_large_init'].fmt()}）；学习率放大 10 倍 → 失败 {ms['failed_high_lr'].fmt()}（NaN "
+               f"{ms['nan_high_lr'].fmt()}，最终 {ms['final_high_lr'].fmt()}）；Post-Norm 代替 Pre-Norm → "
+               f"在某个学习率失败：{ms['failed_post_any_lr'].fmt()}。")
     causes = [sum(x) for x in zip(init, lr, order)]
     names = [("the init", "初始化", init), ("the learning rate", "学习率", lr), ("the norm order", "Norm 顺序", order)]
     always = [(en, zh) for en, zh, vals in names if all(v > 0 for v in vals)]

@@ -133,13 +133,12 @@ def _c54(ms):
     rows = per_seed(ms, "gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout")
     grows = [b > a + TOL for a, b, _, _ in rows]
     ffn_site = [f < a - DROPOUT_SITE for _, _, a, f in rows]
-    nums_en = (f"Train-validation gap on a small training set ({fmt_count(ms['n_train_tokens_small'])} tokens): "
-               f"d_ff = D {g1.fmt()}, d_ff = 4D {g4.fmt()}; at 4D with dropout 0.3 on the attention output "
-               f"{ga.fmt()}, on the FFN output {gf.fmt()}.")
+    nums_en = (f"Train-validation gap on a small training set ({fmt_count(ms['n_train_tokens_small'])} tokens): d_ff = "
+               f"D {g1.fmt()}, d_ff = 4D {g4.fmt()}; at 4D with dropout 0.3 on the attention output {ga.fmt()}, on the "
+               f"FFN output {gf.fmt()}.")
     nums_zh = (f"小训练集（{fmt_count(ms['n_train_tokens_small'])} 个 token）上的训练-验证差距：d_ff = D 时 "
-               f"{g1.fmt()}，"
-               f"d_ff = 4D 时 {g4.fmt()}；4D 且在注意力输出上加 0.3 dropout 时 {ga.fmt()}，在 FFN 输出上加时 "
-               f"{gf.fmt()}。")
+               f"{g1.fmt()}，d_ff = 4D 时 {g4.fmt()}；4D 且在注意力输出上加 0.3 dropout 时 {ga.fmt()}，在 FFN "
+               f"输出上加时 {gf.fmt()}。")
     part = ("a wider FFN overfits more" if all(grows) else "dropout on the FFN closes more of the gap")
     part_zh = "FFN 越宽过拟合越严重" if all(grows) else "在 FFN 上加 dropout 更能缩小差距"
     return decide(nums_en, nums_zh,

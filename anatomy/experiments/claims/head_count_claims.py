@@ -25,8 +25,8 @@ C1_RULE = Ladder((
 def _c1(ms) -> Verdict:
     f = fmts(ms, "ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean",
                  "ent_lm_init")
-    en = (f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} "
-          f"on a character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
+    en = (f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} on a "
+          f"character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
           f"{f['ent_lm_h4_mean']} (lowest head {f['ent_lm_h4_min']}) and {f['ent_pair_h4_mean']}; an untrained model "
           f"gives {f['ent_lm_init']}. 'Almost uniform' means ≥ {DIFFUSE}.")
     zh = (f"单头注意力的归一化熵（1 = 对可见位置均匀分布）：字符语言模型上为 {f['ent_lm_h1']}，有序数对任务上为 "
@@ -79,8 +79,8 @@ def _c2(ms) -> Verdict:
 C3_DROP = 0.5  # C3: ablating a specialised head costs at least this share of the accuracy
 C3_RULE = Ladder((
     Case("supported", f"the 4-head pair model has distinct heads (≥ {SPECIALISED} mass) for offsets 1 and 3 whose "
-         f"ablation each costs ≥ {C3_DROP:.0%} of the accuracy, and the 4-head char LM has a head with "
-         f"≥ {SPECIALISED} mass on the previous character",
+         f"ablation each costs ≥ {C3_DROP:.0%} of the accuracy, and the 4-head char LM has a head with ≥ {SPECIALISED} "
+         "mass on the previous character",
          f"四头数对模型的偏移 1 和偏移 3 各有不同的头（≥{SPECIALISED} 的注意力），去掉任一个准确率至少下降 "
          f"{C3_DROP:.0%}，且四头字符模型有一个头在前一个字符上的权重 ≥{SPECIALISED}",
          lambda cov, drop, prev: cov >= 1 and drop >= C3_DROP and prev >= SPECIALISED),
@@ -99,13 +99,12 @@ def _c3(ms) -> Verdict:
                  "lm_h4_prev_char_mass", "lm_h4_prev_head_ablation_dloss")
     en = (f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ {SPECIALISED} of their mass) on a fraction "
           f"{f['pair_h4_covers']} of the seeds, {f['pair_h4_specialised_heads']} specialised heads; zeroing the "
-          f"offset-1 or offset-3 head costs at least {f['pair_h4_ablation_min_drop']} of the accuracy (relative). "
-          f"Char LM, 4 heads: the most 'previous character' head puts {f['lm_h4_prev_char_mass']} of its mass on "
-          f"offset 1, and zeroing it raises the loss by {f['lm_h4_prev_head_ablation_dloss']}. Coreference heads "
-          "cannot be tested here (no pronouns in these data).")
-    zh = (f"有序数对、4 头：在 {f['pair_h4_covers']} 的种子上，偏移 1 和偏移 3 各由不同的头负责"
-          f"（≥{SPECIALISED} 的注意力），"
-          f"专门化的头数 {f['pair_h4_specialised_heads']}；去掉偏移 1 或偏移 3 的头，准确率至少相对下降 "
+          f"offset-1 or offset-3 head costs at least {f['pair_h4_ablation_min_drop']} of the accuracy (relative). Char "
+          f"LM, 4 heads: the most 'previous character' head puts {f['lm_h4_prev_char_mass']} of its mass on offset 1, "
+          f"and zeroing it raises the loss by {f['lm_h4_prev_head_ablation_dloss']}. Coreference heads cannot be "
+          "tested here (no pronouns in these data).")
+    zh = (f"有序数对、4 头：在 {f['pair_h4_covers']} 的种子上，偏移 1 和偏移 3 各由不同的头负责（≥{SPECIALISED} "
+          f"的注意力），专门化的头数 {f['pair_h4_specialised_heads']}；去掉偏移 1 或偏移 3 的头，准确率至少相对下降 "
           f"{f['pair_h4_ablation_min_drop']}。字符语言模型、4 头：最关注“前一个字符”的头在偏移 1 上的权重为 "
           f"{f['lm_h4_prev_char_mass']}，去掉它损失上升 {f['lm_h4_prev_head_ablation_dloss']}。指代关系的头在这些数据上"
           "无法检验（没有代词）。")
@@ -142,14 +141,12 @@ def _c12(ms) -> Verdict:
     en = (f"d_model = 64, so d_k = 64, 32, 16, 8 for h = 1, 2, 4, 8. Char-LM validation loss: {f['lm_val_h1']}, "
           f"{f['lm_val_h2']}, {f['lm_val_h4']}, {f['lm_val_h8']}; sentiment accuracy at d_k = 64, 16, 8: "
           f"{f['cls_acc_h1']}, {f['cls_acc_h4']}, {f['cls_acc_h8']}. Penalty of d_k < 32 against d_k ≥ 32: "
-          f"{f['lm_small_dk_penalty']} (LM, vs the better of 64 and 32) and {f['cls_small_dk_penalty']} (accuracy, "
-          f"vs 64); d_k = 64 is {f['lm_dk64_minus_best']} from the best LM loss.")
+          f"{f['lm_small_dk_penalty']} (LM, vs the better of 64 and 32) and {f['cls_small_dk_penalty']} (accuracy, vs "
+          f"64); d_k = 64 is {f['lm_dk64_minus_best']} from the best LM loss.")
     zh = (f"d_model = 64，h = 1、2、4、8 对应 d_k = 64、32、16、8。字符语言模型验证损失：{f['lm_val_h1']}、"
-          f"{f['lm_val_h2']}、"
-          f"{f['lm_val_h4']}、{f['lm_val_h8']}；d_k = 64、16、8 时情感分类准确率：{f['cls_acc_h1']}、"
-          f"{f['cls_acc_h4']}、"
-          f"{f['cls_acc_h8']}。d_k<32 相对 d_k≥32 的损失：{f['lm_small_dk_penalty']}（语言模型，对比 64 与 32 中较好"
-          "者）和 "
+          f"{f['lm_val_h2']}、{f['lm_val_h4']}、{f['lm_val_h8']}；d_k = 64、16、8 时情感分类准确率：{f['cls_acc_h1']}、"
+          f"{f['cls_acc_h4']}、{f['cls_acc_h8']}。d_k<32 相对 d_k≥32 "
+          f"的损失：{f['lm_small_dk_penalty']}（语言模型，对比 64 与 32 中较好者）和 "
           f"{f['cls_small_dk_penalty']}（准确率，对比 64）；d_k=64 距最好的语言模型损失 {f['lm_dk64_minus_best']}。")
     lead = {"refuted": ("Small heads are not worse here.", "这里小维度的头并没有更差。"),
             "supported": ("Heads below d_k = 32 are clearly worse.", "d_k 低于 32 时明显变差。")}
@@ -181,11 +178,10 @@ def _c13(ms) -> Verdict:
           f"{f['lm_val_h1']} with 1 head and {f['lm_val_h8']} with 8. On 2000 training reviews the train–validation "
           f"accuracy gap is {f['cls_gap_h1']} with 1 head and {f['cls_gap_h8']} with 8 (difference "
           f"{f['cls_gap_h8_minus_h1']}).")
-    zh = (f"在 d_model = 64 固定（参数量相同）时，1 个头每步训练 {f['lm_step_ms_h1']} ms，8 个头 {f['lm_step_ms_h8']}"
-          " ms"
-          f"（比值 {f['time_ratio_h8_vs_h1']}）；相同步数下语言模型损失 1 头 {f['lm_val_h1']}、8 头 {f['lm_val_h8']}。"
-          f"在 2000 条训练评论上，训练集与验证集准确率之差 1 头为 {f['cls_gap_h1']}，8 头为 {f['cls_gap_h8']}（差 "
-          f"{f['cls_gap_h8_minus_h1']}）。")
+    zh = (f"在 d_model = 64 固定（参数量相同）时，1 个头每步训练 {f['lm_step_ms_h1']} ms，8 个头 {f['lm_step_ms_h8']} "
+          f"ms（比值 {f['time_ratio_h8_vs_h1']}）；相同步数下语言模型损失 1 头 {f['lm_val_h1']}、8 头 "
+          f"{f['lm_val_h8']}。在 2000 条训练评论上，训练集与验证集准确率之差 1 头为 {f['cls_gap_h1']}，8 头为 "
+          f"{f['cls_gap_h8']}（差 {f['cls_gap_h8_minus_h1']}）。")
     lead = {"nuanced": ("Only one half holds.", "只有一半成立。")}
     return seed_verdict(ms, ("time_ratio_h8_vs_h1", "cls_gap_h8_minus_h1"), C13_RULE, en, zh, lead)
 
@@ -199,11 +195,10 @@ def _c14(ms) -> Verdict:
     d = ms["cls_diff_h8_minus_h4"]
     lo, hi = d.ci95
     a4, a8 = ms["cls_acc_h4"].fmt(), ms["cls_acc_h8"].fmt()
-    en = (f"Sentiment (zh, 2000 training reviews, d_model = 64): 4 heads {a4}, 8 heads {a8}; difference "
-          f"{d.fmt()} (95% interval {lo:.2f} … {hi:.2f} points over {d.n} seed(s)).")
+    en = (f"Sentiment (zh, 2000 training reviews, d_model = 64): 4 heads {a4}, 8 heads {a8}; difference {d.fmt()} (95% "
+          f"interval {lo:.2f} … {hi:.2f} points over {d.n} seed(s)).")
     zh = (f"情感分类（中文，2000 条训练评论，d_model = 64）：4 头 {a4}，8 头 {a8}；差 {d.fmt()}（{d.n} 个种子的 95% "
-          "区间 "
-          f"{lo:.2f} … {hi:.2f} 个百分点）。")
+          f"区间 {lo:.2f} … {hi:.2f} 个百分点）。")
     if abs(d.mean) < 1 and lo > -3 and hi < 3:
         return Verdict("supported", en, zh)
     if abs(d.mean) >= 1 and (lo > 0 or hi < 0):

@@ -140,7 +140,7 @@ C10_RULE = Ladder((
     Case("supported", f"both faults run without error, keep the shape and change the output by > {num(CHANGED)} "
          "(relative)", f"两种错误都不报错、形状不变，且输出相对变化 > {num(CHANGED)}",
          lambda silent, err: silent == 1 and err > CHANGED),
-    Case("refuted", f"one raises or changes nothing (≤ {num(UNCHANGED)})", f"其中一种报错或输出不变（≤ "
+    Case("refuted", f"one raises or changes nothing (≤ {num(UNCHANGED)})", "其中一种报错或输出不变（≤ "
                     f"{num(UNCHANGED)}）",
          lambda silent, err: silent == 0 or err <= UNCHANGED),
 ), otherwise="nuanced", otherwise_en=f"they run silently but change the output by at most {num(CHANGED)}",
@@ -154,8 +154,8 @@ C10_RULE = Ladder((
 def _c10(ms) -> Verdict:
     f = fmts(ms, "faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
                  "causal_leak_merge_wrong_transpose", "causal_leak_correct")
-    en = (f"Share of the two faults (split without transpose, merge without transpose) that run without any error "
-          f"and keep the output shape: {f['faults_silent']}; their outputs differ from the correct ones by at least "
+    en = ("Share of the two faults (split without transpose, merge without transpose) that run without any error and "
+          f"keep the output shape: {f['faults_silent']}; their outputs differ from the correct ones by at least "
           f"{f['faults_min_rel_err']} (relative). With a causal mask, changing only the last token moves earlier "
           f"outputs by {f['causal_leak_split_without_transpose']} (wrong split) and "
           f"{f['causal_leak_merge_wrong_transpose']} (wrong merge), against {f['causal_leak_correct']} when correct: "
@@ -163,8 +163,7 @@ def _c10(ms) -> Verdict:
     zh = (f"两种错误（拆头不转置、并头不转置）中能不报错且保持输出形状的比例：{f['faults_silent']}；输出与正确结果的"
           f"相对差异至少 {f['faults_min_rel_err']}。加因果 mask 时，只改最后一个 token，前面位置的输出变化为 "
           f"{f['causal_leak_split_without_transpose']}（错误拆头）和 {f['causal_leak_merge_wrong_transpose']}（错误并"
-          "头），"
-          f"正确实现为 {f['causal_leak_correct']}：头被打乱后还会泄漏未来信息。")
+          f"头），正确实现为 {f['causal_leak_correct']}：头被打乱后还会泄漏未来信息。")
     return seed_verdict(ms, ("faults_silent", "faults_min_rel_err"), C10_RULE, en, zh)
 
 
@@ -230,22 +229,20 @@ def _c11(ms) -> Verdict:
     per_cfg = "; ".join(
         f"(B={b}, S={s}, h={h}) " + " / ".join(f"{ms[f'{k}_ms_cfg{i}'].mean:.2f}" for k in ("loop", "math", "sdpa"))
         for i, (b, s, _d, h) in enumerate(BENCH_CONFIGS))
-    en = (f"CPU, {threads} thread(s), causal attention kernel only, min time over interleaved repeats, "
-          f"configs {cfgs}: batching all heads in one matmul is {f['speedup_math_min']} to {f['speedup_math_max']} "
-          f"faster than the per-head loop, SDPA {f['speedup_sdpa_min']} to {f['speedup_sdpa_max']}. Milliseconds "
-          f"(loop / batched / SDPA) per configuration: {per_cfg}. Not measured on a GPU here (where launching one "
-          "kernel per head costs more).")
-    zh = (f"CPU、{threads} 个线程、只计时因果注意力核、取交替重复的最短时间，配置 {cfgs}：把所有头放进"
-          "一次"
+    en = (f"CPU, {threads} thread(s), causal attention kernel only, min time over interleaved repeats, configs {cfgs}: "
+          f"batching all heads in one matmul is {f['speedup_math_min']} to {f['speedup_math_max']} faster than the "
+          f"per-head loop, SDPA {f['speedup_sdpa_min']} to {f['speedup_sdpa_max']}. Milliseconds (loop / batched / "
+          f"SDPA) per configuration: {per_cfg}. Not measured on a GPU here (where launching one kernel per head costs "
+          "more).")
+    zh = (f"CPU、{threads} 个线程、只计时因果注意力核、取交替重复的最短时间，配置 {cfgs}：把所有头放进一次"
           f"矩阵乘法比逐头循环快 {f['speedup_math_min']} 到 {f['speedup_math_max']}，SDPA 快 {f['speedup_sdpa_min']} "
-          "到 "
-          f"{f['speedup_sdpa_max']}。各配置耗时（毫秒，循环 / 批量 / SDPA）：{per_cfg}。本实验未在 GPU 上测量"
-          "（GPU 上每个头单独启动核的代价更大）。")
+          f"到 {f['speedup_sdpa_max']}。各配置耗时（毫秒，循环 / 批量 / SDPA）：{per_cfg}。本实验未在 GPU 上测量（GPU "
+          "上每个头单独启动核的代价更大）。")
     lead = None
     if min(ms["speedup_math_min"].values) < 1 and min(ms["speedup_sdpa_min"].values) >= FASTER:
         lead = {"nuanced": ("Batching is not always faster: the post's batched code loses to the loop in some "
-                            "configurations (likely because its masking and softmax sweep the whole (B, h, S, S) "
-                            "score tensor at once), while the fused kernel wins everywhere.",
+                            "configurations (likely because its masking and softmax sweep the whole (B, h, S, S) score "
+                            "tensor at once), while the fused kernel wins everywhere.",
                             "批量并不总是更快：原文那种批量写法在部分配置下比逐头循环慢（可能是因为 mask 和 softmax "
                             "一次遍历整个 (B, h, S, S) 分数张量），而融合的 SDPA 核在所有配置下都更快。")}
     return seed_verdict(ms, ("speedup_math_min", "speedup_math_max", "speedup_sdpa_min"), C11_RULE, en, zh, lead)

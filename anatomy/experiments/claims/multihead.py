@@ -95,8 +95,8 @@ def _c5(ms):
                     for v in ms[k].values)
     beyond = ms["frac_beyond_8_dk64"]
     if ratios_ok and min(beyond.values) >= BEYOND_8:
-        return Verdict("supported", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64, and {beyond.fmt()} of "
-                       "the dot products lie beyond ±8 (one standard deviation).",
+        return Verdict("supported", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64, and {beyond.fmt()} of the "
+                       "dot products lie beyond ±8 (one standard deviation).",
                        f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}，{beyond.fmt()} 的点积超出 ±8（一个标"
                        "准差）。")
     if ratios_ok:
@@ -104,8 +104,8 @@ def _c5(ms):
                        f"{beyond.fmt()} of the values exceed ±8 (fewer than {BEYOND_8:.0%} on some seed).",
                        f"方差约等于 d_k（{ms['var_ratio_dk64'].fmt()} 倍），但只有 {beyond.fmt()} 超出 ±8"
                        f"（某个种子上不到 {BEYOND_8:.0%}）。")
-    return Verdict("refuted", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64: not within "
-                   f"{UNIT_VARIANCE:.0%} of 1 for every d_k.",
+    return Verdict("refuted", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64: not within {UNIT_VARIANCE:.0%} "
+                   "of 1 for every d_k.",
                    f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}：并非每个 d_k 都在 1 的 {UNIT_VARIANCE:.0%} "
                    "以内。")
 
@@ -275,18 +275,18 @@ def _c7(ms) -> Verdict:
                  "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
                  "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
                  "real_score_std_unscaled_dk64_torchinit")
-    en = (f"With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
+    en = ("With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
           f"{f['mc_maxp_unscaled_dk64']} (scaled: {f['mc_maxp_scaled_dk64']}) and {f['mc_onehot_rows_unscaled_dk64']} "
           f"of the rows exceed 0.99; but the softmax Jacobian keeps {f['mc_jac_ratio_dk64']} of its scaled norm "
-          f"({f['mc_jac_ratio_dk256']} at d_k=256): the gradient shrinks, it does not vanish on average. In a real "
-          f"LM at PyTorch's default init the unscaled scores have std {f['real_score_std_unscaled_dk64_torchinit']}, "
-          f"the largest weight is {f['real_maxp_unscaled_dk64_torchinit']} (scaled "
+          f"({f['mc_jac_ratio_dk256']} at d_k=256): the gradient shrinks, it does not vanish on average. In a real LM "
+          f"at PyTorch's default init the unscaled scores have std {f['real_score_std_unscaled_dk64_torchinit']}, the "
+          f"largest weight is {f['real_maxp_unscaled_dk64_torchinit']} (scaled "
           f"{f['real_maxp_scaled_dk64_torchinit']}), the softmax passes {f['real_passthrough_ratio_dk64_torchinit']} "
           f"of the scaled model's gradient and ‖∂L/∂W_q‖ is {f['real_gradq_ratio_dk64_torchinit']} the scaled one.")
     zh = (f"q、k 各分量方差为 1、d_k=64（32 个键）时，不缩放的 softmax 最大权重平均 {f['mc_maxp_unscaled_dk64']}"
           f"（缩放后 {f['mc_maxp_scaled_dk64']}），{f['mc_onehot_rows_unscaled_dk64']} 的行超过 0.99；但 softmax 的"
           f"雅可比范数仍是缩放时的 {f['mc_jac_ratio_dk64']}（d_k=256 时 {f['mc_jac_ratio_dk256']}）：梯度变小，"
-          f"但平均而言没有消失。真实语言模型在 PyTorch 默认初始化下，不缩放的分数标准差为 "
+          "但平均而言没有消失。真实语言模型在 PyTorch 默认初始化下，不缩放的分数标准差为 "
           f"{f['real_score_std_unscaled_dk64_torchinit']}，最大权重 {f['real_maxp_unscaled_dk64_torchinit']}（缩放 "
           f"{f['real_maxp_scaled_dk64_torchinit']}），softmax 放行的梯度是缩放模型的 "
           f"{f['real_passthrough_ratio_dk64_torchinit']}，‖∂L/∂W_q‖ 为缩放时的 {f['real_gradq_ratio_dk64_torchinit']}"

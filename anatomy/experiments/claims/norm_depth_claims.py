@@ -45,21 +45,20 @@ def _c33(ms):
                     "excess_no_residual", "excess_no_norm")
     frac = [(a + b) / n for a, b, n, *_ in rows]
     excess = [max(x, y) for *_, x, y in rows]
-    nums_en = (f"At {depth} layers, of the runs without a residual or without any norm, {fmt_values(frac)} went NaN "
-               f"or oscillated (Pre-Norm at the same rates: {ms['nan_or_osc_pre_same_lrs'].fmt()} runs); their final "
-               f"loss was above Pre-Norm's by {ms['excess_no_residual'].fmt()} (no residual) and "
+    nums_en = (f"At {depth} layers, of the runs without a residual or without any norm, {fmt_values(frac)} went NaN or "
+               f"oscillated (Pre-Norm at the same rates: {ms['nan_or_osc_pre_same_lrs'].fmt()} runs); their final loss "
+               f"was above Pre-Norm's by {ms['excess_no_residual'].fmt()} (no residual) and "
                f"{ms['excess_no_norm'].fmt()} (no norm) nats.")
     nums_zh = (f"{depth} 层时，去掉残差或去掉归一化的运行中有 {fmt_values(frac)} 出现 NaN 或震荡（相同学习率下 "
-               "Pre-Norm："
-               f"{ms['nan_or_osc_pre_same_lrs'].fmt()} 次）；最终 loss 比 Pre-Norm 高 {ms['excess_no_residual'].fmt()}"
-               f"（无残差）和 {ms['excess_no_norm'].fmt()}（无归一化）nat。")
+               f"Pre-Norm：{ms['nan_or_osc_pre_same_lrs'].fmt()} 次）；最终 loss 比 Pre-Norm 高 "
+               f"{ms['excess_no_residual'].fmt()}（无残差）和 {ms['excess_no_norm'].fmt()}（无归一化）nat。")
     stalled_en = (" Training does fail, but mostly by stalling rather than blowing up: "
                   f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} of the "
                   f"{fmt_count(ms['broken_runs'])} broken runs failed, {ms['nan_no_residual'].fmt()} (no residual) and "
                   f"{ms['nan_no_norm'].fmt()} (no norm) of them with NaN.")
     stalled_zh = (f"训练确实失败，但多是停滞而非爆炸：{fmt_count(ms['broken_runs'])} 次错误结构运行中失败 "
-                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的："
-                  f"无残差 {ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。")
+                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的：无残差 "
+                  f"{ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。")
     return decide(nums_en, nums_zh,
                   ("supported", all(f >= BROKEN_SHARE for f in frac), "", ""),
                   ("nuanced", all(0 < f < BROKEN_SHARE for f in frac)
@@ -88,12 +87,12 @@ def _c34(ms):
     vanish, _ = count_seeds(ms, ("grad_ratio_no_residual_init", "grad_ratio_no_residual_trained",
                                  "grad_ratio_pre_init", "grad_ratio_pre_trained"),
                             lambda a, a2, b, b2: min(a, a2) < VANISHED <= min(b, b2))
-    nums_en = (f"Going from {shallow} to {depth} layers changed the final loss by {deg_plain.fmt()} without "
-               f"residuals and {deg_res.fmt()} with them (degradation). The gradient reaching layer 1, relative to "
-               f"the last layer, is {g0.fmt()}× at init and {g1.fmt()}× after training without residuals, "
-               f"{r0.fmt()}× and {r1.fmt()}× with them. Token vectors after the last block have mean cosine "
-               f"{ms['token_cos_no_residual_init'].fmt()} without and {ms['token_cos_pre_init'].fmt()} with "
-               f"residuals at init.")
+    nums_en = (f"Going from {shallow} to {depth} layers changed the final loss by {deg_plain.fmt()} without residuals "
+               f"and {deg_res.fmt()} with them (degradation). The gradient reaching layer 1, relative to the last "
+               f"layer, is {g0.fmt()}× at init and {g1.fmt()}× after training without residuals, {r0.fmt()}× and "
+               f"{r1.fmt()}× with them. Token vectors after the last block have mean cosine "
+               f"{ms['token_cos_no_residual_init'].fmt()} without and {ms['token_cos_pre_init'].fmt()} with residuals "
+               "at init.")
     nums_zh = (f"从 {shallow} 层加到 {depth} 层，无残差时最终 loss 变化 {deg_plain.fmt()}，有残差时 {deg_res.fmt()}"
                f"（退化）。到达第 1 层的梯度与最后一层之比：无残差时初始化 {g0.fmt()}、训练后 {g1.fmt()}；有残差时 "
                f"{r0.fmt()} 和 {r1.fmt()}。初始化时最后一层输出的 token 向量平均余弦相似度：无残差 "
@@ -129,15 +128,14 @@ def _c36(ms):
     depth = setting(ms, "depth_deep")
     hw, hw0, hw_pre = ms["highway_gain_post"], ms["highway_gain_post_init"], ms["highway_gain_pre"]
     total, total_pre = ms["grad_ratio_post_trained"], ms["grad_ratio_pre_trained"]
-    nums_en = (f"Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 "
-               f"relative to the last layer ({depth} layers): Post-Norm {hw.fmt()} after training ({hw0.fmt()} at "
-               f"init), Pre-Norm {hw_pre.fmt()}, DeepNorm {ms['highway_gain_deepnorm'].fmt()} (1 = undamped). The "
-               f"total gradient, sub-layers included, arrives at {total.fmt()} (Post) and {total_pre.fmt()} (Pre).")
+    nums_en = ("Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 relative "
+               f"to the last layer ({depth} layers): Post-Norm {hw.fmt()} after training ({hw0.fmt()} at init), "
+               f"Pre-Norm {hw_pre.fmt()}, DeepNorm {ms['highway_gain_deepnorm'].fmt()} (1 = undamped). The total "
+               f"gradient, sub-layers included, arrives at {total.fmt()} (Post) and {total_pre.fmt()} (Pre).")
     nums_zh = (f"只沿残差路径（子层输出视为常数）传到第 1 层的梯度与最后一层之比（{depth} 层）：Post-Norm 训练后 "
-               f"{hw.fmt()}"
-               f"（初始化时 {hw0.fmt()}），Pre-Norm {hw_pre.fmt()}，DeepNorm {ms['highway_gain_deepnorm'].fmt()}（1 表"
-               "示不衰减）。"
-               f"包含子层在内的总梯度之比为 {total.fmt()}（Post）和 {total_pre.fmt()}（Pre）。")
+               f"{hw.fmt()}（初始化时 {hw0.fmt()}），Pre-Norm {hw_pre.fmt()}，DeepNorm "
+               f"{ms['highway_gain_deepnorm'].fmt()}（1 表示不衰减）。包含子层在内的总梯度之比为 "
+               f"{total.fmt()}（Post）和 {total_pre.fmt()}（Pre）。")
     post_undamped = [_undamped(v) for v in hw.values]
     pre_ok = all(_undamped(v) for v in hw_pre.values)
     return all_or_none(post_undamped, nums_en, nums_zh,
@@ -160,14 +158,13 @@ def _c36(ms):
                  "refuted if Pre-Norm got worse with depth on every seed; otherwise inconclusive.")
 def _c37(ms):
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
-    nums_en = (f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} "
-               f"({shallow} layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
-               f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs "
-               f"out of {fmt_count(ms['n_lrs'])} learning rates.")
+    nums_en = (f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} ({shallow} "
+               f"layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
+               f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs out "
+               f"of {fmt_count(ms['n_lrs'])} learning rates.")
     nums_zh = (f"{depth} 层时各学习率中最好的最终 loss：Pre-Norm {ms['best_pre'].fmt()}（{shallow} 层："
                f"{ms['final_pre_shallow'].fmt()}），Post-Norm {ms['best_post'].fmt()}；{fmt_count(ms['n_lrs'])} 个学习"
-               "率中 "
-               f"Pre-Norm 失败 {ms['failed_pre'].fmt()} 次，Post-Norm 失败 {ms['failed_post'].fmt()} 次。")
+               f"率中 Pre-Norm 失败 {ms['failed_pre'].fmt()} 次，Post-Norm 失败 {ms['failed_post'].fmt()} 次。")
     pre_ok = [b <= s + TOL for b, s in per_seed(ms, "best_pre", "final_pre_shallow")]
     post_fails = [f > 0 for f in ms["failed_post"].values]
     return decide(nums_en, nums_zh,
@@ -195,10 +192,9 @@ def _c39(ms):
     nums_en = (f"Spread (std) of the last layer's attention scores after training ({depth} layers, lr 3e-3): "
                f"{ln.fmt()} with LayerNorm, {fmt_blown(raw)} without; runs that failed: {ms['failed_pre'].fmt()} with "
                f"LayerNorm (of {fmt_count(ms['n_lrs'])} rates), {ms['failed_no_norm'].fmt()} without (of 2).")
-    nums_zh = (f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，"
-               f"无 {fmt_blown(raw, zh=True)}；失败次数："
-               f"有 LayerNorm {ms['failed_pre'].fmt()}（共 {fmt_count(ms['n_lrs'])} 个学习率），无 "
-               f"{ms['failed_no_norm'].fmt()}（共 2 个）。")
+    nums_zh = (f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，无 "
+               f"{fmt_blown(raw, zh=True)}；失败次数：有 LayerNorm {ms['failed_pre'].fmt()}（共 "
+               f"{fmt_count(ms['n_lrs'])} 个学习率），无 {ms['failed_no_norm'].fmt()}（共 2 个）。")
     stable = [(r > SCORE_BLOWUP * a or not math.isfinite(r)) or f > p for a, r, f, p in
               per_seed(ms, "score_std_layernorm", "score_std_no_norm", "failed_no_norm", "failed_pre")]
     return all_or_none(stable, nums_en, nums_zh,
@@ -228,9 +224,8 @@ def _c43(ms):
                f"{post_g.fmt()}, Pre-Norm {pre_g.fmt()} (at init {ms['rms_growth_post_init'].fmt()} and "
                f"{ms['rms_growth_pre_init'].fmt()}).")
     nums_zh = (f"{depth} 层：Post-Norm 在 {ms['failed_post'].fmt()} 个学习率上失败（Pre-Norm {ms['failed_pre'].fmt()}）"
-               "，"
-               f"各学习率最终 loss 的极差 {ms['lr_spread_post'].fmt()} 对 {ms['lr_spread_pre'].fmt()}。训练后残差流 RMS"
-               f"（最后一层 ÷ 第一层）：Post-Norm {post_g.fmt()}，Pre-Norm {pre_g.fmt()}（初始化时 "
+               f"，各学习率最终 loss 的极差 {ms['lr_spread_post'].fmt()} 对 {ms['lr_spread_pre'].fmt()}。训练后残差流 "
+               f"RMS（最后一层 ÷ 第一层）：Post-Norm {post_g.fmt()}，Pre-Norm {pre_g.fmt()}（初始化时 "
                f"{ms['rms_growth_post_init'].fmt()} 和 {ms['rms_growth_pre_init'].fmt()}）。")
     pre_grows = all(v > ACCUMULATES for v in pre_g.values)
     return decide(nums_en, nums_zh,
@@ -262,8 +257,7 @@ def _c44(ms):
     smoother = [a + TOL < b for a, b in per_seed(ms, "rough_pre", "rough_post")]
     rougher = [a > b + TOL for a, b in per_seed(ms, "rough_pre", "rough_post")]
     nums_en = (f"{depth} layers, no warm-up, {fmt_count(ms['n_lrs'])} learning rates. Final-loss spread over the "
-               "rates: "
-               f"Pre-Norm {ms['lr_spread_pre'].fmt()}, Post-Norm {ms['lr_spread_post'].fmt()}, DeepNorm "
+               f"rates: Pre-Norm {ms['lr_spread_pre'].fmt()}, Post-Norm {ms['lr_spread_post'].fmt()}, DeepNorm "
                f"{ms['lr_spread_deepnorm'].fmt()}; failed runs {ms['failed_pre'].fmt()}, {ms['failed_post'].fmt()}, "
                f"{ms['failed_deepnorm'].fmt()}. Roughness (how much the smoothed curve climbs back per unit of "
                f"descent, mean over rates): Pre {ms['rough_pre'].fmt()}, Post {ms['rough_post'].fmt()}, DeepNorm "
@@ -271,8 +265,8 @@ def _c44(ms):
     nums_zh = (f"{depth} 层、无 warm-up、{fmt_count(ms['n_lrs'])} 个学习率。各学习率最终 loss 的极差：Pre-Norm "
                f"{ms['lr_spread_pre'].fmt()}，Post-Norm {ms['lr_spread_post'].fmt()}，DeepNorm "
                f"{ms['lr_spread_deepnorm'].fmt()}；失败次数 {ms['failed_pre'].fmt()}、{ms['failed_post'].fmt()}、"
-               f"{ms['failed_deepnorm'].fmt()}。粗糙度（平滑后的曲线每下降一单位又回升多少，各学习率平均）："
-               f"Pre {ms['rough_pre'].fmt()}，Post {ms['rough_post'].fmt()}，DeepNorm {ms['rough_deepnorm'].fmt()}。")
+               f"{ms['failed_deepnorm'].fmt()}。粗糙度（平滑后的曲线每下降一单位又回升多少，各学习率平均）：Pre "
+               f"{ms['rough_pre'].fmt()}，Post {ms['rough_post'].fmt()}，DeepNorm {ms['rough_deepnorm'].fmt()}。")
     if all(less_sensitive) and all(smoother):
         return Verdict("supported", nums_en, nums_zh)
     if all(less_sensitive) or all(smoother):
@@ -305,7 +299,7 @@ def _c45(ms):
     failed = f"{ms['failed_pre'].fmt()} vs {ms['failed_post'].fmt()}"
     spread = f"{ms['lr_spread_pre'].fmt()} vs {ms['lr_spread_post'].fmt()}"
     if not any(more_failed) and not any(wider):
-        return Verdict("supported", lit_en + f" Our grid agrees with the reason: Pre-Norm failed at "
+        return Verdict("supported", lit_en + " Our grid agrees with the reason: Pre-Norm failed at "
                        f"{ms['failed_pre'].fmt()} learning rates, Post-Norm at {ms['failed_post'].fmt()}, and its "
                        f"final-loss spread over the rates was not larger by > {TOL} nats ({spread}).",
                        lit_zh + f"我们的实验与其原因一致：Pre-Norm 在 {ms['failed_pre'].fmt()} 个学习率上失败，"

@@ -30,31 +30,30 @@ def _c21(ms):
     causal, gain = ms["causal_nope_order_diff"], ms["nope_gain"]
     blind, n = count_seeds(ms, ("nope_equivariance_err", "wo_da_ni_diff_nope"), lambda e, p: e < EXACT and p < EXACT)
     if blind == 0:
-        return Verdict("refuted", f"Self-attention without positions is not order-blind here: permuting the input "
+        return Verdict("refuted", "Self-attention without positions is not order-blind here: permuting the input "
                        f"changes the output by {eq.fmt()} (relative).",
                        f"没有位置编码时自注意力并非对词序不敏感：打乱输入后输出相对变化 {eq.fmt()}。")
     if blind < n:
         return Verdict("inconclusive", f"Order-blindness held on {blind} of {n} seeds.",
                        f"只有 {blind}/{n} 个随机种子上满足词序不变性。")
     leak, _ = count_seeds(ms, ("causal_nope_order_diff", "nope_gain"), lambda c, gn: c > MOVED and gn > GAIN)
-    head_en = (f"Without a causal mask the post is exactly right: permuting the tokens only permutes the outputs "
-               f"(error {eq.fmt()}), and 我打你 / 你打我 give each word the same vector ({pair.fmt()}; with "
-               f"sinusoidal PE {pair_pe.fmt()}).")
+    head_en = ("Without a causal mask the post is exactly right: permuting the tokens only permutes the outputs (error "
+               f"{eq.fmt()}), and 我打你 / 你打我 give each word the same vector ({pair.fmt()}; with sinusoidal PE "
+               f"{pair_pe.fmt()}).")
     head_zh = (f"没有因果 mask 时原文完全正确：打乱 token 只会打乱输出（误差 {eq.fmt()}），“我打你”与“你打我”中每个词的"
-               "向量相同"
-               f"（{pair.fmt()}；加正弦位置编码后为 {pair_pe.fmt()}）。")
+               f"向量相同（{pair.fmt()}；加正弦位置编码后为 {pair_pe.fmt()}）。")
     if leak == n:
-        return Verdict("nuanced", head_en + f" But a causal decoder without PE is not blind: reordering the prefix "
+        return Verdict("nuanced", head_en + " But a causal decoder without PE is not blind: reordering the prefix "
                        f"changes the last logits by {causal.fmt()}, and trained without any PE it recovered "
-                       f"{gain.fmt()} of the learnable gain on a task that needs the token two places back — the "
-                       "mask itself leaks order.",
+                       f"{gain.fmt()} of the learnable gain on a task that needs the token two places back — the mask "
+                       "itself leaks order.",
                        head_zh + "但不带位置编码的因果解码器并不“看不见”顺序：改变前缀顺序后最后一个位置的 logits 变化"
                                  " "
                        f"{causal.fmt()}；在需要“前两个位置的 token”的任务上，完全不加位置编码训练仍获得了可学习收益的 "
                        f"{gain.fmt()}——因果 mask 本身泄露了顺序。")
     if leak == 0:
-        return Verdict("supported", head_en + f" Even the causal model without PE stayed near chance on the "
-                       f"order task (gain {gain.fmt()}).",
+        return Verdict("supported", head_en + " Even the causal model without PE stayed near chance on the order task "
+                       f"(gain {gain.fmt()}).",
                        head_zh + f"即使是不加位置编码的因果模型，在顺序任务上也接近随机（收益 {gain.fmt()}）。")
     return Verdict("inconclusive", head_en + f" Whether the causal mask leaks order differs between seeds ({leak}/{n})"
                                              ".",
@@ -76,17 +75,16 @@ def _c22(ms):
     d = fmt_values(diffs, " nats")
     if all(x <= TOL_LOSS for x in diffs):
         return Verdict("supported", f"At the same width and after {fmt_count(ms['train_steps'])} steps, adding the "
-                       f"position reached {ms['in_sinusoidal'].fmt()} "
-                       f"vs {ms['in_concat'].fmt()} for concatenation (add − concat = {d}); concatenating while "
-                       f"keeping every token feature means a model with {ratio.fmt()}× the parameters.",
+                       f"position reached {ms['in_sinusoidal'].fmt()} vs {ms['in_concat'].fmt()} for concatenation "
+                       f"(add − concat = {d}); concatenating while keeping every token feature means a model with "
+                       f"{ratio.fmt()}× the parameters.",
                        f"同样宽度下，相加得到 {ms['in_sinusoidal'].fmt()}，拼接得到 {ms['in_concat'].fmt()}"
                        f"（相加 − 拼接 = {d}）；若拼接时保留全部词向量维度，参数量是 {ratio.fmt()} 倍。")
     if all(x > TOL_LOSS for x in diffs):
-        return Verdict("refuted", f"After {fmt_count(ms['train_steps'])} steps, adding was worse than concatenating "
-                       f"at the same width by {d} "
-                       f"({ms['in_sinusoidal'].fmt()} vs {ms['in_concat'].fmt()}), although concatenation left the "
-                       f"token only half of the features (keeping all of them would cost {ratio.fmt()}× the "
-                       f"parameters).",
+        return Verdict("refuted", f"After {fmt_count(ms['train_steps'])} steps, adding was worse than concatenating at "
+                       f"the same width by {d} ({ms['in_sinusoidal'].fmt()} vs {ms['in_concat'].fmt()}), although "
+                       "concatenation left the token only half of the features (keeping all of them would cost "
+                       f"{ratio.fmt()}× the parameters).",
                        f"训练 {fmt_count(ms['train_steps'])} 步后，同样宽度下相加比拼接差 {d}（"
                        f"{ms['in_sinusoidal'].fmt()} 对 {ms['in_concat'].fmt()}），尽管拼接只给词向量留了一半维度"
                        f"（保留全部维度的参数量是 {ratio.fmt()} 倍）。")
@@ -109,25 +107,25 @@ def _c27(ms):
     if max(rot.values) > EXACT or max(spread.values) > EXACT:
         return Verdict("refuted", f"PE(p+k) is not a fixed rotation of PE(p): residual {rot.fmt()} (above "
                        f"{num(EXACT)}).", f"PE(p+k) 并不是 PE(p) 的固定旋转：残差 {rot.fmt()}（超过 {num(EXACT)}）。")
-    algebra_en = (f"The algebra holds exactly: R_k·PE(p) = PE(p+k) to {rot.fmt()}, and PE(p)·PE(p+k) depends "
-                  f"on k alone (spread {spread.fmt()}).")
+    algebra_en = (f"The algebra holds exactly: R_k·PE(p) = PE(p+k) to {rot.fmt()}, and PE(p)·PE(p+k) depends on k "
+                  f"alone (spread {spread.fmt()}).")
     algebra_zh = (f"代数部分严格成立：R_k·PE(p) 与 PE(p+k) 相差 {rot.fmt()}，PE(p)·PE(p+k) 只依赖 k（离散度 "
                   f"{spread.fmt()}）。")
     hits, n = count_seeds(ms, ("offset_r2_sinusoidal",), lambda v: v >= OFFSET_R2)
     if hits == n:
-        return Verdict("supported", algebra_en + f" And the trained model's layer-0 scores are mostly a function of "
-                       f"the offset (R² = {r2.fmt()}).",
+        return Verdict("supported", algebra_en + " And the trained model's layer-0 scores are mostly a function of the "
+                       f"offset (R² = {r2.fmt()}).",
                        algebra_zh + f"训练后第 0 层的注意力分数也主要由相对距离决定（R² = {r2.fmt()}）。")
     if hits == 0:
-        return Verdict("nuanced", algebra_en + f" But attention does not get relative position for free: after the "
-                       f"token is added, the LayerNorm and W_q, W_k of the trained model make layer-0 scores only "
-                       f"partly a function of the offset (R² = {r2.fmt()}, vs {r2_rope.fmt()} for RoPE, which "
-                       f"applies the rotation inside attention).",
+        return Verdict("nuanced", algebra_en + " But attention does not get relative position for free: after the "
+                       "token is added, the LayerNorm and W_q, W_k of the trained model make layer-0 scores only "
+                       f"partly a function of the offset (R² = {r2.fmt()}, vs {r2_rope.fmt()} for RoPE, which applies "
+                       "the rotation inside attention).",
                        algebra_zh + "但注意力并不能“免费”得到相对位置：与词向量相加、经过 LayerNorm 和 W_q、W_k 后，训"
                                     "练好的"
                        f"模型第 0 层分数只有一部分由相对距离解释（R² = {r2.fmt()}；RoPE 把旋转放进注意力内部，为 "
                        f"{r2_rope.fmt()}）。")
-    return Verdict("inconclusive", algebra_en + f" Whether the trained scores follow the offset differs between seeds "
+    return Verdict("inconclusive", algebra_en + " Whether the trained scores follow the offset differs between seeds "
                    f"(R² = {r2.fmt()}).", algebra_zh + "训练后的分数是否只看相对距离在各种子间不一致（R² = "
                                                        f"{r2.fmt()}）。")
 
@@ -158,8 +156,8 @@ def _c29(ms):
     if works == n:
         return Verdict("supported", facts_en, facts_zh)
     if fails == n:
-        return Verdict("refuted", facts_en + " The table has values past T, but the model never learnt to use "
-                       "them: a complete frequency range is not extrapolation.",
+        return Verdict("refuted", facts_en + " The table has values past T, but the model never learnt to use them: a "
+                       "complete frequency range is not extrapolation.",
                        facts_zh + "正弦表在 T 之后确实有值，但模型从未学会使用这些值：频率范围完整并不等于能外推。")
     if partial == n:
         return Verdict("nuanced", facts_en + " It extrapolates only partly.", facts_zh + "只能部分外推。")
@@ -176,13 +174,11 @@ def _c30(ms):
     raises, deg = ms["learned_raises_past_table"], ms["deg_learned"]
     bad, n = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d > FAILS)
     ok, _ = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d <= FAILS)
-    en = (f"A table of T rows has no row T (the model refuses position T: {fmt_count(raises)}); with a table "
-          f"4× longer, the rows past T stay at their random initial values and the loss goes from "
+    en = (f"A table of T rows has no row T (the model refuses position T: {fmt_count(raises)}); with a table 4× "
+          "longer, the rows past T stay at their random initial values and the loss goes from "
           f"{ms['in_learned'].fmt()} to {ms['past_learned'].fmt()} (deg {deg.fmt()}).")
     zh = (f"T 行的表没有第 T 行（位置 T 被拒绝：{fmt_count(raises)}）；把表加长到 4 倍，T 之后的行仍停留在随机初始值，"
-          "loss "
-          "从 "
-          f"{ms['in_learned'].fmt()} 变为 {ms['past_learned'].fmt()}（deg {deg.fmt()}）。")
+          f"loss 从 {ms['in_learned'].fmt()} 变为 {ms['past_learned'].fmt()}（deg {deg.fmt()}）。")
     if bad == n:
         return Verdict("supported", en, zh)
     if ok == n:
@@ -200,11 +196,10 @@ def _c31(ms):
     diffs = differences(ms, "in_sinusoidal", "in_learned")
     d = fmt_values(diffs, " nats")
     en = (f"Inside the training length, after {fmt_count(ms['train_steps'])} steps: sinusoidal "
-          f"{ms['in_sinusoidal'].fmt()}, learned {ms['in_learned'].fmt()} "
-          f"(difference {d}; best possible {ms['floor'].fmt()}).")
+          f"{ms['in_sinusoidal'].fmt()}, learned {ms['in_learned'].fmt()} (difference {d}; best possible "
+          f"{ms['floor'].fmt()}).")
     zh = (f"训练 {fmt_count(ms['train_steps'])} 步后，训练长度内：正弦 {ms['in_sinusoidal'].fmt()}，可学习 "
-          f"{ms['in_learned'].fmt()}（差 {d}；理论最优 "
-          f"{ms['floor'].fmt()}）。")
+          f"{ms['in_learned'].fmt()}（差 {d}；理论最优 {ms['floor'].fmt()}）。")
     if all(abs(x) <= TOL_LOSS for x in diffs):
         return Verdict("supported", en, zh)
     if all(x > TOL_LOSS for x in diffs) or all(x < -TOL_LOSS for x in diffs):

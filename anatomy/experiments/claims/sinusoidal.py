@@ -122,8 +122,8 @@ def _c23(ms):
         return Verdict("supported", f"Linear probes separate both parts ({nums}).", f"线性探针能分离两部分（{nums_zh}）"
                                                                                     "。")
     if ok(256):
-        return Verdict("nuanced", f"A linear map separates token and position only when the width leaves room for "
-                       f"both ({nums}): 64 tokens + 64 positions do not fit linearly into 64 dimensions.",
+        return Verdict("nuanced", "A linear map separates token and position only when the width leaves room for both "
+                       f"({nums}): 64 tokens + 64 positions do not fit linearly into 64 dimensions.",
                        f"只有当维度足以同时容纳两者时，线性映射才能分离 token 和位置（{nums_zh}）：64 个 token 加 64 个"
                        "位置"
                        f"无法线性地放进 64 维。")
@@ -139,12 +139,12 @@ def _c24(ms):
     e64, e32, far = ms["formula_err_fp64"], ms["formula_err_fp32"], ms["formula_err_fp32_pos10k"]
     if max(e64.values) < EXACT_FP64 and max(e32.values) < EXACT_FP32:
         return Verdict("supported", f"The implementation equals the closed form to {e64.fmt()} in float64 and "
-                       f"{e32.fmt()} in float32 for positions < 512 (at positions near 10 000, float32 angles "
-                       f"drift by {far.fmt()}).",
+                       f"{e32.fmt()} in float32 for positions < 512 (at positions near 10 000, float32 angles drift by "
+                       f"{far.fmt()}).",
                        f"实现与公式在 float64 下相差 {e64.fmt()}，float32 下（位置 < 512）相差 {e32.fmt()}"
                        f"（位置接近 10000 时 float32 角度误差为 {far.fmt()}）。")
-    return Verdict("refuted", f"The table differs from the formula by {e64.fmt()} (float64) and {e32.fmt()} "
-                   f"(float32): not below {num(EXACT_FP64)} / {num(EXACT_FP32)}.",
+    return Verdict("refuted", f"The table differs from the formula by {e64.fmt()} (float64) and {e32.fmt()} (float32): "
+                   f"not below {num(EXACT_FP64)} / {num(EXACT_FP32)}.",
                    f"位置表与公式相差 {e64.fmt()}（float64）和 {e32.fmt()}（float32）：没有低于 {num(EXACT_FP64)} / "
                    f"{num(EXACT_FP32)}。")
 
@@ -155,7 +155,7 @@ def _c24(ms):
 def _c25(ms):
     dec, w0, wl = ms["freq_decreasing"], ms["wavelength_dim0"], ms["wavelength_last"]
     if min(dec.values) == 1:
-        return Verdict("supported", f"Frequency falls monotonically with the dimension: the wavelength grows from "
+        return Verdict("supported", "Frequency falls monotonically with the dimension: the wavelength grows from "
                        f"{w0.fmt()} positions (dims 0–1) to {wl.fmt()} (the last pair).",
                        f"频率随维度单调下降：波长从 {w0.fmt()} 个位置（第 0–1 维）增加到 {wl.fmt()}（最后一对）。")
     return Verdict("refuted", "Frequency is not monotonically decreasing with the dimension.", "频率并非随维度单调下"
@@ -172,10 +172,10 @@ def _c26(ms):
     w_hi, w_lo = ms["wavelength_dim0"], ms["wavelength_last"]
     sens = all(a > b for a, b in per_seed(ms, "step_change_low_freq", "step_change_high_freq"))
     short = all(a < b for a, b in per_seed(ms, "wavelength_last", "wavelength_dim0"))
-    nums_en = (f"One position step moves the fastest sin/cos pair by {hi.fmt()} and the slowest by {lo.fmt()}; "
-               f"their wavelengths are {w_hi.fmt()} and {w_lo.fmt()} positions.")
-    nums_zh = (f"位置每走一步，最快的一对 sin/cos 移动 {hi.fmt()}，最慢的一对移动 {lo.fmt()}；"
-               f"它们的波长分别是 {w_hi.fmt()} 和 {w_lo.fmt()} 个位置。")
+    nums_en = (f"One position step moves the fastest sin/cos pair by {hi.fmt()} and the slowest by {lo.fmt()}; their "
+               f"wavelengths are {w_hi.fmt()} and {w_lo.fmt()} positions.")
+    nums_zh = (f"位置每走一步，最快的一对 sin/cos 移动 {hi.fmt()}，最慢的一对移动 {lo.fmt()}；它们的波长分别是 "
+               f"{w_hi.fmt()} 和 {w_lo.fmt()} 个位置。")
     if sens and short:
         return Verdict("supported", nums_en, nums_zh)
     if not sens and not short:
@@ -191,14 +191,14 @@ def _c26(ms):
                  f"|cos| > {COS}; nuanced if < {MANY:.0%}; refuted otherwise.")
 def _c28(ms):
     frac, mx = ms[f"frac_pairs_cos_above_{COS}"], ms["max_offdiag_cos"]
-    en = (f"Over 512 positions, {frac.fmt()} of the pairs of PE columns have |cos| > {COS} (max {mx.fmt()}); a "
-          f"Fourier basis on the same grid would give 0.")
+    en = (f"Over 512 positions, {frac.fmt()} of the pairs of PE columns have |cos| > {COS} (max {mx.fmt()}); a Fourier "
+          "basis on the same grid would give 0.")
     zh = f"在 512 个位置上，{frac.fmt()} 的 PE 列对 |cos| > {COS}（最大 {mx.fmt()}）；同一网格上的傅里叶基应为 0。"
     if max(frac.values) < FEW:
         return Verdict("supported", en, zh)
     if max(frac.values) < MANY:
-        return Verdict("nuanced", en + " Fast dimensions are nearly orthogonal; the slow ones (wavelengths far "
-                       "longer than the sequence) are almost constant and nearly parallel.",
+        return Verdict("nuanced", en + " Fast dimensions are nearly orthogonal; the slow ones (wavelengths far longer "
+                       "than the sequence) are almost constant and nearly parallel.",
                        zh + "高频维度近似正交；低频维度（波长远大于序列长度）几乎是常数，彼此接近平行。")
     return Verdict("refuted", en, zh)
 
@@ -209,12 +209,11 @@ def _c28(ms):
 def _c32(ms):
     err = ms["rope_offset_only_err"]
     ok = max(err.values) < EXACT_FP64
-    lit_en = ("From the model papers: LLaMA 1–3 (Touvron et al. 2023; Meta 2024), Mistral 7B (Jiang et al. 2023), "
-              "Qwen (Bai et al. 2023), PaLM (Chowdhery et al. 2022), GPT-NeoX (Black et al. 2022) and DeepSeek "
-              "use rotary embeddings (Su et al. 2021); BLOOM and MPT chose ALiBi instead.")
+    lit_en = ("From the model papers: LLaMA 1–3 (Touvron et al. 2023; Meta 2024), Mistral 7B (Jiang et al. 2023), Qwen "
+              "(Bai et al. 2023), PaLM (Chowdhery et al. 2022), GPT-NeoX (Black et al. 2022) and DeepSeek use rotary "
+              "embeddings (Su et al. 2021); BLOOM and MPT chose ALiBi instead.")
     lit_zh = ("据各模型论文：LLaMA 1–3、Mistral 7B、Qwen、PaLM、GPT-NeoX、DeepSeek 都使用旋转位置编码（RoPE，Su 等 "
-              "2021）；"
-              "BLOOM 与 MPT 则选了 ALiBi。")
+              "2021）；BLOOM 与 MPT 则选了 ALiBi。")
     if ok:
         return Verdict("supported", lit_en + f" Measured: RoPE's q·k depends only on the offset (error {err.fmt()}), "
                        "the property that makes it relative.",
