@@ -172,10 +172,10 @@ def tiny_heads(ctx):
 @claim("C47-small-heads-parallel-subspaces", experiment="tiny-heads",
        metrics=("acc_h1", "acc_h2", "acc_h8", "chance", "heads_on_offset1_h8", "heads_on_offset2_h8",
                 "head_diversity_h8"),
-       rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads of d_k "
-                 f"= 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; nuanced if "
-                 f"they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > {BEATS} on every "
-                 "seed; otherwise inconclusive.")
+       rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads "
+                 f"of d_k = 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; "
+                 f"nuanced if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > "
+                 f"{BEATS} on every seed; otherwise inconclusive.")
 def _c47(ms):
     div = ms["head_diversity_h8"]
     same = all(v < 0.2 for v in div.values)
