@@ -18,8 +18,14 @@ import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib
 
 VERDICTS = ("supported", "refuted", "nuanced", "inconclusive")
 CLAIM_PRESETS = ("smoke", "quick", "full")
@@ -156,15 +162,44 @@ def experiment(name: str, units: dict[str, str] | None = None):
     return wrap
 
 
-def claim(id: str, *, section: str, zh: str, en: str, experiment: str, metrics: tuple[str, ...] | list[str],
-          rule: Rule, rule_text: str) -> Claim:
+def _statements() -> dict[str, dict[str, str]]:
+    """The claims' statements, kept as data in ``claims/statements.toml``: per claim id its ``section`` of the
+    post, the post's sentence (``zh``) and our English statement (``en``)."""
+    text = (resources.files("anatomy.experiments") / "claims" / "statements.toml").read_text(encoding="utf-8")
+    table = tomllib.loads(text)
+    for cid, entry in table.items():
+        if sorted(entry) != ["en", "section", "zh"] or not all(isinstance(v, str) and v for v in entry.values()):
+            raise ValueError(f"statements.toml: [{cid!r}] needs non-empty strings section, zh and en, got "
+                             f"{sorted(entry)}")
+    return table
+
+
+STATEMENTS: dict[str, dict[str, str]] = _statements()
+
+
+def claim(id: str, *, experiment: str, metrics: tuple[str, ...] | list[str], rule_text: str):
+    """Declare claim ``id`` on its rule: ``@claim(id, experiment=..., metrics=..., rule_text=...)`` above
+    ``def rule(ms) -> Verdict`` (or applied to a rule a helper built). The statements come from
+    ``statements.toml``; the rule is returned unchanged."""
     if id in CLAIMS:
         raise ValueError(f"claim {id!r} registered twice")
     if not id.startswith("C") or not id[1:].split("-")[0].isdigit():
         raise ValueError(f"claim id must start with its number, like 'C20-mask-fill', got {id!r}")
-    c = Claim(id, section, zh, en, experiment, tuple(metrics), rule, rule_text)
-    CLAIMS[id] = c
-    return c
+    if id not in STATEMENTS:
+        raise ValueError(f"claim {id!r} has no entry in statements.toml")
+    said = STATEMENTS[id]
+
+    def register(rule: Rule) -> Rule:
+        CLAIMS[id] = Claim(id, said["section"], said["zh"], said["en"], experiment, tuple(metrics), rule, rule_text)
+        return rule
+    return register
+
+
+def check_statements() -> None:
+    """Every entry of ``statements.toml`` belongs to a declared claim (called once every claim is declared)."""
+    orphans = sorted(set(STATEMENTS) - set(CLAIMS))
+    if orphans:
+        raise ValueError(f"statements.toml: entries without a declared claim: {', '.join(orphans)}")
 
 
 def claim_number(claim_id: str) -> int:

@@ -42,6 +42,51 @@ def test_c5_rule_on_synthetic_numbers():
     assert rule(ms(2.0, 0.3)).verdict == "refuted"
 
 
+def test_statements_file_and_claims_match_both_ways():
+    select(None)  # imports every claim module
+    from anatomy.experiments.registry import STATEMENTS
+
+    assert set(STATEMENTS) == set(CLAIMS) and len(CLAIMS) == 55
+    for cid, c in CLAIMS.items():
+        said = STATEMENTS[cid]
+        assert (c.section, c.statement_zh, c.statement_en) == (said["section"], said["zh"], said["en"])
+        assert c.section.strip() and c.statement_en.strip() and c.statement_zh.strip()
+
+
+def test_claim_without_statement_and_statement_without_claim_are_refused(monkeypatch):
+    from anatomy.experiments import registry
+
+    with pytest.raises(ValueError, match="'C99-nowhere' has no entry in statements.toml"):
+        registry.claim("C99-nowhere", experiment="x", metrics=("m",), rule_text="t")
+    assert "C99-nowhere" not in CLAIMS
+    monkeypatch.setitem(registry.STATEMENTS, "C98-orphan", {"section": "§9", "zh": "无", "en": "none"})
+    with pytest.raises(ValueError, match="entries without a declared claim: C98-orphan"):
+        registry.check_statements()
+    monkeypatch.setitem(registry.STATEMENTS, "C97-declared", {"section": "§9", "zh": "有", "en": "some"})
+    monkeypatch.delitem(registry.STATEMENTS, "C98-orphan")
+    monkeypatch.setattr(registry, "CLAIMS", dict(CLAIMS))  # declare into a copy: the real registry stays as it is
+
+    @registry.claim("C97-declared", experiment="x", metrics=["m"], rule_text="t")
+    def rule(ms):
+        return registry.Verdict("supported", "en", "zh")
+
+    c = registry.CLAIMS["C97-declared"]
+    assert c.rule is rule and c.metrics == ("m",)
+    assert (c.section, c.statement_zh, c.statement_en) == ("§9", "有", "some")
+    registry.check_statements()
+
+
+def test_statements_are_package_data():
+    from pathlib import Path
+
+    import tomllib
+
+    root = Path(__file__).parents[2]
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert declared["anatomy.experiments.claims"] == ["statements.toml"]
+    assert (root / "anatomy" / "experiments" / "claims" / "statements.toml").is_file()
+
+
 def test_select_accepts_ids_numbers_and_rejects_unknown():
     assert select(["C5"]) == ["C5-dot-variance"]
     assert select(["5", "C4-multihead-parameters"]) == ["C5-dot-variance", "C4-multihead-parameters"]

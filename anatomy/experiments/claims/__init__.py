@@ -37,3 +37,6 @@ from anatomy.experiments.claims import (  # noqa: F401
     positional_claims,
     sinusoidal,
 )
+from anatomy.experiments.registry import check_statements  # noqa: E402
+
+check_statements()  # every entry of statements.toml has its claim (a claim without an entry fails where declared)

@@ -82,17 +82,22 @@ def identity_mlp(ctx):
     return finite_metrics(out)
 
 
+@claim("C35-zero-easier-than-identity", experiment="identity-mlp",
+       metrics=("steps_plain", "steps_residual", "steps_cap", "final_mse_plain", "final_mse_residual", "mse0_plain",
+                "mse0_residual"),
+       rule_text="Two ReLU MLPs with the same Linear layers and PyTorch's default init learn y = x (Adam, lr 1e-3): a "
+                 "plain stack, and a residual stack x + F(x) that must drive F to 0. Supported if the residual one "
+                 f"reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
+                 "refuted if it is not faster on any seed; otherwise inconclusive.")
 def _c35(ms):
     sp, sr = ms["steps_plain"], ms["steps_residual"]
     cap = setting(ms, "steps_cap")
     nums_en = (f"Steps to reach MSE < {IDENTITY_EPS} (cap {cap}): plain {sp.fmt()}, residual {sr.fmt()}; final MSE "
-               f"{ms['final_mse_plain'].fmt()} vs {ms['final_mse_residual'].fmt()} (at init "
-               f"{ms['mse0_plain'].fmt()} vs {ms['mse0_residual'].fmt()}).")
-    nums_zh = (f"MSE 降到 {IDENTITY_EPS} 以下所需步数（上限 {cap}）：普通网络 {sp.fmt()}，残差网络 {sr.fmt()}；"
-               "最终 MSE "
-               f"{ms['final_mse_plain'].fmt()} 对 {ms['final_mse_residual'].fmt()}（初始化时 {ms['mse0_plain'].fmt()} "
-               "对 "
-               f"{ms['mse0_residual'].fmt()}）。")
+               f"{ms['final_mse_plain'].fmt()} vs {ms['final_mse_residual'].fmt()} (at init {ms['mse0_plain'].fmt()} "
+               f"vs {ms['mse0_residual'].fmt()}).")
+    nums_zh = (f"MSE 降到 {IDENTITY_EPS} 以下所需步数（上限 {cap}）：普通网络 {sp.fmt()}，残差网络 {sr.fmt()}；最终 "
+               f"MSE {ms['final_mse_plain'].fmt()} 对 {ms['final_mse_residual'].fmt()}（初始化时 "
+               f"{ms['mse0_plain'].fmt()} 对 {ms['mse0_residual'].fmt()}）。")
     faster, n = count_seeds(ms, ("steps_plain", "steps_residual", "final_mse_plain", "final_mse_residual"),
                             lambda p, r, fp, fr: FASTER * r <= p and fr < fp)
     slower, _ = count_seeds(ms, ("steps_plain", "steps_residual"), lambda p, r: r >= p)
@@ -103,19 +108,6 @@ def _c35(ms):
         return Verdict("refuted", nums_en + " The residual stack was not faster.", nums_zh + "残差网络并没有更快。")
     return Verdict("inconclusive", nums_en + f" The advantage is below {FASTER}× or differs between seeds.",
                    nums_zh + f"优势不到 {FASTER} 倍或各种子不一致。")
-
-
-claim("C35-zero-easier-than-identity", section="§4.1",
-      zh="直接让网络学习一个恒等映射H(x)=x是很困难的…学习“输出0”对网络来说远比学习“完整输出x”容易得多",
-      en="Learning F(x) = 0 (residual) is much easier than learning the identity H(x) = x.",
-      experiment="identity-mlp",
-      metrics=("steps_plain", "steps_residual", "steps_cap", "final_mse_plain", "final_mse_residual", "mse0_plain",
-               "mse0_residual"),
-      rule=_c35,
-      rule_text="Two ReLU MLPs with the same Linear layers and PyTorch's default init learn y = x (Adam, lr 1e-3): "
-                "a plain stack, and a residual stack x + F(x) that must drive F to 0. Supported if the residual "
-                f"one reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
-                "refuted if it is not faster on any seed; otherwise inconclusive.")
 
 
 # --- C38: BatchNorm vs LayerNorm -----------------------------------------------------------------------------------
@@ -184,6 +176,15 @@ def bn_vs_ln(ctx):
     return finite_metrics(out)
 
 
+@claim("C38-layernorm-not-batchnorm", experiment="bn-vs-ln",
+       metrics=("dep_train_bn", "dep_train_ln", "dep_eval_bn", "val_ln", "val_bn", "train_eval_gap_bn", "spike_ln",
+                "spike_bn"),
+       rule_text="Same LM on small right-padded batches (4 sentences of random lengths), LayerNorm vs the zoo's "
+                 "batchnorm_instead_of_layernorm. The exact half: BN must move a sentence's logits when its batch "
+                 f"changes (> {num(BATCH_DEPENDENT)}) and LN must not (< {num(PER_SAMPLE)}), else refuted (BN never "
+                 f"does) or inconclusive. Then supported if, on every seed, BN ends > {TOL} nats worse on validation, "
+                 f"or its curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running "
+                 "statistics; nuanced if none of these on any seed; otherwise inconclusive.")
 def _c38(ms):
     exact = all(b > BATCH_DEPENDENT and a < PER_SAMPLE for a, b in per_seed(ms, "dep_train_ln", "dep_train_bn"))
     nums_en = (f"Moving one sentence into another batch changes its logits by {ms['dep_train_bn'].fmt()} (relative) "
@@ -193,18 +194,17 @@ def _c38(ms):
                f"statistics; largest rise in the training curve LN {ms['spike_ln'].fmt()} vs BN "
                f"{ms['spike_bn'].fmt()}.")
     nums_zh = (f"把一个句子放进另一个 batch，训练模式下 BatchNorm 使其 logits 相对变化 {ms['dep_train_bn'].fmt()}，"
-               "LayerNorm 为 "
-               f"{ms['dep_train_ln'].fmt()}（评估模式下 BN 用滑动统计量：{ms['dep_eval_bn'].fmt()}）。验证 loss：LN "
-               f"{ms['val_ln'].fmt()}，BN {ms['val_bn'].fmt()}；BN 在 batch 统计量与滑动统计量之间 loss 相差 "
+               f"LayerNorm 为 {ms['dep_train_ln'].fmt()}（评估模式下 BN "
+               f"用滑动统计量：{ms['dep_eval_bn'].fmt()}）。验证 loss：LN {ms['val_ln'].fmt()}，BN "
+               f"{ms['val_bn'].fmt()}；BN 在 batch 统计量与滑动统计量之间 loss 相差 "
                f"{ms['train_eval_gap_bn'].fmt()}；训练曲线最大回升 LN {ms['spike_ln'].fmt()}，BN "
                f"{ms['spike_bn'].fmt()}。")
     if not exact:
         if all(b <= BATCH_DEPENDENT for b in ms["dep_train_bn"].values):
             return Verdict("refuted", nums_en + f" BatchNorm did not move the logits by > {num(BATCH_DEPENDENT)}.",
                            nums_zh + f"BatchNorm 没有让 logits 变化超过 {num(BATCH_DEPENDENT)}。")
-        return Verdict("inconclusive", nums_en + f" The exact half failed on some seed (BN > "
-                                                 f"{num(BATCH_DEPENDENT)} and "
-                       f"LN < {num(PER_SAMPLE)} needed).",
+        return Verdict("inconclusive", nums_en + f" The exact half failed on some seed (BN > {num(BATCH_DEPENDENT)} "
+                                                 f"and LN < {num(PER_SAMPLE)} needed).",
                        nums_zh + f"精确部分在某个种子上不成立（需要 BN > {num(BATCH_DEPENDENT)} 且 "
                        f"LN < {num(PER_SAMPLE)}）。")
     worse = [vb - vl > TOL or sb - sl > RISE or gap > TOL for vl, vb, sl, sb, gap in
@@ -216,30 +216,11 @@ def _c38(ms):
                        "batch 与滑动"
                        f"统计量之间相差 {TOL} 以上。")
     if not any(worse):
-        return Verdict("nuanced", nums_en + " BatchNorm does depend on the batch and its padding, but on this task "
-                       "it trained about as well: the instability did not show.",
+        return Verdict("nuanced", nums_en + " BatchNorm does depend on the batch and its padding, but on this task it "
+                       "trained about as well: the instability did not show.",
                        nums_zh + "BatchNorm 确实依赖 batch 及其 padding，但在这个任务上训练效果相近：没有出现不稳定。")
     return Verdict("inconclusive", nums_en + " The seeds disagree on the training effect.",
                    nums_zh + "各种子对训练影响的结论不一致。")
-
-
-claim("C38-layernorm-not-batchnorm", section="§4.2",
-      zh="BatchNorm依赖batch中样本的统计量序列任务中batch大小往往不大且样本长短不一这使得全局均值和方差波动剧烈训练不稳"
-         "定。"
-         "LayerNorm每个样本独立计算自己的统计量不受其他样本影响这在变长输入和在线推理时显得尤其重要",
-      en="BatchNorm depends on the batch (and its padding) and trains unstably on variable-length input; "
-         "LayerNorm is per sample.",
-      experiment="bn-vs-ln",
-      metrics=("dep_train_bn", "dep_train_ln", "dep_eval_bn", "val_ln", "val_bn", "train_eval_gap_bn", "spike_ln",
-               "spike_bn"),
-      rule=_c38,
-      rule_text="Same LM on small right-padded batches (4 sentences of random lengths), LayerNorm vs the zoo's "
-                "batchnorm_instead_of_layernorm. The exact half: BN must move a sentence's logits when its batch "
-                f"changes (> {num(BATCH_DEPENDENT)}) and LN must not (< {num(PER_SAMPLE)}), else refuted (BN "
-                f"never does) or "
-                f"inconclusive. Then supported if, on every seed, BN ends > {TOL} nats worse on validation, or its "
-                f"curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running statistics; "
-                "nuanced if none of these on any seed; otherwise inconclusive.")
 
 
 # --- C40, C41, C42: LayerNorm and Post-Norm against the references --------------------------------------------
@@ -288,13 +269,17 @@ def layernorm_reference(ctx):
     return finite_metrics(out)
 
 
+@claim("C40-layernorm-formula", experiment="layernorm-reference",
+       metrics=("err_ours_vs_formula", "err_torch_vs_formula", "diff_unbiased_variance", "diff_wrong_dim"),
+       rule_text="Supported if the formula (biased variance, last dimension) matches both our LayerNorm and "
+                 "torch.nn.LayerNorm to < 1e-10 in float64; refuted otherwise.")
 def _c40(ms):
     a, b = ms["err_ours_vs_formula"], ms["err_torch_vs_formula"]
     if max(a.values) < 1e-10 and max(b.values) < 1e-10:
-        return Verdict("supported", f"The formula with the biased variance over the last dimension equals our "
-                       f"LayerNorm to {a.fmt()} and torch's to {b.fmt()} (float64). Using the unbiased variance would "
-                       f"change outputs by {ms['diff_unbiased_variance'].fmt()}; normalising over the sequence "
-                       f"dimension instead by {ms['diff_wrong_dim'].fmt()}.",
+        return Verdict("supported", "The formula with the biased variance over the last dimension equals our LayerNorm "
+                       f"to {a.fmt()} and torch's to {b.fmt()} (float64). Using the unbiased variance would change "
+                       f"outputs by {ms['diff_unbiased_variance'].fmt()}; normalising over the sequence dimension "
+                       f"instead by {ms['diff_wrong_dim'].fmt()}.",
                        f"按最后一维、有偏方差计算的公式与本库 LayerNorm 相差 {a.fmt()}，与 torch 相差 {b.fmt()}（"
                        "float64）。"
                        f"改用无偏方差会使输出变化 {ms['diff_unbiased_variance'].fmt()}；改在序列维上归一化会变化 "
@@ -303,17 +288,10 @@ def _c40(ms):
                    f"公式与实现相差 {a.fmt()} / {b.fmt()}。")
 
 
-claim("C40-layernorm-formula", section="§4.2",
-      zh="LayerNorm(x) = gamma * (x - mean) / sqrt(var + eps) + beta…大家在复现时最好确认一下标准化是在最后一个维度上做"
-         "的",
-      en="LayerNorm(x) = gamma · (x − mean) / sqrt(var + eps) + beta, normalised over the last dimension.",
-      experiment="layernorm-reference",
-      metrics=("err_ours_vs_formula", "err_torch_vs_formula", "diff_unbiased_variance", "diff_wrong_dim"),
-      rule=_c40,
-      rule_text="Supported if the formula (biased variance, last dimension) matches both our LayerNorm and "
-                "torch.nn.LayerNorm to < 1e-10 in float64; refuted otherwise.")
-
-
+@claim("C41-original-layernorm-mean-order", experiment="layernorm-reference",
+       metrics=("diff_std_plus_eps_variant", "diff_mean_order_fp32"),
+       rule_text="Unverifiable as stated (no source is named): always inconclusive, with the nearest measurable "
+                 "variants reported.")
 def _c41(ms):
     v, o = ms["diff_std_plus_eps_variant"], ms["diff_mean_order_fp32"]
     return Verdict("inconclusive",
@@ -328,36 +306,22 @@ def _c41(ms):
                    "两者都不是原论文代码的“均值计算顺序问题”。")
 
 
-claim("C41-original-layernorm-mean-order", section="§4.2",
-      zh="我记得原论文的LayerNorm实现里有个小的均值计算顺序问题不影响主流程",
-      en="The original implementation's LayerNorm had a small issue in the order of the mean computation.",
-      experiment="layernorm-reference", metrics=("diff_std_plus_eps_variant", "diff_mean_order_fp32"),
-      rule=_c41,
-      rule_text="Unverifiable as stated (no source is named): always inconclusive, with the nearest measurable "
-                "variants reported.")
-
-
+@claim("C42-paper-is-post-norm", experiment="layernorm-reference",
+       metrics=("post_norm_parity_err", "post_norm_formula_err", "placement_is_post"),
+       rule_text="A fact about the paper (quoted in the reason); supported if torch's encoder layer with the paper's "
+                 "default equals LN(x + Sublayer(x)) by hand and our 'post' block to < 1e-10 (float64), else "
+                 "inconclusive.")
 def _c42(ms):
     par, form, post = ms["post_norm_parity_err"], ms["post_norm_formula_err"], ms["placement_is_post"]
-    lit_en = ("Vaswani et al. (2017), §3.1: \"the output of each sub-layer is LayerNorm(x + Sublayer(x))\" — "
-              "Post-Norm (the later tensor2tensor code switched its default to normalising the sub-layer input).")
+    lit_en = ("Vaswani et al. (2017), §3.1: \"the output of each sub-layer is LayerNorm(x + Sublayer(x))\" — Post-Norm "
+              "(the later tensor2tensor code switched its default to normalising the sub-layer input).")
     lit_zh = ("Vaswani 等（2017）§3.1：“每个子层的输出是 LayerNorm(x + Sublayer(x))”——即 Post-Norm（后来 tensor2tensor "
               "代码的默认改成了先归一化子层输入）。")
     if max(par.values) < 1e-10 and max(form.values) < 1e-10 and min(post.values) == 1:
-        return Verdict("supported", lit_en + f" Measured: torch's paper-default layer equals LN(x + Sublayer(x)) "
+        return Verdict("supported", lit_en + " Measured: torch's paper-default layer equals LN(x + Sublayer(x)) "
                        f"written by hand ({form.fmt()}) and our 'post' block ({par.fmt()}).",
                        lit_zh + f"实测：torch 按论文默认的编码层等于手写的 LN(x + Sublayer(x))（{form.fmt()}），也等于"
                                 "本库的"
                        f" post 结构（{par.fmt()}）。")
     return Verdict("inconclusive", lit_en + f" But our parity check failed ({par.fmt()}, {form.fmt()}).",
                    lit_zh + f"但我们的一致性检查未通过（{par.fmt()}，{form.fmt()}）。")
-
-
-claim("C42-paper-is-post-norm", section="§4.3",
-      zh="原论文的做法是每个Sublayer结束后先做Add再在最后统一做LayerNorm这种方式叫Post-Norm",
-      en="The original paper adds first, then applies LayerNorm after each sub-layer: Post-Norm.",
-      experiment="layernorm-reference", metrics=("post_norm_parity_err", "post_norm_formula_err", "placement_is_post"),
-      rule=_c42,
-      rule_text="A fact about the paper (quoted in the reason); supported if torch's encoder layer with the paper's "
-                "default equals LN(x + Sublayer(x)) by hand and our 'post' block to < 1e-10 (float64), else "
-                "inconclusive.")

@@ -27,7 +27,6 @@ WORKS, BEATS = 0.9, 0.1  # C47: accuracy the small heads must reach; margin (acc
 UNCHANGED, CHANGED = 1e-9, 1e-6  # C49: relative change of real-token outputs that is none / a real change
 
 
-
 def _n(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -79,13 +78,19 @@ def block_anatomy(ctx):
     return finite_metrics(out)
 
 
+@claim("C46-block-shape-table", experiment="block-anatomy",
+       metrics=("rows_checked", "shape_mismatches", "steps_missing", "output_equals_input_shape", "ffn_hidden_width"),
+       rule_text="trace_model on a one-block Post-Norm encoder; every traced step of a kind in the post's table "
+                 "(embedding, Q/K/V, split, scores, softmax, weighted V, merge, output projection, add, norm, FFN) "
+                 "must have the table's shape. Supported if none differs, none is missing and output shape = input "
+                 "shape; refuted otherwise.")
 def _c46(ms):
     mis, miss, n = ms["shape_mismatches"], ms["steps_missing"], ms["rows_checked"]
     if max(mis.values) == 0 and max(miss.values) == 0 and min(ms["output_equals_input_shape"].values) == 1:
         return Verdict("supported", f"All {fmt_count(n)} traced steps of a real forward pass (B=2, S=10, D=16, h=4) "
-                                    "have "
-                       f"the shapes of the post's table, and the block's output has its input's shape; the table "
-                       f"leaves out the FFN's hidden layer, (2, 10, {fmt_count(ms['ffn_hidden_width'])}).",
+                                    "have the shapes of the post's table, and the block's output has its input's "
+                                    "shape; the table leaves out the FFN's hidden layer, (2, 10, "
+                                    f"{fmt_count(ms['ffn_hidden_width'])}).",
                        f"真实前向传播（B=2, S=10, D=16, h=4）中追踪到的全部 {fmt_count(n)} 个步骤都与原文表格的形状一"
                        "致，"
                        f"block 输出形状等于输入；表格省略了 FFN 的隐藏层 (2, 10, {fmt_count(ms['ffn_hidden_width'])})"
@@ -94,40 +99,22 @@ def _c46(ms):
                    f"{mis.fmt()} 个追踪步骤与原文表格不一致（缺失 {miss.fmt()} 个）。")
 
 
-claim("C46-block-shape-table", section="§5.1",
-      zh="设定batch_size=2、seq_len=10、d_model=16、头数h=4，所以每个头维度d_k=4…整个Block的输入输出形状完全一致",
-      en="The post's shape table for B=2, S=10, d_model=16, h=4 (d_k=4); a block's output has its input's shape.",
-      experiment="block-anatomy",
-      metrics=("rows_checked", "shape_mismatches", "steps_missing", "output_equals_input_shape", "ffn_hidden_width"),
-      rule=_c46,
-      rule_text="trace_model on a one-block Post-Norm encoder; every traced step of a kind in the post's table "
-                "(embedding, Q/K/V, split, scores, softmax, weighted V, merge, output projection, add, norm, FFN) "
-                "must have the table's shape. Supported if none differs, none is missing and output shape = input "
-                "shape; refuted otherwise.")
-
-
+@claim("C53-ffn-most-parameters", experiment="block-anatomy",
+       metrics=("ffn_share_d512", "attn_share_d512", "ffn_share_d16", "ffn_share_d512_swiglu", "ffn_share_d512_ff1x",
+                "norm_share_d512"),
+       rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters and more "
+                 "than attention at d_ff = 4D; refuted otherwise.")
 def _c53(ms):
     f, a = ms["ffn_share_d512"], ms["attn_share_d512"]
     en = (f"At d_ff = 4D the FFN holds {f.fmt()} of a block's parameters, attention {a.fmt()} (the same at D=16: "
-          f"{ms['ffn_share_d16'].fmt()}; SwiGLU at 8/3·D: {ms['ffn_share_d512_swiglu'].fmt()}); with d_ff = D it "
-          f"would be only {ms['ffn_share_d512_ff1x'].fmt()}.")
+          f"{ms['ffn_share_d16'].fmt()}; SwiGLU at 8/3·D: {ms['ffn_share_d512_swiglu'].fmt()}); with d_ff = D it would "
+          f"be only {ms['ffn_share_d512_ff1x'].fmt()}.")
     zh = (f"d_ff = 4D 时 FFN 占一个 block 参数的 {f.fmt()}，注意力占 {a.fmt()}（D=16 时同样为 "
-          f"{ms['ffn_share_d16'].fmt()}；"
-          f"8/3·D 的 SwiGLU 为 {ms['ffn_share_d512_swiglu'].fmt()}）；若 d_ff = D 则只有 "
+          f"{ms['ffn_share_d16'].fmt()}；8/3·D 的 SwiGLU 为 {ms['ffn_share_d512_swiglu'].fmt()}）；若 d_ff = D 则只有 "
           f"{ms['ffn_share_d512_ff1x'].fmt()}。")
     if all(x > FFN_SHARE and x > y for x, y in per_seed(ms, "ffn_share_d512", "attn_share_d512")):
         return Verdict("supported", en, zh)
     return Verdict("refuted", en, zh)
-
-
-claim("C53-ffn-most-parameters", section="§5.3",
-      zh="大的前馈层提供了非线性变换的空间是整个Block里参数量最大的部分",
-      en="The large feed-forward layer holds most of a block's parameters.",
-      experiment="block-anatomy",
-      metrics=("ffn_share_d512", "attn_share_d512", "ffn_share_d16", "ffn_share_d512_swiglu", "ffn_share_d512_ff1x",
-               "norm_share_d512"),
-      rule=_c53, rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters "
-                           "and more than attention at d_ff = 4D; refuted otherwise.")
 
 
 # --- C47 ------------------------------------------------------------------------------------------------------
@@ -176,27 +163,32 @@ def tiny_heads(ctx):
                 ax.imshow(maps[i, :12, :12].numpy(), cmap="Blues", vmin=0, vmax=1)
                 ax.set(title=f"head {i}", xticks=[], yticks=[])
             axes[0].set(ylabel="query position", xlabel="key position")
-            axes[0].figure.suptitle(f"8 heads of d_k = 4 after training on the ordered-pair task (accuracy "
+            axes[0].figure.suptitle("8 heads of d_k = 4 after training on the ordered-pair task (accuracy "
                                     f"{out['acc_h8']:.2f}); target at row t = (token t-1, token t-2)", fontsize=10)
         figure(ctx.figure_path("C47-eight-heads-of-size-4"), draw, grid=(1, 8), size=(14, 2.6))
     return finite_metrics(out)
 
 
+@claim("C47-small-heads-parallel-subspaces", experiment="tiny-heads",
+       metrics=("acc_h1", "acc_h2", "acc_h8", "chance", "heads_on_offset1_h8", "heads_on_offset2_h8",
+                "head_diversity_h8"),
+       rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads "
+                 f"of d_k = 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; "
+                 f"nuanced if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > "
+                 f"{BEATS} on every seed; otherwise inconclusive.")
 def _c47(ms):
     div = ms["head_diversity_h8"]
     same = all(v < 0.2 for v in div.values)
     nums_en = (f"Ordered-pair task (64 classes, chance {ms['chance'].fmt()}), one layer, D = 32: accuracy "
                f"{ms['acc_h1'].fmt()} with 1 head of d_k = 32, {ms['acc_h2'].fmt()} with 2 heads of 16, "
                f"{ms['acc_h8'].fmt()} with 8 heads of 4. Of the 8 small heads, {ms['heads_on_offset1_h8'].fmt()} "
-               f"attend most to the previous token and {ms['heads_on_offset2_h8'].fmt()} to the one before; the "
-               f"heads' patterns differ by {div.fmt()} (total variation; 0 = identical)"
+               f"attend most to the previous token and {ms['heads_on_offset2_h8'].fmt()} to the one before; the heads' "
+               f"patterns differ by {div.fmt()} (total variation; 0 = identical)"
                + (" — they all learnt nearly the same pattern." if same else "."))
     nums_zh = (f"有序对任务（64 类，随机 {ms['chance'].fmt()}），单层，D = 32：1 个 d_k=32 的头准确率 "
-               f"{ms['acc_h1'].fmt()}，"
-               f"2 个 16 维的头 {ms['acc_h2'].fmt()}，8 个 4 维的头 {ms['acc_h8'].fmt()}。8 个小头中 "
-               f"{ms['heads_on_offset1_h8'].fmt()} 个最关注前一个 token，{ms['heads_on_offset2_h8'].fmt()} 个最关注再前"
-               "一个；"
-               f"各头注意力模式的差异为 {div.fmt()}（总变差，0 表示完全相同）"
+               f"{ms['acc_h1'].fmt()}，2 个 16 维的头 {ms['acc_h2'].fmt()}，8 个 4 维的头 {ms['acc_h8'].fmt()}。8 "
+               f"个小头中 {ms['heads_on_offset1_h8'].fmt()} 个最关注前一个 token，{ms['heads_on_offset2_h8'].fmt()} "
+               f"个最关注再前一个；各头注意力模式的差异为 {div.fmt()}（总变差，0 表示完全相同）"
                + ("——它们学到的几乎是同一个模式。" if same else "。"))
     rows = per_seed(ms, "acc_h1", "acc_h8")
     works = [a8 >= WORKS for _, a8 in rows]
@@ -212,20 +204,6 @@ def _c47(ms):
                    " The small heads did clearly worse than one big head: head size matters here.",
                    "小头明显不如一个大头：这里头的大小是有影响的。"))
 
-
-claim("C47-small-heads-parallel-subspaces", section="§5.1",
-      zh="d_k=4虽然只有4维但每个头仍然能独立学习自己的模式这说明“多头的力量来自并行子空间而不是来自每个头有多大”这个结"
-         "论真的成立",
-      en="Even d_k = 4 heads learn their own patterns: multi-head power comes from parallel subspaces, not head size.",
-      experiment="tiny-heads",
-      metrics=("acc_h1", "acc_h2", "acc_h8", "chance", "heads_on_offset1_h8", "heads_on_offset2_h8",
-               "head_diversity_h8"),
-      rule=_c47,
-      rule_text="One layer, D = 32, the target at t is the ordered pair (x[t-1], x[t-2]). Supported if 8 heads of "
-                f"d_k = 4 reach ≥ {WORKS} accuracy and beat one head of d_k = 32 by ≥ {BEATS} on every seed; nuanced "
-                f"if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > {BEATS} on "
-                "every "
-                "seed; otherwise inconclusive.")
 
 # --- C49 ------------------------------------------------------------------------------------------------------
 
@@ -268,20 +246,25 @@ def padding_pe(ctx):
     return finite_metrics(out)
 
 
+@claim("C49-pe-on-padding-harmless", experiment="padding-pe",
+       metrics=("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff",
+                "left_pad_naive_positions_diff"),
+       rule_text="Untrained models in float64, padding passed as attention_mask. Supported if the real tokens' outputs "
+                 f"are unchanged (< {num(UNCHANGED)} relative) by padding on either side, by other pad contents and in "
+                 f"the encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
+                 "inconclusive.")
 def _c49(ms):
     names = ("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff")
     worst = [max(v) for v in per_seed(ms, *names)]
-    en = (f"With the padding masked as keys, the positional vectors (and the contents) of pad positions never reach "
-          f"a real token: real-token outputs change by {fmt_values(worst)} (float64; right padding, other pad "
-          f"contents, left padding, bidirectional encoder). The real hazard is elsewhere: with left padding and "
-          f"positions counted from 0 instead of from the mask, the real tokens' own positions shift and their "
-          f"outputs change by {ms['left_pad_naive_positions_diff'].fmt()}.")
+    en = ("With the padding masked as keys, the positional vectors (and the contents) of pad positions never reach a "
+          f"real token: real-token outputs change by {fmt_values(worst)} (float64; right padding, other pad contents, "
+          "left padding, bidirectional encoder). The real hazard is elsewhere: with left padding and positions counted "
+          "from 0 instead of from the mask, the real tokens' own positions shift and their outputs change by "
+          f"{ms['left_pad_naive_positions_diff'].fmt()}.")
     zh = ("只要 padding 作为 key 被 mask 掉，padding 位置上的位置编码（以及内容）就不会影响任何真实 token：真实 token "
-          "的输出变化 "
-          f"{fmt_values(worst)}（float64；右 padding、改变 pad 内容、左 padding、双向编码器）。真正的风险在别处：左 "
-          "padding 时"
-          f"若位置从 0 数起而不是按 mask 计算，真实 token 自己的位置会整体偏移，输出变化 "
-          f"{ms['left_pad_naive_positions_diff'].fmt()}。")
+          f"的输出变化 {fmt_values(worst)}（float64；右 padding、改变 pad 内容、左 "
+          "padding、双向编码器）。真正的风险在别处：左 padding 时若位置从 0 数起而不是按 mask 计算，真实 token "
+          f"自己的位置会整体偏移，输出变化 {ms['left_pad_naive_positions_diff'].fmt()}。")
     if all(w < UNCHANGED for w in worst):
         return Verdict("supported", en + f" Below {num(UNCHANGED)} on every seed: unchanged.",
                        zh + f"每个种子上都低于 {num(UNCHANGED)}：没有变化。")
@@ -290,17 +273,3 @@ def _c49(ms):
                        zh + f"每个种子上都高于 {num(CHANGED)}：padding 确实影响了真实 token。")
     return Verdict("inconclusive", en + f" Between {num(UNCHANGED)} and {num(CHANGED)}, or the seeds disagree.",
                    zh + f"介于 {num(UNCHANGED)} 与 {num(CHANGED)} 之间，或各种子不一致。")
-
-
-claim("C49-pe-on-padding-harmless", section="§5.2",
-      zh="Padding部分虽然被mask遮掉了但位置编码还是会加到Padding的向量上。这个小误差通常不会对训练产生大影响",
-      en="Positional encodings are added to padding vectors too, a small error that usually does not matter.",
-      experiment="padding-pe",
-      metrics=("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff",
-               "left_pad_naive_positions_diff"),
-      rule=_c49,
-      rule_text="Untrained models in float64, padding passed as attention_mask. Supported if the real tokens' outputs "
-                f"are unchanged (< {num(UNCHANGED)} relative) by padding on either side, by other pad contents "
-                f"and in the "
-                f"encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
-                "inconclusive.")

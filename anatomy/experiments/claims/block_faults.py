@@ -114,26 +114,33 @@ def block_faults(ctx):
     return finite_metrics(out)
 
 
+@claim("C48-wrong-transpose-silent", experiment="block-faults",
+       metrics=("raised_split", "raised_merge", "output_change_split", "output_change_merge", "tf_loss_split",
+                "tf_loss_correct", "prefix_loss_split", "prefix_loss_correct", "future_leak_split",
+                "future_leak_correct", "floor"),
+       rule_text="The zoo's split_without_transpose and merge_wrong_transpose. Refuted if either raises. Otherwise, "
+                 "trained with the split bug on the order-2 Markov LM: 'accuracy drops' = the prefix-only "
+                 f"(generation-style) loss is > {TOL} nats worse than the correct model's on every seed → supported; "
+                 f"nuanced if in addition the teacher-forced loss is > {TOL} nats *better* (the bug leaks the future "
+                 "and flatters the usual metric); refuted if the prefix loss is not worse on any seed; else "
+                 "inconclusive.")
 def _c48(ms):
     if max(ms["raised_split"].values) or max(ms["raised_merge"].values):
         return Verdict("refuted", "The wrong transpose raised an error: it is not silent.",
                        "错误的转置直接报错了：它并不是静默的。")
-    nums_en = (f"Neither a split without the transpose nor a merge without it raises or changes a shape (output "
-               f"values change by {ms['output_change_split'].fmt()} and {ms['output_change_merge'].fmt()}). Trained "
-               f"with the split bug, the teacher-forced validation loss is {ms['tf_loss_split'].fmt()} (correct model "
+    nums_en = ("Neither a split without the transpose nor a merge without it raises or changes a shape (output values "
+               f"change by {ms['output_change_split'].fmt()} and {ms['output_change_merge'].fmt()}). Trained with the "
+               f"split bug, the teacher-forced validation loss is {ms['tf_loss_split'].fmt()} (correct model "
                f"{ms['tf_loss_correct'].fmt()}; best honest loss {ms['floor'].fmt()}), but predicting from the prefix "
                f"alone, as in generation, it is {ms['prefix_loss_split'].fmt()} (correct "
-               f"{ms['prefix_loss_correct'].fmt()}): "
-               f"changing future tokens moves its past logits by {ms['future_leak_split'].fmt()} "
-               f"(correct {ms['future_leak_correct'].fmt()}).")
+               f"{ms['prefix_loss_correct'].fmt()}): changing future tokens moves its past logits by "
+               f"{ms['future_leak_split'].fmt()} (correct {ms['future_leak_correct'].fmt()}).")
     nums_zh = (f"拆头不转置、并头不转置都不会报错，也不改变形状（输出数值分别变化 {ms['output_change_split'].fmt()} 和 "
                f"{ms['output_change_merge'].fmt()}）。带着拆头错误训练后，teacher forcing 的验证 loss 为 "
                f"{ms['tf_loss_split'].fmt()}（正确模型 {ms['tf_loss_correct'].fmt()}；诚实的最优 {ms['floor'].fmt()}）"
-               "，"
-               f"但像生成时那样只用前缀预测则为 {ms['prefix_loss_split'].fmt()}（正确 "
-               f"{ms['prefix_loss_correct'].fmt()}）："
-               f"改动未来的 token 会让它过去位置的 logits 变化 {ms['future_leak_split'].fmt()}（正确模型 "
-               f"{ms['future_leak_correct'].fmt()}）。")
+               f"，但像生成时那样只用前缀预测则为 {ms['prefix_loss_split'].fmt()}（正确 "
+               f"{ms['prefix_loss_correct'].fmt()}）：改动未来的 token 会让它过去位置的 logits 变化 "
+               f"{ms['future_leak_split'].fmt()}（正确模型 {ms['future_leak_correct'].fmt()}）。")
     rows = per_seed(ms, "tf_loss_split", "tf_loss_correct", "prefix_loss_split", "prefix_loss_correct")
     hurt = [ps > pc + TOL for _, _, ps, pc in rows]
     looks_better = [ts < tc - TOL for ts, tc, _, _ in rows]
@@ -147,23 +154,14 @@ def _c48(ms):
                   ("refuted", not any(hurt), " The bug did not lower accuracy here.", "这里该错误没有降低准确率。"))
 
 
-claim("C48-wrong-transpose-silent", section="§5.2",
-      zh="拆头时如果不小心多转置了一个轴或者转置顺序错了结果不是报错而是每个头的输入数据被“串味”。因为维度形状没变程序"
-         "不会提示错误但准确率会诡异下降",
-      en="A wrong transpose when splitting heads raises no error; it only shows up as an odd drop in accuracy.",
-      experiment="block-faults",
-      metrics=("raised_split", "raised_merge", "output_change_split", "output_change_merge", "tf_loss_split",
-               "tf_loss_correct", "prefix_loss_split", "prefix_loss_correct", "future_leak_split",
-               "future_leak_correct", "floor"),
-      rule=_c48,
-      rule_text="The zoo's split_without_transpose and merge_wrong_transpose. Refuted if either raises. Otherwise, "
-                "trained with the split bug on the order-2 Markov LM: 'accuracy drops' = the prefix-only "
-                f"(generation-style) loss is > {TOL} nats worse than the correct model's on every seed → supported; "
-                f"nuanced if in addition the teacher-forced loss is > {TOL} nats *better* (the bug leaks the future "
-                "and "
-                "flatters the usual metric); refuted if the prefix loss is not worse on any seed; else inconclusive.")
-
-
+@claim("C50-miswired-pre-norm-erratic", experiment="block-faults",
+       metrics=("n_layers", "final_miswired", "final_correct", "rough_miswired", "rough_correct", "spike_miswired",
+                "spike_correct"),
+       rule_text="The zoo's norm_on_residual_path vs the correct Pre-Norm block, same data and init. Erratic = "
+                 f"roughness (climb-back per unit of descent of the smoothed curve) higher by > {ROUGHER} or largest "
+                 f"rise higher by > {SPIKIER} nats. Supported if erratic on every seed; nuanced if not erratic on any "
+                 f"seed but > {TOL} nats worse at the end on every seed; refuted if neither on any seed; else "
+                 "inconclusive.")
 def _c50(ms):
     nums_en = (f"{fmt_count(ms['n_layers'])} layers: the Pre-Norm block wired as x = norm(x); x = x + f(x) ends at "
                f"{ms['final_miswired'].fmt()} vs {ms['final_correct'].fmt()} for the correct wiring; roughness (climb-"
@@ -186,34 +184,20 @@ def _c50(ms):
                    "它训练得和正确的 block 一样好、一样平滑。"))
 
 
-claim("C50-miswired-pre-norm-erratic", section="§5.2",
-      zh="我一开始套用Post-Norm的模板改成Pre-Norm时在输入和输出之间拉错了分支线导致Norm放在残差之后又被重复使用训练曲线"
-         "一路乱跳",
-      en="A Pre-Norm block wired with the norm on the residual path (norm reused after the residual) trains "
-         "erratically.",
-      experiment="block-faults",
-      metrics=("n_layers", "final_miswired", "final_correct", "rough_miswired", "rough_correct", "spike_miswired",
-               "spike_correct"),
-      rule=_c50,
-      rule_text="The zoo's norm_on_residual_path vs the correct Pre-Norm block, same data and init. Erratic = "
-                f"roughness (climb-back per unit of descent of the smoothed curve) higher by > {ROUGHER} or largest "
-                f"rise higher by > {SPIKIER} nats. Supported if erratic on every seed; nuanced if not erratic on any "
-                f"seed but > {TOL} nats worse at the end on every seed; refuted if neither on any seed; else "
-                "inconclusive.")
-
-
+@claim("C51-shared-layernorm-hurts", experiment="block-faults",
+       metrics=("n_layers", "final_shared", "final_correct", "params_shared", "params_correct"),
+       rule_text=f"The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > {TOL} "
+                 f"nats worse on every seed; refuted if the difference stays within ±{TOL} (no clear drop) or sharing "
+                 f"is better by > {TOL} on every seed; otherwise inconclusive.")
 def _c51(ms):
     diffs = differences(ms, "final_shared", "final_correct")
     d = fmt_values(diffs, " nats")
     saved = differences(ms, "params_correct", "params_shared")
     nums_en = (f"{fmt_count(ms['n_layers'])} layers: sharing one LayerNorm between the two sub-layers of each block "
-               "saves "
-               f"{fmt_values(saved)} parameters and ends at {ms['final_shared'].fmt()} vs {ms['final_correct'].fmt()} "
-               f"(shared − separate = {d}).")
+               f"saves {fmt_values(saved)} parameters and ends at {ms['final_shared'].fmt()} vs "
+               f"{ms['final_correct'].fmt()} (shared − separate = {d}).")
     nums_zh = (f"{fmt_count(ms['n_layers'])} 层：每个 block 的两个子层共用一个 LayerNorm，省下 {fmt_values(saved)} 个参"
-               "数，"
-               "最终 loss "
-               f"{ms['final_shared'].fmt()}，分开时 {ms['final_correct'].fmt()}（共用 − 分开 = {d}）。")
+               f"数，最终 loss {ms['final_shared'].fmt()}，分开时 {ms['final_correct'].fmt()}（共用 − 分开 = {d}）。")
     return decide(nums_en, nums_zh,
                   ("supported", all(x > TOL for x in diffs), "", ""),
                   ("refuted", all(abs(x) <= TOL for x in diffs),
@@ -221,21 +205,16 @@ def _c51(ms):
                   ("refuted", all(x < -TOL for x in diffs), " Sharing was even better here.", "这里共用反而更好。"))
 
 
-claim("C51-shared-layernorm-hurts", section="§5.3",
-      zh="每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta不能两个层共享同一组参数。我见过有人为了省事共用了参"
-         "数结果模型表达能力明显下降",
-      en="Sharing LayerNorm parameters between sub-layers clearly reduces the model's expressiveness.",
-      experiment="block-faults",
-      metrics=("n_layers", "final_shared", "final_correct", "params_shared", "params_correct"),
-      rule=_c51,
-      rule_text="The zoo's shared_layernorm vs separate norms, same data and init. Supported if sharing ends > "
-                f"{TOL} "
-                f"nats worse on every seed; refuted if the difference stays within ±{TOL} (no clear drop) or sharing "
-                "is "
-                f"better by > {TOL} on every seed; otherwise inconclusive.")
-
 # --- C55 (judged on the add_norm grid) ------------------------------------------------------------------------
 
+@claim("C55-explosion-debug-order", experiment="norm-depth-grid",
+       metrics=("failed_pre_mid", "failed_large_init", "nan_large_init", "final_large_init", "failed_high_lr",
+                "nan_high_lr", "final_high_lr", "failed_post_any_lr"),
+       rule_text="Deepest grid depth, no warm-up, no clipping; the baseline is Pre-Norm at lr 3e-3. Each suspect is "
+                 "changed alone: attention weights ×10 (the zoo's large_init_scale), lr ×10, Post-Norm instead of "
+                 "Pre-Norm (failed at any learning rate of the sweep). 'Failed' = NaN or final loss within 0.1 nats of "
+                 "uniform guessing. Supported if all three fail on every seed; nuanced if the same 1–2 do on every "
+                 "seed; refuted if none does; inconclusive if the baseline failed or the seeds disagree.")
 def _c55(ms):
     init = [f for f in ms["failed_large_init"].values]
     lr = [f for f in ms["failed_high_lr"].values]
@@ -247,12 +226,10 @@ def _c55(ms):
                f"{ms['nan_high_lr'].fmt()}, final {ms['final_high_lr'].fmt()}); Post- instead of Pre-Norm → failed at "
                f"some learning rate: {ms['failed_post_any_lr'].fmt()}.")
     nums_zh = (f"从一个健康的 Pre-Norm 运行出发（失败：{ms['failed_pre_mid'].fmt()}），每次只改一处：注意力初始化放大 "
-               "10 倍 → 失败 "
-               f"{ms['failed_large_init'].fmt()}（NaN {ms['nan_large_init'].fmt()}，最终 "
-               f"{ms['final_large_init'].fmt()}）；"
-               f"学习率放大 10 倍 → 失败 {ms['failed_high_lr'].fmt()}（NaN {ms['nan_high_lr'].fmt()}，最终 "
-               f"{ms['final_high_lr'].fmt()}）；Post-Norm 代替 Pre-Norm → 在某个学习率失败："
-               f"{ms['failed_post_any_lr'].fmt()}。")
+               f"10 倍 → 失败 {ms['failed_large_init'].fmt()}（NaN {ms['nan_large_init'].fmt()}，最终 "
+               f"{ms['final_large_init'].fmt()}）；学习率放大 10 倍 → 失败 {ms['failed_high_lr'].fmt()}（NaN "
+               f"{ms['nan_high_lr'].fmt()}，最终 {ms['final_high_lr'].fmt()}）；Post-Norm 代替 Pre-Norm → "
+               f"在某个学习率失败：{ms['failed_post_any_lr'].fmt()}。")
     causes = [sum(x) for x in zip(init, lr, order)]
     names = [("the init", "初始化", init), ("the learning rate", "学习率", lr), ("the norm order", "Norm 顺序", order)]
     always = [(en, zh) for en, zh, vals in names if all(v > 0 for v in vals)]
@@ -268,17 +245,3 @@ def _c55(ms):
                    f"{' and '.join(e for e, _ in never)}); a failure with no NaN is a stall, not an explosion.",
                    f"只有{'、'.join(z for _, z in always)}单独就能破坏训练（{'、'.join(z for _, z in never)}不能）；"
                    "没有 NaN 的失败是停滞，不是爆炸。"))
-
-
-claim("C55-explosion-debug-order", section="结尾",
-      zh="代码跑不通先检查形状形状对了但效果差先看mask和缩放因子train loss爆炸再检查初始化、Norm顺序和学习率",
-      en="When the training loss explodes, check the initialisation, the norm order and the learning rate.",
-      experiment="norm-depth-grid",
-      metrics=("failed_pre_mid", "failed_large_init", "nan_large_init", "final_large_init", "failed_high_lr",
-               "nan_high_lr", "final_high_lr", "failed_post_any_lr"),
-      rule=_c55,
-      rule_text="Deepest grid depth, no warm-up, no clipping; the baseline is Pre-Norm at lr 3e-3. Each suspect is "
-                "changed alone: attention weights ×10 (the zoo's large_init_scale), lr ×10, Post-Norm instead of "
-                "Pre-Norm (failed at any learning rate of the sweep). 'Failed' = NaN or final loss within 0.1 nats of "
-                "uniform guessing. Supported if all three fail on every seed; nuanced if the same 1–2 do on every "
-                "seed; refuted if none does; inconclusive if the baseline failed or the seeds disagree.")

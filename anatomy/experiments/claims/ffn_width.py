@@ -86,6 +86,11 @@ def ffn_width(ctx):
     return finite_metrics(out)
 
 
+@claim("C52-dff-four-times", experiment="ffn-width", metrics=("val_ff1x", "val_ff4x", "val_ff8x", "floor"),
+       rule_text="2-layer LM, D = 32, on the order-2 Markov task (the next token is a table lookup on two tokens: FFN "
+                 f"work), equal steps of fresh data. Supported if 4× is within {TOL} nats of the best width and > "
+                 f"{TOL} better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two holds "
+                 "on every seed; otherwise inconclusive. The literature half is cited in the reason.")
 def _c52(ms):
     widths = [k for k in ("val_ff1x", "val_ff2x", "val_ff4x", "val_ff8x") if k in ms]
     rows = per_seed(ms, *widths)
@@ -115,30 +120,25 @@ def _c52(ms):
     return Verdict("inconclusive", en + " The seeds disagree." + lit_en, zh + "各种子结论不一致。" + lit_zh)
 
 
-claim("C52-dff-four-times", section="§5.3",
-      zh="d_ff一般取d_model的4倍左右这是论文里的经验值后续的变体也都遵循类似的扩大策略",
-      en="d_ff is usually about 4 × d_model, and later variants follow a similar expansion.",
-      experiment="ffn-width", metrics=("val_ff1x", "val_ff4x", "val_ff8x", "floor"),
-      rule=_c52,
-      rule_text="2-layer LM, D = 32, on the order-2 Markov task (the next token is a table lookup on two tokens: FFN "
-                f"work), equal steps of fresh data. Supported if 4× is within {TOL} nats of the best width and > {TOL} "
-                "better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two holds on "
-                "every seed; otherwise inconclusive. The literature half is cited in the reason.")
-
-
+@claim("C54-ffn-overfits", experiment="ffn-width",
+       metrics=("gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout", "n_train_tokens_small"),
+       rule_text="A 2-layer LM trained for many epochs on a small set (128 sequences) of the order-2 Markov task. Two "
+                 f"signs: the train–validation gap grows by > {TOL} nats from d_ff = D to 4D, and dropout 0.3 on the "
+                 f"FFN output leaves a gap > {DROPOUT_SITE} nats smaller than the same dropout on the attention "
+                 "output. Supported if both on every seed, nuanced if one on every seed, refuted if neither on any "
+                 "seed; else inconclusive.")
 def _c54(ms):
     g1, g4 = ms["gap_ff1x"], ms["gap_ff4x"]
     ga, gf = ms["gap_ff4x_attn_dropout"], ms["gap_ff4x_ffn_dropout"]
     rows = per_seed(ms, "gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout")
     grows = [b > a + TOL for a, b, _, _ in rows]
     ffn_site = [f < a - DROPOUT_SITE for _, _, a, f in rows]
-    nums_en = (f"Train-validation gap on a small training set ({fmt_count(ms['n_train_tokens_small'])} tokens): "
-               f"d_ff = D {g1.fmt()}, d_ff = 4D {g4.fmt()}; at 4D with dropout 0.3 on the attention output "
-               f"{ga.fmt()}, on the FFN output {gf.fmt()}.")
+    nums_en = (f"Train-validation gap on a small training set ({fmt_count(ms['n_train_tokens_small'])} tokens): d_ff = "
+               f"D {g1.fmt()}, d_ff = 4D {g4.fmt()}; at 4D with dropout 0.3 on the attention output {ga.fmt()}, on the "
+               f"FFN output {gf.fmt()}.")
     nums_zh = (f"小训练集（{fmt_count(ms['n_train_tokens_small'])} 个 token）上的训练-验证差距：d_ff = D 时 "
-               f"{g1.fmt()}，"
-               f"d_ff = 4D 时 {g4.fmt()}；4D 且在注意力输出上加 0.3 dropout 时 {ga.fmt()}，在 FFN 输出上加时 "
-               f"{gf.fmt()}。")
+               f"{g1.fmt()}，d_ff = 4D 时 {g4.fmt()}；4D 且在注意力输出上加 0.3 dropout 时 {ga.fmt()}，在 FFN "
+               f"输出上加时 {gf.fmt()}。")
     part = ("a wider FFN overfits more" if all(grows) else "dropout on the FFN closes more of the gap")
     part_zh = "FFN 越宽过拟合越严重" if all(grows) else "在 FFN 上加 dropout 更能缩小差距"
     return decide(nums_en, nums_zh,
@@ -151,17 +151,3 @@ def _c54(ms):
                   ("refuted", not any(grows) and not any(ffn_site),
                    " Neither a wider FFN nor dropout placement points at the FFN.",
                    "FFN 宽度和 dropout 的位置都没有指向 FFN 是过拟合的主要来源。"))
-
-
-claim("C54-ffn-overfits", section="§5.3",
-      zh="大的前馈层…通常也是过拟合最容易发生的地方之一",
-      en="The large FFN is one of the places where overfitting most easily happens.",
-      experiment="ffn-width",
-      metrics=("gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout", "n_train_tokens_small"),
-      rule=_c54,
-      rule_text="A 2-layer LM trained for many epochs on a small set (128 sequences) of the order-2 Markov task. Two "
-                "signs: the "
-                f"train–validation gap grows by > {TOL} nats from d_ff = D to 4D, and dropout 0.3 on the FFN output "
-                f"leaves a gap > {DROPOUT_SITE} nats smaller than the same dropout on the attention output. Supported "
-                "if both "
-                "on every seed, nuanced if one on every seed, refuted if neither on any seed; else inconclusive.")

@@ -295,8 +295,8 @@ def _draw_head_count(ctx, out):
                     title="Sentiment (zh), 2000 training reviews:\ntrain vs validation accuracy")
         axes[1].legend(fontsize=8)
         axes[2].bar([f"h={h}" for h in LM_HEADS], [out[f"lm_step_ms_h{h}"] for h in LM_HEADS])
-        axes[2].set(ylabel="ms per forward+backward", title="Time per training step at d_model = 64\n(CPU, best "
-                    "of interleaved repeats)")
+        axes[2].set(ylabel="ms per forward+backward", title="Time per training step at d_model = 64\n(CPU, best of "
+                    "interleaved repeats)")
         for ax in axes[:2]:
             ax.minorticks_off()
     figure(path, draw, grid=(1, 3), size=(14, 4.2))

@@ -18,27 +18,21 @@ C1_RULE = Ladder((
 ))
 
 
+@claim("C1-single-head-diffuse", experiment="head-count",
+       metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
+       rule_text=C1_RULE.text("The trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the "
+                              f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."))
 def _c1(ms) -> Verdict:
     f = fmts(ms, "ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean",
                  "ent_lm_init")
-    en = (f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} "
-          f"on a character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
+    en = (f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} on a "
+          f"character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
           f"{f['ent_lm_h4_mean']} (lowest head {f['ent_lm_h4_min']}) and {f['ent_pair_h4_mean']}; an untrained model "
           f"gives {f['ent_lm_init']}. 'Almost uniform' means ≥ {DIFFUSE}.")
     zh = (f"单头注意力的归一化熵（1 = 对可见位置均匀分布）：字符语言模型上为 {f['ent_lm_h1']}，有序数对任务上为 "
           f"{f['ent_pair_h1']}；4 头模型各头分别为 {f['ent_lm_h4_mean']}（最低 {f['ent_lm_h4_min']}）和 "
           f"{f['ent_pair_h4_mean']}；未训练模型为 {f['ent_lm_init']}。≥{DIFFUSE} 视为“几乎均匀”。")
     return seed_verdict(ms, ("ent_lm_h1", "ent_pair_h1"), C1_RULE, en, zh)
-
-
-claim("C1-single-head-diffuse", section="§1.1",
-      zh="单头模型的注意力图经常是“弥散”的每个位置几乎都在均匀地关注所有位置没有一个清晰的模式",
-      en="Single-head attention maps are diffuse: every position attends almost uniformly to all positions.",
-      experiment="head-count",
-      metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
-      rule=_c1,
-      rule_text=C1_RULE.text("The trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the "
-                             f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."))
 
 
 CEILING_PCT = 100 * PAIR_CEILING  # C2: the accuracy (%) one relation alone can reach
@@ -57,6 +51,10 @@ C2_RULE = Ladder((
    otherwise_zh=f"单头介于 {C2_ONE * CEILING_PCT:.0f}% 和 {C2_BOTH * CEILING_PCT:.0f}% 之间")
 
 
+@claim("C2-one-head-one-relation", experiment="head-count",
+       metrics=("acc_pair_h1", "acc_pair_h4", "pair_h1_mass_t1", "pair_h1_mass_t3", "pair_h1_order_ratio"),
+       rule_text=C2_RULE.text("Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at "
+                              f"{CEILING_PCT:.0f}% (the test set's sampling error is ≈ 0.3 points)."))
 def _c2(ms) -> Verdict:
     ceil = CEILING_PCT
     a1, a4 = ms["acc_pair_h1"].fmt(), ms["acc_pair_h4"].fmt()
@@ -78,22 +76,11 @@ def _c2(ms) -> Verdict:
     return seed_verdict(ms, ("acc_pair_h1", "acc_pair_h4"), C2_RULE, en, zh, lead)
 
 
-claim("C2-one-head-one-relation", section="§1.1–1.2",
-      zh="它根本没有能力在一份注意力分布里同时表达多种关系；这些模式如果放在单头里是永远不可能同时出现的",
-      en="One attention distribution cannot express several relations at once; a single head can never do what "
-         "several heads do.",
-      experiment="head-count",
-      metrics=("acc_pair_h1", "acc_pair_h4", "pair_h1_mass_t1", "pair_h1_mass_t3", "pair_h1_order_ratio"),
-      rule=_c2,
-      rule_text=C2_RULE.text(f"Ordered-pair task, 1-layer models, same steps; one relation alone caps accuracy at "
-                             f"{CEILING_PCT:.0f}% (the test set's sampling error is ≈ 0.3 points)."))
-
-
 C3_DROP = 0.5  # C3: ablating a specialised head costs at least this share of the accuracy
 C3_RULE = Ladder((
     Case("supported", f"the 4-head pair model has distinct heads (≥ {SPECIALISED} mass) for offsets 1 and 3 whose "
-         f"ablation each costs ≥ {C3_DROP:.0%} of the accuracy, and the 4-head char LM has a head with "
-         f"≥ {SPECIALISED} mass on the previous character",
+         f"ablation each costs ≥ {C3_DROP:.0%} of the accuracy, and the 4-head char LM has a head with ≥ {SPECIALISED} "
+         "mass on the previous character",
          f"四头数对模型的偏移 1 和偏移 3 各有不同的头（≥{SPECIALISED} 的注意力），去掉任一个准确率至少下降 "
          f"{C3_DROP:.0%}，且四头字符模型有一个头在前一个字符上的权重 ≥{SPECIALISED}",
          lambda cov, drop, prev: cov >= 1 and drop >= C3_DROP and prev >= SPECIALISED),
@@ -103,34 +90,26 @@ C3_RULE = Ladder((
    otherwise_zh="出现了部分专门化，但“成立”的条件没有全部满足")
 
 
+@claim("C3-heads-specialise", experiment="head-count",
+       metrics=("pair_h4_covers", "pair_h4_specialised_heads", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass",
+                "lm_h4_prev_head_ablation_dloss"),
+       rule_text=C3_RULE.text("A role is attributed only if ablating the head hurts that relation."))
 def _c3(ms) -> Verdict:
     f = fmts(ms, "pair_h4_covers", "pair_h4_ablation_min_drop", "pair_h4_specialised_heads",
                  "lm_h4_prev_char_mass", "lm_h4_prev_head_ablation_dloss")
     en = (f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ {SPECIALISED} of their mass) on a fraction "
           f"{f['pair_h4_covers']} of the seeds, {f['pair_h4_specialised_heads']} specialised heads; zeroing the "
-          f"offset-1 or offset-3 head costs at least {f['pair_h4_ablation_min_drop']} of the accuracy (relative). "
-          f"Char LM, 4 heads: the most 'previous character' head puts {f['lm_h4_prev_char_mass']} of its mass on "
-          f"offset 1, and zeroing it raises the loss by {f['lm_h4_prev_head_ablation_dloss']}. Coreference heads "
-          "cannot be tested here (no pronouns in these data).")
-    zh = (f"有序数对、4 头：在 {f['pair_h4_covers']} 的种子上，偏移 1 和偏移 3 各由不同的头负责"
-          f"（≥{SPECIALISED} 的注意力），"
-          f"专门化的头数 {f['pair_h4_specialised_heads']}；去掉偏移 1 或偏移 3 的头，准确率至少相对下降 "
+          f"offset-1 or offset-3 head costs at least {f['pair_h4_ablation_min_drop']} of the accuracy (relative). Char "
+          f"LM, 4 heads: the most 'previous character' head puts {f['lm_h4_prev_char_mass']} of its mass on offset 1, "
+          f"and zeroing it raises the loss by {f['lm_h4_prev_head_ablation_dloss']}. Coreference heads cannot be "
+          "tested here (no pronouns in these data).")
+    zh = (f"有序数对、4 头：在 {f['pair_h4_covers']} 的种子上，偏移 1 和偏移 3 各由不同的头负责（≥{SPECIALISED} "
+          f"的注意力），专门化的头数 {f['pair_h4_specialised_heads']}；去掉偏移 1 或偏移 3 的头，准确率至少相对下降 "
           f"{f['pair_h4_ablation_min_drop']}。字符语言模型、4 头：最关注“前一个字符”的头在偏移 1 上的权重为 "
           f"{f['lm_h4_prev_char_mass']}，去掉它损失上升 {f['lm_h4_prev_head_ablation_dloss']}。指代关系的头在这些数据上"
           "无法检验（没有代词）。")
     return seed_verdict(ms, ("pair_h4_covers", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass"), C3_RULE, en,
                         zh)
-
-
-claim("C3-heads-specialise", section="§1.2",
-      zh="一个头特别关注相邻词之间的修饰关系另一个头明显在追踪代词和指代对象之间的远距离连接还有的头在关注词与词之间的位置偏移",
-      en="In a trained multi-head model, heads specialise: one on neighbours, one on long-distance links, others on "
-         "positional offsets.",
-      experiment="head-count",
-      metrics=("pair_h4_covers", "pair_h4_specialised_heads", "pair_h4_ablation_min_drop", "lm_h4_prev_char_mass",
-               "lm_h4_prev_head_ablation_dloss"),
-      rule=_c3,
-      rule_text=C3_RULE.text("A role is attributed only if ablating the head hurts that relation."))
 
 
 # =============================================================================================================
@@ -149,38 +128,30 @@ C12_RULE = Ladder((
    otherwise_zh="只在一个任务上明显更差，或 d_k = 64 离最好值较远")
 
 
+@claim("C12-small-dk-degrades", experiment="head-count",
+       metrics=("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4", "cls_acc_h8",
+                "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"),
+       rule_text=C12_RULE.text("d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means "
+                               f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against d_k ≥ "
+                               f"32 on the char LM, or > {WORSE_POINTS} accuracy points on sentiment (above the test "
+                               "set's sampling error, ≈ 1.1 points at n = 1736)."))
 def _c12(ms) -> Verdict:
     f = fmts(ms, "lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4",
                  "cls_acc_h8", "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best")
     en = (f"d_model = 64, so d_k = 64, 32, 16, 8 for h = 1, 2, 4, 8. Char-LM validation loss: {f['lm_val_h1']}, "
           f"{f['lm_val_h2']}, {f['lm_val_h4']}, {f['lm_val_h8']}; sentiment accuracy at d_k = 64, 16, 8: "
           f"{f['cls_acc_h1']}, {f['cls_acc_h4']}, {f['cls_acc_h8']}. Penalty of d_k < 32 against d_k ≥ 32: "
-          f"{f['lm_small_dk_penalty']} (LM, vs the better of 64 and 32) and {f['cls_small_dk_penalty']} (accuracy, "
-          f"vs 64); d_k = 64 is {f['lm_dk64_minus_best']} from the best LM loss.")
+          f"{f['lm_small_dk_penalty']} (LM, vs the better of 64 and 32) and {f['cls_small_dk_penalty']} (accuracy, vs "
+          f"64); d_k = 64 is {f['lm_dk64_minus_best']} from the best LM loss.")
     zh = (f"d_model = 64，h = 1、2、4、8 对应 d_k = 64、32、16、8。字符语言模型验证损失：{f['lm_val_h1']}、"
-          f"{f['lm_val_h2']}、"
-          f"{f['lm_val_h4']}、{f['lm_val_h8']}；d_k = 64、16、8 时情感分类准确率：{f['cls_acc_h1']}、"
-          f"{f['cls_acc_h4']}、"
-          f"{f['cls_acc_h8']}。d_k<32 相对 d_k≥32 的损失：{f['lm_small_dk_penalty']}（语言模型，对比 64 与 32 中较好"
-          "者）和 "
+          f"{f['lm_val_h2']}、{f['lm_val_h4']}、{f['lm_val_h8']}；d_k = 64、16、8 时情感分类准确率：{f['cls_acc_h1']}、"
+          f"{f['cls_acc_h4']}、{f['cls_acc_h8']}。d_k<32 相对 d_k≥32 "
+          f"的损失：{f['lm_small_dk_penalty']}（语言模型，对比 64 与 32 中较好者）和 "
           f"{f['cls_small_dk_penalty']}（准确率，对比 64）；d_k=64 距最好的语言模型损失 {f['lm_dk64_minus_best']}。")
     lead = {"refuted": ("Small heads are not worse here.", "这里小维度的头并没有更差。"),
             "supported": ("Heads below d_k = 32 are clearly worse.", "d_k 低于 32 时明显变差。")}
     return seed_verdict(ms, ("lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"), C12_RULE, en, zh,
                         lead)
-
-
-claim("C12-small-dk-degrades", section="§2.3",
-      zh="d_k如果低于32每个头能表达的信息量太有限整体效果会出现明显退化d_k64是各方面都比较均衡的配置",
-      en="d_k below 32 clearly degrades results; d_k = 64 is the balanced choice.",
-      experiment="head-count",
-      metrics=("lm_val_h1", "lm_val_h2", "lm_val_h4", "lm_val_h8", "cls_acc_h1", "cls_acc_h4", "cls_acc_h8",
-               "lm_small_dk_penalty", "cls_small_dk_penalty", "lm_dk64_minus_best"),
-      rule=_c12,
-      rule_text=C12_RULE.text("d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means "
-                              f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against "
-                              f"d_k ≥ 32 on the char LM, or > {WORSE_POINTS} accuracy points on sentiment (above the "
-                              "test set's sampling error, ≈ 1.1 points at n = 1736)."))
 
 
 SLOWER, OVERFITS = 1.1, 2  # C13: step-time ratio h=8/h=1 that is 'slower'; larger train-val gap (points): 'overfits'
@@ -193,6 +164,12 @@ C13_RULE = Ladder((
 ), otherwise="nuanced", otherwise_en="one of the two only", otherwise_zh="只满足其中之一")
 
 
+@claim("C13-more-heads-slower-overfit", experiment="head-count",
+       metrics=("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1", "cls_gap_h8",
+                "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8"),
+       rule_text=C13_RULE.text(f"h = 8 vs h = 1 at d_model = 64. 'Slower' if a forward+backward step takes > {SLOWER}× "
+                               "as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
+                               f"reviews is > {OVERFITS} points larger."))
 def _c13(ms) -> Verdict:
     f = fmts(ms, "lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1",
                  "cls_gap_h8", "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8")
@@ -201,50 +178,30 @@ def _c13(ms) -> Verdict:
           f"{f['lm_val_h1']} with 1 head and {f['lm_val_h8']} with 8. On 2000 training reviews the train–validation "
           f"accuracy gap is {f['cls_gap_h1']} with 1 head and {f['cls_gap_h8']} with 8 (difference "
           f"{f['cls_gap_h8_minus_h1']}).")
-    zh = (f"在 d_model = 64 固定（参数量相同）时，1 个头每步训练 {f['lm_step_ms_h1']} ms，8 个头 {f['lm_step_ms_h8']}"
-          " ms"
-          f"（比值 {f['time_ratio_h8_vs_h1']}）；相同步数下语言模型损失 1 头 {f['lm_val_h1']}、8 头 {f['lm_val_h8']}。"
-          f"在 2000 条训练评论上，训练集与验证集准确率之差 1 头为 {f['cls_gap_h1']}，8 头为 {f['cls_gap_h8']}（差 "
-          f"{f['cls_gap_h8_minus_h1']}）。")
+    zh = (f"在 d_model = 64 固定（参数量相同）时，1 个头每步训练 {f['lm_step_ms_h1']} ms，8 个头 {f['lm_step_ms_h8']} "
+          f"ms（比值 {f['time_ratio_h8_vs_h1']}）；相同步数下语言模型损失 1 头 {f['lm_val_h1']}、8 头 "
+          f"{f['lm_val_h8']}。在 2000 条训练评论上，训练集与验证集准确率之差 1 头为 {f['cls_gap_h1']}，8 头为 "
+          f"{f['cls_gap_h8']}（差 {f['cls_gap_h8_minus_h1']}）。")
     lead = {"nuanced": ("Only one half holds.", "只有一半成立。")}
     return seed_verdict(ms, ("time_ratio_h8_vs_h1", "cls_gap_h8_minus_h1"), C13_RULE, en, zh, lead)
 
 
-claim("C13-more-heads-slower-overfit", section="§2.3",
-      zh="头数增多意味着每个头的维度变小…但同时训练会更慢对小数据集也更容易过拟合",
-      en="More heads make training slower and overfit small data sets more.",
-      experiment="head-count",
-      metrics=("lm_step_ms_h1", "lm_step_ms_h8", "time_ratio_h8_vs_h1", "cls_gap_h1", "cls_gap_h8",
-               "cls_gap_h8_minus_h1", "lm_val_h1", "lm_val_h8"),
-      rule=_c13,
-      rule_text=C13_RULE.text(f"h = 8 vs h = 1 at d_model = 64. 'Slower' if a forward+backward step takes > {SLOWER}× "
-                              f"as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
-                              f"reviews is > {OVERFITS} points larger."))
-
-
+@claim("C14-four-vs-eight-heads", experiment="head-count",
+       metrics=("cls_acc_h4", "cls_acc_h8", "cls_diff_h8_minus_h4"),
+       rule_text="Accuracy difference (8 heads − 4 heads) over seeds: supported if |mean| < 1 point and the 95% "
+                 "interval lies within ±3 points; refuted if |mean| ≥ 1 point and the interval excludes 0; "
+                 "inconclusive otherwise.")
 def _c14(ms) -> Verdict:
     d = ms["cls_diff_h8_minus_h4"]
     lo, hi = d.ci95
     a4, a8 = ms["cls_acc_h4"].fmt(), ms["cls_acc_h8"].fmt()
-    en = (f"Sentiment (zh, 2000 training reviews, d_model = 64): 4 heads {a4}, 8 heads {a8}; difference "
-          f"{d.fmt()} (95% interval {lo:.2f} … {hi:.2f} points over {d.n} seed(s)).")
+    en = (f"Sentiment (zh, 2000 training reviews, d_model = 64): 4 heads {a4}, 8 heads {a8}; difference {d.fmt()} (95% "
+          f"interval {lo:.2f} … {hi:.2f} points over {d.n} seed(s)).")
     zh = (f"情感分类（中文，2000 条训练评论，d_model = 64）：4 头 {a4}，8 头 {a8}；差 {d.fmt()}（{d.n} 个种子的 95% "
-          "区间 "
-          f"{lo:.2f} … {hi:.2f} 个百分点）。")
+          f"区间 {lo:.2f} … {hi:.2f} 个百分点）。")
     if abs(d.mean) < 1 and lo > -3 and hi < 3:
         return Verdict("supported", en, zh)
     if abs(d.mean) >= 1 and (lo > 0 or hi < 0):
         return Verdict("refuted", en, zh)
     return Verdict("inconclusive", en + " The interval is too wide to tell a < 1 point difference.",
                    zh + "区间太宽，无法判断差距是否小于 1 个点。")
-
-
-claim("C14-four-vs-eight-heads", section="§2.3",
-      zh="我在一个小规模文本分类任务里对比过8头还是4头差距不到1个点",
-      en="On a small text-classification task, 4 and 8 heads differ by less than one accuracy point.",
-      experiment="head-count",
-      metrics=("cls_acc_h4", "cls_acc_h8", "cls_diff_h8_minus_h4"),
-      rule=_c14,
-      rule_text="Accuracy difference (8 heads − 4 heads) over seeds: supported if |mean| < 1 point and the 95% "
-                "interval lies within ±3 points; refuted if |mean| ≥ 1 point and the interval excludes 0; "
-                "inconclusive otherwise.")

@@ -113,6 +113,10 @@ C9_RULE = Ladder((
 ), otherwise="refuted", otherwise_en="a shape or the output differs", otherwise_zh="有形状或输出不一致")
 
 
+@claim("C9-shape-flow", experiment="mha-shapes",
+       metrics=("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32",
+                "maxdiff_loop_math_sdpa_fp64"),
+       rule_text=C9_RULE.text())
 def _c9(ms) -> Verdict:
     f = fmts(ms, "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32", "maxdiff_loop_math_sdpa_fp64")
     ok = all(v == 1 for v in ms["shapes_match"].values)
@@ -130,35 +134,28 @@ def _c9(ms) -> Verdict:
     return seed_verdict(ms, ("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64"), C9_RULE, en, zh)
 
 
-claim("C9-shape-flow", section="§2.1",
-      zh="拆头把512维切成8份每份64维…先reshape成(batch, seq_len, 8, 64)再转置成(batch, 8, seq_len, 64)…多头计算完成后"
-         "输入输出的维度完全一致",
-      en="The five-step shape flow (B,S,512) → (B,S,8,64) → (B,8,S,64) → … → (B,S,512); output shape = input shape.",
-      experiment="mha-shapes",
-      metrics=("shapes_match", "output_shape_equals_input", "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32",
-               "maxdiff_loop_math_sdpa_fp64"),
-      rule=_c9,
-      rule_text=C9_RULE.text())
-
-
 CHANGED = 1e-3  # C10: a relative output change above this is a real change
 UNCHANGED = 1e-9  # C10: at or below this the fault changed nothing
 C10_RULE = Ladder((
     Case("supported", f"both faults run without error, keep the shape and change the output by > {num(CHANGED)} "
          "(relative)", f"两种错误都不报错、形状不变，且输出相对变化 > {num(CHANGED)}",
          lambda silent, err: silent == 1 and err > CHANGED),
-    Case("refuted", f"one raises or changes nothing (≤ {num(UNCHANGED)})", f"其中一种报错或输出不变（≤ "
+    Case("refuted", f"one raises or changes nothing (≤ {num(UNCHANGED)})", "其中一种报错或输出不变（≤ "
                     f"{num(UNCHANGED)}）",
          lambda silent, err: silent == 0 or err <= UNCHANGED),
 ), otherwise="nuanced", otherwise_en=f"they run silently but change the output by at most {num(CHANGED)}",
    otherwise_zh=f"它们不报错，但输出变化不超过 {num(CHANGED)}")
 
 
+@claim("C10-wrong-transpose-silent", experiment="mha-shapes",
+       metrics=("faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
+                "causal_leak_merge_wrong_transpose", "causal_leak_correct"),
+       rule_text=C10_RULE.text("Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module."))
 def _c10(ms) -> Verdict:
     f = fmts(ms, "faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
                  "causal_leak_merge_wrong_transpose", "causal_leak_correct")
-    en = (f"Share of the two faults (split without transpose, merge without transpose) that run without any error "
-          f"and keep the output shape: {f['faults_silent']}; their outputs differ from the correct ones by at least "
+    en = ("Share of the two faults (split without transpose, merge without transpose) that run without any error and "
+          f"keep the output shape: {f['faults_silent']}; their outputs differ from the correct ones by at least "
           f"{f['faults_min_rel_err']} (relative). With a causal mask, changing only the last token moves earlier "
           f"outputs by {f['causal_leak_split_without_transpose']} (wrong split) and "
           f"{f['causal_leak_merge_wrong_transpose']} (wrong merge), against {f['causal_leak_correct']} when correct: "
@@ -166,19 +163,8 @@ def _c10(ms) -> Verdict:
     zh = (f"两种错误（拆头不转置、并头不转置）中能不报错且保持输出形状的比例：{f['faults_silent']}；输出与正确结果的"
           f"相对差异至少 {f['faults_min_rel_err']}。加因果 mask 时，只改最后一个 token，前面位置的输出变化为 "
           f"{f['causal_leak_split_without_transpose']}（错误拆头）和 {f['causal_leak_merge_wrong_transpose']}（错误并"
-          "头），"
-          f"正确实现为 {f['causal_leak_correct']}：头被打乱后还会泄漏未来信息。")
+          f"头），正确实现为 {f['causal_leak_correct']}：头被打乱后还会泄漏未来信息。")
     return seed_verdict(ms, ("faults_silent", "faults_min_rel_err"), C10_RULE, en, zh)
-
-
-claim("C10-wrong-transpose-silent", section="§2.2",
-      zh="reshape之后必须紧跟transpose如果顺序反了会把每个头的数据切得乱七八糟",
-      en="A wrong reshape/transpose order silently scrambles the heads' data.",
-      experiment="mha-shapes",
-      metrics=("faults_silent", "faults_min_rel_err", "causal_leak_split_without_transpose",
-               "causal_leak_merge_wrong_transpose", "causal_leak_correct"),
-      rule=_c10,
-      rule_text=C10_RULE.text("Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module."))
 
 
 # =============================================================================================================
@@ -230,6 +216,12 @@ C11_RULE = Ladder((
    otherwise_zh=f"某个内核或配置低于 {FASTER} 倍")
 
 
+@claim("C11-batched-heads-faster", experiment="head-loop-benchmark",
+       metrics=("speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max", "threads",
+                *(f"{k}_ms_cfg{i}" for i in range(len(BENCH_CONFIGS)) for k in ("loop", "math", "sdpa"))),
+       rule_text=C11_RULE.text("Per seed (one benchmark run), speed-up over the per-head 'loop' kernel of the batched "
+                               "'math' kernel (the post's code) and of fused SDPA, across three (B, S, D, h) "
+                               "configurations."))
 def _c11(ms) -> Verdict:
     f = fmts(ms, "speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max")
     cfgs = ", ".join(f"(B={b}, S={s}, D={d}, h={h})" for b, s, d, h in BENCH_CONFIGS)
@@ -237,34 +229,20 @@ def _c11(ms) -> Verdict:
     per_cfg = "; ".join(
         f"(B={b}, S={s}, h={h}) " + " / ".join(f"{ms[f'{k}_ms_cfg{i}'].mean:.2f}" for k in ("loop", "math", "sdpa"))
         for i, (b, s, _d, h) in enumerate(BENCH_CONFIGS))
-    en = (f"CPU, {threads} thread(s), causal attention kernel only, min time over interleaved repeats, "
-          f"configs {cfgs}: batching all heads in one matmul is {f['speedup_math_min']} to {f['speedup_math_max']} "
-          f"faster than the per-head loop, SDPA {f['speedup_sdpa_min']} to {f['speedup_sdpa_max']}. Milliseconds "
-          f"(loop / batched / SDPA) per configuration: {per_cfg}. Not measured on a GPU here (where launching one "
-          "kernel per head costs more).")
-    zh = (f"CPU、{threads} 个线程、只计时因果注意力核、取交替重复的最短时间，配置 {cfgs}：把所有头放进"
-          "一次"
+    en = (f"CPU, {threads} thread(s), causal attention kernel only, min time over interleaved repeats, configs {cfgs}: "
+          f"batching all heads in one matmul is {f['speedup_math_min']} to {f['speedup_math_max']} faster than the "
+          f"per-head loop, SDPA {f['speedup_sdpa_min']} to {f['speedup_sdpa_max']}. Milliseconds (loop / batched / "
+          f"SDPA) per configuration: {per_cfg}. Not measured on a GPU here (where launching one kernel per head costs "
+          "more).")
+    zh = (f"CPU、{threads} 个线程、只计时因果注意力核、取交替重复的最短时间，配置 {cfgs}：把所有头放进一次"
           f"矩阵乘法比逐头循环快 {f['speedup_math_min']} 到 {f['speedup_math_max']}，SDPA 快 {f['speedup_sdpa_min']} "
-          "到 "
-          f"{f['speedup_sdpa_max']}。各配置耗时（毫秒，循环 / 批量 / SDPA）：{per_cfg}。本实验未在 GPU 上测量"
-          "（GPU 上每个头单独启动核的代价更大）。")
+          f"到 {f['speedup_sdpa_max']}。各配置耗时（毫秒，循环 / 批量 / SDPA）：{per_cfg}。本实验未在 GPU 上测量（GPU "
+          "上每个头单独启动核的代价更大）。")
     lead = None
     if min(ms["speedup_math_min"].values) < 1 and min(ms["speedup_sdpa_min"].values) >= FASTER:
         lead = {"nuanced": ("Batching is not always faster: the post's batched code loses to the loop in some "
-                            "configurations (likely because its masking and softmax sweep the whole (B, h, S, S) "
-                            "score tensor at once), while the fused kernel wins everywhere.",
+                            "configurations (likely because its masking and softmax sweep the whole (B, h, S, S) score "
+                            "tensor at once), while the fused kernel wins everywhere.",
                             "批量并不总是更快：原文那种批量写法在部分配置下比逐头循环慢（可能是因为 mask 和 softmax "
                             "一次遍历整个 (B, h, S, S) 分数张量），而融合的 SDPA 核在所有配置下都更快。")}
     return seed_verdict(ms, ("speedup_math_min", "speedup_math_max", "speedup_sdpa_min"), C11_RULE, en, zh, lead)
-
-
-claim("C11-batched-heads-faster", section="§2.2",
-      zh="所有头共享同一个计算过程在深度学习框架里能获得更好的并行效率",
-      en="Computing all heads in one batched operation (no per-head loop) is faster.",
-      experiment="head-loop-benchmark",
-      metrics=("speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max", "threads",
-               *(f"{k}_ms_cfg{i}" for i in range(len(BENCH_CONFIGS)) for k in ("loop", "math", "sdpa"))),
-      rule=_c11,
-      rule_text=C11_RULE.text("Per seed (one benchmark run), speed-up over the per-head 'loop' kernel of the batched "
-                              "'math' kernel (the post's code) and of fused SDPA, across three (B, S, D, h) "
-                              "configurations."))

@@ -116,24 +116,18 @@ C15_RULE = Ladder((
    otherwise_zh=f"它差 {ENOUGH} 到 {NOT_ENOUGH} nat 之间")
 
 
+@claim("C15-default-init-enough", experiment="init-training",
+       metrics=("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best"),
+       rule_text=C15_RULE.text("Char LM, one head, same seed and batches."))
 def _c15(ms) -> Verdict:
     f = fmts(ms, "val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best")
     en = (f"Char LM after the same steps: PyTorch default init {f['val_torch_scaled']}, normal(0.02) "
-          f"{f['val_normal_scaled']}, Xavier {f['val_xavier_scaled']}; the default is {f['torch_minus_best']} from "
-          "the best of the three.")
+          f"{f['val_normal_scaled']}, Xavier {f['val_xavier_scaled']}; the default is {f['torch_minus_best']} from the "
+          "best of the three.")
     zh = (f"相同训练步数后的字符语言模型验证损失：PyTorch 默认初始化 {f['val_torch_scaled']}，normal(0.02) "
           f"{f['val_normal_scaled']}，Xavier {f['val_xavier_scaled']}；默认初始化距三者最好值 {f['torch_minus_best']}"
           "。")
     return seed_verdict(ms, ("torch_minus_best",), C15_RULE, en, zh)
-
-
-claim("C15-default-init-enough", section="§2.3",
-      zh="权重初始化方面线性层默认的初始化方式在实际训练中基本够用",
-      en="The framework's default initialisation of linear layers is good enough in practice.",
-      experiment="init-training",
-      metrics=("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best"),
-      rule=_c15,
-      rule_text=C15_RULE.text("Char LM, one head, same seed and batches."))
 
 
 ONE_HOT = 0.7  # C16: mean max attention probability at step 0 at or above this: near one-hot
@@ -142,24 +136,28 @@ HURTS = 0.1  # C16: nats: a final loss this much worse
 C16_RULE = Ladder((
     Case("refuted", f"the mean max attention probability at step 0 stays < {ONE_HOT}",
          f"第 0 步的平均最大注意力概率 < {ONE_HOT}", lambda maxp, grad_ratio, dval: maxp < ONE_HOT),
-    Case("supported", f"it is ≥ {ONE_HOT}, ‖∂L/∂W_q‖ falls to ≤ {GRAD_SMALL}× the normal init's and the final loss "
-         f"is > {HURTS} nats worse", f"它 ≥ {ONE_HOT}，‖∂L/∂W_q‖ 降到正常初始化的 {GRAD_SMALL} 倍以下，且最终损失差 "
+    Case("supported", f"it is ≥ {ONE_HOT}, ‖∂L/∂W_q‖ falls to ≤ {GRAD_SMALL}× the normal init's and the final loss is "
+         f"> {HURTS} nats worse", f"它 ≥ {ONE_HOT}，‖∂L/∂W_q‖ 降到正常初始化的 {GRAD_SMALL} 倍以下，且最终损失差 "
          f"{HURTS} nat 以上", lambda maxp, grad_ratio, dval: grad_ratio <= GRAD_SMALL and dval > HURTS),
 ), otherwise="nuanced", otherwise_en=f"attention is near one-hot (≥ {ONE_HOT}) but the gradient or the final loss "
    "does not suffer as much", otherwise_zh=f"注意力接近独热（≥ {ONE_HOT}），但梯度或最终损失没有受到那么大的影响")
 
 
+@claim("C16-large-init-one-hot", experiment="init-training",
+       metrics=("step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
+                "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled", "large_minus_normal"),
+       rule_text=C16_RULE.text("normal(0.02) vs the same weights ×50 on the attention projections."))
 def _c16(ms) -> Verdict:
     f = fmts(ms, "step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
                  "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled",
                  "large_minus_normal")
-    en = (f"Attention projections initialised 50× too large (std 1 instead of 0.02, bug zoo 'large_init_scale'): at "
+    en = ("Attention projections initialised 50× too large (std 1 instead of 0.02, bug zoo 'large_init_scale'): at "
           f"step 0 the scores have std {f['step0_score_std_x50']} and the largest attention weight averages "
           f"{f['step0_maxp_x50']} (normal init: {f['step0_maxp_x1']}). The softmax lets through "
           f"{f['step0_passthrough_ratio_x50']} of the gradient it passes at normal init, yet ‖∂L/∂W_q‖ is "
           f"{f['step0_gradq_ratio_x50']} the normal one (the same ×50 also inflates k, v and the output). After "
           f"training: {f['val_large_scaled']} vs {f['val_normal_scaled']} (difference {f['large_minus_normal']}).")
-    zh = (f"注意力投影初始化放大 50 倍（标准差 1 而非 0.02，错误库 'large_init_scale'）：第 0 步分数标准差 "
+    zh = ("注意力投影初始化放大 50 倍（标准差 1 而非 0.02，错误库 'large_init_scale'）：第 0 步分数标准差 "
           f"{f['step0_score_std_x50']}，最大注意力权重平均 {f['step0_maxp_x50']}（正常初始化 {f['step0_maxp_x1']}）。"
           f"softmax 放行的梯度只有正常初始化时的 {f['step0_passthrough_ratio_x50']}，但 ‖∂L/∂W_q‖ 为正常初始化的 "
           f"{f['step0_gradq_ratio_x50']}（同样的 ×50 也放大了 k、v 和输出）。训练后：{f['val_large_scaled']} 对 "
@@ -169,13 +167,3 @@ def _c16(ms) -> Verdict:
         lead = {"nuanced": ("Near one-hot, yes; vanishing gradients, no.", "接近 one-hot 成立；梯度消失不成立。")}
     return seed_verdict(ms, ("step0_maxp_x50", "step0_gradq_ratio_x50", "large_minus_normal"), C16_RULE, en, zh,
                         lead)
-
-
-claim("C16-large-init-one-hot", section="§2.3",
-      zh="不要把线性层的scale设得太大否则第一批forward的attention分布就会接近one-hot梯度直接消失",
-      en="A too-large init scale makes the first forward's attention near one-hot and the gradients vanish.",
-      experiment="init-training",
-      metrics=("step0_maxp_x1", "step0_maxp_x50", "step0_score_std_x50", "step0_gradq_ratio_x50",
-               "step0_passthrough_ratio_x50", "val_normal_scaled", "val_large_scaled", "large_minus_normal"),
-      rule=_c16,
-      rule_text=C16_RULE.text("normal(0.02) vs the same weights ×50 on the attention projections."))

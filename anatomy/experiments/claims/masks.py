@@ -234,7 +234,7 @@ def _draw_masks(ctx, grid, out):
             ax.text(i, 100 * v + 2, f"{100 * v:.0f}%", ha="center")
         ax.set(ylim=(0, 110), ylabel="real-token logits that are NaN (%)",
                title="2-layer LM, left-padded batch (fp32)")
-        ax.text(1, 88, f"-inf vs -1e9 trained from one seed:\nmax |Δ weight| = {out['c20_param_maxdiff']:.1g}\n"
-                         f"greedy tokens identical: {100 * out['c20_gen_agreement']:.0f}%",
+        ax.text(1, 88, f"-inf vs -1e9 trained from one seed:\nmax |Δ weight| = {out['c20_param_maxdiff']:.1g}\ngreedy "
+                         f"tokens identical: {100 * out['c20_gen_agreement']:.0f}%",
                 ha="center", fontsize=8, bbox={"facecolor": "white", "alpha": 0.8})
     figure(path, draw, grid=(1, 3), size=(16, 5))

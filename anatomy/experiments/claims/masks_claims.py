@@ -19,36 +19,27 @@ C17_RULE = Ladder((
          lambda l32, lbf, err16: lbf <= HIDDEN and err16 == 0),
 ), otherwise="nuanced", otherwise_en="it holds only in some dtypes", otherwise_zh="只在部分数据类型下成立")
 
+@claim("C17-padding-large-negative", experiment="mask-fills",
+       metrics=("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error", "leak_1e4_fp16", "full_row_1e9_pad_mass"),
+       rule_text=C17_RULE.text("Softmax computed in each dtype on realistic logits (std 4)."))
 def _c17(ms) -> Verdict:
     f = fmts(ms, "leak_1e9_fp32", "leak_1e9_bf16", "leak_1e4_fp16", "full_row_1e9_pad_mass")
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
-    en = (f"With -1e9 before softmax, the largest probability left on a hidden key is {f['leak_1e9_fp32']} in "
-          f"float32 and {f['leak_1e9_bf16']} in bfloat16 (rows with at least one real key). "
+    en = (f"With -1e9 before softmax, the largest probability left on a hidden key is {f['leak_1e9_fp32']} in float32 "
+          f"and {f['leak_1e9_bf16']} in bfloat16 (rows with at least one real key). "
           + ("In float16 -1e9 cannot be stored: masked_fill raises an overflow error (-1e4 gives "
              f"{f['leak_1e4_fp16']}). " if err else f"float16 with -1e4: {f['leak_1e4_fp16']}. ")
           + f"A row that sees no real key puts {f['full_row_1e9_pad_mass']} of its weight on the padding (uniform).")
-    zh = (f"在 softmax 之前填 -1e9，有真实 key 的行留在被遮位置上的最大概率：float32 为 {f['leak_1e9_fp32']}，"
-          "bfloat16 为 "
-          f"{f['leak_1e9_bf16']}。"
+    zh = (f"在 softmax 之前填 -1e9，有真实 key 的行留在被遮位置上的最大概率：float32 为 {f['leak_1e9_fp32']}，bfloat16 "
+          f"为 {f['leak_1e9_bf16']}。"
           + (f"float16 存不下 -1e9：masked_fill 直接报溢出错误（-1e4 时为 {f['leak_1e4_fp16']}）。" if err
              else f"float16 用 -1e4：{f['leak_1e4_fp16']}。")
           + f"一整行都被遮住时，{f['full_row_1e9_pad_mass']} 的权重落在 padding 上（均匀分布）。")
     return seed_verdict(ms, ("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error"), C17_RULE, en, zh)
 
 
-claim("C17-padding-large-negative", section="§2.4",
-      zh="Padding Mask用于把无效的padding位遮掉做法是在softmax之前把对应位置设为一个很大的负数比如-1e9这样softmax算出"
-         "来的概率接近于0",
-      en="A padding mask that writes a large negative number (e.g. -1e9) before softmax gives those keys ≈ 0 "
-         "probability.",
-      experiment="mask-fills",
-      metrics=("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error", "leak_1e4_fp16", "full_row_1e9_pad_mass"),
-      rule=_c17,
-      rule_text=C17_RULE.text("Softmax computed in each dtype on realistic logits (std 4)."))
-
-
 C18_RULE = Ladder((
-    Case("supported", f"both zeroing after softmax and zeroing + renormalising differ (output or visible-logit "
+    Case("supported", "both zeroing after softmax and zeroing + renormalising differ (output or visible-logit "
          f"gradient, > {num(HIDDEN)} / > {num(RENORM_DIFF)})",
          f"softmax 之后置零、置零再归一化都与之不同（输出或可见位置梯度，> {num(HIDDEN)} / > {num(RENORM_DIFF)}）",
          lambda af, ag, rf, rg: (af > HIDDEN or ag > HIDDEN) and (rf > RENORM_DIFF or rg > RENORM_DIFF)),
@@ -56,6 +47,11 @@ C18_RULE = Ladder((
          f"只有不重新归一化的做法不同（> {num(HIDDEN)}）", lambda af, ag, rf, rg: af > HIDDEN or ag > HIDDEN),
 ), otherwise="refuted", otherwise_en="neither differs", otherwise_zh="两者都没有差别")
 
+@claim("C18-zeroing-after-softmax", experiment="mask-fills",
+       metrics=("c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible", "c18_after_grad_hidden",
+                "c18_renorm_fwd", "c18_renorm_grad_visible", "c18_renorm_grad_hidden",
+                "causal_future_leak_mask_after_softmax"),
+       rule_text=C18_RULE.text("float64, against masking before softmax."))
 def _c18(ms) -> Verdict:
     f = fmts(ms, "c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible",
                  "c18_after_grad_hidden", "c18_renorm_fwd", "c18_renorm_grad_visible",
@@ -63,75 +59,51 @@ def _c18(ms) -> Verdict:
     en = (f"float64. Zeroing after softmax (no renormalisation): rows sum to {f['c18_after_rowsum']}, the output "
           f"differs by {f['c18_after_fwd']}, the gradient on visible logits by {f['c18_after_grad_visible']} and the "
           f"hidden logits still receive {f['c18_after_grad_hidden']}; as a causal mask it lets a future token move "
-          f"earlier outputs by {f['causal_future_leak_mask_after_softmax']}. Zeroing and renormalising the row: "
-          f"output {f['c18_renorm_fwd']}, visible gradient {f['c18_renorm_grad_visible']}, hidden gradient "
-          f"{f['c18_renorm_grad_hidden']} — equivalent to masking before softmax, so the post's gradient "
-          "explanation does not hold for it.")
+          f"earlier outputs by {f['causal_future_leak_mask_after_softmax']}. Zeroing and renormalising the row: output "
+          f"{f['c18_renorm_fwd']}, visible gradient {f['c18_renorm_grad_visible']}, hidden gradient "
+          f"{f['c18_renorm_grad_hidden']} — equivalent to masking before softmax, so the post's gradient explanation "
+          "does not hold for it.")
     zh = (f"float64。softmax 之后置零（不重新归一化）：每行之和为 {f['c18_after_rowsum']}，输出相差 "
-          f"{f['c18_after_fwd']}，"
-          f"可见位置的梯度相差 {f['c18_after_grad_visible']}，被遮位置仍得到 {f['c18_after_grad_hidden']} 的梯度；用"
-          "作因果 "
-          f"mask 时未来 token 会让前面的输出变化 {f['causal_future_leak_mask_after_softmax']}。置零后再按行归一化：输"
-          "出相差 "
-          f"{f['c18_renorm_fwd']}，可见梯度 {f['c18_renorm_grad_visible']}，被遮梯度 {f['c18_renorm_grad_hidden']}——与 "
-          "softmax 之前遮盖等价，原文关于梯度的解释对它不成立。")
+          f"{f['c18_after_fwd']}，可见位置的梯度相差 {f['c18_after_grad_visible']}，被遮位置仍得到 "
+          f"{f['c18_after_grad_hidden']} 的梯度；用作因果 mask 时未来 token 会让前面的输出变化 "
+          f"{f['causal_future_leak_mask_after_softmax']}。置零后再按行归一化：输出相差 {f['c18_renorm_fwd']}，可见梯度 "
+          f"{f['c18_renorm_grad_visible']}，被遮梯度 {f['c18_renorm_grad_hidden']}——与 softmax "
+          "之前遮盖等价，原文关于梯度的解释对它不成立。")
     return seed_verdict(ms, ("c18_after_fwd", "c18_after_grad_visible", "c18_renorm_fwd", "c18_renorm_grad_visible"),
                         C18_RULE, en, zh)
 
 
-claim("C18-zeroing-after-softmax", section="§2.4",
-      zh="如果直接在softmax之后把attention矩阵里某些位置置零效果看似一样实际上softmax已经把这些位置的梯度传给了其他位置数值上并不等价",
-      en="Zeroing attention weights after softmax is not equivalent to masking before it (the gradient has already "
-         "flowed through the hidden positions).",
-      experiment="mask-fills",
-      metrics=("c18_after_fwd", "c18_after_rowsum", "c18_after_grad_visible", "c18_after_grad_hidden",
-               "c18_renorm_fwd", "c18_renorm_grad_visible", "c18_renorm_grad_hidden",
-               "causal_future_leak_mask_after_softmax"),
-      rule=_c18,
-      rule_text=C18_RULE.text("float64, against masking before softmax."))
-
-
 C19_RULE = Ladder((
-    Case("supported", f"earlier logits move by ≤ {num(HIDDEN)} and every weight above the diagonal is 0 "
-         f"(≤ {num(EXACT_ZERO)})", f"前面位置的 logits 变化 ≤ {num(HIDDEN)}，且对角线以上的权重都为 0（≤ "
+    Case("supported", f"earlier logits move by ≤ {num(HIDDEN)} and every weight above the diagonal is 0 (≤ "
+         f"{num(EXACT_ZERO)})", f"前面位置的 logits 变化 ≤ {num(HIDDEN)}，且对角线以上的权重都为 0（≤ "
          f"{num(EXACT_ZERO)}）",
          lambda leak_, upper: leak_ <= HIDDEN and upper <= EXACT_ZERO),
 ), otherwise="refuted", otherwise_en="the future leaks into earlier positions",
    otherwise_zh="未来信息泄漏到了前面的位置")
 
+@claim("C19-causal-mask", experiment="mask-fills",
+       metrics=("causal_future_leak", "causal_upper_weight_max", "causal_future_leak_causal_off_by_one",
+                "causal_future_leak_mask_after_softmax"),
+       rule_text=C19_RULE.text("Future-token perturbation on a trained LM."))
 def _c19(ms) -> Verdict:
     f = fmts(ms, "causal_future_leak", "causal_upper_weight_max",
                  "causal_future_leak_causal_off_by_one", "causal_future_leak_mask_after_softmax")
-    en = (f"A trained 2-layer LM with the library's causal mask (-inf above the diagonal, before softmax): changing "
-          f"the last token moves earlier logits by {f['causal_future_leak']}, and the largest weight above the "
-          f"diagonal is {f['causal_upper_weight_max']}. For contrast, a diagonal shifted by one leaks "
+    en = ("A trained 2-layer LM with the library's causal mask (-inf above the diagonal, before softmax): changing the "
+          f"last token moves earlier logits by {f['causal_future_leak']}, and the largest weight above the diagonal is "
+          f"{f['causal_upper_weight_max']}. For contrast, a diagonal shifted by one leaks "
           f"{f['causal_future_leak_causal_off_by_one']}, and zeroing after softmax leaks "
           f"{f['causal_future_leak_mask_after_softmax']}.")
     zh = ("训练好的 2 层语言模型使用本库的因果 mask（softmax 之前把对角线以上置为 -inf）：改变最后一个 token，前面位"
-          "置的 "
-          f"logits 变化 {f['causal_future_leak']}，对角线以上的最大权重为 {f['causal_upper_weight_max']}。对照：对角"
-          "线错一位时"
-          f"泄漏 {f['causal_future_leak_causal_off_by_one']}，softmax 之后再置零时泄漏 "
+          f"置的 logits 变化 {f['causal_future_leak']}，对角线以上的最大权重为 "
+          f"{f['causal_upper_weight_max']}。对照：对角线错一位时泄漏 "
+          f"{f['causal_future_leak_causal_off_by_one']}，softmax 之后再置零时泄漏 "
           f"{f['causal_future_leak_mask_after_softmax']}。")
     return seed_verdict(ms, ("causal_future_leak", "causal_upper_weight_max"), C19_RULE, en, zh)
 
 
-claim("C19-causal-mask", section="§2.4",
-      zh="Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置做法是把注意力分数矩阵的上三角部分全部置为"
-         "-inf然后才做softmax",
-      en="A causal mask sets the upper triangle of the scores to -inf before softmax, so each position sees only "
-         "itself and the past.",
-      experiment="mask-fills",
-      metrics=("causal_future_leak", "causal_upper_weight_max", "causal_future_leak_causal_off_by_one",
-               "causal_future_leak_mask_after_softmax"),
-      rule=_c19,
-      rule_text=C19_RULE.text("Future-token perturbation on a trained LM."))
-
-
 C20_RULE = Ladder((
-    Case("supported", f"-1e9 leaves > {num(HIDDEN)} on hidden keys in float32 or the greedy generations of the "
-                      f"-inf and "
-         f"-1e9 twins (same seed, same batches, same kernel) agree on < {AGREE:.0%} of tokens",
+    Case("supported", f"-1e9 leaves > {num(HIDDEN)} on hidden keys in float32 or the greedy generations of the -inf "
+                      f"and -1e9 twins (same seed, same batches, same kernel) agree on < {AGREE:.0%} of tokens",
          f"float32 下 -1e9 在被遮位置留下 > {num(HIDDEN)}，或 -inf 与 -1e9 两个孪生模型的贪心生成一致率 < {AGREE:.0%}",
          lambda leak32, pdiff, agree: leak32 > HIDDEN or agree < AGREE),
     Case("refuted", "nothing leaks and the twins end bit-identical with identical generations",
@@ -140,36 +112,26 @@ C20_RULE = Ladder((
    "of tokens, but the twins are not identical",
    otherwise_zh=f"泄漏未超过阈值、生成一致率 ≥ {AGREE:.0%}，但两个孪生模型并不完全相同")
 
+@claim("C20-mask-fill", experiment="mask-fills",
+       metrics=("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff", "leftpad_nan_inf_noguard",
+                "leftpad_nan_1e9", "leftpad_nan_library", "leftpad_realdiff_1e9", "fp16_1e9_error"),
+       rule_text=C20_RULE.text())
 def _c20(ms) -> Verdict:
     f = fmts(ms, "leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff",
                  "leftpad_nan_inf_noguard", "leftpad_nan_1e9", "leftpad_nan_library",
                  "leftpad_realdiff_1e9")
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
-    en = (f"-1e9 leaves {f['leak_1e9_fp32']} probability on future keys in float32. Two LMs trained from one seed "
-          f"on the same batches, one with -inf and one with -1e9, end with weights that differ by at most "
+    en = (f"-1e9 leaves {f['leak_1e9_fp32']} probability on future keys in float32. Two LMs trained from one seed on "
+          "the same batches, one with -inf and one with -1e9, end with weights that differ by at most "
           f"{f['c20_param_maxdiff']}, validation losses that differ by {f['c20_val_diff']}, and greedy generations "
           f"that agree on {f['c20_gen_agreement']} of the tokens. With left padding, -inf without a guard makes "
           f"{f['leftpad_nan_inf_noguard']} of the real-token logits NaN, -1e9 {f['leftpad_nan_1e9']} (real tokens "
           f"unchanged to {f['leftpad_realdiff_1e9']}), the library (-inf + guard) {f['leftpad_nan_library']}."
           + (" In float16, -1e9 cannot even be written (overflow error)." if err else ""))
     zh = (f"float32 下 -1e9 留在未来位置上的概率为 {f['leak_1e9_fp32']}。同一种子、相同批次训练两个语言模型，一个用 "
-          "-inf、一个"
-          f"用 -1e9：权重最大相差 {f['c20_param_maxdiff']}，验证损失相差 {f['c20_val_diff']}，贪心生成的 token 有 "
-          f"{f['c20_gen_agreement']} 相同。左侧 padding 时，-inf 且不处理全遮行会使 {f['leftpad_nan_inf_noguard']} 的"
-          "真实 "
-          f"token logits 变成 NaN，-1e9 为 {f['leftpad_nan_1e9']}（真实 token 与单独计算相差 "
-          f"{f['leftpad_realdiff_1e9']}），"
-          f"本库（-inf + 保护）为 {f['leftpad_nan_library']}。"
+          f"-inf、一个用 -1e9：权重最大相差 {f['c20_param_maxdiff']}，验证损失相差 {f['c20_val_diff']}，贪心生成的 "
+          f"token 有 {f['c20_gen_agreement']} 相同。左侧 padding 时，-inf 且不处理全遮行会使 "
+          f"{f['leftpad_nan_inf_noguard']} 的真实 token logits 变成 NaN，-1e9 为 {f['leftpad_nan_1e9']}（真实 token "
+          f"与单独计算相差 {f['leftpad_realdiff_1e9']}），本库（-inf + 保护）为 {f['leftpad_nan_library']}。"
           + ("float16 下根本写不进 -1e9（溢出报错）。" if err else ""))
     return seed_verdict(ms, ("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement"), C20_RULE, en, zh)
-
-
-claim("C20-mask-fill", section="§2.4",
-      zh="我一开始图省事把-inf写成了-1e9结果训练出的模型在生成测试时会逐步出现输出质量下降…残留的微小概率还是会被模型利用到。建议直接用-inf",
-      en="Writing -1e9 instead of -inf leaks a little probability that the model exploits, degrading generation; "
-         "always use -inf.",
-      experiment="mask-fills",
-      metrics=("leak_1e9_fp32", "c20_param_maxdiff", "c20_gen_agreement", "c20_val_diff", "leftpad_nan_inf_noguard",
-               "leftpad_nan_1e9", "leftpad_nan_library", "leftpad_realdiff_1e9", "fp16_1e9_error"),
-      rule=_c20,
-      rule_text=C20_RULE.text())

@@ -46,17 +46,14 @@ def head_parameters(ctx):
             "relative_increase_h64_vs_h1": counts[64] / counts[1] - 1}
 
 
-claim("C4-multihead-parameters", section="§1.2",
-      zh="Multi-Head在参数总量不大幅增加的情况下能显著提升模型表达能力",
-      en="Multi-head attention adds expressiveness without a significant increase in parameters.",
-      experiment="head-parameters", metrics=("params_h1", "params_h8", "params_h64", "relative_increase_h64_vs_h1"),
-      rule=holds_on_every_seed(
-          "relative_increase_h64_vs_h1", lambda v: abs(v) < SAME_PARAMS,
-          "Going from 1 to 64 heads at D=512 changes the parameter count by {value} (relative): the heads split "
-          "the same projections, they do not add any.",
-          "在 D=512 时从 1 个头到 64 个头，参数量的相对变化为 {value}：多个头切分同一组投影，并不增加参数。"),
-      rule_text=f"supported if the relative parameter change from h=1 to h=64 at D=512 is below {SAME_PARAMS:.0%}; the "
-                "expressiveness half of the claim is measured by C2/C12.")
+claim("C4-multihead-parameters", experiment="head-parameters",
+      metrics=("params_h1", "params_h8", "params_h64", "relative_increase_h64_vs_h1"),
+      rule_text=f"supported if the relative parameter change from h=1 to h=64 at D=512 is below {SAME_PARAMS:.0%}; "
+                "the expressiveness half of the claim is measured by C2/C12.")(holds_on_every_seed(
+    "relative_increase_h64_vs_h1", lambda v: abs(v) < SAME_PARAMS,
+    "Going from 1 to 64 heads at D=512 changes the parameter count by {value} (relative): the heads split the same "
+    "projections, they do not add any.",
+    "在 D=512 时从 1 个头到 64 个头，参数量的相对变化为 {value}：多个头切分同一组投影，并不增加参数。"))
 
 
 @experiment("dot-product-variance")
@@ -86,16 +83,11 @@ def dot_product_variance(ctx):
     return out
 
 
-claim("C5-dot-variance", section="§1.3",
-      zh="如果d_k=64点积结果的方差大约是64这意味着很多值会落到±8甚至更大的范围",
-      en="q·k has variance ≈ d_k; at d_k = 64 many values fall beyond ±8.",
-      experiment="dot-product-variance", metrics=("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256",
-                                                  "frac_beyond_8_dk64"),
-      rule=lambda ms: _c5(ms), rule_text=f"supported if Var(q·k)/d_k is within {UNIT_VARIANCE:.0%} of 1 for every "
-      f"d_k and at least {BEYOND_8:.0%} of the dot products exceed ±8 at d_k=64; nuanced if the variance holds but "
-      "fewer exceed ±8; refuted otherwise.")
-
-
+@claim("C5-dot-variance", experiment="dot-product-variance",
+       metrics=("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256", "frac_beyond_8_dk64"),
+       rule_text=f"supported if Var(q·k)/d_k is within {UNIT_VARIANCE:.0%} of 1 for every d_k and at least "
+                 f"{BEYOND_8:.0%} of the dot products exceed ±8 at d_k=64; nuanced if the variance holds but fewer "
+                 "exceed ±8; refuted otherwise.")
 def _c5(ms):
     from anatomy.experiments.registry import Verdict
 
@@ -103,8 +95,8 @@ def _c5(ms):
                     for v in ms[k].values)
     beyond = ms["frac_beyond_8_dk64"]
     if ratios_ok and min(beyond.values) >= BEYOND_8:
-        return Verdict("supported", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64, and {beyond.fmt()} of "
-                       "the dot products lie beyond ±8 (one standard deviation).",
+        return Verdict("supported", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64, and {beyond.fmt()} of the "
+                       "dot products lie beyond ±8 (one standard deviation).",
                        f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}，{beyond.fmt()} 的点积超出 ±8（一个标"
                        "准差）。")
     if ratios_ok:
@@ -112,23 +104,19 @@ def _c5(ms):
                        f"{beyond.fmt()} of the values exceed ±8 (fewer than {BEYOND_8:.0%} on some seed).",
                        f"方差约等于 d_k（{ms['var_ratio_dk64'].fmt()} 倍），但只有 {beyond.fmt()} 超出 ±8"
                        f"（某个种子上不到 {BEYOND_8:.0%}）。")
-    return Verdict("refuted", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64: not within "
-                   f"{UNIT_VARIANCE:.0%} of 1 for every d_k.",
+    return Verdict("refuted", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64: not within {UNIT_VARIANCE:.0%} "
+                   "of 1 for every d_k.",
                    f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}：并非每个 d_k 都在 1 的 {UNIT_VARIANCE:.0%} "
                    "以内。")
 
 
-claim("C6-scaling-restores-unit-variance", section="§1.3",
-      zh="除以sqrt(d_k)的本质是把点积结果的方差重新拉回到1附近",
-      en="Dividing by sqrt(d_k) brings the variance of the scores back to ≈ 1.",
-      experiment="dot-product-variance", metrics=("scaled_var_dk16", "scaled_var_dk64", "scaled_var_dk256"),
-      rule=holds_on_every_seed(
-          "scaled_var_dk64", lambda v: abs(v - 1) < UNIT_VARIANCE,
-          "With iid unit-variance entries, Var(q·k / sqrt(d_k)) = {value} at d_k=64 (≈ 1 for every d_k tested).",
-          "q、k 各分量独立且方差为 1 时，d_k=64 的 Var(q·k/sqrt(d_k)) = {value}（≈1）。"),
+claim("C6-scaling-restores-unit-variance", experiment="dot-product-variance",
+      metrics=("scaled_var_dk16", "scaled_var_dk64", "scaled_var_dk256"),
       rule_text=f"supported if Var(q·k/sqrt(d_k)) at d_k=64 is within {UNIT_VARIANCE:.0%} of 1 on every seed (iid "
-                "unit-variance inputs); refuted if on none; inconclusive otherwise.")
-
+                "unit-variance inputs); refuted if on none; inconclusive otherwise.")(holds_on_every_seed(
+    "scaled_var_dk64", lambda v: abs(v - 1) < UNIT_VARIANCE,
+    "With iid unit-variance entries, Var(q·k / sqrt(d_k)) = {value} at d_k=64 (≈ 1 for every d_k tested).",
+    "q、k 各分量独立且方差为 1 时，d_k=64 的 Var(q·k/sqrt(d_k)) = {value}（≈1）。"))
 
 
 # =============================================================================================================
@@ -275,24 +263,30 @@ C7_RULE = Ladder((
    otherwise_zh=f"softmax 饱和（≥ {SATURATED}），但雅可比范数保持在缩放时的 {GRAD_GONE} 以上，或真实模型没有饱和")
 
 
+@claim("C7-unscaled-softmax-saturates", experiment="softmax-saturation",
+       metrics=("mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_onehot_rows_unscaled_dk64", "mc_jac_ratio_dk64",
+                "mc_jac_ratio_dk256", "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
+                "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
+                "real_score_std_unscaled_dk64_torchinit"),
+       rule_text=C7_RULE.text())
 def _c7(ms) -> Verdict:
     f = fmts(ms, "mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_jac_ratio_dk64",
                  "mc_jac_ratio_dk256", "mc_onehot_rows_unscaled_dk64",
                  "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
                  "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
                  "real_score_std_unscaled_dk64_torchinit")
-    en = (f"With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
+    en = ("With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
           f"{f['mc_maxp_unscaled_dk64']} (scaled: {f['mc_maxp_scaled_dk64']}) and {f['mc_onehot_rows_unscaled_dk64']} "
           f"of the rows exceed 0.99; but the softmax Jacobian keeps {f['mc_jac_ratio_dk64']} of its scaled norm "
-          f"({f['mc_jac_ratio_dk256']} at d_k=256): the gradient shrinks, it does not vanish on average. In a real "
-          f"LM at PyTorch's default init the unscaled scores have std {f['real_score_std_unscaled_dk64_torchinit']}, "
-          f"the largest weight is {f['real_maxp_unscaled_dk64_torchinit']} (scaled "
+          f"({f['mc_jac_ratio_dk256']} at d_k=256): the gradient shrinks, it does not vanish on average. In a real LM "
+          f"at PyTorch's default init the unscaled scores have std {f['real_score_std_unscaled_dk64_torchinit']}, the "
+          f"largest weight is {f['real_maxp_unscaled_dk64_torchinit']} (scaled "
           f"{f['real_maxp_scaled_dk64_torchinit']}), the softmax passes {f['real_passthrough_ratio_dk64_torchinit']} "
           f"of the scaled model's gradient and ‖∂L/∂W_q‖ is {f['real_gradq_ratio_dk64_torchinit']} the scaled one.")
     zh = (f"q、k 各分量方差为 1、d_k=64（32 个键）时，不缩放的 softmax 最大权重平均 {f['mc_maxp_unscaled_dk64']}"
           f"（缩放后 {f['mc_maxp_scaled_dk64']}），{f['mc_onehot_rows_unscaled_dk64']} 的行超过 0.99；但 softmax 的"
           f"雅可比范数仍是缩放时的 {f['mc_jac_ratio_dk64']}（d_k=256 时 {f['mc_jac_ratio_dk256']}）：梯度变小，"
-          f"但平均而言没有消失。真实语言模型在 PyTorch 默认初始化下，不缩放的分数标准差为 "
+          "但平均而言没有消失。真实语言模型在 PyTorch 默认初始化下，不缩放的分数标准差为 "
           f"{f['real_score_std_unscaled_dk64_torchinit']}，最大权重 {f['real_maxp_unscaled_dk64_torchinit']}（缩放 "
           f"{f['real_maxp_scaled_dk64_torchinit']}），softmax 放行的梯度是缩放模型的 "
           f"{f['real_passthrough_ratio_dk64_torchinit']}，‖∂L/∂W_q‖ 为缩放时的 {f['real_gradq_ratio_dk64_torchinit']}"
@@ -307,18 +301,6 @@ def _c7(ms) -> Verdict:
                         C7_RULE, en, zh, lead)
 
 
-claim("C7-unscaled-softmax-saturates", section="§1.3",
-      zh="某些项会直接压过其他所有项softmax输出集中到个别位置上注意力图变成“硬选择”梯度接近零",
-      en="Without the scale, softmax saturates (near one-hot attention) and its gradients become ≈ 0.",
-      experiment="softmax-saturation",
-      metrics=("mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_onehot_rows_unscaled_dk64", "mc_jac_ratio_dk64",
-               "mc_jac_ratio_dk256", "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
-               "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
-               "real_score_std_unscaled_dk64_torchinit"),
-      rule=_c7,
-      rule_text=C7_RULE.text())
-
-
 C8_RULE = Ladder((
     Case("supported", f"the unscaled run improves by < {STALL} nats after the first quarter of training while the "
          "scaled one does not stall", f"不缩放的模型在训练四分之一之后下降 < {STALL} nat，而缩放的模型没有卡住",
@@ -329,6 +311,11 @@ C8_RULE = Ladder((
    otherwise_zh=f"不缩放的模型既没有卡住，最终也没有差 {STALL} nat 以上")
 
 
+@claim("C8-unscaled-training-stalls", experiment="init-training",
+       metrics=("val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled", "progress_after_q1_unscaled",
+                "progress_after_q1_scaled"),
+       rule_text=C8_RULE.text("Char LM, d_k = 64, PyTorch default init, with and without the scale (bug zoo "
+                              "'no_scaling'), same seed and batches."))
 def _c8(ms) -> Verdict:
     f = fmts(ms, "val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled",
                  "progress_after_q1_unscaled", "progress_after_q1_scaled")
@@ -341,14 +328,3 @@ def _c8(ms) -> Verdict:
           f"{f['progress_after_q1_unscaled']}（缩放：{f['progress_after_q1_scaled']}）；“卡住”指下降 < {STALL} nats。")
     return seed_verdict(ms, ("progress_after_q1_unscaled", "progress_after_q1_scaled", "unscaled_minus_scaled"),
                         C8_RULE, en, zh)
-
-
-claim("C8-unscaled-training-stalls", section="§1.3",
-      zh="我在自己的实现里试过去掉缩放模型前几步loss确实还在下降但很快就卡住不动了；训练基本停滞",
-      en="Without the scale, the loss falls for a few steps and then training stalls.",
-      experiment="init-training",
-      metrics=("val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled", "progress_after_q1_unscaled",
-               "progress_after_q1_scaled"),
-      rule=_c8,
-      rule_text=C8_RULE.text("Char LM, d_k = 64, PyTorch default init, with and without the scale (bug zoo "
-                             "'no_scaling'), same seed and batches."))

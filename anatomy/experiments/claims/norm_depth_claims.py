@@ -30,27 +30,35 @@ ACCUMULATES = 1.5  # C43: residual RMS, last block ÷ first block, above this co
 
 # --- C33 ------------------------------------------------------------------------------------------------------
 
+@claim("C33-six-layers-without-addnorm", experiment="norm-depth-grid",
+       metrics=("depth_deep", "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
+                "excess_no_residual", "excess_no_norm", "final_no_residual_mid", "final_no_norm_mid", "final_pre_mid",
+                "failed_no_residual", "failed_no_norm", "nan_no_residual", "nan_no_norm"),
+       rule_text="Deepest grid depth (6 at quick), no warm-up, no clipping, the two highest learning rates. 'NaN or "
+                 f"oscillation' = a NaN loss or a rise of > {OSCILLATION} nats above the running minimum after the "
+                 f"first 10% of steps. Supported if ≥ {BROKEN_SHARE:.0%} of the no-residual / no-norm runs do that on "
+                 f"every seed; nuanced if fewer do but they still end > {TOL} nats worse than Pre-Norm (failure by "
+                 "stalling); refuted if none does and they match Pre-Norm; otherwise inconclusive.")
 def _c33(ms):
     depth = setting(ms, "depth_deep")
     rows = per_seed(ms, "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
                     "excess_no_residual", "excess_no_norm")
     frac = [(a + b) / n for a, b, n, *_ in rows]
     excess = [max(x, y) for *_, x, y in rows]
-    nums_en = (f"At {depth} layers, of the runs without a residual or without any norm, {fmt_values(frac)} went NaN "
-               f"or oscillated (Pre-Norm at the same rates: {ms['nan_or_osc_pre_same_lrs'].fmt()} runs); their final "
-               f"loss was above Pre-Norm's by {ms['excess_no_residual'].fmt()} (no residual) and "
+    nums_en = (f"At {depth} layers, of the runs without a residual or without any norm, {fmt_values(frac)} went NaN or "
+               f"oscillated (Pre-Norm at the same rates: {ms['nan_or_osc_pre_same_lrs'].fmt()} runs); their final loss "
+               f"was above Pre-Norm's by {ms['excess_no_residual'].fmt()} (no residual) and "
                f"{ms['excess_no_norm'].fmt()} (no norm) nats.")
     nums_zh = (f"{depth} 层时，去掉残差或去掉归一化的运行中有 {fmt_values(frac)} 出现 NaN 或震荡（相同学习率下 "
-               "Pre-Norm："
-               f"{ms['nan_or_osc_pre_same_lrs'].fmt()} 次）；最终 loss 比 Pre-Norm 高 {ms['excess_no_residual'].fmt()}"
-               f"（无残差）和 {ms['excess_no_norm'].fmt()}（无归一化）nat。")
+               f"Pre-Norm：{ms['nan_or_osc_pre_same_lrs'].fmt()} 次）；最终 loss 比 Pre-Norm 高 "
+               f"{ms['excess_no_residual'].fmt()}（无残差）和 {ms['excess_no_norm'].fmt()}（无归一化）nat。")
     stalled_en = (" Training does fail, but mostly by stalling rather than blowing up: "
                   f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} of the "
                   f"{fmt_count(ms['broken_runs'])} broken runs failed, {ms['nan_no_residual'].fmt()} (no residual) and "
                   f"{ms['nan_no_norm'].fmt()} (no norm) of them with NaN.")
     stalled_zh = (f"训练确实失败，但多是停滞而非爆炸：{fmt_count(ms['broken_runs'])} 次错误结构运行中失败 "
-                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的："
-                  f"无残差 {ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。")
+                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的：无残差 "
+                  f"{ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。")
     return decide(nums_en, nums_zh,
                   ("supported", all(f >= BROKEN_SHARE for f in frac), "", ""),
                   ("nuanced", all(0 < f < BROKEN_SHARE for f in frac)
@@ -59,25 +67,17 @@ def _c33(ms):
                    " The broken stacks trained as well as Pre-Norm.", "这些“错误”结构训练得和 Pre-Norm 一样好。"))
 
 
-claim("C33-six-layers-without-addnorm", section="§4",
-      zh="没有正确理解这一块把Transformer叠个6层试试训练loss分分钟变成NaN或者震荡不停",
-      en="Stack 6 layers without proper Add & Norm and the loss soon becomes NaN or oscillates.",
-      experiment="norm-depth-grid",
-      metrics=("depth_deep", "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
-               "excess_no_residual", "excess_no_norm", "final_no_residual_mid", "final_no_norm_mid", "final_pre_mid",
-               "failed_no_residual", "failed_no_norm", "nan_no_residual", "nan_no_norm"),
-      rule=_c33,
-      rule_text="Deepest grid depth (6 at quick), no warm-up, no clipping, the two highest learning rates. "
-                f"'NaN or oscillation' = a NaN loss or a rise of > {OSCILLATION} nats above the running minimum after "
-                f"the first 10% of steps. Supported if ≥ {BROKEN_SHARE:.0%} of the no-residual / no-norm runs do "
-                "that on "
-                f"every seed; nuanced if fewer do but they still end > {TOL} nats worse than Pre-Norm (failure by "
-                "stalling); refuted if "
-                "none does and they match Pre-Norm; otherwise inconclusive.")
-
-
 # --- C34 ------------------------------------------------------------------------------------------------------
 
+@claim("C34-residual-degradation-not-vanishing", experiment="norm-depth-grid",
+       metrics=("depth_shallow", "depth_deep", "degradation_no_residual", "degradation_residual",
+                "grad_ratio_no_residual_init", "grad_ratio_no_residual_trained", "grad_ratio_pre_init",
+                "grad_ratio_pre_trained", "token_cos_no_residual_init", "token_cos_pre_init"),
+       rule_text=f"Degradation = the deep stack ends > {TOL} nats worse than the shallow one without residuals while "
+                 f"with residuals it does not. Vanishing = the gradient reaching layer 1 is < {VANISHED}× the one at "
+                 "the last layer without residuals (at init or after training) but not with them. Supported if "
+                 "degradation and no vanishing on every seed; nuanced if both (residuals fix both); refuted if no "
+                 "degradation on any seed; otherwise inconclusive.")
 def _c34(ms):
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     deg_plain, deg_res = ms["degradation_no_residual"], ms["degradation_residual"]
@@ -87,12 +87,12 @@ def _c34(ms):
     vanish, _ = count_seeds(ms, ("grad_ratio_no_residual_init", "grad_ratio_no_residual_trained",
                                  "grad_ratio_pre_init", "grad_ratio_pre_trained"),
                             lambda a, a2, b, b2: min(a, a2) < VANISHED <= min(b, b2))
-    nums_en = (f"Going from {shallow} to {depth} layers changed the final loss by {deg_plain.fmt()} without "
-               f"residuals and {deg_res.fmt()} with them (degradation). The gradient reaching layer 1, relative to "
-               f"the last layer, is {g0.fmt()}× at init and {g1.fmt()}× after training without residuals, "
-               f"{r0.fmt()}× and {r1.fmt()}× with them. Token vectors after the last block have mean cosine "
-               f"{ms['token_cos_no_residual_init'].fmt()} without and {ms['token_cos_pre_init'].fmt()} with "
-               f"residuals at init.")
+    nums_en = (f"Going from {shallow} to {depth} layers changed the final loss by {deg_plain.fmt()} without residuals "
+               f"and {deg_res.fmt()} with them (degradation). The gradient reaching layer 1, relative to the last "
+               f"layer, is {g0.fmt()}× at init and {g1.fmt()}× after training without residuals, {r0.fmt()}× and "
+               f"{r1.fmt()}× with them. Token vectors after the last block have mean cosine "
+               f"{ms['token_cos_no_residual_init'].fmt()} without and {ms['token_cos_pre_init'].fmt()} with residuals "
+               "at init.")
     nums_zh = (f"从 {shallow} 层加到 {depth} 层，无残差时最终 loss 变化 {deg_plain.fmt()}，有残差时 {deg_res.fmt()}"
                f"（退化）。到达第 1 层的梯度与最后一层之比：无残差时初始化 {g0.fmt()}、训练后 {g1.fmt()}；有残差时 "
                f"{r0.fmt()} 和 {r1.fmt()}。初始化时最后一层输出的 token 向量平均余弦相似度：无残差 "
@@ -110,42 +110,32 @@ def _c34(ms):
                   ("refuted", degr == 0, " No degradation appeared without residuals.", "去掉残差后没有出现退化。"))
 
 
-claim("C34-residual-degradation-not-vanishing", section="§4.1",
-      zh="残差连接解决的不是“梯度消失”而是“网络退化”",
-      en="Residual connections fix degradation, not vanishing gradients.",
-      experiment="norm-depth-grid",
-      metrics=("depth_shallow", "depth_deep", "degradation_no_residual", "degradation_residual",
-               "grad_ratio_no_residual_init", "grad_ratio_no_residual_trained", "grad_ratio_pre_init",
-               "grad_ratio_pre_trained", "token_cos_no_residual_init", "token_cos_pre_init"),
-      rule=_c34,
-      rule_text=f"Degradation = the deep stack ends > {TOL} nats worse than the shallow one without residuals while "
-                f"with residuals it does not. Vanishing = the gradient reaching layer 1 is < {VANISHED}× the one at "
-                "the "
-                "last "
-                "layer without residuals (at init or after training) but not with them. Supported if degradation "
-                "and no vanishing on every seed; nuanced if both (residuals fix both); refuted if no degradation on "
-                "any seed; otherwise inconclusive.")
-
-
 # --- C36 ------------------------------------------------------------------------------------------------------
 
 def _undamped(r: float) -> bool:
     return UNDAMPED[0] <= r <= UNDAMPED[1]
 
 
+@claim("C36-post-norm-gradient-highway", experiment="norm-depth-grid",
+       metrics=("depth_deep", "highway_gain_post", "highway_gain_post_init", "highway_gain_pre",
+                "highway_gain_deepnorm", "grad_ratio_post_trained", "grad_ratio_pre_trained"),
+       rule_text="The 'highway' is the skip path: ‖∂loss/∂x‖ entering block 1 ÷ entering the last block with every "
+                 "sub-layer output detached, so the gradient can only travel along the residual path (deepest depth, "
+                 f"middle learning rate, after training). Undamped = within [{num(UNDAMPED[0])}, {num(UNDAMPED[1])}]. "
+                 "Supported if Post-Norm's is undamped on every seed; refuted if it is not on any seed; otherwise "
+                 "inconclusive. The total gradient ratio (sub-layers included) is reported alongside.")
 def _c36(ms):
     depth = setting(ms, "depth_deep")
     hw, hw0, hw_pre = ms["highway_gain_post"], ms["highway_gain_post_init"], ms["highway_gain_pre"]
     total, total_pre = ms["grad_ratio_post_trained"], ms["grad_ratio_pre_trained"]
-    nums_en = (f"Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 "
-               f"relative to the last layer ({depth} layers): Post-Norm {hw.fmt()} after training ({hw0.fmt()} at "
-               f"init), Pre-Norm {hw_pre.fmt()}, DeepNorm {ms['highway_gain_deepnorm'].fmt()} (1 = undamped). The "
-               f"total gradient, sub-layers included, arrives at {total.fmt()} (Post) and {total_pre.fmt()} (Pre).")
+    nums_en = ("Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 relative "
+               f"to the last layer ({depth} layers): Post-Norm {hw.fmt()} after training ({hw0.fmt()} at init), "
+               f"Pre-Norm {hw_pre.fmt()}, DeepNorm {ms['highway_gain_deepnorm'].fmt()} (1 = undamped). The total "
+               f"gradient, sub-layers included, arrives at {total.fmt()} (Post) and {total_pre.fmt()} (Pre).")
     nums_zh = (f"只沿残差路径（子层输出视为常数）传到第 1 层的梯度与最后一层之比（{depth} 层）：Post-Norm 训练后 "
-               f"{hw.fmt()}"
-               f"（初始化时 {hw0.fmt()}），Pre-Norm {hw_pre.fmt()}，DeepNorm {ms['highway_gain_deepnorm'].fmt()}（1 表"
-               "示不衰减）。"
-               f"包含子层在内的总梯度之比为 {total.fmt()}（Post）和 {total_pre.fmt()}（Pre）。")
+               f"{hw.fmt()}（初始化时 {hw0.fmt()}），Pre-Norm {hw_pre.fmt()}，DeepNorm "
+               f"{ms['highway_gain_deepnorm'].fmt()}（1 表示不衰减）。包含子层在内的总梯度之比为 "
+               f"{total.fmt()}（Post）和 {total_pre.fmt()}（Pre）。")
     post_undamped = [_undamped(v) for v in hw.values]
     pre_ok = all(_undamped(v) for v in hw_pre.values)
     return all_or_none(post_undamped, nums_en, nums_zh,
@@ -157,33 +147,24 @@ def _c36(ms):
                                   else "两种放置方式的跳连路径都不是不衰减的。"))
 
 
-claim("C36-post-norm-gradient-highway", section="§4.1",
-      zh="我在实现Transformer Block时把Add放在Sublayer之后、Norm之前…这种结构天然给了梯度一条连乘不衰减的“高速公路”",
-      en="Add placed after the sub-layer and before the Norm (Post-Norm) gives gradients an undamped highway.",
-      experiment="norm-depth-grid",
-      metrics=("depth_deep", "highway_gain_post", "highway_gain_post_init", "highway_gain_pre",
-               "highway_gain_deepnorm", "grad_ratio_post_trained", "grad_ratio_pre_trained"),
-      rule=_c36,
-      rule_text="The 'highway' is the skip path: ‖∂loss/∂x‖ entering block 1 ÷ entering the last block with every "
-                "sub-layer output detached, so the gradient can only travel along the residual path (deepest depth, "
-                f"middle learning rate, after training). Undamped = within [{num(UNDAMPED[0])}, {num(UNDAMPED[1])}]. "
-                "Supported if Post-Norm's is "
-                "undamped on every seed; refuted if it is not on any seed; otherwise inconclusive. The total "
-                "gradient ratio (sub-layers included) is reported alongside.")
-
-
 # --- C37 ------------------------------------------------------------------------------------------------------
 
+@claim("C37-any-depth-trainable", experiment="norm-depth-grid",
+       metrics=("depth_shallow", "depth_deep", "best_pre", "final_pre_shallow", "best_post", "failed_pre",
+                "failed_post", "n_lrs"),
+       rule_text="Only finite depths can be measured (6 at quick, 12 at full). Supported if the deepest Pre-Norm stack "
+                 f"at its best learning rate is no more than {TOL} nats worse than the shallow one and no Post-Norm "
+                 "run failed; nuanced if Pre-Norm holds but Post-Norm failed at some learning rate on every seed; "
+                 "refuted if Pre-Norm got worse with depth on every seed; otherwise inconclusive.")
 def _c37(ms):
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
-    nums_en = (f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} "
-               f"({shallow} layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
-               f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs "
-               f"out of {fmt_count(ms['n_lrs'])} learning rates.")
+    nums_en = (f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} ({shallow} "
+               f"layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
+               f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs out "
+               f"of {fmt_count(ms['n_lrs'])} learning rates.")
     nums_zh = (f"{depth} 层时各学习率中最好的最终 loss：Pre-Norm {ms['best_pre'].fmt()}（{shallow} 层："
                f"{ms['final_pre_shallow'].fmt()}），Post-Norm {ms['best_post'].fmt()}；{fmt_count(ms['n_lrs'])} 个学习"
-               "率中 "
-               f"Pre-Norm 失败 {ms['failed_pre'].fmt()} 次，Post-Norm 失败 {ms['failed_post'].fmt()} 次。")
+               f"率中 Pre-Norm 失败 {ms['failed_pre'].fmt()} 次，Post-Norm 失败 {ms['failed_post'].fmt()} 次。")
     pre_ok = [b <= s + TOL for b, s in per_seed(ms, "best_pre", "final_pre_shallow")]
     post_fails = [f > 0 for f in ms["failed_post"].values]
     return decide(nums_en, nums_zh,
@@ -198,31 +179,22 @@ def _c37(ms):
                    "即使是 Pre-Norm，加深后也训练得更差。"))
 
 
-claim("C37-any-depth-trainable", section="§4.1",
-      zh="所以理论上Transformer叠多少层都还有继续训练的空间",
-      en="In theory a Transformer stays trainable at any depth.",
-      experiment="norm-depth-grid",
-      metrics=("depth_shallow", "depth_deep", "best_pre", "final_pre_shallow", "best_post", "failed_pre", "failed_post",
-               "n_lrs"),
-      rule=_c37,
-      rule_text="Only finite depths can be measured (6 at quick, 12 at full). Supported if the deepest Pre-Norm stack "
-                f"at its best learning rate is no more than {TOL} nats worse than the shallow one and no Post-Norm run "
-                "failed; nuanced if Pre-Norm holds but Post-Norm failed at some learning rate on every seed; refuted "
-                "if Pre-Norm got worse with depth on every seed; otherwise inconclusive.")
-
-
 # --- C39 ------------------------------------------------------------------------------------------------------
 
+@claim("C39-layernorm-stabilises-scores", experiment="norm-depth-grid",
+       metrics=("depth_deep", "score_std_layernorm", "score_std_no_norm", "failed_pre", "failed_no_norm", "n_lrs"),
+       rule_text="Pre-Norm vs the same stack with every norm removed. Supported if, on every seed, the no-norm scores' "
+                 f"std is > {SCORE_BLOWUP}× the LayerNorm one (or non-finite) or the no-norm stack failed at more "
+                 "learning rates; refuted if neither on any seed; otherwise inconclusive.")
 def _c39(ms):
     ln, raw = ms["score_std_layernorm"], ms["score_std_no_norm"]
     depth = setting(ms, "depth_deep")
     nums_en = (f"Spread (std) of the last layer's attention scores after training ({depth} layers, lr 3e-3): "
                f"{ln.fmt()} with LayerNorm, {fmt_blown(raw)} without; runs that failed: {ms['failed_pre'].fmt()} with "
                f"LayerNorm (of {fmt_count(ms['n_lrs'])} rates), {ms['failed_no_norm'].fmt()} without (of 2).")
-    nums_zh = (f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，"
-               f"无 {fmt_blown(raw, zh=True)}；失败次数："
-               f"有 LayerNorm {ms['failed_pre'].fmt()}（共 {fmt_count(ms['n_lrs'])} 个学习率），无 "
-               f"{ms['failed_no_norm'].fmt()}（共 2 个）。")
+    nums_zh = (f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，无 "
+               f"{fmt_blown(raw, zh=True)}；失败次数：有 LayerNorm {ms['failed_pre'].fmt()}（共 "
+               f"{fmt_count(ms['n_lrs'])} 个学习率），无 {ms['failed_no_norm'].fmt()}（共 2 个）。")
     stable = [(r > SCORE_BLOWUP * a or not math.isfinite(r)) or f > p for a, r, f, p in
               per_seed(ms, "score_std_layernorm", "score_std_no_norm", "failed_no_norm", "failed_pre")]
     return all_or_none(stable, nums_en, nums_zh,
@@ -230,21 +202,16 @@ def _c39(ms):
                        refute_zh="去掉 LayerNorm 后分数并没有更大，训练也没有更差。")
 
 
-claim("C39-layernorm-stabilises-scores", section="§4.2",
-      zh="LayerNorm在特征维度上做归一化相当于把每个token的表示拉回到一个标准尺度这对于后续注意力分数的稳定计算非常有帮"
-         "助",
-      en="LayerNorm keeps each token at a standard scale, which stabilises the attention scores.",
-      experiment="norm-depth-grid",
-      metrics=("depth_deep", "score_std_layernorm", "score_std_no_norm", "failed_pre", "failed_no_norm", "n_lrs"),
-      rule=_c39,
-      rule_text="Pre-Norm vs the same stack with every norm removed. Supported if, on every seed, the no-norm "
-                f"scores' std is > {SCORE_BLOWUP}× the LayerNorm one (or non-finite) or the no-norm stack failed "
-                "at more learning "
-                "rates; refuted if neither on any seed; otherwise inconclusive.")
-
-
 # --- C43, C44, C45 ---------------------------------------------------------------------------------------------
 
+@claim("C43-post-norm-unstable-accumulation", experiment="norm-depth-grid",
+       metrics=("depth_deep", "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre", "rms_growth_post",
+                "rms_growth_pre", "rms_growth_post_init", "rms_growth_pre_init"),
+       rule_text="Unstable = Post-Norm failed at more learning rates than Pre-Norm, or its final loss varies over the "
+                 f"learning rates by > {TOL} nats more. Accumulation = the residual-stream RMS after the last block is "
+                 f"> {ACCUMULATES}× the one after the first block in Post-Norm and grows more than in Pre-Norm. "
+                 "Supported if both on every seed; nuanced if unstable but no accumulation on every seed; refuted if "
+                 "not unstable on any seed; otherwise inconclusive.")
 def _c43(ms):
     depth = setting(ms, "depth_deep")
     post_g, pre_g = ms["rms_growth_post"], ms["rms_growth_pre"]
@@ -257,9 +224,8 @@ def _c43(ms):
                f"{post_g.fmt()}, Pre-Norm {pre_g.fmt()} (at init {ms['rms_growth_post_init'].fmt()} and "
                f"{ms['rms_growth_pre_init'].fmt()}).")
     nums_zh = (f"{depth} 层：Post-Norm 在 {ms['failed_post'].fmt()} 个学习率上失败（Pre-Norm {ms['failed_pre'].fmt()}）"
-               "，"
-               f"各学习率最终 loss 的极差 {ms['lr_spread_post'].fmt()} 对 {ms['lr_spread_pre'].fmt()}。训练后残差流 RMS"
-               f"（最后一层 ÷ 第一层）：Post-Norm {post_g.fmt()}，Pre-Norm {pre_g.fmt()}（初始化时 "
+               f"，各学习率最终 loss 的极差 {ms['lr_spread_post'].fmt()} 对 {ms['lr_spread_pre'].fmt()}。训练后残差流 "
+               f"RMS（最后一层 ÷ 第一层）：Post-Norm {post_g.fmt()}，Pre-Norm {pre_g.fmt()}（初始化时 "
                f"{ms['rms_growth_post_init'].fmt()} 和 {ms['rms_growth_pre_init'].fmt()}）。")
     pre_grows = all(v > ACCUMULATES for v in pre_g.values)
     return decide(nums_en, nums_zh,
@@ -274,21 +240,16 @@ def _c43(ms):
                    "这里 Post-Norm 并不比 Pre-Norm 更不稳定。"))
 
 
-claim("C43-post-norm-unstable-accumulation", section="§4.3",
-      zh="但随着网络层数加深Post-Norm的训练变得不太稳定因为残差路径上的数值会不断累积Norm的统计量也跟着变化",
-      en="Deep Post-Norm trains unstably because values accumulate along the residual path.",
-      experiment="norm-depth-grid",
-      metrics=("depth_deep", "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre", "rms_growth_post",
-               "rms_growth_pre", "rms_growth_post_init", "rms_growth_pre_init"),
-      rule=_c43,
-      rule_text="Unstable = Post-Norm failed at more learning rates than Pre-Norm, or its final loss varies over "
-                f"the learning rates by > {TOL} nats more. Accumulation = the residual-stream RMS after the last "
-                f"block is > {ACCUMULATES}× the one after the first block in Post-Norm and grows more than in "
-                "Pre-Norm. "
-                "Supported if both on every seed; nuanced if unstable but no accumulation on every seed; refuted if "
-                "not unstable on any seed; otherwise inconclusive.")
-
-
+@claim("C44-pre-norm-smoother", experiment="norm-depth-grid",
+       metrics=("depth_deep", "n_lrs", "lr_spread_pre", "lr_spread_post", "lr_spread_deepnorm", "failed_pre",
+                "failed_post", "failed_deepnorm", "rough_pre", "rough_post", "rough_deepnorm", "best_pre", "best_post",
+                "best_deepnorm"),
+       rule_text="Deepest grid depth (6 at quick; 12 at full), learning rates swept without warm-up or clipping. Less "
+                 f"sensitive = Pre-Norm's final-loss spread over the rates is > {TOL} nats smaller than Post-Norm's, "
+                 "or fewer Pre-Norm runs failed. Smoother = Pre-Norm's mean roughness (climb-back per unit of descent "
+                 f"of the smoothed curve; 2 for a NaN run) is > {TOL} lower. Supported if both on every seed, nuanced "
+                 f"if one on every seed, refuted if neither on any seed and Pre-Norm is rougher by > {TOL} on every "
+                 "seed; otherwise inconclusive.")
 def _c44(ms):
     depth = setting(ms, "depth_deep")
     less_sensitive = [a + TOL < b or fa < fb for a, b, fa, fb in
@@ -296,8 +257,7 @@ def _c44(ms):
     smoother = [a + TOL < b for a, b in per_seed(ms, "rough_pre", "rough_post")]
     rougher = [a > b + TOL for a, b in per_seed(ms, "rough_pre", "rough_post")]
     nums_en = (f"{depth} layers, no warm-up, {fmt_count(ms['n_lrs'])} learning rates. Final-loss spread over the "
-               "rates: "
-               f"Pre-Norm {ms['lr_spread_pre'].fmt()}, Post-Norm {ms['lr_spread_post'].fmt()}, DeepNorm "
+               f"rates: Pre-Norm {ms['lr_spread_pre'].fmt()}, Post-Norm {ms['lr_spread_post'].fmt()}, DeepNorm "
                f"{ms['lr_spread_deepnorm'].fmt()}; failed runs {ms['failed_pre'].fmt()}, {ms['failed_post'].fmt()}, "
                f"{ms['failed_deepnorm'].fmt()}. Roughness (how much the smoothed curve climbs back per unit of "
                f"descent, mean over rates): Pre {ms['rough_pre'].fmt()}, Post {ms['rough_post'].fmt()}, DeepNorm "
@@ -305,8 +265,8 @@ def _c44(ms):
     nums_zh = (f"{depth} 层、无 warm-up、{fmt_count(ms['n_lrs'])} 个学习率。各学习率最终 loss 的极差：Pre-Norm "
                f"{ms['lr_spread_pre'].fmt()}，Post-Norm {ms['lr_spread_post'].fmt()}，DeepNorm "
                f"{ms['lr_spread_deepnorm'].fmt()}；失败次数 {ms['failed_pre'].fmt()}、{ms['failed_post'].fmt()}、"
-               f"{ms['failed_deepnorm'].fmt()}。粗糙度（平滑后的曲线每下降一单位又回升多少，各学习率平均）："
-               f"Pre {ms['rough_pre'].fmt()}，Post {ms['rough_post'].fmt()}，DeepNorm {ms['rough_deepnorm'].fmt()}。")
+               f"{ms['failed_deepnorm'].fmt()}。粗糙度（平滑后的曲线每下降一单位又回升多少，各学习率平均）：Pre "
+               f"{ms['rough_pre'].fmt()}，Post {ms['rough_post'].fmt()}，DeepNorm {ms['rough_deepnorm'].fmt()}。")
     if all(less_sensitive) and all(smoother):
         return Verdict("supported", nums_en, nums_zh)
     if all(less_sensitive) or all(smoother):
@@ -320,23 +280,11 @@ def _c44(ms):
                    nums_zh + "各种子结论不一致，或差异在容差之内。")
 
 
-claim("C44-pre-norm-smoother", section="§4.3",
-      zh="我在自己尝试6层和12层Transformer时明显体会到差异Pre-Norm版本训练曲线平滑很多初始阶段loss下降更稳定对学习率也"
-         "不那么敏感",
-      en="At 6 and 12 layers Pre-Norm trains more smoothly and is less sensitive to the learning rate.",
-      experiment="norm-depth-grid",
-      metrics=("depth_deep", "n_lrs", "lr_spread_pre", "lr_spread_post", "lr_spread_deepnorm", "failed_pre",
-               "failed_post", "failed_deepnorm", "rough_pre", "rough_post", "rough_deepnorm", "best_pre", "best_post",
-               "best_deepnorm"),
-      rule=_c44,
-      rule_text="Deepest grid depth (6 at quick; 12 at full), learning rates swept without warm-up or clipping. Less "
-                f"sensitive = Pre-Norm's final-loss spread over the rates is > {TOL} nats smaller than Post-Norm's, or "
-                "fewer Pre-Norm runs failed. Smoother = Pre-Norm's mean roughness (climb-back per unit of descent of "
-                f"the smoothed curve; 2 for a NaN run) is > {TOL} lower. Supported if both on every seed, nuanced if "
-                f"one on every seed, refuted if neither on any seed and Pre-Norm is rougher by > {TOL} on every seed; "
-                "otherwise inconclusive.")
-
-
+@claim("C45-pre-norm-de-facto", experiment="norm-depth-grid",
+       metrics=("failed_pre", "failed_post", "lr_spread_pre", "lr_spread_post"),
+       rule_text="A fact about the literature (sources in the reason); supported if our grid also shows Pre-Norm at "
+                 f"least as robust as Post-Norm (no more failed runs, spread over learning rates not larger by > {TOL} "
+                 "nats) on every seed, nuanced otherwise, naming which of the two failed.")
 def _c45(ms):
     lit_en = ("From the sources: the 2017 paper and BERT used Post-Norm; GPT-2 (Radford et al. 2019) moved the norm to "
               "the input of each sub-block, and GPT-3, PaLM, LLaMA 1–3, Mistral, Qwen and DeepSeek are Pre-Norm "
@@ -351,7 +299,7 @@ def _c45(ms):
     failed = f"{ms['failed_pre'].fmt()} vs {ms['failed_post'].fmt()}"
     spread = f"{ms['lr_spread_pre'].fmt()} vs {ms['lr_spread_post'].fmt()}"
     if not any(more_failed) and not any(wider):
-        return Verdict("supported", lit_en + f" Our grid agrees with the reason: Pre-Norm failed at "
+        return Verdict("supported", lit_en + " Our grid agrees with the reason: Pre-Norm failed at "
                        f"{ms['failed_pre'].fmt()} learning rates, Post-Norm at {ms['failed_post'].fmt()}, and its "
                        f"final-loss spread over the rates was not larger by > {TOL} nats ({spread}).",
                        lit_zh + f"我们的实验与其原因一致：Pre-Norm 在 {ms['failed_pre'].fmt()} 个学习率上失败，"
@@ -373,13 +321,3 @@ def _c45(ms):
                    + " and ".join(why_en) + f"; failed runs {failed}.",
                    lit_zh + "但在我们的实验中 Pre-Norm 并不比 Post-Norm 更稳健：" + "，且".join(why_zh)
                    + f"；失败次数 {failed}。")
-
-
-claim("C45-pre-norm-de-facto", section="§4.3",
-      zh="网上对这两种方式的对比讨论已经很多实践上Pre-Norm成为事实标准是有原因的",
-      en="In practice Pre-Norm has become the de-facto standard.",
-      experiment="norm-depth-grid", metrics=("failed_pre", "failed_post", "lr_spread_pre", "lr_spread_post"),
-      rule=_c45,
-      rule_text="A fact about the literature (sources in the reason); supported if our grid also shows Pre-Norm at "
-                "least as robust as Post-Norm (no more failed runs, spread over learning rates not larger by > "
-                f"{TOL} nats) on every seed, nuanced otherwise, naming which of the two failed.")
