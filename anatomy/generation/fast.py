@@ -31,7 +31,7 @@ from torch.nn.modules import module as _module
 
 from anatomy.components import kernels
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.block import EncoderBlock
+from anatomy.components.block import TransformerBlock
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding
 from anatomy.components.ffn import FeedForward
 from anatomy.components.kv_cache import KVCache
@@ -66,13 +66,14 @@ def refusal(model: nn.Module) -> str | None:
     if getattr(model, "final_logit_softcap", None) is not None:
         return "the final logits are soft-capped (Gemma 2)"
     for i, block in enumerate(model.stack.blocks):
-        if type(block) is not EncoderBlock:
-            return f"block {i} is a {type(block).__name__}, not an EncoderBlock"
+        if not isinstance(block, TransformerBlock) or block.cross_attn is not None:
+            return f"block {i} is a {type(block).__name__}, not a self-attention TransformerBlock"
         attn, ffn = block.attn, block.ffn
         if type(attn) is not MultiHeadAttention or type(ffn) is not FeedForward:
             return f"block {i} has a replaced attention or feed-forward module"
-        if attn.kernel not in ("auto", "sdpa"):
-            return f"block {i} asks for kernel={attn.kernel!r} (the flattened step always uses sdpa)"
+        if attn.kernel not in ("auto", "sdpa") or attn.kernel_args or any(
+                (attn.scale_kernel, attn.split_kernel, attn.merge_kernel)):
+            return f"block {i} asks for kernel={attn.kernel!r} or another step (the flattened step always uses sdpa)"
         if getattr(attn, "softcap", None) is not None:
             return f"block {i} soft-caps its attention logits (sdpa cannot)"
         if getattr(block, "parallel_residual", False):
