@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anatomy.components.masks import as_attention_mask, key_padding_to_attention, sliding_window_mask
+from anatomy.components.masks import as_attention_mask, causal_mask, key_padding_to_attention, sliding_window_mask
 from anatomy.shapes import check_rank
 
 
@@ -89,25 +89,30 @@ class AttentionContext:
                                                  self.positions.expand(b, -1)], dim=-1)  # (B|1, S)
         return self._key_positions
 
-    def kernel_mask(self, window: int | None, s: int, heads: int = 1) -> tuple[torch.Tensor | None, bool]:
+    def kernel_mask(self, window: int | None, s: int, heads: int = 1,
+                    fold: bool = True) -> tuple[torch.Tensor | None, bool]:
         """The ``(mask, is_causal)`` a kernel gets for ``s`` held keys in a layer with sliding ``window`` (None:
-        global): the context's mask (cut to the last ``s`` slots when a rolling cache holds fewer than it covers),
-        the band folded in (it then holds the causal rule), and the flag kept only when it means something."""
-        key = (window, s)
+        global): the context's mask (cut to the last ``s`` slots when a rolling cache holds fewer than it covers)
+        with the band, or with ``fold`` the causal rule, ANDed in; the flag stays only for a causal call with no
+        other mask (SDPA's fused causal path) or when ``fold`` is off (a fault that moves the diagonal)."""
+        key = (window, s, fold)
         hit = self._masks.get(key)
         if hit is not None:
             return hit
-        mask, is_causal = self.mask, self.is_causal
+        mask, is_causal = self.mask, self.is_causal and self.t > 1  # one query at the end of the keys sees all
         if mask is not None and mask.shape[-1] != s:
             if mask.shape[-1] > s:
                 mask = mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
             else:
                 as_attention_mask(mask, self.b, heads, self.t, s)  # raises the broadcast error
+        device = self.positions.device
         if window is not None:  # local attention: a band of key slots, causal or not
-            band = sliding_window_mask(self.t, s, window, causal=is_causal, device=self.positions.device)[None, None]
+            band = sliding_window_mask(self.t, s, window, causal=self.is_causal, device=device)[None, None]
             # ^ (1, 1, T, S), the rank every kernel mask has
-            mask, is_causal = (band if mask is None else mask & band), False
-        hit = self._masks[key] = (mask, is_causal and self.t > 1)  # one query at the end of the keys sees all
+            mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
+        elif fold and is_causal and mask is not None:
+            mask, is_causal = mask & causal_mask(self.t, s, device=device), False  # (B|1, H|1, T, S)
+        hit = self._masks[key] = (mask, is_causal)
         return hit
 
     def table(self, key: Hashable, make: Callable[[], object]) -> object:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from anatomy.components.masks import causal_mask, combine
+from anatomy.components.masks import causal_mask
 from anatomy.shapes import compute_dtype
 
 log = logging.getLogger("anatomy")
@@ -50,8 +50,12 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device) -> torch.Tensor | None:
-    """The math kernel's mask step: the caller's mask AND the (bottom-right aligned) causal mask."""
-    return combine(mask, causal_mask(t, s, device=device) if is_causal else None)
+    """The math kernel's mask step: the caller's mask AND the (bottom-right aligned) causal mask (masks are
+    checked where they are built, in components/context.py, not again per layer)."""
+    if not is_causal:
+        return mask
+    causal = causal_mask(t, s, device=device)  # (T, S)
+    return causal if mask is None else mask & causal
 
 
 def scores_of(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -236,13 +240,14 @@ class Kernel:
     split: Callable = split_heads
     merge: Callable = merge_heads
     scale: Callable = module_scale
+    fold_causal: bool = True  # take the causal rule folded into the mask (False: a fault that moves it)
 
     def scale_of(self, module) -> float:
         """The scale step: this entry's, or the one of the entry the module names in ``scale_kernel``."""
         return (self.scale if module.scale_kernel is None else entry(module.scale_kernel).scale)(module)
 
     def mask(self, module, ctx, s: int):
-        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads)
+        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal)
 
     def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
         mask, is_causal = self.mask(module, ctx, k.shape[-2])

@@ -106,7 +106,7 @@ def _add_norm_fns(add_norm: nn.Module):
 class _Layer:
     """The tensors and callables of one block, looked up once (``nn.Module`` attribute lookups are slow)."""
 
-    def __init__(self, block: EncoderBlock) -> None:
+    def __init__(self, block: TransformerBlock) -> None:
         attn, ffn = block.attn, block.ffn
         self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.inner_dim  # d: H·Dh
         self.scale, self.positional, self.window = attn.scale, attn.positional, attn.sliding_window

@@ -7,14 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.context import cache_seen
+from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.kv_cache import KVCache
 from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape, key_padding, make_positions
-from anatomy.models.stack import TransformerStack
 from anatomy.models.hf_api import GenerationMethods
 from anatomy.models.outputs import LMOutput
+from anatomy.models.stack import TransformerStack
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -101,8 +101,9 @@ for _entry in (
     _math(name="mask_after_softmax", fn=partial(kernels.math_attention, softmax_step=_softmax_then_zero)),
     _math(name="finite_mask_fill", fn=_finite_fill),
     _math(name="inf_fill_no_guard", fn=_finite_fill),
-    _math(name="padding_mask_on_queries", fn=partial(kernels.math_attention, mask_step=_mask_on_queries)),
-    _math(name="causal_off_by_one", fn=_causal_shifted),
+    _math(name="padding_mask_on_queries", fn=partial(kernels.math_attention, mask_step=_mask_on_queries),
+          fold_causal=False),
+    _math(name="causal_off_by_one", fn=_causal_shifted, fold_causal=False),
 ):
     kernels.register(_entry)
 

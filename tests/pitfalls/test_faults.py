@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
-from anatomy.components import MultiHeadAttention
-from anatomy.components import kernels
+from anatomy.components import MultiHeadAttention, kernels
 
 V = 30
 
