@@ -32,6 +32,7 @@ from torch.nn.modules import module as _module
 from anatomy.components import kernels
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
+from anatomy.components.context import AttentionContext
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding
 from anatomy.components.ffn import FeedForward
 from anatomy.components.kv_cache import KVCache
@@ -109,7 +110,8 @@ class _Layer:
     def __init__(self, block: TransformerBlock) -> None:
         attn, ffn = block.attn, block.ffn
         self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.inner_dim  # d: H·Dh
-        self.scale, self.positional, self.window = attn.scale, attn.positional, attn.sliding_window
+        self.attn, self.kernel = attn, kernels.KERNELS["sdpa"]  # the registry's entry, given the module and context
+        self.scale, self.positional = attn.scale, attn.positional
         if attn.fused_qkv:
             self.qkv = (attn.qkv_proj.weight, attn.qkv_proj.bias)
             self.q = self.k = self.v = None
@@ -128,8 +130,7 @@ class _Layer:
         kv_dim = self.hkv * self.dh
         self.sizes = [self.d, kv_dim, kv_dim]
 
-    def __call__(self, x: torch.Tensor, cache: KVCache, positions: torch.Tensor,
-                 mask: torch.Tensor | None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, cache: KVCache, ctx: AttentionContext) -> torch.Tensor:
         b = x.shape[0]
         h = x if self.attn_before is None else self.attn_before(x)  # (B, D)
         if self.qkv is not None:
@@ -138,18 +139,15 @@ class _Layer:
             q, k, v = F.linear(h, *self.q), F.linear(h, *self.k), F.linear(h, *self.v)
         q = q.view(b, self.h, 1, self.dh)  # (B, H, 1, Dh)
         k = k.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
-        v = v.view(b, self.hkv, 1, self.dh)
+        v = v.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
         if self.q_norm is not None:  # QK-norm over Dh, before RoPE
             q, k = self.q_norm(q), self.k_norm(k)
         if self.positional is not None:
-            q, k = self.positional.rotate(q, k, positions, positions)
-        k, v, k_pos = cache.update(k, v, positions)  # (B, Hkv, S, Dh), (B|1, S)
-        if self.window is not None:  # the band of one query: the last W slots (a rolling cache holds about that)
-            w = min(self.window, k.shape[-2])
-            k, v, k_pos = k[..., -w:, :], v[..., -w:, :], k_pos[..., -w:]  # (B, Hkv, W, Dh), (B|1, W)
-            mask = None if mask is None else mask[..., -w:]  # (B, 1, 1, W) of the mask over every seen slot
-        bias = None if self.positional is None else self.positional.score_bias(q, positions, k_pos, self.scale)
-        out, _ = kernels.sdpa_attention(q, k, v, mask=mask, scale=self.scale, bias=bias)  # (B, H, 1, Dh)
+            q, k = self.positional.rotate_for(ctx, q, k)  # the step's RoPE table, computed once for every layer
+        k, v, k_pos = cache.update(k, v, ctx.positions)  # (B, Hkv, S, Dh), (B|1, S)
+        bias = None if self.positional is None else self.positional.score_bias_for(ctx, q, k_pos, self.scale)
+        out, _ = self.kernel(self.attn, q, k, v, ctx, bias=bias, value_bias=None,
+                             need_weights=False)  # (B, H, 1, Dh); the context's mask holds the window's band
         x = self.attn_after(x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)
         h = x if self.ffn_before is None else self.ffn_before(x)
         hidden = self.act(F.linear(h, *self.up)) if self.gate is None else (
@@ -191,10 +189,11 @@ class DecodeStep:
 
     def __call__(self, token: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b = token.shape[0]
+        ctx = self.model.stack.context(b, 1, token.device, key_padding_mask=mask, is_causal=True,
+                                       positions=positions, kv_caches=self.caches)  # once for every layer
         x = self._embed(token[:, None], positions).view(b, -1)  # (B, D)
-        attn_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
         for layer, cache in zip(self.layers, self.caches):
-            x = layer(x, cache, positions, attn_mask)
+            x = layer(x, cache, ctx)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return F.linear(x, *self.head)  # (B, V)
