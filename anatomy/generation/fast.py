@@ -1,17 +1,21 @@
 """A flattened one-token decode step for ``DecoderLM``: the modules' arithmetic, without the module machinery.
 
-Why it exists: at batch 1 a decode step of a small model is mostly not arithmetic. Each step of the module path
-makes ~60 ``nn.Module`` calls, validates every argument again, passes dozens of hook points, applies dropout
-that is a no-op in eval mode and rebuilds masks and positions per layer. For the 4-layer, d=256 benchmark model
-that is half of the step (benchmarks/decode.py). ``DecodeStep`` reads the modules' weights once and runs a step
-as a short list of tensor operations per layer:
+Why it exists: at batch 1 a decode step of a small model is mostly not arithmetic. Since the forward's
+``AttentionContext`` (components/context.py) checks the mask and computes positions and RoPE's table once per
+forward, what the module path still spends is Python: ~800 function calls per token for the 4-layer benchmark
+model (``nn.Module.__call__`` and ``__getattr__``, hook points, the norms' and Linears' wrappers), against ~160
+here; running the same block code with the module machinery stripped (plain attributes, calls straight to
+``forward``) still left it 1.26x slower than this step (docs/performance.md). ``DecodeStep`` reads the modules'
+weights once and runs a step as a short list of tensor operations per layer, sharing the model's context (one per
+step, built by ``model.stack.context``) and the kernel registry's ``sdpa`` entry:
 
     x (B, D)  --norm--> h --qkv--> q (B,H,1,Dh), k, v (B,Hkv,1,Dh) --QK-norm--> --rotate (RoPE)--> write k, v
-              into the cache --sdpa over the cache (B,H,1,S), or its last W slots with a sliding window-->
+              into the cache --sdpa over the cache (B,H,1,S), the window band in the context's mask-->
               (B,H,1,Dh) --> (B, H·Dh) --o_proj--> + x --norm--> FFN --> + x
 
-It calls the same functions the modules call (the norm modules' ``forward``, the positional scheme's ``rotate`` /
-``score_bias``, ``kernels.sdpa_attention``, the FFN activation, ``F.linear`` with the same weights), so it gives
+It calls the same functions the modules call (the norm modules' ``forward``, the positional scheme's ``rotate_for``
+/ ``score_bias_for`` with the step's context, the registry's ``sdpa`` entry with the context's mask and window
+band, the FFN activation, ``F.linear`` with the same weights), so it gives
 the module path's numbers: tests/generation/test_fast.py holds the logits equal to the module path within float
 round-off and the greedy tokens identical for every preset it accepts, batched and left-padded.
 
