@@ -15,6 +15,6 @@ from anatomy.components.positional import POSITIONAL
 __all__ = [
     "ACTIVATION_NAMES", "NORMS", "PLACEMENTS", "POSITIONAL", "AddNorm", "AttentionContext", "DecoderBlock",
     "EncoderBlock", "FeedForward", "HookPoint", "KVCache", "LayerNorm", "MultiHeadAttention", "RMSNorm",
-    "TokenBatchNorm", "TokenEmbedding", "TransformerBlock", "build_context", "deepnorm_constants", "default_d_ff", "kernels",
-    "make_lm_head", "masks",
+    "TokenBatchNorm", "TokenEmbedding", "TransformerBlock", "build_context", "deepnorm_constants", "default_d_ff",
+    "kernels", "make_lm_head", "masks",
 ]
