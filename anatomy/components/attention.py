@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from anatomy.components import kernels
-from anatomy.components.context import AttentionContext, build_context
+from anatomy.components.context import AttentionContext, build_context, cache_seen
 from anatomy.components.hook_point import HookPoint, hooked
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.norms import TokenBatchNorm, norm_class
@@ -166,7 +166,7 @@ class MultiHeadAttention(nn.Module):
             return build_context(b=b, t=t, s=s, heads=self.n_heads, device=x.device, positions=positions,
                                  key_padding_mask=key_padding_mask, attn_mask=mask, is_causal=is_causal, cross=True,
                                  bias=attn_bias)
-        past = 0 if kv_cache is None else kv_cache.seen  # positions continue after every cached entry
+        past = cache_seen(None if kv_cache is None else [kv_cache])  # positions continue after every cached entry
         return build_context(b=b, t=t, s=past + t, heads=self.n_heads, device=x.device, past=past,
                              positions=positions, key_padding_mask=key_padding_mask, attn_mask=mask,
                              is_causal=is_causal, bias=attn_bias,
