@@ -250,15 +250,17 @@ class Kernel:
         return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal)
 
     def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
-        mask, is_causal = self.mask(module, ctx, k.shape[-2])
-        extra = dict(module.kernel_args if args is None else args)
+        mask, is_causal = ctx.kernel_mask(None if ctx.cross else module.sliding_window, k.shape[-2], module.n_heads,
+                                          self.fold_causal)
+        args = module.kernel_args if args is None else args
+        extra = dict(args) if args else {}
         if self.returns_weights:
             extra["score_hook"], extra["weight_hook"] = module.hook_scores, module.hook_weights
         if module.softcap is not None:  # passed only when set: kernels registered elsewhere need not know it
             extra["softcap"] = module.softcap
-        return self.fn(q, k, v, mask=mask, is_causal=is_causal, scale=self.scale_of(module), bias=bias,
-                       value_bias=value_bias, dropout_p=module.dropout if module.training else 0.0,
-                       need_weights=need_weights, **extra)
+        scale = module.scale if module.scale_kernel is None and self.scale is module_scale else self.scale_of(module)
+        return self.fn(q, k, v, mask=mask, is_causal=is_causal, scale=scale, bias=bias, value_bias=value_bias,
+                       dropout_p=module.dropout if module.training else 0.0, need_weights=need_weights, **extra)
 
 
 def _head_rows(x: torch.Tensor | None, heads: list[int]) -> torch.Tensor | None:
@@ -323,6 +325,8 @@ def entry(name: str) -> Kernel:
 def steps(module, kernel: Kernel) -> tuple[Callable, Callable]:
     """The ``(split, merge)`` steps ``module`` runs with ``kernel``: the kernel's own, unless the module names
     another entry in ``split_kernel`` / ``merge_kernel`` (how a split or merge fault is selected)."""
+    if module.split_kernel is None and module.merge_kernel is None:
+        return kernel.split, kernel.merge
     split = kernel.split if module.split_kernel is None else entry(module.split_kernel).split
     merge = kernel.merge if module.merge_kernel is None else entry(module.merge_kernel).merge
     return split, merge
@@ -340,8 +344,10 @@ _said: set[str] = set()
 def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "",
             softcap: bool = False) -> Kernel:
     """Pick the kernel for one call. ``auto`` → ``sdpa`` unless weights/hooks/value term/soft-cap need ``math``."""
-    if name == "auto" and not (need_weights or hooked or value_bias or softcap):  # the usual call, decided at once
-        return KERNELS["sdpa"]
+    if not (need_weights or hooked or value_bias or softcap):  # the usual call, decided at once
+        hit = KERNELS.get("sdpa" if name == "auto" else name)
+        if hit is not None:
+            return hit
     if name == "auto":
         reasons = [r for r, on in (("weights were requested", need_weights),
                                    ("a score/weight hook is attached", hooked),
