@@ -3,7 +3,8 @@
 from anatomy.components import kernels, masks
 from anatomy.components.add_norm import PLACEMENTS, AddNorm, deepnorm_constants
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.block import DecoderBlock, EncoderBlock
+from anatomy.components.block import DecoderBlock, EncoderBlock, TransformerBlock
+from anatomy.components.context import AttentionContext, build_context
 from anatomy.components.embedding import TokenEmbedding, make_lm_head
 from anatomy.components.ffn import ACTIVATION_NAMES, FeedForward, default_d_ff
 from anatomy.components.hook_point import HookPoint
@@ -12,7 +13,8 @@ from anatomy.components.norms import NORMS, LayerNorm, RMSNorm, TokenBatchNorm
 from anatomy.components.positional import POSITIONAL
 
 __all__ = [
-    "ACTIVATION_NAMES", "NORMS", "PLACEMENTS", "POSITIONAL", "AddNorm", "DecoderBlock", "EncoderBlock",
-    "FeedForward", "HookPoint", "KVCache", "LayerNorm", "MultiHeadAttention", "RMSNorm", "TokenBatchNorm",
-    "TokenEmbedding", "deepnorm_constants", "default_d_ff", "kernels", "make_lm_head", "masks",
+    "ACTIVATION_NAMES", "NORMS", "PLACEMENTS", "POSITIONAL", "AddNorm", "AttentionContext", "DecoderBlock",
+    "EncoderBlock", "FeedForward", "HookPoint", "KVCache", "LayerNorm", "MultiHeadAttention", "RMSNorm",
+    "TokenBatchNorm", "TokenEmbedding", "TransformerBlock", "build_context", "deepnorm_constants", "default_d_ff",
+    "kernels", "make_lm_head", "masks",
 ]

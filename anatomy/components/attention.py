@@ -29,18 +29,12 @@ import torch
 from torch import nn
 
 from anatomy.components import kernels
-from anatomy.components.hook_point import HookPoint
+from anatomy.components.context import AttentionContext, build_context, cache_seen
+from anatomy.components.hook_point import HookPoint, hooked
 from anatomy.components.kv_cache import KVCache
-from anatomy.components.masks import (
-    as_attention_mask,
-    check_mask_dtype,
-    combine,
-    key_padding_to_attention,
-    sliding_window_mask,
-)
 from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
-from anatomy.shapes import check_choice, check_divisible, check_hidden, check_positive, check_rank
+from anatomy.shapes import check_choice, check_divisible, check_hidden, check_positive
 
 
 class MultiHeadAttention(nn.Module):
@@ -121,8 +115,22 @@ class MultiHeadAttention(nn.Module):
             if make is TokenBatchNorm:
                 raise ValueError("qk_norm must be 'rmsnorm' or 'layernorm' (a per-token norm), got 'batchnorm'")
             self.q_norm, self.k_norm = make(self.head_dim, eps=norm_eps), make(self.head_dim, eps=norm_eps)
-        for name in ("q", "k", "v", "scores", "weights", "z", "merged", "out"):
-            setattr(self, f"hook_{name}", HookPoint())
+        # Registry entries by name (components/kernels.py): `kernel` attends, with `kernel_args` (a fault's fill, a
+        # recorder's heads); `scale_kernel`, `split_kernel`, `merge_kernel` name an entry whose scale / split /
+        # merge step replaces the attending entry's own (None: its own, the standard steps). The bug zoo selects
+        # its faults through these five public attributes (anatomy.pitfalls).
+        self.kernel_args: dict = {}
+        self.scale_kernel: str | None = None
+        self.split_kernel: str | None = None
+        self.merge_kernel: str | None = None
+        self.hook_q = HookPoint()  # (B, H, T, Dh), after QK-norm and RoPE
+        self.hook_k = HookPoint()  # (B, Hkv, S, Dh), after RoPE, holding the cache
+        self.hook_v = HookPoint()  # (B, Hkv, S, Dh)
+        self.hook_scores = HookPoint()  # (B, H, T, S), scaled, biased, before the mask (math/loop kernels)
+        self.hook_weights = HookPoint()  # (B, H, T, S), after softmax (math/loop kernels)
+        self.hook_z = HookPoint()  # (B, H, T, Dh), each head's output
+        self.hook_merged = HookPoint()  # (B, T, H·Dh), heads merged
+        self.hook_out = HookPoint()  # (B, T, D), after o_proj
 
     def _project(self, x: torch.Tensor, source: torch.Tensor):
         """``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, D)``, ``k, v (B, S, Hkv*Dh)``."""
@@ -143,15 +151,32 @@ class MultiHeadAttention(nn.Module):
         w = self.qkv_proj.weight
         return nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
 
-    def _split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+    def own_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask=None, is_causal=False,
+                    kv_cache: KVCache | None = None, positions=None, attn_bias=None,
+                    key_padding_mask=None) -> AttentionContext:
+        """The context of a standalone call (no model around it), built by the models' own ``build_context``:
+        the inputs checked, the key count ``S`` (cache included), positions after every entry the cache saw."""
+        check_hidden("x", x, self.d_model)
         b, t, _ = x.shape
-        return x.view(b, t, heads, self.head_dim).transpose(1, 2)  # (B, heads, T, Dh)
+        if context is not None:
+            check_hidden("context", context, self.d_model)
+            if context.shape[0] != b:
+                raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
+            s = len(kv_cache) if kv_cache is not None and len(kv_cache) else context.shape[1]
+            return build_context(b=b, t=t, s=s, heads=self.n_heads, device=x.device, positions=positions,
+                                 key_padding_mask=key_padding_mask, attn_mask=mask, is_causal=is_causal, cross=True,
+                                 bias=attn_bias)
+        past = cache_seen(None if kv_cache is None else [kv_cache])  # positions continue after every cached entry
+        return build_context(b=b, t=t, s=past + t, heads=self.n_heads, device=x.device, past=past,
+                             positions=positions, key_padding_mask=key_padding_mask, attn_mask=mask,
+                             is_causal=is_causal, bias=attn_bias,
+                             cache_positions=None if kv_cache is None else kv_cache.positions)
 
     def forward(
         self, x: torch.Tensor, *, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
         is_causal: bool = False, kv_cache: KVCache | None = None, need_weights: bool = False,
         positions: torch.Tensor | None = None, attn_bias: torch.Tensor | None = None,
-        key_padding_mask: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None, ctx: AttentionContext | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x: (B, T, D)`` to ``context: (B, S, D)`` (default: ``x`` itself).
 
@@ -161,94 +186,52 @@ class MultiHeadAttention(nn.Module):
         the causal mask (bottom-right aligned when a cache makes S > T). ``positions: (B|1, T)`` are the query positions
         (default: ``arange(T)`` after every entry the cache has seen). ``attn_bias`` is a float bias broadcastable to
         ``(B, H, T, S)`` computed by the stack (T5). Returns ``(output (B, T, D), weights (B, H, T, S) or None)``.
-        """
-        check_hidden("x", x, self.d_model)
-        b, t, _ = x.shape
-        cross = context is not None
-        if cross:
-            check_hidden("context", context, self.d_model)
-            if context.shape[0] != b:
-                raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
-        past = 0 if kv_cache is None or cross else kv_cache.seen  # positions continue after every cached entry
-        if positions is None:
-            positions = torch.arange(past, past + t, device=x.device)[None]  # (1, T)
-        else:
-            check_rank("positions", positions, 2, "(B|1, T)")
-            if positions.shape[-1] != t or positions.shape[0] not in (1, b):
-                raise ValueError(f"positions must have shape (B|1, T={t}), got {tuple(positions.shape)}")
 
+        Inside a model, the stack passes the forward's ``ctx`` (an :class:`AttentionContext`, checked once for every
+        layer) instead of ``mask``/``is_causal``/``positions``/``attn_bias``/``key_padding_mask``.
+        """
+        cross = context is not None
+        if ctx is None:
+            ctx = self.own_context(x, context, mask=mask, is_causal=is_causal, kv_cache=kv_cache, positions=positions,
+                                   attn_bias=attn_bias, key_padding_mask=key_padding_mask)
+        elif mask is not None or is_causal or positions is not None or attn_bias is not None \
+                or key_padding_mask is not None:
+            raise ValueError("give ctx or mask/is_causal/positions/attn_bias/key_padding_mask, not both: the "
+                             "context already holds them")
+        positional = None if cross else self.positional
+        kernel = kernels.resolve(
+            self.kernel, need_weights=need_weights, value_bias=positional is not None and positional.has_value_term,
+            hooked=hooked(self, "hook_scores") or hooked(self, "hook_weights"), where=type(self).__name__,
+            softcap=self.softcap is not None)
+        split, merge = kernels.steps(self, kernel)
         if cross and kv_cache is not None and len(kv_cache):
-            q = self._split(self._project_q(x), self.n_heads)  # (B, H, T, Dh)
+            q = split(self, self._project_q(x), self.n_heads)  # (B, H, T, Dh)
             if self.qk_norm is not None:
                 q = self.q_norm(q)
             k, v, k_pos = kv_cache.k, kv_cache.v, kv_cache.positions  # memory projected once, at step 0
         else:
             q, k, v = self._project(x, context if cross else x)
-            q = self._split(q, self.n_heads)  # (B, H, T, Dh)
-            k = self._split(k, self.n_kv_heads)  # (B, Hkv, S, Dh)
-            v = self._split(v, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            q = split(self, q, self.n_heads)  # (B, H, T, Dh)
+            k = split(self, k, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            v = split(self, v, self.n_kv_heads)  # (B, Hkv, S, Dh)
             if self.qk_norm is not None:  # over Dh, per head and token; before RoPE rotates the pairs
                 q, k = self.q_norm(q), self.k_norm(k)
-            k_pos = torch.arange(k.shape[-2], device=x.device)[None] if cross else positions
-            if self.positional is not None and not cross:
-                q, k = self.positional.rotate(q, k, positions, k_pos)
+            k_pos = ctx.key_positions if cross else ctx.positions
+            if positional is not None:
+                q, k = positional.rotate_for(ctx, q, k)
             if kv_cache is not None:
                 k, v, k_pos = kv_cache.update(k, v, k_pos)  # (B, Hkv, S, Dh)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        s = k.shape[-2]
-        if key_padding_mask is not None:
-            check_mask_dtype("key_padding_mask", key_padding_mask)
-            if tuple(key_padding_mask.shape) != (b, s):
-                raise ValueError(f"key_padding_mask must have shape (B={b}, S={s}) with True on real keys, got "
-                                 f"{tuple(key_padding_mask.shape)}")
-            padding = key_padding_to_attention(key_padding_mask)  # (B, 1, 1, S)
-            mask = padding if mask is None else combine(as_attention_mask(mask, b, self.n_heads, t, s), padding)
-        mask, is_causal = self.kernel_mask(mask, is_causal, b, t, s, cross=cross, device=x.device,
-                                           kv_cache=None if cross else kv_cache)
-
-        bias, value_bias = attn_bias, None
-        if self.positional is not None and not cross:
-            extra = self.positional.score_bias(q, positions, k_pos, self.scale)
+        bias, value_bias = ctx.bias, None
+        if positional is not None:
+            extra = positional.score_bias_for(ctx, q, k_pos, self.scale)
             if extra is not None:
                 bias = extra if bias is None else bias + extra
-            value_bias = self.positional.value_bias(positions, k_pos)
-        out, weights = self._attend(q, k, v, mask=mask, is_causal=is_causal, bias=bias, value_bias=value_bias,
-                                    need_weights=need_weights)  # (B, H, T, Dh)
-        out = self.hook_merged(self._merge(self.hook_z(out)))  # (B, T, D)
+            value_bias = positional.value_bias(ctx.positions, k_pos)
+        out, weights = kernel(self, q, k, v, ctx, bias=bias, value_bias=value_bias,
+                              need_weights=need_weights)  # (B, H, T, Dh)
+        out = self.hook_merged(merge(self, self.hook_z(out)))  # (B, T, H·Dh)
         return self.hook_out(self.o_proj(out)), weights
-
-    def kernel_mask(self, mask: torch.Tensor | None, is_causal: bool, b: int, t: int, s: int, *, cross: bool,
-                    device: torch.device, kv_cache: KVCache | None = None) -> tuple[torch.Tensor | None, bool]:
-        """The ``(mask, is_causal)`` the kernel gets for ``t`` queries and ``s`` keys: the caller's mask checked
-        and broadcast to ``(B|1, H|1, T, S)``, the sliding-window band folded in, the flag kept only when it means
-        something. (Also used by ``inspection.weights`` to recompute the weights this module computed.)"""
-        if (mask is not None and kv_cache is not None and kv_cache.window is not None
-                and mask.shape[-1] == kv_cache.seen > s):
-            mask = mask[..., -s:]  # a rolling cache holds the last S of the `seen` slots the mask covers
-        if mask is not None:
-            mask = as_attention_mask(mask, b, self.n_heads, t, s)
-        if self.sliding_window is not None and not cross:  # local attention: a band of key slots, causal or not
-            band = sliding_window_mask(t, s, self.sliding_window, causal=is_causal, device=device)[None, None]
-            # ^ (1, 1, T, S), the rank every kernel mask has
-            mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
-        return mask, is_causal and t > 1  # one query at the end of the keys sees all of them
-
-    def _attend(self, q, k, v, *, mask, is_causal, bias, value_bias, need_weights):
-        """Pick the kernel for this call and run it: ``(B, H, T, Dh)`` out, weights or ``None``."""
-        hooked = self.hook_scores.has_hooks or self.hook_weights.has_hooks
-        kernel = kernels.resolve(self.kernel, need_weights=need_weights, value_bias=value_bias is not None,
-                                 hooked=hooked, where=type(self).__name__, softcap=self.softcap is not None)
-        hooks = {"score_hook": self.hook_scores, "weight_hook": self.hook_weights} if kernel.returns_weights else {}
-        if self.softcap is not None:  # passed only when set: kernels registered elsewhere need not know the option
-            hooks["softcap"] = self.softcap
-        return kernel.fn(
-            q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias, value_bias=value_bias,
-            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights, **hooks,
-        )
-
-    def _merge(self, out: torch.Tensor) -> torch.Tensor:
-        b, _, t, _ = out.shape
-        return out.transpose(1, 2).reshape(b, t, self.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from anatomy.components.masks import causal_mask, combine
+from anatomy.components.masks import causal_mask
 from anatomy.shapes import compute_dtype
 
 log = logging.getLogger("anatomy")
@@ -49,8 +49,13 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x[:, :, None].expand(b, hkv, n_heads // hkv, s, dh).reshape(b, n_heads, s, dh)  # (B, H, S, Dh)
 
 
-def _full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device) -> torch.Tensor | None:
-    return combine(mask, causal_mask(t, s, device=device) if is_causal else None)
+def full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device) -> torch.Tensor | None:
+    """The math kernel's mask step: the caller's mask AND the (bottom-right aligned) causal mask (masks are
+    checked where they are built, in components/context.py, not again per layer)."""
+    if not is_causal:
+        return mask
+    causal = causal_mask(t, s, device=device)  # (T, S)
+    return causal if mask is None else mask & causal
 
 
 def scores_of(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -64,8 +69,9 @@ def scores_of(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
         return torch.matmul(q.float(), k.float().transpose(-2, -1)) * scale  # (..., T, S), float32
 
 
-def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-    """Softmax over the last dim in float32; hidden keys get exactly 0 and fully hidden rows are all 0."""
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The math kernel's softmax step: over the last dim in float32; hidden keys get exactly 0 and fully hidden
+    rows are all 0."""
     scores = scores.to(compute_dtype(scores.dtype))
     if mask is None:
         return scores.softmax(-1)
@@ -83,7 +89,10 @@ def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
 def math_attention(
     q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
     need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None, softcap=None,
+    mask_step: Callable = full_mask, softmax_step: Callable = masked_softmax,
 ):
+    """All heads at once. ``mask_step(mask, is_causal, t, s, device)`` and ``softmax_step(scores, mask)`` are the
+    two steps a bug-zoo fault may replace (anatomy.pitfalls); the defaults are the correct ones."""
     b, h, t, dh = q.shape
     s = k.shape[-2]
     k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dh)
@@ -94,7 +103,7 @@ def math_attention(
         scores = scores + bias
     if score_hook is not None:
         scores = score_hook(scores)
-    weights = _masked_softmax(scores, _full_mask(mask, is_causal, t, s, q.device)).to(v.dtype)  # (B, H, T, S)
+    weights = softmax_step(scores, mask_step(mask, is_causal, t, s, q.device)).to(v.dtype)  # (B, H, T, S)
     if weight_hook is not None:
         weights = weight_hook(weights)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
@@ -111,7 +120,7 @@ def loop_attention(
     """The post's description, one head at a time: for each head, its own Q_h K_h^T, softmax, and weights @ V_h."""
     b, h, t, dh = q.shape
     hkv, s = k.shape[1], k.shape[-2]
-    full = _full_mask(mask, is_causal, t, s, q.device)
+    full = full_mask(mask, is_causal, t, s, q.device)
     outs, all_weights = [], []
     for head in range(h):
         kv_head = head // (h // hkv)
@@ -121,7 +130,7 @@ def loop_attention(
         if bias is not None:
             scores = scores + bias.expand(b, h, t, s)[:, head]
         head_mask = None if full is None else full.expand(b, h, t, s)[:, head]  # (B, T, S)
-        w = _masked_softmax(scores, head_mask).to(v.dtype)  # (B, T, S)
+        w = masked_softmax(scores, head_mask).to(v.dtype)  # (B, T, S)
         all_weights.append(w)
         dropped = F.dropout(w, p=dropout_p) if dropout_p > 0 else w
         out = dropped @ v[:, kv_head]  # (B, T, Dh)
@@ -156,7 +165,7 @@ def sdpa_attention(
     t, s = q.shape[-2], k.shape[-2]
     # A purely causal square mask reaches the fused kernel as is_causal (no T x S mask materialised).
     use_flag = is_causal and mask is None and bias is None and t == s
-    full = None if use_flag else _full_mask(mask, is_causal, t, s, q.device)
+    full = None if use_flag else full_mask(mask, is_causal, t, s, q.device)
     attn_mask = full
     if bias is not None:
         attn_mask = bias.to(q.dtype)
@@ -198,12 +207,93 @@ def native_gqa(q, k, v, attn_mask, dropout_p: float, is_causal: bool) -> bool:
         return flash_could
 
 
+def split_heads(module, x: torch.Tensor, heads: int) -> torch.Tensor:
+    """The split step: ``(B, T, heads·Dh)`` → view ``(B, T, heads, Dh)`` → transpose ``(B, heads, T, Dh)``."""
+    b, t, _ = x.shape
+    return x.view(b, t, heads, module.head_dim).transpose(1, 2)  # (B, H, T, Dh)
+
+
+def merge_heads(module, out: torch.Tensor) -> torch.Tensor:
+    """The merge step: ``(B, H, T, Dh)`` → transpose back ``(B, T, H, Dh)`` → ``(B, T, H·Dh)``."""
+    b, _, t, _ = out.shape
+    return out.transpose(1, 2).reshape(b, t, module.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
+
+
+def module_scale(module) -> float:
+    """The scale step: the module's ``scale`` (``1/sqrt(Dh)`` unless set)."""
+    return module.scale
+
+
 @dataclass(frozen=True)
 class Kernel:
+    """A registry entry. ``fn(q, k, v, *, mask, is_causal, scale, bias, value_bias, dropout_p, need_weights, ...)``
+    is the arithmetic; ``split``, ``merge`` and ``scale`` are the named steps around it (the standard ones by
+    default, so a fault such as ``split_without_transpose`` is an entry with one step changed). The capability
+    flags say what ``auto`` and the error messages need to know. Calling an entry runs it for one attention module
+    and the forward's context: the module gives the scale, dropout, soft-cap, hooks and ``kernel_args``, the
+    context the mask for this layer's window and key count."""
+
     name: str
     fn: Callable
     returns_weights: bool
     supports_value_bias: bool
+    split: Callable = split_heads
+    merge: Callable = merge_heads
+    scale: Callable = module_scale
+    fold_causal: bool = True  # take the causal rule folded into the mask (False: a fault that moves it)
+
+    def scale_of(self, module) -> float:
+        """The scale step: this entry's, or the one of the entry the module names in ``scale_kernel``."""
+        return (self.scale if module.scale_kernel is None else entry(module.scale_kernel).scale)(module)
+
+    def mask(self, module, ctx, s: int):
+        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal)
+
+    def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
+        mask, is_causal = ctx.kernel_mask(None if ctx.cross else module.sliding_window, k.shape[-2], module.n_heads,
+                                          self.fold_causal)
+        args = module.kernel_args if args is None else args
+        extra = dict(args) if args else {}
+        if self.returns_weights:
+            extra["score_hook"], extra["weight_hook"] = module.hook_scores, module.hook_weights
+        if module.softcap is not None:  # passed only when set: kernels registered elsewhere need not know it
+            extra["softcap"] = module.softcap
+        scale = module.scale if module.scale_kernel is None and self.scale is module_scale else self.scale_of(module)
+        return self.fn(q, k, v, mask=mask, is_causal=is_causal, scale=scale, bias=bias, value_bias=value_bias,
+                       dropout_p=module.dropout if module.training else 0.0, need_weights=need_weights, **extra)
+
+
+def _head_rows(x: torch.Tensor | None, heads: list[int]) -> torch.Tensor | None:
+    """Keep ``heads`` on dim 1 of a tensor broadcastable to ``(B, H, T, S)`` (size-1 head dims broadcast)."""
+    return x if x is None or x.shape[1] == 1 else x[:, heads]
+
+
+@dataclass(frozen=True)
+class RecordingKernel(Kernel):
+    """``record``: the weights of chosen heads from what the kernel receives, then the module's own kernel.
+
+    ``module.kernel_args`` holds ``inner`` (the kernel name it replaced), ``inner_args`` (that kernel's
+    arguments), ``heads`` (query heads) and ``sink(module, weights (B, len(heads), T, S), cross)``. The weights are
+    the math kernel's ``softmax(q k^T * scale + bias, masked)`` on exactly the q, k, mask and bias the call has,
+    with the inner kernel's scale step; the output is the inner kernel's (SDPA under ``auto``): what runs is
+    unchanged (``anatomy.inspection.weights.attention_weights``)."""
+
+    def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
+        args = module.kernel_args if args is None else args
+        inner = resolve(args["inner"], need_weights=need_weights, value_bias=value_bias is not None,
+                        hooked=module.hook_scores.has_hooks or module.hook_weights.has_hooks,
+                        where=type(module).__name__, softcap=module.softcap is not None)
+        heads = args["heads"]
+        mask, is_causal = self.mask(module, ctx, k.shape[-2])
+        with torch.no_grad():
+            k_sel = repeat_kv(k, q.shape[1])[:, heads]  # (B, h, S, Dh)
+            _, weights = math_attention(
+                q[:, heads], k_sel, k_sel, mask=_head_rows(mask, heads), is_causal=is_causal,
+                scale=inner.scale_of(module), bias=_head_rows(bias, heads), need_weights=True,
+                **({"softcap": module.softcap} if module.softcap is not None else {}))  # output discarded
+        args["sink"](module, weights, ctx.cross)
+        return inner(module, q, k, v, ctx, bias=bias, value_bias=value_bias, need_weights=need_weights,
+                     args=args["inner_args"])
 
 
 KERNELS: dict[str, Kernel] = {
@@ -211,7 +301,42 @@ KERNELS: dict[str, Kernel] = {
     "math": Kernel("math", math_attention, returns_weights=True, supports_value_bias=True),
     "sdpa": Kernel("sdpa", sdpa_attention, returns_weights=False, supports_value_bias=False),
 }
-KERNEL_NAMES = (*KERNELS, "auto")
+KERNEL_NAMES = (*KERNELS, "auto")  # the names a user chooses; faults and the recorder register more entries
+
+
+def _inner(module) -> Kernel:
+    """The entry a recorder wraps (its split and merge steps are the ones that run)."""
+    return KERNELS.get(module.kernel_args["inner"], KERNELS["math"])  # "auto": the standard steps
+
+
+KERNELS["record"] = RecordingKernel(
+    "record", math_attention, returns_weights=True, supports_value_bias=True,
+    split=lambda module, x, heads: _inner(module).split(module, x, heads),
+    merge=lambda module, out: _inner(module).merge(module, out))
+
+
+def entry(name: str) -> Kernel:
+    """The registry entry ``name`` (one line naming the valid ones otherwise)."""
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel {name!r}; valid names: {', '.join(KERNEL_NAMES)}")
+    return KERNELS[name]
+
+
+def steps(module, kernel: Kernel) -> tuple[Callable, Callable]:
+    """The ``(split, merge)`` steps ``module`` runs with ``kernel``: the kernel's own, unless the module names
+    another entry in ``split_kernel`` / ``merge_kernel`` (how a split or merge fault is selected)."""
+    if module.split_kernel is None and module.merge_kernel is None:
+        return kernel.split, kernel.merge
+    split = kernel.split if module.split_kernel is None else entry(module.split_kernel).split
+    merge = kernel.merge if module.merge_kernel is None else entry(module.merge_kernel).merge
+    return split, merge
+
+
+def register(kernel: Kernel) -> Kernel:
+    """Add an entry (the bug zoo's faults register theirs); ``resolve`` then finds it by name."""
+    KERNELS[kernel.name] = kernel
+    return kernel
+
 
 _said: set[str] = set()
 
@@ -219,8 +344,10 @@ _said: set[str] = set()
 def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "",
             softcap: bool = False) -> Kernel:
     """Pick the kernel for one call. ``auto`` → ``sdpa`` unless weights/hooks/value term/soft-cap need ``math``."""
-    if name == "auto" and not (need_weights or hooked or value_bias or softcap):  # the usual call, decided at once
-        return KERNELS["sdpa"]
+    if not (need_weights or hooked or value_bias or softcap):  # the usual call, decided at once
+        hit = KERNELS.get("sdpa" if name == "auto" else name)
+        if hit is not None:
+            return hit
     if name == "auto":
         reasons = [r for r, on in (("weights were requested", need_weights),
                                    ("a score/weight hook is attached", hooked),

@@ -70,10 +70,10 @@ def padding_mask_from_ids(ids: torch.Tensor, pad_id: int) -> torch.Tensor:
     return ids != pad_id  # (B, S)
 
 
-def key_padding_to_attention(mask: torch.Tensor) -> torch.Tensor:
+def key_padding_to_attention(mask: torch.Tensor, name: str = "mask") -> torch.Tensor:
     """``(B, S)`` key-padding mask → ``(B, 1, 1, S)`` so it broadcasts over heads and queries."""
-    check_mask_dtype("mask", mask)
-    check_rank("mask", mask, 2, "(B, S)")
+    check_mask_dtype(name, mask)
+    check_rank(name, mask, 2, "(B, S)")
     return mask[:, None, None, :]  # (B, 1, 1, S)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from anatomy.components.context import cache_seen
 from anatomy.generation.fast import DecodeStep, refusal
 from anatomy.models.cache import ModelCache
 from anatomy.models.common import make_positions
@@ -50,7 +51,7 @@ class CachedDecoding:
                              kv_caches=self.caches, use_cache=True)
             return out.logits[:, -1]  # (B, V)
         if self.flat is not None and ids.shape[1] == 1:
-            positions = make_positions(self.mask, 1, self.caches[0].seen, ids.device)  # (B|1, 1)
+            positions = make_positions(self.mask, 1, cache_seen(self.caches), ids.device)  # (B|1, 1)
             return self.flat(ids[:, 0], positions, self.mask)  # (B, V)
         return self.model(ids, self.mask, kv_caches=self.caches, use_cache=True).logits[:, -1]  # (B, V)
 

@@ -1,17 +1,21 @@
 """A flattened one-token decode step for ``DecoderLM``: the modules' arithmetic, without the module machinery.
 
-Why it exists: at batch 1 a decode step of a small model is mostly not arithmetic. Each step of the module path
-makes ~60 ``nn.Module`` calls, validates every argument again, passes dozens of hook points, applies dropout
-that is a no-op in eval mode and rebuilds masks and positions per layer. For the 4-layer, d=256 benchmark model
-that is half of the step (benchmarks/decode.py). ``DecodeStep`` reads the modules' weights once and runs a step
-as a short list of tensor operations per layer:
+Why it exists: at batch 1 a decode step of a small model is mostly not arithmetic. Since the forward's
+``AttentionContext`` (components/context.py) checks the mask and computes positions and RoPE's table once per
+forward, what the module path still spends is Python: ~800 function calls per token for the 4-layer benchmark
+model (``nn.Module.__call__`` and ``__getattr__``, hook points, the norms' and Linears' wrappers), against ~160
+here; running the same block code with the module machinery stripped (plain attributes, calls straight to
+``forward``) still left it 1.26x slower than this step (docs/performance.md). ``DecodeStep`` reads the modules'
+weights once and runs a step as a short list of tensor operations per layer, sharing the model's context (one per
+step, built by ``model.stack.context``) and the kernel registry's ``sdpa`` entry:
 
     x (B, D)  --norm--> h --qkv--> q (B,H,1,Dh), k, v (B,Hkv,1,Dh) --QK-norm--> --rotate (RoPE)--> write k, v
-              into the cache --sdpa over the cache (B,H,1,S), or its last W slots with a sliding window-->
+              into the cache --sdpa over the cache (B,H,1,S), the window band in the context's mask-->
               (B,H,1,Dh) --> (B, H·Dh) --o_proj--> + x --norm--> FFN --> + x
 
-It calls the same functions the modules call (the norm modules' ``forward``, the positional scheme's ``rotate`` /
-``score_bias``, ``kernels.sdpa_attention``, the FFN activation, ``F.linear`` with the same weights), so it gives
+It calls the same functions the modules call (the norm modules' ``forward``, the positional scheme's ``rotate_for``
+/ ``score_bias_for`` with the step's context, the registry's ``sdpa`` entry with the context's mask and window
+band, the FFN activation, ``F.linear`` with the same weights), so it gives
 the module path's numbers: tests/generation/test_fast.py holds the logits equal to the module path within float
 round-off and the greedy tokens identical for every preset it accepts, batched and left-padded.
 
@@ -31,7 +35,8 @@ from torch.nn.modules import module as _module
 
 from anatomy.components import kernels
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.block import EncoderBlock
+from anatomy.components.block import TransformerBlock
+from anatomy.components.context import AttentionContext
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding
 from anatomy.components.ffn import FeedForward
 from anatomy.components.kv_cache import KVCache
@@ -66,13 +71,14 @@ def refusal(model: nn.Module) -> str | None:
     if getattr(model, "final_logit_softcap", None) is not None:
         return "the final logits are soft-capped (Gemma 2)"
     for i, block in enumerate(model.stack.blocks):
-        if type(block) is not EncoderBlock:
-            return f"block {i} is a {type(block).__name__}, not an EncoderBlock"
+        if not isinstance(block, TransformerBlock) or block.cross_attn is not None:
+            return f"block {i} is a {type(block).__name__}, not a self-attention TransformerBlock"
         attn, ffn = block.attn, block.ffn
         if type(attn) is not MultiHeadAttention or type(ffn) is not FeedForward:
             return f"block {i} has a replaced attention or feed-forward module"
-        if attn.kernel not in ("auto", "sdpa"):
-            return f"block {i} asks for kernel={attn.kernel!r} (the flattened step always uses sdpa)"
+        if attn.kernel not in ("auto", "sdpa") or attn.kernel_args or any(
+                (attn.scale_kernel, attn.split_kernel, attn.merge_kernel)):
+            return f"block {i} asks for kernel={attn.kernel!r} or another step (the flattened step always uses sdpa)"
         if getattr(attn, "softcap", None) is not None:
             return f"block {i} soft-caps its attention logits (sdpa cannot)"
         if getattr(block, "parallel_residual", False):
@@ -105,10 +111,11 @@ def _add_norm_fns(add_norm: nn.Module):
 class _Layer:
     """The tensors and callables of one block, looked up once (``nn.Module`` attribute lookups are slow)."""
 
-    def __init__(self, block: EncoderBlock) -> None:
+    def __init__(self, block: TransformerBlock) -> None:
         attn, ffn = block.attn, block.ffn
         self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.inner_dim  # d: H·Dh
-        self.scale, self.positional, self.window = attn.scale, attn.positional, attn.sliding_window
+        self.attn, self.kernel = attn, kernels.KERNELS["sdpa"]  # the registry's entry, given the module and context
+        self.scale, self.positional = attn.scale, attn.positional
         if attn.fused_qkv:
             self.qkv = (attn.qkv_proj.weight, attn.qkv_proj.bias)
             self.q = self.k = self.v = None
@@ -127,8 +134,7 @@ class _Layer:
         kv_dim = self.hkv * self.dh
         self.sizes = [self.d, kv_dim, kv_dim]
 
-    def __call__(self, x: torch.Tensor, cache: KVCache, positions: torch.Tensor,
-                 mask: torch.Tensor | None) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, cache: KVCache, ctx: AttentionContext) -> torch.Tensor:
         b = x.shape[0]
         h = x if self.attn_before is None else self.attn_before(x)  # (B, D)
         if self.qkv is not None:
@@ -137,18 +143,15 @@ class _Layer:
             q, k, v = F.linear(h, *self.q), F.linear(h, *self.k), F.linear(h, *self.v)
         q = q.view(b, self.h, 1, self.dh)  # (B, H, 1, Dh)
         k = k.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
-        v = v.view(b, self.hkv, 1, self.dh)
+        v = v.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
         if self.q_norm is not None:  # QK-norm over Dh, before RoPE
             q, k = self.q_norm(q), self.k_norm(k)
         if self.positional is not None:
-            q, k = self.positional.rotate(q, k, positions, positions)
-        k, v, k_pos = cache.update(k, v, positions)  # (B, Hkv, S, Dh), (B|1, S)
-        if self.window is not None:  # the band of one query: the last W slots (a rolling cache holds about that)
-            w = min(self.window, k.shape[-2])
-            k, v, k_pos = k[..., -w:, :], v[..., -w:, :], k_pos[..., -w:]  # (B, Hkv, W, Dh), (B|1, W)
-            mask = None if mask is None else mask[..., -w:]  # (B, 1, 1, W) of the mask over every seen slot
-        bias = None if self.positional is None else self.positional.score_bias(q, positions, k_pos, self.scale)
-        out, _ = kernels.sdpa_attention(q, k, v, mask=mask, scale=self.scale, bias=bias)  # (B, H, 1, Dh)
+            q, k = self.positional.rotate_for(ctx, q, k)  # the step's RoPE table, computed once for every layer
+        k, v, k_pos = cache.update(k, v, ctx.positions)  # (B, Hkv, S, Dh), (B|1, S)
+        bias = None if self.positional is None else self.positional.score_bias_for(ctx, q, k_pos, self.scale)
+        out, _ = self.kernel(self.attn, q, k, v, ctx, bias=bias, value_bias=None,
+                             need_weights=False)  # (B, H, 1, Dh); the context's mask holds the window's band
         x = self.attn_after(x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)
         h = x if self.ffn_before is None else self.ffn_before(x)
         hidden = self.act(F.linear(h, *self.up)) if self.gate is None else (
@@ -190,10 +193,11 @@ class DecodeStep:
 
     def __call__(self, token: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b = token.shape[0]
+        ctx = self.model.stack.context(b, 1, token.device, key_padding_mask=mask, is_causal=True,
+                                       positions=positions, kv_caches=self.caches)  # once for every layer
         x = self._embed(token[:, None], positions).view(b, -1)  # (B, D)
-        attn_mask = None if mask is None else mask[:, None, None, :]  # (B, 1, 1, S), True = may attend
         for layer, cache in zip(self.layers, self.caches):
-            x = layer(x, cache, positions, attn_mask)
+            x = layer(x, cache, ctx)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return F.linear(x, *self.head)  # (B, V)

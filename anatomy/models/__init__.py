@@ -8,8 +8,10 @@ from anatomy.models.encoder import Encoder, EncoderStack
 from anatomy.models.lm import DecoderLM
 from anatomy.models.outputs import ClassifierOutput, EncoderOutput, LMOutput, ModelOutput, Seq2SeqOutput
 from anatomy.models.seq2seq import EncoderDecoderStack, Seq2Seq
+from anatomy.models.stack import TransformerStack
 
 __all__ = [
     "Classifier", "ClassifierOutput", "Decoder", "DecoderLM", "DecoderStack", "Encoder", "EncoderDecoderStack",
-    "EncoderOutput", "EncoderStack", "LMOutput", "ModelCache", "ModelOutput", "Seq2Seq", "Seq2SeqOutput", "build_model",
+    "EncoderOutput", "EncoderStack", "LMOutput", "ModelCache", "ModelOutput", "Seq2Seq", "Seq2SeqOutput",
+    "TransformerStack", "build_model",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from anatomy.components.masks import positions_from_mask
+from anatomy.components.context import query_positions
 from anatomy.shapes import check_rank, check_tensor
 
 
@@ -26,17 +26,9 @@ def key_padding(attention_mask: torch.Tensor | None, b: int, s: int, name: str =
 
 
 def make_positions(mask: torch.Tensor | None, t: int, past: int, device, given: torch.Tensor | None = None):
-    """Query positions ``(B|1, T)``: given ids, else counted from the mask (left padding), else ``past + arange``."""
-    if given is not None:
-        check_rank("position_ids", given, 2, "(B, T)")
-        if given.shape[-1] != t:
-            raise ValueError(f"position_ids must have T={t} columns, got shape {tuple(given.shape)}")
-        if given.is_floating_point() or given.dtype == torch.bool:
-            raise TypeError(f"position_ids must hold integers, got dtype {given.dtype}")
-        return given
-    if mask is not None:
-        return positions_from_mask(mask)[:, -t:]  # (B, T)
-    return torch.arange(past, past + t, device=device)[None]  # (1, T)
+    """Query positions ``(B|1, T)`` of a model's forward: given ids, else counted from the mask (left padding),
+    else ``past + arange`` (``components.context.query_positions``, the one place positions are defaulted)."""
+    return query_positions(t, past, device, given=given, mask=mask)
 
 
 def ids_shape(input_ids: torch.Tensor, name: str = "input_ids") -> tuple[int, int]:

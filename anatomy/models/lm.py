@@ -1,4 +1,5 @@
-"""Decoder-only language model (GPT-2, Llama): causal ``EncoderBlock``s and a (tied) output head."""
+"""Decoder-only language model (GPT-2, Llama): a causal ``TransformerStack`` of self-attention blocks and a (tied)
+output head."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.components.context import cache_seen
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.kv_cache import KVCache
 from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape, key_padding, make_positions
-from anatomy.models.encoder import EncoderStack
 from anatomy.models.hf_api import GenerationMethods
 from anatomy.models.outputs import LMOutput
+from anatomy.models.stack import TransformerStack
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -28,7 +30,7 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class DecoderLM(GenerationMethods, nn.Module):
     """``final_logit_softcap``: ``c`` or ``None``; the logits become ``c * tanh(logits / c)`` (Gemma 2)."""
 
-    def __init__(self, *, embeddings: InputEmbeddings, stack: EncoderStack, lm_head: nn.Linear,
+    def __init__(self, *, embeddings: InputEmbeddings, stack: TransformerStack, lm_head: nn.Linear,
                  final_logit_softcap: float | None = None) -> None:
         super().__init__()
         self.embeddings, self.stack, self.lm_head = embeddings, stack, lm_head
@@ -36,7 +38,7 @@ class DecoderLM(GenerationMethods, nn.Module):
 
     def new_caches(self, capacity: int | None = None) -> list[KVCache]:
         """One empty cache per block; ``capacity`` (the final length, when known) sizes their buffers once."""
-        return [KVCache(capacity, window=block.attn.sliding_window) for block in self.stack.blocks]
+        return self.stack.new_caches(capacity)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 labels: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -56,13 +58,14 @@ class DecoderLM(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, attention_mask)
-        past = kv_caches[0].seen if kv_caches else 0
+        past = cache_seen(kv_caches)
         mask = key_padding(attention_mask, b, past + t)
-        positions = make_positions(mask, t, past, input_ids.device, position_ids)
-        x = self.embeddings(input_ids, positions)  # (B, T, D)
+        ctx = self.stack.context(b, t, input_ids.device, key_padding_mask=mask, is_causal=True, kv_caches=kv_caches,
+                                 positions=make_positions(mask, t, past, input_ids.device, position_ids))
+        x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
         hidden = [] if output_hidden_states else None
-        x, weights = self.stack(x, key_padding_mask=mask, is_causal=True, positions=positions,
-                                kv_caches=kv_caches, need_weights=output_attentions, hidden_states=hidden)
+        x, weights = self.stack(x, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions,
+                                hidden_states=hidden)
         logits = self.lm_head(x)  # (B, T, V)
         if self.final_logit_softcap is not None:
             logits = torch.tanh(logits / self.final_logit_softcap) * self.final_logit_softcap

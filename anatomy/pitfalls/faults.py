@@ -10,12 +10,13 @@ from functools import partial
 import torch
 from torch import nn
 
+from anatomy.components import kernels
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.block import DecoderBlock, EncoderBlock
+from anatomy.components.block import TransformerBlock
 from anatomy.components.embedding import InputEmbeddings
+from anatomy.components.masks import combine
 from anatomy.components.norms import TokenBatchNorm
-from anatomy.pitfalls.kernels import faulty_attention
 
 Undo = Callable[[], None]
 
@@ -44,28 +45,10 @@ def _instances(root: nn.Module, cls) -> list[nn.Module]:
 
 
 # --- attention ------------------------------------------------------------------------------------------------
-
-def _faulty_attend(attn: MultiHeadAttention, **knobs):
-    def attend(q, k, v, *, mask, is_causal, bias, value_bias, need_weights):
-        return faulty_attention(
-            q, k, v, mask=mask, is_causal=is_causal, scale=attn.scale, bias=bias, value_bias=value_bias,
-            dropout_p=attn.dropout if attn.training else 0.0, need_weights=need_weights,
-            score_hook=attn.hook_scores, weight_hook=attn.hook_weights, **knobs)
-    return attend
-
-
-def attention_fault(root: nn.Module, undo: list[Undo], *, scale=None, split=None, merge=None,
-                    **knobs) -> None:
-    for attn in _instances(root, MultiHeadAttention):
-        if scale is not None:
-            _set(attn, "scale", scale(attn), undo)
-        if split is not None:
-            _set(attn, "_split", partial(split, attn), undo)
-        if merge is not None:
-            _set(attn, "_merge", partial(merge, attn), undo)
-        if knobs:
-            _set(attn, "_attend", _faulty_attend(attn, **knobs), undo)
-
+# Each attention fault is a kernel registry entry: the math kernel with one step changed (the scale, the split,
+# the merge, the mask or the softmax). A fault selects its entry by name through the module's public attributes
+# (`kernel` for the attending step, `scale_kernel` / `split_kernel` / `merge_kernel` for the others, `kernel_args`
+# for its parameters), so faults of different steps compose and two of the same step do not.
 
 def split_without_transpose(attn: MultiHeadAttention, x: torch.Tensor, heads: int) -> torch.Tensor:
     b, t, _ = x.shape
@@ -77,10 +60,67 @@ def merge_without_transpose(attn: MultiHeadAttention, out: torch.Tensor) -> torc
     return out.reshape(b, t, attn.inner_dim)  # "(B, T, D)" — but token t now holds pieces of several tokens
 
 
+def _softmax_then_zero(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    weights = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(-1)
+    return weights if mask is None else weights * mask  # rows no longer sum to 1
+
+
+def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: float, dtype: torch.dtype):
+    """Fill hidden scores with ``fill`` in the inputs' dtype (-1e9 overflows float16) and softmax, with no guard
+    for rows that see no key."""
+    compute = torch.promote_types(scores.dtype, torch.float32)
+    if mask is None:
+        return scores.to(compute).softmax(-1)
+    return scores.to(dtype).masked_fill(~mask, fill).to(compute).softmax(-1)
+
+
+def _mask_on_queries(mask, is_causal, t, s, device):
+    if mask is not None and mask.shape[-2] == 1 and s == t:
+        mask = mask.transpose(-1, -2)  # (B, 1, T, 1): hides padded *queries*, every key stays visible
+    return kernels.full_mask(mask, is_causal, t, s, device)
+
+
+def _finite_fill(q, k, v, *, fill: float = float("-inf"), **kw):
+    return kernels.math_attention(q, k, v, softmax_step=partial(_fill_no_guard, fill=fill, dtype=q.dtype), **kw)
+
+
+def _causal_shifted(q, k, v, *, causal_offset: int = 0, **kw):
+    def mask_step(mask, is_causal, t, s, device):
+        causal = torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t + causal_offset) if is_causal else None
+        return combine(mask, causal)
+
+    return kernels.math_attention(q, k, v, mask_step=mask_step, **kw)
+
+
+_math = partial(kernels.Kernel, fn=kernels.math_attention, returns_weights=True, supports_value_bias=True)
+for _entry in (
+    _math(name="no_scaling", scale=lambda attn: 1.0),
+    _math(name="scale_by_d_model", scale=lambda attn: 1.0 / math.sqrt(attn.d_model)),
+    _math(name="split_without_transpose", split=split_without_transpose),
+    _math(name="merge_wrong_transpose", merge=merge_without_transpose),
+    _math(name="mask_after_softmax", fn=partial(kernels.math_attention, softmax_step=_softmax_then_zero)),
+    _math(name="finite_mask_fill", fn=_finite_fill),
+    _math(name="inf_fill_no_guard", fn=_finite_fill),
+    _math(name="padding_mask_on_queries", fn=partial(kernels.math_attention, mask_step=_mask_on_queries),
+          fold_causal=False),
+    _math(name="causal_off_by_one", fn=_causal_shifted, fold_causal=False),
+):
+    kernels.register(_entry)
+
+
+def attention_fault(root: nn.Module, undo: list[Undo], *, step: str, name: str, **args) -> None:
+    """Select entry ``name`` for ``step`` (``kernel``, ``scale_kernel``, ``split_kernel``, ``merge_kernel``) on
+    every attention module under ``root``; the attending step also takes the fault's parameters."""
+    for attn in _instances(root, MultiHeadAttention):
+        _set(attn, step, name, undo)
+        if step == "kernel":
+            _set(attn, "kernel_args", args, undo)
+
+
 # --- blocks ---------------------------------------------------------------------------------------------------
 
 def _blocks(root: nn.Module) -> list[nn.Module]:
-    return _instances(root, (EncoderBlock, DecoderBlock))
+    return _instances(root, TransformerBlock)
 
 
 def share_norms(root: nn.Module, undo: list[Undo]) -> None:
@@ -161,7 +201,3 @@ def no_positional(root: nn.Module, undo: list[Undo]) -> None:
     for m in root.modules():
         if getattr(m, "position_bias", None) is not None:
             _set(m, "position_bias", None, undo)
-
-
-def scale_by(kind: str):
-    return (lambda attn: 1.0) if kind == "none" else (lambda attn: 1.0 / math.sqrt(attn.d_model))

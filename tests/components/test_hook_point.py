@@ -81,3 +81,19 @@ def test_dropout_is_skipped_only_where_it_is_the_identity():
     model.eval()
     with torch.no_grad():
         assert torch.equal(model(ids).logits, model(ids).logits)
+
+
+def test_hook_points_are_declared_one_per_line_with_their_shape():
+    """grep finds every hook point: one assignment per line, its shape beside it, no loop of names."""
+    import inspect
+    import re
+
+    from anatomy.components import attention, block
+
+    for module in (attention, block):
+        source = inspect.getsource(module)
+        assert 'setattr(self, f"hook_' not in source
+        lines = [ln for ln in source.splitlines() if "HookPoint()" in ln and "self.hook_" in ln]
+        assert len(lines) >= 8
+        for line in lines:
+            assert re.search(r"self\.hook_\w+ = HookPoint\(\)  # \(B, [A-Za-z·, ]+\)", line), line

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from anatomy import PRESETS, ModelConfig, build_model
-from anatomy.models import Classifier, DecoderLM, Encoder, Seq2Seq
+from anatomy.models import Classifier, DecoderLM, DecoderStack, Encoder, EncoderStack, Seq2Seq
 from anatomy.models.seq2seq import shift_right
 
 SMALL = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=None, max_seq_len=32, dropout=0.0,
@@ -301,3 +301,18 @@ def test_lm_loss_reads_the_logits_in_place_and_equals_the_shifted_copy():
     torch.testing.assert_close(new, old, rtol=1e-6, atol=0)
     torch.testing.assert_close(g_new, g_old, rtol=1e-6, atol=1e-9)
     assert torch.count_nonzero(g_new[:, -1]) == 0  # the last position predicts nothing
+
+
+def test_one_stack_class_and_one_block_class_serve_every_architecture():
+    from anatomy.components.block import DecoderBlock, EncoderBlock, TransformerBlock
+    from anatomy.models.stack import TransformerStack
+
+    assert EncoderBlock.build.__func__ is DecoderBlock.build.__func__  # one shared build
+    assert TransformerStack.forward is EncoderStack.forward is DecoderStack.forward
+    cfg = dict(vocab_size=40, d_model=16, n_heads=2, n_layers=2, max_seq_len=16)
+    for arch in ("decoder_lm", "encoder", "seq2seq"):
+        model = build_model(ModelConfig(architecture=arch, **cfg))
+        stacks = [m for m in model.modules() if isinstance(m, TransformerStack)]
+        assert stacks and all(isinstance(b, TransformerBlock) for s in stacks for b in s.blocks)
+        crossed = [s.cross for s in stacks]
+        assert crossed == ([False, True] if arch == "seq2seq" else [False])

@@ -9,9 +9,7 @@ import pytest
 import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
-from anatomy.components import MultiHeadAttention
-from anatomy.components.kernels import math_attention
-from anatomy.pitfalls.kernels import faulty_attention
+from anatomy.components import MultiHeadAttention, kernels
 
 V = 30
 
@@ -60,13 +58,30 @@ def test_registry_documents_every_fault():
         pitfalls.apply(make(), "no_scaling", factor=2)
 
 
-def test_faulty_kernel_with_default_knobs_is_the_math_kernel():
+def test_a_fault_kernel_is_the_math_kernel_with_one_step_changed():
+    """Without fully hidden rows, -inf with no guard is the math kernel exactly; a shift of 0 is the correct causal
+    mask; the scale, split and merge entries attend as math does."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 5, 8, dtype=torch.float64) for _ in range(3))
-    mask = torch.rand(2, 1, 5, 5) > 0.3
-    a, wa = faulty_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
-    b, wb = math_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
-    assert torch.equal(a, b) and torch.equal(wa, wb)
+    mask = (torch.rand(2, 1, 5, 5) > 0.3) | torch.eye(5, dtype=torch.bool)  # every row sees its own key
+    ref, w_ref = kernels.math_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
+    for name, args in [("inf_fill_no_guard", {}), ("causal_off_by_one", {"causal_offset": 0}),
+                       ("no_scaling", {}), ("split_without_transpose", {}), ("merge_wrong_transpose", {})]:
+        entry = kernels.KERNELS[name]
+        a, wa = entry.fn(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True, **args)
+        assert torch.equal(a, ref) and torch.equal(wa, w_ref), name
+    assert kernels.KERNELS["no_scaling"].scale is not kernels.module_scale
+    assert kernels.KERNELS["split_without_transpose"].split is not kernels.split_heads
+
+
+def test_faults_are_selected_by_name_and_the_private_steps_are_untouched():
+    attn = MultiHeadAttention(d_model=16, n_heads=4)
+    with pitfalls.inject(attn, "causal_off_by_one", causal_offset=2):
+        assert attn.kernel == "causal_off_by_one" and attn.kernel_args == {"causal_offset": 2}
+        assert "_split" not in vars(attn) and "_attend" not in vars(attn)
+    with pitfalls.inject(attn, "no_scaling"), pitfalls.inject(attn, "split_without_transpose"):
+        assert (attn.kernel, attn.scale_kernel, attn.split_kernel) == ("auto", "no_scaling", "split_without_transpose")
+    assert (attn.kernel, attn.kernel_args, attn.scale_kernel, attn.split_kernel) == ("auto", {}, None, None)
 
 
 @pytest.mark.parametrize("name, scale", [("no_scaling", 1.0), ("scale_by_d_model", 1 / math.sqrt(16))])

@@ -37,3 +37,9 @@ class ALiBiPositional(PositionalScheme):
     def score_bias(self, q, q_pos, k_pos, scale):
         distance = relative_distance(q_pos, k_pos).abs().float()  # (B|1, T, S)
         return -self.slopes[None, :, None, None] * distance[:, None]  # (B|1, H, T, S)
+
+    def score_bias_for(self, ctx, q, k_pos, scale):
+        """One bias per forward for every layer with as many heads and held keys (the layers' caches advance
+        together, so equal key counts mean equal key positions)."""
+        key = ("alibi", self.slopes.shape[0], tuple(k_pos.shape))
+        return ctx.table(key, lambda: self.score_bias(q, ctx.positions, k_pos, scale))

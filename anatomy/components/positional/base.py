@@ -39,6 +39,17 @@ class PositionalScheme(nn.Module):
         """``(B|1, T, S, Dh)`` term added to the values per (query, key) pair, or ``None``."""
         return None
 
+    # The attention module calls these two with the forward's AttentionContext (components/context.py); a scheme
+    # with a per-forward table (RoPE's cos/sin, ALiBi's bias) overrides them to compute it once per forward.
+    has_value_term: ClassVar[bool] = False  # value_bias returns a tensor (Shaw): a kernel must add it
+
+    def rotate_for(self, ctx, q: torch.Tensor, k: torch.Tensor):
+        """``rotate`` for the new queries and keys of one call; both sit at ``ctx.positions``."""
+        return self.rotate(q, k, ctx.positions, ctx.positions)
+
+    def score_bias_for(self, ctx, q: torch.Tensor, k_pos: torch.Tensor, scale: float):
+        return self.score_bias(q, ctx.positions, k_pos, scale)
+
 
 class NoPositional(PositionalScheme):
     """No positional information at all: the encoder is then permutation-equivariant."""

@@ -20,6 +20,7 @@ from anatomy.components.positional.base import PositionalScheme, relative_distan
 
 class ShawRelativePositional(PositionalScheme):
     site = "attention"
+    has_value_term = True
 
     def __init__(self, *, head_dim: int, max_relative_distance: int = 16) -> None:
         super().__init__()

@@ -56,18 +56,21 @@ def rope_angles(positions: torch.Tensor, head_dim: int, base: float,
     return (positions.to(dtype)[..., None] * inv_freq)[:, None]  # (B|1, 1, T, Dh/2)
 
 
-def apply_rope(x: torch.Tensor, angles: torch.Tensor, layout: str, *, scale: float = 1.0) -> torch.Tensor:
-    """Rotate ``x: (B, H, T, Dh)`` by ``angles: (B|1, 1, T, R/2)``; computed in float32, returned in x.dtype.
-
-    ``R = Dh`` rotates every dimension; a smaller ``R`` (partial rotary) rotates the first ``R`` and passes the rest
-    through. ``scale`` multiplies cos and sin (YaRN's attention factor)."""
-    rot = 2 * angles.shape[-1]
-    if rot < x.shape[-1]:
-        return torch.cat([apply_rope(x[..., :rot], angles, layout, scale=scale), x[..., rot:]], dim=-1)  # (B, H, T, Dh)
+def rope_cos_sin(angles: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``angles (B|1, 1, T, R/2)`` → ``(cos, sin)`` of the same shape, each multiplied by ``scale`` (YaRN)."""
     cos, sin = angles.cos(), angles.sin()
     if scale != 1.0:
         cos, sin = cos * scale, sin * scale
-    xf = x.to(angles.dtype)
+    return cos, sin
+
+
+def rotate_half_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Rotate ``x: (B, H, T, Dh)`` by a table ``cos, sin: (B|1, 1, T, R/2)``; computed in the table's dtype,
+    returned in x.dtype. ``R < Dh`` (partial rotary) rotates the first ``R`` dims and passes the rest through."""
+    rot = 2 * cos.shape[-1]
+    if rot < x.shape[-1]:
+        return torch.cat([rotate_half_pairs(x[..., :rot], cos, sin, layout), x[..., rot:]], dim=-1)  # (B, H, T, Dh)
+    xf = x.to(cos.dtype)
     if layout == "half":
         x1, x2 = xf.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
         out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)  # (B, H, T, Dh)
@@ -75,6 +78,14 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor, layout: str, *, scale: flo
         x1, x2 = xf[..., 0::2], xf[..., 1::2]  # (B, H, T, Dh/2) each
         out = torch.stack([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).flatten(-2)  # (B, H, T, Dh)
     return out.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, angles: torch.Tensor, layout: str, *, scale: float = 1.0) -> torch.Tensor:
+    """Rotate ``x: (B, H, T, Dh)`` by ``angles: (B|1, 1, T, R/2)``; computed in float32, returned in x.dtype.
+
+    ``R = Dh`` rotates every dimension; a smaller ``R`` (partial rotary) rotates the first ``R`` and passes the rest
+    through. ``scale`` multiplies cos and sin (YaRN's attention factor)."""
+    return rotate_half_pairs(x, *rope_cos_sin(angles, scale), layout)
 
 
 @dataclass(frozen=True)
@@ -201,19 +212,31 @@ class RotaryPositional(PositionalScheme):
                                                       length=length, dtype=dtype, device=positions.device)
         return (positions.to(dtype)[..., None] * inv_freq)[:, None], factor  # (B|1, 1, T, R/2)
 
+    def _length(self, q_pos: torch.Tensor) -> int | None:
+        """The call's length, read only by ``"dynamic"``: one for q and k of a call (the new entries)."""
+        if self.scaling is not None and self.scaling.kind == "dynamic" and q_pos.numel():
+            return int(q_pos.max()) + 1
+        return None
+
+    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype,
+                length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The table ``(cos, sin)``, each ``(B|1, 1, T, R/2)``, for ``positions (B|1, T)``."""
+        angles, scale = self.angles(positions, dtype, self._length(positions) if length is None else length)
+        return rope_cos_sin(angles, scale)
+
     def rotate(self, q, k, q_pos, k_pos):
         dtype = compute_dtype(q.dtype)
-        if self.scaling is None and self.rotary_dim == self.head_dim:  # the plain path, unchanged
-            q = apply_rope(q, rope_angles(q_pos, self.head_dim, self.base, dtype), self.layout)
-            k = apply_rope(k, rope_angles(k_pos, self.head_dim, self.base, dtype), self.layout)
-            return q, k
-        length = None
-        if self.scaling is not None and self.scaling.kind == "dynamic" and q_pos.numel():
-            length = int(q_pos.max()) + 1  # one table for q and k of this call (the new entries)
-        q_angles, q_scale = self.angles(q_pos, dtype, length)
-        k_angles, k_scale = self.angles(k_pos, dtype, length)
-        return (apply_rope(q, q_angles, self.layout, scale=q_scale),
-                apply_rope(k, k_angles, self.layout, scale=k_scale))
+        length = self._length(q_pos)
+        q_table = self.cos_sin(q_pos, dtype, length)
+        k_table = q_table if k_pos is q_pos else self.cos_sin(k_pos, dtype, length)
+        return rotate_half_pairs(q, *q_table, self.layout), rotate_half_pairs(k, *k_table, self.layout)
+
+    def rotate_for(self, ctx, q, k):
+        """Rotate with the forward's table, computed once for every layer with the same frequencies."""
+        dtype = compute_dtype(q.dtype)
+        key = ("rope", self.rotary_dim, self.base, self.scaling, self.max_seq_len, dtype)
+        cos, sin = ctx.table(key, lambda: self.cos_sin(ctx.positions, dtype))
+        return rotate_half_pairs(q, cos, sin, self.layout), rotate_half_pairs(k, cos, sin, self.layout)
 
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, base={self.base}, layout={self.layout!r}"

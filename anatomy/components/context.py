@@ -1,0 +1,151 @@
+"""``AttentionContext``: what every attention layer of one forward shares, computed once by the model.
+
+A forward of an N-layer model asks the same questions N times: where are the queries, how many keys did the cache
+already hold, which keys may each query see, what are this position's RoPE cos/sin. The answers do not depend on
+the layer, so the model (or the stack, or a standalone attention call) answers them once, in
+:func:`build_context`, and every layer reads them:
+
+    positions      (B|1, T) query positions (given, counted from a left-padded mask, or ``past + arange(T)``)
+    past           entries the self-attention cache had seen before this call (0 without a cache)
+    mask           ONE validated boolean mask ``(B|1, H|1, T, S)`` (key padding and an explicit attention mask,
+                   True = may attend), or ``None``; ``S = past + T`` for self-attention
+    is_causal      the causal rule, folded in by :meth:`AttentionContext.kernel_mask`
+    bias           a score bias shared by every layer (T5's, computed by the stack), or ``None``
+    memory         the cross-attention context of a decoder: the encoder memory's mask, ``S`` = memory length
+
+Per-layer differences stay per layer but are still computed once each: :meth:`kernel_mask` folds the causal
+rule and a layer's sliding window into the mask (and cuts it to a rolling cache's slots), memoised per
+``(window, S)``; :meth:`table` memoises per-forward tables of the positional schemes (RoPE's cos/sin, ALiBi's
+bias) under the scheme's own key, so four layers with equal schemes share one table.
+
+Layers never fill in defaults: a standalone ``MultiHeadAttention(x, mask=...)`` or block call builds its context
+through the same :func:`build_context` the models use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import torch
+
+from anatomy.components.masks import as_attention_mask, causal_mask, key_padding_to_attention, sliding_window_mask
+from anatomy.shapes import check_rank
+
+
+def query_positions(t: int, past: int, device, *, given: torch.Tensor | None = None,
+                    mask: torch.Tensor | None = None, name: str = "position_ids") -> torch.Tensor:
+    """Query positions ``(B|1, T)``, decided in this one place: ``given`` ids (checked), else counted from a
+    ``(B, S)`` key-padding ``mask`` (left padding: a padded prompt sees the positions of the prompt alone), else
+    ``past + arange(T)``."""
+    if given is not None:
+        check_rank(name, given, 2, "(B, T)")
+        if given.shape[-1] != t:
+            raise ValueError(f"{name} must have T={t} columns, got shape {tuple(given.shape)}")
+        if given.is_floating_point() or given.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integers, got dtype {given.dtype}")
+        return given
+    if mask is not None:
+        return (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -t:]  # (B, T), = masks.positions_from_mask
+    return torch.arange(past, past + t, device=device)[None]  # (1, T)
+
+
+def cache_seen(kv_caches: list | None) -> int:
+    """Entries the first layer's self-attention cache has seen (a seq2seq layer holds a ``(self, cross)`` pair)."""
+    if not kv_caches:
+        return 0
+    first = kv_caches[0]
+    return (first[0] if isinstance(first, tuple) else first).seen
+
+
+@dataclass(eq=False)
+class AttentionContext:
+    b: int
+    t: int  # queries
+    s: int  # keys: past + T for self-attention, the memory's length for cross-attention
+    positions: torch.Tensor  # (B|1, T)
+    mask: torch.Tensor | None  # (B|1, H|1, T, S), validated; no causal rule, no window
+    is_causal: bool = False
+    past: int = 0
+    cross: bool = False
+    bias: torch.Tensor | None = None  # (B|1, H, T, S), shared by every layer (T5)
+    memory: AttentionContext | None = None
+    cache_positions: torch.Tensor | None = None  # (B|1, past): key positions the cache held before this call
+    _masks: dict = field(default_factory=dict, repr=False)
+    _tables: dict = field(default_factory=dict, repr=False)
+    _key_positions: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def key_positions(self) -> torch.Tensor:
+        """``(B|1, S)``: the cached keys' positions then the queries' (self), or ``arange(S)`` (cross)."""
+        if self._key_positions is None:
+            if self.cross:
+                self._key_positions = torch.arange(self.s, device=self.positions.device)[None]  # (1, S)
+            elif not self.past or self.cache_positions is None:
+                self._key_positions = self.positions
+            else:
+                b = max(self.positions.shape[0], self.cache_positions.shape[0])
+                self._key_positions = torch.cat([self.cache_positions.expand(b, -1),
+                                                 self.positions.expand(b, -1)], dim=-1)  # (B|1, S)
+        return self._key_positions
+
+    def kernel_mask(self, window: int | None, s: int, heads: int = 1,
+                    fold: bool = True) -> tuple[torch.Tensor | None, bool]:
+        """The ``(mask, is_causal)`` a kernel gets for ``s`` held keys in a layer with sliding ``window`` (None:
+        global): the context's mask (cut to the last ``s`` slots when a rolling cache holds fewer than it covers)
+        with the band, or with ``fold`` the causal rule, ANDed in; the flag stays only for a causal call with no
+        other mask (SDPA's fused causal path) or when ``fold`` is off (a fault that moves the diagonal)."""
+        key = (window, s, fold)
+        hit = self._masks.get(key)
+        if hit is not None:
+            return hit
+        mask, is_causal = self.mask, self.is_causal and self.t > 1  # one query at the end of the keys sees all
+        if mask is not None and mask.shape[-1] != s:
+            if mask.shape[-1] > s:
+                mask = mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
+            else:
+                as_attention_mask(mask, self.b, heads, self.t, s)  # raises the broadcast error
+        device = self.positions.device
+        if window is not None:  # local attention: a band of key slots, causal or not
+            band = sliding_window_mask(self.t, s, window, causal=self.is_causal, device=device)[None, None]
+            # ^ (1, 1, T, S), the rank every kernel mask has
+            mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
+        elif fold and is_causal and mask is not None:
+            mask, is_causal = mask & causal_mask(self.t, s, device=device), False  # (B|1, H|1, T, S)
+        hit = self._masks[key] = (mask, is_causal)
+        return hit
+
+    def table(self, key: Hashable, make: Callable[[], object]) -> object:
+        """A per-forward table (RoPE's cos/sin, ALiBi's bias), made on first use and shared by every layer
+        whose scheme gives the same ``key``."""
+        hit = self._tables.get(key)
+        if hit is None:
+            hit = self._tables[key] = make()
+        return hit
+
+
+def build_context(*, b: int, t: int, s: int, heads: int, device, past: int = 0,
+                  positions: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
+                  attn_mask: torch.Tensor | None = None, is_causal: bool = False, cross: bool = False,
+                  bias: torch.Tensor | None = None, cache_positions: torch.Tensor | None = None,
+                  padding_name: str = "key_padding_mask", mask_name: str = "mask") -> AttentionContext:
+    """The one place a forward's mask is checked and built: ``key_padding_mask (B, S)`` (True on real keys) and
+    ``attn_mask`` (``(T, S)``, ``(B, T, S)`` or ``(B, 1|H, T|1, S)``) are validated and ANDed into one boolean
+    ``(B|1, H|1, T, S)`` mask; ``positions`` (default ``past + arange(T)``) are checked against ``(B|1, T)``."""
+    if positions is None:
+        positions = query_positions(t, past, device)
+    else:
+        check_rank("positions", positions, 2, "(B|1, T)")
+        if positions.shape[-1] != t or positions.shape[0] not in (1, b):
+            raise ValueError(f"positions must have shape (B|1, T={t}), got {tuple(positions.shape)}")
+    mask = None
+    if attn_mask is not None:
+        mask = as_attention_mask(attn_mask, b, heads, t, s, name=mask_name)
+    if key_padding_mask is not None:
+        padding = key_padding_to_attention(key_padding_mask, name=padding_name)  # (B, 1, 1, S)
+        if tuple(key_padding_mask.shape) != (b, s):
+            raise ValueError(f"{padding_name} must have shape (B={b}, S={s}) with True on real keys, got "
+                             f"{tuple(key_padding_mask.shape)}")
+        mask = padding if mask is None else mask & padding
+    return AttentionContext(b=b, t=t, s=s, positions=positions, mask=mask, is_causal=is_causal, past=past,
+                            cross=cross, bias=bias, cache_positions=cache_positions)

@@ -1,0 +1,95 @@
+"""One forward, one context: the mask is checked once and RoPE's table computed once, whatever the depth."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anatomy import ModelConfig, build_model
+from anatomy.components import MultiHeadAttention, masks
+from anatomy.components.context import AttentionContext, build_context
+from anatomy.components.positional.rope import RotaryPositional
+
+V = 50
+
+
+def _model(architecture: str, n_layers: int, **kw):
+    torch.manual_seed(0)
+    cfg = ModelConfig(architecture=architecture, vocab_size=V, d_model=32, n_heads=4, n_layers=n_layers,
+                      max_seq_len=32, **kw)
+    return build_model(cfg).eval()
+
+
+def _counted(monkeypatch, owner, name: str) -> list:
+    calls = []
+    real = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return calls
+
+
+IDS = torch.tensor([[3, 5, 7, 9, 11, 13], [0, 0, 8, 10, 12, 14]])
+MASK = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+
+
+@pytest.mark.parametrize("n_layers", [1, 4])
+def test_a_decoder_lm_forward_checks_its_padding_mask_once(monkeypatch, n_layers):
+    model = _model("decoder_lm", n_layers, positional="rope", norm_position="pre", norm="rmsnorm")
+    checks = _counted(monkeypatch, masks, "check_mask_dtype")
+    tables = _counted(monkeypatch, RotaryPositional, "cos_sin")
+    with torch.no_grad():
+        logits = model(IDS, MASK).logits
+    assert len(checks) == 1, "the mask is checked once per forward, not once per layer"
+    assert len(tables) == 1, "RoPE's cos/sin are computed once per forward, not once per layer"
+    assert logits.shape == (2, 6, V) and not logits.isnan().any()
+
+
+def test_a_seq2seq_forward_checks_each_of_its_three_masks_once(monkeypatch):
+    model = _model("seq2seq", 4)
+    checks = _counted(monkeypatch, masks, "check_mask_dtype")
+    with torch.no_grad():
+        model(IDS, MASK, decoder_input_ids=IDS[:, :4], decoder_attention_mask=MASK[:, :4])
+    assert len(checks) == 3  # the encoder's padding, the decoder's padding, the memory's padding: once each
+
+
+def test_cached_decoding_builds_one_table_and_one_mask_per_step(monkeypatch):
+    model = _model("decoder_lm", 4, positional="rope", sliding_window=3)
+    caches = model.new_caches()
+    with torch.no_grad():
+        model(IDS, MASK, kv_caches=caches)
+        tables = _counted(monkeypatch, RotaryPositional, "cos_sin")
+        checks = _counted(monkeypatch, masks, "check_mask_dtype")
+        step = model(IDS[:, :1], torch.cat([MASK, MASK[:, :1]], 1), kv_caches=caches).logits
+        full = model(torch.cat([IDS, IDS[:, :1]], 1), torch.cat([MASK, MASK[:, :1]], 1)).logits[:, -1:]
+    assert len(tables) == 2 and len(checks) == 2  # one per forward: the step, then the full recomputation
+    torch.testing.assert_close(step, full, atol=1e-5, rtol=0)
+
+
+def test_kernel_masks_are_built_once_per_window_and_key_count():
+    ctx = build_context(b=2, t=5, s=5, heads=4, device="cpu", key_padding_mask=MASK[:, 1:].bool(), is_causal=True)
+    a = ctx.kernel_mask(None, 5)
+    assert ctx.kernel_mask(None, 5) is a and a[1] is False  # global layers: padding AND causal, folded once
+    assert a[0][1, 0].tolist() == (torch.ones(5, 5, dtype=torch.bool).tril() & MASK[1, 1:].bool()).tolist()
+    assert ctx.kernel_mask(None, 5, fold=False)[1] is True  # a fault that moves the diagonal gets the flag
+    plain = build_context(b=2, t=5, s=5, heads=4, device="cpu", is_causal=True)
+    assert plain.kernel_mask(None, 5) == (None, True)  # no other mask: SDPA's fused causal path
+    band, flag = ctx.kernel_mask(2, 5)
+    assert flag is False and band.shape == (2, 1, 5, 5)  # the band holds the causal rule
+    assert ctx.kernel_mask(2, 5)[0] is band
+    assert band[0, 0].sum(-1).tolist() == [1, 2, 2, 2, 2]
+
+
+def test_a_standalone_call_builds_its_context_with_the_same_function_and_refuses_both_forms():
+    attn = MultiHeadAttention(d_model=16, n_heads=4)
+    x = torch.randn(2, 5, 16)
+    ctx = attn.own_context(x, is_causal=True)
+    assert isinstance(ctx, AttentionContext) and ctx.positions.tolist() == [[0, 1, 2, 3, 4]]
+    torch.testing.assert_close(attn(x, ctx=ctx)[0], attn(x, is_causal=True)[0], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="give ctx or mask"):
+        attn(x, ctx=ctx, is_causal=True)
+    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B=2, S=5\)"):
+        attn(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
