@@ -13,7 +13,7 @@ from torch import nn
 
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.block import DecoderBlock, EncoderBlock
+from anatomy.components.block import TransformerBlock
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.ffn import FeedForward
 from anatomy.shapes import fmt
@@ -132,7 +132,7 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
             label = f"{type(norms[0]).__name__} ({module.placement}-norm)"
             for norm in norms:
                 on(norm, "norm", label=label, with_input="add" if module.placement in ("post", "deepnorm") else None)
-        elif isinstance(module, (EncoderBlock, DecoderBlock)):
+        elif isinstance(module, TransformerBlock):
             if module.attn_add_norm.placement in ("pre", "sandwich"):
                 block = names[module]
                 for hook, sub in (("hook_resid_mid", "attn"), ("hook_resid_cross", "cross_attn"),

@@ -20,7 +20,7 @@ from torch import nn
 
 from anatomy.components.add_norm import AddNorm, deepnorm_constants
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.block import DecoderBlock, EncoderBlock
+from anatomy.components.block import DecoderBlock, EncoderBlock, TransformerBlock
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding, make_lm_head
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import mirror_hook_points
@@ -33,6 +33,7 @@ from anatomy.models.encoder import Encoder, EncoderStack
 from anatomy.models.init import init_weights
 from anatomy.models.lm import DecoderLM
 from anatomy.models.seq2seq import Seq2Seq
+from anatomy.models.stack import TransformerStack
 
 # ------------------------------------------------------------------------------------------------------ parts
 
@@ -102,10 +103,14 @@ def _add_norm(config: ModelConfig, alpha: float) -> AddNorm:
 
 
 def _block(config: ModelConfig, layer: int, kind: str, alpha: float) -> nn.Module:
-    """``kind="encoder"``: self-attention then FFN (also the decoder-only LM's block, run causally);
-    ``kind="decoder"``: self-attention, cross-attention to the encoder memory, FFN."""
+    """``kind="encoder"``: self-attention then FFN; ``kind="decoder_only"``: the same parts as one
+    ``TransformerBlock`` that a decoder-only LM runs causally; ``kind="decoder"``: self-attention, cross-attention
+    to the encoder memory, FFN."""
     ffn = _ffn(config)
     attn = _attention(config, layer, cross=False)
+    if kind == "decoder_only":
+        return TransformerBlock(attn=attn, ffn=ffn, attn_add_norm=_add_norm(config, alpha),
+                                ffn_add_norm=_add_norm(config, alpha), parallel_residual=config.parallel_residual)
     if kind == "encoder":
         return EncoderBlock(attn=attn, ffn=ffn, attn_add_norm=_add_norm(config, alpha),
                             ffn_add_norm=_add_norm(config, alpha), parallel_residual=config.parallel_residual)
@@ -118,7 +123,7 @@ def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *, bidir
     """``n_layers`` blocks of ``kind``, the final norm (Pre-Norm and Sandwich by default) and the stack-site
     positional bias (T5's, one table shared by the layers; bidirectional in an encoder, causal in a decoder)."""
     blocks = [_block(config, i, kind, alpha) for i in range(n_layers)]
-    stack = EncoderStack if kind == "encoder" else DecoderStack
+    stack = {"encoder": EncoderStack, "decoder_only": TransformerStack, "decoder": DecoderStack}[kind]
     return stack(blocks=blocks, final_norm=_norm(config) if config.use_final_norm else None,
                  position_bias=_positional(config, "model", bidirectional=bidirectional))
 
@@ -151,7 +156,7 @@ def _deepnorm(config: ModelConfig) -> dict[str, tuple[float, float]]:
 
 
 def _decoder_lm(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> tuple[nn.Module, dict]:
-    stack = _stack(config, "encoder", config.decoder_layers, deep["decoder"][0], bidirectional=False)
+    stack = _stack(config, "decoder_only", config.decoder_layers, deep["decoder"][0], bidirectional=False)
     model = DecoderLM(embeddings=_embeddings(config, embed_tokens), stack=stack,
                       lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
                       final_logit_softcap=config.final_logit_softcap)

@@ -223,3 +223,20 @@ def test_the_t5_preset_is_what_the_hf_converter_reads_from_t5_small():
                                              ({"d_model": 64, "output_scale": 1.0}, 1.0)])
 def test_the_t5_output_scale_follows_d_model_and_the_tied_head(overrides, scale):
     assert ModelConfig.from_preset("t5", **overrides).output_scale == pytest.approx(scale)
+
+
+def test_a_decoder_only_lm_is_built_from_a_transformer_stack_not_an_encoder():
+    """Names say what a thing is: a decoder-only LM's body is the one TransformerStack of TransformerBlocks (no
+    cross-attention), not an EncoderStack of EncoderBlocks; encoder and seq2seq keep their named forms."""
+    from anatomy.components.block import DecoderBlock, EncoderBlock, TransformerBlock
+    from anatomy.models.decoder import DecoderStack
+    from anatomy.models.encoder import EncoderStack
+    from anatomy.models.stack import TransformerStack
+
+    lm = build_model(ModelConfig(architecture="decoder_lm", d_model=32, n_heads=4, n_layers=2, vocab_size=50))
+    assert type(lm.stack) is TransformerStack and all(type(b) is TransformerBlock for b in lm.stack.blocks)
+    assert all(b.cross_attn is None for b in lm.stack.blocks)
+    s2s = build_model(ModelConfig(architecture="seq2seq", d_model=32, n_heads=4, n_layers=2, vocab_size=50))
+    assert type(s2s.encoder.stack) is EncoderStack and type(s2s.decoder.stack) is DecoderStack
+    assert all(type(b) is EncoderBlock for b in s2s.encoder.stack.blocks)
+    assert all(type(b) is DecoderBlock for b in s2s.decoder.stack.blocks)
