@@ -251,6 +251,7 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
         context.set_forkserver_preload(_PRELOAD)
     else:
         context = multiprocessing.get_context("spawn")
+    load_all()  # this process runs experiments too
     where = str(Path(out).resolve())  # the workers' current directory is the server's, not necessarily ours
     queue = list(tasks)  # longest first: whoever is free takes the head
     helpers = min(jobs, len(queue)) - 1
