@@ -50,15 +50,6 @@ def _model(torch):
     return build_model(config)
 
 
-def _best(fn, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def worker(what: str, repeat: int, new: int) -> None:
     """Build and warm up ``what`` in this process (the tree on PYTHONPATH), print where anatomy came from, then
     answer each line on stdin with one measurement: tokens/s, best of ``repeat`` calls."""
@@ -108,7 +99,9 @@ def worker(what: str, repeat: int, new: int) -> None:
             best = {k: float("inf") for k in fns}
             for _ in range(repeat):
                 for k, fn in fns.items():
-                    best[k] = min(best[k], _best(fn, 1))
+                    t0 = time.perf_counter()
+                    fn()
+                    best[k] = min(best[k], time.perf_counter() - t0)
             print(json.dumps({k: tokens / s for k, s in best.items()}), flush=True)
 
 
