@@ -45,6 +45,19 @@ def disagreements(a: Path, b: Path) -> list[str]:
     return out
 
 
+def where_the_time_went(out: Path, wall: float) -> str:
+    """One line from claims.json's ``schedule``: start-up and report writing outside the runs, and per worker
+    its busy seconds, its wait for its first run and its idle tail after its last one."""
+    doc = json.loads((out / "claims.json").read_text(encoding="utf-8"))
+    sched = doc.get("schedule")
+    if not sched:
+        return "(no schedule in claims.json)"
+    rows = ", ".join(f"{w['runs']} runs busy {w['busy_s']:.1f} s (first at {w['start_s']:.1f} s, tail "
+                     f"{w['tail_s']:.1f} s)" for w in sched["workers"])
+    return (f"outside the runs {wall - sched['wall_s']:.1f} s (process start, imports, reports); runs "
+            f"{sched['wall_s']:.1f} s, utilisation {sched['utilisation']:.3f}: {rows}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="quick", choices=("smoke", "quick", "full"))
@@ -66,6 +79,9 @@ def main() -> None:
             ratios.append(this["parallel"] / this["serial"])
             diff = disagreements(Path(tmp) / f"serial{r}", Path(tmp) / f"parallel{r}")
             print(f"  round {r + 1}: claims.json " + ("agree" if not diff else f"DISAGREE on {diff}"))
+            for name in ("serial", "parallel"):
+                print(f"  round {r + 1}: {name:8s} {where_the_time_went(Path(tmp) / f'{name}{r}', this[name])}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     print(f"serial {statistics.median(times['serial']):.1f} s, --jobs {args.jobs} "
           f"{statistics.median(times['parallel']):.1f} s: parallel / serial = {statistics.median(ratios):.2f} "
           f"(median over {args.rounds} round(s); target <= 0.5 on 2 cores)")

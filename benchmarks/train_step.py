@@ -40,6 +40,7 @@ from bare_gpt import BareGPT, shifted_targets  # noqa: E402
 
 from anatomy import ModelConfig, build_model  # noqa: E402
 from anatomy.models import lm as lm_module  # noqa: E402
+from anatomy.training.fused_loss import lm_linear_cross_entropy  # noqa: E402
 from anatomy.training.loop import make_optimizer  # noqa: E402
 from anatomy.training.options import TrainOptions  # noqa: E402
 
@@ -226,6 +227,25 @@ def _old_lm_loss(logits, labels):
                                              ignore_index=-100)
 
 
+class FusedHeadLM(torch.nn.Module):
+    """Ours with the output head and the loss fused (anatomy.training.fused_loss): the model's head replaced by
+    the identity, so its "logits" are the final hidden states, and the loss computed from them and the tied weight
+    chunk by chunk. Prototyped here (the wiring belongs in DecoderLM.forward); same loss to round-off."""
+
+    def __init__(self, model: torch.nn.Module, chunk: int = 256) -> None:
+        super().__init__()
+        self.weight = model.lm_head.weight  # tied: the embedding's parameter
+        model.lm_head = torch.nn.Identity()
+        self.model, self.chunk = model, chunk
+
+    def forward(self, input_ids, labels=None):
+        hidden = self.model(input_ids=input_ids).logits  # (B, T, D): the head is the identity
+        if labels is None:
+            return type("Out", (), {"loss": None, "logits": hidden @ self.weight.t()})  # (B, T, V)
+        loss = lm_linear_cross_entropy(hidden, self.weight, labels, chunk=self.chunk)
+        return type("Out", (), {"loss": loss, "logits": None})
+
+
 def levers(name: str, size: tuple, args) -> None:
     """Each lever switched off alone, against ours with all of them: time without / time with (> 1: it helps)."""
     threads = size[6] or args.threads or torch.get_num_threads()
@@ -260,13 +280,56 @@ def levers(name: str, size: tuple, args) -> None:
         finally:
             lm_module.lm_loss = saved
 
-    times = interleaved({"all": with_all, "adamw": no_fused, "mirror": no_mirror, "loss": no_loss_lever},
-                        args.rounds, args.repeat)
+    fused = FusedHeadLM(twin())
+    with torch.no_grad():
+        exact = twin()(input_ids=ids, labels=ids).loss.item()
+        assert abs(fused(input_ids=ids, labels=ids).loss.item() - exact) < 1e-5, "the fused loss differs"
+    fused_step = trainer(fused, lambda m: our_optimizer(m.model), "labels", ids)
+    times = interleaved({"all": with_all, "adamw": no_fused, "mirror": no_mirror, "loss": no_loss_lever,
+                         "fused_head": fused_step}, args.rounds, args.repeat)
     fwd = interleaved({"all": inferer(twin(), ids), "mirror": inferer(twin(unmirror=True), ids)},
                       args.rounds, args.repeat)
     print(f"  levers at {name} (time without / with, train step): fused AdamW {ratio(times, 'adamw', 'all'):5.3f}   "
           f"loss without the logits copy {ratio(times, 'loss', 'all'):5.3f}   submodules as plain attributes "
           f"{ratio(times, 'mirror', 'all'):5.3f} (inference {ratio(fwd, 'mirror', 'all'):5.3f})")
+    mem = {k: peak_memory(lambda s=step: [s() for _ in range(3)]) for k, step in
+           (("all", with_all), ("fused_head", fused_step))}
+    print(f"  a lever tried, not in: head + loss fused, chunks of 256 rows (time without / with) "
+          f"{ratio(times, 'all', 'fused_head'):5.3f}; peak memory of 3 steps {mem['all'] / 2**20:.1f} -> "
+          f"{mem['fused_head'] / 2**20:.1f} MiB")
+
+
+def compiled(name: str, size: tuple, args) -> None:
+    """torch.compile (inductor, default mode) of ours_exact and of the nanoGPT-style bare, beside their eager
+    selves: the compiled ratio is the honest one when both sides compile. Compile time printed."""
+    threads = size[6] or args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    models = contenders(size)
+    ids = batch(size)
+    tokens = ids.numel()
+    train, infer, took = {}, {}, {}
+    for k in ("ours_exact", "nanogpt"):
+        m, o, kind = models[k]
+        train[k], infer[k] = trainer(m, o, kind, ids), inferer(m, ids)
+        twin = contenders(size)[k][0]
+        twin.load_state_dict(m.state_dict())
+        c = torch.compile(twin)
+        train[k + "_compiled"], infer[k + "_compiled"] = trainer(c, o, kind, ids), inferer(c, ids)
+        t0 = time.perf_counter()
+        train[k + "_compiled"]()
+        infer[k + "_compiled"]()
+        took[k] = time.perf_counter() - t0
+    tr = interleaved(train, args.rounds, args.repeat)
+    inf = interleaved(infer, args.rounds, args.repeat)
+    print(f"  torch.compile at {name} ({threads} thread(s)); compile time (first train step + first forward): "
+          + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
+    for what, times in (("train step", tr), ("inference", inf)):
+        print(f"    {what:10s} tokens/s " + "  ".join(f"{k} {tokens / statistics.median(v):,.0f}" for k, v in
+                                                    times.items()))
+        print(f"               compiled vs eager: ours_exact {ratio(times, 'ours_exact', 'ours_exact_compiled'):5.3f}"
+              f"  nanogpt {ratio(times, 'nanogpt', 'nanogpt_compiled'):5.3f};  ours_exact vs nanogpt: both "
+              f"compiled {ratio(times, 'nanogpt_compiled', 'ours_exact_compiled'):5.3f}, ours compiled vs "
+              f"nanogpt eager {ratio(times, 'nanogpt', 'ours_exact_compiled'):5.3f}")
 
 
 def bf16_curves(steps: int, threads: int | None) -> None:
@@ -307,6 +370,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="all", help=f"comma-separated among {', '.join(SIZES)} (default all)")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory pass")
     parser.add_argument("--no-levers", dest="levers", action="store_false", help="skip the per-lever pass")
+    parser.add_argument("--compile", action="store_true",
+                        help="also torch.compile ours_exact and nanogpt (inductor; minutes of compiling on a CPU)")
     args = parser.parse_args()
     chosen = list(SIZES) if args.sizes == "all" else [s.strip() for s in args.sizes.split(",")]
     unknown = [s for s in chosen if s not in SIZES]
@@ -317,6 +382,8 @@ def main() -> None:
         compare(name, SIZES[name], args)
         if args.levers and name in ("lab d32 L2", "benchmark"):
             levers(name, SIZES[name], args)
+        if args.compile:
+            compiled(name, SIZES[name], args)
     if args.bf16_steps:
         bf16_curves(args.bf16_steps, args.threads)
 

@@ -65,8 +65,9 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def _jobs_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="worker processes, one experiment run (one seed) each at a time, one thread each "
-                        "(default: one per core; 1: one after the other in this process). Same numbers either way")
+                   help="processes (this one and N-1 workers), one experiment run (one seed) each at a time, "
+                        "one thread each (default: one per core; 1: one after the other in this process). Same "
+                        "numbers either way")
 
 
 def _jobs(args: argparse.Namespace) -> int | None:

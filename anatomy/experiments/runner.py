@@ -1,12 +1,14 @@
 """Run claims: each experiment once per seed, metrics aggregated, each claim's declared rule applied.
 
 The unit of work is one experiment on one seed. Claims that share an experiment share its runs: it trains once
-per seed, whatever the number of claims reading its metrics. With ``jobs > 1`` the runs are spread over worker
-processes (one intra-op thread each), the longest first, and one progress bar with an ETA follows them all; with
-``jobs=1`` they run one after the other in this process. Every run starts from ``seed_everything(seed)`` in a
-process with one intra-op thread, so a metric does not depend on where or in which order it ran: serial and
-parallel runs give bit-equal numbers, except the metrics listed in :data:`NONDETERMINISTIC` (wall-clock timings),
-which ``claims.json`` names per claim with the reason.
+per seed, whatever the number of claims reading its metrics. With ``jobs > 1`` the runs are spread over this
+process and ``jobs - 1`` worker processes (one intra-op thread each), the longest first, and one progress bar with
+an ETA follows them all; with ``jobs=1`` they run one after the other in this process. ``claims.json`` says where
+the wall time went (``schedule``: each worker's busy, start-up and tail seconds).
+
+Every run starts from ``seed_everything(seed)`` in a process with one intra-op thread, so a metric does not
+depend on where or in which order it ran: serial and parallel runs give bit-equal numbers, except the metrics
+listed in :data:`NONDETERMINISTIC` (wall-clock timings), which ``claims.json`` names per claim with the reason.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import os
 import platform
 import random
 import signal
+import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
@@ -147,12 +150,14 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     # keeps runs reproducible and robust to a busy machine. The caller's setting is restored at the end.
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
+    t0, began = time.perf_counter(), time.monotonic()
+    timeline: list = []
     try:
-        done = _run_tasks(tasks, groups, preset, out, progress, jobs)
+        done = _run_tasks(tasks, groups, preset, out, progress, jobs, timeline)
     finally:
         torch.set_num_threads(caller_threads)
     doc = _document(groups, chosen, done, preset, n_seeds, jobs, time.perf_counter() - t0)
+    doc["schedule"] = schedule(timeline, began, time.monotonic())
     (out / "claims.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
     from anatomy.experiments.report import write_reports
 
@@ -163,8 +168,26 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
 Done = dict[tuple[str, int], tuple[dict[str, float], list[str], float]]
 
 
+def schedule(timeline: list, began: float, ended: float) -> dict[str, Any]:
+    """Where the wall time of the runs went, from ``(task, worker, start, end)`` records: each worker's busy
+    seconds, its wait before its first run (start-up) and after its last one (the tail, while others finish)."""
+    workers: dict[int, list] = {}
+    for _task, who, start, end in timeline:
+        workers.setdefault(who, []).append((start, end))
+    wall = ended - began
+    rows = []
+    for runs in workers.values():
+        busy = sum(end - start for start, end in runs)
+        first, last = min(s for s, _ in runs), max(e for _, e in runs)
+        rows.append({"runs": len(runs), "busy_s": round(busy, 2), "start_s": round(first - began, 2),
+                     "tail_s": round(ended - last, 2), "idle_s": round(wall - busy, 2)})
+    rows.sort(key=lambda r: -r["busy_s"])
+    return {"wall_s": round(wall, 2), "workers": rows,
+            "utilisation": round(sum(r["busy_s"] for r in rows) / (wall * len(rows)), 3) if rows else 0.0}
+
+
 def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], preset: str, out: Path,
-               progress: bool, jobs: int) -> Done:
+               progress: bool, jobs: int, timeline: list | None = None) -> Done:
     median = sorted(COST_HINTS.values())[len(COST_HINTS) // 2]
     cost = {t: COST_HINTS.get(t[0], median) for t in tasks}
     bar = tqdm(total=sum(cost.values()), disable=not progress, unit="",
@@ -186,54 +209,127 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
         if jobs == 1:
             threads = torch.get_num_threads()
             for task in tasks:
-                result = run_one(task[0], preset, task[1], str(out))
+                result, *when = _run_timed(task[0], preset, task[1], str(out))
                 torch.set_num_threads(threads)
+                if timeline is not None:
+                    timeline.append((task, *when))
                 finished(task, result)
         else:
-            _run_pool(tasks, preset, out, jobs, finished)
+            _run_pool(tasks, preset, out, jobs, finished, timeline)
     finally:
         bar.close()
     return done
 
 
-_THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+def _run_timed(name: str, preset: str, seed: int, out: str):
+    """``run_one`` and where and when it ran: ``(result, worker, start, end)`` (monotonic clock, the same in
+    every process of the machine)."""
+    start = time.monotonic()
+    result = run_one(name, preset, seed, out)
+    return result, os.getpid(), start, time.monotonic()
+
+
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",  # one intra-op thread
+               "MPLBACKEND": "Agg"}  # figures go to PNG files: the server imports pyplot without asking for a display
+_PRELOAD = ["anatomy.experiments.runner", "anatomy.experiments.claims", "anatomy.experiments.figures",
+            "matplotlib.pyplot", "anatomy.data", "anatomy.interop.torch_nn"]
 
 
 class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed, out of memory): the run stops, naming what ran."""
 
 
-def _run_pool(tasks, preset: str, out: Path, jobs: int, finished) -> None:
-    """Spread ``tasks`` over ``jobs`` worker processes, in the given order, each worker taking the next task when
-    it is free. Workers fork from a fresh server process that imported torch and the claims once ("forkserver":
-    nothing of this process, its threads or locks, is inherited; "spawn" where there is no forkserver). An error in
-    a run, or a worker that dies (killed for memory), stops the whole run with that error."""
+def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list | None = None) -> None:
+    """Spread ``tasks`` over this process and ``jobs - 1`` worker processes, in the given order, each taking the
+    next task when it is free. This process starts on its task at once (as a serial run would) while the workers
+    start: they fork from a fresh server process that imported torch, the claims and matplotlib once
+    ("forkserver": nothing of this process, its threads or locks, is inherited; "spawn" where there is no
+    forkserver), so neither their start nor their first imports hold up the run. An error in a run, or a worker
+    that dies (killed for memory), stops the whole run with that error (after the run under way here)."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["anatomy.experiments.runner", "anatomy.experiments.claims"])
+        context.set_forkserver_preload(_PRELOAD)
     else:
         context = multiprocessing.get_context("spawn")
-    saved = {k: os.environ.get(k) for k in _THREAD_ENV}
-    os.environ.update(dict.fromkeys(_THREAD_ENV, "1"))  # the workers start with one intra-op thread
-    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker)
+    load_all()  # this process runs experiments too
+    where = str(Path(out).resolve())  # the workers' current directory is the server's, not necessarily ours
+    queue = list(tasks)  # longest first: whoever is free takes the head
+    helpers = min(jobs, len(queue)) - 1
+    cond = threading.Condition()
+    state: dict[str, Any] = {"left": len(queue), "error": None}
+    in_flight: dict = {}
+
+    def record(task, result, *when) -> None:
+        with cond:
+            if timeline is not None:
+                timeline.append((task, *when))
+            finished(task, result)
+            state["left"] -= 1
+            cond.notify_all()
+
+    def fail(err: BaseException) -> None:
+        with cond:
+            state["error"] = state["error"] or err
+            cond.notify_all()
+
+    def submit(task) -> None:
+        future = pool.submit(_run_timed, task[0], preset, task[1], where)
+        in_flight[future] = task
+        future.add_done_callback(on_done)
+
+    def on_done(future) -> None:  # in the pool's thread
+        task = in_flight.pop(future)
+        if future.cancelled():
+            return
+        try:
+            result, *when = future.result()
+        except BrokenProcessPool:
+            return fail(WorkerDied(f"a worker process died during {task[0]} (seed {task[1]}) or a run beside "
+                                   "it, killed from outside or for memory; try --jobs 1 or fewer jobs"))
+        except BaseException as err:  # noqa: BLE001 - the run's own error, raised again in this process
+            return fail(err)
+        record(task, result, *when)
+        with cond:
+            if queue and state["error"] is None:
+                submit(queue.pop(0))
+
+    def start(first) -> None:  # in a thread: the first submit waits for the server to import everything
+        try:
+            for task in first:
+                submit(task)
+        except BaseException as err:  # noqa: BLE001
+            fail(err)
+
+    saved = {k: os.environ.get(k) for k in _WORKER_ENV}
+    os.environ.update(_WORKER_ENV)  # read by the server when it starts
+    pool = ProcessPoolExecutor(helpers, mp_context=context, initializer=_init_worker) if helpers else None
+    starter = threading.Thread(target=start, args=([queue.pop(0) for _ in range(helpers)],), daemon=True)
     try:
-        where = str(Path(out).resolve())  # the workers' current directory is the server's, not necessarily ours
-        futures = {pool.submit(run_one, name, preset, seed, where): (name, seed) for name, seed in tasks}
-        for future in as_completed(futures):  # submitted longest first: the workers start them in that order
-            try:
-                result = future.result()
-            except BrokenProcessPool:
-                name, seed = futures[future]
-                raise WorkerDied(f"a worker process died during {name} (seed {seed}) or a run beside it, "
-                                 "killed from outside or for memory; try --jobs 1 or fewer jobs") from None
-            finished(futures[future], result)
+        starter.start()
+        threads = torch.get_num_threads()
+        while True:
+            with cond:
+                task = queue.pop(0) if queue and state["error"] is None else None
+            if task is None:
+                break
+            result, *when = _run_timed(task[0], preset, task[1], where)
+            torch.set_num_threads(threads)
+            record(task, result, *when)
+        with cond:
+            while state["left"] and state["error"] is None:
+                cond.wait()
+        starter.join()
+        if state["error"] is not None:
+            raise state["error"]
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in list((getattr(pool, "_processes", None) or {}).values()):  # stop the runs under way
-            process.terminate()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+            for process in list((getattr(pool, "_processes", None) or {}).values()):  # stop the runs under way
+                process.terminate()
         raise
     finally:
-        pool.shutdown(wait=True)
+        if pool is not None:
+            pool.shutdown(wait=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

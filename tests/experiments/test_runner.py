@@ -80,10 +80,30 @@ def test_claims_sharing_an_experiment_run_it_once_per_seed(tmp_path, monkeypatch
     assert [c["metrics"]["var_ratio_dk64"]["n"] for c in doc["claims"] if "var_ratio_dk64" in c["metrics"]] == [2]
 
 
-def test_a_failing_run_in_a_worker_stops_the_run_with_its_error(tmp_path):
+@pytest.mark.parametrize("where", ["worker", "here"])
+def test_a_failing_run_in_a_worker_stops_the_run_with_its_error(tmp_path, where):
+    # the first task goes to the worker process, the second to this process (which starts at once)
+    tasks = [("no-such-experiment", 0), ("head-parameters", 0)]
+    seen = []
     with pytest.raises(KeyError, match="no-such-experiment"):
-        runner._run_pool([("no-such-experiment", 0), ("head-parameters", 0)], "smoke", tmp_path, 1,
-                         lambda task, result: None)
+        runner._run_pool(tasks if where == "worker" else tasks[::-1], "smoke", tmp_path, 2,
+                         lambda task, result: seen.append(task))
+    assert seen in ([], [("head-parameters", 0)])
+
+
+def test_the_schedule_says_where_the_wall_time_went(tmp_path):
+    timeline: list = []
+    finished = []
+    tasks = [("head-parameters", 0), ("mha-shapes", 0), ("layernorm-reference", 0), ("padding-pe", 0)]
+    began = __import__("time").monotonic()
+    runner._run_pool(tasks, "smoke", tmp_path, 2, lambda task, result: finished.append(task), timeline)
+    assert sorted(finished) == sorted(tasks) and sorted(t[0] for t in timeline) == sorted(tasks)
+    assert len({t[1] for t in timeline}) in (1, 2)  # this process, and the worker if it started in time
+    sched = runner.schedule(timeline, began, max(t[3] for t in timeline) + 1.0)
+    assert sum(w["runs"] for w in sched["workers"]) == 4
+    for w in sched["workers"]:
+        assert w["tail_s"] >= 1.0 and w["busy_s"] + w["idle_s"] == pytest.approx(sched["wall_s"], abs=0.02)
+    assert 0 < sched["utilisation"] < 1
 
 
 def test_jobs_must_be_a_positive_integer(tmp_path, capsys):
