@@ -36,7 +36,7 @@ from torch.nn.modules import module as _module
 from anatomy.components import kernels
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
-from anatomy.components.context import AttentionContext
+from anatomy.components.context import AttentionContext, build_context
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding
 from anatomy.components.ffn import FeedForward
 from anatomy.components.kv_cache import KVCache
@@ -114,7 +114,9 @@ class _Layer:
     def __init__(self, block: TransformerBlock) -> None:
         attn, ffn = block.attn, block.ffn
         self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.inner_dim  # d: H·Dh
-        self.attn, self.kernel = attn, kernels.KERNELS["sdpa"]  # the registry's entry, given the module and context
+        # the registry's sdpa entry: its arithmetic, with the scale and mask the entry would give it (decided once
+        # here: eval mode, no dropout, no soft-cap, no fault steps, all refused above)
+        self.attend, self.window = kernels.KERNELS["sdpa"].fn, attn.sliding_window
         self.scale, self.positional = attn.scale, attn.positional
         if attn.fused_qkv:
             self.qkv = (attn.qkv_proj.weight, attn.qkv_proj.bias)
@@ -150,8 +152,8 @@ class _Layer:
             q, k = self.positional.rotate_for(ctx, q, k)  # the step's RoPE table, computed once for every layer
         k, v, k_pos = cache.update(k, v, ctx.positions)  # (B, Hkv, S, Dh), (B|1, S)
         bias = None if self.positional is None else self.positional.score_bias_for(ctx, q, k_pos, self.scale)
-        out, _ = self.kernel(self.attn, q, k, v, ctx, bias=bias, value_bias=None,
-                             need_weights=False)  # (B, H, 1, Dh); the context's mask holds the window's band
+        mask, is_causal = ctx.kernel_mask(self.window, k.shape[-2], self.h)  # the window's band folded in, memoised
+        out, _ = self.attend(q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias)  # (B, H, 1, Dh)
         x = self.attn_after(x, F.linear(out.reshape(b, self.d), *self.o))  # (B, D)
         h = x if self.ffn_before is None else self.ffn_before(x)
         hidden = self.act(F.linear(h, *self.up)) if self.gate is None else (
@@ -171,6 +173,7 @@ class DecodeStep:
             raise ValueError(f"caches must hold one KVCache per block ({len(model.stack.blocks)}), got {len(caches)}")
         self.model, self.caches = model, caches
         self.layers = [_Layer(block) for block in model.stack.blocks]
+        self.first, self.heads = caches[0], model.stack.blocks[0].attn.n_heads
         emb = model.embeddings
         self.embeddings = emb if emb.token_types is not None else None  # token types: the module, unchanged
         self.token_weight, self.multiplier = emb.embed_tokens.weight, emb.embed_tokens.multiplier
@@ -193,8 +196,10 @@ class DecodeStep:
 
     def __call__(self, token: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         b = token.shape[0]
-        ctx = self.model.stack.context(b, 1, token.device, key_padding_mask=mask, is_causal=True,
-                                       positions=positions, kv_caches=self.caches)  # once for every layer
+        past = self.first.seen
+        ctx = build_context(b=b, t=1, s=past + 1, heads=self.heads, device=token.device, past=past,
+                            positions=positions, key_padding_mask=mask, is_causal=True,
+                            cache_positions=self.first.positions)  # the stack's context, once for every layer
         x = self._embed(token[:, None], positions).view(b, -1)  # (B, D)
         for layer, cache in zip(self.layers, self.caches):
             x = layer(x, cache, ctx)
