@@ -29,7 +29,7 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.context import AttentionContext
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
-from anatomy.components.norms import norm_class
+from anatomy.components.norms import RMSNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 
 
@@ -82,8 +82,11 @@ class TransformerBlock(nn.Module):
               attn_softcap: float | None = None, norm_offset: float = 0.0, parallel_residual: bool = False):
         """The usual parts from explicit arguments; a ``DecoderBlock`` also gets cross-attention (never windowed,
         no positional scheme)."""
-        offset = {"offset": norm_offset} if norm_offset else {}  # only RMSNorm takes one (the builder checks)
-        make_norm = partial(norm_class(norm), eps=norm_eps, bias=bias, **offset)
+        norm_cls = norm_class(norm)
+        own = {"offset": norm_offset} if norm_offset else {}  # only RMSNorm takes an offset (the builder checks)
+        if norm_cls is not RMSNorm:
+            own["bias"] = bias  # RMSNorm has no shift to switch off
+        make_norm = partial(norm_cls, eps=norm_eps, **own)
         add_norm = partial(AddNorm, d_model, placement=placement, make_norm=make_norm, dropout=dropout, alpha=alpha)
         attn = partial(MultiHeadAttention, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, bias=bias,
                        dropout=attention_dropout, kernel=kernel, scale=attn_scale, fused_qkv=fused_qkv,

@@ -59,7 +59,7 @@ class RMSNorm(nn.Module):
     """``offset``: the scale is ``offset + weight`` (Gemma stores ``weight`` around 0 and scales by ``1 + weight``);
     the weight starts at ``1 - offset``, so a fresh norm scales by 1 either way."""
 
-    def __init__(self, d_model: int, *, eps: float = 1e-6, bias: bool = False, offset: float = 0.0) -> None:
+    def __init__(self, d_model: int, *, eps: float = 1e-6, offset: float = 0.0) -> None:
         super().__init__()
         self.eps, self.offset = eps, float(offset)
         self.weight = nn.Parameter(torch.full((d_model,), 1.0 - self.offset))

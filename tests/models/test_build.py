@@ -240,3 +240,14 @@ def test_a_decoder_only_lm_is_built_from_a_transformer_stack_not_an_encoder():
     assert type(s2s.encoder.stack) is EncoderStack and type(s2s.decoder.stack) is DecoderStack
     assert all(type(b) is EncoderBlock for b in s2s.encoder.stack.blocks)
     assert all(type(b) is DecoderBlock for b in s2s.decoder.stack.blocks)
+
+
+def test_rmsnorm_refuses_a_bias_it_has_no_place_for_and_build_gives_it_none():
+    """RMSNorm has no shift: ``bias=`` is refused by name instead of accepted and ignored; ``EncoderBlock.build``
+    with ``norm="rmsnorm"`` and the default ``bias=True`` gives the projections their bias and the norms none."""
+    with pytest.raises(TypeError, match="bias"):
+        RMSNorm(8, bias=False)
+    block = EncoderBlock.build(d_model=8, n_heads=2, norm="rmsnorm", placement="pre", bias=True)
+    norm = block.attn_add_norm.norm
+    assert isinstance(norm, RMSNorm) and [n for n, _ in norm.named_parameters()] == ["weight"]
+    assert block.attn.o_proj.bias is not None
