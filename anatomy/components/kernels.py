@@ -250,8 +250,7 @@ class Kernel:
         return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal)
 
     def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
-        mask, is_causal = ctx.kernel_mask(None if ctx.cross else module.sliding_window, k.shape[-2], module.n_heads,
-                                          self.fold_causal)
+        mask, is_causal = self.mask(module, ctx, k.shape[-2])
         args = module.kernel_args if args is None else args
         extra = dict(args) if args else {}
         if self.returns_weights:

@@ -7,7 +7,8 @@ model (``nn.Module.__call__`` and ``__getattr__``, hook points, the norms' and L
 here; running the same block code with the module machinery stripped (plain attributes, calls straight to
 ``forward``) still left it 1.26x slower than this step (docs/performance.md). ``DecodeStep`` reads the modules'
 weights once and runs a step as a short list of tensor operations per layer, sharing the model's context (one per
-step, built by ``model.stack.context``) and the kernel registry's ``sdpa`` entry:
+step, built by ``build_context``, the function every forward's context comes from) and the arithmetic of the
+kernel registry's ``sdpa`` entry:
 
     x (B, D)  --norm--> h --qkv--> q (B,H,1,Dh), k, v (B,Hkv,1,Dh) --QK-norm--> --rotate (RoPE)--> write k, v
               into the cache --sdpa over the cache (B,H,1,S), the window band in the context's mask-->
