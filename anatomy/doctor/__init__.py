@@ -7,13 +7,13 @@ leaks, token order, batch independence, NaN on fully masked rows, the block's wi
 (``mapping.py``, grouped-query attention included) and names the bug-zoo fault (``anatomy.pitfalls``), or the pair
 of faults, that reproduces the learner's output, with the post's explanation in English and Chinese. Importing,
 building and each forward run under a time limit (``limits.py``). docs/doctor.md documents the contract and the
-JSON schema. The op-level recorder (``recorder.py``: :func:`record`) and the learner's own shape table
+JSON schema. The op-level recorder (``anatomy.tracing``: :func:`record`) and the learner's own shape table
 (``learner_trace.py``: :func:`trace_learner`, ``anatomy trace FILE.py:CLASS``) are documented there too.
 """
 
 from anatomy.doctor.check import check
 from anatomy.doctor.learner_trace import trace_learner
-from anatomy.doctor.recorder import record
+from anatomy.tracing import record
 from anatomy.doctor.report import SCHEMA, Finding, Report
 from anatomy.doctor.subject import CheckError, CheckTimeout
 

@@ -1,4 +1,4 @@
-"""The attention cores of a recording (``recorder.py``): one per softmax (a per-head loop has H of them), each with
+"""The attention cores of a recording (``anatomy.tracing``): one per softmax (a per-head loop has H of them), each with
 the matmul that produced its scores, the steps between (scale, mask), the weighted sum, and the feature ids that
 say which projection rows feed q, k and v. ``observed.py`` reads the scale and the roles from them.
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anatomy.doctor import recorder as r
+from anatomy.tracing import recorder as r
 
 PASS_OPS = {"div", "div_", "__truediv__", "true_divide", "divide", "mul", "mul_", "__mul__", "__rmul__", "multiply",
             "masked_fill", "masked_fill_", "add", "add_", "__add__", "__radd__", "sub", "__sub__", "where", "dropout",

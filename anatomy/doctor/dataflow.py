@@ -1,4 +1,4 @@
-"""The doctor's use of the recorder (``recorder.py``, ``observed.py``): one recorded plain forward per check.
+"""The doctor's use of the recorder (``anatomy.tracing``, ``observed.py``): one recorded plain forward per check.
 
 It gives three things the names cannot: a mapping of q/k/v/o from the dataflow when the names give none (a
 ``ModuleList`` of per-head modules, einsum over bare Parameters, a Linear inside ``nn.Sequential``), the scale read
@@ -15,7 +15,7 @@ import torch
 
 from anatomy.doctor import observed as ob
 from anatomy.doctor.naming import Hypothesis, Source
-from anatomy.doctor.recorder import RecordError, Recording, record, sizes_for
+from anatomy.tracing.recorder import RecordError, Recording, record, sizes_for
 from anatomy.doctor.subject import CallError, CheckError, Subject
 
 

@@ -7,7 +7,7 @@
     print(t.render("table", lang="zh"))
 
 The module is run once on ``x: (B, T, D)`` with sizes that are all different (B=2, T=7, H=5, Dh=4, D=20 by
-default), so every axis can be named by the legend's letters; the recorder (``recorder.py``) gives each step
+default), so every axis can be named by the legend's letters; the recorder (``anatomy.tracing``) gives each step
 with the learner's file and line. Each row is labelled with the post's step it belongs to (projection, split,
 scores, softmax, weighted sum, merge, output projection, residual, norm, FFN) when the dataflow shows it, and the
 first step where the flow leaves the post's is marked, with what the post expected there (``observed.py``).
@@ -22,10 +22,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from anatomy.doctor import observed as ob
-from anatomy.doctor import recorder as r
+from anatomy.tracing import recorder as r
 from anatomy.doctor.isolation import isolated, require_sizes
 from anatomy.doctor.limits import Hung, guard
-from anatomy.doctor.recorder_dims import letters
+from anatomy.tracing.dims import letters
 from anatomy.doctor.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
 from anatomy.inspection.trace import KINDS
 from anatomy.shapes import LEGEND

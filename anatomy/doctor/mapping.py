@@ -17,7 +17,7 @@ second hypothesis, with the query rows (and the output projection's columns) reg
 
 Names and the hypothesis record live in ``naming.py``; norms (QK-norm, the block's norms) in ``norms.py``.
 
-**From the dataflow.** Names are a shortcut; the recorded forward (``recorder.py``, ``observed.py``) is the ground
+**From the dataflow.** Names are a shortcut; the recorded forward (``anatomy.tracing``, ``observed.py``) is the ground
 truth: q is what feeds the rows of the scores, k their columns, v what the softmax weights multiply, o the first
 projection of the weighted sum, whatever the names and containers. :func:`with_observed` puts the two together:
 a name reading the dataflow confirms comes first, and when none does (a ``ModuleList`` of heads, ``key`` used as

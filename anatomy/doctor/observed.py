@@ -1,4 +1,4 @@
-"""Facts the doctor reads from a recording (``recorder.py``): the attention cores, the scale, the q/k/v/o
+"""Facts the doctor reads from a recording (``anatomy.tracing``): the attention cores, the scale, the q/k/v/o
 projections and the lines where the flow leaves the post's.
 
     rec = record(module, x)
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
-from anatomy.doctor import recorder as r
+from anatomy.tracing import recorder as r
 from anatomy.doctor.cores import PASS_OPS, SCORE_OPS, Core, attention_cores  # noqa: F401  (re-exported)
 from anatomy.doctor.naming import Hypothesis, Source
-from anatomy.doctor.recorder_dims import letters
+from anatomy.tracing.dims import letters
 
 
 @dataclass

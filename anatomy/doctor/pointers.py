@@ -1,4 +1,4 @@
-"""The learner's lines behind a diagnosis, from a recording (``recorder.py``): what ``findings[].where`` holds.
+"""The learner's lines behind a diagnosis, from a recording (``anatomy.tracing``): what ``findings[].where`` holds.
 
     where = pointers(rec, "split_without_transpose")
     # [{"line": 21, "source": "q = self.W_q(x).view(b, t, self.h, self.d_k)", "en": "line 21 `q = ...` is used by
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from anatomy.doctor import observed as ob
-from anatomy.doctor import recorder as r
+from anatomy.tracing import recorder as r
 
 FILL_OPS = {"masked_fill", "masked_fill_", "where", "add", "add_", "__add__", "__iadd__", "sub"}
 ADD_OPS = {"add", "__add__", "add_", "__iadd__", "__radd__"}

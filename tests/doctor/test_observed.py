@@ -8,7 +8,7 @@ import torch
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.doctor import mapping as mp
 from anatomy.doctor import observed as ob
-from anatomy.doctor.recorder import record, sizes_for
+from anatomy.tracing.recorder import record, sizes_for
 from anatomy.doctor.subject import import_file
 
 ZOO = Path(__file__).parent / "zoo_learners"

@@ -8,7 +8,7 @@ from torch import nn
 from anatomy.doctor import mapping as mp
 from anatomy.doctor import observed as ob
 from anatomy.doctor.pointers import point, pointers
-from anatomy.doctor.recorder import record, sizes_for
+from anatomy.tracing.recorder import record, sizes_for
 from anatomy.doctor.report import Finding, Report
 from anatomy.doctor.subject import import_file
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy.doctor.recorder import PROBE_SIZES, RecordError, record
+from anatomy.tracing.recorder import PROBE_SIZES, RecordError, record
 from anatomy.doctor.subject import import_file
 
-ZOO = Path(__file__).parent / "zoo_learners"
+ZOO = Path(__file__).parents[1] / "doctor" / "zoo_learners"
 
 
 def load(name: str, cls: str, d: int = 20, h: int = 5) -> nn.Module:
@@ -130,7 +130,7 @@ def test_sys_exit_in_a_forward_is_an_error_not_the_end():
 
 
 def test_a_long_forward_stops_being_recorded_not_running(monkeypatch):
-    import anatomy.doctor.recorder as recorder
+    import anatomy.tracing.recorder as recorder
 
     monkeypatch.setattr(recorder, "MAX_STEPS", 50)
 

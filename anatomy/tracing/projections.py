@@ -1,11 +1,11 @@
-"""The projections the recorder finds (``recorder_ops.on_op`` calls these): a matmul of data with a parameter-only
+"""The projections the recorder finds (``ops.on_op`` calls these): a matmul of data with a parameter-only
 tensor records its matrix, and an add of a parameter-only vector right after one records its bias."""
 
 from __future__ import annotations
 
 import torch
 
-from anatomy.doctor import recorder as r
+from anatomy.tracing import recorder as r
 
 
 def argument(args, kwargs, i, key, default=None):

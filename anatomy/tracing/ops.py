@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from anatomy.doctor import recorder as r
-from anatomy.doctor import recorder_dims as rd
-from anatomy.doctor.recorder_projections import argument, bias, projection
+from anatomy.tracing import recorder as r
+from anatomy.tracing import dims as rd
+from anatomy.tracing.projections import argument, bias, projection
 
 
 def op_name(func) -> str:

@@ -11,7 +11,7 @@ forward runs (``F.linear`` from inside ``nn.Linear``, ``x @ W``, ``.view``, ``.T
 Calls made *inside* such a call are not seen (``F.layer_norm`` is one step), so a step is what the learner wrote.
 Each step takes the innermost frame that is not torch's, the standard library's or the doctor's: the learner's
 file and line, even when the op runs inside ``nn.Linear.forward``. Every tensor carries a small record: which
-step made it, names for its axes (``recorder_dims.py``), whether it depends on the inputs (*data*) or only on
+step made it, names for its axes (``dims.py``), whether it depends on the inputs (*data*) or only on
 parameters (``self.W.T`` is a recipe replayed on any parameter values), and, downstream of a projection, which of
 the projection's output features each element holds (a ``long`` companion tensor moved through every view,
 transpose, chunk and index exactly as the data is). That is how ``q``, ``k`` and ``v`` are traced back to the rows
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from anatomy.doctor import recorder_dims as rd
+from anatomy.tracing import dims as rd
 
 # All different, and so are their products; none is 2 or 3, the constants of rotate-half and of a fused q|k|v.
 PROBE_SIZES = {"B": 2, "T": 7, "H": 5, "Dh": 4, "D": 20}
@@ -202,7 +202,7 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
     Inputs beyond ``names`` are constants (a mask), and so are ``kwargs`` with ``tag_kwargs=False``.
     ``module``: when ``target`` is a function that calls a module (``subject.run``), the module whose parameters
     and sub-modules to name. Raises :class:`RecordError` when the forward raises (the learner's error inside)."""
-    from anatomy.doctor import recorder_ops
+    from anatomy.tracing import ops as recorder_ops
 
     rec = Recording(sizes or PROBE_SIZES)
     kwargs = dict(kwargs or {})
