@@ -16,10 +16,10 @@ from pathlib import Path
 import torch
 
 from anatomy.course import exercises as ex
-from anatomy.tracing import recorder as rec_mod
-from anatomy.tracing import dims as rd
 from anatomy.doctor.limits import Hung, guard
 from anatomy.doctor.subject import CheckError, CheckTimeout, import_file, one_line
+from anatomy.tracing import dims as rd
+from anatomy.tracing import recorder as rec_mod
 
 TIMEOUT = 20.0
 MARKER = "# anatomy learn · exercise:"

@@ -13,8 +13,8 @@ JSON schema. The op-level recorder (``anatomy.tracing``: :func:`record`) and the
 
 from anatomy.doctor.check import check
 from anatomy.doctor.learner_trace import trace_learner
-from anatomy.tracing import record
 from anatomy.doctor.report import SCHEMA, Finding, Report
 from anatomy.doctor.subject import CheckError, CheckTimeout
+from anatomy.tracing import record
 
 __all__ = ["SCHEMA", "CheckError", "CheckTimeout", "Finding", "Report", "check", "record", "trace_learner"]

@@ -15,8 +15,8 @@ import torch
 
 from anatomy.doctor import observed as ob
 from anatomy.doctor.naming import Hypothesis, Source
-from anatomy.tracing.recorder import RecordError, Recording, record, sizes_for
 from anatomy.doctor.subject import CallError, CheckError, Subject
+from anatomy.tracing.recorder import RecordError, Recording, record, sizes_for
 
 
 @dataclass

@@ -22,13 +22,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from anatomy.doctor import observed as ob
-from anatomy.tracing import recorder as r
 from anatomy.doctor.isolation import isolated, require_sizes
 from anatomy.doctor.limits import Hung, guard
-from anatomy.tracing.dims import letters
 from anatomy.doctor.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
 from anatomy.inspection.trace import KINDS
 from anatomy.shapes import LEGEND
+from anatomy.tracing import recorder as r
+from anatomy.tracing.dims import letters
 
 SCHEMA = "anatomy.trace.learner/1"
 NORM_OPS = {"layer_norm", "rms_norm", "group_norm", "batch_norm"}

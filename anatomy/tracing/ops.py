@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch.overrides import TorchFunctionMode
 
-from anatomy.tracing import recorder as r
 from anatomy.tracing import dims as rd
+from anatomy.tracing import recorder as r
 from anatomy.tracing.projections import argument, bias, projection
 
 

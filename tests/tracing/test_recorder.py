@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy.tracing.recorder import PROBE_SIZES, RecordError, record
 from anatomy.doctor.subject import import_file
+from anatomy.tracing.recorder import PROBE_SIZES, RecordError, record
 
 ZOO = Path(__file__).parents[1] / "doctor" / "zoo_learners"
 
