@@ -24,10 +24,9 @@ from anatomy.cli import learn as learn_cmd
 from anatomy.cli import trace as trace_cmd
 from anatomy.cli import train as train_cmd
 from anatomy.cli import viz as viz_cmd
+from anatomy.cli.usage import UsageError
 
-
-class UsageError(Exception):
-    """Bad input from the command line: printed as one line, exit code 2."""
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main", "parse", "report_os_error"]
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
