@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
+from anatomy.data.tokenizers import OurSpecials, Tokenizer, load_tokenizer
 from anatomy.errors import CheckpointError
 from anatomy.interop.safetensors_io import (
     INDEX_NAME,
@@ -248,8 +249,13 @@ def resolve(path: str | Path, *, log=None, need: tuple[str, ...] = LOADABLE) -> 
         if (path / CONFIG).is_file():
             raise CheckpointError(f"{str(path)!r} holds {CONFIG} but no {WEIGHTS} (the weights): an incomplete "
                                   "checkpoint")
-        raise CheckpointError(f"{str(path)!r} holds no checkpoint{' that is complete' if skipped else ''} (expected "
-                              f"{CONFIG} and {WEIGHTS}, or "
+        if skipped:  # name what the newest one lacks, file by file
+            newest = max(skipped, key=_step)
+            older = f"; {len(skipped) - 1} older checkpoint(s) are incomplete too" if len(skipped) > 1 else ""
+            raise CheckpointError(", ".join(f"{str(newest / name)!r}" for name in skipped[newest])
+                                  + f" {'is' if len(skipped[newest]) == 1 else 'are'} missing: {str(path)!r} holds "
+                                  f"no complete checkpoint{older}")
+        raise CheckpointError(f"{str(path)!r} holds no checkpoint (expected {CONFIG} and {WEIGHTS}, or "
                               f"checkpoints/{PREFIX}NNNNNN/ from `anatomy train`)")
     pointer, found = path / "checkpoints" / LATEST, latest(path)
     if found is None:
@@ -291,17 +297,23 @@ def config_diff(have: ModelConfig, want: ModelConfig) -> str:
     return shown + ("; ..." if len(differ) > 4 else "")
 
 
-def check_tokenizer(tokenizer, config: ModelConfig, ckpt: Path) -> None:
-    """A tokenizer that emits ids beyond the embedding table would fail at the first such token: refuse it now."""
-    size = getattr(tokenizer, "vocab_size", None)
-    if isinstance(size, int) and size > config.vocab_size:
-        raise CheckpointError(f"{str(ckpt / 'tokenizer.json')!r}: the tokenizer has {size} tokens but {CONFIG} says "
+def check_tokenizer(tokenizer: Tokenizer, config: ModelConfig, ckpt: Path) -> None:
+    """The tokenizer saved beside the weights must be the one they were trained with: one that emits ids beyond the
+    embedding table would fail at the first such token, and one of ours (character, BPE) of another size than
+    ``vocab_size`` is another run's (a run's ``vocab_size`` is its tokenizer's). Only a Hugging Face tokenizer may be
+    smaller: converted models pad their embedding tables (Qwen, GPT-NeoX)."""
+    size, where = tokenizer.vocab_size, str(ckpt / TOKENIZER)
+    if size > config.vocab_size:
+        raise CheckpointError(f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
                               f"vocab_size={config.vocab_size}; ids from {config.vocab_size} on have no embedding row")
+    if size < config.vocab_size and isinstance(tokenizer, OurSpecials):
+        raise CheckpointError(f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
+                              f"vocab_size={config.vocab_size}; a run's vocab_size is its tokenizer's, so this "
+                              "tokenizer is not the one these weights were trained with")
 
 
 def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[nn.Module, Any, Path]:
     """``(model in eval mode, tokenizer, checkpoint dir)`` from a checkpoint or run directory."""
-    from anatomy.data.tokenizers import load_tokenizer
 
     ckpt = resolve(path)
     try:
@@ -319,6 +331,9 @@ def load_training_state(ckpt: Path) -> dict[str, Any]:
     for name in (TRAINING, STATE, OPTIMIZER, RNG):
         if not (ckpt / name).is_file():
             raise CheckpointError(f"{str(ckpt)!r} is not a training checkpoint: {name} is missing")
+    if not (ckpt / TOKENIZER).is_file():
+        raise CheckpointError(f"{str(ckpt / TOKENIZER)!r} is missing: a resume needs the tokenizer the run was "
+                              "trained with")
     loaded = {}
     for name in (OPTIMIZER, RNG):
         try:

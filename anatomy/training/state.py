@@ -142,6 +142,7 @@ def _data_and_config(options: TrainOptions, model_overrides: dict[str, Any], las
         from anatomy.data.tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(last)
+        ckpt.check_tokenizer(tokenizer, ckpt.load_config(last), last)  # before the corpus is encoded with it
     init = None
     if options.init_from:  # fine-tuning: the checkpoint fixes tokenizer and architecture (training/finetune.py)
         from anatomy.training import finetune
@@ -152,7 +153,6 @@ def _data_and_config(options: TrainOptions, model_overrides: dict[str, Any], las
     task = make_task(options, tokenizer)
     config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
     if saved is not None:
-        ckpt.check_tokenizer(tokenizer, ckpt.load_config(last), last)
         if config != ckpt.load_config(last):
             raise ckpt.CheckpointError(f"{str(last / ckpt.CONFIG)!r} was saved with a different model config than "
                                        f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}")
