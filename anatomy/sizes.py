@@ -14,6 +14,10 @@ for the backward pass when training, AdamW's two moments. It errs towards refusi
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from anatomy.config import ModelConfig
 
 FLOAT = 4  # bytes: estimates are in float32
 
@@ -25,10 +29,11 @@ class SizeError(ValueError):
 def human(n: int) -> str:
     if n >= 10**18:  # past exabytes a float may not even hold the number (--seq 10**200)
         return f"10^{len(str(int(n))) - 1} bytes"
+    size = float(n)
     for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if n < 1000 or unit == "PB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+        if size < 1000 or unit == "PB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
     raise AssertionError  # unreachable
 
 
@@ -83,7 +88,7 @@ def _d_ff(config) -> int:
     return 8 * config.d_model // 3 if gated else 4 * config.d_model
 
 
-def parameter_count(config) -> int:
+def parameter_count(config: ModelConfig) -> int:
     """Parameters of ``build_model(config)``, counted from the config (matrices only; biases and norms are
     negligible next to them)."""
     d, f, v = config.d_model, _d_ff(config), config.vocab_size
@@ -97,7 +102,7 @@ def parameter_count(config) -> int:
     return layers * layer + cross + embeddings + positions
 
 
-def estimate(config, batch: int, seq: int, *, tgt_seq: int | None = None, training: bool = False,
+def estimate(config: ModelConfig, batch: int, seq: int, *, tgt_seq: int | None = None, training: bool = False,
              weights: bool = True) -> tuple[int, str]:
     """``(bytes, largest part)`` for one forward (``training``: forward, backward and an AdamW step) at batch
     ``batch`` and length ``seq`` (``tgt_seq``: the decoder's length for seq2seq)."""
@@ -122,7 +127,7 @@ def estimate(config, batch: int, seq: int, *, tgt_seq: int | None = None, traini
         parts[f"attention scores (B, H, T, S) = {shape} float32"] = scores
         parts["one layer's activations"] = per_layer
     total = sum(parts.values())
-    return total, max(parts, key=parts.get)
+    return total, max(parts, key=lambda name: parts[name])
 
 
 def _refuse_over(need: int, *, what: str, part: str, flags: str, device: str = "cpu",
@@ -135,7 +140,7 @@ def _refuse_over(need: int, *, what: str, part: str, flags: str, device: str = "
     return need
 
 
-def check_fits(config, batch: int, seq: int, *, flags: str, what: str = "this forward",
+def check_fits(config: ModelConfig, batch: int, seq: int, *, flags: str, what: str = "this forward",
                tgt_seq: int | None = None, training: bool = False, weights: bool = True,
                device: str = "cpu", available: int | None = None) -> int:
     """Refuse sizes that cannot fit, before anything is allocated (:class:`SizeError` naming the estimate and
@@ -145,7 +150,7 @@ def check_fits(config, batch: int, seq: int, *, flags: str, what: str = "this fo
                         available=available)
 
 
-def check_cache_fits(config, batch: int, length: int, *, flags: str, element_size: int = FLOAT,
+def check_cache_fits(config: ModelConfig, batch: int, length: int, *, flags: str, element_size: int = FLOAT,
                      device: str = "cpu", available: int | None = None) -> int:
     """Refuse a KV cache that cannot fit before it is allocated: generation reserves ``length`` slots per row up
     front (keys and values, every decoder layer, ``(B, Hkv, length, Dh)`` each). Returns the bytes."""

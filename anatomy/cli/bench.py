@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from anatomy.bench import format_report, run_bench, write_json
     from anatomy.bench.timing import keep_freed_memory_mapped
-    from anatomy.cli.main import UsageError
+    from anatomy.cli.usage import UsageError
 
     for name in ("rounds", "repeat", "threads"):
         value = getattr(args, name)

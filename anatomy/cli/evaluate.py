@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from anatomy.cli.main import UsageError
+    from anatomy.cli.usage import UsageError
     from anatomy.training.evaluate import evaluate_checkpoint, evaluate_file
 
     if args.batch_size is not None and args.batch_size <= 0:

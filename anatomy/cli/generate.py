@@ -259,7 +259,7 @@ def _seq2seq(model, tokenizer, prompts: list[str], args, kw: dict, generator, us
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from anatomy.cli.main import UsageError
+    from anatomy.cli.usage import UsageError
 
     _check_options(args, UsageError)
     prompts = _prompts(args, UsageError)
@@ -294,7 +294,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_predict(args: argparse.Namespace) -> int:
-    from anatomy.cli.main import UsageError
+    from anatomy.cli.usage import UsageError
     from anatomy.training.checkpoint import TRAINING
 
     model, tokenizer, ckpt = _load(args.checkpoint)

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from anatomy.cli.main import UsageError
+    from anatomy.cli.usage import UsageError
     from anatomy.course import EXERCISES, get, language, skeleton, solution_text
     from anatomy.course.progress import Progress
 
@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args, exercise, folder: Path, progress, lang: str) -> int:
-    from anatomy.cli.main import UsageError
+    from anatomy.cli.usage import UsageError
     from anatomy.course import get
     from anatomy.course.check import LearnError, check
 

@@ -24,10 +24,9 @@ from anatomy.cli import learn as learn_cmd
 from anatomy.cli import trace as trace_cmd
 from anatomy.cli import train as train_cmd
 from anatomy.cli import viz as viz_cmd
+from anatomy.cli.usage import UsageError
 
-
-class UsageError(Exception):
-    """Bad input from the command line: printed as one line, exit code 2."""
+__all__ = ["COMMANDS", "UsageError", "build_parser", "main", "parse", "report_os_error"]
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
@@ -97,7 +96,7 @@ _OS_ADVICE = {
 def report_os_error(err: OSError, args: argparse.Namespace) -> str:
     """One line for an ``OSError``: what happened to which path, and what to do."""
     path = repr(str(err.filename)) if err.filename else "the output folder"
-    line = _OS_ADVICE.get(err.errno, "{path}: " + (err.strerror or str(err))).format(path=path)
+    line = _OS_ADVICE.get(err.errno or -1, "{path}: " + (err.strerror or str(err))).format(path=path)
     run = getattr(args, "resume", None) or getattr(args, "out", None)
     if args.command == "train" and run and err.errno not in (errno.ENOTDIR, errno.EEXIST, errno.ENOENT):
         line += f"; the checkpoints saved so far are complete: continue with `anatomy train --resume {run}`"

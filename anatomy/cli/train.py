@@ -29,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from anatomy.cli.main import UsageError
+    from anatomy.cli.usage import UsageError
     from anatomy.training.loop import TrainingError, resume, train
 
     if args.list_presets:

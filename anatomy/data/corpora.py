@@ -42,7 +42,7 @@ LABEL_NAMES = {"sentiment-en": ("negative", "positive"), "sentiment-zh": ("negat
 
 
 def _read_packaged(file: str) -> str:
-    with resources.files("anatomy.data").joinpath("files", file).open("rb") as f:
+    with resources.files("anatomy.data").joinpath("files").joinpath(file).open("rb") as f:
         return gzip.decompress(f.read()).decode("utf-8")
 
 

@@ -15,10 +15,14 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anatomy.data.tokenizers_hf import CONFIG_FILE as HF_CONFIG_FILE
 from anatomy.data.tokenizers_hf import HFTokenizer, TokenizersBacked
 from anatomy.data.tokenizers_hf import has_tokenizer as has_hf_tokenizer
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as RustTokenizer  # the `tokenizers` package, imported when one is built
 
 SPECIALS = ("<pad>", "<eos>")
 PAD_ID, EOS_ID = 0, 1
@@ -59,7 +63,7 @@ class CharTokenizer(OurSpecials):
 
     @classmethod
     def train(cls, texts: Iterable[str], *, unk: bool = False, min_count: int = 1) -> CharTokenizer:
-        counts = Counter()
+        counts: Counter[str] = Counter()
         for t in texts:
             counts.update(t)
         chars = sorted(c for c, n in counts.items() if n >= min_count)
@@ -100,7 +104,7 @@ class BPETokenizer(OurSpecials, TokenizersBacked):
 
     kind = "bpe"
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer: RustTokenizer) -> None:
         self.tokenizer = tokenizer
         for i, s in enumerate(SPECIALS):
             if tokenizer.token_to_id(s) != i:

@@ -19,7 +19,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as RustTokenizer  # the `tokenizers` package, imported when one is built
 
 FILE, CONFIG_FILE = "tokenizer.json", "tokenizer_config.json"
 VOCAB_FILE, MERGES_FILE, SP_FILE, SPECIAL_MAP = "vocab.json", "merges.txt", "tokenizer.model", "special_tokens_map.json"
@@ -70,12 +73,12 @@ class HFTokenizer(TokenizersBacked):
 
     kind = "hf"
 
-    def __init__(self, tokenizer, *, specials: dict[str, str | None] | None = None,
-                 tokenizer_class: str = "PreTrainedTokenizerFast", extra: dict | None = None) -> None:
+    def __init__(self, tokenizer: RustTokenizer, *, specials: dict[str, str | None] | None = None,
+                 tokenizer_class: str = "PreTrainedTokenizerFast", extra: dict[str, Any] | None = None) -> None:
         self.tokenizer = tokenizer
         self.tokenizer_class = tokenizer_class
         self.extra = dict(extra or {})  # the rest of the source's tokenizer_config.json (cls_token, chat_template...)
-        self.specials = {role: None for role in ROLES}
+        self.specials: dict[str, str | None] = {role: None for role in ROLES}
         for role, token in (specials or {}).items():
             if role not in ROLES:
                 raise ValueError(f"special token role must be one of {', '.join(ROLES)}, got {role!r}")
@@ -104,8 +107,9 @@ class HFTokenizer(TokenizersBacked):
         """The pad token; without one, the eos token (HF's usual ``pad_token = eos_token``); else 0. Padding is
         always masked out, so only its being a valid id matters."""
         for role in ("pad_token", "eos_token"):
-            if self._id(role) is not None:
-                return self._id(role)
+            found = self._id(role)
+            if found is not None:
+                return found
         return 0
 
     def config_json(self) -> dict:

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
+from anatomy.data.tokenizers import OurSpecials, Tokenizer, load_tokenizer
 from anatomy.errors import CheckpointError
 from anatomy.interop.safetensors_io import (
     INDEX_NAME,
@@ -58,15 +60,23 @@ LOADABLE = (CONFIG, WEIGHTS)  # what the loaders (generate, evaluate, viz) need
 
 
 # -------------------------------------------------------------------------------------------------- weights
+def config_of(model: nn.Module) -> ModelConfig:
+    """The ``ModelConfig`` every model of ours carries as ``model.config`` (``build_model`` sets it)."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"{type(model).__name__} has no ModelConfig as .config: not a model of anatomy.models")
+    return config
+
+
 def load_weights(model: nn.Module, directory: Path) -> None:
     """Copy the weights of the checkpoint in ``directory`` (``anatomy.load_pretrained``) into ``model``."""
     try:
         loaded = load_pretrained(directory)
     except (TypeError, ValueError) as err:
         raise CheckpointError(str(err)) from None
-    if loaded.config != model.config:
+    if config_of(loaded) != config_of(model):
         raise CheckpointError(f"{str(Path(directory) / CONFIG)!r} holds a model of another config than this run "
-                              f"builds: {config_diff(loaded.config, model.config)}")
+                              f"builds: {config_diff(config_of(loaded), config_of(model))}")
     model.load_state_dict(loaded.state_dict())
 
 
@@ -112,7 +122,7 @@ def _named(err: OSError, path: Path) -> OSError:
 
 
 def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    tokenizer, training: dict[str, Any], trainer_state: dict[str, Any],
+                    tokenizer: Tokenizer, training: dict[str, Any], trainer_state: dict[str, Any],
                     rng: dict[str, torch.Tensor], keep_last: int) -> Path:
     """Write ``run_dir/checkpoints/step-NNNNNN`` atomically, point ``checkpoints/latest.json`` at it, then keep only the
     last ``keep_last`` of its branch. On any failure (a full disk, Ctrl-C) the temporary directory is removed and
@@ -226,11 +236,11 @@ def prune(run_dir: Path, keep_last: int, *, current: int | None = None) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------- load
-def _say(log, message: str) -> None:
+def _say(log: Callable[[str], None] | None, message: str) -> None:
     (log or logging.getLogger("anatomy").warning)(message)
 
 
-def resolve(path: str | Path, *, log=None, need: tuple[str, ...] = LOADABLE) -> Path:
+def resolve(path: str | Path, *, log: Callable[[str], None] | None = None, need: tuple[str, ...] = LOADABLE) -> Path:
     """A checkpoint directory, or a run directory → the checkpoint ``checkpoints/latest.json`` names (the branch last
     trained), else its newest complete one: holding the files of ``need`` (the weights for the loaders, every file
     for resume). Incomplete ``step-*`` directories are skipped and named (``log``, else a warning of the
@@ -248,8 +258,13 @@ def resolve(path: str | Path, *, log=None, need: tuple[str, ...] = LOADABLE) -> 
         if (path / CONFIG).is_file():
             raise CheckpointError(f"{str(path)!r} holds {CONFIG} but no {WEIGHTS} (the weights): an incomplete "
                                   "checkpoint")
-        raise CheckpointError(f"{str(path)!r} holds no checkpoint{' that is complete' if skipped else ''} (expected "
-                              f"{CONFIG} and {WEIGHTS}, or "
+        if skipped:  # name what the newest one lacks, file by file
+            newest = max(skipped, key=_step)
+            older = f"; {len(skipped) - 1} older checkpoint(s) are incomplete too" if len(skipped) > 1 else ""
+            raise CheckpointError(", ".join(f"{str(newest / name)!r}" for name in skipped[newest])
+                                  + f" {'is' if len(skipped[newest]) == 1 else 'are'} missing: {str(path)!r} holds "
+                                  f"no complete checkpoint{older}")
+        raise CheckpointError(f"{str(path)!r} holds no checkpoint (expected {CONFIG} and {WEIGHTS}, or "
                               f"checkpoints/{PREFIX}NNNNNN/ from `anatomy train`)")
     pointer, found = path / "checkpoints" / LATEST, latest(path)
     if found is None:
@@ -267,7 +282,7 @@ def resolve(path: str | Path, *, log=None, need: tuple[str, ...] = LOADABLE) -> 
     return before[-1]
 
 
-def read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -291,17 +306,23 @@ def config_diff(have: ModelConfig, want: ModelConfig) -> str:
     return shown + ("; ..." if len(differ) > 4 else "")
 
 
-def check_tokenizer(tokenizer, config: ModelConfig, ckpt: Path) -> None:
-    """A tokenizer that emits ids beyond the embedding table would fail at the first such token: refuse it now."""
-    size = getattr(tokenizer, "vocab_size", None)
-    if isinstance(size, int) and size > config.vocab_size:
-        raise CheckpointError(f"{str(ckpt / 'tokenizer.json')!r}: the tokenizer has {size} tokens but {CONFIG} says "
+def check_tokenizer(tokenizer: Tokenizer, config: ModelConfig, ckpt: Path) -> None:
+    """The tokenizer saved beside the weights must be the one they were trained with: one that emits ids beyond the
+    embedding table would fail at the first such token, and one of ours (character, BPE) of another size than
+    ``vocab_size`` is another run's (a run's ``vocab_size`` is its tokenizer's). Only a Hugging Face tokenizer may be
+    smaller: converted models pad their embedding tables (Qwen, GPT-NeoX)."""
+    size, where = tokenizer.vocab_size, str(ckpt / TOKENIZER)
+    if size > config.vocab_size:
+        raise CheckpointError(f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
                               f"vocab_size={config.vocab_size}; ids from {config.vocab_size} on have no embedding row")
+    if size < config.vocab_size and isinstance(tokenizer, OurSpecials):
+        raise CheckpointError(f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
+                              f"vocab_size={config.vocab_size}; a run's vocab_size is its tokenizer's, so this "
+                              "tokenizer is not the one these weights were trained with")
 
 
-def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[nn.Module, Any, Path]:
+def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[nn.Module, Tokenizer, Path]:
     """``(model in eval mode, tokenizer, checkpoint dir)`` from a checkpoint or run directory."""
-    from anatomy.data.tokenizers import load_tokenizer
 
     ckpt = resolve(path)
     try:
@@ -309,7 +330,7 @@ def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple
     except (TypeError, ValueError) as err:
         raise CheckpointError(str(err)) from None
     tokenizer = load_tokenizer(ckpt)
-    check_tokenizer(tokenizer, model.config, ckpt)
+    check_tokenizer(tokenizer, config_of(model), ckpt)
     return model.to(device).eval(), tokenizer, ckpt
 
 
@@ -319,6 +340,9 @@ def load_training_state(ckpt: Path) -> dict[str, Any]:
     for name in (TRAINING, STATE, OPTIMIZER, RNG):
         if not (ckpt / name).is_file():
             raise CheckpointError(f"{str(ckpt)!r} is not a training checkpoint: {name} is missing")
+    if not (ckpt / TOKENIZER).is_file():
+        raise CheckpointError(f"{str(ckpt / TOKENIZER)!r} is missing: a resume needs the tokenizer the run was "
+                              "trained with")
     loaded = {}
     for name in (OPTIMIZER, RNG):
         try:
@@ -355,7 +379,7 @@ def check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, model: nn.Modu
         raise CheckpointError(f"{where!r}: field 'param_groups' has {len(saved['param_groups'])} groups, this run's "
                               f"AdamW has {len(groups)}")
     names = {id(p): n for n, p in model.named_parameters()}
-    params = []
+    params: list[tuple[Any, torch.Tensor]] = []
     for g, (theirs, ours) in enumerate(zip(saved["param_groups"], groups)):
         if not isinstance(theirs, dict) or len(theirs.get("params", ())) != len(ours["params"]):
             raise CheckpointError(f"{where!r}: field 'param_groups[{g}].params' lists "

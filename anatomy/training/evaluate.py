@@ -91,7 +91,7 @@ def evaluate_file(path: str | Path, file: str | Path, *, block: int | None = Non
     text = read_text_file(file, what="--file")
     run_device = device_for(device)
     model, tokenizer, where = ckpt.load_model(path, device=run_device)
-    config = model.config
+    config = ckpt.config_of(model)
     if config.architecture != "decoder_lm":
         raise ValueError(f"--file scores a language model; {str(where)!r} holds a {config.architecture} model "
                          "(evaluate it on its run's --split)")

@@ -21,6 +21,7 @@ random init (seed ``seed``) and the log says so. ``block_size`` must fit the che
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,10 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
+from anatomy.data.tokenizers import Tokenizer
 from anatomy.training import checkpoint as ckpt
+from anatomy.training.options import TrainOptions
+from anatomy.training.tasks import ClassifyTask, LossAndLogits, Task
 
 # Model fields a fine-tuning run may set: they change how the weights are used in training, never their shapes.
 FREE_MODEL_FIELDS = ("dropout", "attention_dropout", "kernel")
@@ -47,10 +51,10 @@ class Start:
     kind: str  # "anatomy" or the HF architecture
     config: ModelConfig
     state: dict[str, torch.Tensor] | None
-    tokenizer: Any
+    tokenizer: Tokenizer
     label_names: tuple[str, ...] | None = None
 
-    def check(self, options, model_overrides: dict[str, Any]) -> None:
+    def check(self, options: TrainOptions, model_overrides: dict[str, Any]) -> None:
         """Refuse, by name, what this checkpoint cannot do (before any data is read)."""
         check_overrides(model_overrides, self.config, self.source)
         config = self.config
@@ -64,18 +68,18 @@ class Start:
             raise ValueError(f"block_size={options.block_size} is longer than the checkpoint's max_seq_len="
                              f"{config.max_seq_len} (init_from={self.source})")
 
-    def config_for(self, task, options, model_overrides: dict[str, Any]) -> ModelConfig:
+    def config_for(self, task: Task, options: TrainOptions, model_overrides: dict[str, Any]) -> ModelConfig:
         """The run's ``ModelConfig``: the checkpoint's, with the free fields and the task's label count."""
         self.check(options, model_overrides)
         config = self.config
-        if task.name == "classify":
+        if isinstance(task, ClassifyTask):
             config = config.replace(architecture="classifier", num_labels=task.num_labels)
         return config.replace(**{k: v for k, v in model_overrides.items() if k in FREE_MODEL_FIELDS})
 
-    def load_into(self, model: nn.Module, task, say) -> None:
+    def load_into(self, model: nn.Module, task: Task, say: Callable[[str], None]) -> None:
         """Copy the checkpoint's weights into ``model`` (built from ``config_for``); a new head when needed."""
-        state = dict(self.state)
-        if task.name == "classify":
+        state = dict(self.state or {})
+        if isinstance(task, ClassifyTask):
             if self.config.architecture == "encoder":
                 state = {f"encoder.{k}": v for k, v in state.items()}
             same_labels = (self.config.architecture == "classifier" and self.config.num_labels == task.num_labels
@@ -88,10 +92,11 @@ class Start:
             raise RuntimeError(f"init_from={self.source}: weights do not match the model: missing {wrong[:4]}, "
                                f"unexpected {result.unexpected_keys[:4]}")
         what = "its weights" if self.kind == "anatomy" else f"{self.kind} weights"
+        config = ckpt.config_of(model)
         say(f"init_from {self.source}: {what} and tokenizer ({type(self.tokenizer).__name__}, "
             f"{self.tokenizer.vocab_size} tokens); architecture fixed by the checkpoint "
-            f"({model.config.architecture}, d_model={model.config.d_model}, n_layers={model.config.n_layers})")
-        if result.missing_keys:
+            f"({config.architecture}, d_model={config.d_model}, n_layers={config.n_layers})")
+        if result.missing_keys and isinstance(task, ClassifyTask):
             had = ("has no classification head" if self.config.architecture == "encoder" else
                    f"had {self.config.num_labels} labels "
                    f"({', '.join(self.label_names) if self.label_names else 'names unknown'})")
@@ -99,7 +104,8 @@ class Start:
                 f"random init) for {task.num_labels} labels ({', '.join(task.label_names)}); the checkpoint {had}")
 
     @staticmethod
-    def val_before(model: nn.Module, task, loss_and_logits, batch_size: int, say) -> float:
+    def val_before(model: nn.Module, task: Task, loss_and_logits: LossAndLogits, batch_size: int,
+                   say: Callable[[str], None]) -> float:
         """The val loss of the loaded weights before the first step (logged as step 0), as training evaluates."""
         model.eval()
         with torch.no_grad():
@@ -136,6 +142,7 @@ def load_start(path: str | Path) -> Start:
     d = Path(path)
     if not d.is_dir():
         raise ValueError(f"init_from={path}: no such directory")
+    tokenizer: Tokenizer | None
     try:
         hf_config = read_config(d) if (d / ckpt.CONFIG).is_file() else None
         if hf_config is not None and hf_config.get("format") != FORMAT:  # a Hugging Face directory
@@ -159,14 +166,14 @@ def load_start(path: str | Path) -> Start:
             training = ckpt.read_json(where / ckpt.TRAINING) if (where / ckpt.TRAINING).is_file() else {}
             names = tuple(training["label_names"]) if "label_names" in training else None
             kind, d = "anatomy", where
-        tokenizer_io.check_fits(tokenizer, model.config.vocab_size, source=f"init_from={path}")
+        tokenizer_io.check_fits(tokenizer, ckpt.config_of(model).vocab_size, source=f"init_from={path}")
     except (TypeError, ValueError) as err:
         raise ckpt.CheckpointError(str(err) if "init_from" in str(err) else f"init_from={path}: {err}") from None
     state = {k: v.float() if v.is_floating_point() else v for k, v in model.state_dict().items()}
-    return Start(str(d), kind, model.config, state, tokenizer, names)
+    return Start(str(d), kind, ckpt.config_of(model), state, tokenizer, names)
 
 
-def resumed_start(last: Path, tokenizer, options) -> Start:
+def resumed_start(last: Path, tokenizer: Tokenizer, options: TrainOptions) -> Start:
     """On ``--resume`` of a fine-tuning run: the run's own checkpoint fixes config and tokenizer; no weights (the
     checkpoint's replace them)."""
-    return Start(options.init_from, "anatomy", ckpt.load_config(last), None, tokenizer)
+    return Start(str(options.init_from), "anatomy", ckpt.load_config(last), None, tokenizer)

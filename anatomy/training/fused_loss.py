@@ -46,9 +46,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             probs.scatter_add_(1, safe, minus_one[:len(safe)])  # minus the one-hot  (c, V)
             g = probs.to(hidden.dtype)  # (c, V)
             rows = (ok * scale).to(hidden.dtype)[:, None]  # 1/n, or 0 on ignored rows: on (c, D), not (c, V)  (c, 1)
-            if need_h:
+            if grad_h is not None:
                 torch.mm(g, weight, out=grad_h[start:start + chunk]).mul_(rows)  # (c, D)
-            if need_w:
+            if grad_w is not None:
                 grad_w.addmm_(g.t(), h * rows)  # (V, D)
         ctx.weight_dtype = weight.dtype
         ctx.save_for_backward(grad_h, grad_w)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ class TrainResult:
 
 
 def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str | Path, *,
-          log=None, overwrite: bool = False) -> TrainResult:
+          log: Callable[[str], None] | None = None, overwrite: bool = False) -> TrainResult:
     """Train as ``options`` say (``model_overrides`` on top of ``options.model``), writing into ``run_dir``: a new
     or empty folder, one ``anatomy train`` created, or (``overwrite``) any folder that holds no training run."""
     run_dir = Path(run_dir)
@@ -71,7 +72,7 @@ def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str |
 
 
 def resume(run_dir: str | Path, changes: dict[str, Any] | None = None, *, preset: str | None = None,
-           log=None) -> TrainResult:
+           log: Callable[[str], None] | None = None) -> TrainResult:
     """Continue the latest checkpoint of ``run_dir`` (the one ``checkpoints/latest.json`` names), or the checkpoint
     directory given, exactly; ``latest.json`` then points at it, so the run follows this branch. ``changes``
     may only touch ``RESUMABLE`` options; with ``preset``, the run must have been started from that preset (with the
@@ -120,7 +121,7 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
             evaluate_now = step % options.eval_every == 0 or step == options.steps
             record = _log_step(run, result, lr, evaluate_now, bar)
             if evaluate_now:
-                record = {**record, **evaluate(run, result.loss)}
+                record = {**(record or {}), **evaluate(run, result.loss)}  # evaluate_now: a record
             if record is not None and run.world.is_main:
                 outputs.append_line(run_dir / METRICS, json.dumps(record))
             outputs.fault(f"after-step-{step}")  # a test's SIGKILL at an exact step (ANATOMY_FAULT)
@@ -143,7 +144,8 @@ def _stop_if_nonfinite(run: RunState):
 
 def _introduce(run: RunState) -> None:
     options, model = run.options, run.model
-    run.say(f"training {model.config.architecture} ({sum(p.numel() for p in model.parameters()):,} parameters) on "
+    run.say(f"training {ckpt.config_of(model).architecture} ({sum(p.numel() for p in model.parameters()):,} "
+            f"parameters) on "
             f"{run.task.name}, {options.steps} steps, global batch {options.batch_size} x {run.world.world_size} "
             f"process(es), {run.device}, {options.precision}")
     if options.precision == "fp16" and run.device.type == "cpu":
@@ -237,7 +239,8 @@ def _finish(run: RunState, init_val: float | None) -> TrainResult:
     """The test set, summary.json (and the baselines of classify), loss.png."""
     options, run_dir, task = run.options, run.run_dir, run.task
     test = _evaluate_split(run, "test")
-    summary = {"steps": run.step, "best_val_loss": run.best_val, **{f"test_{k}": v for k, v in test.items()}}
+    summary: dict[str, Any] = {"steps": run.step, "best_val_loss": run.best_val,
+                               **{f"test_{k}": v for k, v in test.items()}}
     if init_val is not None:
         summary["init_val_loss"] = init_val  # fine-tuning: the checkpoint's val loss before the first step
     if task.name == "classify" and options.baselines and run.world.is_main:

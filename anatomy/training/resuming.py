@@ -3,6 +3,7 @@ checked against them (only ``RESUMABLE`` options may change; ``--preset`` must b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from anatomy.training.options import RESUMABLE, TrainOptions, resolve
 
 
 def checked_resume(path: Path, changes: dict[str, Any] | None, preset: str | None,
-                   log) -> tuple[Path, dict[str, Any], TrainOptions, dict[str, Any]]:
+                   log: Callable[[str], None]) -> tuple[Path, dict[str, Any], TrainOptions, dict[str, Any]]:
     """``(checkpoint, its saved state, the options to continue with, the model overrides)`` for resuming ``path``
     with ``changes`` (``RESUMABLE`` options only) and, when given, the ``preset`` the run must come from."""
     last = ckpt.resolve(path, log=log, need=ckpt.COMPLETE)
@@ -44,7 +45,7 @@ def checked_resume(path: Path, changes: dict[str, Any] | None, preset: str | Non
     return last, saved, options, saved_model
 
 
-def saved_options_of(saved: dict, last: Path) -> TrainOptions:
+def saved_options_of(saved: dict[str, Any], last: Path) -> TrainOptions:
     """The run's ``TrainOptions`` from ``training.json``, every field present and known."""
     values = saved["training"]["options"]
     where = str(last / ckpt.TRAINING)

@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 LOCK, MARKER = ".anatomy.lock", ".anatomy-run"
@@ -110,7 +111,7 @@ def refusal(run_dir: Path, data: dict) -> RunLockedError:
 class RunLock:
     """``with RunLock(run_dir, log):`` hold the run directory for this process (see the module docstring)."""
 
-    def __init__(self, run_dir: Path, log=None) -> None:
+    def __init__(self, run_dir: Path, log: Callable[[str], None] | None = None) -> None:
         self.path = Path(run_dir) / LOCK
         self.run_dir = Path(run_dir)
         self.log = log or (lambda message: None)
@@ -166,7 +167,7 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 
@@ -252,7 +253,7 @@ def truncate_metrics(path: Path, after: int) -> None:
     write_atomic(path, "".join(line + "\n" for line in keep))
 
 
-def plot_losses(metrics: Path, out: Path, say) -> None:
+def plot_losses(metrics: Path, out: Path, say: Callable[[str], None]) -> None:
     """``loss.png``: train loss per logged step, val loss where evaluated."""
     try:
         import matplotlib

@@ -10,14 +10,18 @@ function of the step; evaluation draws from its own generator and never touches 
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
+from anatomy.config import ModelConfig
+from anatomy.data.tokenizers import Tokenizer
 from anatomy.models import build_model
 from anatomy.sizes import check_fits
 from anatomy.training import checkpoint as ckpt
@@ -27,6 +31,9 @@ from anatomy.training.options import TrainOptions
 from anatomy.training.spikes import SpikeWatch
 from anatomy.training.step import Stepper, autocast_for, make_optimizer, maybe_compile, to_device
 from anatomy.training.tasks import make_task
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 METRICS, SUMMARY, PLOT = "metrics.jsonl", "summary.json", "loss.png"
 
@@ -46,12 +53,12 @@ class RunState:
     stepper: Stepper
     data_generator: torch.Generator
     training_record: dict[str, Any]
+    spikes: SpikeWatch
     init: Any = None  # fine-tuning's start (training/finetune.py), or None
     start: int = 0
     step: int = 0
     best_val: float = math.inf
     evals_since_best: int = 0
-    spikes: SpikeWatch | None = None
     skipped_in_a_row: int = 0  # fp16: overflowing steps in a row
     last_saved: Path | None = None
     stopped_early: bool = False
@@ -66,7 +73,7 @@ class RunState:
     def scaler(self) -> torch.amp.GradScaler:
         return self.stepper.scaler
 
-    def autocast(self):
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return autocast_for(self.options.precision, self.device)
 
     def trainer_state(self) -> dict[str, Any]:
@@ -90,8 +97,11 @@ def restore_rng(state: dict[str, torch.Tensor], data_generator: torch.Generator)
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def setup(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed, log,
-          lock: outputs.RunLock) -> RunState:
+Resumed = tuple[Path, dict[str, Any]]  # a checkpoint directory and its saved state (load_training_state)
+
+
+def setup(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed: Resumed | None,
+          log: Callable[[str], None], lock: outputs.RunLock) -> RunState:
     """The run's state, from scratch or (``resumed`` = ``(checkpoint, its saved state)``) from a checkpoint; the
     run folder claimed and locked on the main process."""
     device = dist.device_for(options.device)
@@ -104,8 +114,7 @@ def setup(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path,
     if options.batch_size % (world.world_size * options.accumulate):
         raise ValueError(f"batch_size={options.batch_size} (the global batch) must be divisible by the number of "
                          f"processes ({world.world_size}) times accumulate ({options.accumulate})")
-    last, saved = resumed if resumed else (None, None)
-    task, init, config = _data_and_config(options, model_overrides, last, saved)
+    task, init, config = _data_and_config(options, model_overrides, resumed)
     check_fits(config, options.batch_size // (world.world_size * options.accumulate), options.block_size,
                training=True, what="one training step", device=str(device),
                flags="batch_size (or accumulate=k to split it), block_size or the model's sizes")
@@ -119,40 +128,44 @@ def setup(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path,
                       # multiplies the loss, unscales the gradients before clipping, and skips a step whose
                       # gradients overflowed, halving the scale.
                       scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"))
-    record = {"options": options.to_dict(), "model_overrides": model_overrides}
+    record: dict[str, Any] = {"options": options.to_dict(), "model_overrides": model_overrides}
     if task.name == "classify":
         record["label_names"] = list(task.label_names)
     run = RunState(options, run_dir, world, device, say, task, model, stepper,
-                   torch.Generator().manual_seed(options.seed), record, init, last_saved=last,
-                   spikes=SpikeWatch(options.spike_z, options.warmup_steps))
-    if saved is not None:
-        _restore(run, last, saved)
-    _claim(run, last, saved, lock)
-    if saved is not None and "grad_scaler" in saved["state"]:
-        run.scaler.load_state_dict(saved["state"]["grad_scaler"])
+                   torch.Generator().manual_seed(options.seed), record,
+                   SpikeWatch(options.spike_z, options.warmup_steps), init,
+                   last_saved=resumed[0] if resumed else None)
+    if resumed is not None:
+        _restore(run, *resumed)
+    _claim(run, resumed, lock)
+    if resumed is not None and "grad_scaler" in resumed[1]["state"]:
+        run.scaler.load_state_dict(resumed[1]["state"]["grad_scaler"])
     _distribute(run)
     return run
 
 
-def _data_and_config(options: TrainOptions, model_overrides: dict[str, Any], last: Path | None, saved):
+def _data_and_config(options: TrainOptions, model_overrides: dict[str, Any],
+                     resumed: Resumed | None) -> tuple[Any, Any, ModelConfig]:
     """The task (its tokenizer the checkpoint's on resume), fine-tuning's start, and the model config, checked
     against the checkpoint's on resume."""
-    tokenizer = None
-    if saved is not None:
+    tokenizer: Tokenizer | None = None
+    last = resumed[0] if resumed is not None else None
+    if last is not None:
         from anatomy.data.tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(last)
+        ckpt.check_tokenizer(tokenizer, ckpt.load_config(last), last)  # before the corpus is encoded with it
     init = None
     if options.init_from:  # fine-tuning: the checkpoint fixes tokenizer and architecture (training/finetune.py)
         from anatomy.training import finetune
 
-        init = finetune.resumed_start(last, tokenizer, options) if saved else finetune.load_start(options.init_from)
+        init = (finetune.resumed_start(last, tokenizer, options) if last is not None and tokenizer is not None
+                else finetune.load_start(options.init_from))
         tokenizer = init.tokenizer
         init.check(options, model_overrides)
     task = make_task(options, tokenizer)
     config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
-    if saved is not None:
-        ckpt.check_tokenizer(tokenizer, ckpt.load_config(last), last)
+    if last is not None:
         if config != ckpt.load_config(last):
             raise ckpt.CheckpointError(f"{str(last / ckpt.CONFIG)!r} was saved with a different model config than "
                                        f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}")
@@ -173,18 +186,19 @@ def _restore(run: RunState, last: Path, saved: dict[str, Any]) -> None:
     run.say(f"resuming {str(last)!r} at step {run.start}")
 
 
-def _claim(run: RunState, last: Path | None, saved, lock: outputs.RunLock) -> None:
+def _claim(run: RunState, resumed: Resumed | None, lock: outputs.RunLock) -> None:
     """The main process makes the folder the run's: a new run creates and locks it only now, after every check of
     the input; a resumed branch becomes the run's tip. Metrics past the start are cut."""
     if not run.world.is_main:
         return
     run_dir, options = run.run_dir, run.options
-    if saved is None:
+    if resumed is None:
         outputs.claim_run_dir(run_dir)
         lock.acquire()
         if ckpt.step_dirs(run_dir):  # another process trained here between our first look and the lock
             raise ValueError(f"--out {str(run_dir)!r} already holds a training run; continue it with --resume")
     else:
+        last, saved = resumed
         if last.parent == run_dir / "checkpoints":  # this branch is now the run's: a crash before its first
             ckpt.set_latest(run_dir, last, {k: v for k, v in options.to_dict().items()  # save resumes it,
                                             if saved["training"]["options"].get(k) != v})  # not the old branch
@@ -196,7 +210,7 @@ def _distribute(run: RunState) -> None:
     """DDP around the model when torchrun started several processes; ``torch.compile`` when asked."""
     stepper, options = run.stepper, run.options
     wrapped = dist.wrap(run.model, run.world, run.device)
-    stepper.ddp = wrapped if run.world.active else None
+    stepper.ddp = cast("DistributedDataParallel", wrapped) if run.world.active else None  # dist.wrap's DDP
     stepper.forward = wrapped
     stepper.autocast = run.autocast
     if options.compile:

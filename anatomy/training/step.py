@@ -16,12 +16,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from anatomy.training import distributed as dist
 from anatomy.training.options import TrainOptions
+
+if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
 
 MAX_SKIPPED = 20  # fp16: overflowing steps in a row before training stops
 
@@ -50,7 +54,7 @@ def make_optimizer(model: nn.Module, options: TrainOptions, device: torch.device
                              fused=device.type in ("cuda", "cpu") or None)
 
 
-def autocast_for(precision: str, device: torch.device):
+def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """The autocast context of a run's ``precision`` (bf16, fp16) on ``device``; fp32: a context that does nothing."""
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     return torch.autocast(device.type, dtype=low or torch.bfloat16, enabled=low is not None)
@@ -60,7 +64,9 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def maybe_compile(model: nn.Module, probe: dict[str, torch.Tensor], autocast, log) -> nn.Module:
+def maybe_compile(model: nn.Module, probe: dict[str, torch.Tensor],
+                  autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+                  log: Callable[[str], None]) -> Callable[..., Any]:
     """``torch.compile`` the model, proven on one forward/backward (RNG untouched, gradients cleared); the eager
     model with one log line when compilation is unavailable here."""
     try:
@@ -84,14 +90,14 @@ class Stepper:
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    forward: Callable | None = None
+    forward: Callable[..., Any] | None = None
     scaler: torch.amp.GradScaler = field(default_factory=lambda: torch.amp.GradScaler("cpu", enabled=False))
     accumulate: int = 1
     clip: float | None = 1.0
-    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     device: torch.device | None = None
     world: dist.World = field(default_factory=dist.World)
-    ddp: nn.Module | None = None
+    ddp: DistributedDataParallel | None = None
 
 
 @dataclass
@@ -107,8 +113,8 @@ def gradients(stepper: Stepper, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     Each micro-batch's loss weighs 1/accumulate, as each process's weighs 1/world_size under DDP (for lm, where
     every row has the same number of tokens, that is exactly the loss of the whole batch)."""
     k, forward = stepper.accumulate, stepper.forward or stepper.model
-    rows = next(iter(batch.values())).shape[0] // k if k > 1 else None
-    total = 0.0
+    rows = next(iter(batch.values())).shape[0] // k
+    losses = []
     for i in range(k):  # (dividing by 1, the whole batch as one slice, changes no bit)
         micro = batch if k == 1 else {key: v[i * rows:(i + 1) * rows] for key, v in batch.items()}  # (B/k, ...) rows
         last = i == k - 1
@@ -117,8 +123,8 @@ def gradients(stepper: Stepper, batch: dict[str, torch.Tensor]) -> torch.Tensor:
             with stepper.autocast():
                 loss = forward(**(micro if stepper.device is None else to_device(micro, stepper.device))).loss
             stepper.scaler.scale(loss / k).backward()
-        total = total + loss.detach()
-    return total / k
+        losses.append(loss.detach())
+    return sum(losses[1:], losses[0]) / k  # summed in order, as 0.0 + l0 + l1 + ... was
 
 
 def train_step(stepper: Stepper, batch: dict[str, torch.Tensor], lr: float, *,

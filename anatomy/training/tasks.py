@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,9 +19,11 @@ from torch import nn
 
 from anatomy.config import ModelConfig
 from anatomy.data import corpora, synthetic
-from anatomy.data.tokenizers import BPETokenizer, CharTokenizer, encode_many
+from anatomy.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer, encode_many
 from anatomy.training.options import TrainOptions
 
+# evaluation's forward: a batch -> (loss, logits), under the run's autocast
+LossAndLogits = Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
 EVAL_SEED = 20_17  # evaluation batches come from their own generator: the same batches at every evaluation
 
 
@@ -28,7 +31,7 @@ def eval_generator(split: str) -> torch.Generator:
     return torch.Generator().manual_seed(EVAL_SEED + ("train", "val", "test").index(split))
 
 
-def train_tokenizer(options: TrainOptions, texts: list[str], *, strict_chars: bool):
+def train_tokenizer(options: TrainOptions, texts: list[str], *, strict_chars: bool) -> CharTokenizer | BPETokenizer:
     if options.tokenizer == "bpe":
         return BPETokenizer.train(texts, vocab_size=options.bpe_vocab)
     return CharTokenizer.train(texts, unk=not strict_chars)
@@ -55,7 +58,7 @@ class LMTask:
 
     name = "lm"
 
-    def __init__(self, options: TrainOptions, tokenizer=None) -> None:
+    def __init__(self, options: TrainOptions, tokenizer: Tokenizer | None = None) -> None:
         self.options = options
         splits = corpora.corpus_splits(options.corpus, seed=options.data_seed)
         # the character vocabulary is the whole corpus's, so that validation text never holds an unknown one
@@ -84,7 +87,7 @@ class LMTask:
     def n_tokens(batch: dict[str, torch.Tensor]) -> int:
         return batch["input_ids"].numel()
 
-    def evaluate(self, loss_and_logits, split: str, batch_size: int) -> dict[str, torch.Tensor]:
+    def evaluate(self, loss_and_logits: LossAndLogits, split: str, batch_size: int) -> dict[str, torch.Tensor]:
         g = eval_generator(split)
         losses = [loss_and_logits(self.batch(split, g, batch_size))[0].float().cpu()
                   for _ in range(self.options.eval_batches)]
@@ -96,7 +99,7 @@ class ClassifyTask:
 
     name = "classify"
 
-    def __init__(self, options: TrainOptions, tokenizer=None) -> None:
+    def __init__(self, options: TrainOptions, tokenizer: Tokenizer | None = None) -> None:
         self.options = options
         self.splits = corpora.labelled_splits(options.dataset, seed=options.data_seed)
         train_texts = [t for t, _ in self.splits["train"]]
@@ -127,7 +130,7 @@ class ClassifyTask:
     def n_tokens(batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum())
 
-    def evaluate(self, loss_and_logits, split: str, batch_size: int) -> dict[str, torch.Tensor]:
+    def evaluate(self, loss_and_logits: LossAndLogits, split: str, batch_size: int) -> dict[str, torch.Tensor]:
         """Loss and accuracy over the whole split, in fixed chunks."""
         n = len(self.encoded[split])
         loss_sum, correct = torch.zeros(()), torch.zeros(())
@@ -179,7 +182,7 @@ class Seq2SeqTask:
 
     name = "seq2seq"
 
-    def __init__(self, options: TrainOptions, tokenizer=None) -> None:
+    def __init__(self, options: TrainOptions, tokenizer: Tokenizer | None = None) -> None:
         self.options = options
         if options.seq2seq_task not in synthetic.TASKS:
             raise ValueError(f"unknown seq2seq_task {options.seq2seq_task!r}; valid names: "
@@ -188,6 +191,11 @@ class Seq2SeqTask:
             raise ValueError(f"max_len + 1 = {options.max_len + 1} (with <eos>) must be <= block_size="
                              f"{options.block_size}")
         self.tokenizer = tokenizer or CharTokenizer(synthetic.ALPHABET)
+        eos = self.tokenizer.eos_id
+        if eos is None:
+            raise ValueError(f"task=seq2seq needs a tokenizer with an end-of-sequence token; "
+                             f"{type(self.tokenizer).__name__} has none")
+        self.eos_id: int = eos
 
     def model_config(self, overrides: dict[str, Any]) -> ModelConfig:
         return _model_config(self.options, {"max_seq_len": self.options.block_size, **overrides},
@@ -195,20 +203,20 @@ class Seq2SeqTask:
                              pad_token_id=self.tokenizer.pad_id)
 
     def encode_source(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        return _pad([self.tokenizer.encode(s) + [self.tokenizer.eos_id] for s in texts], self.tokenizer.pad_id)
+        return _pad([self.tokenizer.encode(s) + [self.eos_id] for s in texts], self.tokenizer.pad_id)
 
     def batch(self, split: str, generator: torch.Generator, batch_size: int) -> dict[str, torch.Tensor]:
         pairs = synthetic.sample_pairs(self.options.seq2seq_task, generator, batch_size,
                                        min_len=self.options.min_len, max_len=self.options.max_len)
         ids, mask = self.encode_source([s for s, _ in pairs])
-        labels, label_mask = _pad([self.tokenizer.encode(t) + [self.tokenizer.eos_id] for _, t in pairs], 0)
+        labels, label_mask = _pad([self.tokenizer.encode(t) + [self.eos_id] for _, t in pairs], 0)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels.masked_fill(~label_mask, -100)}
 
     @staticmethod
     def n_tokens(batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum() + (batch["labels"] != -100).sum())
 
-    def evaluate(self, loss_and_logits, split: str, batch_size: int) -> dict[str, torch.Tensor]:
+    def evaluate(self, loss_and_logits: LossAndLogits, split: str, batch_size: int) -> dict[str, torch.Tensor]:
         """Loss, and exact match under teacher forcing: every target token is the argmax (then greedy decoding
         reproduces the target exactly)."""
         g = eval_generator(split)
@@ -223,8 +231,9 @@ class Seq2SeqTask:
         return {"loss": torch.stack(losses).mean(), "exact_match": torch.stack(exact).mean()}
 
 
-TASK_CLASSES = {"lm": LMTask, "classify": ClassifyTask, "seq2seq": Seq2SeqTask}
+Task = LMTask | ClassifyTask | Seq2SeqTask
+TASK_CLASSES: dict[str, type[Task]] = {"lm": LMTask, "classify": ClassifyTask, "seq2seq": Seq2SeqTask}
 
 
-def make_task(options: TrainOptions, tokenizer=None):
+def make_task(options: TrainOptions, tokenizer: Tokenizer | None = None) -> Task:
     return TASK_CLASSES[options.task](options, tokenizer)

@@ -85,7 +85,7 @@ def test_missing_weights_are_named_not_blamed_on_optimizer_pt(run):
     assert f"{str(step)!r} holds config.json but no model.safetensors (the weights)" in message, message
     assert "pickle" not in message
     message = _message(lambda: ckpt.load_model(run))  # through the run: the step dir is incomplete
-    assert "holds no checkpoint that is complete" in message
+    assert message == f"{str(step / 'model.safetensors')!r} is missing: {str(run)!r} holds no complete checkpoint"
 
 
 def test_an_int64_tensor_where_float32_is_declared_is_refused(run):
@@ -105,6 +105,38 @@ def test_a_tokenizer_larger_than_the_vocabulary_is_refused(run):
     for load in (lambda: ckpt.load_model(run), lambda: loop.resume(run, log=lambda m: None)):
         message = _message(load)
         assert str(tokenizer) in message and f"vocab_size={vocab}" in message, message
+
+
+def test_a_tokenizer_smaller_than_the_vocabulary_is_another_runs_and_refused(run):
+    tokenizer = _step(run) / "tokenizer.json"
+    _edit_json(tokenizer, lambda d: d.update(vocab=d["vocab"][:8]))  # 8 characters + <pad>, <eos>: 10 tokens
+    vocab = json.loads((_step(run) / "config.json").read_text())["config"]["vocab_size"]
+    assert vocab > 10
+    for load in (lambda: ckpt.load_model(run), lambda: loop.resume(run, log=lambda m: None)):
+        message = _message(load)
+        assert message.startswith(f"{str(tokenizer)!r}: the tokenizer has 10 tokens but config.json says "
+                                  f"vocab_size={vocab}"), message
+
+
+def test_the_tokenizer_the_run_was_trained_with_loads_unrefused(run):
+    model, tokenizer, where = ckpt.load_model(run)
+    assert where == _step(run) and tokenizer.vocab_size == model.config.vocab_size
+
+
+def test_resume_without_tokenizer_json_names_the_file(run, capsys):
+    from anatomy.cli.main import main
+
+    steps = ckpt.step_dirs(run)
+    for step in steps:
+        (step / "tokenizer.json").unlink()
+    newest = steps[-1] / "tokenizer.json"
+    message = _message(lambda: loop.resume(run, log=lambda m: None))
+    assert message.startswith(f"{str(newest)!r} is missing: {str(run)!r} holds no complete checkpoint"), message
+    assert main(["train", "--resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {str(newest)!r} is missing" in err and "that is complete" not in err, err
+    message = _message(lambda: loop.resume(steps[-1], log=lambda m: None))  # the checkpoint itself, given directly
+    assert message == f"{str(newest)!r} is missing: a resume needs the tokenizer the run was trained with", message
 
 
 def test_optimizer_state_of_another_size_is_named_before_training(runs, run):
