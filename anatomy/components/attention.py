@@ -151,7 +151,7 @@ class MultiHeadAttention(nn.Module):
         w = self.qkv_proj.weight
         return nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
 
-    def own_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask=None, is_causal=False,
+    def standalone_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask=None, is_causal=False,
                     kv_cache: KVCache | None = None, positions=None, attn_bias=None,
                     key_padding_mask=None) -> AttentionContext:
         """The context of a standalone call (no model around it), built by the models' own ``build_context``:
@@ -192,8 +192,8 @@ class MultiHeadAttention(nn.Module):
         """
         cross = context is not None
         if ctx is None:
-            ctx = self.own_context(x, context, mask=mask, is_causal=is_causal, kv_cache=kv_cache, positions=positions,
-                                   attn_bias=attn_bias, key_padding_mask=key_padding_mask)
+            ctx = self.standalone_context(x, context, mask=mask, is_causal=is_causal, kv_cache=kv_cache,
+                                          positions=positions, attn_bias=attn_bias, key_padding_mask=key_padding_mask)
         elif mask is not None or is_causal or positions is not None or attn_bias is not None \
                 or key_padding_mask is not None:
             raise ValueError("give ctx or mask/is_causal/positions/attn_bias/key_padding_mask, not both: the "

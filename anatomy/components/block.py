@@ -101,15 +101,15 @@ class TransformerBlock(nn.Module):
         return cls(**parts, ffn=FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias),
                    ffn_add_norm=add_norm())
 
-    def own_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask, memory_mask, is_causal,
+    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask, memory_mask, is_causal,
                     kv_cache, positions, attn_bias):
-        """The context of a standalone block call, built by the attention modules' own ``own_context``."""
+        """The context of a standalone block call, built by the attention modules' ``standalone_context``."""
         self_cache, cross_cache = kv_cache if self.cross_attn is not None and kv_cache is not None else (kv_cache,
                                                                                                           None)
-        ctx = self.attn.own_context(x, mask=mask, is_causal=is_causal, kv_cache=self_cache, positions=positions,
+        ctx = self.attn.standalone_context(x, mask=mask, is_causal=is_causal, kv_cache=self_cache, positions=positions,
                                     attn_bias=attn_bias)
         if self.cross_attn is not None:
-            ctx.memory = self.cross_attn.own_context(x, memory, mask=memory_mask, kv_cache=cross_cache)
+            ctx.cross_ctx = self.cross_attn.standalone_context(x, memory, mask=memory_mask, kv_cache=cross_cache)
         return ctx
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
@@ -123,7 +123,7 @@ class TransformerBlock(nn.Module):
         if cross and memory is None:
             raise ValueError(f"{type(self).__name__} attends to an encoder memory: give memory (B, S, D)")
         if ctx is None:
-            ctx = self.own_context(x, memory, mask=mask, memory_mask=memory_mask,
+            ctx = self.standalone_context(x, memory, mask=mask, memory_mask=memory_mask,
                                    is_causal=self.default_causal if is_causal is None else is_causal,
                                    kv_cache=kv_cache, positions=positions, attn_bias=attn_bias)
         self_cache, cross_cache = kv_cache if cross and kv_cache is not None else (kv_cache, None)
@@ -134,7 +134,7 @@ class TransformerBlock(nn.Module):
         if cross:
             h = self.hook_cross_in(self.cross_add_norm.before(x))
             c, cross_w = self.cross_attn(h, context=memory, kv_cache=cross_cache, need_weights=need_weights,
-                                         ctx=ctx.memory)
+                                         ctx=ctx.cross_ctx)
             x = self.hook_resid_cross(self.cross_add_norm.after(x, self.hook_cross_out(c)))  # (B, T, D)
             weights = (weights, cross_w)
         h = self.hook_ffn_in(self.ffn_add_norm.before(block_in if self.parallel_residual else x))

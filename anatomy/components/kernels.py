@@ -50,8 +50,10 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device) -> torch.Tensor | None:
-    """The math kernel's mask step: the caller's mask AND the (bottom-right aligned) causal mask (masks are
-    checked where they are built, in components/context.py, not again per layer)."""
+    """The caller's mask AND the (bottom-right aligned) causal mask, for a kernel function called on its own
+    (``math_attention(q, k, v, is_causal=True)``). Inside a module the forward's mask plan
+    (``AttentionContext.kernel_mask``) has folded the causal rule already and ``is_causal`` arrives False (or True
+    only to SDPA's fused path), so no kernel builds a mask per layer."""
     if not is_causal:
         return mask
     causal = causal_mask(t, s, device=device)  # (T, S)
@@ -241,16 +243,19 @@ class Kernel:
     merge: Callable = merge_heads
     scale: Callable = module_scale
     fold_causal: bool = True  # take the causal rule folded into the mask (False: a fault that moves it)
+    causal_flag: bool = False  # takes SDPA's is_causal flag instead of a causal mask (square calls, no bias)
 
     def scale_of(self, module) -> float:
         """The scale step: this entry's, or the one of the entry the module names in ``scale_kernel``."""
         return (self.scale if module.scale_kernel is None else entry(module.scale_kernel).scale)(module)
 
-    def mask(self, module, ctx, s: int):
-        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal)
+    def mask(self, module, ctx, s: int, bias):
+        """This layer's entry in the forward's mask plan (``AttentionContext.kernel_mask``, memoised)."""
+        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal,
+                               self.causal_flag and bias is None)
 
     def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
-        mask, is_causal = self.mask(module, ctx, k.shape[-2])
+        mask, is_causal = self.mask(module, ctx, k.shape[-2], bias)
         args = module.kernel_args if args is None else args
         extra = dict(args) if args else {}
         if self.returns_weights:
@@ -283,7 +288,7 @@ class RecordingKernel(Kernel):
                         hooked=module.hook_scores.has_hooks or module.hook_weights.has_hooks,
                         where=type(module).__name__, softcap=module.softcap is not None)
         heads = args["heads"]
-        mask, is_causal = self.mask(module, ctx, k.shape[-2])
+        mask, is_causal = self.mask(module, ctx, k.shape[-2], bias)
         with torch.no_grad():
             k_sel = repeat_kv(k, q.shape[1])[:, heads]  # (B, h, S, Dh)
             _, weights = math_attention(
@@ -298,7 +303,7 @@ class RecordingKernel(Kernel):
 KERNELS: dict[str, Kernel] = {
     "loop": Kernel("loop", loop_attention, returns_weights=True, supports_value_bias=True),
     "math": Kernel("math", math_attention, returns_weights=True, supports_value_bias=True),
-    "sdpa": Kernel("sdpa", sdpa_attention, returns_weights=False, supports_value_bias=False),
+    "sdpa": Kernel("sdpa", sdpa_attention, returns_weights=False, supports_value_bias=False, causal_flag=True),
 }
 KERNEL_NAMES = (*KERNELS, "auto")  # the names a user chooses; faults and the recorder register more entries
 
