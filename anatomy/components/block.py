@@ -5,8 +5,8 @@ block of decoder-only language models (GPT-2, Llama). ``DecoderBlock``: masked s
 to the encoder memory, FFN (Vaswani et al. 2017, Fig. 1 right).
 
 Both are forms of one ``TransformerBlock`` (cross-attention off or on). Blocks receive their parts (dependency
-injection): they never read a config. ``EncoderBlock.build(...)`` and ``DecoderBlock.build(...)`` (one shared
-implementation) assemble the usual parts from explicit keyword arguments.
+injection): they never read a config. ``EncoderBlock.build(...)`` and ``DecoderBlock.build(...)`` assemble the
+usual parts from explicit keyword arguments through the part builders of models/build.py (``build_block``).
 Hook points: ``hook_resid_pre`` → ``hook_attn_in`` (what attention sees) → ``hook_attn_out`` →
 ``hook_resid_mid`` → (``hook_cross_in`` → ``hook_cross_out`` → ``hook_resid_cross``) → ``hook_ffn_in`` →
 ``hook_ffn_out`` → ``hook_resid_post``. Inside a model every block receives the forward's ``AttentionContext``
@@ -18,7 +18,7 @@ after attention, ``x + attn(norm_1(x)) + ffn(norm_2(x))``; ``hook_resid_mid`` is
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -27,10 +27,7 @@ from torch import nn
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.context import AttentionContext
-from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
-from anatomy.components.norms import RMSNorm, norm_class
-from anatomy.components.positional.base import PositionalScheme
 
 
 class TransformerBlock(nn.Module):
@@ -72,34 +69,10 @@ class TransformerBlock(nn.Module):
         self.hook_ffn_out = HookPoint()  # (B, T, D)
         self.hook_resid_post = HookPoint()  # (B, T, D), the block's output
 
-    @classmethod
-    def build(cls, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, d_ff: int | None = None,
-              activation: str = "relu", norm: str = "layernorm", norm_eps: float = 1e-5, placement: str = "post",
-              bias: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, kernel: str = "auto",
-              attn_scale: float | None = None, fused_qkv: bool = False, alpha: float = 1.0,
-              positional: PositionalScheme | None = None, head_dim: int | None = None,
-              qk_norm: str | None = None, sliding_window: int | None = None, qkv_bias: bool | None = None,
-              attn_softcap: float | None = None, norm_offset: float = 0.0, parallel_residual: bool = False):
-        """The usual parts from explicit arguments; a ``DecoderBlock`` also gets cross-attention (never windowed,
-        no positional scheme)."""
-        norm_cls = norm_class(norm)
-        own = {"offset": norm_offset} if norm_offset else {}  # only RMSNorm takes an offset (the builder checks)
-        if norm_cls is not RMSNorm:
-            own["bias"] = bias  # RMSNorm has no shift to switch off
-        make_norm = partial(norm_cls, eps=norm_eps, **own)
-        add_norm = partial(AddNorm, d_model, placement=placement, make_norm=make_norm, dropout=dropout, alpha=alpha)
-        attn = partial(MultiHeadAttention, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, bias=bias,
-                       dropout=attention_dropout, kernel=kernel, scale=attn_scale, fused_qkv=fused_qkv,
-                       head_dim=head_dim, qk_norm=qk_norm, norm_eps=norm_eps,
-                       **({"qkv_bias": qkv_bias} if qkv_bias is not None else {}),
-                       **({"softcap": attn_softcap} if attn_softcap is not None else {}))
-        parts = {"attn": attn(positional=positional, sliding_window=sliding_window), "attn_add_norm": add_norm()}
-        if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
-            parts.update(cross_attn=attn(positional=None, sliding_window=None), cross_add_norm=add_norm())
-        if parallel_residual:
-            parts["parallel_residual"] = True
-        return cls(**parts, ffn=FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias),
-                   ffn_add_norm=add_norm())
+    # ``EncoderBlock.build(d_model=..., n_heads=..., ...)`` / ``DecoderBlock.build(...)``: the usual parts from
+    # explicit keyword arguments, made by the part builders of models/build.py (``build_block``), which attaches
+    # this classmethod when the package is imported; declared here for readers and type checkers.
+    build: ClassVar[Callable[..., TransformerBlock]]
 
     def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask, memory_mask, is_causal,
                     kv_cache, positions, attn_bias):
