@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +40,18 @@ from anatomy.shapes import compute_dtype
 log = logging.getLogger("anatomy")
 
 Hook = Callable[[torch.Tensor], torch.Tensor]
+
+
+class AttentionFunction(Protocol):
+    """What a registry entry's ``fn`` is: the attention arithmetic on heads already split, with the mask already
+    final (the forward's mask plan, ``AttentionContext.kernel_mask``). ``q: (B, H, T, Dh)``, ``k, v: (B, Hkv, S,
+    Dh)`` → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``. Kernels that return weights also take
+    ``score_hook``, ``weight_hook`` and ``softcap``; a fault's parameters arrive as further keywords."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = ...,
+                 is_causal: bool = ..., scale: float, bias: torch.Tensor | None = ...,
+                 value_bias: torch.Tensor | None = ..., dropout_p: float = ..., need_weights: bool = ...,
+                 **extra: Any) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
 
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -236,7 +249,7 @@ class Kernel:
     context the mask for this layer's window and key count."""
 
     name: str
-    fn: Callable
+    fn: AttentionFunction
     returns_weights: bool
     supports_value_bias: bool
     split: Callable = split_heads
@@ -326,14 +339,20 @@ def entry(name: str) -> Kernel:
     return KERNELS[name]
 
 
-def steps(module, kernel: Kernel) -> tuple[Callable, Callable]:
-    """The ``(split, merge)`` steps ``module`` runs with ``kernel``: the kernel's own, unless the module names
-    another entry in ``split_kernel`` / ``merge_kernel`` (how a split or merge fault is selected)."""
-    if module.split_kernel is None and module.merge_kernel is None:
-        return kernel.split, kernel.merge
-    split = kernel.split if module.split_kernel is None else entry(module.split_kernel).split
-    merge = kernel.merge if module.merge_kernel is None else entry(module.merge_kernel).merge
-    return split, merge
+class kernel_setting:  # noqa: N801 (used like ``property``)
+    """A module attribute that names registry entries (``kernel``, ``kernel_args``, ``scale_kernel``,
+    ``split_kernel``, ``merge_kernel``): reading it gives the value, setting it stores the value and has the module
+    resolve its kernel and steps again (``MultiHeadAttention._resolve``), so a call never resolves them."""
+
+    def __init__(self, slot: str) -> None:
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj.__dict__[self.slot]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+        obj._resolve()
 
 
 def register(kernel: Kernel) -> Kernel:
