@@ -151,7 +151,10 @@ class MultiHeadAttention(nn.Module):
             split = split or (None if chosen.split is kernels.split_heads else chosen.split)
             merge = merge or (None if chosen.merge is kernels.merge_heads else chosen.merge)
         self._split_step, self._merge_step = split, merge
-        self._entries: dict[tuple[bool, bool, bool, bool], kernels.Kernel] = {}
+        if "_entries" in self.__dict__:  # emptied in place: a fault's footprint is the attributes it names
+            self._entries.clear()
+        else:
+            self._entries: dict[tuple[bool, bool, bool, bool], kernels.Kernel] = {}
 
     def _entry(self, need_weights: bool, hooked_scores: bool, value_term: bool) -> kernels.Kernel:
         """The registry entry for a call of this kind, resolved on the first call of the kind (memoised)."""
