@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from anatomy.config import LOOK_VOCAB, PRESETS, ModelConfig, large_vocab_presets
+import torch
+
+from anatomy.config import PRESETS, ModelConfig
 from anatomy.inspection.trace import example_inputs, render, trace_model
 from anatomy.models import build_model
 from anatomy.shapes import LEGEND
@@ -78,16 +80,20 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--text needs --checkpoint: a preset has no tokenizer (use --batch and --seq)")
     else:
         preset = args.preset or "seed-block"
-        if preset in large_vocab_presets() and "vocab_size" not in overrides:
-            overrides["vocab_size"] = LOOK_VOCAB  # the shapes do not depend on it; keeps the model small
         config = ModelConfig.from_preset(preset, **overrides)
         check_fits(config, args.batch, args.seq, tgt_seq=args.tgt_seq, what="this trace",
                    flags="--seq or --batch (or the model's sizes)")  # before a single tensor is allocated
-        model, source = build_model(config).eval(), f"preset {preset}"
+        # A preset's table needs shapes, not numbers: the model is built on the meta device (no memory, no
+        # arithmetic), so a large preset such as qwen3 shows its real sizes, vocabulary included, in seconds.
+        with torch.device("meta"):
+            model = build_model(config).eval()
+        source = f"preset {preset}"
     if args.seq > config.max_seq_len and config.positional == "learned":
         raise ValueError(f"--seq {args.seq} is longer than the learned positional table (max_seq_len="
                          f"{config.max_seq_len})")
     inputs = example_inputs(model, args.batch, args.seq, tgt_seq=args.tgt_seq)
+    if args.checkpoint is None:
+        inputs = {name: ids.to("meta") for name, ids in inputs.items()}  # the preset's shapes-only forward
     if args.text is not None:
         inputs, note = _text_inputs(args.checkpoint, args.text, config)
         source += f", {note}"

@@ -91,7 +91,7 @@ class MultiHeadAttention(nn.Module):
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else head_dim
         self.inner_dim = n_heads * self.head_dim  # H·Dh: = D unless head_dim was set
-        self.kernel, self.dropout, self.fused_qkv = kernel, dropout, fused_qkv
+        self.dropout, self.fused_qkv = dropout, fused_qkv
         self.scale = 1.0 / math.sqrt(self.head_dim) if scale is None else float(scale)
         kv_dim = n_kv_heads * self.head_dim
         in_bias = bias if qkv_bias is None else qkv_bias
@@ -119,10 +119,12 @@ class MultiHeadAttention(nn.Module):
         # recorder's heads); `scale_kernel`, `split_kernel`, `merge_kernel` name an entry whose scale / split /
         # merge step replaces the attending entry's own (None: its own, the standard steps). The bug zoo selects
         # its faults through these five public attributes (anatomy.pitfalls).
-        self.kernel_args: dict = {}
-        self.scale_kernel: str | None = None
-        self.split_kernel: str | None = None
-        self.merge_kernel: str | None = None
+        # Setting any of the five re-resolves the module's kernel and steps (``_resolve``), never a call.
+        self._kernel, self._kernel_args = kernel, {}
+        self._scale_kernel: str | None = None
+        self._split_kernel: str | None = None
+        self._merge_kernel: str | None = None
+        self._resolve()
         self.hook_q = HookPoint()  # (B, H, T, Dh), after QK-norm and RoPE
         self.hook_k = HookPoint()  # (B, Hkv, S, Dh), after RoPE, holding the cache
         self.hook_v = HookPoint()  # (B, Hkv, S, Dh)
@@ -131,6 +133,38 @@ class MultiHeadAttention(nn.Module):
         self.hook_z = HookPoint()  # (B, H, T, Dh), each head's output
         self.hook_merged = HookPoint()  # (B, T, H·Dh), heads merged
         self.hook_out = HookPoint()  # (B, T, D), after o_proj
+
+    # --- the kernel and its steps, resolved once per setting -------------------------------------------------
+    kernel = kernels.kernel_setting("_kernel")
+    kernel_args = kernels.kernel_setting("_kernel_args")
+    scale_kernel = kernels.kernel_setting("_scale_kernel")
+    split_kernel = kernels.kernel_setting("_split_kernel")
+    merge_kernel = kernels.kernel_setting("_merge_kernel")
+
+    def _resolve(self) -> None:
+        """Decide, once per setting of the five attributes above, the split and merge steps (``None``: the standard
+        ones, written in :meth:`forward`), the scale step, and forget the entries picked for earlier settings."""
+        split = None if self._split_kernel is None else kernels.entry(self._split_kernel).split
+        merge = None if self._merge_kernel is None else kernels.entry(self._merge_kernel).merge
+        chosen = kernels.KERNELS.get(self._kernel)
+        if chosen is not None:  # an entry's own steps (a fault entry named as the kernel brings its steps)
+            split = split or (None if chosen.split is kernels.split_heads else chosen.split)
+            merge = merge or (None if chosen.merge is kernels.merge_heads else chosen.merge)
+        self._split_step, self._merge_step = split, merge
+        if "_entries" in self.__dict__:  # emptied in place: a fault's footprint is the attributes it names
+            self._entries.clear()
+        else:
+            self._entries: dict[tuple[bool, bool, bool, bool], kernels.Kernel] = {}
+
+    def _entry(self, need_weights: bool, hooked_scores: bool, value_term: bool) -> kernels.Kernel:
+        """The registry entry for a call of this kind, resolved on the first call of the kind (memoised)."""
+        key = (need_weights, hooked_scores, value_term, self.softcap is not None)
+        hit = self._entries.get(key)
+        if hit is None:
+            hit = self._entries[key] = kernels.resolve(self._kernel, need_weights=need_weights, value_bias=value_term,
+                                                       hooked=hooked_scores, where=type(self).__name__,
+                                                       softcap=key[3])
+        return hit
 
     def _project(self, x: torch.Tensor, source: torch.Tensor):
         """``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, D)``, ``k, v (B, S, Hkv*Dh)``."""
@@ -151,7 +185,7 @@ class MultiHeadAttention(nn.Module):
         w = self.qkv_proj.weight
         return nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
 
-    def own_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask=None, is_causal=False,
+    def standalone_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask=None, is_causal=False,
                     kv_cache: KVCache | None = None, positions=None, attn_bias=None,
                     key_padding_mask=None) -> AttentionContext:
         """The context of a standalone call (no model around it), built by the models' own ``build_context``:
@@ -191,29 +225,34 @@ class MultiHeadAttention(nn.Module):
         layer) instead of ``mask``/``is_causal``/``positions``/``attn_bias``/``key_padding_mask``.
         """
         cross = context is not None
-        if ctx is None:
-            ctx = self.own_context(x, context, mask=mask, is_causal=is_causal, kv_cache=kv_cache, positions=positions,
-                                   attn_bias=attn_bias, key_padding_mask=key_padding_mask)
+        if ctx is None:  # a standalone call: the same context a model builds, from the raw arguments
+            ctx = self.standalone_context(x, context, mask=mask, is_causal=is_causal, kv_cache=kv_cache,
+                                          positions=positions, attn_bias=attn_bias, key_padding_mask=key_padding_mask)
         elif mask is not None or is_causal or positions is not None or attn_bias is not None \
                 or key_padding_mask is not None:
             raise ValueError("give ctx or mask/is_causal/positions/attn_bias/key_padding_mask, not both: the "
                              "context already holds them")
         positional = None if cross else self.positional
-        kernel = kernels.resolve(
-            self.kernel, need_weights=need_weights, value_bias=positional is not None and positional.has_value_term,
-            hooked=hooked(self, "hook_scores") or hooked(self, "hook_weights"), where=type(self).__name__,
-            softcap=self.softcap is not None)
-        split, merge = kernels.steps(self, kernel)
+        value_term = positional is not None and positional.has_value_term
+        kernel = self._entry(need_weights, hooked(self, "hook_scores") or hooked(self, "hook_weights"), value_term)
+        b, t, _ = x.shape
+        h, hkv, dh = self.n_heads, self.n_kv_heads, self.head_dim
         if cross and kv_cache is not None and len(kv_cache):
-            q = split(self, self._project_q(x), self.n_heads)  # (B, H, T, Dh)
+            q = self._project_q(x)  # (B, T, H·Dh)
+            q = q.view(b, t, h, dh).transpose(1, 2) if self._split_step is None else self._split_step(self, q, h)
+            # ^ split: (B, T, H·Dh) → (B, T, H, Dh) → (B, H, T, Dh)
             if self.qk_norm is not None:
                 q = self.q_norm(q)
             k, v, k_pos = kv_cache.k, kv_cache.v, kv_cache.positions  # memory projected once, at step 0
         else:
-            q, k, v = self._project(x, context if cross else x)
-            q = split(self, q, self.n_heads)  # (B, H, T, Dh)
-            k = split(self, k, self.n_kv_heads)  # (B, Hkv, S, Dh)
-            v = split(self, v, self.n_kv_heads)  # (B, Hkv, S, Dh)
+            q, k, v = self._project(x, context if cross else x)  # (B, T, H·Dh), (B, S, Hkv·Dh) twice
+            s = k.shape[1]
+            if self._split_step is None:  # split heads: view (B, T, H, Dh), then transpose to (B, H, T, Dh)
+                q = q.view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)
+                k = k.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
+                v = v.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
+            else:  # a bug-zoo split step (anatomy.pitfalls)
+                q, k, v = self._split_step(self, q, h), self._split_step(self, k, hkv), self._split_step(self, v, hkv)
             if self.qk_norm is not None:  # over Dh, per head and token; before RoPE rotates the pairs
                 q, k = self.q_norm(q), self.k_norm(k)
             k_pos = ctx.key_positions if cross else ctx.positions
@@ -227,11 +266,15 @@ class MultiHeadAttention(nn.Module):
             extra = positional.score_bias_for(ctx, q, k_pos, self.scale)
             if extra is not None:
                 bias = extra if bias is None else bias + extra
-            value_bias = positional.value_bias(ctx.positions, k_pos)
+            value_bias = positional.value_bias(ctx.positions, k_pos) if value_term else None
         out, weights = kernel(self, q, k, v, ctx, bias=bias, value_bias=value_bias,
                               need_weights=need_weights)  # (B, H, T, Dh)
-        out = self.hook_merged(merge(self, self.hook_z(out)))  # (B, T, H·Dh)
-        return self.hook_out(self.o_proj(out)), weights
+        out = self.hook_z(out)
+        if self._merge_step is None:  # merge heads: transpose back to (B, T, H, Dh), then (B, T, H·Dh)
+            out = out.transpose(1, 2).reshape(b, t, self.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
+        else:  # a bug-zoo merge step
+            out = self._merge_step(self, out)
+        return self.hook_out(self.o_proj(self.hook_merged(out))), weights
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
@@ -239,4 +282,4 @@ class MultiHeadAttention(nn.Module):
                 + (f"qk_norm={self.qk_norm!r}, " if self.qk_norm else "")
                 + (f"sliding_window={self.sliding_window}, " if self.sliding_window else "")
                 + (f"softcap={self.softcap:g}, " if self.softcap is not None else "") +
-                f"kernel={self.kernel!r}, scale={self.scale:.4g}")
+                f"kernel={self._kernel!r}, scale={self.scale:.4g}")

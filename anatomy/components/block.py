@@ -5,8 +5,8 @@ block of decoder-only language models (GPT-2, Llama). ``DecoderBlock``: masked s
 to the encoder memory, FFN (Vaswani et al. 2017, Fig. 1 right).
 
 Both are forms of one ``TransformerBlock`` (cross-attention off or on). Blocks receive their parts (dependency
-injection): they never read a config. ``EncoderBlock.build(...)`` and ``DecoderBlock.build(...)`` (one shared
-implementation) assemble the usual parts from explicit keyword arguments.
+injection): they never read a config. ``EncoderBlock.build(...)`` and ``DecoderBlock.build(...)`` assemble the
+usual parts from explicit keyword arguments through the part builders of models/build.py (``build_block``).
 Hook points: ``hook_resid_pre`` → ``hook_attn_in`` (what attention sees) → ``hook_attn_out`` →
 ``hook_resid_mid`` → (``hook_cross_in`` → ``hook_cross_out`` → ``hook_resid_cross``) → ``hook_ffn_in`` →
 ``hook_ffn_out`` → ``hook_resid_post``. Inside a model every block receives the forward's ``AttentionContext``
@@ -18,7 +18,7 @@ after attention, ``x + attn(norm_1(x)) + ffn(norm_2(x))``; ``hook_resid_mid`` is
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
 from typing import ClassVar
 
 import torch
@@ -27,10 +27,7 @@ from torch import nn
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.context import AttentionContext
-from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
-from anatomy.components.norms import RMSNorm, norm_class
-from anatomy.components.positional.base import PositionalScheme
 
 
 class TransformerBlock(nn.Module):
@@ -72,44 +69,20 @@ class TransformerBlock(nn.Module):
         self.hook_ffn_out = HookPoint()  # (B, T, D)
         self.hook_resid_post = HookPoint()  # (B, T, D), the block's output
 
-    @classmethod
-    def build(cls, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, d_ff: int | None = None,
-              activation: str = "relu", norm: str = "layernorm", norm_eps: float = 1e-5, placement: str = "post",
-              bias: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0, kernel: str = "auto",
-              attn_scale: float | None = None, fused_qkv: bool = False, alpha: float = 1.0,
-              positional: PositionalScheme | None = None, head_dim: int | None = None,
-              qk_norm: str | None = None, sliding_window: int | None = None, qkv_bias: bool | None = None,
-              attn_softcap: float | None = None, norm_offset: float = 0.0, parallel_residual: bool = False):
-        """The usual parts from explicit arguments; a ``DecoderBlock`` also gets cross-attention (never windowed,
-        no positional scheme)."""
-        norm_cls = norm_class(norm)
-        own = {"offset": norm_offset} if norm_offset else {}  # only RMSNorm takes an offset (the builder checks)
-        if norm_cls is not RMSNorm:
-            own["bias"] = bias  # RMSNorm has no shift to switch off
-        make_norm = partial(norm_cls, eps=norm_eps, **own)
-        add_norm = partial(AddNorm, d_model, placement=placement, make_norm=make_norm, dropout=dropout, alpha=alpha)
-        attn = partial(MultiHeadAttention, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, bias=bias,
-                       dropout=attention_dropout, kernel=kernel, scale=attn_scale, fused_qkv=fused_qkv,
-                       head_dim=head_dim, qk_norm=qk_norm, norm_eps=norm_eps,
-                       **({"qkv_bias": qkv_bias} if qkv_bias is not None else {}),
-                       **({"softcap": attn_softcap} if attn_softcap is not None else {}))
-        parts = {"attn": attn(positional=positional, sliding_window=sliding_window), "attn_add_norm": add_norm()}
-        if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
-            parts.update(cross_attn=attn(positional=None, sliding_window=None), cross_add_norm=add_norm())
-        if parallel_residual:
-            parts["parallel_residual"] = True
-        return cls(**parts, ffn=FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias),
-                   ffn_add_norm=add_norm())
+    # ``EncoderBlock.build(d_model=..., n_heads=..., ...)`` / ``DecoderBlock.build(...)``: the usual parts from
+    # explicit keyword arguments, made by the part builders of models/build.py (``build_block``), which attaches
+    # this classmethod when the package is imported; declared here for readers and type checkers.
+    build: ClassVar[Callable[..., TransformerBlock]]
 
-    def own_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask, memory_mask, is_causal,
+    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask, memory_mask, is_causal,
                     kv_cache, positions, attn_bias):
-        """The context of a standalone block call, built by the attention modules' own ``own_context``."""
+        """The context of a standalone block call, built by the attention modules' ``standalone_context``."""
         self_cache, cross_cache = kv_cache if self.cross_attn is not None and kv_cache is not None else (kv_cache,
                                                                                                           None)
-        ctx = self.attn.own_context(x, mask=mask, is_causal=is_causal, kv_cache=self_cache, positions=positions,
+        ctx = self.attn.standalone_context(x, mask=mask, is_causal=is_causal, kv_cache=self_cache, positions=positions,
                                     attn_bias=attn_bias)
         if self.cross_attn is not None:
-            ctx.memory = self.cross_attn.own_context(x, memory, mask=memory_mask, kv_cache=cross_cache)
+            ctx.cross_ctx = self.cross_attn.standalone_context(x, memory, mask=memory_mask, kv_cache=cross_cache)
         return ctx
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
@@ -123,7 +96,7 @@ class TransformerBlock(nn.Module):
         if cross and memory is None:
             raise ValueError(f"{type(self).__name__} attends to an encoder memory: give memory (B, S, D)")
         if ctx is None:
-            ctx = self.own_context(x, memory, mask=mask, memory_mask=memory_mask,
+            ctx = self.standalone_context(x, memory, mask=mask, memory_mask=memory_mask,
                                    is_causal=self.default_causal if is_causal is None else is_causal,
                                    kv_cache=kv_cache, positions=positions, attn_bias=attn_bias)
         self_cache, cross_cache = kv_cache if cross and kv_cache is not None else (kv_cache, None)
@@ -134,7 +107,7 @@ class TransformerBlock(nn.Module):
         if cross:
             h = self.hook_cross_in(self.cross_add_norm.before(x))
             c, cross_w = self.cross_attn(h, context=memory, kv_cache=cross_cache, need_weights=need_weights,
-                                         ctx=ctx.memory)
+                                         ctx=ctx.cross_ctx)
             x = self.hook_resid_cross(self.cross_add_norm.after(x, self.hook_cross_out(c)))  # (B, T, D)
             weights = (weights, cross_w)
         h = self.hook_ffn_in(self.ffn_add_norm.before(block_in if self.parallel_residual else x))

@@ -11,7 +11,7 @@ the layer, so the model (or the stack, or a standalone attention call) answers t
                    True = may attend), or ``None``; ``S = past + T`` for self-attention
     is_causal      the causal rule, folded in by :meth:`AttentionContext.kernel_mask`
     bias           a score bias shared by every layer (T5's, computed by the stack), or ``None``
-    memory         the cross-attention context of a decoder: the encoder memory's mask, ``S`` = memory length
+    cross_ctx      the cross-attention context of a decoder: the encoder memory's mask, ``S`` = memory length
 
 Per-layer differences stay per layer but are still computed once each: :meth:`kernel_mask` folds the causal
 rule and a layer's sliding window into the mask (and cuts it to a rolling cache's slots), memoised per
@@ -24,24 +24,28 @@ through the same :func:`build_context` the models use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
+from anatomy.components.kv_cache import KVCache
 from anatomy.components.masks import as_attention_mask, causal_mask, key_padding_to_attention, sliding_window_mask
 from anatomy.shapes import check_rank
 
 
-def query_positions(t: int, past: int, device, *, given: torch.Tensor | None = None,
-                    mask: torch.Tensor | None = None, name: str = "position_ids") -> torch.Tensor:
-    """Query positions ``(B|1, T)``, decided in this one place: ``given`` ids (checked), else counted from a
-    ``(B, S)`` key-padding ``mask`` (left padding: a padded prompt sees the positions of the prompt alone), else
-    ``past + arange(T)``."""
+def query_positions(t: int, past: int, device: torch.device | str | None, *, given: torch.Tensor | None = None,
+                    mask: torch.Tensor | None = None, b: int | None = None,
+                    name: str = "position_ids") -> torch.Tensor:
+    """Query positions ``(B|1, T)``, decided and checked in this one place: ``given`` ids (checked: rank 2, ``T``
+    columns, ``B`` or 1 rows when ``b`` is given, integers), else counted from a ``(B, S)`` key-padding ``mask``
+    (left padding: a padded prompt sees the positions of the prompt alone), else ``past + arange(T)``."""
     if given is not None:
         check_rank(name, given, 2, "(B, T)")
         if given.shape[-1] != t:
             raise ValueError(f"{name} must have T={t} columns, got shape {tuple(given.shape)}")
+        if b is not None and given.shape[0] not in (1, b):
+            raise ValueError(f"{name} must have shape (B|1, T={t}) with B={b}, got {tuple(given.shape)}")
         if given.is_floating_point() or given.dtype == torch.bool:
             raise TypeError(f"{name} must hold integers, got dtype {given.dtype}")
         return given
@@ -50,12 +54,30 @@ def query_positions(t: int, past: int, device, *, given: torch.Tensor | None = N
     return torch.arange(past, past + t, device=device)[None]  # (1, T)
 
 
-def cache_seen(kv_caches: list | None) -> int:
+def cache_seen(kv_caches: Sequence[KVCache | tuple[KVCache, KVCache]] | None) -> int:
     """Entries the first layer's self-attention cache has seen (a seq2seq layer holds a ``(self, cross)`` pair)."""
     if not kv_caches:
         return 0
     first = kv_caches[0]
     return (first[0] if isinstance(first, tuple) else first).seen
+
+
+def hf_padding(attention_mask: torch.Tensor | None, b: int, s: int,
+               name: str = "attention_mask") -> torch.Tensor | None:
+    """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``."""
+    if attention_mask is None:
+        return None
+    check_rank(name, attention_mask, 2, "(B, S) with 1/True on real tokens")
+    if attention_mask.shape != (b, s):
+        raise ValueError(f"{name} must have shape (B={b}, S={s}), got {tuple(attention_mask.shape)}")
+    if attention_mask.dtype == torch.bool:
+        return attention_mask
+    if attention_mask.is_floating_point():
+        raise TypeError(f"{name} must be bool or integer 0/1 (1 = real token), got dtype {attention_mask.dtype}")
+    if (attention_mask.numel() and not torch.compiler.is_compiling()  # a value check: eager only, no graph break
+            and not bool(((attention_mask == 0) | (attention_mask == 1)).all())):
+        raise ValueError(f"{name} must hold only 0 and 1 (1 = real token)")
+    return attention_mask.bool()
 
 
 @dataclass(eq=False)
@@ -69,7 +91,7 @@ class AttentionContext:
     past: int = 0
     cross: bool = False
     bias: torch.Tensor | None = None  # (B|1, H, T, S), shared by every layer (T5)
-    memory: AttentionContext | None = None
+    cross_ctx: AttentionContext | None = None  # a decoder's cross-attention context (over the memory)
     cache_positions: torch.Tensor | None = None  # (B|1, past): key positions the cache held before this call
     _masks: dict = field(default_factory=dict, repr=False)
     _tables: dict = field(default_factory=dict, repr=False)
@@ -89,17 +111,19 @@ class AttentionContext:
                                                  self.positions.expand(b, -1)], dim=-1)  # (B|1, S)
         return self._key_positions
 
-    def kernel_mask(self, window: int | None, s: int, heads: int = 1,
-                    fold: bool = True) -> tuple[torch.Tensor | None, bool]:
+    def kernel_mask(self, window: int | None, s: int, heads: int = 1, fold: bool = True,
+                    causal_flag: bool = False) -> tuple[torch.Tensor | None, bool]:
         """The ``(mask, is_causal)`` a kernel gets for ``s`` held keys in a layer with sliding ``window`` (None:
-        global): the context's mask (cut to the last ``s`` slots when a rolling cache holds fewer than it covers)
-        with the band, or with ``fold`` the causal rule, ANDed in; the flag stays only for a causal call with no
-        other mask (SDPA's fused causal path) or when ``fold`` is off (a fault that moves the diagonal)."""
-        key = (window, s, fold)
+        global): the final boolean mask, the context's mask (cut to the last ``s`` slots when a rolling cache holds
+        fewer than it covers) with the band, or with ``fold`` the causal rule, ANDed in. ``is_causal`` stays True
+        only for a kernel that takes SDPA's causal flag (``causal_flag``) on a square call with no other mask, or
+        when ``fold`` is off (a fault that moves the diagonal builds its own). Memoised per argument set: work
+        that does not depend on the layer is done once per forward, whatever the number of layers."""
+        key = (window, s, fold, causal_flag)
         hit = self._masks.get(key)
         if hit is not None:
             return hit
-        mask, is_causal = self.mask, self.is_causal and self.t > 1  # one query at the end of the keys sees all
+        mask, causal = self.mask, self.is_causal and self.t > 1  # one query at the end of the keys sees all
         if mask is not None and mask.shape[-1] != s:
             if mask.shape[-1] > s:
                 mask = mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
@@ -109,10 +133,11 @@ class AttentionContext:
         if window is not None:  # local attention: a band of key slots, causal or not
             band = sliding_window_mask(self.t, s, window, causal=self.is_causal, device=device)[None, None]
             # ^ (1, 1, T, S), the rank every kernel mask has
-            mask, is_causal = (band if mask is None else mask & band), False  # the band holds the causal part
-        elif fold and is_causal and mask is not None:
-            mask, is_causal = mask & causal_mask(self.t, s, device=device), False  # (B|1, H|1, T, S)
-        hit = self._masks[key] = (mask, is_causal)
+            mask, causal = (band if mask is None else mask & band), False  # the band holds the causal part
+        elif causal and fold and not (causal_flag and mask is None and self.t == s):
+            square = causal_mask(self.t, s, device=device)[None, None]  # (1, 1, T, S)
+            mask, causal = (square if mask is None else mask & square), False  # (B|1, H|1, T, S)
+        hit = self._masks[key] = (mask, causal)
         return hit
 
     def table(self, key: Hashable, make: Callable[[], object]) -> object:
@@ -124,28 +149,44 @@ class AttentionContext:
         return hit
 
 
-def build_context(*, b: int, t: int, s: int, heads: int, device, past: int = 0,
+def build_context(*, b: int, t: int, s: int, heads: int, device: torch.device | str | None, past: int = 0,
                   positions: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
-                  attn_mask: torch.Tensor | None = None, is_causal: bool = False, cross: bool = False,
-                  bias: torch.Tensor | None = None, cache_positions: torch.Tensor | None = None,
-                  padding_name: str = "key_padding_mask", mask_name: str = "mask") -> AttentionContext:
-    """The one place a forward's mask is checked and built: ``key_padding_mask (B, S)`` (True on real keys) and
-    ``attn_mask`` (``(T, S)``, ``(B, T, S)`` or ``(B, 1|H, T|1, S)``) are validated and ANDed into one boolean
-    ``(B|1, H|1, T, S)`` mask; ``positions`` (default ``past + arange(T)``) are checked against ``(B|1, T)``."""
-    if positions is None:
-        positions = query_positions(t, past, device)
-    else:
-        check_rank("positions", positions, 2, "(B|1, T)")
-        if positions.shape[-1] != t or positions.shape[0] not in (1, b):
-            raise ValueError(f"positions must have shape (B|1, T={t}), got {tuple(positions.shape)}")
+                  attention_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
+                  is_causal: bool = False, cross: bool = False, bias: torch.Tensor | None = None,
+                  cache_positions: torch.Tensor | None = None, padding_name: str = "key_padding_mask",
+                  mask_name: str = "mask", positions_name: str = "positions",
+                  shared_positions: torch.Tensor | None = None) -> AttentionContext:
+    """The one place a forward's mask and positions are checked and built.
+
+    Padding comes as ``key_padding_mask (B, S)`` (boolean, True on real keys: a layer's and a stack's argument)
+    or as ``attention_mask (B, S)`` (Hugging Face's: bool or 0/1, 1 on real tokens; the query positions are then
+    counted from it, so a left-padded prompt sees the positions of the prompt alone; one without padding is
+    dropped, as in Hugging Face's masking_utils); ``attn_mask`` (``(T, S)``,
+    ``(B, T, S)`` or ``(B, 1|H, T|1, S)``) is validated and ANDed in: one boolean ``(B|1, H|1, T, S)`` mask.
+    ``positions`` (default ``past + arange(T)``, or counted from ``attention_mask``) are checked against
+    ``(B|1, T)``; ``shared_positions`` are another context's, already checked (a decoder's memory context
+    shares its self-attention context's)."""
     mask = None
     if attn_mask is not None:
         mask = as_attention_mask(attn_mask, b, heads, t, s, name=mask_name)
-    if key_padding_mask is not None:
+    counted = None
+    if attention_mask is not None:
+        if key_padding_mask is not None:
+            raise ValueError(f"give attention_mask or {padding_name}, not both (two names for the padding)")
+        counted = hf_padding(attention_mask, b, s, padding_name)
+        # a mask with no padding is no mask (as HF's masking_utils): SDPA may then take its fused causal path
+        if torch.compiler.is_compiling() or not bool(counted.all()):
+            padding = counted[:, None, None, :]  # (B, 1, 1, S)
+            mask = padding if mask is None else mask & padding
+    elif key_padding_mask is not None:
         padding = key_padding_to_attention(key_padding_mask, name=padding_name)  # (B, 1, 1, S)
         if tuple(key_padding_mask.shape) != (b, s):
             raise ValueError(f"{padding_name} must have shape (B={b}, S={s}) with True on real keys, got "
                              f"{tuple(key_padding_mask.shape)}")
         mask = padding if mask is None else mask & padding
+    if shared_positions is None:
+        positions = query_positions(t, past, device, given=positions, mask=counted, b=b, name=positions_name)
+    else:
+        positions = shared_positions
     return AttentionContext(b=b, t=t, s=s, positions=positions, mask=mask, is_causal=is_causal, past=past,
                             cross=cross, bias=bias, cache_positions=cache_positions)

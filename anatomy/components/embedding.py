@@ -23,7 +23,8 @@ class TokenEmbedding(nn.Embedding):
         self.multiplier = math.sqrt(d_model) if scale else 1.0
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        check_token_ids("input_ids", ids, self.num_embeddings)
+        if not ids.is_meta:  # a shapes-only forward (``anatomy trace --preset``) has no values to check
+            check_token_ids("input_ids", ids, self.num_embeddings)
         x = super().forward(ids)  # (B, T, D)
         return x * self.multiplier if self.multiplier != 1.0 else x
 
@@ -61,7 +62,8 @@ class InputEmbeddings(nn.Module):
         if self.token_types is not None:
             if token_type_ids is None:
                 token_type_ids = torch.zeros_like(ids)
-            check_token_ids("token_type_ids", token_type_ids, self.token_types.num_embeddings)
+            if not token_type_ids.is_meta:
+                check_token_ids("token_type_ids", token_type_ids, self.token_types.num_embeddings)
             x = x + self.token_types(token_type_ids)  # (B, T, D)
         elif token_type_ids is not None:
             raise ValueError("token_type_ids were given but the model has no token-type embedding "

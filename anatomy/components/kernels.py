@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +42,18 @@ log = logging.getLogger("anatomy")
 Hook = Callable[[torch.Tensor], torch.Tensor]
 
 
+class AttentionFunction(Protocol):
+    """What a registry entry's ``fn`` is: the attention arithmetic on heads already split, with the mask already
+    final (the forward's mask plan, ``AttentionContext.kernel_mask``). ``q: (B, H, T, Dh)``, ``k, v: (B, Hkv, S,
+    Dh)`` → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``. Kernels that return weights also take
+    ``score_hook``, ``weight_hook`` and ``softcap``; a fault's parameters arrive as further keywords."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = ...,
+                 is_causal: bool = ..., scale: float, bias: torch.Tensor | None = ...,
+                 value_bias: torch.Tensor | None = ..., dropout_p: float = ..., need_weights: bool = ...,
+                 **extra: Any) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     """``(B, Hkv, S, Dh)`` → ``(B, H, S, Dh)``: each key/value head serves ``H // Hkv`` consecutive query heads."""
     b, hkv, s, dh = x.shape
@@ -50,8 +63,10 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device) -> torch.Tensor | None:
-    """The math kernel's mask step: the caller's mask AND the (bottom-right aligned) causal mask (masks are
-    checked where they are built, in components/context.py, not again per layer)."""
+    """The caller's mask AND the (bottom-right aligned) causal mask, for a kernel function called on its own
+    (``math_attention(q, k, v, is_causal=True)``). Inside a module the forward's mask plan
+    (``AttentionContext.kernel_mask``) has folded the causal rule already and ``is_causal`` arrives False (or True
+    only to SDPA's fused path), so no kernel builds a mask per layer."""
     if not is_causal:
         return mask
     causal = causal_mask(t, s, device=device)  # (T, S)
@@ -234,23 +249,26 @@ class Kernel:
     context the mask for this layer's window and key count."""
 
     name: str
-    fn: Callable
+    fn: AttentionFunction
     returns_weights: bool
     supports_value_bias: bool
     split: Callable = split_heads
     merge: Callable = merge_heads
     scale: Callable = module_scale
     fold_causal: bool = True  # take the causal rule folded into the mask (False: a fault that moves it)
+    causal_flag: bool = False  # takes SDPA's is_causal flag instead of a causal mask (square calls, no bias)
 
     def scale_of(self, module) -> float:
         """The scale step: this entry's, or the one of the entry the module names in ``scale_kernel``."""
         return (self.scale if module.scale_kernel is None else entry(module.scale_kernel).scale)(module)
 
-    def mask(self, module, ctx, s: int):
-        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal)
+    def mask(self, module, ctx, s: int, bias):
+        """This layer's entry in the forward's mask plan (``AttentionContext.kernel_mask``, memoised)."""
+        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal,
+                               self.causal_flag and bias is None)
 
     def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
-        mask, is_causal = self.mask(module, ctx, k.shape[-2])
+        mask, is_causal = self.mask(module, ctx, k.shape[-2], bias)
         args = module.kernel_args if args is None else args
         extra = dict(args) if args else {}
         if self.returns_weights:
@@ -283,7 +301,7 @@ class RecordingKernel(Kernel):
                         hooked=module.hook_scores.has_hooks or module.hook_weights.has_hooks,
                         where=type(module).__name__, softcap=module.softcap is not None)
         heads = args["heads"]
-        mask, is_causal = self.mask(module, ctx, k.shape[-2])
+        mask, is_causal = self.mask(module, ctx, k.shape[-2], bias)
         with torch.no_grad():
             k_sel = repeat_kv(k, q.shape[1])[:, heads]  # (B, h, S, Dh)
             _, weights = math_attention(
@@ -298,7 +316,7 @@ class RecordingKernel(Kernel):
 KERNELS: dict[str, Kernel] = {
     "loop": Kernel("loop", loop_attention, returns_weights=True, supports_value_bias=True),
     "math": Kernel("math", math_attention, returns_weights=True, supports_value_bias=True),
-    "sdpa": Kernel("sdpa", sdpa_attention, returns_weights=False, supports_value_bias=False),
+    "sdpa": Kernel("sdpa", sdpa_attention, returns_weights=False, supports_value_bias=False, causal_flag=True),
 }
 KERNEL_NAMES = (*KERNELS, "auto")  # the names a user chooses; faults and the recorder register more entries
 
@@ -321,14 +339,20 @@ def entry(name: str) -> Kernel:
     return KERNELS[name]
 
 
-def steps(module, kernel: Kernel) -> tuple[Callable, Callable]:
-    """The ``(split, merge)`` steps ``module`` runs with ``kernel``: the kernel's own, unless the module names
-    another entry in ``split_kernel`` / ``merge_kernel`` (how a split or merge fault is selected)."""
-    if module.split_kernel is None and module.merge_kernel is None:
-        return kernel.split, kernel.merge
-    split = kernel.split if module.split_kernel is None else entry(module.split_kernel).split
-    merge = kernel.merge if module.merge_kernel is None else entry(module.merge_kernel).merge
-    return split, merge
+class kernel_setting:  # noqa: N801 (used like ``property``)
+    """A module attribute that names registry entries (``kernel``, ``kernel_args``, ``scale_kernel``,
+    ``split_kernel``, ``merge_kernel``): reading it gives the value, setting it stores the value and has the module
+    resolve its kernel and steps again (``MultiHeadAttention._resolve``), so a call never resolves them."""
+
+    def __init__(self, slot: str) -> None:
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj.__dict__[self.slot]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+        obj._resolve()
 
 
 def register(kernel: Kernel) -> Kernel:

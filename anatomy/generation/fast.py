@@ -1,28 +1,22 @@
 """A flattened one-token decode step for ``DecoderLM``: the modules' arithmetic, without the module machinery.
 
-Why it exists: at batch 1 a decode step of a small model is mostly not arithmetic. Since the forward's
-``AttentionContext`` (components/context.py) checks the mask and computes positions and RoPE's table once per
-forward, what the module path still spends is Python: ~800 function calls per token for the 4-layer benchmark
-model (``nn.Module.__call__`` and ``__getattr__``, hook points, the norms' and Linears' wrappers), against ~160
-here; running the same block code with the module machinery stripped (plain attributes, calls straight to
-``forward``) still left it 1.26x slower than this step (docs/performance.md). ``DecodeStep`` reads the modules'
-weights once and runs a step as a short list of tensor operations per layer, sharing the model's context (one per
-step, built by ``build_context``, the function every forward's context comes from) and the arithmetic of the
-kernel registry's ``sdpa`` entry:
+At batch 1 a decode step of a small model is mostly Python, not arithmetic: ``nn.Module.__call__``, attribute
+lookups and hook points per layer. ``DecodeStep`` reads the modules' weights once and runs a step as a short list
+of tensor operations per layer, on the same context as the module path (one per step, from ``build_context``) and
+the same mask plan (``AttentionContext.kernel_mask``), with the registry's ``sdpa`` arithmetic:
 
     x (B, D)  --norm--> h --qkv--> q (B,H,1,Dh), k, v (B,Hkv,1,Dh) --QK-norm--> --rotate (RoPE)--> write k, v
               into the cache --sdpa over the cache (B,H,1,S), the window band in the context's mask-->
               (B,H,1,Dh) --> (B, H·Dh) --o_proj--> + x --norm--> FFN --> + x
 
-It calls the same functions the modules call (the norm modules' ``forward``, the positional scheme's ``rotate_for``
-/ ``score_bias_for`` with the step's context, the registry's ``sdpa`` entry with the context's mask and window
-band, the FFN activation, ``F.linear`` with the same weights), so it gives
-the module path's numbers: tests/generation/test_fast.py holds the logits equal to the module path within float
-round-off and the greedy tokens identical for every preset it accepts, batched and left-padded.
+The parts are the modules' own: the norms' ``forward`` (a float32 LayerNorm's op bound once), the AddNorm's
+``before``/``after`` for the placements other than Pre and Post, the positional scheme's ``rotate_for`` /
+``score_bias_for``, the FFN's activation, ``F.linear`` on the same weights. tests/generation/test_fast.py holds the
+logits equal to the module path within float round-off and the greedy tokens identical, batched and left-padded.
 
-It is an optimisation and declines anything it does not cover: ``refusal(model)`` names the reason (hooks
-attached, a training-mode model, a teaching kernel chosen on purpose, Shaw's value term, T5's shared bias, an
-encoder-decoder model, a block of another kind) and ``generate`` then uses the module path.
+It declines what it does not cover: ``refusal(model)`` names the reason (hooks attached, a training-mode model, a
+teaching kernel chosen on purpose, Shaw's value term, T5's shared bias, an encoder-decoder model, a block of
+another kind) and ``generate`` then uses the module path.
 """
 
 from __future__ import annotations

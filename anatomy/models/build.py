@@ -1,10 +1,14 @@
 """``build_model(config)``: the only place where a ``ModelConfig`` becomes modules.
 
 One small function per part, each spelling out which config fields become which constructor argument (the way
-torchtune's component builders are the model): ``_norm``, ``_positional``, ``_attention``, ``_ffn``,
-``_add_norm``, ``_block``, ``_stack``, ``_embeddings``, then one function per architecture. Nothing is passed
-through as a keyword bag, so a field no part reads is visible here, and a constructor that does not take an
-argument refuses it (``TypeError``).
+torchtune's component builders are the model): ``_norm``, ``_positional``, ``_block``, ``_stack``,
+``_embeddings``, then one function per architecture. Nothing is passed through as a keyword bag, so a field no
+part reads is visible here, and a constructor that does not take an argument refuses it (``TypeError``).
+
+Parts are made in one place each: ``make_norm`` (the norm rules: RMSNorm has no bias, only it has an offset) and
+``build_block`` (a block's attention, FFN and Add & Norm from explicit arguments). ``_block`` hands the config's
+fields to ``build_block``, and ``EncoderBlock.build`` / ``DecoderBlock.build`` (what interop, the doctor, the bench
+and the claims call) *are* ``build_block``: there is one block factory.
 
 Each design choice is resolved here, once, by name: the positional scheme's *site* decides whether it joins the
 embeddings, every attention layer, or the stack (T5's shared bias); ``norm_position="deepnorm"`` brings DeepNet's
@@ -14,8 +18,6 @@ whole recipe, its residual weight ``alpha`` and its initialisation gain ``beta``
 
 from __future__ import annotations
 
-from functools import partial
-
 from torch import nn
 
 from anatomy.components.add_norm import AddNorm, deepnorm_constants
@@ -24,8 +26,9 @@ from anatomy.components.block import DecoderBlock, EncoderBlock, TransformerBloc
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding, make_lm_head
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import mirror_hook_points
-from anatomy.components.norms import LayerNorm, RMSNorm, TokenBatchNorm
+from anatomy.components.norms import RMSNorm, norm_class
 from anatomy.components.positional import RopeScaling, positional_class
+from anatomy.components.positional.base import PositionalScheme
 from anatomy.config import ModelConfig
 from anatomy.models.classifier import Classifier
 from anatomy.models.decoder import Decoder, DecoderStack
@@ -38,14 +41,22 @@ from anatomy.models.stack import TransformerStack
 # ------------------------------------------------------------------------------------------------------ parts
 
 
+def make_norm(kind: str, width: int, *, eps: float, bias: bool = True, offset: float = 0.0) -> nn.Module:
+    """A norm of ``kind`` over ``width`` features, given the arguments it takes: the one place each rule is written.
+    RMSNorm has no shift (beta), so ``bias`` is not its argument; only RMSNorm has Gemma's weight ``offset``."""
+    cls = norm_class(kind)
+    if cls is RMSNorm:
+        return RMSNorm(width, eps=eps, offset=offset)
+    if offset:
+        raise ValueError(f"norm_offset={offset} needs norm='rmsnorm' (only RMSNorm scales by offset + weight), "
+                         f"got norm={kind!r}")
+    return cls(width, eps=eps, bias=bias)
+
+
 def _norm(config: ModelConfig, width: int | None = None) -> nn.Module:
-    """``config.norm`` over ``width`` features (default D); each kind is given the arguments it takes."""
-    d = config.d_model if width is None else width
-    if config.norm == "rmsnorm":  # no shift (beta), so ``bias`` is not its argument; Gemma's offset is
-        return RMSNorm(d, eps=config.norm_eps, offset=config.norm_weight_offset)
-    if config.norm == "layernorm":
-        return LayerNorm(d, eps=config.norm_eps, bias=config.bias)
-    return TokenBatchNorm(d, eps=config.norm_eps, bias=config.bias)
+    """``config.norm`` over ``width`` features (default D)."""
+    return make_norm(config.norm, config.d_model if width is None else width, eps=config.norm_eps, bias=config.bias,
+                     offset=config.norm_weight_offset)
 
 
 def _rope_scaling(config: ModelConfig) -> RopeScaling | None:
@@ -79,44 +90,57 @@ def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
     return cls(**args())
 
 
-def _attention(config: ModelConfig, layer: int, *, cross: bool) -> MultiHeadAttention:
-    """Self-attention of layer ``layer`` (0-based in its stack), or the decoder's cross-attention: no positional
-    scheme (the memory's positions are the encoder's business) and never windowed."""
-    return MultiHeadAttention(
-        d_model=config.d_model, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads, head_dim=config.head_dim,
-        bias=config.bias, qkv_bias=config.qkv_bias, dropout=config.attention_dropout, kernel=config.kernel,
-        scale=config.attn_scale, fused_qkv=config.fused_qkv, qk_norm=config.qk_norm_kind,
-        norm_eps=config.norm_eps, softcap=config.attn_softcap,
-        positional=None if cross else _positional(config, "attention"),
-        sliding_window=None if cross else config.layer_window(layer))
-
-
-def _ffn(config: ModelConfig) -> FeedForward:
-    """The position-wise FFN; its hidden layer has no dropout of its own (the residual dropout is AddNorm's)."""
-    return FeedForward(d_model=config.d_model, d_ff=config.d_ff, activation=config.activation, bias=config.bias)
-
-
-def _add_norm(config: ModelConfig, alpha: float) -> AddNorm:
-    """One sub-layer's residual and norm(s): its own norm weights, ``alpha`` on the residual (DeepNorm; else 1)."""
-    return AddNorm(config.d_model, placement=config.norm_position, make_norm=partial(_norm, config),
-                   dropout=config.dropout, alpha=alpha)
-
-
-def _block(config: ModelConfig, layer: int, kind: str, alpha: float) -> nn.Module:
+def _block(config: ModelConfig, layer: int, kind: str, alpha: float) -> TransformerBlock:
     """``kind="encoder"``: self-attention then FFN; ``kind="decoder_only"``: the same parts as one
     ``TransformerBlock`` that a decoder-only LM runs causally; ``kind="decoder"``: self-attention, cross-attention
-    to the encoder memory, FFN."""
-    ffn = _ffn(config)
-    attn = _attention(config, layer, cross=False)
-    if kind == "decoder_only":
-        return TransformerBlock(attn=attn, ffn=ffn, attn_add_norm=_add_norm(config, alpha),
-                                ffn_add_norm=_add_norm(config, alpha), parallel_residual=config.parallel_residual)
-    if kind == "encoder":
-        return EncoderBlock(attn=attn, ffn=ffn, attn_add_norm=_add_norm(config, alpha),
-                            ffn_add_norm=_add_norm(config, alpha), parallel_residual=config.parallel_residual)
-    return DecoderBlock(attn=attn, cross_attn=_attention(config, layer, cross=True), ffn=ffn,
-                        attn_add_norm=_add_norm(config, alpha), cross_add_norm=_add_norm(config, alpha),
-                        ffn_add_norm=_add_norm(config, alpha))
+    to the encoder memory, FFN. Each config field named once, handed to the one block builder."""
+    cls = {"encoder": EncoderBlock, "decoder_only": TransformerBlock, "decoder": DecoderBlock}[kind]
+    return build_block(
+        cls, d_model=config.d_model, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads, head_dim=config.head_dim,
+        d_ff=config.d_ff, activation=config.activation, norm=config.norm, norm_eps=config.norm_eps,
+        norm_offset=config.norm_weight_offset, placement=config.norm_position, alpha=alpha, bias=config.bias,
+        qkv_bias=config.qkv_bias, dropout=config.dropout, attention_dropout=config.attention_dropout,
+        kernel=config.kernel, attn_scale=config.attn_scale, fused_qkv=config.fused_qkv,
+        qk_norm=config.qk_norm_kind, attn_softcap=config.attn_softcap,
+        positional=_positional(config, "attention"), sliding_window=config.layer_window(layer),
+        parallel_residual=config.parallel_residual and kind != "decoder")
+
+
+def build_block(cls: type[TransformerBlock], *, d_model: int, n_heads: int, n_kv_heads: int | None = None,
+                d_ff: int | None = None, activation: str = "relu", norm: str = "layernorm", norm_eps: float = 1e-5,
+                placement: str = "post", bias: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0,
+                kernel: str = "auto", attn_scale: float | None = None, fused_qkv: bool = False, alpha: float = 1.0,
+                positional: PositionalScheme | None = None, head_dim: int | None = None, qk_norm: str | None = None,
+                sliding_window: int | None = None, qkv_bias: bool | None = None, attn_softcap: float | None = None,
+                norm_offset: float = 0.0, parallel_residual: bool = False) -> TransformerBlock:
+    """``EncoderBlock.build(...)`` / ``DecoderBlock.build(...)``: a block of the usual parts from explicit
+    arguments, made by the same part builders as ``build_model`` (``make_norm``, ``AddNorm``, the attention and FFN
+    constructors); a ``DecoderBlock`` also gets cross-attention (never windowed, no positional scheme)."""
+    def norm_of(width: int) -> nn.Module:
+        return make_norm(norm, width, eps=norm_eps, bias=bias, offset=norm_offset)
+
+    def add_norm() -> AddNorm:
+        return AddNorm(d_model, placement=placement, make_norm=norm_of, dropout=dropout, alpha=alpha)
+
+    def attention(scheme: PositionalScheme | None, window: int | None) -> MultiHeadAttention:
+        return MultiHeadAttention(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
+                                  bias=bias, qkv_bias=qkv_bias, dropout=attention_dropout, kernel=kernel,
+                                  scale=attn_scale, fused_qkv=fused_qkv, qk_norm=qk_norm, norm_eps=norm_eps,
+                                  softcap=attn_softcap, positional=scheme, sliding_window=window)
+
+    norm_class(norm)  # an unknown norm is named before any part is made
+    ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
+    if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
+        if parallel_residual:
+            raise ValueError("parallel_residual is for blocks without cross-attention")
+        return cls(attn=attention(positional, sliding_window), attn_add_norm=add_norm(),
+                   cross_attn=attention(None, None), cross_add_norm=add_norm(), ffn=ffn, ffn_add_norm=add_norm())
+    return cls(attn=attention(positional, sliding_window), attn_add_norm=add_norm(), ffn=ffn,
+               ffn_add_norm=add_norm(), parallel_residual=parallel_residual)
+
+
+# The blocks' ``build`` classmethod is this module's builder (components never import models: no import cycle).
+TransformerBlock.build = classmethod(build_block)  # type: ignore[assignment]
 
 
 def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *, bidirectional: bool):

@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import torch
 
-from anatomy.components.context import query_positions
+from anatomy.components.context import hf_padding, query_positions
 from anatomy.shapes import check_rank, check_tensor
 
 
-def key_padding(attention_mask: torch.Tensor | None, b: int, s: int, name: str = "attention_mask"):
-    """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``."""
-    if attention_mask is None:
-        return None
-    check_rank(name, attention_mask, 2, "(B, S) with 1/True on real tokens")
-    if attention_mask.shape != (b, s):
-        raise ValueError(f"{name} must have shape (B={b}, S={s}), got {tuple(attention_mask.shape)}")
-    if attention_mask.dtype == torch.bool:
-        return attention_mask
-    if attention_mask.is_floating_point():
-        raise TypeError(f"{name} must be bool or integer 0/1 (1 = real token), got dtype {attention_mask.dtype}")
-    if (attention_mask.numel() and not torch.compiler.is_compiling()  # a value check: eager only, no graph break
-            and not bool(((attention_mask == 0) | (attention_mask == 1)).all())):
-        raise ValueError(f"{name} must hold only 0 and 1 (1 = real token)")
-    return attention_mask.bool()
+def key_padding(attention_mask: torch.Tensor | None, b: int, s: int,
+                name: str = "attention_mask") -> torch.Tensor | None:
+    """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``
+    (``components.context.hf_padding``: a model's forward checks it there, once, while building its context)."""
+    return hf_padding(attention_mask, b, s, name)
 
 
 def make_positions(mask: torch.Tensor | None, t: int, past: int, device, given: torch.Tensor | None = None):

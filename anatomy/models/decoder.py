@@ -5,9 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from anatomy.components.context import cache_seen
 from anatomy.components.embedding import InputEmbeddings
-from anatomy.models.common import ids_shape, key_padding, make_positions
+from anatomy.models.common import ids_shape
 from anatomy.models.stack import TransformerStack
 
 
@@ -29,12 +28,10 @@ class Decoder(nn.Module):
                 memory_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 kv_caches: list | None = None, output_attentions: bool = False, hidden_states: list | None = None):
         b, t = ids_shape(input_ids, "decoder_input_ids")
-        past = cache_seen(kv_caches)
-        mask = key_padding(attention_mask, b, past + t, "decoder_attention_mask")
-        mem_mask = key_padding(memory_mask, b, memory.shape[1], "attention_mask")
-        ctx = self.stack.context(b, t, input_ids.device, memory_len=memory.shape[1], key_padding_mask=mask,
-                                 memory_key_padding_mask=mem_mask, is_causal=True, kv_caches=kv_caches,
-                                 positions=make_positions(mask, t, past, input_ids.device, position_ids))
+        ctx = self.stack.attention_context(
+            b, t, input_ids.device, memory_len=memory.shape[1], attention_mask=attention_mask,
+            memory_attention_mask=memory_mask, is_causal=True, kv_caches=kv_caches, positions=position_ids,
+            padding_name="decoder_attention_mask", memory_padding_name="attention_mask", positions_name="position_ids")
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
         return self.stack(x, memory, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions,
                           hidden_states=hidden_states)

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from anatomy.components.embedding import InputEmbeddings
-from anatomy.models.common import ids_shape, key_padding, make_positions
+from anatomy.models.common import ids_shape
 from anatomy.models.hf_api import PretrainedMethods
 from anatomy.models.outputs import EncoderOutput
 from anatomy.models.stack import TransformerStack
@@ -29,9 +29,9 @@ class Encoder(PretrainedMethods, nn.Module):
                 output_attentions: bool = False, output_hidden_states: bool = False,
                 return_dict: bool = True) -> EncoderOutput:
         b, t = ids_shape(input_ids)
-        mask = key_padding(attention_mask, b, t)
-        ctx = self.stack.context(b, t, input_ids.device, key_padding_mask=mask, is_causal=False,
-                                 positions=make_positions(mask, t, 0, input_ids.device, position_ids))
+        ctx = self.stack.attention_context(b, t, input_ids.device, attention_mask=attention_mask, is_causal=False,
+                                           positions=position_ids, padding_name="attention_mask",
+                                           positions_name="position_ids")
         x = self.embeddings(input_ids, ctx.positions, token_type_ids)  # (B, T, D)
         hidden = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, need_weights=output_attentions, hidden_states=hidden)

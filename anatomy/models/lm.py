@@ -7,11 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from anatomy.components.context import cache_seen
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.kv_cache import KVCache
 from anatomy.models.cache import close_cache, open_cache
-from anatomy.models.common import ids_shape, key_padding, make_positions
+from anatomy.models.common import ids_shape
 from anatomy.models.hf_api import GenerationMethods
 from anatomy.models.outputs import LMOutput
 from anatomy.models.stack import TransformerStack
@@ -58,10 +57,9 @@ class DecoderLM(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, attention_mask)
-        past = cache_seen(kv_caches)
-        mask = key_padding(attention_mask, b, past + t)
-        ctx = self.stack.context(b, t, input_ids.device, key_padding_mask=mask, is_causal=True, kv_caches=kv_caches,
-                                 positions=make_positions(mask, t, past, input_ids.device, position_ids))
+        ctx = self.stack.attention_context(b, t, input_ids.device, attention_mask=attention_mask, is_causal=True,
+                                           kv_caches=kv_caches, positions=position_ids, padding_name="attention_mask",
+                                           positions_name="position_ids")  # masks, positions, cache: checked once
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
         hidden = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions,

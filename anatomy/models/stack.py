@@ -5,8 +5,9 @@ and the decoder of encoder-decoder models (blocks with cross-attention to a ``me
 pair per block). The final norm (Pre-Norm models) and a score bias shared by every layer (T5) live here.
 ``EncoderStack`` (models/encoder.py) and ``DecoderStack`` (models/decoder.py) are its two named forms.
 
-One forward builds one :class:`~anatomy.components.context.AttentionContext` (:meth:`TransformerStack.context`;
-a model calls it itself, because its embeddings need the positions first) and hands it to every block.
+One forward builds one :class:`~anatomy.components.context.AttentionContext`
+(:meth:`TransformerStack.attention_context`; a model calls it itself, because its embeddings need the positions
+first) and hands it to every block.
 """
 
 from __future__ import annotations
@@ -45,14 +46,21 @@ class TransformerStack(nn.Module):
         caches = [KVCache(capacity, window=block.attn.sliding_window) for block in self.blocks]
         return [(c, KVCache()) for c in caches] if self.cross else caches
 
-    def context(self, b: int, t: int, device, *, memory_len: int | None = None,
-                key_padding_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                memory_key_padding_mask: torch.Tensor | None = None, memory_attn_mask: torch.Tensor | None = None,
-                is_causal: bool | None = None, positions: torch.Tensor | None = None,
-                kv_caches: list | None = None) -> AttentionContext:
-        """The forward's context: masks checked and combined once (``key_padding_mask (B, S)`` and ``attn_mask``
-        broadcastable to ``(B, H, T, S)``, boolean, True = may attend), positions (default ``past + arange(T)``),
-        T5's shared bias, and for cross-attention the memory's context."""
+    def attention_context(self, b: int, t: int, device: torch.device | str | None, *,
+                          memory_len: int | None = None, key_padding_mask: torch.Tensor | None = None,
+                          attention_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
+                          memory_key_padding_mask: torch.Tensor | None = None,
+                          memory_attention_mask: torch.Tensor | None = None,
+                          memory_attn_mask: torch.Tensor | None = None, is_causal: bool | None = None,
+                          positions: torch.Tensor | None = None, kv_caches: list | None = None,
+                          padding_name: str = "key_padding_mask",
+                          memory_padding_name: str = "memory_key_padding_mask",
+                          positions_name: str = "positions") -> AttentionContext:
+        """The forward's :class:`AttentionContext`, built once for every block: the caches checked and their
+        length read, masks checked and combined (``key_padding_mask (B, S)``, boolean, True = may attend, or a
+        model's Hugging Face ``attention_mask`` (B, S) of 0/1, from which the positions are then counted;
+        ``attn_mask`` broadcastable to ``(B, H, T, S)``), positions (default ``past + arange(T)``), T5's shared
+        bias, and for cross-attention the memory's context (``ctx.cross_ctx``)."""
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             what = "one (self, cross) pair" if self.cross else "one cache"
             raise ValueError(f"kv_caches must hold {what} per block ({len(self.blocks)}), got {len(kv_caches)}")
@@ -60,16 +68,19 @@ class TransformerStack(nn.Module):
         past = cache_seen(kv_caches)
         first = None if not kv_caches else (kv_caches[0][0] if self.cross else kv_caches[0])
         ctx = build_context(b=b, t=t, s=past + t, heads=heads, device=device, past=past, positions=positions,
-                            key_padding_mask=key_padding_mask, attn_mask=attn_mask,
+                            key_padding_mask=key_padding_mask, attention_mask=attention_mask, attn_mask=attn_mask,
                             is_causal=self.default_causal if is_causal is None else is_causal,
-                            cache_positions=None if first is None else first.positions, mask_name="attn_mask")
+                            cache_positions=None if first is None else first.positions, mask_name="attn_mask",
+                            padding_name=padding_name, positions_name=positions_name)
         if self.position_bias is not None:
             ctx.bias = self.position_bias.score_bias(None, ctx.positions, ctx.key_positions, 1.0)  # (B|1, H, T, S)
         if memory_len is not None:
-            ctx.memory = build_context(b=b, t=t, s=memory_len, heads=heads, device=device, positions=ctx.positions,
-                                       key_padding_mask=memory_key_padding_mask, attn_mask=memory_attn_mask,
-                                       cross=True, padding_name="memory_key_padding_mask",
-                                       mask_name="memory_attn_mask")
+            ctx.cross_ctx = build_context(b=b, t=t, s=memory_len, heads=heads, device=device,
+                                          shared_positions=ctx.positions,
+                                          key_padding_mask=memory_key_padding_mask,
+                                          attention_mask=memory_attention_mask, attn_mask=memory_attn_mask,
+                                          cross=True, padding_name=memory_padding_name,
+                                          mask_name="memory_attn_mask")
         return ctx
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *,
@@ -80,7 +91,7 @@ class TransformerStack(nn.Module):
         """``x: (B, T, D)`` (and ``memory: (B, S, D)`` for blocks with cross-attention) → ``(hidden (B, T, D),
         weights per layer or None)``; a layer's weights are ``(self, cross)`` with cross-attention. A
         ``hidden_states`` list receives each block's input and then the returned output (HF's
-        ``output_hidden_states``). ``ctx`` (from :meth:`context`) replaces the mask/position arguments."""
+        ``output_hidden_states``). ``ctx`` (from :meth:`attention_context`) replaces the mask/position arguments."""
         d_model = self.blocks[0].attn.d_model if len(self.blocks) else x.shape[-1]
         check_hidden("x", x, d_model)
         if self.cross:
@@ -88,12 +99,10 @@ class TransformerStack(nn.Module):
                 raise ValueError("this stack's blocks attend to an encoder memory: give memory (B, S, D)")
             check_hidden("memory", memory, d_model)
         if ctx is None:
-            ctx = self.context(x.shape[0], x.shape[1], x.device, memory_len=None if memory is None else memory.shape[1],
-                               key_padding_mask=key_padding_mask, attn_mask=attn_mask,
-                               memory_key_padding_mask=memory_key_padding_mask, memory_attn_mask=memory_attn_mask,
-                               is_causal=is_causal, positions=positions, kv_caches=kv_caches)
-        elif kv_caches is not None and len(kv_caches) != len(self.blocks):
-            raise ValueError(f"kv_caches must hold one entry per block ({len(self.blocks)}), got {len(kv_caches)}")
+            ctx = self.attention_context(
+                x.shape[0], x.shape[1], x.device, memory_len=None if memory is None else memory.shape[1],
+                key_padding_mask=key_padding_mask, attn_mask=attn_mask, memory_key_padding_mask=memory_key_padding_mask,
+                memory_attn_mask=memory_attn_mask, is_causal=is_causal, positions=positions, kv_caches=kv_caches)
         weights = []
         for i, block in enumerate(self.blocks):
             if hidden_states is not None:

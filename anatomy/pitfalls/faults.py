@@ -23,6 +23,11 @@ Undo = Callable[[], None]
 
 def _set(obj: nn.Module, attr: str, value, undo: list[Undo]) -> None:
     """Shadow ``obj.attr`` on this instance only; the undo restores the previous state exactly."""
+    if isinstance(getattr(type(obj), attr, None), kernels.kernel_setting):  # a registry name: set, then set back
+        old_setting = getattr(obj, attr)
+        setattr(obj, attr, value)
+        undo.append(lambda: setattr(obj, attr, old_setting))
+        return
     if isinstance(value, nn.Module) or attr in obj._modules:
         old = obj._modules[attr]
         obj._modules[attr] = value

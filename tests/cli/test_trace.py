@@ -35,7 +35,7 @@ def test_trace_cross_attention_has_s_different_from_t(capsys):
     assert cross and cross[0]["shape"] == [2, 8, 4, 6]
 
 
-def test_every_large_vocab_preset_traces_with_a_small_vocabulary(capsys, monkeypatch):
+def test_every_large_vocab_preset_traces_with_its_own_vocabulary(capsys, monkeypatch):
     from anatomy.cli import trace as trace_cmd
     from anatomy.config import LOOK_VOCAB, PRESETS, large_vocab_presets
 
@@ -47,7 +47,7 @@ def test_every_large_vocab_preset_traces_with_a_small_vocabulary(capsys, monkeyp
     small = ["--d-model", "32", "--heads", "4", "--kv-heads", "2", "--layers", "1", "--d-ff", "64", "--format", "json"]
     for preset in large_vocab_presets():
         assert main(["trace", "--preset", preset, *small]) == 0, preset
-        assert built[-1].vocab_size == LOOK_VOCAB, preset
+        assert built[-1].vocab_size == PRESETS[preset]["vocab_size"], preset  # built on meta: its real V
     assert main(["trace", "--preset", "qwen3", *small, "--vocab", "77"]) == 0  # a vocabulary asked for is kept
     assert built[-1].vocab_size == 77
     capsys.readouterr()

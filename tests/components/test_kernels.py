@@ -378,3 +378,33 @@ def test_float16_scores_past_65504_are_kept_in_float32():
     out, _ = m(x)
     assert seen["s"].dtype == torch.float32 and float(seen["s"].abs().max()) > 65504  # would be inf in float16
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
+
+
+FP16_GRID = [(scale, positional, masking, seed) for scale in (100.0, 300.0, 1000.0, 3000.0)
+             for positional in ("none", "rope", "alibi") for masking in ("none", "causal", "padding", "window")
+             for seed in range(3)]
+
+
+@pytest.mark.parametrize("kernel", ["math", "loop"])
+def test_the_teaching_kernels_give_finite_float16_output_at_input_scale_100_and_more(kernel):
+    """144 cases per kernel (input scale 100 to 3000, three positional schemes, four mask kinds, GQA): the float16
+    output of ``math`` and ``loop`` is finite in every one, as SDPA's is (issue 24, loose end of item 8)."""
+    from anatomy.components.positional import positional_class
+
+    bad = []
+    for scale, positional, masking, seed in FP16_GRID:
+        torch.manual_seed(seed)
+        scheme = {"none": None, "rope": lambda: positional_class("rope")(head_dim=8, max_seq_len=32),
+                  "alibi": lambda: positional_class("alibi")(n_heads=4)}[positional]
+        attn = MultiHeadAttention(d_model=32, n_heads=4, n_kv_heads=2, kernel=kernel,
+                                  positional=None if scheme is None else scheme(),
+                                  sliding_window=3 if masking == "window" else None).half().eval()
+        x = (torch.randn(2, 9, 32) * scale).half()
+        padding = torch.ones(2, 9, dtype=torch.bool)
+        padding[1, :4] = False
+        with torch.no_grad():
+            out, _ = attn(x, is_causal=masking in ("causal", "window"),
+                          key_padding_mask=padding if masking == "padding" else None)
+        if not torch.isfinite(out).all():
+            bad.append((scale, positional, masking, seed))
+    assert not bad, f"{kernel}: non-finite float16 output in {len(bad)} of {len(FP16_GRID)} cases: {bad[:5]}"
