@@ -72,7 +72,14 @@ def run(args: argparse.Namespace) -> int:
     from anatomy.data.tokenizers import load_tokenizer
     from anatomy.interop import hf, tokenizer_io
     from anatomy.interop.error_budget import error_budget, render
-    from anatomy.interop.safetensors_io import FORMAT, load_pretrained, read_config, read_tensors, save_pretrained
+    from anatomy.interop.safetensors_io import (
+        FORMAT,
+        load_pretrained,
+        read_config,
+        read_generation_config,
+        read_tensors,
+        save_pretrained,
+    )
 
     flag = "--from-hf" if args.from_hf else "--to-hf"
     source = Path(args.from_hf or args.to_hf)
@@ -95,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")
             arch = hf.arch_of(config)
             ours = hf.model_from_checkpoint(config, read_tensors(source), source=str(source),
-                                            rope_layout=args.rope_layout).eval()
+                                            rope_layout=args.rope_layout,
+                                            generation=read_generation_config(source)).eval()
             tokenizer = tokenizer_io.read_hf_tokenizer(source)  # read and checked before anything is written
             if tokenizer is not None:
                 tokenizer_io.check_fits(tokenizer, ours.config.vocab_size, source=str(source))

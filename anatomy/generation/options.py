@@ -1,8 +1,12 @@
-"""``generate``'s options checked together: a bad value or two options that contradict each other is one
-``ValueError`` that names them (Hugging Face warns and ignores, e.g. ``top_p`` under greedy decoding; we refuse,
-so what was asked is what runs)."""
+"""``generate``'s options checked together: a bad value, or two options that cannot run together, is one
+``ValueError`` that names them. An option that only shapes another mode (``top_p`` under greedy decoding,
+``length_penalty`` without beams) is warned about and ignored, as Hugging Face's ``generate`` does
+(``ignored_options``)."""
 
 from __future__ import annotations
+
+import warnings
+from typing import Any
 
 
 def _positive_int(name: str, value) -> None:
@@ -24,20 +28,37 @@ def new_token_budget(max_new_tokens, max_length, prompt_len: int) -> int:
     return n
 
 
+def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` less the ones that only shape another mode, each named in one ``UserWarning`` (HF warns "The
+    following generation flags are not valid and may be ignored" and runs without them)."""
+    out = dict(options)
+    ignored = []
+    if options.get("do_sample") is False:
+        for name in ("temperature", "top_k", "top_p", "min_p"):
+            value = options.get(name)
+            if value is not None and not (name == "temperature" and value == 1.0) \
+                    and not (name == "top_p" and value == 1.0):
+                ignored.append(f"{name}={value!r}")
+            out[name] = None
+    if options.get("num_beams") == 1:
+        for name in ("length_penalty", "early_stopping"):
+            if options.get(name) is not None:
+                ignored.append(f"{name}={options.get(name)!r}")
+            out[name] = None
+    if ignored:
+        way = f"beam search (num_beams={options.get('num_beams')})" if (options.get("num_beams") or 1) > 1 \
+            else "greedy decoding" if options.get("do_sample") is False else "sampling"
+        warnings.warn(f"generate ignores {', '.join(ignored)}: they do not shape {way} (Hugging Face ignores them "
+                      "too)", UserWarning, stacklevel=3)
+    return out
+
+
 def check_options(*, do_sample: bool, temperature, top_k, top_p, min_p, repetition_penalty, num_beams: int,
                   length_penalty, early_stopping, num_return_sequences: int, streamer) -> None:
     if not isinstance(do_sample, bool):
         raise ValueError(f"do_sample must be True or False, got {do_sample!r}")
     _positive_int("num_beams", num_beams)
     _positive_int("num_return_sequences", num_return_sequences)
-    if not do_sample:
-        given = {"temperature": temperature if temperature not in (None, 1.0) else None, "top_k": top_k,
-                 "top_p": top_p, "min_p": min_p}
-        for name, value in given.items():
-            if value is not None:
-                way = f"beam search (num_beams={num_beams})" if num_beams > 1 else "greedy decoding"
-                raise ValueError(f"{name}={value!r} only shapes sampling, but do_sample=False asks for {way}: pass "
-                                 f"do_sample=True or drop {name}")
     if temperature is not None and not temperature > 0:
         raise ValueError(f"temperature must be > 0 (use do_sample=False for greedy), got {temperature}")
     if top_k is not None:
@@ -50,10 +71,6 @@ def check_options(*, do_sample: bool, temperature, top_k, top_p, min_p, repetiti
                                                and repetition_penalty > 0):
         raise ValueError(f"repetition_penalty must be a number > 0 (1.0 = none), got {repetition_penalty!r}")
     if num_beams == 1:
-        for name, value in (("length_penalty", length_penalty), ("early_stopping", early_stopping)):
-            if value is not None:
-                raise ValueError(f"{name}={value!r} only shapes beam search, but num_beams=1: pass num_beams > 1 "
-                                 f"or drop {name}")
         if num_return_sequences > 1 and not do_sample:
             raise ValueError(f"num_return_sequences={num_return_sequences} with greedy decoding would repeat one "
                              "sequence: pass do_sample=True or num_beams >= num_return_sequences")

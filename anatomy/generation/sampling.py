@@ -43,10 +43,12 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
         raise ValueError(f"top_p must be in (0, 1], got {p}")
     if p == 1.0:
         return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
-    probs = sorted_logits.float().softmax(dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # probability mass strictly before each token
-    drop_sorted = before >= p  # token is not needed: the tokens before it already reach p
+    # HF's arithmetic (TopPLogitsWarper), so that a token at the edge falls the same way: ascending order, drop the
+    # tokens whose cumulative probability stays within 1 - p; the most likely token is always kept
+    sorted_logits, order = logits.sort(dim=-1, descending=False)  # (B, V)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= (1 - p)
+    drop_sorted[..., -1:] = False
     drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
     return logits.masked_fill(drop, float("-inf"))
 

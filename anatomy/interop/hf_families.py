@@ -135,6 +135,7 @@ def _t5_config(c: dict, arch: str) -> ModelConfig:
     tied = c.get("tie_word_embeddings", True) is not False
     scaled = c.get("scale_decoder_outputs", tied)  # v1.0: tied head and hidden * d_model**-0.5; v1.1: neither
     pad = _pad(c, vocab)
+    pad = 0 if pad is None else pad  # T5Config's default, and T5's decoder start
     start = c.get("decoder_start_token_id")
     rate = c.get("dropout_rate", 0.1)
     return ModelConfig(
