@@ -28,9 +28,8 @@ import torch
 from torch import nn
 
 from anatomy.generation.beam import beam_search
-from anatomy.generation.config import GenerationConfig, resolve
 from anatomy.generation.decoding import CachedDecoding
-from anatomy.generation.options import check_options, ignored_options, new_token_budget
+from anatomy.generation.options import GenerationConfig, check_options, ignored_options, new_token_budget, resolve
 from anatomy.generation.outputs import GenerateOutput
 from anatomy.generation.processors import Processor, build_processors, sampling_processors
 from anatomy.generation.sampling import sample

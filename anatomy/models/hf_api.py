@@ -44,7 +44,7 @@ class GenerationMethods(PretrainedMethods):
         ``ModelConfig`` special tokens on first use, then kept (edit it, or assign another)."""
         found = self.__dict__.get("_generation_config")
         if found is None:
-            from anatomy.generation.config import GenerationConfig
+            from anatomy.generation.options import GenerationConfig
 
             found = GenerationConfig.from_model_config(getattr(self, "config", None))
             self.__dict__["_generation_config"] = found
