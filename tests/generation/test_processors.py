@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anatomy.generation import GenerateOutput, GenerationConfig, generate
+from anatomy.generation import GenerateOutput, GenerationConfig
 from anatomy.generation.processors import BadWords, NoRepeatNGram
 
 transformers = pytest.importorskip("transformers", reason="waits for transformers (pip install transformers)")
