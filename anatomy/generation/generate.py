@@ -66,7 +66,8 @@ def model_generation_config(model: nn.Module) -> Any:
 def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
              *, generation_config: Any = None, logits_processor: Sequence[Processor] | None = None,
              stopping_criteria: Sequence[Any] | None = None, inputs_embeds: torch.Tensor | None = None,
-             tokenizer: Any = None, streamer: Any = None, generator: torch.Generator | None = None,
+             tokenizer: Any = None, streamer: Any = None,
+             generator: torch.Generator | Sequence[torch.Generator] | None = None,
              fast: bool = True, **kwargs: Any) -> Any:
     """Generate up to ``max_new_tokens`` (default 32; or HF's ``max_length``, prompt included) tokens per row.
 
@@ -74,12 +75,13 @@ def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_
     (start token then new tokens) for an encoder-decoder model, ``n <= max_new_tokens``; the sequences of one
     prompt are adjacent, as in HF. With ``return_dict_in_generate=True`` a ``GenerateOutput`` with ``sequences``,
     ``scores`` (``output_scores``: each step's processed scores ``(B, V)``) and ``logits`` (``output_logits``: the
-    raw float32 logits). ``inputs_embeds (B, T, D)`` instead of ids (decoder-only): the sequences then hold only
-    the new tokens, as in HF. Options that only shape another mode (``top_p`` under greedy decoding) are warned
+    raw float32 logits). ``generator``: one ``torch.Generator`` for the draws, or one per output row (a row's draws
+    then do not depend on what it is batched with). ``inputs_embeds (B, T, D)`` instead of ids (decoder-only):
+    the sequences then hold only the new tokens, as in HF. Options that only shape another mode (``top_p`` under greedy decoding) are warned
     about and ignored, as HF does; values that cannot run raise ``ValueError`` naming them. The model runs in eval
     mode (its mode is restored afterwards). ``fast=False`` always runs the modules (``fast=True`` flattens a
     DecoderLM's decode step, same numbers); ``use_cache`` is accepted for HF's sake: the cache is always used.
-    Keyword options: anatomy.generation.config.OPTIONS.
+    Keyword options: anatomy.generation.options.OPTIONS.
     """
     if not hasattr(model, "new_caches"):
         raise TypeError(f"generate needs a model with a KV cache (DecoderLM or Seq2Seq), got {type(model).__name__}")
@@ -177,7 +179,8 @@ def _as_done(value: Any, b: int, device: torch.device) -> torch.Tensor:
 
 
 def _sample(run: CachedDecoding, *, max_new_tokens: int, eos: torch.Tensor | None, pad: int | None,
-            processors: list[Processor], do_sample: bool, generator: torch.Generator | None,
+            processors: list[Processor], do_sample: bool,
+            generator: torch.Generator | Sequence[torch.Generator] | None,
             stop: StopStrings | None, criteria: list[Any], streamer: Any,
             keep: tuple[bool, bool]) -> GenerateOutput:
     """Greedy or sampled decoding, one token per row per step, HF's loop: raw float32 logits → processors →
