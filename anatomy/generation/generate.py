@@ -72,16 +72,16 @@ def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_
     """Generate up to ``max_new_tokens`` (default 32; or HF's ``max_length``, prompt included) tokens per row.
 
     Returns ``(B * num_return_sequences, T + n)`` (prompt then new tokens) for a decoder-only LM, ``(..., 1 + n)``
-    (start token then new tokens) for an encoder-decoder model, ``n <= max_new_tokens``; the sequences of one
-    prompt are adjacent, as in HF. With ``return_dict_in_generate=True`` a ``GenerateOutput`` with ``sequences``,
+    (start token then new tokens) for an encoder-decoder model, ``n <= max_new_tokens``; the sequences of one prompt
+    are adjacent, as in HF. With ``return_dict_in_generate=True`` a ``GenerateOutput`` with ``sequences``,
     ``scores`` (``output_scores``: each step's processed scores ``(B, V)``) and ``logits`` (``output_logits``: the
     raw float32 logits). ``generator``: one ``torch.Generator`` for the draws, or one per output row (a row's draws
-    then do not depend on what it is batched with). ``inputs_embeds (B, T, D)`` instead of ids (decoder-only):
-    the sequences then hold only the new tokens, as in HF. Options that only shape another mode (``top_p`` under greedy decoding) are warned
-    about and ignored, as HF does; values that cannot run raise ``ValueError`` naming them. The model runs in eval
-    mode (its mode is restored afterwards). ``fast=False`` always runs the modules (``fast=True`` flattens a
-    DecoderLM's decode step, same numbers); ``use_cache`` is accepted for HF's sake: the cache is always used.
-    Keyword options: anatomy.generation.options.OPTIONS.
+    then do not depend on what it is batched with). ``inputs_embeds (B, T, D)`` instead of ids (decoder-only): the
+    sequences then hold only the new tokens, as in HF. Options that only shape another mode (``top_p`` under greedy
+    decoding) are warned about and ignored, as HF does; values that cannot run raise ``ValueError`` naming them. The
+    model runs in eval mode (its mode is restored afterwards). ``fast=False`` always runs the modules (``fast=True``
+    flattens a DecoderLM's decode step, same numbers); ``use_cache`` is accepted for HF's sake: the cache is always
+    used. Keyword options: anatomy.generation.options.OPTIONS.
     """
     if not hasattr(model, "new_caches"):
         raise TypeError(f"generate needs a model with a KV cache (DecoderLM or Seq2Seq), got {type(model).__name__}")
