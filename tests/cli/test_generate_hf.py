@@ -130,3 +130,14 @@ def test_stream_gives_the_batch_paths_samples_with_a_header_per_prompt(ours, tmp
     assert streamed.err == batch.err
     assert main([*args[:-2], "--seed", "6"]) == 0
     assert capsys.readouterr().out != batch.out  # the seed matters
+
+
+def test_convert_verify_compares_the_tokens_ids_and_a_greedy_generation(hf_dir, tmp_path, capsys):
+    code = main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "o"), "--verify"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "special tokens (bos, eos, pad): ours (0, 0, None), HF (0, 0, None): equal" in out
+    assert "token ids: 3 of 3 sample texts encode the same as AutoTokenizer" in out
+    line = next(x for x in out.splitlines() if x.startswith("greedy generation"))
+    assert line.endswith(": equal") and "ours [" in line
+    assert out.rstrip().splitlines()[-1].startswith("OK: float32 logits")
