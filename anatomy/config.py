@@ -50,7 +50,7 @@ class ModelConfig:
     pad_token_id: int | None = 0  # the padding token id (None: none named, as HF's null); seq2seq: the decoder start
     num_labels: int = 2  # classifier: output classes
     pooling: str = "cls"  # classifier: "cls" (the first real token) | "mean" (the mean over real tokens)
-    pooler: bool = False  # classifier: BERT's tanh(Linear(D, D)) on the pooled vector
+    pooler: bool = False  # BERT's tanh(Linear(D, D)): classifier, on the pooled vector; encoder, pooler_output
     # --- attention ----------------------------------------------------------------------------------------------
     n_heads: int = 4  # query heads H
     n_kv_heads: int | None = None  # key/value heads Hkv (GQA; 1 is MQA); None: H (read .kv_heads)

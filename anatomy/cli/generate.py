@@ -383,7 +383,9 @@ def run_predict(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.checkpoint!r} holds a {model.config.architecture} model; `anatomy predict` needs a "
                          "classifier (use `anatomy generate` for text)")
     names = [str(i) for i in range(model.config.num_labels)]
-    if (ckpt / TRAINING).is_file():
+    if model.config.label_names is not None:  # the model's own (HF's id2label, read by convert)
+        names = list(model.config.label_names)
+    elif (ckpt / TRAINING).is_file():  # the run's data set
         names = json.loads((ckpt / TRAINING).read_text(encoding="utf-8")).get("label_names", names)
     results = []
     for text in args.text:
