@@ -22,10 +22,13 @@ from anatomy.presets import LOOK_VOCAB, PRESET_RULES, PRESETS, large_vocab_prese
 from anatomy.shapes import check_choice
 
 # the presets live in anatomy/presets.py; these names stay importable from here
-__all__ = ["ARCHITECTURES", "INITS", "LOOK_VOCAB", "POOLINGS", "PRESETS", "PRESET_RULES", "ModelConfig",
+__all__ = ["ARCHITECTURES", "INITS", "TOKEN_FIELDS", "LOOK_VOCAB", "POOLINGS", "PRESETS", "PRESET_RULES", "ModelConfig",
            "large_vocab_presets", "preset_sizes"]
 
 ARCHITECTURES = ("encoder", "decoder_lm", "seq2seq", "classifier")
+# fields that describe tokens and labels for generation, ``predict`` and Hugging Face, never a module (the builder
+# does not read them; a checkpoint written before they existed loads with their defaults)
+TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "label_names")
 INITS = ("normal", "xavier", "deepnet")
 POOLINGS = ("cls", "mean")
 
@@ -44,10 +47,10 @@ class ModelConfig:
     n_decoder_layers: int | None = None  # seq2seq: the decoder's blocks (M); None: n_layers (read .decoder_layers)
     max_seq_len: int = 512  # longest sequence, in tokens (the learned table's rows; RoPE scaling's trained length)
     bias: bool = True  # biases on every Linear (q/k/v/o, FFN) and LayerNorm's shift; RMSNorm has none either way
-    pad_token_id: int = 0  # the padding token id; seq2seq: also the decoder's start token
+    pad_token_id: int | None = 0  # the padding token id (None: none named, as HF's null); seq2seq: the decoder start
     num_labels: int = 2  # classifier: output classes
     pooling: str = "cls"  # classifier: "cls" (the first real token) | "mean" (the mean over real tokens)
-    pooler: bool = False  # classifier: BERT's tanh(Linear(D, D)) on the pooled vector
+    pooler: bool = False  # BERT's tanh(Linear(D, D)): classifier, on the pooled vector; encoder, pooler_output
     # --- attention ----------------------------------------------------------------------------------------------
     n_heads: int = 4  # query heads H
     n_kv_heads: int | None = None  # key/value heads Hkv (GQA; 1 is MQA); None: H (read .kv_heads)
@@ -107,6 +110,12 @@ class ModelConfig:
     norm_weight_offset: float = 0.0  # RMSNorm scale = offset + weight (Gemma: 1.0, weights stored around 0)
     attn_softcap: float | None = None  # Gemma 2: scaled scores -> c * tanh(scores / c) before the mask
     final_logit_softcap: float | None = None  # Gemma 2 (decoder_lm): logits -> c * tanh(logits / c)
+    # --- tokens & labels: what Hugging Face keeps in config.json / generation_config.json beside the weights; no
+    # module reads them (TOKEN_FIELDS). bos/eos are kept as read, even outside vocab_size (HF's class defaults are)
+    bos_token_id: int | None = None  # the begin-of-sequence token; None: the model names none
+    # the end-of-sequence token(s) generate stops at by default (one id or a tuple of ids); None: it never stops early
+    eos_token_id: int | tuple[int, ...] | None = None
+    label_names: tuple[str, ...] | None = None  # classifier: class i's name (HF's id2label); None: "0", "1", ...
 
     def __post_init__(self) -> None:
         for name, choices in (("architecture", ARCHITECTURES), ("positional", POSITIONAL), ("norm", NORMS),
@@ -160,11 +169,39 @@ class ModelConfig:
             raise ValueError(f"norm_eps and init_std must be > 0, got {self.norm_eps}, {self.init_std}")
         if not self.output_scale > 0:
             raise ValueError(f"output_scale must be > 0, got {self.output_scale}")
-        if not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"pad_token_id must be in [0, vocab_size={self.vocab_size}), got {self.pad_token_id}")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id must be in [0, vocab_size={self.vocab_size}) or None, got "
+                             f"{self.pad_token_id}")
+        if self.pad_token_id is None and self.architecture == "seq2seq":
+            raise ValueError("pad_token_id=None with architecture='seq2seq': the decoder starts from pad_token_id")
+        self._check_tokens()
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         self._check_family_options()
+
+    def _check_tokens(self) -> None:
+        """bos/eos: non-negative ids (eos: one or a non-empty tuple, a JSON list read back as a tuple); the label
+        names: one string per class."""
+        if self.bos_token_id is not None and not (_is_type(self.bos_token_id, int) and self.bos_token_id >= 0):
+            raise ValueError(f"bos_token_id must be a non-negative integer or None, got {self.bos_token_id!r}")
+        eos = self.eos_token_id
+        if isinstance(eos, list):
+            eos = tuple(eos)
+            object.__setattr__(self, "eos_token_id", eos)
+        ids = (eos,) if not isinstance(eos, tuple) else eos
+        if eos is not None and (not ids or not all(_is_type(i, int) and i >= 0 for i in ids)):
+            raise ValueError(f"eos_token_id must be a non-negative integer, a non-empty list of them or None, got "
+                             f"{self.eos_token_id!r}")
+        names = self.label_names
+        if isinstance(names, list):
+            names = tuple(names)
+            object.__setattr__(self, "label_names", names)
+        if names is not None:
+            if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
+                raise ValueError(f"label_names must be a list of strings or None, got {names!r}")
+            if len(names) != self.num_labels or len(set(names)) != len(names):
+                raise ValueError(f"label_names must name each of the num_labels={self.num_labels} classes once, "
+                                 f"got {list(names)}")
 
     def _check_family_options(self) -> None:
         """The fields of the families beyond Llama: each error names the field, its value and what it needs."""
@@ -255,6 +292,22 @@ class ModelConfig:
     def use_final_norm(self) -> bool:
         return self.norm_position in ("pre", "sandwich") if self.final_norm is None else self.final_norm
 
+    @property
+    def eos_ids(self) -> tuple[int, ...]:
+        """``eos_token_id`` as a tuple (empty when None)."""
+        eos = self.eos_token_id
+        return () if eos is None else (eos,) if isinstance(eos, int) else tuple(eos)
+
+    @property
+    def id2label(self) -> dict[int, str]:
+        """HF's ``id2label``: ``{0: "negative", ...}`` (``{i: "LABEL_i"}`` like HF when no names are known)."""
+        names = self.label_names or tuple(f"LABEL_{i}" for i in range(self.num_labels))
+        return dict(enumerate(names))
+
+    @property
+    def label2id(self) -> dict[str, int]:
+        return {name: i for i, name in self.id2label.items()}
+
     # construction -----------------------------------------------------------------------------------------------
     @classmethod
     def from_preset(cls, name: str, **overrides: Any) -> ModelConfig:
@@ -299,6 +352,8 @@ def _is_type(value: Any, want: type) -> bool:
 def _field_types() -> dict[str, type]:
     out = {}
     for f in fields(ModelConfig):
+        if f.name in ("eos_token_id", "label_names"):  # checked by _check_tokens
+            continue
         base = str(f.type).split("|")[0].strip()
         out[f.name] = {"int": int, "float": float, "bool": bool, "str": str}[base]
     return out

@@ -8,9 +8,16 @@ GPT-2's ``vocab.json`` + ``merges.txt``) is copied into the checkpoint as ``toke
 ``tokenizer_config.json``, which ``generate``, ``evaluate``, ``predict``, ``viz`` and ``trace`` then use; ``--to-hf``
 writes it back in the files ``AutoTokenizer.from_pretrained`` reads.
 
+The special tokens travel too: bos, eos (one or several) and pad are read from ``config.json`` and
+``generation_config.json`` (which wins, as in HF's ``generate``) into the ``ModelConfig``, and ``--to-hf`` writes
+them into both files, every one named (None included), so no HF class default (GPT-2's 50256) creeps in.
+
 ``--verify`` loads both models (the HF one with ``transformers``), runs the same token ids through them in float32
-and bfloat16, and prints max and mean |diff| at every layer (anatomy.interop.error_budget). Exit 0 when the float32
-output agrees within ``--tol``, 1 when it does not or a checkpoint cannot be read, 2 on bad usage.
+and bfloat16, and prints max and mean |diff| at every layer (anatomy.interop.error_budget); then compares the
+special tokens (ours against HF's ``generation_config``), the token ids both tokenizers give for a few texts, and a
+short greedy generation (``generate`` with each side's defaults, so each stops at its own eos). Exit 0 when the
+float32 output agrees within ``--tol`` and the rest is equal, 1 when not or a checkpoint cannot be read, 2 on bad
+usage.
 """
 
 from __future__ import annotations
@@ -72,7 +79,14 @@ def run(args: argparse.Namespace) -> int:
     from anatomy.data.tokenizers import load_tokenizer
     from anatomy.interop import hf, tokenizer_io
     from anatomy.interop.error_budget import error_budget, render
-    from anatomy.interop.safetensors_io import FORMAT, load_pretrained, read_config, read_tensors, save_pretrained
+    from anatomy.interop.safetensors_io import (
+        FORMAT,
+        load_pretrained,
+        read_config,
+        read_generation_config,
+        read_tensors,
+        save_pretrained,
+    )
 
     flag = "--from-hf" if args.from_hf else "--to-hf"
     source = Path(args.from_hf or args.to_hf)
@@ -95,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")
             arch = hf.arch_of(config)
             ours = hf.model_from_checkpoint(config, read_tensors(source), source=str(source),
-                                            rope_layout=args.rope_layout).eval()
+                                            rope_layout=args.rope_layout,
+                                            generation=read_generation_config(source)).eval()
             tokenizer = tokenizer_io.read_hf_tokenizer(source)  # read and checked before anything is written
             if tokenizer is not None:
                 tokenizer_io.check_fits(tokenizer, ours.config.vocab_size, source=str(source))
@@ -124,7 +139,64 @@ def run(args: argparse.Namespace) -> int:
     rows = error_budget(ours, theirs.eval(), arch=arch, seq=args.seq)
     print(f"\nerror budget vs {arch}: max and mean |ours - HF| over every element (same inputs, same dtype)")
     print(render(rows))
+    hf_dir = source if args.from_hf else out
+    same = verify_tokens(ours, theirs, tokenizer, hf_dir, tf)
     worst = rows[-1].diffs["float32"][0]
-    verdict = "OK" if worst <= args.tol else "FAIL"
-    print(f"\n{verdict}: float32 {rows[-1].name} max |diff| {worst:.3e} (tolerance {args.tol:g})")
-    return 0 if worst <= args.tol else 1
+    ok = worst <= args.tol and same
+    verdict = "OK" if ok else "FAIL"
+    print(f"\n{verdict}: float32 {rows[-1].name} max |diff| {worst:.3e} (tolerance {args.tol:g})"
+          + ("" if same else "; tokens or generation differ (above)"))
+    return 0 if ok else 1
+
+
+SAMPLES = ("hello world, the quick brown fox", "  spaces\tand\nnewlines  ", "naïve café")
+
+
+def _tokens(bos, eos, pad) -> tuple:
+    """``(bos, eos, pad)`` with eos as HF writes it: one id as an int, several as a tuple."""
+    if isinstance(eos, (list, tuple)):
+        eos = eos[0] if len(eos) == 1 else tuple(eos) if eos else None
+    return bos, eos, pad
+
+
+def verify_tokens(ours, theirs, tokenizer, hf_dir: Path, tf) -> bool:
+    """Print and check the special tokens, the tokenizers' ids and 8 greedy tokens, ours against HF's."""
+    import torch
+
+    from anatomy.generation import generate
+
+    gen = theirs.generation_config if theirs.can_generate() else theirs.config
+    mine = ours.config
+    seq2seq = mine.architecture == "seq2seq"  # its pad is the decoder start, compared by the logits
+    a = _tokens(mine.bos_token_id, mine.eos_token_id, None if seq2seq else mine.pad_token_id)
+    b = _tokens(gen.bos_token_id, gen.eos_token_id, None if seq2seq else gen.pad_token_id)
+    ok = a == b
+    print(f"\nspecial tokens (bos, eos, pad): ours {a}, HF {b}: {'equal' if ok else 'DIFFER'}")
+    prompt = [3, 4, 5, 6]
+    if tokenizer is not None and has_tokenizer(hf_dir):
+        hf_tok = tf.AutoTokenizer.from_pretrained(str(hf_dir))
+        differ = [t for t in SAMPLES if tokenizer.encode(t) not in
+                  (hf_tok(t, add_special_tokens=False)["input_ids"], hf_tok(t)["input_ids"])]
+        print(f"token ids: {len(SAMPLES) - len(differ)} of {len(SAMPLES)} sample texts encode the same as "
+              f"AutoTokenizer" + (f"; differ: {differ[0]!r}" if differ else ""))
+        ok = ok and not differ
+        prompt = tokenizer.encode(SAMPLES[0])[:8]
+    else:
+        print("token ids: no tokenizer on both sides, not compared")
+    if not hasattr(ours, "new_caches"):
+        return ok
+    ids = torch.tensor([prompt])  # (1, T)
+    start_id = {"decoder_start_token_id": mine.pad_token_id} if seq2seq else {}  # ours starts from pad
+    try:
+        with torch.no_grad():
+            want = theirs.generate(ids, max_new_tokens=8, do_sample=False, **start_id)
+    except Exception as err:  # noqa: BLE001 - HF's generate refusing this model is a "can't tell", not a failure
+        print(f"greedy generation: transformers' generate fails on this model ({type(err).__name__}: "
+              f"{str(err).splitlines()[0][:100]}); not compared")
+        return ok
+    got = generate(ours, ids, max_new_tokens=8)
+    equal = got.shape == want.shape and torch.equal(got, want)
+    start = 1 if seq2seq else ids.shape[1]
+    print(f"greedy generation (8 tokens, each side's defaults): ours {got[0, start:].tolist()}, HF "
+          f"{want[0, start:].tolist()}: {'equal' if equal else 'DIFFER'}")
+    return ok and equal

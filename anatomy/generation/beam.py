@@ -12,7 +12,8 @@ When to stop (``early_stopping``): ``True``: as soon as every prompt has K hypot
 when the best running beam, scored at the current length, cannot beat the worst kept hypothesis; ``"never"``: the
 same test at the best length it could still reach (the longest, when ``length_penalty > 0``). Length penalty > 0
 favours longer hypotheses, < 0 shorter ones. Masked choices use the additive ``-1e9`` that HF uses, so even
-ties fall the same way. The repetition penalty acts on each beam's log-probabilities, as HF's processors do.
+ties fall the same way. The logits processors (the repetition penalty, no-repeat n-grams, bad words...: processors.py)
+act on each beam's log-probabilities, as HF's do.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from anatomy.generation.decoding import CachedDecoding
-from anatomy.generation.sampling import apply_repetition_penalty, seen_tokens
+from anatomy.generation.processors import Processor
 
 NEG = -1.0e9  # HF's "impossible" score, added rather than set
 # Shapes: the legend's B (prompts) and V, with K = num_beams, C = candidates kept per step, L = T + max_new_tokens.
@@ -34,7 +35,8 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_tokens: int, eos, pad,
-                length_penalty: float, early_stopping, num_return_sequences: int, penalty, stop) -> torch.Tensor:
+                length_penalty: float, early_stopping, num_return_sequences: int, processors: list[Processor],
+                stop) -> torch.Tensor:
     """``run`` holds ``batch * num_beams`` rows (each prompt repeated). Returns the best ``num_return_sequences``
     hypotheses per prompt ``(batch * N, T + n)``, best first, shorter ones filled with ``pad``."""
     prefix = run.prefix  # (B*K, T)
@@ -56,18 +58,16 @@ def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_toke
     improvable = torch.ones(b, 1, dtype=torch.bool, device=device)
     top_k_mask = torch.arange(c, device=device) < k  # (C,) the step's top K candidates
     offsets = (torch.arange(b, device=device) * k)[:, None]  # (B, 1) first row of each prompt
-    prompt_mask = None if run.seq2seq or run.mask is None else run.mask  # (B*K, T) left padding
 
     logits = run.prefill() if max_new_tokens else None
     cur = t
     while cur < total:
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
         vocab = log_probs.shape[-1]
-        if penalty is not None:
+        if processors:  # HF's processors act on each beam's log-probabilities
             ids = running.view(b * k, total)[:, :cur]  # (B*K, cur)
-            pads = None if prompt_mask is None else torch.cat(
-                [prompt_mask, prompt_mask.new_ones(b * k, cur - t)], dim=1)  # (B*K, cur)
-            log_probs = apply_repetition_penalty(log_probs, seen_tokens(ids, vocab, pads), penalty)
+            for process in processors:
+                log_probs = process(ids, log_probs)
         scores = (log_probs.view(b, k, vocab) + running_scores[:, :, None]).view(b, k * vocab)  # (B, K*V)
         top_scores, top_index = torch.topk(scores, c)  # (B, C)
         source = top_index // vocab  # (B, C) the beam each candidate extends

@@ -25,9 +25,12 @@ from anatomy.sizes import check_cache_fits
 
 class CachedDecoding:
     def __init__(self, model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor | None, max_new_tokens: int,
-                 *, fast: bool = True, decoder_start_token_id: int | None = None) -> None:
+                 *, fast: bool = True, decoder_start_token_id: int | None = None,
+                 inputs_embeds: torch.Tensor | None = None) -> None:
         b = input_ids.shape[0]
         self.model, self.mask = model, mask
+        self.inputs_embeds = inputs_embeds  # (B, T, D): the prompt's token embeddings instead of a lookup
+        self.visible_from = 0 if inputs_embeds is None else input_ids.shape[1]  # ids[:, :this] are placeholders
         self.seq2seq = isinstance(model, Seq2Seq)
         capacity = (1 if self.seq2seq else input_ids.shape[1]) + max_new_tokens
         check_cache_fits(model.config, input_ids.shape[0], capacity, flags="max_new_tokens (or the batch)",
@@ -56,7 +59,19 @@ class CachedDecoding:
         return self.model(ids, self.mask, kv_caches=self.caches, use_cache=True).logits[:, -1]  # (B, V)
 
     def prefill(self) -> torch.Tensor:
-        return self._logits(self.prefix)
+        if self.inputs_embeds is None:
+            return self._logits(self.prefix)
+        # an embeddings prompt: the token lookup of the placeholder ids answers with the given rows (times the
+        # table's multiplier, as HF scales inputs_embeds where it scales looked-up rows); positions and the
+        # embedding norm apply as for ids
+        embeds = self.inputs_embeds
+        table = self.model.embeddings.embed_tokens
+        handle = table.register_forward_hook(
+            lambda module, args, out: (embeds * getattr(module, "multiplier", 1.0)).to(out.dtype))
+        try:
+            return self._logits(self.prefix)
+        finally:
+            handle.remove()
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Feed one new token per row ``(B,)``; return the next logits ``(B, V)``."""

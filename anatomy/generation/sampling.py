@@ -8,6 +8,8 @@ Greedy decoding is the ``argmax``; it ignores temperature and the filters, which
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from anatomy.shapes import check_rank
@@ -43,10 +45,12 @@ def top_p_filter(logits: torch.Tensor, p: float) -> torch.Tensor:
         raise ValueError(f"top_p must be in (0, 1], got {p}")
     if p == 1.0:
         return logits
-    sorted_logits, order = logits.sort(dim=-1, descending=True)  # (B, V)
-    probs = sorted_logits.float().softmax(dim=-1)
-    before = probs.cumsum(dim=-1) - probs  # probability mass strictly before each token
-    drop_sorted = before >= p  # token is not needed: the tokens before it already reach p
+    # HF's arithmetic (TopPLogitsWarper), so that a token at the edge falls the same way: ascending order, drop the
+    # tokens whose cumulative probability stays within 1 - p; the most likely token is always kept
+    sorted_logits, order = logits.sort(dim=-1, descending=False)  # (B, V)
+    cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop_sorted = cumulative <= (1 - p)
+    drop_sorted[..., -1:] = False
     drop = drop_sorted.scatter(-1, order, drop_sorted)  # back to vocabulary order
     return logits.masked_fill(drop, float("-inf"))
 
@@ -80,14 +84,21 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
     return torch.where(seen, penalised, logits)
 
 
-def sample(logits: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """``(B, V)`` → ``(B,)`` drawn from ``softmax(logits)`` (float32)."""
+def sample(logits: torch.Tensor,
+           generator: torch.Generator | Sequence[torch.Generator] | None = None) -> torch.Tensor:
+    """``(B, V)`` → ``(B,)`` drawn from ``softmax(logits)`` (float32). ``generator`` may be one generator per row:
+    each row then draws from its own, so a row's draws do not depend on the rows batched with it."""
     probs = logits.float().softmax(dim=-1)  # (B, V)
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != probs.shape[0]:
+            raise ValueError(f"generator: one per row needs {probs.shape[0]} generators, got {len(generator)}")
+        return torch.cat([torch.multinomial(row[None], 1, generator=g) for row, g in zip(probs, generator)]
+                         ).squeeze(-1)  # (B,)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
 def next_token(logits: torch.Tensor, *, do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-               top_p: float | None = None, generator: torch.Generator | None = None,
+               top_p: float | None = None, generator: torch.Generator | Sequence[torch.Generator] | None = None,
                min_p: float | None = None) -> torch.Tensor:
     """The next token of each row: greedy, or sampled after temperature, top-k, top-p and min-p (HF's order)."""
     if not do_sample:

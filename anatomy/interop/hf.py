@@ -23,8 +23,8 @@ the conversion that applies them):
 ``gate_up_proj``, or whose rows are regrouped, GPT-NeoX's per-head ``query_key_value``); or ``"conv1d"`` for GPT-2's
 ``Conv1D`` layers, which store ``W`` as ``(in, out)`` and compute ``x @ W + b``; ``nn.Linear`` stores ``(out, in)``
 and computes ``x @ W.T + b``: the weight is transposed, the bias is copied. ``"drop"`` marks a checkpoint tensor our
-model has no place for (BertModel's pooler: our Encoder returns ``last_hidden_state``); it is read past on purpose,
-never by accident.
+model has no place for; it is read past on purpose, never by accident. BertModel's pooler is carried: a checkpoint
+with ``pooler.dense`` weights becomes an Encoder with ``pooler=True`` (its ``pooler_output`` is HF's).
 
 Layouts that need no permutation, and why:
 * GPT-2's fused ``c_attn`` output columns are ``[q | k | v]``, heads contiguous inside each: exactly the row order of
@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import SPLITS
+from anatomy.interop.hf_common import SPLITS, label_names, special_tokens
 from anatomy.interop.hf_families import ARCH_FAMILY, FAMILIES, Family
 from anatomy.interop.rope_layout import convert_state_dict as convert_rope_state
 from anatomy.interop.safetensors_io import CheckpointError
@@ -70,11 +70,20 @@ def arch_of(hf_config: dict) -> str:
     return archs[0]
 
 
-def config_from_hf(hf_config: Any, arch: str | None = None) -> ModelConfig:
-    """A ``ModelConfig`` from an HF config (``PretrainedConfig`` or its ``config.json`` dict)."""
+def config_from_hf(hf_config: Any, arch: str | None = None, *, generation: Any = None) -> ModelConfig:
+    """A ``ModelConfig`` from an HF config (``PretrainedConfig`` or its ``config.json`` dict) and, when given, its
+    generation config (``GenerationConfig`` or the ``generation_config.json`` dict), which names the special tokens
+    HF's ``generate`` uses where it names them."""
     c = hf_config if isinstance(hf_config, dict) else hf_config.to_dict()
+    gen = generation if generation is None or isinstance(generation, dict) else generation.to_dict()
     arch = arch or arch_of(c)
-    return family_for_arch(arch).read_config(c, arch)
+    config = family_for_arch(arch).read_config(c, arch)
+    tokens = special_tokens(c, gen, config.vocab_size)
+    if config.architecture == "seq2seq":  # T5's pad id is also our decoder start (read by the family)
+        tokens.pop("pad_token_id")
+    if config.architecture == "classifier":
+        tokens["label_names"] = label_names(c, config.num_labels)
+    return config.replace(**tokens)
 
 
 # ================================================================================================ HF → ours
@@ -146,12 +155,15 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
 
 
 def model_from_checkpoint(hf_config: dict, tensors: dict[str, torch.Tensor], *, source: str = "",
-                          rope_layout: str = "half") -> nn.Module:
-    """Our model from an HF ``config.json`` dict and its tensors (no ``transformers`` needed)."""
+                          rope_layout: str = "half", generation: dict | None = None) -> nn.Module:
+    """Our model from an HF ``config.json`` dict, its tensors and its ``generation_config.json`` dict when there is
+    one (no ``transformers`` needed)."""
     from anatomy.models import build_model
 
     arch = arch_of(hf_config)
-    config = config_from_hf(hf_config, arch)
+    config = config_from_hf(hf_config, arch, generation=generation)
+    if arch == "BertModel":  # config.json does not say whether the pooler was built: its weights do
+        config = config.replace(pooler=any(k.endswith("pooler.dense.weight") for k in tensors))
     model = build_model(config)
     load_hf_state(model, tensors, arch, source=source)
     if rope_layout != config.rope_layout:
@@ -171,7 +183,9 @@ def from_hf(model: nn.Module, *, rope_layout: str = "half") -> nn.Module:
         raise TypeError(f"from_hf: unsupported model {arch}; supported: {', '.join(SUPPORTED)}")
     config = model.config.to_dict()
     config["architectures"] = [arch]
-    ours = model_from_checkpoint(config, model.state_dict(), source=arch, rope_layout=rope_layout)
+    generation = getattr(model, "generation_config", None)  # what HF's generate uses: its special tokens win
+    ours = model_from_checkpoint(config, model.state_dict(), source=arch, rope_layout=rope_layout,
+                                 generation=None if generation is None else generation.to_dict())
     return ours.to(next(model.parameters()).device).train(model.training)
 
 
@@ -229,7 +243,20 @@ def hf_state_dict(model: nn.Module) -> tuple[str, dict, dict[str, torch.Tensor]]
         value = ours[entry.ours[0]]
         value = value.t().contiguous() if entry.op == "conv1d" and value.dim() == 2 else value
         out.update(dict.fromkeys(entry.hf, value))
-    return arch, fam.write_config(config, arch), out
+    return arch, {**fam.write_config(config, arch), **write_tokens(config, arch)}, out
+
+
+def write_tokens(config: ModelConfig, arch: str) -> dict[str, Any]:
+    """The special tokens (and a classifier's labels) as HF config kwargs, every one written, None included, so
+    that none falls back to the HF class's default (GPT2Config's 50256, LlamaConfig's 1 and 2)."""
+    eos = config.eos_token_id
+    out: dict[str, Any] = dict(bos_token_id=config.bos_token_id,
+                               eos_token_id=list(eos) if isinstance(eos, tuple) else eos)
+    if config.architecture != "seq2seq":  # T5's writer sets pad (= our decoder start) itself
+        out["pad_token_id"] = config.pad_token_id
+    if config.architecture == "classifier":
+        out.update(id2label=config.id2label, label2id=config.label2id)
+    return out
 
 
 def to_hf(model: nn.Module) -> nn.Module:
@@ -243,7 +270,7 @@ def to_hf(model: nn.Module) -> nn.Module:
     fam = ARCH_FAMILY[arch]
     hf_config = getattr(transformers, fam.config_class)(**kwargs)
     hf_config.architectures = [arch]
-    extra = {"add_pooling_layer": False} if arch == "BertModel" else {}
+    extra = {"add_pooling_layer": model.config.pooler} if arch == "BertModel" else {}
     hf_model = getattr(transformers, arch)(hf_config, **extra)
     first = next(model.parameters())
     hf_model.to(device=first.device, dtype=first.dtype)

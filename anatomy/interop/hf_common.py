@@ -50,9 +50,53 @@ def _get(c: dict, key: str, default: Any = _REQUIRED) -> Any:
     return value
 
 
-def _pad(c: dict, vocab: int) -> int:
+def _pad(c: dict, vocab: int) -> int | None:
+    """HF's ``pad_token_id``; None when it names none (or one outside the vocabulary, which no row could hold)."""
     pad = c.get("pad_token_id")
-    return pad if isinstance(pad, int) and 0 <= pad < vocab else 0
+    return pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < vocab else None
+
+
+def _token_id(value: Any, key: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CheckpointError(f"Hugging Face config field {key!r} must be a non-negative integer or null, got "
+                              f"{value!r}")
+    return value
+
+
+def special_tokens(c: dict, generation: dict | None, vocab: int) -> dict[str, Any]:
+    """``bos_token_id``, ``eos_token_id`` (an int or a tuple) and ``pad_token_id`` as HF's ``generate`` sees them:
+    ``generation_config.json`` (``generation``) where it names a token, else ``config.json`` (``c``)."""
+    def pick(key: str) -> Any:
+        if generation is not None and generation.get(key) is not None:
+            return generation[key]
+        return c.get(key)
+
+    eos = pick("eos_token_id")
+    eos_value: int | tuple[int, ...] | None
+    if isinstance(eos, (list, tuple)):
+        ids = tuple(i for i in (_token_id(e, "eos_token_id") for e in eos) if i is not None)
+        eos_value = None if not ids else ids[0] if len(ids) == 1 else ids
+    else:
+        eos_value = _token_id(eos, "eos_token_id")
+    return dict(bos_token_id=_token_id(pick("bos_token_id"), "bos_token_id"), eos_token_id=eos_value,
+                pad_token_id=_pad({"pad_token_id": pick("pad_token_id")}, vocab))
+
+
+def label_names(c: dict, num_labels: int) -> tuple[str, ...] | None:
+    """A classifier's class names from HF's ``id2label`` (keys "0", "1"... in config.json); None when absent or
+    HF's own placeholders ``LABEL_0``..."""
+    raw = c.get("id2label") or {}
+    try:
+        names = {int(k): str(v) for k, v in raw.items()}
+    except (TypeError, ValueError, AttributeError):
+        raise CheckpointError(f"Hugging Face config field 'id2label' must map class ids to names, got {raw!r}") \
+            from None
+    if sorted(names) != list(range(num_labels)):
+        return None
+    out = tuple(names[i] for i in range(num_labels))
+    return None if out == tuple(f"LABEL_{i}" for i in range(num_labels)) else out
 
 
 def _refuse(arch: str, what: str) -> CheckpointError:

@@ -103,7 +103,9 @@ def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         rows += _norm(f"{h}.output.LayerNorm", f"{o}.ffn_add_norm.norm", True)
     if cls:
         return rows + _linear("bert.pooler.dense", "pooler", True) + _linear("classifier", "classifier", True)
-    return rows + _linear("pooler.dense", "-", True, "drop")  # our Encoder stops at last_hidden_state
+    if cfg.pooler:  # BertModel's pooler (add_pooling_layer=True, HF's default): our Encoder's pooler_output
+        return rows + _linear("pooler.dense", "pooler", True)
+    return rows + _linear("pooler.dense", "-", True, "drop")  # a headless checkpoint's pooler, read past
 
 
 def _bert_write(cfg: ModelConfig, arch: str) -> dict:
@@ -135,6 +137,7 @@ def _t5_config(c: dict, arch: str) -> ModelConfig:
     tied = c.get("tie_word_embeddings", True) is not False
     scaled = c.get("scale_decoder_outputs", tied)  # v1.0: tied head and hidden * d_model**-0.5; v1.1: neither
     pad = _pad(c, vocab)
+    pad = 0 if pad is None else pad  # T5Config's default, and T5's decoder start
     start = c.get("decoder_start_token_id")
     rate = c.get("dropout_rate", 0.1)
     return ModelConfig(

@@ -236,6 +236,23 @@ def read_config(directory: str | os.PathLike) -> dict:
     return data
 
 
+GENERATION_CONFIG_NAME = "generation_config.json"
+
+
+def read_generation_config(directory: str | os.PathLike) -> dict | None:
+    """A Hugging Face directory's ``generation_config.json`` (the special tokens its ``generate`` uses), or None."""
+    path = Path(directory) / GENERATION_CONFIG_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
 def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None = None) -> nn.Module:
     """Read one of our checkpoints (bit-exact) or a Hugging Face directory of a supported architecture.
 
@@ -248,7 +265,7 @@ def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None =
     elif "architectures" in data or "model_type" in data:
         from anatomy.interop import hf
 
-        model = hf.model_from_checkpoint(data, read_tensors(d), source=str(d))
+        model = hf.model_from_checkpoint(data, read_tensors(d), source=str(d), generation=read_generation_config(d))
     else:
         raise CheckpointError(f"{d / CONFIG_NAME}: neither an anatomy checkpoint (\"format\": \"anatomy\") nor a "
                               "Hugging Face config (\"architectures\")")
@@ -304,12 +321,15 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
 def config_from(data: dict, path: Path) -> ModelConfig:
     """The ``ModelConfig`` of our ``config.json`` (``data``), every field required: a missing field would load with
     its default and change the model silently (``activation`` moves the logits, ``d_model`` a shape), so it is named
-    with the default it would take."""
+    with the default it would take. The token and label fields (``TOKEN_FIELDS``), younger than the format, change
+    no number: a checkpoint without them loads with None."""
     values = data.get("config")
     if not isinstance(values, dict):
         raise CheckpointError(f"{path}: missing the \"config\" object")
+    from anatomy.config import TOKEN_FIELDS
+
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-    missing = [name for name in defaults if name not in values]
+    missing = [name for name in defaults if name not in values and name not in TOKEN_FIELDS]
     if missing:
         shown = ", ".join(f"{name!r} (would default to {defaults[name]!r})" for name in missing[:4])
         raise CheckpointError(f"{path}: config field(s) missing: {shown}{', ...' if len(missing) > 4 else ''}; an "

@@ -20,9 +20,11 @@ class EncoderStack(TransformerStack):
 class Encoder(PretrainedMethods, nn.Module):
     """``input_ids (B, T)`` → ``last_hidden_state (B, T, D)``; called like a Hugging Face encoder."""
 
-    def __init__(self, *, embeddings: InputEmbeddings, stack: TransformerStack) -> None:
+    def __init__(self, *, embeddings: InputEmbeddings, stack: TransformerStack,
+                 pooler: nn.Linear | None = None) -> None:
         super().__init__()
         self.embeddings, self.stack = embeddings, stack
+        self.pooler = pooler  # BertModel's pooler: pooler_output = tanh(pooler(last_hidden_state[:, 0]))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
@@ -35,6 +37,7 @@ class Encoder(PretrainedMethods, nn.Module):
         x = self.embeddings(input_ids, ctx.positions, token_type_ids)  # (B, T, D)
         hidden = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, need_weights=output_attentions, hidden_states=hidden)
-        out = EncoderOutput(last_hidden_state=x, attentions=weights,
+        pooled = None if self.pooler is None else torch.tanh(self.pooler(x[:, 0]))  # (B, D)
+        out = EncoderOutput(last_hidden_state=x, pooler_output=pooled, attentions=weights,
                             hidden_states=None if hidden is None else tuple(hidden))
         return out if return_dict else out.to_tuple()

@@ -69,6 +69,7 @@ class CachedOutput(ModelOutput):
 @dataclass
 class EncoderOutput(ModelOutput):
     last_hidden_state: torch.Tensor | None = None  # (B, T, D)
+    pooler_output: torch.Tensor | None = None  # (B, D) BERT's tanh(Linear(first token)), when built with pooler
     hidden_states: tuple[torch.Tensor, ...] | None = None  # embeddings + one per layer, each (B, T, D)
     attentions: tuple[torch.Tensor, ...] | None = None  # per layer (B, H, T, T)
 

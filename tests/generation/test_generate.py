@@ -99,9 +99,11 @@ def test_cached_greedy_equals_recomputing_the_prefix(preset, overrides):
     mask[1, :2] = 0
     mask[2, :5] = 0
     ids = ids.masked_fill(mask == 0, 0)
-    for m in (None, mask):
-        got = generate(model, ids, m, max_new_tokens=12)
+    for m in (None, mask):  # pad_token_id=None: no mask is inferred, every token is attended to
+        got = generate(model, ids, m, max_new_tokens=12, pad_token_id=None)
         assert torch.equal(got, _no_cache_greedy(model, ids, m, 12))
+    # no mask, the model's pad_token_id (0) in the ids: the mask is inferred from it, as HF infers it
+    assert torch.equal(generate(model, ids, max_new_tokens=12), generate(model, ids, mask, max_new_tokens=12))
 
 
 def test_left_padding_gives_each_row_what_it_gets_alone():

@@ -25,13 +25,27 @@ IDS = torch.tensor([[4, 5, 6], [7, 8, 9]])
 
 
 @pytest.mark.parametrize("kw,named", [
-    (dict(top_p=0.9), ["top_p=0.9", "do_sample=False"]),
-    (dict(top_k=5), ["top_k=5", "do_sample=False"]),
-    (dict(min_p=0.1), ["min_p=0.1", "do_sample=False"]),
-    (dict(temperature=0.7), ["temperature=0.7", "do_sample=False"]),
+    (dict(top_p=0.9), ["top_p=0.9", "greedy decoding"]),
+    (dict(top_k=5), ["top_k=5", "greedy decoding"]),
+    (dict(min_p=0.1), ["min_p=0.1", "greedy decoding"]),
+    (dict(temperature=0.7, top_p=0.8), ["temperature=0.7, top_p=0.8", "greedy decoding"]),
     (dict(num_beams=4, top_p=0.9), ["top_p=0.9", "beam search (num_beams=4)"]),
-    (dict(length_penalty=2.0), ["length_penalty=2.0", "num_beams=1"]),
-    (dict(early_stopping=True), ["early_stopping=True", "num_beams=1"]),
+    (dict(length_penalty=2.0), ["length_penalty=2.0", "greedy decoding"]),
+    (dict(early_stopping=True), ["early_stopping=True", "greedy decoding"]),
+])
+def test_options_of_another_mode_are_warned_about_and_ignored_as_hf_does(model, kw, named):
+    """HF's generate logs "The following generation flags are not valid and may be ignored" and runs without
+    them: the tokens are those of the call without them."""
+    with pytest.warns(UserWarning) as caught:
+        got = generate(model, IDS, max_new_tokens=5, **kw)
+    said = " ".join(str(w.message) for w in caught)
+    for part in named:
+        assert part in said, (part, said)
+    plain = {k: v for k, v in kw.items() if k == "num_beams"}
+    assert torch.equal(got, generate(model, IDS, max_new_tokens=5, **plain))
+
+
+@pytest.mark.parametrize("kw,named", [
     (dict(num_return_sequences=2), ["num_return_sequences=2", "greedy"]),
     (dict(num_beams=2, num_return_sequences=3), ["num_return_sequences=3", "num_beams=2"]),
     (dict(num_beams=2, do_sample=True), ["do_sample=True", "num_beams=2"]),

@@ -543,3 +543,88 @@ def test_pickle_checkpoint_is_refused_and_its_payload_never_runs(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "pytorch_model.bin" in err[0]
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------------------------------ tokens, labels, pooler
+
+
+@pytest.mark.parametrize("make,tokens", [
+    (lambda: gpt2(bos_token_id=7, eos_token_id=7), (7, 7, None)),  # no pad: stays None, never GPT-2's 50256
+    (lambda: gpt2(), (50256, 50256, None)),  # HF's class defaults, outside the vocabulary: kept as read
+    (lambda: llama(bos_token_id=None, eos_token_id=[4, 5], pad_token_id=6), (None, (4, 5), 6)),
+    (lambda: llama(), (1, 2, None)),
+])
+def test_special_tokens_round_trip_through_both_files(make, tokens, tmp_path):
+    hf = make()
+    ours = from_hf(hf)
+    assert (ours.config.bos_token_id, ours.config.eos_token_id, ours.config.pad_token_id) == tokens
+    back = to_hf(ours)
+    listed = tuple(tokens[1]) if isinstance(tokens[1], tuple) else tokens[1]
+    for config in (back.config, back.generation_config):
+        eos = tuple(config.eos_token_id) if isinstance(config.eos_token_id, list) else config.eos_token_id
+        assert (config.bos_token_id, eos, config.pad_token_id) == (tokens[0], listed, tokens[2])
+    save_pretrained(ours, tmp_path / "ours")  # our checkpoint keeps them
+    assert load_pretrained(tmp_path / "ours").config == ours.config
+    hf.save_pretrained(tmp_path / "hf")  # the HF directory: config.json + generation_config.json
+    assert load_pretrained(tmp_path / "hf").config == ours.config
+
+
+def test_generation_config_json_wins_over_config_json(tmp_path):
+    hf = gpt2(bos_token_id=7, eos_token_id=7)
+    hf.generation_config.eos_token_id = [9, 7]  # what HF's generate uses
+    hf.save_pretrained(tmp_path)
+    assert load_pretrained(tmp_path).config.eos_token_id == (9, 7)
+    assert from_hf(hf).config.eos_token_id == (9, 7)
+
+
+def test_an_old_checkpoint_without_token_fields_loads(tmp_path):
+    ours = from_hf(gpt2(bos_token_id=7, eos_token_id=7))
+    save_pretrained(ours, tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    for name in ("bos_token_id", "eos_token_id", "label_names"):
+        data["config"].pop(name)
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    again = load_pretrained(tmp_path)
+    assert again.config.eos_token_id is None and torch.equal(again(IDS).logits, ours(IDS).logits)
+
+
+def test_id2label_round_trips_and_predict_prints_the_names(tmp_path, capsys):
+    torch.manual_seed(0)
+    names = {0: "negative", 1: "neutral", 2: "positive"}
+    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                        vocab_size=V, max_position_embeddings=64, id2label=names,
+                        label2id={v: k for k, v in names.items()})
+    hf = _perturb(BertForSequenceClassification(config))
+    ours = from_hf(hf)
+    assert ours.config.label_names == ("negative", "neutral", "positive") and ours.config.id2label == names
+    back = to_hf(ours)
+    assert back.config.id2label == names and back.config.label2id == {v: k for k, v in names.items()}
+    assert from_hf(bert(cls=True)).config.label_names is None  # HF's LABEL_0.. placeholders are no names
+    assert to_hf(from_hf(bert(cls=True))).config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
+    hf.save_pretrained(tmp_path / "hf")
+    assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "o")]) == 0
+    from anatomy.data.tokenizers import CharTokenizer
+
+    CharTokenizer.train(["abcdefgh"]).save(tmp_path / "o")  # predict needs a tokenizer; ids stay below V
+    capsys.readouterr()
+    assert main(["predict", "--checkpoint", str(tmp_path / "o"), "--text", "abc", "--format", "json"]) == 0
+    probs = json.loads(capsys.readouterr().out)[0]["probabilities"]
+    assert list(probs) == ["negative", "neutral", "positive"]
+    with torch.no_grad():
+        want = hf(torch.tensor([CharTokenizer.train(["abcdefgh"]).encode("abc")])).logits.softmax(-1)[0]
+    assert [round(p, 5) for p in probs.values()] == [round(float(p), 5) for p in want]
+
+
+def test_bert_model_pooler_is_carried_both_ways():
+    hf = bert()
+    assert hf.pooler is not None
+    ours = from_hf(hf)
+    with torch.no_grad():
+        want = hf(IDS, attention_mask=RIGHT).pooler_output
+        got = ours(IDS, attention_mask=RIGHT).pooler_output
+    assert ours.config.pooler and got.shape == (3, 32) and _diff(got, want) <= TOL
+    back = to_hf(ours)
+    assert torch.equal(back.pooler.dense.weight, hf.pooler.dense.weight)
+    torch.manual_seed(0)
+    headless = BertModel(hf.config, add_pooling_layer=False).eval()
+    assert not from_hf(headless).config.pooler and to_hf(from_hf(headless)).pooler is None

@@ -154,9 +154,12 @@ def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     ids = IDS.masked_fill(LEFT == 0, 0)
     expected = hf.generate(ids, attention_mask=LEFT, max_new_tokens=32, do_sample=False, pad_token_id=0,
                            eos_token_id=None)
-    got = generate(ours, ids, LEFT, max_new_tokens=32, pad_token_id=0)
+    got = generate(ours, ids, LEFT, max_new_tokens=32, pad_token_id=0, eos_token_id=None)
     assert got.shape == expected.shape == (3, 9 + 32)
     assert torch.equal(got, expected)
+    # the model's own eos (from its config), as HF's generate stops there by default
+    expected = hf.generate(ids, attention_mask=LEFT, max_new_tokens=32, do_sample=False, pad_token_id=0)
+    assert torch.equal(generate(ours, ids, LEFT, max_new_tokens=32, pad_token_id=0), expected)
     assert len(set(got[:, 9:].flatten().tolist())) > 3  # the continuation is not one repeated token
 
 

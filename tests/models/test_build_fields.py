@@ -13,7 +13,7 @@ from anatomy.config import ModelConfig
 
 SOURCE = Path(config_module.__file__).read_text(encoding="utf-8")
 GROUPS = ["architecture & sizes", "attention", "positions", "norms & residual", "FFN", "embeddings & head",
-          "initialisation", "regularisation", "options of more Hugging Face families"]
+          "initialisation", "regularisation", "options of more Hugging Face families", "tokens & labels"]
 FIELD = re.compile(r"^    (\w+): [^=]+ = .+$")
 # Every field's name and default before the regrouping (c49bb6b): saved configs, JSON and key=value words rely
 # on them; the field order may change.
@@ -78,5 +78,10 @@ def test_the_presets_moved_but_every_name_still_imports_from_config():
     assert ModelConfig.from_preset("gpt2", d_model=256).d_ff == 1024
 
 
+# added since (issue 21): the special tokens and class names, which change no number (config_module.TOKEN_FIELDS)
+ADDED_SINCE = {'bos_token_id': None, 'eos_token_id': None, 'label_names': None}
+
+
 def test_names_and_defaults_are_those_saved_configs_were_written_with():
-    assert {f.name: f.default for f in dataclasses.fields(ModelConfig)} == DEFAULTS_AT_C49BB6B
+    assert {f.name: f.default for f in dataclasses.fields(ModelConfig)} == {**DEFAULTS_AT_C49BB6B, **ADDED_SINCE}
+    assert set(ADDED_SINCE) == set(config_module.TOKEN_FIELDS)

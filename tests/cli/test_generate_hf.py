@@ -1,0 +1,143 @@
+"""``anatomy generate`` on a converted Hugging Face GPT-2 with its own byte-level BPE tokenizer (built offline): it
+stops where HF's ``generate`` stops (the model's eos), shows the eos, says why each output stopped, ``--eos none``
+and ``--stop "<|endoftext|>"`` work, and HF's generate on the model ``convert --to-hf`` wrote stops there too."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from anatomy.cli.main import main
+
+transformers = pytest.importorskip("transformers", reason="waits for transformers (pip install transformers)")
+transformers.logging.set_verbosity_error()
+transformers.utils.logging.disable_progress_bar()
+
+EOT = "<|endoftext|>"
+PROMPT = "the quick"
+
+
+def _bpe():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=[EOT], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["hello world, the quick brown fox jumps over the lazy dog. " * 20], trainer=trainer)
+    return tok
+
+
+def _hf_greedy(model, tok, prompt: str, n: int, **kw) -> list[int]:
+    ids = torch.tensor([tok(prompt)["input_ids"]])
+    return model.generate(ids, max_new_tokens=n, do_sample=False, **kw)[0, ids.shape[1]:].tolist()
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    """A tiny GPT-2 whose greedy continuation of PROMPT emits <|endoftext|> (id 0) after a few tokens: the tied
+    embedding row 0 is set to 1.05 x the row of a token the free run emits at its 6th step, so 0 wins there."""
+    d = tmp_path_factory.mktemp("hf") / "gpt2"
+    fast = transformers.GPT2TokenizerFast(tokenizer_object=_bpe(), eos_token=EOT, bos_token=EOT, unk_token=EOT)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=len(fast), n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.2)
+        free = _hf_greedy(model, fast, PROMPT, 30, eos_token_id=None)
+        model.transformer.wte.weight[0] = 1.05 * model.transformer.wte.weight[free[5]]
+    new = _hf_greedy(model, fast, PROMPT, 30, eos_token_id=None)
+    assert 0 in new[2:12] and 0 not in new[:2] and len(set(new)) > 3, new  # checked with transformers alone
+    model.save_pretrained(d)
+    fast.save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def ours(hf_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ours") / "gpt2"
+    assert main(["convert", "--from-hf", str(hf_dir), "--out", str(out)]) == 0
+    return out
+
+
+def _gen(capsys, ckpt, *argv):
+    code = main(["generate", "--checkpoint", str(ckpt), "--prompt", PROMPT, *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_generate_stops_at_the_eos_where_hf_stops_and_shows_it(hf_dir, ours, capsys):
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    model = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
+    want = _hf_greedy(model, tok, PROMPT, 30)  # HF stops at the config's eos 0
+    assert want[-1] == 0 and len(want) < 30
+    code, out, err = _gen(capsys, ours, "--greedy", "--max-new-tokens", "30")
+    assert code == 0
+    assert out == PROMPT + tok.decode(want) + "\n" and out.rstrip("\n").endswith(EOT)
+    assert err.strip() == f"prompt 1/1: stopped: eos {EOT!r} (id 0) after {len(want)} tokens"
+    code, out, _ = _gen(capsys, ours, "--greedy", "--max-new-tokens", "30", "--format", "json")
+    row = json.loads(out)[0]
+    assert row["outputs"] == [PROMPT + tok.decode(want)] and row["stopped"][0].startswith("eos")
+
+
+def test_eos_none_goes_on_and_a_stop_string_of_special_text_stops(hf_dir, ours, capsys):
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    model = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
+    free = _hf_greedy(model, tok, PROMPT, 20, eos_token_id=None)
+    code, out, err = _gen(capsys, ours, "--greedy", "--max-new-tokens", "20", "--eos", "none")
+    assert code == 0 and out == PROMPT + tok.decode(free) + "\n" and EOT in out
+    assert "stopped: --max-new-tokens 20 reached" in err
+    at = free.index(0) + 1
+    code, out, err = _gen(capsys, ours, "--greedy", "--max-new-tokens", "20", "--eos", "none", "--stop", EOT)
+    assert code == 0 and out == PROMPT + tok.decode(free[:at]) + "\n"
+    assert f"stopped: --stop {EOT!r} after {at} tokens" in err
+    other = free[1]  # --eos ID: another token ends it
+    code, out, err = _gen(capsys, ours, "--greedy", "--max-new-tokens", "20", "--eos", str(other))
+    assert out == PROMPT + tok.decode(free[:free.index(other) + 1]) + "\n" and f"(id {other})" in err
+    code, _, err = _gen(capsys, ours, "--greedy", "--eos", "99999")
+    assert code == 2 and "--eos 99999" in err and "outside the vocabulary" in err
+
+
+def test_to_hf_writes_the_models_tokens_and_hfs_generate_stops_there(hf_dir, ours, tmp_path, capsys):
+    back = tmp_path / "back"
+    assert main(["convert", "--to-hf", str(ours), "--out", str(back)]) == 0
+    capsys.readouterr()
+    written = json.loads((back / "config.json").read_text())
+    assert (written["bos_token_id"], written["eos_token_id"], written.get("pad_token_id")) == (0, 0, None)
+    generation = json.loads((back / "generation_config.json").read_text())
+    assert (generation["bos_token_id"], generation["eos_token_id"]) == (0, 0)
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    original = transformers.GPT2LMHeadModel.from_pretrained(hf_dir).eval()
+    written_model = transformers.GPT2LMHeadModel.from_pretrained(back).eval()
+    assert _hf_greedy(written_model, tok, PROMPT, 30) == _hf_greedy(original, tok, PROMPT, 30)
+
+
+def test_stream_gives_the_batch_paths_samples_with_a_header_per_prompt(ours, tmp_path, capsys):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("the quick\nhello\nthe lazy dog\n", encoding="utf-8")
+    args = ["generate", "--checkpoint", str(ours), "--prompts-file", str(prompts), "--max-new-tokens", "12",
+            "--seed", "5", "--eos", "none"]
+    assert main(args) == 0
+    batch = capsys.readouterr()
+    assert main([*args, "--stream"]) == 0
+    streamed = capsys.readouterr()
+    assert streamed.out == batch.out and batch.out.count("--- prompt ") == 3
+    assert streamed.err == batch.err
+    assert main([*args[:-2], "--seed", "6"]) == 0
+    assert capsys.readouterr().out != batch.out  # the seed matters
+
+
+def test_convert_verify_compares_the_tokens_ids_and_a_greedy_generation(hf_dir, tmp_path, capsys):
+    code = main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "o"), "--verify"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "special tokens (bos, eos, pad): ours (0, 0, None), HF (0, 0, None): equal" in out
+    assert "token ids: 3 of 3 sample texts encode the same as AutoTokenizer" in out
+    line = next(x for x in out.splitlines() if x.startswith("greedy generation"))
+    assert line.endswith(": equal") and "ours [" in line
+    assert out.rstrip().splitlines()[-1].startswith("OK: float32 logits")
