@@ -85,7 +85,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             return point.source.rsplit(".", 1)[0] + ".hook_z" in self.raw
         return point.source in self.raw and (not point.stream or point.stream in self.raw)
 
-    def keys(self):  # type: ignore[override]
+    def keys(self) -> list[str]:  # type: ignore[override]
         tl = [n for n, p in self.table.points.items() if self._available(p) and self._keep(n)]
         return tl + [n for n in self.raw if self._keep(n)]
 
@@ -152,9 +152,9 @@ class ActivationCache(Mapping[str, torch.Tensor]):
                 stream = stream - stream.mean(-1, keepdim=True)
             return stream * x  # our scale is 1/sqrt(var + eps): (B, T, D)
         if point.kind == "mlp_pre":
-            ffn = self.model.get_submodule(point.source.rsplit(".", 1)[0] + ".ffn")
+            up: nn.Module = self.model.get_submodule(point.source.rsplit(".", 1)[0] + ".ffn.up_proj")
             with torch.set_grad_enabled(x.requires_grad):
-                return ffn.up_proj(x)  # (B, T, F)
+                return up(x)  # (B, T, F)
         return point.to_tl(x)
 
     def __repr__(self) -> str:
@@ -268,7 +268,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             return torch.stack([final(c) for c in residual_stack])
         if norm_kind(self.model) == "LN":
             residual_stack = residual_stack - residual_stack.mean(-1, keepdim=True)
-        key = "ln_final.hook_scale" if layer == self.n_layers else f"blocks.{layer}.ln{2 if mlp_input else 1}.hook_scale"
+        key = ("ln_final.hook_scale" if layer == self.n_layers
+               else f"blocks.{layer}.ln{2 if mlp_input else 1}.hook_scale")
         scale = _pos(self[key], pos_slice)
         if batch_slice is not None and has_batch_dim:
             scale = _pos(scale, batch_slice, dim=0)

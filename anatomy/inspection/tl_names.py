@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -111,9 +112,9 @@ class Parts:
 
     embed_prefix: str
     prefix: str
-    embeddings: nn.Module
-    stack: nn.Module
-    lm_head: nn.Module | None
+    embeddings: Any  # InputEmbeddings (typed loosely: read through nn.Module attributes)
+    stack: Any  # TransformerStack
+    lm_head: nn.Linear | None
     causal: bool
 
 
@@ -133,7 +134,7 @@ def model_parts(model: nn.Module) -> Parts | None:
     return None
 
 
-def _rotary(attn: nn.Module) -> bool:
+def _rotary(attn: Any) -> bool:
     from anatomy.components.positional.rope import RotaryPositional
 
     return isinstance(getattr(attn, "positional", None), RotaryPositional)

@@ -21,6 +21,8 @@ These are new tensors computed from the parameters (gradients flow back to them)
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -38,7 +40,7 @@ def _parts(model: nn.Module, name: str) -> Parts:
     return parts
 
 
-def _qkv(attn: nn.Module, which: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _qkv(attn: Any, which: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``(weight (out, D), bias or None)`` of the q, k or v projection, fused or not."""
     if getattr(attn, "fused_qkv", False):
         inner, kv = attn.inner_dim, attn.n_kv_heads * attn.head_dim
@@ -49,7 +51,7 @@ def _qkv(attn: nn.Module, which: str) -> tuple[torch.Tensor, torch.Tensor | None
     return proj.weight, proj.bias
 
 
-def _heads_in(attn: nn.Module, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _heads_in(attn: Any, which: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``W (H, D, Dh)`` and ``b (H, Dh)`` of q, k or v, key/value heads repeated to H."""
     w, b = _qkv(attn, which)
     heads = attn.n_heads if which == "q" else attn.n_kv_heads
@@ -62,7 +64,7 @@ def _heads_in(attn: nn.Module, which: str) -> tuple[torch.Tensor, torch.Tensor]:
     return w, bias
 
 
-def w_o(attn: nn.Module) -> torch.Tensor:
+def w_o(attn: Any) -> torch.Tensor:
     """``(H, Dh, D)``: the rows of ``o_proj`` each head writes through."""
     w = attn.o_proj.weight  # (D, H·Dh)
     return w.T.reshape(attn.n_heads, attn.head_dim, w.shape[0])  # (H, Dh, D)

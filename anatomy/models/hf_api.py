@@ -6,6 +6,8 @@ generation sits above the models, as HF's ``GenerationMixin`` sits beside ``PreT
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 from torch import nn
 
@@ -21,7 +23,7 @@ def embedding_parameter_names(model: nn.Module) -> set[str]:
 
 
 def _lens_weight(name: str) -> property:
-    def get(self) -> torch.Tensor:
+    def get(self: nn.Module) -> torch.Tensor:
         from anatomy.inspection.tl_weights import tl_weight
 
         return tl_weight(self, name)
@@ -33,18 +35,18 @@ class LensMethods:
     """TransformerLens's calls on every model (anatomy.inspection.hooked does the work, imported when called, as
     ``generate`` below): ``run_with_cache``, ``run_with_hooks``, ``W_Q``... in TransformerLens's shapes."""
 
-    def run_with_cache(self, *args, **kwargs):
+    def run_with_cache(self, *args: Any, **kwargs: Any) -> Any:
         """``logits, cache = model.run_with_cache(ids)``; see ``anatomy.inspection.hooked.run_with_cache``."""
         from anatomy.inspection.hooked import run_with_cache
 
-        return run_with_cache(self, *args, **kwargs)
+        return run_with_cache(cast(nn.Module, self), *args, **kwargs)
 
-    def run_with_hooks(self, *args, **kwargs):
+    def run_with_hooks(self, *args: Any, **kwargs: Any) -> Any:
         """``model.run_with_hooks(ids, fwd_hooks=[(name_or_filter, fn(act, hook))])``; see
         ``anatomy.inspection.hooked.run_with_hooks``."""
         from anatomy.inspection.hooked import run_with_hooks
 
-        return run_with_hooks(self, *args, **kwargs)
+        return run_with_hooks(cast(nn.Module, self), *args, **kwargs)
 
     W_E, W_pos, W_U, b_U = (_lens_weight(n) for n in ("W_E", "W_pos", "W_U", "b_U"))
     W_Q, W_K, W_V, W_O = (_lens_weight(n) for n in ("W_Q", "W_K", "W_V", "W_O"))
