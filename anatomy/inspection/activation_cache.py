@@ -33,7 +33,7 @@ from anatomy.inspection.tl_names import (
     norm_kind,
     tl_points,
 )
-from anatomy.inspection.tl_weights import tl_weight, w_o
+from anatomy.inspection.tl_weights import heads_in, tl_weight, w_o
 
 
 def causal_scores_mask(model: nn.Module, scores: torch.Tensor,
@@ -151,10 +151,16 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             if norm_kind(self.model) == "LN":
                 stream = stream - stream.mean(-1, keepdim=True)
             return stream * x  # our scale is 1/sqrt(var + eps): (B, T, D)
-        if point.kind == "mlp_pre":
-            up: nn.Module = self.model.get_submodule(point.source.rsplit(".", 1)[0] + ".ffn.up_proj")
+        if point.kind.startswith("mlp_pre:"):
+            proj = point.kind.split(":")[1]
+            linear: nn.Module = self.model.get_submodule(point.source.rsplit(".", 1)[0] + f".ffn.{proj}")
             with torch.set_grad_enabled(x.requires_grad):
-                return up(x)  # (B, T, F)
+                return linear(x)  # (B, T, F)
+        if point.kind.startswith("unrotated_"):
+            attn = self.model.get_submodule(point.source.rsplit(".", 1)[0] + ".attn")
+            w, b = heads_in(attn, point.kind[-1])  # (H|Hkv, D, Dh), (H|Hkv, Dh)
+            with torch.set_grad_enabled(x.requires_grad):
+                return torch.einsum("btd,hdk->bthk", x, w.to(x.dtype)) + b.to(x.dtype)  # (B, T, H|Hkv, Dh)
         return point.to_tl(x)
 
     def __repr__(self) -> str:

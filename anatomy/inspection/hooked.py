@@ -106,7 +106,7 @@ def _resolve(model: nn.Module, table: TLTable, ours: list[str], key: NameFilter)
         raise ValueError(f"fwd_hooks: each entry is (name or filter, fn); got {key!r} as the name")
     picked: list[tuple[str, TLPoint | None]] = [(n, p) for n, p in table.points.items() if key(n)]
     picked += [(n, None) for n in ours if key(n)]
-    cache_only = [n for n, p in picked if p is not None and p.kind in CACHE_ONLY]
+    cache_only = [n for n, p in picked if p is not None and p.kind.startswith(CACHE_ONLY)]
     if cache_only:
         raise ValueError(f"fwd_hooks: the filter selects {cache_only[0]}, which our models compute only in the cache "
                          "(no hook point carries it); narrow the filter (e.g. to mlp.hook_post)")
@@ -132,7 +132,7 @@ def _attach(model: nn.Module, modules: dict[str, nn.Module], name: str, point: T
     if point is None:  # ours: our layout, our name
         handles.append(modules[name].register_forward_hook(lambda _m, _a, out: _call(fn, out, hook)))
         return
-    if point.kind in CACHE_ONLY:
+    if point.kind.startswith(CACHE_ONLY):
         raise ValueError(f"fwd_hooks: {name} is computed from the cache only (no hook point of ours carries it); "
                          "hook mlp.hook_post or ln*.hook_scale instead")
     if point.kind == "result":  # the per-head outputs, made from this forward's z and put back as their sum

@@ -79,8 +79,9 @@ def same(x: torch.Tensor) -> torch.Tensor:
 class TLPoint:
     """One TransformerLens name on our model: the hook point of ours that fires (``source``), our layout →
     TransformerLens's (``to_tl``) and back (``from_tl``; the identity or a view for a transpose). ``kind``:
-    ``"plain"``; ``"scores"`` (masked like TransformerLens after our hook, hidden keys -inf); ``"result"`` (per-head
-    outputs computed from ``hook_z`` and ``W_O`` of the same layer, ``layer``); ``"mlp_pre"`` (computed from the
+    ``"plain"``; ``"unrotated_q"``/``"unrotated_k"`` (a RoPE model's q/k before rotation, projected again from
+    the attention input); ``"scores"`` (masked like TransformerLens after our hook, hidden keys -inf); ``"result"``
+    (per-head outputs from ``hook_z`` and ``W_O`` of layer ``layer``); ``"mlp_pre:<proj>"`` (computed from the
     FFN input) and ``"normalized"`` (the norm's input ``stream`` centred and scaled, before the norm's weight and
     bias, as TransformerLens's ``hook_normalized``): cache entries only, no hook point of ours carries them."""
 
@@ -93,7 +94,7 @@ class TLPoint:
     stream: str = ""  # "normalized": the residual the norm reads
 
 
-CACHE_ONLY = ("mlp_pre", "normalized")  # kinds computed from other hook points: cache entries, not hookable
+CACHE_ONLY = ("mlp_pre", "normalized", "unrotated")  # kinds computed from other hook points: cache entries only
 BRIDGE_ALIAS = ("the TransformerBridge's component aliases (.hook_in, .hook_out, attn.q.hook_out, hook_unembed...) "
                 "are not HookedTransformer names and are not offered; use the hook_* names (blocks.0.hook_resid_pre, "
                 "blocks.0.ln1.hook_normalized...)")
@@ -183,8 +184,10 @@ def tl_points(model: nn.Module) -> TLTable:
         elif _rotary(attn):
             for n in qk:
                 add(f"{b}.attn.hook_rot_{n}", f"{p}.attn.hook_{n}", to_tl=heads_last, from_tl=heads_last)
-                refused[f"{b}.attn.hook_{n}"] = (f"our hook_{n} is after RoPE: it is TransformerLens's "
-                                                 f"{b}.attn.hook_rot_{n}; the unrotated one has no hook point here")
+                add(f"{b}.attn.hook_{n}", f"{p}.hook_attn_in", kind=f"unrotated_{n}", layer=i)
+            for n in ("cos", "sin"):
+                refused[f"{b}.attn.hook_{n}"] = refused[f"rotary_emb.hook_{n}"] = (
+                    "RoPE's cos/sin tables are not offered as activations (anatomy.components.positional.rope)")
         else:
             for n in qk:
                 add(f"{b}.attn.hook_{n}", f"{p}.attn.hook_{n}", to_tl=heads_last, from_tl=heads_last)
@@ -194,11 +197,11 @@ def tl_points(model: nn.Module) -> TLTable:
         else:
             add(f"{b}.attn.hook_attn_scores", f"{p}.attn.hook_scores", kind="scores", layer=i)
         add(f"{b}.mlp.hook_post", f"{p}.ffn.hook_hidden")
-        if getattr(block.ffn, "gated", False):
-            refused[f"{b}.mlp.hook_pre"] = ("a gated FFN: TransformerLens's hook_pre / hook_pre_linear have no hook "
-                                            f"point here; use {b}.mlp.hook_post")
+        if getattr(block.ffn, "gated", False):  # TransformerLens: hook_pre before the gate's activation
+            add(f"{b}.mlp.hook_pre", f"{p}.hook_ffn_in", kind="mlp_pre:gate_proj", layer=i)
+            add(f"{b}.mlp.hook_pre_linear", f"{p}.hook_ffn_in", kind="mlp_pre:up_proj", layer=i)
         else:
-            add(f"{b}.mlp.hook_pre", f"{p}.hook_ffn_in", kind="mlp_pre", layer=i)
+            add(f"{b}.mlp.hook_pre", f"{p}.hook_ffn_in", kind="mlp_pre:up_proj", layer=i)
         if pre and not block.parallel_residual:
             add(f"{b}.hook_resid_mid", f"{p}.hook_resid_mid")
         else:

@@ -6,9 +6,9 @@ name       shape                           ours
 W_E        (V, D)                          ``embed_tokens.weight``
 W_pos      (max_seq_len, D)                the learned positions table (learned positions only)
 W_Q        (L, H, D, Dh)                   ``q_proj.weight`` (or the q rows of ``qkv_proj``), per head
-W_K, W_V   (L, H, D, Dh)                   each key/value head repeated for the H/Hkv queries that share it (GQA)
+W_K, W_V   (L, Hkv, D, Dh)                 one per key/value head (GQA: Hkv < H), as TransformerLens 4
 W_O        (L, H, Dh, D)                   ``o_proj.weight``, per head
-b_Q        (L, H, Dh); b_K, b_V likewise   zeros where the layer has no bias, as TransformerLens
+b_Q        (L, H, Dh); b_K, b_V likewise   refused (ValueError) where the layers have no bias, as TransformerLens
 b_O        (L, D)
 W_in       (L, D, F); W_gate (gated FFN)   ``up_proj`` / ``gate_proj``
 W_out      (L, F, D)                       ``down_proj``
@@ -51,16 +51,13 @@ def _qkv(attn: Any, which: str) -> tuple[torch.Tensor, torch.Tensor | None]:
     return proj.weight, proj.bias
 
 
-def _heads_in(attn: Any, which: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``W (H, D, Dh)`` and ``b (H, Dh)`` of q, k or v, key/value heads repeated to H."""
+def heads_in(attn: Any, which: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``W (H|Hkv, D, Dh)`` and ``b (H|Hkv, Dh)`` (zeros without a bias) of q, k or v."""
     w, b = _qkv(attn, which)
     heads = attn.n_heads if which == "q" else attn.n_kv_heads
     dh = attn.head_dim
     w = w.reshape(heads, dh, w.shape[-1]).transpose(1, 2)  # (H|Hkv, D, Dh)
     bias = torch.zeros(heads, dh, dtype=w.dtype, device=w.device) if b is None else b.reshape(heads, dh)
-    if heads != attn.n_heads:
-        w = w.repeat_interleave(attn.n_heads // heads, dim=0)  # (H, D, Dh)
-        bias = bias.repeat_interleave(attn.n_heads // heads, dim=0)  # (H, Dh)
     return w, bias
 
 
@@ -73,6 +70,20 @@ def w_o(attn: Any) -> torch.Tensor:
 def _bias(linear: nn.Linear) -> torch.Tensor:
     w = linear.weight
     return torch.zeros(w.shape[0], dtype=w.dtype, device=w.device) if linear.bias is None else linear.bias
+
+
+def _need_bias(blocks: list, name: str) -> None:
+    """TransformerLens refuses a bias the checkpoint does not have; so do we (b_U excepted: zeros, as there)."""
+    def has(block: Any) -> bool:
+        if name in ("b_Q", "b_K", "b_V"):
+            return _qkv(block.attn, name[-1].lower())[1] is not None
+        if name == "b_O":
+            return block.attn.o_proj.bias is not None
+        return (block.ffn.up_proj if name == "b_in" else block.ffn.down_proj).bias is not None
+
+    if not all(has(b) for b in blocks):
+        raise ValueError(f"{name}: this model's layers have no such bias (bias-free projections), as "
+                         "TransformerLens says for the same checkpoint")
 
 
 def tl_weight(model: nn.Module, name: str) -> torch.Tensor:
@@ -94,9 +105,11 @@ def tl_weight(model: nn.Module, name: str) -> torch.Tensor:
         if parts.lm_head is None:
             raise ValueError(f"{name}: {type(model).__name__} has no unembedding (lm_head)")
         return parts.lm_head.weight.T if name == "W_U" else _bias(parts.lm_head)
+    if name in ("b_Q", "b_K", "b_V", "b_O", "b_in", "b_out"):
+        _need_bias(blocks, name)
     if name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V"):
         pick = 0 if name[0] == "W" else 1
-        return torch.stack([_heads_in(b.attn, name[-1].lower())[pick] for b in blocks])  # (L, H, D, Dh) | (L, H, Dh)
+        return torch.stack([heads_in(b.attn, name[-1].lower())[pick] for b in blocks])  # (L, H|Hkv, D, Dh) | ..Dh)
     if name == "W_O":
         return torch.stack([w_o(b.attn) for b in blocks])  # (L, H, Dh, D)
     if name == "b_O":
