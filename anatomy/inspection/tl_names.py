@@ -159,17 +159,28 @@ def tl_points(model: nn.Module) -> TLTable:
     positional = getattr(emb, "positional", None)
     if positional is not None and getattr(positional, "site", None) == "embedding":
         add("hook_pos_embed", f"{parts.embed_prefix}.hook_pos")
-    if getattr(emb, "token_types", None) is not None or getattr(emb, "norm", None) is not None:
-        for name in ("hook_embed", "hook_pos_embed"):
-            pts.pop(name, None)
-            refused[name] = ("the embeddings add token types or a norm (BERT): TransformerLens's encoder names them "
-                             "differently; use our embeddings.hook_tokens / embeddings.hook_pos")
+    norm = getattr(emb, "norm", None)
+    if norm is not None and hasattr(norm, "hook_scale"):  # BERT: the embeddings' own norm
+        add("embed_ln.hook_scale", f"{parts.embed_prefix}.norm.hook_scale", to_tl=reciprocal, from_tl=reciprocal)
+        refused["embed_ln.hook_normalized"] = ("the embeddings' sum before their norm has no hook point here; use "
+                                               "blocks.0.hook_resid_pre (after the norm)")
+    if getattr(emb, "token_types", None) is not None or norm is not None:
+        pts.pop("hook_embed")
+        refused["hook_embed"] = ("embeddings with token types or a norm (BERT): TransformerLens 4.3's bridge caches "
+                                 "the whole embedding output (after its norm) under this name, our "
+                                 "blocks.0.hook_resid_pre; the token embedding alone is our embeddings.hook_tokens")
     for i, block in enumerate(parts.stack.blocks):
         p, b = f"{parts.prefix}.blocks.{i}", f"blocks.{i}"
         attn = block.attn
         pre = block.attn_add_norm.placement == "pre" and block.ffn_add_norm.placement == "pre"
         add(f"{b}.hook_resid_pre", f"{p}.hook_resid_pre")
-        add(f"{b}.hook_attn_out", f"{p}.hook_attn_out")
+        if pre:
+            add(f"{b}.hook_attn_out", f"{p}.hook_attn_out")
+        else:
+            refused[f"{b}.hook_attn_out"] = (
+                "a Post-Norm block (BERT): TransformerLens 4.3's bridge hooks HF's attention module there, whose "
+                f"output already holds the residual and the norm (our {p}.hook_resid_mid), where HookedEncoder "
+                f"hooked attention alone (our {p}.hook_attn_out); the two disagree, so the name is not answered")
         add(f"{b}.hook_mlp_out", f"{p}.hook_ffn_out")
         add(f"{b}.hook_resid_post", f"{p}.hook_resid_post")
         add(f"{b}.attn.hook_pattern", f"{p}.attn.hook_weights")
@@ -191,7 +202,11 @@ def tl_points(model: nn.Module) -> TLTable:
         else:
             for n in qk:
                 add(f"{b}.attn.hook_{n}", f"{p}.attn.hook_{n}", to_tl=heads_last, from_tl=heads_last)
-        if getattr(attn, "sliding_window", None) is not None or getattr(attn, "softcap", None) is not None:
+        if not pre:
+            refused[f"{b}.attn.hook_attn_scores"] = (
+                "a Post-Norm block (BERT): TransformerLens 4.3's bridge caches the softmaxed pattern under this "
+                f"name there; the scores before the softmax are our {p}.attn.hook_scores")
+        elif getattr(attn, "sliding_window", None) is not None or getattr(attn, "softcap", None) is not None:
             refused[f"{b}.attn.hook_attn_scores"] = ("a windowed or soft-capped attention: our hook_scores are "
                                                      "not masked the way TransformerLens masks them")
         else:
@@ -215,16 +230,22 @@ def tl_points(model: nn.Module) -> TLTable:
                 stream=f"{p}.hook_resid_pre", layer=i)
             add(f"{b}.ln2.hook_normalized", f"{p}.ffn_add_norm.norm.hook_scale", kind="normalized", stream=mid,
                 layer=i)
-        else:
-            for ln in ("ln1", "ln2"):
-                for n in ("scale", "normalized"):
-                    refused[f"{b}.{ln}.hook_{n}"] = ("a Post-Norm block: TransformerLens's ln1/ln2 sit before each "
-                                                     "sub-layer (Pre-Norm); use our attn_add_norm.norm.hook_scale")
+        else:  # Post-Norm (BERT): ln1/ln2 are the norms after each residual add, as in TransformerLens's encoder
+            for ln, norm in (("ln1", "attn_add_norm"), ("ln2", "ffn_add_norm")):
+                add(f"{b}.{ln}.hook_scale", f"{p}.{norm}.norm.hook_scale", to_tl=reciprocal, from_tl=reciprocal)
+                refused[f"{b}.{ln}.hook_normalized"] = ("a Post-Norm block: the sum the norm reads has no hook point "
+                                                        f"here; the norm's output is our {p}.hook_resid_"
+                                                        f"{'mid' if ln == 'ln1' else 'post'}")
         for n in ("attn_in", "q_input", "k_input", "v_input", "mlp_in"):
             refused[f"{b}.hook_{n}"] = ("TransformerLens's per-head/split inputs (use_attn_in, use_split_qkv_input, "
                                         f"use_hook_mlp_in) are not offered; use {b}.ln1.hook_normalized")
     final = parts.stack.final_norm
-    if final is not None and hasattr(final, "hook_scale"):
+    if final is None:
+        for n in ("scale", "normalized"):
+            refused[f"ln_final.hook_{n}"] = ("the model has no final norm (Post-Norm blocks end in their own norm; "
+                                             "TransformerLens's BERT ln_final is its MLM head's norm, which an "
+                                             "Encoder does not have)")
+    elif hasattr(final, "hook_scale"):
         add("ln_final.hook_scale", f"{parts.prefix}.final_norm.hook_scale", to_tl=reciprocal, from_tl=reciprocal)
         last = f"{parts.prefix}.blocks.{len(parts.stack.blocks) - 1}.hook_resid_post"
         add("ln_final.hook_normalized", f"{parts.prefix}.final_norm.hook_scale", kind="normalized", stream=last)

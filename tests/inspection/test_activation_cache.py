@@ -4,7 +4,8 @@ The same tiny random GPT-2 and Llama (transformers' config classes, every weight
 weights and biases) run in our model (``from_hf``) and in TransformerLens's ``TransformerBridge`` (built around
 the HF module offline, ``enable_compatibility_mode(no_processing=True)``: HookedTransformer's names and hook
 semantics, weights not folded). Every name TransformerLens caches is either equal in ours (float32, atol 1e-5) or
-refused with a reason; the residual-stream methods and the weights agree too.
+refused with a reason; the residual-stream methods and the weights agree too. BERT (Post-Norm, our ``Encoder``
+from HF's ``BertModel`` inside the ``BertForMaskedLM`` the bridge wraps) is checked name by name.
 """
 
 from __future__ import annotations
@@ -151,3 +152,38 @@ def test_the_same_head_ablation_through_transformer_lens_names_gives_the_same_lo
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
     plain = ours(ids).logits
     assert (got - plain).abs().max() > 1e-3  # the edit did something
+
+
+def test_bert_every_transformer_lens_name_is_equal_or_refused_with_a_reason():
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                  intermediate_size=32, max_position_embeddings=32, attn_implementation="eager")
+    hf = _perturbed(transformers.BertForMaskedLM(cfg))
+    ours = from_hf(hf.bert).eval()
+    bridge = build_bridge_from_module(hf, "BertForMaskedLM", hf_config=cfg)
+    bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
+    ids = torch.randint(3, 64, (2, 7))
+    _, tl_cache = bridge.run_with_cache(ids)
+    hidden, cache = ours.run_with_cache(ids)
+    assert hidden.shape == (2, 7, 16)  # an Encoder returns its last hidden state
+    matched, refused = [], {}
+    for name in tl_cache.keys():
+        try:
+            got = cache[name]
+        except KeyError as e:
+            refused[name] = str(e)
+            continue
+        torch.testing.assert_close(got, tl_cache[name], atol=ATOL, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+        matched.append(name)
+    assert {"hook_pos_embed", "embed_ln.hook_scale", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_q",
+            "blocks.0.attn.hook_z", "blocks.0.attn.hook_pattern", "blocks.0.ln1.hook_scale", "blocks.0.mlp.hook_pre",
+            "blocks.0.hook_mlp_out", "blocks.0.ln2.hook_scale", "blocks.1.hook_resid_post"} <= set(matched)
+    # where TransformerLens 4.3's BERT bridge means something else than HookedEncoder did, we say so
+    assert "already holds the residual" in refused["blocks.0.hook_attn_out"]
+    assert "softmaxed pattern" in refused["blocks.0.attn.hook_attn_scores"]
+    assert "whole embedding output" in refused["hook_embed"]
+    assert "Post-Norm" in refused["blocks.0.hook_resid_mid"]
+    for name, why in refused.items():
+        assert len(why) > len(name) + 20, name  # a reason, not a bare KeyError

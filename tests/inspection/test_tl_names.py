@@ -54,7 +54,9 @@ def test_the_table_maps_names_to_our_hook_points_and_says_what_it_refuses():
     assert "hook_pos_embed" not in llama.points and "cos/sin" in llama.refused["blocks.0.attn.hook_cos"]
     bert = tl_points(_model("bert"))  # Post-Norm: the residual between the sub-layers is not TransformerLens's
     assert "Post-Norm" in bert.refused["blocks.0.hook_resid_mid"]
-    assert "Post-Norm" in bert.refused["blocks.0.ln1.hook_scale"]
+    assert bert.points["blocks.0.ln1.hook_scale"].source == "stack.blocks.0.attn_add_norm.norm.hook_scale"
+    assert "Post-Norm" in bert.refused["blocks.0.ln1.hook_normalized"]
+    assert "Post-Norm" in bert.refused["blocks.0.hook_attn_out"]
     assert "blocks.0.attn.hook_z" in bert.points
     t5 = tl_points(_model("t5"))
     assert t5.points == {} and "one stack of blocks" in (t5.why_none or "")
