@@ -12,13 +12,15 @@
 A hook function is called ``fn(activation, hook)``, ``hook.name`` being the name it was registered under; what it
 returns (a tensor) replaces the activation, and in-place edits of the activation reach the model, as in
 TransformerLens. A name or a filter (``lambda name: name.endswith("hook_pattern")``) selects the points; our own
-names work too, with our layouts. The model methods (``model.run_with_cache``...) call these functions.
+names work too, with our layouts. ``with model.hooks(fwd_hooks=[...]):`` keeps them for every forward of a block.
+The model methods (``model.run_with_cache``...) call these functions.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,7 +83,7 @@ def run_with_cache(model: nn.Module, *args: Any, names_filter: Any = None, retur
     keep = _filter(names_filter)
     with capture(model, None, detach=detach) as raw:
         out = model(*args, **kwargs)
-    cache = ActivationCache(model, raw, attention_mask=kwargs.get("attention_mask"), keep=keep)
+    cache = ActivationCache(model, raw, attention_mask=_mask_of(args, kwargs), keep=keep)
     return _output(out), (cache if return_cache_object else dict(cache.items()))
 
 
@@ -167,10 +169,12 @@ def _attach(model: nn.Module, modules: dict[str, nn.Module], name: str, point: T
     handles.append(modules[point.source].register_forward_hook(plain))
 
 
-def run_with_hooks(model: nn.Module, *args: Any, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (),
-                   bwd_hooks: Sequence[Any] = (), reset_hooks_end: bool = True, **kwargs: Any):
-    """One forward ``model(*args, **kwargs)`` with ``fwd_hooks = [(name or filter, fn), ...]`` attached; returns the
-    output (the logits for a language model) and removes every hook afterwards, also when the forward raises."""
+@contextmanager
+def hooks(model: nn.Module, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (), bwd_hooks: Sequence[Any] = (),
+          reset_hooks_end: bool = True, *, attention_mask: torch.Tensor | None = None) -> Iterator[nn.Module]:
+    """``with model.hooks(fwd_hooks=[...]):`` every forward inside the block runs with the hooks; they are removed
+    when it ends, also when it raises. ``attention_mask``: the padding the forwards use, for the -inf of
+    ``hook_attn_scores`` (``run_with_hooks`` passes its own)."""
     if bwd_hooks:
         raise ValueError("bwd_hooks are not offered; register a tensor hook (act.register_hook) inside a forward "
                          "hook instead")
@@ -188,8 +192,22 @@ def run_with_hooks(model: nn.Module, *args: Any, fwd_hooks: Sequence[tuple[NameF
                 raise ValueError(f"fwd_hooks: each entry is (name or filter, fn(activation, hook)); got {entry!r}")
             key, fn = entry
             for name, point in _resolve(model, table, ours, key):
-                _attach(model, modules, name, point, fn, kwargs.get("attention_mask"), handles)
-        return _output(model(*args, **kwargs))
+                _attach(model, modules, name, point, fn, attention_mask, handles)
+        yield model
     finally:
         for h in handles:
             h.remove()
+
+
+def run_with_hooks(model: nn.Module, *args: Any, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (),
+                   bwd_hooks: Sequence[Any] = (), reset_hooks_end: bool = True, **kwargs: Any):
+    """One forward ``model(*args, **kwargs)`` with ``fwd_hooks = [(name or filter, fn), ...]`` attached; returns the
+    output (the logits for a language model) and removes every hook afterwards, also when the forward raises."""
+    with hooks(model, fwd_hooks, bwd_hooks, reset_hooks_end, attention_mask=_mask_of(args, kwargs)):
+        return _output(model(*args, **kwargs))
+
+
+def _mask_of(args: tuple, kwargs: dict) -> torch.Tensor | None:
+    """The ``attention_mask`` of a ``model(ids, attention_mask)`` call, by keyword or second position."""
+    mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+    return mask if isinstance(mask, torch.Tensor) else None

@@ -48,6 +48,12 @@ class LensMethods:
 
         return run_with_hooks(cast(nn.Module, self), *args, **kwargs)
 
+    def hooks(self, *args: Any, **kwargs: Any) -> Any:
+        """``with model.hooks(fwd_hooks=[...]):``; see ``anatomy.inspection.hooked.hooks``."""
+        from anatomy.inspection.hooked import hooks
+
+        return hooks(cast(nn.Module, self), *args, **kwargs)
+
     W_E, W_pos, W_U, b_U = (_lens_weight(n) for n in ("W_E", "W_pos", "W_U", "b_U"))
     W_Q, W_K, W_V, W_O = (_lens_weight(n) for n in ("W_Q", "W_K", "W_V", "W_O"))
     b_Q, b_K, b_V, b_O = (_lens_weight(n) for n in ("b_Q", "b_K", "b_V", "b_O"))

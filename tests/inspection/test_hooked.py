@@ -126,3 +126,30 @@ def test_our_own_names_work_in_fwd_hooks_with_our_layout(model, ids):
     model.run_with_hooks(ids, fwd_hooks=[("stack.blocks.0.attn.hook_z", lambda a, h: shapes.append((h.name,
                                                                                                      a.shape)))])
     assert shapes == [("stack.blocks.0.attn.hook_z", (2, 4, 6, 4))]
+
+
+def test_model_hooks_keeps_the_hooks_for_every_forward_of_the_block(model, ids):
+    calls = []
+    with model.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", lambda a, h: calls.append(h.name))]):
+        model(ids)
+        model(ids[:, :3])
+    assert calls == ["blocks.0.hook_resid_pre"] * 2
+    model(ids)
+    assert len(calls) == 2 and not any(m._forward_hooks for m in model.modules())
+
+
+def test_padded_keys_are_minus_inf_in_the_scores_by_keyword_or_position(model, ids):
+    mask = torch.ones(2, 6, dtype=torch.long)
+    mask[1, :2] = 0  # left padding
+    for call in ({"attention_mask": mask}, None):
+        if call is None:
+            _, cache = model.run_with_cache(ids, mask)
+        else:
+            _, cache = model.run_with_cache(ids, **call)
+        scores = cache["blocks.0.attn.hook_attn_scores"]
+        assert torch.isinf(scores[1, :, :, :2]).all() and torch.isfinite(scores[1, :, -1, 2:]).all()
+        assert torch.isfinite(scores[0, :, -1]).all()
+    seen = []
+    model.run_with_hooks(ids, mask, fwd_hooks=[("blocks.0.attn.hook_attn_scores",
+                                                lambda s, h: seen.append(torch.isinf(s[1, 0, -1, :2]).all()))])
+    assert seen == [torch.tensor(True)]
