@@ -1,9 +1,11 @@
 """The four comparisons of ``anatomy bench``: attention, train step, decode, memory.
 
 Each suite returns a list of comparisons ``{"name", "setup", "unit", "reference", "results": {contender:
-{"value", "ratio", ...}}}``. Timings (unit ``"s"``) are medians over interleaved rounds and ``ratio`` is the
-median of the per-round ratios ``value / value(reference)``; the reference is always ours, so a peer's ratio above
-1 means ours is faster (or, for bytes, smaller). Memory (unit ``"bytes"``) is measured once per contender.
+{"value", "ratio", ...}}}``. Timings (unit ``"s"``): ``value`` is the median over interleaved rounds, with ``min``
+and ``max``, and ``ratio`` is ``value / value(reference)``, the medians divided (one convention: the printed columns
+divide to it); the per-round ratios' spread is kept as ``round_ratio_min/median/max``. The reference is always
+ours, so a peer's ratio above 1 means ours is faster (or, for bytes, smaller). Memory (unit ``"bytes"``) is
+measured once per contender.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from anatomy.bench.peers import LMSize, hf_gpt2, language_models, ours_lm
-from anatomy.bench.timing import peak_memory, rounds
+from anatomy.bench.timing import peak_memory, round_times, summarize
 
 
 @dataclass(frozen=True)
@@ -48,12 +50,12 @@ class Options:
 
 def _timed(name: str, setup: str, contenders: dict, opts: Options, *, work: float | None = None,
            work_unit: str | None = None) -> dict:
-    seconds, ratios = rounds(contenders, "ours", opts.rounds, opts.repeat)
+    stats = summarize(round_times(contenders, "ours", opts.rounds, opts.repeat), "ours")
     results = {}
     for k in contenders:
-        row = {"value": seconds[k], "ratio": ratios[k]}
+        row: dict[str, float] = {"value": stats[k]["median"], **stats[k]}
         if work is not None:
-            row["throughput"] = work / seconds[k]
+            row["throughput"] = work / row["value"]
         results[k] = row
     out = {"name": name, "setup": setup, "unit": "s", "reference": "ours", "results": results}
     if work_unit is not None:
@@ -251,7 +253,7 @@ def _cache_bytes(cache) -> int:
 
 
 def _ours_cache_bytes(model: nn.Module, prompt: torch.Tensor, new: int) -> int:
-    caches = model.new_caches(capacity=prompt.shape[1] + new)
+    caches = model.new_caches(capacity=prompt.shape[1] + new)  # type: ignore[operator]  # a DecoderLM
     with torch.inference_mode():
         logits = model(prompt, kv_caches=caches, use_cache=True).logits[:, -1]
         for _ in range(new):

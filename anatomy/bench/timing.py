@@ -35,14 +35,14 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
-def rounds(contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int, repeat: int):
-    """Median seconds per contender and median ratio to ``reference`` over interleaved rounds (after one warm-up
-    call each). Returns ``(seconds, ratios)``, two dicts keyed like ``contenders``."""
+def round_times(contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int,
+                repeat: int) -> dict[str, list[float]]:
+    """Seconds of every contender in each of ``n_rounds`` interleaved rounds (rotating order, after one warm-up
+    call each): ``{name: [round 0, round 1, ...]}``."""
     if reference not in contenders:
         raise ValueError(f"reference {reference!r} is not one of the contenders {list(contenders)}")
     names = list(contenders)
     times: dict[str, list[float]] = {n: [] for n in names}
-    ratios: dict[str, list[float]] = {n: [] for n in names}
     for fn in contenders.values():  # warm-up
         fn()
     for r in range(n_rounds):
@@ -50,9 +50,58 @@ def rounds(contenders: dict[str, Callable[[], object]], reference: str, n_rounds
         this = {n: timed(contenders[n], repeat) for n in order}
         for n in names:
             times[n].append(this[n])
-            ratios[n].append(this[n] / this[reference])
+    return times
+
+
+def rounds(contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int, repeat: int):
+    """Median seconds per contender and median ratio to ``reference`` over interleaved rounds (after one warm-up
+    call each). Returns ``(seconds, ratios)``, two dicts keyed like ``contenders`` (the hand-run benchmarks' form;
+    ``anatomy bench`` reports the spread, see ``summarize``)."""
+    times = round_times(contenders, reference, n_rounds, repeat)
+    ref = times[reference]
     return ({n: statistics.median(v) for n, v in times.items()},
-            {n: statistics.median(v) for n, v in ratios.items()})
+            {n: statistics.median([a / b for a, b in zip(v, ref)]) for n, v in times.items()})
+
+
+def summarize(times: dict[str, list[float]], reference: str) -> dict[str, dict[str, float]]:
+    """Per contender: ``min``, ``median``, ``max`` seconds over the rounds, ``ratio`` = its median ÷ the
+    reference's median (the one convention of the report: the printed columns divide to it), and
+    ``round_ratio_min/median/max``, the spread of the per-round ratios (same round, same neighbours)."""
+    ref = times[reference]
+    ref_median = statistics.median(ref)
+    out = {}
+    for name, v in times.items():
+        per_round = [a / b for a, b in zip(v, ref)]
+        out[name] = {"min": min(v), "median": statistics.median(v), "max": max(v),
+                     "ratio": statistics.median(v) / ref_median,
+                     "round_ratio_min": min(per_round), "round_ratio_median": statistics.median(per_round),
+                     "round_ratio_max": max(per_round)}
+    return out
+
+
+def load_average() -> float | None:
+    """The 1-minute load average, or ``None`` where the system has none (Windows)."""
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
+def load_warning(samples: list[float | None], cores: int, threads: int) -> str | None:
+    """A warning when the load average says the machine was busy: before the bench started (``samples[0]``, others'
+    work alone) above half the cores, or at any later sample above the cores (the bench's own ``threads`` count
+    in it). ``None`` when quiet or unknown."""
+    known = [s for s in samples if s is not None]
+    if not known or cores <= 0:
+        return None
+    first, peak = samples[0], max(known)
+    if first is not None and first > cores / 2:
+        return (f"the machine was busy: load average {first:.2f} on {cores} cores before the bench started; "
+                "timings and ratios are unreliable, rerun on a quiet machine")
+    if peak > cores + 0.5:
+        return (f"the machine was busy: load average reached {peak:.2f} on {cores} cores (the bench itself uses "
+                f"{threads} threads); timings and ratios are unreliable, rerun on a quiet machine")
+    return None
 
 
 @contextlib.contextmanager

@@ -61,7 +61,8 @@ def unembed(model: nn.Module, resid: torch.Tensor) -> torch.Tensor:
     final logit soft cap (Gemma 2), as the model's own forward."""
     _, stack, out_scale = _parts(model)
     x = resid if stack.final_norm is None else stack.final_norm(resid)
-    logits = model.lm_head(x * out_scale if out_scale != 1.0 else x)
+    head: nn.Module = model.lm_head  # type: ignore[assignment]  # checked by _parts
+    logits = head(x * out_scale if out_scale != 1.0 else x)
     cap = getattr(model, "final_logit_softcap", None)
     return logits if cap is None else torch.tanh(logits / cap) * cap
 

@@ -38,7 +38,7 @@ def mask_examples(seq: int = 8, pad: int = 3, window: int | None = None) -> dict
         return key_padding_to_attention(key_padding)[0, 0].expand(seq, seq)  # (T, S)
 
     real = seq - pad
-    out = {
+    out: dict[str, torch.Tensor | None] = {
         f"padding ({real} tokens, then {pad} pads)": as_ts(right),
         "causal": causal,
         "padding & causal": combine(as_ts(right), causal),
@@ -46,7 +46,7 @@ def mask_examples(seq: int = 8, pad: int = 3, window: int | None = None) -> dict
     }
     if window is not None:
         out[f"sliding window {window} (causal)"] = sliding_window_mask(seq, seq, window)
-    return out
+    return {name: m for name, m in out.items() if m is not None}  # combine() of two masks is never None
 
 
 _FILLS = (("-inf", lambda dt: float("-inf")), ("finfo.min", lambda dt: torch.finfo(dt).min),
@@ -121,9 +121,9 @@ def fill_value_table() -> list[dict[str, str]]:
                 "two masks added": _describe_row((scores + additive(none) + additive(none)).softmax(-1)),
             })
     for dt in FILL_DTYPES:  # our kernels: boolean mask, -inf, softmax in float32, empty rows zeroed
-        def ours(scores: torch.Tensor, k: torch.Tensor, dt=dt) -> torch.Tensor:
+        def ours(scores: torch.Tensor, k: torch.Tensor | None, dt=dt) -> torch.Tensor:
             q, key = torch.zeros(1, 1, 1, 1, dtype=dt), torch.zeros(1, 1, scores.numel(), 1, dtype=dt)
-            _, w = math_attention(q, key, key, mask=k[None, None, None], scale=1.0,
+            _, w = math_attention(q, key, key, mask=None if k is None else k[None, None, None], scale=1.0,
                                   bias=scores.to(dt)[None, None, None], need_weights=True)
             return w[0, 0, 0]
 

@@ -9,7 +9,7 @@ or replaced (ours or a ``transformers.GenerationConfig``), as in HF.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -25,7 +25,45 @@ def embedding_parameter_names(model: nn.Module) -> set[str]:
             if isinstance(m, (nn.Embedding, LearnedPositional))}
 
 
-class PretrainedMethods:
+def _lens_weight(name: str) -> property:
+    def get(self: nn.Module) -> torch.Tensor:
+        from anatomy.inspection.tl_weights import tl_weight
+
+        return tl_weight(self, name)
+
+    return property(get, doc=f"TransformerLens's ``{name}`` in its shape (anatomy.inspection.tl_weights).")
+
+
+class LensMethods:
+    """TransformerLens's calls on every model (anatomy.inspection.hooked does the work, imported when called, as
+    ``generate`` below): ``run_with_cache``, ``run_with_hooks``, ``W_Q``... in TransformerLens's shapes."""
+
+    def run_with_cache(self, *args: Any, **kwargs: Any) -> Any:
+        """``logits, cache = model.run_with_cache(ids)``; see ``anatomy.inspection.hooked.run_with_cache``."""
+        from anatomy.inspection.hooked import run_with_cache
+
+        return run_with_cache(cast(nn.Module, self), *args, **kwargs)
+
+    def run_with_hooks(self, *args: Any, **kwargs: Any) -> Any:
+        """``model.run_with_hooks(ids, fwd_hooks=[(name_or_filter, fn(act, hook))])``; see
+        ``anatomy.inspection.hooked.run_with_hooks``."""
+        from anatomy.inspection.hooked import run_with_hooks
+
+        return run_with_hooks(cast(nn.Module, self), *args, **kwargs)
+
+    def hooks(self, *args: Any, **kwargs: Any) -> Any:
+        """``with model.hooks(fwd_hooks=[...]):``; see ``anatomy.inspection.hooked.hooks``."""
+        from anatomy.inspection.hooked import hooks
+
+        return hooks(cast(nn.Module, self), *args, **kwargs)
+
+    W_E, W_pos, W_U, b_U = (_lens_weight(n) for n in ("W_E", "W_pos", "W_U", "b_U"))
+    W_Q, W_K, W_V, W_O = (_lens_weight(n) for n in ("W_Q", "W_K", "W_V", "W_O"))
+    b_Q, b_K, b_V, b_O = (_lens_weight(n) for n in ("b_Q", "b_K", "b_V", "b_O"))
+    W_in, W_gate, W_out, b_in, b_out = (_lens_weight(n) for n in ("W_in", "W_gate", "W_out", "b_in", "b_out"))
+
+
+class PretrainedMethods(LensMethods):
     """Mixed into every model class: HF's ``num_parameters``."""
 
     def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:

@@ -35,3 +35,26 @@ def test_peak_memory_sees_an_allocation_and_prints_nothing(capfd):
     assert 4_000_000 <= peak < 40_000_000
     captured = capfd.readouterr()
     assert "USDT" not in captured.err + captured.out
+
+
+def test_summarize_gives_min_median_max_and_the_ratio_of_medians():
+    from anatomy.bench.timing import summarize
+
+    times = {"ours": [2.0, 1.0, 3.0], "peer": [4.0, 30.0, 1.0]}  # a noisy peer: per-round ratios 2, 30, 1/3
+    s = summarize(times, "ours")
+    assert (s["ours"]["min"], s["ours"]["median"], s["ours"]["max"], s["ours"]["ratio"]) == (1.0, 2.0, 3.0, 1.0)
+    assert (s["peer"]["min"], s["peer"]["median"], s["peer"]["max"]) == (1.0, 4.0, 30.0)
+    assert s["peer"]["ratio"] == 2.0  # median 4 / median 2: what the printed columns divide to
+    assert s["peer"]["round_ratio_median"] == 2.0 and s["peer"]["round_ratio_max"] == 30.0
+    assert s["peer"]["round_ratio_min"] == pytest.approx(1 / 3)
+
+
+def test_the_load_warning_reads_the_load_before_and_during_the_run():
+    from anatomy.bench.timing import load_warning
+
+    assert load_warning([0.3, 1.2, 1.4], cores=2, threads=1) is None  # the bench's own thread: quiet
+    before = load_warning([1.5, 1.6], cores=2, threads=1)
+    assert before is not None and "load average 1.50 on 2 cores before the bench started" in before
+    during = load_warning([0.2, 3.1, 0.9], cores=2, threads=1)
+    assert during is not None and "reached 3.10 on 2 cores" in during
+    assert load_warning([None, None], cores=2, threads=1) is None  # unknown (no getloadavg): no claim

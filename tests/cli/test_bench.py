@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from anatomy.bench import RATIO_RULE
 from anatomy.bench.peers import peer_status
 from anatomy.bench.suites import QUICK, SUITES, Options, train_step
 from anatomy.cli.main import build_parser, main
@@ -45,7 +46,8 @@ def test_quick_bench_writes_a_complete_json_report_and_no_profiler_noise(tmp_pat
     assert ("hf_gpt2 generate" in names["greedy decode, batch 1, prompt 4, 8 new tokens"]["results"]) == has_hf
     for module, pip in report["missing_peers"].items():  # a missing peer is named with its pip line
         assert pip.startswith("pip install ") and f"{module:<15} not installed: {pip}" in text
-    assert "× ours" in text and f"wrote {out}" in text
+    assert RATIO_RULE in text and f"wrote {out}" in text
+    assert report["load"]["cores"] >= 1 and len(report["load"]["samples"]) == len(SUITES) + 1
 
 
 def test_a_missing_peer_is_left_out_and_named():
