@@ -20,7 +20,7 @@ from anatomy.training.step import Stepper, train_step
 
 
 def budget(preset: str, smoke: Any, quick: Any, full: Any) -> Any:
-    """Pick the value for this preset: ``budget(ctx.preset, 20, 300, 2000)``."""
+    """Pick the value for this preset: ``budget(trial.preset, 20, 300, 2000)``."""
     return {"smoke": smoke, "quick": quick, "full": full}[preset]
 
 

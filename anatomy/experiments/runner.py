@@ -36,8 +36,8 @@ from anatomy.experiments.registry import (
     CLAIMS,
     DEFAULT_SEEDS,
     EXPERIMENTS,
-    Context,
     Metric,
+    Trial,
     Verdict,
     claim_number,
 )
@@ -116,11 +116,11 @@ def run_one(name: str, preset: str, seed: int, out: str) -> tuple[dict[str, floa
     """One experiment on one seed: ``(metrics, figures written, seconds)``. Figures are drawn on seed 0 only."""
     torch.set_num_threads(1)
     seed_everything(seed)
-    ctx = Context(preset=preset, seed=seed, out_dir=Path(out), first_seed=seed == 0)
+    trial = Trial(preset=preset, seed=seed, out_dir=Path(out), first_seed=seed == 0)
     t0 = time.perf_counter()
-    measured = EXPERIMENTS[name].fn(ctx)
+    measured = EXPERIMENTS[name].fn(trial)
     seconds = time.perf_counter() - t0
-    return {k: float(v) for k, v in measured.items()}, list(ctx.figures), seconds
+    return {k: float(v) for k, v in measured.items()}, list(trial.figures), seconds
 
 
 def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: int | None = None,

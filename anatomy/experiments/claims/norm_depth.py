@@ -118,10 +118,10 @@ def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batch
 
 
 @experiment("norm-depth-grid", units={"depth_deep": " layers"})
-def norm_depth_grid(ctx):
-    s = _grid_settings(ctx.preset)
-    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=ctx.seed)
-    g = torch.Generator().manual_seed(ctx.seed)
+def norm_depth_grid(trial):
+    s = _grid_settings(trial.preset)
+    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     train = task.sample(s["steps"] * s["batch"], s["T"], g)
     held = task.batch(task.sample(64, s["T"], g))
 
@@ -133,15 +133,15 @@ def norm_depth_grid(ctx):
     for depth in deeps:
         for arm in PLACEMENTS:
             for lr in lrs:
-                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, ctx.seed, lr == mid)
+                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, trial.seed, lr == mid)
         for arm in BROKEN:
             for lr in lrs[-2:]:
-                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, ctx.seed, lr == mid)
+                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, trial.seed, lr == mid)
     for arm in ("pre", "post", "no_residual"):
-        runs[arm, shallow, mid] = _train_arm(arm, shallow, mid, s, task, batches, held, ctx.seed, True)
+        runs[arm, shallow, mid] = _train_arm(arm, shallow, mid, s, task, batches, held, trial.seed, True)
     deep = deeps[-1]
-    runs["large_init", deep, mid] = _train_arm("large_init", deep, mid, s, task, batches, held, ctx.seed, False)
-    runs["high_lr", deep, 10 * mid] = _train_arm("pre", deep, 10 * mid, s, task, batches, held, ctx.seed, False)
+    runs["large_init", deep, mid] = _train_arm("large_init", deep, mid, s, task, batches, held, trial.seed, False)
+    runs["high_lr", deep, 10 * mid] = _train_arm("pre", deep, 10 * mid, s, task, batches, held, trial.seed, False)
 
     u = task.uniform
     out: dict[str, float] = {"depth_deep": deep, "depth_shallow": shallow, "uniform": u, "floor": task.floor,
@@ -201,13 +201,13 @@ def norm_depth_grid(ctx):
     out["failed_post_any_lr"] = float(out["failed_post"] > 0)
     out["failed_pre_mid"] = at("pre")["stats"]["failed"]
 
-    _draw_grid(ctx, runs, s, task, deeps, shallow)
+    _draw_grid(trial, runs, s, task, deeps, shallow)
     return finite_metrics(out)
 
 
-def _draw_grid(ctx, runs, s, task, deeps, shallow):
+def _draw_grid(trial, runs, s, task, deeps, shallow):
     lrs, mid, deep = s["lrs"], s["mid_lr"], deeps[-1]
-    path = ctx.figure_path("C44-loss-curves-by-depth-and-lr")
+    path = trial.figure_path("C44-loss-curves-by-depth-and-lr")
     if path is not None:
         def draw(axes):
             for r, depth in enumerate(deeps):
@@ -232,7 +232,7 @@ def _draw_grid(ctx, runs, s, task, deeps, shallow):
         figure(path, draw, grid=(len(deeps), len(lrs)), size=(4 * len(lrs), 3.3 * len(deeps)),
                     sharey=True)
 
-    path = ctx.figure_path("C43-residual-rms-and-gradient-per-layer")
+    path = trial.figure_path("C43-residual-rms-and-gradient-per-layer")
     if path is not None:
         def draw_layers(axes):
             rms_ax, grad_ax, hw_ax = axes
@@ -258,7 +258,7 @@ def _draw_grid(ctx, runs, s, task, deeps, shallow):
             hw_ax.legend(fontsize=8)
         figure(path, draw_layers, grid=(1, 3), size=(15, 4.3))
 
-    path = ctx.figure_path("C44-lr-sensitivity")
+    path = trial.figure_path("C44-lr-sensitivity")
     if path is not None:
         def draw_lr(ax):
             for arm in PLACEMENTS:
