@@ -81,6 +81,8 @@ class Store:
         identity = {"preset": preset, "seeds": seeds, "claims": list(claims), "code": code_version(),
                     "torch": torch.__version__}
         store = cls(Path(out), identity)
+        for cut in store.folder.glob(".*.tmp"):  # a write cut short (the run was killed during it)
+            cut.unlink()
         if resume:
             store._load()
         else:
