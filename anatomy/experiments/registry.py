@@ -28,8 +28,8 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib
 
 VERDICTS = ("supported", "refuted", "nuanced", "inconclusive")
-CLAIM_PRESETS = ("smoke", "quick", "full")
-DEFAULT_SEEDS = {"smoke": 1, "quick": 3, "full": 3}
+CLAIM_PRESETS = ("smoke", "quick", "full", "paper")  # paper: the post's sizes (fitting.POST_SIZES), for a cluster
+DEFAULT_SEEDS = {"smoke": 1, "quick": 3, "full": 3, "paper": 5}
 
 
 @dataclass

@@ -16,7 +16,7 @@ from torch import nn
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.norms import LayerNorm
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, count_seeds, num, per_seed, setting
 from anatomy.experiments.tasks import MarkovTask
@@ -140,7 +140,10 @@ def _dependence(model: nn.Module, a: dict, b: dict, train_mode: bool) -> float:
 
 @experiment("bn-vs-ln")
 def bn_vs_ln(trial):
-    T, steps, batch = budget(trial.preset, 16, 32, 32), budget(trial.preset, 30, 200, 800), 4  # small batches (§4.2)
+    T, steps = budget(trial.preset, 16, 32, 32, POST_SIZES["T"]), budget(trial.preset, 30, 200, 800)
+    batch = 4  # small batches (§4.2)
+    d_model = budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"])
+    n_heads = budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"])
     task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
     g = torch.Generator().manual_seed(trial.seed)
     train = [_padded(task, batch, T, g) for _ in range(steps)]
@@ -148,8 +151,8 @@ def bn_vs_ln(trial):
     out, curves = {}, {}
     for arm in ("ln", "bn"):
         torch.manual_seed(trial.seed)
-        model = build_model(ModelConfig(vocab_size=task.vocab, d_model=32, n_heads=4, n_layers=2, max_seq_len=T,
-                                        init="xavier", scale_embeddings=True))
+        model = build_model(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=2,
+                                        max_seq_len=T, init="xavier", scale_embeddings=True))
         if arm == "bn":
             pitfalls.apply(model, "batchnorm_instead_of_layernorm")  # stays on: this model is the BatchNorm one
         curves[arm] = fit(model, lambda step: train[step], steps, lr=3e-3)

@@ -12,7 +12,7 @@ import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, differences, fmt_count, fmt_values, per_seed
 from anatomy.experiments.tasks import MarkovTask
@@ -46,7 +46,9 @@ def _future_leak(model: torch.nn.Module, ids: torch.Tensor, g: torch.Generator) 
 
 @experiment("block-faults")
 def block_faults(trial):
-    T, batch = 32, 16
+    T, batch = budget(trial.preset, 32, 32, 32, POST_SIZES["T"]), 16
+    d_model = budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"])
+    n_heads = budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"])
     steps = budget(trial.preset, 30, 200, 800)
     layers = budget(trial.preset, 2, 3, 6)
     lrs = budget(trial.preset, (3e-3,), (3e-3,), (3e-3, 1e-2))
@@ -64,7 +66,7 @@ def block_faults(trial):
         stats = []
         for lr in lrs:
             torch.manual_seed(trial.seed)
-            model = build_model(ModelConfig(vocab_size=task.vocab, d_model=32, n_heads=4, n_layers=layers,
+            model = build_model(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=layers,
                                             max_seq_len=T, init="xavier", scale_embeddings=True))
             if arm != "correct":
                 pitfalls.apply(model, arm)  # stays on: this model is only ever the faulty one

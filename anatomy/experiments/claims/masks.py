@@ -10,7 +10,7 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, fit, tiny_model
+from anatomy.experiments.fitting import POST_SIZES, budget, fit, tiny_model
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
@@ -147,7 +147,10 @@ def mask_fills(trial):
     models, undo = {}, {}
     for arm, fault, params in (("inf", "inf_fill_no_guard", {}), ("1e9", "finite_mask_fill", {"fill": -1e9})):
         torch.manual_seed(100 * trial.seed + 3)
-        model = tiny_model(d_model=32, n_heads=2, n_layers=2, vocab_size=len(vocab), max_seq_len=LM_T,
+        model = tiny_model(d_model=budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"]),
+                           n_heads=budget(trial.preset, 2, 2, 2, POST_SIZES["n_heads"]),
+                           n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]), vocab_size=len(vocab),
+                           max_seq_len=LM_T,
                            tie_embeddings=False)
         undo[arm] = pitfalls.apply(model, fault, **params)
         gb = torch.Generator().manual_seed(trial.seed)

@@ -20,7 +20,7 @@ from torch import nn
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.add_norm import AddNorm
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.probes import hook_output, residual_grad_norms, residual_rms
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import MarkovTask
@@ -83,8 +83,9 @@ def _highway_grads(model: nn.Module, batch: dict) -> list[float]:
 def _grid_settings(preset: str) -> dict:
     return dict(depths=budget(preset, (2, 3), (2, 6), (2, 6, 12)),
                 lrs=budget(preset, (3e-3, 1e-2), (1e-3, 3e-3, 1e-2), (3e-4, 1e-3, 3e-3, 1e-2)),
-                steps=budget(preset, 25, 150, 300), T=budget(preset, 16, 16, 32), d_model=32, batch=16,
-                mid_lr=3e-3)
+                steps=budget(preset, 25, 150, 300), T=budget(preset, 16, 16, 32, POST_SIZES["T"]),
+                d_model=budget(preset, 32, 32, 32, POST_SIZES["d_model"]),
+                n_heads=budget(preset, 4, 4, 4, POST_SIZES["n_heads"]), batch=16, mid_lr=3e-3)
 
 
 def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batches, held: dict, seed: int,
@@ -92,7 +93,7 @@ def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batch
     placement = arm if arm in PLACEMENTS else "pre"
     torch.manual_seed(seed)
     model = build_model(ModelConfig(
-        vocab_size=task.vocab, d_model=s["d_model"], n_heads=4, n_layers=depth, max_seq_len=s["T"],
+        vocab_size=task.vocab, d_model=s["d_model"], n_heads=s["n_heads"], n_layers=depth, max_seq_len=s["T"],
         norm_position=placement, init="deepnet" if placement == "deepnorm" else "xavier", scale_embeddings=True))
     if arm == "no_norm":
         _strip_norms(model)

@@ -19,7 +19,7 @@ from anatomy import ModelConfig, build_model
 from anatomy.components.positional import sinusoidal_table
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, finite_metrics, fit
 from anatomy.experiments.probes import hook_output, loss_per_position
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import MarkovTask
@@ -125,9 +125,9 @@ def _rotation_checks(d: int = 64, n: int = 256) -> dict[str, float]:
 
 @experiment("pe-lm", units={"train_length": " tokens"})
 def pe_lm(trial):
-    T = budget(trial.preset, 16, 32, 64)
+    T = budget(trial.preset, 16, 32, 64, POST_SIZES["T"])
     steps = budget(trial.preset, 40, 200, 1000)
-    batch, d_model = 16, budget(trial.preset, 32, 32, 64)
+    batch, d_model = 16, budget(trial.preset, 32, 32, 64, POST_SIZES["d_model"])
     task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
     g = torch.Generator().manual_seed(trial.seed)
     train = task.sample(steps * batch, T, g)
@@ -136,7 +136,8 @@ def pe_lm(trial):
     def batches(step):
         return task.batch(train[step * batch:(step + 1) * batch])
 
-    base = dict(vocab_size=task.vocab, d_model=d_model, n_heads=4, n_layers=2, max_seq_len=4 * T, dropout=0.0,
+    base = dict(vocab_size=task.vocab, d_model=d_model, n_heads=budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"]),
+                n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]), max_seq_len=4 * T, dropout=0.0,
                 init="xavier", scale_embeddings=True)  # the 2017 recipe: embeddings ~ N(0, 1/D) times sqrt(D)
     out: dict[str, float] = {"train_length": T, "train_steps": steps, "floor": task.floor, "uniform": task.uniform}
     curves, models = {}, {}
