@@ -93,7 +93,7 @@ def dry_run(ids: list[str] | None, *, preset: str, seeds: int | None = None, clu
             hours = seconds * n_seeds / 3600
             total += hours
             longest = max(longest, seconds)
-            lines.append(f"{exp:<24} {claims:<26} {n_seeds:>5} {steps!s:>10} {seconds:>9.1f} {hours:>8.3f}")
+            lines.append(f"{exp:<24} {claims:<26} {n_seeds:>5} {steps!s:>10} {seconds:>9.2f} {hours:>8.3f}")
         else:
             known = False
             lines.append(f"{exp:<24} {claims:<26} {n_seeds:>5} {'?':>10} {'?':>9} {'?':>8}")

@@ -185,6 +185,7 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     from anatomy.experiments.report import write_reports
 
     write_reports(doc, out)
+    store.finish()
     return doc
 
 
@@ -239,7 +240,9 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
                                  f"node{'s' if info['nodes'] != 1 else ''})")
 
     try:
-        if cluster is not None:
+        if not tasks:
+            pass
+        elif cluster is not None:
             from anatomy.experiments.cluster import run_on_ray
 
             retried: list = []
@@ -247,8 +250,6 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
                               note=tqdm.write if progress else _stderr_line, retried=retried, started=said)
             if where is not None:
                 where.update(info, retried=retried)
-        elif not tasks:
-            pass
         elif jobs == 1:
             threads = torch.get_num_threads()
             for task in tasks:
@@ -295,9 +296,11 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
     ("forkserver": nothing of this process, its threads or locks, is inherited; "spawn" where there is no
     forkserver), so neither their start nor their first imports hold up the run. An error in a run, or a worker
     that dies (killed for memory), stops the whole run with that error (after the run under way here)."""
+    context: multiprocessing.context.BaseContext
     if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_PRELOAD)
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload(_PRELOAD)
+        context = server
     else:
         context = multiprocessing.get_context("spawn")
     load_all()  # this process runs experiments too
@@ -322,6 +325,7 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
             cond.notify_all()
 
     def submit(task) -> None:
+        assert pool is not None  # only the workers' tasks are submitted
         future = pool.submit(_run_timed, task[0], preset, task[1], where)
         in_flight[future] = task
         future.add_done_callback(on_done)

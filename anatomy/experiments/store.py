@@ -86,11 +86,31 @@ class Store:
         if resume:
             store._load()
         else:
-            if store.folder.is_dir():
-                for old in store.folder.glob("*.json"):
-                    old.unlink()
-            atomic_write(store.folder / RUN_FILE, json.dumps(identity, indent=2).encode())
+            store._start_over()
         return store
+
+    def _start_over(self) -> None:
+        """Remove the units of a finished earlier run; refuse to drop those of an unfinished one (hours of work,
+        perhaps, that ``--resume`` would keep)."""
+        units = sorted(self.folder.glob("*.seed*.json")) if self.folder.is_dir() else []
+        run = self.folder / RUN_FILE
+        finished = False
+        if run.is_file():
+            try:
+                finished = bool(json.loads(run.read_text(encoding="utf-8")).get("finished"))
+            except (OSError, json.JSONDecodeError):
+                finished = False
+        if units and not finished:
+            raise ValueError(f"--out {self.out} holds {len(units)} finished unit{'s' if len(units) > 1 else ''} "
+                             f"of an unfinished run: add --resume to continue it, or remove {self.folder} to "
+                             "start over")
+        for old in [*units, run]:
+            old.unlink(missing_ok=True)
+        atomic_write(run, json.dumps(self.identity, indent=2).encode())
+
+    def finish(self) -> None:
+        """Mark the run finished (its report written): a later run without ``--resume`` may start over here."""
+        atomic_write(self.folder / RUN_FILE, json.dumps({**self.identity, "finished": True}, indent=2).encode())
 
     def _load(self) -> None:
         path = self.folder / RUN_FILE
@@ -101,7 +121,7 @@ class Store:
             stored = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"--resume: {path} is unreadable ({err})") from None
-        differences = describe_differences(stored, self.identity)
+        differences = describe_differences({k: v for k, v in stored.items() if k != "finished"}, self.identity)
         if differences:
             raise ValueError(f"--resume: {self.out} was run with other settings ({'; '.join(differences)}); "
                              "run without --resume to start again, or resume with the same settings")

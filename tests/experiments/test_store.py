@@ -124,3 +124,17 @@ def test_the_code_version_follows_the_source():
     version = store.code_version()
     assert len(version) == 16 and version == store.code_version()
     assert int(version, 16) >= 0
+
+
+def test_a_fresh_run_keeps_the_units_of_an_unfinished_run_and_starts_over_after_a_finished_one(tmp_path, capsys):
+    run_claims(["C4"], preset="smoke", out=tmp_path, progress=False)
+    assert json.loads((tmp_path / "units" / "run.json").read_text(encoding="utf-8"))["finished"] is True
+    again = run_claims(["C4"], preset="smoke", out=tmp_path, progress=False)  # finished: starts over
+    assert "resumed_units" not in again["schedule"] and len(again["schedule"]["workers"]) == 1
+    unfinished = json.loads((tmp_path / "units" / "run.json").read_text(encoding="utf-8"))
+    del unfinished["finished"]  # as if killed before the report
+    (tmp_path / "units" / "run.json").write_text(json.dumps(unfinished), encoding="utf-8")
+    assert main(["claims", "run", "C4", "--preset", "smoke", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds 1 finished unit of an unfinished run: add --resume" in err
+    assert (tmp_path / "units" / "head-parameters.seed0.json").is_file()
