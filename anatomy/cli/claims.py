@@ -45,9 +45,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give claim ids (e.g. C20 C29) or --all")
     if args.ids and args.all:
         raise ValueError("give claim ids or --all, not both")
+    ids = None if args.all else args.ids
+    if args.dry_run:
+        return _dry_run(ids, args)
     _check_out(args.out)
-    doc = _guarded(lambda: run_claims(None if args.all else args.ids, preset=args.preset, seeds=args.seeds,
-                                      out=args.out, progress=not args.quiet, jobs=_jobs(args)), "claims run")
+    doc = _guarded(lambda: run_claims(ids, preset=args.preset, seeds=args.seeds, out=args.out,
+                                      progress=not args.quiet, **_running(args)), "claims run")
     if doc is None:
         return 1
     _summary(doc, args.out)
@@ -64,10 +67,29 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _jobs_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="processes (this one and N-1 workers), one experiment run (one seed) each at a time, "
-                        "one thread each (default: one per core; 1: one after the other in this process). Same "
-                        "numbers either way")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--jobs", type=int, default=None, metavar="N",
+                       help="processes (this one and N-1 workers), one experiment run (one seed) each at a time, "
+                            "one thread each (default: one per core; 1: one after the other in this process). "
+                            "Same numbers either way")
+    where.add_argument("--cluster", default=None, metavar="ADDRESS",
+                       help="run every unit (one experiment, one seed) as a task on the Ray cluster at ADDRESS "
+                            "(HOST:PORT of its head, or auto for RAY_ADDRESS / the running cluster); needs the "
+                            "[cluster] extra. Same numbers as a local run")
+    p.add_argument("--cluster-cpus", type=float, default=1.0, metavar="N",
+                   help="CPUs each unit asks of the cluster (default 1)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the units already finished in --out (same preset, seeds, claims and code) and run "
+                        "only the missing ones")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan (units, estimated CPU-hours per experiment) and run nothing")
+
+
+def _running(args: argparse.Namespace) -> dict:
+    """The running options of ``claims run`` and ``report`` as keywords of ``run_claims``."""
+    if args.cluster_cpus <= 0:
+        raise ValueError(f"--cluster-cpus must be positive (CPUs per unit), got {args.cluster_cpus:g}")
+    return dict(jobs=_jobs(args), resume=args.resume, cluster=args.cluster, cluster_cpus=args.cluster_cpus)
 
 
 def _jobs(args: argparse.Namespace) -> int | None:
@@ -79,10 +101,12 @@ def _jobs(args: argparse.Namespace) -> int | None:
 def run_report(args: argparse.Namespace) -> int:
     from anatomy.experiments.runner import run_claims
 
+    if args.dry_run:
+        return _dry_run(None, args)
     _check_out(args.out)
     t0 = time.perf_counter()
     doc = _guarded(lambda: run_claims(None, preset=args.preset, seeds=args.seeds, out=args.out,
-                                      progress=not args.quiet, jobs=_jobs(args)), "report")
+                                      progress=not args.quiet, **_running(args)), "report")
     if doc is None:
         return 1
     _summary(doc, args.out)
@@ -94,13 +118,22 @@ def _guarded(run, command: str):
     """``run()``, or ``None`` after one line on stderr when a worker process died (exit code 1)."""
     import sys
 
+    from anatomy.experiments.cluster import ClusterError
     from anatomy.experiments.runner import WorkerDied
 
     try:
         return run()
-    except WorkerDied as err:
+    except (WorkerDied, ClusterError) as err:
         print(f"anatomy {command}: error: {err}", file=sys.stderr)
         return None
+
+
+def _dry_run(ids: list[str] | None, args: argparse.Namespace) -> int:
+    from anatomy.experiments.estimate import dry_run
+
+    print(dry_run(ids, preset=args.preset, seeds=args.seeds, cluster=args.cluster, cluster_cpus=args.cluster_cpus,
+                  jobs=_jobs(args)))
+    return 0
 
 
 def _check_out(out: str) -> None:

@@ -10,6 +10,7 @@ constant (or warmed-up, or linearly decayed) learning rate.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,10 +19,41 @@ import torch
 from anatomy import ModelConfig, build_model
 from anatomy.training.step import Stepper, train_step
 
+_AS_FULL = object()
 
-def budget(preset: str, smoke: Any, quick: Any, full: Any) -> Any:
-    """Pick the value for this preset: ``budget(ctx.preset, 20, 300, 2000)``."""
+
+def budget(preset: str, smoke: Any, quick: Any, full: Any, paper: Any = _AS_FULL) -> Any:
+    """Pick the value for this preset: ``budget(trial.preset, 20, 300, 2000)``; ``paper`` (the post's sizes:
+    :data:`POST_SIZES`) is ``full``'s value unless given."""
+    if preset == "paper":
+        return full if paper is _AS_FULL else paper
     return {"smoke": smoke, "quick": quick, "full": full}[preset]
+
+
+# The post's own setting (the 2017 base model it describes): what the ``paper`` preset trains where an
+# experiment's statement does not fix the model's size itself.
+POST_SIZES = {"d_model": 512, "n_heads": 8, "n_layers": 6, "T": 128}
+
+
+class StepProbe:
+    """Measures the cost of training steps without paying for them: while one is active (``with StepProbe():``),
+    :func:`fit` takes only ``limit`` steps of each call and records ``(steps asked, CPU seconds per step)``
+    (process time: what the step costs, not how busy the machine is); the losses are padded to the asked length
+    with the last one. Used by :mod:`anatomy.experiments.estimate`."""
+
+    active: StepProbe | None = None
+
+    def __init__(self, limit: int = 3) -> None:
+        self.limit = limit
+        self.calls: list[tuple[int, float]] = []
+        self.seconds = 0.0
+
+    def __enter__(self) -> StepProbe:
+        StepProbe.active = self
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        StepProbe.active = None
 
 
 def tiny_model(**overrides: Any) -> torch.nn.Module:
@@ -40,16 +72,28 @@ def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]],
     losses = []
     model.zero_grad(set_to_none=True)  # stale gradients of an earlier probe must not enter the first step
     model.train()
+    probe = StepProbe.active
+    asked, timed = steps, []
+    if probe is not None:
+        steps = min(steps, probe.limit)
     for step in range(steps):
+        started = time.process_time() if probe is not None else 0.0
         ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
         hook = None if on_step is None else (lambda step=step: on_step(step, model))
         result = train_step(stepper, batch(step), lr * ramp * ((1 - step / steps) if decay else 1.0),
                             after_backward=hook)
         losses.append(result.loss)
+        if probe is not None:
+            timed.append(time.process_time() - started)
         if not math.isfinite(losses[-1]):
             losses += [float("nan")] * (steps - step - 1)
             break
     model.eval()
+    if probe is not None and timed:
+        per_step = sum(timed[1:]) / (len(timed) - 1) if len(timed) > 1 else timed[0]  # the first one warms up
+        probe.calls.append((asked, per_step))
+        probe.seconds += sum(timed)
+        losses += [losses[-1]] * (asked - len(losses))
     return losses
 
 

@@ -85,7 +85,9 @@ def ablate_head(attn: torch.nn.Module, head: int):
         out[:, head] = 0.0
         return out
 
-    handle = attn.hook_z.register_forward_hook(hook)
+    hook_z = attn.hook_z
+    assert isinstance(hook_z, torch.nn.Module), "the attention module places a hook_z HookPoint"
+    handle = hook_z.register_forward_hook(hook)
     try:
         yield attn
     finally:
@@ -106,9 +108,11 @@ def probe_attention(model, batch) -> dict[str, float]:
         scores.retain_grad()
         loss.backward()
     causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    q_grad, s_grad, w_grad = attn.q_proj.weight.grad, scores.grad, weights.grad
+    assert q_grad is not None and s_grad is not None and w_grad is not None, "the backward reached them all"
     out = {"maxp": weights[:, :, 7:].detach().max(-1).values.mean().item(),
-           "gradq": attn.q_proj.weight.grad.norm().item(),
+           "gradq": q_grad.norm().item(),
            "score_std": scores.detach()[..., causal].std().item(),
-           "passthrough": (scores.grad[..., causal].norm() / weights.grad[..., causal].norm()).item()}
+           "passthrough": (s_grad[..., causal].norm() / w_grad[..., causal].norm()).item()}
     model.zero_grad(set_to_none=True)
     return out

@@ -8,7 +8,7 @@ A claim is declared *before* anything runs, with the rule that will turn numbers
     inconclusive  the seeds disagree, or the effect is inside the noise
 
 Verdicts are never typed by hand: a rule is a function of the recorded metrics, and the sentence that explains a
-verdict is generated from the same numbers. An experiment is a function ``run(ctx) -> dict[str, float]`` called
+verdict is generated from the same numbers. An experiment is a function ``run(trial) -> dict[str, float]`` called
 once per seed; several claims may share one experiment (one setup, one verdict each).
 """
 
@@ -28,8 +28,8 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib
 
 VERDICTS = ("supported", "refuted", "nuanced", "inconclusive")
-CLAIM_PRESETS = ("smoke", "quick", "full")
-DEFAULT_SEEDS = {"smoke": 1, "quick": 3, "full": 3}
+CLAIM_PRESETS = ("smoke", "quick", "full", "paper")  # paper: the post's sizes (fitting.POST_SIZES), for a cluster
+DEFAULT_SEEDS = {"smoke": 1, "quick": 3, "full": 3, "paper": 5}
 
 
 @dataclass
@@ -110,8 +110,9 @@ Rule = Callable[[dict[str, Metric]], Verdict]
 
 
 @dataclass
-class Context:
-    """What an experiment run gets: the preset, the seed, where to put figures, and a figure recorder."""
+class Trial:
+    """One trial: what a run of an experiment on one seed gets (the preset, the seed, where to put figures, and
+    a figure recorder)."""
 
     preset: str
     seed: int
@@ -132,7 +133,7 @@ class Context:
 @dataclass
 class Experiment:
     name: str
-    fn: Callable[[Context], dict[str, float]]
+    fn: Callable[[Trial], dict[str, float]]
     units: dict[str, str] = field(default_factory=dict)
 
 
@@ -153,7 +154,7 @@ CLAIMS: dict[str, Claim] = {}
 
 
 def experiment(name: str, units: dict[str, str] | None = None):
-    """Register ``fn(ctx) -> {metric: value}`` as experiment ``name``."""
+    """Register ``fn(trial) -> {metric: value}`` as experiment ``name``."""
     def wrap(fn):
         if name in EXPERIMENTS:
             raise ValueError(f"experiment {name!r} registered twice")

@@ -36,11 +36,12 @@ from anatomy.experiments.registry import (
     CLAIMS,
     DEFAULT_SEEDS,
     EXPERIMENTS,
-    Context,
     Metric,
+    Trial,
     Verdict,
     claim_number,
 )
+from anatomy.experiments.store import Store
 
 # Metrics that are not a function of the seed: they time code on this machine, at this moment (and so may the
 # verdict of a claim that reads them). Everything else an experiment records is bit-equal between runs with the
@@ -116,19 +117,23 @@ def run_one(name: str, preset: str, seed: int, out: str) -> tuple[dict[str, floa
     """One experiment on one seed: ``(metrics, figures written, seconds)``. Figures are drawn on seed 0 only."""
     torch.set_num_threads(1)
     seed_everything(seed)
-    ctx = Context(preset=preset, seed=seed, out_dir=Path(out), first_seed=seed == 0)
+    trial = Trial(preset=preset, seed=seed, out_dir=Path(out), first_seed=seed == 0)
     t0 = time.perf_counter()
-    measured = EXPERIMENTS[name].fn(ctx)
+    measured = EXPERIMENTS[name].fn(trial)
     seconds = time.perf_counter() - t0
-    return {k: float(v) for k, v in measured.items()}, list(ctx.figures), seconds
+    return {k: float(v) for k, v in measured.items()}, list(trial.figures), seconds
 
 
 def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: int | None = None,
-               out: str | Path = "claims-out", progress: bool = True, jobs: int | None = 1) -> dict[str, Any]:
+               out: str | Path = "claims-out", progress: bool = True, jobs: int | None = 1, resume: bool = False,
+               cluster: str | None = None, cluster_cpus: float = 1.0) -> dict[str, Any]:
     """Run the claims ``ids`` (default: all) and write ``claims.json`` and the reports into ``out``.
 
     ``jobs``: worker processes (``None``: one per core); 1 runs everything here, one run after the other. With
-    ``jobs > 1`` a script calling this needs the usual ``if __name__ == "__main__":`` guard (multiprocessing)."""
+    ``jobs > 1`` a script calling this needs the usual ``if __name__ == "__main__":`` guard (multiprocessing).
+    ``cluster``: a Ray address (``HOST:PORT`` or ``auto``): every unit is a Ray task of ``cluster_cpus`` CPUs
+    (:mod:`anatomy.experiments.cluster`) and ``jobs`` is not used. Each finished unit is stored in ``out/units/``
+    as it completes; ``resume`` runs only the missing ones (:mod:`anatomy.experiments.store`)."""
     if preset not in CLAIM_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid names: {', '.join(CLAIM_PRESETS)}")
     n_seeds = DEFAULT_SEEDS[preset] if seeds is None else seeds
@@ -144,7 +149,17 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     for cid in chosen:
         groups.setdefault(CLAIMS[cid].experiment, []).append(cid)
     tasks = plan(groups, n_seeds)
-    jobs = min(jobs, len(tasks))
+    if cluster is not None:
+        from anatomy.experiments.cluster import preflight
+
+        preflight(cluster)
+    store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume)
+    todo = [t for t in tasks if t not in store.done]
+    if resume and progress:
+        print(f"resuming {out}: {len(tasks) - len(todo)} of {len(tasks)} units already done, {len(todo)} to run",
+              flush=True)
+    jobs = max(1, min(jobs, len(todo)))
+    where: dict[str, Any] = {}
 
     # The experiments train tiny models: one intra-op thread is faster than two (no synchronisation per op) and
     # keeps runs reproducible and robust to a busy machine. The caller's setting is restored at the end.
@@ -153,15 +168,24 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     t0, began = time.perf_counter(), time.monotonic()
     timeline: list = []
     try:
-        done = _run_tasks(tasks, groups, preset, out, progress, jobs, timeline)
+        _run_tasks(todo, groups, preset, out, progress, jobs, timeline, store=store, cluster=cluster,
+                   cluster_cpus=cluster_cpus, where=where)
     finally:
         torch.set_num_threads(caller_threads)
-    doc = _document(groups, chosen, done, preset, n_seeds, jobs, time.perf_counter() - t0)
+    done = {t: store.done[t] for t in tasks}
+    doc = _document(groups, chosen, done, preset, n_seeds, where.get("slots", jobs), time.perf_counter() - t0)
     doc["schedule"] = schedule(timeline, began, time.monotonic())
+    if resume:
+        doc["schedule"]["resumed_units"] = len(tasks) - len(todo)
+    if cluster is not None:
+        doc["environment"]["cluster"] = {k: where[k] for k in ("address", "nodes", "cpus", "cpus_per_unit")
+                                         if k in where}
+        doc["schedule"]["retried"] = where.get("retried", [])
     (out / "claims.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
     from anatomy.experiments.report import write_reports
 
     write_reports(doc, out)
+    store.finish()
     return doc
 
 
@@ -187,26 +211,46 @@ def schedule(timeline: list, began: float, ended: float) -> dict[str, Any]:
 
 
 def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], preset: str, out: Path,
-               progress: bool, jobs: int, timeline: list | None = None) -> Done:
+               progress: bool, jobs: int, timeline: list | None = None, *, store: Store | None = None,
+               cluster: str | None = None, cluster_cpus: float = 1.0, where: dict[str, Any] | None = None) -> Done:
     median = sorted(COST_HINTS.values())[len(COST_HINTS) // 2]
     cost = {t: COST_HINTS.get(t[0], median) for t in tasks}
-    bar = tqdm(total=sum(cost.values()), disable=not progress, unit="",
-               desc=f"{len(tasks)} runs on {jobs} worker{'s' if jobs > 1 else ''}",
+    desc = f"{len(tasks)} runs on {'Ray' if cluster else jobs} worker{'s' if jobs > 1 or cluster else ''}"
+    bar = tqdm(total=sum(cost.values()), disable=not progress, unit="", desc=desc,
                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]{postfix}")
     left = {name: len([t for t in tasks if t[0] == name]) for name in groups}
-    done: Done = {}
+    done: Done = dict(store.done) if store is not None else {}
+    n_seeds = {name: len([t for t in done if t[0] == name]) + left[name] for name in groups}
+    count = [0]
 
     def finished(task, result) -> None:
+        if store is not None:
+            store.put(task, result)  # first: a run killed after this line has the unit
         done[task] = result
-        bar.set_postfix_str(f"{len(done)}/{len(tasks)} · {task[0]} seed {task[1]}", refresh=False)
+        count[0] += 1
+        bar.set_postfix_str(f"{count[0]}/{len(tasks)} · {task[0]} seed {task[1]}", refresh=False)
         bar.update(min(cost[task], bar.total - bar.n))  # the float sum may round a hair below
         left[task[0]] -= 1
         if progress and not left[task[0]]:
-            runtime = sum(done[(task[0], s)][2] for s in range(len([t for t in tasks if t[0] == task[0]])))
+            runtime = sum(done[(task[0], s)][2] for s in range(n_seeds[task[0]]))
             tqdm.write(f"  {task[0]} ({', '.join(c.split('-')[0] for c in groups[task[0]])}) done ({runtime:.1f}s)")
 
+    def said(info: dict[str, Any]) -> None:
+        bar.set_description_str(f"{len(tasks)} runs on Ray ({info['slots']} at a time on {info['nodes']} "
+                                 f"node{'s' if info['nodes'] != 1 else ''})")
+
     try:
-        if jobs == 1:
+        if not tasks:
+            pass
+        elif cluster is not None:
+            from anatomy.experiments.cluster import run_on_ray
+
+            retried: list = []
+            info = run_on_ray(tasks, preset, out, cluster, finished, cpus=cluster_cpus, timeline=timeline,
+                              note=tqdm.write if progress else _stderr_line, retried=retried, started=said)
+            if where is not None:
+                where.update(info, retried=retried)
+        elif jobs == 1:
             threads = torch.get_num_threads()
             for task in tasks:
                 result, *when = _run_timed(task[0], preset, task[1], str(out))
@@ -219,6 +263,12 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
     finally:
         bar.close()
     return done
+
+
+def _stderr_line(text: str) -> None:
+    import sys
+
+    print(text.strip(), file=sys.stderr, flush=True)
 
 
 def _run_timed(name: str, preset: str, seed: int, out: str):
@@ -246,9 +296,11 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
     ("forkserver": nothing of this process, its threads or locks, is inherited; "spawn" where there is no
     forkserver), so neither their start nor their first imports hold up the run. An error in a run, or a worker
     that dies (killed for memory), stops the whole run with that error (after the run under way here)."""
+    context: multiprocessing.context.BaseContext
     if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(_PRELOAD)
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload(_PRELOAD)
+        context = server
     else:
         context = multiprocessing.get_context("spawn")
     load_all()  # this process runs experiments too
@@ -273,6 +325,7 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
             cond.notify_all()
 
     def submit(task) -> None:
+        assert pool is not None  # only the workers' tasks are submitted
         future = pool.submit(_run_timed, task[0], preset, task[1], where)
         in_flight[future] = task
         future.add_done_callback(on_done)

@@ -74,7 +74,7 @@ def test_claims_sharing_an_experiment_run_it_once_per_seed(tmp_path, monkeypatch
     select(None)
     exp = EXPERIMENTS["dot-product-variance"]
     original = exp.fn
-    monkeypatch.setattr(exp, "fn", lambda ctx: calls.append(ctx.seed) or original(ctx))
+    monkeypatch.setattr(exp, "fn", lambda trial: calls.append(trial.seed) or original(trial))
     doc = run_claims(["C5", "C6"], preset="smoke", seeds=2, out=tmp_path, progress=False)
     assert sorted(calls) == [0, 1]
     assert [c["metrics"]["var_ratio_dk64"]["n"] for c in doc["claims"] if "var_ratio_dk64" in c["metrics"]] == [2]

@@ -37,7 +37,7 @@ def test_the_three_kinds_of_preset_have_three_names():
     from anatomy.training import options
 
     assert "char-shakespeare" in options.RUN_PRESETS and "gpt2" in config.PRESETS
-    assert registry.CLAIM_PRESETS == ("smoke", "quick", "full")
+    assert registry.CLAIM_PRESETS == ("smoke", "quick", "full", "paper")
     assert not hasattr(options, "PRESETS") and not hasattr(registry, "PRESETS")  # no alias under the old name
 
 

@@ -16,7 +16,7 @@ from torch import nn
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.norms import LayerNorm
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, count_seeds, num, per_seed, setting
 from anatomy.experiments.tasks import MarkovTask
@@ -40,15 +40,15 @@ FASTER = 2  # C35: the residual stack must get there in at most 1/FASTER of the 
 
 
 @experiment("identity-mlp", units={"steps_plain": " steps", "steps_residual": " steps"})
-def identity_mlp(ctx):
-    width, blocks = 32, budget(ctx.preset, 3, 4, 6)
-    steps, eps = budget(ctx.preset, 80, 400, 2000), IDENTITY_EPS
-    torch.manual_seed(ctx.seed)
+def identity_mlp(trial):
+    width, blocks = 32, budget(trial.preset, 3, 4, 6)
+    steps, eps = budget(trial.preset, 80, 400, 2000), IDENTITY_EPS
+    torch.manual_seed(trial.seed)
     layers = []
     for i in range(2 * blocks):
         layers += [nn.Linear(width, width)] + ([nn.ReLU()] if i < 2 * blocks - 1 else [])
     models = {"plain": nn.Sequential(*layers), "residual": _ResidualMLP(width, blocks)}  # same Linear count and init
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     data = torch.randn(steps, 128, width, generator=g)
     test = torch.randn(1024, width, generator=g)
     out, curves = {}, {}
@@ -78,7 +78,7 @@ def identity_mlp(ctx):
         ax.set(yscale="log", xlabel="step", ylabel="MSE to the identity",
                title="Learning y = x: plain stack vs residual stack (F(x) → 0)")
         ax.legend(fontsize=8)
-    figure(ctx.figure_path("C35-identity-vs-zero"), draw)
+    figure(trial.figure_path("C35-identity-vs-zero"), draw)
     return finite_metrics(out)
 
 
@@ -139,17 +139,20 @@ def _dependence(model: nn.Module, a: dict, b: dict, train_mode: bool) -> float:
 
 
 @experiment("bn-vs-ln")
-def bn_vs_ln(ctx):
-    T, steps, batch = budget(ctx.preset, 16, 32, 32), budget(ctx.preset, 30, 200, 800), 4  # small batches (§4.2)
-    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=ctx.seed)
-    g = torch.Generator().manual_seed(ctx.seed)
+def bn_vs_ln(trial):
+    T, steps = budget(trial.preset, 16, 32, 32, POST_SIZES["T"]), budget(trial.preset, 30, 200, 800)
+    batch = 4  # small batches (§4.2)
+    d_model = budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"])
+    n_heads = budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"])
+    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     train = [_padded(task, batch, T, g) for _ in range(steps)]
     val = [_padded(task, 32, T, g) for _ in range(4)]
     out, curves = {}, {}
     for arm in ("ln", "bn"):
-        torch.manual_seed(ctx.seed)
-        model = build_model(ModelConfig(vocab_size=task.vocab, d_model=32, n_heads=4, n_layers=2, max_seq_len=T,
-                                        init="xavier", scale_embeddings=True))
+        torch.manual_seed(trial.seed)
+        model = build_model(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=2,
+                                        max_seq_len=T, init="xavier", scale_embeddings=True))
         if arm == "bn":
             pitfalls.apply(model, "batchnorm_instead_of_layernorm")  # stays on: this model is the BatchNorm one
         curves[arm] = fit(model, lambda step: train[step], steps, lr=3e-3)
@@ -172,7 +175,7 @@ def bn_vs_ln(ctx):
         ax.set(xlabel="step", ylabel="train loss (nats)",
                title=f"Padded variable-length batches of {batch} sentences: LN vs BN")
         ax.legend(fontsize=8)
-    figure(ctx.figure_path("C38-batchnorm-vs-layernorm"), draw)
+    figure(trial.figure_path("C38-batchnorm-vs-layernorm"), draw)
     return finite_metrics(out)
 
 
@@ -226,10 +229,10 @@ def _c38(ms):
 # --- C40, C41, C42: LayerNorm and Post-Norm against the references --------------------------------------------
 
 @experiment("layernorm-reference")
-def layernorm_reference(ctx):
+def layernorm_reference(trial):
     from anatomy.interop.torch_nn import from_torch
 
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     d, eps = 64, 1e-5
     x = torch.randn(4, 10, d, generator=g, dtype=torch.float64) * 3 + 2
     gamma = torch.randn(d, generator=g, dtype=torch.float64)
@@ -256,7 +259,7 @@ def layernorm_reference(ctx):
     orders = [x32.mean(-1), x32.sum(-1) / d, x32.flip(-1).cumsum(-1)[..., -1] / d, (x32 / d).sum(-1)]
     out["diff_mean_order_fp32"] = max((a - orders[0]).abs().max().item() for a in orders[1:])
     # C42: Post-Norm = LayerNorm(x + Sublayer(x)), against torch's encoder layer (norm_first=False, the paper's)
-    torch.manual_seed(ctx.seed)
+    torch.manual_seed(trial.seed)
     layer = nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True).double().eval()
     block = from_torch(layer).eval()
     h = torch.randn(2, 10, 16, generator=g, dtype=torch.float64)

@@ -40,11 +40,11 @@ POST_TABLE = {"embed": (2, 10, 16), "proj": (2, 10, 16), "split": (2, 4, 10, 4),
 
 
 @experiment("block-anatomy")
-def block_anatomy(ctx):
-    torch.manual_seed(ctx.seed)
+def block_anatomy(trial):
+    torch.manual_seed(trial.seed)
     model = build_model(ModelConfig(architecture="encoder", vocab_size=32, d_model=16, n_heads=4, n_layers=1,
                                     d_ff=64, norm_position="post", activation="relu", max_seq_len=16))
-    ids = torch.randint(0, 32, (2, 10), generator=torch.Generator().manual_seed(ctx.seed))
+    ids = torch.randint(0, 32, (2, 10), generator=torch.Generator().manual_seed(trial.seed))
     rows = trace_model(model, {"input_ids": ids})
     checked = [r for r in rows if r.kind in POST_TABLE]
     out = {"rows_checked": len(checked),
@@ -74,7 +74,7 @@ def block_anatomy(ctx):
         ax.barh(labels, rest, left=[a + f for a, f in zip(attn, ffn)], label="LayerNorms")
         ax.set(xlabel="share of the block's parameters", title="Where a block's parameters are")
         ax.legend(fontsize=8, loc="lower right")
-    figure(ctx.figure_path("C53-block-parameters"), draw, size=(7, 3))
+    figure(trial.figure_path("C53-block-parameters"), draw, size=(7, 3))
     return finite_metrics(out)
 
 
@@ -128,16 +128,16 @@ def _pair_task(n: int, length: int, k: int, g: torch.Generator) -> dict:
 
 
 @experiment("tiny-heads")
-def tiny_heads(ctx):
+def tiny_heads(trial):
     k, T, batch = 8, 24, 32
-    steps = budget(ctx.preset, 40, 300, 1200)
-    heads = budget(ctx.preset, (1, 2, 8), (1, 2, 8), (1, 2, 4, 8, 16))
-    g = torch.Generator().manual_seed(ctx.seed)
+    steps = budget(trial.preset, 40, 300, 1200)
+    heads = budget(trial.preset, (1, 2, 8), (1, 2, 8), (1, 2, 4, 8, 16))
+    g = torch.Generator().manual_seed(trial.seed)
     train = [_pair_task(batch, T, k, g) for _ in range(steps)]
     val = _pair_task(256, T, k, g)
     out, curves, maps = {"chance": 1 / k**2}, {}, None
     for h in heads:
-        torch.manual_seed(ctx.seed)
+        torch.manual_seed(trial.seed)
         model = build_model(ModelConfig(vocab_size=k * k, d_model=32, n_heads=h, n_layers=1, max_seq_len=T,
                                         init="xavier", scale_embeddings=True))
         curves[h] = fit(model, lambda step: train[step], steps, lr=3e-3)
@@ -165,7 +165,7 @@ def tiny_heads(ctx):
             axes[0].set(ylabel="query position", xlabel="key position")
             axes[0].figure.suptitle("8 heads of d_k = 4 after training on the ordered-pair task (accuracy "
                                     f"{out['acc_h8']:.2f}); target at row t = (token t-1, token t-2)", fontsize=10)
-        figure(ctx.figure_path("C47-eight-heads-of-size-4"), draw, grid=(1, 8), size=(14, 2.6))
+        figure(trial.figure_path("C47-eight-heads-of-size-4"), draw, grid=(1, 8), size=(14, 2.6))
     return finite_metrics(out)
 
 
@@ -208,13 +208,13 @@ def _c47(ms):
 # --- C49 ------------------------------------------------------------------------------------------------------
 
 @experiment("padding-pe")
-def padding_pe(ctx):
-    torch.manual_seed(ctx.seed)
+def padding_pe(trial):
+    torch.manual_seed(trial.seed)
     cfg = dict(vocab_size=32, d_model=32, n_heads=4, n_layers=2, max_seq_len=32, positional="sinusoidal")
     lm = build_model(ModelConfig(architecture="decoder_lm", **cfg)).double().eval()
-    torch.manual_seed(ctx.seed)
+    torch.manual_seed(trial.seed)
     enc = build_model(ModelConfig(architecture="encoder", **cfg)).double().eval()
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     n, pad = 7, 5
     seq = torch.randint(1, 32, (1, n), generator=g)
     other = torch.randint(1, 32, (1, n + pad), generator=g)

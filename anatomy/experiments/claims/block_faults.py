@@ -12,7 +12,7 @@ import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, differences, fmt_count, fmt_values, per_seed
 from anatomy.experiments.tasks import MarkovTask
@@ -45,13 +45,15 @@ def _future_leak(model: torch.nn.Module, ids: torch.Tensor, g: torch.Generator) 
 
 
 @experiment("block-faults")
-def block_faults(ctx):
-    T, batch = 32, 16
-    steps = budget(ctx.preset, 30, 200, 800)
-    layers = budget(ctx.preset, 2, 3, 6)
-    lrs = budget(ctx.preset, (3e-3,), (3e-3,), (3e-3, 1e-2))
-    task = MarkovTask(vocab=16, lags=(1, 2), p=0.9, seed=ctx.seed)
-    g = torch.Generator().manual_seed(ctx.seed)
+def block_faults(trial):
+    T, batch = budget(trial.preset, 32, 32, 32, POST_SIZES["T"]), 16
+    d_model = budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"])
+    n_heads = budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"])
+    steps = budget(trial.preset, 30, 200, 800)
+    layers = budget(trial.preset, 2, 3, 6)
+    lrs = budget(trial.preset, (3e-3,), (3e-3,), (3e-3, 1e-2))
+    task = MarkovTask(vocab=16, lags=(1, 2), p=0.9, seed=trial.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     train = task.sample(steps * batch, T, g)
     held = task.sample(64, T, g)
 
@@ -63,8 +65,8 @@ def block_faults(ctx):
     for arm in ("correct", "split_without_transpose", "norm_on_residual_path", "shared_layernorm"):
         stats = []
         for lr in lrs:
-            torch.manual_seed(ctx.seed)
-            model = build_model(ModelConfig(vocab_size=task.vocab, d_model=32, n_heads=4, n_layers=layers,
+            torch.manual_seed(trial.seed)
+            model = build_model(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=layers,
                                             max_seq_len=T, init="xavier", scale_embeddings=True))
             if arm != "correct":
                 pitfalls.apply(model, arm)  # stays on: this model is only ever the faulty one
@@ -88,7 +90,7 @@ def block_faults(ctx):
             out["params_correct"] = float(sum(p.numel() for p in model.parameters()))
 
     # silence: does a fault raise, or change the output's shape?
-    torch.manual_seed(ctx.seed)
+    torch.manual_seed(trial.seed)
     probe = build_model(ModelConfig(vocab_size=task.vocab, d_model=32, n_heads=4, n_layers=2, max_seq_len=T))
     ref = probe(input_ids=held[:2]).logits
     for fault, key in (("split_without_transpose", "split"), ("merge_wrong_transpose", "merge")):
@@ -110,7 +112,7 @@ def block_faults(ctx):
         ax.set(xlabel="step", ylabel="train loss (nats)", ylim=(0, task.uniform * 1.4),
                title=f"Silent bugs from the zoo, {layers}-layer Pre-Norm LM (lr {lrs[0]:g})")
         ax.legend(fontsize=8)
-    figure(ctx.figure_path("C48-silent-bugs-training"), draw, size=(7, 4))
+    figure(trial.figure_path("C48-silent-bugs-training"), draw, size=(7, 4))
     return finite_metrics(out)
 
 

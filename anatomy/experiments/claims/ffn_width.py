@@ -21,21 +21,21 @@ DROPOUT_SITE = 0.02  # C54: nats: FFN dropout leaves a gap smaller than attentio
 # --- C52, C54 ---------------------------------------------------------------------------------------------------
 
 @experiment("ffn-width")
-def ffn_width(ctx):
+def ffn_width(trial):
     d, T, batch = 32, 32, 16
-    steps = budget(ctx.preset, 30, 200, 800)
-    widths = budget(ctx.preset, (1, 4, 8), (1, 4, 8), (1, 2, 4, 8))
-    task = MarkovTask(vocab=16, lags=(1, 2), p=0.9, seed=ctx.seed)
-    g = torch.Generator().manual_seed(ctx.seed)
+    steps = budget(trial.preset, 30, 200, 800)
+    widths = budget(trial.preset, (1, 4, 8), (1, 4, 8), (1, 2, 4, 8))
+    task = MarkovTask(vocab=16, lags=(1, 2), p=0.9, seed=trial.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     train = task.sample(steps * batch, T, g)
     val = task.batch(task.sample(128, T, g))
-    small_ids = task.sample(budget(ctx.preset, 32, 128, 128), T, g)  # a small training set, to overfit
+    small_ids = task.sample(budget(trial.preset, 32, 128, 128), T, g)  # a small training set, to overfit
     small = task.batch(small_ids)
-    small_steps = budget(ctx.preset, 30, 200, 600)
+    small_steps = budget(trial.preset, 30, 200, 600)
     pick = torch.randint(0, len(small_ids), (small_steps, batch), generator=g)
 
     def model(d_ff, attn_drop=0.0, ffn_drop=0.0):
-        torch.manual_seed(ctx.seed)
+        torch.manual_seed(trial.seed)
         m = build_model(ModelConfig(vocab_size=task.vocab, d_model=d, n_heads=4, n_layers=2, d_ff=d_ff,
                                     max_seq_len=T, init="xavier", scale_embeddings=True))
         for block in m.stack.blocks:  # dropout on one sub-layer's output only, same rate
@@ -82,7 +82,7 @@ def ffn_width(ctx):
         gx.set(ylabel="loss", ylim=(0, max(v for _, v in gaps.values()) * 1.3),
                title=f"Overfitting a small training set ({small['input_ids'].numel()} tokens)")
         gx.legend(fontsize=8, loc="upper right", ncol=2)
-    figure(ctx.figure_path("C52-ffn-width-and-overfitting"), draw, grid=(1, 2), size=(11, 4))
+    figure(trial.figure_path("C52-ffn-width-and-overfitting"), draw, grid=(1, 2), size=(11, 4))
     return finite_metrics(out)
 
 

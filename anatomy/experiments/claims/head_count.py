@@ -110,14 +110,14 @@ HEAD_COUNT_UNITS = {
 
 
 @experiment("head-count", units=HEAD_COUNT_UNITS)
-def head_count(ctx):
+def head_count(trial):
     """Single vs multi-head on three tasks; attention entropy, offsets, ablations, accuracy, time per step."""
     out: dict[str, float] = {}
-    seed = ctx.seed
+    seed = trial.seed
 
     # --- 1. ordered pairs: can one head carry two relations? ----------------------------------------------------
-    pair_steps = budget(ctx.preset, 60, 600, 3000)
-    pair_bs = budget(ctx.preset, 64, 256, 256)
+    pair_steps = budget(trial.preset, 60, 600, 3000)
+    pair_bs = budget(trial.preset, 64, 256, 256)
     test_batch, test_y = pair_batch(2000, torch.Generator().manual_seed(10_000 + seed))
     pair = {}
     for h in (1, 4):
@@ -152,12 +152,12 @@ def head_count(ctx):
 
     # --- 2. character LM: entropy per head, offsets, d_k, time per step -----------------------------------------
     train, val, vocab = char_corpus("shakespeare")
-    lm_steps = budget(ctx.preset, 30, 250, 1500)
-    lm_bs = budget(ctx.preset, 16, 32, 32)
+    lm_steps = budget(trial.preset, 30, 250, 1500)
+    lm_bs = budget(trial.preset, 16, 32, 32)
     gv = torch.Generator().manual_seed(777)
-    val_batches = [lm_batch(val, LM_T, 64, gv) for _ in range(budget(ctx.preset, 1, 4, 8))]
+    val_batches = [lm_batch(val, LM_T, 64, gv) for _ in range(budget(trial.preset, 1, 4, 8))]
     gt = torch.Generator().manual_seed(778)
-    train_eval = [lm_batch(train, LM_T, 64, gt) for _ in range(budget(ctx.preset, 1, 4, 8))]
+    train_eval = [lm_batch(train, LM_T, 64, gt) for _ in range(budget(trial.preset, 1, 4, 8))]
     lm, lm_ent, lm_prof = {}, {}, {}
     for h in LM_HEADS:
         torch.manual_seed(100 * seed + 10 + h)
@@ -182,7 +182,7 @@ def head_count(ctx):
     with ablate_head(lm[4].stack.blocks[0].attn, prev):
         out["lm_h4_prev_head_ablation_dloss"] = _mean_loss(lm[4], val_batches) - out["lm_val_h4"]
     times = _step_time(lm, lm_batch(train, LM_T, 32, torch.Generator().manual_seed(5)),
-                       budget(ctx.preset, 2, 20, 40))
+                       budget(trial.preset, 2, 20, 40))
     out.update({f"lm_step_ms_h{h}": 1000 * t for h, t in times.items()})
     out["time_ratio_h8_vs_h1"] = times[8] / times[1]
     best_ge32 = min(out["lm_val_h1"], out["lm_val_h2"])
@@ -190,9 +190,9 @@ def head_count(ctx):
     out["lm_dk64_minus_best"] = out["lm_val_h1"] - min(out[f"lm_val_h{h}"] for h in LM_HEADS)
 
     # --- 3. small-data classification (sentiment-zh): accuracy, train–val gap ----------------------------------
-    n_train = budget(ctx.preset, 300, 2000, 2000)
+    n_train = budget(trial.preset, 300, 2000, 2000)
     tr, va, v_size = _sentiment(n_train, seed)
-    cls_steps = budget(ctx.preset, 30, 200, 800)
+    cls_steps = budget(trial.preset, 30, 200, 800)
     train_eval_cls = tuple(t[:1000] for t in tr)
     cls = {}
     for h in CLS_HEADS:
@@ -213,8 +213,8 @@ def head_count(ctx):
     out["cls_gap_h8_minus_h1"] = out["cls_gap_h8"] - out["cls_gap_h1"]
     out["cls_diff_h8_minus_h4"] = out["cls_acc_h8"] - out["cls_acc_h4"]
 
-    _draw_heads(ctx, out, pair, lm_ent, lm_prof, drops, head_for)
-    _draw_head_count(ctx, out)
+    _draw_heads(trial, out, pair, lm_ent, lm_prof, drops, head_for)
+    _draw_head_count(trial, out)
     return out
 
 
@@ -223,8 +223,8 @@ def _mean_loss(model, batches) -> float:
         return sum(model(**b).loss.item() for b in batches) / len(batches)
 
 
-def _draw_heads(ctx, out, pair, lm_ent, lm_prof, drops, head_for):
-    path = ctx.figure_path("C1-C3-attention-per-head")
+def _draw_heads(trial, out, pair, lm_ent, lm_prof, drops, head_for):
+    path = trial.figure_path("C1-C3-attention-per-head")
 
     def draw(axes):
         import numpy as np
@@ -278,8 +278,8 @@ def _draw_heads(ctx, out, pair, lm_ent, lm_prof, drops, head_for):
     figure(path, draw, grid=(2, 3), size=(15, 8.5))
 
 
-def _draw_head_count(ctx, out):
-    path = ctx.figure_path("C12-C14-head-count")
+def _draw_head_count(trial, out):
+    path = trial.figure_path("C12-C14-head-count")
 
     def draw(axes):
         dks = [LM_D // h for h in LM_HEADS]

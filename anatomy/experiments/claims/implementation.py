@@ -52,8 +52,8 @@ def _future_leak(fn, x: torch.Tensor) -> float:
 
 
 @experiment("mha-shapes")
-def mha_shapes(ctx):
-    torch.manual_seed(ctx.seed)
+def mha_shapes(trial):
+    torch.manual_seed(trial.seed)
     b, s, d, h = 2, 10, 512, 8
     mha = MultiHeadAttention(d_model=d, n_heads=h, kernel="math").double().eval()
     x = torch.randn(b, s, d, dtype=torch.float64)
@@ -178,10 +178,10 @@ BENCH_CONFIGS = ((8, 64, 256, 8), (2, 256, 512, 8), (32, 32, 128, 16))  # (B, S,
                                            "speedup_sdpa_min": "×", "speedup_sdpa_max": "×",
                                            **{f"{k}_ms_cfg{i}": " ms" for i in range(len(BENCH_CONFIGS))
                                               for k in ("loop", "math", "sdpa")}})
-def head_loop_benchmark(ctx):
+def head_loop_benchmark(trial):
     """Forward time of the attention kernel alone (no projections): per-head loop vs batched heads."""
-    repeats = budget(ctx.preset, 3, 30, 60)
-    g = torch.Generator().manual_seed(ctx.seed)
+    repeats = budget(trial.preset, 3, 30, 60)
+    g = torch.Generator().manual_seed(trial.seed)
     speed = {"math": [], "sdpa": []}
     out = {}
     for i, (b, s, d, h) in enumerate(BENCH_CONFIGS):

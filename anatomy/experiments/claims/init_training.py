@@ -45,17 +45,17 @@ def _init_model(arm: str, vocab: int, seed: int):
                                     "large_minus_normal": " nats", "progress_after_q1_unscaled": " nats",
                                     "progress_after_q1_scaled": " nats", "step0_gradq_ratio_x50": "×",
                                     "step0_passthrough_ratio_x50": "×"})
-def init_training(ctx):
+def init_training(trial):
     train, val, vocab = char_corpus("shakespeare")
-    steps = budget(ctx.preset, 30, 250, 1500)
+    steps = budget(trial.preset, 30, 250, 1500)
     val_batches = [lm_batch(val, LM_T, 64, torch.Generator().manual_seed(777 + i))
-                   for i in range(budget(ctx.preset, 1, 4, 8))]
-    probe = lm_batch(val, LM_T, 16, torch.Generator().manual_seed(900 + ctx.seed))
+                   for i in range(budget(trial.preset, 1, 4, 8))]
+    probe = lm_batch(val, LM_T, 16, torch.Generator().manual_seed(900 + trial.seed))
     out, curves, step0 = {}, {}, {}
     for arm in INIT_ARMS:
-        model = _init_model(arm, len(vocab), 100 * ctx.seed + 7)
+        model = _init_model(arm, len(vocab), 100 * trial.seed + 7)
         step0[arm] = probe_attention(model, probe)  # (max p, ‖∂L/∂W_q‖, score std) before any update
-        g = torch.Generator().manual_seed(ctx.seed)
+        g = torch.Generator().manual_seed(trial.seed)
         curves[arm] = fit(model, lambda _s, g=g: lm_batch(train, LM_T, 32, g), steps, lr=3e-3)
         with torch.no_grad():
             out[f"val_{arm}"] = sum(model(**b).loss.item() for b in val_batches) / len(val_batches)
@@ -74,12 +74,12 @@ def init_training(ctx):
     out["step0_gradq_ratio_x50"] = big["gradq"] / base["gradq"]
     out["step0_passthrough_ratio_x50"] = big["passthrough"] / base["passthrough"]
     out["step0_score_std_x50"] = big["score_std"]
-    _draw_init(ctx, curves, step0)
+    _draw_init(trial, curves, step0)
     return out
 
 
-def _draw_init(ctx, curves, step0):
-    path = ctx.figure_path("C8-C15-C16-init-and-scale-training")
+def _draw_init(trial, curves, step0):
+    path = trial.figure_path("C8-C15-C16-init-and-scale-training")
 
     def draw(axes):
         ax = axes[0]

@@ -10,7 +10,7 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, fit, tiny_model
+from anatomy.experiments.fitting import POST_SIZES, budget, fit, tiny_model
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
@@ -127,8 +127,8 @@ def _leftpad_stats(model, ids, mask, alone) -> tuple[float, float]:
 
 
 @experiment("mask-fills")
-def mask_fills(ctx):
-    g = torch.Generator().manual_seed(ctx.seed)
+def mask_fills(trial):
+    g = torch.Generator().manual_seed(trial.seed)
     out: dict[str, float] = {}
     grid = _fill_grid(g)
     out["leak_1e9_fp32"], out["leak_1e9_bf16"] = grid[("-1e9", "fp32")]["leak"], grid[("-1e9", "bf16")]["leak"]
@@ -143,26 +143,29 @@ def mask_fills(ctx):
 
     # two LMs from one seed and one batch stream: -inf vs -1e9 (the same fault kernel, only the fill differs)
     train, val, vocab = char_corpus("shakespeare")
-    steps = budget(ctx.preset, 30, 200, 1000)
+    steps = budget(trial.preset, 30, 200, 1000)
     models, undo = {}, {}
     for arm, fault, params in (("inf", "inf_fill_no_guard", {}), ("1e9", "finite_mask_fill", {"fill": -1e9})):
-        torch.manual_seed(100 * ctx.seed + 3)
-        model = tiny_model(d_model=32, n_heads=2, n_layers=2, vocab_size=len(vocab), max_seq_len=LM_T,
+        torch.manual_seed(100 * trial.seed + 3)
+        model = tiny_model(d_model=budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"]),
+                           n_heads=budget(trial.preset, 2, 2, 2, POST_SIZES["n_heads"]),
+                           n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]), vocab_size=len(vocab),
+                           max_seq_len=LM_T,
                            tie_embeddings=False)
         undo[arm] = pitfalls.apply(model, fault, **params)
-        gb = torch.Generator().manual_seed(ctx.seed)
+        gb = torch.Generator().manual_seed(trial.seed)
         fit(model, lambda _s, gb=gb: lm_batch(train, LM_T, 32, gb), steps, lr=3e-3)
         models[arm] = model
     out["c20_param_maxdiff"] = max((a - b).abs().max().item() for a, b in
                                    zip(models["inf"].parameters(), models["1e9"].parameters()))
-    prompts = lm_batch(val, 8, 8, torch.Generator().manual_seed(50 + ctx.seed))["input_ids"]
+    prompts = lm_batch(val, 8, 8, torch.Generator().manual_seed(50 + trial.seed))["input_ids"]
     gen = {arm: _greedy(m, prompts, LM_T - 8) for arm, m in models.items()}
     out["c20_gen_agreement"] = (gen["inf"] == gen["1e9"]).float().mean().item()
     vb = lm_batch(val, LM_T, 64, torch.Generator().manual_seed(777))
     with torch.no_grad():
         out["c20_val_diff"] = abs(models["inf"](**vb).loss.item() - models["1e9"](**vb).loss.item())
 
-    ids, mask, alone = _left_padded(val, torch.Generator().manual_seed(60 + ctx.seed))
+    ids, mask, alone = _left_padded(val, torch.Generator().manual_seed(60 + trial.seed))
     out["leftpad_nan_inf_noguard"], _ = _leftpad_stats(models["inf"], ids, mask, alone)
     out["leftpad_nan_1e9"], out["leftpad_realdiff_1e9"] = _leftpad_stats(models["1e9"], ids, mask, alone)
     undo["inf"]()  # the same trained weights through the library's kernel: -inf with the fully-masked-row guard
@@ -170,7 +173,7 @@ def mask_fills(ctx):
     out["leftpad_nan_library"], out["leftpad_realdiff_library"] = _leftpad_stats(lib, ids, mask, alone)
 
     # C19: the causal mask on the trained model: does a future token move any earlier output?
-    x = lm_batch(val, LM_T, 8, torch.Generator().manual_seed(70 + ctx.seed))["input_ids"]
+    x = lm_batch(val, LM_T, 8, torch.Generator().manual_seed(70 + trial.seed))["input_ids"]
     x2 = x.clone()
     x2[:, -1] = (x2[:, -1] + 1) % len(vocab)
 
@@ -186,7 +189,7 @@ def mask_fills(ctx):
     for fault, params in (("mask_after_softmax", {}), ("causal_off_by_one", {"causal_offset": 1})):
         with pitfalls.inject(lib, fault, **params):
             out[f"causal_future_leak_{fault}"] = leak(lib)
-    _draw_masks(ctx, grid, out)
+    _draw_masks(trial, grid, out)
     return out
 
 
@@ -201,8 +204,8 @@ def _cell_text(cell: dict) -> tuple[str, float]:
     return f"leak {cell['leak']:.1e}", 0.5
 
 
-def _draw_masks(ctx, grid, out):
-    path = ctx.figure_path("C17-C20-mask-fills")
+def _draw_masks(trial, grid, out):
+    path = trial.figure_path("C17-C20-mask-fills")
 
     def draw(axes):
         import numpy as np

@@ -34,14 +34,14 @@ STALL = 0.05  # C8: nats: an improvement below this after the first quarter of t
 
 
 @experiment("head-parameters")
-def head_parameters(ctx):
+def head_parameters(trial):
     """Parameters of one attention layer at D=512 for h in {1, 8, 64}: the projections do not depend on h."""
     counts = {h: sum(p.numel() for p in MultiHeadAttention(d_model=512, n_heads=h).parameters()) for h in (1, 8, 64)}
 
     def draw(ax):
         ax.bar([str(h) for h in counts], list(counts.values()))
         ax.set(xlabel="heads h (D = 512)", ylabel="parameters", title="Attention parameters vs number of heads")
-    figure(ctx.figure_path("C4-head-parameters"), draw)
+    figure(trial.figure_path("C4-head-parameters"), draw)
     return {"params_h1": counts[1], "params_h8": counts[8], "params_h64": counts[64],
             "relative_increase_h64_vs_h1": counts[64] / counts[1] - 1}
 
@@ -57,10 +57,10 @@ claim("C4-multihead-parameters", experiment="head-parameters",
 
 
 @experiment("dot-product-variance")
-def dot_product_variance(ctx):
+def dot_product_variance(trial):
     """Monte-Carlo: q, k with iid unit-variance entries; Var(q.k) and Var(q.k/sqrt(d_k)) for d_k in {16, 64, 256}."""
-    n = budget(ctx.preset, 2_000, 50_000, 200_000)
-    g = torch.Generator().manual_seed(ctx.seed)
+    n = budget(trial.preset, 2_000, 50_000, 200_000)
+    g = torch.Generator().manual_seed(trial.seed)
     out = {}
     for dk in (16, 64, 256):
         q = torch.randn(n, dk, generator=g, dtype=torch.float64)
@@ -79,7 +79,7 @@ def dot_product_variance(ctx):
         ax.axvline(-8, color="k", ls=":")
         ax.legend()
         ax.set(title="Dot products of random unit-variance vectors", xlabel="value")
-    figure(ctx.figure_path("C5-dot-product-variance"), draw)
+    figure(trial.figure_path("C5-dot-product-variance"), draw)
     return out
 
 
@@ -168,10 +168,10 @@ def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool):
 
 @experiment("softmax-saturation", units={"real_gradq_ratio_dk64_torchinit": "×",
                                          "real_passthrough_ratio_dk64_torchinit": "×"})
-def softmax_saturation(ctx):
+def softmax_saturation(trial):
     """Monte-Carlo softmax on unit-variance q, k; then a real 1-layer LM at initialisation across d_k and init scale."""
-    g = torch.Generator().manual_seed(ctx.seed)
-    n = budget(ctx.preset, 1_000, 5_000, 20_000)
+    g = torch.Generator().manual_seed(trial.seed)
+    n = budget(trial.preset, 1_000, 5_000, 20_000)
     out, mc = {}, {}
     for dk in MC_DK:
         mc[dk] = _monte_carlo(dk, n, g)
@@ -181,10 +181,10 @@ def softmax_saturation(ctx):
     out["mc_onehot_rows_unscaled_dk64"] = mc[64]["unscaled"][2]
 
     train, val, vocab = char_corpus("shakespeare")
-    batch = lm_batch(val, LM_T, budget(ctx.preset, 4, 8, 16), torch.Generator().manual_seed(1000 + ctx.seed))
+    batch = lm_batch(val, LM_T, budget(trial.preset, 4, 8, 16), torch.Generator().manual_seed(1000 + trial.seed))
     real = {}
     for dk in SAT_DK:
-        model = _model_at_init(dk, len(vocab), ctx.seed, torch_init=False)
+        model = _model_at_init(dk, len(vocab), trial.seed, torch_init=False)
         for f in SAT_FACTORS:
             for scaled in (True, False):
                 undo = [pitfalls.apply(model, "large_init_scale", factor=float(f))]
@@ -193,7 +193,7 @@ def softmax_saturation(ctx):
                 real[(dk, f, scaled)] = probe_attention(model, batch)
                 for u in reversed(undo):
                     u()
-        model = _model_at_init(dk, len(vocab), ctx.seed, torch_init=True)
+        model = _model_at_init(dk, len(vocab), trial.seed, torch_init=True)
         for scaled in (True, False):
             undo = [] if scaled else [pitfalls.apply(model, "no_scaling")]
             real[(dk, "torch", scaled)] = probe_attention(model, batch)
@@ -207,12 +207,12 @@ def softmax_saturation(ctx):
     out["real_maxp_unscaled_dk64_x50"] = real[(64, 50, False)]["maxp"]
     out["real_maxp_scaled_dk64_x50"] = real[(64, 50, True)]["maxp"]
     out["uniform_maxp_reference"] = float(torch.tensor([1 / (t + 1) for t in range(7, LM_T)]).mean())
-    _draw_saturation(ctx, mc, real, out["uniform_maxp_reference"])
+    _draw_saturation(trial, mc, real, out["uniform_maxp_reference"])
     return out
 
 
-def _draw_saturation(ctx, mc, real, uniform):
-    path = ctx.figure_path("C5-C8-C16-score-saturation")
+def _draw_saturation(trial, mc, real, uniform):
+    path = trial.figure_path("C5-C8-C16-score-saturation")
 
     def by_factor(ax, key):  # the real LM's ``key`` against the init factor: one colour per d_k, scaled vs not
         for i, dk in enumerate(SAT_DK):

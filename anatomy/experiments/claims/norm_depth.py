@@ -20,7 +20,7 @@ from torch import nn
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.add_norm import AddNorm
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.probes import hook_output, residual_grad_norms, residual_rms
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import MarkovTask
@@ -83,8 +83,9 @@ def _highway_grads(model: nn.Module, batch: dict) -> list[float]:
 def _grid_settings(preset: str) -> dict:
     return dict(depths=budget(preset, (2, 3), (2, 6), (2, 6, 12)),
                 lrs=budget(preset, (3e-3, 1e-2), (1e-3, 3e-3, 1e-2), (3e-4, 1e-3, 3e-3, 1e-2)),
-                steps=budget(preset, 25, 150, 300), T=budget(preset, 16, 16, 32), d_model=32, batch=16,
-                mid_lr=3e-3)
+                steps=budget(preset, 25, 150, 300), T=budget(preset, 16, 16, 32, POST_SIZES["T"]),
+                d_model=budget(preset, 32, 32, 32, POST_SIZES["d_model"]),
+                n_heads=budget(preset, 4, 4, 4, POST_SIZES["n_heads"]), batch=16, mid_lr=3e-3)
 
 
 def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batches, held: dict, seed: int,
@@ -92,7 +93,7 @@ def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batch
     placement = arm if arm in PLACEMENTS else "pre"
     torch.manual_seed(seed)
     model = build_model(ModelConfig(
-        vocab_size=task.vocab, d_model=s["d_model"], n_heads=4, n_layers=depth, max_seq_len=s["T"],
+        vocab_size=task.vocab, d_model=s["d_model"], n_heads=s["n_heads"], n_layers=depth, max_seq_len=s["T"],
         norm_position=placement, init="deepnet" if placement == "deepnorm" else "xavier", scale_embeddings=True))
     if arm == "no_norm":
         _strip_norms(model)
@@ -118,10 +119,10 @@ def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batch
 
 
 @experiment("norm-depth-grid", units={"depth_deep": " layers"})
-def norm_depth_grid(ctx):
-    s = _grid_settings(ctx.preset)
-    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=ctx.seed)
-    g = torch.Generator().manual_seed(ctx.seed)
+def norm_depth_grid(trial):
+    s = _grid_settings(trial.preset)
+    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     train = task.sample(s["steps"] * s["batch"], s["T"], g)
     held = task.batch(task.sample(64, s["T"], g))
 
@@ -133,15 +134,15 @@ def norm_depth_grid(ctx):
     for depth in deeps:
         for arm in PLACEMENTS:
             for lr in lrs:
-                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, ctx.seed, lr == mid)
+                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, trial.seed, lr == mid)
         for arm in BROKEN:
             for lr in lrs[-2:]:
-                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, ctx.seed, lr == mid)
+                runs[arm, depth, lr] = _train_arm(arm, depth, lr, s, task, batches, held, trial.seed, lr == mid)
     for arm in ("pre", "post", "no_residual"):
-        runs[arm, shallow, mid] = _train_arm(arm, shallow, mid, s, task, batches, held, ctx.seed, True)
+        runs[arm, shallow, mid] = _train_arm(arm, shallow, mid, s, task, batches, held, trial.seed, True)
     deep = deeps[-1]
-    runs["large_init", deep, mid] = _train_arm("large_init", deep, mid, s, task, batches, held, ctx.seed, False)
-    runs["high_lr", deep, 10 * mid] = _train_arm("pre", deep, 10 * mid, s, task, batches, held, ctx.seed, False)
+    runs["large_init", deep, mid] = _train_arm("large_init", deep, mid, s, task, batches, held, trial.seed, False)
+    runs["high_lr", deep, 10 * mid] = _train_arm("pre", deep, 10 * mid, s, task, batches, held, trial.seed, False)
 
     u = task.uniform
     out: dict[str, float] = {"depth_deep": deep, "depth_shallow": shallow, "uniform": u, "floor": task.floor,
@@ -201,13 +202,13 @@ def norm_depth_grid(ctx):
     out["failed_post_any_lr"] = float(out["failed_post"] > 0)
     out["failed_pre_mid"] = at("pre")["stats"]["failed"]
 
-    _draw_grid(ctx, runs, s, task, deeps, shallow)
+    _draw_grid(trial, runs, s, task, deeps, shallow)
     return finite_metrics(out)
 
 
-def _draw_grid(ctx, runs, s, task, deeps, shallow):
+def _draw_grid(trial, runs, s, task, deeps, shallow):
     lrs, mid, deep = s["lrs"], s["mid_lr"], deeps[-1]
-    path = ctx.figure_path("C44-loss-curves-by-depth-and-lr")
+    path = trial.figure_path("C44-loss-curves-by-depth-and-lr")
     if path is not None:
         def draw(axes):
             for r, depth in enumerate(deeps):
@@ -232,7 +233,7 @@ def _draw_grid(ctx, runs, s, task, deeps, shallow):
         figure(path, draw, grid=(len(deeps), len(lrs)), size=(4 * len(lrs), 3.3 * len(deeps)),
                     sharey=True)
 
-    path = ctx.figure_path("C43-residual-rms-and-gradient-per-layer")
+    path = trial.figure_path("C43-residual-rms-and-gradient-per-layer")
     if path is not None:
         def draw_layers(axes):
             rms_ax, grad_ax, hw_ax = axes
@@ -258,7 +259,7 @@ def _draw_grid(ctx, runs, s, task, deeps, shallow):
             hw_ax.legend(fontsize=8)
         figure(path, draw_layers, grid=(1, 3), size=(15, 4.3))
 
-    path = ctx.figure_path("C44-lr-sensitivity")
+    path = trial.figure_path("C44-lr-sensitivity")
     if path is not None:
         def draw_lr(ax):
             for arm in PLACEMENTS:

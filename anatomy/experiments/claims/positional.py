@@ -19,7 +19,7 @@ from anatomy import ModelConfig, build_model
 from anatomy.components.positional import sinusoidal_table
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, finite_metrics, fit
 from anatomy.experiments.probes import hook_output, loss_per_position
 from anatomy.experiments.registry import experiment
 from anatomy.experiments.tasks import MarkovTask
@@ -124,24 +124,25 @@ def _rotation_checks(d: int = 64, n: int = 256) -> dict[str, float]:
 
 
 @experiment("pe-lm", units={"train_length": " tokens"})
-def pe_lm(ctx):
-    T = budget(ctx.preset, 16, 32, 64)
-    steps = budget(ctx.preset, 40, 200, 1000)
-    batch, d_model = 16, budget(ctx.preset, 32, 32, 64)
-    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=ctx.seed)
-    g = torch.Generator().manual_seed(ctx.seed)
+def pe_lm(trial):
+    T = budget(trial.preset, 16, 32, 64, POST_SIZES["T"])
+    steps = budget(trial.preset, 40, 200, 1000)
+    batch, d_model = 16, budget(trial.preset, 32, 32, 64, POST_SIZES["d_model"])
+    task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     train = task.sample(steps * batch, T, g)
-    held = task.batch(task.sample(budget(ctx.preset, 16, 64, 128), 4 * T, g))
+    held = task.batch(task.sample(budget(trial.preset, 16, 64, 128), 4 * T, g))
 
     def batches(step):
         return task.batch(train[step * batch:(step + 1) * batch])
 
-    base = dict(vocab_size=task.vocab, d_model=d_model, n_heads=4, n_layers=2, max_seq_len=4 * T, dropout=0.0,
+    base = dict(vocab_size=task.vocab, d_model=d_model, n_heads=budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"]),
+                n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]), max_seq_len=4 * T, dropout=0.0,
                 init="xavier", scale_embeddings=True)  # the 2017 recipe: embeddings ~ N(0, 1/D) times sqrt(D)
     out: dict[str, float] = {"train_length": T, "train_steps": steps, "floor": task.floor, "uniform": task.uniform}
     curves, models = {}, {}
     for kind in (*PE_KINDS, "concat"):
-        torch.manual_seed(ctx.seed)  # same initial weights wherever the architectures agree
+        torch.manual_seed(trial.seed)  # same initial weights wherever the architectures agree
         model = build_model(ModelConfig(positional="none" if kind == "concat" else kind, **base))
         if kind == "concat":
             model.embeddings.positional = ConcatSinusoidal(d_model, d_model // 2)
@@ -155,7 +156,7 @@ def pe_lm(ctx):
         out[f"train_final_{kind}"] = losses[-1]
 
     # C30: a learned table of T rows, asked for position T
-    torch.manual_seed(ctx.seed)
+    torch.manual_seed(trial.seed)
     short = build_model(ModelConfig(**{**base, "positional": "learned", "max_seq_len": T}))
     try:
         short(input_ids=torch.zeros(1, T + 1, dtype=torch.long))
@@ -168,18 +169,18 @@ def pe_lm(ctx):
     out["concat_params_ratio"] = (_n_params(wide) - task.vocab * d_model) / _n_params(models["sinusoidal"])
 
     # C21, C27
-    out.update(_order_blindness(ctx.seed))
+    out.update(_order_blindness(trial.seed))
     out["nope_gain"] = (task.uniform - out["in_none"]) / (task.uniform - task.floor)
     out.update(_rotation_checks())
     for kind in ("sinusoidal", "learned", "rope", "alibi"):
         out[f"offset_r2_{kind}"] = _offset_r2(models[kind], task.vocab, T)
 
-    _draw_pe_lm(ctx, curves, task, T, out, models)
+    _draw_pe_lm(trial, curves, task, T, out, models)
     return finite_metrics(out)
 
 
-def _draw_pe_lm(ctx, curves, task, T, out, models):
-    path = ctx.figure_path("C29-loss-by-position")
+def _draw_pe_lm(trial, curves, task, T, out, models):
+    path = trial.figure_path("C29-loss-by-position")
     if path is not None:
         def draw(axes):
             ax, bars = axes
@@ -213,7 +214,7 @@ def _draw_pe_lm(ctx, curves, task, T, out, models):
             bars.legend(fontsize=8)
         figure(path, draw, grid=(1, 2), size=(12, 4.5))
 
-    path = ctx.figure_path("C27-scores-by-offset")
+    path = trial.figure_path("C27-scores-by-offset")
     if path is not None:
         ids = torch.full((1, T), 3, dtype=torch.long)
         mats = {}

@@ -39,7 +39,7 @@ def _probe_accuracy(x: torch.Tensor, labels: torch.Tensor, classes: int) -> floa
 
 
 @experiment("sinusoidal-algebra")
-def sinusoidal_algebra(ctx):
+def sinusoidal_algebra(trial):
     d, n = 64, 512
     pos = torch.arange(n)
     ref = _closed_form(pos, d)
@@ -65,7 +65,7 @@ def sinusoidal_algebra(ctx):
     out[f"frac_pairs_cos_above_{COS}"] = (off > COS).double().mean().item()
 
     # C23: can a linear map pull token and position back out of E[token] + PE[pos]?
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = torch.Generator().manual_seed(trial.seed)
     vocab, length = 64, 64
     tok = torch.arange(vocab).repeat_interleave(length)
     where = torch.arange(length).repeat(vocab)
@@ -88,7 +88,7 @@ def sinusoidal_algebra(ctx):
             worst = max(worst, abs((qa * ka).sum().item() - (q0 * k0).sum().item()))
     out["rope_offset_only_err"] = worst
 
-    path = ctx.figure_path("C25-sinusoidal-table")
+    path = trial.figure_path("C25-sinusoidal-table")
     if path is not None:
         def draw(axes):
             ax, gm = axes

@@ -1,0 +1,179 @@
+"""Run the units of a claims run on a Ray cluster (``--cluster ADDRESS``; the ``[cluster]`` extra).
+
+Every unit (one experiment on one seed) is one Ray task asking for one CPU (``cpus``): it runs in a fresh
+temporary folder on whichever node Ray picks, and sends back its metrics, its seconds and the bytes of the figures
+it drew. This process (the driver) writes the figures and the unit into the output folder as each one arrives
+(:mod:`anatomy.experiments.store`), then the report. Each task starts from ``seed_everything(seed)`` with one
+intra-op thread, as a local run does, so the metrics are bit-equal to a local serial run except the wall-clock ones
+(:data:`anatomy.experiments.runner.NONDETERMINISTIC`), given the same torch on every node.
+
+The package reaches the workers through Ray's runtime environment (``py_modules``: this process uploads its own
+``anatomy/`` folder once; the workers import it from there before anything installed). Its dependencies (torch,
+numpy, matplotlib, tqdm) must be installed on every node. Before the first unit, one task checks that the workers
+run the same code as this process.
+
+A worker that dies during a unit (killed, out of memory, its node lost) is not an error of the experiment: the
+unit is submitted again, up to ``retries`` times, and the retry is said on the terminal and in ``claims.json``
+(``schedule.retried``). An exception raised by the experiment itself stops the run with that exception.
+
+Ray is imported here only, when a cluster is asked for: ``import anatomy`` and local runs never need it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from anatomy.experiments.store import Result, Unit, atomic_write
+
+RETRIES = 3
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot run the units (unreachable, other code on the workers, a unit that keeps losing its
+    worker): said in one line by the CLI."""
+
+
+def check_address(address: str) -> str:
+    """``address`` as Ray takes it: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``. A ``HOST:PORT`` must answer a
+    TCP connection at once (rather than Ray's long wait on a wrong address): ValueError in one line otherwise."""
+    if address == "auto":
+        return address
+    bare = address.removeprefix("ray://")
+    host, sep, port = bare.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--cluster {address!r}: expected HOST:PORT of a Ray head (like 127.0.0.1:6379), "
+                         "ray://HOST:PORT, or auto")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ValueError(f"--cluster {address}: no Ray head answers there ({reason}); start one with "
+                         f"`ray start --head --port {port}` or give its address") from None
+    return address
+
+
+def anatomy_unit(name: str, preset: str, seed: int) -> tuple[dict[str, float], list[str], float, dict[str, bytes],
+                                                              str]:
+    """The Ray task: one unit in a temporary folder; ``(metrics, figures, seconds, figure bytes, worker)``."""
+    import tempfile
+
+    from anatomy.experiments.runner import load_all, run_one
+
+    load_all()
+    with tempfile.TemporaryDirectory(prefix="anatomy-unit-") as tmp:
+        metrics, figures, seconds = run_one(name, preset, seed, tmp)
+        blobs = {f: (Path(tmp) / f).read_bytes() for f in figures}
+    return metrics, figures, seconds, blobs, f"{socket.gethostname()}:{os.getpid()}"
+
+
+def worker_code_version() -> str:
+    from anatomy.experiments.store import code_version
+
+    return code_version()
+
+
+def preflight(address: str) -> None:
+    """Before anything is written: Ray is installed and ``address`` answers (ValueError in one line otherwise)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError("--cluster needs Ray: pip install 'transformer-anatomy[cluster]' (ray>=2.9)") from None
+    check_address(address)
+
+
+def connect(address: str) -> tuple[Any, bool]:
+    """``(ray, connected_here)``: Ray connected to the cluster at ``address`` with this package shipped to its
+    workers. An already initialised Ray (a caller's own session) is used as it is."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--cluster needs Ray: pip install 'transformer-anatomy[cluster]' (ray>=2.9)") from None
+    if ray.is_initialized():
+        return ray, False
+    address = check_address(address)
+    package = Path(__file__).resolve().parents[1]
+    runtime_env = {"py_modules": [str(package)], "env_vars": dict(_WORKER_ENV),
+                   "excludes": ["__pycache__", "*.pyc"]}
+    try:
+        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING,
+                 namespace="anatomy")
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"--cluster {address}: cannot connect to Ray ({first})") from None
+    return ray, True
+
+
+def run_on_ray(tasks: list[Unit], preset: str, out: Path, address: str, finished: Callable[[Unit, Result], None],
+               *, cpus: float = 1.0, retries: int = RETRIES, timeline: list | None = None,
+               note: Callable[[str], None] = print, retried: list | None = None,
+               started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run ``tasks`` as Ray tasks of ``cpus`` CPUs each on the cluster at ``address``; ``finished(unit, result)``
+    for each one as it arrives, after its figures are written into ``out``. Returns what the cluster was
+    (``address``, ``cpus``, ``nodes``, ``slots``); ``started`` gets the same as soon as it is known."""
+    if not cpus > 0:
+        raise ValueError(f"cluster CPUs per unit must be positive, got {cpus!r}")
+    ray, connected_here = connect(address)
+    try:
+        total = float(ray.cluster_resources().get("CPU", 0.0))
+        nodes = len([n for n in ray.nodes() if n.get("Alive")])
+        if total < cpus:
+            raise ClusterError(f"the cluster at {address} has {total:g} CPUs, a unit asks for {cpus:g}")
+        info = {"address": address, "cpus": total, "nodes": nodes, "slots": int(total // cpus),
+                "cpus_per_unit": cpus}
+        if started is not None:
+            started(info)
+        check = ray.remote(worker_code_version).options(num_cpus=cpus, max_retries=retries)
+        theirs, ours = ray.get(check.remote()), worker_code_version()
+        if theirs != ours:
+            raise ClusterError(f"the workers at {address} run other code (version {theirs}, here {ours}); "
+                               "install the same version on the nodes or let the runtime environment ship it")
+        unit = ray.remote(anatomy_unit).options(num_cpus=cpus, max_retries=0)
+        pending: dict[Any, tuple[Unit, int]] = {}
+
+        def submit(task: Unit, attempt: int) -> None:
+            pending[unit.remote(task[0], preset, task[1])] = (task, attempt)
+
+        for task in tasks:
+            submit(task, 1)
+        try:
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1)
+                for ref in ready:
+                    task, attempt = pending.pop(ref)
+                    try:
+                        metrics, figures, seconds, blobs, who = ray.get(ref)
+                    except ray.exceptions.RayTaskError as err:  # the experiment's own error
+                        raise err.as_instanceof_cause() from None
+                    except ray.exceptions.RayError as err:  # the worker, its node or the object was lost
+                        if attempt > retries:
+                            raise ClusterError(f"{task[0]} (seed {task[1]}) lost its worker {attempt} times "
+                                               f"({type(err).__name__}); giving up") from None
+                        note(f"  a worker died during {task[0]} seed {task[1]} ({type(err).__name__}); "
+                             f"retrying it (attempt {attempt + 1} of {retries + 1})")
+                        if retried is not None:
+                            retried.append({"experiment": task[0], "seed": task[1], "attempt": attempt + 1,
+                                            "error": type(err).__name__})
+                        submit(task, attempt + 1)
+                        continue
+                    for rel, data in blobs.items():
+                        atomic_write(out / rel, data)
+                    end = time.monotonic()
+                    if timeline is not None:
+                        timeline.append((task, who, end - seconds, end))
+                    finished(task, (metrics, figures, seconds))
+        except BaseException:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            raise
+        return info
+    finally:
+        if connected_here:
+            ray.shutdown()
