@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(folder)
     zh = lang == "zh"
     if command == "list":
-        rows = [{"id": e.id, "section": e.section, "title": e.title[1] if zh else e.title[0],
-                 "status": progress.status(e.id), "file": e.file} for e in EXERCISES]
+        rows: list[dict] = [{"id": e.id, "section": e.section, "title": e.title[1] if zh else e.title[0],
+                             "status": progress.status(e.id), "file": e.file} for e in EXERCISES]
         for r in rows:  # worked in a notebook (anatomy learn start --notebook): said too
             r["notebook"] = progress.entry(r["id"]).get("notebook")
         if args.format == "json":
@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
             except FileExistsError as err:
                 raise UsageError(str(err)) from None
             print(("已写入 " if zh else "wrote ") + str(path))
-            print(("用 Jupyter 打开它，写完后运行最后一个单元格评分" if zh else
-                   "open it in Jupyter; when it is written, run its last cell to grade it"))
+            print("用 Jupyter 打开它，写完后运行最后一个单元格评分" if zh else
+                  "open it in Jupyter; when it is written, run its last cell to grade it")
             return 0
         path = folder / exercise.file
         if path.exists():

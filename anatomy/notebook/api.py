@@ -37,7 +37,7 @@ def _label(obj: Any) -> str:
     if isinstance(obj, str):
         return obj
     if isinstance(obj, type) or callable(obj) and hasattr(obj, "__name__") and not hasattr(obj, "forward"):
-        return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", type(obj).__name__)
+        return str(getattr(obj, "__qualname__", None) or getattr(obj, "__name__", type(obj).__name__))
     return type(obj).__name__
 
 
@@ -101,7 +101,7 @@ def trace(obj: Any, *, d_model: int = 20, n_heads: int = 5, heads: int | None = 
         table = trace_learner(obj, factory=factory, d_model=d_model, n_heads=n_heads, batch=batch, seq=seq,
                               seed=seed, timeout=limit)
         where = cells.trace_cells(table)
-        return dataclasses.replace(table, recording=None), where  # the recording stays behind (tensors, hooks)
+        return dataclasses.replace(table, recording=None), where  # type: ignore[arg-type] # the recording stays behind (tensors, hooks)
 
     answer = isolated(run, isolate=isolate)
     table, where = answer.value if answer.value is not None else (None, [])

@@ -13,7 +13,8 @@ import html
 from typing import Any
 
 GREEN, RED, AMBER, GREY = "#1a7f37", "#cf222e", "#9a6700", "#57606a"
-BOX = "font-family: system-ui, 'Noto Sans CJK SC', 'WenQuanYi Micro Hei', sans-serif; font-size: 13px; line-height: 1.45"
+BOX = ("font-family: system-ui, 'Noto Sans CJK SC', 'WenQuanYi Micro Hei', sans-serif; font-size: 13px; "
+       "line-height: 1.45")
 CELL = "padding: 2px 8px; border-bottom: 1px solid #d0d7de; text-align: left; vertical-align: top"
 CODE = "font-family: ui-monospace, 'DejaVu Sans Mono', monospace; font-size: 12px"
 

@@ -134,4 +134,5 @@ def isolated(fn: Callable[[], Any], *, isolate: bool | None = None) -> Answer:
     code = os.waitstatus_to_exitcode(status)
     return Answer(error=("exit", f"the module ended the process itself (os._exit({code}) or a signal) before the check "
                                  "finished, so nothing was checked; remove the exit (a debugging leftover?)",
-                         f"检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），因此什么也没能检查；请删掉这个退出"))
+                         f"检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），因此什么也没能检查；"
+                         "请删掉这个退出"))
