@@ -52,3 +52,9 @@ def outputs(cell) -> tuple[str, dict]:
         elif o.get("output_type") in ("execute_result", "display_data"):
             data = dict(o.get("data", {}))
     return text, data
+
+
+@pytest.fixture(scope="session")
+def cell_outputs():
+    """:func:`outputs`, for the tests (conftest modules are not imported by name)."""
+    return outputs

@@ -8,8 +8,6 @@ import linecache
 
 import pytest
 
-from tests.notebook.conftest import outputs
-
 IMPORTS = "import json, math, os\nimport torch\nfrom torch import nn\nimport anatomy\n"
 
 ATTENTION = '''class {name}(nn.Module):
@@ -68,7 +66,7 @@ CELLS = [
 
 def _found(nb, tag: str) -> dict:
     for cell in nb.cells:
-        text, _ = outputs(cell)
+        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
         for line in text.splitlines():
             if line.startswith(tag + " "):
                 return json.loads(line[len(tag) + 1:])
@@ -125,7 +123,8 @@ def test_a_hung_forward_is_stopped_and_an_exit_is_caught(executed):
     assert exits["verdict"] == "error" and exits["error"][0] == "exit" and "os._exit(0)" in exits["error"][1]
 
 
-def test_results_and_figures_display_as_html_and_png_in_the_notebook(executed):
+def test_results_and_figures_display_as_html_and_png_in_the_notebook(executed, cell_outputs):
+    outputs = cell_outputs
     cell = executed.cells[1].execution_count
     _, check = outputs(executed.cells[3])
     assert "text/html" in check and "no_scaling" in check["text/html"] and f"cell [{cell}], line" in check["text/html"]

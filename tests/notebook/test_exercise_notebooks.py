@@ -10,7 +10,6 @@ import anatomy.course
 from anatomy.cli.main import main
 from anatomy.course.progress import Progress
 from anatomy.notebook import course as nbc
-from tests.notebook.conftest import outputs
 
 
 def test_start_notebook_writes_the_exercise_and_list_shows_it(tmp_path, capsys):
@@ -54,7 +53,8 @@ def test_grade_records_progress_with_a_stand_in_grader(tmp_path, monkeypatch):
     assert (e["status"], e["last"], e["checks"], e["notebook"]) == ("tried", "no_scaling", 1, "01_attention.ipynb")
 
 
-def test_exercise_notebook_is_graded_on_a_kernel(kernel, tmp_path):
+def test_exercise_notebook_is_graded_on_a_kernel(kernel, tmp_path, cell_outputs):
+    outputs = cell_outputs
     if not hasattr(anatomy.course, "grade"):
         pytest.skip("waits for anatomy.course.grade(exercise_id, obj) (issue 22, the course's half)")
     import nbformat
