@@ -98,6 +98,8 @@ class Graded:
         self.result, self.lang = result, lang
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or "result" not in self.__dict__:
+            raise AttributeError(name)
         return getattr(self.__dict__["result"], name)
 
     def __str__(self) -> str:
