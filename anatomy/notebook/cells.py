@@ -88,6 +88,20 @@ def _relabel(text: str, line: int, file: str, zh: bool) -> str:
     return text.replace(head, where(file, line), 1) if text.startswith(head) else text
 
 
+def name_in_text(text: str) -> str:
+    """A message that names a cell's file (``at line 5 of 3761.py``, ``3761.py:5``) names the cell instead."""
+    if not isinstance(text, str):
+        return text
+    for file, number in _filename_map().items():
+        base = os.path.basename(file)
+        if base not in text:
+            continue
+        text = re.sub(rf"\bline (\d+) of {re.escape(base)}", rf"cell [{number}], line \1", text)
+        text = re.sub(rf"第 (\d+) 行（{re.escape(base)}）", rf"单元格 [{number}] 第 \1 行", text)
+        text = re.sub(rf"{re.escape(base)}:(\d+)", rf"cell [{number}], line \1", text)
+    return text
+
+
 def name_pointer(w: dict[str, Any]) -> dict[str, Any]:
     """One pointer of the doctor (``{"line", "file", "where", "source", "en", "zh"}``), its cell named in place."""
     file, line = w.get("file") or "", w.get("line")

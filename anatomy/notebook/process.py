@@ -38,6 +38,13 @@ class Answer:
 
 
 def _error_of(err: BaseException) -> tuple[str, str, str]:
+    kind, en, zh = _error_text(err)
+    from anatomy.notebook.cells import name_in_text
+
+    return kind, name_in_text(en), name_in_text(zh)
+
+
+def _error_text(err: BaseException) -> tuple[str, str, str]:
     from anatomy.doctor import CheckError
 
     if isinstance(err, CheckError):

@@ -20,6 +20,9 @@ def test_terminal_and_kernel_cell_names(monkeypatch):
     assert cells.label("/tmp/ipykernel_9/78.py") == "cell [?]"  # shaped like a cell, number unknown
     w = cells.name_pointer({"file": "/tmp/ipykernel_9/77.py", "line": 4, "where": "77.py:4",
                             "en": "line 4 `x` scales", "zh": "第 4 行 `x` 缩放"})
+    said = "the forward raised RuntimeError: bad view (at line 11 of 77.py: `q.view(5, -1)`); see 77.py:3"
+    assert cells.name_in_text(said) == ("the forward raised RuntimeError: bad view (at cell [12], line 11: "
+                                        "`q.view(5, -1)`); see cell [12], line 3")
     assert (w["cell"], w["where"], w["en"], w["zh"]) == (12, "cell [12], line 4", "cell [12], line 4 `x` scales",
                                                          "单元格 [12] 第 4 行 `x` 缩放")
 
