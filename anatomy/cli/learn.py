@@ -18,6 +18,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st = sub.add_parser("start", parents=[common], help="write an exercise's skeleton file (never overwrites)")
     st.add_argument("id", help="the exercise (see `anatomy learn list`)")
     st.add_argument("--hint", action="store_true", help="put the hint in the skeleton")
+    st.add_argument("--notebook", action="store_true",
+                    help="write NN_exercise.ipynb instead: the same texts, a cell to fill in, a cell that grades it")
     ck = sub.add_parser("check", parents=[common], help="grade your file: pass, or the pitfall and its line")
     ck.add_argument("id")
     ck.add_argument("file", nargs="?", help="your file (default: the one `start` wrote)")
@@ -48,14 +50,17 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(folder)
     zh = lang == "zh"
     if command == "list":
-        rows = [{"id": e.id, "section": e.section, "title": e.title[1] if zh else e.title[0],
-                 "status": progress.status(e.id), "file": e.file} for e in EXERCISES]
+        rows: list[dict] = [{"id": e.id, "section": e.section, "title": e.title[1] if zh else e.title[0],
+                             "status": progress.status(e.id), "file": e.file} for e in EXERCISES]
+        for r in rows:  # worked in a notebook (anatomy learn start --notebook): said too
+            r["notebook"] = progress.entry(r["id"]).get("notebook")
         if args.format == "json":
             print(json.dumps({"exercises": rows}, ensure_ascii=False, indent=2))
         else:
             mark = {"done": "✓", "tried": "~", "not started": " "}
             for r in rows:
-                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})")
+                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})"
+                      + (f" · {r['notebook']}" if r["notebook"] else ""))
         return 0
     if command == "page":
         from anatomy.course import page
@@ -71,6 +76,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     if command == "start":
+        if getattr(args, "notebook", False):
+            from anatomy.notebook.course import write_exercise
+
+            try:
+                path = write_exercise(exercise.id, folder, lang, hint=args.hint)
+            except FileExistsError as err:
+                raise UsageError(str(err)) from None
+            print(("已写入 " if zh else "wrote ") + str(path))
+            print("用 Jupyter 打开它，写完后运行最后一个单元格评分" if zh else
+                  "open it in Jupyter; when it is written, run its last cell to grade it")
+            return 0
         path = folder / exercise.file
         if path.exists():
             raise UsageError(f"{path} already exists: it is never overwritten; check it with "

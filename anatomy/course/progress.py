@@ -52,6 +52,12 @@ class Progress:
         e["last"] = "pass" if passed else (pitfall or "fail")
         self.save()
 
+    def notebook(self, exercise_id: str, path: Path) -> None:
+        """The exercise is (also) worked in the notebook ``path`` (``anatomy learn start --notebook``)."""
+        e = self.data["exercises"].setdefault(exercise_id, {})
+        e["notebook"] = os.path.relpath(path, self.folder)
+        self.save()
+
     def file(self, exercise_id: str) -> Path | None:
         f = self.entry(exercise_id).get("file")
         return None if f is None else self.folder / f

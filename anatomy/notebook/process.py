@@ -1,0 +1,145 @@
+"""Run the doctor on an object that exists only in this process's memory, in a process of its own.
+
+    answer = isolated(lambda: check(MyAttention), what="anatomy.check(MyAttention)")
+    answer.value          # what the function returned (pickled back through a pipe), or
+    answer.error          # (kind, en, zh): "check" (CheckError, CheckTimeout), "exit" (the module ended its process)
+
+A class typed into a notebook cell cannot be imported by a fresh interpreter, so the child is a *fork* of this one
+(Linux, and any system where ``os.fork`` exists and ``fork`` is the safe choice): it inherits the class, its cell's
+source lines and IPython's cell numbers. Inside the child the doctor's own time limits apply (``timeout`` seconds
+per step, ``anatomy.doctor.limits``), and a watchdog thread ends the child when a step is still running well past
+its limit (C code that never returns, a loop that swallows every alarm): the parent then answers with the same
+timeout line the command line prints. A module that calls ``os._exit`` ends only the child. Where there is no
+``fork`` (Windows) or it is unsafe (macOS), the check runs here, with the doctor's in-process limits only, and the
+result says so in ``isolation``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pickle
+import signal
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+FORK = hasattr(os, "fork") and sys.platform.startswith("linux")
+
+
+@dataclass
+class Answer:
+    value: Any = None
+    error: tuple[str, str, str] | None = None  # (kind, en, zh)
+    isolation: str = "process"  # "process" (a forked child) or "none" (ran here)
+
+
+def _error_of(err: BaseException) -> tuple[str, str, str]:
+    kind, en, zh = _error_text(err)
+    from anatomy.notebook.cells import name_in_text
+
+    return kind, name_in_text(en), name_in_text(zh)
+
+
+def _error_text(err: BaseException) -> tuple[str, str, str]:
+    from anatomy.doctor import CheckError
+
+    if isinstance(err, CheckError):
+        en = getattr(err, "en", None) or str(err)
+        zh = getattr(err, "zh", None) or en
+        return ("timeout" if type(err).__name__ == "CheckTimeout" else "check", en, zh)
+    text = f"{type(err).__name__}: {' '.join(str(err).split())[:300]}"
+    return ("crash", f"the check itself failed: {text}", f"检查本身出错：{text}")
+
+
+def _overdue(write: Callable[[bytes], None]) -> Callable[[Any], None]:
+    from anatomy.doctor import CheckTimeout
+    from anatomy.doctor.limits import grace
+
+    def end(step: Any) -> None:
+        en, zh = step.describe()
+        err = CheckTimeout(en, zh, step.limit)
+        late = grace(step.limit)
+        answer = Answer(error=("timeout", f"{err.en} (still running {late:g} s after the limit: its process was "
+                                          "ended)", f"{err.zh}（超过时限 {late:g} 秒后仍在运行：其进程已被终止）"))
+        with contextlib.suppress(Exception):
+            write(pickle.dumps(answer))
+        os._exit(0)
+    return end
+
+
+def here(fn: Callable[[], Any]) -> Answer:
+    """``fn()`` in this process; a :class:`CheckError` becomes the answer's error."""
+    from anatomy.doctor import CheckError
+
+    try:
+        return Answer(fn(), isolation="none")
+    except CheckError as err:
+        return Answer(error=_error_of(err), isolation="none")
+
+
+def isolated(fn: Callable[[], Any], *, isolate: bool | None = None) -> Answer:
+    """``fn()`` in a forked child (``isolate`` None: where fork is available and safe; True: required; False:
+    here). The value must pickle; everything the child prints is dropped (the kernel's streams are the parent's)."""
+    if isolate is False:
+        return here(fn)
+    if not FORK:
+        if isolate:
+            raise ValueError(f"isolate=True needs os.fork on Linux; this is {sys.platform} (use isolate=False to run "
+                             "the check in this process, with in-process time limits only)")
+        return here(fn)
+    read, write = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded process": the child runs no threads
+        pid = os.fork()
+    if pid == 0:  # the child: compute, answer, leave without running the parent's cleanup
+        code = 0
+        try:
+            os.close(read)
+            sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            out = os.fdopen(write, "wb")
+
+            def send(data: bytes) -> None:
+                out.write(data)
+                out.flush()
+
+            from anatomy.doctor.limits import Watchdog
+
+            try:
+                with Watchdog(_overdue(send)):
+                    answer = Answer(fn())
+            except BaseException as err:  # noqa: BLE001 - the parent must get an answer
+                answer = Answer(error=_error_of(err))
+            try:
+                data = pickle.dumps(answer)
+            except Exception as err:  # noqa: BLE001
+                data = pickle.dumps(Answer(error=_error_of(err)))
+            send(data)
+            out.close()
+        except BaseException:  # noqa: BLE001
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(write)
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+    except BaseException:  # an interrupt in the notebook: the child goes too
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    if data:
+        answer = pickle.loads(data)  # noqa: S301 - our own child's answer, through our own pipe
+        if isinstance(answer, Answer):
+            return answer
+    code = os.waitstatus_to_exitcode(status)
+    return Answer(error=("exit", f"the module ended the process itself (os._exit({code}) or a signal) before the check "
+                                 "finished, so nothing was checked; remove the exit (a debugging leftover?)",
+                         f"检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），因此什么也没能检查；"
+                         "请删掉这个退出"))
