@@ -24,6 +24,7 @@ from anatomy.doctor.contract import detect_seq_first, first_call
 from anatomy.doctor.dataflow import (
     about_the_mask,
     deviation_faults,
+    mask_after_softmax_flow,
     observe,
     record_masked,
     scope_of,
@@ -209,7 +210,15 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     masked = [f for f in findings if about_the_mask(f)]
     if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
         keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
-        point(masked, record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h))
+        masked_rec = record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h)
+        leak = any(f.probe == "padding_leak" and f.severity == "error" and f.fault is None for f in findings)
+        after = mask_after_softmax_flow(obs.rec, masked_rec) if leak and "mask_after_softmax" not in named_faults \
+            else None
+        if after is not None:  # named from the flow whatever the fill (a -inf after the softmax gives NaN)
+            findings.append(flow_finding("mask_after_softmax", after))
+            named_faults.append("mask_after_softmax")
+            masked.append(findings[-1])
+        point(masked, masked_rec)
     point(findings, obs.rec)  # the learner's lines behind each finding (pointers.py)
     if named_faults:
         for f in findings:  # the leaks and mixing the fault causes are its symptoms
