@@ -91,13 +91,14 @@ def _qkv_roles(subject: Subject, x: torch.Tensor) -> None:
     query (one argument made 2 tokens longer, the other two as they are). Stored in ``fields["qkv_roles"]``."""
     b, t, d = x.shape
     longer = torch.cat([x, x[:, :2]], 1)
+    extra = [subject.no_mask(x)] if subject.no_mask else [None] if subject.mask_required else []
     for i in range(3):
         args = [x, x, x]
         args[i] = longer
         try:
             with torch.no_grad():
                 out = subject.module(*[a.transpose(0, 1) if subject.seq_first else a for a in args],
-                                     *([subject.no_mask(x)] if subject.no_mask else [None] if subject.mask_required else []))
+                                     *extra)
         except Exception:  # noqa: BLE001 - the learner's code; a failing slot is simply not the query
             continue
         out = out[0] if isinstance(out, (tuple, list)) else out

@@ -13,15 +13,34 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_learner_zoo import facts, judge, lines, pointed, run  # noqa: E402
 from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 
-GAPS: dict[str, str] = {}  # case id -> why the doctor is still wrong on it (strict xfail: fixing it must remove it)
+# case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
+# unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
+GAPS: dict[str, str] = {
+    "real.vision.LayerScaleBlock": "LayerScale (per-channel gain on each branch) is not a reference variant yet",
+    "real.vision.CaiTBlock": "LayerScale (gamma_1/gamma_2) is not a reference variant yet",
+    "real.vision.ResPostNormBlock": "res-post-norm x + norm(f(x)) is not a reference placement yet",
+    "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
+    "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",
+    "real.llm.FalconMultiQuery": "a fused multi-query projection (H + 2 heads) is not mapped",
+    "real.llm.FalconInterleavedGQA": "a fused projection interleaved per key/value group is not mapped",
+    "real.research.T5Attention": "T5's unscaled attention with a relative bias is not a named design yet",
+    "real.research.T5Block": "T5's unscaled attention with a relative bias is not a named design yet",
+    "real.research.FunctionalNormBlock": "a block whose norms have no parameters cannot be mapped",
+    "real.research.JadoreMultiHeadAttention": "an attention holding its residual and norm is read as a block",
+    "real.research.JadoreEncoderLayer": "the attention's own residual + norm and a Conv1d FFN are not mapped",
+    "real.research.JadoreEncoderLayerNoFFResidual": "not mapped (as JadoreEncoderLayer): the missing residual is "
+                                                   "not named",
+}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_real_module_gets_its_verdict(case):
-    if case.id in GAPS:
-        pytest.xfail(GAPS[case.id])
     report, err = run(case)
     why = judge(case, report, err)
+    if case.id in GAPS:
+        assert err is None and (report.errors == [] or not case.correct), "a gap must stay an honest can't-tell"
+        if why is not None:
+            pytest.xfail(GAPS[case.id])
     assert why is None, why + "\n" + (report.render() if report else "")
     assert facts(case, report) == [], report.render()
     if not case.correct and case.id not in LINE_GAPS:
@@ -55,7 +74,8 @@ def score() -> dict:
             counts["bugs_named"] += why is None
             counts["lines"] += report is not None and pointed(case, report)
         mark = "ok " if why is None and not more else "BAD" if why else "~  "
-        print(f"{mark} {case.id:45s} {case.expect:24s} {(why or '')[:150]}{' missing ' + ','.join(more) if more else ''}")
+        missing = " missing " + ",".join(more) if more else ""
+        print(f"{mark} {case.id:45s} {case.expect:24s} {(why or '')[:150]}{missing}")
     print(f"correct modules passing {counts['correct_ok']}/{counts['correct']}, bugs named {counts['bugs_named']}/"
           f"{counts['bugs']}, false alarms {counts['false_alarms']}, refused {counts['refused']}, crashes "
           f"{counts['crashes']}, bug lines pointed at {counts['lines']}/{counts['bugs']}")
