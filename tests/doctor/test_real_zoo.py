@@ -21,8 +21,6 @@ GAPS: dict[str, str] = {
     "real.vision.ResPostNormBlock": "res-post-norm x + norm(f(x)) is not a reference placement yet",
     "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
     "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",
-    "real.llm.FalconMultiQuery": "a fused multi-query projection (H + 2 heads) is not mapped",
-    "real.llm.FalconInterleavedGQA": "a fused projection interleaved per key/value group is not mapped",
     "real.research.T5Attention": "T5's unscaled attention with a relative bias is not a named design yet",
     "real.research.T5Block": "T5's unscaled attention with a relative bias is not a named design yet",
     "real.research.FunctionalNormBlock": "a block whose norms have no parameters cannot be mapped",
