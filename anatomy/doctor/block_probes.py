@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from anatomy.doctor.precision import tol
 from anatomy.doctor.probes import Context
 from anatomy.doctor.report import Finding, fmt
 from anatomy.doctor.subject import CallError, close, max_diff
@@ -69,7 +70,7 @@ def residual(ctx: Context):
     ev = {"silenced_output_std_over_tokens": spread, "max_diff_from_input": max_diff(out, ctx.x)}
     if close(out, ctx.x):
         ctx.silenced = "identity"
-    elif spread <= 1e-9 * ctx.scale:
+    elif spread <= tol(1e-9) * ctx.scale:
         ctx.silenced = "constant"
         return [Finding("residual", "error",
                         "with the attention and FFN outputs set to 0 the block's output no longer depends on its input "

@@ -19,10 +19,12 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.doctor import diagnose as dg
 from anatomy.doctor import mapping as mp
+from anatomy.doctor import precision
 from anatomy.doctor.contract import detect_seq_first, first_call
 from anatomy.doctor.dataflow import (
     about_the_mask,
     deviation_faults,
+    mask_after_softmax_flow,
     observe,
     record_masked,
     scope_of,
@@ -33,6 +35,7 @@ from anatomy.doctor.layouts import linear_after_mha
 from anatomy.doctor.masks import padding_keep
 from anatomy.doctor.norm_fit import find_norms
 from anatomy.doctor.pointers import point
+from anatomy.doctor.precision import tol
 from anatomy.doctor.probes import Context, positions, run_all, shape
 from anatomy.doctor.report import Report
 from anatomy.doctor.subject import (
@@ -77,7 +80,7 @@ def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, ca
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not timeout >= 0 or timeout == float("inf")):
         raise CheckError(f"timeout must be a number of seconds >= 0 (0 or None: no limit), got {timeout!r}")
-    with isolated(seed):
+    with isolated(seed), precision.tolerating(0.0):
         return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None, seq_first)
 
 
@@ -102,17 +105,34 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         what = f"raised {err}" if err.raised else str(err)
         raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)} {what}; expected it to return "
                          "out (B, T, D) or (out, weights)") from None
-    if seq_first is None and detect_seq_first(subject, x, base, 1e-9 * max(1.0, float(base.abs().nan_to_num(0).max()))):
+    floor = precision.floor_for(subject.seen_dtypes)
+    precision.FLOOR.set(floor)  # reset when check() returns (precision.tolerating)
+    if floor:
+        narrow = sorted(str(d).replace("torch.", "") for d in subject.seen_dtypes if d != torch.float64)
+        subject.note(f"the module computes parts in {', '.join(narrow)} on float64 inputs (a cast inside it); every "
+                     f"comparison tolerates {floor:.1e} relative to the outputs, the precision it computed in",
+                     f"模块在 float64 输入上仍有部分计算用 {', '.join(narrow)}（内部有类型转换）；所有比较按它实际的"
+                     f"计算精度放宽到相对 {floor:.1e}")
+    if subject.promoted:
+        subject.note(f"{subject.promoted} op(s) met a float32 tensor and the doctor's float64 parameters and were "
+                     "rerun in float64 (in training both are float32)",
+                     f"{subject.promoted} 个运算遇到 float32 张量与医生给的 float64 参数混用，已改用 float64 重算"
+                     "（训练时两者都是 float32）")
+    if seq_first is None and detect_seq_first(subject, x, base,
+                                              precision.tol(1e-9) * max(1.0, float(base.abs().nan_to_num(0).max()))):
         base, base_w = subject.run(x)
         subject.note("the module is sequence-first: fed (B, T, D) it mixed the sequences of a batch, fed (T, B, D) it "
                      "does not, so every call gets x as (T, B, D) and its output is read back as (B, T, D)",
                      "模块按序列优先 (T, B, D) 排布：输入 (B, T, D) 时 batch 中的序列互相混合，输入 (T, B, D) 时不会，"
                      "因此每次调用都以 (T, B, D) 传入 x，输出按 (B, T, D) 读回")
     settings = {"d_model": d, "n_heads": h, "head_dim": d // h, "batch": BATCH, "seq": t, "seed": seed,
-                "dtype": "float64", "causal_flag": causal, "tolerance": dg.TOL}
+                "dtype": "float64", "causal_flag": causal, "tolerance": precision.tol(dg.TOL),
+                "computed_in": sorted(str(d).replace("torch.", "") for d in subject.seen_dtypes),
+                "tolerance_floor": floor}
     found: dict = {"call": subject.call, "returns": "(out, weights)" if base_w is not None else "out",
                    "weights_shape": _legend(base_w, h) if base_w is not None else None,
                    "seq_first": subject.seq_first, "call_notes": subject.notes,
+                   **({"qkv_roles": subject.fields["qkv_roles"]} if "qkv_roles" in subject.fields else {}),
                    "ignored_returns": subject.ignored_returns}
 
     # which kind of module, and how its parameters map onto ours
@@ -190,7 +210,15 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     masked = [f for f in findings if about_the_mask(f)]
     if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
         keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
-        point(masked, record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h))
+        masked_rec = record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h)
+        leak = any(f.probe == "padding_leak" and f.severity == "error" and f.fault is None for f in findings)
+        after = mask_after_softmax_flow(obs.rec, masked_rec) if leak and "mask_after_softmax" not in named_faults \
+            else None
+        if after is not None:  # named from the flow whatever the fill (a -inf after the softmax gives NaN)
+            findings.append(flow_finding("mask_after_softmax", after))
+            named_faults.append("mask_after_softmax")
+            masked.append(findings[-1])
+        point(masked, masked_rec)
     point(findings, obs.rec)  # the learner's lines behind each finding (pointers.py)
     if named_faults:
         for f in findings:  # the leaks and mixing the fault causes are its symptoms
@@ -213,7 +241,7 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
         cands = discover_mask(subject, x, base, shape_)
         best = cands[0]
         scale = max(1.0, float(base.abs().nan_to_num(0).max()))
-        if subject.mask_tentative and not any(c.ok and c.effect > 1e-9 * scale for c in cands):
+        if subject.mask_tentative and not any(c.ok and c.effect > tol(1e-9) * scale for c in cands):
             subject.takes_mask = False  # forward(x, *args): nothing passed there acts as a mask
             subject.call = "forward(x)"
             subject.note("forward(x, *args): no mask passed as the second argument changed the output, so the module "
@@ -233,9 +261,9 @@ def _conventions(ctx: Context, causal_flag: bool) -> dict:
                 ctx.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
             mask = {"sense": best.fmt.sense, "layout": best.fmt.layout, "also": list(dict.fromkeys(also)),
                     "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None}
-            acting = [c for c in cands if c.ok and c.effect > 1e-9 * scale]
+            acting = [c for c in cands if c.ok and c.effect > tol(1e-9) * scale]
             mask["ignored"] = not acting  # no convention changes anything: the module ignores its mask
-            if acting and all(c.leak > 1e-9 * scale for c in acting):  # no convention hides the padding
+            if acting and all(c.leak > tol(1e-9) * scale for c in acting):  # no convention hides the padding
                 mask["all_leak"] = True
                 mask["leaks"] = [{"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in acting]
                 ctx.mask_leaks = mask["leaks"]

@@ -16,7 +16,7 @@ import torch
 from anatomy.doctor import observed as ob
 from anatomy.doctor.naming import Hypothesis, Source
 from anatomy.doctor.subject import CallError, CheckError, Subject
-from anatomy.tracing.recorder import RecordError, Recording, record, sizes_for
+from anatomy.tracing.recorder import SOFTMAX_OPS, RecordError, Recording, record, sizes_for
 
 
 @dataclass
@@ -171,3 +171,28 @@ def deviation_faults(obs: Observation) -> list[tuple[str, dict]]:
             continue
         out.setdefault(fault, dev)
     return list(out.items())
+
+
+MASKING_OPS = {"masked_fill", "masked_fill_", "where", "mul", "mul_", "__mul__", "__rmul__", "multiply", "add",
+               "__add__", "__radd__", "add_", "__iadd__", "__imul__", "__setitem__"}
+
+
+def mask_after_softmax_flow(plain: Recording | None, masked: Recording | None) -> dict | None:
+    """The flow of ``mask_after_softmax``, whatever the fill (0, a product with the mask, -inf giving NaN): the
+    steps that run only when a mask is passed (their lines absent from the plain forward) all come after the first
+    softmax over the scores, none before it. Evidence with the first such step's line, else None."""
+    if plain is None or masked is None:
+        return None
+    soft = [s.index for s in masked.steps if s.op in SOFTMAX_OPS and s.data]
+    if not soft:
+        return None
+    plain_lines = {(s.file, s.line) for s in plain.steps}
+    only = [s for s in masked.steps if (s.file, s.line) not in plain_lines and s.op in MASKING_OPS and s.line]
+    if not only or any(s.index < soft[0] for s in only):
+        return None
+    step = only[0]
+    return {"kind": "mask_after_softmax", "line": step.line, "source": step.source, "dims": None,
+            "seen": "the mask is applied to the softmax's output (the weights), not to the scores before it",
+            "seen_zh": "mask 施加在 softmax 的输出（权重）上，而不是 softmax 之前的分数上",
+            "expected": "fill the hidden scores before the softmax, so the visible weights still sum to 1",
+            "expected_zh": "在 softmax 之前填充被遮住的分数，可见位置的权重之和才仍为 1"}

@@ -22,6 +22,7 @@ from torch import nn
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
+from anatomy.doctor import precision
 from anatomy.doctor.mapping import BlockParts, Hypothesis, kv_heads, load_reference
 from anatomy.doctor.norm_fit import StdNorm
 from anatomy.doctor.subject import CallError, Subject, max_diff
@@ -251,7 +252,7 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
     if not scenarios:
         return Diagnosis("unavailable", "the module could not be run on the diagnosis inputs")
     scale = max(max(1.0, float(sc.user_out[sc.rows].abs().nan_to_num(0).max())) for sc in scenarios)
-    tol = TOL * scale
+    tol = precision.tol(TOL) * scale
 
     def distance(ref: nn.Module) -> tuple[float, dict]:
         per = {sc.name: max_diff(sc.user_out, refs.run(ref, sc), sc.rows) for sc in scenarios}

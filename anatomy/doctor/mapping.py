@@ -144,6 +144,23 @@ def _fused_gqa(d: int, h: int, kv: int, weight: str, bias: str | None) -> dict[s
     return src
 
 
+def _fused_gqa_grouped(d: int, h: int, kv: int, weight: str, bias: str | None) -> dict[str, Source]:
+    """A fused ``(D + 2 Hkv Dh, D)`` projection interleaved per key/value group (Falcon-40B's
+    ``new_decoder_architecture``): for each group its ``H/Hkv`` query heads, then its key head, then its value head."""
+    dh, g = d // h, h // kv
+    block = (g + 2) * dh
+    starts = torch.arange(kv) * block
+    idx = {"q_proj": (starts[:, None] + torch.arange(g * dh)).reshape(-1),
+           "k_proj": (starts[:, None] + g * dh + torch.arange(dh)).reshape(-1),
+           "v_proj": (starts[:, None] + (g + 1) * dh + torch.arange(dh)).reshape(-1)}
+    src = {}
+    for key, rows in idx.items():
+        src[f"{key}.weight"] = _p(weight, lambda t, rows=rows: t[rows], "rows per key/value group")
+        if bias is not None:
+            src[f"{key}.bias"] = _p(bias, lambda t, rows=rows: t[rows], "per key/value group")
+    return src
+
+
 def find_attention(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], str | None]:
     """Hypotheses for ``q_proj/k_proj/v_proj/o_proj`` (weights and biases), ``q_norm/k_norm`` when the learner
     normalises q and k (:func:`find_qk_norm`), and the learner's attention scope."""
@@ -223,8 +240,15 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
                 return hyps, scope
             src = _fused_gqa(d, h, kv, f"{roles['qkv']}.weight", bias)  # q|k|v chunks of widths D, Hkv Dh, Hkv Dh
             src.update(_linear("o_proj", o, linears[o]))
-            return [Hypothesis(f"fused qkv Linear (q|k|v, {_gqa_style(kv, h)}{how})", _regroup(src, rows),
-                               {"o_proj": o}, heads) for how, rows, heads in _groups(d, h, kv)], scope
+            grouped = _fused_gqa_grouped(d, h, kv, f"{roles['qkv']}.weight", bias)  # [q.. k v] per group
+            grouped.update(_linear("o_proj", o, linears[o]))
+            hyps = [Hypothesis(f"fused qkv Linear (q|k|v, {_gqa_style(kv, h)}{how})", _regroup(src, rows),
+                               {"o_proj": o}, heads) for how, rows, heads in _groups(d, h, kv)]
+            if kv > 1:
+                hyps += [Hypothesis(f"fused qkv Linear (interleaved per key/value group, {_gqa_style(kv, h)}{how})",
+                                    _regroup(grouped, rows), {"o_proj": o}, heads)
+                         for how, rows, heads in _groups(d, h, kv)]
+            return hyps, scope
     for p, m in named.items():  # the annotated transformer's `linears` = 4 clones: q, k, v, o
         if isinstance(m, nn.ModuleList) and len(m) == 4 and all(isinstance(x, nn.Linear) and square(x) for x in m):
             src, mods = {}, {}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from anatomy.doctor import precision
 from anatomy.doctor.subject import CallError, Subject
 
 # --- masks ----------------------------------------------------------------------------------------------------
@@ -103,7 +104,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor | None = None)
 
 def close(a: torch.Tensor, b: torch.Tensor, rows=None, tol: float = 1e-9) -> bool:
     scale = max(1.0, float(b.abs().nan_to_num(0).max()) if b.numel() else 1.0)
-    return max_diff(a, b, rows) <= tol * scale
+    return max_diff(a, b, rows) <= precision.tol(tol) * scale
 
 
 @dataclass
@@ -125,6 +126,14 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
     real = keep_pad[:, 0]  # (B, T) real query rows
     x2 = x.clone()
     x2[1, t - 2:] += torch.randn(2, x.shape[-1], generator=torch.Generator().manual_seed(7), dtype=x.dtype)
+    # left padding too: a causal module's real queries never see right padding, so only keys *before* them can
+    # tell a format that hides from one that merely shifts the scores (bool added to the scores)
+    keep_left = torch.ones(b, t, t, dtype=torch.bool)
+    keep_left[1, :, :2] = False
+    real_left = torch.ones(b, t, dtype=torch.bool)
+    real_left[1, :2] = False
+    x3 = x.clone()
+    x3[1, :2] += torch.randn(2, x.shape[-1], generator=torch.Generator().manual_seed(8), dtype=x.dtype)
     cands = []
     for layout in PAD_LAYOUTS:
         for sense in SENSES:
@@ -141,6 +150,8 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
                     continue
                 out_pad, _ = subject.run(x, fmt.make(keep_pad, x.dtype))
                 out_pad2, _ = subject.run(x2, fmt.make(keep_pad, x.dtype))
+                out_left, _ = subject.run(x, fmt.make(keep_left, x.dtype))
+                out_left2, _ = subject.run(x3, fmt.make(keep_left, x.dtype))
             except CallError as err:
                 cand.reason = str(err)
                 continue
@@ -150,11 +161,14 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
             cand.ok = True
             cand.effect = max_diff(out_pad.nan_to_num(1e30), base)
             cand.leak = max_diff(out_pad, out_pad2, real)
+            if out_left.shape == out_left2.shape == base.shape:
+                cand.leak = max(cand.leak, max_diff(out_left, out_left2, real_left))
     scale = max(1.0, float(base.abs().max()))
     order = {s: i for i, s in enumerate(SENSES)}
 
     def rank(c: MaskCandidate):
-        return (not c.ok, c.effect <= 1e-9 * scale, c.leak > 1e-9 * scale, order[c.fmt.sense],
+        floor = precision.tol(1e-9) * scale
+        return (not c.ok, c.effect <= floor, c.leak > floor, order[c.fmt.sense],
                 PAD_LAYOUTS.index(c.fmt.layout))
 
     return sorted(cands, key=rank)
@@ -176,7 +190,7 @@ def discover_causal_format(subject: Subject, fmt: MaskFormat, x: torch.Tensor, b
             continue
         if tuple(out_all.shape) != shape or tuple(out_causal.shape) != shape or not close(out_all, base):
             continue
-        if max_diff(out_causal[:, : t - 1], base[:, : t - 1]) > 1e-9:
+        if max_diff(out_causal[:, : t - 1], base[:, : t - 1]) > precision.tol(1e-9):
             return cand
     return None
 

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 ROLES = {"q": {"q", "query", "queries"}, "k": {"k", "key", "keys"}, "v": {"v", "value", "values"},
-         "o": {"o", "out", "output", "outs"}, "qkv": {"qkv", "kqv", "in", "attn", "qkvs"}}
+         "o": {"o", "out", "output", "outs"}, "qkv": {"qkv", "kqv", "in", "attn", "qkvs", "querykeyvalue"}}
 AFFIXES = sorted({"linear", "proj", "projection", "weight", "weights", "lin", "dense", "layer", "net", "matrix",
                   "mat", "to", "fc", "w", "l", "c", "in", "s", "head", "heads", "self"}, key=len, reverse=True)
 ATTN_KEYS = ("q_proj", "k_proj", "v_proj", "o_proj")

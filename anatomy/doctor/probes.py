@@ -23,6 +23,7 @@ from torch import nn
 
 from anatomy.doctor.mapping import BlockParts, Hypothesis
 from anatomy.doctor.masks import padding_keep
+from anatomy.doctor.precision import tol
 from anatomy.doctor.report import PROBE_TITLES, Finding, fmt
 from anatomy.doctor.subject import (
     CallError,
@@ -81,7 +82,7 @@ class Context:
 
 
 def _leak(v: float, ctx: Context) -> bool:
-    return v > LEAK_TOL * ctx.scale
+    return v > tol(LEAK_TOL) * ctx.scale
 
 
 # --- attention and blocks alike --------------------------------------------------------------------------------
@@ -105,7 +106,7 @@ def shape(ctx: Context):
         elif not ctx.causal:
             sums = w.sum(-1)
             worst = float((sums - 1).abs().max())
-            if not worst <= 1e-6:
+            if not worst <= tol(1e-6):
                 findings.append(Finding(
                     "shape", "error", f"rows of the weights sum to {fmt(float(sums.min()))}..{fmt(float(sums.max()))} "
                                       "without any mask, not 1",
@@ -206,7 +207,7 @@ def padding_leak(ctx: Context):
         sums = (w if w.dim() == 4 else w[:, None]).sum(-1)  # (B, H|1, T)
         sums = sums.permute(0, 2, 1)[real]  # real query rows
         lo, hi = float(sums.min()), float(sums.max())
-        if not (abs(lo - 1) <= 1e-6 and abs(hi - 1) <= 1e-6):
+        if not (abs(lo - 1) <= tol(1e-6) and abs(hi - 1) <= tol(1e-6)):
             findings.append(Finding(
                 "padding_leak", "error",
                 f"with a padding mask the weights of real queries sum to {fmt(lo)}..{fmt(hi)}, not 1",

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor.limits import Hung, guard
+from anatomy.doctor.precision import islands
 
 
 class CheckError(ValueError):
@@ -251,6 +252,8 @@ class Subject:
     mask_tentative: bool = False  # forward(x, *args): a mask is tried, kept only when it changes something
     notes: list[dict] = field(default_factory=list)  # what the doctor adapted: {"en": ..., "zh": ...}
     ignored_returns: list[str] = field(default_factory=list)  # returned values not taken as weights
+    seen_dtypes: set = field(default_factory=set)  # floating dtypes the module computed in on float64 inputs
+    promoted: int = 0  # ops rerun in float64 because a float32 island met float64 tensors (precision.py)
 
     @classmethod
     def inspect(cls, module: nn.Module, label: str) -> Subject:
@@ -270,7 +273,9 @@ class Subject:
             return cls(module, label, call, qkv_kw=kw_qkv, mask_kw=mask.name if mask else None,
                        takes_mask=mask is not None, mask_required=mask is not None and mask.default is P.empty)
         names = {p.name for p in positional[:3]}
-        if len(required) >= 3 and names in QKV_NAMES:
+        if len(required) >= 3 and (names in QKV_NAMES or not names & set(MASK_NAMES)):
+            # three tensors first: query, key and value in some order under any names (forward(values, keys, query,
+            # mask), forward(Q, K, V, attn_mask)); self-attention passes x to all three, the roles are found later
             mask = positional[3] if len(positional) > 3 else None
             return cls(module, label, "forward(x, x, x" + (f", {mask.name})" if mask else ")"), qkv=True,
                        takes_mask=mask is not None, mask_required=mask is not None and mask.default is P.empty)
@@ -318,8 +323,12 @@ class Subject:
             else:
                 args.append(mask)
         try:
-            with torch.no_grad(), _quiet(), guard(self.timeout, lambda: self._describe(x, mask, module)):
+            with torch.no_grad(), _quiet(), guard(self.timeout, lambda: self._describe(x, mask, module)), \
+                    islands(x.dtype) as watched:
                 result = module(*args, **kwargs)
+            if module is self.module and x.dtype == torch.float64:
+                self.seen_dtypes |= watched.seen
+                self.promoted += watched.promoted
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
         except SystemExit as err:

@@ -56,6 +56,7 @@ SCALE_OPS = {"mul", "mul_", "__mul__", "__rmul__", "multiply", "div", "div_", "_
 SOFTMAX_OPS = {"softmax", "log_softmax", "_softmax"}
 SDPA_OPS = {"scaled_dot_product_attention"}
 
+TRANSPARENT = "__anatomy_transparent__"  # a module setting this global True is never the learner's line
 _SKIP = tuple(p + os.sep for p in {os.path.dirname(torch.__file__), os.path.dirname(__file__),
                                    os.path.join(os.path.dirname(os.path.dirname(__file__)), "cli"),
                           sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)} if p)
@@ -243,7 +244,7 @@ def _raised_at(err: BaseException) -> str:
     tb, found = err.__traceback__, None
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
-        if not fn.startswith(_SKIP) and not fn.startswith("<"):
+        if not fn.startswith(_SKIP) and not fn.startswith("<") and not tb.tb_frame.f_globals.get(TRANSPARENT):
             found = (fn, tb.tb_lineno)
         tb = tb.tb_next
     if found is None:
@@ -262,7 +263,7 @@ def learner_frame() -> tuple[str, int, str]:
     f = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP) and not fn.startswith("<frozen"):
+        if not fn.startswith(_SKIP) and not fn.startswith("<frozen") and not f.f_globals.get(TRANSPARENT):
             return fn, f.f_lineno, linecache.getline(fn, f.f_lineno).strip()
         f = f.f_back
     return "", 0, ""

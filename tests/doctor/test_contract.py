@@ -3,6 +3,8 @@ failing mask=None, returns that are not weights, *args (anatomy/doctor/contract.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -81,3 +83,27 @@ def test_varargs_is_only_tentatively_a_mask():
 
     s = Subject.inspect(VarArgs(), "VarArgs")
     assert s.takes_mask and s.mask_tentative and s.call == "forward(x, *args)"
+
+
+# --- issue 20 cause 2: roles and mask senses found by behaviour ------------------------------------------------
+
+REAL = Path(__file__).parent / "zoo" / "real"
+
+
+def test_qkv_roles_are_found_whatever_the_names():
+    from anatomy.doctor import check
+
+    aladdin = check(str(REAL / "signatures.py:AladdinSelfAttention"))  # forward(values, keys, query, mask)
+    assert aladdin.found["call"] == "forward(x, x, x, mask)"
+    assert aladdin.found["qkv_roles"] == ["key/value", "key/value", "query"]
+    capital = check(str(REAL / "signatures.py:CapitalQKV"))  # forward(Q, K, V, attn_mask=None)
+    assert capital.found["qkv_roles"] == ["query", "key/value", "key/value"] and capital.errors == []
+
+
+def test_a_required_mask_whose_true_means_padding_gets_the_right_all_visible_mask():
+    from anatomy.doctor import check
+
+    report = check(str(REAL / "signatures.py:RequiredPadTrue"))  # forward(x, pad), True = padding, never None
+    assert report.errors == [] and report.diagnosis["status"] == "matches", report.render()
+    assert report.found["mask"]["sense"] == "bool_ignore"
+    assert any("(bool_ignore, (B, S))" in n["en"] for n in report.found["call_notes"])

@@ -344,7 +344,7 @@ def test_json_schema_is_stable():
                             "skipped", "diagnosis", "summary"]
     assert report["schema"] == "anatomy.doctor/1" and report["faults"] == ["no_scaling"]
     assert set(report["settings"]) == {"d_model", "n_heads", "head_dim", "batch", "seq", "seed", "dtype",
-                                       "causal_flag", "tolerance"}
+                                       "causal_flag", "tolerance", "computed_in", "tolerance_floor"}  # + additions
     assert set(report["found"]) >= {"call", "returns", "weights_shape", "mask", "causal", "mapping"}
     for f in report["findings"]:
         assert list(f) == ["probe", "severity", "fault", "explained_by", "message", "evidence", "where"]

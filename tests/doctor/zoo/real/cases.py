@@ -1,0 +1,116 @@
+"""The real-module zoo's table (tests/doctor/zoo/real/): modules re-typed from public repositories, each with what
+the doctor must say and the line it must point at. Same fields as the learner zoo (``zoo_learners/cases.py``):
+``expect`` is ``"ok"``, a bug-zoo fault, ``"error:PROBE"`` or ``"refused"``; ``point`` a piece of the pitfall's line.
+Every file's header comment names the repository and file each class follows; "injected" marks a bug we put in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo_learners.cases import Case
+
+HERE = Path(__file__).parent
+
+
+@dataclass(frozen=True)
+class RealCase(Case):
+    source: str = "real"  # "real": the module (or its bug) as published; "injected": our bug in a real module
+
+    @property
+    def file(self) -> Path:
+        return HERE / self.target.partition(":")[0]
+
+    @property
+    def id(self) -> str:
+        return "real." + self.target.replace(".py:", ".")
+
+
+C = {"causal": True}
+BLOCK = {"kind": "block"}
+
+CASES = [
+    # --- vision (timm, DeiT/CaiT, DINOv2, Swin-v2, vit-pytorch) --------------------------------------------------
+    RealCase("vision.py:TimmAttention", "ok", style="fused qkv, permute(2, 0, 3, 1, 4), q * scale"),
+    RealCase("vision.py:TimmAttentionMergeNoTranspose", "merge_wrong_transpose",
+             point="x = (attn @ v).reshape(B, N, C)  # (B, H, N, Dh)", source="injected"),
+    RealCase("vision.py:LayerScaleBlock", "ok", style="LayerScale modules ls1/ls2 (a learned per-channel gain)"),
+    RealCase("vision.py:CaiTBlock", "ok", style="LayerScale as gamma_1/gamma_2 Parameters of the block"),
+    RealCase("vision.py:ResPostNormBlock", "ok", style="res-post-norm x + norm(f(x))"),
+    RealCase("vision.py:LucidViTAttention", "scale_by_d_model", point="self.scale = dim ** -0.5",
+             runs=("dots = torch.matmul(q, k.transpose(-1, -2)) * self.scale",), style="to_qkv chunk, dim ** -0.5"),
+    RealCase("vision.py:LucidViTNormInside", "ok", style="the LayerNorm inside the attention, no residual there"),
+    RealCase("vision.py:LucidViTLayer", "ok", style="norms inside attention and feed-forward"),
+    RealCase("vision.py:DeiTBlockSharedNorm", "shared_layernorm", point="x = x + self.mlp(self.norm1(x))",
+             source="injected"),
+    RealCase("vision.py:TimmSdpaAttention", "ok", style="F.scaled_dot_product_attention"),
+    # --- speech (Whisper, ESPnet, Conformer, fairseq) -------------------------------------------------------------
+    RealCase("speech.py:WhisperAttention", "ok", style="Dh ** -0.25 on q and k, qk.float() before the softmax"),
+    RealCase("speech.py:WhisperBlock", "ok", style="LayerNorm computing in float32 (x.float() ... .type(x.dtype))"),
+    RealCase("speech.py:EspnetAttention", "ok", style="forward(query, key, value, mask) required, weights zeroed "
+             "again after the softmax"),
+    RealCase("speech.py:ConformerAttention", "scale_by_d_model", point="self.sqrt_dim = math.sqrt(d_model)",
+             runs=("score = torch.matmul(query.transpose(1, 2), key.transpose(2, 3)) / self.sqrt_dim",),
+             style="sqrt(d_model)"),
+    RealCase("speech.py:FairseqAttention", "ok", style="(T, B, C), key_padding_mask True = pad, float() softmax",
+             also=("seq_first",)),
+    RealCase("speech.py:EspnetEncoderLayer", "ok", style="block with a required mask"),
+    # --- LLMs in English (transformers' Llama/Falcon/NeoX, llama2.c, meta-llama, gemma) ----------------------------
+    RealCase("llm.py:LlamaAttention", "ok", C, style="RoPE in float32, softmax(dtype=float32), 2 kv heads"),
+    RealCase("llm.py:LlamaDecoderLayer", "ok", C, style="RMSNorm upcast to float32"),
+    RealCase("llm.py:Llama2cAttention", "ok", C, style="interleaved RoPE on xq.float(), -inf triu buffer"),
+    RealCase("llm.py:Llama2cBlock", "ok", C, style="RMSNorm _norm(x.float()).type_as(x)"),
+    RealCase("llm.py:GemmaBlock", "ok", C, style="RMSNorm (1 + weight) in float32"),
+    RealCase("llm.py:FalconMultiQuery", "ok", C, style="fused multi-query (H + 2) heads"),
+    RealCase("llm.py:FalconInterleavedGQA", "ok", C, style="qkv interleaved per key/value group"),
+    RealCase("llm.py:NeoXAttention", "ok", C, style="qkv interleaved per head (B, T, H, 3 Dh)"),
+    RealCase("llm.py:LlamaSplitNoTranspose", "split_without_transpose", C,
+             point="q = self.q_proj(hidden_states).view(bsz, self.num_heads, q_len, self.head_dim)",
+             source="injected"),
+    RealCase("llm.py:Llama2cNoScale", "no_scaling", C, point="scores = torch.matmul(xq, xk.transpose(2, 3))\n",
+             source="injected"),
+    # --- LLMs in Chinese tutorials (minimind, nlp-tutorial, blogs) ---------------------------------------------------
+    RealCase("llm_zh.py:MiniMindAttention", "ok", C, style="RoPE float32 buffers, scores.float()"),
+    RealCase("llm_zh.py:MiniMindBlock", "ok", C, style="RMSNorm x.float(), hidden_states += residual"),
+    RealCase("llm_zh.py:NlpTutorialAttention", "ok",
+             style="forward(Q, K, V, attn_mask) required, (B, T, S) True = pad"),
+    RealCase("llm_zh.py:ZhKeyPaddingAttention", "ok", style="key_padding_mask= (B, S) True = pad, -inf"),
+    RealCase("llm_zh.py:ZhKeyPaddingOnQueries", "padding_mask_on_queries",
+             point="attn = attn.masked_fill(key_padding_mask[:, None, :, None], -1e9)", source="injected"),
+    RealCase("llm_zh.py:ZhMaskAfterSoftmaxInf", "mask_after_softmax",
+             point='attn = attn.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))', source="injected"),
+    RealCase("llm_zh.py:QwenStyleAttention", "ok", style="q/k/v bias, RoPE float32 table, additive mask"),
+    RealCase("llm_zh.py:ZhPostNormNoResidual", "no_residual", point="x = self.norm1(self.attn(x, key_padding_mask))",
+             also=("sub_layer:attn",), source="injected"),
+    # --- research code (T5, OLMo, attention-is-all-you-need-pytorch, x-transformers) --------------------------------
+    RealCase("research.py:T5Attention", "ok", style="no 1/sqrt(d), relative position bias"),
+    RealCase("research.py:T5Block", "ok", style="T5LayerNorm (RMS, float32 variance), unscaled attention"),
+    RealCase("research.py:OlmoBlock", "ok", style="two non-parametric LayerNorm modules"),
+    RealCase("research.py:FunctionalNormBlock", "ok", BLOCK, style="F.layer_norm(x, (D,)) twice, no parameters"),
+    RealCase("research.py:JadoreMultiHeadAttention", "ok", style="residual + LayerNorm inside the attention"),
+    RealCase("research.py:JadoreEncoderLayer", "ok", style="Conv1d(kernel 1) feed-forward"),
+    RealCase("research.py:JadoreEncoderLayerNoFFResidual", "no_residual", point="return self.layer_norm(output)\n",
+             also=("sub_layer:ffn",), source="injected"),
+    RealCase("research.py:XAttention", "ok", style="forward(x, context=None, mask=None), ~mask, -finfo.max"),
+    # --- call contracts ----------------------------------------------------------------------------------------------
+    RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
+    RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",
+             runs=("attention = torch.softmax(energy / self.scale(), dim=3)",),
+             style="forward(values, keys, query, mask), embed_size ** 0.5"),
+    RealCase("signatures.py:RequiredAdditiveMask", "ok", style="forward(hidden_states, attention_mask) required"),
+    RealCase("signatures.py:SrcKeyPadding", "ok", style="src_key_padding_mask (B, S) True = pad"),
+    RealCase("signatures.py:AdditiveBS", "ok", style="additive (B, S)"),
+    RealCase("signatures.py:AdditiveB1S", "ok", style="additive (B, 1, S)"),
+    RealCase("signatures.py:ThirdArgumentKeep", "ok", style="forward(inputs, rel_bias=None, keep=None)"),
+    RealCase("signatures.py:RequiredPadTrue", "ok", style="forward(x, pad) required, True = pad"),
+    RealCase("signatures.py:CapitalQKV", "ok", style="forward(Q, K, V, attn_mask=None), additive (B, S)"),
+    RealCase("signatures.py:AdditiveBSOnQueries", "padding_mask_on_queries",
+             point="bias = None if mask is None else mask[:, None, :, None]", runs=("s = s + bias",),
+             source="injected"),
+]
+
+# pitfalls whose line the recording does not place (a missing residual has no line of its own to run; a missing
+# scale is pointed at the softmax line when a cast sits between the product and the softmax)
+LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
+             "real.llm.Llama2cNoScale"}
+assert LINE_GAPS <= {c.id for c in CASES}
