@@ -1,78 +1,229 @@
-"""Grading of the multi-head attention (§2.2) and block (§5.3) exercises by the doctor.
+"""Grading of the multi-head attention (§2.2) and block (§5.3) exercises: the exercise's rules, then the doctor.
 
-The doctor (``anatomy check``) probes the learner's module, maps its weights from the observed dataflow and names
-the pitfall that reproduces its output, with the learner's lines (``findings[].where``); the course adds the
-learner's shape table (``anatomy trace FILE.py:CLASS``) and keeps the verdict to pass or not yet.
+The exercise's rules (``spec.py``: four projections used, norms of its own, Pre-Norm, GELU, dropout before the
+residual add, True = may attend, a fill float16 can hold) are checked against the exercise's text, never against
+the learner's choices. The doctor (``anatomy check``) probes the learner's module for the rest, maps its weights
+from the observed dataflow and names the pitfall that reproduces its output with the learner's line; its warning
+against the ``-inf`` fill, which this exercise's own hint prescribes, is left out.
 """
 
 from __future__ import annotations
 
+import torch
+from torch import nn
+
 from anatomy.course import exercises as ex
-from anatomy.course.grader import LearnError, Result, check_signature, load
+from anatomy.course import fill, spec
+from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
 
 D_MODEL, N_HEADS = 12, 3  # Dh = 4: every named size differs
+PRESCRIBED = {"inf_fill_no_guard"}  # the exercise's hint asks for the -inf fill: no warning against it
+HINTS = {  # one concrete hint per doctor fault, in the exercise's terms
+    "no_scaling": ("divide the scores by math.sqrt(self.d_k), the width of one head", "把分数除以 math.sqrt(self.d_k)，即单个头的维度"),
+    "scale_by_d_model": ("the scale is sqrt(d_k) with d_k = d_model // n_heads, not sqrt(d_model)",
+                         "缩放用 sqrt(d_k)，d_k = d_model // n_heads，而不是 sqrt(d_model)"),
+    "split_without_transpose": ("x.view(b, t, h, d_k).transpose(1, 2): reshape to (B, T, H, Dh) first",
+                                "x.view(b, t, h, d_k).transpose(1, 2)：先变成 (B, T, H, Dh)"),
+    "transpose_before_reshape": ("reshape first, then transpose: x.reshape(b, t, h, d_k).transpose(1, 2)",
+                                 "先 reshape 再 transpose：x.reshape(b, t, h, d_k).transpose(1, 2)"),
+    "merge_wrong_transpose": ("out.transpose(1, 2).reshape(b, t, d): swap H and T back before the reshape",
+                              "out.transpose(1, 2).reshape(b, t, d)：reshape 之前先把 H 和 T 换回来"),
+    "mask_after_softmax": ("scores.masked_fill(~mask, float('-inf')) before the softmax", "在 softmax 之前做 scores.masked_fill(~mask, float('-inf'))"),
+    "shared_layernorm": ("two norms: self.norm1 and self.norm2, one per sub-layer", "两个 Norm：self.norm1 和 self.norm2，每个子层一个"),
+    "no_residual": ("x = x + self.attn(self.norm1(x)): add the input back", "x = x + self.attn(self.norm1(x))：把输入加回来"),
+    "norm_on_residual_path": ("x = x + self.attn(self.norm1(x)): the residual carries the un-normalised x",
+                              "x = x + self.attn(self.norm1(x))：残差带的是没有归一化的 x"),
+}
+MASK = ("Padding Mask用于把无效的padding位遮掉……Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置。",
+        "the padding mask hides the padding ... the causal mask lets each position see only itself and the past.")
+PRE_NORM = ("Pre-Norm先对输入做LayerNorm再进入Sublayer最后再做残差相加", "Pre-Norm applies LayerNorm to the input, then the "
+            "sub-layer, and adds the residual last")
 
 
-def grade(exercise: ex.Exercise, path: str, timeout) -> Result:
-    from anatomy.doctor import check as doctor_check
-    from anatomy.doctor.subject import CheckError
+def _build(cls, args: tuple, timeout) -> nn.Module:
+    name = getattr(cls, "__name__", "the class")
+    m, _ = run_guarded(lambda: cls(*args), (), (f"building {name}{args}", f"构造 {name}{args} 时"), timeout,
+                       record=False)
+    if not isinstance(m, nn.Module):
+        raise LearnError(f"{name}{args} made a {type(m).__name__}, not an nn.Module",
+                         f"{name}{args} 得到的是 {type(m).__name__}，不是 nn.Module")
+    return m.double().eval()
 
-    module = load(exercise, path, timeout)
-    name = exercise.entries[0]
-    if exercise.id == "mha":
-        check_signature(getattr(module, name).__init__, f"{name}.__init__", ["d_model", "n_heads"], 2)
-    else:
-        check_signature(getattr(module, name).__init__, f"{name}.__init__", ["d_model", "n_heads", "d_ff"], 3)
-    factory = None
-    target = f"{path}:{name}"
-    if exercise.id == "block":  # the doctor builds (d_model, n_heads); the block also takes d_ff = 4 D
-        factory = _block_factory(module, name)
-    try:
-        report = doctor_check(factory or target, kind="attention" if exercise.id == "mha" else "block",
-                              d_model=D_MODEL, n_heads=N_HEADS, timeout=timeout)
-    except CheckError as err:
-        zh = getattr(err, "zh", None) or f"检查无法进行：{err}"
-        raise LearnError(str(err), zh) from None
-    result = Result(exercise.id, path, passed=report.exit_code() == 0)
-    result.extra["doctor"] = {"status": report.diagnosis.get("status"), "faults": sorted(report.faults)}
-    result.table = _shape_table(target, factory, timeout)
-    if result.passed:
-        variant = report.diagnosis.get("variant") or ""
-        result.say("the doctor finds no pitfall: it " + ("matches the reference" + (f" ({variant})" if variant else "")),
-                   "医生没有发现坑：与参考实现一致" + (f"（{variant}）" if variant else ""))
-        return result
-    fault = report.diagnosis.get("fault")
-    errors = report.errors or report.findings
-    named = [f for f in errors if f.fault]
-    pick = (next((f for f in report.findings if f.probe == "diagnosis" and f.where), None)
-            or next((f for f in report.findings if fault and f.fault == fault and f.where), None)
-            or next((f for f in named if f.where), None) or (named or errors)[0])
-    result.pitfall = fault or pick.fault or pick.probe
-    where = pick.where[0] if isinstance(pick.where, list) and pick.where else pick.where
-    if isinstance(where, dict):
-        result.line = where.get("line")
-    for lang in ("en", "zh"):
-        result.lines[lang] += [line for line in report.render(lang).splitlines() if line.strip()]
+
+def _finding(result: Result, f: spec.Finding) -> Result:
+    result.passed, result.pitfall = False, f.pitfall
+    result.point(f.line, f.source)
+    result.more_lines = list(f.more_lines)
+    result.brief(*f.what)
+    result.brief(f"the post: 「{f.post[0]}」", f"原文：「{f.post[0]}」")
+    result.brief(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")
+    where_en = f"line {f.line} `{f.source}`: " if f.line else ""
+    where_zh = f"第 {f.line} 行 `{f.source}`：" if f.line else ""
+    result.say(f"pitfall `{f.pitfall}` — {where_en}{f.what[0]}", f"坑 `{f.pitfall}` —— {where_zh}{f.what[1]}")
+    result.say(f"the post: 「{f.post[0]}」 ({f.post[1]})", f"原文：「{f.post[0]}」")
+    result.say(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")
     return result
 
 
-def _block_factory(module, name: str):
-    cls = getattr(module, name)
+def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
+    from anatomy.doctor import check as doctor_check
+    from anatomy.doctor.subject import CheckError
+
+    name = exercise.entries[0]
+    cls = getattr(subject, name)
+    mha = exercise.id == "mha"
+    if mha:
+        check_signature(cls.__init__, f"{name}.__init__", ["d_model", "n_heads"], 2)
+    else:
+        check_signature(cls.__init__, f"{name}.__init__", ["d_model", "n_heads", "d_ff"], 3)
+    args = (D_MODEL, N_HEADS) if mha else (D_MODEL, N_HEADS, 4 * D_MODEL)
+    result = Result(exercise.id, subject.file, passed=False)
+    torch.manual_seed(0)
+    m = _build(cls, args, timeout)
+    x = torch.randn(2, 5, D_MODEL, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
+    what = (f"{name}.forward(x (2, 5, {D_MODEL}), mask)", f"{name}.forward(x (2, 5, {D_MODEL}), mask)")
+
+    def call(inp, mask=causal, module=m, grad=False):
+        return run_guarded(lambda: module(inp, mask), (), what, timeout, record=False, grad=grad)[0]
+
+    torch.manual_seed(0)
+    m32 = _build(cls, args, timeout).float()  # globals stay float32: the audit runs where they fit
+    found = spec.audit_structure(m32, lambda: call(x.float(), causal, m32, True), subject.file, D_MODEL, exercise.id)
+    if found is not None:
+        return _finding(result, found)
 
     def build(d_model: int, n_heads: int):
-        return cls(d_model, n_heads, 4 * d_model)
+        return cls(d_model, n_heads) if mha else cls(d_model, n_heads, 4 * d_model)
 
-    build.__name__ = f"{name}(d_model, n_heads, 4 * d_model)"
-    return build
+    build.__name__ = f"{name}(d_model, n_heads)" if mha else f"{name}(d_model, n_heads, 4 * d_model)"
+    try:
+        report = doctor_check(build, kind="attention" if mha else "block", d_model=D_MODEL, n_heads=N_HEADS,
+                              timeout=timeout)
+    except CheckError as err:
+        zh = getattr(err, "zh", None) or f"检查无法进行：{err}"
+        raise LearnError(str(err), zh) from None
+    result.extra["doctor"] = {"status": report.diagnosis.get("status"), "faults": sorted(report.faults)}
+    result.table = _shape_table(build, timeout)
+    errors = [f for f in report.errors if f.fault not in PRESCRIBED]
+    for f in report.warnings:
+        if f.fault not in PRESCRIBED and f.fault != "finite_mask_fill":
+            result.warn(f.en, f.zh)
+    doctor_fault = (report.diagnosis.get("fault") or next((f.fault for f in errors if f.fault), None)) if errors \
+        else None
+    if errors and doctor_fault not in (None, "unexplained"):
+        return _doctor_fault(result, report, errors, doctor_fault, exercise)
+    rule = _behaviour(m, call, subject, x, mha, timeout)
+    if rule is not None:
+        return _finding(result, rule)
+    if errors:
+        return _doctor_fault(result, report, errors, doctor_fault, exercise)
+    result.passed = True
+    variant = report.diagnosis.get("variant") or ""
+    result.brief("right: it follows the exercise's rules and matches the reference on every probe"
+                 + (f" ({variant})" if variant else ""), "正确：符合练习的各项要求，并在所有探针上与参考实现一致"
+                 + (f"（{variant}）" if variant else ""))
+    result.say("the exercise's rules hold (four projections used, " + ("" if mha else "Pre-Norm, own norms, GELU, ")
+               + "True = may attend), and the doctor finds no pitfall", "练习的要求都满足（四个投影都用上了、"
+               + ("" if mha else "Pre-Norm、各自的 Norm、GELU、") + "True 表示可以关注），医生也没有发现坑")
+    return result
 
 
-def _shape_table(target: str, factory, timeout) -> list[dict]:
+def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool, timeout) -> spec.Finding | None:
+    """The rules tested by behaviour: the mask's sense, Pre-Norm, GELU, dropout's place, the fill in float16."""
+    seen = spec.leak(m, lambda inp, mask: call(inp, mask), 5, D_MODEL)
+    if seen is not None:
+        flipped = spec.leak(m, lambda inp, mask: call(inp, ~mask), 5, D_MODEL)
+        line, source = _mask_line(m, x, subject.file)
+        inverted = flipped is None
+        if not inverted:
+            return None  # positions mixed some other way: the doctor's verdict stands
+        return spec.Finding(
+            "mask_inverted" if inverted else "mask_ignored", line, source,
+            ((f"under a causal mask (True = may attend) position {seen[0]} sees position {seen[1]}: your code hides "
+              "what True marks, the opposite of this exercise's convention") if inverted else
+             f"under a causal mask position {seen[0]} still sees position {seen[1]}: the mask does not reach the scores",
+             (f"在因果掩码（True 表示可以关注）下，位置 {seen[0]} 看到了位置 {seen[1]}：你的代码遮住了 True 标记的位置，"
+              "与本练习的约定相反") if inverted else f"在因果掩码下，位置 {seen[0]} 仍然看到位置 {seen[1]}：掩码没有作用到分数上"),
+            MASK, ("True = may attend: scores.masked_fill(~mask, float('-inf'))",
+                   "True 表示可以关注：scores.masked_fill(~mask, float('-inf'))"))
+    big = fill.big_fill(subject)
+    if big is not None:
+        half = spec.half_copy(m)
+        outcome = fill.float16_outcome(lambda: half(x.half(), torch.ones(5, 5, dtype=torch.bool).tril()[None, None]))
+        line, source, value = big
+        return spec.Finding("fill_minus_1e9", line, source,
+                            (f"the mask fill {value:g} is not a float16 number (float16 stops at -65504); {outcome[0]}",
+                             f"掩码填充值 {value:g} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}"),
+                            fill.POST, ("fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min",
+                                        "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充"))
+    if mha:
+        return None
+    return spec.placement(m, call, subject.file, D_MODEL, PRE_NORM) or spec.activation(m, x, subject.file) \
+        or spec.dropout_place(m, subject.file, D_MODEL)
+
+
+def _mask_line(m: nn.Module, x: torch.Tensor, file: str) -> tuple[int | None, str]:
+    from anatomy.tracing import recorder as rec_mod
+
+    try:
+        rec = rec_mod.record(m, x, torch.ones(5, 5, dtype=torch.bool).tril()[None, None], module=m,
+                             sizes={"B": 2, "T": 5, "H": N_HEADS, "Dh": D_MODEL // N_HEADS, "D": D_MODEL})
+    except rec_mod.RecordError:
+        return None, ""
+    for s in rec.steps:
+        if s.op in ("masked_fill", "masked_fill_", "where", "scaled_dot_product_attention",
+                    "multi_head_attention_forward") and spec._same_file(s.file, file):
+            return s.line, s.source
+    return None, ""
+
+
+def _doctor_fault(result: Result, report, errors: list, fault: str | None, exercise: ex.Exercise) -> Result:
+    from anatomy.pitfalls import FAULTS
+
+    pick = (next((f for f in report.findings if f.probe == "diagnosis" and f.where), None)
+            or next((f for f in errors if fault and f.fault == fault and f.where), None)
+            or next((f for f in errors if f.fault and f.where), None)
+            or next((f for f in errors if f.fault), None) or errors[0])
+    name = fault or pick.fault or pick.probe
+    where = pick.where[0] if isinstance(pick.where, list) and pick.where else pick.where
+    line, source = (where.get("line"), where.get("source") or "") if isinstance(where, dict) else (None, "")
+    if name == "split_without_transpose" and source and _transposes_first(source):
+        name = "transpose_before_reshape"  # the order the post warns about, not a missing transpose
+    result.pitfall = name
+    result.point(line, source)
+    known = FAULTS.get(fault or "")
+    if name == "transpose_before_reshape":
+        what = ("the heads are split by transposing (B, T, D) first and reshaping after: the order the post warns "
+                "about; each head gets pieces of several features and positions",
+                "拆头时先转置 (B, T, D) 再 reshape：正是原文警告的顺序，每个头拿到的是几个特征和位置的碎片")
+    elif known is not None:
+        what = (known.summary_en, known.summary_zh)
+    else:
+        what = (pick.en, pick.zh)
+    post = known.post_zh if known is not None else exercise.post[0]
+    hint = HINTS.get(name, exercise.hint)
+    result.brief(*what)
+    result.brief(f"the post: 「{post}」", f"原文：「{post}」")
+    result.brief(f"hint: {hint[0]}", f"提示：{hint[1]}")
+    for lang in ("en", "zh"):
+        result.messages[lang] += [line for line in report.render(lang).splitlines() if line.strip()]
+    return result
+
+
+def _transposes_first(source: str) -> bool:
+    import re
+
+    return bool(re.search(r"(transpose|permute|\.mT|\.T\b).*\.(reshape|view)\(", source.split("#")[0]))
+
+
+def _shape_table(factory, timeout) -> list[dict]:
     """The learner's rows of ``anatomy trace FILE.py:CLASS`` (empty when the trace cannot follow the module)."""
     try:
         from anatomy.doctor.learner_trace import trace_learner
 
-        trace = trace_learner(factory or target, d_model=D_MODEL, n_heads=N_HEADS, timeout=timeout)
-    except Exception:  # noqa: BLE001 - the table is an extra; the doctor's verdict stands without it
+        trace = trace_learner(factory, d_model=D_MODEL, n_heads=N_HEADS, timeout=timeout)
+    except Exception:  # noqa: BLE001 - the table is an extra; the verdict stands without it
         return []
     rows = []
     for row in trace.to_dict().get("rows", []):

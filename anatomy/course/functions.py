@@ -88,7 +88,7 @@ ATTENTION = (
     Pitfall("scale_not_sqrt", ("the scores are divided by Dh instead of sqrt(Dh)", "分数除以了 Dh 而不是 sqrt(Dh)"),
             _SCALE, ("the factor is 1 / math.sqrt(d_k), not 1 / d_k", "缩放因子是 1 / math.sqrt(d_k)，不是 1 / d_k"),
             lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, scale=1 / q.size(-1)),
-            ("div", "__truediv__", "mul", "__mul__", "matmul", "__matmul__", "einsum"), ("B", "H", "T", "S"),
+            ("div", "__truediv__", "mul", "__mul__", "div_", "mul_", "__itruediv__", "__imul__"), ("B", "H", "T", "S"),
             r"/|\*", True),
     Pitfall("softmax_over_queries", ("the softmax runs over the queries (dim -2), not the keys",
                                      "softmax 作用在查询维（dim -2）上，而不是键维"),
@@ -127,6 +127,8 @@ def _split(x, n_heads, *, bad=None):
     b, t, d = x.shape
     if bad == "view":
         return x.reshape(b, n_heads, t, d // n_heads)  # (B, H, T, Dh) in shape only: T and H interleaved
+    if bad == "transpose_first":
+        return x.transpose(1, 2).reshape(b, n_heads, t, d // n_heads)  # (B, D, T) cut as (B, H, T, Dh)
     return x.reshape(b, t, n_heads, d // n_heads).transpose(1, 2)  # (B, H, T, Dh)
 
 
@@ -136,6 +138,8 @@ def _merge(x, *, bad=None):
         return x.reshape(b, t, h * dh)  # heads and positions mixed
     if bad == "axes":
         return x.transpose(2, 3).reshape(b, t, h * dh)  # Dh and T swapped, then flattened
+    if bad == "reshape_first":
+        return x.reshape(b, h * dh, t).transpose(1, 2)  # (B, H, T, Dh) read as (B, D, T), then swapped
     return x.transpose(1, 2).reshape(b, t, h * dh)  # (B, T, D)
 
 
@@ -156,6 +160,24 @@ HEADS = (
                      "x.reshape(b, t, h, d // h).transpose(1, 2)：先 reshape 成 (B, T, H, Dh)"),
             lambda e: (lambda x, n_heads: _split(x, n_heads, bad="view")) if e == "split_heads" else None,
             ("view", "reshape"), ("B", "H", "T", "Dh"), r"view|reshape"),
+    Pitfall("transpose_before_reshape", ("split_heads transposes (B, T, D) to (B, D, T) first and then cuts it into "
+                                         "(B, H, T, Dh): the order the post warns about; each head gets pieces of "
+                                         "several features and positions",
+                                         "split_heads 先把 (B, T, D) 转置成 (B, D, T)，再切成 (B, H, T, Dh)：正是原文警告的顺序，"
+                                         "每个头拿到的是几个特征和位置的碎片"),
+            _SPLIT, ("reshape first, then transpose: x.reshape(b, t, h, d // h).transpose(1, 2)",
+                     "先 reshape 再 transpose：x.reshape(b, t, h, d // h).transpose(1, 2)"),
+            lambda e: (lambda x, n_heads: _split(x, n_heads, bad="transpose_first")) if e == "split_heads" else None,
+            ("view", "reshape"), ("B", "H", "T", "Dh"), r"view|reshape"),
+    Pitfall("reshape_before_transpose", ("merge_heads reshapes (B, H, T, Dh) to (B, D, T) and then transposes: the "
+                                         "features of different positions are mixed",
+                                         "merge_heads 先把 (B, H, T, Dh) reshape 成 (B, D, T) 再转置：不同位置的特征被混在一起"),
+            ("并头转置回(batch, seq_len, 8, 64)然后reshape成(batch, seq_len, 512)",
+             "merge: transpose back to (batch, seq_len, 8, 64), then reshape to (batch, seq_len, 512)"),
+            ("transpose first, then reshape: x.transpose(1, 2).reshape(b, t, h * dh)",
+             "先 transpose 再 reshape：x.transpose(1, 2).reshape(b, t, h * dh)"),
+            lambda e: (lambda x: _merge(x, bad="reshape_first")) if e == "merge_heads" else None,
+            ("view", "reshape", "flatten"), ("B", "D", "T"), r"view|reshape|flatten"),
     Pitfall("merge_without_transpose", ("merge_heads reshapes (B, H, T, Dh) straight to (B, T, D): heads and "
                                         "positions are mixed", "merge_heads 把 (B, H, T, Dh) 直接 reshape 成 (B, T, D)：头和位置混在了一起"),
             ("并头转置回(batch, seq_len, 8, 64)然后reshape成(batch, seq_len, 512)",
@@ -248,6 +270,7 @@ def _sinusoidal(max_len, d_model, *, bad=None):
     pos = torch.arange(max_len, dtype=torch.float64)[:, None] + (1 if bad == "from_one" else 0)  # (P, 1)
     k = torch.arange(d_model, dtype=torch.float64)  # (D,)
     pair = k - k % 2 if bad != "index_not_pair" else k  # 2i for both dimensions of a pair
+    pair = {"i_over_d": pair / 2, "doubled": pair * 2, "integer": torch.zeros_like(pair)}.get(bad or "", pair)
     angle = pos / 10000 ** (pair / d_model)  # (P, D)
     if bad == "halves":
         half = pos / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (P, D/2)
@@ -280,6 +303,26 @@ SINUSOIDAL = (
             _PE, ("sines go to the even dimensions 0, 2, 4, ...: pe[:, 0::2]", "正弦放在偶数维 0, 2, 4, ……：pe[:, 0::2]"),
             lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="halves"), ("cat", "concat", "stack"),
             None, r"\bcat\b|concat|stack"),
+    Pitfall("exponent_i_over_d", ("the exponent is i/d with i the pair's number (0, 1, 2, ...): the post's 2i is the "
+                                  "even dimension itself (0, 2, 4, ...), so every frequency is too high",
+                                  "指数写成了 i/d，i 是第几对（0, 1, 2, ……）：原文的 2i 是偶数维本身（0, 2, 4, ……），所以每个频率都偏高"),
+            _PE, ("10000 ** (torch.arange(0, d, 2) / d): the exponent runs over 0, 2, 4, ... divided by d",
+                  "10000 ** (torch.arange(0, d, 2) / d)：指数是 0, 2, 4, …… 除以 d"),
+            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="i_over_d"),
+            ("pow", "__pow__", "__rpow__", "exp", "float_power"), None, r"10000|\*\*|pow|exp\("),
+    Pitfall("exponent_doubled", ("the exponent is 2·2i/d: the even dimension 2i was doubled again, so the frequencies "
+                                 "fall off twice as fast", "指数写成了 2·2i/d：偶数维 2i 又乘了一次 2，频率衰减快了一倍"),
+            _PE, ("arange(0, d, 2) already is 2i: divide it by d, without another factor 2",
+                  "arange(0, d, 2) 已经是 2i：直接除以 d，不要再乘 2"),
+            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="doubled"),
+            ("pow", "__pow__", "__rpow__", "exp", "float_power", "mul", "__mul__", "__rmul__"), None,
+            r"10000|\*\*|pow|exp\("),
+    Pitfall("integer_division", ("2i // d is an integer division: it is 0 for every dimension, so every frequency is 1 "
+                                 "and all dimensions repeat sin(pos), cos(pos)",
+                                 "2i // d 是整数除法：每一维都得 0，于是所有频率都是 1，每一对维度都重复 sin(pos)、cos(pos)"),
+            _PE, ("divide with / (a float), not //: 10000 ** (2 * i / d_model)", "用 / 做除法（得到小数），不要用 //：10000 ** (2 * i / d_model)"),
+            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="integer"),
+            ("floor_divide", "__floordiv__", "__rfloordiv__", "div"), None, r"//.*(\*\*|10000|pow)|(\*\*|10000|pow).*//"),
     Pitfall("positions_from_one", ("positions start at 1, not 0", "位置从 1 开始而不是 0"),
             (_PE[0] + "其中pos是词在序列中的位置", _PE[1] + ", where pos is the word's position in the sequence"),
             ("torch.arange(max_len): the first position is 0", "torch.arange(max_len)：第一个位置是 0"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from anatomy.course import exercises as ex
 from anatomy.doctor.limits import Hung, guard
@@ -38,33 +39,120 @@ class LearnError(ValueError):
 
 @dataclass
 class Result:
+    """One grading: the verdict, the pitfall and the learner's line, a short answer and the full report.
+
+    ``str(result)`` is what ``anatomy learn check`` prints (the short answer); ``result.report`` the full report
+    (``--details``); ``to_dict()`` the JSON form."""
+
     exercise: str
     file: str
     passed: bool
     pitfall: str | None = None
     line: int | None = None
-    lines: dict[str, list[str]] = field(default_factory=lambda: {"en": [], "zh": []})
+    messages: dict[str, list[str]] = field(default_factory=lambda: {"en": [], "zh": []})  # the full report
     table: list[dict] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    source: str = ""  # the learner's line of code pointed at
+    short: dict[str, list[str]] = field(default_factory=lambda: {"en": [], "zh": []})  # what, the post, a hint
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (en, zh), shown on a pass too
+    more_lines: list[int] = field(default_factory=list)  # other lines of the learner's the finding names
+    lang: str = ""  # the language ``str()`` speaks ("": from the locale)
 
     def say(self, en: str, zh: str) -> None:
-        self.lines["en"].append(en)
-        self.lines["zh"].append(zh)
+        """One line of the full report."""
+        self.messages["en"].append(en)
+        self.messages["zh"].append(zh)
+
+    def brief(self, en: str, zh: str) -> None:
+        """One line of the short answer (the finding, the post's sentence, the hint)."""
+        self.short["en"].append(en)
+        self.short["zh"].append(zh)
+
+    def warn(self, en: str, zh: str) -> None:
+        self.warnings.append((en, zh))
+
+    def point(self, line: int | None, source: str = "") -> None:
+        self.line, self.source = line, source.strip()
+
+    @property
+    def ok(self) -> bool:
+        return self.passed
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "NOT YET"
+
+    @property
+    def pitfalls(self) -> list[str]:
+        return [self.pitfall] if self.pitfall else []
+
+    @property
+    def lines(self) -> list[int]:
+        """The learner's lines the answer points at (the first is :attr:`line`)."""
+        return ([self.line] if self.line else []) + [n for n in self.more_lines if n != self.line]
+
+    @property
+    def report(self) -> str:
+        return self.render(self.lang or _locale(), details=True)
+
+    def __str__(self) -> str:
+        return self.render(self.lang or _locale())
 
     def to_dict(self) -> dict:
-        return {"exercise": self.exercise, "file": self.file, "passed": self.passed, "pitfall": self.pitfall,
-                "line": self.line, "message": self.lines, "shape_table": self.table, **self.extra}
+        return {"exercise": self.exercise, "file": self.file, "passed": self.passed, "verdict": self.verdict,
+                "pitfall": self.pitfall, "line": self.line, "lines": self.lines, "source": self.source,
+                "short": self.short, "warnings": [{"en": en, "zh": zh} for en, zh in self.warnings],
+                "message": self.messages, "shape_table": self.table, **self.extra}
 
-    def render(self, lang: str = "en") -> str:
-        head = {("en", True): "PASS", ("en", False): "NOT YET", ("zh", True): "通过", ("zh", False): "还没通过"}
-        out = [f"{head[(lang, self.passed)]} · {self.exercise} · {os.path.basename(self.file)}"
-               + (f" · {'坑' if lang == 'zh' else 'pitfall'}: {self.pitfall}" if self.pitfall else "")]
-        out += ["  " + line for line in self.lines[lang]]
-        if self.table:
-            out.append("")
-            out.append("  形状表（你的代码）：" if lang == "zh" else "  shape table (your code):")
-            out += ["  " + row for row in render_table(self.table)]
-        return "\n".join(out)
+    def head(self, lang: str) -> str:
+        words = {("en", True): "PASS", ("en", False): "NOT YET", ("zh", True): "通过", ("zh", False): "还没通过"}
+        return (f"{words[(lang, self.passed)]} · {self.exercise} · {os.path.basename(self.file)}"
+                + (f" · {'坑' if lang == 'zh' else 'pitfall'}: {self.pitfall}" if self.pitfall else ""))
+
+    def render(self, lang: str = "en", details: bool = False) -> str:
+        """The short answer (at most 8 lines: verdict, line, what, the post, a hint, warnings), or with
+        ``details`` the full report and the learner's shape table."""
+        zh = lang == "zh"
+        out = [self.head(lang)]
+        if details:
+            out += ["  " + line for line in self.messages[lang]]
+            out += ["  " + (f"注意：{w[1]}" if zh else f"note: {w[0]}") for w in self.warnings]
+            if self.table:
+                out.append("")
+                out.append("  形状表（你的代码）：" if zh else "  shape table (your code):")
+                out += ["  " + row for row in render_table(self.table)]
+            return "\n".join(out)
+        if self.line:
+            out.append(f"  第 {self.line} 行：`{self.source}`" if zh else f"  line {self.line}: `{self.source}`")
+        body = self.short[lang] or self.messages[lang][:2]
+        out += ["  " + line for line in body][: 7 - len(out)]
+        room = 7 - len(out)
+        shown = self.warnings[:max(room, 0)]
+        out += ["  " + (f"注意：{w[1]}" if zh else f"note: {w[0]}") for w in shown]
+        if len(out) < 8:
+            out.append("  （完整报告：加上 --details）" if zh else "  (the full report: add --details)")
+        return "\n".join(out[:8])
+
+
+def _locale() -> str:
+    for var in ("LC_ALL", "LC_MESSAGES", "LANG", "LANGUAGE"):
+        if os.environ.get(var, "").lower().startswith("zh"):
+            return "zh"
+    return "en"
+
+
+class Subject:
+    """What is graded: the learner's names (a loaded file, or objects given from Python) and the file their code
+    is in (the recorder keeps the steps of that file)."""
+
+    def __init__(self, names: dict, file: str):
+        self.names, self.file = names, file
+
+    def __getattr__(self, name: str):
+        try:
+            return self.__dict__["names"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -101,7 +189,39 @@ def load(exercise: ex.Exercise, path: str | Path, timeout: float | None = TIMEOU
         raise LearnError(f"{path.name} defines no {', '.join(missing)}: the exercise asks for "
                          f"{', '.join(exercise.entries)}",
                          f"{path.name} 里没有定义 {', '.join(missing)}：这个练习要写的是 {', '.join(exercise.entries)}")
-    return module
+    return Subject({name: getattr(module, name) for name in exercise.entries}, str(path))
+
+
+def subject_of(exercise: ex.Exercise, obj) -> Subject:
+    """The learner's objects given from Python (a notebook): a function or class (an ``nn.Module`` instance stands
+    for its class) for a one-name exercise; for two names (heads, masks, add_norm) a dict, a module, a namespace
+    or a tuple in the exercise's order."""
+    names = exercise.entries
+    if isinstance(obj, dict):
+        found = {n: obj[n] for n in names if n in obj}
+    elif isinstance(obj, (tuple, list)):
+        found = dict(zip(names, obj))
+    elif len(names) == 1 and (callable(obj) or isinstance(obj, nn.Module)):
+        found = {names[0]: type(obj) if isinstance(obj, nn.Module) else obj}
+    else:
+        found = {n: getattr(obj, n) for n in names if hasattr(obj, n)}
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise LearnError(f"grade({exercise.id!r}, ...): no {', '.join(missing)} given; the exercise asks for "
+                         f"{', '.join(names)}" + (" (pass a dict, a module or a tuple in this order)"
+                                                  if len(names) > 1 else ""),
+                         f"grade({exercise.id!r}, ...)：没有给出 {', '.join(missing)}；这个练习要写的是 {', '.join(names)}"
+                         + ("（传入 dict、模块，或按此顺序的 tuple）" if len(names) > 1 else ""))
+    found = {n: type(v) if isinstance(v, nn.Module) else v for n, v in found.items()}
+    file = ""
+    for value in found.values():
+        try:
+            file = inspect.getsourcefile(value) or inspect.getfile(value)
+        except (TypeError, OSError):
+            continue
+        if file:
+            break
+    return Subject(found, file or "<python>")
 
 
 def check_signature(fn, name: str, want: list[str], required: int) -> None:
@@ -123,14 +243,14 @@ def check_signature(fn, name: str, want: list[str], required: int) -> None:
 
 
 def run_guarded(fn, args: tuple, what: tuple[str, str], timeout: float | None = TIMEOUT, *, record: bool = True,
-                dims: tuple[str, ...] = (), sizes: dict | None = None, module=None):
+                dims: tuple[str, ...] = (), sizes: dict | None = None, module=None, grad: bool = False):
     """``(output, recording or None)``; any failure of the learner's code becomes a :class:`LearnError`."""
     try:
         with guard(timeout, lambda: what):
             if record:
                 rec = rec_mod.record(fn, *args, sizes=sizes, dims=list(dims) or None, module=module)
                 return rec.output, rec
-            with torch.no_grad():
+            with torch.set_grad_enabled(grad):
                 return fn(*args), None
     except Hung as hung:
         err = CheckTimeout.from_hung(hung)
@@ -143,8 +263,44 @@ def run_guarded(fn, args: tuple, what: tuple[str, str], timeout: float | None = 
     except KeyboardInterrupt:
         raise
     except BaseException as err:  # noqa: BLE001 - the learner's code may raise anything
-        raise LearnError(f"{what[0]} raised {type(err).__name__}: {one_line(err)}",
-                         f"{what[1]}抛出了 {type(err).__name__}：{one_line(err)}") from None
+        at = raised_at(err)
+        raise LearnError(f"{what[0]} raised {one_line(err)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
+                         f"{what[1]}抛出了错误 {one_line(err)}" + zh_gloss(err)
+                         + (f"（第 {at[0]} 行：`{at[1]}`）" if at else "")) from None
+
+
+def raised_at(err: BaseException) -> tuple[int, str] | None:
+    """The learner's innermost line in the traceback (outside torch, the standard library and this project)."""
+    import linecache
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    skip = (os.path.dirname(torch.__file__), here, os.path.dirname(os.__file__))
+    tb, found = err.__traceback__, None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not os.path.abspath(name).startswith(skip) and not name.startswith("<frozen"):
+            found = (tb.tb_lineno, linecache.getline(name, tb.tb_lineno).strip())
+        tb = tb.tb_next
+    return found
+
+
+ZH_GLOSSES = (  # what common torch errors mean, for the Chinese learner (the error itself stays as torch wrote it)
+    ("cannot be multiplied", "：两个矩阵的形状乘不到一起，检查 @ 或 matmul 两边的最后两维"),
+    ("is invalid for input of size", "：view/reshape 的目标形状与元素个数不符"),
+    ("must match the size of tensor", "：两个张量在某一维上的大小不一致，无法相加或广播"),
+    ("not enough values to unpack", "：解包时拿到的值比期望的少"),
+    ("too many values to unpack", "：解包时拿到的值比期望的多"),
+    ("positional argument", "：函数或 forward 的参数个数与调用不符"),
+    ("view size is not compatible", "：transpose 之后内存不连续，先 .contiguous() 或改用 reshape"),
+    ("Dimension out of range", "：维度下标超出了张量的维数"),
+    ("has no attribute", "：对象上没有这个属性"),
+    ("without overflow", "：这个数放不进当前的数据类型（例如 float16 最大约 65504）"),
+)
+
+
+def zh_gloss(err: BaseException) -> str:
+    text = str(err)
+    return next((gloss for key, gloss in ZH_GLOSSES if key in text), "")
 
 
 # ------------------------------------------------------------------------------------------------ comparing
@@ -156,9 +312,15 @@ def as_tensors(out) -> list:
     return [out]
 
 
-def same(a, b, tol: float = 1e-7) -> bool:
+def tolerance(t: torch.Tensor) -> float:
+    """The relative tolerance for a result computed in ``t``'s precision (float64 probes; float32 code is right)."""
+    return {torch.float64: 1e-7, torch.float32: 2e-5}.get(t.dtype, 2e-2)
+
+
+def same(a, b, tol: float | None = None) -> bool:
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return False
+    tol = max(tolerance(a), tolerance(b)) if tol is None else tol
     if tuple(a.shape) != tuple(b.shape):
         return False
     if a.dtype == torch.bool or b.dtype == torch.bool:

@@ -8,6 +8,7 @@ that reproduces the learner's output; the line is the learner's step that comput
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 
@@ -15,12 +16,13 @@ import torch
 from torch import nn
 
 from anatomy.course import exercises as ex
+from anatomy.course import spec
 from anatomy.course.grader import (
     LearnError,
     Result,
     check_signature,
+    Subject,
     first_step,
-    load,
     max_diff,
     run_guarded,
     same,
@@ -105,8 +107,8 @@ LN_WRONG = (
 )
 
 
-def _grade_layernorm(exercise: ex.Exercise, path: str, timeout) -> Result:
-    module = load(exercise, path, timeout)
+def _grade_layernorm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
+    path = module.file
     cls = module.LayerNorm
     check_signature(cls.__init__, "LayerNorm.__init__", ["d_model", "eps"], 1)
     ln = _build(cls, (SIZES["D"],), "LayerNorm", timeout)
@@ -122,6 +124,13 @@ def _grade_layernorm(exercise: ex.Exercise, path: str, timeout) -> Result:
             result.line = None
         at_en, at_zh = (f" (its __init__ at line {result.line})", f"（__init__ 在第 {result.line} 行）") if result.line \
             else ("", "")
+        if result.line:
+            result.point(result.line, _source_at(path, result.line))
+        result.brief(f"LayerNorm has {len(vectors)} learnable parameter(s) of shape (D,); gamma and beta are two",
+                     f"LayerNorm 只有 {len(vectors)} 个形状为 (D,) 的可学习参数；gamma 和 beta 应当是两个")
+        result.brief(f"the post: 「{_LN_POST[0]}」", f"原文：「{_LN_POST[0]}」")
+        result.brief("hint: self.gamma = nn.Parameter(torch.ones(d_model)); self.beta = nn.Parameter(torch.zeros(d_model))",
+                     "提示：self.gamma = nn.Parameter(torch.ones(d_model))；self.beta = nn.Parameter(torch.zeros(d_model))")
         result.say(f"pitfall `no_affine` — LayerNorm has {len(vectors)} learnable parameter(s) of shape (D,){at_en}; "
                    "gamma and beta are two",
                    f"坑 `no_affine` —— LayerNorm 只有 {len(vectors)} 个形状为 (D,) 的可学习参数{at_zh}；gamma 和 beta 应当是两个")
@@ -171,9 +180,19 @@ def _grade_layernorm(exercise: ex.Exercise, path: str, timeout) -> Result:
     return result
 
 
-def _say_wrong(result: Result, wrong: Wrong, rec, path: str, diff: float) -> Result:
+def _source_at(path: str, line: int) -> str:
+    import linecache
+
+    return linecache.getline(path, line).strip()
+
+
+def _say_wrong(result: Result, wrong: Wrong, rec, path: str, diff: float, who: str = "") -> Result:
     step = first_step(rec, wrong.ops, None, path)
-    result.pitfall, result.line = wrong.name, step.line if step else None
+    result.pitfall = wrong.name
+    result.point(step.line if step else None, step.source if step else "")
+    result.brief((f"{who}: " if who else "") + wrong.what[0], (f"{who}：" if who else "") + wrong.what[1])
+    result.brief(f"the post: 「{wrong.post[0]}」", f"原文：「{wrong.post[0]}」")
+    result.brief(f"hint: {wrong.hint[0]}", f"提示：{wrong.hint[1]}")
     where_en = f"line {step.line} `{step.source}`: " if step else ""
     where_zh = f"第 {step.line} 行 `{step.source}`：" if step else ""
     result.say(f"pitfall `{wrong.name}` — {where_en}{wrong.what[0]}", f"坑 `{wrong.name}` —— {where_zh}{wrong.what[1]}")
@@ -210,7 +229,7 @@ def _add_norm_wrong(placement: str):
         (Wrong("pre_norm_instead" if post else "post_norm_instead",
                ((f"this is {'Pre' if post else 'Post'}-Norm: " + ("x + sublayer(norm(x))" if post else "norm(x + sublayer(x))"),
                  f"这是 {'Pre' if post else 'Post'}-Norm：" + ("x + sublayer(norm(x))" if post else "norm(x + sublayer(x))"))),
-               right, hint, adds),
+               right, hint, adds if post else ("layer_norm", "rms_norm")),
          (lambda x, f, n: x + f(n(x))) if post else (lambda x, f, n: n(x + f(x)))),
         (Wrong("norm_on_residual_path", ("the normalised x is what gets added back: norm(x) + sublayer(norm(x))",
                                          "加回去的是归一化后的 x：norm(x) + sublayer(norm(x))"), _TWICE, hint, adds),
@@ -225,8 +244,8 @@ def _add_norm_wrong(placement: str):
     return [(w, fn) for w, fn in table if w.name != ("post_norm_instead" if post else "pre_norm_instead")]
 
 
-def _grade_add_norm(exercise: ex.Exercise, path: str, timeout) -> Result:
-    module = load(exercise, path, timeout)
+def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
+    path = module.file
     result = Result(exercise.id, path, passed=False)
     x = _probe(1)
     x[1, 2] = torch.linspace(-1, 1, SIZES["D"], dtype=torch.float64)  # no constant token here
@@ -236,6 +255,16 @@ def _grade_add_norm(exercise: ex.Exercise, path: str, timeout) -> Result:
     for name, placement in (("PostNorm", "post"), ("PreNorm", "pre")):
         cls = getattr(module, name)
         check_signature(cls.__init__, f"{name}.__init__", ["d_model", "sublayer"], 2)
+        sub32 = copy.deepcopy(sub).float()
+        m32 = _build(cls, (SIZES["D"], sub32), name, timeout).float()  # a global norm stays float32: audit there
+        found = spec.audit_structure(m32, lambda: run_guarded(m32, (x.float(),), (f"{name}.forward", f"{name}.forward"),
+                                                              timeout, record=False, grad=True)[0],
+                                     path, SIZES["D"], "add_norm")
+        if found is not None:
+            from anatomy.course.doctor_exercises import _finding
+
+            found.what = (f"{name}: {found.what[0]}", f"{name}：{found.what[1]}")
+            return _finding(result, found)
         m = _build(cls, (SIZES["D"], sub), name, timeout)
         out, rec = run_guarded(m, (x,), (f"{name}.forward(x (2, 5, 6))", f"{name}.forward(x (2, 5, 6))"), timeout,
                                dims=("B T D",), sizes=SIZES, module=m)
@@ -254,9 +283,9 @@ def _grade_add_norm(exercise: ex.Exercise, path: str, timeout) -> Result:
         with torch.no_grad():
             for wrong, fn in _add_norm_wrong(placement):
                 if isinstance(out, torch.Tensor) and same(out, fn(x, sub, norm), tol=1e-9):
-                    _say_wrong(result, wrong, rec, path, max_diff(out, reference))
-                    result.lines["en"][0] = f"{name}: " + result.lines["en"][0]
-                    result.lines["zh"][0] = f"{name}：" + result.lines["zh"][0]
+                    _say_wrong(result, wrong, rec, path, max_diff(out, reference), name)
+                    result.messages["en"][0] = f"{name}: " + result.messages["en"][0]
+                    result.messages["zh"][0] = f"{name}：" + result.messages["zh"][0]
                     return result
         result.pitfall = "unexplained"
         result.say(f"{name} differs from {'norm(x + sublayer(x))' if placement == 'post' else 'x + sublayer(norm(x))'}"
@@ -281,6 +310,6 @@ def _learner_norm(m: nn.Module, sub: nn.Module) -> tuple[nn.Module, bool]:
     return nn.LayerNorm(SIZES["D"]).double(), False
 
 
-def grade(exercise: ex.Exercise, path: str, timeout) -> Result:
-    return _grade_layernorm(exercise, path, timeout) if exercise.id == "layernorm" else _grade_add_norm(
-        exercise, path, timeout)
+def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
+    return _grade_layernorm(exercise, subject, timeout) if exercise.id == "layernorm" else _grade_add_norm(
+        exercise, subject, timeout)

@@ -3,7 +3,6 @@ told the pitfall's name and the line (marked ``# <-- pitfall NAME`` in the file)
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -12,19 +11,6 @@ from anatomy.course import EXERCISES, solution_path
 from anatomy.course.check import LearnError, check
 
 LEARNERS = Path(__file__).parent / "learners"
-EXERCISE_OF = re.compile(r"^(attention|heads|masks|sinusoidal|layernorm|add_norm|mha|block)_")
-
-
-def _expected(path: Path) -> tuple[str | None, int | None]:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        found = re.search(r"<-- pitfall ([a-z_]+)", line)
-        if found:
-            return found.group(1), number
-    return None, None
-
-
-CASES = sorted(p for p in LEARNERS.glob("*.py") if EXERCISE_OF.match(p.name))
-DOCTOR_EXERCISES = ("mha", "block")
 
 
 @pytest.mark.parametrize("exercise", [e.id for e in EXERCISES if e.id != "tiny_lm"])
@@ -34,25 +20,9 @@ def test_the_reference_solution_passes(exercise):
     assert result.pitfall is None
 
 
-@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
-def test_learner_code_gets_the_right_verdict_pitfall_and_line(path):
-    exercise = EXERCISE_OF.match(path.name).group(1)
-    pitfall, line = _expected(path)
-    result = check(exercise, path)
-    text = result.render("en")
-    if pitfall is None:
-        assert result.passed, text
-        return
-    assert not result.passed and result.pitfall == pitfall, text
-    assert result.line == line, text
-    assert f"line {line}" in text or exercise in DOCTOR_EXERCISES
-    zh = result.render("zh")
-    assert "还没通过" in zh and pitfall in zh
-
-
 def test_a_named_pitfall_quotes_the_post_and_gives_numbers_and_a_hint():
     result = check("attention", LEARNERS / "attention_no_scaling.py")
-    text = result.render("en")
+    text = result.render("en", details=True)
     assert "除以sqrt(d_k)的本质" in text  # the post's own sentence
     assert "differs from the reference by up to" in text and "average largest weight per row" in text
     assert "hint: divide q @ k.transpose(-2, -1) by math.sqrt(q.size(-1))" in text

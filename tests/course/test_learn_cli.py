@@ -34,7 +34,7 @@ def test_list_start_check_solution_and_progress_survive_a_restart(tmp_path, caps
     assert _list(tmp_path, capsys)["attention"]["status"] == "tried"
     assert main(["learn", "solution", "attention", "--dir", str(tmp_path)]) == 0
     assert "def attention(q, k, v, mask=None)" in capsys.readouterr().out
-    shutil.copy(LEARNERS / "attention_ok_d2l.py", tmp_path / "01_attention.py")
+    shutil.copy(LEARNERS / "attention_ok_einsum_finfo.py", tmp_path / "01_attention.py")
     assert main(["learn", "check", "attention", "--dir", str(tmp_path), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] and report["shape_table"] and report["shape_table"][0]["line"] > 0

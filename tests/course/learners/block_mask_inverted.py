@@ -25,7 +25,7 @@ class TransformerBlock(nn.Module):
         v = self.v_proj(x).reshape(b, t, self.h, self.d_k).transpose(1, 2)  # (B, H, S, Dh)
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, T, S)
         if mask is not None:
-            scores = scores.masked_fill(mask, float("-inf"))
+            scores = scores.masked_fill(mask, float("-inf"))  # <-- pitfall mask_inverted
         weights = torch.nan_to_num(torch.softmax(scores, dim=-1))  # (B, H, T, S)
         out = (weights @ v).transpose(1, 2).reshape(b, t, d)  # (B, T, D)
         return self.o_proj(out)

@@ -9,6 +9,6 @@ def attention(queries, keys, values, mask=None):
     # 注意力分数
     scores = torch.matmul(queries, keys.transpose(2, 3)) / math.sqrt(d)
     if mask is not None:
-        scores = scores.masked_fill(mask == False, -1e9)  # noqa: E712  (a learner's way of writing ~mask)
+        scores = scores.masked_fill(mask == False, -1e9)  # noqa: E712  (a learner's way of writing ~mask)  # <-- pitfall fill_minus_1e9
     attn = F.softmax(scores, dim=-1)
     return torch.matmul(attn, values), attn

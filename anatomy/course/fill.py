@@ -1,0 +1,82 @@
+"""The post's ``-1e9`` pitfall: a mask fill that float16 cannot hold, found in the learner's source and tried.
+
+The post wrote ``-inf`` as ``-1e9`` and regretted it ("数值上-1e9虽然能近似无穷小但在某些情况下残留的微小概率还是会被模型利用到。
+建议直接用-inf。"). In float64 the two give the same weights, so the probes cannot tell; in float16 (largest finite
+value 65504) ``-1e9`` is no number at all. The grader finds a negative literal beyond float16's range in the
+learner's code, runs their code in float16 and says what the fill does there: ``masked_fill`` refuses it, an
+additive mask turns into ``-inf * 0 = NaN``, or the scores silently become float32.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from collections.abc import Callable
+
+import torch
+
+from anatomy.course.grader import Result, Subject
+from anatomy.doctor.subject import one_line
+
+FLOAT16_MAX = 65504.0
+_NUMBER = re.compile(r"-\s*(\d+(?:\.\d*)?(?:[eE]\+?\d+)?)\b")
+POST = ("我一开始图省事把-inf写成了-1e9……数值上-1e9虽然能近似无穷小但在某些情况下残留的微小概率还是会被模型利用到。建议直接用-inf。",
+        "I first wrote -inf as -1e9 to save effort ... numerically -1e9 only approximates minus infinity, and the tiny "
+        "probability left over can still be used by the model. Use -inf directly.")
+
+
+def big_fill(subject: Subject) -> tuple[int, str, float] | None:
+    """``(line, source, value)`` of the first negative number literal beyond float16's range in the learner's code
+    (comments and strings left out), or None."""
+    lines = linecache.getlines(subject.file)
+    for number, text in enumerate(lines, start=1):
+        code = re.sub(r"(\"[^\"]*\"|'[^']*')", "", text.split("#")[0])
+        for m in _NUMBER.finditer(code):
+            try:
+                value = float(m.group(1))
+            except ValueError:
+                continue
+            if value > FLOAT16_MAX:
+                return number, text.strip(), -value
+    return None
+
+
+def float16_outcome(run: Callable[[], object], visible: torch.Tensor | None = None) -> tuple[str, str]:
+    """What the learner's code does in float16: ``run()`` calls it on float16 inputs; ``visible`` marks the output
+    rows that see at least one key (NaN there is the fill's doing)."""
+    try:
+        out = run()
+    except Exception as err:  # noqa: BLE001 - the learner's code in float16 may raise anything
+        return (f"in float16 it does not run: {one_line(err, 160)}", f"在 float16 下它跑不起来：{one_line(err, 160)}")
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(first, torch.Tensor):
+        return "", ""
+    if first.dtype != torch.float16:
+        return (f"in float16 the fill turns the result into {first.dtype}: the number does not fit in float16",
+                f"在 float16 下这个填充值把结果变成了 {first.dtype}：这个数放不进 float16")
+    if bool(first.isnan().any()):
+        return ("in float16 the fill becomes -inf and the output holds NaN (an additive mask computes -inf * 0)",
+                "在 float16 下填充值变成 -inf，输出里出现 NaN（加性掩码会算出 -inf * 0）")
+    return ("in float16 the fill silently becomes -inf: it is -inf that the code relies on, so write float('-inf')",
+            "在 float16 下填充值悄悄变成了 -inf：代码真正依赖的就是 -inf，那就直接写 float('-inf')")
+
+
+def name_it(result: Result, found: tuple[int, str, float], outcome: tuple[str, str]) -> Result:
+    line, source, value = found
+    result.passed, result.pitfall = False, "fill_minus_1e9"
+    result.point(line, source)
+    what = (f"the mask fill {value:g} is not a float16 number (float16 stops at -65504); {outcome[0]}",
+            f"掩码填充值 {value:g} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}")
+    hint = ("fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min, which follow the dtype",
+            "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充，它们随数据类型变化")
+    result.brief(*what)
+    result.brief(f"the post: 「{POST[0]}」", f"原文：「{POST[0]}」")
+    result.brief(f"hint: {hint[0]}", f"提示：{hint[1]}")
+    result.say(f"pitfall `fill_minus_1e9` — line {line} `{source}`: {what[0]}",
+               f"坑 `fill_minus_1e9` —— 第 {line} 行 `{source}`：{what[1]}")
+    result.say(f"the post: 「{POST[0]}」 ({POST[1]})", f"原文：「{POST[0]}」")
+    result.say("numbers: in float64 your output equals the reference (exp(-1e9) is exactly 0 there); the check ran "
+               "your code once more in float16", "数字：在 float64 下你的输出与参考实现一致（exp(-1e9) 在那里正好是 0）；"
+               "检查又在 float16 下运行了一次你的代码")
+    result.say(f"hint: {hint[0]}", f"提示：{hint[1]}")
+    return result

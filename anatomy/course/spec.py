@@ -1,0 +1,298 @@
+"""The exercises' own rules, checked on the learner's module whatever its names: what the doctor would accept as
+another valid design, the exercise forbids (it asks for the post's §5.3 block, not any block).
+
+The reference here is the exercise's text, never the learner's choices: four projections for q, k, v and the
+output, each of them used; norms that belong to the module (one per sub-layer); Pre-Norm; GELU; dropout on the
+sub-layer's output, before the residual add; a mask where True means "may attend". Each rule is tested by
+behaviour or by what ran (every module call, seen by a global forward hook with the learner's line; every
+parameter's gradient), so a fused qkv, per-head modules, bare ``nn.Parameter`` weights or an einsum all pass.
+"""
+
+from __future__ import annotations
+
+import copy
+import linecache
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+ACTIVATIONS = {"relu": "ReLU", "relu_": "ReLU", "silu": "SiLU", "tanh": "tanh", "sigmoid": "sigmoid",
+               "leaky_relu": "LeakyReLU", "elu": "ELU", "mish": "Mish", "softplus": "Softplus", "relu6": "ReLU6"}
+NORM_TYPES = (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))
+
+
+@dataclass
+class Finding:
+    """One broken rule: the pitfall, the learner's line, what is wrong and what to do, (en, zh) each."""
+
+    pitfall: str
+    line: int | None
+    source: str
+    what: tuple[str, str]
+    post: tuple[str, str]
+    hint: tuple[str, str]
+    more_lines: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Call:
+    module: nn.Module
+    line: int
+    source: str
+    scale_in: float  # mean |input| (to tell the residual stream from a sub-layer's output)
+
+
+def _same_file(a: str, b: str) -> bool:
+    return a == b or os.path.abspath(a) == os.path.abspath(b)
+
+
+def _caller(file: str) -> tuple[int, str]:
+    f = sys._getframe(1)
+    while f is not None:
+        if _same_file(f.f_code.co_filename, file):
+            return f.f_lineno, linecache.getline(file, f.f_lineno).strip()
+        f = f.f_back
+    return 0, ""
+
+
+def module_calls(run, file: str) -> list[Call]:
+    """Every module called while ``run()`` runs (globals included), with the learner's line that called it."""
+    calls: list[Call] = []
+
+    def hook(module, args, _out):
+        line, source = _caller(file)
+        first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+        scale = float(first.detach().abs().double().mean()) if first is not None and first.numel() else 0.0
+        calls.append(Call(module, line, source, scale))
+
+    handle = nn.modules.module.register_module_forward_hook(hook)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return calls
+
+
+def definition_line(cls: type, attr: str, file: str) -> tuple[int, str]:
+    """The line of ``self.<attr> = ...`` in the learner's file (the class's own source first)."""
+    pattern = re.compile(rf"self\.{re.escape(attr)}\b[^=\n]*=(?!=)")
+    lines = linecache.getlines(file)
+    for number, text in enumerate(lines, start=1):
+        if pattern.search(text.split("#")[0]) or (f"self.{attr}" in text and "=" in text.split("#")[0]
+                                                 and text.split("#")[0].index("=") > text.index(f"self.{attr}")):
+            return number, text.strip()
+    return 0, ""
+
+
+def own_parameters_calls(calls: list[Call]) -> list[Call]:
+    return [c for c in calls if any(True for _ in c.module.parameters(recurse=False))]
+
+
+def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Finding | None:
+    """Unused parameters, a projection or norm called twice, a norm that is not the module's own."""
+    m.zero_grad(set_to_none=True)
+    holder: dict = {}
+
+    def forward():
+        holder["out"] = run()
+
+    with torch.enable_grad():
+        calls = module_calls(forward, file)
+        out = holder["out"]
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            g = torch.Generator().manual_seed(7)
+            (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum().backward()
+    owned = {id(x) for x in m.modules()}
+    stranger = [c for c in own_parameters_calls(calls) if id(c.module) not in owned]
+    if stranger:
+        c = stranger[0]
+        name = type(c.module).__name__
+        lines = sorted({s.line for s in stranger if s.line})
+        is_norm = isinstance(c.module, NORM_TYPES)
+        return Finding(
+            "shared_layernorm" if is_norm else "module_not_owned", c.line, c.source,
+            (f"this {name} is not part of your module (it lives outside, a global): every "
+             f"{'block' if kind == 'block' else 'module'} you build shares its parameters"
+             + (f"; it is called at lines {', '.join(map(str, lines))}" if len(lines) > 1 else ""),
+             f"这个 {name} 不属于你的模块（它在模块外面，是全局的）：你构造的每一个模块都共用它的参数"
+             + (f"；它在第 {'、'.join(map(str, lines))} 行被调用" if len(lines) > 1 else "")),
+            ("每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。", "each LayerNorm needs its own learnable gamma and beta."),
+            ("create it in __init__: self.norm1 = nn.LayerNorm(d_model) (and self.norm2 for the second sub-layer)",
+             "在 __init__ 里创建：self.norm1 = nn.LayerNorm(d_model)（第二个子层再建 self.norm2）"), lines)
+    unused = [(n, p) for n, p in m.named_parameters() if p.grad is None]
+    if unused and isinstance(out, torch.Tensor) and out.requires_grad:
+        name = unused[0][0]
+        owner_path, _, _ = name.rpartition(".")
+        owner = m.get_submodule(owner_path) if owner_path else m
+        attr = owner_path.split(".")[-1] if owner_path else name
+        parent_path = owner_path.rpartition(".")[0]
+        parent = m.get_submodule(parent_path) if parent_path else m
+        line, source = definition_line(type(parent), attr, file)
+        square = isinstance(owner, nn.Linear) and owner.in_features == owner.out_features == d_model
+        names = ", ".join(n for n, _ in unused)
+        if square and kind == "mha":
+            return Finding("output_projection_unused", line or None, source,
+                           (f"self.{attr} = nn.Linear(D, D) is defined but never used in forward: the heads' merged "
+                            "output is returned without the output projection", f"定义了 self.{attr} = nn.Linear(D, D)，"
+                            "但 forward 里从没用过：并头之后的结果没经过输出投影就返回了"),
+                           ("生成Q/K/V……拆头……逐头计算注意力……并头……输出投影。",
+                            "make Q/K/V ... split ... attention per head ... merge ... the output projection."),
+                           (f"return self.{attr}(merged), weights: the fourth Linear mixes what the heads found",
+                            f"return self.{attr}(merged), weights：第四个 Linear 把各个头的结果混合起来"))
+        return Finding("unused_parameter", line or None, source,
+                       (f"parameters defined but never used in forward: {names}", f"定义了但 forward 里从没用到的参数：{names}"),
+                       ("结构里同时包含Multi-Head、前馈网络、两个残差和两个LayerNorm",
+                        "it holds multi-head attention, a feed-forward network, two residuals and two LayerNorms"),
+                       ("use every layer you define in forward, or remove it", "forward 里用上你定义的每一层，或者删掉它"))
+    twice = {}
+    for c in own_parameters_calls(calls):
+        twice.setdefault(id(c.module), []).append(c)
+    for group in twice.values():
+        if len(group) < 2:
+            continue
+        c, mod = group[0], group[0].module
+        lines = sorted({g.line for g in group if g.line})
+        if isinstance(mod, NORM_TYPES):
+            return Finding("shared_layernorm", c.line, c.source,
+                           (f"one {type(mod).__name__} is used for both sub-layers (lines {', '.join(map(str, lines))}): "
+                            "they share one gamma and beta", f"两个子层共用同一个 {type(mod).__name__}（第 "
+                            f"{'、'.join(map(str, lines))} 行）：它们共享同一组 gamma 和 beta"),
+                           ("每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。", "each LayerNorm needs its own learnable gamma and beta."),
+                           ("two norms: self.norm1 = nn.LayerNorm(d_model); self.norm2 = nn.LayerNorm(d_model)",
+                            "两个 Norm：self.norm1 = nn.LayerNorm(d_model)；self.norm2 = nn.LayerNorm(d_model)"), lines)
+        if isinstance(mod, nn.Linear) and len(group) >= 3 and all(g.line for g in group):
+            return Finding("shared_qkv_projection", c.line, c.source,
+                           (f"one Linear makes q, k and v (called {len(group)} times, lines {', '.join(map(str, lines))}): "
+                            "q = k = v, so every head compares each token with itself most",
+                            f"q、k、v 是同一个 Linear 算出来的（调用了 {len(group)} 次，第 {'、'.join(map(str, lines))} 行）："
+                            "q = k = v，每个头都最关注 token 自己"),
+                           ("生成Q/K/V", "make Q, K and V: three different projections"),
+                           ("four Linear layers: q_proj, k_proj, v_proj (or one fused nn.Linear(D, 3 * D) split in three) "
+                            "and o_proj", "四个 Linear：q_proj、k_proj、v_proj（或一个 nn.Linear(D, 3 * D) 再切成三份）和 o_proj"),
+                           lines)
+    return None
+
+
+def leak(m: nn.Module, call, t: int, d_model: int, tol: float = 1e-6) -> tuple[int, int] | None:
+    """(query, key) of the first earlier output a later token moves under a causal mask (True = may attend)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(2, t, d_model, generator=g, dtype=torch.float64)
+    mask = torch.ones(t, t, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
+
+    def out(inp):
+        y = call(inp, mask)
+        return (y[0] if isinstance(y, (tuple, list)) else y).detach().nan_to_num(nan=1e30)
+
+    base = out(x)
+    for j in range(t - 1, 0, -1):
+        moved = x.clone()
+        moved[:, j] = torch.randn(2, d_model, generator=g, dtype=torch.float64) * 3
+        diff = (out(moved) - base).abs().amax(-1).amax(0)  # (T,)
+        earlier = [i for i in range(j) if float(diff[i]) > tol * (1 + float(base.abs().max()))]
+        if earlier:
+            return earlier[0], j
+    return None
+
+
+def half_copy(m: nn.Module) -> nn.Module:
+    return copy.deepcopy(m).half()
+
+
+def _stream(d_model: int, b: int = 2, t: int = 5, seed: int = 11) -> torch.Tensor:
+    """A residual stream far larger than anything a sub-layer of normalised inputs returns: 50 · ±1 + noise."""
+    g = torch.Generator().manual_seed(seed)
+    sign = torch.randint(0, 2, (b, t, d_model), generator=g).double() * 2 - 1
+    return 50 * sign + torch.randn(b, t, d_model, generator=g, dtype=torch.float64)
+
+
+def placement(m: nn.Module, call, file: str, d_model: int, post: tuple[str, str]) -> Finding | None:
+    """Pre-Norm keeps the residual stream: block(x) - x stays small next to a large x. A Post-Norm block returns a
+    normalised tensor instead (each token's features with mean 0 and variance 1)."""
+    x = _stream(d_model)
+    holder: dict = {}
+    calls = module_calls(lambda: holder.update(out=call(x, None)), file)
+    out = holder["out"]
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
+        return None
+    ratio = float((out - x).norm() / x.norm())
+    if ratio < 0.5:
+        return None
+    norms = [c for c in calls if isinstance(c.module, NORM_TYPES) and c.line]
+    pick = next((c for c in norms if "+" in c.source.split("#")[0]), None) or (norms[-1] if norms else None)
+    spread = float(out.std(-1).mean())
+    return Finding("post_norm_instead", pick.line if pick else None, pick.source if pick else "",
+                   (f"this is Post-Norm: the norm comes after the residual add, so the block returns a normalised tensor "
+                    f"(on an input of size ~50 its output's spread is {spread:.2f}); the exercise asks for the post's "
+                    "§5.3 Pre-Norm, x + sublayer(norm(x))",
+                    f"这是 Post-Norm：Norm 放在残差相加之后，Block 输出的是归一化过的张量（输入大小约 50 时输出的标准差是 "
+                    f"{spread:.2f}）；练习要的是原文 §5.3 的 Pre-Norm：x + sublayer(norm(x))"),
+                   post, ("x = x + self.attn(self.norm1(x)); x = x + self.ffn(self.norm2(x))",
+                          "x = x + self.attn(self.norm1(x))；x = x + self.ffn(self.norm2(x))"))
+
+
+def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
+    """The feed-forward network's activation is GELU (exact or tanh-approximated)."""
+    from anatomy.tracing import recorder as rec_mod
+
+    mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()[None, None]
+    try:
+        rec = rec_mod.record(m, x, mask, module=m)
+    except rec_mod.RecordError:
+        return None
+    ops = [s for s in rec.steps if s.data]
+    if any(s.op == "gelu" for s in ops):
+        return None
+    other = next((s for s in ops if s.op in ACTIVATIONS), None)
+    if other is None:
+        return None  # a hand-written GELU (0.5 x (1 + erf(...))) or none the recorder can name: can't tell
+    name = ACTIVATIONS[other.op]
+    return Finding("relu_instead_of_gelu" if name == "ReLU" else "activation_not_gelu", other.line, other.source,
+                   (f"the feed-forward network uses {name}; the exercise asks for GELU", f"前馈网络用的是 {name}；练习要求 GELU"),
+                   ("前馈网络线性激活线性", "the feed-forward network: linear, activation, linear"),
+                   ("nn.GELU() or torch.nn.functional.gelu between the two Linear layers",
+                    "在两个 Linear 之间用 nn.GELU() 或 torch.nn.functional.gelu"))
+
+
+def dropout_place(m: nn.Module, file: str, d_model: int) -> Finding | None:
+    """Dropout belongs on a sub-layer's output, before the residual add: in training mode the residual stream
+    itself must never be dropped. Every ``nn.Dropout`` is set to p = 0.5 on a copy for the probe."""
+    probe = copy.deepcopy(m).train()
+    for d in probe.modules():
+        if isinstance(d, nn.Dropout):
+            d.p = 0.5
+    x = _stream(d_model, 4, 8)
+    mask = torch.ones(8, 8, dtype=torch.bool).tril()[None, None]
+    holder: dict = {}
+    torch.manual_seed(0)
+    try:
+        calls = module_calls(lambda: holder.update(out=probe(x, mask)), file)
+    except Exception:  # noqa: BLE001 - training mode may fail where eval did not; the doctor has judged the rest
+        return None
+    out = holder["out"]
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
+        return None
+    dropped = float(((out - x).abs() > 0.5 * x.abs()).double().mean())
+    if dropped < 0.02:
+        return None
+    drops = [c for c in calls if isinstance(c.module, nn.Dropout) and c.line and c.scale_in > 10]
+    pick = drops[0] if drops else None
+    if pick is None:
+        lines = linecache.getlines(file)
+        n = next((i for i, t in enumerate(lines, 1) if "dropout" in t.lower() and "+" in t.split("#")[0]), 0)
+        line, source = (n, lines[n - 1].strip()) if n else (None, "")
+    else:
+        line, source = pick.line, pick.source
+    return Finding("dropout_after_residual", line, source,
+                   (f"dropout is applied after the residual add: in training it drops the residual stream itself "
+                    f"({dropped:.0%} of the block's outputs lost the input x)", f"dropout 放在了残差相加之后：训练时它把残差"
+                    f"支路本身也丢掉了（{dropped:.0%} 的输出丢了输入 x）"),
+                   ("残差连接本质上给了网络一个“退路”", "the residual connection gives the network a way back"),
+                   ("x = x + self.dropout(self.attn(self.norm1(x))): drop the sub-layer's output, then add",
+                    "x = x + self.dropout(self.attn(self.norm1(x)))：先对子层输出做 dropout，再相加"))
