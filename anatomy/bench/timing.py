@@ -1,8 +1,10 @@
-"""How the bench measures: interleaved rounds, medians of per-round ratios, peak memory from the profiler.
+"""How the bench measures: interleaved rounds, their spread, the load average, peak memory from the profiler.
 
 Contenders run in rounds, every contender once per round in a rotating order, so a noisy neighbour slows all of
-them alike; the report quotes the **median of the per-round ratios** against a reference measured in the same
-round. ``benchmarks/_common.py`` re-exports these for the hand-run scripts.
+them alike. ``rounds`` gives the hand-run scripts (``benchmarks/_common.py`` re-exports it) medians and the
+**median of the per-round ratios** against a reference measured in the same round; ``anatomy bench`` keeps every
+round (``round_times``) and prints min / median / max with the ratio of the medians (``summarize``), the per-round
+ratios' spread beside it, and warns when the load average says the machine was busy (``load_warning``).
 
 Freed memory: glibc hands large freed blocks back to the kernel, and re-touching fresh pages costs up to ~2 ms/MiB
 on small VMs, which swamps kernel timings. ``keep_freed_memory_mapped()`` asks glibc (``mallopt``) to keep them,

@@ -17,8 +17,9 @@ from anatomy.bench.suites import SUITES
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Run every speed and memory comparison against the installed peers (torch.nn, HF transformers, "
-        "x-transformers; a missing one is named with its pip line) in interleaved rounds; print medians of "
-        "per-round ratios to ours ('× ours' above 1: ours is faster or smaller) and optionally write JSON.")
+        "x-transformers; a missing one is named with its pip line) in interleaved rounds; print min / median / max "
+        "per contender and the ratio of its printed median to ours' (above 1: ours is faster or smaller), warn "
+        "when the load average says the machine was busy, and optionally write JSON.")
     p.add_argument("--quick", action="store_true", help="tiny sizes (seconds): checks that everything runs")
     p.add_argument("--only", nargs="+", choices=list(SUITES), metavar="SUITE",
                    help=f"run only these suites ({', '.join(SUITES)}); default all")

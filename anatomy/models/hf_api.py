@@ -9,7 +9,7 @@ or replaced (ours or a ``transformers.GenerationConfig``), as in HF.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
@@ -42,20 +42,20 @@ class LensMethods:
         """``logits, cache = model.run_with_cache(ids)``; see ``anatomy.inspection.hooked.run_with_cache``."""
         from anatomy.inspection.hooked import run_with_cache
 
-        return run_with_cache(cast(nn.Module, self), *args, **kwargs)
+        return run_with_cache(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
 
     def run_with_hooks(self, *args: Any, **kwargs: Any) -> Any:
         """``model.run_with_hooks(ids, fwd_hooks=[(name_or_filter, fn(act, hook))])``; see
         ``anatomy.inspection.hooked.run_with_hooks``."""
         from anatomy.inspection.hooked import run_with_hooks
 
-        return run_with_hooks(cast(nn.Module, self), *args, **kwargs)
+        return run_with_hooks(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
 
     def hooks(self, *args: Any, **kwargs: Any) -> Any:
         """``with model.hooks(fwd_hooks=[...]):``; see ``anatomy.inspection.hooked.hooks``."""
         from anatomy.inspection.hooked import hooks
 
-        return hooks(cast(nn.Module, self), *args, **kwargs)
+        return hooks(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
 
     W_E, W_pos, W_U, b_U = (_lens_weight(n) for n in ("W_E", "W_pos", "W_U", "b_U"))
     W_Q, W_K, W_V, W_O = (_lens_weight(n) for n in ("W_Q", "W_K", "W_V", "W_O"))
