@@ -51,6 +51,15 @@ def test_grade_records_progress_with_a_stand_in_grader(tmp_path, monkeypatch):
     assert "no_scaling" in graded._repr_html_() and "NOT YET" in graded._repr_html_()
     e = Progress(tmp_path).entry("attention")
     assert (e["status"], e["last"], e["checks"], e["notebook"]) == ("tried", "no_scaling", 1, "01_attention.ipynb")
+    from anatomy.course.grader import LearnError
+
+    def refuses(ex, obj):
+        raise LearnError("attention: expected a function attention(q, k, v, mask=None)", "需要函数 attention")
+
+    monkeypatch.setattr(anatomy.course, "grade", refuses, raising=False)
+    graded = nbc.grade("attention", 3, folder=tmp_path, lang="zh")
+    assert str(graded) == "还没通过 · attention\n  需要函数 attention" and graded.verdict == "error"
+    assert Progress(tmp_path).entry("attention")["checks"] == 2
 
 
 def test_exercise_notebook_is_graded_on_a_kernel(kernel, tmp_path, cell_outputs):
