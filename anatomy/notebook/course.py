@@ -118,7 +118,9 @@ class Graded:
 class NotGraded:
     """What :func:`grade` shows when the code cannot be graded (``LearnError``): the command line's two lines."""
 
-    ok, verdict, pitfalls, lines, pitfall = False, "error", [], [], "error"
+    ok, verdict, pitfall = False, "error", "error"
+    pitfalls: list[str] = []
+    lines: list[dict] = []
 
     def __init__(self, exercise_id: str, error: Any):
         self.exercise, self.error = exercise_id, error
