@@ -59,8 +59,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             mark = {"done": "✓", "tried": "~", "not started": " "}
             for r in rows:
-                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})"
-                      + (f" · {r['notebook']}" if r["notebook"] else ""))
+                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})")
+            notebooks = [f"{r['id']} {r['notebook']} ({r['status']})" for r in rows if r["notebook"]]
+            if notebooks:  # exercises worked in a notebook (anatomy learn start --notebook)
+                print(("笔记本：" if zh else "notebooks: ") + ", ".join(notebooks))
         return 0
     if command == "page":
         from anatomy.course import page
