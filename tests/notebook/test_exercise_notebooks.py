@@ -26,8 +26,11 @@ def test_start_notebook_writes_the_exercise_and_list_shows_it(tmp_path, capsys):
     assert Progress(tmp_path).entry("heads")["notebook"] == "02_heads.ipynb"
     capsys.readouterr()
     assert main(["learn", "list", "--dir", str(tmp_path), "--lang", "en"]) == 0
-    listed = capsys.readouterr().out.splitlines()
-    assert listed[-1] == "notebooks: heads 02_heads.ipynb (not started)"
+    heads = next(line for line in capsys.readouterr().out.splitlines() if " heads " in line)
+    assert "Split and merge heads · 02_heads.ipynb  (" in heads
+    assert main(["learn", "list", "--dir", str(tmp_path), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["exercises"]
+    assert [r["notebook"] for r in rows if r["id"] == "heads"] == ["02_heads.ipynb"]
     before = path.read_bytes()  # never overwritten
     assert main(["learn", "start", "heads", "--notebook", "--dir", str(tmp_path)]) == 2
     assert path.read_bytes() == before and "already exists" in capsys.readouterr().err
