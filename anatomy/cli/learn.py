@@ -54,13 +54,14 @@ def run(args: argparse.Namespace) -> int:
                              "status": progress.status(e.id), "file": e.file} for e in EXERCISES]
         for r in rows:  # worked in a notebook (anatomy learn start --notebook): said too
             r["notebook"] = progress.entry(r["id"]).get("notebook")
+            if r["notebook"] and args.format != "json":
+                r["title"] += f" · {r['notebook']}"
         if args.format == "json":
             print(json.dumps({"exercises": rows}, ensure_ascii=False, indent=2))
         else:
             mark = {"done": "✓", "tried": "~", "not started": " "}
             for r in rows:
-                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})"
-                      + (f" · {r['notebook']}" if r["notebook"] else ""))
+                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})")
         return 0
     if command == "page":
         from anatomy.course import page

@@ -115,8 +115,28 @@ class Graded:
         return course_html(self.result, self.lang)
 
 
+class NotGraded:
+    """What :func:`grade` shows when the code cannot be graded (``LearnError``): the command line's two lines."""
+
+    ok, verdict, pitfall = False, "error", "error"
+    pitfalls: list[str] = []
+    lines: list[dict] = []
+
+    def __init__(self, exercise_id: str, error: Any):
+        self.exercise, self.error = exercise_id, error
+
+    def render(self, lang: str = "en") -> str:
+        head = "还没通过 · " if lang == "zh" else "NOT YET · "
+        return f"{head}{self.exercise}\n  {self.error.text(lang)}"
+
+    def __str__(self) -> str:
+        return self.render()
+
+
 def _pitfall(result: Any) -> str | None:
     pitfalls = getattr(result, "pitfalls", None)
+    if isinstance(result, NotGraded):
+        return "error"
     if pitfalls:
         return str(list(pitfalls)[0])
     return getattr(result, "pitfall", None)
@@ -135,7 +155,12 @@ def grade(exercise_id: str, obj: Any, *, notebook: str | Path | None = None, fol
     if grader is None:
         raise RuntimeError("anatomy.course.grade(exercise_id, obj) is not in this version of anatomy.course; grade "
                            f"a file instead: anatomy learn check {e.id} FILE.py")
-    result = grader(e.id, obj)
+    from anatomy.course.grader import LearnError
+
+    try:
+        result = grader(e.id, obj)
+    except LearnError as err:  # code that cannot be graded: one line, an attempt all the same (as the CLI does)
+        result = NotGraded(e.id, err)
     folder = Path(folder)
     path = folder / (notebook or notebook_name(e.id))
     ok = bool(getattr(result, "ok", getattr(result, "passed", False)))

@@ -38,10 +38,38 @@ class Answer:
 
 
 def _error_of(err: BaseException) -> tuple[str, str, str]:
-    kind, en, zh = _error_text(err)
-    from anatomy.notebook.cells import name_in_text
+    """(kind, en, zh); a message about a cell's code names the cell, and the cell's line where the code raised."""
+    from anatomy.notebook import cells
 
-    return kind, name_in_text(en), name_in_text(zh)
+    kind, en, zh = _error_text(err)
+    en, zh = cells.name_in_text(en), cells.name_in_text(zh)
+    found = _raised_in_cell(err)
+    if found is not None:
+        file, line = found
+        if cells.where(file, line) not in en:
+            src = cells.source(file, line)
+            en += f" (at {cells.where(file, line)}: `{src}`)"
+            zh += f"（位于{cells.where_zh(file, line)}：`{src}`）"
+    return kind, en, zh
+
+
+def _raised_in_cell(err: BaseException) -> tuple[str, int] | None:
+    """The innermost frame in a notebook cell of the innermost exception behind ``err`` (the doctor re-raises the
+    learner's exception as one line, ``from None``; the original stays in ``__context__``)."""
+    from anatomy.notebook.cells import is_cell
+
+    found: tuple[str, int] | None = None
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None:
+            if is_cell(tb.tb_frame.f_code.co_filename):
+                found = (tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+            tb = tb.tb_next
+        e = e.__cause__ or e.__context__
+    return found
 
 
 def _error_text(err: BaseException) -> tuple[str, str, str]:

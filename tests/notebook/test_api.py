@@ -142,9 +142,10 @@ def test_results_and_figures_display_as_html_and_png_in_the_notebook(executed, c
 def _cell_class(source: str, name: str, number: int, monkeypatch):
     """Compile ``source`` as IPython's terminal does (``<ipython-input-N-hash>``) and return the class."""
     file = f"<ipython-input-{number}-0123456789ab>"
+    source = IMPORTS + source
     monkeypatch.setitem(linecache.cache, file, (len(source), None, source.splitlines(True), file))
     ns: dict = {}
-    exec(compile(IMPORTS + source, file, "exec"), ns)  # noqa: S102 - the test's own code
+    exec(compile(source, file, "exec"), ns)  # noqa: S102 - the test's own code
     return ns[name], file
 
 
@@ -156,6 +157,7 @@ def test_check_in_process_names_the_cell_and_prints_as_the_cli(monkeypatch):
     assert r.isolation == "none" and r.verdict == "fail" and r.pitfalls == ["inf_fill_no_guard", "no_scaling"]
     line = IMPORTS.count("\n") + _line_of(BUGGY, "scores = q @ k")
     assert r.lines[0]["where"] == f"cell [7], line {line}" and r.lines[0]["cell"] == 7
+    assert r.lines[0]["source"] == "scores = q @ k.transpose(-2, -1)  # (B, H, T, S)"
     assert str(r) == r.report.render(lang="en", width=80) and r.text("zh").startswith("anatomy check · NoScale")
     assert f"单元格 [7] 第 {line} 行" in r.text("zh")
     assert r.to_dict()["verdict"] == "fail" and r.to_dict()["summary"]["exit_code"] == 1
@@ -177,6 +179,13 @@ def test_trace_in_process_and_a_module_that_cannot_be_built(monkeypatch):
     t = anatomy.trace(cls, isolate=False)
     assert t.ok and t.verdict == "pass" and set(t.cells) == {3} and len(t.rows) == 17
     assert [r["kind"] for r in t.rows].count("scale") == 1  # the one step the buggy class lacks
+    raises, _ = _cell_class(GOOD.replace("b, t, d = x.shape", "b, t, d = x.shape[0]"), "Good", 4, monkeypatch)
+    line = IMPORTS.count("\n") + _line_of(GOOD, "b, t, d = x.shape")
+    for isolate in (False, None):  # in this process, and in the forked child
+        r = anatomy.check(raises, isolate=isolate)
+        assert r.verdict == "error" and "TypeError" in str(r)
+        assert str(r).endswith(f"(at cell [4], line {line}: `b, t, d = x.shape[0]`)")
+        assert r.text("zh").endswith(f"（位于单元格 [4] 第 {line} 行：`b, t, d = x.shape[0]`）")
     bad = anatomy.check(lambda d, h: 1 / 0)
     assert bad.verdict == "error" and bad.error is not None and bad.error[0] == "check"
     assert str(bad).startswith("anatomy check: error: ") and "ZeroDivisionError" in str(bad)

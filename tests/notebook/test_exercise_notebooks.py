@@ -27,7 +27,10 @@ def test_start_notebook_writes_the_exercise_and_list_shows_it(tmp_path, capsys):
     capsys.readouterr()
     assert main(["learn", "list", "--dir", str(tmp_path), "--lang", "en"]) == 0
     heads = next(line for line in capsys.readouterr().out.splitlines() if " heads " in line)
-    assert heads.endswith("· 02_heads.ipynb")
+    assert "Split and merge heads · 02_heads.ipynb  (" in heads
+    assert main(["learn", "list", "--dir", str(tmp_path), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["exercises"]
+    assert [r["notebook"] for r in rows if r["id"] == "heads"] == ["02_heads.ipynb"]
     before = path.read_bytes()  # never overwritten
     assert main(["learn", "start", "heads", "--notebook", "--dir", str(tmp_path)]) == 2
     assert path.read_bytes() == before and "already exists" in capsys.readouterr().err
@@ -51,6 +54,15 @@ def test_grade_records_progress_with_a_stand_in_grader(tmp_path, monkeypatch):
     assert "no_scaling" in graded._repr_html_() and "NOT YET" in graded._repr_html_()
     e = Progress(tmp_path).entry("attention")
     assert (e["status"], e["last"], e["checks"], e["notebook"]) == ("tried", "no_scaling", 1, "01_attention.ipynb")
+    from anatomy.course.grader import LearnError
+
+    def refuses(ex, obj):
+        raise LearnError("attention: expected a function attention(q, k, v, mask=None)", "需要函数 attention")
+
+    monkeypatch.setattr(anatomy.course, "grade", refuses, raising=False)
+    graded = nbc.grade("attention", 3, folder=tmp_path, lang="zh")
+    assert str(graded) == "还没通过 · attention\n  需要函数 attention" and graded.verdict == "error"
+    assert Progress(tmp_path).entry("attention")["checks"] == 2
 
 
 def test_exercise_notebook_is_graded_on_a_kernel(kernel, tmp_path, cell_outputs):
