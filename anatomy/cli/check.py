@@ -22,7 +22,7 @@ from pathlib import Path
 
 from anatomy.doctor import CheckError, CheckTimeout, check
 from anatomy.doctor.check import TIMEOUT
-from anatomy.doctor.limits import Step, Watchdog, grace
+from anatomy.doctor.loading.limits import Step, Watchdog, grace
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor import CheckError, CheckTimeout
-from anatomy.doctor.learner_trace import trace_learner
+from anatomy.doctor.trace.learner_trace import trace_learner
 
 ZOO = Path(__file__).parent / "zoo_learners"
 

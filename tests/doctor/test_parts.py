@@ -12,10 +12,12 @@ from torch import nn
 from anatomy import pitfalls
 from anatomy.components import EncoderBlock, MultiHeadAttention
 from anatomy.doctor import check
-from anatomy.doctor.diagnose import ATTENTION_FAULTS, BLOCK_FAULTS, compatible_pairs
-from anatomy.doctor.mapping import find_attention, find_qk_norm, qk_role, role_of
-from anatomy.doctor.report import display_width, fmt, wrap
-from anatomy.doctor.subject import MaskFormat, make_layout, pad_keep, randomize
+from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
+from anatomy.doctor.diagnosis.diagnose import ATTENTION_FAULTS, BLOCK_FAULTS, compatible_pairs
+from anatomy.doctor.loading.subject import randomize
+from anatomy.doctor.mapping.projections import find_attention, find_qk_norm, qk_role, role_of
+from anatomy.doctor.report.findings import display_width, wrap
+from anatomy.doctor.report.words import fmt
 
 ZOO = Path(__file__).parent / "zoo"
 

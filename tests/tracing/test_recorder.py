@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy.doctor.subject import import_file
-from anatomy.tracing.recorder import PROBE_SIZES, RecordError, record
+from anatomy.doctor.loading.subject import import_file
+from anatomy.tracing.recorder import record
+from anatomy.tracing.steps import PROBE_SIZES, RecordError
 
 ZOO = Path(__file__).parents[1] / "doctor" / "zoo_learners"
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
-from anatomy.doctor.learner_trace import LearnerTrace, kind_text, legend_line
+from anatomy.inspection.trace import KINDS
+from anatomy.shapes import LEGEND
 
 MARK = "<<"
 SOURCE_WIDTH = 48
@@ -22,7 +24,8 @@ def _shape(row) -> str:
     return f"{row.dims} = ({', '.join(str(n) for n in row.shape)})"
 
 
-def render(trace: LearnerTrace, fmt: str, lang: str) -> str:
+def render(trace: Any, fmt: str, lang: str) -> str:
+    """``trace``: a ``learner_trace.LearnerTrace`` (its own ``render`` calls this)."""
     sizes = ", ".join(f"{k}={v}" for k, v in trace.sizes.items())
     title = _t(lang, f"anatomy trace · {trace.target} · {trace.call} · {sizes}",
                f"anatomy trace · {trace.target} · {trace.call} · {sizes}")
@@ -58,3 +61,33 @@ def render(trace: LearnerTrace, fmt: str, lang: str) -> str:
     if fmt != "markdown":
         out.append(legend_line(lang))
     return "\n".join(out)
+
+
+EXTRA_KINDS = {  # kinds the post's table does not have a row for
+    "scale": ("scale the scores", "缩放分数"),
+    "mask": ("mask the scores", "对分数加 mask"),
+    "act": ("activation", "激活函数"),
+    "fused": ("fused attention (one call)", "融合的注意力（一次调用）"),
+}
+
+
+def kind_text(kind: str, role: str, lang: str) -> str:
+    if not kind:
+        return ""
+    if kind in KINDS:
+        en, zh, _ = KINDS[kind]
+        if kind == "proj" and role:
+            en, zh = f"linear projection {role.upper()}", f"线性投影 {role.upper()}"
+    else:
+        en, zh = EXTRA_KINDS[kind]
+    return zh if lang == "zh" else en
+
+
+LEGEND_ZH = {"B": "批大小", "T": "查询（目标）长度", "S": "键/值（源）长度", "D": "模型宽度 d_model", "H": "查询头数",
+             "Hkv": "键/值头数", "Dh": "每个头的宽度", "F": "前馈网络隐藏层宽度 d_ff", "V": "词表大小"}
+
+
+def legend_line(lang: str) -> str:
+    if lang == "zh":
+        return "图例：" + "，".join(f"{k} {v}" for k, v in LEGEND_ZH.items())
+    return "legend: " + ", ".join(f"{k} {v}" for k, v in LEGEND.items())

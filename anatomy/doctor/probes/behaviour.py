@@ -15,79 +15,30 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from anatomy.doctor.mapping import BlockParts, Hypothesis
-from anatomy.doctor.masks import padding_keep
-from anatomy.doctor.precision import tol
-from anatomy.doctor.report import PROBE_TITLES, Finding, fmt
-from anatomy.doctor.subject import (
-    CallError,
-    MaskFormat,
-    Subject,
-    causal_keep,
-    dependency,
-    max_diff,
-    pad_keep,
-)
+from anatomy.doctor.contract.masks import causal_keep, dependency, max_diff, pad_keep, padding_keep
+from anatomy.doctor.contract.precision import tol
+from anatomy.doctor.loading.subject import CallError
+from anatomy.doctor.probes.block import BLOCK_PROBES
+from anatomy.doctor.probes.scaling import scaling
+from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.report.findings import PROBE_TITLES, Finding
+from anatomy.doctor.report.words import fmt
 
 LEAK_TOL = 1e-9  # relative: hidden tokens must have *no* effect (a -1e9 or -inf fill gives exactly 0 in float64)
 Skip = tuple[str, str]  # (en, zh)
 
 
-@dataclass
-class Context:
-    subject: Subject
-    kind: str
-    d: int
-    h: int
-    x: torch.Tensor
-    base: torch.Tensor
-    base_w: torch.Tensor | None
-    mask: MaskFormat | None = None
-    causal: bool = False
-    causal_mask: MaskFormat | None = None
-    dep: torch.Tensor | None = None
-    parts: BlockParts | None = None
-    hyp: Hypothesis | None = None
-    raw_scores: Callable[[], torch.Tensor | None] | None = None  # q k^T of the mapped reference, plain input
-    found_block: dict = field(default_factory=dict)
-    silenced: str | None = None  # residual probe's verdict: "identity" | "constant" | "normed"
-    positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
-    positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
-    norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
-    mask_ignored: bool = False  # no mask convention changes the output
-    mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
-    observation: object = None  # dataflow.Observation: the recorded forward (scale, mapping, lines)
-
-    @property
-    def b(self) -> int:
-        return self.x.shape[0]
-
-    @property
-    def t(self) -> int:
-        return self.x.shape[1]
-
-    @property
-    def dh(self) -> int:
-        return self.d // self.h
-
-    @property
-    def scale(self) -> float:
-        return max(1.0, float(self.base.abs().nan_to_num(0).max()))
-
-
-def _leak(v: float, ctx: Context) -> bool:
+def _leak(v: float, ctx: ProbeState) -> bool:
     return v > tol(LEAK_TOL) * ctx.scale
 
 
 # --- attention and blocks alike --------------------------------------------------------------------------------
 
-def shape(ctx: Context):
+def shape(ctx: ProbeState):
     findings = []
     want = (ctx.b, ctx.t, ctx.d)
     if tuple(ctx.base.shape) != want:
@@ -115,7 +66,7 @@ def shape(ctx: Context):
     return findings, None
 
 
-def finite(ctx: Context):
+def finite(ctx: ProbeState):
     bad = int((~torch.isfinite(ctx.base)).sum())
     if bad:
         return [Finding("finite", "error", f"{bad} of {ctx.base.numel()} outputs are NaN or inf without any mask",
@@ -132,7 +83,7 @@ def _worst_future(dep: torch.Tensor) -> tuple[float, int, int, int]:
     return float(vals.max()), idx // t, idx % t, int((vals > 0).sum())
 
 
-def causal_leak(ctx: Context):
+def causal_leak(ctx: ProbeState):
     if ctx.causal:
         dep, how = ctx.dep, "plain"
     elif ctx.causal_mask is not None:
@@ -156,7 +107,7 @@ def causal_leak(ctx: Context):
     return [], None
 
 
-def padding_leak(ctx: Context):
+def padding_leak(ctx: ProbeState):
     if ctx.mask is None:
         return [], _no_mask(ctx)
     t = ctx.t
@@ -216,13 +167,13 @@ def padding_leak(ctx: Context):
     return findings, None
 
 
-def _no_mask(ctx: Context) -> Skip:
+def _no_mask(ctx: ProbeState) -> Skip:
     if not ctx.subject.takes_mask:
         return ("forward takes no mask", "forward 不接受 mask")
     return ("no mask format was accepted", "没有任何 mask 格式被接受")
 
 
-def positions(ctx: Context) -> str:
+def positions(ctx: ProbeState) -> str:
     """Do the outputs depend on where the tokens sit, and how? Swap tokens 0 and 1: without positions inside,
     every later query sees the same *set* of keys (causal or not), so outputs 2.. do not move ("none"). When they
     move, put two hidden keys in front (a left-padding mask): every position shifts by 2, and a relative scheme
@@ -258,7 +209,7 @@ def positions(ctx: Context) -> str:
     return "absolute" if _leak(max_diff(shifted[:, 2:], ctx.base), ctx) else "relative"
 
 
-def token_order(ctx: Context):
+def token_order(ctx: ProbeState):
     if ctx.positional is not None:
         return [], (f"positions enter attention ({ctx.positional}): permuting the tokens changes the outputs by "
                     "design, and the reference with that scheme matches",
@@ -287,7 +238,7 @@ def token_order(ctx: Context):
     return [], None
 
 
-def batch_independence(ctx: Context):
+def batch_independence(ctx: ProbeState):
     x2 = ctx.x.clone()
     x2[1:] = torch.randn(x2[1:].shape, generator=torch.Generator().manual_seed(3), dtype=x2.dtype)
     try:
@@ -303,7 +254,7 @@ def batch_independence(ctx: Context):
     return [], None
 
 
-def fully_masked(ctx: Context):
+def fully_masked(ctx: ProbeState):
     if ctx.mask is None:
         return [], _no_mask(ctx)
     keep = pad_keep(ctx.b, ctx.t, [ctx.t, 0])  # sequence 1 is all padding: its queries see no key
@@ -333,7 +284,7 @@ def fully_masked(ctx: Context):
     return findings, None
 
 
-def float16_fill(ctx: Context):
+def float16_fill(ctx: ProbeState):
     if ctx.mask is None:
         return [], _no_mask(ctx)
     try:
@@ -354,15 +305,13 @@ def float16_fill(ctx: Context):
     return [], None
 
 
-ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports Context from here); run_all puts it in its place
+ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports ProbeState from here); run_all puts it in its place
     "shape": shape, "finite": finite, "causal_leak": causal_leak, "padding_leak": padding_leak,
     "token_order": token_order, "batch_independence": batch_independence, "scaling": None,
     "fully_masked": fully_masked, "float16_fill": float16_fill}
 
 
-def run_all(ctx: Context) -> tuple[list[Finding], list[str], list[dict]]:
-    from anatomy.doctor.block_probes import BLOCK_PROBES  # they use this module's Context
-    from anatomy.doctor.scaling import scaling
+def run_all(ctx: ProbeState) -> tuple[list[Finding], list[str], list[dict]]:
 
     probes = {**ATTENTION_PROBES, "scaling": scaling}  # scaling.py keeps its place in the order
     if ctx.kind == "block":

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from anatomy.doctor import precision
-from anatomy.doctor.subject import CallError, Subject
+from anatomy.doctor.contract import precision
+from anatomy.doctor.loading.subject import CallError, Subject
 
 # --- masks ----------------------------------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 
-from anatomy.doctor import observed as ob
-from anatomy.tracing import recorder as r
+from anatomy.doctor.recording import observed as ob
+from anatomy.tracing import steps as r
 
 FILL_OPS = {"masked_fill", "masked_fill_", "where", "add", "add_", "__add__", "__iadd__", "sub"}
 ADD_OPS = {"add", "__add__", "add_", "__iadd__", "__radd__"}

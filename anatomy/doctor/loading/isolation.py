@@ -7,8 +7,8 @@ from contextlib import contextmanager
 
 import torch
 
-from anatomy.doctor.limits import Hung
-from anatomy.doctor.subject import CheckError, CheckTimeout
+from anatomy.doctor.loading.limits import Hung
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout
 
 
 def require_sizes(d_model: int, n_heads: int, **more: int) -> None:

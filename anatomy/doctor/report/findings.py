@@ -10,7 +10,9 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from anatomy.doctor.sublayer import LOCAL
+from anatomy.doctor.diagnosis.sublayer import LOCAL
+from anatomy.doctor.report.found import found_lines
+from anatomy.doctor.report.words import _t
 from anatomy.pitfalls import FAULTS
 
 SCHEMA = "anatomy.doctor/1"
@@ -56,37 +58,6 @@ FAULT_TITLES = {  # bug-zoo name → short (en, zh) headline
     "no_positional": ("no positional encoding", "没有位置编码"),
     "norm_on_query_only": ("pre-norm applied to the query only", "Pre-Norm 只作用在 query 上"),
 }
-
-SENSE_SHORT = {
-    "bool_keep": ("bool True = keep", "布尔 True = 保留"), "bool_ignore": ("bool True = ignore", "布尔 True = 忽略"),
-    "additive": ("additive float", "加性浮点"), "int_keep": ("0/1 integers", "0/1 整数"),
-    "float_keep": ("0/1 floats", "0/1 浮点"),
-}
-
-SENSE_TEXT = {
-    "bool_keep": ("bool, True = may attend", "布尔，True = 可以关注"),
-    "bool_ignore": ("bool, True = ignore (padding)", "布尔，True = 忽略（padding）"),
-    "additive": ("additive float (0 or a large negative number)", "加性浮点（0 或很大的负数）"),
-    "int_keep": ("integers 0/1, 1 = may attend", "整数 0/1，1 = 可以关注"),
-    "float_keep": ("floats 0/1, 1 = may attend", "浮点 0/1，1 = 可以关注"),
-}
-
-
-def fmt(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return str(v)
-    if isinstance(v, int):
-        return str(v)
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "inf"
-    if v == 0:
-        return "0"
-    return f"{v:.4g}" if 1e-3 <= abs(v) < 1e4 else f"{v:.1e}"
-
 
 @dataclass
 class Finding:
@@ -231,13 +202,6 @@ def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> lis
     if line != base or not lines:
         lines.append(line)
     return [ln.rstrip() for ln in lines]
-
-
-def _t(lang: str, en: str, zh: str) -> str:
-    return zh if lang == "zh" else en
-
-
-from anatomy.doctor.report_found import found_lines  # noqa: E402 - it reads this module's tables
 
 
 def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:

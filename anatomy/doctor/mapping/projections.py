@@ -32,8 +32,9 @@ import re
 import torch
 from torch import nn
 
-from anatomy.doctor.mapping_observed import agrees, from_dataflow, with_observed  # noqa: F401 - re-exported
-from anatomy.doctor.naming import (  # noqa: F401 - re-exported: the doctor's modules read them from here
+from anatomy.doctor.loading.subject import CheckError
+from anatomy.doctor.mapping.from_recording import agrees, from_dataflow, with_observed  # noqa: F401 - re-exported
+from anatomy.doctor.mapping.naming import (  # noqa: F401 - re-exported: the doctor's modules read them from here
     ATTN_KEYS,
     Hypothesis,
     QKNorm,
@@ -42,7 +43,7 @@ from anatomy.doctor.naming import (  # noqa: F401 - re-exported: the doctor's mo
     _p,
     role_of,
 )
-from anatomy.doctor.norms import (  # noqa: F401 - re-exported as above
+from anatomy.doctor.mapping.norms import (  # noqa: F401 - re-exported as above
     BlockParts,
     block_hypotheses,
     block_parts,
@@ -53,7 +54,6 @@ from anatomy.doctor.norms import (  # noqa: F401 - re-exported as above
     qk_norm_kind,
     qk_role,
 )
-from anatomy.doctor.subject import CheckError
 
 
 def _rows(d: int, h: int, layout: str, chunk: int) -> torch.Tensor:

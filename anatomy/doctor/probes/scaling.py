@@ -8,12 +8,13 @@ import math
 
 import torch
 
-from anatomy.doctor.dataflow import scale_verdict
-from anatomy.doctor.probes import Context
-from anatomy.doctor.report import Finding, fmt
+from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.recording.dataflow import scale_verdict
+from anatomy.doctor.report.findings import Finding
+from anatomy.doctor.report.words import fmt
 
 
-def observed_scaling(ctx: Context):
+def observed_scaling(ctx: ProbeState):
     """The scale read from the recorded forward: the softmax's input ÷ the q·kᵀ that produced it."""
     verdict = scale_verdict(ctx.observation, ctx.d, ctx.h) if ctx.observation is not None else None
     if verdict is None:
@@ -31,7 +32,7 @@ def observed_scaling(ctx: Context):
     return [Finding("scaling", "error", en, zh, ev, fault=None if fault == "other" else fault)], None
 
 
-def scaling(ctx: Context):
+def scaling(ctx: ProbeState):
     w = ctx.base_w
     if w is None or w.dim() != 4 or tuple(w.shape) != (ctx.b, ctx.h, ctx.t, ctx.t):
         seen = observed_scaling(ctx)

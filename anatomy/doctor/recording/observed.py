@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from anatomy.doctor.cores import PASS_OPS, SCORE_OPS, Core, attention_cores  # noqa: F401  (re-exported)
-from anatomy.doctor.naming import Hypothesis, Source
-from anatomy.tracing import recorder as r
+from anatomy.doctor.mapping.naming import Hypothesis, Source
+from anatomy.doctor.recording.cores import PASS_OPS, SCORE_OPS, Core, attention_cores  # noqa: F401  (re-exported)
+from anatomy.tracing import steps as r
 from anatomy.tracing.dims import letters
 
 

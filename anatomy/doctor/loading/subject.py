@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from anatomy.doctor.limits import Hung, guard
-from anatomy.doctor.precision import islands
+from anatomy.doctor.contract.precision import islands
+from anatomy.doctor.loading.limits import Hung, guard
 
 
 class CheckError(ValueError):
@@ -385,22 +385,3 @@ def parse_output(result) -> tuple[torch.Tensor, torch.Tensor | None]:
         weights = result[1] if len(result) > 1 and isinstance(result[1], torch.Tensor) else None
         return result[0], weights
     raise CallError(f"returned {type(result).__name__}", raised=False)
-
-
-# the masks moved to masks.py; their names stay importable from here
-from anatomy.doctor.masks import (  # noqa: E402, F401
-    FULL_LAYOUTS,
-    PAD_LAYOUTS,
-    SENSES,
-    MaskCandidate,
-    MaskFormat,
-    causal_keep,
-    close,
-    dependency,
-    discover_causal_format,
-    discover_mask,
-    make_layout,
-    make_sense,
-    max_diff,
-    pad_keep,
-)

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import torch
 
-from anatomy.doctor.precision import tol
-from anatomy.doctor.probes import Context
-from anatomy.doctor.report import Finding, fmt
-from anatomy.doctor.subject import CallError, close, max_diff
+from anatomy.doctor.contract.masks import close, max_diff
+from anatomy.doctor.contract.precision import tol
+from anatomy.doctor.loading.subject import CallError
+from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.report.findings import Finding
+from anatomy.doctor.report.words import fmt
 
 # --- blocks -------------------------------------------------------------------------------------------------------
 
-def norm_parameters(ctx: Context):
+def norm_parameters(ctx: ProbeState):
     parts = ctx.parts
     if parts is None or not parts.norms:
         return [], ("no norm module found (nn.LayerNorm, nn.RMSNorm or a class named *Norm)",
@@ -37,7 +39,7 @@ def norm_parameters(ctx: Context):
     return [], None
 
 
-def _zeroed(ctx: Context) -> list[str]:
+def _zeroed(ctx: ProbeState) -> list[str]:
     """Learner parameters that make the attention and FFN outputs 0 when zeroed (their last projections)."""
     if ctx.hyp is None:
         return []
@@ -49,7 +51,7 @@ def _zeroed(ctx: Context) -> list[str]:
     return names if any("o_proj.weight" in r for r in ctx.hyp.sources) else []
 
 
-def residual(ctx: Context):
+def residual(ctx: ProbeState):
     names = _zeroed(ctx)
     if not names or not any("down_proj" in r for r in ctx.hyp.sources):
         return [], ("the attention output and FFN projections were not mapped", "未能对应注意力输出投影和 FFN 投影")
@@ -82,7 +84,7 @@ def residual(ctx: Context):
     return [], None
 
 
-def norm_placement(ctx: Context):
+def norm_placement(ctx: ProbeState):
     parts = ctx.parts
     if parts is None or not parts.norms:
         return [], ("no norm module found", "没有找到 norm 模块")
@@ -124,7 +126,7 @@ def norm_placement(ctx: Context):
     return [], None
 
 
-def ffn_width(ctx: Context):
+def ffn_width(ctx: ProbeState):
     parts = ctx.parts
     if parts is None or not parts.d_ff:
         return [], ("no feed-forward pair of Linears (D → F → D) found", "没有找到前馈网络的两个 Linear（D → F → D）")

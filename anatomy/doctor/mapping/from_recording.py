@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from anatomy.doctor.naming import ATTN_KEYS, Hypothesis
+from anatomy.doctor.mapping.naming import ATTN_KEYS, Hypothesis
 
 
 def with_observed(hyps: list[Hypothesis], observed: Hypothesis | None,
@@ -38,6 +38,6 @@ def agrees(hyp: Hypothesis, observed: Hypothesis, params: dict[str, torch.Tensor
 
 def from_dataflow(recording, d: int, h: int) -> Hypothesis | None:
     """The q/k/v/o reading of a recording (``recorder.record``), or None when it does not show them all."""
-    from anatomy.doctor.observed import hypothesis
+    from anatomy.doctor.recording.observed import hypothesis
 
     return hypothesis(recording, d, h)

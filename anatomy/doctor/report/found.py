@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from anatomy.doctor.report import SENSE_SHORT, SENSE_TEXT, _t, fmt
+from anatomy.doctor.report.words import SENSE_SHORT, SENSE_TEXT, _t, fmt
 
 
 def _mapping_text(mapping: dict | None, lang: str) -> str:

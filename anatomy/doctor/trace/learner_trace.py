@@ -1,6 +1,6 @@
 """``anatomy trace FILE.py:CLASS``: the post's §5.1 table for the learner's own code, one row per recorded step.
 
-    from anatomy.doctor.learner_trace import trace_learner
+    from anatomy.doctor.trace.learner_trace import trace_learner
     t = trace_learner("my_attention.py:MultiHeadAttention")      # built as CLASS(20, 5): d_model, n_heads
     for row in t.rows: print(row.line, row.source, row.dims)     # 21 q = self.W_q(x).view(...) (B, T, H, Dh)
     t.deviation                                                  # the first step that leaves the post's flow
@@ -21,24 +21,18 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from anatomy.doctor import observed as ob
-from anatomy.doctor.isolation import isolated, require_sizes
-from anatomy.doctor.limits import Hung, guard
-from anatomy.doctor.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
-from anatomy.inspection.trace import KINDS
-from anatomy.shapes import LEGEND
-from anatomy.tracing import recorder as r
+from anatomy.doctor.loading.isolation import isolated, require_sizes
+from anatomy.doctor.loading.limits import Hung, guard
+from anatomy.doctor.loading.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
+from anatomy.doctor.recording import observed as ob
+from anatomy.doctor.trace.learner_trace_text import render
+from anatomy.tracing import steps as r
 from anatomy.tracing.dims import letters
+from anatomy.tracing.recorder import record
 
 SCHEMA = "anatomy.trace.learner/1"
 NORM_OPS = {"layer_norm", "rms_norm", "group_norm", "batch_norm"}
 ACT_OPS = {"relu", "gelu", "silu", "tanh", "sigmoid", "elu", "leaky_relu", "mish", "softplus"}
-EXTRA_KINDS = {  # kinds the post's table does not have a row for
-    "scale": ("scale the scores", "缩放分数"),
-    "mask": ("mask the scores", "对分数加 mask"),
-    "act": ("activation", "激活函数"),
-    "fused": ("fused attention (one call)", "融合的注意力（一次调用）"),
-}
 
 
 @dataclass
@@ -82,8 +76,6 @@ class LearnerTrace:
                 "notes": [{"en": en, "zh": zh} for en, zh in self.notes]}
 
     def render(self, fmt: str = "table", lang: str = "en") -> str:
-        from anatomy.doctor.learner_trace_text import render
-
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
         return render(self, fmt, lang)
@@ -154,7 +146,7 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
 
         try:
             with _quiet(), guard(timeout, describe):
-                rec = r.record(module, *a, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args),
+                rec = record(module, *a, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args),
                                kwargs=kw, tag_kwargs=False)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
@@ -277,18 +269,6 @@ def _hand_written_norms(rec: r.Recording, out: dict) -> None:
             out[s.index] = ("norm", "")
 
 
-def kind_text(kind: str, role: str, lang: str) -> str:
-    if not kind:
-        return ""
-    if kind in KINDS:
-        en, zh, _ = KINDS[kind]
-        if kind == "proj" and role:
-            en, zh = f"linear projection {role.upper()}", f"线性投影 {role.upper()}"
-    else:
-        en, zh = EXTRA_KINDS[kind]
-    return zh if lang == "zh" else en
-
-
 def _notes(rec: r.Recording, sizes: dict) -> list[tuple[str, str]]:
     notes = []
     same = rec.names.ambiguous()
@@ -316,13 +296,3 @@ def _notes(rec: r.Recording, sizes: dict) -> list[tuple[str, str]]:
         notes.append((f"{len(rec.unfollowed)} operation(s) could not be read: {rec.unfollowed[0]}",
                       f"有 {len(rec.unfollowed)} 个操作无法读取：{rec.unfollowed[0]}"))
     return notes
-
-
-LEGEND_ZH = {"B": "批大小", "T": "查询（目标）长度", "S": "键/值（源）长度", "D": "模型宽度 d_model", "H": "查询头数",
-             "Hkv": "键/值头数", "Dh": "每个头的宽度", "F": "前馈网络隐藏层宽度 d_ff", "V": "词表大小"}
-
-
-def legend_line(lang: str) -> str:
-    if lang == "zh":
-        return "图例：" + "，".join(f"{k} {v}" for k, v in LEGEND_ZH.items())
-    return "legend: " + ", ".join(f"{k} {v}" for k, v in LEGEND.items())

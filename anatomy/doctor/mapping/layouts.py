@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from anatomy.doctor.naming import Hypothesis, Source
-from anatomy.doctor.subject import CallError, Subject
+from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.mapping.naming import Hypothesis, Source
 
 
 def _composed(path: str, lin: nn.Linear, mha_path: str) -> tuple[Source, Source]:

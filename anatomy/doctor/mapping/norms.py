@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from anatomy.doctor.naming import Hypothesis, QKNorm, Source, _linear, _p, role_of
+from anatomy.doctor.mapping.naming import Hypothesis, QKNorm, Source, _linear, _p, role_of
 
 # --- QK-norm --------------------------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anatomy.tracing import recorder as r
+from anatomy.tracing import steps as r
 
 PASS_OPS = {"div", "div_", "__truediv__", "true_divide", "divide", "mul", "mul_", "__mul__", "__rmul__", "multiply",
             "masked_fill", "masked_fill_", "add", "add_", "__add__", "__radd__", "sub", "__sub__", "where", "dropout",

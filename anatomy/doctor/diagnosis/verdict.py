@@ -4,9 +4,10 @@ which named fault explains each probe's symptom."""
 
 from __future__ import annotations
 
-from anatomy.doctor import diagnose as dg
-from anatomy.doctor.report import Finding, fmt
-from anatomy.doctor.sublayer import severity
+from anatomy.doctor.diagnosis import diagnose as dg
+from anatomy.doctor.diagnosis.sublayer import severity
+from anatomy.doctor.report.findings import Finding
+from anatomy.doctor.report.words import fmt
 
 SUB_LAYER_TEXT = {"attn": (" (in the attention sub-layer only)", "的注意力子层"),
                   "ffn": (" (in the FFN sub-layer only)", "的 FFN 子层")}

@@ -7,9 +7,10 @@ import torch
 from torch import nn
 
 from anatomy.components.kernels import repeat_kv
-from anatomy.doctor.diagnose import References, Scenario
-from anatomy.doctor.mapping import Hypothesis
-from anatomy.doctor.subject import CallError, Subject, max_diff
+from anatomy.doctor.contract.masks import max_diff
+from anatomy.doctor.diagnosis.references import References, Scenario
+from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.mapping.projections import Hypothesis
 
 # --- where the first difference appears ---------------------------------------------------------------------------
 

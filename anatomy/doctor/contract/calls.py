@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from anatomy.doctor.masks import PAD_LAYOUTS, SENSES, MaskFormat, max_diff
-from anatomy.doctor.precision import tol
-from anatomy.doctor.subject import CallError, Subject
+from anatomy.doctor.contract.masks import PAD_LAYOUTS, SENSES, MaskFormat, max_diff
+from anatomy.doctor.contract.precision import tol
+from anatomy.doctor.loading.subject import CallError, Subject
 
 
 def is_lazy(module: nn.Module) -> list[str]:

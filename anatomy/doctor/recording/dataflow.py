@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anatomy.doctor import observed as ob
-from anatomy.doctor.naming import Hypothesis, Source
-from anatomy.doctor.subject import CallError, CheckError, Subject
-from anatomy.tracing.recorder import SOFTMAX_OPS, RecordError, Recording, record, sizes_for
+from anatomy.doctor.loading.subject import CallError, CheckError, Subject
+from anatomy.doctor.mapping.naming import Hypothesis, Source
+from anatomy.doctor.recording import observed as ob
+from anatomy.tracing.recorder import record
+from anatomy.tracing.steps import SOFTMAX_OPS, RecordError, Recording, sizes_for
 
 
 @dataclass
