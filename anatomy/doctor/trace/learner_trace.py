@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 
 import torch
 
+from anatomy.doctor.contract.calls import detect_seq_first, first_call
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CallError, CheckError, CheckTimeout, Subject, _quiet, build, randomize
@@ -48,6 +50,7 @@ class Row:
     params: list[str] = field(default_factory=list)
     module: str = ""
     deviation: str = ""  # "first" on the first step that leaves the post's flow, "also" on later ones
+    repeat: int = 1  # H for one module per head: the same step in heads.0 .. heads.{H-1}, shown once "× H"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,14 +106,16 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
             raise CheckError(f"{label}: the warm-up forward of a lazy module raised {err}") from None
     randomize(module, d, seed)
     sizes = r.sizes_for(d, h, b, t)
-    rec, call, note = _record(module, subject, label, x, sizes, timeout)
+    seq_first = _seq_first(subject, x, timeout)
+    rec, call, note = _record(module, subject, label, x.transpose(0, 1) if seq_first else x, sizes, timeout,
+                              "T B D" if seq_first else "B T D")
     file = _learner_file(rec)
     steps = [s for s in rec.data_steps() if not file or s.file == file or s.file.startswith(os.path.dirname(file))]
     if not steps:
         raise CheckError(f"{label}: the recorder saw no tensor operation on x: the forward does not compute with "
                          "torch on its input (numpy, .tolist() or .item() hide it), so there is nothing to trace; "
                          "`anatomy check --map` can still compare its weights")
-    devs = ob.deviations(rec) + _output_deviation(rec, steps, tuple(x.shape))
+    devs = ob.deviations(rec) + _output_deviation(rec, steps, (t, b, d) if seq_first else tuple(x.shape))
     rows = _rows(rec, steps, devs)
     notes = ([note] if note else []) + _notes(rec, sizes)
     return LearnerTrace(label, file, sizes, call, rows, devs, rec.unfollowed, notes, rec)
@@ -119,10 +124,23 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
 MASK_LAYOUTS = ("(B, 1, 1, S)", "(B, 1, T, S)", "(B, T, S)", "(B, S)")
 
 
-def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, timeout):
+def _seq_first(subject: Subject, x: torch.Tensor, timeout) -> bool:
+    """Does the module take ``(T, B, D)``? The check's own detection (``contract/calls.py``): fed ``(B, T, D)`` it
+    mixes the batch's sequences, fed ``(T, B, D)`` it does not."""
+    subject.timeout = timeout
+    subject.stage = ("the sequence-first detection, while tracing", "追踪时的序列优先检测")
+    try:
+        first_call(subject, x)
+        base, _ = subject.run(x)
+    except CallError:
+        return False
+    return detect_seq_first(subject, x, base, 1e-9 * max(1.0, float(base.abs().nan_to_num(0).max())))
+
+
+def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, timeout, x_dims: str = "B T D"):
     """Record ``forward(x)`` (q = k = v = x for ``forward(query, key, value)``; ``mask=None`` when the mask has no
     default); when that raises and the forward takes a mask, once more with an all-visible boolean mask."""
-    b, t, _ = x.shape
+    b, t = (x.shape[1], x.shape[0]) if x_dims == "T B D" else x.shape[:2]
     args = [x, x, x] if subject.qkv else [x]
     base = "forward(x, x, x" if subject.qkv else "forward(x"
     tries: list[tuple[str, list, dict, torch.Tensor | None]] = []
@@ -146,15 +164,18 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
 
         try:
             with _quiet(), guard(timeout, describe):
-                rec = record(module, *a, sizes=sizes, dims=["B T D"] * len(args), names=["x"] * len(args),
+                rec = record(module, *a, sizes=sizes, dims=[x_dims] * len(args), names=["x"] * len(args),
                                kwargs=kw, tag_kwargs=False)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
         except r.RecordError as err:
             first_error = first_error or f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)}: {err}"
             continue
-        if call == tries[0][0]:
-            return rec, call, None
+        if x_dims == "T B D":
+            call = call.replace("forward(x", "forward(x as (T, B, D)", 1)
+        if call == tries[0][0] or call.replace(" as (T, B, D)", "") == tries[0][0]:
+            return rec, call, (("the module is sequence-first: traced on x as (T, B, D)",
+                                "模块按序列优先排布：以 (T, B, D) 的 x 追踪") if x_dims == "T B D" else None)
         return rec, call, (f"traced as {call}, because {first_error}",
                            f"追踪时改用 {call}（传入一个全部可见的 mask），因为 {first_error}")
     raise CheckError(first_error)
@@ -190,7 +211,38 @@ def _rows(rec: r.Recording, steps: list[r.Step], devs: list[dict]) -> list[Row]:
         out = s.outputs[0]
         rows.append(Row(s.index, s.line, s.source, s.op, kind, role, list(out.shape), letters(out.dims),
                         s.params, s.module, "first" if s.index == first else "also" if s.index in also else ""))
-    return rows
+    return collapse_heads(rows, rec.sizes.get("H", 0))
+
+
+_HEAD = re.compile(r"^(?P<pre>.*?)\.(?P<i>\d+)(?P<post>(\..*)?)$")
+
+
+def collapse_heads(rows: list[Row], h: int) -> list[Row]:
+    """One module per head (``heads.0`` .. ``heads.{H-1}``, the video lecture's ModuleList) prints H identical
+    blocks: keep head 0's rows, each with ``repeat`` = the number of heads that ran the same step (same line, op,
+    shape); the other heads' rows go. Only exactly ``h`` copies count (``sublayer.0``/``.1`` or the annotated
+    transformer's ``linears.0..3`` are not heads). A row that leaves the post's flow is kept wherever it is."""
+    def key(row: Row):
+        m = _HEAD.match(row.module)
+        return None if m is None else (m["pre"], m["post"], row.line, row.op, row.dims)
+
+    count: dict = {}
+    for row in rows:
+        k = key(row)
+        if k is not None:
+            count[k] = count.get(k, 0) + 1
+    kept = []
+    for row in rows:
+        k = key(row)
+        m = _HEAD.match(row.module)
+        if k is None or count[k] != h or h < 2:
+            kept.append(row)
+        elif m is not None and m["i"] == "0":
+            row.repeat = count[k]
+            kept.append(row)
+        elif row.deviation:
+            kept.append(row)
+    return kept
 
 
 def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
@@ -212,7 +264,7 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
             out[core.scores.index] = ("scores", "")
             for s in core.chain:
                 out[s.index] = ("mask" if "fill" in s.op or s.op in ("where", "add", "add_", "__add__", "sub")
-                                else "scale", "")
+                                else "cast" if s.op in r.SAME_OPS else "scale", "")
         out[core.softmax.index] = ("softmax" if core.softmax.op not in r.SDPA_OPS else "fused", "")
         if core.weighted is not None and core.weighted is not core.softmax:
             out[core.weighted.index] = ("z", "")
@@ -241,10 +293,12 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
             out[s.index] = ("norm", "")
         elif s.op in ACT_OPS:
             out[s.index] = ("act", "")
-        elif s.op in ("add", "__add__", "add_", "__iadd__", "__radd__") and last_z is not None and \
-                s.index > last_z and sum(1 for i in s.inputs if i.source != "const" and
-                                         not i.source.startswith("param")) == 2:
+        elif s.op in ("add", "__add__", "add_", "__iadd__", "__radd__") and s.outputs[0].dims in (
+                ("B", "T", "D"), ("T", "B", "D")) and sum(
+                1 for i in s.inputs if i.source != "const" and not i.source.startswith("param")) == 2:
             out[s.index] = ("add", "")
+        elif s.op in r.SAME_OPS and s.op not in ("dropout", "contiguous", "clone", "detach"):
+            out[s.index] = ("cast", "")
     _hand_written_norms(rec, out)
     after = [p for p in rec.projections if o_step is not None and p.step > o_step]
     d = rec.sizes.get("D")

@@ -31,7 +31,8 @@ def render(trace: Any, fmt: str, lang: str) -> str:
                f"anatomy trace · {trace.target} · {trace.call} · {sizes}")
     header = [_t(lang, "line", "行"), _t(lang, "your code", "你的代码"), "op", _t(lang, "post's step", "博文步骤"),
               _t(lang, "shape", "形状"), ""]
-    body = [[str(row.line), _short(row.source), row.op, kind_text(row.kind, row.role, lang), _shape(row),
+    body = [[str(row.line), _short(row.source), row.op + (" × H" if getattr(row, "repeat", 1) > 1 else ""),
+             kind_text(row.kind, row.role, lang), _shape(row),
              MARK if row.deviation == "first" else ("<" if row.deviation else "")] for row in trace.rows]
     if fmt == "markdown":
         out = [f"**{title}**", "", "| " + " | ".join(h or " " for h in header) + " |", "|" + "---|" * len(header)]
@@ -68,6 +69,7 @@ EXTRA_KINDS = {  # kinds the post's table does not have a row for
     "mask": ("mask the scores", "对分数加 mask"),
     "act": ("activation", "激活函数"),
     "fused": ("fused attention (one call)", "融合的注意力（一次调用）"),
+    "cast": ("cast to another dtype (values unchanged)", "转换数据类型（数值不变）"),
 }
 
 
