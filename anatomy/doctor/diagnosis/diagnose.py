@@ -201,6 +201,7 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
     partial = None if hits else _partial(cands, tol)
     if hits or partial is not None:
         best = hits[0] if hits else partial
+        assert best is not None  # one of the two, by the condition above
         combos = list(dict.fromkeys(c.faults for c in hits)) or [best.faults]
         same = [c for c in correct if c.hyp == best.hyp and c.variant == best.variant]
         left = None

@@ -6,6 +6,7 @@ first difference; both use this module."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -58,7 +59,13 @@ class References:
             return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
         return [(p, a) + (() if s is None else (s,)) for s in schemes for p in placements
-                for a in self.parts.activations]
+                for a in self._parts().activations]
+
+    def _parts(self) -> BlockParts:
+        """The block's parts (a block's references only: attention has none)."""
+        if self.parts is None:
+            raise ValueError("an attention's references have no block parts")
+        return self.parts
 
     def _positional(self, variant: tuple):
         scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
@@ -80,12 +87,14 @@ class References:
                                          positional=positional)
             else:
                 placement, activation = variant[:2]
-                ref = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=self.parts.d_ff,
-                                         activation=activation, norm=self.parts.norm, norm_eps=self.parts.eps,
-                                         placement=placement, kernel="math", qk_norm=qk, positional=positional)
-                if self.parts.form == "unbiased_std":  # the annotated transformer's norm, carried as it is
-                    for an in (ref.attn_add_norm, ref.ffn_add_norm):
-                        an.norm = StdNorm(self.d, self.parts.eps)
+                parts = self._parts()
+                block = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=parts.d_ff,
+                                           activation=activation, norm=parts.norm, norm_eps=parts.eps,
+                                           placement=placement, kernel="math", qk_norm=qk, positional=positional)
+                if parts.form == "unbiased_std":  # the annotated transformer's norm, carried as it is
+                    for an in (block.attn_add_norm, block.ffn_add_norm):
+                        an.norm = StdNorm(self.d, parts.eps)
+                ref = block
             if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
                 attn = self.attention(ref)
                 attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps
@@ -96,7 +105,7 @@ class References:
 
     @staticmethod
     def attention(ref: nn.Module) -> MultiHeadAttention:
-        return ref if isinstance(ref, MultiHeadAttention) else ref.attn
+        return ref if isinstance(ref, MultiHeadAttention) else cast(MultiHeadAttention, ref.attn)
 
     @staticmethod
     def run(ref: nn.Module, sc: Scenario) -> torch.Tensor:
@@ -105,7 +114,7 @@ class References:
 
     def describe(self, variant: tuple) -> dict:
         out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1],
-                                                   **self.parts.describe()}
+                                                   **self._parts().describe()}
         scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
         if scheme is not None:
             out["positional"] = POSITIONAL_VARIANTS[scheme]
