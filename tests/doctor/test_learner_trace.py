@@ -216,3 +216,11 @@ def test_residual_adds_of_a_block_are_labelled():
     t = trace_learner(str(REAL / "vision.py:CaiTBlock"))
     adds = [row for row in t.rows if row.kind == "add"]
     assert len(adds) == 2 and all(row.dims == "(B, T, D)" for row in adds)
+
+
+def test_an_extra_transpose_is_not_hinted_as_a_missing_one():
+    t = trace_learner(str(ZOO / "trace_extra_transpose.py") + ":ExtraTranspose")
+    dev = t.deviation
+    assert dev["kind"] == "extra_transpose" and "one transpose too many" in dev["seen"]
+    assert "missing" not in dev["seen"].replace("not a missing one", "") and "多了一个 transpose" in dev["seen_zh"]
+    assert dev["line"] == line_of("trace_extra_transpose.py", "return self.o((w @ v).transpose(1, 2).transpose(1, 2)")

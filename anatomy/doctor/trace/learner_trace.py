@@ -115,7 +115,8 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
         raise CheckError(f"{label}: the recorder saw no tensor operation on x: the forward does not compute with "
                          "torch on its input (numpy, .tolist() or .item() hide it), so there is nothing to trace; "
                          "`anatomy check --map` can still compare its weights")
-    devs = ob.deviations(rec) + _output_deviation(rec, steps, (t, b, d) if seq_first else tuple(x.shape))
+    devs = _extra_transposes(rec, ob.deviations(rec)) + _output_deviation(rec, steps, (t, b, d) if seq_first
+                                                                          else tuple(x.shape))
     rows = _rows(rec, steps, devs)
     notes = ([note] if note else []) + _notes(rec, sizes)
     return LearnerTrace(label, file, sizes, call, rows, devs, rec.unfollowed, notes, rec)
@@ -179,6 +180,26 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
         return rec, call, (f"traced as {call}, because {first_error}",
                            f"追踪时改用 {call}（传入一个全部可见的 mask），因为 {first_error}")
     raise CheckError(first_error)
+
+
+def _extra_transposes(rec: r.Recording, devs: list[dict]) -> list[dict]:
+    """A view that moves numbers between axes right after two transposes that undo each other is not a missing
+    transpose but one too many: say so (``.transpose(1, 2).transpose(1, 2)`` before the merge)."""
+    out = []
+    for dev in devs:
+        step = rec.steps[dev["step"]] if dev.get("kind") == "view" and dev.get("step") is not None else None
+        second = rec.producer(step) if step is not None else None
+        first = rec.producer(second) if second is not None else None
+        if second is not None and first is not None and second.op in r.PERMUTE_OPS and first.op in r.PERMUTE_OPS \
+                and first.inputs[0].dims == second.outputs[0].dims:
+            dims = letters(second.outputs[0].dims)
+            dev = {**dev, "kind": "extra_transpose",
+                   "seen": f"two transposes on line {first.line} undo each other, so the view gets {dims} back: one "
+                           "transpose too many (not a missing one)",
+                   "seen_zh": f"第 {first.line} 行的两个 transpose 互相抵消，view 拿到的又是 {dims}：多了一个 transpose"
+                              "（而不是少了一个）"}
+        out.append(dev)
+    return out
 
 
 def _output_deviation(rec: r.Recording, steps: list[r.Step], shape: tuple) -> list[dict]:
