@@ -22,7 +22,8 @@ from pathlib import Path
 
 from anatomy.doctor import CheckError, CheckTimeout, check
 from anatomy.doctor.check import TIMEOUT
-from anatomy.doctor.limits import Step, Watchdog, grace
+from anatomy.doctor.loading.limits import Step, Watchdog, grace
+from anatomy.doctor.report.short import short_answer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the text report")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
+    p.add_argument("--details", action="store_true",
+                   help="the full report (every probe, finding and number) instead of the short answer")
     p.add_argument("--factory", metavar="FUNC", help="build with FUNC(d_model, n_heads) from the same file instead")
     p.add_argument("--map", metavar="JSON", help='reference name → your parameter, inline or a .json file: '
                                                  '\'{"q_proj.weight": "attn.Wq.T"}\' (.T transposes)')
@@ -97,8 +100,11 @@ def _compute(args: argparse.Namespace) -> tuple[int, str, str]:
         return 2, "", f"anatomy check: error: {text or err}\n"
     if args.format == "json":
         return report.exit_code(strict=args.strict), report.to_json(strict=args.strict) + "\n", ""
-    return (report.exit_code(strict=args.strict),
-            report.render(lang=args.lang, width=terminal_width(), strict=args.strict) + "\n", "")
+    if getattr(args, "details", False):
+        text = report.render(lang=args.lang, width=terminal_width(), strict=args.strict)
+    else:  # the short answer first (report/short.py); the full report behind --details
+        text = "\n".join(short_answer(report, lang=args.lang, width=terminal_width(), strict=args.strict))
+    return report.exit_code(strict=args.strict), text + "\n", ""
 
 
 def _ended(args: argparse.Namespace, code: int) -> str:

@@ -136,8 +136,8 @@ def run_learner(args: argparse.Namespace) -> int:
 
     from anatomy.cli.check import _overdue
     from anatomy.doctor import CheckError, CheckTimeout
-    from anatomy.doctor.learner_trace import trace_learner
-    from anatomy.doctor.limits import Watchdog
+    from anatomy.doctor.loading.limits import Watchdog
+    from anatomy.doctor.trace.learner_trace import trace_learner
 
     if args.target is None:
         raise ValueError("--factory FUNC needs FILE.py (anatomy trace FILE.py --factory FUNC)")

@@ -12,9 +12,9 @@ JSON schema. The op-level recorder (``anatomy.tracing``: :func:`record`) and the
 """
 
 from anatomy.doctor.check import check
-from anatomy.doctor.learner_trace import trace_learner
-from anatomy.doctor.report import SCHEMA, Finding, Report
-from anatomy.doctor.subject import CheckError, CheckTimeout
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout
+from anatomy.doctor.report.findings import SCHEMA, Finding, Report
+from anatomy.doctor.trace.learner_trace import trace_learner
 from anatomy.tracing import record
 
 __all__ = ["SCHEMA", "CheckError", "CheckTimeout", "Finding", "Report", "check", "record", "trace_learner"]

@@ -17,11 +17,22 @@ import torch
 
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
-from anatomy.doctor import diagnose as dg
-from anatomy.doctor import mapping as mp
-from anatomy.doctor import precision
-from anatomy.doctor.contract import detect_seq_first, first_call
-from anatomy.doctor.dataflow import (
+from anatomy.doctor.contract import precision
+from anatomy.doctor.contract.calls import detect_seq_first, first_call
+from anatomy.doctor.contract.masks import causal_keep, dependency, discover_causal_format, discover_mask, padding_keep
+from anatomy.doctor.contract.precision import tol
+from anatomy.doctor.diagnosis import diagnose as dg
+from anatomy.doctor.diagnosis.difference import raw_scores
+from anatomy.doctor.diagnosis.references import References, Scenario
+from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
+from anatomy.doctor.loading.isolation import isolated, require_sizes
+from anatomy.doctor.loading.subject import CallError, CheckError, Subject, build, randomize
+from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.layouts import linear_after_mha
+from anatomy.doctor.mapping.norm_fit import find_norms
+from anatomy.doctor.probes.behaviour import positions, run_all, shape
+from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.recording.dataflow import (
     about_the_mask,
     deviation_faults,
     mask_after_softmax_flow,
@@ -30,26 +41,8 @@ from anatomy.doctor.dataflow import (
     scope_of,
     unmapped,
 )
-from anatomy.doctor.isolation import isolated, require_sizes
-from anatomy.doctor.layouts import linear_after_mha
-from anatomy.doctor.masks import padding_keep
-from anatomy.doctor.norm_fit import find_norms
-from anatomy.doctor.pointers import point
-from anatomy.doctor.precision import tol
-from anatomy.doctor.probes import Context, positions, run_all, shape
-from anatomy.doctor.report import Report
-from anatomy.doctor.subject import (
-    CallError,
-    CheckError,
-    Subject,
-    build,
-    causal_keep,
-    dependency,
-    discover_causal_format,
-    discover_mask,
-    randomize,
-)
-from anatomy.doctor.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
+from anatomy.doctor.report.findings import Report
+from anatomy.doctor.report.pointers import point
 
 KINDS = ("auto", "attention", "block")
 TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
@@ -155,7 +148,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
                                    for p, m in named.items())
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
 
-    ctx = Context(subject, kind, d, h, x, base, base_w)
+    ctx = ProbeState(subject, kind, d, h, x, base, base_w)
     ctx.norms = norms
     ctx.observation = obs
     if tuple(base.shape) != (BATCH, t, d):
@@ -172,7 +165,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
                      "位置依赖检测（交换两个 token、整体平移位置）")
     ctx.positions = positions(ctx) if bool(torch.isfinite(base).all()) else "none"
     found["positions"] = ctx.positions
-    refs = dg.References(kind, d, h, ctx.parts, dict(module.named_parameters()),
+    refs = References(kind, d, h, ctx.parts, dict(module.named_parameters()),
                          positional=ctx.positions in ("relative", "dependent"))
     subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
@@ -194,8 +187,8 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         if diag.status == "matches" or diag.status in ("fault", "ambiguous"):
             ctx.positional = diag.variant.get("positional")
         ref = refs.build(diag.key[0], diag.hypothesis, diag.key[1])
-        plain = dg.Scenario("plain", x, None, ctx.causal, None, torch.ones(BATCH, t, dtype=torch.bool))
-        ctx.raw_scores = lambda: diag.hypothesis.learner_heads(dg.raw_scores(ref, plain))
+        plain = Scenario("plain", x, None, ctx.causal, None, torch.ones(BATCH, t, dtype=torch.bool))
+        ctx.raw_scores = lambda: diag.hypothesis.learner_heads(raw_scores(ref, plain))
     elif complete:
         ctx.hyp = complete[0]
 
@@ -227,7 +220,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     return Report(label, kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 
-def _conventions(ctx: Context, causal_flag: bool) -> dict:
+def _conventions(ctx: ProbeState, causal_flag: bool) -> dict:
     """Is the module causal by itself? Which mask does it take (sense, layout), and can it take a causal one?"""
     subject, x, base = ctx.subject, ctx.x, ctx.base
     shape_ = tuple(x.shape)
@@ -277,7 +270,7 @@ def _required(kind: str) -> list[str]:
     return BLOCK_REQUIRED if kind == "block" else ATTN_REQUIRED
 
 
-def _hypotheses(ctx: Context, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None,
+def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None,
                 found: dict) -> tuple[list[mp.Hypothesis], list[mp.Hypothesis]]:
     """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
     module, d, h = ctx.subject.module, ctx.d, ctx.h
@@ -339,7 +332,7 @@ def _attention_paths(hyps: list[mp.Hypothesis]) -> set[str]:
     return paths
 
 
-def _call_order(ctx: Context) -> list[str]:
+def _call_order(ctx: ProbeState) -> list[str]:
     """Sub-module paths in the order one plain forward calls them (a shared module appears once per call)."""
     order, handles = [], []
     ctx.subject.stage = ("the walk through your sub-modules", "子模块调用顺序的记录")
@@ -366,18 +359,18 @@ def _ref_names(kind: str, d: int, h: int, parts) -> list[str]:
                                              qk_norm="layernorm").named_parameters()]
 
 
-def _scenarios(ctx: Context, causal: bool | None = None) -> list[dg.Scenario]:
+def _scenarios(ctx: ProbeState, causal: bool | None = None) -> list[Scenario]:
     """The diagnosis' runs; ``causal=True``: the reference masks the future itself (a second reading of a module
     whose mixing hid its causality from the detection)."""
     b, t = ctx.b, ctx.t
     causal = ctx.causal if causal is None else causal
     every = torch.ones(b, t, dtype=torch.bool)
-    out = [dg.Scenario("plain", ctx.x, None, causal, None, every)]
+    out = [Scenario("plain", ctx.x, None, causal, None, every)]
     if ctx.mask is not None and not ctx.mask_ignored:  # an ignored mask is the padding probe's finding
         keep, _ = padding_keep(b, t, causal)  # the side the padding probe pads, so the two agree
-        out.append(dg.Scenario("padding", ctx.x, keep[:, :1][:, None], causal, ctx.mask.make(keep, ctx.x.dtype),
+        out.append(Scenario("padding", ctx.x, keep[:, :1][:, None], causal, ctx.mask.make(keep, ctx.x.dtype),
                                keep[:, 0]))
     if ctx.causal_mask is not None and not (causal and not ctx.causal):
         keep = causal_keep(b, t)
-        out.append(dg.Scenario("causal_mask", ctx.x, keep[0], False, ctx.causal_mask.make(keep, ctx.x.dtype), every))
+        out.append(Scenario("causal_mask", ctx.x, keep[0], False, ctx.causal_mask.make(keep, ctx.x.dtype), every))
     return out

@@ -5,6 +5,7 @@ file and line, its shapes, and dimension names inferred from probe sizes that ar
 and from provenance; ``ops.py`` is the mode, ``projections.py`` recognises linear maps by behaviour.
 """
 
-from anatomy.tracing.recorder import RecordError, Recording, record
+from anatomy.tracing.recorder import record
+from anatomy.tracing.steps import RecordError, Recording
 
 __all__ = ["RecordError", "Recording", "record"]

@@ -6,7 +6,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from anatomy.tracing import dims as rd
-from anatomy.tracing import recorder as r
+from anatomy.tracing import steps as r
 from anatomy.tracing.projections import argument, bias, projection
 
 

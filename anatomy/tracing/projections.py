@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from anatomy.tracing import recorder as r
+from anatomy.tracing import steps as r
 
 
 def argument(args, kwargs, i, key, default=None):

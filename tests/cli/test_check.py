@@ -19,7 +19,8 @@ def z(target: str) -> str:
 
 
 def test_check_runs_from_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "anatomy", "check", z("separate_attention.py:NoScaling")],
+    proc = subprocess.run([sys.executable, "-m", "anatomy", "check", z("separate_attention.py:NoScaling"),
+                           "--details"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert "no_scaling" in proc.stdout and proc.stdout.rstrip().endswith("1 error, 0 warnings → exit 1")
@@ -53,7 +54,7 @@ def test_unusable_input_exits_2_with_one_line(capsys, argv, expected):
 
 
 def test_text_report_in_chinese(capsys):
-    assert main(["check", z("fused_block.py:SharedLayerNorm"), "--lang", "zh"]) == 1
+    assert main(["check", z("fused_block.py:SharedLayerNorm"), "--lang", "zh", "--details"]) == 1
     out = capsys.readouterr().out
     assert "两个子层共用一个 LayerNorm" in out and "每一个LayerNorm都需要分别拥有自己的可学习参数" in out
     assert "1 个错误，0 个警告 → 退出码 1" in out
@@ -79,5 +80,5 @@ def test_map_inline_and_from_a_file(capsys, tmp_path):
 
 
 def test_factory(capsys):
-    assert main(["check", z("broken.py"), "--factory", "make_needs_config"]) == 0
+    assert main(["check", z("broken.py"), "--factory", "make_needs_config", "--details"]) == 0
     assert "make_needs_config" in capsys.readouterr().out

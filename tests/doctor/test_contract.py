@@ -8,8 +8,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from anatomy.doctor.contract import detect_seq_first, first_call, is_lazy
-from anatomy.doctor.subject import Subject, looks_like_weights
+from anatomy.doctor.contract.calls import detect_seq_first, first_call, is_lazy
+from anatomy.doctor.loading.subject import Subject, looks_like_weights
 
 X = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 

@@ -13,8 +13,8 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.doctor import CheckError, check
-from anatomy.doctor.report import display_width
-from anatomy.doctor.subject import import_file
+from anatomy.doctor.loading.subject import import_file
+from anatomy.doctor.report.findings import display_width
 
 ZOO = Path(__file__).parent / "zoo"
 
@@ -242,7 +242,7 @@ def test_a_pair_explains_each_symptom_by_the_fault_that_causes_it():
 
 
 def test_pairs_are_tried_only_when_no_single_fault_reproduces_the_output(monkeypatch):
-    from anatomy.doctor import diagnose
+    from anatomy.doctor.diagnosis import diagnose
 
     def no_pairs(*a, **kw):
         raise AssertionError("pairs were tried although a single fault reproduces the output")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anatomy.doctor.isolation import isolated, require_sizes
-from anatomy.doctor.limits import Hung, Step
-from anatomy.doctor.subject import CheckError, CheckTimeout
+from anatomy.doctor.loading.isolation import isolated, require_sizes
+from anatomy.doctor.loading.limits import Hung, Step
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout
 
 
 @pytest.mark.parametrize("kw, message", [

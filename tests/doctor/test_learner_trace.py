@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor import CheckError, CheckTimeout
-from anatomy.doctor.learner_trace import trace_learner
+from anatomy.doctor.trace.learner_trace import trace_learner
 
 ZOO = Path(__file__).parent / "zoo_learners"
 
@@ -26,8 +26,10 @@ def test_per_head_loop_rows_follow_the_post():
     t = trace_learner(str(ZOO / "trace_heads_loop.py") + ":MultiHeadAttention")
     assert t.deviation is None
     got = kinds(t)
-    assert got.count(("proj", "(B, T, Dh)")) == 15  # q, k, v of each of the 5 heads
-    assert got.count(("scores", "(B, T, S)")) == 5 and got.count(("softmax", "(B, T, S)")) == 5
+    assert got.count(("proj", "(B, T, Dh)")) == 3  # q, k, v of head 0, each shown once "× H" (issue 20 item 7)
+    assert all(row.repeat == 5 for row in t.rows if row.kind == "proj")
+    assert got.count(("scores", "(B, T, S)")) == 1 and got.count(("softmax", "(B, T, S)")) == 1
+    assert "linear × H" in t.render()
     assert ("merge", "(B, T, D)") in got and got[-1] == ("out", "(B, T, D)")
     soft = [row for row in t.rows if row.kind == "softmax"]
     assert soft[0].line == line_of("trace_heads_loop.py", "wei = F.softmax(wei, dim=-1)  # (B, T, T)")
@@ -183,3 +185,42 @@ def test_a_required_mask_gets_none_and_a_failing_none_an_all_visible_mask(tmp_pa
     assert "'NoneType' object has no attribute 'repeat'" in t.notes[0][0]
     assert any(row.kind == "scores" and row.dims == "(B, H, T, S)" for row in t.rows)
     assert not any("mask" in row.source and row.step == 0 for row in t.rows)  # the mask is not traced as data
+
+
+# --- issue 20 item 7 ------------------------------------------------------------------------------------------
+
+REAL = Path(__file__).parent / "zoo" / "real"
+
+
+def test_sequence_first_module_is_traced_with_b_and_t_in_place():
+    t = trace_learner(str(REAL / "speech.py:FairseqAttention"))  # (T, B, C) in and out
+    assert "as (T, B, D)" in t.call and any("sequence-first" in en for en, _ in t.notes)
+    proj = [row for row in t.rows if row.kind == "proj"]
+    assert proj and all(row.dims == "(T, B, D)" and row.shape == [7, 2, 20] for row in proj)
+    assert not any(d["kind"] == "output" for d in t.deviations)  # (T, B, D) out is its own layout, not a deviation
+
+
+def test_a_float_cast_is_a_cast_not_a_scale():
+    t = trace_learner(str(REAL / "speech.py:WhisperAttention"))
+    cast = next(row for row in t.rows if row.op == "float")
+    assert cast.kind == "cast" and "scale" not in t.render().split("qk = qk.float()")[1].splitlines()[0]
+
+
+def test_fused_qkv_is_labelled_q_k_v_and_the_output_projection_is_named():
+    t = trace_learner(str(REAL / "vision.py:TimmAttention"))
+    assert [row.role for row in t.rows if row.kind == "proj"] == ["q|k|v"]
+    assert t.rows[-1].kind == "out" and "linear projection Q|K|V" in t.render()
+
+
+def test_residual_adds_of_a_block_are_labelled():
+    t = trace_learner(str(REAL / "vision.py:CaiTBlock"))
+    adds = [row for row in t.rows if row.kind == "add"]
+    assert len(adds) == 2 and all(row.dims == "(B, T, D)" for row in adds)
+
+
+def test_an_extra_transpose_is_not_hinted_as_a_missing_one():
+    t = trace_learner(str(ZOO / "trace_extra_transpose.py") + ":ExtraTranspose")
+    dev = t.deviation
+    assert dev["kind"] == "extra_transpose" and "one transpose too many" in dev["seen"]
+    assert "missing" not in dev["seen"].replace("not a missing one", "") and "多了一个 transpose" in dev["seen_zh"]
+    assert dev["line"] == line_of("trace_extra_transpose.py", "return self.o((w @ v).transpose(1, 2).transpose(1, 2)")

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy.doctor.norm_fit import StdNorm, find_norms, fit_norm
-from anatomy.doctor.subject import randomize
+from anatomy.doctor.loading.subject import randomize
+from anatomy.doctor.mapping.norm_fit import StdNorm, find_norms, fit_norm
 
 
 class Hand(nn.Module):

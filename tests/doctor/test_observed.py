@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.doctor import mapping as mp
-from anatomy.doctor import observed as ob
-from anatomy.doctor.subject import import_file
-from anatomy.tracing.recorder import record, sizes_for
+from anatomy.doctor.loading.subject import import_file
+from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.recording import observed as ob
+from anatomy.tracing.recorder import record
+from anatomy.tracing.steps import sizes_for
 
 ZOO = Path(__file__).parent / "zoo_learners"
 SIZES = sizes_for(12, 3, 2, 7)  # the modules here are built with d_model=12, n_heads=3

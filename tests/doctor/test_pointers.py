@@ -5,12 +5,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from anatomy.doctor import mapping as mp
-from anatomy.doctor import observed as ob
-from anatomy.doctor.pointers import point, pointers
-from anatomy.doctor.report import Finding, Report
-from anatomy.doctor.subject import import_file
-from anatomy.tracing.recorder import record, sizes_for
+from anatomy.doctor.loading.subject import import_file
+from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.recording import observed as ob
+from anatomy.doctor.report.findings import Finding, Report
+from anatomy.doctor.report.pointers import point, pointers
+from anatomy.tracing.recorder import record
+from anatomy.tracing.steps import sizes_for
 
 ZOO = Path(__file__).parent / "zoo_learners"
 SIZES = sizes_for(12, 3, 2, 7)  # the modules here are built with d_model=12, n_heads=3

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from anatomy.doctor import check
-from anatomy.doctor.precision import Islands, floor_for, islands, tol, tolerating
+from anatomy.doctor.contract.precision import Islands, floor_for, islands, tol, tolerating
 
 REAL = Path(__file__).parent / "zoo" / "real"
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from anatomy.components.block import EncoderBlock
-from anatomy.doctor.sublayer import block_fault_keys, inject, severity, split
+from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, severity, split
 
 X = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 

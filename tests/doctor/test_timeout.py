@@ -16,7 +16,7 @@ from torch import nn
 
 from anatomy.cli.main import build_parser, main
 from anatomy.doctor import CheckError, CheckTimeout, check
-from anatomy.doctor.limits import Hung, guard
+from anatomy.doctor.loading.limits import Hung, guard
 
 ZOO = Path(__file__).parent / "zoo"
 LIMIT = 0.3

@@ -6,8 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy.doctor.subject import import_file
-from anatomy.tracing.recorder import PROBE_SIZES, RecordError, record
+from anatomy.doctor.loading.subject import import_file
+from anatomy.tracing.recorder import record
+from anatomy.tracing.steps import PROBE_SIZES, RecordError
 
 ZOO = Path(__file__).parents[1] / "doctor" / "zoo_learners"
 
@@ -130,7 +131,7 @@ def test_sys_exit_in_a_forward_is_an_error_not_the_end():
 
 
 def test_a_long_forward_stops_being_recorded_not_running(monkeypatch):
-    import anatomy.tracing.recorder as recorder
+    import anatomy.tracing.steps as recorder  # MAX_STEPS lives with the recording (ops.py reads it there)
 
     monkeypatch.setattr(recorder, "MAX_STEPS", 50)
 

@@ -1,0 +1,1 @@
+"""The differential diagnosis: the reference with the learner's weights, each fault switched on in turn."""

@@ -1,0 +1,251 @@
+"""Differential diagnosis: the learner's output next to our reference, and next to the reference under each fault.
+
+The learner's weights are copied into our ``MultiHeadAttention`` / ``EncoderBlock`` (``mapping.py``), both run in
+float64 on the same fixed inputs (no mask; a padding mask; a causal mask or ``is_causal``), and the distance
+``max |user - reference|`` is measured on real query rows. The correct reference matching means the learner's
+module computes what the post describes. Otherwise every fault of the bug zoo (``anatomy.pitfalls``) is switched
+on in turn; the one that reproduces the learner's output to tolerance is named. When no single fault does, every
+pair of faults that the zoo can switch on together on one reference is tried, with the same tolerance (two faults
+can be on together when they shadow different attributes of the reference: :func:`compatible_pairs`), and a pair
+that reproduces the output is named. When nothing does, the doctor says where the first difference appears
+(inputs and outputs of each mapped sub-module, then the attention weights, then the output) instead of guessing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from anatomy.doctor.contract import precision
+from anatomy.doctor.contract.masks import max_diff
+from anatomy.doctor.diagnosis.difference import first_difference
+from anatomy.doctor.diagnosis.references import References, Scenario
+from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, split
+from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.mapping.projections import Hypothesis
+
+TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to ~1e-13, faults differ by > 1e-3
+ATTENTION_FAULTS = ("no_scaling", "scale_by_d_model", "split_without_transpose", "merge_wrong_transpose",
+                    "mask_after_softmax", "padding_mask_on_queries", "causal_off_by_one")
+BLOCK_FAULTS = ("shared_layernorm", "no_residual", "norm_on_residual_path")
+MASK_FAULTS = ("mask_after_softmax", "padding_mask_on_queries")
+
+
+@dataclass
+class Candidate:
+    hyp: int
+    variant: tuple
+    faults: tuple[str, ...]  # () for the correct reference, one fault, or a pair (keys: ``name[@sub-layer]``)
+    distance: float
+    per: dict = field(default_factory=dict)  # scenario name → distance
+
+    @property
+    def fault(self) -> str | None:
+        return self.faults[0] if self.faults else None
+
+
+@dataclass
+class Diagnosis:
+    status: str  # "matches" | "fault" | "ambiguous" | "unexplained" | "unavailable"
+    reason: str = ""
+    fault: str | None = None  # the reproducing fault (with a pair: its first)
+    faults: list[str] = field(default_factory=list)  # every fault of the reproducing combination: one, or a pair
+    also: list[str] = field(default_factory=list)  # other single faults that reproduce it too
+    also_pairs: list[list[str]] = field(default_factory=list)  # other pairs that reproduce it too
+    hypothesis: Hypothesis | None = None
+    variant: dict = field(default_factory=dict)
+    distance_correct: float | None = None
+    distance_fault: float | None = None
+    scale: float = 1.0
+    nearest: list[dict] = field(default_factory=list)
+    first_difference: dict | None = None
+    key: tuple | None = None  # (hypothesis index, variant) of the reference that explains the output best
+    sub_layer: str | None = None  # "attn" | "ffn": the block fault sits in that sub-layer only
+    unexplained: dict | None = None  # a known fault named, and what it still leaves different (scenarios, size)
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status, "reason": self.reason or None, "fault": self.fault, "also": self.also,
+            "mapping": None if self.hypothesis is None else self.hypothesis.style,
+            "variant": self.variant, "max_abs_diff_vs_reference": _num(self.distance_correct),
+            "max_abs_diff_vs_faulty_reference": _num(self.distance_fault), "output_scale": _num(self.scale),
+            "nearest": self.nearest, "first_difference": self.first_difference,
+            "faults": self.faults, "also_pairs": self.also_pairs, "sub_layer": self.sub_layer,
+            "unexplained": self.unexplained,
+        }
+
+
+def _num(v):
+    if v is None:
+        return None
+    return None if math.isinf(v) or math.isnan(v) else float(v)
+
+
+def faults_for(kind: str, scenarios: list[Scenario]) -> list[str]:
+    names = list(ATTENTION_FAULTS)
+    if kind == "block":
+        names += BLOCK_FAULTS + tuple(block_fault_keys())
+    if not any(sc.ref_causal for sc in scenarios):
+        names.remove("causal_off_by_one")
+    if not any(sc.name == "padding" for sc in scenarios):
+        names = [n for n in names if n not in MASK_FAULTS]
+    return names
+
+
+def consistent(fault: str, scenarios: list[Scenario]) -> bool:
+    """Evidence outside the compared rows that a fault needs. A padding mask applied to query rows changes the
+    padded rows' outputs (whatever the fill); a module that ignores its mask leaves them as they were without one,
+    and on real rows the two look the same."""
+    if fault != "padding_mask_on_queries":
+        return True
+    plain = next((sc for sc in scenarios if sc.name == "plain"), None)
+    padding = next((sc for sc in scenarios if sc.name == "padding"), None)
+    if plain is None or padding is None:
+        return False
+    padded = ~padding.rows
+    return bool(padded.any()) and max_diff(padding.user_out.nan_to_num(1e30), plain.user_out, padded) > 0
+
+
+def _shadowed(ref: nn.Module, name: str) -> frozenset | None:
+    """The attributes and sub-modules (``(module path, name)``) fault ``name`` shadows on ``ref``; None when it
+    changes nothing there, or changes values in place (then it is never paired)."""
+    modules = list(ref.named_modules(remove_duplicate=False))
+
+    def state() -> dict:
+        return {(p, k): id(v) for p, m in modules for k, v in (*vars(m).items(), *m._modules.items())}
+
+    before = state()
+    try:
+        with inject(ref, name):
+            after = state()
+    except ValueError:  # nothing to change in this reference
+        return None
+    changed = frozenset(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    return changed or None
+
+
+def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
+    """Pairs of faults the zoo can switch on together on ``ref``: each shadows attributes of the reference's
+    instances (``pitfalls.apply``) and undoes exactly that, so two that shadow different attributes compose, in
+    either order. Two that shadow the same one (both scales; two knobs of the attention kernel, which each replace
+    ``_attend``; two rewirings of the residual) would silently keep only the second, and are not paired."""
+    shadowed = {n: _shadowed(ref, n) for n in names}
+    usable = [n for n in names if shadowed[n] is not None]
+    return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1:] if not shadowed[a] & shadowed[b]]
+
+
+def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
+    done = []
+    for sc in scenarios:
+        try:
+            sc.user_out, sc.user_weights = subject.run(sc.x, sc.user_mask)
+        except CallError:
+            continue
+        done.append(sc)
+    return done
+
+
+def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenarios: list[Scenario],
+             placement_hint: str | None = None) -> Diagnosis:
+    scenarios = user_outputs(subject, scenarios)
+    if not hyps:
+        return Diagnosis("unavailable", "no mapping of your parameters onto q_proj/k_proj/v_proj/o_proj was found")
+    if not scenarios:
+        return Diagnosis("unavailable", "the module could not be run on the diagnosis inputs")
+    scale = max(max(1.0, float(sc.user_out[sc.rows].abs().nan_to_num(0).max())) for sc in scenarios)
+    tol = precision.tol(TOL) * scale
+
+    def distance(ref: nn.Module) -> tuple[float, dict]:
+        per = {sc.name: max_diff(sc.user_out, refs.run(ref, sc), sc.rows) for sc in scenarios}
+        return max(per.values()), per
+
+    def cand(i: int, v: tuple, faults: tuple, ref: nn.Module) -> Candidate:
+        worst, per = distance(ref)
+        return Candidate(i, v, faults, worst, per)
+
+    variants = refs.variants(placement_hint)
+    cands: list[Candidate] = []
+    for i, hyp in enumerate(hyps):
+        for v in variants:
+            cands.append(cand(i, v, (), refs.build(i, hyp, v)))
+            if cands[-1].distance <= tol:
+                c = cands[-1]
+                return Diagnosis("matches", hypothesis=hyp, variant=refs.describe(v), distance_correct=c.distance,
+                                 scale=scale, key=(i, v))
+    fault_names = [f for f in faults_for(refs.kind, scenarios) if consistent(split(f)[0], scenarios)]
+    for i, hyp in enumerate(hyps):
+        for v in variants:
+            ref = refs.build(i, hyp, v)
+            for name in fault_names:
+                try:
+                    with inject(ref, name):
+                        cands.append(cand(i, v, (name,), ref))
+                except ValueError:  # the fault has nothing to change in this variant
+                    continue
+    if not any(c.faults and c.distance <= tol for c in cands):  # no single fault: two at once?
+        for i, hyp in enumerate(hyps):
+            for v in variants:
+                ref = refs.build(i, hyp, v)
+                for a, b in compatible_pairs(ref, fault_names):
+                    with inject(ref, a), inject(ref, b):
+                        cands.append(cand(i, v, (a, b), ref))
+    correct = sorted((c for c in cands if not c.faults), key=lambda c: c.distance)
+    best_correct = correct[0]
+    hits = sorted((c for c in cands if c.faults and c.distance <= tol), key=lambda c: (c.distance, len(c.faults)))
+    ranked = sorted(cands, key=lambda c: c.distance)
+    nearest = [{"fault": split(c.fault)[0] if c.fault else None, "mapping": hyps[c.hyp].style,
+                **refs.describe(c.variant), "max_abs_diff": _num(c.distance), "faults": names_of(c.faults),
+                **({"sub_layer": where_of(c.faults)} if where_of(c.faults) else {})} for c in ranked[:3]]
+    partial = None if hits else _partial(cands, tol)
+    if hits or partial is not None:
+        best = hits[0] if hits else partial
+        assert best is not None  # one of the two, by the condition above
+        combos = list(dict.fromkeys(c.faults for c in hits)) or [best.faults]
+        same = [c for c in correct if c.hyp == best.hyp and c.variant == best.variant]
+        left = None
+        if not hits:
+            still = {k: d for k, d in best.per.items() if d > tol}
+            left = {"scenarios": sorted(still), "max_abs_diff": _num(max(still.values())),
+                    "matched": sorted(k for k in best.per if k not in still)}
+        return Diagnosis("fault" if len(combos) == 1 else "ambiguous", fault=split(best.fault)[0],
+                         faults=names_of(best.faults),
+                         also=[split(c[0])[0] for c in combos[1:] if len(c) == 1],
+                         also_pairs=[names_of(c) for c in combos[1:] if len(c) == 2],
+                         hypothesis=hyps[best.hyp], variant=refs.describe(best.variant),
+                         distance_correct=(same or correct)[0].distance,
+                         distance_fault=max(d for d in best.per.values() if d <= tol) if left else best.distance,
+                         scale=scale, nearest=nearest, key=(best.hyp, best.variant), sub_layer=where_of(best.faults),
+                         unexplained=left)
+    ref = refs.build(best_correct.hyp, hyps[best_correct.hyp], best_correct.variant)
+    first = first_difference(subject, ref, hyps[best_correct.hyp], scenarios, tol)
+    return Diagnosis("unexplained", hypothesis=hyps[best_correct.hyp], variant=refs.describe(best_correct.variant),
+                     distance_correct=best_correct.distance, scale=scale, nearest=nearest, first_difference=first,
+                     key=(best_correct.hyp, best_correct.variant))
+
+
+def names_of(keys: tuple) -> list[str]:
+    return [split(k)[0] for k in keys]
+
+
+def where_of(keys: tuple) -> str | None:
+    return next((split(k)[1] for k in keys if split(k)[1]), None)
+
+
+def _partial(cands: list[Candidate], tol: float) -> Candidate | None:
+    """A single fault that reproduces the learner on more of the runs than the correct reference does (all but
+    one transposed causal mask, say): the known pitfall, named beside what it leaves unexplained."""
+    best = None
+    for c in cands:
+        if len(c.faults) != 1:
+            continue
+        base = next((o for o in cands if not o.faults and o.hyp == c.hyp and o.variant == c.variant), None)
+        ok = {k for k, d in c.per.items() if d <= tol}
+        ok0 = set() if base is None else {k for k, d in base.per.items() if d <= tol}
+        if not ok or not ok > ok0:
+            continue
+        key = (-len(ok), sum(c.per.values()))
+        if best is None or key < best[0]:
+            best = (key, c)
+    return None if best is None else best[1]

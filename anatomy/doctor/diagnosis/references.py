@@ -1,0 +1,121 @@
+"""The references the diagnosis compares with: our ``MultiHeadAttention`` / ``EncoderBlock`` carrying the learner's
+weights, in each variant (placement, activation, a relative positional scheme), built, cached and run on a
+:class:`Scenario` (the inputs and masks of one comparison). ``diagnose.py`` compares; ``difference.py`` walks to the
+first difference; both use this module."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import cast
+
+import torch
+from torch import nn
+
+from anatomy.components.attention import MultiHeadAttention
+from anatomy.components.block import EncoderBlock
+from anatomy.components.positional import ALiBiPositional, RotaryPositional
+from anatomy.doctor.mapping.norm_fit import StdNorm
+from anatomy.doctor.mapping.projections import BlockParts, Hypothesis, kv_heads, load_reference
+
+
+@dataclass
+class Scenario:
+    name: str
+    x: torch.Tensor
+    ref_mask: torch.Tensor | None  # bool, True = may attend, broadcastable to (B, H, T, S)
+    ref_causal: bool
+    user_mask: torch.Tensor | None
+    rows: torch.Tensor  # (B, T) bool: the query rows compared (real tokens)
+    user_out: torch.Tensor | None = None
+    user_weights: torch.Tensor | None = None
+
+
+# Relative schemes inside attention the reference can carry, as the report names them: RoPE with positions
+# 0..T-1 in both pairings at the bases in use (10000: the paper, GPT-NeoX, Llama 1-2; 500000: Llama 3; 1000000:
+# Qwen), then ALiBi with the paper's slopes.
+ROPE_BASES = (10000, 500000, 1000000)
+POSITIONAL_VARIANTS = {
+    **{f"rope-{layout}@{base}": f"RoPE, {layout} layout ({pairs})" + ("" if base == 10000 else f", base {base:,}")
+       for base in ROPE_BASES
+       for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))},
+    "alibi": "ALiBi",
+}
+
+
+class References:
+    """Builds (and caches) the reference for a hypothesis and a variant, and runs it."""
+
+    def __init__(self, kind: str, d: int, h: int, parts: BlockParts | None, params: dict[str, torch.Tensor],
+                 positional: bool = False):
+        """``positional``: the outputs depend on token positions (:func:`probes.positions`), so the references
+        with a relative scheme inside attention are tried too, after the plain one."""
+        self.kind, self.d, self.h, self.parts, self.params = kind, d, h, parts, params
+        self.positional = positional
+        self._cache: dict = {}
+
+    def variants(self, placement_hint: str | None = None) -> list[tuple]:
+        schemes = [None, *POSITIONAL_VARIANTS] if self.positional else [None]
+        if self.kind == "attention":
+            return [() if s is None else (s,) for s in schemes]
+        placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
+        return [(p, a) + (() if s is None else (s,)) for s in schemes for p in placements
+                for a in self._parts().activations]
+
+    def _parts(self) -> BlockParts:
+        """The block's parts (a block's references only: attention has none)."""
+        if self.parts is None:
+            raise ValueError("an attention's references have no block parts")
+        return self.parts
+
+    def _positional(self, variant: tuple):
+        scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
+        if scheme is None:
+            return None
+        if scheme == "alibi":
+            return ALiBiPositional(n_heads=self.h)
+        layout, base = scheme.removeprefix("rope-").split("@")
+        return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base))
+
+    def build(self, hyp_index: int, hyp: Hypothesis, variant: tuple) -> nn.Module:
+        key = (hyp_index, variant)
+        if key not in self._cache:
+            kv = kv_heads(hyp, self.params, self.d, self.h)  # fewer than H: grouped-query attention
+            qk = hyp.qk_norm.kind if hyp.qk_norm is not None else None
+            positional = self._positional(variant)
+            if self.kind == "attention":
+                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk,
+                                         positional=positional)
+            else:
+                placement, activation = variant[:2]
+                parts = self._parts()
+                block = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=parts.d_ff,
+                                           activation=activation, norm=parts.norm, norm_eps=parts.eps,
+                                           placement=placement, kernel="math", qk_norm=qk, positional=positional)
+                if parts.form == "unbiased_std":  # the annotated transformer's norm, carried as it is
+                    for an in (block.attn_add_norm, block.ffn_add_norm):
+                        an.norm = StdNorm(self.d, parts.eps)
+                ref = block
+            if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
+                attn = self.attention(ref)
+                attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps
+            ref = ref.double().eval()
+            load_reference(ref, hyp, self.params)
+            self._cache[key] = ref
+        return self._cache[key]
+
+    @staticmethod
+    def attention(ref: nn.Module) -> MultiHeadAttention:
+        return ref if isinstance(ref, MultiHeadAttention) else cast(MultiHeadAttention, ref.attn)
+
+    @staticmethod
+    def run(ref: nn.Module, sc: Scenario) -> torch.Tensor:
+        with torch.no_grad():
+            return ref(sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)[0]
+
+    def describe(self, variant: tuple) -> dict:
+        out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1],
+                                                   **self._parts().describe()}
+        scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
+        if scheme is not None:
+            out["positional"] = POSITIONAL_VARIANTS[scheme]
+        return out

@@ -1,0 +1,1 @@
+"""Loading the learner's file, building the module and calling it: the subject, time limits, isolation."""

@@ -1,0 +1,1 @@
+"""The learner's parameters onto our reference: by names, by the recorded dataflow, norms by behaviour."""

@@ -1,0 +1,241 @@
+"""Norms in the learner's module: its QK-norm and the block's Add & Norm norms.
+
+QK-norm (Qwen3, OLMo2, Gemma 3): two norms of width ``Dh`` in the attention (``q_norm``/``k_norm``,
+``query_norm``/``key_norm``, ``q_layernorm``/``k_ln`` ..., or else the only two ``Dh``-wide norms there) normalise
+each head's query and key. The reference is then ``MultiHeadAttention(qk_norm=kind, norm_eps=eps)`` with the
+learner's kind (``nn.LayerNorm`` or a norm with a bias: ``layernorm``; ``nn.RMSNorm`` or a weight-only norm:
+``rmsnorm``) and eps, and their weights (and biases) feed ``q_norm``/``k_norm`` (:func:`find_qk_norm`). q/k norms of
+width ``D`` (one norm over all heads, before the split) cannot carry the reference's per-head weight: the reference
+keeps its per-head QK-norm with gains 1, and the walk to the first difference compares the two at ``q_norm``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from anatomy.doctor.mapping.naming import Hypothesis, QKNorm, Source, _linear, _p, role_of
+
+# --- QK-norm --------------------------------------------------------------------------------------------------
+
+QK_NORM_AFFIXES = ("layernorm", "rmsnorm", "norm", "ln")
+
+
+def qk_role(name: str) -> str | None:
+    """``q_norm``, ``query_norm``, ``q_layernorm``, ``norm_k``, ``k_ln`` → ``"q"`` / ``"k"``; anything else None."""
+    s = re.sub(r"[^a-z0-9]", "", name.lower())
+    for a in QK_NORM_AFFIXES:
+        if s.endswith(a) and len(s) > len(a):
+            s = s[: -len(a)]
+            break
+        if s.startswith(a) and len(s) > len(a):
+            s = s[len(a):]
+            break
+    else:
+        return None
+    role = role_of(s)
+    return role if role in ("q", "k") else None
+
+
+def norm_width(m: nn.Module) -> int | None:
+    """The width a norm module normalises over (``nn.LayerNorm``/``nn.RMSNorm``, or a class named ``*Norm`` with a
+    1-d weight); None for anything else."""
+    if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
+        shape = tuple(m.normalized_shape)
+        return shape[0] if len(shape) == 1 else None
+    w = getattr(m, "weight", None)
+    if "norm" in type(m).__name__.lower() and isinstance(w, torch.Tensor) and w.dim() == 1:
+        return w.shape[0]
+    return None
+
+
+def qk_norm_kind(m: nn.Module) -> str:
+    """``nn.RMSNorm``, a class named ``*RMS*`` or a norm with a weight only → rmsnorm; ``nn.LayerNorm`` or a norm
+    with a bias → layernorm."""
+    if isinstance(m, nn.RMSNorm) or "rms" in type(m).__name__.lower():
+        return "rmsnorm"
+    if isinstance(m, nn.LayerNorm) or isinstance(getattr(m, "bias", None), torch.Tensor):
+        return "layernorm"
+    return "rmsnorm"
+
+
+def _norm_sources(ref: str, path: str, m: nn.Module) -> dict[str, Source]:
+    out = {}
+    for p in ("weight", "bias"):
+        if isinstance(getattr(m, p, None), torch.Tensor):
+            out[f"{ref}.{p}"] = _p(f"{path}.{p}" if path else p)
+    return out
+
+
+def find_qk_norm(module: nn.Module, scope: str | None, d: int, h: int
+                 ) -> tuple[QKNorm, dict[str, Source], dict[str, str]] | None:
+    """The learner's q/k norms inside the attention scope: two ``Dh``-wide norms named for q and k (or the only two
+    ``Dh``-wide norms there, in definition order), or two named for q and k of width ``D`` (over all heads; not
+    mapped). Returns the QK-norm, the sources of ``q_norm``/``k_norm`` and the modules to hook, or None."""
+    dh = d // h
+
+    def inside(p: str) -> bool:
+        return not scope or p == scope or p.startswith(scope + ".")
+
+    norms = {p: (m, norm_width(m)) for p, m in module.named_modules() if inside(p) and norm_width(m) is not None}
+    for width in dict.fromkeys((dh, d)):
+        named: dict[str, str] = {}
+        for p, (_, w) in norms.items():
+            role = qk_role(p.rpartition(".")[2])
+            if w == width and role is not None:
+                named.setdefault(role, p)
+        if {"q", "k"} <= named.keys():
+            q, k = named["q"], named["k"]
+            break
+        if width == dh and width != d:
+            same = [p for p, (_, w) in norms.items() if w == dh]
+            if len(same) == 2:
+                q, k = same
+                break
+    else:
+        return None
+    qm = norms[q][0]
+    norm = QKNorm(qk_norm_kind(qm), norm_eps(qm), q, k, width)
+    src = {**_norm_sources("q_norm", q, qm), **_norm_sources("k_norm", k, norms[k][0])} if width == dh else {}
+    return norm, src, {"q_norm": q, "k_norm": k}
+
+
+# --- blocks ---------------------------------------------------------------------------------------------------
+
+def is_norm(m: nn.Module, d: int) -> bool:
+    return norm_width(m) == d
+
+
+def norm_kind(m: nn.Module) -> str:
+    return "rmsnorm" if isinstance(m, nn.RMSNorm) or "rms" in type(m).__name__.lower() else "layernorm"
+
+
+def norm_eps(m: nn.Module) -> float:
+    eps = getattr(m, "eps", None)
+    if eps is None:
+        eps = getattr(m, "variance_epsilon", None)
+    return float(eps) if eps is not None else float(torch.finfo(torch.float64).eps)
+
+
+ACTIVATION_MODULES = ((nn.ReLU, "relu"), (nn.SiLU, "silu"))
+
+
+@dataclass
+class BlockParts:
+    norms: list[str]  # distinct learner norm modules in call order
+    norm_calls: list[str]  # every norm call in order (a shared norm appears twice)
+    ffn: dict[str, str]  # "up" / "down" / "gate" → learner Linear path
+    d_ff: int | None
+    activations: list[str]  # candidates for the reference FFN
+    norm: str = "layernorm"
+    eps: float = 1e-5
+    form: str = "layernorm"  # "layernorm" | "rmsnorm" | "unbiased_std" (the annotated transformer's variant)
+    found: dict = field(default_factory=dict)  # path → NormInfo of the norms found by behaviour (norm_fit.py)
+
+    def describe(self) -> dict:
+        """What the reference carries of the learner's norm beyond ours: its eps, the unbiased-std form."""
+        out = {}
+        default = 1e-6 if self.norm == "rmsnorm" else 1e-5
+        if self.eps != default:
+            out["norm_eps"] = f"norm eps {short(self.eps)} vs {short(default)}"
+        if self.form == "unbiased_std":
+            out["norm_form"] = "unbiased std: (x − mean) / (std + eps), the annotated transformer's LayerNorm variant"
+        return out
+
+
+def short(v: float) -> str:
+    """``1e-05`` → ``1e-5``: eps as people write it."""
+    return f"{v:g}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: set[str],
+                call_order: list[str], found: dict | None = None) -> BlockParts:
+    """``found``: the norms found by behaviour (``norm_fit.find_norms``), path → NormInfo; they count wherever they
+    sit (inside the attention module too: a pre-norm that lives in the attention sub-layer)."""
+    named = dict(module.named_modules())
+    found = found or {}
+
+    def inside_attn(p: str) -> bool:
+        return attn_scope is not None and attn_scope != "" and (p == attn_scope or p.startswith(attn_scope + "."))
+
+    norm_paths = [p for p, m in named.items() if (p in found or is_norm(m, d) and not inside_attn(p))
+                  and p not in attn_paths]
+    norm_calls = [p for p in call_order if p in norm_paths]
+    norms = list(dict.fromkeys(norm_calls)) or norm_paths
+    linear_calls = [p for p in dict.fromkeys(call_order) if isinstance(named.get(p), nn.Linear)
+                    and p not in attn_paths and not inside_attn(p)]
+    if not linear_calls:
+        linear_calls = [p for p, m in named.items() if isinstance(m, nn.Linear) and p not in attn_paths
+                        and not inside_attn(p)]
+    ffn: dict[str, str] = {}
+    d_ff = None
+    if len(linear_calls) == 2:
+        up, down = (named[p] for p in linear_calls)
+        if up.in_features == d and down.out_features == d and up.out_features == down.in_features:
+            ffn, d_ff = {"up": linear_calls[0], "down": linear_calls[1]}, up.out_features
+    elif len(linear_calls) == 3:
+        down = [p for p in linear_calls if named[p].out_features == d and named[p].in_features != d]
+        gate = [p for p in linear_calls if "gate" in p.rpartition(".")[2].lower()]
+        if not gate and len(down) == 1:
+            # no "gate" in a name: Meta's Llama code calls them w1 (gate), w3 (up), w2 (down); otherwise the gate is
+            # the one called first (down(act(gate(x)) * up(x)) in both conventions)
+            pair = [p for p in linear_calls if p != down[0]]
+            ends = [p.rpartition(".")[2].lower() for p in pair]
+            gate = [pair[ends.index("w1")]] if sorted(ends) == ["w1", "w3"] else pair[:1]
+        rest = [p for p in linear_calls if p not in gate]
+        if len(gate) == 1 and len(down) == 1 and down[0] in rest:
+            up = [p for p in rest if p != down[0]][0]
+            ffn, d_ff = {"gate": gate[0], "up": up, "down": down[0]}, named[up].out_features
+    acts = []
+    for p, m in named.items():
+        if inside_attn(p):
+            continue
+        if isinstance(m, nn.GELU):
+            acts.append("gelu_tanh" if m.approximate == "tanh" else "gelu")
+        for cls, name in ACTIVATION_MODULES:
+            if isinstance(m, cls):
+                acts.append(name)
+    if "gate" in ffn:
+        acts = ["swiglu", "geglu", "geglu_tanh"]  # the gate's activation is tried by the hypotheses
+    elif not acts:
+        acts = ["relu", "gelu", "gelu_tanh", "silu"]
+    first = named[norms[0]] if norms else None
+    info = found.get(norms[0]) if norms else None
+    if info is not None:
+        return BlockParts(norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)), info.kind, info.eps, info.form,
+                          found)
+    return BlockParts(norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)),
+                      norm_kind(first) if first is not None else "layernorm",
+                      norm_eps(first) if first is not None else 1e-5, found=found)
+
+
+def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Module) -> list[Hypothesis]:
+    named = dict(module.named_modules())
+    extra: dict[str, Source] = {}
+    mods: dict[str, str] = {}
+    for ref, path in zip(("attn_add_norm.norm", "ffn_add_norm.norm"), parts.norms[:2]):
+        m = named[path]
+        mods[ref] = path
+        pre = f"{path}." if path else ""
+        info = parts.found.get(path)
+        if info is not None:  # found by behaviour: gain and bias by value, whatever their names
+            extra.update({f"{ref}.{k}": _p(v) for k, v in (("weight", info.weight), ("bias", info.bias)) if v})
+            if info.weight is None:  # a norm without a gain: the reference's gain stays 1
+                extra[f"{ref}.weight"] = Source("(no gain)", "gain 1", lambda params, w=info.width: torch.ones(w))
+            continue
+        if isinstance(getattr(m, "weight", None), torch.Tensor):
+            extra[f"{ref}.weight"] = _p(f"{pre}weight")
+        if isinstance(getattr(m, "bias", None), torch.Tensor):
+            extra[f"{ref}.bias"] = _p(f"{pre}bias")
+    for role, path in parts.ffn.items():
+        ref = {"up": "ffn.up_proj", "down": "ffn.down_proj", "gate": "ffn.gate_proj"}[role]
+        extra.update(_linear(ref, path, named[path]))
+        mods[ref] = path
+    return [Hypothesis(h.style, {**h.prefixed("attn.").sources, **extra}, {**h.prefixed("attn.").modules, **mods},
+                       h.heads, h.qk_norm) for h in attn]
+
+
+# --- user maps --------------------------------------------------------------------------------------------------

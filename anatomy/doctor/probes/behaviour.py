@@ -1,0 +1,329 @@
+"""Behavioural probes: small experiments on the learner's module, each returning findings with the numbers.
+
+Most need no weights at all (DESIGN §5): a change to a future token must not move an earlier output (causal leak);
+a change to a padded token must not move a real output, and masked weights must be exactly 0 (padding leak);
+permuting tokens must permute the outputs and batch rows must not talk to each other (token order: heads or
+tokens mixed by a reshape); fully masked rows give no NaN. The scaling probe recovers the pre-softmax logits from
+the returned weights (``log w`` per row, up to a constant) and fits them against ``q·k`` of the mapped
+projections. Block probes look at the wiring: which norm is called how often, whether the block's output ends
+in a norm, and what is left of the input when both sub-layers are silenced.
+
+A probe returns ``(findings, skipped_reason)``; no findings and no reason means it passed.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+from torch import nn
+
+from anatomy.doctor.contract.masks import causal_keep, dependency, max_diff, pad_keep, padding_keep
+from anatomy.doctor.contract.precision import tol
+from anatomy.doctor.loading.subject import CallError
+from anatomy.doctor.probes.block import BLOCK_PROBES
+from anatomy.doctor.probes.scaling import scaling
+from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.report.findings import PROBE_TITLES, Finding
+from anatomy.doctor.report.words import fmt
+
+LEAK_TOL = 1e-9  # relative: hidden tokens must have *no* effect (a -1e9 or -inf fill gives exactly 0 in float64)
+Skip = tuple[str, str]  # (en, zh)
+
+
+def _leak(v: float, ctx: ProbeState) -> bool:
+    return v > tol(LEAK_TOL) * ctx.scale
+
+
+# --- attention and blocks alike --------------------------------------------------------------------------------
+
+def shape(ctx: ProbeState):
+    findings = []
+    want = (ctx.b, ctx.t, ctx.d)
+    if tuple(ctx.base.shape) != want:
+        return [Finding("shape", "error", f"output has shape {tuple(ctx.base.shape)}; the input was {want} and the "
+                                          "output must keep it (B, T, D)",
+                        f"输出形状是 {tuple(ctx.base.shape)}；输入是 {want}，输出必须保持 (B, T, D)",
+                        {"input_shape": list(want), "output_shape": list(ctx.base.shape)})], None
+    w = ctx.base_w
+    if w is not None:
+        full, avg = (ctx.b, ctx.h, ctx.t, ctx.t), (ctx.b, ctx.t, ctx.t)
+        if tuple(w.shape) not in (full, avg):
+            findings.append(Finding("shape", "error",
+                                    f"weights have shape {tuple(w.shape)}; expected (B, H, T, S) = {full}",
+                                    f"权重形状是 {tuple(w.shape)}；应为 (B, H, T, S) = {full}",
+                                    {"weights_shape": list(w.shape), "expected": list(full)}))
+        elif not ctx.causal:
+            sums = w.sum(-1)
+            worst = float((sums - 1).abs().max())
+            if not worst <= tol(1e-6):
+                findings.append(Finding(
+                    "shape", "error", f"rows of the weights sum to {fmt(float(sums.min()))}..{fmt(float(sums.max()))} "
+                                      "without any mask, not 1",
+                    f"不加 mask 时权重每行之和为 {fmt(float(sums.min()))}..{fmt(float(sums.max()))}，而不是 1",
+                    {"row_sum_min": float(sums.min()), "row_sum_max": float(sums.max())}))
+    return findings, None
+
+
+def finite(ctx: ProbeState):
+    bad = int((~torch.isfinite(ctx.base)).sum())
+    if bad:
+        return [Finding("finite", "error", f"{bad} of {ctx.base.numel()} outputs are NaN or inf without any mask",
+                        f"不加 mask 时 {ctx.base.numel()} 个输出中有 {bad} 个是 NaN 或 inf",
+                        {"non_finite": bad, "of": ctx.base.numel()})], None
+    return [], None
+
+
+def _worst_future(dep: torch.Tensor) -> tuple[float, int, int, int]:
+    t = dep.shape[0]
+    future = torch.ones(t, t, dtype=torch.bool).triu(1)
+    vals = dep.masked_fill(~future, 0.0)
+    idx = int(vals.argmax())
+    return float(vals.max()), idx // t, idx % t, int((vals > 0).sum())
+
+
+def causal_leak(ctx: ProbeState):
+    if ctx.causal:
+        dep, how = ctx.dep, "plain"
+    elif ctx.causal_mask is not None:
+        mask = ctx.causal_mask.make(causal_keep(ctx.b, ctx.t), ctx.x.dtype)
+        try:
+            dep, how = dependency(ctx.subject, ctx.x, mask), "mask"
+        except CallError as err:
+            return [], (f"forward raised with a causal mask: {err}", f"传入因果 mask 时 forward 报错：{err}")
+    else:
+        return [], ("not causal; pass --causal for a decoder's self-attention, or let forward take a (T, S) mask",
+                    "不是因果注意力；decoder 的自注意力请加 --causal，或让 forward 接受 (T, S) 的 mask")
+    worst, i, j, n = _worst_future(dep)
+    if _leak(worst, ctx):
+        where = "" if how == "plain" else " under a causal mask"
+        return [Finding("causal_leak", "error",
+                        f"changing token {j} moved the output at position {i} by {fmt(worst)}{where}: an earlier "
+                        f"position sees the future ({n} (query, future key) pairs leak)",
+                        f"改变第 {j} 个 token 使第 {i} 个位置的输出变化了 {fmt(worst)}：前面的位置看到了未来"
+                        f"（{n} 对 (query, 未来 key) 泄漏）",
+                        {"query": i, "changed_token": j, "max_change": worst, "leaking_pairs": n})], None
+    return [], None
+
+
+def padding_leak(ctx: ProbeState):
+    if ctx.mask is None:
+        return [], _no_mask(ctx)
+    t = ctx.t
+    keep, padded = padding_keep(ctx.b, t, ctx.causal)  # the diagnosis pads the same side (masks.py)
+    real = keep[:, 0]  # (B, T)
+    mask = ctx.mask.make(keep, ctx.x.dtype)
+    x2 = ctx.x.clone()
+    x2[1, padded] += 3.0 * torch.randn(2, ctx.d, generator=torch.Generator().manual_seed(5), dtype=ctx.x.dtype)
+    try:
+        out, w = ctx.subject.run(ctx.x, mask)
+        out2, _ = ctx.subject.run(x2, mask)
+    except CallError as err:
+        return [], (f"forward raised with a padding mask: {err}", f"传入 padding mask 时 forward 报错：{err}")
+    findings = []
+    leak = max_diff(out, out2, real)
+    ev = {"max_change_of_real_outputs": leak, "padded_tokens": [1, padded.start, padded.stop - 1],
+          "padding": "left" if ctx.causal else "right"}
+    hidden_w = None
+    if w is not None and w.shape[-2:] == (t, t):
+        w4 = w if w.dim() == 4 else w[:, None]
+        rows = real[:, None, :, None].expand_as(w4)  # real query rows
+        cols = (~keep[:, None]).expand_as(w4)  # hidden keys
+        hidden_w = float(w4[rows & cols].abs().nan_to_num(math.inf).max())
+        ev["max_weight_on_padded_keys"] = hidden_w
+    no_effect = max_diff(out, ctx.base) == 0.0
+    ev["mask_has_effect"] = not no_effect
+    if ctx.mask_leaks:
+        ev["every_convention_leaks"] = ctx.mask_leaks
+    every = (f"every mask convention the module accepts leaks (all {len(ctx.mask_leaks)} that change the output): "
+             "the mask itself does not hide the padding (a fill too small to matter, applied after the softmax, "
+             "or tokens mixed by a reshape?); " if ctx.mask_leaks else "")
+    every_zh = (f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(ctx.mask_leaks)} 种全部如此）："
+                "mask 本身没有遮住 padding（填充值太小不起作用，"
+                "在 softmax 之后才施加，或 reshape 把 token 混在了一起？）；" if ctx.mask_leaks else "")
+    if _leak(leak, ctx) or (hidden_w is not None and hidden_w > 0):
+        findings.append(Finding(
+            "padding_leak", "error", every +
+            ("the mask has no effect at all (the output with a padding mask equals the one without); "
+             if no_effect else "")
+            + f"changing the padded tokens of sequence 1 moved its real outputs by {fmt(leak)}"
+            + (f"; real queries put weight up to {fmt(hidden_w)} on padded keys (must be exactly 0)"
+               if hidden_w else ""),
+            every_zh + ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
+            + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
+            + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
+            ev))
+    if w is not None and w.shape[-2:] == (t, t) and not ctx.causal:
+        sums = (w if w.dim() == 4 else w[:, None]).sum(-1)  # (B, H|1, T)
+        sums = sums.permute(0, 2, 1)[real]  # real query rows
+        lo, hi = float(sums.min()), float(sums.max())
+        if not (abs(lo - 1) <= tol(1e-6) and abs(hi - 1) <= tol(1e-6)):
+            findings.append(Finding(
+                "padding_leak", "error",
+                f"with a padding mask the weights of real queries sum to {fmt(lo)}..{fmt(hi)}, not 1",
+                f"加 padding mask 后真实 query 的权重之和为 {fmt(lo)}..{fmt(hi)}，而不是 1",
+                {"row_sum_min": lo, "row_sum_max": hi}))
+    return findings, None
+
+
+def _no_mask(ctx: ProbeState) -> Skip:
+    if not ctx.subject.takes_mask:
+        return ("forward takes no mask", "forward 不接受 mask")
+    return ("no mask format was accepted", "没有任何 mask 格式被接受")
+
+
+def positions(ctx: ProbeState) -> str:
+    """Do the outputs depend on where the tokens sit, and how? Swap tokens 0 and 1: without positions inside,
+    every later query sees the same *set* of keys (causal or not), so outputs 2.. do not move ("none"). When they
+    move, put two hidden keys in front (a left-padding mask): every position shifts by 2, and a relative scheme
+    (RoPE, ALiBi) leaves the real outputs unchanged ("relative"); an absolute one, or tokens mixed by a reshape,
+    does not ("absolute"). Without a mask that hides the new keys (none, or one the module ignores): "dependent"."""
+    t = ctx.t
+    if t < 3:
+        return "none"
+    swap = torch.arange(t)
+    swap[0], swap[1] = 1, 0
+    try:
+        out, _ = ctx.subject.run(ctx.x[:, swap])
+    except CallError:
+        return "dependent"
+    if not _leak(max_diff(out[:, 2:], ctx.base[:, 2:]), ctx):
+        return "none"
+    if ctx.mask is None:
+        return "dependent"
+    keep = torch.ones(ctx.b, t + 2, t + 2, dtype=torch.bool)
+    keep[:, :, :2] = False  # the two new keys are hidden from every query
+    mask = ctx.mask.make(keep, ctx.x.dtype)
+    if mask is None:
+        return "dependent"
+    pads = torch.randn(ctx.b, 2, ctx.d, generator=torch.Generator().manual_seed(11), dtype=ctx.x.dtype)
+    longer = torch.cat([pads, ctx.x], 1)
+    try:
+        shifted, _ = ctx.subject.run(longer, mask)
+        unmasked, _ = ctx.subject.run(longer)
+    except CallError:
+        return "dependent"
+    if max_diff(shifted, unmasked) == 0.0:  # the mask is ignored: the new keys were not hidden, nothing learned
+        return "dependent"
+    return "absolute" if _leak(max_diff(shifted[:, 2:], ctx.base), ctx) else "relative"
+
+
+def token_order(ctx: ProbeState):
+    if ctx.positional is not None:
+        return [], (f"positions enter attention ({ctx.positional}): permuting the tokens changes the outputs by "
+                    "design, and the reference with that scheme matches",
+                    f"位置信息进入了注意力（{ctx.positional}）：打乱 token 顺序本来就会改变输出，"
+                    "且带该位置方案的参考实现与之吻合")
+    if ctx.positions == "relative":
+        return [], ("positions enter attention relatively (shifting every position by 2 leaves the outputs "
+                    "unchanged, as RoPE or ALiBi would): permuting the tokens changes the outputs by design",
+                    "位置信息以相对方式进入注意力（所有位置整体平移 2 时输出不变，与 RoPE、ALiBi 一致）：打乱 token "
+                    "顺序本来就会改变输出")
+    if ctx.causal:
+        return [], ("a causal module is not permutation-equivariant", "因果模块本来就不满足置换等变")
+    perm = torch.roll(torch.arange(ctx.t), 2)
+    try:
+        out, _ = ctx.subject.run(ctx.x[:, perm])
+    except CallError as err:
+        return [], (str(err), str(err))
+    diff = max_diff(out, ctx.base[:, perm])
+    if _leak(diff, ctx):
+        return [Finding("token_order", "error",
+                        f"permuting the tokens did not permute the outputs (max |Δ| = {fmt(diff)}): without positional "
+                        "encoding attention must not care where a token sits; heads or tokens are being mixed",
+                        f"打乱 token 顺序后输出没有按同样的顺序打乱（最大 |Δ| = {fmt(diff)}）：没有位置编码时注意力"
+                        "不该在乎 token 的位置；头或 token 被混在了一起",
+                        {"max_diff": diff, "permutation": perm.tolist()})], None
+    return [], None
+
+
+def batch_independence(ctx: ProbeState):
+    x2 = ctx.x.clone()
+    x2[1:] = torch.randn(x2[1:].shape, generator=torch.Generator().manual_seed(3), dtype=x2.dtype)
+    try:
+        out, _ = ctx.subject.run(x2)
+    except CallError as err:
+        return [], (str(err), str(err))
+    diff = max_diff(out[:1], ctx.base[:1])
+    if _leak(diff, ctx):
+        return [Finding("batch_independence", "error",
+                        f"changing sequence 1 moved the outputs of sequence 0 by {fmt(diff)}: the rows of a batch "
+                        "must not see each other", f"改变第 1 个序列使第 0 个序列的输出变化了 {fmt(diff)}：batch 里的"
+                        "各个序列不应互相看到", {"max_change": diff})], None
+    return [], None
+
+
+def fully_masked(ctx: ProbeState):
+    if ctx.mask is None:
+        return [], _no_mask(ctx)
+    keep = pad_keep(ctx.b, ctx.t, [ctx.t, 0])  # sequence 1 is all padding: its queries see no key
+    try:
+        out, w = ctx.subject.run(ctx.x, ctx.mask.make(keep, ctx.x.dtype))
+    except CallError as err:
+        return [], (f"forward raised on an all-padding sequence: {err}", f"全是 padding 的序列让 forward 报错：{err}")
+    nan_empty = int(torch.isnan(out[1]).sum())
+    nan_real = int(torch.isnan(out[0]).sum())
+    findings = []
+    if nan_real:
+        findings.append(Finding("fully_masked", "error",
+                                f"NaN from the all-padding sequence reached the other sequence ({nan_real} outputs)",
+                                f"全 padding 序列产生的 NaN 扩散到了另一个序列（{nan_real} 个输出）",
+                                {"nan_outputs_real_sequence": nan_real}))
+    if nan_empty:
+        torch_nn = any(isinstance(m, nn.MultiheadAttention) for m in ctx.subject.module.modules())
+        note_en = " (a known behaviour of torch.nn.MultiheadAttention)" if torch_nn else ""
+        note_zh = "（torch.nn.MultiheadAttention 的已知行为）" if torch_nn else ""
+        findings.append(Finding(
+            "fully_masked", "warning",
+            f"a sequence whose keys are all padding gives NaN in {nan_empty} of {out[1].numel()} outputs{note_en}; "
+            "guard rows with no visible key (weights 0) so the NaN cannot reach the loss",
+            f"key 全是 padding 的序列有 {nan_empty}/{out[1].numel()} 个输出为 NaN{note_zh}；请对没有可见 key 的行"
+            "做保护（权重置 0），以免 NaN 传到 loss",
+            {"nan_outputs": nan_empty, "of": out[1].numel()}, fault="inf_fill_no_guard"))
+    return findings, None
+
+
+def float16_fill(ctx: ProbeState):
+    if ctx.mask is None:
+        return [], _no_mask(ctx)
+    try:
+        half = copy.deepcopy(ctx.subject.module).half()
+    except Exception as err:  # noqa: BLE001
+        return [], (f"could not copy the module to float16: {err}", f"无法把模块复制为 float16：{err}")
+    keep = pad_keep(ctx.b, ctx.t, [ctx.t, ctx.t - 2])
+    try:
+        ctx.subject.run(ctx.x.half(), ctx.mask.make(keep, torch.float16), module=half)
+    except CallError as err:
+        if "overflow" in str(err):
+            return [Finding("float16_fill", "warning",
+                            f"in float16 the mask fill does not fit ({err}); use float('-inf') with a guard or "
+                            "torch.finfo(scores.dtype).min",
+                            f"float16 下 mask 的填充值放不下（{err}）；请用 float('-inf') 并处理整行被遮的情况，或用 "
+                            "torch.finfo(scores.dtype).min", {"error": str(err)}, fault="finite_mask_fill")], None
+        return [], (f"the module does not run in float16 here: {err}", f"模块在这里无法以 float16 运行：{err}")
+    return [], None
+
+
+ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports ProbeState from here); run_all puts it in its place
+    "shape": shape, "finite": finite, "causal_leak": causal_leak, "padding_leak": padding_leak,
+    "token_order": token_order, "batch_independence": batch_independence, "scaling": None,
+    "fully_masked": fully_masked, "float16_fill": float16_fill}
+
+
+def run_all(ctx: ProbeState) -> tuple[list[Finding], list[str], list[dict]]:
+
+    probes = {**ATTENTION_PROBES, "scaling": scaling}  # scaling.py keeps its place in the order
+    if ctx.kind == "block":
+        probes.update(BLOCK_PROBES)
+    findings, passed, skipped = [], [], []
+    for name, probe in probes.items():
+        title = PROBE_TITLES.get(name, (name, name))
+        ctx.subject.stage = (f"the {title[0]} probe", f"{title[1]}探针")
+        found, skip = probe(ctx)
+        findings += found
+        if skip is not None:
+            skipped.append({"probe": name, "en": skip[0], "zh": skip[1]})
+        elif not found:
+            passed.append(name)
+    return findings, passed, skipped

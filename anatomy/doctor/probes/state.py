@@ -1,0 +1,58 @@
+"""The state the probes share (:class:`ProbeState`), built once by ``check.py`` and read by every probe
+(``probes.py``, ``block_probes.py``, ``scaling.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from anatomy.doctor.contract.masks import MaskFormat
+from anatomy.doctor.loading.subject import Subject
+from anatomy.doctor.mapping.projections import BlockParts, Hypothesis
+
+
+@dataclass
+class ProbeState:
+    """What every probe reads: the learner's module and how to call it, the probe input and its plain output, the
+    conventions found (mask, causality, positions, norms), the mapping, and earlier probes' verdicts."""
+
+    subject: Subject
+    kind: str
+    d: int
+    h: int
+    x: torch.Tensor
+    base: torch.Tensor
+    base_w: torch.Tensor | None
+    mask: MaskFormat | None = None
+    causal: bool = False
+    causal_mask: MaskFormat | None = None
+    dep: torch.Tensor | None = None
+    parts: BlockParts | None = None
+    hyp: Hypothesis | None = None
+    raw_scores: Callable[[], torch.Tensor | None] | None = None  # q k^T of the mapped reference, plain input
+    found_block: dict = field(default_factory=dict)
+    silenced: str | None = None  # residual probe's verdict: "identity" | "constant" | "normed"
+    positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
+    positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
+    norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
+    mask_ignored: bool = False  # no mask convention changes the output
+    mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
+    observation: object = None  # dataflow.Observation: the recorded forward (scale, mapping, lines)
+
+    @property
+    def b(self) -> int:
+        return self.x.shape[0]
+
+    @property
+    def t(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def dh(self) -> int:
+        return self.d // self.h
+
+    @property
+    def scale(self) -> float:
+        return max(1.0, float(self.base.abs().nan_to_num(0).max()))

@@ -1,0 +1,1 @@
+"""Findings, the report (text and JSON), and the learner's lines behind each finding."""

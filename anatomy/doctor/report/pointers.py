@@ -1,0 +1,198 @@
+"""The learner's lines behind a diagnosis, from a recording (``anatomy.tracing``): what ``findings[].where`` holds.
+
+    where = pointers(rec, "split_without_transpose")
+    # [{"line": 21, "source": "q = self.W_q(x).view(b, t, self.h, self.d_k)", "en": "line 21 `q = ...` is used by
+    #   the matmul at line 24 without transpose(1, 2): the scores are (B, T, H, H)", "zh": ...}, {"line": 24, ...}]
+    point(report.findings, rec)      # fills ``Finding.where`` for every finding the recording can place
+
+Each fault of the bug zoo (and each probe) has the steps it lives in: the scale is the line that multiplies or
+divides the scores (or, when nothing does, the matmul that makes them); a split without transpose is the view and
+the matmul that uses it; a wrong merge is the view that joins heads; a mask fault is the line that fills the
+scores (before the softmax, or after it); the norm and residual faults are the norm calls and the residual adds.
+Nothing is guessed from names: a fault the recording shows no step for gets no pointer.
+"""
+
+from __future__ import annotations
+
+import os
+
+from anatomy.doctor.recording import observed as ob
+from anatomy.tracing import steps as r
+
+FILL_OPS = {"masked_fill", "masked_fill_", "where", "add", "add_", "__add__", "__iadd__", "sub"}
+ADD_OPS = {"add", "__add__", "add_", "__iadd__", "__radd__"}
+NORM_OPS = {"layer_norm", "rms_norm", "batch_norm", "group_norm"}
+PROBE_FAULT = {"scaling": "scale_by_d_model", "token_order": "split_without_transpose",
+               "padding_leak": "padding_mask_on_queries", "causal_leak": "causal_off_by_one",
+               "masked_weights": "mask_after_softmax", "nan_rows": "inf_fill_no_guard"}
+
+
+def _at(step: r.Step, en: str, zh: str) -> dict:
+    return {"line": step.line, "file": step.file, "where": f"{os.path.basename(step.file)}:{step.line}",
+            "source": step.source, "op": step.op, "en": en, "zh": zh}
+
+
+def _scores_chain(rec: r.Recording) -> list[r.Step]:
+    core = next(iter(ob.attention_cores(rec)), None)
+    return [] if core is None else core.chain
+
+
+def _scale(rec: r.Recording, fault: str) -> list[dict]:
+    sc = ob.observed_scale(rec)
+    cores = ob.attention_cores(rec)
+    if not cores:
+        return []
+    core = cores[0]
+    scaling = [s for s in core.chain if s.op in ob.PASS_OPS and s.op not in FILL_OPS]
+    if scaling:
+        s = scaling[0]
+        value = f" = {sc.value:.4g}" if sc is not None and sc.value is not None else ""
+        by = f" (1/sqrt({sc.by}))" if sc is not None and sc.by in ("D", "Dh", "H", "T") else ""
+        return [_at(s, f"line {s.line} `{s.source}` scales the scores by{value}{by}; the post divides by "
+                       "sqrt(d_k), the width of one head",
+                    f"第 {s.line} 行 `{s.source}` 把分数乘以{value}{by}；博文除以 sqrt(d_k)，即一个头的宽度")]
+    at = core.scores or core.softmax
+    return [_at(at, f"line {at.line} `{at.source}` makes the scores, and nothing scales them before the softmax "
+                    f"at line {core.softmax.line}",
+                f"第 {at.line} 行 `{at.source}` 计算分数，在第 {core.softmax.line} 行的 softmax 之前没有任何缩放")]
+
+
+def _split(rec: r.Recording) -> list[dict]:
+    out = []
+    for dev in ob.deviations(rec):
+        if dev["kind"] in ("scores", "view"):
+            step = rec.steps[dev["step"]]
+            if dev["kind"] == "scores":
+                src = _view_before(rec, step)
+                if src is not None:
+                    out.append(_at(src, f"line {src.line} `{src.source}` splits into heads without transpose(1, 2)",
+                                   f"第 {src.line} 行 `{src.source}` 拆头时没有 transpose(1, 2)"))
+            out.append(_at(step, dev["seen"], dev["seen_zh"]))
+            break
+    return out
+
+
+def _view_before(rec: r.Recording, step: r.Step) -> r.Step | None:
+    for i in range(len(step.inputs)):
+        src = rec.producer(step, i)
+        while src is not None and src.op in ("transpose", "T", "mT", "contiguous"):
+            src = rec.producer(src)
+        if src is not None and src.op in ("view", "reshape"):
+            return src
+    return None
+
+
+def _merge(rec: r.Recording) -> list[dict]:
+    for dev in ob.deviations(rec):
+        if dev["kind"] in ("merge", "view"):
+            return [_at(rec.steps[dev["step"]], dev["seen"], dev["seen_zh"])]
+    o = ob.roles(rec)["o"]
+    if o is None:
+        return []
+    src = rec.producer(rec.steps[o.step])
+    if src is not None and src.op in r.SHAPE_OPS | {"contiguous"}:
+        return [_at(src, f"line {src.line} `{src.source}` merges the heads before the output projection",
+                    f"第 {src.line} 行 `{src.source}` 在输出投影之前并头")]
+    return []
+
+
+def _mask(rec: r.Recording, fault: str) -> list[dict]:
+    cores = ob.attention_cores(rec)
+    if not cores:
+        return []
+    core = cores[0]
+    if fault == "mask_after_softmax":
+        after = [s for s in rec.data_steps() if s.index > core.softmax.index and s.op in FILL_OPS
+                 and (core.weighted is None or s.index < core.weighted.index)]
+        if after:
+            s = after[0]
+            return [_at(s, f"line {s.line} `{s.source}` masks the weights after the softmax at line "
+                           f"{core.softmax.line}", f"第 {s.line} 行 `{s.source}` 在第 {core.softmax.line} 行的 "
+                           "softmax 之后才加 mask")]
+        return []
+    fills = [s for s in core.chain if s.op in FILL_OPS]
+    out = [_at(s, f"line {s.line} `{s.source}` applies the mask to the scores",
+               f"第 {s.line} 行 `{s.source}` 对分数加 mask") for s in fills[:1]]
+    if fault == "inf_fill_no_guard":
+        s = core.softmax
+        out.append(_at(s, f"line {s.line} `{s.source}`: a row with every key masked is all -inf here",
+                       f"第 {s.line} 行 `{s.source}`：所有键都被遮住的行在这里全是 -inf"))
+    return out
+
+
+def _norms(rec: r.Recording, fault: str) -> list[dict]:
+    norms = [s for s in rec.data_steps() if s.op in NORM_OPS]
+    if fault == "shared_layernorm":
+        by_params: dict[tuple, list[r.Step]] = {}
+        for s in norms:
+            by_params.setdefault(tuple(s.params), []).append(s)
+        shared = next((v for k, v in by_params.items() if k and len(v) > 1), None)
+        if shared:
+            return [_at(s, f"line {s.line} `{s.source}` uses the norm {s.module or s.params[0]}, shared with line "
+                           f"{shared[0].line if s is not shared[0] else shared[1].line}",
+                        f"第 {s.line} 行 `{s.source}` 用的 norm（{s.module or s.params[0]}）与另一处共用")
+                    for s in shared[:2]]
+        return []
+    if fault == "batchnorm_instead_of_layernorm":
+        return [_at(s, f"line {s.line} `{s.source}` normalises over the batch", f"第 {s.line} 行 `{s.source}` 在 batch "
+                       "维上归一化") for s in norms if s.op == "batch_norm"][:1]
+    if fault == "no_residual":
+        adds = _residual_adds(rec)
+        o = ob.roles(rec)["o"]
+        if o is not None:
+            s = rec.steps[o.step]
+            first = f"; the residual adds the recorder saw are at line(s) {', '.join(str(a.line) for a in adds)}" \
+                if adds else ""
+            return [_at(s, f"line {s.line} `{s.source}`: the attention's output is not added to its input{first}",
+                        f"第 {s.line} 行 `{s.source}`：注意力的输出没有加回它的输入")]
+        return []
+    return [_at(s, f"line {s.line} `{s.source}` normalises here", f"第 {s.line} 行 `{s.source}` 在这里归一化")
+            for s in norms[:2]] + [_at(a, f"line {a.line} `{a.source}` adds the residual",
+                                       f"第 {a.line} 行 `{a.source}` 加残差") for a in _residual_adds(rec)[:2]]
+
+
+def _residual_adds(rec: r.Recording) -> list[r.Step]:
+    cores = ob.attention_cores(rec)
+    last = max((c.weighted.index for c in cores if c.weighted is not None), default=-1)
+    return [s for s in rec.data_steps() if s.op in ADD_OPS and s.index > last
+            and sum(1 for i in s.inputs if not i.source.startswith(("param", "const"))) == 2]
+
+
+def pointers(rec: r.Recording | None, fault: str | None, probe: str | None = None) -> list[dict]:
+    """The learner's lines for a bug-zoo fault (or, without one, for a probe), first the cause."""
+    if rec is None:
+        return []
+    fault = fault or PROBE_FAULT.get(probe or "")
+    if fault in ("scale_by_d_model", "no_scaling"):
+        return _scale(rec, fault)
+    if fault == "split_without_transpose":
+        return _split(rec)
+    if fault == "merge_wrong_transpose":
+        return _merge(rec)
+    if fault in ("mask_after_softmax", "finite_mask_fill", "inf_fill_no_guard", "padding_mask_on_queries",
+                 "causal_off_by_one"):
+        return _mask(rec, fault)
+    if fault in ("shared_layernorm", "no_residual", "norm_on_residual_path", "batchnorm_instead_of_layernorm",
+                 "norm_on_query_only"):
+        return _norms(rec, fault)
+    if fault == "large_init_scale":
+        return [_at(rec.steps[p.step], f"line {rec.steps[p.step].line} `{rec.steps[p.step].source}` applies "
+                                       f"{p.weight}", f"第 {rec.steps[p.step].line} 行使用 {p.weight}")
+                for p in rec.projections[:1]]
+    return []
+
+
+def point(findings: list, rec: r.Recording | None) -> None:
+    """Fill ``where`` on each finding (``report.Finding``) that the recording can place; the rest stay empty."""
+    if rec is None:
+        return
+    cache: dict = {}
+    for f in findings:
+        key = (f.fault or f.explained_by, f.probe)
+        if key not in cache:
+            try:
+                cache[key] = pointers(rec, key[0], key[1])
+            except Exception:  # noqa: BLE001 - a pointer is a courtesy: never fail the report for it
+                cache[key] = []
+        if not getattr(f, "where", None):
+            f.where = cache[key]

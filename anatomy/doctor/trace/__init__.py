@@ -1,0 +1,1 @@
+"""`anatomy trace FILE.py:CLASS`: the learner's own shape table."""
