@@ -2,7 +2,7 @@
 
 ``anatomy trace [--preset NAME | --checkpoint DIR]`` traces our models; ``anatomy trace FILE.py:CLASS`` (or
 ``--factory FUNC``) traces the learner's own module, one row per recorded step with its line of code
-(``anatomy.doctor.learner_trace``). Exit codes: 0 the table was printed, 1 the learner's flow leaves the post's
+(``anatomy.doctor.trace.learner_trace``). Exit codes: 0 the table was printed, 1 the learner's flow leaves the post's
 (the first such step is marked), 2 bad usage or a module that could not be loaded, built, run or followed.
 """
 

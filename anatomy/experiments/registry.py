@@ -105,10 +105,6 @@ class Verdict:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
 
-    def _repr_html_(self) -> str:  # Jupyter (anatomy/notebook/display.py)
-        from anatomy.notebook.display import verdict_html
-
-        return verdict_html(self)
 
 
 Rule = Callable[[dict[str, Metric]], Verdict]

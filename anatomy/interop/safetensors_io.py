@@ -34,6 +34,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from anatomy._version import __version__
 from anatomy.config import ModelConfig
 from anatomy.errors import CheckpointError
 
@@ -208,8 +209,6 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *, max_shard
 
 
 def _version() -> str:
-    from anatomy import __version__
-
     return __version__
 
 

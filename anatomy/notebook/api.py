@@ -51,7 +51,7 @@ def _timeout(timeout: Any) -> float | None:
 
 
 def _options(lang: str, d_model: int, n_heads: int, heads: int | None, **sizes: int) -> int:
-    from anatomy.doctor.isolation import require_sizes
+    from anatomy.doctor.loading.isolation import require_sizes
 
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}, got {lang!r}")

@@ -71,7 +71,7 @@ def check_html(result: Any) -> str:
         f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}")
     parts = [f'<div style="{BOX}">{head}']
     if result.pitfalls:
-        from anatomy.doctor.report import FAULT_TITLES
+        from anatomy.doctor.report.findings import FAULT_TITLES
 
         items = "".join(f"<li>{code(p)}: {esc(FAULT_TITLES.get(p, (p, p))[1 if zh else 0])}</li>"
                         for p in result.pitfalls)
@@ -85,15 +85,8 @@ def check_html(result: Any) -> str:
     return "".join(parts) + "</div>"
 
 
-def report_html(report: Any, lang: str = "en") -> str:
-    """A doctor's ``Report`` by itself (from ``anatomy.doctor.check``)."""
-    from anatomy.notebook.results import CheckResult
-
-    return check_html(CheckResult(report.target, report, lang=lang, isolation="process"))
-
-
 def _trace_rows(rows: list[dict], lang: str) -> tuple[list[list[str]], set[int]]:
-    from anatomy.doctor.learner_trace import kind_text
+    from anatomy.doctor.trace.learner_trace_text import kind_text
 
     out, marked = [], set()
     for i, r in enumerate(rows):
@@ -128,14 +121,6 @@ def trace_html(result: Any) -> str:
                      f'{esc(d.get("expected"))}</p>')
     parts.append(folded(result.text(), "完整表格" if zh else "the table as `anatomy trace` prints it"))
     return "".join(parts) + "</div>"
-
-
-def learner_trace_html(trace: Any, lang: str = "en") -> str:
-    """A ``LearnerTrace`` by itself (from ``anatomy.doctor.trace_learner``)."""
-    from anatomy.notebook import cells
-    from anatomy.notebook.results import TraceResult
-
-    return trace_html(TraceResult(trace.target, trace, cells.trace_cells(trace), lang=lang))
 
 
 def model_trace_html(rows: list[Any], title: str = "") -> str:

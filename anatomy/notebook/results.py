@@ -101,7 +101,7 @@ class CheckResult:
 @dataclass
 class TraceResult:
     target: str
-    trace: Any  # anatomy.doctor.learner_trace.LearnerTrace (without its recording), or None
+    trace: Any  # anatomy.doctor.trace.learner_trace.LearnerTrace (without its recording), or None
     cells: list[int | None] = field(default_factory=list)  # the cell of each row (None: a file)
     error: tuple[str, str, str] | None = None
     isolation: str = "process"
@@ -197,3 +197,17 @@ class TraceResult:
 
     def _repr_markdown_(self) -> str:
         return self.text(fmt="markdown")
+
+
+def report_html(report: Any, lang: str = "en") -> str:
+    """A doctor's ``Report`` by itself (from ``anatomy.doctor.check``)."""
+    from anatomy.notebook.display import check_html
+
+    return check_html(CheckResult(report.target, report, lang=lang, isolation="process"))
+
+
+def learner_trace_html(trace: Any, lang: str = "en") -> str:
+    """A ``LearnerTrace`` by itself (from ``anatomy.doctor.trace_learner``)."""
+    from anatomy.notebook.display import trace_html
+
+    return trace_html(TraceResult(trace.target, trace, cells.trace_cells(trace), lang=lang))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from anatomy.experiments.registry import Verdict
-from anatomy.notebook import display, show
+from anatomy.notebook import display, formatters, show
 
 
 def test_course_result_html_escapes_and_shows_the_pitfall():
@@ -19,7 +19,8 @@ def test_course_result_html_escapes_and_shows_the_pitfall():
 
 def test_verdict_and_claims_display():
     v = Verdict("supported", "variance 63.9 ≈ d_k", "方差 63.9 ≈ d_k")
-    assert "supported" in v._repr_html_() and "63.9" in v._repr_html_()
+    html = formatters.html(v)
+    assert html is not None and "supported" in html and "63.9" in html
     doc = {"claims": [{"id": "C5", "section": "§1.3", "statement_en": "dot variance ≈ d_k", "statement_zh": "方差",
                        "verdict": "refuted", "reason_en": "no", "reason_zh": "不"}]}
     html = show.claims(doc)._repr_html_()
@@ -33,3 +34,17 @@ def test_pictures_are_png_and_a_model_trace_is_a_table():
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000 and "displays in Jupyter" in repr(pic)
     t = show.trace(preset="seed-block", batch=2, seq=10)
     assert "<table" in t._repr_html_() and repr(t).startswith("anatomy trace · encoder")
+
+
+def test_reports_traces_and_verdicts_register_with_ipythons_html_formatter():
+    """The doctor's and the lab's classes carry no _repr_html_ (their rooms must not import this one): IPython's
+    formatter table is given them by name, and then formats them as HTML as Jupyter would."""
+    import pytest
+
+    core = pytest.importorskip("IPython.core.formatters", reason="waits for IPython (pip install '.[notebook]')")
+    shell = SimpleNamespace(display_formatter=SimpleNamespace(formatters={"text/html": core.HTMLFormatter()}))
+    assert formatters.register(shell)
+    v = Verdict("refuted", "variance 3.1", "方差 3.1")
+    html = shell.display_formatter.formatters["text/html"](v)
+    assert html is not None and "refuted" in html and "3.1" in html
+    assert formatters.register(SimpleNamespace()) is False and formatters.html(object()) is None

@@ -156,10 +156,6 @@ class Report:
     def render(self, lang: str = "en", width: int = 80, strict: bool = False) -> str:
         return "\n".join(_render(self, lang, width, strict))
 
-    def _repr_html_(self) -> str:  # Jupyter (anatomy/notebook/display.py); a terminal prints render()
-        from anatomy.notebook.display import report_html
-
-        return report_html(self)
 
 
 # --- text ---------------------------------------------------------------------------------------------------------

@@ -83,10 +83,6 @@ class LearnerTrace:
             return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
         return render(self, fmt, lang)
 
-    def _repr_html_(self) -> str:  # Jupyter (anatomy/notebook/display.py); a terminal prints render()
-        from anatomy.notebook.display import learner_trace_html
-
-        return learner_trace_html(self)
 
 
 def trace_learner(target, *, factory: str | None = None, d_model: int = 20, n_heads: int = 5, batch: int = 2,
