@@ -37,8 +37,6 @@ from anatomy.training.tasks import ClassifyTask, LossAndLogits, Task
 
 # Model fields a fine-tuning run may set: they change how the weights are used in training, never their shapes.
 FREE_MODEL_FIELDS = ("dropout", "attention_dropout", "kernel")
-# Training options the checkpoint fixes.
-FIXED_OPTIONS = ("model", "tokenizer", "bpe_vocab")
 TASKS = {"lm": ("decoder_lm",), "classify": ("encoder", "classifier")}
 HEAD_PREFIXES = ("classifier.", "pooler.")
 
@@ -123,14 +121,6 @@ def check_overrides(model_overrides: dict[str, Any], config: ModelConfig, source
         raise ValueError(f"{key}={value!r} would change the architecture that init_from={source} fixes "
                          f"({key}={getattr(config, key, None)!r} there); with init_from only "
                          f"{', '.join(FREE_MODEL_FIELDS)} may be given")
-
-
-def check_options(explicit: dict[str, Any]) -> None:
-    """Refuse, by name, explicit training options that init_from replaces with the checkpoint's."""
-    for key in FIXED_OPTIONS:
-        if key in explicit:
-            why = "the checkpoint's tokenizer is kept" if key != "model" else "the checkpoint fixes the architecture"
-            raise ValueError(f"{key}={explicit[key]!r} cannot be given with init_from: {why}")
 
 
 def load_start(path: str | Path) -> Start:

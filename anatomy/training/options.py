@@ -145,14 +145,24 @@ def resolve(preset: str | None, overrides: dict[str, Any]) -> tuple[TrainOptions
             raise ValueError(f"unknown preset {preset!r}; valid presets: {', '.join(sorted(RUN_PRESETS))}")
         values.update(RUN_PRESETS[preset])
     if overrides.get("init_from"):  # fine-tuning: the checkpoint, not the preset, fixes model and tokenizer
-        from anatomy.training.finetune import FIXED_OPTIONS, check_options
-
         check_options(overrides)
         values = {k: v for k, v in values.items() if k not in MODEL_FIELDS and k not in FIXED_OPTIONS}
     values.update(overrides)
     options = TrainOptions(**{k: v for k, v in values.items() if k in OPTION_FIELDS})
     model = {k: v for k, v in values.items() if k in MODEL_FIELDS}
     return options, model
+
+
+# Training options a fine-tuning run's checkpoint fixes (init_from; training/finetune.py).
+FIXED_OPTIONS = ("model", "tokenizer", "bpe_vocab")
+
+
+def check_options(explicit: dict[str, Any]) -> None:
+    """Refuse, by name, explicit training options that init_from replaces with the checkpoint's."""
+    for key in FIXED_OPTIONS:
+        if key in explicit:
+            why = "the checkpoint's tokenizer is kept" if key != "model" else "the checkpoint fixes the architecture"
+            raise ValueError(f"{key}={explicit[key]!r} cannot be given with init_from: {why}")
 
 
 def options_json(options: TrainOptions, model_overrides: dict[str, Any]) -> str:
