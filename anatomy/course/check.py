@@ -10,12 +10,12 @@ from anatomy.course import functions as fx
 from anatomy.course.grader import (
     LearnError,
     Result,
+    Subject,
     as_tensors,
     check_signature,
     dim_names,
     dims_of,
     first_step,
-    Subject,
     load,
     max_diff,
     run_guarded,

@@ -20,8 +20,8 @@ from anatomy.course import spec
 from anatomy.course.grader import (
     LearnError,
     Result,
-    check_signature,
     Subject,
+    check_signature,
     first_step,
     max_diff,
     run_guarded,
@@ -257,9 +257,9 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
         check_signature(cls.__init__, f"{name}.__init__", ["d_model", "sublayer"], 2)
         sub32 = copy.deepcopy(sub).float()
         m32 = _build(cls, (SIZES["D"], sub32), name, timeout).float()  # a global norm stays float32: audit there
-        found = spec.audit_structure(m32, lambda: run_guarded(m32, (x.float(),), (f"{name}.forward", f"{name}.forward"),
-                                                              timeout, record=False, grad=True)[0],
-                                     path, SIZES["D"], "add_norm")
+        what = (f"{name}.forward(x (2, 5, 6))", f"{name}.forward(x (2, 5, 6))")
+        found = spec.audit_structure(m32, lambda m32=m32, what=what: run_guarded(
+            m32, (x.float(),), what, timeout, record=False, grad=True)[0], path, SIZES["D"], "add_norm")
         if found is not None:
             from anatomy.course.doctor_exercises import _finding
 

@@ -15,6 +15,7 @@ import linecache
 import os
 import re
 import sys
+import types
 from dataclasses import dataclass, field
 
 import torch
@@ -51,7 +52,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _caller(file: str) -> tuple[int, str]:
-    f = sys._getframe(1)
+    f: types.FrameType | None = sys._getframe(1)
     while f is not None:
         if _same_file(f.f_code.co_filename, file):
             return f.f_lineno, linecache.getline(file, f.f_lineno).strip()
@@ -149,7 +150,7 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Fi
                        ("结构里同时包含Multi-Head、前馈网络、两个残差和两个LayerNorm",
                         "it holds multi-head attention, a feed-forward network, two residuals and two LayerNorms"),
                        ("use every layer you define in forward, or remove it", "forward 里用上你定义的每一层，或者删掉它"))
-    twice = {}
+    twice: dict[int, list[Call]] = {}
     for c in own_parameters_calls(calls):
         twice.setdefault(id(c.module), []).append(c)
     for group in twice.values():
