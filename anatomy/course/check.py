@@ -125,6 +125,8 @@ def _functions(exercise: ex.Exercise, module: Subject, timeout: float | None) ->
                     timeout, record=False)[0])
                 return fill.name_it(result, found, outcome)
         result.passed = True
+        if exercise.id == "attention":
+            fill.warn_finite(result, module)
         result.say("matches the reference on every probe (float64, sizes B=2, H=3, T=5, S=7, Dh=4, D=12)",
                    "在所有探针输入上与参考实现一致（float64，尺寸 B=2, H=3, T=5, S=7, Dh=4, D=12）")
         result.brief(*PASSED[exercise.id])

@@ -166,7 +166,7 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Fi
                            ("每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。", "each LayerNorm needs its own learnable gamma and beta."),
                            ("two norms: self.norm1 = nn.LayerNorm(d_model); self.norm2 = nn.LayerNorm(d_model)",
                             "两个 Norm：self.norm1 = nn.LayerNorm(d_model)；self.norm2 = nn.LayerNorm(d_model)"), lines)
-        if isinstance(mod, nn.Linear) and len(group) >= 3 and all(g.line for g in group):
+        if isinstance(mod, nn.Linear) and len(group) >= 3:
             return Finding("shared_qkv_projection", c.line, c.source,
                            (f"one Linear makes q, k and v (called {len(group)} times, lines {', '.join(map(str, lines))}): "
                             "q = k = v, so every head compares each token with itself most",
