@@ -259,7 +259,7 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
         m32 = _build(cls, (SIZES["D"], sub32), name, timeout).float()  # a global norm stays float32: audit there
         what = (f"{name}.forward(x (2, 5, 6))", f"{name}.forward(x (2, 5, 6))")
         found = spec.audit_structure(m32, lambda m32=m32, what=what: run_guarded(
-            m32, (x.float(),), what, timeout, record=False, grad=True)[0], path, SIZES["D"], "add_norm")
+            m32, (x.float(),), what, timeout, record=False, grad=True)[0], path, SIZES["D"], "add_norm", sub32)
         if found is not None:
             from anatomy.course.doctor_exercises import _finding
 
