@@ -333,6 +333,21 @@ def tolerance(t: torch.Tensor) -> float:
     return {torch.float64: 1e-7, torch.float32: 2e-5}.get(t.dtype, 2e-2)
 
 
+def lowered_tol(rec) -> float | None:
+    """The tolerance of the lowest precision the learner's code computed in, when it cast below float64 on purpose
+    (``softmax(x.float())``, a LayerNorm in float32): None when everything stayed float64."""
+    if rec is None:
+        return None
+    worst = None
+    for s in rec.steps:
+        dtype = s.value.dtype if isinstance(s.value, torch.Tensor) else None
+        if s.op in ("half", "bfloat16") or dtype in (torch.float16, torch.bfloat16):
+            return 2e-2
+        if s.op == "float" or dtype == torch.float32:
+            worst = 2e-5
+    return worst
+
+
 def same(a, b, tol: float | None = None) -> bool:
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return False
