@@ -119,12 +119,12 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     doctor_fault = (report.diagnosis.get("fault") or next((f.fault for f in errors if f.fault), None)) if errors \
         else None
     if errors and doctor_fault not in (None, "unexplained"):
-        return _doctor_fault(result, report, errors, doctor_fault, exercise)
+        return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
     rule = _behaviour(m, call, subject, x, mha, timeout)
     if rule is not None:
         return _finding(result, rule)
     if errors:
-        return _doctor_fault(result, report, errors, doctor_fault, exercise)
+        return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
     result.passed = True
     fill.warn_finite(result, subject)
     result.brief("right: it follows the exercise's rules and matches the reference on every probe",
@@ -184,7 +184,23 @@ def _mask_line(m: nn.Module, x: torch.Tensor, file: str) -> tuple[int | None, st
     return None, ""
 
 
-def _doctor_fault(result: Result, report, errors: list, fault: str | None, exercise: ex.Exercise) -> Result:
+def _unadded(forward, line, source) -> tuple:
+    import inspect
+    import re
+
+    try:
+        lines, start = inspect.getsourcelines(forward)
+    except (OSError, TypeError):
+        return line, source
+    for number, text in enumerate(lines[1:], start=start + 1):
+        code = text.split("#")[0]
+        if re.search(r"^\s*\w+\s*=\s*.*self\.\w+\(", code) and "+" not in code and "norm" not in code.split("=")[0]:
+            return number, text.strip()
+    return line, source
+
+
+def _doctor_fault(result: Result, report, errors: list, fault: str | None, exercise: ex.Exercise,
+                  forward_of=None) -> Result:
     from anatomy.pitfalls import FAULTS
 
     pick = (next((f for f in report.findings if f.probe == "diagnosis" and f.where), None)
@@ -196,6 +212,8 @@ def _doctor_fault(result: Result, report, errors: list, fault: str | None, exerc
     line, source = (where.get("line"), where.get("source") or "") if isinstance(where, dict) else (None, "")
     if name == "split_without_transpose" and source and _transposes_first(source):
         name = "transpose_before_reshape"  # the order the post warns about, not a missing transpose
+    if name == "no_residual":  # the forward's line that keeps a sub-layer's output without adding x back
+        line, source = _unadded(forward_of, line, source)
     result.pitfall = name
     result.point(line, source)
     known = FAULTS.get(fault or "")
