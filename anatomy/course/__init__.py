@@ -17,6 +17,8 @@ from anatomy.course.grader import MARKER
 
 __all__ = ["BY_ID", "EXERCISES", "Exercise", "get", "grade", "language", "skeleton", "solution_text"]
 
+TINY_LM_ZH = ("# 这个练习训练 08_block.py 里的 TransformerBlock：不用写新代码。\n"
+              "# 运行：anatomy learn check tiny_lm 08_block.py\n")
 STATUS_ZH = {"not started": "未开始", "tried": "尝试过", "done": "已完成"}
 IMPORTS = "import math\n\nimport torch\nfrom torch import nn\n"
 
@@ -58,7 +60,8 @@ def skeleton(exercise: Exercise, lang: str = "en", hint: bool = False) -> str:
     title = exercise.title[1] if zh else exercise.title[0]
     lines = [f"{MARKER} {exercise.id} ({exercise.section}) · {title}",
              ("# 写完下面的代码后运行：" if zh else "# Fill in the code below, then run: ")
-             + f"anatomy learn check {exercise.id} {exercise.file}", "#",
+             + f"anatomy learn check {exercise.id} {get('block').file if exercise.id == 'tiny_lm' else exercise.file}",
+             "#",
              ("# 原文" if zh else "# The post ") + f"{exercise.section}:"]
     lines += [f"#   「{exercise.post[0]}」"] + ([] if zh else [f"#   ({exercise.post[1]})"])
     lines += ["#", "# 形状（图例字母）：" if zh else "# Shapes (the legend's letters):"]
@@ -70,8 +73,8 @@ def skeleton(exercise: Exercise, lang: str = "en", hint: bool = False) -> str:
     else:
         lines += ["#", "# 需要提示：anatomy learn start --hint（或看 check 的输出）" if zh else
                   "# A hint: anatomy learn start --hint (or read what check says)"]
-    body = "\n".join(line for line in exercise.signature.splitlines()
-                     if not line.startswith(("import ", "from ")))
+    signature = TINY_LM_ZH if zh and exercise.id == "tiny_lm" else exercise.signature
+    body = "\n".join(line for line in signature.splitlines() if not line.startswith(("import ", "from ")))
     return "\n".join(lines) + "\n\n" + IMPORTS + "\n\n" + body.strip("\n") + "\n"
 
 
