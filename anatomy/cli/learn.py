@@ -24,8 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ck.add_argument("id")
     ck.add_argument("file", nargs="?", help="your file (default: the one `start` wrote)")
     ck.add_argument("--format", choices=("text", "json"), default="text")
+    ck.add_argument("--details", action="store_true", help="the full report (default: the short answer)")
     ck.add_argument("--timeout", type=float, default=20.0, help="seconds one call of your code may take (default 20)")
-    ck.add_argument("--steps", type=int, default=None, help="tiny_lm: training steps (default 300, about a minute)")
+    ck.add_argument("--steps", type=int, default=None, help="tiny_lm: training steps (default 300, under a minute)")
     ck.add_argument("--figure", default=None, help="tiny_lm: where to draw the two loss curves (default "
                                                    "tiny_lm_loss.png in --dir)")
     pg = sub.add_parser("page", parents=[common], help="the exercises and your progress as one HTML page")
@@ -59,9 +60,12 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             print(json.dumps({"exercises": rows}, ensure_ascii=False, indent=2))
         else:
+            from anatomy.course import STATUS_ZH
+
             mark = {"done": "✓", "tried": "~", "not started": " "}
             for r in rows:
-                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({r['status']})")
+                shown = STATUS_ZH[r["status"]] if zh else r["status"]
+                print(f"[{mark[r['status']]}] {r['id']:<11} {r['section']:<9} {r['title']}  ({shown})")
         return 0
     if command == "page":
         from anatomy.course import page
@@ -97,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
             f.write(skeleton(exercise, lang, hint=args.hint))
         progress.started(exercise.id, path)
         print(("已写入 " if zh else "wrote ") + str(path))
-        print(("写完后运行：" if zh else "when it is written: ") + f"anatomy learn check {exercise.id} {path}")
+        target = (progress.file("block") or folder / get("block").file) if exercise.id == "tiny_lm" else path
+        print(("写完后运行：" if zh else "when it is written: ") + f"anatomy learn check {exercise.id} {target}")
         return 0
     if command == "solution":
         if not args.force and progress.status(exercise.id) == "not started":
@@ -127,7 +132,8 @@ def _check(args, exercise, folder: Path, progress, lang: str) -> int:
     if exercise.id == "tiny_lm":
         if args.steps is not None and args.steps < 1:
             raise UsageError(f"--steps must be a positive integer, got {args.steps}")
-        options = {"steps": args.steps, "figure_path": args.figure or str(folder / "tiny_lm_loss.png")}
+        options = {"steps": args.steps, "figure_path": args.figure or str(folder / "tiny_lm_loss.png"),
+                   "progress": _progress_printer(lang)}
     try:
         result = check(exercise.id, path, timeout=args.timeout or None, **options)
     except LearnError as err:
@@ -138,13 +144,34 @@ def _check(args, exercise, folder: Path, progress, lang: str) -> int:
         else:
             print(("还没通过 · " if lang == "zh" else "NOT YET · ") + f"{exercise.id} · {path.name}")
             print("  " + err.text(lang))
+            if exercise.id == "tiny_lm":
+                print(_next(exercise.id, False, path, lang))
         return 1
     progress.checked(exercise.id, path, result.passed, result.pitfall)
     if args.format == "json":
         print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2, default=str))
     else:
-        print(result.render(lang))
+        print(result.render(lang, details=args.details))
         if "figure" in result.extra:
             print(("  损失曲线：" if lang == "zh" else "  loss curves: ") + result.extra["figure"])
+        if exercise.id == "tiny_lm":
+            print(_next(exercise.id, result.passed, path, lang))
     sys.stdout.flush()
     return 0 if result.passed else 1
+
+
+def _progress_printer(lang: str):
+    """tiny_lm's progress, on stderr (stdout stays the answer, or JSON)."""
+    def show(text: tuple[str, str]) -> None:
+        print(text[1] if lang == "zh" else text[0], file=sys.stderr, flush=True)
+
+    return show
+
+
+def _next(exercise_id: str, passed: bool, path: Path, lang: str) -> str:
+    """The command to run next (never the one just run)."""
+    zh = lang == "zh"
+    if passed:
+        return "  全部完成：anatomy learn list 查看进度" if zh else "  all done: anatomy learn list shows your progress"
+    return (f"  下一步：anatomy learn check block {path}（找出它看得到的坑）" if zh else
+            f"  next: anatomy learn check block {path} (it names the pitfalls it can see)")

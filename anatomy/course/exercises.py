@@ -28,6 +28,10 @@ class Exercise:
     def text(self, pair: tuple[str, str], lang: str) -> str:
         return pair[1] if lang == "zh" else pair[0]
 
+    def shape_text(self, lang: str) -> str:
+        """The shapes in the legend's letters, with the words in the learner's language."""
+        return SHAPES_ZH.get(self.id, self.shapes) if lang == "zh" else self.shapes
+
 
 EXERCISES: tuple[Exercise, ...] = (
     Exercise(
@@ -44,7 +48,9 @@ EXERCISES: tuple[Exercise, ...] = (
           "每一行（至少能看到一个键时）的权重在键维 S 上和为 1"),
          ("hidden keys get weight 0: the mask is applied to the scores, before the softmax",
           "被遮住的键权重为 0：掩码作用在 softmax 之前的分数上"),
-         ("scores are divided by sqrt(Dh), the width of one head", "分数除以 sqrt(Dh)，即单个头的维度")),
+         ("scores are divided by sqrt(Dh), the width of one head", "分数除以 sqrt(Dh)，即单个头的维度"),
+         ("hidden scores are filled with float('-inf') or torch.finfo(dtype).min, never -1e9 (float16 cannot hold it)",
+          "被遮住的分数填 float('-inf') 或 torch.finfo(dtype).min，不要用 -1e9（float16 放不下）")),
         ("scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)); masked_fill(~mask, float('-inf')) before "
          "torch.softmax(scores, dim=-1)",
          "scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))；在 torch.softmax(scores, dim=-1) 之前做 "
@@ -60,7 +66,9 @@ EXERCISES: tuple[Exercise, ...] = (
          "follow the reshape: in the other order every head's data is cut to pieces."),
         "split_heads: x (B, T, D) -> (B, H, T, Dh), Dh = D // H\nmerge_heads: (B, H, T, Dh) -> (B, T, D)",
         (("head h of position t holds features h*Dh ... (h+1)*Dh - 1 of token t", "位置 t 的第 h 个头存放 token t 的第 h*Dh 到 (h+1)*Dh-1 维"),
-         ("merge_heads(split_heads(x, H)) gives x back exactly", "merge_heads(split_heads(x, H)) 精确还原 x")),
+         ("merge_heads(split_heads(x, H)) gives x back exactly", "merge_heads(split_heads(x, H)) 精确还原 x"),
+         ("split: reshape first, then transpose; merge: transpose first, then reshape (the post's order)",
+          "拆头先 reshape 再 transpose；并头先 transpose 再 reshape（原文的顺序）")),
         ("split: x.reshape(b, t, n_heads, d // n_heads).transpose(1, 2); merge: x.transpose(1, 2).reshape(b, t, d)",
          "拆头：x.reshape(b, t, n_heads, d // n_heads).transpose(1, 2)；并头：x.transpose(1, 2).reshape(b, t, d)"),
         "02_heads.py"),
@@ -89,7 +97,12 @@ EXERCISES: tuple[Exercise, ...] = (
         "x: (B, T, D) -> q, k, v (B, H, T, Dh) -> scores (B, H, T, S) -> out (B, T, D)",
         (("four Linear maps D -> D (q, k, v and the output)", "四个 D -> D 的线性层（q、k、v 与输出投影）"),
          ("each head attends in its own Dh features; scores scaled by sqrt(Dh)", "每个头在自己的 Dh 维里做注意力，分数除以 sqrt(Dh)"),
-         ("mask: bool, True = may attend, applied before the softmax", "mask 为布尔型，True 表示可以关注，在 softmax 之前使用")),
+         ("mask: bool, True = may attend, applied before the softmax", "mask 为布尔型，True 表示可以关注，在 softmax 之前使用"),
+         ("all four used: q, k and v from three different projections (one fused Linear(D, 3 D) split in three counts), "
+          "the merged heads through the output projection", "四个都要用上：q、k、v 来自三个不同的投影（一个 Linear(D, 3 D) "
+          "切成三份也算），并头结果要经过输出投影"),
+         ("hidden scores filled with float('-inf') or torch.finfo(dtype).min, never -1e9",
+          "被遮住的分数填 float('-inf') 或 torch.finfo(dtype).min，不要用 -1e9")),
         ("use your split_heads, attention and merge_heads from the earlier exercises between the four nn.Linear",
          "在四个 nn.Linear 之间，用前面练习里写好的 split_heads、attention 和 merge_heads"),
         "04_mha.py"),
@@ -102,7 +115,9 @@ EXERCISES: tuple[Exercise, ...] = (
          "the word's position and i the dimension index."),
         "max_len P, d_model D (even) -> (P, D); position 0 first",
         (("even dimensions 2i are sines, odd dimensions 2i+1 cosines of the same angle", "偶数维 2i 是正弦，奇数维 2i+1 是同一角度的余弦"),
-         ("the pair (2i, 2i+1) shares the frequency 1 / 10000^(2i/D)", "一对维度 (2i, 2i+1) 共用频率 1 / 10000^(2i/D)")),
+         ("the pair (2i, 2i+1) shares the frequency 1 / 10000^(2i/D)", "一对维度 (2i, 2i+1) 共用频率 1 / 10000^(2i/D)"),
+         ("2i is the even dimension itself (0, 2, 4, ...): not i/D, not 2·2i/D, and a float division, not //",
+          "2i 就是偶数维本身（0, 2, 4, ……）：不是 i/D，也不是 2·2i/D；用小数除法，不要用 //")),
         ("angle = pos / 10000 ** (torch.arange(0, d, 2) / d); pe[:, 0::2] = sin(angle); pe[:, 1::2] = cos(angle)",
          "angle = pos / 10000 ** (torch.arange(0, d, 2) / d)；pe[:, 0::2] = sin(angle)；pe[:, 1::2] = cos(angle)"),
         "05_sinusoidal.py"),
@@ -134,7 +149,8 @@ EXERCISES: tuple[Exercise, ...] = (
         "x: (B, T, D) -> (B, T, D); sublayer: a module (B, T, D) -> (B, T, D) given to you",
         (("PostNorm: norm(x + sublayer(x))", "PostNorm：norm(x + sublayer(x))"),
          ("PreNorm: x + sublayer(norm(x)); the residual path is not normalised", "PreNorm：x + sublayer(norm(x))；残差支路不做归一化"),
-         ("each has its own nn.LayerNorm(d_model)", "各自拥有自己的 nn.LayerNorm(d_model)")),
+         ("each has its own nn.LayerNorm(d_model)", "各自拥有自己的 nn.LayerNorm(d_model)"),
+         ("the norm is created in __init__ (a global norm is shared by every module)", "Norm 在 __init__ 里创建（全局的 Norm 会被所有模块共用）")),
         ("draw the data flow first (the post's advice): which tensor goes into the norm, which one is added",
          "先画出数据流（原文的建议）：哪个张量进 Norm，哪个张量被加回去"),
         "07_add_norm.py"),
@@ -148,7 +164,13 @@ EXERCISES: tuple[Exercise, ...] = (
          "needs its own learnable gamma and beta."),
         "x: (B, T, D) -> (B, T, D); mask: bool, True = may attend, broadcastable to (B, H, T, S); d_ff = 4 D",
         (("Pre-Norm as the post's §5.3: x + MHA(LN1(x)), then x + FFN(LN2(x))", "按原文 §5.3 的 Pre-Norm：x + MHA(LN1(x))，再 x + FFN(LN2(x))"),
-         ("two LayerNorms with their own parameters; FFN Linear D->F, GELU, Linear F->D", "两个各自有参数的 LayerNorm；FFN 为 Linear D->F、GELU、Linear F->D")),
+         ("two LayerNorms with their own parameters; FFN Linear D->F, GELU, Linear F->D", "两个各自有参数的 LayerNorm；FFN 为 Linear D->F、GELU、Linear F->D"),
+         ("not Post-Norm, not ReLU: a block that learns as well in another design is still not this exercise's",
+          "不是 Post-Norm，也不是 ReLU：别的设计即使也能学，也不是本练习要的"),
+         ("dropout, if any, on a sub-layer's output before the residual add; norms created in __init__, none shared",
+          "如果用 dropout，放在子层输出上、残差相加之前；Norm 在 __init__ 里创建，不共用"),
+         ("four projections used, mask True = may attend, a fill float16 can hold (as in exercise 04)",
+          "四个投影都用上，mask 中 True 表示可以关注，填充值 float16 放得下（与练习 04 相同）")),
         ("reuse your MultiHeadAttention; res = x; x = norm1(x); x = res + attn(x) ...",
          "复用你的 MultiHeadAttention；res = x；x = norm1(x)；x = res + attn(x) ……"),
         "08_block.py"),
@@ -166,6 +188,19 @@ EXERCISES: tuple[Exercise, ...] = (
          "形状都对但学得慢的 Block：先看缩放因子和掩码"),
         "09_tiny_lm.py"),
 )
+
+SHAPES_ZH = {
+    "attention": "q: (B, H, T, Dh)   k, v: (B, H, S, Dh)   mask: 布尔型，True = 可以关注，可广播到 (B, H, T, S)\n"
+                 "out: (B, H, T, Dh)   weights: (B, H, T, S)",
+    "heads": "split_heads: x (B, T, D) -> (B, H, T, Dh)，Dh = D // H\nmerge_heads: (B, H, T, Dh) -> (B, T, D)",
+    "masks": "padding_mask: lengths (B,) -> (B, S) 布尔型   causal_mask: t -> (T, T) 布尔型   （True = 可以关注）",
+    "mha": "x: (B, T, D) -> q, k, v (B, H, T, Dh) -> 分数 (B, H, T, S) -> out (B, T, D)",
+    "sinusoidal": "max_len P，d_model D（偶数）-> (P, D)；第一行是位置 0",
+    "layernorm": "x: (B, T, D) -> (B, T, D)；均值和方差在 D 上按 token 计算",
+    "add_norm": "x: (B, T, D) -> (B, T, D)；sublayer：给定的模块 (B, T, D) -> (B, T, D)",
+    "block": "x: (B, T, D) -> (B, T, D)；mask: 布尔型，True = 可以关注，可广播到 (B, H, T, S)；d_ff = 4 D",
+    "tiny_lm": "内置语料的字符 -> 你的 Block × 2（因果掩码）-> 下一个字符的 logits",
+}
 
 BY_ID = {e.id: e for e in EXERCISES}
 

@@ -10,6 +10,7 @@ additive mask turns into ``-inf * 0 = NaN``, or the scores silently become float
 from __future__ import annotations
 
 import linecache
+import math
 import re
 from collections.abc import Callable
 
@@ -25,9 +26,9 @@ POST = ("我一开始图省事把-inf写成了-1e9……数值上-1e9虽然能�
         "probability left over can still be used by the model. Use -inf directly.")
 
 
-def big_fill(subject: Subject) -> tuple[int, str, float] | None:
-    """``(line, source, value)`` of the first negative number literal beyond float16's range in the learner's code
-    (comments and strings left out), or None."""
+def big_fill(subject: Subject, low: float = FLOAT16_MAX, high: float = float("inf")) -> tuple[int, str, float] | None:
+    """``(line, source, value)`` of the first negative number literal in the learner's code whose size is beyond
+    ``low`` (float16's range) and at most ``high`` (comments and strings left out), or None."""
     lines = linecache.getlines(subject.file)
     for number, text in enumerate(lines, start=1):
         code = re.sub(r"(\"[^\"]*\"|'[^']*')", "", text.split("#")[0])
@@ -36,18 +37,39 @@ def big_fill(subject: Subject) -> tuple[int, str, float] | None:
                 value = float(m.group(1))
             except ValueError:
                 continue
-            if value > FLOAT16_MAX:
+            if low < value <= high:
                 return number, text.strip(), -value
     return None
 
 
-def float16_outcome(run: Callable[[], object], visible: torch.Tensor | None = None) -> tuple[str, str]:
-    """What the learner's code does in float16: ``run()`` calls it on float16 inputs; ``visible`` marks the output
-    rows that see at least one key (NaN there is the fill's doing)."""
+def shown(value: float) -> str:
+    """-1e9 as the learner wrote it (not -1e+09)."""
+    exponent = round(math.log10(-value)) if value < 0 else 0
+    return f"-1e{exponent}" if value < 0 and -value == 10.0 ** exponent else f"{value:g}"
+
+
+def warn_finite(result: Result, subject: Subject) -> None:
+    """A pass with a finite fill float16 can hold (-1e4, -10000): right here, but not the post's advice."""
+    found = big_fill(subject, 999.0, FLOAT16_MAX)
+    if found is not None:
+        line, _, value = found
+        result.warn(f"line {line} fills hidden scores with {shown(value)}: it works here, but the post advises float('-inf') "
+                    "(a row with every key hidden then gets even weights instead of none)",
+                    f"第 {line} 行用 {shown(value)} 填充被遮住的分数：这里没问题，但原文建议用 float('-inf')（全部被遮住的一行会得到"
+                    "平均的权重，而不是没有权重）")
+
+
+def float16_outcome(run: Callable[[], object]) -> tuple[str, str]:
+    """What the learner's code does in float16: ``run()`` calls it on float16 inputs."""
     try:
         out = run()
     except Exception as err:  # noqa: BLE001 - the learner's code in float16 may raise anything
-        return (f"in float16 it does not run: {one_line(err, 160)}", f"在 float16 下它跑不起来：{one_line(err, 160)}")
+        if "without overflow" in str(err):
+            return ("in float16 torch refuses the number (\"value cannot be converted to type c10::Half without "
+                    "overflow\"): the code stops there", "在 float16 下 torch 直接拒绝这个数（“value cannot be converted "
+                    "to type c10::Half without overflow”，即这个数放不进 float16）：代码在这里就停了")
+        text = err.en if hasattr(err, "en") else one_line(err, 160)
+        return (f"in float16 it does not run: {text}", f"在 float16 下它跑不起来：{text}")
     first = out[0] if isinstance(out, (tuple, list)) else out
     if not isinstance(first, torch.Tensor):
         return "", ""
@@ -65,8 +87,8 @@ def name_it(result: Result, found: tuple[int, str, float], outcome: tuple[str, s
     line, source, value = found
     result.passed, result.pitfall = False, "fill_minus_1e9"
     result.point(line, source)
-    what = (f"the mask fill {value:g} is not a float16 number (float16 stops at -65504); {outcome[0]}",
-            f"掩码填充值 {value:g} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}")
+    what = (f"the mask fill {shown(value)} is not a float16 number (float16 stops at -65504); {outcome[0]}",
+            f"掩码填充值 {shown(value)} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}")
     hint = ("fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min, which follow the dtype",
             "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充，它们随数据类型变化")
     result.brief(*what)

@@ -214,7 +214,8 @@ def _causal(t, *, diagonal=0, upper=False):
 
 
 def masks_calls() -> list[Call]:
-    return [Call("padding_mask", (torch.tensor([7, 3]), SIZES["S"])), Call("padding_mask", ([4, 1], SIZES["S"])),
+    return [Call("padding_mask", (torch.tensor([7, 3]), SIZES["S"])),
+            Call("padding_mask", (torch.tensor([4, 1]), SIZES["S"])),
             Call("causal_mask", (SIZES["T"],))]
 
 

@@ -107,7 +107,7 @@ class Result:
     def head(self, lang: str) -> str:
         words = {("en", True): "PASS", ("en", False): "NOT YET", ("zh", True): "通过", ("zh", False): "还没通过"}
         return (f"{words[(lang, self.passed)]} · {self.exercise} · {os.path.basename(self.file)}"
-                + (f" · {'坑' if lang == 'zh' else 'pitfall'}: {self.pitfall}" if self.pitfall else ""))
+                + ((f" · 坑：{self.pitfall}" if lang == "zh" else f" · pitfall: {self.pitfall}") if self.pitfall else ""))
 
     def render(self, lang: str = "en", details: bool = False) -> str:
         """The short answer (at most 8 lines: verdict, line, what, the post, a hint, warnings), or with
@@ -213,15 +213,23 @@ def subject_of(exercise: ex.Exercise, obj) -> Subject:
                          f"grade({exercise.id!r}, ...)：没有给出 {', '.join(missing)}；这个练习要写的是 {', '.join(names)}"
                          + ("（传入 dict、模块，或按此顺序的 tuple）" if len(names) > 1 else ""))
     found = {n: type(v) if isinstance(v, nn.Module) else v for n, v in found.items()}
-    file = ""
-    for value in found.values():
-        try:
-            file = inspect.getsourcefile(value) or inspect.getfile(value)
-        except (TypeError, OSError):
-            continue
-        if file:
-            break
+    file = next((f for f in map(_code_file, found.values()) if f), "")
     return Subject(found, file or "<python>")
+
+
+def _code_file(obj) -> str:
+    """The file (or notebook cell name) the code of a function or class was compiled from."""
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return code.co_filename
+    for value in vars(obj).values() if isinstance(obj, type) else ():
+        code = getattr(value, "__code__", None)
+        if code is not None:
+            return code.co_filename
+    try:
+        return inspect.getsourcefile(obj) or ""
+    except (TypeError, OSError):
+        return ""
 
 
 def check_signature(fn, name: str, want: list[str], required: int) -> None:
@@ -256,7 +264,13 @@ def run_guarded(fn, args: tuple, what: tuple[str, str], timeout: float | None = 
         err = CheckTimeout.from_hung(hung)
         raise LearnError(err.en, err.zh) from None
     except rec_mod.RecordError as err:
-        raise LearnError(f"{what[0]}: {err}", f"{what[1]}：{err}") from None
+        inner = err.error
+        if inner is None:
+            raise LearnError(f"{what[0]}: {err}", f"{what[1]}：{err}") from None
+        at = raised_at(inner)
+        raise LearnError(f"{what[0]} raised {one_line(inner)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
+                         f"{what[1]}抛出了错误 {one_line(inner)}" + zh_gloss(inner)
+                         + (f"（第 {at[0]} 行：`{at[1]}`）" if at else "")) from None
     except SystemExit as err:
         raise LearnError(f"{what[0]} called sys.exit({err.code!r}): nothing could be checked",
                          f"{what[1]}调用了 sys.exit({err.code!r})：什么也没法检查") from None
@@ -286,6 +300,8 @@ def raised_at(err: BaseException) -> tuple[int, str] | None:
 
 ZH_GLOSSES = (  # what common torch errors mean, for the Chinese learner (the error itself stays as torch wrote it)
     ("cannot be multiplied", "：两个矩阵的形状乘不到一起，检查 @ 或 matmul 两边的最后两维"),
+    ("Expected size for first two dimensions", "：矩阵乘法两边的形状对不上，检查 k 是否转置了最后两维"),
+    ("size of tensor a", "：两个张量在某一维上的大小不一致"),
     ("is invalid for input of size", "：view/reshape 的目标形状与元素个数不符"),
     ("must match the size of tensor", "：两个张量在某一维上的大小不一致，无法相加或广播"),
     ("not enough values to unpack", "：解包时拿到的值比期望的少"),
@@ -315,6 +331,21 @@ def as_tensors(out) -> list:
 def tolerance(t: torch.Tensor) -> float:
     """The relative tolerance for a result computed in ``t``'s precision (float64 probes; float32 code is right)."""
     return {torch.float64: 1e-7, torch.float32: 2e-5}.get(t.dtype, 2e-2)
+
+
+def lowered_tol(rec) -> float | None:
+    """The tolerance of the lowest precision the learner's code computed in, when it cast below float64 on purpose
+    (``softmax(x.float())``, a LayerNorm in float32): None when everything stayed float64."""
+    if rec is None:
+        return None
+    worst = None
+    for s in rec.steps:
+        dtype = s.value.dtype if isinstance(s.value, torch.Tensor) else None
+        if s.op in ("half", "bfloat16") or dtype in (torch.float16, torch.bfloat16):
+            return 2e-2
+        if s.op == "float" or dtype == torch.float32:
+            worst = 2e-5
+    return worst
 
 
 def same(a, b, tol: float | None = None) -> bool:

@@ -15,13 +15,15 @@ import linecache
 import os
 import re
 import sys
+import types
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-ACTIVATIONS = {"relu": "ReLU", "relu_": "ReLU", "silu": "SiLU", "tanh": "tanh", "sigmoid": "sigmoid",
-               "leaky_relu": "LeakyReLU", "elu": "ELU", "mish": "Mish", "softplus": "Softplus", "relu6": "ReLU6"}
+ACTIVATIONS = {"relu": "ReLU", "relu_": "ReLU", "silu": "SiLU", "leaky_relu": "LeakyReLU", "elu": "ELU",
+               "mish": "Mish", "softplus": "Softplus", "relu6": "ReLU6", "hardswish": "Hardswish"}
+# not tanh, sigmoid or erf: a hand-written GELU is made of them
 NORM_TYPES = (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))
 
 
@@ -44,6 +46,7 @@ class Call:
     line: int
     source: str
     scale_in: float  # mean |input| (to tell the residual stream from a sub-layer's output)
+    first: torch.Tensor | None = None  # the first tensor argument, as it was
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -51,7 +54,7 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def _caller(file: str) -> tuple[int, str]:
-    f = sys._getframe(1)
+    f: types.FrameType | None = sys._getframe(1)
     while f is not None:
         if _same_file(f.f_code.co_filename, file):
             return f.f_lineno, linecache.getline(file, f.f_lineno).strip()
@@ -67,7 +70,7 @@ def module_calls(run, file: str) -> list[Call]:
         line, source = _caller(file)
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         scale = float(first.detach().abs().double().mean()) if first is not None and first.numel() else 0.0
-        calls.append(Call(module, line, source, scale))
+        calls.append(Call(module, line, source, scale, None if first is None else first.detach().clone()))
 
     handle = nn.modules.module.register_module_forward_hook(hook)
     try:
@@ -92,8 +95,27 @@ def own_parameters_calls(calls: list[Call]) -> list[Call]:
     return [c for c in calls if any(True for _ in c.module.parameters(recurse=False))]
 
 
-def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Finding | None:
-    """Unused parameters, a projection or norm called twice, a norm that is not the module's own."""
+def _same_inputs(group: list[Call]) -> bool:
+    a = group[0].first
+    return a is not None and all(c.first is not None and c.first.shape == a.shape and torch.equal(c.first, a)
+                                 for c in group[1:])
+
+
+def norms_own_and_apart(calls: list[Call], m: nn.Module) -> bool:
+    """At least two norms of the module's own ran, and none of them on two different inputs: direct evidence that
+    the norms are not shared (whatever the output alone suggests)."""
+    owned = {id(x) for x in m.modules()}
+    groups: dict[int, list[Call]] = {}
+    for c in calls:
+        if isinstance(c.module, NORM_TYPES):
+            groups.setdefault(id(c.module), []).append(c)
+    return len(groups) >= 2 and all(k in owned and _same_inputs(g) for k, g in groups.items())
+
+
+def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str,
+                    given: nn.Module | None = None, seen: list | None = None) -> Finding | None:
+    """Unused parameters, a projection or norm called twice, a norm that is not the module's own (``given``: a
+    module the exercise hands in, the sub-layer of Add & Norm)."""
     m.zero_grad(set_to_none=True)
     holder: dict = {}
 
@@ -102,12 +124,14 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Fi
 
     with torch.enable_grad():
         calls = module_calls(forward, file)
+        if seen is not None:
+            seen.extend(calls)
         out = holder["out"]
         out = out[0] if isinstance(out, (tuple, list)) else out
         if isinstance(out, torch.Tensor) and out.requires_grad:
             g = torch.Generator().manual_seed(7)
             (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum().backward()
-    owned = {id(x) for x in m.modules()}
+    owned = {id(x) for x in m.modules()} | ({id(x) for x in given.modules()} if given is not None else set())
     stranger = [c for c in own_parameters_calls(calls) if id(c.module) not in owned]
     if stranger:
         c = stranger[0]
@@ -149,7 +173,7 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Fi
                        ("结构里同时包含Multi-Head、前馈网络、两个残差和两个LayerNorm",
                         "it holds multi-head attention, a feed-forward network, two residuals and two LayerNorms"),
                        ("use every layer you define in forward, or remove it", "forward 里用上你定义的每一层，或者删掉它"))
-    twice = {}
+    twice: dict[int, list[Call]] = {}
     for c in own_parameters_calls(calls):
         twice.setdefault(id(c.module), []).append(c)
     for group in twice.values():
@@ -157,7 +181,7 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Fi
             continue
         c, mod = group[0], group[0].module
         lines = sorted({g.line for g in group if g.line})
-        if isinstance(mod, NORM_TYPES):
+        if isinstance(mod, NORM_TYPES) and not _same_inputs(group):  # the same norm of the same x is no sharing
             return Finding("shared_layernorm", c.line, c.source,
                            (f"one {type(mod).__name__} is used for both sub-layers (lines {', '.join(map(str, lines))}): "
                             "they share one gamma and beta", f"两个子层共用同一个 {type(mod).__name__}（第 "
@@ -165,7 +189,9 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str) -> Fi
                            ("每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。", "each LayerNorm needs its own learnable gamma and beta."),
                            ("two norms: self.norm1 = nn.LayerNorm(d_model); self.norm2 = nn.LayerNorm(d_model)",
                             "两个 Norm：self.norm1 = nn.LayerNorm(d_model)；self.norm2 = nn.LayerNorm(d_model)"), lines)
-        if isinstance(mod, nn.Linear) and len(group) >= 3 and all(g.line for g in group):
+        linears = {id(c.module): c.module for c in calls if isinstance(c.module, nn.Linear)}
+        fused = any(lin.out_features >= 2 * d_model for lin in linears.values())
+        if isinstance(mod, nn.Linear) and len(group) >= 3 and len(linears) < 4 and not fused and kind != "add_norm":
             return Finding("shared_qkv_projection", c.line, c.source,
                            (f"one Linear makes q, k and v (called {len(group)} times, lines {', '.join(map(str, lines))}): "
                             "q = k = v, so every head compares each token with itself most",
@@ -246,7 +272,7 @@ def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
     except rec_mod.RecordError:
         return None
     ops = [s for s in rec.steps if s.data]
-    if any(s.op == "gelu" for s in ops):
+    if any(s.op in ("gelu", "erf", "tanh", "sigmoid") for s in ops):  # GELU, or one written by hand
         return None
     other = next((s for s in ops if s.op in ACTIVATIONS), None)
     if other is None:

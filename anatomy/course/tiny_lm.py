@@ -12,27 +12,30 @@ from __future__ import annotations
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from anatomy.course import exercises as ex
-from anatomy.course.grader import LearnError, Result, check_signature, load, run_guarded
+from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
+from anatomy.doctor.subject import one_line
+
+REFERENCE_FILE = Path(__file__).with_name("tiny_lm_reference.json")  # the reference block's curve per setup
 
 MARGIN = 0.05  # nats
 
 
 @dataclass(frozen=True)
 class Setup:
-    d_model: int = 128
-    n_heads: int = 2  # Dh = 64, the post's d_k: unscaled scores have a standard deviation near 8
+    d_model: int = 64
+    n_heads: int = 1  # Dh = 64, the post's d_k: unscaled scores have a standard deviation near 8
     n_layers: int = 2
-    block: int = 64
+    block: int = 32
     batch: int = 16
     steps: int = 300
-    lr: float = 3e-3
+    lr: float = 1e-2
     eval_every: int = 50
     eval_batches: int = 8
     seed: int = 0
@@ -48,6 +51,9 @@ class Curve:
 
 class TinyLM(nn.Module):
     """Embedding + sinusoidal positions -> ``blocks`` (each ``block(x, mask)``) -> LayerNorm -> head."""
+
+    pe: torch.Tensor
+    causal: torch.Tensor
 
     def __init__(self, vocab: int, setup: Setup, make_block):
         super().__init__()
@@ -89,8 +95,18 @@ def _batch(data: torch.Tensor, setup: Setup, g: torch.Generator):
     return x, y
 
 
-def train(make_block, setup: Setup = Setup(), *, deadline: float | None = None) -> Curve:
+def train(make_block, setup: Setup = Setup(), *, deadline: float | None = None, progress=None,
+          against: Curve | None = None) -> Curve:
     """Train a :class:`TinyLM` of ``make_block()`` blocks; the same batches for every block at the same seed."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a model this small: one thread 33 ms a step, two threads on a shared 2-core machine 1-2 s
+    try:
+        return _train(make_block, setup, deadline, progress, against)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(make_block, setup: Setup, deadline: float | None, progress, against: Curve | None) -> Curve:
     vocab, train_ids, val_ids = _data(setup)
     torch.manual_seed(setup.seed)
     model = TinyLM(vocab, setup, make_block)
@@ -117,6 +133,12 @@ def train(make_block, setup: Setup = Setup(), *, deadline: float | None = None) 
             curve.steps.append(step)
             curve.train.append(float(loss.detach()))
             curve.val.append(val / len(val_batches))
+            if progress is not None:
+                known = against is not None and len(against.val) >= len(curve.val)
+                value = against.val[len(curve.val) - 1] if against is not None and known else 0.0
+                ref, ref_zh = (f" (reference {value:.3f})", f"（参考 {value:.3f}）") if known else ("", "")
+                progress((f"  step {step}/{setup.steps}: validation loss {curve.val[-1]:.3f}{ref}",
+                          f"  第 {step}/{setup.steps} 步：验证损失 {curve.val[-1]:.3f}{ref_zh}"))
             if not math.isfinite(curve.val[-1]):
                 break
         if deadline is not None and time.monotonic() > deadline:
@@ -128,9 +150,29 @@ def train(make_block, setup: Setup = Setup(), *, deadline: float | None = None) 
 
 @functools.lru_cache(maxsize=4)
 def reference_curve(setup: Setup) -> Curve:
-    """The reference block's curve for ``setup`` (deterministic: the same seed, batches and arithmetic), trained
+    """The reference block's curve for ``setup`` (deterministic: the same seed, batches and arithmetic): read from
+    :data:`REFERENCE_FILE` when it holds this setup (written by ``python -m anatomy.course.tiny_lm``), else trained
     once per process."""
+    import json
+
+    try:
+        saved = json.loads(REFERENCE_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        saved = {}
+    for entry in saved.get("curves", []):
+        if entry.get("setup") == asdict(setup):
+            return Curve(**entry["curve"])
     return train(reference_block(setup), setup)
+
+
+def write_reference(setup: Setup = Setup()) -> Path:
+    """Train the reference block for ``setup`` and store its curve in :data:`REFERENCE_FILE`."""
+    import json
+
+    curve = train(reference_block(setup), setup)
+    REFERENCE_FILE.write_text(json.dumps({"torch": torch.__version__, "curves": [
+        {"setup": asdict(setup), "curve": asdict(curve)}]}, indent=1) + "\n", encoding="utf-8")
+    return REFERENCE_FILE
 
 
 def reference_block(setup: Setup):
@@ -178,11 +220,12 @@ def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
     return None
 
 
-def grade(exercise: ex.Exercise, path: str, timeout, *, steps: int | None = None, figure_path=None) -> Result:
-    block_ex = ex.get("block")
-    module = load(block_ex, path, timeout)
-    cls = module.TransformerBlock
+def grade(exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None = None, figure_path=None,
+          progress=None) -> Result:
+    path = subject.file
+    cls = subject.TransformerBlock
     check_signature(cls.__init__, "TransformerBlock.__init__", ["d_model", "n_heads", "d_ff"], 3)
+    check_signature(cls.forward, "TransformerBlock.forward", ["x", "mask"], 1)
     setup = Setup() if steps is None else Setup(steps=steps, eval_every=max(1, min(50, steps // 4)))
     make = lambda: cls(setup.d_model, setup.n_heads, 4 * setup.d_model)  # noqa: E731
     probe = torch.zeros(2, 5, setup.d_model)
@@ -192,26 +235,39 @@ def grade(exercise: ex.Exercise, path: str, timeout, *, steps: int | None = None
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, 5, setup.d_model):
         raise LearnError(f"TransformerBlock(x (2, 5, {setup.d_model}), mask) returned "
                          f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}; a block keeps "
-                         "the shape (B, T, D): pass the block exercise first (`anatomy learn check block`)",
-                         "TransformerBlock 没有保持 (B, T, D) 的形状：请先通过 block 练习（`anatomy learn check block`）")
+                         f"the shape (B, T, D): pass the block exercise first (`anatomy learn check block {path}`)",
+                         "TransformerBlock 没有保持 (B, T, D) 的形状：请先通过 block 练习"
+                         f"（`anatomy learn check block {path}`）")
     leak = _future_leak(make, setup, timeout)
     if leak is not None:
         result = Result(exercise.id, path, passed=False, pitfall="causal_leak")
-        result.say(f"under the causal mask your block lets position {leak[0]} see position {leak[1]}: changing a later "
-                   "token moves an earlier output, so the LM would read the answer it must predict (check the mask's "
-                   "sense: True = may attend, and that the mask reaches the scores before the softmax)",
-                   f"在因果掩码下，你的 Block 让位置 {leak[0]} 看到了位置 {leak[1]}：改动后面的 token 会改变前面的输出，"
-                   "语言模型就会读到它要预测的答案（检查掩码的含义：True 表示可以关注，以及掩码是否在 softmax 之前作用在分数上）")
+        en = (f"under the causal mask your block lets position {leak[0]} see position {leak[1]}: changing a later "
+              "token moves an earlier output, so the LM would read the answer it must predict (check the mask's "
+              "sense: True = may attend, and that the mask reaches the scores before the softmax)")
+        zh = (f"在因果掩码下，你的 Block 让位置 {leak[0]} 看到了位置 {leak[1]}：改动后面的 token 会改变前面的输出，"
+              "语言模型就会读到它要预测的答案（检查掩码的含义：True 表示可以关注，以及掩码是否在 softmax 之前作用在分数上）")
+        result.say(en, zh)
+        result.brief(en, zh)
         result.say(f"the post: 「{ex.get('masks').post[0]}」", f"原文：「{ex.get('masks').post[0]}」")
+        result.brief(f"the post: 「{ex.get('masks').post[0]}」", f"原文：「{ex.get('masks').post[0]}」")
         return result
+    ref = reference_curve(setup)
+    if progress is not None:
+        progress((f"training your block beside the reference: {setup.steps} steps, d_model {setup.d_model}, "
+                  f"{setup.n_layers} blocks (progress every {setup.eval_every} steps)",
+                  f"训练你的 Block（与参考 Block 对照）：{setup.steps} 步，d_model {setup.d_model}，{setup.n_layers} 个 Block"
+                  f"（每 {setup.eval_every} 步报告一次）"))
     try:
-        mine = train(make, setup)
+        mine = train(make, setup, progress=progress, against=ref)
     except LearnError:
         raise
     except Exception as err:  # noqa: BLE001 - the learner's block failed during training
-        raise LearnError(f"your block failed while training: {type(err).__name__}: {err}",
-                         f"你的 Block 在训练中出错：{type(err).__name__}：{err}") from None
-    ref = reference_curve(setup)
+        from anatomy.course.grader import raised_at
+
+        at = raised_at(err)
+        raise LearnError(f"your block failed while training: {one_line(err)}"
+                         + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
+                         f"你的 Block 在训练中出错：{one_line(err)}" + (f"（第 {at[0]} 行：`{at[1]}`）" if at else "")) from None
     result = Result(exercise.id, path, passed=False)
     gap = mine.val[-1] - ref.val[-1]
     result.extra["curves"] = {"yours": vars(mine), "reference": vars(ref)}
@@ -219,13 +275,20 @@ def grade(exercise: ex.Exercise, path: str, timeout, *, steps: int | None = None
     if figure_path is not None:
         result.extra["figure"] = figure({"your block": mine, "reference block": ref}, figure_path)
     result.passed = math.isfinite(gap) and gap <= MARGIN
-    result.say(f"after {mine.steps[-1]} steps: validation loss {mine.val[-1]:.4f} (yours) vs {ref.val[-1]:.4f} "
-               f"(reference block), a gap of {gap:+.4f} nats (pass: <= {MARGIN})",
-               f"{mine.steps[-1]} 步之后：验证损失 {mine.val[-1]:.4f}（你的）对 {ref.val[-1]:.4f}（参考 Block），"
-               f"相差 {gap:+.4f} nats（通过条件：<= {MARGIN}）")
+    en = (f"after {mine.steps[-1]} steps: validation loss {mine.val[-1]:.4f} (yours) vs {ref.val[-1]:.4f} "
+          f"(reference block), a gap of {gap:+.4f} nats (pass: <= {MARGIN}); {mine.seconds:.0f} s of training")
+    zh = (f"{mine.steps[-1]} 步之后：验证损失 {mine.val[-1]:.4f}（你的）对 {ref.val[-1]:.4f}（参考 Block），"
+          f"相差 {gap:+.4f} nats（通过条件：<= {MARGIN}）；训练用了 {mine.seconds:.0f} 秒")
+    result.say(en, zh)
+    result.brief(en, zh)
     if not result.passed:
         result.pitfall = "learns_worse"
         result.say(f"the post: 「{exercise.post[0]}」 ({exercise.post[1]})", f"原文：「{exercise.post[0]}」")
-        result.say(f"hint: {exercise.hint[0]}; `anatomy learn check block` names a pitfall it can see",
-                   f"提示：{exercise.hint[1]}；`anatomy learn check block` 能指出它看得到的坑")
+        result.brief(f"the post: 「{exercise.post[0]}」", f"原文：「{exercise.post[0]}」")
+        result.say(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
+        result.brief(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
     return result
+
+
+if __name__ == "__main__":
+    print(write_reference())

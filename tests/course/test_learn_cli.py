@@ -90,3 +90,25 @@ def test_a_corrupt_progress_file_is_named_not_replaced(tmp_path, capsys):
     assert main(["learn", "list", "--dir", str(tmp_path)]) == 2
     assert ".anatomy-learn.json" in capsys.readouterr().err
     assert (tmp_path / ".anatomy-learn.json").read_text(encoding="utf-8") == "{not json"
+
+
+def test_in_chinese_the_skeleton_list_and_page_speak_chinese(tmp_path, capsys):
+    from anatomy.course import get, page, skeleton
+
+    text = skeleton(get("attention"), "zh")
+    assert "mask: 布尔型，True = 可以关注" in text and "may attend" not in text
+    assert "不用写新代码" in skeleton(get("tiny_lm"), "zh") and "check tiny_lm 08_block.py" in skeleton(get("tiny_lm"))
+    assert main(["learn", "list", "--dir", str(tmp_path), "--lang", "zh"]) == 0
+    out = capsys.readouterr().out
+    assert "(未开始)" in out and "not started" not in out
+    assert "未开始" in page(None, "zh") and "not started" not in page(None, "zh")
+
+
+def test_check_prints_the_short_answer_and_details_on_request(tmp_path, capsys):
+    path = str(LEARNERS / "block_relu.py")
+    assert main(["learn", "check", "block", path, "--dir", str(tmp_path), "--lang", "en"]) == 1
+    short = capsys.readouterr().out
+    assert len(short.strip().splitlines()) <= 8 and "pitfall: relu_instead_of_gelu" in short and "line 34:" in short
+    assert main(["learn", "check", "block", path, "--dir", str(tmp_path), "--lang", "en", "--details"]) == 1
+    full = capsys.readouterr().out
+    assert "shape table (your code):" in full and len(full.splitlines()) > 8

@@ -49,6 +49,7 @@ def test_each_learner_attempt_gets_its_verdict_pitfall_and_line(path):
     verdict, pitfall, line = expected(path)
     got = grade(path)
     assert got["verdict"] == verdict, got["text"]
+    assert len(got["text"].splitlines()) <= 8 and len(got["zh"].splitlines()) <= 8, got["text"]  # the short answer
     if verdict == "not yet":
         assert got["pitfall"] == pitfall and got["line"] == line, got["text"]
         assert f"line {line}" in got["text"] and f"第 {line} 行" in got["zh"], got["text"]

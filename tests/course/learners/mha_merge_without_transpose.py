@@ -1,0 +1,26 @@
+import math
+
+import torch
+from torch import nn
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.d_k = n_heads, d_model // n_heads
+        self.q_lin = nn.Linear(d_model, d_model)
+        self.k_lin = nn.Linear(d_model, d_model)
+        self.v_lin = nn.Linear(d_model, d_model)
+        self.out_lin = nn.Linear(d_model, d_model)
+
+    def forward(self, x, mask=None):
+        b, t, d = x.shape
+        q = self.q_lin(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+        k = self.k_lin(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+        v = self.v_lin(x).view(b, t, self.h, self.d_k).transpose(1, 2)
+        s = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        w = s.softmax(-1)
+        out = (w @ v).reshape(b, t, d)  # <-- pitfall merge_wrong_transpose
+        return self.out_lin(out), w
