@@ -67,7 +67,7 @@ def _finding(result: Result, f: spec.Finding) -> Result:
 
 def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     from anatomy.doctor import check as doctor_check
-    from anatomy.doctor.subject import CheckError
+    from anatomy.doctor.loading.subject import CheckError
 
     name = exercise.entries[0]
     cls = getattr(subject, name)
@@ -244,7 +244,7 @@ def _transposes_first(source: str) -> bool:
 def _shape_table(factory, timeout) -> list[dict]:
     """The learner's rows of ``anatomy trace FILE.py:CLASS`` (empty when the trace cannot follow the module)."""
     try:
-        from anatomy.doctor.learner_trace import trace_learner
+        from anatomy.doctor.trace.learner_trace import trace_learner
 
         trace = trace_learner(factory, d_model=D_MODEL, n_heads=N_HEADS, timeout=timeout)
     except Exception:  # noqa: BLE001 - the table is an extra; the verdict stands without it

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from anatomy.course.grader import Result, Subject
-from anatomy.doctor.subject import one_line
+from anatomy.doctor.loading.subject import one_line
 
 FLOAT16_MAX = 65504.0
 _NUMBER = re.compile(r"-\s*(\d+(?:\.\d*)?(?:[eE]\+?\d+)?)\b")

@@ -20,7 +20,7 @@ from torch import nn
 
 from anatomy.course import exercises as ex
 from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
-from anatomy.doctor.subject import one_line
+from anatomy.doctor.loading.subject import one_line
 
 REFERENCE_FILE = Path(__file__).with_name("tiny_lm_reference.json")  # the reference block's curve per setup
 

@@ -7,7 +7,7 @@
 A class typed into a notebook cell cannot be imported by a fresh interpreter, so the child is a *fork* of this one
 (Linux, and any system where ``os.fork`` exists and ``fork`` is the safe choice): it inherits the class, its cell's
 source lines and IPython's cell numbers. Inside the child the doctor's own time limits apply (``timeout`` seconds
-per step, ``anatomy.doctor.loading.limits``), and a watchdog thread ends the child when a step is still running well past
+per step, ``doctor.loading.limits``), and a watchdog thread ends the child when a step is still running well past
 its limit (C code that never returns, a loop that swallows every alarm): the parent then answers with the same
 timeout line the command line prints. A module that calls ``os._exit`` ends only the child. Where there is no
 ``fork`` (Windows) or it is unsafe (macOS), the check runs here, with the doctor's in-process limits only, and the

@@ -1,4 +1,4 @@
-"""``anatomy.doctor.loading.isolation``: how the doctor runs a learner's module (sizes checked, one thread, forked RNG)."""
+"""``anatomy.doctor.loading.isolation``: how the doctor runs a module (sizes checked, one thread, forked RNG)."""
 
 from __future__ import annotations
 
