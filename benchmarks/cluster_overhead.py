@@ -36,7 +36,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_head(cpus: int, temp: str) -> tuple[subprocess.Popen, str]:
+def start_head(cpus: int, temp: str, tries: int = 3) -> tuple[subprocess.Popen, str]:
+    """A head, tried again on a fresh port when it does not come up (Ray gives its raylet 30 s, which a loaded
+    machine can exceed)."""
+    for attempt in range(tries):
+        try:
+            return _start_head(cpus, temp)
+        except RuntimeError as err:
+            print(f"  ray start failed (attempt {attempt + 1} of {tries}): {str(err).splitlines()[-1]}", flush=True)
+    raise SystemExit("ray start failed every time")
+
+
+def _start_head(cpus: int, temp: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     command = [shutil.which("ray") or "ray", "start", "--head", f"--port={port}", f"--num-cpus={cpus}",
                "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats", "--block"]
@@ -44,7 +55,7 @@ def start_head(cpus: int, temp: str) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
     while "Ray runtime started" not in log.read_text():
         if process.poll() is not None:
-            raise SystemExit(f"ray start failed:\n{log.read_text()[-2000:]}")
+            raise RuntimeError(log.read_text()[-2000:].strip())
         time.sleep(0.5)
     return process, f"127.0.0.1:{port}"
 

@@ -32,7 +32,12 @@ from typing import Any
 from anatomy.experiments.store import Result, Unit, atomic_write
 
 RETRIES = 3
-_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg"}
+# One intra-op thread per unit, figures to PNG files, and the workers at the ordinary priority: Ray starts its
+# workers at niceness 15 unless told (RAY_worker_niceness), and on a busy node those starve behind everything else
+# (measured: about 2% of a core each on the shared 2-core VM, where `--jobs` workers got their share); Ray's own job
+# submission sets it to 0 in the same way.
+_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
+               "RAY_worker_niceness": "0"}
 
 
 class ClusterError(RuntimeError):

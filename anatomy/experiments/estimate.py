@@ -19,11 +19,23 @@ import time
 from typing import Any
 
 # seconds per unit (one experiment, one seed, one thread) and training steps per unit, per preset and experiment.
-# paper: measured on the 2-core shared VM (torch 2.13 CPU, one thread, load ~4-6 from seven other engineers),
+# paper: measured on the 2-core VM shared by 8 engineers (torch 2.13 CPU, one thread, load average 10-18),
 # 2026-12-01, by `python -m anatomy.experiments.estimate --preset paper`. quick: runner.COST_HINTS (whole units).
-MEASURED_ON = {"paper": "2-core shared VM (load ~4-6), torch 2.13 CPU, one thread, 2026-12-01"}
+MEASURED_ON = {"paper": "2-core VM shared by 8 engineers (load average 10-18), torch 2.13 CPU, one thread, "
+                        "CPU time, 2026-12-01"}
 MEASURED: dict[str, dict[str, tuple[float, int]]] = {
-    "paper": {},
+    "paper": {
+        "block-anatomy": (0.68, 0),
+        "bn-vs-ln": (551.32, 1600),
+        "ffn-width": (58.15, 5600),
+        "head-loop-benchmark": (3.94, 0),
+        "identity-mlp": (10.88, 0),
+        "layernorm-reference": (0.02, 0),
+        "mha-shapes": (0.1, 0),
+        "padding-pe": (0.03, 0),
+        "sinusoidal-algebra": (0.61, 0),
+        "tiny-heads": (45.01, 6000),
+    },
 }
 
 

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy import pitfalls
@@ -33,11 +35,11 @@ def _fill_grid(g: torch.Generator) -> dict:
     mask[:, 0] = True  # every ordinary row sees at least one key
     mask[-1] = False  # the last row sees nothing (an all-padding sequence, a left pad under a causal mask)
     ordinary = slice(0, rows - 1)
-    grid = {}
+    grid: dict[tuple[str, str], dict[str, Any]] = {}
     for fill in FILLS:
         for dname, dtype in DTYPES.items():
             s = scores.to(dtype)
-            cell = {"error": ""}
+            cell: dict[str, Any] = {"error": ""}
             if fill == "zero after softmax":
                 p = (s.softmax(-1) * mask).float()
             else:

@@ -13,6 +13,7 @@ the scale, beside the init-scale arms of C15/C16).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -160,7 +161,8 @@ def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool):
     model = tiny_model(d_model=128, n_heads=128 // dk, n_layers=1, vocab_size=vocab, max_seq_len=LM_T,
                        tie_embeddings=False)
     if torch_init:
-        for m in model.stack.blocks[0].attn.modules():
+        stack: Any = model.stack
+        for m in stack.blocks[0].attn.modules():
             if isinstance(m, torch.nn.Linear):
                 m.reset_parameters()
     return model

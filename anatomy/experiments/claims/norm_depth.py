@@ -13,6 +13,7 @@ The other experiments of §4 are in ``add_norm``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,7 +41,8 @@ def _strip_norms(model: nn.Module) -> None:
             for name in ("norm", "pre_norm", "post_norm"):
                 if name in an._modules:
                     an._modules[name] = nn.Identity()
-    model.stack.final_norm = None
+    stack: Any = model.stack
+    stack.final_norm = None
 
 
 def _capped(stats: dict[str, float], uniform: float) -> float:

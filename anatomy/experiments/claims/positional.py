@@ -13,6 +13,8 @@ The claims judged on it are in ``positional_claims``; the exact algebra of the s
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy import ModelConfig, build_model
@@ -83,7 +85,7 @@ def _offset_r2(model: torch.nn.Module, vocab: int, length: int) -> float:
 def _order_blindness(seed: int) -> dict[str, float]:
     """Exact checks (float64, untrained models): does self-attention without PE see word order?"""
     torch.manual_seed(seed)
-    base = dict(vocab_size=16, d_model=32, n_heads=4, n_layers=2, dropout=0.0)
+    base: dict[str, Any] = dict(vocab_size=16, d_model=32, n_heads=4, n_layers=2, dropout=0.0)
     enc = build_model(ModelConfig(architecture="encoder", positional="none", **base)).double().eval()
     torch.manual_seed(seed)
     enc_pe = build_model(ModelConfig(architecture="encoder", positional="sinusoidal", **base)).double().eval()
