@@ -70,7 +70,7 @@ def anatomy_unit(name: str, preset: str, seed: int) -> tuple[dict[str, float], l
     """The Ray task: one unit in a temporary folder; ``(metrics, figures, seconds, figure bytes, worker)``."""
     import tempfile
 
-    from anatomy.experiments.runner import load_all, run_one
+    from anatomy.experiments.units import load_all, run_one
 
     load_all()
     with tempfile.TemporaryDirectory(prefix="anatomy-unit-") as tmp:

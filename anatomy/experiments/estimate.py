@@ -47,7 +47,7 @@ def measure(preset: str, names: list[str] | None = None, limit: int = 3) -> dict
 
     from anatomy.experiments.fitting import StepProbe
     from anatomy.experiments.registry import EXPERIMENTS, Trial
-    from anatomy.experiments.runner import load_all, seed_everything
+    from anatomy.experiments.units import load_all, seed_everything
 
     load_all()
     torch.set_num_threads(1)

@@ -18,7 +18,6 @@ import json
 import multiprocessing
 import os
 import platform
-import random
 import signal
 import threading
 import time
@@ -27,7 +26,6 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -37,11 +35,11 @@ from anatomy.experiments.registry import (
     DEFAULT_SEEDS,
     EXPERIMENTS,
     Metric,
-    Trial,
     Verdict,
     claim_number,
 )
 from anatomy.experiments.store import Store
+from anatomy.experiments.units import load_all, run_one
 
 # Metrics that are not a function of the seed: they time code on this machine, at this moment (and so may the
 # verdict of a claim that reads them). Everything else an experiment records is bit-equal between runs with the
@@ -63,11 +61,6 @@ COST_HINTS: dict[str, float] = {
 }
 
 
-def load_all() -> None:
-    """Import every claims module so that the registry is complete."""
-    from anatomy.experiments import claims  # noqa: F401  (registration happens on import)
-
-
 def select(ids: list[str] | None) -> list[str]:
     """Claim ids in post order; ``ids`` may be full ids or numbers/prefixes ("C20", "20")."""
     load_all()
@@ -82,12 +75,6 @@ def select(ids: list[str] | None) -> list[str]:
             raise ValueError(f"unknown claim {want!r}; see `anatomy claims list` (ids like C20-mask-fill or C20)")
         chosen += [m for m in match if m not in chosen]
     return chosen
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)  # noqa: NPY002  (experiments may use the legacy global generator)
-    torch.manual_seed(seed)
 
 
 def default_jobs() -> int:
@@ -111,17 +98,6 @@ def plan(groups: dict[str, list[str]], n_seeds: int) -> list[tuple[str, int]]:
     median = sorted(COST_HINTS.values())[len(COST_HINTS) // 2]
     tasks = [(name, seed) for name in groups for seed in range(n_seeds)]
     return sorted(tasks, key=lambda task: (-COST_HINTS.get(task[0], median), task[0], task[1]))
-
-
-def run_one(name: str, preset: str, seed: int, out: str) -> tuple[dict[str, float], list[str], float]:
-    """One experiment on one seed: ``(metrics, figures written, seconds)``. Figures are drawn on seed 0 only."""
-    torch.set_num_threads(1)
-    seed_everything(seed)
-    trial = Trial(preset=preset, seed=seed, out_dir=Path(out), first_seed=seed == 0)
-    t0 = time.perf_counter()
-    measured = EXPERIMENTS[name].fn(trial)
-    seconds = time.perf_counter() - t0
-    return {k: float(v) for k, v in measured.items()}, list(trial.figures), seconds
 
 
 def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: int | None = None,
