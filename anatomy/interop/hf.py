@@ -24,7 +24,7 @@ the conversion that applies them):
 ``Conv1D`` layers, which store ``W`` as ``(in, out)`` and compute ``x @ W + b``; ``nn.Linear`` stores ``(out, in)``
 and computes ``x @ W.T + b``: the weight is transposed, the bias is copied. ``"drop"`` marks a checkpoint tensor our
 model has no place for; it is read past on purpose, never by accident. BertModel's pooler is carried: a checkpoint
-with ``pooler.dense`` weights becomes an Encoder with ``pooler=True`` (its ``pooler_output`` is HF's).
+with ``pooler.dense`` weights becomes an Encoder with ``encoder_pooler=True`` (its ``pooler_output`` is HF's).
 
 Layouts that need no permutation, and why:
 * GPT-2's fused ``c_attn`` output columns are ``[q | k | v]``, heads contiguous inside each: exactly the row order of
@@ -163,7 +163,7 @@ def model_from_checkpoint(hf_config: dict, tensors: dict[str, torch.Tensor], *, 
     arch = arch_of(hf_config)
     config = config_from_hf(hf_config, arch, generation=generation)
     if arch == "BertModel":  # config.json does not say whether the pooler was built: its weights do
-        config = config.replace(pooler=any(k.endswith("pooler.dense.weight") for k in tensors))
+        config = config.replace(encoder_pooler=any(k.endswith("pooler.dense.weight") for k in tensors))
     model = build_model(config)
     load_hf_state(model, tensors, arch, source=source)
     if rope_layout != config.rope_layout:
@@ -270,7 +270,7 @@ def to_hf(model: nn.Module) -> nn.Module:
     fam = ARCH_FAMILY[arch]
     hf_config = getattr(transformers, fam.config_class)(**kwargs)
     hf_config.architectures = [arch]
-    extra = {"add_pooling_layer": model.config.pooler} if arch == "BertModel" else {}
+    extra = {"add_pooling_layer": model.config.encoder_pooler} if arch == "BertModel" else {}
     hf_model = getattr(transformers, arch)(hf_config, **extra)
     first = next(model.parameters())
     hf_model.to(device=first.device, dtype=first.dtype)

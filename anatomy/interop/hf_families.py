@@ -103,7 +103,7 @@ def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         rows += _norm(f"{h}.output.LayerNorm", f"{o}.ffn_add_norm.norm", True)
     if cls:
         return rows + _linear("bert.pooler.dense", "pooler", True) + _linear("classifier", "classifier", True)
-    if cfg.pooler:  # BertModel's pooler (add_pooling_layer=True, HF's default): our Encoder's pooler_output
+    if cfg.encoder_pooler:  # BertModel's pooler (add_pooling_layer=True, HF's default): our Encoder's pooler_output
         return rows + _linear("pooler.dense", "pooler", True)
     return rows + _linear("pooler.dense", "-", True, "drop")  # a headless checkpoint's pooler, read past
 
