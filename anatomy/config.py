@@ -196,8 +196,9 @@ class ModelConfig:
         if isinstance(eos, list):
             eos = tuple(eos)
             object.__setattr__(self, "eos_token_id", eos)
-        ids = (eos,) if not isinstance(eos, tuple) else eos
-        if eos is not None and (not ids or not all(_is_type(i, int) and i >= 0 for i in ids)):
+        ids: tuple[object, ...] = () if eos is None else eos if isinstance(eos, tuple) else (eos,)
+        if eos is not None and (not ids or not all(isinstance(i, int) and _is_type(i, int) and i >= 0
+                                                   for i in ids)):
             raise ValueError(f"eos_token_id must be a non-negative integer, a non-empty list of them or None, got "
                              f"{self.eos_token_id!r}")
         names = self.label_names

@@ -106,10 +106,11 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
     fam = family_for_arch(arch)
     where = f"{source}: " if source else ""
     tensors = _normalize(tensors, fam, arch)
+    config: Any = model.config
     expected = model.state_dict()
     out: dict[str, torch.Tensor] = {}
     used, missing = set(), []
-    for entry in fam.table(model.config, arch):
+    for entry in fam.table(config, arch):
         present = [k for k in entry.hf if k in tensors]
         if not present:
             if entry.op != "drop":
@@ -130,7 +131,7 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
             if tuple(value.shape) != want_hf:
                 raise CheckpointError(f"{where}weight {present[0]!r} has shape {tuple(value.shape)}, but the config "
                                       f"implies {want_hf}")
-            out.update(zip(entry.ours, SPLITS[entry.op].to_ours(value, model.config, len(entry.ours)), strict=True))
+            out.update(zip(entry.ours, SPLITS[entry.op].to_ours(value, config, len(entry.ours)), strict=True))
             continue
         want = tuple(expected[entry.ours[0]].shape)
         want_hf = want[::-1] if entry.op == "conv1d" and len(want) == 2 else want
@@ -173,7 +174,7 @@ def model_from_checkpoint(hf_config: dict, tensors: dict[str, torch.Tensor], *, 
     return model
 
 
-def from_hf(model: nn.Module, *, rope_layout: str = "half") -> nn.Module:
+def from_hf(model: Any, *, rope_layout: str = "half") -> nn.Module:
     """Our model with the weights of a live HF model of a supported architecture (same device, dtype and
     train/eval mode).
 
@@ -218,6 +219,7 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
             return fam, arch
         if best is None or len(wrong) < best[0]:
             best = (len(wrong), fam.name, wrong)
+    assert best is not None  # FAMILIES is not empty
     _, name, wrong = best
     raise ValueError(f"to_hf: this config fits no supported Hugging Face architecture ({', '.join(SUPPORTED)}); "
                      f"closest is {name}, which needs: {'; '.join(wrong)}")
@@ -270,7 +272,8 @@ def to_hf(model: nn.Module) -> nn.Module:
     fam = ARCH_FAMILY[arch]
     hf_config = getattr(transformers, fam.config_class)(**kwargs)
     hf_config.architectures = [arch]
-    extra = {"add_pooling_layer": model.config.encoder_pooler} if arch == "BertModel" else {}
+    ours_config: Any = model.config
+    extra = {"add_pooling_layer": ours_config.encoder_pooler} if arch == "BertModel" else {}
     hf_model = getattr(transformers, arch)(hf_config, **extra)
     first = next(model.parameters())
     hf_model.to(device=first.device, dtype=first.dtype)

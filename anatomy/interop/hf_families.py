@@ -228,7 +228,7 @@ def _needs(**fields: tuple | None) -> dict[str, tuple]:
     return {k: v for k, v in {**_PLAIN, **fields}.items() if v is not None}
 
 
-def _llama_like(name: str, arch: str, config_class: str, **fields: tuple) -> Family:
+def _llama_like(name: str, arch: str, config_class: str, **fields: tuple | None) -> Family:
     return Family(name, (arch,), config_class, llama_config, llama_table, llama_write, {arch: "model."}, _ROTARY,
                   _needs(**{**_LLAMA, **_ROPE_SCALED, **fields}))
 
