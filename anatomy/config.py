@@ -54,7 +54,8 @@ class ModelConfig:
     num_labels: int = 2  # classifier: output classes
     pooling: str = "cls"  # classifier: "cls" (the first real token) | "mean" (the mean over real tokens)
     pooler: bool = False  # classifier: BERT's tanh(Linear(D, D)) on the pooled vector
-    # encoder: BertModel's pooler too (HF's add_pooling_layer): pooler_output = tanh(Linear(first token's vector))
+    # encoder: BertModel's pooler too (HF's add_pooling_layer): pooler_output = tanh(Linear(first token's vector));
+    # other architectures ignore it (an encoder fine-tuned into a classifier keeps the flag, its head has `pooler`)
     encoder_pooler: bool = False
     # --- attention ----------------------------------------------------------------------------------------------
     n_heads: int = 4  # query heads H
@@ -180,9 +181,6 @@ class ModelConfig:
         if self.pad_token_id is None and self.architecture == "seq2seq":
             raise ValueError("pad_token_id=None with architecture='seq2seq': the decoder starts from pad_token_id")
         self._check_tokens()
-        if self.encoder_pooler and self.architecture != "encoder":
-            raise ValueError(f"encoder_pooler=True needs architecture='encoder' (a classifier has pooler), got "
-                             f"{self.architecture!r}")
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
         self._check_family_options()
