@@ -22,13 +22,16 @@ from anatomy.presets import LOOK_VOCAB, PRESET_RULES, PRESETS, large_vocab_prese
 from anatomy.shapes import check_choice
 
 # the presets live in anatomy/presets.py; these names stay importable from here
-__all__ = ["ARCHITECTURES", "INITS", "TOKEN_FIELDS", "LOOK_VOCAB", "POOLINGS", "PRESETS", "PRESET_RULES", "ModelConfig",
-           "large_vocab_presets", "preset_sizes"]
+__all__ = ["ARCHITECTURES", "INITS", "LOOK_VOCAB", "OPTIONAL_FIELDS", "POOLINGS", "PRESETS", "PRESET_RULES",
+           "TOKEN_FIELDS", "ModelConfig", "large_vocab_presets", "preset_sizes"]
 
 ARCHITECTURES = ("encoder", "decoder_lm", "seq2seq", "classifier")
 # fields that describe tokens and labels for generation, ``predict`` and Hugging Face, never a module (the builder
 # does not read them; a checkpoint written before they existed loads with their defaults)
 TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "label_names")
+# fields younger than the checkpoint format: a checkpoint without them loads with their defaults (which build the
+# model it was written from)
+OPTIONAL_FIELDS = (*TOKEN_FIELDS, "encoder_pooler")
 INITS = ("normal", "xavier", "deepnet")
 POOLINGS = ("cls", "mean")
 
@@ -50,7 +53,10 @@ class ModelConfig:
     pad_token_id: int | None = 0  # the padding token id (None: none named, as HF's null); seq2seq: the decoder start
     num_labels: int = 2  # classifier: output classes
     pooling: str = "cls"  # classifier: "cls" (the first real token) | "mean" (the mean over real tokens)
-    pooler: bool = False  # BERT's tanh(Linear(D, D)): classifier, on the pooled vector; encoder, pooler_output
+    pooler: bool = False  # classifier: BERT's tanh(Linear(D, D)) on the pooled vector
+    # encoder: BertModel's pooler too (HF's add_pooling_layer): pooler_output = tanh(Linear(first token's vector));
+    # other architectures ignore it (an encoder fine-tuned into a classifier keeps the flag, its head has `pooler`)
+    encoder_pooler: bool = False
     # --- attention ----------------------------------------------------------------------------------------------
     n_heads: int = 4  # query heads H
     n_kv_heads: int | None = None  # key/value heads Hkv (GQA; 1 is MQA); None: H (read .kv_heads)
@@ -188,8 +194,9 @@ class ModelConfig:
         if isinstance(eos, list):
             eos = tuple(eos)
             object.__setattr__(self, "eos_token_id", eos)
-        ids = (eos,) if not isinstance(eos, tuple) else eos
-        if eos is not None and (not ids or not all(_is_type(i, int) and i >= 0 for i in ids)):
+        ids: tuple[object, ...] = () if eos is None else eos if isinstance(eos, tuple) else (eos,)
+        if eos is not None and (not ids or not all(isinstance(i, int) and _is_type(i, int) and i >= 0
+                                                   for i in ids)):
             raise ValueError(f"eos_token_id must be a non-negative integer, a non-empty list of them or None, got "
                              f"{self.eos_token_id!r}")
         names = self.label_names

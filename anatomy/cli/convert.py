@@ -26,6 +26,7 @@ import argparse
 import shutil
 import sys
 from pathlib import Path
+from typing import Any, cast
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,25 +109,27 @@ def run(args: argparse.Namespace) -> int:
             if config.get("format") == FORMAT:
                 raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")
             arch = hf.arch_of(config)
-            ours = hf.model_from_checkpoint(config, read_tensors(source), source=str(source),
-                                            rope_layout=args.rope_layout,
-                                            generation=read_generation_config(source)).eval()
-            tokenizer = tokenizer_io.read_hf_tokenizer(source)  # read and checked before anything is written
-            if tokenizer is not None:
-                tokenizer_io.check_fits(tokenizer, ours.config.vocab_size, source=str(source))
+            ours = cast(Any, hf.model_from_checkpoint(config, read_tensors(source), source=str(source),
+                                                      rope_layout=args.rope_layout,
+                                                      generation=read_generation_config(source)).eval())
+            read: Any = tokenizer_io.read_hf_tokenizer(source)  # read and checked before anything is written
+            tokenizer = read
+            if read is not None:
+                tokenizer_io.check_fits(read, ours.config.vocab_size, source=str(source))
             save_pretrained(ours, out)
             print(f"converted {arch} {source} -> anatomy {type(ours).__name__} {out}")
-            _say_tokenizer(tokenizer, source, out, lambda: tokenizer.save(out))
+            _say_tokenizer(read, source, out, lambda: read.save(out))
             if args.verify:
                 theirs = getattr(tf, arch).from_pretrained(str(source), dtype=torch.float32, local_files_only=True)
         else:
             ours = load_pretrained(source)
-            theirs = hf.to_hf(ours).eval()
+            theirs = cast(Any, hf.to_hf(ours).eval())
             arch = type(theirs).__name__
-            tokenizer = load_tokenizer(source) if has_tokenizer(source) else None
+            loaded: Any = load_tokenizer(source) if has_tokenizer(source) else None
+            tokenizer = loaded
             theirs.save_pretrained(str(out))
             print(f"converted anatomy {type(ours).__name__} {source} -> {arch} {out}")
-            _say_tokenizer(tokenizer, source, out, lambda: tokenizer_io.write_hf_tokenizer(tokenizer, out))
+            _say_tokenizer(loaded, source, out, lambda: tokenizer_io.write_hf_tokenizer(loaded, out))
     except hf.CheckpointError as err:
         print(f"anatomy convert: error: {err}", file=sys.stderr)
         return 1

@@ -18,6 +18,8 @@ act on each beam's log-probabilities, as HF's do.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy.generation.decoding import CachedDecoding
@@ -34,9 +36,9 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(x, index, dim=1)
 
 
-def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_tokens: int, eos, pad,
-                length_penalty: float, early_stopping, num_return_sequences: int, processors: list[Processor],
-                stop) -> torch.Tensor:
+def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_tokens: int, eos: torch.Tensor | None,
+                pad: int | None, length_penalty: float, early_stopping: bool | str, num_return_sequences: int,
+                processors: list[Processor], stop: Any) -> torch.Tensor:
     """``run`` holds ``batch * num_beams`` rows (each prompt repeated). Returns the best ``num_return_sequences``
     hypotheses per prompt ``(batch * N, T + n)``, best first, shorter ones filled with ``pad``."""
     prefix = run.prefix  # (B*K, T)
@@ -61,7 +63,7 @@ def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_toke
 
     logits = run.prefill() if max_new_tokens else None
     cur = t
-    while cur < total:
+    while logits is not None and cur < total:
         log_probs = torch.log_softmax(logits.float(), dim=-1)  # (B*K, V)
         vocab = log_probs.shape[-1]
         if processors:  # HF's processors act on each beam's log-probabilities

@@ -12,6 +12,8 @@ keys and values its cache projected at step 0. A ``DecoderLM`` decodes with the 
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import torch
 from torch import nn
 
@@ -28,22 +30,23 @@ class CachedDecoding:
                  *, fast: bool = True, decoder_start_token_id: int | None = None,
                  inputs_embeds: torch.Tensor | None = None) -> None:
         b = input_ids.shape[0]
-        self.model, self.mask = model, mask
+        self.model = cast(Any, model)  # DecoderLM or Seq2Seq (their attributes are read below)
+        self.mask = mask
         self.inputs_embeds = inputs_embeds  # (B, T, D): the prompt's token embeddings instead of a lookup
         self.visible_from = 0 if inputs_embeds is None else input_ids.shape[1]  # ids[:, :this] are placeholders
         self.seq2seq = isinstance(model, Seq2Seq)
         capacity = (1 if self.seq2seq else input_ids.shape[1]) + max_new_tokens
-        check_cache_fits(model.config, input_ids.shape[0], capacity, flags="max_new_tokens (or the batch)",
+        check_cache_fits(self.model.config, input_ids.shape[0], capacity, flags="max_new_tokens (or the batch)",
                          device=str(input_ids.device), element_size=next(model.parameters()).element_size())
-        self.caches = model.new_caches(capacity=capacity)  # reserved once, after the size check
+        self.caches = self.model.new_caches(capacity=capacity)  # reserved once, after the size check
         self.flat = None
         if self.seq2seq:
-            self.encoded = model.encoder(input_ids, mask)  # (B, S, D), computed once
-            start = model.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id
+            self.encoded = self.model.encoder(input_ids, mask)  # (B, S, D), computed once
+            start = self.model.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id
             self.prefix = input_ids.new_full((b, 1), start)  # (B, 1)
         else:
             self.prefix = input_ids
-            self.flat = DecodeStep(model, self.caches) if fast and refusal(model) is None else None
+            self.flat = DecodeStep(self.model, self.caches) if fast and refusal(model) is None else None
         self.grow = mask is not None and not self.seq2seq  # a decoder-only mask covers the cache
         self._ones = None if mask is None else mask.new_ones(b, 1)
 
@@ -52,11 +55,13 @@ class CachedDecoding:
         if self.seq2seq:
             out = self.model(attention_mask=self.mask, decoder_input_ids=ids, encoder_outputs=self.encoded,
                              kv_caches=self.caches, use_cache=True)
-            return out.logits[:, -1]  # (B, V)
+            logits: torch.Tensor = out.logits[:, -1]  # (B, V)
+            return logits
         if self.flat is not None and ids.shape[1] == 1:
             positions = make_positions(self.mask, 1, cache_seen(self.caches), ids.device)  # (B|1, 1)
             return self.flat(ids[:, 0], positions, self.mask)  # (B, V)
-        return self.model(ids, self.mask, kv_caches=self.caches, use_cache=True).logits[:, -1]  # (B, V)
+        last: torch.Tensor = self.model(ids, self.mask, kv_caches=self.caches, use_cache=True).logits[:, -1]
+        return last  # (B, V)
 
     def prefill(self) -> torch.Tensor:
         if self.inputs_embeds is None:
@@ -75,7 +80,7 @@ class CachedDecoding:
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Feed one new token per row ``(B,)``; return the next logits ``(B, V)``."""
-        if self.grow:
+        if self.grow and self.mask is not None and self._ones is not None:
             self.mask = torch.cat([self.mask, self._ones], dim=1)  # (B, S + 1)
         return self._logits(token[:, None])
 

@@ -87,7 +87,7 @@ def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_
         raise TypeError(f"generate needs a model with a KV cache (DecoderLM or Seq2Seq), got {type(model).__name__}")
     o = ignored_options(resolve(model_generation_config(model), generation_config, kwargs))
     embeds_only = inputs_embeds is not None
-    if embeds_only:
+    if inputs_embeds is not None:
         input_ids = _embeds_prompt(model, input_ids, inputs_embeds)
     if input_ids is None:
         raise ValueError("generate needs input_ids (B, T) or inputs_embeds (B, T, D)")

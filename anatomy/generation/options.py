@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 
-def _positive_int(name: str, value) -> None:
+def _positive_int(name: str, value: Any) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def new_token_budget(max_new_tokens, max_length, prompt_len: int) -> int:
+def new_token_budget(max_new_tokens: Any, max_length: Any, prompt_len: int) -> int:
     """``max_new_tokens``, or HF's ``max_length`` (which counts the prompt); default 32."""
     if max_new_tokens is not None and max_length is not None:
         raise ValueError("give max_new_tokens or max_length, not both (max_length counts the prompt too)")
@@ -66,8 +66,9 @@ def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def check_options(*, do_sample: bool, temperature, top_k, top_p, min_p, repetition_penalty, num_beams: int,
-                  length_penalty, early_stopping, num_return_sequences: int, streamer) -> None:
+def check_options(*, do_sample: bool, temperature: Any, top_k: Any, top_p: Any, min_p: Any, repetition_penalty: Any,
+                  num_beams: int, length_penalty: Any, early_stopping: Any, num_return_sequences: int,
+                  streamer: Any) -> None:
     if not isinstance(do_sample, bool):
         raise ValueError(f"do_sample must be True or False, got {do_sample!r}")
     _positive_int("num_beams", num_beams)
@@ -130,6 +131,9 @@ class GenerationConfig:
     """HF-named generation options; an unset option is None. ``GenerationConfig(max_new_tokens=8, do_sample=True)``,
     ``update(**kw)``, ``to_dict()``, ``to_diff_dict()`` (only the set options) and attribute access, as HF's."""
 
+    if TYPE_CHECKING:  # every name of OPTIONS is an attribute (set in __init__)
+        def __getattr__(self, name: str) -> Any: ...
+
     def __init__(self, **options: Any) -> None:
         for name, value in OPTIONS.items():
             setattr(self, name, value)
@@ -162,7 +166,7 @@ class GenerationConfig:
                   eos_token_id=list(eos) if isinstance(eos, tuple) else eos,
                   pad_token_id=getattr(config, "pad_token_id", None))
         if getattr(config, "architecture", None) == "seq2seq":
-            out.decoder_start_token_id = config.pad_token_id
+            out.update(decoder_start_token_id=config.pad_token_id)
         return out
 
 

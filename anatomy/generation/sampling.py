@@ -89,7 +89,7 @@ def sample(logits: torch.Tensor,
     """``(B, V)`` → ``(B,)`` drawn from ``softmax(logits)`` (float32). ``generator`` may be one generator per row:
     each row then draws from its own, so a row's draws do not depend on the rows batched with it."""
     probs = logits.float().softmax(dim=-1)  # (B, V)
-    if isinstance(generator, (list, tuple)):
+    if generator is not None and not isinstance(generator, torch.Generator):
         if len(generator) != probs.shape[0]:
             raise ValueError(f"generator: one per row needs {probs.shape[0]} generators, got {len(generator)}")
         return torch.cat([torch.multinomial(row[None], 1, generator=g) for row, g in zip(probs, generator)]

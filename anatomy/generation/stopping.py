@@ -11,10 +11,11 @@ that tail holds any stop string that reaches the newest token).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class StopStrings:
-    def __init__(self, stop_strings: str | Sequence[str], tokenizer) -> None:
+    def __init__(self, stop_strings: str | Sequence[str], tokenizer: Any) -> None:
         stops = [stop_strings] if isinstance(stop_strings, str) else list(stop_strings)
         if not stops or not all(isinstance(s, str) and s for s in stops):
             raise ValueError(f"stop_strings must be a non-empty string or a list of them, got {stop_strings!r}")

@@ -24,7 +24,7 @@ the conversion that applies them):
 ``Conv1D`` layers, which store ``W`` as ``(in, out)`` and compute ``x @ W + b``; ``nn.Linear`` stores ``(out, in)``
 and computes ``x @ W.T + b``: the weight is transposed, the bias is copied. ``"drop"`` marks a checkpoint tensor our
 model has no place for; it is read past on purpose, never by accident. BertModel's pooler is carried: a checkpoint
-with ``pooler.dense`` weights becomes an Encoder with ``pooler=True`` (its ``pooler_output`` is HF's).
+with ``pooler.dense`` weights becomes an Encoder with ``encoder_pooler=True`` (its ``pooler_output`` is HF's).
 
 Layouts that need no permutation, and why:
 * GPT-2's fused ``c_attn`` output columns are ``[q | k | v]``, heads contiguous inside each: exactly the row order of
@@ -106,10 +106,11 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
     fam = family_for_arch(arch)
     where = f"{source}: " if source else ""
     tensors = _normalize(tensors, fam, arch)
+    config: Any = model.config
     expected = model.state_dict()
     out: dict[str, torch.Tensor] = {}
     used, missing = set(), []
-    for entry in fam.table(model.config, arch):
+    for entry in fam.table(config, arch):
         present = [k for k in entry.hf if k in tensors]
         if not present:
             if entry.op != "drop":
@@ -130,7 +131,7 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
             if tuple(value.shape) != want_hf:
                 raise CheckpointError(f"{where}weight {present[0]!r} has shape {tuple(value.shape)}, but the config "
                                       f"implies {want_hf}")
-            out.update(zip(entry.ours, SPLITS[entry.op].to_ours(value, model.config, len(entry.ours)), strict=True))
+            out.update(zip(entry.ours, SPLITS[entry.op].to_ours(value, config, len(entry.ours)), strict=True))
             continue
         want = tuple(expected[entry.ours[0]].shape)
         want_hf = want[::-1] if entry.op == "conv1d" and len(want) == 2 else want
@@ -163,7 +164,7 @@ def model_from_checkpoint(hf_config: dict, tensors: dict[str, torch.Tensor], *, 
     arch = arch_of(hf_config)
     config = config_from_hf(hf_config, arch, generation=generation)
     if arch == "BertModel":  # config.json does not say whether the pooler was built: its weights do
-        config = config.replace(pooler=any(k.endswith("pooler.dense.weight") for k in tensors))
+        config = config.replace(encoder_pooler=any(k.endswith("pooler.dense.weight") for k in tensors))
     model = build_model(config)
     load_hf_state(model, tensors, arch, source=source)
     if rope_layout != config.rope_layout:
@@ -173,7 +174,7 @@ def model_from_checkpoint(hf_config: dict, tensors: dict[str, torch.Tensor], *, 
     return model
 
 
-def from_hf(model: nn.Module, *, rope_layout: str = "half") -> nn.Module:
+def from_hf(model: Any, *, rope_layout: str = "half") -> nn.Module:
     """Our model with the weights of a live HF model of a supported architecture (same device, dtype and
     train/eval mode).
 
@@ -218,6 +219,7 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
             return fam, arch
         if best is None or len(wrong) < best[0]:
             best = (len(wrong), fam.name, wrong)
+    assert best is not None  # FAMILIES is not empty
     _, name, wrong = best
     raise ValueError(f"to_hf: this config fits no supported Hugging Face architecture ({', '.join(SUPPORTED)}); "
                      f"closest is {name}, which needs: {'; '.join(wrong)}")
@@ -270,7 +272,8 @@ def to_hf(model: nn.Module) -> nn.Module:
     fam = ARCH_FAMILY[arch]
     hf_config = getattr(transformers, fam.config_class)(**kwargs)
     hf_config.architectures = [arch]
-    extra = {"add_pooling_layer": model.config.pooler} if arch == "BertModel" else {}
+    ours_config: Any = model.config
+    extra = {"add_pooling_layer": ours_config.encoder_pooler} if arch == "BertModel" else {}
     hf_model = getattr(transformers, arch)(hf_config, **extra)
     first = next(model.parameters())
     hf_model.to(device=first.device, dtype=first.dtype)

@@ -103,7 +103,7 @@ def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         rows += _norm(f"{h}.output.LayerNorm", f"{o}.ffn_add_norm.norm", True)
     if cls:
         return rows + _linear("bert.pooler.dense", "pooler", True) + _linear("classifier", "classifier", True)
-    if cfg.pooler:  # BertModel's pooler (add_pooling_layer=True, HF's default): our Encoder's pooler_output
+    if cfg.encoder_pooler:  # BertModel's pooler (add_pooling_layer=True, HF's default): our Encoder's pooler_output
         return rows + _linear("pooler.dense", "pooler", True)
     return rows + _linear("pooler.dense", "-", True, "drop")  # a headless checkpoint's pooler, read past
 
@@ -228,7 +228,7 @@ def _needs(**fields: tuple | None) -> dict[str, tuple]:
     return {k: v for k, v in {**_PLAIN, **fields}.items() if v is not None}
 
 
-def _llama_like(name: str, arch: str, config_class: str, **fields: tuple) -> Family:
+def _llama_like(name: str, arch: str, config_class: str, **fields: tuple | None) -> Family:
     return Family(name, (arch,), config_class, llama_config, llama_table, llama_write, {arch: "model."}, _ROTARY,
                   _needs(**{**_LLAMA, **_ROPE_SCALED, **fields}))
 

@@ -320,15 +320,15 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
 def config_from(data: dict, path: Path) -> ModelConfig:
     """The ``ModelConfig`` of our ``config.json`` (``data``), every field required: a missing field would load with
     its default and change the model silently (``activation`` moves the logits, ``d_model`` a shape), so it is named
-    with the default it would take. The token and label fields (``TOKEN_FIELDS``), younger than the format, change
-    no number: a checkpoint without them loads with None."""
+    with the default it would take. The fields younger than the format (``OPTIONAL_FIELDS``: the tokens, the labels,
+    ``encoder_pooler``) load with their defaults, which are what such a checkpoint was written with."""
     values = data.get("config")
     if not isinstance(values, dict):
         raise CheckpointError(f"{path}: missing the \"config\" object")
-    from anatomy.config import TOKEN_FIELDS
+    from anatomy.config import OPTIONAL_FIELDS
 
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
-    missing = [name for name in defaults if name not in values and name not in TOKEN_FIELDS]
+    missing = [name for name in defaults if name not in values and name not in OPTIONAL_FIELDS]
     if missing:
         shown = ", ".join(f"{name!r} (would default to {defaults[name]!r})" for name in missing[:4])
         raise CheckpointError(f"{path}: config field(s) missing: {shown}{', ...' if len(missing) > 4 else ''}; an "

@@ -72,10 +72,11 @@ matches (compare real tokens only when the torch side came with nested tensors o
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch.nn.functional as F
 from torch import nn
 
-from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import DecoderBlock, EncoderBlock
 from anatomy.components.ffn import FeedForward
@@ -129,7 +130,8 @@ def _activation_name(act: object) -> str:
 def _transfer(layer: nn.Module, block: nn.Module, keys: tuple, *, to_ours: bool) -> None:
     """Copy every ``(torch name, our name)`` pair of ``keys`` from one side to the other."""
     for torch_name, our_name in keys:
-        t, o = layer.get_submodule(torch_name), block.get_submodule(our_name)
+        t: Any = layer.get_submodule(torch_name)
+        o: Any = block.get_submodule(our_name)
         src, dst = (t, o) if to_ours else (o, t)
         where = f"{torch_name} / {our_name}"
         if isinstance(t, nn.MultiheadAttention) and to_ours:
@@ -154,7 +156,7 @@ def _check_torch_norm(norm: object, d_model: int, where: str) -> nn.LayerNorm:
     return norm
 
 
-def _block_kwargs_from_torch(layer: nn.Module, attns: list, norms: list) -> dict:
+def _block_kwargs_from_torch(layer: Any, attns: list, norms: list) -> dict:
     """``EncoderBlock.build`` / ``DecoderBlock.build`` arguments for a torch layer (after checking it)."""
     where = type(layer).__name__
     d = attns[0].embed_dim
@@ -191,7 +193,7 @@ def _check_ours_norm(norm: object, where: str) -> nn.Module:
     return norm
 
 
-def _layer_kwargs_to_torch(block: nn.Module, attns: list, add_norms: list[AddNorm]) -> dict:
+def _layer_kwargs_to_torch(block: nn.Module, attns: list, add_norms: list[Any]) -> dict:
     """``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` arguments for our block (checked)."""
     where = type(block).__name__
     placements = sorted({a.placement for a in add_norms})
@@ -228,7 +230,7 @@ def _decoder_block_to_torch(block: DecoderBlock) -> nn.TransformerDecoderLayer:
 
 # ---------------------------------------------------------------------------------------------- stacks
 
-def _norm_from_torch(norm: nn.Module | None, d_model: int, where: str) -> LayerNorm | None:
+def _norm_from_torch(norm: Any, d_model: int, where: str) -> LayerNorm | None:
     if norm is None:
         return None
     _check_torch_norm(norm, d_model, where)
@@ -237,7 +239,7 @@ def _norm_from_torch(norm: nn.Module | None, d_model: int, where: str) -> LayerN
     return ours
 
 
-def _norm_to_torch(norm: nn.Module | None, where: str) -> nn.LayerNorm | None:
+def _norm_to_torch(norm: Any, where: str) -> nn.LayerNorm | None:
     if norm is None:
         return None
     _check_ours_norm(norm, where)
@@ -246,7 +248,7 @@ def _norm_to_torch(norm: nn.Module | None, where: str) -> nn.LayerNorm | None:
     return out
 
 
-def _stack_from_torch(stack: nn.Module, torch_cls: type, layer_fn, cls: type) -> nn.Module:
+def _stack_from_torch(stack: Any, torch_cls: type, layer_fn: Any, cls: type) -> Any:
     expect(stack, torch_cls, torch_cls.__name__)
     if not len(stack.layers):
         raise ValueError(f"{torch_cls.__name__} has no layers; nothing to take d_model from")
@@ -267,7 +269,7 @@ def _seq2seq_from_torch(t: nn.Transformer) -> EncoderDecoderStack:
     return EncoderDecoderStack(encoder=_encoder_from_torch(t.encoder), decoder=_decoder_from_torch(t.decoder))
 
 
-def _stack_layers_to_torch(stack: nn.Module, block_fn, block_cls: type) -> list[nn.Module]:
+def _stack_layers_to_torch(stack: Any, block_fn: Any, block_cls: type) -> list[Any]:
     """Convert each block, refusing a stack whose blocks differ (torch.nn's stacks clone one layer)."""
     where = type(stack).__name__
     if stack.position_bias is not None:
@@ -283,7 +285,7 @@ def _stack_layers_to_torch(stack: nn.Module, block_fn, block_cls: type) -> list[
     return layers
 
 
-def _layer_config(layer: nn.Module) -> dict:
+def _layer_config(layer: Any) -> dict:
     """What torch.nn's layer constructor fixes; the blocks of one stack must agree on it."""
     attn, ffn = layer.self_attn, layer.linear1
     return {"d_model": attn.embed_dim, "nhead": attn.num_heads, "dim_feedforward": ffn.out_features,

@@ -23,7 +23,7 @@ def copy_into(dst: torch.Tensor | None, src: torch.Tensor | None, where: str) ->
     """Copy ``src`` into ``dst`` in place (never aliasing); both ``None`` is fine, one ``None`` is not."""
     if (dst is None) != (src is None):
         raise ValueError(f"{where}: present on one side only")
-    if dst is None:
+    if dst is None or src is None:
         return
     if dst.shape != src.shape:
         raise ValueError(f"{where}: shape {tuple(src.shape)} does not fit {tuple(dst.shape)}")

@@ -201,7 +201,7 @@ def _encoder(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> t
     encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
                       stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
                       pooler=nn.Linear(config.d_model, config.d_model)
-                      if config.pooler and config.architecture == "encoder" else None)  # BertModel's pooler
+                      if config.encoder_pooler and config.architecture == "encoder" else None)
     betas = {encoder.stack: deep["encoder"][1]}
     if config.architecture == "encoder":
         return encoder, betas

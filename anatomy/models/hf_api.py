@@ -68,8 +68,9 @@ class PretrainedMethods(LensMethods):
 
     def num_parameters(self, only_trainable: bool = False, exclude_embeddings: bool = False) -> int:
         """Parameters counted once each (a tied head shares the embedding's); as HF's ``PreTrainedModel``."""
-        skip = embedding_parameter_names(self) if exclude_embeddings else set()
-        return sum(p.numel() for name, p in self.named_parameters()
+        module: Any = self  # mixed into an nn.Module
+        skip = embedding_parameter_names(module) if exclude_embeddings else set()
+        return sum(p.numel() for name, p in module.named_parameters()
                    if name not in skip and (p.requires_grad or not only_trainable))
 
 
@@ -108,4 +109,5 @@ class GenerationMethods(PretrainedMethods):
             input_ids = kwargs.pop("inputs")
         if input_ids is None and kwargs.get("inputs_embeds") is None:
             raise ValueError("generate needs input_ids (B, T) or inputs_embeds (B, T, D)")
-        return generate(self, input_ids, attention_mask, **kwargs)
+        module: Any = self  # mixed into an nn.Module
+        return generate(module, input_ids, attention_mask, **kwargs)

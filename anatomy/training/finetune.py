@@ -78,8 +78,10 @@ class Start:
         """Copy the checkpoint's weights into ``model`` (built from ``config_for``); a new head when needed."""
         state = dict(self.state or {})
         if isinstance(task, ClassifyTask):
-            if self.config.architecture == "encoder":
-                state = {f"encoder.{k}": v for k, v in state.items()}
+            if self.config.architecture == "encoder":  # BertModel's pooler (encoder_pooler) feeds the head's, as HF's
+                pooled = getattr(model, "pooler", None) is not None  # BertForSequenceClassification takes it
+                state = {k if k.startswith("pooler.") else f"encoder.{k}": v for k, v in state.items()
+                         if pooled or not k.startswith("pooler.")}
             same_labels = (self.config.architecture == "classifier" and self.config.num_labels == task.num_labels
                            and self.label_names is not None and tuple(self.label_names) == tuple(task.label_names))
             if not same_labels:

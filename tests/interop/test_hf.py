@@ -622,9 +622,9 @@ def test_bert_model_pooler_is_carried_both_ways():
     with torch.no_grad():
         want = hf(IDS, attention_mask=RIGHT).pooler_output
         got = ours(IDS, attention_mask=RIGHT).pooler_output
-    assert ours.config.pooler and got.shape == (3, 32) and _diff(got, want) <= TOL
+    assert ours.config.encoder_pooler and got.shape == (3, 32) and _diff(got, want) <= TOL
     back = to_hf(ours)
     assert torch.equal(back.pooler.dense.weight, hf.pooler.dense.weight)
     torch.manual_seed(0)
     headless = BertModel(hf.config, add_pooling_layer=False).eval()
-    assert not from_hf(headless).config.pooler and to_hf(from_hf(headless)).pooler is None
+    assert not from_hf(headless).config.encoder_pooler and to_hf(from_hf(headless)).pooler is None
