@@ -46,10 +46,10 @@ import torch
 from torch import nn
 
 from anatomy.config import ModelConfig
+from anatomy.errors import CheckpointError
 from anatomy.interop.hf_common import SPLITS, label_names, special_tokens
 from anatomy.interop.hf_families import ARCH_FAMILY, FAMILIES, Family
 from anatomy.interop.rope_layout import convert_state_dict as convert_rope_state
-from anatomy.interop.safetensors_io import CheckpointError
 
 SUPPORTED = ("GPT2LMHeadModel", "BertModel", "BertForSequenceClassification", "LlamaForCausalLM",
              "MistralForCausalLM", "Qwen3ForCausalLM", "T5ForConditionalGeneration",

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from anatomy.config import ModelConfig
-from anatomy.interop.safetensors_io import CheckpointError
+from anatomy.errors import CheckpointError
 
 _REQUIRED = object()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from anatomy.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer
 from anatomy.data.tokenizers_hf import HFTokenizer, has_tokenizer
-from anatomy.interop.safetensors_io import CheckpointError
+from anatomy.errors import CheckpointError
 
 
 def read_hf_tokenizer(directory: str | Path) -> HFTokenizer | None:
