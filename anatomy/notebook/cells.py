@@ -108,7 +108,7 @@ def name_pointer(w: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(line, int) or not is_cell(file):
         return w
     w["cell"] = cell_of(file)
-    w["where"] = where(file, line)
+    w["where"], w["where_zh"] = where(file, line), where_zh(file, line)
     w["en"] = _relabel(w.get("en", ""), line, file, zh=False)
     w["zh"] = _relabel(w.get("zh", ""), line, file, zh=True)
     return w

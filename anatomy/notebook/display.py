@@ -81,7 +81,8 @@ def check_html(result: Any) -> str:
         parts.append(f'<p style="color:{GREY}">' + esc("在本进程中检查（这里没有 fork）：只有进程内的时限" if zh else
                                                       "checked in this process (no fork here): in-process time "
                                                       "limits only") + "</p>")
-    parts.append(folded(result.text(), "完整报告" if zh else "the full report (as `anatomy check` prints it)"))
+    parts.append(folded(result.text(details=True), "完整报告" if zh else
+                        "the full report (as `anatomy check --details` prints it)"))
     return "".join(parts) + "</div>"
 
 

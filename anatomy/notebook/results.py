@@ -71,11 +71,16 @@ class CheckResult:
                             "probe": f.probe, "fault": f.fault or f.explained_by})
         return out
 
-    def text(self, lang: str | None = None, width_: int | None = None) -> str:
+    def text(self, lang: str | None = None, width_: int | None = None, details: bool = False) -> str:
+        """What ``anatomy check`` prints: the short answer, or with ``details`` the full report (``--details``)."""
+        from anatomy.doctor.report.short import short_answer
+
         lang = lang or self.lang
         if self.report is None:
             return _error_line("check", self.error or ("crash", "no report", "没有报告"), lang)
-        return self.report.render(lang=lang, width=width_ or width(), strict=self.strict)
+        if details:
+            return self.report.render(lang=lang, width=width_ or width(), strict=self.strict)
+        return "\n".join(short_answer(self.report, lang=lang, width=width_ or width(), strict=self.strict))
 
     def to_dict(self) -> dict:
         base = self.report.to_dict(strict=self.strict) if self.report is not None else {"target": self.target}

@@ -95,8 +95,10 @@ def test_buggy_class_in_a_cell_is_diagnosed_at_its_cell_line(executed):
     assert (first["cell"], first["line"]) == (cell, line)
     assert first["where"] == f"cell [{cell}], line {line}"
     assert first["source"] == "scores = q @ k.transpose(-2, -1)  # (B, H, T, S)"
-    assert f"→ cell [{cell}], line {line} `scores = q @ k.transpose(-2, -1)" in found["text"]
-    assert "anatomy check · NoScale" in found["text"] and "→ exit 1" in found["text"]
+    # printed as `anatomy check` prints it: the short answer, pointing at the cell's line
+    assert found["text"].startswith("✗ NOT YET: scores not scaled by 1/sqrt(d_k)")
+    assert f"where: cell [{cell}], line {line}: scores = q @ k.transpose(-2, -1)" in found["text"]
+    assert "→ exit 1" in found["text"]
 
 
 def test_correct_class_in_a_cell_passes(executed):
@@ -128,7 +130,7 @@ def test_results_and_figures_display_as_html_and_png_in_the_notebook(executed, c
     cell = executed.cells[1].execution_count
     _, check = outputs(executed.cells[3])
     assert "text/html" in check and "no_scaling" in check["text/html"] and f"cell [{cell}], line" in check["text/html"]
-    assert check["text/plain"].startswith("anatomy check · NoScale")
+    assert check["text/plain"].startswith("✗ NOT YET: scores not scaled")
     _, trace = outputs(executed.cells[5])
     assert "<table" in trace["text/html"] and "softmax" in trace["text/html"]
     _, figure = outputs(executed.cells[8])
@@ -158,8 +160,14 @@ def test_check_in_process_names_the_cell_and_prints_as_the_cli(monkeypatch):
     line = IMPORTS.count("\n") + _line_of(BUGGY, "scores = q @ k")
     assert r.lines[0]["where"] == f"cell [7], line {line}" and r.lines[0]["cell"] == 7
     assert r.lines[0]["source"] == "scores = q @ k.transpose(-2, -1)  # (B, H, T, S)"
-    assert str(r) == r.report.render(lang="en", width=80) and r.text("zh").startswith("anatomy check · NoScale")
-    assert f"单元格 [7] 第 {line} 行" in r.text("zh")
+    from anatomy.doctor.report.short import short_answer
+    from anatomy.notebook.results import width
+
+    assert str(r) == "\n".join(short_answer(r.report, lang="en", width=width()))  # as `anatomy check` prints
+    assert r.text(details=True) == r.report.render(lang="en", width=width())  # as `anatomy check --details`
+    assert r.text("zh").startswith("✗ 还不对：分数没有除以 sqrt(d_k)") and len(str(r).splitlines()) <= 12
+    assert r.text("zh", details=True).startswith("anatomy check · NoScale")
+    assert f"单元格 [7] 第 {line} 行" in r.text("zh", details=True)
     assert r.to_dict()["verdict"] == "fail" and r.to_dict()["summary"]["exit_code"] == 1
 
 

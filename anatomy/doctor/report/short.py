@@ -44,8 +44,10 @@ def _where(fs: list[Finding], lang: str) -> str | None:
             if w.get("line"):
                 name = os.path.basename(w.get("file") or "") or "?"
                 src = w.get("source") or ""
-                return _t(lang, f"where: line {w['line']} of {name}", f"位置：{name} 第 {w['line']} 行") + (
-                    _t(lang, ": ", "：") + src if src else "")
+                en, zh = f"line {w['line']} of {name}", f"{name} 第 {w['line']} 行"
+                if w.get("cell") is not None:  # a notebook cell, named by anatomy/notebook/cells.py
+                    en, zh = w["where"], w.get("where_zh", w["where"])
+                return _t(lang, f"where: {en}", f"位置：{zh}") + (_t(lang, ": ", "：") + src if src else "")
     return None
 
 
