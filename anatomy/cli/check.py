@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     except CheckError as err:
         print(f"anatomy check: error: {err}", file=sys.stderr)
         return 2
-    code, out, err = _forked(args) if hasattr(os, "fork") else _compute(args)
+    code, out, said = _forked(args) if hasattr(os, "fork") else _compute(args)
     sys.stdout.write(out)
-    sys.stderr.write(err)
+    sys.stderr.write(said)
     return code

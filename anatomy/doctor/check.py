@@ -13,6 +13,8 @@ the module and each single forward get ``timeout`` seconds (``limits.py``); past
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy.components.attention import MultiHeadAttention
@@ -132,7 +134,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     attn_hyps, scope = mp.find_attention(module, d, h)
     attn_hyps = linear_after_mha(subject, x, attn_hyps, scope, d)  # nn.MultiheadAttention, then one more Linear
     named = dict(module.named_modules())
-    inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
+    inside = (lambda p: bool(scope) and (p == scope or p.startswith(f"{scope}."))) if scope else (lambda p: False)
     qk_paths = {p for hp in attn_hyps if hp.qk_norm is not None for p in (hp.qk_norm.q, hp.qk_norm.k)}
     subject.stage = ("the search for norms (each sub-module's output against its standardised input)",
                      "norm 查找（比较每个子模块的输出与标准化后的输入）")
@@ -186,7 +188,9 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
             ctx.found_block["activation"] = diag.variant.get("activation")
         if diag.status == "matches" or diag.status in ("fault", "ambiguous"):
             ctx.positional = diag.variant.get("positional")
-        ref = refs.build(diag.key[0], diag.hypothesis, diag.key[1])
+        key = diag.key
+        assert key is not None  # diagnose() sets it with every hypothesis
+        ref = refs.build(key[0], diag.hypothesis, key[1])
         plain = Scenario("plain", x, None, ctx.causal, None, torch.ones(BATCH, t, dtype=torch.bool))
         ctx.raw_scores = lambda: diag.hypothesis.learner_heads(raw_scores(ref, plain))
     elif complete:
@@ -228,7 +232,7 @@ def _conventions(ctx: ProbeState, causal_flag: bool) -> dict:
     ctx.dep = dependency(subject, x) if bool(torch.isfinite(base).all()) else None
     detected = not causal_flag and ctx.dep is not None and _looks_causal(ctx.dep)
     ctx.causal = causal_flag or detected
-    mask = None
+    mask: dict[str, Any] | None = None  # the "mask" entry of found (JSON)
     if subject.takes_mask:
         subject.stage = ("mask discovery", "mask 格式探测")
         cands = discover_mask(subject, x, base, shape_)

@@ -19,6 +19,8 @@ import torch
 from anatomy import ModelConfig, build_model
 from anatomy.training.step import Stepper, train_step
 
+Batches = Callable[[int], dict[str, torch.Tensor]]  # step → one batch (the keyword arguments of forward)
+
 _AS_FULL = object()
 
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import cast
+
 import torch
 from torch.overrides import TorchFunctionMode
 
 from anatomy.tracing import dims as rd
 from anatomy.tracing import steps as r
 from anatomy.tracing.projections import argument, bias, projection
+
+Recipe = Callable[[dict], torch.Tensor]  # parameters → the value of a parameter-only tensor
 
 
 def op_name(func) -> str:
@@ -71,8 +76,10 @@ def _param_meta(rec: r.Recording, t: torch.Tensor) -> r._Meta | None:
     name = rec._param_names.get(id(t))
     if name is None:
         return None
-    m = r._Meta(-1, rd.by_size(t.shape, rec.names), False, f"param {name}", recipe=lambda p, n=name: p[n],
-                params=frozenset({name}))
+    def read(p: dict, n: str = name) -> torch.Tensor:
+        return p[n]
+
+    m = r._Meta(-1, rd.by_size(t.shape, rec.names), False, f"param {name}", recipe=read, params=frozenset({name}))
     rec._metas[id(t)] = (t, m)
     return m
 
@@ -101,7 +108,7 @@ def on_op(rec, func, name, args, kwargs, before, out) -> None:
     for i, t in enumerate(outs):
         m = r._Meta(index, dims[i] if i < len(dims) else rd.by_size(t.shape, rec.names), data, f"step {index}",
                     recipe=None if data else (recipe if len(outs) == 1 else
-                                              (lambda p, g=recipe, i=i: _tensors(g(p), [])[i])),
+                                              cast(Recipe, lambda p, g=recipe, i=i: _tensors(g(p), [])[i])),
                     params=frozenset() if data else params, feat=feats[i] if i < len(feats) else None, factor=factor)
         rec._metas[id(t)] = (t, m)
         step.outputs.append(r.TensorInfo(tuple(t.shape), m.dims, f"step {index}"))
@@ -323,8 +330,8 @@ def _factor(name, args, metas) -> float:
         return base
     if name in r.SCALE_OPS and len(data) == 1:
         others = [a for a in args if not (isinstance(a, torch.Tensor) and a is data[0][0])]
-        scal = [r.scalar_value(a) for a in others]
-        scal = [s for s in scal if s is not None]
+        vals = [r.scalar_value(a) for a in others]
+        scal = [s for s in vals if s is not None]
         if len(scal) == 1 and scal[0] != 0:
             first_is_data = isinstance(args[0], torch.Tensor) and args[0] is data[0][0]
             if name in ("div", "div_", "__truediv__", "true_divide", "divide", "__itruediv__"):

@@ -12,6 +12,7 @@ import sys
 import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import FrameType
 
 import torch
 
@@ -180,7 +181,7 @@ def sizes_for(d_model: int, n_heads: int, batch: int, seq: int, **more: int) -> 
 
 def learner_frame() -> tuple[str, int, str]:
     """The innermost frame outside torch, the standard library and the doctor: (file, line, source)."""
-    f = sys._getframe(1)
+    f: FrameType | None = sys._getframe(1)
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_SKIP) and not fn.startswith("<frozen") and not f.f_globals.get(TRANSPARENT):

@@ -105,7 +105,7 @@ def consistent(fault: str, scenarios: list[Scenario]) -> bool:
     if plain is None or padding is None:
         return False
     padded = ~padding.rows
-    return bool(padded.any()) and max_diff(padding.user_out.nan_to_num(1e30), plain.user_out, padded) > 0
+    return bool(padded.any()) and max_diff(padding.out.nan_to_num(1e30), plain.out, padded) > 0
 
 
 def _shadowed(ref: nn.Module, name: str) -> frozenset | None:
@@ -133,7 +133,8 @@ def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
     ``_attend``; two rewirings of the residual) would silently keep only the second, and are not paired."""
     shadowed = {n: _shadowed(ref, n) for n in names}
     usable = [n for n in names if shadowed[n] is not None]
-    return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1:] if not shadowed[a] & shadowed[b]]
+    sets = {n: s for n, s in shadowed.items() if s is not None}
+    return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1:] if not sets[a] & sets[b]]
 
 
 def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
@@ -154,11 +155,11 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
         return Diagnosis("unavailable", "no mapping of your parameters onto q_proj/k_proj/v_proj/o_proj was found")
     if not scenarios:
         return Diagnosis("unavailable", "the module could not be run on the diagnosis inputs")
-    scale = max(max(1.0, float(sc.user_out[sc.rows].abs().nan_to_num(0).max())) for sc in scenarios)
+    scale = max(max(1.0, float(sc.out[sc.rows].abs().nan_to_num(0).max())) for sc in scenarios)
     tol = precision.tol(TOL) * scale
 
     def distance(ref: nn.Module) -> tuple[float, dict]:
-        per = {sc.name: max_diff(sc.user_out, refs.run(ref, sc), sc.rows) for sc in scenarios}
+        per = {sc.name: max_diff(sc.out, refs.run(ref, sc), sc.rows) for sc in scenarios}
         return max(per.values()), per
 
     def cand(i: int, v: tuple, faults: tuple, ref: nn.Module) -> Candidate:
@@ -209,7 +210,8 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
             still = {k: d for k, d in best.per.items() if d > tol}
             left = {"scenarios": sorted(still), "max_abs_diff": _num(max(still.values())),
                     "matched": sorted(k for k in best.per if k not in still)}
-        return Diagnosis("fault" if len(combos) == 1 else "ambiguous", fault=split(best.fault)[0],
+        # hits and partials carry a fault: best.faults[0] is best.fault
+        return Diagnosis("fault" if len(combos) == 1 else "ambiguous", fault=split(best.faults[0])[0],
                          faults=names_of(best.faults),
                          also=[split(c[0])[0] for c in combos[1:] if len(c) == 1],
                          also_pairs=[names_of(c) for c in combos[1:] if len(c) == 2],

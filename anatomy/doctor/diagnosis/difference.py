@@ -24,9 +24,11 @@ def _record(module: nn.Module, log: list, name: str):
 def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenarios: list[Scenario],
                      tol: float) -> dict:
     """Walk the reference's mapped sub-modules in call order; the first input or output that differs is named."""
-    sc = next((s for s in scenarios if max_diff(s.user_out, References.run(ref, s), s.rows) > tol), scenarios[0])
+    sc = next((s for s in scenarios if max_diff(s.out, References.run(ref, s), s.rows) > tol), scenarios[0])
     user_named, ref_named = dict(subject.module.named_modules()), dict(ref.named_modules())
-    user_log, ref_log, handles = [], [], []
+    user_log: list[tuple[str, torch.Tensor | None, torch.Tensor | None]] = []
+    ref_log: list[tuple[str, torch.Tensor | None, torch.Tensor | None]] = []
+    handles = []
     try:
         for r, u in hyp.modules.items():
             if r in ref_named and u in user_named:
@@ -103,7 +105,7 @@ def _learner_layout(hyp: Hypothesis, name: str, ref: torch.Tensor | None, user: 
 
 def raw_scores(ref: nn.Module, sc: Scenario) -> torch.Tensor:
     """``q k^T`` per head ``(B, H, T, S)``, unscaled, as the reference computes q and k for ``sc``."""
-    attn, seen = References.attention(ref), {}
+    attn, seen = References.attention(ref), dict[str, torch.Tensor]()
     hs = [attn.hook_q.register_forward_hook(lambda m, a, o: seen.__setitem__("q", o)),
           attn.hook_k.register_forward_hook(lambda m, a, o: seen.__setitem__("k", o))]
     try:

@@ -29,6 +29,11 @@ class Scenario:
     user_out: torch.Tensor | None = None
     user_weights: torch.Tensor | None = None
 
+    @property
+    def out(self) -> torch.Tensor:
+        """``user_out``, for code that runs once ``diagnose.user_outputs`` has filled it in."""
+        return cast(torch.Tensor, self.user_out)
+
 
 # Relative schemes inside attention the reference can carry, as the report names them: RoPE with positions
 # 0..T-1 in both pairings at the bases in use (10000: the paper, GPT-NeoX, Llama 1-2; 500000: Llama 3; 1000000:
@@ -82,6 +87,7 @@ class References:
             kv = kv_heads(hyp, self.params, self.d, self.h)  # fewer than H: grouped-query attention
             qk = hyp.qk_norm.kind if hyp.qk_norm is not None else None
             positional = self._positional(variant)
+            ref: nn.Module
             if self.kind == "attention":
                 ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk,
                                          positional=positional)
@@ -97,7 +103,8 @@ class References:
                 ref = block
             if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
                 attn = self.attention(ref)
-                attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps
+                # torch's stubs read a sub-module's attributes as Tensor | Module; the norms' eps is a plain float
+                attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps  # type: ignore[assignment]
             ref = ref.double().eval()
             load_reference(ref, hyp, self.params)
             self._cache[key] = ref

@@ -57,9 +57,10 @@ def inject(ref: nn.Module, key: str) -> Iterator[nn.Module]:
         return
     target = ref
     if where is not None:
-        target = getattr(ref, SUB_LAYERS[where], None)
-        if target is None:
+        sub = getattr(ref, SUB_LAYERS[where], None)
+        if sub is None:
             raise ValueError(f"no {SUB_LAYERS[where]} in {type(ref).__name__}")
+        target = sub
     with pitfalls.inject(target, name):
         yield ref
 

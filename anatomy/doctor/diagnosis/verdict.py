@@ -37,6 +37,7 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
         a, b = diag.faults
         also_en = "".join(f"; also reproduced by {x} + {y}" for x, y in diag.also_pairs)
         also_zh = "".join(f"；{x} + {y} 也能复现" for x, y in diag.also_pairs)
+        ev: dict[str, object]  # JSON evidence
         ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
               diag.distance_fault, "output_scale": diag.scale, "faults": [a, b],
               **({"variant": diag.variant} if diag.variant else {})}
@@ -48,11 +49,12 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
         return [Finding("diagnosis", severity(f), en, zh, dict(ev), fault=f) for f in (a, b)]
     if diag.status in ("fault", "ambiguous"):
         f = diag.fault
+        assert f is not None  # a "fault" or "ambiguous" diagnosis always names its fault
         also_en = f" (also reproduced by: {', '.join(diag.also)})" if diag.also else ""
         also_zh = f"（{', '.join(diag.also)} 也能复现）" if diag.also else ""
         ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
               diag.distance_fault, "output_scale": diag.scale, **({"variant": diag.variant} if diag.variant else {})}
-        where_en, where_zh = SUB_LAYER_TEXT.get(diag.sub_layer, ("", ""))
+        where_en, where_zh = SUB_LAYER_TEXT.get(diag.sub_layer or "", ("", ""))
         out = [Finding("diagnosis", severity(f),
                        f"max |you − reference| = {fmt(diag.distance_correct)}; with {f} switched on in the reference"
                        f"{where_en}: {fmt(diag.distance_fault)}{also_en}",

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 RETRY = 0.1  # seconds between repeated alarms once a step is over its limit
 EARLY = 1e-4  # a timer read back in whole microseconds may seem to fire this much early
@@ -130,7 +131,7 @@ class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.raise_signal(signal.SIGALRM)
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         if not self.on:
             return False
         self.closing = True  # from here on an alarm never raises; a caller's alarm falling due is still passed on
@@ -186,7 +187,7 @@ class Watchdog:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         self._stop.set()
         self._thread.join()
         return False

@@ -223,7 +223,8 @@ def _ordered_qkv(params: list, kinds) -> tuple[str, str, str] | None:
     names = [p.name for p in params if p.kind in kinds]
     for group in QKV_NAMES:
         if group <= set(names):
-            return tuple(sorted(group, key=lambda n: "qkv".index(n.removeprefix("x_")[0])))  # q, k, v
+            q, k, v = sorted(group, key=lambda n: "qkv".index(n.removeprefix("x_")[0]))  # every group holds three
+            return q, k, v
     return None
 
 
@@ -316,7 +317,7 @@ class Subject:
         if self.seq_first:
             x = x.transpose(0, 1)  # (T, B, D)
         args: list = [x, x, x] if self.qkv else [] if self.qkv_kw else [x]
-        kwargs = dict.fromkeys(self.qkv_kw, x) if self.qkv_kw else {}
+        kwargs: dict[str, torch.Tensor | None] = dict.fromkeys(self.qkv_kw, x) if self.qkv_kw else {}
         if mask is not None or self.mask_required:
             if self.mask_kw:
                 kwargs[self.mask_kw] = mask

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+Reader = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # the learner's parameters → one reference tensor
 ROLES = {"q": {"q", "query", "queries"}, "k": {"k", "key", "keys"}, "v": {"v", "value", "values"},
          "o": {"o", "out", "output", "outs"}, "qkv": {"qkv", "kqv", "in", "attn", "qkvs", "querykeyvalue"}}
 AFFIXES = sorted({"linear", "proj", "projection", "weight", "weights", "lin", "dense", "layer", "net", "matrix",
@@ -45,7 +46,7 @@ def role_of(name: str) -> str | None:
 class Source:
     user: str  # the learner's parameter name
     note: str  # how it is read: "", "transposed", "rows 16:32", ...
-    fn: Callable[[dict[str, torch.Tensor]], torch.Tensor] = field(repr=False)
+    fn: Reader = field(repr=False)
 
 
 @dataclass

@@ -22,6 +22,7 @@ reference.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -71,7 +72,7 @@ def _fit(z: torch.Tensor, y: torch.Tensor, with_bias: bool) -> tuple[torch.Tenso
     return g, b, float(res)
 
 
-def fit_norm(x: torch.Tensor, y: torch.Tensor, eps_hints: list[float] = ()) -> tuple[str, float, torch.Tensor,
+def fit_norm(x: torch.Tensor, y: torch.Tensor, eps_hints: Sequence[float] = ()) -> tuple[str, float, torch.Tensor,
                                                                                      torch.Tensor, float] | None:
     """The form and eps that make ``y`` an affine function (per feature) of standardised ``x``, or None."""
     if x.shape != y.shape or x.dim() < 2 or not x.is_floating_point() or x.shape[-1] < 3:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 from torch import nn
 
-from anatomy.doctor.mapping.naming import Hypothesis, QKNorm, Source, _linear, _p, role_of
+from anatomy.doctor.mapping.naming import Hypothesis, QKNorm, Reader, Source, _linear, _p, role_of
 
 # --- QK-norm --------------------------------------------------------------------------------------------------
 
@@ -224,7 +225,8 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         if info is not None:  # found by behaviour: gain and bias by value, whatever their names
             extra.update({f"{ref}.{k}": _p(v) for k, v in (("weight", info.weight), ("bias", info.bias)) if v})
             if info.weight is None:  # a norm without a gain: the reference's gain stays 1
-                extra[f"{ref}.weight"] = Source("(no gain)", "gain 1", lambda params, w=info.width: torch.ones(w))
+                extra[f"{ref}.weight"] = Source("(no gain)", "gain 1",
+                                               cast(Reader, lambda params, w=info.width: torch.ones(w)))
             continue
         if isinstance(getattr(m, "weight", None), torch.Tensor):
             extra[f"{ref}.weight"] = _p(f"{pre}weight")

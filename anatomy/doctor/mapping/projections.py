@@ -28,6 +28,7 @@ still overrides both (:func:`apply_user_map`).
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import torch
 from torch import nn
@@ -38,6 +39,7 @@ from anatomy.doctor.mapping.naming import (  # noqa: F401 - re-exported: the doc
     ATTN_KEYS,
     Hypothesis,
     QKNorm,
+    Reader,
     Source,
     _linear,
     _p,
@@ -105,7 +107,7 @@ def _regroup(src: dict[str, Source], rows: torch.Tensor | None) -> dict[str, Sou
         s = src.get(key)
         if s is not None:
             out[key] = Source(s.user, (s.note + ", " if s.note else "") + "heads regrouped",
-                              lambda params, g=s.fn, f=f: f(g(params)))
+                              cast(Reader, lambda params, g=s.fn, f=f: f(g(params))))
     return out
 
 
@@ -253,7 +255,7 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
         if isinstance(m, nn.ModuleList) and len(m) == 4 and all(isinstance(x, nn.Linear) and square(x) for x in m):
             src, mods = {}, {}
             for i, key in enumerate(ATTN_KEYS):
-                src.update(_linear(key, f"{p}.{i}", m[i]))
+                src.update(_linear(key, f"{p}.{i}", cast(nn.Linear, m[i])))  # each one is (checked above)
                 mods[key] = f"{p}.{i}"
             return [Hypothesis(f"ModuleList {local(p)}[0..3] = q, k, v, o", src, mods)], parent(p)
     return _find_einsum(module, d, h)
@@ -265,6 +267,7 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
                      for n, _ in m.named_parameters(recurse=False)}
     weights: dict[tuple[str, str], tuple[str, torch.Tensor]] = {}
     biases: dict[tuple[str, str], str] = {}
+    p: torch.Tensor  # a Parameter here, any tensor below
     for name, p in module.named_parameters():
         if name in linear_params:
             continue
@@ -276,7 +279,10 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
         role = role_of(stem)
         if role is None:
             continue
-        (biases if is_bias else weights).setdefault((scope, role), (name, p) if not is_bias else name)
+        if is_bias:
+            biases.setdefault((scope, role), name)
+        else:
+            weights.setdefault((scope, role), (name, p))
     dh = d // h
     for scope in dict.fromkeys(s for s, _ in weights):  # in parameter order: the same choice every run
         have = {r: weights[(scope, r)] for r in ("q", "k", "v", "o", "qkv") if (scope, r) in weights}
@@ -301,8 +307,9 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
                     src[f"{key}.weight"] = _p(name, lambda t: t.reshape(d, d).T, "(D, H, Dh)")
                 else:
                     ok = False
-                if bias[r]:
-                    src[f"{key}.bias"] = _p(bias[r], lambda t: t.reshape(-1))
+                bias_name = bias[r]
+                if bias_name:
+                    src[f"{key}.bias"] = _p(bias_name, lambda t: t.reshape(-1))
             if "qkv" in have and "q_proj.weight" not in src:
                 name, p = have["qkv"]
                 if tuple(p.shape) == (3 * d, d) and linear_style:

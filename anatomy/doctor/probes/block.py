@@ -52,8 +52,8 @@ def _zeroed(ctx: ProbeState) -> list[str]:
 
 
 def residual(ctx: ProbeState):
-    names = _zeroed(ctx)
-    if not names or not any("down_proj" in r for r in ctx.hyp.sources):
+    names, hyp = _zeroed(ctx), ctx.hyp
+    if not names or hyp is None or not any("down_proj" in r for r in hyp.sources):  # names: hyp is set
         return [], ("the attention output and FFN projections were not mapped", "未能对应注意力输出投影和 FFN 投影")
     params = dict(ctx.subject.module.named_parameters())
     saved = {n: params[n].detach().clone() for n in names}
@@ -89,7 +89,7 @@ def norm_placement(ctx: ProbeState):
     if parts is None or not parts.norms:
         return [], ("no norm module found", "没有找到 norm 模块")
     named = dict(ctx.subject.module.named_modules())
-    calls: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+    calls: list[tuple[str, torch.Tensor | None, torch.Tensor]] = []
     handles = [named[p].register_forward_hook(
         lambda m, a, o, p=p: calls.append((p, ctx.subject.batch_first(a[0]) if a else None,
                                            ctx.subject.batch_first(o)))) for p in parts.norms]

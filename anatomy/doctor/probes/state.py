@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from anatomy.doctor.contract.masks import MaskFormat
 from anatomy.doctor.loading.subject import Subject
 from anatomy.doctor.mapping.projections import BlockParts, Hypothesis
+
+if TYPE_CHECKING:
+    from anatomy.doctor.recording.dataflow import Observation
 
 
 @dataclass
@@ -39,7 +43,7 @@ class ProbeState:
     norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
     mask_ignored: bool = False  # no mask convention changes the output
     mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
-    observation: object = None  # dataflow.Observation: the recorded forward (scale, mapping, lines)
+    observation: Observation | None = None  # the recorded forward (scale, mapping, lines)
 
     @property
     def b(self) -> int:

@@ -120,9 +120,10 @@ def attention_cores(rec: r.Recording) -> list[Core]:
                 einsum = mm.op == "einsum" and "->" in eq
                 core.v_feat = _einsum_heads(eq, fv, 1, value=True) if einsum else _heads(fv, -1)
                 break
-            nxt = next((u for u in users if u.op in PASS_OPS), None)
-            if nxt is None:
+            passed = next((u for u in users if u.op in PASS_OPS), None)
+            if passed is None:
                 break
+            nxt = passed
         cores.append(core)
     return cores
 

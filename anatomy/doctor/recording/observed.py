@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
-from anatomy.doctor.mapping.naming import Hypothesis, Source
+from anatomy.doctor.mapping.naming import Hypothesis, Reader, Source
 from anatomy.doctor.recording.cores import PASS_OPS, SCORE_OPS, Core, attention_cores  # noqa: F401  (re-exported)
 from anatomy.tracing import steps as r
 from anatomy.tracing.dims import letters
@@ -166,9 +167,9 @@ def hypothesis(rec: r.Recording, d: int, h: int) -> Hypothesis | None:
     cores = attention_cores(rec)
     if not cores or any(c.q_feat is None or c.k_feat is None or c.v_feat is None for c in cores):
         return None
-    q = torch.cat([c.q_feat for c in cores]).reshape(-1)
-    k = torch.cat([c.k_feat for c in cores]).reshape(-1)
-    v = torch.cat([c.v_feat for c in cores]).reshape(-1)
+    q = torch.cat([c.q_feat for c in cores if c.q_feat is not None]).reshape(-1)  # all are (checked above)
+    k = torch.cat([c.k_feat for c in cores if c.k_feat is not None]).reshape(-1)  # all are (checked above)
+    v = torch.cat([c.v_feat for c in cores if c.v_feat is not None]).reshape(-1)  # all are (checked above)
     if q.numel() != d or k.numel() != d or v.numel() != d or len(set(q.tolist())) != d:
         return None  # grouped heads, a head width of its own: the name-based mapping reads those
     src: dict[str, Source] = {}
@@ -191,7 +192,8 @@ def hypothesis(rec: r.Recording, d: int, h: int) -> Hypothesis | None:
 
     src["o_proj.weight"] = Source(o.weight, note, o_weight)
     if o.bias is not None:
-        src["o_proj.bias"] = Source(o.bias_param or o.weight, note, lambda params, o=o: o.bias(params))
+        src["o_proj.bias"] = Source(o.bias_param or o.weight, note,
+                                    cast(Reader, lambda params, o=o: o.bias(params)))
     mods = {"o_proj": o.module} if o.module else {}
     return Hypothesis(f"observed dataflow ({_style(rec, cores)})", src, mods)
 

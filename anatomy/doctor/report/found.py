@@ -127,7 +127,7 @@ def found_lines(r, lang: str) -> list[tuple[str, str]]:
                         f"除{rest}运行外与 bug zoo 中的 {d.get('fault')} 吻合（见下），那里还有别的不同")))
     elif st in ("fault", "ambiguous"):
         where = {"attn": _t(lang, " in the attention sub-layer", "（注意力子层）"),
-                 "ffn": _t(lang, " in the FFN sub-layer", "（FFN 子层）")}.get(d.get("sub_layer"), "")
+                 "ffn": _t(lang, " in the FFN sub-layer", "（FFN 子层）")}.get(d.get("sub_layer") or "", "")
         rows.append((_t(lang, "reference", "参考"),
                      _t(lang, f"reproduced by the bug-zoo fault {d.get('fault')}{where} (below)",
                         f"与 bug zoo 中的 {d.get('fault')}{where}完全吻合（见下）")))

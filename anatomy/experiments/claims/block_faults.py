@@ -13,7 +13,7 @@ import torch
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, differences, fmt_count, fmt_values, per_seed
 from anatomy.experiments.tasks import MarkovTask
 
@@ -45,7 +45,7 @@ def _future_leak(model: torch.nn.Module, ids: torch.Tensor, g: torch.Generator) 
 
 
 @experiment("block-faults")
-def block_faults(trial):
+def block_faults(trial: Trial) -> dict[str, float]:
     T, batch = budget(trial.preset, 32, 32, 32, POST_SIZES["T"]), 16
     d_model = budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"])
     n_heads = budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"])
@@ -61,7 +61,7 @@ def block_faults(trial):
         return task.batch(train[step * batch:(step + 1) * batch])
 
     out: dict[str, float] = {"floor": task.floor, "uniform": task.uniform, "n_layers": layers}
-    curves = {}
+    curves: dict[str, list[float]] = {}
     for arm in ("correct", "split_without_transpose", "norm_on_residual_path", "shared_layernorm"):
         stats = []
         for lr in lrs:

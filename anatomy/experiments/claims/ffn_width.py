@@ -11,7 +11,7 @@ import torch
 from anatomy import ModelConfig, build_model
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, finite_metrics, fit
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, fmt_count, per_seed
 from anatomy.experiments.tasks import MarkovTask
 
@@ -21,7 +21,7 @@ DROPOUT_SITE = 0.02  # C54: nats: FFN dropout leaves a gap smaller than attentio
 # --- C52, C54 ---------------------------------------------------------------------------------------------------
 
 @experiment("ffn-width")
-def ffn_width(trial):
+def ffn_width(trial: Trial) -> dict[str, float]:
     d, T, batch = 32, 32, 16
     steps = budget(trial.preset, 30, 200, 800)
     widths = budget(trial.preset, (1, 4, 8), (1, 4, 8), (1, 2, 4, 8))

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import collections
 import time
+from typing import Any, cast
 
 import torch
 
 from anatomy import ModelConfig, build_model
 from anatomy.experiments.figures import figure, heatmap
-from anatomy.experiments.fitting import budget, fit, fit_decayed, tiny_model
+from anatomy.experiments.fitting import Batches, budget, fit, fit_decayed, tiny_model
 from anatomy.experiments.probes import ablate_head, attention_entropy, hook_output, offset_profile
-from anatomy.experiments.registry import experiment
+from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import char_corpus, lm_batch
 
 # =============================================================================================================
@@ -110,7 +111,7 @@ HEAD_COUNT_UNITS = {
 
 
 @experiment("head-count", units=HEAD_COUNT_UNITS)
-def head_count(trial):
+def head_count(trial: Trial) -> dict[str, float]:
     """Single vs multi-head on three tasks; attention entropy, offsets, ablations, accuracy, time per step."""
     out: dict[str, float] = {}
     seed = trial.seed
@@ -119,13 +120,13 @@ def head_count(trial):
     pair_steps = budget(trial.preset, 60, 600, 3000)
     pair_bs = budget(trial.preset, 64, 256, 256)
     test_batch, test_y = pair_batch(2000, torch.Generator().manual_seed(10_000 + seed))
-    pair = {}
+    pair: dict[int, dict[str, Any]] = {}  # heads → model, accuracy, offset profile, entropy
     for h in (1, 4):
         torch.manual_seed(100 * seed + h)
         model = tiny_model(d_model=32, n_heads=h, n_layers=1, vocab_size=PAIR_K ** 2, max_seq_len=PAIR_T,
                            tie_embeddings=False)
         g = torch.Generator().manual_seed(seed)
-        fit(model, lambda _s, g=g: pair_batch(pair_bs, g)[0], pair_steps, lr=5e-3, warmup=100)
+        fit(model, cast(Batches, lambda _s, g=g: pair_batch(pair_bs, g)[0]), pair_steps, lr=5e-3, warmup=100)
         acc = _pair_accuracy(model, test_batch, test_y)
         w = _weights(model, {"input_ids": test_batch["input_ids"][:500]})
         prof = offset_profile(w, 7, rows=slice(3, PAIR_T - 1))  # (H, 8): mass at offsets 0..7 (rows t >= 3)
@@ -158,7 +159,9 @@ def head_count(trial):
     val_batches = [lm_batch(val, LM_T, 64, gv) for _ in range(budget(trial.preset, 1, 4, 8))]
     gt = torch.Generator().manual_seed(778)
     train_eval = [lm_batch(train, LM_T, 64, gt) for _ in range(budget(trial.preset, 1, 4, 8))]
-    lm, lm_ent, lm_prof = {}, {}, {}
+    lm: dict[int, Any] = {}  # heads → model (Any: its sub-modules are read by attribute)
+    lm_ent: dict[int, torch.Tensor] = {}
+    lm_prof: dict[int, torch.Tensor] = {}
     for h in LM_HEADS:
         torch.manual_seed(100 * seed + 10 + h)
         model = tiny_model(d_model=LM_D, n_heads=h, n_layers=1, vocab_size=len(vocab), max_seq_len=LM_T,
@@ -167,7 +170,7 @@ def head_count(trial):
             out["ent_lm_init"] = attention_entropy(_weights(model, {"input_ids": val_batches[0]["input_ids"]}),
                                                7, LM_T).mean().item()
         g = torch.Generator().manual_seed(seed)
-        fit(model, lambda _s, g=g: lm_batch(train, LM_T, lm_bs, g), lm_steps, lr=3e-3)
+        fit(model, cast(Batches, lambda _s, g=g: lm_batch(train, LM_T, lm_bs, g)), lm_steps, lr=3e-3)
         out[f"lm_val_h{h}"] = _mean_loss(model, val_batches)
         out[f"lm_train_h{h}"] = _mean_loss(model, train_eval)
         w = _weights(model, {"input_ids": val_batches[0]["input_ids"]})

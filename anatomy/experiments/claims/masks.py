@@ -6,14 +6,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from anatomy import pitfalls
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import POST_SIZES, budget, fit, tiny_model
-from anatomy.experiments.registry import experiment
+from anatomy.experiments.fitting import POST_SIZES, Batches, budget, fit, tiny_model
+from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 from anatomy.inspection import capture
 
@@ -129,7 +129,7 @@ def _leftpad_stats(model, ids, mask, alone) -> tuple[float, float]:
 
 
 @experiment("mask-fills")
-def mask_fills(trial):
+def mask_fills(trial: Trial) -> dict[str, float]:
     g = torch.Generator().manual_seed(trial.seed)
     out: dict[str, float] = {}
     grid = _fill_grid(g)
@@ -147,6 +147,7 @@ def mask_fills(trial):
     train, val, vocab = char_corpus("shakespeare")
     steps = budget(trial.preset, 30, 200, 1000)
     models, undo = {}, {}
+    params: dict[str, Any]  # keyword arguments of one pitfall
     for arm, fault, params in (("inf", "inf_fill_no_guard", {}), ("1e9", "finite_mask_fill", {"fill": -1e9})):
         torch.manual_seed(100 * trial.seed + 3)
         model = tiny_model(d_model=budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"]),
@@ -156,7 +157,7 @@ def mask_fills(trial):
                            tie_embeddings=False)
         undo[arm] = pitfalls.apply(model, fault, **params)
         gb = torch.Generator().manual_seed(trial.seed)
-        fit(model, lambda _s, gb=gb: lm_batch(train, LM_T, 32, gb), steps, lr=3e-3)
+        fit(model, cast(Batches, lambda _s, gb=gb: lm_batch(train, LM_T, 32, gb)), steps, lr=3e-3)
         models[arm] = model
     out["c20_param_maxdiff"] = max((a - b).abs().max().item() for a, b in
                                    zip(models["inf"].parameters(), models["1e9"].parameters()))

@@ -23,7 +23,7 @@ from anatomy.components.add_norm import AddNorm
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.probes import hook_output, residual_grad_norms, residual_rms
-from anatomy.experiments.registry import experiment
+from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import MarkovTask
 
 PLACEMENTS = ("pre", "post", "deepnorm")
@@ -121,7 +121,7 @@ def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batch
 
 
 @experiment("norm-depth-grid", units={"depth_deep": " layers"})
-def norm_depth_grid(trial):
+def norm_depth_grid(trial: Trial) -> dict[str, float]:
     s = _grid_settings(trial.preset)
     task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
     g = torch.Generator().manual_seed(trial.seed)

@@ -23,7 +23,7 @@ from anatomy.components.positional.base import PositionalScheme
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, budget, finite_metrics, fit
 from anatomy.experiments.probes import hook_output, loss_per_position
-from anatomy.experiments.registry import experiment
+from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import MarkovTask
 
 PE_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw")
@@ -126,7 +126,7 @@ def _rotation_checks(d: int = 64, n: int = 256) -> dict[str, float]:
 
 
 @experiment("pe-lm", units={"train_length": " tokens"})
-def pe_lm(trial):
+def pe_lm(trial: Trial) -> dict[str, float]:
     T = budget(trial.preset, 16, 32, 64, POST_SIZES["T"])
     steps = budget(trial.preset, 40, 200, 1000)
     batch, d_model = 16, budget(trial.preset, 32, 32, 64, POST_SIZES["d_model"])
@@ -147,7 +147,8 @@ def pe_lm(trial):
         torch.manual_seed(trial.seed)  # same initial weights wherever the architectures agree
         model = build_model(ModelConfig(positional="none" if kind == "concat" else kind, **base))
         if kind == "concat":
-            model.embeddings.positional = ConcatSinusoidal(d_model, d_model // 2)
+            # torch's stubs read sub-modules as Tensor | Module: build_model's decoder has its embeddings
+            model.embeddings.positional = ConcatSinusoidal(d_model, d_model // 2)  # type: ignore[union-attr]
         losses = fit(model, batches, steps, lr=6e-3, warmup=20)
         lp = loss_per_position(model, held)  # (4T - 1,)
         curves[kind] = lp
