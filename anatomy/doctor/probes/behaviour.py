@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import cast
 
 import torch
 from torch import nn
@@ -96,9 +95,10 @@ def causal_leak(ctx: ProbeState):
     else:
         return [], ("not causal; pass --causal for a decoder's self-attention, or let forward take a (T, S) mask",
                     "不是因果注意力；decoder 的自注意力请加 --causal，或让 forward 接受 (T, S) 的 mask")
-    # NOTE: ctx.dep is None when --causal is given and the plain output is not finite (check._conventions); this
-    # probe then fails on it as before: the cast only states what the code assumes
-    worst, i, j, n = _worst_future(cast(torch.Tensor, dep))
+    if dep is None:  # --causal, but the plain output is not finite (check._conventions): nothing to compare
+        return [], ("cannot tell: the plain forward's output is not finite, so a change to a future token cannot be "
+                    "measured", "无法判断：普通前向的输出不是有限值，无法测量改变未来 token 的影响")
+    worst, i, j, n = _worst_future(dep)
     if _leak(worst, ctx):
         where = "" if how == "plain" else " under a causal mask"
         return [Finding("causal_leak", "error",
