@@ -54,9 +54,9 @@ class TransformerBlock(nn.Module):
         if (cross_attn is None) != (cross_add_norm is None):
             raise ValueError("cross_attn and cross_add_norm come together (both or neither)")
         self.attn_add_norm, self.attn = attn_add_norm, attn
-        self.cross_attn: MultiHeadAttention | None = cross_attn
-        if cross_add_norm is not None:
+        if cross_add_norm is not None:  # registered before cross_attn: the parameters' order is pinned
             self.cross_add_norm: AddNorm = cross_add_norm
+        self.cross_attn: MultiHeadAttention | None = cross_attn
         self.ffn_add_norm, self.ffn = ffn_add_norm, ffn
         self.parallel_residual = parallel_residual
         self.hook_resid_pre = HookPoint()  # (B, T, D), the block's input
