@@ -64,22 +64,24 @@ class AddNorm(nn.Module):
     def before(self, x: torch.Tensor) -> torch.Tensor:
         """What the sub-layer sees."""
         if self.placement == "pre":
-            return self.norm(x)
+            h: torch.Tensor = self.norm(x)
+            return h
         if self.placement == "sandwich":
-            return self.pre_norm(x)
+            h = self.pre_norm(x)
+            return h
         return x
 
     def after(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """Combine the residual input ``x`` with the sub-layer output ``out``."""
         if self.dropout.p and self.training:  # p = 0 or eval: the identity, without a module call
             out = self.dropout(out)
-        if self.placement == "post":
-            return self.norm(x + out)
         if self.placement == "pre":
             return x + out
         if self.placement == "sandwich":
-            return x + self.post_norm(out)
-        return self.norm(self.alpha * x + out)  # deepnorm
+            z: torch.Tensor = x + self.post_norm(out)
+            return z
+        y: torch.Tensor = self.norm(x + out if self.placement == "post" else self.alpha * x + out)  # post, deepnorm
+        return y
 
     def extra_repr(self) -> str:
         return f"placement={self.placement!r}" + (f", alpha={self.alpha:.4g}" if self.placement == "deepnorm" else "")

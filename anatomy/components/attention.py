@@ -24,6 +24,8 @@ calls the scheme's hooks and never asks which scheme it is.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -120,7 +122,8 @@ class MultiHeadAttention(nn.Module):
         # merge step replaces the attending entry's own (None: its own, the standard steps). The bug zoo selects
         # its faults through these five public attributes (anatomy.pitfalls).
         # Setting any of the five re-resolves the module's kernel and steps (``_resolve``), never a call.
-        self._kernel, self._kernel_args = kernel, {}
+        self._kernel: str = kernel
+        self._kernel_args: dict[str, Any] = {}
         self._scale_kernel: str | None = None
         self._split_kernel: str | None = None
         self._merge_kernel: str | None = None
@@ -144,8 +147,10 @@ class MultiHeadAttention(nn.Module):
     def _resolve(self) -> None:
         """Decide, once per setting of the five attributes above, the split and merge steps (``None``: the standard
         ones, written in :meth:`forward`), the scale step, and forget the entries picked for earlier settings."""
-        split = None if self._split_kernel is None else kernels.entry(self._split_kernel).split
-        merge = None if self._merge_kernel is None else kernels.entry(self._merge_kernel).merge
+        split: Callable[[Any, torch.Tensor, int], torch.Tensor] | None = (
+            None if self._split_kernel is None else kernels.entry(self._split_kernel).split)
+        merge: Callable[[Any, torch.Tensor], torch.Tensor] | None = (
+            None if self._merge_kernel is None else kernels.entry(self._merge_kernel).merge)
         chosen = kernels.KERNELS.get(self._kernel)
         if chosen is not None:  # an entry's own steps (a fault entry named as the kernel brings its steps)
             split = split or (None if chosen.split is kernels.split_heads else chosen.split)
@@ -166,13 +171,13 @@ class MultiHeadAttention(nn.Module):
                                                        softcap=key[3])
         return hit
 
-    def _project(self, x: torch.Tensor, source: torch.Tensor):
+    def _project(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, D)``, ``k, v (B, S, Hkv*Dh)``."""
         kv_dim = self.n_kv_heads * self.head_dim
         if not self.fused_qkv:
             return self.q_proj(x), self.k_proj(source), self.v_proj(source)
         if source is x:
-            return self.qkv_proj(x).split([self.inner_dim, kv_dim, kv_dim], dim=-1)
+            return tuple(self.qkv_proj(x).split([self.inner_dim, kv_dim, kv_dim], dim=-1))
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
         q = nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
         kv = nn.functional.linear(source, w[self.inner_dim:], None if b is None else b[self.inner_dim:])
@@ -180,14 +185,17 @@ class MultiHeadAttention(nn.Module):
 
     def _project_q(self, x: torch.Tensor) -> torch.Tensor:
         if not self.fused_qkv:
-            return self.q_proj(x)
+            q: torch.Tensor = self.q_proj(x)
+            return q
         b = self.qkv_proj.bias
         w = self.qkv_proj.weight
         return nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
 
-    def standalone_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *, mask=None, is_causal=False,
-                    kv_cache: KVCache | None = None, positions=None, attn_bias=None,
-                    key_padding_mask=None) -> AttentionContext:
+    def standalone_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *,
+                           mask: torch.Tensor | None = None, is_causal: bool = False,
+                           kv_cache: KVCache | None = None, positions: torch.Tensor | None = None,
+                           attn_bias: torch.Tensor | None = None,
+                           key_padding_mask: torch.Tensor | None = None) -> AttentionContext:
         """The context of a standalone call (no model around it), built by the models' own ``build_context``:
         the inputs checked, the key count ``S`` (cache included), positions after every entry the cache saw."""
         check_hidden("x", x, self.d_model)
@@ -244,8 +252,9 @@ class MultiHeadAttention(nn.Module):
             if self.qk_norm is not None:
                 q = self.q_norm(q)
             k, v, k_pos = kv_cache.k, kv_cache.v, kv_cache.positions  # memory projected once, at step 0
+            assert k is not None and v is not None and k_pos is not None
         else:
-            q, k, v = self._project(x, context if cross else x)  # (B, T, H·Dh), (B, S, Hkv·Dh) twice
+            q, k, v = self._project(x, x if context is None else context)  # (B, T, H·Dh), (B, S, Hkv·Dh) twice
             s = k.shape[1]
             if self._split_step is None:  # split heads: view (B, T, H, Dh), then transpose to (B, H, T, Dh)
                 q = q.view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)

@@ -19,7 +19,7 @@ after attention, ``x + attn(norm_1(x)) + ffn(norm_2(x))``; ``hook_resid_mid`` is
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -28,6 +28,9 @@ from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.context import AttentionContext
 from anatomy.components.hook_point import HookPoint
+from anatomy.components.kv_cache import KVCache
+
+BlockCache = KVCache | tuple[KVCache, KVCache] | None  # a block's cache: self-attention's, or (self, cross)
 
 
 class TransformerBlock(nn.Module):
@@ -51,10 +54,9 @@ class TransformerBlock(nn.Module):
         if (cross_attn is None) != (cross_add_norm is None):
             raise ValueError("cross_attn and cross_add_norm come together (both or neither)")
         self.attn_add_norm, self.attn = attn_add_norm, attn
-        if cross_attn is not None:
-            self.cross_add_norm, self.cross_attn = cross_add_norm, cross_attn
-        else:
-            self.cross_attn = None
+        if cross_add_norm is not None:  # registered before cross_attn: the parameters' order is pinned
+            self.cross_add_norm: AddNorm = cross_add_norm
+        self.cross_attn: MultiHeadAttention | None = cross_attn
         self.ffn_add_norm, self.ffn = ffn_add_norm, ffn
         self.parallel_residual = parallel_residual
         self.hook_resid_pre = HookPoint()  # (B, T, D), the block's input
@@ -74,21 +76,22 @@ class TransformerBlock(nn.Module):
     # this classmethod when the package is imported; declared here for readers and type checkers.
     build: ClassVar[Callable[..., TransformerBlock]]
 
-    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask, memory_mask, is_causal,
-                    kv_cache, positions, attn_bias):
+    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask: torch.Tensor | None,
+                           memory_mask: torch.Tensor | None, is_causal: bool, kv_cache: BlockCache,
+                           positions: torch.Tensor | None, attn_bias: torch.Tensor | None) -> AttentionContext:
         """The context of a standalone block call, built by the attention modules' ``standalone_context``."""
-        self_cache, cross_cache = kv_cache if self.cross_attn is not None and kv_cache is not None else (kv_cache,
-                                                                                                          None)
-        ctx = self.attn.standalone_context(x, mask=mask, is_causal=is_causal, kv_cache=self_cache, positions=positions,
-                                    attn_bias=attn_bias)
+        self_cache, cross_cache = split_cache(kv_cache)
+        ctx = self.attn.standalone_context(x, mask=mask, is_causal=is_causal, kv_cache=self_cache,
+                                           positions=positions, attn_bias=attn_bias)
         if self.cross_attn is not None:
             ctx.cross_ctx = self.cross_attn.standalone_context(x, memory, mask=memory_mask, kv_cache=cross_cache)
         return ctx
 
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, is_causal: bool | None = None, kv_cache=None,
+                memory_mask: torch.Tensor | None = None, is_causal: bool | None = None, kv_cache: BlockCache = None,
                 need_weights: bool = False, positions: torch.Tensor | None = None,
-                attn_bias: torch.Tensor | None = None, ctx: AttentionContext | None = None):
+                attn_bias: torch.Tensor | None = None,
+                ctx: AttentionContext | None = None) -> tuple[torch.Tensor, Any]:
         """``x: (B, T, D)`` (and, with cross-attention, ``memory: (B, S, D)``) → ``(x, weights)``; weights are
         ``self_weights`` or, with cross-attention, ``(self_weights, cross_weights)``. ``kv_cache`` is a
         ``KVCache`` or a ``(self, cross)`` pair. Inside a stack ``ctx`` replaces the mask/position arguments."""
@@ -97,14 +100,14 @@ class TransformerBlock(nn.Module):
             raise ValueError(f"{type(self).__name__} attends to an encoder memory: give memory (B, S, D)")
         if ctx is None:
             ctx = self.standalone_context(x, memory, mask=mask, memory_mask=memory_mask,
-                                   is_causal=self.default_causal if is_causal is None else is_causal,
-                                   kv_cache=kv_cache, positions=positions, attn_bias=attn_bias)
-        self_cache, cross_cache = kv_cache if cross and kv_cache is not None else (kv_cache, None)
+                                          is_causal=self.default_causal if is_causal is None else is_causal,
+                                          kv_cache=kv_cache, positions=positions, attn_bias=attn_bias)
+        self_cache, cross_cache = split_cache(kv_cache)
         x = block_in = self.hook_resid_pre(x)  # (B, T, D)
         h = self.hook_attn_in(self.attn_add_norm.before(x))
         a, weights = self.attn(h, kv_cache=self_cache, need_weights=need_weights, ctx=ctx)
         x = self.hook_resid_mid(self.attn_add_norm.after(x, self.hook_attn_out(a)))  # (B, T, D)
-        if cross:
+        if self.cross_attn is not None:
             h = self.hook_cross_in(self.cross_add_norm.before(x))
             c, cross_w = self.cross_attn(h, context=memory, kv_cache=cross_cache, need_weights=need_weights,
                                          ctx=ctx.cross_ctx)
@@ -112,7 +115,15 @@ class TransformerBlock(nn.Module):
             weights = (weights, cross_w)
         h = self.hook_ffn_in(self.ffn_add_norm.before(block_in if self.parallel_residual else x))
         x = self.ffn_add_norm.after(x, self.hook_ffn_out(self.ffn(h)))  # (B, T, D)
-        return self.hook_resid_post(x), weights
+        out: torch.Tensor = self.hook_resid_post(x)
+        return out, weights
+
+
+def split_cache(kv_cache: BlockCache) -> tuple[KVCache | None, KVCache | None]:
+    """A block's ``kv_cache``: a ``KVCache`` (self-attention only) or a ``(self, cross)`` pair."""
+    if isinstance(kv_cache, tuple):
+        return kv_cache
+    return kv_cache, None
 
 
 class EncoderBlock(TransformerBlock):

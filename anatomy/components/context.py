@@ -93,8 +93,9 @@ class AttentionContext:
     bias: torch.Tensor | None = None  # (B|1, H, T, S), shared by every layer (T5)
     cross_ctx: AttentionContext | None = None  # a decoder's cross-attention context (over the memory)
     cache_positions: torch.Tensor | None = None  # (B|1, past): key positions the cache held before this call
-    _masks: dict = field(default_factory=dict, repr=False)
-    _tables: dict = field(default_factory=dict, repr=False)
+    _masks: dict[tuple[int | None, int, bool, bool], tuple[torch.Tensor | None, bool]] = field(
+        default_factory=dict, repr=False)
+    _tables: dict[Hashable, object] = field(default_factory=dict, repr=False)
     _key_positions: torch.Tensor | None = field(default=None, repr=False)
 
     @property
@@ -174,6 +175,7 @@ def build_context(*, b: int, t: int, s: int, heads: int, device: torch.device | 
         if key_padding_mask is not None:
             raise ValueError(f"give attention_mask or {padding_name}, not both (two names for the padding)")
         counted = hf_padding(attention_mask, b, s, padding_name)
+        assert counted is not None
         # a mask with no padding is no mask (as HF's masking_utils): SDPA may then take its fused causal path
         if torch.compiler.is_compiling() or not bool(counted.all()):
             padding = counted[:, None, None, :]  # (B, 1, 1, S)

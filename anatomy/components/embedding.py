@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from anatomy.components.hook_point import HookPoint, hooked
+from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_token_ids
 
 
@@ -45,8 +46,9 @@ class InputEmbeddings(nn.Module):
     output head can share one matrix. Hook points: ``hook_tokens`` (the token embedding) and ``hook_pos`` (the
     positional term an embedding-site scheme adds; it fires only for such a scheme)."""
 
-    def __init__(self, *, embed_tokens: TokenEmbedding, positional: nn.Module | None = None,
-                 token_types: nn.Embedding | None = None, norm: nn.Module | None = None, dropout: float = 0.0):
+    def __init__(self, *, embed_tokens: TokenEmbedding, positional: PositionalScheme | None = None,
+                 token_types: nn.Embedding | None = None, norm: nn.Module | None = None,
+                 dropout: float = 0.0) -> None:
         super().__init__()
         self.embed_tokens = embed_tokens
         self.positional = positional

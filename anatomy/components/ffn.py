@@ -13,6 +13,7 @@ a plain FFN.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -20,13 +21,13 @@ from torch import nn
 
 from anatomy.components.hook_point import HookPoint
 
-ACTIVATIONS = {
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "silu": F.silu,
 }
-GATED = {
+GATED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "swiglu": F.silu,
     "geglu": F.gelu,
     "geglu_tanh": ACTIVATIONS["gelu_tanh"],  # T5 v1.1's "gated-gelu": HF's "gelu_new" inside the gate
@@ -66,7 +67,8 @@ class FeedForward(nn.Module):
         hidden = self.hook_hidden(hidden)
         if self.dropout.p and self.training:  # p = 0 or eval: the identity, without a module call
             hidden = self.dropout(hidden)
-        return self.down_proj(hidden)  # (B, T, D)
+        out: torch.Tensor = self.down_proj(hidden)  # (B, T, D)
+        return out
 
     def extra_repr(self) -> str:
         return f"activation={self.activation!r}, d_ff={self.d_ff}"

@@ -21,7 +21,8 @@ class HookPoint(nn.Module):
         # call machinery entirely. Any hook — on this module or a global one — takes the ordinary path.
         if (self._forward_hooks or self._forward_pre_hooks or _module._global_forward_hooks
                 or _module._global_forward_pre_hooks):
-            return super().__call__(x)
+            out: torch.Tensor = super().__call__(x)
+            return out
         return x
 
     @property
@@ -33,6 +34,7 @@ def hooked(module: nn.Module, name: str) -> bool:
     """Whether ``module``'s hook point ``name`` has a hook of its own: ``module.<name>.has_hooks`` without
     ``nn.Module.__getattr__`` (about 10x cheaper), for checks on every forward."""
     point = module._modules[name]
+    assert point is not None, name
     return bool(point._forward_hooks or point._forward_pre_hooks)
 
 

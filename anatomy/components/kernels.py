@@ -29,11 +29,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from anatomy.components.context import AttentionContext
 from anatomy.components.masks import causal_mask
 from anatomy.shapes import compute_dtype
 
@@ -42,16 +43,14 @@ log = logging.getLogger("anatomy")
 Hook = Callable[[torch.Tensor], torch.Tensor]
 
 
-class AttentionFunction(Protocol):
-    """What a registry entry's ``fn`` is: the attention arithmetic on heads already split, with the mask already
-    final (the forward's mask plan, ``AttentionContext.kernel_mask``). ``q: (B, H, T, Dh)``, ``k, v: (B, Hkv, S,
-    Dh)`` → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``. Kernels that return weights also take
-    ``score_hook``, ``weight_hook`` and ``softcap``; a fault's parameters arrive as further keywords."""
+Weights = tuple[torch.Tensor, torch.Tensor | None]  # (out (B, H, T, Dh), weights (B, H, T, S) or None)
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = ...,
-                 is_causal: bool = ..., scale: float, bias: torch.Tensor | None = ...,
-                 value_bias: torch.Tensor | None = ..., dropout_p: float = ..., need_weights: bool = ...,
-                 **extra: Any) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+# What a registry entry's ``fn`` is: the attention arithmetic on heads already split, the mask already final (the
+# forward's mask plan, ``AttentionContext.kernel_mask``), called as
+#     fn(q (B, H, T, Dh), k (B, Hkv, S, Dh), v (B, Hkv, S, Dh), *, mask, is_causal, scale, bias, value_bias,
+#        dropout_p, need_weights, [score_hook, weight_hook, softcap], [a fault's parameters]) -> Weights
+# Kernels that return weights also take ``score_hook``, ``weight_hook`` and ``softcap``.
+AttentionFunction = Callable[..., Weights]
 
 
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -62,7 +61,8 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x[:, :, None].expand(b, hkv, n_heads // hkv, s, dh).reshape(b, n_heads, s, dh)  # (B, H, S, Dh)
 
 
-def full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device) -> torch.Tensor | None:
+def full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int,
+              device: torch.device | str | None) -> torch.Tensor | None:
     """The caller's mask AND the (bottom-right aligned) causal mask, for a kernel function called on its own
     (``math_attention(q, k, v, is_causal=True)``). Inside a module the forward's mask plan
     (``AttentionContext.kernel_mask``) has folded the causal rule already and ``is_causal`` arrives False (or True
@@ -102,10 +102,13 @@ def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
 
 
 def math_attention(
-    q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
-    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None, softcap=None,
-    mask_step: Callable = full_mask, softmax_step: Callable = masked_softmax,
-):
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False,
+    scale: float, bias: torch.Tensor | None = None, value_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
+    need_weights: bool = False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    softcap: float | None = None,
+    mask_step: Callable[..., torch.Tensor | None] = full_mask,
+    softmax_step: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = masked_softmax,
+) -> Weights:
     """All heads at once. ``mask_step(mask, is_causal, t, s, device)`` and ``softmax_step(scores, mask)`` are the
     two steps a bug-zoo fault may replace (anatomy.pitfalls); the defaults are the correct ones."""
     b, h, t, dh = q.shape
@@ -129,9 +132,11 @@ def math_attention(
 
 
 def loop_attention(
-    q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
-    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None, softcap=None,
-):
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False,
+    scale: float, bias: torch.Tensor | None = None, value_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
+    need_weights: bool = False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    softcap: float | None = None,
+) -> Weights:
     """The post's description, one head at a time: for each head, its own Q_h K_h^T, softmax, and weights @ V_h."""
     b, h, t, dh = q.shape
     hkv, s = k.shape[1], k.shape[-2]
@@ -165,9 +170,11 @@ def loop_attention(
 
 
 def sdpa_attention(
-    q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
-    need_weights=False, score_hook: Hook | None = None, weight_hook: Hook | None = None, softcap=None,
-):
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False,
+    scale: float, bias: torch.Tensor | None = None, value_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
+    need_weights: bool = False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    softcap: float | None = None,
+) -> Weights:
     if softcap is not None:
         raise ValueError("kernel='sdpa' cannot soft-cap attention logits (attn_softcap); use kernel='math' "
                          "(or 'auto', which picks 'math' when the logits are soft-capped)")
@@ -201,7 +208,8 @@ def sdpa_attention(
     return out, None
 
 
-def native_gqa(q, k, v, attn_mask, dropout_p: float, is_causal: bool) -> bool:
+def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout_p: float,
+               is_causal: bool) -> bool:
     """Hand K/V with fewer heads than Q to SDPA as they are (``enable_gqa=True``), or repeat them to every query head
     first? On CPU: as they are (every CPU backend takes grouped heads). On CUDA only flash and cuDNN attention take
     grouped heads; the memory-efficient kernel refuses them, and flash takes no mask and cuDNN no float32. When
@@ -216,27 +224,28 @@ def native_gqa(q, k, v, attn_mask, dropout_p: float, is_causal: bool) -> bool:
     cuda = torch.backends.cuda
     try:
         params = cuda.SDPAParams(q, k, v, attn_mask, dropout_p, is_causal, True)
-        return bool((cuda.flash_sdp_enabled() and cuda.can_use_flash_attention(params))
-                    or (cuda.cudnn_sdp_enabled() and cuda.can_use_cudnn_attention(params)))
+        flash, cudnn = cuda.flash_sdp_enabled(), cuda.cudnn_sdp_enabled()  # type: ignore[no-untyped-call]
+        return bool((flash and cuda.can_use_flash_attention(params))
+                    or (cudnn and cuda.can_use_cudnn_attention(params)))
     except (AttributeError, TypeError, RuntimeError):  # a torch without the probes
         return flash_could
 
 
-def split_heads(module, x: torch.Tensor, heads: int) -> torch.Tensor:
+def split_heads(module: Any, x: torch.Tensor, heads: int) -> torch.Tensor:
     """The split step: ``(B, T, heads·Dh)`` → view ``(B, T, heads, Dh)`` → transpose ``(B, heads, T, Dh)``."""
     b, t, _ = x.shape
     return x.view(b, t, heads, module.head_dim).transpose(1, 2)  # (B, H, T, Dh)
 
 
-def merge_heads(module, out: torch.Tensor) -> torch.Tensor:
+def merge_heads(module: Any, out: torch.Tensor) -> torch.Tensor:
     """The merge step: ``(B, H, T, Dh)`` → transpose back ``(B, T, H, Dh)`` → ``(B, T, H·Dh)``."""
     b, _, t, _ = out.shape
     return out.transpose(1, 2).reshape(b, t, module.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
 
 
-def module_scale(module) -> float:
+def module_scale(module: Any) -> float:
     """The scale step: the module's ``scale`` (``1/sqrt(Dh)`` unless set)."""
-    return module.scale
+    return float(module.scale)
 
 
 @dataclass(frozen=True)
@@ -252,22 +261,25 @@ class Kernel:
     fn: AttentionFunction
     returns_weights: bool
     supports_value_bias: bool
-    split: Callable = split_heads
-    merge: Callable = merge_heads
-    scale: Callable = module_scale
+    split: Callable[[Any, torch.Tensor, int], torch.Tensor] = split_heads
+    merge: Callable[[Any, torch.Tensor], torch.Tensor] = merge_heads
+    scale: Callable[[Any], float] = module_scale
     fold_causal: bool = True  # take the causal rule folded into the mask (False: a fault that moves it)
     causal_flag: bool = False  # takes SDPA's is_causal flag instead of a causal mask (square calls, no bias)
 
-    def scale_of(self, module) -> float:
+    def scale_of(self, module: Any) -> float:
         """The scale step: this entry's, or the one of the entry the module names in ``scale_kernel``."""
         return (self.scale if module.scale_kernel is None else entry(module.scale_kernel).scale)(module)
 
-    def mask(self, module, ctx, s: int, bias):
+    def mask(self, module: Any, ctx: AttentionContext, s: int,
+             bias: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
         """This layer's entry in the forward's mask plan (``AttentionContext.kernel_mask``, memoised)."""
         return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal,
                                self.causal_flag and bias is None)
 
-    def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
+    def __call__(self, module: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext, *,
+                 bias: torch.Tensor | None, value_bias: torch.Tensor | None, need_weights: bool,
+                 args: dict[str, Any] | None = None) -> Weights:
         mask, is_causal = self.mask(module, ctx, k.shape[-2], bias)
         args = module.kernel_args if args is None else args
         extra = dict(args) if args else {}
@@ -295,7 +307,9 @@ class RecordingKernel(Kernel):
     with the inner kernel's scale step; the output is the inner kernel's (SDPA under ``auto``): what runs is
     unchanged (``anatomy.inspection.weights.attention_weights``)."""
 
-    def __call__(self, module, q, k, v, ctx, *, bias, value_bias, need_weights, args: dict | None = None):
+    def __call__(self, module: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext, *,
+                 bias: torch.Tensor | None, value_bias: torch.Tensor | None, need_weights: bool,
+                 args: dict[str, Any] | None = None) -> Weights:
         args = module.kernel_args if args is None else args
         inner = resolve(args["inner"], need_weights=need_weights, value_bias=value_bias is not None,
                         hooked=module.hook_scores.has_hooks or module.hook_weights.has_hooks,
@@ -321,7 +335,7 @@ KERNELS: dict[str, Kernel] = {
 KERNEL_NAMES = (*KERNELS, "auto")  # the names a user chooses; faults and the recorder register more entries
 
 
-def _inner(module) -> Kernel:
+def _inner(module: Any) -> Kernel:
     """The entry a recorder wraps (its split and merge steps are the ones that run)."""
     return KERNELS.get(module.kernel_args["inner"], KERNELS["math"])  # "auto": the standard steps
 

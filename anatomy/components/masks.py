@@ -133,6 +133,7 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def check_mask_dtype(name: str, mask: object) -> None:
     check_tensor(name, mask)
+    assert isinstance(mask, torch.Tensor)  # check_tensor raised otherwise
     if mask.dtype != torch.bool:
         hint = (
             " (an additive float mask can be converted with anatomy.components.masks.from_additive)"

@@ -84,11 +84,12 @@ class TokenBatchNorm(nn.Module):
         super().__init__()
         self.bn = nn.BatchNorm1d(d_model, eps=eps, affine=True)
         if not bias:
-            self.bn.bias = None  # F.batch_norm then scales only
+            self.bn.bias = None  # type: ignore[assignment]  # F.batch_norm then scales only
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
-        return self.bn(x.reshape(-1, shape[-1])).reshape(shape)  # (B, T, D)
+        out: torch.Tensor = self.bn(x.reshape(-1, shape[-1]))  # (B*T, D)
+        return out.reshape(shape)  # (B, T, D)
 
 
 NORMS: dict[str, type[nn.Module]] = {"layernorm": LayerNorm, "rmsnorm": RMSNorm, "batchnorm": TokenBatchNorm}

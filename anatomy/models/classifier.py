@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -38,7 +40,7 @@ class Classifier(PretrainedMethods, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
                 output_attentions: bool = False, output_hidden_states: bool = False,
-                return_dict: bool = True) -> ClassifierOutput:
+                return_dict: bool = True) -> ClassifierOutput | tuple[Any, ...]:
         b, t = ids_shape(input_ids)
         enc = self.encoder(input_ids, attention_mask, token_type_ids=token_type_ids,
                            output_attentions=output_attentions, output_hidden_states=output_hidden_states)

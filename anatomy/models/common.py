@@ -15,7 +15,8 @@ def key_padding(attention_mask: torch.Tensor | None, b: int, s: int,
     return hf_padding(attention_mask, b, s, name)
 
 
-def make_positions(mask: torch.Tensor | None, t: int, past: int, device, given: torch.Tensor | None = None):
+def make_positions(mask: torch.Tensor | None, t: int, past: int, device: torch.device | str | None,
+                   given: torch.Tensor | None = None) -> torch.Tensor:
     """Query positions ``(B|1, T)`` of a model's forward: given ids, else counted from the mask (left padding),
     else ``past + arange`` (``components.context.query_positions``, the one place positions are defaulted)."""
     return query_positions(t, past, device, given=given, mask=mask)

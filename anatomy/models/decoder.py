@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -26,7 +28,8 @@ class Decoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, memory: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                kv_caches: list | None = None, output_attentions: bool = False, hidden_states: list | None = None):
+                kv_caches: list[Any] | None = None, output_attentions: bool = False,
+                hidden_states: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, tuple[Any, ...] | None]:
         b, t = ids_shape(input_ids, "decoder_input_ids")
         ctx = self.stack.attention_context(
             b, t, input_ids.device, memory_len=memory.shape[1], attention_mask=attention_mask,

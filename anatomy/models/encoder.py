@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -29,13 +31,13 @@ class Encoder(PretrainedMethods, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 output_attentions: bool = False, output_hidden_states: bool = False,
-                return_dict: bool = True) -> EncoderOutput:
+                return_dict: bool = True) -> EncoderOutput | tuple[Any, ...]:
         b, t = ids_shape(input_ids)
         ctx = self.stack.attention_context(b, t, input_ids.device, attention_mask=attention_mask, is_causal=False,
                                            positions=position_ids, padding_name="attention_mask",
                                            positions_name="position_ids")
         x = self.embeddings(input_ids, ctx.positions, token_type_ids)  # (B, T, D)
-        hidden = [] if output_hidden_states else None
+        hidden: list[torch.Tensor] | None = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, need_weights=output_attentions, hidden_states=hidden)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(x[:, 0]))  # (B, D)
         out = EncoderOutput(last_hidden_state=x, pooler_output=pooled, attentions=weights,

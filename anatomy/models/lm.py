@@ -3,6 +3,8 @@ output head."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -42,8 +44,8 @@ class DecoderLM(GenerationMethods, nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                 labels: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 kv_caches: list[KVCache] | None = None, use_cache: bool = False,
-                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values=None,
-                cache=None, return_dict: bool = True) -> LMOutput:
+                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values: Any = None,
+                cache: Any = None, return_dict: bool = True) -> LMOutput | tuple[Any, ...]:
         """``input_ids: (B, T)``. With a cache, ``attention_mask`` covers the cached *and* the new tokens
         ``(B, S + T)`` and positions continue from the mask (left-padded batches decode correctly).
 
@@ -61,7 +63,7 @@ class DecoderLM(GenerationMethods, nn.Module):
                                            kv_caches=kv_caches, positions=position_ids, padding_name="attention_mask",
                                            positions_name="position_ids")  # masks, positions, cache: checked once
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
-        hidden = [] if output_hidden_states else None
+        hidden: list[torch.Tensor] | None = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions,
                                 hidden_states=hidden)
         logits = self.lm_head(x)  # (B, T, V)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -53,7 +55,7 @@ class Seq2Seq(GenerationMethods, nn.Module):
                 labels: torch.Tensor | None = None, encoder_outputs: EncoderOutput | None = None,
                 kv_caches: list | None = None, use_cache: bool = False,
                 output_attentions: bool = False, output_hidden_states: bool = False, past_key_values=None,
-                cache=None, return_dict: bool = True) -> Seq2SeqOutput:
+                cache: Any = None, return_dict: bool = True) -> Seq2SeqOutput | tuple[Any, ...]:
         """HF's ``past_key_values`` / ``cache`` / ``use_cache`` / ``output_hidden_states`` / ``return_dict`` work
         as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer)."""
         if encoder_outputs is None:
@@ -73,7 +75,7 @@ class Seq2Seq(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, decoder_attention_mask)
-        hidden_list = [] if output_hidden_states else None
+        hidden_list: list[torch.Tensor] | None = [] if output_hidden_states else None
         hidden, weights = self.decoder(decoder_input_ids, encoder_outputs.last_hidden_state,
                                        attention_mask=decoder_attention_mask, memory_mask=attention_mask,
                                        kv_caches=kv_caches, output_attentions=output_attentions,

@@ -12,11 +12,14 @@ first) and hands it to every block.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
 
+from anatomy.components.attention import MultiHeadAttention
+from anatomy.components.block import TransformerBlock
 from anatomy.components.context import AttentionContext, build_context, cache_seen
 from anatomy.components.hook_point import HookPoint
 from anatomy.components.kv_cache import KVCache
@@ -27,7 +30,7 @@ from anatomy.shapes import check_hidden
 class TransformerStack(nn.Module):
     default_causal: ClassVar[bool] = False  # is_causal when a call does not say
 
-    def __init__(self, *, blocks: list[nn.Module], final_norm: nn.Module | None = None,
+    def __init__(self, *, blocks: Sequence[nn.Module], final_norm: nn.Module | None = None,
                  position_bias: PositionalScheme | None = None) -> None:
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
@@ -35,15 +38,19 @@ class TransformerStack(nn.Module):
         self.position_bias = position_bias
         self.hook_out = HookPoint()  # (B, T, D), after the final norm
 
+    def attentions(self) -> list[MultiHeadAttention]:
+        """Each block's self-attention module."""
+        return [cast(TransformerBlock, block).attn for block in self.blocks]
+
     @property
     def cross(self) -> bool:
         """Whether the blocks attend to an encoder memory."""
         return len(self.blocks) > 0 and getattr(self.blocks[0], "cross_attn", None) is not None
 
-    def new_caches(self, capacity: int | None = None) -> list:
+    def new_caches(self, capacity: int | None = None) -> list[Any]:
         """One empty cache per block (a ``(self, cross)`` pair with cross-attention); ``capacity`` (the final
         length, when known) sizes the self-attention buffers once."""
-        caches = [KVCache(capacity, window=block.attn.sliding_window) for block in self.blocks]
+        caches = [KVCache(capacity, window=attn.sliding_window) for attn in self.attentions()]
         return [(c, KVCache()) for c in caches] if self.cross else caches
 
     def attention_context(self, b: int, t: int, device: torch.device | str | None, *,
@@ -52,7 +59,7 @@ class TransformerStack(nn.Module):
                           memory_key_padding_mask: torch.Tensor | None = None,
                           memory_attention_mask: torch.Tensor | None = None,
                           memory_attn_mask: torch.Tensor | None = None, is_causal: bool | None = None,
-                          positions: torch.Tensor | None = None, kv_caches: list | None = None,
+                          positions: torch.Tensor | None = None, kv_caches: list[Any] | None = None,
                           padding_name: str = "key_padding_mask",
                           memory_padding_name: str = "memory_key_padding_mask",
                           positions_name: str = "positions") -> AttentionContext:
@@ -64,7 +71,7 @@ class TransformerStack(nn.Module):
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             what = "one (self, cross) pair" if self.cross else "one cache"
             raise ValueError(f"kv_caches must hold {what} per block ({len(self.blocks)}), got {len(kv_caches)}")
-        heads = self.blocks[0].attn.n_heads if len(self.blocks) else 1
+        heads = cast(TransformerBlock, self.blocks[0]).attn.n_heads if len(self.blocks) else 1
         past = cache_seen(kv_caches)
         first = None if not kv_caches else (kv_caches[0][0] if self.cross else kv_caches[0])
         ctx = build_context(b=b, t=t, s=past + t, heads=heads, device=device, past=past, positions=positions,
@@ -86,13 +93,15 @@ class TransformerStack(nn.Module):
     def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *,
                 key_padding_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
                 memory_key_padding_mask: torch.Tensor | None = None, memory_attn_mask: torch.Tensor | None = None,
-                is_causal: bool | None = None, positions: torch.Tensor | None = None, kv_caches: list | None = None,
-                need_weights: bool = False, hidden_states: list | None = None, ctx: AttentionContext | None = None):
+                is_causal: bool | None = None, positions: torch.Tensor | None = None,
+                kv_caches: list[Any] | None = None, need_weights: bool = False,
+                hidden_states: list[torch.Tensor] | None = None,
+                ctx: AttentionContext | None = None) -> tuple[torch.Tensor, tuple[Any, ...] | None]:
         """``x: (B, T, D)`` (and ``memory: (B, S, D)`` for blocks with cross-attention) → ``(hidden (B, T, D),
         weights per layer or None)``; a layer's weights are ``(self, cross)`` with cross-attention. A
         ``hidden_states`` list receives each block's input and then the returned output (HF's
         ``output_hidden_states``). ``ctx`` (from :meth:`attention_context`) replaces the mask/position arguments."""
-        d_model = self.blocks[0].attn.d_model if len(self.blocks) else x.shape[-1]
+        d_model = cast(TransformerBlock, self.blocks[0]).attn.d_model if len(self.blocks) else x.shape[-1]
         check_hidden("x", x, d_model)
         if self.cross:
             if memory is None:
@@ -103,7 +112,7 @@ class TransformerStack(nn.Module):
                 x.shape[0], x.shape[1], x.device, memory_len=None if memory is None else memory.shape[1],
                 key_padding_mask=key_padding_mask, attn_mask=attn_mask, memory_key_padding_mask=memory_key_padding_mask,
                 memory_attn_mask=memory_attn_mask, is_causal=is_causal, positions=positions, kv_caches=kv_caches)
-        weights = []
+        weights: list[Any] = []
         for i, block in enumerate(self.blocks):
             if hidden_states is not None:
                 hidden_states.append(x)

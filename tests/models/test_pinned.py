@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from anatomy import ModelConfig, build_model, pitfalls
+from anatomy import PRESETS, ModelConfig, build_model, pitfalls
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.kv_cache import KVCache
 from anatomy.generation import generate
@@ -144,6 +144,23 @@ def test_standalone_attention_is_unchanged(kernel, case):
     _close(attention_output(kernel, case), _pins()["attention"][f"{kernel}/{case}"])
 
 
+def parameter_order(preset: str) -> str:
+    """A hash of the parameters' and the state_dict's names in order: building parts elsewhere must not reorder
+    them (the order decides what a seeded random initialisation gives each parameter)."""
+    import hashlib
+
+    from test_preset_pins import _config
+
+    model = build_model(_config(preset))
+    names = [n for n, _ in model.named_parameters()] + ["|"] + list(model.state_dict())
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_parameter_and_state_dict_order_is_unchanged(preset):
+    assert parameter_order(preset) == _pins()["parameter_order"][preset]
+
+
 def _write() -> None:
     decode = {}
     for name in DECODERS:
@@ -153,7 +170,9 @@ def _write() -> None:
     faults = {f"{f}/{p}": _summary(fault_output(f, p)) for f in sorted(pitfalls.FAULTS) for p in FAULT_PRESETS}
     attention = {f"{k}/{c}": _summary(attention_output(k, c)) for k in ("sdpa", "math", "loop")
                  for c in ATTENTION_CASES}
-    PINS.write_text(json.dumps({"decode": decode, "faults": faults, "attention": attention}, indent=0) + "\n")
+    order = {p: parameter_order(p) for p in sorted(PRESETS)}
+    PINS.write_text(json.dumps({"decode": decode, "faults": faults, "attention": attention,
+                                "parameter_order": order}, indent=0) + "\n")
     print(f"wrote {PINS}")
 
 
