@@ -21,7 +21,6 @@ from anatomy.components.context import cache_seen
 from anatomy.generation.fast import DecodeStep, refusal
 from anatomy.models.cache import ModelCache
 from anatomy.models.common import make_positions
-from anatomy.models.seq2seq import Seq2Seq
 from anatomy.sizes import check_cache_fits
 
 
@@ -34,7 +33,7 @@ class CachedDecoding:
         self.mask = mask
         self.inputs_embeds = inputs_embeds  # (B, T, D): the prompt's token embeddings instead of a lookup
         self.visible_from = 0 if inputs_embeds is None else input_ids.shape[1]  # ids[:, :this] are placeholders
-        self.seq2seq = isinstance(model, Seq2Seq)
+        self.seq2seq = bool(getattr(model, "is_encoder_decoder", False))  # Seq2Seq (HF's flag)
         capacity = (1 if self.seq2seq else input_ids.shape[1]) + max_new_tokens
         check_cache_fits(self.model.config, input_ids.shape[0], capacity, flags="max_new_tokens (or the batch)",
                          device=str(input_ids.device), element_size=next(model.parameters()).element_size())

@@ -22,6 +22,7 @@ another kind) and ``generate`` then uses the module path.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,9 @@ from anatomy.components.ffn import FeedForward
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.norms import LayerNorm
 from anatomy.components.positional.base import PositionalScheme
-from anatomy.models.lm import DecoderLM
+
+if TYPE_CHECKING:  # for the type only: models/lm.py imports generation through models/hf_api.py
+    from anatomy.models.lm import DecoderLM
 
 
 def _hooked(model: nn.Module) -> bool:
@@ -49,7 +52,7 @@ def _hooked(model: nn.Module) -> bool:
 
 def refusal(model: nn.Module) -> str | None:
     """Why ``model`` cannot use the flattened step (``None``: it can)."""
-    if not isinstance(model, DecoderLM):
+    if getattr(model, "is_encoder_decoder", None) is not False:  # only DecoderLM carries False (HF's flag)
         return f"only DecoderLM is flattened, not {type(model).__name__}"
     if model.training:
         return "the model is in training mode"

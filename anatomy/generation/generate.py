@@ -155,9 +155,7 @@ def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_
 def _embeds_prompt(model: nn.Module, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor) -> torch.Tensor:
     """Placeholder ids ``(B, T)`` standing for an embeddings prompt ``(B, T, D)`` (the prefill reads the
     embeddings; the ids only give the batch and length, and the processors see them as HF sees its empty ids)."""
-    from anatomy.models.seq2seq import Seq2Seq
-
-    if isinstance(model, Seq2Seq):
+    if getattr(model, "is_encoder_decoder", False):
         raise ValueError("inputs_embeds goes with a decoder-only model here; give an encoder-decoder input_ids")
     if input_ids is not None:
         raise ValueError("give input_ids or inputs_embeds, not both")

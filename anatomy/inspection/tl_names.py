@@ -122,12 +122,11 @@ class Parts:
 def model_parts(model: nn.Module) -> Parts | None:
     """One stack of blocks under ``model.stack`` (``DecoderLM``, ``Encoder``) or ``model.encoder.stack``
     (``Classifier``); ``None`` for anything else (an encoder-decoder has two stacks)."""
-    from anatomy.models.lm import DecoderLM
-
     if hasattr(model, "stack") and hasattr(model, "embeddings") and hasattr(model.stack, "blocks"):
         lm_head = getattr(model, "lm_head", None)
+        decoder_lm = getattr(model, "is_encoder_decoder", None) is False  # DecoderLM (HF's flag; Encoder: None)
         return Parts("embeddings", "stack", model.embeddings, model.stack,
-                     lm_head if isinstance(lm_head, nn.Linear) else None, isinstance(model, DecoderLM))
+                     lm_head if isinstance(lm_head, nn.Linear) else None, decoder_lm)
     encoder = getattr(model, "encoder", None)
     if (encoder is not None and hasattr(encoder, "stack") and hasattr(encoder, "embeddings")
             and not hasattr(model, "decoder")):

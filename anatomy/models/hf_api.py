@@ -77,6 +77,10 @@ class PretrainedMethods(LensMethods):
 class GenerationMethods(PretrainedMethods):
     """Mixed into ``DecoderLM`` and ``Seq2Seq``: ``model.generate(input_ids, ...)`` with HF's argument names."""
 
+    # HF's flag (``config.is_encoder_decoder``): generation and inspection read it instead of importing the model
+    # classes, so they never import models/lm.py or models/seq2seq.py, which import this module (no cycle)
+    is_encoder_decoder: bool = False
+
     @property
     def generation_config(self) -> Any:
         """The defaults ``generate`` starts from (HF's ``model.generation_config``): made from the model's

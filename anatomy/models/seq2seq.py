@@ -40,6 +40,7 @@ class EncoderDecoderStack(nn.Module):
 
 
 class Seq2Seq(GenerationMethods, nn.Module):
+    is_encoder_decoder = True
     def __init__(self, *, encoder: Encoder, decoder: Decoder, lm_head: nn.Linear, decoder_start_token_id: int = 0,
                  output_scale: float = 1.0) -> None:
         super().__init__()
