@@ -605,7 +605,10 @@ def test_id2label_round_trips_and_predict_prints_the_names(tmp_path, capsys):
     assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "o")]) == 0
     from anatomy.data.tokenizers import CharTokenizer
 
-    CharTokenizer.train(["abcdefgh"]).save(tmp_path / "o")  # predict needs a tokenizer; ids stay below V
+    # predict needs a tokenizer of the model's size (load_model refuses another): 2 specials + 98 characters
+    tokenizer = CharTokenizer.train(["abcdefgh" + "".join(chr(0x4E00 + i) for i in range(90))])
+    assert tokenizer.vocab_size == ours.config.vocab_size
+    tokenizer.save(tmp_path / "o")
     capsys.readouterr()
     assert main(["predict", "--checkpoint", str(tmp_path / "o"), "--text", "abc", "--format", "json"]) == 0
     probs = json.loads(capsys.readouterr().out)[0]["probabilities"]
