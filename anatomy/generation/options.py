@@ -50,7 +50,7 @@ def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
         for name in ("temperature", "top_k", "top_p", "min_p"):
             value = options.get(name)
             if value is not None and not (name == "temperature" and value == 1.0) \
-                    and not (name == "top_p" and value == 1.0):
+                    and not (name == "top_p" and value == 1.0) and not (name == "top_k" and value == 50):
                 ignored.append(f"{name}={value!r}")
             out[name] = None
     if options.get("num_beams") == 1:
@@ -114,8 +114,10 @@ OPTIONS: dict[str, Any] = {
     "return_dict_in_generate": None, "output_scores": None, "output_logits": None, "use_cache": None,
 }
 # what "not set" means once everything is merged (HF's global defaults where ours has none of its own)
+# (top_k 50 is HF's: sampling keeps the 50 likeliest tokens unless top_k is given; a greedy call never warns of it)
 DEFAULTS: dict[str, Any] = {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "use_cache": True,
-                            "return_dict_in_generate": False, "output_scores": False, "output_logits": False}
+                            "top_k": 50, "return_dict_in_generate": False, "output_scores": False,
+                            "output_logits": False}
 # HF GenerationConfig fields that change nothing here at these values (their defaults, or bookkeeping)
 _HARMLESS: dict[str, tuple[Any, ...]] = {
     "output_attentions": (False, None), "output_hidden_states": (False, None), "transformers_version": (),
@@ -213,4 +215,6 @@ def resolve(model_config: Any, generation_config: Any, kwargs: dict[str, Any]) -
     for name, value in DEFAULTS.items():
         if merged[name] is None:
             merged[name] = value
+    if merged["top_k"] == 0 and not isinstance(merged["top_k"], bool):
+        merged["top_k"] = None  # HF's way to sample without a top-k cut (None means its default of 50)
     return merged

@@ -126,6 +126,21 @@ def test_sampling_draws_equal_hfs_for_the_same_seed(pair):
     assert not torch.equal(ours.generate(IDS, attention_mask=MASK, **kw), want)  # the seed matters
 
 
+def test_sampling_without_top_k_keeps_hfs_default_of_50(pair):
+    """HF samples from the 50 likeliest tokens when top_k is not given (its global default): so do we. V = 60,
+    so the default cuts 10 tokens and a draw without it differs."""
+    hf, ours, _ = pair
+    kw = dict(max_new_tokens=12, do_sample=True, temperature=2.0, eos_token_id=None)
+    torch.manual_seed(5)
+    want = hf.generate(IDS, attention_mask=MASK, **kw)
+    torch.manual_seed(5)
+    assert torch.equal(ours.generate(IDS, attention_mask=MASK, **kw), want)
+    torch.manual_seed(5)
+    uncut = ours.generate(IDS, attention_mask=MASK, top_k=0, **kw)  # HF's way to turn the cut off
+    torch.manual_seed(5)
+    assert torch.equal(uncut, hf.generate(IDS, attention_mask=MASK, top_k=0, **kw)) and not torch.equal(uncut, want)
+
+
 def test_hfs_own_processor_and_criteria_objects_work(pair):
     hf, ours, eos = pair
     procs = transformers.LogitsProcessorList([transformers.NoRepeatNGramLogitsProcessor(2),
