@@ -46,7 +46,8 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--greedy", action="store_true", help="arg-max decoding instead of sampling")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.8)")
-    p.add_argument("--top-k", type=int, default=None, help="sample from the k most likely tokens")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="sample from the k most likely tokens (default 50, as Hugging Face; 0: no cut)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set reaching p")
     p.add_argument("--min-p", type=float, default=None,
                    help="keep tokens at least p times as likely as the most likely one")
@@ -90,7 +91,7 @@ def _check_options(args, usage) -> None:
     for name in ("num_beams", "num_return_sequences"):
         if getattr(args, name) < 1:
             raise usage(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
-    ranges = {"temperature": (lambda v: v > 0, "> 0"), "top_k": (lambda v: v >= 1, ">= 1"),
+    ranges = {"temperature": (lambda v: v > 0, "> 0"), "top_k": (lambda v: v >= 0, ">= 0 (0: no cut)"),
               "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
               "repetition_penalty": (lambda v: v > 0, "> 0 (1 = none)")}
     for name, (ok, expected) in ranges.items():
