@@ -31,8 +31,27 @@ def _error_line(command: str, error: tuple[str, str, str], lang: str) -> str:
     return f"anatomy {command}: error: {error[2] if lang == 'zh' else error[1]}"
 
 
-@dataclass
-class CheckResult:
+class _Printed:
+    """What both results share: they print as the command line does, and their dict ends with the outcome."""
+
+    def text(self) -> str:
+        raise NotImplementedError
+
+    def _with_outcome(self, base: dict) -> dict:
+        me: Any = self  # a CheckResult or TraceResult: ok, verdict, pitfalls, lines, isolation, error
+        return {**base, "ok": me.ok, "verdict": me.verdict, "pitfalls": me.pitfalls, "lines": me.lines,
+                "isolation": me.isolation,
+                "error": None if me.error is None else dict(zip(("kind", "en", "zh"), me.error))}
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def __repr__(self) -> str:
+        return self.text()
+
+
+@dataclass(repr=False)  # prints as the command line does (_Printed)
+class CheckResult(_Printed):
     target: str
     report: Any  # anatomy.doctor.Report, or None when the module could not be checked
     error: tuple[str, str, str] | None = None  # (kind: check | timeout | exit | crash, en, zh)
@@ -84,15 +103,7 @@ class CheckResult:
 
     def to_dict(self) -> dict:
         base = self.report.to_dict(strict=self.strict) if self.report is not None else {"target": self.target}
-        return {**base, "ok": self.ok, "verdict": self.verdict, "pitfalls": self.pitfalls, "lines": self.lines,
-                "isolation": self.isolation,
-                "error": None if self.error is None else dict(zip(("kind", "en", "zh"), self.error))}
-
-    def __str__(self) -> str:
-        return self.text()
-
-    def __repr__(self) -> str:
-        return self.text()
+        return self._with_outcome(base)
 
     def _repr_html_(self) -> str:
         from anatomy.notebook.display import check_html
@@ -103,8 +114,8 @@ class CheckResult:
         return "```text\n" + self.text() + "\n```"
 
 
-@dataclass
-class TraceResult:
+@dataclass(repr=False)
+class TraceResult(_Printed):
     target: str
     trace: Any  # anatomy.doctor.trace.learner_trace.LearnerTrace (without its recording), or None
     cells: list[int | None] = field(default_factory=list)  # the cell of each row (None: a file)
@@ -185,15 +196,7 @@ class TraceResult:
         base = self.trace.to_dict() if self.trace is not None else {"target": self.target}
         if self.trace is not None:
             base["rows"] = self.rows
-        return {**base, "ok": self.ok, "verdict": self.verdict, "pitfalls": self.pitfalls, "lines": self.lines,
-                "isolation": self.isolation,
-                "error": None if self.error is None else dict(zip(("kind", "en", "zh"), self.error))}
-
-    def __str__(self) -> str:
-        return self.text()
-
-    def __repr__(self) -> str:
-        return self.text()
+        return self._with_outcome(base)
 
     def _repr_html_(self) -> str:
         from anatomy.notebook.display import trace_html
