@@ -16,18 +16,17 @@ comes back as ``past_key_values``, as it would from an HF model (the copy costs 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Union
+from typing import Any
 
 import torch
 
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.masks import positions_from_mask
 
-
 # one layer's caches: a KVCache (decoder-only) or a (self, cross) pair (seq2seq)
-CacheLayer = Union[KVCache, tuple[KVCache, KVCache]]
+CacheLayer = KVCache | tuple[KVCache, KVCache]
 # a layer's entries as tensors: (k, v) or (k, v, cross_k, cross_v); None where a cache is still empty
-LayerEntries = tuple[Union[torch.Tensor, None], ...]
+LayerEntries = tuple[torch.Tensor | None, ...]
 
 
 def _self(layer: CacheLayer) -> KVCache:
@@ -81,7 +80,8 @@ class ModelCache:
         return tuple(self)
 
     @classmethod
-    def from_legacy_cache(cls, past: Iterable[Iterable[torch.Tensor]], *, template: list[Any], attention_mask: torch.Tensor | None = None) -> ModelCache:
+    def from_legacy_cache(cls, past: Iterable[Iterable[torch.Tensor]], *, template: list[Any],
+                          attention_mask: torch.Tensor | None = None) -> ModelCache:
         """Fill ``template`` (empty caches from ``model.new_caches()``) with ``past``: per layer ``(k, v)`` or
         ``(k, v, cross_k, cross_v)``, each ``(B, Hkv, S, Dh)``; key positions are counted from the mask."""
         past = list(past)

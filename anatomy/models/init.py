@@ -25,7 +25,6 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.ffn import FeedForward
 from anatomy.components.positional import LearnedPositional, ShawRelativePositional, T5RelativeBias
 
-
 # a weight's gain: one number, or ((rows, gain), ...) per block of rows of a fused projection
 _Gain = float | tuple[tuple[int, float], ...]
 

@@ -25,8 +25,8 @@ class ModelOutput:
     _extra: ClassVar[tuple[str, ...]] = ()  # our fields that HF's class lacks: attribute access only
 
     def keys(self) -> list[str]:
-        # every subclass is a @dataclass
-        return [f.name for f in fields(cast("DataclassInstance", self)) if f.name not in self._extra and getattr(self, f.name) is not None]
+        instance = cast("DataclassInstance", self)  # every subclass is a @dataclass
+        return [f.name for f in fields(instance) if f.name not in self._extra and getattr(self, f.name) is not None]
 
     def values(self) -> list[Any]:
         return [getattr(self, k) for k in self.keys()]
