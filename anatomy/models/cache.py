@@ -16,7 +16,7 @@ comes back as ``past_key_values``, as it would from an HF model (the copy costs 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -124,14 +124,13 @@ def _fill(cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None, attent
           seen: int | None = None) -> None:
     if k is None or k.numel() == 0:
         return
-    assert v is not None  # the values come with the keys
     s = k.shape[-2]
     seen = s if seen is None else seen
     if attention_mask is not None and attention_mask.shape[-1] >= seen:
         positions = positions_from_mask(attention_mask.bool())[:, seen - s: seen]  # (B, S)
     else:
         positions = torch.arange(seen - s, seen, device=k.device)[None]  # (1, S)
-    cache.update(k, v, positions)
+    cache.update(k, cast(torch.Tensor, v), positions)  # the values come with the keys (HF layers, legacy pairs)
     cache.seen = seen
 
 
