@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import cast
 
 import torch
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         if not Path(args.checkpoint).is_dir():
             raise ValueError(f"--checkpoint {args.checkpoint} is not a directory")
         model = load_pretrained(args.checkpoint).float().eval()
-        config, source = model.config, f"checkpoint {args.checkpoint}"
+        config, source = cast(ModelConfig, model.config), f"checkpoint {args.checkpoint}"  # set by load_pretrained
         check_fits(config, args.batch, args.seq, tgt_seq=args.tgt_seq, what="this trace", flags="--seq or --batch")
     elif args.text is not None:
         raise ValueError("--text needs --checkpoint: a preset has no tokenizer (use --batch and --seq)")

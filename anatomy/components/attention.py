@@ -181,7 +181,7 @@ class MultiHeadAttention(nn.Module):
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
         q = nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
         kv = nn.functional.linear(source, w[self.inner_dim:], None if b is None else b[self.inner_dim:])
-        return (q, *kv.split([kv_dim, kv_dim], dim=-1))
+        return (q, *kv.split([kv_dim, kv_dim], dim=-1))  # type: ignore[no-untyped-call]  # torch's Tensor.split is unannotated
 
     def _project_q(self, x: torch.Tensor) -> torch.Tensor:
         if not self.fused_qkv:

@@ -37,13 +37,17 @@ class KVCache:
         self.k: torch.Tensor | None = None  # (B, Hkv, S, Dh), a view of _k_buf when buffered
         self.v: torch.Tensor | None = None
         self.positions: torch.Tensor | None = None  # (B|1, S)
-        self._k_buf = self._v_buf = self._pos_buf = None  # (B, Hkv, C, Dh), (B, Hkv, C, Dh), (B|1, C); C >= S
+        # the three buffers are set and cleared together; C >= S
+        self._k_buf: torch.Tensor | None = None  # (B, Hkv, C, Dh)
+        self._v_buf: torch.Tensor | None = None  # (B, Hkv, C, Dh)
+        self._pos_buf: torch.Tensor | None = None  # (B|1, C)
         self._start = 0  # the held entries are buffer slots [_start, _start + len)
 
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
-    def update(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
+    def update(self, k: torch.Tensor, v: torch.Tensor,
+               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Append ``k, v: (B, Hkv, T, Dh)`` and ``positions: (B|1, T)``; return the held ``(k, v, positions)``:
         every entry so far, or with a window the last ``W - 1`` earlier ones and the ``T`` new ones."""
         if self.k is not None and k.shape[0] != self.k.shape[0]:
@@ -54,21 +58,23 @@ class KVCache:
         self.seen += t
         if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
             return self._concatenate(k, v, positions)
-        s, start, buf = len(self), self._start, self._k_buf
+        s, start, buf, pos_buf = len(self), self._start, self._k_buf, self._pos_buf
         if buf is not None and start + s + t > buf.shape[-2] and s + t <= buf.shape[-2]:
             self._compact()  # room at the front: move the held entries there instead of growing
             start = 0
-        if (buf is None or start + s + t > buf.shape[-2] or positions.shape[0] > self._pos_buf.shape[0]
+        # pos_buf is None exactly when buf is (the buffers are set together): its test only narrows the type
+        if (buf is None or pos_buf is None or start + s + t > buf.shape[-2] or positions.shape[0] > pos_buf.shape[0]
                 or buf.dtype != k.dtype or buf.device != k.device):
             self._grow(s + t, k, v, positions)
             start = 0
+        k_buf, v_buf, pos_buf = self._k_buf, self._v_buf, self._pos_buf
+        assert k_buf is not None and v_buf is not None and pos_buf is not None  # held before, or made by _grow
         end = start + s
         # narrow + copy_ rather than slice assignment: the same writes, without parsing an index per call
-        self._k_buf.narrow(-2, end, t).copy_(k)
-        self._v_buf.narrow(-2, end, t).copy_(v)
-        self._pos_buf.narrow(-1, end, t).copy_(positions)
-        self._view(start, s + t)
-        return self.k, self.v, self.positions
+        k_buf.narrow(-2, end, t).copy_(k)
+        v_buf.narrow(-2, end, t).copy_(v)
+        pos_buf.narrow(-1, end, t).copy_(positions)
+        return self._view(start, s + t)
 
     @property
     def keys(self) -> torch.Tensor | None:
@@ -85,24 +91,30 @@ class KVCache:
             return
         indices = indices.to(self.k.device)
         if self._k_buf is None:
+            assert self.v is not None and self.positions is not None  # held with k
             self.k, self.v = self.k.index_select(0, indices), self.v.index_select(0, indices)
             if self.positions.shape[0] > 1:
                 self.positions = self.positions.index_select(0, indices)
             return
+        assert self._v_buf is not None and self._pos_buf is not None  # made with _k_buf
         self._k_buf, self._v_buf = self._k_buf.index_select(0, indices), self._v_buf.index_select(0, indices)
         if self._pos_buf.shape[0] > 1:
             self._pos_buf = self._pos_buf.index_select(0, indices)
         self._view(self._start, len(self))
 
-    def _view(self, start: int, n: int) -> None:
+    def _view(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Hold the buffer slots ``[start, start + n)``; return them as ``(k, v, positions)``."""
+        assert self._k_buf is not None and self._v_buf is not None and self._pos_buf is not None  # buffered
         self._start = start
-        self.k, self.v = self._k_buf.narrow(-2, start, n), self._v_buf.narrow(-2, start, n)  # (B, Hkv, n, Dh)
-        self.positions = self._pos_buf.narrow(-1, start, n)  # (B|1, n)
+        self.k, self.v = k, v = self._k_buf.narrow(-2, start, n), self._v_buf.narrow(-2, start, n)  # (B, Hkv, n, Dh)
+        self.positions = positions = self._pos_buf.narrow(-1, start, n)  # (B|1, n)
+        return k, v, positions
 
     def _keep_last(self, n: int) -> None:
         """Hold only the last ``n`` entries (a window's roll); nothing is copied."""
         drop = len(self) - n
         if self._k_buf is None:  # concatenated tensors: slice them
+            assert self.k is not None and self.v is not None and self.positions is not None  # len(self) > n
             self.k, self.v, self.positions = self.k[..., drop:, :], self.v[..., drop:, :], self.positions[..., drop:]
         else:
             self._view(self._start + drop, n)
@@ -110,6 +122,8 @@ class KVCache:
     def _compact(self) -> None:
         """Move the held entries to the front of the buffers (a rolling cache that reached the buffer's end)."""
         s = len(self)
+        assert self._k_buf is not None and self._v_buf is not None and self._pos_buf is not None  # buffered
+        assert self.k is not None and self.v is not None and self.positions is not None  # views of them
         for buf, held in ((self._k_buf, self.k), (self._v_buf, self.v)):
             buf.narrow(-2, 0, s).copy_(held.clone())  # the ranges may overlap: copy through a fresh tensor
         self._pos_buf.narrow(-1, 0, s).copy_(self.positions.clone())
@@ -128,6 +142,7 @@ class KVCache:
         pos_buf = positions.new_empty(b_pos, room)
         s = len(self)
         if s:
+            assert self.k is not None and self.v is not None and self.positions is not None  # s entries held
             k_buf[..., :s, :] = self.k
             v_buf[..., :s, :] = self.v
             pos_buf[:, :s] = self.positions
@@ -137,13 +152,15 @@ class KVCache:
         else:
             self._start = 0
 
-    def _concatenate(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor):
+    def _concatenate(self, k: torch.Tensor, v: torch.Tensor,
+                     positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Out-of-place append (autograd-safe): every step allocates the full ``(B, Hkv, S + T, Dh)``."""
         self._k_buf = self._v_buf = self._pos_buf = None
         self._start = 0
         if self.k is None:
             self.k, self.v, self.positions = k, v, positions
         else:
+            assert self.v is not None and self.positions is not None  # held with k
             self.k = torch.cat([self.k, k], dim=-2)  # (B, Hkv, S + T, Dh)
             self.v = torch.cat([self.v, v], dim=-2)  # (B, Hkv, S + T, Dh)
             b = max(self.positions.shape[0], positions.shape[0])

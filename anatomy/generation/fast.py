@@ -22,7 +22,7 @@ another kind) and ``generate`` then uses the module path.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +30,7 @@ from torch import nn
 from torch.nn.modules import module as _module
 
 from anatomy.components import kernels
+from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
 from anatomy.components.context import AttentionContext, build_context
@@ -64,11 +65,12 @@ def refusal(model: nn.Module) -> str | None:
         return "the input embeddings are replaced modules"
     if model.lm_head.out_features > model.embeddings.embed_tokens.num_embeddings:
         return "the output head predicts ids the input embedding does not have"
-    if model.stack.position_bias is not None:
+    stack = cast("DecoderLM", model).stack  # is_encoder_decoder is False: a DecoderLM (checked above)
+    if stack.position_bias is not None:
         return "a stack-level position bias (T5) is computed per step by the stack"
     if getattr(model, "final_logit_softcap", None) is not None:
         return "the final logits are soft-capped (Gemma 2)"
-    for i, block in enumerate(model.stack.blocks):
+    for i, block in enumerate(stack.blocks):
         if not isinstance(block, TransformerBlock) or block.cross_attn is not None:
             return f"block {i} is a {type(block).__name__}, not a self-attention TransformerBlock"
         attn, ffn = block.attn, block.ffn
@@ -95,7 +97,8 @@ def _norm_fn(norm: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     return norm.forward
 
 
-def _add_norm_fns(add_norm: nn.Module):
+def _add_norm_fns(add_norm: AddNorm) -> tuple[Callable[[torch.Tensor], torch.Tensor] | None,
+                                             Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]:
     """``(before, after)`` of one AddNorm: ``before(x)`` is what the sub-layer sees (``None``: x itself) and
     ``after(x, out)`` the new residual stream. Pre and Post are spelled out; the others use the module's own."""
     if add_norm.placement == "pre":
@@ -106,16 +109,23 @@ def _add_norm_fns(add_norm: nn.Module):
     return add_norm.before, add_norm.after  # sandwich, deepnorm
 
 
+_Weights = tuple[torch.Tensor, torch.Tensor | None]  # an nn.Linear's (weight, bias)
+
+
 class _Layer:
     """The tensors and callables of one block, looked up once (``nn.Module`` attribute lookups are slow)."""
 
     def __init__(self, block: TransformerBlock) -> None:
-        attn, ffn = block.attn, block.ffn
+        attn, ffn = block.attn, cast(FeedForward, block.ffn)  # refusal: type(block.ffn) is FeedForward
         self.h, self.hkv, self.dh, self.d = attn.n_heads, attn.n_kv_heads, attn.head_dim, attn.inner_dim  # d: H·Dh
         # the registry's sdpa entry: its arithmetic, with the scale and mask the entry would give it (decided once
         # here: eval mode, no dropout, no soft-cap, no fault steps, all refused above)
         self.attend, self.window = kernels.KERNELS["sdpa"].fn, attn.sliding_window
         self.scale, self.positional = attn.scale, attn.positional
+        self.qkv: _Weights | None
+        self.q: _Weights | None
+        self.k: _Weights | None
+        self.v: _Weights | None
         if attn.fused_qkv:
             self.qkv = (attn.qkv_proj.weight, attn.qkv_proj.bias)
             self.q = self.k = self.v = None
@@ -140,11 +150,13 @@ class _Layer:
         if self.qkv is not None:
             q, k, v = F.linear(h, *self.qkv).split_with_sizes(self.sizes, dim=-1)
         else:
+            assert self.q is not None and self.k is not None and self.v is not None  # set when qkv is None
             q, k, v = F.linear(h, *self.q), F.linear(h, *self.k), F.linear(h, *self.v)
         q = q.view(b, self.h, 1, self.dh)  # (B, H, 1, Dh)
         k = k.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
         v = v.view(b, self.hkv, 1, self.dh)  # (B, Hkv, 1, Dh)
         if self.q_norm is not None:  # QK-norm over Dh, before RoPE
+            assert self.k_norm is not None  # set with q_norm
             q, k = self.q_norm(q), self.k_norm(k)
         if self.positional is not None:
             q, k = self.positional.rotate_for(ctx, q, k)  # the step's RoPE table, computed once for every layer
@@ -170,8 +182,9 @@ class DecodeStep:
         if len(caches) != len(model.stack.blocks):
             raise ValueError(f"caches must hold one KVCache per block ({len(model.stack.blocks)}), got {len(caches)}")
         self.model, self.caches = model, caches
-        self.layers = [_Layer(block) for block in model.stack.blocks]
-        self.first, self.heads = caches[0], model.stack.blocks[0].attn.n_heads
+        blocks = [cast(TransformerBlock, block) for block in model.stack.blocks]  # refusal: TransformerBlocks
+        self.layers = [_Layer(block) for block in blocks]
+        self.first, self.heads = caches[0], blocks[0].attn.n_heads
         emb = model.embeddings
         self.embeddings = emb if emb.token_types is not None else None  # token types: the module, unchanged
         self.token_weight, self.multiplier = emb.embed_tokens.weight, emb.embed_tokens.multiplier
@@ -184,7 +197,8 @@ class DecodeStep:
         """``InputEmbeddings.forward`` without its id range check (ids come from this model's own logits) and
         without dropout (eval mode): ``(B, 1)`` → ``(B, 1, D)``."""
         if self.embeddings is not None:
-            return self.embeddings(ids, positions)
+            embedded: torch.Tensor = self.embeddings(ids, positions)  # (B, 1, D)
+            return embedded
         x = F.embedding(ids, self.token_weight)  # (B, 1, D)
         if self.multiplier != 1.0:
             x = x * self.multiplier

@@ -7,6 +7,7 @@ produces. Nothing here is typed by hand: change the model and the table changes 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
@@ -17,6 +18,9 @@ from anatomy.components.block import TransformerBlock
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.ffn import FeedForward
 from anatomy.shapes import fmt
+
+if TYPE_CHECKING:
+    from anatomy.config import ModelConfig
 
 # kind → (English operation, the post's words, dimension letters)
 KINDS = {
@@ -158,7 +162,7 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
 def example_inputs(model: nn.Module, batch: int, seq: int, *, tgt_seq: int | None = None,
                    seed: int = 0) -> dict[str, torch.Tensor]:
     """Random token ids for the model's architecture (a seq2seq model also gets decoder ids)."""
-    config = model.config
+    config = cast("ModelConfig", model.config)  # set by build_model and load_pretrained
     g = torch.Generator().manual_seed(seed)
     low = 1 if config.vocab_size > 1 else 0
     ids = torch.randint(low, config.vocab_size, (batch, seq), generator=g)

@@ -125,6 +125,7 @@ def fill_value_table() -> list[dict[str, str]]:
             q, key = torch.zeros(1, 1, 1, 1, dtype=dt), torch.zeros(1, 1, scores.numel(), 1, dtype=dt)
             _, w = math_attention(q, key, key, mask=None if k is None else k[None, None, None], scale=1.0,
                                   bias=scores.to(dt)[None, None, None], need_weights=True)
+            assert w is not None  # need_weights=True
             return w[0, 0, 0]
 
         scores = torch.tensor(_SCORES, dtype=dt)

@@ -72,7 +72,7 @@ matches (compare real tokens only when the torch side came with nested tensors o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch.nn.functional as F
 from torch import nn
@@ -172,7 +172,7 @@ def _block_kwargs_from_torch(layer: Any, attns: list, norms: list) -> dict:
 def _encoder_layer_from_torch(layer: nn.TransformerEncoderLayer) -> EncoderBlock:
     expect(layer, nn.TransformerEncoderLayer, "encoder layer")
     kw = _block_kwargs_from_torch(layer, [layer.self_attn], [layer.norm1, layer.norm2])
-    block = EncoderBlock.build(**kw).to(**like(layer))
+    block = cast(EncoderBlock, EncoderBlock.build(**kw)).to(**like(layer))  # build makes an instance of cls
     _transfer(layer, block, ENCODER_LAYER_KEYS, to_ours=True)
     return block
 
@@ -181,7 +181,7 @@ def _decoder_layer_from_torch(layer: nn.TransformerDecoderLayer) -> DecoderBlock
     expect(layer, nn.TransformerDecoderLayer, "decoder layer")
     kw = _block_kwargs_from_torch(layer, [layer.self_attn, layer.multihead_attn],
                                   [layer.norm1, layer.norm2, layer.norm3])
-    block = DecoderBlock.build(**kw).to(**like(layer))
+    block = cast(DecoderBlock, DecoderBlock.build(**kw)).to(**like(layer))  # build makes an instance of cls
     _transfer(layer, block, DECODER_LAYER_KEYS, to_ours=True)
     return block
 

@@ -18,6 +18,9 @@ whole recipe, its residual weight ``alpha`` and its initialisation gain ``beta``
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 from torch import nn
 
 from anatomy.components.add_norm import AddNorm, deepnorm_constants
@@ -69,13 +72,13 @@ def _rope_scaling(config: ModelConfig) -> RopeScaling | None:
         attention_factor=config.rope_attention_factor, truncate=config.rope_truncate)
 
 
-def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
+def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True) -> PositionalScheme | None:
     """``config.positional`` at ``site`` (embedding / attention / model), or None when it lives elsewhere; each
     scheme is given the arguments it takes, by name (its constructor refuses any other)."""
     cls = positional_class(config.positional)
     if cls.site != site:
         return None
-    args = {
+    makers: dict[str, Callable[[], dict[str, Any]]] = {
         "none": lambda: {},
         "sinusoidal": lambda: dict(d_model=config.d_model),
         "learned": lambda: dict(d_model=config.d_model, max_seq_len=config.max_seq_len),
@@ -86,7 +89,8 @@ def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True):
                              max_seq_len=config.max_seq_len, rotary_dim=config.rotary_dim,
                              scaling=_rope_scaling(config)),
         "alibi": lambda: dict(n_heads=config.n_heads),
-    }[config.positional]
+    }
+    args = makers[config.positional]
     return cls(**args())
 
 
@@ -143,7 +147,8 @@ def build_block(cls: type[TransformerBlock], *, d_model: int, n_heads: int, n_kv
 TransformerBlock.build = classmethod(build_block)  # type: ignore[assignment]
 
 
-def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *, bidirectional: bool):
+def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *,
+           bidirectional: bool) -> TransformerStack:
     """``n_layers`` blocks of ``kind``, the final norm (Pre-Norm and Sandwich by default) and the stack-site
     positional bias (T5's, one table shared by the layers; bidirectional in an encoder, causal in a decoder)."""
     blocks = [_block(config, i, kind, alpha) for i in range(n_layers)]
@@ -179,7 +184,8 @@ def _deepnorm(config: ModelConfig) -> dict[str, tuple[float, float]]:
 # ---------------------------------------------------------------------------------------------- architectures
 
 
-def _decoder_lm(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> tuple[nn.Module, dict]:
+def _decoder_lm(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
+                ) -> tuple[nn.Module, dict[nn.Module, float]]:
     stack = _stack(config, "decoder_only", config.decoder_layers, deep["decoder"][0], bidirectional=False)
     model = DecoderLM(embeddings=_embeddings(config, embed_tokens), stack=stack,
                       lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
@@ -187,22 +193,25 @@ def _decoder_lm(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -
     return model, {stack: deep["decoder"][1]}
 
 
-def _seq2seq(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> tuple[nn.Module, dict]:
+def _seq2seq(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
+                ) -> tuple[nn.Module, dict[nn.Module, float]]:
     encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
                       stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True))
     decoder = Decoder(embeddings=_embeddings(config, embed_tokens, with_types=False),
                       stack=_stack(config, "decoder", config.decoder_layers, deep["decoder"][0], bidirectional=False))
+    assert config.pad_token_id is not None  # the decoder start: ModelConfig refuses None for seq2seq
     model = Seq2Seq(encoder=encoder, decoder=decoder, lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
                     decoder_start_token_id=config.pad_token_id, output_scale=config.output_scale)
     return model, {encoder.stack: deep["encoder"][1], decoder.stack: deep["decoder"][1]}
 
 
-def _encoder(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict) -> tuple[nn.Module, dict]:
+def _encoder(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
+                ) -> tuple[nn.Module, dict[nn.Module, float]]:
     encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
                       stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
                       pooler=nn.Linear(config.d_model, config.d_model)
                       if config.encoder_pooler and config.architecture == "encoder" else None)
-    betas = {encoder.stack: deep["encoder"][1]}
+    betas: dict[nn.Module, float] = {encoder.stack: deep["encoder"][1]}
     if config.architecture == "encoder":
         return encoder, betas
     model = Classifier(encoder=encoder, classifier=nn.Linear(config.d_model, config.num_labels),
@@ -225,6 +234,6 @@ def build_model(config: ModelConfig) -> nn.Module:
         config.architecture, config.n_layers)  # every block of the model: GPT-2's residual scaling 1/sqrt(2L)
     scheme = "deepnet" if config.norm_position == "deepnorm" else config.init
     init_weights(model, scheme=scheme, std=config.init_std, n_layers=depth, betas=betas)
-    model.config = config
+    cast(Any, model).config = config  # an attribute nn.Module does not declare
     mirror_hook_points(model)
     return model

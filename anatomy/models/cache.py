@@ -15,24 +15,32 @@ comes back as ``past_key_values``, as it would from an HF model (the copy costs 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from typing import Any, cast
+
 import torch
 
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.masks import positions_from_mask
 
+# one layer's caches: a KVCache (decoder-only) or a (self, cross) pair (seq2seq)
+CacheLayer = KVCache | tuple[KVCache, KVCache]
+# a layer's entries as tensors: (k, v) or (k, v, cross_k, cross_v); None where a cache is still empty
+LayerEntries = tuple[torch.Tensor | None, ...]
 
-def _self(layer) -> KVCache:
+
+def _self(layer: CacheLayer) -> KVCache:
     return layer[0] if isinstance(layer, tuple) else layer
 
 
 class ModelCache:
     """One ``KVCache`` (decoder-only) or ``(self, cross)`` pair (seq2seq) per layer; mutated in place by forwards."""
 
-    def __init__(self, kv_caches: list) -> None:
+    def __init__(self, kv_caches: list[Any]) -> None:
         self.kv_caches = kv_caches
 
     @property
-    def layers(self) -> list:
+    def layers(self) -> list[Any]:
         return self.kv_caches
 
     @property
@@ -52,13 +60,13 @@ class ModelCache:
     def __len__(self) -> int:
         return len(self.kv_caches)
 
-    def __getitem__(self, i: int) -> tuple:
+    def __getitem__(self, i: int) -> LayerEntries:
         layer = self.kv_caches[i]
         if isinstance(layer, tuple):
             return layer[0].k, layer[0].v, layer[1].k, layer[1].v
         return layer.k, layer.v
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[LayerEntries]:
         return (self[i] for i in range(len(self)))
 
     def __repr__(self) -> str:
@@ -68,11 +76,12 @@ class ModelCache:
         """Tokens this layer has seen (a sliding-window layer holds fewer; this counts them all, like HF)."""
         return _self(self.kv_caches[layer_idx]).seen if self.kv_caches else 0
 
-    def to_legacy_cache(self) -> tuple:
+    def to_legacy_cache(self) -> tuple[LayerEntries, ...]:
         return tuple(self)
 
     @classmethod
-    def from_legacy_cache(cls, past, *, template: list, attention_mask: torch.Tensor | None = None) -> ModelCache:
+    def from_legacy_cache(cls, past: Iterable[Iterable[torch.Tensor]], *, template: list[Any],
+                          attention_mask: torch.Tensor | None = None) -> ModelCache:
         """Fill ``template`` (empty caches from ``model.new_caches()``) with ``past``: per layer ``(k, v)`` or
         ``(k, v, cross_k, cross_v)``, each ``(B, Hkv, S, Dh)``; key positions are counted from the mask."""
         past = list(past)
@@ -98,11 +107,11 @@ class ModelCache:
         self.batch_select_indices(beam_idx)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        b = next((len(_self(c).k) for c in self.kv_caches if _self(c).k is not None), None)
+        b = next((len(k) for k in (_self(c).k for c in self.kv_caches) if k is not None), None)
         if b is not None:
             self.batch_select_indices(torch.arange(b).repeat_interleave(repeats))
 
-    def to_hf(self):
+    def to_hf(self) -> Any:
         """The same entries in a transformers ``DynamicCache`` (``EncoderDecoderCache`` for seq2seq)."""
         from transformers import DynamicCache, EncoderDecoderCache
 
@@ -111,7 +120,8 @@ class ModelCache:
         return EncoderDecoderCache(DynamicCache([e[:2] for e in self]), DynamicCache([e[2:] for e in self]))
 
 
-def _fill(cache: KVCache, k: torch.Tensor, v: torch.Tensor, attention_mask, seen: int | None = None) -> None:
+def _fill(cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None, attention_mask: torch.Tensor | None,
+          seen: int | None = None) -> None:
     if k is None or k.numel() == 0:
         return
     s = k.shape[-2]
@@ -120,30 +130,30 @@ def _fill(cache: KVCache, k: torch.Tensor, v: torch.Tensor, attention_mask, seen
         positions = positions_from_mask(attention_mask.bool())[:, seen - s: seen]  # (B, S)
     else:
         positions = torch.arange(seen - s, seen, device=k.device)[None]  # (1, S)
-    cache.update(k, v, positions)
+    cache.update(k, cast(torch.Tensor, v), positions)  # the values come with the keys (HF layers, legacy pairs)
     cache.seen = seen
 
 
-def _ours(layer) -> bool:
+def _ours(layer: object) -> bool:
     return isinstance(layer, KVCache) or (isinstance(layer, tuple) and len(layer) == 2
                                           and all(isinstance(c, KVCache) for c in layer))
 
 
-def _is_hf_cache(obj) -> bool:
+def _is_hf_cache(obj: object) -> bool:
     return any(c.__module__.startswith("transformers.") and c.__name__ == "Cache" for c in type(obj).__mro__)
 
 
-def _hf_layers(cache) -> list:
+def _hf_layers(cache: Any) -> list[tuple[torch.Tensor | None, torch.Tensor | None, int]]:
     """``[(k, v, seen), ...]`` of a transformers DynamicCache (its layers' ``keys`` / ``values``)."""
-    out = []
+    out: list[tuple[torch.Tensor | None, torch.Tensor | None, int]] = []
     for i, layer in enumerate(cache.layers):
         keys = getattr(layer, "keys", None)
         out.append((keys, getattr(layer, "values", None), cache.get_seq_length(i) if keys is not None else 0))
     return out
 
 
-def open_cache(model, past_key_values, kv_caches: list | None, use_cache: bool,
-               attention_mask: torch.Tensor | None):
+def open_cache(model: Any, past_key_values: Any, kv_caches: list[Any] | None, use_cache: bool,
+               attention_mask: torch.Tensor | None) -> tuple[list[Any] | None, object]:
     """The forward's cache: ``(kv_caches or None, given)``. ``given`` is the cache object to hand back: the
     ``ModelCache`` or the transformers cache that was passed (``close_cache`` writes the call's new entries into
     the latter), ``None`` otherwise."""
@@ -179,7 +189,7 @@ def open_cache(model, past_key_values, kv_caches: list | None, use_cache: bool,
                     f"got {type(past_key_values).__name__}")
 
 
-def close_cache(kv_caches: list | None, foreign, t: int):
+def close_cache(kv_caches: list[Any] | None, foreign: Any, t: int) -> Any:
     """What ``past_key_values`` returns: the ``ModelCache`` given (or a new one), or the given transformers cache
     with the last ``t`` (self-attention) entries appended, and on its first call the cross-attention entries."""
     if kv_caches is None:
@@ -192,6 +202,7 @@ def close_cache(kv_caches: list | None, foreign, t: int):
     target = foreign.self_attention_cache if seq2seq else foreign
     for i, layer in enumerate(kv_caches):
         cache = _self(layer)
+        assert cache.k is not None and cache.v is not None  # the forward has just appended to it
         target.update(cache.k[..., -t:, :], cache.v[..., -t:, :], i)
         if seq2seq and foreign.cross_attention_cache.get_seq_length(i) == 0:
             foreign.cross_attention_cache.update(layer[1].k, layer[1].v, i)

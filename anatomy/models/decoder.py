@@ -36,5 +36,6 @@ class Decoder(nn.Module):
             memory_attention_mask=memory_mask, is_causal=True, kv_caches=kv_caches, positions=position_ids,
             padding_name="decoder_attention_mask", memory_padding_name="attention_mask", positions_name="position_ids")
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
-        return self.stack(x, memory, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions,
-                          hidden_states=hidden_states)
+        out: tuple[torch.Tensor, tuple[Any, ...] | None] = self.stack(
+            x, memory, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions, hidden_states=hidden_states)
+        return out

@@ -25,12 +25,15 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.ffn import FeedForward
 from anatomy.components.positional import LearnedPositional, ShawRelativePositional, T5RelativeBias
 
+# a weight's gain: one number, or ((rows, gain), ...) per block of rows of a fused projection
+_Gain = float | tuple[tuple[int, float], ...]
 
-def _deepnet_gains(model: nn.Module, betas: Mapping[nn.Module, float]) -> dict[int, float | tuple]:
+
+def _deepnet_gains(model: nn.Module, betas: Mapping[nn.Module, float]) -> dict[int, _Gain]:
     """``id(weight) -> gain``: its stack's beta on the value, output and FFN projections (1 outside every stack
     of ``betas``); a fused ``qkv_proj`` gets ``((q rows, 1), (k rows, 1), (v rows, beta))``."""
     beta_of = {id(m): beta for scope, beta in betas.items() for m in scope.modules()}
-    gains: dict[int, float | tuple] = {}
+    gains: dict[int, _Gain] = {}
     for m in model.modules():
         beta = beta_of.get(id(m), 1.0)
         if isinstance(m, MultiHeadAttention):
@@ -45,12 +48,13 @@ def _deepnet_gains(model: nn.Module, betas: Mapping[nn.Module, float]) -> dict[i
     return gains
 
 
-def _deepnet_linear(weight: torch.Tensor, gain: float | tuple) -> None:
+def _deepnet_linear(weight: torch.Tensor, gain: _Gain) -> None:
     if not isinstance(gain, tuple):
         nn.init.xavier_normal_(weight, gain=gain)
         return
     with torch.no_grad():
-        for rows, (_, g) in zip(weight.split([n for n, _ in gain], dim=0), gain, strict=True):
+        rows_of = weight.split([n for n, _ in gain], dim=0)  # type: ignore[no-untyped-call]  # torch's Tensor.split is unannotated
+        for rows, (_, g) in zip(rows_of, gain, strict=True):
             nn.init.xavier_normal_(rows, gain=g)  # each as the (rows, D) matrix it stands for
 
 

@@ -9,10 +9,14 @@ the tuple, so ``out[i]`` means what it means in HF.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class ModelOutput:
@@ -21,7 +25,8 @@ class ModelOutput:
     _extra: ClassVar[tuple[str, ...]] = ()  # our fields that HF's class lacks: attribute access only
 
     def keys(self) -> list[str]:
-        return [f.name for f in fields(self) if f.name not in self._extra and getattr(self, f.name) is not None]
+        instance = cast("DataclassInstance", self)  # every subclass is a @dataclass
+        return [f.name for f in fields(instance) if f.name not in self._extra and getattr(self, f.name) is not None]
 
     def values(self) -> list[Any]:
         return [getattr(self, k) for k in self.keys()]
@@ -29,10 +34,10 @@ class ModelOutput:
     def items(self) -> list[tuple[str, Any]]:
         return [(k, getattr(self, k)) for k in self.keys()]
 
-    def to_tuple(self) -> tuple:
+    def to_tuple(self) -> tuple[Any, ...]:
         return tuple(self.values())
 
-    def __getitem__(self, key):
+    def __getitem__(self, key: str | int | slice) -> Any:
         if isinstance(key, str):
             if key not in self.keys():
                 raise KeyError(f"{type(self).__name__} has no field {key!r} set; set fields: {', '.join(self.keys())}")
@@ -42,7 +47,7 @@ class ModelOutput:
     def __contains__(self, key: object) -> bool:
         return key in self.keys()
 
-    def __iter__(self):  # like HF's (an OrderedDict): iterating gives the keys
+    def __iter__(self) -> Iterator[str]:  # like HF's (an OrderedDict): iterating gives the keys
         return iter(self.keys())
 
     def __len__(self) -> int:
@@ -55,13 +60,13 @@ class CachedOutput(ModelOutput):
     past_key_values: Any
 
     @property
-    def kv_caches(self) -> list | None:
+    def kv_caches(self) -> list[Any] | None:
         """The per-layer ``KVCache`` list (the pre-HF name; the same objects as ``past_key_values``); ``None`` for
         none or a foreign cache."""
         return getattr(self.past_key_values, "kv_caches", None)
 
     @property
-    def cache(self):
+    def cache(self) -> Any:
         """transformers 5 calls ``past_key_values`` ``cache``: the same object."""
         return self.past_key_values
 

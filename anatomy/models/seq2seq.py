@@ -30,10 +30,12 @@ class EncoderDecoderStack(nn.Module):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, *, src_key_padding_mask=None, tgt_key_padding_mask=None,
-                memory_key_padding_mask=None, src_mask=None, tgt_is_causal: bool = True) -> torch.Tensor:
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor, *, src_key_padding_mask: torch.Tensor | None = None,
+                tgt_key_padding_mask: torch.Tensor | None = None, memory_key_padding_mask: torch.Tensor | None = None,
+                src_mask: torch.Tensor | None = None, tgt_is_causal: bool = True) -> torch.Tensor:
         """``src: (B, S, D)``, ``tgt: (B, T, D)`` → ``(B, T, D)``; masks boolean, True = may attend."""
         memory, _ = self.encoder(src, key_padding_mask=src_key_padding_mask, attn_mask=src_mask)
+        out: torch.Tensor
         out, _ = self.decoder(tgt, memory, key_padding_mask=tgt_key_padding_mask,
                               memory_key_padding_mask=memory_key_padding_mask, is_causal=tgt_is_causal)
         return out
@@ -48,14 +50,14 @@ class Seq2Seq(GenerationMethods, nn.Module):
         self.decoder_start_token_id = decoder_start_token_id
         self.output_scale = output_scale
 
-    def new_caches(self, capacity: int | None = None):
+    def new_caches(self, capacity: int | None = None) -> list[Any]:
         return self.decoder.stack.new_caches(capacity)
 
     def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, *,
                 decoder_input_ids: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
                 labels: torch.Tensor | None = None, encoder_outputs: EncoderOutput | None = None,
-                kv_caches: list | None = None, use_cache: bool = False,
-                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values=None,
+                kv_caches: list[Any] | None = None, use_cache: bool = False,
+                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values: Any = None,
                 cache: Any = None, return_dict: bool = True) -> Seq2SeqOutput | tuple[Any, ...]:
         """HF's ``past_key_values`` / ``cache`` / ``use_cache`` / ``output_hidden_states`` / ``return_dict`` work
         as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
+from typing import TypeVar, cast
 
 import torch
 from torch import nn
@@ -45,7 +46,10 @@ def _set(obj: nn.Module, attr: str, value, undo: list[Undo]) -> None:
     undo.append(restore)
 
 
-def _instances(root: nn.Module, cls) -> list[nn.Module]:
+_M = TypeVar("_M", bound=nn.Module)
+
+
+def _instances(root: nn.Module, cls: type[_M]) -> list[_M]:
     return [m for m in root.modules() if isinstance(m, cls)]
 
 
@@ -124,7 +128,7 @@ def attention_fault(root: nn.Module, undo: list[Undo], *, step: str, name: str, 
 
 # --- blocks ---------------------------------------------------------------------------------------------------
 
-def _blocks(root: nn.Module) -> list[nn.Module]:
+def _blocks(root: nn.Module) -> list[TransformerBlock]:
     return _instances(root, TransformerBlock)
 
 
@@ -166,11 +170,13 @@ def batchnorm_instead_of_layernorm(root: nn.Module, undo: list[Undo]) -> None:
         for name in ("norm", "pre_norm", "post_norm"):
             if name in an._modules:
                 old = an._modules[name]
-                bn = TokenBatchNorm(old.weight.shape[0]).to(old.weight.device, old.weight.dtype)
+                assert old is not None  # an AddNorm's norms are modules, never None
+                weight = cast(torch.Tensor, old.weight)  # a norm's (D,) scale
+                bn = TokenBatchNorm(weight.shape[0]).to(weight.device, weight.dtype)
                 with torch.no_grad():
-                    bn.bn.weight.copy_(old.weight)
+                    bn.bn.weight.copy_(weight)
                     if getattr(old, "bias", None) is not None:
-                        bn.bn.bias.copy_(old.bias)
+                        bn.bn.bias.copy_(cast(torch.Tensor, old.bias))
                 bn.train(old.training)
                 _set(an, name, bn, undo)
 

@@ -9,10 +9,14 @@ Far keys are penalised linearly, which is what lets ALiBi run on sequences longe
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from anatomy.components.positional.base import PositionalScheme, relative_distance
+
+if TYPE_CHECKING:
+    from anatomy.components.context import AttentionContext
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -29,17 +33,20 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 
 class ALiBiPositional(PositionalScheme):
     site = "attention"
+    slopes: torch.Tensor  # (H,) buffer
 
     def __init__(self, *, n_heads: int) -> None:
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def score_bias(self, q, q_pos, k_pos, scale):
+    def score_bias(self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                   scale: float) -> torch.Tensor:
         distance = relative_distance(q_pos, k_pos).abs().float()  # (B|1, T, S)
         return -self.slopes[None, :, None, None] * distance[:, None]  # (B|1, H, T, S)
 
-    def score_bias_for(self, ctx, q, k_pos, scale):
+    def score_bias_for(self, ctx: AttentionContext, q: torch.Tensor, k_pos: torch.Tensor,
+                       scale: float) -> torch.Tensor:
         """One bias per forward for every layer with as many heads and held keys (the layers' caches advance
         together, so equal key counts mean equal key positions)."""
         key = ("alibi", self.slopes.shape[0], tuple(k_pos.shape))
-        return ctx.table(key, lambda: self.score_bias(q, ctx.positions, k_pos, scale))
+        return cast(torch.Tensor, ctx.table(key, lambda: self.score_bias(q, ctx.positions, k_pos, scale)))

@@ -31,14 +31,16 @@ class ShawRelativePositional(PositionalScheme):
         self.key_embeddings = nn.Parameter(torch.randn(n, head_dim) * 0.02)
         self.value_embeddings = nn.Parameter(torch.randn(n, head_dim) * 0.02)
 
-    def _index(self, q_pos, k_pos):
+    def _index(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         k = self.max_relative_distance
         return relative_distance(q_pos, k_pos).clamp(-k, k) + k  # (B|1, T, S)
 
-    def score_bias(self, q, q_pos, k_pos, scale):
+    def score_bias(self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                   scale: float) -> torch.Tensor:
+        assert q is not None, "Shaw's key term needs the queries"
         per_distance = torch.matmul(q, self.key_embeddings.to(q.dtype).t())  # (B, H, T, 2k+1)
         index = self._index(q_pos, k_pos)[:, None].expand(q.shape[0], q.shape[1], -1, -1)  # (B, H, T, S)
         return per_distance.gather(-1, index) * scale  # (B, H, T, S)
 
-    def value_bias(self, q_pos, k_pos):
+    def value_bias(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         return self.value_embeddings[self._index(q_pos, k_pos)]  # (B|1, T, S, Dh)

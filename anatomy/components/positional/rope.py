@@ -40,11 +40,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import compute_dtype
+
+if TYPE_CHECKING:
+    from anatomy.components.context import AttentionContext
 
 ROPE_LAYOUTS = ("half", "interleaved")
 
@@ -118,15 +122,17 @@ class RopeScaling:
         return ROPE_SCALINGS[self.kind](self, dim, base, max_len, length, dtype, device)
 
 
-def _exponents(dim: int, dtype: torch.dtype, device) -> torch.Tensor:
+def _exponents(dim: int, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
     return torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(dtype) / dim  # (Dh/2,)
 
 
-def _linear(s: RopeScaling, dim, base, max_len, length, dtype, device):
+def _linear(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
+            device: torch.device | str | None) -> tuple[torch.Tensor, float]:
     return 1.0 / (base ** _exponents(dim, dtype, device)) / s.factor, 1.0
 
 
-def _dynamic(s: RopeScaling, dim, base, max_len, length, dtype, device):
+def _dynamic(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
+             device: torch.device | str | None) -> tuple[torch.Tensor, float]:
     if length <= max_len:  # the trained range: the plain table
         return base ** -_exponents(dim, dtype, device), 1.0
     # the grown base in the table's dtype, as Hugging Face computes it from a length tensor
@@ -134,7 +140,8 @@ def _dynamic(s: RopeScaling, dim, base, max_len, length, dtype, device):
     return 1.0 / (grown.to(device) ** _exponents(dim, dtype, device)), 1.0
 
 
-def _llama3(s: RopeScaling, dim, base, max_len, length, dtype, device):
+def _llama3(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
+            device: torch.device | str | None) -> tuple[torch.Tensor, float]:
     inv_freq = 1.0 / (base ** _exponents(dim, dtype, device))
     old = s.original_max_len or max_len
     low_wavelen, high_wavelen = old / s.low_freq_factor, old / s.high_freq_factor
@@ -146,7 +153,8 @@ def _llama3(s: RopeScaling, dim, base, max_len, length, dtype, device):
     return torch.where(medium, blended, scaled), 1.0
 
 
-def _yarn(s: RopeScaling, dim, base, max_len, length, dtype, device):
+def _yarn(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
+          device: torch.device | str | None) -> tuple[torch.Tensor, float]:
     old = s.original_max_len or max_len
     attention = s.attention_factor
     if attention is None:
@@ -196,7 +204,8 @@ class RotaryPositional(PositionalScheme):
         self.head_dim, self.base, self.layout = head_dim, base, layout
         self.rotary_dim, self.scaling, self.max_seq_len = rotary_dim, scaling, max_seq_len
 
-    def angles(self, positions: torch.Tensor, dtype: torch.dtype, length: int | None = None):
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype,
+               length: int | None = None) -> tuple[torch.Tensor, float]:
         """``(B|1, T)`` → ``(angles (B|1, 1, T, R/2), cos/sin multiplier)``. ``length``: the call's length (default
         ``max(positions) + 1``), read only by ``"dynamic"``."""
         if self.scaling is None:
@@ -224,18 +233,21 @@ class RotaryPositional(PositionalScheme):
         angles, scale = self.angles(positions, dtype, self._length(positions) if length is None else length)
         return rope_cos_sin(angles, scale)
 
-    def rotate(self, q, k, q_pos, k_pos):
+    def rotate(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
+               k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = compute_dtype(q.dtype)
         length = self._length(q_pos)
         q_table = self.cos_sin(q_pos, dtype, length)
         k_table = q_table if k_pos is q_pos else self.cos_sin(k_pos, dtype, length)
         return rotate_half_pairs(q, *q_table, self.layout), rotate_half_pairs(k, *k_table, self.layout)
 
-    def rotate_for(self, ctx, q, k):
+    def rotate_for(self, ctx: AttentionContext, q: torch.Tensor,
+                   k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate with the forward's table, computed once for every layer with the same frequencies."""
         dtype = compute_dtype(q.dtype)
         key = ("rope", self.rotary_dim, self.base, self.scaling, self.max_seq_len, dtype)
-        cos, sin = ctx.table(key, lambda: self.cos_sin(ctx.positions, dtype))
+        table = ctx.table(key, lambda: self.cos_sin(ctx.positions, dtype))
+        cos, sin = cast(tuple[torch.Tensor, torch.Tensor], table)
         return rotate_half_pairs(q, cos, sin, self.layout), rotate_half_pairs(k, cos, sin, self.layout)
 
     def extra_repr(self) -> str:

@@ -44,7 +44,9 @@ class T5RelativeBias(PositionalScheme):
         self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
         self.relative_attention_bias = nn.Embedding(num_buckets, n_heads)
 
-    def score_bias(self, q, q_pos, k_pos, scale):
+    def score_bias(self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                   scale: float) -> torch.Tensor:
         buckets = t5_bucket(relative_distance(q_pos, k_pos), bidirectional=self.bidirectional,
                             num_buckets=self.num_buckets, max_distance=self.max_distance)  # (B|1, T, S)
-        return self.relative_attention_bias(buckets).permute(0, 3, 1, 2)  # (B|1, H, T, S)
+        per_bucket: torch.Tensor = self.relative_attention_bias(buckets)  # (B|1, T, S, H)
+        return per_bucket.permute(0, 3, 1, 2)  # (B|1, H, T, S)
