@@ -28,6 +28,7 @@ from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_fi
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.subject import CallError, CheckError, Subject, build, randomize
 from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.layer_scale import with_layer_scale
 from anatomy.doctor.mapping.layouts import linear_after_mha
 from anatomy.doctor.mapping.norm_fit import find_norms
 from anatomy.doctor.probes.behaviour import positions, run_all, shape
@@ -278,6 +279,7 @@ def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | No
         ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx),
                                            ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
+        hyps = with_layer_scale(hyps, module, d, scope)  # LayerScale gains folded in (layer_scale.py)
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
         found["block"] = ctx.found_block

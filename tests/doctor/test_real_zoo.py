@@ -16,8 +16,6 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 # case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
 GAPS: dict[str, str] = {
-    "real.vision.LayerScaleBlock": "LayerScale (per-channel gain on each branch) is not a reference variant yet",
-    "real.vision.CaiTBlock": "LayerScale (gamma_1/gamma_2) is not a reference variant yet",
     "real.vision.ResPostNormBlock": "res-post-norm x + norm(f(x)) is not a reference placement yet",
     "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
     "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",

@@ -92,6 +92,11 @@ CASES = [
     RealCase("research.py:JadoreEncoderLayerNoFFResidual", "no_residual", point="return self.layer_norm(output)\n",
              also=("sub_layer:ffn",), source="injected"),
     RealCase("research.py:XAttention", "ok", style="forward(x, context=None, mask=None), ~mask, -finfo.max"),
+    # --- named designs again, in other layouts (designs.py) -----------------------------------------------------------
+    RealCase("designs.py:PostNormLayerScale", "ok", style="LayerScale gains 0.1 on a post-norm block"),
+    RealCase("designs.py:LayerScaleAttnOnly", "ok", style="LayerScale on the attention branch only"),
+    RealCase("designs.py:LayerScaleNoResidual", "no_residual", point="x = self.ls1 * self.attn(self.norm1(x))",
+             also=("sub_layer:attn",), source="injected"),
     # --- call contracts ----------------------------------------------------------------------------------------------
     RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
     RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",
@@ -112,5 +117,5 @@ CASES = [
 # pitfalls whose line the recording does not place (a missing residual has no line of its own to run; a missing
 # scale is pointed at the softmax line when a cast sits between the product and the softmax)
 LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
-             "real.llm.Llama2cNoScale"}
+             "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual"}
 assert LINE_GAPS <= {c.id for c in CASES}

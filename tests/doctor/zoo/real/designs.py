@@ -1,0 +1,70 @@
+"""Named designs written again in other hands (the recognisers must not be fit to one file): each class follows a
+real design (named above it) in a layout of our own; "injected" marks a bug we put in. Built as
+``CLASS(d_model, n_heads)``; ``x`` is ``(B, T, D)``."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class FusedAttention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+        w = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5, dim=-1)
+        return self.out((w @ v).transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+
+
+# LayerScale as in DINOv2 / CaiT, with gains named for their branch (scale_attn, scale_ffn) on a post-norm block
+# (LayerScale does not depend on where the norm sits)
+class PostNormLayerScale(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attention = FusedAttention(dim, heads)
+        self.ln_attn = nn.LayerNorm(dim)
+        self.fc_in = nn.Linear(dim, 2 * dim)
+        self.fc_out = nn.Linear(2 * dim, dim)
+        self.ln_ffn = nn.LayerNorm(dim)
+        self.scale_attn = nn.Parameter(torch.full((dim,), 0.1))
+        self.scale_ffn = nn.Parameter(torch.full((dim,), 0.1))
+
+    def forward(self, x):
+        x = self.ln_attn(x + self.scale_attn * self.attention(x))
+        return self.ln_ffn(x + self.scale_ffn * self.fc_out(F.relu(self.fc_in(x))))
+
+
+# LayerScale on the attention branch only (timm's Block with ls2 = Identity)
+class LayerScaleAttnOnly(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = FusedAttention(dim, heads)
+        self.gamma = nn.Parameter(1e-4 * torch.ones(dim))
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x)) * self.gamma
+        return x + self.mlp(self.norm2(x))
+
+
+# injected into timm's LayerScale Block: the attention branch's residual forgotten (x = ls1(attn(norm1(x))))
+class LayerScaleNoResidual(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = FusedAttention(dim, heads)
+        self.ls1 = nn.Parameter(1e-5 * torch.ones(dim))
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.ls2 = nn.Parameter(1e-5 * torch.ones(dim))
+
+    def forward(self, x):
+        x = self.ls1 * self.attn(self.norm1(x))
+        return x + self.ls2 * self.mlp(self.norm2(x))
