@@ -23,7 +23,7 @@ from anatomy.doctor.contract.masks import causal_keep, dependency, discover_caus
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.difference import raw_scores
-from anatomy.doctor.diagnosis.references import References, Scenario
+from anatomy.doctor.diagnosis.references import RES_POST, References, Scenario
 from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.subject import CallError, CheckError, Subject, build, randomize
@@ -194,6 +194,8 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         ctx.hyp = complete[0]
 
     findings, passed, skipped = run_all(ctx)
+    if diag.variant.get("placement") == RES_POST and ctx.found_block.get("placement") == "unknown":
+        ctx.found_block["placement"] = RES_POST  # the norm placement probe knows pre and post; the reference knew
     findings += diagnosis_findings(diag)
     named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
     symptoms = any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings)

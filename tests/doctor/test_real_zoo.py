@@ -16,7 +16,6 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 # case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
 GAPS: dict[str, str] = {
-    "real.vision.ResPostNormBlock": "res-post-norm x + norm(f(x)) is not a reference placement yet",
     "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
     "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",
     "real.research.T5Attention": "T5's unscaled attention with a relative bias is not a named design yet",

@@ -42,6 +42,20 @@ POSITIONAL_VARIANTS = {
 }
 
 
+# res-post-norm (Swin Transformer v2): x + norm(f(x)), the stream itself never normalised; built as our
+# "sandwich" placement with its input norm taken out, the learner's norms feeding the output norms
+RES_POST = "res_post"
+
+
+def res_post_hypothesis(hyp: Hypothesis) -> Hypothesis:
+    """``hyp`` read onto a res-post-norm reference: ``*_add_norm.norm.*`` → ``*_add_norm.post_norm.*``."""
+    def moved(name: str) -> str:
+        return name.replace("_add_norm.norm", "_add_norm.post_norm", 1)
+
+    return Hypothesis(hyp.style, {moved(k): v for k, v in hyp.sources.items()},
+                      {moved(k): v for k, v in hyp.modules.items()}, hyp.heads, hyp.qk_norm)
+
+
 class References:
     """Builds (and caches) the reference for a hypothesis and a variant, and runs it."""
 
@@ -58,6 +72,7 @@ class References:
         if self.kind == "attention":
             return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
+        placements.append(RES_POST)  # Swin v2's x + norm(f(x)), a named placement, tried last
         return [(p, a) + (() if s is None else (s,)) for s in schemes for p in placements
                 for a in self._parts().activations]
 
@@ -90,10 +105,15 @@ class References:
                 parts = self._parts()
                 block = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=parts.d_ff,
                                            activation=activation, norm=parts.norm, norm_eps=parts.eps,
-                                           placement=placement, kernel="math", qk_norm=qk, positional=positional)
+                                           placement="sandwich" if placement == RES_POST else placement,
+                                           kernel="math", qk_norm=qk, positional=positional)
+                if placement == RES_POST:  # sandwich without its input norm: x + post_norm(f(x))
+                    for an in (block.attn_add_norm, block.ffn_add_norm):
+                        an.pre_norm = nn.Identity()
+                    hyp = res_post_hypothesis(hyp)
                 if parts.form == "unbiased_std":  # the annotated transformer's norm, carried as it is
                     for an in (block.attn_add_norm, block.ffn_add_norm):
-                        an.norm = StdNorm(self.d, parts.eps)
+                        setattr(an, "post_norm" if placement == RES_POST else "norm", StdNorm(self.d, parts.eps))
                 ref = block
             if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
                 attn = self.attention(ref)

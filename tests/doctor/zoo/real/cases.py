@@ -97,6 +97,11 @@ CASES = [
     RealCase("designs.py:LayerScaleAttnOnly", "ok", style="LayerScale on the attention branch only"),
     RealCase("designs.py:LayerScaleNoResidual", "no_residual", point="x = self.ls1 * self.attn(self.norm1(x))",
              also=("sub_layer:attn",), source="injected"),
+    RealCase("designs.py:ResPostRMSBlock", "ok", style="res-post-norm with RMSNorm and a SwiGLU"),
+    RealCase("designs.py:ResPostSharedNorm", "shared_layernorm", point="return x + self.norm1(self.mlp(x))",
+             source="injected"),
+    RealCase("designs.py:ResPostNoResidual", "no_residual", point="return self.norm2(self.mlp(x))",
+             also=("sub_layer:ffn",), source="injected"),
     # --- call contracts ----------------------------------------------------------------------------------------------
     RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
     RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",
@@ -117,5 +122,6 @@ CASES = [
 # pitfalls whose line the recording does not place (a missing residual has no line of its own to run; a missing
 # scale is pointed at the softmax line when a cast sits between the product and the softmax)
 LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
-             "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual"}
+             "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual",
+             "real.designs.ResPostNoResidual"}
 assert LINE_GAPS <= {c.id for c in CASES}

@@ -68,3 +68,49 @@ class LayerScaleNoResidual(nn.Module):
     def forward(self, x):
         x = self.ls1 * self.attn(self.norm1(x))
         return x + self.ls2 * self.mlp(self.norm2(x))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.w_gate = nn.Linear(dim, hidden, bias=False)
+        self.w_up = nn.Linear(dim, hidden, bias=False)
+        self.w_down = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x):
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+# res-post-norm as in Swin Transformer v2, in a decoder-style layout: RMSNorm on each branch's output, a SwiGLU
+class ResPostRMSBlock(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = FusedAttention(dim, heads)
+        self.attn_out_norm = nn.RMSNorm(dim, eps=1e-6)
+        self.mlp = SwiGLU(dim, 3 * dim)
+        self.mlp_out_norm = nn.RMSNorm(dim, eps=1e-6)
+
+    def forward(self, x):
+        h = x + self.attn_out_norm(self.attn(x))
+        return h + self.mlp_out_norm(self.mlp(h))
+
+
+# injected into Swin v2's res-post-norm block: norm1 used on both branches (norm2 built and never called)
+class ResPostSharedNorm(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = FusedAttention(dim, heads)
+        self.norm1 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.norm2 = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        x = x + self.norm1(self.attn(x))
+        return x + self.norm1(self.mlp(x))
+
+
+# injected into Swin v2's res-post-norm block: the FFN branch's residual forgotten
+class ResPostNoResidual(ResPostSharedNorm):
+    def forward(self, x):
+        x = x + self.norm1(self.attn(x))
+        return self.norm2(self.mlp(x))
