@@ -28,6 +28,7 @@ from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_fi
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.subject import CallError, CheckError, Subject, build, randomize
 from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.functional_norms import functional_norm_hypotheses
 from anatomy.doctor.mapping.layer_scale import with_layer_scale
 from anatomy.doctor.mapping.layouts import linear_after_mha
 from anatomy.doctor.mapping.norm_fit import find_norms
@@ -194,8 +195,10 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         ctx.hyp = complete[0]
 
     findings, passed, skipped = run_all(ctx)
-    if diag.variant.get("placement") == RES_POST and ctx.found_block.get("placement") == "unknown":
-        ctx.found_block["placement"] = RES_POST  # the norm placement probe knows pre and post; the reference knew
+    placed = diag.variant.get("placement")
+    if ctx.found_block.get("placement") in (None, "unknown") and (placed == RES_POST or placed and
+                                                                  diag.status == "matches"):
+        ctx.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
     findings += diagnosis_findings(diag)
     named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
     symptoms = any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings)
@@ -281,6 +284,8 @@ def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | No
         ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx),
                                            ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
+        if not hyps:  # norms without parameters, called as functions (functional_norms.py)
+            hyps = functional_norm_hypotheses(attn_hyps, parts, module, ctx.observation.rec, d)
         hyps = with_layer_scale(hyps, module, d, scope)  # LayerScale gains folded in (layer_scale.py)
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]

@@ -20,7 +20,6 @@ GAPS: dict[str, str] = {
     "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",
     "real.research.T5Attention": "T5's unscaled attention with a relative bias is not a named design yet",
     "real.research.T5Block": "T5's unscaled attention with a relative bias is not a named design yet",
-    "real.research.FunctionalNormBlock": "a block whose norms have no parameters cannot be mapped",
     "real.research.JadoreMultiHeadAttention": "an attention holding its residual and norm is read as a block",
     "real.research.JadoreEncoderLayer": "the attention's own residual + norm and a Conv1d FFN are not mapped",
     "real.research.JadoreEncoderLayerNoFFResidual": "not mapped (as JadoreEncoderLayer): the missing residual is "

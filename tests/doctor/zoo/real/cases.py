@@ -102,6 +102,9 @@ CASES = [
              source="injected"),
     RealCase("designs.py:ResPostNoResidual", "no_residual", point="return self.norm2(self.mlp(x))",
              also=("sub_layer:ffn",), source="injected"),
+    RealCase("designs.py:FunctionalPostNorm", "ok", BLOCK, style="F.layer_norm in a helper, post-norm"),
+    RealCase("designs.py:FunctionalNormNoResidual", "no_residual", BLOCK, point="x = self.attn(_norm(x))",
+             also=("sub_layer:attn",), source="injected"),
     # --- call contracts ----------------------------------------------------------------------------------------------
     RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
     RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",
@@ -123,5 +126,5 @@ CASES = [
 # scale is pointed at the softmax line when a cast sits between the product and the softmax)
 LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
              "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual",
-             "real.designs.ResPostNoResidual"}
+             "real.designs.ResPostNoResidual", "real.designs.FunctionalNormNoResidual"}
 assert LINE_GAPS <= {c.id for c in CASES}

@@ -114,3 +114,27 @@ class ResPostNoResidual(ResPostSharedNorm):
     def forward(self, x):
         x = x + self.norm1(self.attn(x))
         return self.norm2(self.mlp(x))
+
+
+# OLMo-1's non-parametric LayerNorm inline, in a post-norm block with a helper function (called twice: two
+# identical norms, nothing shared)
+def _norm(x):
+    return F.layer_norm(x, x.shape[-1:], eps=1e-5)
+
+
+class FunctionalPostNorm(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.attn = FusedAttention(dim, heads)
+        self.ff = nn.Sequential(nn.Linear(dim, 4 * dim), nn.ReLU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        x = _norm(x + self.attn(x))
+        return _norm(x + self.ff(x))
+
+
+# injected into the functional pre-norm block: the attention's residual forgotten
+class FunctionalNormNoResidual(FunctionalPostNorm):
+    def forward(self, x):
+        x = self.attn(_norm(x))
+        return x + self.ff(_norm(x))
