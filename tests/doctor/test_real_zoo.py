@@ -18,8 +18,6 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 GAPS: dict[str, str] = {
     "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
     "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",
-    "real.research.T5Attention": "T5's unscaled attention with a relative bias is not a named design yet",
-    "real.research.T5Block": "T5's unscaled attention with a relative bias is not a named design yet",
     "real.research.JadoreMultiHeadAttention": "an attention holding its residual and norm is read as a block",
     "real.research.JadoreEncoderLayer": "the attention's own residual + norm and a Conv1d FFN are not mapped",
     "real.research.JadoreEncoderLayerNoFFResidual": "not mapped (as JadoreEncoderLayer): the missing residual is "

@@ -14,6 +14,7 @@ from torch import nn
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
+from anatomy.components.positional.t5_bias import T5RelativeBias
 from anatomy.doctor.mapping.norm_fit import StdNorm
 from anatomy.doctor.mapping.projections import BlockParts, Hypothesis, kv_heads, load_reference
 
@@ -39,7 +40,27 @@ POSITIONAL_VARIANTS = {
        for base in ROPE_BASES
        for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))},
     "alibi": "ALiBi",
+    # T5 (Raffel et al. 2020): a learned bias per (distance bucket, head) added to the scores, and no 1/sqrt(Dh):
+    # the scale is folded into the initialisation by design. Tried only when the module holds a (buckets, H)
+    # table, which then feeds the reference's; without such a table a missing scale stays the no_scaling bug.
+    "t5": "T5 relative position bias (learned, bucketed), unscaled by design, as T5",
+    "t5-causal": "T5 relative position bias (learned, bucketed, looking back), unscaled by design, as T5",
 }
+T5_SCHEMES = ("t5", "t5-causal")
+
+
+class T5InAttention(T5RelativeBias):
+    """T5's bias carried by one attention module (ours places it once per stack, at site ``"model"``)."""
+
+    site = "attention"
+
+
+def t5_table(params: dict[str, torch.Tensor], h: int) -> str | None:
+    """The learner's T5 bias table: the only ``(buckets, H)`` parameter (an ``nn.Embedding(buckets, H)``), or
+    None."""
+    found = [n for n, p in params.items() if p.dim() == 2 and p.shape[1] == h and p.shape[0] >= 4
+             and p.shape[0] % 2 == 0 and p.shape[0] != h]
+    return found[0] if len(found) == 1 else None
 
 
 # res-post-norm (Swin Transformer v2): x + norm(f(x)), the stream itself never normalised; built as our
@@ -65,10 +86,12 @@ class References:
         with a relative scheme inside attention are tried too, after the plain one."""
         self.kind, self.d, self.h, self.parts, self.params = kind, d, h, parts, params
         self.positional = positional
+        self.t5 = t5_table(params, h) if positional else None  # T5's bias table, tried as a scheme when found
         self._cache: dict = {}
 
     def variants(self, placement_hint: str | None = None) -> list[tuple]:
-        schemes = [None, *POSITIONAL_VARIANTS] if self.positional else [None]
+        schemes = [None, *(s for s in POSITIONAL_VARIANTS if s not in T5_SCHEMES or self.t5)] if self.positional \
+            else [None]
         if self.kind == "attention":
             return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
@@ -88,6 +111,9 @@ class References:
             return None
         if scheme == "alibi":
             return ALiBiPositional(n_heads=self.h)
+        if scheme in T5_SCHEMES and self.t5 is not None:
+            return T5InAttention(n_heads=self.h, bidirectional=scheme == "t5",
+                                 num_buckets=self.params[self.t5].shape[0])
         layout, base = scheme.removeprefix("rope-").split("@")
         return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base))
 
@@ -120,6 +146,10 @@ class References:
                 attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps
             ref = ref.double().eval()
             load_reference(ref, hyp, self.params)
+            if isinstance(positional, T5InAttention) and self.t5 is not None:  # the learner's table, no scale
+                with torch.no_grad():
+                    positional.relative_attention_bias.weight.copy_(self.params[self.t5])
+                self.attention(ref).scale = 1.0
             self._cache[key] = ref
         return self._cache[key]
 

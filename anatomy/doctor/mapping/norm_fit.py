@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from anatomy.doctor.contract import precision
+
 EPS_GRID = (1e-5, 1e-6, 1e-12, 1e-8, 1e-9, 1e-10, 1e-7, 1e-4, 1e-3, 1e-11, 1e-14, 0.0)
 FIT_TOL = 1e-9  # relative residual of the per-feature affine fit: float64 norms fit to ~1e-15
 FORMS = ("layernorm", "rmsnorm", "unbiased_std")
@@ -90,9 +92,10 @@ def fit_norm(x: torch.Tensor, y: torch.Tensor, eps_hints: list[float] = ()) -> t
                 best = (form, eps, g, b, res)
         if best is not None and best[4] <= FIT_TOL * 1e-3:
             break
-    if best is not None and FIT_TOL < best[4] <= 1e-3 and best[1] > 0:  # a norm, with an eps off the grid
+    limit = precision.tol(FIT_TOL)  # a norm computing in float32 (T5's variance) fits to its precision
+    if best is not None and limit < best[4] <= 1e-3 and best[1] > 0:  # a norm, with an eps off the grid
         best = _refine(x2, y2, best)
-    return best if best is not None and best[4] <= FIT_TOL else None
+    return best if best is not None and best[4] <= limit else None
 
 
 def _refine(x: torch.Tensor, y: torch.Tensor, best: tuple) -> tuple:

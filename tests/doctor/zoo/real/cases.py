@@ -105,6 +105,9 @@ CASES = [
     RealCase("designs.py:FunctionalPostNorm", "ok", BLOCK, style="F.layer_norm in a helper, post-norm"),
     RealCase("designs.py:FunctionalNormNoResidual", "no_residual", BLOCK, point="x = self.attn(_norm(x))",
              also=("sub_layer:attn",), source="injected"),
+    RealCase("designs.py:T5CausalAttention", "ok", C, style="T5 decoder bias, unidirectional buckets, unscaled"),
+    RealCase("designs.py:T5ScaledByDModel", "scale_by_d_model", C,
+             point="return q @ k.transpose(-2, -1) / math.sqrt(self.o.in_features)", source="injected"),
     # --- call contracts ----------------------------------------------------------------------------------------------
     RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
     RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",

@@ -2,6 +2,8 @@
 real design (named above it) in a layout of our own; "injected" marks a bug we put in. Built as
 ``CLASS(d_model, n_heads)``; ``x`` is ``(B, T, D)``."""
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -138,3 +140,43 @@ class FunctionalNormNoResidual(FunctionalPostNorm):
     def forward(self, x):
         x = self.attn(_norm(x))
         return x + self.ff(_norm(x))
+
+
+def _causal_bucket(relative, num_buckets, max_distance=128):
+    """T5's decoder bucketing (only the past has distinct buckets): exact for small distances, then log-spaced."""
+    n = (-relative).clamp_min(0)
+    exact = num_buckets // 2
+    large = exact + (torch.log(n.float() / exact + 1e-6) / math.log(max_distance / exact)
+                     * (num_buckets - exact)).to(torch.long)
+    return torch.where(n < exact, n, large.clamp_max(num_buckets - 1))
+
+
+# T5's decoder self-attention (modeling_t5.py with is_decoder=True), as one fused projection and a bias Parameter
+# table: causal, unidirectional buckets, no 1/sqrt(Dh)
+class T5CausalAttention(nn.Module):
+    def __init__(self, dim, heads, buckets=16):
+        super().__init__()
+        self.heads, self.buckets = heads, buckets
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.o = nn.Linear(dim, dim, bias=False)
+        self.rel_bias = nn.Embedding(buckets, heads)
+
+    def bias(self, t):
+        pos = torch.arange(t)
+        return self.rel_bias(_causal_bucket(pos[None, :] - pos[:, None], self.buckets)).permute(2, 0, 1)  # (H, T, S)
+
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1)  # unscaled by design
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)  # (3, B, H, T, Dh)
+        s = self.scores(q, k) + self.bias(t)
+        s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        return self.o((torch.softmax(s, dim=-1) @ v).transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+
+
+# injected into T5's decoder attention: scaled by the model width on top of the design's unscaled scores
+class T5ScaledByDModel(T5CausalAttention):
+    def scores(self, q, k):
+        return q @ k.transpose(-2, -1) / math.sqrt(self.o.in_features)
