@@ -17,7 +17,6 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
 GAPS: dict[str, str] = {
     "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
-    "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",
     "real.research.JadoreMultiHeadAttention": "an attention holding its residual and norm is read as a block",
     "real.research.JadoreEncoderLayer": "the attention's own residual + norm and a Conv1d FFN are not mapped",
     "real.research.JadoreEncoderLayerNoFFResidual": "not mapped (as JadoreEncoderLayer): the missing residual is "

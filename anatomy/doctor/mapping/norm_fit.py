@@ -44,10 +44,11 @@ class NormInfo:
     bias: str | None  # ... the bias (None: no bias, or 0)
     residual: float
     width: int = 0
+    offset: float = 0.0  # the gain is offset + weight (Gemma's (1 + weight) RMSNorm: 1.0)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "kind": self.kind, "form": self.form, "eps": self.eps, "weight": self.weight,
-                "bias": self.bias}
+                "bias": self.bias, **({"gain": f"{self.offset:g} + weight"} if self.offset else {})}
 
 
 def standardise(x: torch.Tensor, form: str, eps: float) -> torch.Tensor:
@@ -164,12 +165,17 @@ def find_norms(module: nn.Module, run, d: int) -> dict[str, NormInfo]:
         form, eps, g, b, res = fit
         used: set[str] = set()
         weight = None if float((g - 1).abs().max()) <= 1e-9 else _by_value(m, f"{p}.", g, used)
+        offset = 0.0
+        if weight is None and float((g - 1).abs().max()) > 1e-9:  # Gemma's RMSNorm: x̂ · (1 + weight)
+            weight = _by_value(m, f"{p}.", g - 1, used)
+            offset = 1.0 if weight is not None else 0.0
         if weight is not None:
             used.add(weight)
         bias = None if float(b.abs().max()) <= 1e-9 else _by_value(m, f"{p}.", b, used)
         if (weight is None and float((g - 1).abs().max()) > 1e-9) or (bias is None and float(b.abs().max()) > 1e-9):
             continue  # a gain or bias the doctor cannot map (a buffer, a product of parameters)
-        found[p] = NormInfo(p, "rmsnorm" if form == "rmsnorm" else "layernorm", form, eps, weight, bias, res, d)
+        found[p] = NormInfo(p, "rmsnorm" if form == "rmsnorm" else "layernorm", form, eps, weight, bias, res, d,
+                            offset)
     # a wrapper whose output is its child's (SublayerConnection's norm is the child, not the wrapper)
     for p in list(found):
         if any(q != p and q.startswith(p + ".") and torch.equal(calls[q][1], calls[p][1]) for q in found):

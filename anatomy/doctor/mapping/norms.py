@@ -223,6 +223,8 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         info = parts.found.get(path)
         if info is not None:  # found by behaviour: gain and bias by value, whatever their names
             extra.update({f"{ref}.{k}": _p(v) for k, v in (("weight", info.weight), ("bias", info.bias)) if v})
+            if info.weight is not None and info.offset:  # Gemma: the gain is 1 + weight
+                extra[f"{ref}.weight"] = _p(info.weight, lambda t, c=info.offset: c + t, f"{info.offset:g} + weight")
             if info.weight is None:  # a norm without a gain: the reference's gain stays 1
                 extra[f"{ref}.weight"] = Source("(no gain)", "gain 1", lambda params, w=info.width: torch.ones(w))
             continue

@@ -180,3 +180,35 @@ class T5CausalAttention(nn.Module):
 class T5ScaledByDModel(T5CausalAttention):
     def scores(self, q, k):
         return q @ k.transpose(-2, -1) / math.sqrt(self.o.in_features)
+
+
+# Gemma's RMSNorm written again (zero-centred gain: output * (1 + weight), all in float64 here)
+class ZeroCentredRMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.scale = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * (1 + self.scale)
+
+
+# a Gemma-style pre-norm block: (1 + weight) RMSNorms, a SwiGLU
+class GemmaStyleBlock(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.pre_attn_norm = ZeroCentredRMSNorm(dim)
+        self.attn = FusedAttention(dim, heads)
+        self.pre_ffn_norm = ZeroCentredRMSNorm(dim)
+        self.ffn = SwiGLU(dim, 3 * dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.pre_attn_norm(x))
+        return x + self.ffn(self.pre_ffn_norm(x))
+
+
+# injected into the Gemma-style block: the attention's norm reused for the FFN (pre_ffn_norm never called)
+class GemmaStyleSharedNorm(GemmaStyleBlock):
+    def forward(self, x):
+        x = x + self.attn(self.pre_attn_norm(x))
+        return x + self.ffn(self.pre_attn_norm(x))
