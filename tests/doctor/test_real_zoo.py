@@ -18,9 +18,6 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 GAPS: dict[str, str] = {
     "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
     "real.research.JadoreMultiHeadAttention": "an attention holding its residual and norm is read as a block",
-    "real.research.JadoreEncoderLayer": "the attention's own residual + norm and a Conv1d FFN are not mapped",
-    "real.research.JadoreEncoderLayerNoFFResidual": "not mapped (as JadoreEncoderLayer): the missing residual is "
-                                                   "not named",
 }
 
 

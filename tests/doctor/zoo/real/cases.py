@@ -111,6 +111,9 @@ CASES = [
     RealCase("designs.py:GemmaStyleBlock", "ok", style="(1 + scale) RMSNorm, SwiGLU"),
     RealCase("designs.py:GemmaStyleSharedNorm", "shared_layernorm", point="return x + self.ffn(self.pre_attn_norm(x))",
              source="injected"),
+    RealCase("designs.py:ConvFFNPreNorm", "ok", style="Conv1d(kernel 1) FFN in a Sequential, pre-norm"),
+    RealCase("designs.py:ConvFFNNoAttnResidual", "no_residual", point="x = self.attn(self.norm_a(x))",
+             also=("sub_layer:attn",), source="injected"),
     # --- call contracts ----------------------------------------------------------------------------------------------
     RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
     RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",
@@ -133,5 +136,6 @@ CASES = [
 LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
              "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual",
              "real.designs.ResPostNoResidual", "real.designs.FunctionalNormNoResidual",
-             "real.designs.GemmaStyleSharedNorm"}  # a norm written as tensor ops: its shared call is not placed
+             "real.designs.GemmaStyleSharedNorm",  # a norm written as tensor ops: its shared call is not placed
+             "real.designs.ConvFFNNoAttnResidual"}
 assert LINE_GAPS <= {c.id for c in CASES}

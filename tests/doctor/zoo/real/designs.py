@@ -212,3 +212,28 @@ class GemmaStyleSharedNorm(GemmaStyleBlock):
     def forward(self, x):
         x = x + self.attn(self.pre_attn_norm(x))
         return x + self.ffn(self.pre_attn_norm(x))
+
+
+# the Conv1d(kernel 1) feed-forward of attention-is-all-you-need-pytorch in a pre-norm block, the convolutions in
+# a Sequential over (B, D, T)
+class ConvFFNPreNorm(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.norm_a = nn.LayerNorm(dim)
+        self.attn = FusedAttention(dim, heads)
+        self.norm_f = nn.LayerNorm(dim)
+        self.conv = nn.Sequential(nn.Conv1d(dim, 4 * dim, kernel_size=1), nn.GELU(), nn.Conv1d(4 * dim, dim, 1))
+
+    def ffn(self, x):
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)  # (B, D, T) for the convolutions, back to (B, T, D)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm_a(x))
+        return x + self.ffn(self.norm_f(x))
+
+
+# injected into the Conv1d pre-norm block: the attention's residual forgotten
+class ConvFFNNoAttnResidual(ConvFFNPreNorm):
+    def forward(self, x):
+        x = self.attn(self.norm_a(x))
+        return x + self.ffn(self.norm_f(x))
