@@ -23,6 +23,7 @@ from anatomy.doctor.contract.masks import causal_keep, dependency, discover_caus
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.difference import raw_scores
+from anatomy.doctor.diagnosis.own_norm import find_own_norm
 from anatomy.doctor.diagnosis.references import RES_POST, References, Scenario
 from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
 from anatomy.doctor.loading.isolation import isolated, require_sizes
@@ -148,7 +149,12 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
     has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths
                                    for p, m in named.items())
+    auto = kind == "auto"
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
+    own = find_own_norm(module, d, _attention_paths(attn_hyps), norms, qk_paths) \
+        if auto and kind == "block" and attn_hyps else None
+    if own is not None:  # an attention holding its own norm, no feed-forward: checked as an attention
+        kind = "attention"
 
     ctx = ProbeState(subject, kind, d, h, x, base, base_w)
     ctx.norms = norms
@@ -169,6 +175,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     found["positions"] = ctx.positions
     refs = References(kind, d, h, ctx.parts, dict(module.named_parameters()),
                          positional=ctx.positions in ("relative", "dependent"))
+    refs.own_norm = own
     subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
         diag = dg.diagnose(subject, refs, complete, _scenarios(ctx))

@@ -16,8 +16,6 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 # case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
 GAPS: dict[str, str] = {
-    "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
-    "real.research.JadoreMultiHeadAttention": "an attention holding its residual and norm is read as a block",
 }
 
 

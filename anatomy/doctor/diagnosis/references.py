@@ -15,6 +15,7 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
 from anatomy.components.positional.t5_bias import T5RelativeBias
+from anatomy.doctor.diagnosis.own_norm import INSIDE, OwnNorm, wrap, wrapped_hypothesis
 from anatomy.doctor.mapping.norm_fit import StdNorm
 from anatomy.doctor.mapping.projections import BlockParts, Hypothesis, kv_heads, load_reference
 
@@ -87,11 +88,14 @@ class References:
         self.kind, self.d, self.h, self.parts, self.params = kind, d, h, parts, params
         self.positional = positional
         self.t5 = t5_table(params, h) if positional else None  # T5's bias table, tried as a scheme when found
+        self.own_norm: OwnNorm | None = None  # an attention holding its own norm (own_norm.py), set by the caller
         self._cache: dict = {}
 
     def variants(self, placement_hint: str | None = None) -> list[tuple]:
         schemes = [None, *(s for s in POSITIONAL_VARIANTS if s not in T5_SCHEMES or self.t5)] if self.positional \
             else [None]
+        if self.kind == "attention" and self.own_norm is not None:
+            return [(inside,) + (() if s is None else (s,)) for s in schemes for inside in INSIDE]
         if self.kind == "attention":
             return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
@@ -126,6 +130,9 @@ class References:
             if self.kind == "attention":
                 ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk,
                                          positional=positional)
+                if variant and variant[0] in INSIDE and self.own_norm is not None:  # its own norm around it
+                    ref = wrap(ref, self.own_norm, self.d, variant[0])
+                    hyp = wrapped_hypothesis(hyp, self.own_norm)
             else:
                 placement, activation = variant[:2]
                 parts = self._parts()
@@ -165,6 +172,8 @@ class References:
     def describe(self, variant: tuple) -> dict:
         out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1],
                                                    **self._parts().describe()}
+        if self.kind == "attention" and variant and variant[0] in INSIDE:
+            out["norm_inside"] = INSIDE[variant[0]]
         scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
         if scheme is not None:
             out["positional"] = POSITIONAL_VARIANTS[scheme]

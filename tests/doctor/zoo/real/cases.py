@@ -114,6 +114,11 @@ CASES = [
     RealCase("designs.py:ConvFFNPreNorm", "ok", style="Conv1d(kernel 1) FFN in a Sequential, pre-norm"),
     RealCase("designs.py:ConvFFNNoAttnResidual", "no_residual", point="x = self.attn(self.norm_a(x))",
              also=("sub_layer:attn",), source="injected"),
+    RealCase("designs.py:RMSNormInsideAttention", "ok", style="an RMSNorm inside the attention, before it"),
+    RealCase("designs.py:RMSNormInsideScaledByDModel", "scale_by_d_model",
+             point="return torch.softmax(q @ k.transpose(-2, -1) / self.to_q.in_features ** 0.5, dim=-1)",
+             source="injected"),
+    RealCase("designs.py:ResidualNormInsideAttention", "ok", style="norm(x + attn(x)) inside one module"),
     # --- call contracts ----------------------------------------------------------------------------------------------
     RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
     RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",

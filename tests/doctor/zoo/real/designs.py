@@ -237,3 +237,40 @@ class ConvFFNNoAttnResidual(ConvFFNPreNorm):
     def forward(self, x):
         x = self.attn(self.norm_a(x))
         return x + self.ffn(self.norm_f(x))
+
+
+# vit-pytorch's Attention with its pre-norm inside, written with separate projections and an RMSNorm
+class RMSNormInsideAttention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.RMSNorm(dim, eps=1e-6)
+        self.to_q, self.to_k, self.to_v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
+        self.to_out = nn.Linear(dim, dim)
+
+    def attend(self, q, k):
+        return torch.softmax(q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5), dim=-1)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        x = self.norm(x)
+        q, k, v = (f(x).view(b, t, self.heads, -1).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
+        return self.to_out((self.attend(q, k) @ v).transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+
+
+# injected into the attention with its own pre-norm: the scores scaled by the model width
+class RMSNormInsideScaledByDModel(RMSNormInsideAttention):
+    def attend(self, q, k):
+        return torch.softmax(q @ k.transpose(-2, -1) / self.to_q.in_features ** 0.5, dim=-1)
+
+
+# attention-is-all-you-need-pytorch's MultiHeadAttention (residual + LayerNorm inside) with forward(x) only
+class ResidualNormInsideAttention(RMSNormInsideAttention):
+    def __init__(self, dim, heads):
+        super().__init__(dim, heads)
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (f(x).view(b, t, self.heads, -1).transpose(1, 2) for f in (self.to_q, self.to_k, self.to_v))
+        return self.norm(x + self.to_out((self.attend(q, k) @ v).transpose(1, 2).reshape(b, t, d)))
