@@ -15,8 +15,7 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 
 # case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
-GAPS: dict[str, str] = {
-}
+GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
