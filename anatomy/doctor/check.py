@@ -292,7 +292,7 @@ def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | No
                                            ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
         if not hyps:  # norms without parameters, called as functions (functional_norms.py)
-            hyps = functional_norm_hypotheses(attn_hyps, parts, module, ctx.observation.rec, d)
+            hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(ctx.observation, "rec", None), d)
         hyps = with_layer_scale(hyps, module, d, scope)  # LayerScale gains folded in (layer_scale.py)
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]

@@ -127,6 +127,7 @@ class References:
             kv = kv_heads(hyp, self.params, self.d, self.h)  # fewer than H: grouped-query attention
             qk = hyp.qk_norm.kind if hyp.qk_norm is not None else None
             positional = self._positional(variant)
+            ref: nn.Module
             if self.kind == "attention":
                 ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk,
                                          positional=positional)
