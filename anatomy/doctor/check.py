@@ -25,11 +25,14 @@ from anatomy.doctor.contract.masks import causal_keep, dependency, discover_caus
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.difference import raw_scores
-from anatomy.doctor.diagnosis.references import References, Scenario
+from anatomy.doctor.diagnosis.own_norm import find_own_norm
+from anatomy.doctor.diagnosis.references import RES_POST, References, Scenario
 from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.subject import CallError, CheckError, Subject, build, randomize
 from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.functional_norms import functional_norm_hypotheses
+from anatomy.doctor.mapping.layer_scale import with_layer_scale
 from anatomy.doctor.mapping.layouts import linear_after_mha
 from anatomy.doctor.mapping.norm_fit import find_norms
 from anatomy.doctor.probes.behaviour import positions, run_all, shape
@@ -148,7 +151,12 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
     has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths
                                    for p, m in named.items())
+    auto = kind == "auto"
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
+    own = find_own_norm(module, d, _attention_paths(attn_hyps), norms, qk_paths) \
+        if auto and kind == "block" and attn_hyps else None
+    if own is not None:  # an attention holding its own norm, no feed-forward: checked as an attention
+        kind = "attention"
 
     ctx = ProbeState(subject, kind, d, h, x, base, base_w)
     ctx.norms = norms
@@ -169,6 +177,7 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     found["positions"] = ctx.positions
     refs = References(kind, d, h, ctx.parts, dict(module.named_parameters()),
                          positional=ctx.positions in ("relative", "dependent"))
+    refs.own_norm = own
     subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
         diag = dg.diagnose(subject, refs, complete, _scenarios(ctx))
@@ -197,6 +206,10 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         ctx.hyp = complete[0]
 
     findings, passed, skipped = run_all(ctx)
+    placed = diag.variant.get("placement")
+    if ctx.found_block.get("placement") in (None, "unknown") and (placed == RES_POST or placed and
+                                                                  diag.status == "matches"):
+        ctx.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
     findings += diagnosis_findings(diag)
     named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
     symptoms = any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings)
@@ -282,6 +295,9 @@ def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | No
         ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx),
                                            ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
+        if not hyps:  # norms without parameters, called as functions (functional_norms.py)
+            hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(ctx.observation, "rec", None), d)
+        hyps = with_layer_scale(hyps, module, d, scope)  # LayerScale gains folded in (layer_scale.py)
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
         found["block"] = ctx.found_block

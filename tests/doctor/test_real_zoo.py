@@ -15,20 +15,7 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 
 # case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
-GAPS: dict[str, str] = {
-    "real.vision.LayerScaleBlock": "LayerScale (per-channel gain on each branch) is not a reference variant yet",
-    "real.vision.CaiTBlock": "LayerScale (gamma_1/gamma_2) is not a reference variant yet",
-    "real.vision.ResPostNormBlock": "res-post-norm x + norm(f(x)) is not a reference placement yet",
-    "real.vision.LucidViTNormInside": "an attention holding its own pre-norm is read as a block without an FFN",
-    "real.llm.GemmaBlock": "RMSNorm scaled by (1 + weight) is not a norm variant of the reference",
-    "real.research.T5Attention": "T5's unscaled attention with a relative bias is not a named design yet",
-    "real.research.T5Block": "T5's unscaled attention with a relative bias is not a named design yet",
-    "real.research.FunctionalNormBlock": "a block whose norms have no parameters cannot be mapped",
-    "real.research.JadoreMultiHeadAttention": "an attention holding its residual and norm is read as a block",
-    "real.research.JadoreEncoderLayer": "the attention's own residual + norm and a Conv1d FFN are not mapped",
-    "real.research.JadoreEncoderLayerNoFFResidual": "not mapped (as JadoreEncoderLayer): the missing residual is "
-                                                   "not named",
-}
+GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -14,6 +14,8 @@ from torch import nn
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
+from anatomy.components.positional.t5_bias import T5RelativeBias
+from anatomy.doctor.diagnosis.own_norm import INSIDE, OwnNorm, wrap, wrapped_hypothesis
 from anatomy.doctor.mapping.norm_fit import StdNorm
 from anatomy.doctor.mapping.projections import BlockParts, Hypothesis, kv_heads, load_reference
 
@@ -44,7 +46,41 @@ POSITIONAL_VARIANTS = {
        for base in ROPE_BASES
        for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))},
     "alibi": "ALiBi",
+    # T5 (Raffel et al. 2020): a learned bias per (distance bucket, head) added to the scores, and no 1/sqrt(Dh):
+    # the scale is folded into the initialisation by design. Tried only when the module holds a (buckets, H)
+    # table, which then feeds the reference's; without such a table a missing scale stays the no_scaling bug.
+    "t5": "T5 relative position bias (learned, bucketed), unscaled by design, as T5",
+    "t5-causal": "T5 relative position bias (learned, bucketed, looking back), unscaled by design, as T5",
 }
+T5_SCHEMES = ("t5", "t5-causal")
+
+
+class T5InAttention(T5RelativeBias):
+    """T5's bias carried by one attention module (ours places it once per stack, at site ``"model"``)."""
+
+    site = "attention"
+
+
+def t5_table(params: dict[str, torch.Tensor], h: int) -> str | None:
+    """The learner's T5 bias table: the only ``(buckets, H)`` parameter (an ``nn.Embedding(buckets, H)``), or
+    None."""
+    found = [n for n, p in params.items() if p.dim() == 2 and p.shape[1] == h and p.shape[0] >= 4
+             and p.shape[0] % 2 == 0 and p.shape[0] != h]
+    return found[0] if len(found) == 1 else None
+
+
+# res-post-norm (Swin Transformer v2): x + norm(f(x)), the stream itself never normalised; built as our
+# "sandwich" placement with its input norm taken out, the learner's norms feeding the output norms
+RES_POST = "res_post"
+
+
+def res_post_hypothesis(hyp: Hypothesis) -> Hypothesis:
+    """``hyp`` read onto a res-post-norm reference: ``*_add_norm.norm.*`` → ``*_add_norm.post_norm.*``."""
+    def moved(name: str) -> str:
+        return name.replace("_add_norm.norm", "_add_norm.post_norm", 1)
+
+    return Hypothesis(hyp.style, {moved(k): v for k, v in hyp.sources.items()},
+                      {moved(k): v for k, v in hyp.modules.items()}, hyp.heads, hyp.qk_norm)
 
 
 class References:
@@ -56,13 +92,19 @@ class References:
         with a relative scheme inside attention are tried too, after the plain one."""
         self.kind, self.d, self.h, self.parts, self.params = kind, d, h, parts, params
         self.positional = positional
+        self.t5 = t5_table(params, h) if positional else None  # T5's bias table, tried as a scheme when found
+        self.own_norm: OwnNorm | None = None  # an attention holding its own norm (own_norm.py), set by the caller
         self._cache: dict = {}
 
     def variants(self, placement_hint: str | None = None) -> list[tuple]:
-        schemes = [None, *POSITIONAL_VARIANTS] if self.positional else [None]
+        schemes = [None, *(s for s in POSITIONAL_VARIANTS if s not in T5_SCHEMES or self.t5)] if self.positional \
+            else [None]
+        if self.kind == "attention" and self.own_norm is not None:
+            return [(inside,) + (() if s is None else (s,)) for s in schemes for inside in INSIDE]
         if self.kind == "attention":
             return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
+        placements.append(RES_POST)  # Swin v2's x + norm(f(x)), a named placement, tried last
         return [(p, a) + (() if s is None else (s,)) for s in schemes for p in placements
                 for a in self._parts().activations]
 
@@ -78,6 +120,9 @@ class References:
             return None
         if scheme == "alibi":
             return ALiBiPositional(n_heads=self.h)
+        if scheme in T5_SCHEMES and self.t5 is not None:
+            return T5InAttention(n_heads=self.h, bidirectional=scheme == "t5",
+                                 num_buckets=self.params[self.t5].shape[0])
         layout, base = scheme.removeprefix("rope-").split("@")
         return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base))
 
@@ -91,15 +136,23 @@ class References:
             if self.kind == "attention":
                 ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk,
                                          positional=positional)
+                if variant and variant[0] in INSIDE and self.own_norm is not None:  # its own norm around it
+                    ref = wrap(ref, self.own_norm, self.d, variant[0])
+                    hyp = wrapped_hypothesis(hyp, self.own_norm)
             else:
                 placement, activation = variant[:2]
                 parts = self._parts()
                 block = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=parts.d_ff,
                                            activation=activation, norm=parts.norm, norm_eps=parts.eps,
-                                           placement=placement, kernel="math", qk_norm=qk, positional=positional)
+                                           placement="sandwich" if placement == RES_POST else placement,
+                                           kernel="math", qk_norm=qk, positional=positional)
+                if placement == RES_POST:  # sandwich without its input norm: x + post_norm(f(x))
+                    for an in (block.attn_add_norm, block.ffn_add_norm):
+                        an.pre_norm = nn.Identity()
+                    hyp = res_post_hypothesis(hyp)
                 if parts.form == "unbiased_std":  # the annotated transformer's norm, carried as it is
                     for an in (block.attn_add_norm, block.ffn_add_norm):
-                        an.norm = StdNorm(self.d, parts.eps)
+                        setattr(an, "post_norm" if placement == RES_POST else "norm", StdNorm(self.d, parts.eps))
                 ref = block
             if hyp.qk_norm is not None:  # the learner's eps (a block's builder gives the QK-norm the block's)
                 attn = self.attention(ref)
@@ -107,6 +160,10 @@ class References:
                 attn.q_norm.eps = attn.k_norm.eps = hyp.qk_norm.eps  # type: ignore[assignment]
             ref = ref.double().eval()
             load_reference(ref, hyp, self.params)
+            if isinstance(positional, T5InAttention) and self.t5 is not None:  # the learner's table, no scale
+                with torch.no_grad():
+                    positional.relative_attention_bias.weight.copy_(self.params[self.t5])
+                self.attention(ref).scale = 1.0
             self._cache[key] = ref
         return self._cache[key]
 
@@ -122,6 +179,8 @@ class References:
     def describe(self, variant: tuple) -> dict:
         out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1],
                                                    **self._parts().describe()}
+        if self.kind == "attention" and variant and variant[0] in INSIDE:
+            out["norm_inside"] = INSIDE[variant[0]]
         scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
         if scheme is not None:
             out["positional"] = POSITIONAL_VARIANTS[scheme]

@@ -173,7 +173,8 @@ def randomize(module: nn.Module, d_model: int, seed: int) -> None:
     """Give every parameter seeded, lively values so that no fault hides behind an identity initialisation.
 
     Matrices get N(0, 1/fan_in) (so q·k has variance ~Dh before scaling), gains that start at 1 get 1 + N(0, 0.2),
-    biases that start at 0 get N(0, 0.2). Scalars (a learned temperature, say) are left alone.
+    biases that start at 0 get N(0, 0.2), a small constant
+    gain (LayerScale's ``1e-5 * ones``) gets 1 + N(0, 0.2) too. Scalars (a learned temperature, say) are left alone.
     """
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -189,6 +190,8 @@ def randomize(module: nn.Module, d_model: int, seed: int) -> None:
                 p.copy_(1 + 0.2 * noise)
             elif bool((p == 0).all()):
                 p.copy_(0.2 * noise)
+            elif p.dim() == 1 and bool((p == p[0]).all()) and 0 < abs(float(p[0])) < 0.1:
+                p.copy_(1 + 0.2 * noise)  # a small constant gain (LayerScale's 1e-5 * ones) would hide its branch
 
 
 @contextlib.contextmanager

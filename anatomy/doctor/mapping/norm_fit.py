@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from anatomy.doctor.contract import precision
+
 EPS_GRID = (1e-5, 1e-6, 1e-12, 1e-8, 1e-9, 1e-10, 1e-7, 1e-4, 1e-3, 1e-11, 1e-14, 0.0)
 FIT_TOL = 1e-9  # relative residual of the per-feature affine fit: float64 norms fit to ~1e-15
 FORMS = ("layernorm", "rmsnorm", "unbiased_std")
@@ -43,10 +45,11 @@ class NormInfo:
     bias: str | None  # ... the bias (None: no bias, or 0)
     residual: float
     width: int = 0
+    offset: float = 0.0  # the gain is offset + weight (Gemma's (1 + weight) RMSNorm: 1.0)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "kind": self.kind, "form": self.form, "eps": self.eps, "weight": self.weight,
-                "bias": self.bias}
+                "bias": self.bias, **({"gain": f"{self.offset:g} + weight"} if self.offset else {})}
 
 
 def standardise(x: torch.Tensor, form: str, eps: float) -> torch.Tensor:
@@ -91,9 +94,10 @@ def fit_norm(x: torch.Tensor, y: torch.Tensor, eps_hints: Sequence[float] = ()) 
                 best = (form, eps, g, b, res)
         if best is not None and best[4] <= FIT_TOL * 1e-3:
             break
-    if best is not None and FIT_TOL < best[4] <= 1e-3 and best[1] > 0:  # a norm, with an eps off the grid
+    limit = precision.tol(FIT_TOL)  # a norm computing in float32 (T5's variance) fits to its precision
+    if best is not None and limit < best[4] <= 1e-3 and best[1] > 0:  # a norm, with an eps off the grid
         best = _refine(x2, y2, best)
-    return best if best is not None and best[4] <= FIT_TOL else None
+    return best if best is not None and best[4] <= limit else None
 
 
 def _refine(x: torch.Tensor, y: torch.Tensor, best: tuple) -> tuple:
@@ -162,12 +166,17 @@ def find_norms(module: nn.Module, run, d: int) -> dict[str, NormInfo]:
         form, eps, g, b, res = fit
         used: set[str] = set()
         weight = None if float((g - 1).abs().max()) <= 1e-9 else _by_value(m, f"{p}.", g, used)
+        offset = 0.0
+        if weight is None and float((g - 1).abs().max()) > 1e-9:  # Gemma's RMSNorm: x̂ · (1 + weight)
+            weight = _by_value(m, f"{p}.", g - 1, used)
+            offset = 1.0 if weight is not None else 0.0
         if weight is not None:
             used.add(weight)
         bias = None if float(b.abs().max()) <= 1e-9 else _by_value(m, f"{p}.", b, used)
         if (weight is None and float((g - 1).abs().max()) > 1e-9) or (bias is None and float(b.abs().max()) > 1e-9):
             continue  # a gain or bias the doctor cannot map (a buffer, a product of parameters)
-        found[p] = NormInfo(p, "rmsnorm" if form == "rmsnorm" else "layernorm", form, eps, weight, bias, res, d)
+        found[p] = NormInfo(p, "rmsnorm" if form == "rmsnorm" else "layernorm", form, eps, weight, bias, res, d,
+                            offset)
     # a wrapper whose output is its child's (SublayerConnection's norm is the child, not the wrapper)
     for p in list(found):
         if any(q != p and q.startswith(p + ".") and torch.equal(calls[q][1], calls[p][1]) for q in found):

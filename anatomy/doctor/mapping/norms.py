@@ -152,6 +152,13 @@ def short(v: float) -> str:
     return f"{v:g}".replace("e-0", "e-").replace("e+0", "e+")
 
 
+def pointwise(m: nn.Module | None) -> bool:
+    """A ``Conv1d`` with kernel 1 (stride 1, no padding, one group): the attention-is-all-you-need-pytorch FFN's
+    layers, a Linear applied to every token."""
+    return isinstance(m, nn.Conv1d) and m.kernel_size == (1,) and m.stride == (1,) and m.padding == (0,) \
+        and m.groups == 1 and m.dilation == (1,)
+
+
 def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: set[str],
                 call_order: list[str], found: dict | None = None) -> BlockParts:
     """``found``: the norms found by behaviour (``norm_fit.find_norms``), path → NormInfo; they count wherever they
@@ -173,6 +180,12 @@ def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: s
                         and not inside_attn(p)]
     ffn: dict[str, str] = {}
     d_ff = None
+    if not linear_calls:  # Conv1d(kernel 1) over (B, D, T): a Linear per token, weight (out, in, 1)
+        convs = [p for p in dict.fromkeys(call_order) if pointwise(named.get(p)) and not inside_attn(p)]
+        if len(convs) == 2:
+            up_c, down_c = (named[p] for p in convs)
+            if up_c.in_channels == d and down_c.out_channels == d and up_c.out_channels == down_c.in_channels:
+                ffn, d_ff = {"up": convs[0], "down": convs[1]}, up_c.out_channels
     if len(linear_calls) == 2:
         up, down = (named[p] for p in linear_calls)
         if up.in_features == d and down.out_features == d and up.out_features == down.in_features:
@@ -224,6 +237,8 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         info = parts.found.get(path)
         if info is not None:  # found by behaviour: gain and bias by value, whatever their names
             extra.update({f"{ref}.{k}": _p(v) for k, v in (("weight", info.weight), ("bias", info.bias)) if v})
+            if info.weight is not None and info.offset:  # Gemma: the gain is 1 + weight
+                extra[f"{ref}.weight"] = _p(info.weight, lambda t, c=info.offset: c + t, f"{info.offset:g} + weight")
             if info.weight is None:  # a norm without a gain: the reference's gain stays 1
                 extra[f"{ref}.weight"] = Source("(no gain)", "gain 1",
                                                cast(Reader, lambda params, w=info.width: torch.ones(w)))

@@ -93,7 +93,9 @@ def found_lines(r, lang: str) -> list[tuple[str, str]]:
         place = {"pre": "pre-norm: x + f(norm(x))", "post": "post-norm: norm(x + f(x))",
                  "norm_on_residual_path": _t(lang, "miswired pre-norm: x = norm(x); x = x + f(x)",
                                              "接错的 pre-norm：x = norm(x); x = x + f(x)"),
-                 "pre+final": _t(lang, "pre-norm with a norm at the end", "pre-norm，末尾还有一个 norm")}.get(
+                 "pre+final": _t(lang, "pre-norm with a norm at the end", "pre-norm，末尾还有一个 norm"),
+                 "res_post": _t(lang, "res-post-norm: x + norm(f(x)) (Swin v2)",
+                                "res-post-norm：x + norm(f(x))（Swin v2）")}.get(
             b.get("placement"), _t(lang, "not recognised", "未识别"))
         rows.append(("norm", place + " · " + (", ".join(b.get("norms") or []) or "-")))
         ffn = f"d_ff={b.get('d_ff')}" if b.get("d_ff") else _t(lang, "not found", "未找到")

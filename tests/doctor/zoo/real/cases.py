@@ -92,6 +92,33 @@ CASES = [
     RealCase("research.py:JadoreEncoderLayerNoFFResidual", "no_residual", point="return self.layer_norm(output)\n",
              also=("sub_layer:ffn",), source="injected"),
     RealCase("research.py:XAttention", "ok", style="forward(x, context=None, mask=None), ~mask, -finfo.max"),
+    # --- named designs again, in other layouts (designs.py) -----------------------------------------------------------
+    RealCase("designs.py:PostNormLayerScale", "ok", style="LayerScale gains 0.1 on a post-norm block"),
+    RealCase("designs.py:LayerScaleAttnOnly", "ok", style="LayerScale on the attention branch only"),
+    RealCase("designs.py:LayerScaleNoResidual", "no_residual", point="x = self.ls1 * self.attn(self.norm1(x))",
+             also=("sub_layer:attn",), source="injected"),
+    RealCase("designs.py:ResPostRMSBlock", "ok", style="res-post-norm with RMSNorm and a SwiGLU"),
+    RealCase("designs.py:ResPostSharedNorm", "shared_layernorm", point="return x + self.norm1(self.mlp(x))",
+             source="injected"),
+    RealCase("designs.py:ResPostNoResidual", "no_residual", point="return self.norm2(self.mlp(x))",
+             also=("sub_layer:ffn",), source="injected"),
+    RealCase("designs.py:FunctionalPostNorm", "ok", BLOCK, style="F.layer_norm in a helper, post-norm"),
+    RealCase("designs.py:FunctionalNormNoResidual", "no_residual", BLOCK, point="x = self.attn(_norm(x))",
+             also=("sub_layer:attn",), source="injected"),
+    RealCase("designs.py:T5CausalAttention", "ok", C, style="T5 decoder bias, unidirectional buckets, unscaled"),
+    RealCase("designs.py:T5ScaledByDModel", "scale_by_d_model", C,
+             point="return q @ k.transpose(-2, -1) / math.sqrt(self.o.in_features)", source="injected"),
+    RealCase("designs.py:GemmaStyleBlock", "ok", style="(1 + scale) RMSNorm, SwiGLU"),
+    RealCase("designs.py:GemmaStyleSharedNorm", "shared_layernorm", point="return x + self.ffn(self.pre_attn_norm(x))",
+             source="injected"),
+    RealCase("designs.py:ConvFFNPreNorm", "ok", style="Conv1d(kernel 1) FFN in a Sequential, pre-norm"),
+    RealCase("designs.py:ConvFFNNoAttnResidual", "no_residual", point="x = self.attn(self.norm_a(x))",
+             also=("sub_layer:attn",), source="injected"),
+    RealCase("designs.py:RMSNormInsideAttention", "ok", style="an RMSNorm inside the attention, before it"),
+    RealCase("designs.py:RMSNormInsideScaledByDModel", "scale_by_d_model",
+             point="return torch.softmax(q @ k.transpose(-2, -1) / self.to_q.in_features ** 0.5, dim=-1)",
+             source="injected"),
+    RealCase("designs.py:ResidualNormInsideAttention", "ok", style="norm(x + attn(x)) inside one module"),
     # --- call contracts ----------------------------------------------------------------------------------------------
     RealCase("signatures.py:AladdinSelfAttention", "ok", style="forward(values, keys, query, mask)"),
     RealCase("signatures.py:AladdinScaledByEmbedSize", "scale_by_d_model", point="return self.embed_size ** (1 / 2)",
@@ -112,5 +139,8 @@ CASES = [
 # pitfalls whose line the recording does not place (a missing residual has no line of its own to run; a missing
 # scale is pointed at the softmax line when a cast sits between the product and the softmax)
 LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
-             "real.llm.Llama2cNoScale"}
+             "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual",
+             "real.designs.ResPostNoResidual", "real.designs.FunctionalNormNoResidual",
+             "real.designs.GemmaStyleSharedNorm",  # a norm written as tensor ops: its shared call is not placed
+             "real.designs.ConvFFNNoAttnResidual"}
 assert LINE_GAPS <= {c.id for c in CASES}
