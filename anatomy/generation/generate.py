@@ -69,7 +69,7 @@ def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_
              tokenizer: Any = None, streamer: Any = None,
              generator: torch.Generator | Sequence[torch.Generator] | None = None,
              fast: bool = True, **kwargs: Any) -> Any:
-    """Generate up to ``max_new_tokens`` (default 32; or HF's ``max_length``, prompt included) tokens per row.
+    """Generate up to ``max_new_tokens`` (default 20, as HF; or HF's ``max_length``, prompt included) tokens per row.
 
     Returns ``(B * num_return_sequences, T + n)`` (prompt then new tokens) for a decoder-only LM, ``(..., 1 + n)``
     (start token then new tokens) for an encoder-decoder model, ``n <= max_new_tokens``; the sequences of one prompt

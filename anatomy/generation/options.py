@@ -28,14 +28,18 @@ def _positive_int(name: str, value: Any) -> None:
 
 
 def new_token_budget(max_new_tokens: Any, max_length: Any, prompt_len: int) -> int:
-    """``max_new_tokens``, or HF's ``max_length`` (which counts the prompt); default 32."""
+    """``max_new_tokens``, or HF's ``max_length`` (which counts the prompt); neither: 20 new tokens with HF's
+    warning (transformers 5 generates 20 new tokens when neither is given, whatever the prompt's length)."""
     if max_new_tokens is not None and max_length is not None:
         raise ValueError("give max_new_tokens or max_length, not both (max_length counts the prompt too)")
     if max_length is not None:
         if not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < prompt_len:
             raise ValueError(f"max_length must be an integer >= the prompt length {prompt_len}, got {max_length!r}")
         return max_length - prompt_len
-    n = 32 if max_new_tokens is None else max_new_tokens
+    if max_new_tokens is None:
+        warnings.warn("generate: neither max_new_tokens nor max_length given: 20 new tokens, Hugging Face's default; "
+                      "set max_new_tokens to control the length", UserWarning, stacklevel=3)
+    n = 20 if max_new_tokens is None else max_new_tokens
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
     return n

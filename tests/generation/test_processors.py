@@ -141,6 +141,16 @@ def test_sampling_without_top_k_keeps_hfs_default_of_50(pair):
     assert torch.equal(uncut, hf.generate(IDS, attention_mask=MASK, top_k=0, **kw)) and not torch.equal(uncut, want)
 
 
+def test_no_length_given_is_hfs_20_new_tokens_with_a_warning(pair):
+    hf, ours, _ = pair
+    long = torch.randint(1, V, (1, 25), generator=torch.Generator().manual_seed(1))  # longer than 20: still 20 new
+    for ids in (IDS[2:], long):
+        with pytest.warns(UserWarning, match="max_new_tokens"):
+            got = ours.generate(ids, eos_token_id=None)
+        want = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, eos_token_id=None)
+        assert got.shape[1] == ids.shape[1] + 20 and torch.equal(got, want)
+
+
 def test_hfs_own_processor_and_criteria_objects_work(pair):
     hf, ours, eos = pair
     procs = transformers.LogitsProcessorList([transformers.NoRepeatNGramLogitsProcessor(2),
