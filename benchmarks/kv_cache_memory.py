@@ -23,7 +23,6 @@ from _common import environment, rounds  # noqa: E402
 
 from anatomy import ModelConfig, build_model  # noqa: E402
 from anatomy.generation.fast import DecodeStep  # noqa: E402
-from anatomy.models.common import make_positions  # noqa: E402
 
 
 def model(window: int | None, length: int) -> torch.nn.Module:
@@ -43,7 +42,7 @@ def decode(m: torch.nn.Module, prompt: torch.Tensor, new: int) -> tuple[torch.Te
     for _ in range(new):
         token = logits.argmax(-1)
         out.append(token)
-        logits = step(token, make_positions(None, 1, caches[0].seen, prompt.device), None)
+        logits = step(token[:, None], None)  # (B, V)
     held = sum(buf.numel() * buf.element_size() for c in caches for buf in (c._k_buf, c._v_buf, c._pos_buf))
     return torch.stack(out, 1), held
 

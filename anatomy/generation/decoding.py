@@ -6,8 +6,9 @@
 
 A decoder-only mask covers the cache and grows by one real column per step. Encoder-decoder models encode the
 source once; the decoder starts from ``decoder_start_token_id`` and each step's cross-attention reuses the memory
-keys and values its cache projected at step 0. A ``DecoderLM`` decodes with the flattened step of
-``anatomy.generation.fast`` (same numbers, less Python per token) unless ``fast.refusal(model)`` names a reason.
+keys and values its cache projected at step 0. The decode steps call a flat view of the model
+(``anatomy.generation.fast``: the same forward code without ``nn.Module``'s machinery, less Python per token)
+unless ``fast.refusal(model)`` names a reason (hooks attached).
 """
 
 from __future__ import annotations
@@ -17,10 +18,9 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from anatomy.components.context import cache_seen
-from anatomy.generation.fast import DecodeStep, refusal
+from anatomy.generation.fast import refusal
+from anatomy.generation.flat import flat
 from anatomy.models.cache import ModelCache
-from anatomy.models.common import make_positions
 from anatomy.sizes import check_cache_fits
 
 
@@ -38,33 +38,31 @@ class CachedDecoding:
         check_cache_fits(self.model.config, input_ids.shape[0], capacity, flags="max_new_tokens (or the batch)",
                          device=str(input_ids.device), element_size=next(model.parameters()).element_size())
         self.caches = self.model.new_caches(capacity=capacity)  # reserved once, after the size check
-        self.flat = None
+        # the decode steps' model: a flat view (same code, no module machinery) unless hooks need the modules
+        self.stepper = flat(model) if fast and refusal(model) is None else self.model
         if self.seq2seq:
             self.encoded = self.model.encoder(input_ids, mask)  # (B, S, D), computed once
             start = self.model.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id
             self.prefix = input_ids.new_full((b, 1), start)  # (B, 1)
         else:
             self.prefix = input_ids
-            self.flat = DecodeStep(self.model, self.caches) if fast and refusal(model) is None else None
         self.grow = mask is not None and not self.seq2seq  # a decoder-only mask covers the cache
         self._ones = None if mask is None else mask.new_ones(b, 1)
 
-    def _logits(self, ids: torch.Tensor) -> torch.Tensor:
+    def _logits(self, ids: torch.Tensor, step: bool = True) -> torch.Tensor:
         """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache."""
+        model = self.stepper if step else self.model  # the prefill runs the modules (and any hook of prefill's)
         if self.seq2seq:
-            out = self.model(attention_mask=self.mask, decoder_input_ids=ids, encoder_outputs=self.encoded,
-                             kv_caches=self.caches, use_cache=True)
-            logits: torch.Tensor = out.logits[:, -1]  # (B, V)
-            return logits
-        if self.flat is not None and ids.shape[1] == 1:
-            positions = make_positions(self.mask, 1, cache_seen(self.caches), ids.device)  # (B|1, 1)
-            return self.flat(ids[:, 0], positions, self.mask)  # (B, V)
-        last: torch.Tensor = self.model(ids, self.mask, kv_caches=self.caches, use_cache=True).logits[:, -1]
-        return last  # (B, V)
+            out = model(attention_mask=self.mask, decoder_input_ids=ids, encoder_outputs=self.encoded,
+                        kv_caches=self.caches, use_cache=True)
+        else:
+            out = model(ids, self.mask, kv_caches=self.caches, use_cache=True)
+        logits: torch.Tensor = out.logits[:, -1]  # (B, V)
+        return logits
 
     def prefill(self) -> torch.Tensor:
         if self.inputs_embeds is None:
-            return self._logits(self.prefix)
+            return self._logits(self.prefix, step=False)
         # an embeddings prompt: the token lookup of the placeholder ids answers with the given rows (times the
         # table's multiplier, as HF scales inputs_embeds where it scales looked-up rows); positions and the
         # embedding norm apply as for ids
@@ -73,7 +71,7 @@ class CachedDecoding:
         handle = table.register_forward_hook(
             lambda module, args, out: (embeds * getattr(module, "multiplier", 1.0)).to(out.dtype))
         try:
-            return self._logits(self.prefix)
+            return self._logits(self.prefix, step=False)
         finally:
             handle.remove()
 

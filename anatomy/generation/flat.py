@@ -1,0 +1,121 @@
+"""Flat views: a module tree's own ``forward`` code, run without ``nn.Module``'s call machinery.
+
+At batch 1 a decode step of a small model is mostly Python, not arithmetic, and much of that Python is
+``nn.Module.__call__`` (hook dispatch, ``_call_impl``) and ``nn.Module.__getattr__`` (a failed attribute lookup
+before ``_modules`` / ``_parameters`` are searched), a few microseconds per module and a hundred modules per token.
+``flat(module)`` returns a *view* of the module that runs the very same methods of the module's class (``forward``,
+``before``/``after``, ``rotate_for``...), with
+
+- the module's instance attributes, parameters and buffers as plain attributes (found at once);
+- every sub-module replaced by its own flat view, so ``self.q_proj(x)`` is a direct call of ``Linear.forward``;
+- every ``HookPoint`` replaced by the identity (a view is only made when no hook is attached anywhere).
+
+No arithmetic is written here: a view does what its module does, in the order the module's code says, so there is
+no second copy of the block's order to keep in step. ``isinstance(view, cls)`` and ``super()`` see the module's class
+(a view reports it as ``__class__``). A view is a snapshot: it reads the parameter *tensors* (so training or
+``load_state_dict`` in place is seen) but not later reassignments of sub-modules or attributes; make it for one
+``generate`` call, when ``fast.refusal`` says the model holds no hooks.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from torch import nn
+
+from anatomy.components.hook_point import HookPoint
+
+
+class _Identity:
+    """A hook point with nothing attached: returns its input (``has_hooks`` is False, as ``hooked`` expects)."""
+
+    __slots__ = ()
+    _forward_hooks: dict[int, Any] = {}
+    _forward_pre_hooks: dict[int, Any] = {}
+    has_hooks = False
+
+    def __call__(self, x: Any) -> Any:
+        return x
+
+
+_IDENTITY = _Identity()
+
+
+def _static(cls: type, name: str) -> Any:
+    """``name`` as stored in the first class of ``cls``'s MRO that defines it (descriptors unbound)."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    raise AttributeError(name)
+
+
+class FlatView:
+    """The view of one module (see the module docstring); made by :func:`flat`. Each module class gets its own
+    subclass (:func:`_view_class`) whose ``__call__`` *is* the class's ``forward``, so a view's call is one frame."""
+
+    _view_of: type = nn.Module
+
+    def __init__(self, module: nn.Module, children: dict[str, Any]) -> None:
+        state = self.__dict__
+        state.update(module.__dict__)  # training, sizes, settings, mirrored hook points (replaced below)
+        state.update(module._parameters)
+        state.update(module._buffers)
+        state.update(children)
+        state["_modules"] = children
+
+    @property  # type: ignore[misc]  # a view stands for its module's class (isinstance, super())
+    def __class__(self) -> type:
+        return type(self)._view_of
+
+    def __getattr__(self, name: str) -> Any:
+        """A name of the module's class (a method, a property, a class attribute), bound to this view. Methods
+        and class constants are kept in the view's ``__dict__`` after the first lookup."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        cls = type(self)._view_of
+        try:
+            found = _static(cls, name)
+        except AttributeError:
+            raise AttributeError(f"{cls.__name__} view has no attribute {name!r}") from None
+        if isinstance(found, types.FunctionType):
+            bound = types.MethodType(found, self)
+            self.__dict__[name] = bound
+            return bound
+        if hasattr(found, "__get__"):  # property, staticmethod, classmethod, a settings descriptor: not cached
+            return found.__get__(self, cls)
+        self.__dict__[name] = found
+        return found
+
+    def __repr__(self) -> str:
+        return f"<flat view of {type(self)._view_of.__name__}>"
+
+
+_CLASSES: dict[type, type] = {}
+_CONTAINER = ("__iter__", "__len__", "__getitem__", "__bool__", "__contains__")  # ModuleList, Sequential, ...
+
+
+def _view_class(cls: type) -> type:
+    """The view class of module class ``cls``: ``__call__`` is ``cls.forward`` (or ``cls``'s own ``__call__``) and
+    a container's ``__iter__`` / ``__len__`` / ``__getitem__`` are ``cls``'s."""
+    view = _CLASSES.get(cls)
+    if view is None:
+        call = _static(cls, "__call__")
+        namespace: dict[str, Any] = {"_view_of": cls,
+                                     "__call__": _static(cls, "forward") if call is nn.Module.__call__ else call}
+        for name in _CONTAINER:
+            for klass in cls.__mro__:
+                if name in klass.__dict__ and klass is not object:
+                    namespace[name] = klass.__dict__[name]
+                    break
+        view = _CLASSES[cls] = type(f"Flat{cls.__name__}", (FlatView,), namespace)
+    return view
+
+
+def flat(module: nn.Module) -> Any:
+    """The flat view of ``module`` and everything under it (hook points become the identity)."""
+    if isinstance(module, HookPoint):
+        return _IDENTITY
+    children = {name: (None if child is None else flat(child)) for name, child in module._modules.items()}
+    view: FlatView = _view_class(type(module))(module, children)
+    return view
