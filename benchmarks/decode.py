@@ -12,7 +12,9 @@ At d 256 a step reads 16.8 MB of float32 weights, more than this VM's share of t
 is bound by memory traffic as much as by Python: the per-token time splits into the weights' reads (the same for
 every implementation) and the per-step overhead (where the implementations differ). ``ours`` decodes
 with the flattened step (anatomy.generation.fast), ``ours_modules`` with ``fast=False`` (every module called);
-both give the same tokens (asserted here).
+both give the same tokens (asserted here). ``weights_alone`` is the floor every implementation pays: each Linear of
+our model applied once to one token's vector, ``--new`` times, nothing else (when it is most of ``ours``' time the
+machine's memory bandwidth, not the code, sets the ratios).
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ def main() -> None:
     mine = ours_lm(size).eval()
     contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=args.new),
                   "ours_modules": lambda: generate(mine, prompt, max_new_tokens=args.new, fast=False)}
+    linears = [(m.weight, m.bias, torch.zeros(1, m.in_features)) for m in mine.modules()
+               if isinstance(m, torch.nn.Linear)]
+
+    def weights_alone() -> torch.Tensor:
+        for _ in range(args.new):
+            for w, b, x in linears:
+                out = torch.nn.functional.linear(x, w, b)
+        return out
     if peer_status()["transformers"]["installed"]:
         torch.manual_seed(0)
         hf = hf_gpt2(size).eval()
@@ -59,6 +69,7 @@ def main() -> None:
             assert contenders["hf_gpt2_generate"]().shape[1] == 16 + args.new
     assert contenders["ours"]().shape[1] == 16 + args.new
     assert torch.equal(contenders["ours"](), contenders["ours_modules"]())
+    contenders["weights_alone"] = weights_alone
     with torch.inference_mode():
         seconds, ratios = rounds(contenders, "ours", args.rounds, args.repeat)
     print(f"greedy, batch 1, prompt 16, {args.new} new tokens, d {args.d_model}, vocab {args.vocab}: "

@@ -38,11 +38,11 @@ class LayerNorm(nn.Module):
         self.hook_scale = HookPoint()  # (..., 1) 1/sqrt(var + eps) per token (computed only when hooked)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dt = compute_dtype(x.dtype)
         if hooked(self, "hook_scale"):
-            return self._stepwise(x, dt)
-        if x.dtype == dt and self.weight.dtype == dt:  # the usual float32 case: nothing to convert
-            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+            return self._stepwise(x, compute_dtype(x.dtype))
+        if x.dtype is torch.float32 and self.weight.dtype is torch.float32:  # the usual case: nothing to convert
+            return torch.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)  # F.layer_norm's op
+        dt = compute_dtype(x.dtype)
         bias = None if self.bias is None else self.bias.to(dt)
         return F.layer_norm(x.to(dt), self.weight.shape, self.weight.to(dt), bias, self.eps).to(x.dtype)
 

@@ -8,7 +8,9 @@ before ``_modules`` / ``_parameters`` are searched), a few microseconds per modu
 
 - the module's instance attributes, parameters and buffers as plain attributes (found at once);
 - every sub-module replaced by its own flat view, so ``self.q_proj(x)`` is a direct call of ``Linear.forward``;
-- every ``HookPoint`` replaced by the identity (a view is only made when no hook is attached anywhere).
+- every ``HookPoint`` replaced by the identity (a view is only made when no hook is attached anywhere);
+- every plain ``nn.Linear`` replaced by its one op with the weights bound (``F.linear(x, weight, bias)``, which is
+  all ``Linear.forward`` does) and its ``weight`` / ``bias`` / ``in_features`` / ``out_features`` kept.
 
 No arithmetic is written here: a view does what its module does, in the order the module's code says, so there is
 no second copy of the block's order to keep in step. ``isinstance(view, cls)`` and ``super()`` see the module's class
@@ -19,9 +21,11 @@ no second copy of the block's order to keep in step. ``isinstance(view, cls)`` a
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
+import torch
 from torch import nn
 
 from anatomy.components.hook_point import HookPoint
@@ -40,6 +44,22 @@ class _Identity:
 
 
 _IDENTITY = _Identity()
+
+
+class _LinearOp(functools.partial):  # type: ignore[type-arg]
+    """An ``nn.Linear``'s forward with its weights bound: ``op(x) = F.linear(x, weight, bias)``, called in C."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+    in_features: int
+    out_features: int
+
+
+def _linear(module: nn.Linear) -> _LinearOp:
+    op = _LinearOp(torch._C._nn.linear, weight=module.weight, bias=module.bias)
+    op.weight, op.bias = module.weight, module.bias
+    op.in_features, op.out_features = module.in_features, module.out_features
+    return op
 
 
 def _static(cls: type, name: str) -> Any:
@@ -116,6 +136,8 @@ def flat(module: nn.Module) -> Any:
     """The flat view of ``module`` and everything under it (hook points become the identity)."""
     if isinstance(module, HookPoint):
         return _IDENTITY
+    if type(module) is nn.Linear:
+        return _linear(module)
     children = {name: (None if child is None else flat(child)) for name, child in module._modules.items()}
     view: FlatView = _view_class(type(module))(module, children)
     return view
