@@ -76,8 +76,7 @@ def refusal(model: nn.Module) -> str | None:
         attn, ffn = block.attn, block.ffn
         if type(attn) is not MultiHeadAttention or type(ffn) is not FeedForward:
             return f"block {i} has a replaced attention or feed-forward module"
-        if attn.kernel not in ("auto", "sdpa") or attn.kernel_args or any(
-                (attn.scale_kernel, attn.split_kernel, attn.merge_kernel)):
+        if not attn.uses_plain_sdpa():
             return f"block {i} asks for kernel={attn.kernel!r} or another step (the flattened step always uses sdpa)"
         if getattr(attn, "softcap", None) is not None:
             return f"block {i} soft-caps its attention logits (sdpa cannot)"
