@@ -67,6 +67,10 @@ def _another_scale(scale_of: Callable[[float], float]) -> Callable[[kernels.Atte
     return wrap
 
 
+def _by_sqrt(d: float, scale: float) -> float:
+    return 1.0 / math.sqrt(d)  # the model's width where the head's Dh was meant
+
+
 def split_without_transpose(x: torch.Tensor, heads: int) -> torch.Tensor:
     """A projection ``(B, T, heads·Dh)`` laid out so that the module's split (view ``(B, T, H, Dh)``, transpose)
     yields the straight view ``(B, H, T, Dh)`` of the projection: each "head" holds a slice of tokens."""
@@ -134,7 +138,7 @@ def _arithmetic(fn: kernels.AttentionFunction) -> Callable[[kernels.AttentionFun
 WRAPPERS: dict[str, Callable[..., kernels.Wrapper]] = {
     "no_scaling": lambda attn: kernels.Wrapper("no_scaling", "scale", _another_scale(lambda scale: 1.0)),
     "scale_by_d_model": lambda attn: kernels.Wrapper(
-        "scale_by_d_model", "scale", _another_scale(lambda scale, d=attn.d_model: 1.0 / math.sqrt(d))),
+        "scale_by_d_model", "scale", _another_scale(partial(_by_sqrt, float(attn.d_model)))),
     "split_without_transpose": lambda attn: kernels.Wrapper("split_without_transpose", "split",
                                                             before_split=split_without_transpose),
     "merge_wrong_transpose": lambda attn: kernels.Wrapper("merge_wrong_transpose", "merge", merge_without_transpose),
