@@ -117,16 +117,17 @@ class MultiHeadAttention(nn.Module):
             if make is TokenBatchNorm:
                 raise ValueError("qk_norm must be 'rmsnorm' or 'layernorm' (a per-token norm), got 'batchnorm'")
             self.q_norm, self.k_norm = make(self.head_dim, eps=norm_eps), make(self.head_dim, eps=norm_eps)
-        # Registry entries by name (components/kernels.py): `kernel` attends, with `kernel_args` (a fault's fill, a
-        # recorder's heads); `scale_kernel`, `split_kernel`, `merge_kernel` name an entry whose scale / split /
-        # merge step replaces the attending entry's own (None: its own, the standard steps). The bug zoo selects
-        # its faults through these five public attributes (anatomy.pitfalls).
-        # Setting any of the five re-resolves the module's kernel and steps (``_resolve``), never a call.
+        # What the module calls (components/kernels.py): the registry entry `kernel` (with `kernel_args` bound),
+        # inside at most one wrapper per step (the bug zoo's faults, the weight recorder: `wrap`). Setting either
+        # attribute or a wrapper resolves again (`_resolve`), never a call.
         self._kernel: str = kernel
         self._kernel_args: dict[str, Any] = {}
-        self._scale_kernel: str | None = None
-        self._split_kernel: str | None = None
-        self._merge_kernel: str | None = None
+        self._wrap_arithmetic: kernels.Wrapper | None = None
+        self._wrap_record: kernels.Wrapper | None = None
+        self._wrap_scale: kernels.Wrapper | None = None
+        self._wrap_split: kernels.Wrapper | None = None
+        self._wrap_merge: kernels.Wrapper | None = None
+        self._resolved: dict[tuple[bool, bool, bool, bool], kernels.Resolved] = {}
         self._resolve()
         self.hook_q = HookPoint()  # (B, H, T, Dh), after QK-norm and RoPE
         self.hook_k = HookPoint()  # (B, Hkv, S, Dh), after RoPE, holding the cache
@@ -137,42 +138,77 @@ class MultiHeadAttention(nn.Module):
         self.hook_merged = HookPoint()  # (B, T, H·Dh), heads merged
         self.hook_out = HookPoint()  # (B, T, D), after o_proj
 
-    # --- the kernel and its steps, resolved once per setting -------------------------------------------------
+    # --- what the module calls, resolved once per setting -------------------------------------------------------
     kernel = kernels.kernel_setting("_kernel")
     kernel_args = kernels.kernel_setting("_kernel_args")
-    scale_kernel = kernels.kernel_setting("_scale_kernel")
-    split_kernel = kernels.kernel_setting("_split_kernel")
-    merge_kernel = kernels.kernel_setting("_merge_kernel")
 
     def _resolve(self) -> None:
-        """Decide, once per setting of the five attributes above, the split and merge steps (``None``: the standard
-        ones, written in :meth:`forward`), the scale step, and forget the entries picked for earlier settings."""
-        split: Callable[[Any, torch.Tensor, int], torch.Tensor] | None = (
-            None if self._split_kernel is None else kernels.entry(self._split_kernel).split)
-        merge: Callable[[Any, torch.Tensor], torch.Tensor] | None = (
-            None if self._merge_kernel is None else kernels.entry(self._merge_kernel).merge)
-        chosen = kernels.KERNELS.get(self._kernel)
-        if chosen is not None:  # an entry's own steps (a fault entry named as the kernel brings its steps)
-            split = split or (None if chosen.split is kernels.split_heads else chosen.split)
-            merge = merge or (None if chosen.merge is kernels.merge_heads else chosen.merge)
-        self._split_step, self._merge_step = split, merge
-        if "_entries" in self.__dict__:  # emptied in place: a fault's footprint is the attributes it names
-            self._entries.clear()
-        else:
-            self._entries: dict[tuple[bool, bool, bool, bool], kernels.Kernel] = {}
+        """Check the kernel's name and forget what was resolved for earlier settings (emptied in place: a fault's
+        footprint is the attributes it sets); each kind of call resolves again on its first call."""
+        if self._kernel != "auto":
+            kernels.entry(self._kernel)  # one line naming the valid names
+        self._resolved.clear()
 
-    def _entry(self, need_weights: bool, hooked_scores: bool, value_term: bool) -> kernels.Kernel:
-        """The registry entry for a call of this kind, resolved on the first call of the kind (memoised)."""
+    @property
+    def wrappers(self) -> tuple[kernels.Wrapper, ...]:
+        """The wrappers around the attention function, innermost first (``kernels.WRAP_STEPS``)."""
+        slots = (self._wrap_arithmetic, self._wrap_record, self._wrap_scale, self._wrap_split, self._wrap_merge)
+        return tuple(w for w in slots if w is not None)
+
+    def wrap(self, wrapper: kernels.Wrapper) -> Callable[[], None]:
+        """Put ``wrapper`` around the attention function (anatomy.pitfalls, anatomy.inspection.weights): it takes
+        the place of a wrapper of its step, and wrappers of different steps compose. Returns the function that puts
+        back what was there."""
+        slot = f"_wrap_{wrapper.step}"
+        old = getattr(self, slot)
+        setattr(self, slot, wrapper)
+        self._resolve()
+
+        def undo() -> None:
+            setattr(self, slot, old)
+            self._resolve()
+
+        return undo
+
+    def uses_plain_sdpa(self) -> bool:
+        """True when a call without weights, hooks, soft-cap or value term runs the registry's ``sdpa`` function as
+        it is: kernel ``auto`` or ``sdpa``, no ``kernel_args``, no wrapper. The fast decode step
+        (generation/fast.py) calls that function itself, so it asks this first."""
+        return self._kernel in ("auto", "sdpa") and not self._kernel_args and not self.wrappers
+
+    def _attend(self, need_weights: bool, hooked_scores: bool, value_term: bool) -> kernels.Resolved:
+        """What a call of this kind calls: resolved on the first call of the kind after a setting (memoised). Under
+        an ``arithmetic`` wrapper (the math kernel with one step changed) the kernel resolved is ``math``."""
         key = (need_weights, hooked_scores, value_term, self.softcap is not None)
-        hit = self._entries.get(key)
+        hit = self._resolved.get(key)
         if hit is None:
-            hit = self._entries[key] = kernels.resolve(self._kernel, need_weights=need_weights, value_bias=value_term,
-                                                       hooked=hooked_scores, where=type(self).__name__,
-                                                       softcap=key[3])
+            replaced = self._wrap_arithmetic is not None
+            kernel = kernels.resolve("math" if replaced else self._kernel, need_weights=need_weights,
+                                     value_bias=value_term, hooked=hooked_scores, where=type(self).__name__,
+                                     softcap=key[3])
+            hit = self._resolved[key] = kernels.assemble(kernel, self.wrappers,
+                                                         None if replaced else self._kernel_args)
         return hit
 
-    def _project(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, D)``, ``k, v (B, S, Hkv*Dh)``."""
+    def _before_split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        """A projection ``(B, T, heads·Dh)`` as the split receives it: as it is, or laid out by a ``split``
+        wrapper (the bug zoo's split_without_transpose)."""
+        wrapper = self._wrap_split
+        if wrapper is None or wrapper.before_split is None:
+            return x
+        return wrapper.before_split(x, heads)
+
+    def _project(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, H·Dh)``, ``k, v (B, S, Hkv·Dh)``, as the split
+        receives them."""
+        q, k, v = self._linear(x, source)
+        if self._wrap_split is None:
+            return q, k, v
+        return (self._before_split(q, self.n_heads), self._before_split(k, self.n_kv_heads),
+                self._before_split(v, self.n_kv_heads))
+
+    def _linear(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The projections: ``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, H·Dh)``, ``k, v (B, S, Hkv·Dh)``."""
         kv_dim = self.n_kv_heads * self.head_dim
         if not self.fused_qkv:
             return self.q_proj(x), self.k_proj(source), self.v_proj(source)
@@ -184,12 +220,14 @@ class MultiHeadAttention(nn.Module):
         return (q, *kv.split([kv_dim, kv_dim], dim=-1))  # type: ignore[no-untyped-call]  # torch's Tensor.split is unannotated
 
     def _project_q(self, x: torch.Tensor) -> torch.Tensor:
+        """The query projection alone ``(B, T, H·Dh)`` (cross-attention over a filled cache), as the split
+        receives it."""
         if not self.fused_qkv:
             q: torch.Tensor = self.q_proj(x)
-            return q
-        b = self.qkv_proj.bias
-        w = self.qkv_proj.weight
-        return nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
+        else:
+            b, w = self.qkv_proj.bias, self.qkv_proj.weight
+            q = nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
+        return self._before_split(q, self.n_heads)
 
     def standalone_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *,
                            mask: torch.Tensor | None = None, is_causal: bool = False,
@@ -233,7 +271,7 @@ class MultiHeadAttention(nn.Module):
         layer) instead of ``mask``/``is_causal``/``positions``/``attn_bias``/``key_padding_mask``.
         """
         cross = context is not None
-        if ctx is None:  # a standalone call: the same context a model builds, from the raw arguments
+        if ctx is None:  # a standalone call: the thin wrapper, the same context a model builds from the raw arguments
             ctx = self.standalone_context(x, context, mask=mask, is_causal=is_causal, kv_cache=kv_cache,
                                           positions=positions, attn_bias=attn_bias, key_padding_mask=key_padding_mask)
         elif mask is not None or is_causal or positions is not None or attn_bias is not None \
@@ -242,13 +280,12 @@ class MultiHeadAttention(nn.Module):
                              "context already holds them")
         positional = None if cross else self.positional
         value_term = positional is not None and positional.has_value_term
-        kernel = self._entry(need_weights, hooked(self, "hook_scores") or hooked(self, "hook_weights"), value_term)
+        attend = self._attend(need_weights, hooked(self, "hook_scores") or hooked(self, "hook_weights"), value_term)
         b, t, _ = x.shape
         h, hkv, dh = self.n_heads, self.n_kv_heads, self.head_dim
         if cross and kv_cache is not None and len(kv_cache):
             q = self._project_q(x)  # (B, T, H·Dh)
-            q = q.view(b, t, h, dh).transpose(1, 2) if self._split_step is None else self._split_step(self, q, h)
-            # ^ split: (B, T, H·Dh) → (B, T, H, Dh) → (B, H, T, Dh)
+            q = q.view(b, t, h, dh).transpose(1, 2)  # split heads: (B, T, H, Dh), then (B, H, T, Dh)
             if self.qk_norm is not None:
                 q = self.q_norm(q)
             k, v, k_pos = kv_cache.k, kv_cache.v, kv_cache.positions  # memory projected once, at step 0
@@ -256,12 +293,10 @@ class MultiHeadAttention(nn.Module):
         else:
             q, k, v = self._project(x, x if context is None else context)  # (B, T, H·Dh), (B, S, Hkv·Dh) twice
             s = k.shape[1]
-            if self._split_step is None:  # split heads: view (B, T, H, Dh), then transpose to (B, H, T, Dh)
-                q = q.view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)
-                k = k.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
-                v = v.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
-            else:  # a bug-zoo split step (anatomy.pitfalls)
-                q, k, v = self._split_step(self, q, h), self._split_step(self, k, hkv), self._split_step(self, v, hkv)
+            # split heads: view (B, T, H, Dh), then transpose to (B, H, T, Dh)
+            q = q.view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)
+            k = k.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
+            v = v.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
             if self.qk_norm is not None:  # over Dh, per head and token; before RoPE rotates the pairs
                 q, k = self.q_norm(q), self.k_norm(k)
             k_pos = ctx.key_positions if cross else ctx.positions
@@ -276,13 +311,18 @@ class MultiHeadAttention(nn.Module):
             if extra is not None:
                 bias = extra if bias is None else bias + extra
             value_bias = positional.value_bias(ctx.positions, k_pos) if value_term else None
-        out, weights = kernel(self, q, k, v, ctx, bias=bias, value_bias=value_bias,
-                              need_weights=need_weights)  # (B, H, T, Dh)
+        # this layer's entry in the forward's mask plan: its window and key count (memoised in the context)
+        mask, is_causal = ctx.kernel_mask(None if cross else self.sliding_window, k.shape[-2], h,
+                                          attend.fold_causal, attend.causal_flag and bias is None)
+        hooks = attend.returns_weights  # the score/weight hooks go to the kernels that materialise the scores
+        out, weights = attend.fn(
+            q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias, value_bias=value_bias,
+            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
+            score_hook=self.hook_scores if hooks else None, weight_hook=self.hook_weights if hooks else None,
+            softcap=self.softcap)  # (B, H, T, Dh)
         out = self.hook_z(out)
-        if self._merge_step is None:  # merge heads: transpose back to (B, T, H, Dh), then (B, T, H·Dh)
-            out = out.transpose(1, 2).reshape(b, t, self.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
-        else:  # a bug-zoo merge step
-            out = self._merge_step(self, out)
+        # merge heads: transpose back to (B, T, H, Dh), then (B, T, H·Dh)
+        out = out.transpose(1, 2).reshape(b, t, self.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
         return self.hook_out(self.o_proj(self.hook_merged(out))), weights
 
     def extra_repr(self) -> str:

@@ -12,7 +12,7 @@ and differ only in *how*:
 ``sdpa``  ``torch.nn.functional.scaled_dot_product_attention``: fused (flash / memory-efficient) where available,
           memory linear in S. Cannot return weights nor add a value term; it refuses those with a clear error.
 ``auto``  ``sdpa`` unless weights, a score/weight hook or a value term are asked for; then ``math`` (said once in
-          the log). Resolved per call by :func:`resolve`.
+          the log). :func:`resolve` decides; a module asks once per kind of call and setting, never per call.
 
 Every kernel takes ``q: (B, H, T, Dh)``, ``k, v: (B, Hkv, S, Dh)`` with ``H % Hkv == 0`` (grouped-query
 attention: query head ``h`` uses key/value head ``h // (H // Hkv)``), a boolean ``mask`` broadcastable to
@@ -22,19 +22,24 @@ nothing gets weights 0 and output 0 — never NaN — in every kernel and dtype,
 
 ``softcap`` (Gemma 2's attention logit soft-capping, ``math`` and ``loop`` only): the scaled scores become
 ``softcap * tanh(scores / softcap)`` before the bias and the mask, so no logit leaves ``(-softcap, softcap)``.
+
+Every kernel function has one signature, :class:`AttentionFunction`; a module passes every argument explicitly
+and the function reads nothing else. A :class:`Wrapper` (the bug zoo's faults, the weight recorder) takes such a
+function and returns one: it changes one thing around it (another scale, the output laid out differently, the
+weights written down) and calls it; :func:`assemble` stacks a kernel and its wrappers into what a module calls.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, Protocol, cast
 
 import torch
 import torch.nn.functional as F
 
-from anatomy.components.context import AttentionContext
 from anatomy.components.masks import causal_mask
 from anatomy.shapes import compute_dtype
 
@@ -45,12 +50,19 @@ Hook = Callable[[torch.Tensor], torch.Tensor]
 
 Weights = tuple[torch.Tensor, torch.Tensor | None]  # (out (B, H, T, Dh), weights (B, H, T, S) or None)
 
-# What a registry entry's ``fn`` is: the attention arithmetic on heads already split, the mask already final (the
-# forward's mask plan, ``AttentionContext.kernel_mask``), called as
-#     fn(q (B, H, T, Dh), k (B, Hkv, S, Dh), v (B, Hkv, S, Dh), *, mask, is_causal, scale, bias, value_bias,
-#        dropout_p, need_weights, [score_hook, weight_hook, softcap], [a fault's parameters]) -> Weights
-# Kernels that return weights also take ``score_hook``, ``weight_hook`` and ``softcap``.
-AttentionFunction = Callable[..., Weights]
+
+class AttentionFunction(Protocol):
+    """What a registry entry's ``fn`` is, and what a :class:`Wrapper` takes and returns: the attention arithmetic
+    on heads already split (``q (B, H, T, Dh)``, ``k, v (B, Hkv, S, Dh)``), the mask already final (the forward's
+    mask plan, ``AttentionContext.kernel_mask``). ``score_hook``, ``weight_hook`` and ``softcap`` are used by the
+    kernels that materialise the scores (``math``, ``loop``); ``sdpa`` refuses them when they are not None.
+    Returns ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+                 is_causal: bool = False, scale: float, bias: torch.Tensor | None = None,
+                 value_bias: torch.Tensor | None = None, dropout_p: float = 0.0, need_weights: bool = False,
+                 score_hook: Hook | None = None, weight_hook: Hook | None = None,
+                 softcap: float | None = None) -> Weights: ...
 
 
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -231,100 +243,17 @@ def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: tor
         return flash_could
 
 
-def split_heads(module: Any, x: torch.Tensor, heads: int) -> torch.Tensor:
-    """The split step: ``(B, T, heads·Dh)`` → view ``(B, T, heads, Dh)`` → transpose ``(B, heads, T, Dh)``."""
-    b, t, _ = x.shape
-    return x.view(b, t, heads, module.head_dim).transpose(1, 2)  # (B, H, T, Dh)
-
-
-def merge_heads(module: Any, out: torch.Tensor) -> torch.Tensor:
-    """The merge step: ``(B, H, T, Dh)`` → transpose back ``(B, T, H, Dh)`` → ``(B, T, H·Dh)``."""
-    b, _, t, _ = out.shape
-    return out.transpose(1, 2).reshape(b, t, module.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
-
-
-def module_scale(module: Any) -> float:
-    """The scale step: the module's ``scale`` (``1/sqrt(Dh)`` unless set)."""
-    return float(module.scale)
-
-
 @dataclass(frozen=True)
 class Kernel:
-    """A registry entry. ``fn(q, k, v, *, mask, is_causal, scale, bias, value_bias, dropout_p, need_weights, ...)``
-    is the arithmetic; ``split``, ``merge`` and ``scale`` are the named steps around it (the standard ones by
-    default, so a fault such as ``split_without_transpose`` is an entry with one step changed). The capability
-    flags say what ``auto`` and the error messages need to know. Calling an entry runs it for one attention module
-    and the forward's context: the module gives the scale, dropout, soft-cap, hooks and ``kernel_args``, the
-    context the mask for this layer's window and key count."""
+    """A registry entry: ``fn`` is the arithmetic (an :class:`AttentionFunction`); the capability flags say what
+    ``auto`` and the error messages need to know, and ``causal_flag`` what the mask plan hands it (SDPA's
+    ``is_causal`` flag instead of a causal mask on square calls with no bias)."""
 
     name: str
     fn: AttentionFunction
     returns_weights: bool
     supports_value_bias: bool
-    split: Callable[[Any, torch.Tensor, int], torch.Tensor] = split_heads
-    merge: Callable[[Any, torch.Tensor], torch.Tensor] = merge_heads
-    scale: Callable[[Any], float] = module_scale
-    fold_causal: bool = True  # take the causal rule folded into the mask (False: a fault that moves it)
-    causal_flag: bool = False  # takes SDPA's is_causal flag instead of a causal mask (square calls, no bias)
-
-    def scale_of(self, module: Any) -> float:
-        """The scale step: this entry's, or the one of the entry the module names in ``scale_kernel``."""
-        return (self.scale if module.scale_kernel is None else entry(module.scale_kernel).scale)(module)
-
-    def mask(self, module: Any, ctx: AttentionContext, s: int,
-             bias: torch.Tensor | None) -> tuple[torch.Tensor | None, bool]:
-        """This layer's entry in the forward's mask plan (``AttentionContext.kernel_mask``, memoised)."""
-        return ctx.kernel_mask(None if ctx.cross else module.sliding_window, s, module.n_heads, self.fold_causal,
-                               self.causal_flag and bias is None)
-
-    def __call__(self, module: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext, *,
-                 bias: torch.Tensor | None, value_bias: torch.Tensor | None, need_weights: bool,
-                 args: dict[str, Any] | None = None) -> Weights:
-        mask, is_causal = self.mask(module, ctx, k.shape[-2], bias)
-        args = module.kernel_args if args is None else args
-        extra = dict(args) if args else {}
-        if self.returns_weights:
-            extra["score_hook"], extra["weight_hook"] = module.hook_scores, module.hook_weights
-        if module.softcap is not None:  # passed only when set: kernels registered elsewhere need not know it
-            extra["softcap"] = module.softcap
-        scale = module.scale if module.scale_kernel is None and self.scale is module_scale else self.scale_of(module)
-        return self.fn(q, k, v, mask=mask, is_causal=is_causal, scale=scale, bias=bias, value_bias=value_bias,
-                       dropout_p=module.dropout if module.training else 0.0, need_weights=need_weights, **extra)
-
-
-def _head_rows(x: torch.Tensor | None, heads: list[int]) -> torch.Tensor | None:
-    """Keep ``heads`` on dim 1 of a tensor broadcastable to ``(B, H, T, S)`` (size-1 head dims broadcast)."""
-    return x if x is None or x.shape[1] == 1 else x[:, heads]
-
-
-@dataclass(frozen=True)
-class RecordingKernel(Kernel):
-    """``record``: the weights of chosen heads from what the kernel receives, then the module's own kernel.
-
-    ``module.kernel_args`` holds ``inner`` (the kernel name it replaced), ``inner_args`` (that kernel's
-    arguments), ``heads`` (query heads) and ``sink(module, weights (B, len(heads), T, S), cross)``. The weights are
-    the math kernel's ``softmax(q k^T * scale + bias, masked)`` on exactly the q, k, mask and bias the call has,
-    with the inner kernel's scale step; the output is the inner kernel's (SDPA under ``auto``): what runs is
-    unchanged (``anatomy.inspection.weights.attention_weights``)."""
-
-    def __call__(self, module: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext, *,
-                 bias: torch.Tensor | None, value_bias: torch.Tensor | None, need_weights: bool,
-                 args: dict[str, Any] | None = None) -> Weights:
-        args = module.kernel_args if args is None else args
-        inner = resolve(args["inner"], need_weights=need_weights, value_bias=value_bias is not None,
-                        hooked=module.hook_scores.has_hooks or module.hook_weights.has_hooks,
-                        where=type(module).__name__, softcap=module.softcap is not None)
-        heads = args["heads"]
-        mask, is_causal = self.mask(module, ctx, k.shape[-2], bias)
-        with torch.no_grad():
-            k_sel = repeat_kv(k, q.shape[1])[:, heads]  # (B, h, S, Dh)
-            _, weights = math_attention(
-                q[:, heads], k_sel, k_sel, mask=_head_rows(mask, heads), is_causal=is_causal,
-                scale=inner.scale_of(module), bias=_head_rows(bias, heads), need_weights=True,
-                **({"softcap": module.softcap} if module.softcap is not None else {}))  # output discarded
-        args["sink"](module, weights, ctx.cross)
-        return inner(module, q, k, v, ctx, bias=bias, value_bias=value_bias, need_weights=need_weights,
-                     args=args["inner_args"])
+    causal_flag: bool = False
 
 
 KERNELS: dict[str, Kernel] = {
@@ -332,18 +261,98 @@ KERNELS: dict[str, Kernel] = {
     "math": Kernel("math", math_attention, returns_weights=True, supports_value_bias=True),
     "sdpa": Kernel("sdpa", sdpa_attention, returns_weights=False, supports_value_bias=False, causal_flag=True),
 }
-KERNEL_NAMES = (*KERNELS, "auto")  # the names a user chooses; faults and the recorder register more entries
+KERNEL_NAMES = (*KERNELS, "auto")  # the names a user chooses; :func:`register` adds more
 
 
-def _inner(module: Any) -> Kernel:
-    """The entry a recorder wraps (its split and merge steps are the ones that run)."""
-    return KERNELS.get(module.kernel_args["inner"], KERNELS["math"])  # "auto": the standard steps
+# --- wrappers: one change around the function in place ---------------------------------------------------------
+# The steps a wrapper can take, innermost first. A module holds at most one wrapper per step (a second one of the
+# same step takes the place of the first); wrappers of different steps compose, in this order whatever the order
+# they came in:
+#   arithmetic  the math kernel's arithmetic with one step changed (the bug zoo's mask and softmax faults); it
+#               takes the place of the kernel's arithmetic, so a module resolves 'math' under it
+#   record      the weights of chosen heads written down, then the function in place (inspection.weights)
+#   scale       the function in place called with another scale (the bug zoo's scaling faults)
+#   split       the projections laid out before the module's standard split (split_without_transpose): it acts on
+#               the projections, not on this function (``before_split``), so QK-norm, RoPE and the cache see the
+#               heads it makes
+#   merge       the function's output laid out for the module's standard merge (merge_wrong_transpose)
+WRAP_STEPS = ("arithmetic", "record", "scale", "split", "merge")
 
 
-KERNELS["record"] = RecordingKernel(
-    "record", math_attention, returns_weights=True, supports_value_bias=True,
-    split=lambda module, x, heads: _inner(module).split(module, x, heads),
-    merge=lambda module, out: _inner(module).merge(module, out))
+def _unchanged(inner: AttentionFunction) -> AttentionFunction:
+    return inner
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """One change around a module's attention function. ``wrap(inner)`` returns the function to call instead of
+    ``inner`` (the kernel's, or the next wrapper's); ``fold_causal=False`` asks the mask plan to keep the causal
+    rule apart (``is_causal`` True, for a fault that moves the diagonal); ``before_split(x (B, T, n·Dh), n)``
+    rearranges each projection before the module's split (n = H for q, Hkv for k and v)."""
+
+    name: str
+    step: str  # one of WRAP_STEPS
+    wrap: Callable[[AttentionFunction], AttentionFunction] = _unchanged
+    fold_causal: bool = True
+    before_split: Callable[[torch.Tensor, int], torch.Tensor] | None = None
+
+    def __post_init__(self) -> None:
+        if self.step not in WRAP_STEPS:
+            raise ValueError(f"Wrapper step must be one of {', '.join(WRAP_STEPS)}, got {self.step!r}")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What a module calls for one kind of call: the kernel's function inside its wrappers, and what the mask plan
+    must hand it (``ctx.kernel_mask(window, S, H, fold_causal, causal_flag and no bias)``)."""
+
+    fn: AttentionFunction
+    returns_weights: bool  # pass the score/weight hooks
+    fold_causal: bool
+    causal_flag: bool
+
+
+def assemble(kernel: Kernel, wrappers: Sequence[Wrapper], args: Mapping[str, Any] | None = None) -> Resolved:
+    """``kernel``'s function (with ``args`` bound, a module's ``kernel_args``) inside ``wrappers``, innermost
+    first."""
+    fn: AttentionFunction = cast(AttentionFunction, partial(kernel.fn, **args)) if args else kernel.fn
+    for wrapper in wrappers:
+        fn = wrapper.wrap(fn)
+    return Resolved(fn, kernel.returns_weights, all(w.fold_causal for w in wrappers), kernel.causal_flag)
+
+
+def _head_rows(x: torch.Tensor | None, heads: list[int]) -> torch.Tensor | None:
+    """Keep ``heads`` on dim 1 of a tensor broadcastable to ``(B, H, T, S)`` (size-1 head dims broadcast)."""
+    return x if x is None or x.shape[1] == 1 else x[:, heads]
+
+
+def recorder(heads: Sequence[int], sink: Callable[[torch.Tensor], None]) -> Wrapper:
+    """The ``record`` wrapper: ``sink`` receives the weights ``(B, len(heads), T, S)`` of query heads ``heads``,
+    the math kernel's ``softmax(q k^T * scale + bias, masked)`` on exactly the q, k, mask, scale and bias the
+    function in place receives; then that function runs, and its output is the call's: what runs is unchanged
+    (SDPA under ``auto``; ``anatomy.inspection.weights.attention_weights``)."""
+    rows = list(heads)
+
+    def wrap(inner: AttentionFunction) -> AttentionFunction:
+        def record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
+                   is_causal: bool = False, scale: float, bias: torch.Tensor | None = None,
+                   value_bias: torch.Tensor | None = None, dropout_p: float = 0.0, need_weights: bool = False,
+                   score_hook: Hook | None = None, weight_hook: Hook | None = None,
+                   softcap: float | None = None) -> Weights:
+            with torch.no_grad():
+                k_sel = repeat_kv(k, q.shape[1])[:, rows]  # (B, h, S, Dh)
+                _, weights = math_attention(
+                    q[:, rows], k_sel, k_sel, mask=_head_rows(mask, rows), is_causal=is_causal, scale=scale,
+                    bias=_head_rows(bias, rows), need_weights=True, softcap=softcap)  # output discarded
+            assert weights is not None  # need_weights=True
+            sink(weights)
+            return inner(q, k, v, mask=mask, is_causal=is_causal, scale=scale, bias=bias, value_bias=value_bias,
+                         dropout_p=dropout_p, need_weights=need_weights, score_hook=score_hook,
+                         weight_hook=weight_hook, softcap=softcap)
+
+        return record
+
+    return Wrapper("record", "record", wrap)
 
 
 def entry(name: str) -> Kernel:
@@ -354,9 +363,9 @@ def entry(name: str) -> Kernel:
 
 
 class kernel_setting:  # noqa: N801 (used like ``property``)
-    """A module attribute that names registry entries (``kernel``, ``kernel_args``, ``scale_kernel``,
-    ``split_kernel``, ``merge_kernel``): reading it gives the value, setting it stores the value and has the module
-    resolve its kernel and steps again (``MultiHeadAttention._resolve``), so a call never resolves them."""
+    """A module attribute that chooses its kernel (``kernel``, ``kernel_args``): reading it gives the value, setting
+    it stores the value and has the module resolve again (``MultiHeadAttention._resolve``), so a call never
+    resolves; a value the module refuses leaves the old one in place."""
 
     def __init__(self, slot: str) -> None:
         self.slot = slot
@@ -365,12 +374,19 @@ class kernel_setting:  # noqa: N801 (used like ``property``)
         return self if obj is None else obj.__dict__[self.slot]
 
     def __set__(self, obj: Any, value: Any) -> None:
+        old = obj.__dict__[self.slot]
         obj.__dict__[self.slot] = value
-        obj._resolve()
+        try:
+            obj._resolve()
+        except ValueError:
+            obj.__dict__[self.slot] = old
+            obj._resolve()
+            raise
 
 
 def register(kernel: Kernel) -> Kernel:
-    """Add an entry (the bug zoo's faults register theirs); ``resolve`` then finds it by name."""
+    """Add an entry (a kernel of your own: ``fn`` an :class:`AttentionFunction`); ``resolve`` then finds it by
+    name."""
     KERNELS[kernel.name] = kernel
     return kernel
 
@@ -380,7 +396,8 @@ _said: set[str] = set()
 
 def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "",
             softcap: bool = False) -> Kernel:
-    """Pick the kernel for one call. ``auto`` → ``sdpa`` unless weights/hooks/value term/soft-cap need ``math``."""
+    """Pick the kernel for one kind of call. ``auto`` → ``sdpa`` unless weights/hooks/value term/soft-cap need
+    ``math``."""
     if not (need_weights or hooked or value_bias or softcap):  # the usual call, decided at once
         hit = KERNELS.get("sdpa" if name == "auto" else name)
         if hit is not None:

@@ -1,9 +1,9 @@
 """Attention weights while the model keeps running the fused kernel.
 
 ``F.scaled_dot_product_attention`` never materialises the ``(B, H, T, S)`` weights; switching the whole model to
-the math kernel to see them changes what runs (and costs memory in every layer). Instead, the chosen layers run
-the kernel registry's ``record`` entry (components/kernels.py): it receives exactly what the layer's own kernel
-receives (q ``(B, H, T, Dh)`` and k ``(B, Hkv, S, Dh)`` after RoPE and with the KV cache, the forward context's
+the math kernel to see them changes what runs (and costs memory in every layer). Instead, the chosen layers wrap
+their attention function with the ``record`` wrapper (``kernels.recorder``): it receives exactly what the layer's own
+kernel receives (q ``(B, H, T, Dh)`` and k ``(B, Hkv, S, Dh)`` after RoPE and with the KV cache, the forward context's
 mask for this layer, the score bias), computes :func:`anatomy.components.kernels.math_attention`'s
 ``softmax(q k^T * scale + bias, masked)`` for the chosen heads only, and then runs the layer's own kernel for the
 output. No score/weight hook is attached, so ``kernel="auto"`` stays on SDPA::
@@ -19,13 +19,15 @@ later forward overwrites them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+from anatomy.components import kernels
 from anatomy.components.attention import MultiHeadAttention
 
 
@@ -90,35 +92,32 @@ def attention_weights(model: nn.Module, *, layers: int | Iterable[int] | None = 
         name, module = modules[i]
         per_layer[i] = _select(heads_list, module.n_heads, "heads", f"attention layer {i} ({name})")
     maps: dict[int, LayerWeights] = {}
-    pending: dict[int, LayerWeights] = {}  # a layer's weights count once its forward has finished
+    pending: dict[int, torch.Tensor] = {}  # a layer's weights count once its forward has finished
 
-    def sink(index: int, name: str):
-        def record(_module, weights: torch.Tensor, cross: bool) -> None:
-            pending[index] = LayerWeights(index=index, name=name, heads=tuple(per_layer[index]), weights=weights,
-                                          cross=cross)
+    def sink(index: int) -> Callable[[torch.Tensor], None]:
+        def record(weights: torch.Tensor) -> None:
+            pending[index] = weights
 
         return record
 
-    def done(index: int):
-        def hook(*_):
-            if index in pending:
-                maps[index] = pending.pop(index)
+    def done(index: int, name: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, _args: Any, kwargs: dict[str, Any], _out: Any) -> None:
+            if index in pending:  # keys from the encoder memory: the call had a context (as forward decides)
+                maps[index] = LayerWeights(index=index, name=name, heads=tuple(per_layer[index]),
+                                           weights=pending.pop(index), cross=kwargs.get("context") is not None)
 
         return hook
 
-    saved, handles = [], []
+    undo, handles = [], []
     try:
         for i in chosen:
             name, module = modules[i]
-            saved.append((module, module.kernel, module.kernel_args))
-            module.kernel_args = {"inner": module.kernel, "inner_args": module.kernel_args, "heads": per_layer[i],
-                                  "sink": sink(i, name)}
-            module.kernel = "record"
-            handles.append(module.register_forward_hook(done(i)))
+            undo.append(module.wrap(kernels.recorder(per_layer[i], sink(i))))
+            handles.append(module.register_forward_hook(done(i, name), with_kwargs=True))
         yield maps
     finally:
         for handle in handles:
             handle.remove()
-        for module, kernel, args in reversed(saved):
-            module.kernel, module.kernel_args = kernel, args
+        for put_back in reversed(undo):
+            put_back()
         pending.clear()

@@ -6,8 +6,8 @@
     fixed = model(ids).logits                       # and gone again
 
 A fault never edits a component's code or class: it shadows one attribute, method or sub-module on the
-*instances* it targets and restores them on exit (an attention fault selects its kernel registry entry by name
-through the module's public ``kernel`` / ``scale_kernel`` / ``split_kernel`` / ``merge_kernel``), so other instances of the same class stay correct while it is
+*instances* it targets and restores them on exit (an attention fault wraps the module's attention function through
+``MultiHeadAttention.wrap``: pitfalls/faults.py), so other instances of the same class stay correct while it is
 active. Each fault carries the post's sentence it comes from, an explanation in English and Chinese, where it
 usually hides, and its severity (``error``: real tokens get a wrong output; ``warning``: a hazard that leaves
 real tokens right). The claims lab and the doctor use the same registry.
@@ -39,33 +39,33 @@ class Fault:
     defaults: dict[str, Any] = field(default_factory=dict)
 
 
-def _attn(name: str, step: str = "kernel"):
-    """The attention fault ``name``: its kernel registry entry selected for ``step`` (pitfalls/faults.py)."""
-    return partial(F.attention_fault, step=step, name=name)
+def _attn(name: str) -> Callable[..., None]:
+    """The attention fault ``name``: its wrapper around every attention module's function (pitfalls/faults.py)."""
+    return partial(F.attention_fault, name=name)
 
 
 FAULTS: dict[str, Fault] = {f.name: f for f in [
     Fault("no_scaling", "§1.3", "我在自己的实现里试过去掉缩放模型前几步loss确实还在下降但很快就卡住不动了",
           "Scores are not divided by sqrt(d_k): their variance grows with d_k and softmax saturates.",
           "点积没有除以 sqrt(d_k)：分数方差随 d_k 增大，softmax 饱和成硬选择，梯度消失。",
-          "the line `scores = q @ k.transpose(-2, -1)`", "error", _attn("no_scaling", "scale_kernel")),
+          "the line `scores = q @ k.transpose(-2, -1)`", "error", _attn("no_scaling")),
     Fault("scale_by_d_model", "§1.3", "两个维度为d_k的随机向量的点积方差就是d_k除以它的平方根方差归位",
           "Scores are divided by sqrt(d_model) instead of sqrt(d_k = d_model / h): too soft by a factor sqrt(h).",
           "用 sqrt(d_model) 而不是每个头的 sqrt(d_k) 缩放：注意力被压得过于平均（差 sqrt(h) 倍）。",
           "the scale constant: `math.sqrt(d_model)` where `d_model // h` was meant", "error",
-          _attn("scale_by_d_model", "scale_kernel")),
+          _attn("scale_by_d_model")),
     Fault("split_without_transpose", "§2.2", "reshape之后必须紧跟transpose如果顺序反了会把每个头的数据切得乱七八糟",
           "Heads are split by reshaping (B, T, D) straight to (B, H, T, Dh): each 'head' gets slices of other "
           "tokens, so heads mix tokens and positions. Shapes are right; the numbers are not.",
           "拆头时直接 reshape 成 (B, H, T, Dh) 而没有先 (B, T, H, Dh) 再 transpose：每个头拿到的是别的 token 的切片，"
           "形状没错，数值全错。", "the split: `x.view(B, H, T, Dh)` instead of `x.view(B, T, H, Dh).transpose(1, 2)`",
-          "error", _attn("split_without_transpose", "split_kernel")),
+          "error", _attn("split_without_transpose")),
     Fault("merge_wrong_transpose", "§2.1", "并头转置回(batch, seq_len, 8, 64)然后reshape成(batch, seq_len, 512)",
           "Heads are merged by reshaping (B, H, T, Dh) straight to (B, T, D) without transposing back: output "
           "token t is stitched from pieces of several tokens.",
           "并头时没有先 transpose 回 (B, T, H, Dh) 就 reshape：输出的每个 token 由多个 token 的碎片拼成（串味）。",
           "the merge: `out.reshape(B, T, D)` instead of `out.transpose(1, 2).reshape(B, T, D)`", "error",
-          _attn("merge_wrong_transpose", "merge_kernel")),
+          _attn("merge_wrong_transpose")),
     Fault("mask_after_softmax", "§2.4",
           "如果直接在softmax之后把attention矩阵里某些位置置零效果看似一样实际上softmax已经把这些位置的梯度传给了其他位置数值上并不等价",
           "The mask zeroes weights after softmax: the remaining weights no longer sum to 1 and hidden keys still "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import torch
 from torch import nn
@@ -24,11 +24,6 @@ Undo = Callable[[], None]
 
 def _set(obj: nn.Module, attr: str, value, undo: list[Undo]) -> None:
     """Shadow ``obj.attr`` on this instance only; the undo restores the previous state exactly."""
-    if isinstance(getattr(type(obj), attr, None), kernels.kernel_setting):  # a registry name: set, then set back
-        old_setting = getattr(obj, attr)
-        setattr(obj, attr, value)
-        undo.append(lambda: setattr(obj, attr, old_setting))
-        return
     if isinstance(value, nn.Module) or attr in obj._modules:
         old = obj._modules[attr]
         obj._modules[attr] = value
@@ -54,19 +49,46 @@ def _instances(root: nn.Module, cls: type[_M]) -> list[_M]:
 
 
 # --- attention ------------------------------------------------------------------------------------------------
-# Each attention fault is a kernel registry entry: the math kernel with one step changed (the scale, the split,
-# the merge, the mask or the softmax). A fault selects its entry by name through the module's public attributes
-# (`kernel` for the attending step, `scale_kernel` / `split_kernel` / `merge_kernel` for the others, `kernel_args`
-# for its parameters), so faults of different steps compose and two of the same step do not.
+# Each attention fault is a wrapper (components/kernels.py, ``Wrapper``) put around the module's attention function
+# by ``MultiHeadAttention.wrap``: it wraps the function in place (the module's kernel, or another fault's wrapper)
+# and changes one thing around it. Faults of different steps compose; a second fault of the same step takes the
+# place of the first until it is undone.
 
-def split_without_transpose(attn: MultiHeadAttention, x: torch.Tensor, heads: int) -> torch.Tensor:
-    b, t, _ = x.shape
-    return x.reshape(b, heads, t, attn.head_dim)  # "(B, H, T, Dh)" — but each head now holds a slice of tokens
+def _another_scale(scale_of: Callable[[float], float]) -> Callable[[kernels.AttentionFunction],
+                                                                  kernels.AttentionFunction]:
+    """The function in place, called with ``scale_of(scale)`` instead of ``scale``."""
+    def wrap(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
+        def scaled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
+                   **kw: Any) -> kernels.Weights:
+            return inner(q, k, v, scale=scale_of(scale), **kw)
+
+        return scaled
+
+    return wrap
 
 
-def merge_without_transpose(attn: MultiHeadAttention, out: torch.Tensor) -> torch.Tensor:
-    b, _, t, _ = out.shape
-    return out.reshape(b, t, attn.inner_dim)  # "(B, T, D)" — but token t now holds pieces of several tokens
+def _by_sqrt(d: float, scale: float) -> float:
+    return 1.0 / math.sqrt(d)  # the model's width where the head's Dh was meant
+
+
+def split_without_transpose(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """A projection ``(B, T, heads·Dh)`` laid out so that the module's split (view ``(B, T, H, Dh)``, transpose)
+    yields the straight view ``(B, H, T, Dh)`` of the projection: each "head" holds a slice of tokens."""
+    b, t, n = x.shape
+    wrong = x.reshape(b, heads, t, n // heads)  # "(B, H, T, Dh)" — but each head now holds a slice of tokens
+    return wrong.transpose(1, 2).reshape(b, t, n)  # (B, T, H·Dh): the split in forward transposes it back to `wrong`
+
+
+def merge_without_transpose(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
+    """The output of the function in place laid out so that the module's merge (transpose back, reshape) gives the
+    straight reshape ``(B, H, T, Dh)`` → ``(B, T, H·Dh)``: output token t holds pieces of several tokens."""
+    def merged_wrong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
+        out, weights = inner(q, k, v, **kw)
+        b, h, t, dh = out.shape
+        wrong = out.reshape(b, t, h * dh)  # "(B, T, H·Dh)" — but token t now holds pieces of several tokens
+        return wrong.view(b, t, h, dh).transpose(1, 2), weights  # (B, H, T, Dh): forward's merge gives `wrong`
+
+    return merged_wrong
 
 
 def _softmax_then_zero(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -74,7 +96,8 @@ def _softmax_then_zero(scores: torch.Tensor, mask: torch.Tensor | None) -> torch
     return weights if mask is None else weights * mask  # rows no longer sum to 1
 
 
-def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: float, dtype: torch.dtype):
+def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: float,
+                   dtype: torch.dtype) -> torch.Tensor:
     """Fill hidden scores with ``fill`` in the inputs' dtype (-1e9 overflows float16) and softmax, with no guard
     for rows that see no key."""
     compute = torch.promote_types(scores.dtype, torch.float32)
@@ -83,47 +106,62 @@ def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: flo
     return scores.to(dtype).masked_fill(~mask, fill).to(compute).softmax(-1)
 
 
-def _mask_on_queries(mask, is_causal, t, s, device):
+def _mask_on_queries(mask: torch.Tensor | None, is_causal: bool, t: int, s: int,
+                     device: torch.device | str | None) -> torch.Tensor | None:
     if mask is not None and mask.shape[-2] == 1 and s == t:
         mask = mask.transpose(-1, -2)  # (B, 1, T, 1): hides padded *queries*, every key stays visible
     return kernels.full_mask(mask, is_causal, t, s, device)
 
 
-def _finite_fill(q, k, v, *, fill: float = float("-inf"), **kw):
-    return kernels.math_attention(q, k, v, softmax_step=partial(_fill_no_guard, fill=fill, dtype=q.dtype), **kw)
+def _finite_fill(fill: float) -> kernels.AttentionFunction:
+    def filled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
+        return kernels.math_attention(q, k, v, softmax_step=partial(_fill_no_guard, fill=fill, dtype=q.dtype), **kw)
+
+    return filled
 
 
-def _causal_shifted(q, k, v, *, causal_offset: int = 0, **kw):
-    def mask_step(mask, is_causal, t, s, device):
+def _causal_shifted(causal_offset: int) -> kernels.AttentionFunction:
+    def mask_step(mask: torch.Tensor | None, is_causal: bool, t: int, s: int,
+                  device: torch.device | str | None) -> torch.Tensor | None:
         causal = torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t + causal_offset) if is_causal else None
         return combine(mask, causal)
 
-    return kernels.math_attention(q, k, v, mask_step=mask_step, **kw)
+    return partial(kernels.math_attention, mask_step=mask_step)
 
 
-_math = partial(kernels.Kernel, fn=kernels.math_attention, returns_weights=True, supports_value_bias=True)
-for _entry in (
-    _math(name="no_scaling", scale=lambda attn: 1.0),
-    _math(name="scale_by_d_model", scale=lambda attn: 1.0 / math.sqrt(attn.d_model)),
-    _math(name="split_without_transpose", split=split_without_transpose),
-    _math(name="merge_wrong_transpose", merge=merge_without_transpose),
-    _math(name="mask_after_softmax", fn=partial(kernels.math_attention, softmax_step=_softmax_then_zero)),
-    _math(name="finite_mask_fill", fn=_finite_fill),
-    _math(name="inf_fill_no_guard", fn=_finite_fill),
-    _math(name="padding_mask_on_queries", fn=partial(kernels.math_attention, mask_step=_mask_on_queries),
-          fold_causal=False),
-    _math(name="causal_off_by_one", fn=_causal_shifted, fold_causal=False),
-):
-    kernels.register(_entry)
+def _arithmetic(fn: kernels.AttentionFunction) -> Callable[[kernels.AttentionFunction], kernels.AttentionFunction]:
+    """An ``arithmetic`` fault: the math kernel with one step changed takes the place of the function in place."""
+    return lambda inner: fn
 
 
-def attention_fault(root: nn.Module, undo: list[Undo], *, step: str, name: str, **args) -> None:
-    """Select entry ``name`` for ``step`` (``kernel``, ``scale_kernel``, ``split_kernel``, ``merge_kernel``) on
-    every attention module under ``root``; the attending step also takes the fault's parameters."""
+# fault name -> the wrapper it puts on an attention module, from the module and the fault's parameters
+WRAPPERS: dict[str, Callable[..., kernels.Wrapper]] = {
+    "no_scaling": lambda attn: kernels.Wrapper("no_scaling", "scale", _another_scale(lambda scale: 1.0)),
+    "scale_by_d_model": lambda attn: kernels.Wrapper(
+        "scale_by_d_model", "scale", _another_scale(partial(_by_sqrt, float(attn.d_model)))),
+    "split_without_transpose": lambda attn: kernels.Wrapper("split_without_transpose", "split",
+                                                            before_split=split_without_transpose),
+    "merge_wrong_transpose": lambda attn: kernels.Wrapper("merge_wrong_transpose", "merge", merge_without_transpose),
+    "mask_after_softmax": lambda attn: kernels.Wrapper(
+        "mask_after_softmax", "arithmetic",
+        _arithmetic(partial(kernels.math_attention, softmax_step=_softmax_then_zero))),
+    "finite_mask_fill": lambda attn, fill: kernels.Wrapper("finite_mask_fill", "arithmetic",
+                                                           _arithmetic(_finite_fill(fill))),
+    "inf_fill_no_guard": lambda attn: kernels.Wrapper("inf_fill_no_guard", "arithmetic",
+                                                      _arithmetic(_finite_fill(float("-inf")))),
+    "padding_mask_on_queries": lambda attn: kernels.Wrapper(
+        "padding_mask_on_queries", "arithmetic",
+        _arithmetic(partial(kernels.math_attention, mask_step=_mask_on_queries)), fold_causal=False),
+    "causal_off_by_one": lambda attn, causal_offset: kernels.Wrapper(
+        "causal_off_by_one", "arithmetic", _arithmetic(_causal_shifted(causal_offset)), fold_causal=False),
+}
+
+
+def attention_fault(root: nn.Module, undo: list[Undo], *, name: str, **params: Any) -> None:
+    """Wrap the attention function of every attention module under ``root`` with fault ``name``'s wrapper
+    (built per module from the fault's parameters)."""
     for attn in _instances(root, MultiHeadAttention):
-        _set(attn, step, name, undo)
-        if step == "kernel":
-            _set(attn, "kernel_args", args, undo)
+        undo.append(attn.wrap(WRAPPERS[name](attn, **params)))
 
 
 # --- blocks ---------------------------------------------------------------------------------------------------

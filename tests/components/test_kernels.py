@@ -408,3 +408,54 @@ def test_the_teaching_kernels_give_finite_float16_output_at_input_scale_100_and_
         if not torch.isfinite(out).all():
             bad.append((scale, positional, masking, seed))
     assert not bad, f"{kernel}: non-finite float16 output in {len(bad)} of {len(FP16_GRID)} cases: {bad[:5]}"
+
+
+def test_the_kernel_is_resolved_once_per_setting_not_per_call(monkeypatch):
+    calls = []
+    real = kernels.resolve
+    monkeypatch.setattr(kernels, "resolve", lambda *a, **kw: (calls.append(a[0]), real(*a, **kw))[1])
+    attn = MultiHeadAttention(d_model=D, n_heads=H)
+    x = torch.randn(B, T, D)
+    for _ in range(3):
+        attn(x, is_causal=True)
+    assert calls == ["auto"]
+    attn(x, need_weights=True)  # another kind of call: resolved once more, then memoised too
+    attn(x, need_weights=True)
+    assert calls == ["auto", "auto"]
+    attn.kernel = "math"
+    attn(x)
+    attn(x)
+    assert calls == ["auto", "auto", "math"]
+    undo = attn.wrap(kernels.recorder([0], lambda w: None))
+    attn(x)
+    undo()
+    attn(x)
+    assert calls == ["auto", "auto", "math", "math", "math"]
+    with pytest.raises(ValueError, match="unknown kernel 'nope'; valid names: loop, math, sdpa, auto"):
+        attn.kernel = "nope"
+    assert attn.kernel == "math"  # the refused name left the old one in place
+
+
+def test_the_kernel_function_gets_every_argument_explicitly(monkeypatch):
+    """A kernel of one's own (``kernels.register``) receives the mask plan's entry, the scale, the dropout, the hooks
+    and the soft-cap as arguments, and the module's ``kernel_args`` bound."""
+    seen = {}
+
+    def mine(q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
+             need_weights=False, score_hook=None, weight_hook=None, softcap=None, tag=None):
+        seen.update(mask=mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, score_hook=score_hook,
+                    softcap=softcap, tag=tag)
+        return kernels.math_attention(q, k, v, mask=mask, is_causal=is_causal, scale=scale, softcap=softcap,
+                                      score_hook=score_hook, weight_hook=weight_hook, need_weights=need_weights)
+
+    monkeypatch.setitem(kernels.KERNELS, "mine", kernels.Kernel("mine", mine, True, False))
+    attn = MultiHeadAttention(d_model=D, n_heads=H, dropout=0.25, scale=0.3, softcap=5.0).eval()
+    attn.kernel, attn.kernel_args = "mine", {"tag": 7}
+    x = torch.randn(B, T, D)
+    attn(x, is_causal=True)
+    assert (seen["scale"], seen["dropout_p"], seen["softcap"], seen["tag"]) == (0.3, 0.0, 5.0, 7)
+    assert seen["score_hook"] is attn.hook_scores and not seen["is_causal"]
+    assert torch.equal(seen["mask"], causal_mask(T, T)[None, None])  # the plan folded the causal rule in
+    attn.train()
+    attn(x)
+    assert seen["dropout_p"] == 0.25 and seen["mask"] is None

@@ -10,6 +10,7 @@ import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components import MultiHeadAttention, kernels
+from anatomy.pitfalls import faults
 
 V = 30
 
@@ -58,30 +59,83 @@ def test_registry_documents_every_fault():
         pitfalls.apply(make(), "no_scaling", factor=2)
 
 
-def test_a_fault_kernel_is_the_math_kernel_with_one_step_changed():
+def _wrapped(name, inner=kernels.math_attention, **params):
+    """Fault ``name``'s wrapper around ``inner``, as an attention module of width 16 would put it."""
+    return faults.WRAPPERS[name](MultiHeadAttention(d_model=16, n_heads=4), **params).wrap(inner)
+
+
+def test_an_arithmetic_fault_is_the_math_kernel_with_one_step_changed():
     """Without fully hidden rows, -inf with no guard is the math kernel exactly; a shift of 0 is the correct causal
-    mask; the scale, split and merge entries attend as math does."""
+    mask. They take the place of the function they wrap."""
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 4, 5, 8, dtype=torch.float64) for _ in range(3))
     mask = (torch.rand(2, 1, 5, 5) > 0.3) | torch.eye(5, dtype=torch.bool)  # every row sees its own key
     ref, w_ref = kernels.math_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
-    for name, args in [("inf_fill_no_guard", {}), ("causal_off_by_one", {"causal_offset": 0}),
-                       ("no_scaling", {}), ("split_without_transpose", {}), ("merge_wrong_transpose", {})]:
-        entry = kernels.KERNELS[name]
-        a, wa = entry.fn(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True, **args)
+    for name, params in [("inf_fill_no_guard", {}), ("causal_off_by_one", {"causal_offset": 0})]:
+        a, wa = _wrapped(name, kernels.sdpa_attention, **params)(q, k, v, mask=mask, is_causal=True, scale=0.3,
+                                                                  need_weights=True)
         assert torch.equal(a, ref) and torch.equal(wa, w_ref), name
-    assert kernels.KERNELS["no_scaling"].scale is not kernels.module_scale
-    assert kernels.KERNELS["split_without_transpose"].split is not kernels.split_heads
+    shifted, _ = _wrapped("causal_off_by_one", causal_offset=1)(q, k, v, mask=mask, is_causal=True, scale=0.3)
+    assert not torch.allclose(shifted, ref)
 
 
-def test_faults_are_selected_by_name_and_the_private_steps_are_untouched():
+def test_wrappers_change_one_thing_around_the_function_in_place():
+    """The scale faults call the inner function with another scale; the merge fault lays out its output so the
+    standard merge makes the straight reshape; the split fault lays out the projections so the standard split makes
+    the straight view; the recorder hands on exactly what it receives."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8, dtype=torch.float64) for _ in range(3))
+    seen = []
+
+    def inner(q, k, v, **kw):
+        seen.append(kw)
+        return kernels.math_attention(q, k, v, **kw)
+
+    call = dict(mask=None, is_causal=True, scale=0.3, bias=None, value_bias=None, dropout_p=0.0, need_weights=False,
+                score_hook=None, weight_hook=None, softcap=None)
+    ref, _ = inner(q, k, v, **call)
+    _wrapped("no_scaling", inner)(q, k, v, **call)
+    _wrapped("scale_by_d_model", inner)(q, k, v, **call)
+    assert [kw["scale"] for kw in seen] == [0.3, 1.0, 0.25] and all(
+        {**kw, "scale": 0.3} == call for kw in seen)
+    out, _ = _wrapped("merge_wrong_transpose", inner)(q, k, v, **call)
+    assert torch.equal(out.transpose(1, 2).reshape(2, 5, 32), ref.reshape(2, 5, 32))  # forward's merge
+    x = torch.randn(2, 5, 32, dtype=torch.float64)  # a projection (B, T, H·Dh)
+    laid_out = faults.split_without_transpose(x, 4)
+    assert torch.equal(laid_out.view(2, 5, 4, 8).transpose(1, 2), x.view(2, 4, 5, 8))  # forward's split
+    got = []
+    out, w = kernels.recorder([2, 0], got.append).wrap(inner)(q, k, v, **call)
+    assert torch.equal(out, ref) and w is None and seen[-1] == call
+    _, w_all = kernels.math_attention(q, k, v, is_causal=True, scale=0.3, need_weights=True)
+    assert torch.equal(got[0], w_all[:, [2, 0]])
+
+
+def test_faults_wrap_the_module_and_compose_by_step():
     attn = MultiHeadAttention(d_model=16, n_heads=4)
     with pitfalls.inject(attn, "causal_off_by_one", causal_offset=2):
-        assert attn.kernel == "causal_off_by_one" and attn.kernel_args == {"causal_offset": 2}
-        assert "_split" not in vars(attn) and "_attend" not in vars(attn)
-    with pitfalls.inject(attn, "no_scaling"), pitfalls.inject(attn, "split_without_transpose"):
-        assert (attn.kernel, attn.scale_kernel, attn.split_kernel) == ("auto", "no_scaling", "split_without_transpose")
-    assert (attn.kernel, attn.kernel_args, attn.scale_kernel, attn.split_kernel) == ("auto", {}, None, None)
+        assert [w.name for w in attn.wrappers] == ["causal_off_by_one"] and attn.kernel == "auto"
+        assert attn.kernel_args == {} and not attn.uses_plain_sdpa()
+    with pitfalls.inject(attn, "merge_wrong_transpose"), pitfalls.inject(attn, "no_scaling"), \
+            pitfalls.inject(attn, "split_without_transpose"), pitfalls.inject(attn, "mask_after_softmax"):
+        assert [w.step for w in attn.wrappers] == ["arithmetic", "scale", "split", "merge"]  # innermost first
+    with pitfalls.inject(attn, "no_scaling"), pitfalls.inject(attn, "scale_by_d_model"):
+        assert [w.name for w in attn.wrappers] == ["scale_by_d_model"]  # the same step: the second takes its place
+        assert attn.scale == 0.5  # the module's own scale is untouched
+    assert attn.wrappers == () and attn.uses_plain_sdpa() and (attn.kernel, attn.kernel_args) == ("auto", {})
+
+
+def test_composed_faults_equal_both_changes_at_once():
+    """no_scaling over the arithmetic fault: the fault's math runs with scale 1, in either order of injection."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=16, n_heads=4).double()
+    x = torch.randn(2, 6, 16, dtype=torch.float64)
+    unscaled = MultiHeadAttention(d_model=16, n_heads=4, scale=1.0).double()
+    unscaled.load_state_dict(attn.state_dict())
+    with pitfalls.inject(unscaled, "causal_off_by_one"):
+        want = unscaled(x, is_causal=True)[0]
+    for first, second in [("no_scaling", "causal_off_by_one"), ("causal_off_by_one", "no_scaling")]:
+        with pitfalls.inject(attn, first), pitfalls.inject(attn, second):
+            assert torch.equal(attn(x, is_causal=True)[0], want), (first, second)
 
 
 @pytest.mark.parametrize("name, scale", [("no_scaling", 1.0), ("scale_by_d_model", 1 / math.sqrt(16))])
@@ -222,3 +276,19 @@ def test_no_positional_makes_the_encoder_permutation_equivariant():
     assert not torch.allclose(hidden(model, x[:, perm]), ref[:, perm])
     with pitfalls.inject(model, "no_positional"):
         assert torch.allclose(hidden(model, x[:, perm]), bad[:, perm], atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["no_scaling", "split_without_transpose", "merge_wrong_transpose",
+                                  "causal_off_by_one"])
+def test_a_wrapped_attention_is_refused_by_the_fast_decode_step(name):
+    """The fast step calls SDPA itself, so a fault's wrapper sends generation back to the module path."""
+    from anatomy.generation import generate
+    from anatomy.generation.fast import refusal
+
+    model = make("decoder_lm", positional="learned")
+    assert refusal(model) is None
+    with pitfalls.inject(model, name):
+        assert "another step" in refusal(model)
+        tokens = generate(model, IDS[:1], max_new_tokens=4, fast=True)
+        assert torch.equal(tokens, generate(model, IDS[:1], max_new_tokens=4, fast=False))
+    assert refusal(model) is None
