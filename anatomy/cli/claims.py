@@ -48,9 +48,10 @@ def run(args: argparse.Namespace) -> int:
     ids = None if args.all else args.ids
     if args.dry_run:
         return _dry_run(ids, args)
+    running = _running(args)  # refused here, before the output folder is made
     _check_out(args.out)
     doc = _guarded(lambda: run_claims(ids, preset=args.preset, seeds=args.seeds, out=args.out,
-                                      progress=not args.quiet, **_running(args)), "claims run")
+                                      progress=not args.quiet, **running), "claims run")
     if doc is None:
         return 1
     _summary(doc, args.out)
@@ -78,6 +79,9 @@ def _jobs_argument(p: argparse.ArgumentParser) -> None:
                             "[cluster] extra. Same numbers as a local run")
     p.add_argument("--cluster-cpus", type=float, default=1.0, metavar="N",
                    help="CPUs each unit asks of the cluster (default 1)")
+    p.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="where the experiments compute: cpu (default) or cuda[:N] (a GPU; with --cluster each unit "
+                        "asks the cluster for one). Data and initial weights are drawn on the CPU either way")
     p.add_argument("--resume", action="store_true",
                    help="keep the units already finished in --out (same preset, seeds, claims and code) and run "
                         "only the missing ones")
@@ -89,7 +93,17 @@ def _running(args: argparse.Namespace) -> dict:
     """The running options of ``claims run`` and ``report`` as keywords of ``run_claims``."""
     if args.cluster_cpus <= 0:
         raise ValueError(f"--cluster-cpus must be positive (CPUs per unit), got {args.cluster_cpus:g}")
-    return dict(jobs=_jobs(args), resume=args.resume, cluster=args.cluster, cluster_cpus=args.cluster_cpus)
+    return dict(jobs=_jobs(args), resume=args.resume, cluster=args.cluster, cluster_cpus=args.cluster_cpus,
+                device=_device(args))
+
+
+def _device(args: argparse.Namespace) -> str:
+    """``--device``, checked before anything starts: a name the lab knows, available here (or, with ``--cluster``,
+    asked of the cluster once connected)."""
+    from anatomy.experiments.devices import check_device
+    from anatomy.experiments.runner import cluster_device
+
+    return cluster_device(args.device) if args.cluster else check_device(args.device)
 
 
 def _jobs(args: argparse.Namespace) -> int | None:
@@ -103,10 +117,11 @@ def run_report(args: argparse.Namespace) -> int:
 
     if args.dry_run:
         return _dry_run(None, args)
+    running = _running(args)  # refused here, before the output folder is made
     _check_out(args.out)
     t0 = time.perf_counter()
     doc = _guarded(lambda: run_claims(None, preset=args.preset, seeds=args.seeds, out=args.out,
-                                      progress=not args.quiet, **_running(args)), "report")
+                                      progress=not args.quiet, **running), "report")
     if doc is None:
         return 1
     _summary(doc, args.out)
@@ -132,7 +147,7 @@ def _dry_run(ids: list[str] | None, args: argparse.Namespace) -> int:
     from anatomy.experiments.estimate import dry_run
 
     print(dry_run(ids, preset=args.preset, seeds=args.seeds, cluster=args.cluster, cluster_cpus=args.cluster_cpus,
-                  jobs=_jobs(args)))
+                  jobs=_jobs(args), device=_device(args)))
     return 0
 
 

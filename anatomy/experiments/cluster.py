@@ -65,16 +65,18 @@ def check_address(address: str) -> str:
     return address
 
 
-def anatomy_unit(name: str, preset: str, seed: int) -> tuple[dict[str, float], list[str], float, dict[str, bytes],
-                                                              str]:
+def anatomy_unit(name: str, preset: str, seed: int, device: str = "cpu"
+                 ) -> tuple[dict[str, float], list[str], float, dict[str, bytes], str]:
     """The Ray task: one unit in a temporary folder; ``(metrics, figures, seconds, figure bytes, worker)``."""
     import tempfile
 
+    from anatomy.experiments.devices import check_device
     from anatomy.experiments.units import load_all, run_one
 
     load_all()
+    device = check_device(device)  # on the node: a GPU task sees the GPU Ray gave it
     with tempfile.TemporaryDirectory(prefix="anatomy-unit-") as tmp:
-        metrics, figures, seconds = run_one(name, preset, seed, tmp)
+        metrics, figures, seconds = run_one(name, preset, seed, tmp, device)
         blobs = {f: (Path(tmp) / f).read_bytes() for f in figures}
     return metrics, figures, seconds, blobs, f"{socket.gethostname()}:{os.getpid()}"
 
@@ -119,10 +121,12 @@ def connect(address: str) -> tuple[Any, bool]:
 def run_on_ray(tasks: list[Unit], preset: str, out: Path, address: str, finished: Callable[[Unit, Result], None],
                *, cpus: float = 1.0, retries: int = RETRIES, timeline: list | None = None,
                note: Callable[[str], None] = print, retried: list | None = None,
-               started: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+               started: Callable[[dict[str, Any]], None] | None = None, device: str = "cpu") -> dict[str, Any]:
     """Run ``tasks`` as Ray tasks of ``cpus`` CPUs each on the cluster at ``address``; ``finished(unit, result)``
     for each one as it arrives, after its figures are written into ``out``. Returns what the cluster was
-    (``address``, ``cpus``, ``nodes``, ``slots``); ``started`` gets the same as soon as it is known."""
+    (``address``, ``cpus``, ``nodes``, ``slots``); ``started`` gets the same as soon as it is known. ``device``
+    ``cuda``: each unit also asks for one GPU (Ray shows a task only the GPUs it asked for), and a cluster without
+    GPUs is refused before any unit runs."""
     if not cpus > 0:
         raise ValueError(f"cluster CPUs per unit must be positive, got {cpus!r}")
     ray, connected_here = connect(address)
@@ -131,8 +135,14 @@ def run_on_ray(tasks: list[Unit], preset: str, out: Path, address: str, finished
         nodes = len([n for n in ray.nodes() if n.get("Alive")])
         if total < cpus:
             raise ClusterError(f"the cluster at {address} has {total:g} CPUs, a unit asks for {cpus:g}")
-        info = {"address": address, "cpus": total, "nodes": nodes, "slots": int(total // cpus),
-                "cpus_per_unit": cpus}
+        gpus = 1.0 if device.startswith("cuda") else 0.0
+        have = float(ray.cluster_resources().get("GPU", 0.0))
+        if have < gpus:
+            raise ClusterError(f"--device {device}: the cluster at {address} has no GPUs (its nodes offer "
+                               f"{total:g} CPUs); run with --device cpu, or start nodes with GPUs")
+        slots = int(total // cpus) if not gpus else int(min(total // cpus, have // gpus))
+        info = {"address": address, "cpus": total, "nodes": nodes, "slots": slots, "cpus_per_unit": cpus,
+                **({"gpus": have, "gpus_per_unit": gpus} if gpus else {})}
         if started is not None:
             started(info)
         check = ray.remote(worker_code_version).options(num_cpus=cpus, max_retries=retries)
@@ -140,11 +150,16 @@ def run_on_ray(tasks: list[Unit], preset: str, out: Path, address: str, finished
         if theirs != ours:
             raise ClusterError(f"the workers at {address} run other code (version {theirs}, here {ours}); "
                                "install the same version on the nodes or let the runtime environment ship it")
-        unit = ray.remote(anatomy_unit).options(num_cpus=cpus, max_retries=0)
+        remote = ray.remote(anatomy_unit)
+        unit = remote.options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
+        cpu_unit = remote.options(num_cpus=cpus, max_retries=0) if gpus else unit
         pending: dict[Any, tuple[Unit, int]] = {}
 
+        from anatomy.experiments.registry import EXPERIMENTS
+
         def submit(task: Unit, attempt: int) -> None:
-            pending[unit.remote(task[0], preset, task[1])] = (task, attempt)
+            sent = cpu_unit if EXPERIMENTS[task[0]].cpu_only else unit  # on the CPU whatever --device: no GPU
+            pending[sent.remote(task[0], preset, task[1], device)] = (task, attempt)
 
         for task in tasks:
             submit(task, 1)

@@ -65,8 +65,9 @@ def measure(preset: str, names: list[str] | None = None, limit: int = 3) -> dict
 
 
 def dry_run(ids: list[str] | None, *, preset: str, seeds: int | None = None, cluster: str | None = None,
-            cluster_cpus: float = 1.0, jobs: int | None = None) -> str:
-    """The plan as text: units per experiment and their estimated CPU-hours; nothing runs, nothing connects."""
+            cluster_cpus: float = 1.0, jobs: int | None = None, device: str = "cpu") -> str:
+    """The plan as text: units per experiment and their estimated CPU-hours; nothing runs, nothing connects.
+    ``device`` (already checked) is named in the plan; the estimates stay CPU time (none is stored for a GPU)."""
     from anatomy.experiments.registry import CLAIM_PRESETS, CLAIMS, DEFAULT_SEEDS
     from anatomy.experiments.runner import COST_HINTS, default_jobs, plan, select
 
@@ -86,12 +87,15 @@ def dry_run(ids: list[str] | None, *, preset: str, seeds: int | None = None, clu
         table = {k: (v, "") for k, v in COST_HINTS.items()}
         source = "runner.COST_HINTS (whole units measured at the quick preset, 2-core VM, one thread)"
     none = f"none stored for the {preset} preset (stored: {', '.join(['quick', *MEASURED])})"
-    where = (f"the Ray cluster at {cluster} ({cluster_cpus:g} CPU per unit)" if cluster
-             else f"{jobs or default_jobs()} local process{'es' if (jobs or default_jobs()) > 1 else ''}")
+    cuda = device.startswith("cuda")
+    local = jobs or (1 if cuda else default_jobs())
+    where = (f"the Ray cluster at {cluster} ({cluster_cpus:g} CPU{' and 1 GPU' if cuda else ''} per unit)" if cluster
+             else f"{local} local process{'es' if local > 1 else ''}") + f", device {device}"
     lines = [f"plan: preset {preset}, {n_seeds} seed{'s' if n_seeds > 1 else ''} per experiment, "
              f"{sum(len(v) for v in groups.values())} claims in {len(groups)} experiments -> {len(units)} units "
              f"(one experiment on one seed each) on {where}",
-             f"estimates: {source or none}",
+             f"estimates: {source or none}"
+             + ("; CPU time: no GPU costs are stored, a GPU unit takes its own time" if cuda else ""),
              "",
              f"{'experiment':<24} {'claims':<26} {'units':>5} {'steps/unit':>10} {'s/unit':>9} {'CPU-h':>8}"]
     total, longest, known = 0.0, 0.0, True
@@ -109,9 +113,12 @@ def dry_run(ids: list[str] | None, *, preset: str, seeds: int | None = None, clu
         else:
             known = False
             lines.append(f"{exp:<24} {claims:<26} {n_seeds:>5} {'?':>10} {'?':>9} {'?':>8}")
-    slots = None if cluster else (jobs or default_jobs())
+    slots = None if cluster else local
     lines.append("")
-    if table and known:
+    if table and known and cuda:
+        lines.append(f"total: {total:.2f} CPU-hours on the CPU; the longest unit {longest / 3600:.2f} h there (a GPU's "
+                     "time is not measured)")
+    elif table and known:
         lines.append(f"total: {total:.2f} CPU-hours; the longest unit {longest / 3600:.2f} h"
                      + (f"; on {slots} CPU{'s' if slots > 1 else ''} at least {max(total / slots, longest / 3600):.2f}"
                         " h of wall time" if slots else "; wall time: CPU-hours / the cluster's CPUs, at least the "

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from anatomy import ModelConfig, build_model
+from anatomy.experiments.devices import on, synchronize
 from anatomy.training.step import Stepper, train_step
 
 Batches = Callable[[int], dict[str, torch.Tensor]]  # step → one batch (the keyword arguments of forward)
@@ -58,19 +59,34 @@ class StepProbe:
         StepProbe.active = None
 
 
-def tiny_model(**overrides: Any) -> torch.nn.Module:
+def build(config: ModelConfig, device: str | torch.device = "cpu") -> torch.nn.Module:
+    """``build_model(config)`` initialised on the CPU (its generator: the same initial weights on every device),
+    then moved to ``device``."""
+    return on(device, lambda: build_model(config))
+
+
+def tiny_model(device: str | torch.device = "cpu", **overrides: Any) -> torch.nn.Module:
+    """A small decoder LM (``overrides`` change its :class:`ModelConfig`), built by :func:`build` on ``device``."""
     base = dict(architecture="decoder_lm", vocab_size=64, d_model=64, n_heads=4, n_layers=2, max_seq_len=256,
                 positional="sinusoidal", norm_position="pre", activation="gelu", dropout=0.0)
-    return build_model(ModelConfig(**{**base, **overrides}))
+    return build(ModelConfig(**{**base, **overrides}), device)
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of ``model``'s parameters (the CPU for a model without any)."""
+    return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
 def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *, lr: float = 3e-3,
         warmup: int = 0, clip: float | None = 1.0, on_step: Callable[[int, torch.nn.Module], None] | None = None,
-        decay: bool = False) -> list[float]:
+        decay: bool = False, device: str | torch.device | None = None) -> list[float]:
     """AdamW for ``steps`` steps on ``batch(step)``, each one :func:`anatomy.training.step.train_step` (the step of
     ``anatomy train``: fp32, one micro-batch, one process); returns the loss per step (NaN stays NaN: no silent
-    skip; the NaN step is taken as it is, and training stops there)."""
-    stepper = Stepper(model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0), clip=clip)
+    skip; the NaN step is taken as it is, and training stops there). Each batch is moved to ``device`` (default:
+    the model's); on the CPU nothing moves."""
+    where = model_device(model) if device is None else torch.device(device)
+    stepper = Stepper(model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0), clip=clip,
+                      device=None if where.type == "cpu" else where)
     losses = []
     model.zero_grad(set_to_none=True)  # stale gradients of an earlier probe must not enter the first step
     model.train()
@@ -79,6 +95,8 @@ def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]],
     if probe is not None:
         steps = min(steps, probe.limit)
     for step in range(steps):
+        if probe is not None:
+            synchronize(where)  # a GPU's queue belongs to the step that filled it
         started = time.process_time() if probe is not None else 0.0
         ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
         hook = None if on_step is None else (lambda step=step: on_step(step, model))
@@ -86,6 +104,7 @@ def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]],
                             after_backward=hook)
         losses.append(result.loss)
         if probe is not None:
+            synchronize(where)
             timed.append(time.process_time() - started)
         if not math.isfinite(losses[-1]):
             losses += [float("nan")] * (steps - step - 1)
@@ -100,10 +119,11 @@ def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]],
 
 
 def fit_decayed(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *,
-                lr: float = 3e-3, warmup: int = 20, clip: float | None = 1.0) -> list[float]:
+                lr: float = 3e-3, warmup: int = 20, clip: float | None = 1.0,
+                device: str | torch.device | None = None) -> list[float]:
     """Like :func:`fit`, with the learning rate decayed linearly to 0 after ``warmup`` steps: the final weights do
     not depend on where the last noisy step happened to land, so comparisons between short runs are steadier."""
-    return fit(model, batch, steps, lr=lr, warmup=warmup, clip=clip, decay=True)
+    return fit(model, batch, steps, lr=lr, warmup=warmup, clip=clip, decay=True, device=device)
 
 
 def mean_tail(values: list[float], frac: float = 0.1) -> float:

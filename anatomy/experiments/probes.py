@@ -63,7 +63,7 @@ def attention_entropy(weights: torch.Tensor, first: int, stop: int) -> torch.Ten
     if first < 1:
         raise ValueError(f"first must be >= 1 (row 0 sees a single key), got {first}")
     w = weights.double()[:, :, first:stop]  # (B, H, R, T)
-    n = torch.arange(first, stop, dtype=torch.float64) + 1
+    n = torch.arange(first, stop, dtype=torch.float64, device=weights.device) + 1
     h = -(w * w.clamp_min(1e-300).log()).sum(-1)  # (B, H, R)
     return (h / n.log()).mean(dim=(0, 2))
 
@@ -72,7 +72,7 @@ def offset_profile(weights: torch.Tensor, max_offset: int, rows: slice | None = 
     """Mean attention mass at each backward offset ``0..max_offset`` (key = query - offset), per head:
     ``weights (B, H, T, T)`` → ``(H, max_offset + 1)``, over query rows ``rows`` (default: rows ``>= max_offset``)."""
     t = weights.shape[-1]
-    q = torch.arange(t)[rows if rows is not None else slice(max_offset, None)]
+    q = torch.arange(t, device=weights.device)[rows if rows is not None else slice(max_offset, None)]
     out = [weights[:, :, q, q - k].mean(dim=(0, 2)) for k in range(max_offset + 1)]  # each (H,)
     return torch.stack(out, dim=-1).double()
 
@@ -107,7 +107,7 @@ def probe_attention(model, batch) -> dict[str, float]:
         weights.retain_grad()
         scores.retain_grad()
         loss.backward()
-    causal = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
     q_grad, s_grad, w_grad = attn.q_proj.weight.grad, scores.grad, weights.grad
     assert q_grad is not None and s_grad is not None and w_grad is not None, "the backward reached them all"
     out = {"maxp": weights[:, :, 7:].detach().max(-1).values.mean().item(),

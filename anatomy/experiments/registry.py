@@ -112,14 +112,15 @@ Rule = Callable[[dict[str, Metric]], Verdict]
 
 @dataclass
 class Trial:
-    """One trial: what a run of an experiment on one seed gets (the preset, the seed, where to put figures, and
-    a figure recorder)."""
+    """One trial: what a run of an experiment on one seed gets (the preset, the seed, where to put figures, a
+    figure recorder, and the device its models and tensors live on: :mod:`anatomy.experiments.devices`)."""
 
     preset: str
     seed: int
     out_dir: Path
     figures: list[str] = field(default_factory=list)
     first_seed: bool = True
+    device: str = "cpu"
 
     def figure_path(self, name: str) -> Path | None:
         """A path for a figure (PNG) on the first seed only; ``None`` on the other seeds (draw nothing)."""
@@ -136,6 +137,11 @@ class Experiment:
     name: str
     fn: Callable[[Trial], dict[str, float]]
     units: dict[str, str] = field(default_factory=dict)
+    cpu_only: str = ""  # why it runs on the CPU whatever --device says ("" : it runs on the device asked for)
+
+    def device_for(self, device: str) -> str:
+        """The device this experiment runs on when the run asks for ``device``."""
+        return "cpu" if self.cpu_only else device
 
 
 @dataclass
@@ -154,12 +160,13 @@ EXPERIMENTS: dict[str, Experiment] = {}
 CLAIMS: dict[str, Claim] = {}
 
 
-def experiment(name: str, units: dict[str, str] | None = None):
-    """Register ``fn(trial) -> {metric: value}`` as experiment ``name``."""
+def experiment(name: str, units: dict[str, str] | None = None, *, cpu_only: str = ""):
+    """Register ``fn(trial) -> {metric: value}`` as experiment ``name``. ``cpu_only``: the reason it runs on the CPU
+    whatever ``--device`` asks (said in claims.json and the report); its ``trial.device`` is then ``cpu``."""
     def wrap(fn):
         if name in EXPERIMENTS:
             raise ValueError(f"experiment {name!r} registered twice")
-        EXPERIMENTS[name] = Experiment(name, fn, units or {})
+        EXPERIMENTS[name] = Experiment(name, fn, units or {}, cpu_only)
         return fn
     return wrap
 

@@ -25,19 +25,32 @@ def _metric_cell(m: dict[str, Any]) -> str:
     return f"{f(m['mean'])} ± {f(m['std'])}{m['unit']} (95% CI {f(lo)} … {f(hi)})"
 
 
+def _device_line(doc: dict[str, Any], zh: bool) -> str:
+    """The device of a run that was not on the CPU, and the experiments that stayed there (``cpu_only``)."""
+    device = doc["environment"].get("device", "cpu")
+    if device == "cpu":
+        return ""
+    stayed = sorted({c["experiment"] for c in doc["claims"] if c.get("cpu_only")})
+    if zh:
+        return f"，设备 {device}" + (f"（{'、'.join(stayed)} 只能在 CPU 上运行，见 claims.json）" if stayed else "")
+    return f", device {device}" + (f" ({', '.join(stayed)} ran on the CPU: see cpu_only in claims.json)"
+                                    if stayed else "")
+
+
 def render_markdown(doc: dict[str, Any], lang: str = "en") -> str:
     zh = lang == "zh"
     counts = Counter(c["verdict"] for c in doc["claims"])
     title = "博文论断实验报告" if zh else "The post's claims, measured"
     lines = [f"# {title}", ""]
+    where = _device_line(doc, zh)
     if zh:
         lines += [f"预设 `{doc['preset']}`，每个实验 {doc['seeds']} 个随机种子；torch {doc['environment']['torch']}，"
-                  f"{doc['environment']['threads']} 线程。结论由运行中测得的数字按事先声明的规则得出。", ""]
+                  f"{doc['environment']['threads']} 线程{where}。结论由运行中测得的数字按事先声明的规则得出。", ""]
         lines += ["结论统计：" + "，".join(f"{ZH_VERDICT[v]} {counts.get(v, 0)}" for v in BADGE), ""]
     else:
         env = doc["environment"]
         lines += [f"Preset `{doc['preset']}`, {doc['seeds']} seed(s) per experiment; torch {env['torch']}, "
-                  f"{env['threads']} threads. Every verdict is computed from the numbers measured in "
+                  f"{env['threads']} threads{where}. Every verdict is computed from the numbers measured in "
                   "this run by a rule declared in the claim's code before the run.", ""]
         lines += ["Verdicts: " + ", ".join(f"{v} {counts.get(v, 0)}" for v in BADGE), ""]
     lines += ["| # | " + ("论断" if zh else "claim") + " | " + ("结论" if zh else "verdict") + " |", "|---|---|---|"]

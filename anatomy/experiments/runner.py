@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from anatomy.experiments.devices import check_device, is_cuda
 from anatomy.experiments.registry import (
     CLAIM_PRESETS,
     CLAIMS,
@@ -59,6 +60,18 @@ COST_HINTS: dict[str, float] = {
     "block-anatomy": 0.05, "mha-shapes": 0.03, "head-parameters": 0.02, "layernorm-reference": 0.01,
     "padding-pe": 0.01,
 }
+
+
+def cluster_device(device: str) -> str:
+    """``device`` for the nodes of a cluster: a name the lab knows (ValueError in one line otherwise); whether the
+    cluster has GPUs is asked of the cluster once connected (:func:`anatomy.experiments.cluster.run_on_ray`)."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        return check_device(device)  # the same refusal as a local run's
+    if parsed.type not in ("cpu", "cuda"):
+        return check_device(device)
+    return str(parsed) if parsed.type == "cuda" else "cpu"
 
 
 def select(ids: list[str] | None) -> list[str]:
@@ -102,20 +115,24 @@ def plan(groups: dict[str, list[str]], n_seeds: int) -> list[tuple[str, int]]:
 
 def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: int | None = None,
                out: str | Path = "claims-out", progress: bool = True, jobs: int | None = 1, resume: bool = False,
-               cluster: str | None = None, cluster_cpus: float = 1.0) -> dict[str, Any]:
+               cluster: str | None = None, cluster_cpus: float = 1.0, device: str = "cpu") -> dict[str, Any]:
     """Run the claims ``ids`` (default: all) and write ``claims.json`` and the reports into ``out``.
 
     ``jobs``: worker processes (``None``: one per core); 1 runs everything here, one run after the other. With
     ``jobs > 1`` a script calling this needs the usual ``if __name__ == "__main__":`` guard (multiprocessing).
     ``cluster``: a Ray address (``HOST:PORT`` or ``auto``): every unit is a Ray task of ``cluster_cpus`` CPUs
     (:mod:`anatomy.experiments.cluster`) and ``jobs`` is not used. Each finished unit is stored in ``out/units/``
-    as it completes; ``resume`` runs only the missing ones (:mod:`anatomy.experiments.store`)."""
+    as it completes; ``resume`` runs only the missing ones (:mod:`anatomy.experiments.store`).
+    ``device``: where the experiments' models and tensors live (``cpu``, ``cuda[:N]``; checked before anything
+    starts: on this machine, or on the cluster's nodes with ``cluster``); ``jobs`` then defaults to 1 (the GPU is
+    the worker)."""
     if preset not in CLAIM_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; valid names: {', '.join(CLAIM_PRESETS)}")
     n_seeds = DEFAULT_SEEDS[preset] if seeds is None else seeds
     if not isinstance(n_seeds, int) or isinstance(n_seeds, bool) or n_seeds < 1:
         raise ValueError(f"seeds must be a positive integer, got {seeds!r}")
-    jobs = default_jobs() if jobs is None else jobs
+    device = cluster_device(device) if cluster is not None else check_device(device)
+    jobs = (1 if is_cuda(device) else default_jobs()) if jobs is None else jobs
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     out = Path(out)
@@ -129,7 +146,7 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
         from anatomy.experiments.cluster import preflight
 
         preflight(cluster)
-    store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume)
+    store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume, device=device)
     todo = [t for t in tasks if t not in store.done]
     if resume and progress:
         print(f"resuming {out}: {len(tasks) - len(todo)} of {len(tasks)} units already done, {len(todo)} to run",
@@ -145,17 +162,18 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     timeline: list = []
     try:
         _run_tasks(todo, groups, preset, out, progress, jobs, timeline, store=store, cluster=cluster,
-                   cluster_cpus=cluster_cpus, where=where)
+                   cluster_cpus=cluster_cpus, where=where, device=device)
     finally:
         torch.set_num_threads(caller_threads)
     done = {t: store.done[t] for t in tasks}
-    doc = _document(groups, chosen, done, preset, n_seeds, where.get("slots", jobs), time.perf_counter() - t0)
+    doc = _document(groups, chosen, done, preset, n_seeds, where.get("slots", jobs), time.perf_counter() - t0,
+                    device)
     doc["schedule"] = schedule(timeline, began, time.monotonic())
     if resume:
         doc["schedule"]["resumed_units"] = len(tasks) - len(todo)
     if cluster is not None:
-        doc["environment"]["cluster"] = {k: where[k] for k in ("address", "nodes", "cpus", "cpus_per_unit")
-                                         if k in where}
+        doc["environment"]["cluster"] = {k: where[k] for k in ("address", "nodes", "cpus", "cpus_per_unit",
+                                                               "gpus", "gpus_per_unit") if k in where}
         doc["schedule"]["retried"] = where.get("retried", [])
     (out / "claims.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
     from anatomy.experiments.report import write_reports
@@ -188,7 +206,8 @@ def schedule(timeline: list, began: float, ended: float) -> dict[str, Any]:
 
 def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], preset: str, out: Path,
                progress: bool, jobs: int, timeline: list | None = None, *, store: Store | None = None,
-               cluster: str | None = None, cluster_cpus: float = 1.0, where: dict[str, Any] | None = None) -> Done:
+               cluster: str | None = None, cluster_cpus: float = 1.0, where: dict[str, Any] | None = None,
+               device: str = "cpu") -> Done:
     median = sorted(COST_HINTS.values())[len(COST_HINTS) // 2]
     cost = {t: COST_HINTS.get(t[0], median) for t in tasks}
     desc = f"{len(tasks)} runs on {'Ray' if cluster else jobs} worker{'s' if jobs > 1 or cluster else ''}"
@@ -223,19 +242,20 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
 
             retried: list = []
             info = run_on_ray(tasks, preset, out, cluster, finished, cpus=cluster_cpus, timeline=timeline,
-                              note=tqdm.write if progress else _stderr_line, retried=retried, started=said)
+                              note=tqdm.write if progress else _stderr_line, retried=retried, started=said,
+                              device=device)
             if where is not None:
                 where.update(info, retried=retried)
         elif jobs == 1:
             threads = torch.get_num_threads()
             for task in tasks:
-                result, *when = _run_timed(task[0], preset, task[1], str(out))
+                result, *when = _run_timed(task[0], preset, task[1], str(out), device)
                 torch.set_num_threads(threads)
                 if timeline is not None:
                     timeline.append((task, *when))
                 finished(task, result)
         else:
-            _run_pool(tasks, preset, out, jobs, finished, timeline)
+            _run_pool(tasks, preset, out, jobs, finished, timeline, device)
     finally:
         bar.close()
     return done
@@ -247,11 +267,11 @@ def _stderr_line(text: str) -> None:
     print(text.strip(), file=sys.stderr, flush=True)
 
 
-def _run_timed(name: str, preset: str, seed: int, out: str):
+def _run_timed(name: str, preset: str, seed: int, out: str, device: str = "cpu"):
     """``run_one`` and where and when it ran: ``(result, worker, start, end)`` (monotonic clock, the same in
     every process of the machine)."""
     start = time.monotonic()
-    result = run_one(name, preset, seed, out)
+    result = run_one(name, preset, seed, out, device)
     return result, os.getpid(), start, time.monotonic()
 
 
@@ -265,7 +285,8 @@ class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed, out of memory): the run stops, naming what ran."""
 
 
-def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list | None = None) -> None:
+def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list | None = None,
+              device: str = "cpu") -> None:
     """Spread ``tasks`` over this process and ``jobs - 1`` worker processes, in the given order, each taking the
     next task when it is free. This process starts on its task at once (as a serial run would) while the workers
     start: they fork from a fresh server process that imported torch, the claims and matplotlib once
@@ -302,7 +323,7 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
 
     def submit(task) -> None:
         assert pool is not None  # only the workers' tasks are submitted
-        future = pool.submit(_run_timed, task[0], preset, task[1], where)
+        future = pool.submit(_run_timed, task[0], preset, task[1], where, device)
         in_flight[future] = task
         future.add_done_callback(on_done)
 
@@ -341,7 +362,7 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
                 task = queue.pop(0) if queue and state["error"] is None else None
             if task is None:
                 break
-            result, *when = _run_timed(task[0], preset, task[1], where)
+            result, *when = _run_timed(task[0], preset, task[1], where, device)
             torch.set_num_threads(threads)
             record(task, result, *when)
         with cond:
@@ -373,7 +394,7 @@ def _init_worker() -> None:
 
 
 def _document(groups: dict[str, list[str]], chosen: list[str], done: Done, preset: str, n_seeds: int,
-              jobs: int, wall: float) -> dict[str, Any]:
+              jobs: int, wall: float, device: str = "cpu") -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     for exp_name, claim_ids in groups.items():
         exp = EXPERIMENTS[exp_name]
@@ -403,13 +424,18 @@ def _document(groups: dict[str, list[str]], chosen: list[str], done: Done, prese
                 "metrics": {m: metrics[m].to_dict() for m in c.metrics},
                 "figures": figures, "runtime_s": round(runtime / len(claim_ids), 3),
             }
+            results[cid]["device"] = exp.device_for(device)
+            if exp.cpu_only:
+                results[cid]["cpu_only"] = exp.cpu_only
             odd = nondeterministic_metrics(exp_name, c.metrics)
             if odd:
                 results[cid]["nondeterministic"] = odd
     return {
         "preset": preset, "seeds": n_seeds, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                        "threads": 1, "jobs": jobs, "machine": platform.machine()},
+                        "threads": 1, "jobs": jobs, "machine": platform.machine(), "device": device,
+                        **({"gpu": torch.cuda.get_device_name(device)} if is_cuda(device) and
+                           torch.cuda.is_available() else {})},
         "wall_s": round(wall, 1),
         "claims": [results[c] for c in chosen],
     }

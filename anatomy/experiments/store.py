@@ -3,9 +3,9 @@
 A unit is one experiment on one seed. Each finished unit is written into ``OUT/units/`` as it completes, by one
 atomic rename (a reader, or a run killed at any moment, sees the whole file or none of it), after its figures are in
 place. ``OUT/units/run.json`` names what the units belong to: the preset, the number of seeds, the claims, the
-version of the code (a hash of the package's source) and of torch. ``--resume`` runs only the units that are
-missing, and refuses, naming the difference, when any of these differ: units measured by other code or on
-other settings would be mixed into one report without anyone being told.
+version of the code (a hash of the package's source) and of torch, the device (``--device``). ``--resume`` runs
+only the units that are missing, and refuses, naming the difference, when any of these differ: units measured by
+other code or on other settings would be mixed into one report without anyone being told.
 
 The stored numbers are exact: a Python float goes through JSON and back unchanged (``repr`` round-trips), NaN and
 infinities included, so a resumed ``claims.json`` equals an uninterrupted one.
@@ -73,13 +73,14 @@ class Store:
         return self.out / UNITS
 
     @classmethod
-    def start(cls, out: Path, *, preset: str, seeds: int, claims: list[str], resume: bool) -> Store:
+    def start(cls, out: Path, *, preset: str, seeds: int, claims: list[str], resume: bool,
+              device: str = "cpu") -> Store:
         """A store for this run. Fresh: earlier units in ``out`` are removed. ``resume``: the units already there
         are loaded, after checking that they belong to this run (ValueError naming every difference)."""
         import torch
 
         identity = {"preset": preset, "seeds": seeds, "claims": list(claims), "code": code_version(),
-                    "torch": torch.__version__}
+                    "torch": torch.__version__, "device": device}
         store = cls(Path(out), identity)
         for cut in store.folder.glob(".*.tmp"):  # a write cut short (the run was killed during it)
             cut.unlink()
@@ -151,9 +152,11 @@ class Store:
 def describe_differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     """What differs between the identity of the stored run and this one, one phrase each."""
     out = []
-    for key, what in (("preset", "preset"), ("seeds", "seeds"), ("torch", "torch")):
-        if stored.get(key) != wanted.get(key):
-            out.append(f"{what} {stored.get(key)!r} there, {wanted.get(key)!r} now")
+    for key, what in (("preset", "preset"), ("seeds", "seeds"), ("torch", "torch"), ("device", "--device")):
+        default = "cpu" if key == "device" else None  # runs stored before --device existed ran on the CPU
+        there, here = stored.get(key, default), wanted.get(key, default)
+        if there != here:
+            out.append(f"{what} {there!r} there, {here!r} now")
     if stored.get("claims") != wanted.get("claims"):
         there, here = list(stored.get("claims") or []), list(wanted.get("claims") or [])
         added = [c.split("-")[0] for c in here if c not in there]

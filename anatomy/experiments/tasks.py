@@ -25,8 +25,9 @@ class MarkovTask:
             raise ValueError(f"lags must be positive offsets, got {lags!r}")
         g = torch.Generator().manual_seed(10_000 + seed)
         self.vocab, self.lags, self.p = vocab, tuple(lags), p
-        self.table = (torch.randperm(vocab, generator=g) if len(lags) == 1
-                      else torch.randint(0, vocab, (vocab ** len(lags),), generator=g))
+        with torch.device("cpu"):  # drawn on the CPU's generator, whatever the default device
+            self.table = (torch.randperm(vocab, generator=g) if len(lags) == 1
+                          else torch.randint(0, vocab, (vocab ** len(lags),), generator=g))
 
     @property
     def start(self) -> int:
@@ -43,15 +44,18 @@ class MarkovTask:
     def uniform(self) -> float:
         return math.log(self.vocab)
 
-    def sample(self, n: int, length: int, generator: torch.Generator) -> torch.Tensor:
-        x = torch.randint(0, self.vocab, (n, length), generator=generator)  # (N, T)
-        keep = torch.rand(n, length, generator=generator) < self.p
-        for t in range(self.start, length):
-            idx = torch.zeros(n, dtype=torch.long)
-            for lag in self.lags:
-                idx = idx * self.vocab + x[:, t - lag]
-            x[:, t] = torch.where(keep[:, t], self.table[idx], x[:, t])
-        return x
+    def sample(self, n: int, length: int, generator: torch.Generator,
+               device: str | torch.device = "cpu") -> torch.Tensor:
+        """``n`` sequences of ``length`` tokens, drawn on the CPU (``generator``), then moved to ``device``."""
+        with torch.device("cpu"):
+            x = torch.randint(0, self.vocab, (n, length), generator=generator)  # (N, T)
+            keep = torch.rand(n, length, generator=generator) < self.p
+            for t in range(self.start, length):
+                idx = torch.zeros(n, dtype=torch.long)
+                for lag in self.lags:
+                    idx = idx * self.vocab + x[:, t - lag]
+                x[:, t] = torch.where(keep[:, t], self.table[idx], x[:, t])
+        return x.to(device)
 
     def batch(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """LM inputs with the unpredictable first tokens left out of the loss (label -100)."""
@@ -71,13 +75,17 @@ def char_corpus(name: str = "shakespeare", max_train: int = 300_000, max_val: in
     train_text, val_text = parts["train"][:max_train], parts["val"][:max_val]
     vocab = tuple(sorted(set(train_text)))
     stoi = {c: i for i, c in enumerate(vocab)}
-    train = torch.tensor([stoi[c] for c in train_text], dtype=torch.long)
-    val = torch.tensor([stoi.get(c, 0) for c in val_text], dtype=torch.long)
+    train = torch.tensor([stoi[c] for c in train_text], dtype=torch.long, device="cpu")
+    val = torch.tensor([stoi.get(c, 0) for c in val_text], dtype=torch.long, device="cpu")
     return train, val, vocab
 
 
-def lm_batch(data: torch.Tensor, length: int, batch: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
-    """``batch`` random windows of ``length`` tokens from a 1-D id tensor, as causal-LM inputs (labels = ids)."""
-    start = torch.randint(0, len(data) - length, (batch,), generator=generator)
+def lm_batch(data: torch.Tensor, length: int, batch: int, generator: torch.Generator,
+             device: str | torch.device | None = None) -> dict[str, torch.Tensor]:
+    """``batch`` random windows of ``length`` tokens from a 1-D id tensor, as causal-LM inputs (labels = ids), on
+    ``device`` (default: the data's). The windows are drawn on the CPU (``generator``)."""
+    start = torch.randint(0, len(data) - length, (batch,), generator=generator, device="cpu")
     ids = torch.stack([data[s:s + length] for s in start.tolist()])  # (B, T)
+    if device is not None:
+        ids = ids.to(device)
     return {"input_ids": ids, "labels": ids}

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from anatomy.experiments.devices import synchronize
 from anatomy.experiments.registry import EXPERIMENTS, Trial
 
 
@@ -24,12 +25,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_one(name: str, preset: str, seed: int, out: str) -> tuple[dict[str, float], list[str], float]:
-    """One experiment on one seed: ``(metrics, figures written, seconds)``. Figures are drawn on seed 0 only."""
+def run_one(name: str, preset: str, seed: int, out: str, device: str = "cpu"
+            ) -> tuple[dict[str, float], list[str], float]:
+    """One experiment on one seed: ``(metrics, figures written, seconds)``. Figures are drawn on seed 0 only.
+    ``device``: where its models and tensors live (an experiment declared ``cpu_only`` stays on the CPU)."""
     torch.set_num_threads(1)
     seed_everything(seed)
-    trial = Trial(preset=preset, seed=seed, out_dir=Path(out), first_seed=seed == 0)
+    exp = EXPERIMENTS[name]
+    where = exp.device_for(device)
+    trial = Trial(preset=preset, seed=seed, out_dir=Path(out), first_seed=seed == 0, device=where)
     t0 = time.perf_counter()
-    measured = EXPERIMENTS[name].fn(trial)
+    measured = exp.fn(trial)
+    synchronize(where)  # the queued kernels of a GPU are part of the unit's time
     seconds = time.perf_counter() - t0
     return {k: float(v) for k, v in measured.items()}, list(trial.figures), seconds

@@ -100,6 +100,21 @@ def test_resume_refuses_other_settings_naming_each_difference(tmp_path, monkeypa
         run_claims(["C4"], preset="smoke", out=tmp_path / "empty", progress=False, resume=True)
 
 
+def test_resume_refuses_a_run_stored_on_another_device(tmp_path, capsys):
+    run_claims(["C4"], preset="smoke", out=tmp_path, progress=False)
+    run = tmp_path / "units" / "run.json"
+    stored = json.loads(run.read_text(encoding="utf-8"))
+    assert stored["device"] == "cpu"
+    atomic_write(run, json.dumps({**stored, "device": "cuda:0"}).encode())  # as a run on a GPU left it
+    assert main(["claims", "run", "C4", "--preset", "smoke", "--out", str(tmp_path), "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "other settings (--device 'cuda:0' there, 'cpu' now)" in err
+    assert (tmp_path / "units" / "head-parameters.seed0.json").is_file()  # a refusal loses nothing
+    del stored["device"]  # a run stored before --device existed ran on the CPU
+    assert describe_differences(stored, {**stored, "device": "cpu"}) == []
+    assert describe_differences(stored, {**stored, "device": "cuda"}) == ["--device 'cpu' there, 'cuda' now"]
+
+
 def test_differences_are_named_in_words():
     a = {"preset": "quick", "seeds": 3, "claims": ["C1-x", "C2-y"], "code": "aa", "torch": "2.1"}
     assert describe_differences(a, dict(a)) == []

@@ -15,6 +15,7 @@ from torch import nn
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components.norms import LayerNorm
+from anatomy.experiments.devices import cpu_draws, on, to_device
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
@@ -43,14 +44,17 @@ FASTER = 2  # C35: the residual stack must get there in at most 1/FASTER of the 
 def identity_mlp(trial):
     width, blocks = 32, budget(trial.preset, 3, 4, 6)
     steps, eps = budget(trial.preset, 80, 400, 2000), IDENTITY_EPS
+    dev = trial.device
     torch.manual_seed(trial.seed)
-    layers = []
-    for i in range(2 * blocks):
-        layers += [nn.Linear(width, width)] + ([nn.ReLU()] if i < 2 * blocks - 1 else [])
-    models = {"plain": nn.Sequential(*layers), "residual": _ResidualMLP(width, blocks)}  # same Linear count and init
-    g = torch.Generator().manual_seed(trial.seed)
-    data = torch.randn(steps, 128, width, generator=g)
-    test = torch.randn(1024, width, generator=g)
+    with cpu_draws():  # initial weights and data from the CPU's generators, then moved to the trial's device
+        layers = []
+        for i in range(2 * blocks):
+            layers += [nn.Linear(width, width)] + ([nn.ReLU()] if i < 2 * blocks - 1 else [])
+        models = {"plain": nn.Sequential(*layers).to(dev),
+                  "residual": _ResidualMLP(width, blocks).to(dev)}  # same Linear count and init
+        g = torch.Generator().manual_seed(trial.seed)
+        data = torch.randn(steps, 128, width, generator=g).to(dev)
+        test = torch.randn(1024, width, generator=g).to(dev)
     out, curves = {}, {}
     for name, model in models.items():
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -116,14 +120,15 @@ BATCH_DEPENDENT = 1e-4  # C38: a relative logit change above this when the batch
 PER_SAMPLE = 1e-6  # C38: below this: independent of the batch (float32 noise)
 RISE = 0.2  # C38: nats: BN's training curve rising this much more than LN's counts as unstable
 
-def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator) -> dict:
-    ids = task.sample(n, T, g)
-    lengths = torch.randint(T // 4, T + 1, (n,), generator=g)
-    mask = torch.arange(T)[None] < lengths[:, None]
-    batch = task.batch(ids.masked_fill(~mask, 0))
-    batch["labels"] = batch["labels"].masked_fill(~mask, -100)
-    batch["attention_mask"] = mask.long()
-    return batch
+def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator, device: str = "cpu") -> dict:
+    with cpu_draws():
+        ids = task.sample(n, T, g)
+        lengths = torch.randint(T // 4, T + 1, (n,), generator=g)
+        mask = torch.arange(T)[None] < lengths[:, None]
+        batch = task.batch(ids.masked_fill(~mask, 0))
+        batch["labels"] = batch["labels"].masked_fill(~mask, -100)
+        batch["attention_mask"] = mask.long()
+    return to_device(batch, device)
 
 
 def _dependence(model: nn.Module, a: dict, b: dict, train_mode: bool) -> float:
@@ -146,15 +151,17 @@ def bn_vs_ln(trial):
     n_heads = budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"])
     task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
     g = torch.Generator().manual_seed(trial.seed)
-    train = [_padded(task, batch, T, g) for _ in range(steps)]
-    val = [_padded(task, 32, T, g) for _ in range(4)]
+    train = [_padded(task, batch, T, g, trial.device) for _ in range(steps)]
+    val = [_padded(task, 32, T, g, trial.device) for _ in range(4)]
     out, curves = {}, {}
     for arm in ("ln", "bn"):
         torch.manual_seed(trial.seed)
-        model = build_model(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=2,
-                                        max_seq_len=T, init="xavier", scale_embeddings=True))
-        if arm == "bn":
-            pitfalls.apply(model, "batchnorm_instead_of_layernorm")  # stays on: this model is the BatchNorm one
+        with cpu_draws():  # initialised on the CPU (with the BatchNorm swapped in there), then moved
+            model = build_model(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=2,
+                                            max_seq_len=T, init="xavier", scale_embeddings=True))
+            if arm == "bn":
+                pitfalls.apply(model, "batchnorm_instead_of_layernorm")  # stays on: this model is the BatchNorm one
+        model = model.to(trial.device)
         curves[arm] = fit(model, lambda step: train[step], steps, lr=3e-3)
         stats = curve_stats(curves[arm], uniform=task.uniform)
         out[f"spike_{arm}"], out[f"final_train_{arm}"] = min(stats["spike"], task.uniform), stats["final"]
@@ -233,14 +240,15 @@ def layernorm_reference(trial):
     from anatomy.interop.torch_nn import from_torch
 
     g = torch.Generator().manual_seed(trial.seed)
-    d, eps = 64, 1e-5
-    x = torch.randn(4, 10, d, generator=g, dtype=torch.float64) * 3 + 2
-    gamma = torch.randn(d, generator=g, dtype=torch.float64)
-    beta = torch.randn(d, generator=g, dtype=torch.float64)
+    d, eps, dev = 64, 1e-5, trial.device
+    with cpu_draws():
+        x = (torch.randn(4, 10, d, generator=g, dtype=torch.float64) * 3 + 2).to(dev)
+        gamma = torch.randn(d, generator=g, dtype=torch.float64).to(dev)
+        beta = torch.randn(d, generator=g, dtype=torch.float64).to(dev)
     mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
     formula = gamma * (x - mean) / torch.sqrt(var + eps) + beta
-    ours = LayerNorm(d, eps=eps).double()
-    theirs = nn.LayerNorm(d, eps=eps).double()
+    ours = on(dev, lambda: LayerNorm(d, eps=eps).double())
+    theirs = on(dev, lambda: nn.LayerNorm(d, eps=eps).double())
     with torch.no_grad():
         for m in (ours, theirs):
             m.weight.copy_(gamma)
@@ -260,9 +268,11 @@ def layernorm_reference(trial):
     out["diff_mean_order_fp32"] = max((a - orders[0]).abs().max().item() for a in orders[1:])
     # C42: Post-Norm = LayerNorm(x + Sublayer(x)), against torch's encoder layer (norm_first=False, the paper's)
     torch.manual_seed(trial.seed)
-    layer = nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True).double().eval()
-    block = from_torch(layer).eval()
-    h = torch.randn(2, 10, 16, generator=g, dtype=torch.float64)
+    with cpu_draws():
+        layer = nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True).double().eval()
+        block = from_torch(layer).eval()
+        h = torch.randn(2, 10, 16, generator=g, dtype=torch.float64)
+    layer, block, h = layer.to(dev), block.to(dev), h.to(dev)
     with torch.no_grad():
         sub = layer.norm1(h + layer.self_attn(h, h, h, need_weights=False)[0])
         by_hand = layer.norm2(sub + layer.linear2(torch.relu(layer.linear1(sub))))

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from anatomy import ModelConfig, build_model
+from anatomy import ModelConfig
 from anatomy.components.block import EncoderBlock
+from anatomy.experiments.devices import cpu_draws, on
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, finite_metrics, fit
+from anatomy.experiments.fitting import budget, build, finite_metrics, fit
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.experiments.rules import decide, fmt_count, fmt_values, num, per_seed
 from anatomy.inspection import capture, trace_model
@@ -42,9 +43,9 @@ POST_TABLE = {"embed": (2, 10, 16), "proj": (2, 10, 16), "split": (2, 4, 10, 4),
 @experiment("block-anatomy")
 def block_anatomy(trial):
     torch.manual_seed(trial.seed)
-    model = build_model(ModelConfig(architecture="encoder", vocab_size=32, d_model=16, n_heads=4, n_layers=1,
-                                    d_ff=64, norm_position="post", activation="relu", max_seq_len=16))
-    ids = torch.randint(0, 32, (2, 10), generator=torch.Generator().manual_seed(trial.seed))
+    model = build(ModelConfig(architecture="encoder", vocab_size=32, d_model=16, n_heads=4, n_layers=1,
+                              d_ff=64, norm_position="post", activation="relu", max_seq_len=16), trial.device)
+    ids = on(trial.device, lambda: torch.randint(0, 32, (2, 10), generator=torch.Generator().manual_seed(trial.seed)))
     rows = trace_model(model, {"input_ids": ids})
     checked = [r for r in rows if r.kind in POST_TABLE]
     out = {"rows_checked": len(checked),
@@ -56,12 +57,13 @@ def block_anatomy(trial):
     # C53: where a block's parameters are
     for d, d_ff, act, tag in ((512, 2048, "relu", "d512"), (16, 64, "relu", "d16"), (512, 512, "relu", "d512_ff1x"),
                               (512, None, "swiglu", "d512_swiglu")):
-        block = EncoderBlock.build(d_model=d, n_heads=8 if d == 512 else 4, d_ff=d_ff, activation=act)
+        block = on(trial.device, EncoderBlock.build, d_model=d, n_heads=8 if d == 512 else 4, d_ff=d_ff,
+                   activation=act)
         total = _n(block)
         out[f"ffn_share_{tag}"] = _n(block.ffn) / total
         out[f"attn_share_{tag}"] = _n(block.attn) / total
-    out["norm_share_d512"] = (_n(EncoderBlock.build(d_model=512, n_heads=8).attn_add_norm) * 2
-                              / _n(EncoderBlock.build(d_model=512, n_heads=8)))
+    block = on(trial.device, lambda: EncoderBlock.build(d_model=512, n_heads=8))
+    out["norm_share_d512"] = _n(block.attn_add_norm) * 2 / _n(block)
 
     def draw(ax):
         labels = ["D=512, d_ff=4D", "D=512, SwiGLU", "D=512, d_ff=D"]
@@ -132,14 +134,14 @@ def tiny_heads(trial):
     k, T, batch = 8, 24, 32
     steps = budget(trial.preset, 40, 300, 1200)
     heads = budget(trial.preset, (1, 2, 8), (1, 2, 8), (1, 2, 4, 8, 16))
-    g = torch.Generator().manual_seed(trial.seed)
-    train = [_pair_task(batch, T, k, g) for _ in range(steps)]
-    val = _pair_task(256, T, k, g)
+    g, dev = torch.Generator().manual_seed(trial.seed), trial.device
+    train = [on(dev, lambda: _pair_task(batch, T, k, g)) for _ in range(steps)]
+    val = on(dev, lambda: _pair_task(256, T, k, g))
     out, curves, maps = {"chance": 1 / k**2}, {}, None
     for h in heads:
         torch.manual_seed(trial.seed)
-        model = build_model(ModelConfig(vocab_size=k * k, d_model=32, n_heads=h, n_layers=1, max_seq_len=T,
-                                        init="xavier", scale_embeddings=True))
+        model = build(ModelConfig(vocab_size=k * k, d_model=32, n_heads=h, n_layers=1, max_seq_len=T,
+                                  init="xavier", scale_embeddings=True), dev)
         curves[h] = fit(model, lambda step: train[step], steps, lr=3e-3)
         with torch.no_grad(), capture(model, "stack.blocks.0.attn.hook_weights") as cache:
             logits = model(input_ids=val["input_ids"]).logits[:, :-1]
@@ -148,7 +150,7 @@ def tiny_heads(trial):
         out[f"acc_h{h}"] = (logits.argmax(-1) == labels)[valid].float().mean().item()
         if h == 8:
             w = next(iter(cache.values())).mean(0)  # (H, T, T) averaged over the batch
-            t = torch.arange(4, T)
+            t = torch.arange(4, T, device=w.device)
             prof = torch.stack([w[:, t, t - o].mean(-1) for o in range(4)], dim=-1)  # (H, 4) mass on offsets 0..3
             top = prof.argmax(-1)
             out["heads_on_offset1_h8"] = float((top == 1).sum())
@@ -156,7 +158,7 @@ def tiny_heads(trial):
             p = prof / prof.sum(-1, keepdim=True)
             tv = 0.5 * (p[:, None] - p[None]).abs().sum(-1)  # (H, H) total-variation distance between heads
             out["head_diversity_h8"] = (tv.sum() / (h * (h - 1))).item()
-            maps = w
+            maps = w.cpu()
     if maps is not None:
         def draw(axes):
             for i, ax in enumerate(axes):
@@ -209,27 +211,29 @@ def _c47(ms):
 
 @experiment("padding-pe")
 def padding_pe(trial):
+    dev = trial.device
     torch.manual_seed(trial.seed)
     cfg = dict(vocab_size=32, d_model=32, n_heads=4, n_layers=2, max_seq_len=32, positional="sinusoidal")
-    lm = build_model(ModelConfig(architecture="decoder_lm", **cfg)).double().eval()
+    lm = build(ModelConfig(architecture="decoder_lm", **cfg), dev).double().eval()
     torch.manual_seed(trial.seed)
-    enc = build_model(ModelConfig(architecture="encoder", **cfg)).double().eval()
+    enc = build(ModelConfig(architecture="encoder", **cfg), dev).double().eval()
     g = torch.Generator().manual_seed(trial.seed)
     n, pad = 7, 5
-    seq = torch.randint(1, 32, (1, n), generator=g)
-    other = torch.randint(1, 32, (1, n + pad), generator=g)
+    with cpu_draws():  # the token draws, on the CPU's generator; the padded batches are made on the device
+        seq = torch.randint(1, 32, (1, n), generator=g).to(dev)
+        other = torch.randint(1, 32, (1, n + pad), generator=g).to(dev)
 
     def rel(a, b):
         return ((a - b).abs().max() / a.abs().max()).item()
 
     with torch.no_grad():
         alone = lm(input_ids=seq).logits[0]
-        right = torch.cat([torch.cat([seq, torch.zeros(1, pad, dtype=torch.long)], 1), other])
+        right = torch.cat([torch.cat([seq, torch.zeros(1, pad, dtype=torch.long, device=dev)], 1), other])
         right_mask = torch.ones_like(right)
         right_mask[0, n:] = 0
         right_junk = right.clone()
-        right_junk[0, n:] = torch.randint(1, 32, (pad,), generator=g)  # other pad contents, same mask
-        left = torch.cat([torch.cat([torch.zeros(1, pad, dtype=torch.long), seq], 1), other])
+        right_junk[0, n:] = on(dev, lambda: torch.randint(1, 32, (pad,), generator=g))  # other pad contents
+        left = torch.cat([torch.cat([torch.zeros(1, pad, dtype=torch.long, device=dev), seq], 1), other])
         left_mask = torch.ones_like(left)
         left_mask[0, :pad] = 0
         out = {
@@ -237,7 +241,8 @@ def padding_pe(trial):
             "pad_content_diff": rel(alone, lm(input_ids=right_junk, attention_mask=right_mask).logits[0, :n]),
             "left_pad_diff": rel(alone, lm(input_ids=left, attention_mask=left_mask).logits[0, pad:]),
             "left_pad_naive_positions_diff": rel(alone, lm(input_ids=left, attention_mask=left_mask,
-                                                           position_ids=torch.arange(n + pad)[None].expand(2, -1)
+                                                           position_ids=torch.arange(n + pad, device=dev)[None]
+                                                           .expand(2, -1)
                                                            ).logits[0, pad:]),
         }
         e_alone = enc(seq).last_hidden_state[0]

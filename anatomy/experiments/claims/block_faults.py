@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import torch
 
-from anatomy import ModelConfig, build_model, pitfalls
+from anatomy import ModelConfig, pitfalls
+from anatomy.experiments.devices import on
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, build, curve_stats, finite_metrics, fit
 from anatomy.experiments.registry import Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, differences, fmt_count, fmt_values, per_seed
 from anatomy.experiments.tasks import MarkovTask
@@ -37,7 +38,8 @@ def _future_leak(model: torch.nn.Module, ids: torch.Tensor, g: torch.Generator) 
     """Change every token from position T/2 on: how much do the logits *before* T/2 move (relative)?"""
     half = ids.shape[1] // 2
     other = ids.clone()
-    other[:, half:] = torch.randint(0, int(ids.max()) + 1, other[:, half:].shape, generator=g)
+    other[:, half:] = on(ids.device, lambda: torch.randint(0, int(ids.max()) + 1, other[:, half:].shape,
+                                                           generator=g))
     model.eval()
     with torch.no_grad():
         a, b = model(input_ids=ids).logits[:, :half], model(input_ids=other).logits[:, :half]
@@ -54,8 +56,8 @@ def block_faults(trial: Trial) -> dict[str, float]:
     lrs = budget(trial.preset, (3e-3,), (3e-3,), (3e-3, 1e-2))
     task = MarkovTask(vocab=16, lags=(1, 2), p=0.9, seed=trial.seed)
     g = torch.Generator().manual_seed(trial.seed)
-    train = task.sample(steps * batch, T, g)
-    held = task.sample(64, T, g)
+    train = task.sample(steps * batch, T, g, trial.device)
+    held = task.sample(64, T, g, trial.device)
 
     def batches(step):
         return task.batch(train[step * batch:(step + 1) * batch])
@@ -66,8 +68,8 @@ def block_faults(trial: Trial) -> dict[str, float]:
         stats = []
         for lr in lrs:
             torch.manual_seed(trial.seed)
-            model = build_model(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=layers,
-                                            max_seq_len=T, init="xavier", scale_embeddings=True))
+            model = build(ModelConfig(vocab_size=task.vocab, d_model=d_model, n_heads=n_heads, n_layers=layers,
+                                      max_seq_len=T, init="xavier", scale_embeddings=True), trial.device)
             if arm != "correct":
                 pitfalls.apply(model, arm)  # stays on: this model is only ever the faulty one
             losses = fit(model, batches, steps, lr=lr)
@@ -91,7 +93,7 @@ def block_faults(trial: Trial) -> dict[str, float]:
 
     # silence: does a fault raise, or change the output's shape?
     torch.manual_seed(trial.seed)
-    probe = build_model(ModelConfig(vocab_size=task.vocab, d_model=32, n_heads=4, n_layers=2, max_seq_len=T))
+    probe = build(ModelConfig(vocab_size=task.vocab, d_model=32, n_heads=4, n_layers=2, max_seq_len=T), trial.device)
     ref = probe(input_ids=held[:2]).logits
     for fault, key in (("split_without_transpose", "split"), ("merge_wrong_transpose", "merge")):
         try:

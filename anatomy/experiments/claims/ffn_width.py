@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from anatomy import ModelConfig, build_model
+from anatomy import ModelConfig
+from anatomy.experiments.devices import on
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import budget, finite_metrics, fit
+from anatomy.experiments.fitting import budget, build, finite_metrics, fit
 from anatomy.experiments.registry import Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, fmt_count, per_seed
 from anatomy.experiments.tasks import MarkovTask
@@ -26,18 +27,18 @@ def ffn_width(trial: Trial) -> dict[str, float]:
     steps = budget(trial.preset, 30, 200, 800)
     widths = budget(trial.preset, (1, 4, 8), (1, 4, 8), (1, 2, 4, 8))
     task = MarkovTask(vocab=16, lags=(1, 2), p=0.9, seed=trial.seed)
-    g = torch.Generator().manual_seed(trial.seed)
-    train = task.sample(steps * batch, T, g)
-    val = task.batch(task.sample(128, T, g))
-    small_ids = task.sample(budget(trial.preset, 32, 128, 128), T, g)  # a small training set, to overfit
+    g, dev = torch.Generator().manual_seed(trial.seed), trial.device
+    train = task.sample(steps * batch, T, g, dev)
+    val = task.batch(task.sample(128, T, g, dev))
+    small_ids = task.sample(budget(trial.preset, 32, 128, 128), T, g, dev)  # a small training set, to overfit
     small = task.batch(small_ids)
     small_steps = budget(trial.preset, 30, 200, 600)
-    pick = torch.randint(0, len(small_ids), (small_steps, batch), generator=g)
+    pick = on(dev, lambda: torch.randint(0, len(small_ids), (small_steps, batch), generator=g))
 
     def model(d_ff, attn_drop=0.0, ffn_drop=0.0):
         torch.manual_seed(trial.seed)
-        m = build_model(ModelConfig(vocab_size=task.vocab, d_model=d, n_heads=4, n_layers=2, d_ff=d_ff,
-                                    max_seq_len=T, init="xavier", scale_embeddings=True))
+        m = build(ModelConfig(vocab_size=task.vocab, d_model=d, n_heads=4, n_layers=2, d_ff=d_ff,
+                              max_seq_len=T, init="xavier", scale_embeddings=True), dev)
         for block in m.stack.blocks:  # dropout on one sub-layer's output only, same rate
             block.attn_add_norm.dropout.p, block.ffn_add_norm.dropout.p = attn_drop, ffn_drop
         return m
@@ -73,7 +74,7 @@ def ffn_width(trial: Trial) -> dict[str, float]:
         ax.set_xticks(list(widths), [f"{w}×" for w in widths])
         ax.legend(fontsize=8)
         names = list(gaps)
-        xs = torch.arange(len(names)).numpy()
+        xs = torch.arange(len(names), device="cpu").numpy()
         gx.bar(xs - 0.2, [gaps[k][0] for k in names], 0.4, label="train (the small set)")
         gx.bar(xs + 0.2, [gaps[k][1] for k in names], 0.4, label="validation")
         labels = {"ff1x": "d_ff = D", "ff4x": "d_ff = 4D", "ff4x_attn_dropout": "4D + dropout\non attention",

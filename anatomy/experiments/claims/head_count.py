@@ -14,9 +14,10 @@ from typing import Any, cast
 
 import torch
 
-from anatomy import ModelConfig, build_model
+from anatomy import ModelConfig
+from anatomy.experiments.devices import cpu_draws, synchronize
 from anatomy.experiments.figures import figure, heatmap
-from anatomy.experiments.fitting import Batches, budget, fit, fit_decayed, tiny_model
+from anatomy.experiments.fitting import Batches, budget, build, fit, fit_decayed, model_device, tiny_model
 from anatomy.experiments.probes import ablate_head, attention_entropy, hook_output, offset_profile
 from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import char_corpus, lm_batch
@@ -34,15 +35,17 @@ CLS_T = 40
 SPECIALISED = 0.5  # a head with at least this share of its mass on one offset is specialised on it (C3)
 
 
-def pair_batch(n: int, g: torch.Generator) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+def pair_batch(n: int, g: torch.Generator, device: str = "cpu") -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Ordered pairs: digits x, target y_t = 10·x_{t-1} + x_{t-3} at t >= 3. Position t of the LM predicts
-    ``labels[t + 1]``, so ``labels[:, t + 1] = y_t``; returns the LM inputs and ``y (N, T)`` (-100 where undefined)."""
-    x = torch.randint(0, PAIR_K, (n, PAIR_T), generator=g)  # (N, T)
-    y = torch.full((n, PAIR_T), -100)
-    y[:, 3:] = PAIR_K * x[:, 2:-1] + x[:, :-3]
-    labels = torch.full((n, PAIR_T), -100)
-    labels[:, 1:] = y[:, :-1]
-    return {"input_ids": x, "labels": labels}, y
+    ``labels[t + 1]``, so ``labels[:, t + 1] = y_t``; returns the LM inputs and ``y (N, T)`` (-100 where undefined),
+    drawn on the CPU and moved to ``device``."""
+    with cpu_draws():
+        x = torch.randint(0, PAIR_K, (n, PAIR_T), generator=g)  # (N, T)
+        y = torch.full((n, PAIR_T), -100)
+        y[:, 3:] = PAIR_K * x[:, 2:-1] + x[:, :-3]
+        labels = torch.full((n, PAIR_T), -100)
+        labels[:, 1:] = y[:, :-1]
+    return {"input_ids": x.to(device), "labels": labels.to(device)}, y.to(device)
 
 
 def _pair_accuracy(model, batch, y) -> float:
@@ -62,39 +65,44 @@ def _sentiment(n_train: int, seed: int):
     from anatomy.data import labelled_splits
 
     parts = labelled_splits("sentiment-zh", 0)
-    order = torch.randperm(len(parts["train"]), generator=torch.Generator().manual_seed(seed))[:n_train]
+    order = torch.randperm(len(parts["train"]), generator=torch.Generator().manual_seed(seed), device="cpu")[:n_train]
     train = [parts["train"][i] for i in order.tolist()]
     val = parts["val"] + parts["test"]
     counts = collections.Counter(c for text, _ in train for c in text)
     stoi = {c: i + 2 for i, c in enumerate(sorted(c for c, n in counts.items() if n >= 2))}
 
-    def encode(rows):
-        ids = torch.zeros(len(rows), CLS_T, dtype=torch.long)
-        mask = torch.zeros(len(rows), CLS_T, dtype=torch.bool)
-        for r, (text, _) in enumerate(rows):
-            tok = [stoi.get(c, 1) for c in text[:CLS_T]]
-            ids[r, :len(tok)] = torch.tensor(tok)
-            mask[r, :len(tok)] = True
-        return ids, mask, torch.tensor([label for _, label in rows])
+    def encode(rows):  # on the CPU: the batches are drawn from it (fit and _cls_accuracy move them)
+        with cpu_draws():
+            ids = torch.zeros(len(rows), CLS_T, dtype=torch.long)
+            mask = torch.zeros(len(rows), CLS_T, dtype=torch.bool)
+            for r, (text, _) in enumerate(rows):
+                tok = [stoi.get(c, 1) for c in text[:CLS_T]]
+                ids[r, :len(tok)] = torch.tensor(tok)
+                mask[r, :len(tok)] = True
+            return ids, mask, torch.tensor([label for _, label in rows])
 
     return encode(train), encode(val), len(stoi) + 2
 
 
 def _cls_accuracy(model, data) -> float:
-    ids, mask, labels = data
+    ids, mask, labels = (t.to(model_device(model)) for t in data)
     with torch.no_grad():
         pred = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
     return (pred == labels).float().mean().item()
 
 
 def _step_time(models: dict, batch: dict, repeats: int) -> dict:
-    """Seconds per forward + backward, min over interleaved repeats (the min is robust to a busy machine)."""
+    """Seconds per forward + backward, min over interleaved repeats (the min is robust to a busy machine). On a
+    GPU the clock is read after the queued kernels are done."""
     best = {h: float("inf") for h in models}
     for _ in range(repeats):
         for h, m in models.items():
             m.train()
+            device = model_device(m)
+            synchronize(device)
             t0 = time.perf_counter()
             m(**batch).loss.backward()
+            synchronize(device)
             best[h] = min(best[h], time.perf_counter() - t0)
             m.zero_grad(set_to_none=True)
             m.eval()
@@ -114,16 +122,16 @@ HEAD_COUNT_UNITS = {
 def head_count(trial: Trial) -> dict[str, float]:
     """Single vs multi-head on three tasks; attention entropy, offsets, ablations, accuracy, time per step."""
     out: dict[str, float] = {}
-    seed = trial.seed
+    seed, dev = trial.seed, trial.device
 
     # --- 1. ordered pairs: can one head carry two relations? ----------------------------------------------------
     pair_steps = budget(trial.preset, 60, 600, 3000)
     pair_bs = budget(trial.preset, 64, 256, 256)
-    test_batch, test_y = pair_batch(2000, torch.Generator().manual_seed(10_000 + seed))
+    test_batch, test_y = pair_batch(2000, torch.Generator().manual_seed(10_000 + seed), dev)
     pair: dict[int, dict[str, Any]] = {}  # heads → model, accuracy, offset profile, entropy
     for h in (1, 4):
         torch.manual_seed(100 * seed + h)
-        model = tiny_model(d_model=32, n_heads=h, n_layers=1, vocab_size=PAIR_K ** 2, max_seq_len=PAIR_T,
+        model = tiny_model(dev, d_model=32, n_heads=h, n_layers=1, vocab_size=PAIR_K ** 2, max_seq_len=PAIR_T,
                            tie_embeddings=False)
         g = torch.Generator().manual_seed(seed)
         fit(model, cast(Batches, lambda _s, g=g: pair_batch(pair_bs, g)[0]), pair_steps, lr=5e-3, warmup=100)
@@ -131,7 +139,7 @@ def head_count(trial: Trial) -> dict[str, float]:
         w = _weights(model, {"input_ids": test_batch["input_ids"][:500]})
         prof = offset_profile(w, 7, rows=slice(3, PAIR_T - 1))  # (H, 8): mass at offsets 0..7 (rows t >= 3)
         ent = attention_entropy(w, 3, PAIR_T - 1)
-        pair[h] = {"model": model, "acc": acc, "profile": prof, "entropy": ent}
+        pair[h] = {"model": model, "acc": acc, "profile": prof.cpu(), "entropy": ent.cpu()}
         out[f"acc_pair_h{h}"] = 100 * acc
     p1 = pair[1]["profile"][0]
     out["pair_h1_mass_t1"], out["pair_h1_mass_t3"] = p1[1].item(), p1[3].item()
@@ -156,15 +164,15 @@ def head_count(trial: Trial) -> dict[str, float]:
     lm_steps = budget(trial.preset, 30, 250, 1500)
     lm_bs = budget(trial.preset, 16, 32, 32)
     gv = torch.Generator().manual_seed(777)
-    val_batches = [lm_batch(val, LM_T, 64, gv) for _ in range(budget(trial.preset, 1, 4, 8))]
+    val_batches = [lm_batch(val, LM_T, 64, gv, dev) for _ in range(budget(trial.preset, 1, 4, 8))]
     gt = torch.Generator().manual_seed(778)
-    train_eval = [lm_batch(train, LM_T, 64, gt) for _ in range(budget(trial.preset, 1, 4, 8))]
+    train_eval = [lm_batch(train, LM_T, 64, gt, dev) for _ in range(budget(trial.preset, 1, 4, 8))]
     lm: dict[int, Any] = {}  # heads → model (Any: its sub-modules are read by attribute)
     lm_ent: dict[int, torch.Tensor] = {}
     lm_prof: dict[int, torch.Tensor] = {}
     for h in LM_HEADS:
         torch.manual_seed(100 * seed + 10 + h)
-        model = tiny_model(d_model=LM_D, n_heads=h, n_layers=1, vocab_size=len(vocab), max_seq_len=LM_T,
+        model = tiny_model(dev, d_model=LM_D, n_heads=h, n_layers=1, vocab_size=len(vocab), max_seq_len=LM_T,
                            tie_embeddings=False, init="xavier")
         if h == 1:
             out["ent_lm_init"] = attention_entropy(_weights(model, {"input_ids": val_batches[0]["input_ids"]}),
@@ -174,8 +182,8 @@ def head_count(trial: Trial) -> dict[str, float]:
         out[f"lm_val_h{h}"] = _mean_loss(model, val_batches)
         out[f"lm_train_h{h}"] = _mean_loss(model, train_eval)
         w = _weights(model, {"input_ids": val_batches[0]["input_ids"]})
-        lm_ent[h] = attention_entropy(w, 7, LM_T)
-        lm_prof[h] = offset_profile(w, 8)
+        lm_ent[h] = attention_entropy(w, 7, LM_T).cpu()
+        lm_prof[h] = offset_profile(w, 8).cpu()
         lm[h] = model
     out["ent_lm_h1"] = lm_ent[1].mean().item()
     out["ent_lm_h4_mean"] = lm_ent[4].mean().item()
@@ -184,7 +192,7 @@ def head_count(trial: Trial) -> dict[str, float]:
     out["lm_h4_prev_char_mass"] = lm_prof[4][prev, 1].item()
     with ablate_head(lm[4].stack.blocks[0].attn, prev):
         out["lm_h4_prev_head_ablation_dloss"] = _mean_loss(lm[4], val_batches) - out["lm_val_h4"]
-    times = _step_time(lm, lm_batch(train, LM_T, 32, torch.Generator().manual_seed(5)),
+    times = _step_time(lm, lm_batch(train, LM_T, 32, torch.Generator().manual_seed(5), dev),
                        budget(trial.preset, 2, 20, 40))
     out.update({f"lm_step_ms_h{h}": 1000 * t for h, t in times.items()})
     out["time_ratio_h8_vs_h1"] = times[8] / times[1]
@@ -200,13 +208,13 @@ def head_count(trial: Trial) -> dict[str, float]:
     cls = {}
     for h in CLS_HEADS:
         torch.manual_seed(100 * seed + 20 + h)
-        model = build_model(ModelConfig(architecture="classifier", vocab_size=v_size, d_model=LM_D, n_heads=h,
-                                        n_layers=1, max_seq_len=CLS_T, pooling="mean", num_labels=2, dropout=0.0,
-                                        init="xavier"))
+        model = build(ModelConfig(architecture="classifier", vocab_size=v_size, d_model=LM_D, n_heads=h,
+                                  n_layers=1, max_seq_len=CLS_T, pooling="mean", num_labels=2, dropout=0.0,
+                                  init="xavier"), dev)
         g = torch.Generator().manual_seed(seed)
 
         def batch(_s, g=g):
-            j = torch.randint(0, n_train, (32,), generator=g)
+            j = torch.randint(0, n_train, (32,), generator=g, device="cpu")
             return {"input_ids": tr[0][j], "attention_mask": tr[1][j], "labels": tr[2][j]}
         fit_decayed(model, batch, cls_steps, lr=2e-3)
         cls[h] = (100 * _cls_accuracy(model, train_eval_cls), 100 * _cls_accuracy(model, va))

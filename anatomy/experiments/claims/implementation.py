@@ -18,6 +18,7 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention, kernels
+from anatomy.experiments.devices import on, synchronize
 from anatomy.experiments.fitting import budget
 from anatomy.experiments.registry import Verdict, claim, experiment
 from anatomy.experiments.rules import Case, Ladder, fmts, num, seed_verdict, setting
@@ -34,7 +35,8 @@ POST_SHAPES = {  # the post's §2.1 with batch 2, seq_len 10, d_model 512, h 8
 
 
 def _torch_reference(mha: MultiHeadAttention) -> torch.nn.MultiheadAttention:
-    ref = torch.nn.MultiheadAttention(mha.d_model, mha.n_heads, batch_first=True, dtype=mha.q_proj.weight.dtype)
+    ref = torch.nn.MultiheadAttention(mha.d_model, mha.n_heads, batch_first=True, dtype=mha.q_proj.weight.dtype,
+                                      device=mha.q_proj.weight.device)
     with torch.no_grad():
         ref.in_proj_weight.copy_(torch.cat([mha.q_proj.weight, mha.k_proj.weight, mha.v_proj.weight]))
         ref.in_proj_bias.copy_(torch.cat([mha.q_proj.bias, mha.k_proj.bias, mha.v_proj.bias]))
@@ -47,7 +49,8 @@ def _future_leak(fn, x: torch.Tensor) -> float:
     """Largest change of the outputs at positions < T-1 when only the last input position changes."""
     y = fn(x)
     x2 = x.clone()
-    x2[:, -1] = torch.randn(x2[:, -1].shape, generator=torch.Generator().manual_seed(3), dtype=x.dtype)
+    x2[:, -1] = on(x.device, lambda: torch.randn(x2[:, -1].shape, generator=torch.Generator().manual_seed(3),
+                                                 dtype=x.dtype))
     return (fn(x2)[:, :-1] - y[:, :-1]).abs().max().item()
 
 
@@ -55,8 +58,9 @@ def _future_leak(fn, x: torch.Tensor) -> float:
 def mha_shapes(trial):
     torch.manual_seed(trial.seed)
     b, s, d, h = 2, 10, 512, 8
-    mha = MultiHeadAttention(d_model=d, n_heads=h, kernel="math").double().eval()
-    x = torch.randn(b, s, d, dtype=torch.float64)
+    dev = trial.device
+    mha = on(dev, lambda: MultiHeadAttention(d_model=d, n_heads=h, kernel="math").double().eval())
+    x = on(dev, lambda: torch.randn(b, s, d, dtype=torch.float64))
     names = ["hook_q", "hook_scores", "hook_z", "hook_merged", "hook_out"]
     with torch.no_grad(), capture(mha, names) as cache:
         y, _ = mha(x)
@@ -68,7 +72,7 @@ def mha_shapes(trial):
     with torch.no_grad():
         ref = _torch_reference(mha)
         out["maxdiff_vs_torch_fp64"] = (ref(x, x, x, need_weights=False)[0] - y).abs().max().item()
-        m32, x32 = MultiHeadAttention(d_model=d, n_heads=h).eval(), x.float()
+        m32, x32 = on(dev, lambda: MultiHeadAttention(d_model=d, n_heads=h).eval()), x.float()
         m32.load_state_dict({k: v.float() for k, v in mha.state_dict().items()})
         out["maxdiff_vs_torch_fp32"] = (_torch_reference(m32)(x32, x32, x32, need_weights=False)[0]
                                         - m32(x32)[0]).abs().max().item()
@@ -181,18 +185,20 @@ BENCH_CONFIGS = ((8, 64, 256, 8), (2, 256, 512, 8), (32, 32, 128, 16))  # (B, S,
 def head_loop_benchmark(trial):
     """Forward time of the attention kernel alone (no projections): per-head loop vs batched heads."""
     repeats = budget(trial.preset, 3, 30, 60)
-    g = torch.Generator().manual_seed(trial.seed)
+    g, dev = torch.Generator().manual_seed(trial.seed), trial.device
     speed = {"math": [], "sdpa": []}
     out = {}
     for i, (b, s, d, h) in enumerate(BENCH_CONFIGS):
-        q, k, v = (torch.randn(b, h, s, d // h, generator=g) for _ in range(3))
+        q, k, v = (on(dev, torch.randn, b, h, s, d // h, generator=g) for _ in range(3))
         fns = {name: kernels.KERNELS[name].fn for name in ("loop", "math", "sdpa")}
         best = dict.fromkeys(fns, float("inf"))
         with torch.no_grad():
             for _ in range(repeats):
                 for name, fn in fns.items():
+                    synchronize(dev)  # on a GPU: time the kernels, not their launch
                     t0 = time.perf_counter()
                     fn(q, k, v, is_causal=True, scale=(d // h) ** -0.5)
+                    synchronize(dev)
                     best[name] = min(best[name], time.perf_counter() - t0)
         for name in ("math", "sdpa"):
             speed[name].append(best["loop"] / best[name])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from anatomy import pitfalls
+from anatomy.experiments.devices import cpu_draws
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, fit, mean_tail, tiny_model
 from anatomy.experiments.probes import probe_attention
@@ -25,14 +26,16 @@ INIT_LABELS = {"torch_scaled": "PyTorch default init", "torch_unscaled": "PyTorc
                "normal_scaled": "normal(0.02) (GPT-2)", "xavier_scaled": "Xavier", "large_scaled": "normal(0.02) ×50"}
 
 
-def _init_model(arm: str, vocab: int, seed: int):
+def _init_model(arm: str, vocab: int, seed: int, device: str = "cpu"):
     torch.manual_seed(seed)
-    model = tiny_model(d_model=64, n_heads=1, n_layers=1, vocab_size=vocab, max_seq_len=LM_T, tie_embeddings=False,
-                       init="xavier" if arm.startswith("xavier") else "normal")
-    if arm.startswith("torch"):  # every module's own default: nn.Linear kaiming-uniform, nn.Embedding N(0, 1)
-        for m in model.modules():
-            if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
-                m.reset_parameters()
+    with cpu_draws():  # every init on the CPU's generator, then moved
+        model = tiny_model(d_model=64, n_heads=1, n_layers=1, vocab_size=vocab, max_seq_len=LM_T,
+                           tie_embeddings=False, init="xavier" if arm.startswith("xavier") else "normal")
+        if arm.startswith("torch"):  # every module's own default: nn.Linear kaiming-uniform, nn.Embedding N(0, 1)
+            for m in model.modules():
+                if isinstance(m, (torch.nn.Linear, torch.nn.Embedding)):
+                    m.reset_parameters()
+    model = model.to(device)
     if arm.startswith("large"):
         pitfalls.apply(model, "large_init_scale", factor=50.0)  # kept for the whole run
     if arm.endswith("unscaled"):
@@ -48,12 +51,13 @@ def _init_model(arm: str, vocab: int, seed: int):
 def init_training(trial):
     train, val, vocab = char_corpus("shakespeare")
     steps = budget(trial.preset, 30, 250, 1500)
-    val_batches = [lm_batch(val, LM_T, 64, torch.Generator().manual_seed(777 + i))
+    dev = trial.device
+    val_batches = [lm_batch(val, LM_T, 64, torch.Generator().manual_seed(777 + i), dev)
                    for i in range(budget(trial.preset, 1, 4, 8))]
-    probe = lm_batch(val, LM_T, 16, torch.Generator().manual_seed(900 + trial.seed))
+    probe = lm_batch(val, LM_T, 16, torch.Generator().manual_seed(900 + trial.seed), dev)
     out, curves, step0 = {}, {}, {}
     for arm in INIT_ARMS:
-        model = _init_model(arm, len(vocab), 100 * trial.seed + 7)
+        model = _init_model(arm, len(vocab), 100 * trial.seed + 7, dev)
         step0[arm] = probe_attention(model, probe)  # (max p, ‖∂L/∂W_q‖, score std) before any update
         g = torch.Generator().manual_seed(trial.seed)
         curves[arm] = fit(model, lambda _s, g=g: lm_batch(train, LM_T, 32, g), steps, lr=3e-3)

@@ -11,6 +11,7 @@ from typing import Any, cast
 import torch
 
 from anatomy import pitfalls
+from anatomy.experiments.devices import cpu_draws
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, Batches, budget, fit, tiny_model
 from anatomy.experiments.registry import Trial, experiment
@@ -25,15 +26,17 @@ FILLS = ("-inf", "-1e9", "-1e4", "finfo.min", "zero after softmax")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _fill_grid(g: torch.Generator) -> dict:
+def _fill_grid(g: torch.Generator, device: str = "cpu") -> dict:
     """For every fill × dtype: masked_fill then softmax *in that dtype*. ``leak``: largest probability on a hidden
     key in rows that see ≥ 1 key; ``sum``: mean row sum there; ``full``: what a row that sees no key gets
     ('NaN', 'uniform', 'zeros'); ``error``: the message if masked_fill refused the value."""
     rows, keys = 64, 16
-    scores = 4 * torch.randn(rows, keys, generator=g)  # (R, S) realistic logits
-    mask = torch.rand(rows, keys, generator=g) < 0.6  # True = may attend
-    mask[:, 0] = True  # every ordinary row sees at least one key
-    mask[-1] = False  # the last row sees nothing (an all-padding sequence, a left pad under a causal mask)
+    with cpu_draws():  # drawn on the CPU's generator, then moved
+        scores = 4 * torch.randn(rows, keys, generator=g)  # (R, S) realistic logits
+        mask = torch.rand(rows, keys, generator=g) < 0.6  # True = may attend
+        mask[:, 0] = True  # every ordinary row sees at least one key
+        mask[-1] = False  # the last row sees nothing (an all-padding sequence, a left pad under a causal mask)
+    scores, mask = scores.to(device), mask.to(device)
     ordinary = slice(0, rows - 1)
     grid: dict[tuple[str, str], dict[str, Any]] = {}
     for fill in FILLS:
@@ -62,15 +65,17 @@ def _fill_grid(g: torch.Generator) -> dict:
     return grid
 
 
-def _mask_gradients() -> dict:
+def _mask_gradients(device: str = "cpu") -> dict:
     """float64: mask before softmax vs zeroing after softmax, without and with renormalising the row."""
     g = torch.Generator().manual_seed(11)
     r, n, dv = 32, 12, 8
-    s0 = torch.randn(r, n, generator=g, dtype=torch.float64) * 2
-    mask = torch.rand(r, n, generator=g) < 0.5
-    mask[:, 0] = True
-    v = torch.randn(n, dv, generator=g, dtype=torch.float64)
-    upstream = torch.randn(r, dv, generator=g, dtype=torch.float64)
+    with cpu_draws():  # drawn on the CPU's generator, then moved
+        s0 = torch.randn(r, n, generator=g, dtype=torch.float64) * 2
+        mask = torch.rand(r, n, generator=g) < 0.5
+        mask[:, 0] = True
+        v = torch.randn(n, dv, generator=g, dtype=torch.float64)
+        upstream = torch.randn(r, dv, generator=g, dtype=torch.float64)
+    s0, mask, v, upstream = (t.to(device) for t in (s0, mask, v, upstream))
 
     def run(kind):
         s = s0.clone().requires_grad_(True)
@@ -105,16 +110,17 @@ def _greedy(model, prompts: torch.Tensor, new: int) -> torch.Tensor:
     return ids[:, prompts.shape[1]:]
 
 
-def _left_padded(data: torch.Tensor, g: torch.Generator, t: int = 16):
+def _left_padded(data: torch.Tensor, g: torch.Generator, t: int = 16, device: str = "cpu"):
     lengths = [t, t - 3, t - 7, t - 12]
-    ids = torch.zeros(len(lengths), t, dtype=torch.long)
-    mask = torch.zeros(len(lengths), t, dtype=torch.long)
-    alone = []
-    for i, n in enumerate(lengths):
-        s = int(torch.randint(0, len(data) - n, (1,), generator=g))
-        ids[i, t - n:], mask[i, t - n:] = data[s:s + n], 1
-        alone.append(data[s:s + n][None])
-    return ids, mask, alone
+    with cpu_draws():  # made on the CPU (the data's device), then moved
+        ids = torch.zeros(len(lengths), t, dtype=torch.long)
+        mask = torch.zeros(len(lengths), t, dtype=torch.long)
+        alone = []
+        for i, n in enumerate(lengths):
+            s = int(torch.randint(0, len(data) - n, (1,), generator=g))
+            ids[i, t - n:], mask[i, t - n:] = data[s:s + n], 1
+            alone.append(data[s:s + n][None].to(device))
+    return ids.to(device), mask.to(device), alone
 
 
 def _leftpad_stats(model, ids, mask, alone) -> tuple[float, float]:
@@ -130,9 +136,9 @@ def _leftpad_stats(model, ids, mask, alone) -> tuple[float, float]:
 
 @experiment("mask-fills")
 def mask_fills(trial: Trial) -> dict[str, float]:
-    g = torch.Generator().manual_seed(trial.seed)
+    g, dev = torch.Generator().manual_seed(trial.seed), trial.device
     out: dict[str, float] = {}
-    grid = _fill_grid(g)
+    grid = _fill_grid(g, dev)
     out["leak_1e9_fp32"], out["leak_1e9_bf16"] = grid[("-1e9", "fp32")]["leak"], grid[("-1e9", "bf16")]["leak"]
     out["fp16_1e9_error"] = float(bool(grid[("-1e9", "fp16")]["error"]))
     out["leak_1e4_fp16"], out["leak_finfo_fp16"] = grid[("-1e4", "fp16")]["leak"], grid[("finfo.min", "fp16")]["leak"]
@@ -140,7 +146,7 @@ def mask_fills(trial: Trial) -> dict[str, float]:
     out["full_row_inf_nan"] = float(grid[("-inf", "fp32")]["full"] == "NaN")
     out["zero_after_rowsum_fp32"] = grid[("zero after softmax", "fp32")]["sum"]
 
-    mg = _mask_gradients()
+    mg = _mask_gradients(dev)
     out.update({f"c18_{k}": v for k, v in mg.items()})
 
     # two LMs from one seed and one batch stream: -inf vs -1e9 (the same fault kernel, only the fill differs)
@@ -150,7 +156,7 @@ def mask_fills(trial: Trial) -> dict[str, float]:
     params: dict[str, Any]  # keyword arguments of one pitfall
     for arm, fault, params in (("inf", "inf_fill_no_guard", {}), ("1e9", "finite_mask_fill", {"fill": -1e9})):
         torch.manual_seed(100 * trial.seed + 3)
-        model = tiny_model(d_model=budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"]),
+        model = tiny_model(dev, d_model=budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"]),
                            n_heads=budget(trial.preset, 2, 2, 2, POST_SIZES["n_heads"]),
                            n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]), vocab_size=len(vocab),
                            max_seq_len=LM_T,
@@ -161,14 +167,14 @@ def mask_fills(trial: Trial) -> dict[str, float]:
         models[arm] = model
     out["c20_param_maxdiff"] = max((a - b).abs().max().item() for a, b in
                                    zip(models["inf"].parameters(), models["1e9"].parameters()))
-    prompts = lm_batch(val, 8, 8, torch.Generator().manual_seed(50 + trial.seed))["input_ids"]
+    prompts = lm_batch(val, 8, 8, torch.Generator().manual_seed(50 + trial.seed), dev)["input_ids"]
     gen = {arm: _greedy(m, prompts, LM_T - 8) for arm, m in models.items()}
     out["c20_gen_agreement"] = (gen["inf"] == gen["1e9"]).float().mean().item()
-    vb = lm_batch(val, LM_T, 64, torch.Generator().manual_seed(777))
+    vb = lm_batch(val, LM_T, 64, torch.Generator().manual_seed(777), dev)
     with torch.no_grad():
         out["c20_val_diff"] = abs(models["inf"](**vb).loss.item() - models["1e9"](**vb).loss.item())
 
-    ids, mask, alone = _left_padded(val, torch.Generator().manual_seed(60 + trial.seed))
+    ids, mask, alone = _left_padded(val, torch.Generator().manual_seed(60 + trial.seed), device=dev)
     out["leftpad_nan_inf_noguard"], _ = _leftpad_stats(models["inf"], ids, mask, alone)
     out["leftpad_nan_1e9"], out["leftpad_realdiff_1e9"] = _leftpad_stats(models["1e9"], ids, mask, alone)
     undo["inf"]()  # the same trained weights through the library's kernel: -inf with the fully-masked-row guard
@@ -176,7 +182,7 @@ def mask_fills(trial: Trial) -> dict[str, float]:
     out["leftpad_nan_library"], out["leftpad_realdiff_library"] = _leftpad_stats(lib, ids, mask, alone)
 
     # C19: the causal mask on the trained model: does a future token move any earlier output?
-    x = lm_batch(val, LM_T, 8, torch.Generator().manual_seed(70 + trial.seed))["input_ids"]
+    x = lm_batch(val, LM_T, 8, torch.Generator().manual_seed(70 + trial.seed), dev)["input_ids"]
     x2 = x.clone()
     x2[:, -1] = (x2[:, -1] + 1) % len(vocab)
 
@@ -187,7 +193,7 @@ def mask_fills(trial: Trial) -> dict[str, float]:
     out["causal_future_leak"] = leak(lib)
     with torch.no_grad(), capture(lib, "stack.blocks.*.attn.hook_weights") as cache:
         lib(input_ids=x)
-    upper = torch.ones(LM_T, LM_T, dtype=torch.bool).triu(1)
+    upper = torch.ones(LM_T, LM_T, dtype=torch.bool, device=dev).triu(1)
     out["causal_upper_weight_max"] = max(w[..., upper].abs().max().item() for w in cache.values())
     for fault, params in (("mask_after_softmax", {}), ("causal_off_by_one", {"causal_offset": 1})):
         with pitfalls.inject(lib, fault, **params):

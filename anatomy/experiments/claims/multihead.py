@@ -19,6 +19,7 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention
+from anatomy.experiments.devices import cpu_draws, on
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, tiny_model
 from anatomy.experiments.probes import probe_attention
@@ -37,7 +38,8 @@ STALL = 0.05  # C8: nats: an improvement below this after the first quarter of t
 @experiment("head-parameters")
 def head_parameters(trial):
     """Parameters of one attention layer at D=512 for h in {1, 8, 64}: the projections do not depend on h."""
-    counts = {h: sum(p.numel() for p in MultiHeadAttention(d_model=512, n_heads=h).parameters()) for h in (1, 8, 64)}
+    counts = {h: sum(p.numel() for p in on(trial.device, MultiHeadAttention, d_model=512, n_heads=h).parameters())
+              for h in (1, 8, 64)}
 
     def draw(ax):
         ax.bar([str(h) for h in counts], list(counts.values()))
@@ -64,14 +66,14 @@ def dot_product_variance(trial):
     g = torch.Generator().manual_seed(trial.seed)
     out = {}
     for dk in (16, 64, 256):
-        q = torch.randn(n, dk, generator=g, dtype=torch.float64)
-        k = torch.randn(n, dk, generator=g, dtype=torch.float64)
+        q = on(trial.device, torch.randn, n, dk, generator=g, dtype=torch.float64)
+        k = on(trial.device, torch.randn, n, dk, generator=g, dtype=torch.float64)
         dots = (q * k).sum(-1)
         out[f"var_ratio_dk{dk}"] = dots.var().item() / dk
         out[f"scaled_var_dk{dk}"] = (dots / dk**0.5).var().item()
         if dk == 64:
             out["frac_beyond_8_dk64"] = (dots.abs() > 8).double().mean().item()
-            sample = dots[:2000]
+            sample = dots[:2000].cpu()
 
     def draw(ax):
         ax.hist(sample.numpy(), bins=60, alpha=0.6, label="q·k (d_k=64)")
@@ -140,15 +142,16 @@ def _softmax_stats(scores: torch.Tensor) -> torch.Tensor:
     return torch.stack([top.sum(), jac.sum(), (top > 0.99).double().sum()])
 
 
-def _monte_carlo(dk: int, n: int, g: torch.Generator, chunk: int = 1000) -> dict[str, tuple[float, float, float]]:
+def _monte_carlo(dk: int, n: int, g: torch.Generator, chunk: int = 1000,
+                 device: str = "cpu") -> dict[str, tuple[float, float, float]]:
     """Means of ``_softmax_stats`` over ``n`` query rows, each against 32 keys, q and k with iid N(0, 1) entries
     (drawn in chunks so that memory stays small at d_k = 256)."""
-    totals = {"unscaled": torch.zeros(3, dtype=torch.float64), "scaled": torch.zeros(3, dtype=torch.float64)}
+    totals = {tag: torch.zeros(3, dtype=torch.float64, device=device) for tag in ("unscaled", "scaled")}
     done = 0
     while done < n:
         m = min(chunk, n - done)
-        q = torch.randn(m, 1, dk, generator=g, dtype=torch.float64)
-        k = torch.randn(m, MC_KEYS, dk, generator=g, dtype=torch.float64)
+        q = on(device, torch.randn, m, 1, dk, generator=g, dtype=torch.float64)  # drawn on the CPU
+        k = on(device, torch.randn, m, MC_KEYS, dk, generator=g, dtype=torch.float64)
         s = (q * k).sum(-1)  # (m, keys)
         totals["unscaled"] += _softmax_stats(s)
         totals["scaled"] += _softmax_stats(s / math.sqrt(dk))
@@ -156,16 +159,17 @@ def _monte_carlo(dk: int, n: int, g: torch.Generator, chunk: int = 1000) -> dict
     return {tag: tuple((t / n).tolist()) for tag, t in totals.items()}
 
 
-def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool):
+def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool, device: str = "cpu"):
     torch.manual_seed(seed)
-    model = tiny_model(d_model=128, n_heads=128 // dk, n_layers=1, vocab_size=vocab, max_seq_len=LM_T,
-                       tie_embeddings=False)
-    if torch_init:
-        stack: Any = model.stack
-        for m in stack.blocks[0].attn.modules():
-            if isinstance(m, torch.nn.Linear):
-                m.reset_parameters()
-    return model
+    with cpu_draws():  # every init on the CPU's generator, then moved
+        model = tiny_model(d_model=128, n_heads=128 // dk, n_layers=1, vocab_size=vocab, max_seq_len=LM_T,
+                           tie_embeddings=False)
+        if torch_init:
+            stack: Any = model.stack
+            for m in stack.blocks[0].attn.modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.reset_parameters()
+    return model.to(device)
 
 
 @experiment("softmax-saturation", units={"real_gradq_ratio_dk64_torchinit": "×",
@@ -176,17 +180,18 @@ def softmax_saturation(trial):
     n = budget(trial.preset, 1_000, 5_000, 20_000)
     out, mc = {}, {}
     for dk in MC_DK:
-        mc[dk] = _monte_carlo(dk, n, g)
+        mc[dk] = _monte_carlo(dk, n, g, device=trial.device)
     out["mc_maxp_unscaled_dk64"], out["mc_maxp_scaled_dk64"] = mc[64]["unscaled"][0], mc[64]["scaled"][0]
     out["mc_jac_ratio_dk64"] = mc[64]["unscaled"][1] / mc[64]["scaled"][1]
     out["mc_jac_ratio_dk256"] = mc[256]["unscaled"][1] / mc[256]["scaled"][1]
     out["mc_onehot_rows_unscaled_dk64"] = mc[64]["unscaled"][2]
 
     train, val, vocab = char_corpus("shakespeare")
-    batch = lm_batch(val, LM_T, budget(trial.preset, 4, 8, 16), torch.Generator().manual_seed(1000 + trial.seed))
+    batch = lm_batch(val, LM_T, budget(trial.preset, 4, 8, 16), torch.Generator().manual_seed(1000 + trial.seed),
+                     trial.device)
     real = {}
     for dk in SAT_DK:
-        model = _model_at_init(dk, len(vocab), trial.seed, torch_init=False)
+        model = _model_at_init(dk, len(vocab), trial.seed, torch_init=False, device=trial.device)
         for f in SAT_FACTORS:
             for scaled in (True, False):
                 undo = [pitfalls.apply(model, "large_init_scale", factor=float(f))]
@@ -195,7 +200,7 @@ def softmax_saturation(trial):
                 real[(dk, f, scaled)] = probe_attention(model, batch)
                 for u in reversed(undo):
                     u()
-        model = _model_at_init(dk, len(vocab), trial.seed, torch_init=True)
+        model = _model_at_init(dk, len(vocab), trial.seed, torch_init=True, device=trial.device)
         for scaled in (True, False):
             undo = [] if scaled else [pitfalls.apply(model, "no_scaling")]
             real[(dk, "torch", scaled)] = probe_attention(model, batch)
@@ -208,7 +213,7 @@ def softmax_saturation(trial):
     out["real_score_std_unscaled_dk64_torchinit"] = tu["score_std"]
     out["real_maxp_unscaled_dk64_x50"] = real[(64, 50, False)]["maxp"]
     out["real_maxp_scaled_dk64_x50"] = real[(64, 50, True)]["maxp"]
-    out["uniform_maxp_reference"] = float(torch.tensor([1 / (t + 1) for t in range(7, LM_T)]).mean())
+    out["uniform_maxp_reference"] = float(torch.tensor([1 / (t + 1) for t in range(7, LM_T)], device="cpu").mean())
     _draw_saturation(trial, mc, real, out["uniform_maxp_reference"])
     return out
 

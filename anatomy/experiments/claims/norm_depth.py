@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from anatomy import ModelConfig, build_model, pitfalls
+from anatomy import ModelConfig, pitfalls
 from anatomy.components.add_norm import AddNorm
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, build, curve_stats, finite_metrics, fit
 from anatomy.experiments.probes import hook_output, residual_grad_norms, residual_rms
 from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import MarkovTask
@@ -63,7 +63,7 @@ def _token_cos(model: nn.Module, inputs: dict, depth: int) -> float:
 def _score_std(model: nn.Module, inputs: dict, depth: int) -> float:
     model.eval()
     s = hook_output(model, f"stack.blocks.{depth - 1}.attn.hook_scores", **inputs)  # (B, H, T, T), pre-mask
-    i, j = torch.tril_indices(s.shape[-1], s.shape[-1])
+    i, j = torch.tril_indices(s.shape[-1], s.shape[-1], device=s.device)
     return s[..., i, j].float().std().item()
 
 
@@ -94,9 +94,10 @@ def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batch
                measure: bool) -> dict:
     placement = arm if arm in PLACEMENTS else "pre"
     torch.manual_seed(seed)
-    model = build_model(ModelConfig(
+    model = build(ModelConfig(
         vocab_size=task.vocab, d_model=s["d_model"], n_heads=s["n_heads"], n_layers=depth, max_seq_len=s["T"],
-        norm_position=placement, init="deepnet" if placement == "deepnorm" else "xavier", scale_embeddings=True))
+        norm_position=placement, init="deepnet" if placement == "deepnorm" else "xavier", scale_embeddings=True),
+        held["input_ids"].device)  # the trial's device, where the held-out batch is
     if arm == "no_norm":
         _strip_norms(model)
     elif arm == "no_residual":
@@ -125,8 +126,8 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
     s = _grid_settings(trial.preset)
     task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
     g = torch.Generator().manual_seed(trial.seed)
-    train = task.sample(s["steps"] * s["batch"], s["T"], g)
-    held = task.batch(task.sample(64, s["T"], g))
+    train = task.sample(s["steps"] * s["batch"], s["T"], g, trial.device)
+    held = task.batch(task.sample(64, s["T"], g, trial.device))
 
     def batches(step):
         return task.batch(train[step * s["batch"]:(step + 1) * s["batch"]])
@@ -220,7 +221,7 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
                         if d != depth or rate != lr or arm in ("large_init", "high_lr"):
                             continue
                         color, ls = ARM_STYLE[arm]
-                        y = torch.tensor(rec["losses"])
+                        y = torch.tensor(rec["losses"], device="cpu")
                         ax.plot(y.clamp(max=task.uniform * 1.6).numpy(), color=color, ls=ls, lw=1.2, label=arm)
                         bad = torch.nonzero(~torch.isfinite(y))
                         if len(bad):
@@ -248,7 +249,7 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
                 grad_ax.plot(layers, rec["grad_init"], color=color, ls="--", marker=".")
                 grad_ax.plot(layers, rec["grad"], color=color, ls="-", marker="o", label=arm)
                 if arm in PLACEMENTS:
-                    hw = torch.tensor(rec["highway"])
+                    hw = torch.tensor(rec["highway"], device="cpu")
                     hw_ax.plot(layers, (hw / hw[-1]).numpy(), color=color, marker="o", label=arm)
             rms_ax.set(yscale="log", xlabel="after block", ylabel="RMS of the residual stream",
                        title=f"Residual stream size ({deep} layers, lr={mid:g})\ndashed: at init, solid: trained")

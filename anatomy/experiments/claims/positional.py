@@ -17,11 +17,12 @@ from typing import Any
 
 import torch
 
-from anatomy import ModelConfig, build_model
+from anatomy import ModelConfig
 from anatomy.components.positional import sinusoidal_table
 from anatomy.components.positional.base import PositionalScheme
+from anatomy.experiments.devices import on
 from anatomy.experiments.figures import figure
-from anatomy.experiments.fitting import POST_SIZES, budget, finite_metrics, fit
+from anatomy.experiments.fitting import POST_SIZES, budget, build, finite_metrics, fit, model_device
 from anatomy.experiments.probes import hook_output, loss_per_position
 from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import MarkovTask
@@ -66,10 +67,11 @@ def _offset_r2(model: torch.nn.Module, vocab: int, length: int) -> float:
     Every row of the input repeats one token, so the scores can only vary with the positions; R² of the scores
     (j <= i) explained by their offset, averaged over tokens and heads. 1.0: the scores see only relative
     position (RoPE, ALiBi by construction); lower: absolute position leaks in."""
-    ids = torch.arange(vocab)[:, None].expand(vocab, length).contiguous()  # (V, T)
+    dev = model_device(model)
+    ids = torch.arange(vocab, device=dev)[:, None].expand(vocab, length).contiguous()  # (V, T)
     model.eval()
     scores = hook_output(model, "stack.blocks.0.attn.hook_scores", input_ids=ids).double()  # (V, H, T, T)
-    i, j = torch.tril_indices(length, length)
+    i, j = torch.tril_indices(length, length, device=dev)
     vals = scores[:, :, i, j]  # (V, H, N)
     onehot = torch.nn.functional.one_hot(i - j, length).double()  # (N, T) offset groups
     means = (vals @ onehot) / onehot.sum(0).clamp_min(1)  # (V, H, T)
@@ -82,17 +84,18 @@ def _offset_r2(model: torch.nn.Module, vocab: int, length: int) -> float:
     return (1 - ss_res[keep] / ss_tot[keep]).mean().item()
 
 
-def _order_blindness(seed: int) -> dict[str, float]:
+def _order_blindness(seed: int, device: str = "cpu") -> dict[str, float]:
     """Exact checks (float64, untrained models): does self-attention without PE see word order?"""
     torch.manual_seed(seed)
     base: dict[str, Any] = dict(vocab_size=16, d_model=32, n_heads=4, n_layers=2, dropout=0.0)
-    enc = build_model(ModelConfig(architecture="encoder", positional="none", **base)).double().eval()
+    enc = build(ModelConfig(architecture="encoder", positional="none", **base), device).double().eval()
     torch.manual_seed(seed)
-    enc_pe = build_model(ModelConfig(architecture="encoder", positional="sinusoidal", **base)).double().eval()
+    enc_pe = build(ModelConfig(architecture="encoder", positional="sinusoidal", **base), device).double().eval()
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, 16, (4, 12), generator=g)
-    perm = torch.randperm(12, generator=g)
-    wo_da_ni, ni_da_wo = torch.tensor([[1, 2, 3]]), torch.tensor([[3, 2, 1]])  # 我 打 你 / 你 打 我
+    ids = on(device, lambda: torch.randint(1, 16, (4, 12), generator=g))
+    perm = on(device, lambda: torch.randperm(12, generator=g))
+    wo_da_ni = torch.tensor([[1, 2, 3]], device=device)  # 我 打 你
+    ni_da_wo = torch.tensor([[3, 2, 1]], device=device)  # 你 打 我
     with torch.no_grad():
         h = enc(ids).last_hidden_state
         equivariance = _rel_diff(h[:, perm], enc(ids[:, perm]).last_hidden_state)
@@ -100,8 +103,8 @@ def _order_blindness(seed: int) -> dict[str, float]:
         a, b = enc(wo_da_ni).last_hidden_state, enc(ni_da_wo).last_hidden_state.flip(1)
         a_pe, b_pe = enc_pe(wo_da_ni).last_hidden_state, enc_pe(ni_da_wo).last_hidden_state.flip(1)
         torch.manual_seed(seed)
-        dec = build_model(ModelConfig(architecture="decoder_lm", positional="none", **base)).double().eval()
-        x = torch.randint(1, 16, (1, 8), generator=g)
+        dec = build(ModelConfig(architecture="decoder_lm", positional="none", **base), device).double().eval()
+        x = on(device, lambda: torch.randint(1, 16, (1, 8), generator=g))
         swapped = x.clone()
         swapped[0, :3] = x[0, :3].flip(0)  # same tokens, same last token, prefix order changed
         causal = _rel_diff(dec(input_ids=x).logits[0, -1], dec(input_ids=swapped).logits[0, -1])
@@ -109,11 +112,11 @@ def _order_blindness(seed: int) -> dict[str, float]:
             "wo_da_ni_diff_sinusoidal": _rel_diff(a_pe, b_pe), "causal_nope_order_diff": causal}
 
 
-def _rotation_checks(d: int = 64, n: int = 256) -> dict[str, float]:
+def _rotation_checks(d: int = 64, n: int = 256, device: str = "cpu") -> dict[str, float]:
     """PE(p + k) = R_k PE(p) with a fixed block rotation R_k; PE(p)·PE(p + k) depends on k only (float64)."""
-    pos = torch.arange(n + 64, dtype=torch.float64)
+    pos = torch.arange(n + 64, dtype=torch.float64, device=device)
     pe = sinusoidal_table(pos, d, dtype=torch.float64)  # (N, D): sin on even, cos on odd dims
-    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    w = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64, device=device) / d)
     worst, spread = 0.0, 0.0
     for k in (1, 5, 17, 63):
         c, s = torch.cos(k * w), torch.sin(k * w)
@@ -131,9 +134,9 @@ def pe_lm(trial: Trial) -> dict[str, float]:
     steps = budget(trial.preset, 40, 200, 1000)
     batch, d_model = 16, budget(trial.preset, 32, 32, 64, POST_SIZES["d_model"])
     task = MarkovTask(vocab=16, lags=(2,), p=0.9, seed=trial.seed)
-    g = torch.Generator().manual_seed(trial.seed)
-    train = task.sample(steps * batch, T, g)
-    held = task.batch(task.sample(budget(trial.preset, 16, 64, 128), 4 * T, g))
+    g, dev = torch.Generator().manual_seed(trial.seed), trial.device
+    train = task.sample(steps * batch, T, g, dev)
+    held = task.batch(task.sample(budget(trial.preset, 16, 64, 128), 4 * T, g, dev))
 
     def batches(step):
         return task.batch(train[step * batch:(step + 1) * batch])
@@ -145,12 +148,12 @@ def pe_lm(trial: Trial) -> dict[str, float]:
     curves, models = {}, {}
     for kind in (*PE_KINDS, "concat"):
         torch.manual_seed(trial.seed)  # same initial weights wherever the architectures agree
-        model = build_model(ModelConfig(positional="none" if kind == "concat" else kind, **base))
+        model = build(ModelConfig(positional="none" if kind == "concat" else kind, **base), dev)
         if kind == "concat":
             # torch's stubs read sub-modules as Tensor | Module: build_model's decoder has its embeddings
             model.embeddings.positional = ConcatSinusoidal(d_model, d_model // 2)  # type: ignore[union-attr]
         losses = fit(model, batches, steps, lr=6e-3, warmup=20)
-        lp = loss_per_position(model, held)  # (4T - 1,)
+        lp = loss_per_position(model, held).cpu()  # (4T - 1,)
         curves[kind] = lp
         models[kind] = model
         inside, past = lp[: T - 1].nanmean().item(), lp[T:].nanmean().item()
@@ -160,21 +163,21 @@ def pe_lm(trial: Trial) -> dict[str, float]:
 
     # C30: a learned table of T rows, asked for position T
     torch.manual_seed(trial.seed)
-    short = build_model(ModelConfig(**{**base, "positional": "learned", "max_seq_len": T}))
+    short = build(ModelConfig(**{**base, "positional": "learned", "max_seq_len": T}), dev)
     try:
-        short(input_ids=torch.zeros(1, T + 1, dtype=torch.long))
+        short(input_ids=torch.zeros(1, T + 1, dtype=torch.long, device=dev))
         out["learned_raises_past_table"] = 0.0
     except ValueError:
         out["learned_raises_past_table"] = 1.0
 
     # C22: what concatenating costs if the token keeps all D features (a model of width 2D)
-    wide = build_model(ModelConfig(**{**base, "d_model": 2 * d_model, "positional": "none"}))
+    wide = build(ModelConfig(**{**base, "d_model": 2 * d_model, "positional": "none"}), dev)
     out["concat_params_ratio"] = (_n_params(wide) - task.vocab * d_model) / _n_params(models["sinusoidal"])
 
     # C21, C27
-    out.update(_order_blindness(trial.seed))
+    out.update(_order_blindness(trial.seed, dev))
     out["nope_gain"] = (task.uniform - out["in_none"]) / (task.uniform - task.floor)
-    out.update(_rotation_checks())
+    out.update(_rotation_checks(device=dev))
     for kind in ("sinusoidal", "learned", "rope", "alibi"):
         out[f"offset_r2_{kind}"] = _offset_r2(models[kind], task.vocab, T)
 
@@ -190,8 +193,8 @@ def _draw_pe_lm(trial, curves, task, T, out, models):
             w = max(1, T // 8)
             for kind, lp in curves.items():
                 y = lp.numpy()
-                smooth = torch.tensor(y).unfold(0, w, 1).nanmean(-1).numpy() if w > 1 else y
-                x = torch.arange(len(smooth)) + (w - 1) / 2
+                smooth = torch.tensor(y, device="cpu").unfold(0, w, 1).nanmean(-1).numpy() if w > 1 else y
+                x = torch.arange(len(smooth), device="cpu") + (w - 1) / 2
                 ax.plot(x.numpy(), smooth, color=COLORS[kind], lw=1.6 if kind in ("sinusoidal", "learned", "rope",
                                                                                   "alibi") else 1.0,
                         ls="--" if kind == "concat" else "-", label=kind)
@@ -206,7 +209,7 @@ def _draw_pe_lm(trial, curves, task, T, out, models):
                    title=f"Loss by position: trained on length {T}, tested on length {4 * T}")
             ax.legend(fontsize=7, ncol=2, loc="upper left")
             kinds = list(curves)
-            xs = torch.arange(len(kinds)).numpy()
+            xs = torch.arange(len(kinds), device="cpu").numpy()
             bars.bar(xs - 0.2, [out[f"in_{k}"] for k in kinds], 0.4, label=f"positions < {T}", color="tab:gray")
             bars.bar(xs + 0.2, [min(out[f"past_{k}"], task.uniform * 1.6) for k in kinds], 0.4,
                      label=f"positions ≥ {T} (never trained)", color="tab:red")
@@ -219,11 +222,11 @@ def _draw_pe_lm(trial, curves, task, T, out, models):
 
     path = trial.figure_path("C27-scores-by-offset")
     if path is not None:
-        ids = torch.full((1, T), 3, dtype=torch.long)
+        ids = torch.full((1, T), 3, dtype=torch.long, device=trial.device)
         mats = {}
         for kind in ("sinusoidal", "learned", "rope", "alibi"):
-            s = hook_output(models[kind], "stack.blocks.0.attn.hook_scores", input_ids=ids)[0, 0].clone()
-            s[torch.triu(torch.ones(T, T, dtype=torch.bool), 1)] = float("nan")
+            s = hook_output(models[kind], "stack.blocks.0.attn.hook_scores", input_ids=ids)[0, 0].cpu().clone()
+            s[torch.triu(torch.ones(T, T, dtype=torch.bool, device="cpu"), 1)] = float("nan")
             mats[kind] = s
 
         def draw_mats(axes):
