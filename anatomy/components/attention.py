@@ -170,12 +170,6 @@ class MultiHeadAttention(nn.Module):
 
         return undo
 
-    def uses_plain_sdpa(self) -> bool:
-        """True when a call without weights, hooks, soft-cap or value term runs the registry's ``sdpa`` function as
-        it is: kernel ``auto`` or ``sdpa``, no ``kernel_args``, no wrapper. The fast decode step
-        (generation/fast.py) calls that function itself, so it asks this first."""
-        return self._kernel in ("auto", "sdpa") and not self._kernel_args and not self.wrappers
-
     def _attend(self, need_weights: bool, hooked_scores: bool, value_term: bool) -> kernels.Resolved:
         """What a call of this kind calls: resolved on the first call of the kind after a setting (memoised). Under
         an ``arithmetic`` wrapper (the math kernel with one step changed) the kernel resolved is ``math``."""

@@ -114,14 +114,14 @@ def test_faults_wrap_the_module_and_compose_by_step():
     attn = MultiHeadAttention(d_model=16, n_heads=4)
     with pitfalls.inject(attn, "causal_off_by_one", causal_offset=2):
         assert [w.name for w in attn.wrappers] == ["causal_off_by_one"] and attn.kernel == "auto"
-        assert attn.kernel_args == {} and not attn.uses_plain_sdpa()
+        assert attn.kernel_args == {}
     with pitfalls.inject(attn, "merge_wrong_transpose"), pitfalls.inject(attn, "no_scaling"), \
             pitfalls.inject(attn, "split_without_transpose"), pitfalls.inject(attn, "mask_after_softmax"):
         assert [w.step for w in attn.wrappers] == ["arithmetic", "scale", "split", "merge"]  # innermost first
     with pitfalls.inject(attn, "no_scaling"), pitfalls.inject(attn, "scale_by_d_model"):
         assert [w.name for w in attn.wrappers] == ["scale_by_d_model"]  # the same step: the second takes its place
         assert attn.scale == 0.5  # the module's own scale is untouched
-    assert attn.wrappers == () and attn.uses_plain_sdpa() and (attn.kernel, attn.kernel_args) == ("auto", {})
+    assert attn.wrappers == () and (attn.kernel, attn.kernel_args) == ("auto", {})
 
 
 def test_composed_faults_equal_both_changes_at_once():

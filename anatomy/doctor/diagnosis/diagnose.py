@@ -129,8 +129,8 @@ def _shadowed(ref: nn.Module, name: str) -> frozenset | None:
 def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
     """Pairs of faults the zoo can switch on together on ``ref``: each shadows attributes of the reference's
     instances (``pitfalls.apply``) and undoes exactly that, so two that shadow different attributes compose, in
-    either order. Two that shadow the same one (both scales; two knobs of the attention kernel, which each replace
-    ``_attend``; two rewirings of the residual) would silently keep only the second, and are not paired."""
+    either order. Two that shadow the same one (both scales; two attention faults of the same step, which each take
+    that step's wrapper slot; two rewirings of the residual) would silently keep only the second, and are not paired."""
     shadowed = {n: _shadowed(ref, n) for n in names}
     usable = [n for n in names if shadowed[n] is not None]
     sets = {n: s for n, s in shadowed.items() if s is not None}
