@@ -19,21 +19,31 @@ import time
 from typing import Any
 
 # seconds per unit (one experiment, one seed, one thread) and training steps per unit, per preset and experiment.
-# paper: measured on the 2-core VM shared by 8 engineers (torch 2.13 CPU, one thread, load average 10-18),
-# 2026-12-01, by `python -m anatomy.experiments.estimate --preset paper`. quick: runner.COST_HINTS (whole units).
-MEASURED_ON = {"paper": "2-core VM shared by 8 engineers (load average 10-18), torch 2.13 CPU, one thread, "
-                        "CPU time, 2026-12-01"}
+# paper: measured by `python -m anatomy.experiments.estimate --preset paper NAME...` on the 2-core VM, torch 2.13 CPU,
+# one thread, CPU time: ten rows on 2026-12-01 (shared by 8 engineers, load average 10-18), the nine heaviest on
+# 2026-12-02 (shared by 3, load average 1-3.3, one measurement at a time). quick: runner.COST_HINTS (whole units).
+MEASURED_ON = {"paper": "2-core VM, torch 2.13 CPU, one thread, CPU time; 10 rows on 2026-12-01 (load average "
+                        "10-18), the 9 heaviest on 2026-12-02 (load average 1-3.3)"}
 MEASURED: dict[str, dict[str, tuple[float, int]]] = {
     "paper": {
         "block-anatomy": (0.68, 0),
+        "block-faults": (20526.58, 6400),
         "bn-vs-ln": (551.32, 1600),
+        "dot-product-variance": (4.45, 0),
         "ffn-width": (58.15, 5600),
+        "head-count": (164.4, 14400),
         "head-loop-benchmark": (3.94, 0),
+        "head-parameters": (0.51, 0),
         "identity-mlp": (10.88, 0),
+        "init-training": (75.09, 7500),
         "layernorm-reference": (0.02, 0),
+        "mask-fills": (3270.38, 2000),
         "mha-shapes": (0.1, 0),
+        "norm-depth-grid": (56795.35, 11100),  # probed in 1442 CPU s: its uncut measurement passes at depth 12
         "padding-pe": (0.03, 0),
+        "pe-lm": (26681.96, 8000),
         "sinusoidal-algebra": (0.61, 0),
+        "softmax-saturation": (7.73, 0),
         "tiny-heads": (45.01, 6000),
     },
 }
