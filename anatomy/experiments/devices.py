@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 
 import torch
 
-DEFAULT_DEVICE = "cpu"
-
 T = TypeVar("T")
 
 

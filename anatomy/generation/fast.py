@@ -24,7 +24,6 @@ import torch
 from torch import nn
 from torch.nn.modules import module as _module
 
-from anatomy.components.kv_cache import KVCache
 from anatomy.generation.flat import flat
 
 _OWN = ("anatomy.", "torch.nn.modules.")  # the classes a view runs: this package's and torch.nn's own
@@ -69,5 +68,3 @@ class DecodeStep:
         logits: torch.Tensor = self.view(ids, mask, kv_caches=self.caches, use_cache=True, **kwargs).logits[:, -1]
         return logits  # (B, V)
 
-
-__all__ = ["DecodeStep", "KVCache", "refusal"]

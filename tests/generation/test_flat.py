@@ -45,4 +45,10 @@ def test_super_calls_and_parameters_in_place_are_seen():
 
 def test_an_empty_container_is_false_like_the_module():
     assert not flat(nn.ModuleList()) and bool(flat(nn.ModuleList([nn.Linear(2, 2)])))
-    assert bool(flat(nn.Linear(2, 2)))
+    norm = flat(nn.LayerNorm(4))  # a module that is no container: true, as the module is
+    assert bool(norm) and not hasattr(type(norm), "__len__")
+    module = nn.Linear(2, 3)
+    linear = flat(module)  # a plain Linear: its op with the weights bound, and their attributes kept
+    x = torch.randn(5, 2)
+    assert (linear.in_features, linear.out_features) == (2, 3) and linear.weight is module.weight
+    assert torch.equal(linear(x), module(x))
