@@ -11,8 +11,16 @@ from anatomy.config import PRESETS, ModelConfig
 from anatomy.interop.safetensors_io import load_pretrained, save_pretrained
 from anatomy.models import build_model
 
-__all__ = ["PRESETS", "ModelConfig", "__version__", "build_model", "check", "load_pretrained", "save_pretrained",
-           "trace"]
+__all__ = [
+    "PRESETS",
+    "ModelConfig",
+    "__version__",
+    "build_model",
+    "check",
+    "load_pretrained",
+    "save_pretrained",
+    "trace",
+]
 
 _LAZY = {"check": "anatomy.notebook.api", "trace": "anatomy.notebook.api"}  # objects, not files (docs/notebooks.md)
 

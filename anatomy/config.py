@@ -22,8 +22,19 @@ from anatomy.presets import LOOK_VOCAB, PRESET_RULES, PRESETS, large_vocab_prese
 from anatomy.shapes import check_choice
 
 # the presets live in anatomy/presets.py; these names stay importable from here
-__all__ = ["ARCHITECTURES", "INITS", "LOOK_VOCAB", "OPTIONAL_FIELDS", "POOLINGS", "PRESETS", "PRESET_RULES",
-           "TOKEN_FIELDS", "ModelConfig", "large_vocab_presets", "preset_sizes"]
+__all__ = [
+    "ARCHITECTURES",
+    "INITS",
+    "LOOK_VOCAB",
+    "OPTIONAL_FIELDS",
+    "POOLINGS",
+    "PRESETS",
+    "PRESET_RULES",
+    "TOKEN_FIELDS",
+    "ModelConfig",
+    "large_vocab_presets",
+    "preset_sizes",
+]
 
 ARCHITECTURES = ("encoder", "decoder_lm", "seq2seq", "classifier")
 # fields that describe tokens and labels for generation, ``predict`` and Hugging Face, never a module (the builder
@@ -124,18 +135,34 @@ class ModelConfig:
     label_names: tuple[str, ...] | None = None  # classifier: class i's name (HF's id2label); None: "0", "1", ...
 
     def __post_init__(self) -> None:
-        for name, choices in (("architecture", ARCHITECTURES), ("positional", POSITIONAL), ("norm", NORMS),
-                              ("norm_position", PLACEMENTS), ("activation", ACTIVATION_NAMES),
-                              ("kernel", KERNEL_NAMES), ("rope_layout", ROPE_LAYOUTS), ("init", INITS),
-                              ("pooling", POOLINGS)):
+        for name, choices in (
+            ("architecture", ARCHITECTURES),
+            ("positional", POSITIONAL),
+            ("norm", NORMS),
+            ("norm_position", PLACEMENTS),
+            ("activation", ACTIVATION_NAMES),
+            ("kernel", KERNEL_NAMES),
+            ("rope_layout", ROPE_LAYOUTS),
+            ("init", INITS),
+            ("pooling", POOLINGS),
+        ):
             check_choice(name, getattr(self, name), choices)
         for f in fields(self):
             value = getattr(self, f.name)
             want = _FIELD_TYPES.get(f.name)
             if want is not None and value is not None and not _is_type(value, want):
                 raise TypeError(f"{f.name} must be {want.__name__}, got {value!r} ({type(value).__name__})")
-        positive = ["vocab_size", "d_model", "n_heads", "n_layers", "max_seq_len", "num_labels",
-                    "max_relative_distance", "t5_num_buckets", "t5_max_distance"]
+        positive = [
+            "vocab_size",
+            "d_model",
+            "n_heads",
+            "n_layers",
+            "max_seq_len",
+            "num_labels",
+            "max_relative_distance",
+            "t5_num_buckets",
+            "t5_max_distance",
+        ]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
@@ -143,29 +170,42 @@ class ModelConfig:
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer or None, got {getattr(self, name)}")
         if self.head_dim is None and self.d_model % self.n_heads:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
-                             "(or set head_dim to give the heads their own width)")
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
+                "(or set head_dim to give the heads their own width)"
+            )
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads={self.n_heads} must be divisible by n_kv_heads={self.n_kv_heads}")
         if self.positional == "rope" and self.dh % 2:
-            raise ValueError(f"positional='rope' needs an even head dimension, got Dh={self.dh}"
-                             + ("" if self.head_dim else f" (d_model // n_heads = {self.d_model} // {self.n_heads})"))
+            raise ValueError(
+                f"positional='rope' needs an even head dimension, got Dh={self.dh}"
+                + ("" if self.head_dim else f" (d_model // n_heads = {self.d_model} // {self.n_heads})")
+            )
         if self.window_pattern is not None:
             if self.sliding_window is None:
                 raise ValueError("window_pattern needs sliding_window (the window its 'L' layers use)")
             if not self.window_pattern or set(self.window_pattern) - {"L", "G"}:
-                raise ValueError(f"window_pattern must be letters L (local) and G (global), got "
-                                 f"{self.window_pattern!r}")
-            stacks = {"encoder": self.n_layers, "decoder_lm": self.n_layers, "classifier": self.n_layers,
-                      "seq2seq": self.n_layers}
+                raise ValueError(
+                    f"window_pattern must be letters L (local) and G (global), got {self.window_pattern!r}"
+                )
+            stacks = {
+                "encoder": self.n_layers,
+                "decoder_lm": self.n_layers,
+                "classifier": self.n_layers,
+                "seq2seq": self.n_layers,
+            }
             layers = [stacks[self.architecture]] + ([self.decoder_layers] if self.architecture == "seq2seq" else [])
             for n in layers:
                 if n % len(self.window_pattern):
-                    raise ValueError(f"window_pattern {self.window_pattern!r} ({len(self.window_pattern)} letters) "
-                                     f"must cover {n} layers: give one letter per layer or a cycle dividing {n}")
+                    raise ValueError(
+                        f"window_pattern {self.window_pattern!r} ({len(self.window_pattern)} letters) "
+                        f"must cover {n} layers: give one letter per layer or a cycle dividing {n}"
+                    )
         if self.sliding_window is not None and self.positional == "t5":
-            raise ValueError("sliding_window does not combine with positional='t5': the stack computes T5's shared "
-                             "bias over every cached key, a rolling window cache keeps only the last W")
+            raise ValueError(
+                "sliding_window does not combine with positional='t5': the stack computes T5's shared "
+                "bias over every cached key, a rolling window cache keeps only the last W"
+            )
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"positional='sinusoidal' needs an even d_model, got d_model={self.d_model}")
         for name in ("dropout", "attention_dropout"):
@@ -176,8 +216,9 @@ class ModelConfig:
         if not self.output_scale > 0:
             raise ValueError(f"output_scale must be > 0, got {self.output_scale}")
         if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"pad_token_id must be in [0, vocab_size={self.vocab_size}) or None, got "
-                             f"{self.pad_token_id}")
+            raise ValueError(
+                f"pad_token_id must be in [0, vocab_size={self.vocab_size}) or None, got {self.pad_token_id}"
+            )
         if self.pad_token_id is None and self.architecture == "seq2seq":
             raise ValueError("pad_token_id=None with architecture='seq2seq': the decoder starts from pad_token_id")
         self._check_tokens()
@@ -195,10 +236,11 @@ class ModelConfig:
             eos = tuple(eos)
             object.__setattr__(self, "eos_token_id", eos)
         ids: tuple[object, ...] = () if eos is None else eos if isinstance(eos, tuple) else (eos,)
-        if eos is not None and (not ids or not all(isinstance(i, int) and _is_type(i, int) and i >= 0
-                                                   for i in ids)):
-            raise ValueError(f"eos_token_id must be a non-negative integer, a non-empty list of them or None, got "
-                             f"{self.eos_token_id!r}")
+        if eos is not None and (not ids or not all(isinstance(i, int) and _is_type(i, int) and i >= 0 for i in ids)):
+            raise ValueError(
+                f"eos_token_id must be a non-negative integer, a non-empty list of them or None, got "
+                f"{self.eos_token_id!r}"
+            )
         names = self.label_names
         if isinstance(names, list):
             names = tuple(names)
@@ -207,8 +249,9 @@ class ModelConfig:
             if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
                 raise ValueError(f"label_names must be a list of strings or None, got {names!r}")
             if len(names) != self.num_labels or len(set(names)) != len(names):
-                raise ValueError(f"label_names must name each of the num_labels={self.num_labels} classes once, "
-                                 f"got {list(names)}")
+                raise ValueError(
+                    f"label_names must name each of the num_labels={self.num_labels} classes once, got {list(names)}"
+                )
 
     def _check_family_options(self) -> None:
         """The fields of the families beyond Llama: each error names the field, its value and what it needs."""
@@ -216,49 +259,65 @@ class ModelConfig:
         if self.rope_scaling is not None:
             check_choice("rope_scaling", self.rope_scaling, tuple(ROPE_SCALINGS))
             if not rope:
-                raise ValueError(f"rope_scaling={self.rope_scaling!r} needs positional='rope', got "
-                                 f"positional={self.positional!r}")
+                raise ValueError(
+                    f"rope_scaling={self.rope_scaling!r} needs positional='rope', got positional={self.positional!r}"
+                )
         if not (math.isfinite(self.rope_factor) and self.rope_factor >= 1.0):
             raise ValueError(f"rope_factor must be a finite number >= 1 (the context stretch), got {self.rope_factor}")
         if self.rope_scaling is None and self.rope_factor != 1.0:
             raise ValueError(f"rope_factor={self.rope_factor} needs rope_scaling (linear, dynamic, llama3 or yarn)")
         if self.rope_original_max_len is not None and self.rope_original_max_len <= 0:
-            raise ValueError(f"rope_original_max_len must be a positive integer or None, got "
-                             f"{self.rope_original_max_len}")
+            raise ValueError(
+                f"rope_original_max_len must be a positive integer or None, got {self.rope_original_max_len}"
+            )
         if self.rope_scaling == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor > 0:
-            raise ValueError(f"rope_scaling='llama3' needs rope_high_freq_factor > rope_low_freq_factor > 0, got "
-                             f"{self.rope_high_freq_factor} and {self.rope_low_freq_factor}")
+            raise ValueError(
+                f"rope_scaling='llama3' needs rope_high_freq_factor > rope_low_freq_factor > 0, got "
+                f"{self.rope_high_freq_factor} and {self.rope_low_freq_factor}"
+            )
         if self.rope_scaling == "yarn" and not self.rope_beta_fast > self.rope_beta_slow > 0:
-            raise ValueError(f"rope_scaling='yarn' needs rope_beta_fast > rope_beta_slow > 0, got "
-                             f"{self.rope_beta_fast} and {self.rope_beta_slow}")
+            raise ValueError(
+                f"rope_scaling='yarn' needs rope_beta_fast > rope_beta_slow > 0, got "
+                f"{self.rope_beta_fast} and {self.rope_beta_slow}"
+            )
         if self.rope_attention_factor is not None and not self.rope_attention_factor > 0:
             raise ValueError(f"rope_attention_factor must be > 0 or None, got {self.rope_attention_factor}")
         if not 0.0 < self.rope_fraction <= 1.0:
-            raise ValueError(f"rope_fraction must be in (0, 1] (the share of each head RoPE rotates), got "
-                             f"{self.rope_fraction}")
+            raise ValueError(
+                f"rope_fraction must be in (0, 1] (the share of each head RoPE rotates), got {self.rope_fraction}"
+            )
         if self.rope_fraction != 1.0:
             if not rope:
-                raise ValueError(f"rope_fraction={self.rope_fraction} needs positional='rope', got "
-                                 f"positional={self.positional!r}")
+                raise ValueError(
+                    f"rope_fraction={self.rope_fraction} needs positional='rope', got positional={self.positional!r}"
+                )
             if self.rotary_dim < 2 or self.rotary_dim % 2:
-                raise ValueError(f"rope_fraction={self.rope_fraction} rotates int(Dh * rope_fraction) = "
-                                 f"{self.rotary_dim} dims of Dh={self.dh}; that must be an even number >= 2")
+                raise ValueError(
+                    f"rope_fraction={self.rope_fraction} rotates int(Dh * rope_fraction) = "
+                    f"{self.rotary_dim} dims of Dh={self.dh}; that must be an even number >= 2"
+                )
         if self.parallel_residual and (self.norm_position != "pre" or self.architecture == "seq2seq"):
-            raise ValueError(f"parallel_residual=True needs norm_position='pre' and a stack of encoder-style blocks "
-                             f"(not seq2seq), got norm_position={self.norm_position!r}, "
-                             f"architecture={self.architecture!r}")
+            raise ValueError(
+                f"parallel_residual=True needs norm_position='pre' and a stack of encoder-style blocks "
+                f"(not seq2seq), got norm_position={self.norm_position!r}, "
+                f"architecture={self.architecture!r}"
+            )
         if not math.isfinite(self.norm_weight_offset):
             raise ValueError(f"norm_weight_offset must be a finite number, got {self.norm_weight_offset}")
         if self.norm_weight_offset and self.norm != "rmsnorm":
-            raise ValueError(f"norm_weight_offset={self.norm_weight_offset} needs norm='rmsnorm' (Gemma's "
-                             f"(1 + weight) RMSNorm), got norm={self.norm!r}")
+            raise ValueError(
+                f"norm_weight_offset={self.norm_weight_offset} needs norm='rmsnorm' (Gemma's "
+                f"(1 + weight) RMSNorm), got norm={self.norm!r}"
+            )
         for name in ("attn_softcap", "final_logit_softcap"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number or None, got {value}")
         if self.attn_softcap is not None and self.kernel == "sdpa":
-            raise ValueError(f"attn_softcap={self.attn_softcap} needs a kernel that materialises the scores: "
-                             "kernel='math', 'loop' or 'auto', not 'sdpa'")
+            raise ValueError(
+                f"attn_softcap={self.attn_softcap} needs a kernel that materialises the scores: "
+                "kernel='math', 'loop' or 'auto', not 'sdpa'"
+            )
         if self.final_logit_softcap is not None and self.architecture != "decoder_lm":
             raise ValueError(f"final_logit_softcap needs architecture='decoder_lm', got {self.architecture!r}")
 

@@ -102,8 +102,15 @@ def parameter_count(config: ModelConfig) -> int:
     return layers * layer + cross + embeddings + positions
 
 
-def estimate(config: ModelConfig, batch: int, seq: int, *, tgt_seq: int | None = None, training: bool = False,
-             weights: bool = True) -> tuple[int, str]:
+def estimate(
+    config: ModelConfig,
+    batch: int,
+    seq: int,
+    *,
+    tgt_seq: int | None = None,
+    training: bool = False,
+    weights: bool = True,
+) -> tuple[int, str]:
     """``(bytes, largest part)`` for one forward (``training``: forward, backward and an AdamW step) at batch
     ``batch`` and length ``seq`` (``tgt_seq``: the decoder's length for seq2seq)."""
     b, t = batch, seq
@@ -116,12 +123,15 @@ def estimate(config: ModelConfig, batch: int, seq: int, *, tgt_seq: int | None =
     logits = b * s2 * (v if config.architecture != "classifier" else config.num_labels) * FLOAT
     params = parameter_count(config) * FLOAT
     shape = "×".join(_n(n) for n in (b, h, longest, longest))
-    parts = {f"parameters ({parameter_count(config):,} in float32)": params,
-             f"logits (B, T, V) = {_n(b)}×{_n(s2)}×{_n(v)} float32": logits}
+    parts = {
+        f"parameters ({parameter_count(config):,} in float32)": params,
+        f"logits (B, T, V) = {_n(b)}×{_n(s2)}×{_n(v)} float32": logits,
+    }
     if training:  # every layer's activations are kept for backward, plus one layer's gradients of them while the
         # backward pass runs; the parameters' gradients and AdamW's two moments are 3 more copies of the weights
-        parts[f"activations kept for backward: {layers} layers, each with scores (B, H, T, S) = {shape}"] = \
-            (layers + 1) * (per_layer + scores)
+        parts[f"activations kept for backward: {layers} layers, each with scores (B, H, T, S) = {shape}"] = (
+            layers + 1
+        ) * (per_layer + scores)
         parts["gradients and AdamW state"] = 3 * params
     else:
         parts[f"attention scores (B, H, T, S) = {shape} float32"] = scores
@@ -130,41 +140,72 @@ def estimate(config: ModelConfig, batch: int, seq: int, *, tgt_seq: int | None =
     return total, max(parts, key=lambda name: parts[name])
 
 
-def _refuse_over(need: int, *, what: str, part: str, flags: str, device: str = "cpu",
-                 available: int | None = None) -> int:
+def _refuse_over(
+    need: int, *, what: str, part: str, flags: str, device: str = "cpu", available: int | None = None
+) -> int:
     """The one refusal every check shares: :class:`SizeError` when ``need`` bytes exceed the memory available."""
     have = available_bytes(device) if available is None else available
     if have is not None and need > have:
-        raise SizeError(f"{what} would need about {human(need)} of memory ({part}), more than the {human(have)} "
-                        f"available; lower {flags}")
+        raise SizeError(
+            f"{what} would need about {human(need)} of memory ({part}), more than the {human(have)} "
+            f"available; lower {flags}"
+        )
     return need
 
 
-def check_fits(config: ModelConfig, batch: int, seq: int, *, flags: str, what: str = "this forward",
-               tgt_seq: int | None = None, training: bool = False, weights: bool = True,
-               device: str = "cpu", available: int | None = None) -> int:
+def check_fits(
+    config: ModelConfig,
+    batch: int,
+    seq: int,
+    *,
+    flags: str,
+    what: str = "this forward",
+    tgt_seq: int | None = None,
+    training: bool = False,
+    weights: bool = True,
+    device: str = "cpu",
+    available: int | None = None,
+) -> int:
     """Refuse sizes that cannot fit, before anything is allocated (:class:`SizeError` naming the estimate and
     ``flags``, e.g. ``"--seq or --batch"``). Returns the estimate in bytes."""
     need, largest = estimate(config, batch, seq, tgt_seq=tgt_seq, training=training, weights=weights)
-    return _refuse_over(need, what=what, part=f"the largest part: {largest}", flags=flags, device=device,
-                        available=available)
+    return _refuse_over(
+        need, what=what, part=f"the largest part: {largest}", flags=flags, device=device, available=available
+    )
 
 
-def check_cache_fits(config: ModelConfig, batch: int, length: int, *, flags: str, element_size: int = FLOAT,
-                     device: str = "cpu", available: int | None = None) -> int:
+def check_cache_fits(
+    config: ModelConfig,
+    batch: int,
+    length: int,
+    *,
+    flags: str,
+    element_size: int = FLOAT,
+    device: str = "cpu",
+    available: int | None = None,
+) -> int:
     """Refuse a KV cache that cannot fit before it is allocated: generation reserves ``length`` slots per row up
     front (keys and values, every decoder layer, ``(B, Hkv, length, Dh)`` each). Returns the bytes."""
     layers = config.decoder_layers if config.architecture == "seq2seq" else config.n_layers
     slots = length if config.sliding_window is None else min(length, 2 * config.sliding_window)
     need = 2 * layers * batch * config.kv_heads * slots * config.dh * element_size
-    part = (f"{layers} layers × keys and values (B, Hkv, length, Dh) = "
-            f"{'×'.join(_n(n) for n in (batch, config.kv_heads, slots, config.dh))}")
-    return _refuse_over(need, what=f"the KV cache for {_n(length)} positions", part=part, flags=flags,
-                        device=device, available=available)
+    part = (
+        f"{layers} layers × keys and values (B, Hkv, length, Dh) = "
+        f"{'×'.join(_n(n) for n in (batch, config.kv_heads, slots, config.dh))}"
+    )
+    return _refuse_over(
+        need,
+        what=f"the KV cache for {_n(length)} positions",
+        part=part,
+        flags=flags,
+        device=device,
+        available=available,
+    )
 
 
-def check_learner_fits(batch: int, seq: int, d_model: int, n_heads: int, *, flags: str,
-                       available: int | None = None) -> int:
+def check_learner_fits(
+    batch: int, seq: int, d_model: int, n_heads: int, *, flags: str, available: int | None = None
+) -> int:
     """A learner's module runs in float64 on ``(B, T, D)`` probes: its ``(B, H, T, S)`` scores and weights (and a
     few ``(B, T, D)`` activations) must fit. Refused before the module runs, like :func:`check_fits`."""
     need = 2 * batch * n_heads * seq * seq * 8 + 16 * batch * seq * d_model * 8

@@ -52,8 +52,13 @@ def convert(key: str, raw: str, f: dataclasses.Field) -> Any:
     return raw
 
 
-def parse_words(words: Iterable[str], fields: Mapping[str, dataclasses.Field], *,
-                refused: Mapping[str, str] | None = None, valid: Iterable[str] | None = None) -> dict[str, Any]:
+def parse_words(
+    words: Iterable[str],
+    fields: Mapping[str, dataclasses.Field],
+    *,
+    refused: Mapping[str, str] | None = None,
+    valid: Iterable[str] | None = None,
+) -> dict[str, Any]:
     """``["steps=10", "bias=false"]`` → ``{"steps": 10, "bias": False}``, each value typed by ``fields[key]``.
 
     Keys may be spelt with ``-`` for ``_``. ``refused`` maps a key that exists but may not be given to the reason

@@ -45,8 +45,19 @@ def _model(torch):
     from anatomy import ModelConfig, build_model
 
     torch.manual_seed(0)
-    config = ModelConfig.from_preset("gpt2", n_layers=L, n_heads=H, d_model=D, d_ff=4 * D, vocab_size=V,
-                                     max_seq_len=T, dropout=0.0, attention_dropout=0.0, kernel="sdpa", bias=False)
+    config = ModelConfig.from_preset(
+        "gpt2",
+        n_layers=L,
+        n_heads=H,
+        d_model=D,
+        d_ff=4 * D,
+        vocab_size=V,
+        max_seq_len=T,
+        dropout=0.0,
+        attention_dropout=0.0,
+        kernel="sdpa",
+        bias=False,
+    )
     return build_model(config)
 
 
@@ -67,6 +78,7 @@ def worker(what: str, repeat: int, new: int) -> None:
             model(input_ids=ids, labels=ids).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
+
         fns, tokens = {"ours": step}, ids.numel()
     elif what == "inference":
         ids = torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(0))
@@ -75,6 +87,7 @@ def worker(what: str, repeat: int, new: int) -> None:
         def forward():
             with torch.no_grad():
                 model(input_ids=ids)
+
         fns, tokens = {"ours": forward}, ids.numel()
     elif what == "decode":
         from anatomy.generation import generate
@@ -85,9 +98,15 @@ def worker(what: str, repeat: int, new: int) -> None:
         hf = _hf_gpt2(torch)
         if hf is not None:
             mask = torch.ones_like(prompt)
-            fns["hf_generate"] = lambda: hf.generate(prompt, attention_mask=mask, max_new_tokens=new,
-                                                     min_new_tokens=new, do_sample=False, pad_token_id=0,
-                                                     eos_token_id=None)
+            fns["hf_generate"] = lambda: hf.generate(
+                prompt,
+                attention_mask=mask,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                pad_token_id=0,
+                eos_token_id=None,
+            )
     else:
         raise ValueError(f"unknown contender {what!r}")
     with torch.inference_mode(what != "train"):
@@ -113,8 +132,18 @@ def _hf_gpt2(torch):
         return None
     hf_logging.set_verbosity_error()
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=V, n_positions=T, n_embd=D, n_layer=L, n_head=H, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        vocab_size=V,
+        n_positions=T,
+        n_embd=D,
+        n_layer=L,
+        n_head=H,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return GPT2LMHeadModel._from_config(config, attn_implementation="sdpa").eval()
 
 
@@ -123,15 +152,30 @@ class Worker:
     """A subprocess holding one contender of one tree, built and warmed up; ``measure()`` asks it for one round."""
 
     def __init__(self, tree: Path, what: str, args) -> None:
-        env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(args.threads),
-               "MKL_NUM_THREADS": str(args.threads)}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(tree),
+            "OMP_NUM_THREADS": str(args.threads),
+            "MKL_NUM_THREADS": str(args.threads),
+        }
         env.setdefault("GLIBC_TUNABLES", "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", what, "--repeat", str(args.repeat),
-               "--new", str(args.new), "--threads", str(args.threads)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            what,
+            "--repeat",
+            str(args.repeat),
+            "--new",
+            str(args.new),
+            "--threads",
+            str(args.threads),
+        ]
         self.tree, self.what = tree, what
         self.err = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: warnings can never fill it and block
-        self.proc = subprocess.Popen(cmd, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.err, text=True)
+        self.proc = subprocess.Popen(
+            cmd, env=env, cwd=tree, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True
+        )
         where = self._answer()["anatomy"]
         if Path(where) != tree.resolve():
             self.close()
@@ -179,8 +223,10 @@ def compare(new: Path, old: Path, args) -> dict[str, dict[str, list[float]]]:
             for w in workers.values():
                 w.close()
         s = speeds[what]
-        print(f"  {what:9s} new / old per round " + " ".join(f"{a / b:.3f}" for a, b in zip(s["new"], s["old"])),
-              flush=True)
+        print(
+            f"  {what:9s} new / old per round " + " ".join(f"{a / b:.3f}" for a, b in zip(s["new"], s["old"])),
+            flush=True,
+        )
     return speeds
 
 
@@ -188,9 +234,11 @@ def summary(speeds: dict, rev: str) -> list[str]:
     lines = []
     for what, s in speeds.items():
         per_round = [a / b for a, b in zip(s["new"], s["old"])]
-        line = (f"{what:9s} working tree {statistics.median(s['new']):9.0f} tokens/s, {rev} "
-                f"{statistics.median(s['old']):9.0f}: new / old {statistics.median(per_round):5.3f} "
-                f"(rounds {min(per_round):.3f}-{max(per_round):.3f})")
+        line = (
+            f"{what:9s} working tree {statistics.median(s['new']):9.0f} tokens/s, {rev} "
+            f"{statistics.median(s['old']):9.0f}: new / old {statistics.median(per_round):5.3f} "
+            f"(rounds {min(per_round):.3f}-{max(per_round):.3f})"
+        )
         if s["hf"]:
             line += f"; new vs HF generate {statistics.median(s['hf']):4.2f}x (target >= 2)"
         lines.append(line)
@@ -209,8 +257,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new", type=int, default=200, help="new tokens per decode")
-    parser.add_argument("--only", nargs="+", default=["train", "inference", "decode"],
-                        choices=("train", "inference", "decode"))
+    parser.add_argument(
+        "--only", nargs="+", default=["train", "inference", "decode"], choices=("train", "inference", "decode")
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -224,8 +273,11 @@ def main() -> None:
     if args.rounds < 1 or args.repeat < 1 or args.threads < 1 or args.new < 1:
         parser.error("--rounds, --repeat, --threads and --new must be positive")
     rev = args.rev or str(args.old_path)
-    print(f"working tree {ROOT} vs {rev}: {args.rounds} interleaved rounds, best of {args.repeat} per "
-          f"subprocess, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"working tree {ROOT} vs {rev}: {args.rounds} interleaved rounds, best of {args.repeat} per "
+        f"subprocess, {args.threads} thread(s), load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="against-") as tmp:
         old = args.old_path
         if old is None:

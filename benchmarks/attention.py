@@ -45,6 +45,7 @@ def contenders(t: int, setting: str, backward: bool, skip_loop: bool):
             else:
                 with torch.no_grad():
                     fn()
+
         return go
 
     fns = {"raw sdpa": run(lambda: raw(x, ours_mask, causal))}
@@ -53,6 +54,7 @@ def contenders(t: int, setting: str, backward: bool, skip_loop: bool):
             continue
         m = MultiHeadAttention(d_model=D, n_heads=H, kernel=kernel)
         fns[f"ours {kernel}"] = run(lambda m=m: m(x, mask=ours_mask, is_causal=causal)[0])
+
     def torch_mha(need: bool):
         if causal:
             return mha(x, x, x, attn_mask=to_torch_nn(tri), is_causal=True, need_weights=need)[0]

@@ -43,8 +43,19 @@ class Block(nn.Module):
 
 
 class BareGPT(nn.Module):
-    def __init__(self, *, vocab: int, d: int, h: int, layers: int, d_ff: int, max_len: int, bias: bool = False,
-                 gelu: str = "none", design: str = "ours") -> None:
+    def __init__(
+        self,
+        *,
+        vocab: int,
+        d: int,
+        h: int,
+        layers: int,
+        d_ff: int,
+        max_len: int,
+        bias: bool = False,
+        gelu: str = "none",
+        design: str = "ours",
+    ) -> None:
         super().__init__()
         if design not in ("ours", "nanogpt"):
             raise ValueError(f"design must be 'ours' or 'nanogpt', got {design!r}")
@@ -59,8 +70,7 @@ class BareGPT(nn.Module):
             if p.dim() >= 2:
                 nn.init.normal_(p, std=0.02)
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
-                targets: torch.Tensor | None = None):
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None, targets: torch.Tensor | None = None):
         t = input_ids.shape[1]
         x = self.wte(input_ids) + self.wpe(torch.arange(t, device=input_ids.device))  # (B, T, D)
         for block in self.blocks:
@@ -70,8 +80,9 @@ class BareGPT(nn.Module):
         if targets is not None:  # nanoGPT: targets already shifted, -1 where there is no next token
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)  # (B*T, V)
         elif labels is not None:  # ours: position t predicts labels[t + 1]
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)),
-                                   labels[:, 1:].reshape(-1))  # (B*(T-1), V): the copy our design made
+            loss = F.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1)
+            )  # (B*(T-1), V): the copy our design made
         return Output(logits, loss)
 
     @torch.no_grad()
@@ -80,9 +91,14 @@ class BareGPT(nn.Module):
         self.wte.weight.copy_(ours.embeddings.embed_tokens.weight)
         self.wpe.weight.copy_(ours.embeddings.positional.weight)
         for mine, theirs in zip(self.blocks, ours.stack.blocks):
-            pairs = [(mine.ln_1, theirs.attn_add_norm.norm), (mine.c_attn, theirs.attn.qkv_proj),
-                     (mine.c_proj, theirs.attn.o_proj), (mine.ln_2, theirs.ffn_add_norm.norm),
-                     (mine.c_fc, theirs.ffn.up_proj), (mine.mlp_proj, theirs.ffn.down_proj)]
+            pairs = [
+                (mine.ln_1, theirs.attn_add_norm.norm),
+                (mine.c_attn, theirs.attn.qkv_proj),
+                (mine.c_proj, theirs.attn.o_proj),
+                (mine.ln_2, theirs.ffn_add_norm.norm),
+                (mine.c_fc, theirs.ffn.up_proj),
+                (mine.mlp_proj, theirs.ffn.down_proj),
+            ]
             for a, b in pairs:
                 a.weight.copy_(b.weight)
                 if a.bias is not None:

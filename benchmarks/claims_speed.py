@@ -25,8 +25,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def report(out: Path, preset: str, jobs: int, seeds: int | None) -> float:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    cmd = [sys.executable, "-m", "anatomy", "report", "--preset", preset, "--out", str(out), "--jobs", str(jobs),
-           "--quiet"] + ([] if seeds is None else ["--seeds", str(seeds)])
+    cmd = [
+        sys.executable,
+        "-m",
+        "anatomy",
+        "report",
+        "--preset",
+        preset,
+        "--out",
+        str(out),
+        "--jobs",
+        str(jobs),
+        "--quiet",
+    ] + ([] if seeds is None else ["--seeds", str(seeds)])
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
@@ -38,8 +49,11 @@ def disagreements(a: Path, b: Path) -> list[str]:
     out = []
     for s, p in zip(x["claims"], y["claims"]):
         odd = set(s.get("nondeterministic", {}).get("metrics", []))
-        out += [f"{s['id']} {m}" for m in s["metrics"]
-                if m not in odd and s["metrics"][m]["values"] != p["metrics"][m]["values"]]
+        out += [
+            f"{s['id']} {m}"
+            for m in s["metrics"]
+            if m not in odd and s["metrics"][m]["values"] != p["metrics"][m]["values"]
+        ]
         if not odd and s["verdict"] != p["verdict"]:
             out.append(f"{s['id']} verdict {s['verdict']} vs {p['verdict']}")
     return out
@@ -52,10 +66,14 @@ def where_the_time_went(out: Path, wall: float) -> str:
     sched = doc.get("schedule")
     if not sched:
         return "(no schedule in claims.json)"
-    rows = ", ".join(f"{w['runs']} runs busy {w['busy_s']:.1f} s (first at {w['start_s']:.1f} s, tail "
-                     f"{w['tail_s']:.1f} s)" for w in sched["workers"])
-    return (f"outside the runs {wall - sched['wall_s']:.1f} s (process start, imports, reports); runs "
-            f"{sched['wall_s']:.1f} s, utilisation {sched['utilisation']:.3f}: {rows}")
+    rows = ", ".join(
+        f"{w['runs']} runs busy {w['busy_s']:.1f} s (first at {w['start_s']:.1f} s, tail {w['tail_s']:.1f} s)"
+        for w in sched["workers"]
+    )
+    return (
+        f"outside the runs {wall - sched['wall_s']:.1f} s (process start, imports, reports); runs "
+        f"{sched['wall_s']:.1f} s, utilisation {sched['utilisation']:.3f}: {rows}"
+    )
 
 
 def main() -> None:
@@ -65,8 +83,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--seeds", type=int, default=None)
     args = parser.parse_args()
-    print(f"anatomy report --preset {args.preset}: --jobs 1 vs --jobs {args.jobs}, {args.rounds} round(s), "
-          f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(
+        f"anatomy report --preset {args.preset}: --jobs 1 vs --jobs {args.jobs}, {args.rounds} round(s), "
+        f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
+    )
     ratios, times = [], {"serial": [], "parallel": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
@@ -82,9 +102,11 @@ def main() -> None:
             for name in ("serial", "parallel"):
                 print(f"  round {r + 1}: {name:8s} {where_the_time_went(Path(tmp) / f'{name}{r}', this[name])}")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
-    print(f"serial {statistics.median(times['serial']):.1f} s, --jobs {args.jobs} "
-          f"{statistics.median(times['parallel']):.1f} s: parallel / serial = {statistics.median(ratios):.2f} "
-          f"(median over {args.rounds} round(s); target <= 0.5 on 2 cores)")
+    print(
+        f"serial {statistics.median(times['serial']):.1f} s, --jobs {args.jobs} "
+        f"{statistics.median(times['parallel']):.1f} s: parallel / serial = {statistics.median(ratios):.2f} "
+        f"(median over {args.rounds} round(s); target <= 0.5 on 2 cores)"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,17 @@ def start_head(cpus: int, temp: str, tries: int = 3) -> tuple[subprocess.Popen, 
 
 def _start_head(cpus: int, temp: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    command = [shutil.which("ray") or "ray", "start", "--head", f"--port={port}", f"--num-cpus={cpus}",
-               "--include-dashboard=false", f"--temp-dir={temp}", "--disable-usage-stats", "--block"]
+    command = [
+        shutil.which("ray") or "ray",
+        "start",
+        "--head",
+        f"--port={port}",
+        f"--num-cpus={cpus}",
+        "--include-dashboard=false",
+        f"--temp-dir={temp}",
+        "--disable-usage-stats",
+        "--block",
+    ]
     log = Path(temp) / "head.log"
     process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT)
     while "Ray runtime started" not in log.read_text():
@@ -75,9 +84,12 @@ def main() -> None:
     parser.add_argument("--cpus", type=int, default=2)
     args = parser.parse_args()
     load_before = os.getloadavg()
-    print(f"anatomy report --preset {args.preset}: --jobs {args.cpus} vs --cluster (local Ray head, "
-          f"{args.cpus} CPUs), {args.rounds} round(s), {os.cpu_count()} cores, load average "
-          f"{load_before[0]:.1f} / {load_before[1]:.1f} / {load_before[2]:.1f} (1 / 5 / 15 min)", flush=True)
+    print(
+        f"anatomy report --preset {args.preset}: --jobs {args.cpus} vs --cluster (local Ray head, "
+        f"{args.cpus} CPUs), {args.rounds} round(s), {os.cpu_count()} cores, load average "
+        f"{load_before[0]:.1f} / {load_before[1]:.1f} / {load_before[2]:.1f} (1 / 5 / 15 min)",
+        flush=True,
+    )
     temp = tempfile.mkdtemp(prefix="rayb", dir="/tmp")  # short: Ray's socket paths must stay under 107 characters
     head, address = start_head(args.cpus, temp)
     ratios = []
@@ -88,20 +100,30 @@ def main() -> None:
             for name, way in ways if r % 2 == 0 else ways[::-1]:
                 out = Path(temp) / f"{name}{r}"
                 this[name] = report(out, args.preset, way)
-                print(f"  round {r + 1}: {name:8s} {this[name]:7.1f} s · {where_the_time_went(out, this[name])}",
-                      flush=True)
+                print(
+                    f"  round {r + 1}: {name:8s} {this[name]:7.1f} s · {where_the_time_went(out, this[name])}",
+                    flush=True,
+                )
             ratios.append(this["cluster"] / this["jobs"])
             diff = disagreements(Path(temp) / f"jobs{r}", Path(temp) / f"cluster{r}")
-            print(f"  round {r + 1}: cluster / jobs = {ratios[-1]:.3f}; "
-                  + ("claims.json agree on every deterministic metric and verdict" if not diff
-                     else f"DISAGREE on {len(diff)}: {', '.join(diff[:8])}"), flush=True)
+            print(
+                f"  round {r + 1}: cluster / jobs = {ratios[-1]:.3f}; "
+                + (
+                    "claims.json agree on every deterministic metric and verdict"
+                    if not diff
+                    else f"DISAGREE on {len(diff)}: {', '.join(diff[:8])}"
+                ),
+                flush=True,
+            )
     finally:
         head.send_signal(signal.SIGTERM)
         head.wait(timeout=60)
         shutil.rmtree(temp, ignore_errors=True)
     load_after = os.getloadavg()
-    print(f"median cluster / jobs over {len(ratios)} round(s): {statistics.median(ratios):.3f} (target <= 1.10); "
-          f"load average after {load_after[0]:.1f} / {load_after[1]:.1f} / {load_after[2]:.1f}")
+    print(
+        f"median cluster / jobs over {len(ratios)} round(s): {statistics.median(ratios):.3f} (target <= 1.10); "
+        f"load average after {load_after[0]:.1f} / {load_after[1]:.1f} / {load_after[2]:.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -48,23 +48,33 @@ def main() -> None:
     prompt = torch.randint(0, args.vocab, (1, 16), generator=torch.Generator().manual_seed(0))
     size = LMSize(n_layers=4, n_heads=4, d_model=args.d_model, seq=256, batch=1, vocab=args.vocab)
     mine = ours_lm(size).eval()
-    contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=args.new),
-                  "ours_modules": lambda: generate(mine, prompt, max_new_tokens=args.new, fast=False)}
-    linears = [(m.weight, m.bias, torch.zeros(1, m.in_features)) for m in mine.modules()
-               if isinstance(m, torch.nn.Linear)]
+    contenders = {
+        "ours": lambda: generate(mine, prompt, max_new_tokens=args.new),
+        "ours_modules": lambda: generate(mine, prompt, max_new_tokens=args.new, fast=False),
+    }
+    linears = [
+        (m.weight, m.bias, torch.zeros(1, m.in_features)) for m in mine.modules() if isinstance(m, torch.nn.Linear)
+    ]
 
     def weights_alone() -> torch.Tensor:
         for _ in range(args.new):
             for w, b, x in linears:
                 out = torch.nn.functional.linear(x, w, b)
         return out
+
     if peer_status()["transformers"]["installed"]:
         torch.manual_seed(0)
         hf = hf_gpt2(size).eval()
         mask = torch.ones_like(prompt)
         contenders["hf_gpt2_generate"] = lambda: hf.generate(
-            prompt, attention_mask=mask, max_new_tokens=args.new, min_new_tokens=args.new, do_sample=False,
-            pad_token_id=0, eos_token_id=None)
+            prompt,
+            attention_mask=mask,
+            max_new_tokens=args.new,
+            min_new_tokens=args.new,
+            do_sample=False,
+            pad_token_id=0,
+            eos_token_id=None,
+        )
         with torch.no_grad():
             assert contenders["hf_gpt2_generate"]().shape[1] == 16 + args.new
     assert contenders["ours"]().shape[1] == 16 + args.new
@@ -72,8 +82,10 @@ def main() -> None:
     contenders["weights_alone"] = weights_alone
     with torch.inference_mode():
         seconds, ratios = rounds(contenders, "ours", args.rounds, args.repeat)
-    print(f"greedy, batch 1, prompt 16, {args.new} new tokens, d {args.d_model}, vocab {args.vocab}: "
-          f"median over {args.rounds} interleaved rounds (best of {args.repeat} each)")
+    print(
+        f"greedy, batch 1, prompt 16, {args.new} new tokens, d {args.d_model}, vocab {args.vocab}: "
+        f"median over {args.rounds} interleaved rounds (best of {args.repeat} each)"
+    )
     for k in contenders:
         print(f"  {k:18s} {args.new / seconds[k]:8.1f} new tokens/s   time / ours {ratios[k]:5.2f}")
 

@@ -107,15 +107,32 @@ class Sizes:
     repeat: int
 
 
-FULL = Sizes(attn=(4, 256, 8, 2, 64), lm=(2, 256, 4, 128, 4, 1024), gen=(2, 64, 4, 128, 10, 32),
-             train_small=(4, 4, 256, 256, 8, 4096, 10), train_large=(12, 12, 768, 1024, 8, 50257, 2),
-             decode=(12, 12, 768, 50257, 16, 128), decode_batches=(1, 16), rounds=5, repeat=2)
-QUICK = Sizes(attn=(3, 12, 4, 2, 8), lm=(2, 32, 4, 16, 3, 64), gen=(2, 32, 4, 50, 7, 12),
-              train_small=(2, 2, 32, 32, 2, 128, 2), train_large=(2, 4, 64, 64, 2, 256, 1),
-              decode=(2, 4, 64, 256, 8, 16), decode_batches=(1, 16), rounds=2, repeat=1)
+FULL = Sizes(
+    attn=(4, 256, 8, 2, 64),
+    lm=(2, 256, 4, 128, 4, 1024),
+    gen=(2, 64, 4, 128, 10, 32),
+    train_small=(4, 4, 256, 256, 8, 4096, 10),
+    train_large=(12, 12, 768, 1024, 8, 50257, 2),
+    decode=(12, 12, 768, 50257, 16, 128),
+    decode_batches=(1, 16),
+    rounds=5,
+    repeat=2,
+)
+QUICK = Sizes(
+    attn=(3, 12, 4, 2, 8),
+    lm=(2, 32, 4, 16, 3, 64),
+    gen=(2, 32, 4, 50, 7, 12),
+    train_small=(2, 2, 32, 32, 2, 128, 2),
+    train_large=(2, 4, 64, 64, 2, 256, 1),
+    decode=(2, 4, 64, 256, 8, 16),
+    decode_batches=(1, 16),
+    rounds=2,
+    repeat=1,
+)
 
 
 # --- the record -----------------------------------------------------------------------------------------------------
+
 
 def _fmt(x) -> str:
     if x is None:
@@ -128,8 +145,14 @@ def _fmt(x) -> str:
 class Report:
     def __init__(self, out: Path | None) -> None:
         self.out = out
-        self.data: dict = {"environment": {}, "checks": [], "speed": [], "sdpa_dispatch": [], "sdpa_backends": [],
-                           "notes": []}
+        self.data: dict = {
+            "environment": {},
+            "checks": [],
+            "speed": [],
+            "sdpa_dispatch": [],
+            "sdpa_backends": [],
+            "notes": [],
+        }
 
     def check(self, name: str, passed: bool, value, tolerance, note: str = "", *, echo: bool = True) -> bool:
         entry = {"name": name, "passed": bool(passed), "value": value, "tolerance": tolerance}
@@ -137,8 +160,11 @@ class Report:
             entry["note"] = note
         self.data["checks"].append(entry)
         if echo:
-            print(f"{'PASS' if passed else 'FAIL'}  {name}: {_fmt(value)} (tol {_fmt(tolerance)})"
-                  + (f"  {note}" if note else ""), flush=True)
+            print(
+                f"{'PASS' if passed else 'FAIL'}  {name}: {_fmt(value)} (tol {_fmt(tolerance)})"
+                + (f"  {note}" if note else ""),
+                flush=True,
+            )
         return bool(passed)
 
     def error(self, name: str, err: BaseException) -> None:
@@ -170,6 +196,7 @@ class Report:
 
 # --- helpers --------------------------------------------------------------------------------------------------------
 
+
 def sync(device: torch.device) -> None:
     """Wait for the queued kernels: a wall-clock timer around a CUDA call otherwise sees only the launches."""
     if device.type == "cuda":
@@ -183,22 +210,36 @@ def free(device: torch.device) -> None:
 
 
 def environment(device: torch.device, quick: bool) -> dict:
-    env: dict = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-                 "device": str(device), "quick": quick, "threads": torch.get_num_threads()}
+    env: dict = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "device": str(device),
+        "quick": quick,
+        "threads": torch.get_num_threads(),
+    }
     try:
         import transformers
+
         env["transformers"] = transformers.__version__
     except ImportError:
         env["transformers"] = None
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        env.update(device_name=props.name, capability=".".join(map(str, torch.cuda.get_device_capability(device))),
-                   sm_count=props.multi_processor_count, memory_gib=round(props.total_memory / 2**30, 1),
-                   cudnn=torch.backends.cudnn.version(),
-                   tf32_matmul=torch.backends.cuda.matmul.allow_tf32, tf32_cudnn=torch.backends.cudnn.allow_tf32,
-                   sdp_enabled={n: getattr(torch.backends.cuda, f"{n}_sdp_enabled")()
-                                for n in ("flash", "mem_efficient", "cudnn", "math")
-                                if hasattr(torch.backends.cuda, f"{n}_sdp_enabled")})
+        env.update(
+            device_name=props.name,
+            capability=".".join(map(str, torch.cuda.get_device_capability(device))),
+            sm_count=props.multi_processor_count,
+            memory_gib=round(props.total_memory / 2**30, 1),
+            cudnn=torch.backends.cudnn.version(),
+            tf32_matmul=torch.backends.cuda.matmul.allow_tf32,
+            tf32_cudnn=torch.backends.cudnn.allow_tf32,
+            sdp_enabled={
+                n: getattr(torch.backends.cuda, f"{n}_sdp_enabled")()
+                for n in ("flash", "mem_efficient", "cudnn", "math")
+                if hasattr(torch.backends.cuda, f"{n}_sdp_enabled")
+            },
+        )
     else:
         env.update(device_name=platform.processor() or platform.machine(), capability=None)
     return env
@@ -231,6 +272,7 @@ def _reason(err: BaseException, caught: list, backend: str = "") -> str:
 
 
 # --- correctness: attention -----------------------------------------------------------------------------------------
+
 
 def attention_cases(sizes: Sizes, device: torch.device):
     b, t, h, hkv, dh = sizes.attn
@@ -271,8 +313,9 @@ def _run_attention(module: MultiHeadAttention, x: torch.Tensor, gout: torch.Tens
     return out.detach(), x.grad.detach(), rec.backend
 
 
-def _compare(report: Report, name: str, out, grad, ref_out, ref_grad, dtype, hidden, *, echo_prefix: str,
-             extra: str = "") -> bool:
+def _compare(
+    report: Report, name: str, out, grad, ref_out, ref_grad, dtype, hidden, *, echo_prefix: str, extra: str = ""
+) -> bool:
     """Record the out / grad / masked-row checks of one run and print one line for them."""
     ok = True
     line = []
@@ -287,8 +330,9 @@ def _compare(report: Report, name: str, out, grad, ref_out, ref_grad, dtype, hid
         leak = float(out[hidden].abs().max().float())
         finite = bool(torch.isfinite(out).all() and torch.isfinite(grad).all())
         passed = leak == 0.0 and finite
-        ok &= report.check(f"masked {name}", passed, leak, 0.0,
-                           "" if finite else "non-finite output or gradient", echo=False)
+        ok &= report.check(
+            f"masked {name}", passed, leak, 0.0, "" if finite else "non-finite output or gradient", echo=False
+        )
         line.append(f"masked {int(hidden.sum())} rows: {_fmt(leak)}{'' if finite else ' NON-FINITE'}")
     print(f"{'PASS' if ok else 'FAIL'}  {echo_prefix:34s} " + "  ".join(line) + extra, flush=True)
     return ok
@@ -298,8 +342,11 @@ def check_attention(report: Report, sizes: Sizes, device: torch.device) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     b, t, h, _, dh = sizes.attn
-    backends = [(n, getattr(SDPBackend, n)) for n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION",
-                                                      "MATH") if hasattr(SDPBackend, n)]
+    backends = [
+        (n, getattr(SDPBackend, n))
+        for n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
+        if hasattr(SDPBackend, n)
+    ]
     print(f"\n== attention: B={b} T={t} H={h} Dh={dh}, reference = float32 'math' on the same rounded weights")
     for case_name, case in attention_cases(sizes, device).items():
         hidden = hidden_rows(case["mask"], case["causal"], b, t, device)
@@ -323,8 +370,18 @@ def check_attention(report: Report, sizes: Sizes, device: torch.device) -> None:
                     out, grad, ran = _run_attention(module, x, gout, case, kernel)
                     if kernel == "sdpa":
                         report.data["sdpa_dispatch"].append({"case": case_name, "dtype": dname, "ran": ran})
-                    _compare(report, f"attn {name} {kernel}", out, grad, ref_out, ref_grad, dtype, hidden,
-                             echo_prefix=f"attn {name} {kernel}", extra=f"   [{ran}]" if kernel == "sdpa" else "")
+                    _compare(
+                        report,
+                        f"attn {name} {kernel}",
+                        out,
+                        grad,
+                        ref_out,
+                        ref_grad,
+                        dtype,
+                        hidden,
+                        echo_prefix=f"attn {name} {kernel}",
+                        extra=f"   [{ran}]" if kernel == "sdpa" else "",
+                    )
                 except Exception as err:  # noqa: BLE001
                     report.error(f"attn {name} {kernel}", err)
             for bname, backend in backends:
@@ -344,12 +401,24 @@ def check_attention(report: Report, sizes: Sizes, device: torch.device) -> None:
                             reason = _reason(err, caught, short)
                             row.update(accepted=False, reason=reason)
                             report.check(label, bname != "MATH", None, None, f"rejected: {reason}", echo=False)
-                            print(f"{'----' if bname != 'MATH' else 'FAIL'}  {label:34s} rejected: {reason[:80]}",
-                                  flush=True)
+                            print(
+                                f"{'----' if bname != 'MATH' else 'FAIL'}  {label:34s} rejected: {reason[:80]}",
+                                flush=True,
+                            )
                             continue
                     row.update(accepted=True, ran=ran)
-                    row["agrees"] = _compare(report, label, out, grad, ref_out, ref_grad, dtype, hidden,
-                                             echo_prefix=label, extra=f"  [{ran}]")
+                    row["agrees"] = _compare(
+                        report,
+                        label,
+                        out,
+                        grad,
+                        ref_out,
+                        ref_grad,
+                        dtype,
+                        hidden,
+                        echo_prefix=label,
+                        extra=f"  [{ran}]",
+                    )
                 except Exception as err:  # noqa: BLE001
                     row.update(accepted=None, reason=f"{type(err).__name__}: {err}"[:300])
                     report.error(label, err)
@@ -358,10 +427,22 @@ def check_attention(report: Report, sizes: Sizes, device: torch.device) -> None:
 
 # --- correctness: generation, bf16 LM -------------------------------------------------------------------------------
 
+
 def _lm(preset: str, layers: int, d: int, heads: int, vocab: int, max_len: int, **extra) -> torch.nn.Module:
     kv = dict(n_kv_heads=max(1, heads // 2)) if preset == "llama" else {}
-    config = ModelConfig.from_preset(preset, n_layers=layers, d_model=d, n_heads=heads, d_ff=4 * d, vocab_size=vocab,
-                                     max_seq_len=max_len, dropout=0.0, attention_dropout=0.0, **kv, **extra)
+    config = ModelConfig.from_preset(
+        preset,
+        n_layers=layers,
+        d_model=d,
+        n_heads=heads,
+        d_ff=4 * d,
+        vocab_size=vocab,
+        max_seq_len=max_len,
+        dropout=0.0,
+        attention_dropout=0.0,
+        **kv,
+        **extra,
+    )
     return build_model(config)
 
 
@@ -421,8 +502,13 @@ def check_lm_bf16(report: Report, sizes: Sizes, device: torch.device) -> None:
             (l32, g32), (l16, g16) = results["fp32"], results["bf16"]
             bad = int((~torch.isfinite(g16)).sum()) + (0 if math.isfinite(l16) else 1)
             report.check(f"{name} finite (non-finite count)", bad == 0, bad, 0)
-            report.check(f"{name} loss |bf16-fp32|", abs(l16 - l32) <= LM_LOSS_REL * abs(l32), abs(l16 - l32),
-                         LM_LOSS_REL * abs(l32), f"fp32 loss {l32:.4f}")
+            report.check(
+                f"{name} loss |bf16-fp32|",
+                abs(l16 - l32) <= LM_LOSS_REL * abs(l32),
+                abs(l16 - l32),
+                LM_LOSS_REL * abs(l32),
+                f"fp32 loss {l32:.4f}",
+            )
             rel = float((g16 - g32).norm() / g32.norm())
             report.check(f"{name} grad rel L2", rel <= LM_GRAD_REL, rel, LM_GRAD_REL)
         except Exception as err:  # noqa: BLE001
@@ -432,11 +518,21 @@ def check_lm_bf16(report: Report, sizes: Sizes, device: torch.device) -> None:
 
 # --- speed ----------------------------------------------------------------------------------------------------------
 
+
 def gpt2_ours(layers, heads, d, t, vocab) -> torch.nn.Module:
     """train_step.py's model at any size (GPT-2's design; sdpa kernel)."""
-    config = ModelConfig.from_preset("gpt2", n_layers=layers, n_heads=heads, d_model=d, d_ff=4 * d,
-                                     vocab_size=vocab, max_seq_len=t, dropout=0.0, attention_dropout=0.0,
-                                     kernel="sdpa")
+    config = ModelConfig.from_preset(
+        "gpt2",
+        n_layers=layers,
+        n_heads=heads,
+        d_model=d,
+        d_ff=4 * d,
+        vocab_size=vocab,
+        max_seq_len=t,
+        dropout=0.0,
+        attention_dropout=0.0,
+        kernel="sdpa",
+    )
     return build_model(config)
 
 
@@ -445,8 +541,18 @@ def gpt2_hf(layers, heads, d, t, vocab) -> torch.nn.Module | None:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
         return None
-    config = GPT2Config(vocab_size=vocab, n_positions=t, n_embd=d, n_layer=layers, n_head=heads, resid_pdrop=0.0,
-                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        vocab_size=vocab,
+        n_positions=t,
+        n_embd=d,
+        n_layer=layers,
+        n_head=heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
     assert model.config._attn_implementation == "sdpa"
     return model
@@ -464,6 +570,7 @@ def trainer(model, ids, device, steps: int) -> Callable[[], None]:
             opt.step()
             opt.zero_grad(set_to_none=True)
         sync(device)
+
     return run
 
 
@@ -494,8 +601,11 @@ def speed_train(report: Report, sizes: Sizes, device, label: str, shape) -> None
     peer = tokens / seconds["hf"] if "hf" in seconds else None
     ratio = ratios.get("hf")
     report.speed(f"train step bf16 {label} (L{layers} d{d} T{t} B{b}) vs HF GPT-2", ours, peer, ratio, "tokens/s")
-    print(f"  ours {ours:12,.0f} tokens/s" + (f"   HF GPT-2 sdpa {peer:12,.0f} tokens/s   time HF / ours {ratio:.2f}"
-                                               if peer else ""), flush=True)
+    print(
+        f"  ours {ours:12,.0f} tokens/s"
+        + (f"   HF GPT-2 sdpa {peer:12,.0f} tokens/s   time HF / ours {ratio:.2f}" if peer else ""),
+        flush=True,
+    )
     del models, contenders
     free(device)
 
@@ -525,21 +635,31 @@ def speed_compile(report: Report, sizes: Sizes, device, shape) -> None:
     except Exception as err:  # noqa: BLE001
         first_line = (str(err).strip().splitlines() or [""])[0][:200]
         report.note(f"torch.compile skipped: {type(err).__name__}: {first_line}")
-        report.speed("torch.compile train step", None, None, None, "tokens/s",
-                     f"skipped: {type(err).__name__}: {first_line}")
+        report.speed(
+            "torch.compile train step", None, None, None, "tokens/s", f"skipped: {type(err).__name__}: {first_line}"
+        )
         return
     compiled = trainer(compiled_model, ids, device, steps)
     seconds, ratios = _time({"ours": eager, "compiled": compiled}, sizes, device)
     tokens = steps * b * t
     speedup = 1.0 / ratios["compiled"]  # time eager / time compiled
     note = f"second step {second:.3f} s; graph breaks: {sum(breaks.values())}" + "".join(
-        f"; {n}x {reason}" for reason, n in breaks.items())
+        f"; {n}x {reason}" for reason, n in breaks.items()
+    )
     report.speed("torch.compile time (first step incl. compile)", first, None, None, "s", note)
-    report.speed(f"torch.compile speedup train bf16 (L{layers} d{d} T{t} B{b}): compiled vs eager",
-                 tokens / seconds["compiled"], tokens / seconds["ours"], speedup, "tokens/s")
-    print(f"  compile + first step {first:.1f} s (second step {second:.3f} s); compiled "
-          f"{tokens / seconds['compiled']:,.0f} vs eager {tokens / seconds['ours']:,.0f} tokens/s: "
-          f"speedup {speedup:.2f}x", flush=True)
+    report.speed(
+        f"torch.compile speedup train bf16 (L{layers} d{d} T{t} B{b}): compiled vs eager",
+        tokens / seconds["compiled"],
+        tokens / seconds["ours"],
+        speedup,
+        "tokens/s",
+    )
+    print(
+        f"  compile + first step {first:.1f} s (second step {second:.3f} s); compiled "
+        f"{tokens / seconds['compiled']:,.0f} vs eager {tokens / seconds['ours']:,.0f} tokens/s: "
+        f"speedup {speedup:.2f}x",
+        flush=True,
+    )
     for reason, n in breaks.items():
         print(f"  graph break x{n}: {reason}")
     del model, compiled_model
@@ -565,29 +685,53 @@ def speed_decode(report: Report, sizes: Sizes, device) -> None:
                     out = fn()
                 sync(device)
                 return out
+
             return call
-        contenders = {"ours": run(lambda p=prompt: generate(ours, p, max_new_tokens=new)),
-                      "ours_modules": run(lambda p=prompt: generate(ours, p, max_new_tokens=new, fast=False))}
+
+        contenders = {
+            "ours": run(lambda p=prompt: generate(ours, p, max_new_tokens=new)),
+            "ours_modules": run(lambda p=prompt: generate(ours, p, max_new_tokens=new, fast=False)),
+        }
         if hf is not None:
             mask = torch.ones_like(prompt)
-            contenders["hf"] = run(lambda p=prompt, m=mask: hf.generate(
-                p, attention_mask=m, max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0,
-                eos_token_id=None))
+            contenders["hf"] = run(
+                lambda p=prompt, m=mask: hf.generate(
+                    p,
+                    attention_mask=m,
+                    max_new_tokens=new,
+                    min_new_tokens=new,
+                    do_sample=False,
+                    pad_token_id=0,
+                    eos_token_id=None,
+                )
+            )
             assert contenders["hf"]().shape == (batch, t + new)
         a, m = contenders["ours"](), contenders["ours_modules"]()
         same = bool(torch.equal(a, m))
         if not same:
-            report.note(f"decode batch {batch}: fast and fast=False tokens differ on random weights "
-                        f"({int((a != m).sum())} tokens; near-ties) — timing still compared")
+            report.note(
+                f"decode batch {batch}: fast and fast=False tokens differ on random weights "
+                f"({int((a != m).sum())} tokens; near-ties) — timing still compared"
+            )
         seconds, ratios = _time(contenders, sizes, device, warmup=0, repeat=1)
         tok = batch * new
         ours_tps = tok / seconds["ours"]
-        report.speed(f"decode batch {batch}: ours fast vs fast=False", ours_tps, tok / seconds["ours_modules"],
-                     ratios["ours_modules"], "new tokens/s")
+        report.speed(
+            f"decode batch {batch}: ours fast vs fast=False",
+            ours_tps,
+            tok / seconds["ours_modules"],
+            ratios["ours_modules"],
+            "new tokens/s",
+        )
         line = f"  batch {batch:3d}: ours {ours_tps:10,.0f} new tokens/s  fast=False time x{ratios['ours_modules']:.2f}"
         if hf is not None:
-            report.speed(f"decode batch {batch}: ours vs HF generate", ours_tps, tok / seconds["hf"], ratios["hf"],
-                         "new tokens/s")
+            report.speed(
+                f"decode batch {batch}: ours vs HF generate",
+                ours_tps,
+                tok / seconds["hf"],
+                ratios["hf"],
+                "new tokens/s",
+            )
             line += f"   HF generate {tok / seconds['hf']:10,.0f} new tokens/s (time HF / ours {ratios['hf']:.2f})"
         print(line, flush=True)
     ours = hf = contenders = None  # free the models before the next section
@@ -596,35 +740,49 @@ def speed_decode(report: Report, sizes: Sizes, device) -> None:
 
 # --- summary ---
 
+
 def summary(report: Report) -> None:
     """The end of the output (what a tool that keeps only the tail shows): environment, SDPA backends, speed."""
     env = report.data["environment"]
-    print(f"\n#### summary: torch {env.get('torch')}, {env.get('device_name')} (capability {env.get('capability')}), "
-          f"transformers {env.get('transformers')}")
+    print(
+        f"\n#### summary: torch {env.get('torch')}, {env.get('device_name')} (capability {env.get('capability')}), "
+        f"transformers {env.get('transformers')}"
+    )
     dispatch = {(d["case"], d["dtype"]): d["ran"] for d in report.data["sdpa_dispatch"]}
     table: dict[tuple[str, str], dict[str, str]] = {}
     for row in report.data["sdpa_backends"]:
-        state = ("ok" if row.get("agrees") else "FAIL") if row.get("accepted") else (
-            "rej" if row.get("accepted") is False else "ERR")
+        state = (
+            ("ok" if row.get("agrees") else "FAIL")
+            if row.get("accepted")
+            else ("rej" if row.get("accepted") is False else "ERR")
+        )
         table.setdefault((row["case"], row["dtype"]), {})[row["backend"]] = state
     if table:
         names = list(next(iter(table.values())))
         print("sdpa backends forced (ok: accepted and agrees; rej: refused; FAIL: disagrees) and the default's pick:")
         print(f"  {'case':16s} {'dtype':5s} " + " ".join(f"{n:9s}" for n in names) + " default")
         for (case, dtype), states in table.items():
-            print(f"  {case:16s} {dtype:5s} " + " ".join(f"{states.get(n, '-'):9s}" for n in names)
-                  + f" {dispatch.get((case, dtype), '-')}")
+            print(
+                f"  {case:16s} {dtype:5s} "
+                + " ".join(f"{states.get(n, '-'):9s}" for n in names)
+                + f" {dispatch.get((case, dtype), '-')}"
+            )
     if report.data["speed"]:
         print("speed (ratio = time peer / time ours; > 1: ours faster):")
         for e in report.data["speed"]:
+
             def num(x):
                 return "-" if x is None else f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
             ratio = "-" if e["ratio"] is None else f"{e['ratio']:.2f}"
-            print(f"  {e['name'][:70]:70s} ours {num(e['ours']):>10s}  peer {num(e['peer']):>10s}  "
-                  f"ratio {ratio:>5s}  {e['unit']}")
+            print(
+                f"  {e['name'][:70]:70s} ours {num(e['ours']):>10s}  peer {num(e['peer']):>10s}  "
+                f"ratio {ratio:>5s}  {e['unit']}"
+            )
 
 
 # --- main -----------------------------------------------------------------------------------------------------------
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -632,8 +790,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (for --device cpu)")
     parser.add_argument("--skip-speed", action="store_true", help="correctness only")
     parser.add_argument("--skip-compile", action="store_true", help="no torch.compile section")
-    parser.add_argument("--budget-s", type=float, default=450.0,
-                        help="skip speed sections that would end past this many seconds (default 450)")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=450.0,
+        help="skip speed sections that would end past this many seconds (default 450)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON results (rewritten after every section)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
@@ -641,8 +803,10 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
 
     if device.type == "cuda" and not torch.cuda.is_available():
-        msg = (f"CUDA is not available: torch {torch.__version__} (built for CUDA {torch.version.cuda}) sees no GPU. "
-               "On a machine without one, run the smoke test: --device cpu --quick")
+        msg = (
+            f"CUDA is not available: torch {torch.__version__} (built for CUDA {torch.version.cuda}) sees no GPU. "
+            "On a machine without one, run the smoke test: --device cpu --quick"
+        )
         print(f"ERROR  {msg}", file=sys.stderr, flush=True)
         report.data["environment"] = {"torch": torch.__version__, "error": msg}
         report.save()
@@ -678,16 +842,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_speed:
         print("\n#### speed (median over interleaved rounds; ratio = time peer / time ours, > 1: ours faster)")
         small, large = ("quick small", "quick large") if args.quick else ("train_step.py size", "GPT-2 small")
-        sections = [("train small", 40, lambda: speed_train(report, sizes, device, small, sizes.train_small)),
-                    ("train large", 60, lambda: speed_train(report, sizes, device, large, sizes.train_large)),
-                    ("decode", 60, lambda: speed_decode(report, sizes, device))]
+        sections = [
+            ("train small", 40, lambda: speed_train(report, sizes, device, small, sizes.train_small)),
+            ("train large", 60, lambda: speed_train(report, sizes, device, large, sizes.train_large)),
+            ("decode", 60, lambda: speed_decode(report, sizes, device)),
+        ]
         if not args.skip_compile:
             sections.append(("compile", 150, lambda: speed_compile(report, sizes, device, sizes.train_large)))
         for name, needs_s, fn in sections:
             elapsed = time.perf_counter() - start
             if not args.quick and elapsed + needs_s > args.budget_s:
-                report.note(f"speed section '{name}' skipped: {elapsed:.0f} s elapsed, it needs ~{needs_s} s, "
-                            f"budget {args.budget_s:.0f} s")
+                report.note(
+                    f"speed section '{name}' skipped: {elapsed:.0f} s elapsed, it needs ~{needs_s} s, "
+                    f"budget {args.budget_s:.0f} s"
+                )
                 continue
             t0 = time.perf_counter()
             try:
@@ -705,8 +873,10 @@ def main(argv: list[str] | None = None) -> int:
     total = time.perf_counter() - start
     report.data["environment"]["runtime_s"] = round(total, 1)
     report.save()
-    print(f"\n#### {len(report.data['checks'])} checks, {len(failed)} failed; {len(report.data['speed'])} speed "
-          f"results; {total:.1f} s" + (f"; results in {args.out}" if args.out else ""))
+    print(
+        f"\n#### {len(report.data['checks'])} checks, {len(failed)} failed; {len(report.data['speed'])} speed "
+        f"results; {total:.1f} s" + (f"; results in {args.out}" if args.out else "")
+    )
     for name in failed:
         print(f"  FAILED: {name}")
     return 1 if failed else 0

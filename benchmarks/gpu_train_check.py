@@ -37,8 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def anatomy(*args: str, env_extra: dict | None = None) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", PYTHONUNBUFFERED="1")
     env.update(env_extra or {})
-    return subprocess.Popen([sys.executable, "-m", "anatomy", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "anatomy", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
@@ -54,16 +55,27 @@ def metrics(run: Path) -> dict[int, dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--work", type=Path, default=None,
-                        help="a folder for the run directories (a new temporary folder inside it; never cleared)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="a folder for the run directories (a new temporary folder inside it; never cleared)",
+    )
     parser.add_argument("--quick", action="store_true", help="a few steps (the CPU smoke test)")
     parser.add_argument("--skip-compile", action="store_true", help="no compile=true run (its compile is slow on CPU)")
     parser.add_argument("--skip-fp16", action="store_true", help="no fp16 run (CPUs emulate fp16 matmuls: slow)")
     args = parser.parse_args(argv)
     steps = 40 if args.quick else 2000
     half = steps // 2
-    common = ["--preset", "char-shakespeare", "progress=false", f"steps={steps}", f"save_every={half}",
-              f"eval_every={half}", "log_every=10"]
+    common = [
+        "--preset",
+        "char-shakespeare",
+        "progress=false",
+        f"steps={steps}",
+        f"save_every={half}",
+        f"eval_every={half}",
+        "log_every=10",
+    ]
     results: dict = {"checks": [], "runs": {}}
     failed: list[str] = []
 
@@ -83,9 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
         logged = metrics(run) if (run / "metrics.jsonl").exists() else {}
         tps = [r["tokens_per_s"] for s, r in logged.items() if s > 10]
-        results["runs"][name] = dict(rc=rc, wall_s=round(took, 1), header=head, summary=summary,
-                                     median_tokens_per_s=sorted(tps)[len(tps) // 2] if tps else None,
-                                     log_tail=out.splitlines()[-6:])
+        results["runs"][name] = dict(
+            rc=rc,
+            wall_s=round(took, 1),
+            header=head,
+            summary=summary,
+            median_tokens_per_s=sorted(tps)[len(tps) // 2] if tps else None,
+            log_tail=out.splitlines()[-6:],
+        )
         print(f"  {name}: rc {rc}, {took:.1f} s, {head}; {summary}", flush=True)
         if rc != 0:
             print(out[-3000:], flush=True)
@@ -97,8 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# run directories in {args.work}", flush=True)
     import torch
 
-    results["environment"] = dict(torch=torch.__version__, cuda=torch.cuda.is_available(),
-                                  device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu")
+    results["environment"] = dict(
+        torch=torch.__version__,
+        cuda=torch.cuda.is_available(),
+        device=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+    )
     print(f"# {results['environment']}", flush=True)
 
     fp32, _, _ = train("fp32")
@@ -108,18 +128,24 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("fp32", "bf16") + (() if args.skip_fp16 else ("fp16",)):
         val = results["runs"][name]["summary"].get("best_val_loss", math.inf)
         limit = 1.9 if not args.quick else 4.0
-        check(f"char-shakespeare {name} val loss", results["runs"][name]["rc"] == 0 and val <= limit,
-              f"{val:.4f} (<= {limit}), {results['runs'][name]['wall_s']} s, "
-              f"{results['runs'][name]['median_tokens_per_s']} tokens/s")
+        check(
+            f"char-shakespeare {name} val loss",
+            results["runs"][name]["rc"] == 0 and val <= limit,
+            f"{val:.4f} (<= {limit}), {results['runs'][name]['wall_s']} s, "
+            f"{results['runs'][name]['median_tokens_per_s']} tokens/s",
+        )
 
     if not args.skip_fp16:
         rows = metrics(fp16) if (fp16 / "metrics.jsonl").exists() else {}
         skipped = sorted(s for s, r in rows.items() if r.get("skipped"))
         scales = [r["loss_scale"] for r in rows.values() if "loss_scale" in r]
         results["runs"]["fp16"]["skipped_steps"] = skipped
-        check("fp16 loss scaling", bool(scales) and len(skipped) < steps // 10,
-              f"{len(skipped)} overflowing steps skipped {skipped[:10]}; loss scale {scales[0] if scales else None} -> "
-              f"{scales[-1] if scales else None}")
+        check(
+            "fp16 loss scaling",
+            bool(scales) and len(skipped) < steps // 10,
+            f"{len(skipped)} overflowing steps skipped {skipped[:10]}; loss scale {scales[0] if scales else None} -> "
+            f"{scales[-1] if scales else None}",
+        )
 
     # Resume: kill right after the middle checkpoint lands, resume, compare with the uninterrupted fp32 run.
     killed = args.work / "killed"
@@ -136,9 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     after = [s for s in ref if s > half]
     diffs = [abs(ref[s]["loss"] - got[s]["loss"]) for s in after if s in got]
     same = len(diffs) == len(after) and len(after) > 0
-    check("SIGKILL after the middle checkpoint, then --resume", rc == 0 and same and max(diffs) <= 1e-3,
-          f"killed while running: {was_running}; resume rc {rc}; {len(diffs)}/{len(after)} steps logged after "
-          f"step {half}; max |loss diff| {max(diffs) if diffs else 'n/a'}; bit-identical {same and max(diffs) == 0}")
+    check(
+        "SIGKILL after the middle checkpoint, then --resume",
+        rc == 0 and same and max(diffs) <= 1e-3,
+        f"killed while running: {was_running}; resume rc {rc}; {len(diffs)}/{len(after)} steps logged after "
+        f"step {half}; max |loss diff| {max(diffs) if diffs else 'n/a'}; bit-identical {same and max(diffs) == 0}",
+    )
     if rc != 0:
         print(out[-3000:], flush=True)
 
@@ -153,15 +182,19 @@ def main(argv: list[str] | None = None) -> int:
         finite = bool(got) and all(math.isfinite(r["loss"]) for r in got.values())
         eager_tps = results["runs"]["fp32"]["median_tokens_per_s"] or 1
         speed = (results["runs"]["compile"]["median_tokens_per_s"] or 0) / eager_tps
-        check("compile=true trains like eager", results["runs"]["compile"]["rc"] == 0 and finite and close,
-              f"final loss {got[end]['loss'] if got else 'n/a'} vs eager {ref.get(end, {}).get('loss')}; "
-              f"tokens/s x{speed:.2f} of eager; log: {used}")
+        check(
+            "compile=true trains like eager",
+            results["runs"]["compile"]["rc"] == 0 and finite and close,
+            f"final loss {got[end]['loss'] if got else 'n/a'} vs eager {ref.get(end, {}).get('loss')}; "
+            f"tokens/s x{speed:.2f} of eager; log: {used}",
+        )
 
-    rc, out = finish(anatomy("generate", "--checkpoint", str(fp32), "--prompt", "ROMEO:", "--max-new-tokens", "80",
-                             "--seed", "1"), 300)
+    rc, out = finish(
+        anatomy("generate", "--checkpoint", str(fp32), "--prompt", "ROMEO:", "--max-new-tokens", "80", "--seed", "1"),
+        300,
+    )
     results["generate"] = out
-    check("anatomy generate from the checkpoint", rc == 0 and len(out.strip()) > len("ROMEO:"),
-          repr(out.strip()[:120]))
+    check("anatomy generate from the checkpoint", rc == 0 and len(out.strip()) > len("ROMEO:"), repr(out.strip()[:120]))
 
     print(f"#### {len(results['checks'])} checks, {len(failed)} failed: {failed}", flush=True)
     args.out.write_text(json.dumps(results, indent=1))

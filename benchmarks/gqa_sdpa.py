@@ -64,13 +64,13 @@ def contenders(q, k, v, mask):
 
     def native():
         m = full()
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=m is None, scale=scale,
-                                              enable_gqa=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=m is None, scale=scale, enable_gqa=True)
 
     def repeat():
         m, h = full(), q.shape[1]
-        return F.scaled_dot_product_attention(q, kernels.repeat_kv(k, h), kernels.repeat_kv(v, h), attn_mask=m,
-                                              is_causal=m is None, scale=scale)
+        return F.scaled_dot_product_attention(
+            q, kernels.repeat_kv(k, h), kernels.repeat_kv(v, h), attn_mask=m, is_causal=m is None, scale=scale
+        )
 
     def ours():
         return kernels.sdpa_attention(q, k, v, mask=mask, is_causal=True, scale=scale)[0]
@@ -95,8 +95,10 @@ def main(argv=None) -> int:
     else:
         shapes = [(2, 512, 8, 2, 64)]
     print(f"# {environment()}, device {torch.cuda.get_device_name() if cuda else 'cpu'}")
-    print(f"{'dtype':5s} {'B':>2s} {'T':>5s} {'H':>3s} {'Hkv':>3s} {'mask':6s} {'contender':8s} {'backend':18s} "
-          f"{'ms':>8s} {'x native':>8s} {'peak MiB':>9s} {'max |diff|':>10s}")
+    print(
+        f"{'dtype':5s} {'B':>2s} {'T':>5s} {'H':>3s} {'Hkv':>3s} {'mask':6s} {'contender':8s} {'backend':18s} "
+        f"{'ms':>8s} {'x native':>8s} {'peak MiB':>9s} {'max |diff|':>10s}"
+    )
     for dtype in dtypes:
         for b, t, h, hkv, dh in shapes:
             for padded in (False, True):
@@ -127,16 +129,18 @@ def main(argv=None) -> int:
                         q.grad = k.grad = v.grad = None
                         fn().backward(gout)
                         sync()
+
                     return run
 
-                secs, ratios = rounds({n: timed_step(f) for n, f in fns.items()}, "native", args.rounds,
-                                      repeat=3)
+                secs, ratios = rounds({n: timed_step(f) for n, f in fns.items()}, "native", args.rounds, repeat=3)
                 for name in fns:
                     backend, peak, diff = rows[name]
-                    print(f"{str(dtype).split('.')[-1][:5]:5s} {b:2d} {t:5d} {h:3d} {hkv:3d} "
-                          f"{'pad' if padded else 'causal':6s} {name:8s} {backend:18s} {secs[name] * 1e3:8.2f} "
-                          f"{ratios[name]:8.2f} {'-' if peak is None else f'{peak:9.0f}':>9s} {diff:10.2e}",
-                          flush=True)
+                    print(
+                        f"{str(dtype).split('.')[-1][:5]:5s} {b:2d} {t:5d} {h:3d} {hkv:3d} "
+                        f"{'pad' if padded else 'causal':6s} {name:8s} {backend:18s} {secs[name] * 1e3:8.2f} "
+                        f"{ratios[name]:8.2f} {'-' if peak is None else f'{peak:9.0f}':>9s} {diff:10.2e}",
+                        flush=True,
+                    )
                 del q, k, v, mask, gout, fns
                 if cuda:
                     torch.cuda.empty_cache()

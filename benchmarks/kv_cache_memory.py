@@ -26,8 +26,17 @@ from anatomy.generation.fast import DecodeStep  # noqa: E402
 
 
 def model(window: int | None, length: int) -> torch.nn.Module:
-    config = ModelConfig.from_preset("llama", n_layers=4, n_heads=4, n_kv_heads=2, d_model=256, d_ff=688,
-                                     vocab_size=4096, max_seq_len=length, sliding_window=window)
+    config = ModelConfig.from_preset(
+        "llama",
+        n_layers=4,
+        n_heads=4,
+        n_kv_heads=2,
+        d_model=256,
+        d_ff=688,
+        vocab_size=4096,
+        max_seq_len=length,
+        sliding_window=window,
+    )
     torch.manual_seed(0)
     return build_model(config).eval()
 
@@ -63,11 +72,15 @@ def main() -> None:
     held = {name: decode(m, prompt, args.new)[1] for name, m in models.items()}
     contenders = {name: (lambda m=m: decode(m, prompt, args.new)) for name, m in models.items()}
     seconds, ratios = rounds(contenders, "full", args.rounds, 1)
-    print(f"batch 1, prompt 16, {args.new} new tokens, 4 layers, d 256, 2 kv heads of 64: "
-          f"median over {args.rounds} interleaved rounds")
+    print(
+        f"batch 1, prompt 16, {args.new} new tokens, 4 layers, d 256, 2 kv heads of 64: "
+        f"median over {args.rounds} interleaved rounds"
+    )
     for name in models:
-        print(f"  {name:12s} cache {held[name] / 2**20:8.2f} MiB   {args.new / seconds[name]:8.1f} new tokens/s"
-              f"   time / full {ratios[name]:5.2f}")
+        print(
+            f"  {name:12s} cache {held[name] / 2**20:8.2f} MiB   {args.new / seconds[name]:8.1f} new tokens/s"
+            f"   time / full {ratios[name]:5.2f}"
+        )
 
 
 if __name__ == "__main__":

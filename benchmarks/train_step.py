@@ -54,11 +54,30 @@ SIZES = {
 }
 
 
-def ours(d: int = D, v: int = V, *, layers: int = L, heads: int = H, t: int = T, activation: str = "gelu_tanh",
-         bias: bool = False) -> torch.nn.Module:
-    config = ModelConfig.from_preset("gpt2", n_layers=layers, n_heads=heads, d_model=d, d_ff=4 * d, vocab_size=v,
-                                     max_seq_len=t, dropout=0.0, attention_dropout=0.0, kernel="sdpa",
-                                     activation=activation, bias=bias)
+def ours(
+    d: int = D,
+    v: int = V,
+    *,
+    layers: int = L,
+    heads: int = H,
+    t: int = T,
+    activation: str = "gelu_tanh",
+    bias: bool = False,
+) -> torch.nn.Module:
+    config = ModelConfig.from_preset(
+        "gpt2",
+        n_layers=layers,
+        n_heads=heads,
+        d_model=d,
+        d_ff=4 * d,
+        vocab_size=v,
+        max_seq_len=t,
+        dropout=0.0,
+        attention_dropout=0.0,
+        kernel="sdpa",
+        activation=activation,
+        bias=bias,
+    )
     return build_model(config)
 
 
@@ -68,8 +87,18 @@ def hf_gpt2(d: int = D, v: int = V) -> torch.nn.Module | None:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
         return None
-    config = GPT2Config(vocab_size=v, n_positions=T, n_embd=d, n_layer=L, n_head=H, resid_pdrop=0.0, embd_pdrop=0.0,
-                        attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    config = GPT2Config(
+        vocab_size=v,
+        n_positions=T,
+        n_embd=d,
+        n_layer=L,
+        n_head=H,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     model = GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
     assert model.config._attn_implementation == "sdpa"
     return model
@@ -82,8 +111,11 @@ class XTransformersLM(torch.nn.Module):
 
     def forward(self, input_ids, labels=None):
         logits = self.net(input_ids)  # (B, T, V)
-        loss = None if labels is None else torch.nn.functional.cross_entropy(
-            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())  # next-token targets (B*(T-1),)
+        loss = (
+            None
+            if labels is None
+            else torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        )  # next-token targets (B*(T-1),)
         return type("Out", (), {"loss": loss, "logits": logits})
 
 
@@ -92,8 +124,9 @@ def x_transformers() -> torch.nn.Module | None:
         from x_transformers import Decoder, TransformerWrapper
     except ImportError:
         return None
-    net = TransformerWrapper(num_tokens=V, max_seq_len=T, tie_embedding=True,
-                             attn_layers=Decoder(dim=D, depth=L, heads=H, attn_flash=True))
+    net = TransformerWrapper(
+        num_tokens=V, max_seq_len=T, tie_embedding=True, attn_layers=Decoder(dim=D, depth=L, heads=H, attn_flash=True)
+    )
     return XTransformersLM(net)
 
 
@@ -116,8 +149,10 @@ def our_optimizer(model):
 def nanogpt_optimizer(model):
     """nanoGPT's configure_optimizers on CPU: decay on >= 2-D tensors, AdamW not fused (fused only on CUDA)."""
     params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
-              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=1e-4, betas=(0.9, 0.99))
 
 
@@ -130,9 +165,16 @@ def contenders(size: tuple) -> dict[str, tuple[torch.nn.Module, object, str]]:
     exact.load_state_dict(mine.state_dict())
     bare = BareGPT(vocab=v, d=d, h=heads, layers=layers, d_ff=4 * d, max_len=t, gelu="tanh").load_from(mine)
     nano = BareGPT(vocab=v, d=d, h=heads, layers=layers, d_ff=4 * d, max_len=t, design="nanogpt").load_from(mine)
-    return {"ours": (mine, our_optimizer, "labels"), "bare": (bare, lambda m: torch.optim.AdamW(
-        m.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.99)), "labels"),
-            "ours_exact": (exact, our_optimizer, "labels"), "nanogpt": (nano, nanogpt_optimizer, "targets")}
+    return {
+        "ours": (mine, our_optimizer, "labels"),
+        "bare": (
+            bare,
+            lambda m: torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.1, betas=(0.9, 0.99)),
+            "labels",
+        ),
+        "ours_exact": (exact, our_optimizer, "labels"),
+        "nanogpt": (nano, nanogpt_optimizer, "targets"),
+    }
 
 
 def batch(size: tuple) -> torch.Tensor:
@@ -151,6 +193,7 @@ def trainer(model, make_opt, kind: str, ids: torch.Tensor, precision: str = "fp3
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss
+
     return step
 
 
@@ -158,6 +201,7 @@ def inferer(model, ids: torch.Tensor):
     def forward():
         with torch.no_grad():
             return model(input_ids=ids).logits
+
     return forward
 
 
@@ -168,7 +212,7 @@ def interleaved(fns: dict[str, object], n_rounds: int, repeat: int) -> dict[str,
         fn()
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(n_rounds):
-        for n in names[r % len(names):] + names[: r % len(names)]:
+        for n in names[r % len(names) :] + names[: r % len(names)]:
             times[n].append(timed(fns[n], repeat))
     return times
 
@@ -184,8 +228,12 @@ def check_same_function(models: dict, ids: torch.Tensor) -> None:
         assert torch.allclose(models["bare"][0](input_ids=ids).logits, ref, atol=1e-5), "bare != ours"
         nano = models["nanogpt"][0](input_ids=ids).logits
         assert torch.allclose(models["ours_exact"][0](input_ids=ids).logits, nano, atol=1e-5), "ours_exact != nano"
-        losses = {k: m(input_ids=ids, **({"labels": ids} if kind == "labels" else {"targets": shifted_targets(ids)})
-                       ).loss.item() for k, (m, _, kind) in models.items()}
+        losses = {
+            k: m(
+                input_ids=ids, **({"labels": ids} if kind == "labels" else {"targets": shifted_targets(ids)})
+            ).loss.item()
+            for k, (m, _, kind) in models.items()
+        }
     assert abs(losses["ours"] - losses["bare"]) < 1e-4 and abs(losses["ours_exact"] - losses["nanogpt"]) < 1e-4
 
 
@@ -198,17 +246,25 @@ def compare(name: str, size: tuple, args) -> None:
     if name == "benchmark":
         models.update(peers())
     tokens = ids.numel()
-    print(f"\n== {name}: {size[0]} layers, {size[1]} heads, d {size[2]}, T {size[3]}, batch {size[4]}, "
-          f"vocab {size[5]}, {threads} thread(s); {sum(p.numel() for p in models['ours'][0].parameters()):,} "
-          "parameters; same logits checked")
+    print(
+        f"\n== {name}: {size[0]} layers, {size[1]} heads, d {size[2]}, T {size[3]}, batch {size[4]}, "
+        f"vocab {size[5]}, {threads} thread(s); {sum(p.numel() for p in models['ours'][0].parameters()):,} "
+        "parameters; same logits checked"
+    )
     train = interleaved({k: trainer(m, o, kind, ids) for k, (m, o, kind) in models.items()}, args.rounds, args.repeat)
     infer = interleaved({k: inferer(m, ids) for k, (m, _, _) in models.items()}, args.rounds, args.repeat)
     for what, times in (("train step", train), ("inference", infer)):
         speed = {k: tokens / statistics.median(v) for k, v in times.items()}
-        print(f"  {what:10s} ours/bare time {ratio(times, 'ours', 'bare'):5.3f} (target <= 1.05)   "
-              f"ours_exact vs nanogpt tokens/s {ratio(times, 'nanogpt', 'ours_exact'):5.3f} (target >= 1.10)")
-        print("             tokens/s " + "  ".join(f"{k} {s:,.0f}" for k, s in speed.items())
-              + "   time / ours " + "  ".join(f"{k} {ratio(times, k, 'ours'):.3f}" for k in times if k != "ours"))
+        print(
+            f"  {what:10s} ours/bare time {ratio(times, 'ours', 'bare'):5.3f} (target <= 1.05)   "
+            f"ours_exact vs nanogpt tokens/s {ratio(times, 'nanogpt', 'ours_exact'):5.3f} (target >= 1.10)"
+        )
+        print(
+            "             tokens/s "
+            + "  ".join(f"{k} {s:,.0f}" for k, s in speed.items())
+            + "   time / ours "
+            + "  ".join(f"{k} {ratio(times, k, 'ours'):.3f}" for k in times if k != "ours")
+        )
     if args.memory:
         mem = {}
         for k, (m, o, kind) in models.items():
@@ -216,15 +272,18 @@ def compare(name: str, size: tuple, args) -> None:
                 continue
             step = trainer(m, o, kind, ids)
             mem[k] = peak_memory(lambda s=step: [s() for _ in range(3)])
-        print(f"  peak memory of 3 train steps: ours/bare {mem['ours'] / mem['bare']:5.3f}   ours_exact/nanogpt "
-              f"{mem['ours_exact'] / mem['nanogpt']:5.3f}   " + "  ".join(f"{k} {v / 2**20:.1f} MiB"
-                                                                       for k, v in mem.items()))
+        print(
+            f"  peak memory of 3 train steps: ours/bare {mem['ours'] / mem['bare']:5.3f}   ours_exact/nanogpt "
+            f"{mem['ours_exact'] / mem['nanogpt']:5.3f}   "
+            + "  ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in mem.items())
+        )
 
 
 def _old_lm_loss(logits, labels):
     """The loss before the lever: the logits of every position but the last copied into a new tensor."""
-    return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
-                                             ignore_index=-100)
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100
+    )
 
 
 class FusedHeadLM(torch.nn.Module):
@@ -285,18 +344,28 @@ def levers(name: str, size: tuple, args) -> None:
         exact = twin()(input_ids=ids, labels=ids).loss.item()
         assert abs(fused(input_ids=ids, labels=ids).loss.item() - exact) < 1e-5, "the fused loss differs"
     fused_step = trainer(fused, lambda m: our_optimizer(m.model), "labels", ids)
-    times = interleaved({"all": with_all, "adamw": no_fused, "mirror": no_mirror, "loss": no_loss_lever,
-                         "fused_head": fused_step}, args.rounds, args.repeat)
-    fwd = interleaved({"all": inferer(twin(), ids), "mirror": inferer(twin(unmirror=True), ids)},
-                      args.rounds, args.repeat)
-    print(f"  levers at {name} (time without / with, train step): fused AdamW {ratio(times, 'adamw', 'all'):5.3f}   "
-          f"loss without the logits copy {ratio(times, 'loss', 'all'):5.3f}   submodules as plain attributes "
-          f"{ratio(times, 'mirror', 'all'):5.3f} (inference {ratio(fwd, 'mirror', 'all'):5.3f})")
-    mem = {k: peak_memory(lambda s=step: [s() for _ in range(3)]) for k, step in
-           (("all", with_all), ("fused_head", fused_step))}
-    print(f"  a lever tried, not in: head + loss fused, chunks of 256 rows (time without / with) "
-          f"{ratio(times, 'all', 'fused_head'):5.3f}; peak memory of 3 steps {mem['all'] / 2**20:.1f} -> "
-          f"{mem['fused_head'] / 2**20:.1f} MiB")
+    times = interleaved(
+        {"all": with_all, "adamw": no_fused, "mirror": no_mirror, "loss": no_loss_lever, "fused_head": fused_step},
+        args.rounds,
+        args.repeat,
+    )
+    fwd = interleaved(
+        {"all": inferer(twin(), ids), "mirror": inferer(twin(unmirror=True), ids)}, args.rounds, args.repeat
+    )
+    print(
+        f"  levers at {name} (time without / with, train step): fused AdamW {ratio(times, 'adamw', 'all'):5.3f}   "
+        f"loss without the logits copy {ratio(times, 'loss', 'all'):5.3f}   submodules as plain attributes "
+        f"{ratio(times, 'mirror', 'all'):5.3f} (inference {ratio(fwd, 'mirror', 'all'):5.3f})"
+    )
+    mem = {
+        k: peak_memory(lambda s=step: [s() for _ in range(3)])
+        for k, step in (("all", with_all), ("fused_head", fused_step))
+    }
+    print(
+        f"  a lever tried, not in: head + loss fused, chunks of 256 rows (time without / with) "
+        f"{ratio(times, 'all', 'fused_head'):5.3f}; peak memory of 3 steps {mem['all'] / 2**20:.1f} -> "
+        f"{mem['fused_head'] / 2**20:.1f} MiB"
+    )
 
 
 def compiled(name: str, size: tuple, args) -> None:
@@ -321,15 +390,21 @@ def compiled(name: str, size: tuple, args) -> None:
         took[k] = time.perf_counter() - t0
     tr = interleaved(train, args.rounds, args.repeat)
     inf = interleaved(infer, args.rounds, args.repeat)
-    print(f"  torch.compile at {name} ({threads} thread(s)); compile time (first train step + first forward): "
-          + ", ".join(f"{k} {v:.0f} s" for k, v in took.items()))
+    print(
+        f"  torch.compile at {name} ({threads} thread(s)); compile time (first train step + first forward): "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in took.items())
+    )
     for what, times in (("train step", tr), ("inference", inf)):
-        print(f"    {what:10s} tokens/s " + "  ".join(f"{k} {tokens / statistics.median(v):,.0f}" for k, v in
-                                                    times.items()))
-        print(f"               compiled vs eager: ours_exact {ratio(times, 'ours_exact', 'ours_exact_compiled'):5.3f}"
-              f"  nanogpt {ratio(times, 'nanogpt', 'nanogpt_compiled'):5.3f};  ours_exact vs nanogpt: both "
-              f"compiled {ratio(times, 'nanogpt_compiled', 'ours_exact_compiled'):5.3f}, ours compiled vs "
-              f"nanogpt eager {ratio(times, 'nanogpt', 'ours_exact_compiled'):5.3f}")
+        print(
+            f"    {what:10s} tokens/s "
+            + "  ".join(f"{k} {tokens / statistics.median(v):,.0f}" for k, v in times.items())
+        )
+        print(
+            f"               compiled vs eager: ours_exact {ratio(times, 'ours_exact', 'ours_exact_compiled'):5.3f}"
+            f"  nanogpt {ratio(times, 'nanogpt', 'nanogpt_compiled'):5.3f};  ours_exact vs nanogpt: both "
+            f"compiled {ratio(times, 'nanogpt_compiled', 'ours_exact_compiled'):5.3f}, ours compiled vs "
+            f"nanogpt eager {ratio(times, 'nanogpt', 'ours_exact_compiled'):5.3f}"
+        )
 
 
 def bf16_curves(steps: int, threads: int | None) -> None:
@@ -353,8 +428,10 @@ def bf16_curves(steps: int, threads: int | None) -> None:
             opt.zero_grad(set_to_none=True)
             losses.append(loss.item())
         result[name] = (time.perf_counter() - t0, losses)
-    print(f"\nbf16 autocast vs fp32 at the benchmark size, {steps} steps: "
-          f"{result['fp32'][0] / result['bf16'][0]:.2f}x speed (not exact: a separate result)")
+    print(
+        f"\nbf16 autocast vs fp32 at the benchmark size, {steps} steps: "
+        f"{result['fp32'][0] / result['bf16'][0]:.2f}x speed (not exact: a separate result)"
+    )
     print("  step   fp32 loss   bf16 loss")
     for i in range(0, steps, max(1, steps // 10)):
         print(f"  {i + 1:4d}   {result['fp32'][1][i]:9.4f}   {result['bf16'][1][i]:9.4f}")
@@ -370,8 +447,11 @@ def main() -> None:
     parser.add_argument("--sizes", default="all", help=f"comma-separated among {', '.join(SIZES)} (default all)")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the peak-memory pass")
     parser.add_argument("--no-levers", dest="levers", action="store_false", help="skip the per-lever pass")
-    parser.add_argument("--compile", action="store_true",
-                        help="also torch.compile ours_exact and nanogpt (inductor; minutes of compiling on a CPU)")
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="also torch.compile ours_exact and nanogpt (inductor; minutes of compiling on a CPU)",
+    )
     args = parser.parse_args()
     chosen = list(SIZES) if args.sizes == "all" else [s.strip() for s in args.sizes.split(",")]
     unknown = [s for s in chosen if s not in SIZES]

@@ -47,9 +47,16 @@ def browser():
     if chromium is None:
         pytest.skip("Debian chromium is not installed (apt-get install chromium); never `playwright install`")
     with sync_api.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-            "--no-first-run"])
+        launched = p.chromium.launch(
+            executable_path=chromium,
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+            ],
+        )
         try:
             yield launched
         finally:

@@ -22,8 +22,10 @@ def _load():
 
 def test_summary_is_the_median_of_per_round_ratios():
     ac = _load()
-    speeds = {"train": {"new": [100.0, 300.0, 110.0], "old": [50.0, 100.0, 100.0], "hf": []},
-              "decode": {"new": [10.0, 10.0, 10.0], "old": [10.0, 20.0, 5.0], "hf": [2.5, 1.5, 2.0]}}
+    speeds = {
+        "train": {"new": [100.0, 300.0, 110.0], "old": [50.0, 100.0, 100.0], "hf": []},
+        "decode": {"new": [10.0, 10.0, 10.0], "old": [10.0, 20.0, 5.0], "hf": [2.5, 1.5, 2.0]},
+    }
     lines = ac.summary(speeds, "HEAD~1")
     # per round 2.0, 3.0, 1.1 -> 2.0 (the ratio of the medians would be 110 / 100 = 1.1)
     assert "new / old 2.000" in lines[0] and "(rounds 1.100-3.000)" in lines[0]

@@ -13,8 +13,16 @@ spec.loader.exec_module(compare_claims)
 
 
 def _doc(verdict="supported", value=1.0, reason="r", extra=()):
-    claims = [{"id": "C1-x", "verdict": verdict, "reason_en": reason, "reason_zh": "理由", "rule": "rule",
-               "metrics": {"m": {"values": [value, float("nan")]}}}]
+    claims = [
+        {
+            "id": "C1-x",
+            "verdict": verdict,
+            "reason_en": reason,
+            "reason_zh": "理由",
+            "rule": "rule",
+            "metrics": {"m": {"values": [value, float("nan")]}},
+        }
+    ]
     claims += [{**claims[0], "id": cid} for cid in extra]
     return {"claims": claims}
 

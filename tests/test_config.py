@@ -67,7 +67,11 @@ def test_without_a_d_model_override_the_published_sizes_stay():
     for name, preset in PRESETS.items():
         c = ModelConfig.from_preset(name, n_layers=1)
         assert (c.d_model, c.d_ff, c.n_heads, c.n_kv_heads) == (
-            preset["d_model"], preset["d_ff"], preset["n_heads"], preset.get("n_kv_heads"))
+            preset["d_model"],
+            preset["d_ff"],
+            preset["n_heads"],
+            preset.get("n_kv_heads"),
+        )
 
 
 def test_heads_stay_when_d_model_is_not_a_multiple_of_the_head_width():

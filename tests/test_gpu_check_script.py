@@ -69,14 +69,18 @@ class _Warning:
 def test_a_refused_backend_is_reported_with_its_own_reason():
     """PyTorch warns a header per backend, then that backend's reasons; the report keeps the forced backend's (the
     first H200 run printed the memory-efficient kernel's header as FLASH's reason)."""
-    caught = [_Warning(m) for m in (
-        "Memory efficient kernel not used because: (Triggered internally at sdp_utils.cpp:123.)",
-        "Memory Efficient attention has been runtime disabled.",
-        "Flash attention kernel not used because:",
-        "Flash Attention does not support non-null attn_mask.",
-        "cuDNN attention kernel not used because:",
-        "Expected query, key and value to all be of dtype: {Half, BFloat16}.",
-        "No available kernel. Aborting execution.")]
+    caught = [
+        _Warning(m)
+        for m in (
+            "Memory efficient kernel not used because: (Triggered internally at sdp_utils.cpp:123.)",
+            "Memory Efficient attention has been runtime disabled.",
+            "Flash attention kernel not used because:",
+            "Flash Attention does not support non-null attn_mask.",
+            "cuDNN attention kernel not used because:",
+            "Expected query, key and value to all be of dtype: {Half, BFloat16}.",
+            "No available kernel. Aborting execution.",
+        )
+    ]
     reason = _load()._reason
     err = RuntimeError("No available kernel. Aborting execution.")
     assert reason(err, caught, "FLASH") == "Flash Attention does not support non-null attn_mask."

@@ -34,7 +34,8 @@ def all_modules(root: Path = ROOT) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -73,8 +74,9 @@ def import_graph(modules: dict[str, Path], root: Path = ROOT) -> Edges:
                 targets = [alias.name for alias in node.names]
             else:
                 base = _absolute(node, name, is_package)
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                           for alias in node.names]
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names
+                ]
             for target in targets:
                 while target and target not in modules:  # `import anatomy.pkg.mod.attr`-like spellings
                     target = target.rpartition(".")[0]
@@ -182,7 +184,8 @@ def test_no_import_cycle_passes_through_the_room(name: str) -> None:
     edges, found = package_cycles()
     mine = [cycle for cycle in found if any(room(module) == name for module in cycle)]
     assert not mine, f"{len(mine)} import cycle(s) through anatomy/{name}:\n" + "\n".join(
-        describe(cycle, edges) for cycle in mine)
+        describe(cycle, edges) for cycle in mine
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -198,12 +201,15 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Edges:
 
 
 def test_a_lazy_import_inside_a_function_closes_a_cycle(tmp_path: Path) -> None:
-    edges = _package(tmp_path, {
-        "__init__.py": "",
-        "cli/__init__.py": "",
-        "cli/main.py": "from anatomy.cli import train\n",
-        "cli/train.py": "def run():\n    from anatomy.cli.main import UsageError\n",
-    })
+    edges = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "cli/__init__.py": "",
+            "cli/main.py": "from anatomy.cli import train\n",
+            "cli/train.py": "def run():\n    from anatomy.cli.main import UsageError\n",
+        },
+    )
     assert cycles(edges) == [["anatomy.cli.main", "anatomy.cli.train"]]
     assert edges["anatomy.cli.train"] == {"anatomy.cli.main": "anatomy/cli/train.py:2"}
 
@@ -219,27 +225,35 @@ def test_a_package_re_exporting_its_parts_is_no_cycle_but_a_part_importing_its_p
     files["doctor/report.py"] = "from . import check\n"  # relative, to a sibling module
     assert cycles(_package(tmp_path, files)) == [["anatomy.doctor.check", "anatomy.doctor.report"]]
     files["doctor/report.py"] = "def f():\n    from anatomy.doctor import Report\n"  # a name of the __init__
-    assert cycles(_package(tmp_path, files)) == [["anatomy.doctor", "anatomy.doctor.check", "anatomy.doctor.report"],
-                                                 ["anatomy.doctor", "anatomy.doctor.report"]]
+    assert cycles(_package(tmp_path, files)) == [
+        ["anatomy.doctor", "anatomy.doctor.check", "anatomy.doctor.report"],
+        ["anatomy.doctor", "anatomy.doctor.report"],
+    ]
 
 
 def test_type_checking_imports_never_run_and_make_no_edge(tmp_path: Path) -> None:
-    edges = _package(tmp_path, {
-        "__init__.py": "",
-        "a.py": "import anatomy.b\n",
-        "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from anatomy.a import A\nelse:\n"
-                "    from anatomy import c\n",
-        "c.py": "",
-    })
+    edges = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "import anatomy.b\n",
+            "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from anatomy.a import A\nelse:\n"
+            "    from anatomy import c\n",
+            "c.py": "",
+        },
+    )
     assert edges["anatomy.b"] == {"anatomy.c": "anatomy/b.py:5"}
     assert cycles(edges) == []
 
 
 def test_every_edge_of_a_tangle_is_named_in_some_cycle(tmp_path: Path) -> None:
-    edges = _package(tmp_path, {
-        "__init__.py": "",
-        "a.py": "import anatomy.b\nimport anatomy.c\n",
-        "b.py": "import anatomy.a\n",
-        "c.py": "import anatomy.b\n",
-    })
+    edges = _package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "import anatomy.b\nimport anatomy.c\n",
+            "b.py": "import anatomy.a\n",
+            "c.py": "import anatomy.b\n",
+        },
+    )
     assert cycles(edges) == [["anatomy.a", "anatomy.b"], ["anatomy.a", "anatomy.c", "anatomy.b"]]

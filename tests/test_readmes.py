@@ -71,11 +71,15 @@ def _report_minutes() -> dict[str, str]:
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     help_text = " ".join(sub.choices["report"].format_help().split())  # argparse wraps at the terminal's width
-    found = {"README.md": re.findall(r"in about (\d+(?:-\d+)?) minutes on 2 CPU\s+cores", (ROOT / "README.md")
-                                     .read_text(encoding="utf-8")),
-             "README.zh.md": re.findall(r"2 核 CPU 上大约 (\d+(?:-\d+)?) 分钟", (ROOT / "README.zh.md")
-                                        .read_text(encoding="utf-8")),
-             "anatomy report --help": re.findall(r"about (\d+(?:-\d+)?) minutes on 2\s+cores", help_text)}
+    found = {
+        "README.md": re.findall(
+            r"in about (\d+(?:-\d+)?) minutes on 2 CPU\s+cores", (ROOT / "README.md").read_text(encoding="utf-8")
+        ),
+        "README.zh.md": re.findall(
+            r"2 核 CPU 上大约 (\d+(?:-\d+)?) 分钟", (ROOT / "README.zh.md").read_text(encoding="utf-8")
+        ),
+        "anatomy report --help": re.findall(r"about (\d+(?:-\d+)?) minutes on 2\s+cores", help_text),
+    }
     return {where: figures[0] if len(figures) == 1 else repr(figures) for where, figures in found.items()}
 
 

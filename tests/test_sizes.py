@@ -19,8 +19,9 @@ SEED = ModelConfig.from_preset("seed-block")
 
 @pytest.mark.parametrize("preset", ["seed-block", "gpt2", "llama", "t5", "bert"])
 def test_the_parameter_count_from_the_config_is_within_2_percent_of_the_built_model(preset):
-    config = ModelConfig.from_preset(preset, d_model=64, n_heads=4, n_layers=2, vocab_size=500,
-                                     **({"n_kv_heads": 2} if preset == "llama" else {}))
+    config = ModelConfig.from_preset(
+        preset, d_model=64, n_heads=4, n_layers=2, vocab_size=500, **({"n_kv_heads": 2} if preset == "llama" else {})
+    )
     built = sum(p.numel() for p in build_model(config).parameters())
     assert abs(parameter_count(config) - built) / built < 0.02
 
@@ -67,8 +68,9 @@ def test_the_estimate_follows_the_measured_peak_of_a_trace(capsys):
     # ``anatomy trace --preset`` now runs on the meta device (no memory at all); the estimate is measured on the
     # same trace of a real model, as ``anatomy trace --checkpoint`` runs it
     model = build_model(SEED).eval()
-    peaks = {seq: _peak_tensor_bytes(lambda seq=seq: trace_model(model, example_inputs(model, 2, seq)))
-             for seq in (10, 2000)}
+    peaks = {
+        seq: _peak_tensor_bytes(lambda seq=seq: trace_model(model, example_inputs(model, 2, seq))) for seq in (10, 2000)
+    }
     added = peaks[2000] - peaks[10]
     want = estimate(SEED, 2, 2000)[0] - estimate(SEED, 2, 10)[0]
     assert want / 2 <= added <= want * 2, (added, want)
@@ -111,32 +113,52 @@ def test_anatomy_trace_seq_100000_is_refused_before_allocating(capsys):
 
 def test_anatomy_trace_seq_10_to_the_30_is_one_line_in_a_small_address_space():
     """Under a 3 GB address-space limit: refusing allocates nothing, so no MemoryError can arise."""
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30)); "
-            "from anatomy.cli.main import main; sys.exit(main(['trace', '--seq', str(10**30)]))")
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30)); "
+        "from anatomy.cli.main import main; sys.exit(main(['trace', '--seq', str(10**30)]))"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert "10^61 bytes" in run.stderr and "Traceback" not in run.stderr
 
 
 def test_anatomy_viz_attention_refuses_a_model_too_large_to_build(tmp_path, capsys):
-    assert main(["viz", "attention", "--text", "abc", "--out", str(tmp_path / "a.png"),
-                 "d_model=1000000", "n_heads=4", "vocab_size=100"]) == 2
+    assert (
+        main(
+            [
+                "viz",
+                "attention",
+                "--text",
+                "abc",
+                "--out",
+                str(tmp_path / "a.png"),
+                "d_model=1000000",
+                "n_heads=4",
+                "vocab_size=100",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "this model and text" in err and "parameters" in err and "key=value sizes" in err
     assert not (tmp_path / "a.png").exists()
 
 
 def test_anatomy_train_refuses_a_batch_that_cannot_fit(tmp_path, capsys):
-    code = main(["train", "--preset", "char-shakespeare", "--out", str(tmp_path / "run"), "steps=1",
-                 "batch_size=10000000"])
+    code = main(
+        ["train", "--preset", "char-shakespeare", "--out", str(tmp_path / "run"), "steps=1", "batch_size=10000000"]
+    )
     err = capsys.readouterr().err
     assert code != 0 and "one training step" in err and "batch_size" in err and "Traceback" not in err
 
 
 def test_generate_refuses_a_cache_that_cannot_fit_before_reserving_it():
     torch.manual_seed(0)
-    model = build_model(ModelConfig.from_preset("gpt2", d_model=32, n_heads=2, n_layers=1, vocab_size=50,
-                                                positional="rope", max_seq_len=64)).eval()
+    model = build_model(
+        ModelConfig.from_preset(
+            "gpt2", d_model=32, n_heads=2, n_layers=1, vocab_size=50, positional="rope", max_seq_len=64
+        )
+    ).eval()
     with pytest.raises(SizeError, match=r"KV cache for ~10\^12 positions .* lower max_new_tokens"):
         generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=10**12)
     assert check_cache_fits(model.config, 1, 100, flags="x", available=10**9) == 2 * 1 * 1 * 2 * 100 * 16 * 4
@@ -149,10 +171,12 @@ def test_sizes_json_trace_still_works(capsys):
 
 def test_anatomy_trace_of_a_learners_module_is_refused_before_it_runs(tmp_path, capsys):
     path = tmp_path / "mine.py"
-    path.write_text("import torch\n\nclass A(torch.nn.Module):\n    def __init__(self, d, h):\n"
-                    "        super().__init__()\n\n    def forward(self, x):\n"
-                    "        raise AssertionError('never run')\n",
-                    encoding="utf-8")
+    path.write_text(
+        "import torch\n\nclass A(torch.nn.Module):\n    def __init__(self, d, h):\n"
+        "        super().__init__()\n\n    def forward(self, x):\n"
+        "        raise AssertionError('never run')\n",
+        encoding="utf-8",
+    )
     assert main(["trace", f"{path}:A", "--seq", "100000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "B of memory" in err[0] and "float64" in err[0] and "never run" not in err[0]

@@ -46,8 +46,12 @@ def test_bare_references_compute_our_function_and_train_the_same():
 
 def test_claims_speed_sees_disagreement_only_outside_the_declared_metrics(tmp_path):
     cs = _load("claims_speed")
-    claim = {"id": "C1-x", "verdict": "supported", "metrics": {"a": {"values": [1.0]}, "t": {"values": [2.0]}},
-             "nondeterministic": {"metrics": ["t"], "why": "wall-clock"}}
+    claim = {
+        "id": "C1-x",
+        "verdict": "supported",
+        "metrics": {"a": {"values": [1.0]}, "t": {"values": [2.0]}},
+        "nondeterministic": {"metrics": ["t"], "why": "wall-clock"},
+    }
     for name, a, t in (("x", 1.0, 2.0), ("y", 1.0, 9.0), ("z", 1.5, 2.0)):
         (tmp_path / name).mkdir()
         doc = {"claims": [{**claim, "metrics": {"a": {"values": [a]}, "t": {"values": [t]}}}]}

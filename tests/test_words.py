@@ -31,12 +31,19 @@ def test_values_take_the_type_of_their_field():
     assert parse_words(["lr-x=1"], {"lr_x": FIELDS["lr"]}) == {"lr_x": 1.0}  # - spelt for _
 
 
-@pytest.mark.parametrize("word, message", [
-    ("steps", "expected key=value"), ("=3", "expected key=value"), ("steps=1.5", "steps must be an integer"),
-    ("lr=fast", "lr must be a number, got 'fast'"), ("bias=maybe", "bias must be a boolean"),
-    ("window=none1", "window must be an integer"), ("epochs=3", "unknown key 'epochs'"),
-    ("derived=1", "derived is set elsewhere"),
-])
+@pytest.mark.parametrize(
+    "word, message",
+    [
+        ("steps", "expected key=value"),
+        ("=3", "expected key=value"),
+        ("steps=1.5", "steps must be an integer"),
+        ("lr=fast", "lr must be a number, got 'fast'"),
+        ("bias=maybe", "bias must be a boolean"),
+        ("window=none1", "window must be an integer"),
+        ("epochs=3", "unknown key 'epochs'"),
+        ("derived=1", "derived is set elsewhere"),
+    ],
+)
 def test_bad_words_name_the_key_and_list_the_valid_ones(word, message):
     with pytest.raises(ValueError, match=message) as err:
         parse_words([word], FIELDS, refused={"derived": "is set elsewhere"})

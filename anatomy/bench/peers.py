@@ -76,18 +76,37 @@ class LMSize:
 def ours_lm(s: LMSize, **overrides) -> nn.Module:
     from anatomy import ModelConfig, build_model
 
-    config = ModelConfig.from_preset("gpt2", n_layers=s.n_layers, n_heads=s.n_heads, d_model=s.d_model,
-                                     d_ff=4 * s.d_model, vocab_size=s.vocab, max_seq_len=max(s.seq, 256),
-                                     dropout=0.0, attention_dropout=0.0, kernel="sdpa", **overrides)
+    config = ModelConfig.from_preset(
+        "gpt2",
+        n_layers=s.n_layers,
+        n_heads=s.n_heads,
+        d_model=s.d_model,
+        d_ff=4 * s.d_model,
+        vocab_size=s.vocab,
+        max_seq_len=max(s.seq, 256),
+        dropout=0.0,
+        attention_dropout=0.0,
+        kernel="sdpa",
+        **overrides,
+    )
     return build_model(config)
 
 
 def hf_gpt2(s: LMSize) -> nn.Module:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=s.vocab, n_positions=max(s.seq, 256), n_embd=s.d_model, n_layer=s.n_layers,
-                        n_head=s.n_heads, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0,
-                        eos_token_id=0)
+    config = GPT2Config(
+        vocab_size=s.vocab,
+        n_positions=max(s.seq, 256),
+        n_embd=s.d_model,
+        n_layer=s.n_layers,
+        n_head=s.n_heads,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
 
 
@@ -100,16 +119,21 @@ class _XLM(nn.Module):
 
     def forward(self, input_ids, labels=None):
         logits = self.net(input_ids)  # (B, T, V)
-        loss = None if labels is None else F.cross_entropy(
-            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())  # next-token targets (B*(T-1),)
+        loss = (
+            None if labels is None else F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+        )  # next-token targets (B*(T-1),)
         return type("Out", (), {"loss": loss, "logits": logits})
 
 
 def x_transformers_lm(s: LMSize) -> nn.Module:
     from x_transformers import Decoder, TransformerWrapper
 
-    net = TransformerWrapper(num_tokens=s.vocab, max_seq_len=max(s.seq, 256), tie_embedding=True,
-                             attn_layers=Decoder(dim=s.d_model, depth=s.n_layers, heads=s.n_heads, attn_flash=True))
+    net = TransformerWrapper(
+        num_tokens=s.vocab,
+        max_seq_len=max(s.seq, 256),
+        tie_embedding=True,
+        attn_layers=Decoder(dim=s.d_model, depth=s.n_layers, heads=s.n_heads, attn_flash=True),
+    )
     return _XLM(net)
 
 

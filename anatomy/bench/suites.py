@@ -34,12 +34,30 @@ class Sizes:
     cache_new: int
 
 
-FULL = Sizes(attn_batch=4, attn_heads=8, attn_head_dim=64, attn_seqs=(128, 512),
-             lm=LMSize(n_layers=4, n_heads=4, d_model=256, seq=256, batch=8, vocab=4096), block_seq=256,
-             prompt=16, new_tokens=200, window=64, cache_new=1000)
-QUICK = Sizes(attn_batch=2, attn_heads=2, attn_head_dim=8, attn_seqs=(16,),
-              lm=LMSize(n_layers=2, n_heads=2, d_model=32, seq=16, batch=2, vocab=64), block_seq=16,
-              prompt=4, new_tokens=8, window=4, cache_new=24)
+FULL = Sizes(
+    attn_batch=4,
+    attn_heads=8,
+    attn_head_dim=64,
+    attn_seqs=(128, 512),
+    lm=LMSize(n_layers=4, n_heads=4, d_model=256, seq=256, batch=8, vocab=4096),
+    block_seq=256,
+    prompt=16,
+    new_tokens=200,
+    window=64,
+    cache_new=1000,
+)
+QUICK = Sizes(
+    attn_batch=2,
+    attn_heads=2,
+    attn_head_dim=8,
+    attn_seqs=(16,),
+    lm=LMSize(n_layers=2, n_heads=2, d_model=32, seq=16, batch=2, vocab=64),
+    block_seq=16,
+    prompt=4,
+    new_tokens=8,
+    window=4,
+    cache_new=24,
+)
 
 
 @dataclass(frozen=True)
@@ -48,8 +66,9 @@ class Options:
     repeat: int
 
 
-def _timed(name: str, setup: str, contenders: dict, opts: Options, *, work: float | None = None,
-           work_unit: str | None = None) -> dict:
+def _timed(
+    name: str, setup: str, contenders: dict, opts: Options, *, work: float | None = None, work_unit: str | None = None
+) -> dict:
     stats = summarize(round_times(contenders, "ours", opts.rounds, opts.repeat), "ours")
     results = {}
     for k in contenders:
@@ -65,8 +84,13 @@ def _timed(name: str, setup: str, contenders: dict, opts: Options, *, work: floa
 
 def _sized(name: str, setup: str, values: dict[str, int]) -> dict:
     ref = values["ours"]
-    return {"name": name, "setup": setup, "unit": "bytes", "reference": "ours",
-            "results": {k: {"value": v, "ratio": v / ref if ref else None} for k, v in values.items()}}
+    return {
+        "name": name,
+        "setup": setup,
+        "unit": "bytes",
+        "reference": "ours",
+        "results": {k: {"value": v, "ratio": v / ref if ref else None} for k, v in values.items()},
+    }
 
 
 # --------------------------------------------------------------------------------------------------- attention
@@ -115,6 +139,7 @@ def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict
             else:
                 with torch.no_grad():
                     fn()
+
         return go
 
     def torch_mha():
@@ -122,10 +147,12 @@ def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict
             return mha(x, x, x, attn_mask=to_torch_nn(tri), is_causal=True, need_weights=False)[0]
         return mha(x, x, x, key_padding_mask=to_torch_nn(keep), need_weights=False)[0]
 
-    return {"ours": run(lambda: ours(x, mask=ours_mask, is_causal=causal)[0]),
-            "ours kernel=math": run(lambda: ours_math(x, mask=ours_mask, is_causal=causal)[0]),
-            "raw sdpa (floor)": run(lambda: raw(x, ours_mask, causal)),
-            "nn.MultiheadAttention": run(torch_mha)}
+    return {
+        "ours": run(lambda: ours(x, mask=ours_mask, is_causal=causal)[0]),
+        "ours kernel=math": run(lambda: ours_math(x, mask=ours_mask, is_causal=causal)[0]),
+        "raw sdpa (floor)": run(lambda: raw(x, ours_mask, causal)),
+        "nn.MultiheadAttention": run(torch_mha),
+    }
 
 
 def attention(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict]:
@@ -135,8 +162,11 @@ def attention(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[d
         for setting in ("causal", "padded"):
             for backward in (False, True):
                 what = "forward+backward" if backward else "forward"
-                out.append(_timed(f"attention T={t} {setting}, {what}", shape,
-                                  attention_contenders(s, t, setting, backward), opts))
+                out.append(
+                    _timed(
+                        f"attention T={t} {setting}, {what}", shape, attention_contenders(s, t, setting, backward), opts
+                    )
+                )
     return out
 
 
@@ -152,6 +182,7 @@ def _trainer(model: nn.Module, s: LMSize):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
 
 
@@ -169,6 +200,7 @@ def _block_step(block: nn.Module, call, d: int, s: Sizes):
         call(block, x, memory).sum().backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
 
 
@@ -179,33 +211,68 @@ def block_contenders(s: Sizes) -> dict:
 
     d, h = s.lm.d_model, s.lm.n_heads
     torch.manual_seed(0)
-    ours = DecoderBlock.build(d_model=d, n_heads=h, d_ff=4 * d, activation="relu", norm="layernorm",
-                              placement="post", dropout=0.0, kernel="sdpa")
+    ours = DecoderBlock.build(
+        d_model=d,
+        n_heads=h,
+        d_ff=4 * d,
+        activation="relu",
+        norm="layernorm",
+        placement="post",
+        dropout=0.0,
+        kernel="sdpa",
+    )
     peer = nn.TransformerDecoderLayer(d, h, dim_feedforward=4 * d, dropout=0.0, batch_first=True)
     tri = nn.Transformer.generate_square_subsequent_mask(s.block_seq)  # (T, T) float -inf above the diagonal
-    return {"ours": _block_step(ours, lambda m, x, mem: m(x, mem, is_causal=True)[0], d, s),
-            "nn.TransformerDecoderLayer": _block_step(
-                peer, lambda m, x, mem: m(x, mem, tgt_mask=tri, tgt_is_causal=True), d, s)}
+    return {
+        "ours": _block_step(ours, lambda m, x, mem: m(x, mem, is_causal=True)[0], d, s),
+        "nn.TransformerDecoderLayer": _block_step(
+            peer, lambda m, x, mem: m(x, mem, tgt_mask=tri, tgt_is_causal=True), d, s
+        ),
+    }
 
 
 def train_step(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict]:
     models = language_models(s.lm, status, notes)
     tokens = s.lm.batch * s.lm.seq
-    out = [_timed("LM train step (forward + backward + AdamW)", s.lm.describe(),
-                  {k: _trainer(m, s.lm) for k, m in models.items()}, opts, work=tokens, work_unit="tokens/s")]
+    out = [
+        _timed(
+            "LM train step (forward + backward + AdamW)",
+            s.lm.describe(),
+            {k: _trainer(m, s.lm) for k, m in models.items()},
+            opts,
+            work=tokens,
+            work_unit="tokens/s",
+        )
+    ]
     ids = torch.randint(0, s.lm.vocab, (s.lm.batch, s.lm.seq), generator=torch.Generator().manual_seed(0))
 
     def forward(m):
         def go():
             with torch.no_grad():
                 m(input_ids=ids)
+
         return go
 
-    out.append(_timed("LM forward (no grad)", s.lm.describe(), {k: forward(m) for k, m in models.items()}, opts,
-                      work=tokens, work_unit="tokens/s"))
-    out.append(_timed("decoder block step (forward + backward + AdamW)",
-                      f"d {s.lm.d_model}, {s.lm.n_heads} heads, T {s.block_seq}, batch {s.lm.batch}, Post-LN, ReLU",
-                      block_contenders(s), opts, work=s.lm.batch * s.block_seq, work_unit="tokens/s"))
+    out.append(
+        _timed(
+            "LM forward (no grad)",
+            s.lm.describe(),
+            {k: forward(m) for k, m in models.items()},
+            opts,
+            work=tokens,
+            work_unit="tokens/s",
+        )
+    )
+    out.append(
+        _timed(
+            "decoder block step (forward + backward + AdamW)",
+            f"d {s.lm.d_model}, {s.lm.n_heads} heads, T {s.block_seq}, batch {s.lm.batch}, Post-LN, ReLU",
+            block_contenders(s),
+            opts,
+            work=s.lm.batch * s.block_seq,
+            work_unit="tokens/s",
+        )
+    )
     return out
 
 
@@ -219,8 +286,10 @@ def decode(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict
     mine = ours_lm(s.lm).eval()
     prompt = torch.randint(0, s.lm.vocab, (1, s.prompt), generator=torch.Generator().manual_seed(0))
     n = s.new_tokens
-    contenders = {"ours": lambda: generate(mine, prompt, max_new_tokens=n),
-                  "ours fast=False": lambda: generate(mine, prompt, max_new_tokens=n, fast=False)}
+    contenders = {
+        "ours": lambda: generate(mine, prompt, max_new_tokens=n),
+        "ours fast=False": lambda: generate(mine, prompt, max_new_tokens=n, fast=False),
+    }
     if status["transformers"]["installed"]:
         torch.manual_seed(0)
         hf = hf_gpt2(s.lm).eval()
@@ -228,8 +297,16 @@ def decode(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict
 
         def hf_generate():
             with torch.inference_mode():
-                return hf.generate(prompt, attention_mask=mask, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                   pad_token_id=0, eos_token_id=None)
+                return hf.generate(
+                    prompt,
+                    attention_mask=mask,
+                    max_new_tokens=n,
+                    min_new_tokens=n,
+                    do_sample=False,
+                    pad_token_id=0,
+                    eos_token_id=None,
+                )
+
         contenders["hf_gpt2 generate"] = hf_generate
     for name, fn in contenders.items():  # every contender emits exactly n tokens (no EOS)
         if fn().shape[1] != s.prompt + n:
@@ -237,8 +314,16 @@ def decode(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict
     if status["x_transformers"]["installed"]:
         notes.append("x_transformers is not in the decode comparison (its sampler wrapper is a different loop)")
     with torch.inference_mode():
-        return [_timed(f"greedy decode, batch 1, prompt {s.prompt}, {n} new tokens", s.lm.design(), contenders,
-                       opts, work=n, work_unit="new tokens/s")]
+        return [
+            _timed(
+                f"greedy decode, batch 1, prompt {s.prompt}, {n} new tokens",
+                s.lm.design(),
+                contenders,
+                opts,
+                work=n,
+                work_unit="new tokens/s",
+            )
+        ]
 
 
 # --------------------------------------------------------------------------------------------------- memory
@@ -277,13 +362,22 @@ def _hf_cache_bytes(model: nn.Module, ids: torch.Tensor) -> int | None:
 def memory(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict]:
     out = []
     models = language_models(s.lm, status, notes)
-    out.append(_sized("peak memory of 3 LM train steps", s.lm.describe(),
-                      {k: peak_memory(_steps(_trainer(m, s.lm), 3)) for k, m in models.items()}))
+    out.append(
+        _sized(
+            "peak memory of 3 LM train steps",
+            s.lm.describe(),
+            {k: peak_memory(_steps(_trainer(m, s.lm), 3)) for k, m in models.items()},
+        )
+    )
     t = s.attn_seqs[-1]
     fns = attention_contenders(s, t, "causal", backward=True)
-    out.append(_sized(f"peak memory of attention forward+backward, T={t} causal",
-                      f"B={s.attn_batch} H={s.attn_heads} Dh={s.attn_head_dim} float32",
-                      {k: peak_memory(fn) for k, fn in fns.items()}))
+    out.append(
+        _sized(
+            f"peak memory of attention forward+backward, T={t} causal",
+            f"B={s.attn_batch} H={s.attn_heads} Dh={s.attn_head_dim} float32",
+            {k: peak_memory(fn) for k, fn in fns.items()},
+        )
+    )
     total = s.prompt + s.cache_new
     torch.manual_seed(0)
     full = ours_lm(LMSize(**{**vars(s.lm), "seq": total})).eval()
@@ -299,8 +393,13 @@ def memory(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict
             notes.append("hf_gpt2 KV-cache bytes: this transformers version's cache could not be read")
         else:
             held["hf_gpt2"] = got
-    out.append(_sized(f"KV-cache bytes after a {s.prompt}-token prompt and {s.cache_new} new tokens",
-                      s.lm.design() + ", batch 1 (ours: k, v and positions; HF: k and v)", held))
+    out.append(
+        _sized(
+            f"KV-cache bytes after a {s.prompt}-token prompt and {s.cache_new} new tokens",
+            s.lm.design() + ", batch 1 (ours: k, v and positions; HF: k and v)",
+            held,
+        )
+    )
     return out
 
 

@@ -37,8 +37,9 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     return best
 
 
-def round_times(contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int,
-                repeat: int) -> dict[str, list[float]]:
+def round_times(
+    contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int, repeat: int
+) -> dict[str, list[float]]:
     """Seconds of every contender in each of ``n_rounds`` interleaved rounds (rotating order, after one warm-up
     call each): ``{name: [round 0, round 1, ...]}``."""
     if reference not in contenders:
@@ -48,7 +49,7 @@ def round_times(contenders: dict[str, Callable[[], object]], reference: str, n_r
     for fn in contenders.values():  # warm-up
         fn()
     for r in range(n_rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         this = {n: timed(contenders[n], repeat) for n in order}
         for n in names:
             times[n].append(this[n])
@@ -61,8 +62,10 @@ def rounds(contenders: dict[str, Callable[[], object]], reference: str, n_rounds
     ``anatomy bench`` reports the spread, see ``summarize``)."""
     times = round_times(contenders, reference, n_rounds, repeat)
     ref = times[reference]
-    return ({n: statistics.median(v) for n, v in times.items()},
-            {n: statistics.median([a / b for a, b in zip(v, ref)]) for n, v in times.items()})
+    return (
+        {n: statistics.median(v) for n, v in times.items()},
+        {n: statistics.median([a / b for a, b in zip(v, ref)]) for n, v in times.items()},
+    )
 
 
 def summarize(times: dict[str, list[float]], reference: str) -> dict[str, dict[str, float]]:
@@ -74,10 +77,15 @@ def summarize(times: dict[str, list[float]], reference: str) -> dict[str, dict[s
     out = {}
     for name, v in times.items():
         per_round = [a / b for a, b in zip(v, ref)]
-        out[name] = {"min": min(v), "median": statistics.median(v), "max": max(v),
-                     "ratio": statistics.median(v) / ref_median,
-                     "round_ratio_min": min(per_round), "round_ratio_median": statistics.median(per_round),
-                     "round_ratio_max": max(per_round)}
+        out[name] = {
+            "min": min(v),
+            "median": statistics.median(v),
+            "max": max(v),
+            "ratio": statistics.median(v) / ref_median,
+            "round_ratio_min": min(per_round),
+            "round_ratio_median": statistics.median(per_round),
+            "round_ratio_max": max(per_round),
+        }
     return out
 
 
@@ -98,11 +106,15 @@ def load_warning(samples: list[float | None], cores: int, threads: int) -> str |
         return None
     first, peak = samples[0], max(known)
     if first is not None and first > cores / 2:
-        return (f"the machine was busy: load average {first:.2f} on {cores} cores before the bench started; "
-                "timings and ratios are unreliable, rerun on a quiet machine")
+        return (
+            f"the machine was busy: load average {first:.2f} on {cores} cores before the bench started; "
+            "timings and ratios are unreliable, rerun on a quiet machine"
+        )
     if peak > cores + 0.5:
-        return (f"the machine was busy: load average reached {peak:.2f} on {cores} cores (the bench itself uses "
-                f"{threads} threads); timings and ratios are unreliable, rerun on a quiet machine")
+        return (
+            f"the machine was busy: load average reached {peak:.2f} on {cores} cores (the bench itself uses "
+            f"{threads} threads); timings and ratios are unreliable, rerun on a quiet machine"
+        )
     return None
 
 

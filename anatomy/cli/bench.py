@@ -1,8 +1,8 @@
 """``anatomy bench``: attention, train-step, decode and memory comparisons against every installed peer.
 
-    anatomy bench                                  # full sizes (a few minutes on 2 cores)
-    anatomy bench --quick --out bench.json         # tiny sizes, seconds; the JSON holds every number
-    anatomy bench --only attention decode --threads 1 --rounds 7
+anatomy bench                                  # full sizes (a few minutes on 2 cores)
+anatomy bench --quick --out bench.json         # tiny sizes, seconds; the JSON holds every number
+anatomy bench --only attention decode --threads 1 --rounds 7
 """
 
 from __future__ import annotations
@@ -19,10 +19,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "Run every speed and memory comparison against the installed peers (torch.nn, HF transformers, "
         "x-transformers; a missing one is named with its pip line) in interleaved rounds; print min / median / max "
         "per contender and the ratio of its printed median to ours' (above 1: ours is faster or smaller), warn "
-        "when the load average says the machine was busy, and optionally write JSON.")
+        "when the load average says the machine was busy, and optionally write JSON."
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes (seconds): checks that everything runs")
-    p.add_argument("--only", nargs="+", choices=list(SUITES), metavar="SUITE",
-                   help=f"run only these suites ({', '.join(SUITES)}); default all")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(SUITES),
+        metavar="SUITE",
+        help=f"run only these suites ({', '.join(SUITES)}); default all",
+    )
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5; --quick 3)")
     p.add_argument("--repeat", type=int, default=None, help="calls per contender per round, best kept (default 2)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -54,9 +60,14 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     # the quick run happens inside test processes too: leave their allocator alone
     allocator = "default (quick run)" if args.quick else keep_freed_memory_mapped()
-    report = run_bench(quick=args.quick, suites=args.only, n_rounds=args.rounds, repeat=args.repeat,
-                       allocator=allocator,
-                       progress=lambda name: print(f"running {name} ...", file=sys.stderr, flush=True))
+    report = run_bench(
+        quick=args.quick,
+        suites=args.only,
+        n_rounds=args.rounds,
+        repeat=args.repeat,
+        allocator=allocator,
+        progress=lambda name: print(f"running {name} ...", file=sys.stderr, flush=True),
+    )
     print(format_report(report))
     if out is not None:
         write_json(report, out, overwrite=args.force)

@@ -27,27 +27,48 @@ from anatomy.doctor.report.short import short_answer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", metavar="FILE.py:CLASS",
-                   help="your module: built as CLASS(d_model, n_heads), called as forward(x) or forward(x, mask)")
-    p.add_argument("--kind", choices=("auto", "attention", "block"), default="auto",
-                   help="attention or a whole block (auto: a block when it holds a norm outside its attention)")
+    p.add_argument(
+        "target",
+        metavar="FILE.py:CLASS",
+        help="your module: built as CLASS(d_model, n_heads), called as forward(x) or forward(x, mask)",
+    )
+    p.add_argument(
+        "--kind",
+        choices=("auto", "attention", "block"),
+        default="auto",
+        help="attention or a whole block (auto: a block when it holds a norm outside its attention)",
+    )
     p.add_argument("--d-model", type=int, default=16, help="d_model passed to your constructor (default 16)")
     p.add_argument("--heads", type=int, default=4, help="n_heads passed to your constructor (default 4)")
     p.add_argument("--causal", action="store_true", help="your module masks the future itself (a decoder)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the text report")
     p.add_argument("--strict", action="store_true", help="exit 1 on warnings too")
-    p.add_argument("--details", action="store_true",
-                   help="the full report (every probe, finding and number) instead of the short answer")
+    p.add_argument(
+        "--details",
+        action="store_true",
+        help="the full report (every probe, finding and number) instead of the short answer",
+    )
     p.add_argument("--factory", metavar="FUNC", help="build with FUNC(d_model, n_heads) from the same file instead")
-    p.add_argument("--map", metavar="JSON", help='reference name → your parameter, inline or a .json file: '
-                                                 '\'{"q_proj.weight": "attn.Wq.T"}\' (.T transposes)')
+    p.add_argument(
+        "--map",
+        metavar="JSON",
+        help="reference name → your parameter, inline or a .json file: "
+        '\'{"q_proj.weight": "attn.Wq.T"}\' (.T transposes)',
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights and inputs (default 0)")
-    p.add_argument("--seq-first", action="store_true",
-                   help="your module takes and returns (T, B, D) (default: detected from batch independence)")
-    p.add_argument("--timeout", type=float, default=TIMEOUT, metavar="SECONDS",
-                   help=f"time limit for importing the file, building the module and each forward (default "
-                        f"{TIMEOUT:g}; 0: none)")
+    p.add_argument(
+        "--seq-first",
+        action="store_true",
+        help="your module takes and returns (T, B, D) (default: detected from batch independence)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT,
+        metavar="SECONDS",
+        help=f"time limit for importing the file, building the module and each forward (default {TIMEOUT:g}; 0: none)",
+    )
 
 
 def _load_map(value: str | None) -> dict | None:
@@ -76,15 +97,20 @@ def terminal_width() -> int:
 def _overdue(lang: str):
     """The watchdog's last word: the alarm could not stop the step (C code that never returns, or a module that
     swallows every alarm), so the process ends here, exit code 2, with the same line as a timeout."""
+
     def end(step: Step) -> None:
         en, zh = step.describe()
         err = CheckTimeout(en, zh, step.limit)
         late = grace(step.limit)
-        extra = (f" (still running {late:g} s after the limit: the process was ended)" if lang == "en"
-                 else f"（超过时限 {late:g} 秒后仍在运行：进程已被终止）")
+        extra = (
+            f" (still running {late:g} s after the limit: the process was ended)"
+            if lang == "en"
+            else f"（超过时限 {late:g} 秒后仍在运行：进程已被终止）"
+        )
         sys.stderr.write(f"anatomy check: error: {err.zh if lang == 'zh' else err.en}{extra}\n")
         sys.stderr.flush()
         os._exit(2)
+
     return end
 
 
@@ -92,9 +118,18 @@ def _compute(args: argparse.Namespace) -> tuple[int, str, str]:
     """(exit code, stdout text, stderr text) of one check."""
     try:
         with Watchdog(_overdue(args.lang)):
-            report = check(args.target, kind=args.kind, d_model=args.d_model, n_heads=args.heads,
-                           causal=args.causal, factory=args.factory, mapping=_load_map(args.map), seed=args.seed,
-                           timeout=args.timeout, seq_first=True if getattr(args, "seq_first", False) else None)
+            report = check(
+                args.target,
+                kind=args.kind,
+                d_model=args.d_model,
+                n_heads=args.heads,
+                causal=args.causal,
+                factory=args.factory,
+                mapping=_load_map(args.map),
+                seed=args.seed,
+                timeout=args.timeout,
+                seq_first=True if getattr(args, "seq_first", False) else None,
+            )
     except CheckError as err:  # a timeout, a module that exits, one that cannot be loaded, built or called
         text = getattr(err, "zh", None) if args.lang == "zh" else getattr(err, "en", None)
         return 2, "", f"anatomy check: error: {text or err}\n"
@@ -109,10 +144,14 @@ def _compute(args: argparse.Namespace) -> tuple[int, str, str]:
 
 def _ended(args: argparse.Namespace, code: int) -> str:
     if args.lang == "zh":
-        return (f"anatomy check: error: {args.target}：检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），"
-                "因此什么也没能检查；请删掉这个退出（调试时留下的？）\n")
-    return (f"anatomy check: error: {args.target}: the module ended the process itself (os._exit({code}) or a "
-            "signal) before the check finished, so nothing was checked; remove the exit (a debugging leftover?)\n")
+        return (
+            f"anatomy check: error: {args.target}：检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），"
+            "因此什么也没能检查；请删掉这个退出（调试时留下的？）\n"
+        )
+    return (
+        f"anatomy check: error: {args.target}: the module ended the process itself (os._exit({code}) or a "
+        "signal) before the check finished, so nothing was checked; remove the exit (a debugging leftover?)\n"
+    )
 
 
 def _forked(args: argparse.Namespace) -> tuple[int, str, str]:

@@ -50,8 +50,10 @@ def run(args: argparse.Namespace) -> int:
         return _dry_run(ids, args)
     running = _running(args)  # refused here, before the output folder is made
     _check_out(args.out)
-    doc = _guarded(lambda: run_claims(ids, preset=args.preset, seeds=args.seeds, out=args.out,
-                                      progress=not args.quiet, **running), "claims run")
+    doc = _guarded(
+        lambda: run_claims(ids, preset=args.preset, seeds=args.seeds, out=args.out, progress=not args.quiet, **running),
+        "claims run",
+    )
     if doc is None:
         return 1
     _summary(doc, args.out)
@@ -60,8 +62,12 @@ def run(args: argparse.Namespace) -> int:
 
 def add_report_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="report", help="output directory (default ./report)")
-    p.add_argument("--preset", choices=CLAIM_PRESETS, default="quick",
-                   help="default quick (about 2 minutes on 2 cores with --jobs 2, 4 minutes with --jobs 1)")
+    p.add_argument(
+        "--preset",
+        choices=CLAIM_PRESETS,
+        default="quick",
+        help="default quick (about 2 minutes on 2 cores with --jobs 2, 4 minutes with --jobs 1)",
+    )
     p.add_argument("--seeds", type=int, default=None)
     p.add_argument("--quiet", action="store_true")
     _jobs_argument(p)
@@ -69,32 +75,53 @@ def add_report_arguments(p: argparse.ArgumentParser) -> None:
 
 def _jobs_argument(p: argparse.ArgumentParser) -> None:
     where = p.add_mutually_exclusive_group()
-    where.add_argument("--jobs", type=int, default=None, metavar="N",
-                       help="processes (this one and N-1 workers), one experiment run (one seed) each at a time, "
-                            "one thread each (default: one per core; 1: one after the other in this process). "
-                            "Same numbers either way")
-    where.add_argument("--cluster", default=None, metavar="ADDRESS",
-                       help="run every unit (one experiment, one seed) as a task on the Ray cluster at ADDRESS "
-                            "(HOST:PORT of its head, or auto for RAY_ADDRESS / the running cluster); needs the "
-                            "[cluster] extra. Same numbers as a local run")
-    p.add_argument("--cluster-cpus", type=float, default=1.0, metavar="N",
-                   help="CPUs each unit asks of the cluster (default 1)")
-    p.add_argument("--device", default="cpu", metavar="DEVICE",
-                   help="where the experiments compute: cpu (default) or cuda[:N] (a GPU; with --cluster each unit "
-                        "asks the cluster for one). Data and initial weights are drawn on the CPU either way")
-    p.add_argument("--resume", action="store_true",
-                   help="keep the units already finished in --out (same preset, seeds, claims and code) and run "
-                        "only the missing ones")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan (units, estimated CPU-hours per experiment) and run nothing")
+    where.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="processes (this one and N-1 workers), one experiment run (one seed) each at a time, "
+        "one thread each (default: one per core; 1: one after the other in this process). "
+        "Same numbers either way",
+    )
+    where.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="run every unit (one experiment, one seed) as a task on the Ray cluster at ADDRESS "
+        "(HOST:PORT of its head, or auto for RAY_ADDRESS / the running cluster); needs the "
+        "[cluster] extra. Same numbers as a local run",
+    )
+    p.add_argument(
+        "--cluster-cpus", type=float, default=1.0, metavar="N", help="CPUs each unit asks of the cluster (default 1)"
+    )
+    p.add_argument(
+        "--device",
+        default="cpu",
+        metavar="DEVICE",
+        help="where the experiments compute: cpu (default) or cuda[:N] (a GPU; with --cluster each unit "
+        "asks the cluster for one). Data and initial weights are drawn on the CPU either way",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the units already finished in --out (same preset, seeds, claims and code) and run "
+        "only the missing ones",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the plan (units, estimated CPU-hours per experiment) and run nothing",
+    )
 
 
 def _running(args: argparse.Namespace) -> dict:
     """The running options of ``claims run`` and ``report`` as keywords of ``run_claims``."""
     if args.cluster_cpus <= 0:
         raise ValueError(f"--cluster-cpus must be positive (CPUs per unit), got {args.cluster_cpus:g}")
-    return dict(jobs=_jobs(args), resume=args.resume, cluster=args.cluster, cluster_cpus=args.cluster_cpus,
-                device=_device(args))
+    return dict(
+        jobs=_jobs(args), resume=args.resume, cluster=args.cluster, cluster_cpus=args.cluster_cpus, device=_device(args)
+    )
 
 
 def _device(args: argparse.Namespace) -> str:
@@ -120,8 +147,12 @@ def run_report(args: argparse.Namespace) -> int:
     running = _running(args)  # refused here, before the output folder is made
     _check_out(args.out)
     t0 = time.perf_counter()
-    doc = _guarded(lambda: run_claims(None, preset=args.preset, seeds=args.seeds, out=args.out,
-                                      progress=not args.quiet, **running), "report")
+    doc = _guarded(
+        lambda: run_claims(
+            None, preset=args.preset, seeds=args.seeds, out=args.out, progress=not args.quiet, **running
+        ),
+        "report",
+    )
     if doc is None:
         return 1
     _summary(doc, args.out)
@@ -146,8 +177,17 @@ def _guarded(run, command: str):
 def _dry_run(ids: list[str] | None, args: argparse.Namespace) -> int:
     from anatomy.experiments.estimate import dry_run
 
-    print(dry_run(ids, preset=args.preset, seeds=args.seeds, cluster=args.cluster, cluster_cpus=args.cluster_cpus,
-                  jobs=_jobs(args), device=_device(args)))
+    print(
+        dry_run(
+            ids,
+            preset=args.preset,
+            seeds=args.seeds,
+            cluster=args.cluster,
+            cluster_cpus=args.cluster_cpus,
+            jobs=_jobs(args),
+            device=_device(args),
+        )
+    )
     return 0
 
 

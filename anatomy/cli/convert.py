@@ -33,14 +33,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--from-hf", metavar="DIR", help="Hugging Face directory (config.json + model.safetensors)")
     src.add_argument("--to-hf", metavar="DIR", help="anatomy checkpoint directory to write in Hugging Face format")
-    p.add_argument("--out", metavar="DIR", required=True,
-                   help="output directory: new or empty (never a training checkpoint or run folder)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="let --out be a non-empty folder; its files of the same names are replaced")
-    p.add_argument("--verify", action="store_true",
-                   help="print the layer-by-layer error budget against the source model (needs transformers)")
-    p.add_argument("--rope-layout", choices=("half", "interleaved"), default="half",
-                   help="with --from-hf: RoPE layout of the converted model (default half, as HF Llama)")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        required=True,
+        help="output directory: new or empty (never a training checkpoint or run folder)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --out be a non-empty folder; its files of the same names are replaced",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="print the layer-by-layer error budget against the source model (needs transformers)",
+    )
+    p.add_argument(
+        "--rope-layout",
+        choices=("half", "interleaved"),
+        default="half",
+        help="with --from-hf: RoPE layout of the converted model (default half, as HF Llama)",
+    )
     p.add_argument("--tol", type=float, default=1e-4, help="float32 output tolerance for --verify (default 1e-4)")
     p.add_argument("--seq", type=int, default=16, help="sequence length of the --verify inputs (default 16)")
 
@@ -67,8 +81,10 @@ def _say_tokenizer(tokenizer, source: Path, out: Path, write) -> None:
     from anatomy.interop.tokenizer_io import describe
 
     if tokenizer is None:
-        print(f"tokenizer: none in {source} (no tokenizer.json, vocab.json + merges.txt); commands that read "
-              f"{out} will need token ids")
+        print(
+            f"tokenizer: none in {source} (no tokenizer.json, vocab.json + merges.txt); commands that read "
+            f"{out} will need token ids"
+        )
         return
     write()
     print(f"tokenizer: {describe(tokenizer)} -> {out / 'tokenizer.json'}")
@@ -109,9 +125,16 @@ def run(args: argparse.Namespace) -> int:
             if config.get("format") == FORMAT:
                 raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")
             arch = hf.arch_of(config)
-            ours = cast(Any, hf.model_from_checkpoint(config, read_tensors(source), source=str(source),
-                                                      rope_layout=args.rope_layout,
-                                                      generation=read_generation_config(source)).eval())
+            ours = cast(
+                Any,
+                hf.model_from_checkpoint(
+                    config,
+                    read_tensors(source),
+                    source=str(source),
+                    rope_layout=args.rope_layout,
+                    generation=read_generation_config(source),
+                ).eval(),
+            )
             read: Any = tokenizer_io.read_hf_tokenizer(source)  # read and checked before anything is written
             tokenizer = read
             if read is not None:
@@ -147,8 +170,10 @@ def run(args: argparse.Namespace) -> int:
     worst = rows[-1].diffs["float32"][0]
     ok = worst <= args.tol and same
     verdict = "OK" if ok else "FAIL"
-    print(f"\n{verdict}: float32 {rows[-1].name} max |diff| {worst:.3e} (tolerance {args.tol:g})"
-          + ("" if same else "; tokens or generation differ (above)"))
+    print(
+        f"\n{verdict}: float32 {rows[-1].name} max |diff| {worst:.3e} (tolerance {args.tol:g})"
+        + ("" if same else "; tokens or generation differ (above)")
+    )
     return 0 if ok else 1
 
 
@@ -178,10 +203,15 @@ def verify_tokens(ours, theirs, tokenizer, hf_dir: Path, tf) -> bool:
     prompt = [3, 4, 5, 6]
     if tokenizer is not None and has_tokenizer(hf_dir):
         hf_tok = tf.AutoTokenizer.from_pretrained(str(hf_dir))
-        differ = [t for t in SAMPLES if tokenizer.encode(t) not in
-                  (hf_tok(t, add_special_tokens=False)["input_ids"], hf_tok(t)["input_ids"])]
-        print(f"token ids: {len(SAMPLES) - len(differ)} of {len(SAMPLES)} sample texts encode the same as "
-              f"AutoTokenizer" + (f"; differ: {differ[0]!r}" if differ else ""))
+        differ = [
+            t
+            for t in SAMPLES
+            if tokenizer.encode(t) not in (hf_tok(t, add_special_tokens=False)["input_ids"], hf_tok(t)["input_ids"])
+        ]
+        print(
+            f"token ids: {len(SAMPLES) - len(differ)} of {len(SAMPLES)} sample texts encode the same as "
+            f"AutoTokenizer" + (f"; differ: {differ[0]!r}" if differ else "")
+        )
         ok = ok and not differ
         prompt = tokenizer.encode(SAMPLES[0])[:8]
     else:
@@ -194,12 +224,16 @@ def verify_tokens(ours, theirs, tokenizer, hf_dir: Path, tf) -> bool:
         with torch.no_grad():
             want = theirs.generate(ids, max_new_tokens=8, do_sample=False, **start_id)
     except Exception as err:  # noqa: BLE001 - HF's generate refusing this model is a "can't tell", not a failure
-        print(f"greedy generation: transformers' generate fails on this model ({type(err).__name__}: "
-              f"{str(err).splitlines()[0][:100]}); not compared")
+        print(
+            f"greedy generation: transformers' generate fails on this model ({type(err).__name__}: "
+            f"{str(err).splitlines()[0][:100]}); not compared"
+        )
         return ok
     got = generate(ours, ids, max_new_tokens=8)
     equal = got.shape == want.shape and torch.equal(got, want)
     start = 1 if seq2seq else ids.shape[1]
-    print(f"greedy generation (8 tokens, each side's defaults): ours {got[0, start:].tolist()}, HF "
-          f"{want[0, start:].tolist()}: {'equal' if equal else 'DIFFER'}")
+    print(
+        f"greedy generation (8 tokens, each side's defaults): ours {got[0, start:].tolist()}, HF "
+        f"{want[0, start:].tolist()}: {'equal' if equal else 'DIFFER'}"
+    )
     return ok and equal

@@ -41,30 +41,62 @@ def _flag(name: str) -> str:
 def add_generate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint", required=True, help="a run directory or a checkpoint directory")
     p.add_argument("--prompt", help="the text to continue (seq2seq: the source text)")
-    p.add_argument("--prompts-file", metavar="FILE",
-                   help="UTF-8 text, one prompt per line (or a JSON string per line); run as one batch")
+    p.add_argument(
+        "--prompts-file",
+        metavar="FILE",
+        help="UTF-8 text, one prompt per line (or a JSON string per line); run as one batch",
+    )
     p.add_argument("--max-new-tokens", type=int, default=200)
     p.add_argument("--greedy", action="store_true", help="arg-max decoding instead of sampling")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.8)")
-    p.add_argument("--top-k", type=int, default=None,
-                   help="sample from the k most likely tokens (default 50, as Hugging Face; 0: no cut)")
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=None,
+        help="sample from the k most likely tokens (default 50, as Hugging Face; 0: no cut)",
+    )
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling: the smallest set reaching p")
-    p.add_argument("--min-p", type=float, default=None,
-                   help="keep tokens at least p times as likely as the most likely one")
-    p.add_argument("--repetition-penalty", type=float, default=None,
-                   help="> 1 makes tokens already in the text less likely (CTRL; HF's repetition_penalty)")
+    p.add_argument(
+        "--min-p", type=float, default=None, help="keep tokens at least p times as likely as the most likely one"
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=None,
+        help="> 1 makes tokens already in the text less likely (CTRL; HF's repetition_penalty)",
+    )
     p.add_argument("--num-beams", type=int, default=1, help="beam search with this many beams (no sampling)")
-    p.add_argument("--length-penalty", type=float, default=None,
-                   help="beam search: > 0 favours longer outputs, < 0 shorter (default 1.0)")
-    p.add_argument("--early-stopping", choices=("true", "false", "never"), default=None,
-                   help="beam search: when to stop (HF's early_stopping; default false)")
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=None,
+        help="beam search: > 0 favours longer outputs, < 0 shorter (default 1.0)",
+    )
+    p.add_argument(
+        "--early-stopping",
+        choices=("true", "false", "never"),
+        default=None,
+        help="beam search: when to stop (HF's early_stopping; default false)",
+    )
     p.add_argument("--num-return-sequences", type=int, default=1, help="outputs per prompt (sampled or beams)")
-    p.add_argument("--stop", action="append", default=None, metavar="TEXT",
-                   help="stop a sequence when its text completes TEXT (repeat for several; \\n is a newline)")
-    p.add_argument("--eos", default=None, metavar="ID|none",
-                   help="stop at these token ids (comma-separated) instead of the model's eos; none: never stop early")
-    p.add_argument("--stream", action="store_true",
-                   help="print the text as it is generated (the same samples as without it, for the same --seed)")
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        metavar="TEXT",
+        help="stop a sequence when its text completes TEXT (repeat for several; \\n is a newline)",
+    )
+    p.add_argument(
+        "--eos",
+        default=None,
+        metavar="ID|none",
+        help="stop at these token ids (comma-separated) instead of the model's eos; none: never stop early",
+    )
+    p.add_argument(
+        "--stream",
+        action="store_true",
+        help="print the text as it is generated (the same samples as without it, for the same --seed)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--seed", type=int, default=0, help="the sampling generator's seed (default 0)")
 
@@ -84,16 +116,23 @@ def _load(path: str):
 def _check_options(args, usage) -> None:
     """Contradictions and out-of-range values: one line naming the options."""
     if (args.prompt is None) == (args.prompts_file is None):
-        raise usage("give --prompt TEXT or --prompts-file FILE" if args.prompt is None
-                    else "give --prompt or --prompts-file, not both")
+        raise usage(
+            "give --prompt TEXT or --prompts-file FILE"
+            if args.prompt is None
+            else "give --prompt or --prompts-file, not both"
+        )
     if args.max_new_tokens < 0:
         raise usage(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     for name in ("num_beams", "num_return_sequences"):
         if getattr(args, name) < 1:
             raise usage(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
-    ranges = {"temperature": (lambda v: v > 0, "> 0"), "top_k": (lambda v: v >= 0, ">= 0 (0: no cut)"),
-              "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
-              "repetition_penalty": (lambda v: v > 0, "> 0 (1 = none)")}
+    ranges = {
+        "temperature": (lambda v: v > 0, "> 0"),
+        "top_k": (lambda v: v >= 0, ">= 0 (0: no cut)"),
+        "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+        "min_p": (lambda v: 0 <= v <= 1, "in [0, 1]"),
+        "repetition_penalty": (lambda v: v > 0, "> 0 (1 = none)"),
+    }
     for name, (ok, expected) in ranges.items():
         value = getattr(args, name)
         if value is not None and not ok(value):
@@ -104,22 +143,25 @@ def _check_options(args, usage) -> None:
     for mode, on in (("--greedy", args.greedy), (f"--num-beams {args.num_beams}", args.num_beams > 1)):
         if on and sampling:
             name, value = sampling[0]
-            raise usage(f"{mode} and {_flag(name)} {value:g} contradict: {_flag(name)} only shapes sampling; "
-                        "drop one")
+            raise usage(f"{mode} and {_flag(name)} {value:g} contradict: {_flag(name)} only shapes sampling; drop one")
     if args.num_beams == 1:
         for name in ("length_penalty", "early_stopping"):
             if getattr(args, name) is not None:
                 raise usage(f"{_flag(name)} only shapes beam search: add --num-beams K (K > 1) or drop it")
         if args.greedy and args.num_return_sequences > 1:
-            raise usage(f"--greedy and --num-return-sequences {args.num_return_sequences} contradict: greedy "
-                        "decoding gives one sequence per prompt")
+            raise usage(
+                f"--greedy and --num-return-sequences {args.num_return_sequences} contradict: greedy "
+                "decoding gives one sequence per prompt"
+            )
     elif args.num_return_sequences > args.num_beams:
         raise usage(f"--num-return-sequences {args.num_return_sequences} must be <= --num-beams {args.num_beams}")
     if args.stream and args.num_beams > 1:
         raise usage(f"--stream and --num-beams {args.num_beams} contradict: beams change until the end; drop one")
     if args.stream and args.num_return_sequences > 1:
-        raise usage(f"--stream and --num-return-sequences {args.num_return_sequences} contradict: the terminal "
-                    "shows one sequence as it grows")
+        raise usage(
+            f"--stream and --num-return-sequences {args.num_return_sequences} contradict: the terminal "
+            "shows one sequence as it grows"
+        )
     if args.stream and args.format == "json":
         raise usage("--stream and --format json contradict: JSON is printed once, at the end")
 
@@ -142,8 +184,9 @@ def _prompts(args, usage) -> list[str]:
             try:
                 line = json.loads(line)
             except json.JSONDecodeError as err:
-                raise usage(f"--prompts-file line {number} starts with '\"' but is not a JSON string: {err.msg}") \
-                    from None
+                raise usage(
+                    f"--prompts-file line {number} starts with '\"' but is not a JSON string: {err.msg}"
+                ) from None
         prompts.append(line)
     if not prompts:
         raise usage(f"--prompts-file {str(path)!r} holds no prompt (every line is blank)")
@@ -153,14 +196,24 @@ def _prompts(args, usage) -> list[str]:
 def _options(args, tokenizer) -> dict:
     """The ``generate`` keyword arguments the command line asks for."""
     sample = not args.greedy and args.num_beams == 1
-    kw: dict = dict(do_sample=sample, num_beams=args.num_beams, num_return_sequences=args.num_return_sequences,
-                    repetition_penalty=args.repetition_penalty)
+    kw: dict = dict(
+        do_sample=sample,
+        num_beams=args.num_beams,
+        num_return_sequences=args.num_return_sequences,
+        repetition_penalty=args.repetition_penalty,
+    )
     if sample:
-        kw.update(temperature=0.8 if args.temperature is None else args.temperature, top_k=args.top_k,
-                  top_p=args.top_p, min_p=args.min_p)
+        kw.update(
+            temperature=0.8 if args.temperature is None else args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            min_p=args.min_p,
+        )
     if args.num_beams > 1:
-        kw.update(length_penalty=args.length_penalty,
-                  early_stopping={"true": True, "false": False, "never": "never", None: None}[args.early_stopping])
+        kw.update(
+            length_penalty=args.length_penalty,
+            early_stopping={"true": True, "false": False, "never": "never", None: None}[args.early_stopping],
+        )
     if args.stop:
         kw.update(stop_strings=[s.replace("\\n", "\n") for s in args.stop], tokenizer=Visible(tokenizer))
     pad = getattr(tokenizer, "pad_id", None)
@@ -214,7 +267,7 @@ def _finish(ids: list[int], kw: dict, eos: list[int], budget: int, show: Visible
             text = show.decode([token])
             return ids[: i + 1], f"eos {text!r} (id {token}) after {i + 1} tokens"
         if stop is not None and stop.matches(ids[: i + 1]):
-            said = [s for s in stop.stops if s in stop.tokenizer.decode(ids[max(0, i + 1 - stop.tail): i + 1])]
+            said = [s for s in stop.stops if s in stop.tokenizer.decode(ids[max(0, i + 1 - stop.tail) : i + 1])]
             return ids[: i + 1], f"--stop {said[0] if said else stop.stops[0]!r} after {i + 1} tokens"
     return ids, f"--max-new-tokens {budget} reached" if len(ids) >= budget else None
 
@@ -225,8 +278,9 @@ def _generators(seed: int, rows: int) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(seed + r) for r in range(rows)]
 
 
-def _lm_window(model, context: list[int], kw: dict, n: int, generator, streamer, eos: list[int], show: Visible
-               ) -> tuple[list[int], str]:
+def _lm_window(
+    model, context: list[int], kw: dict, n: int, generator, streamer, eos: list[int], show: Visible
+) -> tuple[list[int], str]:
     """Generate in windows of ``max_seq_len`` tokens: when the window is full, keep its last half and go on."""
     from anatomy.generation import generate
 
@@ -235,11 +289,17 @@ def _lm_window(model, context: list[int], kw: dict, n: int, generator, streamer,
     remaining = n
     reason = None
     while remaining > 0:
-        window = ids[-(limit // 2):] if len(ids) >= limit else ids
+        window = ids[-(limit // 2) :] if len(ids) >= limit else ids
         step = min(remaining, limit - len(window))
-        out = generate(model, torch.tensor([window]), max_new_tokens=step, generator=[generator], streamer=streamer,
-                       **{**kw, "num_return_sequences": 1})
-        new, reason = _finish(out[0, len(window):].tolist(), kw, eos, step, show)
+        out = generate(
+            model,
+            torch.tensor([window]),
+            max_new_tokens=step,
+            generator=[generator],
+            streamer=streamer,
+            **{**kw, "num_return_sequences": 1},
+        )
+        new, reason = _finish(out[0, len(window) :].tolist(), kw, eos, step, show)
         ids += new
         remaining -= len(new)
         if (reason is not None and not reason.startswith("--max-new-tokens")) or len(new) < step:
@@ -247,11 +307,10 @@ def _lm_window(model, context: list[int], kw: dict, n: int, generator, streamer,
     done = len(ids) - len(context)
     if reason is None or reason.startswith("--max-new-tokens"):
         reason = f"--max-new-tokens {n} reached" if done >= n else f"stopped after {done} tokens"
-    return ids[len(context):], reason
+    return ids[len(context) :], reason
 
 
-def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], usage
-        ) -> list[list[tuple[str, str]]]:
+def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], usage) -> list[list[tuple[str, str]]]:
     from anatomy.generation import TerminalStreamer, generate
 
     limit = model.config.max_seq_len
@@ -266,8 +325,14 @@ def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], us
         ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])  # (B, T)
         mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])  # (B, T)
         rows = len(prompts) * (n if args.num_beams == 1 else 1)
-        out = generate(model, ids, mask, max_new_tokens=args.max_new_tokens,
-                       generator=_generators(args.seed, rows) if kw["do_sample"] else None, **kw)
+        out = generate(
+            model,
+            ids,
+            mask,
+            max_new_tokens=args.max_new_tokens,
+            generator=_generators(args.seed, rows) if kw["do_sample"] else None,
+            **kw,
+        )
         results = []
         for i in range(len(prompts)):
             texts = []
@@ -277,11 +342,13 @@ def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], us
             results.append(texts)
         return results
     if args.num_beams > 1:
-        raise usage(f"--num-beams needs the prompt and --max-new-tokens inside one window of max_seq_len={limit} "
-                    f"tokens (got {width} + {args.max_new_tokens}): beam search does not slide its window")
+        raise usage(
+            f"--num-beams needs the prompt and --max-new-tokens inside one window of max_seq_len={limit} "
+            f"tokens (got {width} + {args.max_new_tokens}): beam search does not slide its window"
+        )
     results = []
     for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-        context = ids if len(ids) < limit else ids[-(limit // 2):]
+        context = ids if len(ids) < limit else ids[-(limit // 2) :]
         streamer = None
         if args.stream:
             if len(prompts) > 1:
@@ -299,8 +366,9 @@ def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], us
     return results
 
 
-def _seq2seq(model, tokenizer, prompts: list[str], args, kw: dict, eos_list: list[int], usage
-             ) -> list[list[tuple[str, str]]]:
+def _seq2seq(
+    model, tokenizer, prompts: list[str], args, kw: dict, eos_list: list[int], usage
+) -> list[list[tuple[str, str]]]:
     from anatomy.generation import generate
 
     limit = model.config.max_seq_len
@@ -321,9 +389,16 @@ def _seq2seq(model, tokenizer, prompts: list[str], args, kw: dict, eos_list: lis
     n = args.num_return_sequences
     budget = min(args.max_new_tokens, limit - 1)
     rows = len(prompts) * (n if args.num_beams == 1 else 1)
-    out = generate(model, src, mask if len(prompts) > 1 else None, max_new_tokens=budget,
-                   eos_token_id=eos_list or None, generator=_generators(args.seed, rows) if kw["do_sample"] else None,
-                   streamer=streamer if len(prompts) == 1 else None, **kw)
+    out = generate(
+        model,
+        src,
+        mask if len(prompts) > 1 else None,
+        max_new_tokens=budget,
+        eos_token_id=eos_list or None,
+        generator=_generators(args.seed, rows) if kw["do_sample"] else None,
+        streamer=streamer if len(prompts) == 1 else None,
+        **kw,
+    )
     show = Visible(tokenizer)
     results = []
     for i in range(len(prompts)):
@@ -346,8 +421,10 @@ def run_generate(args: argparse.Namespace) -> int:
     model, tokenizer, _ = _load(args.checkpoint)
     arch = model.config.architecture
     if arch not in ("decoder_lm", "seq2seq"):
-        raise UsageError(f"{args.checkpoint!r} holds a {arch} model, which does not generate text; "
-                         "use `anatomy predict --checkpoint DIR --text TEXT` for a classifier")
+        raise UsageError(
+            f"{args.checkpoint!r} holds a {arch} model, which does not generate text; "
+            "use `anatomy predict --checkpoint DIR --text TEXT` for a classifier"
+        )
     if args.stream and arch == "seq2seq" and len(prompts) > 1:
         raise UsageError("--stream with a seq2seq model takes one --prompt: the prompts of a file run as a batch")
     kw = _options(args, tokenizer)
@@ -357,8 +434,14 @@ def run_generate(args: argparse.Namespace) -> int:
     else:
         results = _lm(model, tokenizer, prompts, args, {**kw, "eos_token_id": eos or None}, eos, UsageError)
     if args.format == "json":
-        rows = [{"prompt": p, "outputs": [(p if arch == "decoder_lm" else "") + t for t, _ in texts],
-                 "stopped": [why for _, why in texts]} for p, texts in zip(prompts, results)]
+        rows = [
+            {
+                "prompt": p,
+                "outputs": [(p if arch == "decoder_lm" else "") + t for t, _ in texts],
+                "stopped": [why for _, why in texts],
+            }
+            for p, texts in zip(prompts, results)
+        ]
         print(json.dumps(rows, ensure_ascii=False, indent=2))
         return 0
     if args.stream:
@@ -381,8 +464,10 @@ def run_predict(args: argparse.Namespace) -> int:
 
     model, tokenizer, ckpt = _load(args.checkpoint)
     if model.config.architecture != "classifier":
-        raise UsageError(f"{args.checkpoint!r} holds a {model.config.architecture} model; `anatomy predict` needs a "
-                         "classifier (use `anatomy generate` for text)")
+        raise UsageError(
+            f"{args.checkpoint!r} holds a {model.config.architecture} model; `anatomy predict` needs a "
+            "classifier (use `anatomy generate` for text)"
+        )
     names = [str(i) for i in range(model.config.num_labels)]
     if model.config.label_names is not None:  # the model's own (HF's id2label, read by convert)
         names = list(model.config.label_names)

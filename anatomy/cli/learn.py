@@ -18,8 +18,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st = sub.add_parser("start", parents=[common], help="write an exercise's skeleton file (never overwrites)")
     st.add_argument("id", help="the exercise (see `anatomy learn list`)")
     st.add_argument("--hint", action="store_true", help="put the hint in the skeleton")
-    st.add_argument("--notebook", action="store_true",
-                    help="write NN_exercise.ipynb instead: the same texts, a cell to fill in, a cell that grades it")
+    st.add_argument(
+        "--notebook",
+        action="store_true",
+        help="write NN_exercise.ipynb instead: the same texts, a cell to fill in, a cell that grades it",
+    )
     ck = sub.add_parser("check", parents=[common], help="grade your file: pass, or the pitfall and its line")
     ck.add_argument("id")
     ck.add_argument("file", nargs="?", help="your file (default: the one `start` wrote)")
@@ -27,8 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ck.add_argument("--details", action="store_true", help="the full report (default: the short answer)")
     ck.add_argument("--timeout", type=float, default=20.0, help="seconds one call of your code may take (default 20)")
     ck.add_argument("--steps", type=int, default=None, help="tiny_lm: training steps (default 300, under a minute)")
-    ck.add_argument("--figure", default=None, help="tiny_lm: where to draw the two loss curves (default "
-                                                   "tiny_lm_loss.png in --dir)")
+    ck.add_argument(
+        "--figure", default=None, help="tiny_lm: where to draw the two loss curves (default tiny_lm_loss.png in --dir)"
+    )
     pg = sub.add_parser("page", parents=[common], help="the exercises and your progress as one HTML page")
     pg.add_argument("--out", required=True, help="FILE.html")
     so = sub.add_parser("solution", parents=[common], help="the reference solution, after a real attempt")
@@ -51,8 +55,16 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(folder)
     zh = lang == "zh"
     if command == "list":
-        rows: list[dict] = [{"id": e.id, "section": e.section, "title": e.title[1] if zh else e.title[0],
-                             "status": progress.status(e.id), "file": e.file} for e in EXERCISES]
+        rows: list[dict] = [
+            {
+                "id": e.id,
+                "section": e.section,
+                "title": e.title[1] if zh else e.title[0],
+                "status": progress.status(e.id),
+                "file": e.file,
+            }
+            for e in EXERCISES
+        ]
         for r in rows:  # worked in a notebook (anatomy learn start --notebook): said too
             r["notebook"] = progress.entry(r["id"]).get("notebook")
             if r["notebook"] and args.format != "json":
@@ -89,13 +101,18 @@ def run(args: argparse.Namespace) -> int:
             except FileExistsError as err:
                 raise UsageError(str(err)) from None
             print(("已写入 " if zh else "wrote ") + str(path))
-            print("用 Jupyter 打开它，写完后运行最后一个单元格评分" if zh else
-                  "open it in Jupyter; when it is written, run its last cell to grade it")
+            print(
+                "用 Jupyter 打开它，写完后运行最后一个单元格评分"
+                if zh
+                else "open it in Jupyter; when it is written, run its last cell to grade it"
+            )
             return 0
         path = folder / exercise.file
         if path.exists():
-            raise UsageError(f"{path} already exists: it is never overwritten; check it with "
-                             f"`anatomy learn check {exercise.id} {path}`, or move it away to start over")
+            raise UsageError(
+                f"{path} already exists: it is never overwritten; check it with "
+                f"`anatomy learn check {exercise.id} {path}`, or move it away to start over"
+            )
         folder.mkdir(parents=True, exist_ok=True)
         with open(path, "x", encoding="utf-8") as f:  # "x": fails rather than replace a file made meanwhile
             f.write(skeleton(exercise, lang, hint=args.hint))
@@ -107,8 +124,9 @@ def run(args: argparse.Namespace) -> int:
     if command == "solution":
         if not args.force and progress.status(exercise.id) == "not started":
             how = f"anatomy learn check {exercise.id}"
-            raise UsageError(f"先认真试一次（{how}），或者加 --force" if zh else
-                             f"make a real attempt first ({how}), or add --force")
+            raise UsageError(
+                f"先认真试一次（{how}），或者加 --force" if zh else f"make a real attempt first ({how}), or add --force"
+            )
         print(solution_text(exercise), end="")
         return 0
     return _check(args, exercise, folder, progress, lang)
@@ -126,21 +144,36 @@ def _check(args, exercise, folder: Path, progress, lang: str) -> int:
     else:
         path = progress.file(exercise.id) or folder / exercise.file
     if not path.is_file():
-        raise UsageError(f"no such file: {str(path)!r} (write it with `anatomy learn start {exercise.id}` or give "
-                         "FILE)")
+        raise UsageError(
+            f"no such file: {str(path)!r} (write it with `anatomy learn start {exercise.id}` or give FILE)"
+        )
     options = {}
     if exercise.id == "tiny_lm":
         if args.steps is not None and args.steps < 1:
             raise UsageError(f"--steps must be a positive integer, got {args.steps}")
-        options = {"steps": args.steps, "figure_path": args.figure or str(folder / "tiny_lm_loss.png"),
-                   "progress": _progress_printer(lang)}
+        options = {
+            "steps": args.steps,
+            "figure_path": args.figure or str(folder / "tiny_lm_loss.png"),
+            "progress": _progress_printer(lang),
+        }
     try:
         result = check(exercise.id, path, timeout=args.timeout or None, **options)
     except LearnError as err:
         progress.checked(exercise.id, path, False, "error")
         if args.format == "json":
-            print(json.dumps({"exercise": exercise.id, "file": str(path), "passed": False, "error": err.en,
-                              "message": {"en": [err.en], "zh": [err.zh]}}, ensure_ascii=False, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "exercise": exercise.id,
+                        "file": str(path),
+                        "passed": False,
+                        "error": err.en,
+                        "message": {"en": [err.en], "zh": [err.zh]},
+                    },
+                    ensure_ascii=False,
+                    indent=2,
+                )
+            )
         else:
             print(("还没通过 · " if lang == "zh" else "NOT YET · ") + f"{exercise.id} · {path.name}")
             print("  " + err.text(lang))
@@ -162,6 +195,7 @@ def _check(args, exercise, folder: Path, progress, lang: str) -> int:
 
 def _progress_printer(lang: str):
     """tiny_lm's progress, on stderr (stdout stays the answer, or JSON)."""
+
     def show(text: tuple[str, str]) -> None:
         print(text[1] if lang == "zh" else text[0], file=sys.stderr, flush=True)
 
@@ -173,5 +207,8 @@ def _next(exercise_id: str, passed: bool, path: Path, lang: str) -> str:
     zh = lang == "zh"
     if passed:
         return "  全部完成：anatomy learn list 查看进度" if zh else "  all done: anatomy learn list shows your progress"
-    return (f"  下一步：anatomy learn check block {path}（找出它看得到的坑）" if zh else
-            f"  next: anatomy learn check block {path} (it names the pitfalls it can see)")
+    return (
+        f"  下一步：anatomy learn check block {path}（找出它看得到的坑）"
+        if zh
+        else f"  next: anatomy learn check block {path} (it names the pitfalls it can see)"
+    )

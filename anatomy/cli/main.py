@@ -30,31 +30,53 @@ __all__ = ["COMMANDS", "UsageError", "build_parser", "main", "parse", "report_os
 
 
 COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]] = {
-    "report": (claims_cmd.add_report_arguments, claims_cmd.run_report,
-               "the main job: run every claim of the post (quick preset) and write a browsable report"),
+    "report": (
+        claims_cmd.add_report_arguments,
+        claims_cmd.run_report,
+        "the main job: run every claim of the post (quick preset) and write a browsable report",
+    ),
     "claims": (claims_cmd.add_arguments, claims_cmd.run, "list or run the claims of the post, one by one"),
     "trace": (trace_cmd.add_arguments, trace_cmd.run, "the post's shape table, from a real forward pass"),
-    "check": (check_cmd.add_arguments, check_cmd.run,
-              "the doctor: which of the post's pitfalls does your own attention or block have?"),
-    "convert": (convert_cmd.add_arguments, convert_cmd.run,
-                "Hugging Face directory <-> anatomy checkpoint; --verify prints the layer-by-layer error budget"),
+    "check": (
+        check_cmd.add_arguments,
+        check_cmd.run,
+        "the doctor: which of the post's pitfalls does your own attention or block have?",
+    ),
+    "convert": (
+        convert_cmd.add_arguments,
+        convert_cmd.run,
+        "Hugging Face directory <-> anatomy checkpoint; --verify prints the layer-by-layer error budget",
+    ),
     "viz": (viz_cmd.add_arguments, viz_cmd.run, "pictures: attention maps, positional encodings, masks, a page"),
     "train": (train_cmd.add_arguments, train_cmd.run, "train a model from a preset and key=value words; --resume"),
-    "evaluate": (evaluate_cmd.add_arguments, evaluate_cmd.run,
-                 "a trained checkpoint's loss (perplexity, accuracy) on its run's val or test split"),
-    "generate": (generate_cmd.add_generate_arguments, generate_cmd.run_generate,
-                 "continue a prompt with a trained language or seq2seq model"),
-    "predict": (generate_cmd.add_predict_arguments, generate_cmd.run_predict,
-                "label probabilities of a trained classifier"),
+    "evaluate": (
+        evaluate_cmd.add_arguments,
+        evaluate_cmd.run,
+        "a trained checkpoint's loss (perplexity, accuracy) on its run's val or test split",
+    ),
+    "generate": (
+        generate_cmd.add_generate_arguments,
+        generate_cmd.run_generate,
+        "continue a prompt with a trained language or seq2seq model",
+    ),
+    "predict": (
+        generate_cmd.add_predict_arguments,
+        generate_cmd.run_predict,
+        "label probabilities of a trained classifier",
+    ),
     "bench": (bench_cmd.add_arguments, bench_cmd.run, "speed and memory against every installed peer, in one run"),
-    "learn": (learn_cmd.add_arguments, learn_cmd.run,
-              "the course: write each piece of the post yourself and be told which pitfall you hit, and where"),
+    "learn": (
+        learn_cmd.add_arguments,
+        learn_cmd.run,
+        "the course: write each piece of the post yourself and be told which pitfall you hit, and where",
+    ),
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="anatomy", description="transformer-anatomy: see, verify and use the Transformer's core components.")
+        prog="anatomy", description="transformer-anatomy: see, verify and use the Transformer's core components."
+    )
     from anatomy import __version__
 
     parser.add_argument("--version", action="version", version=f"anatomy {__version__}")
@@ -127,16 +149,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         run = getattr(args, "resume", None) or getattr(args, "out", None)
-        hint = (f"; the checkpoints saved so far are complete: continue with `anatomy train --resume {run}`"
-                if args.command == "train" and run else "")
+        hint = (
+            f"; the checkpoints saved so far are complete: continue with `anatomy train --resume {run}`"
+            if args.command == "train" and run
+            else ""
+        )
         print(f"\nanatomy {args.command}: interrupted{hint}", file=sys.stderr)
         return 130
     except (MemoryError, RuntimeError) as err:
         if not _out_of_memory(err):
             raise
-        print(f"anatomy {args.command}: error: out of memory ({type(err).__name__}); the sizes asked for do not fit "
-              "here: use smaller sizes (batch, sequence length, model width) or a machine with more memory",
-              file=sys.stderr)
+        print(
+            f"anatomy {args.command}: error: out of memory ({type(err).__name__}); the sizes asked for do not fit "
+            "here: use smaller sizes (batch, sequence length, model width) or a machine with more memory",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -21,25 +21,49 @@ from anatomy.shapes import LEGEND
 from anatomy.sizes import check_fits, check_learner_fits
 
 SIZE_FLAGS = {  # flag → config field
-    "d_model": "d_model", "heads": "n_heads", "kv_heads": "n_kv_heads", "head_dim": "head_dim", "layers": "n_layers",
+    "d_model": "d_model",
+    "heads": "n_heads",
+    "kv_heads": "n_kv_heads",
+    "head_dim": "head_dim",
+    "layers": "n_layers",
     "d_ff": "d_ff",
-    "vocab": "vocab_size", "positional": "positional", "norm": "norm", "norm_position": "norm_position",
-    "activation": "activation", "architecture": "architecture",
+    "vocab": "vocab_size",
+    "positional": "positional",
+    "norm": "norm",
+    "norm_position": "norm_position",
+    "activation": "activation",
+    "architecture": "architecture",
 }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", nargs="?", metavar="FILE.py:CLASS",
-                   help="trace your own module instead: built as CLASS(d_model, n_heads), called as forward(x)")
+    p.add_argument(
+        "target",
+        nargs="?",
+        metavar="FILE.py:CLASS",
+        help="trace your own module instead: built as CLASS(d_model, n_heads), called as forward(x)",
+    )
     p.add_argument("--factory", metavar="FUNC", help="with FILE.py: build with FUNC(d_model, n_heads) instead")
-    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="with FILE.py: time limit for importing, building and the forward (default 60; 0: none)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="with FILE.py: time limit for importing, building and the forward (default 60; 0: none)",
+    )
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the table (your module)")
     p.add_argument("--preset", default=None, help=f"model preset ({', '.join(PRESETS)}); default seed-block")
-    p.add_argument("--checkpoint", default=None, metavar="DIR",
-                   help="trace a saved model (config.json + model.safetensors, ours or a supported HF directory)")
-    p.add_argument("--text", default=None,
-                   help="with --checkpoint: trace this text, encoded by the checkpoint's own tokenizer (B=1, T=tokens)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        metavar="DIR",
+        help="trace a saved model (config.json + model.safetensors, ours or a supported HF directory)",
+    )
+    p.add_argument(
+        "--text",
+        default=None,
+        help="with --checkpoint: trace this text, encoded by the checkpoint's own tokenizer (B=1, T=tokens)",
+    )
     p.add_argument("--batch", type=int, default=2, help="batch size B (default 2)")
     p.add_argument("--seq", type=int, default=None, help="sequence length T (default 10; your module: 7)")
     p.add_argument("--tgt-seq", type=int, default=None, help="decoder length for seq2seq models (default --seq)")
@@ -82,16 +106,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         preset = args.preset or "seed-block"
         config = ModelConfig.from_preset(preset, **overrides)
-        check_fits(config, args.batch, args.seq, tgt_seq=args.tgt_seq, what="this trace",
-                   flags="--seq or --batch (or the model's sizes)")  # before a single tensor is allocated
+        check_fits(
+            config,
+            args.batch,
+            args.seq,
+            tgt_seq=args.tgt_seq,
+            what="this trace",
+            flags="--seq or --batch (or the model's sizes)",
+        )  # before a single tensor is allocated
         # A preset's table needs shapes, not numbers: the model is built on the meta device (no memory, no
         # arithmetic), so a large preset such as qwen3 shows its real sizes, vocabulary included, in seconds.
         with torch.device("meta"):
             model = build_model(config).eval()
         source = f"preset {preset}"
     if args.seq > config.max_seq_len and config.positional == "learned":
-        raise ValueError(f"--seq {args.seq} is longer than the learned positional table (max_seq_len="
-                         f"{config.max_seq_len})")
+        raise ValueError(
+            f"--seq {args.seq} is longer than the learned positional table (max_seq_len={config.max_seq_len})"
+        )
     inputs = example_inputs(model, args.batch, args.seq, tgt_seq=args.tgt_seq)
     if args.checkpoint is None:
         inputs = {name: ids.to("meta") for name, ids in inputs.items()}  # the preset's shapes-only forward
@@ -99,8 +130,10 @@ def run(args: argparse.Namespace) -> int:
         inputs, note = _text_inputs(args.checkpoint, args.text, config)
         source += f", {note}"
     rows = trace_model(model, inputs)
-    title = (f"anatomy trace · {source} · {config.architecture}, D={config.d_model}, "
-             f"H={config.n_heads}, Dh={config.dh}, layers={config.n_layers}, norm={config.norm_position}")
+    title = (
+        f"anatomy trace · {source} · {config.architecture}, D={config.d_model}, "
+        f"H={config.n_heads}, Dh={config.dh}, layers={config.n_layers}, norm={config.norm_position}"
+    )
     print(render(rows, args.format, title=title))
     if args.format == "table":
         print("\nlegend: " + ", ".join(f"{k} {v}" for k, v in LEGEND.items()))
@@ -151,15 +184,26 @@ def run_learner(args: argparse.Namespace) -> int:
     if args.timeout < 0:
         raise ValueError(f"--timeout must be a number of seconds >= 0, got {args.timeout:g}")
     target = args.target if args.factory is None or ":" in args.target else f"{args.target}:{args.factory}"
-    for name, value in (("batch", args.batch), ("seq", args.seq or 7), ("d-model", args.d_model or 20),
-                        ("heads", args.heads or 5)):
+    for name, value in (
+        ("batch", args.batch),
+        ("seq", args.seq or 7),
+        ("d-model", args.d_model or 20),
+        ("heads", args.heads or 5),
+    ):
         if value <= 0:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
     check_learner_fits(args.batch, args.seq or 7, args.d_model or 20, args.heads or 5, flags="--seq or --batch")
     try:
         with Watchdog(_overdue(args.lang)):
-            trace = trace_learner(target, factory=args.factory, d_model=args.d_model or 20, n_heads=args.heads or 5,
-                                  batch=args.batch, seq=args.seq or 7, timeout=args.timeout)
+            trace = trace_learner(
+                target,
+                factory=args.factory,
+                d_model=args.d_model or 20,
+                n_heads=args.heads or 5,
+                batch=args.batch,
+                seq=args.seq or 7,
+                timeout=args.timeout,
+            )
     except CheckTimeout as err:
         print(f"anatomy trace: error: {err.zh if args.lang == 'zh' else err.en}", file=sys.stderr)
         return 2

@@ -1,9 +1,9 @@
 """``anatomy train``: train a model from a preset and ``key=value`` words; ``--resume`` continues a run exactly.
 
-    anatomy train --preset char-shakespeare --out runs/shakespeare
-    anatomy train --preset sentiment-zh steps=500 d_model=256 --out runs/zh
-    anatomy train --resume runs/shakespeare
-    torchrun --nproc-per-node 2 -m anatomy train --preset char-tang --out runs/tang
+anatomy train --preset char-shakespeare --out runs/shakespeare
+anatomy train --preset sentiment-zh steps=500 d_model=256 --out runs/zh
+anatomy train --resume runs/shakespeare
+torchrun --nproc-per-node 2 -m anatomy train --preset char-tang --out runs/tang
 """
 
 from __future__ import annotations
@@ -16,14 +16,18 @@ from anatomy.training.options import RUN_PRESETS, parse_words, resolve, valid_ke
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = ("presets: " + ", ".join(sorted(RUN_PRESETS)) + "\nkeys: " + ", ".join(valid_keys())
-                + "\nSee docs/training.md.")
+    p.epilog = (
+        "presets: " + ", ".join(sorted(RUN_PRESETS)) + "\nkeys: " + ", ".join(valid_keys()) + "\nSee docs/training.md."
+    )
     p.add_argument("--preset", help="a training preset (see below)")
     p.add_argument("--out", help="the run directory to create (metrics.jsonl, checkpoints/, loss.png)")
     p.add_argument("--resume", metavar="DIR", help="continue the latest checkpoint of a run directory exactly")
-    p.add_argument("--overwrite", action="store_true",
-                   help="let --out be a non-empty folder that `anatomy train` did not create (its files of the same "
-                        "names are replaced)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="let --out be a non-empty folder that `anatomy train` did not create (its files of the same "
+        "names are replaced)",
+    )
     p.add_argument("--list-presets", action="store_true", help="print the presets and their settings, then exit")
     p.add_argument("words", nargs="*", metavar="key=value", help="training options and model config fields")
 

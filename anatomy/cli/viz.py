@@ -34,8 +34,11 @@ DEFAULT_TEXT = "小明把球传给了小红他跑得很快"  # the post's §1.1 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="viz_command", metavar="WHAT")
-    a = sub.add_parser("attention", help="attention maps of one layer's heads on a text",
-                       description="A grid of heads with token labels and each head's entropy (PNG, SVG or HTML).")
+    a = sub.add_parser(
+        "attention",
+        help="attention maps of one layer's heads on a text",
+        description="A grid of heads with token labels and each head's entropy (PNG, SVG or HTML).",
+    )
     _model_args(a)
     a.add_argument("--text", required=True, help="the text to attend over (one token per character)")
     a.add_argument("--layer", type=int, default=0, help="attention layer number (default 0)")
@@ -50,17 +53,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--heads", type=int, default=8, help="heads, for alibi and t5 (default 8)")
     e.add_argument("--out", required=True, help="FILE.png, FILE.svg or FILE.html")
 
-    m = sub.add_parser("mask", help="padding / causal / combined masks and a fill-value table",
-                       description="Masks drawn with fully-masked rows marked, and what -inf, finfo.min, -1e9 and "
-                                   "-1e4 do to softmax in float32, bfloat16 and float16 (computed, also printed).")
+    m = sub.add_parser(
+        "mask",
+        help="padding / causal / combined masks and a fill-value table",
+        description="Masks drawn with fully-masked rows marked, and what -inf, finfo.min, -1e9 and "
+        "-1e4 do to softmax in float32, bfloat16 and float16 (computed, also printed).",
+    )
     m.add_argument("--seq", type=int, default=8, help="sequence length T (default 8)")
     m.add_argument("--pad", type=int, default=3, help="padding tokens in the example row (default 3)")
-    m.add_argument("--window", type=int, default=None,
-                   help="also draw the causal sliding-window band of this width (Mistral's local attention)")
+    m.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="also draw the causal sliding-window band of this width (Mistral's local attention)",
+    )
     m.add_argument("--out", help="FILE.png, FILE.svg or FILE.html (default: print the table only)")
 
-    g = sub.add_parser("page", help="one self-contained HTML page: trace, attention maps, PE explorer",
-                       description="Writes one HTML file with inline data, CSS and JS; it needs no network.")
+    g = sub.add_parser(
+        "page",
+        help="one self-contained HTML page: trace, attention maps, PE explorer",
+        description="Writes one HTML file with inline data, CSS and JS; it needs no network.",
+    )
     _model_args(g)
     g.add_argument("--text", default=DEFAULT_TEXT, help=f"text to attend over (default {DEFAULT_TEXT})")
     g.add_argument("--out", required=True, help="FILE.html")
@@ -69,8 +82,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help=f"model preset ({', '.join(PRESETS)}); default seed-block")
     p.add_argument("--checkpoint", metavar="DIR", help="a saved model (needs anatomy.load_pretrained)")
-    p.add_argument("overrides", nargs="*", metavar="key=value",
-                   help="config fields to change in the preset, e.g. n_layers=2 d_model=64")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        help="config fields to change in the preset, e.g. n_layers=2 d_model=64",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -80,8 +97,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         return {"attention": _attention, "pe": _pe, "mask": _mask, "page": _page}[command](args)
     except ImportError as err:  # matplotlib is the optional "viz" extra
-        print(f"anatomy viz: error: {err.name or err} is needed: pip install 'transformer-anatomy[viz]'",
-              file=sys.stderr)
+        print(
+            f"anatomy viz: error: {err.name or err} is needed: pip install 'transformer-anatomy[viz]'", file=sys.stderr
+        )
         return 1
 
 
@@ -131,8 +149,13 @@ def _load(args: argparse.Namespace):
     overrides = {"vocab_size": LOOK_VOCAB} if preset in large_vocab_presets() else {}  # char ids mod V: small
     overrides.update(parse_words(args.overrides, MODEL_FIELDS))
     config = ModelConfig.from_preset(preset, **overrides)
-    check_fits(config, 1, max(len(getattr(args, "text", "") or ""), 1), what="this model and text",
-               flags="the key=value sizes or the length of --text")  # before the model is built
+    check_fits(
+        config,
+        1,
+        max(len(getattr(args, "text", "") or ""), 1),
+        what="this model and text",
+        flags="the key=value sizes or the length of --text",
+    )  # before the model is built
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = build_model(config).eval()
@@ -157,8 +180,9 @@ def _tokens(args: argparse.Namespace, config: ModelConfig, tokenizer=None):
         tokens = [tokenizer.decode([i], skip_special=False) or "·" for i in id_list]
         note = f"tokens: the checkpoint's own tokenizer ({type(tokenizer).__name__}, {len(id_list)} tokens)"
     if ids.shape[1] > config.max_seq_len:
-        raise ValueError(f"--text has {ids.shape[1]} tokens, longer than the model's maximum "
-                         f"max_seq_len={config.max_seq_len}")
+        raise ValueError(
+            f"--text has {ids.shape[1]} tokens, longer than the model's maximum max_seq_len={config.max_seq_len}"
+        )
     inputs = {"input_ids": ids}
     if config.architecture == "seq2seq":
         inputs["decoder_input_ids"] = ids  # the decoder reads the same text; cross-attention is then T × T
@@ -183,14 +207,17 @@ def _attention(args: argparse.Namespace) -> int:
     model, config, origin, tokenizer = _load(args)
     modules = attention_modules(model)
     if not 0 <= args.layer < len(modules):
-        raise ValueError(f"--layer {args.layer}: the model has {len(modules)} attention layer(s), "
-                         f"numbered 0..{len(modules) - 1}")
+        raise ValueError(
+            f"--layer {args.layer}: the model has {len(modules)} attention layer(s), numbered 0..{len(modules) - 1}"
+        )
     name, module = modules[args.layer]
     heads = args.heads if args.heads is not None else list(range(module.n_heads))
     bad = [h for h in heads if not 0 <= h < module.n_heads]
     if bad:
-        raise ValueError(f"--heads {' '.join(map(str, bad))}: layer {args.layer} has {module.n_heads} heads, "
-                         f"numbered 0..{module.n_heads - 1}")
+        raise ValueError(
+            f"--heads {' '.join(map(str, bad))}: layer {args.layer} has {module.n_heads} heads, "
+            f"numbered 0..{module.n_heads - 1}"
+        )
     tokens, inputs, how = _tokens(args, config, tokenizer)
     with torch.no_grad(), attention_weights(model, layers=[args.layer], heads=heads) as maps:
         model(**inputs)
@@ -199,8 +226,12 @@ def _attention(args: argparse.Namespace) -> int:
     title = f"layer {args.layer} ({name}{', cross-attention' if layer.cross else ''})"
     _cjk_hint(args.text)
     if ext == ".html":
-        html = page.render_page(title=f"anatomy viz attention · {title}", subtitle=origin, notes=[note],
-                                attention=page.attention_payload([layer], tokens))
+        html = page.render_page(
+            title=f"anatomy viz attention · {title}",
+            subtitle=origin,
+            notes=[note],
+            attention=page.attention_payload([layer], tokens),
+        )
         _written(args.out, lambda: page.write_page(args.out, html))
     else:
         fig = viz.attention_figure(layer, tokens, title=title, note=note)
@@ -215,8 +246,9 @@ def _pe(args: argparse.Namespace) -> int:
 
     viz.check_pe_args(args.kind, args.d_model, args.max_len, args.train_len, args.heads)
     ext = _check_out(args.out, (".png", ".svg", ".html"))
-    data = viz.positional_data(args.kind, d_model=args.d_model, max_len=args.max_len, train_len=args.train_len,
-                               n_heads=args.heads)
+    data = viz.positional_data(
+        args.kind, d_model=args.d_model, max_len=args.max_len, train_len=args.train_len, n_heads=args.heads
+    )
     if ext == ".html":
         html = page.render_page(title=f"anatomy viz pe · {data.title[0]}", subtitle=data.title[1], pe=[data])
         _written(args.out, lambda: page.write_page(args.out, html))
@@ -237,10 +269,17 @@ def _mask(args: argparse.Namespace) -> int:
         fig = viz.mask_figure(masks, table)
         if ext == ".html":
             html = page.render_page(
-                title="anatomy viz mask", subtitle="掩码与填充值 · masks and fill values",
+                title="anatomy viz mask",
+                subtitle="掩码与填充值 · masks and fill values",
                 figures=[("掩码 · masks (True = may attend)", viz.figure_svg(fig))],
-                tables=[("填充值 · fill values and softmax", viz.FILL_COLUMNS,
-                         [[r[c] for c in viz.FILL_COLUMNS] for r in table])])
+                tables=[
+                    (
+                        "填充值 · fill values and softmax",
+                        viz.FILL_COLUMNS,
+                        [[r[c] for c in viz.FILL_COLUMNS] for r in table],
+                    )
+                ],
+            )
             _written(args.out, lambda: page.write_page(args.out, html))
         else:
             _written(args.out, lambda: viz.save_figure(fig, args.out))
@@ -254,10 +293,13 @@ def _page(args: argparse.Namespace) -> int:
     model, config, origin, tokenizer = _load(args)
     tokens, inputs, how = _tokens(args, config, tokenizer)
     html = page.model_page(
-        model, inputs, tokens, title="transformer-anatomy · 模型解剖页",
+        model,
+        inputs,
+        tokens,
+        title="transformer-anatomy · 模型解剖页",
         subtitle=f"{origin} · {config.architecture}, D={config.d_model}, H={config.n_heads}, "
-                 f"layers={config.n_layers} · text 「{args.text}」",
-        notes=[how,
-               "attention weights recomputed beside the fused kernel (SDPA) from the captured q and k"])
+        f"layers={config.n_layers} · text 「{args.text}」",
+        notes=[how, "attention weights recomputed beside the fused kernel (SDPA) from the captured q and k"],
+    )
     _written(args.out, lambda: page.write_page(args.out, html))
     return 0

@@ -47,8 +47,15 @@ def deepnorm_constants(n_encoder_layers: int = 0, n_decoder_layers: int = 0) -> 
 
 
 class AddNorm(nn.Module):
-    def __init__(self, d_model: int, *, placement: str, make_norm: Callable[[int], nn.Module],
-                 dropout: float = 0.0, alpha: float = 1.0) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        *,
+        placement: str,
+        make_norm: Callable[[int], nn.Module],
+        dropout: float = 0.0,
+        alpha: float = 1.0,
+    ) -> None:
         super().__init__()
         if placement not in PLACEMENTS:
             raise ValueError(f"unknown norm_position {placement!r}; valid names: {', '.join(PLACEMENTS)}")

@@ -68,10 +68,22 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(
-        self, *, d_model: int, n_heads: int, n_kv_heads: int | None = None, bias: bool = True,
-        dropout: float = 0.0, kernel: str = "auto", scale: float | None = None, fused_qkv: bool = False,
-        positional: PositionalScheme | None = None, head_dim: int | None = None, qk_norm: str | None = None,
-        norm_eps: float = 1e-6, sliding_window: int | None = None, qkv_bias: bool | None = None,
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        n_kv_heads: int | None = None,
+        bias: bool = True,
+        dropout: float = 0.0,
+        kernel: str = "auto",
+        scale: float | None = None,
+        fused_qkv: bool = False,
+        positional: PositionalScheme | None = None,
+        head_dim: int | None = None,
+        qk_norm: str | None = None,
+        norm_eps: float = 1e-6,
+        sliding_window: int | None = None,
+        qkv_bias: bool | None = None,
         softcap: float | None = None,
     ) -> None:
         super().__init__()
@@ -88,8 +100,10 @@ class MultiHeadAttention(nn.Module):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         if positional is not None and positional.site != "attention":
-            raise ValueError(f"positional scheme {type(positional).__name__} acts at site {positional.site!r}, "
-                             "not inside attention; the model builder places it")
+            raise ValueError(
+                f"positional scheme {type(positional).__name__} acts at site {positional.site!r}, "
+                "not inside attention; the model builder places it"
+            )
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.head_dim = d_model // n_heads if head_dim is None else head_dim
         self.inner_dim = n_heads * self.head_dim  # H·Dh: = D unless head_dim was set
@@ -177,11 +191,15 @@ class MultiHeadAttention(nn.Module):
         hit = self._resolved.get(key)
         if hit is None:
             replaced = self._wrap_arithmetic is not None
-            kernel = kernels.resolve("math" if replaced else self._kernel, need_weights=need_weights,
-                                     value_bias=value_term, hooked=hooked_scores, where=type(self).__name__,
-                                     softcap=key[3])
-            hit = self._resolved[key] = kernels.assemble(kernel, self.wrappers,
-                                                         None if replaced else self._kernel_args)
+            kernel = kernels.resolve(
+                "math" if replaced else self._kernel,
+                need_weights=need_weights,
+                value_bias=value_term,
+                hooked=hooked_scores,
+                where=type(self).__name__,
+                softcap=key[3],
+            )
+            hit = self._resolved[key] = kernels.assemble(kernel, self.wrappers, None if replaced else self._kernel_args)
         return hit
 
     def _before_split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -198,8 +216,11 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self._linear(x, source)
         if self._wrap_split is None:
             return q, k, v
-        return (self._before_split(q, self.n_heads), self._before_split(k, self.n_kv_heads),
-                self._before_split(v, self.n_kv_heads))
+        return (
+            self._before_split(q, self.n_heads),
+            self._before_split(k, self.n_kv_heads),
+            self._before_split(v, self.n_kv_heads),
+        )
 
     def _linear(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The projections: ``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, H·Dh)``, ``k, v (B, S, Hkv·Dh)``."""
@@ -210,7 +231,7 @@ class MultiHeadAttention(nn.Module):
             return tuple(self.qkv_proj(x).split([self.inner_dim, kv_dim, kv_dim], dim=-1))
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
         q = nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
-        kv = nn.functional.linear(source, w[self.inner_dim:], None if b is None else b[self.inner_dim:])
+        kv = nn.functional.linear(source, w[self.inner_dim :], None if b is None else b[self.inner_dim :])
         return (q, *kv.split([kv_dim, kv_dim], dim=-1))  # type: ignore[no-untyped-call]  # torch's Tensor.split is unannotated
 
     def _project_q(self, x: torch.Tensor) -> torch.Tensor:
@@ -223,11 +244,18 @@ class MultiHeadAttention(nn.Module):
             q = nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
         return self._before_split(q, self.n_heads)
 
-    def standalone_context(self, x: torch.Tensor, context: torch.Tensor | None = None, *,
-                           mask: torch.Tensor | None = None, is_causal: bool = False,
-                           kv_cache: KVCache | None = None, positions: torch.Tensor | None = None,
-                           attn_bias: torch.Tensor | None = None,
-                           key_padding_mask: torch.Tensor | None = None) -> AttentionContext:
+    def standalone_context(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        kv_cache: KVCache | None = None,
+        positions: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> AttentionContext:
         """The context of a standalone call (no model around it), built by the models' own ``build_context``:
         the inputs checked, the key count ``S`` (cache included), positions after every entry the cache saw."""
         check_hidden("x", x, self.d_model)
@@ -237,20 +265,48 @@ class MultiHeadAttention(nn.Module):
             if context.shape[0] != b:
                 raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
             s = len(kv_cache) if kv_cache is not None and len(kv_cache) else context.shape[1]
-            return build_context(b=b, t=t, s=s, heads=self.n_heads, device=x.device, positions=positions,
-                                 key_padding_mask=key_padding_mask, attn_mask=mask, is_causal=is_causal, cross=True,
-                                 bias=attn_bias)
+            return build_context(
+                b=b,
+                t=t,
+                s=s,
+                heads=self.n_heads,
+                device=x.device,
+                positions=positions,
+                key_padding_mask=key_padding_mask,
+                attn_mask=mask,
+                is_causal=is_causal,
+                cross=True,
+                bias=attn_bias,
+            )
         past = cache_seen(None if kv_cache is None else [kv_cache])  # positions continue after every cached entry
-        return build_context(b=b, t=t, s=past + t, heads=self.n_heads, device=x.device, past=past,
-                             positions=positions, key_padding_mask=key_padding_mask, attn_mask=mask,
-                             is_causal=is_causal, bias=attn_bias,
-                             cache_positions=None if kv_cache is None else kv_cache.positions)
+        return build_context(
+            b=b,
+            t=t,
+            s=past + t,
+            heads=self.n_heads,
+            device=x.device,
+            past=past,
+            positions=positions,
+            key_padding_mask=key_padding_mask,
+            attn_mask=mask,
+            is_causal=is_causal,
+            bias=attn_bias,
+            cache_positions=None if kv_cache is None else kv_cache.positions,
+        )
 
     def forward(
-        self, x: torch.Tensor, *, context: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-        is_causal: bool = False, kv_cache: KVCache | None = None, need_weights: bool = False,
-        positions: torch.Tensor | None = None, attn_bias: torch.Tensor | None = None,
-        key_padding_mask: torch.Tensor | None = None, ctx: AttentionContext | None = None,
+        self,
+        x: torch.Tensor,
+        *,
+        context: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        kv_cache: KVCache | None = None,
+        need_weights: bool = False,
+        positions: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+        ctx: AttentionContext | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Attend from ``x: (B, T, D)`` to ``context: (B, S, D)`` (default: ``x`` itself).
 
@@ -266,12 +322,27 @@ class MultiHeadAttention(nn.Module):
         """
         cross = context is not None
         if ctx is None:  # a standalone call: the thin wrapper, the same context a model builds from the raw arguments
-            ctx = self.standalone_context(x, context, mask=mask, is_causal=is_causal, kv_cache=kv_cache,
-                                          positions=positions, attn_bias=attn_bias, key_padding_mask=key_padding_mask)
-        elif mask is not None or is_causal or positions is not None or attn_bias is not None \
-                or key_padding_mask is not None:
-            raise ValueError("give ctx or mask/is_causal/positions/attn_bias/key_padding_mask, not both: the "
-                             "context already holds them")
+            ctx = self.standalone_context(
+                x,
+                context,
+                mask=mask,
+                is_causal=is_causal,
+                kv_cache=kv_cache,
+                positions=positions,
+                attn_bias=attn_bias,
+                key_padding_mask=key_padding_mask,
+            )
+        elif (
+            mask is not None
+            or is_causal
+            or positions is not None
+            or attn_bias is not None
+            or key_padding_mask is not None
+        ):
+            raise ValueError(
+                "give ctx or mask/is_causal/positions/attn_bias/key_padding_mask, not both: the "
+                "context already holds them"
+            )
         positional = None if cross else self.positional
         value_term = positional is not None and positional.has_value_term
         attend = self._attend(need_weights, hooked(self, "hook_scores") or hooked(self, "hook_weights"), value_term)
@@ -306,23 +377,40 @@ class MultiHeadAttention(nn.Module):
                 bias = extra if bias is None else bias + extra
             value_bias = positional.value_bias(ctx.positions, k_pos) if value_term else None
         # this layer's entry in the forward's mask plan: its window and key count (memoised in the context)
-        mask, is_causal = ctx.kernel_mask(None if cross else self.sliding_window, k.shape[-2], h,
-                                          attend.fold_causal, attend.causal_flag and bias is None)
+        mask, is_causal = ctx.kernel_mask(
+            None if cross else self.sliding_window,
+            k.shape[-2],
+            h,
+            attend.fold_causal,
+            attend.causal_flag and bias is None,
+        )
         hooks = attend.returns_weights  # the score/weight hooks go to the kernels that materialise the scores
         out, weights = attend.fn(
-            q, k, v, mask=mask, is_causal=is_causal, scale=self.scale, bias=bias, value_bias=value_bias,
-            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
-            score_hook=self.hook_scores if hooks else None, weight_hook=self.hook_weights if hooks else None,
-            softcap=self.softcap)  # (B, H, T, Dh)
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=is_causal,
+            scale=self.scale,
+            bias=bias,
+            value_bias=value_bias,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
+            score_hook=self.hook_scores if hooks else None,
+            weight_hook=self.hook_weights if hooks else None,
+            softcap=self.softcap,
+        )  # (B, H, T, Dh)
         out = self.hook_z(out)
         # merge heads: transpose back to (B, T, H, Dh), then (B, T, H·Dh)
         out = out.transpose(1, 2).reshape(b, t, self.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
         return self.hook_out(self.o_proj(self.hook_merged(out))), weights
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
-                + (f"head_dim={self.head_dim}, " if self.inner_dim != self.d_model else "")
-                + (f"qk_norm={self.qk_norm!r}, " if self.qk_norm else "")
-                + (f"sliding_window={self.sliding_window}, " if self.sliding_window else "")
-                + (f"softcap={self.softcap:g}, " if self.softcap is not None else "") +
-                f"kernel={self._kernel!r}, scale={self.scale:.4g}")
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            + (f"head_dim={self.head_dim}, " if self.inner_dim != self.d_model else "")
+            + (f"qk_norm={self.qk_norm!r}, " if self.qk_norm else "")
+            + (f"sliding_window={self.sliding_window}, " if self.sliding_window else "")
+            + (f"softcap={self.softcap:g}, " if self.softcap is not None else "")
+            + f"kernel={self._kernel!r}, scale={self.scale:.4g}"
+        )

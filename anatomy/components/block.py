@@ -43,9 +43,17 @@ class TransformerBlock(nn.Module):
     default_causal: ClassVar[bool] = False  # is_causal when a standalone call does not say
     builds_cross_attention: ClassVar[bool] = False  # whether ``build`` adds cross-attention
 
-    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_add_norm: AddNorm, ffn_add_norm: AddNorm,
-                 cross_attn: MultiHeadAttention | None = None, cross_add_norm: AddNorm | None = None,
-                 parallel_residual: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        attn: MultiHeadAttention,
+        ffn: nn.Module,
+        attn_add_norm: AddNorm,
+        ffn_add_norm: AddNorm,
+        cross_attn: MultiHeadAttention | None = None,
+        cross_add_norm: AddNorm | None = None,
+        parallel_residual: bool = False,
+    ) -> None:
         super().__init__()
         if parallel_residual and (attn_add_norm.placement, ffn_add_norm.placement) != ("pre", "pre"):
             raise ValueError("parallel_residual needs norm_position='pre' (both sub-layers read the block input)")
@@ -76,22 +84,41 @@ class TransformerBlock(nn.Module):
     # this classmethod when the package is imported; declared here for readers and type checkers.
     build: ClassVar[Callable[..., TransformerBlock]]
 
-    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, *, mask: torch.Tensor | None,
-                           memory_mask: torch.Tensor | None, is_causal: bool, kv_cache: BlockCache,
-                           positions: torch.Tensor | None, attn_bias: torch.Tensor | None) -> AttentionContext:
+    def standalone_context(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None,
+        *,
+        mask: torch.Tensor | None,
+        memory_mask: torch.Tensor | None,
+        is_causal: bool,
+        kv_cache: BlockCache,
+        positions: torch.Tensor | None,
+        attn_bias: torch.Tensor | None,
+    ) -> AttentionContext:
         """The context of a standalone block call, built by the attention modules' ``standalone_context``."""
         self_cache, cross_cache = split_cache(kv_cache)
-        ctx = self.attn.standalone_context(x, mask=mask, is_causal=is_causal, kv_cache=self_cache,
-                                           positions=positions, attn_bias=attn_bias)
+        ctx = self.attn.standalone_context(
+            x, mask=mask, is_causal=is_causal, kv_cache=self_cache, positions=positions, attn_bias=attn_bias
+        )
         if self.cross_attn is not None:
             ctx.cross_ctx = self.cross_attn.standalone_context(x, memory, mask=memory_mask, kv_cache=cross_cache)
         return ctx
 
-    def forward(self, x: torch.Tensor, memory: torch.Tensor | None = None, *, mask: torch.Tensor | None = None,
-                memory_mask: torch.Tensor | None = None, is_causal: bool | None = None, kv_cache: BlockCache = None,
-                need_weights: bool = False, positions: torch.Tensor | None = None,
-                attn_bias: torch.Tensor | None = None,
-                ctx: AttentionContext | None = None) -> tuple[torch.Tensor, Any]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
+        is_causal: bool | None = None,
+        kv_cache: BlockCache = None,
+        need_weights: bool = False,
+        positions: torch.Tensor | None = None,
+        attn_bias: torch.Tensor | None = None,
+        ctx: AttentionContext | None = None,
+    ) -> tuple[torch.Tensor, Any]:
         """``x: (B, T, D)`` (and, with cross-attention, ``memory: (B, S, D)``) → ``(x, weights)``; weights are
         ``self_weights`` or, with cross-attention, ``(self_weights, cross_weights)``. ``kv_cache`` is a
         ``KVCache`` or a ``(self, cross)`` pair. Inside a stack ``ctx`` replaces the mask/position arguments."""
@@ -99,9 +126,16 @@ class TransformerBlock(nn.Module):
         if cross and memory is None:
             raise ValueError(f"{type(self).__name__} attends to an encoder memory: give memory (B, S, D)")
         if ctx is None:
-            ctx = self.standalone_context(x, memory, mask=mask, memory_mask=memory_mask,
-                                          is_causal=self.default_causal if is_causal is None else is_causal,
-                                          kv_cache=kv_cache, positions=positions, attn_bias=attn_bias)
+            ctx = self.standalone_context(
+                x,
+                memory,
+                mask=mask,
+                memory_mask=memory_mask,
+                is_causal=self.default_causal if is_causal is None else is_causal,
+                kv_cache=kv_cache,
+                positions=positions,
+                attn_bias=attn_bias,
+            )
         self_cache, cross_cache = split_cache(kv_cache)
         x = block_in = self.hook_resid_pre(x)  # (B, T, D)
         h = self.hook_attn_in(self.attn_add_norm.before(x))
@@ -109,8 +143,9 @@ class TransformerBlock(nn.Module):
         x = self.hook_resid_mid(self.attn_add_norm.after(x, self.hook_attn_out(a)))  # (B, T, D)
         if self.cross_attn is not None:
             h = self.hook_cross_in(self.cross_add_norm.before(x))
-            c, cross_w = self.cross_attn(h, context=memory, kv_cache=cross_cache, need_weights=need_weights,
-                                         ctx=ctx.cross_ctx)
+            c, cross_w = self.cross_attn(
+                h, context=memory, kv_cache=cross_cache, need_weights=need_weights, ctx=ctx.cross_ctx
+            )
             x = self.hook_resid_cross(self.cross_add_norm.after(x, self.hook_cross_out(c)))  # (B, T, D)
             weights = (weights, cross_w)
         h = self.hook_ffn_in(self.ffn_add_norm.before(block_in if self.parallel_residual else x))
@@ -129,10 +164,22 @@ def split_cache(kv_cache: BlockCache) -> tuple[KVCache | None, KVCache | None]:
 class EncoderBlock(TransformerBlock):
     """Self-attention then FFN (bidirectional by default; ``is_causal=True`` in decoder-only LMs)."""
 
-    def __init__(self, *, attn: MultiHeadAttention, ffn: nn.Module, attn_add_norm: AddNorm,
-                 ffn_add_norm: AddNorm, parallel_residual: bool = False) -> None:
-        super().__init__(attn=attn, ffn=ffn, attn_add_norm=attn_add_norm, ffn_add_norm=ffn_add_norm,
-                         parallel_residual=parallel_residual)
+    def __init__(
+        self,
+        *,
+        attn: MultiHeadAttention,
+        ffn: nn.Module,
+        attn_add_norm: AddNorm,
+        ffn_add_norm: AddNorm,
+        parallel_residual: bool = False,
+    ) -> None:
+        super().__init__(
+            attn=attn,
+            ffn=ffn,
+            attn_add_norm=attn_add_norm,
+            ffn_add_norm=ffn_add_norm,
+            parallel_residual=parallel_residual,
+        )
 
 
 class DecoderBlock(TransformerBlock):
@@ -141,7 +188,21 @@ class DecoderBlock(TransformerBlock):
     default_causal = True
     builds_cross_attention = True
 
-    def __init__(self, *, attn: MultiHeadAttention, cross_attn: MultiHeadAttention, ffn: nn.Module,
-                 attn_add_norm: AddNorm, cross_add_norm: AddNorm, ffn_add_norm: AddNorm) -> None:
-        super().__init__(attn=attn, ffn=ffn, attn_add_norm=attn_add_norm, ffn_add_norm=ffn_add_norm,
-                         cross_attn=cross_attn, cross_add_norm=cross_add_norm)
+    def __init__(
+        self,
+        *,
+        attn: MultiHeadAttention,
+        cross_attn: MultiHeadAttention,
+        ffn: nn.Module,
+        attn_add_norm: AddNorm,
+        cross_add_norm: AddNorm,
+        ffn_add_norm: AddNorm,
+    ) -> None:
+        super().__init__(
+            attn=attn,
+            ffn=ffn,
+            attn_add_norm=attn_add_norm,
+            ffn_add_norm=ffn_add_norm,
+            cross_attn=cross_attn,
+            cross_add_norm=cross_add_norm,
+        )

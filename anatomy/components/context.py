@@ -34,9 +34,16 @@ from anatomy.components.masks import as_attention_mask, causal_mask, key_padding
 from anatomy.shapes import check_rank
 
 
-def query_positions(t: int, past: int, device: torch.device | str | None, *, given: torch.Tensor | None = None,
-                    mask: torch.Tensor | None = None, b: int | None = None,
-                    name: str = "position_ids") -> torch.Tensor:
+def query_positions(
+    t: int,
+    past: int,
+    device: torch.device | str | None,
+    *,
+    given: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    b: int | None = None,
+    name: str = "position_ids",
+) -> torch.Tensor:
     """Query positions ``(B|1, T)``, decided and checked in this one place: ``given`` ids (checked: rank 2, ``T``
     columns, ``B`` or 1 rows when ``b`` is given, integers), else counted from a ``(B, S)`` key-padding ``mask``
     (left padding: a padded prompt sees the positions of the prompt alone), else ``past + arange(T)``."""
@@ -62,8 +69,9 @@ def cache_seen(kv_caches: Sequence[KVCache | tuple[KVCache, KVCache]] | None) ->
     return (first[0] if isinstance(first, tuple) else first).seen
 
 
-def hf_padding(attention_mask: torch.Tensor | None, b: int, s: int,
-               name: str = "attention_mask") -> torch.Tensor | None:
+def hf_padding(
+    attention_mask: torch.Tensor | None, b: int, s: int, name: str = "attention_mask"
+) -> torch.Tensor | None:
     """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``."""
     if attention_mask is None:
         return None
@@ -74,8 +82,11 @@ def hf_padding(attention_mask: torch.Tensor | None, b: int, s: int,
         return attention_mask
     if attention_mask.is_floating_point():
         raise TypeError(f"{name} must be bool or integer 0/1 (1 = real token), got dtype {attention_mask.dtype}")
-    if (attention_mask.numel() and not torch.compiler.is_compiling()  # a value check: eager only, no graph break
-            and not bool(((attention_mask == 0) | (attention_mask == 1)).all())):
+    if (
+        attention_mask.numel()
+        and not torch.compiler.is_compiling()  # a value check: eager only, no graph break
+        and not bool(((attention_mask == 0) | (attention_mask == 1)).all())
+    ):
         raise ValueError(f"{name} must hold only 0 and 1 (1 = real token)")
     return attention_mask.bool()
 
@@ -94,7 +105,8 @@ class AttentionContext:
     cross_ctx: AttentionContext | None = None  # a decoder's cross-attention context (over the memory)
     cache_positions: torch.Tensor | None = None  # (B|1, past): key positions the cache held before this call
     _masks: dict[tuple[int | None, int, bool, bool], tuple[torch.Tensor | None, bool]] = field(
-        default_factory=dict, repr=False)
+        default_factory=dict, repr=False
+    )
     _tables: dict[Hashable, object] = field(default_factory=dict, repr=False)
     _key_positions: torch.Tensor | None = field(default=None, repr=False)
 
@@ -108,12 +120,14 @@ class AttentionContext:
                 self._key_positions = self.positions
             else:
                 b = max(self.positions.shape[0], self.cache_positions.shape[0])
-                self._key_positions = torch.cat([self.cache_positions.expand(b, -1),
-                                                 self.positions.expand(b, -1)], dim=-1)  # (B|1, S)
+                self._key_positions = torch.cat(
+                    [self.cache_positions.expand(b, -1), self.positions.expand(b, -1)], dim=-1
+                )  # (B|1, S)
         return self._key_positions
 
-    def kernel_mask(self, window: int | None, s: int, heads: int = 1, fold: bool = True,
-                    causal_flag: bool = False) -> tuple[torch.Tensor | None, bool]:
+    def kernel_mask(
+        self, window: int | None, s: int, heads: int = 1, fold: bool = True, causal_flag: bool = False
+    ) -> tuple[torch.Tensor | None, bool]:
         """The ``(mask, is_causal)`` a kernel gets for ``s`` held keys in a layer with sliding ``window`` (None:
         global): the final boolean mask, the context's mask (cut to the last ``s`` slots when a rolling cache holds
         fewer than it covers) with the band, or with ``fold`` the causal rule, ANDed in. ``is_causal`` stays True
@@ -150,13 +164,27 @@ class AttentionContext:
         return hit
 
 
-def build_context(*, b: int, t: int, s: int, heads: int, device: torch.device | str | None, past: int = 0,
-                  positions: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
-                  attention_mask: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                  is_causal: bool = False, cross: bool = False, bias: torch.Tensor | None = None,
-                  cache_positions: torch.Tensor | None = None, padding_name: str = "key_padding_mask",
-                  mask_name: str = "mask", positions_name: str = "positions",
-                  shared_positions: torch.Tensor | None = None) -> AttentionContext:
+def build_context(
+    *,
+    b: int,
+    t: int,
+    s: int,
+    heads: int,
+    device: torch.device | str | None,
+    past: int = 0,
+    positions: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    cross: bool = False,
+    bias: torch.Tensor | None = None,
+    cache_positions: torch.Tensor | None = None,
+    padding_name: str = "key_padding_mask",
+    mask_name: str = "mask",
+    positions_name: str = "positions",
+    shared_positions: torch.Tensor | None = None,
+) -> AttentionContext:
     """The one place a forward's mask and positions are checked and built.
 
     Padding comes as ``key_padding_mask (B, S)`` (boolean, True on real keys: a layer's and a stack's argument)
@@ -183,12 +211,24 @@ def build_context(*, b: int, t: int, s: int, heads: int, device: torch.device | 
     elif key_padding_mask is not None:
         padding = key_padding_to_attention(key_padding_mask, name=padding_name)  # (B, 1, 1, S)
         if tuple(key_padding_mask.shape) != (b, s):
-            raise ValueError(f"{padding_name} must have shape (B={b}, S={s}) with True on real keys, got "
-                             f"{tuple(key_padding_mask.shape)}")
+            raise ValueError(
+                f"{padding_name} must have shape (B={b}, S={s}) with True on real keys, got "
+                f"{tuple(key_padding_mask.shape)}"
+            )
         mask = padding if mask is None else mask & padding
     if shared_positions is None:
         positions = query_positions(t, past, device, given=positions, mask=counted, b=b, name=positions_name)
     else:
         positions = shared_positions
-    return AttentionContext(b=b, t=t, s=s, positions=positions, mask=mask, is_causal=is_causal, past=past,
-                            cross=cross, bias=bias, cache_positions=cache_positions)
+    return AttentionContext(
+        b=b,
+        t=t,
+        s=s,
+        positions=positions,
+        mask=mask,
+        is_causal=is_causal,
+        past=past,
+        cross=cross,
+        bias=bias,
+        cache_positions=cache_positions,
+    )

@@ -46,9 +46,15 @@ class InputEmbeddings(nn.Module):
     output head can share one matrix. Hook points: ``hook_tokens`` (the token embedding) and ``hook_pos`` (the
     positional term an embedding-site scheme adds; it fires only for such a scheme)."""
 
-    def __init__(self, *, embed_tokens: TokenEmbedding, positional: PositionalScheme | None = None,
-                 token_types: nn.Embedding | None = None, norm: nn.Module | None = None,
-                 dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        embed_tokens: TokenEmbedding,
+        positional: PositionalScheme | None = None,
+        token_types: nn.Embedding | None = None,
+        norm: nn.Module | None = None,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         self.embed_tokens = embed_tokens
         self.positional = positional
@@ -58,8 +64,9 @@ class InputEmbeddings(nn.Module):
         self.hook_tokens = HookPoint()  # (B, T, D) token embedding, after the sqrt(D) multiplier
         self.hook_pos = HookPoint()  # (B, T, D) positional term added to it (sinusoidal, learned)
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, ids: torch.Tensor, positions: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = self.hook_tokens(self.embed_tokens(ids))  # (B, T, D)
         if self.token_types is not None:
             if token_type_ids is None:
@@ -68,8 +75,7 @@ class InputEmbeddings(nn.Module):
                 check_token_ids("token_type_ids", token_type_ids, self.token_types.num_embeddings)
             x = x + self.token_types(token_type_ids)  # (B, T, D)
         elif token_type_ids is not None:
-            raise ValueError("token_type_ids were given but the model has no token-type embedding "
-                             "(type_vocab_size=0)")
+            raise ValueError("token_type_ids were given but the model has no token-type embedding (type_vocab_size=0)")
         if self.positional is not None and hooked(self, "hook_pos"):  # the term alone: 0 + pe is pe exactly
             x = x + self.hook_pos(self.positional.add_to_embeddings(torch.zeros_like(x), positions))  # (B, T, D)
         elif self.positional is not None:

@@ -42,8 +42,15 @@ def default_d_ff(d_model: int, activation: str) -> int:
 
 
 class FeedForward(nn.Module):
-    def __init__(self, *, d_model: int, d_ff: int | None = None, activation: str = "relu", bias: bool = True,
-                 dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        d_ff: int | None = None,
+        activation: str = "relu",
+        bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         if activation not in ACTIVATION_NAMES:
             raise ValueError(f"unknown activation {activation!r}; valid names: {', '.join(sorted(ACTIVATION_NAMES))}")

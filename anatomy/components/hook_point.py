@@ -19,8 +19,12 @@ class HookPoint(nn.Module):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # A model has dozens of hook points per layer; with nothing attached (the usual case) skip nn.Module's
         # call machinery entirely. Any hook — on this module or a global one — takes the ordinary path.
-        if (self._forward_hooks or self._forward_pre_hooks or _module._global_forward_hooks
-                or _module._global_forward_pre_hooks):
+        if (
+            self._forward_hooks
+            or self._forward_pre_hooks
+            or _module._global_forward_hooks
+            or _module._global_forward_pre_hooks
+        ):
             out: torch.Tensor = super().__call__(x)
             return out
         return x

@@ -58,11 +58,23 @@ class AttentionFunction(Protocol):
     kernels that materialise the scores (``math``, ``loop``); ``sdpa`` refuses them when they are not None.
     Returns ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
-                 is_causal: bool = False, scale: float, bias: torch.Tensor | None = None,
-                 value_bias: torch.Tensor | None = None, dropout_p: float = 0.0, need_weights: bool = False,
-                 score_hook: Hook | None = None, weight_hook: Hook | None = None,
-                 softcap: float | None = None) -> Weights: ...
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        scale: float,
+        bias: torch.Tensor | None = None,
+        value_bias: torch.Tensor | None = None,
+        dropout_p: float = 0.0,
+        need_weights: bool = False,
+        score_hook: Hook | None = None,
+        weight_hook: Hook | None = None,
+        softcap: float | None = None,
+    ) -> Weights: ...
 
 
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -73,8 +85,9 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
     return x[:, :, None].expand(b, hkv, n_heads // hkv, s, dh).reshape(b, n_heads, s, dh)  # (B, H, S, Dh)
 
 
-def full_mask(mask: torch.Tensor | None, is_causal: bool, t: int, s: int,
-              device: torch.device | str | None) -> torch.Tensor | None:
+def full_mask(
+    mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device | str | None
+) -> torch.Tensor | None:
     """The caller's mask AND the (bottom-right aligned) causal mask, for a kernel function called on its own
     (``math_attention(q, k, v, is_causal=True)``). Inside a module the forward's mask plan
     (``AttentionContext.kernel_mask``) has folded the causal rule already and ``is_causal`` arrives False (or True
@@ -114,9 +127,19 @@ def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
 
 
 def math_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False,
-    scale: float, bias: torch.Tensor | None = None, value_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
-    need_weights: bool = False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float,
+    bias: torch.Tensor | None = None,
+    value_bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    score_hook: Hook | None = None,
+    weight_hook: Hook | None = None,
     softcap: float | None = None,
     mask_step: Callable[..., torch.Tensor | None] = full_mask,
     softmax_step: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = masked_softmax,
@@ -144,9 +167,19 @@ def math_attention(
 
 
 def loop_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False,
-    scale: float, bias: torch.Tensor | None = None, value_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
-    need_weights: bool = False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float,
+    bias: torch.Tensor | None = None,
+    value_bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    score_hook: Hook | None = None,
+    weight_hook: Hook | None = None,
     softcap: float | None = None,
 ) -> Weights:
     """The post's description, one head at a time: for each head, its own Q_h K_h^T, softmax, and weights @ V_h."""
@@ -182,20 +215,36 @@ def loop_attention(
 
 
 def sdpa_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None, is_causal: bool = False,
-    scale: float, bias: torch.Tensor | None = None, value_bias: torch.Tensor | None = None, dropout_p: float = 0.0,
-    need_weights: bool = False, score_hook: Hook | None = None, weight_hook: Hook | None = None,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float,
+    bias: torch.Tensor | None = None,
+    value_bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    score_hook: Hook | None = None,
+    weight_hook: Hook | None = None,
     softcap: float | None = None,
 ) -> Weights:
     if softcap is not None:
-        raise ValueError("kernel='sdpa' cannot soft-cap attention logits (attn_softcap); use kernel='math' "
-                         "(or 'auto', which picks 'math' when the logits are soft-capped)")
+        raise ValueError(
+            "kernel='sdpa' cannot soft-cap attention logits (attn_softcap); use kernel='math' "
+            "(or 'auto', which picks 'math' when the logits are soft-capped)"
+        )
     if need_weights or score_hook is not None or weight_hook is not None:
-        raise ValueError("kernel='sdpa' cannot return attention weights or fire score/weight hooks; "
-                         "use kernel='math' (or 'auto', which switches when weights are asked for)")
+        raise ValueError(
+            "kernel='sdpa' cannot return attention weights or fire score/weight hooks; "
+            "use kernel='math' (or 'auto', which switches when weights are asked for)"
+        )
     if value_bias is not None:
-        raise ValueError("kernel='sdpa' cannot express Shaw relative attention's value term; "
-                         "use kernel='math' (or 'auto', which picks 'math' for positional='shaw')")
+        raise ValueError(
+            "kernel='sdpa' cannot express Shaw relative attention's value term; "
+            "use kernel='math' (or 'auto', which picks 'math' for positional='shaw')"
+        )
     t, s = q.shape[-2], k.shape[-2]
     # A purely causal square mask reaches the fused kernel as is_causal (no T x S mask materialised).
     use_flag = is_causal and mask is None and bias is None and t == s
@@ -209,7 +258,14 @@ def sdpa_attention(
     if grouped and not native_gqa(q, k, v, attn_mask, dropout_p, use_flag):
         k, v, grouped = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1]), False
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=use_flag, scale=scale, enable_gqa=grouped,
+        q,
+        k,
+        v,
+        attn_mask=attn_mask,
+        dropout_p=dropout_p,
+        is_causal=use_flag,
+        scale=scale,
+        enable_gqa=grouped,
     )  # (B, H, T, Dh)
     if full is not None:
         row_has_key = full.any(-1, keepdim=True)  # (B|1, H|1, T, 1), small
@@ -220,8 +276,9 @@ def sdpa_attention(
     return out, None
 
 
-def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout_p: float,
-               is_causal: bool) -> bool:
+def native_gqa(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None, dropout_p: float, is_causal: bool
+) -> bool:
     """Hand K/V with fewer heads than Q to SDPA as they are (``enable_gqa=True``), or repeat them to every query head
     first? On CPU: as they are (every CPU backend takes grouped heads). On CUDA only flash and cuDNN attention take
     grouped heads; the memory-efficient kernel refuses them, and flash takes no mask and cuDNN no float32. When
@@ -237,8 +294,9 @@ def native_gqa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: tor
     try:
         params = cuda.SDPAParams(q, k, v, attn_mask, dropout_p, is_causal, True)
         flash, cudnn = cuda.flash_sdp_enabled(), cuda.cudnn_sdp_enabled()  # type: ignore[no-untyped-call]
-        return bool((flash and cuda.can_use_flash_attention(params))
-                    or (cudnn and cuda.can_use_cudnn_attention(params)))
+        return bool(
+            (flash and cuda.can_use_flash_attention(params)) or (cudnn and cuda.can_use_cudnn_attention(params))
+        )
     except (AttributeError, TypeError, RuntimeError):  # a torch without the probes
         return flash_could
 
@@ -334,21 +392,52 @@ def recorder(heads: Sequence[int], sink: Callable[[torch.Tensor], None]) -> Wrap
     rows = list(heads)
 
     def wrap(inner: AttentionFunction) -> AttentionFunction:
-        def record(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, mask: torch.Tensor | None = None,
-                   is_causal: bool = False, scale: float, bias: torch.Tensor | None = None,
-                   value_bias: torch.Tensor | None = None, dropout_p: float = 0.0, need_weights: bool = False,
-                   score_hook: Hook | None = None, weight_hook: Hook | None = None,
-                   softcap: float | None = None) -> Weights:
+        def record(
+            q: torch.Tensor,
+            k: torch.Tensor,
+            v: torch.Tensor,
+            *,
+            mask: torch.Tensor | None = None,
+            is_causal: bool = False,
+            scale: float,
+            bias: torch.Tensor | None = None,
+            value_bias: torch.Tensor | None = None,
+            dropout_p: float = 0.0,
+            need_weights: bool = False,
+            score_hook: Hook | None = None,
+            weight_hook: Hook | None = None,
+            softcap: float | None = None,
+        ) -> Weights:
             with torch.no_grad():
                 k_sel = repeat_kv(k, q.shape[1])[:, rows]  # (B, h, S, Dh)
                 _, weights = math_attention(
-                    q[:, rows], k_sel, k_sel, mask=_head_rows(mask, rows), is_causal=is_causal, scale=scale,
-                    bias=_head_rows(bias, rows), need_weights=True, softcap=softcap)  # output discarded
+                    q[:, rows],
+                    k_sel,
+                    k_sel,
+                    mask=_head_rows(mask, rows),
+                    is_causal=is_causal,
+                    scale=scale,
+                    bias=_head_rows(bias, rows),
+                    need_weights=True,
+                    softcap=softcap,
+                )  # output discarded
             assert weights is not None  # need_weights=True
             sink(weights)
-            return inner(q, k, v, mask=mask, is_causal=is_causal, scale=scale, bias=bias, value_bias=value_bias,
-                         dropout_p=dropout_p, need_weights=need_weights, score_hook=score_hook,
-                         weight_hook=weight_hook, softcap=softcap)
+            return inner(
+                q,
+                k,
+                v,
+                mask=mask,
+                is_causal=is_causal,
+                scale=scale,
+                bias=bias,
+                value_bias=value_bias,
+                dropout_p=dropout_p,
+                need_weights=need_weights,
+                score_hook=score_hook,
+                weight_hook=weight_hook,
+                softcap=softcap,
+            )
 
         return record
 
@@ -394,8 +483,9 @@ def register(kernel: Kernel) -> Kernel:
 _said: set[str] = set()
 
 
-def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "",
-            softcap: bool = False) -> Kernel:
+def resolve(
+    name: str, *, need_weights: bool, value_bias: bool, hooked: bool, where: str = "", softcap: bool = False
+) -> Kernel:
     """Pick the kernel for one kind of call. ``auto`` → ``sdpa`` unless weights/hooks/value term/soft-cap need
     ``math``."""
     if not (need_weights or hooked or value_bias or softcap):  # the usual call, decided at once
@@ -403,10 +493,16 @@ def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, wh
         if hit is not None:
             return hit
     if name == "auto":
-        reasons = [r for r, on in (("weights were requested", need_weights),
-                                   ("a score/weight hook is attached", hooked),
-                                   ("the positional scheme adds a value term", value_bias),
-                                   ("the attention logits are soft-capped", softcap)) if on]
+        reasons = [
+            r
+            for r, on in (
+                ("weights were requested", need_weights),
+                ("a score/weight hook is attached", hooked),
+                ("the positional scheme adds a value term", value_bias),
+                ("the attention logits are soft-capped", softcap),
+            )
+            if on
+        ]
         if not reasons:
             return KERNELS["sdpa"]
         key = f"{where}:{reasons[0]}"
@@ -418,12 +514,15 @@ def resolve(name: str, *, need_weights: bool, value_bias: bool, hooked: bool, wh
         raise ValueError(f"unknown kernel {name!r}; valid names: {', '.join(KERNEL_NAMES)}")
     kernel = KERNELS[name]
     if value_bias and not kernel.supports_value_bias:
-        raise ValueError(f"kernel={name!r} cannot express Shaw relative attention's value term; "
-                         "use kernel='math' or 'auto'")
+        raise ValueError(
+            f"kernel={name!r} cannot express Shaw relative attention's value term; use kernel='math' or 'auto'"
+        )
     if softcap and not kernel.returns_weights:  # the fused kernel has no place for tanh between matmul and softmax
-        raise ValueError(f"kernel={name!r} cannot soft-cap attention logits (attn_softcap); use kernel='math' or "
-                         "'auto'")
+        raise ValueError(
+            f"kernel={name!r} cannot soft-cap attention logits (attn_softcap); use kernel='math' or 'auto'"
+        )
     if (need_weights or hooked) and not kernel.returns_weights:
-        raise ValueError(f"kernel={name!r} cannot return attention weights or fire score/weight hooks; "
-                         "use kernel='math' or 'auto'")
+        raise ValueError(
+            f"kernel={name!r} cannot return attention weights or fire score/weight hooks; use kernel='math' or 'auto'"
+        )
     return kernel

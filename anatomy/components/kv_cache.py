@@ -46,8 +46,9 @@ class KVCache:
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
-    def update(self, k: torch.Tensor, v: torch.Tensor,
-               positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Append ``k, v: (B, Hkv, T, Dh)`` and ``positions: (B|1, T)``; return the held ``(k, v, positions)``:
         every entry so far, or with a window the last ``W - 1`` earlier ones and the ``T`` new ones."""
         if self.k is not None and k.shape[0] != self.k.shape[0]:
@@ -63,8 +64,14 @@ class KVCache:
             self._compact()  # room at the front: move the held entries there instead of growing
             start = 0
         # pos_buf is None exactly when buf is (the buffers are set together): its test only narrows the type
-        if (buf is None or pos_buf is None or start + s + t > buf.shape[-2] or positions.shape[0] > pos_buf.shape[0]
-                or buf.dtype != k.dtype or buf.device != k.device):
+        if (
+            buf is None
+            or pos_buf is None
+            or start + s + t > buf.shape[-2]
+            or positions.shape[0] > pos_buf.shape[0]
+            or buf.dtype != k.dtype
+            or buf.device != k.device
+        ):
             self._grow(s + t, k, v, positions)
             start = 0
         k_buf, v_buf, pos_buf = self._k_buf, self._v_buf, self._pos_buf
@@ -152,8 +159,9 @@ class KVCache:
         else:
             self._start = 0
 
-    def _concatenate(self, k: torch.Tensor, v: torch.Tensor,
-                     positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _concatenate(
+        self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Out-of-place append (autograd-safe): every step allocates the full ``(B, Hkv, S + T, Dh)``."""
         self._k_buf = self._v_buf = self._pos_buf = None
         self._start = 0
@@ -164,7 +172,5 @@ class KVCache:
             self.k = torch.cat([self.k, k], dim=-2)  # (B, Hkv, S + T, Dh)
             self.v = torch.cat([self.v, v], dim=-2)  # (B, Hkv, S + T, Dh)
             b = max(self.positions.shape[0], positions.shape[0])
-            self.positions = torch.cat(
-                [self.positions.expand(b, -1), positions.expand(b, -1)], dim=-1
-            )  # (B|1, S + T)
+            self.positions = torch.cat([self.positions.expand(b, -1), positions.expand(b, -1)], dim=-1)  # (B|1, S + T)
         return self.k, self.v, self.positions

@@ -36,16 +36,20 @@ def causal_mask(t: int, s: int | None = None, *, device: torch.device | str | No
     return torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t)  # (T, S)
 
 
-def sliding_window_mask(t: int, s: int | None = None, window: int = 1, *, causal: bool = True,
-                        device: torch.device | str | None = None) -> torch.Tensor:
+def sliding_window_mask(
+    t: int, s: int | None = None, window: int = 1, *, causal: bool = True, device: torch.device | str | None = None
+) -> torch.Tensor:
     """``(T, S)`` local-attention band: query ``i`` (the key slot ``i + S - T``, bottom-right aligned like
     ``causal_mask``) sees the ``window`` slots ending at its own, ``i + S - T - window < j <= i + S - T`` (Mistral;
     Hugging Face's ``kv_idx > q_idx - sliding_window``); with ``causal=False`` also the ``window - 1`` after it."""
     s = t if s is None else s
     if not isinstance(window, int) or isinstance(window, bool) or window < 1:
         raise ValueError(f"window must be a positive integer, got {window!r}")
-    ones = causal_mask(t, s, device=device) if causal else torch.ones(t, s, dtype=torch.bool, device=device).tril(
-        diagonal=s - t + window - 1)
+    ones = (
+        causal_mask(t, s, device=device)
+        if causal
+        else torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t + window - 1)
+    )
     return ones & ~torch.ones(t, s, dtype=torch.bool, device=device).tril(diagonal=s - t - window)  # (T, S)
 
 
@@ -155,8 +159,9 @@ def as_attention_mask(mask: torch.Tensor, b: int, h: int, t: int, s: int, name: 
     elif mask.dim() == 3:
         mask = mask[:, None]  # (B, 1, T, S)
     elif mask.dim() != 4:
-        raise ValueError(f"{name} must have 2, 3 or 4 dimensions broadcastable to (B, H, T, S), "
-                         f"got {tuple(mask.shape)}")
+        raise ValueError(
+            f"{name} must have 2, 3 or 4 dimensions broadcastable to (B, H, T, S), got {tuple(mask.shape)}"
+        )
     want = (b, h, t, s)
     if any(m not in (1, w) for m, w in zip(mask.shape, want)):
         raise ValueError(

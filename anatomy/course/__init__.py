@@ -17,8 +17,10 @@ from anatomy.course.grader import MARKER
 
 __all__ = ["BY_ID", "EXERCISES", "Exercise", "get", "grade", "language", "skeleton", "solution_text"]
 
-TINY_LM_ZH = ("# 这个练习训练 08_block.py 里的 TransformerBlock：不用写新代码。\n"
-              "# 运行：anatomy learn check tiny_lm 08_block.py\n")
+TINY_LM_ZH = (
+    "# 这个练习训练 08_block.py 里的 TransformerBlock：不用写新代码。\n"
+    "# 运行：anatomy learn check tiny_lm 08_block.py\n"
+)
 STATUS_ZH = {"not started": "未开始", "tried": "尝试过", "done": "已完成"}
 IMPORTS = "import math\n\nimport torch\nfrom torch import nn\n"
 
@@ -58,11 +60,13 @@ def skeleton(exercise: Exercise, lang: str = "en", hint: bool = False) -> str:
     hold, (the hint), the imports and the signatures to fill in."""
     zh = lang == "zh"
     title = exercise.title[1] if zh else exercise.title[0]
-    lines = [f"{MARKER} {exercise.id} ({exercise.section}) · {title}",
-             ("# 写完下面的代码后运行：" if zh else "# Fill in the code below, then run: ")
-             + f"anatomy learn check {exercise.id} {get('block').file if exercise.id == 'tiny_lm' else exercise.file}",
-             "#",
-             ("# 原文" if zh else "# The post ") + f"{exercise.section}:"]
+    lines = [
+        f"{MARKER} {exercise.id} ({exercise.section}) · {title}",
+        ("# 写完下面的代码后运行：" if zh else "# Fill in the code below, then run: ")
+        + f"anatomy learn check {exercise.id} {get('block').file if exercise.id == 'tiny_lm' else exercise.file}",
+        "#",
+        ("# 原文" if zh else "# The post ") + f"{exercise.section}:",
+    ]
     lines += [f"#   「{exercise.post[0]}」"] + ([] if zh else [f"#   ({exercise.post[1]})"])
     lines += ["#", "# 形状（图例字母）：" if zh else "# Shapes (the legend's letters):"]
     lines += [f"#   {s}" for s in exercise.shape_text(lang).splitlines()]
@@ -71,8 +75,12 @@ def skeleton(exercise: Exercise, lang: str = "en", hint: bool = False) -> str:
     if hint:
         lines += ["#", ("# 提示：" if zh else "# Hint: ") + (exercise.hint[1] if zh else exercise.hint[0])]
     else:
-        lines += ["#", "# 需要提示：anatomy learn start --hint（或看 check 的输出）" if zh else
-                  "# A hint: anatomy learn start --hint (or read what check says)"]
+        lines += [
+            "#",
+            "# 需要提示：anatomy learn start --hint（或看 check 的输出）"
+            if zh
+            else "# A hint: anatomy learn start --hint (or read what check says)",
+        ]
     signature = TINY_LM_ZH if zh and exercise.id == "tiny_lm" else exercise.signature
     body = "\n".join(line for line in signature.splitlines() if not line.startswith(("import ", "from ")))
     return "\n".join(lines) + "\n\n" + IMPORTS + "\n\n" + body.strip("\n") + "\n"
@@ -101,12 +109,25 @@ def page(progress=None, lang: str = "zh") -> str:  # noqa: ANN001 - a Progress
     for e in EXERCISES:
         status = "not started" if progress is None else progress.status(e.id)
         status = STATUS_ZH.get(status, status) if zh else status
-        rows.append([e.section, e.id, e.title[1] if zh else e.title[0], e.post[0] if zh else e.post[1],
-                     e.shape_text(lang).replace("\n", " · "), "；".join(m[1] for m in e.must) if zh else
-                     "; ".join(m[0] for m in e.must), status])
-    header = (["节", "练习", "标题", "原文", "形状", "必须满足", "进度"] if zh else
-              ["section", "exercise", "title", "the post", "shapes", "what must hold", "status"])
-    return render_page(title="anatomy learn · 亲手写一遍 Transformer Block" if zh else "anatomy learn · write the block",
-                       subtitle="把你的Block亲手写一遍并观察每一步的shape",
-                       notes=["anatomy learn start ID · anatomy learn check ID · anatomy learn solution ID"],
-                       tables=[("练习 · exercises", header, rows)])
+        rows.append(
+            [
+                e.section,
+                e.id,
+                e.title[1] if zh else e.title[0],
+                e.post[0] if zh else e.post[1],
+                e.shape_text(lang).replace("\n", " · "),
+                "；".join(m[1] for m in e.must) if zh else "; ".join(m[0] for m in e.must),
+                status,
+            ]
+        )
+    header = (
+        ["节", "练习", "标题", "原文", "形状", "必须满足", "进度"]
+        if zh
+        else ["section", "exercise", "title", "the post", "shapes", "what must hold", "status"]
+    )
+    return render_page(
+        title="anatomy learn · 亲手写一遍 Transformer Block" if zh else "anatomy learn · write the block",
+        subtitle="把你的Block亲手写一遍并观察每一步的shape",
+        notes=["anatomy learn start ID · anatomy learn check ID · anatomy learn solution ID"],
+        tables=[("练习 · exercises", header, rows)],
+    )

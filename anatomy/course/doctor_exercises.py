@@ -19,34 +19,63 @@ from anatomy.course.grader import LearnError, Result, Subject, check_signature, 
 D_MODEL, N_HEADS = 12, 3  # Dh = 4: every named size differs
 PRESCRIBED = {"inf_fill_no_guard"}  # the exercise's hint asks for the -inf fill: no warning against it
 HINTS = {  # one concrete hint per doctor fault, in the exercise's terms
-    "no_scaling": ("divide the scores by math.sqrt(self.d_k), the width of one head", "把分数除以 math.sqrt(self.d_k)，即单个头的维度"),
-    "scale_by_d_model": ("the scale is sqrt(d_k) with d_k = d_model // n_heads, not sqrt(d_model)",
-                         "缩放用 sqrt(d_k)，d_k = d_model // n_heads，而不是 sqrt(d_model)"),
-    "split_without_transpose": ("x.view(b, t, h, d_k).transpose(1, 2): reshape to (B, T, H, Dh) first",
-                                "x.view(b, t, h, d_k).transpose(1, 2)：先变成 (B, T, H, Dh)"),
-    "transpose_before_reshape": ("reshape first, then transpose: x.reshape(b, t, h, d_k).transpose(1, 2)",
-                                 "先 reshape 再 transpose：x.reshape(b, t, h, d_k).transpose(1, 2)"),
-    "merge_wrong_transpose": ("out.transpose(1, 2).reshape(b, t, d): swap H and T back before the reshape",
-                              "out.transpose(1, 2).reshape(b, t, d)：reshape 之前先把 H 和 T 换回来"),
-    "mask_after_softmax": ("scores.masked_fill(~mask, float('-inf')) before the softmax", "在 softmax 之前做 scores.masked_fill(~mask, float('-inf'))"),
-    "shared_layernorm": ("two norms: self.norm1 and self.norm2, one per sub-layer", "两个 Norm：self.norm1 和 self.norm2，每个子层一个"),
-    "no_residual": ("x = x + self.attn(self.norm1(x)): add the input back", "x = x + self.attn(self.norm1(x))：把输入加回来"),
-    "norm_on_residual_path": ("x = x + self.attn(self.norm1(x)): the residual carries the un-normalised x",
-                              "x = x + self.attn(self.norm1(x))：残差带的是没有归一化的 x"),
+    "no_scaling": (
+        "divide the scores by math.sqrt(self.d_k), the width of one head",
+        "把分数除以 math.sqrt(self.d_k)，即单个头的维度",
+    ),
+    "scale_by_d_model": (
+        "the scale is sqrt(d_k) with d_k = d_model // n_heads, not sqrt(d_model)",
+        "缩放用 sqrt(d_k)，d_k = d_model // n_heads，而不是 sqrt(d_model)",
+    ),
+    "split_without_transpose": (
+        "x.view(b, t, h, d_k).transpose(1, 2): reshape to (B, T, H, Dh) first",
+        "x.view(b, t, h, d_k).transpose(1, 2)：先变成 (B, T, H, Dh)",
+    ),
+    "transpose_before_reshape": (
+        "reshape first, then transpose: x.reshape(b, t, h, d_k).transpose(1, 2)",
+        "先 reshape 再 transpose：x.reshape(b, t, h, d_k).transpose(1, 2)",
+    ),
+    "merge_wrong_transpose": (
+        "out.transpose(1, 2).reshape(b, t, d): swap H and T back before the reshape",
+        "out.transpose(1, 2).reshape(b, t, d)：reshape 之前先把 H 和 T 换回来",
+    ),
+    "mask_after_softmax": (
+        "scores.masked_fill(~mask, float('-inf')) before the softmax",
+        "在 softmax 之前做 scores.masked_fill(~mask, float('-inf'))",
+    ),
+    "shared_layernorm": (
+        "two norms: self.norm1 and self.norm2, one per sub-layer",
+        "两个 Norm：self.norm1 和 self.norm2，每个子层一个",
+    ),
+    "no_residual": (
+        "x = x + self.attn(self.norm1(x)): add the input back",
+        "x = x + self.attn(self.norm1(x))：把输入加回来",
+    ),
+    "norm_on_residual_path": (
+        "x = x + self.attn(self.norm1(x)): the residual carries the un-normalised x",
+        "x = x + self.attn(self.norm1(x))：残差带的是没有归一化的 x",
+    ),
 }
-MASK = ("Padding Mask用于把无效的padding位遮掉……Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置。",
-        "the padding mask hides the padding ... the causal mask lets each position see only itself and the past.")
-PRE_NORM = ("Pre-Norm先对输入做LayerNorm再进入Sublayer最后再做残差相加", "Pre-Norm applies LayerNorm to the input, then the "
-            "sub-layer, and adds the residual last")
+MASK = (
+    "Padding Mask用于把无效的padding位遮掉……Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置。",
+    "the padding mask hides the padding ... the causal mask lets each position see only itself and the past.",
+)
+PRE_NORM = (
+    "Pre-Norm先对输入做LayerNorm再进入Sublayer最后再做残差相加",
+    "Pre-Norm applies LayerNorm to the input, then the sub-layer, and adds the residual last",
+)
 
 
 def _build(cls, args: tuple, timeout) -> nn.Module:
     name = getattr(cls, "__name__", "the class")
-    m, _ = run_guarded(lambda: cls(*args), (), (f"building {name}{args}", f"构造 {name}{args} 时"), timeout,
-                       record=False)
+    m, _ = run_guarded(
+        lambda: cls(*args), (), (f"building {name}{args}", f"构造 {name}{args} 时"), timeout, record=False
+    )
     if not isinstance(m, nn.Module):
-        raise LearnError(f"{name}{args} made a {type(m).__name__}, not an nn.Module",
-                         f"{name}{args} 得到的是 {type(m).__name__}，不是 nn.Module")
+        raise LearnError(
+            f"{name}{args} made a {type(m).__name__}, not an nn.Module",
+            f"{name}{args} 得到的是 {type(m).__name__}，不是 nn.Module",
+        )
     return m.double().eval()
 
 
@@ -90,8 +119,9 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     torch.manual_seed(0)
     m32 = _build(cls, args, timeout).float()  # globals stay float32: the audit runs where they fit
     calls: list = []
-    found = spec.audit_structure(m32, lambda: call(x.float(), causal, m32, True), subject.file, D_MODEL, exercise.id,
-                                 seen=calls)
+    found = spec.audit_structure(
+        m32, lambda: call(x.float(), causal, m32, True), subject.file, D_MODEL, exercise.id, seen=calls
+    )
     if found is not None:
         return _finding(result, found)
 
@@ -100,8 +130,9 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
 
     build.__name__ = f"{name}(d_model, n_heads)" if mha else f"{name}(d_model, n_heads, 4 * d_model)"
     try:
-        report = doctor_check(build, kind="attention" if mha else "block", d_model=D_MODEL, n_heads=N_HEADS,
-                              timeout=timeout)
+        report = doctor_check(
+            build, kind="attention" if mha else "block", d_model=D_MODEL, n_heads=N_HEADS, timeout=timeout
+        )
     except CheckError as err:
         zh = getattr(err, "zh", None) or f"检查无法进行：{err}"
         raise LearnError(str(err), zh) from None
@@ -116,8 +147,9 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     for f in report.warnings:  # the named ones, in the bug list's plain words (the rest is in the full report)
         if f.fault in FAULTS and f.fault not in PRESCRIBED and f.fault != "finite_mask_fill":
             result.warn(FAULTS[f.fault].summary_en, FAULTS[f.fault].summary_zh)
-    doctor_fault = (report.diagnosis.get("fault") or next((f.fault for f in errors if f.fault), None)) if errors \
-        else None
+    doctor_fault = (
+        (report.diagnosis.get("fault") or next((f.fault for f in errors if f.fault), None)) if errors else None
+    )
     if errors and doctor_fault not in (None, "unexplained"):
         return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
     rule = _behaviour(m, call, subject, x, mha, timeout)
@@ -127,11 +159,18 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
         return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
     result.passed = True
     fill.warn_finite(result, subject)
-    result.brief("right: it follows the exercise's rules and matches the reference on every probe",
-                 "正确：符合练习的各项要求，并在所有探针上与参考实现一致")
-    result.say("the exercise's rules hold (four projections used, " + ("" if mha else "Pre-Norm, own norms, GELU, ")
-               + "True = may attend), and the doctor finds no pitfall", "练习的要求都满足（四个投影都用上了、"
-               + ("" if mha else "Pre-Norm、各自的 Norm、GELU、") + "True 表示可以关注），医生也没有发现坑")
+    result.brief(
+        "right: it follows the exercise's rules and matches the reference on every probe",
+        "正确：符合练习的各项要求，并在所有探针上与参考实现一致",
+    )
+    result.say(
+        "the exercise's rules hold (four projections used, "
+        + ("" if mha else "Pre-Norm, own norms, GELU, ")
+        + "True = may attend), and the doctor finds no pitfall",
+        "练习的要求都满足（四个投影都用上了、"
+        + ("" if mha else "Pre-Norm、各自的 Norm、GELU、")
+        + "True 表示可以关注），医生也没有发现坑",
+    )
     return result
 
 
@@ -145,41 +184,78 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
         if not inverted:
             return None  # positions mixed some other way: the doctor's verdict stands
         return spec.Finding(
-            "mask_inverted" if inverted else "mask_ignored", line, source,
-            ((f"under a causal mask (True = may attend) position {seen[0]} sees position {seen[1]}: your code hides "
-              "what True marks, the opposite of this exercise's convention") if inverted else
-             f"under a causal mask position {seen[0]} still sees position {seen[1]}: the mask does not reach the scores",
-             (f"在因果掩码（True 表示可以关注）下，位置 {seen[0]} 看到了位置 {seen[1]}：你的代码遮住了 True 标记的位置，"
-              "与本练习的约定相反") if inverted else f"在因果掩码下，位置 {seen[0]} 仍然看到位置 {seen[1]}：掩码没有作用到分数上"),
-            MASK, ("True = may attend: scores.masked_fill(~mask, float('-inf'))",
-                   "True 表示可以关注：scores.masked_fill(~mask, float('-inf'))"))
+            "mask_inverted" if inverted else "mask_ignored",
+            line,
+            source,
+            (
+                (
+                    f"under a causal mask (True = may attend) position {seen[0]} sees position {seen[1]}: your code hides "
+                    "what True marks, the opposite of this exercise's convention"
+                )
+                if inverted
+                else f"under a causal mask position {seen[0]} still sees position {seen[1]}: the mask does not reach the scores",
+                (
+                    f"在因果掩码（True 表示可以关注）下，位置 {seen[0]} 看到了位置 {seen[1]}：你的代码遮住了 True 标记的位置，"
+                    "与本练习的约定相反"
+                )
+                if inverted
+                else f"在因果掩码下，位置 {seen[0]} 仍然看到位置 {seen[1]}：掩码没有作用到分数上",
+            ),
+            MASK,
+            (
+                "True = may attend: scores.masked_fill(~mask, float('-inf'))",
+                "True 表示可以关注：scores.masked_fill(~mask, float('-inf'))",
+            ),
+        )
     big = fill.big_fill(subject)
     if big is not None:
         half = spec.half_copy(m)
         outcome = fill.float16_outcome(lambda: half(x.half(), torch.ones(5, 5, dtype=torch.bool).tril()[None, None]))
         line, source, value = big
-        return spec.Finding("fill_minus_1e9", line, source,
-                            (f"the mask fill {fill.shown(value)} is not a float16 number (float16 stops at -65504); "
-                             f"{outcome[0]}", f"掩码填充值 {fill.shown(value)} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}"),
-                            fill.POST, ("fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min",
-                                        "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充"))
+        return spec.Finding(
+            "fill_minus_1e9",
+            line,
+            source,
+            (
+                f"the mask fill {fill.shown(value)} is not a float16 number (float16 stops at -65504); {outcome[0]}",
+                f"掩码填充值 {fill.shown(value)} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}",
+            ),
+            fill.POST,
+            (
+                "fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min",
+                "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充",
+            ),
+        )
     if mha:
         return None
-    return spec.placement(m, call, subject.file, D_MODEL, PRE_NORM) or spec.activation(m, x, subject.file) \
+    return (
+        spec.placement(m, call, subject.file, D_MODEL, PRE_NORM)
+        or spec.activation(m, x, subject.file)
         or spec.dropout_place(m, subject.file, D_MODEL)
+    )
 
 
 def _mask_line(m: nn.Module, x: torch.Tensor, file: str) -> tuple[int | None, str]:
     from anatomy.tracing import recorder as rec_mod
 
     try:
-        rec = rec_mod.record(m, x, torch.ones(5, 5, dtype=torch.bool).tril()[None, None], module=m,
-                             sizes={"B": 2, "T": 5, "H": N_HEADS, "Dh": D_MODEL // N_HEADS, "D": D_MODEL})
+        rec = rec_mod.record(
+            m,
+            x,
+            torch.ones(5, 5, dtype=torch.bool).tril()[None, None],
+            module=m,
+            sizes={"B": 2, "T": 5, "H": N_HEADS, "Dh": D_MODEL // N_HEADS, "D": D_MODEL},
+        )
     except rec_mod.RecordError:
         return None, ""
     for s in rec.steps:
-        if s.op in ("masked_fill", "masked_fill_", "where", "scaled_dot_product_attention",
-                    "multi_head_attention_forward") and spec._same_file(s.file, file):
+        if s.op in (
+            "masked_fill",
+            "masked_fill_",
+            "where",
+            "scaled_dot_product_attention",
+            "multi_head_attention_forward",
+        ) and spec._same_file(s.file, file):
             return s.line, s.source
     return None, ""
 
@@ -199,14 +275,18 @@ def _unadded(forward, line, source) -> tuple:
     return line, source
 
 
-def _doctor_fault(result: Result, report, errors: list, fault: str | None, exercise: ex.Exercise,
-                  forward_of=None) -> Result:
+def _doctor_fault(
+    result: Result, report, errors: list, fault: str | None, exercise: ex.Exercise, forward_of=None
+) -> Result:
     from anatomy.pitfalls import FAULTS
 
-    pick = (next((f for f in report.findings if f.probe == "diagnosis" and f.where), None)
-            or next((f for f in errors if fault and f.fault == fault and f.where), None)
-            or next((f for f in errors if f.fault and f.where), None)
-            or next((f for f in errors if f.fault), None) or errors[0])
+    pick = (
+        next((f for f in report.findings if f.probe == "diagnosis" and f.where), None)
+        or next((f for f in errors if fault and f.fault == fault and f.where), None)
+        or next((f for f in errors if f.fault and f.where), None)
+        or next((f for f in errors if f.fault), None)
+        or errors[0]
+    )
     name = fault or pick.fault or pick.probe
     where = pick.where[0] if isinstance(pick.where, list) and pick.where else pick.where
     line, source = (where.get("line"), where.get("source") or "") if isinstance(where, dict) else (None, "")
@@ -218,9 +298,11 @@ def _doctor_fault(result: Result, report, errors: list, fault: str | None, exerc
     result.point(line, source)
     known = FAULTS.get(fault or "")
     if name == "transpose_before_reshape":
-        what = ("the heads are split by transposing (B, T, D) first and reshaping after: the order the post warns "
-                "about; each head gets pieces of several features and positions",
-                "拆头时先转置 (B, T, D) 再 reshape：正是原文警告的顺序，每个头拿到的是几个特征和位置的碎片")
+        what = (
+            "the heads are split by transposing (B, T, D) first and reshaping after: the order the post warns "
+            "about; each head gets pieces of several features and positions",
+            "拆头时先转置 (B, T, D) 再 reshape：正是原文警告的顺序，每个头拿到的是几个特征和位置的碎片",
+        )
     elif known is not None:
         what = (known.summary_en, known.summary_zh)
     else:
@@ -251,7 +333,13 @@ def _shape_table(factory, timeout) -> list[dict]:
         return []
     rows = []
     for row in trace.to_dict().get("rows", []):
-        rows.append({"line": row.get("line") or 0, "code": row.get("source") or row.get("code") or "",
-                     "op": row.get("op") or row.get("step") or "", "shape": row.get("shape") or [],
-                     "dims": row.get("dims") or ""})
+        rows.append(
+            {
+                "line": row.get("line") or 0,
+                "code": row.get("source") or row.get("code") or "",
+                "op": row.get("op") or row.get("step") or "",
+                "shape": row.get("shape") or [],
+                "dims": row.get("dims") or "",
+            }
+        )
     return rows

@@ -21,9 +21,11 @@ from anatomy.doctor.loading.subject import one_line
 
 FLOAT16_MAX = 65504.0
 _NUMBER = re.compile(r"-\s*(\d+(?:\.\d*)?(?:[eE]\+?\d+)?)\b")
-POST = ("我一开始图省事把-inf写成了-1e9……数值上-1e9虽然能近似无穷小但在某些情况下残留的微小概率还是会被模型利用到。建议直接用-inf。",
-        "I first wrote -inf as -1e9 to save effort ... numerically -1e9 only approximates minus infinity, and the tiny "
-        "probability left over can still be used by the model. Use -inf directly.")
+POST = (
+    "我一开始图省事把-inf写成了-1e9……数值上-1e9虽然能近似无穷小但在某些情况下残留的微小概率还是会被模型利用到。建议直接用-inf。",
+    "I first wrote -inf as -1e9 to save effort ... numerically -1e9 only approximates minus infinity, and the tiny "
+    "probability left over can still be used by the model. Use -inf directly.",
+)
 
 
 def big_fill(subject: Subject, low: float = FLOAT16_MAX, high: float = float("inf")) -> tuple[int, str, float] | None:
@@ -45,7 +47,7 @@ def big_fill(subject: Subject, low: float = FLOAT16_MAX, high: float = float("in
 def shown(value: float) -> str:
     """-1e9 as the learner wrote it (not -1e+09)."""
     exponent = round(math.log10(-value)) if value < 0 else 0
-    return f"-1e{exponent}" if value < 0 and -value == 10.0 ** exponent else f"{value:g}"
+    return f"-1e{exponent}" if value < 0 and -value == 10.0**exponent else f"{value:g}"
 
 
 def warn_finite(result: Result, subject: Subject) -> None:
@@ -53,10 +55,12 @@ def warn_finite(result: Result, subject: Subject) -> None:
     found = big_fill(subject, 999.0, FLOAT16_MAX)
     if found is not None:
         line, _, value = found
-        result.warn(f"line {line} fills hidden scores with {shown(value)}: it works here, but the post advises float('-inf') "
-                    "(a row with every key hidden then gets even weights instead of none)",
-                    f"第 {line} 行用 {shown(value)} 填充被遮住的分数：这里没问题，但原文建议用 float('-inf')（全部被遮住的一行会得到"
-                    "平均的权重，而不是没有权重）")
+        result.warn(
+            f"line {line} fills hidden scores with {shown(value)}: it works here, but the post advises float('-inf') "
+            "(a row with every key hidden then gets even weights instead of none)",
+            f"第 {line} 行用 {shown(value)} 填充被遮住的分数：这里没问题，但原文建议用 float('-inf')（全部被遮住的一行会得到"
+            "平均的权重，而不是没有权重）",
+        )
 
 
 def float16_outcome(run: Callable[[], object]) -> tuple[str, str]:
@@ -65,40 +69,57 @@ def float16_outcome(run: Callable[[], object]) -> tuple[str, str]:
         out = run()
     except Exception as err:  # noqa: BLE001 - the learner's code in float16 may raise anything
         if "without overflow" in str(err):
-            return ("in float16 torch refuses the number (\"value cannot be converted to type c10::Half without "
-                    "overflow\"): the code stops there", "在 float16 下 torch 直接拒绝这个数（“value cannot be converted "
-                    "to type c10::Half without overflow”，即这个数放不进 float16）：代码在这里就停了")
+            return (
+                'in float16 torch refuses the number ("value cannot be converted to type c10::Half without '
+                'overflow"): the code stops there',
+                "在 float16 下 torch 直接拒绝这个数（“value cannot be converted "
+                "to type c10::Half without overflow”，即这个数放不进 float16）：代码在这里就停了",
+            )
         text = err.en if hasattr(err, "en") else one_line(err, 160)
         return (f"in float16 it does not run: {text}", f"在 float16 下它跑不起来：{text}")
     first = out[0] if isinstance(out, (tuple, list)) else out
     if not isinstance(first, torch.Tensor):
         return "", ""
     if first.dtype != torch.float16:
-        return (f"in float16 the fill turns the result into {first.dtype}: the number does not fit in float16",
-                f"在 float16 下这个填充值把结果变成了 {first.dtype}：这个数放不进 float16")
+        return (
+            f"in float16 the fill turns the result into {first.dtype}: the number does not fit in float16",
+            f"在 float16 下这个填充值把结果变成了 {first.dtype}：这个数放不进 float16",
+        )
     if bool(first.isnan().any()):
-        return ("in float16 the fill becomes -inf and the output holds NaN (an additive mask computes -inf * 0)",
-                "在 float16 下填充值变成 -inf，输出里出现 NaN（加性掩码会算出 -inf * 0）")
-    return ("in float16 the fill silently becomes -inf: it is -inf that the code relies on, so write float('-inf')",
-            "在 float16 下填充值悄悄变成了 -inf：代码真正依赖的就是 -inf，那就直接写 float('-inf')")
+        return (
+            "in float16 the fill becomes -inf and the output holds NaN (an additive mask computes -inf * 0)",
+            "在 float16 下填充值变成 -inf，输出里出现 NaN（加性掩码会算出 -inf * 0）",
+        )
+    return (
+        "in float16 the fill silently becomes -inf: it is -inf that the code relies on, so write float('-inf')",
+        "在 float16 下填充值悄悄变成了 -inf：代码真正依赖的就是 -inf，那就直接写 float('-inf')",
+    )
 
 
 def name_it(result: Result, found: tuple[int, str, float], outcome: tuple[str, str]) -> Result:
     line, source, value = found
     result.passed, result.pitfall = False, "fill_minus_1e9"
     result.point(line, source)
-    what = (f"the mask fill {shown(value)} is not a float16 number (float16 stops at -65504); {outcome[0]}",
-            f"掩码填充值 {shown(value)} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}")
-    hint = ("fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min, which follow the dtype",
-            "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充，它们随数据类型变化")
+    what = (
+        f"the mask fill {shown(value)} is not a float16 number (float16 stops at -65504); {outcome[0]}",
+        f"掩码填充值 {shown(value)} 不是 float16 能表示的数（float16 最小到 -65504）；{outcome[1]}",
+    )
+    hint = (
+        "fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min, which follow the dtype",
+        "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充，它们随数据类型变化",
+    )
     result.brief(*what)
     result.brief(f"the post: 「{POST[0]}」", f"原文：「{POST[0]}」")
     result.brief(f"hint: {hint[0]}", f"提示：{hint[1]}")
-    result.say(f"pitfall `fill_minus_1e9` — line {line} `{source}`: {what[0]}",
-               f"坑 `fill_minus_1e9` —— 第 {line} 行 `{source}`：{what[1]}")
+    result.say(
+        f"pitfall `fill_minus_1e9` — line {line} `{source}`: {what[0]}",
+        f"坑 `fill_minus_1e9` —— 第 {line} 行 `{source}`：{what[1]}",
+    )
     result.say(f"the post: 「{POST[0]}」 ({POST[1]})", f"原文：「{POST[0]}」")
-    result.say("numbers: in float64 your output equals the reference (exp(-1e9) is exactly 0 there); the check ran "
-               "your code once more in float16", "数字：在 float64 下你的输出与参考实现一致（exp(-1e9) 在那里正好是 0）；"
-               "检查又在 float16 下运行了一次你的代码")
+    result.say(
+        "numbers: in float64 your output equals the reference (exp(-1e9) is exactly 0 there); the check ran "
+        "your code once more in float16",
+        "数字：在 float64 下你的输出与参考实现一致（exp(-1e9) 在那里正好是 0）；检查又在 float16 下运行了一次你的代码",
+    )
     result.say(f"hint: {hint[0]}", f"提示：{hint[1]}")
     return result

@@ -67,56 +67,116 @@ def attention_calls() -> list[Call]:
     rnd = torch.rand(1, h, t, s, generator=g) < 0.6
     rnd[..., 0] = True  # every row sees a key
     dims = ("B H T Dh", "B H S Dh", "B H S Dh")
-    return [Call("attention", (q, k, v), dims), Call("attention", (q, k, v, pad), dims + ("B . . S",)),
-            Call("attention", (q, k, v, rnd), dims + (". H T S",))]
+    return [
+        Call("attention", (q, k, v), dims),
+        Call("attention", (q, k, v, pad), dims + ("B . . S",)),
+        Call("attention", (q, k, v, rnd), dims + (". H T S",)),
+    ]
 
 
-_SCALE = ("除以sqrt(d_k)的本质是把点积结果的方差重新拉回到1附近让softmax有正常的温度。",
-          "dividing by sqrt(d_k) brings the dot products' variance back to about 1, so the softmax has a normal "
-          "temperature.")
-_MASK = ("在softmax之前把对应位置设为一个很大的负数……如果直接在softmax之后把attention矩阵里某些位置置零效果看似一样实际上"
-         "softmax已经把这些位置的梯度传给了其他位置数值上并不等价。",
-         "set those positions to a large negative number before the softmax ... zeroing them in the attention matrix "
-         "after the softmax looks the same, but the softmax has already handed their share to the other positions: "
-         "numerically it is not equivalent.")
+_SCALE = (
+    "除以sqrt(d_k)的本质是把点积结果的方差重新拉回到1附近让softmax有正常的温度。",
+    "dividing by sqrt(d_k) brings the dot products' variance back to about 1, so the softmax has a normal temperature.",
+)
+_MASK = (
+    "在softmax之前把对应位置设为一个很大的负数……如果直接在softmax之后把attention矩阵里某些位置置零效果看似一样实际上"
+    "softmax已经把这些位置的梯度传给了其他位置数值上并不等价。",
+    "set those positions to a large negative number before the softmax ... zeroing them in the attention matrix "
+    "after the softmax looks the same, but the softmax has already handed their share to the other positions: "
+    "numerically it is not equivalent.",
+)
 
 ATTENTION = (
-    Pitfall("no_scaling", ("the scores are not divided by sqrt(Dh)", "分数没有除以 sqrt(Dh)"), _SCALE,
-            ("divide q @ k.transpose(-2, -1) by math.sqrt(q.size(-1))", "把 q @ k.transpose(-2, -1) 除以 math.sqrt(q.size(-1))"),
-            lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, scale=1.0),
-            ("matmul", "__matmul__", "bmm", "einsum"), ("B", "H", "T", "S"), r"@|matmul|einsum|bmm", True),
-    Pitfall("scale_not_sqrt", ("the scores are divided by Dh instead of sqrt(Dh)", "分数除以了 Dh 而不是 sqrt(Dh)"),
-            _SCALE, ("the factor is 1 / math.sqrt(d_k), not 1 / d_k", "缩放因子是 1 / math.sqrt(d_k)，不是 1 / d_k"),
-            lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, scale=1 / q.size(-1)),
-            ("div", "__truediv__", "mul", "__mul__", "div_", "mul_", "__itruediv__", "__imul__"), ("B", "H", "T", "S"),
-            r"/|\*", True),
-    Pitfall("softmax_over_queries", ("the softmax runs over the queries (dim -2), not the keys",
-                                     "softmax 作用在查询维（dim -2）上，而不是键维"),
-            ("计算softmax(QK^T / sqrt(d_k))得到注意力权重……每一行查询位置都要对10个键位置计算相似度",
-             "softmax(QK^T / sqrt(d_k)) gives the weights ... every query row is compared with every key position"),
-            ("torch.softmax(scores, dim=-1): each query's weights over the keys sum to 1",
-             "torch.softmax(scores, dim=-1)：每个查询对所有键的权重和为 1"),
-            lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, softmax_dim=-2),
-            ("softmax", "log_softmax"), None, r"softmax", True),
-    Pitfall("mask_after_softmax", ("the mask zeroes weights after the softmax: the rows no longer sum to 1",
-                                   "掩码在 softmax 之后把权重置零：每行的和不再是 1"), _MASK,
-            ("scores.masked_fill(~mask, float('-inf')) before torch.softmax", "在 torch.softmax 之前做 scores.masked_fill(~mask, float('-inf'))"),
-            lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, after=True),
-            ("masked_fill", "masked_fill_", "where", "mul", "__mul__"), None, r"masked_fill|where|\*"),
-    Pitfall("mask_inverted", ("the mask hides the keys it should keep (True was read as 'hidden')",
-                              "掩码的含义反了：把该保留的键遮住了（把 True 当成了“遮住”）"),
-            ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
-            ("here True means 'may attend': fill where the mask is False, masked_fill(~mask, ...)",
-             "这里 True 表示“可以关注”：在 mask 为 False 的地方填充，即 masked_fill(~mask, ...)"),
-            lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, invert=True),
-            ("masked_fill", "masked_fill_", "where"), None, r"masked_fill|where"),
-    Pitfall("mask_ignored", ("the mask is never applied", "掩码根本没有被使用"),
-            ("Padding Mask用于把无效的padding位遮掉。做法是在softmax之前把对应位置设为一个很大的负数",
-             "the padding mask hides the padding: before the softmax, set those positions to a large negative number"),
-            ("if mask is not None: scores = scores.masked_fill(~mask, float('-inf'))",
-             "if mask is not None: scores = scores.masked_fill(~mask, float('-inf'))"),
-            lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, ignore=True),
-            ("softmax", "log_softmax"), None, r"softmax"),
+    Pitfall(
+        "no_scaling",
+        ("the scores are not divided by sqrt(Dh)", "分数没有除以 sqrt(Dh)"),
+        _SCALE,
+        (
+            "divide q @ k.transpose(-2, -1) by math.sqrt(q.size(-1))",
+            "把 q @ k.transpose(-2, -1) 除以 math.sqrt(q.size(-1))",
+        ),
+        lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, scale=1.0),
+        ("matmul", "__matmul__", "bmm", "einsum"),
+        ("B", "H", "T", "S"),
+        r"@|matmul|einsum|bmm",
+        True,
+    ),
+    Pitfall(
+        "scale_not_sqrt",
+        ("the scores are divided by Dh instead of sqrt(Dh)", "分数除以了 Dh 而不是 sqrt(Dh)"),
+        _SCALE,
+        ("the factor is 1 / math.sqrt(d_k), not 1 / d_k", "缩放因子是 1 / math.sqrt(d_k)，不是 1 / d_k"),
+        lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, scale=1 / q.size(-1)),
+        ("div", "__truediv__", "mul", "__mul__", "div_", "mul_", "__itruediv__", "__imul__"),
+        ("B", "H", "T", "S"),
+        r"/|\*",
+        True,
+    ),
+    Pitfall(
+        "softmax_over_queries",
+        ("the softmax runs over the queries (dim -2), not the keys", "softmax 作用在查询维（dim -2）上，而不是键维"),
+        (
+            "计算softmax(QK^T / sqrt(d_k))得到注意力权重……每一行查询位置都要对10个键位置计算相似度",
+            "softmax(QK^T / sqrt(d_k)) gives the weights ... every query row is compared with every key position",
+        ),
+        (
+            "torch.softmax(scores, dim=-1): each query's weights over the keys sum to 1",
+            "torch.softmax(scores, dim=-1)：每个查询对所有键的权重和为 1",
+        ),
+        lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, softmax_dim=-2),
+        ("softmax", "log_softmax"),
+        None,
+        r"softmax",
+        True,
+    ),
+    Pitfall(
+        "mask_after_softmax",
+        (
+            "the mask zeroes weights after the softmax: the rows no longer sum to 1",
+            "掩码在 softmax 之后把权重置零：每行的和不再是 1",
+        ),
+        _MASK,
+        (
+            "scores.masked_fill(~mask, float('-inf')) before torch.softmax",
+            "在 torch.softmax 之前做 scores.masked_fill(~mask, float('-inf'))",
+        ),
+        lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, after=True),
+        ("masked_fill", "masked_fill_", "where", "mul", "__mul__"),
+        None,
+        r"masked_fill|where|\*",
+    ),
+    Pitfall(
+        "mask_inverted",
+        (
+            "the mask hides the keys it should keep (True was read as 'hidden')",
+            "掩码的含义反了：把该保留的键遮住了（把 True 当成了“遮住”）",
+        ),
+        ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
+        (
+            "here True means 'may attend': fill where the mask is False, masked_fill(~mask, ...)",
+            "这里 True 表示“可以关注”：在 mask 为 False 的地方填充，即 masked_fill(~mask, ...)",
+        ),
+        lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, invert=True),
+        ("masked_fill", "masked_fill_", "where"),
+        None,
+        r"masked_fill|where",
+    ),
+    Pitfall(
+        "mask_ignored",
+        ("the mask is never applied", "掩码根本没有被使用"),
+        (
+            "Padding Mask用于把无效的padding位遮掉。做法是在softmax之前把对应位置设为一个很大的负数",
+            "the padding mask hides the padding: before the softmax, set those positions to a large negative number",
+        ),
+        (
+            "if mask is not None: scores = scores.masked_fill(~mask, float('-inf'))",
+            "if mask is not None: scores = scores.masked_fill(~mask, float('-inf'))",
+        ),
+        lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, ignore=True),
+        ("softmax", "log_softmax"),
+        None,
+        r"softmax",
+    ),
 )
 
 
@@ -150,46 +210,96 @@ def heads_calls() -> list[Call]:
     return [Call("split_heads", (x, SIZES["H"]), ("B T D",)), Call("merge_heads", (z,), ("B H T Dh",))]
 
 
-_SPLIT = ("reshape之后必须紧跟transpose如果顺序反了会把每个头的数据切得乱七八糟",
-          "the transpose must follow the reshape: in the other order every head's data is cut to pieces")
+_SPLIT = (
+    "reshape之后必须紧跟transpose如果顺序反了会把每个头的数据切得乱七八糟",
+    "the transpose must follow the reshape: in the other order every head's data is cut to pieces",
+)
 HEADS = (
-    Pitfall("split_without_transpose", ("split_heads reshapes (B, T, D) straight to (B, H, T, Dh): the shape is "
-                                        "right, but each 'head' holds pieces of several positions",
-                                        "split_heads 把 (B, T, D) 直接 reshape 成 (B, H, T, Dh)：形状对了，但每个“头”里装的是几个位置的碎片"),
-            _SPLIT, ("x.reshape(b, t, h, d // h).transpose(1, 2): reshape to (B, T, H, Dh) first",
-                     "x.reshape(b, t, h, d // h).transpose(1, 2)：先 reshape 成 (B, T, H, Dh)"),
-            lambda e: (lambda x, n_heads: _split(x, n_heads, bad="view")) if e == "split_heads" else None,
-            ("view", "reshape"), ("B", "H", "T", "Dh"), r"view|reshape"),
-    Pitfall("transpose_before_reshape", ("split_heads transposes (B, T, D) to (B, D, T) first and then cuts it into "
-                                         "(B, H, T, Dh): the order the post warns about; each head gets pieces of "
-                                         "several features and positions",
-                                         "split_heads 先把 (B, T, D) 转置成 (B, D, T)，再切成 (B, H, T, Dh)：正是原文警告的顺序，"
-                                         "每个头拿到的是几个特征和位置的碎片"),
-            _SPLIT, ("reshape first, then transpose: x.reshape(b, t, h, d // h).transpose(1, 2)",
-                     "先 reshape 再 transpose：x.reshape(b, t, h, d // h).transpose(1, 2)"),
-            lambda e: (lambda x, n_heads: _split(x, n_heads, bad="transpose_first")) if e == "split_heads" else None,
-            ("view", "reshape"), ("B", "H", "T", "Dh"), r"view|reshape"),
-    Pitfall("reshape_before_transpose", ("merge_heads reshapes (B, H, T, Dh) to (B, D, T) and then transposes: the "
-                                         "features of different positions are mixed",
-                                         "merge_heads 先把 (B, H, T, Dh) reshape 成 (B, D, T) 再转置：不同位置的特征被混在一起"),
-            ("并头转置回(batch, seq_len, 8, 64)然后reshape成(batch, seq_len, 512)",
-             "merge: transpose back to (batch, seq_len, 8, 64), then reshape to (batch, seq_len, 512)"),
-            ("transpose first, then reshape: x.transpose(1, 2).reshape(b, t, h * dh)",
-             "先 transpose 再 reshape：x.transpose(1, 2).reshape(b, t, h * dh)"),
-            lambda e: (lambda x: _merge(x, bad="reshape_first")) if e == "merge_heads" else None,
-            ("view", "reshape", "flatten"), ("B", "D", "T"), r"view|reshape|flatten"),
-    Pitfall("merge_without_transpose", ("merge_heads reshapes (B, H, T, Dh) straight to (B, T, D): heads and "
-                                        "positions are mixed", "merge_heads 把 (B, H, T, Dh) 直接 reshape 成 (B, T, D)：头和位置混在了一起"),
-            ("并头转置回(batch, seq_len, 8, 64)然后reshape成(batch, seq_len, 512)",
-             "merge: transpose back to (batch, seq_len, 8, 64), then reshape to (batch, seq_len, 512)"),
-            ("x.transpose(1, 2).reshape(b, t, h * dh)", "x.transpose(1, 2).reshape(b, t, h * dh)"),
-            lambda e: (lambda x: _merge(x, bad="view")) if e == "merge_heads" else None,
-            ("view", "reshape", "flatten"), ("B", "T", "D"), r"view|reshape|flatten"),
-    Pitfall("merge_wrong_axes", ("merge_heads swaps the wrong axes before the reshape", "merge_heads 在 reshape 前交换错了轴"),
-            ("transpose的两个轴分别是1和2也就是把“seq”和“h”互换", "the transpose's two axes are 1 and 2: it swaps seq and h"),
-            ("transpose(1, 2) swaps H and T", "transpose(1, 2) 交换 H 和 T"),
-            lambda e: (lambda x: _merge(x, bad="axes")) if e == "merge_heads" else None,
-            ("transpose", "permute", "swapaxes", "mT"), None, r"transpose|permute|swapaxes"),
+    Pitfall(
+        "split_without_transpose",
+        (
+            "split_heads reshapes (B, T, D) straight to (B, H, T, Dh): the shape is "
+            "right, but each 'head' holds pieces of several positions",
+            "split_heads 把 (B, T, D) 直接 reshape 成 (B, H, T, Dh)：形状对了，但每个“头”里装的是几个位置的碎片",
+        ),
+        _SPLIT,
+        (
+            "x.reshape(b, t, h, d // h).transpose(1, 2): reshape to (B, T, H, Dh) first",
+            "x.reshape(b, t, h, d // h).transpose(1, 2)：先 reshape 成 (B, T, H, Dh)",
+        ),
+        lambda e: (lambda x, n_heads: _split(x, n_heads, bad="view")) if e == "split_heads" else None,
+        ("view", "reshape"),
+        ("B", "H", "T", "Dh"),
+        r"view|reshape",
+    ),
+    Pitfall(
+        "transpose_before_reshape",
+        (
+            "split_heads transposes (B, T, D) to (B, D, T) first and then cuts it into "
+            "(B, H, T, Dh): the order the post warns about; each head gets pieces of "
+            "several features and positions",
+            "split_heads 先把 (B, T, D) 转置成 (B, D, T)，再切成 (B, H, T, Dh)：正是原文警告的顺序，"
+            "每个头拿到的是几个特征和位置的碎片",
+        ),
+        _SPLIT,
+        (
+            "reshape first, then transpose: x.reshape(b, t, h, d // h).transpose(1, 2)",
+            "先 reshape 再 transpose：x.reshape(b, t, h, d // h).transpose(1, 2)",
+        ),
+        lambda e: (lambda x, n_heads: _split(x, n_heads, bad="transpose_first")) if e == "split_heads" else None,
+        ("view", "reshape"),
+        ("B", "H", "T", "Dh"),
+        r"view|reshape",
+    ),
+    Pitfall(
+        "reshape_before_transpose",
+        (
+            "merge_heads reshapes (B, H, T, Dh) to (B, D, T) and then transposes: the "
+            "features of different positions are mixed",
+            "merge_heads 先把 (B, H, T, Dh) reshape 成 (B, D, T) 再转置：不同位置的特征被混在一起",
+        ),
+        (
+            "并头转置回(batch, seq_len, 8, 64)然后reshape成(batch, seq_len, 512)",
+            "merge: transpose back to (batch, seq_len, 8, 64), then reshape to (batch, seq_len, 512)",
+        ),
+        (
+            "transpose first, then reshape: x.transpose(1, 2).reshape(b, t, h * dh)",
+            "先 transpose 再 reshape：x.transpose(1, 2).reshape(b, t, h * dh)",
+        ),
+        lambda e: (lambda x: _merge(x, bad="reshape_first")) if e == "merge_heads" else None,
+        ("view", "reshape", "flatten"),
+        ("B", "D", "T"),
+        r"view|reshape|flatten",
+    ),
+    Pitfall(
+        "merge_without_transpose",
+        (
+            "merge_heads reshapes (B, H, T, Dh) straight to (B, T, D): heads and positions are mixed",
+            "merge_heads 把 (B, H, T, Dh) 直接 reshape 成 (B, T, D)：头和位置混在了一起",
+        ),
+        (
+            "并头转置回(batch, seq_len, 8, 64)然后reshape成(batch, seq_len, 512)",
+            "merge: transpose back to (batch, seq_len, 8, 64), then reshape to (batch, seq_len, 512)",
+        ),
+        ("x.transpose(1, 2).reshape(b, t, h * dh)", "x.transpose(1, 2).reshape(b, t, h * dh)"),
+        lambda e: (lambda x: _merge(x, bad="view")) if e == "merge_heads" else None,
+        ("view", "reshape", "flatten"),
+        ("B", "T", "D"),
+        r"view|reshape|flatten",
+    ),
+    Pitfall(
+        "merge_wrong_axes",
+        ("merge_heads swaps the wrong axes before the reshape", "merge_heads 在 reshape 前交换错了轴"),
+        (
+            "transpose的两个轴分别是1和2也就是把“seq”和“h”互换",
+            "the transpose's two axes are 1 and 2: it swaps seq and h",
+        ),
+        ("transpose(1, 2) swaps H and T", "transpose(1, 2) 交换 H 和 T"),
+        lambda e: (lambda x: _merge(x, bad="axes")) if e == "merge_heads" else None,
+        ("transpose", "permute", "swapaxes", "mT"),
+        None,
+        r"transpose|permute|swapaxes",
+    ),
 )
 
 
@@ -214,53 +324,119 @@ def _causal(t, *, diagonal=0, upper=False):
 
 
 def masks_calls() -> list[Call]:
-    return [Call("padding_mask", (torch.tensor([7, 3]), SIZES["S"])),
-            Call("padding_mask", (torch.tensor([4, 1]), SIZES["S"])),
-            Call("causal_mask", (SIZES["T"],))]
+    return [
+        Call("padding_mask", (torch.tensor([7, 3]), SIZES["S"])),
+        Call("padding_mask", (torch.tensor([4, 1]), SIZES["S"])),
+        Call("causal_mask", (SIZES["T"],)),
+    ]
 
 
-_CAUSAL = ("Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置。",
-           "the causal mask lets each position see only itself and the positions before it.")
+_CAUSAL = (
+    "Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置。",
+    "the causal mask lets each position see only itself and the positions before it.",
+)
 MASKS = (
-    Pitfall("padding_inverted", ("the padding mask is True on the padding", "padding mask 在 padding 位置上是 True"),
-            ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
-            ("True = may attend: positions < length are True", "True 表示可以关注：位置 < length 为 True"),
-            lambda e: (lambda lengths, max_len: _padding(lengths, max_len, bad="inverted")) if e == "padding_mask" else None,
-            ("lt", "__lt__", "ge", "__ge__", "gt", "__gt__", "le", "__le__", "logical_not", "__invert__"), None,
-            r"<|>|~|logical_not|arange"),
-    Pitfall("padding_on_the_left", ("the padding mask puts the padding before the real tokens",
-                                    "padding mask 把 padding 放在了真实 token 之前"),
-            ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
-            ("rows are padded after their real tokens here", "这里每行的 padding 在真实 token 之后"),
-            lambda e: (lambda lengths, max_len: _padding(lengths, max_len, bad="left")) if e == "padding_mask" else None,
-            ("lt", "__lt__", "ge", "__ge__", "gt", "__gt__", "le", "__le__", "flip"), None, r"flip|<|>|arange"),
-    Pitfall("padding_off_by_one", ("the padding mask keeps one padding position per row (<= instead of <)",
-                                   "padding mask 每行多保留了一个 padding 位（用了 <= 而不是 <）"),
-            ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
-            ("positions 0 .. length-1 are real: arange(max_len) < length", "位置 0 .. length-1 是真实的：arange(max_len) < length"),
-            lambda e: (lambda lengths, max_len: _padding(lengths, max_len, bad="off_by_one")) if e == "padding_mask" else None,
-            ("le", "__le__", "ge", "__ge__"), None, r"<=|>="),
-    Pitfall("causal_future", ("the causal mask lets each query see the future and hides the past (triu)",
-                              "causal mask 让每个查询看到未来、遮住过去（用了 triu）"), _CAUSAL,
-            ("torch.ones(t, t, dtype=torch.bool).tril(): the lower triangle, diagonal included",
-             "torch.ones(t, t, dtype=torch.bool).tril()：下三角，包含对角线"),
-            lambda e: (lambda t: _causal(t, upper=True)) if e == "causal_mask" else None, ("triu", "tril"), None,
-            r"triu|tril"),
-    Pitfall("causal_inverted", ("the causal mask is True on the future only: its sense is inverted",
-                                "causal mask 只在未来位置为 True：含义反了"), _CAUSAL,
-            ("True = may attend: the lower triangle with the diagonal", "True 表示可以关注：带对角线的下三角"),
-            lambda e: (lambda t: _causal(t, diagonal=1, upper=True)) if e == "causal_mask" else None,
-            ("triu", "tril", "logical_not", "__invert__"), None, r"triu|tril"),
-    Pitfall("causal_no_diagonal", ("the causal mask hides each token from itself (tril(-1)): the first query sees nothing",
-                                   "causal mask 把每个 token 对自己也遮住了（tril(-1)）：第一个查询什么也看不到"), _CAUSAL,
-            ("tril() with diagonal 0 keeps the diagonal: a token sees itself", "tril() 的 diagonal=0 保留对角线：token 能看到自己"),
-            lambda e: (lambda t: _causal(t, diagonal=-1)) if e == "causal_mask" else None, ("tril", "triu"),
-            None, r"triu|tril"),
-    Pitfall("causal_sees_next", ("the causal mask lets each query see the next token (tril(1)): a leak",
-                                 "causal mask 让每个查询看到了下一个 token（tril(1)）：信息泄漏"), _CAUSAL,
-            ("tril() with diagonal 0: key j is visible to query i only when j <= i", "tril() 用 diagonal=0：只有 j <= i 时键 j 对查询 i 可见"),
-            lambda e: (lambda t: _causal(t, diagonal=1)) if e == "causal_mask" else None, ("tril", "triu"),
-            None, r"triu|tril"),
+    Pitfall(
+        "padding_inverted",
+        ("the padding mask is True on the padding", "padding mask 在 padding 位置上是 True"),
+        ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
+        ("True = may attend: positions < length are True", "True 表示可以关注：位置 < length 为 True"),
+        lambda e: (
+            (lambda lengths, max_len: _padding(lengths, max_len, bad="inverted")) if e == "padding_mask" else None
+        ),
+        ("lt", "__lt__", "ge", "__ge__", "gt", "__gt__", "le", "__le__", "logical_not", "__invert__"),
+        None,
+        r"<|>|~|logical_not|arange",
+    ),
+    Pitfall(
+        "padding_on_the_left",
+        ("the padding mask puts the padding before the real tokens", "padding mask 把 padding 放在了真实 token 之前"),
+        ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
+        ("rows are padded after their real tokens here", "这里每行的 padding 在真实 token 之后"),
+        lambda e: (lambda lengths, max_len: _padding(lengths, max_len, bad="left")) if e == "padding_mask" else None,
+        ("lt", "__lt__", "ge", "__ge__", "gt", "__gt__", "le", "__le__", "flip"),
+        None,
+        r"flip|<|>|arange",
+    ),
+    Pitfall(
+        "padding_off_by_one",
+        (
+            "the padding mask keeps one padding position per row (<= instead of <)",
+            "padding mask 每行多保留了一个 padding 位（用了 <= 而不是 <）",
+        ),
+        ("Padding Mask用于把无效的padding位遮掉", "the padding mask hides the invalid padding positions"),
+        (
+            "positions 0 .. length-1 are real: arange(max_len) < length",
+            "位置 0 .. length-1 是真实的：arange(max_len) < length",
+        ),
+        lambda e: (
+            (lambda lengths, max_len: _padding(lengths, max_len, bad="off_by_one")) if e == "padding_mask" else None
+        ),
+        ("le", "__le__", "ge", "__ge__"),
+        None,
+        r"<=|>=",
+    ),
+    Pitfall(
+        "causal_future",
+        (
+            "the causal mask lets each query see the future and hides the past (triu)",
+            "causal mask 让每个查询看到未来、遮住过去（用了 triu）",
+        ),
+        _CAUSAL,
+        (
+            "torch.ones(t, t, dtype=torch.bool).tril(): the lower triangle, diagonal included",
+            "torch.ones(t, t, dtype=torch.bool).tril()：下三角，包含对角线",
+        ),
+        lambda e: (lambda t: _causal(t, upper=True)) if e == "causal_mask" else None,
+        ("triu", "tril"),
+        None,
+        r"triu|tril",
+    ),
+    Pitfall(
+        "causal_inverted",
+        (
+            "the causal mask is True on the future only: its sense is inverted",
+            "causal mask 只在未来位置为 True：含义反了",
+        ),
+        _CAUSAL,
+        ("True = may attend: the lower triangle with the diagonal", "True 表示可以关注：带对角线的下三角"),
+        lambda e: (lambda t: _causal(t, diagonal=1, upper=True)) if e == "causal_mask" else None,
+        ("triu", "tril", "logical_not", "__invert__"),
+        None,
+        r"triu|tril",
+    ),
+    Pitfall(
+        "causal_no_diagonal",
+        (
+            "the causal mask hides each token from itself (tril(-1)): the first query sees nothing",
+            "causal mask 把每个 token 对自己也遮住了（tril(-1)）：第一个查询什么也看不到",
+        ),
+        _CAUSAL,
+        (
+            "tril() with diagonal 0 keeps the diagonal: a token sees itself",
+            "tril() 的 diagonal=0 保留对角线：token 能看到自己",
+        ),
+        lambda e: (lambda t: _causal(t, diagonal=-1)) if e == "causal_mask" else None,
+        ("tril", "triu"),
+        None,
+        r"triu|tril",
+    ),
+    Pitfall(
+        "causal_sees_next",
+        (
+            "the causal mask lets each query see the next token (tril(1)): a leak",
+            "causal mask 让每个查询看到了下一个 token（tril(1)）：信息泄漏",
+        ),
+        _CAUSAL,
+        (
+            "tril() with diagonal 0: key j is visible to query i only when j <= i",
+            "tril() 用 diagonal=0：只有 j <= i 时键 j 对查询 i 可见",
+        ),
+        lambda e: (lambda t: _causal(t, diagonal=1)) if e == "causal_mask" else None,
+        ("tril", "triu"),
+        None,
+        r"triu|tril",
+    ),
 )
 
 
@@ -286,49 +462,112 @@ def sinusoidal_calls() -> list[Call]:
     return [Call("sinusoidal_encoding", (11, 8)), Call("sinusoidal_encoding", (3, 6))]
 
 
-_PE = ("PE(pos, 2i) = sin(pos / 10000^(2i/d_model))  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))",
-       "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))")
+_PE = (
+    "PE(pos, 2i) = sin(pos / 10000^(2i/d_model))  PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))",
+    "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model))",
+)
 SINUSOIDAL = (
-    Pitfall("sin_cos_swapped", ("cosines on the even dimensions and sines on the odd ones", "偶数维用了余弦、奇数维用了正弦"),
-            _PE, ("pe[:, 0::2] = sin(angle); pe[:, 1::2] = cos(angle)", "pe[:, 0::2] = sin(angle)；pe[:, 1::2] = cos(angle)"),
-            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="swapped"), ("sin", "cos"), None,
-            r"\bcos\b"),
-    Pitfall("exponent_uses_dimension_index", ("the exponent uses each dimension's own index k, not the pair's 2i: the "
-                                              "sine and cosine of a pair get different frequencies",
-                                              "指数用了每一维自己的下标 k 而不是这对维度共同的 2i：同一对的正弦和余弦频率不同"),
-            _PE, ("both dimensions 2i and 2i+1 use 10000^(2i/d): torch.arange(0, d, 2)", "第 2i 和 2i+1 维都用 10000^(2i/d)：torch.arange(0, d, 2)"),
-            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="index_not_pair"),
-            ("pow", "__pow__", "__rpow__", "exp", "float_power"), None, r"10000|\*\*|pow|exp\("),
-    Pitfall("halves_not_interleaved", ("sines in the first half and cosines in the second (concatenated), not "
-                                       "interleaved", "前一半是正弦、后一半是余弦（拼接），而不是交错排列"),
-            _PE, ("sines go to the even dimensions 0, 2, 4, ...: pe[:, 0::2]", "正弦放在偶数维 0, 2, 4, ……：pe[:, 0::2]"),
-            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="halves"), ("cat", "concat", "stack"),
-            None, r"\bcat\b|concat|stack"),
-    Pitfall("exponent_i_over_d", ("the exponent is i/d with i the pair's number (0, 1, 2, ...): the post's 2i is the "
-                                  "even dimension itself (0, 2, 4, ...), so every frequency is too high",
-                                  "指数写成了 i/d，i 是第几对（0, 1, 2, ……）：原文的 2i 是偶数维本身（0, 2, 4, ……），所以每个频率都偏高"),
-            _PE, ("10000 ** (torch.arange(0, d, 2) / d): the exponent runs over 0, 2, 4, ... divided by d",
-                  "10000 ** (torch.arange(0, d, 2) / d)：指数是 0, 2, 4, …… 除以 d"),
-            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="i_over_d"),
-            ("pow", "__pow__", "__rpow__", "exp", "float_power"), None, r"10000|\*\*|pow|exp\("),
-    Pitfall("exponent_doubled", ("the exponent is 2·2i/d: the even dimension 2i was doubled again, so the frequencies "
-                                 "fall off twice as fast", "指数写成了 2·2i/d：偶数维 2i 又乘了一次 2，频率衰减快了一倍"),
-            _PE, ("arange(0, d, 2) already is 2i: divide it by d, without another factor 2",
-                  "arange(0, d, 2) 已经是 2i：直接除以 d，不要再乘 2"),
-            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="doubled"),
-            ("pow", "__pow__", "__rpow__", "exp", "float_power", "mul", "__mul__", "__rmul__"), None,
-            r"10000|\*\*|pow|exp\("),
-    Pitfall("integer_division", ("2i // d is an integer division: it is 0 for every dimension, so every frequency is 1 "
-                                 "and all dimensions repeat sin(pos), cos(pos)",
-                                 "2i // d 是整数除法：每一维都得 0，于是所有频率都是 1，每一对维度都重复 sin(pos)、cos(pos)"),
-            _PE, ("divide with / (a float), not //: 10000 ** (2 * i / d_model)", "用 / 做除法（得到小数），不要用 //：10000 ** (2 * i / d_model)"),
-            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="integer"),
-            ("floor_divide", "__floordiv__", "__rfloordiv__", "div"), None, r"//.*(\*\*|10000|pow)|(\*\*|10000|pow).*//"),
-    Pitfall("positions_from_one", ("positions start at 1, not 0", "位置从 1 开始而不是 0"),
-            (_PE[0] + "其中pos是词在序列中的位置", _PE[1] + ", where pos is the word's position in the sequence"),
-            ("torch.arange(max_len): the first position is 0", "torch.arange(max_len)：第一个位置是 0"),
-            lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="from_one"), ("arange",), None,
-            r"arange|range\(|\+ *1"),
+    Pitfall(
+        "sin_cos_swapped",
+        ("cosines on the even dimensions and sines on the odd ones", "偶数维用了余弦、奇数维用了正弦"),
+        _PE,
+        ("pe[:, 0::2] = sin(angle); pe[:, 1::2] = cos(angle)", "pe[:, 0::2] = sin(angle)；pe[:, 1::2] = cos(angle)"),
+        lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="swapped"),
+        ("sin", "cos"),
+        None,
+        r"\bcos\b",
+    ),
+    Pitfall(
+        "exponent_uses_dimension_index",
+        (
+            "the exponent uses each dimension's own index k, not the pair's 2i: the "
+            "sine and cosine of a pair get different frequencies",
+            "指数用了每一维自己的下标 k 而不是这对维度共同的 2i：同一对的正弦和余弦频率不同",
+        ),
+        _PE,
+        (
+            "both dimensions 2i and 2i+1 use 10000^(2i/d): torch.arange(0, d, 2)",
+            "第 2i 和 2i+1 维都用 10000^(2i/d)：torch.arange(0, d, 2)",
+        ),
+        lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="index_not_pair"),
+        ("pow", "__pow__", "__rpow__", "exp", "float_power"),
+        None,
+        r"10000|\*\*|pow|exp\(",
+    ),
+    Pitfall(
+        "halves_not_interleaved",
+        (
+            "sines in the first half and cosines in the second (concatenated), not interleaved",
+            "前一半是正弦、后一半是余弦（拼接），而不是交错排列",
+        ),
+        _PE,
+        ("sines go to the even dimensions 0, 2, 4, ...: pe[:, 0::2]", "正弦放在偶数维 0, 2, 4, ……：pe[:, 0::2]"),
+        lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="halves"),
+        ("cat", "concat", "stack"),
+        None,
+        r"\bcat\b|concat|stack",
+    ),
+    Pitfall(
+        "exponent_i_over_d",
+        (
+            "the exponent is i/d with i the pair's number (0, 1, 2, ...): the post's 2i is the "
+            "even dimension itself (0, 2, 4, ...), so every frequency is too high",
+            "指数写成了 i/d，i 是第几对（0, 1, 2, ……）：原文的 2i 是偶数维本身（0, 2, 4, ……），所以每个频率都偏高",
+        ),
+        _PE,
+        (
+            "10000 ** (torch.arange(0, d, 2) / d): the exponent runs over 0, 2, 4, ... divided by d",
+            "10000 ** (torch.arange(0, d, 2) / d)：指数是 0, 2, 4, …… 除以 d",
+        ),
+        lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="i_over_d"),
+        ("pow", "__pow__", "__rpow__", "exp", "float_power"),
+        None,
+        r"10000|\*\*|pow|exp\(",
+    ),
+    Pitfall(
+        "exponent_doubled",
+        (
+            "the exponent is 2·2i/d: the even dimension 2i was doubled again, so the frequencies "
+            "fall off twice as fast",
+            "指数写成了 2·2i/d：偶数维 2i 又乘了一次 2，频率衰减快了一倍",
+        ),
+        _PE,
+        (
+            "arange(0, d, 2) already is 2i: divide it by d, without another factor 2",
+            "arange(0, d, 2) 已经是 2i：直接除以 d，不要再乘 2",
+        ),
+        lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="doubled"),
+        ("pow", "__pow__", "__rpow__", "exp", "float_power", "mul", "__mul__", "__rmul__"),
+        None,
+        r"10000|\*\*|pow|exp\(",
+    ),
+    Pitfall(
+        "integer_division",
+        (
+            "2i // d is an integer division: it is 0 for every dimension, so every frequency is 1 "
+            "and all dimensions repeat sin(pos), cos(pos)",
+            "2i // d 是整数除法：每一维都得 0，于是所有频率都是 1，每一对维度都重复 sin(pos)、cos(pos)",
+        ),
+        _PE,
+        (
+            "divide with / (a float), not //: 10000 ** (2 * i / d_model)",
+            "用 / 做除法（得到小数），不要用 //：10000 ** (2 * i / d_model)",
+        ),
+        lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="integer"),
+        ("floor_divide", "__floordiv__", "__rfloordiv__", "div"),
+        None,
+        r"//.*(\*\*|10000|pow)|(\*\*|10000|pow).*//",
+    ),
+    Pitfall(
+        "positions_from_one",
+        ("positions start at 1, not 0", "位置从 1 开始而不是 0"),
+        (_PE[0] + "其中pos是词在序列中的位置", _PE[1] + ", where pos is the word's position in the sequence"),
+        ("torch.arange(max_len): the first position is 0", "torch.arange(max_len)：第一个位置是 0"),
+        lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad="from_one"),
+        ("arange",),
+        None,
+        r"arange|range\(|\+ *1",
+    ),
 )
 
 
@@ -340,8 +579,9 @@ class FunctionExercise:
 
 
 FUNCTION_EXERCISES = {
-    "attention": FunctionExercise(attention_calls, {"attention": lambda q, k, v, mask=None: _ref_attention(q, k, v, mask)},
-                                  ATTENTION),
+    "attention": FunctionExercise(
+        attention_calls, {"attention": lambda q, k, v, mask=None: _ref_attention(q, k, v, mask)}, ATTENTION
+    ),
     "heads": FunctionExercise(heads_calls, {"split_heads": _split, "merge_heads": _merge}, HEADS),
     "masks": FunctionExercise(masks_calls, {"padding_mask": _padding, "causal_mask": _causal}, MASKS),
     "sinusoidal": FunctionExercise(sinusoidal_calls, {"sinusoidal_encoding": _sinusoidal}, SINUSOIDAL),

@@ -99,15 +99,27 @@ class Result:
         return self.render(self.lang or _locale())
 
     def to_dict(self) -> dict:
-        return {"exercise": self.exercise, "file": self.file, "passed": self.passed, "verdict": self.verdict,
-                "pitfall": self.pitfall, "line": self.line, "lines": self.lines, "source": self.source,
-                "short": self.short, "warnings": [{"en": en, "zh": zh} for en, zh in self.warnings],
-                "message": self.messages, "shape_table": self.table, **self.extra}
+        return {
+            "exercise": self.exercise,
+            "file": self.file,
+            "passed": self.passed,
+            "verdict": self.verdict,
+            "pitfall": self.pitfall,
+            "line": self.line,
+            "lines": self.lines,
+            "source": self.source,
+            "short": self.short,
+            "warnings": [{"en": en, "zh": zh} for en, zh in self.warnings],
+            "message": self.messages,
+            "shape_table": self.table,
+            **self.extra,
+        }
 
     def head(self, lang: str) -> str:
         words = {("en", True): "PASS", ("en", False): "NOT YET", ("zh", True): "通过", ("zh", False): "还没通过"}
-        return (f"{words[(lang, self.passed)]} · {self.exercise} · {os.path.basename(self.file)}"
-                + ((f" · 坑：{self.pitfall}" if lang == "zh" else f" · pitfall: {self.pitfall}") if self.pitfall else ""))
+        return f"{words[(lang, self.passed)]} · {self.exercise} · {os.path.basename(self.file)}" + (
+            (f" · 坑：{self.pitfall}" if lang == "zh" else f" · pitfall: {self.pitfall}") if self.pitfall else ""
+        )
 
     def render(self, lang: str = "en", details: bool = False) -> str:
         """The short answer (at most 8 lines: verdict, line, what, the post, a hint, warnings), or with
@@ -127,7 +139,7 @@ class Result:
         body = self.short[lang] or self.messages[lang][:2]
         out += ["  " + line for line in body][: 7 - len(out)]
         room = 7 - len(out)
-        shown = self.warnings[:max(room, 0)]
+        shown = self.warnings[: max(room, 0)]
         out += ["  " + (f"注意：{w[1]}" if zh else f"note: {w[0]}") for w in shown]
         if len(out) < 8:
             out.append("  （完整报告：加上 --details）" if zh else "  (the full report: add --details)")
@@ -162,22 +174,28 @@ def load(exercise: ex.Exercise, path: str | Path, timeout: float | None = TIMEOU
     """Import the learner's file (no bytecode written) and return it; refuse a file of another exercise."""
     path = Path(path)
     if not path.is_file():
-        raise LearnError(f"no such file: {str(path)!r} (start the exercise with `anatomy learn start {exercise.id}`)",
-                         f"没有这个文件：{str(path)!r}（先用 `anatomy learn start {exercise.id}` 开始这个练习）")
+        raise LearnError(
+            f"no such file: {str(path)!r} (start the exercise with `anatomy learn start {exercise.id}`)",
+            f"没有这个文件：{str(path)!r}（先用 `anatomy learn start {exercise.id}` 开始这个练习）",
+        )
     text = path.read_text(encoding="utf-8", errors="replace")
     first = next((line for line in text.splitlines() if line.startswith(MARKER)), None)
     if first is not None:
-        named = first[len(MARKER):].split()[0] if first[len(MARKER):].split() else ""
+        named = first[len(MARKER) :].split()[0] if first[len(MARKER) :].split() else ""
         if named != exercise.id and named in ex.BY_ID:
-            raise LearnError(f"{path.name} is the file of exercise {named!r} (its header says so), not {exercise.id!r}: "
-                             f"run `anatomy learn check {named} {path}`",
-                             f"{path.name} 是练习 {named!r} 的文件（文件头这么写），不是 {exercise.id!r}："
-                             f"请运行 `anatomy learn check {named} {path}`")
+            raise LearnError(
+                f"{path.name} is the file of exercise {named!r} (its header says so), not {exercise.id!r}: "
+                f"run `anatomy learn check {named} {path}`",
+                f"{path.name} 是练习 {named!r} 的文件（文件头这么写），不是 {exercise.id!r}："
+                f"请运行 `anatomy learn check {named} {path}`",
+            )
     try:
         compile(text, str(path), "exec")
     except SyntaxError as err:
-        raise LearnError(f"{path.name} line {err.lineno}: syntax error: {err.msg} (`{(err.text or '').strip()}`)",
-                         f"{path.name} 第 {err.lineno} 行语法错误：{err.msg}（`{(err.text or '').strip()}`）") from None
+        raise LearnError(
+            f"{path.name} line {err.lineno}: syntax error: {err.msg} (`{(err.text or '').strip()}`)",
+            f"{path.name} 第 {err.lineno} 行语法错误：{err.msg}（`{(err.text or '').strip()}`）",
+        ) from None
     try:
         module = import_file(path, timeout)
     except CheckTimeout as err:
@@ -186,9 +204,10 @@ def load(exercise: ex.Exercise, path: str | Path, timeout: float | None = TIMEOU
         raise LearnError(str(err), f"无法导入：{err}") from None
     missing = [name for name in exercise.entries if not hasattr(module, name)]
     if missing:
-        raise LearnError(f"{path.name} defines no {', '.join(missing)}: the exercise asks for "
-                         f"{', '.join(exercise.entries)}",
-                         f"{path.name} 里没有定义 {', '.join(missing)}：这个练习要写的是 {', '.join(exercise.entries)}")
+        raise LearnError(
+            f"{path.name} defines no {', '.join(missing)}: the exercise asks for {', '.join(exercise.entries)}",
+            f"{path.name} 里没有定义 {', '.join(missing)}：这个练习要写的是 {', '.join(exercise.entries)}",
+        )
     return Subject({name: getattr(module, name) for name in exercise.entries}, str(path))
 
 
@@ -207,11 +226,12 @@ def subject_of(exercise: ex.Exercise, obj) -> Subject:
         found = {n: getattr(obj, n) for n in names if hasattr(obj, n)}
     missing = [n for n in names if n not in found]
     if missing:
-        raise LearnError(f"grade({exercise.id!r}, ...): no {', '.join(missing)} given; the exercise asks for "
-                         f"{', '.join(names)}" + (" (pass a dict, a module or a tuple in this order)"
-                                                  if len(names) > 1 else ""),
-                         f"grade({exercise.id!r}, ...)：没有给出 {', '.join(missing)}；这个练习要写的是 {', '.join(names)}"
-                         + ("（传入 dict、模块，或按此顺序的 tuple）" if len(names) > 1 else ""))
+        raise LearnError(
+            f"grade({exercise.id!r}, ...): no {', '.join(missing)} given; the exercise asks for "
+            f"{', '.join(names)}" + (" (pass a dict, a module or a tuple in this order)" if len(names) > 1 else ""),
+            f"grade({exercise.id!r}, ...)：没有给出 {', '.join(missing)}；这个练习要写的是 {', '.join(names)}"
+            + ("（传入 dict、模块，或按此顺序的 tuple）" if len(names) > 1 else ""),
+        )
     found = {n: type(v) if isinstance(v, nn.Module) else v for n, v in found.items()}
     file = next((f for f in map(_code_file, found.values()) if f), "")
     return Subject(found, file or "<python>")
@@ -245,13 +265,25 @@ def check_signature(fn, name: str, want: list[str], required: int) -> None:
     needed = [p for p in positional if p.default is p.empty]
     if len(positional) < len(want) or len(needed) > required:
         got = ", ".join(p.name for p in params)
-        raise LearnError(f"{name}({got}): the exercise calls it as {name}({', '.join(want)})"
-                         + (f" with the last {len(want) - required} optional" if required < len(want) else ""),
-                         f"{name}({got})：练习会这样调用它：{name}({', '.join(want)})")
+        raise LearnError(
+            f"{name}({got}): the exercise calls it as {name}({', '.join(want)})"
+            + (f" with the last {len(want) - required} optional" if required < len(want) else ""),
+            f"{name}({got})：练习会这样调用它：{name}({', '.join(want)})",
+        )
 
 
-def run_guarded(fn, args: tuple, what: tuple[str, str], timeout: float | None = TIMEOUT, *, record: bool = True,
-                dims: tuple[str, ...] = (), sizes: dict | None = None, module=None, grad: bool = False):
+def run_guarded(
+    fn,
+    args: tuple,
+    what: tuple[str, str],
+    timeout: float | None = TIMEOUT,
+    *,
+    record: bool = True,
+    dims: tuple[str, ...] = (),
+    sizes: dict | None = None,
+    module=None,
+    grad: bool = False,
+):
     """``(output, recording or None)``; any failure of the learner's code becomes a :class:`LearnError`."""
     try:
         with guard(timeout, lambda: what):
@@ -268,19 +300,25 @@ def run_guarded(fn, args: tuple, what: tuple[str, str], timeout: float | None = 
         if inner is None:
             raise LearnError(f"{what[0]}: {err}", f"{what[1]}：{err}") from None
         at = raised_at(inner)
-        raise LearnError(f"{what[0]} raised {one_line(inner)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
-                         f"{what[1]}抛出了错误 {one_line(inner)}" + zh_gloss(inner)
-                         + (f"（第 {at[0]} 行：`{at[1]}`）" if at else "")) from None
+        raise LearnError(
+            f"{what[0]} raised {one_line(inner)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
+            f"{what[1]}抛出了错误 {one_line(inner)}"
+            + zh_gloss(inner)
+            + (f"（第 {at[0]} 行：`{at[1]}`）" if at else ""),
+        ) from None
     except SystemExit as err:
-        raise LearnError(f"{what[0]} called sys.exit({err.code!r}): nothing could be checked",
-                         f"{what[1]}调用了 sys.exit({err.code!r})：什么也没法检查") from None
+        raise LearnError(
+            f"{what[0]} called sys.exit({err.code!r}): nothing could be checked",
+            f"{what[1]}调用了 sys.exit({err.code!r})：什么也没法检查",
+        ) from None
     except KeyboardInterrupt:
         raise
     except BaseException as err:  # noqa: BLE001 - the learner's code may raise anything
         at = raised_at(err)
-        raise LearnError(f"{what[0]} raised {one_line(err)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
-                         f"{what[1]}抛出了错误 {one_line(err)}" + zh_gloss(err)
-                         + (f"（第 {at[0]} 行：`{at[1]}`）" if at else "")) from None
+        raise LearnError(
+            f"{what[0]} raised {one_line(err)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
+            f"{what[1]}抛出了错误 {one_line(err)}" + zh_gloss(err) + (f"（第 {at[0]} 行：`{at[1]}`）" if at else ""),
+        ) from None
 
 
 def raised_at(err: BaseException) -> tuple[int, str] | None:
@@ -382,8 +420,7 @@ def first_step(rec, ops: tuple[str, ...] | None, out_dims: tuple[str, ...] | Non
     in their file; failing the dims, the first with one of ``ops``."""
     if rec is None:
         return None
-    mine = [s for s in rec.steps if os.path.abspath(s.file) == os.path.abspath(file)
-            and (ops is None or s.op in ops)]
+    mine = [s for s in rec.steps if os.path.abspath(s.file) == os.path.abspath(file) and (ops is None or s.op in ops)]
     for s in mine:
         if out_dims is None or (s.outputs and tuple(s.outputs[0].dims) == tuple(out_dims)):
             return s
@@ -409,10 +446,17 @@ def source_line(module, entry: str, pattern: str) -> tuple[int | None, str]:
 def table_of(rec, file: str) -> list[dict]:
     if rec is None:
         return []
-    return [{"line": s.line, "code": s.source.split("  #")[0].rstrip(), "op": s.op,
-             "shape": [list(o.shape) for o in s.outputs][:1][0] if s.outputs else [],
-             "dims": rd.letters(s.outputs[0].dims) if s.outputs else ""}
-            for s in rec.steps if os.path.abspath(s.file) == os.path.abspath(file) and s.data]
+    return [
+        {
+            "line": s.line,
+            "code": s.source.split("  #")[0].rstrip(),
+            "op": s.op,
+            "shape": [list(o.shape) for o in s.outputs][:1][0] if s.outputs else [],
+            "dims": rd.letters(s.outputs[0].dims) if s.outputs else "",
+        }
+        for s in rec.steps
+        if os.path.abspath(s.file) == os.path.abspath(file) and s.data
+    ]
 
 
 def render_table(rows: list[dict]) -> list[str]:

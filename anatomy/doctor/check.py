@@ -53,8 +53,11 @@ KINDS = ("auto", "attention", "block")
 TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
 BATCH = 2
 ATTN_REQUIRED = [f"{k}.weight" for k in mp.ATTN_KEYS]
-BLOCK_REQUIRED = [f"attn.{r}" for r in ATTN_REQUIRED] + ["attn_add_norm.norm.weight", "ffn.up_proj.weight",
-                                                          "ffn.down_proj.weight"]
+BLOCK_REQUIRED = [f"attn.{r}" for r in ATTN_REQUIRED] + [
+    "attn_add_norm.norm.weight",
+    "ffn.up_proj.weight",
+    "ffn.down_proj.weight",
+]
 
 
 def _seq_len(d: int, h: int) -> int:
@@ -62,9 +65,19 @@ def _seq_len(d: int, h: int) -> int:
     return next(t for t in (6, 7, 5, 9, 11) if t not in {BATCH, h, d, d // h})
 
 
-def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, causal: bool = False,
-          factory: str | None = None, mapping: dict | None = None, seed: int = 0,
-          timeout: float | None = TIMEOUT, seq_first: bool | None = None) -> Report:
+def check(
+    target,
+    *,
+    kind: str = "auto",
+    d_model: int = 16,
+    n_heads: int = 4,
+    causal: bool = False,
+    factory: str | None = None,
+    mapping: dict | None = None,
+    seed: int = 0,
+    timeout: float | None = TIMEOUT,
+    seq_first: bool | None = None,
+) -> Report:
     """Probe and diagnose ``target`` (see the module docstring); raises :class:`CheckError` when it cannot run.
 
     ``timeout``: seconds that importing the file, building the module, or one forward may take (None or 0: no
@@ -75,15 +88,29 @@ def check(target, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, ca
     milliseconds per op for nothing. The previous thread count is restored on return, and the caller's RNG state
     is left as it was (the check runs on a forked generator seeded with ``seed``).
     """
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not timeout >= 0 or timeout == float("inf")):
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not timeout >= 0
+        or timeout == float("inf")
+    ):
         raise CheckError(f"timeout must be a number of seconds >= 0 (0 or None: no limit), got {timeout!r}")
     with isolated(seed), precision.tolerating(0.0):
         return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None, seq_first)
 
 
-def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory: str | None, mapping: dict | None,
-           seed: int, timeout: float | None, seq_first: bool | None = None) -> Report:
+def _check(
+    target,
+    kind: str,
+    d_model: int,
+    n_heads: int,
+    causal: bool,
+    factory: str | None,
+    mapping: dict | None,
+    seed: int,
+    timeout: float | None,
+    seq_first: bool | None = None,
+) -> Report:
     if kind not in KINDS:
         raise CheckError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     require_sizes(d_model, n_heads)
@@ -101,37 +128,59 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     except CallError as err:
         call = "forward(x, None)" if subject.mask_required else "forward(x)"
         what = f"raised {err}" if err.raised else str(err)
-        raise CheckError(f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)} {what}; expected it to return "
-                         "out (B, T, D) or (out, weights)") from None
+        raise CheckError(
+            f"{label}: {call} on x of shape (B, T, D) = {tuple(x.shape)} {what}; expected it to return "
+            "out (B, T, D) or (out, weights)"
+        ) from None
     floor = precision.floor_for(subject.seen_dtypes)
     precision.FLOOR.set(floor)  # reset when check() returns (precision.tolerating)
     if floor:
         narrow = sorted(str(d).replace("torch.", "") for d in subject.seen_dtypes if d != torch.float64)
-        subject.note(f"the module computes parts in {', '.join(narrow)} on float64 inputs (a cast inside it); every "
-                     f"comparison tolerates {floor:.1e} relative to the outputs, the precision it computed in",
-                     f"模块在 float64 输入上仍有部分计算用 {', '.join(narrow)}（内部有类型转换）；所有比较按它实际的"
-                     f"计算精度放宽到相对 {floor:.1e}")
+        subject.note(
+            f"the module computes parts in {', '.join(narrow)} on float64 inputs (a cast inside it); every "
+            f"comparison tolerates {floor:.1e} relative to the outputs, the precision it computed in",
+            f"模块在 float64 输入上仍有部分计算用 {', '.join(narrow)}（内部有类型转换）；所有比较按它实际的"
+            f"计算精度放宽到相对 {floor:.1e}",
+        )
     if subject.promoted:
-        subject.note(f"{subject.promoted} op(s) met a float32 tensor and the doctor's float64 parameters and were "
-                     "rerun in float64 (in training both are float32)",
-                     f"{subject.promoted} 个运算遇到 float32 张量与医生给的 float64 参数混用，已改用 float64 重算"
-                     "（训练时两者都是 float32）")
-    if seq_first is None and detect_seq_first(subject, x, base,
-                                              precision.tol(1e-9) * max(1.0, float(base.abs().nan_to_num(0).max()))):
+        subject.note(
+            f"{subject.promoted} op(s) met a float32 tensor and the doctor's float64 parameters and were "
+            "rerun in float64 (in training both are float32)",
+            f"{subject.promoted} 个运算遇到 float32 张量与医生给的 float64 参数混用，已改用 float64 重算"
+            "（训练时两者都是 float32）",
+        )
+    if seq_first is None and detect_seq_first(
+        subject, x, base, precision.tol(1e-9) * max(1.0, float(base.abs().nan_to_num(0).max()))
+    ):
         base, base_w = subject.run(x)
-        subject.note("the module is sequence-first: fed (B, T, D) it mixed the sequences of a batch, fed (T, B, D) it "
-                     "does not, so every call gets x as (T, B, D) and its output is read back as (B, T, D)",
-                     "模块按序列优先 (T, B, D) 排布：输入 (B, T, D) 时 batch 中的序列互相混合，输入 (T, B, D) 时不会，"
-                     "因此每次调用都以 (T, B, D) 传入 x，输出按 (B, T, D) 读回")
-    settings = {"d_model": d, "n_heads": h, "head_dim": d // h, "batch": BATCH, "seq": t, "seed": seed,
-                "dtype": "float64", "causal_flag": causal, "tolerance": precision.tol(dg.TOL),
-                "computed_in": sorted(str(d).replace("torch.", "") for d in subject.seen_dtypes),
-                "tolerance_floor": floor}
-    found: dict = {"call": subject.call, "returns": "(out, weights)" if base_w is not None else "out",
-                   "weights_shape": _legend(base_w, h) if base_w is not None else None,
-                   "seq_first": subject.seq_first, "call_notes": subject.notes,
-                   **({"qkv_roles": subject.fields["qkv_roles"]} if "qkv_roles" in subject.fields else {}),
-                   "ignored_returns": subject.ignored_returns}
+        subject.note(
+            "the module is sequence-first: fed (B, T, D) it mixed the sequences of a batch, fed (T, B, D) it "
+            "does not, so every call gets x as (T, B, D) and its output is read back as (B, T, D)",
+            "模块按序列优先 (T, B, D) 排布：输入 (B, T, D) 时 batch 中的序列互相混合，输入 (T, B, D) 时不会，"
+            "因此每次调用都以 (T, B, D) 传入 x，输出按 (B, T, D) 读回",
+        )
+    settings = {
+        "d_model": d,
+        "n_heads": h,
+        "head_dim": d // h,
+        "batch": BATCH,
+        "seq": t,
+        "seed": seed,
+        "dtype": "float64",
+        "causal_flag": causal,
+        "tolerance": precision.tol(dg.TOL),
+        "computed_in": sorted(str(d).replace("torch.", "") for d in subject.seen_dtypes),
+        "tolerance_floor": floor,
+    }
+    found: dict = {
+        "call": subject.call,
+        "returns": "(out, weights)" if base_w is not None else "out",
+        "weights_shape": _legend(base_w, h) if base_w is not None else None,
+        "seq_first": subject.seq_first,
+        "call_notes": subject.notes,
+        **({"qkv_roles": subject.fields["qkv_roles"]} if "qkv_roles" in subject.fields else {}),
+        "ignored_returns": subject.ignored_returns,
+    }
 
     # which kind of module, and how its parameters map onto ours
     attn_hyps, scope = mp.find_attention(module, d, h)
@@ -139,8 +188,10 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     named = dict(module.named_modules())
     inside = (lambda p: bool(scope) and (p == scope or p.startswith(f"{scope}."))) if scope else (lambda p: False)
     qk_paths = {p for hp in attn_hyps if hp.qk_norm is not None for p in (hp.qk_norm.q, hp.qk_norm.k)}
-    subject.stage = ("the search for norms (each sub-module's output against its standardised input)",
-                     "norm 查找（比较每个子模块的输出与标准化后的输入）")
+    subject.stage = (
+        "the search for norms (each sub-module's output against its standardised input)",
+        "norm 查找（比较每个子模块的输出与标准化后的输入）",
+    )
     norms = {p: n for p, n in find_norms(module, lambda: subject.run(x), d).items() if p not in qk_paths}
     subject.stage = ("the recording of one forward (every tensor operation)", "记录一次 forward（每个张量运算）")
     obs = observe(subject, x, d, h)
@@ -149,12 +200,14 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     if scope is None and attn_hyps and attn_hyps[0] is obs.hyp:  # names gave nothing: the dataflow's scope
         scope = scope_of(obs.hyp, set(named))
         inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
-    has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths
-                                   for p, m in named.items())
+    has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
     auto = kind == "auto"
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
-    own = find_own_norm(module, d, _attention_paths(attn_hyps), norms, qk_paths) \
-        if auto and kind == "block" and attn_hyps else None
+    own = (
+        find_own_norm(module, d, _attention_paths(attn_hyps), norms, qk_paths)
+        if auto and kind == "block" and attn_hyps
+        else None
+    )
     if own is not None:  # an attention holding its own norm, no feed-forward: checked as an attention
         kind = "attention"
 
@@ -163,20 +216,32 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
     ctx.observation = obs
     if tuple(base.shape) != (BATCH, t, d):
         findings, _ = shape(ctx)
-        found.update(mask={"sense": None, "examined": False},
-                     causal={"value": causal, "source": "flag" if causal else "none", "layout": None})
-        return Report(label, kind, settings, found, findings, [],
-                      [{"probe": "*", "en": "the output shape is wrong", "zh": "输出形状不对"}],
-                      {"status": "unavailable", "reason": "the output shape is wrong"})
+        found.update(
+            mask={"sense": None, "examined": False},
+            causal={"value": causal, "source": "flag" if causal else "none", "layout": None},
+        )
+        return Report(
+            label,
+            kind,
+            settings,
+            found,
+            findings,
+            [],
+            [{"probe": "*", "en": "the output shape is wrong", "zh": "输出形状不对"}],
+            {"status": "unavailable", "reason": "the output shape is wrong"},
+        )
     found.update(_conventions(ctx, causal))
     hyps, complete = _hypotheses(ctx, attn_hyps, scope, mapping, found)
 
-    subject.stage = ("position dependence (two tokens swapped, every position shifted)",
-                     "位置依赖检测（交换两个 token、整体平移位置）")
+    subject.stage = (
+        "position dependence (two tokens swapped, every position shifted)",
+        "位置依赖检测（交换两个 token、整体平移位置）",
+    )
     ctx.positions = positions(ctx) if bool(torch.isfinite(base).all()) else "none"
     found["positions"] = ctx.positions
-    refs = References(kind, d, h, ctx.parts, dict(module.named_parameters()),
-                         positional=ctx.positions in ("relative", "dependent"))
+    refs = References(
+        kind, d, h, ctx.parts, dict(module.named_parameters()), positional=ctx.positions in ("relative", "dependent")
+    )
     refs.own_norm = own
     subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
@@ -207,8 +272,9 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
 
     findings, passed, skipped = run_all(ctx)
     placed = diag.variant.get("placement")
-    if ctx.found_block.get("placement") in (None, "unknown") and (placed == RES_POST or placed and
-                                                                  diag.status == "matches"):
+    if ctx.found_block.get("placement") in (None, "unknown") and (
+        placed == RES_POST or placed and diag.status == "matches"
+    ):
         ctx.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
     findings += diagnosis_findings(diag)
     named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
@@ -222,8 +288,9 @@ def _check(target, kind: str, d_model: int, n_heads: int, causal: bool, factory:
         keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
         masked_rec = record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h)
         leak = any(f.probe == "padding_leak" and f.severity == "error" and f.fault is None for f in findings)
-        after = mask_after_softmax_flow(obs.rec, masked_rec) if leak and "mask_after_softmax" not in named_faults \
-            else None
+        after = (
+            mask_after_softmax_flow(obs.rec, masked_rec) if leak and "mask_after_softmax" not in named_faults else None
+        )
         if after is not None:  # named from the flow whatever the fill (a -inf after the softmax gives NaN)
             findings.append(flow_finding("mask_after_softmax", after))
             named_faults.append("mask_after_softmax")
@@ -254,23 +321,41 @@ def _conventions(ctx: ProbeState, causal_flag: bool) -> dict:
         if subject.mask_tentative and not any(c.ok and c.effect > tol(1e-9) * scale for c in cands):
             subject.takes_mask = False  # forward(x, *args): nothing passed there acts as a mask
             subject.call = "forward(x)"
-            subject.note("forward(x, *args): no mask passed as the second argument changed the output, so the module "
-                         "is called without one (pass a named mask parameter if it takes one)",
-                         "forward(x, *args)：作为第二个参数传入的任何 mask 都没有改变输出，因此调用时不传 mask"
-                         "（如果模块接受 mask，请使用具名参数）")
-            return {"mask": None, "causal": {"value": ctx.causal, "source": "flag" if causal_flag else
-                                             "detected" if detected else "none", "layout": None}}
+            subject.note(
+                "forward(x, *args): no mask passed as the second argument changed the output, so the module "
+                "is called without one (pass a named mask parameter if it takes one)",
+                "forward(x, *args)：作为第二个参数传入的任何 mask 都没有改变输出，因此调用时不传 mask"
+                "（如果模块接受 mask，请使用具名参数）",
+            )
+            return {
+                "mask": None,
+                "causal": {
+                    "value": ctx.causal,
+                    "source": "flag" if causal_flag else "detected" if detected else "none",
+                    "layout": None,
+                },
+            }
         if not best.ok:
             mask = {"sense": None, "tried": len(cands), "last_error": cands[-1].reason}
         else:
             ctx.mask = best.fmt
-            also = [c.fmt.sense for c in cands[1:] if c.ok and c.fmt.layout == best.fmt.layout
-                    and (c.effect > 0) == (best.effect > 0) and abs(c.leak - best.leak) <= 1e-12]
+            also = [
+                c.fmt.sense
+                for c in cands[1:]
+                if c.ok
+                and c.fmt.layout == best.fmt.layout
+                and (c.effect > 0) == (best.effect > 0)
+                and abs(c.leak - best.leak) <= 1e-12
+            ]
             if not ctx.causal:
                 subject.stage = ("causal mask discovery", "因果 mask 格式探测")
                 ctx.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
-            mask = {"sense": best.fmt.sense, "layout": best.fmt.layout, "also": list(dict.fromkeys(also)),
-                    "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None}
+            mask = {
+                "sense": best.fmt.sense,
+                "layout": best.fmt.layout,
+                "also": list(dict.fromkeys(also)),
+                "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None,
+            }
             acting = [c for c in cands if c.ok and c.effect > tol(1e-9) * scale]
             mask["ignored"] = not acting  # no convention changes anything: the module ignores its mask
             if acting and all(c.leak > tol(1e-9) * scale for c in acting):  # no convention hides the padding
@@ -279,21 +364,27 @@ def _conventions(ctx: ProbeState, causal_flag: bool) -> dict:
                 ctx.mask_leaks = mask["leaks"]
             ctx.mask_ignored = mask["ignored"]
     source = "flag" if causal_flag else "detected" if detected else "mask" if ctx.causal_mask else "none"
-    return {"mask": mask, "causal": {"value": ctx.causal, "source": source,
-                                     "layout": ctx.causal_mask.layout if ctx.causal_mask else None}}
+    return {
+        "mask": mask,
+        "causal": {
+            "value": ctx.causal,
+            "source": source,
+            "layout": ctx.causal_mask.layout if ctx.causal_mask else None,
+        },
+    }
 
 
 def _required(kind: str) -> list[str]:
     return BLOCK_REQUIRED if kind == "block" else ATTN_REQUIRED
 
 
-def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None,
-                found: dict) -> tuple[list[mp.Hypothesis], list[mp.Hypothesis]]:
+def _hypotheses(
+    ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None, found: dict
+) -> tuple[list[mp.Hypothesis], list[mp.Hypothesis]]:
     """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
     module, d, h = ctx.subject.module, ctx.d, ctx.h
     if ctx.kind == "block":
-        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx),
-                                           ctx.norms)
+        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx), ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
         if not hyps:  # norms without parameters, called as functions (functional_norms.py)
             hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(ctx.observation, "rec", None), d)
@@ -301,15 +392,26 @@ def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | No
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
         found["block"] = ctx.found_block
-        ctx.found_block.update({"norms": parts.norms, "d_ff": parts.d_ff, "activation": None,
-                                "norm_variant": parts.describe().get("norm_form"),
-                                "norm_eps": parts.eps if parts.norms else None,
-                                "norms_by_behaviour": [n.to_dict() for n in parts.found.values()]})
+        ctx.found_block.update(
+            {
+                "norms": parts.norms,
+                "d_ff": parts.d_ff,
+                "activation": None,
+                "norm_variant": parts.describe().get("norm_form"),
+                "norm_eps": parts.eps if parts.norms else None,
+                "norms_by_behaviour": [n.to_dict() for n in parts.found.values()],
+            }
+        )
     else:
         hyps = attn_hyps
     if mapping:
-        hyps = mp.apply_user_map(hyps, mapping, dict(module.named_parameters()), _ref_names(ctx.kind, d, h, ctx.parts),
-                                 dict(module.named_modules()))
+        hyps = mp.apply_user_map(
+            hyps,
+            mapping,
+            dict(module.named_parameters()),
+            _ref_names(ctx.kind, d, h, ctx.parts),
+            dict(module.named_modules()),
+        )
     required = _required(ctx.kind)
     complete = [hp for hp in hyps if not mp.missing(hp, required)]
     shown = complete[0] if complete else (hyps[0] if hyps else None)
@@ -319,9 +421,13 @@ def _hypotheses(ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | No
 
 
 def _mapping_found(hyp: mp.Hypothesis, missing: list[str], params: dict, d: int, h: int) -> dict:
-    return {"style": hyp.style, "pairs": [[r, s.user, s.note] for r, s in hyp.sources.items()], "missing": missing,
-            "n_kv_heads": mp.kv_heads(hyp, params, d, h),
-            "qk_norm": None if hyp.qk_norm is None else hyp.qk_norm.to_dict()}
+    return {
+        "style": hyp.style,
+        "pairs": [[r, s.user, s.note] for r, s in hyp.sources.items()],
+        "missing": missing,
+        "n_kv_heads": mp.kv_heads(hyp, params, d, h),
+        "qk_norm": None if hyp.qk_norm is None else hyp.qk_norm.to_dict(),
+    }
 
 
 def _looks_causal(dep: torch.Tensor) -> bool:
@@ -375,8 +481,12 @@ def _ref_names(kind: str, d: int, h: int, parts) -> list[str]:
         return [n for n, _ in MultiHeadAttention(d_model=d, n_heads=h, qk_norm="layernorm").named_parameters()]
     d_ff = parts.d_ff if parts is not None and parts.d_ff else 4 * d
     act = parts.activations[0] if parts is not None else "relu"
-    return [n for n, _ in EncoderBlock.build(d_model=d, n_heads=h, d_ff=d_ff, activation=act,
-                                             qk_norm="layernorm").named_parameters()]
+    return [
+        n
+        for n, _ in EncoderBlock.build(
+            d_model=d, n_heads=h, d_ff=d_ff, activation=act, qk_norm="layernorm"
+        ).named_parameters()
+    ]
 
 
 def _scenarios(ctx: ProbeState, causal: bool | None = None) -> list[Scenario]:
@@ -388,8 +498,9 @@ def _scenarios(ctx: ProbeState, causal: bool | None = None) -> list[Scenario]:
     out = [Scenario("plain", ctx.x, None, causal, None, every)]
     if ctx.mask is not None and not ctx.mask_ignored:  # an ignored mask is the padding probe's finding
         keep, _ = padding_keep(b, t, causal)  # the side the padding probe pads, so the two agree
-        out.append(Scenario("padding", ctx.x, keep[:, :1][:, None], causal, ctx.mask.make(keep, ctx.x.dtype),
-                               keep[:, 0]))
+        out.append(
+            Scenario("padding", ctx.x, keep[:, :1][:, None], causal, ctx.mask.make(keep, ctx.x.dtype), keep[:, 0])
+        )
     if ctx.causal_mask is not None and not (causal and not ctx.causal):
         keep = causal_keep(b, t)
         out.append(Scenario("causal_mask", ctx.x, keep[0], False, ctx.causal_mask.make(keep, ctx.x.dtype), every))

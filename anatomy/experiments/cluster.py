@@ -36,8 +36,13 @@ RETRIES = 3
 # workers at niceness 15 unless told (RAY_worker_niceness), and on a busy node those starve behind everything else
 # (measured: about 2% of a core each on the shared 2-core VM, where `--jobs` workers got their share); Ray's own job
 # submission sets it to 0 in the same way.
-_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MPLBACKEND": "Agg",
-               "RAY_worker_niceness": "0"}
+_WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MPLBACKEND": "Agg",
+    "RAY_worker_niceness": "0",
+}
 
 
 class ClusterError(RuntimeError):
@@ -53,20 +58,24 @@ def check_address(address: str) -> str:
     bare = address.removeprefix("ray://")
     host, sep, port = bare.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--cluster {address!r}: expected HOST:PORT of a Ray head (like 127.0.0.1:6379), "
-                         "ray://HOST:PORT, or auto")
+        raise ValueError(
+            f"--cluster {address!r}: expected HOST:PORT of a Ray head (like 127.0.0.1:6379), ray://HOST:PORT, or auto"
+        )
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
             pass
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise ValueError(f"--cluster {address}: no Ray head answers there ({reason}); start one with "
-                         f"`ray start --head --port {port}` or give its address") from None
+        raise ValueError(
+            f"--cluster {address}: no Ray head answers there ({reason}); start one with "
+            f"`ray start --head --port {port}` or give its address"
+        ) from None
     return address
 
 
-def anatomy_unit(name: str, preset: str, seed: int, device: str = "cpu"
-                 ) -> tuple[dict[str, float], list[str], float, dict[str, bytes], str]:
+def anatomy_unit(
+    name: str, preset: str, seed: int, device: str = "cpu"
+) -> tuple[dict[str, float], list[str], float, dict[str, bytes], str]:
     """The Ray task: one unit in a temporary folder; ``(metrics, figures, seconds, figure bytes, worker)``."""
     import tempfile
 
@@ -107,21 +116,36 @@ def connect(address: str) -> tuple[Any, bool]:
         return ray, False
     address = check_address(address)
     package = Path(__file__).resolve().parents[1]
-    runtime_env = {"py_modules": [str(package)], "env_vars": dict(_WORKER_ENV),
-                   "excludes": ["__pycache__", "*.pyc"]}
+    runtime_env = {"py_modules": [str(package)], "env_vars": dict(_WORKER_ENV), "excludes": ["__pycache__", "*.pyc"]}
     try:
-        ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, logging_level=logging.WARNING,
-                 namespace="anatomy")
+        ray.init(
+            address=address,
+            runtime_env=runtime_env,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+            namespace="anatomy",
+        )
     except (ConnectionError, RuntimeError, ValueError, TimeoutError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"--cluster {address}: cannot connect to Ray ({first})") from None
     return ray, True
 
 
-def run_on_ray(tasks: list[Unit], preset: str, out: Path, address: str, finished: Callable[[Unit, Result], None],
-               *, cpus: float = 1.0, retries: int = RETRIES, timeline: list | None = None,
-               note: Callable[[str], None] = print, retried: list | None = None,
-               started: Callable[[dict[str, Any]], None] | None = None, device: str = "cpu") -> dict[str, Any]:
+def run_on_ray(
+    tasks: list[Unit],
+    preset: str,
+    out: Path,
+    address: str,
+    finished: Callable[[Unit, Result], None],
+    *,
+    cpus: float = 1.0,
+    retries: int = RETRIES,
+    timeline: list | None = None,
+    note: Callable[[str], None] = print,
+    retried: list | None = None,
+    started: Callable[[dict[str, Any]], None] | None = None,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """Run ``tasks`` as Ray tasks of ``cpus`` CPUs each on the cluster at ``address``; ``finished(unit, result)``
     for each one as it arrives, after its figures are written into ``out``. Returns what the cluster was
     (``address``, ``cpus``, ``nodes``, ``slots``); ``started`` gets the same as soon as it is known. ``device``
@@ -138,18 +162,28 @@ def run_on_ray(tasks: list[Unit], preset: str, out: Path, address: str, finished
         gpus = 1.0 if device.startswith("cuda") else 0.0
         have = float(ray.cluster_resources().get("GPU", 0.0))
         if have < gpus:
-            raise ClusterError(f"--device {device}: the cluster at {address} has no GPUs (its nodes offer "
-                               f"{total:g} CPUs); run with --device cpu, or start nodes with GPUs")
+            raise ClusterError(
+                f"--device {device}: the cluster at {address} has no GPUs (its nodes offer "
+                f"{total:g} CPUs); run with --device cpu, or start nodes with GPUs"
+            )
         slots = int(total // cpus) if not gpus else int(min(total // cpus, have // gpus))
-        info = {"address": address, "cpus": total, "nodes": nodes, "slots": slots, "cpus_per_unit": cpus,
-                **({"gpus": have, "gpus_per_unit": gpus} if gpus else {})}
+        info = {
+            "address": address,
+            "cpus": total,
+            "nodes": nodes,
+            "slots": slots,
+            "cpus_per_unit": cpus,
+            **({"gpus": have, "gpus_per_unit": gpus} if gpus else {}),
+        }
         if started is not None:
             started(info)
         check = ray.remote(worker_code_version).options(num_cpus=cpus, max_retries=retries)
         theirs, ours = ray.get(check.remote()), worker_code_version()
         if theirs != ours:
-            raise ClusterError(f"the workers at {address} run other code (version {theirs}, here {ours}); "
-                               "install the same version on the nodes or let the runtime environment ship it")
+            raise ClusterError(
+                f"the workers at {address} run other code (version {theirs}, here {ours}); "
+                "install the same version on the nodes or let the runtime environment ship it"
+            )
         remote = ray.remote(anatomy_unit)
         unit = remote.options(num_cpus=cpus, num_gpus=gpus, max_retries=0)
         cpu_unit = remote.options(num_cpus=cpus, max_retries=0) if gpus else unit
@@ -174,13 +208,23 @@ def run_on_ray(tasks: list[Unit], preset: str, out: Path, address: str, finished
                         raise err.as_instanceof_cause() from None
                     except ray.exceptions.RayError as err:  # the worker, its node or the object was lost
                         if attempt > retries:
-                            raise ClusterError(f"{task[0]} (seed {task[1]}) lost its worker {attempt} times "
-                                               f"({type(err).__name__}); giving up") from None
-                        note(f"  a worker died during {task[0]} seed {task[1]} ({type(err).__name__}); "
-                             f"retrying it (attempt {attempt + 1} of {retries + 1})")
+                            raise ClusterError(
+                                f"{task[0]} (seed {task[1]}) lost its worker {attempt} times "
+                                f"({type(err).__name__}); giving up"
+                            ) from None
+                        note(
+                            f"  a worker died during {task[0]} seed {task[1]} ({type(err).__name__}); "
+                            f"retrying it (attempt {attempt + 1} of {retries + 1})"
+                        )
                         if retried is not None:
-                            retried.append({"experiment": task[0], "seed": task[1], "attempt": attempt + 1,
-                                            "error": type(err).__name__})
+                            retried.append(
+                                {
+                                    "experiment": task[0],
+                                    "seed": task[1],
+                                    "attempt": attempt + 1,
+                                    "error": type(err).__name__,
+                                }
+                            )
                         submit(task, attempt + 1)
                         continue
                     for rel, data in blobs.items():

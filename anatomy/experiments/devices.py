@@ -35,22 +35,27 @@ def check_device(device: str) -> str:
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"--device {device!r}: not a device name (expected cpu or cuda[:N]; available here: "
-                         f"{here})") from None
+        raise ValueError(
+            f"--device {device!r}: not a device name (expected cpu or cuda[:N]; available here: {here})"
+        ) from None
     if parsed.type == "cpu":
         if parsed.index not in (None, 0):
             raise ValueError(f"--device {device!r}: there is one CPU device, cpu (available here: {here})")
         return "cpu"
     if parsed.type != "cuda":
-        raise ValueError(f"--device {device!r}: the claims lab runs on cpu or cuda[:N], not {parsed.type} "
-                         f"(available here: {here})")
+        raise ValueError(
+            f"--device {device!r}: the claims lab runs on cpu or cuda[:N], not {parsed.type} (available here: {here})"
+        )
     if not torch.cuda.is_available():
         why = "torch was built without CUDA" if torch.version.cuda is None else "no GPU is visible"
-        raise ValueError(f"--device {device}: CUDA is not available on this machine ({why}, torch "
-                         f"{torch.__version__}); available here: {here}")
+        raise ValueError(
+            f"--device {device}: CUDA is not available on this machine ({why}, torch "
+            f"{torch.__version__}); available here: {here}"
+        )
     if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-        raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} GPU(s); available here: "
-                         f"{here}")
+        raise ValueError(
+            f"--device {device}: this machine has {torch.cuda.device_count()} GPU(s); available here: {here}"
+        )
     return str(parsed)
 
 

@@ -22,8 +22,10 @@ from typing import Any
 # paper: measured by `python -m anatomy.experiments.estimate --preset paper NAME...` on the 2-core VM, torch 2.13 CPU,
 # one thread, CPU time: ten rows on 2026-12-01 (shared by 8 engineers, load average 10-18), the nine heaviest on
 # 2026-12-02 (shared by 3, load average 1-3.3, one measurement at a time). quick: runner.COST_HINTS (whole units).
-MEASURED_ON = {"paper": "2-core VM, torch 2.13 CPU, one thread, CPU time; 10 rows on 2026-12-01 (load average "
-                        "10-18), the 9 heaviest on 2026-12-02 (load average 1-3.3)"}
+MEASURED_ON = {
+    "paper": "2-core VM, torch 2.13 CPU, one thread, CPU time; 10 rows on 2026-12-01 (load average "
+    "10-18), the 9 heaviest on 2026-12-02 (load average 1-3.3)"
+}
 MEASURED: dict[str, dict[str, tuple[float, int]]] = {
     "paper": {
         "block-anatomy": (0.68, 0),
@@ -74,8 +76,16 @@ def measure(preset: str, names: list[str] | None = None, limit: int = 3) -> dict
     return table
 
 
-def dry_run(ids: list[str] | None, *, preset: str, seeds: int | None = None, cluster: str | None = None,
-            cluster_cpus: float = 1.0, jobs: int | None = None, device: str = "cpu") -> str:
+def dry_run(
+    ids: list[str] | None,
+    *,
+    preset: str,
+    seeds: int | None = None,
+    cluster: str | None = None,
+    cluster_cpus: float = 1.0,
+    jobs: int | None = None,
+    device: str = "cpu",
+) -> str:
     """The plan as text: units per experiment and their estimated CPU-hours; nothing runs, nothing connects.
     ``device`` (already checked) is named in the plan; the estimates stay CPU time (none is stored for a GPU)."""
     from anatomy.experiments.registry import CLAIM_PRESETS, CLAIMS, DEFAULT_SEEDS
@@ -91,23 +101,29 @@ def dry_run(ids: list[str] | None, *, preset: str, seeds: int | None = None, clu
         groups.setdefault(CLAIMS[cid].experiment, []).append(cid)
     units = plan(groups, n_seeds)
     table: dict[str, tuple[float, Any]] = dict(MEASURED.get(preset, {}))
-    source = (f"a stored table of per-step costs measured at the {preset} preset ({MEASURED_ON[preset]})"
-              if table else "")
+    source = (
+        f"a stored table of per-step costs measured at the {preset} preset ({MEASURED_ON[preset]})" if table else ""
+    )
     if not table and preset == "quick":
         table = {k: (v, "") for k, v in COST_HINTS.items()}
         source = "runner.COST_HINTS (whole units measured at the quick preset, 2-core VM, one thread)"
     none = f"none stored for the {preset} preset (stored: {', '.join(['quick', *MEASURED])})"
     cuda = device.startswith("cuda")
     local = jobs or (1 if cuda else default_jobs())
-    where = (f"the Ray cluster at {cluster} ({cluster_cpus:g} CPU{' and 1 GPU' if cuda else ''} per unit)" if cluster
-             else f"{local} local process{'es' if local > 1 else ''}") + f", device {device}"
-    lines = [f"plan: preset {preset}, {n_seeds} seed{'s' if n_seeds > 1 else ''} per experiment, "
-             f"{sum(len(v) for v in groups.values())} claims in {len(groups)} experiments -> {len(units)} units "
-             f"(one experiment on one seed each) on {where}",
-             f"estimates: {source or none}"
-             + ("; CPU time: no GPU costs are stored, a GPU unit takes its own time" if cuda else ""),
-             "",
-             f"{'experiment':<24} {'claims':<26} {'units':>5} {'steps/unit':>10} {'s/unit':>9} {'CPU-h':>8}"]
+    where = (
+        f"the Ray cluster at {cluster} ({cluster_cpus:g} CPU{' and 1 GPU' if cuda else ''} per unit)"
+        if cluster
+        else f"{local} local process{'es' if local > 1 else ''}"
+    ) + f", device {device}"
+    lines = [
+        f"plan: preset {preset}, {n_seeds} seed{'s' if n_seeds > 1 else ''} per experiment, "
+        f"{sum(len(v) for v in groups.values())} claims in {len(groups)} experiments -> {len(units)} units "
+        f"(one experiment on one seed each) on {where}",
+        f"estimates: {source or none}"
+        + ("; CPU time: no GPU costs are stored, a GPU unit takes its own time" if cuda else ""),
+        "",
+        f"{'experiment':<24} {'claims':<26} {'units':>5} {'steps/unit':>10} {'s/unit':>9} {'CPU-h':>8}",
+    ]
     total, longest, known = 0.0, 0.0, True
     order = sorted(groups, key=lambda e: -table.get(e, (math.inf, 0))[0])
     for exp in order:
@@ -126,13 +142,20 @@ def dry_run(ids: list[str] | None, *, preset: str, seeds: int | None = None, clu
     slots = None if cluster else local
     lines.append("")
     if table and known and cuda:
-        lines.append(f"total: {total:.2f} CPU-hours on the CPU; the longest unit {longest / 3600:.2f} h there (a GPU's "
-                     "time is not measured)")
+        lines.append(
+            f"total: {total:.2f} CPU-hours on the CPU; the longest unit {longest / 3600:.2f} h there (a GPU's "
+            "time is not measured)"
+        )
     elif table and known:
-        lines.append(f"total: {total:.2f} CPU-hours; the longest unit {longest / 3600:.2f} h"
-                     + (f"; on {slots} CPU{'s' if slots > 1 else ''} at least {max(total / slots, longest / 3600):.2f}"
-                        " h of wall time" if slots else "; wall time: CPU-hours / the cluster's CPUs, at least the "
-                        "longest unit"))
+        lines.append(
+            f"total: {total:.2f} CPU-hours; the longest unit {longest / 3600:.2f} h"
+            + (
+                f"; on {slots} CPU{'s' if slots > 1 else ''} at least {max(total / slots, longest / 3600):.2f}"
+                " h of wall time"
+                if slots
+                else "; wall time: CPU-hours / the cluster's CPUs, at least the longest unit"
+            )
+        )
     elif table:
         lines.append(f"total: at least {total:.2f} CPU-hours (experiments marked ? have no stored cost)")
     lines.append("nothing was run (--dry-run)")

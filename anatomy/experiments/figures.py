@@ -6,8 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def figure(path, draw: Callable[[Any], None], *, grid: tuple[int, int] | None = None, size=None,
-           sharey: bool = False) -> None:
+def figure(
+    path, draw: Callable[[Any], None], *, grid: tuple[int, int] | None = None, size=None, sharey: bool = False
+) -> None:
     """Draw into ``path`` with matplotlib (Agg) if a path is given and matplotlib is installed.
 
     Without ``grid``, ``draw(ax)`` gets one axis (default size 6 × 4 inches); with ``grid=(rows, cols)`` it gets the

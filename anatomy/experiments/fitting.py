@@ -67,8 +67,18 @@ def build(config: ModelConfig, device: str | torch.device = "cpu") -> torch.nn.M
 
 def tiny_model(device: str | torch.device = "cpu", **overrides: Any) -> torch.nn.Module:
     """A small decoder LM (``overrides`` change its :class:`ModelConfig`), built by :func:`build` on ``device``."""
-    base = dict(architecture="decoder_lm", vocab_size=64, d_model=64, n_heads=4, n_layers=2, max_seq_len=256,
-                positional="sinusoidal", norm_position="pre", activation="gelu", dropout=0.0)
+    base = dict(
+        architecture="decoder_lm",
+        vocab_size=64,
+        d_model=64,
+        n_heads=4,
+        n_layers=2,
+        max_seq_len=256,
+        positional="sinusoidal",
+        norm_position="pre",
+        activation="gelu",
+        dropout=0.0,
+    )
     return build(ModelConfig(**{**base, **overrides}), device)
 
 
@@ -77,16 +87,29 @@ def model_device(model: torch.nn.Module) -> torch.device:
     return next((p.device for p in model.parameters()), torch.device("cpu"))
 
 
-def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *, lr: float = 3e-3,
-        warmup: int = 0, clip: float | None = 1.0, on_step: Callable[[int, torch.nn.Module], None] | None = None,
-        decay: bool = False, device: str | torch.device | None = None) -> list[float]:
+def fit(
+    model: torch.nn.Module,
+    batch: Callable[[int], dict[str, torch.Tensor]],
+    steps: int,
+    *,
+    lr: float = 3e-3,
+    warmup: int = 0,
+    clip: float | None = 1.0,
+    on_step: Callable[[int, torch.nn.Module], None] | None = None,
+    decay: bool = False,
+    device: str | torch.device | None = None,
+) -> list[float]:
     """AdamW for ``steps`` steps on ``batch(step)``, each one :func:`anatomy.training.step.train_step` (the step of
     ``anatomy train``: fp32, one micro-batch, one process); returns the loss per step (NaN stays NaN: no silent
     skip; the NaN step is taken as it is, and training stops there). Each batch is moved to ``device`` (default:
     the model's); on the CPU nothing moves."""
     where = model_device(model) if device is None else torch.device(device)
-    stepper = Stepper(model, torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0), clip=clip,
-                      device=None if where.type == "cpu" else where)
+    stepper = Stepper(
+        model,
+        torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0),
+        clip=clip,
+        device=None if where.type == "cpu" else where,
+    )
     losses = []
     model.zero_grad(set_to_none=True)  # stale gradients of an earlier probe must not enter the first step
     model.train()
@@ -100,8 +123,9 @@ def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]],
         started = time.process_time() if probe is not None else 0.0
         ramp = min(1.0, (step + 1) / warmup) if warmup else 1.0
         hook = None if on_step is None else (lambda step=step: on_step(step, model))
-        result = train_step(stepper, batch(step), lr * ramp * ((1 - step / steps) if decay else 1.0),
-                            after_backward=hook)
+        result = train_step(
+            stepper, batch(step), lr * ramp * ((1 - step / steps) if decay else 1.0), after_backward=hook
+        )
         losses.append(result.loss)
         if probe is not None:
             synchronize(where)
@@ -118,9 +142,16 @@ def fit(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]],
     return losses
 
 
-def fit_decayed(model: torch.nn.Module, batch: Callable[[int], dict[str, torch.Tensor]], steps: int, *,
-                lr: float = 3e-3, warmup: int = 20, clip: float | None = 1.0,
-                device: str | torch.device | None = None) -> list[float]:
+def fit_decayed(
+    model: torch.nn.Module,
+    batch: Callable[[int], dict[str, torch.Tensor]],
+    steps: int,
+    *,
+    lr: float = 3e-3,
+    warmup: int = 20,
+    clip: float | None = 1.0,
+    device: str | torch.device | None = None,
+) -> list[float]:
     """Like :func:`fit`, with the learning rate decayed linearly to 0 after ``warmup`` steps: the final weights do
     not depend on where the last noisy step happened to land, so comparisons between short runs are steadier."""
     return fit(model, batch, steps, lr=lr, warmup=warmup, clip=clip, decay=True, device=device)
@@ -142,7 +173,7 @@ def curve_stats(losses: list[float], *, uniform: float | None = None) -> dict[st
     nan = any(not math.isfinite(v) for v in losses)
     final = float("nan") if nan else mean_tail(losses)
     w = max(1, n // 20)
-    smooth = [sum(losses[i:i + w]) / w for i in range(max(1, n - w + 1))] if n else []
+    smooth = [sum(losses[i : i + w]) / w for i in range(max(1, n - w + 1))] if n else []
     spike, low = 0.0, float("inf")
     for i, v in enumerate(smooth):
         if not math.isfinite(v):
@@ -155,8 +186,14 @@ def curve_stats(losses: list[float], *, uniform: float | None = None) -> dict[st
     down = -sum(d for d in steps if d < 0)
     rough = min(2.0, sum(d for d in steps if d > 0) / down) if down > 0 and not nan else 2.0
     failed = nan or (uniform is not None and final >= uniform - 0.1)
-    return {"final": final, "nan": float(nan), "spike": spike, "rough": rough,
-            "start": losses[0] if losses else float("nan"), "failed": float(failed)}
+    return {
+        "final": final,
+        "nan": float(nan),
+        "spike": spike,
+        "rough": rough,
+        "start": losses[0] if losses else float("nan"),
+        "failed": float(failed),
+    }
 
 
 BLOWN_UP = 1e6

@@ -17,8 +17,9 @@ def loss_per_position(model: torch.nn.Module, batch: dict[str, torch.Tensor]) ->
     model.eval()
     logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
     labels = batch["labels"][:, 1:]
-    ce = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2).float(), labels.clamp_min(0),
-                                           reduction="none")  # (B, T-1)
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2).float(), labels.clamp_min(0), reduction="none"
+    )  # (B, T-1)
     valid = (labels != -100).float()
     return (ce * valid).sum(0) / valid.sum(0)  # 0/0 = NaN where nothing is scored
 
@@ -31,8 +32,9 @@ def hook_output(model: torch.nn.Module, name: str, **inputs: torch.Tensor) -> to
     return cache[name]
 
 
-def residual_rms(model: torch.nn.Module, inputs: dict[str, torch.Tensor],
-                 pattern: str = "stack.blocks.*.hook_resid_post") -> list[float]:
+def residual_rms(
+    model: torch.nn.Module, inputs: dict[str, torch.Tensor], pattern: str = "stack.blocks.*.hook_resid_post"
+) -> list[float]:
     """RMS of the residual stream after each block (over tokens and features), one value per layer."""
     model.eval()
     with torch.no_grad(), capture(model, pattern) as cache:
@@ -40,8 +42,9 @@ def residual_rms(model: torch.nn.Module, inputs: dict[str, torch.Tensor],
     return [t.float().pow(2).mean().sqrt().item() for t in cache.values()]
 
 
-def residual_grad_norms(model: torch.nn.Module, batch: dict[str, torch.Tensor],
-                        pattern: str = "stack.blocks.*.hook_resid_pre") -> list[float]:
+def residual_grad_norms(
+    model: torch.nn.Module, batch: dict[str, torch.Tensor], pattern: str = "stack.blocks.*.hook_resid_pre"
+) -> list[float]:
     """‖∂loss/∂x_l‖ for the residual stream entering each block (RMS per token), one value per layer: how much
     gradient reaches each depth. Parameter gradients are cleared afterwards."""
     model.eval()
@@ -80,6 +83,7 @@ def offset_profile(weights: torch.Tensor, max_offset: int, rows: slice | None = 
 @contextmanager
 def ablate_head(attn: torch.nn.Module, head: int):
     """Zero one head's output ``z`` (before the heads are merged) inside the block; restored on exit."""
+
     def hook(_module, _args, out):
         out = out.clone()
         out[:, head] = 0.0
@@ -110,9 +114,11 @@ def probe_attention(model, batch) -> dict[str, float]:
     causal = torch.ones(scores.shape[-2:], dtype=torch.bool, device=scores.device).tril()
     q_grad, s_grad, w_grad = attn.q_proj.weight.grad, scores.grad, weights.grad
     assert q_grad is not None and s_grad is not None and w_grad is not None, "the backward reached them all"
-    out = {"maxp": weights[:, :, 7:].detach().max(-1).values.mean().item(),
-           "gradq": q_grad.norm().item(),
-           "score_std": scores.detach()[..., causal].std().item(),
-           "passthrough": (s_grad[..., causal].norm() / w_grad[..., causal].norm()).item()}
+    out = {
+        "maxp": weights[:, :, 7:].detach().max(-1).values.mean().item(),
+        "gradq": q_grad.norm().item(),
+        "score_std": scores.detach()[..., causal].std().item(),
+        "passthrough": (s_grad[..., causal].norm() / w_grad[..., causal].norm()).item(),
+    }
     model.zero_grad(set_to_none=True)
     return out

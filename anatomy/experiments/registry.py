@@ -74,8 +74,14 @@ class Metric:
 
     def to_dict(self) -> dict[str, Any]:
         lo, hi = self.ci95
-        return {"mean": _clean(self.mean), "std": _clean(self.std), "ci95": [_clean(lo), _clean(hi)],
-                "values": [_clean(v) for v in self.values], "n": self.n, "unit": self.unit}
+        return {
+            "mean": _clean(self.mean),
+            "std": _clean(self.std),
+            "ci95": [_clean(lo), _clean(hi)],
+            "values": [_clean(v) for v in self.values],
+            "n": self.n,
+            "unit": self.unit,
+        }
 
 
 def _clean(x: float):
@@ -104,7 +110,6 @@ class Verdict:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
-
 
 
 Rule = Callable[[dict[str, Metric]], Verdict]
@@ -163,11 +168,13 @@ CLAIMS: dict[str, Claim] = {}
 def experiment(name: str, units: dict[str, str] | None = None, *, cpu_only: str = ""):
     """Register ``fn(trial) -> {metric: value}`` as experiment ``name``. ``cpu_only``: the reason it runs on the CPU
     whatever ``--device`` asks (said in claims.json and the report); its ``trial.device`` is then ``cpu``."""
+
     def wrap(fn):
         if name in EXPERIMENTS:
             raise ValueError(f"experiment {name!r} registered twice")
         EXPERIMENTS[name] = Experiment(name, fn, units or {}, cpu_only)
         return fn
+
     return wrap
 
 
@@ -178,8 +185,9 @@ def _statements() -> dict[str, dict[str, str]]:
     table = tomllib.loads(text)
     for cid, entry in table.items():
         if sorted(entry) != ["en", "section", "zh"] or not all(isinstance(v, str) and v for v in entry.values()):
-            raise ValueError(f"statements.toml: [{cid!r}] needs non-empty strings section, zh and en, got "
-                             f"{sorted(entry)}")
+            raise ValueError(
+                f"statements.toml: [{cid!r}] needs non-empty strings section, zh and en, got {sorted(entry)}"
+            )
     return table
 
 
@@ -201,6 +209,7 @@ def claim(id: str, *, experiment: str, metrics: tuple[str, ...] | list[str], rul
     def register(rule: Rule) -> Rule:
         CLAIMS[id] = Claim(id, said["section"], said["zh"], said["en"], experiment, tuple(metrics), rule, rule_text)
         return rule
+
     return register
 
 
@@ -217,15 +226,18 @@ def claim_number(claim_id: str) -> int:
 
 # --- rule helpers: small, explicit, reusable ------------------------------------------------------------------
 
+
 def _each(m: Metric, pred: Callable[[float], bool]) -> tuple[int, int]:
     hits = sum(1 for v in m.values if pred(v))
     return hits, m.n
 
 
-def holds_on_every_seed(metric: str, pred: Callable[[float], bool], en: str, zh: str,
-                        *, refute_en: str = "", refute_zh: str = "") -> Rule:
+def holds_on_every_seed(
+    metric: str, pred: Callable[[float], bool], en: str, zh: str, *, refute_en: str = "", refute_zh: str = ""
+) -> Rule:
     """Supported if ``pred`` holds on every seed, refuted if on none, inconclusive if the seeds disagree.
     ``en``/``zh`` are templates filled with ``{value}`` (the metric, mean ± spread)."""
+
     def rule(ms: dict[str, Metric]) -> Verdict:
         m = ms[metric]
         hits, n = _each(m, pred)
@@ -233,10 +245,17 @@ def holds_on_every_seed(metric: str, pred: Callable[[float], bool], en: str, zh:
         if hits == n:
             return Verdict("supported", en.format(value=value), zh.format(value=value))
         if hits == 0:
-            return Verdict("refuted", (refute_en or "Not observed: " + en).format(value=value),
-                           (refute_zh or "未观察到：" + zh).format(value=value))
-        return Verdict("inconclusive", f"Seeds disagree ({hits} of {n}): {en.format(value=value)}",
-                       f"各随机种子结论不一致（{hits}/{n}）：{zh.format(value=value)}")
+            return Verdict(
+                "refuted",
+                (refute_en or "Not observed: " + en).format(value=value),
+                (refute_zh or "未观察到：" + zh).format(value=value),
+            )
+        return Verdict(
+            "inconclusive",
+            f"Seeds disagree ({hits} of {n}): {en.format(value=value)}",
+            f"各随机种子结论不一致（{hits}/{n}）：{zh.format(value=value)}",
+        )
+
     return rule
 
 

@@ -19,6 +19,7 @@ ZH_VERDICT = {"supported": "成立", "refuted": "不成立", "nuanced": "有条�
 def _metric_cell(m: dict[str, Any]) -> str:
     def f(x):
         return x if isinstance(x, str) else f"{x:.4g}"
+
     if m["n"] == 1:
         return f"{f(m['mean'])}{m['unit']}"
     lo, hi = m["ci95"]
@@ -33,8 +34,9 @@ def _device_line(doc: dict[str, Any], zh: bool) -> str:
     stayed = sorted({c["experiment"] for c in doc["claims"] if c.get("cpu_only")})
     if zh:
         return f"，设备 {device}" + (f"（{'、'.join(stayed)} 只能在 CPU 上运行，见 claims.json）" if stayed else "")
-    return f", device {device}" + (f" ({', '.join(stayed)} ran on the CPU: see cpu_only in claims.json)"
-                                    if stayed else "")
+    return f", device {device}" + (
+        f" ({', '.join(stayed)} ran on the CPU: see cpu_only in claims.json)" if stayed else ""
+    )
 
 
 def render_markdown(doc: dict[str, Any], lang: str = "en") -> str:
@@ -44,14 +46,20 @@ def render_markdown(doc: dict[str, Any], lang: str = "en") -> str:
     lines = [f"# {title}", ""]
     where = _device_line(doc, zh)
     if zh:
-        lines += [f"预设 `{doc['preset']}`，每个实验 {doc['seeds']} 个随机种子；torch {doc['environment']['torch']}，"
-                  f"{doc['environment']['threads']} 线程{where}。结论由运行中测得的数字按事先声明的规则得出。", ""]
+        lines += [
+            f"预设 `{doc['preset']}`，每个实验 {doc['seeds']} 个随机种子；torch {doc['environment']['torch']}，"
+            f"{doc['environment']['threads']} 线程{where}。结论由运行中测得的数字按事先声明的规则得出。",
+            "",
+        ]
         lines += ["结论统计：" + "，".join(f"{ZH_VERDICT[v]} {counts.get(v, 0)}" for v in BADGE), ""]
     else:
         env = doc["environment"]
-        lines += [f"Preset `{doc['preset']}`, {doc['seeds']} seed(s) per experiment; torch {env['torch']}, "
-                  f"{env['threads']} threads{where}. Every verdict is computed from the numbers measured in "
-                  "this run by a rule declared in the claim's code before the run.", ""]
+        lines += [
+            f"Preset `{doc['preset']}`, {doc['seeds']} seed(s) per experiment; torch {env['torch']}, "
+            f"{env['threads']} threads{where}. Every verdict is computed from the numbers measured in "
+            "this run by a rule declared in the claim's code before the run.",
+            "",
+        ]
         lines += ["Verdicts: " + ", ".join(f"{v} {counts.get(v, 0)}" for v in BADGE), ""]
     lines += ["| # | " + ("论断" if zh else "claim") + " | " + ("结论" if zh else "verdict") + " |", "|---|---|---|"]
     for c in doc["claims"]:
@@ -61,8 +69,13 @@ def render_markdown(doc: dict[str, Any], lang: str = "en") -> str:
         lines.append(f"| {anchor} | {statement} | {BADGE[c['verdict']]} {verdict} |")
     lines.append("")
     for c in doc["claims"]:
-        lines += [f"## {c['id']}", "", f"**{c['section']}** · " + (
-            f"原文：「{c['statement_zh']}」" if zh else f"{c['statement_en']}  \n*Post:* 「{c['statement_zh']}」"), ""]
+        lines += [
+            f"## {c['id']}",
+            "",
+            f"**{c['section']}** · "
+            + (f"原文：「{c['statement_zh']}」" if zh else f"{c['statement_en']}  \n*Post:* 「{c['statement_zh']}」"),
+            "",
+        ]
         verdict = ZH_VERDICT[c["verdict"]] if zh else c["verdict"]
         reason = c["reason_zh"] if zh else c["reason_en"]
         lines += [f"{BADGE[c['verdict']]} **{verdict}** — {reason}", ""]
@@ -80,15 +93,18 @@ def render_html(doc: dict[str, Any]) -> str:
     e = html.escape
     rows = []
     for c in doc["claims"]:
-        figs = "".join(f'<a href="{e(f)}"><img src="{e(f)}" alt="{e(c["id"])}" loading="lazy"></a>'
-                       for f in dict.fromkeys(c["figures"]))
-        metrics = "".join(f"<tr><td><code>{e(n)}</code></td><td>{e(_metric_cell(m))}</td></tr>"
-                          for n, m in c["metrics"].items())
-        rows.append(f"""<section id="{e(c['id'])}" class="{e(c['verdict'])}">
-<h2>{e(c['id'])} <span class="badge">{BADGE[c['verdict']]} {e(c['verdict'])} · {e(ZH_VERDICT[c['verdict']])}</span></h2>
-<p class="post">{e(c['section'])} 「{e(c['statement_zh'])}」</p><p>{e(c['statement_en'])}</p>
-<p><b>{e(c['reason_en'])}</b><br>{e(c['reason_zh'])}</p>
-<details><summary>rule · metrics</summary><p>{e(c['rule'])}</p><table>{metrics}</table></details>
+        figs = "".join(
+            f'<a href="{e(f)}"><img src="{e(f)}" alt="{e(c["id"])}" loading="lazy"></a>'
+            for f in dict.fromkeys(c["figures"])
+        )
+        metrics = "".join(
+            f"<tr><td><code>{e(n)}</code></td><td>{e(_metric_cell(m))}</td></tr>" for n, m in c["metrics"].items()
+        )
+        rows.append(f"""<section id="{e(c["id"])}" class="{e(c["verdict"])}">
+<h2>{e(c["id"])} <span class="badge">{BADGE[c["verdict"]]} {e(c["verdict"])} · {e(ZH_VERDICT[c["verdict"]])}</span></h2>
+<p class="post">{e(c["section"])} 「{e(c["statement_zh"])}」</p><p>{e(c["statement_en"])}</p>
+<p><b>{e(c["reason_en"])}</b><br>{e(c["reason_zh"])}</p>
+<details><summary>rule · metrics</summary><p>{e(c["rule"])}</p><table>{metrics}</table></details>
 <div class="figs">{figs}</div></section>""")
     counts = Counter(c["verdict"] for c in doc["claims"])
     summary = " · ".join(f"{BADGE[v]} {v} {counts.get(v, 0)}" for v in BADGE)
@@ -101,10 +117,10 @@ section{{border-left:6px solid #aaa;padding:.2em 1em;margin:1.2em 0}} .supported
 .badge{{font-size:.7em;font-weight:normal}} .post{{color:#555}} img{{max-width:300px;margin:4px;border:1px solid #ddd}}
 table{{border-collapse:collapse}} td{{border:1px solid #ddd;padding:2px 6px;font-size:.9em}}</style></head><body>
 <h1>The post's claims, measured · 博文论断实验报告</h1>
-<p>Preset <code>{e(doc['preset'])}</code>, {doc['seeds']} seed(s); torch {e(doc['environment']['torch'])}.
+<p>Preset <code>{e(doc["preset"])}</code>, {doc["seeds"]} seed(s); torch {e(doc["environment"]["torch"])}.
 {summary}. <a href="report.md">report.md</a> · <a href="report.zh.md">report.zh.md</a> ·
 <a href="claims.json">claims.json</a></p>
-{''.join(rows)}</body></html>"""
+{"".join(rows)}</body></html>"""
 
 
 def write_reports(doc: dict[str, Any], out: str | Path) -> None:
@@ -129,8 +145,10 @@ def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
     first = docs[0]
     for src, doc in zip(sources, docs):
         if (doc["preset"], doc["seeds"]) != (first["preset"], first["seeds"]):
-            raise ValueError(f"{src} was run with preset {doc['preset']!r} and {doc['seeds']} seeds, "
-                             f"{sources[0]} with {first['preset']!r} and {first['seeds']}: they cannot be merged")
+            raise ValueError(
+                f"{src} was run with preset {doc['preset']!r} and {doc['seeds']} seeds, "
+                f"{sources[0]} with {first['preset']!r} and {first['seeds']}: they cannot be merged"
+            )
     out = Path(out)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     claims: dict[str, dict[str, Any]] = {}
@@ -141,8 +159,11 @@ def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:
         if figures.is_dir() and figures.resolve() != (out / "figures").resolve():
             for f in figures.iterdir():
                 shutil.copy2(f, out / "figures" / f.name)
-    merged = {**first, "created": max(d["created"] for d in docs),
-              "claims": sorted(claims.values(), key=lambda c: int(c["id"][1:].split("-")[0]))}
+    merged = {
+        **first,
+        "created": max(d["created"] for d in docs),
+        "claims": sorted(claims.values(), key=lambda c: int(c["id"][1:].split("-")[0])),
+    }
     (out / "claims.json").write_text(json.dumps(merged, indent=2, ensure_ascii=False), encoding="utf-8")
     write_reports(merged, out)
     return merged

@@ -103,8 +103,11 @@ def fmt_blown(metric, zh: bool = False) -> str:
     if blown == metric.n:
         return "非有限（训练发散）" if zh else "not finite (training diverged)"
     kept = type(metric)(metric.name, [v for v in metric.values if abs(v) < BLOWN_UP], metric.unit)
-    return (f"{kept.fmt()}（另有 {blown}/{metric.n} 个种子发散）" if zh
-            else f"{kept.fmt()} ({blown} of {metric.n} seeds diverged)")
+    return (
+        f"{kept.fmt()}（另有 {blown}/{metric.n} 个种子发散）"
+        if zh
+        else f"{kept.fmt()} ({blown} of {metric.n} seeds diverged)"
+    )
 
 
 def fmt_count(metric) -> str:
@@ -146,15 +149,16 @@ class Ladder:
 
     def text(self, before: str = "") -> str:
         steps = "; ".join(f"{c.verdict} if {c.en}" for c in self.cases)
-        return (f"{before} Per seed: {steps}; otherwise {self.otherwise}. Inconclusive if the seeds "
-                "disagree.").lstrip()
+        return (f"{before} Per seed: {steps}; otherwise {self.otherwise}. Inconclusive if the seeds disagree.").lstrip()
 
     def because(self, *values: float) -> tuple[str, str]:
         """``(en, zh)``: the sentence naming the case that decided on these values."""
         case = self.decide(*values)
         if case is None:
-            return (f" Decided: {self.otherwise_en} ({self.otherwise}).",
-                    f"判定：{self.otherwise_zh}（{VERDICT_ZH[self.otherwise]}）。")
+            return (
+                f" Decided: {self.otherwise_en} ({self.otherwise}).",
+                f"判定：{self.otherwise_zh}（{VERDICT_ZH[self.otherwise]}）。",
+            )
         return f" Decided: {case.en} ({case.verdict}).", f"判定：{case.zh}（{VERDICT_ZH[case.verdict]}）。"
 
 

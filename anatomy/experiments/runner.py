@@ -54,10 +54,24 @@ NONDETERMINISTIC: dict[str, tuple[tuple[str, ...], str]] = {
 # order in which a parallel run starts its work (longest first keeps the workers evenly loaded to the end) and
 # the weights of the progress bar's ETA. Only proportions matter; an experiment missing here gets the median.
 COST_HINTS: dict[str, float] = {
-    "head-count": 22.5, "norm-depth-grid": 15.4, "init-training": 9.1, "pe-lm": 8.5, "ffn-width": 6.7,
-    "block-faults": 4.4, "mask-fills": 4.2, "tiny-heads": 2.6, "softmax-saturation": 1.5, "bn-vs-ln": 1.1,
-    "head-loop-benchmark": 0.7, "dot-product-variance": 0.65, "identity-mlp": 0.5, "sinusoidal-algebra": 0.15,
-    "block-anatomy": 0.05, "mha-shapes": 0.03, "head-parameters": 0.02, "layernorm-reference": 0.01,
+    "head-count": 22.5,
+    "norm-depth-grid": 15.4,
+    "init-training": 9.1,
+    "pe-lm": 8.5,
+    "ffn-width": 6.7,
+    "block-faults": 4.4,
+    "mask-fills": 4.2,
+    "tiny-heads": 2.6,
+    "softmax-saturation": 1.5,
+    "bn-vs-ln": 1.1,
+    "head-loop-benchmark": 0.7,
+    "dot-product-variance": 0.65,
+    "identity-mlp": 0.5,
+    "sinusoidal-algebra": 0.15,
+    "block-anatomy": 0.05,
+    "mha-shapes": 0.03,
+    "head-parameters": 0.02,
+    "layernorm-reference": 0.01,
     "padding-pe": 0.01,
 }
 
@@ -113,9 +127,19 @@ def plan(groups: dict[str, list[str]], n_seeds: int) -> list[tuple[str, int]]:
     return sorted(tasks, key=lambda task: (-COST_HINTS.get(task[0], median), task[0], task[1]))
 
 
-def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: int | None = None,
-               out: str | Path = "claims-out", progress: bool = True, jobs: int | None = 1, resume: bool = False,
-               cluster: str | None = None, cluster_cpus: float = 1.0, device: str = "cpu") -> dict[str, Any]:
+def run_claims(
+    ids: list[str] | None = None,
+    *,
+    preset: str = "quick",
+    seeds: int | None = None,
+    out: str | Path = "claims-out",
+    progress: bool = True,
+    jobs: int | None = 1,
+    resume: bool = False,
+    cluster: str | None = None,
+    cluster_cpus: float = 1.0,
+    device: str = "cpu",
+) -> dict[str, Any]:
     """Run the claims ``ids`` (default: all) and write ``claims.json`` and the reports into ``out``.
 
     ``jobs``: worker processes (``None``: one per core); 1 runs everything here, one run after the other. With
@@ -149,8 +173,10 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume, device=device)
     todo = [t for t in tasks if t not in store.done]
     if resume and progress:
-        print(f"resuming {out}: {len(tasks) - len(todo)} of {len(tasks)} units already done, {len(todo)} to run",
-              flush=True)
+        print(
+            f"resuming {out}: {len(tasks) - len(todo)} of {len(tasks)} units already done, {len(todo)} to run",
+            flush=True,
+        )
     jobs = max(1, min(jobs, len(todo)))
     where: dict[str, Any] = {}
 
@@ -161,19 +187,31 @@ def run_claims(ids: list[str] | None = None, *, preset: str = "quick", seeds: in
     t0, began = time.perf_counter(), time.monotonic()
     timeline: list = []
     try:
-        _run_tasks(todo, groups, preset, out, progress, jobs, timeline, store=store, cluster=cluster,
-                   cluster_cpus=cluster_cpus, where=where, device=device)
+        _run_tasks(
+            todo,
+            groups,
+            preset,
+            out,
+            progress,
+            jobs,
+            timeline,
+            store=store,
+            cluster=cluster,
+            cluster_cpus=cluster_cpus,
+            where=where,
+            device=device,
+        )
     finally:
         torch.set_num_threads(caller_threads)
     done = {t: store.done[t] for t in tasks}
-    doc = _document(groups, chosen, done, preset, n_seeds, where.get("slots", jobs), time.perf_counter() - t0,
-                    device)
+    doc = _document(groups, chosen, done, preset, n_seeds, where.get("slots", jobs), time.perf_counter() - t0, device)
     doc["schedule"] = schedule(timeline, began, time.monotonic())
     if resume:
         doc["schedule"]["resumed_units"] = len(tasks) - len(todo)
     if cluster is not None:
-        doc["environment"]["cluster"] = {k: where[k] for k in ("address", "nodes", "cpus", "cpus_per_unit",
-                                                               "gpus", "gpus_per_unit") if k in where}
+        doc["environment"]["cluster"] = {
+            k: where[k] for k in ("address", "nodes", "cpus", "cpus_per_unit", "gpus", "gpus_per_unit") if k in where
+        }
         doc["schedule"]["retried"] = where.get("retried", [])
     (out / "claims.json").write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
     from anatomy.experiments.report import write_reports
@@ -197,22 +235,48 @@ def schedule(timeline: list, began: float, ended: float) -> dict[str, Any]:
     for runs in workers.values():
         busy = sum(end - start for start, end in runs)
         first, last = min(s for s, _ in runs), max(e for _, e in runs)
-        rows.append({"runs": len(runs), "busy_s": round(busy, 2), "start_s": round(first - began, 2),
-                     "tail_s": round(ended - last, 2), "idle_s": round(wall - busy, 2)})
+        rows.append(
+            {
+                "runs": len(runs),
+                "busy_s": round(busy, 2),
+                "start_s": round(first - began, 2),
+                "tail_s": round(ended - last, 2),
+                "idle_s": round(wall - busy, 2),
+            }
+        )
     rows.sort(key=lambda r: -r["busy_s"])
-    return {"wall_s": round(wall, 2), "workers": rows,
-            "utilisation": round(sum(r["busy_s"] for r in rows) / (wall * len(rows)), 3) if rows else 0.0}
+    return {
+        "wall_s": round(wall, 2),
+        "workers": rows,
+        "utilisation": round(sum(r["busy_s"] for r in rows) / (wall * len(rows)), 3) if rows else 0.0,
+    }
 
 
-def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], preset: str, out: Path,
-               progress: bool, jobs: int, timeline: list | None = None, *, store: Store | None = None,
-               cluster: str | None = None, cluster_cpus: float = 1.0, where: dict[str, Any] | None = None,
-               device: str = "cpu") -> Done:
+def _run_tasks(
+    tasks: list[tuple[str, int]],
+    groups: dict[str, list[str]],
+    preset: str,
+    out: Path,
+    progress: bool,
+    jobs: int,
+    timeline: list | None = None,
+    *,
+    store: Store | None = None,
+    cluster: str | None = None,
+    cluster_cpus: float = 1.0,
+    where: dict[str, Any] | None = None,
+    device: str = "cpu",
+) -> Done:
     median = sorted(COST_HINTS.values())[len(COST_HINTS) // 2]
     cost = {t: COST_HINTS.get(t[0], median) for t in tasks}
     desc = f"{len(tasks)} runs on {'Ray' if cluster else jobs} worker{'s' if jobs > 1 or cluster else ''}"
-    bar = tqdm(total=sum(cost.values()), disable=not progress, unit="", desc=desc,
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]{postfix}")
+    bar = tqdm(
+        total=sum(cost.values()),
+        disable=not progress,
+        unit="",
+        desc=desc,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]{postfix}",
+    )
     left = {name: len([t for t in tasks if t[0] == name]) for name in groups}
     done: Done = dict(store.done) if store is not None else {}
     n_seeds = {name: len([t for t in done if t[0] == name]) + left[name] for name in groups}
@@ -231,8 +295,10 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
             tqdm.write(f"  {task[0]} ({', '.join(c.split('-')[0] for c in groups[task[0]])}) done ({runtime:.1f}s)")
 
     def said(info: dict[str, Any]) -> None:
-        bar.set_description_str(f"{len(tasks)} runs on Ray ({info['slots']} at a time on {info['nodes']} "
-                                 f"node{'s' if info['nodes'] != 1 else ''})")
+        bar.set_description_str(
+            f"{len(tasks)} runs on Ray ({info['slots']} at a time on {info['nodes']} "
+            f"node{'s' if info['nodes'] != 1 else ''})"
+        )
 
     try:
         if not tasks:
@@ -241,9 +307,19 @@ def _run_tasks(tasks: list[tuple[str, int]], groups: dict[str, list[str]], prese
             from anatomy.experiments.cluster import run_on_ray
 
             retried: list = []
-            info = run_on_ray(tasks, preset, out, cluster, finished, cpus=cluster_cpus, timeline=timeline,
-                              note=tqdm.write if progress else _stderr_line, retried=retried, started=said,
-                              device=device)
+            info = run_on_ray(
+                tasks,
+                preset,
+                out,
+                cluster,
+                finished,
+                cpus=cluster_cpus,
+                timeline=timeline,
+                note=tqdm.write if progress else _stderr_line,
+                retried=retried,
+                started=said,
+                device=device,
+            )
             if where is not None:
                 where.update(info, retried=retried)
         elif jobs == 1:
@@ -275,18 +351,29 @@ def _run_timed(name: str, preset: str, seed: int, out: str, device: str = "cpu")
     return result, os.getpid(), start, time.monotonic()
 
 
-_WORKER_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",  # one intra-op thread
-               "MPLBACKEND": "Agg"}  # figures go to PNG files: the server imports pyplot without asking for a display
-_PRELOAD = ["anatomy.experiments.runner", "anatomy.experiments.claims", "anatomy.experiments.figures",
-            "matplotlib.pyplot", "anatomy.data", "anatomy.interop.torch_nn"]
+_WORKER_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",  # one intra-op thread
+    "MPLBACKEND": "Agg",
+}  # figures go to PNG files: the server imports pyplot without asking for a display
+_PRELOAD = [
+    "anatomy.experiments.runner",
+    "anatomy.experiments.claims",
+    "anatomy.experiments.figures",
+    "matplotlib.pyplot",
+    "anatomy.data",
+    "anatomy.interop.torch_nn",
+]
 
 
 class WorkerDied(RuntimeError):
     """A worker process ended without an answer (killed, out of memory): the run stops, naming what ran."""
 
 
-def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list | None = None,
-              device: str = "cpu") -> None:
+def _run_pool(
+    tasks, preset: str, out: Path, jobs: int, finished, timeline: list | None = None, device: str = "cpu"
+) -> None:
     """Spread ``tasks`` over this process and ``jobs - 1`` worker processes, in the given order, each taking the
     next task when it is free. This process starts on its task at once (as a serial run would) while the workers
     start: they fork from a fresh server process that imported torch, the claims and matplotlib once
@@ -334,8 +421,12 @@ def _run_pool(tasks, preset: str, out: Path, jobs: int, finished, timeline: list
         try:
             result, *when = future.result()
         except BrokenProcessPool:
-            return fail(WorkerDied(f"a worker process died during {task[0]} (seed {task[1]}) or a run beside "
-                                   "it, killed from outside or for memory; try --jobs 1 or fewer jobs"))
+            return fail(
+                WorkerDied(
+                    f"a worker process died during {task[0]} (seed {task[1]}) or a run beside "
+                    "it, killed from outside or for memory; try --jobs 1 or fewer jobs"
+                )
+            )
         except BaseException as err:  # noqa: BLE001 - the run's own error, raised again in this process
             return fail(err)
         record(task, result, *when)
@@ -393,8 +484,16 @@ def _init_worker() -> None:
     load_all()
 
 
-def _document(groups: dict[str, list[str]], chosen: list[str], done: Done, preset: str, n_seeds: int,
-              jobs: int, wall: float, device: str = "cpu") -> dict[str, Any]:
+def _document(
+    groups: dict[str, list[str]],
+    chosen: list[str],
+    done: Done,
+    preset: str,
+    n_seeds: int,
+    jobs: int,
+    wall: float,
+    device: str = "cpu",
+) -> dict[str, Any]:
     results: dict[str, dict[str, Any]] = {}
     for exp_name, claim_ids in groups.items():
         exp = EXPERIMENTS[exp_name]
@@ -418,11 +517,18 @@ def _document(groups: dict[str, list[str]], chosen: list[str], done: Done, prese
                 verdict.reason_en += f" (provisional: {n_seeds} seed{'s' if n_seeds > 1 else ''}; a verdict needs ≥3)"
                 verdict.reason_zh += f"（暂定：仅 {n_seeds} 个随机种子，正式结论需要 ≥3 个）"
             results[cid] = {
-                "id": cid, "section": c.section, "statement_zh": c.statement_zh, "statement_en": c.statement_en,
-                "experiment": exp_name, "rule": c.rule_text, "verdict": verdict.verdict,
-                "reason_en": verdict.reason_en, "reason_zh": verdict.reason_zh,
+                "id": cid,
+                "section": c.section,
+                "statement_zh": c.statement_zh,
+                "statement_en": c.statement_en,
+                "experiment": exp_name,
+                "rule": c.rule_text,
+                "verdict": verdict.verdict,
+                "reason_en": verdict.reason_en,
+                "reason_zh": verdict.reason_zh,
                 "metrics": {m: metrics[m].to_dict() for m in c.metrics},
-                "figures": figures, "runtime_s": round(runtime / len(claim_ids), 3),
+                "figures": figures,
+                "runtime_s": round(runtime / len(claim_ids), 3),
             }
             results[cid]["device"] = exp.device_for(device)
             if exp.cpu_only:
@@ -431,11 +537,18 @@ def _document(groups: dict[str, list[str]], chosen: list[str], done: Done, prese
             if odd:
                 results[cid]["nondeterministic"] = odd
     return {
-        "preset": preset, "seeds": n_seeds, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "environment": {"torch": torch.__version__, "python": platform.python_version(),
-                        "threads": 1, "jobs": jobs, "machine": platform.machine(), "device": device,
-                        **({"gpu": torch.cuda.get_device_name(device)} if is_cuda(device) and
-                           torch.cuda.is_available() else {})},
+        "preset": preset,
+        "seeds": n_seeds,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "environment": {
+            "torch": torch.__version__,
+            "python": platform.python_version(),
+            "threads": 1,
+            "jobs": jobs,
+            "machine": platform.machine(),
+            "device": device,
+            **({"gpu": torch.cuda.get_device_name(device)} if is_cuda(device) and torch.cuda.is_available() else {}),
+        },
         "wall_s": round(wall, 1),
         "claims": [results[c] for c in chosen],
     }

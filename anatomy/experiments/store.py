@@ -73,14 +73,21 @@ class Store:
         return self.out / UNITS
 
     @classmethod
-    def start(cls, out: Path, *, preset: str, seeds: int, claims: list[str], resume: bool,
-              device: str = "cpu") -> Store:
+    def start(
+        cls, out: Path, *, preset: str, seeds: int, claims: list[str], resume: bool, device: str = "cpu"
+    ) -> Store:
         """A store for this run. Fresh: earlier units in ``out`` are removed. ``resume``: the units already there
         are loaded, after checking that they belong to this run (ValueError naming every difference)."""
         import torch
 
-        identity = {"preset": preset, "seeds": seeds, "claims": list(claims), "code": code_version(),
-                    "torch": torch.__version__, "device": device}
+        identity = {
+            "preset": preset,
+            "seeds": seeds,
+            "claims": list(claims),
+            "code": code_version(),
+            "torch": torch.__version__,
+            "device": device,
+        }
         store = cls(Path(out), identity)
         for cut in store.folder.glob(".*.tmp"):  # a write cut short (the run was killed during it)
             cut.unlink()
@@ -102,9 +109,11 @@ class Store:
             except (OSError, json.JSONDecodeError):
                 finished = False
         if units and not finished:
-            raise ValueError(f"--out {self.out} holds {len(units)} finished unit{'s' if len(units) > 1 else ''} "
-                             f"of an unfinished run: add --resume to continue it, or remove {self.folder} to "
-                             "start over")
+            raise ValueError(
+                f"--out {self.out} holds {len(units)} finished unit{'s' if len(units) > 1 else ''} "
+                f"of an unfinished run: add --resume to continue it, or remove {self.folder} to "
+                "start over"
+            )
         for old in [*units, run]:
             old.unlink(missing_ok=True)
         atomic_write(run, json.dumps(self.identity, indent=2).encode())
@@ -116,22 +125,28 @@ class Store:
     def _load(self) -> None:
         path = self.folder / RUN_FILE
         if not path.is_file():
-            raise ValueError(f"--resume: {self.out} holds no {UNITS}/{RUN_FILE} (nothing to resume); "
-                             "run without --resume to start")
+            raise ValueError(
+                f"--resume: {self.out} holds no {UNITS}/{RUN_FILE} (nothing to resume); run without --resume to start"
+            )
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise ValueError(f"--resume: {path} is unreadable ({err})") from None
         differences = describe_differences({k: v for k, v in stored.items() if k != "finished"}, self.identity)
         if differences:
-            raise ValueError(f"--resume: {self.out} was run with other settings ({'; '.join(differences)}); "
-                             "run without --resume to start again, or resume with the same settings")
+            raise ValueError(
+                f"--resume: {self.out} was run with other settings ({'; '.join(differences)}); "
+                "run without --resume to start again, or resume with the same settings"
+            )
         for unit_path in self.folder.glob("*.seed*.json"):
             try:
                 unit = json.loads(unit_path.read_text(encoding="utf-8"))
                 key = (unit["experiment"], int(unit["seed"]))
-                result = ({k: float(v) for k, v in unit["metrics"].items()}, list(unit["figures"]),
-                          float(unit["seconds"]))
+                result = (
+                    {k: float(v) for k, v in unit["metrics"].items()},
+                    list(unit["figures"]),
+                    float(unit["seconds"]),
+                )
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # not a unit of ours (an atomic write leaves no half file): it runs again
             self.done[key] = result
@@ -143,8 +158,7 @@ class Store:
     def put(self, unit: Unit, result: Result) -> None:
         """Record a finished unit (its figures are already written)."""
         metrics, figures, seconds = result
-        record = {"experiment": unit[0], "seed": unit[1], "metrics": metrics, "figures": figures,
-                  "seconds": seconds}
+        record = {"experiment": unit[0], "seed": unit[1], "metrics": metrics, "figures": figures, "seconds": seconds}
         atomic_write(self.folder / unit_file(*unit), json.dumps(record, indent=1).encode())
         self.done[unit] = result
 
@@ -162,9 +176,11 @@ def describe_differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list
         added = [c.split("-")[0] for c in here if c not in there]
         dropped = [c.split("-")[0] for c in there if c not in here]
         parts = ([f"now also {', '.join(added)}"] if added else []) + (
-            [f"not now {', '.join(dropped)}"] if dropped else [])
+            [f"not now {', '.join(dropped)}"] if dropped else []
+        )
         out.append("claims differ (" + ("; ".join(parts) or "other order") + ")")
     if stored.get("code") != wanted.get("code"):
-        out.append(f"code version {stored.get('code')} there, {wanted.get('code')} now (the package's source "
-                   "changed since)")
+        out.append(
+            f"code version {stored.get('code')} there, {wanted.get('code')} now (the package's source changed since)"
+        )
     return out

@@ -26,8 +26,11 @@ class MarkovTask:
         g = torch.Generator().manual_seed(10_000 + seed)
         self.vocab, self.lags, self.p = vocab, tuple(lags), p
         with torch.device("cpu"):  # drawn on the CPU's generator, whatever the default device
-            self.table = (torch.randperm(vocab, generator=g) if len(lags) == 1
-                          else torch.randint(0, vocab, (vocab ** len(lags),), generator=g))
+            self.table = (
+                torch.randperm(vocab, generator=g)
+                if len(lags) == 1
+                else torch.randint(0, vocab, (vocab ** len(lags),), generator=g)
+            )
 
     @property
     def start(self) -> int:
@@ -44,8 +47,9 @@ class MarkovTask:
     def uniform(self) -> float:
         return math.log(self.vocab)
 
-    def sample(self, n: int, length: int, generator: torch.Generator,
-               device: str | torch.device = "cpu") -> torch.Tensor:
+    def sample(
+        self, n: int, length: int, generator: torch.Generator, device: str | torch.device = "cpu"
+    ) -> torch.Tensor:
         """``n`` sequences of ``length`` tokens, drawn on the CPU (``generator``), then moved to ``device``."""
         with torch.device("cpu"):
             x = torch.randint(0, self.vocab, (n, length), generator=generator)  # (N, T)
@@ -65,8 +69,9 @@ class MarkovTask:
 
 
 @functools.lru_cache(maxsize=4)
-def char_corpus(name: str = "shakespeare", max_train: int = 300_000, max_val: int = 50_000
-                ) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
+def char_corpus(
+    name: str = "shakespeare", max_train: int = 300_000, max_val: int = 50_000
+) -> tuple[torch.Tensor, torch.Tensor, tuple[str, ...]]:
     """An embedded corpus as character ids: ``(train ids, val ids, vocabulary)`` (split seed 0, cached; do not
     modify the tensors). Characters of the validation text unseen in training map to id 0."""
     from anatomy.data import corpus_splits
@@ -80,12 +85,13 @@ def char_corpus(name: str = "shakespeare", max_train: int = 300_000, max_val: in
     return train, val, vocab
 
 
-def lm_batch(data: torch.Tensor, length: int, batch: int, generator: torch.Generator,
-             device: str | torch.device | None = None) -> dict[str, torch.Tensor]:
+def lm_batch(
+    data: torch.Tensor, length: int, batch: int, generator: torch.Generator, device: str | torch.device | None = None
+) -> dict[str, torch.Tensor]:
     """``batch`` random windows of ``length`` tokens from a 1-D id tensor, as causal-LM inputs (labels = ids), on
     ``device`` (default: the data's). The windows are drawn on the CPU (``generator``)."""
     start = torch.randint(0, len(data) - length, (batch,), generator=generator, device="cpu")
-    ids = torch.stack([data[s:s + length] for s in start.tolist()])  # (B, T)
+    ids = torch.stack([data[s : s + length] for s in start.tolist()])  # (B, T)
     if device is not None:
         ids = ids.to(device)
     return {"input_ids": ids, "labels": ids}

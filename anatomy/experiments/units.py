@@ -25,8 +25,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_one(name: str, preset: str, seed: int, out: str, device: str = "cpu"
-            ) -> tuple[dict[str, float], list[str], float]:
+def run_one(
+    name: str, preset: str, seed: int, out: str, device: str = "cpu"
+) -> tuple[dict[str, float], list[str], float]:
     """One experiment on one seed: ``(metrics, figures written, seconds)``. Figures are drawn on seed 0 only.
     ``device``: where its models and tensors live (an experiment declared ``cpu_only`` stays on the CPU)."""
     torch.set_num_threads(1)

@@ -19,6 +19,19 @@ from anatomy.generation.sampling import (
 from anatomy.generation.stopping import StopStrings
 from anatomy.generation.streaming import TerminalStreamer
 
-__all__ = ["GenerateOutput", "GenerationConfig", "StopStrings", "TerminalStreamer", "apply_repetition_penalty",
-           "apply_temperature", "generate", "greedy", "min_p_filter", "next_token", "sample", "seen_tokens",
-           "top_k_filter", "top_p_filter"]
+__all__ = [
+    "GenerateOutput",
+    "GenerationConfig",
+    "StopStrings",
+    "TerminalStreamer",
+    "apply_repetition_penalty",
+    "apply_temperature",
+    "generate",
+    "greedy",
+    "min_p_filter",
+    "next_token",
+    "sample",
+    "seen_tokens",
+    "top_k_filter",
+    "top_p_filter",
+]

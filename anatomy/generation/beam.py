@@ -36,9 +36,20 @@ def _gather(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(x, index, dim=1)
 
 
-def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_tokens: int, eos: torch.Tensor | None,
-                pad: int | None, length_penalty: float, early_stopping: bool | str, num_return_sequences: int,
-                processors: list[Processor], stop: Any) -> torch.Tensor:
+def beam_search(
+    run: CachedDecoding,
+    *,
+    batch: int,
+    num_beams: int,
+    max_new_tokens: int,
+    eos: torch.Tensor | None,
+    pad: int | None,
+    length_penalty: float,
+    early_stopping: bool | str,
+    num_return_sequences: int,
+    processors: list[Processor],
+    stop: Any,
+) -> torch.Tensor:
     """``run`` holds ``batch * num_beams`` rows (each prompt repeated). Returns the best ``num_return_sequences``
     hypotheses per prompt ``(batch * N, T + n)``, best first, shorter ones filled with ``pad``."""
     prefix = run.prefix  # (B*K, T)
@@ -104,11 +115,11 @@ def beam_search(run: CachedDecoding, *, batch: int, num_beams: int, max_new_toke
         cur += 1
         best_len = (total if early_stopping == "never" and length_penalty > 0.0 else cur) - t
         best_running = running_scores[:, :1] / float(best_len) ** length_penalty  # (B, 1)
-        worst_kept = torch.where(is_finished, finished_scores.min(dim=1, keepdim=True).values,
-                                 torch.full_like(finished_scores, NEG))  # (B, K)
+        worst_kept = torch.where(
+            is_finished, finished_scores.min(dim=1, keepdim=True).values, torch.full_like(finished_scores, NEG)
+        )  # (B, K)
         improvable = improvable & (best_running > worst_kept).any(dim=-1, keepdim=True)
-        if (not bool(improvable.any()) or (bool(is_finished.all()) and early_stopping is True)
-                or bool(ends.all())):
+        if not bool(improvable.any()) or (bool(is_finished.all()) and early_stopping is True) or bool(ends.all()):
             break
         run.reorder(rows_from)
         logits = run.step(running[:, :, cur - 1].reshape(-1))  # newest tokens (B*K,)

@@ -25,9 +25,17 @@ from anatomy.sizes import check_cache_fits
 
 
 class CachedDecoding:
-    def __init__(self, model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor | None, max_new_tokens: int,
-                 *, fast: bool = True, decoder_start_token_id: int | None = None,
-                 inputs_embeds: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        max_new_tokens: int,
+        *,
+        fast: bool = True,
+        decoder_start_token_id: int | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> None:
         b = input_ids.shape[0]
         self.model = cast(Any, model)  # DecoderLM or Seq2Seq (their attributes are read below)
         self.mask = mask
@@ -35,8 +43,14 @@ class CachedDecoding:
         self.visible_from = 0 if inputs_embeds is None else input_ids.shape[1]  # ids[:, :this] are placeholders
         self.seq2seq = bool(getattr(model, "is_encoder_decoder", False))  # Seq2Seq (HF's flag)
         capacity = (1 if self.seq2seq else input_ids.shape[1]) + max_new_tokens
-        check_cache_fits(self.model.config, input_ids.shape[0], capacity, flags="max_new_tokens (or the batch)",
-                         device=str(input_ids.device), element_size=next(model.parameters()).element_size())
+        check_cache_fits(
+            self.model.config,
+            input_ids.shape[0],
+            capacity,
+            flags="max_new_tokens (or the batch)",
+            device=str(input_ids.device),
+            element_size=next(model.parameters()).element_size(),
+        )
         self.caches = self.model.new_caches(capacity=capacity)  # reserved once, after the size check
         # the decode steps' model: a flat view (same code, no module machinery) unless hooks need the modules
         self.stepper = flat(model) if fast and refusal(model) is None else self.model
@@ -53,8 +67,13 @@ class CachedDecoding:
         """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache."""
         model = self.stepper if step else self.model  # the prefill runs the modules (and any hook of prefill's)
         if self.seq2seq:
-            out = model(attention_mask=self.mask, decoder_input_ids=ids, encoder_outputs=self.encoded,
-                        kv_caches=self.caches, use_cache=True)
+            out = model(
+                attention_mask=self.mask,
+                decoder_input_ids=ids,
+                encoder_outputs=self.encoded,
+                kv_caches=self.caches,
+                use_cache=True,
+            )
         else:
             out = model(ids, self.mask, kv_caches=self.caches, use_cache=True)
         logits: torch.Tensor = out.logits[:, -1]  # (B, V)
@@ -69,7 +88,8 @@ class CachedDecoding:
         embeds = self.inputs_embeds
         table = self.model.embeddings.embed_tokens
         handle = table.register_forward_hook(
-            lambda module, args, out: (embeds * getattr(module, "multiplier", 1.0)).to(out.dtype))
+            lambda module, args, out: (embeds * getattr(module, "multiplier", 1.0)).to(out.dtype)
+        )
         try:
             return self._logits(self.prefix, step=False)
         finally:

@@ -30,8 +30,7 @@ _OWN = ("anatomy.", "torch.nn.modules.")  # the classes a view runs: this packag
 
 
 def _hooked(model: nn.Module) -> str | None:
-    if (_module._global_forward_hooks or _module._global_forward_pre_hooks
-            or _module._global_backward_hooks):
+    if _module._global_forward_hooks or _module._global_forward_pre_hooks or _module._global_backward_hooks:
         return "a global module hook is registered"
     for name, m in model.named_modules():
         if m._forward_hooks or m._forward_pre_hooks:
@@ -46,8 +45,10 @@ def refusal(model: nn.Module) -> str | None:
         return f"{hooked} (inspection needs the module path)"
     for name, m in model.named_modules():
         if not type(m).__module__.startswith(_OWN):
-            return (f"{name or 'the model'} is a {type(m).__module__}.{type(m).__name__}, a class from outside "
-                    "anatomy and torch.nn")
+            return (
+                f"{name or 'the model'} is a {type(m).__module__}.{type(m).__name__}, a class from outside "
+                "anatomy and torch.nn"
+            )
     return None
 
 
@@ -67,4 +68,3 @@ class DecodeStep:
     def __call__(self, ids: torch.Tensor, mask: torch.Tensor | None, **kwargs: Any) -> torch.Tensor:
         logits: torch.Tensor = self.view(ids, mask, kv_caches=self.caches, use_cache=True, **kwargs).logits[:, -1]
         return logits  # (B, V)
-

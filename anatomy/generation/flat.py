@@ -121,8 +121,10 @@ def _view_class(cls: type) -> type:
     view = _CLASSES.get(cls)
     if view is None:
         call = _static(cls, "__call__")
-        namespace: dict[str, Any] = {"_view_of": cls,
-                                     "__call__": _static(cls, "forward") if call is nn.Module.__call__ else call}
+        namespace: dict[str, Any] = {
+            "_view_of": cls,
+            "__call__": _static(cls, "forward") if call is nn.Module.__call__ else call,
+        }
         for name in _CONTAINER:
             for klass in cls.__mro__:
                 if name in klass.__dict__ and klass is not object:

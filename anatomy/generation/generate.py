@@ -63,12 +63,21 @@ def model_generation_config(model: nn.Module) -> Any:
 
 
 @torch.inference_mode()
-def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-             *, generation_config: Any = None, logits_processor: Sequence[Processor] | None = None,
-             stopping_criteria: Sequence[Any] | None = None, inputs_embeds: torch.Tensor | None = None,
-             tokenizer: Any = None, streamer: Any = None,
-             generator: torch.Generator | Sequence[torch.Generator] | None = None,
-             fast: bool = True, **kwargs: Any) -> Any:
+def generate(
+    model: nn.Module,
+    input_ids: torch.Tensor | None = None,
+    attention_mask: torch.Tensor | None = None,
+    *,
+    generation_config: Any = None,
+    logits_processor: Sequence[Processor] | None = None,
+    stopping_criteria: Sequence[Any] | None = None,
+    inputs_embeds: torch.Tensor | None = None,
+    tokenizer: Any = None,
+    streamer: Any = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    fast: bool = True,
+    **kwargs: Any,
+) -> Any:
     """Generate up to ``max_new_tokens`` (default 20, as HF; or HF's ``max_length``, prompt included) tokens per row.
 
     Returns ``(B * num_return_sequences, T + n)`` (prompt then new tokens) for a decoder-only LM, ``(..., 1 + n)``
@@ -94,10 +103,19 @@ def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_
     b, t = ids_shape(input_ids)
     num_beams, copies_n = o["num_beams"], o["num_return_sequences"]
     max_new_tokens = new_token_budget(o["max_new_tokens"], o["max_length"], t)
-    check_options(do_sample=o["do_sample"], temperature=o["temperature"], top_k=o["top_k"], top_p=o["top_p"],
-                  min_p=o["min_p"], repetition_penalty=o["repetition_penalty"], num_beams=num_beams,
-                  length_penalty=o["length_penalty"], early_stopping=o["early_stopping"],
-                  num_return_sequences=copies_n, streamer=streamer)
+    check_options(
+        do_sample=o["do_sample"],
+        temperature=o["temperature"],
+        top_k=o["top_k"],
+        top_p=o["top_p"],
+        min_p=o["min_p"],
+        repetition_penalty=o["repetition_penalty"],
+        num_beams=num_beams,
+        length_penalty=o["length_penalty"],
+        early_stopping=o["early_stopping"],
+        num_return_sequences=copies_n,
+        streamer=streamer,
+    )
     eos = _eos_tensor(o["eos_token_id"], input_ids.device)
     pad = o["pad_token_id"]
     if attention_mask is None and not embeds_only:
@@ -116,35 +134,78 @@ def generate(model: nn.Module, input_ids: torch.Tensor | None = None, attention_
     if num_beams > 1 and embeds_only:
         raise ValueError(f"inputs_embeds with num_beams={num_beams}: beam search here starts from input_ids")
     if num_beams > 1 and (o["output_scores"] or o["output_logits"] or criteria):
-        raise ValueError("output_scores, output_logits and stopping_criteria go with greedy decoding or sampling; "
-                         f"num_beams={num_beams} returns sequences only")
+        raise ValueError(
+            "output_scores, output_logits and stopping_criteria go with greedy decoding or sampling; "
+            f"num_beams={num_beams} returns sequences only"
+        )
 
     was_training = model.training
     model.eval()
     try:
-        run = CachedDecoding(model, input_ids, mask, max_new_tokens, fast=fast,
-                             decoder_start_token_id=o["decoder_start_token_id"], inputs_embeds=inputs_embeds)
+        run = CachedDecoding(
+            model,
+            input_ids,
+            mask,
+            max_new_tokens,
+            fast=fast,
+            decoder_start_token_id=o["decoder_start_token_id"],
+            inputs_embeds=inputs_embeds,
+        )
         eos_ids = [] if eos is None else eos.tolist()
         processors = build_processors(
-            penalty=penalty, prompt_mask=None if run.seq2seq or embeds_only else run.mask, eos=eos_ids,
-            no_repeat_ngram_size=o["no_repeat_ngram_size"], bad_words_ids=o["bad_words_ids"],
-            min_length=o["min_length"], min_new_tokens=o["min_new_tokens"], suppress_tokens=o["suppress_tokens"],
-            prompt_length=run.prefix.shape[1] - run.visible_from, custom=logits_processor)
+            penalty=penalty,
+            prompt_mask=None if run.seq2seq or embeds_only else run.mask,
+            eos=eos_ids,
+            no_repeat_ngram_size=o["no_repeat_ngram_size"],
+            bad_words_ids=o["bad_words_ids"],
+            min_length=o["min_length"],
+            min_new_tokens=o["min_new_tokens"],
+            suppress_tokens=o["suppress_tokens"],
+            prompt_length=run.prefix.shape[1] - run.visible_from,
+            custom=logits_processor,
+        )
         if num_beams > 1:
             sequences = beam_search(
-                run, batch=b, num_beams=num_beams, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
+                run,
+                batch=b,
+                num_beams=num_beams,
+                max_new_tokens=max_new_tokens,
+                eos=eos,
+                pad=pad,
                 length_penalty=1.0 if o["length_penalty"] is None else float(o["length_penalty"]),
                 early_stopping=False if o["early_stopping"] is None else o["early_stopping"],
-                num_return_sequences=copies_n, processors=processors, stop=stop)
+                num_return_sequences=copies_n,
+                processors=processors,
+                stop=stop,
+            )
             result = GenerateOutput(sequences=sequences)
         else:
-            warpers = sampling_processors(temperature=1.0 if o["temperature"] is None else o["temperature"],
-                                          top_k=o["top_k"], top_p=o["top_p"], min_p=o["min_p"]) \
-                if o["do_sample"] else []
-            result = _sample(run, max_new_tokens=max_new_tokens, eos=eos, pad=pad, processors=processors + warpers,
-                             do_sample=o["do_sample"], generator=generator, stop=stop, criteria=criteria,
-                             streamer=streamer, keep=(o["return_dict_in_generate"] and o["output_scores"],
-                                                      o["return_dict_in_generate"] and o["output_logits"]))
+            warpers = (
+                sampling_processors(
+                    temperature=1.0 if o["temperature"] is None else o["temperature"],
+                    top_k=o["top_k"],
+                    top_p=o["top_p"],
+                    min_p=o["min_p"],
+                )
+                if o["do_sample"]
+                else []
+            )
+            result = _sample(
+                run,
+                max_new_tokens=max_new_tokens,
+                eos=eos,
+                pad=pad,
+                processors=processors + warpers,
+                do_sample=o["do_sample"],
+                generator=generator,
+                stop=stop,
+                criteria=criteria,
+                streamer=streamer,
+                keep=(
+                    o["return_dict_in_generate"] and o["output_scores"],
+                    o["return_dict_in_generate"] and o["output_logits"],
+                ),
+            )
     finally:
         model.train(was_training)
     if embeds_only and not run.seq2seq:
@@ -160,8 +221,10 @@ def _embeds_prompt(model: nn.Module, input_ids: torch.Tensor | None, inputs_embe
     if input_ids is not None:
         raise ValueError("give input_ids or inputs_embeds, not both")
     if not isinstance(inputs_embeds, torch.Tensor) or inputs_embeds.dim() != 3:
-        raise ValueError(f"inputs_embeds must be a (B, T, D) tensor, got "
-                         f"{getattr(inputs_embeds, 'shape', type(inputs_embeds).__name__)}")
+        raise ValueError(
+            f"inputs_embeds must be a (B, T, D) tensor, got "
+            f"{getattr(inputs_embeds, 'shape', type(inputs_embeds).__name__)}"
+        )
     d = model.config.d_model  # type: ignore[union-attr]
     if inputs_embeds.shape[-1] != d:
         raise ValueError(f"inputs_embeds must be (B, T, D={d}), got {tuple(inputs_embeds.shape)}")
@@ -176,11 +239,20 @@ def _as_done(value: Any, b: int, device: torch.device) -> torch.Tensor:
     return torch.full((b,), bool(value), dtype=torch.bool, device=device)
 
 
-def _sample(run: CachedDecoding, *, max_new_tokens: int, eos: torch.Tensor | None, pad: int | None,
-            processors: list[Processor], do_sample: bool,
-            generator: torch.Generator | Sequence[torch.Generator] | None,
-            stop: StopStrings | None, criteria: list[Any], streamer: Any,
-            keep: tuple[bool, bool]) -> GenerateOutput:
+def _sample(
+    run: CachedDecoding,
+    *,
+    max_new_tokens: int,
+    eos: torch.Tensor | None,
+    pad: int | None,
+    processors: list[Processor],
+    do_sample: bool,
+    generator: torch.Generator | Sequence[torch.Generator] | None,
+    stop: StopStrings | None,
+    criteria: list[Any],
+    streamer: Any,
+    keep: tuple[bool, bool],
+) -> GenerateOutput:
     """Greedy or sampled decoding, one token per row per step, HF's loop: raw float32 logits → processors →
     arg-max or a draw → finished rows get ``pad`` (when there is an eos) → stopping checks."""
     prefix = run.prefix
@@ -204,7 +276,7 @@ def _sample(run: CachedDecoding, *, max_new_tokens: int, eos: torch.Tensor | Non
             raw = raw.clone()  # a caller's processor may write into its scores
         scores = raw
         if processors:
-            ids = seq[:, first:t + n]
+            ids = seq[:, first : t + n]
             for process in processors:
                 scores = process(ids, scores)
         token = sample(scores, generator) if do_sample else scores.argmax(dim=-1)  # (B,)
@@ -224,8 +296,9 @@ def _sample(run: CachedDecoding, *, max_new_tokens: int, eos: torch.Tensor | Non
             hits = [not d and stop.matches(r) for d, r in zip(done.tolist(), rows)]
             done = done | torch.tensor(hits, device=done.device)
         for criterion in criteria:
-            done = done | _as_done(criterion(seq[:, first:t + n], tuple(scores_kept) if keep[0] else None), b,
-                                   done.device)
+            done = done | _as_done(
+                criterion(seq[:, first : t + n], tuple(scores_kept) if keep[0] else None), b, done.device
+            )
         if streamer is not None:
             streamer.put(token.cpu())
         if n == max_new_tokens or (finishing and bool(done.all())):
@@ -233,5 +306,8 @@ def _sample(run: CachedDecoding, *, max_new_tokens: int, eos: torch.Tensor | Non
         logits = run.step(token)  # decode one token
     if streamer is not None:
         streamer.end()
-    return GenerateOutput(sequences=seq[:, :t + n], scores=tuple(scores_kept) if keep[0] else None,
-                          logits=tuple(logits_kept) if keep[1] else None)
+    return GenerateOutput(
+        sequences=seq[:, : t + n],
+        scores=tuple(scores_kept) if keep[0] else None,
+        logits=tuple(logits_kept) if keep[1] else None,
+    )

@@ -37,8 +37,12 @@ def new_token_budget(max_new_tokens: Any, max_length: Any, prompt_len: int) -> i
             raise ValueError(f"max_length must be an integer >= the prompt length {prompt_len}, got {max_length!r}")
         return max_length - prompt_len
     if max_new_tokens is None:
-        warnings.warn("generate: neither max_new_tokens nor max_length given: 20 new tokens, Hugging Face's default; "
-                      "set max_new_tokens to control the length", UserWarning, stacklevel=3)
+        warnings.warn(
+            "generate: neither max_new_tokens nor max_length given: 20 new tokens, Hugging Face's default; "
+            "set max_new_tokens to control the length",
+            UserWarning,
+            stacklevel=3,
+        )
     n = 20 if max_new_tokens is None else max_new_tokens
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
@@ -53,8 +57,12 @@ def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
     if options.get("do_sample") is False:
         for name in ("temperature", "top_k", "top_p", "min_p"):
             value = options.get(name)
-            if value is not None and not (name == "temperature" and value == 1.0) \
-                    and not (name == "top_p" and value == 1.0) and not (name == "top_k" and value == 50):
+            if (
+                value is not None
+                and not (name == "temperature" and value == 1.0)
+                and not (name == "top_p" and value == 1.0)
+                and not (name == "top_k" and value == 50)
+            ):
                 ignored.append(f"{name}={value!r}")
             out[name] = None
     if options.get("num_beams") == 1:
@@ -63,16 +71,35 @@ def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
                 ignored.append(f"{name}={options.get(name)!r}")
             out[name] = None
     if ignored:
-        way = f"beam search (num_beams={options.get('num_beams')})" if (options.get("num_beams") or 1) > 1 \
-            else "greedy decoding" if options.get("do_sample") is False else "sampling"
-        warnings.warn(f"generate ignores {', '.join(ignored)}: they do not shape {way} (Hugging Face ignores them "
-                      "too)", UserWarning, stacklevel=3)
+        way = (
+            f"beam search (num_beams={options.get('num_beams')})"
+            if (options.get("num_beams") or 1) > 1
+            else "greedy decoding"
+            if options.get("do_sample") is False
+            else "sampling"
+        )
+        warnings.warn(
+            f"generate ignores {', '.join(ignored)}: they do not shape {way} (Hugging Face ignores them too)",
+            UserWarning,
+            stacklevel=3,
+        )
     return out
 
 
-def check_options(*, do_sample: bool, temperature: Any, top_k: Any, top_p: Any, min_p: Any, repetition_penalty: Any,
-                  num_beams: int, length_penalty: Any, early_stopping: Any, num_return_sequences: int,
-                  streamer: Any) -> None:
+def check_options(
+    *,
+    do_sample: bool,
+    temperature: Any,
+    top_k: Any,
+    top_p: Any,
+    min_p: Any,
+    repetition_penalty: Any,
+    num_beams: int,
+    length_penalty: Any,
+    early_stopping: Any,
+    num_return_sequences: int,
+    streamer: Any,
+) -> None:
     if not isinstance(do_sample, bool):
         raise ValueError(f"do_sample must be True or False, got {do_sample!r}")
     _positive_int("num_beams", num_beams)
@@ -85,51 +112,97 @@ def check_options(*, do_sample: bool, temperature: Any, top_k: Any, top_p: Any, 
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if min_p is not None and not 0.0 <= min_p <= 1.0:
         raise ValueError(f"min_p must be in [0, 1], got {min_p}")
-    if repetition_penalty is not None and not (isinstance(repetition_penalty, (int, float))
-                                               and repetition_penalty > 0):
+    if repetition_penalty is not None and not (isinstance(repetition_penalty, (int, float)) and repetition_penalty > 0):
         raise ValueError(f"repetition_penalty must be a number > 0 (1.0 = none), got {repetition_penalty!r}")
     if num_beams == 1:
         if num_return_sequences > 1 and not do_sample:
-            raise ValueError(f"num_return_sequences={num_return_sequences} with greedy decoding would repeat one "
-                             "sequence: pass do_sample=True or num_beams >= num_return_sequences")
+            raise ValueError(
+                f"num_return_sequences={num_return_sequences} with greedy decoding would repeat one "
+                "sequence: pass do_sample=True or num_beams >= num_return_sequences"
+            )
     else:
         if do_sample:
-            raise ValueError(f"do_sample=True with num_beams={num_beams}: beam sampling is not implemented; "
-                             "use sampling (num_beams=1) or beam search (do_sample=False)")
+            raise ValueError(
+                f"do_sample=True with num_beams={num_beams}: beam sampling is not implemented; "
+                "use sampling (num_beams=1) or beam search (do_sample=False)"
+            )
         if num_return_sequences > num_beams:
-            raise ValueError(f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}: "
-                             "beam search returns its best beams")
+            raise ValueError(
+                f"num_return_sequences={num_return_sequences} must be <= num_beams={num_beams}: "
+                "beam search returns its best beams"
+            )
         if early_stopping not in (None, True, False, "never"):
             raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
         if length_penalty is not None and not isinstance(length_penalty, (int, float)):
             raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
         if streamer is not None:
-            raise ValueError(f"streamer with num_beams={num_beams}: beams are reordered as they go, so no text is "
-                             "final before the end; stream with num_beams=1")
+            raise ValueError(
+                f"streamer with num_beams={num_beams}: beams are reordered as they go, so no text is "
+                "final before the end; stream with num_beams=1"
+            )
 
 
 # generate's options (HF's names), with the value that means "not set"
 OPTIONS: dict[str, Any] = {
-    "max_new_tokens": None, "max_length": None, "min_new_tokens": None, "min_length": None,
-    "do_sample": None, "num_beams": None, "temperature": None, "top_k": None, "top_p": None, "min_p": None,
-    "repetition_penalty": None, "length_penalty": None, "early_stopping": None, "num_return_sequences": None,
-    "no_repeat_ngram_size": None, "bad_words_ids": None, "suppress_tokens": None, "stop_strings": None,
-    "bos_token_id": None, "eos_token_id": None, "pad_token_id": None, "decoder_start_token_id": None,
-    "return_dict_in_generate": None, "output_scores": None, "output_logits": None, "use_cache": None,
+    "max_new_tokens": None,
+    "max_length": None,
+    "min_new_tokens": None,
+    "min_length": None,
+    "do_sample": None,
+    "num_beams": None,
+    "temperature": None,
+    "top_k": None,
+    "top_p": None,
+    "min_p": None,
+    "repetition_penalty": None,
+    "length_penalty": None,
+    "early_stopping": None,
+    "num_return_sequences": None,
+    "no_repeat_ngram_size": None,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "stop_strings": None,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "pad_token_id": None,
+    "decoder_start_token_id": None,
+    "return_dict_in_generate": None,
+    "output_scores": None,
+    "output_logits": None,
+    "use_cache": None,
 }
 # what "not set" means once everything is merged (HF's global defaults where ours has none of its own)
 # (top_k 50 is HF's: sampling keeps the 50 likeliest tokens unless top_k is given; a greedy call never warns of it)
-DEFAULTS: dict[str, Any] = {"do_sample": False, "num_beams": 1, "num_return_sequences": 1, "use_cache": True,
-                            "top_k": 50, "return_dict_in_generate": False, "output_scores": False,
-                            "output_logits": False}
+DEFAULTS: dict[str, Any] = {
+    "do_sample": False,
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "use_cache": True,
+    "top_k": 50,
+    "return_dict_in_generate": False,
+    "output_scores": False,
+    "output_logits": False,
+}
 # HF GenerationConfig fields that change nothing here at these values (their defaults, or bookkeeping)
 _HARMLESS: dict[str, tuple[Any, ...]] = {
-    "output_attentions": (False, None), "output_hidden_states": (False, None), "transformers_version": (),
-    "_from_model_config": (), "cache_implementation": (None,), "cache_config": (None,), "use_mtp": (None, False),
-    "typical_p": (None, 1.0), "epsilon_cutoff": (None, 0.0), "eta_cutoff": (None, 0.0),
-    "encoder_repetition_penalty": (None, 1.0), "encoder_no_repeat_ngram_size": (None, 0),
-    "num_beam_groups": (None, 1), "diversity_penalty": (None, 0.0), "renormalize_logits": (None, False),
-    "remove_invalid_values": (None, False), "guidance_scale": (None, 1.0), "max_time": (None,),
+    "output_attentions": (False, None),
+    "output_hidden_states": (False, None),
+    "transformers_version": (),
+    "_from_model_config": (),
+    "cache_implementation": (None,),
+    "cache_config": (None,),
+    "use_mtp": (None, False),
+    "typical_p": (None, 1.0),
+    "epsilon_cutoff": (None, 0.0),
+    "eta_cutoff": (None, 0.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "num_beam_groups": (None, 1),
+    "diversity_penalty": (None, 0.0),
+    "renormalize_logits": (None, False),
+    "remove_invalid_values": (None, False),
+    "guidance_scale": (None, 1.0),
+    "max_time": (None,),
 }
 
 
@@ -138,6 +211,7 @@ class GenerationConfig:
     ``update(**kw)``, ``to_dict()``, ``to_diff_dict()`` (only the set options) and attribute access, as HF's."""
 
     if TYPE_CHECKING:  # every name of OPTIONS is an attribute (set in __init__)
+
         def __getattr__(self, name: str) -> Any: ...
 
     def __init__(self, **options: Any) -> None:
@@ -168,9 +242,11 @@ class GenerationConfig:
     def from_model_config(cls, config: Any) -> GenerationConfig:
         """The defaults of a model: its special tokens (bos, eos, pad; an encoder-decoder's decoder start)."""
         eos = getattr(config, "eos_token_id", None)
-        out = cls(bos_token_id=getattr(config, "bos_token_id", None),
-                  eos_token_id=list(eos) if isinstance(eos, tuple) else eos,
-                  pad_token_id=getattr(config, "pad_token_id", None))
+        out = cls(
+            bos_token_id=getattr(config, "bos_token_id", None),
+            eos_token_id=list(eos) if isinstance(eos, tuple) else eos,
+            pad_token_id=getattr(config, "pad_token_id", None),
+        )
         if getattr(config, "architecture", None) == "seq2seq":
             out.update(decoder_start_token_id=config.pad_token_id)
         return out
@@ -186,8 +262,10 @@ def read_options(generation_config: Any, *, where: str = "generation_config") ->
     elif callable(getattr(generation_config, "to_dict", None)):
         values = generation_config.to_dict()
     else:
-        raise ValueError(f"{where} must be a GenerationConfig (ours or transformers') or a dict, got "
-                         f"{type(generation_config).__name__}")
+        raise ValueError(
+            f"{where} must be a GenerationConfig (ours or transformers') or a dict, got "
+            f"{type(generation_config).__name__}"
+        )
     out: dict[str, Any] = {}
     refused = []
     for name, value in values.items():
@@ -200,8 +278,10 @@ def read_options(generation_config: Any, *, where: str = "generation_config") ->
         elif value not in (None, False, 0, [], {}):
             refused.append(f"{name}={value!r}")
     if refused:
-        raise ValueError(f"{where} sets option(s) anatomy's generate does not implement: {', '.join(refused)}; "
-                         f"it implements: {', '.join(OPTIONS)}")
+        raise ValueError(
+            f"{where} sets option(s) anatomy's generate does not implement: {', '.join(refused)}; "
+            f"it implements: {', '.join(OPTIONS)}"
+        )
     return out
 
 
@@ -210,8 +290,10 @@ def resolve(model_config: Any, generation_config: Any, kwargs: dict[str, Any]) -
     the model's defaults, then ``DEFAULTS``."""
     unknown = sorted(set(kwargs) - set(OPTIONS))
     if unknown:
-        raise TypeError(f"generate got an unexpected keyword argument {', '.join(map(repr, unknown))}; the HF "
-                        f"options it takes: {', '.join(OPTIONS)}")
+        raise TypeError(
+            f"generate got an unexpected keyword argument {', '.join(map(repr, unknown))}; the HF "
+            f"options it takes: {', '.join(OPTIONS)}"
+        )
     merged = dict(OPTIONS)
     merged.update(read_options(model_config, where="model.generation_config"))
     merged.update(read_options(generation_config))

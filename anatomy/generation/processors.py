@@ -61,8 +61,8 @@ class NoRepeatNGram:
             return scores
         out = scores.clone()
         for row, tokens in enumerate(ids.tolist()):
-            prefix = tuple(tokens[length - n + 1:])
-            banned = [tokens[i + n - 1] for i in range(length - n + 1) if tuple(tokens[i:i + n - 1]) == prefix]
+            prefix = tuple(tokens[length - n + 1 :])
+            banned = [tokens[i + n - 1] for i in range(length - n + 1) if tuple(tokens[i : i + n - 1]) == prefix]
             if banned:
                 out[row, banned] = NEG_INF
         return out
@@ -84,7 +84,7 @@ class BadWords:
             if last >= scores.shape[-1]:
                 continue
             for r, tokens in enumerate(rows):
-                if not head or (len(tokens) >= len(head) and tokens[len(tokens) - len(head):] == head):
+                if not head or (len(tokens) >= len(head) and tokens[len(tokens) - len(head) :] == head):
                     out[r, last] = NEG_INF
         return out
 
@@ -122,26 +122,45 @@ class SuppressTokens:
 
 def _check_id_lists(name: str, value: Any, nested: bool) -> None:
     rows = value if nested else [value]
-    ok = isinstance(value, (list, tuple)) and len(value) > 0 and all(
-        isinstance(r, (list, tuple)) and len(r) > 0
-        and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in r) for r in rows)
+    ok = (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(
+            isinstance(r, (list, tuple))
+            and len(r) > 0
+            and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in r)
+            for r in rows
+        )
+    )
     if not ok:
         shape = "a non-empty list of non-empty lists of token ids" if nested else "a non-empty list of token ids"
         raise ValueError(f"{name} must be {shape}, got {value!r}")
 
 
-def build_processors(*, penalty: float | None, prompt_mask: torch.Tensor | None, no_repeat_ngram_size: int | None,
-                     bad_words_ids: Any, min_length: int | None, min_new_tokens: int | None,
-                     suppress_tokens: Any, eos: Sequence[int], prompt_length: int,
-                     custom: Sequence[Processor] | None) -> list[Processor]:
+def build_processors(
+    *,
+    penalty: float | None,
+    prompt_mask: torch.Tensor | None,
+    no_repeat_ngram_size: int | None,
+    bad_words_ids: Any,
+    min_length: int | None,
+    min_new_tokens: int | None,
+    suppress_tokens: Any,
+    eos: Sequence[int],
+    prompt_length: int,
+    custom: Sequence[Processor] | None,
+) -> list[Processor]:
     """The processors that shape the scores before any sampling rule, in HF's order (custom ones last, unless one
     is of the same class as a built one, which it then replaces in place, as HF merges them)."""
     out: list[Processor] = []
     if penalty is not None:
         out.append(RepetitionPenalty(penalty, prompt_mask))
     if no_repeat_ngram_size:
-        if not isinstance(no_repeat_ngram_size, int) or isinstance(no_repeat_ngram_size, bool) \
-                or no_repeat_ngram_size < 0:
+        if (
+            not isinstance(no_repeat_ngram_size, int)
+            or isinstance(no_repeat_ngram_size, bool)
+            or no_repeat_ngram_size < 0
+        ):
             raise ValueError(f"no_repeat_ngram_size must be a non-negative integer, got {no_repeat_ngram_size!r}")
         out.append(NoRepeatNGram(no_repeat_ngram_size))
     if bad_words_ids is not None:
@@ -168,8 +187,9 @@ def build_processors(*, penalty: float | None, prompt_mask: torch.Tensor | None,
     return out
 
 
-def sampling_processors(*, temperature: float, top_k: int | None, top_p: float | None,
-                        min_p: float | None) -> list[Processor]:
+def sampling_processors(
+    *, temperature: float, top_k: int | None, top_p: float | None, min_p: float | None
+) -> list[Processor]:
     """HF's warpers (sampling only): temperature → top-k → top-p → min-p."""
     out: list[Processor] = []
     if temperature != 1.0:

@@ -84,22 +84,29 @@ def apply_repetition_penalty(logits: torch.Tensor, seen: torch.Tensor, penalty: 
     return torch.where(seen, penalised, logits)
 
 
-def sample(logits: torch.Tensor,
-           generator: torch.Generator | Sequence[torch.Generator] | None = None) -> torch.Tensor:
+def sample(logits: torch.Tensor, generator: torch.Generator | Sequence[torch.Generator] | None = None) -> torch.Tensor:
     """``(B, V)`` → ``(B,)`` drawn from ``softmax(logits)`` (float32). ``generator`` may be one generator per row:
     each row then draws from its own, so a row's draws do not depend on the rows batched with it."""
     probs = logits.float().softmax(dim=-1)  # (B, V)
     if generator is not None and not isinstance(generator, torch.Generator):
         if len(generator) != probs.shape[0]:
             raise ValueError(f"generator: one per row needs {probs.shape[0]} generators, got {len(generator)}")
-        return torch.cat([torch.multinomial(row[None], 1, generator=g) for row, g in zip(probs, generator)]
-                         ).squeeze(-1)  # (B,)
+        return torch.cat([torch.multinomial(row[None], 1, generator=g) for row, g in zip(probs, generator)]).squeeze(
+            -1
+        )  # (B,)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
 
 
-def next_token(logits: torch.Tensor, *, do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None,
-               top_p: float | None = None, generator: torch.Generator | Sequence[torch.Generator] | None = None,
-               min_p: float | None = None) -> torch.Tensor:
+def next_token(
+    logits: torch.Tensor,
+    *,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    min_p: float | None = None,
+) -> torch.Tensor:
     """The next token of each row: greedy, or sampled after temperature, top-k, top-p and min-p (HF's order)."""
     if not do_sample:
         return greedy(logits)

@@ -29,7 +29,7 @@ class StopStrings:
 
     def matches(self, ids: Sequence[int]) -> bool:
         """Whether ``ids`` (a row's prompt and new tokens) end by completing a stop string."""
-        tail = list(ids[-self.tail:])
+        tail = list(ids[-self.tail :])
         if not tail:
             return False
         text, before = self._decode(tail), self._decode(tail[:-1])

@@ -18,8 +18,9 @@ import torch
 class TerminalStreamer:
     """Print one sequence's new text to ``file`` (default stdout) as tokens arrive; batch size 1."""
 
-    def __init__(self, tokenizer: Any, *, skip_prompt: bool = True, file: Any = None,
-                 skip_special: bool | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, *, skip_prompt: bool = True, file: Any = None, skip_special: bool | None = None
+    ) -> None:
         """``skip_special=False`` prints special tokens (an eos) as their text; None: the tokenizer's default."""
         self.tokenizer, self.skip_prompt, self.file = tokenizer, skip_prompt, file
         self.decode_kwargs = {} if skip_special is None else {"skip_special": skip_special}
@@ -43,13 +44,13 @@ class TerminalStreamer:
         text = self.tokenizer.decode(self.ids, **self.decode_kwargs)
         if text.endswith("\ufffd"):  # half a character: wait for the rest
             return
-        self._write(text[self.printed:])
+        self._write(text[self.printed :])
         self.printed = len(text)
 
     def end(self) -> None:
         """Flush what is left; the next ``put`` is a new call's prompt (the text so far is kept, so a caller that
         generates in several windows prints one continuous text)."""
         text = self.tokenizer.decode(self.ids, **self.decode_kwargs) if self.ids else ""
-        self._write(text[self.printed:])
+        self._write(text[self.printed :])
         self.printed = len(text)
         self._next_is_prompt = True

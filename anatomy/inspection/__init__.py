@@ -14,7 +14,30 @@ from anatomy.inspection.tl_weights import tl_weight
 from anatomy.inspection.trace import TraceRow, trace_model
 from anatomy.inspection.weights import LayerWeights, attention_modules, attention_weights
 
-__all__ = ["ActivationCache", "LayerWeights", "LensHook", "LogitLens", "TraceRow", "ablate_head", "attention_modules",
-           "attention_weights", "capture", "get_act_name", "hook_names", "hooks", "lens_figure", "lens_hooks",
-           "logit_lens", "patch_from", "patching", "replace", "run_patched", "run_with_cache", "run_with_hooks",
-           "scale", "tl_weight", "trace_model", "zero"]
+__all__ = [
+    "ActivationCache",
+    "LayerWeights",
+    "LensHook",
+    "LogitLens",
+    "TraceRow",
+    "ablate_head",
+    "attention_modules",
+    "attention_weights",
+    "capture",
+    "get_act_name",
+    "hook_names",
+    "hooks",
+    "lens_figure",
+    "lens_hooks",
+    "logit_lens",
+    "patch_from",
+    "patching",
+    "replace",
+    "run_patched",
+    "run_with_cache",
+    "run_with_hooks",
+    "scale",
+    "tl_weight",
+    "trace_model",
+    "zero",
+]

@@ -36,8 +36,9 @@ from anatomy.inspection.tl_names import (
 from anatomy.inspection.tl_weights import heads_in, tl_weight, w_o
 
 
-def causal_scores_mask(model: nn.Module, scores: torch.Tensor,
-                       attention_mask: torch.Tensor | None) -> torch.Tensor | None:
+def causal_scores_mask(
+    model: nn.Module, scores: torch.Tensor, attention_mask: torch.Tensor | None
+) -> torch.Tensor | None:
     """Boolean ``(B|1, 1, T, S)``, True where a query may see a key: causal (bottom-right aligned) for a language
     model, and the key padding of ``attention_mask (B, S)``; ``None`` when nothing is hidden."""
     t, s = scores.shape[-2], scores.shape[-1]
@@ -65,8 +66,14 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     """Our recorded activations (``raw``, our names and layouts) and, computed when first read, the same under
     TransformerLens names and layouts (``tl_names.tl_points``)."""
 
-    def __init__(self, model: nn.Module, raw: dict[str, torch.Tensor], *,
-                 attention_mask: torch.Tensor | None = None, keep: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        raw: dict[str, torch.Tensor],
+        *,
+        attention_mask: torch.Tensor | None = None,
+        keep: Callable[[str], bool] | None = None,
+    ) -> None:
         self.model = model
         self.raw = raw
         self.attention_mask = attention_mask
@@ -124,13 +131,16 @@ class ActivationCache(Mapping[str, torch.Tensor]):
                     raise KeyError(f"{name}: {BRIDGE_ALIAS}")
             if self.table.why_none is not None and name.split(".")[0] not in ("embeddings", "stack", "encoder"):
                 raise KeyError(f"{name}: {self.table.why_none}")
-            raise KeyError(f"{name!r} is not in the cache (neither a TransformerLens name of this model nor one of "
-                           "our hook names)")
+            raise KeyError(
+                f"{name!r} is not in the cache (neither a TransformerLens name of this model nor one of our hook names)"
+            )
         if not self._keep(name):
             raise KeyError(f"{name!r} was left out by names_filter")
         if not self._available(point):
-            raise KeyError(f"{name}: our hook point {point.source} did not fire in this run (kernel='sdpa' set by "
-                           "hand gives no scores or weights; use kernel='auto' or 'math')")
+            raise KeyError(
+                f"{name}: our hook point {point.source} did not fire in this run (kernel='sdpa' set by "
+                "hand gives no scores or weights; use kernel='auto' or 'math')"
+            )
         if name not in self._tl:
             self._tl[name] = self._compute(point)
         return self._tl[name]
@@ -175,8 +185,15 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             raise ValueError(f"layer must be in 0..{self.n_layers} (or -1/None: all), got {layer}")
         return layer
 
-    def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
-                          pos_slice: Any = None, mlp_input: bool = False, return_labels: bool = False):
+    def accumulated_resid(
+        self,
+        layer: int | None = None,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: Any = None,
+        mlp_input: bool = False,
+        return_labels: bool = False,
+    ):
         """The residual stream at the input of each layer up to ``layer`` (then the final one): ``(n, B, T, D)``,
         labels ``0_pre, 1_pre, ..., final_post`` (``i_mid`` with ``incl_mid``; ``layer``'s own mid with
         ``mlp_input``)."""
@@ -194,13 +211,21 @@ class ActivationCache(Mapping[str, torch.Tensor]):
                 labels.append(f"{i}_mid")
         stack = torch.stack([_pos(p, pos_slice) for p in parts])  # (n, B, T, D)
         if apply_ln:
-            stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice,
-                                           recompute_ln=layer == self.n_layers)
+            stack = self.apply_ln_to_stack(
+                stack, layer, mlp_input=mlp_input, pos_slice=pos_slice, recompute_ln=layer == self.n_layers
+            )
         return (stack, labels) if return_labels else stack
 
-    def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = "all",
-                        apply_ln: bool = False, pos_slice: Any = None, incl_embeds: bool = True,
-                        return_labels: bool = False):
+    def decompose_resid(
+        self,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        mode: str = "all",
+        apply_ln: bool = False,
+        pos_slice: Any = None,
+        incl_embeds: bool = True,
+        return_labels: bool = False,
+    ):
         """The residual stream at the input of ``layer`` as the sum of its parts: ``embed``, ``pos_embed``, then
         ``i_attn_out`` and ``i_mlp_out`` per earlier layer (``mode`` ``"attn"`` or ``"mlp"`` keeps one kind)."""
         if mode not in ("all", "mlp", "attn"):
@@ -230,8 +255,14 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     def compute_head_results(self) -> None:
         """TransformerLens computes ``hook_result`` here; ours is computed when first read."""
 
-    def stack_head_results(self, layer: int = -1, return_labels: bool = False, incl_remainder: bool = False,
-                           pos_slice: Any = None, apply_ln: bool = False):
+    def stack_head_results(
+        self,
+        layer: int = -1,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        pos_slice: Any = None,
+        apply_ln: bool = False,
+    ):
         """Every head's output before ``layer``: ``(layer·H, B, T, D)``, labels ``L0H0, L0H1, ...``
         (``remainder``: the rest of the residual stream)."""
         layer = self._layer(layer)
@@ -255,9 +286,16 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             stack = self.apply_ln_to_stack(stack, layer, pos_slice=pos_slice)
         return (stack, labels) if return_labels else stack
 
-    def apply_ln_to_stack(self, residual_stack: torch.Tensor, layer: int | None = None, mlp_input: bool = False,
-                          pos_slice: Any = None, batch_slice: Any = None, has_batch_dim: bool = True,
-                          recompute_ln: bool = False) -> torch.Tensor:
+    def apply_ln_to_stack(
+        self,
+        residual_stack: torch.Tensor,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        pos_slice: Any = None,
+        batch_slice: Any = None,
+        has_batch_dim: bool = True,
+        recompute_ln: bool = False,
+    ) -> torch.Tensor:
         """Each component as the norm feeding ``layer`` (``n_layers``: the final norm) would see it: centred
         (LayerNorm) and divided by the cached scale of the whole stream; with ``recompute_ln`` at the final layer,
         the final norm module itself on each component."""
@@ -274,38 +312,52 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             return torch.stack([final(c) for c in residual_stack])
         if norm_kind(self.model) == "LN":
             residual_stack = residual_stack - residual_stack.mean(-1, keepdim=True)
-        key = ("ln_final.hook_scale" if layer == self.n_layers
-               else f"blocks.{layer}.ln{2 if mlp_input else 1}.hook_scale")
+        key = (
+            "ln_final.hook_scale" if layer == self.n_layers else f"blocks.{layer}.ln{2 if mlp_input else 1}.hook_scale"
+        )
         scale = _pos(self[key], pos_slice)
         if batch_slice is not None and has_batch_dim:
             scale = _pos(scale, batch_slice, dim=0)
         return residual_stack / scale
 
-    def logit_attrs(self, residual_stack: torch.Tensor, tokens: int | torch.Tensor,
-                    incorrect_tokens: int | torch.Tensor | None = None, pos_slice: Any = None,
-                    batch_slice: Any = None, has_batch_dim: bool = True) -> torch.Tensor:
+    def logit_attrs(
+        self,
+        residual_stack: torch.Tensor,
+        tokens: int | torch.Tensor,
+        incorrect_tokens: int | torch.Tensor | None = None,
+        pos_slice: Any = None,
+        batch_slice: Any = None,
+        has_batch_dim: bool = True,
+    ) -> torch.Tensor:
         """How much each component of ``residual_stack`` ``(n, B, T, D)`` writes along the unembedding direction of
         ``tokens`` (an id, ``(B,)`` or ``(B, T)``), minus ``incorrect_tokens``'s when given, after the final norm's
         cached scale (``apply_ln_to_stack``): ``(n, B, T)``. Token strings need a tokenizer: give ids."""
         directions = self.tokens_to_residual_directions(tokens)
         if incorrect_tokens is not None:
             if torch.as_tensor(tokens).shape != torch.as_tensor(incorrect_tokens).shape:
-                raise ValueError(f"tokens and incorrect_tokens must have the same shape, got "
-                                 f"{tuple(torch.as_tensor(tokens).shape)} and "
-                                 f"{tuple(torch.as_tensor(incorrect_tokens).shape)}")
+                raise ValueError(
+                    f"tokens and incorrect_tokens must have the same shape, got "
+                    f"{tuple(torch.as_tensor(tokens).shape)} and "
+                    f"{tuple(torch.as_tensor(incorrect_tokens).shape)}"
+                )
             directions = directions - self.tokens_to_residual_directions(incorrect_tokens)
-        scaled = self.apply_ln_to_stack(residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice,
-                                        has_batch_dim=has_batch_dim)
-        if (has_batch_dim and not isinstance(batch_slice, int) and scaled.dim() == 4 and directions.dim() == 2
-                and directions.shape[0] == scaled.shape[1]):
+        scaled = self.apply_ln_to_stack(
+            residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice, has_batch_dim=has_batch_dim
+        )
+        if (
+            has_batch_dim
+            and not isinstance(batch_slice, int)
+            and scaled.dim() == 4
+            and directions.dim() == 2
+            and directions.shape[0] == scaled.shape[1]
+        ):
             directions = directions.unsqueeze(-2)  # (B, 1, D): one token per example, every position
         return (scaled * directions).sum(-1)
 
     def tokens_to_residual_directions(self, tokens: int | torch.Tensor) -> torch.Tensor:
         """``W_U[:, tokens]`` with the model dimension last: ``(D,)`` for one id, ``(..., D)`` for a tensor."""
         if isinstance(tokens, str):
-            raise ValueError("tokens: give token ids (our models carry no tokenizer), not the string "
-                             f"{tokens!r}")
+            raise ValueError(f"tokens: give token ids (our models carry no tokenizer), not the string {tokens!r}")
         w_u = tl_weight(self.model, "W_U")  # (D, V)
         if isinstance(tokens, int) or (isinstance(tokens, torch.Tensor) and tokens.dim() == 0):
             return w_u[:, int(tokens)]  # (D,)

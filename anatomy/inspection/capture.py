@@ -39,8 +39,9 @@ def select_hooks(model: nn.Module, names: str | Iterable[str] | None) -> dict[st
 
 
 @contextmanager
-def capture(model: nn.Module, names: str | Iterable[str] | None = None, *,
-            detach: bool = True) -> Iterator[dict[str, torch.Tensor]]:
+def capture(
+    model: nn.Module, names: str | Iterable[str] | None = None, *, detach: bool = True
+) -> Iterator[dict[str, torch.Tensor]]:
     """Yield a dict filled, during the ``with`` block, with the output of every selected hook point."""
     chosen = select_hooks(model, names)
     cache: dict[str, torch.Tensor] = {}

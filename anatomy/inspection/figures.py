@@ -7,14 +7,30 @@ import functools
 import os
 from contextlib import contextmanager
 
-CJK_HINT = ("no CJK font found, so Chinese text is drawn as U+XXXX code points; install one, e.g. "
-            "`apt-get install fonts-wqy-microhei` (Debian/Ubuntu) or a Noto CJK font")
+CJK_HINT = (
+    "no CJK font found, so Chinese text is drawn as U+XXXX code points; install one, e.g. "
+    "`apt-get install fonts-wqy-microhei` (Debian/Ubuntu) or a Noto CJK font"
+)
 
 # Font families known to cover CJK, in order of preference.
 _CJK_FAMILIES = (
-    "WenQuanYi Micro Hei", "WenQuanYi Zen Hei", "Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC",
-    "Noto Serif CJK SC", "Source Han Sans SC", "Source Han Sans CN", "Droid Sans Fallback", "AR PL UMing CN",
-    "AR PL UKai CN", "SimHei", "Microsoft YaHei", "PingFang SC", "Heiti SC", "Hiragino Sans GB", "Arial Unicode MS",
+    "WenQuanYi Micro Hei",
+    "WenQuanYi Zen Hei",
+    "Noto Sans CJK SC",
+    "Noto Sans CJK JP",
+    "Noto Sans SC",
+    "Noto Serif CJK SC",
+    "Source Han Sans SC",
+    "Source Han Sans CN",
+    "Droid Sans Fallback",
+    "AR PL UMing CN",
+    "AR PL UKai CN",
+    "SimHei",
+    "Microsoft YaHei",
+    "PingFang SC",
+    "Heiti SC",
+    "Hiragino Sans GB",
+    "Arial Unicode MS",
 )
 
 
@@ -22,10 +38,33 @@ _CJK_FAMILIES = (
 
 
 # File names of fonts known to cover CJK, for looking past matplotlib's font cache.
-_CJK_FILE_HINTS = ("wqy", "wenquanyi", "notosanscjk", "notoserifcjk", "noto-cjk", "notosanssc", "sourcehansans",
-                   "droidsansfallback", "uming", "ukai", "simhei", "msyh", "pingfang", "hiragino", "arialuni")
-_FONT_DIRS = ("/usr/share/fonts", "/usr/local/share/fonts", "~/.local/share/fonts", "~/.fonts",
-              "/Library/Fonts", "/System/Library/Fonts", "~/Library/Fonts", "C:/Windows/Fonts")
+_CJK_FILE_HINTS = (
+    "wqy",
+    "wenquanyi",
+    "notosanscjk",
+    "notoserifcjk",
+    "noto-cjk",
+    "notosanssc",
+    "sourcehansans",
+    "droidsansfallback",
+    "uming",
+    "ukai",
+    "simhei",
+    "msyh",
+    "pingfang",
+    "hiragino",
+    "arialuni",
+)
+_FONT_DIRS = (
+    "/usr/share/fonts",
+    "/usr/local/share/fonts",
+    "~/.local/share/fonts",
+    "~/.fonts",
+    "/Library/Fonts",
+    "/System/Library/Fonts",
+    "~/Library/Fonts",
+    "C:/Windows/Fonts",
+)
 _FONT_EXTENSIONS = (".ttf", ".ttc", ".otf", ".otc")
 _unloadable: list[str] = []  # CJK font files found on disk that matplotlib could not load (named in the hint)
 
@@ -45,8 +84,11 @@ def _cached_cjk_font() -> str | None:
 
     entries = {f.name: f.fname for f in font_manager.fontManager.ttflist}
     candidates = [n for n in _CJK_FAMILIES if n in entries]
-    candidates += sorted(n for n in entries if any(w in n for w in ("CJK", "Hei", "Han Sans", "WenQuanYi", "Ming"))
-                         and n not in candidates)
+    candidates += sorted(
+        n
+        for n in entries
+        if any(w in n for w in ("CJK", "Hei", "Han Sans", "WenQuanYi", "Ming")) and n not in candidates
+    )
     return next((name for name in candidates if _has_han(entries[name])), None)
 
 
@@ -99,9 +141,11 @@ def cjk_hint() -> str:
     """What to do about Chinese labels drawn as code points: install a font, or (when one is on disk but could
     not be loaded) say which file was seen."""
     if _unloadable:
-        return (f"a CJK font file exists ({_unloadable[0]}) but it could not be loaded or has no Chinese glyphs, so "
-                "Chinese text is drawn as U+XXXX code points; install another, e.g. `apt-get install "
-                "fonts-wqy-microhei`")
+        return (
+            f"a CJK font file exists ({_unloadable[0]}) but it could not be loaded or has no Chinese glyphs, so "
+            "Chinese text is drawn as U+XXXX code points; install another, e.g. `apt-get install "
+            "fonts-wqy-microhei`"
+        )
     return CJK_HINT
 
 
@@ -166,4 +210,4 @@ def figure_svg(fig) -> str:
     with _fonts():
         fig.savefig(buf, format="svg", bbox_inches="tight")
     text = buf.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]

@@ -73,8 +73,15 @@ def _filter(names_filter: Any) -> Callable[[str], bool]:
     raise ValueError(f"names_filter must be None, a name, a list of names or a callable, got {names_filter!r}")
 
 
-def run_with_cache(model: nn.Module, *args: Any, names_filter: Any = None, return_cache_object: bool = True,
-                   remove_batch_dim: bool = False, detach: bool = True, **kwargs: Any):
+def run_with_cache(
+    model: nn.Module,
+    *args: Any,
+    names_filter: Any = None,
+    return_cache_object: bool = True,
+    remove_batch_dim: bool = False,
+    detach: bool = True,
+    **kwargs: Any,
+):
     """``(output, cache)``: one forward ``model(*args, **kwargs)`` with every hook point recorded; the cache answers
     TransformerLens names (its layouts) and ours (our layouts). ``names_filter`` keeps the names it accepts;
     ``return_cache_object=False`` gives a plain dict."""
@@ -102,16 +109,20 @@ def _resolve(model: nn.Module, table: TLTable, ours: list[str], key: NameFilter)
         if table.why_none is not None and (key.startswith(("blocks.", "hook_", "ln_final."))):
             raise ValueError(f"fwd_hooks: {key}: {table.why_none}")
         sample = ", ".join(list(table.points)[:6])
-        raise ValueError(f"fwd_hooks: {key!r} is no hook of this model; TransformerLens names such as {sample}, ... "
-                         "or our names (anatomy.inspection.hook_names(model))")
+        raise ValueError(
+            f"fwd_hooks: {key!r} is no hook of this model; TransformerLens names such as {sample}, ... "
+            "or our names (anatomy.inspection.hook_names(model))"
+        )
     if not callable(key):
         raise ValueError(f"fwd_hooks: each entry is (name or filter, fn); got {key!r} as the name")
     picked: list[tuple[str, TLPoint | None]] = [(n, p) for n, p in table.points.items() if key(n)]
     picked += [(n, None) for n in ours if key(n)]
     cache_only = [n for n, p in picked if p is not None and p.kind.startswith(CACHE_ONLY)]
     if cache_only:
-        raise ValueError(f"fwd_hooks: the filter selects {cache_only[0]}, which our models compute only in the cache "
-                         "(no hook point carries it); narrow the filter (e.g. to mlp.hook_post)")
+        raise ValueError(
+            f"fwd_hooks: the filter selects {cache_only[0]}, which our models compute only in the cache "
+            "(no hook point carries it); narrow the filter (e.g. to mlp.hook_post)"
+        )
     if not picked:
         raise ValueError("fwd_hooks: the filter selects no hook of this model")
     return picked
@@ -123,20 +134,31 @@ def _call(fn: HookFn, act: torch.Tensor, hook: LensHook) -> torch.Tensor:
         return act
     if not isinstance(new, torch.Tensor) or new.shape != act.shape:
         got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
-        raise ValueError(f"the hook {getattr(fn, '__qualname__', fn)!r} at {hook.name} returned {got}; a hook "
-                         f"returns None or a tensor of shape {tuple(act.shape)}")
+        raise ValueError(
+            f"the hook {getattr(fn, '__qualname__', fn)!r} at {hook.name} returned {got}; a hook "
+            f"returns None or a tensor of shape {tuple(act.shape)}"
+        )
     return new
 
 
-def _attach(model: nn.Module, modules: dict[str, nn.Module], name: str, point: TLPoint | None, fn: HookFn,
-            attention_mask: torch.Tensor | None, handles: list) -> None:
+def _attach(
+    model: nn.Module,
+    modules: dict[str, nn.Module],
+    name: str,
+    point: TLPoint | None,
+    fn: HookFn,
+    attention_mask: torch.Tensor | None,
+    handles: list,
+) -> None:
     hook = LensHook(name)
     if point is None:  # ours: our layout, our name
         handles.append(modules[name].register_forward_hook(lambda _m, _a, out: _call(fn, out, hook)))
         return
     if point.kind.startswith(CACHE_ONLY):
-        raise ValueError(f"fwd_hooks: {name} is computed from the cache only (no hook point of ours carries it); "
-                         "hook mlp.hook_post or ln*.hook_scale instead")
+        raise ValueError(
+            f"fwd_hooks: {name} is computed from the cache only (no hook point of ours carries it); "
+            "hook mlp.hook_post or ln*.hook_scale instead"
+        )
     if point.kind == "result":  # the per-head outputs, made from this forward's z and put back as their sum
         attn_prefix = point.source.rsplit(".", 1)[0]
         attn = model.get_submodule(attn_prefix)
@@ -155,6 +177,7 @@ def _attach(model: nn.Module, modules: dict[str, nn.Module], name: str, point: T
         handles.append(modules[point.source].register_forward_hook(put))
         return
     if point.kind == "scores":
+
         def scored(_m, _a, out):
             allowed = causal_scores_mask(model, out, attention_mask)  # (B|1, 1, T, S)
             shown = out if allowed is None else out.masked_fill(~allowed, float("-inf"))
@@ -170,14 +193,21 @@ def _attach(model: nn.Module, modules: dict[str, nn.Module], name: str, point: T
 
 
 @contextmanager
-def hooks(model: nn.Module, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (), bwd_hooks: Sequence[Any] = (),
-          reset_hooks_end: bool = True, *, attention_mask: torch.Tensor | None = None) -> Iterator[nn.Module]:
+def hooks(
+    model: nn.Module,
+    fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (),
+    bwd_hooks: Sequence[Any] = (),
+    reset_hooks_end: bool = True,
+    *,
+    attention_mask: torch.Tensor | None = None,
+) -> Iterator[nn.Module]:
     """``with model.hooks(fwd_hooks=[...]):`` every forward inside the block runs with the hooks; they are removed
     when it ends, also when it raises. ``attention_mask``: the padding the forwards use, for the -inf of
     ``hook_attn_scores`` (``run_with_hooks`` passes its own)."""
     if bwd_hooks:
-        raise ValueError("bwd_hooks are not offered; register a tensor hook (act.register_hook) inside a forward "
-                         "hook instead")
+        raise ValueError(
+            "bwd_hooks are not offered; register a tensor hook (act.register_hook) inside a forward hook instead"
+        )
     if not reset_hooks_end:
         raise ValueError("reset_hooks_end=False is not offered: hooks are always removed after the call")
     if isinstance(fwd_hooks, tuple) and len(fwd_hooks) == 2 and callable(fwd_hooks[1]):
@@ -199,8 +229,14 @@ def hooks(model: nn.Module, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (),
             h.remove()
 
 
-def run_with_hooks(model: nn.Module, *args: Any, fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (),
-                   bwd_hooks: Sequence[Any] = (), reset_hooks_end: bool = True, **kwargs: Any):
+def run_with_hooks(
+    model: nn.Module,
+    *args: Any,
+    fwd_hooks: Sequence[tuple[NameFilter, HookFn]] = (),
+    bwd_hooks: Sequence[Any] = (),
+    reset_hooks_end: bool = True,
+    **kwargs: Any,
+):
     """One forward ``model(*args, **kwargs)`` with ``fwd_hooks = [(name or filter, fn), ...]`` attached; returns the
     output (the logits for a language model) and removes every hook afterwards, also when the forward raises."""
     with hooks(model, fwd_hooks, bwd_hooks, reset_hooks_end, attention_mask=_mask_of(args, kwargs)):

@@ -24,8 +24,10 @@ from anatomy.inspection.figures import _fonts, bi, drawable, new_figure
 def _parts(model: nn.Module):
     """``(hook-name prefix, stack, output scale)`` of a model with an output head; anything else is refused."""
     if not isinstance(getattr(model, "lm_head", None), nn.Linear):
-        raise ValueError(f"logit lens: {type(model).__name__} has no lm_head (it needs a language model or a "
-                         "seq2seq model: DecoderLM, Seq2Seq)")
+        raise ValueError(
+            f"logit lens: {type(model).__name__} has no lm_head (it needs a language model or a "
+            "seq2seq model: DecoderLM, Seq2Seq)"
+        )
     if hasattr(model, "stack") and hasattr(model.stack, "blocks"):
         return "stack", model.stack, 1.0
     decoder = getattr(model, "decoder", None)
@@ -37,8 +39,9 @@ def _parts(model: nn.Module):
 def lens_hooks(model: nn.Module) -> list[str]:
     """The residual streams the lens reads: block 0's input (the embeddings), then every block's output."""
     prefix, stack, _ = _parts(model)
-    return [f"{prefix}.blocks.0.hook_resid_pre"] + [f"{prefix}.blocks.{i}.hook_resid_post"
-                                                    for i in range(len(stack.blocks))]
+    return [f"{prefix}.blocks.0.hook_resid_pre"] + [
+        f"{prefix}.blocks.{i}.hook_resid_post" for i in range(len(stack.blocks))
+    ]
 
 
 @dataclass
@@ -79,14 +82,22 @@ def logit_lens(model: nn.Module, cache: dict[str, torch.Tensor], *, layers: list
     rows += [(f"block {i}", names[i + 1]) for i in chosen]
     missing = [name for _, name in rows if name not in cache]
     if missing:
-        raise ValueError(f"logit lens: the cache holds no {missing[0]!r}; capture the residuals first: "
-                         "with capture(model, lens_hooks(model)) as cache: model(ids)")
+        raise ValueError(
+            f"logit lens: the cache holds no {missing[0]!r}; capture the residuals first: "
+            "with capture(model, lens_hooks(model)) as cache: model(ids)"
+        )
     logits = torch.stack([unembed(model, cache[name]) for _, name in rows])  # (L + 1, B, T, V)
     return LogitLens(labels=[label for label, _ in rows], logits=logits)
 
 
-def lens_figure(lens: LogitLens, tokens: list[str] | None = None, *, batch: int = 0, decode=None,
-                targets: torch.Tensor | None = None):
+def lens_figure(
+    lens: LogitLens,
+    tokens: list[str] | None = None,
+    *,
+    batch: int = 0,
+    decode=None,
+    targets: torch.Tensor | None = None,
+):
     """A layers × positions grid: colour = probability of the top-1 token (of ``targets[t]`` when given, e.g.
     the next input token), text = the top-1 token (``decode(id)``, else its id). ``tokens`` label the columns."""
     ids, p = lens.top()
@@ -106,13 +117,29 @@ def lens_figure(lens: LogitLens, tokens: list[str] | None = None, *, batch: int 
         for r in range(rows):
             for c in range(cols):
                 text = decode(int(ids[r, c])) if decode is not None else str(int(ids[r, c]))
-                ax.text(c, r, drawable(repr(text)[1:-1] if isinstance(text, str) else str(text))[:8], ha="center",
-                        va="center", fontsize=7, color="white" if p[r, c] < 0.6 else "black")
+                ax.text(
+                    c,
+                    r,
+                    drawable(repr(text)[1:-1] if isinstance(text, str) else str(text))[:8],
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="white" if p[r, c] < 0.6 else "black",
+                )
         ax.set_yticks(range(rows), lens.labels)
-        ax.set_xticks(range(cols), [drawable(t) for t in tokens] if tokens is not None else range(cols),
-                      rotation=45 if tokens is not None else 0, ha="right" if tokens is not None else "center")
+        ax.set_xticks(
+            range(cols),
+            [drawable(t) for t in tokens] if tokens is not None else range(cols),
+            rotation=45 if tokens is not None else 0,
+            ha="right" if tokens is not None else "center",
+        )
         ax.set_xlabel(bi("input position (its top-1 prediction for the next token)", "输入位置(对下一个词的预测)"))
-        ax.set_title(bi("logit lens: each layer's residual through the final norm and unembedding",
-                        "logit lens:各层残差经最终归一化与输出层"), fontsize=9)
+        ax.set_title(
+            bi(
+                "logit lens: each layer's residual through the final norm and unembedding",
+                "logit lens:各层残差经最终归一化与输出层",
+            ),
+            fontsize=9,
+        )
         fig.colorbar(image, ax=ax, label="p(target)" if targets is not None else "p(top-1)")
     return fig

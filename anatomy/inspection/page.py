@@ -38,46 +38,66 @@ def asset(name: str) -> str:
     return (resources.files("anatomy.inspection") / "assets" / name).read_text(encoding="utf-8")
 
 
-def attention_payload(layers: Sequence[LayerWeights], q_tokens: Sequence[str],
-                      k_tokens: Sequence[str] | None = None, *, batch: int = 0) -> dict:
+def attention_payload(
+    layers: Sequence[LayerWeights], q_tokens: Sequence[str], k_tokens: Sequence[str] | None = None, *, batch: int = 0
+) -> dict:
     """JSON-ready weights of batch row ``batch``: per layer, per head, ``T × S`` (6 decimals kept)."""
     k_tokens = list(q_tokens) if k_tokens is None else list(k_tokens)
     out = []
     for layer in layers:
         w = layer.weights[batch].double()  # (h, T, S)
         t, s = w.shape[-2:]
-        out.append({
-            "index": layer.index, "name": layer.name, "cross": layer.cross, "heads": list(layer.heads),
-            "entropy": [round(float(e), 4) for e in layer.entropy(batch)],
-            "q_tokens": list(q_tokens)[:t], "k_tokens": k_tokens[:s],
-            "weights": [[[round(float(v), 6) for v in row] for row in head] for head in w],
-        })
+        out.append(
+            {
+                "index": layer.index,
+                "name": layer.name,
+                "cross": layer.cross,
+                "heads": list(layer.heads),
+                "entropy": [round(float(e), 4) for e in layer.entropy(batch)],
+                "q_tokens": list(q_tokens)[:t],
+                "k_tokens": k_tokens[:s],
+                "weights": [[[round(float(v), 6) for v in row] for row in head] for head in w],
+            }
+        )
     return {"layers": out, "digits": DIGITS}
 
 
 def _trace_html(rows: Sequence[TraceRow]) -> str:
-    head = "<tr><th>#</th><th>位置 · where</th><th>操作 · operation</th><th>输出形状 · output shape</th>" \
-           "<th>参数 · params</th></tr>"
+    head = (
+        "<tr><th>#</th><th>位置 · where</th><th>操作 · operation</th><th>输出形状 · output shape</th>"
+        "<th>参数 · params</th></tr>"
+    )
     body = []
     for i, r in enumerate(rows):
         body.append(
             f"<tr class='kind-{html.escape(r.kind)}'><td>{i + 1}</td><td>{html.escape(r.step)}</td>"
             f"<td>{html.escape(r.operation_zh)}<br><span class='en'>{html.escape(r.operation)}</span></td>"
-            f"<td><code>{html.escape(r.dims)}</code></td><td>{f'{r.params:,}' if r.params else ''}</td></tr>")
+            f"<td><code>{html.escape(r.dims)}</code></td><td>{f'{r.params:,}' if r.params else ''}</td></tr>"
+        )
     return f"<table id='trace-table' class='trace'>{head}{''.join(body)}</table>"
 
 
-def render_page(*, title: str, subtitle: str = "", notes: Sequence[str] = (), trace: Sequence[TraceRow] | None = None,
-                attention: dict | None = None, pe: Sequence[PEData] | None = None,
-                figures: Sequence[tuple[str, str]] = (), tables: Sequence[tuple[str, Sequence[str], list]] = ()) -> str:
+def render_page(
+    *,
+    title: str,
+    subtitle: str = "",
+    notes: Sequence[str] = (),
+    trace: Sequence[TraceRow] | None = None,
+    attention: dict | None = None,
+    pe: Sequence[PEData] | None = None,
+    figures: Sequence[tuple[str, str]] = (),
+    tables: Sequence[tuple[str, Sequence[str], list]] = (),
+) -> str:
     """Assemble the page. ``figures``: (caption, inline SVG); ``tables``: (caption, header, rows of strings)."""
     data = {"attention": attention, "pe": None if pe is None else [p.to_dict() for p in pe]}
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
     sections = []
     if trace is not None:
-        sections.append("<section id='trace'><details open><summary><h2>形状追踪 · Shape trace</h2></summary>"
-                        "<p class='hint'>每一步的输出形状，来自一次真实的前向传播 · the output shape of every step of "
-                        f"one real forward pass (post §5.1).</p>{_trace_html(trace)}</details></section>")
+        sections.append(
+            "<section id='trace'><details open><summary><h2>形状追踪 · Shape trace</h2></summary>"
+            "<p class='hint'>每一步的输出形状，来自一次真实的前向传播 · the output shape of every step of "
+            f"one real forward pass (post §5.1).</p>{_trace_html(trace)}</details></section>"
+        )
     if attention is not None:
         sections.append(_ATTENTION_HTML)
     if pe is not None:
@@ -87,12 +107,19 @@ def render_page(*, title: str, subtitle: str = "", notes: Sequence[str] = (), tr
     for caption, header, rows in tables:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
-        sections.append(f"<section><h2>{html.escape(caption)}</h2><table class='plain'><tr>{head}</tr>{body}"
-                        "</table></section>")
+        sections.append(
+            f"<section><h2>{html.escape(caption)}</h2><table class='plain'><tr>{head}</tr>{body}</table></section>"
+        )
     note_html = "".join(f"<p class='note'>{html.escape(n)}</p>" for n in notes)
-    return _PAGE.format(title=html.escape(title), subtitle=html.escape(subtitle), notes=note_html,
-                        sections="\n".join(sections), css=asset("page.css"), data=payload,
-                        js=asset("page.js"))
+    return _PAGE.format(
+        title=html.escape(title),
+        subtitle=html.escape(subtitle),
+        notes=note_html,
+        sections="\n".join(sections),
+        css=asset("page.css"),
+        data=payload,
+        js=asset("page.js"),
+    )
 
 
 def write_page(path: str | os.PathLike, page: str) -> str:
@@ -104,9 +131,17 @@ def write_page(path: str | os.PathLike, page: str) -> str:
     return path
 
 
-def model_page(model: nn.Module, inputs: dict[str, torch.Tensor], tokens: Sequence[str], *, title: str,
-               subtitle: str = "", notes: Sequence[str] = (), pe_kinds: Sequence[str] = PE_KINDS,
-               pe_size: dict | None = None) -> str:
+def model_page(
+    model: nn.Module,
+    inputs: dict[str, torch.Tensor],
+    tokens: Sequence[str],
+    *,
+    title: str,
+    subtitle: str = "",
+    notes: Sequence[str] = (),
+    pe_kinds: Sequence[str] = PE_KINDS,
+    pe_size: dict | None = None,
+) -> str:
     """Trace ``model`` on ``inputs``, recompute every layer's attention weights beside its own kernel, and add the
     positional-encoding explorer. ``tokens`` label the weights (batch row 0)."""
     was_training = model.training
@@ -119,8 +154,9 @@ def model_page(model: nn.Module, inputs: dict[str, torch.Tensor], tokens: Sequen
         model.train(was_training)
     layers = [maps[i] for i in sorted(maps)]
     pe = [positional_data(kind, **(pe_size or {})) for kind in pe_kinds]
-    return render_page(title=title, subtitle=subtitle, notes=notes, trace=rows,
-                       attention=attention_payload(layers, tokens), pe=pe)
+    return render_page(
+        title=title, subtitle=subtitle, notes=notes, trace=rows, attention=attention_payload(layers, tokens), pe=pe
+    )
 
 
 _PAGE = """<!DOCTYPE html>

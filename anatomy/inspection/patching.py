@@ -51,6 +51,7 @@ def _put(x: torch.Tensor, index: Index, value: torch.Tensor | float) -> torch.Te
 
 def zero(index: Index = None) -> Edit:
     """Set the activation (or ``activation[index]``) to 0."""
+
     def edit(x: torch.Tensor, name: str) -> torch.Tensor:
         return torch.zeros_like(x) if index is None else _put(x, index, 0.0)
 
@@ -60,6 +61,7 @@ def zero(index: Index = None) -> Edit:
 
 def scale(factor: float, index: Index = None) -> Edit:
     """Multiply the activation (or ``activation[index]``) by ``factor``."""
+
     def edit(x: torch.Tensor, name: str) -> torch.Tensor:
         return x * factor if index is None else _put(x, index, x[index] * factor)
 
@@ -69,14 +71,17 @@ def scale(factor: float, index: Index = None) -> Edit:
 
 def replace(value: torch.Tensor | float, index: Index = None) -> Edit:
     """Put ``value`` (broadcastable to ``activation[index]``) in place of the activation."""
+
     def edit(x: torch.Tensor, name: str) -> torch.Tensor:
         target = x if index is None else x[index]
         v = torch.as_tensor(value, dtype=x.dtype, device=x.device)
         try:
             torch.broadcast_shapes(v.shape, target.shape)
         except RuntimeError:
-            raise ValueError(f"replace: value of shape {tuple(v.shape)} does not broadcast to {name}"
-                             f"{'' if index is None else f'[{index!r}]'} of shape {tuple(target.shape)}") from None
+            raise ValueError(
+                f"replace: value of shape {tuple(v.shape)} does not broadcast to {name}"
+                f"{'' if index is None else f'[{index!r}]'} of shape {tuple(target.shape)}"
+            ) from None
         return _put(x, index, v)
 
     edit.__qualname__ = f"replace(index={index!r})"
@@ -91,9 +96,11 @@ def ablate_head(head: int | Iterable[int]) -> Edit:
 
     def edit(x: torch.Tensor, name: str) -> torch.Tensor:
         if x.dim() != 4:
-            raise ValueError(f"ablate_head: {name} has shape {tuple(x.shape)}, not a head-split (B, H, T, ·) "
-                             "tensor; use it at an attention hook (hook_q, hook_k, hook_v, hook_scores, "
-                             "hook_weights, hook_z)")
+            raise ValueError(
+                f"ablate_head: {name} has shape {tuple(x.shape)}, not a head-split (B, H, T, ·) "
+                "tensor; use it at an attention hook (hook_q, hook_k, hook_v, hook_scores, "
+                "hook_weights, hook_z)"
+            )
         bad = [h for h in heads if not -x.shape[1] <= h < x.shape[1]]
         if bad:
             raise ValueError(f"ablate_head: head {bad[0]} does not exist at {name}, which has {x.shape[1]} heads")
@@ -106,15 +113,19 @@ def ablate_head(head: int | Iterable[int]) -> Edit:
 def patch_from(cache: Mapping[str, torch.Tensor], index: Index = None, *, name: str | None = None) -> Edit:
     """Put the value a ``capture()`` recorded in another run (at the same hook, or at ``name``) in place of the
     activation, or only ``[index]`` of it. The two runs must have the same shape there (same B and T)."""
+
     def edit(x: torch.Tensor, hook: str) -> torch.Tensor:
         key = name or hook
         if key not in cache:
-            raise ValueError(f"patch_from: the cache holds no {key!r}; record it in the source run with "
-                             f"capture(model, {key!r})")
+            raise ValueError(
+                f"patch_from: the cache holds no {key!r}; record it in the source run with capture(model, {key!r})"
+            )
         source = cache[key]
         if source.shape != x.shape:
-            raise ValueError(f"patch_from: {hook} has shape {tuple(x.shape)} here but {key} has "
-                             f"{tuple(source.shape)} in the cache; patch between runs of the same shape")
+            raise ValueError(
+                f"patch_from: {hook} has shape {tuple(x.shape)} here but {key} has "
+                f"{tuple(source.shape)} in the cache; patch between runs of the same shape"
+            )
         source = source.to(device=x.device, dtype=x.dtype)
         return source.clone() if index is None else _put(x, index, source[index])
 
@@ -124,14 +135,16 @@ def patch_from(cache: Mapping[str, torch.Tensor], index: Index = None, *, name: 
 
 def _edits_by_hook(model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]]):
     if not isinstance(edits, Mapping) or not edits:
-        raise ValueError("edits must be a non-empty mapping {hook name or pattern: edit or list of edits}, "
-                         f"got {edits!r}")
+        raise ValueError(
+            f"edits must be a non-empty mapping {{hook name or pattern: edit or list of edits}}, got {edits!r}"
+        )
     plan: dict[str, tuple[nn.Module, list[Edit]]] = {}
     for pattern, value in edits.items():
         fns = [value] if callable(value) else list(value)
         if not fns or not all(callable(f) for f in fns):
-            raise ValueError(f"edits[{pattern!r}] must be a callable edit(activation, name) or a list of them, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"edits[{pattern!r}] must be a callable edit(activation, name) or a list of them, got {value!r}"
+            )
         for name, module in select_hooks(model, pattern).items():
             plan.setdefault(name, (module, []))[1].extend(fns)
     return plan
@@ -153,8 +166,10 @@ def patching(model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]]) -> It
                     continue
                 if not isinstance(new, torch.Tensor) or new.shape != x.shape:
                     got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
-                    raise ValueError(f"the edit {getattr(fn, '__qualname__', fn)!r} at {name} returned {got}; "
-                                     f"an edit must return a tensor of shape {tuple(x.shape)} (or None)")
+                    raise ValueError(
+                        f"the edit {getattr(fn, '__qualname__', fn)!r} at {name} returned {got}; "
+                        f"an edit must return a tensor of shape {tuple(x.shape)} (or None)"
+                    )
                 x = new
             fired[name] += 1
             return x

@@ -26,8 +26,16 @@ from torch import nn
 from anatomy.components.norms import RMSNorm
 
 _LAYER_TYPE_ALIAS = {"a": "attn", "m": "mlp", "b": "", "block": "", "blocks": "", "attention": "attn"}
-_ACT_NAME_ALIAS = {"attn": "pattern", "attn_logits": "attn_scores", "key": "k", "query": "q", "value": "v",
-                   "mlp_pre": "pre", "mlp_mid": "mid", "mlp_post": "post"}
+_ACT_NAME_ALIAS = {
+    "attn": "pattern",
+    "attn_logits": "attn_scores",
+    "key": "k",
+    "query": "q",
+    "value": "v",
+    "mlp_pre": "pre",
+    "mlp_mid": "mid",
+    "mlp_post": "post",
+}
 _ATTN_NAMES = ("k", "v", "q", "z", "rot_k", "rot_q", "result", "pattern", "attn_scores")
 _MLP_NAMES = ("pre", "post", "mid", "pre_linear")
 
@@ -95,9 +103,11 @@ class TLPoint:
 
 
 CACHE_ONLY = ("mlp_pre", "normalized", "unrotated")  # kinds computed from other hook points: cache entries only
-BRIDGE_ALIAS = ("the TransformerBridge's component aliases (.hook_in, .hook_out, attn.q.hook_out, hook_unembed...) "
-                "are not HookedTransformer names and are not offered; use the hook_* names (blocks.0.hook_resid_pre, "
-                "blocks.0.ln1.hook_normalized...)")
+BRIDGE_ALIAS = (
+    "the TransformerBridge's component aliases (.hook_in, .hook_out, attn.q.hook_out, hook_unembed...) "
+    "are not HookedTransformer names and are not offered; use the hook_* names (blocks.0.hook_resid_pre, "
+    "blocks.0.ln1.hook_normalized...)"
+)
 
 
 @dataclass
@@ -125,11 +135,21 @@ def model_parts(model: nn.Module) -> Parts | None:
     if hasattr(model, "stack") and hasattr(model, "embeddings") and hasattr(model.stack, "blocks"):
         lm_head = getattr(model, "lm_head", None)
         decoder_lm = getattr(model, "is_encoder_decoder", None) is False  # DecoderLM (HF's flag; Encoder: None)
-        return Parts("embeddings", "stack", model.embeddings, model.stack,
-                     lm_head if isinstance(lm_head, nn.Linear) else None, decoder_lm)
+        return Parts(
+            "embeddings",
+            "stack",
+            model.embeddings,
+            model.stack,
+            lm_head if isinstance(lm_head, nn.Linear) else None,
+            decoder_lm,
+        )
     encoder = getattr(model, "encoder", None)
-    if (encoder is not None and hasattr(encoder, "stack") and hasattr(encoder, "embeddings")
-            and not hasattr(model, "decoder")):
+    if (
+        encoder is not None
+        and hasattr(encoder, "stack")
+        and hasattr(encoder, "embeddings")
+        and not hasattr(model, "decoder")
+    ):
         return Parts("encoder.embeddings", "encoder.stack", encoder.embeddings, encoder.stack, None, False)
     return None
 
@@ -145,8 +165,10 @@ def tl_points(model: nn.Module) -> TLTable:
     table = TLTable()
     parts = model_parts(model)
     if parts is None:
-        table.why_none = (f"{type(model).__name__} has no TransformerLens names: they describe one stack of blocks "
-                          "(HookedTransformer); use our hook names (anatomy.inspection.hook_names(model))")
+        table.why_none = (
+            f"{type(model).__name__} has no TransformerLens names: they describe one stack of blocks "
+            "(HookedTransformer); use our hook names (anatomy.inspection.hook_names(model))"
+        )
         return table
     pts, refused = table.points, table.refused
 
@@ -161,13 +183,16 @@ def tl_points(model: nn.Module) -> TLTable:
     norm = getattr(emb, "norm", None)
     if norm is not None and hasattr(norm, "hook_scale"):  # BERT: the embeddings' own norm
         add("embed_ln.hook_scale", f"{parts.embed_prefix}.norm.hook_scale", to_tl=reciprocal, from_tl=reciprocal)
-        refused["embed_ln.hook_normalized"] = ("the embeddings' sum before their norm has no hook point here; use "
-                                               "blocks.0.hook_resid_pre (after the norm)")
+        refused["embed_ln.hook_normalized"] = (
+            "the embeddings' sum before their norm has no hook point here; use blocks.0.hook_resid_pre (after the norm)"
+        )
     if getattr(emb, "token_types", None) is not None or norm is not None:
         pts.pop("hook_embed")
-        refused["hook_embed"] = ("embeddings with token types or a norm (BERT): TransformerLens 4.3's bridge caches "
-                                 "the whole embedding output (after its norm) under this name, our "
-                                 "blocks.0.hook_resid_pre; the token embedding alone is our embeddings.hook_tokens")
+        refused["hook_embed"] = (
+            "embeddings with token types or a norm (BERT): TransformerLens 4.3's bridge caches "
+            "the whole embedding output (after its norm) under this name, our "
+            "blocks.0.hook_resid_pre; the token embedding alone is our embeddings.hook_tokens"
+        )
     for i, block in enumerate(parts.stack.blocks):
         p, b = f"{parts.prefix}.blocks.{i}", f"blocks.{i}"
         attn = block.attn
@@ -179,7 +204,8 @@ def tl_points(model: nn.Module) -> TLTable:
             refused[f"{b}.hook_attn_out"] = (
                 "a Post-Norm block (BERT): TransformerLens 4.3's bridge hooks HF's attention module there, whose "
                 f"output already holds the residual and the norm (our {p}.hook_resid_mid), where HookedEncoder "
-                f"hooked attention alone (our {p}.hook_attn_out); the two disagree, so the name is not answered")
+                f"hooked attention alone (our {p}.hook_attn_out); the two disagree, so the name is not answered"
+            )
         add(f"{b}.hook_mlp_out", f"{p}.hook_ffn_out")
         add(f"{b}.hook_resid_post", f"{p}.hook_resid_post")
         add(f"{b}.attn.hook_pattern", f"{p}.attn.hook_weights")
@@ -189,25 +215,29 @@ def tl_points(model: nn.Module) -> TLTable:
         qk = ("q", "k")
         if getattr(attn, "qk_norm", None) is not None:
             for n in ("q", "k", "rot_q", "rot_k"):
-                refused[f"{b}.attn.hook_{n}"] = ("our hook_q/hook_k come after the QK-norm; TransformerLens's "
-                                                 "place for them is not matched")
+                refused[f"{b}.attn.hook_{n}"] = (
+                    "our hook_q/hook_k come after the QK-norm; TransformerLens's place for them is not matched"
+                )
         elif _rotary(attn):
             for n in qk:
                 add(f"{b}.attn.hook_rot_{n}", f"{p}.attn.hook_{n}", to_tl=heads_last, from_tl=heads_last)
                 add(f"{b}.attn.hook_{n}", f"{p}.hook_attn_in", kind=f"unrotated_{n}", layer=i)
             for n in ("cos", "sin"):
                 refused[f"{b}.attn.hook_{n}"] = refused[f"rotary_emb.hook_{n}"] = (
-                    "RoPE's cos/sin tables are not offered as activations (anatomy.components.positional.rope)")
+                    "RoPE's cos/sin tables are not offered as activations (anatomy.components.positional.rope)"
+                )
         else:
             for n in qk:
                 add(f"{b}.attn.hook_{n}", f"{p}.attn.hook_{n}", to_tl=heads_last, from_tl=heads_last)
         if not pre:
             refused[f"{b}.attn.hook_attn_scores"] = (
                 "a Post-Norm block (BERT): TransformerLens 4.3's bridge caches the softmaxed pattern under this "
-                f"name there; the scores before the softmax are our {p}.attn.hook_scores")
+                f"name there; the scores before the softmax are our {p}.attn.hook_scores"
+            )
         elif getattr(attn, "sliding_window", None) is not None or getattr(attn, "softcap", None) is not None:
-            refused[f"{b}.attn.hook_attn_scores"] = ("a windowed or soft-capped attention: our hook_scores are "
-                                                     "not masked the way TransformerLens masks them")
+            refused[f"{b}.attn.hook_attn_scores"] = (
+                "a windowed or soft-capped attention: our hook_scores are not masked the way TransformerLens masks them"
+            )
         else:
             add(f"{b}.attn.hook_attn_scores", f"{p}.attn.hook_scores", kind="scores", layer=i)
         add(f"{b}.mlp.hook_post", f"{p}.ffn.hook_hidden")
@@ -219,31 +249,43 @@ def tl_points(model: nn.Module) -> TLTable:
         if pre and not block.parallel_residual:
             add(f"{b}.hook_resid_mid", f"{p}.hook_resid_mid")
         else:
-            refused[f"{b}.hook_resid_mid"] = ("a Post-Norm or parallel block: TransformerLens's resid_mid (the sum "
-                                              f"before ln2) is not our {p}.hook_resid_mid")
+            refused[f"{b}.hook_resid_mid"] = (
+                "a Post-Norm or parallel block: TransformerLens's resid_mid (the sum "
+                f"before ln2) is not our {p}.hook_resid_mid"
+            )
         if pre:
             for ln, norm in (("ln1", "attn_add_norm"), ("ln2", "ffn_add_norm")):
                 add(f"{b}.{ln}.hook_scale", f"{p}.{norm}.norm.hook_scale", to_tl=reciprocal, from_tl=reciprocal)
             mid = f"{p}.hook_resid_pre" if block.parallel_residual else f"{p}.hook_resid_mid"
-            add(f"{b}.ln1.hook_normalized", f"{p}.attn_add_norm.norm.hook_scale", kind="normalized",
-                stream=f"{p}.hook_resid_pre", layer=i)
-            add(f"{b}.ln2.hook_normalized", f"{p}.ffn_add_norm.norm.hook_scale", kind="normalized", stream=mid,
-                layer=i)
+            add(
+                f"{b}.ln1.hook_normalized",
+                f"{p}.attn_add_norm.norm.hook_scale",
+                kind="normalized",
+                stream=f"{p}.hook_resid_pre",
+                layer=i,
+            )
+            add(f"{b}.ln2.hook_normalized", f"{p}.ffn_add_norm.norm.hook_scale", kind="normalized", stream=mid, layer=i)
         else:  # Post-Norm (BERT): ln1/ln2 are the norms after each residual add, as in TransformerLens's encoder
             for ln, norm in (("ln1", "attn_add_norm"), ("ln2", "ffn_add_norm")):
                 add(f"{b}.{ln}.hook_scale", f"{p}.{norm}.norm.hook_scale", to_tl=reciprocal, from_tl=reciprocal)
-                refused[f"{b}.{ln}.hook_normalized"] = ("a Post-Norm block: the sum the norm reads has no hook point "
-                                                        f"here; the norm's output is our {p}.hook_resid_"
-                                                        f"{'mid' if ln == 'ln1' else 'post'}")
+                refused[f"{b}.{ln}.hook_normalized"] = (
+                    "a Post-Norm block: the sum the norm reads has no hook point "
+                    f"here; the norm's output is our {p}.hook_resid_"
+                    f"{'mid' if ln == 'ln1' else 'post'}"
+                )
         for n in ("attn_in", "q_input", "k_input", "v_input", "mlp_in"):
-            refused[f"{b}.hook_{n}"] = ("TransformerLens's per-head/split inputs (use_attn_in, use_split_qkv_input, "
-                                        f"use_hook_mlp_in) are not offered; use {b}.ln1.hook_normalized")
+            refused[f"{b}.hook_{n}"] = (
+                "TransformerLens's per-head/split inputs (use_attn_in, use_split_qkv_input, "
+                f"use_hook_mlp_in) are not offered; use {b}.ln1.hook_normalized"
+            )
     final = parts.stack.final_norm
     if final is None:
         for n in ("scale", "normalized"):
-            refused[f"ln_final.hook_{n}"] = ("the model has no final norm (Post-Norm blocks end in their own norm; "
-                                             "TransformerLens's BERT ln_final is its MLM head's norm, which an "
-                                             "Encoder does not have)")
+            refused[f"ln_final.hook_{n}"] = (
+                "the model has no final norm (Post-Norm blocks end in their own norm; "
+                "TransformerLens's BERT ln_final is its MLM head's norm, which an "
+                "Encoder does not have)"
+            )
     elif hasattr(final, "hook_scale"):
         add("ln_final.hook_scale", f"{parts.prefix}.final_norm.hook_scale", to_tl=reciprocal, from_tl=reciprocal)
         last = f"{parts.prefix}.blocks.{len(parts.stack.blocks) - 1}.hook_resid_post"

@@ -28,15 +28,34 @@ from torch import nn
 
 from anatomy.inspection.tl_names import Parts, model_parts
 
-WEIGHT_NAMES = ("W_E", "W_pos", "W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O", "W_in", "W_gate", "W_out",
-                "b_in", "b_out", "W_U", "b_U")
+WEIGHT_NAMES = (
+    "W_E",
+    "W_pos",
+    "W_Q",
+    "W_K",
+    "W_V",
+    "W_O",
+    "b_Q",
+    "b_K",
+    "b_V",
+    "b_O",
+    "W_in",
+    "W_gate",
+    "W_out",
+    "b_in",
+    "b_out",
+    "W_U",
+    "b_U",
+)
 
 
 def _parts(model: nn.Module, name: str) -> Parts:
     parts = model_parts(model)
     if parts is None:
-        raise ValueError(f"{name}: {type(model).__name__} has no single stack of blocks (TransformerLens's weight "
-                         "names describe one; read the parameters by their own names)")
+        raise ValueError(
+            f"{name}: {type(model).__name__} has no single stack of blocks (TransformerLens's weight "
+            "names describe one; read the parameters by their own names)"
+        )
     return parts
 
 
@@ -74,6 +93,7 @@ def _bias(linear: nn.Linear) -> torch.Tensor:
 
 def _need_bias(blocks: list, name: str) -> None:
     """TransformerLens refuses a bias the checkpoint does not have; so do we (b_U excepted: zeros, as there)."""
+
     def has(block: Any) -> bool:
         if name in ("b_Q", "b_K", "b_V"):
             return _qkv(block.attn, name[-1].lower())[1] is not None
@@ -82,8 +102,10 @@ def _need_bias(blocks: list, name: str) -> None:
         return (block.ffn.up_proj if name == "b_in" else block.ffn.down_proj).bias is not None
 
     if not all(has(b) for b in blocks):
-        raise ValueError(f"{name}: this model's layers have no such bias (bias-free projections), as "
-                         "TransformerLens says for the same checkpoint")
+        raise ValueError(
+            f"{name}: this model's layers have no such bias (bias-free projections), as "
+            "TransformerLens says for the same checkpoint"
+        )
 
 
 def tl_weight(model: nn.Module, name: str) -> torch.Tensor:
@@ -98,8 +120,9 @@ def tl_weight(model: nn.Module, name: str) -> torch.Tensor:
         pos = getattr(parts.embeddings, "positional", None)
         table = getattr(pos, "weight", None)
         if table is None:
-            raise ValueError(f"W_pos: {type(model).__name__} has no learned positions table "
-                             f"(its positions: {type(pos).__name__})")
+            raise ValueError(
+                f"W_pos: {type(model).__name__} has no learned positions table (its positions: {type(pos).__name__})"
+            )
         return table
     if name in ("W_U", "b_U"):
         if parts.lm_head is None:
@@ -116,8 +139,9 @@ def tl_weight(model: nn.Module, name: str) -> torch.Tensor:
         return torch.stack([_bias(b.attn.o_proj) for b in blocks])  # (L, D)
     if name == "W_gate" and not all(getattr(b.ffn, "gated", False) for b in blocks):
         raise ValueError("W_gate: the model's FFN is not gated")
-    linear = {"W_in": "up_proj", "b_in": "up_proj", "W_gate": "gate_proj", "W_out": "down_proj",
-              "b_out": "down_proj"}[name]
+    linear = {"W_in": "up_proj", "b_in": "up_proj", "W_gate": "gate_proj", "W_out": "down_proj", "b_out": "down_proj"}[
+        name
+    ]
     mods = [getattr(b.ffn, linear) for b in blocks]
     if name.startswith("W_"):
         return torch.stack([m.weight.T for m in mods])  # (L, D, F) | (L, F, D)

@@ -86,29 +86,52 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
         parts = name.split(".")
         layer = next((parts[i + 1] for i, p in enumerate(parts[:-1]) if p == "blocks"), None)
         stack = "decoder " if "decoder" in parts else ("encoder " if "encoder" in parts else "")
-        sub = "cross-attention" if "cross_attn" in parts or "cross_add_norm" in parts else (
-            "self-attention" if "attn" in parts or "attn_add_norm" in parts else (
-                "FFN" if "ffn" in parts or "ffn_add_norm" in parts else ""))
+        sub = (
+            "cross-attention"
+            if "cross_attn" in parts or "cross_add_norm" in parts
+            else (
+                "self-attention"
+                if "attn" in parts or "attn_add_norm" in parts
+                else ("FFN" if "ffn" in parts or "ffn_add_norm" in parts else "")
+            )
+        )
         return f"{stack}layer {layer} · {sub}".strip(" ·") if layer is not None else (stack + "model").strip()
 
-    def emit(kind: str, name: str, tensor: torch.Tensor, params: int = 0, which: str = "", label: str = "",
-             step: str = ""):
+    def emit(
+        kind: str, name: str, tensor: torch.Tensor, params: int = 0, which: str = "", label: str = "", step: str = ""
+    ):
         op, zh, _ = KINDS[kind]
         shape = tuple(tensor.shape)
-        rows.append(TraceRow(step=step or where(name), kind=kind, operation=label or op, operation_zh=zh,
-                             shape=list(shape),
-                             dims=fmt(shape, _letters(kind, shape, which)), params=params, module=name))
+        rows.append(
+            TraceRow(
+                step=step or where(name),
+                kind=kind,
+                operation=label or op,
+                operation_zh=zh,
+                shape=list(shape),
+                dims=fmt(shape, _letters(kind, shape, which)),
+                params=params,
+                module=name,
+            )
+        )
 
-    def on(module: nn.Module, kind: str, which: str = "", label: str = "", with_input: str | None = None,
-           step: str = ""):
+    def on(
+        module: nn.Module, kind: str, which: str = "", label: str = "", with_input: str | None = None, step: str = ""
+    ):
         name = names[module]
 
         def hook(_m, args, output):
             if with_input:
                 emit(with_input, name, args[0])
-            emit(kind, name, output[0] if isinstance(output, tuple) else output,
-                 _params(module) if kind in ("proj", "out", "norm", "qknorm", "ffn", "head", "final", "embed") else 0,
-                 which, label, step)
+            emit(
+                kind,
+                name,
+                output[0] if isinstance(output, tuple) else output,
+                _params(module) if kind in ("proj", "out", "norm", "qknorm", "ffn", "head", "final", "embed") else 0,
+                which,
+                label,
+                step,
+            )
 
         handles.append(module.register_forward_hook(hook))
 
@@ -139,8 +162,11 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
         elif isinstance(module, TransformerBlock):
             if module.attn_add_norm.placement in ("pre", "sandwich"):
                 block = names[module]
-                for hook, sub in (("hook_resid_mid", "attn"), ("hook_resid_cross", "cross_attn"),
-                                  ("hook_resid_post", "ffn")):
+                for hook, sub in (
+                    ("hook_resid_mid", "attn"),
+                    ("hook_resid_cross", "cross_attn"),
+                    ("hook_resid_post", "ffn"),
+                ):
                     if hasattr(module, hook):
                         on(getattr(module, hook), "add", step=where(f"{block}.{sub}"))
         elif isinstance(module, FeedForward):
@@ -159,8 +185,9 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
     return rows
 
 
-def example_inputs(model: nn.Module, batch: int, seq: int, *, tgt_seq: int | None = None,
-                   seed: int = 0) -> dict[str, torch.Tensor]:
+def example_inputs(
+    model: nn.Module, batch: int, seq: int, *, tgt_seq: int | None = None, seed: int = 0
+) -> dict[str, torch.Tensor]:
     """Random token ids for the model's architecture (a seq2seq model also gets decoder ids)."""
     config = cast("ModelConfig", model.config)  # set by build_model and load_pretrained
     g = torch.Generator().manual_seed(seed)

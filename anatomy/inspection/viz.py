@@ -51,8 +51,9 @@ from anatomy.inspection.viz_pe import (  # noqa: F401 - re-exported
 )
 from anatomy.inspection.weights import LayerWeights, head_entropy
 
-TOKENIZER_NOTE = ("tokens: one per character, id = ord(char) mod vocab_size={vocab} "
-                  "(character-level, no trained tokenizer)")
+TOKENIZER_NOTE = (
+    "tokens: one per character, id = ord(char) mod vocab_size={vocab} (character-level, no trained tokenizer)"
+)
 
 
 # --------------------------------------------------------------------------------------------------- tokens
@@ -73,16 +74,24 @@ def _tick_step(n: int) -> int:
     return max(1, math.ceil(n / 32))
 
 
-def attention_figure(layer: LayerWeights, q_tokens: Sequence[str], k_tokens: Sequence[str] | None = None, *,
-                     batch: int = 0, title: str = "", note: str = ""):
+def attention_figure(
+    layer: LayerWeights,
+    q_tokens: Sequence[str],
+    k_tokens: Sequence[str] | None = None,
+    *,
+    batch: int = 0,
+    title: str = "",
+    note: str = "",
+):
     """A grid of the heads of one layer: rows are queries, columns keys, each title with the head's entropy."""
     k_tokens = list(q_tokens) if k_tokens is None else list(k_tokens)
     weights = layer.weights[batch].float()  # (h, T, S)
     n = weights.shape[0]
     t, s = weights.shape[-2:]
     if (t, s) != (len(q_tokens), len(k_tokens)):
-        raise ValueError(f"tokens ({len(q_tokens)} queries, {len(k_tokens)} keys) do not match the weights "
-                         f"(T={t}, S={s})")
+        raise ValueError(
+            f"tokens ({len(q_tokens)} queries, {len(k_tokens)} keys) do not match the weights (T={t}, S={s})"
+        )
     entropy = head_entropy(weights)
     cols = min(4, n)
     rows = math.ceil(n / cols)
@@ -102,8 +111,9 @@ def attention_figure(layer: LayerWeights, q_tokens: Sequence[str], k_tokens: Seq
             long_labels = max(len(x) for x in ks) * s > 30  # labels would touch: stand them up
             ax.set_xticks(range(0, s, step_k), ks[::step_k], fontsize=8, rotation=90 if long_labels else 0)
             ax.set_yticks(range(0, t, step_q), qs[::step_q], fontsize=8)
-            ax.set_title(f"head {layer.heads[i]} · " + bi(f"entropy {entropy[i]:.2f} nats",
-                                                           f"熵 {entropy[i]:.2f}"), fontsize=10)
+            ax.set_title(
+                f"head {layer.heads[i]} · " + bi(f"entropy {entropy[i]:.2f} nats", f"熵 {entropy[i]:.2f}"), fontsize=10
+            )
             if i % cols == 0:
                 ax.set_ylabel(bi("query", "查询"))
             if i // cols == rows - 1:

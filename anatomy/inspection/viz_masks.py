@@ -49,11 +49,23 @@ def mask_examples(seq: int = 8, pad: int = 3, window: int | None = None) -> dict
     return {name: m for name, m in out.items() if m is not None}  # combine() of two masks is never None
 
 
-_FILLS = (("-inf", lambda dt: float("-inf")), ("finfo.min", lambda dt: torch.finfo(dt).min),
-          ("-1e9", lambda dt: -1e9), ("-1e4", lambda dt: -1e4))
+_FILLS = (
+    ("-inf", lambda dt: float("-inf")),
+    ("finfo.min", lambda dt: torch.finfo(dt).min),
+    ("-1e9", lambda dt: -1e9),
+    ("-1e4", lambda dt: -1e4),
+)
 FILL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-FILL_COLUMNS = ("fill", "dtype", "stored as", "scores.masked_fill", "hidden weight", "hidden weight, logit 1e4",
-                "fully masked row", "two masks added")
+FILL_COLUMNS = (
+    "fill",
+    "dtype",
+    "stored as",
+    "scores.masked_fill",
+    "hidden weight",
+    "hidden weight, logit 1e4",
+    "fully masked row",
+    "two masks added",
+)
 _SCORES = (2.0, 1.0, 0.5, 1.5, 3.0)  # the last two keys are hidden
 _KEEP = (True, True, True, False, False)
 
@@ -112,31 +124,48 @@ def fill_value_table() -> list[dict[str, str]]:
                 return torch.where(k, torch.zeros((), dtype=dt), torch.tensor(fill, dtype=dt))
 
             big = torch.tensor((2.0, 1.0, 0.5, 9990.0, 1.5), dtype=dt)
-            rows.append({
-                "fill": label, "dtype": str(dt).removeprefix("torch."), "stored as": stored_text,
-                "scores.masked_fill": masked_fill,
-                "hidden weight": _describe_hidden((scores + additive(keep)).softmax(-1), keep),
-                "hidden weight, logit 1e4": _describe_hidden((big + additive(keep)).softmax(-1), keep),
-                "fully masked row": _describe_row((scores + additive(none)).softmax(-1)),
-                "two masks added": _describe_row((scores + additive(none) + additive(none)).softmax(-1)),
-            })
+            rows.append(
+                {
+                    "fill": label,
+                    "dtype": str(dt).removeprefix("torch."),
+                    "stored as": stored_text,
+                    "scores.masked_fill": masked_fill,
+                    "hidden weight": _describe_hidden((scores + additive(keep)).softmax(-1), keep),
+                    "hidden weight, logit 1e4": _describe_hidden((big + additive(keep)).softmax(-1), keep),
+                    "fully masked row": _describe_row((scores + additive(none)).softmax(-1)),
+                    "two masks added": _describe_row((scores + additive(none) + additive(none)).softmax(-1)),
+                }
+            )
     for dt in FILL_DTYPES:  # our kernels: boolean mask, -inf, softmax in float32, empty rows zeroed
+
         def ours(scores: torch.Tensor, k: torch.Tensor | None, dt=dt) -> torch.Tensor:
             q, key = torch.zeros(1, 1, 1, 1, dtype=dt), torch.zeros(1, 1, scores.numel(), 1, dtype=dt)
-            _, w = math_attention(q, key, key, mask=None if k is None else k[None, None, None], scale=1.0,
-                                  bias=scores.to(dt)[None, None, None], need_weights=True)
+            _, w = math_attention(
+                q,
+                key,
+                key,
+                mask=None if k is None else k[None, None, None],
+                scale=1.0,
+                bias=scores.to(dt)[None, None, None],
+                need_weights=True,
+            )
             assert w is not None  # need_weights=True
             return w[0, 0, 0]
 
         scores = torch.tensor(_SCORES, dtype=dt)
         big = torch.tensor((2.0, 1.0, 0.5, 9990.0, 1.5), dtype=dt)
-        rows.append({
-            "fill": "anatomy: bool mask", "dtype": str(dt).removeprefix("torch."), "stored as": "-inf",
-            "scores.masked_fill": "ok", "hidden weight": _describe_hidden(ours(scores, keep), keep),
-            "hidden weight, logit 1e4": _describe_hidden(ours(big, keep), keep),
-            "fully masked row": _describe_row(ours(scores, none)),
-            "two masks added": _describe_row(ours(scores, combine(none, none))) + " (AND, not +)",
-        })
+        rows.append(
+            {
+                "fill": "anatomy: bool mask",
+                "dtype": str(dt).removeprefix("torch."),
+                "stored as": "-inf",
+                "scores.masked_fill": "ok",
+                "hidden weight": _describe_hidden(ours(scores, keep), keep),
+                "hidden weight, logit 1e4": _describe_hidden(ours(big, keep), keep),
+                "fully masked row": _describe_row(ours(scores, none)),
+                "two masks added": _describe_row(ours(scores, combine(none, none))) + " (AND, not +)",
+            }
+        )
     return rows
 
 
@@ -171,8 +200,16 @@ def mask_figure(masks: dict[str, torch.Tensor], table: list[dict[str, str]]):
             empty = (~mask.any(-1)).nonzero().flatten().tolist()
             for r in empty:
                 ax.add_patch(_rect(r, s))
-                ax.text(s - 0.4, r, bi(" no key → weights 0", " 无可见键 → 0"), color="#c53030", fontsize=7,
-                        va="center", ha="left", clip_on=False)
+                ax.text(
+                    s - 0.4,
+                    r,
+                    bi(" no key → weights 0", " 无可见键 → 0"),
+                    color="#c53030",
+                    fontsize=7,
+                    va="center",
+                    ha="left",
+                    clip_on=False,
+                )
             title = name + (f"\n{len(empty)} fully masked row(s)" if empty else "\n")
             ax.set_title(title, fontsize=10)
         ax = fig.add_subplot(grid[1, :])
@@ -193,12 +230,23 @@ def mask_figure(masks: dict[str, torch.Tensor], table: list[dict[str, str]]):
             elif "leak" in text or "cancels" in text or "rounded" in text:
                 cell.set_facecolor("#feebc8")
         tab.auto_set_column_width(list(range(len(FILL_COLUMNS))))
-        ax.set_title(bi("what each fill value does to softmax (computed now; additive masks, softmax in each dtype)",
-                        "不同填充值对 softmax 的影响（现场计算）"), fontsize=11)
+        ax.set_title(
+            bi(
+                "what each fill value does to softmax (computed now; additive masks, softmax in each dtype)",
+                "不同填充值对 softmax 的影响（现场计算）",
+            ),
+            fontsize=11,
+        )
         fig.suptitle(bi("Masks: True (blue) = may attend", "掩码：蓝色 = 可以关注"), fontsize=13)
-        fig.text(0.0, -0.01, f"scores {_SCORES}, last two keys hidden; 'logit 1e4': a hidden key with raw score 9990; "
-                 "'two masks added': padding + causal additive masks summed on a fully hidden row (HF PR #27114)",
-                 fontsize=8, va="top", color="#444")
+        fig.text(
+            0.0,
+            -0.01,
+            f"scores {_SCORES}, last two keys hidden; 'logit 1e4': a hidden key with raw score 9990; "
+            "'two masks added': padding + causal additive masks summed on a fully hidden row (HF PR #27114)",
+            fontsize=8,
+            va="top",
+            color="#444",
+        )
     return fig
 
 

@@ -45,11 +45,17 @@ class Panel:
         def clean(v):
             return None if isinstance(v, float) and not math.isfinite(v) else v
 
-        return {"title": list(self.title), "xlabel": self.xlabel, "ylabel": self.ylabel,
-                "x": [clean(v) for v in self.x],
-                "series": [{"label": lab, "y": [clean(v) for v in ys]} for lab, ys in self.series],
-                "image": None if self.image is None else [[clean(v) for v in row] for row in self.image],
-                "vline": self.vline, "hline": self.hline, "note": self.note}
+        return {
+            "title": list(self.title),
+            "xlabel": self.xlabel,
+            "ylabel": self.ylabel,
+            "x": [clean(v) for v in self.x],
+            "series": [{"label": lab, "y": [clean(v) for v in ys]} for lab, ys in self.series],
+            "image": None if self.image is None else [[clean(v) for v in row] for row in self.image],
+            "vline": self.vline,
+            "hline": self.hline,
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -66,8 +72,12 @@ class PEData:
         return [self.heatmap, self.waves, self.similarity, self.beyond]
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "title": list(self.title), "note": self.note,
-                "panels": [p.to_dict() for p in self.panels()]}
+        return {
+            "kind": self.kind,
+            "title": list(self.title),
+            "note": self.note,
+            "panels": [p.to_dict() for p in self.panels()],
+        }
 
 
 def _rows(t: torch.Tensor, digits: int = 5) -> list[list[float]]:
@@ -91,22 +101,27 @@ def _pick_dims(count: int, k: int = 4) -> list[int]:
 def check_pe_args(kind: str, d_model: int, max_len: int, train_len: int, n_heads: int) -> None:
     if kind not in PE_KINDS:
         raise ValueError(f"--kind must be one of {', '.join(PE_KINDS)}, got {kind!r}")
-    for name, value, low in (("--d-model", d_model, 4), ("--max-len", max_len, 4), ("--train-len", train_len, 2),
-                             ("--heads", n_heads, 1)):
+    for name, value, low in (
+        ("--d-model", d_model, 4),
+        ("--max-len", max_len, 4),
+        ("--train-len", train_len, 2),
+        ("--heads", n_heads, 1),
+    ):
         if not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     if d_model % 2:
         raise ValueError(f"--d-model must be even (sin/cos and rotation pairs), got {d_model}")
     if d_model > 1024 or max_len > 4096:
-        raise ValueError(f"--d-model <= 1024 and --max-len <= 4096 keep the picture readable, got {d_model}, "
-                         f"{max_len}")
+        raise ValueError(f"--d-model <= 1024 and --max-len <= 4096 keep the picture readable, got {d_model}, {max_len}")
     if train_len >= max_len:
-        raise ValueError(f"--train-len must be smaller than --max-len={max_len} to show what happens past it, "
-                         f"got {train_len}")
+        raise ValueError(
+            f"--train-len must be smaller than --max-len={max_len} to show what happens past it, got {train_len}"
+        )
 
 
-def positional_data(kind: str, *, d_model: int = 64, max_len: int = 128, train_len: int = 64, n_heads: int = 8,
-                    seed: int = 0) -> PEData:
+def positional_data(
+    kind: str, *, d_model: int = 64, max_len: int = 128, train_len: int = 64, n_heads: int = 8, seed: int = 0
+) -> PEData:
     """Four computed views of one positional scheme: table, waves, similarity vs offset, past ``train_len``."""
     check_pe_args(kind, d_model, max_len, train_len, n_heads)
     pos = torch.arange(max_len)
@@ -114,8 +129,9 @@ def positional_data(kind: str, *, d_model: int = 64, max_len: int = 128, train_l
     offsets = torch.arange(-half + 1, half)  # keys relative to the query
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return _PE_BUILDERS[kind](pos=pos, offsets=offsets, d=d_model, max_len=max_len, train_len=train_len,
-                                  n_heads=n_heads)
+        return _PE_BUILDERS[kind](
+            pos=pos, offsets=offsets, d=d_model, max_len=max_len, train_len=train_len, n_heads=n_heads
+        )
 
 
 def _pe_sinusoidal(*, pos, offsets, d, max_len, train_len, n_heads):
@@ -124,19 +140,40 @@ def _pe_sinusoidal(*, pos, offsets, d, max_len, train_len, n_heads):
     p0 = max_len // 2
     sim = table[p0 + offsets] @ table[p0] / (d / 2)  # (K,)
     return PEData(
-        "sinusoidal", ("Sinusoidal positional encoding (Vaswani et al. 2017)", "正弦位置编码"),
-        Panel(("PE(p, i): sin on even i, cos on odd i", "位置编码表"), "dimension i", "position p",
-              image=_rows(table, 4), hline=train_len - 0.5),
-        Panel(("low dims: dense saw-tooth; high dims: slow sine", "低维锯齿波、高维平缓正弦波"), "position p",
-              "PE(p, i)", x=pos.tolist(),
-              series=[(f"dim {i} (period {2 * math.pi * 10000 ** (i / d):.0f})", _line(table[:, i])) for i in dims],
-              vline=train_len),
-        Panel(("dot product vs relative offset", "点积相似度与相对偏移"), "offset k",
-              "PE(p)·PE(p+k) / (D/2)", x=offsets.tolist(), series=[(f"p = {p0}", _line(sim))],
-              note="depends on k only: PE(p+k) = M(k) PE(p)"),
-        Panel(("past the training length", "超出训练长度"), "position p", "max cos to a trained position",
-              x=pos.tolist(), series=[("sinusoidal", _line(_max_cos_to_seen(table, train_len)))], vline=train_len,
-              note="defined at every position, but new combinations appear past the training length"),
+        "sinusoidal",
+        ("Sinusoidal positional encoding (Vaswani et al. 2017)", "正弦位置编码"),
+        Panel(
+            ("PE(p, i): sin on even i, cos on odd i", "位置编码表"),
+            "dimension i",
+            "position p",
+            image=_rows(table, 4),
+            hline=train_len - 0.5,
+        ),
+        Panel(
+            ("low dims: dense saw-tooth; high dims: slow sine", "低维锯齿波、高维平缓正弦波"),
+            "position p",
+            "PE(p, i)",
+            x=pos.tolist(),
+            series=[(f"dim {i} (period {2 * math.pi * 10000 ** (i / d):.0f})", _line(table[:, i])) for i in dims],
+            vline=train_len,
+        ),
+        Panel(
+            ("dot product vs relative offset", "点积相似度与相对偏移"),
+            "offset k",
+            "PE(p)·PE(p+k) / (D/2)",
+            x=offsets.tolist(),
+            series=[(f"p = {p0}", _line(sim))],
+            note="depends on k only: PE(p+k) = M(k) PE(p)",
+        ),
+        Panel(
+            ("past the training length", "超出训练长度"),
+            "position p",
+            "max cos to a trained position",
+            x=pos.tolist(),
+            series=[("sinusoidal", _line(_max_cos_to_seen(table, train_len)))],
+            vline=train_len,
+            note="defined at every position, but new combinations appear past the training length",
+        ),
         note=f"D={d}, base 10000; computed by anatomy.components.positional.sinusoidal_table",
     )
 
@@ -155,17 +192,41 @@ def _pe_learned(*, pos, offsets, d, max_len, train_len, n_heads):
     sim = table[p0 + ks] @ table[p0]
     norms = table.norm(dim=-1)
     return PEData(
-        "learned", ("Learned absolute positions (BERT, GPT-2)", "可学习位置编码"),
-        Panel(("the table: one vector per position (random init)", "位置表（随机初始化）"), "dimension i",
-              "position p", image=_rows(table, 4), hline=train_len - 0.5,
-              note=f"rows past max_seq_len={train_len} do not exist"),
-        Panel(("a few dimensions (untrained: noise)", "几个维度（未训练：噪声）"), "position p", "PE(p, i)",
-              x=pos.tolist(), series=[(f"dim {i}", _line(table[:, i])) for i in range(3)], vline=train_len),
-        Panel(("dot product vs relative offset", "点积相似度与相对偏移"), "offset k", "PE(p)·PE(p+k)",
-              x=ks.tolist(), series=[(f"p = {p0}", _line(sim))],
-              note="untrained: only k = 0 stands out; training gives the table its structure"),
-        Panel(("past the training length: no parameters", "超出训练长度：没有参数"), "position p", "‖PE(p)‖",
-              x=pos.tolist(), series=[("‖PE(p)‖", _line(norms))], vline=train_len, note=error),
+        "learned",
+        ("Learned absolute positions (BERT, GPT-2)", "可学习位置编码"),
+        Panel(
+            ("the table: one vector per position (random init)", "位置表（随机初始化）"),
+            "dimension i",
+            "position p",
+            image=_rows(table, 4),
+            hline=train_len - 0.5,
+            note=f"rows past max_seq_len={train_len} do not exist",
+        ),
+        Panel(
+            ("a few dimensions (untrained: noise)", "几个维度（未训练：噪声）"),
+            "position p",
+            "PE(p, i)",
+            x=pos.tolist(),
+            series=[(f"dim {i}", _line(table[:, i])) for i in range(3)],
+            vline=train_len,
+        ),
+        Panel(
+            ("dot product vs relative offset", "点积相似度与相对偏移"),
+            "offset k",
+            "PE(p)·PE(p+k)",
+            x=ks.tolist(),
+            series=[(f"p = {p0}", _line(sim))],
+            note="untrained: only k = 0 stands out; training gives the table its structure",
+        ),
+        Panel(
+            ("past the training length: no parameters", "超出训练长度：没有参数"),
+            "position p",
+            "‖PE(p)‖",
+            x=pos.tolist(),
+            series=[("‖PE(p)‖", _line(norms))],
+            vline=train_len,
+            note=error,
+        ),
         note=f"D={d}, max_seq_len={train_len}; init N(0, 0.02) as LearnedPositional does; untrained",
     )
 
@@ -180,18 +241,40 @@ def _pe_rope(*, pos, offsets, d, max_len, train_len, n_heads):
     features = torch.cat([angles.cos(), angles.sin()], dim=-1)
     slow = angles[train_len - 1, -1].item()
     return PEData(
-        "rope", ("Rotary position embedding, RoPE (Su et al. 2021)", "旋转位置编码 RoPE"),
-        Panel(("cos(p·θ_i): the rotation of each pair", "每对维度的旋转角 cos(p·θ_i)"), "pair i", "position p",
-              image=_rows(angles.cos(), 4), hline=train_len - 0.5),
-        Panel(("fast and slow pairs", "高频对与低频对"), "position p", "cos(p·θ_i)", x=pos.tolist(),
-              series=[(f"pair {i}", _line(angles[:, i].cos())) for i in pairs], vline=train_len),
-        Panel(("q·k depends on the offset only", "q·k 只取决于相对偏移"), "offset k",
-              "R(p)q · R(p+k)k / Dh", x=offsets.tolist(), series=[("q = k = 1", _line(score))],
-              note="long-term decay of RoFormer §3.4.3"),
-        Panel(("past the training length", "超出训练长度"), "position p", "max cos to a trained position",
-              x=pos.tolist(), series=[("rotation features", _line(_max_cos_to_seen(features, train_len)))],
-              vline=train_len,
-              note=f"the slowest pair turns only {slow:.2f} rad within the training length: angles past it are new"),
+        "rope",
+        ("Rotary position embedding, RoPE (Su et al. 2021)", "旋转位置编码 RoPE"),
+        Panel(
+            ("cos(p·θ_i): the rotation of each pair", "每对维度的旋转角 cos(p·θ_i)"),
+            "pair i",
+            "position p",
+            image=_rows(angles.cos(), 4),
+            hline=train_len - 0.5,
+        ),
+        Panel(
+            ("fast and slow pairs", "高频对与低频对"),
+            "position p",
+            "cos(p·θ_i)",
+            x=pos.tolist(),
+            series=[(f"pair {i}", _line(angles[:, i].cos())) for i in pairs],
+            vline=train_len,
+        ),
+        Panel(
+            ("q·k depends on the offset only", "q·k 只取决于相对偏移"),
+            "offset k",
+            "R(p)q · R(p+k)k / Dh",
+            x=offsets.tolist(),
+            series=[("q = k = 1", _line(score))],
+            note="long-term decay of RoFormer §3.4.3",
+        ),
+        Panel(
+            ("past the training length", "超出训练长度"),
+            "position p",
+            "max cos to a trained position",
+            x=pos.tolist(),
+            series=[("rotation features", _line(_max_cos_to_seen(features, train_len)))],
+            vline=train_len,
+            note=f"the slowest pair turns only {slow:.2f} rad within the training length: angles past it are new",
+        ),
         note=f"Dh={d}, base 10000, layout 'half'; computed by rope_angles and apply_rope",
     )
 
@@ -211,16 +294,39 @@ def _pe_alibi(*, pos, offsets, d, max_len, train_len, n_heads):
             row.append(float(w[: max(0, p - train_len + 1)].sum()))
         far.append((f"head {h} (m = {slopes[h]:.3g})", row))
     return PEData(
-        "alibi", ("ALiBi: linear biases (Press et al. 2022)", "ALiBi 线性偏置"),
-        Panel((f"bias −m·|i−j| of head 0 (m = {slopes[0]:.3g})", "头 0 的偏置"), "key j", "query i",
-              image=_rows(bias[0], 3), hline=train_len - 0.5),
-        Panel(("bias seen by the last query, per head", "最后一个查询看到的偏置"), "key j", "bias",
-              x=pos.tolist(), series=[(f"head {h}", _line(bias[h, -1])) for h in heads], vline=train_len),
-        Panel(("softmax weight vs offset (equal content scores)", "内容分数相同时的权重与偏移"), "offset k",
-              "weight", x=list(range(-q, 1)), series=[(f"head {h}", _line(weights[h])) for h in heads]),
-        Panel(("past the training length: weight on unseen distances", "超出训练长度：落在未见距离上的权重"),
-              "query position p", f"weight on keys further than {train_len}", x=pos.tolist(), series=far,
-              vline=train_len, note="no table to run out of: steep heads never reach that far, flat heads do"),
+        "alibi",
+        ("ALiBi: linear biases (Press et al. 2022)", "ALiBi 线性偏置"),
+        Panel(
+            (f"bias −m·|i−j| of head 0 (m = {slopes[0]:.3g})", "头 0 的偏置"),
+            "key j",
+            "query i",
+            image=_rows(bias[0], 3),
+            hline=train_len - 0.5,
+        ),
+        Panel(
+            ("bias seen by the last query, per head", "最后一个查询看到的偏置"),
+            "key j",
+            "bias",
+            x=pos.tolist(),
+            series=[(f"head {h}", _line(bias[h, -1])) for h in heads],
+            vline=train_len,
+        ),
+        Panel(
+            ("softmax weight vs offset (equal content scores)", "内容分数相同时的权重与偏移"),
+            "offset k",
+            "weight",
+            x=list(range(-q, 1)),
+            series=[(f"head {h}", _line(weights[h])) for h in heads],
+        ),
+        Panel(
+            ("past the training length: weight on unseen distances", "超出训练长度：落在未见距离上的权重"),
+            "query position p",
+            f"weight on keys further than {train_len}",
+            x=pos.tolist(),
+            series=far,
+            vline=train_len,
+            note="no table to run out of: steep heads never reach that far, flat heads do",
+        ),
         note=f"H={n_heads}, slopes 2^(-8h/H); computed by ALiBiPositional.score_bias",
     )
 
@@ -235,23 +341,49 @@ def _pe_t5(*, pos, offsets, d, max_len, train_len, n_heads):
     bias = module.relative_attention_bias.weight.detach().double()[by_offset]  # (K, H)
     past = t5_bucket(-pos, bidirectional=False, num_buckets=buckets, max_distance=max_distance)
     return PEData(
-        "t5", ("T5 bucketed relative bias (Raffel et al. 2020)", "T5 分桶相对位置偏置"),
-        Panel(("bucket id of (query i, key j)", "查询 i 与键 j 的桶编号"), "key j", "query i",
-              image=[[float(v) for v in row] for row in table]),
-        Panel(("bucket vs offset: exact near 0, log-spaced further", "桶与偏移：近处精确、远处对数"), "offset k",
-              "bucket", x=ks.tolist(), series=[("bidirectional", [float(v) for v in by_offset])]),
-        Panel(("learned bias vs offset (random init)", "偏置与偏移（随机初始化）"), "offset k", "bias",
-              x=ks.tolist(), series=[(f"head {h}", _line(bias[:, h])) for h in range(min(3, n_heads))],
-              note="one scalar per (bucket, head); untrained"),
-        Panel(("past max_distance: one shared bucket", "超过最大距离：共用一个桶"), "distance into the past",
-              "bucket (decoder)", x=pos.tolist(), series=[("unidirectional", [float(v) for v in past])],
-              vline=max_distance, note=f"every distance >= max_distance={max_distance} lands in bucket {buckets - 1}"),
+        "t5",
+        ("T5 bucketed relative bias (Raffel et al. 2020)", "T5 分桶相对位置偏置"),
+        Panel(
+            ("bucket id of (query i, key j)", "查询 i 与键 j 的桶编号"),
+            "key j",
+            "query i",
+            image=[[float(v) for v in row] for row in table],
+        ),
+        Panel(
+            ("bucket vs offset: exact near 0, log-spaced further", "桶与偏移：近处精确、远处对数"),
+            "offset k",
+            "bucket",
+            x=ks.tolist(),
+            series=[("bidirectional", [float(v) for v in by_offset])],
+        ),
+        Panel(
+            ("learned bias vs offset (random init)", "偏置与偏移（随机初始化）"),
+            "offset k",
+            "bias",
+            x=ks.tolist(),
+            series=[(f"head {h}", _line(bias[:, h])) for h in range(min(3, n_heads))],
+            note="one scalar per (bucket, head); untrained",
+        ),
+        Panel(
+            ("past max_distance: one shared bucket", "超过最大距离：共用一个桶"),
+            "distance into the past",
+            "bucket (decoder)",
+            x=pos.tolist(),
+            series=[("unidirectional", [float(v) for v in past])],
+            vline=max_distance,
+            note=f"every distance >= max_distance={max_distance} lands in bucket {buckets - 1}",
+        ),
         note=f"H={n_heads}, {buckets} buckets, max_distance={max_distance} (= --train-len); computed by t5_bucket",
     )
 
 
-_PE_BUILDERS = {"sinusoidal": _pe_sinusoidal, "learned": _pe_learned, "rope": _pe_rope, "alibi": _pe_alibi,
-                "t5": _pe_t5}
+_PE_BUILDERS = {
+    "sinusoidal": _pe_sinusoidal,
+    "learned": _pe_learned,
+    "rope": _pe_rope,
+    "alibi": _pe_alibi,
+    "t5": _pe_t5,
+}
 
 
 def positional_figure(data: PEData):
@@ -270,13 +402,27 @@ def positional_figure(data: PEData):
                 img = torch.tensor(panel.image, dtype=torch.float64)
                 lim = float(img[img.isfinite()].abs().max()) if img.isfinite().any() else 1.0
                 vmin = -lim if float(img[img.isfinite()].min()) < 0 else 0.0
-                im = ax.imshow(img.numpy(), aspect="auto", cmap=cmap if vmin < 0 else "viridis", vmin=vmin,
-                               vmax=lim, interpolation="nearest")
+                im = ax.imshow(
+                    img.numpy(),
+                    aspect="auto",
+                    cmap=cmap if vmin < 0 else "viridis",
+                    vmin=vmin,
+                    vmax=lim,
+                    interpolation="nearest",
+                )
                 fig.colorbar(im, ax=ax, shrink=0.85)
                 if panel.hline is not None:
                     ax.axhline(panel.hline, color="k", lw=1, ls="--")
-                    ax.text(0.01, panel.hline, "training length", va="bottom", fontsize=7, color="k",
-                            transform=ax.get_yaxis_transform(), bbox={"facecolor": "white", "alpha": 0.8, "lw": 0})
+                    ax.text(
+                        0.01,
+                        panel.hline,
+                        "training length",
+                        va="bottom",
+                        fontsize=7,
+                        color="k",
+                        transform=ax.get_yaxis_transform(),
+                        bbox={"facecolor": "white", "alpha": 0.8, "lw": 0},
+                    )
             else:
                 for label, ys in panel.series:
                     ax.plot(panel.x, ys, lw=1.3, label=label)

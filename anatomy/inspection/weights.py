@@ -73,8 +73,9 @@ def _select(items: Sequence[int] | None, count: int, what: str, owner: str) -> l
 
 
 @contextmanager
-def attention_weights(model: nn.Module, *, layers: int | Iterable[int] | None = None,
-                      heads: int | Iterable[int] | None = None) -> Iterator[dict[int, LayerWeights]]:
+def attention_weights(
+    model: nn.Module, *, layers: int | Iterable[int] | None = None, heads: int | Iterable[int] | None = None
+) -> Iterator[dict[int, LayerWeights]]:
     """Yield a dict ``layer index → LayerWeights`` that each forward inside the block fills.
 
     The model runs its own kernel (SDPA under ``kernel="auto"``); the weights are computed beside it from what
@@ -84,8 +85,12 @@ def attention_weights(model: nn.Module, *, layers: int | Iterable[int] | None = 
     modules = attention_modules(model)
     if not modules:
         raise ValueError(f"model {type(model).__name__} has no MultiHeadAttention layer")
-    chosen = _select(None if layers is None else ([layers] if isinstance(layers, int) else list(layers)),
-                     len(modules), "layers", f"{type(model).__name__}'s list of attention layers")
+    chosen = _select(
+        None if layers is None else ([layers] if isinstance(layers, int) else list(layers)),
+        len(modules),
+        "layers",
+        f"{type(model).__name__}'s list of attention layers",
+    )
     heads_list = None if heads is None else ([heads] if isinstance(heads, int) else list(heads))
     per_layer = {}
     for i in chosen:
@@ -103,8 +108,13 @@ def attention_weights(model: nn.Module, *, layers: int | Iterable[int] | None = 
     def done(index: int, name: str) -> Callable[..., None]:
         def hook(_module: nn.Module, _args: Any, kwargs: dict[str, Any], _out: Any) -> None:
             if index in pending:  # keys from the encoder memory: the call had a context (as forward decides)
-                maps[index] = LayerWeights(index=index, name=name, heads=tuple(per_layer[index]),
-                                           weights=pending.pop(index), cross=kwargs.get("context") is not None)
+                maps[index] = LayerWeights(
+                    index=index,
+                    name=name,
+                    heads=tuple(per_layer[index]),
+                    weights=pending.pop(index),
+                    cross=kwargs.get("context") is not None,
+                )
 
         return hook
 

@@ -36,49 +36,96 @@ def probes(config, arch: str) -> list[Probe]:
     if arch == "GPTNeoXForCausalLM":
         rows = [Probe("embeddings", "gpt_neox.embed_in", "embeddings")]
         for i in range(n):
-            rows += [Probe(f"block {i} attention", f"gpt_neox.layers.{i}.attention", f"stack.blocks.{i}.hook_attn_out"),
-                     Probe(f"block {i} ffn", f"gpt_neox.layers.{i}.mlp", f"stack.blocks.{i}.hook_ffn_out")]
-        return rows + [Probe("final norm", "gpt_neox.final_layer_norm", "stack.final_norm"),
-                       Probe("logits", None, None)]
-    if arch in ("GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM",  # Llama's names
-                "Qwen2ForCausalLM", "Phi3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM"):
+            rows += [
+                Probe(f"block {i} attention", f"gpt_neox.layers.{i}.attention", f"stack.blocks.{i}.hook_attn_out"),
+                Probe(f"block {i} ffn", f"gpt_neox.layers.{i}.mlp", f"stack.blocks.{i}.hook_ffn_out"),
+            ]
+        return rows + [
+            Probe("final norm", "gpt_neox.final_layer_norm", "stack.final_norm"),
+            Probe("logits", None, None),
+        ]
+    if arch in (
+        "GPT2LMHeadModel",
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen3ForCausalLM",  # Llama's names
+        "Qwen2ForCausalLM",
+        "Phi3ForCausalLM",
+        "GemmaForCausalLM",
+        "Gemma2ForCausalLM",
+    ):
         gpt = arch == "GPT2LMHeadModel"
         h = "transformer.h" if gpt else "model.layers"
         rows = [Probe("embeddings", "transformer.drop" if gpt else "model.embed_tokens", "embeddings")]
         for i in range(n):
-            rows += [Probe(f"block {i} attention", f"{h}.{i}.{'attn' if gpt else 'self_attn'}",
-                           f"stack.blocks.{i}.hook_attn_out"),
-                     Probe(f"block {i} ffn", f"{h}.{i}.mlp", f"stack.blocks.{i}.hook_ffn_out")]
-        return rows + [Probe("final norm", "transformer.ln_f" if gpt else "model.norm", "stack.final_norm"),
-                       Probe("logits", None, None)]
+            rows += [
+                Probe(
+                    f"block {i} attention",
+                    f"{h}.{i}.{'attn' if gpt else 'self_attn'}",
+                    f"stack.blocks.{i}.hook_attn_out",
+                ),
+                Probe(f"block {i} ffn", f"{h}.{i}.mlp", f"stack.blocks.{i}.hook_ffn_out"),
+            ]
+        return rows + [
+            Probe("final norm", "transformer.ln_f" if gpt else "model.norm", "stack.final_norm"),
+            Probe("logits", None, None),
+        ]
     if arch in ("BertModel", "BertForSequenceClassification"):
         b, e = ("bert.", "encoder.") if arch == "BertForSequenceClassification" else ("", "")
         rows = [Probe("embeddings (after LayerNorm)", f"{b}embeddings", f"{e}embeddings")]
         for i in range(n):
-            rows += [Probe(f"block {i} attention", f"{b}encoder.layer.{i}.attention.output.dense",
-                           f"{e}stack.blocks.{i}.hook_attn_out"),
-                     Probe(f"block {i} ffn", f"{b}encoder.layer.{i}.output.dense", f"{e}stack.blocks.{i}.hook_ffn_out")]
+            rows += [
+                Probe(
+                    f"block {i} attention",
+                    f"{b}encoder.layer.{i}.attention.output.dense",
+                    f"{e}stack.blocks.{i}.hook_attn_out",
+                ),
+                Probe(f"block {i} ffn", f"{b}encoder.layer.{i}.output.dense", f"{e}stack.blocks.{i}.hook_ffn_out"),
+            ]
         rows.append(Probe("last_hidden_state (last Post-LN)", f"{b}encoder", f"{e}stack.hook_out"))
         return rows + ([Probe("logits", None, None)] if b else [])
     if arch == "T5ForConditionalGeneration":
         # a T5 stack's first dropout call is on its input embeddings (identity in eval)
         rows = [Probe("encoder embeddings", "encoder.dropout", "encoder.embeddings")]
         for i in range(n):
-            rows += [Probe(f"encoder block {i} attention", f"encoder.block.{i}.layer.0.SelfAttention",
-                           f"encoder.stack.blocks.{i}.hook_attn_out"),
-                     Probe(f"encoder block {i} ffn", f"encoder.block.{i}.layer.1.DenseReluDense",
-                           f"encoder.stack.blocks.{i}.hook_ffn_out")]
-        rows += [Probe("encoder final norm", "encoder.final_layer_norm", "encoder.stack.final_norm"),
-                 Probe("decoder embeddings", "decoder.dropout", "decoder.embeddings")]
+            rows += [
+                Probe(
+                    f"encoder block {i} attention",
+                    f"encoder.block.{i}.layer.0.SelfAttention",
+                    f"encoder.stack.blocks.{i}.hook_attn_out",
+                ),
+                Probe(
+                    f"encoder block {i} ffn",
+                    f"encoder.block.{i}.layer.1.DenseReluDense",
+                    f"encoder.stack.blocks.{i}.hook_ffn_out",
+                ),
+            ]
+        rows += [
+            Probe("encoder final norm", "encoder.final_layer_norm", "encoder.stack.final_norm"),
+            Probe("decoder embeddings", "decoder.dropout", "decoder.embeddings"),
+        ]
         for i in range(config.decoder_layers):
-            rows += [Probe(f"decoder block {i} self-attention", f"decoder.block.{i}.layer.0.SelfAttention",
-                           f"decoder.stack.blocks.{i}.hook_attn_out"),
-                     Probe(f"decoder block {i} cross-attention", f"decoder.block.{i}.layer.1.EncDecAttention",
-                           f"decoder.stack.blocks.{i}.hook_cross_out"),
-                     Probe(f"decoder block {i} ffn", f"decoder.block.{i}.layer.2.DenseReluDense",
-                           f"decoder.stack.blocks.{i}.hook_ffn_out")]
-        return rows + [Probe("decoder final norm", "decoder.final_layer_norm", "decoder.stack.final_norm"),
-                       Probe("logits", None, None)]
+            rows += [
+                Probe(
+                    f"decoder block {i} self-attention",
+                    f"decoder.block.{i}.layer.0.SelfAttention",
+                    f"decoder.stack.blocks.{i}.hook_attn_out",
+                ),
+                Probe(
+                    f"decoder block {i} cross-attention",
+                    f"decoder.block.{i}.layer.1.EncDecAttention",
+                    f"decoder.stack.blocks.{i}.hook_cross_out",
+                ),
+                Probe(
+                    f"decoder block {i} ffn",
+                    f"decoder.block.{i}.layer.2.DenseReluDense",
+                    f"decoder.stack.blocks.{i}.hook_ffn_out",
+                ),
+            ]
+        return rows + [
+            Probe("decoder final norm", "decoder.final_layer_norm", "decoder.stack.final_norm"),
+            Probe("logits", None, None),
+        ]
     raise ValueError(f"no error-budget probes for architecture {arch!r}")
 
 
@@ -92,6 +139,7 @@ def _run(model: nn.Module, paths: list[tuple[str, int]], call) -> tuple[dict[tup
     seen: dict[str, list[torch.Tensor]] = {}
     handles = []
     for path in {p for p, _ in paths}:
+
         def hook(_m, _args, out, path=path):
             seen.setdefault(path, []).append(_first_tensor(out).detach().float())
 
@@ -118,9 +166,16 @@ def _output(out) -> torch.Tensor:
     return (out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state).detach().float()
 
 
-def error_budget(ours: nn.Module, hf_model: nn.Module, *, arch: str | None = None,
-                 dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16), batch: int = 2, seq: int = 16,
-                 seed: int = 0) -> list[Row]:
+def error_budget(
+    ours: nn.Module,
+    hf_model: nn.Module,
+    *,
+    arch: str | None = None,
+    dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16),
+    batch: int = 2,
+    seq: int = 16,
+    seed: int = 0,
+) -> list[Row]:
     """One ``Row`` per probe, with ``(max, mean) |diff|`` per dtype. The models are copied, never changed."""
     arch = arch or type(hf_model).__name__
     table = probes(ours.config, arch)
@@ -137,8 +192,9 @@ def error_budget(ours: nn.Module, hf_model: nn.Module, *, arch: str | None = Non
             a = _output(a_out) if p.ours is None else a_seen[(p.ours, 0)]
             b = _output(b_out) if p.hf is None else b_seen[(p.hf, p.call)]
             if a.shape != b.shape:
-                raise ValueError(f"error budget row {p.name!r}: shapes differ, ours {tuple(a.shape)} vs "
-                                 f"HF {tuple(b.shape)}")
+                raise ValueError(
+                    f"error budget row {p.name!r}: shapes differ, ours {tuple(a.shape)} vs HF {tuple(b.shape)}"
+                )
             diff = (a - b).abs()
             row.diffs[str(dtype).removeprefix("torch.")] = (diff.max().item(), diff.mean().item())
     return rows
@@ -150,6 +206,5 @@ def render(rows: list[Row]) -> str:
     head = f"{'layer':<{width}}" + "".join(f"  {d + ' max':>14}{d + ' mean':>15}" for d in dtypes)
     lines = [head, "-" * len(head)]
     for r in rows:
-        lines.append(f"{r.name:<{width}}" + "".join(f"  {r.diffs[d][0]:>14.3e}{r.diffs[d][1]:>15.3e}"
-                                                     for d in dtypes))
+        lines.append(f"{r.name:<{width}}" + "".join(f"  {r.diffs[d][0]:>14.3e}{r.diffs[d][1]:>15.3e}" for d in dtypes))
     return "\n".join(lines)

@@ -51,9 +51,20 @@ from anatomy.interop.hf_common import SPLITS, label_names, special_tokens
 from anatomy.interop.hf_families import ARCH_FAMILY, FAMILIES, Family
 from anatomy.interop.rope_layout import convert_state_dict as convert_rope_state
 
-SUPPORTED = ("GPT2LMHeadModel", "BertModel", "BertForSequenceClassification", "LlamaForCausalLM",
-             "MistralForCausalLM", "Qwen3ForCausalLM", "T5ForConditionalGeneration",
-             "Qwen2ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM")
+SUPPORTED = (
+    "GPT2LMHeadModel",
+    "BertModel",
+    "BertForSequenceClassification",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen3ForCausalLM",
+    "T5ForConditionalGeneration",
+    "Qwen2ForCausalLM",
+    "GemmaForCausalLM",
+    "Gemma2ForCausalLM",
+    "Phi3ForCausalLM",
+    "GPTNeoXForCausalLM",
+)
 
 
 def family_for_arch(arch: str) -> Family:
@@ -65,8 +76,10 @@ def family_for_arch(arch: str) -> Family:
 def arch_of(hf_config: dict) -> str:
     archs = hf_config.get("architectures") or []
     if not archs:
-        raise CheckpointError(f"Hugging Face config names no \"architectures\" (model_type "
-                              f"{hf_config.get('model_type')!r}); supported: {', '.join(SUPPORTED)}")
+        raise CheckpointError(
+            f'Hugging Face config names no "architectures" (model_type '
+            f"{hf_config.get('model_type')!r}); supported: {', '.join(SUPPORTED)}"
+        )
     return archs[0]
 
 
@@ -87,6 +100,7 @@ def config_from_hf(hf_config: Any, arch: str | None = None, *, generation: Any =
 
 
 # ================================================================================================ HF → ours
+
 
 def _normalize(tensors: dict[str, torch.Tensor], fam: Family, arch: str) -> dict[str, torch.Tensor]:
     """Checkpoints saved from the headless class (``GPT2Model``: ``h.0...``) get the head class's prefix; older key
@@ -121,42 +135,56 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
         for alias in present[1:]:
             other = tensors[alias]
             if other.shape != value.shape or not torch.equal(other, value):
-                raise CheckpointError(f"{where}{alias!r} should be tied to {present[0]!r} "
-                                      "(tie_word_embeddings) but holds different values")
+                raise CheckpointError(
+                    f"{where}{alias!r} should be tied to {present[0]!r} "
+                    "(tie_word_embeddings) but holds different values"
+                )
         if entry.op == "drop":
             continue
         if entry.op in SPLITS:  # one HF tensor ↔ our parts, rows stacked in order
             parts = [tuple(expected[k].shape) for k in entry.ours]
             want_hf = (sum(shape[0] for shape in parts), *parts[0][1:])
             if tuple(value.shape) != want_hf:
-                raise CheckpointError(f"{where}weight {present[0]!r} has shape {tuple(value.shape)}, but the config "
-                                      f"implies {want_hf}")
+                raise CheckpointError(
+                    f"{where}weight {present[0]!r} has shape {tuple(value.shape)}, but the config implies {want_hf}"
+                )
             out.update(zip(entry.ours, SPLITS[entry.op].to_ours(value, config, len(entry.ours)), strict=True))
             continue
         want = tuple(expected[entry.ours[0]].shape)
         want_hf = want[::-1] if entry.op == "conv1d" and len(want) == 2 else want
         if tuple(value.shape) != want_hf:
-            raise CheckpointError(f"{where}weight {present[0]!r} has shape {tuple(value.shape)}, but the config "
-                                  f"implies {want_hf}")
+            raise CheckpointError(
+                f"{where}weight {present[0]!r} has shape {tuple(value.shape)}, but the config implies {want_hf}"
+            )
         value = value.t() if entry.op == "conv1d" and value.dim() == 2 else value
         out.update(dict.fromkeys(entry.ours, value))
     buffers = [re.compile(p) for p in fam.buffers]
     unexpected = sorted(k for k in set(tensors) - used if not any(p.search(k) for p in buffers))
     if missing or unexpected:
-        raise CheckpointError(f"{where}checkpoint keys do not match the {arch} key table: missing "
-                              f"{missing[:6]}{' ...' if len(missing) > 6 else ''}, unexpected "
-                              f"{unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}")
+        raise CheckpointError(
+            f"{where}checkpoint keys do not match the {arch} key table: missing "
+            f"{missing[:6]}{' ...' if len(missing) > 6 else ''}, unexpected "
+            f"{unexpected[:6]}{' ...' if len(unexpected) > 6 else ''}"
+        )
     if set(out) != set(expected):  # the table and the builder disagree: a bug here, not in the checkpoint
-        raise RuntimeError(f"{arch} key table does not cover our model: unfilled {sorted(set(expected) - set(out))}"
-                           f", unknown {sorted(set(out) - set(expected))}")
+        raise RuntimeError(
+            f"{arch} key table does not cover our model: unfilled {sorted(set(expected) - set(out))}"
+            f", unknown {sorted(set(out) - set(expected))}"
+        )
     floats = {t.dtype for t in out.values() if t.is_floating_point()}
     if len(floats) == 1:
         model.to(floats.pop())
     model.load_state_dict(out)
 
 
-def model_from_checkpoint(hf_config: dict, tensors: dict[str, torch.Tensor], *, source: str = "",
-                          rope_layout: str = "half", generation: dict | None = None) -> nn.Module:
+def model_from_checkpoint(
+    hf_config: dict,
+    tensors: dict[str, torch.Tensor],
+    *,
+    source: str = "",
+    rope_layout: str = "half",
+    generation: dict | None = None,
+) -> nn.Module:
     """Our model from an HF ``config.json`` dict, its tensors and its ``generation_config.json`` dict when there is
     one (no ``transformers`` needed)."""
     from anatomy.models import build_model
@@ -185,19 +213,28 @@ def from_hf(model: Any, *, rope_layout: str = "half") -> nn.Module:
     config = model.config.to_dict()
     config["architectures"] = [arch]
     generation = getattr(model, "generation_config", None)  # what HF's generate uses: its special tokens win
-    ours = model_from_checkpoint(config, model.state_dict(), source=arch, rope_layout=rope_layout,
-                                 generation=None if generation is None else generation.to_dict())
+    ours = model_from_checkpoint(
+        config,
+        model.state_dict(),
+        source=arch,
+        rope_layout=rope_layout,
+        generation=None if generation is None else generation.to_dict(),
+    )
     return ours.to(next(model.parameters()).device).train(model.training)
 
 
 # ================================================================================================ ours → HF
 
+
 def family_of(config: ModelConfig) -> tuple[Family, str]:
     """The HF family and architecture that can hold ``config``, or a ValueError naming what does not fit."""
     best: tuple[int, str, list[str]] | None = None
     for fam in FAMILIES.values():
-        wrong = [f"{name}={getattr(config, name)!r} (needs {' or '.join(map(repr, allowed))})"
-                 for name, allowed in fam.requires.items() if getattr(config, name) not in allowed]
+        wrong = [
+            f"{name}={getattr(config, name)!r} (needs {' or '.join(map(repr, allowed))})"
+            for name, allowed in fam.requires.items()
+            if getattr(config, name) not in allowed
+        ]
         if fam.name in ("gpt2", "bert", "t5", "gpt_neox") and config.kv_heads != config.n_heads:
             wrong.append(f"n_kv_heads={config.n_kv_heads} (needs n_kv_heads == n_heads)")
         if fam.name != "qwen2" and config.qkv_bias not in (None, config.bias):
@@ -209,20 +246,24 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
         if fam.name == "t5" and not any(math.isclose(config.output_scale, s) for s in (1.0, config.d_model**-0.5)):
             wrong.append(f"output_scale={config.output_scale} (T5 uses 1.0 or d_model**-0.5)")
         if fam.name in ("gpt2", "bert", "phi3", "gpt_neox") and config.dh * config.n_heads != config.d_model:
-            wrong.append(f"head_dim={config.head_dim} ({fam.name}'s heads split d_model: needs n_heads * head_dim "
-                         "== d_model)")
+            wrong.append(
+                f"head_dim={config.head_dim} ({fam.name}'s heads split d_model: needs n_heads * head_dim == d_model)"
+            )
         if fam.name != "t5" and config.output_scale != 1.0:
             wrong.append(f"output_scale={config.output_scale} (needs 1.0)")
         if not wrong:
             arch = {"classifier": "BertForSequenceClassification", "encoder": "BertModel"}.get(
-                config.architecture, fam.archs[0])
+                config.architecture, fam.archs[0]
+            )
             return fam, arch
         if best is None or len(wrong) < best[0]:
             best = (len(wrong), fam.name, wrong)
     assert best is not None  # FAMILIES is not empty
     _, name, wrong = best
-    raise ValueError(f"to_hf: this config fits no supported Hugging Face architecture ({', '.join(SUPPORTED)}); "
-                     f"closest is {name}, which needs: {'; '.join(wrong)}")
+    raise ValueError(
+        f"to_hf: this config fits no supported Hugging Face architecture ({', '.join(SUPPORTED)}); "
+        f"closest is {name}, which needs: {'; '.join(wrong)}"
+    )
 
 
 def hf_state_dict(model: nn.Module) -> tuple[str, dict, dict[str, torch.Tensor]]:
@@ -252,8 +293,9 @@ def write_tokens(config: ModelConfig, arch: str) -> dict[str, Any]:
     """The special tokens (and a classifier's labels) as HF config kwargs, every one written, None included, so
     that none falls back to the HF class's default (GPT2Config's 50256, LlamaConfig's 1 and 2)."""
     eos = config.eos_token_id
-    out: dict[str, Any] = dict(bos_token_id=config.bos_token_id,
-                               eos_token_id=list(eos) if isinstance(eos, tuple) else eos)
+    out: dict[str, Any] = dict(
+        bos_token_id=config.bos_token_id, eos_token_id=list(eos) if isinstance(eos, tuple) else eos
+    )
     if config.architecture != "seq2seq":  # T5's writer sets pad (= our decoder start) itself
         out["pad_token_id"] = config.pad_token_id
     if config.architecture == "classifier":
@@ -281,10 +323,13 @@ def to_hf(model: nn.Module) -> nn.Module:
     buffers = [re.compile(p) for p in fam.buffers]
     missing = [k for k in result.missing_keys if not any(p.search(k) for p in buffers)]
     if missing or result.unexpected_keys:
-        raise RuntimeError(f"to_hf: {arch} state dict mismatch: missing {missing[:6]}, "
-                           f"unexpected {result.unexpected_keys[:6]}")
+        raise RuntimeError(
+            f"to_hf: {arch} state dict mismatch: missing {missing[:6]}, unexpected {result.unexpected_keys[:6]}"
+        )
     for name, value in hf_model.state_dict().items():
         if name in state and not torch.equal(value, state[name].to(value.dtype)):
-            raise ValueError(f"to_hf: transformers {transformers.__version__} does not keep {name!r} as written "
-                             f"(it ties it to another weight); this {arch} config cannot be expressed there")
+            raise ValueError(
+                f"to_hf: transformers {transformers.__version__} does not keep {name!r} as written "
+                f"(it ties it to another weight); this {arch} config cannot be expressed there"
+            )
     return hf_model.train(model.training)

@@ -60,14 +60,16 @@ def _token_id(value: Any, key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise CheckpointError(f"Hugging Face config field {key!r} must be a non-negative integer or null, got "
-                              f"{value!r}")
+        raise CheckpointError(
+            f"Hugging Face config field {key!r} must be a non-negative integer or null, got {value!r}"
+        )
     return value
 
 
 def special_tokens(c: dict, generation: dict | None, vocab: int) -> dict[str, Any]:
     """``bos_token_id``, ``eos_token_id`` (an int or a tuple) and ``pad_token_id`` as HF's ``generate`` sees them:
     ``generation_config.json`` (``generation``) where it names a token, else ``config.json`` (``c``)."""
+
     def pick(key: str) -> Any:
         if generation is not None and generation.get(key) is not None:
             return generation[key]
@@ -80,8 +82,11 @@ def special_tokens(c: dict, generation: dict | None, vocab: int) -> dict[str, An
         eos_value = None if not ids else ids[0] if len(ids) == 1 else ids
     else:
         eos_value = _token_id(eos, "eos_token_id")
-    return dict(bos_token_id=_token_id(pick("bos_token_id"), "bos_token_id"), eos_token_id=eos_value,
-                pad_token_id=_pad({"pad_token_id": pick("pad_token_id")}, vocab))
+    return dict(
+        bos_token_id=_token_id(pick("bos_token_id"), "bos_token_id"),
+        eos_token_id=eos_value,
+        pad_token_id=_pad({"pad_token_id": pick("pad_token_id")}, vocab),
+    )
 
 
 def label_names(c: dict, num_labels: int) -> tuple[str, ...] | None:
@@ -91,8 +96,9 @@ def label_names(c: dict, num_labels: int) -> tuple[str, ...] | None:
     try:
         names = {int(k): str(v) for k, v in raw.items()}
     except (TypeError, ValueError, AttributeError):
-        raise CheckpointError(f"Hugging Face config field 'id2label' must map class ids to names, got {raw!r}") \
-            from None
+        raise CheckpointError(
+            f"Hugging Face config field 'id2label' must map class ids to names, got {raw!r}"
+        ) from None
     if sorted(names) != list(range(num_labels)):
         return None
     out = tuple(names[i] for i in range(num_labels))
@@ -103,8 +109,14 @@ def _refuse(arch: str, what: str) -> CheckpointError:
     return CheckpointError(f"{arch}: {what} is not supported by anatomy's converter")
 
 
-_ACT_FROM_HF = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu",
-                "silu": "silu", "swish": "silu"}
+_ACT_FROM_HF = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+    "silu": "silu",
+    "swish": "silu",
+}
 _ACT_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "silu": "silu"}
 
 
@@ -115,6 +127,7 @@ def _activation(arch: str, name: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------ one tensor ↔ several
+
 
 @dataclass(frozen=True)
 class Split:
@@ -149,9 +162,22 @@ SPLITS: dict[str, Split] = {
 # ------------------------------------------------------------------------------------------ RoPE parameters
 
 ROPE_KINDS = ("linear", "dynamic", "llama3", "yarn")
-_ROPE_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor", "factor", "original_max_position_embeddings",
-              "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "mscale",
-              "mscale_all_dim", "truncate"}
+_ROPE_KEYS = {
+    "rope_type",
+    "type",
+    "rope_theta",
+    "partial_rotary_factor",
+    "factor",
+    "original_max_position_embeddings",
+    "low_freq_factor",
+    "high_freq_factor",
+    "beta_fast",
+    "beta_slow",
+    "attention_factor",
+    "mscale",
+    "mscale_all_dim",
+    "truncate",
+}
 
 
 def read_rope(c: dict, arch: str, *, fraction: float = 1.0, partial: bool = False) -> dict:
@@ -185,19 +211,25 @@ def read_rope(c: dict, arch: str, *, fraction: float = 1.0, partial: bool = Fals
     if kind in ("llama3", "yarn"):
         out["rope_original_max_len"] = int(original) if original else None
     if kind == "llama3":
-        out.update(rope_low_freq_factor=float(_get(rope, "low_freq_factor")),
-                   rope_high_freq_factor=float(_get(rope, "high_freq_factor")))
+        out.update(
+            rope_low_freq_factor=float(_get(rope, "low_freq_factor")),
+            rope_high_freq_factor=float(_get(rope, "high_freq_factor")),
+        )
     if kind == "yarn":
         attention = rope.get("attention_factor")
         mscale, mscale_all = rope.get("mscale"), rope.get("mscale_all_dim")
         if attention is None and mscale and mscale_all:  # DeepSeek's ratio of two YaRN mscales
+
             def get_mscale(scale: float, m: float) -> float:
                 return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
             attention = get_mscale(factor, mscale) / get_mscale(factor, mscale_all)
-        out.update(rope_beta_fast=float(rope.get("beta_fast") or 32.0),
-                   rope_beta_slow=float(rope.get("beta_slow") or 1.0),
-                   rope_attention_factor=None if attention is None else float(attention),
-                   rope_truncate=bool(rope.get("truncate", True)))
+        out.update(
+            rope_beta_fast=float(rope.get("beta_fast") or 32.0),
+            rope_beta_slow=float(rope.get("beta_slow") or 1.0),
+            rope_attention_factor=None if attention is None else float(attention),
+            rope_truncate=bool(rope.get("truncate", True)),
+        )
     return out
 
 

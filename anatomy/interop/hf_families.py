@@ -18,6 +18,7 @@ from anatomy.interop.hf_neox import neox_config, neox_table, neox_write
 
 # ================================================================================================ GPT-2
 
+
 def _gpt2_config(c: dict, arch: str) -> ModelConfig:
     if c.get("scale_attn_by_inverse_layer_idx"):
         raise _refuse(arch, "scale_attn_by_inverse_layer_idx=True")
@@ -25,21 +26,34 @@ def _gpt2_config(c: dict, arch: str) -> ModelConfig:
         raise _refuse(arch, "add_cross_attention=True")
     d, vocab = _get(c, "n_embd"), _get(c, "vocab_size")
     return ModelConfig(
-        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=_get(c, "n_head"),
-        n_layers=_get(c, "n_layer"), d_ff=c.get("n_inner") or 4 * d, max_seq_len=c.get("n_positions", 1024),
-        positional="learned", norm="layernorm", norm_position="pre",
+        architecture="decoder_lm",
+        vocab_size=vocab,
+        d_model=d,
+        n_heads=_get(c, "n_head"),
+        n_layers=_get(c, "n_layer"),
+        d_ff=c.get("n_inner") or 4 * d,
+        max_seq_len=c.get("n_positions", 1024),
+        positional="learned",
+        norm="layernorm",
+        norm_position="pre",
         activation=_activation(arch, c.get("activation_function", "gelu_new")),
-        dropout=c.get("resid_pdrop", 0.1), attention_dropout=c.get("attn_pdrop", 0.1), bias=True,
-        tie_embeddings=c.get("tie_word_embeddings", True), fused_qkv=True,
-        norm_eps=c.get("layer_norm_epsilon", 1e-5), attn_scale=None if c.get("scale_attn_weights", True) else 1.0,
+        dropout=c.get("resid_pdrop", 0.1),
+        attention_dropout=c.get("attn_pdrop", 0.1),
+        bias=True,
+        tie_embeddings=c.get("tie_word_embeddings", True),
+        fused_qkv=True,
+        norm_eps=c.get("layer_norm_epsilon", 1e-5),
+        attn_scale=None if c.get("scale_attn_weights", True) else 1.0,
         pad_token_id=_pad(c, vocab),
     )
 
 
 def _gpt2_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
-    rows = [_e(("transformer.wte.weight", *tied), ("embeddings.embed_tokens.weight", *tied)),
-            _e("transformer.wpe.weight", "embeddings.positional.weight")]
+    rows = [
+        _e(("transformer.wte.weight", *tied), ("embeddings.embed_tokens.weight", *tied)),
+        _e("transformer.wpe.weight", "embeddings.positional.weight"),
+    ]
     for i in range(cfg.n_layers):
         h, o = f"transformer.h.{i}", f"stack.blocks.{i}"
         rows += _norm(f"{h}.ln_1", f"{o}.attn_add_norm.norm", True)
@@ -54,15 +68,24 @@ def _gpt2_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _gpt2_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size, n_embd=cfg.d_model, n_head=cfg.n_heads, n_layer=cfg.n_layers,
-        n_inner=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), n_positions=cfg.max_seq_len,
-        activation_function=_ACT_TO_HF[cfg.activation], layer_norm_epsilon=cfg.norm_eps,
-        resid_pdrop=cfg.dropout, embd_pdrop=cfg.dropout, attn_pdrop=cfg.attention_dropout,
-        scale_attn_weights=cfg.attn_scale is None, tie_word_embeddings=cfg.tie_embeddings,
+        vocab_size=cfg.vocab_size,
+        n_embd=cfg.d_model,
+        n_head=cfg.n_heads,
+        n_layer=cfg.n_layers,
+        n_inner=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
+        n_positions=cfg.max_seq_len,
+        activation_function=_ACT_TO_HF[cfg.activation],
+        layer_norm_epsilon=cfg.norm_eps,
+        resid_pdrop=cfg.dropout,
+        embd_pdrop=cfg.dropout,
+        attn_pdrop=cfg.attention_dropout,
+        scale_attn_weights=cfg.attn_scale is None,
+        tie_word_embeddings=cfg.tie_embeddings,
     )
 
 
 # ================================================================================================ BERT
+
 
 def _bert_config(c: dict, arch: str) -> ModelConfig:
     if c.get("position_embedding_type", "absolute") != "absolute":
@@ -73,24 +96,37 @@ def _bert_config(c: dict, arch: str) -> ModelConfig:
     labels = c.get("num_labels") or len(c.get("id2label") or {}) or 2
     return ModelConfig(
         architecture="classifier" if arch == "BertForSequenceClassification" else "encoder",
-        vocab_size=vocab, d_model=_get(c, "hidden_size"), n_heads=_get(c, "num_attention_heads"),
-        n_layers=_get(c, "num_hidden_layers"), d_ff=_get(c, "intermediate_size"),
-        max_seq_len=c.get("max_position_embeddings", 512), positional="learned", norm="layernorm",
-        norm_position="post", activation=_activation(arch, c.get("hidden_act", "gelu")),
-        dropout=c.get("hidden_dropout_prob", 0.1), attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
-        bias=True, embedding_norm=True, type_vocab_size=c.get("type_vocab_size", 2),
-        norm_eps=c.get("layer_norm_eps", 1e-12), pooler=arch == "BertForSequenceClassification",
-        num_labels=labels, pad_token_id=_pad(c, vocab),
+        vocab_size=vocab,
+        d_model=_get(c, "hidden_size"),
+        n_heads=_get(c, "num_attention_heads"),
+        n_layers=_get(c, "num_hidden_layers"),
+        d_ff=_get(c, "intermediate_size"),
+        max_seq_len=c.get("max_position_embeddings", 512),
+        positional="learned",
+        norm="layernorm",
+        norm_position="post",
+        activation=_activation(arch, c.get("hidden_act", "gelu")),
+        dropout=c.get("hidden_dropout_prob", 0.1),
+        attention_dropout=c.get("attention_probs_dropout_prob", 0.1),
+        bias=True,
+        embedding_norm=True,
+        type_vocab_size=c.get("type_vocab_size", 2),
+        norm_eps=c.get("layer_norm_eps", 1e-12),
+        pooler=arch == "BertForSequenceClassification",
+        num_labels=labels,
+        pad_token_id=_pad(c, vocab),
     )
 
 
 def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     cls = arch == "BertForSequenceClassification"
     b, e = ("bert.", "encoder.") if cls else ("", "")
-    rows = [_e(f"{b}embeddings.word_embeddings.weight", f"{e}embeddings.embed_tokens.weight"),
-            _e(f"{b}embeddings.position_embeddings.weight", f"{e}embeddings.positional.weight"),
-            _e(f"{b}embeddings.token_type_embeddings.weight", f"{e}embeddings.token_types.weight"),
-            *_norm(f"{b}embeddings.LayerNorm", f"{e}embeddings.norm", True)]
+    rows = [
+        _e(f"{b}embeddings.word_embeddings.weight", f"{e}embeddings.embed_tokens.weight"),
+        _e(f"{b}embeddings.position_embeddings.weight", f"{e}embeddings.positional.weight"),
+        _e(f"{b}embeddings.token_type_embeddings.weight", f"{e}embeddings.token_types.weight"),
+        *_norm(f"{b}embeddings.LayerNorm", f"{e}embeddings.norm", True),
+    ]
     for i in range(cfg.n_layers):
         h, o = f"{b}encoder.layer.{i}", f"{e}stack.blocks.{i}"
         rows += _linear(f"{h}.attention.self.query", f"{o}.attn.q_proj", True)
@@ -110,11 +146,18 @@ def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _bert_write(cfg: ModelConfig, arch: str) -> dict:
     out = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
-        num_hidden_layers=cfg.n_layers, intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
-        hidden_act=_ACT_TO_HF[cfg.activation], max_position_embeddings=cfg.max_seq_len,
-        type_vocab_size=cfg.type_vocab_size, layer_norm_eps=cfg.norm_eps, hidden_dropout_prob=cfg.dropout,
-        attention_probs_dropout_prob=cfg.attention_dropout, pad_token_id=cfg.pad_token_id,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        num_attention_heads=cfg.n_heads,
+        num_hidden_layers=cfg.n_layers,
+        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
+        hidden_act=_ACT_TO_HF[cfg.activation],
+        max_position_embeddings=cfg.max_seq_len,
+        type_vocab_size=cfg.type_vocab_size,
+        layer_norm_eps=cfg.norm_eps,
+        hidden_dropout_prob=cfg.dropout,
+        attention_probs_dropout_prob=cfg.attention_dropout,
+        pad_token_id=cfg.pad_token_id,
     )
     if arch == "BertForSequenceClassification":
         out["num_labels"] = cfg.num_labels
@@ -141,13 +184,26 @@ def _t5_config(c: dict, arch: str) -> ModelConfig:
     start = c.get("decoder_start_token_id")
     rate = c.get("dropout_rate", 0.1)
     return ModelConfig(
-        architecture="seq2seq", vocab_size=vocab, d_model=d, n_heads=h, n_layers=_get(c, "num_layers"),
+        architecture="seq2seq",
+        vocab_size=vocab,
+        d_model=d,
+        n_heads=h,
+        n_layers=_get(c, "num_layers"),
         head_dim=None if d_kv * h == d else d_kv,  # T5 v1.1 small: 6 heads of 64 on d_model 512
-        n_decoder_layers=c.get("num_decoder_layers") or _get(c, "num_layers"), d_ff=_get(c, "d_ff"),
-        positional="t5", t5_num_buckets=c.get("relative_attention_num_buckets", 32),
-        t5_max_distance=c.get("relative_attention_max_distance", 128), norm="rmsnorm", norm_position="pre",
-        activation=_T5_FFN[ffn], bias=False, attn_scale=1.0, dropout=rate, attention_dropout=rate,
-        tie_embeddings=tied, norm_eps=c.get("layer_norm_epsilon", 1e-6),
+        n_decoder_layers=c.get("num_decoder_layers") or _get(c, "num_layers"),
+        d_ff=_get(c, "d_ff"),
+        positional="t5",
+        t5_num_buckets=c.get("relative_attention_num_buckets", 32),
+        t5_max_distance=c.get("relative_attention_max_distance", 128),
+        norm="rmsnorm",
+        norm_position="pre",
+        activation=_T5_FFN[ffn],
+        bias=False,
+        attn_scale=1.0,
+        dropout=rate,
+        attention_dropout=rate,
+        tie_embeddings=tied,
+        norm_eps=c.get("layer_norm_epsilon", 1e-6),
         output_scale=d**-0.5 if scaled else 1.0,
         pad_token_id=start if isinstance(start, int) and 0 <= start < vocab else pad,  # our decoder start id
     )
@@ -155,18 +211,31 @@ def _t5_config(c: dict, arch: str) -> ModelConfig:
 
 def _t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
-    rows = [_e(("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", *tied),
-               ("encoder.embeddings.embed_tokens.weight", "decoder.embeddings.embed_tokens.weight", *tied))]
+    rows = [
+        _e(
+            ("shared.weight", "encoder.embed_tokens.weight", "decoder.embed_tokens.weight", *tied),
+            ("encoder.embeddings.embed_tokens.weight", "decoder.embeddings.embed_tokens.weight", *tied),
+        )
+    ]
     gated = cfg.activation in GATED  # DenseGatedActDense: wi_0 is the gate, wi_1 the linear half
-    for side, n, names in (("encoder", cfg.n_layers, ("SelfAttention", "DenseReluDense")),
-                           ("decoder", cfg.decoder_layers, ("SelfAttention", "EncDecAttention", "DenseReluDense"))):
+    for side, n, names in (
+        ("encoder", cfg.n_layers, ("SelfAttention", "DenseReluDense")),
+        ("decoder", cfg.decoder_layers, ("SelfAttention", "EncDecAttention", "DenseReluDense")),
+    ):
         # block 0 owns the stack's one relative-bias table (num_buckets, H)
-        rows.append(_e(f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-                       f"{side}.stack.position_bias.relative_attention_bias.weight"))
+        rows.append(
+            _e(
+                f"{side}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+                f"{side}.stack.position_bias.relative_attention_bias.weight",
+            )
+        )
         for i in range(n):
             h, o = f"{side}.block.{i}.layer", f"{side}.stack.blocks.{i}"
-            ours = {"SelfAttention": ("attn", "attn_add_norm"), "EncDecAttention": ("cross_attn", "cross_add_norm"),
-                    "DenseReluDense": ("ffn", "ffn_add_norm")}
+            ours = {
+                "SelfAttention": ("attn", "attn_add_norm"),
+                "EncDecAttention": ("cross_attn", "cross_add_norm"),
+                "DenseReluDense": ("ffn", "ffn_add_norm"),
+            }
             for j, name in enumerate(names):
                 module, add_norm = ours[name]
                 if name == "DenseReluDense":
@@ -183,19 +252,28 @@ def _t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _t5_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size, d_model=cfg.d_model, d_kv=cfg.dh, num_heads=cfg.n_heads,
-        d_ff=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), num_layers=cfg.n_layers,
-        num_decoder_layers=cfg.decoder_layers, relative_attention_num_buckets=cfg.t5_num_buckets,
-        relative_attention_max_distance=cfg.t5_max_distance, dropout_rate=cfg.dropout,
-        layer_norm_epsilon=cfg.norm_eps, feed_forward_proj={v: k for k, v in _T5_FFN.items()}[cfg.activation],
+        vocab_size=cfg.vocab_size,
+        d_model=cfg.d_model,
+        d_kv=cfg.dh,
+        num_heads=cfg.n_heads,
+        d_ff=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
+        num_layers=cfg.n_layers,
+        num_decoder_layers=cfg.decoder_layers,
+        relative_attention_num_buckets=cfg.t5_num_buckets,
+        relative_attention_max_distance=cfg.t5_max_distance,
+        dropout_rate=cfg.dropout,
+        layer_norm_epsilon=cfg.norm_eps,
+        feed_forward_proj={v: k for k, v in _T5_FFN.items()}[cfg.activation],
         # transformers reads this flag as "scale the decoder output" (and, before v5, as "tie the head"); to_hf
         # checks afterwards that the head it built is the one we wrote
-        tie_word_embeddings=not math.isclose(cfg.output_scale, 1.0), pad_token_id=cfg.pad_token_id,
+        tie_word_embeddings=not math.isclose(cfg.output_scale, 1.0),
+        pad_token_id=cfg.pad_token_id,
         decoder_start_token_id=cfg.pad_token_id,
     )
 
 
 # ================================================================================================ registry
+
 
 @dataclass(frozen=True)
 class Family:
@@ -211,15 +289,34 @@ class Family:
     renames: tuple[tuple[str, str], ...] = ()  # (regex, replacement): older checkpoint key spellings, read only
 
 
-_PRE_DECODER = dict(norm_position=("pre",), scale_embeddings=(False,), embedding_norm=(False,),
-                    type_vocab_size=(0,), final_norm=(None, True))
+_PRE_DECODER = dict(
+    norm_position=("pre",),
+    scale_embeddings=(False,),
+    embedding_norm=(False,),
+    type_vocab_size=(0,),
+    final_norm=(None, True),
+)
 # the options of the later families at their plain values: a family that does not name one needs it plain
 # (qkv_bias is checked against bias by family_of)
-_PLAIN = dict(rope_scaling=(None,), rope_fraction=(1.0,), parallel_residual=(False,),
-              norm_weight_offset=(0.0,), attn_softcap=(None,), final_logit_softcap=(None,))
+_PLAIN = dict(
+    rope_scaling=(None,),
+    rope_fraction=(1.0,),
+    parallel_residual=(False,),
+    norm_weight_offset=(0.0,),
+    attn_softcap=(None,),
+    final_logit_softcap=(None,),
+)
 _ROPE_SCALED = dict(rope_scaling=(None, "linear", "dynamic", "llama3", "yarn"))  # transformers' ROPE_INIT_FUNCTIONS
-_LLAMA = dict(architecture=("decoder_lm",), positional=("rope",), norm=("rmsnorm",), activation=("swiglu",),
-              fused_qkv=(False,), attn_scale=(None,), qk_norm=(False,), **_PRE_DECODER)
+_LLAMA = dict(
+    architecture=("decoder_lm",),
+    positional=("rope",),
+    norm=("rmsnorm",),
+    activation=("swiglu",),
+    fused_qkv=(False,),
+    attn_scale=(None,),
+    qk_norm=(False,),
+    **_PRE_DECODER,
+)
 _ROTARY = (r"rotary_emb\.inv_freq$",)
 
 
@@ -229,25 +326,68 @@ def _needs(**fields: tuple | None) -> dict[str, tuple]:
 
 
 def _llama_like(name: str, arch: str, config_class: str, **fields: tuple | None) -> Family:
-    return Family(name, (arch,), config_class, llama_config, llama_table, llama_write, {arch: "model."}, _ROTARY,
-                  _needs(**{**_LLAMA, **_ROPE_SCALED, **fields}))
+    return Family(
+        name,
+        (arch,),
+        config_class,
+        llama_config,
+        llama_table,
+        llama_write,
+        {arch: "model."},
+        _ROTARY,
+        _needs(**{**_LLAMA, **_ROPE_SCALED, **fields}),
+    )
 
 
 FAMILIES = {
     "gpt2": Family(
-        "gpt2", ("GPT2LMHeadModel",), "GPT2Config", _gpt2_config, _gpt2_table, _gpt2_write,
-        {"GPT2LMHeadModel": "transformer."}, (r"\.attn\.(bias|masked_bias)$",),
-        _needs(architecture=("decoder_lm",), positional=("learned",), norm=("layernorm",), fused_qkv=(True,),
-               bias=(True,), activation=tuple(_ACT_TO_HF), attn_scale=(None, 1.0), qk_norm=(False,),
-               sliding_window=(None,), **_PRE_DECODER)),
+        "gpt2",
+        ("GPT2LMHeadModel",),
+        "GPT2Config",
+        _gpt2_config,
+        _gpt2_table,
+        _gpt2_write,
+        {"GPT2LMHeadModel": "transformer."},
+        (r"\.attn\.(bias|masked_bias)$",),
+        _needs(
+            architecture=("decoder_lm",),
+            positional=("learned",),
+            norm=("layernorm",),
+            fused_qkv=(True,),
+            bias=(True,),
+            activation=tuple(_ACT_TO_HF),
+            attn_scale=(None, 1.0),
+            qk_norm=(False,),
+            sliding_window=(None,),
+            **_PRE_DECODER,
+        ),
+    ),
     "bert": Family(
-        "bert", ("BertModel", "BertForSequenceClassification"), "BertConfig", _bert_config, _bert_table,
-        _bert_write, {"BertForSequenceClassification": "bert."},
+        "bert",
+        ("BertModel", "BertForSequenceClassification"),
+        "BertConfig",
+        _bert_config,
+        _bert_table,
+        _bert_write,
+        {"BertForSequenceClassification": "bert."},
         (r"embeddings\.(position_ids|token_type_ids)$",),
-        _needs(architecture=("encoder", "classifier"), positional=("learned",), norm=("layernorm",),
-               norm_position=("post",), embedding_norm=(True,), fused_qkv=(False,), bias=(True,),
-               activation=tuple(_ACT_TO_HF), scale_embeddings=(False,), final_norm=(None, False), attn_scale=(None,),
-               pooling=("cls",), qk_norm=(False,), sliding_window=(None,))),
+        _needs(
+            architecture=("encoder", "classifier"),
+            positional=("learned",),
+            norm=("layernorm",),
+            norm_position=("post",),
+            embedding_norm=(True,),
+            fused_qkv=(False,),
+            bias=(True,),
+            activation=tuple(_ACT_TO_HF),
+            scale_embeddings=(False,),
+            final_norm=(None, False),
+            attn_scale=(None,),
+            pooling=("cls",),
+            qk_norm=(False,),
+            sliding_window=(None,),
+        ),
+    ),
     "llama": _llama_like("llama", "LlamaForCausalLM", "LlamaConfig", sliding_window=(None,)),
     # Llama + sliding-window attention on every layer (or none: sliding_window null)
     "mistral": _llama_like("mistral", "MistralForCausalLM", "MistralConfig", bias=(False,), window_pattern=(None,)),
@@ -257,32 +397,110 @@ FAMILIES = {
     "qwen3": _llama_like("qwen3", "Qwen3ForCausalLM", "Qwen3Config", qk_norm=(True,), bias=(False,)),
     # Llama with fused qkv_proj and gate_up_proj, partial rotary allowed, a window on every layer (or none);
     # transformers' Phi-3 takes only plain RoPE (or longrope, which we refuse)
-    "phi3": _llama_like("phi3", "Phi3ForCausalLM", "Phi3Config", fused_qkv=(True,), bias=(False,),
-                        window_pattern=(None,), rope_scaling=(None,), rope_fraction=None),
+    "phi3": _llama_like(
+        "phi3",
+        "Phi3ForCausalLM",
+        "Phi3Config",
+        fused_qkv=(True,),
+        bias=(False,),
+        window_pattern=(None,),
+        rope_scaling=(None,),
+        rope_fraction=None,
+    ),
     "gemma": Family(
-        "gemma", ("GemmaForCausalLM",), "GemmaConfig", gemma_config, gemma_table, gemma_write,
-        {"GemmaForCausalLM": "model."}, _ROTARY,
-        _needs(**{**_LLAMA, **_ROPE_SCALED, "activation": ("geglu_tanh",), "scale_embeddings": (True,),
-                  "norm_weight_offset": (1.0,), "bias": (False,), "sliding_window": (None,)})),
+        "gemma",
+        ("GemmaForCausalLM",),
+        "GemmaConfig",
+        gemma_config,
+        gemma_table,
+        gemma_write,
+        {"GemmaForCausalLM": "model."},
+        _ROTARY,
+        _needs(
+            **{
+                **_LLAMA,
+                **_ROPE_SCALED,
+                "activation": ("geglu_tanh",),
+                "scale_embeddings": (True,),
+                "norm_weight_offset": (1.0,),
+                "bias": (False,),
+                "sliding_window": (None,),
+            }
+        ),
+    ),
     "gemma2": Family(  # Gemma + sandwich norms, soft-capping, query_pre_attn_scalar, windows on alternate layers
-        "gemma2", ("Gemma2ForCausalLM",), "Gemma2Config", gemma_config, gemma_table, gemma_write,
-        {"Gemma2ForCausalLM": "model."}, _ROTARY,
-        _needs(**{**_LLAMA, **_ROPE_SCALED, "activation": ("geglu_tanh",), "scale_embeddings": (True,),
-                  "norm_weight_offset": (1.0,), "bias": (False,), "norm_position": ("sandwich",),
-                  "attn_scale": None, "attn_softcap": None, "final_logit_softcap": None})),
+        "gemma2",
+        ("Gemma2ForCausalLM",),
+        "Gemma2Config",
+        gemma_config,
+        gemma_table,
+        gemma_write,
+        {"Gemma2ForCausalLM": "model."},
+        _ROTARY,
+        _needs(
+            **{
+                **_LLAMA,
+                **_ROPE_SCALED,
+                "activation": ("geglu_tanh",),
+                "scale_embeddings": (True,),
+                "norm_weight_offset": (1.0,),
+                "bias": (False,),
+                "norm_position": ("sandwich",),
+                "attn_scale": None,
+                "attn_softcap": None,
+                "final_logit_softcap": None,
+            }
+        ),
+    ),
     "gpt_neox": Family(  # Pre-LN with biases, partial rotary, parallel residual, per-head fused qkv, untied embed_out
-        "gpt_neox", ("GPTNeoXForCausalLM",), "GPTNeoXConfig", neox_config, neox_table, neox_write,
-        {"GPTNeoXForCausalLM": "gpt_neox."}, (*_ROTARY, r"attention\.(bias|masked_bias)$"),
-        _needs(**{**_PRE_DECODER, **_ROPE_SCALED, "architecture": ("decoder_lm",), "positional": ("rope",),
-                  "norm": ("layernorm",), "activation": tuple(_ACT_TO_HF), "fused_qkv": (True,), "bias": (True,),
-                  "attn_scale": (None,), "qk_norm": (False,), "sliding_window": (None,), "rope_fraction": None,
-                  "parallel_residual": (False, True)}),
-        renames=((r"^embed_out\.", "lm_head."),)),
+        "gpt_neox",
+        ("GPTNeoXForCausalLM",),
+        "GPTNeoXConfig",
+        neox_config,
+        neox_table,
+        neox_write,
+        {"GPTNeoXForCausalLM": "gpt_neox."},
+        (*_ROTARY, r"attention\.(bias|masked_bias)$"),
+        _needs(
+            **{
+                **_PRE_DECODER,
+                **_ROPE_SCALED,
+                "architecture": ("decoder_lm",),
+                "positional": ("rope",),
+                "norm": ("layernorm",),
+                "activation": tuple(_ACT_TO_HF),
+                "fused_qkv": (True,),
+                "bias": (True,),
+                "attn_scale": (None,),
+                "qk_norm": (False,),
+                "sliding_window": (None,),
+                "rope_fraction": None,
+                "parallel_residual": (False, True),
+            }
+        ),
+        renames=((r"^embed_out\.", "lm_head."),),
+    ),
     "t5": Family(
-        "t5", ("T5ForConditionalGeneration",), "T5Config", _t5_config, _t5_table, _t5_write, {},
+        "t5",
+        ("T5ForConditionalGeneration",),
+        "T5Config",
+        _t5_config,
+        _t5_table,
+        _t5_write,
+        {},
         (r"EncDecAttention\.relative_attention_bias\.weight$",),  # present but unused in some old checkpoints
-        _needs(architecture=("seq2seq",), positional=("t5",), norm=("rmsnorm",), bias=(False,), attn_scale=(1.0,),
-               activation=tuple(_T5_FFN.values()), fused_qkv=(False,), qk_norm=(False,), sliding_window=(None,),
-               **_PRE_DECODER)),
+        _needs(
+            architecture=("seq2seq",),
+            positional=("t5",),
+            norm=("rmsnorm",),
+            bias=(False,),
+            attn_scale=(1.0,),
+            activation=tuple(_T5_FFN.values()),
+            fused_qkv=(False,),
+            qk_norm=(False,),
+            sliding_window=(None,),
+            **_PRE_DECODER,
+        ),
+    ),
 }
 ARCH_FAMILY = {arch: fam for fam in FAMILIES.values() for arch in fam.archs}

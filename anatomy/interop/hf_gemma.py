@@ -26,8 +26,12 @@ _TANH_GELU = ("gelu_pytorch_tanh", "gelu")  # "gelu" is Gemma's legacy spelling 
 
 
 def gemma_config(c: dict, arch: str) -> ModelConfig:
-    d, h, vocab, n = (_get(c, "hidden_size"), _get(c, "num_attention_heads"), _get(c, "vocab_size"),
-                      _get(c, "num_hidden_layers"))
+    d, h, vocab, n = (
+        _get(c, "hidden_size"),
+        _get(c, "num_attention_heads"),
+        _get(c, "vocab_size"),
+        _get(c, "num_hidden_layers"),
+    )
     act = c.get("hidden_activation") or c.get("hidden_act") or "gelu_pytorch_tanh"
     if act not in _TANH_GELU:
         raise _refuse(arch, f"hidden_activation={act!r} (Gemma's gated FFN: gelu_pytorch_tanh)")
@@ -38,19 +42,42 @@ def gemma_config(c: dict, arch: str) -> ModelConfig:
     head_dim = c.get("head_dim", 256)
     extra: dict = dict(norm_position="pre")
     if arch == GEMMA2:
-        window, pattern = window_layers(c, arch, n, ["sliding_attention" if (i + 1) % 2 else "full_attention"
-                                                     for i in range(n)])
+        window, pattern = window_layers(
+            c, arch, n, ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
+        )
         scalar = c.get("query_pre_attn_scalar", head_dim)
-        extra = dict(norm_position="sandwich", attn_scale=None if scalar == head_dim else float(scalar) ** -0.5,
-                     attn_softcap=c.get("attn_logit_softcapping"), final_logit_softcap=c.get("final_logit_softcapping"),
-                     sliding_window=window, window_pattern=pattern)
+        extra = dict(
+            norm_position="sandwich",
+            attn_scale=None if scalar == head_dim else float(scalar) ** -0.5,
+            attn_softcap=c.get("attn_logit_softcapping"),
+            final_logit_softcap=c.get("final_logit_softcapping"),
+            sliding_window=window,
+            window_pattern=pattern,
+        )
     return ModelConfig(
-        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h, n_kv_heads=c.get("num_key_value_heads") or h,
-        n_layers=n, head_dim=None if head_dim * h == d else head_dim, d_ff=_get(c, "intermediate_size"),
-        max_seq_len=c.get("max_position_embeddings", 8192), positional="rope", rope_layout="half", norm="rmsnorm",
-        activation="geglu_tanh", dropout=0.0, attention_dropout=float(c.get("attention_dropout") or 0.0), bias=False,
-        tie_embeddings=c.get("tie_word_embeddings", True), norm_eps=c.get("rms_norm_eps", 1e-6),
-        pad_token_id=_pad(c, vocab), scale_embeddings=True, norm_weight_offset=1.0, **read_rope(c, arch), **extra,
+        architecture="decoder_lm",
+        vocab_size=vocab,
+        d_model=d,
+        n_heads=h,
+        n_kv_heads=c.get("num_key_value_heads") or h,
+        n_layers=n,
+        head_dim=None if head_dim * h == d else head_dim,
+        d_ff=_get(c, "intermediate_size"),
+        max_seq_len=c.get("max_position_embeddings", 8192),
+        positional="rope",
+        rope_layout="half",
+        norm="rmsnorm",
+        activation="geglu_tanh",
+        dropout=0.0,
+        attention_dropout=float(c.get("attention_dropout") or 0.0),
+        bias=False,
+        tie_embeddings=c.get("tie_word_embeddings", True),
+        norm_eps=c.get("rms_norm_eps", 1e-6),
+        pad_token_id=_pad(c, vocab),
+        scale_embeddings=True,
+        norm_weight_offset=1.0,
+        **read_rope(c, arch),
+        **extra,
     )
 
 
@@ -78,21 +105,32 @@ def gemma_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def gemma_write(cfg: ModelConfig, arch: str) -> dict:
     out = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.kv_heads, num_hidden_layers=cfg.n_layers, head_dim=cfg.dh,
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads,
+        num_hidden_layers=cfg.n_layers,
+        head_dim=cfg.dh,
         intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
-        hidden_activation="gelu_pytorch_tanh", attention_bias=False, attention_dropout=cfg.attention_dropout,
-        tie_word_embeddings=cfg.tie_embeddings, rope_parameters=write_rope(cfg), pad_token_id=cfg.pad_token_id,
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps,
+        hidden_activation="gelu_pytorch_tanh",
+        attention_bias=False,
+        attention_dropout=cfg.attention_dropout,
+        tie_word_embeddings=cfg.tie_embeddings,
+        rope_parameters=write_rope(cfg),
+        pad_token_id=cfg.pad_token_id,
     )
     if arch != GEMMA2:
         return out | {"hidden_act": "gelu_pytorch_tanh"}
     types = ["sliding_attention" if cfg.layer_window(i) else "full_attention" for i in range(cfg.n_layers)]
     return out | dict(
         query_pre_attn_scalar=_scalar(cfg),
-        attn_logit_softcapping=cfg.attn_softcap, final_logit_softcapping=cfg.final_logit_softcap,
+        attn_logit_softcapping=cfg.attn_softcap,
+        final_logit_softcapping=cfg.final_logit_softcap,
         # transformers builds the sliding mask whatever the layer types say: some window, used by no layer if none
-        sliding_window=cfg.sliding_window or cfg.max_seq_len, layer_types=types,
+        sliding_window=cfg.sliding_window or cfg.max_seq_len,
+        layer_types=types,
     )
 
 
@@ -100,5 +138,5 @@ def _scalar(cfg: ModelConfig) -> int | float:
     """``query_pre_attn_scalar`` with ``attn_scale = scalar ** -0.5``: an integer when it is one (as Gemma 2 writes)."""
     if cfg.attn_scale is None:
         return cfg.dh
-    scalar = cfg.attn_scale ** -2
+    scalar = cfg.attn_scale**-2
     return round(scalar) if math.isclose(scalar, round(scalar), rel_tol=1e-12) else scalar

@@ -22,21 +22,41 @@ def llama_config(c: dict, arch: str) -> ModelConfig:
     elif arch == PHI3:  # no bias anywhere
         bias = False
     elif bias != bool(c.get("mlp_bias", False)):
-        raise _refuse(arch, f"attention_bias={c.get('attention_bias')!r} != mlp_bias={c.get('mlp_bias')!r} "
-                      "(anatomy's one bias flag covers o_proj and the MLP; q/k/v-only bias is Qwen2's)")
+        raise _refuse(
+            arch,
+            f"attention_bias={c.get('attention_bias')!r} != mlp_bias={c.get('mlp_bias')!r} "
+            "(anatomy's one bias flag covers o_proj and the MLP; q/k/v-only bias is Qwen2's)",
+        )
     rope = read_rope(c, arch, partial=arch == PHI3)
     window, pattern = _windows(c, arch)
     dropout = float(c.get("resid_pdrop", 0.0)) if arch == PHI3 else 0.0
     return ModelConfig(
-        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h,
-        n_kv_heads=c.get("num_key_value_heads") or h, n_layers=_get(c, "num_hidden_layers"),
+        architecture="decoder_lm",
+        vocab_size=vocab,
+        d_model=d,
+        n_heads=h,
+        n_kv_heads=c.get("num_key_value_heads") or h,
+        n_layers=_get(c, "num_hidden_layers"),
         head_dim=None if c.get("head_dim") in (None, d // h) else c["head_dim"],  # decoupled heads (Qwen3, Gemma)
-        d_ff=_get(c, "intermediate_size"), max_seq_len=c.get("max_position_embeddings", 2048), positional="rope",
-        rope_layout="half", norm="rmsnorm", norm_position="pre", activation="swiglu", dropout=dropout,
-        attention_dropout=float(c.get("attention_dropout", 0.0)), bias=bias, qkv_bias=qkv_bias,
-        tie_embeddings=c.get("tie_word_embeddings", False), norm_eps=c.get("rms_norm_eps", 1e-6),
-        pad_token_id=_pad(c, vocab), qk_norm=arch == QWEN3, sliding_window=window, window_pattern=pattern,
-        fused_qkv=arch == PHI3, **rope,
+        d_ff=_get(c, "intermediate_size"),
+        max_seq_len=c.get("max_position_embeddings", 2048),
+        positional="rope",
+        rope_layout="half",
+        norm="rmsnorm",
+        norm_position="pre",
+        activation="swiglu",
+        dropout=dropout,
+        attention_dropout=float(c.get("attention_dropout", 0.0)),
+        bias=bias,
+        qkv_bias=qkv_bias,
+        tie_embeddings=c.get("tie_word_embeddings", False),
+        norm_eps=c.get("rms_norm_eps", 1e-6),
+        pad_token_id=_pad(c, vocab),
+        qk_norm=arch == QWEN3,
+        sliding_window=window,
+        window_pattern=pattern,
+        fused_qkv=arch == PHI3,
+        **rope,
     )
 
 
@@ -51,8 +71,9 @@ def _windows(c: dict, arch: str) -> tuple[int | None, str | None]:
         return c.get("sliding_window"), None
     if arch not in (QWEN2, QWEN3) or not c.get("use_sliding_window", False) or not c.get("sliding_window"):
         return None, None
-    return window_layers(c, arch, n, ["sliding_attention" if i >= c.get("max_window_layers", 28) else "full_attention"
-                                      for i in range(n)])
+    return window_layers(
+        c, arch, n, ["sliding_attention" if i >= c.get("max_window_layers", 28) else "full_attention" for i in range(n)]
+    )
 
 
 def window_layers(c: dict, arch: str, n: int, default: list[str]) -> tuple[int | None, str | None]:
@@ -85,8 +106,9 @@ def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
             rows += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", False)
         rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False)
         if arch == PHI3:  # gate_up_proj rows [gate (F) | up (F)]: down(silu(gate) * up), split into our two
-            rows.append(_e(f"{h}.mlp.gate_up_proj.weight", (f"{o}.ffn.gate_proj.weight", f"{o}.ffn.up_proj.weight"),
-                           "cat"))
+            rows.append(
+                _e(f"{h}.mlp.gate_up_proj.weight", (f"{o}.ffn.gate_proj.weight", f"{o}.ffn.up_proj.weight"), "cat")
+            )
             rows += _linear(f"{h}.mlp.down_proj", f"{o}.ffn.down_proj", False)
         else:
             for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
@@ -97,12 +119,21 @@ def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def llama_write(cfg: ModelConfig, arch: str) -> dict:
     out = dict(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.kv_heads, num_hidden_layers=cfg.n_layers,
-        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation), head_dim=cfg.dh,
-        max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps, hidden_act="silu",
-        attention_bias=cfg.bias, mlp_bias=cfg.bias, attention_dropout=cfg.attention_dropout,
-        tie_word_embeddings=cfg.tie_embeddings, rope_parameters=write_rope(cfg),
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.kv_heads,
+        num_hidden_layers=cfg.n_layers,
+        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
+        head_dim=cfg.dh,
+        max_position_embeddings=cfg.max_seq_len,
+        rms_norm_eps=cfg.norm_eps,
+        hidden_act="silu",
+        attention_bias=cfg.bias,
+        mlp_bias=cfg.bias,
+        attention_dropout=cfg.attention_dropout,
+        tie_word_embeddings=cfg.tie_embeddings,
+        rope_parameters=write_rope(cfg),
     )
     if arch in (QWEN2, QWEN3, PHI3, "MistralForCausalLM"):  # no bias fields
         del out["mlp_bias"], out["attention_bias"]

@@ -52,23 +52,27 @@ def layout_permutation(head_dim: int, source: str, target: str) -> torch.Tensor:
 def permute_heads(rows: torch.Tensor, n_heads: int, head_dim: int, source: str, target: str) -> torch.Tensor:
     """Permute the rows ``(n_heads * Dh, ...)`` of a q or k projection (weight or bias) head by head."""
     if rows.shape[0] != n_heads * head_dim:
-        raise ValueError(f"expected {n_heads} heads x {head_dim} = {n_heads * head_dim} rows, got shape "
-                         f"{tuple(rows.shape)}")
+        raise ValueError(
+            f"expected {n_heads} heads x {head_dim} = {n_heads * head_dim} rows, got shape {tuple(rows.shape)}"
+        )
     perm = layout_permutation(head_dim, source, target).to(rows.device)
     per_head = rows.reshape(n_heads, head_dim, *rows.shape[1:])  # (H, Dh, ...)
     return per_head[:, perm].reshape(rows.shape)  # (H * Dh, ...)
 
 
-def convert_state_dict(state_dict: dict[str, torch.Tensor], config: ModelConfig,
-                       target: str) -> dict[str, torch.Tensor]:
+def convert_state_dict(
+    state_dict: dict[str, torch.Tensor], config: ModelConfig, target: str
+) -> dict[str, torch.Tensor]:
     """Our state dict in ``config.rope_layout`` → the same weights for ``target``. Other keys are passed through."""
     check_choice("rope_layout", target, ROPE_LAYOUTS)
     if config.positional != "rope":
         raise ValueError(f"RoPE layout conversion needs positional='rope', got positional={config.positional!r}")
     source, dh, h, hkv = config.rope_layout, config.dh, config.n_heads, config.kv_heads
     if config.rope_fraction != 1.0 and source != target:
-        raise ValueError(f"RoPE layout conversion of a partial-rotary model (rope_fraction={config.rope_fraction}) "
-                         "is not supported: only the first rotary_dim dims of each head would move")
+        raise ValueError(
+            f"RoPE layout conversion of a partial-rotary model (rope_fraction={config.rope_fraction}) "
+            "is not supported: only the first rotary_dim dims of each head would move"
+        )
     out = {}
     for key, value in state_dict.items():
         match = _QK_KEY.search(key)
@@ -84,8 +88,9 @@ def convert_state_dict(state_dict: dict[str, torch.Tensor], config: ModelConfig,
             out[key] = permute_heads(value, hkv, dh, source, target)
         else:  # fused rows [q (H*Dh) | k (Hkv*Dh) | v (Hkv*Dh)]: v is not rotated
             q, k, v = value.split([h * dh, hkv * dh, hkv * dh], dim=0)
-            out[key] = torch.cat([permute_heads(q, h, dh, source, target),
-                                  permute_heads(k, hkv, dh, source, target), v], dim=0)
+            out[key] = torch.cat(
+                [permute_heads(q, h, dh, source, target), permute_heads(k, hkv, dh, source, target), v], dim=0
+            )
     return out
 
 

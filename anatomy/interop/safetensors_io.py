@@ -66,11 +66,13 @@ def _weight_pickles(d: Path) -> list[Path]:
 def _no_weights(d: Path) -> CheckpointError:
     state = [name for name in TRAINING_STATE_PICKLES if (d / name).is_file()]
     beside = f" ({', '.join(state)} beside it hold training state, not weights)" if state else ""
-    return CheckpointError(f"{d / WEIGHTS_NAME}: missing{beside}; no {WEIGHTS_NAME} or {INDEX_NAME} found, the "
-                           "checkpoint is incomplete")
+    return CheckpointError(
+        f"{d / WEIGHTS_NAME}: missing{beside}; no {WEIGHTS_NAME} or {INDEX_NAME} found, the checkpoint is incomplete"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ tensors
+
 
 def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """Split a state dict into tensors to store (each storage once, contiguous) and ``{alias: stored name}``.
@@ -83,8 +85,7 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
     seen: dict[tuple, str] = {}
     storages: set[int] = set()
     for name, t in state_dict.items():
-        ident = (t.device.type, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
-                 t.dtype)
+        ident = (t.device.type, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
         if t.numel() and ident in seen:
             aliases[name] = seen[ident]
             continue
@@ -142,15 +143,17 @@ def _read_file(path: Path, keys: list[str] | None = None) -> dict[str, torch.Ten
                 raise CheckpointError(f"{path}: the index names tensor(s) {missing[:5]} that this shard lacks")
             return {name: f.get_tensor(name) for name in names}
     except (SafetensorError, OSError, RuntimeError) as err:
-        raise CheckpointError(f"{path}: not a readable safetensors file, it may be truncated or corrupted "
-                              f"({err})") from None
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file, it may be truncated or corrupted ({err})"
+        ) from None
 
 
 def _refuse_pickle(path: Path) -> CheckpointError:
     return CheckpointError(
         f"{path}: refusing to read a pickle checkpoint; unpickling runs code named by the file. "
         "Convert it to safetensors where the file is trusted (transformers: model.save_pretrained(dir), "
-        "which writes model.safetensors) and load that directory")
+        "which writes model.safetensors) and load that directory"
+    )
 
 
 def read_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
@@ -183,13 +186,16 @@ def read_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 # ------------------------------------------------------------------------------------------------ our format
 
+
 def save_pretrained(model: nn.Module, directory: str | os.PathLike, *, max_shard_size: int | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (sharded above ``max_shard_size`` bytes) for a model built by
     ``anatomy.build_model``. Returns the directory."""
     config = getattr(model, "config", None)
     if not isinstance(config, ModelConfig):
-        raise TypeError(f"save_pretrained needs a model built by anatomy.build_model (it carries .config), "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"save_pretrained needs a model built by anatomy.build_model (it carries .config), "
+            f"got {type(model).__name__}"
+        )
     d = Path(directory)
     if d.exists() and not d.is_dir():
         raise CheckpointError(f"{d}: exists and is not a directory")
@@ -197,9 +203,13 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *, max_shard
     tensors, aliases = unique_tensors(model.state_dict())
     dtypes = {str(t.dtype).removeprefix("torch.") for t in tensors.values() if t.is_floating_point()}
     meta = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "anatomy_version": _version(),
-        "model_class": type(model).__name__, "dtype": dtypes.pop() if len(dtypes) == 1 else "mixed",
-        "tied": aliases, "config": config.to_dict(),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "anatomy_version": _version(),
+        "model_class": type(model).__name__,
+        "dtype": dtypes.pop() if len(dtypes) == 1 else "mixed",
+        "tied": aliases,
+        "config": config.to_dict(),
     }
     for stale in [d / WEIGHTS_NAME, d / INDEX_NAME, *d.glob("model-*-of-*.safetensors")]:
         stale.unlink(missing_ok=True)  # a previous save with another sharding must not leave files behind
@@ -266,8 +276,10 @@ def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None =
 
         model = hf.model_from_checkpoint(data, read_tensors(d), source=str(d), generation=read_generation_config(d))
     else:
-        raise CheckpointError(f"{d / CONFIG_NAME}: neither an anatomy checkpoint (\"format\": \"anatomy\") nor a "
-                              "Hugging Face config (\"architectures\")")
+        raise CheckpointError(
+            f'{d / CONFIG_NAME}: neither an anatomy checkpoint ("format": "anatomy") nor a '
+            'Hugging Face config ("architectures")'
+        )
     if dtype is not None:
         model.to(dtype)
     return model.eval()
@@ -277,8 +289,10 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
     from anatomy.models import build_model
 
     if data.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{d / CONFIG_NAME}: format_version {data.get('format_version')!r} is not supported "
-                              f"(this anatomy reads {FORMAT_VERSION})")
+        raise CheckpointError(
+            f"{d / CONFIG_NAME}: format_version {data.get('format_version')!r} is not supported "
+            f"(this anatomy reads {FORMAT_VERSION})"
+        )
     config = config_from(data, d / CONFIG_NAME)
     tensors = read_tensors(d)
     for alias, stored in data.get("tied", {}).items():
@@ -289,12 +303,15 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
     expected = model.state_dict()
     missing, unexpected = sorted(set(expected) - set(tensors)), sorted(set(tensors) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(f"{d}: weights do not match config.json: missing {missing[:5]}, "
-                              f"unexpected {unexpected[:5]}")
+        raise CheckpointError(
+            f"{d}: weights do not match config.json: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
     for name, want in expected.items():  # in the model's order: the first mismatch is the earliest layer's
         if tuple(tensors[name].shape) != tuple(want.shape):
-            raise CheckpointError(f"{d}: weight {name!r} has shape {tuple(tensors[name].shape)} in the file, but "
-                                  f"config.json implies {tuple(want.shape)}")
+            raise CheckpointError(
+                f"{d}: weight {name!r} has shape {tuple(tensors[name].shape)} in the file, but "
+                f"config.json implies {tuple(want.shape)}"
+            )
     declared = data.get("dtype")
     if declared not in (None, "mixed"):
         dtype = getattr(torch, str(declared), None)
@@ -311,8 +328,9 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
             ok = have == want.dtype
         if not ok:
             said = f"declares dtype {declared!r}" if uniform and want.is_floating_point() else f"implies {want.dtype}"
-            raise CheckpointError(f"{d}: weight {name!r} is {str(have).removeprefix('torch.')} in the file, but "
-                                  f"config.json {said}")
+            raise CheckpointError(
+                f"{d}: weight {name!r} is {str(have).removeprefix('torch.')} in the file, but config.json {said}"
+            )
     model.load_state_dict(tensors)
     return model
 
@@ -324,17 +342,19 @@ def config_from(data: dict, path: Path) -> ModelConfig:
     ``encoder_pooler``) load with their defaults, which are what such a checkpoint was written with."""
     values = data.get("config")
     if not isinstance(values, dict):
-        raise CheckpointError(f"{path}: missing the \"config\" object")
+        raise CheckpointError(f'{path}: missing the "config" object')
     from anatomy.config import OPTIONAL_FIELDS
 
     defaults = {f.name: f.default for f in dataclasses.fields(ModelConfig)}
     missing = [name for name in defaults if name not in values and name not in OPTIONAL_FIELDS]
     if missing:
         shown = ", ".join(f"{name!r} (would default to {defaults[name]!r})" for name in missing[:4])
-        raise CheckpointError(f"{path}: config field(s) missing: {shown}{', ...' if len(missing) > 4 else ''}; an "
-                              "anatomy checkpoint records every field: add them with the values the model was "
-                              "trained with")
+        raise CheckpointError(
+            f"{path}: config field(s) missing: {shown}{', ...' if len(missing) > 4 else ''}; an "
+            "anatomy checkpoint records every field: add them with the values the model was "
+            "trained with"
+        )
     try:
         return ModelConfig.from_dict(values)
     except (TypeError, ValueError) as err:
-        raise CheckpointError(f"{path}: field of \"config\": {err}") from None
+        raise CheckpointError(f'{path}: field of "config": {err}') from None

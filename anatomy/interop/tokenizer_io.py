@@ -38,8 +38,10 @@ def check_fits(tokenizer: Tokenizer, vocab_size: int, *, source: str = "") -> No
     vocabulary may be larger than its tokenizer's (GPT-2 and Llama pad theirs), never smaller."""
     if tokenizer.vocab_size > vocab_size:
         where = f"{source}: " if source else ""
-        raise CheckpointError(f"{where}the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
-                              f"{vocab_size}: ids >= {vocab_size} would have no embedding")
+        raise CheckpointError(
+            f"{where}the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
+            f"{vocab_size}: ids >= {vocab_size} would have no embedding"
+        )
 
 
 def char_to_hf(tokenizer: CharTokenizer) -> HFTokenizer:
@@ -53,8 +55,14 @@ def char_to_hf(tokenizer: CharTokenizer) -> HFTokenizer:
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")  # every character, newlines too
     tok.decoder = decoders.Fuse()  # concatenate, no spaces between characters
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in tokenizer.specials])
-    return HFTokenizer(tok, specials={"pad_token": "<pad>", "eos_token": "<eos>",
-                                      "unk_token": "<unk>" if tokenizer.unk_id is not None else None})
+    return HFTokenizer(
+        tok,
+        specials={
+            "pad_token": "<pad>",
+            "eos_token": "<eos>",
+            "unk_token": "<unk>" if tokenizer.unk_id is not None else None,
+        },
+    )
 
 
 def as_hf(tokenizer: Tokenizer) -> HFTokenizer:

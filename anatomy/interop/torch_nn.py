@@ -100,15 +100,27 @@ from anatomy.models.seq2seq import EncoderDecoderStack
 __all__ = ["DECODER_LAYER_KEYS", "ENCODER_LAYER_KEYS", "from_torch", "to_torch"]
 
 ENCODER_LAYER_KEYS = (
-    ("self_attn", "attn"), ("linear1", "ffn.up_proj"), ("linear2", "ffn.down_proj"),
-    ("norm1", "attn_add_norm.norm"), ("norm2", "ffn_add_norm.norm"),
-    ("dropout1", "attn_add_norm.dropout"), ("dropout", "ffn.dropout"), ("dropout2", "ffn_add_norm.dropout"),
+    ("self_attn", "attn"),
+    ("linear1", "ffn.up_proj"),
+    ("linear2", "ffn.down_proj"),
+    ("norm1", "attn_add_norm.norm"),
+    ("norm2", "ffn_add_norm.norm"),
+    ("dropout1", "attn_add_norm.dropout"),
+    ("dropout", "ffn.dropout"),
+    ("dropout2", "ffn_add_norm.dropout"),
 )
 DECODER_LAYER_KEYS = (
-    ("self_attn", "attn"), ("multihead_attn", "cross_attn"), ("linear1", "ffn.up_proj"),
-    ("linear2", "ffn.down_proj"), ("norm1", "attn_add_norm.norm"), ("norm2", "cross_add_norm.norm"),
-    ("norm3", "ffn_add_norm.norm"), ("dropout1", "attn_add_norm.dropout"),
-    ("dropout2", "cross_add_norm.dropout"), ("dropout", "ffn.dropout"), ("dropout3", "ffn_add_norm.dropout"),
+    ("self_attn", "attn"),
+    ("multihead_attn", "cross_attn"),
+    ("linear1", "ffn.up_proj"),
+    ("linear2", "ffn.down_proj"),
+    ("norm1", "attn_add_norm.norm"),
+    ("norm2", "cross_add_norm.norm"),
+    ("norm3", "ffn_add_norm.norm"),
+    ("dropout1", "attn_add_norm.dropout"),
+    ("dropout2", "cross_add_norm.dropout"),
+    ("dropout", "ffn.dropout"),
+    ("dropout3", "ffn_add_norm.dropout"),
 )
 _ACTIVATIONS = ("relu", "gelu")
 
@@ -119,13 +131,14 @@ def _activation_name(act: object) -> str:
         return "relu"
     if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
         return "gelu"
-    raise ValueError(f"unsupported activation {act!r}: only relu and gelu convert "
-                     "(F.relu, F.gelu, nn.ReLU(), nn.GELU(), or the strings 'relu' / 'gelu')")
-
-
+    raise ValueError(
+        f"unsupported activation {act!r}: only relu and gelu convert "
+        "(F.relu, F.gelu, nn.ReLU(), nn.GELU(), or the strings 'relu' / 'gelu')"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- layers
+
 
 def _transfer(layer: nn.Module, block: nn.Module, keys: tuple, *, to_ours: bool) -> None:
     """Copy every ``(torch name, our name)`` pair of ``keys`` from one side to the other."""
@@ -163,10 +176,19 @@ def _block_kwargs_from_torch(layer: Any, attns: list, norms: list) -> dict:
     biases = [check_torch_mha(m, where) for m in attns]
     biases += [_check_torch_norm(n, d, where).bias is not None for n in norms]
     biases += [layer.linear1.bias is not None, layer.linear2.bias is not None]
-    return dict(d_model=d, n_heads=attns[0].num_heads, d_ff=layer.linear1.out_features,
-                activation=_activation_name(layer.activation), norm="layernorm", norm_eps=norms[0].eps,
-                placement="pre" if layer.norm_first else "post", bias=one_bias(where, biases),
-                dropout=layer.dropout1.p, attention_dropout=attns[0].dropout, kernel="auto")
+    return dict(
+        d_model=d,
+        n_heads=attns[0].num_heads,
+        d_ff=layer.linear1.out_features,
+        activation=_activation_name(layer.activation),
+        norm="layernorm",
+        norm_eps=norms[0].eps,
+        placement="pre" if layer.norm_first else "post",
+        bias=one_bias(where, biases),
+        dropout=layer.dropout1.p,
+        attention_dropout=attns[0].dropout,
+        kernel="auto",
+    )
 
 
 def _encoder_layer_from_torch(layer: nn.TransformerEncoderLayer) -> EncoderBlock:
@@ -179,8 +201,9 @@ def _encoder_layer_from_torch(layer: nn.TransformerEncoderLayer) -> EncoderBlock
 
 def _decoder_layer_from_torch(layer: nn.TransformerDecoderLayer) -> DecoderBlock:
     expect(layer, nn.TransformerDecoderLayer, "decoder layer")
-    kw = _block_kwargs_from_torch(layer, [layer.self_attn, layer.multihead_attn],
-                                  [layer.norm1, layer.norm2, layer.norm3])
+    kw = _block_kwargs_from_torch(
+        layer, [layer.self_attn, layer.multihead_attn], [layer.norm1, layer.norm2, layer.norm3]
+    )
     block = cast(DecoderBlock, DecoderBlock.build(**kw)).to(**like(layer))  # build makes an instance of cls
     _transfer(layer, block, DECODER_LAYER_KEYS, to_ours=True)
     return block
@@ -188,8 +211,9 @@ def _decoder_layer_from_torch(layer: nn.TransformerDecoderLayer) -> DecoderBlock
 
 def _check_ours_norm(norm: object, where: str) -> nn.Module:
     if not isinstance(norm, (LayerNorm, nn.LayerNorm)):
-        raise ValueError(f"{where}: {type(norm).__name__} has no torch.nn Transformer equivalent "
-                         "(torch.nn's layers use LayerNorm)")
+        raise ValueError(
+            f"{where}: {type(norm).__name__} has no torch.nn Transformer equivalent (torch.nn's layers use LayerNorm)"
+        )
     return norm
 
 
@@ -198,19 +222,30 @@ def _layer_kwargs_to_torch(block: nn.Module, attns: list, add_norms: list[Any]) 
     where = type(block).__name__
     placements = sorted({a.placement for a in add_norms})
     if placements not in (["post"], ["pre"]):
-        raise ValueError(f"{where}: norm placement {', '.join(placements)} has no torch.nn equivalent "
-                         "(only 'post', norm_first=False, and 'pre', norm_first=True)")
+        raise ValueError(
+            f"{where}: norm placement {', '.join(placements)} has no torch.nn equivalent "
+            "(only 'post', norm_first=False, and 'pre', norm_first=True)"
+        )
     ffn = block.ffn
     activation = getattr(ffn, "activation", type(ffn).__name__)
     if not isinstance(ffn, FeedForward) or activation not in _ACTIVATIONS:
-        raise ValueError(f"{where}: activation {activation!r} has no torch.nn equivalent (only relu and "
-                         "gelu; gated FFNs such as swiglu have a third matrix)")
+        raise ValueError(
+            f"{where}: activation {activation!r} has no torch.nn equivalent (only relu and "
+            "gelu; gated FFNs such as swiglu have a third matrix)"
+        )
     norms = [_check_ours_norm(a.norm, where) for a in add_norms]
     biases = [check_ours_mha(a, where) for a in attns] + [n.bias is not None for n in norms]
     biases += [ffn.up_proj.bias is not None, ffn.down_proj.bias is not None]
-    return dict(d_model=attns[0].d_model, nhead=attns[0].n_heads, dim_feedforward=ffn.d_ff,
-                dropout=add_norms[0].dropout.p, activation=activation, layer_norm_eps=norms[0].eps,
-                norm_first=placements == ["pre"], bias=one_bias(where, biases))
+    return dict(
+        d_model=attns[0].d_model,
+        nhead=attns[0].n_heads,
+        dim_feedforward=ffn.d_ff,
+        dropout=add_norms[0].dropout.p,
+        activation=activation,
+        layer_norm_eps=norms[0].eps,
+        norm_first=placements == ["pre"],
+        bias=one_bias(where, biases),
+    )
 
 
 def _encoder_block_to_torch(block: EncoderBlock) -> nn.TransformerEncoderLayer:
@@ -221,14 +256,16 @@ def _encoder_block_to_torch(block: EncoderBlock) -> nn.TransformerEncoderLayer:
 
 
 def _decoder_block_to_torch(block: DecoderBlock) -> nn.TransformerDecoderLayer:
-    kw = _layer_kwargs_to_torch(block, [block.attn, block.cross_attn],
-                                [block.attn_add_norm, block.cross_add_norm, block.ffn_add_norm])
+    kw = _layer_kwargs_to_torch(
+        block, [block.attn, block.cross_attn], [block.attn_add_norm, block.cross_add_norm, block.ffn_add_norm]
+    )
     layer = nn.TransformerDecoderLayer(**kw, batch_first=True, **like(block))
     _transfer(layer, block, DECODER_LAYER_KEYS, to_ours=False)
     return layer
 
 
 # ---------------------------------------------------------------------------------------------- stacks
+
 
 def _norm_from_torch(norm: Any, d_model: int, where: str) -> LayerNorm | None:
     if norm is None:
@@ -273,8 +310,9 @@ def _stack_layers_to_torch(stack: Any, block_fn: Any, block_cls: type) -> list[A
     """Convert each block, refusing a stack whose blocks differ (torch.nn's stacks clone one layer)."""
     where = type(stack).__name__
     if stack.position_bias is not None:
-        raise ValueError(f"{where}: a shared score bias ({type(stack.position_bias).__name__}) has no "
-                         "torch.nn equivalent")
+        raise ValueError(
+            f"{where}: a shared score bias ({type(stack.position_bias).__name__}) has no torch.nn equivalent"
+        )
     if not len(stack.blocks):
         raise ValueError(f"{where} has no blocks; torch.nn needs at least one layer to take its shape from")
     layers = []
@@ -288,9 +326,16 @@ def _stack_layers_to_torch(stack: Any, block_fn: Any, block_cls: type) -> list[A
 def _layer_config(layer: Any) -> dict:
     """What torch.nn's layer constructor fixes; the blocks of one stack must agree on it."""
     attn, ffn = layer.self_attn, layer.linear1
-    return {"d_model": attn.embed_dim, "nhead": attn.num_heads, "dim_feedforward": ffn.out_features,
-            "activation": _activation_name(layer.activation), "norm_first": layer.norm_first,
-            "bias": ffn.bias is not None, "layer_norm_eps": layer.norm1.eps, "dropout": layer.dropout1.p}
+    return {
+        "d_model": attn.embed_dim,
+        "nhead": attn.num_heads,
+        "dim_feedforward": ffn.out_features,
+        "activation": _activation_name(layer.activation),
+        "norm_first": layer.norm_first,
+        "bias": ffn.bias is not None,
+        "layer_norm_eps": layer.norm1.eps,
+        "dropout": layer.dropout1.p,
+    }
 
 
 def _check_same_config(layers: list[nn.Module], where: str) -> None:
@@ -299,8 +344,9 @@ def _check_same_config(layers: list[nn.Module], where: str) -> None:
         diff = {k: (first[k], v) for k, v in _layer_config(layer).items() if first[k] != v}
         if diff:
             said = ", ".join(f"{k} ({a!r} vs {b!r})" for k, (a, b) in diff.items())
-            raise ValueError(f"{where}: block {i} differs from block 0 in {said}; torch.nn's stacks clone "
-                             "one layer config")
+            raise ValueError(
+                f"{where}: block {i} differs from block 0 in {said}; torch.nn's stacks clone one layer config"
+            )
 
 
 def _encoder_stack_to_torch(stack: EncoderStack) -> nn.TransformerEncoder:
@@ -323,8 +369,13 @@ def _decoder_stack_to_torch(stack: DecoderStack) -> nn.TransformerDecoder:
 def _seq2seq_to_torch(s: EncoderDecoderStack) -> nn.Transformer:
     enc, dec = _encoder_stack_to_torch(s.encoder), _decoder_stack_to_torch(s.decoder)
     first = enc.layers[0].self_attn
-    t = nn.Transformer(d_model=first.embed_dim, nhead=first.num_heads, custom_encoder=nn.Identity(),
-                       custom_decoder=nn.Identity(), batch_first=True)
+    t = nn.Transformer(
+        d_model=first.embed_dim,
+        nhead=first.num_heads,
+        custom_encoder=nn.Identity(),
+        custom_decoder=nn.Identity(),
+        batch_first=True,
+    )
     t.encoder, t.decoder = enc, dec  # after __init__, whose _reset_parameters would overwrite the copies
     return t
 

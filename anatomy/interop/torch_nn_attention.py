@@ -13,6 +13,7 @@ from anatomy.components.attention import MultiHeadAttention
 
 # ---------------------------------------------------------------------------------------------- small helpers
 
+
 def like(module: nn.Module) -> dict:
     """``device`` and ``dtype`` of the module's first parameter (empty when it has none)."""
     p = next(module.parameters(), None)
@@ -33,8 +34,10 @@ def copy_into(dst: torch.Tensor | None, src: torch.Tensor | None, where: str) ->
 
 def one_bias(where: str, present: list[bool]) -> bool:
     if len(set(present)) != 1:
-        raise ValueError(f"{where} has bias on some projections or norms and not on others; torch.nn's bias= "
-                         "switches the Linear and LayerNorm biases together, and so does ours")
+        raise ValueError(
+            f"{where} has bias on some projections or norms and not on others; torch.nn's bias= "
+            "switches the Linear and LayerNorm biases together, and so does ours"
+        )
     return present[0]
 
 
@@ -43,13 +46,14 @@ def expect(module: object, cls: type, where: str) -> None:
         raise TypeError(f"{where} must be {cls.__module__}.{cls.__name__}, got {type(module).__name__}")
 
 
-
 def check_torch_mha(m: nn.MultiheadAttention, where: str) -> bool:
     """Refuse what our attention cannot express; return whether it has biases."""
     d = m.embed_dim
     if m.kdim != d or m.vdim != d:
-        raise ValueError(f"{where}: kdim={m.kdim}, vdim={m.vdim} differ from embed_dim={d}; our "
-                         "MultiHeadAttention needs kdim == vdim == d_model")
+        raise ValueError(
+            f"{where}: kdim={m.kdim}, vdim={m.vdim} differ from embed_dim={d}; our "
+            "MultiHeadAttention needs kdim == vdim == d_model"
+        )
     if m.bias_k is not None:
         raise ValueError(f"{where}: add_bias_kv=True is not supported (ours has no learned extra key/value)")
     if m.add_zero_attn:
@@ -60,23 +64,33 @@ def check_torch_mha(m: nn.MultiheadAttention, where: str) -> bool:
 def check_ours_mha(a: MultiHeadAttention, where: str) -> bool:
     """Refuse what nn.MultiheadAttention cannot express; return whether it has biases."""
     if a.n_kv_heads != a.n_heads:
-        raise ValueError(f"{where}: grouped-query attention (GQA, n_kv_heads={a.n_kv_heads} != "
-                         f"n_heads={a.n_heads}) has no nn.MultiheadAttention equivalent")
+        raise ValueError(
+            f"{where}: grouped-query attention (GQA, n_kv_heads={a.n_kv_heads} != "
+            f"n_heads={a.n_heads}) has no nn.MultiheadAttention equivalent"
+        )
     if a.inner_dim != a.d_model:
-        raise ValueError(f"{where}: heads of width head_dim={a.head_dim} (n_heads * head_dim = {a.inner_dim} != "
-                         f"d_model = {a.d_model}) have no nn.MultiheadAttention equivalent: its heads split d_model")
+        raise ValueError(
+            f"{where}: heads of width head_dim={a.head_dim} (n_heads * head_dim = {a.inner_dim} != "
+            f"d_model = {a.d_model}) have no nn.MultiheadAttention equivalent: its heads split d_model"
+        )
     if a.sliding_window is not None:
-        raise ValueError(f"{where}: sliding-window attention (sliding_window={a.sliding_window}) has no "
-                         "nn.MultiheadAttention equivalent")
+        raise ValueError(
+            f"{where}: sliding-window attention (sliding_window={a.sliding_window}) has no "
+            "nn.MultiheadAttention equivalent"
+        )
     if a.qk_norm is not None:
         raise ValueError(f"{where}: QK-norm (qk_norm={a.qk_norm!r}) has no nn.MultiheadAttention equivalent")
     if a.positional is not None:
-        raise ValueError(f"{where}: a positional scheme inside attention ({type(a.positional).__name__}) has "
-                         "no nn.MultiheadAttention equivalent")
+        raise ValueError(
+            f"{where}: a positional scheme inside attention ({type(a.positional).__name__}) has "
+            "no nn.MultiheadAttention equivalent"
+        )
     default = 1.0 / math.sqrt(a.head_dim)
     if not math.isclose(a.scale, default, rel_tol=1e-9):
-        raise ValueError(f"{where}: non-default attention scale {a.scale:.6g}; nn.MultiheadAttention always "
-                         f"uses 1/sqrt(Dh) = {default:.6g}")
+        raise ValueError(
+            f"{where}: non-default attention scale {a.scale:.6g}; nn.MultiheadAttention always "
+            f"uses 1/sqrt(Dh) = {default:.6g}"
+        )
     projs = [a.qkv_proj, a.o_proj] if a.fused_qkv else [a.q_proj, a.k_proj, a.v_proj, a.o_proj]
     return one_bias(where, [p.bias is not None for p in projs])
 
@@ -120,15 +134,13 @@ def mha_into_torch(m: nn.MultiheadAttention, a: MultiHeadAttention) -> None:
 
 def mha_from_torch(m: nn.MultiheadAttention) -> MultiHeadAttention:
     bias = check_torch_mha(m, "nn.MultiheadAttention")
-    a = MultiHeadAttention(d_model=m.embed_dim, n_heads=m.num_heads, bias=bias, dropout=m.dropout,
-                           kernel="auto")
+    a = MultiHeadAttention(d_model=m.embed_dim, n_heads=m.num_heads, bias=bias, dropout=m.dropout, kernel="auto")
     mha_into_ours(a.to(**like(m)), m)
     return a
 
 
 def mha_to_torch(a: MultiHeadAttention) -> nn.MultiheadAttention:
     bias = check_ours_mha(a, "MultiHeadAttention")
-    m = nn.MultiheadAttention(a.d_model, a.n_heads, dropout=a.dropout, bias=bias, batch_first=True,
-                              **like(a))
+    m = nn.MultiheadAttention(a.d_model, a.n_heads, dropout=a.dropout, bias=bias, batch_first=True, **like(a))
     mha_into_torch(m, a)
     return m

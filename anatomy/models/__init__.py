@@ -11,7 +11,20 @@ from anatomy.models.seq2seq import EncoderDecoderStack, Seq2Seq
 from anatomy.models.stack import TransformerStack
 
 __all__ = [
-    "Classifier", "ClassifierOutput", "Decoder", "DecoderLM", "DecoderStack", "Encoder", "EncoderDecoderStack",
-    "EncoderOutput", "EncoderStack", "LMOutput", "ModelCache", "ModelOutput", "Seq2Seq", "Seq2SeqOutput",
-    "TransformerStack", "build_model",
+    "Classifier",
+    "ClassifierOutput",
+    "Decoder",
+    "DecoderLM",
+    "DecoderStack",
+    "Encoder",
+    "EncoderDecoderStack",
+    "EncoderOutput",
+    "EncoderStack",
+    "LMOutput",
+    "ModelCache",
+    "ModelOutput",
+    "Seq2Seq",
+    "Seq2SeqOutput",
+    "TransformerStack",
+    "build_model",
 ]

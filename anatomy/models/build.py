@@ -51,25 +51,37 @@ def make_norm(kind: str, width: int, *, eps: float, bias: bool = True, offset: f
     if cls is RMSNorm:
         return RMSNorm(width, eps=eps, offset=offset)
     if offset:
-        raise ValueError(f"norm_offset={offset} needs norm='rmsnorm' (only RMSNorm scales by offset + weight), "
-                         f"got norm={kind!r}")
+        raise ValueError(
+            f"norm_offset={offset} needs norm='rmsnorm' (only RMSNorm scales by offset + weight), got norm={kind!r}"
+        )
     return cls(width, eps=eps, bias=bias)
 
 
 def _norm(config: ModelConfig, width: int | None = None) -> nn.Module:
     """``config.norm`` over ``width`` features (default D)."""
-    return make_norm(config.norm, config.d_model if width is None else width, eps=config.norm_eps, bias=config.bias,
-                     offset=config.norm_weight_offset)
+    return make_norm(
+        config.norm,
+        config.d_model if width is None else width,
+        eps=config.norm_eps,
+        bias=config.bias,
+        offset=config.norm_weight_offset,
+    )
 
 
 def _rope_scaling(config: ModelConfig) -> RopeScaling | None:
     if config.rope_scaling is None:
         return None
     return RopeScaling(
-        config.rope_scaling, factor=config.rope_factor, original_max_len=config.rope_original_max_len,
-        low_freq_factor=config.rope_low_freq_factor, high_freq_factor=config.rope_high_freq_factor,
-        beta_fast=config.rope_beta_fast, beta_slow=config.rope_beta_slow,
-        attention_factor=config.rope_attention_factor, truncate=config.rope_truncate)
+        config.rope_scaling,
+        factor=config.rope_factor,
+        original_max_len=config.rope_original_max_len,
+        low_freq_factor=config.rope_low_freq_factor,
+        high_freq_factor=config.rope_high_freq_factor,
+        beta_fast=config.rope_beta_fast,
+        beta_slow=config.rope_beta_slow,
+        attention_factor=config.rope_attention_factor,
+        truncate=config.rope_truncate,
+    )
 
 
 def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True) -> PositionalScheme | None:
@@ -83,11 +95,20 @@ def _positional(config: ModelConfig, site: str, *, bidirectional: bool = True) -
         "sinusoidal": lambda: dict(d_model=config.d_model),
         "learned": lambda: dict(d_model=config.d_model, max_seq_len=config.max_seq_len),
         "shaw": lambda: dict(head_dim=config.dh, max_relative_distance=config.max_relative_distance),
-        "t5": lambda: dict(n_heads=config.n_heads, bidirectional=bidirectional, num_buckets=config.t5_num_buckets,
-                           max_distance=config.t5_max_distance),
-        "rope": lambda: dict(head_dim=config.dh, base=config.rope_base, layout=config.rope_layout,
-                             max_seq_len=config.max_seq_len, rotary_dim=config.rotary_dim,
-                             scaling=_rope_scaling(config)),
+        "t5": lambda: dict(
+            n_heads=config.n_heads,
+            bidirectional=bidirectional,
+            num_buckets=config.t5_num_buckets,
+            max_distance=config.t5_max_distance,
+        ),
+        "rope": lambda: dict(
+            head_dim=config.dh,
+            base=config.rope_base,
+            layout=config.rope_layout,
+            max_seq_len=config.max_seq_len,
+            rotary_dim=config.rotary_dim,
+            scaling=_rope_scaling(config),
+        ),
         "alibi": lambda: dict(n_heads=config.n_heads),
     }
     args = makers[config.positional]
@@ -100,26 +121,64 @@ def _block(config: ModelConfig, layer: int, kind: str, alpha: float) -> Transfor
     to the encoder memory, FFN. Each config field named once, handed to the one block builder."""
     cls = {"encoder": EncoderBlock, "decoder_only": TransformerBlock, "decoder": DecoderBlock}[kind]
     return build_block(
-        cls, d_model=config.d_model, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads, head_dim=config.head_dim,
-        d_ff=config.d_ff, activation=config.activation, norm=config.norm, norm_eps=config.norm_eps,
-        norm_offset=config.norm_weight_offset, placement=config.norm_position, alpha=alpha, bias=config.bias,
-        qkv_bias=config.qkv_bias, dropout=config.dropout, attention_dropout=config.attention_dropout,
-        kernel=config.kernel, attn_scale=config.attn_scale, fused_qkv=config.fused_qkv,
-        qk_norm=config.qk_norm_kind, attn_softcap=config.attn_softcap,
-        positional=_positional(config, "attention"), sliding_window=config.layer_window(layer),
-        parallel_residual=config.parallel_residual and kind != "decoder")
+        cls,
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        n_kv_heads=config.n_kv_heads,
+        head_dim=config.head_dim,
+        d_ff=config.d_ff,
+        activation=config.activation,
+        norm=config.norm,
+        norm_eps=config.norm_eps,
+        norm_offset=config.norm_weight_offset,
+        placement=config.norm_position,
+        alpha=alpha,
+        bias=config.bias,
+        qkv_bias=config.qkv_bias,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        kernel=config.kernel,
+        attn_scale=config.attn_scale,
+        fused_qkv=config.fused_qkv,
+        qk_norm=config.qk_norm_kind,
+        attn_softcap=config.attn_softcap,
+        positional=_positional(config, "attention"),
+        sliding_window=config.layer_window(layer),
+        parallel_residual=config.parallel_residual and kind != "decoder",
+    )
 
 
-def build_block(cls: type[TransformerBlock], *, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                d_ff: int | None = None, activation: str = "relu", norm: str = "layernorm", norm_eps: float = 1e-5,
-                placement: str = "post", bias: bool = True, dropout: float = 0.0, attention_dropout: float = 0.0,
-                kernel: str = "auto", attn_scale: float | None = None, fused_qkv: bool = False, alpha: float = 1.0,
-                positional: PositionalScheme | None = None, head_dim: int | None = None, qk_norm: str | None = None,
-                sliding_window: int | None = None, qkv_bias: bool | None = None, attn_softcap: float | None = None,
-                norm_offset: float = 0.0, parallel_residual: bool = False) -> TransformerBlock:
+def build_block(
+    cls: type[TransformerBlock],
+    *,
+    d_model: int,
+    n_heads: int,
+    n_kv_heads: int | None = None,
+    d_ff: int | None = None,
+    activation: str = "relu",
+    norm: str = "layernorm",
+    norm_eps: float = 1e-5,
+    placement: str = "post",
+    bias: bool = True,
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    kernel: str = "auto",
+    attn_scale: float | None = None,
+    fused_qkv: bool = False,
+    alpha: float = 1.0,
+    positional: PositionalScheme | None = None,
+    head_dim: int | None = None,
+    qk_norm: str | None = None,
+    sliding_window: int | None = None,
+    qkv_bias: bool | None = None,
+    attn_softcap: float | None = None,
+    norm_offset: float = 0.0,
+    parallel_residual: bool = False,
+) -> TransformerBlock:
     """``EncoderBlock.build(...)`` / ``DecoderBlock.build(...)``: a block of the usual parts from explicit
     arguments, made by the same part builders as ``build_model`` (``make_norm``, ``AddNorm``, the attention and FFN
     constructors); a ``DecoderBlock`` also gets cross-attention (never windowed, no positional scheme)."""
+
     def norm_of(width: int) -> nn.Module:
         return make_norm(norm, width, eps=norm_eps, bias=bias, offset=norm_offset)
 
@@ -127,44 +186,73 @@ def build_block(cls: type[TransformerBlock], *, d_model: int, n_heads: int, n_kv
         return AddNorm(d_model, placement=placement, make_norm=norm_of, dropout=dropout, alpha=alpha)
 
     def attention(scheme: PositionalScheme | None, window: int | None) -> MultiHeadAttention:
-        return MultiHeadAttention(d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
-                                  bias=bias, qkv_bias=qkv_bias, dropout=attention_dropout, kernel=kernel,
-                                  scale=attn_scale, fused_qkv=fused_qkv, qk_norm=qk_norm, norm_eps=norm_eps,
-                                  softcap=attn_softcap, positional=scheme, sliding_window=window)
+        return MultiHeadAttention(
+            d_model=d_model,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            bias=bias,
+            qkv_bias=qkv_bias,
+            dropout=attention_dropout,
+            kernel=kernel,
+            scale=attn_scale,
+            fused_qkv=fused_qkv,
+            qk_norm=qk_norm,
+            norm_eps=norm_eps,
+            softcap=attn_softcap,
+            positional=scheme,
+            sliding_window=window,
+        )
 
     norm_class(norm)  # an unknown norm is named before any part is made
     ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
     if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
         if parallel_residual:
             raise ValueError("parallel_residual is for blocks without cross-attention")
-        return cls(attn=attention(positional, sliding_window), attn_add_norm=add_norm(),
-                   cross_attn=attention(None, None), cross_add_norm=add_norm(), ffn=ffn, ffn_add_norm=add_norm())
-    return cls(attn=attention(positional, sliding_window), attn_add_norm=add_norm(), ffn=ffn,
-               ffn_add_norm=add_norm(), parallel_residual=parallel_residual)
+        return cls(
+            attn=attention(positional, sliding_window),
+            attn_add_norm=add_norm(),
+            cross_attn=attention(None, None),
+            cross_add_norm=add_norm(),
+            ffn=ffn,
+            ffn_add_norm=add_norm(),
+        )
+    return cls(
+        attn=attention(positional, sliding_window),
+        attn_add_norm=add_norm(),
+        ffn=ffn,
+        ffn_add_norm=add_norm(),
+        parallel_residual=parallel_residual,
+    )
 
 
 # The blocks' ``build`` classmethod is this module's builder (components never import models: no import cycle).
 TransformerBlock.build = classmethod(build_block)  # type: ignore[assignment]
 
 
-def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *,
-           bidirectional: bool) -> TransformerStack:
+def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *, bidirectional: bool) -> TransformerStack:
     """``n_layers`` blocks of ``kind``, the final norm (Pre-Norm and Sandwich by default) and the stack-site
     positional bias (T5's, one table shared by the layers; bidirectional in an encoder, causal in a decoder)."""
     blocks = [_block(config, i, kind, alpha) for i in range(n_layers)]
     stack = {"encoder": EncoderStack, "decoder_only": TransformerStack, "decoder": DecoderStack}[kind]
-    return stack(blocks=blocks, final_norm=_norm(config) if config.use_final_norm else None,
-                 position_bias=_positional(config, "model", bidirectional=bidirectional))
+    return stack(
+        blocks=blocks,
+        final_norm=_norm(config) if config.use_final_norm else None,
+        position_bias=_positional(config, "model", bidirectional=bidirectional),
+    )
 
 
 def _embeddings(config: ModelConfig, embed_tokens: TokenEmbedding, *, with_types: bool = True) -> InputEmbeddings:
     """Token embedding (shared by encoder, decoder and a tied head) + token types (BERT; not in a decoder) + an
     embedding-site positional scheme + BERT's embedding norm, then dropout."""
     return InputEmbeddings(
-        embed_tokens=embed_tokens, positional=_positional(config, "embedding"),
+        embed_tokens=embed_tokens,
+        positional=_positional(config, "embedding"),
         token_types=nn.Embedding(config.type_vocab_size, config.d_model)
-        if with_types and config.type_vocab_size else None,
-        norm=_norm(config) if config.embedding_norm else None, dropout=config.dropout,
+        if with_types and config.type_vocab_size
+        else None,
+        norm=_norm(config) if config.embedding_norm else None,
+        dropout=config.dropout,
     )
 
 
@@ -184,39 +272,61 @@ def _deepnorm(config: ModelConfig) -> dict[str, tuple[float, float]]:
 # ---------------------------------------------------------------------------------------------- architectures
 
 
-def _decoder_lm(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
-                ) -> tuple[nn.Module, dict[nn.Module, float]]:
+def _decoder_lm(
+    config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
+) -> tuple[nn.Module, dict[nn.Module, float]]:
     stack = _stack(config, "decoder_only", config.decoder_layers, deep["decoder"][0], bidirectional=False)
-    model = DecoderLM(embeddings=_embeddings(config, embed_tokens), stack=stack,
-                      lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
-                      final_logit_softcap=config.final_logit_softcap)
+    model = DecoderLM(
+        embeddings=_embeddings(config, embed_tokens),
+        stack=stack,
+        lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
+        final_logit_softcap=config.final_logit_softcap,
+    )
     return model, {stack: deep["decoder"][1]}
 
 
-def _seq2seq(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
-                ) -> tuple[nn.Module, dict[nn.Module, float]]:
-    encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
-                      stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True))
-    decoder = Decoder(embeddings=_embeddings(config, embed_tokens, with_types=False),
-                      stack=_stack(config, "decoder", config.decoder_layers, deep["decoder"][0], bidirectional=False))
+def _seq2seq(
+    config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
+) -> tuple[nn.Module, dict[nn.Module, float]]:
+    encoder = Encoder(
+        embeddings=_embeddings(config, embed_tokens),
+        stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
+    )
+    decoder = Decoder(
+        embeddings=_embeddings(config, embed_tokens, with_types=False),
+        stack=_stack(config, "decoder", config.decoder_layers, deep["decoder"][0], bidirectional=False),
+    )
     assert config.pad_token_id is not None  # the decoder start: ModelConfig refuses None for seq2seq
-    model = Seq2Seq(encoder=encoder, decoder=decoder, lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
-                    decoder_start_token_id=config.pad_token_id, output_scale=config.output_scale)
+    model = Seq2Seq(
+        encoder=encoder,
+        decoder=decoder,
+        lm_head=make_lm_head(embed_tokens, tie=config.tie_embeddings),
+        decoder_start_token_id=config.pad_token_id,
+        output_scale=config.output_scale,
+    )
     return model, {encoder.stack: deep["encoder"][1], decoder.stack: deep["decoder"][1]}
 
 
-def _encoder(config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
-                ) -> tuple[nn.Module, dict[nn.Module, float]]:
-    encoder = Encoder(embeddings=_embeddings(config, embed_tokens),
-                      stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
-                      pooler=nn.Linear(config.d_model, config.d_model)
-                      if config.encoder_pooler and config.architecture == "encoder" else None)
+def _encoder(
+    config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
+) -> tuple[nn.Module, dict[nn.Module, float]]:
+    encoder = Encoder(
+        embeddings=_embeddings(config, embed_tokens),
+        stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
+        pooler=nn.Linear(config.d_model, config.d_model)
+        if config.encoder_pooler and config.architecture == "encoder"
+        else None,
+    )
     betas: dict[nn.Module, float] = {encoder.stack: deep["encoder"][1]}
     if config.architecture == "encoder":
         return encoder, betas
-    model = Classifier(encoder=encoder, classifier=nn.Linear(config.d_model, config.num_labels),
-                       pooling=config.pooling, pooler=nn.Linear(config.d_model, config.d_model) if config.pooler
-                       else None, dropout=config.dropout)
+    model = Classifier(
+        encoder=encoder,
+        classifier=nn.Linear(config.d_model, config.num_labels),
+        pooling=config.pooling,
+        pooler=nn.Linear(config.d_model, config.d_model) if config.pooler else None,
+        dropout=config.dropout,
+    )
     return model, betas
 
 
@@ -231,7 +341,8 @@ def build_model(config: ModelConfig) -> nn.Module:
     embed_tokens = TokenEmbedding(config.vocab_size, config.d_model, scale=config.scale_embeddings)
     model, betas = ARCHITECTURE_BUILDERS[config.architecture](config, embed_tokens, _deepnorm(config))
     depth = {"decoder_lm": config.decoder_layers, "seq2seq": config.n_layers + config.decoder_layers}.get(
-        config.architecture, config.n_layers)  # every block of the model: GPT-2's residual scaling 1/sqrt(2L)
+        config.architecture, config.n_layers
+    )  # every block of the model: GPT-2's residual scaling 1/sqrt(2L)
     scheme = "deepnet" if config.norm_position == "deepnorm" else config.init
     init_weights(model, scheme=scheme, std=config.init_std, n_layers=depth, betas=betas)
     cast(Any, model).config = config  # an attribute nn.Module does not declare

@@ -80,8 +80,9 @@ class ModelCache:
         return tuple(self)
 
     @classmethod
-    def from_legacy_cache(cls, past: Iterable[Iterable[torch.Tensor]], *, template: list[Any],
-                          attention_mask: torch.Tensor | None = None) -> ModelCache:
+    def from_legacy_cache(
+        cls, past: Iterable[Iterable[torch.Tensor]], *, template: list[Any], attention_mask: torch.Tensor | None = None
+    ) -> ModelCache:
         """Fill ``template`` (empty caches from ``model.new_caches()``) with ``past``: per layer ``(k, v)`` or
         ``(k, v, cross_k, cross_v)``, each ``(B, Hkv, S, Dh)``; key positions are counted from the mask."""
         past = list(past)
@@ -99,7 +100,7 @@ class ModelCache:
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         for layer in self.kv_caches:
-            for cache in (layer if isinstance(layer, tuple) else (layer,)):
+            for cache in layer if isinstance(layer, tuple) else (layer,):
                 cache.batch_select(indices)
 
     def reorder_cache(self, beam_idx: torch.Tensor) -> None:
@@ -120,14 +121,19 @@ class ModelCache:
         return EncoderDecoderCache(DynamicCache([e[:2] for e in self]), DynamicCache([e[2:] for e in self]))
 
 
-def _fill(cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None, attention_mask: torch.Tensor | None,
-          seen: int | None = None) -> None:
+def _fill(
+    cache: KVCache,
+    k: torch.Tensor | None,
+    v: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    seen: int | None = None,
+) -> None:
     if k is None or k.numel() == 0:
         return
     s = k.shape[-2]
     seen = s if seen is None else seen
     if attention_mask is not None and attention_mask.shape[-1] >= seen:
-        positions = positions_from_mask(attention_mask.bool())[:, seen - s: seen]  # (B, S)
+        positions = positions_from_mask(attention_mask.bool())[:, seen - s : seen]  # (B, S)
     else:
         positions = torch.arange(seen - s, seen, device=k.device)[None]  # (1, S)
     cache.update(k, cast(torch.Tensor, v), positions)  # the values come with the keys (HF layers, legacy pairs)
@@ -135,8 +141,9 @@ def _fill(cache: KVCache, k: torch.Tensor | None, v: torch.Tensor | None, attent
 
 
 def _ours(layer: object) -> bool:
-    return isinstance(layer, KVCache) or (isinstance(layer, tuple) and len(layer) == 2
-                                          and all(isinstance(c, KVCache) for c in layer))
+    return isinstance(layer, KVCache) or (
+        isinstance(layer, tuple) and len(layer) == 2 and all(isinstance(c, KVCache) for c in layer)
+    )
 
 
 def _is_hf_cache(obj: object) -> bool:
@@ -152,8 +159,9 @@ def _hf_layers(cache: Any) -> list[tuple[torch.Tensor | None, torch.Tensor | Non
     return out
 
 
-def open_cache(model: Any, past_key_values: Any, kv_caches: list[Any] | None, use_cache: bool,
-               attention_mask: torch.Tensor | None) -> tuple[list[Any] | None, object]:
+def open_cache(
+    model: Any, past_key_values: Any, kv_caches: list[Any] | None, use_cache: bool, attention_mask: torch.Tensor | None
+) -> tuple[list[Any] | None, object]:
     """The forward's cache: ``(kv_caches or None, given)``. ``given`` is the cache object to hand back: the
     ``ModelCache`` or the transformers cache that was passed (``close_cache`` writes the call's new entries into
     the latter), ``None`` otherwise."""
@@ -183,10 +191,13 @@ def open_cache(model: Any, past_key_values: Any, kv_caches: list[Any] | None, us
                 _fill(layer[1], cross_layers[i][0], cross_layers[i][1], None)
         return template, past_key_values
     if isinstance(past_key_values, (tuple, list)):
-        return ModelCache.from_legacy_cache(past_key_values, template=template,
-                                            attention_mask=attention_mask).kv_caches, None
-    raise TypeError(f"past_key_values must be a ModelCache, a transformers Cache or legacy ((k, v), ...) tuples, "
-                    f"got {type(past_key_values).__name__}")
+        return ModelCache.from_legacy_cache(
+            past_key_values, template=template, attention_mask=attention_mask
+        ).kv_caches, None
+    raise TypeError(
+        f"past_key_values must be a ModelCache, a transformers Cache or legacy ((k, v), ...) tuples, "
+        f"got {type(past_key_values).__name__}"
+    )
 
 
 def close_cache(kv_caches: list[Any] | None, foreign: Any, t: int) -> Any:

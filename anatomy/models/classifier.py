@@ -29,21 +29,40 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Ten
 
 
 class Classifier(PretrainedMethods, nn.Module):
-    def __init__(self, *, encoder: Encoder, classifier: nn.Linear, pooling: str = "cls",
-                 pooler: nn.Linear | None = None, dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        encoder: Encoder,
+        classifier: nn.Linear,
+        pooling: str = "cls",
+        pooler: nn.Linear | None = None,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         if pooling not in ("cls", "mean"):
             raise ValueError(f"unknown pooling {pooling!r}; valid names: cls, mean")
         self.encoder, self.pooling, self.pooler, self.classifier = encoder, pooling, pooler, classifier
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                output_attentions: bool = False, output_hidden_states: bool = False,
-                return_dict: bool = True) -> ClassifierOutput | tuple[Any, ...]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        token_type_ids: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        return_dict: bool = True,
+    ) -> ClassifierOutput | tuple[Any, ...]:
         b, t = ids_shape(input_ids)
-        enc = self.encoder(input_ids, attention_mask, token_type_ids=token_type_ids,
-                           output_attentions=output_attentions, output_hidden_states=output_hidden_states)
+        enc = self.encoder(
+            input_ids,
+            attention_mask,
+            token_type_ids=token_type_ids,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
         pooled = pool(enc.last_hidden_state, key_padding(attention_mask, b, t), self.pooling)  # (B, D)
         if self.pooler is not None:
             pooled = torch.tanh(self.pooler(pooled))
@@ -53,6 +72,7 @@ class Classifier(PretrainedMethods, nn.Module):
             if labels.shape != (b,):
                 raise ValueError(f"labels must have shape (B,)=({b},), got {tuple(labels.shape)}")
             loss = F.cross_entropy(logits.float(), labels)
-        out = ClassifierOutput(logits=logits, loss=loss, pooled=pooled, attentions=enc.attentions,
-                               hidden_states=enc.hidden_states)
+        out = ClassifierOutput(
+            logits=logits, loss=loss, pooled=pooled, attentions=enc.attentions, hidden_states=enc.hidden_states
+        )
         return out if return_dict else out.to_tuple()

@@ -8,15 +8,17 @@ from anatomy.components.context import hf_padding, query_positions
 from anatomy.shapes import check_rank, check_tensor
 
 
-def key_padding(attention_mask: torch.Tensor | None, b: int, s: int,
-                name: str = "attention_mask") -> torch.Tensor | None:
+def key_padding(
+    attention_mask: torch.Tensor | None, b: int, s: int, name: str = "attention_mask"
+) -> torch.Tensor | None:
     """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``
     (``components.context.hf_padding``: a model's forward checks it there, once, while building its context)."""
     return hf_padding(attention_mask, b, s, name)
 
 
-def make_positions(mask: torch.Tensor | None, t: int, past: int, device: torch.device | str | None,
-                   given: torch.Tensor | None = None) -> torch.Tensor:
+def make_positions(
+    mask: torch.Tensor | None, t: int, past: int, device: torch.device | str | None, given: torch.Tensor | None = None
+) -> torch.Tensor:
     """Query positions ``(B|1, T)`` of a model's forward: given ids, else counted from the mask (left padding),
     else ``past + arange`` (``components.context.query_positions``, the one place positions are defaulted)."""
     return query_positions(t, past, device, given=given, mask=mask)

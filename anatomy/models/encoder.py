@@ -22,24 +22,43 @@ class EncoderStack(TransformerStack):
 class Encoder(PretrainedMethods, nn.Module):
     """``input_ids (B, T)`` → ``last_hidden_state (B, T, D)``; called like a Hugging Face encoder."""
 
-    def __init__(self, *, embeddings: InputEmbeddings, stack: TransformerStack,
-                 pooler: nn.Linear | None = None) -> None:
+    def __init__(
+        self, *, embeddings: InputEmbeddings, stack: TransformerStack, pooler: nn.Linear | None = None
+    ) -> None:
         super().__init__()
         self.embeddings, self.stack = embeddings, stack
         self.pooler = pooler  # BertModel's pooler: pooler_output = tanh(pooler(last_hidden_state[:, 0]))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_attentions: bool = False, output_hidden_states: bool = False,
-                return_dict: bool = True) -> EncoderOutput | tuple[Any, ...]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        return_dict: bool = True,
+    ) -> EncoderOutput | tuple[Any, ...]:
         b, t = ids_shape(input_ids)
-        ctx = self.stack.attention_context(b, t, input_ids.device, attention_mask=attention_mask, is_causal=False,
-                                           positions=position_ids, padding_name="attention_mask",
-                                           positions_name="position_ids")
+        ctx = self.stack.attention_context(
+            b,
+            t,
+            input_ids.device,
+            attention_mask=attention_mask,
+            is_causal=False,
+            positions=position_ids,
+            padding_name="attention_mask",
+            positions_name="position_ids",
+        )
         x = self.embeddings(input_ids, ctx.positions, token_type_ids)  # (B, T, D)
         hidden: list[torch.Tensor] | None = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, need_weights=output_attentions, hidden_states=hidden)
         pooled = None if self.pooler is None else torch.tanh(self.pooler(x[:, 0]))  # (B, D)
-        out = EncoderOutput(last_hidden_state=x, pooler_output=pooled, attentions=weights,
-                            hidden_states=None if hidden is None else tuple(hidden))
+        out = EncoderOutput(
+            last_hidden_state=x,
+            pooler_output=pooled,
+            attentions=weights,
+            hidden_states=None if hidden is None else tuple(hidden),
+        )
         return out if return_dict else out.to_tuple()

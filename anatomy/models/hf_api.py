@@ -21,8 +21,11 @@ def embedding_parameter_names(model: nn.Module) -> set[str]:
     table is the ``nn.Embedding`` ``wpe`` of GPT-2)."""
     from anatomy.components.positional import LearnedPositional
 
-    return {f"{name}.weight" if name else "weight" for name, m in model.named_modules()
-            if isinstance(m, (nn.Embedding, LearnedPositional))}
+    return {
+        f"{name}.weight" if name else "weight"
+        for name, m in model.named_modules()
+        if isinstance(m, (nn.Embedding, LearnedPositional))
+    }
 
 
 def _lens_weight(name: str) -> property:
@@ -70,8 +73,11 @@ class PretrainedMethods(LensMethods):
         """Parameters counted once each (a tied head shares the embedding's); as HF's ``PreTrainedModel``."""
         module: Any = self  # mixed into an nn.Module
         skip = embedding_parameter_names(module) if exclude_embeddings else set()
-        return sum(p.numel() for name, p in module.named_parameters()
-                   if name not in skip and (p.requires_grad or not only_trainable))
+        return sum(
+            p.numel()
+            for name, p in module.named_parameters()
+            if name not in skip and (p.requires_grad or not only_trainable)
+        )
 
 
 class GenerationMethods(PretrainedMethods):
@@ -97,8 +103,9 @@ class GenerationMethods(PretrainedMethods):
     def generation_config(self, value: Any) -> None:
         self.__dict__["_generation_config"] = value
 
-    def generate(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                 **kwargs: Any) -> Any:
+    def generate(
+        self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, **kwargs: Any
+    ) -> Any:
         """See ``anatomy.generation.generate`` for every argument (max_new_tokens, do_sample, temperature, top_k,
         top_p, min_p, repetition_penalty, no_repeat_ngram_size, bad_words_ids, min_new_tokens, suppress_tokens,
         num_beams, length_penalty, early_stopping, num_return_sequences, eos_token_id, pad_token_id,

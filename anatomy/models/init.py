@@ -58,8 +58,14 @@ def _deepnet_linear(weight: torch.Tensor, gain: _Gain) -> None:
             nn.init.xavier_normal_(rows, gain=g)  # each as the (rows, D) matrix it stands for
 
 
-def init_weights(model: nn.Module, *, scheme: str, std: float = 0.02, n_layers: int = 1,
-                 betas: Mapping[nn.Module, float] | None = None) -> None:
+def init_weights(
+    model: nn.Module,
+    *,
+    scheme: str,
+    std: float = 0.02,
+    n_layers: int = 1,
+    betas: Mapping[nn.Module, float] | None = None,
+) -> None:
     """Initialise ``model`` in place by ``scheme``; ``betas`` (``"deepnet"`` only): DeepNet's gain per stack."""
     embedding_weights = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     residual_out = set()
@@ -71,7 +77,7 @@ def init_weights(model: nn.Module, *, scheme: str, std: float = 0.02, n_layers: 
     gains = _deepnet_gains(model, betas or {}) if scheme == "deepnet" else {}
     for m in model.modules():
         if isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=m.embedding_dim ** -0.5 if scheme == "xavier" else std)
+            nn.init.normal_(m.weight, std=m.embedding_dim**-0.5 if scheme == "xavier" else std)
         elif isinstance(m, nn.Linear) and id(m.weight) not in embedding_weights:
             if scheme == "normal":
                 out_std = std / math.sqrt(2 * n_layers) if id(m.weight) in residual_out else std

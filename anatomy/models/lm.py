@@ -31,8 +31,14 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class DecoderLM(GenerationMethods, nn.Module):
     """``final_logit_softcap``: ``c`` or ``None``; the logits become ``c * tanh(logits / c)`` (Gemma 2)."""
 
-    def __init__(self, *, embeddings: InputEmbeddings, stack: TransformerStack, lm_head: nn.Linear,
-                 final_logit_softcap: float | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        embeddings: InputEmbeddings,
+        stack: TransformerStack,
+        lm_head: nn.Linear,
+        final_logit_softcap: float | None = None,
+    ) -> None:
         super().__init__()
         self.embeddings, self.stack, self.lm_head = embeddings, stack, lm_head
         self.final_logit_softcap = final_logit_softcap
@@ -41,11 +47,21 @@ class DecoderLM(GenerationMethods, nn.Module):
         """One empty cache per block; ``capacity`` (the final length, when known) sizes their buffers once."""
         return self.stack.new_caches(capacity)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                labels: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                kv_caches: list[KVCache] | None = None, use_cache: bool = False,
-                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values: Any = None,
-                cache: Any = None, return_dict: bool = True) -> LMOutput | tuple[Any, ...]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        labels: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        kv_caches: list[KVCache] | None = None,
+        use_cache: bool = False,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        past_key_values: Any = None,
+        cache: Any = None,
+        return_dict: bool = True,
+    ) -> LMOutput | tuple[Any, ...]:
         """``input_ids: (B, T)``. With a cache, ``attention_mask`` covers the cached *and* the new tokens
         ``(B, S + T)`` and positions continue from the mask (left-padded batches decode correctly).
 
@@ -59,18 +75,30 @@ class DecoderLM(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, attention_mask)
-        ctx = self.stack.attention_context(b, t, input_ids.device, attention_mask=attention_mask, is_causal=True,
-                                           kv_caches=kv_caches, positions=position_ids, padding_name="attention_mask",
-                                           positions_name="position_ids")  # masks, positions, cache: checked once
+        ctx = self.stack.attention_context(
+            b,
+            t,
+            input_ids.device,
+            attention_mask=attention_mask,
+            is_causal=True,
+            kv_caches=kv_caches,
+            positions=position_ids,
+            padding_name="attention_mask",
+            positions_name="position_ids",
+        )  # masks, positions, cache: checked once
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
         hidden: list[torch.Tensor] | None = [] if output_hidden_states else None
-        x, weights = self.stack(x, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions,
-                                hidden_states=hidden)
+        x, weights = self.stack(x, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions, hidden_states=hidden)
         logits = self.lm_head(x)  # (B, T, V)
         if self.final_logit_softcap is not None:
             logits = torch.tanh(logits / self.final_logit_softcap) * self.final_logit_softcap
         loss = None if labels is None else lm_loss(logits, labels)
-        out = LMOutput(logits=logits, loss=loss, past_key_values=close_cache(kv_caches, foreign, t),
-                       attentions=weights, last_hidden_state=x,
-                       hidden_states=None if hidden is None else tuple(hidden))
+        out = LMOutput(
+            logits=logits,
+            loss=loss,
+            past_key_values=close_cache(kv_caches, foreign, t),
+            attentions=weights,
+            last_hidden_state=x,
+            hidden_states=None if hidden is None else tuple(hidden),
+        )
         return out if return_dict else out.to_tuple()

@@ -30,21 +30,42 @@ class EncoderDecoderStack(nn.Module):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor, *, src_key_padding_mask: torch.Tensor | None = None,
-                tgt_key_padding_mask: torch.Tensor | None = None, memory_key_padding_mask: torch.Tensor | None = None,
-                src_mask: torch.Tensor | None = None, tgt_is_causal: bool = True) -> torch.Tensor:
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt: torch.Tensor,
+        *,
+        src_key_padding_mask: torch.Tensor | None = None,
+        tgt_key_padding_mask: torch.Tensor | None = None,
+        memory_key_padding_mask: torch.Tensor | None = None,
+        src_mask: torch.Tensor | None = None,
+        tgt_is_causal: bool = True,
+    ) -> torch.Tensor:
         """``src: (B, S, D)``, ``tgt: (B, T, D)`` → ``(B, T, D)``; masks boolean, True = may attend."""
         memory, _ = self.encoder(src, key_padding_mask=src_key_padding_mask, attn_mask=src_mask)
         out: torch.Tensor
-        out, _ = self.decoder(tgt, memory, key_padding_mask=tgt_key_padding_mask,
-                              memory_key_padding_mask=memory_key_padding_mask, is_causal=tgt_is_causal)
+        out, _ = self.decoder(
+            tgt,
+            memory,
+            key_padding_mask=tgt_key_padding_mask,
+            memory_key_padding_mask=memory_key_padding_mask,
+            is_causal=tgt_is_causal,
+        )
         return out
 
 
 class Seq2Seq(GenerationMethods, nn.Module):
     is_encoder_decoder = True
-    def __init__(self, *, encoder: Encoder, decoder: Decoder, lm_head: nn.Linear, decoder_start_token_id: int = 0,
-                 output_scale: float = 1.0) -> None:
+
+    def __init__(
+        self,
+        *,
+        encoder: Encoder,
+        decoder: Decoder,
+        lm_head: nn.Linear,
+        decoder_start_token_id: int = 0,
+        output_scale: float = 1.0,
+    ) -> None:
         super().__init__()
         self.encoder, self.decoder, self.lm_head = encoder, decoder, lm_head
         self.decoder_start_token_id = decoder_start_token_id
@@ -53,19 +74,34 @@ class Seq2Seq(GenerationMethods, nn.Module):
     def new_caches(self, capacity: int | None = None) -> list[Any]:
         return self.decoder.stack.new_caches(capacity)
 
-    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None, *,
-                decoder_input_ids: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, encoder_outputs: EncoderOutput | None = None,
-                kv_caches: list[Any] | None = None, use_cache: bool = False,
-                output_attentions: bool = False, output_hidden_states: bool = False, past_key_values: Any = None,
-                cache: Any = None, return_dict: bool = True) -> Seq2SeqOutput | tuple[Any, ...]:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        decoder_input_ids: torch.Tensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        encoder_outputs: EncoderOutput | None = None,
+        kv_caches: list[Any] | None = None,
+        use_cache: bool = False,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        past_key_values: Any = None,
+        cache: Any = None,
+        return_dict: bool = True,
+    ) -> Seq2SeqOutput | tuple[Any, ...]:
         """HF's ``past_key_values`` / ``cache`` / ``use_cache`` / ``output_hidden_states`` / ``return_dict`` work
         as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer)."""
         if encoder_outputs is None:
             if input_ids is None:
                 raise ValueError("input_ids (B, S) are required unless encoder_outputs are given")
-            encoder_outputs = self.encoder(input_ids, attention_mask, output_attentions=output_attentions,
-                                           output_hidden_states=output_hidden_states)
+            encoder_outputs = self.encoder(
+                input_ids,
+                attention_mask,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
         elif isinstance(encoder_outputs, (tuple, list)):  # HF accepts (last_hidden_state, ...) tuples
             encoder_outputs = EncoderOutput(last_hidden_state=encoder_outputs[0])
         if decoder_input_ids is None:
@@ -79,10 +115,15 @@ class Seq2Seq(GenerationMethods, nn.Module):
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, decoder_attention_mask)
         hidden_list: list[torch.Tensor] | None = [] if output_hidden_states else None
-        hidden, weights = self.decoder(decoder_input_ids, encoder_outputs.last_hidden_state,
-                                       attention_mask=decoder_attention_mask, memory_mask=attention_mask,
-                                       kv_caches=kv_caches, output_attentions=output_attentions,
-                                       hidden_states=hidden_list)
+        hidden, weights = self.decoder(
+            decoder_input_ids,
+            encoder_outputs.last_hidden_state,
+            attention_mask=decoder_attention_mask,
+            memory_mask=attention_mask,
+            kv_caches=kv_caches,
+            output_attentions=output_attentions,
+            hidden_states=hidden_list,
+        )
         logits = self.lm_head(hidden * self.output_scale if self.output_scale != 1.0 else hidden)  # (B, T, V)
         loss = None
         if labels is not None:
@@ -90,9 +131,12 @@ class Seq2Seq(GenerationMethods, nn.Module):
                 raise ValueError(f"labels must have shape (B, T)={tuple(logits.shape[:2])}, got {tuple(labels.shape)}")
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)  # (B*T, V)
         out = Seq2SeqOutput(
-            logits=logits, loss=loss, encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            logits=logits,
+            loss=loss,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
             past_key_values=close_cache(kv_caches, foreign, decoder_input_ids.shape[1]),
-            encoder_attentions=encoder_outputs.attentions, encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+            encoder_hidden_states=encoder_outputs.hidden_states,
             decoder_hidden_states=None if hidden_list is None else tuple(hidden_list),
             decoder_attentions=None if weights is None else tuple(w[0] for w in weights),
             cross_attentions=None if weights is None else tuple(w[1] for w in weights),

@@ -20,8 +20,12 @@ from typing import Any
 
 __all__ = ["check", "grade", "show", "trace", "write_exercise"]
 
-_LAZY = {"check": "anatomy.notebook.api", "trace": "anatomy.notebook.api", "grade": "anatomy.notebook.course",
-         "write_exercise": "anatomy.notebook.course"}
+_LAZY = {
+    "check": "anatomy.notebook.api",
+    "trace": "anatomy.notebook.api",
+    "grade": "anatomy.notebook.course",
+    "write_exercise": "anatomy.notebook.course",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -44,8 +44,12 @@ def _label(obj: Any) -> str:
 def _timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0 \
-            or timeout == float("inf"):
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not timeout >= 0
+        or timeout == float("inf")
+    ):
         raise ValueError(f"timeout must be a number of seconds >= 0 (0 or None: no limit), got {timeout!r}")
     return float(timeout) or None
 
@@ -61,35 +65,70 @@ def _options(lang: str, d_model: int, n_heads: int, heads: int | None, **sizes: 
     return n_heads
 
 
-def check(obj: Any, *, kind: str = "auto", d_model: int = 16, n_heads: int = 4, heads: int | None = None,
-          causal: bool = False, seq_first: bool | None = None, factory: str | None = None,
-          mapping: dict | None = None, seed: int = 0, timeout: float | None = 60.0, lang: str = "en",
-          strict: bool = False, isolate: bool | None = None) -> CheckResult:
+def check(
+    obj: Any,
+    *,
+    kind: str = "auto",
+    d_model: int = 16,
+    n_heads: int = 4,
+    heads: int | None = None,
+    causal: bool = False,
+    seq_first: bool | None = None,
+    factory: str | None = None,
+    mapping: dict | None = None,
+    seed: int = 0,
+    timeout: float | None = 60.0,
+    lang: str = "en",
+    strict: bool = False,
+    isolate: bool | None = None,
+) -> CheckResult:
     """Diagnose ``obj`` as ``anatomy check`` does (see the module docstring); the result prints as its text."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     if seq_first is not None and not isinstance(seq_first, bool):
         raise ValueError(f"seq_first must be True, False or None (detect), got {seq_first!r}")
     if mapping is not None and not isinstance(mapping, dict):
-        raise ValueError("mapping must be a dict {reference parameter: your parameter}, got "
-                         f"{type(mapping).__name__}")
+        raise ValueError(
+            f"mapping must be a dict {{reference parameter: your parameter}}, got {type(mapping).__name__}"
+        )
     limit = _timeout(timeout)
     n_heads = _options(lang, d_model, n_heads, heads)
 
     def run() -> Any:
         from anatomy.doctor import check as doctor_check
 
-        report = doctor_check(obj, kind=kind, d_model=d_model, n_heads=n_heads, causal=bool(causal),
-                              factory=factory, mapping=mapping, seed=seed, timeout=limit, seq_first=seq_first)
+        report = doctor_check(
+            obj,
+            kind=kind,
+            d_model=d_model,
+            n_heads=n_heads,
+            causal=bool(causal),
+            factory=factory,
+            mapping=mapping,
+            seed=seed,
+            timeout=limit,
+            seq_first=seq_first,
+        )
         return cells.name_cells(report)
 
     answer = isolated(run, isolate=isolate)
     return CheckResult(_label(obj), answer.value, answer.error, answer.isolation, lang, strict)
 
 
-def trace(obj: Any, *, d_model: int = 20, n_heads: int = 5, heads: int | None = None, batch: int = 2,
-          seq: int = 7, factory: str | None = None, seed: int = 0, timeout: float | None = 60.0,
-          lang: str = "en", isolate: bool | None = None) -> TraceResult:
+def trace(
+    obj: Any,
+    *,
+    d_model: int = 20,
+    n_heads: int = 5,
+    heads: int | None = None,
+    batch: int = 2,
+    seq: int = 7,
+    factory: str | None = None,
+    seed: int = 0,
+    timeout: float | None = 60.0,
+    lang: str = "en",
+    isolate: bool | None = None,
+) -> TraceResult:
     """The post's §5.1 shape table for ``obj``'s own forward, as ``anatomy trace FILE.py:CLASS`` prints it; each
     row names the notebook cell of its line. Sizes default to the command line's (D=20, H=5, B=2, T=7)."""
     limit = _timeout(timeout)
@@ -98,8 +137,9 @@ def trace(obj: Any, *, d_model: int = 20, n_heads: int = 5, heads: int | None = 
     def run() -> Any:
         from anatomy.doctor import trace_learner
 
-        table = trace_learner(obj, factory=factory, d_model=d_model, n_heads=n_heads, batch=batch, seq=seq,
-                              seed=seed, timeout=limit)
+        table = trace_learner(
+            obj, factory=factory, d_model=d_model, n_heads=n_heads, batch=batch, seq=seq, seed=seed, timeout=limit
+        )
         where = cells.trace_cells(table)
         return dataclasses.replace(table, recording=None), where  # type: ignore[arg-type] # the recording stays behind (tensors, hooks)
 

@@ -66,8 +66,11 @@ def where(file: str, line: int) -> str:
 
 
 def where_zh(file: str, line: int) -> str:
-    return f"单元格 [{cell_of(file) if cell_of(file) is not None else '?'}] 第 {line} 行" if is_cell(file) \
+    return (
+        f"单元格 [{cell_of(file) if cell_of(file) is not None else '?'}] 第 {line} 行"
+        if is_cell(file)
         else f"{os.path.basename(file)}:{line}"
+    )
 
 
 def source(file: str, line: int) -> str:

@@ -19,8 +19,10 @@ from typing import Any
 from anatomy.course import IMPORTS, get
 
 NBFORMAT = {"nbformat": 4, "nbformat_minor": 5}
-KERNEL = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-          "language_info": {"name": "python"}}
+KERNEL = {
+    "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+    "language_info": {"name": "python"},
+}
 
 
 def _cell(kind: str, text: str, n: int) -> dict:
@@ -32,8 +34,11 @@ def _cell(kind: str, text: str, n: int) -> dict:
 
 def notebook(cells: list[tuple[str, str]], lang: str = "en") -> dict:
     """An nbformat-4 notebook (a dict) from ``(kind, text)`` cells, outputs empty."""
-    return {**NBFORMAT, "metadata": {**KERNEL, "language_info": {"name": "python"}},
-            "cells": [_cell(kind, text, i) for i, (kind, text) in enumerate(cells)]}
+    return {
+        **NBFORMAT,
+        "metadata": {**KERNEL, "language_info": {"name": "python"}},
+        "cells": [_cell(kind, text, i) for i, (kind, text) in enumerate(cells)],
+    }
 
 
 def notebook_name(exercise_id: str) -> str:
@@ -44,29 +49,45 @@ def grade_call(exercise_id: str) -> str:
     """The grading cell's code."""
     e = get(exercise_id)
     obj = e.entries[0] if len(e.entries) == 1 else "{" + ", ".join(f'"{n}": {n}' for n in e.entries) + "}"
-    return (f"from anatomy.notebook import grade\n\n"
-            f'grade("{e.id}", {obj}, notebook="{notebook_name(e.id)}")')
+    return f'from anatomy.notebook import grade\n\ngrade("{e.id}", {obj}, notebook="{notebook_name(e.id)}")'
 
 
 def exercise_cells(exercise_id: str, lang: str = "en", hint: bool = False) -> list[tuple[str, str]]:
     e = get(exercise_id)
     zh = lang == "zh"
     title = e.title[1] if zh else e.title[0]
-    intro = [f"# {e.id} ({e.section}) · {title}", "",
-             ("原文" if zh else "The post") + f" {e.section}:", "", f"> 「{e.post[0]}」"]
+    intro = [
+        f"# {e.id} ({e.section}) · {title}",
+        "",
+        ("原文" if zh else "The post") + f" {e.section}:",
+        "",
+        f"> 「{e.post[0]}」",
+    ]
     if not zh:
         intro += [">", f"> ({e.post[1]})"]
-    intro += ["", "**形状（图例字母）**" if zh else "**Shapes** (the legend's letters)", "", "```text", e.shapes, "```",
-              "", "**必须满足**" if zh else "**What must hold**", ""]
+    intro += [
+        "",
+        "**形状（图例字母）**" if zh else "**Shapes** (the legend's letters)",
+        "",
+        "```text",
+        e.shapes,
+        "```",
+        "",
+        "**必须满足**" if zh else "**What must hold**",
+        "",
+    ]
     intro += [f"- {m[1] if zh else m[0]}" for m in e.must]
     if hint:
         intro += ["", ("**提示**：" if zh else "**Hint**: ") + (e.hint[1] if zh else e.hint[0])]
     body = "\n".join(line for line in e.signature.splitlines() if not line.startswith(("import ", "from ")))
     fill = IMPORTS + "\n\n" + body.strip("\n") + "\n"
-    how = ("写完上面的单元格并运行它，然后运行下面这个单元格评分（进度记在本文件夹的 .anatomy-learn.json，"
-           "`anatomy learn list` 会显示）。" if zh else
-           "Fill in the cell above and run it, then run the cell below to grade it (progress is kept in this "
-           "folder's .anatomy-learn.json, which `anatomy learn list` shows).")
+    how = (
+        "写完上面的单元格并运行它，然后运行下面这个单元格评分（进度记在本文件夹的 .anatomy-learn.json，"
+        "`anatomy learn list` 会显示）。"
+        if zh
+        else "Fill in the cell above and run it, then run the cell below to grade it (progress is kept in this "
+        "folder's .anatomy-learn.json, which `anatomy learn list` shows)."
+    )
     return [("markdown", "\n".join(intro)), ("code", fill), ("markdown", how), ("code", grade_call(e.id))]
 
 
@@ -78,8 +99,7 @@ def write_exercise(exercise_id: str, folder: str | Path = ".", lang: str = "en",
     folder = Path(folder)
     path = folder / notebook_name(e.id)
     if path.exists():
-        raise FileExistsError(f"{path} already exists: it is never overwritten; open it, or move it away to start "
-                              "over")
+        raise FileExistsError(f"{path} already exists: it is never overwritten; open it, or move it away to start over")
     progress = Progress(folder)
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps(notebook(exercise_cells(e.id, lang, hint), lang), ensure_ascii=False, indent=1) + "\n"
@@ -142,8 +162,9 @@ def _pitfall(result: Any) -> str | None:
     return getattr(result, "pitfall", None)
 
 
-def grade(exercise_id: str, obj: Any, *, notebook: str | Path | None = None, folder: str | Path = ".",
-          lang: str | None = None) -> Graded:
+def grade(
+    exercise_id: str, obj: Any, *, notebook: str | Path | None = None, folder: str | Path = ".", lang: str | None = None
+) -> Graded:
     """Grade ``obj`` (a function or class, or a dict of them) as ``exercise_id`` with ``anatomy.course.grade`` and
     record the attempt in ``folder``'s progress file (``notebook``: the notebook it was made in)."""
     import anatomy.course as course
@@ -153,8 +174,10 @@ def grade(exercise_id: str, obj: Any, *, notebook: str | Path | None = None, fol
     e = get(exercise_id)
     grader = getattr(course, "grade", None)
     if grader is None:
-        raise RuntimeError("anatomy.course.grade(exercise_id, obj) is not in this version of anatomy.course; grade "
-                           f"a file instead: anatomy learn check {e.id} FILE.py")
+        raise RuntimeError(
+            "anatomy.course.grade(exercise_id, obj) is not in this version of anatomy.course; grade "
+            f"a file instead: anatomy learn check {e.id} FILE.py"
+        )
     from anatomy.course.grader import LearnError
 
     try:

@@ -13,8 +13,9 @@ import html
 from typing import Any
 
 GREEN, RED, AMBER, GREY = "#1a7f37", "#cf222e", "#9a6700", "#57606a"
-BOX = ("font-family: system-ui, 'Noto Sans CJK SC', 'WenQuanYi Micro Hei', sans-serif; font-size: 13px; "
-       "line-height: 1.45")
+BOX = (
+    "font-family: system-ui, 'Noto Sans CJK SC', 'WenQuanYi Micro Hei', sans-serif; font-size: 13px; line-height: 1.45"
+)
 CELL = "padding: 2px 8px; border-bottom: 1px solid #d0d7de; text-align: left; vertical-align: top"
 CODE = "font-family: ui-monospace, 'DejaVu Sans Mono', monospace; font-size: 12px"
 
@@ -24,10 +25,21 @@ def esc(x: Any) -> str:
 
 
 def badge(verdict: str, text: str | None = None) -> str:
-    colour = {"pass": GREEN, "done": GREEN, "supported": GREEN, "fail": RED, "refuted": RED, "error": RED,
-              "warning": AMBER, "nuanced": AMBER, "tried": AMBER}.get(verdict, GREY)
-    return (f'<span style="background:{colour};color:white;border-radius:4px;padding:1px 7px;font-weight:600">'
-            f"{esc(text or verdict)}</span>")
+    colour = {
+        "pass": GREEN,
+        "done": GREEN,
+        "supported": GREEN,
+        "fail": RED,
+        "refuted": RED,
+        "error": RED,
+        "warning": AMBER,
+        "nuanced": AMBER,
+        "tried": AMBER,
+    }.get(verdict, GREY)
+    return (
+        f'<span style="background:{colour};color:white;border-radius:4px;padding:1px 7px;font-weight:600">'
+        f"{esc(text or verdict)}</span>"
+    )
 
 
 def table(header: list[str], rows: list[list[str]], marked: set[int] | None = None) -> str:
@@ -41,8 +53,10 @@ def table(header: list[str], rows: list[list[str]], marked: set[int] | None = No
 
 
 def folded(text: str, summary: str = "full text") -> str:
-    return (f'<details><summary style="color:{GREY};cursor:pointer">{esc(summary)}</summary>'
-            f'<pre style="{CODE};white-space:pre-wrap">{esc(text)}</pre></details>')
+    return (
+        f'<details><summary style="color:{GREY};cursor:pointer">{esc(summary)}</summary>'
+        f'<pre style="{CODE};white-space:pre-wrap">{esc(text)}</pre></details>'
+    )
 
 
 def code(text: Any) -> str:
@@ -63,26 +77,39 @@ def check_html(result: Any) -> str:
     zh = lang == "zh"
     title = f"anatomy check · {esc(result.target)}"
     if result.report is None:
-        return (f'<div style="{BOX}"><b>{title}</b> {badge("error")}'
-                f'<p style="color:{RED}">{esc(result.text())}</p></div>')
+        return (
+            f'<div style="{BOX}"><b>{title}</b> {badge("error")}<p style="color:{RED}">{esc(result.text())}</p></div>'
+        )
     errors, warnings = result.report.counts()
     head = f"<b>{title}</b> {badge(result.verdict)} " + esc(
-        f"{errors} 个错误，{warnings} 个警告" if zh else
-        f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}")
+        f"{errors} 个错误，{warnings} 个警告"
+        if zh
+        else f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)}"
+    )
     parts = [f'<div style="{BOX}">{head}']
     if result.pitfalls:
         from anatomy.doctor.report.findings import FAULT_TITLES
 
-        items = "".join(f"<li>{code(p)}: {esc(FAULT_TITLES.get(p, (p, p))[1 if zh else 0])}</li>"
-                        for p in result.pitfalls)
+        items = "".join(
+            f"<li>{code(p)}: {esc(FAULT_TITLES.get(p, (p, p))[1 if zh else 0])}</li>" for p in result.pitfalls
+        )
         parts.append(f'<p style="margin:4px 0">{"坑" if zh else "pitfalls"}:</p><ul style="margin:2px 0">{items}</ul>')
     parts.append(_lines_table(result.lines, lang))
     if result.isolation == "none":
-        parts.append(f'<p style="color:{GREY}">' + esc("在本进程中检查（这里没有 fork）：只有进程内的时限" if zh else
-                                                      "checked in this process (no fork here): in-process time "
-                                                      "limits only") + "</p>")
-    parts.append(folded(result.text(details=True), "完整报告" if zh else
-                        "the full report (as `anatomy check --details` prints it)"))
+        parts.append(
+            f'<p style="color:{GREY}">'
+            + esc(
+                "在本进程中检查（这里没有 fork）：只有进程内的时限"
+                if zh
+                else "checked in this process (no fork here): in-process time limits only"
+            )
+            + "</p>"
+        )
+    parts.append(
+        folded(
+            result.text(details=True), "完整报告" if zh else "the full report (as `anatomy check --details` prints it)"
+        )
+    )
     return "".join(parts) + "</div>"
 
 
@@ -94,9 +121,16 @@ def _trace_rows(rows: list[dict], lang: str) -> tuple[list[list[str]], set[int]]
         if r.get("deviation"):
             marked.add(i)
         shape = f"{r['dims']} = ({', '.join(str(n) for n in r['shape'])})"
-        out.append([esc(r.get("where") or r.get("line")), code(r.get("source")), code(r.get("op")),
-                    esc(kind_text(r.get("kind", ""), r.get("role", ""), lang)), code(shape),
-                    "&lt;&lt;" if r.get("deviation") == "first" else ("&lt;" if r.get("deviation") else "")])
+        out.append(
+            [
+                esc(r.get("where") or r.get("line")),
+                code(r.get("source")),
+                code(r.get("op")),
+                esc(kind_text(r.get("kind", ""), r.get("role", ""), lang)),
+                code(shape),
+                "&lt;&lt;" if r.get("deviation") == "first" else ("&lt;" if r.get("deviation") else ""),
+            ]
+        )
     return out, marked
 
 
@@ -106,20 +140,30 @@ def trace_html(result: Any) -> str:
     zh = lang == "zh"
     title = f"anatomy trace · {esc(result.target)}"
     if result.trace is None:
-        return (f'<div style="{BOX}"><b>{title}</b> {badge("error")}'
-                f'<p style="color:{RED}">{esc(result.text())}</p></div>')
+        return (
+            f'<div style="{BOX}"><b>{title}</b> {badge("error")}<p style="color:{RED}">{esc(result.text())}</p></div>'
+        )
     t = result.trace
     sizes = ", ".join(f"{k}={v}" for k, v in t.sizes.items())
     rows, marked = _trace_rows(result.rows, lang)
-    header = (["哪里", "你的代码", "op", "博文步骤", "形状", ""] if zh else
-              ["where", "your code", "op", "post's step", "shape", ""])
-    verdict = badge(result.verdict, ("符合博文流程" if zh else "follows the post") if result.ok else
-                    ("偏离博文流程" if zh else "leaves the post's flow"))
+    header = (
+        ["哪里", "你的代码", "op", "博文步骤", "形状", ""]
+        if zh
+        else ["where", "your code", "op", "post's step", "shape", ""]
+    )
+    verdict = badge(
+        result.verdict,
+        ("符合博文流程" if zh else "follows the post")
+        if result.ok
+        else ("偏离博文流程" if zh else "leaves the post's flow"),
+    )
     parts = [f'<div style="{BOX}"><b>{title}</b> {verdict} {code(t.call)} · {esc(sizes)}', table(header, rows, marked)]
     for d in result.lines[:1]:
-        parts.append(f'<p style="color:{RED}">&lt;&lt; {esc(d["where"])} {code(d["source"])}: '
-                     f'{esc(d["zh"] if zh else d["en"])}<br>{"博文的做法" if zh else "the post expects"}: '
-                     f'{esc(d.get("expected"))}</p>')
+        parts.append(
+            f'<p style="color:{RED}">&lt;&lt; {esc(d["where"])} {code(d["source"])}: '
+            f"{esc(d['zh'] if zh else d['en'])}<br>{'博文的做法' if zh else 'the post expects'}: "
+            f"{esc(d.get('expected'))}</p>"
+        )
     parts.append(folded(result.text(), "完整表格" if zh else "the table as `anatomy trace` prints it"))
     return "".join(parts) + "</div>"
 
@@ -131,8 +175,12 @@ def model_trace_html(rows: list[Any], title: str = "") -> str:
     dicts = [r.to_dict() if hasattr(r, "to_dict") else dict(vars(r)) for r in rows]
     keys = [k for k in (dicts[0] if dicts else {}) if not k.startswith("_")]
     body = [[code(d[k]) if isinstance(d[k], (list, tuple)) else esc(d[k]) for k in keys] for d in dicts]
-    return (f'<div style="{BOX}"><b>{esc(title or "anatomy trace")}</b>' + table([esc(k) for k in keys], body)
-            + folded(render(rows, "table", title=title), "the table as `anatomy trace` prints it") + "</div>")
+    return (
+        f'<div style="{BOX}"><b>{esc(title or "anatomy trace")}</b>'
+        + table([esc(k) for k in keys], body)
+        + folded(render(rows, "table", title=title), "the table as `anatomy trace` prints it")
+        + "</div>"
+    )
 
 
 def course_html(result: Any, lang: str = "en") -> str:
@@ -142,10 +190,11 @@ def course_html(result: Any, lang: str = "en") -> str:
     exercise = getattr(result, "exercise", None) or getattr(result, "exercise_id", None) or ""
     verdict = getattr(result, "verdict", None) or ("pass" if ok else "fail")
     label = ("通过" if zh else "PASS") if ok else ("还没通过" if zh else "NOT YET")
-    parts = [f'<div style="{BOX}"><b>anatomy learn · {esc(exercise)}</b> {badge("pass" if ok else "fail", label)}'
-             f' {esc(verdict if verdict not in ("pass", "fail") else "")}']
-    pitfalls = list(getattr(result, "pitfalls", None) or ([result.pitfall] if getattr(result, "pitfall", None)
-                                                           else []))
+    parts = [
+        f'<div style="{BOX}"><b>anatomy learn · {esc(exercise)}</b> {badge("pass" if ok else "fail", label)}'
+        f" {esc(verdict if verdict not in ('pass', 'fail') else '')}"
+    ]
+    pitfalls = list(getattr(result, "pitfalls", None) or ([result.pitfall] if getattr(result, "pitfall", None) else []))
     if pitfalls:
         parts.append("<p>" + ("坑" if zh else "pitfall") + ": " + ", ".join(code(p) for p in pitfalls) + "</p>")
     lines = getattr(result, "lines", None)
@@ -167,8 +216,14 @@ def claims_html(doc: dict, lang: str = "en") -> str:
     zh = lang == "zh"
     rows = []
     for c in doc.get("claims", []):
-        rows.append([esc(c.get("id")), esc(c.get("section")),
-                     esc(c.get("statement_zh") if zh else c.get("statement_en") or c.get("statement_zh")),
-                     badge(c.get("verdict", "")), esc(c.get("reason_zh") if zh else c.get("reason_en"))])
+        rows.append(
+            [
+                esc(c.get("id")),
+                esc(c.get("section")),
+                esc(c.get("statement_zh") if zh else c.get("statement_en") or c.get("statement_zh")),
+                badge(c.get("verdict", "")),
+                esc(c.get("reason_zh") if zh else c.get("reason_en")),
+            ]
+        )
     header = ["编号", "节", "论断", "结论", "理由"] if zh else ["claim", "section", "statement", "verdict", "why"]
     return f'<div style="{BOX}"><b>anatomy claims</b>{table(header, rows)}</div>'

@@ -91,11 +91,17 @@ def _overdue(write: Callable[[bytes], None]) -> Callable[[Any], None]:
         en, zh = step.describe()
         err = CheckTimeout(en, zh, step.limit)
         late = grace(step.limit)
-        answer = Answer(error=("timeout", f"{err.en} (still running {late:g} s after the limit: its process was "
-                                          "ended)", f"{err.zh}（超过时限 {late:g} 秒后仍在运行：其进程已被终止）"))
+        answer = Answer(
+            error=(
+                "timeout",
+                f"{err.en} (still running {late:g} s after the limit: its process was ended)",
+                f"{err.zh}（超过时限 {late:g} 秒后仍在运行：其进程已被终止）",
+            )
+        )
         with contextlib.suppress(Exception):
             write(pickle.dumps(answer))
         os._exit(0)
+
     return end
 
 
@@ -116,8 +122,10 @@ def isolated(fn: Callable[[], Any], *, isolate: bool | None = None) -> Answer:
         return here(fn)
     if not FORK:
         if isolate:
-            raise ValueError(f"isolate=True needs os.fork on Linux; this is {sys.platform} (use isolate=False to run "
-                             "the check in this process, with in-process time limits only)")
+            raise ValueError(
+                f"isolate=True needs os.fork on Linux; this is {sys.platform} (use isolate=False to run "
+                "the check in this process, with in-process time limits only)"
+            )
         return here(fn)
     read, write = os.pipe()
     with warnings.catch_warnings():
@@ -167,7 +175,11 @@ def isolated(fn: Callable[[], Any], *, isolate: bool | None = None) -> Answer:
         if isinstance(answer, Answer):
             return answer
     code = os.waitstatus_to_exitcode(status)
-    return Answer(error=("exit", f"the module ended the process itself (os._exit({code}) or a signal) before the check "
-                                 "finished, so nothing was checked; remove the exit (a debugging leftover?)",
-                         f"检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），因此什么也没能检查；"
-                         "请删掉这个退出"))
+    return Answer(
+        error=(
+            "exit",
+            f"the module ended the process itself (os._exit({code}) or a signal) before the check "
+            "finished, so nothing was checked; remove the exit (a debugging leftover?)",
+            f"检查结束前，模块自己结束了进程（os._exit({code}) 或一个信号），因此什么也没能检查；请删掉这个退出",
+        )
+    )

@@ -39,9 +39,15 @@ class _Printed:
 
     def _with_outcome(self, base: dict) -> dict:
         me: Any = self  # a CheckResult or TraceResult: ok, verdict, pitfalls, lines, isolation, error
-        return {**base, "ok": me.ok, "verdict": me.verdict, "pitfalls": me.pitfalls, "lines": me.lines,
-                "isolation": me.isolation,
-                "error": None if me.error is None else dict(zip(("kind", "en", "zh"), me.error))}
+        return {
+            **base,
+            "ok": me.ok,
+            "verdict": me.verdict,
+            "pitfalls": me.pitfalls,
+            "lines": me.lines,
+            "isolation": me.isolation,
+            "error": None if me.error is None else dict(zip(("kind", "en", "zh"), me.error)),
+        }
 
     def __str__(self) -> str:
         return self.text()
@@ -86,8 +92,14 @@ class CheckResult(_Printed):
                 if key in seen:
                     continue
                 seen.add(key)
-                out.append({**w, "cell": w.get("cell", cells.cell_of(w.get("file") or "")),
-                            "probe": f.probe, "fault": f.fault or f.explained_by})
+                out.append(
+                    {
+                        **w,
+                        "cell": w.get("cell", cells.cell_of(w.get("file") or "")),
+                        "probe": f.probe,
+                        "fault": f.fault or f.explained_by,
+                    }
+                )
         return out
 
     def text(self, lang: str | None = None, width_: int | None = None, details: bool = False) -> str:
@@ -150,8 +162,11 @@ class TraceResult(_Printed):
             cell = self.cells[i] if i < len(self.cells) else None
             d = row.to_dict()
             d["cell"] = cell
-            d["where"] = (f"cell [{cell}], line {row.line}" if cell is not None
-                          else f"{os.path.basename(self.trace.file)}:{row.line}")
+            d["where"] = (
+                f"cell [{cell}], line {row.line}"
+                if cell is not None
+                else f"{os.path.basename(self.trace.file)}:{row.line}"
+            )
             out.append(d)
         return out
 
@@ -161,10 +176,19 @@ class TraceResult(_Printed):
         (what was seen), ``expected``."""
         if self.trace is None:
             return []
-        return [{"where": d.get("where") or f"{os.path.basename(d.get('file', ''))}:{d.get('line')}",
-                 "cell": d.get("cell"), "line": d.get("line"), "file": d.get("file"), "source": d.get("source"),
-                 "en": d.get("seen"), "zh": d.get("seen_zh"), "expected": d.get("expected")}
-                for d in self.trace.deviations]
+        return [
+            {
+                "where": d.get("where") or f"{os.path.basename(d.get('file', ''))}:{d.get('line')}",
+                "cell": d.get("cell"),
+                "line": d.get("line"),
+                "file": d.get("file"),
+                "source": d.get("source"),
+                "en": d.get("seen"),
+                "zh": d.get("seen_zh"),
+                "expected": d.get("expected"),
+            }
+            for d in self.trace.deviations
+        ]
 
     def text(self, lang: str | None = None, fmt: str = "table") -> str:
         lang = lang or self.lang
@@ -187,9 +211,12 @@ class TraceResult(_Printed):
         if len(by) == 1:
             (cell,) = by
             return f"行号属于单元格 [{cell}]" if lang == "zh" else f"the line numbers are those of cell [{cell}]"
-        parts = [f"{'cell' if lang != 'zh' else '单元格'} [{c}]: {', '.join(map(str, sorted(set(ls))))}"
-                 if c is not None else f"{os.path.basename(self.trace.file)}: {', '.join(map(str, sorted(set(ls))))}"
-                 for c, ls in by.items()]
+        parts = [
+            f"{'cell' if lang != 'zh' else '单元格'} [{c}]: {', '.join(map(str, sorted(set(ls))))}"
+            if c is not None
+            else f"{os.path.basename(self.trace.file)}: {', '.join(map(str, sorted(set(ls))))}"
+            for c, ls in by.items()
+        ]
         return ("行号：" if lang == "zh" else "lines: ") + "; ".join(parts)
 
     def to_dict(self) -> dict:

@@ -64,8 +64,15 @@ def _cjk_notes(text: str) -> list[str]:
     return [cjk_hint()] if needs_cjk(text) and not cjk_font() else []
 
 
-def attention(text: str = "小明把球传给了小红他跑得很快", *, model: Any = None, preset: str = "seed-block",
-              layer: int = 0, heads: list[int] | None = None, seed: int = 0) -> Picture:
+def attention(
+    text: str = "小明把球传给了小红他跑得很快",
+    *,
+    model: Any = None,
+    preset: str = "seed-block",
+    layer: int = 0,
+    heads: list[int] | None = None,
+    seed: int = 0,
+) -> Picture:
     """``anatomy viz attention``: one layer's heads on ``text`` (one token per character), entropy in each title.
     ``model``: one of ours (default: ``preset`` with random weights, seed ``seed``)."""
     import torch
@@ -84,8 +91,9 @@ def attention(text: str = "小明把球传给了小红他跑得很快", *, model
     config = model.config
     modules = attention_modules(model)
     if not 0 <= layer < len(modules):
-        raise ValueError(f"layer {layer}: the model has {len(modules)} attention layer(s), numbered "
-                         f"0..{len(modules) - 1}")
+        raise ValueError(
+            f"layer {layer}: the model has {len(modules)} attention layer(s), numbered 0..{len(modules) - 1}"
+        )
     name, module = modules[layer]
     heads = list(range(module.n_heads)) if heads is None else heads
     bad = [h for h in heads if not 0 <= h < module.n_heads]
@@ -105,8 +113,9 @@ def attention(text: str = "小明把球传给了小红他跑得很快", *, model
     return Picture(fig, f"attention · layer {layer}", _cjk_notes(text))
 
 
-def pe(kind: str = "sinusoidal", *, d_model: int = 64, max_len: int = 128, train_len: int = 64,
-       n_heads: int = 8) -> Picture:
+def pe(
+    kind: str = "sinusoidal", *, d_model: int = 64, max_len: int = 128, train_len: int = 64, n_heads: int = 8
+) -> Picture:
     """``anatomy viz pe``: a positional encoding's table, waves, similarity and behaviour past training."""
     from anatomy.inspection import viz
 
@@ -156,8 +165,10 @@ def trace(model: Any = None, *, preset: str = "seed-block", batch: int = 2, seq:
         model = build_model(ModelConfig.from_preset(preset)).eval()
     rows = trace_model(model, example_inputs(model, batch, seq))
     c = model.config
-    title = (f"anatomy trace · {c.architecture}, D={c.d_model}, H={c.n_heads}, Dh={c.dh}, layers={c.n_layers}, "
-             f"norm={c.norm_position}")
+    title = (
+        f"anatomy trace · {c.architecture}, D={c.d_model}, H={c.n_heads}, Dh={c.dh}, layers={c.n_layers}, "
+        f"norm={c.norm_position}"
+    )
     return ModelTrace(rows, title)
 
 

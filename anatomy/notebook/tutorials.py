@@ -92,8 +92,10 @@ def main(argv: list[str] | None = None) -> int:
             out.write_text(want, encoding="utf-8")
             print(f"wrote {out}")
     if stale:
-        print(f"out of date with their Markdown: {', '.join(stale)} (python -m anatomy.notebook.tutorials)",
-              file=sys.stderr)
+        print(
+            f"out of date with their Markdown: {', '.join(stale)} (python -m anatomy.notebook.tutorials)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -54,12 +54,14 @@ def _instances(root: nn.Module, cls: type[_M]) -> list[_M]:
 # and changes one thing around it. Faults of different steps compose; a second fault of the same step takes the
 # place of the first until it is undone.
 
-def _another_scale(scale_of: Callable[[float], float]) -> Callable[[kernels.AttentionFunction],
-                                                                  kernels.AttentionFunction]:
+
+def _another_scale(
+    scale_of: Callable[[float], float],
+) -> Callable[[kernels.AttentionFunction], kernels.AttentionFunction]:
     """The function in place, called with ``scale_of(scale)`` instead of ``scale``."""
+
     def wrap(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-        def scaled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float,
-                   **kw: Any) -> kernels.Weights:
+        def scaled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
             return inner(q, k, v, scale=scale_of(scale), **kw)
 
         return scaled
@@ -82,6 +84,7 @@ def split_without_transpose(x: torch.Tensor, heads: int) -> torch.Tensor:
 def merge_without_transpose(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
     """The output of the function in place laid out so that the module's merge (transpose back, reshape) gives the
     straight reshape ``(B, H, T, Dh)`` → ``(B, T, H·Dh)``: output token t holds pieces of several tokens."""
+
     def merged_wrong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
         out, weights = inner(q, k, v, **kw)
         b, h, t, dh = out.shape
@@ -96,8 +99,7 @@ def _softmax_then_zero(scores: torch.Tensor, mask: torch.Tensor | None) -> torch
     return weights if mask is None else weights * mask  # rows no longer sum to 1
 
 
-def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: float,
-                   dtype: torch.dtype) -> torch.Tensor:
+def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: float, dtype: torch.dtype) -> torch.Tensor:
     """Fill hidden scores with ``fill`` in the inputs' dtype (-1e9 overflows float16) and softmax, with no guard
     for rows that see no key."""
     compute = torch.promote_types(scores.dtype, torch.float32)
@@ -106,8 +108,9 @@ def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: flo
     return scores.to(dtype).masked_fill(~mask, fill).to(compute).softmax(-1)
 
 
-def _mask_on_queries(mask: torch.Tensor | None, is_causal: bool, t: int, s: int,
-                     device: torch.device | str | None) -> torch.Tensor | None:
+def _mask_on_queries(
+    mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device | str | None
+) -> torch.Tensor | None:
     if mask is not None and mask.shape[-2] == 1 and s == t:
         mask = mask.transpose(-1, -2)  # (B, 1, T, 1): hides padded *queries*, every key stays visible
     return kernels.full_mask(mask, is_causal, t, s, device)
@@ -121,8 +124,9 @@ def _finite_fill(fill: float) -> kernels.AttentionFunction:
 
 
 def _causal_shifted(causal_offset: int) -> kernels.AttentionFunction:
-    def mask_step(mask: torch.Tensor | None, is_causal: bool, t: int, s: int,
-                  device: torch.device | str | None) -> torch.Tensor | None:
+    def mask_step(
+        mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device | str | None
+    ) -> torch.Tensor | None:
         causal = torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t + causal_offset) if is_causal else None
         return combine(mask, causal)
 
@@ -138,22 +142,32 @@ def _arithmetic(fn: kernels.AttentionFunction) -> Callable[[kernels.AttentionFun
 WRAPPERS: dict[str, Callable[..., kernels.Wrapper]] = {
     "no_scaling": lambda attn: kernels.Wrapper("no_scaling", "scale", _another_scale(lambda scale: 1.0)),
     "scale_by_d_model": lambda attn: kernels.Wrapper(
-        "scale_by_d_model", "scale", _another_scale(partial(_by_sqrt, float(attn.d_model)))),
-    "split_without_transpose": lambda attn: kernels.Wrapper("split_without_transpose", "split",
-                                                            before_split=split_without_transpose),
+        "scale_by_d_model", "scale", _another_scale(partial(_by_sqrt, float(attn.d_model)))
+    ),
+    "split_without_transpose": lambda attn: kernels.Wrapper(
+        "split_without_transpose", "split", before_split=split_without_transpose
+    ),
     "merge_wrong_transpose": lambda attn: kernels.Wrapper("merge_wrong_transpose", "merge", merge_without_transpose),
     "mask_after_softmax": lambda attn: kernels.Wrapper(
-        "mask_after_softmax", "arithmetic",
-        _arithmetic(partial(kernels.math_attention, softmax_step=_softmax_then_zero))),
-    "finite_mask_fill": lambda attn, fill: kernels.Wrapper("finite_mask_fill", "arithmetic",
-                                                           _arithmetic(_finite_fill(fill))),
-    "inf_fill_no_guard": lambda attn: kernels.Wrapper("inf_fill_no_guard", "arithmetic",
-                                                      _arithmetic(_finite_fill(float("-inf")))),
+        "mask_after_softmax",
+        "arithmetic",
+        _arithmetic(partial(kernels.math_attention, softmax_step=_softmax_then_zero)),
+    ),
+    "finite_mask_fill": lambda attn, fill: kernels.Wrapper(
+        "finite_mask_fill", "arithmetic", _arithmetic(_finite_fill(fill))
+    ),
+    "inf_fill_no_guard": lambda attn: kernels.Wrapper(
+        "inf_fill_no_guard", "arithmetic", _arithmetic(_finite_fill(float("-inf")))
+    ),
     "padding_mask_on_queries": lambda attn: kernels.Wrapper(
-        "padding_mask_on_queries", "arithmetic",
-        _arithmetic(partial(kernels.math_attention, mask_step=_mask_on_queries)), fold_causal=False),
+        "padding_mask_on_queries",
+        "arithmetic",
+        _arithmetic(partial(kernels.math_attention, mask_step=_mask_on_queries)),
+        fold_causal=False,
+    ),
     "causal_off_by_one": lambda attn, causal_offset: kernels.Wrapper(
-        "causal_off_by_one", "arithmetic", _arithmetic(_causal_shifted(causal_offset)), fold_causal=False),
+        "causal_off_by_one", "arithmetic", _arithmetic(_causal_shifted(causal_offset)), fold_causal=False
+    ),
 }
 
 
@@ -165,6 +179,7 @@ def attention_fault(root: nn.Module, undo: list[Undo], *, name: str, **params: A
 
 
 # --- blocks ---------------------------------------------------------------------------------------------------
+
 
 def _blocks(root: nn.Module) -> list[TransformerBlock]:
     return _instances(root, TransformerBlock)
@@ -195,6 +210,7 @@ def no_residual(root: nn.Module, undo: list[Undo]) -> None:
 
 def norm_on_residual_path(root: nn.Module, undo: list[Undo]) -> None:
     """x = norm(x); x = x + f(x): the residual carries the *normalised* input (the post's §5.2 third bug)."""
+
     def norm_of(an: AddNorm):
         return an.norm if "norm" in an._modules else an.pre_norm
 
@@ -220,6 +236,7 @@ def batchnorm_instead_of_layernorm(root: nn.Module, undo: list[Undo]) -> None:
 
 
 # --- model ----------------------------------------------------------------------------------------------------
+
 
 def large_init_scale(root: nn.Module, undo: list[Undo], *, factor: float = 10.0) -> None:
     """Multiply every attention/FFN Linear weight by ``factor`` (restored exactly on undo)."""

@@ -160,8 +160,10 @@ def reshape_dims(in_shape, in_dims: Dims, out_shape, names: SizeNames) -> tuple[
             joined = [in_dims[k] for k in ga if in_dims[k] != "1"]
             made = [out[k] for k in gb if out[k] != "1"]
             if sorted(joined) != sorted(made) or joined != made:
-                note = (f"axes ({', '.join(joined)}) become ({', '.join(made)}) in one view: numbers move between "
-                        "axes instead of axes moving (a transpose is missing)")
+                note = (
+                    f"axes ({', '.join(joined)}) become ({', '.join(made)}) in one view: numbers move between "
+                    "axes instead of axes moving (a transpose is missing)"
+                )
             for k, n in zip(gb, made if len(made) == len(gb) else [out[k] for k in gb]):
                 out[k] = n
     return tuple(out), note

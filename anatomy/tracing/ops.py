@@ -76,6 +76,7 @@ def _param_meta(rec: r.Recording, t: torch.Tensor) -> r._Meta | None:
     name = rec._param_names.get(id(t))
     if name is None:
         return None
+
     def read(p: dict, n: str = name) -> torch.Tensor:
         return p[n]
 
@@ -95,21 +96,41 @@ def on_op(rec, func, name, args, kwargs, before, out) -> None:
         return  # constants (a causal mask built with torch.ones().tril()) are not steps
     file, line, src = r.learner_frame()
     index = len(rec.steps)
-    step = r.Step(index, name, file, line, src, rec._modules[-1] if rec._modules else "",
-                  [_info(rec, t, m) for t, m in metas], [], data, sorted(params))
+    step = r.Step(
+        index,
+        name,
+        file,
+        line,
+        src,
+        rec._modules[-1] if rec._modules else "",
+        [_info(rec, t, m) for t, m in metas],
+        [],
+        data,
+        sorted(params),
+    )
     step.feats = [m.feat if m is not None else None for _, m in metas]
     dims = _dims(rec, name, args, kwargs, metas, outs, step)
     feats = _feats(rec, func, name, args, kwargs, metas, outs, step) if data else [None] * len(outs)
     factor = _factor(name, args, metas) if data else 1.0
     recipe = None
     if not data:
+
         def recipe(p, f=func, a=args, k=kwargs, ms=metas):
-            return (_replay(f, a, k, ms, p))
+            return _replay(f, a, k, ms, p)
+
     for i, t in enumerate(outs):
-        m = r._Meta(index, dims[i] if i < len(dims) else rd.by_size(t.shape, rec.names), data, f"step {index}",
-                    recipe=None if data else (recipe if len(outs) == 1 else
-                                              cast(Recipe, lambda p, g=recipe, i=i: _tensors(g(p), [])[i])),
-                    params=frozenset() if data else params, feat=feats[i] if i < len(feats) else None, factor=factor)
+        m = r._Meta(
+            index,
+            dims[i] if i < len(dims) else rd.by_size(t.shape, rec.names),
+            data,
+            f"step {index}",
+            recipe=None
+            if data
+            else (recipe if len(outs) == 1 else cast(Recipe, lambda p, g=recipe, i=i: _tensors(g(p), [])[i])),
+            params=frozenset() if data else params,
+            feat=feats[i] if i < len(feats) else None,
+            factor=factor,
+        )
         rec._metas[id(t)] = (t, m)
         step.outputs.append(r.TensorInfo(tuple(t.shape), m.dims, f"step {index}"))
     if data:
@@ -182,8 +203,9 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
     operands = [(tuple(t.shape), m.dims if m is not None else rd.by_size(t.shape, names)) for t, m in metas]
     if name in ("cat", "concat", "concatenate", "stack") or name in ("chunk", "split", "unbind", "tensor_split"):
         return [_align(fd, first_t, t, names) for t in outs]
-    if all(tuple(t.shape) == tuple(o.shape) for t in outs) and any(len(s) == o.dim() or len(s) <= o.dim()
-                                                                    for s, _ in operands):
+    if all(tuple(t.shape) == tuple(o.shape) for t in outs) and any(
+        len(s) == o.dim() or len(s) <= o.dim() for s, _ in operands
+    ):
         same = [op for op in operands if op[0] == tuple(o.shape)]
         if same or name not in r.SHAPE_OPS:
             return [rd.broadcast_dims(tuple(t.shape), same + operands, names) for t in outs]
@@ -254,8 +276,11 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
         target, value = args[0], args[2]
         tm = next((m for t, m in metas if t is target), None)
         vm = next((m for t, m in metas if t is value), None) if isinstance(value, torch.Tensor) else None
-        feat = tm.feat.clone() if tm is not None and tm.feat is not None else torch.full(target.shape, -1,
-                                                                                          dtype=torch.long)
+        feat = (
+            tm.feat.clone()
+            if tm is not None and tm.feat is not None
+            else torch.full(target.shape, -1, dtype=torch.long)
+        )
         if vm is not None and vm.feat is not None:
             feat[args[1]] = vm.feat
         return [feat]
@@ -278,11 +303,20 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
         return [g.contiguous() for g in _tensors(got, [])]  # a later .view of the data must work on these too
     if name in ("matmul", "__matmul__", "bmm") and len(metas) == 2:
         (a, am), (b, bm) = metas
-        if bm is not None and bm.data and bm.feat is not None and a.dim() >= 2 and b.dim() >= 2 and (
-                am is None or am.feat is None):
+        if (
+            bm is not None
+            and bm.data
+            and bm.feat is not None
+            and a.dim() >= 2
+            and b.dim() >= 2
+            and (am is None or am.feat is None)
+        ):
             col = bm.feat[..., :1, :]  # the weighted sum keeps each value feature in its column
-            return [col.expand(*outs[0].shape[:-2], outs[0].shape[-2], col.shape[-1]).clone()
-                    if col.shape[-1] == outs[0].shape[-1] else None]
+            return [
+                col.expand(*outs[0].shape[:-2], outs[0].shape[-2], col.shape[-1]).clone()
+                if col.shape[-1] == outs[0].shape[-1]
+                else None
+            ]
         return [None]
     if name in r.SDPA_OPS:  # the fused kernel's output keeps v's features
         vm = metas[2][1] if len(metas) > 2 else None

@@ -52,16 +52,27 @@ def projection(rec, name, args, kwargs, metas, out, step) -> None:
         n_in, cols = w.shape[-2], w.shape[-1]
         lead = tuple(w.shape[:-2])
         n_feat = cols * (int(torch.tensor(lead).prod()) if lead else 1)
+
         def matrix(p, g=wm.recipe, n=n_in):
-            return (g(p).movedim(-2, -1).reshape(-1, n))
+            return g(p).movedim(-2, -1).reshape(-1, n)
+
         ids = torch.arange(n_feat).view(*lead, 1, cols)
         try:
             feat = ids.expand(out.shape).clone()
         except RuntimeError:
             return
-    proj = r.Projection(index, step.index, next(iter(sorted(weights[0][1].params)), "?"), matrix, int(n_feat),
-                        int(n_in), bias, bias_param, step.module, xm.origin if xm.producer < 0 else
-                        f"step {xm.producer}")
+    proj = r.Projection(
+        index,
+        step.index,
+        next(iter(sorted(weights[0][1].params)), "?"),
+        matrix,
+        int(n_feat),
+        int(n_in),
+        bias,
+        bias_param,
+        step.module,
+        xm.origin if xm.producer < 0 else f"step {xm.producer}",
+    )
     rec.projections.append(proj)
     m = rec.meta_of(out)
     if m is not None:
@@ -88,8 +99,10 @@ def _einsum_projection(eq, metas, x, weight, out):
     keep = [i for i in range(len(ws)) if i != c]
     n_in = w.shape[c]
     n_feat = int(torch.tensor([w.shape[i] for i in keep]).prod()) if keep else 1
+
     def matrix(p, g=wm.recipe, order=keep + [c], n=n_in):
-        return (g(p).permute(order).reshape(-1, n))
+        return g(p).permute(order).reshape(-1, n)
+
     ids = torch.arange(n_feat).view(*[w.shape[i] for i in keep]) if keep else torch.zeros((), dtype=torch.long)
     kept = [ws[i] for i in keep]
     perm = sorted(range(len(kept)), key=lambda i: res.index(kept[i]))

@@ -35,9 +35,16 @@ from anatomy.tracing import ops as recorder_ops
 from anatomy.tracing.steps import _SKIP, PROBE_SIZES, TRANSPARENT, RecordError, Recording, _Meta
 
 
-def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str] | None = None,
-           names: list[str] | None = None, kwargs: dict | None = None, module: nn.Module | None = None,
-           tag_kwargs: bool = True) -> Recording:
+def record(
+    target,
+    *inputs,
+    sizes: dict[str, int] | None = None,
+    dims: list[str] | None = None,
+    names: list[str] | None = None,
+    kwargs: dict | None = None,
+    module: nn.Module | None = None,
+    tag_kwargs: bool = True,
+) -> Recording:
     """Run ``target(*inputs, **kwargs)`` (a module or a function) once and record every tensor operation.
 
     ``sizes``: the probe's named sizes (default :data:`PROBE_SIZES`); ``dims``: the legend letters of each input
@@ -71,8 +78,9 @@ def record(target, *inputs, sizes: dict[str, int] | None = None, dims: list[str]
         with torch.no_grad(), mode:
             rec.output = target(*inputs, **kwargs)
     except (Exception, SystemExit) as err:  # noqa: BLE001 - the learner's forward raised (even sys.exit): say where
-        raise RecordError(f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]}"
-                          f"{_raised_at(err)}", err) from None
+        raise RecordError(
+            f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]}{_raised_at(err)}", err
+        ) from None
     finally:
         for h in handles:
             h.remove()

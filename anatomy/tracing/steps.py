@@ -2,7 +2,6 @@
 projections found, the op families, and the learner's frame of each op (``recorder.py`` runs the forward,
 ``ops.py`` turns each call into a step; both import this module, which imports neither)."""
 
-
 from __future__ import annotations
 
 import linecache
@@ -23,24 +22,88 @@ PROBE_SIZES = {"B": 2, "T": 7, "H": 5, "Dh": 4, "D": 20}
 FEATURE_STRIDE = 1 << 20  # global feature id = projection index * FEATURE_STRIDE + feature
 MAX_STEPS = 20_000  # a forward stuck in a loop must not fill the memory while its time limit runs
 
-SHAPE_OPS = {"view", "reshape", "transpose", "permute", "swapaxes", "swapdims", "T", "mT", "t", "flatten",
-             "unflatten", "view_as", "reshape_as", "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "chunk",
-             "split", "tensor_split", "unbind", "__getitem__", "narrow", "select", "movedim", "moveaxis",
-             "repeat_interleave", "cat", "concat", "concatenate", "stack", "flip", "roll", "rearrange"}
-SAME_OPS = {"contiguous", "clone", "detach", "to", "float", "double", "half", "type_as", "type", "dropout",
-            "requires_grad_"}
+SHAPE_OPS = {
+    "view",
+    "reshape",
+    "transpose",
+    "permute",
+    "swapaxes",
+    "swapdims",
+    "T",
+    "mT",
+    "t",
+    "flatten",
+    "unflatten",
+    "view_as",
+    "reshape_as",
+    "squeeze",
+    "unsqueeze",
+    "expand",
+    "expand_as",
+    "repeat",
+    "chunk",
+    "split",
+    "tensor_split",
+    "unbind",
+    "__getitem__",
+    "narrow",
+    "select",
+    "movedim",
+    "moveaxis",
+    "repeat_interleave",
+    "cat",
+    "concat",
+    "concatenate",
+    "stack",
+    "flip",
+    "roll",
+    "rearrange",
+}
+SAME_OPS = {
+    "contiguous",
+    "clone",
+    "detach",
+    "to",
+    "float",
+    "double",
+    "half",
+    "type_as",
+    "type",
+    "dropout",
+    "requires_grad_",
+}
 PERMUTE_OPS = {"transpose", "permute", "swapaxes", "swapdims", "T", "mT", "t", "movedim", "moveaxis"}
 VIEW_OPS = {"view", "reshape", "flatten", "unflatten", "view_as", "reshape_as"}
 MATMUL_OPS = {"matmul", "__matmul__", "__rmatmul__", "bmm", "mm", "einsum", "linear", "addmm", "baddbmm"}
-SCALE_OPS = {"mul", "mul_", "__mul__", "__rmul__", "multiply", "div", "div_", "__truediv__", "true_divide",
-             "divide", "__itruediv__", "__imul__"}
+SCALE_OPS = {
+    "mul",
+    "mul_",
+    "__mul__",
+    "__rmul__",
+    "multiply",
+    "div",
+    "div_",
+    "__truediv__",
+    "true_divide",
+    "divide",
+    "__itruediv__",
+    "__imul__",
+}
 SOFTMAX_OPS = {"softmax", "log_softmax", "_softmax"}
 SDPA_OPS = {"scaled_dot_product_attention"}
 
 TRANSPARENT = "__anatomy_transparent__"  # a module setting this global True is never the learner's line
-_SKIP = tuple(p + os.sep for p in {os.path.dirname(torch.__file__), os.path.dirname(__file__),
-                                   os.path.join(os.path.dirname(os.path.dirname(__file__)), "cli"),
-                          sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)} if p)
+_SKIP = tuple(
+    p + os.sep
+    for p in {
+        os.path.dirname(torch.__file__),
+        os.path.dirname(__file__),
+        os.path.join(os.path.dirname(os.path.dirname(__file__)), "cli"),
+        sysconfig.get_paths()["stdlib"],
+        os.path.dirname(os.__file__),
+    }
+    if p
+)
 
 
 @dataclass
@@ -76,10 +139,20 @@ class Step:
         return f"{os.path.basename(self.file)}:{self.line}" if self.line else "?"
 
     def to_dict(self) -> dict:
-        return {"index": self.index, "op": self.op, "file": self.file, "line": self.line, "source": self.source,
-                "module": self.module, "inputs": [t.to_dict() for t in self.inputs],
-                "outputs": [t.to_dict() for t in self.outputs], "data": self.data, "params": self.params,
-                "note": self.note, **({"extra": self.extra} if self.extra else {})}
+        return {
+            "index": self.index,
+            "op": self.op,
+            "file": self.file,
+            "line": self.line,
+            "source": self.source,
+            "module": self.module,
+            "inputs": [t.to_dict() for t in self.inputs],
+            "outputs": [t.to_dict() for t in self.outputs],
+            "data": self.data,
+            "params": self.params,
+            "note": self.note,
+            **({"extra": self.extra} if self.extra else {}),
+        }
 
 
 @dataclass
@@ -167,11 +240,25 @@ class Recording:
         return [self.projections[i] for i in ids]
 
     def to_dict(self) -> dict:
-        return {"sizes": self.sizes, "steps": [s.to_dict() for s in self.steps],
-                "projections": [{"index": p.index, "step": p.step, "weight": p.weight, "bias": p.bias_param,
-                                 "features": p.n_features, "in": p.n_in, "module": p.module,
-                                 "applied_to": p.applied_to} for p in self.projections],
-                "unfollowed": self.unfollowed, "truncated": self.truncated}
+        return {
+            "sizes": self.sizes,
+            "steps": [s.to_dict() for s in self.steps],
+            "projections": [
+                {
+                    "index": p.index,
+                    "step": p.step,
+                    "weight": p.weight,
+                    "bias": p.bias_param,
+                    "features": p.n_features,
+                    "in": p.n_in,
+                    "module": p.module,
+                    "applied_to": p.applied_to,
+                }
+                for p in self.projections
+            ],
+            "unfollowed": self.unfollowed,
+            "truncated": self.truncated,
+        }
 
 
 def sizes_for(d_model: int, n_heads: int, batch: int, seq: int, **more: int) -> dict[str, int]:
@@ -196,8 +283,12 @@ def scalar_value(a) -> float | None:
         return None
     if isinstance(a, (int, float)):
         return float(a)
-    if isinstance(a, torch.Tensor) and a.numel() == 1 and a.dtype.is_floating_point or (
-            isinstance(a, torch.Tensor) and a.numel() == 1 and not a.dtype.is_complex and a.dtype != torch.bool):
+    if (
+        isinstance(a, torch.Tensor)
+        and a.numel() == 1
+        and a.dtype.is_floating_point
+        or (isinstance(a, torch.Tensor) and a.numel() == 1 and not a.dtype.is_complex and a.dtype != torch.bool)
+    ):
         v = float(a.detach().reshape(()))
         return v if math.isfinite(v) else None
     return None

@@ -52,8 +52,14 @@ from anatomy.interop.safetensors_io import (
 )
 from anatomy.training.run_dir import fault, fsync_dir, write_atomic
 
-CONFIG, WEIGHTS, TRAINING, STATE, OPTIMIZER, RNG = ("config.json", "model.safetensors", "training.json",
-                                                    "trainer_state.json", "optimizer.pt", "rng.pt")
+CONFIG, WEIGHTS, TRAINING, STATE, OPTIMIZER, RNG = (
+    "config.json",
+    "model.safetensors",
+    "training.json",
+    "trainer_state.json",
+    "optimizer.pt",
+    "rng.pt",
+)
 PREFIX, LATEST, TOKENIZER = "step-", "latest.json", "tokenizer.json"
 COMPLETE = (CONFIG, WEIGHTS, TOKENIZER, TRAINING, STATE, OPTIMIZER, RNG)  # what every step-* holds: resume needs all
 LOADABLE = (CONFIG, WEIGHTS)  # what the loaders (generate, evaluate, viz) need
@@ -75,8 +81,10 @@ def load_weights(model: nn.Module, directory: Path) -> None:
     except (TypeError, ValueError) as err:
         raise CheckpointError(str(err)) from None
     if config_of(loaded) != config_of(model):
-        raise CheckpointError(f"{str(Path(directory) / CONFIG)!r} holds a model of another config than this run "
-                              f"builds: {config_diff(config_of(loaded), config_of(model))}")
+        raise CheckpointError(
+            f"{str(Path(directory) / CONFIG)!r} holds a model of another config than this run "
+            f"builds: {config_diff(config_of(loaded), config_of(model))}"
+        )
     model.load_state_dict(loaded.state_dict())
 
 
@@ -87,7 +95,7 @@ def _fsync_file(path: Path) -> None:
 
 
 def _step(path: Path) -> int:
-    return int(path.name[len(PREFIX):])
+    return int(path.name[len(PREFIX) :])
 
 
 def missing_files(directory: Path, need: tuple[str, ...] = COMPLETE) -> list[str]:
@@ -101,7 +109,7 @@ def _candidates(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit()]
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit()]
     return sorted(found, key=_step)
 
 
@@ -121,9 +129,18 @@ def _named(err: OSError, path: Path) -> OSError:
     return err if err.filename else OSError(err.errno, err.strerror or str(err), str(path))
 
 
-def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    tokenizer: Tokenizer, training: dict[str, Any], trainer_state: dict[str, Any],
-                    rng: dict[str, torch.Tensor], keep_last: int) -> Path:
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: Tokenizer,
+    training: dict[str, Any],
+    trainer_state: dict[str, Any],
+    rng: dict[str, torch.Tensor],
+    keep_last: int,
+) -> Path:
     """Write ``run_dir/checkpoints/step-NNNNNN`` atomically, point ``checkpoints/latest.json`` at it, then keep only the
     last ``keep_last`` of its branch. On any failure (a full disk, Ctrl-C) the temporary directory is removed and
     the previous checkpoints are untouched."""
@@ -140,8 +157,10 @@ def save_checkpoint(run_dir: Path, step: int, *, model: nn.Module, optimizer: to
         save_pretrained(model, tmp)  # config.json + model.safetensors
         writing = tmp / TOKENIZER
         tokenizer.save(tmp)
-        for name, text in ((TRAINING, json.dumps(training, indent=2, sort_keys=True)),
-                           (STATE, json.dumps({**trainer_state, "step": step}, indent=2, sort_keys=True))):
+        for name, text in (
+            (TRAINING, json.dumps(training, indent=2, sort_keys=True)),
+            (STATE, json.dumps({**trainer_state, "step": step}, indent=2, sort_keys=True)),
+        ):
             writing = tmp / name
             writing.write_text(text + "\n", encoding="utf-8")
         for name, obj in ((OPTIMIZER, optimizer.state_dict()), (RNG, rng)):
@@ -179,8 +198,9 @@ def set_latest(run_dir: Path, checkpoint: Path, changes: dict[str, Any] | None =
     """Point ``run_dir/checkpoints/latest.json`` at ``checkpoint`` (atomically): the tip of the branch being trained,
     with the resumable options a resume changed on top of the checkpoint's own (``{"steps": 60}``)."""
     root = Path(run_dir) / "checkpoints"
-    write_atomic(root / LATEST, json.dumps({"checkpoint": checkpoint.name, "changes": changes or {}},
-                                           sort_keys=True) + "\n")
+    write_atomic(
+        root / LATEST, json.dumps({"checkpoint": checkpoint.name, "changes": changes or {}}, sort_keys=True) + "\n"
+    )
     fsync_dir(root)
 
 
@@ -191,10 +211,16 @@ def latest(run_dir: Path) -> tuple[str, dict[str, Any]] | None:
         return None
     data = read_json(pointer)
     name, changes = data.get("checkpoint"), data.get("changes", {})
-    if not (isinstance(name, str) and name.startswith(PREFIX) and name[len(PREFIX):].isdigit()
-            and isinstance(changes, dict)):
-        raise CheckpointError(f"{str(pointer)!r}: field 'checkpoint' should name a {PREFIX}NNNNNN directory and "
-                              "'changes' be an object; give the checkpoint directory to use instead of the run")
+    if not (
+        isinstance(name, str)
+        and name.startswith(PREFIX)
+        and name[len(PREFIX) :].isdigit()
+        and isinstance(changes, dict)
+    ):
+        raise CheckpointError(
+            f"{str(pointer)!r}: field 'checkpoint' should name a {PREFIX}NNNNNN directory and "
+            "'changes' be an object; give the checkpoint directory to use instead of the run"
+        )
     return name, changes
 
 
@@ -256,16 +282,21 @@ def resolve(path: str | Path, *, log: Callable[[str], None] | None = None, need:
     steps = step_dirs(path, need)
     if not steps:
         if (path / CONFIG).is_file():
-            raise CheckpointError(f"{str(path)!r} holds {CONFIG} but no {WEIGHTS} (the weights): an incomplete "
-                                  "checkpoint")
+            raise CheckpointError(
+                f"{str(path)!r} holds {CONFIG} but no {WEIGHTS} (the weights): an incomplete checkpoint"
+            )
         if skipped:  # name what the newest one lacks, file by file
             newest = max(skipped, key=_step)
             older = f"; {len(skipped) - 1} older checkpoint(s) are incomplete too" if len(skipped) > 1 else ""
-            raise CheckpointError(", ".join(f"{str(newest / name)!r}" for name in skipped[newest])
-                                  + f" {'is' if len(skipped[newest]) == 1 else 'are'} missing: {str(path)!r} holds "
-                                  f"no complete checkpoint{older}")
-        raise CheckpointError(f"{str(path)!r} holds no checkpoint (expected {CONFIG} and {WEIGHTS}, or "
-                              f"checkpoints/{PREFIX}NNNNNN/ from `anatomy train`)")
+            raise CheckpointError(
+                ", ".join(f"{str(newest / name)!r}" for name in skipped[newest])
+                + f" {'is' if len(skipped[newest]) == 1 else 'are'} missing: {str(path)!r} holds "
+                f"no complete checkpoint{older}"
+            )
+        raise CheckpointError(
+            f"{str(path)!r} holds no checkpoint (expected {CONFIG} and {WEIGHTS}, or "
+            f"checkpoints/{PREFIX}NNNNNN/ from `anatomy train`)"
+        )
     pointer, found = path / "checkpoints" / LATEST, latest(path)
     if found is None:
         return steps[-1]
@@ -273,12 +304,17 @@ def resolve(path: str | Path, *, log: Callable[[str], None] | None = None, need:
     chosen = path / "checkpoints" / name
     if chosen in steps:
         return chosen
-    before = [p for p in steps if _step(p) <= int(name[len(PREFIX):])]
+    before = [p for p in steps if _step(p) <= int(name[len(PREFIX) :])]
     if not before:
-        raise CheckpointError(f"{str(pointer)!r} names {name}, which is missing or incomplete, and no complete "
-                              "checkpoint precedes it; give the checkpoint directory to use instead of the run")
-    _say(log, f"{str(pointer)!r} names {name}, which is missing or incomplete; using {before[-1].name}, the newest "
-              "complete checkpoint before it")
+        raise CheckpointError(
+            f"{str(pointer)!r} names {name}, which is missing or incomplete, and no complete "
+            "checkpoint precedes it; give the checkpoint directory to use instead of the run"
+        )
+    _say(
+        log,
+        f"{str(pointer)!r} names {name}, which is missing or incomplete; using {before[-1].name}, the newest "
+        "complete checkpoint before it",
+    )
     return before[-1]
 
 
@@ -313,12 +349,16 @@ def check_tokenizer(tokenizer: Tokenizer, config: ModelConfig, ckpt: Path) -> No
     smaller: converted models pad their embedding tables (Qwen, GPT-NeoX)."""
     size, where = tokenizer.vocab_size, str(ckpt / TOKENIZER)
     if size > config.vocab_size:
-        raise CheckpointError(f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
-                              f"vocab_size={config.vocab_size}; ids from {config.vocab_size} on have no embedding row")
+        raise CheckpointError(
+            f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
+            f"vocab_size={config.vocab_size}; ids from {config.vocab_size} on have no embedding row"
+        )
     if size < config.vocab_size and isinstance(tokenizer, OurSpecials):
-        raise CheckpointError(f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
-                              f"vocab_size={config.vocab_size}; a run's vocab_size is its tokenizer's, so this "
-                              "tokenizer is not the one these weights were trained with")
+        raise CheckpointError(
+            f"{where!r}: the tokenizer has {size} tokens but {CONFIG} says "
+            f"vocab_size={config.vocab_size}; a run's vocab_size is its tokenizer's, so this "
+            "tokenizer is not the one these weights were trained with"
+        )
 
 
 def load_model(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[nn.Module, Tokenizer, Path]:
@@ -341,8 +381,9 @@ def load_training_state(ckpt: Path) -> dict[str, Any]:
         if not (ckpt / name).is_file():
             raise CheckpointError(f"{str(ckpt)!r} is not a training checkpoint: {name} is missing")
     if not (ckpt / TOKENIZER).is_file():
-        raise CheckpointError(f"{str(ckpt / TOKENIZER)!r} is missing: a resume needs the tokenizer the run was "
-                              "trained with")
+        raise CheckpointError(
+            f"{str(ckpt / TOKENIZER)!r} is missing: a resume needs the tokenizer the run was trained with"
+        )
     loaded = {}
     for name in (OPTIMIZER, RNG):
         try:
@@ -355,15 +396,18 @@ def load_training_state(ckpt: Path) -> dict[str, Any]:
         if not isinstance(training.get(key), kind):
             raise CheckpointError(f"{str(ckpt / TRAINING)!r}: field {key!r} is missing or not a JSON object")
     if not isinstance(state.get("step"), int) or isinstance(state["step"], bool) or state["step"] < 0:
-        raise CheckpointError(f"{str(ckpt / STATE)!r}: field 'step' is missing or not a step number "
-                              f"(got {state.get('step')!r})")
+        raise CheckpointError(
+            f"{str(ckpt / STATE)!r}: field 'step' is missing or not a step number (got {state.get('step')!r})"
+        )
     if not isinstance(rng, dict):
         raise CheckpointError(f"{str(ckpt / RNG)!r}: expected a dict of generator states, got {type(rng).__name__}")
     for key in ("torch", "data"):
         value = rng.get(key)
         if not (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1):
-            raise CheckpointError(f"{str(ckpt / RNG)!r}: key {key!r} is missing or not a generator state (a 1-D "
-                                  f"uint8 tensor), got {type(value).__name__}")
+            raise CheckpointError(
+                f"{str(ckpt / RNG)!r}: key {key!r} is missing or not a generator state (a 1-D "
+                f"uint8 tensor), got {type(value).__name__}"
+            )
     return {"training": training, "state": state, "optimizer": loaded[OPTIMIZER], "rng": rng}
 
 
@@ -371,20 +415,27 @@ def check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, model: nn.Modu
     """``optimizer.pt`` against the optimizer this run built: groups, parameter counts, and every state tensor's
     key and shape, so a mismatch is named here rather than as a size error at the first step."""
     where = str(ckpt / OPTIMIZER)
-    if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict) or \
-            not isinstance(saved.get("param_groups"), list):
+    if (
+        not isinstance(saved, dict)
+        or not isinstance(saved.get("state"), dict)
+        or not isinstance(saved.get("param_groups"), list)
+    ):
         raise CheckpointError(f"{where!r}: expected an optimizer state dict with 'state' and 'param_groups'")
     groups = optimizer.param_groups
     if len(saved["param_groups"]) != len(groups):
-        raise CheckpointError(f"{where!r}: field 'param_groups' has {len(saved['param_groups'])} groups, this run's "
-                              f"AdamW has {len(groups)}")
+        raise CheckpointError(
+            f"{where!r}: field 'param_groups' has {len(saved['param_groups'])} groups, this run's "
+            f"AdamW has {len(groups)}"
+        )
     names = {id(p): n for n, p in model.named_parameters()}
     params: list[tuple[Any, torch.Tensor]] = []
     for g, (theirs, ours) in enumerate(zip(saved["param_groups"], groups)):
         if not isinstance(theirs, dict) or len(theirs.get("params", ())) != len(ours["params"]):
-            raise CheckpointError(f"{where!r}: field 'param_groups[{g}].params' lists "
-                                  f"{len(theirs.get('params', ())) if isinstance(theirs, dict) else '?'} parameters, "
-                                  f"this run's model has {len(ours['params'])} in that group")
+            raise CheckpointError(
+                f"{where!r}: field 'param_groups[{g}].params' lists "
+                f"{len(theirs.get('params', ())) if isinstance(theirs, dict) else '?'} parameters, "
+                f"this run's model has {len(ours['params'])} in that group"
+            )
         params.extend(zip(theirs["params"], ours["params"]))
     by_index = dict(params)
     for index, entry in saved["state"].items():
@@ -398,5 +449,7 @@ def check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, model: nn.Modu
             value = entry[key]
             if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(param.shape):
                 shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-                raise CheckpointError(f"{where!r}: field 'state[{index}].{key}' has shape {shape}, this run's "
-                                      f"parameter {names.get(id(param))!r} has {tuple(param.shape)}")
+                raise CheckpointError(
+                    f"{where!r}: field 'state[{index}].{key}' has shape {shape}, this run's "
+                    f"parameter {names.get(id(param))!r} has {tuple(param.shape)}"
+                )

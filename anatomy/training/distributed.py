@@ -40,8 +40,7 @@ def setup(device: torch.device) -> World:
     """Join the process group when launched by torchrun; a single process otherwise."""
     if not launched_by_torchrun():
         return World()
-    world = World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)),
-                  device)
+    world = World(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)), device)
     if world.world_size > 1 and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
         if device.type == "cuda":
@@ -72,7 +71,7 @@ def shard(batch: dict[str, torch.Tensor], world: World) -> dict[str, torch.Tenso
         return batch
     rows = next(iter(batch.values())).shape[0]
     per = rows // world.world_size
-    return {k: v[world.rank * per:(world.rank + 1) * per] for k, v in batch.items()}
+    return {k: v[world.rank * per : (world.rank + 1) * per] for k, v in batch.items()}
 
 
 def mean(value: torch.Tensor, world: World) -> torch.Tensor:

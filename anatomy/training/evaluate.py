@@ -34,8 +34,9 @@ from anatomy.training.tasks import make_task
 SPLITS = ("val", "test")
 
 
-def evaluate_checkpoint(path: str | Path, *, split: str = "test", batch_size: int | None = None,
-                        device: str = "auto") -> dict[str, Any]:
+def evaluate_checkpoint(
+    path: str | Path, *, split: str = "test", batch_size: int | None = None, device: str = "auto"
+) -> dict[str, Any]:
     """Metrics of the checkpoint at ``path`` (a run or checkpoint directory) on ``split`` of its run's data:
     ``loss`` and, by task, ``perplexity`` (lm, seq2seq: exp of the mean token loss), ``accuracy`` (classify),
     ``exact_match`` (seq2seq, teacher-forced)."""
@@ -45,8 +46,10 @@ def evaluate_checkpoint(path: str | Path, *, split: str = "test", batch_size: in
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
     where = ckpt.resolve(path)
     if not (where / ckpt.TRAINING).is_file():
-        raise ckpt.CheckpointError(f"{str(where)!r} has no {ckpt.TRAINING}: it was not written by `anatomy train`, "
-                                   "so its data split is unknown; score a text file with --file TEXT instead")
+        raise ckpt.CheckpointError(
+            f"{str(where)!r} has no {ckpt.TRAINING}: it was not written by `anatomy train`, "
+            "so its data split is unknown; score a text file with --file TEXT instead"
+        )
     training = ckpt.read_json(where / ckpt.TRAINING)
     try:
         options = TrainOptions(**training["options"])
@@ -58,14 +61,16 @@ def evaluate_checkpoint(path: str | Path, *, split: str = "test", batch_size: in
         task = make_task(options, tokenizer)
     except FileNotFoundError as err:
         raise ValueError(f"the run's data is gone: {err}") from None
+
     def loss_and_logits(batch):  # as training evaluates
         with autocast_for(options.precision, run_device):
             out = model(**to_device(batch, run_device))
         return out.loss, out.logits
 
     with torch.no_grad():
-        metrics = {k: float(v) for k, v in task.evaluate(loss_and_logits, split, batch_size or options.batch_size)
-                   .items()}
+        metrics = {
+            k: float(v) for k, v in task.evaluate(loss_and_logits, split, batch_size or options.batch_size).items()
+        }
     if options.task in ("lm", "seq2seq"):
         metrics["perplexity"] = math.exp(metrics["loss"]) if metrics["loss"] < 700 else math.inf
     step = ckpt.read_json(where / ckpt.STATE).get("step") if (where / ckpt.STATE).is_file() else None
@@ -80,8 +85,9 @@ def file_windows(n_tokens: int, block: int) -> list[tuple[int, int]]:
     return [(s, min(s + block, n_tokens)) for s in range(0, max(n_tokens - 1, 1), block - 1)]
 
 
-def evaluate_file(path: str | Path, file: str | Path, *, block: int | None = None, batch_size: int = 8,
-                  device: str = "auto") -> dict[str, Any]:
+def evaluate_file(
+    path: str | Path, file: str | Path, *, block: int | None = None, batch_size: int = 8, device: str = "auto"
+) -> dict[str, Any]:
     """``loss`` (mean nats per predicted token), ``perplexity`` and ``bits_per_byte`` of the language model at
     ``path`` on the UTF-8 text ``file`` (see the module docstring for the windows)."""
     from anatomy.data.corpora import read_text_file
@@ -93,8 +99,10 @@ def evaluate_file(path: str | Path, file: str | Path, *, block: int | None = Non
     model, tokenizer, where = ckpt.load_model(path, device=run_device)
     config = ckpt.config_of(model)
     if config.architecture != "decoder_lm":
-        raise ValueError(f"--file scores a language model; {str(where)!r} holds a {config.architecture} model "
-                         "(evaluate it on its run's --split)")
+        raise ValueError(
+            f"--file scores a language model; {str(where)!r} holds a {config.architecture} model "
+            "(evaluate it on its run's --split)"
+        )
     block = config.max_seq_len if block is None else block
     if not 2 <= block <= config.max_seq_len:
         raise ValueError(f"--block must be between 2 and the model's max_seq_len={config.max_seq_len}, got {block}")
@@ -110,7 +118,7 @@ def evaluate_file(path: str | Path, file: str | Path, *, block: int | None = Non
     total, count = torch.zeros((), dtype=torch.float64), 0
     with torch.no_grad():
         for i in range(0, len(windows), batch_size):
-            group = windows[i:i + batch_size]
+            group = windows[i : i + batch_size]
             full = [w for w in group if w[1] - w[0] == group[0][1] - group[0][0]]  # equal lengths batch together
             for chunk in (full, [w for w in group if w not in full]):
                 if not chunk:
@@ -122,6 +130,13 @@ def evaluate_file(path: str | Path, file: str | Path, *, block: int | None = Non
                 count += x[:, 1:].numel()
     loss = float(total / count)
     n_bytes = len(text.encode("utf-8"))
-    return {"checkpoint": str(where), "file": str(file), "tokens": len(ids), "predicted": count, "block": block,
-            "loss": loss, "perplexity": math.exp(loss) if loss < 700 else math.inf,
-            "bits_per_byte": float(total) / math.log(2) / n_bytes}
+    return {
+        "checkpoint": str(where),
+        "file": str(file),
+        "tokens": len(ids),
+        "predicted": count,
+        "block": block,
+        "loss": loss,
+        "perplexity": math.exp(loss) if loss < 700 else math.inf,
+        "bits_per_byte": float(total) / math.log(2) / n_bytes,
+    }

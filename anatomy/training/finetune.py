@@ -60,11 +60,15 @@ class Start:
         if allowed is None:
             raise ValueError(f"init_from supports task=lm and task=classify, got task={options.task}")
         if config.architecture not in allowed:
-            raise ValueError(f"init_from={self.source}: task={options.task} needs a checkpoint of architecture "
-                             f"{' or '.join(allowed)}; it holds a {config.architecture} model")
+            raise ValueError(
+                f"init_from={self.source}: task={options.task} needs a checkpoint of architecture "
+                f"{' or '.join(allowed)}; it holds a {config.architecture} model"
+            )
         if options.block_size > config.max_seq_len:
-            raise ValueError(f"block_size={options.block_size} is longer than the checkpoint's max_seq_len="
-                             f"{config.max_seq_len} (init_from={self.source})")
+            raise ValueError(
+                f"block_size={options.block_size} is longer than the checkpoint's max_seq_len="
+                f"{config.max_seq_len} (init_from={self.source})"
+            )
 
     def config_for(self, task: Task, options: TrainOptions, model_overrides: dict[str, Any]) -> ModelConfig:
         """The run's ``ModelConfig``: the checkpoint's, with the free fields and the task's label count."""
@@ -80,32 +84,49 @@ class Start:
         if isinstance(task, ClassifyTask):
             if self.config.architecture == "encoder":  # BertModel's pooler (encoder_pooler) feeds the head's, as HF's
                 pooled = getattr(model, "pooler", None) is not None  # BertForSequenceClassification takes it
-                state = {k if k.startswith("pooler.") else f"encoder.{k}": v for k, v in state.items()
-                         if pooled or not k.startswith("pooler.")}
-            same_labels = (self.config.architecture == "classifier" and self.config.num_labels == task.num_labels
-                           and self.label_names is not None and tuple(self.label_names) == tuple(task.label_names))
+                state = {
+                    k if k.startswith("pooler.") else f"encoder.{k}": v
+                    for k, v in state.items()
+                    if pooled or not k.startswith("pooler.")
+                }
+            same_labels = (
+                self.config.architecture == "classifier"
+                and self.config.num_labels == task.num_labels
+                and self.label_names is not None
+                and tuple(self.label_names) == tuple(task.label_names)
+            )
             if not same_labels:
                 state = {k: v for k, v in state.items() if not k.startswith("classifier.")}
         result = model.load_state_dict(state, strict=False)
         wrong = [k for k in result.missing_keys if not k.startswith(HEAD_PREFIXES)]
         if wrong or result.unexpected_keys:  # config_for built this model from the checkpoint's own config
-            raise RuntimeError(f"init_from={self.source}: weights do not match the model: missing {wrong[:4]}, "
-                               f"unexpected {result.unexpected_keys[:4]}")
+            raise RuntimeError(
+                f"init_from={self.source}: weights do not match the model: missing {wrong[:4]}, "
+                f"unexpected {result.unexpected_keys[:4]}"
+            )
         what = "its weights" if self.kind == "anatomy" else f"{self.kind} weights"
         config = ckpt.config_of(model)
-        say(f"init_from {self.source}: {what} and tokenizer ({type(self.tokenizer).__name__}, "
+        say(
+            f"init_from {self.source}: {what} and tokenizer ({type(self.tokenizer).__name__}, "
             f"{self.tokenizer.vocab_size} tokens); architecture fixed by the checkpoint "
-            f"({config.architecture}, d_model={config.d_model}, n_layers={config.n_layers})")
+            f"({config.architecture}, d_model={config.d_model}, n_layers={config.n_layers})"
+        )
         if result.missing_keys and isinstance(task, ClassifyTask):
-            had = ("has no classification head" if self.config.architecture == "encoder" else
-                   f"had {self.config.num_labels} labels "
-                   f"({', '.join(self.label_names) if self.label_names else 'names unknown'})")
-            say(f"init_from {self.source}: a new classification head ({', '.join(sorted(result.missing_keys))}, "
-                f"random init) for {task.num_labels} labels ({', '.join(task.label_names)}); the checkpoint {had}")
+            had = (
+                "has no classification head"
+                if self.config.architecture == "encoder"
+                else f"had {self.config.num_labels} labels "
+                f"({', '.join(self.label_names) if self.label_names else 'names unknown'})"
+            )
+            say(
+                f"init_from {self.source}: a new classification head ({', '.join(sorted(result.missing_keys))}, "
+                f"random init) for {task.num_labels} labels ({', '.join(task.label_names)}); the checkpoint {had}"
+            )
 
     @staticmethod
-    def val_before(model: nn.Module, task: Task, loss_and_logits: LossAndLogits, batch_size: int,
-                   say: Callable[[str], None]) -> float:
+    def val_before(
+        model: nn.Module, task: Task, loss_and_logits: LossAndLogits, batch_size: int, say: Callable[[str], None]
+    ) -> float:
         """The val loss of the loaded weights before the first step (logged as step 0), as training evaluates."""
         model.eval()
         with torch.no_grad():
@@ -120,9 +141,11 @@ def check_overrides(model_overrides: dict[str, Any], config: ModelConfig, source
     for key, value in model_overrides.items():
         if key in FREE_MODEL_FIELDS or getattr(config, key, object()) == value:
             continue
-        raise ValueError(f"{key}={value!r} would change the architecture that init_from={source} fixes "
-                         f"({key}={getattr(config, key, None)!r} there); with init_from only "
-                         f"{', '.join(FREE_MODEL_FIELDS)} may be given")
+        raise ValueError(
+            f"{key}={value!r} would change the architecture that init_from={source} fixes "
+            f"({key}={getattr(config, key, None)!r} there); with init_from only "
+            f"{', '.join(FREE_MODEL_FIELDS)} may be given"
+        )
 
 
 def load_start(path: str | Path) -> Start:
@@ -142,8 +165,10 @@ def load_start(path: str | Path) -> Start:
             model = hf.model_from_checkpoint(hf_config, read_tensors(d), source=str(d))
             tokenizer = tokenizer_io.read_hf_tokenizer(d)
             if tokenizer is None:
-                raise ckpt.CheckpointError(f"init_from={path}: the directory holds no tokenizer (tokenizer.json, or "
-                                           "vocab.json + merges.txt); fine-tuning keeps the checkpoint's tokenizer")
+                raise ckpt.CheckpointError(
+                    f"init_from={path}: the directory holds no tokenizer (tokenizer.json, or "
+                    "vocab.json + merges.txt); fine-tuning keeps the checkpoint's tokenizer"
+                )
             labels = hf_config.get("id2label")
             names = tuple(labels[k] for k in sorted(labels, key=int)) if isinstance(labels, dict) else None
             kind = arch
@@ -153,8 +178,9 @@ def load_start(path: str | Path) -> Start:
             try:
                 tokenizer = load_tokenizer(where)
             except ValueError as err:
-                raise ckpt.CheckpointError(f"init_from={path}: {err}; fine-tuning keeps the checkpoint's "
-                                           "tokenizer") from None
+                raise ckpt.CheckpointError(
+                    f"init_from={path}: {err}; fine-tuning keeps the checkpoint's tokenizer"
+                ) from None
             training = ckpt.read_json(where / ckpt.TRAINING) if (where / ckpt.TRAINING).is_file() else {}
             names = tuple(training["label_names"]) if "label_names" in training else None
             kind, d = "anatomy", where

@@ -23,8 +23,9 @@ import torch
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int,
-                chunk: int) -> torch.Tensor:
+    def forward(
+        ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int, chunk: int
+    ) -> torch.Tensor:
         n_rows = hidden.shape[0]
         valid = targets != ignore_index  # (N,)
         count = valid.sum()
@@ -35,19 +36,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         minus_one = torch.full((min(chunk, n_rows), 1), -1.0, device=hidden.device)  # (c, 1)
         for start in range(0, n_rows, chunk):
-            h = hidden[start:start + chunk]  # (c, D)
-            ok = valid[start:start + chunk]  # (c,)
-            safe = torch.where(ok, targets[start:start + chunk], 0)[:, None]  # (c, 1)
+            h = hidden[start : start + chunk]  # (c, D)
+            ok = valid[start : start + chunk]  # (c,)
+            safe = torch.where(ok, targets[start : start + chunk], 0)[:, None]  # (c, 1)
             logp = torch.log_softmax((h @ weight.t()).float(), dim=1)  # (c, V)
             total -= logp.gather(1, safe).squeeze(1).mul_(ok).sum()
             if not (need_h or need_w):
                 continue
             probs = logp.exp_()  # softmax, in place  (c, V)
-            probs.scatter_add_(1, safe, minus_one[:len(safe)])  # minus the one-hot  (c, V)
+            probs.scatter_add_(1, safe, minus_one[: len(safe)])  # minus the one-hot  (c, V)
             g = probs.to(hidden.dtype)  # (c, V)
             rows = (ok * scale).to(hidden.dtype)[:, None]  # 1/n, or 0 on ignored rows: on (c, D), not (c, V)  (c, 1)
             if grad_h is not None:
-                torch.mm(g, weight, out=grad_h[start:start + chunk]).mul_(rows)  # (c, D)
+                torch.mm(g, weight, out=grad_h[start : start + chunk]).mul_(rows)  # (c, D)
             if grad_w is not None:
                 grad_w.addmm_(g.t(), h * rows)  # (V, D)
         ctx.weight_dtype = weight.dtype
@@ -62,16 +63,19 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return dh, dw, None, None, None
 
 
-def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *,
-                         ignore_index: int = -100, chunk: int = 256) -> torch.Tensor:
+def linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, *, ignore_index: int = -100, chunk: int = 256
+) -> torch.Tensor:
     """Mean cross-entropy of ``hidden @ weight.T`` against ``targets``, rows labelled ``ignore_index`` left out.
 
     ``hidden: (N, D)``, ``weight: (V, D)`` (an ``nn.Linear``'s weight without bias, e.g. a tied LM head),
     ``targets: (N,)`` integer classes. ``chunk``: rows per pass (the ``(chunk, V)`` buffer is the only logits
     stored). Under ``torch.no_grad()`` (or when neither input needs a gradient) only the loss is computed."""
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"hidden must be (N, D) and weight (V, D) with the same D, got {tuple(hidden.shape)} "
-                         f"and {tuple(weight.shape)}")
+        raise ValueError(
+            f"hidden must be (N, D) and weight (V, D) with the same D, got {tuple(hidden.shape)} "
+            f"and {tuple(weight.shape)}"
+        )
     if targets.shape != hidden.shape[:1]:
         raise ValueError(f"targets must have shape (N,)={tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
     if not isinstance(chunk, int) or chunk < 1:
@@ -79,8 +83,9 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
     return _LinearCrossEntropy.apply(hidden, weight, targets, ignore_index, chunk)
 
 
-def lm_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *,
-                            chunk: int = 256) -> torch.Tensor:
+def lm_linear_cross_entropy(
+    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, *, chunk: int = 256
+) -> torch.Tensor:
     """``anatomy.models.lm.lm_loss(hidden @ weight.T, labels)`` without the logits: position ``t`` predicts
     ``labels[t + 1]``, label -100 ignored. ``hidden: (B, T, D)`` (after the final norm), ``labels: (B, T)``."""
     if labels.shape != hidden.shape[:2]:

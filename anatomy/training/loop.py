@@ -39,8 +39,7 @@ from anatomy.training.step import (
     train_step,
 )
 
-__all__ = ["METRICS", "PLOT", "SUMMARY", "TrainResult", "TrainingError", "lr_at", "make_optimizer", "resume",
-           "train"]
+__all__ = ["METRICS", "PLOT", "SUMMARY", "TrainResult", "TrainingError", "lr_at", "make_optimizer", "resume", "train"]
 
 
 @dataclass
@@ -52,8 +51,14 @@ class TrainResult:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str | Path, *,
-          log: Callable[[str], None] | None = None, overwrite: bool = False) -> TrainResult:
+def train(
+    options: TrainOptions,
+    model_overrides: dict[str, Any],
+    run_dir: str | Path,
+    *,
+    log: Callable[[str], None] | None = None,
+    overwrite: bool = False,
+) -> TrainResult:
     """Train as ``options`` say (``model_overrides`` on top of ``options.model``), writing into ``run_dir``: a new
     or empty folder, one ``anatomy train`` created, or (``overwrite``) any folder that holds no training run."""
     run_dir = Path(run_dir)
@@ -62,8 +67,10 @@ def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str |
     if owner:
         raise outputs.refusal(run_dir, owner)
     if ckpt.step_dirs(run_dir) or ckpt.incomplete_dirs(run_dir):
-        raise ValueError(f"--out {str(run_dir)!r} already holds a training run; continue it with --resume "
-                         f"{str(run_dir)!r} or choose another directory")
+        raise ValueError(
+            f"--out {str(run_dir)!r} already holds a training run; continue it with --resume "
+            f"{str(run_dir)!r} or choose another directory"
+        )
     lock = outputs.RunLock(run_dir, log or _stderr)
     try:
         return _run(options, model_overrides, run_dir, None, log, lock)
@@ -71,8 +78,13 @@ def train(options: TrainOptions, model_overrides: dict[str, Any], run_dir: str |
         lock.release()
 
 
-def resume(run_dir: str | Path, changes: dict[str, Any] | None = None, *, preset: str | None = None,
-           log: Callable[[str], None] | None = None) -> TrainResult:
+def resume(
+    run_dir: str | Path,
+    changes: dict[str, Any] | None = None,
+    *,
+    preset: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> TrainResult:
     """Continue the latest checkpoint of ``run_dir`` (the one ``checkpoints/latest.json`` names), or the checkpoint
     directory given, exactly; ``latest.json`` then points at it, so the run follows this branch. ``changes``
     may only touch ``RESUMABLE`` options; with ``preset``, the run must have been started from that preset (with the
@@ -95,16 +107,26 @@ def _resume(path: Path, root: Path, changes, preset, log, lock) -> TrainResult:
     return _run(options, saved_model, root, (last, saved), log, lock)
 
 
-def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed, log,
-         lock: outputs.RunLock) -> TrainResult:
+def _run(
+    options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed, log, lock: outputs.RunLock
+) -> TrainResult:
     run = setup(options, model_overrides, run_dir, resumed, log or _stderr, lock)
-    init_val = (run.init.val_before(run.model, run.task, _loss_and_logits(run), options.batch_size, run.say)
-                if run.init and run.init.state else None)
+    init_val = (
+        run.init.val_before(run.model, run.task, _loss_and_logits(run), options.batch_size, run.say)
+        if run.init and run.init.state
+        else None
+    )
     _introduce(run)
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=options.steps, initial=run.start, disable=not (run.world.is_main and options.progress),
-               unit="step", dynamic_ncols=True, file=sys.stderr)
+    bar = tqdm(
+        total=options.steps,
+        initial=run.start,
+        disable=not (run.world.is_main and options.progress),
+        unit="step",
+        dynamic_ncols=True,
+        file=sys.stderr,
+    )
     check = _stop_if_nonfinite(run)
     run.model.train()
     try:
@@ -128,8 +150,10 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
             if step % options.save_every == 0 or step == options.steps or run.stopped_early:
                 run.last_saved = checkpoint(run) or run.last_saved
             if run.stopped_early:
-                run.say(f"early stop at step {step}: no better val loss in {options.patience} evaluations "
-                        f"(best {run.best_val:.4f})")
+                run.say(
+                    f"early stop at step {step}: no better val loss in {options.patience} evaluations "
+                    f"(best {run.best_val:.4f})"
+                )
                 break
     finally:
         bar.close()
@@ -138,20 +162,25 @@ def _run(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, 
 
 def _stop_if_nonfinite(run: RunState):
     """The step's check: a non-finite loss (or gradient norm, unless fp16's scaler skips the step) stops the run."""
-    return lambda loss, norm: check_finite(run.step, loss, norm, scaled=run.scaler.is_enabled(),
-                                           last_good=run.last_saved)
+    return lambda loss, norm: check_finite(
+        run.step, loss, norm, scaled=run.scaler.is_enabled(), last_good=run.last_saved
+    )
 
 
 def _introduce(run: RunState) -> None:
     options, model = run.options, run.model
-    run.say(f"training {ckpt.config_of(model).architecture} ({sum(p.numel() for p in model.parameters()):,} "
-            f"parameters) on "
-            f"{run.task.name}, {options.steps} steps, global batch {options.batch_size} x {run.world.world_size} "
-            f"process(es), {run.device}, {options.precision}")
+    run.say(
+        f"training {ckpt.config_of(model).architecture} ({sum(p.numel() for p in model.parameters()):,} "
+        f"parameters) on "
+        f"{run.task.name}, {options.steps} steps, global batch {options.batch_size} x {run.world.world_size} "
+        f"process(es), {run.device}, {options.precision}"
+    )
     if options.precision == "fp16" and run.device.type == "cpu":
-        run.say("precision=fp16 on a CPU: PyTorch emulates float16 matrix products there (about 20x slower than "
-                "fp32 on this project's test machine); fp16 is for GPUs without bf16, use precision=bf16 or fp32 "
-                "on a CPU")
+        run.say(
+            "precision=fp16 on a CPU: PyTorch emulates float16 matrix products there (about 20x slower than "
+            "fp32 on this project's test machine); fp16 is for GPUs without bf16, use precision=bf16 or fp32 "
+            "on a CPU"
+        )
 
 
 def _count_overflow(run: RunState, result: StepResult) -> None:
@@ -160,11 +189,15 @@ def _count_overflow(run: RunState, result: StepResult) -> None:
     if not result.overflow:
         return
     if run.skipped_in_a_row >= MAX_SKIPPED:
-        raise TrainingError(f"fp16 gradients overflowed at {MAX_SKIPPED} steps in a row (up to step {run.step}; "
-                            f"loss scale now {run.scaler.get_scale():g}); training stopped. The last good "
-                            f"checkpoint is {str(run.last_saved)!r}. Use precision=bf16 or fp32, or lower lr.")
-    run.say(f"step {run.step}: fp16 gradients overflowed; step skipped, loss scale {result.scale_before:g} -> "
-            f"{run.scaler.get_scale():g}")
+        raise TrainingError(
+            f"fp16 gradients overflowed at {MAX_SKIPPED} steps in a row (up to step {run.step}; "
+            f"loss scale now {run.scaler.get_scale():g}); training stopped. The last good "
+            f"checkpoint is {str(run.last_saved)!r}. Use precision=bf16 or fp32, or lower lr."
+        )
+    run.say(
+        f"step {run.step}: fp16 gradients overflowed; step skipped, loss scale {result.scale_before:g} -> "
+        f"{run.scaler.get_scale():g}"
+    )
 
 
 def _log_step(run: RunState, result: StepResult, lr: float, evaluate_now: bool, bar) -> dict[str, Any] | None:
@@ -173,14 +206,20 @@ def _log_step(run: RunState, result: StepResult, lr: float, evaluate_now: bool, 
     options, step, loss, overflow = run.options, run.step, result.loss, result.overflow
     spike_z = run.spikes.update(step, loss)
     if spike_z is not None and not run.spikes.continuing:
-        run.say(f"step {step}: loss spike: {loss:.4f} is {spike_z:.0f} standard deviations above the recent "
-                f"average {run.spikes.mean:.4f} (lr {lr:.2e}, gradient norm {result.grad_norm:.3g}); if it recurs, "
-                "lower lr or raise warmup_steps")
-    if not (step % options.log_every == 0 or step == options.steps or evaluate_now or spike_z is not None
-            or overflow):
+        run.say(
+            f"step {step}: loss spike: {loss:.4f} is {spike_z:.0f} standard deviations above the recent "
+            f"average {run.spikes.mean:.4f} (lr {lr:.2e}, gradient norm {result.grad_norm:.3g}); if it recurs, "
+            "lower lr or raise warmup_steps"
+        )
+    if not (step % options.log_every == 0 or step == options.steps or evaluate_now or spike_z is not None or overflow):
         return None
-    record = {"step": step, "loss": loss, "lr": lr, "tokens_per_s": run.window_tokens / max(run.window_time, 1e-9),
-              "grad_norm": result.grad_norm if not overflow else None}  # JSON has no inf
+    record = {
+        "step": step,
+        "loss": loss,
+        "lr": lr,
+        "tokens_per_s": run.window_tokens / max(run.window_time, 1e-9),
+        "grad_norm": result.grad_norm if not overflow else None,
+    }  # JSON has no inf
     if spike_z is not None:
         record["spike_z"] = spike_z
     if run.scaler.is_enabled():
@@ -227,10 +266,17 @@ def checkpoint(run: RunState) -> Path | None:
     """Save the step (main process; atomic, the last ``keep_last`` kept); every process waits for it."""
     path = None
     if run.world.is_main:
-        path = ckpt.save_checkpoint(run.run_dir, run.step, model=run.model, optimizer=run.optimizer,
-                                    tokenizer=run.task.tokenizer, training=run.training_record,
-                                    trainer_state=run.trainer_state(), rng=rng_state(run.data_generator),
-                                    keep_last=run.options.keep_last)
+        path = ckpt.save_checkpoint(
+            run.run_dir,
+            run.step,
+            model=run.model,
+            optimizer=run.optimizer,
+            tokenizer=run.task.tokenizer,
+            training=run.training_record,
+            trainer_state=run.trainer_state(),
+            rng=rng_state(run.data_generator),
+            keep_last=run.options.keep_last,
+        )
     dist.barrier(run.world)
     return path
 
@@ -239,17 +285,27 @@ def _finish(run: RunState, init_val: float | None) -> TrainResult:
     """The test set, summary.json (and the baselines of classify), loss.png."""
     options, run_dir, task = run.options, run.run_dir, run.task
     test = _evaluate_split(run, "test")
-    summary: dict[str, Any] = {"steps": run.step, "best_val_loss": run.best_val,
-                               **{f"test_{k}": v for k, v in test.items()}}
+    summary: dict[str, Any] = {
+        "steps": run.step,
+        "best_val_loss": run.best_val,
+        **{f"test_{k}": v for k, v in test.items()},
+    }
     if init_val is not None:
         summary["init_val_loss"] = init_val  # fine-tuning: the checkpoint's val loss before the first step
     if task.name == "classify" and options.baselines and run.world.is_main:
         summary["baselines_test_accuracy"] = task.baselines()
     if run.world.is_main:
         outputs.write_atomic(run_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
-        run.say("test: " + ", ".join(f"{k} {v:.4f}" for k, v in test.items())
-                + ("" if "baselines_test_accuracy" not in summary else "; baselines (test accuracy): "
-                   + ", ".join(f"{k} {v:.4f}" for k, v in summary["baselines_test_accuracy"].items())))
+        run.say(
+            "test: "
+            + ", ".join(f"{k} {v:.4f}" for k, v in test.items())
+            + (
+                ""
+                if "baselines_test_accuracy" not in summary
+                else "; baselines (test accuracy): "
+                + ", ".join(f"{k} {v:.4f}" for k, v in summary["baselines_test_accuracy"].items())
+            )
+        )
         if options.plot:
             outputs.plot_losses(run_dir / METRICS, run_dir / PLOT, run.say)
     dist.barrier(run.world)

@@ -22,8 +22,9 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 TOKENIZERS = ("char", "bpe")
 DEVICES = ("auto", "cpu", "cuda")
 # Options a resumed run may change: they do not touch the numbers the run computes.
-RESUMABLE = frozenset({"steps", "log_every", "save_every", "keep_last", "progress", "plot", "eval_every",
-                       "eval_batches", "spike_z"})
+RESUMABLE = frozenset(
+    {"steps", "log_every", "save_every", "keep_last", "progress", "plot", "eval_every", "eval_batches", "spike_z"}
+)
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,29 @@ class TrainOptions:
     baselines: bool = True  # classify: majority-class and bag-of-characters logistic regression on the test set
 
     def __post_init__(self) -> None:
-        for name, choices in (("task", TASKS), ("precision", PRECISIONS), ("tokenizer", TOKENIZERS),
-                              ("device", DEVICES), ("model", tuple(MODEL_PRESETS))):
+        for name, choices in (
+            ("task", TASKS),
+            ("precision", PRECISIONS),
+            ("tokenizer", TOKENIZERS),
+            ("device", DEVICES),
+            ("model", tuple(MODEL_PRESETS)),
+        ):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
-        for name in ("steps", "batch_size", "accumulate", "block_size", "eval_every", "eval_batches", "log_every",
-                     "save_every", "keep_last", "bpe_vocab", "min_len", "max_len"):
+        for name in (
+            "steps",
+            "batch_size",
+            "accumulate",
+            "block_size",
+            "eval_every",
+            "eval_batches",
+            "log_every",
+            "save_every",
+            "keep_last",
+            "bpe_vocab",
+            "min_len",
+            "max_len",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         for name in ("warmup_steps", "patience", "spike_z"):
@@ -95,27 +113,121 @@ class TrainOptions:
 SMALL_LM = dict(n_layers=4, n_heads=4, d_model=128, d_ff=512, dropout=0.0, attention_dropout=0.0)
 RUN_PRESETS: dict[str, dict[str, Any]] = {
     # nanoGPT's shakespeare_char at its CPU settings (4 layers, 4 heads, 128 dims, block 64, batch 12, 2000 iters)
-    "char-shakespeare": dict(task="lm", model="gpt2", corpus="shakespeare", tokenizer="char", steps=2000,
-                             batch_size=12, block_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_every=250,
-                             **SMALL_LM),
-    "char-tang": dict(task="lm", model="gpt2", corpus="tang", tokenizer="char", steps=2000, batch_size=12,
-                      block_size=64, lr=1e-3, min_lr=1e-4, warmup_steps=100, eval_every=250, **SMALL_LM),
-    "bpe-shakespeare": dict(task="lm", model="llama", corpus="shakespeare", tokenizer="bpe", bpe_vocab=2000,
-                            steps=2000, batch_size=12, block_size=64, lr=1e-3, warmup_steps=100, eval_every=250,
-                            n_kv_heads=2, **SMALL_LM),
-    "sentiment-en": dict(task="classify", model="bert", dataset="sentiment-en", tokenizer="bpe", bpe_vocab=4000,
-                         steps=1500, batch_size=32, block_size=64, lr=5e-4, min_lr=5e-5, warmup_steps=100,
-                         eval_every=250, n_layers=2, n_heads=4, d_model=128, d_ff=512, dropout=0.1,
-                         attention_dropout=0.0, pooling="mean", pooler=False, type_vocab_size=0, weight_decay=0.01),
-    "sentiment-zh": dict(task="classify", model="bert", dataset="sentiment-zh", tokenizer="char", steps=1500,
-                         batch_size=32, block_size=128, lr=5e-4, min_lr=5e-5, warmup_steps=100, eval_every=250,
-                         n_layers=2, n_heads=4, d_model=128, d_ff=512, dropout=0.1, attention_dropout=0.0,
-                         pooling="mean", pooler=False, type_vocab_size=0, weight_decay=0.01),
-    **{f"seq2seq-{task}": dict(task="seq2seq", model="vaswani-2017", seq2seq_task=task, tokenizer="char",
-                               min_len=4, max_len=12, steps=1500, batch_size=32, block_size=32, lr=1e-3,
-                               min_lr=1e-4, warmup_steps=100, eval_every=250, weight_decay=0.01, n_layers=2,
-                               n_heads=4, d_model=64, d_ff=256, dropout=0.0, scale_embeddings=True)
-       for task in ("copy", "reverse", "sort")},
+    "char-shakespeare": dict(
+        task="lm",
+        model="gpt2",
+        corpus="shakespeare",
+        tokenizer="char",
+        steps=2000,
+        batch_size=12,
+        block_size=64,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        eval_every=250,
+        **SMALL_LM,
+    ),
+    "char-tang": dict(
+        task="lm",
+        model="gpt2",
+        corpus="tang",
+        tokenizer="char",
+        steps=2000,
+        batch_size=12,
+        block_size=64,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        eval_every=250,
+        **SMALL_LM,
+    ),
+    "bpe-shakespeare": dict(
+        task="lm",
+        model="llama",
+        corpus="shakespeare",
+        tokenizer="bpe",
+        bpe_vocab=2000,
+        steps=2000,
+        batch_size=12,
+        block_size=64,
+        lr=1e-3,
+        warmup_steps=100,
+        eval_every=250,
+        n_kv_heads=2,
+        **SMALL_LM,
+    ),
+    "sentiment-en": dict(
+        task="classify",
+        model="bert",
+        dataset="sentiment-en",
+        tokenizer="bpe",
+        bpe_vocab=4000,
+        steps=1500,
+        batch_size=32,
+        block_size=64,
+        lr=5e-4,
+        min_lr=5e-5,
+        warmup_steps=100,
+        eval_every=250,
+        n_layers=2,
+        n_heads=4,
+        d_model=128,
+        d_ff=512,
+        dropout=0.1,
+        attention_dropout=0.0,
+        pooling="mean",
+        pooler=False,
+        type_vocab_size=0,
+        weight_decay=0.01,
+    ),
+    "sentiment-zh": dict(
+        task="classify",
+        model="bert",
+        dataset="sentiment-zh",
+        tokenizer="char",
+        steps=1500,
+        batch_size=32,
+        block_size=128,
+        lr=5e-4,
+        min_lr=5e-5,
+        warmup_steps=100,
+        eval_every=250,
+        n_layers=2,
+        n_heads=4,
+        d_model=128,
+        d_ff=512,
+        dropout=0.1,
+        attention_dropout=0.0,
+        pooling="mean",
+        pooler=False,
+        type_vocab_size=0,
+        weight_decay=0.01,
+    ),
+    **{
+        f"seq2seq-{task}": dict(
+            task="seq2seq",
+            model="vaswani-2017",
+            seq2seq_task=task,
+            tokenizer="char",
+            min_len=4,
+            max_len=12,
+            steps=1500,
+            batch_size=32,
+            block_size=32,
+            lr=1e-3,
+            min_lr=1e-4,
+            warmup_steps=100,
+            eval_every=250,
+            weight_decay=0.01,
+            n_layers=2,
+            n_heads=4,
+            d_model=64,
+            d_ff=256,
+            dropout=0.0,
+            scale_embeddings=True,
+        )
+        for task in ("copy", "reverse", "sort")
+    },
 }
 
 OPTION_FIELDS = {f.name: f for f in fields(TrainOptions)}
@@ -132,8 +244,12 @@ def valid_keys() -> list[str]:
 def parse_words(words: list[str]) -> dict[str, Any]:
     """``["steps=10", "d_model=64"]`` → ``{"steps": 10, "d_model": 64}``, typed, validated by name
     (:func:`anatomy.words.parse_words` over the run's and the model's fields)."""
-    return key_value.parse_words(words, {**MODEL_FIELDS, **OPTION_FIELDS}, valid=valid_keys(),
-                                 refused=dict.fromkeys(DERIVED_MODEL_FIELDS, DERIVED_REASON))
+    return key_value.parse_words(
+        words,
+        {**MODEL_FIELDS, **OPTION_FIELDS},
+        valid=valid_keys(),
+        refused=dict.fromkeys(DERIVED_MODEL_FIELDS, DERIVED_REASON),
+    )
 
 
 def resolve(preset: str | None, overrides: dict[str, Any]) -> tuple[TrainOptions, dict[str, Any]]:

@@ -12,8 +12,9 @@ from anatomy.training import checkpoint as ckpt
 from anatomy.training.options import RESUMABLE, TrainOptions, resolve
 
 
-def checked_resume(path: Path, changes: dict[str, Any] | None, preset: str | None,
-                   log: Callable[[str], None]) -> tuple[Path, dict[str, Any], TrainOptions, dict[str, Any]]:
+def checked_resume(
+    path: Path, changes: dict[str, Any] | None, preset: str | None, log: Callable[[str], None]
+) -> tuple[Path, dict[str, Any], TrainOptions, dict[str, Any]]:
     """``(checkpoint, its saved state, the options to continue with, the model overrides)`` for resuming ``path``
     with ``changes`` (``RESUMABLE`` options only) and, when given, the ``preset`` the run must come from."""
     last = ckpt.resolve(path, log=log, need=ckpt.COMPLETE)
@@ -32,15 +33,19 @@ def checked_resume(path: Path, changes: dict[str, Any] | None, preset: str | Non
         if differ:
             raise ckpt.CheckpointError(
                 f"{str(last)!r} comes from another configuration than --preset {preset}: "
-                + ", ".join(f"{k}={have.get(k, '(preset default)')!r} there, {wanted.get(k, '(preset default)')!r} here"
-                            for k in differ[:4]))
+                + ", ".join(
+                    f"{k}={have.get(k, '(preset default)')!r} there, {wanted.get(k, '(preset default)')!r} here"
+                    for k in differ[:4]
+                )
+            )
         changes = {k: v for k, v in changes.items() if k in RESUMABLE}
     for key, value in changes.items():
         current = getattr(saved_options, key, saved_model.get(key))
         if key not in RESUMABLE and value != current:
             raise ckpt.CheckpointError(
                 f"{str(last)!r} was trained with {key}={current!r}; {key}={value!r} cannot change on resume "
-                f"(only {', '.join(sorted(RESUMABLE))} can)")
+                f"(only {', '.join(sorted(RESUMABLE))} can)"
+            )
     options = TrainOptions(**{**saved_options.to_dict(), **{k: v for k, v in changes.items() if k in RESUMABLE}})
     return last, saved, options, saved_model
 
@@ -55,8 +60,10 @@ def saved_options_of(saved: dict[str, Any], last: Path) -> TrainOptions:
         raise ckpt.CheckpointError(f"{where!r}: unknown option field(s) {', '.join(unknown)} in 'options'")
     missing = [k for k in known if k not in values]
     if missing:
-        raise ckpt.CheckpointError(f"{where!r}: option field(s) missing from 'options': "
-                                   + ", ".join(f"{k!r} (would default to {known[k]!r})" for k in missing[:4]))
+        raise ckpt.CheckpointError(
+            f"{where!r}: option field(s) missing from 'options': "
+            + ", ".join(f"{k!r} (would default to {known[k]!r})" for k in missing[:4])
+        )
     try:
         return TrainOptions(**values)
     except (TypeError, ValueError) as err:

@@ -105,7 +105,8 @@ def refusal(run_dir: Path, data: dict) -> RunLockedError:
     return RunLockedError(
         f"{str(run_dir)!r} is being written by another process: pid {data['pid']} on {data.get('host')!r} "
         f"(since {since}); wait for it to finish or stop it"
-        + ("" if here else f" (another host: if it is gone, delete {str(Path(run_dir) / LOCK)!r})"))
+        + ("" if here else f" (another host: if it is gone, delete {str(Path(run_dir) / LOCK)!r})")
+    )
 
 
 class RunLock:
@@ -182,8 +183,10 @@ def check_not_a_file(path: Path, flag: str) -> None:
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             where = "" if p == path else f" ({str(p)!r} is a file)"
-            raise ValueError(f"{flag} {str(path)!r}: {'is an existing file' if p == path else 'cannot be created'}"
-                             f"{where}; give a directory path")
+            raise ValueError(
+                f"{flag} {str(path)!r}: {'is an existing file' if p == path else 'cannot be created'}"
+                f"{where}; give a directory path"
+            )
         if p.exists():
             return
 
@@ -196,8 +199,10 @@ def check_run_out(run_dir: Path, *, overwrite: bool) -> None:
     theirs = _contents(run_dir, (LOCK, MARKER))
     if theirs and not (run_dir / MARKER).exists() and not overwrite:
         shown = ", ".join(theirs[:4]) + (", ..." if len(theirs) > 4 else "")
-        raise ValueError(f"--out {str(run_dir)!r} is a non-empty folder that `anatomy train` did not create "
-                         f"({shown}); choose an empty or new folder, or add --overwrite to write into it")
+        raise ValueError(
+            f"--out {str(run_dir)!r} is a non-empty folder that `anatomy train` did not create "
+            f"({shown}); choose an empty or new folder, or add --overwrite to write into it"
+        )
 
 
 def claim_run_dir(run_dir: Path) -> None:
@@ -219,12 +224,16 @@ def output_folder(out: Path, *, flag: str = "--out", overwrite: bool = False) ->
     names = set(_contents(out))
     training = {"trainer_state.json", "optimizer.pt", "rng.pt", "training.json"}
     if names & training or (out / "checkpoints").is_dir() or (out / MARKER).exists():
-        raise ValueError(f"{flag} {str(out)!r} is a training checkpoint or run folder ({', '.join(sorted(names)[:4])})"
-                         "; convert never writes into one: choose a new folder")
+        raise ValueError(
+            f"{flag} {str(out)!r} is a training checkpoint or run folder ({', '.join(sorted(names)[:4])})"
+            "; convert never writes into one: choose a new folder"
+        )
     if names and not overwrite:
-        raise ValueError(f"{flag} {str(out)!r} is a non-empty folder ({', '.join(sorted(names)[:4])}"
-                         f"{', ...' if len(names) > 4 else ''}); choose a new folder, or add --overwrite to replace "
-                         "the files of the same names in it")
+        raise ValueError(
+            f"{flag} {str(out)!r} is a non-empty folder ({', '.join(sorted(names)[:4])}"
+            f"{', ...' if len(names) > 4 else ''}); choose a new folder, or add --overwrite to replace "
+            "the files of the same names in it"
+        )
 
 
 # ------------------------------------------------------------------------------------------------ run outputs

@@ -78,9 +78,12 @@ class RunState:
 
     def trainer_state(self) -> dict[str, Any]:
         """What ``trainer_state.json`` holds beside the step."""
-        return {"best_val": self.best_val, "evals_since_best": self.evals_since_best,
-                "spikes": self.spikes.state_dict(),
-                **({"grad_scaler": self.scaler.state_dict()} if self.scaler.is_enabled() else {})}
+        return {
+            "best_val": self.best_val,
+            "evals_since_best": self.evals_since_best,
+            "spikes": self.spikes.state_dict(),
+            **({"grad_scaler": self.scaler.state_dict()} if self.scaler.is_enabled() else {}),
+        }
 
 
 def rng_state(data_generator: torch.Generator) -> dict[str, torch.Tensor]:
@@ -100,8 +103,14 @@ def restore_rng(state: dict[str, torch.Tensor], data_generator: torch.Generator)
 Resumed = tuple[Path, dict[str, Any]]  # a checkpoint directory and its saved state (load_training_state)
 
 
-def setup(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed: Resumed | None,
-          log: Callable[[str], None], lock: outputs.RunLock) -> RunState:
+def setup(
+    options: TrainOptions,
+    model_overrides: dict[str, Any],
+    run_dir: Path,
+    resumed: Resumed | None,
+    log: Callable[[str], None],
+    lock: outputs.RunLock,
+) -> RunState:
     """The run's state, from scratch or (``resumed`` = ``(checkpoint, its saved state)``) from a checkpoint; the
     run folder claimed and locked on the main process."""
     device = dist.device_for(options.device)
@@ -112,29 +121,54 @@ def setup(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path,
             log(message)
 
     if options.batch_size % (world.world_size * options.accumulate):
-        raise ValueError(f"batch_size={options.batch_size} (the global batch) must be divisible by the number of "
-                         f"processes ({world.world_size}) times accumulate ({options.accumulate})")
+        raise ValueError(
+            f"batch_size={options.batch_size} (the global batch) must be divisible by the number of "
+            f"processes ({world.world_size}) times accumulate ({options.accumulate})"
+        )
     task, init, config = _data_and_config(options, model_overrides, resumed)
-    check_fits(config, options.batch_size // (world.world_size * options.accumulate), options.block_size,
-               training=True, what="one training step", device=str(device),
-               flags="batch_size (or accumulate=k to split it), block_size or the model's sizes")
+    check_fits(
+        config,
+        options.batch_size // (world.world_size * options.accumulate),
+        options.block_size,
+        training=True,
+        what="one training step",
+        device=str(device),
+        flags="batch_size (or accumulate=k to split it), block_size or the model's sizes",
+    )
     torch.manual_seed(options.seed)
     model = build_model(config).to(device)
     if init is not None and init.state is not None:
         init.load_into(model, task, say)
-    stepper = Stepper(model, make_optimizer(model, options, device), accumulate=options.accumulate,
-                      clip=options.grad_clip, device=device, world=world,
-                      # fp16 needs loss scaling (its range ends at 65504; small gradients underflow): the scaler
-                      # multiplies the loss, unscales the gradients before clipping, and skips a step whose
-                      # gradients overflowed, halving the scale.
-                      scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"))
+    stepper = Stepper(
+        model,
+        make_optimizer(model, options, device),
+        accumulate=options.accumulate,
+        clip=options.grad_clip,
+        device=device,
+        world=world,
+        # fp16 needs loss scaling (its range ends at 65504; small gradients underflow): the scaler
+        # multiplies the loss, unscales the gradients before clipping, and skips a step whose
+        # gradients overflowed, halving the scale.
+        scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"),
+    )
     record: dict[str, Any] = {"options": options.to_dict(), "model_overrides": model_overrides}
     if task.name == "classify":
         record["label_names"] = list(task.label_names)
-    run = RunState(options, run_dir, world, device, say, task, model, stepper,
-                   torch.Generator().manual_seed(options.seed), record,
-                   SpikeWatch(options.spike_z, options.warmup_steps), init,
-                   last_saved=resumed[0] if resumed else None)
+    run = RunState(
+        options,
+        run_dir,
+        world,
+        device,
+        say,
+        task,
+        model,
+        stepper,
+        torch.Generator().manual_seed(options.seed),
+        record,
+        SpikeWatch(options.spike_z, options.warmup_steps),
+        init,
+        last_saved=resumed[0] if resumed else None,
+    )
     if resumed is not None:
         _restore(run, *resumed)
     _claim(run, resumed, lock)
@@ -144,8 +178,9 @@ def setup(options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path,
     return run
 
 
-def _data_and_config(options: TrainOptions, model_overrides: dict[str, Any],
-                     resumed: Resumed | None) -> tuple[Any, Any, ModelConfig]:
+def _data_and_config(
+    options: TrainOptions, model_overrides: dict[str, Any], resumed: Resumed | None
+) -> tuple[Any, Any, ModelConfig]:
     """The task (its tokenizer the checkpoint's on resume), fine-tuning's start, and the model config, checked
     against the checkpoint's on resume."""
     tokenizer: Tokenizer | None = None
@@ -159,16 +194,21 @@ def _data_and_config(options: TrainOptions, model_overrides: dict[str, Any],
     if options.init_from:  # fine-tuning: the checkpoint fixes tokenizer and architecture (training/finetune.py)
         from anatomy.training import finetune
 
-        init = (finetune.resumed_start(last, tokenizer, options) if last is not None and tokenizer is not None
-                else finetune.load_start(options.init_from))
+        init = (
+            finetune.resumed_start(last, tokenizer, options)
+            if last is not None and tokenizer is not None
+            else finetune.load_start(options.init_from)
+        )
         tokenizer = init.tokenizer
         init.check(options, model_overrides)
     task = make_task(options, tokenizer)
     config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
     if last is not None:
         if config != ckpt.load_config(last):
-            raise ckpt.CheckpointError(f"{str(last / ckpt.CONFIG)!r} was saved with a different model config than "
-                                       f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}")
+            raise ckpt.CheckpointError(
+                f"{str(last / ckpt.CONFIG)!r} was saved with a different model config than "
+                f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}"
+            )
     return task, init, config
 
 
@@ -200,8 +240,15 @@ def _claim(run: RunState, resumed: Resumed | None, lock: outputs.RunLock) -> Non
     else:
         last, saved = resumed
         if last.parent == run_dir / "checkpoints":  # this branch is now the run's: a crash before its first
-            ckpt.set_latest(run_dir, last, {k: v for k, v in options.to_dict().items()  # save resumes it,
-                                            if saved["training"]["options"].get(k) != v})  # not the old branch
+            ckpt.set_latest(
+                run_dir,
+                last,
+                {
+                    k: v
+                    for k, v in options.to_dict().items()  # save resumes it,
+                    if saved["training"]["options"].get(k) != v
+                },
+            )  # not the old branch
         (run_dir / SUMMARY).unlink(missing_ok=True)  # a summary of steps past this point no longer holds
     outputs.truncate_metrics(run_dir / METRICS, after=run.start)
 

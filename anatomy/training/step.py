@@ -50,8 +50,9 @@ def make_optimizer(model: nn.Module, options: TrainOptions, device: torch.device
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": options.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     # fused: one kernel for every tensor's update (CPU too: the same update, 4x faster than the per-tensor loop)
-    return torch.optim.AdamW(groups, lr=options.lr, betas=(options.beta1, options.beta2),
-                             fused=device.type in ("cuda", "cpu") or None)
+    return torch.optim.AdamW(
+        groups, lr=options.lr, betas=(options.beta1, options.beta2), fused=device.type in ("cuda", "cpu") or None
+    )
 
 
 def autocast_for(precision: str, device: torch.device) -> contextlib.AbstractContextManager[Any]:
@@ -64,9 +65,12 @@ def to_device(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str,
     return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
 
 
-def maybe_compile(model: nn.Module, probe: dict[str, torch.Tensor],
-                  autocast: Callable[[], contextlib.AbstractContextManager[Any]],
-                  log: Callable[[str], None]) -> Callable[..., Any]:
+def maybe_compile(
+    model: nn.Module,
+    probe: dict[str, torch.Tensor],
+    autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+    log: Callable[[str], None],
+) -> Callable[..., Any]:
     """``torch.compile`` the model, proven on one forward/backward (RNG untouched, gradients cleared); the eager
     model with one log line when compilation is unavailable here."""
     try:
@@ -116,7 +120,7 @@ def gradients(stepper: Stepper, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     rows = next(iter(batch.values())).shape[0] // k
     losses = []
     for i in range(k):  # (dividing by 1, the whole batch as one slice, changes no bit)
-        micro = batch if k == 1 else {key: v[i * rows:(i + 1) * rows] for key, v in batch.items()}  # (B/k, ...) rows
+        micro = batch if k == 1 else {key: v[i * rows : (i + 1) * rows] for key, v in batch.items()}  # (B/k, ...) rows
         last = i == k - 1
         sync = contextlib.nullcontext() if last or stepper.ddp is None else stepper.ddp.no_sync()  # all-reduce once
         with sync:
@@ -127,9 +131,14 @@ def gradients(stepper: Stepper, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return sum(losses[1:], losses[0]) / k  # summed in order, as 0.0 + l0 + l1 + ... was
 
 
-def train_step(stepper: Stepper, batch: dict[str, torch.Tensor], lr: float, *,
-               check: Callable[[float, float | None], None] | None = None,
-               after_backward: Callable[[], None] | None = None) -> StepResult:
+def train_step(
+    stepper: Stepper,
+    batch: dict[str, torch.Tensor],
+    lr: float,
+    *,
+    check: Callable[[float, float | None], None] | None = None,
+    after_backward: Callable[[], None] | None = None,
+) -> StepResult:
     """One optimizer step on ``batch`` at learning rate ``lr``. ``check(loss, grad_norm)`` sees the read-back
     numbers before the optimizer may step and stops training by raising (:func:`check_finite`); without it a
     non-finite step is taken as it is (the lab records the NaN). ``after_backward`` runs between backward and
@@ -144,8 +153,9 @@ def train_step(stepper: Stepper, batch: dict[str, torch.Tensor], lr: float, *,
     norm = None if stepper.clip is None else torch.nn.utils.clip_grad_norm_(stepper.model.parameters(), stepper.clip)
     # One read-back per step, after the backward is queued (on a GPU each read waits for the queue to drain):
     # the loss averaged over processes and the gradient norm, both checked before the optimizer may step.
-    read = torch.stack([dist.mean(loss.detach(), stepper.world).float()]
-                       + ([] if norm is None else [norm.float()])).tolist()
+    read = torch.stack(
+        [dist.mean(loss.detach(), stepper.world).float()] + ([] if norm is None else [norm.float()])
+    ).tolist()
     mean_loss, grad_norm = read[0], (read[1] if norm is not None else None)
     if check is not None:
         check(mean_loss, grad_norm)
@@ -161,10 +171,17 @@ def check_finite(step: int, loss: float, grad_norm: float | None, *, scaled: boo
     """Stop training (``TrainingError`` naming the step and the last good checkpoint) on a non-finite loss, or on a
     non-finite gradient norm unless the fp16 scaler (``scaled``) will skip that step."""
     if not math.isfinite(loss):
-        raise TrainingError(f"non-finite loss ({loss}) at step {step}; training stopped. "
-                            + (f"The last good checkpoint is {str(last_good)!r}." if last_good else
-                               "No checkpoint was saved before it.")
-                            + " Lower lr or raise warmup_steps.")
+        raise TrainingError(
+            f"non-finite loss ({loss}) at step {step}; training stopped. "
+            + (
+                f"The last good checkpoint is {str(last_good)!r}."
+                if last_good
+                else "No checkpoint was saved before it."
+            )
+            + " Lower lr or raise warmup_steps."
+        )
     if grad_norm is not None and not math.isfinite(grad_norm) and not scaled:
-        raise TrainingError(f"non-finite gradient norm at step {step} ({grad_norm}); training stopped. The last "
-                            f"good checkpoint is {str(last_good)!r}. Lower lr or raise warmup_steps.")
+        raise TrainingError(
+            f"non-finite gradient norm at step {step} ({grad_norm}); training stopped. The last "
+            f"good checkpoint is {str(last_good)!r}. Lower lr or raise warmup_steps."
+        )

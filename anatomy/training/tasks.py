@@ -48,8 +48,8 @@ def _pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
     ids = torch.full((len(rows), t), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), t), dtype=torch.bool)
     for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, :len(r)] = True
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = True
     return ids, mask
 
 
@@ -62,25 +62,33 @@ class LMTask:
         self.options = options
         splits = corpora.corpus_splits(options.corpus, seed=options.data_seed)
         # the character vocabulary is the whole corpus's, so that validation text never holds an unknown one
-        self.tokenizer = tokenizer or train_tokenizer(options, [splits["train"], splits["val"], splits["test"]]
-                                                      if options.tokenizer == "char" else [splits["train"]],
-                                                      strict_chars=True)
+        self.tokenizer = tokenizer or train_tokenizer(
+            options,
+            [splits["train"], splits["val"], splits["test"]] if options.tokenizer == "char" else [splits["train"]],
+            strict_chars=True,
+        )
         self.data = {k: torch.tensor(self.tokenizer.encode(v), dtype=torch.long) for k, v in splits.items()}
         for split, ids in self.data.items():
             if len(ids) <= options.block_size:
-                raise ValueError(f"the {split} split of corpus {options.corpus!r} has {len(ids)} tokens, fewer than "
-                                 f"block_size + 1 = {options.block_size + 1}; use a bigger corpus or a smaller "
-                                 "block_size")
+                raise ValueError(
+                    f"the {split} split of corpus {options.corpus!r} has {len(ids)} tokens, fewer than "
+                    f"block_size + 1 = {options.block_size + 1}; use a bigger corpus or a smaller "
+                    "block_size"
+                )
 
     def model_config(self, overrides: dict[str, Any]) -> ModelConfig:
-        return _model_config(self.options, {"max_seq_len": self.options.block_size, **overrides},
-                             architecture="decoder_lm", vocab_size=self.tokenizer.vocab_size,
-                             pad_token_id=self.tokenizer.pad_id)
+        return _model_config(
+            self.options,
+            {"max_seq_len": self.options.block_size, **overrides},
+            architecture="decoder_lm",
+            vocab_size=self.tokenizer.vocab_size,
+            pad_token_id=self.tokenizer.pad_id,
+        )
 
     def batch(self, split: str, generator: torch.Generator, batch_size: int) -> dict[str, torch.Tensor]:
         data, t = self.data[split], self.options.block_size
         starts = torch.randint(len(data) - t, (batch_size,), generator=generator)
-        ids = torch.stack([data[s:s + t] for s in starts.tolist()])  # (B, T)
+        ids = torch.stack([data[s : s + t] for s in starts.tolist()])  # (B, T)
         return {"input_ids": ids, "labels": ids}
 
     @staticmethod
@@ -89,8 +97,9 @@ class LMTask:
 
     def evaluate(self, loss_and_logits: LossAndLogits, split: str, batch_size: int) -> dict[str, torch.Tensor]:
         g = eval_generator(split)
-        losses = [loss_and_logits(self.batch(split, g, batch_size))[0].float().cpu()
-                  for _ in range(self.options.eval_batches)]
+        losses = [
+            loss_and_logits(self.batch(split, g, batch_size))[0].float().cpu() for _ in range(self.options.eval_batches)
+        ]
         return {"loss": torch.stack(losses).mean()}
 
 
@@ -104,9 +113,13 @@ class ClassifyTask:
         self.splits = corpora.labelled_splits(options.dataset, seed=options.data_seed)
         train_texts = [t for t, _ in self.splits["train"]]
         self.tokenizer = tokenizer or train_tokenizer(options, train_texts, strict_chars=False)
-        self.encoded = {k: [ids[:options.block_size] or [self.tokenizer.pad_id]
-                            for ids in encode_many(self.tokenizer, [t for t, _ in rows])]
-                        for k, rows in self.splits.items()}
+        self.encoded = {
+            k: [
+                ids[: options.block_size] or [self.tokenizer.pad_id]
+                for ids in encode_many(self.tokenizer, [t for t, _ in rows])
+            ]
+            for k, rows in self.splits.items()
+        }
         self.labels = {k: torch.tensor([y for _, y in rows], dtype=torch.long) for k, rows in self.splits.items()}
         self.num_labels = int(max(int(v.max()) for v in self.labels.values())) + 1
         if self.num_labels < 2:
@@ -114,9 +127,14 @@ class ClassifyTask:
         self.label_names = corpora.LABEL_NAMES.get(options.dataset, tuple(str(i) for i in range(self.num_labels)))
 
     def model_config(self, overrides: dict[str, Any]) -> ModelConfig:
-        return _model_config(self.options, {"max_seq_len": self.options.block_size, **overrides},
-                             architecture="classifier", vocab_size=self.tokenizer.vocab_size,
-                             num_labels=self.num_labels, pad_token_id=self.tokenizer.pad_id)
+        return _model_config(
+            self.options,
+            {"max_seq_len": self.options.block_size, **overrides},
+            architecture="classifier",
+            vocab_size=self.tokenizer.vocab_size,
+            num_labels=self.num_labels,
+            pad_token_id=self.tokenizer.pad_id,
+        )
 
     def _rows(self, split: str, index: list[int]) -> dict[str, torch.Tensor]:
         ids, mask = _pad([self.encoded[split][i] for i in index], self.tokenizer.pad_id)
@@ -185,29 +203,38 @@ class Seq2SeqTask:
     def __init__(self, options: TrainOptions, tokenizer: Tokenizer | None = None) -> None:
         self.options = options
         if options.seq2seq_task not in synthetic.TASKS:
-            raise ValueError(f"unknown seq2seq_task {options.seq2seq_task!r}; valid names: "
-                             f"{', '.join(synthetic.TASKS)}")
+            raise ValueError(
+                f"unknown seq2seq_task {options.seq2seq_task!r}; valid names: {', '.join(synthetic.TASKS)}"
+            )
         if options.max_len + 1 > options.block_size:
-            raise ValueError(f"max_len + 1 = {options.max_len + 1} (with <eos>) must be <= block_size="
-                             f"{options.block_size}")
+            raise ValueError(
+                f"max_len + 1 = {options.max_len + 1} (with <eos>) must be <= block_size={options.block_size}"
+            )
         self.tokenizer = tokenizer or CharTokenizer(synthetic.ALPHABET)
         eos = self.tokenizer.eos_id
         if eos is None:
-            raise ValueError(f"task=seq2seq needs a tokenizer with an end-of-sequence token; "
-                             f"{type(self.tokenizer).__name__} has none")
+            raise ValueError(
+                f"task=seq2seq needs a tokenizer with an end-of-sequence token; "
+                f"{type(self.tokenizer).__name__} has none"
+            )
         self.eos_id: int = eos
 
     def model_config(self, overrides: dict[str, Any]) -> ModelConfig:
-        return _model_config(self.options, {"max_seq_len": self.options.block_size, **overrides},
-                             architecture="seq2seq", vocab_size=self.tokenizer.vocab_size,
-                             pad_token_id=self.tokenizer.pad_id)
+        return _model_config(
+            self.options,
+            {"max_seq_len": self.options.block_size, **overrides},
+            architecture="seq2seq",
+            vocab_size=self.tokenizer.vocab_size,
+            pad_token_id=self.tokenizer.pad_id,
+        )
 
     def encode_source(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         return _pad([self.tokenizer.encode(s) + [self.eos_id] for s in texts], self.tokenizer.pad_id)
 
     def batch(self, split: str, generator: torch.Generator, batch_size: int) -> dict[str, torch.Tensor]:
-        pairs = synthetic.sample_pairs(self.options.seq2seq_task, generator, batch_size,
-                                       min_len=self.options.min_len, max_len=self.options.max_len)
+        pairs = synthetic.sample_pairs(
+            self.options.seq2seq_task, generator, batch_size, min_len=self.options.min_len, max_len=self.options.max_len
+        )
         ids, mask = self.encode_source([s for s, _ in pairs])
         labels, label_mask = _pad([self.tokenizer.encode(t) + [self.eos_id] for _, t in pairs], 0)
         return {"input_ids": ids, "attention_mask": mask, "labels": labels.masked_fill(~label_mask, -100)}

@@ -11,10 +11,21 @@ from anatomy.bench.timing import summarize
 
 
 def _report(results: dict, unit: str = "s", busy: str | None = None) -> dict:
-    return {"torch": "x", "threads": 1, "quick": True, "rounds": 3, "repeat": 1, "allocator": "default",
-            "peers": {}, "notes": [], "seconds": {"attention": 1.0}, "busy": busy,
-            "suites": {"attention": [{"name": "row", "setup": "B=1", "unit": unit, "reference": "ours",
-                                      "results": results}]}}
+    return {
+        "torch": "x",
+        "threads": 1,
+        "quick": True,
+        "rounds": 3,
+        "repeat": 1,
+        "allocator": "default",
+        "peers": {},
+        "notes": [],
+        "seconds": {"attention": 1.0},
+        "busy": busy,
+        "suites": {
+            "attention": [{"name": "row", "setup": "B=1", "unit": unit, "reference": "ours", "results": results}]
+        },
+    }
 
 
 def _rows(text: str) -> dict[str, tuple[float, float, float, str, float]]:
@@ -43,8 +54,10 @@ def test_the_issue_row_cannot_happen_the_ratio_is_the_printed_medians_divided():
 
 @pytest.mark.parametrize("ours, peer", [(1.2345e-4, 9.87e-5), (0.5, 0.25), (3.0, 7.5), (2.5e-6, 2.5e-6)])
 def test_every_printed_ratio_divides_the_printed_medians(ours, peer):
-    results = {"ours": {"value": ours, "min": ours * 0.9, "median": ours, "max": ours * 1.1},
-               "peer": {"value": peer, "min": peer, "median": peer, "max": peer * 2}}
+    results = {
+        "ours": {"value": ours, "min": ours * 0.9, "median": ours, "max": ours * 1.1},
+        "peer": {"value": peer, "min": peer, "median": peer, "max": peer * 2},
+    }
     rows = _rows(format_report(_report(results)))
     unit, size = table_unit("s", ours)
     assert rows["peer"][3] == unit
@@ -60,6 +73,10 @@ def test_memory_rows_have_one_value_and_the_same_rule():
 
 
 def test_a_busy_machine_is_warned_about_at_the_top():
-    text = format_report(_report({"ours": {"value": 1.0, "min": 1.0, "median": 1.0, "max": 1.0}},
-                                 busy="the machine was busy: load average 5.00 on 2 cores"))
+    text = format_report(
+        _report(
+            {"ours": {"value": 1.0, "min": 1.0, "median": 1.0, "max": 1.0}},
+            busy="the machine was busy: load average 5.00 on 2 cores",
+        )
+    )
     assert text.splitlines()[2] == "WARNING: the machine was busy: load average 5.00 on 2 cores"

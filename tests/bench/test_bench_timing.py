@@ -15,9 +15,8 @@ def test_rounds_interleave_in_a_rotating_order_and_ratio_to_the_reference():
     contenders = {name: (lambda name=name: calls.append(name)) for name in ("a", "b", "c")}
     seconds, ratios = rounds(contenders, "b", n_rounds=3, repeat=2)
     assert calls[:3] == ["a", "b", "c"]  # the warm-up
-    per_round = [calls[3 + 6 * r: 9 + 6 * r] for r in range(3)]
-    assert per_round == [["a", "a", "b", "b", "c", "c"], ["b", "b", "c", "c", "a", "a"],
-                         ["c", "c", "a", "a", "b", "b"]]
+    per_round = [calls[3 + 6 * r : 9 + 6 * r] for r in range(3)]
+    assert per_round == [["a", "a", "b", "b", "c", "c"], ["b", "b", "c", "c", "a", "a"], ["c", "c", "a", "a", "b", "b"]]
     assert ratios["b"] == 1.0 and set(seconds) == {"a", "b", "c"} and all(v > 0 for v in seconds.values())
     with pytest.raises(ValueError, match="reference 'z' is not one of the contenders"):
         rounds(contenders, "z", 1, 1)

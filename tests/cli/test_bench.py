@@ -93,5 +93,6 @@ def test_a_peer_that_fails_to_build_or_run_is_left_out_with_a_note(monkeypatch):
     notes: list[str] = []
     models = peers.language_models(QUICK.lm, status, notes)
     assert "x_transformers" not in models and "ours" in models
-    assert notes == ["x_transformers left out: building or calling it failed "
-                     "(TypeError: unexpected keyword argument 'attn_flash')"]
+    assert notes == [
+        "x_transformers left out: building or calling it failed (TypeError: unexpected keyword argument 'attn_flash')"
+    ]

@@ -19,9 +19,12 @@ def z(target: str) -> str:
 
 
 def test_check_runs_from_the_command_line():
-    proc = subprocess.run([sys.executable, "-m", "anatomy", "check", z("separate_attention.py:NoScaling"),
-                           "--details"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "anatomy", "check", z("separate_attention.py:NoScaling"), "--details"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr
     assert "no_scaling" in proc.stdout and proc.stdout.rstrip().endswith("1 error, 0 warnings → exit 1")
 
@@ -36,15 +39,18 @@ def test_exit_codes(capsys):
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["broken.py:Raises"], "raised RuntimeError"),
-    (["broken.py:ReturnsDict"], "returned dict"),
-    (["broken.py:NeedsConfig"], "CLASS(d_model, n_heads)"),
-    (["separate_attention.py"], "expected FILE.py:CLASS"),
-    (["fused_attention.py:FusedAttention", "--heads", "5"], "d_model=16 must be divisible by n_heads=5"),
-    (["other_styles.py:Renamed", "--map", "{oops"], "--map: not valid JSON"),
-    (["other_styles.py:Renamed", "--map", "/nonexistent/map.json"], "--map: cannot read"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["broken.py:Raises"], "raised RuntimeError"),
+        (["broken.py:ReturnsDict"], "returned dict"),
+        (["broken.py:NeedsConfig"], "CLASS(d_model, n_heads)"),
+        (["separate_attention.py"], "expected FILE.py:CLASS"),
+        (["fused_attention.py:FusedAttention", "--heads", "5"], "d_model=16 must be divisible by n_heads=5"),
+        (["other_styles.py:Renamed", "--map", "{oops"], "--map: not valid JSON"),
+        (["other_styles.py:Renamed", "--map", "/nonexistent/map.json"], "--map: cannot read"),
+    ],
+)
 def test_unusable_input_exits_2_with_one_line(capsys, argv, expected):
     assert main(["check", z(argv[0]), *argv[1:]]) == 2
     captured = capsys.readouterr()

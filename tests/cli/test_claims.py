@@ -18,8 +18,9 @@ def test_jobs_and_cluster_are_one_choice(tmp_path, capsys):
 
 
 def test_cluster_cpus_must_be_positive(tmp_path, capsys):
-    assert main(["report", "--preset", "smoke", "--out", str(tmp_path), "--cluster", "auto",
-                 "--cluster-cpus", "0"]) == 2
+    assert (
+        main(["report", "--preset", "smoke", "--out", str(tmp_path), "--cluster", "auto", "--cluster-cpus", "0"]) == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--cluster-cpus must be positive" in err
 
@@ -39,8 +40,14 @@ def test_resume_of_an_empty_folder_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal is for machines without it")
-@pytest.mark.parametrize("argv", [["report", "--preset", "smoke"], ["claims", "run", "C4", "--preset", "smoke"],
-                                  ["report", "--preset", "paper", "--dry-run"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["report", "--preset", "smoke"],
+        ["claims", "run", "C4", "--preset", "smoke"],
+        ["report", "--preset", "paper", "--dry-run"],
+    ],
+)
 def test_device_cuda_without_cuda_is_refused_before_anything_starts(tmp_path, capsys, argv):
     out = tmp_path / "never-made"
     assert main([*argv, "--out", str(out), "--device", "cuda"]) == 2

@@ -16,8 +16,21 @@ from anatomy.training import checkpoint as ckpt
 
 pytest.importorskip("transformers")
 
-TINY = ["d_model=16", "n_heads=2", "n_layers=1", "d_ff=32", "batch_size=4", "block_size=16", "eval_batches=2",
-        "warmup_steps=2", "progress=false", "plot=false", "eval_every=100", "save_every=2", "steps=2"]
+TINY = [
+    "d_model=16",
+    "n_heads=2",
+    "n_layers=1",
+    "d_ff=32",
+    "batch_size=4",
+    "block_size=16",
+    "eval_batches=2",
+    "warmup_steps=2",
+    "progress=false",
+    "plot=false",
+    "eval_every=100",
+    "save_every=2",
+    "steps=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +47,11 @@ def dirs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _fingerprint(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _one_line(capsys) -> str:
@@ -60,13 +76,13 @@ def test_a_checkpoint_or_run_folder_is_never_a_target(dirs, capsys):
 def test_an_existing_folder_is_refused_unless_overwrite(dirs, tmp_path, capsys):
     theirs = tmp_path / "theirs"
     theirs.mkdir()
-    (theirs / "config.json").write_text("{\"mine\": true}\n")
+    (theirs / "config.json").write_text('{"mine": true}\n')
     for flag in ("--to-hf", "--from-hf"):
         source = dirs["step"] if flag == "--to-hf" else dirs["hf"]
         assert main(["convert", flag, str(source), "--out", str(theirs)]) == 2
         line = _one_line(capsys)
         assert f"--out {str(theirs)!r} is a non-empty folder (config.json)" in line and "--overwrite" in line, line
-        assert (theirs / "config.json").read_text() == "{\"mine\": true}\n"
+        assert (theirs / "config.json").read_text() == '{"mine": true}\n'
     assert main(["convert", "--to-hf", str(dirs["step"]), "--out", str(theirs), "--overwrite"]) == 0
     assert "architectures" in (theirs / "config.json").read_text()
     empty = tmp_path / "empty"
@@ -86,8 +102,9 @@ def _mount(where: Path, size: str):
     if os.geteuid() != 0:
         pytest.skip("a full or read-only disk is tested on a tmpfs the test mounts, which needs root")
     where.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
 

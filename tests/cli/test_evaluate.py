@@ -8,8 +8,22 @@ import pytest
 
 from anatomy.cli.main import main
 
-TINY = ["task=lm", "d_model=16", "n_heads=2", "n_layers=1", "d_ff=32", "batch_size=4", "block_size=16",
-        "eval_batches=2", "warmup_steps=2", "progress=false", "plot=false", "steps=4", "eval_every=4", "save_every=4"]
+TINY = [
+    "task=lm",
+    "d_model=16",
+    "n_heads=2",
+    "n_layers=1",
+    "d_ff=32",
+    "batch_size=4",
+    "block_size=16",
+    "eval_batches=2",
+    "warmup_steps=2",
+    "progress=false",
+    "plot=false",
+    "steps=4",
+    "eval_every=4",
+    "save_every=4",
+]
 
 
 def test_text_and_json(tmp_path, capsys):
@@ -52,8 +66,22 @@ def test_file_scores_every_token_once_as_a_direct_computation(tmp_path, capsys):
     text = "the moon is bright: verse 7 is bright tonight.\n" * 3  # 141 characters: 10 windows of 16
     (tmp_path / "f.txt").write_text(text, encoding="utf-8")
     capsys.readouterr()
-    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--file", str(tmp_path / "f.txt"),
-                 "--batch-size", "3", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(tmp_path / "run"),
+                "--file",
+                str(tmp_path / "f.txt"),
+                "--batch-size",
+                "3",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     model, tokenizer, _ = load_model(tmp_path / "run")
     ids = tokenizer.encode(text)
@@ -61,19 +89,23 @@ def test_file_scores_every_token_once_as_a_direct_computation(tmp_path, capsys):
     with torch.no_grad():
         for j in range(1, len(ids)):  # target j, from the window that starts at the last multiple of 15 before it
             s = (j - 1) // 15 * 15
-            window = torch.tensor([ids[s:min(s + 16, len(ids))]])
+            window = torch.tensor([ids[s : min(s + 16, len(ids))]])
             logp = model(input_ids=window).logits[0, j - s - 1].float().log_softmax(-1)
             total -= float(logp[ids[j]])
     assert result["tokens"] == len(ids) == 141 and result["predicted"] == 140 and result["block"] == 16
     assert result["loss"] == pytest.approx(total / 140, abs=1e-5)
     assert result["bits_per_byte"] == pytest.approx(total / math.log(2) / 141, abs=1e-5)
-    assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--file", str(tmp_path / "f.txt"),
-                 "--block", "8"]) == 0
+    assert (
+        main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--file", str(tmp_path / "f.txt"), "--block", "8"])
+        == 0
+    )
     assert "140 of 141 tokens predicted (windows of 8): loss " in capsys.readouterr().out
     (tmp_path / "g.txt").write_text("the moon; is bright", encoding="utf-8")
     assert main(["evaluate", "--checkpoint", str(tmp_path / "run"), "--file", str(tmp_path / "g.txt")]) == 2
-    assert f"error: --file {tmp_path / 'g.txt'}: 1 character(s) are not in the tokenizer's vocabulary: ';'" in \
-        capsys.readouterr().err
+    assert (
+        f"error: --file {tmp_path / 'g.txt'}: 1 character(s) are not in the tokenizer's vocabulary: ';'"
+        in capsys.readouterr().err
+    )
 
 
 def test_file_bad_input_is_one_line(tmp_path, capsys):
@@ -82,11 +114,13 @@ def test_file_bad_input_is_one_line(tmp_path, capsys):
     assert main(["train", *TINY, f"corpus={corpus}", "--out", str(tmp_path / "run")]) == 0
     (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
     run = str(tmp_path / "run")
-    cases = [(["--file", str(tmp_path / "nope.txt")], f"--file file {str(tmp_path / 'nope.txt')!r} does not exist"),
-             (["--file", str(tmp_path / "latin1.txt")], "is not UTF-8 text: byte 0xe9 at offset 3"),
-             (["--file", str(corpus), "--split", "val"], f"give --split val (the run's own data) or --file {corpus}"),
-             (["--block", "8"], "--block goes with --file"),
-             (["--file", str(corpus), "--block", "17"], "--block must be between 2 and the model's max_seq_len=16")]
+    cases = [
+        (["--file", str(tmp_path / "nope.txt")], f"--file file {str(tmp_path / 'nope.txt')!r} does not exist"),
+        (["--file", str(tmp_path / "latin1.txt")], "is not UTF-8 text: byte 0xe9 at offset 3"),
+        (["--file", str(corpus), "--split", "val"], f"give --split val (the run's own data) or --file {corpus}"),
+        (["--block", "8"], "--block goes with --file"),
+        (["--file", str(corpus), "--block", "17"], "--block must be between 2 and the model's max_seq_len=16"),
+    ]
     capsys.readouterr()
     for extra, expected in cases:
         assert main(["evaluate", "--checkpoint", run, *extra]) == 2, extra

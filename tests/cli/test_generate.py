@@ -19,8 +19,11 @@ TEXT = "the cat sat on the mat. a dog ran!\n"
 def _checkpoint(path: Path, max_seq_len: int) -> Path:
     tok = CharTokenizer.train([TEXT])
     torch.manual_seed(0)
-    model = build_model(ModelConfig.from_preset("gpt2", vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2,
-                                                d_ff=64, max_seq_len=max_seq_len))
+    model = build_model(
+        ModelConfig.from_preset(
+            "gpt2", vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=max_seq_len
+        )
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.5 * torch.randn_like(p))
@@ -40,25 +43,28 @@ def _run(capsys, *argv) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-@pytest.mark.parametrize("extra,named", [
-    (["--greedy", "--top-p", "0.9"], ["--greedy", "--top-p 0.9"]),
-    (["--greedy", "--temperature", "0.5"], ["--greedy", "--temperature 0.5"]),
-    (["--greedy", "--min-p", "0.1"], ["--greedy", "--min-p 0.1"]),
-    (["--greedy", "--num-beams", "4"], ["--greedy", "--num-beams 4"]),
-    (["--num-beams", "4", "--top-k", "5"], ["--num-beams 4", "--top-k 5"]),
-    (["--length-penalty", "2"], ["--length-penalty", "--num-beams"]),
-    (["--early-stopping", "true"], ["--early-stopping", "--num-beams"]),
-    (["--greedy", "--num-return-sequences", "2"], ["--greedy", "--num-return-sequences 2"]),
-    (["--num-beams", "2", "--num-return-sequences", "3"], ["--num-return-sequences 3", "--num-beams 2"]),
-    (["--stream", "--num-beams", "2"], ["--stream", "--num-beams 2"]),
-    (["--stream", "--num-return-sequences", "2"], ["--stream", "--num-return-sequences 2"]),
-    (["--stream", "--format", "json"], ["--stream", "--format json"]),
-    (["--prompts-file", "x.txt"], ["--prompt", "--prompts-file", "not both"]),
-    (["--top-p", "1.5"], ["--top-p must be in (0, 1], got 1.5"]),
-    (["--min-p", "-0.1"], ["--min-p must be in [0, 1]"]),
-    (["--temperature", "0"], ["--temperature must be > 0"]),
-    (["--repetition-penalty", "0"], ["--repetition-penalty must be > 0"]),
-])
+@pytest.mark.parametrize(
+    "extra,named",
+    [
+        (["--greedy", "--top-p", "0.9"], ["--greedy", "--top-p 0.9"]),
+        (["--greedy", "--temperature", "0.5"], ["--greedy", "--temperature 0.5"]),
+        (["--greedy", "--min-p", "0.1"], ["--greedy", "--min-p 0.1"]),
+        (["--greedy", "--num-beams", "4"], ["--greedy", "--num-beams 4"]),
+        (["--num-beams", "4", "--top-k", "5"], ["--num-beams 4", "--top-k 5"]),
+        (["--length-penalty", "2"], ["--length-penalty", "--num-beams"]),
+        (["--early-stopping", "true"], ["--early-stopping", "--num-beams"]),
+        (["--greedy", "--num-return-sequences", "2"], ["--greedy", "--num-return-sequences 2"]),
+        (["--num-beams", "2", "--num-return-sequences", "3"], ["--num-return-sequences 3", "--num-beams 2"]),
+        (["--stream", "--num-beams", "2"], ["--stream", "--num-beams 2"]),
+        (["--stream", "--num-return-sequences", "2"], ["--stream", "--num-return-sequences 2"]),
+        (["--stream", "--format", "json"], ["--stream", "--format json"]),
+        (["--prompts-file", "x.txt"], ["--prompt", "--prompts-file", "not both"]),
+        (["--top-p", "1.5"], ["--top-p must be in (0, 1], got 1.5"]),
+        (["--min-p", "-0.1"], ["--min-p must be in [0, 1]"]),
+        (["--temperature", "0"], ["--temperature must be > 0"]),
+        (["--repetition-penalty", "0"], ["--repetition-penalty must be > 0"]),
+    ],
+)
 def test_contradictions_exit_2_naming_both(ckpt, capsys, extra, named):
     code, out, err = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", *extra)
     assert code == 2 and out == ""
@@ -71,14 +77,25 @@ def test_contradictions_exit_2_naming_both(ckpt, capsys, extra, named):
 def test_prompts_file_runs_a_batch_equal_to_each_prompt_alone(ckpt, tmp_path, capsys):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text('the cat\n\na dog\n"sat\\non"\n', encoding="utf-8")  # a blank line; a JSON line with \n
-    code, batch, _ = _run(capsys, "--checkpoint", ckpt, "--prompts-file", prompts, "--greedy",
-                          "--max-new-tokens", "12", "--format", "json")
+    code, batch, _ = _run(
+        capsys,
+        "--checkpoint",
+        ckpt,
+        "--prompts-file",
+        prompts,
+        "--greedy",
+        "--max-new-tokens",
+        "12",
+        "--format",
+        "json",
+    )
     assert code == 0
     rows = json.loads(batch)
     assert [r["prompt"] for r in rows] == ["the cat", "a dog", "sat\non"]
     for row in rows:
-        code, alone, _ = _run(capsys, "--checkpoint", ckpt, "--prompt", row["prompt"], "--greedy",
-                              "--max-new-tokens", "12")
+        code, alone, _ = _run(
+            capsys, "--checkpoint", ckpt, "--prompt", row["prompt"], "--greedy", "--max-new-tokens", "12"
+        )
         assert code == 0 and row["outputs"] == [alone[:-1]]  # left padding changes nothing
         assert len(alone[:-1]) == len(row["prompt"]) + 12
     code, text, _ = _run(capsys, "--checkpoint", ckpt, "--prompts-file", prompts, "--greedy", "--max-new-tokens", "12")
@@ -96,19 +113,43 @@ def test_stream_prints_what_the_batch_path_prints(ckpt, capsys):
 
 
 def test_beams_stop_strings_and_penalties(ckpt, capsys):
-    code, out, _ = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", "--num-beams", "4",
-                        "--num-return-sequences", "2", "--max-new-tokens", "10", "--length-penalty", "0")
+    code, out, _ = _run(
+        capsys,
+        "--checkpoint",
+        ckpt,
+        "--prompt",
+        "the",
+        "--num-beams",
+        "4",
+        "--num-return-sequences",
+        "2",
+        "--max-new-tokens",
+        "10",
+        "--length-penalty",
+        "0",
+    )
     assert code == 0 and out.count("--- prompt 1/1, sequence ") == 2
     texts = [block.strip() for block in out.split("---")[2::2]]
     assert len(texts) == 2 and texts[0] != texts[1] and all(t.startswith("the") for t in texts)
     code, free, _ = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", "--greedy", "--max-new-tokens", "20")
     new = free[3:-1]
     stop = new[4:6]  # two characters the model does produce
-    code, stopped, _ = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", "--greedy", "--max-new-tokens", "20",
-                            "--stop", stop)
+    code, stopped, _ = _run(
+        capsys, "--checkpoint", ckpt, "--prompt", "the", "--greedy", "--max-new-tokens", "20", "--stop", stop
+    )
     assert code == 0 and stopped[:-1] == "the" + new[: new.index(stop) + len(stop)]
-    code, penalised, _ = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", "--greedy", "--max-new-tokens", "20",
-                              "--repetition-penalty", "3")
+    code, penalised, _ = _run(
+        capsys,
+        "--checkpoint",
+        ckpt,
+        "--prompt",
+        "the",
+        "--greedy",
+        "--max-new-tokens",
+        "20",
+        "--repetition-penalty",
+        "3",
+    )
     assert code == 0 and penalised != free and len(penalised) == len(free)  # (HF parity: tests/generation)
     code, out, _ = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", "--min-p", "0.5", "--max-new-tokens", "5")
     assert code == 0 and len(out[:-1]) == 8
@@ -134,8 +175,11 @@ def test_bad_prompts_file_and_beams_past_the_window(ckpt, tmp_path, capsys):
 def test_seq2seq_prompts_file_with_beams(tmp_path, capsys):
     tok = CharTokenizer.train([TEXT])
     torch.manual_seed(0)
-    model = build_model(ModelConfig.from_preset("t5", vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2,
-                                                d_ff=64, max_seq_len=32))
+    model = build_model(
+        ModelConfig.from_preset(
+            "t5", vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=32
+        )
+    )
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.5 * torch.randn_like(p))

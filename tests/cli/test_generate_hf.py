@@ -26,15 +26,16 @@ def _bpe():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=[EOT], show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(["hello world, the quick brown fox jumps over the lazy dog. " * 20], trainer=trainer)
     return tok
 
 
 def _hf_greedy(model, tok, prompt: str, n: int, **kw) -> list[int]:
     ids = torch.tensor([tok(prompt)["input_ids"]])
-    return model.generate(ids, max_new_tokens=n, do_sample=False, **kw)[0, ids.shape[1]:].tolist()
+    return model.generate(ids, max_new_tokens=n, do_sample=False, **kw)[0, ids.shape[1] :].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +45,11 @@ def hf_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("hf") / "gpt2"
     fast = transformers.GPT2TokenizerFast(tokenizer_object=_bpe(), eos_token=EOT, bos_token=EOT, unk_token=EOT)
     torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=4, vocab_size=len(fast), n_positions=64, bos_token_id=0, eos_token_id=0)).eval()
+    model = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            n_layer=2, n_embd=32, n_head=4, vocab_size=len(fast), n_positions=64, bos_token_id=0, eos_token_id=0
+        )
+    ).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.2)
@@ -98,7 +102,7 @@ def test_eos_none_goes_on_and_a_stop_string_of_special_text_stops(hf_dir, ours, 
     assert f"stopped: --stop {EOT!r} after {at} tokens" in err
     other = free[1]  # --eos ID: another token ends it
     code, out, err = _gen(capsys, ours, "--greedy", "--max-new-tokens", "20", "--eos", str(other))
-    assert out == PROMPT + tok.decode(free[:free.index(other) + 1]) + "\n" and f"(id {other})" in err
+    assert out == PROMPT + tok.decode(free[: free.index(other) + 1]) + "\n" and f"(id {other})" in err
     code, _, err = _gen(capsys, ours, "--greedy", "--eos", "99999")
     assert code == 2 and "--eos 99999" in err and "outside the vocabulary" in err
 
@@ -120,8 +124,19 @@ def test_to_hf_writes_the_models_tokens_and_hfs_generate_stops_there(hf_dir, our
 def test_stream_gives_the_batch_paths_samples_with_a_header_per_prompt(ours, tmp_path, capsys):
     prompts = tmp_path / "p.txt"
     prompts.write_text("the quick\nhello\nthe lazy dog\n", encoding="utf-8")
-    args = ["generate", "--checkpoint", str(ours), "--prompts-file", str(prompts), "--max-new-tokens", "12",
-            "--seed", "5", "--eos", "none"]
+    args = [
+        "generate",
+        "--checkpoint",
+        str(ours),
+        "--prompts-file",
+        str(prompts),
+        "--max-new-tokens",
+        "12",
+        "--seed",
+        "5",
+        "--eos",
+        "none",
+    ]
     assert main(args) == 0
     batch = capsys.readouterr()
     assert main([*args, "--stream"]) == 0

@@ -12,13 +12,18 @@ from anatomy.cli import main as cli
 from anatomy.cli.main import build_parser, parse
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["train", "--preset", "char-tang", "steps=5", "--out", "runs/a", "lr=1e-3", "seed=2"],
-     ["steps=5", "lr=1e-3", "seed=2"]),
-    (["train", "--out", "runs/a", "steps=5"], ["steps=5"]),
-    (["train", "steps=5", "lr=1e-3", "--out", "runs/a"], ["steps=5", "lr=1e-3"]),
-    (["train", "--out", "runs/a"], []),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (
+            ["train", "--preset", "char-tang", "steps=5", "--out", "runs/a", "lr=1e-3", "seed=2"],
+            ["steps=5", "lr=1e-3", "seed=2"],
+        ),
+        (["train", "--out", "runs/a", "steps=5"], ["steps=5"]),
+        (["train", "steps=5", "lr=1e-3", "--out", "runs/a"], ["steps=5", "lr=1e-3"]),
+        (["train", "--out", "runs/a"], []),
+    ],
+)
 def test_train_words_before_and_after_options(argv, words):
     args = parse(build_parser(), argv)
     assert args.words == words and args.out == "runs/a"
@@ -30,10 +35,13 @@ def test_viz_overrides_after_options():
     assert args.overrides == ["n_layers=2", "d_model=64"] and args.out == "x.png"
 
 
-@pytest.mark.parametrize("argv", [
-    ["train", "--out", "runs/a", "steps=5", "--bogus", "1"],
-    ["trace", "my.py:Attn", "stray"],  # trace takes one FILE.py:CLASS, no other free words
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--out", "runs/a", "steps=5", "--bogus", "1"],
+        ["trace", "my.py:Attn", "stray"],  # trace takes one FILE.py:CLASS, no other free words
+    ],
+)
 def test_unknown_arguments_are_still_refused(argv, capsys):
     with pytest.raises(SystemExit) as info:
         parse(build_parser(), argv)
@@ -44,22 +52,35 @@ def test_unknown_arguments_are_still_refused(argv, capsys):
 def _raising(error: BaseException):
     def run(args):
         raise error
+
     return run
 
 
-@pytest.mark.parametrize("error, code, expected", [
-    (OSError(errno.ENOSPC, "No space left on device", "/data/run/metrics.jsonl"), 1,
-     "no space left on the device holding '/data/run/metrics.jsonl': free some space"),
-    (OSError(errno.EROFS, "Read-only file system", "/ro/run"), 1,
-     "'/ro/run' is on a read-only file system: choose a writable folder"),
-    (PermissionError(errno.EACCES, "Permission denied", "/root/x"), 1, "permission denied for '/root/x'"),
-    (NotADirectoryError(errno.ENOTDIR, "Not a directory", "/a/file.txt/run"), 1,
-     "'/a/file.txt/run': a part of this path is a file, not a folder"),
-    (FileExistsError(errno.EEXIST, "File exists", "/a/b"), 1, "'/a/b' already exists: choose another path"),
-    (OSError(errno.EIO, "Input/output error", "/a/b"), 1, "'/a/b': Input/output error"),
-    (MemoryError(), 1, "out of memory (MemoryError)"),
-    (KeyboardInterrupt(), 130, "interrupted"),
-])
+@pytest.mark.parametrize(
+    "error, code, expected",
+    [
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/data/run/metrics.jsonl"),
+            1,
+            "no space left on the device holding '/data/run/metrics.jsonl': free some space",
+        ),
+        (
+            OSError(errno.EROFS, "Read-only file system", "/ro/run"),
+            1,
+            "'/ro/run' is on a read-only file system: choose a writable folder",
+        ),
+        (PermissionError(errno.EACCES, "Permission denied", "/root/x"), 1, "permission denied for '/root/x'"),
+        (
+            NotADirectoryError(errno.ENOTDIR, "Not a directory", "/a/file.txt/run"),
+            1,
+            "'/a/file.txt/run': a part of this path is a file, not a folder",
+        ),
+        (FileExistsError(errno.EEXIST, "File exists", "/a/b"), 1, "'/a/b' already exists: choose another path"),
+        (OSError(errno.EIO, "Input/output error", "/a/b"), 1, "'/a/b': Input/output error"),
+        (MemoryError(), 1, "out of memory (MemoryError)"),
+        (KeyboardInterrupt(), 130, "interrupted"),
+    ],
+)
 def test_os_errors_memory_and_ctrl_c_are_one_line_with_a_documented_code(monkeypatch, capsys, error, code, expected):
     add, _, help_text = cli.COMMANDS["trace"]
     monkeypatch.setitem(cli.COMMANDS, "trace", (add, _raising(error), help_text))

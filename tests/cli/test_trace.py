@@ -11,8 +11,12 @@ from anatomy.models import build_model
 
 
 def test_trace_seed_block_scores_row_reads_2_4_10_10():
-    proc = subprocess.run([sys.executable, "-m", "anatomy", "trace", "--preset", "seed-block"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "anatomy", "trace", "--preset", "seed-block"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     scores = [line for line in proc.stdout.splitlines() if "Q K^T" in line]
     assert len(scores) == 1 and "(B=2, H=4, T=10, S=10)" in scores[0]
@@ -28,8 +32,26 @@ def test_trace_json_rows_follow_the_post(capsys):
 
 
 def test_trace_cross_attention_has_s_different_from_t(capsys):
-    assert main(["trace", "--preset", "t5", "--d-model", "32", "--layers", "1", "--seq", "6", "--tgt-seq", "4",
-                 "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "--preset",
+                "t5",
+                "--d-model",
+                "32",
+                "--layers",
+                "1",
+                "--seq",
+                "6",
+                "--tgt-seq",
+                "4",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)["rows"]
     cross = [r for r in rows if "cross" in r["step"] and r["kind"] == "scores"]
     assert cross and cross[0]["shape"] == [2, 8, 4, 6]
@@ -65,8 +87,11 @@ def test_trace_bad_input_exits_2_with_one_line(capsys):
 def test_trace_a_saved_checkpoint(tmp_path, capsys):
     import anatomy
 
-    model = anatomy.build_model(anatomy.ModelConfig.from_preset("llama", vocab_size=50, d_model=32, n_heads=4,
-                                                                n_kv_heads=2, n_layers=2, d_ff=64))
+    model = anatomy.build_model(
+        anatomy.ModelConfig.from_preset(
+            "llama", vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=64
+        )
+    )
     anatomy.save_pretrained(model, tmp_path / "ckpt")
     assert main(["trace", "--checkpoint", str(tmp_path / "ckpt"), "--seq", "6", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -80,8 +105,10 @@ def test_trace_a_saved_checkpoint(tmp_path, capsys):
 
 def test_output_into_a_closed_pipe_ends_quietly():
     """``anatomy trace | head -1``: the reader leaves early; no BrokenPipeError traceback, SIGPIPE's exit code."""
-    code = ("import sys; from anatomy.cli.main import main; "
-            "sys.exit(main(['trace', '--preset', 'gpt2', '--d-model', '48', '--layers', '60', '--format', 'json']))")
+    code = (
+        "import sys; from anatomy.cli.main import main; "
+        "sys.exit(main(['trace', '--preset', 'gpt2', '--d-model', '48', '--layers', '60', '--format', 'json']))"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.readline()
     proc.stdout.close()  # the reader is gone before the table is written
@@ -91,12 +118,38 @@ def test_output_into_a_closed_pipe_ends_quietly():
 
 
 def test_trace_shows_qk_norm_and_wide_heads(capsys):
-    assert main(["trace", "--preset", "qwen3", "--d-model", "32", "--heads", "4", "--kv-heads", "2", "--head-dim",
-                 "16", "--layers", "1", "--vocab", "50", "--d-ff", "64", "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "--preset",
+                "qwen3",
+                "--d-model",
+                "32",
+                "--heads",
+                "4",
+                "--kv-heads",
+                "2",
+                "--head-dim",
+                "16",
+                "--layers",
+                "1",
+                "--vocab",
+                "50",
+                "--d-ff",
+                "64",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     rows = json.loads(capsys.readouterr().out)["rows"]
     qk = [r for r in rows if r["kind"] == "qknorm"]
-    assert [(r["dims"], r["params"]) for r in qk] == [("(B=2, H=4, T=10, Dh=16)", 16),
-                                                      ("(B=2, Hkv=2, S=10, Dh=16)", 16)]
+    assert [(r["dims"], r["params"]) for r in qk] == [
+        ("(B=2, H=4, T=10, Dh=16)", 16),
+        ("(B=2, Hkv=2, S=10, Dh=16)", 16),
+    ]
     q_proj = next(r for r in rows if r["operation"] == "linear projection Q")
     assert q_proj["dims"] == "(B=2, T=10, H*Dh=64)"
 
@@ -135,11 +188,13 @@ def test_trace_a_factory(tmp_path, capsys):
 
 
 def test_trace_learner_bad_input_exits_2_with_one_line(tmp_path, capsys):
-    for argv, expect in ((["trace", str(tmp_path / "no.py") + ":A"], "no such file"),
-                         (["trace", f"{LEARNERS / 'trace_block.py'}:Nope"], "it defines: Block"),
-                         (["trace", f"{LEARNERS / 'trace_block.py'}:Block", "--preset", "bert"], "not both"),
-                         (["trace", f"{LEARNERS / 'trace_block.py'}:Block", "--layers", "2"], "--layers applies"),
-                         (["trace", "--factory", "make"], "needs FILE.py")):
+    for argv, expect in (
+        (["trace", str(tmp_path / "no.py") + ":A"], "no such file"),
+        (["trace", f"{LEARNERS / 'trace_block.py'}:Nope"], "it defines: Block"),
+        (["trace", f"{LEARNERS / 'trace_block.py'}:Block", "--preset", "bert"], "not both"),
+        (["trace", f"{LEARNERS / 'trace_block.py'}:Block", "--layers", "2"], "--layers applies"),
+        (["trace", "--factory", "make"], "needs FILE.py"),
+    ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and expect in err[0], err

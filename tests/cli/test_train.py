@@ -17,15 +17,27 @@ import torch
 from anatomy.cli.main import main
 from anatomy.training import checkpoint as ckpt
 
-TINY = ["d_model=16", "n_heads=2", "n_layers=1", "d_ff=32", "batch_size=4", "block_size=16", "eval_batches=2",
-        "warmup_steps=2", "progress=false", "plot=false", "eval_every=100", "save_every=2"]
-
+TINY = [
+    "d_model=16",
+    "n_heads=2",
+    "n_layers=1",
+    "d_ff=32",
+    "batch_size=4",
+    "block_size=16",
+    "eval_batches=2",
+    "warmup_steps=2",
+    "progress=false",
+    "plot=false",
+    "eval_every=100",
+    "save_every=2",
+]
 
 
 def _corpus(tmp: Path) -> Path:
     path = tmp / "corpus.txt"
-    path.write_text("\n\n".join(f"line {i}: the cat sat on the mat.\nand the dog ran." for i in range(80)) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        "\n\n".join(f"line {i}: the cat sat on the mat.\nand the dog ran." for i in range(80)) + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -39,8 +51,11 @@ def run(tmp_path_factory) -> Path:
 
 
 def _fingerprint(run_dir: Path) -> dict[str, str]:
-    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _error(capsys) -> str:
@@ -48,18 +63,23 @@ def _error(capsys) -> str:
     return err[-1] if err else ""
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["train", "--preset", "char-nope", "--out", "X"],
-     "unknown preset 'char-nope'; valid presets: bpe-shakespeare, char-shakespeare"),
-    (["train", "stepz=3", "--out", "X"], "unknown key 'stepz'; valid keys: "),
-    (["train", "steps=three", "--out", "X"], "steps must be an integer, got 'three'"),
-    (["train", "compile=maybe", "--out", "X"], "compile must be a boolean (true/false), got 'maybe'"),
-    (["train", "lr", "--out", "X"], "expected key=value, got 'lr'"),
-    (["train", "vocab_size=10", "--out", "X"], "vocab_size is set from the data"),
-    (["train", "d_model=30", "n_heads=4", "corpus=tang300", "steps=1", "--out", "X"], "divisible by n_heads"),
-    (["train", "precision=fp8", "--out", "X"], "precision must be one of fp32, bf16"),
-    (["train", "--preset", "char-tang"], "--out DIR is required"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (
+            ["train", "--preset", "char-nope", "--out", "X"],
+            "unknown preset 'char-nope'; valid presets: bpe-shakespeare, char-shakespeare",
+        ),
+        (["train", "stepz=3", "--out", "X"], "unknown key 'stepz'; valid keys: "),
+        (["train", "steps=three", "--out", "X"], "steps must be an integer, got 'three'"),
+        (["train", "compile=maybe", "--out", "X"], "compile must be a boolean (true/false), got 'maybe'"),
+        (["train", "lr", "--out", "X"], "expected key=value, got 'lr'"),
+        (["train", "vocab_size=10", "--out", "X"], "vocab_size is set from the data"),
+        (["train", "d_model=30", "n_heads=4", "corpus=tang300", "steps=1", "--out", "X"], "divisible by n_heads"),
+        (["train", "precision=fp8", "--out", "X"], "precision must be one of fp32, bf16"),
+        (["train", "--preset", "char-tang"], "--out DIR is required"),
+    ],
+)
 def test_bad_usage_exits_2_with_one_line(argv, expected, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(argv) == 2
@@ -70,8 +90,21 @@ def test_bad_usage_exits_2_with_one_line(argv, expected, capsys, tmp_path, monke
 def test_unknown_key_lists_valid_keys(capsys):
     assert main(["train", "stepz=3", "--out", "X"]) == 2
     line = _error(capsys)
-    for key in ("steps", "batch_size", "block_size", "lr", "warmup_steps", "eval_every", "save_every", "seed",
-                "precision", "compile", "d_model", "n_heads", "positional"):
+    for key in (
+        "steps",
+        "batch_size",
+        "block_size",
+        "lr",
+        "warmup_steps",
+        "eval_every",
+        "save_every",
+        "seed",
+        "precision",
+        "compile",
+        "d_model",
+        "n_heads",
+        "positional",
+    ):
         assert key in line
 
 
@@ -139,21 +172,61 @@ def _unshare_works() -> bool:
 def test_train_generate_predict_evaluate_offline(tmp_path):
     """Inside a network namespace with no interface but loopback down: nothing may reach for the network."""
     root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "HF_HUB_OFFLINE": "0"}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "HF_HUB_OFFLINE": "0",
+    }
     py = [sys.executable, "-m", "anatomy"]
-    script = " && ".join([
-        " ".join([*py, "train", "--preset", "char-tang", "corpus=tang300", *TINY, "steps=2", "--out",
-                  str(tmp_path / "lm")]),
-        " ".join([*py, "generate", "--checkpoint", str(tmp_path / "lm"), "--prompt", "床前明月光",
-                  "--max-new-tokens", "10"]),
-        " ".join([*py, "train", "--preset", "sentiment-en", *TINY, "bpe_vocab=300", "baselines=false", "steps=2",
-                  "--out", str(tmp_path / "cls")]),
-        " ".join([*py, "predict", "--checkpoint", str(tmp_path / "cls"), "--text", "'a fine film'"]),
-        " ".join([*py, "evaluate", "--checkpoint", str(tmp_path / "cls")]),
-    ])
-    done = subprocess.run(["unshare", "-rn", "bash", "-c", script], env=env, capture_output=True, text=True,
-                          timeout=600)
+    script = " && ".join(
+        [
+            " ".join(
+                [
+                    *py,
+                    "train",
+                    "--preset",
+                    "char-tang",
+                    "corpus=tang300",
+                    *TINY,
+                    "steps=2",
+                    "--out",
+                    str(tmp_path / "lm"),
+                ]
+            ),
+            " ".join(
+                [
+                    *py,
+                    "generate",
+                    "--checkpoint",
+                    str(tmp_path / "lm"),
+                    "--prompt",
+                    "床前明月光",
+                    "--max-new-tokens",
+                    "10",
+                ]
+            ),
+            " ".join(
+                [
+                    *py,
+                    "train",
+                    "--preset",
+                    "sentiment-en",
+                    *TINY,
+                    "bpe_vocab=300",
+                    "baselines=false",
+                    "steps=2",
+                    "--out",
+                    str(tmp_path / "cls"),
+                ]
+            ),
+            " ".join([*py, "predict", "--checkpoint", str(tmp_path / "cls"), "--text", "'a fine film'"]),
+            " ".join([*py, "evaluate", "--checkpoint", str(tmp_path / "cls")]),
+        ]
+    )
+    done = subprocess.run(
+        ["unshare", "-rn", "bash", "-c", script], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("床前明月光")
@@ -170,8 +243,9 @@ def small_disk(where: Path, size: str = "2m"):
     if os.geteuid() != 0:
         pytest.skip("a full or read-only disk is tested on a tmpfs the test mounts, which needs root")
     where.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+    )
     if done.returncode:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     return lambda: subprocess.run(["umount", "-l", str(where)], capture_output=True)
@@ -219,8 +293,9 @@ def _pages(n: int) -> int:
 
 
 @pytest.mark.parametrize("dies_in", ["model.safetensors", "optimizer.pt"])
-def test_full_disk_gives_one_line_keeps_every_checkpoint_and_resume_is_bit_exact(tmp_path, capsys, monkeypatch,
-                                                                                dies_in):
+def test_full_disk_gives_one_line_keeps_every_checkpoint_and_resume_is_bit_exact(
+    tmp_path, capsys, monkeypatch, dies_in
+):
     torch.set_num_threads(1)
     umount = small_disk(tmp_path / "disk", "1m")
     try:

@@ -63,14 +63,17 @@ def test_sequence_longer_than_learned_table():
         model(torch.ones(1, 9, dtype=torch.long))
 
 
-@pytest.mark.parametrize("field, value, listed", [
-    ("positional", "cosine", "alibi, learned, none, rope, shaw, sinusoidal, t5"),
-    ("norm", "groupnorm", "batchnorm, layernorm, rmsnorm"),
-    ("norm_position", "middle", "deepnorm, post, pre, sandwich"),
-    ("activation", "tanh", "geglu, geglu_tanh, gelu, gelu_tanh, relu, silu, swiglu"),
-    ("kernel", "flash", "auto, loop, math, sdpa"),
-    ("architecture", "rnn", "classifier, decoder_lm, encoder, seq2seq"),
-])
+@pytest.mark.parametrize(
+    "field, value, listed",
+    [
+        ("positional", "cosine", "alibi, learned, none, rope, shaw, sinusoidal, t5"),
+        ("norm", "groupnorm", "batchnorm, layernorm, rmsnorm"),
+        ("norm_position", "middle", "deepnorm, post, pre, sandwich"),
+        ("activation", "tanh", "geglu, geglu_tanh, gelu, gelu_tanh, relu, silu, swiglu"),
+        ("kernel", "flash", "auto, loop, math, sdpa"),
+        ("architecture", "rnn", "classifier, decoder_lm, encoder, seq2seq"),
+    ],
+)
 def test_unknown_names_list_the_valid_ones(field, value, listed):
     with pytest.raises(ValueError, match=rf"unknown {field} '{value}'; valid names: {listed}"):
         ModelConfig(**{field: value})

@@ -167,11 +167,18 @@ def test_t5_buckets():
     assert (uni[201:] == 0).all() and uni[199].item() == 1 and uni[0].item() == 31
 
 
-@pytest.mark.parametrize("cls, kwargs", [
-    ("SinusoidalPositional", dict(d_model=8)), ("LearnedPositional", dict(d_model=8, max_seq_len=4)),
-    ("ShawRelativePositional", dict(head_dim=4)), ("T5RelativeBias", dict(n_heads=2)),
-    ("RotaryPositional", dict(head_dim=4)), ("ALiBiPositional", dict(n_heads=2)), ("NoPositional", {}),
-])
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        ("SinusoidalPositional", dict(d_model=8)),
+        ("LearnedPositional", dict(d_model=8, max_seq_len=4)),
+        ("ShawRelativePositional", dict(head_dim=4)),
+        ("T5RelativeBias", dict(n_heads=2)),
+        ("RotaryPositional", dict(head_dim=4)),
+        ("ALiBiPositional", dict(n_heads=2)),
+        ("NoPositional", {}),
+    ],
+)
 def test_a_misspelt_positional_argument_raises(cls, kwargs):
     """No scheme swallows what it does not take (they once ended in ``**_``): ``bsae=`` for ``base=`` is an error."""
     from anatomy.components import positional

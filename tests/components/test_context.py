@@ -19,8 +19,9 @@ V = 50
 
 def _model(architecture: str, n_layers: int, **kw):
     torch.manual_seed(0)
-    cfg = ModelConfig(architecture=architecture, vocab_size=V, d_model=32, n_heads=4, n_layers=n_layers,
-                      max_seq_len=32, **kw)
+    cfg = ModelConfig(
+        architecture=architecture, vocab_size=V, d_model=32, n_heads=4, n_layers=n_layers, max_seq_len=32, **kw
+    )
     return build_model(cfg).eval()
 
 
@@ -124,8 +125,11 @@ def _plan_calls(model, *args, **kwargs) -> Counter:
 
     def profile(frame, event, arg):
         code = frame.f_code
-        if event == "call" and code.co_filename in watched and code.co_name not in ("kernel_mask", "table",
-                                                                                       "compute_dtype"):
+        if (
+            event == "call"
+            and code.co_filename in watched
+            and code.co_name not in ("kernel_mask", "table", "compute_dtype")
+        ):
             seen[code.co_name] += 1
 
     sys.setprofile(profile)
@@ -146,8 +150,7 @@ def test_mask_and_position_work_does_not_grow_with_the_layers(kind, padded, kern
     for n_layers in (1, 4):
         arch = "encoder" if kind == "encoder" else "decoder_lm"
         extra = {"sliding_window": 3} if kind == "window" else {}
-        model = _model(arch, n_layers, positional="rope" if arch == "decoder_lm" else "learned", kernel=kernel,
-                       **extra)
+        model = _model(arch, n_layers, positional="rope" if arch == "decoder_lm" else "learned", kernel=kernel, **extra)
         mask = MASK if padded else torch.ones_like(MASK)
         if kind == "cache":
             caches = model.new_caches()

@@ -20,17 +20,20 @@ G = torch.Generator().manual_seed(0)
 
 
 def _qkv(b=2, h=4, hkv=2, t=5, s=5, dh=8):
-    return (torch.randn(b, h, t, dh, generator=G, dtype=torch.float64) * 3,
-            torch.randn(b, hkv, s, dh, generator=G, dtype=torch.float64) * 3,
-            torch.randn(b, hkv, s, dh, generator=G, dtype=torch.float64))
+    return (
+        torch.randn(b, h, t, dh, generator=G, dtype=torch.float64) * 3,
+        torch.randn(b, hkv, s, dh, generator=G, dtype=torch.float64) * 3,
+        torch.randn(b, hkv, s, dh, generator=G, dtype=torch.float64),
+    )
 
 
 def test_soft_capped_scores_are_bounded_and_equal_in_math_and_loop():
     q, k, v = _qkv()
     mask = torch.rand(2, 1, 5, 5, generator=G) > 0.3
     seen = {}
-    out, w = kernels.math_attention(q, k, v, mask=mask, scale=0.5, softcap=2.0, need_weights=True,
-                                    score_hook=lambda x: seen.setdefault("scores", x))
+    out, w = kernels.math_attention(
+        q, k, v, mask=mask, scale=0.5, softcap=2.0, need_weights=True, score_hook=lambda x: seen.setdefault("scores", x)
+    )
     assert seen["scores"].abs().max() < 2.0  # every logit inside (-cap, cap)
     ref_scores = torch.tanh(q @ kernels.repeat_kv(k, 4).transpose(-2, -1) * 0.5 / 2.0) * 2.0
     assert torch.allclose(seen["scores"], ref_scores)
@@ -106,40 +109,47 @@ def test_rope_scalings_keep_relative_position_and_stretch_the_angles():
     q = torch.randn(1, 1, 1, 16, generator=G, dtype=torch.float64).expand(1, 1, 2, 16)  # one vector, twice
     k = torch.randn(1, 1, 1, 16, generator=G, dtype=torch.float64).expand(1, 1, 2, 16)
     for kind in ("linear", "llama3", "yarn", "dynamic"):
-        rope = RotaryPositional(head_dim=16, scaling=RopeScaling(kind, factor=4.0, original_max_len=16),
-                                max_seq_len=16)
+        rope = RotaryPositional(head_dim=16, scaling=RopeScaling(kind, factor=4.0, original_max_len=16), max_seq_len=16)
         # the same offset 5 at two absolute positions, in one call (17 long: past max_seq_len, dynamic grows)
         qr, kr = rope.rotate(q, k, torch.tensor([[8, 16]]), torch.tensor([[3, 11]]))
         scores = (qr * kr).sum(-1).flatten().tolist()
         assert math.isclose(*scores, rel_tol=1e-9), kind
     linear = RotaryPositional(head_dim=16, scaling=RopeScaling("linear", factor=4.0)).angles(
-        torch.tensor([[8]]), torch.float64)[0]
+        torch.tensor([[8]]), torch.float64
+    )[0]
     plain = rope_angles(torch.tensor([[2]]), 16, 10000.0, torch.float64)
     assert torch.allclose(linear, plain)  # position 8 stretched by 4 turns like position 2
     yarn = RotaryPositional(head_dim=16, scaling=RopeScaling("yarn", factor=4.0, original_max_len=16))
     assert math.isclose(yarn.angles(torch.tensor([[1]]), torch.float32)[1], 0.1 * math.log(4.0) + 1.0)
 
 
-@pytest.mark.parametrize("fields, words", [
-    (dict(rope_scaling="ntk"), "rope_scaling"),
-    (dict(rope_scaling="linear", positional="sinusoidal"), "needs positional='rope'"),
-    (dict(rope_factor=2.0), "rope_factor=2.0 needs rope_scaling"),
-    (dict(rope_scaling="linear", rope_factor=0.5), "rope_factor must be a finite number >= 1"),
-    (dict(rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=4.0, rope_high_freq_factor=1.0),
-     "rope_high_freq_factor > rope_low_freq_factor"),
-    (dict(rope_scaling="yarn", rope_factor=2.0, rope_beta_fast=1.0, rope_beta_slow=2.0),
-     "rope_beta_fast > rope_beta_slow"),
-    (dict(rope_scaling="yarn", rope_factor=2.0, rope_attention_factor=0.0), "rope_attention_factor must be > 0"),
-    (dict(rope_original_max_len=0), "rope_original_max_len must be a positive integer"),
-    (dict(rope_fraction=0.0), "rope_fraction must be in (0, 1]"),
-    (dict(rope_fraction=0.1), "rotates int(Dh * rope_fraction) = 0 dims of Dh=8"),
-    (dict(rope_fraction=0.5, positional="learned"), "rope_fraction=0.5 needs positional='rope'"),
-    (dict(parallel_residual=True, norm_position="post"), "parallel_residual=True needs norm_position='pre'"),
-    (dict(norm_weight_offset=1.0, norm="layernorm"), "norm_weight_offset=1.0 needs norm='rmsnorm'"),
-    (dict(attn_softcap=-1.0), "attn_softcap must be a positive number"),
-    (dict(attn_softcap=30.0, kernel="sdpa"), "attn_softcap=30.0 needs a kernel that materialises the scores"),
-    (dict(final_logit_softcap=30.0, architecture="encoder"), "final_logit_softcap needs architecture='decoder_lm'"),
-])
+@pytest.mark.parametrize(
+    "fields, words",
+    [
+        (dict(rope_scaling="ntk"), "rope_scaling"),
+        (dict(rope_scaling="linear", positional="sinusoidal"), "needs positional='rope'"),
+        (dict(rope_factor=2.0), "rope_factor=2.0 needs rope_scaling"),
+        (dict(rope_scaling="linear", rope_factor=0.5), "rope_factor must be a finite number >= 1"),
+        (
+            dict(rope_scaling="llama3", rope_factor=8.0, rope_low_freq_factor=4.0, rope_high_freq_factor=1.0),
+            "rope_high_freq_factor > rope_low_freq_factor",
+        ),
+        (
+            dict(rope_scaling="yarn", rope_factor=2.0, rope_beta_fast=1.0, rope_beta_slow=2.0),
+            "rope_beta_fast > rope_beta_slow",
+        ),
+        (dict(rope_scaling="yarn", rope_factor=2.0, rope_attention_factor=0.0), "rope_attention_factor must be > 0"),
+        (dict(rope_original_max_len=0), "rope_original_max_len must be a positive integer"),
+        (dict(rope_fraction=0.0), "rope_fraction must be in (0, 1]"),
+        (dict(rope_fraction=0.1), "rotates int(Dh * rope_fraction) = 0 dims of Dh=8"),
+        (dict(rope_fraction=0.5, positional="learned"), "rope_fraction=0.5 needs positional='rope'"),
+        (dict(parallel_residual=True, norm_position="post"), "parallel_residual=True needs norm_position='pre'"),
+        (dict(norm_weight_offset=1.0, norm="layernorm"), "norm_weight_offset=1.0 needs norm='rmsnorm'"),
+        (dict(attn_softcap=-1.0), "attn_softcap must be a positive number"),
+        (dict(attn_softcap=30.0, kernel="sdpa"), "attn_softcap=30.0 needs a kernel that materialises the scores"),
+        (dict(final_logit_softcap=30.0, architecture="encoder"), "final_logit_softcap needs architecture='decoder_lm'"),
+    ],
+)
 def test_bad_family_fields_are_named(fields, words):
     base = dict(d_model=32, n_heads=4, positional="rope", norm="rmsnorm")
     with pytest.raises(ValueError) as info:
@@ -163,8 +173,16 @@ def test_recomputed_attention_maps_of_a_soft_capped_model_are_the_kernel_weights
     from anatomy.inspection.weights import attention_weights
 
     torch.manual_seed(0)
-    cfg = ModelConfig(d_model=32, n_heads=4, n_layers=1, vocab_size=50, positional="rope", norm="rmsnorm",
-                      attn_softcap=1.0, init_std=0.5)
+    cfg = ModelConfig(
+        d_model=32,
+        n_heads=4,
+        n_layers=1,
+        vocab_size=50,
+        positional="rope",
+        norm="rmsnorm",
+        attn_softcap=1.0,
+        init_std=0.5,
+    )
     model = build_model(cfg).eval()
     ids = torch.randint(0, 50, (2, 6))
     with attention_weights(model) as maps:

@@ -8,8 +8,9 @@ import torch
 from anatomy import ModelConfig, build_model
 from anatomy.components.hook_point import HookPoint, mirror_hook_points
 
-SMALL = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=16, dropout=0.0,
-             attention_dropout=0.0)
+SMALL = dict(
+    vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=16, dropout=0.0, attention_dropout=0.0
+)
 
 
 def test_build_model_mirrors_every_hook_point_and_only_hook_points():

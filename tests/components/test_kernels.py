@@ -100,9 +100,15 @@ def test_kernels_agree_forward_and_backward(mask_name, scheme, n_kv_heads):
 def test_kernels_agree_with_decoupled_head_width(mask_name, n_kv_heads, fused):
     """head_dim set: 3 heads of 20 on d_model 32 (H·Dh = 60), RoPE on the 20-wide heads."""
     torch.manual_seed(0)
-    attn = MultiHeadAttention(d_model=D, n_heads=3, n_kv_heads=n_kv_heads, head_dim=20, fused_qkv=fused,
-                              positional=RotaryPositional(head_dim=20)).double()
-    assert attn.scale == 20 ** -0.5 and attn.o_proj.in_features == 60
+    attn = MultiHeadAttention(
+        d_model=D,
+        n_heads=3,
+        n_kv_heads=n_kv_heads,
+        head_dim=20,
+        fused_qkv=fused,
+        positional=RotaryPositional(head_dim=20),
+    ).double()
+    assert attn.scale == 20**-0.5 and attn.o_proj.in_features == 60
     x = torch.randn(B, T, D, dtype=torch.float64)
     mask, is_causal = _masks(mask_name)
     ref_out, ref_grads = _run(attn, "loop", x, mask, is_causal, None)
@@ -120,8 +126,9 @@ def test_sliding_window_is_a_band_every_kernel_obeys(causal):
 
     torch.manual_seed(0)
     w = 3
-    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2, sliding_window=w,
-                              positional=RotaryPositional(head_dim=D // H)).double()
+    attn = MultiHeadAttention(
+        d_model=D, n_heads=H, n_kv_heads=2, sliding_window=w, positional=RotaryPositional(head_dim=D // H)
+    ).double()
     x = torch.randn(B, T, D, dtype=torch.float64)
     pad = key_padding_to_attention(padding_mask([7, 5, 6], T))
     ref_out, ref_grads = _run(attn, "loop", x, pad, causal, None)
@@ -140,7 +147,7 @@ def test_sliding_window_is_a_band_every_kernel_obeys(causal):
     attn.sliding_window = w
     with torch.no_grad():
         moved = x.clone()
-        moved[0, :7 - w] += 5.0
+        moved[0, : 7 - w] += 5.0
         out_a, _ = attn(x, mask=pad, is_causal=causal)
         out_b, _ = attn(moved, mask=pad, is_causal=causal)
     assert torch.equal(out_a[0, 6], out_b[0, 6]) and not torch.equal(out_a[0, 5], out_b[0, 5])
@@ -149,9 +156,16 @@ def test_sliding_window_is_a_band_every_kernel_obeys(causal):
 def test_auto_uses_sdpa_unless_weights_are_asked(monkeypatch):
     calls = []
     for name, k in kernels.KERNELS.items():
-        monkeypatch.setitem(kernels.KERNELS, name, kernels.Kernel(
-            k.name, lambda *a, _n=name, _f=k.fn, **kw: (calls.append(_n), _f(*a, **kw))[1],
-            k.returns_weights, k.supports_value_bias))
+        monkeypatch.setitem(
+            kernels.KERNELS,
+            name,
+            kernels.Kernel(
+                k.name,
+                lambda *a, _n=name, _f=k.fn, **kw: (calls.append(_n), _f(*a, **kw))[1],
+                k.returns_weights,
+                k.supports_value_bias,
+            ),
+        )
     attn = MultiHeadAttention(d_model=D, n_heads=H)
     x = torch.randn(B, T, D)
     attn(x)
@@ -218,8 +232,7 @@ class _FakeCuda:
 
 
 @pytest.mark.parametrize("flash, cudnn, expected", [(True, False, True), (False, True, True), (False, False, False)])
-def test_grouped_heads_go_to_sdpa_as_they_are_only_where_a_fused_kernel_takes_them(monkeypatch, flash, cudnn,
-                                                                                  expected):
+def test_grouped_heads_go_to_sdpa_as_they_are_only_where_a_fused_kernel_takes_them(monkeypatch, flash, cudnn, expected):
     cuda = torch.backends.cuda
     monkeypatch.setattr(cuda, "SDPAParams", lambda *args: args)
     monkeypatch.setattr(cuda, "can_use_flash_attention", lambda params: flash)
@@ -259,8 +272,9 @@ def test_backward_is_bitwise_repeatable_in_deterministic_mode(kernel):
     """PyTorch's determinism check for attention (test_transformers.py): under use_deterministic_algorithms the same
     backward, run again and again, gives torch.equal gradients — GQA, padding and causal masks, RoPE included."""
     torch.manual_seed(0)
-    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2, kernel=kernel,
-                              positional=RotaryPositional(head_dim=D // H))
+    attn = MultiHeadAttention(
+        d_model=D, n_heads=H, n_kv_heads=2, kernel=kernel, positional=RotaryPositional(head_dim=D // H)
+    )
     x = torch.randn(B, T, D)
     mask, _ = _masks("padding+causal")
     previous = torch.are_deterministic_algorithms_enabled()
@@ -281,7 +295,7 @@ def test_batch_equal_to_sequence_length_keeps_the_axes_apart():
     attn = MultiHeadAttention(d_model=D, n_heads=H, kernel="math").double()
     x = torch.randn(5, 5, D, dtype=torch.float64)
     out, _ = attn(x, is_causal=True)
-    alone = torch.cat([attn(x[i:i + 1], is_causal=True)[0] for i in range(5)])
+    alone = torch.cat([attn(x[i : i + 1], is_causal=True)[0] for i in range(5)])
     torch.testing.assert_close(out, alone, rtol=0, atol=1e-12)
     swapped, _ = attn(x.transpose(0, 1).contiguous(), is_causal=True)  # the other reading of the same numbers
     assert not torch.allclose(swapped.transpose(0, 1), out)
@@ -292,8 +306,9 @@ def test_non_contiguous_inputs_give_the_same_output(kernel):
     """Inputs that are views (a transpose, a strided slice, an expanded mask) compute what their contiguous copies
     do: self-attention with GQA and RoPE, and cross-attention with S != T."""
     torch.manual_seed(0)
-    attn = MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2, kernel=kernel,
-                              positional=RotaryPositional(head_dim=D // H)).double()
+    attn = MultiHeadAttention(
+        d_model=D, n_heads=H, n_kv_heads=2, kernel=kernel, positional=RotaryPositional(head_dim=D // H)
+    ).double()
     base = torch.randn(T, B, D, dtype=torch.float64)
     x = base.transpose(0, 1)  # (B, T, D), not contiguous
     assert not x.is_contiguous()
@@ -331,9 +346,15 @@ def _relative(a: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 @settings(max_examples=60, deadline=None)
-@given(scale=st.sampled_from([1.0, 10.0, 100.0, 300.0, 1000.0]), seed=st.integers(0, 2**16),
-       dh=st.sampled_from([2, 4, 8]), h=st.sampled_from([1, 2]), causal=st.booleans(),
-       qk_norm=st.sampled_from([None, "rmsnorm", "layernorm"]), t=st.integers(1, 8))
+@given(
+    scale=st.sampled_from([1.0, 10.0, 100.0, 300.0, 1000.0]),
+    seed=st.integers(0, 2**16),
+    dh=st.sampled_from([2, 4, 8]),
+    h=st.sampled_from([1, 2]),
+    causal=st.booleans(),
+    qk_norm=st.sampled_from([None, "rmsnorm", "layernorm"]),
+    t=st.integers(1, 8),
+)
 def test_float16_kernels_agree_and_stay_finite_at_large_input_scales(scale, seed, dh, h, causal, qk_norm, t):
     """Each float16 kernel against float64 math on the same (float16-rounded) weights and inputs. Outputs agree to
     FP16_FORWARD at every scale. Gradients agree to the per-case tolerance, or, once the softmax saturates (scaled
@@ -346,8 +367,11 @@ def test_float16_kernels_agree_and_stay_finite_at_large_input_scales(scale, seed
     outs, grads = {}, {}
     for kernel, dtype in (("loop", torch.half), ("math", torch.half), ("sdpa", torch.half), ("ref", torch.double)):
         torch.manual_seed(seed + 1)
-        m = MultiHeadAttention(d_model=h * dh, n_heads=h, kernel="math" if kernel == "ref" else kernel,
-                               qk_norm=qk_norm).half().to(dtype)
+        m = (
+            MultiHeadAttention(d_model=h * dh, n_heads=h, kernel="math" if kernel == "ref" else kernel, qk_norm=qk_norm)
+            .half()
+            .to(dtype)
+        )
         xi = x.to(dtype).clone().requires_grad_(True)
         out, _ = m(xi, is_causal=causal)
         (out * upstream.to(dtype)).sum().backward()
@@ -366,7 +390,8 @@ def test_float16_kernels_agree_and_stay_finite_at_large_input_scales(scale, seed
         gerr = _relative(grads[kernel], ref_grad)
         assert gerr <= max(gtol, 1.5 * sdpa_gerr), (
             f"{kernel} input gradient at scale {scale}, Dh={dh}, qk_norm={qk_norm}: {gerr:.2e} "
-            f"(tolerance {gtol:g}, sdpa's own error {sdpa_gerr:.2e})")
+            f"(tolerance {gtol:g}, sdpa's own error {sdpa_gerr:.2e})"
+        )
 
 
 def test_float16_scores_past_65504_are_kept_in_float32():
@@ -380,9 +405,13 @@ def test_float16_scores_past_65504_are_kept_in_float32():
     assert out.dtype == torch.float16 and torch.isfinite(out).all()
 
 
-FP16_GRID = [(scale, positional, masking, seed) for scale in (100.0, 300.0, 1000.0, 3000.0)
-             for positional in ("none", "rope", "alibi") for masking in ("none", "causal", "padding", "window")
-             for seed in range(3)]
+FP16_GRID = [
+    (scale, positional, masking, seed)
+    for scale in (100.0, 300.0, 1000.0, 3000.0)
+    for positional in ("none", "rope", "alibi")
+    for masking in ("none", "causal", "padding", "window")
+    for seed in range(3)
+]
 
 
 @pytest.mark.parametrize("kernel", ["math", "loop"])
@@ -394,17 +423,30 @@ def test_the_teaching_kernels_give_finite_float16_output_at_input_scale_100_and_
     bad = []
     for scale, positional, masking, seed in FP16_GRID:
         torch.manual_seed(seed)
-        scheme = {"none": None, "rope": lambda: positional_class("rope")(head_dim=8, max_seq_len=32),
-                  "alibi": lambda: positional_class("alibi")(n_heads=4)}[positional]
-        attn = MultiHeadAttention(d_model=32, n_heads=4, n_kv_heads=2, kernel=kernel,
-                                  positional=None if scheme is None else scheme(),
-                                  sliding_window=3 if masking == "window" else None).half().eval()
+        scheme = {
+            "none": None,
+            "rope": lambda: positional_class("rope")(head_dim=8, max_seq_len=32),
+            "alibi": lambda: positional_class("alibi")(n_heads=4),
+        }[positional]
+        attn = (
+            MultiHeadAttention(
+                d_model=32,
+                n_heads=4,
+                n_kv_heads=2,
+                kernel=kernel,
+                positional=None if scheme is None else scheme(),
+                sliding_window=3 if masking == "window" else None,
+            )
+            .half()
+            .eval()
+        )
         x = (torch.randn(2, 9, 32) * scale).half()
         padding = torch.ones(2, 9, dtype=torch.bool)
         padding[1, :4] = False
         with torch.no_grad():
-            out, _ = attn(x, is_causal=masking in ("causal", "window"),
-                          key_padding_mask=padding if masking == "padding" else None)
+            out, _ = attn(
+                x, is_causal=masking in ("causal", "window"), key_padding_mask=padding if masking == "padding" else None
+            )
         if not torch.isfinite(out).all():
             bad.append((scale, positional, masking, seed))
     assert not bad, f"{kernel}: non-finite float16 output in {len(bad)} of {len(FP16_GRID)} cases: {bad[:5]}"
@@ -441,12 +483,44 @@ def test_the_kernel_function_gets_every_argument_explicitly(monkeypatch):
     and the soft-cap as arguments, and the module's ``kernel_args`` bound."""
     seen = {}
 
-    def mine(q, k, v, *, mask=None, is_causal=False, scale, bias=None, value_bias=None, dropout_p=0.0,
-             need_weights=False, score_hook=None, weight_hook=None, softcap=None, tag=None):
-        seen.update(mask=mask, is_causal=is_causal, scale=scale, dropout_p=dropout_p, score_hook=score_hook,
-                    softcap=softcap, tag=tag)
-        return kernels.math_attention(q, k, v, mask=mask, is_causal=is_causal, scale=scale, softcap=softcap,
-                                      score_hook=score_hook, weight_hook=weight_hook, need_weights=need_weights)
+    def mine(
+        q,
+        k,
+        v,
+        *,
+        mask=None,
+        is_causal=False,
+        scale,
+        bias=None,
+        value_bias=None,
+        dropout_p=0.0,
+        need_weights=False,
+        score_hook=None,
+        weight_hook=None,
+        softcap=None,
+        tag=None,
+    ):
+        seen.update(
+            mask=mask,
+            is_causal=is_causal,
+            scale=scale,
+            dropout_p=dropout_p,
+            score_hook=score_hook,
+            softcap=softcap,
+            tag=tag,
+        )
+        return kernels.math_attention(
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=is_causal,
+            scale=scale,
+            softcap=softcap,
+            score_hook=score_hook,
+            weight_hook=weight_hook,
+            need_weights=need_weights,
+        )
 
     monkeypatch.setitem(kernels.KERNELS, "mine", kernels.Kernel("mine", mine, True, False))
     attn = MultiHeadAttention(d_model=D, n_heads=H, dropout=0.25, scale=0.3, softcap=5.0).eval()

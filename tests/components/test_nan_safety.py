@@ -51,11 +51,15 @@ def hidden_rows(mask: torch.Tensor | None, is_causal: bool, device: str = "cpu")
 
 
 def module(kernel: str, positional: str, dtype: torch.dtype) -> MultiHeadAttention:
-    scheme = {"rope": lambda: RotaryPositional(head_dim=DH), "alibi": lambda: ALiBiPositional(n_heads=H),
-              "shaw": lambda: ShawRelativePositional(head_dim=DH, max_relative_distance=3)}.get(positional)
+    scheme = {
+        "rope": lambda: RotaryPositional(head_dim=DH),
+        "alibi": lambda: ALiBiPositional(n_heads=H),
+        "shaw": lambda: ShawRelativePositional(head_dim=DH, max_relative_distance=3),
+    }.get(positional)
     torch.manual_seed(1)
-    m = MultiHeadAttention(d_model=H * DH, n_heads=H, n_kv_heads=2, kernel=kernel,
-                           positional=None if scheme is None else scheme())
+    m = MultiHeadAttention(
+        d_model=H * DH, n_heads=H, n_kv_heads=2, kernel=kernel, positional=None if scheme is None else scheme()
+    )
     return m.to(dtype)
 
 
@@ -66,9 +70,11 @@ def attention_positionals(kernel: str) -> list[str]:
 def recorder(store: dict, key: str, *, pre: bool = False):
     """A forward hook storing the module's output (its first element for a block's ``(x, weights)``), or with
     ``pre=True`` a forward pre-hook storing its first input."""
+
     def hook(module, args, out=None):
         value = args[0] if pre else (out[0] if isinstance(out, tuple) else out)
         store[key] = value.detach()
+
     return hook
 
 
@@ -152,9 +158,19 @@ def test_masked_keys_get_no_gradient(dtype, kernel):
 
 # whole models: padded batches and a sequence of pure padding -------------------------------------------------------
 def tiny(architecture: str, positional: str, kernel: str, dtype: torch.dtype) -> torch.nn.Module:
-    config = anatomy.ModelConfig(architecture=architecture, vocab_size=31, d_model=16, n_heads=4, n_kv_heads=2,
-                                 n_layers=2, d_ff=32, max_seq_len=32, positional=positional, kernel=kernel,
-                                 init_std=0.2)
+    config = anatomy.ModelConfig(
+        architecture=architecture,
+        vocab_size=31,
+        d_model=16,
+        n_heads=4,
+        n_kv_heads=2,
+        n_layers=2,
+        d_ff=32,
+        max_seq_len=32,
+        positional=positional,
+        kernel=kernel,
+        init_std=0.2,
+    )
     torch.manual_seed(0)
     return anatomy.build_model(config).to(dtype).train()  # dropout is 0; train() to be sure grads are normal
 
@@ -211,8 +227,18 @@ def test_two_layer_model_with_a_sequence_of_pure_padding(dtype, kernel, architec
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_classifier_on_a_sequence_of_pure_padding(dtype, pooling):
-    config = anatomy.ModelConfig(architecture="classifier", vocab_size=31, d_model=16, n_heads=4, n_layers=2,
-                                 d_ff=32, max_seq_len=32, positional="learned", pooling=pooling, init_std=0.2)
+    config = anatomy.ModelConfig(
+        architecture="classifier",
+        vocab_size=31,
+        d_model=16,
+        n_heads=4,
+        n_layers=2,
+        d_ff=32,
+        max_seq_len=32,
+        positional="learned",
+        pooling=pooling,
+        init_std=0.2,
+    )
     m = anatomy.build_model(config).to(dtype)
     ids = torch.randint(0, 31, (2, 5), generator=torch.Generator().manual_seed(5))
     out = m(ids, torch.tensor([[0, 1, 1, 1, 0], [0, 0, 0, 0, 0]]), labels=torch.tensor([1, 0]))

@@ -31,8 +31,10 @@ def test_a_named_pitfall_quotes_the_post_and_gives_numbers_and_a_hint():
 
 BROKEN = {
     "syntax": ("def attention(q, k, v, mask=None):\n    return q @ k.transpose(-2, -1\n", "line 2: syntax error"),
-    "signature": ("def attention(q, k):\n    return q, k\n", "attention(q, k): the exercise calls it as "
-                                                            "attention(q, k, v, mask)"),
+    "signature": (
+        "def attention(q, k):\n    return q, k\n",
+        "attention(q, k): the exercise calls it as attention(q, k, v, mask)",
+    ),
     "raises": ("def attention(q, k, v, mask=None):\n    return q.view(3, -1, 7)\n", "raised RuntimeError"),
     "exits": ("import sys\n\ndef attention(q, k, v, mask=None):\n    sys.exit(0)\n", "SystemExit"),
     "missing": ("def attn(q, k, v, mask=None):\n    return q, q\n", "defines no attention"),

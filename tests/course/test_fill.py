@@ -13,12 +13,15 @@ from anatomy.course.fill import FLOAT16_MAX, shown
 LEARNERS = Path(__file__).parent / "learners"
 
 
-@pytest.mark.parametrize("name, exercise, words", [
-    ("attention_fill_minus_1e9", "attention", "torch refuses the number"),  # masked_fill(-1e9) on float16 raises
-    ("attention_where_minus_1e9_zh", "attention", "torch refuses the number"),  # full_like(-1e9) too
-    ("attention_additive_minus_1e9", "attention", "silently becomes -inf"),  # the sum saturates to -inf
-    ("mha_fill_minus_1e9", "mha", "torch refuses the number"),
-])
+@pytest.mark.parametrize(
+    "name, exercise, words",
+    [
+        ("attention_fill_minus_1e9", "attention", "torch refuses the number"),  # masked_fill(-1e9) on float16 raises
+        ("attention_where_minus_1e9_zh", "attention", "torch refuses the number"),  # full_like(-1e9) too
+        ("attention_additive_minus_1e9", "attention", "silently becomes -inf"),  # the sum saturates to -inf
+        ("mha_fill_minus_1e9", "mha", "torch refuses the number"),
+    ],
+)
 def test_a_fill_float16_cannot_hold_is_named_with_what_it_does_there(name, exercise, words):
     r = check(exercise, LEARNERS / f"{name}.py")
     assert not r.passed and r.pitfall == "fill_minus_1e9"

@@ -45,12 +45,14 @@ def test_a_function_defined_here_passes_with_the_result_api():
 
 
 def test_a_mistake_in_a_notebook_cell_names_the_cell_line():
-    ns = cell("def attention(q, k, v, mask=None):\n"
-              "    s = q @ k.transpose(-2, -1)\n"
-              "    if mask is not None:\n"
-              "        s = s.masked_fill(~mask, float('-inf'))\n"
-              "    w = s.softmax(-1)\n"
-              "    return w @ v, w\n")
+    ns = cell(
+        "def attention(q, k, v, mask=None):\n"
+        "    s = q @ k.transpose(-2, -1)\n"
+        "    if mask is not None:\n"
+        "        s = s.masked_fill(~mask, float('-inf'))\n"
+        "    w = s.softmax(-1)\n"
+        "    return w @ v, w\n"
+    )
     r = grade("attention", ns["attention"], lang="zh")
     assert not r.ok and r.verdict == "NOT YET" and r.pitfalls == ["no_scaling"] and r.lines == [2]
     assert r.source == "s = q @ k.transpose(-2, -1)"
@@ -83,8 +85,11 @@ def test_the_file_path_goes_through_the_same_grader():
 
     cls = load(get("mha"), path).MultiHeadAttention
     from_object = grade("mha", cls)
-    assert (from_file.pitfall, from_file.lines) == (from_object.pitfall, from_object.lines) == (
-        "shared_qkv_projection", [16, 17, 18])
+    assert (
+        (from_file.pitfall, from_file.lines)
+        == (from_object.pitfall, from_object.lines)
+        == ("shared_qkv_projection", [16, 17, 18])
+    )
     assert subject_of(get("mha"), cls).file == str(path)
 
 

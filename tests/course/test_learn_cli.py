@@ -53,8 +53,21 @@ def test_start_never_overwrites(tmp_path, capsys):
 
 
 def test_check_with_a_pitfall_exits_1_and_names_line_and_hint(tmp_path, capsys):
-    assert main(["learn", "check", "heads", str(LEARNERS / "heads_split_no_transpose_view.py"),
-                 "--dir", str(tmp_path), "--lang", "en"]) == 1
+    assert (
+        main(
+            [
+                "learn",
+                "check",
+                "heads",
+                str(LEARNERS / "heads_split_no_transpose_view.py"),
+                "--dir",
+                str(tmp_path),
+                "--lang",
+                "en",
+            ]
+        )
+        == 1
+    )
     out = capsys.readouterr().out
     assert "pitfall: split_without_transpose" in out and "line 3" in out and "hint:" in out
     assert "reshape之后必须紧跟transpose" in out
@@ -67,11 +80,14 @@ def test_check_of_another_exercises_file_says_so(tmp_path, capsys):
     assert "is the file of exercise 'masks'" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["learn", "start", "nope"], "no exercise 'nope'"),
-    (["learn", "check", "attention", "missing.py"], "no such file"),
-    (["learn"], "choose: anatomy learn"),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["learn", "start", "nope"], "no exercise 'nope'"),
+        (["learn", "check", "attention", "missing.py"], "no such file"),
+        (["learn"], "choose: anatomy learn"),
+    ],
+)
 def test_bad_input_is_one_line_exit_2(argv, words, tmp_path, capsys):
     assert main(argv + ["--dir", str(tmp_path)] if len(argv) > 1 else argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -40,8 +40,13 @@ def grade(path: Path) -> dict:
         result = check(exercise, path)
     except LearnError as err:
         return {"verdict": "error", "pitfall": None, "line": None, "text": err.en, "zh": err.zh}
-    return {"verdict": "pass" if result.passed else "not yet", "pitfall": result.pitfall, "line": result.line,
-            "text": result.render("en"), "zh": result.render("zh")}
+    return {
+        "verdict": "pass" if result.passed else "not yet",
+        "pitfall": result.pitfall,
+        "line": result.line,
+        "text": result.render("en"),
+        "zh": result.render("zh"),
+    }
 
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
@@ -59,8 +64,17 @@ def test_each_learner_attempt_gets_its_verdict_pitfall_and_line(path):
 
 
 def score() -> dict[str, int]:
-    counts = {"attempts": 0, "correct": 0, "correct_passing": 0, "mistakes": 0, "mistakes_named": 0,
-              "lines_right": 0, "silent_passes": 0, "errors": 0, "errors_clear": 0}
+    counts = {
+        "attempts": 0,
+        "correct": 0,
+        "correct_passing": 0,
+        "mistakes": 0,
+        "mistakes_named": 0,
+        "lines_right": 0,
+        "silent_passes": 0,
+        "errors": 0,
+        "errors_clear": 0,
+    }
     for path in CASES:
         verdict, pitfall, line = expected(path)
         try:
@@ -80,8 +94,10 @@ def score() -> dict[str, int]:
             counts["errors"] += 1
             counts["errors_clear"] += got["verdict"] == "error" and f"line {line}" in got["text"]
         if "-v" in sys.argv and (got["verdict"], got["pitfall"], got["line"]) != (verdict, pitfall, line):
-            print(f"{path.name}: want {verdict} {pitfall} {line}; got {got['verdict']} {got['pitfall']} "
-                  f"{got['line']}", file=sys.stderr)
+            print(
+                f"{path.name}: want {verdict} {pitfall} {line}; got {got['verdict']} {got['pitfall']} {got['line']}",
+                file=sys.stderr,
+            )
     return counts
 
 

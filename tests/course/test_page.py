@@ -24,8 +24,10 @@ def test_the_course_page_draws_chinese_with_glyphs(tmp_path, capsys, browser):
     artifacts.mkdir(parents=True, exist_ok=True)
     tab = browser.new_page(viewport={"width": 1280, "height": 900})
     tab.goto(path.resolve().as_uri())
-    tab.evaluate("() => { const s = document.createElement('span'); s.id = 'control'; "
-                 "s.textContent = '\\ue001\\ue002\\ue003'; document.querySelector('header').appendChild(s); }")
+    tab.evaluate(
+        "() => { const s = document.createElement('span'); s.id = 'control'; "
+        "s.textContent = '\\ue001\\ue002\\ue003'; document.querySelector('header').appendChild(s); }"
+    )
     cdp = tab.context.new_cdp_session(tab)
     cdp.send("DOM.enable")
     cdp.send("CSS.enable")
@@ -40,8 +42,10 @@ def test_the_course_page_draws_chinese_with_glyphs(tmp_path, capsys, browser):
     is_cjk = lambda f: any(w in f["familyName"].lower() for w in cjk)  # noqa: E731
     han = sum(1 for c in title if "\u4e00" <= c <= "\u9fff")
     if not any(is_cjk(f) for f in fonts["header h1"]):
-        pytest.skip(f"no CJK font drew the page (fonts used: {[f['familyName'] for f in fonts['header h1']]}); "
-                    "install one: apt-get install fonts-wqy-microhei")
+        pytest.skip(
+            f"no CJK font drew the page (fonts used: {[f['familyName'] for f in fonts['header h1']]}); "
+            "install one: apt-get install fonts-wqy-microhei"
+        )
     assert han >= 5 and sum(f["glyphCount"] for f in fonts["header h1"] if is_cjk(f)) >= han, fonts
     assert not any(is_cjk(f) and f["glyphCount"] for f in fonts["#control"]), fonts  # the control: no CJK glyphs
     assert (artifacts / "learn-page.png").stat().st_size > 10_000

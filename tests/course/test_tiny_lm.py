@@ -24,8 +24,9 @@ def results(tmp_path_factory):
     found = {}
     for name in ("block_ok_post_norm_style", "block_no_scaling"):
         said[name] = []
-        found[name] = check("tiny_lm", LEARNERS / f"{name}.py", figure_path=out / f"{name}.png",
-                            progress=said[name].append)
+        found[name] = check(
+            "tiny_lm", LEARNERS / f"{name}.py", figure_path=out / f"{name}.png", progress=said[name].append
+        )
     return found, said
 
 
@@ -70,10 +71,13 @@ def test_a_block_that_sees_the_future_is_stopped_before_training():
 
 def test_a_block_without_a_mask_parameter_gets_one_clear_message(tmp_path):
     path = tmp_path / "08_block.py"
-    path.write_text("from torch import nn\n\n\nclass TransformerBlock(nn.Module):\n"
-                    "    def __init__(self, d_model, n_heads, d_ff):\n        super().__init__()\n"
-                    "        self.f = nn.Linear(d_model, d_model)\n\n    def forward(self, x):\n"
-                    "        return x + self.f(x)\n", encoding="utf-8")
+    path.write_text(
+        "from torch import nn\n\n\nclass TransformerBlock(nn.Module):\n"
+        "    def __init__(self, d_model, n_heads, d_ff):\n        super().__init__()\n"
+        "        self.f = nn.Linear(d_model, d_model)\n\n    def forward(self, x):\n"
+        "        return x + self.f(x)\n",
+        encoding="utf-8",
+    )
     with pytest.raises(LearnError) as err:
         check("tiny_lm", path)
     assert "TransformerBlock.forward(x): the exercise calls it as TransformerBlock.forward(x, mask)" in err.value.en
@@ -84,7 +88,8 @@ def test_the_next_command_is_not_the_one_just_run():
     from anatomy.cli.learn import _next
 
     assert _next("tiny_lm", False, Path("08_block.py"), "en") == (
-        "  next: anatomy learn check block 08_block.py (it names the pitfalls it can see)")
+        "  next: anatomy learn check block 08_block.py (it names the pitfalls it can see)"
+    )
     assert "anatomy learn list" in _next("tiny_lm", True, Path("08_block.py"), "zh")
 
 

@@ -11,8 +11,16 @@ import pytest
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TUTORIALS = ["tutorial.md", "tutorial.zh.md"]
-VERDICT_WORDS = {"supported": "supported", "nuanced": "nuanced", "refuted": "refuted", "inconclusive": "inconclusive",
-                 "成立": "supported", "有条件成立": "nuanced", "不成立": "refuted", "无定论": "inconclusive"}
+VERDICT_WORDS = {
+    "supported": "supported",
+    "nuanced": "nuanced",
+    "refuted": "refuted",
+    "inconclusive": "inconclusive",
+    "成立": "supported",
+    "有条件成立": "nuanced",
+    "不成立": "refuted",
+    "无定论": "inconclusive",
+}
 
 
 def _snippets(name: str) -> list[str]:

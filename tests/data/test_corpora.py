@@ -69,8 +69,9 @@ def test_sources_manifest_matches_the_files():
     manifest = json.loads(files.joinpath("SOURCES.json").read_text(encoding="utf-8"))
     for name, info in manifest["outputs"].items():
         assert hashlib.sha256(files.joinpath(name).read_bytes()).hexdigest() == info["sha256"], name
-    total = sum(files.joinpath(n).stat().st_size if hasattr(files.joinpath(n), "stat") else 0
-                for n in manifest["outputs"])
+    total = sum(
+        files.joinpath(n).stat().st_size if hasattr(files.joinpath(n), "stat") else 0 for n in manifest["outputs"]
+    )
     assert total < 6_000_000
 
 

@@ -13,8 +13,11 @@ def test_char_round_trip_and_unknown_characters_are_named(tmp_path):
     tok = CharTokenizer.train(["床前明月光", "疑是地上霜"])
     assert tok.vocab_size == 2 + 10 and tok.pad_id == 0 and tok.eos_id == 1
     assert tok.decode(tok.encode("明月光")) == "明月光"
-    with pytest.raises(UnknownCharactersError, match=r"2 character\(s\) are not in the tokenizer's vocabulary: "
-                                                     r"'举' '头'") as err:
+    with pytest.raises(
+        UnknownCharactersError,
+        match=r"2 character\(s\) are not in the tokenizer's vocabulary: "
+        r"'举' '头'",
+    ) as err:
         tok.encode("举头望明月"[:2] + "明")
     assert err.value.chars == ["举", "头"]
     tok.save(tmp_path)

@@ -25,17 +25,30 @@ def run(target: str, **kw):
 
 # --- 1. correct modules -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("target, kw", [
-    ("ours.py:OurAttention", {}), ("ours.py:OurCausalAttention", {"causal": True}),
-    ("ours.py:OurBlock", {}), ("ours.py:OurPreNormBlock", {}),
-    ("separate_attention.py:MultiHeadAttention", {}), ("fused_attention.py:FusedAttention", {}),
-    ("separate_attention.py:CausalSelfAttention", {"causal": True}),
-    ("fused_attention.py:CausalAttention", {"causal": True}),
-    ("separate_block.py:PostNormBlock", {}), ("separate_block.py:PreNormBlock", {}), ("fused_block.py:Block", {}),
-    ("other_styles.py:EinsumParams", {}), ("other_styles.py:HeadParams", {}),
-    ("gqa_attention.py:GroupedQueryAttention", {}), ("gqa_attention.py:MultiQueryAttention", {}),
-    ("gqa_attention.py:TiledGroups", {}), ("gqa_attention.py:FusedGQA", {}), ("gqa_attention.py:LlamaBlock", {}),
-])
+
+@pytest.mark.parametrize(
+    "target, kw",
+    [
+        ("ours.py:OurAttention", {}),
+        ("ours.py:OurCausalAttention", {"causal": True}),
+        ("ours.py:OurBlock", {}),
+        ("ours.py:OurPreNormBlock", {}),
+        ("separate_attention.py:MultiHeadAttention", {}),
+        ("fused_attention.py:FusedAttention", {}),
+        ("separate_attention.py:CausalSelfAttention", {"causal": True}),
+        ("fused_attention.py:CausalAttention", {"causal": True}),
+        ("separate_block.py:PostNormBlock", {}),
+        ("separate_block.py:PreNormBlock", {}),
+        ("fused_block.py:Block", {}),
+        ("other_styles.py:EinsumParams", {}),
+        ("other_styles.py:HeadParams", {}),
+        ("gqa_attention.py:GroupedQueryAttention", {}),
+        ("gqa_attention.py:MultiQueryAttention", {}),
+        ("gqa_attention.py:TiledGroups", {}),
+        ("gqa_attention.py:FusedGQA", {}),
+        ("gqa_attention.py:LlamaBlock", {}),
+    ],
+)
 def test_correct_modules_pass_with_no_finding_at_all(target, kw):
     report = run(target, **kw)
     assert report.findings == [], report.render()
@@ -77,8 +90,11 @@ FAULT_CASES = [  # (fault, class name, needs --causal); the same class name exis
     ("causal_off_by_one", "CausalOffByOne", True),
     ("inf_fill_no_guard", "InfFillNoGuard", False),
 ]
-BLOCK_CASES = [("shared_layernorm", "SharedLayerNorm"), ("norm_on_residual_path", "NormOnResidualPath"),
-               ("no_residual", "NoResidual")]
+BLOCK_CASES = [
+    ("shared_layernorm", "SharedLayerNorm"),
+    ("norm_on_residual_path", "NormOnResidualPath"),
+    ("no_residual", "NoResidual"),
+]
 
 
 @pytest.mark.parametrize("style", ["separate_attention.py", "fused_attention.py"])
@@ -91,8 +107,9 @@ def test_each_attention_fault_is_named_exactly(style, fault, cls, causal):
     if severity == "error":
         assert report.diagnosis["status"] == "fault" and report.diagnosis["fault"] == fault
         assert report.diagnosis["faults"] == [fault]
-        assert report.diagnosis["max_abs_diff_vs_faulty_reference"] < 1e-12 < report.diagnosis[
-            "max_abs_diff_vs_reference"]
+        assert (
+            report.diagnosis["max_abs_diff_vs_faulty_reference"] < 1e-12 < report.diagnosis["max_abs_diff_vs_reference"]
+        )
     else:  # a hazard that leaves real tokens right: the output matches the reference
         assert report.diagnosis["status"] == "matches" and report.errors == []
     assert all(f.fault == fault or f.explained_by == fault for f in report.findings)
@@ -110,14 +127,22 @@ def test_each_block_fault_is_named_exactly(style, fault, cls):
 
 # --- grouped-query attention ---------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cls, n_kv, style", [
-    ("GroupedQueryAttention", 2, "separate Linears (grouped-query attention, 2 key/value heads)"),
-    ("MultiQueryAttention", 1, "separate Linears (multi-query attention, 1 key/value head)"),
-    ("TiledGroups", 2, "separate Linears (grouped-query attention, 2 key/value heads, tiled: query head i uses "
-                       "key/value head i mod 2)"),
-    ("FusedGQA", 2, "fused qkv Linear (q|k|v, grouped-query attention, 2 key/value heads)"),
-    ("LlamaBlock", 2, "separate Linears (grouped-query attention, 2 key/value heads)"),
-])
+
+@pytest.mark.parametrize(
+    "cls, n_kv, style",
+    [
+        ("GroupedQueryAttention", 2, "separate Linears (grouped-query attention, 2 key/value heads)"),
+        ("MultiQueryAttention", 1, "separate Linears (multi-query attention, 1 key/value head)"),
+        (
+            "TiledGroups",
+            2,
+            "separate Linears (grouped-query attention, 2 key/value heads, tiled: query head i uses "
+            "key/value head i mod 2)",
+        ),
+        ("FusedGQA", 2, "fused qkv Linear (q|k|v, grouped-query attention, 2 key/value heads)"),
+        ("LlamaBlock", 2, "separate Linears (grouped-query attention, 2 key/value heads)"),
+    ],
+)
 def test_grouped_query_attention_is_mapped_with_its_key_value_heads(cls, n_kv, style):
     report = run(f"gqa_attention.py:{cls}")
     assert report.found["mapping"]["n_kv_heads"] == n_kv and report.found["mapping"]["style"] == style
@@ -126,8 +151,9 @@ def test_grouped_query_attention_is_mapped_with_its_key_value_heads(cls, n_kv, s
         assert "scaling" in report.passed, report.render()
 
 
-@pytest.mark.parametrize("fault, cls", [("no_scaling", "NoScaling"),
-                                        ("split_without_transpose", "SplitWithoutTranspose")])
+@pytest.mark.parametrize(
+    "fault, cls", [("no_scaling", "NoScaling"), ("split_without_transpose", "SplitWithoutTranspose")]
+)
 @pytest.mark.parametrize("d_model, n_heads", [(16, 4), (32, 8)])  # 2 key/value heads for 4 and for 8 query heads
 def test_grouped_query_attention_faults_are_named_exactly(fault, cls, d_model, n_heads):
     report = run(f"gqa_attention.py:{cls}", d_model=d_model, n_heads=n_heads)
@@ -149,8 +175,11 @@ def test_tiled_key_value_heads_are_compared_in_the_learners_head_order():
 
 
 def test_grouped_query_attention_through_a_user_map():
-    user_map = {f"{r}_proj.{p}": f"{u}.{p}" for r, u in zip("qkvo", ("alpha", "beta", "gamma", "delta"))
-                for p in ("weight", "bias")}
+    user_map = {
+        f"{r}_proj.{p}": f"{u}.{p}"
+        for r, u in zip("qkvo", ("alpha", "beta", "gamma", "delta"))
+        for p in ("weight", "bias")
+    }
     report = run("gqa_attention.py:Renamed", mapping=user_map)
     assert report.diagnosis["status"] == "matches" and report.found["mapping"]["n_kv_heads"] == 2
 
@@ -182,8 +211,11 @@ def test_mapping_styles_and_user_map():
     assert run("other_styles.py:EinsumParams").found["mask"]["sense"] == "additive"
     renamed = run("other_styles.py:Renamed")  # names say nothing: the mapping is read from the dataflow
     assert renamed.diagnosis["status"] == "matches" and renamed.found["mapping"]["style"].startswith("observed")
-    user_map = {f"{r}_proj.{p}": f"{u}.{p}" for r, u in zip("qkvo", ("alpha", "beta", "gamma", "delta"))
-                for p in ("weight", "bias")}
+    user_map = {
+        f"{r}_proj.{p}": f"{u}.{p}"
+        for r, u in zip("qkvo", ("alpha", "beta", "gamma", "delta"))
+        for p in ("weight", "bias")
+    }
     assert run("other_styles.py:Renamed", mapping=user_map).diagnosis["status"] == "matches"
     with pytest.raises(CheckError, match="unknown reference parameter 'nope'"):
         run("other_styles.py:Renamed", mapping={"nope": "alpha.weight"})
@@ -278,13 +310,17 @@ def test_python_api_takes_classes_and_instances_without_changing_them():
 
 # --- 3. modules that cannot be run --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("target, kw, expected", [
-    ("broken.py:Raises", {}, "raised RuntimeError: not implemented yet; expected it to return out (B, T, D)"),
-    ("broken.py:ReturnsDict", {}, "returned dict; expected it to return out (B, T, D) or (out, weights)"),
-    ("broken.py:NeedsConfig", {}, "the doctor builds CLASS(d_model, n_heads) (use --factory FUNC"),
-    ("broken.py:Nope", {}, "has no 'Nope'; it defines: NeedsConfig, Raises"),
-    ("missing.py:X", {}, "no such file"),
-])
+
+@pytest.mark.parametrize(
+    "target, kw, expected",
+    [
+        ("broken.py:Raises", {}, "raised RuntimeError: not implemented yet; expected it to return out (B, T, D)"),
+        ("broken.py:ReturnsDict", {}, "returned dict; expected it to return out (B, T, D) or (out, weights)"),
+        ("broken.py:NeedsConfig", {}, "the doctor builds CLASS(d_model, n_heads) (use --factory FUNC"),
+        ("broken.py:Nope", {}, "has no 'Nope'; it defines: NeedsConfig, Raises"),
+        ("missing.py:X", {}, "no such file"),
+    ],
+)
 def test_unusable_modules_raise_one_line(target, kw, expected):
     with pytest.raises(CheckError) as info:
         run(target, **kw)
@@ -311,11 +347,18 @@ def test_the_learners_file_is_never_modified(tmp_path):
 
 # --- 4. the report ------------------------------------------------------------------------------------------------
 
-REPORTS = [("separate_attention.py:MaskAfterSoftmax", {}), ("fused_block.py:NormOnResidualPath", {}),
-           ("torch_adapter.py:TorchMHA", {}), ("other_styles.py:TwoMistakes", {}),
-           ("two_faults.py:NoScalingMaskAfterSoftmax", {}), ("other_styles.py:SoftmaxOverQueries", {}),
-           ("gqa_attention.py:TiledGroups", {}), ("qk_norm_attention.py:NormBeforeSplit", {}),
-           ("separate_attention.py:CausalOffByOne", {"causal": True}), ("broken.py:WrongShape", {})]
+REPORTS = [
+    ("separate_attention.py:MaskAfterSoftmax", {}),
+    ("fused_block.py:NormOnResidualPath", {}),
+    ("torch_adapter.py:TorchMHA", {}),
+    ("other_styles.py:TwoMistakes", {}),
+    ("two_faults.py:NoScalingMaskAfterSoftmax", {}),
+    ("other_styles.py:SoftmaxOverQueries", {}),
+    ("gqa_attention.py:TiledGroups", {}),
+    ("qk_norm_attention.py:NormBeforeSplit", {}),
+    ("separate_attention.py:CausalOffByOne", {"causal": True}),
+    ("broken.py:WrongShape", {}),
+]
 
 
 @pytest.mark.parametrize("target, kw", REPORTS)
@@ -340,18 +383,52 @@ def test_the_report_says_the_post_in_both_languages():
 
 def test_json_schema_is_stable():
     report = run("separate_attention.py:NoScaling").to_dict()
-    assert list(report) == ["schema", "target", "kind", "settings", "found", "findings", "faults", "passed",
-                            "skipped", "diagnosis", "summary"]
+    assert list(report) == [
+        "schema",
+        "target",
+        "kind",
+        "settings",
+        "found",
+        "findings",
+        "faults",
+        "passed",
+        "skipped",
+        "diagnosis",
+        "summary",
+    ]
     assert report["schema"] == "anatomy.doctor/1" and report["faults"] == ["no_scaling"]
-    assert set(report["settings"]) == {"d_model", "n_heads", "head_dim", "batch", "seq", "seed", "dtype",
-                                       "causal_flag", "tolerance", "computed_in", "tolerance_floor"}  # + additions
+    assert set(report["settings"]) == {
+        "d_model",
+        "n_heads",
+        "head_dim",
+        "batch",
+        "seq",
+        "seed",
+        "dtype",
+        "causal_flag",
+        "tolerance",
+        "computed_in",
+        "tolerance_floor",
+    }  # + additions
     assert set(report["found"]) >= {"call", "returns", "weights_shape", "mask", "causal", "mapping"}
     for f in report["findings"]:
         assert list(f) == ["probe", "severity", "fault", "explained_by", "message", "evidence", "where"]
         assert set(f["message"]) == {"en", "zh"}
-    assert list(report["diagnosis"])[:13] == ["status", "reason", "fault", "also", "mapping", "variant",
-                                              "max_abs_diff_vs_reference", "max_abs_diff_vs_faulty_reference",
-                                              "output_scale", "nearest", "first_difference", "faults", "also_pairs"]
+    assert list(report["diagnosis"])[:13] == [
+        "status",
+        "reason",
+        "fault",
+        "also",
+        "mapping",
+        "variant",
+        "max_abs_diff_vs_reference",
+        "max_abs_diff_vs_faulty_reference",
+        "output_scale",
+        "nearest",
+        "first_difference",
+        "faults",
+        "also_pairs",
+    ]
     assert list(report["diagnosis"])[13:] == ["sub_layer", "unexplained"]  # additions (docs/doctor.md)
     assert report["diagnosis"]["sub_layer"] is None and report["diagnosis"]["unexplained"] is None
     assert {"seq_first", "call_notes", "ignored_returns", "observed"} <= set(report["found"])
@@ -367,12 +444,15 @@ def test_json_schema_is_stable():
 QK = "qk_norm_attention.py"
 
 
-@pytest.mark.parametrize("cls, kind, eps, q, k", [
-    ("QKNormAttention", "rmsnorm", 1e-6, "q_norm", "k_norm"),  # torch.nn.RMSNorm(head_dim)
-    ("QKLayerNormAttention", "layernorm", 1e-5, "q_norm", "k_norm"),  # torch.nn.LayerNorm(head_dim), with a bias
-    ("HandWrittenRMSNorm", "rmsnorm", 1e-5, "query_norm", "key_norm"),  # its own class, a weight only
-    ("QKNormBlock", "rmsnorm", 1e-6, "self_attn.q_norm", "self_attn.k_norm"),  # a block: RMSNorm(D) eps 1e-5 too
-])
+@pytest.mark.parametrize(
+    "cls, kind, eps, q, k",
+    [
+        ("QKNormAttention", "rmsnorm", 1e-6, "q_norm", "k_norm"),  # torch.nn.RMSNorm(head_dim)
+        ("QKLayerNormAttention", "layernorm", 1e-5, "q_norm", "k_norm"),  # torch.nn.LayerNorm(head_dim), with a bias
+        ("HandWrittenRMSNorm", "rmsnorm", 1e-5, "query_norm", "key_norm"),  # its own class, a weight only
+        ("QKNormBlock", "rmsnorm", 1e-6, "self_attn.q_norm", "self_attn.k_norm"),  # a block: RMSNorm(D) eps 1e-5 too
+    ],
+)
 def test_a_correct_qk_norm_module_is_mapped_and_passes(cls, kind, eps, q, k):
     report = run(f"{QK}:{cls}")
     assert report.findings == [], report.render()
@@ -390,9 +470,14 @@ def test_a_correct_qk_norm_module_is_mapped_and_passes(cls, kind, eps, q, k):
     assert f"qk-norm   {kind} over head_dim, eps {eps:g} · {q}, {k}" in report.render(width=100)
 
 
-@pytest.mark.parametrize("fault, cls", [("no_scaling", "NoScaling"),
-                                        ("split_without_transpose", "SplitWithoutTranspose"),
-                                        ("mask_after_softmax", "MaskAfterSoftmax")])
+@pytest.mark.parametrize(
+    "fault, cls",
+    [
+        ("no_scaling", "NoScaling"),
+        ("split_without_transpose", "SplitWithoutTranspose"),
+        ("mask_after_softmax", "MaskAfterSoftmax"),
+    ],
+)
 @pytest.mark.parametrize("d_model, n_heads", [(16, 4), (24, 3)])
 def test_faults_on_a_qk_norm_module_are_named_exactly(fault, cls, d_model, n_heads):
     report = run(f"{QK}:{cls}", d_model=d_model, n_heads=n_heads)
@@ -410,8 +495,13 @@ def test_qk_norm_over_d_model_before_the_split_is_unexplained_at_q_norm():
     report = run(f"{QK}:NormBeforeSplit")
     assert report.diagnosis["status"] == "unexplained" and report.faults == set(), report.render()
     assert report.kind == "attention"
-    assert report.found["mapping"]["qk_norm"] == {"kind": "rmsnorm", "eps": 1e-6, "q_norm": "q_norm",
-                                                  "k_norm": "k_norm", "width": 16}
+    assert report.found["mapping"]["qk_norm"] == {
+        "kind": "rmsnorm",
+        "eps": 1e-6,
+        "q_norm": "q_norm",
+        "k_norm": "k_norm",
+        "width": 16,
+    }
     assert not any("q_norm." in r for r, _, _ in report.found["mapping"]["pairs"])  # (D,) cannot feed (Dh,)
     first = report.diagnosis["first_difference"]
     assert first["where"] == "output of q_norm" and first["reference"] == "q_norm"
@@ -427,8 +517,13 @@ def test_qk_norm_through_a_user_map_and_in_the_json_report(capsys):
     assert main(["check", str(ZOO / f"{QK}:Renamed"), "--map", json.dumps(user_map), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["diagnosis"]["status"] == "matches" and report["findings"] == []
-    assert report["found"]["mapping"]["qk_norm"] == {"kind": "rmsnorm", "eps": 1e-6, "q_norm": "alpha",
-                                                     "k_norm": "beta", "width": 4}
+    assert report["found"]["mapping"]["qk_norm"] == {
+        "kind": "rmsnorm",
+        "eps": 1e-6,
+        "q_norm": "alpha",
+        "k_norm": "beta",
+        "width": 4,
+    }
     assert ["q_norm.weight", "alpha.weight", "from --map"] in report["found"]["mapping"]["pairs"]
     with pytest.raises(CheckError, match="unknown reference parameter 'q_norm.gain'; valid names: .*k_norm.bias"):
         run(f"{QK}:Renamed", mapping={"q_norm.gain": "alpha.weight"})
@@ -436,15 +531,19 @@ def test_qk_norm_through_a_user_map_and_in_the_json_report(capsys):
 
 # --- positions inside attention -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cls, scheme, positions", [
-    ("RoPEAttention", "RoPE, interleaved layout (pairs 2i, 2i+1)", "relative"),
-    ("HalfRoPEAttention", "RoPE, half layout (pairs i, i + Dh/2)", "relative"),
-    ("Llama3RoPE", "RoPE, half layout (pairs i, i + Dh/2), base 500,000", "relative"),
-    ("CausalRoPE", "RoPE, half layout (pairs i, i + Dh/2)", "dependent"),  # no mask: the shift cannot be tried
-    ("ALiBiAttention", "ALiBi", "relative"),
-    ("CausalALiBi", "ALiBi", "dependent"),  # the one-sided bias of decoders: under the causal mask the same
-    ("CausalGQARoPE", "RoPE, half layout (pairs i, i + Dh/2)", "dependent"),  # its mask is ignored: no shift test
-])
+
+@pytest.mark.parametrize(
+    "cls, scheme, positions",
+    [
+        ("RoPEAttention", "RoPE, interleaved layout (pairs 2i, 2i+1)", "relative"),
+        ("HalfRoPEAttention", "RoPE, half layout (pairs i, i + Dh/2)", "relative"),
+        ("Llama3RoPE", "RoPE, half layout (pairs i, i + Dh/2), base 500,000", "relative"),
+        ("CausalRoPE", "RoPE, half layout (pairs i, i + Dh/2)", "dependent"),  # no mask: the shift cannot be tried
+        ("ALiBiAttention", "ALiBi", "relative"),
+        ("CausalALiBi", "ALiBi", "dependent"),  # the one-sided bias of decoders: under the causal mask the same
+        ("CausalGQARoPE", "RoPE, half layout (pairs i, i + Dh/2)", "dependent"),  # its mask is ignored: no shift test
+    ],
+)
 def test_a_relative_scheme_inside_attention_is_recognised_not_flagged(cls, scheme, positions):
     """A learner's RoPE or ALiBi attention (written without anatomy) matches our reference carrying that scheme;
     permuting tokens changing its outputs is by design, so the token-order probe stands down and says why."""
@@ -490,9 +589,15 @@ def test_a_llama_layer_in_metas_naming_with_rope_matches():
     w3 up, w2 down: no "gate" in any name): mapped, and equal to our block carrying RoPE."""
     report = run("rope_attention.py:RoPEBlock")
     assert report.kind == "block" and report.diagnosis["status"] == "matches", report.render()
-    assert report.diagnosis["variant"] == {"placement": "pre", "activation": "swiglu",
-                                           "positional": "RoPE, half layout (pairs i, i + Dh/2)"}
+    assert report.diagnosis["variant"] == {
+        "placement": "pre",
+        "activation": "swiglu",
+        "positional": "RoPE, half layout (pairs i, i + Dh/2)",
+    }
     pairs = {ref: yours for ref, yours, _ in report.found["mapping"]["pairs"]}
     assert (pairs["ffn.gate_proj.weight"], pairs["ffn.up_proj.weight"], pairs["ffn.down_proj.weight"]) == (
-        "w1.weight", "w3.weight", "w2.weight")
+        "w1.weight",
+        "w3.weight",
+        "w2.weight",
+    )
     assert report.errors == []

@@ -10,12 +10,15 @@ from anatomy.doctor.loading.limits import Hung, Step
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(d_model=0, n_heads=1), "d_model must be a positive integer, got 0"),
-    (dict(d_model=8, n_heads=True), "n_heads must be a positive integer, got True"),
-    (dict(d_model=8, n_heads=2, seq=2.5), "seq must be a positive integer, got 2.5"),
-    (dict(d_model=10, n_heads=4), "d_model=10 must be divisible by n_heads=4"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(d_model=0, n_heads=1), "d_model must be a positive integer, got 0"),
+        (dict(d_model=8, n_heads=True), "n_heads must be a positive integer, got True"),
+        (dict(d_model=8, n_heads=2, seq=2.5), "seq must be a positive integer, got 2.5"),
+        (dict(d_model=10, n_heads=4), "d_model=10 must be divisible by n_heads=4"),
+    ],
+)
 def test_require_sizes_names_the_size_that_is_wrong(kw, message):
     with pytest.raises(CheckError, match=message):
         require_sizes(**kw)

@@ -44,7 +44,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
         state[n] = 1
         for m in sorted(edges.get(n, ())):
             if state.get(m) == 1:
-                found.append(path[path.index(m):] + [m] if m in path else [n, m])
+                found.append(path[path.index(m) :] + [m] if m in path else [n, m])
             elif m not in state:
                 visit(m, path + [m])
         state[n] = 2

@@ -70,8 +70,7 @@ def test_split_without_transpose_marks_the_matmul_line():
 
 
 def test_sizes_options_change_the_rows():
-    t = trace_learner(str(ZOO / "trace_einsum_fused.py") + ":FusedAttention", d_model=20, n_heads=4, batch=3,
-                      seq=6)
+    t = trace_learner(str(ZOO / "trace_einsum_fused.py") + ":FusedAttention", d_model=20, n_heads=4, batch=3, seq=6)
     scores = next(row for row in t.rows if row.kind == "scores")
     assert scores.shape == [3, 4, 6, 6] and scores.dims == "(B, H, T, S)"
 
@@ -87,24 +86,30 @@ def test_bad_input_is_one_clear_line(tmp_path):
     with pytest.raises(CheckError, match="has no 'Nope'; it defines: Block"):
         trace_learner(str(ZOO / "trace_block.py") + ":Nope")
     src = tmp_path / "raises.py"
-    src.write_text("import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self, d, h):\n"
-                   "        super().__init__()\n        self.q = nn.Linear(d, d)\n\n    def forward(self, x):\n"
-                   "        return self.q(x).view(3, -1, 7)\n")
+    src.write_text(
+        "import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self, d, h):\n"
+        "        super().__init__()\n        self.q = nn.Linear(d, d)\n\n    def forward(self, x):\n"
+        "        return self.q(x).view(3, -1, 7)\n"
+    )
     with pytest.raises(CheckError, match=r"RuntimeError.*at line 9 of raises.py: `return self.q\(x\).view"):
         trace_learner(f"{src}:A")
     numpy_like = tmp_path / "numpy_like.py"
-    numpy_like.write_text("import torch\nimport torch.nn as nn\n\nclass A(nn.Module):\n"
-                          "    def __init__(self, d, h):\n        super().__init__()\n\n"
-                          "    def forward(self, x):\n        return torch.tensor(x.tolist())\n")
+    numpy_like.write_text(
+        "import torch\nimport torch.nn as nn\n\nclass A(nn.Module):\n"
+        "    def __init__(self, d, h):\n        super().__init__()\n\n"
+        "    def forward(self, x):\n        return torch.tensor(x.tolist())\n"
+    )
     with pytest.raises(CheckError, match="no tensor operation on x"):
         trace_learner(f"{numpy_like}:A")
 
 
 def test_a_forward_that_hangs_stops_at_the_limit(tmp_path):
     src = tmp_path / "hangs.py"
-    src.write_text("import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self, d, h):\n"
-                   "        super().__init__()\n\n    def forward(self, x):\n        while True:\n"
-                   "            x = x + 0\n")
+    src.write_text(
+        "import torch.nn as nn\n\nclass A(nn.Module):\n    def __init__(self, d, h):\n"
+        "        super().__init__()\n\n    def forward(self, x):\n        while True:\n"
+        "            x = x + 0\n"
+    )
     with pytest.raises(CheckTimeout, match="while tracing"):
         trace_learner(f"{src}:A", timeout=0.3)
 
@@ -145,7 +150,7 @@ def test_more_styles_follow_the_post(cls):
     assert any(k == core for k, _ in got)
 
 
-MASKED = '''import torch
+MASKED = """import torch
 import torch.nn as nn
 
 
@@ -172,7 +177,7 @@ class Repeats(nn.Module):
         q = self.q(x).view(b, t, self.h, -1).transpose(1, 2)
         s = (q @ q.transpose(-2, -1)).masked_fill(mask == 0, -1e9)
         return (torch.softmax(s, -1) @ q).transpose(1, 2).reshape(b, t, d)
-'''
+"""
 
 
 def test_a_required_mask_gets_none_and_a_failing_none_an_all_visible_mask(tmp_path):

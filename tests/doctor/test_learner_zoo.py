@@ -45,8 +45,10 @@ def judge(case: Case, report, err) -> str | None:
         probe = case.expect.partition(":")[2]
         return None if any(f.probe == probe for f in errors) else f"no {probe} error; faults {sorted(report.faults)}"
     if case.expect not in report.faults:
-        return (f"{case.expect} not named; faults {sorted(report.faults)}, diagnosis "
-                f"{report.diagnosis.get('status')} ({report.diagnosis.get('reason') or ''})")
+        return (
+            f"{case.expect} not named; faults {sorted(report.faults)}, diagnosis "
+            f"{report.diagnosis.get('status')} ({report.diagnosis.get('reason') or ''})"
+        )
     if report.exit_code() != 1:
         return "exit code 0 for an error"
     return None
@@ -104,8 +106,7 @@ def test_learner_module_gets_its_verdict(case):
     if report is not None:
         assert facts(case, report) == [], report.render()
     if report is not None and not case.correct and case.id not in LINE_GAPS:  # the diagnosis points at the line
-        assert pointed(case, report), (f"line {line_of(case)} not among {sorted(lines(report))}\n"
-                                       + report.render())
+        assert pointed(case, report), f"line {line_of(case)} not among {sorted(lines(report))}\n" + report.render()
 
 
 def test_the_zoo_covers_every_style_with_correct_and_buggy_modules():
@@ -138,9 +139,11 @@ def score() -> None:
         mark = "ok " if why is None and not more else "BAD" if why else "~  "
         print(f"{mark} {case.id:45s} {case.expect:25s} {why or ''}{' missing ' + ','.join(more) if more else ''}")
     n_ok = sum(c.correct for c in CASES)
-    print(f"correct modules right {ok_right}/{n_ok}, buggy modules right {bug_right}/{len(CASES) - n_ok}, "
-          f"correct modules given an error: {false_errors}; pitfall lines pointed at: {lines_right}/"
-          f"{len(CASES) - n_ok}")
+    print(
+        f"correct modules right {ok_right}/{n_ok}, buggy modules right {bug_right}/{len(CASES) - n_ok}, "
+        f"correct modules given an error: {false_errors}; pitfall lines pointed at: {lines_right}/"
+        f"{len(CASES) - n_ok}"
+    )
 
 
 if __name__ == "__main__":
@@ -148,6 +151,7 @@ if __name__ == "__main__":
 
 
 # --- a forward that ends the process (issue 16 point 8) ---------------------------------------------------------
+
 
 def test_sys_exit_in_forward_is_a_failed_forward_with_its_own_message(capsys):
     from anatomy.cli.main import main

@@ -14,11 +14,17 @@ from anatomy.tracing.steps import sizes_for
 
 ZOO = Path(__file__).parent / "zoo_learners"
 SIZES = sizes_for(12, 3, 2, 7)  # the modules here are built with d_model=12, n_heads=3
-CASES = [("trace_heads_loop.py", "MultiHeadAttention"), ("trace_einsum_fused.py", "FusedAttention"),
-         ("trace_split_no_transpose.py", "MultiHeadAttention"), ("trace_heads_loop.py", "MultiHeadAttentionC"),
-         ("trace_more_styles.py", "FlashStyle"), ("trace_more_styles.py", "GPT2Attention"),
-         ("trace_more_styles.py", "LazyAttention"), ("trace_annotated_block.py", "MultiHeadedAttention"),
-         ("trace_more_styles.py", "PreallocatedHeads")]
+CASES = [
+    ("trace_heads_loop.py", "MultiHeadAttention"),
+    ("trace_einsum_fused.py", "FusedAttention"),
+    ("trace_split_no_transpose.py", "MultiHeadAttention"),
+    ("trace_heads_loop.py", "MultiHeadAttentionC"),
+    ("trace_more_styles.py", "FlashStyle"),
+    ("trace_more_styles.py", "GPT2Attention"),
+    ("trace_more_styles.py", "LazyAttention"),
+    ("trace_annotated_block.py", "MultiHeadedAttention"),
+    ("trace_more_styles.py", "PreallocatedHeads"),
+]
 
 
 def build(name, cls, d=12, h=3):
@@ -58,12 +64,14 @@ def test_scale_by_model_width_is_seen_in_per_head_modules():
     """C**-0.5 in a Head module: the observed scale is 1/sqrt(D), not 1/sqrt(Dh) -- with the doctor's sizes too."""
     for d, h in ((12, 3), (16, 4)):
         sizes = sizes_for(d, h, 2, 7)
-        good = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttention", d, h), x_probe(d),
-                                        sizes=sizes))
-        bad = ob.observed_scale(record(build("trace_heads_loop.py", "MultiHeadAttentionC", d, h), x_probe(d),
-                                       sizes=sizes))
+        good = ob.observed_scale(
+            record(build("trace_heads_loop.py", "MultiHeadAttention", d, h), x_probe(d), sizes=sizes)
+        )
+        bad = ob.observed_scale(
+            record(build("trace_heads_loop.py", "MultiHeadAttentionC", d, h), x_probe(d), sizes=sizes)
+        )
         assert good.by == "Dh" and good.value == pytest.approx((d // h) ** -0.5)
-        assert bad.by == "D" and bad.value == pytest.approx(d ** -0.5)
+        assert bad.by == "D" and bad.value == pytest.approx(d**-0.5)
         assert "C ** -0.5" in bad.source
 
 
@@ -74,11 +82,11 @@ def test_scale_applied_to_q_before_the_matmul_counts():
             self.q, self.k = torch.nn.Linear(12, 12), torch.nn.Linear(12, 12)
 
         def forward(self, x):
-            q = self.q(x) / 12 ** 0.5  # scaled before the matmul, by D
+            q = self.q(x) / 12**0.5  # scaled before the matmul, by D
             return torch.softmax(q @ self.k(x).transpose(1, 2), dim=-1)
 
     sc = ob.observed_scale(record(PreScaled().double(), x_probe(), sizes=SIZES))
-    assert sc.value == pytest.approx(12 ** -0.5) and sc.by == "D"
+    assert sc.value == pytest.approx(12**-0.5) and sc.by == "D"
 
 
 def test_roles_follow_the_data_not_the_names():
@@ -117,7 +125,7 @@ class ManualSoftmax(torch.nn.Module):
             return z.view(b, t, h, dk).transpose(1, 2).reshape(b * h, t, dk)  # (B*H, T, Dh)
 
         q, k, v = fold(self.q(x)), fold(self.k(x)), fold(self.v(x))
-        s = torch.bmm(q, k.transpose(1, 2)) / dk ** 0.5  # (B*H, T, S)
+        s = torch.bmm(q, k.transpose(1, 2)) / dk**0.5  # (B*H, T, S)
         s = s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -1e4)
         s = s - s.max(dim=-1, keepdim=True)[0]
         e = torch.exp(s)
@@ -149,8 +157,8 @@ def test_scale_inside_baddbmm_alpha():
         def forward(self, x):
             q, k = self.q(x), self.k(x)
             empty = torch.empty(x.shape[0], x.shape[1], x.shape[1], dtype=x.dtype)
-            s = torch.baddbmm(empty, q, k.transpose(1, 2), beta=0, alpha=12 ** -0.5)
+            s = torch.baddbmm(empty, q, k.transpose(1, 2), beta=0, alpha=12**-0.5)
             return torch.softmax(s, -1)
 
     sc = ob.observed_scale(record(Baddbmm().double(), x_probe(), sizes=SIZES))
-    assert sc.value == pytest.approx(12 ** -0.5) and sc.by == "D"
+    assert sc.value == pytest.approx(12**-0.5) and sc.by == "D"

@@ -22,21 +22,60 @@ from anatomy.doctor.report.words import fmt
 ZOO = Path(__file__).parent / "zoo"
 
 
-@pytest.mark.parametrize("name, role", [
-    ("q_proj", "q"), ("W_Q", "q"), ("linear_q", "q"), ("to_q", "q"), ("query", "q"), ("wq", "q"), ("fc_q", "q"),
-    ("W_query_proj", "q"), ("key", "k"), ("k_lin", "k"), ("value", "v"), ("v", "v"), ("out_proj", "o"),
-    ("W_O", "o"), ("fc_out", "o"), ("qkv", "qkv"), ("c_attn", "qkv"), ("in_proj", "qkv"), ("to_qkv", "qkv"),
-    ("Wqkv", "qkv"), ("c_proj", None), ("proj", None), ("up_proj", None), ("weight", None), ("norm1", None),
-])
+@pytest.mark.parametrize(
+    "name, role",
+    [
+        ("q_proj", "q"),
+        ("W_Q", "q"),
+        ("linear_q", "q"),
+        ("to_q", "q"),
+        ("query", "q"),
+        ("wq", "q"),
+        ("fc_q", "q"),
+        ("W_query_proj", "q"),
+        ("key", "k"),
+        ("k_lin", "k"),
+        ("value", "v"),
+        ("v", "v"),
+        ("out_proj", "o"),
+        ("W_O", "o"),
+        ("fc_out", "o"),
+        ("qkv", "qkv"),
+        ("c_attn", "qkv"),
+        ("in_proj", "qkv"),
+        ("to_qkv", "qkv"),
+        ("Wqkv", "qkv"),
+        ("c_proj", None),
+        ("proj", None),
+        ("up_proj", None),
+        ("weight", None),
+        ("norm1", None),
+    ],
+)
 def test_parameter_names_map_to_roles(name, role):
     assert role_of(name) == role
 
 
-@pytest.mark.parametrize("name, role", [
-    ("q_norm", "q"), ("k_norm", "k"), ("query_norm", "q"), ("key_norm", "k"), ("q_layernorm", "q"),
-    ("k_layernorm", "k"), ("q_ln", "q"), ("norm_k", "k"), ("q_rmsnorm", "q"),
-    ("norm1", None), ("v_norm", None), ("out_norm", None), ("q_proj", None), ("ln_1", None), ("norm", None),
-])
+@pytest.mark.parametrize(
+    "name, role",
+    [
+        ("q_norm", "q"),
+        ("k_norm", "k"),
+        ("query_norm", "q"),
+        ("key_norm", "k"),
+        ("q_layernorm", "q"),
+        ("k_layernorm", "k"),
+        ("q_ln", "q"),
+        ("norm_k", "k"),
+        ("q_rmsnorm", "q"),
+        ("norm1", None),
+        ("v_norm", None),
+        ("out_norm", None),
+        ("q_proj", None),
+        ("ln_1", None),
+        ("norm", None),
+    ],
+)
 def test_qk_norm_names_map_to_q_and_k(name, role):
     assert qk_role(name) == role
 
@@ -57,8 +96,12 @@ def test_qk_norms_are_found_by_name_width_and_number():
     assert (named.q, named.k, named.kind, named.eps, named.width) == ("query_norm", "key_norm", "rmsnorm", 1e-4, 4)
     two, src, mods = find_qk_norm(_QKNorms({"a": 4, "b": 4}, layer=("a", "b")), "", 16, 4)  # the only two: in order
     assert (two.q, two.k, two.kind, two.eps) == ("a", "b", "layernorm", 1e-3)
-    assert {r: s.user for r, s in src.items()} == {"q_norm.weight": "a.weight", "q_norm.bias": "a.bias",
-                                                 "k_norm.weight": "b.weight", "k_norm.bias": "b.bias"}
+    assert {r: s.user for r, s in src.items()} == {
+        "q_norm.weight": "a.weight",
+        "q_norm.bias": "a.bias",
+        "k_norm.weight": "b.weight",
+        "k_norm.bias": "b.bias",
+    }
     assert mods == {"q_norm": "a", "k_norm": "b"}
     wide, src, _ = find_qk_norm(_QKNorms({"q_norm": 16, "k_norm": 16}), "", 16, 4)  # over D: not mapped
     assert wide.width == 16 and src == {}
@@ -128,11 +171,15 @@ class InPlace(_Base):  # writes into its inputs; still correct
         return out
 
 
-@pytest.mark.parametrize("cls, sense, layout", [
-    (InPlace, "bool_keep", "(B, S)"),
-    (IntMask, "bool_keep", "(B, S)"), (FullBoolIgnore, "bool_ignore", "(B, 1, S)"),  # mask[:, None] broadcasts
-    (KeywordOnly, "bool_keep", "(B, 1, 1, S)"),  # ~mask on (B, S) would not broadcast against (B, H, T, S)
-])
+@pytest.mark.parametrize(
+    "cls, sense, layout",
+    [
+        (InPlace, "bool_keep", "(B, S)"),
+        (IntMask, "bool_keep", "(B, S)"),
+        (FullBoolIgnore, "bool_ignore", "(B, 1, S)"),  # mask[:, None] broadcasts
+        (KeywordOnly, "bool_keep", "(B, 1, 1, S)"),  # ~mask on (B, S) would not broadcast against (B, H, T, S)
+    ],
+)
 def test_mask_conventions_are_discovered(cls, sense, layout):
     report = check(cls)
     assert (report.found["mask"]["sense"], report.found["mask"]["layout"]) == (sense, layout)
@@ -187,13 +234,27 @@ def test_the_same_check_gives_the_same_report_and_leaves_the_rng_alone():
 
 
 def test_numbers_print_short():
-    assert [fmt(v) for v in (0.0, 0.5548, 3.9e-16, 12345.0, math.inf, None, 7)] == \
-        ["0", "0.5548", "3.9e-16", "1.2e+04", "inf", "n/a", "7"]
+    assert [fmt(v) for v in (0.0, 0.5548, 3.9e-16, 12345.0, math.inf, None, 7)] == [
+        "0",
+        "0.5548",
+        "3.9e-16",
+        "1.2e+04",
+        "inf",
+        "n/a",
+        "7",
+    ]
 
 
 def _reference(kind: str) -> nn.Module:
-    ref = (MultiHeadAttention(d_model=16, n_heads=4, kernel="math") if kind == "attention"
-           else EncoderBlock.build(d_model=16, n_heads=4, kernel="math")).double().eval()
+    ref = (
+        (
+            MultiHeadAttention(d_model=16, n_heads=4, kernel="math")
+            if kind == "attention"
+            else EncoderBlock.build(d_model=16, n_heads=4, kernel="math")
+        )
+        .double()
+        .eval()
+    )
     randomize(ref, 16, 0)  # gains != 1: a shared norm must show
     return ref
 
@@ -202,8 +263,12 @@ def test_faults_that_shadow_the_same_part_of_the_reference_are_not_paired():
     pairs = compatible_pairs(_reference("attention"), list(ATTENTION_FAULTS))
     assert ("no_scaling", "mask_after_softmax") in pairs
     assert ("split_without_transpose", "merge_wrong_transpose") in pairs
-    for same in [("no_scaling", "scale_by_d_model"), ("mask_after_softmax", "padding_mask_on_queries"),
-                 ("mask_after_softmax", "causal_off_by_one"), ("padding_mask_on_queries", "causal_off_by_one")]:
+    for same in [
+        ("no_scaling", "scale_by_d_model"),
+        ("mask_after_softmax", "padding_mask_on_queries"),
+        ("mask_after_softmax", "causal_off_by_one"),
+        ("padding_mask_on_queries", "causal_off_by_one"),
+    ]:
         assert same not in pairs  # both scales; three knobs that each replace the kernel
     assert len(pairs) == 21 - 4
     block = compatible_pairs(_reference("block"), list(ATTENTION_FAULTS + BLOCK_FAULTS))

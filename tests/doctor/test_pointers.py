@@ -68,7 +68,7 @@ def test_mask_pointers_before_and_after_the_softmax():
 
         def forward(self, x):
             keep = torch.ones(7, 7, dtype=torch.bool).tril()
-            s = self.q(x) @ self.k(x).transpose(1, 2) / 12 ** 0.5
+            s = self.q(x) @ self.k(x).transpose(1, 2) / 12**0.5
             if self.after:
                 w = torch.softmax(s, -1)
                 return w.masked_fill(~keep, 0.0)
@@ -85,13 +85,23 @@ def test_mask_pointers_before_and_after_the_softmax():
 def test_point_fills_where_in_the_json_and_the_text():
     name = "trace_split_no_transpose.py"
     _, rec = rec_of(name, "MultiHeadAttention")
-    findings = [Finding("diagnosis", "error", "en", "zh", {}, fault="split_without_transpose"),
-                Finding("token_order", "error", "en", "zh", {}, explained_by="split_without_transpose"),
-                Finding("weights", "warning", "en", "zh", {})]
+    findings = [
+        Finding("diagnosis", "error", "en", "zh", {}, fault="split_without_transpose"),
+        Finding("token_order", "error", "en", "zh", {}, explained_by="split_without_transpose"),
+        Finding("weights", "warning", "en", "zh", {}),
+    ]
     point(findings, rec)
     assert findings[0].where and findings[1].where == findings[0].where and findings[2].where == []
-    report = Report("x.py:A", "attention", {"d_model": 12, "n_heads": 3, "head_dim": 4, "batch": 2, "seq": 7,
-                                            "seed": 0}, {}, findings, [], [], {"status": "fault"})
+    report = Report(
+        "x.py:A",
+        "attention",
+        {"d_model": 12, "n_heads": 3, "head_dim": 4, "batch": 2, "seq": 7, "seed": 0},
+        {},
+        findings,
+        [],
+        [],
+        {"status": "fault"},
+    )
     doc = report.to_dict()
     assert doc["findings"][0]["where"][0]["line"] == line_of(name, "q = self.W_q(x).view")
     text = report.render(lang="en")

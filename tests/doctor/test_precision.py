@@ -42,9 +42,15 @@ def test_the_forward_runs_with_its_inputs_dtype_as_default():
     assert torch.get_default_dtype() == before
 
 
-@pytest.mark.parametrize("target, kw", [("speech.py:WhisperBlock", {}), ("speech.py:WhisperAttention", {}),
-                                        ("llm.py:LlamaAttention", {"causal": True}),
-                                        ("llm_zh.py:QwenStyleAttention", {})])
+@pytest.mark.parametrize(
+    "target, kw",
+    [
+        ("speech.py:WhisperBlock", {}),
+        ("speech.py:WhisperAttention", {}),
+        ("llm.py:LlamaAttention", {"causal": True}),
+        ("llm_zh.py:QwenStyleAttention", {}),
+    ],
+)
 def test_modules_computing_in_float32_pass_with_the_floor_in_the_report(target, kw):
     report = check(str(REAL / target), **kw)
     assert report.errors == [], report.render()

@@ -38,8 +38,16 @@ def test_the_real_zoo_is_big_enough():
 
 
 def score() -> dict:
-    counts = {"correct_ok": 0, "correct": 0, "bugs_named": 0, "bugs": 0, "false_alarms": 0, "crashes": 0,
-              "refused": 0, "lines": 0}
+    counts = {
+        "correct_ok": 0,
+        "correct": 0,
+        "bugs_named": 0,
+        "bugs": 0,
+        "false_alarms": 0,
+        "crashes": 0,
+        "refused": 0,
+        "lines": 0,
+    }
     for case in CASES:
         try:
             report, err = run(case)
@@ -61,9 +69,11 @@ def score() -> dict:
         mark = "ok " if why is None and not more else "BAD" if why else "~  "
         missing = " missing " + ",".join(more) if more else ""
         print(f"{mark} {case.id:45s} {case.expect:24s} {(why or '')[:150]}{missing}")
-    print(f"correct modules passing {counts['correct_ok']}/{counts['correct']}, bugs named {counts['bugs_named']}/"
-          f"{counts['bugs']}, false alarms {counts['false_alarms']}, refused {counts['refused']}, crashes "
-          f"{counts['crashes']}, bug lines pointed at {counts['lines']}/{counts['bugs']}")
+    print(
+        f"correct modules passing {counts['correct_ok']}/{counts['correct']}, bugs named {counts['bugs_named']}/"
+        f"{counts['bugs']}, false alarms {counts['false_alarms']}, refused {counts['refused']}, crashes "
+        f"{counts['crashes']}, bug lines pointed at {counts['lines']}/{counts['bugs']}"
+    )
     return counts
 
 

@@ -39,14 +39,22 @@ def test_a_pass_shows_its_warnings():
     assert lines[0].startswith("✓ PASS") and any("warning: NaN on fully-masked rows" in ln for ln in lines)
 
 
-@pytest.mark.parametrize("target", ["separate_attention.py:ScaleByDModel", "torch_adapter.py:TorchMHA",
-                                    "fused_block.py:SharedLayerNorm", "separate_attention.py:MultiHeadAttention"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "separate_attention.py:ScaleByDModel",
+        "torch_adapter.py:TorchMHA",
+        "fused_block.py:SharedLayerNorm",
+        "separate_attention.py:MultiHeadAttention",
+    ],
+)
 def test_chinese_short_answer_has_no_english_words_of_ours(target):
     lines = short_answer(check(str(ZOO / target)), lang="zh", width=1000)
     text = words(lines)
     assert len(lines) <= MAX_LINES
-    assert not any(w in text for w in ("NOT YET", "PASS", "where", "hint", "the post", "warning", "exit ", "also",
-                                        "error"))
+    assert not any(
+        w in text for w in ("NOT YET", "PASS", "where", "hint", "the post", "warning", "exit ", "also", "error")
+    )
     assert lines[0].startswith(("✗ 还不对", "✓ 通过"))
 
 

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptio
 @pytest.fixture(autouse=True)
 def safety_net():
     """Should the limit ever break, these tests fail after 20 s instead of hanging the suite."""
+
     def stop(signum, frame):
         pytest.fail("the check was still running after 20 s: the time limit did not stop it")
 
@@ -49,18 +50,29 @@ def test_a_forward_that_loops_forever_is_stopped_and_named():
     err, took = hang("hangs.py:LoopsForever")
     assert took < LIMIT + 2.0  # stopped near the limit, not after a full check
     assert isinstance(err, CheckError) and err.limit == LIMIT and str(err) == err.en
-    assert err.en.startswith("hangs.py:LoopsForever: forward(x) on x of shape (2, 6, 16), during the first call, "
-                             "did not finish within the time limit of 0.3 s (--timeout)")
+    assert err.en.startswith(
+        "hangs.py:LoopsForever: forward(x) on x of shape (2, 6, 16), during the first call, "
+        "did not finish within the time limit of 0.3 s (--timeout)"
+    )
     assert "在首次调用阶段，forward(x)（x 形状 (2, 6, 16)）没有在 0.3 秒的时限（--timeout）内结束" in err.zh
     assert "\n" not in err.en and "\n" not in err.zh
 
 
-@pytest.mark.parametrize("target, step_en, step_zh", [
-    ("hangs.py:HangsWithMask", "forward(x, mask) on x of shape (2, 6, 16) and a mask of shape (2, 6), during mask "
-                               "discovery,", "在 mask 格式探测阶段，forward(x, mask)"),
-    ("hangs.py:HangsInInit", "hangs.py:HangsInInit: HangsInInit(16, 4) (building the module)",
-     "构造模块 HangsInInit(16, 4) 时"),
-])
+@pytest.mark.parametrize(
+    "target, step_en, step_zh",
+    [
+        (
+            "hangs.py:HangsWithMask",
+            "forward(x, mask) on x of shape (2, 6, 16) and a mask of shape (2, 6), during mask discovery,",
+            "在 mask 格式探测阶段，forward(x, mask)",
+        ),
+        (
+            "hangs.py:HangsInInit",
+            "hangs.py:HangsInInit: HangsInInit(16, 4) (building the module)",
+            "构造模块 HangsInInit(16, 4) 时",
+        ),
+    ],
+)
 def test_the_step_that_hung_is_named(target, step_en, step_zh):
     err, took = hang(target)
     assert took < LIMIT + 2.0
@@ -69,8 +81,10 @@ def test_the_step_that_hung_is_named(target, step_en, step_zh):
 
 def test_a_file_whose_top_level_code_never_ends_is_stopped(tmp_path):
     src = tmp_path / "train_at_import.py"
-    src.write_text("import torch.nn as nn\n\nclass A(nn.Module):\n    pass\n\nstep = 0\nwhile step < 10:  # step += 1 "
-                   "is missing\n    pass\n")
+    src.write_text(
+        "import torch.nn as nn\n\nclass A(nn.Module):\n    pass\n\nstep = 0\nwhile step < 10:  # step += 1 "
+        "is missing\n    pass\n"
+    )
     with pytest.raises(CheckTimeout) as info:
         check(f"{src}:A", timeout=LIMIT)
     assert info.value.en.startswith("importing train_at_import.py (the code at the top level of the file) did not")
@@ -187,12 +201,23 @@ def test_a_callers_alarm_falling_due_as_steps_begin_and_end_arrives_exactly_once
 
 # --- the command line ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("lang, expected", [
-    ("en", "anatomy check: error: hangs.py:LoopsForever: forward(x) on x of shape (2, 6, 16), during the first call, "
-           "did not finish within the time limit of 0.3 s (--timeout)"),
-    ("zh", "anatomy check: error: hangs.py:LoopsForever：在首次调用阶段，forward(x)（x 形状 (2, 6, 16)）没有在 0.3 秒的"
-           "时限（--timeout）内结束"),
-])
+
+@pytest.mark.parametrize(
+    "lang, expected",
+    [
+        (
+            "en",
+            "anatomy check: error: hangs.py:LoopsForever: forward(x) on x of shape (2, 6, 16), during the first call, "
+            "did not finish within the time limit of 0.3 s (--timeout)",
+        ),
+        (
+            "zh",
+            "anatomy check: error: hangs.py:LoopsForever：在首次调用阶段，forward(x)（x 形状 (2, 6, 16)）"
+            "没有在 0.3 秒的"
+            "时限（--timeout）内结束",
+        ),
+    ],
+)
 def test_the_command_line_exits_2_naming_the_step(capsys, lang, expected):
     start = time.monotonic()
     assert main(["check", str(ZOO / "hangs.py:LoopsForever"), "--timeout", "0.3", "--lang", lang]) == 2
@@ -205,8 +230,12 @@ def test_the_command_line_exits_2_naming_the_step(capsys, lang, expected):
 def test_the_watchdog_ends_what_the_alarm_cannot_stop():
     """IgnoresAlarms switches SIGALRM off and spins (as C code that never returns would): the process is ended
     about one second after the limit, exit code 2, with the same line."""
-    proc = subprocess.run([sys.executable, "-m", "anatomy", "check", str(ZOO / "hangs.py:IgnoresAlarms"), "--timeout",
-                           "0.3"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "anatomy", "check", str(ZOO / "hangs.py:IgnoresAlarms"), "--timeout", "0.3"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("anatomy check: error: hangs.py:IgnoresAlarms: forward(x) on x of shape (2, 6, 16)")

@@ -31,6 +31,7 @@ def judge(number: int, **values) -> str:
 
 # --- §3 -------------------------------------------------------------------------------------------------------
 
+
 def test_c21_rule():
     base = dict(nope_equivariance_err=1e-16, wo_da_ni_diff_nope=1e-16, wo_da_ni_diff_sinusoidal=1.5)
     assert judge(21, **base, causal_nope_order_diff=0.01, nope_gain=0.6) == "nuanced"
@@ -41,8 +42,10 @@ def test_c21_rule():
 def test_c22_rule():
     assert judge(22, in_sinusoidal=0.70, in_concat=0.72, concat_params_ratio=3.9, train_steps=200) == "supported"
     assert judge(22, in_sinusoidal=0.90, in_concat=0.70, concat_params_ratio=3.9, train_steps=200) == "refuted"
-    assert judge(22, in_sinusoidal=[0.7, 0.9, 0.7], in_concat=[0.72, 0.7, 0.72], concat_params_ratio=3.9,
-                 train_steps=200) == "inconclusive"
+    assert (
+        judge(22, in_sinusoidal=[0.7, 0.9, 0.7], in_concat=[0.72, 0.7, 0.72], concat_params_ratio=3.9, train_steps=200)
+        == "inconclusive"
+    )
 
 
 def test_c23_rule():
@@ -68,8 +71,9 @@ def test_c26_rule_catches_the_swapped_clock_hands():
 
 
 def test_c27_rule():
-    base = dict(rotation_residual=1e-14, dot_shift_spread=1e-16, offset_r2_learned=0.1, offset_r2_rope=1.0,
-                offset_r2_alibi=1.0)
+    base = dict(
+        rotation_residual=1e-14, dot_shift_spread=1e-16, offset_r2_learned=0.1, offset_r2_rope=1.0, offset_r2_alibi=1.0
+    )
     assert judge(27, **base, offset_r2_sinusoidal=0.1) == "nuanced"
     assert judge(27, **base, offset_r2_sinusoidal=0.95) == "supported"
     assert judge(27, **{**base, "rotation_residual": 1e-3}, offset_r2_sinusoidal=0.95) == "refuted"
@@ -83,8 +87,18 @@ def test_c28_rule():
 
 
 def _pe(**deg):
-    base = dict(train_length=32, in_sinusoidal=0.7, past_sinusoidal=3.8, uniform=2.77, floor=0.565,
-                deg_alibi=0.05, deg_rope=1.0, deg_t5=0.1, deg_shaw=0.1, deg_none=1.0)
+    base = dict(
+        train_length=32,
+        in_sinusoidal=0.7,
+        past_sinusoidal=3.8,
+        uniform=2.77,
+        floor=0.565,
+        deg_alibi=0.05,
+        deg_rope=1.0,
+        deg_t5=0.1,
+        deg_shaw=0.1,
+        deg_none=1.0,
+    )
     return {**base, **deg}
 
 
@@ -101,8 +115,10 @@ def test_c30_c31_rules():
     assert judge(30, learned_raises_past_table=0, in_learned=0.7, past_learned=0.8, deg_learned=0.05) == "refuted"
     assert judge(31, in_sinusoidal=0.70, in_learned=0.72, floor=0.565, train_steps=200) == "supported"
     assert judge(31, in_sinusoidal=0.90, in_learned=0.70, floor=0.565, train_steps=200) == "refuted"
-    assert judge(31, in_sinusoidal=[0.9, 0.7, 0.7], in_learned=[0.7, 0.71, 0.9], floor=0.565,
-                 train_steps=200) == "inconclusive"
+    assert (
+        judge(31, in_sinusoidal=[0.9, 0.7, 0.7], in_learned=[0.7, 0.71, 0.9], floor=0.565, train_steps=200)
+        == "inconclusive"
+    )
 
 
 def test_c32_rule():
@@ -112,11 +128,24 @@ def test_c32_rule():
 
 # --- §4 -------------------------------------------------------------------------------------------------------
 
+
 def _c33(nores, nonorm, excess):
-    return dict(depth_deep=6, nan_or_osc_no_residual=nores, nan_or_osc_no_norm=nonorm, broken_runs=4,
-                nan_or_osc_pre_same_lrs=0, excess_no_residual=excess, excess_no_norm=excess, final_no_residual_mid=2.7,
-                final_no_norm_mid=2.2, final_pre_mid=0.7, failed_no_residual=2, failed_no_norm=1, nan_no_residual=0,
-                nan_no_norm=1)
+    return dict(
+        depth_deep=6,
+        nan_or_osc_no_residual=nores,
+        nan_or_osc_no_norm=nonorm,
+        broken_runs=4,
+        nan_or_osc_pre_same_lrs=0,
+        excess_no_residual=excess,
+        excess_no_norm=excess,
+        final_no_residual_mid=2.7,
+        final_no_norm_mid=2.2,
+        final_pre_mid=0.7,
+        failed_no_residual=2,
+        failed_no_norm=1,
+        nan_no_residual=0,
+        nan_no_norm=1,
+    )
 
 
 def test_c33_rule():
@@ -126,9 +155,16 @@ def test_c33_rule():
 
 
 def test_c34_rule():
-    base = dict(depth_shallow=2, depth_deep=6, degradation_residual=-0.05, grad_ratio_pre_init=2.2,
-                grad_ratio_pre_trained=8.0, grad_ratio_no_residual_init=1.8, token_cos_no_residual_init=0.99,
-                token_cos_pre_init=0.6)
+    base = dict(
+        depth_shallow=2,
+        depth_deep=6,
+        degradation_residual=-0.05,
+        grad_ratio_pre_init=2.2,
+        grad_ratio_pre_trained=8.0,
+        grad_ratio_no_residual_init=1.8,
+        token_cos_no_residual_init=0.99,
+        token_cos_pre_init=0.6,
+    )
     assert judge(34, **base, degradation_no_residual=1.5, grad_ratio_no_residual_trained=1.5) == "supported"
     assert judge(34, **base, degradation_no_residual=1.5, grad_ratio_no_residual_trained=0.002) == "nuanced"
     assert judge(34, **base, degradation_no_residual=0.0, grad_ratio_no_residual_trained=1.5) == "refuted"
@@ -136,15 +172,25 @@ def test_c34_rule():
 
 def test_c35_rule():
     base = dict(steps_cap=400, mse0_plain=1.0, mse0_residual=0.3)
-    assert judge(35, **base, steps_plain=400, steps_residual=180, final_mse_plain=0.8, final_mse_residual=0.003) == \
-        "supported"
-    assert judge(35, **base, steps_plain=300, steps_residual=400, final_mse_plain=0.001, final_mse_residual=0.02) == \
-        "refuted"
+    assert (
+        judge(35, **base, steps_plain=400, steps_residual=180, final_mse_plain=0.8, final_mse_residual=0.003)
+        == "supported"
+    )
+    assert (
+        judge(35, **base, steps_plain=300, steps_residual=400, final_mse_plain=0.001, final_mse_residual=0.02)
+        == "refuted"
+    )
 
 
 def test_c36_rule_refutes_the_post_norm_highway():
-    base = dict(depth_deep=6, highway_gain_post_init=0.2, highway_gain_pre=1.0, highway_gain_deepnorm=0.5,
-                grad_ratio_post_trained=2.0, grad_ratio_pre_trained=8.0)
+    base = dict(
+        depth_deep=6,
+        highway_gain_post_init=0.2,
+        highway_gain_pre=1.0,
+        highway_gain_deepnorm=0.5,
+        grad_ratio_post_trained=2.0,
+        grad_ratio_pre_trained=8.0,
+    )
     assert judge(36, **base, highway_gain_post=0.06) == "refuted"
     assert judge(36, **base, highway_gain_post=0.9) == "supported"
     assert judge(36, **base, highway_gain_post=[0.9, 0.06, 0.06]) == "inconclusive"
@@ -172,8 +218,12 @@ def test_c39_rule():
 
 
 def test_c39_reason_says_diverged_instead_of_printing_the_cap():
-    ms = {k: Metric(k, [float(v)] * 3) for k, v in dict(depth_deep=12, score_std_layernorm=1.45, failed_pre=0,
-                                                        n_lrs=4, score_std_no_norm=1e6, failed_no_norm=2).items()}
+    ms = {
+        k: Metric(k, [float(v)] * 3)
+        for k, v in dict(
+            depth_deep=12, score_std_layernorm=1.45, failed_pre=0, n_lrs=4, score_std_no_norm=1e6, failed_no_norm=2
+        ).items()
+    }
     verdict = CLAIMS[claim_id(39)].rule(ms)
     assert "not finite (training diverged) without" in verdict.reason_en
     assert "非有限（训练发散）" in verdict.reason_zh
@@ -193,17 +243,22 @@ def test_c40_c41_c42_rules():
 
 def test_c43_rule_separates_instability_from_its_claimed_cause():
     base = dict(depth_deep=6, failed_pre=0, lr_spread_pre=0.25, rms_growth_post_init=1.0, rms_growth_pre_init=1.8)
-    assert judge(43, **base, failed_post=1, lr_spread_post=1.6, rms_growth_post=1.08, rms_growth_pre=1.95) == \
-        "nuanced"
-    assert judge(43, **base, failed_post=1, lr_spread_post=1.6, rms_growth_post=3.0, rms_growth_pre=1.5) == \
-        "supported"
-    assert judge(43, **base, failed_post=0, lr_spread_post=0.25, rms_growth_post=3.0, rms_growth_pre=1.5) == \
-        "refuted"
+    assert judge(43, **base, failed_post=1, lr_spread_post=1.6, rms_growth_post=1.08, rms_growth_pre=1.95) == "nuanced"
+    assert judge(43, **base, failed_post=1, lr_spread_post=1.6, rms_growth_post=3.0, rms_growth_pre=1.5) == "supported"
+    assert judge(43, **base, failed_post=0, lr_spread_post=0.25, rms_growth_post=3.0, rms_growth_pre=1.5) == "refuted"
 
 
 def test_c44_c45_rules():
-    base = dict(depth_deep=6, n_lrs=3, lr_spread_deepnorm=1.0, failed_deepnorm=1, rough_deepnorm=0.5, best_pre=0.7,
-                best_post=1.1, best_deepnorm=1.8)
+    base = dict(
+        depth_deep=6,
+        n_lrs=3,
+        lr_spread_deepnorm=1.0,
+        failed_deepnorm=1,
+        rough_deepnorm=0.5,
+        best_pre=0.7,
+        best_post=1.1,
+        best_deepnorm=1.8,
+    )
     pre_better = dict(lr_spread_pre=0.25, lr_spread_post=1.6, failed_pre=0, failed_post=1)
     assert judge(44, **base, **pre_better, rough_pre=0.2, rough_post=0.6) == "supported"
     assert judge(44, **base, **pre_better, rough_pre=0.3, rough_post=0.3) == "nuanced"
@@ -214,6 +269,7 @@ def test_c44_c45_rules():
 
 
 # --- §5 -------------------------------------------------------------------------------------------------------
+
 
 def test_c46_c53_rules():
     base = dict(rows_checked=17, steps_missing=0, output_equals_input_shape=1, ffn_hidden_width=64)
@@ -232,8 +288,16 @@ def test_c47_rule():
 
 
 def test_c48_rule_sees_the_leak_that_flatters_the_loss():
-    base = dict(raised_merge=0, output_change_split=0.02, output_change_merge=0.03, future_leak_split=0.5,
-                future_leak_correct=0.0, floor=0.565, tf_loss_correct=0.7, prefix_loss_correct=0.7)
+    base = dict(
+        raised_merge=0,
+        output_change_split=0.02,
+        output_change_merge=0.03,
+        future_leak_split=0.5,
+        future_leak_correct=0.0,
+        floor=0.565,
+        tf_loss_correct=0.7,
+        prefix_loss_correct=0.7,
+    )
     assert judge(48, **base, raised_split=0, tf_loss_split=0.3, prefix_loss_split=2.0) == "nuanced"
     assert judge(48, **base, raised_split=0, tf_loss_split=0.9, prefix_loss_split=2.0) == "supported"
     assert judge(48, **base, raised_split=0, tf_loss_split=0.7, prefix_loss_split=0.7) == "refuted"
@@ -269,17 +333,19 @@ def test_c52_c54_rules():
 
 def test_c55_rule():
     base = dict(nan_large_init=0, final_large_init=2.8, nan_high_lr=1, final_high_lr=2.77)
-    assert judge(55, **base, failed_pre_mid=0, failed_large_init=1, failed_high_lr=1, failed_post_any_lr=1) == \
-        "supported"
-    assert judge(55, **base, failed_pre_mid=0, failed_large_init=1, failed_high_lr=0, failed_post_any_lr=1) == \
-        "nuanced"
-    assert judge(55, **base, failed_pre_mid=0, failed_large_init=0, failed_high_lr=0, failed_post_any_lr=0) == \
-        "refuted"
-    assert judge(55, **base, failed_pre_mid=1, failed_large_init=1, failed_high_lr=1, failed_post_any_lr=1) == \
-        "inconclusive"
+    assert (
+        judge(55, **base, failed_pre_mid=0, failed_large_init=1, failed_high_lr=1, failed_post_any_lr=1) == "supported"
+    )
+    assert judge(55, **base, failed_pre_mid=0, failed_large_init=1, failed_high_lr=0, failed_post_any_lr=1) == "nuanced"
+    assert judge(55, **base, failed_pre_mid=0, failed_large_init=0, failed_high_lr=0, failed_post_any_lr=0) == "refuted"
+    assert (
+        judge(55, **base, failed_pre_mid=1, failed_large_init=1, failed_high_lr=1, failed_post_any_lr=1)
+        == "inconclusive"
+    )
 
 
 # --- helpers and the smoke run ----------------------------------------------------------------------------------
+
 
 def test_markov_task_floor_and_rule():
     import torch
@@ -324,10 +390,20 @@ def test_smoke_run_records_every_metric_and_the_main_figures(smoke):
         assert all(m["n"] == 1 for m in c["metrics"].values())
         assert c["reason_en"] and c["reason_zh"]
     figures = {f for c in doc["claims"] for f in c["figures"]}
-    for name in ("C29-loss-by-position", "C27-scores-by-offset", "C44-loss-curves-by-depth-and-lr",
-                 "C43-residual-rms-and-gradient-per-layer", "C44-lr-sensitivity", "C35-identity-vs-zero",
-                 "C38-batchnorm-vs-layernorm", "C47-eight-heads-of-size-4", "C48-silent-bugs-training",
-                 "C52-ffn-width-and-overfitting", "C53-block-parameters", "C25-sinusoidal-table"):
+    for name in (
+        "C29-loss-by-position",
+        "C27-scores-by-offset",
+        "C44-loss-curves-by-depth-and-lr",
+        "C43-residual-rms-and-gradient-per-layer",
+        "C44-lr-sensitivity",
+        "C35-identity-vs-zero",
+        "C38-batchnorm-vs-layernorm",
+        "C47-eight-heads-of-size-4",
+        "C48-silent-bugs-training",
+        "C52-ffn-width-and-overfitting",
+        "C53-block-parameters",
+        "C25-sinusoidal-table",
+    ):
         assert f"figures/{name}.png" in figures
         assert (out / "figures" / f"{name}.png").stat().st_size > 1000
 

@@ -11,8 +11,25 @@ from anatomy.experiments.probes import attention_entropy, offset_profile
 from anatomy.experiments.registry import CLAIMS, Metric
 from anatomy.experiments.runner import run_claims, select
 
-MY_IDS = ["C1", "C2", "C3", "C7", "C8", "C9", "C10", "C11", "C12", "C13", "C14", "C15", "C16", "C17", "C18",
-          "C19", "C20"]
+MY_IDS = [
+    "C1",
+    "C2",
+    "C3",
+    "C7",
+    "C8",
+    "C9",
+    "C10",
+    "C11",
+    "C12",
+    "C13",
+    "C14",
+    "C15",
+    "C16",
+    "C17",
+    "C18",
+    "C19",
+    "C20",
+]
 
 
 def _claim(prefix: str):
@@ -46,17 +63,17 @@ CASES = [
     ("C3", dict(pair_h4_covers=0, pair_h4_ablation_min_drop=0.1, lm_h4_prev_char_mass=0.2), "refuted"),
     ("C3", dict(pair_h4_covers=1, pair_h4_ablation_min_drop=0.8, lm_h4_prev_char_mass=0.3), "nuanced"),
     # C7
-    ("C7", dict(mc_maxp_unscaled_dk64=0.95, mc_jac_ratio_dk64=0.05, real_maxp_unscaled_dk64_torchinit=0.9),
-     "supported"),
+    (
+        "C7",
+        dict(mc_maxp_unscaled_dk64=0.95, mc_jac_ratio_dk64=0.05, real_maxp_unscaled_dk64_torchinit=0.9),
+        "supported",
+    ),
     ("C7", dict(mc_maxp_unscaled_dk64=0.8, mc_jac_ratio_dk64=0.8, real_maxp_unscaled_dk64_torchinit=0.3), "nuanced"),
     ("C7", dict(mc_maxp_unscaled_dk64=0.3, mc_jac_ratio_dk64=1.0), "refuted"),
     # C8
-    ("C8", dict(progress_after_q1_unscaled=0.01, progress_after_q1_scaled=0.3, unscaled_minus_scaled=0.5),
-     "supported"),
-    ("C8", dict(progress_after_q1_unscaled=0.3, progress_after_q1_scaled=0.3, unscaled_minus_scaled=0.1),
-     "nuanced"),
-    ("C8", dict(progress_after_q1_unscaled=0.3, progress_after_q1_scaled=0.3, unscaled_minus_scaled=0.0),
-     "refuted"),
+    ("C8", dict(progress_after_q1_unscaled=0.01, progress_after_q1_scaled=0.3, unscaled_minus_scaled=0.5), "supported"),
+    ("C8", dict(progress_after_q1_unscaled=0.3, progress_after_q1_scaled=0.3, unscaled_minus_scaled=0.1), "nuanced"),
+    ("C8", dict(progress_after_q1_unscaled=0.3, progress_after_q1_scaled=0.3, unscaled_minus_scaled=0.0), "refuted"),
     # C9, C10
     ("C9", dict(shapes_match=1, output_shape_equals_input=1, maxdiff_vs_torch_fp64=1e-16), "supported"),
     ("C9", dict(shapes_match=0, output_shape_equals_input=1, maxdiff_vs_torch_fp64=1e-16), "refuted"),
@@ -88,8 +105,11 @@ CASES = [
     ("C17", dict(leak_1e9_fp32=0, leak_1e9_bf16=0, fp16_1e9_error=0), "supported"),
     ("C17", dict(leak_1e9_fp32=0, leak_1e9_bf16=0, fp16_1e9_error=1), "nuanced"),
     ("C17", dict(leak_1e9_fp32=0.01, leak_1e9_bf16=0, fp16_1e9_error=0), "refuted"),
-    ("C18", dict(c18_after_fwd=1, c18_after_grad_visible=1, c18_renorm_fwd=1e-3, c18_renorm_grad_visible=1e-3),
-     "supported"),
+    (
+        "C18",
+        dict(c18_after_fwd=1, c18_after_grad_visible=1, c18_renorm_fwd=1e-3, c18_renorm_grad_visible=1e-3),
+        "supported",
+    ),
     ("C18", dict(c18_after_fwd=1, c18_after_grad_visible=1, c18_renorm_fwd=0, c18_renorm_grad_visible=0), "nuanced"),
     ("C18", dict(c18_after_fwd=0, c18_after_grad_visible=0, c18_renorm_fwd=0, c18_renorm_grad_visible=0), "refuted"),
     ("C19", dict(causal_future_leak=0, causal_upper_weight_max=0), "supported"),
@@ -161,7 +181,12 @@ def test_smoke_run_of_these_claims_records_every_metric(tmp_path):
             assert not (isinstance(m["mean"], str) and m["mean"] == "nan"), f"{c['id']}: {name} is NaN"
         assert c["reason_en"] and c["reason_zh"]
     figures = {f for c in doc["claims"] for f in c["figures"]}
-    for name in ("C1-C3-attention-per-head", "C12-C14-head-count", "C5-C8-C16-score-saturation",
-                 "C8-C15-C16-init-and-scale-training", "C17-C20-mask-fills"):
+    for name in (
+        "C1-C3-attention-per-head",
+        "C12-C14-head-count",
+        "C5-C8-C16-score-saturation",
+        "C8-C15-C16-init-and-scale-training",
+        "C17-C20-mask-fills",
+    ):
         assert f"figures/{name}.png" in figures
         assert (tmp_path / "figures" / f"{name}.png").stat().st_size > 10_000

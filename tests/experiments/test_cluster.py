@@ -54,9 +54,21 @@ def head():
     for attempt in range(3):  # Ray gives its raylet 30 s to come up, which a loaded machine can exceed: try again
         port = _free_port()
         process = subprocess.Popen(
-            [*command, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-             f"--temp-dir={temp}", "--disable-usage-stats", "--block"],
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+            [
+                *command,
+                "start",
+                "--head",
+                f"--port={port}",
+                "--num-cpus=2",
+                "--include-dashboard=false",
+                f"--temp-dir={temp}",
+                "--disable-usage-stats",
+                "--block",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+        )
         while process.poll() is None and "Ray runtime started" not in (Path(temp) / "head.log").read_text():
             time.sleep(0.5)
         if process.poll() is None:
@@ -99,8 +111,9 @@ def test_three_claims_on_a_ray_cluster_equal_a_local_run(head, local, tmp_path, 
     address, _ = head
     local_out, local_doc = local
     out = tmp_path / "ray"
-    assert main(["claims", "run", *CLAIMS, "--preset", "smoke", "--out", str(out), "--cluster", address,
-                 "--quiet"]) == 0
+    assert (
+        main(["claims", "run", *CLAIMS, "--preset", "smoke", "--out", str(out), "--cluster", address, "--quiet"]) == 0
+    )
     import json
 
     doc = json.loads((out / "claims.json").read_text(encoding="utf-8"))
@@ -151,8 +164,23 @@ def test_a_worker_killed_in_the_middle_of_a_unit_is_retried_and_the_numbers_stay
 
 def test_a_wrong_cluster_address_is_one_line(tmp_path, capsys):
     port = _free_port()  # nothing listens there
-    assert main(["claims", "run", "C4", "--preset", "smoke", "--out", str(tmp_path), "--cluster",
-                 f"127.0.0.1:{port}", "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "claims",
+                "run",
+                "C4",
+                "--preset",
+                "smoke",
+                "--out",
+                str(tmp_path),
+                "--cluster",
+                f"127.0.0.1:{port}",
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--cluster 127.0.0.1:{port}: no Ray head answers there" in err
     assert main(["report", "--preset", "smoke", "--out", str(tmp_path), "--cluster", "head-without-port"]) == 2

@@ -29,12 +29,15 @@ def test_cuda_on_a_machine_without_it_is_refused_naming_what_is_available():
         devices.check_device("cuda:1")
 
 
-@pytest.mark.parametrize("name, said", [
-    ("gpu", "--device 'gpu': not a device name (expected cpu or cuda[:N]; available here: cpu"),
-    ("cuda:x", "--device 'cuda:x': not a device name"),
-    ("mps", "--device 'mps': the claims lab runs on cpu or cuda[:N], not mps"),
-    ("cpu:1", "--device 'cpu:1': there is one CPU device, cpu"),
-])
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("gpu", "--device 'gpu': not a device name (expected cpu or cuda[:N]; available here: cpu"),
+        ("cuda:x", "--device 'cuda:x': not a device name"),
+        ("mps", "--device 'mps': the claims lab runs on cpu or cuda[:N], not mps"),
+        ("cpu:1", "--device 'cpu:1': there is one CPU device, cpu"),
+    ],
+)
 def test_an_unknown_device_is_refused_in_one_line(name, said):
     with pytest.raises(ValueError) as err:
         devices.check_device(name)

@@ -28,8 +28,9 @@ def test_a_dry_run_of_paper_prints_its_plan_and_runs_nothing(tmp_path, capsys, m
     assert DEFAULT_SEEDS["paper"] == 5
     assert f"55 claims in {n_exp} experiments -> {5 * n_exp} units" in text and "on 4 local processes" in text
     assert "stored table of per-step costs measured at the paper preset" in text
-    rows = {line.split()[0]: line.split() for line in text.splitlines() if line.split() and line.split()[0]
-            in EXPERIMENTS}
+    rows = {
+        line.split()[0]: line.split() for line in text.splitlines() if line.split() and line.split()[0] in EXPERIMENTS
+    }
     assert set(rows) == {c.experiment for c in CLAIMS.values()}
     table = estimate.MEASURED["paper"]
     assert set(table) == set(EXPERIMENTS) and len(table) == 19  # every experiment measured: no row left blank
@@ -39,8 +40,11 @@ def test_a_dry_run_of_paper_prints_its_plan_and_runs_nothing(tmp_path, capsys, m
         assert seconds > 0 and row[-4:] == [str(5), str(steps), f"{seconds:.2f}", f"{seconds * 5 / 3600:.3f}"], row
         total += seconds * 5 / 3600
         longest = max(longest, seconds / 3600)
-    said = re.search(r"total: ([0-9.]+) CPU-hours; the longest unit ([0-9.]+) h; on 4 CPUs at least ([0-9.]+) h of "
-                     "wall time", text)
+    said = re.search(
+        r"total: ([0-9.]+) CPU-hours; the longest unit ([0-9.]+) h; on 4 CPUs at least ([0-9.]+) h of "
+        "wall time",
+        text,
+    )
     assert said and abs(float(said.group(1)) - total) < 0.006 and abs(float(said.group(2)) - longest) < 0.006
     assert abs(float(said.group(3)) - max(total / 4, longest)) < 0.006
     assert "?" not in text  # nothing unmeasured

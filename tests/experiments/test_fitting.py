@@ -75,8 +75,14 @@ def test_fit_takes_train_step_and_its_hook_sees_the_gradients(monkeypatch):
 
     monkeypatch.setattr(fitting, "train_step", counting)
     model, _ = _pair()
-    fit(model, _batches(), 4, lr=1e-3, warmup=2,
-        on_step=lambda s, m: seen.append((s, m.lm_head.weight.grad is not None)))
+    fit(
+        model,
+        _batches(),
+        4,
+        lr=1e-3,
+        warmup=2,
+        on_step=lambda s, m: seen.append((s, m.lm_head.weight.grad is not None)),
+    )
     assert calls == pytest.approx([5e-4, 1e-3, 1e-3, 1e-3])
     assert seen == [(0, True), (1, True), (2, True), (3, True)]
     assert all(p.grad is None for p in model.parameters())  # cleared after the last step
@@ -88,5 +94,6 @@ def test_a_nan_run_stays_nan_and_the_nan_step_is_taken():
     want = _plain_fit(plain, _batches(), 6, lr=1e6, clip=None)
     assert len(got) == 6 and math.isnan(got[-1])
     assert [repr(v) for v in got] == [repr(v) for v in want]
-    assert all(torch.equal(p, q) or (p.isnan() == q.isnan()).all() for p, q in zip(ours.parameters(),
-                                                                                   plain.parameters()))
+    assert all(
+        torch.equal(p, q) or (p.isnan() == q.isnan()).all() for p, q in zip(ours.parameters(), plain.parameters())
+    )

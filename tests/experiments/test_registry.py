@@ -19,8 +19,9 @@ def test_metric_summary_and_interval():
     assert m.to_dict()["values"] == [1.0, 2.0, 3.0]
 
 
-@pytest.mark.parametrize("values, verdict", [([0.5, 0.6, 0.7], "supported"), ([1.5, 1.6, 2.0], "refuted"),
-                                             ([0.5, 1.5, 0.7], "inconclusive")])
+@pytest.mark.parametrize(
+    "values, verdict", [([0.5, 0.6, 0.7], "supported"), ([1.5, 1.6, 2.0], "refuted"), ([0.5, 1.5, 0.7], "inconclusive")]
+)
 def test_holds_on_every_seed_gives_each_outcome(values, verdict):
     rule = holds_on_every_seed("x", lambda v: v < 1, "x is {value}", "x 为 {value}")
     v = rule({"x": Metric("x", values)})
@@ -107,8 +108,7 @@ def test_smoke_run_of_all_claims_writes_verdicts_metrics_and_reports(smoke_seria
     for c in stored["claims"]:
         assert c["verdict"] in ("supported", "refuted", "nuanced", "inconclusive")
         assert c["metrics"] and all("mean" in m and "ci95" in m for m in c["metrics"].values())
-        assert set(c) >= {"id", "section", "statement_zh", "statement_en", "verdict", "metrics", "figures",
-                          "runtime_s"}
+        assert set(c) >= {"id", "section", "statement_zh", "statement_en", "verdict", "metrics", "figures", "runtime_s"}
         for fig in c["figures"]:
             assert (tmp_path / fig).stat().st_size > 1000
     for name in ("report.md", "report.zh.md", "index.html"):
@@ -135,6 +135,7 @@ def test_runs_made_in_parallel_merge_into_one_report(tmp_path):
     assert [c["id"] for c in merged["claims"]] == ["C4-multihead-parameters", "C5-dot-variance"]
     assert (tmp_path / "m" / "figures" / "C5-dot-product-variance.png").is_file()
     assert "C4-multihead-parameters" in (tmp_path / "m" / "report.md").read_text(encoding="utf-8")
-    assert main(["claims", "run", "C4", "--preset", "quick", "--seeds", "1", "--out", str(tmp_path / "q"),
-                 "--quiet"]) == 0
+    assert (
+        main(["claims", "run", "C4", "--preset", "quick", "--seeds", "1", "--out", str(tmp_path / "q"), "--quiet"]) == 0
+    )
     assert main(["claims", "merge", str(tmp_path / "a"), str(tmp_path / "q"), "--out", str(tmp_path / "x")]) == 2

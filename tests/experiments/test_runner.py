@@ -47,7 +47,8 @@ def test_parallel_and_serial_claims_json_agree_on_every_verdict_and_deterministi
         assert "wall-clock" in serial["claims"][select(None).index(cid)]["nondeterministic"]["why"]
     assert (tmp_path / "parallel" / "index.html").is_file()
     assert sorted(p.name for p in (tmp_path / "parallel" / "figures").iterdir()) == sorted(
-        p.name for p in (serial_out / "figures").iterdir())
+        p.name for p in (serial_out / "figures").iterdir()
+    )
 
 
 def test_every_nondeterministic_pattern_names_metrics_an_experiment_records():
@@ -86,8 +87,9 @@ def test_a_failing_run_in_a_worker_stops_the_run_with_its_error(tmp_path, where)
     tasks = [("no-such-experiment", 0), ("head-parameters", 0)]
     seen = []
     with pytest.raises(KeyError, match="no-such-experiment"):
-        runner._run_pool(tasks if where == "worker" else tasks[::-1], "smoke", tmp_path, 2,
-                         lambda task, result: seen.append(task))
+        runner._run_pool(
+            tasks if where == "worker" else tasks[::-1], "smoke", tmp_path, 2, lambda task, result: seen.append(task)
+        )
     assert seen in ([], [("head-parameters", 0)])
 
 
@@ -116,8 +118,7 @@ def test_jobs_must_be_a_positive_integer(tmp_path, capsys):
 
 def test_the_cli_runs_claims_in_parallel(tmp_path, capsys):
     out = Path(tmp_path / "o")
-    assert main(["claims", "run", "C4", "C11", "--preset", "smoke", "--out", str(out), "--jobs", "2",
-                 "--quiet"]) == 0
+    assert main(["claims", "run", "C4", "C11", "--preset", "smoke", "--out", str(out), "--jobs", "2", "--quiet"]) == 0
     doc = json.loads((out / "claims.json").read_text(encoding="utf-8"))
     assert doc["environment"]["jobs"] == 2 and [c["id"].split("-")[0] for c in doc["claims"]] == ["C4", "C11"]
     assert "not reproducible bit for bit" in capsys.readouterr().out  # C11 times kernels, and says so
@@ -128,7 +129,25 @@ def test_a_worker_that_dies_stops_the_run_with_one_line(tmp_path, monkeypatch, c
         raise runner.WorkerDied("a worker process died during head-count (seed 0)")
 
     monkeypatch.setattr(runner, "_run_pool", dying)
-    assert main(["claims", "run", "C1", "C4", "--preset", "smoke", "--seeds", "2", "--out", str(tmp_path),
-                 "--jobs", "2", "--quiet"]) == 1
+    assert (
+        main(
+            [
+                "claims",
+                "run",
+                "C1",
+                "C4",
+                "--preset",
+                "smoke",
+                "--seeds",
+                "2",
+                "--out",
+                str(tmp_path),
+                "--jobs",
+                "2",
+                "--quiet",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "worker process died during head-count" in err

@@ -35,15 +35,19 @@ def _strip(doc: dict) -> dict:
     return {"preset": doc["preset"], "seeds": doc["seeds"], "environment": env, "claims": claims}
 
 
-def test_a_report_killed_with_sigkill_resumes_and_ends_equal_to_an_uninterrupted_one(tmp_path, smoke_serial,
-                                                                                      monkeypatch):
+def test_a_report_killed_with_sigkill_resumes_and_ends_equal_to_an_uninterrupted_one(
+    tmp_path, smoke_serial, monkeypatch
+):
     _, uninterrupted = smoke_serial  # run_claims(None, preset="smoke", jobs=1): what `anatomy report` runs
     n_units = len({c["experiment"] for c in uninterrupted["claims"]})  # one seed at smoke
     out = tmp_path / "report"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    child = subprocess.Popen([sys.executable, "-m", "anatomy", "report", "--preset", "smoke", "--jobs", "1",
-                              "--quiet", "--out", str(out)], env=env, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "anatomy", "report", "--preset", "smoke", "--jobs", "1", "--quiet", "--out", str(out)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     units = out / "units"
     while child.poll() is None and len(list(units.glob("*.seed0.json"))) < 4:
         time.sleep(0.05)
@@ -74,8 +78,13 @@ def test_a_report_killed_with_sigkill_resumes_and_ends_equal_to_an_uninterrupted
 def test_a_finished_unit_is_written_as_it_completes_and_a_resume_of_a_whole_run_runs_nothing(tmp_path):
     doc = run_claims(["C4", "C5"], preset="smoke", seeds=2, out=tmp_path, progress=False)
     names = sorted(p.name for p in (tmp_path / "units").iterdir())
-    assert names == ["dot-product-variance.seed0.json", "dot-product-variance.seed1.json",
-                     "head-parameters.seed0.json", "head-parameters.seed1.json", "run.json"]
+    assert names == [
+        "dot-product-variance.seed0.json",
+        "dot-product-variance.seed1.json",
+        "head-parameters.seed0.json",
+        "head-parameters.seed1.json",
+        "run.json",
+    ]
     unit = json.loads((tmp_path / "units" / "dot-product-variance.seed1.json").read_text(encoding="utf-8"))
     c5 = next(c for c in doc["claims"] if c["id"].startswith("C5"))
     name = next(iter(c5["metrics"]))

@@ -56,8 +56,7 @@ def gpt2():
 def eos(gpt2):
     """A token the beams do produce, so that hypotheses finish early and the finishing rules are exercised."""
     hf, _ = gpt2
-    free = hf.generate(PADDED, attention_mask=LEFT, max_new_tokens=20, num_beams=4, do_sample=False,
-                       pad_token_id=PAD)
+    free = hf.generate(PADDED, attention_mask=LEFT, max_new_tokens=20, num_beams=4, do_sample=False, pad_token_id=PAD)
     return int(free[0, 9 + 3])
 
 
@@ -75,9 +74,18 @@ def test_num_beams_4_gives_hf_generate_tokens(gpt2):
     assert torch.equal(got, want)
 
 
-@pytest.mark.parametrize("kw", [{}, {"early_stopping": True}, {"early_stopping": "never", "length_penalty": 0.0},
-                                {"early_stopping": "never", "length_penalty": 2.0}, {"length_penalty": -1.0},
-                                {"repetition_penalty": 1.3}, {"num_return_sequences": 3}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"early_stopping": True},
+        {"early_stopping": "never", "length_penalty": 0.0},
+        {"early_stopping": "never", "length_penalty": 2.0},
+        {"length_penalty": -1.0},
+        {"repetition_penalty": 1.3},
+        {"num_return_sequences": 3},
+    ],
+)
 def test_finishing_rules_match_hf(gpt2, eos, kw):
     want, got = _both(gpt2, eos_token_id=eos, **kw)
     assert got.shape == want.shape
@@ -88,17 +96,19 @@ def test_finishing_rules_match_hf(gpt2, eos, kw):
 
 def test_num_return_sequences_are_each_prompts_best_beams(gpt2, eos):
     hf, ours = gpt2
-    four = generate(ours, PADDED, LEFT, max_new_tokens=12, num_beams=4, num_return_sequences=4, eos_token_id=eos,
-                    pad_token_id=PAD)
-    two = generate(ours, PADDED, LEFT, max_new_tokens=12, num_beams=4, num_return_sequences=2, eos_token_id=eos,
-                   pad_token_id=PAD)
+    four = generate(
+        ours, PADDED, LEFT, max_new_tokens=12, num_beams=4, num_return_sequences=4, eos_token_id=eos, pad_token_id=PAD
+    )
+    two = generate(
+        ours, PADDED, LEFT, max_new_tokens=12, num_beams=4, num_return_sequences=2, eos_token_id=eos, pad_token_id=PAD
+    )
     one = generate(ours, PADDED, LEFT, max_new_tokens=12, num_beams=4, eos_token_id=eos, pad_token_id=PAD)
     assert four.shape[0] == 12 and two.shape[0] == 6 and one.shape[0] == 3
     for row in range(3):  # the sequences of a prompt are adjacent, best first
         assert torch.equal(four[4 * row, :9], PADDED[row]) and torch.equal(two[2 * row, :9], PADDED[row])
         n = one.shape[1]
         assert torch.equal(one[row], two[2 * row, :n]) and (two[2 * row, n:] == PAD).all()
-        assert len({tuple(r.tolist()) for r in four[4 * row: 4 * row + 4]}) == 4  # distinct hypotheses
+        assert len({tuple(r.tolist()) for r in four[4 * row : 4 * row + 4]}) == 4  # distinct hypotheses
 
 
 def test_beam_search_finds_a_likelier_sequence_than_greedy(gpt2):
@@ -119,14 +129,27 @@ def test_beam_search_finds_a_likelier_sequence_than_greedy(gpt2):
 
 def test_llama_and_t5_beams_match_hf():
     torch.manual_seed(0)
-    hf = _perturb(LlamaForCausalLM(LlamaConfig(
-        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        vocab_size=V, max_position_embeddings=64)))
+    hf = _perturb(
+        LlamaForCausalLM(
+            LlamaConfig(
+                num_hidden_layers=2,
+                hidden_size=32,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                vocab_size=V,
+                max_position_embeddings=64,
+            )
+        )
+    )
     kw = dict(max_new_tokens=15, num_beams=3, pad_token_id=PAD, eos_token_id=2, repetition_penalty=1.2)
     assert torch.equal(generate(from_hf(hf), IDS, **kw), hf.generate(IDS, do_sample=False, **kw))
     torch.manual_seed(0)
-    t5 = _perturb(T5ForConditionalGeneration(T5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8,
-                                                      num_heads=4, d_ff=64, vocab_size=V)))
+    t5 = _perturb(
+        T5ForConditionalGeneration(
+            T5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=V)
+        )
+    )
     right = LEFT.flip(-1)
     kw = dict(max_new_tokens=12, num_beams=4, pad_token_id=5, eos_token_id=1, num_return_sequences=2)
     want = t5.generate(input_ids=IDS, attention_mask=right, do_sample=False, decoder_start_token_id=0, **kw)
@@ -136,8 +159,7 @@ def test_llama_and_t5_beams_match_hf():
 
 def test_several_eos_ids_keep_more_candidates_like_hf(gpt2, eos):
     hf, _ = gpt2
-    free = hf.generate(PADDED, attention_mask=LEFT, max_new_tokens=20, num_beams=4, do_sample=False,
-                       pad_token_id=PAD)
+    free = hf.generate(PADDED, attention_mask=LEFT, max_new_tokens=20, num_beams=4, do_sample=False, pad_token_id=PAD)
     other = next(int(t) for t in free[1, 9:] if int(t) != eos)  # a second token the beams produce
     want, got = _both(gpt2, eos_token_id=[eos, other])  # (HF keeps 3 * num_beams candidates per step then)
     assert torch.equal(got, want)

@@ -22,8 +22,10 @@ ACCEPTED = {
     "llama-mqa-interleaved": ("llama", dict(n_kv_heads=1, rope_layout="interleaved")),
     "alibi-post": ("gpt2", dict(positional="alibi", norm_position="post", final_norm=False)),
     "sinusoidal-sandwich-geglu": ("gpt2", dict(positional="sinusoidal", norm_position="sandwich", activation="geglu")),
-    "none-deepnorm-rmsnorm": ("gpt2", dict(positional="none", norm_position="deepnorm", norm="rmsnorm",
-                                           final_norm=False)),
+    "none-deepnorm-rmsnorm": (
+        "gpt2",
+        dict(positional="none", norm_position="deepnorm", norm="rmsnorm", final_norm=False),
+    ),
     "separate-qkv-nobias-sdpa": ("gpt2", dict(fused_qkv=False, bias=False, kernel="sdpa")),
     "scaled-embeddings-untied": ("gpt2", dict(scale_embeddings=True, tie_embeddings=False)),
     "decoupled-heads": ("llama", dict(n_heads=2, n_kv_heads=1, head_dim=24)),  # H·Dh = 48 != d_model = 32
@@ -86,7 +88,7 @@ def test_greedy_tokens_identical_batched_and_alone(name):
     assert torch.equal(fast, slow)
     for row in range(ids.shape[0]):  # a left-padded row equals its prompt alone
         real = mask[row].bool()
-        alone = generate(model, ids[row: row + 1, real], max_new_tokens=12)
+        alone = generate(model, ids[row : row + 1, real], max_new_tokens=12)
         assert torch.equal(alone[0, -12:], fast[row, -12:])
 
 
@@ -95,8 +97,9 @@ def test_bfloat16_models_give_the_same_tokens(name):
     preset, overrides = ACCEPTED[name]
     model = _model(preset, **overrides).to(torch.bfloat16)  # norms fall back to their modules (float32 stats)
     ids, mask = _prompt()
-    assert torch.equal(generate(model, ids, mask, max_new_tokens=10),
-                       generate(model, ids, mask, max_new_tokens=10, fast=False))
+    assert torch.equal(
+        generate(model, ids, mask, max_new_tokens=10), generate(model, ids, mask, max_new_tokens=10, fast=False)
+    )
 
 
 def test_sampling_and_eos_follow_the_same_draws():
@@ -113,8 +116,9 @@ def test_refusals_name_the_reason_and_generate_falls_back():
     seen = []
     handle = model.stack.blocks[1].attn.hook_out.register_forward_hook(lambda m, i, o: seen.append(o.shape))
     try:
-        assert refusal(model) == ("a forward hook is attached to stack.blocks.1.attn.hook_out (inspection needs the "
-                                  "module path)")
+        assert refusal(model) == (
+            "a forward hook is attached to stack.blocks.1.attn.hook_out (inspection needs the module path)"
+        )
         generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=4)
     finally:
         handle.remove()
@@ -147,22 +151,30 @@ def test_a_class_from_elsewhere_is_declined_by_name_and_decodes_through_the_modu
     ids, mask = _prompt()
     before = generate(model, ids, mask, max_new_tokens=6)
     model.stack.blocks[0].ffn = _Foreign(model.stack.blocks[0].ffn)
-    assert refusal(model) == (f"stack.blocks.0.ffn is a {__name__}._Foreign, a class from outside anatomy and "
-                              "torch.nn")
+    assert refusal(model) == (f"stack.blocks.0.ffn is a {__name__}._Foreign, a class from outside anatomy and torch.nn")
     assert torch.equal(generate(model, ids, mask, max_new_tokens=6), before)
 
 
-@pytest.mark.parametrize("overrides", [dict(kernel="math"), dict(kernel="loop"), dict(positional="shaw"),
-                                       dict(attn_softcap=20.0), dict(parallel_residual=True)],
-                         ids=["math", "loop", "shaw", "softcap", "parallel"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(kernel="math"),
+        dict(kernel="loop"),
+        dict(positional="shaw"),
+        dict(attn_softcap=20.0),
+        dict(parallel_residual=True),
+    ],
+    ids=["math", "loop", "shaw", "softcap", "parallel"],
+)
 def test_every_design_decodes_through_the_view_with_the_module_paths_tokens(overrides):
     """What the old flattened step declined (teaching kernels, Shaw's value term, soft-capping, GPT-J's parallel
     residual) is the modules' own code on a view: accepted, and the tokens are the module path's."""
     model = _model("gpt2", **overrides)
     assert refusal(model) is None
     ids, mask = _prompt()
-    assert torch.equal(generate(model, ids, mask, max_new_tokens=6),
-                       generate(model, ids, mask, max_new_tokens=6, fast=False))
+    assert torch.equal(
+        generate(model, ids, mask, max_new_tokens=6), generate(model, ids, mask, max_new_tokens=6, fast=False)
+    )
 
 
 def test_encoder_decoder_models_decode_through_the_view_too():
@@ -170,32 +182,40 @@ def test_encoder_decoder_models_decode_through_the_view_too():
     model = build_model(ModelConfig.from_preset("t5", **SMALL)).eval()
     assert refusal(model) is None
     ids, mask = _prompt()
-    assert torch.equal(generate(model, ids, mask, max_new_tokens=6),
-                       generate(model, ids, mask, max_new_tokens=6, fast=False))
+    assert torch.equal(
+        generate(model, ids, mask, max_new_tokens=6), generate(model, ids, mask, max_new_tokens=6, fast=False)
+    )
 
 
 # ------------------------------------------------------------------------------------------ random designs
 
-DESIGNS = st.fixed_dictionaries({
-    "preset": st.sampled_from(["gpt2", "llama", "qwen3"]),
-    "positional": st.sampled_from(["learned", "sinusoidal", "rope", "alibi", "none"]),
-    "norm": st.sampled_from(["layernorm", "rmsnorm"]),
-    "norm_position": st.sampled_from(["pre", "post", "sandwich", "deepnorm"]),
-    "activation": st.sampled_from(["gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh", "relu"]),
-    "n_kv_heads": st.sampled_from([4, 2, 1]),
-    "head_dim": st.sampled_from([None, 6, 12]),
-    "qk_norm": st.booleans(),
-    "sliding_window": st.sampled_from([None, 1, 3, 6]),
-    "window_pattern": st.sampled_from([None, "LG", "GL"]),  # with a window only (else left out below)
-    "fused_qkv": st.booleans(),
-    "bias": st.booleans(),
-})
+DESIGNS = st.fixed_dictionaries(
+    {
+        "preset": st.sampled_from(["gpt2", "llama", "qwen3"]),
+        "positional": st.sampled_from(["learned", "sinusoidal", "rope", "alibi", "none"]),
+        "norm": st.sampled_from(["layernorm", "rmsnorm"]),
+        "norm_position": st.sampled_from(["pre", "post", "sandwich", "deepnorm"]),
+        "activation": st.sampled_from(["gelu", "gelu_tanh", "swiglu", "geglu", "geglu_tanh", "relu"]),
+        "n_kv_heads": st.sampled_from([4, 2, 1]),
+        "head_dim": st.sampled_from([None, 6, 12]),
+        "qk_norm": st.booleans(),
+        "sliding_window": st.sampled_from([None, 1, 3, 6]),
+        "window_pattern": st.sampled_from([None, "LG", "GL"]),  # with a window only (else left out below)
+        "fused_qkv": st.booleans(),
+        "bias": st.booleans(),
+    }
+)
 
 
 @settings(max_examples=max(30, settings.default.max_examples))
-@given(design=DESIGNS, b=st.integers(1, 3), t=st.integers(1, 6), pads=st.lists(st.integers(0, 5), min_size=3,
-                                                                                 max_size=3),
-       sample=st.booleans(), seed=st.integers(0, 2**16))
+@given(
+    design=DESIGNS,
+    b=st.integers(1, 3),
+    t=st.integers(1, 6),
+    pads=st.lists(st.integers(0, 5), min_size=3, max_size=3),
+    sample=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
 def test_random_designs_decode_the_same_on_both_paths(design, b, t, pads, sample, seed):
     """Any mix of the designs the step accepts: the same tokens as the module path, batched and left-padded."""
     preset = design.pop("preset")

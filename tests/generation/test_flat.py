@@ -13,8 +13,11 @@ from anatomy.generation.flat import FlatView, flat
 
 def _model():
     torch.manual_seed(0)
-    return build_model(ModelConfig.from_preset("llama", vocab_size=40, d_model=16, n_heads=4, n_kv_heads=2,
-                                               n_layers=2, d_ff=32, max_seq_len=32)).eval()
+    return build_model(
+        ModelConfig.from_preset(
+            "llama", vocab_size=40, d_model=16, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=32, max_seq_len=32
+        )
+    ).eval()
 
 
 def test_a_view_gives_the_modules_floats_and_stands_for_its_class():

@@ -15,7 +15,6 @@ SMALL = dict(vocab_size=50, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_
 LLAMA = dict(n_kv_heads=2)
 
 
-
 def _model(preset: str, **overrides):
     torch.manual_seed(0)
     model = build_model(ModelConfig.from_preset(preset, **{**SMALL, **overrides}))
@@ -79,17 +78,24 @@ def test_temperature_and_sampling():
     assert torch.equal(a, b)
     draws = torch.stack([next_token(LOGITS, do_sample=True, top_k=1) for _ in range(20)])
     assert (draws == greedy(LOGITS)).all()  # top-k 1 leaves only the argmax
-    low = torch.stack([next_token(LOGITS, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(i))
-                       for i in range(200)])
+    low = torch.stack(
+        [next_token(LOGITS, do_sample=True, top_p=0.9, generator=torch.Generator().manual_seed(i)) for i in range(200)]
+    )
     assert set(low[:, 0].tolist()) <= {1, 2, 0}  # outside the nucleus never drawn
 
 
 # ------------------------------------------------------------------------------------------ the cached loop
 
 
-@pytest.mark.parametrize("preset,overrides", [("gpt2", {}), ("llama", {"n_kv_heads": 2}),
-                                              ("seed-block", {"architecture": "decoder_lm"}),
-                                              ("llama", {"n_kv_heads": 2, "sliding_window": 3})])  # rolling cache
+@pytest.mark.parametrize(
+    "preset,overrides",
+    [
+        ("gpt2", {}),
+        ("llama", {"n_kv_heads": 2}),
+        ("seed-block", {"architecture": "decoder_lm"}),
+        ("llama", {"n_kv_heads": 2, "sliding_window": 3}),
+    ],
+)  # rolling cache
 def test_cached_greedy_equals_recomputing_the_prefix(preset, overrides):
     model = _model(preset, **overrides)
     if overrides.get("sliding_window"):  # the cache rolls: it is sized by the window, not the sequence
@@ -115,7 +121,7 @@ def test_left_padding_gives_each_row_what_it_gets_alone():
     batch = generate(model, ids, mask, max_new_tokens=10)
     for row, p in enumerate(prompts):
         alone = generate(model, torch.tensor([p]), max_new_tokens=10)
-        assert batch[row, width:].tolist() == alone[0, len(p):].tolist()
+        assert batch[row, width:].tolist() == alone[0, len(p) :].tolist()
 
 
 def test_eos_pads_finished_rows_and_stops_when_all_are_done():
@@ -129,7 +135,7 @@ def test_eos_pads_finished_rows_and_stops_when_all_are_done():
     for row, stop in enumerate(first):
         if stop is not None:
             assert out[row, : stop + 1].tolist() == free[row, : stop + 1].tolist()
-            assert (out[row, stop + 1:] == 49).all()
+            assert (out[row, stop + 1 :] == 49).all()
 
 
 @pytest.mark.parametrize("preset", ["t5", "vaswani-2017"])
@@ -154,10 +160,26 @@ def test_seq2seq_encodes_once_and_matches_recomputation(preset):
 def test_sampled_generation_is_reproducible_and_restores_training_mode():
     model = _model("llama", **LLAMA).train()
     ids = torch.tensor([[4, 5, 6]])
-    a = generate(model, ids, max_new_tokens=8, do_sample=True, top_k=10, top_p=0.9, temperature=0.7,
-                 generator=torch.Generator().manual_seed(0))
-    b = generate(model, ids, max_new_tokens=8, do_sample=True, top_k=10, top_p=0.9, temperature=0.7,
-                 generator=torch.Generator().manual_seed(0))
+    a = generate(
+        model,
+        ids,
+        max_new_tokens=8,
+        do_sample=True,
+        top_k=10,
+        top_p=0.9,
+        temperature=0.7,
+        generator=torch.Generator().manual_seed(0),
+    )
+    b = generate(
+        model,
+        ids,
+        max_new_tokens=8,
+        do_sample=True,
+        top_k=10,
+        top_p=0.9,
+        temperature=0.7,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert torch.equal(a, b) and a.shape == (1, 11) and model.training
 
 

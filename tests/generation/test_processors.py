@@ -31,15 +31,29 @@ def _perturb(model):
 
 def _gpt2(**kw):
     torch.manual_seed(0)
-    return _perturb(transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=64, **kw)))
+    return _perturb(
+        transformers.GPT2LMHeadModel(
+            transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=64, **kw)
+        )
+    )
 
 
 def _llama(**kw):
     torch.manual_seed(0)
-    return _perturb(transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        vocab_size=V, max_position_embeddings=64, **kw)))
+    return _perturb(
+        transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(
+                num_hidden_layers=2,
+                hidden_size=32,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                vocab_size=V,
+                max_position_embeddings=64,
+                **kw,
+            )
+        )
+    )
 
 
 def _eos_inside(hf) -> int:
@@ -81,8 +95,9 @@ PROCESSORS = {
     "min_length": dict(min_length=12),
     "suppress_tokens": dict(suppress_tokens=[1, 2, 3, 17]),
     "repetition_penalty": dict(repetition_penalty=1.4),
-    "all_together": dict(no_repeat_ngram_size=3, bad_words_ids=[[9]], min_new_tokens=3, suppress_tokens=[4],
-                         repetition_penalty=1.2),
+    "all_together": dict(
+        no_repeat_ngram_size=3, bad_words_ids=[[9]], min_new_tokens=3, suppress_tokens=[4], repetition_penalty=1.2
+    ),
 }
 
 
@@ -94,8 +109,14 @@ def test_each_processor_and_the_returned_dict_equal_hfs(pair, name):
     if name == "bad_words":  # a token the free run emits first, and a two-token sequence it emits later
         new = plain[:, 7:].tolist()
         options["bad_words_ids"] = [[new[2][0]], new[1][2:4], [eos]]  # eos alone: dropped, as HF drops it
-    kw = dict(max_new_tokens=14, do_sample=False, return_dict_in_generate=True, output_scores=True,
-              output_logits=True, **options)
+    kw = dict(
+        max_new_tokens=14,
+        do_sample=False,
+        return_dict_in_generate=True,
+        output_scores=True,
+        output_logits=True,
+        **options,
+    )
     want, got = _both(hf, ours, **kw)
     assert isinstance(got, GenerateOutput) and set(got.keys()) == {"sequences", "scores", "logits"}
     assert torch.equal(got.sequences, want.sequences), (got.sequences, want.sequences)
@@ -110,7 +131,7 @@ def test_processors_change_the_greedy_tokens_where_they_should(pair):
     hf, ours, eos = pair
     free = ours.generate(IDS, attention_mask=MASK, max_new_tokens=14, eos_token_id=None)
     rows = free[:, 7:].tolist()
-    assert any(len({tuple(r[i:i + 2]) for i in range(len(r) - 1)}) < len(r) - 1 for r in rows)  # repeated bigram
+    assert any(len({tuple(r[i : i + 2]) for i in range(len(r) - 1)}) < len(r) - 1 for r in rows)  # repeated bigram
     assert any(eos in r[:6] for r in rows)  # an eos min_new_tokens holds back
 
 
@@ -153,19 +174,20 @@ def test_no_length_given_is_hfs_20_new_tokens_with_a_warning(pair):
 
 def test_hfs_own_processor_and_criteria_objects_work(pair):
     hf, ours, eos = pair
-    procs = transformers.LogitsProcessorList([transformers.NoRepeatNGramLogitsProcessor(2),
-                                              transformers.SuppressTokensLogitsProcessor([9, 10])])
+    procs = transformers.LogitsProcessorList(
+        [transformers.NoRepeatNGramLogitsProcessor(2), transformers.SuppressTokensLogitsProcessor([9, 10])]
+    )
     stops = transformers.StoppingCriteriaList([transformers.MaxLengthCriteria(max_length=7 + 5)])
-    kw = dict(max_new_tokens=14, do_sample=False, logits_processor=procs, stopping_criteria=stops,
-              eos_token_id=None)
+    kw = dict(max_new_tokens=14, do_sample=False, logits_processor=procs, stopping_criteria=stops, eos_token_id=None)
     want, got = _both(hf, ours, **kw)
     assert torch.equal(got, want) and got.shape[1] == 7 + 5
     # our processors in HF's generate: the same tokens as HF's own
     kw = dict(max_new_tokens=14, do_sample=False, eos_token_id=None)
     mine = transformers.LogitsProcessorList([NoRepeatNGram(2), BadWords([[9], [30, 31]], [])])
     theirs = hf.generate(IDS, attention_mask=MASK, logits_processor=mine, **kw)
-    assert torch.equal(theirs, hf.generate(IDS, attention_mask=MASK, no_repeat_ngram_size=2,
-                                           bad_words_ids=[[9], [30, 31]], **kw))
+    assert torch.equal(
+        theirs, hf.generate(IDS, attention_mask=MASK, no_repeat_ngram_size=2, bad_words_ids=[[9], [30, 31]], **kw)
+    )
 
 
 def test_generation_config_ours_or_hfs_with_hfs_precedence(pair):
@@ -191,8 +213,9 @@ def test_generation_stops_at_the_models_eos_by_default_as_hfs(pair):
     assert (got[:, 7:] == eos).any(dim=1).sum() >= 1 and (got[2, 7:] == eos).any()  # rows ended at eos
     never = ours.generate(IDS, attention_mask=MASK, max_new_tokens=12, eos_token_id=None)
     assert never.shape[1] == 7 + 12
-    assert torch.equal(never, hf.generate(IDS, attention_mask=MASK, max_new_tokens=12, do_sample=False,
-                                          eos_token_id=None))
+    assert torch.equal(
+        never, hf.generate(IDS, attention_mask=MASK, max_new_tokens=12, do_sample=False, eos_token_id=None)
+    )
 
 
 @pytest.mark.parametrize("pad_is_eos", [False, True])

@@ -95,9 +95,17 @@ def test_sampled_min_p_draws_only_kept_tokens(gpt2):
     with torch.no_grad():
         probs = ours(ids).logits[0, -1].softmax(-1)
     allowed = set((probs >= 0.3 * probs.max()).nonzero().flatten().tolist())
-    draws = {int(generate(ours, ids, max_new_tokens=1, do_sample=True, min_p=0.3,
-                          generator=torch.Generator().manual_seed(s))[0, -1]) for s in range(60)}
+    draws = {
+        int(
+            generate(
+                ours, ids, max_new_tokens=1, do_sample=True, min_p=0.3, generator=torch.Generator().manual_seed(s)
+            )[0, -1]
+        )
+        for s in range(60)
+    }
     assert draws <= allowed
-    free = {int(generate(ours, ids, max_new_tokens=1, do_sample=True,
-                         generator=torch.Generator().manual_seed(s))[0, -1]) for s in range(60)}
+    free = {
+        int(generate(ours, ids, max_new_tokens=1, do_sample=True, generator=torch.Generator().manual_seed(s))[0, -1])
+        for s in range(60)
+    }
     assert not free <= allowed  # without min-p the same seeds reach beyond the kept set

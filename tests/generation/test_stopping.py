@@ -24,8 +24,24 @@ class Pieces:
         return "".join(self.pieces[i] for i in ids)
 
 
-PIECES = list("abcdefghijklmnopqrstuvwxyz .,!") + ["st", "op", "sto", "pper", "las", "topper", "to", "pped", "the",
-                                                   "cat", "ing", "er", "on", "an", "in", "abcdef"]
+PIECES = list("abcdefghijklmnopqrstuvwxyz .,!") + [
+    "st",
+    "op",
+    "sto",
+    "pper",
+    "las",
+    "topper",
+    "to",
+    "pped",
+    "the",
+    "cat",
+    "ing",
+    "er",
+    "on",
+    "an",
+    "in",
+    "abcdef",
+]
 PIECES += [f"w{i}" for i in range(100 - len(PIECES))]  # ("abcdef": the probe HF's stop-string matcher encodes)
 TOK = Pieces(PIECES)
 
@@ -34,8 +50,18 @@ def _ids(*pieces):
     return [PIECES.index(p) for p in pieces]
 
 
-@pytest.mark.parametrize("pieces", [("st", "op"), ("sto", "p"), ("st", "op", "e", "r"),
-                                    ("sto", "pper"), ("las", "topper"), ("s", "to", "pped"), ("a", "s", "t", "op")])
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ("st", "op"),
+        ("sto", "p"),
+        ("st", "op", "e", "r"),
+        ("sto", "pper"),
+        ("las", "topper"),
+        ("s", "to", "pped"),
+        ("a", "s", "t", "op"),
+    ],
+)
 def test_a_stop_string_that_reaches_the_newest_token_matches(pieces):
     if pieces[-2:] == ("e", "r"):  # "stoper": the match ended two tokens ago, so it no longer counts
         assert not StopStrings("stop", TOK).matches(_ids(*pieces))
@@ -88,9 +114,9 @@ def test_stop_strings_give_hf_generates_tokens(models):
     assert got.shape[1] < free.shape[1]  # every row stopped early
     for row in range(3):
         text = TOK.decode(got[row, 9:].tolist())
-        n = next(i for i in range(1, 31) if any(s in TOK.decode(free[row, 9: 9 + i].tolist()) for s in stops))
-        assert got[row, 9: 9 + n].tolist() == free[row, 9: 9 + n].tolist()  # the same tokens up to the stop
-        assert (got[row, 9 + n:] == 7).all() and any(s in text for s in stops)  # then padding
+        n = next(i for i in range(1, 31) if any(s in TOK.decode(free[row, 9 : 9 + i].tolist()) for s in stops))
+        assert got[row, 9 : 9 + n].tolist() == free[row, 9 : 9 + n].tolist()  # the same tokens up to the stop
+        assert (got[row, 9 + n :] == 7).all() and any(s in text for s in stops)  # then padding
     assert torch.equal(ours.generate(IDS, **kw), got)  # the model method takes them too
     beams = dict(kw, num_beams=4)
     assert torch.equal(generate(ours, IDS, **beams), hf.generate(IDS, do_sample=False, **beams))

@@ -31,8 +31,11 @@ class Recorder:
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    m = build_model(ModelConfig.from_preset("llama", vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2,
-                                            d_ff=64, max_seq_len=64))
+    m = build_model(
+        ModelConfig.from_preset(
+            "llama", vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, d_ff=64, max_seq_len=64
+        )
+    )
     with torch.no_grad():
         for p in m.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -53,8 +56,12 @@ def test_terminal_streamer_prints_the_returned_text(model):
     out = generate(model, ids, max_new_tokens=12, streamer=TerminalStreamer(Chars(), file=buf))
     assert buf.getvalue() == Chars().decode(out[0, 3:].tolist()) and len(buf.getvalue()) == 12
     with pytest.raises(ValueError, match="prints one sequence; got a batch of 2"):
-        generate(model, torch.tensor([[1, 2], [3, 4]]), max_new_tokens=2,
-                 streamer=TerminalStreamer(Chars(), file=io.StringIO(), skip_prompt=False))
+        generate(
+            model,
+            torch.tensor([[1, 2], [3, 4]]),
+            max_new_tokens=2,
+            streamer=TerminalStreamer(Chars(), file=io.StringIO(), skip_prompt=False),
+        )
 
 
 def test_hfs_text_streamer_works_with_our_generate(model, capsys):
@@ -65,6 +72,7 @@ def test_hfs_text_streamer_works_with_our_generate(model, capsys):
     raw = Tokenizer(WordLevel({chr(97 + i % 26) + ("" if i < 26 else str(i)): i for i in range(50)}, unk_token="a"))
     raw.decoder = decoders.Fuse()
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=raw)
-    out = generate(model, torch.tensor([[3, 4, 5]]), max_new_tokens=8,
-                   streamer=transformers.TextStreamer(tok, skip_prompt=True))
+    out = generate(
+        model, torch.tensor([[3, 4, 5]]), max_new_tokens=8, streamer=transformers.TextStreamer(tok, skip_prompt=True)
+    )
     assert capsys.readouterr().out.strip() == tok.decode(out[0, 3:]).strip()

@@ -35,13 +35,31 @@ def _pair(kind: str):
 
     torch.manual_seed(0)
     if kind == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=16, n_layer=2, n_head=4,
-                                      attn_implementation="eager", bos_token_id=0, eos_token_id=0)
+        cfg = transformers.GPT2Config(
+            vocab_size=64,
+            n_positions=32,
+            n_embd=16,
+            n_layer=2,
+            n_head=4,
+            attn_implementation="eager",
+            bos_token_id=0,
+            eos_token_id=0,
+        )
         hf, arch = transformers.GPT2LMHeadModel(cfg), "GPT2LMHeadModel"
     else:
-        cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                       attn_implementation="eager", bos_token_id=0, eos_token_id=1, pad_token_id=2)
+        cfg = transformers.LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            attn_implementation="eager",
+            bos_token_id=0,
+            eos_token_id=1,
+            pad_token_id=2,
+        )
         hf, arch = transformers.LlamaForCausalLM(cfg), "LlamaForCausalLM"
     hf = _perturbed(hf)
     ours = from_hf(hf).eval()
@@ -72,14 +90,34 @@ def test_every_transformer_lens_name_is_equal_or_refused_with_a_reason(pair):
             continue
         torch.testing.assert_close(ours, tl_cache[name], atol=ATOL, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
         matched.append(name)
-    core = ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.ln1.hook_scale", "blocks.0.ln1.hook_normalized",
-            "blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_v", "blocks.0.attn.hook_attn_scores",
-            "blocks.0.attn.hook_pattern", "blocks.0.attn.hook_z", "blocks.0.attn.hook_result",
-            "blocks.0.hook_attn_out", "blocks.0.hook_resid_mid", "blocks.0.ln2.hook_scale",
-            "blocks.0.ln2.hook_normalized", "blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post",
-            "blocks.0.hook_mlp_out", "blocks.1.hook_resid_post", "ln_final.hook_scale", "ln_final.hook_normalized"]
-    core += ["hook_pos_embed"] if kind == "gpt2" else ["blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k",
-                                                       "blocks.0.mlp.hook_pre_linear"]
+    core = [
+        "hook_embed",
+        "blocks.0.hook_resid_pre",
+        "blocks.0.ln1.hook_scale",
+        "blocks.0.ln1.hook_normalized",
+        "blocks.0.attn.hook_q",
+        "blocks.0.attn.hook_k",
+        "blocks.0.attn.hook_v",
+        "blocks.0.attn.hook_attn_scores",
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.attn.hook_z",
+        "blocks.0.attn.hook_result",
+        "blocks.0.hook_attn_out",
+        "blocks.0.hook_resid_mid",
+        "blocks.0.ln2.hook_scale",
+        "blocks.0.ln2.hook_normalized",
+        "blocks.0.mlp.hook_pre",
+        "blocks.0.mlp.hook_post",
+        "blocks.0.hook_mlp_out",
+        "blocks.1.hook_resid_post",
+        "ln_final.hook_scale",
+        "ln_final.hook_normalized",
+    ]
+    core += (
+        ["hook_pos_embed"]
+        if kind == "gpt2"
+        else ["blocks.0.attn.hook_rot_q", "blocks.0.attn.hook_rot_k", "blocks.0.mlp.hook_pre_linear"]
+    )
     assert set(core) <= set(matched)
     for name, why in refused.items():  # only the bridge's own aliases and RoPE's tables, each said
         assert name.endswith(BRIDGE_ALIASES) or name.endswith(("hook_cos", "hook_sin")), name
@@ -91,14 +129,20 @@ def test_every_transformer_lens_name_is_equal_or_refused_with_a_reason(pair):
     torch.testing.assert_close(cache["z", -1], cache["blocks.1.attn.hook_z"], atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("method, kwargs", [
-    ("accumulated_resid", {}), ("accumulated_resid", {"apply_ln": True, "incl_mid": True}),
-    ("accumulated_resid", {"layer": 1, "apply_ln": True, "mlp_input": True}),
-    ("accumulated_resid", {"pos_slice": -1, "apply_ln": True}),
-    ("decompose_resid", {}), ("decompose_resid", {"apply_ln": True}),
-    ("decompose_resid", {"layer": 1, "mlp_input": True, "apply_ln": True, "mode": "attn"}),
-    ("stack_head_results", {}), ("stack_head_results", {"apply_ln": True, "incl_remainder": True}),
-])
+@pytest.mark.parametrize(
+    "method, kwargs",
+    [
+        ("accumulated_resid", {}),
+        ("accumulated_resid", {"apply_ln": True, "incl_mid": True}),
+        ("accumulated_resid", {"layer": 1, "apply_ln": True, "mlp_input": True}),
+        ("accumulated_resid", {"pos_slice": -1, "apply_ln": True}),
+        ("decompose_resid", {}),
+        ("decompose_resid", {"apply_ln": True}),
+        ("decompose_resid", {"layer": 1, "mlp_input": True, "apply_ln": True, "mode": "attn"}),
+        ("stack_head_results", {}),
+        ("stack_head_results", {"apply_ln": True, "incl_remainder": True}),
+    ],
+)
 def test_residual_stream_methods_equal_transformer_lens(pair, method, kwargs):
     _, _, _, _, (_, tl_cache), (_, cache) = pair
     want, want_labels = getattr(tl_cache, method)(return_labels=True, **kwargs)
@@ -111,11 +155,15 @@ def test_logit_attrs_equal_transformer_lens_for_ids_per_example_and_per_position
     _, _, _, ids, (_, tl_cache), (_, cache) = pair
     stack, tl_stack = cache.decompose_resid(), tl_cache.decompose_resid()
     for tokens in (5, ids[:, -1], ids):
-        torch.testing.assert_close(cache.logit_attrs(stack, tokens=tokens), tl_cache.logit_attrs(tl_stack, tokens),
-                                   atol=ATOL, rtol=0)
-    torch.testing.assert_close(cache.logit_attrs(stack, ids[:, -1], incorrect_tokens=ids[:, 0]),
-                               tl_cache.logit_attrs(tl_stack, ids[:, -1], incorrect_tokens=ids[:, 0]),
-                               atol=ATOL, rtol=0)
+        torch.testing.assert_close(
+            cache.logit_attrs(stack, tokens=tokens), tl_cache.logit_attrs(tl_stack, tokens), atol=ATOL, rtol=0
+        )
+    torch.testing.assert_close(
+        cache.logit_attrs(stack, ids[:, -1], incorrect_tokens=ids[:, 0]),
+        tl_cache.logit_attrs(tl_stack, ids[:, -1], incorrect_tokens=ids[:, 0]),
+        atol=ATOL,
+        rtol=0,
+    )
     # the decomposition sums to the final residual: attributions of all parts = the logit before the norm's shift
     whole = cache.logit_attrs(cache.accumulated_resid()[-1:], tokens=ids)
     torch.testing.assert_close(cache.logit_attrs(stack, tokens=ids).sum(0), whole[0], atol=1e-4, rtol=0)
@@ -128,8 +176,9 @@ def test_weights_equal_transformer_lens_in_its_shapes(pair):
     names = ["W_E", "W_Q", "W_K", "W_V", "W_O", "W_U", "b_U", "W_in", "W_out"]
     names += ["W_pos", "b_Q", "b_K", "b_V", "b_O", "b_in", "b_out"] if kind == "gpt2" else ["W_gate"]
     for name in names:
-        torch.testing.assert_close(getattr(ours, name), getattr(bridge, name), atol=0, rtol=0,
-                                   msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            getattr(ours, name), getattr(bridge, name), atol=0, rtol=0, msg=lambda m, n=name: f"{n}: {m}"
+        )
     assert ours.W_Q.shape == (2, 4, 16, 4) and ours.W_O.shape == (2, 4, 4, 16)
     if kind == "llama":
         assert ours.W_K.shape == (2, 2, 16, 4)  # one per key/value head, as TransformerLens 4
@@ -158,8 +207,15 @@ def test_bert_every_transformer_lens_name_is_equal_or_refused_with_a_reason():
     from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
 
     torch.manual_seed(0)
-    cfg = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=32, max_position_embeddings=32, attn_implementation="eager")
+    cfg = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        attn_implementation="eager",
+    )
     hf = _perturbed(transformers.BertForMaskedLM(cfg))
     ours = from_hf(hf.bert).eval()
     bridge = build_bridge_from_module(hf, "BertForMaskedLM", hf_config=cfg)
@@ -177,9 +233,19 @@ def test_bert_every_transformer_lens_name_is_equal_or_refused_with_a_reason():
             continue
         torch.testing.assert_close(got, tl_cache[name], atol=ATOL, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
         matched.append(name)
-    assert {"hook_pos_embed", "embed_ln.hook_scale", "blocks.0.hook_resid_pre", "blocks.0.attn.hook_q",
-            "blocks.0.attn.hook_z", "blocks.0.attn.hook_pattern", "blocks.0.ln1.hook_scale", "blocks.0.mlp.hook_pre",
-            "blocks.0.hook_mlp_out", "blocks.0.ln2.hook_scale", "blocks.1.hook_resid_post"} <= set(matched)
+    assert {
+        "hook_pos_embed",
+        "embed_ln.hook_scale",
+        "blocks.0.hook_resid_pre",
+        "blocks.0.attn.hook_q",
+        "blocks.0.attn.hook_z",
+        "blocks.0.attn.hook_pattern",
+        "blocks.0.ln1.hook_scale",
+        "blocks.0.mlp.hook_pre",
+        "blocks.0.hook_mlp_out",
+        "blocks.0.ln2.hook_scale",
+        "blocks.1.hook_resid_post",
+    } <= set(matched)
     # where TransformerLens 4.3's BERT bridge means something else than HookedEncoder did, we say so
     assert "already holds the residual" in refused["blocks.0.hook_attn_out"]
     assert "softmaxed pattern" in refused["blocks.0.attn.hook_attn_scores"]

@@ -143,8 +143,10 @@ def test_bad_layer_and_head_numbers_name_the_argument():
             pass
 
 
-@pytest.mark.parametrize("preset,overrides", [("llama", {**SMALL, "n_kv_heads": 2, "sliding_window": 3}),
-                                              ("seed-block", {"sliding_window": 2})])
+@pytest.mark.parametrize(
+    "preset,overrides",
+    [("llama", {**SMALL, "n_kv_heads": 2, "sliding_window": 3}), ("seed-block", {"sliding_window": 2})],
+)
 def test_window_maps_without_a_padding_mask_and_a_subset_of_heads(preset, overrides):
     """No attention_mask at all: the band is the only mask (it once reached the head selection as a 2-D tensor)."""
     model, config = _model(preset, overrides)

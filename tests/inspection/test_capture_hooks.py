@@ -15,8 +15,13 @@ def _model(**overrides):
 
 
 def _hooks(model) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_with_kwargs)
-               + len(m._forward_pre_hooks_with_kwargs) for m in model.modules())
+    return sum(
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._forward_hooks_with_kwargs)
+        + len(m._forward_pre_hooks_with_kwargs)
+        for m in model.modules()
+    )
 
 
 def _attributes(model) -> dict[str, set[str]]:

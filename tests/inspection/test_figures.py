@@ -85,7 +85,8 @@ def test_attention_figure_svg_is_self_contained(layer, tmp_path):
     assert sum(1 for _ in root.iter(svg + "use")) > 100 and sum(1 for _ in root.iter(svg + "path")) > 50
     text = open(path, encoding="utf-8").read()
     assert "http://" not in text.replace("http://www.w3.org", "").replace("http://purl.org", "").replace(
-        "http://creativecommons.org", "").replace("http://matplotlib.org", "")
+        "http://creativecommons.org", ""
+    ).replace("http://matplotlib.org", "")
 
 
 def test_chinese_labels_have_no_missing_glyphs(layer, tmp_path):
@@ -96,8 +97,9 @@ def test_chinese_labels_have_no_missing_glyphs(layer, tmp_path):
         warnings.simplefilter("always")
         fig = viz.attention_figure(weights, tokens)
         viz.save_figure(fig, tmp_path / "zh.png")
-        viz.save_figure(viz.positional_figure(viz.positional_data("sinusoidal", max_len=32, train_len=16)),
-                        tmp_path / "pe.png")
+        viz.save_figure(
+            viz.positional_figure(viz.positional_data("sinusoidal", max_len=32, train_len=16)), tmp_path / "pe.png"
+        )
     assert not _glyph_warnings(record)
     assert any("熵" in t for t in _texts(fig)) and any("小" in t for t in _texts(fig))
 
@@ -215,8 +217,10 @@ def _a_cjk_font_file() -> str:
 
     files = [f for f in figures._font_files_on_disk() if figures._has_han(f)]
     if not files:
-        pytest.skip("no CJK font file on this machine (apt-get install fonts-wqy-microhei): the code-point "
-                    "fallback is tested by test_without_a_cjk_font_one_hint_and_code_points_not_boxes")
+        pytest.skip(
+            "no CJK font file on this machine (apt-get install fonts-wqy-microhei): the code-point "
+            "fallback is tested by test_without_a_cjk_font_one_hint_and_code_points_not_boxes"
+        )
     return files[0]
 
 

@@ -12,8 +12,9 @@ from anatomy.inspection import LensHook, ablate_head, get_act_name, patching
 @pytest.fixture(scope="module")
 def model():
     torch.manual_seed(0)
-    cfg = anatomy.ModelConfig.from_preset("gpt2", vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=16,
-                                          dropout=0.0)
+    cfg = anatomy.ModelConfig.from_preset(
+        "gpt2", vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=16, dropout=0.0
+    )
     return anatomy.build_model(cfg).eval()
 
 
@@ -32,8 +33,12 @@ def test_run_with_cache_returns_the_logits_and_both_names(model, ids):
     assert cache["blocks.0.attn.hook_result"].shape == (2, 6, 4, 16)  # (B, T, H, D)
     attn_out = cache["blocks.0.attn.hook_result"].sum(2) + model.b_O[0]  # heads add up to the layer's output
     torch.testing.assert_close(attn_out, cache["blocks.0.hook_attn_out"], atol=1e-6, rtol=0)
-    torch.testing.assert_close(cache["blocks.0.ln1.hook_scale"] * cache["stack.blocks.0.attn_add_norm.norm.hook_scale"],
-                               torch.ones(2, 6, 1), atol=1e-6, rtol=0)  # TL's divisor is our factor's inverse
+    torch.testing.assert_close(
+        cache["blocks.0.ln1.hook_scale"] * cache["stack.blocks.0.attn_add_norm.norm.hook_scale"],
+        torch.ones(2, 6, 1),
+        atol=1e-6,
+        rtol=0,
+    )  # TL's divisor is our factor's inverse
     assert "blocks.0.attn.hook_pattern" in cache.keys() and "stack.blocks.0.hook_resid_post" in cache.keys()
     with pytest.raises(KeyError, match="not in the cache"):
         cache["blocks.0.attn.hook_nothing"]
@@ -53,10 +58,12 @@ def test_a_hook_gets_the_activation_and_a_hook_object_and_its_return_replaces_it
         assert isinstance(hook, LensHook)
         seen.append((hook.name, tuple(act.shape), hook.layer()))
 
-    model.run_with_hooks(ids, fwd_hooks=[(get_act_name("z", 1), look),
-                                         (lambda n: n.endswith("ln2.hook_scale"), look)])
-    assert seen == [("blocks.0.ln2.hook_scale", (2, 6, 1), 0), ("blocks.1.attn.hook_z", (2, 6, 4, 4), 1),
-                    ("blocks.1.ln2.hook_scale", (2, 6, 1), 1)]
+    model.run_with_hooks(ids, fwd_hooks=[(get_act_name("z", 1), look), (lambda n: n.endswith("ln2.hook_scale"), look)])
+    assert seen == [
+        ("blocks.0.ln2.hook_scale", (2, 6, 1), 0),
+        ("blocks.1.attn.hook_z", (2, 6, 4, 4), 1),
+        ("blocks.1.ln2.hook_scale", (2, 6, 1), 1),
+    ]
     out = model.run_with_hooks(ids, fwd_hooks=[("blocks.1.hook_resid_post", lambda act, hook: act * 0)])
     torch.testing.assert_close(out, model.lm_head(model.stack.final_norm(torch.zeros(2, 6, 16))))
     assert not any(m._forward_hooks for m in model.modules())  # nothing stays attached
@@ -73,12 +80,14 @@ def test_zeroing_a_head_through_the_transformer_lens_name_zeroes_a_head_not_a_to
         token = model(ids).logits  # token 2 in our (B, H, T, Dh): what a silent layout change would do
     torch.testing.assert_close(got, head, atol=0, rtol=0)
     assert (got - token).abs().max() > 1e-3
+
     # the same through the per-head result: zero head 2's contribution
     def zero_result(r, hook):
         r[:, :, 2] = 0.0
 
-    torch.testing.assert_close(model.run_with_hooks(ids, fwd_hooks=[("blocks.0.attn.hook_result", zero_result)]),
-                               head, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        model.run_with_hooks(ids, fwd_hooks=[("blocks.0.attn.hook_result", zero_result)]), head, atol=1e-5, rtol=0
+    )
 
 
 def test_pattern_and_scores_edits_reach_the_model(model, ids):
@@ -89,8 +98,13 @@ def test_pattern_and_scores_edits_reach_the_model(model, ids):
     def uniform(act, hook):
         return torch.zeros_like(act)  # every visible key the same score; the kernel hides the future again
 
-    model.run_with_hooks(ids, fwd_hooks=[("blocks.0.attn.hook_attn_scores", uniform),
-                                         ("blocks.0.attn.hook_pattern", lambda p, hook: seen.append(p.clone()))])
+    model.run_with_hooks(
+        ids,
+        fwd_hooks=[
+            ("blocks.0.attn.hook_attn_scores", uniform),
+            ("blocks.0.attn.hook_pattern", lambda p, hook: seen.append(p.clone())),
+        ],
+    )
     assert seen
     torch.testing.assert_close(seen[0][0, 0, 2], torch.tensor([1 / 3, 1 / 3, 1 / 3, 0, 0, 0]))
 
@@ -114,8 +128,9 @@ def test_what_cannot_be_matched_is_refused_with_the_reason(model, ids):
     with pytest.raises(ValueError, match=r"returned \(1,\)"):
         model.run_with_hooks(ids, fwd_hooks=[("blocks.0.hook_resid_pre", lambda a, h: torch.zeros(1))])
     assert not any(m._forward_hooks for m in model.modules())
-    llama = anatomy.build_model(anatomy.ModelConfig.from_preset("llama", vocab_size=40, d_model=16, n_heads=4,
-                                                                n_layers=1, max_seq_len=16))
+    llama = anatomy.build_model(
+        anatomy.ModelConfig.from_preset("llama", vocab_size=40, d_model=16, n_heads=4, n_layers=1, max_seq_len=16)
+    )
     _, cache = llama.run_with_cache(ids)
     with pytest.raises(KeyError, match="cos/sin tables are not offered"):
         cache["blocks.0.attn.hook_cos"]
@@ -123,8 +138,7 @@ def test_what_cannot_be_matched_is_refused_with_the_reason(model, ids):
 
 def test_our_own_names_work_in_fwd_hooks_with_our_layout(model, ids):
     shapes = []
-    model.run_with_hooks(ids, fwd_hooks=[("stack.blocks.0.attn.hook_z", lambda a, h: shapes.append((h.name,
-                                                                                                     a.shape)))])
+    model.run_with_hooks(ids, fwd_hooks=[("stack.blocks.0.attn.hook_z", lambda a, h: shapes.append((h.name, a.shape)))])
     assert shapes == [("stack.blocks.0.attn.hook_z", (2, 4, 6, 4))]
 
 
@@ -150,6 +164,9 @@ def test_padded_keys_are_minus_inf_in_the_scores_by_keyword_or_position(model, i
         assert torch.isinf(scores[1, :, :, :2]).all() and torch.isfinite(scores[1, :, -1, 2:]).all()
         assert torch.isfinite(scores[0, :, -1]).all()
     seen = []
-    model.run_with_hooks(ids, mask, fwd_hooks=[("blocks.0.attn.hook_attn_scores",
-                                                lambda s, h: seen.append(torch.isinf(s[1, 0, -1, :2]).all()))])
+    model.run_with_hooks(
+        ids,
+        mask,
+        fwd_hooks=[("blocks.0.attn.hook_attn_scores", lambda s, h: seen.append(torch.isinf(s[1, 0, -1, :2]).all()))],
+    )
     assert seen == [torch.tensor(True)]

@@ -54,8 +54,11 @@ def test_bad_input_is_named():
         logit_lens(model, {})
     with pytest.raises(ValueError, match="layers: block 5 does not exist"):
         logit_lens(model, {}, layers=[5])
-    encoder = anatomy.build_model(anatomy.ModelConfig.from_preset("bert", n_layers=1, d_model=32, n_heads=4,
-                                                                  d_ff=64, vocab_size=40, max_seq_len=16))
+    encoder = anatomy.build_model(
+        anatomy.ModelConfig.from_preset(
+            "bert", n_layers=1, d_model=32, n_heads=4, d_ff=64, vocab_size=40, max_seq_len=16
+        )
+    )
     with pytest.raises(ValueError, match="has no lm_head"):
         lens_hooks(encoder)
 
@@ -70,8 +73,9 @@ def test_lens_figure(tmp_path):
         model(ids)
     lens = logit_lens(model, cache, layers=[0, 2])
     assert lens.labels == ["block 0", "block 2"]
-    fig = lens_figure(lens, tokens=[f"t{i}" for i in range(8)], decode=lambda i: chr(97 + i % 26),
-                      targets=ids[0].roll(-1))
+    fig = lens_figure(
+        lens, tokens=[f"t{i}" for i in range(8)], decode=lambda i: chr(97 + i % 26), targets=ids[0].roll(-1)
+    )
     ax = fig.axes[0]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["block 0", "block 2"]
     assert len(ax.texts) == 2 * 8  # one top-1 token per layer and position

@@ -22,9 +22,15 @@ def model_and_page(tmp_path_factory):
     torch.manual_seed(0)
     model = anatomy.build_model(anatomy.ModelConfig.from_preset("seed-block", n_layers=2)).eval()
     tokens, ids = viz.char_tokens(TEXT, model.config.vocab_size)
-    html = page.model_page(model, {"input_ids": ids}, tokens, title="anatomy test page",
-                           subtitle="seed-block, 2 layers", notes=["untrained"],
-                           pe_size={"d_model": 32, "max_len": 64, "train_len": 32})
+    html = page.model_page(
+        model,
+        {"input_ids": ids},
+        tokens,
+        title="anatomy test page",
+        subtitle="seed-block, 2 layers",
+        notes=["untrained"],
+        pe_size={"d_model": 32, "max_len": 64, "train_len": 32},
+    )
     path = page.write_page(tmp_path_factory.mktemp("page") / "page.html", html)
     return model, ids, tokens, html, path
 
@@ -37,8 +43,13 @@ def _data(html: str) -> dict:
 def test_page_is_self_contained(model_and_page):
     *_, html, path = model_and_page
     assert html.startswith("<!DOCTYPE html>") and Path(path).read_text(encoding="utf-8") == html
-    for pattern in (r"""(src|href)\s*=\s*["']?(https?:)?//""", r"url\(\s*['\"]?(https?:)?//", r"@import",
-                    r"<link[^>]+stylesheet", r"<script[^>]+src="):
+    for pattern in (
+        r"""(src|href)\s*=\s*["']?(https?:)?//""",
+        r"url\(\s*['\"]?(https?:)?//",
+        r"@import",
+        r"<link[^>]+stylesheet",
+        r"<script[^>]+src=",
+    ):
         assert not re.search(pattern, html, re.I), pattern
     assert "fetch(" not in html and "XMLHttpRequest" not in html
     assert "注意力图" in html and "位置编码" in html and "形状追踪" in html  # Chinese labels
@@ -71,8 +82,7 @@ def test_page_carries_the_trace_and_every_layer_and_head(model_and_page):
     with torch.no_grad():
         reference = model(ids, output_attentions=True).attentions
     for i, L in enumerate(layers):
-        torch.testing.assert_close(torch.tensor(L["weights"], dtype=torch.float32), reference[i][0],
-                                   atol=1e-6, rtol=0)
+        torch.testing.assert_close(torch.tensor(L["weights"], dtype=torch.float32), reference[i][0], atol=1e-6, rtol=0)
     assert [p["kind"] for p in data["pe"]] == list(viz.PE_KINDS)
     assert html.count("<tr class='kind-") == 2 * 17 + 1  # embedding + 17 rows per Post-LN layer
     assert "(B=1, H=4, T=14, S=14)" in html
@@ -86,8 +96,9 @@ def test_browser_shows_the_models_weights(model_and_page, tmp_path, browser):
     artifacts.mkdir(parents=True, exist_ok=True)
     problems = []
     tab = browser.new_page(viewport={"width": 1280, "height": 900})
-    tab.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in (
-        "error", "warning") else None)
+    tab.on(
+        "console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type in ("error", "warning") else None
+    )
     tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
     requests = []
     tab.on("request", lambda r: requests.append(r.url))
@@ -95,14 +106,16 @@ def test_browser_shows_the_models_weights(model_and_page, tmp_path, browser):
     tab.wait_for_selector("body[data-ready='1']")
     tab.select_option("#layer-select", str(LAYER))
     tab.select_option("#head-select", str(HEAD))
-    shown = tab.eval_on_selector_all("#attn-table tr", "rows => rows.slice(1).map(r => "
-                                     "Array.from(r.querySelectorAll('td.w')).map(c => c.textContent))")
+    shown = tab.eval_on_selector_all(
+        "#attn-table tr",
+        "rows => rows.slice(1).map(r => Array.from(r.querySelectorAll('td.w')).map(c => c.textContent))",
+    )
     header = tab.eval_on_selector_all("#attn-table tr:first-child th", "c => c.map(x => x.textContent)")
     assert header[1:] == tokens
     got = torch.tensor([[float(v) for v in row] for row in shown], dtype=torch.float64)
     assert got.shape == expected.shape
     assert all(len(v.split(".")[1]) == page.DIGITS for row in shown for v in row)
-    assert float((got - expected.double()).abs().max()) <= 0.5 * 10 ** -page.DIGITS + 1e-7
+    assert float((got - expected.double()).abs().max()) <= 0.5 * 10**-page.DIGITS + 1e-7
     tab.hover("#attn-table tr:nth-child(4) td.w:nth-of-type(2)")  # query 2, key 1
     readout = tab.inner_text("#attn-hover")
     assert f"head {HEAD}" in readout and "「把」" in readout and "「明」" in readout

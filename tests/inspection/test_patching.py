@@ -19,8 +19,13 @@ def _model(preset: str = "gpt2", **overrides):
 
 
 def _hooks(model) -> int:
-    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._forward_hooks_with_kwargs)
-               + len(m._forward_pre_hooks_with_kwargs) for m in model.modules())
+    return sum(
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._forward_hooks_with_kwargs)
+        + len(m._forward_pre_hooks_with_kwargs)
+        for m in model.modules()
+    )
 
 
 def _ids(seed: int = 1, t: int = 10):
@@ -62,7 +67,7 @@ def test_head_ablation_removes_exactly_that_heads_share_of_the_output_projection
         with patching(model, {names[0]: ablate_head(2)}), capture(model, names[1]) as edited:
             model(ids)
     dh = attn.head_dim
-    share = clean[names[0]][:, 2] @ attn.o_proj.weight[:, 2 * dh:3 * dh].T  # (B, T, D): head 2 through W^O
+    share = clean[names[0]][:, 2] @ attn.o_proj.weight[:, 2 * dh : 3 * dh].T  # (B, T, D): head 2 through W^O
     torch.testing.assert_close(clean[names[1]] - edited[names[1]], share, atol=1e-6, rtol=0)
 
 
@@ -185,8 +190,13 @@ def test_norm_and_ffn_hook_points(preset):
     model, ids = _model(preset), _ids()
     block = model.stack.blocks[0]
     norm = block.attn_add_norm.norm
-    names = ["stack.blocks.0.hook_resid_pre", "stack.blocks.0.attn_add_norm.norm.hook_scale",
-             "stack.blocks.0.hook_attn_in", "stack.blocks.0.ffn.hook_hidden", "stack.blocks.0.hook_ffn_in"]
+    names = [
+        "stack.blocks.0.hook_resid_pre",
+        "stack.blocks.0.attn_add_norm.norm.hook_scale",
+        "stack.blocks.0.hook_attn_in",
+        "stack.blocks.0.ffn.hook_hidden",
+        "stack.blocks.0.hook_ffn_in",
+    ]
     with torch.no_grad():
         plain = model(ids).logits
         with capture(model, names) as cache:
@@ -207,5 +217,9 @@ def test_norm_and_ffn_hook_points(preset):
         scale_name = "stack.blocks.0.attn_add_norm.norm.hook_scale"
         with patching(model, {scale_name: scale(2.0)}), capture(model, "stack.blocks.0.hook_attn_in") as edited:
             model(ids)
-    torch.testing.assert_close(edited["stack.blocks.0.hook_attn_in"] - (0 if preset == "llama" else norm.bias),
-                               2 * (attn_in - (0 if preset == "llama" else norm.bias)), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        edited["stack.blocks.0.hook_attn_in"] - (0 if preset == "llama" else norm.bias),
+        2 * (attn_in - (0 if preset == "llama" else norm.bias)),
+        atol=1e-5,
+        rtol=1e-5,
+    )

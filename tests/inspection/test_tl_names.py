@@ -8,13 +8,36 @@ import anatomy
 from anatomy.inspection import get_act_name
 from anatomy.inspection.tl_names import tl_points
 
-CASES = [("pattern", 0, None), ("k", 6, "a"), ("pre", 2, None), ("embed", None, None), ("normalized", 27, "ln2"),
-         ("k6", None, None), ("scale4ln1", None, None), ("pre5", None, None), ("attn", 3, None),
-         ("attn_logits", 1, None), ("query", 0, None), ("key", 0, None), ("value", 0, None), ("mlp_post", 1, None),
-         ("resid_pre", 0, None), ("resid_mid", 2, None), ("resid_post", 1, None), ("mlp_out", 0, None),
-         ("attn_out", 0, None), ("result", 1, None), ("z", 0, "attention"), ("scale", None, None),
-         ("normalized", None, None), ("resid_pre", 4, "block"), ("rot_q", 1, None), ("pre_linear", 0, None),
-         ("blocks.0.attn.hook_z", None, None), ("hook_pos_embed", None, None)]
+CASES = [
+    ("pattern", 0, None),
+    ("k", 6, "a"),
+    ("pre", 2, None),
+    ("embed", None, None),
+    ("normalized", 27, "ln2"),
+    ("k6", None, None),
+    ("scale4ln1", None, None),
+    ("pre5", None, None),
+    ("attn", 3, None),
+    ("attn_logits", 1, None),
+    ("query", 0, None),
+    ("key", 0, None),
+    ("value", 0, None),
+    ("mlp_post", 1, None),
+    ("resid_pre", 0, None),
+    ("resid_mid", 2, None),
+    ("resid_post", 1, None),
+    ("mlp_out", 0, None),
+    ("attn_out", 0, None),
+    ("result", 1, None),
+    ("z", 0, "attention"),
+    ("scale", None, None),
+    ("normalized", None, None),
+    ("resid_pre", 4, "block"),
+    ("rot_q", 1, None),
+    ("pre_linear", 0, None),
+    ("blocks.0.attn.hook_z", None, None),
+    ("hook_pos_embed", None, None),
+]
 
 
 def test_get_act_name_known_answers():
@@ -38,8 +61,9 @@ def test_get_act_name_equals_transformer_lens(name, layer, layer_type):
 
 
 def _model(preset: str, **kw):
-    cfg = anatomy.ModelConfig.from_preset(preset, vocab_size=40, d_model=16, n_heads=4, n_layers=2,
-                                          max_seq_len=16, **kw)
+    cfg = anatomy.ModelConfig.from_preset(
+        preset, vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=16, **kw
+    )
     return anatomy.build_model(cfg)
 
 

@@ -10,8 +10,9 @@ import anatomy
 
 def _model(preset: str, **kw):
     torch.manual_seed(0)
-    cfg = anatomy.ModelConfig.from_preset(preset, vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=16,
-                                          **kw)
+    cfg = anatomy.ModelConfig.from_preset(
+        preset, vocab_size=40, d_model=16, n_heads=4, n_layers=2, max_seq_len=16, **kw
+    )
     return anatomy.build_model(cfg).eval()
 
 

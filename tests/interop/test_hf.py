@@ -73,29 +73,60 @@ def gpt2(**kw):
 
 def llama(**kw):
     torch.manual_seed(0)
-    args = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                intermediate_size=64, vocab_size=V, max_position_embeddings=64)
+    args = dict(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=V,
+        max_position_embeddings=64,
+    )
     return _perturb(LlamaForCausalLM(LlamaConfig(**{**args, **kw})))
 
 
 def qwen3(**kw):
     torch.manual_seed(0)
-    args = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                intermediate_size=64, vocab_size=V, max_position_embeddings=64, tie_word_embeddings=True)
+    args = dict(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=64,
+        vocab_size=V,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+    )
     return _perturb(Qwen3ForCausalLM(Qwen3Config(**{**args, **kw})))
 
 
 def mistral(**kw):
     torch.manual_seed(0)
-    args = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                intermediate_size=64, vocab_size=V, max_position_embeddings=64, sliding_window=4)
+    args = dict(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=V,
+        max_position_embeddings=64,
+        sliding_window=4,
+    )
     return _perturb(MistralForCausalLM(MistralConfig(**{**args, **kw})))
 
 
 def bert(cls: bool = False):
     torch.manual_seed(0)
-    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-                        vocab_size=V, max_position_embeddings=64, num_labels=3)
+    config = BertConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=V,
+        max_position_embeddings=64,
+        num_labels=3,
+    )
     return _perturb(BertForSequenceClassification(config) if cls else BertModel(config))
 
 
@@ -116,8 +147,9 @@ FAMILIES = {
     "t5-gated-silu-unscaled": lambda: t5(feed_forward_proj="gated-silu", tie_word_embeddings=False),
     # T5 v1.1 / flan-t5: tanh-GELU gate, tie_word_embeddings=False (transformers 5: unscaled output, head still
     # tied); equal depths so that HF's generate works (see test_t5_greedy_16_tokens_match_hf_generate)
-    "t5-gated-gelu-v1.1": lambda: t5(feed_forward_proj="gated-gelu", tie_word_embeddings=False, num_heads=2, d_kv=16,
-                                     num_decoder_layers=2),
+    "t5-gated-gelu-v1.1": lambda: t5(
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False, num_heads=2, d_kv=16, num_decoder_layers=2
+    ),
     # heads wider than d_model / num_heads (t5-v1_1-small: 6 x 64 on 512; Qwen3, Gemma set head_dim the same way)
     "t5-decoupled-heads": lambda: t5(num_heads=3, d_kv=16, num_decoder_layers=2),
     "llama-decoupled-heads": lambda: llama(head_dim=16),
@@ -184,16 +216,38 @@ def test_logits_match_hf_with_and_without_padding(name):
 def test_converted_configs_read_every_design_choice():
     c = from_hf(gpt2()).config
     assert (c.fused_qkv, c.activation, c.norm_position, c.positional, c.tie_embeddings) == (
-        True, "gelu_tanh", "pre", "learned", True)
+        True,
+        "gelu_tanh",
+        "pre",
+        "learned",
+        True,
+    )
     c = from_hf(FAMILIES["llama-mqa-tied-theta"]()).config
     assert (c.n_kv_heads, c.rope_base, c.rope_layout, c.tie_embeddings, c.activation, c.bias) == (
-        1, 500.0, "half", True, "swiglu", False)
+        1,
+        500.0,
+        "half",
+        True,
+        "swiglu",
+        False,
+    )
     c = from_hf(bert(cls=True)).config
     assert (c.architecture, c.norm_position, c.embedding_norm, c.type_vocab_size, c.pooler, c.num_labels) == (
-        "classifier", "post", True, 2, True, 3)
+        "classifier",
+        "post",
+        True,
+        2,
+        True,
+        3,
+    )
     c = from_hf(t5()).config
     assert (c.attn_scale, c.positional, c.n_decoder_layers, c.output_scale, c.norm) == (
-        1.0, "t5", 3, 32**-0.5, "rmsnorm")
+        1.0,
+        "t5",
+        3,
+        32**-0.5,
+        "rmsnorm",
+    )
     assert from_hf(FAMILIES["t5-gated-silu-unscaled"]()).config.output_scale == 1.0
 
 
@@ -205,7 +259,13 @@ def test_t5_gated_gelu_is_a_tanh_gelu_gate():
     ours = from_hf(hf)
     c = ours.config
     assert (c.activation, c.d_ff, c.n_heads, c.n_layers, c.decoder_layers, c.output_scale) == (
-        "geglu_tanh", 64, 2, 2, 2, 1.0)
+        "geglu_tanh",
+        64,
+        2,
+        2,
+        2,
+        1.0,
+    )
     ffn, hf_ffn = ours.decoder.stack.blocks[1].ffn, hf.decoder.block[1].layer[2].DenseReluDense
     assert torch.equal(ffn.gate_proj.weight, hf_ffn.wi_0.weight) and torch.equal(ffn.up_proj.weight, hf_ffn.wi_1.weight)
     assert torch.equal(ffn.down_proj.weight, hf_ffn.wo.weight)
@@ -223,30 +283,53 @@ def test_t5_gated_gelu_is_a_tanh_gelu_gate():
 
 def test_flan_t5_style_config_json_is_read():
     # the fields of a v1.1 / flan-t5 "base" config.json as transformers 4.x wrote it (nothing is downloaded)
-    c = config_from_hf({
-        "architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 768, "d_kv": 64,
-        "d_ff": 2048, "num_layers": 12, "num_decoder_layers": 12, "num_heads": 12, "vocab_size": 32128,
-        "feed_forward_proj": "gated-gelu", "dense_act_fn": "gelu_new", "is_gated_act": True,
-        "tie_word_embeddings": False, "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1,
-        "relative_attention_num_buckets": 32, "relative_attention_max_distance": 128, "layer_norm_epsilon": 1e-6,
-        "dropout_rate": 0.1,
-    })
+    c = config_from_hf(
+        {
+            "architectures": ["T5ForConditionalGeneration"],
+            "model_type": "t5",
+            "d_model": 768,
+            "d_kv": 64,
+            "d_ff": 2048,
+            "num_layers": 12,
+            "num_decoder_layers": 12,
+            "num_heads": 12,
+            "vocab_size": 32128,
+            "feed_forward_proj": "gated-gelu",
+            "dense_act_fn": "gelu_new",
+            "is_gated_act": True,
+            "tie_word_embeddings": False,
+            "decoder_start_token_id": 0,
+            "pad_token_id": 0,
+            "eos_token_id": 1,
+            "relative_attention_num_buckets": 32,
+            "relative_attention_max_distance": 128,
+            "layer_norm_epsilon": 1e-6,
+            "dropout_rate": 0.1,
+        }
+    )
     assert (c.activation, c.d_ff, c.tie_embeddings, c.output_scale, c.n_decoder_layers, c.pad_token_id) == (
-        "geglu_tanh", 2048, False, 1.0, 12, 0)
+        "geglu_tanh",
+        2048,
+        False,
+        1.0,
+        12,
+        0,
+    )
 
 
 # ------------------------------------------------------------------------------------------ (2) greedy generation
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-decoupled-heads", "qwen3-qk-norm",
-                                  "mistral-window-4", "qwen3-window-layers"])
+@pytest.mark.parametrize(
+    "name",
+    ["gpt2", "llama-gqa-untied", "llama-decoupled-heads", "qwen3-qk-norm", "mistral-window-4", "qwen3-window-layers"],
+)
 def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     hf = FAMILIES[name]()
     ours = from_hf(hf)
     ids = IDS.masked_fill(LEFT == 0, 0)
     expected = hf.generate(ids, attention_mask=LEFT, max_new_tokens=32, do_sample=False, pad_token_id=0)
-    got = generate(ours, ids, LEFT, max_new_tokens=32, eos_token_id=hf.generation_config.eos_token_id,
-                   pad_token_id=0)
+    got = generate(ours, ids, LEFT, max_new_tokens=32, eos_token_id=hf.generation_config.eos_token_id, pad_token_id=0)
     assert got.shape == expected.shape == (3, 9 + 32)
     assert torch.equal(got, expected)
     assert len(set(got[:, 9:].flatten().tolist())) > 3  # the continuation is not one repeated token
@@ -257,8 +340,15 @@ def test_t5_greedy_16_tokens_match_hf_generate(name):
     # transformers 5.x sizes T5's generation cache by the encoder depth: equal depths
     hf = t5(num_decoder_layers=2) if name == "t5-v1.0" else FAMILIES[name]()
     ours = from_hf(hf)
-    expected = hf.generate(input_ids=IDS, attention_mask=RIGHT, max_new_tokens=16, do_sample=False,
-                           decoder_start_token_id=0, eos_token_id=1, pad_token_id=0)
+    expected = hf.generate(
+        input_ids=IDS,
+        attention_mask=RIGHT,
+        max_new_tokens=16,
+        do_sample=False,
+        decoder_start_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
+    )
     got = generate(ours, IDS, RIGHT, max_new_tokens=16, eos_token_id=1, pad_token_id=0)
     assert torch.equal(got, expected)
     assert got.shape[1] == 17 and len(set(got[:, 1:].flatten().tolist())) > 1
@@ -267,10 +357,22 @@ def test_t5_greedy_16_tokens_match_hf_generate(name):
 # ------------------------------------------------------------------------------------------ (3) round trips
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama-gqa-untied", "llama-mqa-tied-theta", "llama-decoupled-heads",
-                                  "qwen3-qk-norm", "mistral-window-4", "qwen3-window-layers",
-                                  "bert-classifier", "t5-v1.0", "t5-decoupled-heads",
-                                  "t5-gated-gelu-v1.1"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "gpt2",
+        "llama-gqa-untied",
+        "llama-mqa-tied-theta",
+        "llama-decoupled-heads",
+        "qwen3-qk-norm",
+        "mistral-window-4",
+        "qwen3-window-layers",
+        "bert-classifier",
+        "t5-v1.0",
+        "t5-decoupled-heads",
+        "t5-gated-gelu-v1.1",
+    ],
+)
 def test_hf_to_ours_to_hf(name):
     hf = FAMILIES[name]()
     back = to_hf(from_hf(hf))
@@ -286,8 +388,17 @@ def test_hf_to_ours_to_hf(name):
             assert torch.equal(back(input_ids=IDS, attention_mask=mask, decoder_input_ids=DEC).logits, a)
 
 
-@pytest.mark.parametrize("name,shard", [("gpt2", None), ("llama-gqa-untied", "20KB"), ("bert", None),
-                                        ("bert-classifier", None), ("t5-v1.0", "30KB"), ("t5-gated-gelu-v1.1", None)])
+@pytest.mark.parametrize(
+    "name,shard",
+    [
+        ("gpt2", None),
+        ("llama-gqa-untied", "20KB"),
+        ("bert", None),
+        ("bert-classifier", None),
+        ("t5-v1.0", "30KB"),
+        ("t5-gated-gelu-v1.1", None),
+    ],
+)
 def test_hf_directory_loads_without_transformers_objects(tmp_path, name, shard):
     hf = FAMILIES[name]()
     hf.save_pretrained(tmp_path, **({"max_shard_size": shard} if shard else {}))
@@ -343,8 +454,15 @@ def test_convert_cli_from_hf_and_back_with_error_budget(tmp_path, capsys):
     assert main(["convert", "--from-hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ours"), "--verify"]) == 0
     out = capsys.readouterr().out
     rows = {line.split("  ")[0].strip(): line for line in out.splitlines()}
-    for name in ("embeddings", "block 0 attention", "block 0 ffn", "block 1 attention", "block 1 ffn",
-                 "final norm", "logits"):
+    for name in (
+        "embeddings",
+        "block 0 attention",
+        "block 0 ffn",
+        "block 1 attention",
+        "block 1 ffn",
+        "final norm",
+        "logits",
+    ):
         assert name in rows, out
         numbers = [float(x) for x in rows[name].split()[-4:]]  # float32 max, mean, bfloat16 max, mean
         assert numbers[0] <= TOL and numbers[2] < 0.5, rows[name]
@@ -402,8 +520,11 @@ def test_config_disagreeing_with_weights_names_the_key_and_both_shapes(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     config["n_embd"] = 64
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"'transformer\.wte\.weight' has shape \(100, 32\), but the config "
-                                              r"implies \(100, 64\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"'transformer\.wte\.weight' has shape \(100, 32\), but the config "
+        r"implies \(100, 64\)",
+    ):
         load_pretrained(tmp_path)
 
 
@@ -424,7 +545,6 @@ def test_unexpressible_hf_features_are_refused_by_name():
     assert "supported: relu, gelu, gated-silu, gated-gelu" in str(info.value)
 
 
-
 def test_qwen3_qk_norm_is_read_and_matters():
     hf = FAMILIES["qwen3-qk-norm"]()
     ours = from_hf(hf)
@@ -440,8 +560,9 @@ def test_qwen3_qk_norm_is_read_and_matters():
     assert _diff(a[where], _outputs(hf, ours, LEFT)[1][where]) > 1e-2
 
 
-@pytest.mark.parametrize("types, pattern", [(None, "GL"), (["sliding_attention", "full_attention"], "LG"),
-                                            (["sliding_attention"] * 2, None)])
+@pytest.mark.parametrize(
+    "types, pattern", [(None, "GL"), (["sliding_attention", "full_attention"], "LG"), (["sliding_attention"] * 2, None)]
+)
 def test_qwen3_windows_on_some_layers_are_read_written_and_matter(types, pattern):
     """Qwen3's use_sliding_window windows the layers its layer_types call sliding (by default those from
     max_window_layers on): read as window_pattern, written back as layer_types, and the window is really used."""
@@ -479,8 +600,18 @@ def test_mistral_sliding_window_is_read_and_matters():
 
 
 def test_decoupled_head_width_is_read_and_written():
-    small = config_from_hf(dict(architectures=["T5ForConditionalGeneration"], d_model=512, d_kv=64, num_heads=6,
-                                num_layers=8, d_ff=1024, vocab_size=32128, feed_forward_proj="gated-gelu"))
+    small = config_from_hf(
+        dict(
+            architectures=["T5ForConditionalGeneration"],
+            d_model=512,
+            d_kv=64,
+            num_heads=6,
+            num_layers=8,
+            d_ff=1024,
+            vocab_size=32128,
+            feed_forward_proj="gated-gelu",
+        )
+    )
     assert (small.head_dim, small.dh, small.n_heads, small.d_model) == (64, 64, 6, 512)  # t5-v1_1-small's shape
     for name, field in (("t5-decoupled-heads", "d_kv"), ("llama-decoupled-heads", "head_dim")):
         hf = FAMILIES[name]()
@@ -495,12 +626,14 @@ def test_decoupled_head_width_is_read_and_written():
 def test_to_hf_names_what_does_not_fit():
     from anatomy import ModelConfig, build_model
 
-    model = build_model(ModelConfig.from_preset("gpt2", vocab_size=V, d_model=32, n_heads=4, n_layers=1,
-                                                   norm="rmsnorm"))
+    model = build_model(
+        ModelConfig.from_preset("gpt2", vocab_size=V, d_model=32, n_heads=4, n_layers=1, norm="rmsnorm")
+    )
     with pytest.raises(ValueError, match="closest is gpt2, which needs: norm='rmsnorm'"):
         to_hf(model)
-    untied_t5 = build_model(ModelConfig.from_preset("t5", vocab_size=V, d_model=32, n_heads=4, n_layers=1, d_ff=64,
-                                                    tie_embeddings=False))
+    untied_t5 = build_model(
+        ModelConfig.from_preset("t5", vocab_size=V, d_model=32, n_heads=4, n_layers=1, d_ff=64, tie_embeddings=False)
+    )
     if int(transformers.__version__.split(".")[0]) >= 5:  # transformers 5 always ties T5's head
         with pytest.raises(ValueError, match="does not keep 'shared.weight' as written"):
             to_hf(untied_t5)
@@ -548,12 +681,15 @@ def test_pickle_checkpoint_is_refused_and_its_payload_never_runs(tmp_path, capsy
 # ------------------------------------------------------------------------------------------ tokens, labels, pooler
 
 
-@pytest.mark.parametrize("make,tokens", [
-    (lambda: gpt2(bos_token_id=7, eos_token_id=7), (7, 7, None)),  # no pad: stays None, never GPT-2's 50256
-    (lambda: gpt2(), (50256, 50256, None)),  # HF's class defaults, outside the vocabulary: kept as read
-    (lambda: llama(bos_token_id=None, eos_token_id=[4, 5], pad_token_id=6), (None, (4, 5), 6)),
-    (lambda: llama(), (1, 2, None)),
-])
+@pytest.mark.parametrize(
+    "make,tokens",
+    [
+        (lambda: gpt2(bos_token_id=7, eos_token_id=7), (7, 7, None)),  # no pad: stays None, never GPT-2's 50256
+        (lambda: gpt2(), (50256, 50256, None)),  # HF's class defaults, outside the vocabulary: kept as read
+        (lambda: llama(bos_token_id=None, eos_token_id=[4, 5], pad_token_id=6), (None, (4, 5), 6)),
+        (lambda: llama(), (1, 2, None)),
+    ],
+)
 def test_special_tokens_round_trip_through_both_files(make, tokens, tmp_path):
     hf = make()
     ours = from_hf(hf)
@@ -591,9 +727,16 @@ def test_an_old_checkpoint_without_token_fields_loads(tmp_path):
 def test_id2label_round_trips_and_predict_prints_the_names(tmp_path, capsys):
     torch.manual_seed(0)
     names = {0: "negative", 1: "neutral", 2: "positive"}
-    config = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=64,
-                        vocab_size=V, max_position_embeddings=64, id2label=names,
-                        label2id={v: k for k, v in names.items()})
+    config = BertConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        vocab_size=V,
+        max_position_embeddings=64,
+        id2label=names,
+        label2id={v: k for k, v in names.items()},
+    )
     hf = _perturb(BertForSequenceClassification(config))
     ours = from_hf(hf)
     assert ours.config.label_names == ("negative", "neutral", "positive") and ours.config.id2label == names

@@ -25,10 +25,22 @@ from anatomy.generation import generate  # noqa: E402
 from anatomy.interop.hf import from_hf, to_hf  # noqa: E402
 
 V, TOL = 100, 1e-5
-BASE = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-            vocab_size=V, max_position_embeddings=64)
-LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 32}  # with Dh=16: kept, blended and divided frequencies all occur
+BASE = dict(
+    num_hidden_layers=2,
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=64,
+    vocab_size=V,
+    max_position_embeddings=64,
+)
+LLAMA3 = {
+    "rope_type": "llama3",
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 32,
+}  # with Dh=16: kept, blended and divided frequencies all occur
 
 
 def _perturb(model, seed: int = 0, scale: float = 0.2):
@@ -59,8 +71,14 @@ def gemma(**kw):
 def gemma2(**kw):
     # soft caps small enough to bite on these logits; query_pre_attn_scalar != head_dim; layers 0 local, 1 global;
     # an untied head (tied, this tiny random model's greedy continuation repeats one or two tokens; Gemma is tied)
-    args = dict(head_dim=16, query_pre_attn_scalar=12, sliding_window=4, attn_logit_softcapping=5.0,
-                final_logit_softcapping=3.0, tie_word_embeddings=False)
+    args = dict(
+        head_dim=16,
+        query_pre_attn_scalar=12,
+        sliding_window=4,
+        attn_logit_softcapping=5.0,
+        final_logit_softcapping=3.0,
+        tie_word_embeddings=False,
+    )
     return _build("Gemma2ForCausalLM", "Gemma2Config", **{**BASE, **args, **kw})
 
 
@@ -77,13 +95,23 @@ FAMILIES = {
     "llama3-rope": lambda: llama(head_dim=16, rope_parameters=dict(LLAMA3)),
     "llama-linear-rope": lambda: llama(rope_parameters={"rope_type": "linear", "factor": 4.0}),
     # max_position_embeddings 16: generation (9 + 32 positions) runs past it, where the dynamic base grows
-    "llama-dynamic-rope": lambda: llama(max_position_embeddings=16, rope_parameters={"rope_type": "dynamic",
-                                                                                      "factor": 4.0}),
-    "llama-yarn-rope": lambda: llama(rope_parameters={"rope_type": "yarn", "factor": 4.0,
-                                                      "original_max_position_embeddings": 16}),
-    "llama-yarn-mscale": lambda: llama(rope_parameters={"rope_type": "yarn", "factor": 4.0, "mscale": 1.0,
-                                                        "mscale_all_dim": 0.5, "beta_fast": 16.0, "truncate": False,
-                                                        "original_max_position_embeddings": 16}),
+    "llama-dynamic-rope": lambda: llama(
+        max_position_embeddings=16, rope_parameters={"rope_type": "dynamic", "factor": 4.0}
+    ),
+    "llama-yarn-rope": lambda: llama(
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}
+    ),
+    "llama-yarn-mscale": lambda: llama(
+        rope_parameters={
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.5,
+            "beta_fast": 16.0,
+            "truncate": False,
+            "original_max_position_embeddings": 16,
+        }
+    ),
     "qwen2": qwen2,
     "qwen2-window-layers": lambda: qwen2(use_sliding_window=True, sliding_window=4, max_window_layers=1),
     "gemma": gemma,
@@ -112,8 +140,11 @@ def _logits(hf, ours, ids=IDS, mask=None):
         if mask is not None:
             ids = ids.masked_fill(mask == 0, 0)
         pos = None if mask is None else (mask.cumsum(-1) - 1).clamp_min(0)
-        return (hf(ids, attention_mask=mask, position_ids=pos).logits, ours(ids, mask).logits,
-                slice(None) if mask is None else mask.bool())
+        return (
+            hf(ids, attention_mask=mask, position_ids=pos).logits,
+            ours(ids, mask).logits,
+            slice(None) if mask is None else mask.bool(),
+        )
 
 
 # ------------------------------------------------------------------------------------------ (1) logits
@@ -152,8 +183,9 @@ def test_greedy_32_tokens_match_hf_generate_left_padded(name):
     hf = FAMILIES[name]()
     ours = from_hf(hf)
     ids = IDS.masked_fill(LEFT == 0, 0)
-    expected = hf.generate(ids, attention_mask=LEFT, max_new_tokens=32, do_sample=False, pad_token_id=0,
-                           eos_token_id=None)
+    expected = hf.generate(
+        ids, attention_mask=LEFT, max_new_tokens=32, do_sample=False, pad_token_id=0, eos_token_id=None
+    )
     got = generate(ours, ids, LEFT, max_new_tokens=32, pad_token_id=0, eos_token_id=None)
     assert got.shape == expected.shape == (3, 9 + 32)
     assert torch.equal(got, expected)
@@ -204,9 +236,14 @@ def test_neox_checkpoints_with_the_older_embed_out_key_load(tmp_path):
     assert _diff(a, b) <= TOL
 
 
-@pytest.mark.parametrize("name, rows", [("gemma2", ("block 1 attention", "block 1 ffn", "final norm")),
-                                        ("gpt-neox", ("block 0 attention", "block 1 ffn", "logits")),
-                                        ("phi3-partial-window", ("block 1 ffn", "logits"))])
+@pytest.mark.parametrize(
+    "name, rows",
+    [
+        ("gemma2", ("block 1 attention", "block 1 ffn", "final norm")),
+        ("gpt-neox", ("block 0 attention", "block 1 ffn", "logits")),
+        ("phi3-partial-window", ("block 1 ffn", "logits")),
+    ],
+)
 def test_convert_cli_verifies_the_new_families_layer_by_layer(tmp_path, capsys, name, rows):
     from anatomy.cli.main import main
 

@@ -23,7 +23,6 @@ PRESETS = {
 }
 
 
-
 def _model(name: str, **overrides):
     torch.manual_seed(0)
     preset = "bert" if name.startswith("bert") else name
@@ -69,8 +68,11 @@ def test_tied_weights_are_stored_once_and_tied_again(tmp_path):
     meta = json.loads((tmp_path / "config.json").read_text())
     embed = [k for k in keys if k.endswith("embed_tokens.weight")]
     assert len(embed) == 1 and "lm_head.weight" not in keys
-    assert set(meta["tied"]) == {"lm_head.weight", "encoder.embeddings.embed_tokens.weight",
-                                 "decoder.embeddings.embed_tokens.weight"} - set(embed)
+    assert set(meta["tied"]) == {
+        "lm_head.weight",
+        "encoder.embeddings.embed_tokens.weight",
+        "decoder.embeddings.embed_tokens.weight",
+    } - set(embed)
     loaded = load_pretrained(tmp_path)
     assert loaded.lm_head.weight is loaded.encoder.embeddings.embed_tokens.weight
     assert loaded.output_scale == model.output_scale
@@ -135,8 +137,11 @@ def test_config_shapes_disagreeing_with_weights_name_key_and_shapes(tmp_path):
     meta = json.loads((tmp_path / "config.json").read_text())
     meta["config"]["d_ff"] = 48
     (tmp_path / "config.json").write_text(json.dumps(meta))
-    with pytest.raises(CheckpointError, match=r"'stack\.blocks\.0\.ffn\.up_proj\.weight' has shape \(64, 32\) "
-                                              r"in the file, but config\.json implies \(48, 32\)"):
+    with pytest.raises(
+        CheckpointError,
+        match=r"'stack\.blocks\.0\.ffn\.up_proj\.weight' has shape \(64, 32\) "
+        r"in the file, but config\.json implies \(48, 32\)",
+    ):
         load_pretrained(tmp_path)
 
 

@@ -30,8 +30,12 @@ def byte_bpe(vocab_size: int = 300):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOT],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(["hello world, the quick brown fox jumps over the lazy dog. " * 20], trainer=trainer)
     return tok
 
@@ -43,8 +47,9 @@ def hf_dir(tmp_path_factory):
     tok = byte_bpe()
     fast = transformers.GPT2TokenizerFast(tokenizer_object=tok, eos_token=EOT, bos_token=EOT, unk_token=EOT)
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=tok.get_vocab_size(),
-                                     n_positions=64, bos_token_id=0, eos_token_id=0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=4, vocab_size=tok.get_vocab_size(), n_positions=64, bos_token_id=0, eos_token_id=0
+    )
     model = transformers.GPT2LMHeadModel(config).eval()
     with torch.no_grad():  # HF's init gives near-uniform logits: spread them so greedy decoding says something
         for p in model.parameters():
@@ -62,7 +67,7 @@ def _greedy_hf(d, prompt: str, n: int) -> str:
     with torch.no_grad():
         for _ in range(n):
             ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
-    return prompt + tok.decode(ids[len(tok(prompt)["input_ids"]):], skip_special_tokens=True)
+    return prompt + tok.decode(ids[len(tok(prompt)["input_ids"]) :], skip_special_tokens=True)
 
 
 def test_reads_what_transformers_reads(hf_dir):
@@ -94,8 +99,10 @@ def test_convert_then_generate_decodes_with_the_models_tokenizer(hf_dir, tmp_pat
     out = tmp_path / "ours"
     assert main(["convert", "--from-hf", str(hf_dir), "--out", str(out)]) == 0
     said = capsys.readouterr().out
-    assert f"tokenizer: GPT2Tokenizer (298 tokens; bos {EOT!r}, eos {EOT!r}, unk {EOT!r}) -> {out / 'tokenizer.json'}" \
+    assert (
+        f"tokenizer: GPT2Tokenizer (298 tokens; bos {EOT!r}, eos {EOT!r}, unk {EOT!r}) -> {out / 'tokenizer.json'}"
         in said
+    )
     assert (out / "tokenizer.json").is_file() and (out / "tokenizer_config.json").is_file()
     assert main(["generate", "--checkpoint", str(out), "--prompt", "hello", "--greedy", "--max-new-tokens", "12"]) == 0
     printed = capsys.readouterr().out.rstrip("\n")
@@ -111,11 +118,15 @@ def test_checkpoint_commands_use_the_tokenizer(hf_dir, tmp_path, capsys):
     assert main(["trace", "--checkpoint", str(out), "--text", "hello world", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert f"text of {n} tokens" in rows["title"] and f"T={n}" in rows["rows"][0]["dims"]
-    assert main(["viz", "attention", "--checkpoint", str(out), "--text", "hello world",
-                 "--out", str(tmp_path / "a.html")]) == 0
+    assert (
+        main(["viz", "attention", "--checkpoint", str(out), "--text", "hello world", "--out", str(tmp_path / "a.html")])
+        == 0
+    )
     page = (tmp_path / "a.html").read_text(encoding="utf-8")
-    assert "the checkpoint&#x27;s own tokenizer (HFTokenizer" in page or "the checkpoint's own tokenizer (HFTokenizer" \
-        in page
+    assert (
+        "the checkpoint&#x27;s own tokenizer (HFTokenizer" in page
+        or "the checkpoint's own tokenizer (HFTokenizer" in page
+    )
     assert "ord(char)" not in page
 
 
@@ -140,8 +151,11 @@ def test_our_char_tokenizer_written_for_hf(tmp_path):
     assert theirs.decode(ours.encode(text) + [1], skip_special_tokens=True) == text
     assert (theirs.pad_token_id, theirs.eos_token_id) == (0, 1)
     again = load_tokenizer(tmp_path)  # and ours reads it back as an HF tokenizer with the same ids
-    assert isinstance(again, HFTokenizer) and again.encode(text) == ours.encode(text) and again.decode(
-        again.encode(text)) == text
+    assert (
+        isinstance(again, HFTokenizer)
+        and again.encode(text) == ours.encode(text)
+        and again.decode(again.encode(text)) == text
+    )
 
 
 def test_a_tokenizer_bigger_than_the_vocabulary_is_refused_before_writing(hf_dir, tmp_path, capsys):
@@ -154,8 +168,10 @@ def test_a_tokenizer_bigger_than_the_vocabulary_is_refused_before_writing(hf_dir
     assert big == 301
     assert main(["convert", "--from-hf", str(d), "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == (f"anatomy convert: error: {d}: the tokenizer has {big} tokens but the model's vocab_size is 298: "
-                   "ids >= 298 would have no embedding")
+    assert err == (
+        f"anatomy convert: error: {d}: the tokenizer has {big} tokens but the model's vocab_size is 298: "
+        "ids >= 298 would have no embedding"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -187,8 +203,9 @@ def test_evaluate_file_on_a_converted_model_is_transformers_own_loss(hf_dir, tmp
     result = json.loads(capsys.readouterr().out)
     ids = transformers.AutoTokenizer.from_pretrained(hf_dir)(text)["input_ids"]
     with torch.no_grad():
-        hf_loss = float(transformers.GPT2LMHeadModel.from_pretrained(hf_dir)(torch.tensor([ids]),
-                                                                             labels=torch.tensor([ids])).loss)
+        hf_loss = float(
+            transformers.GPT2LMHeadModel.from_pretrained(hf_dir)(torch.tensor([ids]), labels=torch.tensor([ids])).loss
+        )
     assert result["tokens"] == len(ids) < 64 and result["predicted"] == len(ids) - 1
     assert result["loss"] == pytest.approx(hf_loss, abs=1e-5)
     assert result["perplexity"] == pytest.approx(torch.tensor(hf_loss).exp().item(), rel=1e-5)
@@ -203,6 +220,19 @@ def test_gpt2s_original_files_convert_and_generate(hf_dir, tmp_path, capsys):
     byte_bpe().model.save(str(d))
     assert main(["convert", "--from-hf", str(d), "--out", str(tmp_path / "o")]) == 0
     assert "tokenizer: GPT2Tokenizer (298 tokens" in capsys.readouterr().out
-    assert main(["generate", "--checkpoint", str(tmp_path / "o"), "--prompt", "the quick", "--greedy",
-                 "--max-new-tokens", "6"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                str(tmp_path / "o"),
+                "--prompt",
+                "the quick",
+                "--greedy",
+                "--max-new-tokens",
+                "6",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.rstrip("\n") == _greedy_hf(hf_dir, "the quick", 6)

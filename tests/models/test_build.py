@@ -47,11 +47,18 @@ COMPONENTS = {
     "MultiHeadAttention": lambda **kw: MultiHeadAttention(d_model=8, n_heads=2, **kw),
     "TokenEmbedding": lambda **kw: TokenEmbedding(10, 8, **kw),
     "InputEmbeddings": lambda **kw: InputEmbeddings(embed_tokens=TokenEmbedding(10, 8), **kw),
-    "EncoderBlock": lambda **kw: EncoderBlock(attn=_attn(), ffn=FeedForward(d_model=8), attn_add_norm=_add_norm(),
-                                              ffn_add_norm=_add_norm(), **kw),
-    "DecoderBlock": lambda **kw: DecoderBlock(attn=_attn(), cross_attn=_attn(), ffn=FeedForward(d_model=8),
-                                              attn_add_norm=_add_norm(), cross_add_norm=_add_norm(),
-                                              ffn_add_norm=_add_norm(), **kw),
+    "EncoderBlock": lambda **kw: EncoderBlock(
+        attn=_attn(), ffn=FeedForward(d_model=8), attn_add_norm=_add_norm(), ffn_add_norm=_add_norm(), **kw
+    ),
+    "DecoderBlock": lambda **kw: DecoderBlock(
+        attn=_attn(),
+        cross_attn=_attn(),
+        ffn=FeedForward(d_model=8),
+        attn_add_norm=_add_norm(),
+        cross_add_norm=_add_norm(),
+        ffn_add_norm=_add_norm(),
+        **kw,
+    ),
     "EncoderStack": lambda **kw: EncoderStack(blocks=[], **kw),
     "DecoderStack": lambda **kw: DecoderStack(blocks=[], **kw),
     "KVCache": lambda **kw: KVCache(**kw),
@@ -86,9 +93,16 @@ def test_token_batchnorm_honours_bias_false():
 
 
 # Config fields the builder reads through a derived property (or not at all: construction-time checks only).
-READ_THROUGH = {"n_decoder_layers": "decoder_layers", "qk_norm": "qk_norm_kind", "window_pattern": "layer_window",
-                "sliding_window": "layer_window", "final_norm": "use_final_norm", "rope_fraction": "rotary_dim",
-                "head_dim": "dh", "n_layers": "n_layers"}
+READ_THROUGH = {
+    "n_decoder_layers": "decoder_layers",
+    "qk_norm": "qk_norm_kind",
+    "window_pattern": "layer_window",
+    "sliding_window": "layer_window",
+    "final_norm": "use_final_norm",
+    "rope_fraction": "rotary_dim",
+    "head_dim": "dh",
+    "n_layers": "n_layers",
+}
 
 
 def test_the_builder_names_every_config_field_it_uses():
@@ -97,22 +111,39 @@ def test_the_builder_names_every_config_field_it_uses():
     text = BUILD.read_text(encoding="utf-8")
     assert not re.search(r"\*\*\s*_?\w*(kwargs|options|kw)\b", text)  # no pass-through bags
     assert "partial(" not in text.replace("partial(_norm, config)", "")
-    missing = [f.name for f in fields(ModelConfig) if f.name not in TOKEN_FIELDS  # no module reads those
-               and f"config.{f.name}" not in text and f"config.{READ_THROUGH.get(f.name, '?')}" not in text]
+    missing = [
+        f.name
+        for f in fields(ModelConfig)
+        if f.name not in TOKEN_FIELDS  # no module reads those
+        and f"config.{f.name}" not in text
+        and f"config.{READ_THROUGH.get(f.name, '?')}" not in text
+    ]
     assert not missing, missing
 
 
 # ---------------------------------------------------------------------------------------- DeepNorm, per stack
 
-SMALL = dict(vocab_size=50, d_model=64, n_heads=4, d_ff=128, max_seq_len=32, positional="sinusoidal",
-             norm="layernorm", norm_position="deepnorm", bias=True, dropout=0.0)
+SMALL = dict(
+    vocab_size=50,
+    d_model=64,
+    n_heads=4,
+    d_ff=128,
+    max_seq_len=32,
+    positional="sinusoidal",
+    norm="layernorm",
+    norm_position="deepnorm",
+    bias=True,
+    dropout=0.0,
+)
 
 
 def _paper(n_enc: int, n_dec: int) -> dict[str, tuple[float, float]]:
     """DeepNet (Wang et al. 2022), Fig. 2 / Table 1, written out here independently of the library."""
     if n_enc and n_dec:
-        return {"encoder": (0.81 * (n_enc ** 4 * n_dec) ** (1 / 16), 0.87 * (n_enc ** 4 * n_dec) ** (-1 / 16)),
-                "decoder": ((3 * n_dec) ** 0.25, (12 * n_dec) ** -0.25)}
+        return {
+            "encoder": (0.81 * (n_enc**4 * n_dec) ** (1 / 16), 0.87 * (n_enc**4 * n_dec) ** (-1 / 16)),
+            "decoder": ((3 * n_dec) ** 0.25, (12 * n_dec) ** -0.25),
+        }
     n = n_enc or n_dec
     return {"encoder" if n_enc else "decoder": ((2 * n) ** 0.25, (8 * n) ** -0.25)}
 
@@ -133,8 +164,7 @@ def _measured_gain(modules, suffixes) -> tuple[float, int]:
 def _check_stack(stack, alpha: float, beta: float) -> None:
     adds = [m for m in stack.modules() if isinstance(m, AddNorm)]
     assert adds and all(m.alpha == pytest.approx(alpha, rel=1e-12) for m in adds)
-    scaled, n = _measured_gain(stack.blocks, ("v_proj.weight", "o_proj.weight", "up_proj.weight",
-                                              "down_proj.weight"))
+    scaled, n = _measured_gain(stack.blocks, ("v_proj.weight", "o_proj.weight", "up_proj.weight", "down_proj.weight"))
     unit, m = _measured_gain(stack.blocks, ("q_proj.weight", "k_proj.weight"))
     # the sample std of n normal draws has relative standard error 1/sqrt(2n): allow 5 of them
     assert scaled == pytest.approx(beta, rel=5 / math.sqrt(2 * n))
@@ -171,10 +201,12 @@ def test_deepnorm_encoder_only_alpha_and_beta():
 def test_deepnorm_brings_its_beta_whatever_init_says(init):
     """``norm_position="deepnorm"`` is DeepNet's whole recipe: the same weights from the same seed for any
     ``init`` (the field's comment in config.py says so)."""
+
     def weights(init_name):
         torch.manual_seed(0)
         cfg = ModelConfig(architecture="decoder_lm", n_layers=4, init=init_name, **SMALL)
         return torch.cat([p.detach().flatten() for p in build_model(cfg).parameters()])
+
     assert torch.equal(weights(init), weights("deepnet"))
 
 
@@ -182,8 +214,10 @@ def test_deepnorm_scales_the_value_third_of_a_fused_qkv():
     torch.manual_seed(0)
     model = build_model(ModelConfig(architecture="decoder_lm", n_layers=12, fused_qkv=True, **SMALL))
     beta = _paper(0, 12)["decoder"][1]
-    q, k, v = (torch.cat([b.attn.qkv_proj.weight.detach()[i * 64:(i + 1) * 64].flatten()
-                          for b in model.stack.blocks]) for i in range(3))
+    q, k, v = (
+        torch.cat([b.attn.qkv_proj.weight.detach()[i * 64 : (i + 1) * 64].flatten() for b in model.stack.blocks])
+        for i in range(3)
+    )
     xavier = math.sqrt(2 / (64 + 64))  # each third is a (D, D) matrix
     tol = 5 / math.sqrt(2 * v.numel())
     assert v.std().item() / xavier == pytest.approx(beta, rel=tol)
@@ -193,8 +227,9 @@ def test_deepnorm_scales_the_value_third_of_a_fused_qkv():
 
 def test_without_deepnorm_alpha_and_beta_are_one():
     torch.manual_seed(0)
-    model = build_model(ModelConfig(architecture="seq2seq", n_layers=6, init="deepnet",
-                                    **{**SMALL, "norm_position": "post"}))
+    model = build_model(
+        ModelConfig(architecture="seq2seq", n_layers=6, init="deepnet", **{**SMALL, "norm_position": "post"})
+    )
     _check_stack(model.encoder.stack, 1.0, 1.0)
     _check_stack(model.decoder.stack, 1.0, 1.0)
 
@@ -202,10 +237,22 @@ def test_without_deepnorm_alpha_and_beta_are_one():
 # ---------------------------------------------------------------------------------------- the t5 preset is T5
 
 T5_SMALL_HF = {  # t5-small's config.json (the fields the converter reads; the others are at HF's defaults)
-    "architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 512, "d_kv": 64, "d_ff": 2048,
-    "num_layers": 6, "num_heads": 8, "vocab_size": 32128, "relative_attention_num_buckets": 32,
-    "dropout_rate": 0.1, "layer_norm_epsilon": 1e-6, "feed_forward_proj": "relu", "decoder_start_token_id": 0,
-    "pad_token_id": 0, "eos_token_id": 1, "n_positions": 512,
+    "architectures": ["T5ForConditionalGeneration"],
+    "model_type": "t5",
+    "d_model": 512,
+    "d_kv": 64,
+    "d_ff": 2048,
+    "num_layers": 6,
+    "num_heads": 8,
+    "vocab_size": 32128,
+    "relative_attention_num_buckets": 32,
+    "dropout_rate": 0.1,
+    "layer_norm_epsilon": 1e-6,
+    "feed_forward_proj": "relu",
+    "decoder_start_token_id": 0,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "n_positions": 512,
 }
 
 
@@ -214,14 +261,17 @@ def test_the_t5_preset_is_what_the_hf_converter_reads_from_t5_small():
 
     ours, hf = ModelConfig.from_preset("t5"), config_from_hf(T5_SMALL_HF)
     assert ours.decoder_layers == hf.decoder_layers == 6  # None (= n_layers) in the preset, 6 from HF
-    ours, hf = ({k: v for k, v in c.to_dict().items() if k != "n_decoder_layers" and k not in TOKEN_FIELDS}
-                for c in (ours, hf))  # the preset names no tokens; t5-small's eos is 1
+    ours, hf = (
+        {k: v for k, v in c.to_dict().items() if k != "n_decoder_layers" and k not in TOKEN_FIELDS} for c in (ours, hf)
+    )  # the preset names no tokens; t5-small's eos is 1
     assert {k for k in ours if ours[k] != hf[k]} == set()
-    assert ours["output_scale"] == pytest.approx(512 ** -0.5)
+    assert ours["output_scale"] == pytest.approx(512**-0.5)
 
 
-@pytest.mark.parametrize("overrides,scale", [({"d_model": 32}, 32 ** -0.5), ({"tie_embeddings": False}, 1.0),
-                                             ({"d_model": 64, "output_scale": 1.0}, 1.0)])
+@pytest.mark.parametrize(
+    "overrides,scale",
+    [({"d_model": 32}, 32**-0.5), ({"tie_embeddings": False}, 1.0), ({"d_model": 64, "output_scale": 1.0}, 1.0)],
+)
 def test_the_t5_output_scale_follows_d_model_and_the_tied_head(overrides, scale):
     assert ModelConfig.from_preset("t5", **overrides).output_scale == pytest.approx(scale)
 
@@ -262,8 +312,9 @@ def test_there_is_one_block_factory_and_each_norm_rule_is_written_once():
 
     assert EncoderBlock.build.__func__ is builder.build_block and DecoderBlock.build.__func__ is builder.build_block
     components = Path(builder.__file__).parents[1] / "components"
-    made = [p.name for p in components.rglob("*.py") if "RMSNorm(" in p.read_text(encoding="utf-8")
-            and p.name != "norms.py"]
+    made = [
+        p.name for p in components.rglob("*.py") if "RMSNorm(" in p.read_text(encoding="utf-8") and p.name != "norms.py"
+    ]
     assert made == [], f"norms made outside models/build.py: {made}"
     assert BUILD.read_text(encoding="utf-8").count("RMSNorm(") == 1
     block = EncoderBlock.build(d_model=8, n_heads=2, norm="rmsnorm", norm_offset=1.0)

@@ -44,15 +44,29 @@ def _perturb(model, scale: float = 0.2):
 
 def gpt2():
     torch.manual_seed(0)
-    return _perturb(GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=64,
-                                               attn_implementation="eager")))
+    return _perturb(
+        GPT2LMHeadModel(
+            GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=V, n_positions=64, attn_implementation="eager")
+        )
+    )
 
 
 def llama():
     torch.manual_seed(0)
-    return _perturb(LlamaForCausalLM(LlamaConfig(
-        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        vocab_size=V, max_position_embeddings=64, attn_implementation="eager")))
+    return _perturb(
+        LlamaForCausalLM(
+            LlamaConfig(
+                num_hidden_layers=2,
+                hidden_size=32,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                vocab_size=V,
+                max_position_embeddings=64,
+                attn_implementation="eager",
+            )
+        )
+    )
 
 
 FAMILIES = {"gpt2": gpt2, "llama": llama}
@@ -152,8 +166,15 @@ def test_model_generate_takes_hf_argument_names(pair):
     got = ours.generate(IDS, max_new_tokens=8, do_sample=False, pad_token_id=0, eos_token_id=eos)
     assert torch.equal(got, want)
     assert torch.equal(ours.generate(inputs=IDS, max_length=15, eos_token_id=eos), want)  # max_length counts the prompt
-    sampled = ours.generate(IDS, attention_mask=torch.ones_like(IDS), max_new_tokens=5, do_sample=True, top_k=5,
-                            num_return_sequences=3, generator=torch.Generator().manual_seed(0))
+    sampled = ours.generate(
+        IDS,
+        attention_mask=torch.ones_like(IDS),
+        max_new_tokens=5,
+        do_sample=True,
+        top_k=5,
+        num_return_sequences=3,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert sampled.shape == (6, 12) and torch.equal(sampled[:3, :7], IDS[:1].expand(3, -1))
     with pytest.raises(TypeError, match="unexpected keyword argument 'typical_p'"):
         ours.generate(IDS, typical_p=0.5)
@@ -176,8 +197,12 @@ def test_encoder_classifier_and_seq2seq_take_the_same_flags():
         full = s2s(ids, decoder_input_ids=ids[:, :4], output_hidden_states=True)
         step = s2s(ids, decoder_input_ids=ids[:, :3], use_cache=True)
         assert step.past_key_values.get_seq_length() == 3 and len(step.past_key_values[0]) == 4  # self k, v; cross
-        nxt = s2s(ids, decoder_input_ids=ids[:, 3:4], past_key_values=step.past_key_values,
-                  encoder_outputs=(step.encoder_last_hidden_state,))
+        nxt = s2s(
+            ids,
+            decoder_input_ids=ids[:, 3:4],
+            past_key_values=step.past_key_values,
+            encoder_outputs=(step.encoder_last_hidden_state,),
+        )
     assert len(full.decoder_hidden_states) == 3 and len(full.encoder_hidden_states) == 3
     assert step.past_key_values.get_seq_length() == 4  # the next call appended to it
     assert torch.allclose(nxt.logits[:, -1], full.logits[:, 3], atol=TOL)
@@ -186,23 +211,40 @@ def test_encoder_classifier_and_seq2seq_take_the_same_flags():
 
 def test_t5_decodes_from_an_hf_encoder_decoder_cache():
     torch.manual_seed(0)
-    hf = _perturb(T5ForConditionalGeneration(T5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8,
-                                                      num_heads=4, d_ff=64, vocab_size=V)))
+    hf = _perturb(
+        T5ForConditionalGeneration(
+            T5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=64, vocab_size=V)
+        )
+    )
     ours = from_hf(hf)
     dec = torch.randint(3, V, (2, 4), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         theirs = hf(input_ids=IDS, decoder_input_ids=dec[:, :3], use_cache=True)
         want = hf(input_ids=IDS, decoder_input_ids=dec[:, 3:], cache=theirs.past_key_values).logits
-        got = ours(IDS, decoder_input_ids=dec[:, 3:], past_key_values=hf(
-            input_ids=IDS, decoder_input_ids=dec[:, :3], use_cache=True).past_key_values).logits
+        got = ours(
+            IDS,
+            decoder_input_ids=dec[:, 3:],
+            past_key_values=hf(input_ids=IDS, decoder_input_ids=dec[:, :3], use_cache=True).past_key_values,
+        ).logits
     assert _close(got, want)
 
 
 def test_a_sliding_window_cache_from_hf_decodes_like_hf():
     torch.manual_seed(0)
-    hf = _perturb(MistralForCausalLM(MistralConfig(
-        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, intermediate_size=64,
-        vocab_size=V, max_position_embeddings=64, sliding_window=4)))
+    hf = _perturb(
+        MistralForCausalLM(
+            MistralConfig(
+                num_hidden_layers=2,
+                hidden_size=32,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                intermediate_size=64,
+                vocab_size=V,
+                max_position_embeddings=64,
+                sliding_window=4,
+            )
+        )
+    )
     ours = from_hf(hf)
     with torch.no_grad():
         theirs = hf(IDS, use_cache=True).past_key_values

@@ -13,8 +13,9 @@ from anatomy import PRESETS, ModelConfig, build_model
 from anatomy.models import Classifier, DecoderLM, DecoderStack, Encoder, EncoderStack, Seq2Seq
 from anatomy.models.seq2seq import shift_right
 
-SMALL = dict(vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=None, max_seq_len=32, dropout=0.0,
-             attention_dropout=0.0)
+SMALL = dict(
+    vocab_size=40, d_model=32, n_heads=4, n_layers=2, d_ff=None, max_seq_len=32, dropout=0.0, attention_dropout=0.0
+)
 
 
 def small(preset: str, **kw) -> ModelConfig:
@@ -92,10 +93,17 @@ def test_bert_token_types_change_the_output():
 
 def test_state_dict_names_follow_the_checkpoint_vocabulary():
     keys = set(build_model(small("llama")).state_dict())
-    for key in ["stack.blocks.0.attn.q_proj.weight", "stack.blocks.0.attn.k_proj.weight",
-                "stack.blocks.0.attn.o_proj.weight", "stack.blocks.0.ffn.gate_proj.weight",
-                "stack.blocks.0.ffn.up_proj.weight", "stack.blocks.0.ffn.down_proj.weight",
-                "stack.blocks.0.attn_add_norm.norm.weight", "stack.final_norm.weight", "lm_head.weight"]:
+    for key in [
+        "stack.blocks.0.attn.q_proj.weight",
+        "stack.blocks.0.attn.k_proj.weight",
+        "stack.blocks.0.attn.o_proj.weight",
+        "stack.blocks.0.ffn.gate_proj.weight",
+        "stack.blocks.0.ffn.up_proj.weight",
+        "stack.blocks.0.ffn.down_proj.weight",
+        "stack.blocks.0.attn_add_norm.norm.weight",
+        "stack.final_norm.weight",
+        "lm_head.weight",
+    ]:
         assert key in keys, key
     assert build_model(small("llama")).stack.blocks[0].attn.k_proj.out_features == 16  # Hkv * Dh = 2 * 8
 
@@ -154,17 +162,23 @@ def test_train_and_eval_agree_on_real_tokens_with_padding(preset):
     keep[1, :3] = False  # left padding
     keep[2, 5:] = False  # right padding
     if isinstance(model, Seq2Seq):
+
         def run():
             return model(ids, attention_mask=keep, decoder_input_ids=ids[:, :5]).logits
+
         real = torch.ones(3, 5, dtype=torch.bool)  # the decoder side has no padding here
     elif isinstance(model, Classifier):
+
         def run():
             return model(ids, attention_mask=keep).logits
+
         real = torch.ones(3, dtype=torch.bool)
     else:
+
         def run():
             out = model(ids, attention_mask=keep)
             return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
         real = keep
     model.train()
     trained = run()
@@ -257,12 +271,15 @@ def test_window_with_t5_bias_is_refused():
         ModelConfig.from_preset("t5", sliding_window=4)
 
 
-@pytest.mark.parametrize("pattern, layers, windows", [
-    (None, 4, [3, 3, 3, 3]),  # a window without a pattern: every layer local (Mistral)
-    ("LG", 4, [3, None, 3, None]),  # Gemma 2's alternation, the cycle repeated
-    ("LLG", 6, [3, 3, None, 3, 3, None]),
-    ("GGLL", 4, [None, None, 3, 3]),  # Qwen3's max_window_layers=2: the first two attend fully
-])
+@pytest.mark.parametrize(
+    "pattern, layers, windows",
+    [
+        (None, 4, [3, 3, 3, 3]),  # a window without a pattern: every layer local (Mistral)
+        ("LG", 4, [3, None, 3, None]),  # Gemma 2's alternation, the cycle repeated
+        ("LLG", 6, [3, 3, None, 3, 3, None]),
+        ("GGLL", 4, [None, None, 3, 3]),  # Qwen3's max_window_layers=2: the first two attend fully
+    ],
+)
 def test_window_pattern_gives_each_layer_its_window(pattern, layers, windows):
     config = small("llama", n_layers=layers, sliding_window=3, window_pattern=pattern)
     model = build_model(config)
@@ -275,12 +292,18 @@ def test_window_pattern_gives_each_layer_its_window(pattern, layers, windows):
     assert all(b.cross_attn.sliding_window is None for b in seq.decoder.stack.blocks)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(window_pattern="LG"), "window_pattern needs sliding_window"),
-    (dict(sliding_window=3, window_pattern="LX"), "window_pattern must be letters L \\(local\\) and G \\(global\\)"),
-    (dict(sliding_window=3, window_pattern=""), "window_pattern must be letters"),
-    (dict(sliding_window=3, window_pattern="LGL"), "must cover 4 layers: give one letter per layer or a cycle"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(window_pattern="LG"), "window_pattern needs sliding_window"),
+        (
+            dict(sliding_window=3, window_pattern="LX"),
+            "window_pattern must be letters L \\(local\\) and G \\(global\\)",
+        ),
+        (dict(sliding_window=3, window_pattern=""), "window_pattern must be letters"),
+        (dict(sliding_window=3, window_pattern="LGL"), "must cover 4 layers: give one letter per layer or a cycle"),
+    ],
+)
 def test_window_pattern_is_validated(overrides, message):
     with pytest.raises(ValueError, match=message):
         small("llama", n_layers=4, **overrides)

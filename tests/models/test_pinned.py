@@ -105,8 +105,12 @@ FAULT_PRESETS = ("gpt2", "llama", "bert")
 
 
 def _summary(t: torch.Tensor) -> dict:
-    return {"shape": list(t.shape), "head": t.flatten()[:24].tolist(), "sum": t.sum().item(),
-            "abs_sum": t.abs().sum().item()}
+    return {
+        "shape": list(t.shape),
+        "head": t.flatten()[:24].tolist(),
+        "sum": t.sum().item(),
+        "abs_sum": t.abs().sum().item(),
+    }
 
 
 def _close(now: torch.Tensor, pin: dict) -> None:
@@ -168,11 +172,14 @@ def _write() -> None:
         assert tokens == decode_tokens(name, fast=False), name
         decode[name] = tokens
     faults = {f"{f}/{p}": _summary(fault_output(f, p)) for f in sorted(pitfalls.FAULTS) for p in FAULT_PRESETS}
-    attention = {f"{k}/{c}": _summary(attention_output(k, c)) for k in ("sdpa", "math", "loop")
-                 for c in ATTENTION_CASES}
+    attention = {
+        f"{k}/{c}": _summary(attention_output(k, c)) for k in ("sdpa", "math", "loop") for c in ATTENTION_CASES
+    }
     order = {p: parameter_order(p) for p in sorted(PRESETS)}
-    PINS.write_text(json.dumps({"decode": decode, "faults": faults, "attention": attention,
-                                "parameter_order": order}, indent=0) + "\n")
+    PINS.write_text(
+        json.dumps({"decode": decode, "faults": faults, "attention": attention, "parameter_order": order}, indent=0)
+        + "\n"
+    )
     print(f"wrote {PINS}")
 
 

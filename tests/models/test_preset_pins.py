@@ -51,8 +51,12 @@ def outputs(preset: str) -> torch.Tensor:
 
 
 def _summary(t: torch.Tensor) -> dict:
-    return {"shape": list(t.shape), "head": t[..., :16].flatten().tolist(), "sum": t.sum().item(),
-            "abs_sum": t.abs().sum().item()}
+    return {
+        "shape": list(t.shape),
+        "head": t[..., :16].flatten().tolist(),
+        "sum": t.sum().item(),
+        "abs_sum": t.abs().sum().item(),
+    }
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

@@ -58,8 +58,11 @@ def outputs(preset: str) -> dict[str, torch.Tensor]:
         padded = run(attention_mask=mask)
         out["padded"] = padded.logits if hasattr(padded, "logits") else padded.last_hidden_state
         weighted = run(output_attentions=True)
-        attn = (weighted.attentions if hasattr(weighted, "attentions") and weighted.attentions is not None
-                else weighted.encoder_attentions)
+        attn = (
+            weighted.attentions
+            if hasattr(weighted, "attentions") and weighted.attentions is not None
+            else weighted.encoder_attentions
+        )
         out["weights"] = torch.stack(list(attn))
     model.train()
     result = run()
@@ -69,8 +72,7 @@ def outputs(preset: str) -> dict[str, torch.Tensor]:
         loss = result.loss
     loss.backward()
     out["loss"] = loss.detach()
-    out["grad_norms"] = torch.stack([p.grad.norm() for _, p in sorted(model.named_parameters())
-                                     if p.grad is not None])
+    out["grad_norms"] = torch.stack([p.grad.norm() for _, p in sorted(model.named_parameters()) if p.grad is not None])
     return out
 
 

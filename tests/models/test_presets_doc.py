@@ -24,7 +24,7 @@ def _table(after: str) -> list[list[str]]:
     lines = DOC.read_text(encoding="utf-8").splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(after))
     rows = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith("|"):
             if rows:
                 break
@@ -93,8 +93,10 @@ def test_normal_init_is_what_the_table_says_in_a_built_model(name):
         small["head_dim"] = 16
     torch.manual_seed(0)
     model = build_model(ModelConfig.from_preset(name, **small))
-    weights = {k: torch.cat([p.detach().flatten() for n, p in model.named_parameters() if n.endswith(k)])
-               for k in ("up_proj.weight", "o_proj.weight", "down_proj.weight")}
+    weights = {
+        k: torch.cat([p.detach().flatten() for n, p in model.named_parameters() if n.endswith(k)])
+        for k in ("up_proj.weight", "o_proj.weight", "down_proj.weight")
+    }
     residual = 0.02 / math.sqrt(2 * _depth(PRESETS[name]))
     assert weights["up_proj.weight"].std().item() == pytest.approx(0.02, rel=0.03)
     assert weights["o_proj.weight"].std().item() == pytest.approx(residual, rel=0.03)
@@ -111,9 +113,12 @@ def _number(x: float) -> str:
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_positional_row_matches_the_preset(name):
     cell, p = _departures()[name]["positional"], ModelConfig.from_preset(name)
-    want = {"sinusoidal": "sinusoidal", "learned": f"learned absolute ({p.max_seq_len})",
-            "rope": f"RoPE ({p.rope_layout} layout, base {_number(p.rope_base)})",
-            "t5": f"bucketed relative bias ({p.t5_num_buckets} buckets, max {p.t5_max_distance})"}[p.positional]
+    want = {
+        "sinusoidal": "sinusoidal",
+        "learned": f"learned absolute ({p.max_seq_len})",
+        "rope": f"RoPE ({p.rope_layout} layout, base {_number(p.rope_base)})",
+        "t5": f"bucketed relative bias ({p.t5_num_buckets} buckets, max {p.t5_max_distance})",
+    }[p.positional]
     assert cell.startswith(want), (cell, want)
 
 
@@ -150,4 +155,4 @@ def test_embeddings_row_matches_the_preset(name):
     assert ("tied" in cell) == (p.tie_embeddings and p.architecture in ("decoder_lm", "seq2seq"))
     assert ("d_model^-0.5" in cell) == (p.output_scale != 1.0)
     if p.output_scale != 1.0:
-        assert p.output_scale == pytest.approx(p.d_model ** -0.5)
+        assert p.output_scale == pytest.approx(p.d_model**-0.5)

@@ -19,8 +19,9 @@ def _run(nb, folder: Path):
     os.environ["PYTHONPATH"] = ROOT + (os.pathsep + env if env else "")  # the kernel imports this checkout
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=False,
-                       resources={"metadata": {"path": str(folder)}}).execute()
+        NotebookClient(
+            nb, timeout=600, kernel_name="python3", allow_errors=False, resources={"metadata": {"path": str(folder)}}
+        ).execute()
     finally:
         if env:
             os.environ["PYTHONPATH"] = env

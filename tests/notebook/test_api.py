@@ -10,7 +10,7 @@ import pytest
 
 IMPORTS = "import json, math, os\nimport torch\nfrom torch import nn\nimport anatomy\n"
 
-ATTENTION = '''class {name}(nn.Module):
+ATTENTION = """class {name}(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.h, self.dk = n_heads, d_model // n_heads
@@ -30,10 +30,10 @@ ATTENTION = '''class {name}(nn.Module):
         w = scores.softmax(-1)  # (B, H, T, S)
         out = (w @ v).transpose(1, 2).reshape(b, t, d)  # (B, T, D)
         return self.o(out), w
-'''
+"""
 BUGGY = ATTENTION.format(name="NoScale", scale="")
 GOOD = ATTENTION.format(name="Good", scale=" / math.sqrt(self.dk)")
-HANGS = '''class Hangs(nn.Module):
+HANGS = """class Hangs(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.q = nn.Linear(d_model, d_model)
@@ -41,7 +41,7 @@ HANGS = '''class Hangs(nn.Module):
     def forward(self, x):
         while True:
             pass
-'''
+"""
 EXITS = HANGS.replace("Hangs", "Exits").replace("while True:\n            pass", "os._exit(0)")
 
 
@@ -53,8 +53,13 @@ CELLS = [
     IMPORTS,
     BUGGY,
     GOOD,
-    "r = anatomy.check(NoScale)\n" + _summary("CHECK", '{"ok": r.ok, "verdict": r.verdict, "pitfalls": r.pitfalls, '
-                                                       '"lines": r.lines, "text": str(r), "iso": r.isolation}') + "\nr",
+    "r = anatomy.check(NoScale)\n"
+    + _summary(
+        "CHECK",
+        '{"ok": r.ok, "verdict": r.verdict, "pitfalls": r.pitfalls, '
+        '"lines": r.lines, "text": str(r), "iso": r.isolation}',
+    )
+    + "\nr",
     "g = anatomy.check(Good)\n" + _summary("GOOD", '{"ok": g.ok, "verdict": g.verdict, "pitfalls": g.pitfalls}'),
     "t = anatomy.trace(NoScale)\n" + _summary("TRACE", '{"ok": t.ok, "rows": t.rows, "text": str(t)}') + "\nt",
     HANGS + "\nh = anatomy.check(Hangs, timeout=1)\n" + _summary("HANGS", '{"verdict": h.verdict, "error": h.error}'),
@@ -69,7 +74,7 @@ def _found(nb, tag: str) -> dict:
         text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
         for line in text.splitlines():
             if line.startswith(tag + " "):
-                return json.loads(line[len(tag) + 1:])
+                return json.loads(line[len(tag) + 1 :])
     raise AssertionError(f"no {tag} line in the notebook's outputs")
 
 
@@ -141,6 +146,7 @@ def test_results_and_figures_display_as_html_and_png_in_the_notebook(executed, c
 
 # --- the same API in this process (no kernel) -------------------------------------------------------------------
 
+
 def _cell_class(source: str, name: str, number: int, monkeypatch):
     """Compile ``source`` as IPython's terminal does (``<ipython-input-N-hash>``) and return the class."""
     file = f"<ipython-input-{number}-0123456789ab>"
@@ -174,8 +180,12 @@ def test_check_in_process_names_the_cell_and_prints_as_the_cli(monkeypatch):
 def test_options_are_checked_before_anything_runs():
     import anatomy
 
-    for kwargs, said in (({"kind": "blok"}, "kind must be one of"), ({"timeout": -1}, "timeout must be"),
-                         ({"d_model": 10, "n_heads": 4}, "divisible"), ({"lang": "fr"}, "lang must be")):
+    for kwargs, said in (
+        ({"kind": "blok"}, "kind must be one of"),
+        ({"timeout": -1}, "timeout must be"),
+        ({"d_model": 10, "n_heads": 4}, "divisible"),
+        ({"lang": "fr"}, "lang must be"),
+    ):
         with pytest.raises(ValueError, match=said):
             anatomy.check(object, **kwargs)
 

@@ -9,9 +9,13 @@ from anatomy.notebook import display, formatters, show
 
 
 def test_course_result_html_escapes_and_shows_the_pitfall():
-    r = SimpleNamespace(ok=False, exercise="attention", pitfalls=["no_scaling"],
-                        lines=[{"where": "cell [3], line 5", "source": "s = q @ k.T <b>", "en": "unscaled"}],
-                        render=lambda lang: "NOT YET · attention <x>")
+    r = SimpleNamespace(
+        ok=False,
+        exercise="attention",
+        pitfalls=["no_scaling"],
+        lines=[{"where": "cell [3], line 5", "source": "s = q @ k.T <b>", "en": "unscaled"}],
+        render=lambda lang: "NOT YET · attention <x>",
+    )
     html = display.course_html(r)
     assert "NOT YET" in html and "<code" in html and "no_scaling" in html and "cell [3], line 5" in html
     assert "&lt;b&gt;" in html and "&lt;x&gt;" in html and "<b>" not in html.replace("<b>anatomy", "")
@@ -21,8 +25,19 @@ def test_verdict_and_claims_display():
     v = Verdict("supported", "variance 63.9 ≈ d_k", "方差 63.9 ≈ d_k")
     html = formatters.html(v)
     assert html is not None and "supported" in html and "63.9" in html
-    doc = {"claims": [{"id": "C5", "section": "§1.3", "statement_en": "dot variance ≈ d_k", "statement_zh": "方差",
-                       "verdict": "refuted", "reason_en": "no", "reason_zh": "不"}]}
+    doc = {
+        "claims": [
+            {
+                "id": "C5",
+                "section": "§1.3",
+                "statement_en": "dot variance ≈ d_k",
+                "statement_zh": "方差",
+                "verdict": "refuted",
+                "reason_en": "no",
+                "reason_zh": "不",
+            }
+        ]
+    }
     html = show.claims(doc)._repr_html_()
     assert "C5" in html and "refuted" in html and "dot variance" in html
     assert "方差" in show.claims(doc, lang="zh")._repr_html_()

@@ -21,8 +21,9 @@ def test_start_notebook_writes_the_exercise_and_list_shows_it(tmp_path, capsys):
     intro, fill, _, grading = ("".join(c["source"]) for c in nb["cells"])
     assert "§2.1-2.2" in intro and "(B, T, D) -> (B, H, T, Dh)" in fill and "def merge_heads(x):" in fill
     assert "**What must hold**" in intro and "```text\n" in intro
-    assert grading.endswith('grade("heads", {"split_heads": split_heads, "merge_heads": merge_heads}, '
-                            'notebook="02_heads.ipynb")')
+    assert grading.endswith(
+        'grade("heads", {"split_heads": split_heads, "merge_heads": merge_heads}, notebook="02_heads.ipynb")'
+    )
     assert Progress(tmp_path).entry("heads")["notebook"] == "02_heads.ipynb"
     capsys.readouterr()
     assert main(["learn", "list", "--dir", str(tmp_path), "--lang", "en"]) == 0

@@ -39,8 +39,11 @@ def test_in_process_fallback_and_a_crash_is_one_line():
     def fails():
         raise CheckError("d_model must be a positive integer, got 0")
 
-    assert process.isolated(fails, isolate=False).error == ("check", "d_model must be a positive integer, got 0",
-                                                            "d_model must be a positive integer, got 0")
+    assert process.isolated(fails, isolate=False).error == (
+        "check",
+        "d_model must be a positive integer, got 0",
+        "d_model must be a positive integer, got 0",
+    )
     if process.FORK:
         crash = process.isolated(lambda: 1 / 0)
         assert crash.error is not None and crash.error[0] == "crash" and "ZeroDivisionError" in crash.error[1]

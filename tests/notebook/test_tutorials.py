@@ -21,14 +21,18 @@ def test_notebook_is_stripped_and_matches_the_markdown(name):
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in code), f"{path.name}: outputs in git"
     assert ["".join(c["source"]) for c in code] == tutorials.python_blocks(md) and len(code) >= 5
-    assert path.read_text(encoding="utf-8") == tutorials.text(md, "zh" if ".zh." in name else "en"), \
+    assert path.read_text(encoding="utf-8") == tutorials.text(md, "zh" if ".zh." in name else "en"), (
         f"{path.name} is out of date: python -m anatomy.notebook.tutorials"
+    )
 
 
 def test_split_keeps_prose_and_bash_blocks_as_markdown():
     cells = tutorials.split("# T\n\n```bash\nanatomy learn list\n```\n\ntext\n\n```python\nx = 1\n```\nend\n")
-    assert cells == [("markdown", "# T\n\n```bash\nanatomy learn list\n```\n\ntext"), ("code", "x = 1"),
-                     ("markdown", "end")]
+    assert cells == [
+        ("markdown", "# T\n\n```bash\nanatomy learn list\n```\n\ntext"),
+        ("code", "x = 1"),
+        ("markdown", "end"),
+    ]
     with pytest.raises(ValueError, match="unclosed"):
         tutorials.split("```python\nx = 1\n")
     assert tutorials.main([str(DOCS), "--check"]) == 0

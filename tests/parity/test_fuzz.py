@@ -27,8 +27,16 @@ TOLERANCE = {  # about 5x the worst error seen in 2,500 calibration cases (max |
     torch.float16: (4e-3, 1.5e-2),
     torch.bfloat16: (3e-2, 6e-2),
 }
-MASK_KINDS = ["none", "padding", "left padding", "random", "causal", "causal+padding", "causal+left padding",
-              "all hidden"]
+MASK_KINDS = [
+    "none",
+    "padding",
+    "left padding",
+    "random",
+    "causal",
+    "causal+padding",
+    "causal+left padding",
+    "all hidden",
+]
 
 
 @st.composite
@@ -39,8 +47,7 @@ def cases(draw):
     dh = draw(st.sampled_from([2, 4, 8]), label="Dh")
     cross = draw(st.booleans(), label="cross attention")
     s = draw(st.integers(1, 9), label="S") if cross else t
-    positional = "none" if cross else draw(st.sampled_from(["none", "rope", "alibi", "shaw", "t5"]),
-                                           label="positional")
+    positional = "none" if cross else draw(st.sampled_from(["none", "rope", "alibi", "shaw", "t5"]), label="positional")
     kernel = draw(st.sampled_from(["loop", "math", "sdpa"]), label="kernel")
     dtype = draw(st.sampled_from(list(TOLERANCE)), label="dtype")
     kind = draw(st.sampled_from(MASK_KINDS), label="mask")
@@ -56,19 +63,40 @@ def cases(draw):
         mask = torch.rand(shape, generator=g) < draw(st.sampled_from([0.1, 0.5, 0.9]), label="keep")
     elif kind == "all hidden":
         mask = torch.zeros(b, 1, t, s, dtype=torch.bool)
-    return dict(b=b, t=t, s=s, h=h, hkv=hkv, dh=dh, cross=cross, positional=positional, kernel=kernel,
-                dtype=dtype, mask=mask, is_causal="causal" in kind, bias=draw(st.booleans(), label="bias"),
-                seed=draw(st.integers(0, 2**31 - 1), label="seed"))
+    return dict(
+        b=b,
+        t=t,
+        s=s,
+        h=h,
+        hkv=hkv,
+        dh=dh,
+        cross=cross,
+        positional=positional,
+        kernel=kernel,
+        dtype=dtype,
+        mask=mask,
+        is_causal="causal" in kind,
+        bias=draw(st.booleans(), label="bias"),
+        seed=draw(st.integers(0, 2**31 - 1), label="seed"),
+    )
 
 
 def build(case: dict, kernel: str) -> MultiHeadAttention:
     h, dh = case["h"], case["dh"]
-    scheme = {"rope": lambda: RotaryPositional(head_dim=dh, base=100.0),
-              "alibi": lambda: ALiBiPositional(n_heads=h),
-              "shaw": lambda: ShawRelativePositional(head_dim=dh, max_relative_distance=3)}.get(case["positional"])
+    scheme = {
+        "rope": lambda: RotaryPositional(head_dim=dh, base=100.0),
+        "alibi": lambda: ALiBiPositional(n_heads=h),
+        "shaw": lambda: ShawRelativePositional(head_dim=dh, max_relative_distance=3),
+    }.get(case["positional"])
     torch.manual_seed(case["seed"])
-    m = MultiHeadAttention(d_model=h * dh, n_heads=h, n_kv_heads=case["hkv"], kernel=kernel, bias=case["bias"],
-                           positional=None if scheme is None else scheme())
+    m = MultiHeadAttention(
+        d_model=h * dh,
+        n_heads=h,
+        n_kv_heads=case["hkv"],
+        kernel=kernel,
+        bias=case["bias"],
+        positional=None if scheme is None else scheme(),
+    )
     if case["positional"] == "shaw":
         torch.nn.init.normal_(m.positional.key_embeddings, std=0.5)
         torch.nn.init.normal_(m.positional.value_embeddings, std=0.5)
@@ -79,21 +107,27 @@ def forward_backward(m: MultiHeadAttention, case: dict, dtype: torch.dtype):
     g = torch.Generator().manual_seed(case["seed"] + 1)
     d = case["h"] * case["dh"]
     x = torch.randn(case["b"], case["t"], d, generator=g).to(dtype).requires_grad_(True)
-    context = torch.randn(case["b"], case["s"], d, generator=g).to(dtype).requires_grad_(True) \
-        if case["cross"] else None
+    context = (
+        torch.randn(case["b"], case["s"], d, generator=g).to(dtype).requires_grad_(True) if case["cross"] else None
+    )
     positions = torch.randint(0, 40, (1, case["t"]), generator=g) + torch.arange(case["t"])
     bias = None
     if case["positional"] == "t5":
-        t5 = T5RelativeBias(n_heads=case["h"], bidirectional=not case["is_causal"], num_buckets=8,
-                            max_distance=16)
+        t5 = T5RelativeBias(n_heads=case["h"], bidirectional=not case["is_causal"], num_buckets=8, max_distance=16)
         torch.nn.init.normal_(t5.relative_attention_bias.weight, std=0.5, generator=g)
         with torch.no_grad():
             bias = t5.score_bias(None, positions, positions, 1.0).to(dtype)  # (1, H, T, T)
     upstream = torch.randn(case["b"], case["t"], d, generator=g).to(dtype)
     seen = {}
     m.hook_z.register_forward_hook(lambda mod, args, out: seen.__setitem__("z", out.detach()))
-    out, _ = m(x, context=context, mask=case["mask"], is_causal=case["is_causal"],
-               positions=None if case["cross"] else positions, attn_bias=bias)
+    out, _ = m(
+        x,
+        context=context,
+        mask=case["mask"],
+        is_causal=case["is_causal"],
+        positions=None if case["cross"] else positions,
+        attn_bias=bias,
+    )
     (out * upstream).sum().backward()
     grads = {"x": x.grad, **({"context": context.grad} if context is not None else {})}
     grads.update({n: p.grad for n, p in m.named_parameters()})

@@ -36,14 +36,37 @@ CLOSE = 1e-10  # the same function computed another way (kernel, cache, padding)
 
 
 @cache
-def model(architecture: str, positional: str = "none", *, kernel: str = "auto", n_heads: int = 2,
-          n_kv_heads: int | None = None, d_model: int = 8, n_layers: int = 2, pooling: str = "cls",
-          fused_qkv: bool = False, seed: int = 0) -> torch.nn.Module:
+def model(
+    architecture: str,
+    positional: str = "none",
+    *,
+    kernel: str = "auto",
+    n_heads: int = 2,
+    n_kv_heads: int | None = None,
+    d_model: int = 8,
+    n_layers: int = 2,
+    pooling: str = "cls",
+    fused_qkv: bool = False,
+    seed: int = 0,
+) -> torch.nn.Module:
     """A tiny float64 model in eval mode, cached (tests only run it forward, under no_grad)."""
     config = anatomy.ModelConfig(
-        architecture=architecture, vocab_size=VOCAB, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
-        n_layers=n_layers, d_ff=2 * d_model, max_seq_len=64, positional=positional, kernel=kernel, dropout=0.0,
-        init_std=0.3, pooling=pooling, max_relative_distance=4, t5_num_buckets=8, t5_max_distance=16,
+        architecture=architecture,
+        vocab_size=VOCAB,
+        d_model=d_model,
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        n_layers=n_layers,
+        d_ff=2 * d_model,
+        max_seq_len=64,
+        positional=positional,
+        kernel=kernel,
+        dropout=0.0,
+        init_std=0.3,
+        pooling=pooling,
+        max_relative_distance=4,
+        t5_num_buckets=8,
+        t5_max_distance=16,
         fused_qkv=fused_qkv,
     )
     torch.manual_seed(seed)
@@ -106,8 +129,12 @@ def real(out: torch.Tensor, mask: torch.Tensor, i: int) -> torch.Tensor:
     return out[i][mask[i].bool()]
 
 
-padded_cases = dict(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=3), seed=seeds,
-                    side=st.sampled_from(["left", "right"]), kernel=kernels)
+padded_cases = dict(
+    lengths=st.lists(st.integers(1, 7), min_size=1, max_size=3),
+    seed=seeds,
+    side=st.sampled_from(["left", "right"]),
+    kernel=kernels,
+)
 
 
 @pytest.mark.parametrize("positional", SCHEMES)
@@ -146,8 +173,14 @@ def test_classifier_padding_invariance(pooling, positional, lengths, seed, side,
 
 # 3. batch invariance ---------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("architecture", ["decoder_lm", "encoder", "classifier", "seq2seq"])
-@given(b=st.integers(2, 3), t=st.integers(1, 9), seed=seeds, positional=st.sampled_from(SCHEMES),
-       padded=st.booleans(), kernel=kernels)
+@given(
+    b=st.integers(2, 3),
+    t=st.integers(1, 9),
+    seed=seeds,
+    positional=st.sampled_from(SCHEMES),
+    padded=st.booleans(),
+    kernel=kernels,
+)
 def test_batch_rows_are_independent(architecture, b, t, seed, positional, padded, kernel):
     m = model(architecture, positional, kernel=kernel_for(positional, kernel))
     ids = ids_from(seed, b, t)
@@ -162,8 +195,7 @@ def test_batch_rows_are_independent(architecture, b, t, seed, positional, padded
 
 
 # 4. permutation equivariance -------------------------------------------------------------------------------------
-@given(b=st.integers(1, 3), t=st.integers(2, 9), data=st.data(), seed=seeds, kernel=kernels,
-       padded=st.booleans())
+@given(b=st.integers(1, 3), t=st.integers(2, 9), data=st.data(), seed=seeds, kernel=kernels, padded=st.booleans())
 def test_encoder_without_positions_is_permutation_equivariant(b, t, data, seed, kernel, padded):
     m = model("encoder", "none", kernel=kernel)
     perm = torch.tensor(data.draw(st.permutations(range(t)), label="permutation"))
@@ -212,22 +244,34 @@ def test_sinusoidal_shift_is_one_block_rotation(d, k, seed):
     assert max_diff(pe @ m.T, shifted) <= 1e-8, "no single M(k) maps PE(p) to PE(p + k) for every p"
     # a second, independent set of positions gives the same M(k): it does not depend on p
     other = torch.arange(0, 600, 7).double()
-    assert max_diff(sinusoidal_table(other, d, dtype=torch.float64) @ m.T,
-                    sinusoidal_table(other + k, d, dtype=torch.float64)) <= 1e-8
+    assert (
+        max_diff(
+            sinusoidal_table(other, d, dtype=torch.float64) @ m.T, sinusoidal_table(other + k, d, dtype=torch.float64)
+        )
+        <= 1e-8
+    )
     # block-diagonal 2x2 rotations: (sin, cos) of frequency w_i turn by k * w_i
     blocks = torch.block_diag(*[m[i : i + 2, i : i + 2] for i in range(0, d, 2)])
     assert max_diff(m, blocks) <= 1e-8, "M(k) mixes different frequencies"
     freqs = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     for i, w in enumerate(freqs):
         c, s = torch.cos(k * w), torch.sin(k * w)
-        assert max_diff(m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2], torch.stack([torch.stack([c, s]),
-                                                                               torch.stack([-s, c])])) <= 1e-8
+        assert (
+            max_diff(m[2 * i : 2 * i + 2, 2 * i : 2 * i + 2], torch.stack([torch.stack([c, s]), torch.stack([-s, c])]))
+            <= 1e-8
+        )
 
 
 # 6. RoPE: scores depend only on the offset -----------------------------------------------------------------------
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-@given(dh=st.sampled_from([2, 4, 8]), t=st.integers(1, 9), s=st.integers(1, 9), c=st.integers(-200, 2000),
-       seed=seeds, data=st.data())
+@given(
+    dh=st.sampled_from([2, 4, 8]),
+    t=st.integers(1, 9),
+    s=st.integers(1, 9),
+    c=st.integers(-200, 2000),
+    seed=seeds,
+    data=st.data(),
+)
 def test_rope_scores_depend_only_on_offset(layout, dh, t, s, c, seed, data):
     rope = RotaryPositional(head_dim=dh, layout=layout, base=100.0)
     g = torch.Generator().manual_seed(seed)
@@ -256,12 +300,25 @@ def chunks(t: int, cuts: list[int]) -> list[slice]:
 
 
 @pytest.mark.parametrize("positional", SCHEMES)
-@given(b=st.integers(1, 3), t=st.integers(1, 9), seed=seeds, kernel=kernels,
-       cuts=st.one_of(st.just("tokens"), st.lists(st.integers(1, 8), max_size=3)), left_pad=st.booleans(),
-       gqa=st.booleans(), fused=st.booleans())
+@given(
+    b=st.integers(1, 3),
+    t=st.integers(1, 9),
+    seed=seeds,
+    kernel=kernels,
+    cuts=st.one_of(st.just("tokens"), st.lists(st.integers(1, 8), max_size=3)),
+    left_pad=st.booleans(),
+    gqa=st.booleans(),
+    fused=st.booleans(),
+)
 def test_decoder_lm_kv_cache_matches_full_forward(positional, b, t, seed, kernel, cuts, left_pad, gqa, fused):
-    m = model("decoder_lm", positional, kernel=kernel_for(positional, kernel), n_heads=4,
-              n_kv_heads=2 if gqa else None, fused_qkv=fused)
+    m = model(
+        "decoder_lm",
+        positional,
+        kernel=kernel_for(positional, kernel),
+        n_heads=4,
+        n_kv_heads=2 if gqa else None,
+        fused_qkv=fused,
+    )
     ids = ids_from(seed, b, t)
     mask = None
     if left_pad:
@@ -281,9 +338,16 @@ def test_decoder_lm_kv_cache_matches_full_forward(positional, b, t, seed, kernel
 
 
 @pytest.mark.parametrize("positional", SCHEMES)
-@given(b=st.integers(1, 3), s=st.integers(1, 7), t=st.integers(1, 7), seed=seeds,
-       cuts=st.lists(st.integers(1, 6), max_size=3), src_padded=st.booleans(), tgt_left_padded=st.booleans(),
-       fused=st.booleans())
+@given(
+    b=st.integers(1, 3),
+    s=st.integers(1, 7),
+    t=st.integers(1, 7),
+    seed=seeds,
+    cuts=st.lists(st.integers(1, 6), max_size=3),
+    src_padded=st.booleans(),
+    tgt_left_padded=st.booleans(),
+    fused=st.booleans(),
+)
 def test_seq2seq_kv_cache_matches_full_forward(positional, b, s, t, seed, cuts, src_padded, tgt_left_padded, fused):
     m = model("seq2seq", positional, fused_qkv=fused)
     src, tgt = ids_from(seed, b, s), ids_from(seed + 1, b, t)
@@ -296,8 +360,15 @@ def test_seq2seq_kv_cache_matches_full_forward(positional, b, s, t, seed, cuts, 
         caches, outs = m.new_caches(), []
         for piece in chunks(t, cuts):
             step_mask = None if tgt_mask is None else tgt_mask[:, : piece.stop]  # cached + new tokens
-            outs.append(m(attention_mask=src_mask, decoder_input_ids=tgt[:, piece], decoder_attention_mask=step_mask,
-                          encoder_outputs=enc, kv_caches=caches).logits)
+            outs.append(
+                m(
+                    attention_mask=src_mask,
+                    decoder_input_ids=tgt[:, piece],
+                    decoder_attention_mask=step_mask,
+                    encoder_outputs=enc,
+                    kv_caches=caches,
+                ).logits
+            )
     assert len(caches[0][0]) == t and len(caches[0][1]) == s  # self cache grows, cross cache holds the memory
     assert max_diff(torch.cat(outs, dim=1), full.logits) <= CLOSE
 
@@ -316,8 +387,7 @@ def attention_cases(draw, positional=ATTENTION_SCHEMES):
     cross = draw(st.booleans(), label="cross")
     s = draw(st.integers(1, 9), label="S") if cross else t
     pos = "none" if cross else draw(positional, label="positional")
-    kind = draw(st.sampled_from(["none", "padding", "random", "causal", "causal+padding", "all hidden"]),
-                label="mask")
+    kind = draw(st.sampled_from(["none", "padding", "random", "causal", "causal+padding", "all hidden"]), label="mask")
     if kind.startswith("causal") and s < t:  # a causal mask needs S >= T (queries are the last T keys)
         kind = "random"
     g = torch.Generator().manual_seed(draw(seeds, label="mask seed"))
@@ -330,18 +400,38 @@ def attention_cases(draw, positional=ATTENTION_SCHEMES):
         mask = torch.rand(shape, generator=g) < draw(st.sampled_from([0.2, 0.5, 0.9]), label="keep")
     elif kind == "all hidden":
         mask = torch.zeros(b, 1, t, s, dtype=torch.bool)
-    return dict(b=b, t=t, s=s, h=h, hkv=hkv, dh=dh, cross=cross, positional=pos, mask=mask,
-                is_causal=kind.startswith("causal"), seed=draw(seeds, label="seed"), kind=kind)
+    return dict(
+        b=b,
+        t=t,
+        s=s,
+        h=h,
+        hkv=hkv,
+        dh=dh,
+        cross=cross,
+        positional=pos,
+        mask=mask,
+        is_causal=kind.startswith("causal"),
+        seed=draw(seeds, label="seed"),
+        kind=kind,
+    )
 
 
 def attention_module(case: dict, kernel: str, dtype=torch.float64, bias: bool = True) -> MultiHeadAttention:
     h, dh = case["h"], case["dh"]
-    scheme = {"rope": lambda: RotaryPositional(head_dim=dh, base=100.0),
-              "alibi": lambda: ALiBiPositional(n_heads=h),
-              "shaw": lambda: ShawRelativePositional(head_dim=dh, max_relative_distance=3)}.get(case["positional"])
+    scheme = {
+        "rope": lambda: RotaryPositional(head_dim=dh, base=100.0),
+        "alibi": lambda: ALiBiPositional(n_heads=h),
+        "shaw": lambda: ShawRelativePositional(head_dim=dh, max_relative_distance=3),
+    }.get(case["positional"])
     torch.manual_seed(case["seed"])
-    m = MultiHeadAttention(d_model=h * dh, n_heads=h, n_kv_heads=case["hkv"], kernel=kernel, bias=bias,
-                           positional=None if scheme is None else scheme())
+    m = MultiHeadAttention(
+        d_model=h * dh,
+        n_heads=h,
+        n_kv_heads=case["hkv"],
+        kernel=kernel,
+        bias=bias,
+        positional=None if scheme is None else scheme(),
+    )
     if case["positional"] == "shaw":  # larger than the 0.02 default so the relative terms matter
         torch.nn.init.normal_(m.positional.key_embeddings, std=0.5)
         torch.nn.init.normal_(m.positional.value_embeddings, std=0.5)
@@ -370,9 +460,15 @@ def run_attention(m: MultiHeadAttention, case: dict, inputs: dict, need_weights:
     seen = {}
     handle = m.hook_z.register_forward_hook(lambda mod, args, out: seen.__setitem__("z", out))
     try:
-        out, weights = m(x, context=context, mask=case["mask"], is_causal=case["is_causal"],
-                         positions=None if case["cross"] else inputs["positions"], attn_bias=inputs["attn_bias"],
-                         need_weights=need_weights)
+        out, weights = m(
+            x,
+            context=context,
+            mask=case["mask"],
+            is_causal=case["is_causal"],
+            positions=None if case["cross"] else inputs["positions"],
+            attn_bias=inputs["attn_bias"],
+            need_weights=need_weights,
+        )
     finally:
         handle.remove()
     m.zero_grad(set_to_none=True)

@@ -72,9 +72,15 @@ def _mha_case(cross: bool, masks: str):
 def _torch_mha(m: nn.MultiheadAttention, x, c, kp, am, need_weights: bool):
     q = x if m.batch_first else x.transpose(0, 1)  # (B, T, D) or (T, B, D)
     kv = q if c is x else (c if m.batch_first else c.transpose(0, 1))  # self-attention: one object
-    out, w = m(q, kv, kv, key_padding_mask=None if kp is None else to_torch_nn(kp),
-               attn_mask=None if am is None else to_torch_nn(am), need_weights=need_weights,
-               average_attn_weights=False)
+    out, w = m(
+        q,
+        kv,
+        kv,
+        key_padding_mask=None if kp is None else to_torch_nn(kp),
+        attn_mask=None if am is None else to_torch_nn(am),
+        need_weights=need_weights,
+        average_attn_weights=False,
+    )
     return (out if m.batch_first else out.transpose(0, 1)), w  # (B, T, D), (B, H, T, S) or None
 
 
@@ -134,33 +140,48 @@ def test_mha_to_torch_from_fused_qkv():
     m = to_torch(ours).eval()
     _check_mha(m, ours, cross=True, masks="both")
     back = from_torch(m)
-    assert torch.equal(back.k_proj.weight, ours.qkv_proj.weight[D:2 * D])
+    assert torch.equal(back.k_proj.weight, ours.qkv_proj.weight[D : 2 * D])
 
 
 # ------------------------------------------------------------------------------------------------ 2. layers
 
+
 def _enc_layer_pair(direction: str, norm_first: bool, activation: str):
     if direction == "from_torch":
-        layer = _randomize(nn.TransformerEncoderLayer(D, H, F, dropout=0.0, activation=activation,
-                                                      batch_first=True, norm_first=norm_first))
+        layer = _randomize(
+            nn.TransformerEncoderLayer(
+                D, H, F, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+            )
+        )
         return layer, from_torch(layer).eval()
-    block = _randomize(EncoderBlock.build(d_model=D, n_heads=H, d_ff=F, activation=activation,
-                                          placement="pre" if norm_first else "post"))
+    block = _randomize(
+        EncoderBlock.build(
+            d_model=D, n_heads=H, d_ff=F, activation=activation, placement="pre" if norm_first else "post"
+        )
+    )
     return to_torch(block).eval(), block
 
 
 def _dec_layer_pair(direction: str, norm_first: bool, activation: str):
     if direction == "from_torch":
-        layer = _randomize(nn.TransformerDecoderLayer(D, H, F, dropout=0.0, activation=activation,
-                                                      batch_first=True, norm_first=norm_first))
+        layer = _randomize(
+            nn.TransformerDecoderLayer(
+                D, H, F, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+            )
+        )
         return layer, from_torch(layer).eval()
-    block = _randomize(DecoderBlock.build(d_model=D, n_heads=H, d_ff=F, activation=activation,
-                                          placement="pre" if norm_first else "post"))
+    block = _randomize(
+        DecoderBlock.build(
+            d_model=D, n_heads=H, d_ff=F, activation=activation, placement="pre" if norm_first else "post"
+        )
+    )
     return to_torch(block).eval(), block
 
 
-LAYER_GRID = pytest.mark.parametrize("direction,norm_first,activation", [
-    (d, n, a) for d in ("from_torch", "to_torch") for n in (False, True) for a in ("relu", "gelu")])
+LAYER_GRID = pytest.mark.parametrize(
+    "direction,norm_first,activation",
+    [(d, n, a) for d in ("from_torch", "to_torch") for n in (False, True) for a in ("relu", "gelu")],
+)
 
 
 @LAYER_GRID
@@ -186,22 +207,32 @@ def test_decoder_layer(direction, norm_first, activation):
     y, mem = torch.randn(B, T, D), torch.randn(B, S, D)  # (B, T, D), (B, S, D)
     tkeep, mkeep = _keep([T, 5, 3], T), _keep([S, 2, 4], S)  # (B, T), (B, S)
     with torch.no_grad():
-        out, _ = block(y, mem, mask=key_padding_to_attention(tkeep), memory_mask=key_padding_to_attention(mkeep),
-                       is_causal=True)
-    for ref in _torch_runs(lambda: layer(y, mem, tgt_mask=to_torch_nn(causal_mask(T)),
-                                         tgt_key_padding_mask=to_torch_nn(tkeep),
-                                         memory_key_padding_mask=to_torch_nn(mkeep), tgt_is_causal=True)):
+        out, _ = block(
+            y, mem, mask=key_padding_to_attention(tkeep), memory_mask=key_padding_to_attention(mkeep), is_causal=True
+        )
+    for ref in _torch_runs(
+        lambda: layer(
+            y,
+            mem,
+            tgt_mask=to_torch_nn(causal_mask(T)),
+            tgt_key_padding_mask=to_torch_nn(tkeep),
+            memory_key_padding_mask=to_torch_nn(mkeep),
+            tgt_is_causal=True,
+        )
+    ):
         _close(out[tkeep], ref[tkeep], "decoder layer, real tokens")
 
 
-@pytest.mark.parametrize("act,name", [(nn.functional.relu, "relu"), (nn.functional.gelu, "gelu"),
-                                      (nn.ReLU(), "relu"), (nn.GELU(), "gelu")])
+@pytest.mark.parametrize(
+    "act,name", [(nn.functional.relu, "relu"), (nn.functional.gelu, "gelu"), (nn.ReLU(), "relu"), (nn.GELU(), "gelu")]
+)
 def test_activation_detected_from_function_or_module(act, name):
     layer = nn.TransformerEncoderLayer(D, H, F, activation=act, batch_first=True)
     assert from_torch(layer).ffn.activation == name
 
 
 # ------------------------------------------------------------------------------------------------ 3. stacks
+
 
 def _our_seq2seq(norm_first: bool) -> EncoderDecoderStack:
     kw = dict(d_model=D, n_heads=H, d_ff=F, placement="pre" if norm_first else "post")
@@ -227,11 +258,23 @@ def test_transformer(direction, norm_first):
     src, tgt = torch.randn(B, S, D), torch.randn(B, T, D)  # (B, S, D), (B, T, D)
     skeep, tkeep = _keep([S, 3, 4], S), _keep([T, 6, 2], T)  # (B, S), (B, T)
     with torch.no_grad():
-        out = ours(src, tgt, src_key_padding_mask=skeep, tgt_key_padding_mask=tkeep,
-                   memory_key_padding_mask=skeep, tgt_is_causal=True)
-    call = lambda: t(src, tgt, tgt_mask=to_torch_nn(causal_mask(T)), src_key_padding_mask=to_torch_nn(skeep),  # noqa: E731
-                     tgt_key_padding_mask=to_torch_nn(tkeep), memory_key_padding_mask=to_torch_nn(skeep),
-                     tgt_is_causal=True)
+        out = ours(
+            src,
+            tgt,
+            src_key_padding_mask=skeep,
+            tgt_key_padding_mask=tkeep,
+            memory_key_padding_mask=skeep,
+            tgt_is_causal=True,
+        )
+    call = lambda: t(  # noqa: E731
+        src,
+        tgt,
+        tgt_mask=to_torch_nn(causal_mask(T)),
+        src_key_padding_mask=to_torch_nn(skeep),
+        tgt_key_padding_mask=to_torch_nn(tkeep),
+        memory_key_padding_mask=to_torch_nn(skeep),
+        tgt_is_causal=True,
+    )
     for ref in _torch_runs(call):
         _close(out[tkeep], ref[tkeep], "nn.Transformer, real target tokens")
 
@@ -268,6 +311,7 @@ def test_encoder_stack_to_torch_matches_every_position():
 
 
 # ------------------------------------------------------------------------------------------------ 4. round trip
+
 
 def _torch_modules():
     enc_layer = nn.TransformerEncoderLayer(D, H, F, activation="gelu", batch_first=True, norm_first=True)
@@ -324,6 +368,7 @@ def test_dropout_probabilities_travel():
 
 # ------------------------------------------------------------------------------------------------ 5. bad input
 
+
 def test_unsupported_class_lists_supported():
     with pytest.raises(TypeError, match="supported: nn.MultiheadAttention, nn.TransformerEncoderLayer"):
         from_torch(nn.Linear(D, D))
@@ -331,14 +376,17 @@ def test_unsupported_class_lists_supported():
         to_torch(nn.Linear(D, D))
 
 
-@pytest.mark.parametrize("module,match", [
-    (lambda: nn.MultiheadAttention(D, H, kdim=16, vdim=16), "kdim=16, vdim=16 differ from embed_dim=32"),
-    (lambda: nn.MultiheadAttention(D, H, add_bias_kv=True), "add_bias_kv"),
-    (lambda: nn.MultiheadAttention(D, H, add_zero_attn=True), "add_zero_attn"),
-    (lambda: nn.TransformerEncoderLayer(D, H, F, activation=nn.SiLU()), "unsupported activation"),
-    (lambda: nn.TransformerDecoderLayer(D, H, F, activation=nn.GELU(approximate="tanh")),
-     "unsupported activation"),
-], ids=["kdim", "add_bias_kv", "add_zero_attn", "silu", "gelu_tanh"])
+@pytest.mark.parametrize(
+    "module,match",
+    [
+        (lambda: nn.MultiheadAttention(D, H, kdim=16, vdim=16), "kdim=16, vdim=16 differ from embed_dim=32"),
+        (lambda: nn.MultiheadAttention(D, H, add_bias_kv=True), "add_bias_kv"),
+        (lambda: nn.MultiheadAttention(D, H, add_zero_attn=True), "add_zero_attn"),
+        (lambda: nn.TransformerEncoderLayer(D, H, F, activation=nn.SiLU()), "unsupported activation"),
+        (lambda: nn.TransformerDecoderLayer(D, H, F, activation=nn.GELU(approximate="tanh")), "unsupported activation"),
+    ],
+    ids=["kdim", "add_bias_kv", "add_zero_attn", "silu", "gelu_tanh"],
+)
 def test_from_torch_refuses(module, match):
     with pytest.raises(ValueError, match=match):
         from_torch(module())
@@ -354,27 +402,52 @@ def _mixed_bias_block():
     return block
 
 
-@pytest.mark.parametrize("module,match", [
-    (lambda: MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2), "grouped-query attention"),
-    (lambda: MultiHeadAttention(d_model=D, n_heads=H, positional=RotaryPositional(head_dim=D // H)),
-     "positional scheme inside attention \\(RotaryPositional\\)"),
-    (lambda: MultiHeadAttention(d_model=D, n_heads=H, scale=1.0), "non-default attention scale"),
-    (lambda: MultiHeadAttention(d_model=D, n_heads=H, head_dim=2 * D // H), "heads split d_model"),
-    (lambda: MultiHeadAttention(d_model=D, n_heads=H, sliding_window=4), "sliding-window attention"),
-    (lambda: MultiHeadAttention(d_model=D, n_heads=H, qk_norm="rmsnorm"), "QK-norm"),
-    (lambda: _block(norm="rmsnorm"), "RMSNorm"),
-    (lambda: _block(activation="swiglu"), "activation 'swiglu'"),
-    (lambda: _block(activation="silu"), "activation 'silu'"),
-    (lambda: _block(placement="sandwich"), "placement sandwich"),
-    (lambda: _block(placement="deepnorm", alpha=2.0), "placement deepnorm"),
-    (_mixed_bias_block, "bias on some projections or norms and not on others"),
-    (lambda: EncoderStack(blocks=[_block(), _block(activation="gelu")]),
-     "block 1 differs from block 0 in activation"),
-    (lambda: DecoderStack(blocks=[DecoderBlock.build(d_model=D, n_heads=H, d_ff=F, n_kv_heads=1)]),
-     "grouped-query attention"),
-    (lambda: EncoderStack(blocks=[_block()], position_bias=T5RelativeBias(n_heads=H)), "T5RelativeBias"),
-], ids=["gqa", "rope", "scale", "head_dim", "window", "qk_norm", "rmsnorm", "swiglu", "silu", "sandwich",
-        "deepnorm", "mixed_bias", "mixed_stack", "gqa_in_stack", "t5_bias"])
+@pytest.mark.parametrize(
+    "module,match",
+    [
+        (lambda: MultiHeadAttention(d_model=D, n_heads=H, n_kv_heads=2), "grouped-query attention"),
+        (
+            lambda: MultiHeadAttention(d_model=D, n_heads=H, positional=RotaryPositional(head_dim=D // H)),
+            "positional scheme inside attention \\(RotaryPositional\\)",
+        ),
+        (lambda: MultiHeadAttention(d_model=D, n_heads=H, scale=1.0), "non-default attention scale"),
+        (lambda: MultiHeadAttention(d_model=D, n_heads=H, head_dim=2 * D // H), "heads split d_model"),
+        (lambda: MultiHeadAttention(d_model=D, n_heads=H, sliding_window=4), "sliding-window attention"),
+        (lambda: MultiHeadAttention(d_model=D, n_heads=H, qk_norm="rmsnorm"), "QK-norm"),
+        (lambda: _block(norm="rmsnorm"), "RMSNorm"),
+        (lambda: _block(activation="swiglu"), "activation 'swiglu'"),
+        (lambda: _block(activation="silu"), "activation 'silu'"),
+        (lambda: _block(placement="sandwich"), "placement sandwich"),
+        (lambda: _block(placement="deepnorm", alpha=2.0), "placement deepnorm"),
+        (_mixed_bias_block, "bias on some projections or norms and not on others"),
+        (
+            lambda: EncoderStack(blocks=[_block(), _block(activation="gelu")]),
+            "block 1 differs from block 0 in activation",
+        ),
+        (
+            lambda: DecoderStack(blocks=[DecoderBlock.build(d_model=D, n_heads=H, d_ff=F, n_kv_heads=1)]),
+            "grouped-query attention",
+        ),
+        (lambda: EncoderStack(blocks=[_block()], position_bias=T5RelativeBias(n_heads=H)), "T5RelativeBias"),
+    ],
+    ids=[
+        "gqa",
+        "rope",
+        "scale",
+        "head_dim",
+        "window",
+        "qk_norm",
+        "rmsnorm",
+        "swiglu",
+        "silu",
+        "sandwich",
+        "deepnorm",
+        "mixed_bias",
+        "mixed_stack",
+        "gqa_in_stack",
+        "t5_bias",
+    ],
+)
 def test_to_torch_refuses(module, match):
     with pytest.raises(ValueError, match=match):
         to_torch(module())

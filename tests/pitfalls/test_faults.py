@@ -17,8 +17,16 @@ V = 30
 
 def make(arch="encoder", **kw):
     torch.manual_seed(0)
-    cfg = ModelConfig(architecture=arch, vocab_size=V, d_model=16, n_heads=4, n_layers=2, max_seq_len=32,
-                      positional=kw.pop("positional", "sinusoidal"), **kw)
+    cfg = ModelConfig(
+        architecture=arch,
+        vocab_size=V,
+        d_model=16,
+        n_heads=4,
+        n_layers=2,
+        max_seq_len=32,
+        positional=kw.pop("positional", "sinusoidal"),
+        **kw,
+    )
     model = build_model(cfg).double().eval()
     with torch.no_grad():  # lively weights, so every fault has something to change
         for p in model.parameters():
@@ -28,8 +36,9 @@ def make(arch="encoder", **kw):
 
 def hidden(model, ids, mask=None):
     out = model(ids, mask)
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") and out.last_hidden_state is not None \
-        else out.logits
+    return (
+        out.last_hidden_state if hasattr(out, "last_hidden_state") and out.last_hidden_state is not None else out.logits
+    )
 
 
 IDS = torch.tensor([[3, 5, 7, 9, 11, 13], [4, 6, 8, 10, 0, 0]])
@@ -72,8 +81,9 @@ def test_an_arithmetic_fault_is_the_math_kernel_with_one_step_changed():
     mask = (torch.rand(2, 1, 5, 5) > 0.3) | torch.eye(5, dtype=torch.bool)  # every row sees its own key
     ref, w_ref = kernels.math_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
     for name, params in [("inf_fill_no_guard", {}), ("causal_off_by_one", {"causal_offset": 0})]:
-        a, wa = _wrapped(name, kernels.sdpa_attention, **params)(q, k, v, mask=mask, is_causal=True, scale=0.3,
-                                                                  need_weights=True)
+        a, wa = _wrapped(name, kernels.sdpa_attention, **params)(
+            q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True
+        )
         assert torch.equal(a, ref) and torch.equal(wa, w_ref), name
     shifted, _ = _wrapped("causal_off_by_one", causal_offset=1)(q, k, v, mask=mask, is_causal=True, scale=0.3)
     assert not torch.allclose(shifted, ref)
@@ -91,13 +101,22 @@ def test_wrappers_change_one_thing_around_the_function_in_place():
         seen.append(kw)
         return kernels.math_attention(q, k, v, **kw)
 
-    call = dict(mask=None, is_causal=True, scale=0.3, bias=None, value_bias=None, dropout_p=0.0, need_weights=False,
-                score_hook=None, weight_hook=None, softcap=None)
+    call = dict(
+        mask=None,
+        is_causal=True,
+        scale=0.3,
+        bias=None,
+        value_bias=None,
+        dropout_p=0.0,
+        need_weights=False,
+        score_hook=None,
+        weight_hook=None,
+        softcap=None,
+    )
     ref, _ = inner(q, k, v, **call)
     _wrapped("no_scaling", inner)(q, k, v, **call)
     _wrapped("scale_by_d_model", inner)(q, k, v, **call)
-    assert [kw["scale"] for kw in seen] == [0.3, 1.0, 0.25] and all(
-        {**kw, "scale": 0.3} == call for kw in seen)
+    assert [kw["scale"] for kw in seen] == [0.3, 1.0, 0.25] and all({**kw, "scale": 0.3} == call for kw in seen)
     out, _ = _wrapped("merge_wrong_transpose", inner)(q, k, v, **call)
     assert torch.equal(out.transpose(1, 2).reshape(2, 5, 32), ref.reshape(2, 5, 32))  # forward's merge
     x = torch.randn(2, 5, 32, dtype=torch.float64)  # a projection (B, T, H·Dh)
@@ -115,8 +134,12 @@ def test_faults_wrap_the_module_and_compose_by_step():
     with pitfalls.inject(attn, "causal_off_by_one", causal_offset=2):
         assert [w.name for w in attn.wrappers] == ["causal_off_by_one"] and attn.kernel == "auto"
         assert attn.kernel_args == {}
-    with pitfalls.inject(attn, "merge_wrong_transpose"), pitfalls.inject(attn, "no_scaling"), \
-            pitfalls.inject(attn, "split_without_transpose"), pitfalls.inject(attn, "mask_after_softmax"):
+    with (
+        pitfalls.inject(attn, "merge_wrong_transpose"),
+        pitfalls.inject(attn, "no_scaling"),
+        pitfalls.inject(attn, "split_without_transpose"),
+        pitfalls.inject(attn, "mask_after_softmax"),
+    ):
         assert [w.step for w in attn.wrappers] == ["arithmetic", "scale", "split", "merge"]  # innermost first
     with pitfalls.inject(attn, "no_scaling"), pitfalls.inject(attn, "scale_by_d_model"):
         assert [w.name for w in attn.wrappers] == ["scale_by_d_model"]  # the same step: the second takes its place
@@ -158,8 +181,10 @@ def _leaks_future(model, name, **params):
     return (a[0, :4] - b[0, :4]).abs().max().item()
 
 
-@pytest.mark.parametrize("name, params", [("split_without_transpose", {}), ("merge_wrong_transpose", {}),
-                                          ("causal_off_by_one", {"causal_offset": 1})])
+@pytest.mark.parametrize(
+    "name, params",
+    [("split_without_transpose", {}), ("merge_wrong_transpose", {}), ("causal_off_by_one", {"causal_offset": 1})],
+)
 def test_faults_that_leak_the_future_into_a_causal_lm(name, params):
     model = make("decoder_lm")
     check_isolation(name, model, lambda m: hidden(m, IDS))
@@ -278,8 +303,9 @@ def test_no_positional_makes_the_encoder_permutation_equivariant():
         assert torch.allclose(hidden(model, x[:, perm]), bad[:, perm], atol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["no_scaling", "split_without_transpose", "merge_wrong_transpose",
-                                  "causal_off_by_one"])
+@pytest.mark.parametrize(
+    "name", ["no_scaling", "split_without_transpose", "merge_wrong_transpose", "causal_off_by_one"]
+)
 def test_a_wrapped_attention_decodes_through_the_view_with_its_fault(name):
     """The decode step runs the modules' own code on a flat view, wrappers included: a fault is decoded as the
     module path decodes it (same tokens), and gone again after the block."""

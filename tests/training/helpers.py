@@ -13,8 +13,14 @@ TINY_RUN = ["batch_size=4", "block_size=16", "eval_batches=2", "warmup_steps=2",
 
 def corpus(tmp: Path) -> Path:
     """A small English corpus (a few dozen characters of vocabulary) in blank-line separated paragraphs."""
-    lines = ["the cat sat on the mat.", "a dog ran to the park!", "we read books at night?",
-             "birds sing in the morning.", "rain falls on green hills;", "fish swim in the river, slowly."]
+    lines = [
+        "the cat sat on the mat.",
+        "a dog ran to the park!",
+        "we read books at night?",
+        "birds sing in the morning.",
+        "rain falls on green hills;",
+        "fish swim in the river, slowly.",
+    ]
     paragraphs = ["\n".join(lines[(i + k) % len(lines)] for k in range(3)) for i in range(60)]
     path = tmp / "corpus.txt"
     path.write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
@@ -28,8 +34,12 @@ def lm_words(tmp: Path, *extra: str) -> list[str]:
 def env() -> dict[str, str]:
     """Subprocesses: one thread (bit-exact and polite on a shared machine), the package importable."""
     root = str(Path(__file__).resolve().parents[2])
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-            "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
 
 
 ANATOMY = [sys.executable, "-m", "anatomy"]

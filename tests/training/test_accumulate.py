@@ -16,9 +16,22 @@ from .helpers import lm_words, losses
 
 
 def _run(tmp_path, name, *extra):
-    options, model = resolve(None, parse_words(lm_words(tmp_path, "steps=8", "log_every=1", "eval_every=4",
-                                                        "save_every=100", "batch_size=8", "dropout=0",
-                                                        "attention_dropout=0", *extra)))  # masks differ by shape
+    options, model = resolve(
+        None,
+        parse_words(
+            lm_words(
+                tmp_path,
+                "steps=8",
+                "log_every=1",
+                "eval_every=4",
+                "save_every=100",
+                "batch_size=8",
+                "dropout=0",
+                "attention_dropout=0",
+                *extra,
+            )
+        ),
+    )  # masks differ by shape
     loop.train(options, model, tmp_path / name, log=lambda m: None)
     return losses(tmp_path / name)
 
@@ -34,8 +47,9 @@ def test_accumulated_steps_equal_full_batch_steps(tmp_path, k):
 
 
 def test_a_batch_that_does_not_split_is_refused(tmp_path, capsys):
-    code = main(["train", *lm_words(tmp_path, "steps=2", "batch_size=8", "accumulate=3"), "--out",
-                 str(tmp_path / "run")])
+    code = main(
+        ["train", *lm_words(tmp_path, "steps=2", "batch_size=8", "accumulate=3"), "--out", str(tmp_path / "run")]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and "batch_size=8" in err and "accumulate (3)" in err
     assert not (tmp_path / "run" / "checkpoints").exists()

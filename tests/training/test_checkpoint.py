@@ -27,8 +27,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     torch.set_num_threads(1)
     out = {}
     for name, width in (("small", "d_model=16"), ("wide", "d_model=32")):
-        options, model = resolve(None, parse_words(lm_words(tmp, "steps=2", "save_every=2", "eval_every=100",
-                                                            width)))
+        options, model = resolve(None, parse_words(lm_words(tmp, "steps=2", "save_every=2", "eval_every=100", width)))
         loop.train(options, model, tmp / name, log=lambda m: None)
         out[name] = tmp / name
     return out
@@ -79,8 +78,10 @@ def test_missing_weights_are_named_not_blamed_on_optimizer_pt(run):
     step = _step(run)
     (step / "model.safetensors").unlink()
     message = _message(lambda: load_pretrained(step))
-    assert f"{step / 'model.safetensors'}: missing (optimizer.pt, rng.pt beside it hold training state, not " \
-           "weights)" in message, message
+    assert (
+        f"{step / 'model.safetensors'}: missing (optimizer.pt, rng.pt beside it hold training state, not "
+        "weights)" in message
+    ), message
     message = _message(lambda: ckpt.load_model(step))
     assert f"{str(step)!r} holds config.json but no model.safetensors (the weights)" in message, message
     assert "pickle" not in message
@@ -114,8 +115,9 @@ def test_a_tokenizer_smaller_than_the_vocabulary_is_another_runs_and_refused(run
     assert vocab > 10
     for load in (lambda: ckpt.load_model(run), lambda: loop.resume(run, log=lambda m: None)):
         message = _message(load)
-        assert message.startswith(f"{str(tokenizer)!r}: the tokenizer has 10 tokens but config.json says "
-                                  f"vocab_size={vocab}"), message
+        assert message.startswith(
+            f"{str(tokenizer)!r}: the tokenizer has 10 tokens but config.json says vocab_size={vocab}"
+        ), message
 
 
 def test_the_tokenizer_the_run_was_trained_with_loads_unrefused(run):
@@ -190,8 +192,12 @@ def test_one_checkpoint_error_caught_from_either_import_path(tmp_path):
     from anatomy.interop import safetensors_io
 
     (tmp_path / "config.json").write_text("{not json")  # a config the interop loader cannot read
-    raised = [_raised_by(safetensors_io.load_pretrained, tmp_path), _raised_by(ckpt.load_config, tmp_path),
-              _raised_by(ckpt.resolve, tmp_path / "absent"), _raised_by(ckpt.load_model, tmp_path / "absent")]
+    raised = [
+        _raised_by(safetensors_io.load_pretrained, tmp_path),
+        _raised_by(ckpt.load_config, tmp_path),
+        _raised_by(ckpt.resolve, tmp_path / "absent"),
+        _raised_by(ckpt.load_model, tmp_path / "absent"),
+    ]
     for err in raised:
         for cls in (safetensors_io.CheckpointError, ckpt.CheckpointError):
             try:

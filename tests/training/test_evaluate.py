@@ -16,8 +16,20 @@ from anatomy.training.options import parse_words, resolve
 
 from .helpers import lm_words
 
-SEQ2SEQ = ["task=seq2seq", "model=vaswani-2017", "seq2seq_task=reverse", "d_model=16", "n_heads=2", "n_layers=1",
-           "d_ff=32", "batch_size=8", "eval_batches=2", "warmup_steps=2", "progress=false", "plot=false"]
+SEQ2SEQ = [
+    "task=seq2seq",
+    "model=vaswani-2017",
+    "seq2seq_task=reverse",
+    "d_model=16",
+    "n_heads=2",
+    "n_layers=1",
+    "d_ff=32",
+    "batch_size=8",
+    "eval_batches=2",
+    "warmup_steps=2",
+    "progress=false",
+    "plot=false",
+]
 
 
 def _train(tmp_path, words):
@@ -28,8 +40,11 @@ def _train(tmp_path, words):
 
 @pytest.mark.parametrize("task", ["lm", "seq2seq"])
 def test_test_split_of_the_last_checkpoint_is_the_summarys(tmp_path, task):
-    words = (lm_words(tmp_path, "steps=6", "eval_every=3", "save_every=3") if task == "lm"
-             else [*SEQ2SEQ, "steps=6", "eval_every=3", "save_every=3"])
+    words = (
+        lm_words(tmp_path, "steps=6", "eval_every=3", "save_every=3")
+        if task == "lm"
+        else [*SEQ2SEQ, "steps=6", "eval_every=3", "save_every=3"]
+    )
     summary = _train(tmp_path, words)
     result = evaluate_checkpoint(tmp_path / "run", device="cpu")
     assert result["task"] == task and result["split"] == "test" and result["step"] == 6

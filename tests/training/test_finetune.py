@@ -21,8 +21,21 @@ transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 
 EOT = "<|endoftext|>"
-RUN = ["task=lm", "corpus=shakespeare", "steps=30", "batch_size=8", "block_size=32", "lr=2e-3", "min_lr=2e-4",
-       "warmup_steps=5", "eval_every=15", "eval_batches=6", "save_every=30", "progress=false", "plot=false"]
+RUN = [
+    "task=lm",
+    "corpus=shakespeare",
+    "steps=30",
+    "batch_size=8",
+    "block_size=32",
+    "lr=2e-3",
+    "min_lr=2e-4",
+    "warmup_steps=5",
+    "eval_every=15",
+    "eval_batches=6",
+    "save_every=30",
+    "progress=false",
+    "plot=false",
+]
 
 
 def _tokenizer(text: str):
@@ -32,8 +45,9 @@ def _tokenizer(text: str):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=384, special_tokens=[EOT], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=384, special_tokens=[EOT], show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator([text], trainer=trainer)
     return tok
 
@@ -47,14 +61,24 @@ def dirs(tmp_path_factory):
     tok = _tokenizer(text)
     ids = torch.tensor(tok.encode(text).ids)
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, n_positions=64, vocab_size=tok.get_vocab_size(),
-                                     bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=2,
+        n_positions=64,
+        vocab_size=tok.get_vocab_size(),
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     model = transformers.GPT2LMHeadModel(config)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(0)
     for _ in range(120):
         starts = torch.randint(len(ids) - 33, (16,), generator=g)
-        x = torch.stack([ids[s:s + 32] for s in starts.tolist()])  # (B, T)
+        x = torch.stack([ids[s : s + 32] for s in starts.tolist()])  # (B, T)
         model(x, labels=x).loss.backward()
         opt.step()
         opt.zero_grad()
@@ -97,8 +121,21 @@ def test_fine_tuning_beats_the_start_and_a_run_from_scratch(dirs, tmp_path, caps
     # the run's checkpoint carries the converted model's tokenizer: generate and evaluate --file use it
     last = tmp_path / "tuned" / "checkpoints" / "step-000030"
     assert json.loads((last / "tokenizer_config.json").read_text())["eos_token"] == EOT
-    assert main(["generate", "--checkpoint", str(tmp_path / "tuned"), "--prompt", "ROMEO:", "--max-new-tokens", "5",
-                 "--greedy"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--checkpoint",
+                str(tmp_path / "tuned"),
+                "--prompt",
+                "ROMEO:",
+                "--max-new-tokens",
+                "5",
+                "--greedy",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("ROMEO:")
 
 
@@ -113,16 +150,25 @@ def test_an_hf_directory_directly_and_a_resume_without_it(dirs, tmp_path, capsys
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 6
 
 
-@pytest.mark.parametrize("word, expected", [
-    ("n_layers=3", "n_layers=3 would change the architecture that init_from={d} fixes (n_layers=2 there); with "
-                   "init_from only dropout, attention_dropout, kernel may be given"),
-    ("positional=rope", "positional='rope' would change the architecture"),
-    ("tokenizer=bpe", "tokenizer='bpe' cannot be given with init_from: the checkpoint's tokenizer is kept"),
-    ("model=llama", "model='llama' cannot be given with init_from: the checkpoint fixes the architecture"),
-    ("block_size=65", "block_size=65 is longer than the checkpoint's max_seq_len=64 (init_from={d})"),
-    ("task=classify", "init_from={d}: task=classify needs a checkpoint of architecture encoder or classifier; it "
-                      "holds a decoder_lm model"),
-])
+@pytest.mark.parametrize(
+    "word, expected",
+    [
+        (
+            "n_layers=3",
+            "n_layers=3 would change the architecture that init_from={d} fixes (n_layers=2 there); with "
+            "init_from only dropout, attention_dropout, kernel may be given",
+        ),
+        ("positional=rope", "positional='rope' would change the architecture"),
+        ("tokenizer=bpe", "tokenizer='bpe' cannot be given with init_from: the checkpoint's tokenizer is kept"),
+        ("model=llama", "model='llama' cannot be given with init_from: the checkpoint fixes the architecture"),
+        ("block_size=65", "block_size=65 is longer than the checkpoint's max_seq_len=64 (init_from={d})"),
+        (
+            "task=classify",
+            "init_from={d}: task=classify needs a checkpoint of architecture encoder or classifier; it "
+            "holds a decoder_lm model",
+        ),
+    ],
+)
 def test_overrides_that_change_the_architecture_are_refused_by_name(dirs, tmp_path, capsys, word, expected):
     d = dirs / "ours"
     assert main(["train", *RUN, f"init_from={d}", word, "--out", str(tmp_path / "r")]) == 2
@@ -157,28 +203,55 @@ def test_classify_gets_a_new_head_for_a_new_label_set(tmp_path, capsys):
     from anatomy.training.finetune import load_start
     from anatomy.training.tasks import ClassifyTask
 
-    base = ["task=classify", "model=bert", "d_model=16", "n_heads=2", "n_layers=1", "d_ff=32", "batch_size=4",
-            "block_size=16", "eval_batches=2", "warmup_steps=1", "steps=2", "eval_every=2", "progress=false",
-            "plot=false", "baselines=false", "type_vocab_size=0"]
+    base = [
+        "task=classify",
+        "model=bert",
+        "d_model=16",
+        "n_heads=2",
+        "n_layers=1",
+        "d_ff=32",
+        "batch_size=4",
+        "block_size=16",
+        "eval_batches=2",
+        "warmup_steps=1",
+        "steps=2",
+        "eval_every=2",
+        "progress=false",
+        "plot=false",
+        "baselines=false",
+        "type_vocab_size=0",
+    ]
     two = _tsv(tmp_path / "two.tsv", 2)
     assert main(["train", *base, f"dataset={two}", "--out", str(tmp_path / "clf")]) == 0
     trained, _, where = load_model(tmp_path / "clf")
     capsys.readouterr()
-    options, _ = resolve(None, parse_words([f"dataset={_tsv(tmp_path / 'three.tsv', 3)}", "task=classify",
-                                            "block_size=16", f"init_from={tmp_path / 'clf'}"]))
+    options, _ = resolve(
+        None,
+        parse_words(
+            [
+                f"dataset={_tsv(tmp_path / 'three.tsv', 3)}",
+                "task=classify",
+                "block_size=16",
+                f"init_from={tmp_path / 'clf'}",
+            ]
+        ),
+    )
     start = load_start(options.init_from)
     task = ClassifyTask(options, start.tokenizer)
     model = build_model(start.config_for(task, options, {}))
     said = []
     start.load_into(model, task, said.append)
     assert model.config.num_labels == 3 and model.classifier.weight.shape == (3, 16)
-    assert said[1] == (f"init_from {where}: a new classification head (classifier.bias, classifier.weight, random "
-                       "init) for 3 labels (0, 1, 2); the checkpoint had 2 labels (0, 1)")
+    assert said[1] == (
+        f"init_from {where}: a new classification head (classifier.bias, classifier.weight, random "
+        "init) for 3 labels (0, 1, 2); the checkpoint had 2 labels (0, 1)"
+    )
     body = {k: v for k, v in trained.state_dict().items() if not k.startswith("classifier.")}
     assert all(torch.equal(model.state_dict()[k], v) for k, v in body.items())
     # the same label set keeps the head
-    options, _ = resolve(None, parse_words([f"dataset={two}", "task=classify", "block_size=16",
-                                            f"init_from={tmp_path / 'clf'}"]))
+    options, _ = resolve(
+        None, parse_words([f"dataset={two}", "task=classify", "block_size=16", f"init_from={tmp_path / 'clf'}"])
+    )
     task = ClassifyTask(options, start.tokenizer)
     model, said = build_model(start.config_for(task, options, {})), []
     start.load_into(model, task, said.append)
@@ -195,26 +268,61 @@ def test_classify_from_an_hf_bert_encoder(tmp_path, capsys):
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(["good bad fine awful great poor film number"] * 10 + [str(i) for i in range(60)],
-                            trainer=trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials,
-                                                              show_progress=False))
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[
-        ("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
+    tok.train_from_iterator(
+        ["good bad fine awful great poor film number"] * 10 + [str(i) for i in range(60)],
+        trainer=trainers.WordPieceTrainer(vocab_size=200, special_tokens=specials, show_progress=False),
+    )
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
     hf = tmp_path / "bert"
-    transformers.BertTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]").save_pretrained(hf)
+    transformers.BertTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    ).save_pretrained(hf)
     torch.manual_seed(0)
-    transformers.BertModel(transformers.BertConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=32)).save_pretrained(hf)
+    transformers.BertModel(
+        transformers.BertConfig(
+            vocab_size=tok.get_vocab_size(),
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_position_embeddings=32,
+        )
+    ).save_pretrained(hf)
     data = _tsv(tmp_path / "three.tsv", 3)
-    assert main(["train", "task=classify", f"dataset={data}", f"init_from={hf}", "steps=2", "batch_size=4",
-                 "block_size=16", "eval_every=2", "eval_batches=1", "progress=false", "plot=false",
-                 "--out", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "task=classify",
+                f"dataset={data}",
+                f"init_from={hf}",
+                "steps=2",
+                "batch_size=4",
+                "block_size=16",
+                "eval_every=2",
+                "eval_batches=1",
+                "progress=false",
+                "plot=false",
+                "--out",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     log = capsys.readouterr().err
     assert f"init_from {hf}: BertModel weights and tokenizer (HFTokenizer, {tok.get_vocab_size()} tokens)" in log
-    assert (f"init_from {hf}: a new classification head (classifier.bias, classifier.weight, random init) for 3 "
-            "labels (0, 1, 2); the checkpoint has no classification head") in log
+    assert (
+        f"init_from {hf}: a new classification head (classifier.bias, classifier.weight, random init) for 3 "
+        "labels (0, 1, 2); the checkpoint has no classification head"
+    ) in log
     assert main(["predict", "--checkpoint", str(tmp_path / "run"), "--text", "good film", "--format", "json"]) == 0
     probs = json.loads(capsys.readouterr().out)[0]["probabilities"]
     assert set(probs) == {"0", "1", "2"} and sum(probs.values()) == pytest.approx(1.0)

@@ -16,8 +16,7 @@ from anatomy.training.options import parse_words, resolve
 
 from .helpers import lm_words, losses
 
-WORDS = ("steps=12", "log_every=1", "eval_every=6", "save_every=4", "keep_last=100", "dropout=0",
-         "attention_dropout=0")
+WORDS = ("steps=12", "log_every=1", "eval_every=6", "save_every=4", "keep_last=100", "dropout=0", "attention_dropout=0")
 
 
 def _train(tmp_path, name, *extra, log=None):
@@ -56,7 +55,8 @@ def test_an_overflowing_step_is_skipped_and_the_scale_halves(tmp_path, monkeypat
     said = []
     rows = _train(tmp_path, "run", "precision=fp16", log=said.append)
     assert [line for line in said if "overflowed" in line] == [
-        "step 5: fp16 gradients overflowed; step skipped, loss scale 65536 -> 32768"]
+        "step 5: fp16 gradients overflowed; step skipped, loss scale 65536 -> 32768"
+    ]
     by_step = {r["step"]: r for r in rows}
     assert by_step[5]["skipped"] is True and by_step[5]["loss_scale"] == 32768.0 and by_step[5]["grad_norm"] is None
     text = (tmp_path / "run" / "metrics.jsonl").read_text()

@@ -43,8 +43,17 @@ def test_a_wrong_target_changes_the_loss_and_all_ignored_gives_zero():
 
 def test_a_tied_lm_equals_lm_loss_forward_and_backward():
     torch.manual_seed(0)
-    config = ModelConfig.from_preset("gpt2", n_layers=2, n_heads=2, d_model=32, d_ff=64, vocab_size=50,
-                                     max_seq_len=16, dropout=0.0, attention_dropout=0.0)
+    config = ModelConfig.from_preset(
+        "gpt2",
+        n_layers=2,
+        n_heads=2,
+        d_model=32,
+        d_ff=64,
+        vocab_size=50,
+        max_seq_len=16,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     model = build_model(config)
     ids = torch.randint(0, 50, (3, 16), generator=torch.Generator().manual_seed(1))
     labels = ids.clone()

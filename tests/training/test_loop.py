@@ -43,7 +43,12 @@ def test_the_three_kinds_of_preset_have_three_names():
 
 def test_parse_words_types_and_errors():
     assert parse_words(["steps=10", "lr=3e-4", "compile=true", "n_kv_heads=none", "positional=rope"]) == {
-        "steps": 10, "lr": 3e-4, "compile": True, "n_kv_heads": None, "positional": "rope"}
+        "steps": 10,
+        "lr": 3e-4,
+        "compile": True,
+        "n_kv_heads": None,
+        "positional": "rope",
+    }
     with pytest.raises(ValueError, match="lr must be a number, got 'fast'"):
         parse_words(["lr=fast"])
     with pytest.raises(ValueError, match="unknown key 'epochs'; valid keys: .*batch_size"):
@@ -103,16 +108,27 @@ def test_compile_falls_back_with_one_log_line(tmp_path, monkeypatch):
     words = lm_words(tmp_path, "steps=2", "compile=true", "eval_every=100")
     loop.train(*resolve(None, parse_words(words)), tmp_path / "run", log=lines.append)
     said = [m for m in lines if "compile" in m]
-    assert said == ["compile=true: torch.compile is unavailable here (RuntimeError: no C++ compiler); training "
-                    "eagerly"]
+    assert said == ["compile=true: torch.compile is unavailable here (RuntimeError: no C++ compiler); training eagerly"]
 
 
 def test_classify_task_on_a_small_tsv(tmp_path):
     rows = [f"{i % 2}\t{'good great fine' if i % 2 else 'bad awful poor'} {i}" for i in range(60)]
     (tmp_path / "reviews.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    words = ["task=classify", "model=bert", f"dataset={tmp_path / 'reviews.tsv'}", "tokenizer=char", "pooling=mean",
-             "type_vocab_size=0", "dropout=0", "steps=40", "lr=3e-3", *TINY_MODEL, *TINY_RUN, "batch_size=8",
-             "eval_every=40"]
+    words = [
+        "task=classify",
+        "model=bert",
+        f"dataset={tmp_path / 'reviews.tsv'}",
+        "tokenizer=char",
+        "pooling=mean",
+        "type_vocab_size=0",
+        "dropout=0",
+        "steps=40",
+        "lr=3e-3",
+        *TINY_MODEL,
+        *TINY_RUN,
+        "batch_size=8",
+        "eval_every=40",
+    ]
     result = loop.train(*resolve(None, parse_words(words)), tmp_path / "run", **QUIET)
     assert result.summary["test_accuracy"] == 1.0
     assert result.summary["baselines_test_accuracy"]["majority_class"] <= 1.0
@@ -121,8 +137,9 @@ def test_classify_task_on_a_small_tsv(tmp_path):
 
 
 def test_seq2seq_task_batches_and_trains(tmp_path):
-    options, model = resolve("seq2seq-reverse", parse_words([*TINY_MODEL, *TINY_RUN, "steps=2", "eval_every=2",
-                                                             "max_len=6"]))
+    options, model = resolve(
+        "seq2seq-reverse", parse_words([*TINY_MODEL, *TINY_RUN, "steps=2", "eval_every=2", "max_len=6"])
+    )
     from anatomy.training.tasks import make_task
 
     task = make_task(options)
@@ -136,8 +153,7 @@ def test_seq2seq_task_batches_and_trains(tmp_path):
 
 
 def test_trained_checkpoint_generates_the_same_with_and_without_cache(tmp_path):
-    loop.train(*resolve(None, parse_words(lm_words(tmp_path, "steps=4", "eval_every=100"))), tmp_path / "run",
-               **QUIET)
+    loop.train(*resolve(None, parse_words(lm_words(tmp_path, "steps=4", "eval_every=100"))), tmp_path / "run", **QUIET)
     model, tokenizer, _ = ckpt.load_model(tmp_path / "run")
     prompt = torch.tensor([tokenizer.encode("the cat")])
     cached = generate(model, prompt, max_new_tokens=8)

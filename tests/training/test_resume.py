@@ -24,21 +24,35 @@ STEPS = 30
 
 def _run_words(tmp: Path) -> list[str]:
     # dropout on: the resumed run must also restore torch's global RNG, not only the data sampler
-    return lm_words(tmp, f"steps={STEPS}", "save_every=3", "log_every=1", "eval_every=10", "keep_last=2",
-                    "dropout=0.1", "d_model=32", "d_ff=64")
+    return lm_words(
+        tmp,
+        f"steps={STEPS}",
+        "save_every=3",
+        "log_every=1",
+        "eval_every=10",
+        "keep_last=2",
+        "dropout=0.1",
+        "d_model=32",
+        "d_ff=64",
+    )
 
 
 def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path):
     words = _run_words(tmp_path)
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
-    subprocess.run([*ANATOMY, "train", *words, "--out", str(straight)], env=env(), check=True,
-                   capture_output=True, timeout=300)
+    subprocess.run(
+        [*ANATOMY, "train", *words, "--out", str(straight)], env=env(), check=True, capture_output=True, timeout=300
+    )
     reference = losses(straight)
     assert [s for s, _ in reference] == list(range(1, STEPS + 1))
 
     kill_at = random.Random(os.getpid()).randint(5, STEPS - 6)
-    proc = subprocess.Popen([*ANATOMY, "train", *words, "--out", str(crashed)], env=env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*ANATOMY, "train", *words, "--out", str(crashed)],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     metrics = crashed / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
@@ -49,8 +63,9 @@ def test_sigkill_at_a_random_step_then_resume_is_bit_identical(tmp_path):
     assert proc.wait(timeout=60) == -signal.SIGKILL, "the run finished before it could be killed"
     assert ckpt.step_dirs(crashed), "no checkpoint was written before the kill"
 
-    resumed = subprocess.run([*ANATOMY, "train", "--resume", str(crashed)], env=env(), capture_output=True,
-                             text=True, timeout=300)
+    resumed = subprocess.run(
+        [*ANATOMY, "train", "--resume", str(crashed)], env=env(), capture_output=True, text=True, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr
     assert "resuming" in resumed.stderr
     got = losses(crashed)
@@ -100,8 +115,9 @@ def test_a_crash_inside_a_save_keeps_the_previous_checkpoint(tmp_path, monkeypat
 
 
 def test_keep_last_prunes_and_truncated_weights_are_refused(tmp_path):
-    options, model = resolve(None, parse_words(lm_words(tmp_path, "steps=8", "save_every=2", "keep_last=2",
-                                                        "eval_every=100")))
+    options, model = resolve(
+        None, parse_words(lm_words(tmp_path, "steps=8", "save_every=2", "keep_last=2", "eval_every=100"))
+    )
     loop.train(options, model, tmp_path / "run", log=lambda m: None)
     assert [d.name for d in ckpt.step_dirs(tmp_path / "run")] == ["step-000006", "step-000008"]
     weights = ckpt.step_dirs(tmp_path / "run")[-1] / ckpt.WEIGHTS

@@ -25,9 +25,13 @@ from .helpers import ANATOMY, env, lm_words, losses
 
 def _train(words: list[str], out: Path, *extra: str, fault: str | None = None, check: bool = True):
     environment = {**env(), **({"ANATOMY_FAULT": fault} if fault else {})}
-    done = subprocess.run([*ANATOMY, "train", *words, *extra, "--out", str(out)] if out else
-                          [*ANATOMY, "train", *words, *extra], env=environment, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [*ANATOMY, "train", *words, *extra, "--out", str(out)] if out else [*ANATOMY, "train", *words, *extra],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if check:
         assert done.returncode == 0, done.stderr[-2000:]
     return done
@@ -35,8 +39,9 @@ def _train(words: list[str], out: Path, *extra: str, fault: str | None = None, c
 
 def _resume(path: Path, *words: str, fault: str | None = None) -> subprocess.CompletedProcess:
     environment = {**env(), **({"ANATOMY_FAULT": fault} if fault else {})}
-    return subprocess.run([*ANATOMY, "train", "--resume", str(path), *words], env=environment, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [*ANATOMY, "train", "--resume", str(path), *words], env=environment, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -95,16 +100,26 @@ def test_two_concurrent_trains_on_one_folder_the_second_exits_2_naming_the_first
     words = lm_words(tmp_path, "steps=12", "save_every=4", "log_every=1", "eval_every=100")
     _train_here(words, tmp_path / "solo")
     run = tmp_path / "run"
-    first = subprocess.Popen([*ANATOMY, "train", *words, "--out", str(run)], env=env(), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [*ANATOMY, "train", *words, "--out", str(run)],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while rd.holder(run) is None and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     first.send_signal(signal.SIGSTOP)  # hold the first writer mid-run, whatever the machine's speed
     try:
         assert json.loads((run / rd.LOCK).read_text())["pid"] == first.pid
-        second = subprocess.run([*ANATOMY, "train", *lm_words(tmp_path, "steps=12", "seed=7"), "--out", str(run)],
-                                env=env(), capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            [*ANATOMY, "train", *lm_words(tmp_path, "steps=12", "seed=7"), "--out", str(run)],
+            env=env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert second.returncode == 2, second.stderr
         assert f"being written by another process: pid {first.pid} on " in second.stderr.splitlines()[-1]
         with pytest.raises(rd.RunLockedError, match=f"pid {first.pid} on "):  # nor may a resume write there
@@ -159,8 +174,9 @@ def test_branch_then_crash_then_resume_continues_the_chosen_branch(tmp_path):
 
 
 def test_loaders_and_resume_skip_and_name_an_incomplete_step_dir(tmp_path):
-    options, model = resolve(None, parse_words(lm_words(tmp_path, "steps=6", "save_every=2", "keep_last=3",
-                                                        "eval_every=100")))
+    options, model = resolve(
+        None, parse_words(lm_words(tmp_path, "steps=6", "save_every=2", "keep_last=3", "eval_every=100"))
+    )
     loop.train(options, model, tmp_path / "run", log=lambda m: None)
     newest = tmp_path / "run" / "checkpoints" / "step-000006"
     (newest / ckpt.OPTIMIZER).unlink()  # as a tool that deletes file by file would leave it
@@ -215,16 +231,22 @@ def test_convert_targets(tmp_path):
 def test_ctrl_c_exits_130_with_one_line_and_leaves_the_run_resumable(tmp_path):
     run = tmp_path / "run"
     words = lm_words(tmp_path, "steps=100000", "save_every=5", "log_every=1", "eval_every=100000")
-    proc = subprocess.Popen([*ANATOMY, "train", *words, "--out", str(run)], env=env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*ANATOMY, "train", *words, "--out", str(run)],
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while not ckpt.step_dirs(run) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=120) == 130
     err = proc.stderr.read()
-    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("anatomy train: interrupted; the "
-                                                                              "checkpoints saved so far are complete")
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "anatomy train: interrupted; the checkpoints saved so far are complete"
+    )
     assert not (run / rd.LOCK).exists()
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith((".tmp", ".trash", ".old"))]
     _every_step_dir_complete(run)

@@ -19,8 +19,9 @@ from .helpers import lm_words
 def test_noise_and_the_early_fall_are_not_spikes():
     rng = random.Random(0)
     watch = SpikeWatch(z=6.0, warmup_steps=10)
-    flagged = [step for step in range(1, 3001)
-               if watch.update(step, 4.0 * 0.999 ** step + 1.0 + rng.gauss(0, 0.05)) is not None]
+    flagged = [
+        step for step in range(1, 3001) if watch.update(step, 4.0 * 0.999**step + 1.0 + rng.gauss(0, 0.05)) is not None
+    ]
     assert flagged == []
 
 
@@ -59,8 +60,9 @@ def test_a_run_reports_an_injected_spike_and_resumes_the_watch(tmp_path, monkeyp
 
     monkeypatch.setattr(lm, "lm_loss", spiked)
     said = []
-    options, model = resolve(None, parse_words(lm_words(tmp_path, "steps=100", "save_every=90", "eval_every=1000",
-                                                        "log_every=25")))
+    options, model = resolve(
+        None, parse_words(lm_words(tmp_path, "steps=100", "save_every=90", "eval_every=1000", "log_every=25"))
+    )
     loop.train(options, model, tmp_path / "run", log=said.append)
     spikes = [line for line in said if "loss spike" in line]
     assert len(spikes) == 1 and spikes[0].startswith("step 80: loss spike:"), said

@@ -35,8 +35,23 @@ def positional_class(name: str) -> type[PositionalScheme]:
 
 
 __all__ = [
-    "POSITIONAL", "ROPE_LAYOUTS", "ROPE_SCALINGS", "ALiBiPositional", "LearnedPositional", "NoPositional",
-    "PositionalScheme", "RopeScaling", "RotaryPositional", "ShawRelativePositional", "SinusoidalPositional",
-    "T5RelativeBias", "alibi_slopes", "apply_rope", "positional_class", "relative_distance", "rope_angles",
-    "sinusoidal_table", "t5_bucket",
+    "POSITIONAL",
+    "ROPE_LAYOUTS",
+    "ROPE_SCALINGS",
+    "ALiBiPositional",
+    "LearnedPositional",
+    "NoPositional",
+    "PositionalScheme",
+    "RopeScaling",
+    "RotaryPositional",
+    "ShawRelativePositional",
+    "SinusoidalPositional",
+    "T5RelativeBias",
+    "alibi_slopes",
+    "apply_rope",
+    "positional_class",
+    "relative_distance",
+    "rope_angles",
+    "sinusoidal_table",
+    "t5_bucket",
 ]

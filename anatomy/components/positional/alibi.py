@@ -39,13 +39,13 @@ class ALiBiPositional(PositionalScheme):
         super().__init__()
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
-    def score_bias(self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor,
-                   scale: float) -> torch.Tensor:
+    def score_bias(
+        self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor, scale: float
+    ) -> torch.Tensor:
         distance = relative_distance(q_pos, k_pos).abs().float()  # (B|1, T, S)
         return -self.slopes[None, :, None, None] * distance[:, None]  # (B|1, H, T, S)
 
-    def score_bias_for(self, ctx: AttentionContext, q: torch.Tensor, k_pos: torch.Tensor,
-                       scale: float) -> torch.Tensor:
+    def score_bias_for(self, ctx: AttentionContext, q: torch.Tensor, k_pos: torch.Tensor, scale: float) -> torch.Tensor:
         """One bias per forward for every layer with as many heads and held keys (the layers' caches advance
         together, so equal key counts mean equal key positions)."""
         key = ("alibi", self.slopes.shape[0], tuple(k_pos.shape))

@@ -31,12 +31,14 @@ class PositionalScheme(nn.Module):
     def add_to_embeddings(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return x
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
-               ) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return q, k
 
-    def score_bias(self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor,
-                   scale: float) -> torch.Tensor | None:
+    def score_bias(
+        self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor, scale: float
+    ) -> torch.Tensor | None:
         """Float bias broadcastable to ``(B, H, T, S)`` added to the scaled scores, or ``None``."""
         return None
 
@@ -48,13 +50,13 @@ class PositionalScheme(nn.Module):
     # with a per-forward table (RoPE's cos/sin, ALiBi's bias) overrides them to compute it once per forward.
     has_value_term: ClassVar[bool] = False  # value_bias returns a tensor (Shaw): a kernel must add it
 
-    def rotate_for(self, ctx: AttentionContext, q: torch.Tensor,
-                   k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate_for(self, ctx: AttentionContext, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``rotate`` for the new queries and keys of one call; both sit at ``ctx.positions``."""
         return self.rotate(q, k, ctx.positions, ctx.positions)
 
-    def score_bias_for(self, ctx: AttentionContext, q: torch.Tensor, k_pos: torch.Tensor,
-                       scale: float) -> torch.Tensor | None:
+    def score_bias_for(
+        self, ctx: AttentionContext, q: torch.Tensor, k_pos: torch.Tensor, scale: float
+    ) -> torch.Tensor | None:
         return self.score_bias(q, ctx.positions, k_pos, scale)
 
 

@@ -23,8 +23,12 @@ class LearnedPositional(PositionalScheme):
 
     def add_to_embeddings(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         # (a meta tensor has no values: a shapes-only trace, ``anatomy trace --preset``)
-        if (positions.numel() and not positions.is_meta and not torch.compiler.is_compiling()
-                and int(positions.max()) >= self.max_seq_len):
+        if (
+            positions.numel()
+            and not positions.is_meta
+            and not torch.compiler.is_compiling()
+            and int(positions.max()) >= self.max_seq_len
+        ):
             raise ValueError(
                 f"position {int(positions.max())} is past the learned positional table "
                 f"(max_seq_len={self.max_seq_len}); learned positions cannot extrapolate"

@@ -35,8 +35,9 @@ class ShawRelativePositional(PositionalScheme):
         k = self.max_relative_distance
         return relative_distance(q_pos, k_pos).clamp(-k, k) + k  # (B|1, T, S)
 
-    def score_bias(self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor,
-                   scale: float) -> torch.Tensor:
+    def score_bias(
+        self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor, scale: float
+    ) -> torch.Tensor:
         assert q is not None, "Shaw's key term needs the queries"
         per_distance = torch.matmul(q, self.key_embeddings.to(q.dtype).t())  # (B, H, T, 2k+1)
         index = self._index(q_pos, k_pos)[:, None].expand(q.shape[0], q.shape[1], -1, -1)  # (B, H, T, S)

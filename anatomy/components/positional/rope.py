@@ -53,8 +53,9 @@ if TYPE_CHECKING:
 ROPE_LAYOUTS = ("half", "interleaved")
 
 
-def rope_angles(positions: torch.Tensor, head_dim: int, base: float,
-                dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def rope_angles(
+    positions: torch.Tensor, head_dim: int, base: float, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """``(B|1, T)`` → ``(B|1, 1, T, Dh/2)`` angles ``p * theta_i`` (float32, or float64 for float64 inputs)."""
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=dtype, device=positions.device) / head_dim)
     return (positions.to(dtype)[..., None] * inv_freq)[:, None]  # (B|1, 1, T, Dh/2)
@@ -113,11 +114,14 @@ class RopeScaling:
         if not self.factor >= 1.0:
             raise ValueError(f"rope_factor must be >= 1 (how many times the context is stretched), got {self.factor}")
         if self.kind == "llama3" and not self.high_freq_factor > self.low_freq_factor:
-            raise ValueError(f"rope_high_freq_factor must be > rope_low_freq_factor for 'llama3', got "
-                             f"{self.high_freq_factor} and {self.low_freq_factor}")
+            raise ValueError(
+                f"rope_high_freq_factor must be > rope_low_freq_factor for 'llama3', got "
+                f"{self.high_freq_factor} and {self.low_freq_factor}"
+            )
 
-    def inv_freq(self, dim: int, base: float, *, max_len: int, length: int, dtype: torch.dtype,
-                 device: torch.device) -> tuple[torch.Tensor, float]:
+    def inv_freq(
+        self, dim: int, base: float, *, max_len: int, length: int, dtype: torch.dtype, device: torch.device
+    ) -> tuple[torch.Tensor, float]:
         """``(Dh/2,)`` frequencies and the cos/sin multiplier for a call whose positions end at ``length - 1``."""
         return ROPE_SCALINGS[self.kind](self, dim, base, max_len, length, dtype, device)
 
@@ -126,13 +130,27 @@ def _exponents(dim: int, dtype: torch.dtype, device: torch.device | str | None) 
     return torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(dtype) / dim  # (Dh/2,)
 
 
-def _linear(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
-            device: torch.device | str | None) -> tuple[torch.Tensor, float]:
+def _linear(
+    s: RopeScaling,
+    dim: int,
+    base: float,
+    max_len: int,
+    length: int,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> tuple[torch.Tensor, float]:
     return 1.0 / (base ** _exponents(dim, dtype, device)) / s.factor, 1.0
 
 
-def _dynamic(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
-             device: torch.device | str | None) -> tuple[torch.Tensor, float]:
+def _dynamic(
+    s: RopeScaling,
+    dim: int,
+    base: float,
+    max_len: int,
+    length: int,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> tuple[torch.Tensor, float]:
     if length <= max_len:  # the trained range: the plain table
         return base ** -_exponents(dim, dtype, device), 1.0
     # the grown base in the table's dtype, as Hugging Face computes it from a length tensor
@@ -140,8 +158,15 @@ def _dynamic(s: RopeScaling, dim: int, base: float, max_len: int, length: int, d
     return 1.0 / (grown.to(device) ** _exponents(dim, dtype, device)), 1.0
 
 
-def _llama3(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
-            device: torch.device | str | None) -> tuple[torch.Tensor, float]:
+def _llama3(
+    s: RopeScaling,
+    dim: int,
+    base: float,
+    max_len: int,
+    length: int,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> tuple[torch.Tensor, float]:
     inv_freq = 1.0 / (base ** _exponents(dim, dtype, device))
     old = s.original_max_len or max_len
     low_wavelen, high_wavelen = old / s.low_freq_factor, old / s.high_freq_factor
@@ -153,8 +178,15 @@ def _llama3(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dt
     return torch.where(medium, blended, scaled), 1.0
 
 
-def _yarn(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtype: torch.dtype,
-          device: torch.device | str | None) -> tuple[torch.Tensor, float]:
+def _yarn(
+    s: RopeScaling,
+    dim: int,
+    base: float,
+    max_len: int,
+    length: int,
+    dtype: torch.dtype,
+    device: torch.device | str | None,
+) -> tuple[torch.Tensor, float]:
     old = s.original_max_len or max_len
     attention = s.attention_factor
     if attention is None:
@@ -177,7 +209,10 @@ def _yarn(s: RopeScaling, dim: int, base: float, max_len: int, length: int, dtyp
 
 
 ROPE_SCALINGS: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
-    "linear": _linear, "dynamic": _dynamic, "llama3": _llama3, "yarn": _yarn,
+    "linear": _linear,
+    "dynamic": _dynamic,
+    "llama3": _llama3,
+    "yarn": _yarn,
 }
 
 
@@ -188,12 +223,21 @@ class RotaryPositional(PositionalScheme):
 
     site = "attention"
 
-    def __init__(self, *, head_dim: int, base: float = 10000.0, layout: str = "half", rotary_dim: int | None = None,
-                 scaling: RopeScaling | None = None, max_seq_len: int = 2048) -> None:
+    def __init__(
+        self,
+        *,
+        head_dim: int,
+        base: float = 10000.0,
+        layout: str = "half",
+        rotary_dim: int | None = None,
+        scaling: RopeScaling | None = None,
+        max_seq_len: int = 2048,
+    ) -> None:
         super().__init__()
         if head_dim % 2:
-            raise ValueError("positional='rope' needs an even head dimension Dh = d_model // n_heads, "
-                             f"got Dh={head_dim}")
+            raise ValueError(
+                f"positional='rope' needs an even head dimension Dh = d_model // n_heads, got Dh={head_dim}"
+            )
         if layout not in ROPE_LAYOUTS:
             raise ValueError(f"unknown rope_layout {layout!r}; valid names: {', '.join(ROPE_LAYOUTS)}")
         if base <= 1:
@@ -204,21 +248,29 @@ class RotaryPositional(PositionalScheme):
         self.head_dim, self.base, self.layout = head_dim, base, layout
         self.rotary_dim, self.scaling, self.max_seq_len = rotary_dim, scaling, max_seq_len
 
-    def angles(self, positions: torch.Tensor, dtype: torch.dtype,
-               length: int | None = None) -> tuple[torch.Tensor, float]:
+    def angles(
+        self, positions: torch.Tensor, dtype: torch.dtype, length: int | None = None
+    ) -> tuple[torch.Tensor, float]:
         """``(B|1, T)`` → ``(angles (B|1, 1, T, R/2), cos/sin multiplier)``. ``length``: the call's length (default
         ``max(positions) + 1``), read only by ``"dynamic"``."""
         if self.scaling is None:
             if self.rotary_dim == self.head_dim:
                 return rope_angles(positions, self.head_dim, self.base, dtype), 1.0
-            inv_freq = self.base ** (-torch.arange(0, self.rotary_dim, 2, dtype=dtype, device=positions.device)
-                                     / self.rotary_dim)
+            inv_freq = self.base ** (
+                -torch.arange(0, self.rotary_dim, 2, dtype=dtype, device=positions.device) / self.rotary_dim
+            )
             factor = 1.0
         else:
             if length is None:
                 length = int(positions.max()) + 1 if self.scaling.kind == "dynamic" and positions.numel() else 0
-            inv_freq, factor = self.scaling.inv_freq(self.rotary_dim, self.base, max_len=self.max_seq_len,
-                                                      length=length, dtype=dtype, device=positions.device)
+            inv_freq, factor = self.scaling.inv_freq(
+                self.rotary_dim,
+                self.base,
+                max_len=self.max_seq_len,
+                length=length,
+                dtype=dtype,
+                device=positions.device,
+            )
         return (positions.to(dtype)[..., None] * inv_freq)[:, None], factor  # (B|1, 1, T, R/2)
 
     def _length(self, q_pos: torch.Tensor) -> int | None:
@@ -227,22 +279,23 @@ class RotaryPositional(PositionalScheme):
             return int(q_pos.max()) + 1
         return None
 
-    def cos_sin(self, positions: torch.Tensor, dtype: torch.dtype,
-                length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def cos_sin(
+        self, positions: torch.Tensor, dtype: torch.dtype, length: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The table ``(cos, sin)``, each ``(B|1, 1, T, R/2)``, for ``positions (B|1, T)``."""
         angles, scale = self.angles(positions, dtype, self._length(positions) if length is None else length)
         return rope_cos_sin(angles, scale)
 
-    def rotate(self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
-               k_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate(
+        self, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = compute_dtype(q.dtype)
         length = self._length(q_pos)
         q_table = self.cos_sin(q_pos, dtype, length)
         k_table = q_table if k_pos is q_pos else self.cos_sin(k_pos, dtype, length)
         return rotate_half_pairs(q, *q_table, self.layout), rotate_half_pairs(k, *k_table, self.layout)
 
-    def rotate_for(self, ctx: AttentionContext, q: torch.Tensor,
-                   k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def rotate_for(self, ctx: AttentionContext, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotate with the forward's table, computed once for every layer with the same frequencies."""
         dtype = compute_dtype(q.dtype)
         key = ("rope", self.rotary_dim, self.base, self.scaling, self.max_seq_len, dtype)
@@ -251,6 +304,8 @@ class RotaryPositional(PositionalScheme):
         return rotate_half_pairs(q, cos, sin, self.layout), rotate_half_pairs(k, cos, sin, self.layout)
 
     def extra_repr(self) -> str:
-        return (f"head_dim={self.head_dim}, base={self.base}, layout={self.layout!r}"
-                + (f", rotary_dim={self.rotary_dim}" if self.rotary_dim != self.head_dim else "")
-                + (f", scaling={self.scaling.kind!r}, factor={self.scaling.factor}" if self.scaling else ""))
+        return (
+            f"head_dim={self.head_dim}, base={self.base}, layout={self.layout!r}"
+            + (f", rotary_dim={self.rotary_dim}" if self.rotary_dim != self.head_dim else "")
+            + (f", scaling={self.scaling.kind!r}, factor={self.scaling.factor}" if self.scaling else "")
+        )

@@ -17,8 +17,9 @@ from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import compute_dtype
 
 
-def sinusoidal_table(positions: torch.Tensor, d_model: int, base: float = 10000.0,
-                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sinusoidal_table(
+    positions: torch.Tensor, d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """``positions: (...)`` → ``(..., D)``, sin on even and cos on odd dimensions (float32 unless asked)."""
     inv_freq = base ** (-torch.arange(0, d_model, 2, dtype=dtype, device=positions.device) / d_model)
     angles = positions.to(dtype)[..., None] * inv_freq  # (..., D/2)

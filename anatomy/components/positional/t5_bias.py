@@ -35,18 +35,26 @@ def t5_bucket(relative: torch.Tensor, *, bidirectional: bool, num_buckets: int, 
 class T5RelativeBias(PositionalScheme):
     site = "model"
 
-    def __init__(self, *, n_heads: int, bidirectional: bool = True, num_buckets: int = 32,
-                 max_distance: int = 128) -> None:
+    def __init__(
+        self, *, n_heads: int, bidirectional: bool = True, num_buckets: int = 32, max_distance: int = 128
+    ) -> None:
         super().__init__()
         if num_buckets < 4 or max_distance <= num_buckets // 4:
-            raise ValueError(f"t5 bias needs num_buckets >= 4 and max_distance > num_buckets/4, "
-                             f"got num_buckets={num_buckets}, max_distance={max_distance}")
+            raise ValueError(
+                f"t5 bias needs num_buckets >= 4 and max_distance > num_buckets/4, "
+                f"got num_buckets={num_buckets}, max_distance={max_distance}"
+            )
         self.bidirectional, self.num_buckets, self.max_distance = bidirectional, num_buckets, max_distance
         self.relative_attention_bias = nn.Embedding(num_buckets, n_heads)
 
-    def score_bias(self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor,
-                   scale: float) -> torch.Tensor:
-        buckets = t5_bucket(relative_distance(q_pos, k_pos), bidirectional=self.bidirectional,
-                            num_buckets=self.num_buckets, max_distance=self.max_distance)  # (B|1, T, S)
+    def score_bias(
+        self, q: torch.Tensor | None, q_pos: torch.Tensor, k_pos: torch.Tensor, scale: float
+    ) -> torch.Tensor:
+        buckets = t5_bucket(
+            relative_distance(q_pos, k_pos),
+            bidirectional=self.bidirectional,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )  # (B|1, T, S)
         per_bucket: torch.Tensor = self.relative_attention_bias(buckets)  # (B|1, T, S, H)
         return per_bucket.permute(0, 3, 1, 2)  # (B|1, H, T, S)

@@ -39,21 +39,26 @@ def first_call(subject: Subject, x: torch.Tensor) -> None:
             subject.no_mask = None
             raise err from None
         sense, layout = fmt.sense, fmt.layout
-        subject.no_mask = lambda x, fmt=fmt: fmt.make(torch.ones(x.shape[0], x.shape[1], x.shape[1],
-                                                                 dtype=torch.bool), x.dtype)
+        subject.no_mask = lambda x, fmt=fmt: fmt.make(
+            torch.ones(x.shape[0], x.shape[1], x.shape[1], dtype=torch.bool), x.dtype
+        )
         subject.mask_required = True
         subject.fields["no_mask_format"] = {"sense": sense, "layout": layout}
-        subject.note(f"forward with mask=None raised {err}; every call without a mask got an all-visible "
-                     f"mask instead ({sense}, {layout})",
-                     f"传入 mask=None 时 forward 报错（{err}）；"
-                     f"凡是不需要 mask 的调用都改为传入全部可见的 mask（{sense}，{layout}）")
+        subject.note(
+            f"forward with mask=None raised {err}; every call without a mask got an all-visible "
+            f"mask instead ({sense}, {layout})",
+            f"传入 mask=None 时 forward 报错（{err}）；"
+            f"凡是不需要 mask 的调用都改为传入全部可见的 mask（{sense}，{layout}）",
+        )
     if subject.qkv:
         _qkv_roles(subject, x)
     if lazy:
-        subject.note(f"{len(lazy)} lazy parameter(s) ({', '.join(lazy[:4])}{' ...' if len(lazy) > 4 else ''}) were "
-                     "materialised by one warm-up forward before the doctor read them",
-                     f"{len(lazy)} 个惰性参数（{', '.join(lazy[:4])}{' ...' if len(lazy) > 4 else ''}）"
-                     "在读取前先经过一次预热 forward 完成初始化")
+        subject.note(
+            f"{len(lazy)} lazy parameter(s) ({', '.join(lazy[:4])}{' ...' if len(lazy) > 4 else ''}) were "
+            "materialised by one warm-up forward before the doctor read them",
+            f"{len(lazy)} 个惰性参数（{', '.join(lazy[:4])}{' ...' if len(lazy) > 4 else ''}）"
+            "在读取前先经过一次预热 forward 完成初始化",
+        )
 
 
 def _all_visible_format(subject: Subject, x: torch.Tensor) -> MaskFormat | None:
@@ -80,8 +85,11 @@ def _all_visible_format(subject: Subject, x: torch.Tensor) -> MaskFormat | None:
                 hid2, _ = subject.run(x2, fmt.make(keep_hide, x.dtype))
             except CallError:
                 continue
-            if tuple(hid.shape) == tuple(x.shape) and max_diff(hid[:, :-1], hid2[:, :-1]) <= tol(1e-9) * max(
-                    1.0, float(hid.abs().nan_to_num(0).max())) and max_diff(hid, out) > 0:
+            if (
+                tuple(hid.shape) == tuple(x.shape)
+                and max_diff(hid[:, :-1], hid2[:, :-1]) <= tol(1e-9) * max(1.0, float(hid.abs().nan_to_num(0).max()))
+                and max_diff(hid, out) > 0
+            ):
                 return fmt
     return first
 
@@ -97,8 +105,7 @@ def _qkv_roles(subject: Subject, x: torch.Tensor) -> None:
         args[i] = longer
         try:
             with torch.no_grad():
-                out = subject.module(*[a.transpose(0, 1) if subject.seq_first else a for a in args],
-                                     *extra)
+                out = subject.module(*[a.transpose(0, 1) if subject.seq_first else a for a in args], *extra)
         except Exception:  # noqa: BLE001 - the learner's code; a failing slot is simply not the query
             continue
         out = out[0] if isinstance(out, (tuple, list)) else out

@@ -125,7 +125,7 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
     keep_pad = pad_keep(b, t, [t, t - 2])
     real = keep_pad[:, 0]  # (B, T) real query rows
     x2 = x.clone()
-    x2[1, t - 2:] += torch.randn(2, x.shape[-1], generator=torch.Generator().manual_seed(7), dtype=x.dtype)
+    x2[1, t - 2 :] += torch.randn(2, x.shape[-1], generator=torch.Generator().manual_seed(7), dtype=x.dtype)
     # left padding too: a causal module's real queries never see right padding, so only keys *before* them can
     # tell a format that hides from one that merely shifts the scores (bool added to the scores)
     keep_left = torch.ones(b, t, t, dtype=torch.bool)
@@ -168,14 +168,14 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
 
     def rank(c: MaskCandidate):
         floor = precision.tol(1e-9) * scale
-        return (not c.ok, c.effect <= floor, c.leak > floor, order[c.fmt.sense],
-                PAD_LAYOUTS.index(c.fmt.layout))
+        return (not c.ok, c.effect <= floor, c.leak > floor, order[c.fmt.sense], PAD_LAYOUTS.index(c.fmt.layout))
 
     return sorted(cands, key=rank)
 
 
-def discover_causal_format(subject: Subject, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor,
-                           shape: tuple) -> MaskFormat | None:
+def discover_causal_format(
+    subject: Subject, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor, shape: tuple
+) -> MaskFormat | None:
     """A layout (in the discovered sense) that can carry a causal mask, or None (e.g. the module takes (B, S))."""
     b, t, _ = x.shape
     layouts = [fmt.layout] if fmt.layout in FULL_LAYOUTS else []

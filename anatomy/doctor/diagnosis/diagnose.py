@@ -27,8 +27,15 @@ from anatomy.doctor.loading.subject import CallError, Subject
 from anatomy.doctor.mapping.projections import Hypothesis
 
 TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to ~1e-13, faults differ by > 1e-3
-ATTENTION_FAULTS = ("no_scaling", "scale_by_d_model", "split_without_transpose", "merge_wrong_transpose",
-                    "mask_after_softmax", "padding_mask_on_queries", "causal_off_by_one")
+ATTENTION_FAULTS = (
+    "no_scaling",
+    "scale_by_d_model",
+    "split_without_transpose",
+    "merge_wrong_transpose",
+    "mask_after_softmax",
+    "padding_mask_on_queries",
+    "causal_off_by_one",
+)
 BLOCK_FAULTS = ("shared_layernorm", "no_residual", "norm_on_residual_path")
 MASK_FAULTS = ("mask_after_softmax", "padding_mask_on_queries")
 
@@ -67,12 +74,20 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return {
-            "status": self.status, "reason": self.reason or None, "fault": self.fault, "also": self.also,
+            "status": self.status,
+            "reason": self.reason or None,
+            "fault": self.fault,
+            "also": self.also,
             "mapping": None if self.hypothesis is None else self.hypothesis.style,
-            "variant": self.variant, "max_abs_diff_vs_reference": _num(self.distance_correct),
-            "max_abs_diff_vs_faulty_reference": _num(self.distance_fault), "output_scale": _num(self.scale),
-            "nearest": self.nearest, "first_difference": self.first_difference,
-            "faults": self.faults, "also_pairs": self.also_pairs, "sub_layer": self.sub_layer,
+            "variant": self.variant,
+            "max_abs_diff_vs_reference": _num(self.distance_correct),
+            "max_abs_diff_vs_faulty_reference": _num(self.distance_fault),
+            "output_scale": _num(self.scale),
+            "nearest": self.nearest,
+            "first_difference": self.first_difference,
+            "faults": self.faults,
+            "also_pairs": self.also_pairs,
+            "sub_layer": self.sub_layer,
             "unexplained": self.unexplained,
         }
 
@@ -134,7 +149,7 @@ def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
     shadowed = {n: _shadowed(ref, n) for n in names}
     usable = [n for n in names if shadowed[n] is not None]
     sets = {n: s for n, s in shadowed.items() if s is not None}
-    return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1:] if not sets[a] & sets[b]]
+    return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1 :] if not sets[a] & sets[b]]
 
 
 def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
@@ -148,8 +163,13 @@ def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
     return done
 
 
-def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenarios: list[Scenario],
-             placement_hint: str | None = None) -> Diagnosis:
+def diagnose(
+    subject: Subject,
+    refs: References,
+    hyps: list[Hypothesis],
+    scenarios: list[Scenario],
+    placement_hint: str | None = None,
+) -> Diagnosis:
     scenarios = user_outputs(subject, scenarios)
     if not hyps:
         return Diagnosis("unavailable", "no mapping of your parameters onto q_proj/k_proj/v_proj/o_proj was found")
@@ -173,8 +193,14 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
             cands.append(cand(i, v, (), refs.build(i, hyp, v)))
             if cands[-1].distance <= tol:
                 c = cands[-1]
-                return Diagnosis("matches", hypothesis=hyp, variant=refs.describe(v), distance_correct=c.distance,
-                                 scale=scale, key=(i, v))
+                return Diagnosis(
+                    "matches",
+                    hypothesis=hyp,
+                    variant=refs.describe(v),
+                    distance_correct=c.distance,
+                    scale=scale,
+                    key=(i, v),
+                )
     fault_names = [f for f in faults_for(refs.kind, scenarios) if consistent(split(f)[0], scenarios)]
     for i, hyp in enumerate(hyps):
         for v in variants:
@@ -196,9 +222,17 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
     best_correct = correct[0]
     hits = sorted((c for c in cands if c.faults and c.distance <= tol), key=lambda c: (c.distance, len(c.faults)))
     ranked = sorted(cands, key=lambda c: c.distance)
-    nearest = [{"fault": split(c.fault)[0] if c.fault else None, "mapping": hyps[c.hyp].style,
-                **refs.describe(c.variant), "max_abs_diff": _num(c.distance), "faults": names_of(c.faults),
-                **({"sub_layer": where_of(c.faults)} if where_of(c.faults) else {})} for c in ranked[:3]]
+    nearest = [
+        {
+            "fault": split(c.fault)[0] if c.fault else None,
+            "mapping": hyps[c.hyp].style,
+            **refs.describe(c.variant),
+            "max_abs_diff": _num(c.distance),
+            "faults": names_of(c.faults),
+            **({"sub_layer": where_of(c.faults)} if where_of(c.faults) else {}),
+        }
+        for c in ranked[:3]
+    ]
     partial = None if hits else _partial(cands, tol)
     if hits or partial is not None:
         best = hits[0] if hits else partial
@@ -208,23 +242,40 @@ def diagnose(subject: Subject, refs: References, hyps: list[Hypothesis], scenari
         left = None
         if not hits:
             still = {k: d for k, d in best.per.items() if d > tol}
-            left = {"scenarios": sorted(still), "max_abs_diff": _num(max(still.values())),
-                    "matched": sorted(k for k in best.per if k not in still)}
+            left = {
+                "scenarios": sorted(still),
+                "max_abs_diff": _num(max(still.values())),
+                "matched": sorted(k for k in best.per if k not in still),
+            }
         # hits and partials carry a fault: best.faults[0] is best.fault
-        return Diagnosis("fault" if len(combos) == 1 else "ambiguous", fault=split(best.faults[0])[0],
-                         faults=names_of(best.faults),
-                         also=[split(c[0])[0] for c in combos[1:] if len(c) == 1],
-                         also_pairs=[names_of(c) for c in combos[1:] if len(c) == 2],
-                         hypothesis=hyps[best.hyp], variant=refs.describe(best.variant),
-                         distance_correct=(same or correct)[0].distance,
-                         distance_fault=max(d for d in best.per.values() if d <= tol) if left else best.distance,
-                         scale=scale, nearest=nearest, key=(best.hyp, best.variant), sub_layer=where_of(best.faults),
-                         unexplained=left)
+        return Diagnosis(
+            "fault" if len(combos) == 1 else "ambiguous",
+            fault=split(best.faults[0])[0],
+            faults=names_of(best.faults),
+            also=[split(c[0])[0] for c in combos[1:] if len(c) == 1],
+            also_pairs=[names_of(c) for c in combos[1:] if len(c) == 2],
+            hypothesis=hyps[best.hyp],
+            variant=refs.describe(best.variant),
+            distance_correct=(same or correct)[0].distance,
+            distance_fault=max(d for d in best.per.values() if d <= tol) if left else best.distance,
+            scale=scale,
+            nearest=nearest,
+            key=(best.hyp, best.variant),
+            sub_layer=where_of(best.faults),
+            unexplained=left,
+        )
     ref = refs.build(best_correct.hyp, hyps[best_correct.hyp], best_correct.variant)
     first = first_difference(subject, ref, hyps[best_correct.hyp], scenarios, tol)
-    return Diagnosis("unexplained", hypothesis=hyps[best_correct.hyp], variant=refs.describe(best_correct.variant),
-                     distance_correct=best_correct.distance, scale=scale, nearest=nearest, first_difference=first,
-                     key=(best_correct.hyp, best_correct.variant))
+    return Diagnosis(
+        "unexplained",
+        hypothesis=hyps[best_correct.hyp],
+        variant=refs.describe(best_correct.variant),
+        distance_correct=best_correct.distance,
+        scale=scale,
+        nearest=nearest,
+        first_difference=first,
+        key=(best_correct.hyp, best_correct.variant),
+    )
 
 
 def names_of(keys: tuple) -> list[str]:

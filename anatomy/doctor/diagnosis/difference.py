@@ -14,15 +14,16 @@ from anatomy.doctor.mapping.projections import Hypothesis
 
 # --- where the first difference appears ---------------------------------------------------------------------------
 
+
 def _record(module: nn.Module, log: list, name: str):
     def hook(_mod, args, out):
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         log.append((name, first, out if isinstance(out, torch.Tensor) else None))
+
     return module.register_forward_hook(hook)
 
 
-def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenarios: list[Scenario],
-                     tol: float) -> dict:
+def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenarios: list[Scenario], tol: float) -> dict:
     """Walk the reference's mapped sub-modules in call order; the first input or output that differs is named."""
     sc = next((s for s in scenarios if max_diff(s.out, References.run(ref, s), s.rows) > tol), scenarios[0])
     user_named, ref_named = dict(subject.module.named_modules()), dict(ref.named_modules())
@@ -58,8 +59,15 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
                 continue
             d = max_diff(user_w, hyp.learner_heads(ref_o))
             if d > tol:
-                return {"scenario": sc.name, "where": "attention weights", "where_zh": "注意力权重", "user": None,
-                        "reference": "hook_weights", "max_abs_diff": d, "matching_before": matched}
+                return {
+                    "scenario": sc.name,
+                    "where": "attention weights",
+                    "where_zh": "注意力权重",
+                    "user": None,
+                    "reference": "hook_weights",
+                    "max_abs_diff": d,
+                    "matching_before": matched,
+                }
             matched.append("attention weights")
             continue
         u = hyp.modules[name]
@@ -67,9 +75,15 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
         used[u] = k + 1
         calls = user_calls.get(u, [])
         if k >= len(calls):
-            return {"scenario": sc.name, "where": f"{u} is not called where {name} is",
-                    "where_zh": f"{u} 没有在 {name} 的位置被调用", "user": u, "reference": name, "max_abs_diff": None,
-                    "matching_before": matched}
+            return {
+                "scenario": sc.name,
+                "where": f"{u} is not called where {name} is",
+                "where_zh": f"{u} 没有在 {name} 的位置被调用",
+                "user": u,
+                "reference": name,
+                "max_abs_diff": None,
+                "matching_before": matched,
+            }
         u_in, u_out = calls[k]
         if name.endswith("q_proj") and ref_o is not None:  # regrouped query heads: compare in the learner's order
             ref_o = hyp.learner_features(ref_o)
@@ -82,13 +96,25 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
                 continue
             d = max_diff(a, b, rows if a.dim() == 3 and a.shape[:2] == rows.shape else None)
             if d > tol:
-                return {"scenario": sc.name, "where": f"{what} of {u}",
-                        "where_zh": f"{u} 的{'输入' if what == 'input' else '输出'}", "user": u, "reference": name,
-                        "max_abs_diff": d, "matching_before": matched}
+                return {
+                    "scenario": sc.name,
+                    "where": f"{what} of {u}",
+                    "where_zh": f"{u} 的{'输入' if what == 'input' else '输出'}",
+                    "user": u,
+                    "reference": name,
+                    "max_abs_diff": d,
+                    "matching_before": matched,
+                }
         matched.append(u)
-    return {"scenario": sc.name, "where": "after the last mapped sub-module (the output)",
-            "where_zh": "最后一个对应的子模块之后（输出）", "user": None, "reference": None,
-            "max_abs_diff": max_diff(user_out, ref_out, rows), "matching_before": matched}
+    return {
+        "scenario": sc.name,
+        "where": "after the last mapped sub-module (the output)",
+        "where_zh": "最后一个对应的子模块之后（输出）",
+        "user": None,
+        "reference": None,
+        "max_abs_diff": max_diff(user_out, ref_out, rows),
+        "matching_before": matched,
+    }
 
 
 def _learner_layout(hyp: Hypothesis, name: str, ref: torch.Tensor | None, user: torch.Tensor | None):
@@ -106,8 +132,10 @@ def _learner_layout(hyp: Hypothesis, name: str, ref: torch.Tensor | None, user: 
 def raw_scores(ref: nn.Module, sc: Scenario) -> torch.Tensor:
     """``q k^T`` per head ``(B, H, T, S)``, unscaled, as the reference computes q and k for ``sc``."""
     attn, seen = References.attention(ref), dict[str, torch.Tensor]()
-    hs = [attn.hook_q.register_forward_hook(lambda m, a, o: seen.__setitem__("q", o)),
-          attn.hook_k.register_forward_hook(lambda m, a, o: seen.__setitem__("k", o))]
+    hs = [
+        attn.hook_q.register_forward_hook(lambda m, a, o: seen.__setitem__("q", o)),
+        attn.hook_k.register_forward_hook(lambda m, a, o: seen.__setitem__("k", o)),
+    ]
     try:
         References.run(ref, sc)
     finally:

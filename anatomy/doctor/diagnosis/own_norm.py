@@ -17,8 +17,10 @@ from anatomy.doctor.mapping.naming import Hypothesis, _p
 from anatomy.doctor.mapping.norm_fit import NormInfo, StdNorm
 from anatomy.doctor.mapping.norms import is_norm, norm_eps, norm_kind, pointwise
 
-INSIDE = {"inner-pre": "the attention holds its own pre-norm: attn(norm(x)), the residual outside it",
-          "inner-post": "the attention holds its own residual and post-norm: norm(x + attn(x))"}
+INSIDE = {
+    "inner-pre": "the attention holds its own pre-norm: attn(norm(x)), the residual outside it",
+    "inner-post": "the attention holds its own residual and post-norm: norm(x + attn(x))",
+}
 
 
 @dataclass
@@ -31,8 +33,9 @@ class OwnNorm:
     bias: str | None
 
 
-def find_own_norm(module: nn.Module, d: int, attn_paths: set[str], found: dict[str, NormInfo],
-                  skip: set[str | None]) -> OwnNorm | None:
+def find_own_norm(
+    module: nn.Module, d: int, attn_paths: set[str], found: dict[str, NormInfo], skip: set[str | None]
+) -> OwnNorm | None:
     """The one ``D``-wide norm of a module that has nothing besides its attention projections (no feed-forward
     Linear or pointwise Conv1d), or None."""
     named = dict(module.named_modules())
@@ -86,4 +89,3 @@ def wrapped_hypothesis(hyp: Hypothesis, own: OwnNorm) -> Hypothesis:
 
 def wrap(attn: nn.Module, own: OwnNorm, d: int, placement: str) -> nn.Module:
     return NormedAttention(attn, make_norm(own, d), placement)
-

@@ -42,9 +42,11 @@ class Scenario:
 # Qwen), then ALiBi with the paper's slopes.
 ROPE_BASES = (10000, 500000, 1000000)
 POSITIONAL_VARIANTS = {
-    **{f"rope-{layout}@{base}": f"RoPE, {layout} layout ({pairs})" + ("" if base == 10000 else f", base {base:,}")
-       for base in ROPE_BASES
-       for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))},
+    **{
+        f"rope-{layout}@{base}": f"RoPE, {layout} layout ({pairs})" + ("" if base == 10000 else f", base {base:,}")
+        for base in ROPE_BASES
+        for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))
+    },
     "alibi": "ALiBi",
     # T5 (Raffel et al. 2020): a learned bias per (distance bucket, head) added to the scores, and no 1/sqrt(Dh):
     # the scale is folded into the initialisation by design. Tried only when the module holds a (buckets, H)
@@ -64,8 +66,11 @@ class T5InAttention(T5RelativeBias):
 def t5_table(params: dict[str, torch.Tensor], h: int) -> str | None:
     """The learner's T5 bias table: the only ``(buckets, H)`` parameter (an ``nn.Embedding(buckets, H)``), or
     None."""
-    found = [n for n, p in params.items() if p.dim() == 2 and p.shape[1] == h and p.shape[0] >= 4
-             and p.shape[0] % 2 == 0 and p.shape[0] != h]
+    found = [
+        n
+        for n, p in params.items()
+        if p.dim() == 2 and p.shape[1] == h and p.shape[0] >= 4 and p.shape[0] % 2 == 0 and p.shape[0] != h
+    ]
     return found[0] if len(found) == 1 else None
 
 
@@ -76,18 +81,31 @@ RES_POST = "res_post"
 
 def res_post_hypothesis(hyp: Hypothesis) -> Hypothesis:
     """``hyp`` read onto a res-post-norm reference: ``*_add_norm.norm.*`` → ``*_add_norm.post_norm.*``."""
+
     def moved(name: str) -> str:
         return name.replace("_add_norm.norm", "_add_norm.post_norm", 1)
 
-    return Hypothesis(hyp.style, {moved(k): v for k, v in hyp.sources.items()},
-                      {moved(k): v for k, v in hyp.modules.items()}, hyp.heads, hyp.qk_norm)
+    return Hypothesis(
+        hyp.style,
+        {moved(k): v for k, v in hyp.sources.items()},
+        {moved(k): v for k, v in hyp.modules.items()},
+        hyp.heads,
+        hyp.qk_norm,
+    )
 
 
 class References:
     """Builds (and caches) the reference for a hypothesis and a variant, and runs it."""
 
-    def __init__(self, kind: str, d: int, h: int, parts: BlockParts | None, params: dict[str, torch.Tensor],
-                 positional: bool = False):
+    def __init__(
+        self,
+        kind: str,
+        d: int,
+        h: int,
+        parts: BlockParts | None,
+        params: dict[str, torch.Tensor],
+        positional: bool = False,
+    ):
         """``positional``: the outputs depend on token positions (:func:`probes.positions`), so the references
         with a relative scheme inside attention are tried too, after the plain one."""
         self.kind, self.d, self.h, self.parts, self.params = kind, d, h, parts, params
@@ -97,16 +115,18 @@ class References:
         self._cache: dict = {}
 
     def variants(self, placement_hint: str | None = None) -> list[tuple]:
-        schemes = [None, *(s for s in POSITIONAL_VARIANTS if s not in T5_SCHEMES or self.t5)] if self.positional \
-            else [None]
+        schemes = (
+            [None, *(s for s in POSITIONAL_VARIANTS if s not in T5_SCHEMES or self.t5)] if self.positional else [None]
+        )
         if self.kind == "attention" and self.own_norm is not None:
             return [(inside,) + (() if s is None else (s,)) for s in schemes for inside in INSIDE]
         if self.kind == "attention":
             return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
         placements.append(RES_POST)  # Swin v2's x + norm(f(x)), a named placement, tried last
-        return [(p, a) + (() if s is None else (s,)) for s in schemes for p in placements
-                for a in self._parts().activations]
+        return [
+            (p, a) + (() if s is None else (s,)) for s in schemes for p in placements for a in self._parts().activations
+        ]
 
     def _parts(self) -> BlockParts:
         """The block's parts (a block's references only: attention has none)."""
@@ -121,8 +141,9 @@ class References:
         if scheme == "alibi":
             return ALiBiPositional(n_heads=self.h)
         if scheme in T5_SCHEMES and self.t5 is not None:
-            return T5InAttention(n_heads=self.h, bidirectional=scheme == "t5",
-                                 num_buckets=self.params[self.t5].shape[0])
+            return T5InAttention(
+                n_heads=self.h, bidirectional=scheme == "t5", num_buckets=self.params[self.t5].shape[0]
+            )
         layout, base = scheme.removeprefix("rope-").split("@")
         return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base))
 
@@ -134,18 +155,28 @@ class References:
             positional = self._positional(variant)
             ref: nn.Module
             if self.kind == "attention":
-                ref = MultiHeadAttention(d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk,
-                                         positional=positional)
+                ref = MultiHeadAttention(
+                    d_model=self.d, n_heads=self.h, n_kv_heads=kv, kernel="math", qk_norm=qk, positional=positional
+                )
                 if variant and variant[0] in INSIDE and self.own_norm is not None:  # its own norm around it
                     ref = wrap(ref, self.own_norm, self.d, variant[0])
                     hyp = wrapped_hypothesis(hyp, self.own_norm)
             else:
                 placement, activation = variant[:2]
                 parts = self._parts()
-                block = EncoderBlock.build(d_model=self.d, n_heads=self.h, n_kv_heads=kv, d_ff=parts.d_ff,
-                                           activation=activation, norm=parts.norm, norm_eps=parts.eps,
-                                           placement="sandwich" if placement == RES_POST else placement,
-                                           kernel="math", qk_norm=qk, positional=positional)
+                block = EncoderBlock.build(
+                    d_model=self.d,
+                    n_heads=self.h,
+                    n_kv_heads=kv,
+                    d_ff=parts.d_ff,
+                    activation=activation,
+                    norm=parts.norm,
+                    norm_eps=parts.eps,
+                    placement="sandwich" if placement == RES_POST else placement,
+                    kernel="math",
+                    qk_norm=qk,
+                    positional=positional,
+                )
                 if placement == RES_POST:  # sandwich without its input norm: x + post_norm(f(x))
                     for an in (block.attn_add_norm, block.ffn_add_norm):
                         an.pre_norm = nn.Identity()
@@ -177,8 +208,11 @@ class References:
             return ref(sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)[0]
 
     def describe(self, variant: tuple) -> dict:
-        out = {} if self.kind == "attention" else {"placement": variant[0], "activation": variant[1],
-                                                   **self._parts().describe()}
+        out = (
+            {}
+            if self.kind == "attention"
+            else {"placement": variant[0], "activation": variant[1], **self._parts().describe()}
+        )
         if self.kind == "attention" and variant and variant[0] in INSIDE:
             out["norm_inside"] = INSIDE[variant[0]]
         scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None

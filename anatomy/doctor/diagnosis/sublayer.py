@@ -23,11 +23,13 @@ LOCAL_FAULTS = ("norm_on_query_only",)
 
 LOCAL = {  # the doctor's own faults: (severity, section, summary en, summary zh, where it hides)
     "norm_on_query_only": (
-        "error", "§5.2",
+        "error",
+        "§5.2",
         "Pre-Norm given to the query only: attention reads norm(x) as its queries but the raw stream x as keys "
         "and values, so keys and values are not normalised.",
         "Pre-Norm 只作用在 query 上：注意力的 query 来自 norm(x)，key 和 value 却来自未归一化的 x。",
-        "`x + self.attn(self.norm(x), x, x)` instead of `h = self.norm(x); x + self.attn(h, h, h)`"),
+        "`x + self.attn(self.norm(x), x, x)` instead of `h = self.norm(x); x + self.attn(h, h, h)`",
+    ),
 }
 TITLES = {"norm_on_query_only": ("pre-norm applied to the query only", "Pre-Norm 只作用在 query 上")}
 

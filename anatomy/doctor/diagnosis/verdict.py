@@ -9,11 +9,15 @@ from anatomy.doctor.diagnosis.sublayer import severity
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
 
-SUB_LAYER_TEXT = {"attn": (" (in the attention sub-layer only)", "的注意力子层"),
-                  "ffn": (" (in the FFN sub-layer only)", "的 FFN 子层")}
-RUN_TEXT = {"plain": ("the plain run", "不加 mask 的运行"),
-            "padding": ("the padding-mask run", "加 padding mask 的运行"),
-            "causal_mask": ("the causal-mask run", "加因果 mask 的运行")}
+SUB_LAYER_TEXT = {
+    "attn": (" (in the attention sub-layer only)", "的注意力子层"),
+    "ffn": (" (in the FFN sub-layer only)", "的 FFN 子层"),
+}
+RUN_TEXT = {
+    "plain": ("the plain run", "不加 mask 的运行"),
+    "padding": ("the padding-mask run", "加 padding mask 的运行"),
+    "causal_mask": ("the causal-mask run", "加因果 mask 的运行"),
+}
 
 
 SYMPTOMS = {  # fault → the probes whose errors it causes (to say which of a pair explains a symptom)
@@ -38,28 +42,47 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
         also_en = "".join(f"; also reproduced by {x} + {y}" for x, y in diag.also_pairs)
         also_zh = "".join(f"；{x} + {y} 也能复现" for x, y in diag.also_pairs)
         ev: dict[str, object]  # JSON evidence
-        ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
-              diag.distance_fault, "output_scale": diag.scale, "faults": [a, b],
-              **({"variant": diag.variant} if diag.variant else {})}
-        en = (f"max |you − reference| = {fmt(diag.distance_correct)}; no single fault of the bug zoo reproduces your "
-              f"output, but {a} and {b} switched on together in the reference do: {fmt(diag.distance_fault)}"
-              f"{also_en}")
-        zh = (f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；bug zoo 中没有单个错误能复现你的输出，但在参考实现里"
-              f"同时打开 {a} 和 {b} 后为 {fmt(diag.distance_fault)}{also_zh}")
+        ev = {
+            "max_abs_diff_vs_reference": diag.distance_correct,
+            "max_abs_diff_vs_faulty_reference": diag.distance_fault,
+            "output_scale": diag.scale,
+            "faults": [a, b],
+            **({"variant": diag.variant} if diag.variant else {}),
+        }
+        en = (
+            f"max |you − reference| = {fmt(diag.distance_correct)}; no single fault of the bug zoo reproduces your "
+            f"output, but {a} and {b} switched on together in the reference do: {fmt(diag.distance_fault)}"
+            f"{also_en}"
+        )
+        zh = (
+            f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；bug zoo 中没有单个错误能复现你的输出，但在参考实现里"
+            f"同时打开 {a} 和 {b} 后为 {fmt(diag.distance_fault)}{also_zh}"
+        )
         return [Finding("diagnosis", severity(f), en, zh, dict(ev), fault=f) for f in (a, b)]
     if diag.status in ("fault", "ambiguous"):
         f = diag.fault
         assert f is not None  # a "fault" or "ambiguous" diagnosis always names its fault
         also_en = f" (also reproduced by: {', '.join(diag.also)})" if diag.also else ""
         also_zh = f"（{', '.join(diag.also)} 也能复现）" if diag.also else ""
-        ev = {"max_abs_diff_vs_reference": diag.distance_correct, "max_abs_diff_vs_faulty_reference":
-              diag.distance_fault, "output_scale": diag.scale, **({"variant": diag.variant} if diag.variant else {})}
+        ev = {
+            "max_abs_diff_vs_reference": diag.distance_correct,
+            "max_abs_diff_vs_faulty_reference": diag.distance_fault,
+            "output_scale": diag.scale,
+            **({"variant": diag.variant} if diag.variant else {}),
+        }
         where_en, where_zh = SUB_LAYER_TEXT.get(diag.sub_layer or "", ("", ""))
-        out = [Finding("diagnosis", severity(f),
-                       f"max |you − reference| = {fmt(diag.distance_correct)}; with {f} switched on in the reference"
-                       f"{where_en}: {fmt(diag.distance_fault)}{also_en}",
-                       f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；在参考实现{where_zh}里打开 {f} 后为 "
-                       f"{fmt(diag.distance_fault)}{also_zh}", ev, fault=f)]
+        out = [
+            Finding(
+                "diagnosis",
+                severity(f),
+                f"max |you − reference| = {fmt(diag.distance_correct)}; with {f} switched on in the reference"
+                f"{where_en}: {fmt(diag.distance_fault)}{also_en}",
+                f"最大 |你 − 参考| = {fmt(diag.distance_correct)}；在参考实现{where_zh}里打开 {f} 后为 "
+                f"{fmt(diag.distance_fault)}{also_zh}",
+                ev,
+                fault=f,
+            )
+        ]
         if diag.sub_layer:
             ev["sub_layer"] = diag.sub_layer
         if diag.unexplained:  # the known pitfall, and what it leaves different beside it
@@ -68,12 +91,17 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
             runs_zh = "、".join(RUN_TEXT.get(k, (k, k))[1] for k in left["scenarios"])
             ok = ", ".join(RUN_TEXT.get(k, (k, k))[0] for k in left["matched"])
             ok_zh = "、".join(RUN_TEXT.get(k, (k, k))[1] for k in left["matched"])
-            out.append(Finding(
-                "diagnosis", "warning",
-                f"{f} reproduces your output on {ok}, but not on {runs} (max |Δ| {fmt(left['max_abs_diff'])}): "
-                "something else differs there too, beside the pitfall named",
-                f"{f} 在{ok_zh}上与你的输出一致，但在{runs_zh}上仍不同（最大 |Δ| {fmt(left['max_abs_diff'])}）："
-                "除了已指出的错误，那里还有别的不同", {"unexplained": left}))
+            out.append(
+                Finding(
+                    "diagnosis",
+                    "warning",
+                    f"{f} reproduces your output on {ok}, but not on {runs} (max |Δ| {fmt(left['max_abs_diff'])}): "
+                    "something else differs there too, beside the pitfall named",
+                    f"{f} 在{ok_zh}上与你的输出一致，但在{runs_zh}上仍不同（最大 |Δ| {fmt(left['max_abs_diff'])}）："
+                    "除了已指出的错误，那里还有别的不同",
+                    {"unexplained": left},
+                )
+            )
         return out
     if diag.status == "unexplained":
         fd = diag.first_difference or {}
@@ -82,15 +110,20 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
         nearest = " + ".join(near.get("faults") or []) or "correct"
         nearest_zh = " + ".join(near.get("faults") or []) or "正确实现"
         before = ", ".join(fd.get("matching_before") or []) or "-"
-        return [Finding(
-            "diagnosis", "warning",
-            f"your output differs from the reference by {fmt(diag.distance_correct)} and neither a single fault of the "
-            f"bug zoo nor a pair of them reproduces it (nearest: {nearest} at {fmt(near.get('max_abs_diff'))}); "
-            f"first difference: {where} (max |Δ| {fmt(fd.get('max_abs_diff'))}); matching before it: {before}",
-            f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误、也没有两个错误的组合能复现"
-            f"（最接近：{nearest_zh}，差 {fmt(near.get('max_abs_diff'))}）；最早的差异：{where_zh}"
-            f"（最大 |Δ| {fmt(fd.get('max_abs_diff'))}）；在它之前一致的：{before}",
-            {"max_abs_diff_vs_reference": diag.distance_correct, "first_difference": fd, "nearest": diag.nearest})]
+        return [
+            Finding(
+                "diagnosis",
+                "warning",
+                f"your output differs from the reference by {fmt(diag.distance_correct)} and neither a single fault "
+                f"of the "
+                f"bug zoo nor a pair of them reproduces it (nearest: {nearest} at {fmt(near.get('max_abs_diff'))}); "
+                f"first difference: {where} (max |Δ| {fmt(fd.get('max_abs_diff'))}); matching before it: {before}",
+                f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误、也没有两个错误的组合能复现"
+                f"（最接近：{nearest_zh}，差 {fmt(near.get('max_abs_diff'))}）；最早的差异：{where_zh}"
+                f"（最大 |Δ| {fmt(fd.get('max_abs_diff'))}）；在它之前一致的：{before}",
+                {"max_abs_diff_vs_reference": diag.distance_correct, "first_difference": fd, "nearest": diag.nearest},
+            )
+        ]
     return []
 
 
@@ -102,9 +135,12 @@ def flow_finding(fault: str, dev: dict) -> Finding:
     could not reproduce (a valid variation next to it, say)."""
     where = f"line {dev['line']} `{dev['source']}`" if dev.get("line") else "one step"
     where_zh = f"第 {dev['line']} 行 `{dev['source']}`" if dev.get("line") else "某一步"
-    return Finding("dataflow", severity(fault),
-                   f"the recorded forward shows {fault} at {where}: {dev['seen']}; the post expects: {dev['expected']}",
-                   f"记录的 forward 在{where_zh}显示了 {fault}：{dev.get('seen_zh', dev['seen'])}；原文的做法："
-                   f"{dev.get('expected_zh', dev['expected'])}",
-                   {"line": dev.get("line"), "source": dev.get("source"), "dims": dev.get("dims"),
-                    "kind": dev.get("kind")}, fault=fault)
+    return Finding(
+        "dataflow",
+        severity(fault),
+        f"the recorded forward shows {fault} at {where}: {dev['seen']}; the post expects: {dev['expected']}",
+        f"记录的 forward 在{where_zh}显示了 {fault}：{dev.get('seen_zh', dev['seen'])}；原文的做法："
+        f"{dev.get('expected_zh', dev['expected'])}",
+        {"line": dev.get("line"), "source": dev.get("source"), "dims": dev.get("dims"), "kind": dev.get("kind")},
+        fault=fault,
+    )

@@ -60,8 +60,11 @@ _active: list[Step] = []  # the guarded steps now running, innermost last (read 
 
 def enforced() -> bool:
     """Can a limit be enforced here? Only in the main thread, and only with ``SIGALRM`` handled from Python."""
-    return (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGALRM) is not None)
+    return (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) is not None
+    )
 
 
 class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe):``

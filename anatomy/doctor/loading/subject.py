@@ -44,10 +44,14 @@ class CheckTimeout(CheckError):
 
     def __init__(self, step_en: str, step_zh: str, limit: float):
         self.step_en, self.step_zh, self.limit = step_en, step_zh, limit
-        self.en = (f"{step_en} did not finish within the time limit of {limit:g} s (--timeout), so the check stopped "
-                   "there: look for a loop that never ends, or raise --timeout if the module is only slow")
-        self.zh = (f"{step_zh}没有在 {limit:g} 秒的时限（--timeout）内结束，检查到此停止：请找一找永远不会结束的循环；"
-                   "如果模块只是慢，请调大 --timeout")
+        self.en = (
+            f"{step_en} did not finish within the time limit of {limit:g} s (--timeout), so the check stopped "
+            "there: look for a loop that never ends, or raise --timeout if the module is only slow"
+        )
+        self.zh = (
+            f"{step_zh}没有在 {limit:g} 秒的时限（--timeout）内结束，检查到此停止：请找一找永远不会结束的循环；"
+            "如果模块只是慢，请调大 --timeout"
+        )
         super().__init__(self.en)
 
     @classmethod
@@ -75,6 +79,7 @@ def one_line(err: BaseException, limit: int = 240) -> str:
 
 # --- loading --------------------------------------------------------------------------------------------------
 
+
 def import_file(path: str | Path, timeout: float | None = None):
     """Execute a Python file as a fresh module without writing bytecode next to it and without registering it.
     Its top-level code runs under the time limit ``timeout`` (seconds; :class:`CheckTimeout` past it)."""
@@ -93,8 +98,16 @@ def import_file(path: str | Path, timeout: float | None = None):
     sys.path.insert(0, folder)  # the learner's file may import its neighbours
     sys.modules[name] = module  # dataclasses and typing look the module up while it executes
     try:
-        with _quiet(), guard(timeout, lambda: (f"importing {path.name} (the code at the top level of the file)",
-                                              f"导入 {path.name}（文件顶层的代码）时")):
+        with (
+            _quiet(),
+            guard(
+                timeout,
+                lambda: (
+                    f"importing {path.name} (the code at the top level of the file)",
+                    f"导入 {path.name}（文件顶层的代码）时",
+                ),
+            ),
+        ):
             spec.loader.exec_module(module)
     except Hung as hung:
         raise CheckTimeout.from_hung(hung) from None
@@ -128,15 +141,20 @@ def resolve_target(target, factory: str | None = None, timeout: float | None = N
         raise CheckError(f"expected FILE.py:CLASS (or --factory FUNC), got {target!r}")
     module = import_file(path, timeout)
     if not hasattr(module, name):
-        public = sorted(n for n, v in vars(module).items()
-                        if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
-                        and getattr(v, "__module__", None) == module.__name__)
+        public = sorted(
+            n
+            for n, v in vars(module).items()
+            if not n.startswith("_")
+            and (inspect.isclass(v) or inspect.isfunction(v))
+            and getattr(v, "__module__", None) == module.__name__
+        )
         raise CheckError(f"{Path(path).name} has no {name!r}; it defines: {', '.join(public) or 'nothing public'}")
     return getattr(module, name), f"{Path(path).name}:{name}", name
 
 
-def build(target, factory: str | None, d_model: int, n_heads: int, seed: int = 0,
-          timeout: float | None = None) -> tuple[nn.Module, str]:
+def build(
+    target, factory: str | None, d_model: int, n_heads: int, seed: int = 0, timeout: float | None = None
+) -> tuple[nn.Module, str]:
     """The learner's module in float64 and eval mode. It is built under a forked, seeded RNG: the same module every
     time (its initial values stay as built where :func:`randomize` leaves them), and the caller's RNG untouched.
     Importing the file and building the module each run under the time limit ``timeout`` (seconds)."""
@@ -145,8 +163,10 @@ def build(target, factory: str | None, d_model: int, n_heads: int, seed: int = 0
         module = copy.deepcopy(obj)  # never change the caller's instance
     else:
         how = "FUNC(d_model, n_heads)" if factory else "CLASS(d_model, n_heads)"
-        step = (f"{label}: {name}({d_model}, {n_heads}) (building the module)",
-                f"{label}：构造模块 {name}({d_model}, {n_heads}) 时")
+        step = (
+            f"{label}: {name}({d_model}, {n_heads}) (building the module)",
+            f"{label}：构造模块 {name}({d_model}, {n_heads}) 时",
+        )
         try:
             with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
                 torch.manual_seed(seed)
@@ -154,14 +174,18 @@ def build(target, factory: str | None, d_model: int, n_heads: int, seed: int = 0
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
         except SystemExit as err:
-            raise ModuleExited(step[0].replace(" (building the module)", ", building the module,"), err.code,
-                               step[1]) from None
+            raise ModuleExited(
+                step[0].replace(" (building the module)", ", building the module,"), err.code, step[1]
+            ) from None
         except Exception as err:  # noqa: BLE001
-            raise CheckError(f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
-                             "(use --factory FUNC for another signature)") from None
+            raise CheckError(
+                f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
+                "(use --factory FUNC for another signature)"
+            ) from None
         if not isinstance(module, nn.Module):
-            raise CheckError(f"{name}({d_model}, {n_heads}) returned {type(module).__name__}; expected a "
-                             "torch.nn.Module")
+            raise CheckError(
+                f"{name}({d_model}, {n_heads}) returned {type(module).__name__}; expected a torch.nn.Module"
+            )
     try:
         module = module.double().eval()
     except Exception as err:  # noqa: BLE001
@@ -205,8 +229,16 @@ def _quiet():
 # --- calling --------------------------------------------------------------------------------------------------
 
 QKV_NAMES = ({"query", "key", "value"}, {"q", "k", "v"}, {"queries", "keys", "values"}, {"x_q", "x_k", "x_v"})
-MASK_NAMES = ("mask", "attn_mask", "attention_mask", "key_padding_mask", "src_mask", "padding_mask", "pad_mask",
-              "valid_lens")
+MASK_NAMES = (
+    "mask",
+    "attn_mask",
+    "attention_mask",
+    "key_padding_mask",
+    "src_mask",
+    "padding_mask",
+    "pad_mask",
+    "valid_lens",
+)
 
 
 class ModuleExited(CheckError):
@@ -214,10 +246,14 @@ class ModuleExited(CheckError):
 
     def __init__(self, where: str, code, where_zh: str | None = None):
         self.code = code
-        self.en = (f"{where} called sys.exit({code!r}) (SystemExit): the module ended the process instead of "
-                   "returning, so nothing could be checked; remove the exit (a debugging leftover?)")
-        self.zh = (f"{where_zh or where}调用了 sys.exit({code!r})（SystemExit）：模块结束了进程而不是返回结果，"
-                   "因此什么也没能检查；请删掉这个退出（调试时留下的？）")
+        self.en = (
+            f"{where} called sys.exit({code!r}) (SystemExit): the module ended the process instead of "
+            "returning, so nothing could be checked; remove the exit (a debugging leftover?)"
+        )
+        self.zh = (
+            f"{where_zh or where}调用了 sys.exit({code!r})（SystemExit）：模块结束了进程而不是返回结果，"
+            "因此什么也没能检查；请删掉这个退出（调试时留下的？）"
+        )
         super().__init__(self.en)
 
 
@@ -274,28 +310,58 @@ class Subject:
             q, k, v = kw_qkv
             mask = kw_masks[0] if kw_masks else None
             call = f"forward({q}=x, {k}=x, {v}=x" + (f", {mask.name}=mask)" if mask else ")")
-            return cls(module, label, call, qkv_kw=kw_qkv, mask_kw=mask.name if mask else None,
-                       takes_mask=mask is not None, mask_required=mask is not None and mask.default is P.empty)
+            return cls(
+                module,
+                label,
+                call,
+                qkv_kw=kw_qkv,
+                mask_kw=mask.name if mask else None,
+                takes_mask=mask is not None,
+                mask_required=mask is not None and mask.default is P.empty,
+            )
         names = {p.name for p in positional[:3]}
         if len(required) >= 3 and (names in QKV_NAMES or not names & set(MASK_NAMES)):
             # three tensors first: query, key and value in some order under any names (forward(values, keys, query,
             # mask), forward(Q, K, V, attn_mask)); self-attention passes x to all three, the roles are found later
             mask = positional[3] if len(positional) > 3 else None
-            return cls(module, label, "forward(x, x, x" + (f", {mask.name})" if mask else ")"), qkv=True,
-                       takes_mask=mask is not None, mask_required=mask is not None and mask.default is P.empty)
+            return cls(
+                module,
+                label,
+                "forward(x, x, x" + (f", {mask.name})" if mask else ")"),
+                qkv=True,
+                takes_mask=mask is not None,
+                mask_required=mask is not None and mask.default is P.empty,
+            )
         named_mask = [p for p in positional[1:] if p.name in MASK_NAMES]
-        if len(positional) >= 2 and named_mask and named_mask[0] is not positional[1] \
-                and all(p.default is not P.empty for p in positional[1:positional.index(named_mask[0])]):
+        if (
+            len(positional) >= 2
+            and named_mask
+            and named_mask[0] is not positional[1]
+            and all(p.default is not P.empty for p in positional[1 : positional.index(named_mask[0])])
+        ):
             mask = named_mask[0]  # forward(x, context=None, mask=None): the mask by its name, context left alone
-            return cls(module, label, f"forward(x, {mask.name}=mask)", mask_kw=mask.name, takes_mask=True,
-                       mask_required=mask.default is P.empty)
+            return cls(
+                module,
+                label,
+                f"forward(x, {mask.name}=mask)",
+                mask_kw=mask.name,
+                takes_mask=True,
+                mask_required=mask.default is P.empty,
+            )
         if len(positional) >= 2:
             mask = positional[1]
-            return cls(module, label, f"forward(x, {mask.name})", takes_mask=True,
-                       mask_required=mask.default is P.empty)
+            return cls(
+                module, label, f"forward(x, {mask.name})", takes_mask=True, mask_required=mask.default is P.empty
+            )
         if kw_masks:
-            return cls(module, label, f"forward(x, {kw_masks[0].name}=mask)", mask_kw=kw_masks[0].name,
-                       takes_mask=True, mask_required=kw_masks[0].default is P.empty)
+            return cls(
+                module,
+                label,
+                f"forward(x, {kw_masks[0].name}=mask)",
+                mask_kw=kw_masks[0].name,
+                takes_mask=True,
+                mask_required=kw_masks[0].default is P.empty,
+            )
         if any(p.kind == P.VAR_POSITIONAL for p in params):
             return cls(module, label, "forward(x, *args)", takes_mask=True, mask_tentative=True)
         return cls(module, label, "forward(x)")
@@ -327,8 +393,12 @@ class Subject:
             else:
                 args.append(mask)
         try:
-            with torch.no_grad(), _quiet(), guard(self.timeout, lambda: self._describe(x, mask, module)), \
-                    islands(x.dtype) as watched:
+            with (
+                torch.no_grad(),
+                _quiet(),
+                guard(self.timeout, lambda: self._describe(x, mask, module)),
+                islands(x.dtype) as watched,
+            ):
                 result = module(*args, **kwargs)
             if module is self.module and x.dtype == torch.float64:
                 self.seen_dtypes |= watched.seen
@@ -352,15 +422,22 @@ class Subject:
 
     def _describe(self, x: torch.Tensor, mask: torch.Tensor | None, module: nn.Module) -> tuple[str, str]:
         """The call that hung, in English and Chinese: which forward, on what, during which step of the check."""
-        call = self.call if mask is not None or self.mask_required else "forward(x, x, x)" if self.qkv else (
-            "forward(query=x, key=x, value=x)" if self.qkv_kw else "forward(x)")
+        call = (
+            self.call
+            if mask is not None or self.mask_required
+            else "forward(x, x, x)"
+            if self.qkv
+            else ("forward(query=x, key=x, value=x)" if self.qkv_kw else "forward(x)")
+        )
         m = None if mask is None else tuple(mask.shape)
         what = f"x of shape {tuple(x.shape)}" + (f" and a mask of shape {m}" if m else "")
         what_zh = f"x 形状 {tuple(x.shape)}" + (f"，mask 形状 {m}" if m else "")
         dtype = str(x.dtype).replace("torch.", "")
         copy_en, copy_zh = ("", "") if module is self.module else (f" of a {dtype} copy", f"（{dtype} 副本）")
-        return (f"{self.label}: {call}{copy_en} on {what}, during {self.stage[0]},",
-                f"{self.label}：{_zh_join('在', self.stage[1], '阶段')}，{call}{copy_zh}（{what_zh}）")
+        return (
+            f"{self.label}: {call}{copy_en} on {what}, during {self.stage[0]},",
+            f"{self.label}：{_zh_join('在', self.stage[1], '阶段')}，{call}{copy_zh}（{what_zh}）",
+        )
 
 
 def looks_like_weights(w: torch.Tensor, b: int, t: int) -> bool:

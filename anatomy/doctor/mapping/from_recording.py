@@ -7,8 +7,9 @@ import torch
 from anatomy.doctor.mapping.naming import ATTN_KEYS, Hypothesis
 
 
-def with_observed(hyps: list[Hypothesis], observed: Hypothesis | None,
-                  params: dict[str, torch.Tensor]) -> list[Hypothesis]:
+def with_observed(
+    hyps: list[Hypothesis], observed: Hypothesis | None, params: dict[str, torch.Tensor]
+) -> list[Hypothesis]:
     """Name hypotheses and the one read from the recorded dataflow (``observed.hypothesis``), best first: those
     the dataflow confirms (the same q/k/v/o weights), then the observed one when none does, then the rest."""
     if observed is None:

@@ -25,8 +25,9 @@ def functional_norm_lines(rec: r.Recording | None) -> list[int]:
     return [s.line for s in rec.steps if s.op in NORM_OPS and s.data and not s.params]
 
 
-def functional_norm_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Module,
-                               rec: r.Recording | None, d: int) -> list[Hypothesis]:
+def functional_norm_hypotheses(
+    attn: list[Hypothesis], parts: BlockParts, module: nn.Module, rec: r.Recording | None, d: int
+) -> list[Hypothesis]:
     """Block hypotheses whose two norms are the recorded parameter-free calls (gain 1, bias 0); [] unless the
     block has no norm module, an FFN, and exactly two such calls."""
     lines = functional_norm_lines(rec)
@@ -34,7 +35,11 @@ def functional_norm_hypotheses(attn: list[Hypothesis], parts: BlockParts, module
         return []
     where = f"line {lines[0]}, called twice" if lines[0] == lines[1] else f"lines {lines[0]}, {lines[1]}"
     note = f"F.layer_norm without parameters ({where}): gain 1, bias 0"
-    ones = {f"{ref}.weight": Source(f"(F.layer_norm, line {line})", "gain 1", lambda params: torch.ones(d))
-            for ref, line in zip(REF_NORMS, lines)}
-    return [Hypothesis(f"{hp.style}, {note}", {**hp.sources, **ones}, hp.modules, hp.heads, hp.qk_norm)
-            for hp in block_hypotheses(attn, parts, module)]
+    ones = {
+        f"{ref}.weight": Source(f"(F.layer_norm, line {line})", "gain 1", lambda params: torch.ones(d))
+        for ref, line in zip(REF_NORMS, lines)
+    }
+    return [
+        Hypothesis(f"{hp.style}, {note}", {**hp.sources, **ones}, hp.modules, hp.heads, hp.qk_norm)
+        for hp in block_hypotheses(attn, parts, module)
+    ]

@@ -14,17 +14,23 @@ from torch import nn
 
 from anatomy.doctor.mapping.naming import Hypothesis, Source
 
-BRANCH_OUTPUTS = {"attn": ("attn.o_proj.weight", "attn.o_proj.bias"),
-                  "ffn": ("ffn.down_proj.weight", "ffn.down_proj.bias")}
+BRANCH_OUTPUTS = {
+    "attn": ("attn.o_proj.weight", "attn.o_proj.bias"),
+    "ffn": ("ffn.down_proj.weight", "ffn.down_proj.bias"),
+}
 
 
 def gains(module: nn.Module, d: int, taken: set[str], attn_scope: str | None) -> list[str]:
     """The learner's candidate LayerScale gains, in definition order."""
+
     def inside_attn(name: str) -> bool:
         return bool(attn_scope) and name.startswith(f"{attn_scope}.")
 
-    return [n for n, p in module.named_parameters() if p.dim() == 1 and p.numel() == d and n not in taken
-            and not inside_attn(n) and not n.endswith("bias")]
+    return [
+        n
+        for n, p in module.named_parameters()
+        if p.dim() == 1 and p.numel() == d and n not in taken and not inside_attn(n) and not n.endswith("bias")
+    ]
 
 
 def _scaled(src: Source, gain: str, ref: str) -> Source:
@@ -53,14 +59,20 @@ def with_layer_scale(hyps: list[Hypothesis], module: nn.Module, d: int, attn_sco
         return hyps
     out = []
     for plan in plans:
-        what = ", ".join(f"{g} on the {'attention' if b == 'attn' else 'feed-forward'} branch"
-                         for b, g in plan.items())
+        what = ", ".join(f"{g} on the {'attention' if b == 'attn' else 'feed-forward'} branch" for b, g in plan.items())
         for hp in hyps:
             src = dict(hp.sources)
             for branch, gain in plan.items():
                 for ref in BRANCH_OUTPUTS[branch]:
                     if ref in hp.sources:  # a branch without a bias keeps none
                         src[ref] = _scaled(hp.sources[ref], gain, ref)
-            out.append(Hypothesis(f"{hp.style}, LayerScale ({what}) folded into the branch's last projection", src,
-                                  hp.modules, hp.heads, hp.qk_norm))
+            out.append(
+                Hypothesis(
+                    f"{hp.style}, LayerScale ({what}) folded into the branch's last projection",
+                    src,
+                    hp.modules,
+                    hp.heads,
+                    hp.qk_norm,
+                )
+            )
     return out + hyps

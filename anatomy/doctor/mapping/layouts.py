@@ -30,8 +30,9 @@ def _composed(path: str, lin: nn.Linear, mha_path: str) -> tuple[Source, Source]
     return Source(f"{path}.weight", note, weight), Source(f"{path}.weight", note, bias)
 
 
-def linear_after_mha(subject: Subject, x: torch.Tensor, hyps: list[Hypothesis], scope: str | None,
-                     d: int) -> list[Hypothesis]:
+def linear_after_mha(
+    subject: Subject, x: torch.Tensor, hyps: list[Hypothesis], scope: str | None, d: int
+) -> list[Hypothesis]:
     """The torch-MHA hypotheses with a following square Linear folded into ``o_proj`` (first), or ``hyps``."""
     if not hyps or scope is None or not hyps[0].style.startswith("torch.nn.MultiheadAttention"):
         return hyps
@@ -40,8 +41,11 @@ def linear_after_mha(subject: Subject, x: torch.Tensor, hyps: list[Hypothesis], 
     if not isinstance(mha, nn.MultiheadAttention):
         return hyps
     seen: list[tuple[str, object, object]] = []
-    handles = [m.register_forward_hook(lambda _m, a, o, p=p: seen.append((p, a[0] if a else None, o)))
-               for p, m in named.items() if p and (p == scope or not p.startswith(scope + "."))]
+    handles = [
+        m.register_forward_hook(lambda _m, a, o, p=p: seen.append((p, a[0] if a else None, o)))
+        for p, m in named.items()
+        if p and (p == scope or not p.startswith(scope + "."))
+    ]
     try:
         subject.run(x)
     except CallError:
@@ -56,12 +60,25 @@ def linear_after_mha(subject: Subject, x: torch.Tensor, hyps: list[Hypothesis], 
     out = seen[at][2]
     out = out[0] if isinstance(out, tuple) else out
     lin = named.get(path)
-    if not (isinstance(lin, nn.Linear) and lin.in_features == d and lin.out_features == d
-            and isinstance(arg, torch.Tensor) and isinstance(out, torch.Tensor) and arg.shape == out.shape
-            and torch.equal(arg, out)):
+    if not (
+        isinstance(lin, nn.Linear)
+        and lin.in_features == d
+        and lin.out_features == d
+        and isinstance(arg, torch.Tensor)
+        and isinstance(out, torch.Tensor)
+        and arg.shape == out.shape
+        and torch.equal(arg, out)
+    ):
         return hyps
     w, b = _composed(path, lin, scope)
-    extra = [Hypothesis(f"{h.style} + {path} after it (one output projection: {path} · out_proj)",
-                        {**h.sources, "o_proj.weight": w, "o_proj.bias": b},
-                        {k: v for k, v in h.modules.items() if k != "o_proj"}, h.heads, h.qk_norm) for h in hyps]
+    extra = [
+        Hypothesis(
+            f"{h.style} + {path} after it (one output projection: {path} · out_proj)",
+            {**h.sources, "o_proj.weight": w, "o_proj.bias": b},
+            {k: v for k, v in h.modules.items() if k != "o_proj"},
+            h.heads,
+            h.qk_norm,
+        )
+        for h in hyps
+    ]
     return extra + hyps

@@ -11,10 +11,40 @@ import torch
 from torch import nn
 
 Reader = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # the learner's parameters → one reference tensor
-ROLES = {"q": {"q", "query", "queries"}, "k": {"k", "key", "keys"}, "v": {"v", "value", "values"},
-         "o": {"o", "out", "output", "outs"}, "qkv": {"qkv", "kqv", "in", "attn", "qkvs", "querykeyvalue"}}
-AFFIXES = sorted({"linear", "proj", "projection", "weight", "weights", "lin", "dense", "layer", "net", "matrix",
-                  "mat", "to", "fc", "w", "l", "c", "in", "s", "head", "heads", "self"}, key=len, reverse=True)
+ROLES = {
+    "q": {"q", "query", "queries"},
+    "k": {"k", "key", "keys"},
+    "v": {"v", "value", "values"},
+    "o": {"o", "out", "output", "outs"},
+    "qkv": {"qkv", "kqv", "in", "attn", "qkvs", "querykeyvalue"},
+}
+AFFIXES = sorted(
+    {
+        "linear",
+        "proj",
+        "projection",
+        "weight",
+        "weights",
+        "lin",
+        "dense",
+        "layer",
+        "net",
+        "matrix",
+        "mat",
+        "to",
+        "fc",
+        "w",
+        "l",
+        "c",
+        "in",
+        "s",
+        "head",
+        "heads",
+        "self",
+    },
+    key=len,
+    reverse=True,
+)
 ATTN_KEYS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 
@@ -27,7 +57,7 @@ def core(name: str) -> str:
             return s
         for a in AFFIXES:
             if s.startswith(a) and len(s) > len(a):
-                s = s[len(a):]
+                s = s[len(a) :]
                 break
             if s.endswith(a) and len(s) > len(a):
                 s = s[: -len(a)]
@@ -72,8 +102,13 @@ class Hypothesis:
     qk_norm: QKNorm | None = None  # the reference normalises q and k per head (None: no QK-norm)
 
     def prefixed(self, prefix: str) -> Hypothesis:
-        return Hypothesis(self.style, {prefix + k: v for k, v in self.sources.items()},
-                          {prefix + k: v for k, v in self.modules.items()}, self.heads, self.qk_norm)
+        return Hypothesis(
+            self.style,
+            {prefix + k: v for k, v in self.sources.items()},
+            {prefix + k: v for k, v in self.modules.items()},
+            self.heads,
+            self.qk_norm,
+        )
 
     def learner_heads(self, t: torch.Tensor) -> torch.Tensor:
         """``(B, H, ...)`` per head in our order → in the learner's order (to compare with its weights)."""

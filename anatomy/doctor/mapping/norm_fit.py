@@ -48,8 +48,15 @@ class NormInfo:
     offset: float = 0.0  # the gain is offset + weight (Gemma's (1 + weight) RMSNorm: 1.0)
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "kind": self.kind, "form": self.form, "eps": self.eps, "weight": self.weight,
-                "bias": self.bias, **({"gain": f"{self.offset:g} + weight"} if self.offset else {})}
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "form": self.form,
+            "eps": self.eps,
+            "weight": self.weight,
+            "bias": self.bias,
+            **({"gain": f"{self.offset:g} + weight"} if self.offset else {}),
+        }
 
 
 def standardise(x: torch.Tensor, form: str, eps: float) -> torch.Tensor:
@@ -75,8 +82,9 @@ def _fit(z: torch.Tensor, y: torch.Tensor, with_bias: bool) -> tuple[torch.Tenso
     return g, b, float(res)
 
 
-def fit_norm(x: torch.Tensor, y: torch.Tensor, eps_hints: Sequence[float] = ()) -> tuple[str, float, torch.Tensor,
-                                                                                     torch.Tensor, float] | None:
+def fit_norm(
+    x: torch.Tensor, y: torch.Tensor, eps_hints: Sequence[float] = ()
+) -> tuple[str, float, torch.Tensor, torch.Tensor, float] | None:
     """The form and eps that make ``y`` an affine function (per feature) of standardised ``x``, or None."""
     if x.shape != y.shape or x.dim() < 2 or not x.is_floating_point() or x.shape[-1] < 3:
         return None
@@ -106,7 +114,7 @@ def _refine(x: torch.Tensor, y: torch.Tensor, best: tuple) -> tuple:
     form = best[0]
 
     def at(log_eps: float) -> tuple:
-        eps = 10.0 ** log_eps
+        eps = 10.0**log_eps
         return (form, eps, *_fit(standardise(x, form, eps), y, with_bias=form != "rmsnorm"))
 
     lo, hi = math.log10(best[1]) - 1.0, math.log10(best[1]) + 1.0
@@ -146,6 +154,7 @@ def find_norms(module: nn.Module, run, d: int) -> dict[str, NormInfo]:
         def hook(mod, args, out, p=p):
             if p not in calls and args and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor):
                 calls[p] = (args[0].detach(), out.detach())
+
         handles.append(m.register_forward_hook(hook))
     try:
         run()
@@ -175,8 +184,7 @@ def find_norms(module: nn.Module, run, d: int) -> dict[str, NormInfo]:
         bias = None if float(b.abs().max()) <= 1e-9 else _by_value(m, f"{p}.", b, used)
         if (weight is None and float((g - 1).abs().max()) > 1e-9) or (bias is None and float(b.abs().max()) > 1e-9):
             continue  # a gain or bias the doctor cannot map (a buffer, a product of parameters)
-        found[p] = NormInfo(p, "rmsnorm" if form == "rmsnorm" else "layernorm", form, eps, weight, bias, res, d,
-                            offset)
+        found[p] = NormInfo(p, "rmsnorm" if form == "rmsnorm" else "layernorm", form, eps, weight, bias, res, d, offset)
     # a wrapper whose output is its child's (SublayerConnection's norm is the child, not the wrapper)
     for p in list(found):
         if any(q != p and q.startswith(p + ".") and torch.equal(calls[q][1], calls[p][1]) for q in found):

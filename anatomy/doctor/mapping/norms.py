@@ -33,7 +33,7 @@ def qk_role(name: str) -> str | None:
             s = s[: -len(a)]
             break
         if s.startswith(a) and len(s) > len(a):
-            s = s[len(a):]
+            s = s[len(a) :]
             break
     else:
         return None
@@ -71,8 +71,9 @@ def _norm_sources(ref: str, path: str, m: nn.Module) -> dict[str, Source]:
     return out
 
 
-def find_qk_norm(module: nn.Module, scope: str | None, d: int, h: int
-                 ) -> tuple[QKNorm, dict[str, Source], dict[str, str]] | None:
+def find_qk_norm(
+    module: nn.Module, scope: str | None, d: int, h: int
+) -> tuple[QKNorm, dict[str, Source], dict[str, str]] | None:
     """The learner's q/k norms inside the attention scope: two ``Dh``-wide norms named for q and k (or the only two
     ``Dh``-wide norms there, in definition order), or two named for q and k of width ``D`` (over all heads; not
     mapped). Returns the QK-norm, the sources of ``q_norm``/``k_norm`` and the modules to hook, or None."""
@@ -105,6 +106,7 @@ def find_qk_norm(module: nn.Module, scope: str | None, d: int, h: int
 
 
 # --- blocks ---------------------------------------------------------------------------------------------------
+
 
 def is_norm(m: nn.Module, d: int) -> bool:
     return norm_width(m) == d
@@ -155,12 +157,24 @@ def short(v: float) -> str:
 def pointwise(m: nn.Module | None) -> bool:
     """A ``Conv1d`` with kernel 1 (stride 1, no padding, one group): the attention-is-all-you-need-pytorch FFN's
     layers, a Linear applied to every token."""
-    return isinstance(m, nn.Conv1d) and m.kernel_size == (1,) and m.stride == (1,) and m.padding == (0,) \
-        and m.groups == 1 and m.dilation == (1,)
+    return (
+        isinstance(m, nn.Conv1d)
+        and m.kernel_size == (1,)
+        and m.stride == (1,)
+        and m.padding == (0,)
+        and m.groups == 1
+        and m.dilation == (1,)
+    )
 
 
-def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: set[str],
-                call_order: list[str], found: dict | None = None) -> BlockParts:
+def block_parts(
+    module: nn.Module,
+    d: int,
+    attn_scope: str | None,
+    attn_paths: set[str],
+    call_order: list[str],
+    found: dict | None = None,
+) -> BlockParts:
     """``found``: the norms found by behaviour (``norm_fit.find_norms``), path → NormInfo; they count wherever they
     sit (inside the attention module too: a pre-norm that lives in the attention sub-layer)."""
     named = dict(module.named_modules())
@@ -169,15 +183,20 @@ def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: s
     def inside_attn(p: str) -> bool:
         return attn_scope is not None and attn_scope != "" and (p == attn_scope or p.startswith(attn_scope + "."))
 
-    norm_paths = [p for p, m in named.items() if (p in found or is_norm(m, d) and not inside_attn(p))
-                  and p not in attn_paths]
+    norm_paths = [
+        p for p, m in named.items() if (p in found or is_norm(m, d) and not inside_attn(p)) and p not in attn_paths
+    ]
     norm_calls = [p for p in call_order if p in norm_paths]
     norms = list(dict.fromkeys(norm_calls)) or norm_paths
-    linear_calls = [p for p in dict.fromkeys(call_order) if isinstance(named.get(p), nn.Linear)
-                    and p not in attn_paths and not inside_attn(p)]
+    linear_calls = [
+        p
+        for p in dict.fromkeys(call_order)
+        if isinstance(named.get(p), nn.Linear) and p not in attn_paths and not inside_attn(p)
+    ]
     if not linear_calls:
-        linear_calls = [p for p, m in named.items() if isinstance(m, nn.Linear) and p not in attn_paths
-                        and not inside_attn(p)]
+        linear_calls = [
+            p for p, m in named.items() if isinstance(m, nn.Linear) and p not in attn_paths and not inside_attn(p)
+        ]
     ffn: dict[str, str] = {}
     d_ff = None
     if not linear_calls:  # Conv1d(kernel 1) over (B, D, T): a Linear per token, weight (out, in, 1)
@@ -219,11 +238,19 @@ def block_parts(module: nn.Module, d: int, attn_scope: str | None, attn_paths: s
     first = named[norms[0]] if norms else None
     info = found.get(norms[0]) if norms else None
     if info is not None:
-        return BlockParts(norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)), info.kind, info.eps, info.form,
-                          found)
-    return BlockParts(norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)),
-                      norm_kind(first) if first is not None else "layernorm",
-                      norm_eps(first) if first is not None else 1e-5, found=found)
+        return BlockParts(
+            norms, norm_calls, ffn, d_ff, list(dict.fromkeys(acts)), info.kind, info.eps, info.form, found
+        )
+    return BlockParts(
+        norms,
+        norm_calls,
+        ffn,
+        d_ff,
+        list(dict.fromkeys(acts)),
+        norm_kind(first) if first is not None else "layernorm",
+        norm_eps(first) if first is not None else 1e-5,
+        found=found,
+    )
 
 
 def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Module) -> list[Hypothesis]:
@@ -240,8 +267,9 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
             if info.weight is not None and info.offset:  # Gemma: the gain is 1 + weight
                 extra[f"{ref}.weight"] = _p(info.weight, lambda t, c=info.offset: c + t, f"{info.offset:g} + weight")
             if info.weight is None:  # a norm without a gain: the reference's gain stays 1
-                extra[f"{ref}.weight"] = Source("(no gain)", "gain 1",
-                                               cast(Reader, lambda params, w=info.width: torch.ones(w)))
+                extra[f"{ref}.weight"] = Source(
+                    "(no gain)", "gain 1", cast(Reader, lambda params, w=info.width: torch.ones(w))
+                )
             continue
         if isinstance(getattr(m, "weight", None), torch.Tensor):
             extra[f"{ref}.weight"] = _p(f"{pre}weight")
@@ -251,8 +279,16 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         ref = {"up": "ffn.up_proj", "down": "ffn.down_proj", "gate": "ffn.gate_proj"}[role]
         extra.update(_linear(ref, path, named[path]))
         mods[ref] = path
-    return [Hypothesis(h.style, {**h.prefixed("attn.").sources, **extra}, {**h.prefixed("attn.").modules, **mods},
-                       h.heads, h.qk_norm) for h in attn]
+    return [
+        Hypothesis(
+            h.style,
+            {**h.prefixed("attn.").sources, **extra},
+            {**h.prefixed("attn.").modules, **mods},
+            h.heads,
+            h.qk_norm,
+        )
+        for h in attn
+    ]
 
 
 # --- user maps --------------------------------------------------------------------------------------------------

@@ -102,12 +102,18 @@ def _regroup(src: dict[str, Source], rows: torch.Tensor | None) -> dict[str, Sou
     if rows is None:
         return src
     out = dict(src)
-    for key, f in (("q_proj.weight", lambda t: t[rows]), ("q_proj.bias", lambda t: t[rows]),
-                   ("o_proj.weight", lambda t: t[:, rows])):
+    for key, f in (
+        ("q_proj.weight", lambda t: t[rows]),
+        ("q_proj.bias", lambda t: t[rows]),
+        ("o_proj.weight", lambda t: t[:, rows]),
+    ):
         s = src.get(key)
         if s is not None:
-            out[key] = Source(s.user, (s.note + ", " if s.note else "") + "heads regrouped",
-                              cast(Reader, lambda params, g=s.fn, f=f: f(g(params))))
+            out[key] = Source(
+                s.user,
+                (s.note + ", " if s.note else "") + "heads regrouped",
+                cast(Reader, lambda params, g=s.fn, f=f: f(g(params))),
+            )
     return out
 
 
@@ -152,9 +158,11 @@ def _fused_gqa_grouped(d: int, h: int, kv: int, weight: str, bias: str | None) -
     dh, g = d // h, h // kv
     block = (g + 2) * dh
     starts = torch.arange(kv) * block
-    idx = {"q_proj": (starts[:, None] + torch.arange(g * dh)).reshape(-1),
-           "k_proj": (starts[:, None] + g * dh + torch.arange(dh)).reshape(-1),
-           "v_proj": (starts[:, None] + (g + 1) * dh + torch.arange(dh)).reshape(-1)}
+    idx = {
+        "q_proj": (starts[:, None] + torch.arange(g * dh)).reshape(-1),
+        "k_proj": (starts[:, None] + g * dh + torch.arange(dh)).reshape(-1),
+        "v_proj": (starts[:, None] + (g + 1) * dh + torch.arange(dh)).reshape(-1),
+    }
     src = {}
     for key, rows in idx.items():
         src[f"{key}.weight"] = _p(weight, lambda t, rows=rows: t[rows], "rows per key/value group")
@@ -179,11 +187,17 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
     for path, m in named.items():  # torch.nn.MultiheadAttention anywhere inside
         if isinstance(m, nn.MultiheadAttention) and m.in_proj_weight is not None and m.embed_dim == d:
             pre = f"{path}." if path else ""
-            src = _fused(d, h, f"{pre}in_proj_weight", f"{pre}in_proj_bias" if m.in_proj_bias is not None
-                         else None, transpose=False)[0][1]
+            src = _fused(
+                d,
+                h,
+                f"{pre}in_proj_weight",
+                f"{pre}in_proj_bias" if m.in_proj_bias is not None else None,
+                transpose=False,
+            )[0][1]
             src.update(_linear("o_proj", f"{pre}out_proj", m.out_proj))
-            return [Hypothesis("torch.nn.MultiheadAttention (in_proj_weight rows q|k|v)", src,
-                               {"o_proj": f"{pre}out_proj"})], path
+            return [
+                Hypothesis("torch.nn.MultiheadAttention (in_proj_weight rows q|k|v)", src, {"o_proj": f"{pre}out_proj"})
+            ], path
 
     linears = {p: m for p, m in named.items() if isinstance(m, nn.Linear)}
 
@@ -202,8 +216,13 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
         role = role_of(local(p))
         if role in ("q", "o") and square(m) or role in ("k", "v") and m.in_features == d and m.out_features in kv_of:
             groups.setdefault(parent(p), {}).setdefault(role, p)
-        elif role == "qkv" and m.in_features == d and (m.out_features - d) // 2 in kv_of \
-                and m.out_features > d and (m.out_features - d) % 2 == 0:
+        elif (
+            role == "qkv"
+            and m.in_features == d
+            and (m.out_features - d) // 2 in kv_of
+            and m.out_features > d
+            and (m.out_features - d) % 2 == 0
+        ):
             groups.setdefault(parent(p), {}).setdefault("qkv", p)
 
     def find_o(scope: str, taken: set[str]) -> str | None:
@@ -224,8 +243,15 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
                 src.update(_linear(key, path, linears[path]))
                 mods[key] = path
             kv = kv_of[linears[roles["k"]].out_features]
-            return [Hypothesis(f"separate Linears ({_gqa_style(kv, h)}{how})" if kv != h else "separate Linears",
-                               _regroup(src, rows), mods, heads) for how, rows, heads in _groups(d, h, kv)], scope
+            return [
+                Hypothesis(
+                    f"separate Linears ({_gqa_style(kv, h)}{how})" if kv != h else "separate Linears",
+                    _regroup(src, rows),
+                    mods,
+                    heads,
+                )
+                for how, rows, heads in _groups(d, h, kv)
+            ], scope
     for scope, roles in groups.items():
         if "qkv" in roles:
             o = roles.get("o") or find_o(scope, {roles["qkv"]})
@@ -244,12 +270,22 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
             src.update(_linear("o_proj", o, linears[o]))
             grouped = _fused_gqa_grouped(d, h, kv, f"{roles['qkv']}.weight", bias)  # [q.. k v] per group
             grouped.update(_linear("o_proj", o, linears[o]))
-            hyps = [Hypothesis(f"fused qkv Linear (q|k|v, {_gqa_style(kv, h)}{how})", _regroup(src, rows),
-                               {"o_proj": o}, heads) for how, rows, heads in _groups(d, h, kv)]
+            hyps = [
+                Hypothesis(
+                    f"fused qkv Linear (q|k|v, {_gqa_style(kv, h)}{how})", _regroup(src, rows), {"o_proj": o}, heads
+                )
+                for how, rows, heads in _groups(d, h, kv)
+            ]
             if kv > 1:
-                hyps += [Hypothesis(f"fused qkv Linear (interleaved per key/value group, {_gqa_style(kv, h)}{how})",
-                                    _regroup(grouped, rows), {"o_proj": o}, heads)
-                         for how, rows, heads in _groups(d, h, kv)]
+                hyps += [
+                    Hypothesis(
+                        f"fused qkv Linear (interleaved per key/value group, {_gqa_style(kv, h)}{how})",
+                        _regroup(grouped, rows),
+                        {"o_proj": o},
+                        heads,
+                    )
+                    for how, rows, heads in _groups(d, h, kv)
+                ]
             return hyps, scope
     for p, m in named.items():  # the annotated transformer's `linears` = 4 clones: q, k, v, o
         if isinstance(m, nn.ModuleList) and len(m) == 4 and all(isinstance(x, nn.Linear) and square(x) for x in m):
@@ -263,8 +299,12 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
 
 def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], str | None]:
     """Bare Parameters: ``W_Q (D, D)`` / ``(H, D, Dh)`` / ``(D, H, Dh)``, ``W_O (D, D)`` / ``(H, Dh, D)``, biases."""
-    linear_params = {f"{p}.{n}" if p else n for p, m in module.named_modules() if isinstance(m, nn.Linear)
-                     for n, _ in m.named_parameters(recurse=False)}
+    linear_params = {
+        f"{p}.{n}" if p else n
+        for p, m in module.named_modules()
+        if isinstance(m, nn.Linear)
+        for n, _ in m.named_parameters(recurse=False)
+    }
     weights: dict[tuple[str, str], tuple[str, torch.Tensor]] = {}
     biases: dict[tuple[str, str], str] = {}
     p: torch.Tensor  # a Parameter here, any tensor below
@@ -273,8 +313,11 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
             continue
         scope, _, leaf = name.rpartition(".")
         low = re.sub(r"[^a-z0-9]", "", leaf.lower())
-        is_bias = low.startswith("bias") or low.endswith("bias") or bool(
-            re.fullmatch(r"b_?(q|k|v|o|qkv|query|key|value|out|output)", leaf.lower()))
+        is_bias = (
+            low.startswith("bias")
+            or low.endswith("bias")
+            or bool(re.fullmatch(r"b_?(q|k|v|o|qkv|query|key|value|out|output)", leaf.lower()))
+        )
         stem = re.sub(r"^(bias|b)|bias$", "", low) if is_bias else leaf
         role = role_of(stem)
         if role is None:
@@ -299,8 +342,11 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
                 name, p = have[r]
                 shape = tuple(p.shape)
                 if shape == (d, d):
-                    src[f"{key}.weight"] = _p(name, (lambda t: t) if linear_style else (lambda t: t.T),
-                                              "" if linear_style else "transposed (x @ W)")
+                    src[f"{key}.weight"] = _p(
+                        name,
+                        (lambda t: t) if linear_style else (lambda t: t.T),
+                        "" if linear_style else "transposed (x @ W)",
+                    )
                 elif shape == (h, d, dh) and not linear_style:
                     src[f"{key}.weight"] = _p(name, lambda t: t.permute(0, 2, 1).reshape(d, d), "(H, D, Dh)")
                 elif shape == (d, h, dh) and not linear_style:
@@ -323,8 +369,11 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
                 fused = [("", {})]
             name, p = have["o"]
             if tuple(p.shape) == (d, d):
-                o_src = _p(name, (lambda t: t) if linear_style else (lambda t: t.T),
-                           "" if linear_style else "transposed (x @ W)")
+                o_src = _p(
+                    name,
+                    (lambda t: t) if linear_style else (lambda t: t.T),
+                    "" if linear_style else "transposed (x @ W)",
+                )
             elif tuple(p.shape) == (h, dh, d) and not linear_style:
                 o_src = _p(name, lambda t: t.reshape(d, d).T, "(H, Dh, D)")
             else:
@@ -335,16 +384,24 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
             if bias["o"]:
                 src["o_proj.bias"] = _p(bias["o"], lambda t: t.reshape(-1))
             for layout, fsrc in fused:
-                style = "einsum Parameters (" + ("x @ W.T" if linear_style else "x @ W") + \
-                        (f", fused {layout})" if layout else ")")
+                style = (
+                    "einsum Parameters ("
+                    + ("x @ W.T" if linear_style else "x @ W")
+                    + (f", fused {layout})" if layout else ")")
+                )
                 hyps.append(Hypothesis(style, {**src, **fsrc}))
         if hyps:
             return hyps, scope
     return [], None
 
 
-def apply_user_map(hyps: list[Hypothesis], user_map: dict, params: dict[str, torch.Tensor],
-                   ref_names: list[str], modules: dict[str, nn.Module] | None = None) -> list[Hypothesis]:
+def apply_user_map(
+    hyps: list[Hypothesis],
+    user_map: dict,
+    params: dict[str, torch.Tensor],
+    ref_names: list[str],
+    modules: dict[str, nn.Module] | None = None,
+) -> list[Hypothesis]:
     """``{"q_proj.weight": "attn.Wq.T"}``: reference name → learner parameter (``.T`` transposes).
 
     Naming ``q_norm.weight`` (or ``k_norm.*``) gives the reference a QK-norm when no hypothesis found one: its kind
@@ -361,19 +418,22 @@ def apply_user_map(hyps: list[Hypothesis], user_map: dict, params: dict[str, tor
         name, transpose = (user[:-2], True) if user.endswith(".T") else (user, False)
         if name not in params:
             names = list(params)
-            raise CheckError(f"--map: your module has no parameter {name!r}; it has: {', '.join(names[:12])}"
-                             + (" ..." if len(names) > 12 else ""))
-        src[ref] = _p(name, (lambda t: t.T) if transpose else (lambda t: t), "from --map" + (", transposed"
-                                                                                           if transpose else ""))
+            raise CheckError(
+                f"--map: your module has no parameter {name!r}; it has: {', '.join(names[:12])}"
+                + (" ..." if len(names) > 12 else "")
+            )
+        src[ref] = _p(
+            name, (lambda t: t.T) if transpose else (lambda t: t), "from --map" + (", transposed" if transpose else "")
+        )
     norm = _mapped_qk_norm(src, params, modules or {})
     if not hyps:
         return [Hypothesis("--map", src, qk_norm=norm)]
-    return [Hypothesis(h.style + " + --map", {**h.sources, **src}, h.modules, h.heads, h.qk_norm or norm)
-            for h in hyps]
+    return [Hypothesis(h.style + " + --map", {**h.sources, **src}, h.modules, h.heads, h.qk_norm or norm) for h in hyps]
 
 
-def _mapped_qk_norm(src: dict[str, Source], params: dict[str, torch.Tensor],
-                    modules: dict[str, nn.Module]) -> QKNorm | None:
+def _mapped_qk_norm(
+    src: dict[str, Source], params: dict[str, torch.Tensor], modules: dict[str, nn.Module]
+) -> QKNorm | None:
     """The QK-norm that ``--map`` names through ``q_norm.*``/``k_norm.*`` (blocks: ``attn.q_norm.*``), or None."""
     owners: dict[str, str | None] = {}
     width = 0
@@ -402,8 +462,7 @@ def load_reference(ref: nn.Module, hyp: Hypothesis, params: dict[str, torch.Tens
             if src is not None:
                 value = src.fn(params).detach().to(p.dtype)
                 if value.numel() != p.numel():
-                    raise CheckError(f"mapping {src.user} → {name}: {tuple(value.shape)} does not fit "
-                                     f"{tuple(p.shape)}")
+                    raise CheckError(f"mapping {src.user} → {name}: {tuple(value.shape)} does not fit {tuple(p.shape)}")
                 p.copy_(value.reshape(p.shape))
             elif name.endswith("bias"):
                 p.zero_()

@@ -38,40 +38,62 @@ def _leak(v: float, ctx: ProbeState) -> bool:
 
 # --- attention and blocks alike --------------------------------------------------------------------------------
 
+
 def shape(ctx: ProbeState):
     findings = []
     want = (ctx.b, ctx.t, ctx.d)
     if tuple(ctx.base.shape) != want:
-        return [Finding("shape", "error", f"output has shape {tuple(ctx.base.shape)}; the input was {want} and the "
-                                          "output must keep it (B, T, D)",
-                        f"输出形状是 {tuple(ctx.base.shape)}；输入是 {want}，输出必须保持 (B, T, D)",
-                        {"input_shape": list(want), "output_shape": list(ctx.base.shape)})], None
+        return [
+            Finding(
+                "shape",
+                "error",
+                f"output has shape {tuple(ctx.base.shape)}; the input was {want} and the output must keep it (B, T, D)",
+                f"输出形状是 {tuple(ctx.base.shape)}；输入是 {want}，输出必须保持 (B, T, D)",
+                {"input_shape": list(want), "output_shape": list(ctx.base.shape)},
+            )
+        ], None
     w = ctx.base_w
     if w is not None:
         full, avg = (ctx.b, ctx.h, ctx.t, ctx.t), (ctx.b, ctx.t, ctx.t)
         if tuple(w.shape) not in (full, avg):
-            findings.append(Finding("shape", "error",
-                                    f"weights have shape {tuple(w.shape)}; expected (B, H, T, S) = {full}",
-                                    f"权重形状是 {tuple(w.shape)}；应为 (B, H, T, S) = {full}",
-                                    {"weights_shape": list(w.shape), "expected": list(full)}))
+            findings.append(
+                Finding(
+                    "shape",
+                    "error",
+                    f"weights have shape {tuple(w.shape)}; expected (B, H, T, S) = {full}",
+                    f"权重形状是 {tuple(w.shape)}；应为 (B, H, T, S) = {full}",
+                    {"weights_shape": list(w.shape), "expected": list(full)},
+                )
+            )
         elif not ctx.causal:
             sums = w.sum(-1)
             worst = float((sums - 1).abs().max())
             if not worst <= tol(1e-6):
-                findings.append(Finding(
-                    "shape", "error", f"rows of the weights sum to {fmt(float(sums.min()))}..{fmt(float(sums.max()))} "
-                                      "without any mask, not 1",
-                    f"不加 mask 时权重每行之和为 {fmt(float(sums.min()))}..{fmt(float(sums.max()))}，而不是 1",
-                    {"row_sum_min": float(sums.min()), "row_sum_max": float(sums.max())}))
+                findings.append(
+                    Finding(
+                        "shape",
+                        "error",
+                        f"rows of the weights sum to {fmt(float(sums.min()))}..{fmt(float(sums.max()))} "
+                        "without any mask, not 1",
+                        f"不加 mask 时权重每行之和为 {fmt(float(sums.min()))}..{fmt(float(sums.max()))}，而不是 1",
+                        {"row_sum_min": float(sums.min()), "row_sum_max": float(sums.max())},
+                    )
+                )
     return findings, None
 
 
 def finite(ctx: ProbeState):
     bad = int((~torch.isfinite(ctx.base)).sum())
     if bad:
-        return [Finding("finite", "error", f"{bad} of {ctx.base.numel()} outputs are NaN or inf without any mask",
-                        f"不加 mask 时 {ctx.base.numel()} 个输出中有 {bad} 个是 NaN 或 inf",
-                        {"non_finite": bad, "of": ctx.base.numel()})], None
+        return [
+            Finding(
+                "finite",
+                "error",
+                f"{bad} of {ctx.base.numel()} outputs are NaN or inf without any mask",
+                f"不加 mask 时 {ctx.base.numel()} 个输出中有 {bad} 个是 NaN 或 inf",
+                {"non_finite": bad, "of": ctx.base.numel()},
+            )
+        ], None
     return [], None
 
 
@@ -93,20 +115,29 @@ def causal_leak(ctx: ProbeState):
         except CallError as err:
             return [], (f"forward raised with a causal mask: {err}", f"传入因果 mask 时 forward 报错：{err}")
     else:
-        return [], ("not causal; pass --causal for a decoder's self-attention, or let forward take a (T, S) mask",
-                    "不是因果注意力；decoder 的自注意力请加 --causal，或让 forward 接受 (T, S) 的 mask")
+        return [], (
+            "not causal; pass --causal for a decoder's self-attention, or let forward take a (T, S) mask",
+            "不是因果注意力；decoder 的自注意力请加 --causal，或让 forward 接受 (T, S) 的 mask",
+        )
     if dep is None:  # --causal, but the plain output is not finite (check._conventions): nothing to compare
-        return [], ("cannot tell: the plain forward's output is not finite, so a change to a future token cannot be "
-                    "measured", "无法判断：普通前向的输出不是有限值，无法测量改变未来 token 的影响")
+        return [], (
+            "cannot tell: the plain forward's output is not finite, so a change to a future token cannot be measured",
+            "无法判断：普通前向的输出不是有限值，无法测量改变未来 token 的影响",
+        )
     worst, i, j, n = _worst_future(dep)
     if _leak(worst, ctx):
         where = "" if how == "plain" else " under a causal mask"
-        return [Finding("causal_leak", "error",
-                        f"changing token {j} moved the output at position {i} by {fmt(worst)}{where}: an earlier "
-                        f"position sees the future ({n} (query, future key) pairs leak)",
-                        f"改变第 {j} 个 token 使第 {i} 个位置的输出变化了 {fmt(worst)}：前面的位置看到了未来"
-                        f"（{n} 对 (query, 未来 key) 泄漏）",
-                        {"query": i, "changed_token": j, "max_change": worst, "leaking_pairs": n})], None
+        return [
+            Finding(
+                "causal_leak",
+                "error",
+                f"changing token {j} moved the output at position {i} by {fmt(worst)}{where}: an earlier "
+                f"position sees the future ({n} (query, future key) pairs leak)",
+                f"改变第 {j} 个 token 使第 {i} 个位置的输出变化了 {fmt(worst)}：前面的位置看到了未来"
+                f"（{n} 对 (query, 未来 key) 泄漏）",
+                {"query": i, "changed_token": j, "max_change": worst, "leaking_pairs": n},
+            )
+        ], None
     return [], None
 
 
@@ -126,8 +157,11 @@ def padding_leak(ctx: ProbeState):
         return [], (f"forward raised with a padding mask: {err}", f"传入 padding mask 时 forward 报错：{err}")
     findings = []
     leak = max_diff(out, out2, real)
-    ev = {"max_change_of_real_outputs": leak, "padded_tokens": [1, padded.start, padded.stop - 1],
-          "padding": "left" if ctx.causal else "right"}
+    ev = {
+        "max_change_of_real_outputs": leak,
+        "padded_tokens": [1, padded.start, padded.stop - 1],
+        "padding": "left" if ctx.causal else "right",
+    }
     hidden_w = None
     if w is not None and w.shape[-2:] == (t, t):
         w4 = w if w.dim() == 4 else w[:, None]
@@ -139,34 +173,58 @@ def padding_leak(ctx: ProbeState):
     ev["mask_has_effect"] = not no_effect
     if ctx.mask_leaks:
         ev["every_convention_leaks"] = ctx.mask_leaks
-    every = (f"every mask convention the module accepts leaks (all {len(ctx.mask_leaks)} that change the output): "
-             "the mask itself does not hide the padding (a fill too small to matter, applied after the softmax, "
-             "or tokens mixed by a reshape?); " if ctx.mask_leaks else "")
-    every_zh = (f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(ctx.mask_leaks)} 种全部如此）："
-                "mask 本身没有遮住 padding（填充值太小不起作用，"
-                "在 softmax 之后才施加，或 reshape 把 token 混在了一起？）；" if ctx.mask_leaks else "")
+    every = (
+        f"every mask convention the module accepts leaks (all {len(ctx.mask_leaks)} that change the output): "
+        "the mask itself does not hide the padding (a fill too small to matter, applied after the softmax, "
+        "or tokens mixed by a reshape?); "
+        if ctx.mask_leaks
+        else ""
+    )
+    every_zh = (
+        f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(ctx.mask_leaks)} 种全部如此）："
+        "mask 本身没有遮住 padding（填充值太小不起作用，"
+        "在 softmax 之后才施加，或 reshape 把 token 混在了一起？）；"
+        if ctx.mask_leaks
+        else ""
+    )
     if _leak(leak, ctx) or (hidden_w is not None and hidden_w > 0):
-        findings.append(Finding(
-            "padding_leak", "error", every +
-            ("the mask has no effect at all (the output with a padding mask equals the one without); "
-             if no_effect else "")
-            + f"changing the padded tokens of sequence 1 moved its real outputs by {fmt(leak)}"
-            + (f"; real queries put weight up to {fmt(hidden_w)} on padded keys (must be exactly 0)"
-               if hidden_w else ""),
-            every_zh + ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
-            + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
-            + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
-            ev))
+        findings.append(
+            Finding(
+                "padding_leak",
+                "error",
+                every
+                + (
+                    "the mask has no effect at all (the output with a padding mask equals the one without); "
+                    if no_effect
+                    else ""
+                )
+                + f"changing the padded tokens of sequence 1 moved its real outputs by {fmt(leak)}"
+                + (
+                    f"; real queries put weight up to {fmt(hidden_w)} on padded keys (must be exactly 0)"
+                    if hidden_w
+                    else ""
+                ),
+                every_zh
+                + ("mask 完全没有作用（加 padding mask 与不加时输出相同）；" if no_effect else "")
+                + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
+                + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
+                ev,
+            )
+        )
     if w is not None and w.shape[-2:] == (t, t) and not ctx.causal:
         sums = (w if w.dim() == 4 else w[:, None]).sum(-1)  # (B, H|1, T)
         sums = sums.permute(0, 2, 1)[real]  # real query rows
         lo, hi = float(sums.min()), float(sums.max())
         if not (abs(lo - 1) <= tol(1e-6) and abs(hi - 1) <= tol(1e-6)):
-            findings.append(Finding(
-                "padding_leak", "error",
-                f"with a padding mask the weights of real queries sum to {fmt(lo)}..{fmt(hi)}, not 1",
-                f"加 padding mask 后真实 query 的权重之和为 {fmt(lo)}..{fmt(hi)}，而不是 1",
-                {"row_sum_min": lo, "row_sum_max": hi}))
+            findings.append(
+                Finding(
+                    "padding_leak",
+                    "error",
+                    f"with a padding mask the weights of real queries sum to {fmt(lo)}..{fmt(hi)}, not 1",
+                    f"加 padding mask 后真实 query 的权重之和为 {fmt(lo)}..{fmt(hi)}，而不是 1",
+                    {"row_sum_min": lo, "row_sum_max": hi},
+                )
+            )
     return findings, None
 
 
@@ -214,15 +272,19 @@ def positions(ctx: ProbeState) -> str:
 
 def token_order(ctx: ProbeState):
     if ctx.positional is not None:
-        return [], (f"positions enter attention ({ctx.positional}): permuting the tokens changes the outputs by "
-                    "design, and the reference with that scheme matches",
-                    f"位置信息进入了注意力（{ctx.positional}）：打乱 token 顺序本来就会改变输出，"
-                    "且带该位置方案的参考实现与之吻合")
+        return [], (
+            f"positions enter attention ({ctx.positional}): permuting the tokens changes the outputs by "
+            "design, and the reference with that scheme matches",
+            f"位置信息进入了注意力（{ctx.positional}）：打乱 token 顺序本来就会改变输出，"
+            "且带该位置方案的参考实现与之吻合",
+        )
     if ctx.positions == "relative":
-        return [], ("positions enter attention relatively (shifting every position by 2 leaves the outputs "
-                    "unchanged, as RoPE or ALiBi would): permuting the tokens changes the outputs by design",
-                    "位置信息以相对方式进入注意力（所有位置整体平移 2 时输出不变，与 RoPE、ALiBi 一致）：打乱 token "
-                    "顺序本来就会改变输出")
+        return [], (
+            "positions enter attention relatively (shifting every position by 2 leaves the outputs "
+            "unchanged, as RoPE or ALiBi would): permuting the tokens changes the outputs by design",
+            "位置信息以相对方式进入注意力（所有位置整体平移 2 时输出不变，与 RoPE、ALiBi 一致）：打乱 token "
+            "顺序本来就会改变输出",
+        )
     if ctx.causal:
         return [], ("a causal module is not permutation-equivariant", "因果模块本来就不满足置换等变")
     perm = torch.roll(torch.arange(ctx.t), 2)
@@ -232,12 +294,17 @@ def token_order(ctx: ProbeState):
         return [], (str(err), str(err))
     diff = max_diff(out, ctx.base[:, perm])
     if _leak(diff, ctx):
-        return [Finding("token_order", "error",
-                        f"permuting the tokens did not permute the outputs (max |Δ| = {fmt(diff)}): without positional "
-                        "encoding attention must not care where a token sits; heads or tokens are being mixed",
-                        f"打乱 token 顺序后输出没有按同样的顺序打乱（最大 |Δ| = {fmt(diff)}）：没有位置编码时注意力"
-                        "不该在乎 token 的位置；头或 token 被混在了一起",
-                        {"max_diff": diff, "permutation": perm.tolist()})], None
+        return [
+            Finding(
+                "token_order",
+                "error",
+                f"permuting the tokens did not permute the outputs (max |Δ| = {fmt(diff)}): without positional "
+                "encoding attention must not care where a token sits; heads or tokens are being mixed",
+                f"打乱 token 顺序后输出没有按同样的顺序打乱（最大 |Δ| = {fmt(diff)}）：没有位置编码时注意力"
+                "不该在乎 token 的位置；头或 token 被混在了一起",
+                {"max_diff": diff, "permutation": perm.tolist()},
+            )
+        ], None
     return [], None
 
 
@@ -250,10 +317,16 @@ def batch_independence(ctx: ProbeState):
         return [], (str(err), str(err))
     diff = max_diff(out[:1], ctx.base[:1])
     if _leak(diff, ctx):
-        return [Finding("batch_independence", "error",
-                        f"changing sequence 1 moved the outputs of sequence 0 by {fmt(diff)}: the rows of a batch "
-                        "must not see each other", f"改变第 1 个序列使第 0 个序列的输出变化了 {fmt(diff)}：batch 里的"
-                        "各个序列不应互相看到", {"max_change": diff})], None
+        return [
+            Finding(
+                "batch_independence",
+                "error",
+                f"changing sequence 1 moved the outputs of sequence 0 by {fmt(diff)}: the rows of a batch "
+                "must not see each other",
+                f"改变第 1 个序列使第 0 个序列的输出变化了 {fmt(diff)}：batch 里的各个序列不应互相看到",
+                {"max_change": diff},
+            )
+        ], None
     return [], None
 
 
@@ -269,21 +342,31 @@ def fully_masked(ctx: ProbeState):
     nan_real = int(torch.isnan(out[0]).sum())
     findings = []
     if nan_real:
-        findings.append(Finding("fully_masked", "error",
-                                f"NaN from the all-padding sequence reached the other sequence ({nan_real} outputs)",
-                                f"全 padding 序列产生的 NaN 扩散到了另一个序列（{nan_real} 个输出）",
-                                {"nan_outputs_real_sequence": nan_real}))
+        findings.append(
+            Finding(
+                "fully_masked",
+                "error",
+                f"NaN from the all-padding sequence reached the other sequence ({nan_real} outputs)",
+                f"全 padding 序列产生的 NaN 扩散到了另一个序列（{nan_real} 个输出）",
+                {"nan_outputs_real_sequence": nan_real},
+            )
+        )
     if nan_empty:
         torch_nn = any(isinstance(m, nn.MultiheadAttention) for m in ctx.subject.module.modules())
         note_en = " (a known behaviour of torch.nn.MultiheadAttention)" if torch_nn else ""
         note_zh = "（torch.nn.MultiheadAttention 的已知行为）" if torch_nn else ""
-        findings.append(Finding(
-            "fully_masked", "warning",
-            f"a sequence whose keys are all padding gives NaN in {nan_empty} of {out[1].numel()} outputs{note_en}; "
-            "guard rows with no visible key (weights 0) so the NaN cannot reach the loss",
-            f"key 全是 padding 的序列有 {nan_empty}/{out[1].numel()} 个输出为 NaN{note_zh}；请对没有可见 key 的行"
-            "做保护（权重置 0），以免 NaN 传到 loss",
-            {"nan_outputs": nan_empty, "of": out[1].numel()}, fault="inf_fill_no_guard"))
+        findings.append(
+            Finding(
+                "fully_masked",
+                "warning",
+                f"a sequence whose keys are all padding gives NaN in {nan_empty} of {out[1].numel()} outputs{note_en}; "
+                "guard rows with no visible key (weights 0) so the NaN cannot reach the loss",
+                f"key 全是 padding 的序列有 {nan_empty}/{out[1].numel()} 个输出为 NaN{note_zh}；请对没有可见 key 的行"
+                "做保护（权重置 0），以免 NaN 传到 loss",
+                {"nan_outputs": nan_empty, "of": out[1].numel()},
+                fault="inf_fill_no_guard",
+            )
+        )
     return findings, None
 
 
@@ -299,19 +382,33 @@ def float16_fill(ctx: ProbeState):
         ctx.subject.run(ctx.x.half(), ctx.mask.make(keep, torch.float16), module=half)
     except CallError as err:
         if "overflow" in str(err):
-            return [Finding("float16_fill", "warning",
-                            f"in float16 the mask fill does not fit ({err}); use float('-inf') with a guard or "
-                            "torch.finfo(scores.dtype).min",
-                            f"float16 下 mask 的填充值放不下（{err}）；请用 float('-inf') 并处理整行被遮的情况，或用 "
-                            "torch.finfo(scores.dtype).min", {"error": str(err)}, fault="finite_mask_fill")], None
+            return [
+                Finding(
+                    "float16_fill",
+                    "warning",
+                    f"in float16 the mask fill does not fit ({err}); use float('-inf') with a guard or "
+                    "torch.finfo(scores.dtype).min",
+                    f"float16 下 mask 的填充值放不下（{err}）；请用 float('-inf') 并处理整行被遮的情况，或用 "
+                    "torch.finfo(scores.dtype).min",
+                    {"error": str(err)},
+                    fault="finite_mask_fill",
+                )
+            ], None
         return [], (f"the module does not run in float16 here: {err}", f"模块在这里无法以 float16 运行：{err}")
     return [], None
 
 
 ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports ProbeState from here); run_all puts it in its place
-    "shape": shape, "finite": finite, "causal_leak": causal_leak, "padding_leak": padding_leak,
-    "token_order": token_order, "batch_independence": batch_independence, "scaling": None,
-    "fully_masked": fully_masked, "float16_fill": float16_fill}
+    "shape": shape,
+    "finite": finite,
+    "causal_leak": causal_leak,
+    "padding_leak": padding_leak,
+    "token_order": token_order,
+    "batch_independence": batch_independence,
+    "scaling": None,
+    "fully_masked": fully_masked,
+    "float16_fill": float16_fill,
+}
 
 
 def run_all(ctx: ProbeState) -> tuple[list[Finding], list[str], list[dict]]:

@@ -15,27 +15,38 @@ from anatomy.doctor.report.words import fmt
 
 # --- blocks -------------------------------------------------------------------------------------------------------
 
+
 def norm_parameters(ctx: ProbeState):
     parts = ctx.parts
     if parts is None or not parts.norms:
-        return [], ("no norm module found (nn.LayerNorm, nn.RMSNorm or a class named *Norm)",
-                    "没有找到 norm 模块（nn.LayerNorm、nn.RMSNorm 或名为 *Norm 的类）")
+        return [], (
+            "no norm module found (nn.LayerNorm, nn.RMSNorm or a class named *Norm)",
+            "没有找到 norm 模块（nn.LayerNorm、nn.RMSNorm 或名为 *Norm 的类）",
+        )
     named = dict(ctx.subject.module.named_modules())
     counts = {p: parts.norm_calls.count(p) for p in parts.norms}
     shared = [p for p, n in counts.items() if n > 1]
-    params = [(p, id(getattr(named[p], "weight", None))) for p in parts.norms
-              if isinstance(getattr(named[p], "weight", None), torch.Tensor)]
+    params = [
+        (p, id(getattr(named[p], "weight", None)))
+        for p in parts.norms
+        if isinstance(getattr(named[p], "weight", None), torch.Tensor)
+    ]
     same_param = len({i for _, i in params}) < len(params)
     if shared or same_param:
         who = shared[0] if shared else params[0][0]
         n = counts.get(who, 0)
-        return [Finding("norm_parameters", "error",
-                        f"one norm `{who}` serves {n if shared else 'several'} sub-layers (called {n}× in one forward; "
-                        f"{len(parts.norms)} norm module(s) for 2 sub-layers): each needs its own gamma and beta",
-                        f"同一个 norm `{who}` 被 {n if shared else '多'} 个子层共用（一次 forward 调用 {n} 次；"
-                        f"2 个子层只有 {len(parts.norms)} 个 norm 模块）：每个子层都需要自己的 gamma 和 beta",
-                        {"norm": who, "calls": n, "norm_modules": len(parts.norms), "sub_layers": 2},
-                        fault="shared_layernorm")], None
+        return [
+            Finding(
+                "norm_parameters",
+                "error",
+                f"one norm `{who}` serves {n if shared else 'several'} sub-layers (called {n}× in one forward; "
+                f"{len(parts.norms)} norm module(s) for 2 sub-layers): each needs its own gamma and beta",
+                f"同一个 norm `{who}` 被 {n if shared else '多'} 个子层共用（一次 forward 调用 {n} 次；"
+                f"2 个子层只有 {len(parts.norms)} 个 norm 模块）：每个子层都需要自己的 gamma 和 beta",
+                {"norm": who, "calls": n, "norm_modules": len(parts.norms), "sub_layers": 2},
+                fault="shared_layernorm",
+            )
+        ], None
     return [], None
 
 
@@ -74,11 +85,18 @@ def residual(ctx: ProbeState):
         ctx.silenced = "identity"
     elif spread <= tol(1e-9) * ctx.scale:
         ctx.silenced = "constant"
-        return [Finding("residual", "error",
-                        "with the attention and FFN outputs set to 0 the block's output no longer depends on its input "
-                        f"(std over tokens {fmt(spread)}): there is no residual path x + f(x)",
-                        f"把注意力和 FFN 的输出置 0 后，block 的输出不再依赖输入（各 token 间标准差 {fmt(spread)}）："
-                        "没有 x + f(x) 的残差路径", ev, fault="no_residual")], None
+        return [
+            Finding(
+                "residual",
+                "error",
+                "with the attention and FFN outputs set to 0 the block's output no longer depends on its input "
+                f"(std over tokens {fmt(spread)}): there is no residual path x + f(x)",
+                f"把注意力和 FFN 的输出置 0 后，block 的输出不再依赖输入（各 token 间标准差 {fmt(spread)}）："
+                "没有 x + f(x) 的残差路径",
+                ev,
+                fault="no_residual",
+            )
+        ], None
     else:
         ctx.silenced = "normed"
     return [], None
@@ -90,9 +108,14 @@ def norm_placement(ctx: ProbeState):
         return [], ("no norm module found", "没有找到 norm 模块")
     named = dict(ctx.subject.module.named_modules())
     calls: list[tuple[str, torch.Tensor | None, torch.Tensor]] = []
-    handles = [named[p].register_forward_hook(
-        lambda m, a, o, p=p: calls.append((p, ctx.subject.batch_first(a[0]) if a else None,
-                                           ctx.subject.batch_first(o)))) for p in parts.norms]
+    handles = [
+        named[p].register_forward_hook(
+            lambda m, a, o, p=p: calls.append(
+                (p, ctx.subject.batch_first(a[0]) if a else None, ctx.subject.batch_first(o))
+            )
+        )
+        for p in parts.norms
+    ]
     try:
         out, _ = ctx.subject.run(ctx.x)
     except CallError as err:
@@ -104,8 +127,12 @@ def norm_placement(ctx: ProbeState):
         return [], ("no norm was called", "没有 norm 被调用")
     first_in_is_x = calls[0][1] is not None and close(calls[0][1], ctx.x)
     ends_with_norm = isinstance(calls[-1][2], torch.Tensor) and close(out, calls[-1][2])
-    ev = {"first_norm_input_is_x": first_in_is_x, "output_is_last_norm_output": ends_with_norm,
-          "norm_calls": [c[0] for c in calls], "silenced_block": ctx.silenced}
+    ev = {
+        "first_norm_input_is_x": first_in_is_x,
+        "output_is_last_norm_output": ends_with_norm,
+        "norm_calls": [c[0] for c in calls],
+        "silenced_block": ctx.silenced,
+    }
     if ends_with_norm and not first_in_is_x:
         placement = "post"
     elif first_in_is_x and ends_with_norm:
@@ -118,11 +145,18 @@ def norm_placement(ctx: ProbeState):
         placement = "unknown"
     ctx.found_block["placement"] = placement
     if placement == "norm_on_residual_path":
-        return [Finding("norm_placement", "error",
-                        "the first norm sees x (Pre-Norm), but with both sub-layers silenced the block returns "
-                        "norm(norm(x)) instead of x: the residual carries the normalised input",
-                        "第一个 norm 的输入是 x（Pre-Norm），但把两个子层都静音后 block 返回的是 norm(norm(x)) 而不是 "
-                        "x：残差走的是归一化之后的输入", ev, fault="norm_on_residual_path")], None
+        return [
+            Finding(
+                "norm_placement",
+                "error",
+                "the first norm sees x (Pre-Norm), but with both sub-layers silenced the block returns "
+                "norm(norm(x)) instead of x: the residual carries the normalised input",
+                "第一个 norm 的输入是 x（Pre-Norm），但把两个子层都静音后 block 返回的是 norm(norm(x)) 而不是 "
+                "x：残差走的是归一化之后的输入",
+                ev,
+                fault="norm_on_residual_path",
+            )
+        ], None
     return [], None
 
 
@@ -132,13 +166,23 @@ def ffn_width(ctx: ProbeState):
         return [], ("no feed-forward pair of Linears (D → F → D) found", "没有找到前馈网络的两个 Linear（D → F → D）")
     ratio = parts.d_ff / ctx.d
     if not 2 <= ratio <= 8:
-        return [Finding("ffn_width", "warning",
-                        f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model; the usual width is 4 × d_model (8/3 × for "
-                        "gated FFNs): the FFN holds most of a block's capacity",
-                        f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model；通常取 4 × d_model（门控 FFN 取 8/3 ×）："
-                        "FFN 承载了 block 的大部分容量", {"d_ff": parts.d_ff, "ratio": ratio})], None
+        return [
+            Finding(
+                "ffn_width",
+                "warning",
+                f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model; the usual width is 4 × d_model (8/3 × for "
+                "gated FFNs): the FFN holds most of a block's capacity",
+                f"d_ff = {parts.d_ff} = {fmt(ratio)} × d_model；通常取 4 × d_model（门控 FFN 取 8/3 ×）："
+                "FFN 承载了 block 的大部分容量",
+                {"d_ff": parts.d_ff, "ratio": ratio},
+            )
+        ], None
     return [], None
 
 
-BLOCK_PROBES = {"norm_parameters": norm_parameters, "residual": residual, "norm_placement": norm_placement,
-                "ffn_width": ffn_width}
+BLOCK_PROBES = {
+    "norm_parameters": norm_parameters,
+    "residual": residual,
+    "norm_placement": norm_placement,
+    "ffn_width": ffn_width,
+}

@@ -25,10 +25,14 @@ def observed_scaling(ctx: ProbeState):
     s = ev["observed_scale"]
     at = f" (line {ev['line']} `{ev['source']}`)" if ev.get("line") else ""
     at_zh = f"（第 {ev['line']} 行 `{ev['source']}`）" if ev.get("line") else ""
-    en = (f"the scores are scaled by {fmt(s)}{at}, read from the recorded forward as the softmax's input ÷ q·kᵀ; "
-          f"1/sqrt(d_k) = {fmt(ev['one_over_sqrt_d_k'])}, 1/sqrt(d_model) = {fmt(ev['one_over_sqrt_d_model'])}")
-    zh = (f"分数的缩放系数为 {fmt(s)}{at_zh}（由记录的 forward 读出：softmax 的输入 ÷ q·kᵀ）；"
-          f"1/sqrt(d_k) = {fmt(ev['one_over_sqrt_d_k'])}，1/sqrt(d_model) = {fmt(ev['one_over_sqrt_d_model'])}")
+    en = (
+        f"the scores are scaled by {fmt(s)}{at}, read from the recorded forward as the softmax's input ÷ q·kᵀ; "
+        f"1/sqrt(d_k) = {fmt(ev['one_over_sqrt_d_k'])}, 1/sqrt(d_model) = {fmt(ev['one_over_sqrt_d_model'])}"
+    )
+    zh = (
+        f"分数的缩放系数为 {fmt(s)}{at_zh}（由记录的 forward 读出：softmax 的输入 ÷ q·kᵀ）；"
+        f"1/sqrt(d_k) = {fmt(ev['one_over_sqrt_d_k'])}，1/sqrt(d_model) = {fmt(ev['one_over_sqrt_d_model'])}"
+    )
     return [Finding("scaling", "error", en, zh, ev, fault=None if fault == "other" else fault)], None
 
 
@@ -38,8 +42,10 @@ def scaling(ctx: ProbeState):
         seen = observed_scaling(ctx)
         if seen is not None:
             return seen
-        return [], ("needs per-head weights (B, H, T, S) from forward; the diagnosis checks the scale instead",
-                    "需要 forward 返回每个头的权重 (B, H, T, S)；缩放改由差分诊断检查")
+        return [], (
+            "needs per-head weights (B, H, T, S) from forward; the diagnosis checks the scale instead",
+            "需要 forward 返回每个头的权重 (B, H, T, S)；缩放改由差分诊断检查",
+        )
     if ctx.dh == 1 or ctx.h == 1:
         return [], ("d_k and d_model give the same scale here", "此处 d_k 与 d_model 给出相同的缩放")
     raw = ctx.raw_scores() if ctx.raw_scores is not None else None
@@ -57,22 +63,34 @@ def scaling(ctx: ProbeState):
     logits, r = logits[seen], r[seen]
     s = float((logits * r).sum() / (r * r).sum())
     resid = float(((logits - s * r) ** 2).sum() / (logits**2).sum().clamp_min(1e-300))
-    ev = {"fitted_scale": s, "one_over_sqrt_d_k": 1 / math.sqrt(ctx.dh), "one_over_sqrt_d_model": 1 / math.sqrt(ctx.d),
-          "logit_std": float(logits.std()), "logit_std_with_1_over_sqrt_d_k": float(r.std()) / math.sqrt(ctx.dh),
-          "fit_r2": 1 - resid}
+    ev = {
+        "fitted_scale": s,
+        "one_over_sqrt_d_k": 1 / math.sqrt(ctx.dh),
+        "one_over_sqrt_d_model": 1 / math.sqrt(ctx.d),
+        "logit_std": float(logits.std()),
+        "logit_std_with_1_over_sqrt_d_k": float(r.std()) / math.sqrt(ctx.dh),
+        "fit_r2": 1 - resid,
+    }
     if resid > 1e-3:
-        return [], (f"inconclusive: log-weights do not follow q·k of the mapped projections (R² = {fmt(1 - resid)})",
-                    f"无法判断：log 权重与对应投影的 q·k 不成比例（R² = {fmt(1 - resid)}）")
+        return [], (
+            f"inconclusive: log-weights do not follow q·k of the mapped projections (R² = {fmt(1 - resid)})",
+            f"无法判断：log 权重与对应投影的 q·k 不成比例（R² = {fmt(1 - resid)}）",
+        )
     verdicts = ((1 / math.sqrt(ctx.dh), None), (1.0, "no_scaling"), (1 / math.sqrt(ctx.d), "scale_by_d_model"))
-    want_s, got_std, want_std = fmt(1 / math.sqrt(ctx.dh)), fmt(ev["logit_std"]), fmt(
-        ev["logit_std_with_1_over_sqrt_d_k"])
-    en = (f"scores are scaled by {fmt(s)} (fitted from log-weights); 1/sqrt(d_k) = {want_s}; the logits' std is "
-          f"{got_std} where {want_std} was due")
-    zh = (f"分数的缩放系数为 {fmt(s)}（由 log 权重拟合）；1/sqrt(d_k) = {want_s}；"
-          f"logit 标准差为 {got_std}，应为 {want_std}")
+    want_s, got_std, want_std = (
+        fmt(1 / math.sqrt(ctx.dh)),
+        fmt(ev["logit_std"]),
+        fmt(ev["logit_std_with_1_over_sqrt_d_k"]),
+    )
+    en = (
+        f"scores are scaled by {fmt(s)} (fitted from log-weights); 1/sqrt(d_k) = {want_s}; the logits' std is "
+        f"{got_std} where {want_std} was due"
+    )
+    zh = (
+        f"分数的缩放系数为 {fmt(s)}（由 log 权重拟合）；1/sqrt(d_k) = {want_s}；"
+        f"logit 标准差为 {got_std}，应为 {want_std}"
+    )
     for want, fault in verdicts:
         if abs(s / want - 1) < 1e-4:
             return ([], None) if fault is None else ([Finding("scaling", "error", en, zh, ev, fault=fault)], None)
     return [Finding("scaling", "error", en, zh, ev)], None
-
-

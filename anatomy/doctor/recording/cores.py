@@ -13,10 +13,39 @@ import torch
 
 from anatomy.tracing import steps as r
 
-PASS_OPS = {"div", "div_", "__truediv__", "true_divide", "divide", "mul", "mul_", "__mul__", "__rmul__", "multiply",
-            "masked_fill", "masked_fill_", "add", "add_", "__add__", "__radd__", "sub", "__sub__", "where", "dropout",
-            "to", "float", "double", "type_as", "clamp", "nan_to_num", "contiguous", "__itruediv__", "__imul__",
-            "__iadd__", "tanh"}
+PASS_OPS = {
+    "div",
+    "div_",
+    "__truediv__",
+    "true_divide",
+    "divide",
+    "mul",
+    "mul_",
+    "__mul__",
+    "__rmul__",
+    "multiply",
+    "masked_fill",
+    "masked_fill_",
+    "add",
+    "add_",
+    "__add__",
+    "__radd__",
+    "sub",
+    "__sub__",
+    "where",
+    "dropout",
+    "to",
+    "float",
+    "double",
+    "type_as",
+    "clamp",
+    "nan_to_num",
+    "contiguous",
+    "__itruediv__",
+    "__imul__",
+    "__iadd__",
+    "tanh",
+}
 SCORE_OPS = {"matmul", "__matmul__", "bmm", "einsum", "baddbmm"}
 
 
@@ -42,7 +71,7 @@ def _data_input(rec: r.Recording, step: r.Step, prefer_shape=None) -> tuple[int,
 
 def _consumers(rec: r.Recording, step: r.Step) -> list[r.Step]:
     tag = f"step {step.index}"
-    return [s for s in rec.steps[step.index + 1:] if any(t.source == tag for t in s.inputs)]
+    return [s for s in rec.steps[step.index + 1 :] if any(t.source == tag for t in s.inputs)]
 
 
 def _heads(feat: torch.Tensor | None, dh_axis: int) -> torch.Tensor | None:
@@ -51,8 +80,11 @@ def _heads(feat: torch.Tensor | None, dh_axis: int) -> torch.Tensor | None:
     if feat is None or feat.dim() == 0:
         return None
     dh_axis %= feat.dim()
-    vary = [a for a in range(feat.dim()) if a != dh_axis and feat.shape[a] > 1
-            and not bool((feat.narrow(a, 0, 1) == feat).all())]
+    vary = [
+        a
+        for a in range(feat.dim())
+        if a != dh_axis and feat.shape[a] > 1 and not bool((feat.narrow(a, 0, 1) == feat).all())
+    ]
     index = [slice(None) if a in vary or a == dh_axis else 0 for a in range(feat.dim())]
     f = feat[tuple(index)]
     kept = [a for a in range(feat.dim()) if a in vary or a == dh_axis]
@@ -89,8 +121,7 @@ def _is_max_shift(rec: r.Recording, s: r.Step) -> bool:
 def attention_cores(rec: r.Recording) -> list[Core]:
     cores = []
     manual = _manual_softmaxes(rec)
-    for soft in sorted(rec.find(*r.SOFTMAX_OPS, *r.SDPA_OPS) + [rec.steps[i] for i in manual],
-                       key=lambda st: st.index):
+    for soft in sorted(rec.find(*r.SOFTMAX_OPS, *r.SDPA_OPS) + [rec.steps[i] for i in manual], key=lambda st: st.index):
         if soft.op in r.SDPA_OPS:
             f = soft.feats + [None] * 3
             cores.append(Core(soft, None, soft, [], _heads(f[0], -1), _heads(f[1], -1), _heads(f[2], -1)))

@@ -55,8 +55,13 @@ def observe(subject: Subject, x: torch.Tensor, d: int, h: int) -> Observation:
     return obs
 
 
-MASK_FAULTS = {"mask_after_softmax", "finite_mask_fill", "inf_fill_no_guard", "padding_mask_on_queries",
-               "causal_off_by_one"}
+MASK_FAULTS = {
+    "mask_after_softmax",
+    "finite_mask_fill",
+    "inf_fill_no_guard",
+    "padding_mask_on_queries",
+    "causal_off_by_one",
+}
 MASK_PROBES = {"padding_leak", "fully_masked", "float16_fill", "causal_leak"}
 
 
@@ -81,8 +86,11 @@ def without_projection(rec: Recording, d: int) -> Hypothesis | None:
     """A module with no output projection (the heads concatenated and returned, BERT's self-attention): the
     reference's ``o_proj`` is the identity, its columns in the order the output holds the heads' v features."""
     cores = ob.attention_cores(rec)
-    if not cores or ob.roles(rec)["o"] is not None or any(c.q_feat is None or c.k_feat is None or c.v_feat is None
-                                                         for c in cores):
+    if (
+        not cores
+        or ob.roles(rec)["o"] is not None
+        or any(c.q_feat is None or c.k_feat is None or c.v_feat is None for c in cores)
+    ):
         return None
     meta = rec.meta_of(rec.output) if isinstance(rec.output, torch.Tensor) else None
     q, k, v = (torch.cat([getattr(c, f"{r}_feat") for c in cores]).reshape(-1) for r in "qkv")
@@ -98,8 +106,9 @@ def without_projection(rec: Recording, d: int) -> Hypothesis | None:
         if b is not None:
             src[f"{key}.bias"] = b
     eye = torch.eye(d, dtype=torch.float64)[:, cols]
-    src["o_proj.weight"] = Source("(no output projection)", "identity: the heads are returned as they are",
-                                  lambda params, eye=eye: eye)
+    src["o_proj.weight"] = Source(
+        "(no output projection)", "identity: the heads are returned as they are", lambda params, eye=eye: eye
+    )
     return Hypothesis("observed dataflow (no output projection: o_proj is the identity)", src, {})
 
 
@@ -125,8 +134,14 @@ def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict] |
     sc = obs.scale
     if sc is None or sc.value is None or h == 1:
         return None
-    ev = {"observed_scale": sc.value, "one_over_sqrt_d_k": 1 / math.sqrt(d // h),
-          "one_over_sqrt_d_model": 1 / math.sqrt(d), "line": sc.line, "source": sc.source, "by": sc.by}
+    ev = {
+        "observed_scale": sc.value,
+        "one_over_sqrt_d_k": 1 / math.sqrt(d // h),
+        "one_over_sqrt_d_model": 1 / math.sqrt(d),
+        "line": sc.line,
+        "source": sc.source,
+        "by": sc.by,
+    }
     for want, fault in ((1 / math.sqrt(d // h), None), (1.0, "no_scaling"), (1 / math.sqrt(d), "scale_by_d_model")):
         if abs(sc.value / want - 1) < 1e-6:
             return fault, ev
@@ -142,14 +157,18 @@ def unmapped(missing: str, obs: Observation) -> str:
         n = obs.summary.get("softmaxes", 0)
         unf = obs.summary.get("unfollowed") or []
         if n == 0:
-            why += (", and the recorded forward shows no softmax over torch tensors (the scores left torch, for numpy "
-                    "or a C extension, or there is no softmax)")
+            why += (
+                ", and the recorded forward shows no softmax over torch tensors (the scores left torch, for numpy "
+                "or a C extension, or there is no softmax)"
+            )
         else:
             why += f", and the recorded forward's {n} softmax(es) do not lead back to projections of the input"
         if unf:
             why += f" (not followed: {', '.join(map(str, unf[:3]))})"
-    return why + ("; name them with --map '{\"q_proj.weight\": \"your.param\", ...}' (reference name → your "
-                  "parameter, .T to transpose)")
+    return why + (
+        '; name them with --map \'{"q_proj.weight": "your.param", ...}\' (reference name → your '
+        "parameter, .T to transpose)"
+    )
 
 
 def deviation_faults(obs: Observation) -> list[tuple[str, dict]]:
@@ -174,8 +193,23 @@ def deviation_faults(obs: Observation) -> list[tuple[str, dict]]:
     return list(out.items())
 
 
-MASKING_OPS = {"masked_fill", "masked_fill_", "where", "mul", "mul_", "__mul__", "__rmul__", "multiply", "add",
-               "__add__", "__radd__", "add_", "__iadd__", "__imul__", "__setitem__"}
+MASKING_OPS = {
+    "masked_fill",
+    "masked_fill_",
+    "where",
+    "mul",
+    "mul_",
+    "__mul__",
+    "__rmul__",
+    "multiply",
+    "add",
+    "__add__",
+    "__radd__",
+    "add_",
+    "__iadd__",
+    "__imul__",
+    "__setitem__",
+}
 
 
 def mask_after_softmax_flow(plain: Recording | None, masked: Recording | None) -> dict | None:
@@ -192,8 +226,13 @@ def mask_after_softmax_flow(plain: Recording | None, masked: Recording | None) -
     if not only or any(s.index < soft[0] for s in only):
         return None
     step = only[0]
-    return {"kind": "mask_after_softmax", "line": step.line, "source": step.source, "dims": None,
-            "seen": "the mask is applied to the softmax's output (the weights), not to the scores before it",
-            "seen_zh": "mask 施加在 softmax 的输出（权重）上，而不是 softmax 之前的分数上",
-            "expected": "fill the hidden scores before the softmax, so the visible weights still sum to 1",
-            "expected_zh": "在 softmax 之前填充被遮住的分数，可见位置的权重之和才仍为 1"}
+    return {
+        "kind": "mask_after_softmax",
+        "line": step.line,
+        "source": step.source,
+        "dims": None,
+        "seen": "the mask is applied to the softmax's output (the weights), not to the scores before it",
+        "seen_zh": "mask 施加在 softmax 的输出（权重）上，而不是 softmax 之前的分数上",
+        "expected": "fill the hidden scores before the softmax, so the visible weights still sum to 1",
+        "expected_zh": "在 softmax 之前填充被遮住的分数，可见位置的权重之和才仍为 1",
+    }

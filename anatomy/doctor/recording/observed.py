@@ -44,8 +44,14 @@ class Scale:
     note: str = ""
 
     def to_dict(self) -> dict:
-        return {"value": self.value, "expected": self.expected, "by": self.by, "line": self.line,
-                "source": self.source, **({"note": self.note} if self.note else {})}
+        return {
+            "value": self.value,
+            "expected": self.expected,
+            "by": self.by,
+            "line": self.line,
+            "source": self.source,
+            **({"note": self.note} if self.note else {}),
+        }
 
 
 def _ratio(core: Core) -> tuple[float | None, str]:
@@ -70,8 +76,11 @@ def _ratio(core: Core) -> tuple[float | None, str]:
     med = float(ratio.median())
     if float((ratio - med).abs().max()) > 1e-6 * max(abs(med), 1e-12):
         return None, "the softmax input is not a constant multiple of q·kᵀ (an additive bias?)"
-    fa, fb = (scores.extra.get("factors") or [1.0, 1.0])[-2:] if scores.op != "einsum" else \
-        (scores.extra.get("factors") or [1.0, 1.0])[:2]
+    fa, fb = (
+        (scores.extra.get("factors") or [1.0, 1.0])[-2:]
+        if scores.op != "einsum"
+        else (scores.extra.get("factors") or [1.0, 1.0])[:2]
+    )
     return med * fa * fb * scores.extra.get("alpha", 1.0), ""
 
 
@@ -87,7 +96,7 @@ def observed_scale(rec: r.Recording) -> Scale | None:
             note = note or why
         values.append(v)
     dh = rec.sizes.get("Dh")
-    expected = dh ** -0.5 if dh else None
+    expected = dh**-0.5 if dh else None
     first = cores[0]
     where = first.chain[0] if first.chain else (first.scores or first.softmax)
     for s in first.chain:  # the line that scales, when there is one
@@ -96,8 +105,9 @@ def observed_scale(rec: r.Recording) -> Scale | None:
             break
     v = values[0]
     if v is None or any(x is None or abs(x - v) > 1e-9 * abs(v) for x in values):
-        return Scale(None, expected, "?", where.line, where.file, where.source,
-                     note or "the heads are scaled differently")
+        return Scale(
+            None, expected, "?", where.line, where.file, where.source, note or "the heads are scaled differently"
+        )
     by = _by(v, rec.sizes)
     return Scale(v, expected, by, where.line, where.file, where.source)
 
@@ -108,13 +118,13 @@ def _by(v: float, sizes: dict) -> str:
     names = ("Dh", "D", "H", "T")
     for name in names:  # 1/sqrt(n) first: with D = Dh**2 (16 and 4), 1/Dh is also 1/sqrt(D), the common bug
         n = sizes.get(name)
-        if n and abs(v - n ** -0.5) < 1e-9 * n:
+        if n and abs(v - n**-0.5) < 1e-9 * n:
             return name
     for name in names:
         n = sizes.get(name)
         if n and abs(v - 1 / n) < 1e-9:
             return f"{name}**2 (divided by {name}, not its square root)"
-    return f"{v ** -2:.6g}" if v > 0 else str(v)
+    return f"{v**-2:.6g}" if v > 0 else str(v)
 
 
 def roles(rec: r.Recording) -> dict:
@@ -132,8 +142,10 @@ def roles(rec: r.Recording) -> dict:
     if last is not None:
         for p in rec.projections:
             step = rec.steps[p.step]
-            if p.step > last and any(f is not None and rec.projection_of(f) and
-                                     {q.index for q in rec.projection_of(f)} <= vs for f in step.feats):
+            if p.step > last and any(
+                f is not None and rec.projection_of(f) and {q.index for q in rec.projection_of(f)} <= vs
+                for f in step.feats
+            ):
                 out["o"] = p
                 break
     return out
@@ -156,8 +168,14 @@ def _rows_source(rec: r.Recording, feats: torch.Tensor, what: str) -> tuple[Sour
 
     def bias(params, picks=picks):
         vals = {}
-        return torch.stack([vals.setdefault(p.index, p.bias(params))[f] if p.bias is not None else
-                            torch.zeros((), dtype=torch.float64) for p, f in picks])
+        return torch.stack(
+            [
+                vals.setdefault(p.index, p.bias(params))[f]
+                if p.bias is not None
+                else torch.zeros((), dtype=torch.float64)
+                for p, f in picks
+            ]
+        )
 
     return w, Source(bias_users[0] if bias_users else users[0], note, bias)
 
@@ -192,8 +210,7 @@ def hypothesis(rec: r.Recording, d: int, h: int) -> Hypothesis | None:
 
     src["o_proj.weight"] = Source(o.weight, note, o_weight)
     if o.bias is not None:
-        src["o_proj.bias"] = Source(o.bias_param or o.weight, note,
-                                    cast(Reader, lambda params, o=o: o.bias(params)))
+        src["o_proj.bias"] = Source(o.bias_param or o.weight, note, cast(Reader, lambda params, o=o: o.bias(params)))
     mods = {"o_proj": o.module} if o.module else {}
     return Hypothesis(f"observed dataflow ({_style(rec, cores)})", src, mods)
 
@@ -212,8 +229,15 @@ def _style(rec: r.Recording, cores: list[Core]) -> str:
     ops = {p.weight for p in rec.projections}
     per_head = len(cores) > 1
     fused = any(p.n_features > rec.sizes.get("D", 0) for p in rec.projections)
-    return ", ".join(x for x in ("one softmax per head" if per_head else "batched heads",
-                                 "fused q|k|v" if fused else "", f"{len(ops)} weights") if x)
+    return ", ".join(
+        x
+        for x in (
+            "one softmax per head" if per_head else "batched heads",
+            "fused q|k|v" if fused else "",
+            f"{len(ops)} weights",
+        )
+        if x
+    )
 
 
 def deviations(rec: r.Recording) -> list[dict]:
@@ -222,42 +246,78 @@ def deviations(rec: r.Recording) -> list[dict]:
     out = []
     for s in rec.data_steps():
         if s.note:
-            out.append(_dev(s, "view", s.note, f"{letters(s.inputs[0].dims)} 变成 "
-                            f"{letters(s.outputs[0].dims)} 只用了一次 view：数字在轴之间搬家，而不是轴换位置"
-                            "（少了 transpose）", SPLIT_EN, SPLIT_ZH))
+            out.append(
+                _dev(
+                    s,
+                    "view",
+                    s.note,
+                    f"{letters(s.inputs[0].dims)} 变成 "
+                    f"{letters(s.outputs[0].dims)} 只用了一次 view：数字在轴之间搬家，而不是轴换位置"
+                    "（少了 transpose）",
+                    SPLIT_EN,
+                    SPLIT_ZH,
+                )
+            )
     for core in attention_cores(rec):
         s = core.softmax
         dims = s.inputs[0].dims if s.inputs else ()
         if s.op in r.SDPA_OPS:  # the fused kernel: q must already be (B, H, T, Dh)
             if len(dims) >= 3 and dims[-2] != "T":
                 en, zh = _operand_lines(rec, s)
-                out.append(_dev(s, "scores", f"{en}q reaches the fused attention as {letters(dims)}",
-                                f"{zh}q 以 {letters(dims)} 的形状进入融合注意力",
-                                "q, k, v as (B, H, T, Dh): view(B, T, H, Dh).transpose(1, 2) first",
-                                "q、k、v 应为 (B, H, T, Dh)：先 view(B, T, H, Dh) 再 transpose(1, 2)"))
+                out.append(
+                    _dev(
+                        s,
+                        "scores",
+                        f"{en}q reaches the fused attention as {letters(dims)}",
+                        f"{zh}q 以 {letters(dims)} 的形状进入融合注意力",
+                        "q, k, v as (B, H, T, Dh): view(B, T, H, Dh).transpose(1, 2) first",
+                        "q、k、v 应为 (B, H, T, Dh)：先 view(B, T, H, Dh) 再 transpose(1, 2)",
+                    )
+                )
             continue
         if len(dims) >= 2 and tuple(dims[-2:]) != ("T", "S"):
             at = core.scores or s
             en, zh = _operand_lines(rec, at)
-            out.append(_dev(at, "scores", f"{en}the scores are {letters(dims)}", f"{zh}分数的形状是 {letters(dims)}",
-                            "scores (B, H, T, S): q and k split into heads with view(B, T, H, Dh).transpose(1, 2) "
-                            "before q @ k.transpose(-2, -1)",
-                            "分数应为 (B, H, T, S)：q、k 先 view(B, T, H, Dh) 再 transpose(1, 2) 拆头，然后才 "
-                            "q @ k.transpose(-2, -1)"))
+            out.append(
+                _dev(
+                    at,
+                    "scores",
+                    f"{en}the scores are {letters(dims)}",
+                    f"{zh}分数的形状是 {letters(dims)}",
+                    "scores (B, H, T, S): q and k split into heads with view(B, T, H, Dh).transpose(1, 2) "
+                    "before q @ k.transpose(-2, -1)",
+                    "分数应为 (B, H, T, S)：q、k 先 view(B, T, H, Dh) 再 transpose(1, 2) 拆头，然后才 "
+                    "q @ k.transpose(-2, -1)",
+                )
+            )
             break
     for s in rec.data_steps():
-        if s.op in ("view", "reshape") and len(s.inputs[0].dims) == 4 and s.inputs[0].dims[1:3] == ("H", "T") \
-                and len(s.outputs[0].dims) == 3 and not s.note:
-            out.append(_dev(s, "merge", "heads merged from (B, H, T, Dh) without transpose(1, 2): heads and "
-                            "positions are mixed", "从 (B, H, T, Dh) 直接并头、没有 transpose(1, 2)：头和位置混在一起",
-                            MERGE_EN, MERGE_ZH))
+        if (
+            s.op in ("view", "reshape")
+            and len(s.inputs[0].dims) == 4
+            and s.inputs[0].dims[1:3] == ("H", "T")
+            and len(s.outputs[0].dims) == 3
+            and not s.note
+        ):
+            out.append(
+                _dev(
+                    s,
+                    "merge",
+                    "heads merged from (B, H, T, Dh) without transpose(1, 2): heads and positions are mixed",
+                    "从 (B, H, T, Dh) 直接并头、没有 transpose(1, 2)：头和位置混在一起",
+                    MERGE_EN,
+                    MERGE_ZH,
+                )
+            )
     return sorted(out, key=lambda d: d["step"])
 
 
-SPLIT_EN = ("split: view(B, T, H, Dh) then transpose(1, 2) → (B, H, T, Dh); merge: transpose(1, 2) then reshape → "
-            "(B, T, D)")
-SPLIT_ZH = ("拆头：先 view(B, T, H, Dh) 再 transpose(1, 2) → (B, H, T, Dh)；"
-            "并头：先 transpose(1, 2) 再 reshape → (B, T, D)")
+SPLIT_EN = (
+    "split: view(B, T, H, Dh) then transpose(1, 2) → (B, H, T, Dh); merge: transpose(1, 2) then reshape → (B, T, D)"
+)
+SPLIT_ZH = (
+    "拆头：先 view(B, T, H, Dh) 再 transpose(1, 2) → (B, H, T, Dh)；并头：先 transpose(1, 2) 再 reshape → (B, T, D)"
+)
 MERGE_EN = "transpose(1, 2) to (B, T, H, Dh), then reshape to (B, T, D)"
 MERGE_ZH = "先 transpose(1, 2) 变成 (B, T, H, Dh)，再 reshape 成 (B, T, D)"
 
@@ -269,26 +329,45 @@ def _operand_lines(rec: r.Recording, step: r.Step) -> tuple[str, str]:
         while src is not None and src.op in ("transpose", "T", "mT", "contiguous"):
             src = rec.producer(src)
         if src is not None and src.op in ("view", "reshape") and src.line != step.line:
-            return (f"line {src.line} `{src.source}` is used by the matmul at line {step.line} without "
-                    "transpose(1, 2): ", f"第 {src.line} 行 `{src.source}` 没有 transpose(1, 2) 就被第 {step.line} "
-                    "行的矩阵乘法使用：")
+            return (
+                f"line {src.line} `{src.source}` is used by the matmul at line {step.line} without transpose(1, 2): ",
+                f"第 {src.line} 行 `{src.source}` 没有 transpose(1, 2) 就被第 {step.line} 行的矩阵乘法使用：",
+            )
     return "", ""
 
 
 def _dev(step: r.Step, kind: str, seen: str, seen_zh: str, expected: str, expected_zh: str) -> dict:
-    return {"step": step.index, "kind": kind, "line": step.line, "file": step.file, "source": step.source,
-            "op": step.op, "dims": letters(step.outputs[0].dims) if step.outputs else "", "seen": seen,
-            "expected": expected, "seen_zh": seen_zh, "expected_zh": expected_zh}
+    return {
+        "step": step.index,
+        "kind": kind,
+        "line": step.line,
+        "file": step.file,
+        "source": step.source,
+        "op": step.op,
+        "dims": letters(step.outputs[0].dims) if step.outputs else "",
+        "seen": seen,
+        "expected": expected,
+        "seen_zh": seen_zh,
+        "expected_zh": expected_zh,
+    }
 
 
 def summary(rec: r.Recording) -> dict:
     """What the doctor's JSON report carries under ``found.observed`` (new fields; docs/doctor.md)."""
     sc = observed_scale(rec)
     rl = roles(rec)
-    return {"sizes": rec.sizes, "softmaxes": len(attention_cores(rec)),
-            "scale": None if sc is None else sc.to_dict(),
-            "projections": {k: ([p.weight for p in v] if isinstance(v, list) else (v.weight if v else None))
-                            for k, v in rl.items()},
-            "deviations": deviations(rec), "unfollowed": rec.unfollowed[:5],
-            **({"expected_scale_check": math.isclose(sc.value, sc.expected, rel_tol=1e-9)}
-               if sc is not None and sc.value is not None and sc.expected else {})}
+    return {
+        "sizes": rec.sizes,
+        "softmaxes": len(attention_cores(rec)),
+        "scale": None if sc is None else sc.to_dict(),
+        "projections": {
+            k: ([p.weight for p in v] if isinstance(v, list) else (v.weight if v else None)) for k, v in rl.items()
+        },
+        "deviations": deviations(rec),
+        "unfollowed": rec.unfollowed[:5],
+        **(
+            {"expected_scale_check": math.isclose(sc.value, sc.expected, rel_tol=1e-9)}
+            if sc is not None and sc.value is not None and sc.expected
+            else {}
+        ),
+    }

@@ -45,19 +45,24 @@ FAULT_TITLES = {  # bug-zoo name → short (en, zh) headline
     "merge_wrong_transpose": ("heads merged without transposing back", "并头时没有先转置回来"),
     "mask_after_softmax": ("mask applied after softmax", "mask 在 softmax 之后才施加"),
     "finite_mask_fill": ("finite mask fill overflows in float16", "有限值 mask 填充在 float16 下溢出"),
-    "inf_fill_no_guard": ("NaN on fully-masked rows (-inf fill, no guard)",
-                          "整行被遮住时输出 NaN（-inf 填充且未处理）"),
+    "inf_fill_no_guard": (
+        "NaN on fully-masked rows (-inf fill, no guard)",
+        "整行被遮住时输出 NaN（-inf 填充且未处理）",
+    ),
     "padding_mask_on_queries": ("padding mask on queries instead of keys", "padding mask 遮了 query 而不是 key"),
     "causal_off_by_one": ("causal mask off by one", "因果 mask 错了一位"),
     "shared_layernorm": ("two sub-layers share one LayerNorm", "两个子层共用一个 LayerNorm"),
     "no_residual": ("residual connection missing", "缺少残差连接"),
-    "norm_on_residual_path": ("Pre-Norm wired wrongly: norm on the residual path",
-                              "Pre-Norm 接错：Norm 落在残差路径上"),
+    "norm_on_residual_path": (
+        "Pre-Norm wired wrongly: norm on the residual path",
+        "Pre-Norm 接错：Norm 落在残差路径上",
+    ),
     "large_init_scale": ("projections initialised too large", "线性层初始化尺度过大"),
     "batchnorm_instead_of_layernorm": ("BatchNorm instead of LayerNorm", "用了 BatchNorm 而不是 LayerNorm"),
     "no_positional": ("no positional encoding", "没有位置编码"),
     "norm_on_query_only": ("pre-norm applied to the query only", "Pre-Norm 只作用在 query 上"),
 }
+
 
 @dataclass
 class Finding:
@@ -78,9 +83,15 @@ class Finding:
         return self.zh if lang == "zh" else self.en
 
     def to_dict(self) -> dict:
-        return {"probe": self.probe, "severity": self.severity, "fault": self.fault,
-                "explained_by": self.explained_by, "message": {"en": self.en, "zh": self.zh},
-                "evidence": {k: _jsonable(v) for k, v in self.evidence.items()}, "where": self.where}
+        return {
+            "probe": self.probe,
+            "severity": self.severity,
+            "fault": self.fault,
+            "explained_by": self.explained_by,
+            "message": {"en": self.en, "zh": self.zh},
+            "evidence": {k: _jsonable(v) for k, v in self.evidence.items()},
+            "where": self.where,
+        }
 
 
 def _jsonable(v):
@@ -143,9 +154,15 @@ class Report:
     def to_dict(self, strict: bool = False) -> dict:
         errors, warnings = self.counts()
         return {
-            "schema": SCHEMA, "target": self.target, "kind": self.kind, "settings": self.settings,
-            "found": _jsonable(self.found), "findings": [f.to_dict() for f in self.findings],
-            "faults": sorted(self.faults), "passed": self.passed, "skipped": self.skipped,
+            "schema": SCHEMA,
+            "target": self.target,
+            "kind": self.kind,
+            "settings": self.settings,
+            "found": _jsonable(self.found),
+            "findings": [f.to_dict() for f in self.findings],
+            "faults": sorted(self.faults),
+            "passed": self.passed,
+            "skipped": self.skipped,
             "diagnosis": _jsonable(self.diagnosis),
             "summary": {"errors": errors, "warnings": warnings, "exit_code": self.exit_code(strict)},
         }
@@ -157,15 +174,17 @@ class Report:
         return "\n".join(_render(self, lang, width, strict))
 
 
-
 # --- text ---------------------------------------------------------------------------------------------------------
+
 
 def display_width(s: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in s)
 
 
-_TOKEN = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|[^\s\u2e80-\u9fff\uf900-\ufaff"
-                    r"\uff00-\uffef\u3000-\u303f]+|\s+")
+_TOKEN = re.compile(
+    r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef\u3000-\u303f]|[^\s\u2e80-\u9fff\uf900-\ufaff"
+    r"\uff00-\uffef\u3000-\u303f]+|\s+"
+)
 
 
 NO_LINE_START = set("。，、；：！？）」』】》")
@@ -208,8 +227,11 @@ def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> lis
 def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
     s = r.settings
     out = [f"anatomy check · {r.target}"]
-    out += wrap(f"{r.kind} · d_model={s['d_model']}, n_heads={s['n_heads']}, d_k={s['head_dim']} · "
-                f"float64, B={s['batch']}, T={s['seq']}, seed {s['seed']}", width)
+    out += wrap(
+        f"{r.kind} · d_model={s['d_model']}, n_heads={s['n_heads']}, d_k={s['head_dim']} · "
+        f"float64, B={s['batch']}, T={s['seq']}, seed {s['seed']}",
+        width,
+    )
     out.append("")
     out.append(_t(lang, "found", "发现"))
     for key, text in found_lines(r, lang):
@@ -223,8 +245,11 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
         if fault:
             z = FAULTS.get(fault)
             title = FAULT_TITLES.get(fault, (fault, fault))[1 if lang == "zh" else 0]
-            out += wrap(f"{mark} · {title} · {fault}" + (f", {_t(lang, 'post', '原文')} {z.section}" if z else ""),
-                        width, rest="    ")
+            out += wrap(
+                f"{mark} · {title} · {fault}" + (f", {_t(lang, 'post', '原文')} {z.section}" if z else ""),
+                width,
+                rest="    ",
+            )
             local = LOCAL.get(fault)
             if local:  # the doctor's own fault (sublayer.py): its explanation, no bug-zoo entry
                 out += wrap(local[3] if lang == "zh" else local[2], width, first="    ")
@@ -235,12 +260,19 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
                 out += wrap(_t(lang, "look at: ", "常见位置：") + z.hides_in, width, first="    ", rest="      ")
         else:
             f = fs[0]
-            out += wrap(f"{mark} · {PROBE_TITLES.get(f.probe, (f.probe, f.probe))[1 if lang == 'zh' else 0]}",
-                        width, rest="    ")
+            out += wrap(
+                f"{mark} · {PROBE_TITLES.get(f.probe, (f.probe, f.probe))[1 if lang == 'zh' else 0]}",
+                width,
+                rest="    ",
+            )
         for f in fs:
             title = PROBE_TITLES.get(f.probe, (f.probe, f.probe))[1 if lang == "zh" else 0]
-            out += wrap(title + _t(lang, ": ", "：") + f.text(lang) if fault else f.text(lang), width,
-                        first="    - ", rest="      ")
+            out += wrap(
+                title + _t(lang, ": ", "：") + f.text(lang) if fault else f.text(lang),
+                width,
+                first="    - ",
+                rest="      ",
+            )
             for w in f.where:  # the learner's line, from the recorded forward (once per group)
                 if (w["line"], w["en"]) not in shown:
                     shown.add((w["line"], w["en"]))
@@ -250,11 +282,20 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
     out += wrap(passed, width, first=_t(lang, "passed   ", "通过     "), rest=" " * 9)
     for sk in r.skipped:
         title = PROBE_TITLES.get(sk["probe"], (sk["probe"], sk["probe"]))[1 if lang == "zh" else 0]
-        out += wrap(title + _t(lang, ": ", "：") + sk["zh" if lang == "zh" else "en"], width,
-                    first=_t(lang, "skipped  ", "跳过     "), rest=" " * 11)
+        out += wrap(
+            title + _t(lang, ": ", "：") + sk["zh" if lang == "zh" else "en"],
+            width,
+            first=_t(lang, "skipped  ", "跳过     "),
+            rest=" " * 11,
+        )
     errors, warnings = r.counts()
     code = r.exit_code(strict)
     out.append("")
-    out.append(_t(lang, f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} → exit {code}",
-                  f"{errors} 个错误，{warnings} 个警告 → 退出码 {code}"))
+    out.append(
+        _t(
+            lang,
+            f"{errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} → exit {code}",
+            f"{errors} 个错误，{warnings} 个警告 → 退出码 {code}",
+        )
+    )
     return out

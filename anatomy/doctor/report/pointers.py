@@ -22,14 +22,26 @@ from anatomy.tracing import steps as r
 FILL_OPS = {"masked_fill", "masked_fill_", "where", "add", "add_", "__add__", "__iadd__", "sub"}
 ADD_OPS = {"add", "__add__", "add_", "__iadd__", "__radd__"}
 NORM_OPS = {"layer_norm", "rms_norm", "batch_norm", "group_norm"}
-PROBE_FAULT = {"scaling": "scale_by_d_model", "token_order": "split_without_transpose",
-               "padding_leak": "padding_mask_on_queries", "causal_leak": "causal_off_by_one",
-               "masked_weights": "mask_after_softmax", "nan_rows": "inf_fill_no_guard"}
+PROBE_FAULT = {
+    "scaling": "scale_by_d_model",
+    "token_order": "split_without_transpose",
+    "padding_leak": "padding_mask_on_queries",
+    "causal_leak": "causal_off_by_one",
+    "masked_weights": "mask_after_softmax",
+    "nan_rows": "inf_fill_no_guard",
+}
 
 
 def _at(step: r.Step, en: str, zh: str) -> dict:
-    return {"line": step.line, "file": step.file, "where": f"{os.path.basename(step.file)}:{step.line}",
-            "source": step.source, "op": step.op, "en": en, "zh": zh}
+    return {
+        "line": step.line,
+        "file": step.file,
+        "where": f"{os.path.basename(step.file)}:{step.line}",
+        "source": step.source,
+        "op": step.op,
+        "en": en,
+        "zh": zh,
+    }
 
 
 def _scores_chain(rec: r.Recording) -> list[r.Step]:
@@ -48,13 +60,23 @@ def _scale(rec: r.Recording, fault: str) -> list[dict]:
         s = scaling[0]
         value = f" = {sc.value:.4g}" if sc is not None and sc.value is not None else ""
         by = f" (1/sqrt({sc.by}))" if sc is not None and sc.by in ("D", "Dh", "H", "T") else ""
-        return [_at(s, f"line {s.line} `{s.source}` scales the scores by{value}{by}; the post divides by "
-                       "sqrt(d_k), the width of one head",
-                    f"第 {s.line} 行 `{s.source}` 把分数乘以{value}{by}；博文除以 sqrt(d_k)，即一个头的宽度")]
+        return [
+            _at(
+                s,
+                f"line {s.line} `{s.source}` scales the scores by{value}{by}; the post divides by "
+                "sqrt(d_k), the width of one head",
+                f"第 {s.line} 行 `{s.source}` 把分数乘以{value}{by}；博文除以 sqrt(d_k)，即一个头的宽度",
+            )
+        ]
     at = core.scores or core.softmax
-    return [_at(at, f"line {at.line} `{at.source}` makes the scores, and nothing scales them before the softmax "
-                    f"at line {core.softmax.line}",
-                f"第 {at.line} 行 `{at.source}` 计算分数，在第 {core.softmax.line} 行的 softmax 之前没有任何缩放")]
+    return [
+        _at(
+            at,
+            f"line {at.line} `{at.source}` makes the scores, and nothing scales them before the softmax "
+            f"at line {core.softmax.line}",
+            f"第 {at.line} 行 `{at.source}` 计算分数，在第 {core.softmax.line} 行的 softmax 之前没有任何缩放",
+        )
+    ]
 
 
 def _split(rec: r.Recording) -> list[dict]:
@@ -65,8 +87,13 @@ def _split(rec: r.Recording) -> list[dict]:
             if dev["kind"] == "scores":
                 src = _view_before(rec, step)
                 if src is not None:
-                    out.append(_at(src, f"line {src.line} `{src.source}` splits into heads without transpose(1, 2)",
-                                   f"第 {src.line} 行 `{src.source}` 拆头时没有 transpose(1, 2)"))
+                    out.append(
+                        _at(
+                            src,
+                            f"line {src.line} `{src.source}` splits into heads without transpose(1, 2)",
+                            f"第 {src.line} 行 `{src.source}` 拆头时没有 transpose(1, 2)",
+                        )
+                    )
             out.append(_at(step, dev["seen"], dev["seen_zh"]))
             break
     return out
@@ -91,8 +118,13 @@ def _merge(rec: r.Recording) -> list[dict]:
         return []
     src = rec.producer(rec.steps[o.step])
     if src is not None and src.op in r.SHAPE_OPS | {"contiguous"}:
-        return [_at(src, f"line {src.line} `{src.source}` merges the heads before the output projection",
-                    f"第 {src.line} 行 `{src.source}` 在输出投影之前并头")]
+        return [
+            _at(
+                src,
+                f"line {src.line} `{src.source}` merges the heads before the output projection",
+                f"第 {src.line} 行 `{src.source}` 在输出投影之前并头",
+            )
+        ]
     return []
 
 
@@ -102,21 +134,41 @@ def _mask(rec: r.Recording, fault: str) -> list[dict]:
         return []
     core = cores[0]
     if fault == "mask_after_softmax":
-        after = [s for s in rec.data_steps() if s.index > core.softmax.index and s.op in FILL_OPS
-                 and (core.weighted is None or s.index < core.weighted.index)]
+        after = [
+            s
+            for s in rec.data_steps()
+            if s.index > core.softmax.index
+            and s.op in FILL_OPS
+            and (core.weighted is None or s.index < core.weighted.index)
+        ]
         if after:
             s = after[0]
-            return [_at(s, f"line {s.line} `{s.source}` masks the weights after the softmax at line "
-                           f"{core.softmax.line}", f"第 {s.line} 行 `{s.source}` 在第 {core.softmax.line} 行的 "
-                           "softmax 之后才加 mask")]
+            return [
+                _at(
+                    s,
+                    f"line {s.line} `{s.source}` masks the weights after the softmax at line {core.softmax.line}",
+                    f"第 {s.line} 行 `{s.source}` 在第 {core.softmax.line} 行的 softmax 之后才加 mask",
+                )
+            ]
         return []
     fills = [s for s in core.chain if s.op in FILL_OPS]
-    out = [_at(s, f"line {s.line} `{s.source}` applies the mask to the scores",
-               f"第 {s.line} 行 `{s.source}` 对分数加 mask") for s in fills[:1]]
+    out = [
+        _at(
+            s,
+            f"line {s.line} `{s.source}` applies the mask to the scores",
+            f"第 {s.line} 行 `{s.source}` 对分数加 mask",
+        )
+        for s in fills[:1]
+    ]
     if fault == "inf_fill_no_guard":
         s = core.softmax
-        out.append(_at(s, f"line {s.line} `{s.source}`: a row with every key masked is all -inf here",
-                       f"第 {s.line} 行 `{s.source}`：所有键都被遮住的行在这里全是 -inf"))
+        out.append(
+            _at(
+                s,
+                f"line {s.line} `{s.source}`: a row with every key masked is all -inf here",
+                f"第 {s.line} 行 `{s.source}`：所有键都被遮住的行在这里全是 -inf",
+            )
+        )
     return out
 
 
@@ -128,34 +180,63 @@ def _norms(rec: r.Recording, fault: str) -> list[dict]:
             by_params.setdefault(tuple(s.params), []).append(s)
         shared = next((v for k, v in by_params.items() if k and len(v) > 1), None)
         if shared:
-            return [_at(s, f"line {s.line} `{s.source}` uses the norm {s.module or s.params[0]}, shared with line "
-                           f"{shared[0].line if s is not shared[0] else shared[1].line}",
-                        f"第 {s.line} 行 `{s.source}` 用的 norm（{s.module or s.params[0]}）与另一处共用")
-                    for s in shared[:2]]
+            return [
+                _at(
+                    s,
+                    f"line {s.line} `{s.source}` uses the norm {s.module or s.params[0]}, shared with line "
+                    f"{shared[0].line if s is not shared[0] else shared[1].line}",
+                    f"第 {s.line} 行 `{s.source}` 用的 norm（{s.module or s.params[0]}）与另一处共用",
+                )
+                for s in shared[:2]
+            ]
         return []
     if fault == "batchnorm_instead_of_layernorm":
-        return [_at(s, f"line {s.line} `{s.source}` normalises over the batch", f"第 {s.line} 行 `{s.source}` 在 batch "
-                       "维上归一化") for s in norms if s.op == "batch_norm"][:1]
+        return [
+            _at(
+                s,
+                f"line {s.line} `{s.source}` normalises over the batch",
+                f"第 {s.line} 行 `{s.source}` 在 batch 维上归一化",
+            )
+            for s in norms
+            if s.op == "batch_norm"
+        ][:1]
     if fault == "no_residual":
         adds = _residual_adds(rec)
         o = ob.roles(rec)["o"]
         if o is not None:
             s = rec.steps[o.step]
-            first = f"; the residual adds the recorder saw are at line(s) {', '.join(str(a.line) for a in adds)}" \
-                if adds else ""
-            return [_at(s, f"line {s.line} `{s.source}`: the attention's output is not added to its input{first}",
-                        f"第 {s.line} 行 `{s.source}`：注意力的输出没有加回它的输入")]
+            first = (
+                f"; the residual adds the recorder saw are at line(s) {', '.join(str(a.line) for a in adds)}"
+                if adds
+                else ""
+            )
+            return [
+                _at(
+                    s,
+                    f"line {s.line} `{s.source}`: the attention's output is not added to its input{first}",
+                    f"第 {s.line} 行 `{s.source}`：注意力的输出没有加回它的输入",
+                )
+            ]
         return []
-    return [_at(s, f"line {s.line} `{s.source}` normalises here", f"第 {s.line} 行 `{s.source}` 在这里归一化")
-            for s in norms[:2]] + [_at(a, f"line {a.line} `{a.source}` adds the residual",
-                                       f"第 {a.line} 行 `{a.source}` 加残差") for a in _residual_adds(rec)[:2]]
+    return [
+        _at(s, f"line {s.line} `{s.source}` normalises here", f"第 {s.line} 行 `{s.source}` 在这里归一化")
+        for s in norms[:2]
+    ] + [
+        _at(a, f"line {a.line} `{a.source}` adds the residual", f"第 {a.line} 行 `{a.source}` 加残差")
+        for a in _residual_adds(rec)[:2]
+    ]
 
 
 def _residual_adds(rec: r.Recording) -> list[r.Step]:
     cores = ob.attention_cores(rec)
     last = max((c.weighted.index for c in cores if c.weighted is not None), default=-1)
-    return [s for s in rec.data_steps() if s.op in ADD_OPS and s.index > last
-            and sum(1 for i in s.inputs if not i.source.startswith(("param", "const"))) == 2]
+    return [
+        s
+        for s in rec.data_steps()
+        if s.op in ADD_OPS
+        and s.index > last
+        and sum(1 for i in s.inputs if not i.source.startswith(("param", "const"))) == 2
+    ]
 
 
 def pointers(rec: r.Recording | None, fault: str | None, probe: str | None = None) -> list[dict]:
@@ -169,16 +250,31 @@ def pointers(rec: r.Recording | None, fault: str | None, probe: str | None = Non
         return _split(rec)
     if fault == "merge_wrong_transpose":
         return _merge(rec)
-    if fault in ("mask_after_softmax", "finite_mask_fill", "inf_fill_no_guard", "padding_mask_on_queries",
-                 "causal_off_by_one"):
+    if fault in (
+        "mask_after_softmax",
+        "finite_mask_fill",
+        "inf_fill_no_guard",
+        "padding_mask_on_queries",
+        "causal_off_by_one",
+    ):
         return _mask(rec, fault)
-    if fault in ("shared_layernorm", "no_residual", "norm_on_residual_path", "batchnorm_instead_of_layernorm",
-                 "norm_on_query_only"):
+    if fault in (
+        "shared_layernorm",
+        "no_residual",
+        "norm_on_residual_path",
+        "batchnorm_instead_of_layernorm",
+        "norm_on_query_only",
+    ):
         return _norms(rec, fault)
     if fault == "large_init_scale":
-        return [_at(rec.steps[p.step], f"line {rec.steps[p.step].line} `{rec.steps[p.step].source}` applies "
-                                       f"{p.weight}", f"第 {rec.steps[p.step].line} 行使用 {p.weight}")
-                for p in rec.projections[:1]]
+        return [
+            _at(
+                rec.steps[p.step],
+                f"line {rec.steps[p.step].line} `{rec.steps[p.step].source}` applies {p.weight}",
+                f"第 {rec.steps[p.step].line} 行使用 {p.weight}",
+            )
+            for p in rec.projections[:1]
+        ]
     return []
 
 

@@ -75,20 +75,41 @@ def short_answer(report: Report, lang: str = "en", width: int = 80, strict: bool
             lines.append(_t(lang, "  also: ", "  另外：") + _t(lang, "; ", "；").join(more))
     else:
         matches = report.diagnosis.get("status") == "matches"
-        lines.append(_t(lang, "✓ PASS: none of the post's pitfalls found", "✓ 通过：没有发现原文列出的坑")
-                     + (_t(lang, " (your output equals the reference's)", "（输出与参考实现一致）") if matches
-                        else _t(lang, " (not compared with the reference: the doctor could not map your weights)",
-                                "（未与参考实现比较：医生没能对应上你的权重）")))
+        lines.append(
+            _t(lang, "✓ PASS: none of the post's pitfalls found", "✓ 通过：没有发现原文列出的坑")
+            + (
+                _t(lang, " (your output equals the reference's)", "（输出与参考实现一致）")
+                if matches
+                else _t(
+                    lang,
+                    " (not compared with the reference: the doctor could not map your weights)",
+                    "（未与参考实现比较：医生没能对应上你的权重）",
+                )
+            )
+        )
     budget = MAX_LINES - len(lines) - 1
-    for k, fs in warn[:max(0, budget)]:
-        lines.append(_t(lang, "  ! warning: ", "  ! 警告：") + _title(k, fs[0], lang)
-                     + (_t(lang, " (", "（") + (_where(fs, lang) or "").removeprefix(_t(lang, "where: ", "位置："))
-                        + _t(lang, ")", "）") if _where(fs, lang) else ""))
+    for k, fs in warn[: max(0, budget)]:
+        lines.append(
+            _t(lang, "  ! warning: ", "  ! 警告：")
+            + _title(k, fs[0], lang)
+            + (
+                _t(lang, " (", "（")
+                + (_where(fs, lang) or "").removeprefix(_t(lang, "where: ", "位置："))
+                + _t(lang, ")", "）")
+                if _where(fs, lang)
+                else ""
+            )
+        )
     code = report.exit_code(strict)
     errors, warnings = report.counts()
-    lines.append(_t(lang, f"  {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} → exit "
-                          f"{code}; the full report, with every check and its numbers: add --details",
-                    f"  {errors} 个错误，{warnings} 个警告 → 退出码 {code}；完整报告（每项检查和数值）：加 --details"))
+    lines.append(
+        _t(
+            lang,
+            f"  {errors} error{'s' * (errors != 1)}, {warnings} warning{'s' * (warnings != 1)} → exit "
+            f"{code}; the full report, with every check and its numbers: add --details",
+            f"  {errors} 个错误，{warnings} 个警告 → 退出码 {code}；完整报告（每项检查和数值）：加 --details",
+        )
+    )
     out: list[str] = []
     for i, line in enumerate(lines[:MAX_LINES]):
         out += wrap(line.strip(), width, first="" if i == 0 else "  ", rest="    ")

@@ -7,8 +7,10 @@ import math
 from typing import Any
 
 SENSE_SHORT = {
-    "bool_keep": ("bool True = keep", "布尔 True = 保留"), "bool_ignore": ("bool True = ignore", "布尔 True = 忽略"),
-    "additive": ("additive float", "加性浮点"), "int_keep": ("0/1 integers", "0/1 整数"),
+    "bool_keep": ("bool True = keep", "布尔 True = 保留"),
+    "bool_ignore": ("bool True = ignore", "布尔 True = 忽略"),
+    "additive": ("additive float", "加性浮点"),
+    "int_keep": ("0/1 integers", "0/1 整数"),
     "float_keep": ("0/1 floats", "0/1 浮点"),
 }
 

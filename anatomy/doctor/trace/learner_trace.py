@@ -73,10 +73,18 @@ class LearnerTrace:
         return self.deviations[0] if self.deviations else None
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "target": self.target, "file": self.file, "sizes": self.sizes, "call": self.call,
-                "rows": [row.to_dict() for row in self.rows], "deviation": self.deviation,
-                "deviations": self.deviations, "unfollowed": self.unfollowed,
-                "notes": [{"en": en, "zh": zh} for en, zh in self.notes]}
+        return {
+            "schema": SCHEMA,
+            "target": self.target,
+            "file": self.file,
+            "sizes": self.sizes,
+            "call": self.call,
+            "rows": [row.to_dict() for row in self.rows],
+            "deviation": self.deviation,
+            "deviations": self.deviations,
+            "unfollowed": self.unfollowed,
+            "notes": [{"en": en, "zh": zh} for en, zh in self.notes],
+        }
 
     def render(self, fmt: str = "table", lang: str = "en") -> str:
         if fmt == "json":
@@ -84,9 +92,17 @@ class LearnerTrace:
         return render(self, fmt, lang)
 
 
-
-def trace_learner(target, *, factory: str | None = None, d_model: int = 20, n_heads: int = 5, batch: int = 2,
-                  seq: int = 7, seed: int = 0, timeout: float | None = 60.0) -> LearnerTrace:
+def trace_learner(
+    target,
+    *,
+    factory: str | None = None,
+    d_model: int = 20,
+    n_heads: int = 5,
+    batch: int = 2,
+    seq: int = 7,
+    seed: int = 0,
+    timeout: float | None = 60.0,
+) -> LearnerTrace:
     """Build ``target`` (``FILE.py:CLASS``, a class, a factory or a module) as the doctor does, run it once under
     the recorder and return the table. Raises :class:`CheckError` (one line) when it cannot be loaded, built, run
     or followed; :class:`CheckTimeout` past ``timeout`` seconds."""
@@ -108,16 +124,20 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
     randomize(module, d, seed)
     sizes = r.sizes_for(d, h, b, t)
     seq_first = _seq_first(subject, x, timeout)
-    rec, call, note = _record(module, subject, label, x.transpose(0, 1) if seq_first else x, sizes, timeout,
-                              "T B D" if seq_first else "B T D")
+    rec, call, note = _record(
+        module, subject, label, x.transpose(0, 1) if seq_first else x, sizes, timeout, "T B D" if seq_first else "B T D"
+    )
     file = _learner_file(rec)
     steps = [s for s in rec.data_steps() if not file or s.file == file or s.file.startswith(os.path.dirname(file))]
     if not steps:
-        raise CheckError(f"{label}: the recorder saw no tensor operation on x: the forward does not compute with "
-                         "torch on its input (numpy, .tolist() or .item() hide it), so there is nothing to trace; "
-                         "`anatomy check --map` can still compare its weights")
-    devs = _extra_transposes(rec, ob.deviations(rec)) + _output_deviation(rec, steps, (t, b, d) if seq_first
-                                                                          else tuple(x.shape))
+        raise CheckError(
+            f"{label}: the recorder saw no tensor operation on x: the forward does not compute with "
+            "torch on its input (numpy, .tolist() or .item() hide it), so there is nothing to trace; "
+            "`anatomy check --map` can still compare its weights"
+        )
+    devs = _extra_transposes(rec, ob.deviations(rec)) + _output_deviation(
+        rec, steps, (t, b, d) if seq_first else tuple(x.shape)
+    )
     rows = _rows(rec, steps, devs)
     notes = ([note] if note else []) + _notes(rec, sizes)
     return LearnerTrace(label, file, sizes, call, rows, devs, rec.unfollowed, notes, rec)
@@ -152,8 +172,12 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
         tries.append((base + ")", args, {}, None))
     if subject.takes_mask:
         for layout in MASK_LAYOUTS:
-            shape = {"(B, 1, 1, S)": (b, 1, 1, t), "(B, 1, T, S)": (b, 1, t, t), "(B, T, S)": (b, t, t),
-                     "(B, S)": (b, t)}[layout]
+            shape = {
+                "(B, 1, 1, S)": (b, 1, 1, t),
+                "(B, 1, T, S)": (b, 1, t, t),
+                "(B, T, S)": (b, t, t),
+                "(B, S)": (b, t),
+            }[layout]
             tries.append((base + f", mask {layout} all visible)", args, {}, torch.ones(shape, dtype=torch.bool)))
     first_error = None
     for call, a, kw, mask in tries:
@@ -161,13 +185,22 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
             kw, a = ({subject.mask_kw: mask}, a) if subject.mask_kw else ({}, [*a, mask])
 
         def describe(call=call) -> tuple[str, str]:
-            return (f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
-                    f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）")
+            return (
+                f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
+                f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）",
+            )
 
         try:
             with _quiet(), guard(timeout, describe):
-                rec = record(module, *a, sizes=sizes, dims=[x_dims] * len(args), names=["x"] * len(args),
-                               kwargs=kw, tag_kwargs=False)
+                rec = record(
+                    module,
+                    *a,
+                    sizes=sizes,
+                    dims=[x_dims] * len(args),
+                    names=["x"] * len(args),
+                    kwargs=kw,
+                    tag_kwargs=False,
+                )
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
         except r.RecordError as err:
@@ -176,10 +209,26 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
         if x_dims == "T B D":
             call = call.replace("forward(x", "forward(x as (T, B, D)", 1)
         if call == tries[0][0] or call.replace(" as (T, B, D)", "") == tries[0][0]:
-            return rec, call, (("the module is sequence-first: traced on x as (T, B, D)",
-                                "模块按序列优先排布：以 (T, B, D) 的 x 追踪") if x_dims == "T B D" else None)
-        return rec, call, (f"traced as {call}, because {first_error}",
-                           f"追踪时改用 {call}（传入一个全部可见的 mask），因为 {first_error}")
+            return (
+                rec,
+                call,
+                (
+                    (
+                        "the module is sequence-first: traced on x as (T, B, D)",
+                        "模块按序列优先排布：以 (T, B, D) 的 x 追踪",
+                    )
+                    if x_dims == "T B D"
+                    else None
+                ),
+            )
+        return (
+            rec,
+            call,
+            (
+                f"traced as {call}, because {first_error}",
+                f"追踪时改用 {call}（传入一个全部可见的 mask），因为 {first_error}",
+            ),
+        )
     raise CheckError(first_error)
 
 
@@ -191,14 +240,22 @@ def _extra_transposes(rec: r.Recording, devs: list[dict]) -> list[dict]:
         step = rec.steps[dev["step"]] if dev.get("kind") == "view" and dev.get("step") is not None else None
         second = rec.producer(step) if step is not None else None
         first = rec.producer(second) if second is not None else None
-        if second is not None and first is not None and second.op in r.PERMUTE_OPS and first.op in r.PERMUTE_OPS \
-                and first.inputs[0].dims == second.outputs[0].dims:
+        if (
+            second is not None
+            and first is not None
+            and second.op in r.PERMUTE_OPS
+            and first.op in r.PERMUTE_OPS
+            and first.inputs[0].dims == second.outputs[0].dims
+        ):
             dims = letters(second.outputs[0].dims)
-            dev = {**dev, "kind": "extra_transpose",
-                   "seen": f"two transposes on line {first.line} undo each other, so the view gets {dims} back: one "
-                           "transpose too many (not a missing one)",
-                   "seen_zh": f"第 {first.line} 行的两个 transpose 互相抵消，view 拿到的又是 {dims}：多了一个 transpose"
-                              "（而不是少了一个）"}
+            dev = {
+                **dev,
+                "kind": "extra_transpose",
+                "seen": f"two transposes on line {first.line} undo each other, so the view gets {dims} back: one "
+                "transpose too many (not a missing one)",
+                "seen_zh": f"第 {first.line} 行的两个 transpose 互相抵消，view 拿到的又是 {dims}：多了一个 transpose"
+                "（而不是少了一个）",
+            }
         out.append(dev)
     return out
 
@@ -211,10 +268,21 @@ def _output_deviation(rec: r.Recording, steps: list[r.Step], shape: tuple) -> li
     m = rec.meta_of(out)
     last = rec.steps[m.producer] if m is not None and m.producer >= 0 else steps[-1]
     dims = letters(m.dims) if m is not None else str(tuple(out.shape))
-    return [{"step": last.index, "kind": "output", "line": last.line, "file": last.file, "source": last.source,
-             "op": last.op, "dims": dims, "seen": f"the output is {dims} = {tuple(out.shape)}",
-             "seen_zh": f"输出是 {dims} = {tuple(out.shape)}",
-             "expected": "the output keeps the input's shape (B, T, D)", "expected_zh": "输出保持输入的形状 (B, T, D)"}]
+    return [
+        {
+            "step": last.index,
+            "kind": "output",
+            "line": last.line,
+            "file": last.file,
+            "source": last.source,
+            "op": last.op,
+            "dims": dims,
+            "seen": f"the output is {dims} = {tuple(out.shape)}",
+            "seen_zh": f"输出是 {dims} = {tuple(out.shape)}",
+            "expected": "the output keeps the input's shape (B, T, D)",
+            "expected_zh": "输出保持输入的形状 (B, T, D)",
+        }
+    ]
 
 
 def _learner_file(rec: r.Recording) -> str:
@@ -231,8 +299,21 @@ def _rows(rec: r.Recording, steps: list[r.Step], devs: list[dict]) -> list[Row]:
     for s in steps:
         kind, role = kinds.get(s.index, ("", ""))
         out = s.outputs[0]
-        rows.append(Row(s.index, s.line, s.source, s.op, kind, role, list(out.shape), letters(out.dims),
-                        s.params, s.module, "first" if s.index == first else "also" if s.index in also else ""))
+        rows.append(
+            Row(
+                s.index,
+                s.line,
+                s.source,
+                s.op,
+                kind,
+                role,
+                list(out.shape),
+                letters(out.dims),
+                s.params,
+                s.module,
+                "first" if s.index == first else "also" if s.index in also else "",
+            )
+        )
     return collapse_heads(rows, rec.sizes.get("H", 0))
 
 
@@ -244,6 +325,7 @@ def collapse_heads(rows: list[Row], h: int) -> list[Row]:
     blocks: keep head 0's rows, each with ``repeat`` = the number of heads that ran the same step (same line, op,
     shape); the other heads' rows go. Only exactly ``h`` copies count (``sublayer.0``/``.1`` or the annotated
     transformer's ``linears.0..3`` are not heads). A row that leaves the post's flow is kept wherever it is."""
+
     def key(row: Row):
         m = _HEAD.match(row.module)
         return None if m is None else (m["pre"], m["post"], row.line, row.op, row.dims)
@@ -285,8 +367,14 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
         if core.scores is not None:
             out[core.scores.index] = ("scores", "")
             for s in core.chain:
-                out[s.index] = ("mask" if "fill" in s.op or s.op in ("where", "add", "add_", "__add__", "sub")
-                                else "cast" if s.op in r.SAME_OPS else "scale", "")
+                out[s.index] = (
+                    "mask"
+                    if "fill" in s.op or s.op in ("where", "add", "add_", "__add__", "sub")
+                    else "cast"
+                    if s.op in r.SAME_OPS
+                    else "scale",
+                    "",
+                )
         out[core.softmax.index] = ("softmax" if core.softmax.op not in r.SDPA_OPS else "fused", "")
         if core.weighted is not None and core.weighted is not core.softmax:
             out[core.weighted.index] = ("z", "")
@@ -297,17 +385,21 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
         if s.index in out:
             continue
         src = rec.producer(s)
-        if s.op in r.VIEW_OPS and src is not None and src.index in out and len(src.outputs[0].shape) == 2 and \
-                out[src.index][0] in ("proj", "out"):
+        if (
+            s.op in r.VIEW_OPS
+            and src is not None
+            and src.index in out
+            and len(src.outputs[0].shape) == 2
+            and out[src.index][0] in ("proj", "out")
+        ):
             out[s.index] = out[src.index]  # GPT-2's Conv1D: addmm on (B*T, D), then back to (B, T, ...)
             continue
         shaping = s.op in r.SHAPE_OPS or s.op in ("contiguous",)
-        users = [u for u in rec.steps[s.index + 1:] if any(i.source == f"step {s.index}" for i in u.inputs)]
+        users = [u for u in rec.steps[s.index + 1 :] if any(i.source == f"step {s.index}" for i in u.inputs)]
         in_scores = users and all(out.get(u.index, ("",))[0] == "scores" and u.line == s.line for u in users)
         if s.op in ("transpose", "T", "mT") and in_scores:
             continue  # k.transpose(-2, -1) inside the scores' line: part of Q K^T
-        if shaping and first_scores is not None and s.index < first_scores and proj_steps and \
-                s.index > min(proj_steps):
+        if shaping and first_scores is not None and s.index < first_scores and proj_steps and s.index > min(proj_steps):
             out[s.index] = ("split", "")
         elif shaping and last_z is not None and s.index > last_z and (o_step is None or s.index < o_step):
             out[s.index] = ("merge", "")
@@ -315,9 +407,11 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
             out[s.index] = ("norm", "")
         elif s.op in ACT_OPS:
             out[s.index] = ("act", "")
-        elif s.op in ("add", "__add__", "add_", "__iadd__", "__radd__") and s.outputs[0].dims in (
-                ("B", "T", "D"), ("T", "B", "D")) and sum(
-                1 for i in s.inputs if i.source != "const" and not i.source.startswith("param")) == 2:
+        elif (
+            s.op in ("add", "__add__", "add_", "__iadd__", "__radd__")
+            and s.outputs[0].dims in (("B", "T", "D"), ("T", "B", "D"))
+            and sum(1 for i in s.inputs if i.source != "const" and not i.source.startswith("param")) == 2
+        ):
             out[s.index] = ("add", "")
         elif s.op in r.SAME_OPS and s.op not in ("dropout", "contiguous", "clone", "detach"):
             out[s.index] = ("cast", "")
@@ -349,26 +443,47 @@ def _notes(rec: r.Recording, sizes: dict) -> list[tuple[str, str]]:
     notes = []
     same = rec.names.ambiguous()
     if same:
-        notes.append((f"sizes shared by several names ({', '.join(same)}): those axes are named by the data where "
-                      "it can tell them apart; choose --d-model/--heads/--batch/--seq that differ",
-                      f"有几个名字共用同一个大小（{', '.join(same)}）：这些轴尽量按数据来源命名；"
-                      "请选择彼此不同的 --d-model/--heads/--batch/--seq"))
+        notes.append(
+            (
+                f"sizes shared by several names ({', '.join(same)}): those axes are named by the data where "
+                "it can tell them apart; choose --d-model/--heads/--batch/--seq that differ",
+                f"有几个名字共用同一个大小（{', '.join(same)}）：这些轴尽量按数据来源命名；"
+                "请选择彼此不同的 --d-model/--heads/--batch/--seq",
+            )
+        )
     fused = [s for s in rec.data_steps() if s.op == "multi_head_attention_forward"]
     if fused:
-        notes.append((f"line {fused[0].line}: torch.nn.MultiheadAttention runs as one call, so its split, scores "
-                      "and softmax are not separate steps; `anatomy check` reads its weights by name "
-                      "(in_proj_weight, out_proj)", f"第 {fused[0].line} 行：torch.nn.MultiheadAttention 是"
-                      "一次调用，拆头、打分和 softmax 不会分成单独的步骤；`anatomy check` 会按名字读取它的权重"
-                      "（in_proj_weight、out_proj）"))
+        notes.append(
+            (
+                f"line {fused[0].line}: torch.nn.MultiheadAttention runs as one call, so its split, scores "
+                "and softmax are not separate steps; `anatomy check` reads its weights by name "
+                "(in_proj_weight, out_proj)",
+                f"第 {fused[0].line} 行：torch.nn.MultiheadAttention 是"
+                "一次调用，拆头、打分和 softmax 不会分成单独的步骤；`anatomy check` 会按名字读取它的权重"
+                "（in_proj_weight、out_proj）",
+            )
+        )
     elif not ob.attention_cores(rec):
-        notes.append(("no softmax was recorded: this module has no attention the recorder could follow (computed "
-                      "outside torch, or not an attention module); `anatomy check --map` can still name its weights",
-                      "没有记录到 softmax：这个模块里没有记录器能跟踪的注意力（在 torch 之外计算，或者不是注意力"
-                      "模块）；`anatomy check --map` 仍可指定它的权重"))
+        notes.append(
+            (
+                "no softmax was recorded: this module has no attention the recorder could follow (computed "
+                "outside torch, or not an attention module); `anatomy check --map` can still name its weights",
+                "没有记录到 softmax：这个模块里没有记录器能跟踪的注意力（在 torch 之外计算，或者不是注意力"
+                "模块）；`anatomy check --map` 仍可指定它的权重",
+            )
+        )
     if rec.truncated:
-        notes.append((f"the forward ran more than {r.MAX_STEPS} tensor operations: only the first were recorded",
-                      f"forward 执行了超过 {r.MAX_STEPS} 个张量运算：只记录了前面这些"))
+        notes.append(
+            (
+                f"the forward ran more than {r.MAX_STEPS} tensor operations: only the first were recorded",
+                f"forward 执行了超过 {r.MAX_STEPS} 个张量运算：只记录了前面这些",
+            )
+        )
     if rec.unfollowed:
-        notes.append((f"{len(rec.unfollowed)} operation(s) could not be read: {rec.unfollowed[0]}",
-                      f"有 {len(rec.unfollowed)} 个操作无法读取：{rec.unfollowed[0]}"))
+        notes.append(
+            (
+                f"{len(rec.unfollowed)} operation(s) could not be read: {rec.unfollowed[0]}",
+                f"有 {len(rec.unfollowed)} 个操作无法读取：{rec.unfollowed[0]}",
+            )
+        )
     return notes

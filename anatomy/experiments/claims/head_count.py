@@ -26,10 +26,10 @@ from anatomy.experiments.tasks import char_corpus, lm_batch
 # head-count: the ordered-pair task, a character LM and a small classification task, at several head counts
 # =============================================================================================================
 
-PAIR_T, PAIR_K = 8, 10          # sequence length, digits; y_t = K·x_{t-1} + x_{t-3} has K² = 100 classes
-PAIR_CEILING = 1 / PAIR_K       # accuracy reachable from one of the two relations alone (the other digit guessed)
-LM_HEADS = (1, 2, 4, 8)         # at d_model = 64: d_k = 64, 32, 16, 8
-CLS_HEADS = (1, 4, 8)        # classification: d_k = 64, 16, 8
+PAIR_T, PAIR_K = 8, 10  # sequence length, digits; y_t = K·x_{t-1} + x_{t-3} has K² = 100 classes
+PAIR_CEILING = 1 / PAIR_K  # accuracy reachable from one of the two relations alone (the other digit guessed)
+LM_HEADS = (1, 2, 4, 8)  # at d_model = 64: d_k = 64, 32, 16, 8
+CLS_HEADS = (1, 4, 8)  # classification: d_k = 64, 16, 8
 LM_D, LM_T = 64, 32
 CLS_T = 40
 SPECIALISED = 0.5  # a head with at least this share of its mass on one offset is specialised on it (C3)
@@ -77,8 +77,8 @@ def _sentiment(n_train: int, seed: int):
             mask = torch.zeros(len(rows), CLS_T, dtype=torch.bool)
             for r, (text, _) in enumerate(rows):
                 tok = [stoi.get(c, 1) for c in text[:CLS_T]]
-                ids[r, :len(tok)] = torch.tensor(tok)
-                mask[r, :len(tok)] = True
+                ids[r, : len(tok)] = torch.tensor(tok)
+                mask[r, : len(tok)] = True
             return ids, mask, torch.tensor([label for _, label in rows])
 
     return encode(train), encode(val), len(stoi) + 2
@@ -110,10 +110,16 @@ def _step_time(models: dict, batch: dict, repeats: int) -> dict:
 
 
 HEAD_COUNT_UNITS = {
-    **{f"acc_pair_h{h}": "%" for h in (1, 4)}, **{f"cls_acc_h{h}": "%" for h in CLS_HEADS},
-    **{f"cls_gap_h{h}": " pts" for h in CLS_HEADS}, **{f"lm_val_h{h}": " nats" for h in LM_HEADS},
-    "lm_small_dk_penalty": " nats", "cls_small_dk_penalty": " pts", "lm_dk64_minus_best": " nats",
-    "cls_gap_h8_minus_h1": " pts", "cls_diff_h8_minus_h4": " pts", "time_ratio_h8_vs_h1": "×",
+    **{f"acc_pair_h{h}": "%" for h in (1, 4)},
+    **{f"cls_acc_h{h}": "%" for h in CLS_HEADS},
+    **{f"cls_gap_h{h}": " pts" for h in CLS_HEADS},
+    **{f"lm_val_h{h}": " nats" for h in LM_HEADS},
+    "lm_small_dk_penalty": " nats",
+    "cls_small_dk_penalty": " pts",
+    "lm_dk64_minus_best": " nats",
+    "cls_gap_h8_minus_h1": " pts",
+    "cls_diff_h8_minus_h4": " pts",
+    "time_ratio_h8_vs_h1": "×",
     "lm_h4_prev_head_ablation_dloss": " nats",
 }
 
@@ -131,8 +137,9 @@ def head_count(trial: Trial) -> dict[str, float]:
     pair: dict[int, dict[str, Any]] = {}  # heads → model, accuracy, offset profile, entropy
     for h in (1, 4):
         torch.manual_seed(100 * seed + h)
-        model = tiny_model(dev, d_model=32, n_heads=h, n_layers=1, vocab_size=PAIR_K ** 2, max_seq_len=PAIR_T,
-                           tie_embeddings=False)
+        model = tiny_model(
+            dev, d_model=32, n_heads=h, n_layers=1, vocab_size=PAIR_K**2, max_seq_len=PAIR_T, tie_embeddings=False
+        )
         g = torch.Generator().manual_seed(seed)
         fit(model, cast(Batches, lambda _s, g=g: pair_batch(pair_bs, g)[0]), pair_steps, lr=5e-3, warmup=100)
         acc = _pair_accuracy(model, test_batch, test_y)
@@ -150,8 +157,9 @@ def head_count(trial: Trial) -> dict[str, float]:
     prof4, model4 = pair[4]["profile"], pair[4]["model"]
     head_for = {k: int(prof4[:, k].argmax()) for k in (1, 3)}
     out["pair_h4_specialised_heads"] = float(sum(1 for hh in range(4) if prof4[hh, [1, 3]].max() >= SPECIALISED))
-    out["pair_h4_covers"] = float(head_for[1] != head_for[3]
-                                  and all(prof4[head_for[k], k] >= SPECIALISED for k in (1, 3)))
+    out["pair_h4_covers"] = float(
+        head_for[1] != head_for[3] and all(prof4[head_for[k], k] >= SPECIALISED for k in (1, 3))
+    )
     attn4 = model4.stack.blocks[0].attn
     drops = []
     for hh in range(4):
@@ -172,11 +180,20 @@ def head_count(trial: Trial) -> dict[str, float]:
     lm_prof: dict[int, torch.Tensor] = {}
     for h in LM_HEADS:
         torch.manual_seed(100 * seed + 10 + h)
-        model = tiny_model(dev, d_model=LM_D, n_heads=h, n_layers=1, vocab_size=len(vocab), max_seq_len=LM_T,
-                           tie_embeddings=False, init="xavier")
+        model = tiny_model(
+            dev,
+            d_model=LM_D,
+            n_heads=h,
+            n_layers=1,
+            vocab_size=len(vocab),
+            max_seq_len=LM_T,
+            tie_embeddings=False,
+            init="xavier",
+        )
         if h == 1:
-            out["ent_lm_init"] = attention_entropy(_weights(model, {"input_ids": val_batches[0]["input_ids"]}),
-                                               7, LM_T).mean().item()
+            out["ent_lm_init"] = (
+                attention_entropy(_weights(model, {"input_ids": val_batches[0]["input_ids"]}), 7, LM_T).mean().item()
+            )
         g = torch.Generator().manual_seed(seed)
         fit(model, cast(Batches, lambda _s, g=g: lm_batch(train, LM_T, lm_bs, g)), lm_steps, lr=3e-3)
         out[f"lm_val_h{h}"] = _mean_loss(model, val_batches)
@@ -192,8 +209,9 @@ def head_count(trial: Trial) -> dict[str, float]:
     out["lm_h4_prev_char_mass"] = lm_prof[4][prev, 1].item()
     with ablate_head(lm[4].stack.blocks[0].attn, prev):
         out["lm_h4_prev_head_ablation_dloss"] = _mean_loss(lm[4], val_batches) - out["lm_val_h4"]
-    times = _step_time(lm, lm_batch(train, LM_T, 32, torch.Generator().manual_seed(5), dev),
-                       budget(trial.preset, 2, 20, 40))
+    times = _step_time(
+        lm, lm_batch(train, LM_T, 32, torch.Generator().manual_seed(5), dev), budget(trial.preset, 2, 20, 40)
+    )
     out.update({f"lm_step_ms_h{h}": 1000 * t for h, t in times.items()})
     out["time_ratio_h8_vs_h1"] = times[8] / times[1]
     best_ge32 = min(out["lm_val_h1"], out["lm_val_h2"])
@@ -208,14 +226,27 @@ def head_count(trial: Trial) -> dict[str, float]:
     cls = {}
     for h in CLS_HEADS:
         torch.manual_seed(100 * seed + 20 + h)
-        model = build(ModelConfig(architecture="classifier", vocab_size=v_size, d_model=LM_D, n_heads=h,
-                                  n_layers=1, max_seq_len=CLS_T, pooling="mean", num_labels=2, dropout=0.0,
-                                  init="xavier"), dev)
+        model = build(
+            ModelConfig(
+                architecture="classifier",
+                vocab_size=v_size,
+                d_model=LM_D,
+                n_heads=h,
+                n_layers=1,
+                max_seq_len=CLS_T,
+                pooling="mean",
+                num_labels=2,
+                dropout=0.0,
+                init="xavier",
+            ),
+            dev,
+        )
         g = torch.Generator().manual_seed(seed)
 
         def batch(_s, g=g):
             j = torch.randint(0, n_train, (32,), generator=g, device="cpu")
             return {"input_ids": tr[0][j], "attention_mask": tr[1][j], "labels": tr[2][j]}
+
         fit_decayed(model, batch, cls_steps, lr=2e-3)
         cls[h] = (100 * _cls_accuracy(model, train_eval_cls), 100 * _cls_accuracy(model, va))
         out[f"cls_acc_h{h}"] = cls[h][1]
@@ -248,15 +279,23 @@ def _draw_heads(trial, out, pair, lm_ent, lm_prof, drops, head_for):
             ax.text(x0 + (h - 1) / 2, 1.03, f"h={h}", ha="center", fontsize=8)
             x0 += h + 1
         ax.axhline(1.0, color="k", ls="--", lw=0.8)
-        ax.set(ylim=(0, 1.12), xticks=[], ylabel="entropy / log(#visible keys)",
-               title="Char LM (Shakespeare): entropy of each head\n1 = uniform (diffuse), 0 = one key")
+        ax.set(
+            ylim=(0, 1.12),
+            xticks=[],
+            ylabel="entropy / log(#visible keys)",
+            title="Char LM (Shakespeare): entropy of each head\n1 = uniform (diffuse), 0 = one key",
+        )
         ax = axes[1]
         e1, e4 = pair[1]["entropy"].numpy(), pair[4]["entropy"].numpy()
         ax.bar([0], e1, color="C0")
         ax.bar(np.arange(2, 6), e4, color="C1")
         ax.axhline(1.0, color="k", ls="--", lw=0.8)
-        ax.set(ylim=(0, 1.12), xticks=[0, 2, 3, 4, 5], xticklabels=["h=1", "h4:0", "h4:1", "h4:2", "h4:3"],
-               title="Ordered-pair task: entropy of each head")
+        ax.set(
+            ylim=(0, 1.12),
+            xticks=[0, 2, 3, 4, 5],
+            xticklabels=["h=1", "h4:0", "h4:1", "h4:2", "h4:3"],
+            title="Ordered-pair task: entropy of each head",
+        )
         ax = axes[2]
         accs = [out["acc_pair_h1"], out["acc_pair_h4"]]
         ax.bar(["1 head", "4 heads"], accs, color=["C0", "C1"])
@@ -270,22 +309,34 @@ def _draw_heads(trial, out, pair, lm_ent, lm_prof, drops, head_for):
         rows = torch.cat([pair[1]["profile"][:, :6], pair[4]["profile"][:, :6]])
         rows = torch.cat([rows, (1 - rows.sum(-1, keepdim=True)).clamp_min(0)], dim=-1).numpy()
         heatmap(ax, rows, label_above=0.05)
-        ax.set(xticks=range(7), xticklabels=[*map(str, range(6)), "other"], xlabel="offset (key = query − offset)",
-               yticks=range(5),
-               yticklabels=["h=1", "h4: head 0", "head 1", "head 2", "head 3"],
-               title="Ordered pairs: attention mass by offset\n(the task needs offsets 1 and 3)")
+        ax.set(
+            xticks=range(7),
+            xticklabels=[*map(str, range(6)), "other"],
+            xlabel="offset (key = query − offset)",
+            yticks=range(5),
+            yticklabels=["h=1", "h4: head 0", "head 1", "head 2", "head 3"],
+            title="Ordered pairs: attention mass by offset\n(the task needs offsets 1 and 3)",
+        )
         ax = axes[4]
         prof = torch.cat([lm_prof[4], (1 - lm_prof[4].sum(-1, keepdim=True)).clamp_min(0)], dim=-1).numpy()
         heatmap(ax, prof, label_above=0.1)
-        ax.set(xticks=range(prof.shape[1]), xticklabels=[*map(str, range(prof.shape[1] - 1)), "≥9"],
-               xlabel="offset (0 = itself, 1 = previous character)",
-               yticks=range(4), yticklabels=[f"head {i}" for i in range(4)],
-               title="Char LM, 4 heads: attention mass by offset")
+        ax.set(
+            xticks=range(prof.shape[1]),
+            xticklabels=[*map(str, range(prof.shape[1] - 1)), "≥9"],
+            xlabel="offset (0 = itself, 1 = previous character)",
+            yticks=range(4),
+            yticklabels=[f"head {i}" for i in range(4)],
+            title="Char LM, 4 heads: attention mass by offset",
+        )
         ax = axes[5]
         colors = ["C2" if i == head_for[1] else "C3" if i == head_for[3] else "gray" for i in range(4)]
         ax.bar([f"head {i}" for i in range(4)], [100 * d for d in drops], color=colors)
-        ax.set(ylabel="relative accuracy drop (%)", ylim=(0, 105),
-               title="Ordered pairs, 4 heads: zero one head\n(green: offset-1 head, red: offset-3 head)")
+        ax.set(
+            ylabel="relative accuracy drop (%)",
+            ylim=(0, 105),
+            title="Ordered pairs, 4 heads: zero one head\n(green: offset-1 head, red: offset-3 head)",
+        )
+
     figure(path, draw, grid=(2, 3), size=(15, 8.5))
 
 
@@ -295,19 +346,32 @@ def _draw_head_count(trial, out):
     def draw(axes):
         dks = [LM_D // h for h in LM_HEADS]
         axes[0].plot(dks, [out[f"lm_val_h{h}"] for h in LM_HEADS], "o-")
-        axes[0].set(xscale="log", xticks=dks, xticklabels=[f"{d}\n(h={LM_D // d})" for d in dks],
-                    xlabel="d_k (heads) at d_model = 64", ylabel="validation loss (nats/char)",
-                    title="Char LM: loss vs head size")
+        axes[0].set(
+            xscale="log",
+            xticks=dks,
+            xticklabels=[f"{d}\n(h={LM_D // d})" for d in dks],
+            xlabel="d_k (heads) at d_model = 64",
+            ylabel="validation loss (nats/char)",
+            title="Char LM: loss vs head size",
+        )
         cdks = [LM_D // h for h in CLS_HEADS]
         axes[1].plot(cdks, [out[f"cls_acc_h{h}"] for h in CLS_HEADS], "o-", label="validation")
         axes[1].plot(cdks, [out[f"cls_acc_h{h}"] + out[f"cls_gap_h{h}"] for h in CLS_HEADS], "s--", label="train")
-        axes[1].set(xscale="log", xticks=cdks, xticklabels=[f"{d}\n(h={LM_D // d})" for d in cdks],
-                    xlabel="d_k (heads)", ylabel="accuracy (%)",
-                    title="Sentiment (zh), 2000 training reviews:\ntrain vs validation accuracy")
+        axes[1].set(
+            xscale="log",
+            xticks=cdks,
+            xticklabels=[f"{d}\n(h={LM_D // d})" for d in cdks],
+            xlabel="d_k (heads)",
+            ylabel="accuracy (%)",
+            title="Sentiment (zh), 2000 training reviews:\ntrain vs validation accuracy",
+        )
         axes[1].legend(fontsize=8)
         axes[2].bar([f"h={h}" for h in LM_HEADS], [out[f"lm_step_ms_h{h}"] for h in LM_HEADS])
-        axes[2].set(ylabel="ms per forward+backward", title="Time per training step at d_model = 64\n(CPU, best of "
-                    "interleaved repeats)")
+        axes[2].set(
+            ylabel="ms per forward+backward",
+            title="Time per training step at d_model = 64\n(CPU, best of interleaved repeats)",
+        )
         for ax in axes[:2]:
             ax.minorticks_off()
+
     figure(path, draw, grid=(1, 3), size=(14, 4.2))

@@ -46,21 +46,32 @@ def _fill_grid(g: torch.Generator, device: str = "cpu") -> dict:
             if fill == "zero after softmax":
                 p = (s.softmax(-1) * mask).float()
             else:
-                value = {"-inf": float("-inf"), "-1e9": -1e9, "-1e4": -1e4,
-                         "finfo.min": torch.finfo(dtype).min}[fill]
+                value = {"-inf": float("-inf"), "-1e9": -1e9, "-1e4": -1e4, "finfo.min": torch.finfo(dtype).min}[fill]
                 try:
                     p = s.masked_fill(~mask, value).softmax(-1).float()
                 except RuntimeError as err:
-                    grid[(fill, dname)] = {"error": str(err).split(" without")[0], "leak": float("nan"),
-                                           "sum": float("nan"), "full": "error", "pad_mass": float("nan")}
+                    grid[(fill, dname)] = {
+                        "error": str(err).split(" without")[0],
+                        "leak": float("nan"),
+                        "sum": float("nan"),
+                        "full": "error",
+                        "pad_mass": float("nan"),
+                    }
                     continue
             hidden = p[ordinary].masked_fill(mask[ordinary], 0.0)
             cell["leak"] = hidden.max().item()
             cell["sum"] = p[ordinary].sum(-1).mean().item()
             last = p[-1]
             cell["pad_mass"] = last.sum().item()
-            cell["full"] = ("NaN" if torch.isnan(last).any() else "zeros" if last.abs().max() == 0
-                            else "uniform" if (last - 1 / keys).abs().max() < 1e-2 else "other")
+            cell["full"] = (
+                "NaN"
+                if torch.isnan(last).any()
+                else "zeros"
+                if last.abs().max() == 0
+                else "uniform"
+                if (last - 1 / keys).abs().max() < 1e-2
+                else "other"
+            )
             grid[(fill, dname)] = cell
     return grid
 
@@ -107,7 +118,7 @@ def _greedy(model, prompts: torch.Tensor, new: int) -> torch.Tensor:
         for _ in range(new):
             nxt = model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)
             ids = torch.cat([ids, nxt], dim=1)
-    return ids[:, prompts.shape[1]:]
+    return ids[:, prompts.shape[1] :]
 
 
 def _left_padded(data: torch.Tensor, g: torch.Generator, t: int = 16, device: str = "cpu"):
@@ -118,8 +129,8 @@ def _left_padded(data: torch.Tensor, g: torch.Generator, t: int = 16, device: st
         alone = []
         for i, n in enumerate(lengths):
             s = int(torch.randint(0, len(data) - n, (1,), generator=g))
-            ids[i, t - n:], mask[i, t - n:] = data[s:s + n], 1
-            alone.append(data[s:s + n][None].to(device))
+            ids[i, t - n :], mask[i, t - n :] = data[s : s + n], 1
+            alone.append(data[s : s + n][None].to(device))
     return ids.to(device), mask.to(device), alone
 
 
@@ -129,8 +140,9 @@ def _leftpad_stats(model, ids, mask, alone) -> tuple[float, float]:
         logits = model(input_ids=ids, attention_mask=mask).logits  # (B, T, V)
         real = logits[mask.bool()]
         nan = torch.isnan(real).float().mean().item()
-        diff = max((logits[i, -a.shape[1]:] - model(input_ids=a).logits[0]).abs().max().item()
-                   for i, a in enumerate(alone))
+        diff = max(
+            (logits[i, -a.shape[1] :] - model(input_ids=a).logits[0]).abs().max().item() for i, a in enumerate(alone)
+        )
     return nan, diff
 
 
@@ -156,17 +168,22 @@ def mask_fills(trial: Trial) -> dict[str, float]:
     params: dict[str, Any]  # keyword arguments of one pitfall
     for arm, fault, params in (("inf", "inf_fill_no_guard", {}), ("1e9", "finite_mask_fill", {"fill": -1e9})):
         torch.manual_seed(100 * trial.seed + 3)
-        model = tiny_model(dev, d_model=budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"]),
-                           n_heads=budget(trial.preset, 2, 2, 2, POST_SIZES["n_heads"]),
-                           n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]), vocab_size=len(vocab),
-                           max_seq_len=LM_T,
-                           tie_embeddings=False)
+        model = tiny_model(
+            dev,
+            d_model=budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"]),
+            n_heads=budget(trial.preset, 2, 2, 2, POST_SIZES["n_heads"]),
+            n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]),
+            vocab_size=len(vocab),
+            max_seq_len=LM_T,
+            tie_embeddings=False,
+        )
         undo[arm] = pitfalls.apply(model, fault, **params)
         gb = torch.Generator().manual_seed(trial.seed)
         fit(model, cast(Batches, lambda _s, gb=gb: lm_batch(train, LM_T, 32, gb)), steps, lr=3e-3)
         models[arm] = model
-    out["c20_param_maxdiff"] = max((a - b).abs().max().item() for a, b in
-                                   zip(models["inf"].parameters(), models["1e9"].parameters()))
+    out["c20_param_maxdiff"] = max(
+        (a - b).abs().max().item() for a, b in zip(models["inf"].parameters(), models["1e9"].parameters())
+    )
     prompts = lm_batch(val, 8, 8, torch.Generator().manual_seed(50 + trial.seed), dev)["input_ids"]
     gen = {arm: _greedy(m, prompts, LM_T - 8) for arm, m in models.items()}
     out["c20_gen_agreement"] = (gen["inf"] == gen["1e9"]).float().mean().item()
@@ -220,8 +237,13 @@ def _draw_masks(trial, grid, out):
         import numpy as np
 
         full_colour = {"zeros": 0.0, "uniform": 0.6, "NaN": 1.0, "error": 1.0, "other": 0.6}
-        full_text = {"zeros": "all 0", "uniform": "uniform over\nthe padding", "NaN": "NaN", "error": "error",
-                     "other": "other"}
+        full_text = {
+            "zeros": "all 0",
+            "uniform": "uniform over\nthe padding",
+            "NaN": "NaN",
+            "error": "error",
+            "other": "other",
+        }
         for ax, panel in zip(axes[:2], ("ordinary", "full")):
             colours = np.zeros((len(FILLS), len(DTYPES)))
             for i, fill in enumerate(FILLS):
@@ -234,19 +256,33 @@ def _draw_masks(trial, grid, out):
                         text = full_text[cell["full"]]
                     ax.text(j, i, text, ha="center", va="center", fontsize=7.5)
             ax.imshow(colours, cmap="RdYlGn_r", vmin=-0.8, vmax=1.4, aspect="auto")
-            ax.set(xticks=range(len(DTYPES)), xticklabels=list(DTYPES), yticks=range(len(FILLS)),
-                   yticklabels=[f"fill {f}" if f != "zero after softmax" else "zero AFTER softmax" for f in FILLS])
-            ax.set_title("A row that sees ≥ 1 real key:\nprobability left on hidden keys" if panel == "ordinary"
-                         else "A row that sees NO key (all padding):\nwhat softmax returns", fontsize=10)
+            ax.set(
+                xticks=range(len(DTYPES)),
+                xticklabels=list(DTYPES),
+                yticks=range(len(FILLS)),
+                yticklabels=[f"fill {f}" if f != "zero after softmax" else "zero AFTER softmax" for f in FILLS],
+            )
+            ax.set_title(
+                "A row that sees ≥ 1 real key:\nprobability left on hidden keys"
+                if panel == "ordinary"
+                else "A row that sees NO key (all padding):\nwhat softmax returns",
+                fontsize=10,
+            )
         ax = axes[2]
         labels = ["library\n(-inf + guard)", "-inf,\nno guard", "-1e9"]
         vals = [out["leftpad_nan_library"], out["leftpad_nan_inf_noguard"], out["leftpad_nan_1e9"]]
         ax.bar(labels, [100 * v for v in vals], color=["C2", "C3", "C1"])
         for i, v in enumerate(vals):
             ax.text(i, 100 * v + 2, f"{100 * v:.0f}%", ha="center")
-        ax.set(ylim=(0, 110), ylabel="real-token logits that are NaN (%)",
-               title="2-layer LM, left-padded batch (fp32)")
-        ax.text(1, 88, f"-inf vs -1e9 trained from one seed:\nmax |Δ weight| = {out['c20_param_maxdiff']:.1g}\ngreedy "
-                         f"tokens identical: {100 * out['c20_gen_agreement']:.0f}%",
-                ha="center", fontsize=8, bbox={"facecolor": "white", "alpha": 0.8})
+        ax.set(ylim=(0, 110), ylabel="real-token logits that are NaN (%)", title="2-layer LM, left-padded batch (fp32)")
+        ax.text(
+            1,
+            88,
+            f"-inf vs -1e9 trained from one seed:\nmax |Δ weight| = {out['c20_param_maxdiff']:.1g}\ngreedy "
+            f"tokens identical: {100 * out['c20_gen_agreement']:.0f}%",
+            ha="center",
+            fontsize=8,
+            bbox={"facecolor": "white", "alpha": 0.8},
+        )
+
     figure(path, draw, grid=(1, 3), size=(16, 5))

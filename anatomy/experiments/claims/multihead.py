@@ -38,25 +38,39 @@ STALL = 0.05  # C8: nats: an improvement below this after the first quarter of t
 @experiment("head-parameters")
 def head_parameters(trial):
     """Parameters of one attention layer at D=512 for h in {1, 8, 64}: the projections do not depend on h."""
-    counts = {h: sum(p.numel() for p in on(trial.device, MultiHeadAttention, d_model=512, n_heads=h).parameters())
-              for h in (1, 8, 64)}
+    counts = {
+        h: sum(p.numel() for p in on(trial.device, MultiHeadAttention, d_model=512, n_heads=h).parameters())
+        for h in (1, 8, 64)
+    }
 
     def draw(ax):
         ax.bar([str(h) for h in counts], list(counts.values()))
         ax.set(xlabel="heads h (D = 512)", ylabel="parameters", title="Attention parameters vs number of heads")
+
     figure(trial.figure_path("C4-head-parameters"), draw)
-    return {"params_h1": counts[1], "params_h8": counts[8], "params_h64": counts[64],
-            "relative_increase_h64_vs_h1": counts[64] / counts[1] - 1}
+    return {
+        "params_h1": counts[1],
+        "params_h8": counts[8],
+        "params_h64": counts[64],
+        "relative_increase_h64_vs_h1": counts[64] / counts[1] - 1,
+    }
 
 
-claim("C4-multihead-parameters", experiment="head-parameters",
-      metrics=("params_h1", "params_h8", "params_h64", "relative_increase_h64_vs_h1"),
-      rule_text=f"supported if the relative parameter change from h=1 to h=64 at D=512 is below {SAME_PARAMS:.0%}; "
-                "the expressiveness half of the claim is measured by C2/C12.")(holds_on_every_seed(
-    "relative_increase_h64_vs_h1", lambda v: abs(v) < SAME_PARAMS,
-    "Going from 1 to 64 heads at D=512 changes the parameter count by {value} (relative): the heads split the same "
-    "projections, they do not add any.",
-    "在 D=512 时从 1 个头到 64 个头，参数量的相对变化为 {value}：多个头切分同一组投影，并不增加参数。"))
+claim(
+    "C4-multihead-parameters",
+    experiment="head-parameters",
+    metrics=("params_h1", "params_h8", "params_h64", "relative_increase_h64_vs_h1"),
+    rule_text=f"supported if the relative parameter change from h=1 to h=64 at D=512 is below {SAME_PARAMS:.0%}; "
+    "the expressiveness half of the claim is measured by C2/C12.",
+)(
+    holds_on_every_seed(
+        "relative_increase_h64_vs_h1",
+        lambda v: abs(v) < SAME_PARAMS,
+        "Going from 1 to 64 heads at D=512 changes the parameter count by {value} (relative): the heads split the same "
+        "projections, they do not add any.",
+        "在 D=512 时从 1 个头到 64 个头，参数量的相对变化为 {value}：多个头切分同一组投影，并不增加参数。",
+    )
+)
 
 
 @experiment("dot-product-variance")
@@ -82,51 +96,71 @@ def dot_product_variance(trial):
         ax.axvline(-8, color="k", ls=":")
         ax.legend()
         ax.set(title="Dot products of random unit-variance vectors", xlabel="value")
+
     figure(trial.figure_path("C5-dot-product-variance"), draw)
     return out
 
 
-@claim("C5-dot-variance", experiment="dot-product-variance",
-       metrics=("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256", "frac_beyond_8_dk64"),
-       rule_text=f"supported if Var(q·k)/d_k is within {UNIT_VARIANCE:.0%} of 1 for every d_k and at least "
-                 f"{BEYOND_8:.0%} of the dot products exceed ±8 at d_k=64; nuanced if the variance holds but fewer "
-                 "exceed ±8; refuted otherwise.")
+@claim(
+    "C5-dot-variance",
+    experiment="dot-product-variance",
+    metrics=("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256", "frac_beyond_8_dk64"),
+    rule_text=f"supported if Var(q·k)/d_k is within {UNIT_VARIANCE:.0%} of 1 for every d_k and at least "
+    f"{BEYOND_8:.0%} of the dot products exceed ±8 at d_k=64; nuanced if the variance holds but fewer "
+    "exceed ±8; refuted otherwise.",
+)
 def _c5(ms):
     from anatomy.experiments.registry import Verdict
 
-    ratios_ok = all(abs(v - 1) < UNIT_VARIANCE for k in ("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256")
-                    for v in ms[k].values)
+    ratios_ok = all(
+        abs(v - 1) < UNIT_VARIANCE
+        for k in ("var_ratio_dk16", "var_ratio_dk64", "var_ratio_dk256")
+        for v in ms[k].values
+    )
     beyond = ms["frac_beyond_8_dk64"]
     if ratios_ok and min(beyond.values) >= BEYOND_8:
-        return Verdict("supported", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64, and {beyond.fmt()} of the "
-                       "dot products lie beyond ±8 (one standard deviation).",
-                       f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}，{beyond.fmt()} 的点积超出 ±8（一个标"
-                       "准差）。")
+        return Verdict(
+            "supported",
+            f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64, and {beyond.fmt()} of the "
+            "dot products lie beyond ±8 (one standard deviation).",
+            f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}，{beyond.fmt()} 的点积超出 ±8（一个标准差）。",
+        )
     if ratios_ok:
-        return Verdict("nuanced", f"The variance is ≈ d_k ({ms['var_ratio_dk64'].fmt()} × d_k), but only "
-                       f"{beyond.fmt()} of the values exceed ±8 (fewer than {BEYOND_8:.0%} on some seed).",
-                       f"方差约等于 d_k（{ms['var_ratio_dk64'].fmt()} 倍），但只有 {beyond.fmt()} 超出 ±8"
-                       f"（某个种子上不到 {BEYOND_8:.0%}）。")
-    return Verdict("refuted", f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64: not within {UNIT_VARIANCE:.0%} "
-                   "of 1 for every d_k.",
-                   f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}：并非每个 d_k 都在 1 的 {UNIT_VARIANCE:.0%} "
-                   "以内。")
+        return Verdict(
+            "nuanced",
+            f"The variance is ≈ d_k ({ms['var_ratio_dk64'].fmt()} × d_k), but only "
+            f"{beyond.fmt()} of the values exceed ±8 (fewer than {BEYOND_8:.0%} on some seed).",
+            f"方差约等于 d_k（{ms['var_ratio_dk64'].fmt()} 倍），但只有 {beyond.fmt()} 超出 ±8"
+            f"（某个种子上不到 {BEYOND_8:.0%}）。",
+        )
+    return Verdict(
+        "refuted",
+        f"Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()} at d_k=64: not within {UNIT_VARIANCE:.0%} of 1 for every d_k.",
+        f"d_k=64 时 Var(q·k)/d_k = {ms['var_ratio_dk64'].fmt()}：并非每个 d_k 都在 1 的 {UNIT_VARIANCE:.0%} 以内。",
+    )
 
 
-claim("C6-scaling-restores-unit-variance", experiment="dot-product-variance",
-      metrics=("scaled_var_dk16", "scaled_var_dk64", "scaled_var_dk256"),
-      rule_text=f"supported if Var(q·k/sqrt(d_k)) at d_k=64 is within {UNIT_VARIANCE:.0%} of 1 on every seed (iid "
-                "unit-variance inputs); refuted if on none; inconclusive otherwise.")(holds_on_every_seed(
-    "scaled_var_dk64", lambda v: abs(v - 1) < UNIT_VARIANCE,
-    "With iid unit-variance entries, Var(q·k / sqrt(d_k)) = {value} at d_k=64 (≈ 1 for every d_k tested).",
-    "q、k 各分量独立且方差为 1 时，d_k=64 的 Var(q·k/sqrt(d_k)) = {value}（≈1）。"))
+claim(
+    "C6-scaling-restores-unit-variance",
+    experiment="dot-product-variance",
+    metrics=("scaled_var_dk16", "scaled_var_dk64", "scaled_var_dk256"),
+    rule_text=f"supported if Var(q·k/sqrt(d_k)) at d_k=64 is within {UNIT_VARIANCE:.0%} of 1 on every seed (iid "
+    "unit-variance inputs); refuted if on none; inconclusive otherwise.",
+)(
+    holds_on_every_seed(
+        "scaled_var_dk64",
+        lambda v: abs(v - 1) < UNIT_VARIANCE,
+        "With iid unit-variance entries, Var(q·k / sqrt(d_k)) = {value} at d_k=64 (≈ 1 for every d_k tested).",
+        "q、k 各分量独立且方差为 1 时，d_k=64 的 Var(q·k/sqrt(d_k)) = {value}（≈1）。",
+    )
+)
 
 
 # =============================================================================================================
 # softmax-saturation (C7): how peaked softmax gets, and how much gradient passes it, with and without 1/sqrt(d_k)
 # =============================================================================================================
 
-SAT_DK = (16, 32, 64, 128)          # real model: d_model = 128, h = 8, 4, 2, 1
+SAT_DK = (16, 32, 64, 128)  # real model: d_model = 128, h = 8, 4, 2, 1
 SAT_FACTORS = (1, 2, 5, 10, 20, 50)  # init scale on the attention projections (the bug zoo's large_init_scale)
 MC_DK, MC_KEYS = (16, 64, 256), 32
 TORCH_INIT_FACTOR = (3 * 128) ** -0.5 / 0.02  # nn.Linear's default std at fan-in 128 relative to std 0.02
@@ -142,8 +176,9 @@ def _softmax_stats(scores: torch.Tensor) -> torch.Tensor:
     return torch.stack([top.sum(), jac.sum(), (top > 0.99).double().sum()])
 
 
-def _monte_carlo(dk: int, n: int, g: torch.Generator, chunk: int = 1000,
-                 device: str = "cpu") -> dict[str, tuple[float, float, float]]:
+def _monte_carlo(
+    dk: int, n: int, g: torch.Generator, chunk: int = 1000, device: str = "cpu"
+) -> dict[str, tuple[float, float, float]]:
     """Means of ``_softmax_stats`` over ``n`` query rows, each against 32 keys, q and k with iid N(0, 1) entries
     (drawn in chunks so that memory stays small at d_k = 256)."""
     totals = {tag: torch.zeros(3, dtype=torch.float64, device=device) for tag in ("unscaled", "scaled")}
@@ -162,8 +197,9 @@ def _monte_carlo(dk: int, n: int, g: torch.Generator, chunk: int = 1000,
 def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool, device: str = "cpu"):
     torch.manual_seed(seed)
     with cpu_draws():  # every init on the CPU's generator, then moved
-        model = tiny_model(d_model=128, n_heads=128 // dk, n_layers=1, vocab_size=vocab, max_seq_len=LM_T,
-                           tie_embeddings=False)
+        model = tiny_model(
+            d_model=128, n_heads=128 // dk, n_layers=1, vocab_size=vocab, max_seq_len=LM_T, tie_embeddings=False
+        )
         if torch_init:
             stack: Any = model.stack
             for m in stack.blocks[0].attn.modules():
@@ -172,8 +208,9 @@ def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool, device: str
     return model.to(device)
 
 
-@experiment("softmax-saturation", units={"real_gradq_ratio_dk64_torchinit": "×",
-                                         "real_passthrough_ratio_dk64_torchinit": "×"})
+@experiment(
+    "softmax-saturation", units={"real_gradq_ratio_dk64_torchinit": "×", "real_passthrough_ratio_dk64_torchinit": "×"}
+)
 def softmax_saturation(trial):
     """Monte-Carlo softmax on unit-variance q, k; then a real 1-layer LM at initialisation across d_k and init scale."""
     g = torch.Generator().manual_seed(trial.seed)
@@ -187,8 +224,9 @@ def softmax_saturation(trial):
     out["mc_onehot_rows_unscaled_dk64"] = mc[64]["unscaled"][2]
 
     train, val, vocab = char_corpus("shakespeare")
-    batch = lm_batch(val, LM_T, budget(trial.preset, 4, 8, 16), torch.Generator().manual_seed(1000 + trial.seed),
-                     trial.device)
+    batch = lm_batch(
+        val, LM_T, budget(trial.preset, 4, 8, 16), torch.Generator().manual_seed(1000 + trial.seed), trial.device
+    )
     real = {}
     for dk in SAT_DK:
         model = _model_at_init(dk, len(vocab), trial.seed, torch_init=False, device=trial.device)
@@ -224,17 +262,28 @@ def _draw_saturation(trial, mc, real, uniform):
     def by_factor(ax, key):  # the real LM's ``key`` against the init factor: one colour per d_k, scaled vs not
         for i, dk in enumerate(SAT_DK):
             for scaled, style, tag in ((True, "o-", "scaled"), (False, "x--", "unscaled")):
-                ax.plot(SAT_FACTORS, [real[(dk, f, scaled)][key] for f in SAT_FACTORS], style, color=f"C{i}",
-                        label=f"d_k={dk} {tag}")
+                ax.plot(
+                    SAT_FACTORS,
+                    [real[(dk, f, scaled)][key] for f in SAT_FACTORS],
+                    style,
+                    color=f"C{i}",
+                    label=f"d_k={dk} {tag}",
+                )
 
     def draw(axes):
         ax = axes[0]
         for tag, c in (("scaled", "C0"), ("unscaled", "C3")):
             ax.plot(MC_DK, [mc[d][tag][0] for d in MC_DK], "o-", color=c, label=f"max p, {tag}")
             ax.plot(MC_DK, [mc[d][tag][1] for d in MC_DK], "s--", color=c, label=f"‖softmax Jacobian‖, {tag}")
-        ax.set(xscale="log", xticks=MC_DK, xticklabels=[str(d) for d in MC_DK], xlabel="d_k", ylim=(0, 1.02),
-               title=f"Unit-variance q, k (the post's premise), {MC_KEYS} keys\nsolid: largest weight; dashed: "
-                     "gradient pass-through")
+        ax.set(
+            xscale="log",
+            xticks=MC_DK,
+            xticklabels=[str(d) for d in MC_DK],
+            xlabel="d_k",
+            ylim=(0, 1.02),
+            title=f"Unit-variance q, k (the post's premise), {MC_KEYS} keys\nsolid: largest weight; dashed: "
+            "gradient pass-through",
+        )
         ax.minorticks_off()
         ax.legend(fontsize=7)
         ax = axes[1]
@@ -243,95 +292,175 @@ def _draw_saturation(trial, mc, real, uniform):
         ax.text(SAT_FACTORS[-2], uniform + 0.015, "uniform", fontsize=7, color="gray")
         ax.axvline(TORCH_INIT_FACTOR, color="k", ls=":", lw=1)
         ax.text(TORCH_INIT_FACTOR * 1.05, 0.9, "PyTorch default\nnn.Linear init", fontsize=7)
-        ax.set(xscale="log", xlabel="init scale × (std 0.02 → 0.02·factor)", ylabel="mean max attention prob",
-               ylim=(0, 1.02), title="Real 1-layer LM at step 0 (q, k, v, o weights × factor):\nhow one-hot is "
-                                     "the attention?")
+        ax.set(
+            xscale="log",
+            xlabel="init scale × (std 0.02 → 0.02·factor)",
+            ylabel="mean max attention prob",
+            ylim=(0, 1.02),
+            title="Real 1-layer LM at step 0 (q, k, v, o weights × factor):\nhow one-hot is the attention?",
+        )
         ax.legend(fontsize=6, ncol=2, loc="lower right")
         ax = axes[2]
         by_factor(ax, "passthrough")
-        ax.set(xscale="log", yscale="log", xlabel="init scale ×",
-               ylabel="‖∂loss/∂scores‖ / ‖∂loss/∂weights‖",
-               title="Gradient the softmax lets through at step 0\n(falls as the attention turns one-hot)")
+        ax.set(
+            xscale="log",
+            yscale="log",
+            xlabel="init scale ×",
+            ylabel="‖∂loss/∂scores‖ / ‖∂loss/∂weights‖",
+            title="Gradient the softmax lets through at step 0\n(falls as the attention turns one-hot)",
+        )
         ax.legend(fontsize=6, ncol=2)
+
     figure(path, draw, grid=(1, 3), size=(16, 4.8))
 
 
-C7_RULE = Ladder((
-    Case("refuted", f"unit-variance q, k at d_k=64 give a mean max-probability < {SATURATED} without the scale (no "
-         "saturation)", f"d_k=64、q、k 方差为 1 时不缩放的平均最大概率 < {SATURATED}（没有饱和）",
-         lambda mc_max, jac, real_max: mc_max < SATURATED),
-    Case("supported", f"it is ≥ {SATURATED}, the softmax Jacobian norm drops to ≤ {GRAD_GONE} of the scaled one "
-         f"(gradient ≈ 0) and a real LM at PyTorch's default init also saturates (≥ {SATURATED})",
-         f"平均最大概率 ≥ {SATURATED}，softmax 雅可比范数降到缩放时的 {GRAD_GONE} 以下（梯度≈0），且真实模型在默认"
-         f"初始化下也饱和（≥ {SATURATED}）",
-         lambda mc_max, jac, real_max: jac <= GRAD_GONE and real_max >= SATURATED),
-), otherwise="nuanced", otherwise_en=f"the softmax saturates (≥ {SATURATED}), but its Jacobian keeps more than "
-   f"{GRAD_GONE} of the scaled norm or the real LM does not saturate",
-   otherwise_zh=f"softmax 饱和（≥ {SATURATED}），但雅可比范数保持在缩放时的 {GRAD_GONE} 以上，或真实模型没有饱和")
+C7_RULE = Ladder(
+    (
+        Case(
+            "refuted",
+            f"unit-variance q, k at d_k=64 give a mean max-probability < {SATURATED} without the scale (no saturation)",
+            f"d_k=64、q、k 方差为 1 时不缩放的平均最大概率 < {SATURATED}（没有饱和）",
+            lambda mc_max, jac, real_max: mc_max < SATURATED,
+        ),
+        Case(
+            "supported",
+            f"it is ≥ {SATURATED}, the softmax Jacobian norm drops to ≤ {GRAD_GONE} of the scaled one "
+            f"(gradient ≈ 0) and a real LM at PyTorch's default init also saturates (≥ {SATURATED})",
+            f"平均最大概率 ≥ {SATURATED}，softmax 雅可比范数降到缩放时的 {GRAD_GONE} 以下（梯度≈0），且真实模型在默认"
+            f"初始化下也饱和（≥ {SATURATED}）",
+            lambda mc_max, jac, real_max: jac <= GRAD_GONE and real_max >= SATURATED,
+        ),
+    ),
+    otherwise="nuanced",
+    otherwise_en=f"the softmax saturates (≥ {SATURATED}), but its Jacobian keeps more than "
+    f"{GRAD_GONE} of the scaled norm or the real LM does not saturate",
+    otherwise_zh=f"softmax 饱和（≥ {SATURATED}），但雅可比范数保持在缩放时的 {GRAD_GONE} 以上，或真实模型没有饱和",
+)
 
 
-@claim("C7-unscaled-softmax-saturates", experiment="softmax-saturation",
-       metrics=("mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_onehot_rows_unscaled_dk64", "mc_jac_ratio_dk64",
-                "mc_jac_ratio_dk256", "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
-                "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
-                "real_score_std_unscaled_dk64_torchinit"),
-       rule_text=C7_RULE.text())
+@claim(
+    "C7-unscaled-softmax-saturates",
+    experiment="softmax-saturation",
+    metrics=(
+        "mc_maxp_unscaled_dk64",
+        "mc_maxp_scaled_dk64",
+        "mc_onehot_rows_unscaled_dk64",
+        "mc_jac_ratio_dk64",
+        "mc_jac_ratio_dk256",
+        "real_maxp_unscaled_dk64_torchinit",
+        "real_maxp_scaled_dk64_torchinit",
+        "real_gradq_ratio_dk64_torchinit",
+        "real_passthrough_ratio_dk64_torchinit",
+        "real_score_std_unscaled_dk64_torchinit",
+    ),
+    rule_text=C7_RULE.text(),
+)
 def _c7(ms) -> Verdict:
-    f = fmts(ms, "mc_maxp_unscaled_dk64", "mc_maxp_scaled_dk64", "mc_jac_ratio_dk64",
-                 "mc_jac_ratio_dk256", "mc_onehot_rows_unscaled_dk64",
-                 "real_maxp_unscaled_dk64_torchinit", "real_maxp_scaled_dk64_torchinit",
-                 "real_gradq_ratio_dk64_torchinit", "real_passthrough_ratio_dk64_torchinit",
-                 "real_score_std_unscaled_dk64_torchinit")
-    en = ("With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
-          f"{f['mc_maxp_unscaled_dk64']} (scaled: {f['mc_maxp_scaled_dk64']}) and {f['mc_onehot_rows_unscaled_dk64']} "
-          f"of the rows exceed 0.99; but the softmax Jacobian keeps {f['mc_jac_ratio_dk64']} of its scaled norm "
-          f"({f['mc_jac_ratio_dk256']} at d_k=256): the gradient shrinks, it does not vanish on average. In a real LM "
-          f"at PyTorch's default init the unscaled scores have std {f['real_score_std_unscaled_dk64_torchinit']}, the "
-          f"largest weight is {f['real_maxp_unscaled_dk64_torchinit']} (scaled "
-          f"{f['real_maxp_scaled_dk64_torchinit']}), the softmax passes {f['real_passthrough_ratio_dk64_torchinit']} "
-          f"of the scaled model's gradient and ‖∂L/∂W_q‖ is {f['real_gradq_ratio_dk64_torchinit']} the scaled one.")
-    zh = (f"q、k 各分量方差为 1、d_k=64（32 个键）时，不缩放的 softmax 最大权重平均 {f['mc_maxp_unscaled_dk64']}"
-          f"（缩放后 {f['mc_maxp_scaled_dk64']}），{f['mc_onehot_rows_unscaled_dk64']} 的行超过 0.99；但 softmax 的"
-          f"雅可比范数仍是缩放时的 {f['mc_jac_ratio_dk64']}（d_k=256 时 {f['mc_jac_ratio_dk256']}）：梯度变小，"
-          "但平均而言没有消失。真实语言模型在 PyTorch 默认初始化下，不缩放的分数标准差为 "
-          f"{f['real_score_std_unscaled_dk64_torchinit']}，最大权重 {f['real_maxp_unscaled_dk64_torchinit']}（缩放 "
-          f"{f['real_maxp_scaled_dk64_torchinit']}），softmax 放行的梯度是缩放模型的 "
-          f"{f['real_passthrough_ratio_dk64_torchinit']}，‖∂L/∂W_q‖ 为缩放时的 {f['real_gradq_ratio_dk64_torchinit']}"
-          "。")
+    f = fmts(
+        ms,
+        "mc_maxp_unscaled_dk64",
+        "mc_maxp_scaled_dk64",
+        "mc_jac_ratio_dk64",
+        "mc_jac_ratio_dk256",
+        "mc_onehot_rows_unscaled_dk64",
+        "real_maxp_unscaled_dk64_torchinit",
+        "real_maxp_scaled_dk64_torchinit",
+        "real_gradq_ratio_dk64_torchinit",
+        "real_passthrough_ratio_dk64_torchinit",
+        "real_score_std_unscaled_dk64_torchinit",
+    )
+    en = (
+        "With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
+        f"{f['mc_maxp_unscaled_dk64']} (scaled: {f['mc_maxp_scaled_dk64']}) and {f['mc_onehot_rows_unscaled_dk64']} "
+        f"of the rows exceed 0.99; but the softmax Jacobian keeps {f['mc_jac_ratio_dk64']} of its scaled norm "
+        f"({f['mc_jac_ratio_dk256']} at d_k=256): the gradient shrinks, it does not vanish on average. In a real LM "
+        f"at PyTorch's default init the unscaled scores have std {f['real_score_std_unscaled_dk64_torchinit']}, the "
+        f"largest weight is {f['real_maxp_unscaled_dk64_torchinit']} (scaled "
+        f"{f['real_maxp_scaled_dk64_torchinit']}), the softmax passes {f['real_passthrough_ratio_dk64_torchinit']} "
+        f"of the scaled model's gradient and ‖∂L/∂W_q‖ is {f['real_gradq_ratio_dk64_torchinit']} the scaled one."
+    )
+    zh = (
+        f"q、k 各分量方差为 1、d_k=64（32 个键）时，不缩放的 softmax 最大权重平均 {f['mc_maxp_unscaled_dk64']}"
+        f"（缩放后 {f['mc_maxp_scaled_dk64']}），{f['mc_onehot_rows_unscaled_dk64']} 的行超过 0.99；但 softmax 的"
+        f"雅可比范数仍是缩放时的 {f['mc_jac_ratio_dk64']}（d_k=256 时 {f['mc_jac_ratio_dk256']}）：梯度变小，"
+        "但平均而言没有消失。真实语言模型在 PyTorch 默认初始化下，不缩放的分数标准差为 "
+        f"{f['real_score_std_unscaled_dk64_torchinit']}，最大权重 {f['real_maxp_unscaled_dk64_torchinit']}（缩放 "
+        f"{f['real_maxp_scaled_dk64_torchinit']}），softmax 放行的梯度是缩放模型的 "
+        f"{f['real_passthrough_ratio_dk64_torchinit']}，‖∂L/∂W_q‖ 为缩放时的 {f['real_gradq_ratio_dk64_torchinit']}"
+        "。"
+    )
     lead = None
     if all(v > GRAD_GONE for v in ms["mc_jac_ratio_dk64"].values):
         lead = {"nuanced": ("Saturation, yes; gradients near zero, no.", "饱和成立；梯度接近零不成立。")}
     elif all(v < SATURATED for v in ms["real_maxp_unscaled_dk64_torchinit"].values):
-        lead = {"nuanced": ("Saturation with unit-variance q, k, but not in a real model at its default init.",
-                            "q、k 方差为 1 时会饱和，但真实模型在默认初始化下不会。")}
-    return seed_verdict(ms, ("mc_maxp_unscaled_dk64", "mc_jac_ratio_dk64", "real_maxp_unscaled_dk64_torchinit"),
-                        C7_RULE, en, zh, lead)
+        lead = {
+            "nuanced": (
+                "Saturation with unit-variance q, k, but not in a real model at its default init.",
+                "q、k 方差为 1 时会饱和，但真实模型在默认初始化下不会。",
+            )
+        }
+    return seed_verdict(
+        ms, ("mc_maxp_unscaled_dk64", "mc_jac_ratio_dk64", "real_maxp_unscaled_dk64_torchinit"), C7_RULE, en, zh, lead
+    )
 
 
-C8_RULE = Ladder((
-    Case("supported", f"the unscaled run improves by < {STALL} nats after the first quarter of training while the "
-         "scaled one does not stall", f"不缩放的模型在训练四分之一之后下降 < {STALL} nat，而缩放的模型没有卡住",
-         lambda progress_u, progress_s, gap: progress_u < STALL <= progress_s),
-    Case("nuanced", f"it keeps improving but ends > {STALL} nats worse (slower, not stuck)",
-         f"它仍在下降但最终差 {STALL} nat 以上（更慢，而非卡住）", lambda progress_u, progress_s, gap: gap > STALL),
-), otherwise="refuted", otherwise_en=f"the unscaled run neither stalls nor ends > {STALL} nats worse",
-   otherwise_zh=f"不缩放的模型既没有卡住，最终也没有差 {STALL} nat 以上")
+C8_RULE = Ladder(
+    (
+        Case(
+            "supported",
+            f"the unscaled run improves by < {STALL} nats after the first quarter of training while the "
+            "scaled one does not stall",
+            f"不缩放的模型在训练四分之一之后下降 < {STALL} nat，而缩放的模型没有卡住",
+            lambda progress_u, progress_s, gap: progress_u < STALL <= progress_s,
+        ),
+        Case(
+            "nuanced",
+            f"it keeps improving but ends > {STALL} nats worse (slower, not stuck)",
+            f"它仍在下降但最终差 {STALL} nat 以上（更慢，而非卡住）",
+            lambda progress_u, progress_s, gap: gap > STALL,
+        ),
+    ),
+    otherwise="refuted",
+    otherwise_en=f"the unscaled run neither stalls nor ends > {STALL} nats worse",
+    otherwise_zh=f"不缩放的模型既没有卡住，最终也没有差 {STALL} nat 以上",
+)
 
 
-@claim("C8-unscaled-training-stalls", experiment="init-training",
-       metrics=("val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled", "progress_after_q1_unscaled",
-                "progress_after_q1_scaled"),
-       rule_text=C8_RULE.text("Char LM, d_k = 64, PyTorch default init, with and without the scale (bug zoo "
-                              "'no_scaling'), same seed and batches."))
+@claim(
+    "C8-unscaled-training-stalls",
+    experiment="init-training",
+    metrics=(
+        "val_torch_scaled",
+        "val_torch_unscaled",
+        "unscaled_minus_scaled",
+        "progress_after_q1_unscaled",
+        "progress_after_q1_scaled",
+    ),
+    rule_text=C8_RULE.text(
+        "Char LM, d_k = 64, PyTorch default init, with and without the scale (bug zoo "
+        "'no_scaling'), same seed and batches."
+    ),
+)
 def _c8(ms) -> Verdict:
-    f = fmts(ms, "val_torch_scaled", "val_torch_unscaled", "unscaled_minus_scaled",
-                 "progress_after_q1_unscaled", "progress_after_q1_scaled")
-    en = (f"Same LM (d_k=64, PyTorch default init), same batches: validation loss {f['val_torch_scaled']} with the "
-          f"scale and {f['val_torch_unscaled']} without (difference {f['unscaled_minus_scaled']}). After the first "
-          f"quarter of training the unscaled run still improves by {f['progress_after_q1_unscaled']} (scaled: "
-          f"{f['progress_after_q1_scaled']}); a stall would be < {STALL} nats.")
-    zh = (f"同一语言模型（d_k=64，PyTorch 默认初始化），相同批次：有缩放时验证损失 {f['val_torch_scaled']}，去掉缩放 "
-          f"{f['val_torch_unscaled']}（差 {f['unscaled_minus_scaled']}）。训练四分之一之后，不缩放的模型仍下降了 "
-          f"{f['progress_after_q1_unscaled']}（缩放：{f['progress_after_q1_scaled']}）；“卡住”指下降 < {STALL} nats。")
-    return seed_verdict(ms, ("progress_after_q1_unscaled", "progress_after_q1_scaled", "unscaled_minus_scaled"),
-                        C8_RULE, en, zh)
+    f = fmts(
+        ms,
+        "val_torch_scaled",
+        "val_torch_unscaled",
+        "unscaled_minus_scaled",
+        "progress_after_q1_unscaled",
+        "progress_after_q1_scaled",
+    )
+    en = (
+        f"Same LM (d_k=64, PyTorch default init), same batches: validation loss {f['val_torch_scaled']} with the "
+        f"scale and {f['val_torch_unscaled']} without (difference {f['unscaled_minus_scaled']}). After the first "
+        f"quarter of training the unscaled run still improves by {f['progress_after_q1_unscaled']} (scaled: "
+        f"{f['progress_after_q1_scaled']}); a stall would be < {STALL} nats."
+    )
+    zh = (
+        f"同一语言模型（d_k=64，PyTorch 默认初始化），相同批次：有缩放时验证损失 {f['val_torch_scaled']}，去掉缩放 "
+        f"{f['val_torch_unscaled']}（差 {f['unscaled_minus_scaled']}）。训练四分之一之后，不缩放的模型仍下降了 "
+        f"{f['progress_after_q1_unscaled']}（缩放：{f['progress_after_q1_scaled']}）；“卡住”指下降 < {STALL} nats。"
+    )
+    return seed_verdict(
+        ms, ("progress_after_q1_unscaled", "progress_after_q1_scaled", "unscaled_minus_scaled"), C8_RULE, en, zh
+    )

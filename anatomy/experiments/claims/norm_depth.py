@@ -28,9 +28,15 @@ from anatomy.experiments.tasks import MarkovTask
 
 PLACEMENTS = ("pre", "post", "deepnorm")
 BROKEN = ("no_residual", "no_norm")
-ARM_STYLE = {"pre": ("tab:blue", "-"), "post": ("tab:red", "-"), "deepnorm": ("tab:green", "-"),
-             "no_residual": ("0.4", "--"), "no_norm": ("tab:orange", "--"), "large_init": ("tab:purple", ":"),
-             "high_lr": ("tab:brown", ":")}
+ARM_STYLE = {
+    "pre": ("tab:blue", "-"),
+    "post": ("tab:red", "-"),
+    "deepnorm": ("tab:green", "-"),
+    "no_residual": ("0.4", "--"),
+    "no_norm": ("tab:orange", "--"),
+    "large_init": ("tab:purple", ":"),
+    "high_lr": ("tab:brown", ":"),
+}
 OSCILLATION = 0.5  # nats: a rise of the smoothed loss above its running minimum that counts as oscillating (C33)
 
 
@@ -72,8 +78,11 @@ def _highway_grads(model: nn.Module, batch: dict) -> list[float]:
     ∂loss/∂x reaches the lower layers only through the skip connections (and whatever norm sits on them).
     Returns ‖∂/∂x‖ into each block; the ratio first ÷ last is exactly 1 for Pre-Norm's x + f(norm(x)), and for
     Post-Norm the product of what each LayerNorm on the path does to the gradient."""
-    hooks = [m.register_forward_hook(lambda _m, _a, out: out.detach()) for name, m in model.named_modules()
-             if name.endswith(("hook_attn_out", "hook_ffn_out"))]
+    hooks = [
+        m.register_forward_hook(lambda _m, _a, out: out.detach())
+        for name, m in model.named_modules()
+        if name.endswith(("hook_attn_out", "hook_ffn_out"))
+    ]
     try:
         grads = residual_grad_norms(model, batch)
     finally:
@@ -83,21 +92,36 @@ def _highway_grads(model: nn.Module, batch: dict) -> list[float]:
 
 
 def _grid_settings(preset: str) -> dict:
-    return dict(depths=budget(preset, (2, 3), (2, 6), (2, 6, 12)),
-                lrs=budget(preset, (3e-3, 1e-2), (1e-3, 3e-3, 1e-2), (3e-4, 1e-3, 3e-3, 1e-2)),
-                steps=budget(preset, 25, 150, 300), T=budget(preset, 16, 16, 32, POST_SIZES["T"]),
-                d_model=budget(preset, 32, 32, 32, POST_SIZES["d_model"]),
-                n_heads=budget(preset, 4, 4, 4, POST_SIZES["n_heads"]), batch=16, mid_lr=3e-3)
+    return dict(
+        depths=budget(preset, (2, 3), (2, 6), (2, 6, 12)),
+        lrs=budget(preset, (3e-3, 1e-2), (1e-3, 3e-3, 1e-2), (3e-4, 1e-3, 3e-3, 1e-2)),
+        steps=budget(preset, 25, 150, 300),
+        T=budget(preset, 16, 16, 32, POST_SIZES["T"]),
+        d_model=budget(preset, 32, 32, 32, POST_SIZES["d_model"]),
+        n_heads=budget(preset, 4, 4, 4, POST_SIZES["n_heads"]),
+        batch=16,
+        mid_lr=3e-3,
+    )
 
 
-def _train_arm(arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batches, held: dict, seed: int,
-               measure: bool) -> dict:
+def _train_arm(
+    arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batches, held: dict, seed: int, measure: bool
+) -> dict:
     placement = arm if arm in PLACEMENTS else "pre"
     torch.manual_seed(seed)
-    model = build(ModelConfig(
-        vocab_size=task.vocab, d_model=s["d_model"], n_heads=s["n_heads"], n_layers=depth, max_seq_len=s["T"],
-        norm_position=placement, init="deepnet" if placement == "deepnorm" else "xavier", scale_embeddings=True),
-        held["input_ids"].device)  # the trial's device, where the held-out batch is
+    model = build(
+        ModelConfig(
+            vocab_size=task.vocab,
+            d_model=s["d_model"],
+            n_heads=s["n_heads"],
+            n_layers=depth,
+            max_seq_len=s["T"],
+            norm_position=placement,
+            init="deepnet" if placement == "deepnorm" else "xavier",
+            scale_embeddings=True,
+        ),
+        held["input_ids"].device,
+    )  # the trial's device, where the held-out batch is
     if arm == "no_norm":
         _strip_norms(model)
     elif arm == "no_residual":
@@ -130,7 +154,7 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
     held = task.batch(task.sample(64, s["T"], g, trial.device))
 
     def batches(step):
-        return task.batch(train[step * s["batch"]:(step + 1) * s["batch"]])
+        return task.batch(train[step * s["batch"] : (step + 1) * s["batch"]])
 
     shallow, deeps, lrs, mid = s["depths"][0], s["depths"][1:], s["lrs"], s["mid_lr"]
     runs: dict[tuple, dict] = {}
@@ -148,8 +172,13 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
     runs["high_lr", deep, 10 * mid] = _train_arm("pre", deep, 10 * mid, s, task, batches, held, trial.seed, False)
 
     u = task.uniform
-    out: dict[str, float] = {"depth_deep": deep, "depth_shallow": shallow, "uniform": u, "floor": task.floor,
-                             "n_lrs": len(lrs)}
+    out: dict[str, float] = {
+        "depth_deep": deep,
+        "depth_shallow": shallow,
+        "uniform": u,
+        "floor": task.floor,
+        "n_lrs": len(lrs),
+    }
 
     def at(arm, depth=deep, lr=mid):
         return runs[arm, depth, lr]
@@ -159,9 +188,9 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
         out[f"lr_spread_{arm}"] = max(finals) - min(finals)
         out[f"best_{arm}"] = min(finals)
         out[f"failed_{arm}"] = sum(at(arm, lr=lr)["stats"]["failed"] for lr in lrs)
-        out[f"nan_or_osc_{arm}"] = sum(bool(at(arm, lr=lr)["stats"]["nan"]) or at(arm, lr=lr)["stats"]["spike"]
-                                         > OSCILLATION
-                                       for lr in lrs)
+        out[f"nan_or_osc_{arm}"] = sum(
+            bool(at(arm, lr=lr)["stats"]["nan"]) or at(arm, lr=lr)["stats"]["spike"] > OSCILLATION for lr in lrs
+        )
         out[f"spike_{arm}"] = sum(min(at(arm, lr=lr)["stats"]["spike"], u) for lr in lrs) / len(lrs)
         out[f"rough_{arm}"] = sum(at(arm, lr=lr)["stats"]["rough"] for lr in lrs) / len(lrs)
         out[f"final_{arm}_mid"] = _capped(at(arm)["stats"], u)
@@ -174,16 +203,18 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
     for arm in BROKEN:
         arm_lrs = lrs[-2:]
         out[f"failed_{arm}"] = sum(at(arm, lr=lr)["stats"]["failed"] for lr in arm_lrs)
-        out[f"nan_or_osc_{arm}"] = sum(bool(at(arm, lr=lr)["stats"]["nan"]) or at(arm, lr=lr)["stats"]["spike"]
-                                         > OSCILLATION
-                                       for lr in arm_lrs)
-        out[f"excess_{arm}"] = sum(_capped(at(arm, lr=lr)["stats"], u) - _capped(at("pre", lr=lr)["stats"], u)
-                                   for lr in arm_lrs) / len(arm_lrs)
+        out[f"nan_or_osc_{arm}"] = sum(
+            bool(at(arm, lr=lr)["stats"]["nan"]) or at(arm, lr=lr)["stats"]["spike"] > OSCILLATION for lr in arm_lrs
+        )
+        out[f"excess_{arm}"] = sum(
+            _capped(at(arm, lr=lr)["stats"], u) - _capped(at("pre", lr=lr)["stats"], u) for lr in arm_lrs
+        ) / len(arm_lrs)
         out[f"final_{arm}_mid"] = _capped(at(arm)["stats"], u)
         out[f"nan_{arm}"] = sum(at(arm, lr=lr)["stats"]["nan"] for lr in arm_lrs)
     out["broken_runs"] = 2 * len(lrs[-2:])
-    out["nan_or_osc_pre_same_lrs"] = sum(bool(at("pre", lr=lr)["stats"]["nan"]) or at("pre", lr=lr)["stats"]["spike"]
-                                         > OSCILLATION for lr in lrs[-2:])
+    out["nan_or_osc_pre_same_lrs"] = sum(
+        bool(at("pre", lr=lr)["stats"]["nan"]) or at("pre", lr=lr)["stats"]["spike"] > OSCILLATION for lr in lrs[-2:]
+    )
     # C34: degradation and vanishing gradients with and without the residual
     out["final_pre_shallow"] = _capped(at("pre", shallow)["stats"], u)
     out["final_post_shallow"] = _capped(at("post", shallow)["stats"], u)
@@ -213,6 +244,7 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
     lrs, mid, deep = s["lrs"], s["mid_lr"], deeps[-1]
     path = trial.figure_path("C44-loss-curves-by-depth-and-lr")
     if path is not None:
+
         def draw(axes):
             for r, depth in enumerate(deeps):
                 for c, lr in enumerate(lrs):
@@ -233,11 +265,12 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
                         ax.set_ylabel("train loss (nats)")
             axes[len(lrs) - 1].legend(fontsize=7, loc="lower left")
             axes[0].text(0, task.uniform * 1.5, "× = loss became NaN (curves clipped at the top)", fontsize=7)
-        figure(path, draw, grid=(len(deeps), len(lrs)), size=(4 * len(lrs), 3.3 * len(deeps)),
-                    sharey=True)
+
+        figure(path, draw, grid=(len(deeps), len(lrs)), size=(4 * len(lrs), 3.3 * len(deeps)), sharey=True)
 
     path = trial.figure_path("C43-residual-rms-and-gradient-per-layer")
     if path is not None:
+
         def draw_layers(axes):
             rms_ax, grad_ax, hw_ax = axes
             layers = list(range(1, deep + 1))
@@ -251,19 +284,33 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
                 if arm in PLACEMENTS:
                     hw = torch.tensor(rec["highway"], device="cpu")
                     hw_ax.plot(layers, (hw / hw[-1]).numpy(), color=color, marker="o", label=arm)
-            rms_ax.set(yscale="log", xlabel="after block", ylabel="RMS of the residual stream",
-                       title=f"Residual stream size ({deep} layers, lr={mid:g})\ndashed: at init, solid: trained")
-            grad_ax.set(yscale="log", xlabel="into block", ylabel="‖∂loss/∂x‖ (RMS per token)",
-                        title="Total gradient reaching each layer\ndashed: at init, solid: trained")
+            rms_ax.set(
+                yscale="log",
+                xlabel="after block",
+                ylabel="RMS of the residual stream",
+                title=f"Residual stream size ({deep} layers, lr={mid:g})\ndashed: at init, solid: trained",
+            )
+            grad_ax.set(
+                yscale="log",
+                xlabel="into block",
+                ylabel="‖∂loss/∂x‖ (RMS per token)",
+                title="Total gradient reaching each layer\ndashed: at init, solid: trained",
+            )
             hw_ax.axhline(1.0, color="k", ls=":", lw=0.8)
-            hw_ax.set(yscale="log", xlabel="into block", ylabel="gradient ÷ gradient into the last block",
-                      title="Along the skip path only (sub-layers frozen)\nflat at 1 = an undamped highway")
+            hw_ax.set(
+                yscale="log",
+                xlabel="into block",
+                ylabel="gradient ÷ gradient into the last block",
+                title="Along the skip path only (sub-layers frozen)\nflat at 1 = an undamped highway",
+            )
             rms_ax.legend(fontsize=8)
             hw_ax.legend(fontsize=8)
+
         figure(path, draw_layers, grid=(1, 3), size=(15, 4.3))
 
     path = trial.figure_path("C44-lr-sensitivity")
     if path is not None:
+
         def draw_lr(ax):
             for arm in PLACEMENTS:
                 color, _ = ARM_STYLE[arm]
@@ -272,7 +319,12 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
                     ax.plot(lrs, ys, color=color, marker=marker, label=f"{arm}, {depth} layers")
             ax.axhline(task.floor, color="k", ls=":", lw=0.8, label="best possible")
             ax.axhline(task.uniform, color="0.5", ls="-.", lw=0.8, label="uniform guess")
-            ax.set(xscale="log", xlabel="learning rate (no warm-up, no clipping)", ylabel="final train loss",
-                   title=f"Sensitivity to the learning rate after {s['steps']} steps")
+            ax.set(
+                xscale="log",
+                xlabel="learning rate (no warm-up, no clipping)",
+                ylabel="final train loss",
+                title=f"Sensitivity to the learning rate after {s['steps']} steps",
+            )
             ax.legend(fontsize=7)
+
         figure(path, draw_lr)

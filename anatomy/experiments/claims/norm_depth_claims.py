@@ -30,294 +30,515 @@ ACCUMULATES = 1.5  # C43: residual RMS, last block ÷ first block, above this co
 
 # --- C33 ------------------------------------------------------------------------------------------------------
 
-@claim("C33-six-layers-without-addnorm", experiment="norm-depth-grid",
-       metrics=("depth_deep", "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
-                "excess_no_residual", "excess_no_norm", "final_no_residual_mid", "final_no_norm_mid", "final_pre_mid",
-                "failed_no_residual", "failed_no_norm", "nan_no_residual", "nan_no_norm"),
-       rule_text="Deepest grid depth (6 at quick), no warm-up, no clipping, the two highest learning rates. 'NaN or "
-                 f"oscillation' = a NaN loss or a rise of > {OSCILLATION} nats above the running minimum after the "
-                 f"first 10% of steps. Supported if ≥ {BROKEN_SHARE:.0%} of the no-residual / no-norm runs do that on "
-                 f"every seed; nuanced if fewer do but they still end > {TOL} nats worse than Pre-Norm (failure by "
-                 "stalling); refuted if none does and they match Pre-Norm; otherwise inconclusive.")
+
+@claim(
+    "C33-six-layers-without-addnorm",
+    experiment="norm-depth-grid",
+    metrics=(
+        "depth_deep",
+        "nan_or_osc_no_residual",
+        "nan_or_osc_no_norm",
+        "broken_runs",
+        "nan_or_osc_pre_same_lrs",
+        "excess_no_residual",
+        "excess_no_norm",
+        "final_no_residual_mid",
+        "final_no_norm_mid",
+        "final_pre_mid",
+        "failed_no_residual",
+        "failed_no_norm",
+        "nan_no_residual",
+        "nan_no_norm",
+    ),
+    rule_text="Deepest grid depth (6 at quick), no warm-up, no clipping, the two highest learning rates. 'NaN or "
+    f"oscillation' = a NaN loss or a rise of > {OSCILLATION} nats above the running minimum after the "
+    f"first 10% of steps. Supported if ≥ {BROKEN_SHARE:.0%} of the no-residual / no-norm runs do that on "
+    f"every seed; nuanced if fewer do but they still end > {TOL} nats worse than Pre-Norm (failure by "
+    "stalling); refuted if none does and they match Pre-Norm; otherwise inconclusive.",
+)
 def _c33(ms):
     depth = setting(ms, "depth_deep")
-    rows = per_seed(ms, "nan_or_osc_no_residual", "nan_or_osc_no_norm", "broken_runs", "nan_or_osc_pre_same_lrs",
-                    "excess_no_residual", "excess_no_norm")
+    rows = per_seed(
+        ms,
+        "nan_or_osc_no_residual",
+        "nan_or_osc_no_norm",
+        "broken_runs",
+        "nan_or_osc_pre_same_lrs",
+        "excess_no_residual",
+        "excess_no_norm",
+    )
     frac = [(a + b) / n for a, b, n, *_ in rows]
     excess = [max(x, y) for *_, x, y in rows]
-    nums_en = (f"At {depth} layers, of the runs without a residual or without any norm, {fmt_values(frac)} went NaN or "
-               f"oscillated (Pre-Norm at the same rates: {ms['nan_or_osc_pre_same_lrs'].fmt()} runs); their final loss "
-               f"was above Pre-Norm's by {ms['excess_no_residual'].fmt()} (no residual) and "
-               f"{ms['excess_no_norm'].fmt()} (no norm) nats.")
-    nums_zh = (f"{depth} 层时，去掉残差或去掉归一化的运行中有 {fmt_values(frac)} 出现 NaN 或震荡（相同学习率下 "
-               f"Pre-Norm：{ms['nan_or_osc_pre_same_lrs'].fmt()} 次）；最终 loss 比 Pre-Norm 高 "
-               f"{ms['excess_no_residual'].fmt()}（无残差）和 {ms['excess_no_norm'].fmt()}（无归一化）nat。")
-    stalled_en = (" Training does fail, but mostly by stalling rather than blowing up: "
-                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} of the "
-                  f"{fmt_count(ms['broken_runs'])} broken runs failed, {ms['nan_no_residual'].fmt()} (no residual) and "
-                  f"{ms['nan_no_norm'].fmt()} (no norm) of them with NaN.")
-    stalled_zh = (f"训练确实失败，但多是停滞而非爆炸：{fmt_count(ms['broken_runs'])} 次错误结构运行中失败 "
-                  f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的：无残差 "
-                  f"{ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。")
-    return decide(nums_en, nums_zh,
-                  ("supported", all(f >= BROKEN_SHARE for f in frac), "", ""),
-                  ("nuanced", all(0 < f < BROKEN_SHARE for f in frac)
-                   or all(f < BROKEN_SHARE and e > TOL for f, e in zip(frac, excess)), stalled_en, stalled_zh),
-                  ("refuted", all(f == 0 and e <= TOL for f, e in zip(frac, excess)),
-                   " The broken stacks trained as well as Pre-Norm.", "这些“错误”结构训练得和 Pre-Norm 一样好。"))
+    nums_en = (
+        f"At {depth} layers, of the runs without a residual or without any norm, {fmt_values(frac)} went NaN or "
+        f"oscillated (Pre-Norm at the same rates: {ms['nan_or_osc_pre_same_lrs'].fmt()} runs); their final loss "
+        f"was above Pre-Norm's by {ms['excess_no_residual'].fmt()} (no residual) and "
+        f"{ms['excess_no_norm'].fmt()} (no norm) nats."
+    )
+    nums_zh = (
+        f"{depth} 层时，去掉残差或去掉归一化的运行中有 {fmt_values(frac)} 出现 NaN 或震荡（相同学习率下 "
+        f"Pre-Norm：{ms['nan_or_osc_pre_same_lrs'].fmt()} 次）；最终 loss 比 Pre-Norm 高 "
+        f"{ms['excess_no_residual'].fmt()}（无残差）和 {ms['excess_no_norm'].fmt()}（无归一化）nat。"
+    )
+    stalled_en = (
+        " Training does fail, but mostly by stalling rather than blowing up: "
+        f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} of the "
+        f"{fmt_count(ms['broken_runs'])} broken runs failed, {ms['nan_no_residual'].fmt()} (no residual) and "
+        f"{ms['nan_no_norm'].fmt()} (no norm) of them with NaN."
+    )
+    stalled_zh = (
+        f"训练确实失败，但多是停滞而非爆炸：{fmt_count(ms['broken_runs'])} 次错误结构运行中失败 "
+        f"{ms['failed_no_residual'].fmt()} + {ms['failed_no_norm'].fmt()} 次，其中出现 NaN 的：无残差 "
+        f"{ms['nan_no_residual'].fmt()} 次，无归一化 {ms['nan_no_norm'].fmt()} 次。"
+    )
+    return decide(
+        nums_en,
+        nums_zh,
+        ("supported", all(f >= BROKEN_SHARE for f in frac), "", ""),
+        (
+            "nuanced",
+            all(0 < f < BROKEN_SHARE for f in frac) or all(f < BROKEN_SHARE and e > TOL for f, e in zip(frac, excess)),
+            stalled_en,
+            stalled_zh,
+        ),
+        (
+            "refuted",
+            all(f == 0 and e <= TOL for f, e in zip(frac, excess)),
+            " The broken stacks trained as well as Pre-Norm.",
+            "这些“错误”结构训练得和 Pre-Norm 一样好。",
+        ),
+    )
 
 
 # --- C34 ------------------------------------------------------------------------------------------------------
 
-@claim("C34-residual-degradation-not-vanishing", experiment="norm-depth-grid",
-       metrics=("depth_shallow", "depth_deep", "degradation_no_residual", "degradation_residual",
-                "grad_ratio_no_residual_init", "grad_ratio_no_residual_trained", "grad_ratio_pre_init",
-                "grad_ratio_pre_trained", "token_cos_no_residual_init", "token_cos_pre_init"),
-       rule_text=f"Degradation = the deep stack ends > {TOL} nats worse than the shallow one without residuals while "
-                 f"with residuals it does not. Vanishing = the gradient reaching layer 1 is < {VANISHED}× the one at "
-                 "the last layer without residuals (at init or after training) but not with them. Supported if "
-                 "degradation and no vanishing on every seed; nuanced if both (residuals fix both); refuted if no "
-                 "degradation on any seed; otherwise inconclusive.")
+
+@claim(
+    "C34-residual-degradation-not-vanishing",
+    experiment="norm-depth-grid",
+    metrics=(
+        "depth_shallow",
+        "depth_deep",
+        "degradation_no_residual",
+        "degradation_residual",
+        "grad_ratio_no_residual_init",
+        "grad_ratio_no_residual_trained",
+        "grad_ratio_pre_init",
+        "grad_ratio_pre_trained",
+        "token_cos_no_residual_init",
+        "token_cos_pre_init",
+    ),
+    rule_text=f"Degradation = the deep stack ends > {TOL} nats worse than the shallow one without residuals while "
+    f"with residuals it does not. Vanishing = the gradient reaching layer 1 is < {VANISHED}× the one at "
+    "the last layer without residuals (at init or after training) but not with them. Supported if "
+    "degradation and no vanishing on every seed; nuanced if both (residuals fix both); refuted if no "
+    "degradation on any seed; otherwise inconclusive.",
+)
 def _c34(ms):
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     deg_plain, deg_res = ms["degradation_no_residual"], ms["degradation_residual"]
     g0, g1 = ms["grad_ratio_no_residual_init"], ms["grad_ratio_no_residual_trained"]
     r0, r1 = ms["grad_ratio_pre_init"], ms["grad_ratio_pre_trained"]
     degr, n = count_seeds(ms, ("degradation_no_residual", "degradation_residual"), lambda a, b: a > TOL and b <= TOL)
-    vanish, _ = count_seeds(ms, ("grad_ratio_no_residual_init", "grad_ratio_no_residual_trained",
-                                 "grad_ratio_pre_init", "grad_ratio_pre_trained"),
-                            lambda a, a2, b, b2: min(a, a2) < VANISHED <= min(b, b2))
-    nums_en = (f"Going from {shallow} to {depth} layers changed the final loss by {deg_plain.fmt()} without residuals "
-               f"and {deg_res.fmt()} with them (degradation). The gradient reaching layer 1, relative to the last "
-               f"layer, is {g0.fmt()}× at init and {g1.fmt()}× after training without residuals, {r0.fmt()}× and "
-               f"{r1.fmt()}× with them. Token vectors after the last block have mean cosine "
-               f"{ms['token_cos_no_residual_init'].fmt()} without and {ms['token_cos_pre_init'].fmt()} with residuals "
-               "at init.")
-    nums_zh = (f"从 {shallow} 层加到 {depth} 层，无残差时最终 loss 变化 {deg_plain.fmt()}，有残差时 {deg_res.fmt()}"
-               f"（退化）。到达第 1 层的梯度与最后一层之比：无残差时初始化 {g0.fmt()}、训练后 {g1.fmt()}；有残差时 "
-               f"{r0.fmt()} 和 {r1.fmt()}。初始化时最后一层输出的 token 向量平均余弦相似度：无残差 "
-               f"{ms['token_cos_no_residual_init'].fmt()}，有残差 {ms['token_cos_pre_init'].fmt()}。")
-    return decide(nums_en, nums_zh,
-                  ("supported", degr == n and vanish == 0,
-                   " Residuals removed the degradation, and the plain stack's gradient did not vanish.",
-                   "残差消除了退化，而无残差网络的梯度并没有消失。"),
-                  ("nuanced", degr == n and vanish == n,
-                   " Residuals fix the degradation, but without them the gradient also fades on its way down (below "
-                   f"{VANISHED:.0%} of the top layer's): they fix both, so the 'not vanishing gradients' half does not "
-                   "hold.",
-                   f"残差确实解决了退化，但没有残差时梯度向下传播也在衰减（不到最后一层的 {VANISHED:.0%}）："
-                   "残差两者都解决了，“不是梯度消失”这半句不成立。"),
-                  ("refuted", degr == 0, " No degradation appeared without residuals.", "去掉残差后没有出现退化。"))
+    vanish, _ = count_seeds(
+        ms,
+        (
+            "grad_ratio_no_residual_init",
+            "grad_ratio_no_residual_trained",
+            "grad_ratio_pre_init",
+            "grad_ratio_pre_trained",
+        ),
+        lambda a, a2, b, b2: min(a, a2) < VANISHED <= min(b, b2),
+    )
+    nums_en = (
+        f"Going from {shallow} to {depth} layers changed the final loss by {deg_plain.fmt()} without residuals "
+        f"and {deg_res.fmt()} with them (degradation). The gradient reaching layer 1, relative to the last "
+        f"layer, is {g0.fmt()}× at init and {g1.fmt()}× after training without residuals, {r0.fmt()}× and "
+        f"{r1.fmt()}× with them. Token vectors after the last block have mean cosine "
+        f"{ms['token_cos_no_residual_init'].fmt()} without and {ms['token_cos_pre_init'].fmt()} with residuals "
+        "at init."
+    )
+    nums_zh = (
+        f"从 {shallow} 层加到 {depth} 层，无残差时最终 loss 变化 {deg_plain.fmt()}，有残差时 {deg_res.fmt()}"
+        f"（退化）。到达第 1 层的梯度与最后一层之比：无残差时初始化 {g0.fmt()}、训练后 {g1.fmt()}；有残差时 "
+        f"{r0.fmt()} 和 {r1.fmt()}。初始化时最后一层输出的 token 向量平均余弦相似度：无残差 "
+        f"{ms['token_cos_no_residual_init'].fmt()}，有残差 {ms['token_cos_pre_init'].fmt()}。"
+    )
+    return decide(
+        nums_en,
+        nums_zh,
+        (
+            "supported",
+            degr == n and vanish == 0,
+            " Residuals removed the degradation, and the plain stack's gradient did not vanish.",
+            "残差消除了退化，而无残差网络的梯度并没有消失。",
+        ),
+        (
+            "nuanced",
+            degr == n and vanish == n,
+            " Residuals fix the degradation, but without them the gradient also fades on its way down (below "
+            f"{VANISHED:.0%} of the top layer's): they fix both, so the 'not vanishing gradients' half does not "
+            "hold.",
+            f"残差确实解决了退化，但没有残差时梯度向下传播也在衰减（不到最后一层的 {VANISHED:.0%}）："
+            "残差两者都解决了，“不是梯度消失”这半句不成立。",
+        ),
+        ("refuted", degr == 0, " No degradation appeared without residuals.", "去掉残差后没有出现退化。"),
+    )
 
 
 # --- C36 ------------------------------------------------------------------------------------------------------
+
 
 def _undamped(r: float) -> bool:
     return UNDAMPED[0] <= r <= UNDAMPED[1]
 
 
-@claim("C36-post-norm-gradient-highway", experiment="norm-depth-grid",
-       metrics=("depth_deep", "highway_gain_post", "highway_gain_post_init", "highway_gain_pre",
-                "highway_gain_deepnorm", "grad_ratio_post_trained", "grad_ratio_pre_trained"),
-       rule_text="The 'highway' is the skip path: ‖∂loss/∂x‖ entering block 1 ÷ entering the last block with every "
-                 "sub-layer output detached, so the gradient can only travel along the residual path (deepest depth, "
-                 f"middle learning rate, after training). Undamped = within [{num(UNDAMPED[0])}, {num(UNDAMPED[1])}]. "
-                 "Supported if Post-Norm's is undamped on every seed; refuted if it is not on any seed; otherwise "
-                 "inconclusive. The total gradient ratio (sub-layers included) is reported alongside.")
+@claim(
+    "C36-post-norm-gradient-highway",
+    experiment="norm-depth-grid",
+    metrics=(
+        "depth_deep",
+        "highway_gain_post",
+        "highway_gain_post_init",
+        "highway_gain_pre",
+        "highway_gain_deepnorm",
+        "grad_ratio_post_trained",
+        "grad_ratio_pre_trained",
+    ),
+    rule_text="The 'highway' is the skip path: ‖∂loss/∂x‖ entering block 1 ÷ entering the last block with every "
+    "sub-layer output detached, so the gradient can only travel along the residual path (deepest depth, "
+    f"middle learning rate, after training). Undamped = within [{num(UNDAMPED[0])}, {num(UNDAMPED[1])}]. "
+    "Supported if Post-Norm's is undamped on every seed; refuted if it is not on any seed; otherwise "
+    "inconclusive. The total gradient ratio (sub-layers included) is reported alongside.",
+)
 def _c36(ms):
     depth = setting(ms, "depth_deep")
     hw, hw0, hw_pre = ms["highway_gain_post"], ms["highway_gain_post_init"], ms["highway_gain_pre"]
     total, total_pre = ms["grad_ratio_post_trained"], ms["grad_ratio_pre_trained"]
-    nums_en = ("Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 relative "
-               f"to the last layer ({depth} layers): Post-Norm {hw.fmt()} after training ({hw0.fmt()} at init), "
-               f"Pre-Norm {hw_pre.fmt()}, DeepNorm {ms['highway_gain_deepnorm'].fmt()} (1 = undamped). The total "
-               f"gradient, sub-layers included, arrives at {total.fmt()} (Post) and {total_pre.fmt()} (Pre).")
-    nums_zh = (f"只沿残差路径（子层输出视为常数）传到第 1 层的梯度与最后一层之比（{depth} 层）：Post-Norm 训练后 "
-               f"{hw.fmt()}（初始化时 {hw0.fmt()}），Pre-Norm {hw_pre.fmt()}，DeepNorm "
-               f"{ms['highway_gain_deepnorm'].fmt()}（1 表示不衰减）。包含子层在内的总梯度之比为 "
-               f"{total.fmt()}（Post）和 {total_pre.fmt()}（Pre）。")
+    nums_en = (
+        "Gradient along the residual path alone (sub-layer outputs held constant), arriving at layer 1 relative "
+        f"to the last layer ({depth} layers): Post-Norm {hw.fmt()} after training ({hw0.fmt()} at init), "
+        f"Pre-Norm {hw_pre.fmt()}, DeepNorm {ms['highway_gain_deepnorm'].fmt()} (1 = undamped). The total "
+        f"gradient, sub-layers included, arrives at {total.fmt()} (Post) and {total_pre.fmt()} (Pre)."
+    )
+    nums_zh = (
+        f"只沿残差路径（子层输出视为常数）传到第 1 层的梯度与最后一层之比（{depth} 层）：Post-Norm 训练后 "
+        f"{hw.fmt()}（初始化时 {hw0.fmt()}），Pre-Norm {hw_pre.fmt()}，DeepNorm "
+        f"{ms['highway_gain_deepnorm'].fmt()}（1 表示不衰减）。包含子层在内的总梯度之比为 "
+        f"{total.fmt()}（Post）和 {total_pre.fmt()}（Pre）。"
+    )
     post_undamped = [_undamped(v) for v in hw.values]
     pre_ok = all(_undamped(v) for v in hw_pre.values)
-    return all_or_none(post_undamped, nums_en, nums_zh,
-                       refute_en=(" The undamped highway is Pre-Norm's, where the skip path is an exact identity; in "
-                                  "Post-Norm every LayerNorm sits on that path and rescales the gradient, layer after "
-                                  "layer." if pre_ok else " Neither placement keeps the skip path undamped."),
-                       refute_zh=("不衰减的“高速公路”属于 Pre-Norm，它的跳连路径是严格的恒等映射；Post-Norm 中每个 "
-                                  "LayerNorm 都在这条路径上，逐层重新缩放梯度。" if pre_ok
-                                  else "两种放置方式的跳连路径都不是不衰减的。"))
+    return all_or_none(
+        post_undamped,
+        nums_en,
+        nums_zh,
+        refute_en=(
+            " The undamped highway is Pre-Norm's, where the skip path is an exact identity; in "
+            "Post-Norm every LayerNorm sits on that path and rescales the gradient, layer after "
+            "layer."
+            if pre_ok
+            else " Neither placement keeps the skip path undamped."
+        ),
+        refute_zh=(
+            "不衰减的“高速公路”属于 Pre-Norm，它的跳连路径是严格的恒等映射；Post-Norm 中每个 "
+            "LayerNorm 都在这条路径上，逐层重新缩放梯度。"
+            if pre_ok
+            else "两种放置方式的跳连路径都不是不衰减的。"
+        ),
+    )
 
 
 # --- C37 ------------------------------------------------------------------------------------------------------
 
-@claim("C37-any-depth-trainable", experiment="norm-depth-grid",
-       metrics=("depth_shallow", "depth_deep", "best_pre", "final_pre_shallow", "best_post", "failed_pre",
-                "failed_post", "n_lrs"),
-       rule_text="Only finite depths can be measured (6 at quick, 12 at full). Supported if the deepest Pre-Norm stack "
-                 f"at its best learning rate is no more than {TOL} nats worse than the shallow one and no Post-Norm "
-                 "run failed; nuanced if Pre-Norm holds but Post-Norm failed at some learning rate on every seed; "
-                 "refuted if Pre-Norm got worse with depth on every seed; otherwise inconclusive.")
+
+@claim(
+    "C37-any-depth-trainable",
+    experiment="norm-depth-grid",
+    metrics=(
+        "depth_shallow",
+        "depth_deep",
+        "best_pre",
+        "final_pre_shallow",
+        "best_post",
+        "failed_pre",
+        "failed_post",
+        "n_lrs",
+    ),
+    rule_text="Only finite depths can be measured (6 at quick, 12 at full). Supported if the deepest Pre-Norm stack "
+    f"at its best learning rate is no more than {TOL} nats worse than the shallow one and no Post-Norm "
+    "run failed; nuanced if Pre-Norm holds but Post-Norm failed at some learning rate on every seed; "
+    "refuted if Pre-Norm got worse with depth on every seed; otherwise inconclusive.",
+)
 def _c37(ms):
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
-    nums_en = (f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} ({shallow} "
-               f"layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
-               f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs out "
-               f"of {fmt_count(ms['n_lrs'])} learning rates.")
-    nums_zh = (f"{depth} 层时各学习率中最好的最终 loss：Pre-Norm {ms['best_pre'].fmt()}（{shallow} 层："
-               f"{ms['final_pre_shallow'].fmt()}），Post-Norm {ms['best_post'].fmt()}；{fmt_count(ms['n_lrs'])} 个学习"
-               f"率中 Pre-Norm 失败 {ms['failed_pre'].fmt()} 次，Post-Norm 失败 {ms['failed_post'].fmt()} 次。")
+    nums_en = (
+        f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} ({shallow} "
+        f"layers: {ms['final_pre_shallow'].fmt()}), Post-Norm {ms['best_post'].fmt()}, with "
+        f"{ms['failed_pre'].fmt()} failed Pre-Norm runs and {ms['failed_post'].fmt()} failed Post-Norm runs out "
+        f"of {fmt_count(ms['n_lrs'])} learning rates."
+    )
+    nums_zh = (
+        f"{depth} 层时各学习率中最好的最终 loss：Pre-Norm {ms['best_pre'].fmt()}（{shallow} 层："
+        f"{ms['final_pre_shallow'].fmt()}），Post-Norm {ms['best_post'].fmt()}；{fmt_count(ms['n_lrs'])} 个学习"
+        f"率中 Pre-Norm 失败 {ms['failed_pre'].fmt()} 次，Post-Norm 失败 {ms['failed_post'].fmt()} 次。"
+    )
     pre_ok = [b <= s + TOL for b, s in per_seed(ms, "best_pre", "final_pre_shallow")]
     post_fails = [f > 0 for f in ms["failed_post"].values]
-    return decide(nums_en, nums_zh,
-                  ("supported", all(pre_ok) and not any(post_fails), " Deeper stayed trainable in both placements.",
-                   "两种放置方式加深后都仍可训练。"),
-                  ("nuanced", all(pre_ok) and all(post_fails),
-                   " With residuals and Pre-Norm the deeper stack trained as well; with Post-Norm it depends on the "
-                   "learning rate: depth alone does not guarantee trainability.",
-                   "有残差且用 Pre-Norm 时更深的堆叠照样能训练；用 Post-Norm 时取决于学习率："
-                   "单靠层数并不能保证可训练。"),
-                  ("refuted", not any(pre_ok), " Even Pre-Norm trained worse when deeper.",
-                   "即使是 Pre-Norm，加深后也训练得更差。"))
+    return decide(
+        nums_en,
+        nums_zh,
+        (
+            "supported",
+            all(pre_ok) and not any(post_fails),
+            " Deeper stayed trainable in both placements.",
+            "两种放置方式加深后都仍可训练。",
+        ),
+        (
+            "nuanced",
+            all(pre_ok) and all(post_fails),
+            " With residuals and Pre-Norm the deeper stack trained as well; with Post-Norm it depends on the "
+            "learning rate: depth alone does not guarantee trainability.",
+            "有残差且用 Pre-Norm 时更深的堆叠照样能训练；用 Post-Norm 时取决于学习率：单靠层数并不能保证可训练。",
+        ),
+        (
+            "refuted",
+            not any(pre_ok),
+            " Even Pre-Norm trained worse when deeper.",
+            "即使是 Pre-Norm，加深后也训练得更差。",
+        ),
+    )
 
 
 # --- C39 ------------------------------------------------------------------------------------------------------
 
-@claim("C39-layernorm-stabilises-scores", experiment="norm-depth-grid",
-       metrics=("depth_deep", "score_std_layernorm", "score_std_no_norm", "failed_pre", "failed_no_norm", "n_lrs"),
-       rule_text="Pre-Norm vs the same stack with every norm removed. Supported if, on every seed, the no-norm scores' "
-                 f"std is > {SCORE_BLOWUP}× the LayerNorm one (or non-finite) or the no-norm stack failed at more "
-                 "learning rates; refuted if neither on any seed; otherwise inconclusive.")
+
+@claim(
+    "C39-layernorm-stabilises-scores",
+    experiment="norm-depth-grid",
+    metrics=("depth_deep", "score_std_layernorm", "score_std_no_norm", "failed_pre", "failed_no_norm", "n_lrs"),
+    rule_text="Pre-Norm vs the same stack with every norm removed. Supported if, on every seed, the no-norm scores' "
+    f"std is > {SCORE_BLOWUP}× the LayerNorm one (or non-finite) or the no-norm stack failed at more "
+    "learning rates; refuted if neither on any seed; otherwise inconclusive.",
+)
 def _c39(ms):
     ln, raw = ms["score_std_layernorm"], ms["score_std_no_norm"]
     depth = setting(ms, "depth_deep")
-    nums_en = (f"Spread (std) of the last layer's attention scores after training ({depth} layers, lr 3e-3): "
-               f"{ln.fmt()} with LayerNorm, {fmt_blown(raw)} without; runs that failed: {ms['failed_pre'].fmt()} with "
-               f"LayerNorm (of {fmt_count(ms['n_lrs'])} rates), {ms['failed_no_norm'].fmt()} without (of 2).")
-    nums_zh = (f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，无 "
-               f"{fmt_blown(raw, zh=True)}；失败次数：有 LayerNorm {ms['failed_pre'].fmt()}（共 "
-               f"{fmt_count(ms['n_lrs'])} 个学习率），无 {ms['failed_no_norm'].fmt()}（共 2 个）。")
-    stable = [(r > SCORE_BLOWUP * a or not math.isfinite(r)) or f > p for a, r, f, p in
-              per_seed(ms, "score_std_layernorm", "score_std_no_norm", "failed_no_norm", "failed_pre")]
-    return all_or_none(stable, nums_en, nums_zh,
-                       refute_en=" Without LayerNorm the scores were no larger and training no worse.",
-                       refute_zh="去掉 LayerNorm 后分数并没有更大，训练也没有更差。")
+    nums_en = (
+        f"Spread (std) of the last layer's attention scores after training ({depth} layers, lr 3e-3): "
+        f"{ln.fmt()} with LayerNorm, {fmt_blown(raw)} without; runs that failed: {ms['failed_pre'].fmt()} with "
+        f"LayerNorm (of {fmt_count(ms['n_lrs'])} rates), {ms['failed_no_norm'].fmt()} without (of 2)."
+    )
+    nums_zh = (
+        f"训练后最后一层注意力分数的标准差（{depth} 层，lr 3e-3）：有 LayerNorm {ln.fmt()}，无 "
+        f"{fmt_blown(raw, zh=True)}；失败次数：有 LayerNorm {ms['failed_pre'].fmt()}（共 "
+        f"{fmt_count(ms['n_lrs'])} 个学习率），无 {ms['failed_no_norm'].fmt()}（共 2 个）。"
+    )
+    stable = [
+        (r > SCORE_BLOWUP * a or not math.isfinite(r)) or f > p
+        for a, r, f, p in per_seed(ms, "score_std_layernorm", "score_std_no_norm", "failed_no_norm", "failed_pre")
+    ]
+    return all_or_none(
+        stable,
+        nums_en,
+        nums_zh,
+        refute_en=" Without LayerNorm the scores were no larger and training no worse.",
+        refute_zh="去掉 LayerNorm 后分数并没有更大，训练也没有更差。",
+    )
 
 
 # --- C43, C44, C45 ---------------------------------------------------------------------------------------------
 
-@claim("C43-post-norm-unstable-accumulation", experiment="norm-depth-grid",
-       metrics=("depth_deep", "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre", "rms_growth_post",
-                "rms_growth_pre", "rms_growth_post_init", "rms_growth_pre_init"),
-       rule_text="Unstable = Post-Norm failed at more learning rates than Pre-Norm, or its final loss varies over the "
-                 f"learning rates by > {TOL} nats more. Accumulation = the residual-stream RMS after the last block is "
-                 f"> {ACCUMULATES}× the one after the first block in Post-Norm and grows more than in Pre-Norm. "
-                 "Supported if both on every seed; nuanced if unstable but no accumulation on every seed; refuted if "
-                 "not unstable on any seed; otherwise inconclusive.")
+
+@claim(
+    "C43-post-norm-unstable-accumulation",
+    experiment="norm-depth-grid",
+    metrics=(
+        "depth_deep",
+        "failed_post",
+        "failed_pre",
+        "lr_spread_post",
+        "lr_spread_pre",
+        "rms_growth_post",
+        "rms_growth_pre",
+        "rms_growth_post_init",
+        "rms_growth_pre_init",
+    ),
+    rule_text="Unstable = Post-Norm failed at more learning rates than Pre-Norm, or its final loss varies over the "
+    f"learning rates by > {TOL} nats more. Accumulation = the residual-stream RMS after the last block is "
+    f"> {ACCUMULATES}× the one after the first block in Post-Norm and grows more than in Pre-Norm. "
+    "Supported if both on every seed; nuanced if unstable but no accumulation on every seed; refuted if "
+    "not unstable on any seed; otherwise inconclusive.",
+)
 def _c43(ms):
     depth = setting(ms, "depth_deep")
     post_g, pre_g = ms["rms_growth_post"], ms["rms_growth_pre"]
-    unstable = [(fp > fq) or (sp > sq + TOL) for fp, fq, sp, sq in
-                per_seed(ms, "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre")]
+    unstable = [
+        (fp > fq) or (sp > sq + TOL)
+        for fp, fq, sp, sq in per_seed(ms, "failed_post", "failed_pre", "lr_spread_post", "lr_spread_pre")
+    ]
     accum = [g > ACCUMULATES and g > q for g, q in per_seed(ms, "rms_growth_post", "rms_growth_pre")]
-    nums_en = (f"{depth} layers: Post-Norm failed at {ms['failed_post'].fmt()} learning rates (Pre-Norm "
-               f"{ms['failed_pre'].fmt()}), final-loss spread over learning rates {ms['lr_spread_post'].fmt()} vs "
-               f"{ms['lr_spread_pre'].fmt()}. Residual-stream RMS, last block ÷ first block, after training: Post-Norm "
-               f"{post_g.fmt()}, Pre-Norm {pre_g.fmt()} (at init {ms['rms_growth_post_init'].fmt()} and "
-               f"{ms['rms_growth_pre_init'].fmt()}).")
-    nums_zh = (f"{depth} 层：Post-Norm 在 {ms['failed_post'].fmt()} 个学习率上失败（Pre-Norm {ms['failed_pre'].fmt()}）"
-               f"，各学习率最终 loss 的极差 {ms['lr_spread_post'].fmt()} 对 {ms['lr_spread_pre'].fmt()}。训练后残差流 "
-               f"RMS（最后一层 ÷ 第一层）：Post-Norm {post_g.fmt()}，Pre-Norm {pre_g.fmt()}（初始化时 "
-               f"{ms['rms_growth_post_init'].fmt()} 和 {ms['rms_growth_pre_init'].fmt()}）。")
+    nums_en = (
+        f"{depth} layers: Post-Norm failed at {ms['failed_post'].fmt()} learning rates (Pre-Norm "
+        f"{ms['failed_pre'].fmt()}), final-loss spread over learning rates {ms['lr_spread_post'].fmt()} vs "
+        f"{ms['lr_spread_pre'].fmt()}. Residual-stream RMS, last block ÷ first block, after training: Post-Norm "
+        f"{post_g.fmt()}, Pre-Norm {pre_g.fmt()} (at init {ms['rms_growth_post_init'].fmt()} and "
+        f"{ms['rms_growth_pre_init'].fmt()})."
+    )
+    nums_zh = (
+        f"{depth} 层：Post-Norm 在 {ms['failed_post'].fmt()} 个学习率上失败（Pre-Norm {ms['failed_pre'].fmt()}）"
+        f"，各学习率最终 loss 的极差 {ms['lr_spread_post'].fmt()} 对 {ms['lr_spread_pre'].fmt()}。训练后残差流 "
+        f"RMS（最后一层 ÷ 第一层）：Post-Norm {post_g.fmt()}，Pre-Norm {pre_g.fmt()}（初始化时 "
+        f"{ms['rms_growth_post_init'].fmt()} 和 {ms['rms_growth_pre_init'].fmt()}）。"
+    )
     pre_grows = all(v > ACCUMULATES for v in pre_g.values)
-    return decide(nums_en, nums_zh,
-                  ("supported", all(unstable) and all(accum), "", ""),
-                  ("nuanced", all(unstable) and not any(accum),
-                   " Post-Norm is the less stable one, but not because values pile up on its residual path: its "
-                   "LayerNorm resets the stream after every block."
-                   + (" The stream that grows is Pre-Norm's, the stable one." if pre_grows else ""),
-                   "Post-Norm 的确更不稳定，但原因不是残差路径上的数值累积：它的 LayerNorm 在每个 block 之后都把残差流"
-                   "重新归一化。" + ("真正在增长的是 Pre-Norm 的残差流，而它是稳定的那一个。" if pre_grows else "")),
-                  ("refuted", not any(unstable), " Post-Norm was not less stable than Pre-Norm here.",
-                   "这里 Post-Norm 并不比 Pre-Norm 更不稳定。"))
+    return decide(
+        nums_en,
+        nums_zh,
+        ("supported", all(unstable) and all(accum), "", ""),
+        (
+            "nuanced",
+            all(unstable) and not any(accum),
+            " Post-Norm is the less stable one, but not because values pile up on its residual path: its "
+            "LayerNorm resets the stream after every block."
+            + (" The stream that grows is Pre-Norm's, the stable one." if pre_grows else ""),
+            "Post-Norm 的确更不稳定，但原因不是残差路径上的数值累积：它的 LayerNorm 在每个 block 之后都把残差流"
+            "重新归一化。" + ("真正在增长的是 Pre-Norm 的残差流，而它是稳定的那一个。" if pre_grows else ""),
+        ),
+        (
+            "refuted",
+            not any(unstable),
+            " Post-Norm was not less stable than Pre-Norm here.",
+            "这里 Post-Norm 并不比 Pre-Norm 更不稳定。",
+        ),
+    )
 
 
-@claim("C44-pre-norm-smoother", experiment="norm-depth-grid",
-       metrics=("depth_deep", "n_lrs", "lr_spread_pre", "lr_spread_post", "lr_spread_deepnorm", "failed_pre",
-                "failed_post", "failed_deepnorm", "rough_pre", "rough_post", "rough_deepnorm", "best_pre", "best_post",
-                "best_deepnorm"),
-       rule_text="Deepest grid depth (6 at quick; 12 at full), learning rates swept without warm-up or clipping. Less "
-                 f"sensitive = Pre-Norm's final-loss spread over the rates is > {TOL} nats smaller than Post-Norm's, "
-                 "or fewer Pre-Norm runs failed. Smoother = Pre-Norm's mean roughness (climb-back per unit of descent "
-                 f"of the smoothed curve; 2 for a NaN run) is > {TOL} lower. Supported if both on every seed, nuanced "
-                 f"if one on every seed, refuted if neither on any seed and Pre-Norm is rougher by > {TOL} on every "
-                 "seed; otherwise inconclusive.")
+@claim(
+    "C44-pre-norm-smoother",
+    experiment="norm-depth-grid",
+    metrics=(
+        "depth_deep",
+        "n_lrs",
+        "lr_spread_pre",
+        "lr_spread_post",
+        "lr_spread_deepnorm",
+        "failed_pre",
+        "failed_post",
+        "failed_deepnorm",
+        "rough_pre",
+        "rough_post",
+        "rough_deepnorm",
+        "best_pre",
+        "best_post",
+        "best_deepnorm",
+    ),
+    rule_text="Deepest grid depth (6 at quick; 12 at full), learning rates swept without warm-up or clipping. Less "
+    f"sensitive = Pre-Norm's final-loss spread over the rates is > {TOL} nats smaller than Post-Norm's, "
+    "or fewer Pre-Norm runs failed. Smoother = Pre-Norm's mean roughness (climb-back per unit of descent "
+    f"of the smoothed curve; 2 for a NaN run) is > {TOL} lower. Supported if both on every seed, nuanced "
+    f"if one on every seed, refuted if neither on any seed and Pre-Norm is rougher by > {TOL} on every "
+    "seed; otherwise inconclusive.",
+)
 def _c44(ms):
     depth = setting(ms, "depth_deep")
-    less_sensitive = [a + TOL < b or fa < fb for a, b, fa, fb in
-                      per_seed(ms, "lr_spread_pre", "lr_spread_post", "failed_pre", "failed_post")]
+    less_sensitive = [
+        a + TOL < b or fa < fb
+        for a, b, fa, fb in per_seed(ms, "lr_spread_pre", "lr_spread_post", "failed_pre", "failed_post")
+    ]
     smoother = [a + TOL < b for a, b in per_seed(ms, "rough_pre", "rough_post")]
     rougher = [a > b + TOL for a, b in per_seed(ms, "rough_pre", "rough_post")]
-    nums_en = (f"{depth} layers, no warm-up, {fmt_count(ms['n_lrs'])} learning rates. Final-loss spread over the "
-               f"rates: Pre-Norm {ms['lr_spread_pre'].fmt()}, Post-Norm {ms['lr_spread_post'].fmt()}, DeepNorm "
-               f"{ms['lr_spread_deepnorm'].fmt()}; failed runs {ms['failed_pre'].fmt()}, {ms['failed_post'].fmt()}, "
-               f"{ms['failed_deepnorm'].fmt()}. Roughness (how much the smoothed curve climbs back per unit of "
-               f"descent, mean over rates): Pre {ms['rough_pre'].fmt()}, Post {ms['rough_post'].fmt()}, DeepNorm "
-               f"{ms['rough_deepnorm'].fmt()}.")
-    nums_zh = (f"{depth} 层、无 warm-up、{fmt_count(ms['n_lrs'])} 个学习率。各学习率最终 loss 的极差：Pre-Norm "
-               f"{ms['lr_spread_pre'].fmt()}，Post-Norm {ms['lr_spread_post'].fmt()}，DeepNorm "
-               f"{ms['lr_spread_deepnorm'].fmt()}；失败次数 {ms['failed_pre'].fmt()}、{ms['failed_post'].fmt()}、"
-               f"{ms['failed_deepnorm'].fmt()}。粗糙度（平滑后的曲线每下降一单位又回升多少，各学习率平均）：Pre "
-               f"{ms['rough_pre'].fmt()}，Post {ms['rough_post'].fmt()}，DeepNorm {ms['rough_deepnorm'].fmt()}。")
+    nums_en = (
+        f"{depth} layers, no warm-up, {fmt_count(ms['n_lrs'])} learning rates. Final-loss spread over the "
+        f"rates: Pre-Norm {ms['lr_spread_pre'].fmt()}, Post-Norm {ms['lr_spread_post'].fmt()}, DeepNorm "
+        f"{ms['lr_spread_deepnorm'].fmt()}; failed runs {ms['failed_pre'].fmt()}, {ms['failed_post'].fmt()}, "
+        f"{ms['failed_deepnorm'].fmt()}. Roughness (how much the smoothed curve climbs back per unit of "
+        f"descent, mean over rates): Pre {ms['rough_pre'].fmt()}, Post {ms['rough_post'].fmt()}, DeepNorm "
+        f"{ms['rough_deepnorm'].fmt()}."
+    )
+    nums_zh = (
+        f"{depth} 层、无 warm-up、{fmt_count(ms['n_lrs'])} 个学习率。各学习率最终 loss 的极差：Pre-Norm "
+        f"{ms['lr_spread_pre'].fmt()}，Post-Norm {ms['lr_spread_post'].fmt()}，DeepNorm "
+        f"{ms['lr_spread_deepnorm'].fmt()}；失败次数 {ms['failed_pre'].fmt()}、{ms['failed_post'].fmt()}、"
+        f"{ms['failed_deepnorm'].fmt()}。粗糙度（平滑后的曲线每下降一单位又回升多少，各学习率平均）：Pre "
+        f"{ms['rough_pre'].fmt()}，Post {ms['rough_post'].fmt()}，DeepNorm {ms['rough_deepnorm'].fmt()}。"
+    )
     if all(less_sensitive) and all(smoother):
         return Verdict("supported", nums_en, nums_zh)
     if all(less_sensitive) or all(smoother):
         which = "less sensitive to the learning rate" if all(less_sensitive) else "smoother"
         which_zh = "对学习率更不敏感" if all(less_sensitive) else "曲线更平滑"
-        return Verdict("nuanced", nums_en + f" Pre-Norm was {which} on every seed, but not both.",
-                       nums_zh + f"Pre-Norm 在每个种子上都{which_zh}，但并非两者兼备。")
+        return Verdict(
+            "nuanced",
+            nums_en + f" Pre-Norm was {which} on every seed, but not both.",
+            nums_zh + f"Pre-Norm 在每个种子上都{which_zh}，但并非两者兼备。",
+        )
     if not any(less_sensitive) and not any(smoother) and all(rougher):
         return Verdict("refuted", nums_en, nums_zh)
-    return Verdict("inconclusive", nums_en + " The seeds disagree, or the difference is inside the tolerance.",
-                   nums_zh + "各种子结论不一致，或差异在容差之内。")
+    return Verdict(
+        "inconclusive",
+        nums_en + " The seeds disagree, or the difference is inside the tolerance.",
+        nums_zh + "各种子结论不一致，或差异在容差之内。",
+    )
 
 
-@claim("C45-pre-norm-de-facto", experiment="norm-depth-grid",
-       metrics=("failed_pre", "failed_post", "lr_spread_pre", "lr_spread_post"),
-       rule_text="A fact about the literature (sources in the reason); supported if our grid also shows Pre-Norm at "
-                 f"least as robust as Post-Norm (no more failed runs, spread over learning rates not larger by > {TOL} "
-                 "nats) on every seed, nuanced otherwise, naming which of the two failed.")
+@claim(
+    "C45-pre-norm-de-facto",
+    experiment="norm-depth-grid",
+    metrics=("failed_pre", "failed_post", "lr_spread_pre", "lr_spread_post"),
+    rule_text="A fact about the literature (sources in the reason); supported if our grid also shows Pre-Norm at "
+    f"least as robust as Post-Norm (no more failed runs, spread over learning rates not larger by > {TOL} "
+    "nats) on every seed, nuanced otherwise, naming which of the two failed.",
+)
 def _c45(ms):
-    lit_en = ("From the sources: the 2017 paper and BERT used Post-Norm; GPT-2 (Radford et al. 2019) moved the norm to "
-              "the input of each sub-block, and GPT-3, PaLM, LLaMA 1–3, Mistral, Qwen and DeepSeek are Pre-Norm "
-              "(mostly Pre-RMSNorm); Xiong et al. (2020) showed Pre-LN trains without warm-up. Some recent models add "
-              "a norm after the sub-layer as well (Gemma 2) or reorder it (OLMo 2), on top of a Pre-Norm-style path.")
-    lit_zh = ("据文献：2017 年原论文和 BERT 用 Post-Norm；GPT-2 把归一化移到每个子层的输入端，GPT-3、PaLM、LLaMA 1–3、"
-              "Mistral、Qwen、DeepSeek 都是 Pre-Norm（多为 Pre-RMSNorm）；Xiong 等（2020）证明 Pre-LN 不需要 warm-up。"
-              "近期部分模型（Gemma 2、OLMo 2）在 Pre-Norm 式路径之外再在子层输出后加归一化。")
+    lit_en = (
+        "From the sources: the 2017 paper and BERT used Post-Norm; GPT-2 (Radford et al. 2019) moved the norm to "
+        "the input of each sub-block, and GPT-3, PaLM, LLaMA 1–3, Mistral, Qwen and DeepSeek are Pre-Norm "
+        "(mostly Pre-RMSNorm); Xiong et al. (2020) showed Pre-LN trains without warm-up. Some recent models add "
+        "a norm after the sub-layer as well (Gemma 2) or reorder it (OLMo 2), on top of a Pre-Norm-style path."
+    )
+    lit_zh = (
+        "据文献：2017 年原论文和 BERT 用 Post-Norm；GPT-2 把归一化移到每个子层的输入端，GPT-3、PaLM、LLaMA 1–3、"
+        "Mistral、Qwen、DeepSeek 都是 Pre-Norm（多为 Pre-RMSNorm）；Xiong 等（2020）证明 Pre-LN 不需要 warm-up。"
+        "近期部分模型（Gemma 2、OLMo 2）在 Pre-Norm 式路径之外再在子层输出后加归一化。"
+    )
     rows = per_seed(ms, "lr_spread_pre", "lr_spread_post", "failed_pre", "failed_post")
     more_failed = [fa > fb for _, _, fa, fb in rows]
     wider = [a > b + TOL for a, b, _, _ in rows]
     failed = f"{ms['failed_pre'].fmt()} vs {ms['failed_post'].fmt()}"
     spread = f"{ms['lr_spread_pre'].fmt()} vs {ms['lr_spread_post'].fmt()}"
     if not any(more_failed) and not any(wider):
-        return Verdict("supported", lit_en + " Our grid agrees with the reason: Pre-Norm failed at "
-                       f"{ms['failed_pre'].fmt()} learning rates, Post-Norm at {ms['failed_post'].fmt()}, and its "
-                       f"final-loss spread over the rates was not larger by > {TOL} nats ({spread}).",
-                       lit_zh + f"我们的实验与其原因一致：Pre-Norm 在 {ms['failed_pre'].fmt()} 个学习率上失败，"
-                       f"Post-Norm 在 {ms['failed_post'].fmt()} 个，且各学习率最终 loss 的极差没有大出 {TOL} nat "
-                       f"以上（{spread}）。")
+        return Verdict(
+            "supported",
+            lit_en + " Our grid agrees with the reason: Pre-Norm failed at "
+            f"{ms['failed_pre'].fmt()} learning rates, Post-Norm at {ms['failed_post'].fmt()}, and its "
+            f"final-loss spread over the rates was not larger by > {TOL} nats ({spread}).",
+            lit_zh + f"我们的实验与其原因一致：Pre-Norm 在 {ms['failed_pre'].fmt()} 个学习率上失败，"
+            f"Post-Norm 在 {ms['failed_post'].fmt()} 个，且各学习率最终 loss 的极差没有大出 {TOL} nat "
+            f"以上（{spread}）。",
+        )
     n = len(rows)
     why_en, why_zh = [], []
     if any(more_failed):
-        seeds, seeds_zh = ("", "") if all(more_failed) else (f" on {sum(more_failed)} of {n} seeds",
-                                                              f"（{sum(more_failed)}/{n} 个种子）")
+        seeds, seeds_zh = (
+            ("", "")
+            if all(more_failed)
+            else (f" on {sum(more_failed)} of {n} seeds", f"（{sum(more_failed)}/{n} 个种子）")
+        )
         why_en.append(f"it failed at more learning rates than Post-Norm{seeds} ({failed})")
         why_zh.append(f"它失败的学习率比 Post-Norm 多{seeds_zh}（{failed}）")
     if any(wider):
         seeds, seeds_zh = ("", "") if all(wider) else (f" on {sum(wider)} of {n} seeds", f"（{sum(wider)}/{n} 个种子）")
-        why_en.append(f"its final-loss spread over the learning rates was larger than Post-Norm's by > {TOL} "
-                      f"nats{seeds} ({spread})")
+        why_en.append(
+            f"its final-loss spread over the learning rates was larger than Post-Norm's by > {TOL} "
+            f"nats{seeds} ({spread})"
+        )
         why_zh.append(f"它各学习率最终 loss 的极差比 Post-Norm 大 {TOL} nat 以上{seeds_zh}（{spread}）")
-    return Verdict("nuanced", lit_en + " But in our grid Pre-Norm was not at least as robust as Post-Norm: "
-                   + " and ".join(why_en) + f"; failed runs {failed}.",
-                   lit_zh + "但在我们的实验中 Pre-Norm 并不比 Post-Norm 更稳健：" + "，且".join(why_zh)
-                   + f"；失败次数 {failed}。")
+    return Verdict(
+        "nuanced",
+        lit_en
+        + " But in our grid Pre-Norm was not at least as robust as Post-Norm: "
+        + " and ".join(why_en)
+        + f"; failed runs {failed}.",
+        lit_zh + "但在我们的实验中 Pre-Norm 并不比 Post-Norm 更稳健：" + "，且".join(why_zh) + f"；失败次数 {failed}。",
+    )

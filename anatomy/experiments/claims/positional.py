@@ -28,8 +28,16 @@ from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import MarkovTask
 
 PE_KINDS = ("none", "sinusoidal", "learned", "rope", "alibi", "t5", "shaw")
-COLORS = {"none": "0.5", "sinusoidal": "tab:blue", "learned": "tab:orange", "rope": "tab:green",
-          "alibi": "tab:red", "t5": "tab:purple", "shaw": "tab:brown", "concat": "tab:cyan"}
+COLORS = {
+    "none": "0.5",
+    "sinusoidal": "tab:blue",
+    "learned": "tab:orange",
+    "rope": "tab:green",
+    "alibi": "tab:red",
+    "t5": "tab:purple",
+    "shaw": "tab:brown",
+    "concat": "tab:cyan",
+}
 
 
 class ConcatSinusoidal(PositionalScheme):
@@ -108,8 +116,12 @@ def _order_blindness(seed: int, device: str = "cpu") -> dict[str, float]:
         swapped = x.clone()
         swapped[0, :3] = x[0, :3].flip(0)  # same tokens, same last token, prefix order changed
         causal = _rel_diff(dec(input_ids=x).logits[0, -1], dec(input_ids=swapped).logits[0, -1])
-    return {"nope_equivariance_err": equivariance, "wo_da_ni_diff_nope": _rel_diff(a, b),
-            "wo_da_ni_diff_sinusoidal": _rel_diff(a_pe, b_pe), "causal_nope_order_diff": causal}
+    return {
+        "nope_equivariance_err": equivariance,
+        "wo_da_ni_diff_nope": _rel_diff(a, b),
+        "wo_da_ni_diff_sinusoidal": _rel_diff(a_pe, b_pe),
+        "causal_nope_order_diff": causal,
+    }
 
 
 def _rotation_checks(d: int = 64, n: int = 256, device: str = "cpu") -> dict[str, float]:
@@ -122,8 +134,8 @@ def _rotation_checks(d: int = 64, n: int = 256, device: str = "cpu") -> dict[str
         c, s = torch.cos(k * w), torch.sin(k * w)
         sin_p, cos_p = pe[:n, 0::2], pe[:n, 1::2]
         rotated = torch.stack([sin_p * c + cos_p * s, cos_p * c - sin_p * s], dim=-1).flatten(-2)  # R_k PE(p)
-        worst = max(worst, (rotated - pe[k: n + k]).abs().max().item())
-        dots = (pe[:n] * pe[k: n + k]).sum(-1)
+        worst = max(worst, (rotated - pe[k : n + k]).abs().max().item())
+        dots = (pe[:n] * pe[k : n + k]).sum(-1)
         spread = max(spread, (dots.std() / dots.abs().mean()).item())
     return {"rotation_residual": worst, "dot_shift_spread": spread}
 
@@ -139,11 +151,18 @@ def pe_lm(trial: Trial) -> dict[str, float]:
     held = task.batch(task.sample(budget(trial.preset, 16, 64, 128), 4 * T, g, dev))
 
     def batches(step):
-        return task.batch(train[step * batch:(step + 1) * batch])
+        return task.batch(train[step * batch : (step + 1) * batch])
 
-    base = dict(vocab_size=task.vocab, d_model=d_model, n_heads=budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"]),
-                n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]), max_seq_len=4 * T, dropout=0.0,
-                init="xavier", scale_embeddings=True)  # the 2017 recipe: embeddings ~ N(0, 1/D) times sqrt(D)
+    base = dict(
+        vocab_size=task.vocab,
+        d_model=d_model,
+        n_heads=budget(trial.preset, 4, 4, 4, POST_SIZES["n_heads"]),
+        n_layers=budget(trial.preset, 2, 2, 2, POST_SIZES["n_layers"]),
+        max_seq_len=4 * T,
+        dropout=0.0,
+        init="xavier",
+        scale_embeddings=True,
+    )  # the 2017 recipe: embeddings ~ N(0, 1/D) times sqrt(D)
     out: dict[str, float] = {"train_length": T, "train_steps": steps, "floor": task.floor, "uniform": task.uniform}
     curves, models = {}, {}
     for kind in (*PE_KINDS, "concat"):
@@ -188,6 +207,7 @@ def pe_lm(trial: Trial) -> dict[str, float]:
 def _draw_pe_lm(trial, curves, task, T, out, models):
     path = trial.figure_path("C29-loss-by-position")
     if path is not None:
+
         def draw(axes):
             ax, bars = axes
             w = max(1, T // 8)
@@ -195,29 +215,50 @@ def _draw_pe_lm(trial, curves, task, T, out, models):
                 y = lp.numpy()
                 smooth = torch.tensor(y, device="cpu").unfold(0, w, 1).nanmean(-1).numpy() if w > 1 else y
                 x = torch.arange(len(smooth), device="cpu") + (w - 1) / 2
-                ax.plot(x.numpy(), smooth, color=COLORS[kind], lw=1.6 if kind in ("sinusoidal", "learned", "rope",
-                                                                                  "alibi") else 1.0,
-                        ls="--" if kind == "concat" else "-", label=kind)
+                ax.plot(
+                    x.numpy(),
+                    smooth,
+                    color=COLORS[kind],
+                    lw=1.6 if kind in ("sinusoidal", "learned", "rope", "alibi") else 1.0,
+                    ls="--" if kind == "concat" else "-",
+                    label=kind,
+                )
             ax.axvline(T - 1, color="k", ls="--", lw=1)
-            ax.text(T - 1, 0.12, "← seen in training | never seen → ", fontsize=8, ha="center",
-                    bbox=dict(facecolor="white", edgecolor="none", alpha=0.8))
+            ax.text(
+                T - 1,
+                0.12,
+                "← seen in training | never seen → ",
+                fontsize=8,
+                ha="center",
+                bbox=dict(facecolor="white", edgecolor="none", alpha=0.8),
+            )
             ax.axhline(task.floor, color="k", ls=":", lw=1)
             ax.axhline(task.uniform, color="0.4", ls="-.", lw=1)
             ax.text(4 * T - 2, task.floor - 0.05, "best possible", fontsize=8, ha="right", va="top")
             ax.text(4 * T - 2, task.uniform - 0.05, "uniform guess (ln V)", fontsize=8, ha="right", va="top")
-            ax.set(xlabel="position in the sequence", ylabel="next-token loss (nats)", ylim=(0, task.uniform * 1.6),
-                   title=f"Loss by position: trained on length {T}, tested on length {4 * T}")
+            ax.set(
+                xlabel="position in the sequence",
+                ylabel="next-token loss (nats)",
+                ylim=(0, task.uniform * 1.6),
+                title=f"Loss by position: trained on length {T}, tested on length {4 * T}",
+            )
             ax.legend(fontsize=7, ncol=2, loc="upper left")
             kinds = list(curves)
             xs = torch.arange(len(kinds), device="cpu").numpy()
             bars.bar(xs - 0.2, [out[f"in_{k}"] for k in kinds], 0.4, label=f"positions < {T}", color="tab:gray")
-            bars.bar(xs + 0.2, [min(out[f"past_{k}"], task.uniform * 1.6) for k in kinds], 0.4,
-                     label=f"positions ≥ {T} (never trained)", color="tab:red")
+            bars.bar(
+                xs + 0.2,
+                [min(out[f"past_{k}"], task.uniform * 1.6) for k in kinds],
+                0.4,
+                label=f"positions ≥ {T} (never trained)",
+                color="tab:red",
+            )
             bars.axhline(task.floor, color="k", ls=":", lw=1)
             bars.axhline(task.uniform, color="0.4", ls="-.", lw=1)
             bars.set_xticks(xs, kinds, rotation=30)
             bars.set(ylabel="mean loss (nats)", title="Inside vs beyond the training length")
             bars.legend(fontsize=8)
+
         figure(path, draw, grid=(1, 2), size=(12, 4.5))
 
     path = trial.figure_path("C27-scores-by-offset")
@@ -232,8 +273,15 @@ def _draw_pe_lm(trial, curves, task, T, out, models):
         def draw_mats(axes):
             for ax, (kind, s) in zip(axes, mats.items()):
                 ax.imshow(s.numpy(), cmap="viridis")
-                ax.set(title=f"{kind}: R²(offset) = {out[f'offset_r2_{kind}']:.2f}", xlabel="key position j",
-                       ylabel="query position i")
-            axes[0].figure.suptitle("Trained layer-0 attention scores (head 0) for a sequence repeating one token: "
-                                    "constant along each diagonal = they depend only on the offset i − j", fontsize=10)
+                ax.set(
+                    title=f"{kind}: R²(offset) = {out[f'offset_r2_{kind}']:.2f}",
+                    xlabel="key position j",
+                    ylabel="query position i",
+                )
+            axes[0].figure.suptitle(
+                "Trained layer-0 attention scores (head 0) for a sequence repeating one token: "
+                "constant along each diagonal = they depend only on the offset i − j",
+                fontsize=10,
+            )
+
         figure(path, draw_mats, grid=(1, 4), size=(14, 4.1))
