@@ -12,8 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from anatomy.course import block_rules as rules
 from anatomy.course import exercises as ex
-from anatomy.course import fill, spec
+from anatomy.course import fill, spec, spec_block
 from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
 
 D_MODEL, N_HEADS = 12, 3  # Dh = 4: every named size differs
@@ -124,6 +125,10 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     )
     if found is not None:
         return _finding(result, found)
+    rec = rules.record(m, x)
+    found = rules.eval_random(lambda: call(x), subject.file, rec)
+    if found is not None:
+        return _finding(result, found)
 
     def build(d_model: int, n_heads: int):
         return cls(d_model, n_heads) if mha else cls(d_model, n_heads, 4 * d_model)
@@ -152,11 +157,17 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     )
     if errors and doctor_fault not in (None, "unexplained"):
         return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
-    rule = _behaviour(m, call, subject, x, mha, timeout)
+    rule = _behaviour(m, call, subject, x, mha, timeout) or _spec(report, m, x, subject.file, rec)
     if rule is not None:
         return _finding(result, rule)
-    if errors:
-        return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
+    diag = report.diagnosis
+    if errors or diag.get("status") != "matches" or diag.get("variant", {}).get("positional"):
+        named = rules.named(rec, subject.file, mha)
+        if named is not None:
+            return _finding(result, named)
+        if errors:
+            return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
+        return _finding(result, rules.differs(report, rec, subject.file, mha))
     result.passed = True
     fill.warn_finite(result, subject)
     result.brief(
@@ -174,11 +185,20 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     return result
 
 
+def _spec(report, m: nn.Module, x: torch.Tensor, file: str, rec) -> spec.Finding | None:
+    """The exercise's design against what the doctor found, the norms' initial values, training mode."""
+    return (
+        rules.variant(report.found, D_MODEL, m, file, rec)
+        or rules.initial_values(report.found, m, file)
+        or rules.training(m, x, file)
+    )
+
+
 def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool, timeout) -> spec.Finding | None:
     """The rules tested by behaviour: the mask's sense, Pre-Norm, GELU, dropout's place, the fill in float16."""
-    seen = spec.leak(m, lambda inp, mask: call(inp, mask), 5, D_MODEL)
+    seen = spec_block.leak(m, lambda inp, mask: call(inp, mask), 5, D_MODEL)
     if seen is not None:
-        flipped = spec.leak(m, lambda inp, mask: call(inp, ~mask), 5, D_MODEL)
+        flipped = spec_block.leak(m, lambda inp, mask: call(inp, ~mask), 5, D_MODEL)
         line, source = _mask_line(m, x, subject.file)
         inverted = flipped is None
         if not inverted:
@@ -209,7 +229,7 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
         )
     big = fill.big_fill(subject)
     if big is not None:
-        half = spec.half_copy(m)
+        half = spec_block.half_copy(m)
         outcome = fill.float16_outcome(lambda: half(x.half(), torch.ones(5, 5, dtype=torch.bool).tril()[None, None]))
         line, source, value = big
         return spec.Finding(
@@ -229,9 +249,9 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
     if mha:
         return None
     return (
-        spec.placement(m, call, subject.file, D_MODEL, PRE_NORM)
-        or spec.activation(m, x, subject.file)
-        or spec.dropout_place(m, subject.file, D_MODEL)
+        spec_block.placement(m, call, subject.file, D_MODEL, PRE_NORM)
+        or spec_block.activation(m, x, subject.file)
+        or spec_block.dropout_place(m, subject.file, D_MODEL)
     )
 
 

@@ -29,9 +29,12 @@ POST = (
 
 
 def big_fill(subject: Subject, low: float = FLOAT16_MAX, high: float = float("inf")) -> tuple[int, str, float] | None:
-    """``(line, source, value)`` of the first negative number literal in the learner's code whose size is beyond
-    ``low`` (float16's range) and at most ``high`` (comments and strings left out), or None."""
+    """``(line, source, value)`` of the first negative number in the learner's code whose size is beyond ``low``
+    (float16's range) and at most ``high``: a literal (``-1e9``, ``-9e15``), an expression of literals
+    (``-2**32+1``, ``-10**9``, ``float('-1e9')``) or a number subtracted (``scores - 1e9 * (1 - mask)``);
+    comments and strings left out. None when there is none."""
     lines = linecache.getlines(subject.file)
+    found = [(n, -v) for n, v in _constants("".join(lines)) if math.isfinite(v) and low < -v <= high]
     for number, text in enumerate(lines, start=1):
         code = re.sub(r"(\"[^\"]*\"|'[^']*')", "", text.split("#")[0])
         for m in _NUMBER.finditer(code):
@@ -40,7 +43,66 @@ def big_fill(subject: Subject, low: float = FLOAT16_MAX, high: float = float("in
             except ValueError:
                 continue
             if low < value <= high:
-                return number, text.strip(), -value
+                found.append((number, value))
+    if not found:
+        return None
+    number, value = min(found)
+    return number, lines[number - 1].strip(), -value
+
+
+def _constants(source: str) -> list[tuple[int, float]]:
+    """``(line, value)`` of every largest expression made of number literals only (``-2**32+1``, ``-1e9``,
+    ``float('-1e9')``), evaluated; the learner's code is parsed, never run."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    out: list[tuple[int, float]] = []
+    seen: set[int] = set()
+    for node in ast.walk(tree):
+        if id(node) in seen or not isinstance(node, (ast.UnaryOp, ast.BinOp, ast.Call)):
+            continue
+        value = _value(node)
+        if value is None:
+            continue
+        seen.update(id(n) for n in ast.walk(node))
+        out.append((node.lineno, value))
+    return out
+
+
+def _value(node) -> float | None:
+    """The number an expression of literals makes (+ - * / ** and float('...')), else None."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return float(node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _value(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "float" and node.args:
+        arg = node.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            try:
+                return float(arg.value)
+            except ValueError:
+                return None
+        return _value(arg)
+    if isinstance(node, ast.BinOp):
+        a, b = _value(node.left), _value(node.right)
+        if a is None or b is None:
+            return None
+        try:
+            if isinstance(node.op, ast.Pow):
+                return float(a**b) if abs(b) <= 64 and abs(a) <= 1e6 else None
+            ops = {ast.Add: a + b, ast.Sub: a - b, ast.Mult: a * b}
+            if type(node.op) in ops:
+                return float(ops[type(node.op)])
+            if isinstance(node.op, ast.Div) and b:
+                return a / b
+        except (OverflowError, ZeroDivisionError):
+            return None
     return None
 
 
