@@ -41,6 +41,7 @@ class Wrong:
     post: tuple[str, str]
     hint: tuple[str, str]
     ops: tuple[str, ...]
+    out_dims: tuple[str, ...] | None = None  # point at the step with these output dims (() : a scalar)
 
 
 def _probe(seed: int = 0) -> torch.Tensor:
@@ -61,224 +62,6 @@ def _build(cls, args: tuple, name: str, timeout):
     return module.double().eval()
 
 
-# ------------------------------------------------------------------------------------------------ LayerNorm
-
-_LN_POST = (
-    "LayerNorm(x) = gamma * (x - mean) / sqrt(var + eps) + beta……大家在复现时最好确认一下标准化是在最后一个维度上做的。",
-    "LayerNorm(x) = gamma * (x - mean) / sqrt(var + eps) + beta ... make sure the normalisation runs over the "
-    "last dimension.",
-)
-
-
-def _layer_norm(x, g, b, *, dims=(-1,), unbiased=False, eps_outside=False, eps=EPS):
-    mean = x.mean(dims, keepdim=True)
-    var = x.var(dims, keepdim=True, unbiased=unbiased)
-    scale = var.sqrt() + eps if eps_outside else (var + eps).sqrt()
-    return g * (x - mean) / scale + b
-
-
-LN_WRONG = (
-    (
-        Wrong(
-            "unbiased_variance",
-            (
-                "the variance is the unbiased one (divides by D-1): torch's x.var() and x.std() are "
-                "unbiased unless told otherwise",
-                "方差用了无偏估计（除以 D-1）：torch 的 x.var() 和 x.std() 默认是无偏的",
-            ),
-            _LN_POST,
-            ("x.var(-1, keepdim=True, unbiased=False)", "x.var(-1, keepdim=True, unbiased=False)"),
-            ("var", "std", "var_mean", "std_mean"),
-        ),
-        dict(unbiased=True),
-    ),
-    (
-        Wrong(
-            "eps_outside_sqrt",
-            (
-                "eps is added to the standard deviation, not inside the square root "
-                "(the annotated transformer's (x - mean) / (std + eps))",
-                "eps 加在了标准差上，而不是平方根里面（annotated transformer 的 (x - mean) / (std + eps)）",
-            ),
-            _LN_POST,
-            ("torch.sqrt(var + self.eps)", "torch.sqrt(var + self.eps)"),
-            ("add", "__add__", "div", "__truediv__"),
-        ),
-        dict(eps_outside=True),
-    ),
-    (
-        Wrong(
-            "annotated_transformer_form",
-            (
-                "(x - mean) / (std + eps) with the unbiased std: the annotated transformer's "
-                "LayerNorm, a variant, not the post's formula (and not nn.LayerNorm)",
-                "(x - mean) / (std + eps) 且 std 无偏：annotated transformer 的写法，是一种变体，"
-                "但不是原文的公式（也不是 nn.LayerNorm）",
-            ),
-            _LN_POST,
-            (
-                "population variance, eps inside the root: (x - mean) / torch.sqrt(var + eps)",
-                "总体方差，eps 放进根号：(x - mean) / torch.sqrt(var + eps)",
-            ),
-            ("std", "var"),
-        ),
-        dict(unbiased=True, eps_outside=True),
-    ),
-    (
-        Wrong(
-            "normalises_over_batch",
-            (
-                "the statistics are taken over the batch (dim 0), as BatchNorm does",
-                "统计量在 batch 维（dim 0）上计算，像 BatchNorm 那样",
-            ),
-            _LN_POST,
-            (
-                "mean and var over the last dimension: x.mean(-1, keepdim=True)",
-                "在最后一维上求均值和方差：x.mean(-1, keepdim=True)",
-            ),
-            ("mean", "var", "std", "var_mean"),
-        ),
-        dict(dims=(0,)),
-    ),
-    (
-        Wrong(
-            "normalises_over_positions",
-            (
-                "the statistics are taken over the positions (dim -2), not the features",
-                "统计量在位置维（dim -2）上计算，而不是特征维",
-            ),
-            _LN_POST,
-            (
-                "mean and var over the last dimension: x.mean(-1, keepdim=True)",
-                "在最后一维上求均值和方差：x.mean(-1, keepdim=True)",
-            ),
-            ("mean", "var", "std", "var_mean"),
-        ),
-        dict(dims=(-2,)),
-    ),
-    (
-        Wrong(
-            "normalises_over_everything",
-            ("the statistics are taken over positions and features together", "统计量把位置和特征放在一起计算"),
-            _LN_POST,
-            ("per token: x.mean(-1, keepdim=True)", "按 token 计算：x.mean(-1, keepdim=True)"),
-            ("mean", "var", "std"),
-        ),
-        dict(dims=(-2, -1)),
-    ),
-    (
-        Wrong(
-            "no_eps",
-            (
-                "there is no eps: a token whose features are all equal divides by 0",
-                "没有 eps：特征全部相等的 token 会除以 0",
-            ),
-            _LN_POST,
-            ("(x - mean) / torch.sqrt(var + self.eps)", "(x - mean) / torch.sqrt(var + self.eps)"),
-            ("sqrt", "rsqrt", "div", "__truediv__"),
-        ),
-        dict(eps=0.0),
-    ),
-)
-
-
-def _grade_layernorm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
-    path = module.file
-    cls = module.LayerNorm
-    check_signature(cls.__init__, "LayerNorm.__init__", ["d_model", "eps"], 1)
-    ln = _build(cls, (SIZES["D"],), "LayerNorm", timeout)
-    result = Result(exercise.id, path, passed=False)
-    vectors = [(n, p) for n, p in ln.named_parameters() if tuple(p.shape) == (SIZES["D"],)]
-    if len(vectors) < 2:
-        result.pitfall = "no_affine"
-        import inspect
-
-        try:
-            result.line = inspect.getsourcelines(cls.__init__)[1]
-        except (OSError, TypeError):
-            result.line = None
-        at_en, at_zh = (
-            (f" (its __init__ at line {result.line})", f"（__init__ 在第 {result.line} 行）")
-            if result.line
-            else ("", "")
-        )
-        if result.line:
-            result.point(result.line, _source_at(path, result.line))
-        result.brief(
-            f"LayerNorm has {len(vectors)} learnable parameter(s) of shape (D,); gamma and beta are two",
-            f"LayerNorm 只有 {len(vectors)} 个形状为 (D,) 的可学习参数；gamma 和 beta 应当是两个",
-        )
-        result.brief(f"the post: 「{_LN_POST[0]}」", f"原文：「{_LN_POST[0]}」")
-        result.brief(
-            "hint: self.gamma = nn.Parameter(torch.ones(d_model)); self.beta = nn.Parameter(torch.zeros(d_model))",
-            "提示：self.gamma = nn.Parameter(torch.ones(d_model))；self.beta = nn.Parameter(torch.zeros(d_model))",
-        )
-        result.say(
-            f"pitfall `no_affine` — LayerNorm has {len(vectors)} learnable parameter(s) of shape (D,){at_en}; "
-            "gamma and beta are two",
-            f"坑 `no_affine` —— LayerNorm 只有 {len(vectors)} 个形状为 (D,) 的可学习参数{at_zh}；gamma 和 beta 应当是两个",
-        )
-        result.say(f"the post: 「{_LN_POST[0]}」 ({_LN_POST[1]})", f"原文：「{_LN_POST[0]}」")
-        result.say(
-            "hint: self.gamma = nn.Parameter(torch.ones(d_model)); self.beta = nn.Parameter(torch.zeros(d_model))",
-            "提示：self.gamma = nn.Parameter(torch.ones(d_model))；self.beta = nn.Parameter(torch.zeros(d_model))",
-        )
-        return result
-    g = torch.Generator().manual_seed(3)
-    values = [torch.randn(SIZES["D"], generator=g, dtype=torch.float64) for _ in vectors]
-    with torch.no_grad():
-        for (_, p), v in zip(vectors, values):
-            p.copy_(v)
-    x = _probe()
-    out, rec = run_guarded(
-        ln,
-        (x,),
-        ("LayerNorm.forward(x (2, 5, 6))", "LayerNorm.forward(x (2, 5, 6))"),
-        timeout,
-        dims=("B T D",),
-        sizes=SIZES,
-    )
-    result.table = table_of(rec, path)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(x.shape):
-        result.pitfall = "wrong_shape"
-        got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        result.say(
-            f"LayerNorm returned {got}; a norm keeps the shape (B, T, D) = {tuple(x.shape)}",
-            f"LayerNorm 返回了 {got}；归一化不改变形状 (B, T, D) = {tuple(x.shape)}",
-        )
-        return result
-    eps = float(getattr(ln, "eps", EPS)) if isinstance(getattr(ln, "eps", None), (int, float)) else EPS
-    roles = [(values[0], values[1]), (values[1], values[0])]
-    tol = max(1e-9, lowered_tol(rec) or 0.0)  # a norm that computes in float32 on purpose is judged at float32
-    for gain, bias in roles:
-        if same(out, _layer_norm(x, gain, bias, eps=eps), tol=tol):
-            result.passed = True
-            result.say(
-                "matches gamma * (x - mean) / sqrt(var + eps) + beta over the last dimension (float64, "
-                f"random gamma and beta, one constant token; eps={eps:g})",
-                f"与最后一维上的 gamma * (x - mean) / sqrt(var + eps) + beta 一致（float64，随机 gamma 和 beta，"
-                f"含一个常数 token；eps={eps:g}）",
-            )
-            return result
-    for wrong, kw in LN_WRONG:
-        for gain, bias in roles:
-            try:
-                want = _layer_norm(x, gain, bias, **{"eps": eps, **kw})
-            except RuntimeError:
-                continue
-            if same(out, want, tol=tol):
-                return _say_wrong(result, wrong, rec, path, max_diff(out, _layer_norm(x, gain, bias, eps=eps)))
-    result.pitfall = "unexplained"
-    diff = min(max_diff(out, _layer_norm(x, g_, b_, eps=eps)) for g_, b_ in roles)
-    result.say(
-        f"differs from gamma * (x - mean) / sqrt(var + eps) + beta by up to {diff:.3g}, and no known pitfall "
-        f"({', '.join(w.name for w, _ in LN_WRONG)}) reproduces it",
-        f"与 gamma * (x - mean) / sqrt(var + eps) + beta 最多相差 {diff:.3g}，已知的坑都解释不了",
-    )
-    result.say(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
-    return result
-
-
 def _source_at(path: str, line: int) -> str:
     import linecache
 
@@ -286,7 +69,7 @@ def _source_at(path: str, line: int) -> str:
 
 
 def _say_wrong(result: Result, wrong: Wrong, rec, path: str, diff: float, who: str = "") -> Result:
-    step = first_step(rec, wrong.ops, None, path)
+    step = first_step(rec, wrong.ops, wrong.out_dims, path)
     result.pitfall = wrong.name
     result.point(step.line if step else None, step.source if step else "")
     result.brief((f"{who}: " if who else "") + wrong.what[0], (f"{who}：" if who else "") + wrong.what[1])
@@ -295,7 +78,10 @@ def _say_wrong(result: Result, wrong: Wrong, rec, path: str, diff: float, who: s
     where_en = f"line {step.line} `{step.source}`: " if step else ""
     where_zh = f"第 {step.line} 行 `{step.source}`：" if step else ""
     result.say(f"pitfall `{wrong.name}` — {where_en}{wrong.what[0]}", f"坑 `{wrong.name}` —— {where_zh}{wrong.what[1]}")
-    result.say(f"the post: 「{wrong.post[0]}」 ({wrong.post[1]})", f"原文：「{wrong.post[0]}」")
+    result.say(
+        f"the post: 「{wrong.post[0]}」" + (f" ({wrong.post[1]})" if wrong.post[1] else ""),
+        f"原文：「{wrong.post[0]}」",
+    )
     shown = "inf/NaN" if math.isinf(diff) else f"{diff:.3g}"
     result.say(
         f"numbers: your output differs from the reference by up to {shown} and equals the `{wrong.name}` "
@@ -450,6 +236,12 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
             reference = norm(x + sub(x)) if placement == "post" else x + sub(norm(x))
         tol = max(1e-9, lowered_tol(rec) or 0.0)
         if isinstance(out, torch.Tensor) and same(out, reference, tol=tol):
+            broken = _norm_rules(m, norm, own, rec, path, name)
+            if broken is not None:
+                from anatomy.course.doctor_exercises import _finding
+
+                result.table = table
+                return _finding(result, broken)
             ok.append((name, table))
             continue
         result.table = table
@@ -481,6 +273,46 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
     return result
 
 
+def _norm_rules(m: nn.Module, norm: nn.Module, own: bool, rec, path: str, name: str) -> spec.Finding | None:
+    """Right on the probe: the norm is the module's own, with gamma and beta, started at ones and zeros."""
+    from anatomy.course import block_words
+
+    direct = [(n, p) for n, p in m.named_parameters(recurse=False) if tuple(p.shape) == (SIZES["D"],)]
+    if not own and len(direct) < 2:  # F.layer_norm without weights, or a norm with elementwise_affine=False
+        step = first_step(rec, ("layer_norm", "rms_norm", "sub", "__sub__", "mean"), None, path)
+        f = block_words.finding("norm_without_parameters", step.line if step else None, step.source if step else "")
+    elif not own:
+        return None  # its own gamma and beta, and the output equals a fresh LayerNorm's: they start at 1 and 0
+    else:
+        vectors = [(n, p) for n, p in norm.named_parameters() if tuple(p.shape) == (SIZES["D"],)]
+        if len(vectors) != 2:
+            return None
+        bias = _bias_index(norm, [p for _, p in vectors])
+        gamma, beta = vectors[1 - bias][1], vectors[bias][1]
+        if bool((gamma == 1).all()) and bool((beta == 0).all()):
+            return None
+        swapped = bool((gamma == 0).all()) and bool((beta == 1).all())
+        attr = next((n for n, child in m.named_children() if child is norm), "")
+        line, source = spec.definition_line(type(m), attr, path) if attr else (0, "")
+        f = block_words.finding("norm_init_swapped" if swapped else "norm_init_wrong", line or None, source)
+    f.what = (f"{name}: {f.what[0]}", f"{name}：{f.what[1]}")
+    return f
+
+
+def _bias_index(norm: nn.Module, params: list) -> int:
+    """Which of a norm's two (D,) parameters is the bias: with the other at 0, the output is the bias itself."""
+    probe = copy.deepcopy(norm)
+    x = _probe(2)
+    for i in (1, 0):
+        ps = [p for n, p in probe.named_parameters() if tuple(p.shape) == (SIZES["D"],)]
+        with torch.no_grad():
+            ps[1 - i].zero_()
+            ps[i].fill_(3.0)
+            if bool(torch.allclose(probe(x), torch.full_like(x, 3.0))):
+                return i
+    return 1
+
+
 def _learner_norm(m: nn.Module, sub: nn.Module) -> tuple[nn.Module, bool]:
     """``(norm, True)``: the learner's own norm (the first sub-module with parameters that is not the given
     sub-layer); else ``(nn.LayerNorm, False)``, for code that normalises with ``F.layer_norm`` directly."""
@@ -492,8 +324,8 @@ def _learner_norm(m: nn.Module, sub: nn.Module) -> tuple[nn.Module, bool]:
 
 
 def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
-    return (
-        _grade_layernorm(exercise, subject, timeout)
-        if exercise.id == "layernorm"
-        else _grade_add_norm(exercise, subject, timeout)
-    )
+    if exercise.id == "layernorm":
+        from anatomy.course.layernorm import grade_layernorm
+
+        return grade_layernorm(exercise, subject, timeout)
+    return _grade_add_norm(exercise, subject, timeout)

@@ -264,6 +264,9 @@ def grade(
             f"the shape (B, T, D): pass the block exercise first (`anatomy learn check block {path}`)",
             f"TransformerBlock 没有保持 (B, T, D) 的形状：请先通过 block 练习（`anatomy learn check block {path}`）",
         )
+    from anatomy.course.doctor_exercises import grade as grade_block
+
+    as_block = grade_block(ex.get("block"), subject, timeout)  # the exercise's block: reference, rules, fill
     leak = _future_leak(make, setup, timeout)
     if leak is not None:
         result = Result(exercise.id, path, passed=False, pitfall="causal_leak")
@@ -326,6 +329,23 @@ def grade(
         result.brief(f"the post: 「{exercise.post[0]}」", f"原文：「{exercise.post[0]}」")
         result.say(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
         result.brief(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
+    return result if as_block.passed else _not_the_block(result, as_block)
+
+
+def _not_the_block(trained: Result, block: Result) -> Result:
+    """The LM trained, but its block is not the exercise's: NOT YET with the block's finding (its pitfall, line,
+    post and hint), the training's numbers beside it."""
+    result = Result(trained.exercise, trained.file, passed=False, pitfall=block.pitfall)
+    result.point(block.line, block.source)
+    result.more_lines = list(block.more_lines)
+    result.extra = trained.extra
+    for lang in ("en", "zh"):
+        first = trained.messages[lang][0]
+        result.short[lang] = [first] + (block.short[lang] or block.messages[lang][:2])
+        lead = "your block is not yet the exercise's block" if lang == "en" else "你的 Block 还不是练习要的 Block"
+        result.messages[lang] = trained.messages[lang] + [f"{lead} (anatomy learn check block):"]
+        result.messages[lang] += block.messages[lang]
+    result.warnings = list(block.warnings)
     return result
 
 

@@ -40,8 +40,21 @@ def test_a_correct_block_learns_like_the_reference(results):
 
 def test_a_block_without_the_scale_is_visibly_worse(results):
     r = results[0]["block_no_scaling"]
-    assert not r.passed and r.pitfall == "learns_worse" and r.extra["gap_nats"] > 3 * MARGIN, r.render()
-    assert "形状对了但效果差先看mask和缩放因子" in r.render("zh")
+    assert not r.passed and r.extra["gap_nats"] > 3 * MARGIN, r.render()
+    assert r.pitfall == "no_scaling" and r.line == 25, r.render()  # the block's own finding, with its line
+    assert "形状对了但效果差先看mask和缩放因子" in r.render("zh", details=True)
+
+
+@pytest.mark.parametrize(
+    "fill", ["-2**32+1", "-1e9", "-9e15", "float('-1e9')"], ids=["2pow32", "1e9", "9e15", "float_str"]
+)
+def test_a_dangerous_fill_in_the_block_is_named_by_the_tiny_lm_too(tmp_path, fill):
+    source = (LEARNERS / "block_ok_dropout.py").read_text(encoding="utf-8")
+    path = tmp_path / "08_block.py"
+    path.write_text(source.replace('float("-inf")', fill), encoding="utf-8")
+    r = check("tiny_lm", path, steps=4)
+    assert not r.passed and r.pitfall == "fill_minus_1e9" and r.line == 28, r.render()
+    assert "line 28" in r.render() and "第 28 行" in r.render("zh")
 
 
 def test_progress_is_reported_while_it_trains(results):
