@@ -76,15 +76,23 @@ def eval_random(call, file: str, rec) -> Finding | None:
 
 def variant(found: dict, d_model: int, m: nn.Module, file: str, rec) -> Finding | None:
     """The block's design the doctor found, against the exercise's: FFN width, norms with parameters."""
+    mine = _mine(rec, file)
+    steps = _by_index(rec) if rec is not None else {}
+    pairs = (found.get("mapping") or {}).get("pairs") or []
+    if any(ref.endswith("o_proj.weight") and str(user).startswith("(") for ref, user, _ in pairs):
+        return _no_projection(mine, steps, True) or W.finding("no_output_projection", None, "")
+    interleaved = _interleaved(mine, steps, True)  # a layout the doctor maps, but not the exercise's heads
+    if interleaved is not None:
+        return interleaved
     block = found.get("block") or {}
     d_ff = block.get("d_ff")
     if isinstance(d_ff, int) and d_ff != 4 * d_model:
         return _ffn_width(m, file, rec, d_ff, d_model)
     bare = [n for n in block.get("norms_by_behaviour") or [] if not n.get("weight") or not n.get("bias")]
-    steps = [s for s in _mine(rec, file) if s.op in ("layer_norm", "rms_norm")]
-    plain = [s for s in steps if not any(i.source.startswith("param") for i in s.inputs[1:])]
+    norms = [s for s in mine if s.op in ("layer_norm", "rms_norm")]
+    plain = [s for s in norms if not any(i.source.startswith("param") for i in s.inputs[1:])]
     if plain or bare:
-        return _find("norm_without_parameters", plain[0] if plain else (steps[0] if steps else None))
+        return _find("norm_without_parameters", plain[0] if plain else (norms[0] if norms else None))
     return None
 
 
@@ -151,6 +159,8 @@ def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
         return None
     rec = record(probe.train(), x)
     step = next((s for s in _mine(rec, file) if "batch_norm" in s.op or "instance_norm" in s.op), None)
+    if step is not None and "batch_norm" in step.op:
+        return _find("batchnorm_instead_of_layernorm", step)
     diff = float((got - want).abs().nan_to_num(float("inf")).max())
     return _find("differs_in_training", step, (diff,))
 
@@ -158,15 +168,22 @@ def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
 # ------------------------------------------------------------------------------------------------ when it differs
 
 
-def named(rec, file: str, mha: bool) -> Finding | None:
-    """The learner's step that makes the output differ from the reference, read from the dataflow."""
+# what the softmax step shows for itself, named even where the doctor names a fault it resembles
+SPECIFIC = frozenset(
+    {"softmax_over_heads", "softmax_over_queries", "softmax_over_batch", "scale_after_softmax", "scale_wrong_size"}
+)
+
+
+def named(rec, file: str, mha: bool, only: frozenset[str] | None = None) -> Finding | None:
+    """The learner's step that makes the output differ from the reference, read from the dataflow (``only``: the
+    names to accept)."""
     mine = _mine(rec, file)
     if not mine:
         return None
     steps = _by_index(rec)
     for check in (_residual_twice, _extra_activation, _dropout_on_input, _no_projection, _interleaved, _softmax):
         found = check(mine, steps, mha)
-        if found is not None:
+        if found is not None and (only is None or found.pitfall in only):
             return found
     return None
 

@@ -103,6 +103,13 @@ WORDS: dict[str, tuple[str, str, tuple[str, str], str, str]] = {
 }
 
 
+# the course's hint where a record gives none (the doctor's records speak of modules, not of an exercise)
+HINTS = {
+    "batchnorm_instead_of_layernorm": (
+        "nn.LayerNorm(d_model): statistics over each token's features, the same in training and evaluation",
+        "nn.LayerNorm(d_model)：在每个 token 的特征上求统计量，训练和评估时完全相同",
+    ),
+}
 # the numbers a finding adds to its record's summary, (en, zh) formats of the finding's arguments
 DETAILS = {
     "ffn_ignores_d_ff": (" (its hidden layer is {0} wide, d_ff is {1})", "（隐藏层宽 {0}，d_ff 是 {1}）"),
@@ -124,9 +131,10 @@ def finding(name: str, line: int | None, source: str, *args) -> Finding:
     detail = DETAILS.get(name, ("", ""))
     extra = (detail[0].format(*args), detail[1].format(*args)) if args and detail[0] else ("", "")
     r = records.get(name)
-    if r is not None and r.hint_en is not None and r.hint_zh is not None:
+    hint = (r.hint_en, r.hint_zh) if r is not None and r.hint_en and r.hint_zh else HINTS.get(name)
+    if r is not None and hint is not None:
         what = (r.summary_en.rstrip(".") + extra[0], r.summary_zh.rstrip("。") + extra[1])
-        return Finding(name, line, source, what, (r.post_zh or "", ""), (r.hint_en, r.hint_zh))
+        return Finding(name, line, source, what, (r.post_zh or "", ""), hint)
     en, zh, post, hint_en, hint_zh = WORDS[name]
     return Finding(name, line, source, (en + extra[0], zh + extra[1]), post, (hint_en, hint_zh))
 

@@ -118,6 +118,9 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
         (report.diagnosis.get("fault") or next((f.fault for f in errors if f.fault), None)) if errors else None
     )
     if errors and doctor_fault not in (None, "unexplained"):
+        named = rules.named(rec, subject.file, mha, only=rules.SPECIFIC)  # the step itself, more than a fault
+        if named is not None and named.pitfall != doctor_fault:
+            return _finding(result, named)
         return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
     rule = _behaviour(m, call, subject, x, mha, timeout) or _spec(report, m, x, subject.file, rec)
     if rule is not None:
@@ -162,7 +165,9 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
     if seen is not None:
         flipped = spec_block.leak(m, lambda inp, mask: call(inp, ~mask), 5, D_MODEL)
         line, source = _mask_line(m, x, subject.file)
-        inverted = flipped is None
+        out = call(x, ~torch.ones(5, 5, dtype=torch.bool).tril()[None, None])
+        out = out[0] if isinstance(out, (tuple, list)) else out
+        inverted = flipped is None and isinstance(out, torch.Tensor) and bool(torch.isfinite(out).all())
         if not inverted:
             return None  # positions mixed some other way: the doctor's verdict stands
         return spec.Finding(
