@@ -121,7 +121,7 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
         named = rules.named(rec, subject.file, mha, only=rules.SPECIFIC)  # the step itself, more than a fault
         if named is not None and named.pitfall != doctor_fault:
             return _finding(result, named)
-        return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
+        return _lined(_doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward), report, rec, mha)
     rule = _behaviour(m, call, subject, x, mha, timeout) or _spec(report, m, x, subject.file, rec)
     if rule is not None:
         return _finding(result, rule)
@@ -131,7 +131,7 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
         if named is not None:
             return _finding(result, named)
         if errors:
-            return _doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward)
+            return _lined(_doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward), report, rec, mha)
         return _finding(result, rules.differs(report, rec, subject.file, mha))
     result.passed = True
     fill.warn_finite(result, subject)
@@ -147,6 +147,14 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
         + ("" if mha else "Pre-Norm、各自的 Norm、GELU、")
         + "True 表示可以关注），医生也没有发现坑",
     )
+    return result
+
+
+def _lined(result: Result, report, rec, mha: bool) -> Result:
+    """A doctor's finding that points at no line gets the learner's line where the difference first shows."""
+    if result.line is None:
+        where = rules.differs(report, rec, result.file, mha)
+        result.point(where.line, where.source)
     return result
 
 

@@ -256,14 +256,7 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
                     result.messages["en"][0] = f"{name}: " + result.messages["en"][0]
                     result.messages["zh"][0] = f"{name}：" + result.messages["zh"][0]
                     return result
-        result.pitfall = "unexplained"
-        result.say(
-            f"{name} differs from {'norm(x + sublayer(x))' if placement == 'post' else 'x + sublayer(norm(x))'}"
-            f" by up to {max_diff(out, reference):.3g}, and no known pitfall reproduces it",
-            f"{name} 与参考公式最多相差 {max_diff(out, reference):.3g}，已知的坑都解释不了",
-        )
-        result.say(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
-        return result
+        return _differs(result, exercise, name, placement, out, reference, rec, path)
     result.passed, result.table = True, ok[0][1]
     result.say(
         "PostNorm = norm(x + sublayer(x)) and PreNorm = x + sublayer(norm(x)), each with its own norm "
@@ -297,6 +290,25 @@ def _norm_rules(m: nn.Module, norm: nn.Module, own: bool, rec, path: str, name: 
         f = block_words.finding("norm_init_swapped" if swapped else "norm_init_wrong", line or None, source)
     f.what = (f"{name}: {f.what[0]}", f"{name}：{f.what[1]}")
     return f
+
+
+def _differs(result: Result, exercise: ex.Exercise, name: str, placement: str, out, reference, rec, path: str):
+    """No known pitfall: by how much it differs, and the learner's last step that made the output."""
+    from anatomy.course.spec import _same_file
+
+    mine = [s for s in (rec.steps if rec is not None else []) if s.data and _same_file(s.file, path)]
+    last = mine[-1] if mine else None
+    result.pitfall = "unexplained"
+    if last is not None:
+        result.point(last.line, last.source)
+    formula = "norm(x + sublayer(x))" if placement == "post" else "x + sublayer(norm(x))"
+    en = f"{name} differs from {formula} by up to {max_diff(out, reference):.3g}, and no known pitfall reproduces it"
+    zh = f"{name} 与参考公式 {formula} 最多相差 {max_diff(out, reference):.3g}，已知的坑都解释不了"
+    result.brief(en, zh)
+    result.brief(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
+    result.say(en + (f" (your output is made at line {last.line})" if last else ""), zh)
+    result.say(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
+    return result
 
 
 def _bias_index(norm: nn.Module, params: list) -> int:

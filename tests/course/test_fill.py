@@ -35,3 +35,33 @@ def test_finite_fills_that_fit_and_the_dtypes_minimum_are_fine():
     assert check("attention", LEARNERS / "attention_ok_fill_minus_1e4.py").warnings
     assert check("attention", LEARNERS / "attention_ok_einsum_finfo.py").warnings == []
     assert FLOAT16_MAX == 65504.0 and shown(-1e9) == "-1e9" and shown(-12345.0) == "-12345"
+
+
+@pytest.mark.parametrize(
+    "code, value",
+    [
+        ("s = s.masked_fill(m, -2**32 + 1)\n", -(2.0**32) + 1),
+        ("s = s.masked_fill(m, -1e9)\n", -1e9),
+        ("s = torch.where(m, s, -9e15 * torch.ones_like(s))\n", -9e15),
+        ("s = s.masked_fill(m, float('-1e9'))\n", -1e9),
+        ("s = s - 1e9 * (1 - m)\n", -1e9),
+        ("s = s.masked_fill(m, -10**9)\n", -1e9),
+    ],
+)
+def test_a_fill_written_as_an_expression_of_numbers_is_found(tmp_path, code, value):
+    from anatomy.course.fill import big_fill
+    from anatomy.course.grader import Subject
+
+    path = tmp_path / "fill.py"
+    path.write_text("import torch\n\n\n" + code, encoding="utf-8")
+    found = big_fill(Subject({}, str(path)))
+    assert found is not None and found[0] == 4 and found[2] == value, found
+
+
+def test_minus_inf_and_small_fills_are_not_dangerous(tmp_path):
+    from anatomy.course.fill import big_fill
+    from anatomy.course.grader import Subject
+
+    path = tmp_path / "fill.py"
+    path.write_text("a = float('-inf')\nb = -float('inf')\nc = -1e4\nd = 2 ** 32\n", encoding="utf-8")
+    assert big_fill(Subject({}, str(path))) is None
