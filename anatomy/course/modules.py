@@ -232,8 +232,19 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
         )
         table = table_of(rec, path)
         norm, own = _learner_norm(m, sub)
-        with torch.no_grad():
-            reference = norm(x + sub(x)) if placement == "post" else x + sub(norm(x))
+        batch = _batchnorm(norm, rec, path, name)
+        if batch is not None:
+            from anatomy.course.doctor_exercises import _finding
+
+            result.table = table
+            return _finding(result, batch)
+        try:
+            with torch.no_grad():
+                reference = norm(x + sub(x)) if placement == "post" else x + sub(norm(x))
+        except Exception:  # noqa: BLE001 - the learner's norm does not take (B, T, D) alone: the formula's own
+            norm, own = nn.LayerNorm(SIZES["D"]).double(), False
+            with torch.no_grad():
+                reference = norm(x + sub(x)) if placement == "post" else x + sub(norm(x))
         tol = max(1e-9, lowered_tol(rec) or 0.0)
         if isinstance(out, torch.Tensor) and same(out, reference, tol=tol):
             broken = _norm_rules(m, norm, own, rec, path, name)
@@ -264,6 +275,19 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
         "PostNorm = norm(x + sublayer(x))，PreNorm = x + sublayer(norm(x))，各有自己的 Norm（float64，子层为 Linear + tanh）",
     )
     return result
+
+
+def _batchnorm(norm: nn.Module, rec, path: str, name: str) -> spec.Finding | None:
+    """A BatchNorm where the exercise asks for LayerNorm (its statistics are a batch's, per feature)."""
+    from anatomy.course import block_words
+
+    batch = first_step(rec, ("batch_norm",), None, path)
+    if not isinstance(norm, nn.modules.batchnorm._BatchNorm) and (batch is None or batch.op != "batch_norm"):
+        return None
+    line, source = (batch.line, batch.source) if batch is not None else (None, "")
+    f = block_words.finding("batchnorm_instead_of_layernorm", line, source)
+    f.what = (f"{name}: {f.what[0]}", f"{name}：{f.what[1]}")
+    return f
 
 
 def _norm_rules(m: nn.Module, norm: nn.Module, own: bool, rec, path: str, name: str) -> spec.Finding | None:
