@@ -164,6 +164,10 @@ EXERCISES: tuple[Exercise, ...] = (
                 "hidden scores filled with float('-inf') or torch.finfo(dtype).min, never -1e9",
                 "被遮住的分数填 float('-inf') 或 torch.finfo(dtype).min，不要用 -1e9",
             ),
+            (
+                "head h holds features h*Dh .. (h+1)*Dh - 1 (not interleaved); no randomness in eval mode",
+                "第 h 个头是第 h*Dh 到 (h+1)*Dh-1 维（不交错）；eval 模式下没有随机性",
+            ),
         ),
         (
             "use your split_heads, attention and merge_heads from the earlier exercises between the four nn.Linear",
@@ -228,6 +232,10 @@ EXERCISES: tuple[Exercise, ...] = (
                 "eps inside the square root; gamma (ones) and beta (zeros) learnable, shape (D,)",
                 "eps 在平方根里；gamma（初值 1）与 beta（初值 0）可学习，形状 (D,)",
             ),
+            (
+                "the eps given to __init__ is the one used; the same result in training and evaluation (not BatchNorm)",
+                "用的是传给 __init__ 的 eps；训练和评估时结果相同（不是 BatchNorm）",
+            ),
         ),
         (
             "x.var(-1, keepdim=True, unbiased=False): torch's var is unbiased unless told",
@@ -289,8 +297,9 @@ EXERCISES: tuple[Exercise, ...] = (
                 "按原文 §5.3 的 Pre-Norm：x + MHA(LN1(x))，再 x + FFN(LN2(x))",
             ),
             (
-                "two LayerNorms with their own parameters; FFN Linear D->F, GELU, Linear F->D",
-                "两个各自有参数的 LayerNorm；FFN 为 Linear D->F、GELU、Linear F->D",
+                "two LayerNorms with their own parameters (gamma ones, beta zeros at first); FFN Linear D->F, GELU, "
+                "Linear F->D with F = d_ff",
+                "两个各自有参数的 LayerNorm（gamma 初值 1，beta 初值 0）；FFN 为 Linear D->F、GELU、Linear F->D，F = d_ff",
             ),
             (
                 "not Post-Norm, not ReLU: a block that learns as well in another design is still not this exercise's",
