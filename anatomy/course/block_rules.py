@@ -169,9 +169,7 @@ def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
 
 
 # what the softmax step shows for itself, named even where the doctor names a fault it resembles
-SPECIFIC = frozenset(
-    {"softmax_over_heads", "softmax_over_queries", "softmax_over_batch", "scale_after_softmax", "scale_wrong_size"}
-)
+SPECIFIC = frozenset({"softmax_wrong_axis", "softmax_over_queries", "scale_after_softmax", "scale_from_wrong_size"})
 
 
 def named(rec, file: str, mha: bool, only: frozenset[str] | None = None) -> Finding | None:
@@ -241,8 +239,9 @@ def _softmax(mine: list, steps: dict, mha: bool) -> Finding | None:
     axis = soft.extra.get("dim")
     if isinstance(axis, int) and dims and axis % len(dims) != len(dims) - 1:
         letter = dims[axis % len(dims)]
-        name = {"H": "softmax_over_heads", "T": "softmax_over_queries", "B": "softmax_over_batch"}.get(letter)
-        return _find(name or "softmax_over_queries", soft)
+        if letter == "T":
+            return _find("softmax_over_queries", soft)
+        return _find("softmax_wrong_axis", soft, (axis, {"H": "heads", "B": "batch"}.get(letter, letter)))
     if "H" not in "".join(soft.outputs[0].dims if soft.outputs else ()):
         return _find("heads_share_one_pattern", soft)
     after = next((s for s in mine if s.op in SCALES and s.inputs and s.inputs[0].source == f"step {soft.index}"), None)
@@ -264,12 +263,20 @@ def _scale_size(soft, steps: dict) -> Finding | None:
     factor = float((scaled[keep] / raw[keep]).median())
     for f in qk.extra.get("factors") or ():
         factor *= float(f)
-    sizes = {"scale_wrong_size": 1 / math.sqrt(SIZES["T"]), "no_scaling": 1.0, "scale_not_sqrt": 1 / SIZES["Dh"]}
+    sizes = {"scale_from_wrong_size": 1 / math.sqrt(SIZES["T"]), "no_scaling": 1.0, "scale_not_sqrt": 1 / SIZES["Dh"]}
     sizes["scale_by_d_model"] = 1 / math.sqrt(SIZES["D"])
     for name, value in sizes.items():
         if abs(factor - value) <= 1e-6 * value:
-            return _find(name, soft, (factor,))
+            return _find(name, _scale_step(soft, steps), (factor,))
     return None
+
+
+def _scale_step(soft, steps: dict):
+    """The step that scaled the scores on their way to the softmax (through the mask), else the softmax."""
+    step = steps.get(soft.inputs[0].source) if soft.inputs else None
+    while step is not None and step.op not in SCALES and step.op in ("masked_fill", "masked_fill_", "where", "add"):
+        step = steps.get(step.inputs[0].source) if step.inputs else None
+    return step if step is not None and step.op in SCALES else soft
 
 
 def differs(report, rec, file: str, mha: bool) -> Finding:

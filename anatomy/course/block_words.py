@@ -39,66 +39,12 @@ DROPOUT = ("残差连接本质上给了网络一个“退路”", "the residual 
 
 # name -> (what en, what zh, post, hint en, hint zh): the ones no record holds yet (anatomy/pitfalls/catalog_*)
 WORDS: dict[str, tuple[str, str, tuple[str, str], str, str]] = {
-    "softmax_over_heads": (
-        "the softmax runs over the heads (dim=1 of (B, H, T, S)), not over the keys: each key's weights sum to 1 "
-        "across heads",
-        "softmax 作用在头这一维上（(B, H, T, S) 的 dim=1），而不是键维：每个键的权重在各个头之间和为 1",
-        SOFTMAX,
-        "torch.softmax(scores, dim=-1): the last axis, the keys S",
-        "torch.softmax(scores, dim=-1)：最后一维，即键维 S",
-    ),
-    "softmax_over_queries": (
-        "the softmax runs over the queries (dim -2 of (B, H, T, S)), not over the keys",
-        "softmax 作用在查询维（(B, H, T, S) 的 dim -2）上，而不是键维",
-        SOFTMAX,
-        "torch.softmax(scores, dim=-1): each query's weights over the keys sum to 1",
-        "torch.softmax(scores, dim=-1)：每个查询对所有键的权重和为 1",
-    ),
-    "softmax_over_batch": (
-        "the softmax runs over the batch (dim=0): sentences compete with each other",
-        "softmax 作用在 batch 维（dim=0）上：不同句子互相竞争",
-        SOFTMAX,
-        "torch.softmax(scores, dim=-1)",
-        "torch.softmax(scores, dim=-1)",
-    ),
-    "scale_after_softmax": (
-        "the weights are divided by sqrt(Dh) after the softmax: the scores' temperature is unchanged and the "
-        "rows no longer sum to 1",
-        "在 softmax 之后才除以 sqrt(Dh)：分数的温度没变，而每行权重的和也不再是 1",
-        SCALE,
-        "scores = q @ k.transpose(-2, -1) / math.sqrt(d_k), then the softmax",
-        "先 scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)，再做 softmax",
-    ),
-    "scale_wrong_size": (
-        "the scores are divided by the square root of the sequence length (k.size(-1) after the transpose is S), "
-        "not of Dh",
-        "分数除以的是序列长度的平方根（转置之后 k.size(-1) 是 S），而不是 Dh",
-        SCALE,
-        "take d_k before the transpose: d_k = q.size(-1), then scores / math.sqrt(d_k)",
-        "在转置之前取 d_k：d_k = q.size(-1)，然后 scores / math.sqrt(d_k)",
-    ),
     "scale_not_sqrt": (
         "the scores are divided by Dh instead of sqrt(Dh)",
         "分数除以了 Dh 而不是 sqrt(Dh)",
         SCALE,
         "the factor is 1 / math.sqrt(d_k), not 1 / d_k",
         "缩放因子是 1 / math.sqrt(d_k)，不是 1 / d_k",
-    ),
-    "heads_interleaved": (
-        "the heads are split as (B, T, Dh, H): head h takes every H-th feature instead of a block of Dh "
-        "neighbouring features",
-        "拆头时变成了 (B, T, Dh, H)：第 h 个头拿到的是每隔 H 个的特征，而不是相邻的 Dh 个特征",
-        SPLIT,
-        "x.view(b, t, h, d_k).transpose(1, 2): H before Dh",
-        "x.view(b, t, h, d_k).transpose(1, 2)：H 在 Dh 前面",
-    ),
-    "dropout_at_eval": (
-        "two evaluations of the same input give different outputs: a functional dropout (F.dropout trains by "
-        "default) is still on in eval mode",
-        "同一个输入在评估模式下两次运行结果不同：函数式 dropout（F.dropout 默认 training=True）在 eval 模式下仍然生效",
-        DROPOUT,
-        "self.dropout = nn.Dropout(p) in __init__, or F.dropout(w, p, training=self.training)",
-        "在 __init__ 里用 self.dropout = nn.Dropout(p)，或写 F.dropout(w, p, training=self.training)",
     ),
 }
 
@@ -116,7 +62,11 @@ DETAILS = {
     "norm_init_swapped": (" ({0} starts at the other one's value)", "（{0} 的初始值是另一个参数的）"),
     "norm_init_wrong": (" ({0}, the norm's {1}, starts elsewhere)", "（{0} 是 Norm 的 {1}，初始值不对）"),
     "differs_in_training": (" (up to {0:.3g} apart)", "（最多相差 {0:.3g}）"),
-    "scale_wrong_size": (" (your scale is {0:.4f})", "（你的缩放因子是 {0:.4f}）"),
+    "scale_from_wrong_size": (
+        " (your scale is {0:.4f}; 1/sqrt(Dh) is 0.5)",
+        "（你的缩放因子是 {0:.4f}；1/sqrt(Dh) 是 0.5）",
+    ),
+    "softmax_wrong_axis": (" (here dim={0}: over the {1})", "（这里 dim={0}：作用在 {1} 这一维上）"),
     "no_scaling": ("", ""),
 }
 

@@ -295,10 +295,12 @@ def _named(result: Result, exercise: ex.Exercise, p: fx.Pitfall, runs, path: str
     where_en = f"line {line} `{source}`: " if line else ""
     where_zh = f"第 {line} 行 `{source}`：" if line else ""
     result.brief(p.what[0], p.what[1])
-    result.brief(f"the post: 「{p.post[0]}」", f"原文：「{p.post[0]}」")
+    if p.post[0]:  # the post says nothing of some pitfalls
+        result.brief(f"the post: 「{p.post[0]}」", f"原文：「{p.post[0]}」")
     result.brief(f"hint: {p.hint[0]}", f"提示：{p.hint[1]}")
     result.say(f"pitfall `{p.name}` — {where_en}{p.what[0]}", f"坑 `{p.name}` —— {where_zh}{p.what[1]}")
-    result.say(f"the post: 「{p.post[0]}」" + (f" ({p.post[1]})" if p.post[1] else ""), f"原文：「{p.post[0]}」")
+    if p.post[0]:  # the post says nothing of some pitfalls
+        result.say(f"the post: 「{p.post[0]}」" + (f" ({p.post[1]})" if p.post[1] else ""), f"原文：「{p.post[0]}」")
     diff = max(max_diff(g, w) for g, w in zip(got, want))
     more_en, more_zh = _evidence(exercise.id, got, want)
     result.say(

@@ -48,12 +48,14 @@ def _finding(result: Result, f: spec.Finding) -> Result:
     result.point(f.line, f.source)
     result.more_lines = list(f.more_lines)
     result.brief(*f.what)
-    result.brief(f"the post: 「{f.post[0]}」", f"原文：「{f.post[0]}」")
+    if f.post[0]:  # the post says nothing of some pitfalls
+        result.brief(f"the post: 「{f.post[0]}」", f"原文：「{f.post[0]}」")
     result.brief(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")
     where_en = f"line {f.line} `{f.source}`: " if f.line else ""
     where_zh = f"第 {f.line} 行 `{f.source}`：" if f.line else ""
     result.say(f"pitfall `{f.pitfall}` — {where_en}{f.what[0]}", f"坑 `{f.pitfall}` —— {where_zh}{f.what[1]}")
-    result.say(f"the post: 「{f.post[0]}」" + (f" ({f.post[1]})" if f.post[1] else ""), f"原文：「{f.post[0]}」")
+    if f.post[0]:  # the post says nothing of some pitfalls
+        result.say(f"the post: 「{f.post[0]}」" + (f" ({f.post[1]})" if f.post[1] else ""), f"原文：「{f.post[0]}」")
     result.say(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")
     return result
 

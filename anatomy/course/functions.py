@@ -170,14 +170,14 @@ ATTENTION: tuple[Pitfall, ...] = (
 
 ATTENTION += (
     from_record(
-        "softmax_over_heads",
+        "softmax_wrong_axis",
         lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, softmax_dim=1),
         ("softmax", "log_softmax"),
         r"softmax",
         unmasked=True,
     ),
     from_record(
-        "softmax_over_batch",
+        "softmax_wrong_axis",
         lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, softmax_dim=0),
         ("softmax", "log_softmax"),
         r"softmax",
@@ -191,7 +191,7 @@ ATTENTION += (
         out_dims=("B", "H", "T", "S"),
     ),
     from_record(
-        "scale_wrong_size",
+        "scale_from_wrong_size",
         lambda e: lambda q, k, v, mask=None: _ref_attention(q, k, v, mask, scale=1 / math.sqrt(k.size(-2))),
         ("div", "__truediv__", "mul", "__mul__", "div_", "mul_", "__itruediv__", "__imul__"),
         r"size|shape|sqrt",

@@ -34,7 +34,8 @@ def random_outputs(result: Result, module, runs: list, timeout) -> Result | None
             result.pitfall = f.pitfall
             result.point(line, source)
             result.brief(*f.what)
-            result.brief(f"the post: 「{f.post[0]}」", f"原文：「{f.post[0]}」")
+            if f.post[0]:  # the post says nothing of some pitfalls
+                result.brief(f"the post: 「{f.post[0]}」", f"原文：「{f.post[0]}」")
             result.brief(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")
             result.say(f"pitfall `{f.pitfall}` — {f.what[0]}", f"坑 `{f.pitfall}` —— {f.what[1]}")
             result.say(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")

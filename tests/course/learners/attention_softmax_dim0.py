@@ -9,5 +9,5 @@ def attention(q, k, v, mask=None):
     scores = torch.matmul(q, k.transpose(2, 3)) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(mask.logical_not(), float("-inf"))
-    weights = nn.Softmax(dim=0)(scores)  # <-- pitfall softmax_over_batch
+    weights = nn.Softmax(dim=0)(scores)  # <-- pitfall softmax_wrong_axis
     return torch.matmul(weights, v), weights

@@ -9,5 +9,5 @@ def attention(q, k, v, mask=None):
     注意力分数 = q @ k.transpose(-2, -1) / math.sqrt(d_k)
     if mask is not None:
         注意力分数 = 注意力分数.masked_fill(~mask, float("-inf"))
-    注意力权重 = torch.softmax(注意力分数, dim=1)  # <-- pitfall softmax_over_heads
+    注意力权重 = torch.softmax(注意力分数, dim=1)  # <-- pitfall softmax_wrong_axis
     return 注意力权重 @ v, 注意力权重

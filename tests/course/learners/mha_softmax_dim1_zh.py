@@ -22,6 +22,6 @@ class MultiHeadAttention(nn.Module):
         分数 = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.头维)
         if mask is not None:
             分数 = 分数.masked_fill(mask == 0, float("-inf"))
-        权重 = torch.softmax(分数, dim=1)  # <-- pitfall softmax_over_heads
+        权重 = torch.softmax(分数, dim=1)  # <-- pitfall softmax_wrong_axis
         输出 = torch.matmul(权重, v).transpose(1, 2).reshape(b, t, d)
         return self.输出层(输出), 权重
