@@ -178,7 +178,10 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
         out = call(x, ~torch.ones(5, 5, dtype=torch.bool).tril()[None, None])
         out = out[0] if isinstance(out, (tuple, list)) else out
         inverted = flipped is None and isinstance(out, torch.Tensor) and bool(torch.isfinite(out).all())
-        if not inverted:
+        ignored = not inverted and _mask_has_no_effect(call, x)
+        if ignored:
+            line, source = _unmasked_call(m, type(m).forward, subject.file) if line is None else (line, source)
+        elif not inverted:
             return None  # positions mixed some other way: the doctor's verdict stands
         return spec.Finding(
             "mask_inverted" if inverted else "mask_ignored",
@@ -230,6 +233,29 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
         or spec_block.activation(m, x, subject.file)
         or spec_block.dropout_place(m, subject.file, D_MODEL)
     )
+
+
+def _mask_has_no_effect(call, x: torch.Tensor) -> bool:
+    with_mask, without = call(x), call(x, None)
+    with_mask, without = (t[0] if isinstance(t, (tuple, list)) else t for t in (with_mask, without))
+    return isinstance(with_mask, torch.Tensor) and isinstance(without, torch.Tensor) and torch.equal(with_mask, without)
+
+
+def _unmasked_call(m: nn.Module, forward, file: str) -> tuple[int | None, str]:
+    """The forward's line that calls a sub-module taking a mask without passing it one."""
+    import inspect
+    import re
+
+    takers = [n for n, c in m.named_children() if any("mask" in p for p in inspect.signature(c.forward).parameters)]
+    try:
+        lines, start = inspect.getsourcelines(forward)
+    except (OSError, TypeError):
+        return None, ""
+    for number, text in enumerate(lines[1:], start=start + 1):
+        code = text.split("#")[0]
+        if "mask" not in code and any(re.search(rf"self\.{re.escape(n)}\(", code) for n in takers):
+            return number, text.strip()
+    return None, ""
 
 
 def _mask_line(m: nn.Module, x: torch.Tensor, file: str) -> tuple[int | None, str]:

@@ -198,13 +198,14 @@ def _no_affine(result: Result, cls, path: str, count: int) -> Result:
 
 
 def _vectors(ln) -> list:
-    return [(n, p) for n, p in ln.named_parameters() if tuple(p.shape) == (SIZES["D"],)]
+    """The parameters that hold one value per feature: (D,), or (1, 1, D) for broadcasting."""
+    return [(n, p) for n, p in ln.named_parameters() if p.numel() == SIZES["D"] and p.shape[-1] == SIZES["D"]]
 
 
 def _set(vectors: list, values: list) -> None:
     with torch.no_grad():
         for (_, p), v in zip(vectors, values):
-            p.copy_(v)
+            p.copy_(v.reshape(p.shape))
 
 
 def _run(ln, x, timeout, train: bool):
@@ -226,7 +227,7 @@ def grade_layernorm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
     vectors = _vectors(ln)
     if len(vectors) < 2:
         return _no_affine(result, cls, path, len(vectors))
-    initial = [p.detach().clone() for _, p in vectors]  # as the learner's __init__ made them
+    initial = [p.detach().clone().reshape(-1) for _, p in vectors]  # as the learner's __init__ made them
     g = torch.Generator().manual_seed(3)
     values = [torch.randn(SIZES["D"], generator=g, dtype=torch.float64) for _ in vectors]
     _set(vectors, values)

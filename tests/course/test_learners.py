@@ -2,7 +2,9 @@
 mistake is NOT YET with the pitfall named in its file (``# <-- pitfall NAME`` on the line it must point at); code
 that cannot run (``# <-- error``) gets one clear message carrying its line.
 
-Re-run the score by hand: ``PYTHONPATH=$PWD python tests/course/test_learners.py``.
+Re-run the score by hand: ``PYTHONPATH=$PWD python tests/course/test_learners.py`` (``-v``: each miss; file names
+after it: only those attempts, e.g. the ones added since a commit:
+``python tests/course/test_learners.py $(git diff --name-only --diff-filter=A REV -- tests/course/learners)``).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def test_each_learner_attempt_gets_its_verdict_pitfall_and_line(path):
         assert f"line {line}" in got["text"] and "\n" not in got["text"], got["text"]
 
 
-def score() -> dict[str, int]:
+def score(only: list[str] | None = None) -> dict[str, int]:
     counts = {
         "attempts": 0,
         "correct": 0,
@@ -75,7 +77,10 @@ def score() -> dict[str, int]:
         "errors": 0,
         "errors_clear": 0,
     }
+    names = {Path(n).name for n in only or []}
     for path in CASES:
+        if names and path.name not in names:
+            continue
         verdict, pitfall, line = expected(path)
         try:
             got = grade(path)
@@ -102,4 +107,4 @@ def score() -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    print(score())
+    print(score([a for a in sys.argv[1:] if a.endswith(".py")]))
