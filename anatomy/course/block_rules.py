@@ -279,6 +279,20 @@ def _scale_step(soft, steps: dict):
     return step if step is not None and step.op in SCALES else soft
 
 
+def confirmed(fault: str, report, rec, file: str) -> bool:
+    """A block fault a probe named while the diagnosis found no reference that reproduces the output: kept only
+    when the dataflow shows it (a normalised tensor added back as the residual)."""
+    if fault != "norm_on_residual_path" or report.diagnosis.get("status") in ("fault", "ambiguous"):
+        return True
+    steps = _by_index(rec) if rec is not None else {}
+    adds = [s for s in _mine(rec, file) if s.op in ADDS]
+    return any(
+        (src := steps.get(i.source)) is not None and src.op in ("layer_norm", "rms_norm")
+        for s in adds
+        for i in s.inputs
+    )
+
+
 def differs(report, rec, file: str, mha: bool) -> Finding:
     """What differs from the reference, by how much, and the learner's line where it first appears."""
     diag = report.diagnosis

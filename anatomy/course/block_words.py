@@ -102,7 +102,7 @@ def _unexplained(line, source, size, where, mha: bool, diag: dict) -> Finding:
         zh = f"没法把你的{what_zh}的权重对应到练习的参考实现上，因此无法确认输出与参考一致：请按练习要求的组成部分来写"
     else:
         amount = f" by up to {size:.3g}" if isinstance(size, (int, float)) else ""
-        at = f"; the first difference is at the {where[0]}" if where else ""
+        at = f"; where it first differs: {where[0]}" if where else ""
         at_zh = f"；第一个不同出现在{where[1]}" if where else ""
         en = f"with the same weights your {what}'s output differs from the exercise's reference{amount}{at}"
         zh = (

@@ -119,7 +119,8 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     doctor_fault = (
         (report.diagnosis.get("fault") or next((f.fault for f in errors if f.fault), None)) if errors else None
     )
-    if errors and doctor_fault not in (None, "unexplained"):
+    trusted = doctor_fault is None or rules.confirmed(doctor_fault, report, rec, subject.file)
+    if errors and doctor_fault not in (None, "unexplained") and trusted:
         named = rules.named(rec, subject.file, mha, only=rules.SPECIFIC)  # the step itself, more than a fault
         if named is not None and named.pitfall != doctor_fault:
             return _finding(result, named)
@@ -132,7 +133,7 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
         named = rules.named(rec, subject.file, mha)
         if named is not None:
             return _finding(result, named)
-        if errors:
+        if errors and trusted:
             return _lined(_doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward), report, rec, mha)
         return _finding(result, rules.differs(report, rec, subject.file, mha))
     result.passed = True
