@@ -1,5 +1,6 @@
-"""What the course says of each mistake the mha and block exercises name beyond the doctor's faults: what the code
-does, the post's sentence, a hint, in English and Chinese (``block_rules.py`` finds them)."""
+"""What the course says of a finding (``block_rules.py``, ``layernorm.py``, ``randomness.py`` find them): the words
+are the pitfall's record (``anatomy.pitfalls.records``), with the finding's numbers added, and the course's hint
+where a record has none; ``unexplained`` says by how much the output differs and where."""
 
 from __future__ import annotations
 
@@ -10,34 +11,15 @@ BLOCK = (
     "it holds multi-head attention, a feed-forward network, two residuals and two LayerNorms ... each LayerNorm "
     "needs its own learnable gamma and beta.",
 )
-OWN_NORM = (
-    "每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。",
-    "each LayerNorm needs its own learnable gamma and beta.",
-)
-RESIDUAL = (
-    "每一层的输出都是“这层学到的变化”加上“上一层的原始输入”",
-    "each layer's output is 'what this layer learned' plus 'the previous layer's original input'",
-)
-FFN = ("前馈网络线性激活线性", "the feed-forward network: linear, activation, linear")
 MHA = (
     "生成Q/K/V……拆头……逐头计算注意力……并头……输出投影。",
     "make Q/K/V ... split the heads ... attention per head ... merge the heads ... the output projection.",
-)
-SOFTMAX = (
-    "计算softmax(QK^T / sqrt(d_k))得到注意力权重……每一行查询位置都要对10个键位置计算相似度",
-    "softmax(QK^T / sqrt(d_k)) gives the weights ... every query row is compared with every key position",
 )
 SCALE = (
     "除以sqrt(d_k)的本质是把点积结果的方差重新拉回到1附近让softmax有正常的温度。",
     "dividing by sqrt(d_k) brings the dot products' variance back to about 1, so the softmax has a normal temperature.",
 )
-SPLIT = (
-    "reshape之后必须紧跟transpose如果顺序反了会把每个头的数据切得乱七八糟",
-    "the transpose must follow the reshape: in the other order every head's data is cut to pieces",
-)
-DROPOUT = ("残差连接本质上给了网络一个“退路”", "the residual connection gives the network a way back")
-
-# name -> (what en, what zh, post, hint en, hint zh): the ones no record holds yet (anatomy/pitfalls/catalog_*)
+# name -> (what en, what zh, post, hint en, hint zh): a course name no record holds
 WORDS: dict[str, tuple[str, str, tuple[str, str], str, str]] = {
     "scale_not_sqrt": (
         "the scores are divided by Dh instead of sqrt(Dh)",

@@ -217,7 +217,8 @@ def _matches(got: list, variant: list, low: float | None = None) -> bool:
 def _unexplained(result: Result, exercise: ex.Exercise, runs: list, module: Subject) -> Result:
     """No pitfall reproduces the output: say plainly what differs, and where the learner made that value."""
     call, got, want, rec = next(r for r in runs if not all(same(g, w) for g, w in zip(r[1], r[2])))
-    which = next(i for i, (g, w) in enumerate(zip(got, want)) if not same(g, w))
+    differing = [i for i, (g, w) in enumerate(zip(got, want)) if not same(g, w)]
+    which = min(differing, key=lambda i: _made_at(rec, got[i], module.file))  # the one made first is the cause
     g, w = got[which].detach().double(), want[which].detach().double()
     tol = max(tolerance(got[which]), lowered_tol(rec) or 0.0)
     bad = ~((g - w).abs().nan_to_num(nan=float("inf")) <= tol * (1 + w.abs().nan_to_num()))
@@ -268,6 +269,16 @@ def _unexplained(result: Result, exercise: ex.Exercise, runs: list, module: Subj
     )
     result.say(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
     return result
+
+
+def _made_at(rec, value, file: str) -> int:
+    """The index of the learner's last step that made a tensor of ``value``'s shape (a large number: none)."""
+    steps = [
+        s.index
+        for s in (rec.steps if rec else [])
+        if s.data and s.outputs and _in_file(s.file, file) and tuple(s.outputs[0].shape) == tuple(value.shape)
+    ]
+    return steps[-1] if steps else 1 << 30
 
 
 def _in_file(a: str, b: str) -> bool:
