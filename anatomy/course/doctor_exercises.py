@@ -61,9 +61,6 @@ def _finding(result: Result, f: spec.Finding) -> Result:
 
 
 def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
-    from anatomy.doctor import check as doctor_check
-    from anatomy.doctor.loading.subject import CheckError
-
     name = exercise.entries[0]
     cls = getattr(subject, name)
     mha = exercise.id == "mha"
@@ -95,17 +92,7 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     if found is not None:
         return _finding(result, found)
 
-    def build(d_model: int, n_heads: int):
-        return cls(d_model, n_heads) if mha else cls(d_model, n_heads, 4 * d_model)
-
-    build.__name__ = f"{name}(d_model, n_heads)" if mha else f"{name}(d_model, n_heads, 4 * d_model)"
-    try:
-        report = doctor_check(
-            build, kind="attention" if mha else "block", d_model=D_MODEL, n_heads=N_HEADS, timeout=timeout
-        )
-    except CheckError as err:
-        zh = getattr(err, "zh", None) or f"检查无法进行：{err}"
-        raise LearnError(str(err), zh) from None
+    report, build = _doctor(cls, name, mha, timeout)
     result.extra["doctor"] = {"status": report.diagnosis.get("status"), "faults": sorted(report.faults)}
     result.table = _shape_table(build, timeout)
     ignored = set(PRESCRIBED)
@@ -136,6 +123,29 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
         if errors and trusted:
             return _lined(_doctor_fault(result, report, errors, doctor_fault, exercise, cls.forward), report, rec, mha)
         return _finding(result, rules.differs(report, rec, subject.file, mha))
+    return _pass(result, subject, mha)
+
+
+def _doctor(cls, name: str, mha: bool, timeout):
+    """The doctor's report on the learner's class (built at the doctor's sizes), and the builder it used."""
+    from anatomy.doctor import check as doctor_check
+    from anatomy.doctor.loading.subject import CheckError
+
+    def build(d_model: int, n_heads: int):
+        return cls(d_model, n_heads) if mha else cls(d_model, n_heads, 4 * d_model)
+
+    build.__name__ = f"{name}(d_model, n_heads)" if mha else f"{name}(d_model, n_heads, 4 * d_model)"
+    try:
+        report = doctor_check(
+            build, kind="attention" if mha else "block", d_model=D_MODEL, n_heads=N_HEADS, timeout=timeout
+        )
+    except CheckError as err:
+        zh = getattr(err, "zh", None) or f"检查无法进行：{err}"
+        raise LearnError(str(err), zh) from None
+    return report, build
+
+
+def _pass(result: Result, subject: Subject, mha: bool) -> Result:
     result.passed = True
     fill.warn_finite(result, subject)
     result.brief(
@@ -145,10 +155,10 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     result.say(
         "the exercise's rules hold (four projections used, "
         + ("" if mha else "Pre-Norm, own norms, GELU, ")
-        + "True = may attend), and the doctor finds no pitfall",
+        + "True = may attend), and the output equals the reference's on the same weights",
         "练习的要求都满足（四个投影都用上了、"
         + ("" if mha else "Pre-Norm、各自的 Norm、GELU、")
-        + "True 表示可以关注），医生也没有发现坑",
+        + "True 表示可以关注），在同样的权重下输出与参考实现一致",
     )
     return result
 
