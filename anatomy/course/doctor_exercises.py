@@ -304,7 +304,13 @@ def _unadded(forward, line, source) -> tuple:
         return line, source
     for number, text in enumerate(lines[1:], start=start + 1):
         code = text.split("#")[0]
-        if re.search(r"^\s*\w+\s*=\s*.*self\.\w+\(", code) and "+" not in code and "norm" not in code.split("=")[0]:
+        a_norm = re.search(r"self\.\w*(ln|norm|Norm|归一)\w*\(", code) and code.count("self.") == 1
+        if (
+            re.search(r"^\s*\w+\s*=\s*.*self\.\w+\(", code)
+            and "+" not in code
+            and "norm" not in code.split("=")[0]
+            and not a_norm
+        ):
             return number, text.strip()
     return line, source
 

@@ -55,6 +55,7 @@ class Call:
     source: str
     scale_in: float  # mean |input| (to tell the residual stream from a sub-layer's output)
     first: torch.Tensor | None = None  # the first tensor argument, as it was
+    out: torch.Tensor | None = None  # its output (a tensor), as it was
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -74,11 +75,12 @@ def module_calls(run, file: str) -> list[Call]:
     """Every module called while ``run()`` runs (globals included), with the learner's line that called it."""
     calls: list[Call] = []
 
-    def hook(module, args, _out):
+    def hook(module, args, out):
         line, source = _caller(file)
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         scale = float(first.detach().abs().double().mean()) if first is not None and first.numel() else 0.0
-        calls.append(Call(module, line, source, scale, None if first is None else first.detach().clone()))
+        kept = out.detach() if isinstance(out, torch.Tensor) else None
+        calls.append(Call(module, line, source, scale, None if first is None else first.detach().clone(), kept))
 
     handle = nn.modules.module.register_module_forward_hook(hook)
     try:
@@ -183,7 +185,14 @@ def audit_structure(
         line, source = definition_line(type(parent), attr, file)
         square = isinstance(owner, nn.Linear) and owner.in_features == owner.out_features == d_model
         names = ", ".join(n for n, _ in unused)
-        if square and kind == "mha":
+        projected = any(  # the module's output is a Linear's: the output projection ran, another is unused
+            isinstance(c.module, nn.Linear)
+            and c.out is not None
+            and c.out.shape == out.shape
+            and torch.equal(c.out, out)
+            for c in calls
+        )
+        if square and kind == "mha" and not projected:
             return Finding(
                 "output_projection_unused",
                 line or None,
