@@ -279,6 +279,11 @@ def _scale_step(soft, steps: dict):
     return step if step is not None and step.op in SCALES else soft
 
 
+def reads_raw_input(rec, file: str):
+    """The learner's first projection applied to the block's raw input x (a Pre-Norm block projects norm(x))."""
+    return next((s for s in _mine(rec, file) if s.op == "linear" and s.inputs and s.inputs[0].source == "x"), None)
+
+
 def confirmed(fault: str, report, rec, file: str) -> bool:
     """A block fault a probe named while the diagnosis found no reference that reproduces the output: kept only
     when the dataflow shows it (a normalised tensor added back as the residual)."""

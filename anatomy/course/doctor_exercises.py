@@ -165,6 +165,10 @@ def _pass(result: Result, subject: Subject, mha: bool) -> Result:
 
 def _lined(result: Result, report, rec, mha: bool) -> Result:
     """A doctor's finding that points at no line gets the learner's line where the difference first shows."""
+    if result.pitfall == "norm_on_query_only":  # the projection that reads the raw x, not the norm's line
+        raw = rules.reads_raw_input(rec, result.file)
+        if raw is not None:
+            result.point(raw.line, raw.source)
     if result.line is None:
         where = rules.differs(report, rec, result.file, mha)
         result.point(where.line, where.source)
