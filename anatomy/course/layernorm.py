@@ -16,7 +16,7 @@ import torch
 
 from anatomy.course import exercises as ex
 from anatomy.course.grader import Result, Subject, check_signature, lowered_tol, max_diff, run_guarded, same, table_of
-from anatomy.course.modules import EPS, SIZES, Wrong, _build, _probe, _say_wrong, _source_at
+from anatomy.course.module_probe import EPS, SIZES, Wrong, _build, _probe, _say_wrong, _source_at
 
 _LN_POST = (
     "LayerNorm(x) = gamma * (x - mean) / sqrt(var + eps) + beta……大家在复现时最好确认一下标准化是在最后一个维度上做的。",
