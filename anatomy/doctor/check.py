@@ -21,7 +21,15 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.calls import detect_seq_first, first_call
-from anatomy.doctor.contract.masks import causal_keep, dependency, discover_causal_format, discover_mask, padding_keep
+from anatomy.doctor.contract.masks import (
+    MaskFormat,
+    causal_keep,
+    dependency,
+    discover_causal_format,
+    discover_mask,
+    leaking_forms,
+    padding_keep,
+)
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.difference import raw_scores
@@ -283,6 +291,11 @@ def _check(
         for fault, dev in deviation_faults(obs):  # the flow shows a known pitfall the comparison could not isolate
             findings.append(flow_finding(fault, dev))
             named_faults.append(fault)
+    for f in findings:  # a mask form that leaks beside the right one: its lines run only with that form
+        form = f.evidence.get("form") if f.probe == "padding_leak" else None
+        if form:
+            keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
+            point([f], record_masked(subject, x, MaskFormat(form["sense"], form["layout"]).make(keep, x.dtype), d, h))
     masked = [f for f in findings if about_the_mask(f)]
     if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
         keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
@@ -363,6 +376,11 @@ def _conventions(ctx: ProbeState, causal_flag: bool) -> dict:
                 mask["leaks"] = [{"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in acting]
                 ctx.mask_leaks = mask["leaks"]
             ctx.mask_ignored = mask["ignored"]
+            ctx.form_leaks = leaking_forms(cands, tol(1e-9) * scale)
+            if ctx.form_leaks:
+                mask["leaking_forms"] = [
+                    {"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in ctx.form_leaks
+                ]
     source = "flag" if causal_flag else "detected" if detected else "mask" if ctx.causal_mask else "none"
     return {
         "mask": mask,

@@ -26,7 +26,7 @@ from anatomy.doctor.probes.block import BLOCK_PROBES
 from anatomy.doctor.probes.scaling import scaling
 from anatomy.doctor.probes.state import ProbeState
 from anatomy.doctor.report.findings import PROBE_TITLES, Finding
-from anatomy.doctor.report.words import fmt
+from anatomy.doctor.report.words import SENSE_SHORT, fmt
 
 LEAK_TOL = 1e-9  # relative: hidden tokens must have *no* effect (a -1e9 or -inf fill gives exactly 0 in float64)
 Skip = tuple[str, str]  # (en, zh)
@@ -225,7 +225,38 @@ def padding_leak(ctx: ProbeState):
                     {"row_sum_min": lo, "row_sum_max": hi},
                 )
             )
-    return findings, None
+    return findings + [_form_leak(c, ctx) for c in ctx.form_leaks], None
+
+
+def _form_leak(cand, ctx: ProbeState) -> Finding:
+    """One accepted mask form that leaks beside the right one the probes use: an error naming the form. When that
+    form leaves every real query's output as it was and moves only the padded rows, it masks the queries."""
+    sense_en, sense_zh = SENSE_SHORT[cand.fmt.sense]
+    layout, best = cand.fmt.layout, ctx.mask.layout if ctx.mask is not None else "?"
+    on_queries = not _leak(cand.real_effect, ctx)
+    what = (
+        "it leaves every real query's output as it was and changes only the padded rows: it masks the queries "
+        "(rows), not the keys (columns)"
+        if on_queries
+        else "the padded keys still reach the real queries"
+    )
+    what_zh = (
+        "真实 query 的输出完全不变，只有 padding 行变了：它遮住的是 query（行）而不是 key（列）"
+        if on_queries
+        else ("padding key 仍然影响真实 query")
+    )
+    return Finding(
+        "padding_leak",
+        "error",
+        f"the module also accepts a {layout} mask ({sense_en}), and that form leaks: changing the padded tokens "
+        f"moved the real outputs by {fmt(cand.leak)} ({what}); the same mask as {best} hides the padding, so the "
+        f"{layout} path handles the mask differently",
+        f"模块也接受 {layout} 形状的 mask（{sense_zh}），而这种形式会泄漏：改变 padding token 使真实输出变化了 "
+        f"{fmt(cand.leak)}（{what_zh}）；同样的 mask 写成 {best} 时能遮住 padding，"
+        f"所以 {layout} 这条分支处理 mask 的方式不同",
+        {"form": {"sense": cand.fmt.sense, "layout": layout}, "leak": cand.leak, "masks_queries": on_queries},
+        fault="padding_mask_on_queries" if on_queries else None,
+    )
 
 
 def _no_mask(ctx: ProbeState) -> Skip:

@@ -43,6 +43,7 @@ class ProbeState:
     norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
     mask_ignored: bool = False  # no mask convention changes the output
     mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
+    form_leaks: list = field(default_factory=list)  # accepted mask forms (MaskCandidate) that leak beside a right one
     observation: Observation | None = None  # the recorded forward (scale, mapping, lines)
 
     @property
