@@ -402,7 +402,8 @@ def _hypotheses(
     """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
     module, d, h = ctx.subject.module, ctx.d, ctx.h
     if ctx.kind == "block":
-        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), _call_order(ctx), ctx.norms)
+        ctx.call_order, ctx.attn_scope = _call_order(ctx), scope
+        ctx.parts = parts = mp.block_parts(module, d, scope, _attention_paths(attn_hyps), ctx.call_order, ctx.norms)
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
         if not hyps:  # norms without parameters, called as functions (functional_norms.py)
             hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(ctx.observation, "rec", None), d)

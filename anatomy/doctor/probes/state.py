@@ -44,6 +44,8 @@ class ProbeState:
     mask_ignored: bool = False  # no mask convention changes the output
     mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
     form_leaks: list = field(default_factory=list)  # accepted mask forms (MaskCandidate) that leak beside a right one
+    call_order: list[str] = field(default_factory=list)  # sub-module paths as one plain forward finishes them
+    attn_scope: str | None = None  # the learner's attention module (blocks)
     observation: Observation | None = None  # the recorded forward (scale, mapping, lines)
 
     @property

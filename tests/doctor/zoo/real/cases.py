@@ -29,7 +29,7 @@ class RealCase(Case):
 C = {"causal": True}
 BLOCK = {"kind": "block"}
 
-CASES = [
+FIRST = [
     # --- vision (timm, DeiT/CaiT, DINOv2, Swin-v2, vit-pytorch) --------------------------------------------------
     RealCase("vision.py:TimmAttention", "ok", style="fused qkv, permute(2, 0, 3, 1, 4), q * scale"),
     RealCase("vision.py:TimmAttentionMergeNoTranspose", "merge_wrong_transpose",
@@ -136,11 +136,24 @@ CASES = [
              source="injected"),
 ]
 
+# the third wave (issue 29): sources not used above — geometric algebra, diffusion, recommendation, time series,
+# proteins, graphs, speech, Chinese courses — and bugs from repositories' history
+WAVE3 = [
+    # --- research code outside language modelling (science.py) -----------------------------------------------------
+    RealCase("science.py:GeoMultiQueryAttention", "ok", style="multi-query, q heads split (Dh, H), o in a parent"),
+    RealCase("science.py:GeoBaselineBlock", "ok", style="one parameter-free norm module called twice"),
+    RealCase("science.py:GeoBaselineNoResidual", "no_residual", point="outputs = self.attention(self.norm(inputs)",
+             also=("sub_layer:attn",), source="injected"),
+]
+
+CASES = FIRST + WAVE3
+
 # pitfalls whose line the recording does not place (a missing residual has no line of its own to run; a missing
 # scale is pointed at the softmax line when a cast sits between the product and the softmax)
 LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
              "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual",
              "real.designs.ResPostNoResidual", "real.designs.FunctionalNormNoResidual",
              "real.designs.GemmaStyleSharedNorm",  # a norm written as tensor ops: its shared call is not placed
-             "real.designs.ConvFFNNoAttnResidual"}
+             "real.designs.ConvFFNNoAttnResidual",
+             "real.science.GeoBaselineNoResidual"}
 assert LINE_GAPS <= {c.id for c in CASES}
