@@ -332,13 +332,14 @@ def _conventions(ctx: ProbeState, causal_flag: bool) -> dict:
         best = cands[0]
         scale = max(1.0, float(base.abs().nan_to_num(0).max()))
         if subject.mask_tentative and not any(c.ok and c.effect > tol(1e-9) * scale for c in cands):
-            subject.takes_mask = False  # forward(x, *args): nothing passed there acts as a mask
+            tried = subject.call  # forward(x, *args) or forward(x, prev): nothing passed there acts as a mask
+            subject.takes_mask = False
             subject.call = "forward(x)"
             subject.note(
-                "forward(x, *args): no mask passed as the second argument changed the output, so the module "
-                "is called without one (pass a named mask parameter if it takes one)",
-                "forward(x, *args)：作为第二个参数传入的任何 mask 都没有改变输出，因此调用时不传 mask"
-                "（如果模块接受 mask，请使用具名参数）",
+                f"{tried}: no mask passed as the second argument changed the output, so the module "
+                "is called without one (name the parameter `mask` if it takes one)",
+                f"{tried}：作为第二个参数传入的任何 mask 都没有改变输出，因此调用时不传 mask"
+                "（如果模块接受 mask，请把参数命名为 mask）",
             )
             return {
                 "mask": None,

@@ -239,6 +239,7 @@ MASK_NAMES = (
     "pad_mask",
     "valid_lens",
 )
+MASKISH = ("mask", "pad", "keep", "valid", "len", "attend", "visible")  # pieces of a name that says "mask"
 
 
 class ModuleExited(CheckError):
@@ -350,8 +351,16 @@ class Subject:
             )
         if len(positional) >= 2:
             mask = positional[1]
+            # an optional second argument whose name says nothing of a mask (PatchTST's `prev`, the previous layer's
+            # scores) is tried as one only tentatively: kept when some mask passed there changes the output
+            vague = mask.default is not P.empty and not any(w in mask.name.lower() for w in MASKISH)
             return cls(
-                module, label, f"forward(x, {mask.name})", takes_mask=True, mask_required=mask.default is P.empty
+                module,
+                label,
+                f"forward(x, {mask.name})",
+                takes_mask=True,
+                mask_required=mask.default is P.empty,
+                mask_tentative=vague,
             )
         if kw_masks:
             return cls(

@@ -167,6 +167,13 @@ def pointwise(m: nn.Module | None) -> bool:
     )
 
 
+def gpt_conv1d(m: nn.Module | None) -> bool:
+    """GPT-1/GPT-2's ``Conv1D`` (transformers' ``pytorch_utils.Conv1D``, nanoGPT's ancestors): ``x @ weight + bias``
+    with ``weight`` shaped ``(in, out)``, a Linear stored transposed under a name that says nothing."""
+    w = getattr(m, "weight", None)
+    return type(m).__name__ == "Conv1D" and isinstance(w, torch.Tensor) and w.dim() == 2 and hasattr(m, "nf")
+
+
 def block_parts(
     module: nn.Module,
     d: int,
@@ -205,6 +212,15 @@ def block_parts(
             up_c, down_c = (named[p] for p in convs)
             if up_c.in_channels == d and down_c.out_channels == d and up_c.out_channels == down_c.in_channels:
                 ffn, d_ff = {"up": convs[0], "down": convs[1]}, up_c.out_channels
+        gpt = [
+            p
+            for p in dict.fromkeys(call_order)
+            if gpt_conv1d(named.get(p)) and not inside_attn(p) and p not in attn_paths
+        ]
+        if len(gpt) == 2:
+            up_w, down_w = (named[p].weight for p in gpt)
+            if up_w.shape[0] == d and down_w.shape[1] == d and up_w.shape[1] == down_w.shape[0]:
+                ffn, d_ff = {"up": gpt[0], "down": gpt[1]}, int(up_w.shape[1])
     if len(linear_calls) == 2:
         up, down = (named[p] for p in linear_calls)
         if up.in_features == d and down.out_features == d and up.out_features == down.in_features:
@@ -277,7 +293,12 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
             extra[f"{ref}.bias"] = _p(f"{pre}bias")
     for role, path in parts.ffn.items():
         ref = {"up": "ffn.up_proj", "down": "ffn.down_proj", "gate": "ffn.gate_proj"}[role]
-        extra.update(_linear(ref, path, named[path]))
+        if gpt_conv1d(named[path]):  # weight (in, out): read transposed
+            extra[f"{ref}.weight"] = _p(f"{path}.weight", lambda t: t.T, "transposed (Conv1D)")
+            if isinstance(getattr(named[path], "bias", None), torch.Tensor):
+                extra[f"{ref}.bias"] = _p(f"{path}.bias")
+        else:
+            extra.update(_linear(ref, path, named[path]))
         mods[ref] = path
     return [
         Hypothesis(
