@@ -144,6 +144,27 @@ WAVE3 = [
     RealCase("science.py:GeoBaselineBlock", "ok", style="one parameter-free norm module called twice"),
     RealCase("science.py:GeoBaselineNoResidual", "no_residual", point="outputs = self.attention(self.norm(inputs)",
              also=("sub_layer:attn",), source="injected"),
+    # --- time series, GPT-1, Chinese course code, bugs as published (wave3.py) --------------------------------------
+    RealCase("wave3.py:PatchAttention", "ok", style="k permuted once, a frozen scale Parameter, forward(Q, K, V)"),
+    RealCase("wave3.py:PatchEncoderLayer", "ok", style="post-norm; forward(src, prev=None): prev is not a mask"),
+    RealCase("wave3.py:PatchAttentionByDModel", "scale_by_d_model",
+             point="self.scale = nn.Parameter(torch.tensor(d_model**-0.5), requires_grad=False)",
+             runs=("s = torch.matmul(q, k) * self.scale",), source="injected"),
+    RealCase("wave3.py:GPT1Attention", "ok", C, style="Conv1D c_attn, w * b - 1e4 * (1 - b), returns a list"),
+    RealCase("wave3.py:GPT1Block", "ok", C, style="post-norm, Conv1D MLP (weights (in, out)), returns a list"),
+    RealCase("wave3.py:GPT1BlockWrongResidual", "no_residual", C,
+             point='h = self.ln_2(self.c_proj(F.gelu(self.c_fc(n), approximate="tanh")))',
+             also=("sub_layer:ffn",), source="injected"),
+    RealCase("wave3.py:PadOnQueriesSelfAttention", "padding_mask_on_queries",
+             point="energy = energy.masked_fill(key_padding_mask.unsqueeze(1).unsqueeze(-1), -1e10)"),
+    RealCase("wave3.py:DiscardedMaskAttention", "error:padding_leak",
+             point='score.masked_fill(mask == 0, float("-inf"))'),
+    RealCase("wave3.py:ZhLabAttention", "ok", style="padded query rows and outputs zeroed, returns (out, w)"),
+    RealCase("wave3.py:ZhPreLNEncoderLayer", "ok", style="one norm on q, k and v of one sub-layer"),
+    RealCase("wave3.py:ZhPreLNSharedNorm", "shared_layernorm",
+             point="return x + self.linear2(F.gelu(self.linear1(self.norm1(x))))", source="injected"),
+    RealCase("wave3.py:TwoMaskPaths", "padding_mask_on_queries", point="scores = scores.masked_fill(mask == 0, -1e9)",
+             runs=("mask = mask.unsqueeze(1).unsqueeze(-1)",), source="injected"),
 ]
 
 CASES = FIRST + WAVE3
@@ -155,5 +176,6 @@ LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLay
              "real.designs.ResPostNoResidual", "real.designs.FunctionalNormNoResidual",
              "real.designs.GemmaStyleSharedNorm",  # a norm written as tensor ops: its shared call is not placed
              "real.designs.ConvFFNNoAttnResidual",
-             "real.science.GeoBaselineNoResidual"}
+             "real.science.GeoBaselineNoResidual", "real.wave3.GPT1BlockWrongResidual",
+             "real.wave3.DiscardedMaskAttention", "real.wave3.ZhPreLNSharedNorm"}
 assert LINE_GAPS <= {c.id for c in CASES}

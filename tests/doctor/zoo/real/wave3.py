@@ -1,0 +1,256 @@
+"""The third wave of real modules (issue 29), each re-typed in our own words from the repository named above it:
+time series, recommendation-style encoders, GPT-1, Chinese course code, and bugs as published. Built as
+``CLASS(d_model, n_heads)``."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+# follows yuqinie98/PatchTST PatchTST_self_supervised/src/models/layers/attention.py (MultiheadAttention +
+# ScaledDotProductAttention): W_Q/W_K/W_V, k permuted to (B, H, Dh, S) once, a scale kept as a frozen Parameter,
+# the output through to_out = Sequential(Linear, Dropout); returns (out, weights)
+class PatchAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.dk = n_heads, d_model // n_heads
+        self.W_Q, self.W_K, self.W_V = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.scale = nn.Parameter(torch.tensor(self.dk**-0.5), requires_grad=False)
+        self.to_out = nn.Sequential(nn.Linear(d_model, d_model), nn.Dropout(0.0))
+
+    def forward(self, Q, K=None, V=None, prev=None):
+        K = Q if K is None else K
+        V = Q if V is None else V
+        b = Q.size(0)
+        q = self.W_Q(Q).view(b, -1, self.h, self.dk).transpose(1, 2)
+        k = self.W_K(K).view(b, -1, self.h, self.dk).permute(0, 2, 3, 1)
+        v = self.W_V(V).view(b, -1, self.h, self.dk).transpose(1, 2)
+        s = torch.matmul(q, k) * self.scale
+        if prev is not None:  # residual attention: the previous layer's scores
+            s = s + prev
+        w = F.softmax(s, dim=-1)
+        out = torch.matmul(w, v).transpose(1, 2).contiguous().view(b, -1, self.h * self.dk)
+        return self.to_out(out), w
+
+
+# follows PatchTST src/models/patchTST.py (TSTEncoderLayer, norm="LayerNorm", pre_norm=False): post-norm, a GELU FFN,
+# forward(src, prev=None) whose second argument is NOT a mask
+class PatchEncoderLayer(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.self_attn = PatchAttention(d_model, n_heads)
+        self.norm_attn = nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(
+            nn.Linear(d_model, 2 * d_model), nn.GELU(), nn.Dropout(0.0), nn.Linear(2 * d_model, d_model)
+        )
+        self.norm_ffn = nn.LayerNorm(d_model)
+
+    def forward(self, src, prev=None):
+        src2, _ = self.self_attn(src, src, src)
+        src = self.norm_attn(src + src2)
+        return self.norm_ffn(src + self.ff(src))
+
+
+# injected into PatchTST's encoder layer: the scores divided by the model width (d_model ** -0.5)
+class PatchAttentionByDModel(PatchAttention):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.scale = nn.Parameter(torch.tensor(d_model**-0.5), requires_grad=False)
+
+
+# GPT-1's Conv1D as in huggingface/transformers pytorch_utils.py: y = x @ W + b, W stored (in, out)
+class Conv1D(nn.Module):
+    def __init__(self, nf, nx):
+        super().__init__()
+        self.nf = nf
+        self.weight = nn.Parameter(torch.empty(nx, nf).normal_(std=0.02))
+        self.bias = nn.Parameter(torch.zeros(nf))
+
+    def forward(self, x):
+        return torch.addmm(self.bias, x.reshape(-1, x.size(-1)), self.weight).view(*x.shape[:-1], self.nf)
+
+
+# follows transformers models/openai/modeling_openai.py (Attention, scale=True): c_attn fused q|k|v Conv1D, a tril
+# buffer applied as w * b - 1e4 * (1 - b), key split as (B, H, Dh, S), returns a LIST [a] (and the weights)
+class GPT1Attention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h = n_heads
+        self.register_buffer("bias", torch.tril(torch.ones(32, 32)).view(1, 1, 32, 32), persistent=False)
+        self.c_attn = Conv1D(3 * d_model, d_model)
+        self.c_proj = Conv1D(d_model, d_model)
+
+    def split(self, x, k=False):
+        x = x.view(*x.shape[:-1], self.h, x.size(-1) // self.h)
+        return x.permute(0, 2, 3, 1) if k else x.permute(0, 2, 1, 3)
+
+    def forward(self, x, attention_mask=None):
+        q, k, v = self.c_attn(x).split(x.size(-1), dim=2)
+        q, k, v = self.split(q), self.split(k, k=True), self.split(v)
+        w = torch.matmul(q, k) / math.sqrt(v.size(-1))
+        b = self.bias[:, :, : w.size(-2), : w.size(-1)]
+        w = w * b + -1e4 * (1 - b)
+        if attention_mask is not None:
+            w = w + attention_mask
+        a = torch.matmul(F.softmax(w, dim=-1), v).permute(0, 2, 1, 3).contiguous()
+        return [self.c_proj(a.view(*a.shape[:-2], -1))]
+
+
+# follows modeling_openai.py (MLP and Block): post-norm, ln_1(x + a), ln_2(n + mlp(n)), the MLP of two Conv1D with
+# GELU; the block returns a list [h]
+class GPT1Block(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.attn = GPT1Attention(d_model, n_heads)
+        self.ln_1 = nn.LayerNorm(d_model, eps=1e-5)
+        self.c_fc = Conv1D(4 * d_model, d_model)
+        self.c_proj = Conv1D(d_model, 4 * d_model)
+        self.ln_2 = nn.LayerNorm(d_model, eps=1e-5)
+
+    def forward(self, x, attention_mask=None):
+        a = self.attn(x, attention_mask=attention_mask)[0]
+        n = self.ln_1(x + a)
+        h = self.ln_2(n + self.c_proj(F.gelu(self.c_fc(n), approximate="tanh")))
+        return [h]
+
+
+# injected into GPT-1's block: the second residual adds the block's input instead of n
+class GPT1BlockWrongResidual(GPT1Block):
+    def forward(self, x, attention_mask=None):
+        a = self.attn(x, attention_mask=attention_mask)[0]
+        n = self.ln_1(x + a)
+        h = self.ln_2(self.c_proj(F.gelu(self.c_fc(n), approximate="tanh")))
+        return [h]
+
+
+# a real bug as published (a public attention module found by searching, "CustomSelfAttention" after Dong-Hyun Lee's
+# BERT port): key_padding_mask (B, S), True = pad, unsqueezed to (B, 1, S, 1): the padded QUERIES get -1e10
+class PadOnQueriesSelfAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.proj_q, self.proj_k, self.proj_v = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.output = nn.Linear(d_model, d_model)
+        self.h, self.dh = n_heads, d_model // n_heads
+
+    def forward(self, x, key_padding_mask=None):
+        b, t, _ = x.shape
+        q, k, v = (
+            p(x).view(b, t, self.h, self.dh).permute(0, 2, 1, 3) for p in (self.proj_q, self.proj_k, self.proj_v)
+        )
+        energy = torch.matmul(q, k.permute(0, 1, 3, 2)) / (self.dh**0.5)
+        if key_padding_mask is not None:
+            energy = energy.masked_fill(key_padding_mask.unsqueeze(1).unsqueeze(-1), -1e10)
+        x = torch.matmul(F.softmax(energy, dim=-1), v).permute(0, 2, 1, 3).contiguous()
+        return self.output(x.view(b, t, -1))
+
+
+# a real bug as published (a French regression Transformer found by searching): the masked_fill result is thrown
+# away (score.masked_fill(...) without assignment), so the padding mask does nothing
+class DiscardedMaskAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.heads, self.d_k = n_heads, d_model // n_heads
+        self.Wq, self.Wk, self.Wv, self.Wo = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    @staticmethod
+    def attention(query, key, value, mask):
+        score = (query @ key.transpose(-1, -2)) / math.sqrt(query.shape[-1])
+        if mask is not None:
+            score.masked_fill(mask == 0, float("-inf"))
+        return score.softmax(dim=-1) @ value
+
+    def forward(self, q, k, v, mask):
+        b = q.shape[0]
+        query, key, value = (
+            w(t).view(b, t.shape[1], self.heads, self.d_k).transpose(1, 2)
+            for w, t in ((self.Wq, q), (self.Wk, k), (self.Wv, v))
+        )
+        x = DiscardedMaskAttention.attention(query, key, value, mask)
+        return self.Wo(x.transpose(1, 2).contiguous().view(b, -1, self.heads * self.d_k))
+
+
+# 参照一份中文课程作业（Lab03 情感分析 models.py 的手写 MultiHeadAttention）：key_padding_mask (B, S) True = pad，
+# 先对 key 列填 -inf，再把 padding 的 query 行置 0，softmax 后再把这些行的权重清零，输出里 padding 行也置 0；
+# 返回 (输出, 权重)
+class ZhLabAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.dh = n_heads, d_model // n_heads
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def _heads(self, x):
+        b, t, _ = x.shape
+        return x.view(b, t, self.h, self.dh).transpose(1, 2)
+
+    def forward(self, x, key_padding_mask=None):
+        b, t, d = x.shape
+        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(x)), self._heads(self.v_proj(x))
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.dh)
+        if key_padding_mask is not None:
+            scores = scores.masked_fill(key_padding_mask.unsqueeze(1).unsqueeze(2), float("-inf"))
+            scores = scores.masked_fill(key_padding_mask.unsqueeze(1).unsqueeze(-1), 0.0)
+        w = torch.softmax(scores, dim=-1)
+        if key_padding_mask is not None:
+            w = w.masked_fill(key_padding_mask.unsqueeze(1).unsqueeze(-1), 0.0)
+        out = self.out_proj(torch.matmul(w, v).transpose(1, 2).contiguous().view(b, t, d))
+        if key_padding_mask is not None:
+            out = out.masked_fill(key_padding_mask.unsqueeze(-1), 0.0)
+        return out, w
+
+
+# 参照一份中文“从零实现 Transformer 编码层”教程：Pre-LN，同一个 norm1 分别作用在 q、k、v 三个输入上（一个子层），
+# mask 为 True 表示屏蔽，-inf 填充
+class ZhPreLNEncoderLayer(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.self_attn = ZhQKVAttention(d_model, n_heads)
+        self.linear1, self.linear2 = nn.Linear(d_model, 4 * d_model), nn.Linear(4 * d_model, d_model)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x, mask=None):
+        attn_out, _ = self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask=mask)
+        x = x + attn_out
+        return x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
+
+
+class ZhQKVAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.h, self.dk = n_heads, d_model // n_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        b = query.size(0)
+        q, k, v = (
+            w(t).view(b, -1, self.h, self.dk).transpose(1, 2)
+            for w, t in ((self.W_q, query), (self.W_k, key), (self.W_v, value))
+        )
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.dk)
+        if mask is not None:
+            scores = scores.masked_fill(mask, float("-inf"))
+        attn = F.softmax(scores, dim=-1)
+        return self.W_o(torch.matmul(attn, v).transpose(1, 2).contiguous().view(b, -1, self.h * self.dk)), attn
+
+
+# injected into the Chinese Pre-LN layer: norm1 used for the FFN too (norm2 built, never called)
+class ZhPreLNSharedNorm(ZhPreLNEncoderLayer):
+    def forward(self, x, mask=None):
+        attn_out, _ = self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask=mask)
+        x = x + attn_out
+        return x + self.linear2(F.gelu(self.linear1(self.norm1(x))))
+
+
+# the item-3 pattern (a padding path that masks the queries behind a right one), written after the attention
+# modules above: a 4-D mask is used as given, a (B, S) mask is widened on the wrong axis
+class TwoMaskPaths(ZhQKVAttention):
+    def forward(self, x, mask=None):
+        b, t, _ = x.shape
+        q, k, v = (w(x).view(b, t, self.h, self.dk).transpose(1, 2) for w in (self.W_q, self.W_k, self.W_v))
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.dk)
+        if mask is not None:
+            if mask.dim() == 2:
+                mask = mask.unsqueeze(1).unsqueeze(-1)
+            scores = scores.masked_fill(mask == 0, -1e9)
+        return self.W_o(torch.matmul(F.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, t, -1))
