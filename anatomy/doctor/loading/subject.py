@@ -291,6 +291,7 @@ class Subject:
     seq_first: bool = False  # the module takes and returns (T, B, D)
     no_mask: Callable[[torch.Tensor], torch.Tensor] | None = None  # the all-visible mask that stands for "none"
     mask_tentative: bool = False  # forward(x, *args): a mask is tried, kept only when it changes something
+    packed: bool = False  # forward(inputs) with inputs = (x, mask): blocks written for nn.Sequential
     notes: list[dict] = field(default_factory=list)  # what the doctor adapted: {"en": ..., "zh": ...}
     ignored_returns: list[str] = field(default_factory=list)  # returned values not taken as weights
     seen_dtypes: set = field(default_factory=set)  # floating dtypes the module computed in on float64 inputs
@@ -396,7 +397,9 @@ class Subject:
             x = x.transpose(0, 1)  # (T, B, D)
         args: list = [x, x, x] if self.qkv else [] if self.qkv_kw else [x]
         kwargs: dict[str, torch.Tensor | None] = dict.fromkeys(self.qkv_kw, x) if self.qkv_kw else {}
-        if mask is not None or self.mask_required:
+        if self.packed:  # one tuple in, as nn.Sequential passes it from block to block
+            args = [(x, mask)]
+        elif mask is not None or self.mask_required:
             if self.mask_kw:
                 kwargs[self.mask_kw] = mask
             else:

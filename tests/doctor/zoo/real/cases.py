@@ -165,6 +165,11 @@ WAVE3 = [
              point="return x + self.linear2(F.gelu(self.linear1(self.norm1(x))))", source="injected"),
     RealCase("wave3.py:TwoMaskPaths", "padding_mask_on_queries", point="scores = scores.masked_fill(mask == 0, -1e9)",
              runs=("mask = mask.unsqueeze(1).unsqueeze(-1)",), source="injected"),
+    RealCase("wave3.py:PatchBatchNormLayer", "ok", also=("status:unavailable",),
+             style="BatchNorm post-norm (PatchTST's design): named, not compared with the LayerNorm reference"),
+    RealCase("wave3.py:SequentialTupleBlock", "ok", style="forward(inputs): x, mask = inputs; returns (out, mask)"),
+    RealCase("wave3.py:SequentialTupleNoResidual", "no_residual", point="return self.ln2(self.ffw(out)), mask",
+             also=("sub_layer:ffn",), source="injected"),
 ]
 
 CASES = FIRST + WAVE3
@@ -177,5 +182,6 @@ LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLay
              "real.designs.GemmaStyleSharedNorm",  # a norm written as tensor ops: its shared call is not placed
              "real.designs.ConvFFNNoAttnResidual",
              "real.science.GeoBaselineNoResidual", "real.wave3.GPT1BlockWrongResidual",
-             "real.wave3.DiscardedMaskAttention", "real.wave3.ZhPreLNSharedNorm"}
+             "real.wave3.DiscardedMaskAttention", "real.wave3.ZhPreLNSharedNorm",
+             "real.wave3.SequentialTupleNoResidual"}
 assert LINE_GAPS <= {c.id for c in CASES}

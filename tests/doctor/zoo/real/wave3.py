@@ -254,3 +254,44 @@ class TwoMaskPaths(ZhQKVAttention):
                 mask = mask.unsqueeze(1).unsqueeze(-1)
             scores = scores.masked_fill(mask == 0, -1e9)
         return self.W_o(torch.matmul(F.softmax(scores, dim=-1), v).transpose(1, 2).reshape(b, t, -1))
+
+
+# follows PatchTST's TSTEncoderLayer with its default norm="BatchNorm": nn.BatchNorm1d between two transposes after
+# each residual add (post-norm), the design chosen there for time-series patches
+class _Transpose(nn.Module):
+    def __init__(self, a, b):
+        super().__init__()
+        self.a, self.b = a, b
+
+    def forward(self, x):
+        return x.transpose(self.a, self.b)
+
+
+class PatchBatchNormLayer(PatchEncoderLayer):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.norm_attn = nn.Sequential(_Transpose(1, 2), nn.BatchNorm1d(d_model), _Transpose(1, 2))
+        self.norm_ffn = nn.Sequential(_Transpose(1, 2), nn.BatchNorm1d(d_model), _Transpose(1, 2))
+
+
+# a block written for nn.Sequential, after a public encoder-decoder project found by searching: forward(inputs)
+# unpacks (x, mask) and returns (out, mask); post-norm, a ReLU FFN; mask (B, 1, 1, S), 0 = pad, -1e10 fill
+class SequentialTupleBlock(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.attention = ZhQKVAttention(d_model, n_heads)
+        self.ffw = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.ReLU(), nn.Linear(4 * d_model, d_model))
+        self.ln1, self.ln2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, inputs):
+        x, mask = inputs
+        out = self.ln1(self.attention(x, x, x, mask=mask == 0)[0] + x)
+        return self.ln2(self.ffw(out) + out), mask
+
+
+# injected into the tuple block: the FFN's residual forgotten
+class SequentialTupleNoResidual(SequentialTupleBlock):
+    def forward(self, inputs):
+        x, mask = inputs
+        out = self.ln1(self.attention(x, x, x, mask=mask == 0)[0] + x)
+        return self.ln2(self.ffw(out)), mask
