@@ -44,7 +44,7 @@ from anatomy.doctor.mapping.layer_scale import with_layer_scale
 from anatomy.doctor.mapping.layouts import linear_after_mha
 from anatomy.doctor.mapping.norm_fit import find_norms
 from anatomy.doctor.probes.behaviour import positions, run_all, shape
-from anatomy.doctor.probes.designs import batchnorm_block
+from anatomy.doctor.probes.designs import named_design
 from anatomy.doctor.probes.state import ProbeState
 from anatomy.doctor.recording.dataflow import (
     about_the_mask,
@@ -264,8 +264,8 @@ def _check(
     else:
         miss = ", ".join(mp.missing(hyps[0], _required(kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
         diag = dg.Diagnosis("unavailable", unmapped(miss, obs))
-    design = batchnorm_block(ctx)
-    if design is not None and diag.status != "matches":  # named, not "unexplained": the authors chose it
+    design = named_design(ctx)
+    if design is not None and diag.status in ("unexplained", "unavailable"):  # named: the authors chose it
         diag = dg.Diagnosis("unavailable", design[1])
     if diag.hypothesis is not None:
         ctx.hyp = diag.hypothesis
@@ -288,7 +288,8 @@ def _check(
         placed == RES_POST or placed and diag.status == "matches"
     ):
         ctx.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
-    findings += diagnosis_findings(diag) + ([design[0]] if design is not None else [])
+    named_design_ = design is not None and diag.reason == design[1]
+    findings += diagnosis_findings(diag) + ([design[0]] if design is not None and named_design_ else [])
     named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
     symptoms = any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings)
     if not named_faults and symptoms:

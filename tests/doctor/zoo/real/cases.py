@@ -170,6 +170,18 @@ WAVE3 = [
     RealCase("wave3.py:SequentialTupleBlock", "ok", style="forward(inputs): x, mask = inputs; returns (out, mask)"),
     RealCase("wave3.py:SequentialTupleNoResidual", "no_residual", point="return self.ln2(self.ffw(out)), mask",
              also=("sub_layer:ffn",), source="injected"),
+    RealCase("wave3.py:SASRecOriginalBlock", "norm_on_residual_path", C,
+             point="seqs = Q + mha_outputs",
+             style="a design the repository later replaced: Q = LN(seqs) as query and residual"),
+    RealCase("wave3.py:SASRecPreLNBlock", "ok", C, style="norm_first fix, torch MultiheadAttention (T, B, D)"),
+    # --- diffusion (diffusers) -----------------------------------------------------------------------------------
+    RealCase("wave3.py:DiffusersAttention", "ok", style="to_q/to_k/to_v, to_out ModuleList, SDPA"),
+    RealCase("wave3.py:DiffusersBasicBlock", "ok", style="GEGLU: one Linear D -> 2F chunked into hidden, gate"),
+    RealCase("wave3.py:DiffusersTwoAttentionBlock", "ok", also=("status:unavailable",),
+             style="a second self-attention (no context given): named, not compared"),
+    RealCase("wave3.py:DiffusersAttentionByDModel", "scale_by_d_model",
+             point="h = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=d**-0.5)",
+             source="injected"),
 ]
 
 CASES = FIRST + WAVE3
@@ -183,5 +195,5 @@ LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLay
              "real.designs.ConvFFNNoAttnResidual",
              "real.science.GeoBaselineNoResidual", "real.wave3.GPT1BlockWrongResidual",
              "real.wave3.DiscardedMaskAttention", "real.wave3.ZhPreLNSharedNorm",
-             "real.wave3.SequentialTupleNoResidual"}
+             "real.wave3.SequentialTupleNoResidual", "real.wave3.SASRecOriginalBlock"}
 assert LINE_GAPS <= {c.id for c in CASES}

@@ -295,3 +295,124 @@ class SequentialTupleNoResidual(SequentialTupleBlock):
         x, mask = inputs
         out = self.ln1(self.attention(x, x, x, mask=mask == 0)[0] + x)
         return self.ln2(self.ffw(out)), mask
+
+
+# follows pmixer/SASRec.pytorch model.py (PointWiseFeedForward): two Conv1d(kernel 1) over (B, D, T), and the
+# residual added INSIDE the feed-forward (outputs += inputs)
+class SASRecFeedForward(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.conv1 = nn.Conv1d(d_model, d_model, kernel_size=1)
+        self.conv2 = nn.Conv1d(d_model, d_model, kernel_size=1)
+
+    def forward(self, inputs):
+        outputs = self.conv2(F.relu(self.conv1(inputs.transpose(-1, -2)))).transpose(-1, -2)
+        return outputs + inputs
+
+
+# a real bug from the repository's history (SASRec.pytorch model.py, the original SASRec layout, later replaced by a
+# norm_first option after its Result_Norm.md comparison): Q = LayerNorm(seqs) is the query AND the residual
+# (seqs = Q + mha), keys and values read the raw seqs; the FFN's own residual adds its normalised input. A causal
+# self-attention through torch.nn.MultiheadAttention on (T, B, D), the future masked with ~tril
+class SASRecOriginalBlock(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.attention_layernorm = nn.LayerNorm(d_model, eps=1e-8)
+        self.attention_layer = nn.MultiheadAttention(d_model, n_heads, 0.0)
+        self.forward_layernorm = nn.LayerNorm(d_model, eps=1e-8)
+        self.forward_layer = SASRecFeedForward(d_model)
+
+    def forward(self, seqs):
+        tl = seqs.shape[1]
+        attention_mask = ~torch.tril(torch.ones((tl, tl), dtype=torch.bool))
+        seqs = torch.transpose(seqs, 0, 1)
+        Q = self.attention_layernorm(seqs)
+        mha_outputs, _ = self.attention_layer(Q, seqs, seqs, attn_mask=attention_mask)
+        seqs = Q + mha_outputs
+        seqs = torch.transpose(seqs, 0, 1)
+        return self.forward_layer(self.forward_layernorm(seqs))
+
+
+# the same repository's python/model.py with norm_first=True (Pre-LN, the fix): x = LN(seqs) for q, k and v
+class SASRecPreLNBlock(SASRecOriginalBlock):
+    def forward(self, seqs):
+        tl = seqs.shape[1]
+        attention_mask = ~torch.tril(torch.ones((tl, tl), dtype=torch.bool))
+        seqs = torch.transpose(seqs, 0, 1)
+        x = self.attention_layernorm(seqs)
+        mha_outputs, _ = self.attention_layer(x, x, x, attn_mask=attention_mask)
+        seqs = torch.transpose(seqs + mha_outputs, 0, 1)
+        h = self.forward_layernorm(seqs)
+        return seqs + self.forward_layer.conv2(F.relu(self.forward_layer.conv1(h.transpose(-1, -2)))).transpose(-1, -2)
+
+
+# follows huggingface/diffusers models/attention_processor.py (Attention with AttnProcessor2_0): to_q/to_k/to_v without
+# bias, to_out = [Linear, Dropout], heads by view/transpose, F.scaled_dot_product_attention; the attention_mask
+# reaches SDPA as given
+class DiffusersAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.heads = n_heads
+        self.to_q, self.to_k, self.to_v = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
+        self.to_out = nn.ModuleList([nn.Linear(d_model, d_model), nn.Dropout(0.0)])
+
+    def forward(self, hidden_states, encoder_hidden_states=None, attention_mask=None):
+        context = hidden_states if encoder_hidden_states is None else encoder_hidden_states
+        b, t, d = hidden_states.shape
+        q = self.to_q(hidden_states).view(b, -1, self.heads, d // self.heads).transpose(1, 2)
+        k = self.to_k(context).view(b, -1, self.heads, d // self.heads).transpose(1, 2)
+        v = self.to_v(context).view(b, -1, self.heads, d // self.heads).transpose(1, 2)
+        h = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask)
+        h = h.transpose(1, 2).reshape(b, -1, d)
+        return self.to_out[1](self.to_out[0](h))
+
+
+# diffusers models/activations.py (GEGLU): ONE Linear D -> 2F, chunked into (hidden, gate): hidden * gelu(gate)
+class GEGLU(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.proj = nn.Linear(d_in, 2 * d_out)
+
+    def forward(self, x):
+        hidden, gate = self.proj(x).chunk(2, dim=-1)
+        return hidden * F.gelu(gate)
+
+
+# diffusers models/attention.py (BasicTransformerBlock, norm_type="layer_norm", no cross-attention): norm1 -> attn1,
+# norm3 -> FeedForward(GEGLU, Dropout, Linear), pre-norm with residuals
+class DiffusersBasicBlock(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d_model)
+        self.attn1 = DiffusersAttention(d_model, n_heads)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.ff = nn.Sequential(GEGLU(d_model, 4 * d_model), nn.Dropout(0.0), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, hidden_states, attention_mask=None):
+        hidden_states = self.attn1(self.norm1(hidden_states), attention_mask=attention_mask) + hidden_states
+        return self.ff(self.norm3(hidden_states)) + hidden_states
+
+
+# the same block with its second attention (double_self_attention, or a cross-attention called without a context):
+# norm2 -> attn2 over the block's own tokens, given the ENCODER mask (None), not attention_mask
+class DiffusersTwoAttentionBlock(DiffusersBasicBlock):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.attn2 = DiffusersAttention(d_model, n_heads)
+
+    def forward(self, hidden_states, encoder_hidden_states=None):
+        hidden_states = self.attn1(self.norm1(hidden_states)) + hidden_states
+        hidden_states = self.attn2(self.norm2(hidden_states), encoder_hidden_states) + hidden_states
+        return self.ff(self.norm3(hidden_states)) + hidden_states
+
+
+# injected into the diffusers block: the GEGLU halves used the wrong way round is a valid reading (both orders are
+# tried); the injected bug is the scores scaled by the model width through SDPA's scale
+class DiffusersAttentionByDModel(DiffusersAttention):
+    def forward(self, hidden_states, encoder_hidden_states=None, attention_mask=None):
+        b, t, d = hidden_states.shape
+        q, k, v = (f(hidden_states).view(b, -1, self.heads, d // self.heads).transpose(1, 2)
+                   for f in (self.to_q, self.to_k, self.to_v))
+        h = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=d**-0.5)
+        return self.to_out[0](h.transpose(1, 2).reshape(b, -1, d))
