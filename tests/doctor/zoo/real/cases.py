@@ -182,6 +182,16 @@ WAVE3 = [
     RealCase("wave3.py:DiffusersAttentionByDModel", "scale_by_d_model",
              point="h = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=d**-0.5)",
              source="injected"),
+    # --- time series (Informer) and a repository's first published attention ---------------------------------------
+    RealCase("wave3.py:InformerAttentionLayer", "ok", style="einsum blhe,bshe->bhls, triangular mask built inside"),
+    RealCase("wave3.py:InformerMixAttention", "merge_wrong_transpose", C,
+             point="out = out.transpose(2, 1).contiguous()",
+             runs=("return self.out_projection(out.view(B, L, -1)), attn",),
+             style="Informer's mix=True: (B, L, H, D) transposed then viewed, tokens and heads mixed"),
+    RealCase("wave3.py:HyunwoongFirstAttention", "split_without_transpose",
+             point="return tensor.view(batch_size, self.n_head, length, d_model // self.n_head)",
+             style="a first published version: view without transpose, sqrt(d_model), -1e-12 fill"),
+    RealCase("wave3.py:HyunwoongEncoderLayer", "ok", style="unbiased-std LayerNorm (eps 1e-12) named gamma/beta"),
 ]
 
 CASES = FIRST + WAVE3
@@ -195,5 +205,6 @@ LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLay
              "real.designs.ConvFFNNoAttnResidual",
              "real.science.GeoBaselineNoResidual", "real.wave3.GPT1BlockWrongResidual",
              "real.wave3.DiscardedMaskAttention", "real.wave3.ZhPreLNSharedNorm",
-             "real.wave3.SequentialTupleNoResidual", "real.wave3.SASRecOriginalBlock"}
+             "real.wave3.SequentialTupleNoResidual", "real.wave3.SASRecOriginalBlock",
+             "real.wave3.HyunwoongFirstAttention"}
 assert LINE_GAPS <= {c.id for c in CASES}

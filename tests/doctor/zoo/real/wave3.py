@@ -4,6 +4,7 @@ time series, recommendation-style encoders, GPT-1, Chinese course code, and bugs
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -416,3 +417,121 @@ class DiffusersAttentionByDModel(DiffusersAttention):
                    for f in (self.to_q, self.to_k, self.to_v))
         h = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=d**-0.5)
         return self.to_out[0](h.transpose(1, 2).reshape(b, -1, d))
+
+
+# a real bug from a repository's history (hyunwoongko/transformer, models/layers/*.py as first published, fixed in
+# later commits): heads split by view(B, H, T, Dh) with no transpose, k "transposed" by another view, the scores
+# divided by sqrt(d_model), masked with -e = -1e-12 (which hides nothing), nn.Softmax() without dim, heads merged by
+# view, no output projection
+class HyunwoongFirstAttention(nn.Module):
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.softmax = nn.Softmax(dim=-1)  # the implicit dim of a 4-D input is 1; kept on the keys here
+        self.w_q, self.w_k, self.w_v = (nn.Linear(d_model, d_model) for _ in range(3))
+
+    def project(self, tensor):
+        batch_size, length, d_model = tensor.size()
+        return tensor.view(batch_size, self.n_head, length, d_model // self.n_head)
+
+    def forward(self, q, k, v, mask=None, e=1e-12):
+        q, k, v = self.project(self.w_q(q)), self.project(self.w_k(k)), self.project(self.w_v(v))
+        batch_size, head, length, d_tensor = k.size()
+        score = (q @ k.transpose(2, 3)) / math.sqrt(head * d_tensor)
+        if mask is not None:
+            score = score.masked_fill(mask == 0, -e)
+        out = self.softmax(score) @ v
+        return out.view(batch_size, length, head * d_tensor)
+
+
+# the same repository's LayerNorm (layer_norm.py): gamma * (x - mean) / (std + eps) + beta with the UNBIASED std and
+# eps 1e-12, and its post-norm EncoderLayer (encoder_layer.py) around the later, fixed attention (w_concat)
+class HyunwoongLayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-12):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(d_model))
+        self.beta = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        std = x.std(-1, keepdim=True)
+        out = self.gamma * (x - mean)
+        out /= std + self.eps
+        return out + self.beta
+
+
+class HyunwoongAttention(nn.Module):
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.w_q, self.w_k, self.w_v, self.w_concat = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def split(self, t):
+        b, length, d = t.size()
+        return t.view(b, length, self.n_head, d // self.n_head).transpose(1, 2)
+
+    def forward(self, q, k, v, mask=None):
+        q, k, v = self.split(self.w_q(q)), self.split(self.w_k(k)), self.split(self.w_v(v))
+        score = q @ k.transpose(2, 3) / math.sqrt(k.size(-1))
+        if mask is not None:
+            score = score.masked_fill(mask == 0, -10000)
+        out = torch.softmax(score, dim=-1) @ v
+        b, h, length, dt = out.size()
+        return self.w_concat(out.transpose(1, 2).contiguous().view(b, length, h * dt))
+
+
+class HyunwoongEncoderLayer(nn.Module):
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.attention = HyunwoongAttention(d_model, n_head)
+        self.norm1 = HyunwoongLayerNorm(d_model)
+        self.linear1, self.linear2 = nn.Linear(d_model, 4 * d_model), nn.Linear(4 * d_model, d_model)
+        self.norm2 = HyunwoongLayerNorm(d_model)
+
+    def forward(self, x, s_mask=None):
+        _x = x
+        x = self.norm1(self.attention(q=x, k=x, v=x, mask=s_mask) + _x)
+        _x = x
+        return self.norm2(self.linear2(F.relu(self.linear1(x))) + _x)
+
+
+# follows zhouhaoyi/Informer2020 models/attn.py (FullAttention + AttentionLayer, mask_flag=True as in the decoder):
+# query/key/value projections viewed as (B, L, H, -1), einsum "blhe,bshe->bhls", a TriangularCausalMask built when
+# no mask is given (True above the diagonal, filled with -inf), the scale 1/sqrt(E) applied inside the softmax,
+# values by einsum "bhls,bshd->blhd", out_projection; returns (out, attn)
+class InformerAttentionLayer(nn.Module):
+    mix = False
+
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_heads = n_heads
+        self.query_projection, self.key_projection, self.value_projection, self.out_projection = (
+            nn.Linear(d_model, d_model) for _ in range(4)
+        )
+
+    def inner(self, queries, keys, values, attn_mask):
+        B, L, H, E = queries.shape
+        scores = torch.einsum("blhe,bshe->bhls", queries, keys)
+        if attn_mask is None:
+            attn_mask = torch.triu(torch.ones(B, 1, L, L, dtype=torch.bool), diagonal=1)
+        scores.masked_fill_(attn_mask, -np.inf)
+        A = torch.softmax(scores / math.sqrt(E), dim=-1)
+        return torch.einsum("bhls,bshd->blhd", A, values).contiguous(), A
+
+    def forward(self, queries, keys, values, attn_mask=None):
+        B, L, _ = queries.shape
+        S, H = keys.shape[1], self.n_heads
+        q = self.query_projection(queries).view(B, L, H, -1)
+        k = self.key_projection(keys).view(B, S, H, -1)
+        v = self.value_projection(values).view(B, S, H, -1)
+        out, attn = self.inner(q, k, v, attn_mask)
+        if self.mix:
+            out = out.transpose(2, 1).contiguous()
+        return self.out_projection(out.view(B, L, -1)), attn
+
+
+# the same AttentionLayer with mix=True, as Informer's decoder builds it: the (B, L, H, D) output transposed to
+# (B, H, L, D) and then viewed as (B, L, H*D), which mixes the heads of one token with other tokens
+class InformerMixAttention(InformerAttentionLayer):
+    mix = True
