@@ -17,8 +17,9 @@ import torch
 from torch import nn
 
 from anatomy.course import exercises as ex
+from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.loading.limits import Hung, guard
-from anatomy.doctor.loading.subject import CheckError, CheckTimeout, import_file, one_line
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout, one_line
 from anatomy.tracing import dims as rd
 from anatomy.tracing import recorder as rec_mod
 

@@ -27,8 +27,9 @@ from anatomy.doctor.diagnosis.difference import raw_scores
 from anatomy.doctor.diagnosis.own_norm import find_own_norm
 from anatomy.doctor.diagnosis.references import RES_POST, References, Scenario
 from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
+from anatomy.doctor.loading.building import build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
-from anatomy.doctor.loading.subject import CallError, CheckError, Subject, build, randomize
+from anatomy.doctor.loading.subject import CallError, CheckError, Subject
 from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.mapping.layouts import linear_after_mha
 from anatomy.doctor.mapping.norm_fit import find_norms

@@ -14,7 +14,7 @@ from anatomy.components import EncoderBlock, MultiHeadAttention
 from anatomy.doctor import check
 from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
 from anatomy.doctor.diagnosis.diagnose import attention_faults, block_faults, compatible_pairs
-from anatomy.doctor.loading.subject import randomize
+from anatomy.doctor.loading.building import randomize
 from anatomy.doctor.mapping.projections import find_attention, find_qk_norm, qk_role, role_of
 from anatomy.doctor.report.findings import display_width, wrap
 from anatomy.doctor.report.words import fmt
