@@ -192,6 +192,10 @@ WAVE3 = [
              point="return tensor.view(batch_size, self.n_head, length, d_model // self.n_head)",
              style="a first published version: view without transpose, sqrt(d_model), -1e-12 fill"),
     RealCase("wave3.py:HyunwoongEncoderLayer", "ok", style="unbiased-std LayerNorm (eps 1e-12) named gamma/beta"),
+    # --- an LLM course in Chinese (happy-llm) ------------------------------------------------------------------------
+    RealCase("wave3.py:HappyCausalAttention", "ok", C, style="forward(q, k, v), triu(-inf) buffer, softmax in float32"),
+    RealCase("wave3.py:HappyEncoderLayer", "norm_on_residual_path", point="h = x + self.attention.forward(x, x, x)",
+             also=("sub_layer:attn",), style="as published: x = norm(x) then h = x + attention(x)"),
 ]
 
 CASES = FIRST + WAVE3

@@ -535,3 +535,56 @@ class InformerAttentionLayer(nn.Module):
 # (B, H, L, D) and then viewed as (B, L, H*D), which mixes the heads of one token with other tokens
 class InformerMixAttention(InformerAttentionLayer):
     mix = True
+
+
+# 参照 datawhalechina/happy-llm docs/chapter2/code/transformer.py（中文大模型课程）的 MultiHeadAttention：wq/wk/wv/wo
+# 无偏置，is_causal 时注册 (1, 1, L, L) 的 triu(-inf) 缓冲区并加到分数上，softmax 在 float32 里算再 type_as 转回
+class HappyCausalAttention(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.n_local_heads, self.head_dim = n_heads, d_model // n_heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d_model, d_model, bias=False) for _ in range(4))
+        mask = torch.triu(torch.full((1, 1, 32, 32), float("-inf")), diagonal=1)
+        self.register_buffer("mask", mask)
+
+    def forward(self, q, k, v):
+        bsz, seqlen, _ = q.shape
+        xq = self.wq(q).view(bsz, seqlen, self.n_local_heads, self.head_dim).transpose(1, 2)
+        xk = self.wk(k).view(bsz, seqlen, self.n_local_heads, self.head_dim).transpose(1, 2)
+        xv = self.wv(v).view(bsz, seqlen, self.n_local_heads, self.head_dim).transpose(1, 2)
+        scores = torch.matmul(xq, xk.transpose(2, 3)) / math.sqrt(self.head_dim)
+        scores = scores + self.mask[:, :, :seqlen, :seqlen]
+        scores = F.softmax(scores.float(), dim=-1).type_as(xq)
+        output = torch.matmul(scores, xv).transpose(1, 2).contiguous().view(bsz, seqlen, -1)
+        return self.wo(output)
+
+
+# 课程里的 LayerNorm（a_2、b_2，方差 unbiased=False，eps 1e-6）
+class HappyLayerNorm(nn.Module):
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        return self.a_2 * (x - mean) / torch.sqrt(var + self.eps) + self.b_2
+
+
+# 课程原样的真实错误（real, as published）：EncoderLayer 先 x = attention_norm(x)，再 h = x + attention(x, x, x)，
+# 残差加的是归一化之后的 x（Pre-Norm 的分支接错了）
+class HappyEncoderLayer(nn.Module):
+    def __init__(self, d_model, n_heads):
+        super().__init__()
+        self.attention_norm = HappyLayerNorm(d_model)
+        self.attention = HappyCausalAttention(d_model, n_heads)
+        self.attention.mask.zero_()  # the encoder's attention is not causal (is_causal=False: no mask)
+        self.fnn_norm = HappyLayerNorm(d_model)
+        self.w1, self.w2 = nn.Linear(d_model, d_model, bias=False), nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x):
+        x = self.attention_norm(x)
+        h = x + self.attention.forward(x, x, x)
+        return h + self.w2(F.relu(self.w1(self.fnn_norm(h))))
