@@ -342,6 +342,8 @@ def _findings(ctx: ProbeState, diag, design, findings: list) -> list:
     ):
         ctx.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
     findings += diagnosis_findings(diag) + ([design[0]] if design is not None else [])
+    if design is not None and design[0].evidence.get("design") == "attention_sub_layers":
+        _mask_on_one_sub_layer(findings)
     named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
     symptoms = any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings)
     if not named_faults and symptoms:
@@ -372,6 +374,23 @@ def _findings(ctx: ProbeState, diag, design, findings: list) -> list:
             if f.fault is None and f.severity == "error":
                 f.explained_by = cause(f.probe, named_faults)
     return findings
+
+
+def _mask_on_one_sub_layer(findings: list) -> None:
+    """In a block of two attention sub-layers (diffusers' BasicTransformerBlock), the mask a caller passes reaches
+    the first: the second attends over every token by design (it takes the context's own mask). Its leaks are said
+    as warnings of that design, not errors of the code."""
+    for f in findings:
+        if f.probe in ("padding_leak", "causal_leak") and f.severity == "error" and f.fault is None:
+            f.severity = "warning"
+            f.en += (
+                "; the block's second attention sub-layer does not take this mask (it attends over every token, "
+                "as a cross-attention given no context does), so what it hides in the first leaks through the second"
+            )
+            f.zh += (
+                "；这个 block 的第二个注意力子层不接收这个 mask（像没有 context 的交叉注意力那样关注所有 token），"
+                "所以第一个子层遮住的内容会经由第二个子层泄漏"
+            )
 
 
 def _legend(w: torch.Tensor, h: int) -> str:

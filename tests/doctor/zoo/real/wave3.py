@@ -402,9 +402,12 @@ class DiffusersTwoAttentionBlock(DiffusersBasicBlock):
         self.norm2 = nn.LayerNorm(d_model)
         self.attn2 = DiffusersAttention(d_model, n_heads)
 
-    def forward(self, hidden_states, encoder_hidden_states=None):
-        hidden_states = self.attn1(self.norm1(hidden_states)) + hidden_states
-        hidden_states = self.attn2(self.norm2(hidden_states), encoder_hidden_states) + hidden_states
+    def forward(self, hidden_states, attention_mask=None, encoder_hidden_states=None, encoder_attention_mask=None):
+        hidden_states = self.attn1(self.norm1(hidden_states), attention_mask=attention_mask) + hidden_states
+        hidden_states = (
+            self.attn2(self.norm2(hidden_states), encoder_hidden_states, attention_mask=encoder_attention_mask)
+            + hidden_states
+        )
         return self.ff(self.norm3(hidden_states)) + hidden_states
 
 
