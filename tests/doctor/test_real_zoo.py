@@ -15,10 +15,7 @@ from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
 
 # case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
-GAPS: dict[str, str] = {
-    "real.wave3.HyunwoongEncoderLayer": "its LayerNorm (gamma/beta, unbiased std, eps 1e-12) fits by behaviour, "
-    "yet the block is checked as an attention and comes out unexplained (no error)",
-}
+GAPS: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

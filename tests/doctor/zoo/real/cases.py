@@ -209,6 +209,5 @@ LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLay
              "real.designs.ConvFFNNoAttnResidual",
              "real.science.GeoBaselineNoResidual", "real.wave3.GPT1BlockWrongResidual",
              "real.wave3.DiscardedMaskAttention", "real.wave3.ZhPreLNSharedNorm",
-             "real.wave3.SequentialTupleNoResidual", "real.wave3.SASRecOriginalBlock",
-             "real.wave3.HyunwoongFirstAttention"}
+             "real.wave3.SequentialTupleNoResidual", "real.wave3.SASRecOriginalBlock"}
 assert LINE_GAPS <= {c.id for c in CASES}
