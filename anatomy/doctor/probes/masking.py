@@ -87,6 +87,7 @@ def padding_leak(ctx: ProbeState):
                 + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
                 + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
                 ev,
+                fault=_on_queries(ctx, out, real, no_effect),
             )
         )
     if w is not None and w.shape[-2:] == (t, t) and not ctx.causal:
@@ -104,6 +105,14 @@ def padding_leak(ctx: ProbeState):
                 )
             )
     return findings + [_form_leak(c, ctx) for c in ctx.form_leaks], None
+
+
+def _on_queries(ctx: ProbeState, out: torch.Tensor, real: torch.Tensor, no_effect: bool) -> str | None:
+    """``padding_mask_on_queries`` when the mask leaves every real query's output as it was and moves only the
+    padded rows: it hides padded queries (rows), not padded keys (columns)."""
+    if no_effect or _leak(max_diff(out, ctx.base, real), ctx) or not _leak(max_diff(out, ctx.base, ~real), ctx):
+        return None
+    return "padding_mask_on_queries"
 
 
 def _form_leak(cand, ctx: ProbeState) -> Finding:

@@ -591,3 +591,23 @@ class HappyEncoderLayer(nn.Module):
         x = self.attention_norm(x)
         h = x + self.attention.forward(x, x, x)
         return h + self.w2(F.relu(self.w1(self.fnn_norm(h))))
+
+
+# a real bug as published (a public MultiHeadAttention found by searching, with W_Qi/W_Ki/W_Vi lists left unused):
+# mask (B, S), 1 = pad, unsqueezed to (B, 1, S, 1), so the padded QUERIES are filled; mask=None is not handled
+class FutureMaskOnQueries(nn.Module):
+    def __init__(self, d_model, n_head):
+        super().__init__()
+        self.n_head, self.d_k = n_head, d_model // n_head
+        self.WQ, self.WK, self.WV = (nn.Linear(d_model, d_model, bias=False) for _ in range(3))
+        self.output_linear = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask=None):
+        mask = mask.unsqueeze(1).unsqueeze(-1)
+        q = self.WQ(x).view(x.size(0), x.size(1), self.n_head, self.d_k).transpose(1, 2)
+        k_T = self.WK(x).view(x.size(0), x.size(1), self.n_head, self.d_k).permute(0, 2, 3, 1)
+        v = self.WV(x).view(x.size(0), x.size(1), self.n_head, self.d_k).transpose(1, 2)
+        scores = q @ k_T / self.d_k**0.5
+        scores = scores.masked_fill((mask == 1), -1e9)
+        context = (F.softmax(scores, dim=-1) @ v).transpose(1, 2).contiguous().view(x.size(0), x.size(1), -1)
+        return self.output_linear(context)
