@@ -84,7 +84,7 @@ def _packs(subject: Subject) -> bool:
     if subject.call != "forward(x)" or len(positional) != 1 or subject.qkv or subject.qkv_kw:
         return False
     subject.packed = subject.takes_mask = subject.mask_required = True
-    subject.call = f"forward(({positional[0].name} = (x, mask)))"
+    subject.call = f"forward({positional[0].name}=(x, mask))"
     return True
 
 
