@@ -30,8 +30,9 @@ from anatomy.course.compare import (  # noqa: F401 - re-exported: the graders im
     table_of,
     tolerance,
 )
+from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.loading.limits import Hung, guard
-from anatomy.doctor.loading.subject import CheckError, CheckTimeout, import_file, one_line
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout, one_line
 from anatomy.tracing import recorder as rec_mod
 
 TIMEOUT = 20.0

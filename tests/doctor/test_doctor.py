@@ -13,7 +13,7 @@ import torch
 
 from anatomy import pitfalls
 from anatomy.doctor import CheckError, check
-from anatomy.doctor.loading.subject import import_file
+from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.report.findings import display_width
 
 ZOO = Path(__file__).parent / "zoo"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy.doctor.loading.subject import randomize
+from anatomy.doctor.loading.building import randomize
 from anatomy.doctor.mapping.norm_fit import StdNorm, find_norms, fit_norm
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.doctor.loading.subject import import_file
+from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.recording import observed as ob
 from anatomy.tracing.recorder import record

@@ -14,7 +14,7 @@ from anatomy.doctor import check
 from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
 from anatomy.doctor.diagnosis import sublayer
 from anatomy.doctor.diagnosis.diagnose import attention_faults, block_faults, compatible_pairs
-from anatomy.doctor.loading.subject import randomize
+from anatomy.doctor.loading.building import randomize
 from anatomy.doctor.mapping.projections import find_attention, find_qk_norm, qk_role, role_of
 from anatomy.doctor.report.findings import display_width, wrap
 from anatomy.doctor.report.words import fmt
@@ -107,7 +107,8 @@ def test_qk_norms_are_found_by_name_width_and_number():
     assert wide.width == 16 and src == {}
     for widths in ({"a": 4, "b": 4, "c": 4}, {"a": 4}, {"a": 16, "b": 16}, {"q_norm": 8, "k_norm": 8}, {}):
         assert find_qk_norm(_QKNorms(widths), "", 16, 4) is None, widths
-    [hyp], scope = find_attention(_QKNorms({"q_norm": 4, "k_norm": 4}), 16, 4)
+    (hyp, interleaved), scope = find_attention(_QKNorms({"q_norm": 4, "k_norm": 4}), 16, 4)
+    assert "interleaved" in interleaved.style  # the second reading: heads split as (Dh, H)
     assert scope == "" and hyp.qk_norm.kind == "rmsnorm" and hyp.modules["q_norm"] == "q_norm"
     assert {"q_norm.weight", "k_norm.weight"} <= hyp.sources.keys()
 

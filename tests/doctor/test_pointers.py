@@ -5,7 +5,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from anatomy.doctor.loading.subject import import_file
+from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.report.findings import Finding, Report

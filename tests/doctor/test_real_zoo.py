@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_learner_zoo import facts, judge, lines, pointed, run  # noqa: E402
-from zoo.real.cases import CASES, LINE_GAPS  # noqa: E402
+from zoo.real.cases import CASES, FIRST, LINE_GAPS, WAVE3  # noqa: E402
 
 # case id -> why the doctor still cannot say "matches" (each is an honest "can't tell": no error, status
 # unexplained/unavailable); a gap fixed shows as XPASS in the run and must leave this table
@@ -48,6 +48,7 @@ def score() -> dict:
         "refused": 0,
         "lines": 0,
     }
+    verdicts: dict[str, bool] = {}
     for case in CASES:
         try:
             report, err = run(case)
@@ -66,9 +67,14 @@ def score() -> dict:
             counts["bugs"] += 1
             counts["bugs_named"] += why is None
             counts["lines"] += report is not None and pointed(case, report)
+        verdicts[case.id] = why is None
         mark = "ok " if why is None and not more else "BAD" if why else "~  "
         missing = " missing " + ",".join(more) if more else ""
         print(f"{mark} {case.id:45s} {case.expect:24s} {(why or '')[:150]}{missing}")
+    for name, cases in (("earlier waves (and the records helper's slips)", FIRST), ("third wave (issue 29)", WAVE3)):
+        ids = {c.id for c in cases}
+        right = sum(ok for cid, ok in verdicts.items() if cid in ids)
+        print(f"{name}: {right} of {len(cases)} right")
     print(
         f"correct modules passing {counts['correct_ok']}/{counts['correct']}, bugs named {counts['bugs_named']}/"
         f"{counts['bugs']}, false alarms {counts['false_alarms']}, refused {counts['refused']}, crashes "

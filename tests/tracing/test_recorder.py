@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy.doctor.loading.subject import import_file
+from anatomy.doctor.loading.building import import_file
 from anatomy.tracing.recorder import record
 from anatomy.tracing.steps import PROBE_SIZES, RecordError
 

@@ -10,6 +10,8 @@ batch's sequences, fed its own layout it does not. ``--seq-first`` (``seq_first=
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -32,12 +34,22 @@ def first_call(subject: Subject, x: torch.Tensor) -> None:
     try:
         subject.run(x)
     except CallError as err:
-        if not subject.takes_mask:
+        if not subject.takes_mask and not _packs(subject):
             raise
         fmt = _all_visible_format(subject, x)
         if fmt is None:
             subject.no_mask = None
+            if subject.packed:  # not a (x, mask) tuple either: the first error stands
+                subject.packed = subject.takes_mask = subject.mask_required = False
+                subject.call = "forward(x)"
             raise err from None
+        if subject.packed:
+            subject.note(
+                "forward(inputs) failed on a tensor and runs on a tuple (x, mask), as nn.Sequential passes it from "
+                "block to block: every call gets (x, mask), and the returned tuple's first item is the output",
+                "forward(inputs) 传入张量时报错，传入元组 (x, mask) 时能运行（nn.Sequential 在块之间就是这样传的）："
+                "每次调用都传入 (x, mask)，返回元组的第一项作为输出",
+            )
         sense, layout = fmt.sense, fmt.layout
         subject.no_mask = lambda x, fmt=fmt: fmt.make(
             torch.ones(x.shape[0], x.shape[1], x.shape[1], dtype=torch.bool), x.dtype
@@ -59,6 +71,21 @@ def first_call(subject: Subject, x: torch.Tensor) -> None:
             f"{len(lazy)} 个惰性参数（{', '.join(lazy[:4])}{' ...' if len(lazy) > 4 else ''}）"
             "在读取前先经过一次预热 forward 完成初始化",
         )
+
+
+def _packs(subject: Subject) -> bool:
+    """``forward(inputs)`` with one positional parameter that failed on a tensor: tried as ``forward((x, mask))``
+    (``x, mask = inputs``), the tuple blocks of an ``nn.Sequential`` stack. Leaves the subject set for it."""
+    try:
+        params = list(inspect.signature(subject.module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if subject.call != "forward(x)" or len(positional) != 1 or subject.qkv or subject.qkv_kw:
+        return False
+    subject.packed = subject.takes_mask = subject.mask_required = True
+    subject.call = f"forward({positional[0].name}=(x, mask))"
+    return True
 
 
 def _all_visible_format(subject: Subject, x: torch.Tensor) -> MaskFormat | None:

@@ -114,6 +114,9 @@ class MaskCandidate:
     reason: str = ""
     effect: float = 0.0
     leak: float = math.inf
+    real_effect: float = (
+        math.inf
+    )  # how far the mask moved the real query rows' outputs (0: it acts on padded rows only)
 
 
 def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: tuple) -> list[MaskCandidate]:
@@ -161,6 +164,7 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
             cand.ok = True
             cand.effect = max_diff(out_pad.nan_to_num(1e30), base)
             cand.leak = max_diff(out_pad, out_pad2, real)
+            cand.real_effect = max_diff(out_pad, base, real)
             if out_left.shape == out_left2.shape == base.shape:
                 cand.leak = max(cand.leak, max_diff(out_left, out_left2, real_left))
     scale = max(1.0, float(base.abs().max()))
@@ -171,6 +175,24 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
         return (not c.ok, c.effect <= floor, c.leak > floor, order[c.fmt.sense], PAD_LAYOUTS.index(c.fmt.layout))
 
     return sorted(cands, key=rank)
+
+
+def leaking_forms(cands: list[MaskCandidate], floor: float) -> list[MaskCandidate]:
+    """The layouts whose best reading acts on the output and leaks the padding while the chosen one (``cands[0]``)
+    hides it: one wrong path behind a right one (``if mask.dim() == 2: mask = mask[:, None, :, None]``). Per layout
+    the best-ranked sense stands for it, so a sense the module does not take (0/1 added to the scores of a module
+    that wants an additive mask) is never the one blamed."""
+    best = cands[0] if cands else None
+    if best is None or not best.ok or best.effect <= floor or best.leak > floor:
+        return []
+    out, seen = [], {best.fmt.layout}
+    for c in cands[1:]:
+        if c.fmt.layout in seen:
+            continue
+        seen.add(c.fmt.layout)
+        if c.ok and c.effect > floor and c.leak > floor:
+            out.append(c)
+    return out
 
 
 def discover_causal_format(

@@ -13,17 +13,11 @@ says it hides; the best candidate is the one whose hidden keys leak least.
 from __future__ import annotations
 
 import contextlib
-import copy
-import importlib.util
 import inspect
 import io
-import math
-import sys
-import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -77,147 +71,6 @@ def one_line(err: BaseException, limit: int = 240) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-# --- loading --------------------------------------------------------------------------------------------------
-
-
-def import_file(path: str | Path, timeout: float | None = None):
-    """Execute a Python file as a fresh module without writing bytecode next to it and without registering it.
-    Its top-level code runs under the time limit ``timeout`` (seconds; :class:`CheckTimeout` past it)."""
-    path = Path(path)
-    if path.suffix != ".py":
-        raise CheckError(f"expected a Python file FILE.py, got {str(path)!r}")
-    if not path.is_file():
-        raise CheckError(f"no such file: {str(path)!r}")
-    name = f"_anatomy_doctor_{path.stem}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise CheckError(f"cannot import {str(path)!r} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    saved_flag, folder = sys.dont_write_bytecode, str(path.resolve().parent)
-    sys.dont_write_bytecode = True
-    sys.path.insert(0, folder)  # the learner's file may import its neighbours
-    sys.modules[name] = module  # dataclasses and typing look the module up while it executes
-    try:
-        with (
-            _quiet(),
-            guard(
-                timeout,
-                lambda: (
-                    f"importing {path.name} (the code at the top level of the file)",
-                    f"导入 {path.name}（文件顶层的代码）时",
-                ),
-            ),
-        ):
-            spec.loader.exec_module(module)
-    except Hung as hung:
-        raise CheckTimeout.from_hung(hung) from None
-    except KeyboardInterrupt:
-        raise
-    except BaseException as err:  # noqa: BLE001 - a learner's file may even call sys.exit
-        raise CheckError(f"could not import {path.name}: {one_line(err)}") from None
-    finally:
-        sys.dont_write_bytecode = saved_flag
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
-        sys.modules.pop(name, None)
-    return module
-
-
-def resolve_target(target, factory: str | None = None, timeout: float | None = None) -> tuple[Callable, str, str]:
-    """``target`` → (the thing to call with ``(d_model, n_heads)`` or a module instance, label, its name)."""
-    if isinstance(target, nn.Module):
-        return target, type(target).__name__, type(target).__name__
-    if callable(target) and not isinstance(target, str):
-        name = getattr(target, "__name__", type(target).__name__)
-        return target, name, name
-    if not isinstance(target, str):
-        raise CheckError(f"expected FILE.py:CLASS, a class, a factory or a module, got {type(target).__name__}")
-    path, sep, name = target.rpartition(":")
-    if not sep or not path:
-        path, name = target, ""
-    if factory:
-        name = factory
-    if not name:
-        raise CheckError(f"expected FILE.py:CLASS (or --factory FUNC), got {target!r}")
-    module = import_file(path, timeout)
-    if not hasattr(module, name):
-        public = sorted(
-            n
-            for n, v in vars(module).items()
-            if not n.startswith("_")
-            and (inspect.isclass(v) or inspect.isfunction(v))
-            and getattr(v, "__module__", None) == module.__name__
-        )
-        raise CheckError(f"{Path(path).name} has no {name!r}; it defines: {', '.join(public) or 'nothing public'}")
-    return getattr(module, name), f"{Path(path).name}:{name}", name
-
-
-def build(
-    target, factory: str | None, d_model: int, n_heads: int, seed: int = 0, timeout: float | None = None
-) -> tuple[nn.Module, str]:
-    """The learner's module in float64 and eval mode. It is built under a forked, seeded RNG: the same module every
-    time (its initial values stay as built where :func:`randomize` leaves them), and the caller's RNG untouched.
-    Importing the file and building the module each run under the time limit ``timeout`` (seconds)."""
-    obj, label, name = resolve_target(target, factory, timeout)
-    if isinstance(obj, nn.Module):
-        module = copy.deepcopy(obj)  # never change the caller's instance
-    else:
-        how = "FUNC(d_model, n_heads)" if factory else "CLASS(d_model, n_heads)"
-        step = (
-            f"{label}: {name}({d_model}, {n_heads}) (building the module)",
-            f"{label}：构造模块 {name}({d_model}, {n_heads}) 时",
-        )
-        try:
-            with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
-                torch.manual_seed(seed)
-                module = obj(d_model, n_heads)
-        except Hung as hung:
-            raise CheckTimeout.from_hung(hung) from None
-        except SystemExit as err:
-            raise ModuleExited(
-                step[0].replace(" (building the module)", ", building the module,"), err.code, step[1]
-            ) from None
-        except Exception as err:  # noqa: BLE001
-            raise CheckError(
-                f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
-                "(use --factory FUNC for another signature)"
-            ) from None
-        if not isinstance(module, nn.Module):
-            raise CheckError(
-                f"{name}({d_model}, {n_heads}) returned {type(module).__name__}; expected a torch.nn.Module"
-            )
-    try:
-        module = module.double().eval()
-    except Exception as err:  # noqa: BLE001
-        raise CheckError(f"could not move {name} to float64: {one_line(err)}") from None
-    return module, label
-
-
-def randomize(module: nn.Module, d_model: int, seed: int) -> None:
-    """Give every parameter seeded, lively values so that no fault hides behind an identity initialisation.
-
-    Matrices get N(0, 1/fan_in) (so q·k has variance ~Dh before scaling), gains that start at 1 get 1 + N(0, 0.2),
-    biases that start at 0 get N(0, 0.2), a small constant
-    gain (LayerScale's ``1e-5 * ones``) gets 1 + N(0, 0.2) too. Scalars (a learned temperature, say) are left alone.
-    """
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            if p.numel() <= 1:
-                continue
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float64).to(p.dtype)
-            if p.dim() == 2:
-                p.copy_(noise / math.sqrt(p.shape[-1]))
-            elif p.dim() > 2:
-                p.copy_(noise / math.sqrt(d_model))
-            elif bool((p == 1).all()):
-                p.copy_(1 + 0.2 * noise)
-            elif bool((p == 0).all()):
-                p.copy_(0.2 * noise)
-            elif p.dim() == 1 and bool((p == p[0]).all()) and 0 < abs(float(p[0])) < 0.1:
-                p.copy_(1 + 0.2 * noise)  # a small constant gain (LayerScale's 1e-5 * ones) would hide its branch
-
-
 @contextlib.contextmanager
 def _quiet():
     """The learner's prints and warnings must not garble the report (or the JSON)."""
@@ -239,6 +92,7 @@ MASK_NAMES = (
     "pad_mask",
     "valid_lens",
 )
+MASKISH = ("mask", "pad", "keep", "valid", "len", "attend", "visible")  # pieces of a name that says "mask"
 
 
 class ModuleExited(CheckError):
@@ -290,6 +144,7 @@ class Subject:
     seq_first: bool = False  # the module takes and returns (T, B, D)
     no_mask: Callable[[torch.Tensor], torch.Tensor] | None = None  # the all-visible mask that stands for "none"
     mask_tentative: bool = False  # forward(x, *args): a mask is tried, kept only when it changes something
+    packed: bool = False  # forward(inputs) with inputs = (x, mask): blocks written for nn.Sequential
     notes: list[dict] = field(default_factory=list)  # what the doctor adapted: {"en": ..., "zh": ...}
     ignored_returns: list[str] = field(default_factory=list)  # returned values not taken as weights
     seen_dtypes: set = field(default_factory=set)  # floating dtypes the module computed in on float64 inputs
@@ -350,8 +205,16 @@ class Subject:
             )
         if len(positional) >= 2:
             mask = positional[1]
+            # an optional second argument whose name says nothing of a mask (PatchTST's `prev`, the previous layer's
+            # scores) is tried as one only tentatively: kept when some mask passed there changes the output
+            vague = mask.default is not P.empty and not any(w in mask.name.lower() for w in MASKISH)
             return cls(
-                module, label, f"forward(x, {mask.name})", takes_mask=True, mask_required=mask.default is P.empty
+                module,
+                label,
+                f"forward(x, {mask.name})",
+                takes_mask=True,
+                mask_required=mask.default is P.empty,
+                mask_tentative=vague,
             )
         if kw_masks:
             return cls(
@@ -387,7 +250,9 @@ class Subject:
             x = x.transpose(0, 1)  # (T, B, D)
         args: list = [x, x, x] if self.qkv else [] if self.qkv_kw else [x]
         kwargs: dict[str, torch.Tensor | None] = dict.fromkeys(self.qkv_kw, x) if self.qkv_kw else {}
-        if mask is not None or self.mask_required:
+        if self.packed:  # one tuple in, as nn.Sequential passes it from block to block
+            args = [(x, mask)]
+        elif mask is not None or self.mask_required:
             if self.mask_kw:
                 kwargs[self.mask_kw] = mask
             else:

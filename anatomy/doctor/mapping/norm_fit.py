@@ -83,7 +83,7 @@ def _fit(z: torch.Tensor, y: torch.Tensor, with_bias: bool) -> tuple[torch.Tenso
 
 
 def fit_norm(
-    x: torch.Tensor, y: torch.Tensor, eps_hints: Sequence[float] = ()
+    x: torch.Tensor, y: torch.Tensor, eps_hints: Sequence[float] = (), forms: Sequence[str] = FORMS
 ) -> tuple[str, float, torch.Tensor, torch.Tensor, float] | None:
     """The form and eps that make ``y`` an affine function (per feature) of standardised ``x``, or None."""
     if x.shape != y.shape or x.dim() < 2 or not x.is_floating_point() or x.shape[-1] < 3:
@@ -94,7 +94,7 @@ def fit_norm(
     if float((x2 - y2).abs().max()) == 0.0:
         return None
     best = None
-    for form in FORMS:
+    for form in forms:
         for eps in dict.fromkeys([*eps_hints, *EPS_GRID]):
             z = standardise(x2, form, eps)
             g, b, res = _fit(z, y2, with_bias=form != "rmsnorm")
@@ -175,6 +175,13 @@ def find_norms(module: nn.Module, run, d: int) -> dict[str, NormInfo]:
         form, eps, g, b, res = fit
         used: set[str] = set()
         weight = None if float((g - 1).abs().max()) <= 1e-9 else _by_value(m, f"{p}.", g, used)
+        if weight is None and form != "unbiased_std" and float((g - 1).abs().max()) > 1e-9:
+            # a tiny eps makes the unbiased std a constant multiple of the biased one: both forms fit, and only
+            # the one the code computes gives a gain equal to its parameter (gamma * (x - mean) / (std + 1e-12))
+            other = fit_norm(x, y, _eps_hints(m), forms=("unbiased_std",))
+            if other is not None and _by_value(m, f"{p}.", other[2], used) is not None:
+                form, eps, g, b, res = other
+                weight = _by_value(m, f"{p}.", g, used)
         offset = 0.0
         if weight is None and float((g - 1).abs().max()) > 1e-9:  # Gemma's RMSNorm: x̂ · (1 + weight)
             weight = _by_value(m, f"{p}.", g - 1, used)

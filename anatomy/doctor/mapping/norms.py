@@ -167,6 +167,13 @@ def pointwise(m: nn.Module | None) -> bool:
     )
 
 
+def gpt_conv1d(m: nn.Module | None) -> bool:
+    """GPT-1/GPT-2's ``Conv1D`` (transformers' ``pytorch_utils.Conv1D``, nanoGPT's ancestors): ``x @ weight + bias``
+    with ``weight`` shaped ``(in, out)``, a Linear stored transposed under a name that says nothing."""
+    w = getattr(m, "weight", None)
+    return type(m).__name__ == "Conv1D" and isinstance(w, torch.Tensor) and w.dim() == 2 and hasattr(m, "nf")
+
+
 def block_parts(
     module: nn.Module,
     d: int,
@@ -205,10 +212,22 @@ def block_parts(
             up_c, down_c = (named[p] for p in convs)
             if up_c.in_channels == d and down_c.out_channels == d and up_c.out_channels == down_c.in_channels:
                 ffn, d_ff = {"up": convs[0], "down": convs[1]}, up_c.out_channels
+        gpt = [
+            p
+            for p in dict.fromkeys(call_order)
+            if gpt_conv1d(named.get(p)) and not inside_attn(p) and p not in attn_paths
+        ]
+        if len(gpt) == 2:
+            up_w, down_w = (named[p].weight for p in gpt)
+            if up_w.shape[0] == d and down_w.shape[1] == d and up_w.shape[1] == down_w.shape[0]:
+                ffn, d_ff = {"up": gpt[0], "down": gpt[1]}, int(up_w.shape[1])
     if len(linear_calls) == 2:
         up, down = (named[p] for p in linear_calls)
         if up.in_features == d and down.out_features == d and up.out_features == down.in_features:
             ffn, d_ff = {"up": linear_calls[0], "down": linear_calls[1]}, up.out_features
+        elif up.in_features == d and down.out_features == d and up.out_features == 2 * down.in_features:
+            # one Linear for both halves of a gated FFN (diffusers' GEGLU: proj(x).chunk(2) → h * gelu(gate))
+            ffn, d_ff = {"gate_up": linear_calls[0], "down": linear_calls[1]}, down.in_features
     elif len(linear_calls) == 3:
         down = [p for p in linear_calls if named[p].out_features == d and named[p].in_features != d]
         gate = [p for p in linear_calls if "gate" in p.rpartition(".")[2].lower()]
@@ -231,7 +250,7 @@ def block_parts(
         for cls, name in ACTIVATION_MODULES:
             if isinstance(m, cls):
                 acts.append(name)
-    if "gate" in ffn:
+    if "gate" in ffn or "gate_up" in ffn:
         acts = ["swiglu", "geglu", "geglu_tanh"]  # the gate's activation is tried by the hypotheses
     elif not acts:
         acts = ["relu", "gelu", "gelu_tanh", "silu"]
@@ -275,20 +294,44 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
             extra[f"{ref}.weight"] = _p(f"{pre}weight")
         if isinstance(getattr(m, "bias", None), torch.Tensor):
             extra[f"{ref}.bias"] = _p(f"{pre}bias")
+    halves: list[dict] = [{}]  # a fused gate|up Linear: the two orders of its halves are two readings
     for role, path in parts.ffn.items():
+        if role == "gate_up":
+            halves = [_halves(path, named[path], first) for first in ("ffn.up_proj", "ffn.gate_proj")]
+            mods["ffn.up_proj"] = mods["ffn.gate_proj"] = path
+            continue
         ref = {"up": "ffn.up_proj", "down": "ffn.down_proj", "gate": "ffn.gate_proj"}[role]
-        extra.update(_linear(ref, path, named[path]))
+        if gpt_conv1d(named[path]):  # weight (in, out): read transposed
+            extra[f"{ref}.weight"] = _p(f"{path}.weight", lambda t: t.T, "transposed (Conv1D)")
+            if isinstance(getattr(named[path], "bias", None), torch.Tensor):
+                extra[f"{ref}.bias"] = _p(f"{path}.bias")
+        else:
+            extra.update(_linear(ref, path, named[path]))
         mods[ref] = path
     return [
         Hypothesis(
-            h.style,
-            {**h.prefixed("attn.").sources, **extra},
+            h.style if not half else f"{h.style}; fused gate|up FFN, {half['order']}",
+            {**h.prefixed("attn.").sources, **extra, **{k: v for k, v in half.items() if k != "order"}},
             {**h.prefixed("attn.").modules, **mods},
             h.heads,
             h.qk_norm,
         )
         for h in attn
+        for half in halves
     ]
+
+
+def _halves(path: str, lin: nn.Module, first: str) -> dict:
+    """``ffn.up_proj``/``ffn.gate_proj`` read from the two halves of one Linear's rows, ``first`` taking rows
+    ``[:F]``."""
+    f = cast(torch.Tensor, lin.weight).shape[0] // 2
+    second = "ffn.gate_proj" if first == "ffn.up_proj" else "ffn.up_proj"
+    out: dict = {"order": f"{first.rpartition('.')[2].removesuffix('_proj')} first"}
+    for ref, rows in ((first, slice(0, f)), (second, slice(f, 2 * f))):
+        out[f"{ref}.weight"] = _p(f"{path}.weight", lambda t, r=rows: t[r], f"rows {rows.start}:{rows.stop}")
+        if isinstance(getattr(lin, "bias", None), torch.Tensor):
+            out[f"{ref}.bias"] = _p(f"{path}.bias", lambda t, r=rows: t[r], f"{rows.start}:{rows.stop}")
+    return out
 
 
 # --- user maps --------------------------------------------------------------------------------------------------

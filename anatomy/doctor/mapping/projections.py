@@ -35,6 +35,18 @@ from torch import nn
 
 from anatomy.doctor.loading.subject import CheckError
 from anatomy.doctor.mapping.from_recording import agrees, from_dataflow, with_observed  # noqa: F401 - re-exported
+from anatomy.doctor.mapping.head_layouts import (  # noqa: F401 - kv_dims, kv_heads re-exported
+    _fused,
+    _fused_gqa,
+    _fused_gqa_grouped,
+    _gqa_style,
+    _groups,
+    _regroup,
+    interleave,
+    interleaved,
+    kv_dims,
+    kv_heads,
+)
 from anatomy.doctor.mapping.naming import (  # noqa: F401 - re-exported: the doctor's modules read them from here
     ATTN_KEYS,
     Hypothesis,
@@ -56,119 +68,6 @@ from anatomy.doctor.mapping.norms import (  # noqa: F401 - re-exported as above
     qk_norm_kind,
     qk_role,
 )
-
-
-def _rows(d: int, h: int, layout: str, chunk: int) -> torch.Tensor:
-    """Row indices of chunk ``chunk`` (0=q, 1=k, 2=v) in a fused ``(3D, D)`` projection."""
-    dh = d // h
-    if layout == "q|k|v":
-        return torch.arange(chunk * d, (chunk + 1) * d)
-    heads = torch.arange(h)[:, None] * 3 * dh + chunk * dh + torch.arange(dh)[None]  # (H, Dh)
-    return heads.reshape(-1)
-
-
-def kv_dims(d: int, h: int) -> dict[int, int]:
-    """Output width of a k/v projection → key/value heads, for every ``Hkv`` that divides ``H`` (``Hkv * Dh``)."""
-    dh = d // h
-    return {kv * dh: kv for kv in range(1, h + 1) if h % kv == 0}
-
-
-def kv_heads(hyp: Hypothesis, params: dict[str, torch.Tensor], d: int, h: int) -> int:
-    """Key/value heads of the reference that reads ``hyp``: from the size of what feeds ``k_proj.weight``."""
-    src = hyp.sources.get("k_proj.weight") or hyp.sources.get("attn.k_proj.weight")
-    if src is None:
-        return h
-    try:
-        n = src.fn(params).numel()
-    except (KeyError, IndexError, RuntimeError):
-        return h
-    return kv_dims(d, h).get(n // d, h) if n % d == 0 else h
-
-
-def _groups(d: int, h: int, kv: int) -> list[tuple[str, torch.Tensor | None, list[int] | None]]:
-    """Ways query heads can share ``kv`` key/value heads: ours (consecutive query heads share one, no change), and,
-    when it differs, tiled (head ``i`` uses ``i mod kv``): the query rows to take in our head order, and that
-    order (our head j is the learner's head ``heads[j]``)."""
-    if kv in (1, h):
-        return [("", None, None)]
-    r, dh = h // kv, d // h
-    heads = [(j % r) * kv + j // r for j in range(h)]
-    rows = torch.cat([torch.arange(p * dh, (p + 1) * dh) for p in heads])
-    return [("", None, None), (f", tiled: query head i uses key/value head i mod {kv}", rows, heads)]
-
-
-def _regroup(src: dict[str, Source], rows: torch.Tensor | None) -> dict[str, Source]:
-    """Reorder the query heads of a hypothesis (rows of q_proj, columns of o_proj) to our grouping."""
-    if rows is None:
-        return src
-    out = dict(src)
-    for key, f in (
-        ("q_proj.weight", lambda t: t[rows]),
-        ("q_proj.bias", lambda t: t[rows]),
-        ("o_proj.weight", lambda t: t[:, rows]),
-    ):
-        s = src.get(key)
-        if s is not None:
-            out[key] = Source(
-                s.user,
-                (s.note + ", " if s.note else "") + "heads regrouped",
-                cast(Reader, lambda params, g=s.fn, f=f: f(g(params))),
-            )
-    return out
-
-
-def _gqa_style(kv: int, h: int) -> str:
-    if kv == h:
-        return ""
-    return "multi-query attention, 1 key/value head" if kv == 1 else f"grouped-query attention, {kv} key/value heads"
-
-
-def _fused(d: int, h: int, weight: str, bias: str | None, *, transpose: bool) -> list[tuple[str, dict]]:
-    """Fused q/k/v weight (``(3D, D)`` Linear-style, or ``(D, 3D)`` used as ``x @ W``) → two chunk layouts."""
-    hyps = []
-    for layout in ("q|k|v", "per head"):
-        src = {}
-        for c, key in enumerate(("q_proj", "k_proj", "v_proj")):
-            idx = _rows(d, h, layout, c)
-            if transpose:
-                src[f"{key}.weight"] = _p(weight, lambda t, idx=idx: t[:, idx].T, f"columns {layout} #{c}, transposed")
-            else:
-                src[f"{key}.weight"] = _p(weight, lambda t, idx=idx: t[idx], f"rows {layout} #{c}")
-            if bias is not None:
-                src[f"{key}.bias"] = _p(bias, lambda t, idx=idx: t.reshape(-1)[idx], f"{layout} #{c}")
-        hyps.append((layout, src))
-    return hyps
-
-
-def _fused_gqa(d: int, h: int, kv: int, weight: str, bias: str | None) -> dict[str, Source]:
-    """A fused ``(D + 2 Hkv Dh, D)`` projection, rows ``q | k | v`` (our own ``fused_qkv`` layout)."""
-    kv_dim = kv * (d // h)
-    spans = {"q_proj": (0, d), "k_proj": (d, d + kv_dim), "v_proj": (d + kv_dim, d + 2 * kv_dim)}
-    src = {}
-    for key, (a, b) in spans.items():
-        src[f"{key}.weight"] = _p(weight, lambda t, a=a, b=b: t[a:b], f"rows {a}:{b}")
-        if bias is not None:
-            src[f"{key}.bias"] = _p(bias, lambda t, a=a, b=b: t[a:b], f"{a}:{b}")
-    return src
-
-
-def _fused_gqa_grouped(d: int, h: int, kv: int, weight: str, bias: str | None) -> dict[str, Source]:
-    """A fused ``(D + 2 Hkv Dh, D)`` projection interleaved per key/value group (Falcon-40B's
-    ``new_decoder_architecture``): for each group its ``H/Hkv`` query heads, then its key head, then its value head."""
-    dh, g = d // h, h // kv
-    block = (g + 2) * dh
-    starts = torch.arange(kv) * block
-    idx = {
-        "q_proj": (starts[:, None] + torch.arange(g * dh)).reshape(-1),
-        "k_proj": (starts[:, None] + g * dh + torch.arange(dh)).reshape(-1),
-        "v_proj": (starts[:, None] + (g + 1) * dh + torch.arange(dh)).reshape(-1),
-    }
-    src = {}
-    for key, rows in idx.items():
-        src[f"{key}.weight"] = _p(weight, lambda t, rows=rows: t[rows], "rows per key/value group")
-        if bias is not None:
-            src[f"{key}.bias"] = _p(bias, lambda t, rows=rows: t[rows], "per key/value group")
-    return src
 
 
 def find_attention(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], str | None]:
@@ -235,6 +134,8 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
     for scope, roles in groups.items():
         if {"q", "k", "v"} <= roles.keys() and linears[roles["k"]].out_features == linears[roles["v"]].out_features:
             o = roles.get("o") or find_o(scope, {roles["q"], roles["k"], roles["v"]})
+            if o is None and scope and find_o(parent(scope), set()) is not None:  # q/k/v in a sub-module of theirs
+                scope, o = parent(scope), find_o(parent(scope), set())
             if o is None:
                 continue
             src, mods = {}, {}
@@ -243,7 +144,7 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
                 src.update(_linear(key, path, linears[path]))
                 mods[key] = path
             kv = kv_of[linears[roles["k"]].out_features]
-            return [
+            hyps = [
                 Hypothesis(
                     f"separate Linears ({_gqa_style(kv, h)}{how})" if kv != h else "separate Linears",
                     _regroup(src, rows),
@@ -251,7 +152,12 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
                     heads,
                 )
                 for how, rows, heads in _groups(d, h, kv)
-            ], scope
+            ]
+            if kv in (1, h) and h > 1:  # query heads split as (Dh, H) (einops "(hidden heads)"), merged head-major
+                keys = ("q_proj",) if kv == 1 else ("q_proj", "k_proj", "v_proj")
+                style = f"separate Linears ({_gqa_style(kv, h) + ', ' if kv != h else ''}heads split interleaved)"
+                hyps.append(Hypothesis(style, interleave(src, interleaved(d, h), keys), mods))
+            return hyps, scope
     for scope, roles in groups.items():
         if "qkv" in roles:
             o = roles.get("o") or find_o(scope, {roles["qkv"]})
@@ -265,6 +171,9 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
                 for layout, src in _fused(d, h, f"{roles['qkv']}.weight", bias, transpose=False):
                     src.update(_linear("o_proj", o, linears[o]))
                     hyps.append(Hypothesis(f"fused qkv Linear ({layout})", src, {"o_proj": o}))
+                    if layout == "q|k|v" and h > 1:  # each chunk's heads split as (Dh, H), merged head-major
+                        src = interleave(src, interleaved(d, h), ("q_proj", "k_proj", "v_proj"))
+                        hyps.append(Hypothesis("fused qkv Linear (q|k|v, heads split interleaved)", src, {"o_proj": o}))
                 return hyps, scope
             src = _fused_gqa(d, h, kv, f"{roles['qkv']}.weight", bias)  # q|k|v chunks of widths D, Hkv Dh, Hkv Dh
             src.update(_linear("o_proj", o, linears[o]))

@@ -25,7 +25,9 @@ def norm_parameters(ctx: ProbeState):
         )
     named = dict(ctx.subject.module.named_modules())
     counts = {p: parts.norm_calls.count(p) for p in parts.norms}
-    shared = [p for p, n in counts.items() if n > 1]
+    # a norm without parameters has nothing to share (F.layer_norm in a module, used twice), and one norm called on
+    # a sub-layer's query and its key/value inputs serves one sub-layer: shared means calls in two sub-layers
+    shared = [p for p, n in counts.items() if n > 1 and _owns_parameters(named[p]) and _serves_two(ctx, p)]
     params = [
         (p, id(getattr(named[p], "weight", None)))
         for p in parts.norms
@@ -48,6 +50,24 @@ def norm_parameters(ctx: ProbeState):
             )
         ], None
     return [], None
+
+
+def _owns_parameters(m: torch.nn.Module) -> bool:
+    return any(True for _ in m.parameters())
+
+
+def _serves_two(ctx: ProbeState, norm: str) -> bool:
+    """Do the calls of ``norm`` fall in two sub-layers? The forward's finishing order splits into: up to the
+    attention's end, up to the feed-forward's last projection, after it (pre-norm calls sit in the first two,
+    post-norm calls in the last two). Without the attention or the feed-forward found, two calls say it."""
+    order, parts = ctx.call_order, ctx.parts
+    down = parts.ffn.get("down") if parts is not None else None
+    if not ctx.attn_scope or ctx.attn_scope not in order or down is None or down not in order:
+        return True
+    attn_end = order.index(ctx.attn_scope)
+    ffn_end = next((i for i, p in enumerate(order) if p == down and i > attn_end), len(order))
+    regions = {0 if i <= attn_end else 1 if i <= ffn_end else 2 for i, p in enumerate(order) if p == norm}
+    return len(regions) > 1
 
 
 def _zeroed(ctx: ProbeState) -> list[str]:

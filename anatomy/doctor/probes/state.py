@@ -10,8 +10,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from anatomy.doctor.contract.masks import MaskFormat
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.loading.subject import Subject
 from anatomy.doctor.mapping.projections import BlockParts, Hypothesis
+
+LEAK_TOL = 1e-9  # relative: hidden tokens must have *no* effect (a -1e9 or -inf fill gives exactly 0 in float64)
+Skip = tuple[str, str]  # a probe's reason for skipping (en, zh)
 
 if TYPE_CHECKING:
     from anatomy.doctor.recording.dataflow import Observation
@@ -43,6 +47,9 @@ class ProbeState:
     norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
     mask_ignored: bool = False  # no mask convention changes the output
     mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
+    form_leaks: list = field(default_factory=list)  # accepted mask forms (MaskCandidate) that leak beside a right one
+    call_order: list[str] = field(default_factory=list)  # sub-module paths as one plain forward finishes them
+    attn_scope: str | None = None  # the learner's attention module (blocks)
     observation: Observation | None = None  # the recorded forward (scale, mapping, lines)
 
     @property
@@ -60,3 +67,8 @@ class ProbeState:
     @property
     def scale(self) -> float:
         return max(1.0, float(self.base.abs().nan_to_num(0).max()))
+
+
+def leak(v: float, ctx: ProbeState) -> bool:
+    """Does a change of ``v`` count (relative to the output's scale, at the precision the module computes in)?"""
+    return v > tol(LEAK_TOL) * ctx.scale

@@ -29,7 +29,7 @@ class RealCase(Case):
 C = {"causal": True}
 BLOCK = {"kind": "block"}
 
-CASES = [
+FIRST = [
     # --- vision (timm, DeiT/CaiT, DINOv2, Swin-v2, vit-pytorch) --------------------------------------------------
     RealCase("vision.py:TimmAttention", "ok", style="fused qkv, permute(2, 0, 3, 1, 4), q * scale"),
     RealCase("vision.py:TimmAttentionMergeNoTranspose", "merge_wrong_transpose",
@@ -144,11 +144,85 @@ CASES = [
              style="functional dropout without training=self.training"),
 ]
 
+# the third wave (issue 29): sources not used above — geometric algebra, diffusion, recommendation, time series,
+# proteins, graphs, speech, Chinese courses — and bugs from repositories' history
+WAVE3 = [
+    # --- research code outside language modelling (science.py) -----------------------------------------------------
+    # GATr splits the query heads as (Dh, H) on purpose: its weights are learned in that layout, so the doctor matches
+    # it and names the layout as a warning (heads_interleaved: a checkpoint laid out as the post's would not fit)
+    RealCase("science.py:GeoMultiQueryAttention", "ok", also=("status:fault",),
+             style="multi-query, q heads split (Dh, H), o in a parent"),
+    RealCase("science.py:GeoBaselineBlock", "ok", also=("status:fault",),
+             style="one parameter-free norm module called twice"),
+    RealCase("science.py:GeoBaselineNoResidual", "no_residual", point="outputs = self.attention(self.norm(inputs)",
+             also=("sub_layer:attn",), source="injected"),
+    # --- time series, GPT-1, Chinese course code, bugs as published (wave3.py) --------------------------------------
+    RealCase("wave3.py:PatchAttention", "ok", style="k permuted once, a frozen scale Parameter, forward(Q, K, V)"),
+    RealCase("wave3.py:PatchEncoderLayer", "ok", style="post-norm; forward(src, prev=None): prev is not a mask"),
+    RealCase("wave3.py:PatchAttentionByDModel", "scale_by_d_model",
+             point="self.scale = nn.Parameter(torch.tensor(d_model**-0.5), requires_grad=False)",
+             runs=("s = torch.matmul(q, k) * self.scale",), source="injected"),
+    RealCase("wave3.py:GPT1Attention", "ok", C, style="Conv1D c_attn, w * b - 1e4 * (1 - b), returns a list"),
+    RealCase("wave3.py:GPT1Block", "ok", C, style="post-norm, Conv1D MLP (weights (in, out)), returns a list"),
+    RealCase("wave3.py:GPT1BlockWrongResidual", "no_residual", C,
+             point='h = self.ln_2(self.c_proj(F.gelu(self.c_fc(n), approximate="tanh")))',
+             also=("sub_layer:ffn",), source="injected"),
+    RealCase("wave3.py:PadOnQueriesSelfAttention", "padding_mask_on_queries",
+             point="energy = energy.masked_fill(key_padding_mask.unsqueeze(1).unsqueeze(-1), -1e10)"),
+    RealCase("wave3.py:FutureMaskOnQueries", "padding_mask_on_queries",
+             point="scores = scores.masked_fill((mask == 1), -1e9)",
+             runs=("mask = mask.unsqueeze(1).unsqueeze(-1)",)),
+    RealCase("wave3.py:DiscardedMaskAttention", "error:padding_leak",
+             point='score.masked_fill(mask == 0, float("-inf"))'),
+    RealCase("wave3.py:ZhLabAttention", "ok", style="padded query rows and outputs zeroed, returns (out, w)"),
+    RealCase("wave3.py:ZhPreLNEncoderLayer", "ok", style="one norm on q, k and v of one sub-layer"),
+    RealCase("wave3.py:ZhPreLNSharedNorm", "shared_layernorm",
+             point="return x + self.linear2(F.gelu(self.linear1(self.norm1(x))))", source="injected"),
+    RealCase("wave3.py:TwoMaskPaths", "padding_mask_on_queries", point="scores = scores.masked_fill(mask == 0, -1e9)",
+             runs=("mask = mask.unsqueeze(1).unsqueeze(-1)",), source="injected"),
+    RealCase("wave3.py:PatchBatchNormLayer", "ok", also=("status:unavailable",),
+             style="BatchNorm post-norm (PatchTST's design): named, not compared with the LayerNorm reference"),
+    RealCase("wave3.py:SequentialTupleBlock", "ok", style="forward(inputs): x, mask = inputs; returns (out, mask)"),
+    RealCase("wave3.py:SequentialTupleNoResidual", "no_residual", point="return self.ln2(self.ffw(out)), mask",
+             also=("sub_layer:ffn",), source="injected"),
+    RealCase("wave3.py:SASRecOriginalBlock", "norm_on_residual_path", C,
+             point="seqs = Q + mha_outputs",
+             style="a design the repository later replaced: Q = LN(seqs) as query and residual"),
+    RealCase("wave3.py:SASRecPreLNBlock", "ok", C, style="norm_first fix, torch MultiheadAttention (T, B, D)"),
+    # --- diffusion (diffusers) -----------------------------------------------------------------------------------
+    RealCase("wave3.py:DiffusersAttention", "ok", style="to_q/to_k/to_v, to_out ModuleList, SDPA"),
+    RealCase("wave3.py:DiffusersBasicBlock", "ok", style="GEGLU: one Linear D -> 2F chunked into hidden, gate"),
+    RealCase("wave3.py:DiffusersTwoAttentionBlock", "ok", also=("status:unavailable",),
+             style="a second self-attention (no context given): named, not compared"),
+    RealCase("wave3.py:DiffusersAttentionByDModel", "scale_by_d_model",
+             point="h = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=d**-0.5)",
+             source="injected"),
+    # --- time series (Informer) and a repository's first published attention ---------------------------------------
+    RealCase("wave3.py:InformerAttentionLayer", "ok", style="einsum blhe,bshe->bhls, triangular mask built inside"),
+    RealCase("wave3.py:InformerMixAttention", "merge_wrong_transpose", C,
+             point="out = out.transpose(2, 1).contiguous()",
+             runs=("return self.out_projection(out.view(B, L, -1)), attn",),
+             style="Informer's mix=True: (B, L, H, D) transposed then viewed, tokens and heads mixed"),
+    RealCase("wave3.py:HyunwoongFirstAttention", "split_without_transpose",
+             point="return tensor.view(batch_size, self.n_head, length, d_model // self.n_head)",
+             style="a first published version: view without transpose, sqrt(d_model), -1e-12 fill"),
+    RealCase("wave3.py:HyunwoongEncoderLayer", "ok", style="unbiased-std LayerNorm (eps 1e-12) named gamma/beta"),
+    # --- an LLM course in Chinese (happy-llm) ------------------------------------------------------------------------
+    RealCase("wave3.py:HappyCausalAttention", "ok", C, style="forward(q, k, v), triu(-inf) buffer, softmax in float32"),
+    RealCase("wave3.py:HappyEncoderLayer", "norm_on_residual_path", point="h = x + self.attention.forward(x, x, x)",
+             also=("sub_layer:attn",), style="as published: x = norm(x) then h = x + attention(x)"),
+]
+
+CASES = FIRST + WAVE3
+
 # pitfalls whose line the recording does not place (a missing residual has no line of its own to run; a missing
 # scale is pointed at the softmax line when a cast sits between the product and the softmax)
 LINE_GAPS = {"real.llm_zh.ZhPostNormNoResidual", "real.research.JadoreEncoderLayerNoFFResidual",
              "real.llm.Llama2cNoScale", "real.designs.LayerScaleNoResidual",
              "real.designs.ResPostNoResidual", "real.designs.FunctionalNormNoResidual",
              "real.designs.GemmaStyleSharedNorm",  # a norm written as tensor ops: its shared call is not placed
-             "real.designs.ConvFFNNoAttnResidual"}
+             "real.designs.ConvFFNNoAttnResidual",
+             "real.science.GeoBaselineNoResidual", "real.wave3.GPT1BlockWrongResidual",
+             "real.wave3.DiscardedMaskAttention", "real.wave3.ZhPreLNSharedNorm",
+             "real.wave3.SequentialTupleNoResidual", "real.wave3.SASRecOriginalBlock"}
 assert LINE_GAPS <= {c.id for c in CASES}
