@@ -31,7 +31,7 @@ import torch
 
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.masks import as_attention_mask, causal_mask, key_padding_to_attention, sliding_window_mask
-from anatomy.shapes import check_rank
+from anatomy.shapes import check_hidden, check_rank
 
 
 def query_positions(
@@ -104,7 +104,7 @@ class AttentionContext:
     bias: torch.Tensor | None = None  # (B|1, H, T, S), shared by every layer (T5)
     cross_ctx: AttentionContext | None = None  # a decoder's cross-attention context (over the memory)
     cache_positions: torch.Tensor | None = None  # (B|1, past): key positions the cache held before this call
-    _masks: dict[tuple[int | None, int, bool, bool], tuple[torch.Tensor | None, bool]] = field(
+    _masks: dict[tuple[int | None, int, bool], tuple[torch.Tensor | None, bool]] = field(
         default_factory=dict, repr=False
     )
     _tables: dict[Hashable, object] = field(default_factory=dict, repr=False)
@@ -125,31 +125,35 @@ class AttentionContext:
                 )  # (B|1, S)
         return self._key_positions
 
+    def key_mask(self, s: int, heads: int = 1) -> torch.Tensor | None:
+        """The context's mask (no causal rule, no window) over the ``s`` keys a layer holds: cut to the last ``s``
+        slots when a rolling cache holds fewer than it covers."""
+        mask = self.mask
+        if mask is not None and mask.shape[-1] != s:
+            if mask.shape[-1] > s:
+                return mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
+            as_attention_mask(mask, self.b, heads, self.t, s)  # raises the broadcast error
+        return mask
+
     def kernel_mask(
-        self, window: int | None, s: int, heads: int = 1, fold: bool = True, causal_flag: bool = False
+        self, window: int | None, s: int, heads: int = 1, causal_flag: bool = False
     ) -> tuple[torch.Tensor | None, bool]:
         """The ``(mask, is_causal)`` a kernel gets for ``s`` held keys in a layer with sliding ``window`` (None:
-        global): the final boolean mask, the context's mask (cut to the last ``s`` slots when a rolling cache holds
-        fewer than it covers) with the band, or with ``fold`` the causal rule, ANDed in. ``is_causal`` stays True
-        only for a kernel that takes SDPA's causal flag (``causal_flag``) on a square call with no other mask, or
-        when ``fold`` is off (a fault that moves the diagonal builds its own). Memoised per argument set: work
-        that does not depend on the layer is done once per forward, whatever the number of layers."""
-        key = (window, s, fold, causal_flag)
+        global): the final boolean mask, :meth:`key_mask` with the band or the causal rule ANDed in. ``is_causal``
+        stays True only for a kernel that takes SDPA's causal flag (``causal_flag``) on a square call with no other
+        mask. Memoised per argument set: work that does not depend on the layer is done once per forward, whatever
+        the number of layers."""
+        key = (window, s, causal_flag)
         hit = self._masks.get(key)
         if hit is not None:
             return hit
-        mask, causal = self.mask, self.is_causal and self.t > 1  # one query at the end of the keys sees all
-        if mask is not None and mask.shape[-1] != s:
-            if mask.shape[-1] > s:
-                mask = mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
-            else:
-                as_attention_mask(mask, self.b, heads, self.t, s)  # raises the broadcast error
+        mask, causal = self.key_mask(s, heads), self.is_causal and self.t > 1  # one query at the end sees all
         device = self.positions.device
         if window is not None:  # local attention: a band of key slots, causal or not
             band = sliding_window_mask(self.t, s, window, causal=self.is_causal, device=device)[None, None]
             # ^ (1, 1, T, S), the rank every kernel mask has
             mask, causal = (band if mask is None else mask & band), False  # the band holds the causal part
-        elif causal and fold and not (causal_flag and mask is None and self.t == s):
+        elif causal and not (causal_flag and mask is None and self.t == s):
             square = causal_mask(self.t, s, device=device)[None, None]  # (1, 1, T, S)
             mask, causal = (square if mask is None else mask & square), False  # (B|1, H|1, T, S)
         hit = self._masks[key] = (mask, causal)
@@ -231,4 +235,57 @@ def build_context(
         cross=cross,
         bias=bias,
         cache_positions=cache_positions,
+    )
+
+
+def standalone_context(
+    x: torch.Tensor,
+    context: torch.Tensor | None,
+    *,
+    heads: int,
+    d_model: int,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    kv_cache: KVCache | None = None,
+    positions: torch.Tensor | None = None,
+    attn_bias: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+) -> AttentionContext:
+    """The context of a layer called on its own (no model around it), built by :func:`build_context` as a model
+    builds its forward's: the inputs checked, the key count ``S`` (cache included), positions after every entry the
+    cache saw. ``context`` is the memory of a cross-attention call (``None``: self-attention)."""
+    check_hidden("x", x, d_model)
+    b, t, _ = x.shape
+    if context is not None:
+        check_hidden("context", context, d_model)
+        if context.shape[0] != b:
+            raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
+        s = len(kv_cache) if kv_cache is not None and len(kv_cache) else context.shape[1]
+        return build_context(
+            b=b,
+            t=t,
+            s=s,
+            heads=heads,
+            device=x.device,
+            positions=positions,
+            key_padding_mask=key_padding_mask,
+            attn_mask=mask,
+            is_causal=is_causal,
+            cross=True,
+            bias=attn_bias,
+        )
+    past = cache_seen(None if kv_cache is None else [kv_cache])  # positions continue after every cached entry
+    return build_context(
+        b=b,
+        t=t,
+        s=past + t,
+        heads=heads,
+        device=x.device,
+        past=past,
+        positions=positions,
+        key_padding_mask=key_padding_mask,
+        attn_mask=mask,
+        is_causal=is_causal,
+        bias=attn_bias,
+        cache_positions=None if kv_cache is None else kv_cache.positions,
     )

@@ -11,7 +11,7 @@ import torch
 
 from anatomy import ModelConfig, build_model, shapes
 from anatomy.components import MultiHeadAttention, context, masks
-from anatomy.components.context import AttentionContext, build_context
+from anatomy.components.context import AttentionContext, build_context, standalone_context
 from anatomy.components.positional.rope import RotaryPositional
 
 V = 50
@@ -92,7 +92,7 @@ def test_kernel_masks_are_built_once_per_window_and_key_count():
     a = ctx.kernel_mask(None, 5)
     assert ctx.kernel_mask(None, 5) is a and a[1] is False  # global layers: padding AND causal, folded once
     assert a[0][1, 0].tolist() == (torch.ones(5, 5, dtype=torch.bool).tril() & MASK[1, 1:].bool()).tolist()
-    assert ctx.kernel_mask(None, 5, fold=False)[1] is True  # a fault that moves the diagonal gets the flag
+    assert torch.equal(ctx.key_mask(5), ctx.mask)  # without the causal rule (a fault that moves the diagonal)
     plain = build_context(b=2, t=5, s=5, heads=4, device="cpu", is_causal=True)
     assert plain.kernel_mask(None, 5, causal_flag=True) == (None, True)  # no other mask: SDPA's fused causal path
     square, flag = plain.kernel_mask(None, 5)  # a kernel without the flag gets the causal mask, built once
@@ -107,7 +107,7 @@ def test_kernel_masks_are_built_once_per_window_and_key_count():
 def test_a_standalone_call_builds_its_context_with_the_same_function_and_refuses_both_forms():
     attn = MultiHeadAttention(d_model=16, n_heads=4)
     x = torch.randn(2, 5, 16)
-    ctx = attn.standalone_context(x, is_causal=True)
+    ctx = standalone_context(x, None, heads=4, d_model=16, is_causal=True)
     assert isinstance(ctx, AttentionContext) and ctx.positions.tolist() == [[0, 1, 2, 3, 4]]
     torch.testing.assert_close(attn(x, ctx=ctx)[0], attn(x, is_causal=True)[0], atol=0, rtol=0)
     with pytest.raises(ValueError, match="give ctx or mask"):
