@@ -9,8 +9,8 @@ before ``_modules`` / ``_parameters`` are searched), a few microseconds per modu
 - the module's instance attributes, parameters and buffers as plain attributes (found at once);
 - every sub-module replaced by its own flat view, so ``self.q_proj(x)`` is a direct call of ``Linear.forward``;
 - every ``HookPoint`` replaced by the identity (a view is only made when no hook is attached anywhere);
-- a method wrapped on the module instance (``anatomy.components.wrapping``: a bug-zoo fault) bound to the view, so
-  the view runs the wrapped step as the module does;
+- a method wrapped on the instance (``anatomy.components.wrapping``: a bug-zoo fault) run by the view as the
+  module runs it (the view is of the instance's class, and holds its wrappers);
 - every plain ``nn.Linear`` replaced by its one op with the weights bound (``F.linear(x, weight, bias)``, which is
   all ``Linear.forward`` does) and its ``weight`` / ``bias`` / ``in_features`` / ``out_features`` kept.
 
@@ -81,9 +81,6 @@ class FlatView:
     def __init__(self, module: nn.Module, children: dict[str, Any]) -> None:
         state = self.__dict__
         state.update(module.__dict__)  # training, sizes, settings, mirrored hook points (replaced below)
-        for name, value in module.__dict__.items():  # a method wrapped on the instance (a fault): run on the view
-            if isinstance(value, types.MethodType) and value.__self__ is module:
-                state[name] = types.MethodType(value.__func__, self)
         state.update(module._parameters)
         state.update(module._buffers)
         state.update(children)
