@@ -29,6 +29,7 @@ from anatomy.components.context import AttentionContext, standalone_context
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
 from anatomy.components.kv_cache import KVCache
+from anatomy.components.masks import as_attention_mask
 from anatomy.components.norms import make_norm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 
@@ -114,7 +115,10 @@ class TransformerBlock(nn.Module):
             positions=positions,
             attn_bias=attn_bias,
         )
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and memory is not None:
+            if memory_mask is not None:  # checked under its own name before it becomes the memory context's mask
+                s = len(cross_cache) if cross_cache is not None and len(cross_cache) else memory.shape[1]
+                as_attention_mask(memory_mask, x.shape[0], heads, x.shape[1], s, name="memory_mask")
             ctx.cross_ctx = standalone_context(
                 x, memory, heads=heads, d_model=d_model, mask=memory_mask, kv_cache=cross_cache
             )

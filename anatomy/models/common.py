@@ -13,7 +13,7 @@ def key_padding(
 ) -> torch.Tensor | None:
     """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``
     (``components.context.hf_padding``: a model's forward checks it there, once, while building its context)."""
-    return hf_padding(attention_mask, b, s, name)
+    return hf_padding(name, attention_mask, b, s)
 
 
 def ids_shape(input_ids: torch.Tensor, name: str = "input_ids") -> tuple[int, int]:

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.components.context import check_positions, hf_padding
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.kv_cache import KVCache
 from anatomy.models.cache import close_cache, open_cache
@@ -80,17 +81,18 @@ class DecoderLM(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, attention_mask)
+        past = self.stack.seen(kv_caches)
         ctx = self.stack.attention_context(
             b,
             t,
             input_ids.device,
-            attention_mask=attention_mask,
-            is_causal=True,
+            past=past,
             kv_caches=kv_caches,
-            positions=position_ids,
-            padding_name="attention_mask",
-            positions_name="position_ids",
-        )  # masks, positions, cache: checked once
+            padding=hf_padding("attention_mask", attention_mask, b, past + t),
+            hf_mask=True,
+            is_causal=True,
+            positions=check_positions("position_ids", position_ids, b, t),
+        )  # masks, positions, cache: checked once, under the names of this forward's arguments
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
         hidden: list[torch.Tensor] | None = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions, hidden_states=hidden)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.components.context import hf_padding
 from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape, keep_positions
 from anatomy.models.decoder import Decoder, DecoderStack
@@ -118,6 +119,11 @@ class Seq2Seq(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, decoder_attention_mask)
+        b, t = decoder_input_ids.shape
+        memory = cast(torch.Tensor, encoder_outputs.last_hidden_state)
+        seen = self.decoder.stack.seen(kv_caches)
+        decoder_attention_mask = hf_padding("decoder_attention_mask", decoder_attention_mask, b, seen + t)
+        attention_mask = hf_padding("attention_mask", attention_mask, b, memory.shape[1])
         hidden_list: list[torch.Tensor] | None = [] if output_hidden_states else None
         hidden, weights = self.decoder(
             decoder_input_ids,

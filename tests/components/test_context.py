@@ -38,15 +38,19 @@ def _counted(monkeypatch, owner, name: str) -> list:
 
 
 def _mask_checks(monkeypatch) -> list:
-    """Calls of the two mask checks: the layer's (boolean ``key_padding_mask``) and the model's (HF's 0/1)."""
-    calls = _counted(monkeypatch, masks, "check_mask_dtype")
-    real = context.hf_padding
+    """Calls of the two padding checks, wherever they are called from: a layer's or a stack's (boolean
+    ``key_padding_mask``: ``context.key_padding``) and a model's (HF's 0/1: ``context.hf_padding``)."""
+    calls: list = []
+    for name in ("hf_padding", "key_padding"):
+        real = getattr(context, name)
 
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+        def spy(*args, real=real, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(context, "hf_padding", spy)
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith("anatomy") and getattr(module, name, None) is real:
+                monkeypatch.setattr(module, name, spy)
     return calls
 
 
@@ -88,12 +92,12 @@ def test_cached_decoding_builds_one_table_and_one_mask_per_step(monkeypatch):
 
 
 def test_kernel_masks_are_built_once_per_window_and_key_count():
-    ctx = build_context(b=2, t=5, s=5, heads=4, device="cpu", key_padding_mask=MASK[:, 1:].bool(), is_causal=True)
+    ctx = build_context(b=2, t=5, s=5, device="cpu", padding=MASK[:, 1:].bool(), is_causal=True)
     a = ctx.kernel_mask(None, 5)
     assert ctx.kernel_mask(None, 5) is a and a[1] is False  # global layers: padding AND causal, folded once
     assert a[0][1, 0].tolist() == (torch.ones(5, 5, dtype=torch.bool).tril() & MASK[1, 1:].bool()).tolist()
     assert torch.equal(ctx.key_mask(5), ctx.mask)  # without the causal rule (a fault that moves the diagonal)
-    plain = build_context(b=2, t=5, s=5, heads=4, device="cpu", is_causal=True)
+    plain = build_context(b=2, t=5, s=5, device="cpu", is_causal=True)
     assert plain.kernel_mask(None, 5, causal_flag=True) == (None, True)  # no other mask: SDPA's fused causal path
     square, flag = plain.kernel_mask(None, 5)  # a kernel without the flag gets the causal mask, built once
     assert flag is False and square.shape == (1, 1, 5, 5) and plain.kernel_mask(None, 5)[0] is square
