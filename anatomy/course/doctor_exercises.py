@@ -15,47 +15,10 @@ from torch import nn
 from anatomy.course import exercises as ex
 from anatomy.course import fill, spec
 from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
+from anatomy.pitfalls import records
 
 D_MODEL, N_HEADS = 12, 3  # Dh = 4: every named size differs
 PRESCRIBED = {"inf_fill_no_guard"}  # the exercise's hint asks for the -inf fill: no warning against it
-HINTS = {  # one concrete hint per doctor fault, in the exercise's terms
-    "no_scaling": (
-        "divide the scores by math.sqrt(self.d_k), the width of one head",
-        "把分数除以 math.sqrt(self.d_k)，即单个头的维度",
-    ),
-    "scale_by_d_model": (
-        "the scale is sqrt(d_k) with d_k = d_model // n_heads, not sqrt(d_model)",
-        "缩放用 sqrt(d_k)，d_k = d_model // n_heads，而不是 sqrt(d_model)",
-    ),
-    "split_without_transpose": (
-        "x.view(b, t, h, d_k).transpose(1, 2): reshape to (B, T, H, Dh) first",
-        "x.view(b, t, h, d_k).transpose(1, 2)：先变成 (B, T, H, Dh)",
-    ),
-    "transpose_before_reshape": (
-        "reshape first, then transpose: x.reshape(b, t, h, d_k).transpose(1, 2)",
-        "先 reshape 再 transpose：x.reshape(b, t, h, d_k).transpose(1, 2)",
-    ),
-    "merge_wrong_transpose": (
-        "out.transpose(1, 2).reshape(b, t, d): swap H and T back before the reshape",
-        "out.transpose(1, 2).reshape(b, t, d)：reshape 之前先把 H 和 T 换回来",
-    ),
-    "mask_after_softmax": (
-        "scores.masked_fill(~mask, float('-inf')) before the softmax",
-        "在 softmax 之前做 scores.masked_fill(~mask, float('-inf'))",
-    ),
-    "shared_layernorm": (
-        "two norms: self.norm1 and self.norm2, one per sub-layer",
-        "两个 Norm：self.norm1 和 self.norm2，每个子层一个",
-    ),
-    "no_residual": (
-        "x = x + self.attn(self.norm1(x)): add the input back",
-        "x = x + self.attn(self.norm1(x))：把输入加回来",
-    ),
-    "norm_on_residual_path": (
-        "x = x + self.attn(self.norm1(x)): the residual carries the un-normalised x",
-        "x = x + self.attn(self.norm1(x))：残差带的是没有归一化的 x",
-    ),
-}
 MASK = (
     "Padding Mask用于把无效的padding位遮掉……Causal Mask用于自回归场景要求每个位置只能看到它自己以及之前的位置。",
     "the padding mask hides the padding ... the causal mask lets each position see only itself and the past.",
@@ -142,11 +105,10 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     if spec.norms_own_and_apart(calls, m32):
         ignored.add("shared_layernorm")  # every norm ran apart and the module owns them: seen, not inferred
     errors = [f for f in report.errors if f.fault not in ignored and f.explained_by not in ignored]
-    from anatomy.pitfalls import FAULTS
-
     for f in report.warnings:  # the named ones, in the bug list's plain words (the rest is in the full report)
-        if f.fault in FAULTS and f.fault not in PRESCRIBED and f.fault != "finite_mask_fill":
-            result.warn(FAULTS[f.fault].summary_en, FAULTS[f.fault].summary_zh)
+        z = records.get(f.fault)
+        if z is not None and z.zoo and z.name not in PRESCRIBED and z.name != "finite_mask_fill":
+            result.warn(z.summary_en, z.summary_zh)
     doctor_fault = (
         (report.diagnosis.get("fault") or next((f.fault for f in errors if f.fault), None)) if errors else None
     )
@@ -297,18 +259,10 @@ def _doctor_fault(
     result.pitfall = name
     result.point(line, source)
     known = FAULTS.get(fault or "")
-    if name == "transpose_before_reshape":
-        what = (
-            "the heads are split by transposing (B, T, D) first and reshaping after: the order the post warns "
-            "about; each head gets pieces of several features and positions",
-            "拆头时先转置 (B, T, D) 再 reshape：正是原文警告的顺序，每个头拿到的是几个特征和位置的碎片",
-        )
-    elif known is not None:
-        what = (known.summary_en, known.summary_zh)
-    else:
-        what = (pick.en, pick.zh)
-    post = known.post_zh if known is not None else exercise.post[0]
-    hint = HINTS.get(name, exercise.hint)
+    told = records.get(name) if name == "transpose_before_reshape" else known  # the record that explains it
+    what = (told.summary_en, told.summary_zh) if told is not None else (pick.en, pick.zh)
+    post = known.post_zh if known is not None and known.post_zh else exercise.post[0]
+    hint = records.hint(name) or exercise.hint
     result.brief(*what)
     result.brief(f"the post: 「{post}」", f"原文：「{post}」")
     result.brief(f"hint: {hint[0]}", f"提示：{hint[1]}")

@@ -88,11 +88,9 @@ def check_html(result: Any) -> str:
     )
     parts = [f'<div style="{BOX}">{head}']
     if result.pitfalls:
-        from anatomy.doctor.report.findings import FAULT_TITLES
+        from anatomy.pitfalls import records
 
-        items = "".join(
-            f"<li>{code(p)}: {esc(FAULT_TITLES.get(p, (p, p))[1 if zh else 0])}</li>" for p in result.pitfalls
-        )
+        items = "".join(f"<li>{code(p)}: {esc(records.title(p, lang))}</li>" for p in result.pitfalls)
         parts.append(f'<p style="margin:4px 0">{"坑" if zh else "pitfalls"}:</p><ul style="margin:2px 0">{items}</ul>')
     parts.append(_lines_table(result.lines, lang))
     if result.isolation == "none":

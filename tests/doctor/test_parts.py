@@ -13,7 +13,7 @@ from anatomy import pitfalls
 from anatomy.components import EncoderBlock, MultiHeadAttention
 from anatomy.doctor import check
 from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
-from anatomy.doctor.diagnosis.diagnose import ATTENTION_FAULTS, BLOCK_FAULTS, compatible_pairs
+from anatomy.doctor.diagnosis.diagnose import attention_faults, block_faults, compatible_pairs
 from anatomy.doctor.loading.subject import randomize
 from anatomy.doctor.mapping.projections import find_attention, find_qk_norm, qk_role, role_of
 from anatomy.doctor.report.findings import display_width, wrap
@@ -260,7 +260,7 @@ def _reference(kind: str) -> nn.Module:
 
 
 def test_faults_that_shadow_the_same_part_of_the_reference_are_not_paired():
-    pairs = compatible_pairs(_reference("attention"), list(ATTENTION_FAULTS))
+    pairs = compatible_pairs(_reference("attention"), attention_faults())
     assert ("no_scaling", "mask_after_softmax") in pairs
     assert ("split_without_transpose", "merge_wrong_transpose") in pairs
     for same in [
@@ -271,7 +271,7 @@ def test_faults_that_shadow_the_same_part_of_the_reference_are_not_paired():
     ]:
         assert same not in pairs  # both scales; three knobs that each replace the kernel
     assert len(pairs) == 21 - 4
-    block = compatible_pairs(_reference("block"), list(ATTENTION_FAULTS + BLOCK_FAULTS))
+    block = compatible_pairs(_reference("block"), attention_faults() + block_faults())
     assert ("no_residual", "norm_on_residual_path") not in block and ("no_scaling", "shared_layernorm") in block
     assert len(block) == 45 - 5
 
@@ -286,7 +286,7 @@ def test_paired_faults_are_both_active_and_both_undone():
             return ref(x, mask=mask, is_causal=True)[0]
 
     base = out()
-    for a, b in compatible_pairs(ref, list(ATTENTION_FAULTS + BLOCK_FAULTS)):
+    for a, b in compatible_pairs(ref, attention_faults() + block_faults()):
         with pitfalls.inject(ref, a):
             only_a = out()
         with pitfalls.inject(ref, b):

@@ -25,19 +25,19 @@ from anatomy.doctor.diagnosis.references import References, Scenario
 from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, split
 from anatomy.doctor.loading.subject import CallError, Subject
 from anatomy.doctor.mapping.projections import Hypothesis
+from anatomy.pitfalls import records
 
 TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to ~1e-13, faults differ by > 1e-3
-ATTENTION_FAULTS = (
-    "no_scaling",
-    "scale_by_d_model",
-    "split_without_transpose",
-    "merge_wrong_transpose",
-    "mask_after_softmax",
-    "padding_mask_on_queries",
-    "causal_off_by_one",
-)
-BLOCK_FAULTS = ("shared_layernorm", "no_residual", "norm_on_residual_path")
-MASK_FAULTS = ("mask_after_softmax", "padding_mask_on_queries")
+
+
+def attention_faults() -> list[str]:
+    """The bug-zoo faults every diagnosis tries (records with ``diagnosis="attention"``)."""
+    return [p.name for p in records.every(diagnosis="attention") if p.zoo]
+
+
+def block_faults() -> list[str]:
+    """The bug-zoo faults a block's diagnosis tries on the whole block (records with ``diagnosis="block"``)."""
+    return [p.name for p in records.every(diagnosis="block") if p.zoo]
 
 
 @dataclass
@@ -99,14 +99,18 @@ def _num(v):
 
 
 def faults_for(kind: str, scenarios: list[Scenario]) -> list[str]:
-    names = list(ATTENTION_FAULTS)
+    """The faults (keys for :func:`sublayer.inject`) a diagnosis of ``kind`` tries on these runs: a fault that
+    needs a causal or a padding run is left out without one."""
+    names = attention_faults()
     if kind == "block":
-        names += BLOCK_FAULTS + tuple(block_fault_keys())
-    if not any(sc.ref_causal for sc in scenarios):
-        names.remove("causal_off_by_one")
-    if not any(sc.name == "padding" for sc in scenarios):
-        names = [n for n in names if n not in MASK_FAULTS]
-    return names
+        names += block_faults() + block_fault_keys()
+    runs = {"causal": any(sc.ref_causal for sc in scenarios), "padding": any(sc.name == "padding" for sc in scenarios)}
+    return [n for n in names if _runs_needed(n, runs)]
+
+
+def _runs_needed(key: str, runs: dict[str, bool]) -> bool:
+    p = records.get(split(key)[0])
+    return p is None or p.needs is None or runs[p.needs]
 
 
 def consistent(fault: str, scenarios: list[Scenario]) -> bool:

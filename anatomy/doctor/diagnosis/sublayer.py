@@ -3,9 +3,9 @@
 The bug zoo's block faults (``anatomy.pitfalls``) act on every ``AddNorm`` of a model. A learner often gets one
 sub-layer right and the other wrong (the residual missing around attention only; ``x = norm(x)`` in the FFN
 sub-layer only), so the diagnosis also tries each of them on one sub-layer: ``"no_residual@attn"`` is
-``no_residual`` switched on in the reference's ``attn_add_norm`` alone. ``norm_on_query_only`` is a Pre-Norm
-block whose attention gets the normalised stream as its queries but the raw stream as keys and values
-(``x + attn(norm(x), x, x)``); the bug zoo has no such fault, so its explanation lives here.
+``no_residual`` switched on in the reference's ``attn_add_norm`` alone. ``norm_on_query_only`` (a Pre-Norm
+block whose attention gets the normalised stream as its queries but the raw stream as keys and values,
+``x + attn(norm(x), x, x)``) has a record but no bug-zoo ``apply``: it is switched on here.
 """
 
 from __future__ import annotations
@@ -16,22 +16,19 @@ from contextlib import contextmanager
 from torch import nn
 
 from anatomy import pitfalls
+from anatomy.pitfalls import records
 
 SUB_LAYERS = {"attn": "attn_add_norm", "ffn": "ffn_add_norm"}
-PER_SUB_LAYER = ("no_residual", "norm_on_residual_path")
-LOCAL_FAULTS = ("norm_on_query_only",)
 
-LOCAL = {  # the doctor's own faults: (severity, section, summary en, summary zh, where it hides)
-    "norm_on_query_only": (
-        "error",
-        "§5.2",
-        "Pre-Norm given to the query only: attention reads norm(x) as its queries but the raw stream x as keys "
-        "and values, so keys and values are not normalised.",
-        "Pre-Norm 只作用在 query 上：注意力的 query 来自 norm(x)，key 和 value 却来自未归一化的 x。",
-        "`x + self.attn(self.norm(x), x, x)` instead of `h = self.norm(x); x + self.attn(h, h, h)`",
-    ),
-}
-TITLES = {"norm_on_query_only": ("pre-norm applied to the query only", "Pre-Norm 只作用在 query 上")}
+
+def per_sub_layer() -> list[str]:
+    """The block faults the diagnosis also tries on one sub-layer alone (records with ``sub_layers``)."""
+    return records.names(sub_layers=True)
+
+
+def local_faults() -> list[str]:
+    """The doctor's own block faults: diagnosed, with no bug-zoo ``apply`` (switched on here)."""
+    return [p.name for p in records.every(diagnosis="block") if p.apply is None]
 
 
 def split(key: str) -> tuple[str, str | None]:
@@ -41,11 +38,11 @@ def split(key: str) -> tuple[str, str | None]:
 
 
 def severity(name: str) -> str:
-    return LOCAL[name][0] if name in LOCAL else pitfalls.FAULTS[name].severity
+    return records.severity(name)
 
 
 def block_fault_keys() -> list[str]:
-    return [f"{n}@{w}" for n in PER_SUB_LAYER for w in SUB_LAYERS] + list(LOCAL_FAULTS)
+    return [f"{n}@{w}" for n in per_sub_layer() for w in SUB_LAYERS] + local_faults()
 
 
 @contextmanager

@@ -1,6 +1,6 @@
 """The diagnosis as findings: one per fault it names (a pair gives two, with the same numbers), the sub-layer it
 sits in, what a named fault leaves unexplained beside it, or where an unexplained difference first appears; and
-which named fault explains each probe's symptom."""
+which named fault explains each probe's symptom (the records' ``symptoms``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.sublayer import severity
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
+from anatomy.pitfalls import records
 
 SUB_LAYER_TEXT = {
     "attn": (" (in the attention sub-layer only)", "的注意力子层"),
@@ -20,20 +21,11 @@ RUN_TEXT = {
 }
 
 
-SYMPTOMS = {  # fault → the probes whose errors it causes (to say which of a pair explains a symptom)
-    "split_without_transpose": {"token_order", "padding_leak", "causal_leak"},
-    "merge_wrong_transpose": {"token_order", "padding_leak", "causal_leak"},
-    "mask_after_softmax": {"padding_leak", "shape", "causal_leak"},
-    "padding_mask_on_queries": {"padding_leak"},
-    "causal_off_by_one": {"causal_leak"},
-}
-
-
 def cause(probe: str, faults: list[str]) -> str:
     """The fault that explains a symptom: the one fault named; of a pair, the one known to cause it (the more
     specific when both can: a causal leak is the off-by-one mask's rather than the mixed heads'), else the first."""
-    causes = [f for f in faults if probe in SYMPTOMS.get(f, ())]
-    return min(causes, key=lambda f: len(SYMPTOMS[f])) if causes else faults[0]
+    causes = [f for f in faults if probe in records.symptoms(f)]
+    return min(causes, key=lambda f: len(records.symptoms(f))) if causes else faults[0]
 
 
 def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:

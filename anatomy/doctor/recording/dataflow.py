@@ -16,6 +16,7 @@ import torch
 from anatomy.doctor.loading.subject import CallError, CheckError, Subject
 from anatomy.doctor.mapping.naming import Hypothesis, Source
 from anatomy.doctor.recording import observed as ob
+from anatomy.pitfalls import records
 from anatomy.tracing.recorder import record
 from anatomy.tracing.steps import SOFTMAX_OPS, RecordError, Recording, sizes_for
 
@@ -55,18 +56,12 @@ def observe(subject: Subject, x: torch.Tensor, d: int, h: int) -> Observation:
     return obs
 
 
-MASK_FAULTS = {
-    "mask_after_softmax",
-    "finite_mask_fill",
-    "inf_fill_no_guard",
-    "padding_mask_on_queries",
-    "causal_off_by_one",
-}
 MASK_PROBES = {"padding_leak", "fully_masked", "float16_fill", "causal_leak"}
 
 
 def about_the_mask(finding) -> bool:
-    return (finding.fault or finding.explained_by) in MASK_FAULTS or finding.probe in MASK_PROBES
+    """A finding about the mask: a mask pitfall's (``kind="mask"`` in its record) or a mask probe's."""
+    return (finding.fault or finding.explained_by) in records.mask_faults() or finding.probe in MASK_PROBES
 
 
 def record_masked(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None, d: int, h: int) -> Recording | None:

@@ -10,10 +10,9 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
-from anatomy.doctor.diagnosis.sublayer import LOCAL
 from anatomy.doctor.report.found import found_lines
 from anatomy.doctor.report.words import _t
-from anatomy.pitfalls import FAULTS
+from anatomy.pitfalls import records
 
 SCHEMA = "anatomy.doctor/1"
 SEVERITIES = ("error", "warning")
@@ -36,31 +35,6 @@ PROBE_TITLES = {  # probe id → (en, zh)
     "diagnosis": ("diagnosis", "诊断"),
     "dataflow": ("recorded dataflow", "记录的数据流"),
     "*": ("all other probes", "其余探针"),
-}
-
-FAULT_TITLES = {  # bug-zoo name → short (en, zh) headline
-    "no_scaling": ("scores not scaled by 1/sqrt(d_k)", "分数没有除以 sqrt(d_k)"),
-    "scale_by_d_model": ("scaled by sqrt(d_model) instead of sqrt(d_k)", "用 sqrt(d_model) 代替了 sqrt(d_k)"),
-    "split_without_transpose": ("heads split by reshape without transpose", "拆头时 reshape 后没有 transpose"),
-    "merge_wrong_transpose": ("heads merged without transposing back", "并头时没有先转置回来"),
-    "mask_after_softmax": ("mask applied after softmax", "mask 在 softmax 之后才施加"),
-    "finite_mask_fill": ("finite mask fill overflows in float16", "有限值 mask 填充在 float16 下溢出"),
-    "inf_fill_no_guard": (
-        "NaN on fully-masked rows (-inf fill, no guard)",
-        "整行被遮住时输出 NaN（-inf 填充且未处理）",
-    ),
-    "padding_mask_on_queries": ("padding mask on queries instead of keys", "padding mask 遮了 query 而不是 key"),
-    "causal_off_by_one": ("causal mask off by one", "因果 mask 错了一位"),
-    "shared_layernorm": ("two sub-layers share one LayerNorm", "两个子层共用一个 LayerNorm"),
-    "no_residual": ("residual connection missing", "缺少残差连接"),
-    "norm_on_residual_path": (
-        "Pre-Norm wired wrongly: norm on the residual path",
-        "Pre-Norm 接错：Norm 落在残差路径上",
-    ),
-    "large_init_scale": ("projections initialised too large", "线性层初始化尺度过大"),
-    "batchnorm_instead_of_layernorm": ("BatchNorm instead of LayerNorm", "用了 BatchNorm 而不是 LayerNorm"),
-    "no_positional": ("no positional encoding", "没有位置编码"),
-    "norm_on_query_only": ("pre-norm applied to the query only", "Pre-Norm 只作用在 query 上"),
 }
 
 
@@ -224,6 +198,20 @@ def wrap(text: str, width: int, first: str = "", rest: str | None = None) -> lis
     return [ln.rstrip() for ln in lines]
 
 
+def _fault_lines(fault: str, mark: str, lang: str, width: int) -> list[str]:
+    """A group's headline and its pitfall's record: the explanation, the post's sentence, where it hides."""
+    z = records.get(fault)
+    if z is None:
+        return wrap(f"{mark} · {fault} · {fault}", width, rest="    ")
+    section = f", {_t(lang, 'post', '原文')} {z.section}" if z.section and z.post_zh else ""
+    out = wrap(f"{mark} · {z.title(lang)} · {fault}{section}", width, rest="    ")
+    out += wrap(z.summary(lang), width, first="    ")
+    if z.post_zh:
+        out += wrap(_t(lang, "post: ", "原文：") + z.post_zh, width, first="    ", rest="      ")
+    out += wrap(_t(lang, "look at: ", "常见位置：") + z.hides_in, width, first="    ", rest="      ")
+    return out
+
+
 def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
     s = r.settings
     out = [f"anatomy check · {r.target}"]
@@ -243,21 +231,7 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
         sev = "error" if any(f.severity == "error" for f in fs) else "warning"
         mark = ("✗ " + _t(lang, "error", "错误")) if sev == "error" else ("! " + _t(lang, "warning", "警告"))
         if fault:
-            z = FAULTS.get(fault)
-            title = FAULT_TITLES.get(fault, (fault, fault))[1 if lang == "zh" else 0]
-            out += wrap(
-                f"{mark} · {title} · {fault}" + (f", {_t(lang, 'post', '原文')} {z.section}" if z else ""),
-                width,
-                rest="    ",
-            )
-            local = LOCAL.get(fault)
-            if local:  # the doctor's own fault (sublayer.py): its explanation, no bug-zoo entry
-                out += wrap(local[3] if lang == "zh" else local[2], width, first="    ")
-                out += wrap(_t(lang, "look at: ", "常见位置：") + local[4], width, first="    ", rest="      ")
-            if z:
-                out += wrap(z.summary_zh if lang == "zh" else z.summary_en, width, first="    ")
-                out += wrap(_t(lang, "post: ", "原文：") + z.post_zh, width, first="    ", rest="      ")
-                out += wrap(_t(lang, "look at: ", "常见位置：") + z.hides_in, width, first="    ", rest="      ")
+            out += _fault_lines(fault, mark, lang, width)
         else:
             f = fs[0]
             out += wrap(

@@ -5,7 +5,8 @@
     #   the matmul at line 24 without transpose(1, 2): the scores are (B, T, H, H)", "zh": ...}, {"line": 24, ...}]
     point(report.findings, rec)      # fills ``Finding.where`` for every finding the recording can place
 
-Each fault of the bug zoo (and each probe) has the steps it lives in: the scale is the line that multiplies or
+Each pitfall's record names the rule that finds its steps (``pointer``: one of :data:`RULES`), and each probe the
+pitfall it points at when no fault is named (``points_for``): the scale is the line that multiplies or
 divides the scores (or, when nothing does, the matmul that makes them); a split without transpose is the view and
 the matmul that uses it; a wrong merge is the view that joins heads; a mask fault is the line that fills the
 scores (before the softmax, or after it); the norm and residual faults are the norm calls and the residual adds.
@@ -15,21 +16,15 @@ Nothing is guessed from names: a fault the recording shows no step for gets no p
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from anatomy.doctor.recording import observed as ob
+from anatomy.pitfalls import records
 from anatomy.tracing import steps as r
 
 FILL_OPS = {"masked_fill", "masked_fill_", "where", "add", "add_", "__add__", "__iadd__", "sub"}
 ADD_OPS = {"add", "__add__", "add_", "__iadd__", "__radd__"}
 NORM_OPS = {"layer_norm", "rms_norm", "batch_norm", "group_norm"}
-PROBE_FAULT = {
-    "scaling": "scale_by_d_model",
-    "token_order": "split_without_transpose",
-    "padding_leak": "padding_mask_on_queries",
-    "causal_leak": "causal_off_by_one",
-    "masked_weights": "mask_after_softmax",
-    "nan_rows": "inf_fill_no_guard",
-}
 
 
 def _at(step: r.Step, en: str, zh: str) -> dict:
@@ -42,11 +37,6 @@ def _at(step: r.Step, en: str, zh: str) -> dict:
         "en": en,
         "zh": zh,
     }
-
-
-def _scores_chain(rec: r.Recording) -> list[r.Step]:
-    core = next(iter(ob.attention_cores(rec)), None)
-    return [] if core is None else core.chain
 
 
 def _scale(rec: r.Recording, fault: str) -> list[dict]:
@@ -243,39 +233,32 @@ def pointers(rec: r.Recording | None, fault: str | None, probe: str | None = Non
     """The learner's lines for a bug-zoo fault (or, without one, for a probe), first the cause."""
     if rec is None:
         return []
-    fault = fault or PROBE_FAULT.get(probe or "")
-    if fault in ("scale_by_d_model", "no_scaling"):
-        return _scale(rec, fault)
-    if fault == "split_without_transpose":
-        return _split(rec)
-    if fault == "merge_wrong_transpose":
-        return _merge(rec)
-    if fault in (
-        "mask_after_softmax",
-        "finite_mask_fill",
-        "inf_fill_no_guard",
-        "padding_mask_on_queries",
-        "causal_off_by_one",
-    ):
-        return _mask(rec, fault)
-    if fault in (
-        "shared_layernorm",
-        "no_residual",
-        "norm_on_residual_path",
-        "batchnorm_instead_of_layernorm",
-        "norm_on_query_only",
-    ):
-        return _norms(rec, fault)
-    if fault == "large_init_scale":
-        return [
-            _at(
-                rec.steps[p.step],
-                f"line {rec.steps[p.step].line} `{rec.steps[p.step].source}` applies {p.weight}",
-                f"第 {rec.steps[p.step].line} 行使用 {p.weight}",
-            )
-            for p in rec.projections[:1]
-        ]
-    return []
+    fault = fault or records.for_probe(probe)
+    p = records.get(fault)
+    if p is None or p.pointer is None:
+        return []
+    return RULES[p.pointer](rec, p.name)
+
+
+def _init(rec: r.Recording, fault: str) -> list[dict]:
+    return [
+        _at(
+            rec.steps[p.step],
+            f"line {rec.steps[p.step].line} `{rec.steps[p.step].source}` applies {p.weight}",
+            f"第 {rec.steps[p.step].line} 行使用 {p.weight}",
+        )
+        for p in rec.projections[:1]
+    ]
+
+
+RULES: dict[str, Callable[[r.Recording, str], list[dict]]] = {  # a record's ``pointer`` -> how to find its lines
+    "scale": _scale,
+    "split": lambda rec, fault: _split(rec),
+    "merge": lambda rec, fault: _merge(rec),
+    "mask": _mask,
+    "norms": _norms,
+    "init": _init,
+}
 
 
 def point(findings: list, rec: r.Recording | None) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-from anatomy.doctor.report.findings import FAULT_TITLES, PROBE_TITLES, Finding, Report, wrap
-from anatomy.pitfalls import FAULTS
+from anatomy.doctor.report.findings import PROBE_TITLES, Finding, Report, wrap
+from anatomy.pitfalls import records
 
 MAX_LINES = 8
 
@@ -33,8 +33,9 @@ def _first_sentence(text: str) -> str:
 
 def _title(fault: str | None, f: Finding, lang: str) -> str:
     i = 1 if lang == "zh" else 0
-    if fault and fault in FAULT_TITLES:
-        return FAULT_TITLES[fault][i]
+    z = records.get(fault)
+    if z is not None:
+        return z.title(lang)
     return PROBE_TITLES.get(f.probe, (f.probe, f.probe))[i]
 
 
@@ -63,8 +64,8 @@ def short_answer(report: Report, lang: str = "en", width: int = 80, strict: bool
         where = _where(fs, lang)
         if where:
             lines.append("  " + where)
-        z = FAULTS.get(fault) if fault else None
-        if z is not None:
+        z = records.get(fault)
+        if z is not None and z.post_zh:
             lines.append(_t(lang, "  the post: ", "  原文：") + z.post_zh)
             hint = z.summary_zh if lang == "zh" else z.summary_en
             lines.append(_t(lang, "  hint: ", "  提示：") + _first_sentence(hint))
