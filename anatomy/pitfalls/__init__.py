@@ -22,10 +22,10 @@ from typing import Any
 
 from torch import nn
 
-from anatomy.pitfalls import catalog_attention, catalog_block, records
+from anatomy.pitfalls import catalog_attention, catalog_block, catalog_learners, records
 from anatomy.pitfalls.records import Pitfall
 
-records.add(*catalog_attention.PITFALLS, *catalog_block.PITFALLS)
+records.add(*catalog_attention.PITFALLS, *catalog_learners.PITFALLS, *catalog_block.PITFALLS)
 
 Fault = Pitfall  # the bug zoo's name for a record it can switch on
 

@@ -9,7 +9,7 @@ from anatomy.pitfalls import faults as F
 from anatomy.pitfalls.records import Pitfall
 
 
-def _attn(name: str) -> Callable[..., None]:
+def attention_fault(name: str) -> Callable[..., None]:
     """The attention fault ``name``: its wrapper around every attention module's function (pitfalls/faults.py)."""
     return partial(F.attention_fault, name=name)
 
@@ -30,7 +30,7 @@ PITFALLS = (
         "the line `scores = q @ k.transpose(-2, -1)`",
         "divide the scores by math.sqrt(self.d_k), the width of one head",
         "把分数除以 math.sqrt(self.d_k)，即单个头的维度",
-        apply=_attn("no_scaling"),
+        apply=attention_fault("no_scaling"),
         diagnosis="attention",
         pointer="scale",
         course=("no_scaling",),
@@ -48,7 +48,7 @@ PITFALLS = (
         "the scale constant: `math.sqrt(d_model)` where `d_model // h` was meant",
         "the scale is sqrt(d_k) with d_k = d_model // n_heads, not sqrt(d_model)",
         "缩放用 sqrt(d_k)，d_k = d_model // n_heads，而不是 sqrt(d_model)",
-        apply=_attn("scale_by_d_model"),
+        apply=attention_fault("scale_by_d_model"),
         diagnosis="attention",
         points_for=("scaling",),
         pointer="scale",
@@ -68,7 +68,7 @@ PITFALLS = (
         "the split: `x.view(B, H, T, Dh)` instead of `x.view(B, T, H, Dh).transpose(1, 2)`",
         "x.view(b, t, h, d_k).transpose(1, 2): reshape to (B, T, H, Dh) first",
         "x.view(b, t, h, d_k).transpose(1, 2)：先变成 (B, T, H, Dh)",
-        apply=_attn("split_without_transpose"),
+        apply=attention_fault("split_without_transpose"),
         diagnosis="attention",
         symptoms=_LEAKS,
         points_for=("token_order",),
@@ -106,7 +106,7 @@ PITFALLS = (
         "the merge: `out.reshape(B, T, D)` instead of `out.transpose(1, 2).reshape(B, T, D)`",
         "out.transpose(1, 2).reshape(b, t, d): swap H and T back before the reshape",
         "out.transpose(1, 2).reshape(b, t, d)：reshape 之前先把 H 和 T 换回来",
-        apply=_attn("merge_wrong_transpose"),
+        apply=attention_fault("merge_wrong_transpose"),
         diagnosis="attention",
         symptoms=_LEAKS,
         pointer="merge",
@@ -127,7 +127,7 @@ PITFALLS = (
         "`weights = softmax(scores) * mask` instead of filling the scores before softmax",
         "scores.masked_fill(~mask, float('-inf')) before the softmax",
         "在 softmax 之前做 scores.masked_fill(~mask, float('-inf'))",
-        apply=_attn("mask_after_softmax"),
+        apply=attention_fault("mask_after_softmax"),
         diagnosis="attention",
         needs="padding",
         symptoms=frozenset({"padding_leak", "shape", "causal_leak"}),
@@ -147,8 +147,8 @@ PITFALLS = (
         "全遮住的行变成均匀分布。",
         "§2.4",
         "我一开始图省事把-inf写成了-1e9结果训练出的模型在生成测试时会逐步出现输出质量下降",
-        "`scores.masked_fill(~mask, -1e9)`",
-        apply=_attn("finite_mask_fill"),
+        "`scores.masked_fill(~mask, -1e9)`, and the same family: `-2**32 + 1`, `-9e15`, `-1e10`, `-1e4`",
+        apply=attention_fault("finite_mask_fill"),
         defaults={"fill": -1e9},
         pointer="mask",
         course=("fill_minus_1e9",),
@@ -165,7 +165,7 @@ PITFALLS = (
         "§2.4",
         "把注意力分数矩阵的上三角部分全部置为-inf然后才做softmax",
         "left padding with a causal mask, or an all-padding sequence in a batch",
-        apply=_attn("inf_fill_no_guard"),
+        apply=attention_fault("inf_fill_no_guard"),
         points_for=("nan_rows",),
         pointer="mask",
     ),
@@ -181,7 +181,7 @@ PITFALLS = (
         "§2.4",
         "Padding Mask用于把无效的padding位遮掉",
         "a (B, 1, S, 1) mask where (B, 1, 1, S) was meant (`mask.unsqueeze(-1)`)",
-        apply=_attn("padding_mask_on_queries"),
+        apply=attention_fault("padding_mask_on_queries"),
         diagnosis="attention",
         needs="padding",
         symptoms=frozenset({"padding_leak"}),
@@ -200,7 +200,7 @@ PITFALLS = (
         "§2.4",
         "要求每个位置只能看到它自己以及之前的位置",
         "`torch.triu(ones, diagonal=0)` vs `diagonal=1`",
-        apply=_attn("causal_off_by_one"),
+        apply=attention_fault("causal_off_by_one"),
         defaults={"causal_offset": 1},
         diagnosis="attention",
         needs="causal",

@@ -294,3 +294,72 @@ def no_positional(root: nn.Module, undo: list[Undo]) -> None:
     for m in root.modules():
         if getattr(m, "position_bias", None) is not None:
             _set(m, "position_bias", None, undo)
+
+
+# --- attention: the learners' mistakes of issue 29 ------------------------------------------------------------
+
+
+def _softmax_over(dim: int) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+    """Fill the hidden scores with -inf and softmax over ``dim`` of (B, H, T, S): 1 runs over the heads, -2 over
+    the queries. What every head (or every query) hides gets no weight at all: the learner's code gives NaN there."""
+
+    def softmax_step(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        s = scores.to(torch.promote_types(scores.dtype, torch.float32))
+        if mask is not None:
+            s = s.masked_fill(~mask, float("-inf"))
+        return s.softmax(dim).nan_to_num(0.0)  # a column hidden from every head: no weight rather than NaN
+
+    return softmax_step
+
+
+def _scaled_after(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
+    """The function in place, unscaled, with its weights (and so its output) multiplied by the scale after."""
+
+    def after(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
+        out, weights = inner(q, k, v, scale=1.0, **kw)
+        return out * scale, (None if weights is None else weights * scale)
+
+    return after
+
+
+def _scale_by_keys(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
+    """The function in place scaled by 1/sqrt(S), the key length (``k.size(-1)`` after the transpose)."""
+
+    def by_keys(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
+        return inner(q, k, v, scale=1.0 / math.sqrt(k.shape[-2]), **kw)
+
+    return by_keys
+
+
+def _dropout_always(p: float) -> Callable[[kernels.AttentionFunction], kernels.AttentionFunction]:
+    """The function in place with dropout ``p`` on its weights whatever the module's mode (``F.dropout(w, p)``)."""
+
+    def wrap(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
+        def dropped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
+            return inner(q, k, v, **{**kw, "dropout_p": p})
+
+        return dropped
+
+    return wrap
+
+
+def heads_interleaved(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """A projection ``(B, T, heads·Dh)`` laid out so that the module's split gives the learner's interleaved heads:
+    ``x.view(B, T, Dh, H)`` puts feature ``j·H + h`` in head ``h``, where the post's split gives it ``h·Dh + j``."""
+    b, t, n = x.shape
+    return x.view(b, t, n // heads, heads).transpose(-1, -2).reshape(b, t, n)
+
+
+WRAPPERS.update(
+    {
+        "softmax_wrong_axis": lambda attn, dim: kernels.Wrapper(
+            "softmax_wrong_axis",
+            "arithmetic",
+            _arithmetic(partial(kernels.math_attention, softmax_step=_softmax_over(dim))),
+        ),
+        "scale_after_softmax": lambda attn: kernels.Wrapper("scale_after_softmax", "scale", _scaled_after),
+        "scale_from_wrong_size": lambda attn: kernels.Wrapper("scale_from_wrong_size", "scale", _scale_by_keys),
+        "dropout_at_eval": lambda attn, p: kernels.Wrapper("dropout_at_eval", "merge", _dropout_always(p)),
+        "heads_interleaved": lambda attn: kernels.Wrapper("heads_interleaved", "split", before_split=heads_interleaved),
+    }
+)

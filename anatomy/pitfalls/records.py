@@ -23,7 +23,17 @@ KINDS = ("attention", "mask", "block", "norm", "positional", "model")
 SEVERITIES = ("error", "warning")
 DIAGNOSES = ("attention", "block")  # attention: tried on every module; block: tried on blocks only
 NEEDS = ("padding", "causal")
-POINTERS = ("scale", "split", "merge", "mask", "norms", "init")  # rules of doctor/report/pointers.py
+POINTERS = (
+    "scale",
+    "scale_after",
+    "softmax",
+    "dropout",
+    "split",
+    "merge",
+    "mask",
+    "norms",
+    "init",
+)  # rules of doctor/report/pointers.py
 
 
 @dataclass(frozen=True)

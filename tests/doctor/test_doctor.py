@@ -286,11 +286,11 @@ def test_pairs_are_tried_only_when_no_single_fault_reproduces_the_output(monkeyp
 
 
 def test_what_no_fault_and_no_pair_reproduces_is_not_guessed_the_first_difference_is_named():
-    report = run("other_styles.py:SoftmaxOverQueries")
+    report = run("learner_attention_slips.py:SigmoidWeights")
     assert report.diagnosis["status"] == "unexplained" and report.faults == set()
     assert report.diagnosis["faults"] == [] and report.diagnosis["fault"] is None
     first = report.diagnosis["first_difference"]
-    assert first["where"] == "input of o_proj" and first["matching_before"] == ["q_proj", "k_proj", "v_proj"]
+    assert first["where"] == "input of w_o" and first["matching_before"] == ["w_q", "w_k", "w_v"]
     [warning] = report.warnings
     assert "neither a single fault of the bug zoo nor a pair of them reproduces it" in warning.en
     assert "没有单个错误、也没有两个错误的组合能复现" in warning.zh

@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from anatomy import pitfalls
 from anatomy.components import EncoderBlock, MultiHeadAttention
 from anatomy.doctor import check
 from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
+from anatomy.doctor.diagnosis import sublayer
 from anatomy.doctor.diagnosis.diagnose import attention_faults, block_faults, compatible_pairs
 from anatomy.doctor.loading.subject import randomize
 from anatomy.doctor.mapping.projections import find_attention, find_qk_norm, qk_role, role_of
@@ -270,10 +270,10 @@ def test_faults_that_shadow_the_same_part_of_the_reference_are_not_paired():
         ("padding_mask_on_queries", "causal_off_by_one"),
     ]:
         assert same not in pairs  # both scales; three knobs that each replace the kernel
-    assert len(pairs) == 21 - 4
+    assert len(pairs) == 66 - 17  # 12 keys: 66 pairs, less those that share a slot (scales, kernels, splits)
     block = compatible_pairs(_reference("block"), attention_faults() + block_faults())
     assert ("no_residual", "norm_on_residual_path") not in block and ("no_scaling", "shared_layernorm") in block
-    assert len(block) == 45 - 5
+    assert len(block) == 87
 
 
 def test_paired_faults_are_both_active_and_both_undone():
@@ -287,11 +287,11 @@ def test_paired_faults_are_both_active_and_both_undone():
 
     base = out()
     for a, b in compatible_pairs(ref, attention_faults() + block_faults()):
-        with pitfalls.inject(ref, a):
+        with sublayer.inject(ref, a):
             only_a = out()
-        with pitfalls.inject(ref, b):
+        with sublayer.inject(ref, b):
             only_b = out()
-        with pitfalls.inject(ref, a), pitfalls.inject(ref, b):
+        with sublayer.inject(ref, a), sublayer.inject(ref, b):
             both = out()
         assert (both - only_a).abs().max() > 1e-6 and (both - only_b).abs().max() > 1e-6, (a, b)
         assert torch.equal(out(), base), (a, b)

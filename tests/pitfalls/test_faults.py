@@ -58,9 +58,10 @@ def check_isolation(name, model, run, **params):
 
 
 def test_registry_documents_every_fault():
-    assert len(pitfalls.FAULTS) == 15
+    assert len(pitfalls.FAULTS) == 20
     for f in pitfalls.FAULTS.values():
-        assert f.post_zh and f.summary_en and f.summary_zh and f.hides_in and f.section.startswith("§")
+        assert f.summary_en and f.summary_zh and f.hides_in
+        assert f.post_zh is None or (f.post_zh and f.section.startswith("§"))  # the post may say nothing of it
         assert f.severity in ("error", "warning")
     with pytest.raises(ValueError, match="unknown fault 'nope'; valid names: no_scaling"):
         pitfalls.apply(make(), "nope")
@@ -325,3 +326,62 @@ def test_a_wrapped_attention_decodes_through_the_view_with_its_fault(name):
         scores = model(IDS[:1]).logits
     assert torch.equal(generate(model, IDS[:1], max_new_tokens=4), clean)
     assert not torch.allclose(scores, model(IDS[:1]).logits)  # the fault was active while decoding
+
+
+# --- the learners' slips of issue 29 --------------------------------------------------------------------------
+
+
+def _qkv(s=7):
+    torch.manual_seed(0)
+    return (torch.randn(2, 4, n, 8, dtype=torch.float64) for n in (5, s, s))
+
+
+@pytest.mark.parametrize("dim, over", [(1, 1), (-2, 2)])
+def test_softmax_wrong_axis_normalises_over_heads_or_queries(dim, over):
+    q, k, v = _qkv()
+    out, w = _wrapped("softmax_wrong_axis", dim=dim)(q, k, v, scale=0.3, need_weights=True)
+    one = torch.ones((), dtype=w.dtype)
+    assert torch.allclose(w.sum(over), one, atol=1e-12) and not torch.allclose(w.sum(-1), one)
+    assert torch.allclose(out, w @ v)
+
+
+def test_scale_after_softmax_scales_the_weights_not_the_scores():
+    q, k, v = _qkv()
+    out, w = _wrapped("scale_after_softmax")(q, k, v, scale=0.3, need_weights=True)
+    ref, w1 = kernels.math_attention(q, k, v, scale=1.0, need_weights=True)
+    assert torch.allclose(w, 0.3 * w1) and torch.allclose(out, 0.3 * ref)
+
+
+def test_scale_from_wrong_size_uses_the_key_length():
+    q, k, v = _qkv(s=7)
+    out, _ = _wrapped("scale_from_wrong_size")(q, k, v, scale=0.3)
+    ref, _ = kernels.math_attention(q, k, v, scale=1 / math.sqrt(7))
+    assert torch.allclose(out, ref)
+
+
+def test_dropout_at_eval_changes_the_output_from_call_to_call_and_is_undone():
+    model = make()
+    ids = IDS[:1]
+    right = hidden(model, ids)
+    with pitfalls.inject(model, "dropout_at_eval", p=0.5):
+        a, b = hidden(model, ids), hidden(model, ids)
+        assert not torch.allclose(a, b) and not model.training
+    assert torch.equal(hidden(model, ids), right)
+
+
+def test_heads_interleaved_is_the_post_split_of_rows_laid_out_across_heads():
+    """The fault gives head h the features h, h + H, ...: the correct module with its q/k/v rows permuted that way
+    computes the same."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=16, n_heads=4, kernel="math").double().eval()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    with pitfalls.inject(attn, "heads_interleaved"):
+        bad = attn(x)[0]
+    twin = copy.deepcopy(attn)
+    order = torch.tensor([j * 4 + h for h in range(4) for j in range(4)])
+    with torch.no_grad():
+        for lin in (twin.q_proj, twin.k_proj, twin.v_proj):
+            lin.weight.copy_(lin.weight[order])
+            if lin.bias is not None:
+                lin.bias.copy_(lin.bias[order])
+    assert torch.allclose(bad, twin(x)[0], atol=1e-12) and not torch.allclose(bad, attn(x)[0])

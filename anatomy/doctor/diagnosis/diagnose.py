@@ -16,13 +16,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.masks import max_diff
 from anatomy.doctor.diagnosis.difference import first_difference
 from anatomy.doctor.diagnosis.references import References, Scenario
-from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, split
+from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, key_of, split
 from anatomy.doctor.loading.subject import CallError, Subject
 from anatomy.doctor.mapping.projections import Hypothesis
 from anatomy.pitfalls import records
@@ -31,8 +32,13 @@ TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to 
 
 
 def attention_faults() -> list[str]:
-    """The bug-zoo faults every diagnosis tries (records with ``diagnosis="attention"``)."""
-    return [p.name for p in records.every(diagnosis="attention") if p.zoo]
+    """The bug-zoo faults every diagnosis tries (records with ``diagnosis="attention"``), each with its defaults
+    and then with each of its further ``tries`` (keys ``name:param=value``)."""
+    return [k for p in records.every(diagnosis="attention") if p.zoo for k in _keys(p)]
+
+
+def _keys(p: records.Pitfall) -> list[str]:
+    return [p.name] + [key_of(p.name, params) for params in p.tries]
 
 
 def block_faults() -> list[str]:
@@ -181,6 +187,16 @@ def diagnose(
         return Diagnosis("unavailable", "the module could not be run on the diagnosis inputs")
     scale = max(max(1.0, float(sc.out[sc.rows].abs().nan_to_num(0).max())) for sc in scenarios)
     tol = precision.tol(TOL) * scale
+    noisy = random_at_eval(subject, scenarios[0], tol)
+    if noisy is not None:
+        return Diagnosis(
+            "fault",
+            f"two identical calls in eval mode differ by {noisy:.3g}",
+            fault=RANDOM,
+            faults=[RANDOM],
+            distance_correct=noisy,
+            scale=scale,
+        )
 
     def distance(ref: nn.Module) -> tuple[float, dict]:
         per = {sc.name: max_diff(sc.out, refs.run(ref, sc), sc.rows) for sc in scenarios}
@@ -197,6 +213,10 @@ def diagnose(
             cands.append(cand(i, v, (), refs.build(i, hyp, v)))
             if cands[-1].distance <= tol:
                 c = cands[-1]
+                relaid = _relaid(refs, hyp, v, c.distance)
+                if relaid is not None:
+                    relaid.key, relaid.scale = (i, v), scale
+                    return relaid
                 return Diagnosis(
                     "matches",
                     hypothesis=hyp,
@@ -280,6 +300,62 @@ def diagnose(
         first_difference=first,
         key=(best_correct.hyp, best_correct.variant),
     )
+
+
+LAYOUT = "heads_interleaved"  # a valid attention, but only with its weights laid out in another order
+
+
+def _relaid(refs: References, hyp: Hypothesis, v: tuple, distance: float) -> Diagnosis | None:
+    """A match whose mapping reads the learner's q projection with its rows interleaved (feature ``j·H + h`` in
+    head ``h``, from the dataflow): the module computes an attention, but a checkpoint laid out as the post's would
+    feed other heads. Named as the layout pitfall, beside the match."""
+    if records.get(LAYOUT) is None:
+        return None
+    src = next((s for k, s in hyp.sources.items() if k.endswith("q_proj.weight")), None)
+    user = None if src is None else refs.params.get(src.user)
+    if src is None or user is None or user.dim() != 2 or refs.h < 2:
+        return None
+    try:
+        read = src.fn(refs.params)
+    except Exception:  # noqa: BLE001 - a reader that cannot run here names nothing
+        return None
+    n = user.shape[0]
+    if read.shape != user.shape or n % refs.h or torch.equal(read, user):
+        return None
+    dh = n // refs.h
+    interleaved = torch.tensor([j * refs.h + h for h in range(refs.h) for j in range(dh)])
+    if not torch.equal(read, user[interleaved]):
+        return None
+    return Diagnosis(
+        "fault",
+        "the weights match only with their rows interleaved across the heads",
+        fault=LAYOUT,
+        faults=[LAYOUT],
+        hypothesis=hyp,
+        variant=refs.describe(v),
+        distance_correct=distance,
+        distance_fault=distance,
+        key=None,
+    )
+
+
+RANDOM = "dropout_at_eval"  # the pitfall whose output changes from call to call in eval mode
+
+
+def random_at_eval(subject: Subject, sc: Scenario, tol: float) -> float | None:
+    """How much a second identical call (the module in eval mode) differs from the first, when by more than
+    ``tol``: randomness left on at evaluation (functional dropout without ``training=self.training``). No
+    reference can reproduce a random output, so no fault is tried then. NaN in the same places is equal."""
+    try:
+        again, _ = subject.run(sc.x, sc.user_mask)
+    except CallError:
+        return None
+    a, b = sc.out[sc.rows], again[sc.rows]
+    if a.shape != b.shape:
+        return None
+    d = (a - b).abs().masked_fill(a.isnan() & b.isnan(), 0.0).nan_to_num(math.inf)
+    worst = float(d.max()) if d.numel() else 0.0
+    return worst if worst > tol else None
 
 
 def names_of(keys: tuple) -> list[str]:

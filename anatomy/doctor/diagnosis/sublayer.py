@@ -10,8 +10,10 @@ block whose attention gets the normalised stream as its queries but the raw stre
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import ast
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from torch import nn
 
@@ -32,9 +34,24 @@ def local_faults() -> list[str]:
 
 
 def split(key: str) -> tuple[str, str | None]:
-    """``"no_residual@attn"`` → ``("no_residual", "attn")``; ``"no_scaling"`` → ``("no_scaling", None)``."""
+    """``"no_residual@attn"`` → ``("no_residual", "attn")``; ``"no_scaling"`` → ``("no_scaling", None)``;
+    ``"softmax_wrong_axis:dim=-2"`` → ``("softmax_wrong_axis", None)``."""
     name, _, where = key.partition("@")
-    return name, where or None
+    return name.partition(":")[0], where or None
+
+
+def key_of(name: str, params: Mapping[str, Any]) -> str:
+    """The key of fault ``name`` tried with ``params`` (a record's ``tries``): ``"name:dim=-2"``."""
+    return name + "".join(f":{k}={v!r}" for k, v in params.items())
+
+
+def params_of(key: str) -> dict[str, Any]:
+    """The parameters a key carries: ``"softmax_wrong_axis:dim=-2"`` → ``{"dim": -2}``."""
+    out = {}
+    for part in key.partition("@")[0].split(":")[1:]:
+        k, _, v = part.partition("=")
+        out[k] = ast.literal_eval(v)
+    return out
 
 
 def severity(name: str) -> str:
@@ -60,7 +77,7 @@ def inject(ref: nn.Module, key: str) -> Iterator[nn.Module]:
         if sub is None:
             raise ValueError(f"no {SUB_LAYERS[where]} in {type(ref).__name__}")
         target = sub
-    with pitfalls.inject(target, name):
+    with pitfalls.inject(target, name, **params_of(key)):
         yield ref
 
 

@@ -29,6 +29,8 @@ def cause(probe: str, faults: list[str]) -> str:
 
 
 def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
+    if diag.status == "fault" and diag.fault == dg.RANDOM:
+        return [_random_finding(diag)]
     if diag.status in ("fault", "ambiguous") and len(diag.faults) == 2:  # one finding per fault, same numbers
         a, b = diag.faults
         also_en = "".join(f"; also reproduced by {x} + {y}" for x, y in diag.also_pairs)
@@ -117,6 +119,19 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
             )
         ]
     return []
+
+
+def _random_finding(diag: dg.Diagnosis) -> Finding:
+    d = fmt(diag.distance_correct)
+    return Finding(
+        "diagnosis",
+        severity(dg.RANDOM),
+        f"two identical calls in eval mode give outputs {d} apart: something random is still on at evaluation, so "
+        "no reference can be compared with it",
+        f"eval 模式下两次相同的调用输出相差 {d}：评估时仍有随机的操作开着，无法与任何参考实现比较",
+        {"max_abs_diff_between_calls": diag.distance_correct, "output_scale": diag.scale},
+        fault=dg.RANDOM,
+    )
 
 
 SYMPTOM_PROBES = {"token_order", "padding_leak", "causal_leak", "batch_independence"}

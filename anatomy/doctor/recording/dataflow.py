@@ -125,7 +125,8 @@ def scope_of(hyp: Hypothesis, module_paths: set[str]) -> str:
 
 def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict] | None:
     """``(fault or None, evidence)`` from the observed scale, or None when it was not seen as a constant.
-    ``no_scaling`` for 1, ``scale_by_d_model`` for 1/sqrt(D); None as the fault for 1/sqrt(Dh)."""
+    ``no_scaling`` for 1 (``scale_after_softmax`` when the softmax's output is then scaled), ``scale_by_d_model``
+    for 1/sqrt(D), ``scale_from_wrong_size`` for 1/sqrt(T) (the key length); None as the fault for 1/sqrt(Dh)."""
     sc = obs.scale
     if sc is None or sc.value is None or h == 1:
         return None
@@ -139,8 +140,26 @@ def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict] |
     }
     for want, fault in ((1 / math.sqrt(d // h), None), (1.0, "no_scaling"), (1 / math.sqrt(d), "scale_by_d_model")):
         if abs(sc.value / want - 1) < 1e-6:
+            if fault == "no_scaling" and obs.rec is not None and scaled_after_softmax(obs.rec):
+                return "scale_after_softmax", ev
             return fault, ev
+    if sc.by == "T":  # T is neither Dh nor D in the probe (named sizes differ): the key length S = T
+        return "scale_from_wrong_size", ev
     return "other", ev
+
+
+SCALE_OPS = {"div", "div_", "mul", "mul_", "__truediv__", "__mul__", "__rmul__", "__itruediv__", "__imul__"}
+
+
+def scaled_after_softmax(rec: Recording) -> bool:
+    """The first attention's weights multiplied or divided by something between the softmax and the weighted sum
+    of the values (``softmax(q @ kᵀ) / sqrt(d_k)``)."""
+    cores = ob.attention_cores(rec)
+    if not cores or cores[0].weighted is None:
+        return False
+    core = cores[0]
+    assert core.weighted is not None  # checked above
+    return any(core.softmax.index < s.index < core.weighted.index and s.op in SCALE_OPS for s in rec.data_steps())
 
 
 def unmapped(missing: str, obs: Observation) -> str:

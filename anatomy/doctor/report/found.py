@@ -201,6 +201,18 @@ def found_lines(r, lang: str) -> list[tuple[str, str]]:
                 ),
             )
         )
+    elif st == "fault" and d.get("reason") and d.get("max_abs_diff_vs_faulty_reference") is None:
+        reason = d["reason"]  # named without a reference (a random output cannot be reproduced)
+        rows.append(
+            (
+                _t(lang, "reference", "参考"),
+                _t(
+                    lang,
+                    f"not compared: {reason} ({d.get('fault')}, below)",
+                    f"未比较：{reason}（{d.get('fault')}，见下）",
+                ),
+            )
+        )
     elif st in ("fault", "ambiguous"):
         where = {
             "attn": _t(lang, " in the attention sub-layer", "（注意力子层）"),

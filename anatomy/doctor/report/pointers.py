@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import torch
+
 from anatomy.doctor.recording import observed as ob
 from anatomy.pitfalls import records
 from anatomy.tracing import steps as r
@@ -251,8 +253,84 @@ def _init(rec: r.Recording, fault: str) -> list[dict]:
     ]
 
 
+DROPOUT_OPS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout", "native_dropout"}
+SCALE_OPS = {
+    "div",
+    "div_",
+    "mul",
+    "mul_",
+    "__truediv__",
+    "__mul__",
+    "__rmul__",
+    "__itruediv__",
+    "__imul__",
+    "true_divide",
+}
+
+
+def _softmax(rec: r.Recording, fault: str) -> list[dict]:
+    """The softmax over scores whose axis is not the last (the keys)."""
+    for s in rec.data_steps():
+        if s.op in ("softmax", "softmax_", "_softmax", "log_softmax") and s.extra.get("dim") not in (None, -1):
+            dims = s.inputs[0].shape if s.inputs else ()
+            if len(dims) and s.extra["dim"] in (len(dims) - 1,):
+                continue  # the last axis, counted from the front
+            return [
+                _at(
+                    s,
+                    f"line {s.line} `{s.source}` takes the softmax over dim={s.extra['dim']} of the {len(dims)}-D "
+                    "scores; the keys are the last axis (dim=-1)",
+                    f"第 {s.line} 行 `{s.source}` 在 {len(dims)} 维分数的 dim={s.extra['dim']} 上做 softmax；"
+                    "键是最后一维（dim=-1）",
+                )
+            ]
+    return []
+
+
+def _scale_after(rec: r.Recording, fault: str) -> list[dict]:
+    """The step that multiplies or divides the softmax's output before the weighted sum."""
+    for core in ob.attention_cores(rec):
+        end = core.weighted.index if core.weighted is not None else len(rec.steps)
+        for s in rec.data_steps():
+            if core.softmax.index < s.index < end and s.op in SCALE_OPS:
+                return [
+                    _at(
+                        s,
+                        f"line {s.line} `{s.source}` scales the softmax's output (from line {core.softmax.line}); the "
+                        "post scales the scores before the softmax",
+                        f"第 {s.line} 行 `{s.source}` 缩放的是第 {core.softmax.line} 行 softmax 的输出；原文在 softmax "
+                        "之前缩放分数",
+                    )
+                ]
+    return []
+
+
+def _dropout(rec: r.Recording, fault: str) -> list[dict]:
+    """The dropout that changed its input in eval mode (a module's nn.Dropout in eval is the identity)."""
+    for s in rec.data_steps():
+        if s.op not in DROPOUT_OPS:
+            continue
+        src = rec.producer(s)
+        before = None if src is None else src.value
+        if before is not None and s.value is not None and torch.equal(before, s.value):
+            continue  # the identity: a dropout told it is evaluating
+        return [
+            _at(
+                s,
+                f"line {s.line} `{s.source}` drops values although the module is in eval mode: pass "
+                "training=self.training, or use an nn.Dropout module",
+                f"第 {s.line} 行 `{s.source}` 在 eval 模式下仍在丢弃数值：传入 training=self.training，"
+                "或使用 nn.Dropout 模块",
+            )
+        ]
+    return []
+
+
 RULES: dict[str, Callable[[r.Recording, str], list[dict]]] = {  # a record's ``pointer`` -> how to find its lines
     "scale": _scale,
+    "scale_after": _scale_after,
+    "softmax": _softmax,
+    "dropout": _dropout,
     "split": lambda rec, fault: _split(rec),
     "merge": lambda rec, fault: _merge(rec),
     "mask": _mask,

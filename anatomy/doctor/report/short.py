@@ -40,6 +40,8 @@ def _title(fault: str | None, f: Finding, lang: str) -> str:
 
 
 def _where(fs: list[Finding], lang: str) -> str | None:
+    """The first line a group's findings point at: the named fault's own finding first, then its symptoms."""
+    fs = sorted(fs, key=lambda f: f.fault is None)
     for f in fs:
         for w in f.where:
             if w.get("line"):
@@ -65,8 +67,9 @@ def short_answer(report: Report, lang: str = "en", width: int = 80, strict: bool
         if where:
             lines.append("  " + where)
         z = records.get(fault)
-        if z is not None and z.post_zh:
-            lines.append(_t(lang, "  the post: ", "  原文：") + z.post_zh)
+        if z is not None:
+            if z.post_zh:
+                lines.append(_t(lang, "  the post: ", "  原文：") + z.post_zh)
             hint = z.summary_zh if lang == "zh" else z.summary_en
             lines.append(_t(lang, "  hint: ", "  提示：") + _first_sentence(hint))
         else:

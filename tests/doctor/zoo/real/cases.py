@@ -134,6 +134,14 @@ CASES = [
     RealCase("signatures.py:AdditiveBSOnQueries", "padding_mask_on_queries",
              point="bias = None if mask is None else mask[:, None, :, None]", runs=("s = s + bias",),
              source="injected"),
+    # --- attention slips learners make (issue 29): found in public code, re-typed -------------------------------
+    RealCase("slips.py:Seq2SeqSoftmaxOverHeads", "softmax_wrong_axis", point="attention = torch.softmax(energy, dim=1)",
+             style="softmax over the heads of (B, H, T, S), a required mask"),
+    RealCase("slips.py:OneHeadSoftmaxOverQueries", "softmax_wrong_axis", {"n_heads": 1},
+             point="attn = attn.softmax(dim=1)", style="one head, einsum, no scale, no output projection",
+             source="injected"),
+    RealCase("slips.py:AnnotatedDropoutAlwaysOn", "dropout_at_eval", point="p_attn = F.dropout(p_attn, p=dropout)",
+             style="functional dropout without training=self.training"),
 ]
 
 # pitfalls whose line the recording does not place (a missing residual has no line of its own to run; a missing
