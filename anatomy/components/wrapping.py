@@ -11,12 +11,13 @@ this; no component imports it, and a module nobody wrapped runs its class's meth
     undo()               # attn is a plain instance of its class again
 
 A wrapper takes the function in place (``self`` first: the class's method, or the next wrapper's function) and
-returns the function to call instead. It is kept in the instance's attribute ``_<name>__<step>``, and the instance's
+returns the function to call instead. It is kept in the instance's attribute ``_<name>__<label>`` (the label is the
+step unless one is given), and the instance's
 class becomes a subclass of its own (made once per class and set of names, named like it) whose method ``name``
 calls the original class's inside the instance's wrappers. So ``copy.deepcopy`` copies the change with the
 instance, a flat view of the instance runs it, and two changes of different steps shadow different attributes.
-Wrappers compose in the order of :data:`STEPS`, innermost first, whatever the order they came in; a second wrapper
-of a step takes the place of the first until it is undone.
+Wrappers compose in the order of :data:`STEPS` (then of their labels), innermost first, whatever the order they came
+in; a second wrapper of a label takes the place of the first until it is undone.
 """
 
 from __future__ import annotations
@@ -35,13 +36,26 @@ its result changed."""
 _SUBCLASSES: dict[tuple[type, frozenset[str]], type] = {}
 
 
-def _slot(name: str, step: str) -> str:
-    return f"_{name}__{step}"
+def _slots(obj: object, name: str) -> list[tuple[int, str, Wrapper]]:
+    """``(rank of the step, label, wrapper)`` of each wrapper on ``obj``'s method ``name``, innermost first."""
+    prefix = f"_{name}__"
+    found = [
+        (STEPS.index(v[0]), key[len(prefix) :], v[1])
+        for key, v in obj.__dict__.items()
+        if key.startswith(prefix) and isinstance(v, _Slot)
+    ]
+    return sorted(found, key=lambda f: (f[0], f[1]))
+
+
+class _Slot(tuple):  # type: ignore[type-arg]
+    """``(step, wrapper)``, as an instance keeps one wrapper of a method."""
+
+    __slots__ = ()
 
 
 def wrappers(obj: object, name: str) -> dict[str, Wrapper]:
-    """The wrappers on ``obj``'s method ``name``, by step (empty when it runs its class's method)."""
-    return {step: obj.__dict__[_slot(name, step)] for step in STEPS if _slot(name, step) in obj.__dict__}
+    """The wrappers on ``obj``'s method ``name``, by label (empty when it runs its class's method)."""
+    return {label: wrapper for _, label, wrapper in _slots(obj, name)}
 
 
 def _dispatch(base: type, name: str) -> Fn:
@@ -49,10 +63,8 @@ def _dispatch(base: type, name: str) -> Fn:
 
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         fn = original
-        for step in STEPS:
-            wrapper = self.__dict__.get(_slot(name, step))
-            if wrapper is not None:
-                fn = wrapper(fn)
+        for _, _, wrapper in _slots(self, name):
+            fn = wrapper(fn)
         return fn(self, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = name
@@ -72,21 +84,22 @@ def _subclass(base: type, names: frozenset[str]) -> type:
 def _settle(obj: Any) -> None:
     """Give ``obj`` the class its wrappers need: its own class when none is left."""
     base: type = getattr(type(obj), "_unwrapped", type(obj))
-    slots = (key[1:].rpartition("__") for key in obj.__dict__ if key.startswith("_"))
-    names = frozenset(name for name, _, step in slots if step in STEPS and name)
+    keys = (key[1:].partition("__")[0] for key, v in obj.__dict__.items() if isinstance(v, _Slot))
+    names = frozenset(name for name in keys if callable(getattr(base, name, None)))
     obj.__class__ = _subclass(base, names) if names else base
 
 
-def wrap_method(obj: Any, name: str, step: str, wrapper: Wrapper) -> Callable[[], None]:
-    """Wrap ``obj``'s method ``name`` at ``step`` (one of :data:`STEPS`); returns the function that puts back what
-    that step held before."""
+def wrap_method(obj: Any, name: str, step: str, wrapper: Wrapper, label: str | None = None) -> Callable[[], None]:
+    """Wrap ``obj``'s method ``name`` at ``step`` (one of :data:`STEPS`) under ``label`` (default: the step; a
+    second wrapper of a label takes the place of the first); returns the function that puts back what that label
+    held before. Wrappers of one step with different labels compose in the order of their labels."""
     if step not in STEPS:
         raise ValueError(f"step must be one of {', '.join(STEPS)}, got {step!r}")
-    if not callable(getattr(type(obj), name, None)):
+    if not callable(getattr(type(obj), name, None)) or "__" in name:
         raise ValueError(f"{type(obj).__name__} has no method {name!r} to wrap")
-    slot = _slot(name, step)
+    slot = f"_{name}__{label or step}"
     had, old = slot in obj.__dict__, obj.__dict__.get(slot)
-    obj.__dict__[slot] = wrapper
+    obj.__dict__[slot] = _Slot((step, wrapper))
     _settle(obj)
 
     def undo() -> None:

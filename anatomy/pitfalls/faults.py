@@ -159,6 +159,7 @@ def _math_with(
         *,
         window: int | None,
         scale: float,
+        dropout_p: float,
         bias: torch.Tensor | None,
         value_bias: torch.Tensor | None,
         need_weights: bool,
@@ -171,7 +172,7 @@ def _math_with(
             softmax(scores, mask, q.dtype).to(v.dtype),
             v,
             value_bias=value_bias,
-            dropout_p=self.dropout if self.training else 0.0,
+            dropout_p=dropout_p,
             need_weights=need_weights,
             weight_hook=self.hook_weights,
         )
@@ -179,8 +180,8 @@ def _math_with(
     return lambda inner: attend
 
 
-# fault name -> (method, step, the wrapper from the fault's parameters)
-WRAPPERS: dict[str, tuple[str, str, Callable[..., wrapping.Wrapper]]] = {
+# fault name -> (method, step, the wrapper from the fault's parameters[, label: the slot it takes, default the step])
+WRAPPERS: dict[str, tuple[Any, ...]] = {
     "no_scaling": ("attend", "change", lambda: _another_scale(lambda attn, scale: 1.0)),
     "scale_by_d_model": ("attend", "change", lambda: _another_scale(_by_sqrt_d_model)),
     "split_without_transpose": ("split_heads", "replace", lambda: lambda inner: split_without_transpose),
@@ -200,9 +201,9 @@ WRAPPERS: dict[str, tuple[str, str, Callable[..., wrapping.Wrapper]]] = {
 def attention_fault(root: nn.Module, undo: list[Undo], *, name: str, **params: Any) -> None:
     """Wrap one step of every attention module under ``root`` with fault ``name`` (``WRAPPERS``), on each
     instance."""
-    method, step, make = WRAPPERS[name]
+    method, step, make, *label = WRAPPERS[name]
     for attn in _instances(root, MultiHeadAttention):
-        undo.append(wrapping.wrap_method(attn, method, step, make(**params)))
+        undo.append(wrapping.wrap_method(attn, method, step, make(**params), *label))
 
 
 # --- blocks ---------------------------------------------------------------------------------------------------
@@ -299,67 +300,65 @@ def no_positional(root: nn.Module, undo: list[Undo]) -> None:
 # --- attention: the learners' mistakes of issue 29 ------------------------------------------------------------
 
 
-def _softmax_over(dim: int) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+def _softmax_over(dim: int) -> Softmax:
     """Fill the hidden scores with -inf and softmax over ``dim`` of (B, H, T, S): 1 runs over the heads, -2 over
     the queries. What every head (or every query) hides gets no weight at all: the learner's code gives NaN there."""
 
-    def softmax_step(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def softmax(scores: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
         s = scores.to(torch.promote_types(scores.dtype, torch.float32))
         if mask is not None:
             s = s.masked_fill(~mask, float("-inf"))
         return s.softmax(dim).nan_to_num(0.0)  # a column hidden from every head: no weight rather than NaN
 
-    return softmax_step
+    return softmax
 
 
-def _scaled_after(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-    """The function in place, unscaled, with its weights (and so its output) multiplied by the scale after."""
+def _scaled_after(inner: Attend) -> Attend:
+    """``attend`` in place, unscaled, with its weights (and so its output) multiplied by the scale after."""
 
-    def after(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
-        out, weights = inner(q, k, v, scale=1.0, **kw)
+    def after(self: MultiHeadAttention, *args: Any, scale: float, **kw: Any) -> kernels.Weights:
+        out, weights = inner(self, *args, scale=1.0, **kw)
         return out * scale, (None if weights is None else weights * scale)
 
     return after
 
 
-def _scale_by_keys(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-    """The function in place scaled by 1/sqrt(S), the key length (``k.size(-1)`` after the transpose)."""
+def _scale_by_keys(inner: Attend) -> Attend:
+    """``attend`` in place scaled by 1/sqrt(S), the key length (``k.size(-1)`` after the transpose)."""
 
-    def by_keys(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
-        return inner(q, k, v, scale=1.0 / math.sqrt(k.shape[-2]), **kw)
+    def by_keys(self: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, *args: Any, **kw: Any) -> kernels.Weights:
+        return inner(self, q, k, *args, **{**kw, "scale": 1.0 / math.sqrt(k.shape[-2])})
 
     return by_keys
 
 
-def _dropout_always(p: float) -> Callable[[kernels.AttentionFunction], kernels.AttentionFunction]:
-    """The function in place with dropout ``p`` on its weights whatever the module's mode (``F.dropout(w, p)``)."""
+def _dropout_always(p: float) -> Callable[[Attend], Attend]:
+    """``attend`` in place with dropout ``p`` on its weights whatever the module's mode (``F.dropout(w, p)``)."""
 
-    def wrap(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-        def dropped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
-            return inner(q, k, v, **{**kw, "dropout_p": p})
+    def wrap(inner: Attend) -> Attend:
+        def dropped(self: MultiHeadAttention, *args: Any, **kw: Any) -> kernels.Weights:
+            return inner(self, *args, **{**kw, "dropout_p": p})
 
         return dropped
 
     return wrap
 
 
-def heads_interleaved(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """A projection ``(B, T, heads·Dh)`` laid out so that the module's split gives the learner's interleaved heads:
-    ``x.view(B, T, Dh, H)`` puts feature ``j·H + h`` in head ``h``, where the post's split gives it ``h·Dh + j``."""
+def heads_interleaved(attn: MultiHeadAttention, x: torch.Tensor, heads: int) -> torch.Tensor:
+    """A projection ``(B, T, heads·Dh)`` split into the learner's interleaved heads: ``x.view(B, T, Dh, H)`` puts
+    feature ``j·H + h`` in head ``h``, where the post's split gives it ``h·Dh + j``."""
     b, t, n = x.shape
-    return x.view(b, t, n // heads, heads).transpose(-1, -2).reshape(b, t, n)
+    wrong = x.view(b, t, n // heads, heads).transpose(-1, -2).reshape(b, t, n)
+    return wrong.view(b, t, heads, n // heads).transpose(1, 2)  # (B, heads, T, Dh)
 
 
+# fault name -> (method, step, the wrapper from the fault's parameters, label: the slot it takes)
 WRAPPERS.update(
     {
-        "softmax_wrong_axis": lambda attn, dim: kernels.Wrapper(
-            "softmax_wrong_axis",
-            "arithmetic",
-            _arithmetic(partial(kernels.math_attention, softmax_step=_softmax_over(dim))),
-        ),
-        "scale_after_softmax": lambda attn: kernels.Wrapper("scale_after_softmax", "scale", _scaled_after),
-        "scale_from_wrong_size": lambda attn: kernels.Wrapper("scale_from_wrong_size", "scale", _scale_by_keys),
-        "dropout_at_eval": lambda attn, p: kernels.Wrapper("dropout_at_eval", "merge", _dropout_always(p)),
-        "heads_interleaved": lambda attn: kernels.Wrapper("heads_interleaved", "split", before_split=heads_interleaved),
+        "softmax_wrong_axis": ("attend", "replace", lambda dim: _math_with(softmax=_softmax_over(dim))),
+        "scale_after_softmax": ("attend", "change", lambda: _scaled_after),
+        "scale_from_wrong_size": ("attend", "change", lambda: _scale_by_keys),
+        "dropout_at_eval": ("attend", "change", lambda p: _dropout_always(p), "dropout"),
+        "heads_interleaved": ("split_heads", "replace", lambda: lambda inner: heads_interleaved),
     }
 )

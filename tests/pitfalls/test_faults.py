@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
-from anatomy.components import MultiHeadAttention, kernels, wrapping
+from anatomy.components import MultiHeadAttention, build_context, kernels, wrapping
 from anatomy.pitfalls import faults
 
 V = 30
@@ -334,6 +334,21 @@ def test_a_wrapped_attention_decodes_through_the_view_with_its_fault(name):
 def _qkv(s=7):
     torch.manual_seed(0)
     return (torch.randn(2, 4, n, 8, dtype=torch.float64) for n in (5, s, s))
+
+
+def _wrapped(name, **params):
+    """Fault ``name``'s wrapper around the ``attend`` step of a math-kernel module, as a function of heads
+    ``q (B, 4, T, Dh)``, ``k, v (B, 4, S, Dh)`` over a context with no mask."""
+    _, _, make, *_ = faults.WRAPPERS[name]
+    attn = MultiHeadAttention(d_model=32, n_heads=4, kernel="math").double()
+    step = make(**params)(MultiHeadAttention.attend)
+
+    def call(q, k, v, *, scale, need_weights=False):
+        ctx = build_context(b=q.shape[0], t=q.shape[-2], s=k.shape[-2], device="cpu", cross=True)
+        kw = dict(window=None, scale=scale, dropout_p=0.0, bias=None, value_bias=None, need_weights=need_weights)
+        return step(attn, q, k, v, ctx, **kw)
+
+    return call
 
 
 @pytest.mark.parametrize("dim, over", [(1, 1), (-2, 2)])
