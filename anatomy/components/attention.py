@@ -23,20 +23,43 @@ calls the scheme's hooks and never asks which scheme it is.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 from anatomy.components import kernels
-from anatomy.components.context import AttentionContext, build_context, cache_seen
+from anatomy.components.context import AttentionContext, standalone_context
 from anatomy.components.hook_point import HookPoint, hooked
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
-from anatomy.shapes import check_choice, check_divisible, check_hidden, check_positive
+from anatomy.shapes import check_choice, check_divisible, check_positive
+
+
+class kernel_setting:  # noqa: N801 (used like ``property``)
+    """A module attribute that chooses its kernel (``kernel``, ``kernel_args``): reading it gives the value, setting
+    it stores the value and has the module resolve again (``_resolve``), so a call never
+    resolves; a value the module refuses leaves the old one in place."""
+
+    def __init__(self, slot: str) -> None:
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return self if obj is None else obj.__dict__[self.slot]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        old = obj.__dict__[self.slot]
+        obj.__dict__[self.slot] = value
+        try:
+            obj._resolve()
+        except ValueError:
+            obj.__dict__[self.slot] = old
+            obj._resolve()
+            raise
 
 
 class MultiHeadAttention(nn.Module):
@@ -131,17 +154,11 @@ class MultiHeadAttention(nn.Module):
             if make is TokenBatchNorm:
                 raise ValueError("qk_norm must be 'rmsnorm' or 'layernorm' (a per-token norm), got 'batchnorm'")
             self.q_norm, self.k_norm = make(self.head_dim, eps=norm_eps), make(self.head_dim, eps=norm_eps)
-        # What the module calls (components/kernels.py): the registry entry `kernel` (with `kernel_args` bound),
-        # inside at most one wrapper per step (the bug zoo's faults, the weight recorder: `wrap`). Setting either
-        # attribute or a wrapper resolves again (`_resolve`), never a call.
+        # The kernel this module calls (components/kernels.py): the registry entry `kernel` with `kernel_args`
+        # bound, resolved once per kind of call and setting (setting either attribute forgets, never a call).
         self._kernel: str = kernel
         self._kernel_args: dict[str, Any] = {}
-        self._wrap_arithmetic: kernels.Wrapper | None = None
-        self._wrap_record: kernels.Wrapper | None = None
-        self._wrap_scale: kernels.Wrapper | None = None
-        self._wrap_split: kernels.Wrapper | None = None
-        self._wrap_merge: kernels.Wrapper | None = None
-        self._resolved: dict[tuple[bool, bool, bool, bool], kernels.Resolved] = {}
+        self._resolved: dict[tuple[bool, bool, bool, bool], kernels.Kernel] = {}
         self._resolve()
         self.hook_q = HookPoint()  # (B, H, T, Dh), after QK-norm and RoPE
         self.hook_k = HookPoint()  # (B, Hkv, S, Dh), after RoPE, holding the cache
@@ -153,77 +170,38 @@ class MultiHeadAttention(nn.Module):
         self.hook_out = HookPoint()  # (B, T, D), after o_proj
 
     # --- what the module calls, resolved once per setting -------------------------------------------------------
-    kernel = kernels.kernel_setting("_kernel")
-    kernel_args = kernels.kernel_setting("_kernel_args")
+    kernel = kernel_setting("_kernel")
+    kernel_args = kernel_setting("_kernel_args")
 
     def _resolve(self) -> None:
-        """Check the kernel's name and forget what was resolved for earlier settings (emptied in place: a fault's
-        footprint is the attributes it sets); each kind of call resolves again on its first call."""
+        """Check the kernel's name and forget what was resolved for earlier settings; each kind of call resolves
+        again on its first call."""
         if self._kernel != "auto":
             kernels.entry(self._kernel)  # one line naming the valid names
         self._resolved.clear()
 
-    @property
-    def wrappers(self) -> tuple[kernels.Wrapper, ...]:
-        """The wrappers around the attention function, innermost first (``kernels.WRAP_STEPS``)."""
-        slots = (self._wrap_arithmetic, self._wrap_record, self._wrap_scale, self._wrap_split, self._wrap_merge)
-        return tuple(w for w in slots if w is not None)
-
-    def wrap(self, wrapper: kernels.Wrapper) -> Callable[[], None]:
-        """Put ``wrapper`` around the attention function (anatomy.pitfalls, anatomy.inspection.weights): it takes
-        the place of a wrapper of its step, and wrappers of different steps compose. Returns the function that puts
-        back what was there."""
-        slot = f"_wrap_{wrapper.step}"
-        old = getattr(self, slot)
-        setattr(self, slot, wrapper)
-        self._resolve()
-
-        def undo() -> None:
-            setattr(self, slot, old)
-            self._resolve()
-
-        return undo
-
-    def _attend(self, need_weights: bool, hooked_scores: bool, value_term: bool) -> kernels.Resolved:
-        """What a call of this kind calls: resolved on the first call of the kind after a setting (memoised). Under
-        an ``arithmetic`` wrapper (the math kernel with one step changed) the kernel resolved is ``math``."""
+    def _kernel_for(self, need_weights: bool, hooked_scores: bool, value_term: bool) -> kernels.Kernel:
+        """The registry entry a call of this kind runs (``kernel_args`` bound): resolved on the first call of the
+        kind after a setting (memoised)."""
         key = (need_weights, hooked_scores, value_term, self.softcap is not None)
         hit = self._resolved.get(key)
         if hit is None:
-            replaced = self._wrap_arithmetic is not None
-            kernel = kernels.resolve(
-                "math" if replaced else self._kernel,
+            hit = kernels.resolve(
+                self._kernel,
                 need_weights=need_weights,
                 value_bias=value_term,
                 hooked=hooked_scores,
                 where=type(self).__name__,
                 softcap=key[3],
             )
-            hit = self._resolved[key] = kernels.assemble(kernel, self.wrappers, None if replaced else self._kernel_args)
+            if self._kernel_args:
+                hit = dataclasses.replace(hit, fn=cast(kernels.AttentionFunction, partial(hit.fn, **self._kernel_args)))
+            self._resolved[key] = hit
         return hit
 
-    def _before_split(self, x: torch.Tensor, heads: int) -> torch.Tensor:
-        """A projection ``(B, T, heads·Dh)`` as the split receives it: as it is, or laid out by a ``split``
-        wrapper (the bug zoo's split_without_transpose)."""
-        wrapper = self._wrap_split
-        if wrapper is None or wrapper.before_split is None:
-            return x
-        return wrapper.before_split(x, heads)
-
-    def _project(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, H·Dh)``, ``k, v (B, S, Hkv·Dh)``, as the split
-        receives them."""
-        q, k, v = self._linear(x, source)
-        if self._wrap_split is None:
-            return q, k, v
-        return (
-            self._before_split(q, self.n_heads),
-            self._before_split(k, self.n_kv_heads),
-            self._before_split(v, self.n_kv_heads),
-        )
-
-    def _linear(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The projections: ``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, H·Dh)``, ``k, v (B, S, Hkv·Dh)``."""
+    def _project(self, x: torch.Tensor, source: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Step 1, the projections: ``x: (B, T, D)``, ``source: (B, S, D)`` → ``q (B, T, H·Dh)``,
+        ``k, v (B, S, Hkv·Dh)``."""
         kv_dim = self.n_kv_heads * self.head_dim
         if not self.fused_qkv:
             return self.q_proj(x), self.k_proj(source), self.v_proj(source)
@@ -235,64 +213,59 @@ class MultiHeadAttention(nn.Module):
         return (q, *kv.split([kv_dim, kv_dim], dim=-1))  # type: ignore[no-untyped-call]  # torch's Tensor.split is unannotated
 
     def _project_q(self, x: torch.Tensor) -> torch.Tensor:
-        """The query projection alone ``(B, T, H·Dh)`` (cross-attention over a filled cache), as the split
-        receives it."""
+        """The query projection alone ``(B, T, H·Dh)`` (cross-attention over a filled cache)."""
         if not self.fused_qkv:
             q: torch.Tensor = self.q_proj(x)
-        else:
-            b, w = self.qkv_proj.bias, self.qkv_proj.weight
-            q = nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
-        return self._before_split(q, self.n_heads)
+            return q
+        b, w = self.qkv_proj.bias, self.qkv_proj.weight
+        return nn.functional.linear(x, w[: self.inner_dim], None if b is None else b[: self.inner_dim])
 
-    def standalone_context(
-        self,
-        x: torch.Tensor,
-        context: torch.Tensor | None = None,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-        kv_cache: KVCache | None = None,
-        positions: torch.Tensor | None = None,
-        attn_bias: torch.Tensor | None = None,
-        key_padding_mask: torch.Tensor | None = None,
-    ) -> AttentionContext:
-        """The context of a standalone call (no model around it), built by the models' own ``build_context``:
-        the inputs checked, the key count ``S`` (cache included), positions after every entry the cache saw."""
-        check_hidden("x", x, self.d_model)
+    def split_heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        """Step 2: ``(B, T, heads·Dh)`` → view ``(B, T, heads, Dh)``, then transpose to ``(B, heads, T, Dh)``."""
         b, t, _ = x.shape
-        if context is not None:
-            check_hidden("context", context, self.d_model)
-            if context.shape[0] != b:
-                raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
-            s = len(kv_cache) if kv_cache is not None and len(kv_cache) else context.shape[1]
-            return build_context(
-                b=b,
-                t=t,
-                s=s,
-                heads=self.n_heads,
-                device=x.device,
-                positions=positions,
-                key_padding_mask=key_padding_mask,
-                attn_mask=mask,
-                is_causal=is_causal,
-                cross=True,
-                bias=attn_bias,
-            )
-        past = cache_seen(None if kv_cache is None else [kv_cache])  # positions continue after every cached entry
-        return build_context(
-            b=b,
-            t=t,
-            s=past + t,
-            heads=self.n_heads,
-            device=x.device,
-            past=past,
-            positions=positions,
-            key_padding_mask=key_padding_mask,
-            attn_mask=mask,
+        return x.view(b, t, heads, self.head_dim).transpose(1, 2)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        ctx: AttentionContext,
+        *,
+        window: int | None,
+        scale: float,
+        dropout_p: float,
+        bias: torch.Tensor | None,
+        value_bias: torch.Tensor | None,
+        need_weights: bool,
+    ) -> kernels.Weights:
+        """Step 3: ``softmax(q k^T * scale + bias) v`` by the kernel, over this layer's entry in the forward's mask
+        plan (its ``window`` and key count, memoised in the context). ``q (B, H, T, Dh)``, ``k, v (B, Hkv, S, Dh)``
+        → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
+        hooked_scores = hooked(self, "hook_scores") or hooked(self, "hook_weights")
+        kernel = self._kernel_for(need_weights, hooked_scores, value_bias is not None)
+        mask, is_causal = ctx.kernel_mask(window, k.shape[-2], self.n_heads, kernel.causal_flag and bias is None)
+        hooks = kernel.returns_weights  # the score/weight hooks go to the kernels that materialise the scores
+        return kernel.fn(
+            q,
+            k,
+            v,
+            mask=mask,
             is_causal=is_causal,
-            bias=attn_bias,
-            cache_positions=None if kv_cache is None else kv_cache.positions,
+            scale=scale,
+            bias=bias,
+            value_bias=value_bias,
+            dropout_p=dropout_p,
+            need_weights=need_weights,
+            score_hook=self.hook_scores if hooks else None,
+            weight_hook=self.hook_weights if hooks else None,
+            softcap=self.softcap,
         )
+
+    def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
+        """Step 4: ``(B, H, T, Dh)`` → transpose back to ``(B, T, H, Dh)`` → reshape ``(B, T, H·Dh)``."""
+        b, _, t, _ = out.shape
+        return out.transpose(1, 2).reshape(b, t, self.inner_dim)
 
     def forward(
         self,
@@ -321,10 +294,12 @@ class MultiHeadAttention(nn.Module):
         layer) instead of ``mask``/``is_causal``/``positions``/``attn_bias``/``key_padding_mask``.
         """
         cross = context is not None
-        if ctx is None:  # a standalone call: the thin wrapper, the same context a model builds from the raw arguments
-            ctx = self.standalone_context(
+        if ctx is None:  # a standalone call: the same context a model builds, from the raw arguments
+            ctx = standalone_context(
                 x,
                 context,
+                heads=self.n_heads,
+                d_model=self.d_model,
                 mask=mask,
                 is_causal=is_causal,
                 kv_cache=kv_cache,
@@ -344,24 +319,16 @@ class MultiHeadAttention(nn.Module):
                 "context already holds them"
             )
         positional = None if cross else self.positional
-        value_term = positional is not None and positional.has_value_term
-        attend = self._attend(need_weights, hooked(self, "hook_scores") or hooked(self, "hook_weights"), value_term)
-        b, t, _ = x.shape
-        h, hkv, dh = self.n_heads, self.n_kv_heads, self.head_dim
+        h, hkv = self.n_heads, self.n_kv_heads
         if cross and kv_cache is not None and len(kv_cache):
-            q = self._project_q(x)  # (B, T, H·Dh)
-            q = q.view(b, t, h, dh).transpose(1, 2)  # split heads: (B, T, H, Dh), then (B, H, T, Dh)
+            q = self.split_heads(self._project_q(x), h)  # (B, H, T, Dh)
             if self.qk_norm is not None:
                 q = self.q_norm(q)
             k, v, k_pos = kv_cache.k, kv_cache.v, kv_cache.positions  # memory projected once, at step 0
             assert k is not None and v is not None and k_pos is not None
         else:
             q, k, v = self._project(x, x if context is None else context)  # (B, T, H·Dh), (B, S, Hkv·Dh) twice
-            s = k.shape[1]
-            # split heads: view (B, T, H, Dh), then transpose to (B, H, T, Dh)
-            q = q.view(b, t, h, dh).transpose(1, 2)  # (B, H, T, Dh)
-            k = k.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
-            v = v.view(b, s, hkv, dh).transpose(1, 2)  # (B, Hkv, S, Dh)
+            q, k, v = self.split_heads(q, h), self.split_heads(k, hkv), self.split_heads(v, hkv)  # (B, H|Hkv, ., Dh)
             if self.qk_norm is not None:  # over Dh, per head and token; before RoPE rotates the pairs
                 q, k = self.q_norm(q), self.k_norm(k)
             k_pos = ctx.key_positions if cross else ctx.positions
@@ -375,34 +342,20 @@ class MultiHeadAttention(nn.Module):
             extra = positional.score_bias_for(ctx, q, k_pos, self.scale)
             if extra is not None:
                 bias = extra if bias is None else bias + extra
-            value_bias = positional.value_bias(ctx.positions, k_pos) if value_term else None
-        # this layer's entry in the forward's mask plan: its window and key count (memoised in the context)
-        mask, is_causal = ctx.kernel_mask(
-            None if cross else self.sliding_window,
-            k.shape[-2],
-            h,
-            attend.fold_causal,
-            attend.causal_flag and bias is None,
-        )
-        hooks = attend.returns_weights  # the score/weight hooks go to the kernels that materialise the scores
-        out, weights = attend.fn(
+            value_bias = positional.value_bias(ctx.positions, k_pos) if positional.has_value_term else None
+        out, weights = self.attend(
             q,
             k,
             v,
-            mask=mask,
-            is_causal=is_causal,
+            ctx,
+            window=None if cross else self.sliding_window,
             scale=self.scale,
+            dropout_p=self.dropout if self.training else 0.0,
             bias=bias,
             value_bias=value_bias,
-            dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
-            score_hook=self.hook_scores if hooks else None,
-            weight_hook=self.hook_weights if hooks else None,
-            softcap=self.softcap,
         )  # (B, H, T, Dh)
-        out = self.hook_z(out)
-        # merge heads: transpose back to (B, T, H, Dh), then (B, T, H·Dh)
-        out = out.transpose(1, 2).reshape(b, t, self.inner_dim)  # (B, T, H·Dh), H·Dh = D by default
+        out = self.merge_heads(self.hook_z(out))  # (B, T, H·Dh), H·Dh = D by default
         return self.hook_out(self.o_proj(self.hook_merged(out))), weights
 
     def extra_repr(self) -> str:

@@ -6,7 +6,7 @@ to the encoder memory, FFN (Vaswani et al. 2017, Fig. 1 right).
 
 Both are forms of one ``TransformerBlock`` (cross-attention off or on). Blocks receive their parts (dependency
 injection): they never read a config. ``EncoderBlock.build(...)`` and ``DecoderBlock.build(...)`` assemble the
-usual parts from explicit keyword arguments through the part builders of models/build.py (``build_block``).
+usual parts from explicit keyword arguments (``build_block``, the one block factory, which ``build_model`` uses too).
 Hook points: ``hook_resid_pre`` → ``hook_attn_in`` (what attention sees) → ``hook_attn_out`` →
 ``hook_resid_mid`` → (``hook_cross_in`` → ``hook_cross_out`` → ``hook_resid_cross``) → ``hook_ffn_in`` →
 ``hook_ffn_out`` → ``hook_resid_post``. Inside a model every block receives the forward's ``AttentionContext``
@@ -18,7 +18,6 @@ after attention, ``x + attn(norm_1(x)) + ffn(norm_2(x))``; ``hook_resid_mid`` is
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -26,9 +25,13 @@ from torch import nn
 
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.context import AttentionContext
+from anatomy.components.context import AttentionContext, standalone_context
+from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
 from anatomy.components.kv_cache import KVCache
+from anatomy.components.masks import as_attention_mask
+from anatomy.components.norms import make_norm, norm_class
+from anatomy.components.positional.base import PositionalScheme
 
 BlockCache = KVCache | tuple[KVCache, KVCache] | None  # a block's cache: self-attention's, or (self, cross)
 
@@ -79,10 +82,12 @@ class TransformerBlock(nn.Module):
         self.hook_ffn_out = HookPoint()  # (B, T, D)
         self.hook_resid_post = HookPoint()  # (B, T, D), the block's output
 
-    # ``EncoderBlock.build(d_model=..., n_heads=..., ...)`` / ``DecoderBlock.build(...)``: the usual parts from
-    # explicit keyword arguments, made by the part builders of models/build.py (``build_block``), which attaches
-    # this classmethod when the package is imported; declared here for readers and type checkers.
-    build: ClassVar[Callable[..., TransformerBlock]]
+    @classmethod
+    def build(cls, **kwargs: Any) -> TransformerBlock:
+        """``EncoderBlock.build(d_model=..., n_heads=..., ...)`` / ``DecoderBlock.build(...)``: a block of this class
+        made of the usual parts from explicit keyword arguments (:func:`build_block`, the builder ``build_model``
+        uses for every block)."""
+        return build_block(cls, **kwargs)
 
     def standalone_context(
         self,
@@ -96,13 +101,27 @@ class TransformerBlock(nn.Module):
         positions: torch.Tensor | None,
         attn_bias: torch.Tensor | None,
     ) -> AttentionContext:
-        """The context of a standalone block call, built by the attention modules' ``standalone_context``."""
+        """The context of a standalone block call: self-attention's, and the memory's as its ``cross_ctx``."""
         self_cache, cross_cache = split_cache(kv_cache)
-        ctx = self.attn.standalone_context(
-            x, mask=mask, is_causal=is_causal, kv_cache=self_cache, positions=positions, attn_bias=attn_bias
+        heads, d_model = self.attn.n_heads, self.attn.d_model
+        ctx = standalone_context(
+            x,
+            None,
+            heads=heads,
+            d_model=d_model,
+            mask=mask,
+            is_causal=is_causal,
+            kv_cache=self_cache,
+            positions=positions,
+            attn_bias=attn_bias,
         )
-        if self.cross_attn is not None:
-            ctx.cross_ctx = self.cross_attn.standalone_context(x, memory, mask=memory_mask, kv_cache=cross_cache)
+        if self.cross_attn is not None and memory is not None:
+            if memory_mask is not None:  # checked under its own name before it becomes the memory context's mask
+                s = len(cross_cache) if cross_cache is not None and len(cross_cache) else memory.shape[1]
+                as_attention_mask(memory_mask, x.shape[0], heads, x.shape[1], s, name="memory_mask")
+            ctx.cross_ctx = standalone_context(
+                x, memory, heads=heads, d_model=d_model, mask=memory_mask, kv_cache=cross_cache
+            )
         return ctx
 
     def forward(
@@ -206,3 +225,81 @@ class DecoderBlock(TransformerBlock):
             cross_attn=cross_attn,
             cross_add_norm=cross_add_norm,
         )
+
+
+def build_block(
+    cls: type[TransformerBlock],
+    *,
+    d_model: int,
+    n_heads: int,
+    n_kv_heads: int | None = None,
+    d_ff: int | None = None,
+    activation: str = "relu",
+    norm: str = "layernorm",
+    norm_eps: float = 1e-5,
+    placement: str = "post",
+    bias: bool = True,
+    dropout: float = 0.0,
+    attention_dropout: float = 0.0,
+    kernel: str = "auto",
+    attn_scale: float | None = None,
+    fused_qkv: bool = False,
+    alpha: float = 1.0,
+    positional: PositionalScheme | None = None,
+    head_dim: int | None = None,
+    qk_norm: str | None = None,
+    sliding_window: int | None = None,
+    qkv_bias: bool | None = None,
+    attn_softcap: float | None = None,
+    norm_offset: float = 0.0,
+    parallel_residual: bool = False,
+) -> TransformerBlock:
+    """``EncoderBlock.build(...)`` / ``DecoderBlock.build(...)``: a block of the usual parts from explicit
+    arguments, made by the same part builders as ``build_model`` (``make_norm``, ``AddNorm``, the attention and FFN
+    constructors); a ``DecoderBlock`` also gets cross-attention (never windowed, no positional scheme)."""
+
+    def norm_of(width: int) -> nn.Module:
+        return make_norm(norm, width, eps=norm_eps, bias=bias, offset=norm_offset)
+
+    def add_norm() -> AddNorm:
+        return AddNorm(d_model, placement=placement, make_norm=norm_of, dropout=dropout, alpha=alpha)
+
+    def attention(scheme: PositionalScheme | None, window: int | None) -> MultiHeadAttention:
+        return MultiHeadAttention(
+            d_model=d_model,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            bias=bias,
+            qkv_bias=qkv_bias,
+            dropout=attention_dropout,
+            kernel=kernel,
+            scale=attn_scale,
+            fused_qkv=fused_qkv,
+            qk_norm=qk_norm,
+            norm_eps=norm_eps,
+            softcap=attn_softcap,
+            positional=scheme,
+            sliding_window=window,
+        )
+
+    norm_class(norm)  # an unknown norm is named before any part is made
+    ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
+    if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
+        if parallel_residual:
+            raise ValueError("parallel_residual is for blocks without cross-attention")
+        return cls(
+            attn=attention(positional, sliding_window),
+            attn_add_norm=add_norm(),
+            cross_attn=attention(None, None),
+            cross_add_norm=add_norm(),
+            ffn=ffn,
+            ffn_add_norm=add_norm(),
+        )
+    return cls(
+        attn=attention(positional, sliding_window),
+        attn_add_norm=add_norm(),
+        ffn=ffn,
+        ffn_add_norm=add_norm(),
+        parallel_residual=parallel_residual,
+    )

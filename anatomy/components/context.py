@@ -30,34 +30,41 @@ from dataclasses import dataclass, field
 import torch
 
 from anatomy.components.kv_cache import KVCache
-from anatomy.components.masks import as_attention_mask, causal_mask, key_padding_to_attention, sliding_window_mask
-from anatomy.shapes import check_rank
+from anatomy.components.masks import (
+    as_attention_mask,
+    causal_mask,
+    key_padding_to_attention,
+    positions_from_mask,
+    sliding_window_mask,
+)
+from anatomy.shapes import check_hidden, check_rank
+
+
+def check_positions(name: str, given: torch.Tensor | None, b: int, t: int) -> torch.Tensor | None:
+    """Position ids ``(B|1, T)`` given by the caller as its argument ``name``: rank 2, ``T`` columns, ``B`` or 1
+    rows, integers (``None`` passes)."""
+    if given is None:
+        return None
+    check_rank(name, given, 2, "(B, T)")
+    if given.shape[-1] != t:
+        raise ValueError(f"{name} must have T={t} columns, got shape {tuple(given.shape)}")
+    if given.shape[0] not in (1, b):
+        raise ValueError(f"{name} must have shape (B|1, T={t}) with B={b}, got {tuple(given.shape)}")
+    if given.is_floating_point() or given.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integers, got dtype {given.dtype}")
+    return given
 
 
 def query_positions(
-    t: int,
-    past: int,
-    device: torch.device | str | None,
-    *,
-    given: torch.Tensor | None = None,
-    mask: torch.Tensor | None = None,
-    b: int | None = None,
-    name: str = "position_ids",
+    t: int, past: int, device: torch.device | str | None, *, given: torch.Tensor | None, counted: torch.Tensor | None
 ) -> torch.Tensor:
-    """Query positions ``(B|1, T)``, decided and checked in this one place: ``given`` ids (checked: rank 2, ``T``
-    columns, ``B`` or 1 rows when ``b`` is given, integers), else counted from a ``(B, S)`` key-padding ``mask``
-    (left padding: a padded prompt sees the positions of the prompt alone), else ``past + arange(T)``."""
+    """Query positions ``(B|1, T)``, decided in this one place: ``given`` ids (checked), else counted from a
+    ``(B, S)`` padding mask (left padding: a padded prompt sees the positions of the prompt alone), else
+    ``past + arange(T)``."""
     if given is not None:
-        check_rank(name, given, 2, "(B, T)")
-        if given.shape[-1] != t:
-            raise ValueError(f"{name} must have T={t} columns, got shape {tuple(given.shape)}")
-        if b is not None and given.shape[0] not in (1, b):
-            raise ValueError(f"{name} must have shape (B|1, T={t}) with B={b}, got {tuple(given.shape)}")
-        if given.is_floating_point() or given.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integers, got dtype {given.dtype}")
         return given
-    if mask is not None:
-        return (mask.long().cumsum(-1) - 1).clamp_min(0)[:, -t:]  # (B, T), = masks.positions_from_mask
+    if counted is not None:
+        return positions_from_mask(counted)[:, -t:]  # (B, T)
     return torch.arange(past, past + t, device=device)[None]  # (1, T)
 
 
@@ -69,10 +76,9 @@ def cache_seen(kv_caches: Sequence[KVCache | tuple[KVCache, KVCache]] | None) ->
     return (first[0] if isinstance(first, tuple) else first).seen
 
 
-def hf_padding(
-    attention_mask: torch.Tensor | None, b: int, s: int, name: str = "attention_mask"
-) -> torch.Tensor | None:
-    """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``."""
+def hf_padding(name: str, attention_mask: torch.Tensor | None, b: int, s: int) -> torch.Tensor | None:
+    """A Hugging Face ``(B, S)`` mask given as the caller's argument ``name`` (bool, or integers 0/1; 1 = real
+    token) → boolean ``(B, S)`` or ``None``."""
     if attention_mask is None:
         return None
     check_rank(name, attention_mask, 2, "(B, S) with 1/True on real tokens")
@@ -91,6 +97,18 @@ def hf_padding(
     return attention_mask.bool()
 
 
+def key_padding(name: str, key_padding_mask: torch.Tensor | None, b: int, s: int) -> torch.Tensor | None:
+    """A ``(B, S)`` boolean key-padding mask (True on real keys) given as the caller's argument ``name``, checked."""
+    if key_padding_mask is None:
+        return None
+    key_padding_to_attention(key_padding_mask, name=name)  # dtype and rank
+    if tuple(key_padding_mask.shape) != (b, s):
+        raise ValueError(
+            f"{name} must have shape (B={b}, S={s}) with True on real keys, got {tuple(key_padding_mask.shape)}"
+        )
+    return key_padding_mask
+
+
 @dataclass(eq=False)
 class AttentionContext:
     b: int
@@ -104,7 +122,7 @@ class AttentionContext:
     bias: torch.Tensor | None = None  # (B|1, H, T, S), shared by every layer (T5)
     cross_ctx: AttentionContext | None = None  # a decoder's cross-attention context (over the memory)
     cache_positions: torch.Tensor | None = None  # (B|1, past): key positions the cache held before this call
-    _masks: dict[tuple[int | None, int, bool, bool], tuple[torch.Tensor | None, bool]] = field(
+    _masks: dict[tuple[int | None, int, bool], tuple[torch.Tensor | None, bool]] = field(
         default_factory=dict, repr=False
     )
     _tables: dict[Hashable, object] = field(default_factory=dict, repr=False)
@@ -125,31 +143,35 @@ class AttentionContext:
                 )  # (B|1, S)
         return self._key_positions
 
+    def key_mask(self, s: int, heads: int = 1) -> torch.Tensor | None:
+        """The context's mask (no causal rule, no window) over the ``s`` keys a layer holds: cut to the last ``s``
+        slots when a rolling cache holds fewer than it covers."""
+        mask = self.mask
+        if mask is not None and mask.shape[-1] != s:
+            if mask.shape[-1] > s:
+                return mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
+            as_attention_mask(mask, self.b, heads, self.t, s)  # raises the broadcast error
+        return mask
+
     def kernel_mask(
-        self, window: int | None, s: int, heads: int = 1, fold: bool = True, causal_flag: bool = False
+        self, window: int | None, s: int, heads: int = 1, causal_flag: bool = False
     ) -> tuple[torch.Tensor | None, bool]:
         """The ``(mask, is_causal)`` a kernel gets for ``s`` held keys in a layer with sliding ``window`` (None:
-        global): the final boolean mask, the context's mask (cut to the last ``s`` slots when a rolling cache holds
-        fewer than it covers) with the band, or with ``fold`` the causal rule, ANDed in. ``is_causal`` stays True
-        only for a kernel that takes SDPA's causal flag (``causal_flag``) on a square call with no other mask, or
-        when ``fold`` is off (a fault that moves the diagonal builds its own). Memoised per argument set: work
-        that does not depend on the layer is done once per forward, whatever the number of layers."""
-        key = (window, s, fold, causal_flag)
+        global): the final boolean mask, :meth:`key_mask` with the band or the causal rule ANDed in. ``is_causal``
+        stays True only for a kernel that takes SDPA's causal flag (``causal_flag``) on a square call with no other
+        mask. Memoised per argument set: work that does not depend on the layer is done once per forward, whatever
+        the number of layers."""
+        key = (window, s, causal_flag)
         hit = self._masks.get(key)
         if hit is not None:
             return hit
-        mask, causal = self.mask, self.is_causal and self.t > 1  # one query at the end of the keys sees all
-        if mask is not None and mask.shape[-1] != s:
-            if mask.shape[-1] > s:
-                mask = mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
-            else:
-                as_attention_mask(mask, self.b, heads, self.t, s)  # raises the broadcast error
+        mask, causal = self.key_mask(s, heads), self.is_causal and self.t > 1  # one query at the end sees all
         device = self.positions.device
         if window is not None:  # local attention: a band of key slots, causal or not
             band = sliding_window_mask(self.t, s, window, causal=self.is_causal, device=device)[None, None]
             # ^ (1, 1, T, S), the rank every kernel mask has
             mask, causal = (band if mask is None else mask & band), False  # the band holds the causal part
-        elif causal and fold and not (causal_flag and mask is None and self.t == s):
+        elif causal and not (causal_flag and mask is None and self.t == s):
             square = causal_mask(self.t, s, device=device)[None, None]  # (1, 1, T, S)
             mask, causal = (square if mask is None else mask & square), False  # (B|1, H|1, T, S)
         hit = self._masks[key] = (mask, causal)
@@ -169,55 +191,38 @@ def build_context(
     b: int,
     t: int,
     s: int,
-    heads: int,
     device: torch.device | str | None,
     past: int = 0,
     positions: torch.Tensor | None = None,
-    key_padding_mask: torch.Tensor | None = None,
-    attention_mask: torch.Tensor | None = None,
-    attn_mask: torch.Tensor | None = None,
+    padding: torch.Tensor | None = None,
+    hf_mask: bool = False,
+    mask: torch.Tensor | None = None,
     is_causal: bool = False,
     cross: bool = False,
     bias: torch.Tensor | None = None,
     cache_positions: torch.Tensor | None = None,
-    padding_name: str = "key_padding_mask",
-    mask_name: str = "mask",
-    positions_name: str = "positions",
     shared_positions: torch.Tensor | None = None,
 ) -> AttentionContext:
-    """The one place a forward's mask and positions are checked and built.
+    """The one place a forward's mask and positions are combined, from inputs the callers have checked (each
+    under its own argument's name: :func:`hf_padding`, :func:`key_padding`, :func:`check_positions`,
+    ``masks.as_attention_mask``).
 
-    Padding comes as ``key_padding_mask (B, S)`` (boolean, True on real keys: a layer's and a stack's argument)
-    or as ``attention_mask (B, S)`` (Hugging Face's: bool or 0/1, 1 on real tokens; the query positions are then
-    counted from it, so a left-padded prompt sees the positions of the prompt alone; one without padding is
-    dropped, as in Hugging Face's masking_utils); ``attn_mask`` (``(T, S)``,
-    ``(B, T, S)`` or ``(B, 1|H, T|1, S)``) is validated and ANDed in: one boolean ``(B|1, H|1, T, S)`` mask.
-    ``positions`` (default ``past + arange(T)``, or counted from ``attention_mask``) are checked against
-    ``(B|1, T)``; ``shared_positions`` are another context's, already checked (a decoder's memory context
-    shares its self-attention context's)."""
-    mask = None
-    if attn_mask is not None:
-        mask = as_attention_mask(attn_mask, b, heads, t, s, name=mask_name)
-    counted = None
-    if attention_mask is not None:
-        if key_padding_mask is not None:
-            raise ValueError(f"give attention_mask or {padding_name}, not both (two names for the padding)")
-        counted = hf_padding(attention_mask, b, s, padding_name)
-        assert counted is not None
+    ``padding (B, S)``, True on real keys, and the attention ``mask`` ``(B|1, H|1, T, S)`` are ANDed into one
+    boolean mask. ``hf_mask`` gives the padding Hugging Face's meaning (an ``attention_mask``): the query
+    positions are counted from it, so a left-padded prompt sees the positions of the prompt alone, and one without
+    padding is dropped, as in Hugging Face's masking_utils. ``positions`` (default ``past + arange(T)``, or
+    counted) are ``(B|1, T)``; ``shared_positions`` are another context's (a decoder's memory context shares its
+    self-attention context's)."""
+    if padding is not None and hf_mask:
         # a mask with no padding is no mask (as HF's masking_utils): SDPA may then take its fused causal path
-        if torch.compiler.is_compiling() or not bool(counted.all()):
-            padding = counted[:, None, None, :]  # (B, 1, 1, S)
-            mask = padding if mask is None else mask & padding
-    elif key_padding_mask is not None:
-        padding = key_padding_to_attention(key_padding_mask, name=padding_name)  # (B, 1, 1, S)
-        if tuple(key_padding_mask.shape) != (b, s):
-            raise ValueError(
-                f"{padding_name} must have shape (B={b}, S={s}) with True on real keys, got "
-                f"{tuple(key_padding_mask.shape)}"
-            )
-        mask = padding if mask is None else mask & padding
+        keep = torch.compiler.is_compiling() or not bool(padding.all())
+        counted, padding = padding, (padding if keep else None)
+    else:
+        counted = None
+    if padding is not None:
+        mask = padding[:, None, None, :] if mask is None else mask & padding[:, None, None, :]  # (B|1, H|1, T, S)
     if shared_positions is None:
-        positions = query_positions(t, past, device, given=positions, mask=counted, b=b, name=positions_name)
+        positions = query_positions(t, past, device, given=positions, counted=counted)
     else:
         positions = shared_positions
     return AttentionContext(
@@ -231,4 +236,47 @@ def build_context(
         cross=cross,
         bias=bias,
         cache_positions=cache_positions,
+    )
+
+
+def standalone_context(
+    x: torch.Tensor,
+    context: torch.Tensor | None,
+    *,
+    heads: int,
+    d_model: int,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    kv_cache: KVCache | None = None,
+    positions: torch.Tensor | None = None,
+    attn_bias: torch.Tensor | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+) -> AttentionContext:
+    """The context of a layer called on its own (no model around it), built by :func:`build_context` as a model
+    builds its forward's: the inputs checked, the key count ``S`` (cache included), positions after every entry the
+    cache saw. ``context`` is the memory of a cross-attention call (``None``: self-attention)."""
+    check_hidden("x", x, d_model)
+    b, t, _ = x.shape
+    past, cross = 0, context is not None
+    if context is not None:
+        check_hidden("context", context, d_model)
+        if context.shape[0] != b:
+            raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
+        s = len(kv_cache) if kv_cache is not None and len(kv_cache) else context.shape[1]
+    else:
+        past = cache_seen(None if kv_cache is None else [kv_cache])  # positions continue after every cached entry
+        s = past + t
+    return build_context(
+        b=b,
+        t=t,
+        s=s,
+        device=x.device,
+        past=past,
+        mask=None if mask is None else as_attention_mask(mask, b, heads, t, s, name="mask"),
+        padding=key_padding("key_padding_mask", key_padding_mask, b, s),
+        positions=check_positions("positions", positions, b, t),
+        is_causal=is_causal,
+        cross=cross,
+        bias=attn_bias,
+        cache_positions=None if kv_cache is None or cross else kv_cache.positions,
     )

@@ -24,18 +24,16 @@ nothing gets weights 0 and output 0 — never NaN — in every kernel and dtype,
 ``softcap * tanh(scores / softcap)`` before the bias and the mask, so no logit leaves ``(-softcap, softcap)``.
 
 Every kernel function has one signature, :class:`AttentionFunction`; a module passes every argument explicitly
-and the function reads nothing else. A :class:`Wrapper` (the bug zoo's faults, the weight recorder) takes such a
-function and returns one: it changes one thing around it (another scale, the output laid out differently, the
-weights written down) and calls it; :func:`assemble` stacks a kernel and its wrappers into what a module calls.
+and the function reads nothing else. The math kernel is written as its two halves, :func:`math_scores` and
+:func:`weighted_values`, around the masked softmax.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -47,16 +45,14 @@ log = logging.getLogger("anatomy")
 
 Hook = Callable[[torch.Tensor], torch.Tensor]
 
-
 Weights = tuple[torch.Tensor, torch.Tensor | None]  # (out (B, H, T, Dh), weights (B, H, T, S) or None)
 
 
 class AttentionFunction(Protocol):
-    """What a registry entry's ``fn`` is, and what a :class:`Wrapper` takes and returns: the attention arithmetic
-    on heads already split (``q (B, H, T, Dh)``, ``k, v (B, Hkv, S, Dh)``), the mask already final (the forward's
-    mask plan, ``AttentionContext.kernel_mask``). ``score_hook``, ``weight_hook`` and ``softcap`` are used by the
-    kernels that materialise the scores (``math``, ``loop``); ``sdpa`` refuses them when they are not None.
-    Returns ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
+    """What a registry entry's ``fn`` is: the attention arithmetic on heads already split (``q (B, H, T, Dh)``,
+    ``k, v (B, Hkv, S, Dh)``), the mask already final (the forward's mask plan, ``AttentionContext.kernel_mask``).
+    ``score_hook``, ``weight_hook`` and ``softcap`` are used by the kernels that materialise the scores (``math``,
+    ``loop``); ``sdpa`` refuses them when they are not None. Returns ``(out (B, H, T, Dh), weights or None)``."""
 
     def __call__(
         self,
@@ -88,10 +84,8 @@ def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
 def full_mask(
     mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device | str | None
 ) -> torch.Tensor | None:
-    """The caller's mask AND the (bottom-right aligned) causal mask, for a kernel function called on its own
-    (``math_attention(q, k, v, is_causal=True)``). Inside a module the forward's mask plan
-    (``AttentionContext.kernel_mask``) has folded the causal rule already and ``is_causal`` arrives False (or True
-    only to SDPA's fused path), so no kernel builds a mask per layer."""
+    """The caller's mask AND the (bottom-right aligned) causal mask, for a kernel called on its own. In a module the
+    mask plan (``AttentionContext.kernel_mask``) folded the causal rule in already: no kernel builds one per layer."""
     if not is_causal:
         return mask
     causal = causal_mask(t, s, device=device)  # (T, S)
@@ -126,6 +120,45 @@ def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
     return torch.tanh(x / cap) * cap
 
 
+def math_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    scale: float,
+    softcap: float | None = None,
+    bias: torch.Tensor | None = None,
+    score_hook: Hook | None = None,
+) -> torch.Tensor:
+    """The math kernel's scores ``(B, H, T, S)``: ``q k^T * scale``, soft-capped, plus the bias, through the score
+    hook; ``k`` already has one head per query head."""
+    scores = scores_of(q, k, scale)  # (B, H, T, S)
+    if softcap is not None:
+        scores = soft_cap(scores, softcap)
+    if bias is not None:
+        scores = scores + bias
+    return scores if score_hook is None else score_hook(scores)
+
+
+def weighted_values(
+    weights: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    value_bias: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    need_weights: bool = False,
+    weight_hook: Hook | None = None,
+) -> Weights:
+    """The math kernel's output from its weights ``(B, H, T, S)`` (through the weight hook) and ``v (B, H, S, Dh)``:
+    ``dropout(weights) v`` plus Shaw's value term."""
+    if weight_hook is not None:
+        weights = weight_hook(weights)
+    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
+    out = torch.matmul(dropped, v)  # (B, H, T, Dh)
+    if value_bias is not None:
+        out = out + torch.einsum("bhts,btsd->bhtd", dropped, value_bias.to(v.dtype))  # (B, H, T, Dh)
+    return out, (weights if need_weights else None)
+
+
 def math_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -141,29 +174,15 @@ def math_attention(
     score_hook: Hook | None = None,
     weight_hook: Hook | None = None,
     softcap: float | None = None,
-    mask_step: Callable[..., torch.Tensor | None] = full_mask,
-    softmax_step: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor] = masked_softmax,
 ) -> Weights:
-    """All heads at once. ``mask_step(mask, is_causal, t, s, device)`` and ``softmax_step(scores, mask)`` are the
-    two steps a bug-zoo fault may replace (anatomy.pitfalls); the defaults are the correct ones."""
-    b, h, t, dh = q.shape
-    s = k.shape[-2]
-    k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dh)
-    scores = scores_of(q, k, scale)  # (B, H, T, S)
-    if softcap is not None:
-        scores = soft_cap(scores, softcap)
-    if bias is not None:
-        scores = scores + bias
-    if score_hook is not None:
-        scores = score_hook(scores)
-    weights = softmax_step(scores, mask_step(mask, is_causal, t, s, q.device)).to(v.dtype)  # (B, H, T, S)
-    if weight_hook is not None:
-        weights = weight_hook(weights)
-    dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
-    out = torch.matmul(dropped, v)  # (B, H, T, Dh)
-    if value_bias is not None:
-        out = out + torch.einsum("bhts,btsd->bhtd", dropped, value_bias.to(v.dtype))  # (B, H, T, Dh)
-    return out, (weights if need_weights else None)
+    """All heads at once: scores, the masked softmax, the weighted values."""
+    t, s = q.shape[-2], k.shape[-2]
+    k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])  # (B, H, S, Dh)
+    scores = math_scores(q, k, scale=scale, softcap=softcap, bias=bias, score_hook=score_hook)  # (B, H, T, S)
+    weights = masked_softmax(scores, full_mask(mask, is_causal, t, s, q.device)).to(v.dtype)  # (B, H, T, S)
+    return weighted_values(
+        weights, v, value_bias=value_bias, dropout_p=dropout_p, need_weights=need_weights, weight_hook=weight_hook
+    )
 
 
 def loop_attention(
@@ -189,11 +208,8 @@ def loop_attention(
     outs, all_weights = [], []
     for head in range(h):
         kv_head = head // (h // hkv)
-        scores = scores_of(q[:, head], k[:, kv_head], scale)  # (B, T, S)
-        if softcap is not None:
-            scores = soft_cap(scores, softcap)
-        if bias is not None:
-            scores = scores + bias.expand(b, h, t, s)[:, head]
+        head_bias = None if bias is None else bias.expand(b, h, t, s)[:, head]
+        scores = math_scores(q[:, head], k[:, kv_head], scale=scale, softcap=softcap, bias=head_bias)  # (B, T, S)
         head_mask = None if full is None else full.expand(b, h, t, s)[:, head]  # (B, T, S)
         w = masked_softmax(scores, head_mask).to(v.dtype)  # (B, T, S)
         all_weights.append(w)
@@ -322,155 +338,11 @@ KERNELS: dict[str, Kernel] = {
 KERNEL_NAMES = (*KERNELS, "auto")  # the names a user chooses; :func:`register` adds more
 
 
-# --- wrappers: one change around the function in place ---------------------------------------------------------
-# The steps a wrapper can take, innermost first. A module holds at most one wrapper per step (a second one of the
-# same step takes the place of the first); wrappers of different steps compose, in this order whatever the order
-# they came in:
-#   arithmetic  the math kernel's arithmetic with one step changed (the bug zoo's mask and softmax faults); it
-#               takes the place of the kernel's arithmetic, so a module resolves 'math' under it
-#   record      the weights of chosen heads written down, then the function in place (inspection.weights)
-#   scale       the function in place called with another scale (the bug zoo's scaling faults)
-#   split       the projections laid out before the module's standard split (split_without_transpose): it acts on
-#               the projections, not on this function (``before_split``), so QK-norm, RoPE and the cache see the
-#               heads it makes
-#   merge       the function's output laid out for the module's standard merge (merge_wrong_transpose)
-WRAP_STEPS = ("arithmetic", "record", "scale", "split", "merge")
-
-
-def _unchanged(inner: AttentionFunction) -> AttentionFunction:
-    return inner
-
-
-@dataclass(frozen=True)
-class Wrapper:
-    """One change around a module's attention function. ``wrap(inner)`` returns the function to call instead of
-    ``inner`` (the kernel's, or the next wrapper's); ``fold_causal=False`` asks the mask plan to keep the causal
-    rule apart (``is_causal`` True, for a fault that moves the diagonal); ``before_split(x (B, T, n·Dh), n)``
-    rearranges each projection before the module's split (n = H for q, Hkv for k and v)."""
-
-    name: str
-    step: str  # one of WRAP_STEPS
-    wrap: Callable[[AttentionFunction], AttentionFunction] = _unchanged
-    fold_causal: bool = True
-    before_split: Callable[[torch.Tensor, int], torch.Tensor] | None = None
-
-    def __post_init__(self) -> None:
-        if self.step not in WRAP_STEPS:
-            raise ValueError(f"Wrapper step must be one of {', '.join(WRAP_STEPS)}, got {self.step!r}")
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What a module calls for one kind of call: the kernel's function inside its wrappers, and what the mask plan
-    must hand it (``ctx.kernel_mask(window, S, H, fold_causal, causal_flag and no bias)``)."""
-
-    fn: AttentionFunction
-    returns_weights: bool  # pass the score/weight hooks
-    fold_causal: bool
-    causal_flag: bool
-
-
-def assemble(kernel: Kernel, wrappers: Sequence[Wrapper], args: Mapping[str, Any] | None = None) -> Resolved:
-    """``kernel``'s function (with ``args`` bound, a module's ``kernel_args``) inside ``wrappers``, innermost
-    first."""
-    fn: AttentionFunction = cast(AttentionFunction, partial(kernel.fn, **args)) if args else kernel.fn
-    for wrapper in wrappers:
-        fn = wrapper.wrap(fn)
-    return Resolved(fn, kernel.returns_weights, all(w.fold_causal for w in wrappers), kernel.causal_flag)
-
-
-def _head_rows(x: torch.Tensor | None, heads: list[int]) -> torch.Tensor | None:
-    """Keep ``heads`` on dim 1 of a tensor broadcastable to ``(B, H, T, S)`` (size-1 head dims broadcast)."""
-    return x if x is None or x.shape[1] == 1 else x[:, heads]
-
-
-def recorder(heads: Sequence[int], sink: Callable[[torch.Tensor], None]) -> Wrapper:
-    """The ``record`` wrapper: ``sink`` receives the weights ``(B, len(heads), T, S)`` of query heads ``heads``,
-    the math kernel's ``softmax(q k^T * scale + bias, masked)`` on exactly the q, k, mask, scale and bias the
-    function in place receives; then that function runs, and its output is the call's: what runs is unchanged
-    (SDPA under ``auto``; ``anatomy.inspection.weights.attention_weights``)."""
-    rows = list(heads)
-
-    def wrap(inner: AttentionFunction) -> AttentionFunction:
-        def record(
-            q: torch.Tensor,
-            k: torch.Tensor,
-            v: torch.Tensor,
-            *,
-            mask: torch.Tensor | None = None,
-            is_causal: bool = False,
-            scale: float,
-            bias: torch.Tensor | None = None,
-            value_bias: torch.Tensor | None = None,
-            dropout_p: float = 0.0,
-            need_weights: bool = False,
-            score_hook: Hook | None = None,
-            weight_hook: Hook | None = None,
-            softcap: float | None = None,
-        ) -> Weights:
-            with torch.no_grad():
-                k_sel = repeat_kv(k, q.shape[1])[:, rows]  # (B, h, S, Dh)
-                _, weights = math_attention(
-                    q[:, rows],
-                    k_sel,
-                    k_sel,
-                    mask=_head_rows(mask, rows),
-                    is_causal=is_causal,
-                    scale=scale,
-                    bias=_head_rows(bias, rows),
-                    need_weights=True,
-                    softcap=softcap,
-                )  # output discarded
-            assert weights is not None  # need_weights=True
-            sink(weights)
-            return inner(
-                q,
-                k,
-                v,
-                mask=mask,
-                is_causal=is_causal,
-                scale=scale,
-                bias=bias,
-                value_bias=value_bias,
-                dropout_p=dropout_p,
-                need_weights=need_weights,
-                score_hook=score_hook,
-                weight_hook=weight_hook,
-                softcap=softcap,
-            )
-
-        return record
-
-    return Wrapper("record", "record", wrap)
-
-
 def entry(name: str) -> Kernel:
     """The registry entry ``name`` (one line naming the valid ones otherwise)."""
     if name not in KERNELS:
         raise ValueError(f"unknown kernel {name!r}; valid names: {', '.join(KERNEL_NAMES)}")
     return KERNELS[name]
-
-
-class kernel_setting:  # noqa: N801 (used like ``property``)
-    """A module attribute that chooses its kernel (``kernel``, ``kernel_args``): reading it gives the value, setting
-    it stores the value and has the module resolve again (``MultiHeadAttention._resolve``), so a call never
-    resolves; a value the module refuses leaves the old one in place."""
-
-    def __init__(self, slot: str) -> None:
-        self.slot = slot
-
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
-        return self if obj is None else obj.__dict__[self.slot]
-
-    def __set__(self, obj: Any, value: Any) -> None:
-        old = obj.__dict__[self.slot]
-        obj.__dict__[self.slot] = value
-        try:
-            obj._resolve()
-        except ValueError:
-            obj.__dict__[self.slot] = old
-            obj._resolve()
-            raise
 
 
 def register(kernel: Kernel) -> Kernel:
@@ -510,9 +382,7 @@ def resolve(
             _said.add(key)
             log.info("attention %s: kernel 'auto' uses 'math' because %s", where or "", reasons[0])
         return KERNELS["math"]
-    if name not in KERNELS:
-        raise ValueError(f"unknown kernel {name!r}; valid names: {', '.join(KERNEL_NAMES)}")
-    kernel = KERNELS[name]
+    kernel = entry(name)
     if value_bias and not kernel.supports_value_bias:
         raise ValueError(
             f"kernel={name!r} cannot express Shaw relative attention's value term; use kernel='math' or 'auto'"

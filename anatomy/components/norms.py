@@ -99,3 +99,16 @@ def norm_class(name: str) -> type[nn.Module]:
     if name not in NORMS:
         raise ValueError(f"unknown norm {name!r}; valid names: {', '.join(sorted(NORMS))}")
     return NORMS[name]
+
+
+def make_norm(kind: str, width: int, *, eps: float, bias: bool = True, offset: float = 0.0) -> nn.Module:
+    """A norm of ``kind`` over ``width`` features, given the arguments it takes: the one place each rule is written.
+    RMSNorm has no shift (beta), so ``bias`` is not its argument; only RMSNorm has Gemma's weight ``offset``."""
+    cls = norm_class(kind)
+    if cls is RMSNorm:
+        return RMSNorm(width, eps=eps, offset=offset)
+    if offset:
+        raise ValueError(
+            f"norm_offset={offset} needs norm='rmsnorm' (only RMSNorm scales by offset + weight), got norm={kind!r}"
+        )
+    return cls(width, eps=eps, bias=bias)

@@ -64,7 +64,8 @@ class CachedDecoding:
         self._ones = None if mask is None else mask.new_ones(b, 1)
 
     def _logits(self, ids: torch.Tensor, step: bool = True) -> torch.Tensor:
-        """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache."""
+        """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache: the head runs on the
+        last position only (``logits_to_keep=1``; a prompt's other T - 1 rows of V logits are never made)."""
         model = self.stepper if step else self.model  # the prefill runs the modules (and any hook of prefill's)
         if self.seq2seq:
             out = model(
@@ -73,9 +74,10 @@ class CachedDecoding:
                 encoder_outputs=self.encoded,
                 kv_caches=self.caches,
                 use_cache=True,
+                logits_to_keep=1,
             )
         else:
-            out = model(ids, self.mask, kv_caches=self.caches, use_cache=True)
+            out = model(ids, self.mask, kv_caches=self.caches, use_cache=True, logits_to_keep=1)
         logits: torch.Tensor = out.logits[:, -1]  # (B, V)
         return logits
 

@@ -5,7 +5,7 @@ machinery. ``DecodeStep`` makes one flat view of the model (``anatomy.generation
 sub-modules as plain attributes, hook points as the identity) and calls the view exactly as the module path calls
 the model::
 
-    model(ids (B, 1), mask (B, S + 1), kv_caches=caches, use_cache=True).logits[:, -1]      # (B, V)
+    model(ids (B, 1), mask (B, S + 1), kv_caches=caches, use_cache=True, logits_to_keep=1).logits[:, -1]  # (B, V)
 
 so there is one copy of every order (the block's norm, attention, residual and FFN; attention's projections,
 split, rotation, cache, kernel and merge) and the view cannot drift from the modules. tests/generation/test_fast.py
@@ -66,5 +66,6 @@ class DecodeStep:
         self.view, self.caches = flat(model), caches
 
     def __call__(self, ids: torch.Tensor, mask: torch.Tensor | None, **kwargs: Any) -> torch.Tensor:
-        logits: torch.Tensor = self.view(ids, mask, kv_caches=self.caches, use_cache=True, **kwargs).logits[:, -1]
+        out = self.view(ids, mask, kv_caches=self.caches, use_cache=True, logits_to_keep=1, **kwargs)
+        logits: torch.Tensor = out.logits[:, -1]
         return logits  # (B, V)

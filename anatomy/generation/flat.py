@@ -9,6 +9,8 @@ before ``_modules`` / ``_parameters`` are searched), a few microseconds per modu
 - the module's instance attributes, parameters and buffers as plain attributes (found at once);
 - every sub-module replaced by its own flat view, so ``self.q_proj(x)`` is a direct call of ``Linear.forward``;
 - every ``HookPoint`` replaced by the identity (a view is only made when no hook is attached anywhere);
+- a method wrapped on the instance (``anatomy.components.wrapping``: a bug-zoo fault) run by the view as the
+  module runs it (the view is of the instance's class, and holds its wrappers);
 - every plain ``nn.Linear`` replaced by its one op with the weights bound (``F.linear(x, weight, bias)``, which is
   all ``Linear.forward`` does) and its ``weight`` / ``bias`` / ``in_features`` / ``out_features`` kept.
 

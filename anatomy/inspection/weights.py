@@ -1,12 +1,13 @@
 """Attention weights while the model keeps running the fused kernel.
 
 ``F.scaled_dot_product_attention`` never materialises the ``(B, H, T, S)`` weights; switching the whole model to
-the math kernel to see them changes what runs (and costs memory in every layer). Instead, the chosen layers wrap
-their attention function with the ``record`` wrapper (``kernels.recorder``): it receives exactly what the layer's own
-kernel receives (q ``(B, H, T, Dh)`` and k ``(B, Hkv, S, Dh)`` after RoPE and with the KV cache, the forward context's
-mask for this layer, the score bias), computes :func:`anatomy.components.kernels.math_attention`'s
-``softmax(q k^T * scale + bias, masked)`` for the chosen heads only, and then runs the layer's own kernel for the
-output. No score/weight hook is attached, so ``kernel="auto"`` stays on SDPA::
+the math kernel to see them changes what runs (and costs memory in every layer). Instead, the chosen layers' own
+``attend`` step is wrapped on those instances (:func:`recorder`, through ``anatomy.components.wrapping``): it
+receives exactly what the layer's kernel receives (q ``(B, H, T, Dh)`` and k ``(B, Hkv, S, Dh)`` after RoPE and with
+the KV cache, the forward context's mask for this layer, the scale, the score bias), computes
+:func:`anatomy.components.kernels.math_attention`'s ``softmax(q k^T * scale + bias, masked)`` for the chosen heads
+only, and then runs the layer's own step for the output. No score/weight hook is attached, so ``kernel="auto"``
+stays on SDPA::
 
     with attention_weights(model, layers=[0], heads=[1, 3]) as maps:
         model(ids)
@@ -27,8 +28,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from anatomy.components import kernels
+from anatomy.components import kernels, wrapping
 from anatomy.components.attention import MultiHeadAttention
+from anatomy.components.context import AttentionContext
 
 
 @dataclass
@@ -70,6 +72,54 @@ def _select(items: Sequence[int] | None, count: int, what: str, owner: str) -> l
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < count:
             raise ValueError(f"{what} holds {i!r}, but {owner} has {count} (valid: 0..{count - 1})")
     return items
+
+
+def _head_rows(x: torch.Tensor | None, heads: list[int]) -> torch.Tensor | None:
+    """Keep ``heads`` on dim 1 of a tensor broadcastable to ``(B, H, T, S)`` (size-1 head dims broadcast)."""
+    return x if x is None or x.shape[1] == 1 else x[:, heads]
+
+
+def recorder(heads: Sequence[int], sink: Callable[[torch.Tensor], None]) -> wrapping.Wrapper:
+    """A wrapper of ``MultiHeadAttention.attend`` (step ``observe``): ``sink`` receives the weights
+    ``(B, len(heads), T, S)`` of query heads ``heads``, the math kernel's ``softmax(q k^T * scale + bias, masked)``
+    on exactly the q, k, mask, scale and bias the step receives; then the step in place runs, and its output is the
+    call's: what runs is unchanged (SDPA under ``auto``)."""
+    rows = list(heads)
+
+    def wrap(inner: Callable[..., kernels.Weights]) -> Callable[..., kernels.Weights]:
+        def record(
+            self: MultiHeadAttention,
+            q: torch.Tensor,
+            k: torch.Tensor,
+            v: torch.Tensor,
+            ctx: AttentionContext,
+            *,
+            window: int | None,
+            scale: float,
+            bias: torch.Tensor | None,
+            **kw: Any,
+        ) -> kernels.Weights:
+            mask, is_causal = ctx.kernel_mask(window, k.shape[-2], self.n_heads)
+            with torch.no_grad():
+                k_sel = kernels.repeat_kv(k, q.shape[1])[:, rows]  # (B, h, S, Dh)
+                _, weights = kernels.math_attention(
+                    q[:, rows],
+                    k_sel,
+                    k_sel,
+                    mask=_head_rows(mask, rows),
+                    is_causal=is_causal,
+                    scale=scale,
+                    bias=_head_rows(bias, rows),
+                    need_weights=True,
+                    softcap=self.softcap,
+                )  # output discarded
+            assert weights is not None  # need_weights=True
+            sink(weights)
+            return inner(self, q, k, v, ctx, window=window, scale=scale, bias=bias, **kw)
+
+        return record
+
+    return wrap
 
 
 @contextmanager
@@ -122,7 +172,7 @@ def attention_weights(
     try:
         for i in chosen:
             name, module = modules[i]
-            undo.append(module.wrap(kernels.recorder(per_layer[i], sink(i))))
+            undo.append(wrapping.wrap_method(module, "attend", "observe", recorder(per_layer[i], sink(i))))
             handles.append(module.register_forward_hook(done(i, name), with_kwargs=True))
         yield maps
     finally:

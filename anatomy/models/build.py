@@ -5,10 +5,10 @@ torchtune's component builders are the model): ``_norm``, ``_positional``, ``_bl
 ``_embeddings``, then one function per architecture. Nothing is passed through as a keyword bag, so a field no
 part reads is visible here, and a constructor that does not take an argument refuses it (``TypeError``).
 
-Parts are made in one place each: ``make_norm`` (the norm rules: RMSNorm has no bias, only it has an offset) and
-``build_block`` (a block's attention, FFN and Add & Norm from explicit arguments). ``_block`` hands the config's
-fields to ``build_block``, and ``EncoderBlock.build`` / ``DecoderBlock.build`` (what interop, the doctor, the bench
-and the claims call) *are* ``build_block``: there is one block factory.
+Parts are made in one place each, in components: ``norms.make_norm`` (the norm rules: RMSNorm has no bias, only it
+has an offset) and ``block.build_block`` (a block's attention, FFN and Add & Norm from explicit arguments).
+``_block`` hands the config's fields to ``build_block``, which ``EncoderBlock.build`` / ``DecoderBlock.build`` (what
+interop, the doctor, the bench and the claims call) also call: there is one block factory.
 
 Each design choice is resolved here, once, by name: the positional scheme's *site* decides whether it joins the
 embeddings, every attention layer, or the stack (T5's shared bias); ``norm_position="deepnorm"`` brings DeepNet's
@@ -23,13 +23,11 @@ from typing import Any, cast
 
 from torch import nn
 
-from anatomy.components.add_norm import AddNorm, deepnorm_constants
-from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.block import DecoderBlock, EncoderBlock, TransformerBlock
+from anatomy.components.add_norm import deepnorm_constants
+from anatomy.components.block import DecoderBlock, EncoderBlock, TransformerBlock, build_block
 from anatomy.components.embedding import InputEmbeddings, TokenEmbedding, make_lm_head
-from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import mirror_hook_points
-from anatomy.components.norms import RMSNorm, norm_class
+from anatomy.components.norms import make_norm
 from anatomy.components.positional import RopeScaling, positional_class
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.config import ModelConfig
@@ -42,19 +40,6 @@ from anatomy.models.seq2seq import Seq2Seq
 from anatomy.models.stack import TransformerStack
 
 # ------------------------------------------------------------------------------------------------------ parts
-
-
-def make_norm(kind: str, width: int, *, eps: float, bias: bool = True, offset: float = 0.0) -> nn.Module:
-    """A norm of ``kind`` over ``width`` features, given the arguments it takes: the one place each rule is written.
-    RMSNorm has no shift (beta), so ``bias`` is not its argument; only RMSNorm has Gemma's weight ``offset``."""
-    cls = norm_class(kind)
-    if cls is RMSNorm:
-        return RMSNorm(width, eps=eps, offset=offset)
-    if offset:
-        raise ValueError(
-            f"norm_offset={offset} needs norm='rmsnorm' (only RMSNorm scales by offset + weight), got norm={kind!r}"
-        )
-    return cls(width, eps=eps, bias=bias)
 
 
 def _norm(config: ModelConfig, width: int | None = None) -> nn.Module:
@@ -146,88 +131,6 @@ def _block(config: ModelConfig, layer: int, kind: str, alpha: float) -> Transfor
         sliding_window=config.layer_window(layer),
         parallel_residual=config.parallel_residual and kind != "decoder",
     )
-
-
-def build_block(
-    cls: type[TransformerBlock],
-    *,
-    d_model: int,
-    n_heads: int,
-    n_kv_heads: int | None = None,
-    d_ff: int | None = None,
-    activation: str = "relu",
-    norm: str = "layernorm",
-    norm_eps: float = 1e-5,
-    placement: str = "post",
-    bias: bool = True,
-    dropout: float = 0.0,
-    attention_dropout: float = 0.0,
-    kernel: str = "auto",
-    attn_scale: float | None = None,
-    fused_qkv: bool = False,
-    alpha: float = 1.0,
-    positional: PositionalScheme | None = None,
-    head_dim: int | None = None,
-    qk_norm: str | None = None,
-    sliding_window: int | None = None,
-    qkv_bias: bool | None = None,
-    attn_softcap: float | None = None,
-    norm_offset: float = 0.0,
-    parallel_residual: bool = False,
-) -> TransformerBlock:
-    """``EncoderBlock.build(...)`` / ``DecoderBlock.build(...)``: a block of the usual parts from explicit
-    arguments, made by the same part builders as ``build_model`` (``make_norm``, ``AddNorm``, the attention and FFN
-    constructors); a ``DecoderBlock`` also gets cross-attention (never windowed, no positional scheme)."""
-
-    def norm_of(width: int) -> nn.Module:
-        return make_norm(norm, width, eps=norm_eps, bias=bias, offset=norm_offset)
-
-    def add_norm() -> AddNorm:
-        return AddNorm(d_model, placement=placement, make_norm=norm_of, dropout=dropout, alpha=alpha)
-
-    def attention(scheme: PositionalScheme | None, window: int | None) -> MultiHeadAttention:
-        return MultiHeadAttention(
-            d_model=d_model,
-            n_heads=n_heads,
-            n_kv_heads=n_kv_heads,
-            head_dim=head_dim,
-            bias=bias,
-            qkv_bias=qkv_bias,
-            dropout=attention_dropout,
-            kernel=kernel,
-            scale=attn_scale,
-            fused_qkv=fused_qkv,
-            qk_norm=qk_norm,
-            norm_eps=norm_eps,
-            softcap=attn_softcap,
-            positional=scheme,
-            sliding_window=window,
-        )
-
-    norm_class(norm)  # an unknown norm is named before any part is made
-    ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
-    if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
-        if parallel_residual:
-            raise ValueError("parallel_residual is for blocks without cross-attention")
-        return cls(
-            attn=attention(positional, sliding_window),
-            attn_add_norm=add_norm(),
-            cross_attn=attention(None, None),
-            cross_add_norm=add_norm(),
-            ffn=ffn,
-            ffn_add_norm=add_norm(),
-        )
-    return cls(
-        attn=attention(positional, sliding_window),
-        attn_add_norm=add_norm(),
-        ffn=ffn,
-        ffn_add_norm=add_norm(),
-        parallel_residual=parallel_residual,
-    )
-
-
-# The blocks' ``build`` classmethod is this module's builder (components never import models: no import cycle).
-TransformerBlock.build = classmethod(build_block)  # type: ignore[assignment]
 
 
 def _stack(config: ModelConfig, kind: str, n_layers: int, alpha: float, *, bidirectional: bool) -> TransformerStack:

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from anatomy.components.context import check_positions
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.models.common import ids_shape
 from anatomy.models.stack import TransformerStack
@@ -38,20 +39,23 @@ class Decoder(nn.Module):
         output_attentions: bool = False,
         hidden_states: list[torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, tuple[Any, ...] | None]:
+        """``attention_mask (B, S + T)`` over the cached and new tokens and ``memory_mask (B, M)`` over the memory:
+        boolean, True on real tokens, with Hugging Face's meaning, checked by the caller under its own argument
+        names (``Seq2Seq``: ``decoder_attention_mask``, ``attention_mask``, by ``context.hf_padding``)."""
         b, t = ids_shape(input_ids, "decoder_input_ids")
+        past = self.stack.seen(kv_caches)
         ctx = self.stack.attention_context(
             b,
             t,
             input_ids.device,
-            memory_len=memory.shape[1],
-            attention_mask=attention_mask,
-            memory_attention_mask=memory_mask,
-            is_causal=True,
+            past=past,
             kv_caches=kv_caches,
-            positions=position_ids,
-            padding_name="decoder_attention_mask",
-            memory_padding_name="attention_mask",
-            positions_name="position_ids",
+            padding=attention_mask,
+            hf_mask=True,
+            memory_len=memory.shape[1],
+            memory_padding=memory_mask,
+            is_causal=True,
+            positions=check_positions("position_ids", position_ids, b, t),
         )
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
         out: tuple[torch.Tensor, tuple[Any, ...] | None] = self.stack(

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from anatomy.components.context import check_positions, hf_padding
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.models.common import ids_shape
 from anatomy.models.hf_api import PretrainedMethods
@@ -45,11 +46,10 @@ class Encoder(PretrainedMethods, nn.Module):
             b,
             t,
             input_ids.device,
-            attention_mask=attention_mask,
+            padding=hf_padding("attention_mask", attention_mask, b, t),
+            hf_mask=True,
             is_causal=False,
-            positions=position_ids,
-            padding_name="attention_mask",
-            positions_name="position_ids",
+            positions=check_positions("position_ids", position_ids, b, t),
         )
         x = self.embeddings(input_ids, ctx.positions, token_type_ids)  # (B, T, D)
         hidden: list[torch.Tensor] | None = [] if output_hidden_states else None

@@ -9,10 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.components.context import check_positions, hf_padding
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.kv_cache import KVCache
 from anatomy.models.cache import close_cache, open_cache
-from anatomy.models.common import ids_shape
+from anatomy.models.common import ids_shape, keep_positions
 from anatomy.models.hf_api import GenerationMethods
 from anatomy.models.outputs import LMOutput
 from anatomy.models.stack import TransformerStack
@@ -61,6 +62,7 @@ class DecoderLM(GenerationMethods, nn.Module):
         past_key_values: Any = None,
         cache: Any = None,
         return_dict: bool = True,
+        logits_to_keep: int | torch.Tensor = 0,
     ) -> LMOutput | tuple[Any, ...]:
         """``input_ids: (B, T)``. With a cache, ``attention_mask`` covers the cached *and* the new tokens
         ``(B, S + T)`` and positions continue from the mask (left-padded batches decode correctly).
@@ -68,28 +70,33 @@ class DecoderLM(GenerationMethods, nn.Module):
         Hugging Face's calls work: ``past_key_values=`` (or transformers 5's ``cache=``) takes a ``ModelCache``,
         legacy ``((k, v), ...)`` tuples or a transformers ``DynamicCache``; ``use_cache=True`` returns the cache as
         ``past_key_values``; ``output_hidden_states=True`` gives the embeddings' output and every block's (the
-        last one after the final norm, as HF); ``return_dict=False`` gives ``out.to_tuple()``."""
+        last one after the final norm, as HF); ``return_dict=False`` gives ``out.to_tuple()``. ``logits_to_keep``
+        (HF's): the head runs on the last N positions only (0: all), or on the positions a tensor names
+        (``models.common.keep_positions``); the loss needs them all."""
         b, t = ids_shape(input_ids)
+        if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
+            raise ValueError("labels need the logits of every position: give logits_to_keep=0 (the default)")
         if cache is not None:
             if past_key_values is not None:
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, attention_mask)
+        past = self.stack.seen(kv_caches)
         ctx = self.stack.attention_context(
             b,
             t,
             input_ids.device,
-            attention_mask=attention_mask,
-            is_causal=True,
+            past=past,
             kv_caches=kv_caches,
-            positions=position_ids,
-            padding_name="attention_mask",
-            positions_name="position_ids",
-        )  # masks, positions, cache: checked once
+            padding=hf_padding("attention_mask", attention_mask, b, past + t),
+            hf_mask=True,
+            is_causal=True,
+            positions=check_positions("position_ids", position_ids, b, t),
+        )  # masks, positions, cache: checked once, under the names of this forward's arguments
         x = self.embeddings(input_ids, ctx.positions)  # (B, T, D)
         hidden: list[torch.Tensor] | None = [] if output_hidden_states else None
         x, weights = self.stack(x, ctx=ctx, kv_caches=kv_caches, need_weights=output_attentions, hidden_states=hidden)
-        logits = self.lm_head(x)  # (B, T, V)
+        logits = self.lm_head(keep_positions(x, logits_to_keep))  # (B, T, V), or (B, N, V) kept
         if self.final_logit_softcap is not None:
             logits = torch.tanh(logits / self.final_logit_softcap) * self.final_logit_softcap
         loss = None if labels is None else lm_loss(logits, labels)

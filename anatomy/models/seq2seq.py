@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.components.context import hf_padding
 from anatomy.models.cache import close_cache, open_cache
-from anatomy.models.common import ids_shape
+from anatomy.models.common import ids_shape, keep_positions
 from anatomy.models.decoder import Decoder, DecoderStack
 from anatomy.models.encoder import Encoder, EncoderStack
 from anatomy.models.hf_api import GenerationMethods
@@ -90,9 +91,13 @@ class Seq2Seq(GenerationMethods, nn.Module):
         past_key_values: Any = None,
         cache: Any = None,
         return_dict: bool = True,
+        logits_to_keep: int | torch.Tensor = 0,
     ) -> Seq2SeqOutput | tuple[Any, ...]:
         """HF's ``past_key_values`` / ``cache`` / ``use_cache`` / ``output_hidden_states`` / ``return_dict`` work
-        as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer)."""
+        as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer), and ``logits_to_keep``: the
+        head runs on the decoder positions kept only (``models.common.keep_positions``; 0, the default: all)."""
+        if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
+            raise ValueError("labels need the logits of every position: give logits_to_keep=0 (the default)")
         if encoder_outputs is None:
             if input_ids is None:
                 raise ValueError("input_ids (B, S) are required unless encoder_outputs are given")
@@ -114,6 +119,11 @@ class Seq2Seq(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, decoder_attention_mask)
+        b, t = decoder_input_ids.shape
+        memory = cast(torch.Tensor, encoder_outputs.last_hidden_state)
+        seen = self.decoder.stack.seen(kv_caches)
+        decoder_attention_mask = hf_padding("decoder_attention_mask", decoder_attention_mask, b, seen + t)
+        attention_mask = hf_padding("attention_mask", attention_mask, b, memory.shape[1])
         hidden_list: list[torch.Tensor] | None = [] if output_hidden_states else None
         hidden, weights = self.decoder(
             decoder_input_ids,
@@ -124,7 +134,8 @@ class Seq2Seq(GenerationMethods, nn.Module):
             output_attentions=output_attentions,
             hidden_states=hidden_list,
         )
-        logits = self.lm_head(hidden * self.output_scale if self.output_scale != 1.0 else hidden)  # (B, T, V)
+        kept = keep_positions(hidden, logits_to_keep)  # (B, T, D), or the positions kept
+        logits = self.lm_head(kept * self.output_scale if self.output_scale != 1.0 else kept)  # (B, T, V)
         loss = None
         if labels is not None:
             if labels.shape != logits.shape[:2]:

@@ -20,9 +20,10 @@ from torch import nn
 
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
-from anatomy.components.context import AttentionContext, build_context, cache_seen
+from anatomy.components.context import AttentionContext, build_context, cache_seen, check_positions, key_padding
 from anatomy.components.hook_point import HookPoint
 from anatomy.components.kv_cache import KVCache
+from anatomy.components.masks import as_attention_mask
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_hidden
 
@@ -58,53 +59,53 @@ class TransformerStack(nn.Module):
         caches = [KVCache(capacity, window=attn.sliding_window) for attn in self.attentions()]
         return [(c, KVCache()) for c in caches] if self.cross else caches
 
+    def seen(self, kv_caches: list[Any] | None) -> int:
+        """Entries the caches saw before this call (0 without caches), once they are checked: one per block."""
+        if kv_caches is not None and len(kv_caches) != len(self.blocks):
+            what = "one (self, cross) pair" if self.cross else "one cache"
+            raise ValueError(f"kv_caches must hold {what} per block ({len(self.blocks)}), got {len(kv_caches)}")
+        return cache_seen(kv_caches)
+
+    @property
+    def heads(self) -> int:
+        """Query heads of the blocks' attention (what an attention mask broadcasts to)."""
+        return cast(TransformerBlock, self.blocks[0]).attn.n_heads if len(self.blocks) else 1
+
     def attention_context(
         self,
         b: int,
         t: int,
         device: torch.device | str | None,
         *,
+        past: int = 0,
+        kv_caches: list[Any] | None = None,
+        padding: torch.Tensor | None = None,
+        hf_mask: bool = False,
+        mask: torch.Tensor | None = None,
         memory_len: int | None = None,
-        key_padding_mask: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        attn_mask: torch.Tensor | None = None,
-        memory_key_padding_mask: torch.Tensor | None = None,
-        memory_attention_mask: torch.Tensor | None = None,
-        memory_attn_mask: torch.Tensor | None = None,
+        memory_padding: torch.Tensor | None = None,
+        memory_mask: torch.Tensor | None = None,
         is_causal: bool | None = None,
         positions: torch.Tensor | None = None,
-        kv_caches: list[Any] | None = None,
-        padding_name: str = "key_padding_mask",
-        memory_padding_name: str = "memory_key_padding_mask",
-        positions_name: str = "positions",
     ) -> AttentionContext:
-        """The forward's :class:`AttentionContext`, built once for every block: the caches checked and their
-        length read, masks checked and combined (``key_padding_mask (B, S)``, boolean, True = may attend, or a
-        model's Hugging Face ``attention_mask`` (B, S) of 0/1, from which the positions are then counted;
-        ``attn_mask`` broadcastable to ``(B, H, T, S)``), positions (default ``past + arange(T)``), T5's shared
-        bias, and for cross-attention the memory's context (``ctx.cross_ctx``)."""
-        if kv_caches is not None and len(kv_caches) != len(self.blocks):
-            what = "one (self, cross) pair" if self.cross else "one cache"
-            raise ValueError(f"kv_caches must hold {what} per block ({len(self.blocks)}), got {len(kv_caches)}")
-        heads = cast(TransformerBlock, self.blocks[0]).attn.n_heads if len(self.blocks) else 1
-        past = cache_seen(kv_caches)
+        """The forward's :class:`AttentionContext`, built once for every block from inputs the caller checked under
+        its own argument names (``past``: :meth:`seen`; ``padding (B, S)`` boolean, True on real keys, with
+        Hugging Face's meaning when ``hf_mask``: positions counted from it, dropped when it hides nothing;
+        ``mask`` boolean ``(B|1, H|1, T, S)``; ``positions (B|1, T)``, default ``past + arange(T)``): T5's shared
+        bias, and for cross-attention the memory's context (``ctx.cross_ctx``, ``memory_len`` keys)."""
         first = None if not kv_caches else (kv_caches[0][0] if self.cross else kv_caches[0])
         ctx = build_context(
             b=b,
             t=t,
             s=past + t,
-            heads=heads,
             device=device,
             past=past,
             positions=positions,
-            key_padding_mask=key_padding_mask,
-            attention_mask=attention_mask,
-            attn_mask=attn_mask,
+            padding=padding,
+            hf_mask=hf_mask,
+            mask=mask,
             is_causal=self.default_causal if is_causal is None else is_causal,
             cache_positions=None if first is None else first.positions,
-            mask_name="attn_mask",
-            padding_name=padding_name,
-            positions_name=positions_name,
         )
         if self.position_bias is not None:
             ctx.bias = self.position_bias.score_bias(None, ctx.positions, ctx.key_positions, 1.0)  # (B|1, H, T, S)
@@ -113,15 +114,12 @@ class TransformerStack(nn.Module):
                 b=b,
                 t=t,
                 s=memory_len,
-                heads=heads,
                 device=device,
                 shared_positions=ctx.positions,
-                key_padding_mask=memory_key_padding_mask,
-                attention_mask=memory_attention_mask,
-                attn_mask=memory_attn_mask,
+                padding=memory_padding,
+                hf_mask=hf_mask,
+                mask=memory_mask,
                 cross=True,
-                padding_name=memory_padding_name,
-                mask_name="memory_attn_mask",
             )
         return ctx
 
@@ -151,19 +149,27 @@ class TransformerStack(nn.Module):
             if memory is None:
                 raise ValueError("this stack's blocks attend to an encoder memory: give memory (B, S, D)")
             check_hidden("memory", memory, d_model)
-        if ctx is None:
+        if ctx is None:  # a call of the stack alone: its own arguments, checked under their names
+            b, t = x.shape[0], x.shape[1]
+            past = self.seen(kv_caches)
+            s, m = past + t, None if memory is None else memory.shape[1]
             ctx = self.attention_context(
-                x.shape[0],
-                x.shape[1],
+                b,
+                t,
                 x.device,
-                memory_len=None if memory is None else memory.shape[1],
-                key_padding_mask=key_padding_mask,
-                attn_mask=attn_mask,
-                memory_key_padding_mask=memory_key_padding_mask,
-                memory_attn_mask=memory_attn_mask,
-                is_causal=is_causal,
-                positions=positions,
+                past=past,
                 kv_caches=kv_caches,
+                padding=key_padding("key_padding_mask", key_padding_mask, b, s),
+                mask=None if attn_mask is None else as_attention_mask(attn_mask, b, self.heads, t, s, "attn_mask"),
+                memory_len=m,
+                memory_padding=None
+                if m is None
+                else key_padding("memory_key_padding_mask", memory_key_padding_mask, b, m),
+                memory_mask=None
+                if m is None or memory_attn_mask is None
+                else as_attention_mask(memory_attn_mask, b, self.heads, t, m, "memory_attn_mask"),
+                is_causal=is_causal,
+                positions=check_positions("positions", positions, b, t),
             )
         weights: list[Any] = []
         for i, block in enumerate(self.blocks):

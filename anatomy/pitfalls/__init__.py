@@ -6,8 +6,8 @@
     fixed = model(ids).logits                       # and gone again
 
 A fault never edits a component's code or class: it shadows one attribute, method or sub-module on the
-*instances* it targets and restores them on exit (an attention fault wraps the module's attention function through
-``MultiHeadAttention.wrap``: pitfalls/faults.py), so other instances of the same class stay correct while it is
+*instances* it targets and restores them on exit (an attention fault wraps one step of the module, on that instance:
+components/wrapping.py, pitfalls/faults.py), so other instances of the same class stay correct while it is
 active. Every pitfall the project knows is one record (``pitfalls/records.py``: the post's sentence, an explanation
 in English and Chinese, where it usually hides, its severity, how the doctor finds it and the course hints at it);
 :data:`FAULTS` is the records this zoo can switch on. The claims lab, the doctor and the course read the same

@@ -10,7 +10,7 @@ from anatomy.pitfalls.records import Pitfall
 
 
 def attention_fault(name: str) -> Callable[..., None]:
-    """The attention fault ``name``: its wrapper around every attention module's function (pitfalls/faults.py)."""
+    """The attention fault ``name``: its wrapper around one step of every attention module (pitfalls/faults.py)."""
     return partial(F.attention_fault, name=name)
 
 

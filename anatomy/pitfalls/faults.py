@@ -11,10 +11,11 @@ from typing import Any, TypeVar, cast
 import torch
 from torch import nn
 
-from anatomy.components import kernels
+from anatomy.components import kernels, wrapping
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
+from anatomy.components.context import AttentionContext
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.components.masks import combine
 from anatomy.components.norms import TokenBatchNorm
@@ -49,133 +50,160 @@ def _instances(root: nn.Module, cls: type[_M]) -> list[_M]:
 
 
 # --- attention ------------------------------------------------------------------------------------------------
-# Each attention fault is a wrapper (components/kernels.py, ``Wrapper``) put around the module's attention function
-# by ``MultiHeadAttention.wrap``: it wraps the function in place (the module's kernel, or another fault's wrapper)
-# and changes one thing around it. Faults of different steps compose; a second fault of the same step takes the
-# place of the first until it is undone.
+# Each attention fault wraps one step of ONE attention module from outside (components/wrapping.py): the split
+# (``split_heads``), the merge (``merge_heads``) or the attention itself (``attend``: the scale it is called with,
+# or the math kernel with one step changed in place of the module's kernel). Faults of different steps compose; a
+# second fault of the same step takes the place of the first until it is undone.
+
+Attend = Callable[..., kernels.Weights]  # MultiHeadAttention.attend, ``self`` first
 
 
-def _another_scale(
-    scale_of: Callable[[float], float],
-) -> Callable[[kernels.AttentionFunction], kernels.AttentionFunction]:
-    """The function in place, called with ``scale_of(scale)`` instead of ``scale``."""
+def _another_scale(scale_of: Callable[[MultiHeadAttention, float], float]) -> Callable[[Attend], Attend]:
+    """``attend`` in place, called with ``scale_of(module, scale)`` instead of ``scale``."""
 
-    def wrap(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-        def scaled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
-            return inner(q, k, v, scale=scale_of(scale), **kw)
+    def wrap(inner: Attend) -> Attend:
+        def scaled(self: MultiHeadAttention, *args: Any, scale: float, **kw: Any) -> kernels.Weights:
+            return inner(self, *args, scale=scale_of(self, scale), **kw)
 
         return scaled
 
     return wrap
 
 
-def _by_sqrt(d: float, scale: float) -> float:
-    return 1.0 / math.sqrt(d)  # the model's width where the head's Dh was meant
+def _by_sqrt_d_model(attn: MultiHeadAttention, scale: float) -> float:
+    return 1.0 / math.sqrt(float(attn.d_model))  # the model's width where the head's Dh was meant
 
 
-def split_without_transpose(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """A projection ``(B, T, heads·Dh)`` laid out so that the module's split (view ``(B, T, H, Dh)``, transpose)
-    yields the straight view ``(B, H, T, Dh)`` of the projection: each "head" holds a slice of tokens."""
+def split_without_transpose(attn: MultiHeadAttention, x: torch.Tensor, heads: int) -> torch.Tensor:
+    """A projection ``(B, T, heads·Dh)`` reshaped straight to ``(B, heads, T, Dh)``: each "head" holds a slice of
+    tokens."""
     b, t, n = x.shape
-    wrong = x.reshape(b, heads, t, n // heads)  # "(B, H, T, Dh)" — but each head now holds a slice of tokens
-    return wrong.transpose(1, 2).reshape(b, t, n)  # (B, T, H·Dh): the split in forward transposes it back to `wrong`
+    wrong = x.reshape(b, heads, t, n // heads)  # "(B, H, T, Dh)": each head now holds a slice of tokens
+    return wrong.transpose(1, 2).contiguous().transpose(1, 2)  # strided as the module's own split: the same kernels
 
 
-def merge_without_transpose(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-    """The output of the function in place laid out so that the module's merge (transpose back, reshape) gives the
-    straight reshape ``(B, H, T, Dh)`` → ``(B, T, H·Dh)``: output token t holds pieces of several tokens."""
-
-    def merged_wrong(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
-        out, weights = inner(q, k, v, **kw)
-        b, h, t, dh = out.shape
-        wrong = out.reshape(b, t, h * dh)  # "(B, T, H·Dh)" — but token t now holds pieces of several tokens
-        return wrong.view(b, t, h, dh).transpose(1, 2), weights  # (B, H, T, Dh): forward's merge gives `wrong`
-
-    return merged_wrong
+def merge_without_transpose(attn: MultiHeadAttention, out: torch.Tensor) -> torch.Tensor:
+    """Heads ``(B, H, T, Dh)`` reshaped straight to ``(B, T, H·Dh)``: output token t holds pieces of several
+    tokens."""
+    b, h, t, dh = out.shape
+    return out.reshape(b, t, h * dh)
 
 
-def _softmax_then_zero(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+MaskOf = Callable[[AttentionContext, "int | None", int, int], tuple["torch.Tensor | None", bool]]
+Softmax = Callable[[torch.Tensor, "torch.Tensor | None", torch.dtype], torch.Tensor]
+
+
+def _folded(ctx: AttentionContext, window: int | None, s: int, heads: int) -> tuple[torch.Tensor | None, bool]:
+    """The layer's final mask, the causal rule folded in (what the math kernel gets)."""
+    return ctx.kernel_mask(window, s, heads)
+
+
+def _unfolded(ctx: AttentionContext, window: int | None, s: int, heads: int) -> tuple[torch.Tensor | None, bool]:
+    """The layer's mask with the causal rule kept apart (``is_causal``), for a fault that builds its own; a
+    windowed layer's band holds the causal part."""
+    if window is not None:
+        return ctx.kernel_mask(window, s, heads)
+    return ctx.key_mask(s, heads), ctx.is_causal and ctx.t > 1
+
+
+def _softmax(scores: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    return kernels.masked_softmax(scores, mask)
+
+
+def _softmax_then_zero(scores: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     weights = scores.to(torch.promote_types(scores.dtype, torch.float32)).softmax(-1)
     return weights if mask is None else weights * mask  # rows no longer sum to 1
 
 
-def _fill_no_guard(scores: torch.Tensor, mask: torch.Tensor | None, *, fill: float, dtype: torch.dtype) -> torch.Tensor:
+def _fill_no_guard(fill: float) -> Softmax:
     """Fill hidden scores with ``fill`` in the inputs' dtype (-1e9 overflows float16) and softmax, with no guard
     for rows that see no key."""
-    compute = torch.promote_types(scores.dtype, torch.float32)
-    if mask is None:
-        return scores.to(compute).softmax(-1)
-    return scores.to(dtype).masked_fill(~mask, fill).to(compute).softmax(-1)
+
+    def softmax(scores: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+        compute = torch.promote_types(scores.dtype, torch.float32)
+        if mask is None:
+            return scores.to(compute).softmax(-1)
+        return scores.to(dtype).masked_fill(~mask, fill).to(compute).softmax(-1)
+
+    return softmax
 
 
-def _mask_on_queries(
-    mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device | str | None
-) -> torch.Tensor | None:
+def _mask_on_queries(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device) -> Any:
     if mask is not None and mask.shape[-2] == 1 and s == t:
         mask = mask.transpose(-1, -2)  # (B, 1, T, 1): hides padded *queries*, every key stays visible
     return kernels.full_mask(mask, is_causal, t, s, device)
 
 
-def _finite_fill(fill: float) -> kernels.AttentionFunction:
-    def filled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
-        return kernels.math_attention(q, k, v, softmax_step=partial(_fill_no_guard, fill=fill, dtype=q.dtype), **kw)
-
-    return filled
-
-
-def _causal_shifted(causal_offset: int) -> kernels.AttentionFunction:
-    def mask_step(
-        mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device | str | None
-    ) -> torch.Tensor | None:
-        causal = torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t + causal_offset) if is_causal else None
+def _causal_shifted(offset: int) -> Callable[..., torch.Tensor | None]:
+    def mask_of(mask: torch.Tensor | None, is_causal: bool, t: int, s: int, device: torch.device) -> Any:
+        causal = torch.ones(t, s, dtype=torch.bool, device=device).tril(s - t + offset) if is_causal else None
         return combine(mask, causal)
 
-    return partial(kernels.math_attention, mask_step=mask_step)
+    return mask_of
 
 
-def _arithmetic(fn: kernels.AttentionFunction) -> Callable[[kernels.AttentionFunction], kernels.AttentionFunction]:
-    """An ``arithmetic`` fault: the math kernel with one step changed takes the place of the function in place."""
-    return lambda inner: fn
+def _math_with(
+    mask_of: MaskOf = _folded,
+    final: Callable[..., torch.Tensor | None] = kernels.full_mask,
+    softmax: Softmax = _softmax,
+) -> Callable[[Attend], Attend]:
+    """``attend`` replaced by the math kernel with one step changed: the mask (``mask_of`` the context, then
+    ``final(mask, is_causal, t, s, device)``) or the softmax."""
+
+    def attend(
+        self: MultiHeadAttention,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        ctx: AttentionContext,
+        *,
+        window: int | None,
+        scale: float,
+        dropout_p: float,
+        bias: torch.Tensor | None,
+        value_bias: torch.Tensor | None,
+        need_weights: bool,
+    ) -> kernels.Weights:
+        t, s = q.shape[-2], k.shape[-2]
+        mask = final(*mask_of(ctx, window, s, self.n_heads), t, s, q.device)
+        k, v = kernels.repeat_kv(k, q.shape[1]), kernels.repeat_kv(v, q.shape[1])  # (B, H, S, Dh)
+        scores = kernels.math_scores(q, k, scale=scale, softcap=self.softcap, bias=bias, score_hook=self.hook_scores)
+        return kernels.weighted_values(
+            softmax(scores, mask, q.dtype).to(v.dtype),
+            v,
+            value_bias=value_bias,
+            dropout_p=dropout_p,
+            need_weights=need_weights,
+            weight_hook=self.hook_weights,
+        )
+
+    return lambda inner: attend
 
 
-# fault name -> the wrapper it puts on an attention module, from the module and the fault's parameters
-WRAPPERS: dict[str, Callable[..., kernels.Wrapper]] = {
-    "no_scaling": lambda attn: kernels.Wrapper("no_scaling", "scale", _another_scale(lambda scale: 1.0)),
-    "scale_by_d_model": lambda attn: kernels.Wrapper(
-        "scale_by_d_model", "scale", _another_scale(partial(_by_sqrt, float(attn.d_model)))
-    ),
-    "split_without_transpose": lambda attn: kernels.Wrapper(
-        "split_without_transpose", "split", before_split=split_without_transpose
-    ),
-    "merge_wrong_transpose": lambda attn: kernels.Wrapper("merge_wrong_transpose", "merge", merge_without_transpose),
-    "mask_after_softmax": lambda attn: kernels.Wrapper(
-        "mask_after_softmax",
-        "arithmetic",
-        _arithmetic(partial(kernels.math_attention, softmax_step=_softmax_then_zero)),
-    ),
-    "finite_mask_fill": lambda attn, fill: kernels.Wrapper(
-        "finite_mask_fill", "arithmetic", _arithmetic(_finite_fill(fill))
-    ),
-    "inf_fill_no_guard": lambda attn: kernels.Wrapper(
-        "inf_fill_no_guard", "arithmetic", _arithmetic(_finite_fill(float("-inf")))
-    ),
-    "padding_mask_on_queries": lambda attn: kernels.Wrapper(
-        "padding_mask_on_queries",
-        "arithmetic",
-        _arithmetic(partial(kernels.math_attention, mask_step=_mask_on_queries)),
-        fold_causal=False,
-    ),
-    "causal_off_by_one": lambda attn, causal_offset: kernels.Wrapper(
-        "causal_off_by_one", "arithmetic", _arithmetic(_causal_shifted(causal_offset)), fold_causal=False
+# fault name -> (method, step, the wrapper from the fault's parameters[, label: the slot it takes, default the step])
+WRAPPERS: dict[str, tuple[Any, ...]] = {
+    "no_scaling": ("attend", "change", lambda: _another_scale(lambda attn, scale: 1.0)),
+    "scale_by_d_model": ("attend", "change", lambda: _another_scale(_by_sqrt_d_model)),
+    "split_without_transpose": ("split_heads", "replace", lambda: lambda inner: split_without_transpose),
+    "merge_wrong_transpose": ("merge_heads", "replace", lambda: lambda inner: merge_without_transpose),
+    "mask_after_softmax": ("attend", "replace", lambda: _math_with(softmax=_softmax_then_zero)),
+    "finite_mask_fill": ("attend", "replace", lambda fill: _math_with(softmax=_fill_no_guard(fill))),
+    "inf_fill_no_guard": ("attend", "replace", lambda: _math_with(softmax=_fill_no_guard(float("-inf")))),
+    "padding_mask_on_queries": ("attend", "replace", lambda: _math_with(_unfolded, _mask_on_queries)),
+    "causal_off_by_one": (
+        "attend",
+        "replace",
+        lambda causal_offset: _math_with(_unfolded, _causal_shifted(causal_offset)),
     ),
 }
 
 
 def attention_fault(root: nn.Module, undo: list[Undo], *, name: str, **params: Any) -> None:
-    """Wrap the attention function of every attention module under ``root`` with fault ``name``'s wrapper
-    (built per module from the fault's parameters)."""
+    """Wrap one step of every attention module under ``root`` with fault ``name`` (``WRAPPERS``), on each
+    instance."""
+    method, step, make, *label = WRAPPERS[name]
     for attn in _instances(root, MultiHeadAttention):
-        undo.append(attn.wrap(WRAPPERS[name](attn, **params)))
+        undo.append(wrapping.wrap_method(attn, method, step, make(**params), *label))
 
 
 # --- blocks ---------------------------------------------------------------------------------------------------
@@ -272,67 +300,65 @@ def no_positional(root: nn.Module, undo: list[Undo]) -> None:
 # --- attention: the learners' mistakes of issue 29 ------------------------------------------------------------
 
 
-def _softmax_over(dim: int) -> Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]:
+def _softmax_over(dim: int) -> Softmax:
     """Fill the hidden scores with -inf and softmax over ``dim`` of (B, H, T, S): 1 runs over the heads, -2 over
     the queries. What every head (or every query) hides gets no weight at all: the learner's code gives NaN there."""
 
-    def softmax_step(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def softmax(scores: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
         s = scores.to(torch.promote_types(scores.dtype, torch.float32))
         if mask is not None:
             s = s.masked_fill(~mask, float("-inf"))
         return s.softmax(dim).nan_to_num(0.0)  # a column hidden from every head: no weight rather than NaN
 
-    return softmax_step
+    return softmax
 
 
-def _scaled_after(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-    """The function in place, unscaled, with its weights (and so its output) multiplied by the scale after."""
+def _scaled_after(inner: Attend) -> Attend:
+    """``attend`` in place, unscaled, with its weights (and so its output) multiplied by the scale after."""
 
-    def after(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
-        out, weights = inner(q, k, v, scale=1.0, **kw)
+    def after(self: MultiHeadAttention, *args: Any, scale: float, **kw: Any) -> kernels.Weights:
+        out, weights = inner(self, *args, scale=1.0, **kw)
         return out * scale, (None if weights is None else weights * scale)
 
     return after
 
 
-def _scale_by_keys(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-    """The function in place scaled by 1/sqrt(S), the key length (``k.size(-1)`` after the transpose)."""
+def _scale_by_keys(inner: Attend) -> Attend:
+    """``attend`` in place scaled by 1/sqrt(S), the key length (``k.size(-1)`` after the transpose)."""
 
-    def by_keys(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, **kw: Any) -> kernels.Weights:
-        return inner(q, k, v, scale=1.0 / math.sqrt(k.shape[-2]), **kw)
+    def by_keys(self: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, *args: Any, **kw: Any) -> kernels.Weights:
+        return inner(self, q, k, *args, **{**kw, "scale": 1.0 / math.sqrt(k.shape[-2])})
 
     return by_keys
 
 
-def _dropout_always(p: float) -> Callable[[kernels.AttentionFunction], kernels.AttentionFunction]:
-    """The function in place with dropout ``p`` on its weights whatever the module's mode (``F.dropout(w, p)``)."""
+def _dropout_always(p: float) -> Callable[[Attend], Attend]:
+    """``attend`` in place with dropout ``p`` on its weights whatever the module's mode (``F.dropout(w, p)``)."""
 
-    def wrap(inner: kernels.AttentionFunction) -> kernels.AttentionFunction:
-        def dropped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> kernels.Weights:
-            return inner(q, k, v, **{**kw, "dropout_p": p})
+    def wrap(inner: Attend) -> Attend:
+        def dropped(self: MultiHeadAttention, *args: Any, **kw: Any) -> kernels.Weights:
+            return inner(self, *args, **{**kw, "dropout_p": p})
 
         return dropped
 
     return wrap
 
 
-def heads_interleaved(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """A projection ``(B, T, heads·Dh)`` laid out so that the module's split gives the learner's interleaved heads:
-    ``x.view(B, T, Dh, H)`` puts feature ``j·H + h`` in head ``h``, where the post's split gives it ``h·Dh + j``."""
+def heads_interleaved(attn: MultiHeadAttention, x: torch.Tensor, heads: int) -> torch.Tensor:
+    """A projection ``(B, T, heads·Dh)`` split into the learner's interleaved heads: ``x.view(B, T, Dh, H)`` puts
+    feature ``j·H + h`` in head ``h``, where the post's split gives it ``h·Dh + j``."""
     b, t, n = x.shape
-    return x.view(b, t, n // heads, heads).transpose(-1, -2).reshape(b, t, n)
+    wrong = x.view(b, t, n // heads, heads).transpose(-1, -2).reshape(b, t, n)
+    return wrong.view(b, t, heads, n // heads).transpose(1, 2)  # (B, heads, T, Dh)
 
 
+# fault name -> (method, step, the wrapper from the fault's parameters, label: the slot it takes)
 WRAPPERS.update(
     {
-        "softmax_wrong_axis": lambda attn, dim: kernels.Wrapper(
-            "softmax_wrong_axis",
-            "arithmetic",
-            _arithmetic(partial(kernels.math_attention, softmax_step=_softmax_over(dim))),
-        ),
-        "scale_after_softmax": lambda attn: kernels.Wrapper("scale_after_softmax", "scale", _scaled_after),
-        "scale_from_wrong_size": lambda attn: kernels.Wrapper("scale_from_wrong_size", "scale", _scale_by_keys),
-        "dropout_at_eval": lambda attn, p: kernels.Wrapper("dropout_at_eval", "merge", _dropout_always(p)),
-        "heads_interleaved": lambda attn: kernels.Wrapper("heads_interleaved", "split", before_split=heads_interleaved),
+        "softmax_wrong_axis": ("attend", "replace", lambda dim: _math_with(softmax=_softmax_over(dim))),
+        "scale_after_softmax": ("attend", "change", lambda: _scaled_after),
+        "scale_from_wrong_size": ("attend", "change", lambda: _scale_by_keys),
+        "dropout_at_eval": ("attend", "change", lambda p: _dropout_always(p), "dropout"),
+        "heads_interleaved": ("split_heads", "replace", lambda: lambda inner: heads_interleaved),
     }
 )

@@ -11,7 +11,7 @@ import torch
 
 from anatomy import ModelConfig, build_model, shapes
 from anatomy.components import MultiHeadAttention, context, masks
-from anatomy.components.context import AttentionContext, build_context
+from anatomy.components.context import AttentionContext, build_context, standalone_context
 from anatomy.components.positional.rope import RotaryPositional
 
 V = 50
@@ -38,15 +38,19 @@ def _counted(monkeypatch, owner, name: str) -> list:
 
 
 def _mask_checks(monkeypatch) -> list:
-    """Calls of the two mask checks: the layer's (boolean ``key_padding_mask``) and the model's (HF's 0/1)."""
-    calls = _counted(monkeypatch, masks, "check_mask_dtype")
-    real = context.hf_padding
+    """Calls of the two padding checks, wherever they are called from: a layer's or a stack's (boolean
+    ``key_padding_mask``: ``context.key_padding``) and a model's (HF's 0/1: ``context.hf_padding``)."""
+    calls: list = []
+    for name in ("hf_padding", "key_padding"):
+        real = getattr(context, name)
 
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+        def spy(*args, real=real, **kwargs):
+            calls.append(1)
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(context, "hf_padding", spy)
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith("anatomy") and getattr(module, name, None) is real:
+                monkeypatch.setattr(module, name, spy)
     return calls
 
 
@@ -88,12 +92,12 @@ def test_cached_decoding_builds_one_table_and_one_mask_per_step(monkeypatch):
 
 
 def test_kernel_masks_are_built_once_per_window_and_key_count():
-    ctx = build_context(b=2, t=5, s=5, heads=4, device="cpu", key_padding_mask=MASK[:, 1:].bool(), is_causal=True)
+    ctx = build_context(b=2, t=5, s=5, device="cpu", padding=MASK[:, 1:].bool(), is_causal=True)
     a = ctx.kernel_mask(None, 5)
     assert ctx.kernel_mask(None, 5) is a and a[1] is False  # global layers: padding AND causal, folded once
     assert a[0][1, 0].tolist() == (torch.ones(5, 5, dtype=torch.bool).tril() & MASK[1, 1:].bool()).tolist()
-    assert ctx.kernel_mask(None, 5, fold=False)[1] is True  # a fault that moves the diagonal gets the flag
-    plain = build_context(b=2, t=5, s=5, heads=4, device="cpu", is_causal=True)
+    assert torch.equal(ctx.key_mask(5), ctx.mask)  # without the causal rule (a fault that moves the diagonal)
+    plain = build_context(b=2, t=5, s=5, device="cpu", is_causal=True)
     assert plain.kernel_mask(None, 5, causal_flag=True) == (None, True)  # no other mask: SDPA's fused causal path
     square, flag = plain.kernel_mask(None, 5)  # a kernel without the flag gets the causal mask, built once
     assert flag is False and square.shape == (1, 1, 5, 5) and plain.kernel_mask(None, 5)[0] is square
@@ -107,7 +111,7 @@ def test_kernel_masks_are_built_once_per_window_and_key_count():
 def test_a_standalone_call_builds_its_context_with_the_same_function_and_refuses_both_forms():
     attn = MultiHeadAttention(d_model=16, n_heads=4)
     x = torch.randn(2, 5, 16)
-    ctx = attn.standalone_context(x, is_causal=True)
+    ctx = standalone_context(x, None, heads=4, d_model=16, is_causal=True)
     assert isinstance(ctx, AttentionContext) and ctx.positions.tolist() == [[0, 1, 2, 3, 4]]
     torch.testing.assert_close(attn(x, ctx=ctx)[0], attn(x, is_causal=True)[0], atol=0, rtol=0)
     with pytest.raises(ValueError, match="give ctx or mask"):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 from dataclasses import fields
@@ -305,18 +306,21 @@ def test_rmsnorm_refuses_a_bias_it_has_no_place_for_and_build_gives_it_none():
 
 
 def test_there_is_one_block_factory_and_each_norm_rule_is_written_once():
-    """``EncoderBlock.build`` / ``DecoderBlock.build`` are models/build.py's ``build_block`` (the builder
-    ``build_model`` uses for every block); the RMSNorm rules live in ``make_norm`` only."""
-    from anatomy.components.block import DecoderBlock, EncoderBlock
+    """``EncoderBlock.build`` / ``DecoderBlock.build`` call components/block.py's ``build_block``, the builder
+    ``build_model`` uses for every block (no class is patched at import); the RMSNorm rules live in ``make_norm``
+    only."""
+    from anatomy.components import block as blocks
+    from anatomy.components.block import EncoderBlock
     from anatomy.models import build as builder
 
-    assert EncoderBlock.build.__func__ is builder.build_block and DecoderBlock.build.__func__ is builder.build_block
+    assert builder.build_block is blocks.build_block and "build_block(cls" in inspect.getsource(blocks.TransformerBlock)
+    assert "TransformerBlock.build =" not in BUILD.read_text(encoding="utf-8")
     components = Path(builder.__file__).parents[1] / "components"
     made = [
         p.name for p in components.rglob("*.py") if "RMSNorm(" in p.read_text(encoding="utf-8") and p.name != "norms.py"
     ]
-    assert made == [], f"norms made outside models/build.py: {made}"
-    assert BUILD.read_text(encoding="utf-8").count("RMSNorm(") == 1
+    assert made == [], f"norms made outside components/norms.py: {made}"
+    assert BUILD.read_text(encoding="utf-8").count("RMSNorm(") == 0
     block = EncoderBlock.build(d_model=8, n_heads=2, norm="rmsnorm", norm_offset=1.0)
     assert block.attn_add_norm.norm.offset == 1.0 and not hasattr(block.attn_add_norm.norm, "bias")
     with pytest.raises(ValueError, match="norm_offset=1.0 needs norm='rmsnorm'"):

@@ -264,3 +264,47 @@ def test_bad_caches_are_named():
         ours(NEXT, past_key_values=((IDS.float(), IDS.float()),))
     with pytest.raises(TypeError, match="past_key_values must be a ModelCache"):
         ours(NEXT, past_key_values="cache")
+
+
+KEEPS = {
+    "all": 0,
+    "last": 1,
+    "last 3": 3,
+    "more than T": 10,
+    "1-D positions": torch.tensor([0, 4, 6]),
+    "1-D boolean": torch.tensor([True, False, True, False, False, True, True]),
+    "2-D positions": torch.tensor([[1, 2], [6, 0]]),
+    "2-D boolean": torch.tensor([[True] * 3 + [False] * 4, [False] * 5 + [True] * 2]),
+}
+
+
+@pytest.mark.parametrize("keep", list(KEEPS))
+def test_logits_to_keep_equals_hfs(pair, keep):
+    """HF's ``logits_to_keep`` (transformers 5: ``slice_logits_to_keep`` before the head) gives the same logits, in
+    the same shape, on the same weights; with a cache too."""
+    hf, ours = pair
+    with torch.no_grad():
+        a = hf(IDS, logits_to_keep=KEEPS[keep]).logits
+        b = ours(IDS, logits_to_keep=KEEPS[keep]).logits
+        assert _close(a, b), keep
+        past = ours(IDS, use_cache=True).past_key_values
+        hf_past = hf(IDS, use_cache=True).cache
+        c = ours(NEXT, past_key_values=past, logits_to_keep=1).logits
+        d = hf(NEXT, cache=hf_past, logits_to_keep=1).logits
+    assert c.shape == (2, 1, V) and _close(c, d)
+
+
+def test_logits_to_keep_refuses_what_hf_would_misread():
+    hf, ours = gpt2(), None
+    ours = from_hf(hf)
+    for bad, match in [
+        (-1, "logits_to_keep must be >= 0"),
+        (1.5, "logits_to_keep must be an int or a tensor"),
+        (True, "logits_to_keep must be an int or a tensor"),
+        (torch.tensor([0.5]), "1-D or 2-D tensor of positions"),
+        (torch.zeros(1, 2, 3, dtype=torch.long), "1-D or 2-D tensor of positions"),
+    ]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            ours(IDS, logits_to_keep=bad)
+    with pytest.raises(ValueError, match="labels need the logits of every position: give logits_to_keep=0"):
+        ours(IDS, labels=IDS, logits_to_keep=1)

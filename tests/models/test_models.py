@@ -339,3 +339,19 @@ def test_one_stack_class_and_one_block_class_serve_every_architecture():
         assert stacks and all(isinstance(b, TransformerBlock) for s in stacks for b in s.blocks)
         crossed = [s.cross for s in stacks]
         assert crossed == ([False, True] if arch == "seq2seq" else [False])
+
+
+def test_seq2seq_logits_to_keep_are_the_full_logits_rows():
+    """The encoder-decoder's head reads only the decoder positions kept, as ``DecoderLM``'s (HF's meaning)."""
+    from anatomy import ModelConfig, build_model
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig.from_preset("t5", vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32)).eval()
+    ids, dec = torch.randint(1, 40, (2, 6)), torch.randint(1, 40, (2, 5))
+    with torch.no_grad():
+        full = model(ids, decoder_input_ids=dec).logits
+        for keep, rows in [(2, [3, 4]), (0, [0, 1, 2, 3, 4]), (torch.tensor([0, 3]), [0, 3])]:
+            kept = model(ids, decoder_input_ids=dec, logits_to_keep=keep).logits
+            torch.testing.assert_close(kept, full[:, rows], atol=1e-6 * full.abs().max().item(), rtol=0)
+    with pytest.raises(ValueError, match="labels need the logits of every position"):
+        model(ids, labels=dec, logits_to_keep=1)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
-from anatomy.components import MultiHeadAttention, kernels
+from anatomy.components import MultiHeadAttention, build_context, kernels, wrapping
 from anatomy.pitfalls import faults
 
 V = 30
@@ -69,83 +69,87 @@ def test_registry_documents_every_fault():
         pitfalls.apply(make(), "no_scaling", factor=2)
 
 
-def _wrapped(name, inner=kernels.math_attention, **params):
-    """Fault ``name``'s wrapper around ``inner``, as an attention module of width 16 would put it."""
-    return faults.WRAPPERS[name](MultiHeadAttention(d_model=16, n_heads=4), **params).wrap(inner)
-
-
 def test_an_arithmetic_fault_is_the_math_kernel_with_one_step_changed():
     """Without fully hidden rows, -inf with no guard is the math kernel exactly; a shift of 0 is the correct causal
-    mask. They take the place of the function they wrap."""
+    mask. They take the place of the module's kernel (here SDPA, which returns no weights)."""
     torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 5, 8, dtype=torch.float64) for _ in range(3))
+    attn = MultiHeadAttention(d_model=16, n_heads=4, kernel="sdpa").double()
+    math_twin = MultiHeadAttention(d_model=16, n_heads=4, kernel="math").double()
+    math_twin.load_state_dict(attn.state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
     mask = (torch.rand(2, 1, 5, 5) > 0.3) | torch.eye(5, dtype=torch.bool)  # every row sees its own key
-    ref, w_ref = kernels.math_attention(q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True)
+    ref, w_ref = math_twin(x, mask=mask, is_causal=True, need_weights=True)
     for name, params in [("inf_fill_no_guard", {}), ("causal_off_by_one", {"causal_offset": 0})]:
-        a, wa = _wrapped(name, kernels.sdpa_attention, **params)(
-            q, k, v, mask=mask, is_causal=True, scale=0.3, need_weights=True
-        )
+        with pitfalls.inject(attn, name, **params):
+            a, wa = attn(x, mask=mask, is_causal=True, need_weights=True)
         assert torch.equal(a, ref) and torch.equal(wa, w_ref), name
-    shifted, _ = _wrapped("causal_off_by_one", causal_offset=1)(q, k, v, mask=mask, is_causal=True, scale=0.3)
+    with pitfalls.inject(attn, "causal_off_by_one", causal_offset=1):
+        shifted, _ = attn(x, mask=mask, is_causal=True)
     assert not torch.allclose(shifted, ref)
 
 
-def test_wrappers_change_one_thing_around_the_function_in_place():
-    """The scale faults call the inner function with another scale; the merge fault lays out its output so the
-    standard merge makes the straight reshape; the split fault lays out the projections so the standard split makes
-    the straight view; the recorder hands on exactly what it receives."""
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 4, 5, 8, dtype=torch.float64) for _ in range(3))
+def test_faults_change_one_step_of_the_instance(monkeypatch):
+    """The scale faults call the module's kernel with another scale and nothing else changed; the split and merge
+    faults are the straight reshapes; the recorder hands on exactly what it receives."""
     seen = []
 
-    def inner(q, k, v, **kw):
+    def spy(q, k, v, **kw):
         seen.append(kw)
         return kernels.math_attention(q, k, v, **kw)
 
-    call = dict(
-        mask=None,
-        is_causal=True,
-        scale=0.3,
-        bias=None,
-        value_bias=None,
-        dropout_p=0.0,
-        need_weights=False,
-        score_hook=None,
-        weight_hook=None,
-        softcap=None,
-    )
-    ref, _ = inner(q, k, v, **call)
-    _wrapped("no_scaling", inner)(q, k, v, **call)
-    _wrapped("scale_by_d_model", inner)(q, k, v, **call)
-    assert [kw["scale"] for kw in seen] == [0.3, 1.0, 0.25] and all({**kw, "scale": 0.3} == call for kw in seen)
-    out, _ = _wrapped("merge_wrong_transpose", inner)(q, k, v, **call)
-    assert torch.equal(out.transpose(1, 2).reshape(2, 5, 32), ref.reshape(2, 5, 32))  # forward's merge
-    x = torch.randn(2, 5, 32, dtype=torch.float64)  # a projection (B, T, H·Dh)
-    laid_out = faults.split_without_transpose(x, 4)
-    assert torch.equal(laid_out.view(2, 5, 4, 8).transpose(1, 2), x.view(2, 4, 5, 8))  # forward's split
-    got = []
-    out, w = kernels.recorder([2, 0], got.append).wrap(inner)(q, k, v, **call)
-    assert torch.equal(out, ref) and w is None and seen[-1] == call
-    _, w_all = kernels.math_attention(q, k, v, is_causal=True, scale=0.3, need_weights=True)
-    assert torch.equal(got[0], w_all[:, [2, 0]])
+    monkeypatch.setitem(kernels.KERNELS, "spy", kernels.Kernel("spy", spy, True, True))
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(d_model=16, n_heads=4, scale=0.3).double()
+    attn.kernel = "spy"
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    ref = attn(x, is_causal=True)[0]
+    for name in ("no_scaling", "scale_by_d_model"):
+        with pitfalls.inject(attn, name):
+            attn(x, is_causal=True)
+    assert [kw["scale"] for kw in seen] == [0.3, 1.0, 0.25]
+    rest = [{**kw, "scale": 0, "mask": 0} for kw in seen]
+    assert all(torch.equal(kw["mask"], seen[0]["mask"]) for kw in seen) and all(r == rest[0] for r in rest)
+    y = torch.randn(2, 5, 32, dtype=torch.float64)  # a projection (B, T, H·Dh), or merged heads
+    assert torch.equal(faults.split_without_transpose(attn, y, 4), y.view(2, 4, 5, 8))
+    heads = torch.randn(2, 4, 5, 8, dtype=torch.float64)
+    assert torch.equal(faults.merge_without_transpose(attn, heads), heads.reshape(2, 5, 32))
+    from anatomy.inspection.weights import attention_weights
+
+    with attention_weights(attn, heads=[2, 0]) as maps:
+        out = attn(x, is_causal=True)[0]
+    assert torch.equal(out, ref) and torch.equal(seen[-1]["mask"], seen[0]["mask"])
+    twin = MultiHeadAttention(d_model=16, n_heads=4, kernel="math", scale=0.3).double()
+    twin.load_state_dict(attn.state_dict())
+    _, w_all = twin(x, is_causal=True, need_weights=True)
+    assert torch.equal(maps[0].weights, w_all[:, [2, 0]])
 
 
-def test_faults_wrap_the_module_and_compose_by_step():
+def test_faults_wrap_the_instance_and_compose_by_step():
     attn = MultiHeadAttention(d_model=16, n_heads=4)
     with pitfalls.inject(attn, "causal_off_by_one", causal_offset=2):
-        assert [w.name for w in attn.wrappers] == ["causal_off_by_one"] and attn.kernel == "auto"
-        assert attn.kernel_args == {}
+        assert list(wrapping.wrappers(attn, "attend")) == ["replace"] and attn.kernel == "auto"
+        assert attn.kernel_args == {} and type(attn) is not MultiHeadAttention and isinstance(attn, MultiHeadAttention)
     with (
         pitfalls.inject(attn, "merge_wrong_transpose"),
         pitfalls.inject(attn, "no_scaling"),
         pitfalls.inject(attn, "split_without_transpose"),
         pitfalls.inject(attn, "mask_after_softmax"),
     ):
-        assert [w.step for w in attn.wrappers] == ["arithmetic", "scale", "split", "merge"]  # innermost first
+        assert set(wrapping.wrappers(attn, "attend")) == {"replace", "change"}
+        assert (
+            list(wrapping.wrappers(attn, "split_heads")) == list(wrapping.wrappers(attn, "merge_heads")) == ["replace"]
+        )
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 16)
+    by_d_model = MultiHeadAttention(d_model=16, n_heads=4, scale=1 / math.sqrt(16))
+    by_d_model.load_state_dict(attn.state_dict())
     with pitfalls.inject(attn, "no_scaling"), pitfalls.inject(attn, "scale_by_d_model"):
-        assert [w.name for w in attn.wrappers] == ["scale_by_d_model"]  # the same step: the second takes its place
+        assert torch.equal(attn(x)[0], by_d_model(x)[0])  # the same step: the second takes its place
         assert attn.scale == 0.5  # the module's own scale is untouched
-    assert attn.wrappers == () and (attn.kernel, attn.kernel_args) == ("auto", {})
+    for method in ("attend", "split_heads", "merge_heads"):
+        assert wrapping.wrappers(attn, method) == {}
+    assert type(attn) is MultiHeadAttention and not [k for k in vars(attn) if k.startswith(("_attend", "_split"))]
+    assert (attn.kernel, attn.kernel_args) == ("auto", {})
 
 
 def test_composed_faults_equal_both_changes_at_once():
@@ -330,6 +334,21 @@ def test_a_wrapped_attention_decodes_through_the_view_with_its_fault(name):
 def _qkv(s=7):
     torch.manual_seed(0)
     return (torch.randn(2, 4, n, 8, dtype=torch.float64) for n in (5, s, s))
+
+
+def _wrapped(name, **params):
+    """Fault ``name``'s wrapper around the ``attend`` step of a math-kernel module, as a function of heads
+    ``q (B, 4, T, Dh)``, ``k, v (B, 4, S, Dh)`` over a context with no mask."""
+    _, _, make, *_ = faults.WRAPPERS[name]
+    attn = MultiHeadAttention(d_model=32, n_heads=4, kernel="math").double()
+    step = make(**params)(MultiHeadAttention.attend)
+
+    def call(q, k, v, *, scale, need_weights=False):
+        ctx = build_context(b=q.shape[0], t=q.shape[-2], s=k.shape[-2], device="cpu", cross=True)
+        kw = dict(window=None, scale=scale, dropout_p=0.0, bias=None, value_bias=None, need_weights=need_weights)
+        return step(attn, q, k, v, ctx, **kw)
+
+    return call
 
 
 @pytest.mark.parametrize("dim, over", [(1, 1), (-2, 2)])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from anatomy import pitfalls
-from anatomy.components import MultiHeadAttention, kernels
+from anatomy.components import MultiHeadAttention, wrapping
 from anatomy.course import doctor_exercises, functions
 from anatomy.doctor import check
 from anatomy.doctor.diagnosis import diagnose, sublayer, verdict
@@ -118,13 +118,13 @@ def _triple_scale(root, undo, factor=3.0):
     """The bug zoo's switch for it: every attention module's scale multiplied by ``factor``."""
 
     def wrap(inner):
-        def tripled(q, k, v, *, scale, **kw):
-            return inner(q, k, v, scale=scale * factor, **kw)
+        def tripled(self, *args, scale, **kw):
+            return inner(self, *args, scale=scale * factor, **kw)
 
         return tripled
 
     for attn in [m for m in root.modules() if isinstance(m, MultiHeadAttention)]:
-        undo.append(attn.wrap(kernels.Wrapper(NAME, "scale", wrap)))
+        undo.append(wrapping.wrap_method(attn, "attend", "change", wrap))
 
 
 RECORD = Pitfall(
