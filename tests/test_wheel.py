@@ -89,3 +89,19 @@ def test_the_wheel_holds_every_file_of_the_package(wheel):
     missing = [f for f in package_files() if f not in inside]
     assert not missing, f"not in the wheel (add them to [tool.setuptools.package-data] in pyproject.toml): {missing}"
     assert "anatomy/py.typed" in inside
+
+
+def test_the_wheel_carries_the_one_version(wheel):
+    """The version is written once, in anatomy/_version.py; pyproject.toml reads it from there."""
+    from anatomy._version import __version__
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert "version" not in project and project["dynamic"] == ["version"]
+    assert Path(wheel.filename).name.startswith(f"transformer_anatomy-{__version__}-")
+    metadata = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+    assert f"\nVersion: {__version__}\n" in wheel.read(metadata).decode()
