@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from anatomy.components.context import hf_padding, query_positions
+from anatomy.components.context import hf_padding
 from anatomy.shapes import check_rank, check_tensor
 
 
@@ -14,14 +14,6 @@ def key_padding(
     """HF-style ``(B, S)`` mask (bool, or integers 0/1; 1 = real token) → boolean ``(B, S)`` or ``None``
     (``components.context.hf_padding``: a model's forward checks it there, once, while building its context)."""
     return hf_padding(attention_mask, b, s, name)
-
-
-def make_positions(
-    mask: torch.Tensor | None, t: int, past: int, device: torch.device | str | None, given: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Query positions ``(B|1, T)`` of a model's forward: given ids, else counted from the mask (left padding),
-    else ``past + arange`` (``components.context.query_positions``, the one place positions are defaulted)."""
-    return query_positions(t, past, device, given=given, mask=mask)
 
 
 def ids_shape(input_ids: torch.Tensor, name: str = "input_ids") -> tuple[int, int]:

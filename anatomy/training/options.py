@@ -9,7 +9,6 @@ word is unknown.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -279,7 +278,3 @@ def check_options(explicit: dict[str, Any]) -> None:
         if key in explicit:
             why = "the checkpoint's tokenizer is kept" if key != "model" else "the checkpoint fixes the architecture"
             raise ValueError(f"{key}={explicit[key]!r} cannot be given with init_from: {why}")
-
-
-def options_json(options: TrainOptions, model_overrides: dict[str, Any]) -> str:
-    return json.dumps({"options": options.to_dict(), "model_overrides": model_overrides}, indent=2, sort_keys=True)

@@ -44,11 +44,6 @@ def _at(step: r.Step, en: str, zh: str) -> dict:
     }
 
 
-def _scores_chain(rec: r.Recording) -> list[r.Step]:
-    core = next(iter(ob.attention_cores(rec)), None)
-    return [] if core is None else core.chain
-
-
 def _scale(rec: r.Recording, fault: str) -> list[dict]:
     sc = ob.observed_scale(rec)
     cores = ob.attention_cores(rec)
