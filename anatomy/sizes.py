@@ -81,7 +81,7 @@ def available_bytes(device: str = "cpu") -> int | None:
     return min(found) if found else None
 
 
-def _d_ff(config) -> int:
+def _d_ff(config: ModelConfig) -> int:
     if config.d_ff is not None:
         return config.d_ff
     gated = config.activation in ("swiglu", "geglu")

@@ -131,8 +131,10 @@ def _written(path: str, write) -> None:
 def _load(args: argparse.Namespace):
     """(model in eval mode, config, a note on where the weights come from, the checkpoint's tokenizer or None)."""
     if args.checkpoint:
-        from anatomy.data.tokenizers import FILE, has_hf_tokenizer, load_tokenizer
-        from anatomy.training.checkpoint import CheckpointError, resolve
+        from anatomy.data.tokenizers import FILE, load_tokenizer
+        from anatomy.data.tokenizers_hf import has_tokenizer as has_hf_tokenizer
+        from anatomy.errors import CheckpointError
+        from anatomy.training.checkpoint import resolve
 
         if args.preset or args.overrides:
             raise ValueError("--checkpoint cannot be combined with --preset or key=value overrides")

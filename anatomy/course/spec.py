@@ -338,11 +338,12 @@ def placement(m: nn.Module, call, file: str, d_model: int, post: tuple[str, str]
 def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
     """The feed-forward network's activation is GELU (exact or tanh-approximated)."""
     from anatomy.tracing import recorder as rec_mod
+    from anatomy.tracing.steps import RecordError
 
     mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()[None, None]
     try:
         rec = rec_mod.record(m, x, mask, module=m)
-    except rec_mod.RecordError:
+    except RecordError:
         return None
     ops = [s for s in rec.steps if s.data]
     if any(s.op in ("gelu", "erf", "tanh", "sigmoid") for s in ops):  # GELU, or one written by hand
