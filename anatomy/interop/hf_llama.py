@@ -5,9 +5,11 @@ apply. The registry in ``hf_families`` says which of our configs each can hold."
 
 from __future__ import annotations
 
+from typing import Any
+
 from anatomy.components.ffn import default_d_ff
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import Entry, _e, _get, _linear, _norm, _pad, _refuse, read_rope, write_rope
+from anatomy.interop.hf_common import Entry, _e, _get, _linear, _lm_head, _norm, _pad, _refuse, read_rope, write_rope
 
 PHI3, QWEN2, QWEN3 = "Phi3ForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
 
@@ -114,11 +116,12 @@ def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
             for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
                 rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", cfg.bias)
     rows += _norm("model.norm", "stack.final_norm", False)
-    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+    return rows + _lm_head(tied)
 
 
-def llama_write(cfg: ModelConfig, arch: str) -> dict:
-    out = dict(
+def llama_sizes(cfg: ModelConfig) -> dict[str, Any]:
+    """The sizes every Llama-shaped config.json (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) writes alike."""
+    return dict(
         vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         num_attention_heads=cfg.n_heads,
@@ -128,6 +131,12 @@ def llama_write(cfg: ModelConfig, arch: str) -> dict:
         head_dim=cfg.dh,
         max_position_embeddings=cfg.max_seq_len,
         rms_norm_eps=cfg.norm_eps,
+    )
+
+
+def llama_write(cfg: ModelConfig, arch: str) -> dict:
+    out = dict(
+        **llama_sizes(cfg),
         hidden_act="silu",
         attention_bias=cfg.bias,
         mlp_bias=cfg.bias,
