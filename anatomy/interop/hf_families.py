@@ -68,7 +68,6 @@ def _gpt2_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _gpt2_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size,
         n_embd=cfg.d_model,
         n_head=cfg.n_heads,
         n_layer=cfg.n_layers,
@@ -146,7 +145,6 @@ def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _bert_write(cfg: ModelConfig, arch: str) -> dict:
     out = dict(
-        vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         num_attention_heads=cfg.n_heads,
         num_hidden_layers=cfg.n_layers,
@@ -252,7 +250,6 @@ def _t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _t5_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size,
         d_model=cfg.d_model,
         d_kv=cfg.dh,
         num_heads=cfg.n_heads,
@@ -282,7 +279,7 @@ class Family:
     config_class: str  # the transformers config class
     read_config: Callable[[dict, str], ModelConfig]
     table: Callable[[ModelConfig, str], list[Entry]]
-    write_config: Callable[[ModelConfig, str], dict]
+    write_config: Callable[[ModelConfig, str], dict]  # everything but vocab_size, which to_hf writes for all
     base_prefix: dict[str, str]  # arch → prefix that headless checkpoints (GPT2Model, ...) lack
     buffers: tuple[str, ...] = ()  # regexes of checkpoint keys that are buffers, not weights
     requires: dict[str, tuple] = field(default_factory=dict)  # ModelConfig fields to_hf needs

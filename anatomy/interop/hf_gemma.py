@@ -18,7 +18,7 @@ import math
 
 from anatomy.config import ModelConfig
 from anatomy.interop.hf_common import Entry, _e, _get, _linear, _lm_head, _norm, _pad, _refuse, read_rope, write_rope
-from anatomy.interop.hf_llama import llama_sizes, window_layers
+from anatomy.interop.hf_llama import llama_shape, llama_sizes, window_layers
 
 GEMMA2 = "Gemma2ForCausalLM"
 _TANH_GELU = ("gelu_pytorch_tanh", "gelu")  # "gelu" is Gemma's legacy spelling of the tanh GELU (transformers)
@@ -54,11 +54,7 @@ def gemma_config(c: dict, arch: str) -> ModelConfig:
             window_pattern=pattern,
         )
     return ModelConfig(
-        architecture="decoder_lm",
-        vocab_size=vocab,
-        d_model=d,
-        n_heads=h,
-        n_kv_heads=c.get("num_key_value_heads") or h,
+        **llama_shape(c, d, h, vocab),
         n_layers=n,
         head_dim=None if head_dim * h == d else head_dim,
         d_ff=_get(c, "intermediate_size"),

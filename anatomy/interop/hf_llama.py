@@ -33,11 +33,7 @@ def llama_config(c: dict, arch: str) -> ModelConfig:
     window, pattern = _windows(c, arch)
     dropout = float(c.get("resid_pdrop", 0.0)) if arch == PHI3 else 0.0
     return ModelConfig(
-        architecture="decoder_lm",
-        vocab_size=vocab,
-        d_model=d,
-        n_heads=h,
-        n_kv_heads=c.get("num_key_value_heads") or h,
+        **llama_shape(c, d, h, vocab),
         n_layers=_get(c, "num_hidden_layers"),
         head_dim=None if c.get("head_dim") in (None, d // h) else c["head_dim"],  # decoupled heads (Qwen3, Gemma)
         d_ff=_get(c, "intermediate_size"),
@@ -119,10 +115,17 @@ def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     return rows + _lm_head(tied)
 
 
+def llama_shape(c: dict[str, Any], d: int, h: int, vocab: int) -> dict[str, Any]:
+    """The fields every Llama-shaped reader (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) sets alike: a decoder LM
+    of width ``d`` with ``h`` query heads, a vocabulary of ``vocab`` and the config's key/value heads."""
+    return dict(
+        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h, n_kv_heads=c.get("num_key_value_heads") or h
+    )
+
+
 def llama_sizes(cfg: ModelConfig) -> dict[str, Any]:
     """The sizes every Llama-shaped config.json (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) writes alike."""
     return dict(
-        vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         num_attention_heads=cfg.n_heads,
         num_key_value_heads=cfg.kv_heads,

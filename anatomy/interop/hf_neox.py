@@ -78,7 +78,6 @@ def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def neox_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         num_attention_heads=cfg.n_heads,
         num_hidden_layers=cfg.n_layers,

@@ -13,16 +13,20 @@ from anatomy.tracing import steps as r
 from anatomy.tracing.projections import argument, bias, projection
 
 Recipe = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # parameters → the value of a parameter-only tensor
+Func = Callable[..., Any]  # the torch function an op called
+Args = tuple[Any, ...]  # its positional arguments
+Kwargs = dict[str, Any]  # its keyword arguments
+Tensors = list[torch.Tensor]
 
 
-def op_name(func: Callable[..., Any]) -> str:
+def op_name(func: Func) -> str:
     name = getattr(func, "__name__", "") or type(func).__name__
     if name == "__get__":  # a property: Tensor.T, Tensor.mT, Tensor.shape
         name = getattr(getattr(func, "__self__", None), "__name__", name)
     return name
 
 
-def _tensors(obj: object, out: list[torch.Tensor]) -> list[torch.Tensor]:
+def _tensors(obj: object, out: Tensors) -> Tensors:
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif isinstance(obj, (list, tuple)):
@@ -41,9 +45,9 @@ class Mode(TorchFunctionMode):
 
     def __torch_function__(
         self,
-        func: Callable[..., Any],
+        func: Func,
         types: Any,
-        args: tuple[Any, ...] = (),
+        args: Args = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
@@ -91,15 +95,7 @@ def _param_meta(rec: r.Recording, t: torch.Tensor) -> r._Meta | None:
     return m
 
 
-def on_op(
-    rec: r.Recording,
-    func: Callable[..., Any],
-    name: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    before: r.Metas,
-    out: object,
-) -> None:
+def on_op(rec: r.Recording, func: Func, name: str, args: Args, kwargs: Kwargs, before: r.Metas, out: object) -> None:
     outs = _tensors(out, [])
     if not outs:
         return
@@ -131,9 +127,9 @@ def on_op(
 
         def recipe(
             p: dict[str, torch.Tensor],
-            f: Callable[..., Any] = func,
-            a: tuple[Any, ...] = args,
-            k: dict[str, Any] = kwargs,
+            f: Func = func,
+            a: Args = args,
+            k: Kwargs = kwargs,
             ms: r.Metas = metas,
         ) -> torch.Tensor:
             value: torch.Tensor = _replay(f, a, k, ms, p)
@@ -166,13 +162,7 @@ def on_op(
         bias(rec, metas, outs[0], step)
 
 
-def _replay(
-    func: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    metas: r.Metas,
-    params: dict[str, torch.Tensor],
-) -> Any:
+def _replay(func: Func, args: Args, kwargs: Kwargs, metas: r.Metas, params: dict[str, torch.Tensor]) -> Any:
     """Recompute a parameter-only tensor from other parameter values."""
     table = {id(t): m for t, m in metas}
 
@@ -188,13 +178,7 @@ def _replay(
 
 
 def _dims(
-    rec: r.Recording,
-    name: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    metas: r.Metas,
-    outs: list[torch.Tensor],
-    step: r.Step,
+    rec: r.Recording, name: str, args: Args, kwargs: Kwargs, metas: r.Metas, outs: Tensors, step: r.Step
 ) -> list[tuple[str, ...]]:
     names = rec.names
     first_t, first_m = metas[0] if metas else (None, None)
@@ -247,9 +231,7 @@ def _dims(
     return [_align(fd, first_t, t, names) for t in outs]
 
 
-def _sdpa(
-    kwargs: dict[str, Any], metas: r.Metas, o: torch.Tensor, step: r.Step, names: rd.SizeNames
-) -> tuple[str, ...]:
+def _sdpa(kwargs: Kwargs, metas: r.Metas, o: torch.Tensor, step: r.Step, names: rd.SizeNames) -> tuple[str, ...]:
     """``F.scaled_dot_product_attention(q, k, v)``: its scale (``scale=`` or 1/sqrt of q's width, times the
     scalars on q and k) and its output's names (q's rows, v's width)."""
     (q, qm), (_k, km), (v, vm) = metas[:3]
@@ -276,7 +258,7 @@ def _align(fd: tuple[str, ...], first_t: torch.Tensor | None, t: torch.Tensor, n
     return tuple(out)
 
 
-def _perm(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ndim: int) -> list[int] | None:
+def _perm(name: str, args: Args, kwargs: Kwargs, ndim: int) -> list[int] | None:
     order = list(range(ndim))
     if name in ("T", "t"):
         return order[::-1]
@@ -305,14 +287,7 @@ def _perm(name: str, args: tuple[Any, ...], kwargs: dict[str, Any], ndim: int) -
 
 
 def _feats(
-    rec: r.Recording,
-    func: Callable[..., Any],
-    name: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    metas: r.Metas,
-    outs: list[torch.Tensor],
-    step: r.Step,
+    rec: r.Recording, func: Func, name: str, args: Args, kwargs: Kwargs, metas: r.Metas, outs: Tensors, step: r.Step
 ) -> list[torch.Tensor | None]:
     """Companion feature ids of the outputs (see ``recorder.py``)."""
     with_feat = [(t, m) for t, m in metas if m is not None and m.feat is not None]
@@ -406,7 +381,7 @@ def _einsum_feat(eq: str, metas: r.Metas, out: torch.Tensor) -> torch.Tensor | N
     return None
 
 
-def _factor(name: str, args: tuple[Any, ...], metas: r.Metas) -> float:
+def _factor(name: str, args: Args, metas: r.Metas) -> float:
     """Scalar multiples since the last projection-like op: ``q / sqrt(dk)`` has factor 1/sqrt(dk)."""
     data = [(t, m) for t, m in metas if m is not None and m.data]
     base = data[0][1].factor if data else 1.0
