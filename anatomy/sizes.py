@@ -1,10 +1,10 @@
 """Memory estimates for the sizes a user types, checked *before* anything is allocated.
 
-``anatomy trace --seq 100000`` once asked the allocator for 320 GB of attention scores and died with its raw error;
-``--seq 10**30`` printed an overflow dump. :func:`check_fits` estimates the bytes a forward (or a training step)
-needs from the config and the sizes alone (plain integer arithmetic: no tensor is made, no model is built),
-compares them with the memory the machine has free, and refuses with one line: the estimate, its largest part,
-what is available, and the flags to change.
+A size typed by hand (``anatomy trace --seq 100000``: hundreds of GB of attention scores; ``--seq 10**30``: an
+integer overflow) must be refused before the allocator or torch fails with a raw error. :func:`check_fits`
+estimates the bytes a forward (or a training step) needs from the config and the sizes alone (plain integer
+arithmetic: no tensor is made, no model is built), compares them with the memory the machine has free, and refuses
+with one line: the estimate, its largest part, what is available, and the flags to change.
 
 The estimate is an order of magnitude, on the generous side: float32 everywhere, the attention scores and weights
 of the math kernel (``(B, H, T, S)`` twice, as ``anatomy trace`` asks for them), activations of every layer kept
@@ -81,7 +81,7 @@ def available_bytes(device: str = "cpu") -> int | None:
     return min(found) if found else None
 
 
-def _d_ff(config) -> int:
+def _d_ff(config: ModelConfig) -> int:
     if config.d_ff is not None:
         return config.d_ff
     gated = config.activation in ("swiglu", "geglu")

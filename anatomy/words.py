@@ -17,7 +17,7 @@ FALSE = ("false", "0", "no", "off")
 NONE = ("none", "null")
 
 
-def field_type(f: dataclasses.Field) -> tuple[type, bool]:
+def field_type(f: dataclasses.Field[Any]) -> tuple[type, bool]:
     """``(int | float | bool | str, optional)`` from a field's annotation (a string under postponed evaluation)."""
     text = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     base = text.split("|")[0].strip()
@@ -27,7 +27,7 @@ def field_type(f: dataclasses.Field) -> tuple[type, bool]:
     return kinds[base], "None" in text
 
 
-def convert(key: str, raw: str, f: dataclasses.Field) -> Any:
+def convert(key: str, raw: str, f: dataclasses.Field[Any]) -> Any:
     """``raw`` (a command-line string) → the type of field ``f``; ``ValueError`` naming key, value and type."""
     want, optional = field_type(f)
     lowered = raw.lower()
@@ -54,7 +54,7 @@ def convert(key: str, raw: str, f: dataclasses.Field) -> Any:
 
 def parse_words(
     words: Iterable[str],
-    fields: Mapping[str, dataclasses.Field],
+    fields: Mapping[str, dataclasses.Field[Any]],
     *,
     refused: Mapping[str, str] | None = None,
     valid: Iterable[str] | None = None,

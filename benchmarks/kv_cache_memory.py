@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _common import environment, rounds  # noqa: E402
 
 from anatomy import ModelConfig, build_model  # noqa: E402
-from anatomy.generation.fast import DecodeStep  # noqa: E402
+from anatomy.generation.flat import flat  # noqa: E402
 
 
 def model(window: int | None, length: int) -> torch.nn.Module:
@@ -46,12 +46,12 @@ def decode(m: torch.nn.Module, prompt: torch.Tensor, new: int) -> tuple[torch.Te
     """Greedy decoding written out (as ``generate`` does it) so the caches can be weighed at the end."""
     caches = m.new_caches(capacity=prompt.shape[1] + new)
     logits = m(prompt, kv_caches=caches, use_cache=True).logits[:, -1]
-    step = DecodeStep(m, caches)
+    step = flat(m)  # what generate's decode steps call
     out = []
     for _ in range(new):
         token = logits.argmax(-1)
         out.append(token)
-        logits = step(token[:, None], None)  # (B, V)
+        logits = step(token[:, None], None, kv_caches=caches, use_cache=True).logits[:, -1]  # (B, V)
     held = sum(buf.numel() * buf.element_size() for c in caches for buf in (c._k_buf, c._v_buf, c._pos_buf))
     return torch.stack(out, 1), held
 

@@ -18,7 +18,7 @@ import json
 import os
 import platform
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -39,8 +39,8 @@ def run_bench(
     n_rounds: int | None = None,
     repeat: int | None = None,
     allocator: str = "default",
-    progress=None,
-) -> dict:
+    progress: Callable[[str], object] | None = None,
+) -> dict[str, Any]:
     """Run the chosen suites (default all) and return the report as a JSON-ready dict."""
     asked = list(SUITES) if suites is None else list(suites)
     unknown = [name for name in asked if name not in SUITES]
@@ -114,7 +114,7 @@ def shown_ratio(value: float, reference: float, size: float) -> float | None:
     return None if ref == 0 else shown(value, size) / ref
 
 
-def format_row(who: str, r: dict, unit: str, name: str, size: float, reference: float) -> str:
+def format_row(who: str, r: dict[str, Any], unit: str, name: str, size: float, reference: float) -> str:
     """One contender: min, median, max (timings; memory has one value) and the ratio of the printed medians."""
     med = f"{shown(r['value'], size):.3f}"
     lo, hi = (f"{shown(r['min'], size):.3f}", f"{shown(r['max'], size):.3f}") if "min" in r else ("·", "·")
@@ -129,7 +129,7 @@ def format_row(who: str, r: dict, unit: str, name: str, size: float, reference: 
     return text
 
 
-def format_report(report: dict) -> str:
+def format_report(report: dict[str, Any]) -> str:
     """The report as text: one table per comparison, min / median / max per contender in one unit per table and the
     ratio of the printed medians to ours (``RATIO_RULE``, said in the header); a loaded machine is warned about."""
     lines = [
@@ -159,7 +159,7 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_json(report: dict, path, *, overwrite: bool = False) -> None:
+def write_json(report: dict[str, Any], path: str | os.PathLike[str], *, overwrite: bool = False) -> None:
     with open(path, "w" if overwrite else "x", encoding="utf-8") as f:  # "x": an existing file is never replaced
         json.dump(report, f, indent=1, allow_nan=False, default=str)
         f.write("\n")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +27,7 @@ PEERS = {  # module → (distribution, pip line)
 
 
 @contextlib.contextmanager
-def quiet_peers():
+def quiet_peers() -> Iterator[None]:
     """Hugging Face's advisory log lines (loss type, deprecated names) off for the block; its level restored."""
     try:
         from transformers.utils import logging as hf_logging
@@ -33,14 +35,14 @@ def quiet_peers():
         yield
         return
     level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers' logging is unannotated
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
 
 
-def peer_status() -> dict[str, dict]:
+def peer_status() -> dict[str, dict[str, Any]]:
     """``{module: {"installed": bool, "version" | "pip": str}}`` for every peer."""
     out = {}
     for module, (dist, pip) in PEERS.items():
@@ -73,7 +75,7 @@ class LMSize:
         return f"{self.design()}, T {self.seq}, batch {self.batch}"
 
 
-def ours_lm(s: LMSize, **overrides) -> nn.Module:
+def ours_lm(s: LMSize, **overrides: Any) -> nn.Module:
     from anatomy import ModelConfig, build_model
 
     config = ModelConfig.from_preset(
@@ -107,7 +109,10 @@ def hf_gpt2(s: LMSize) -> nn.Module:
         bos_token_id=0,
         eos_token_id=0,
     )
-    return GPT2LMHeadModel._from_config(config, attn_implementation="sdpa")
+    model: nn.Module = GPT2LMHeadModel._from_config(  # type: ignore[no-untyped-call]  # transformers' classmethod
+        config, attn_implementation="sdpa"
+    )
+    return model
 
 
 class _XLM(nn.Module):
@@ -117,7 +122,7 @@ class _XLM(nn.Module):
         super().__init__()
         self.net = net
 
-    def forward(self, input_ids, labels=None):
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> Any:
         logits = self.net(input_ids)  # (B, T, V)
         loss = (
             None if labels is None else F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
@@ -140,7 +145,7 @@ def x_transformers_lm(s: LMSize) -> nn.Module:
 LM_PEERS = {"hf_gpt2": ("transformers", hf_gpt2), "x_transformers": ("x_transformers", x_transformers_lm)}
 
 
-def language_models(s: LMSize, status: dict[str, dict], notes: list[str]) -> dict[str, nn.Module]:
+def language_models(s: LMSize, status: dict[str, dict[str, Any]], notes: list[str]) -> dict[str, nn.Module]:
     """``{"ours": ..., peer: ...}`` with the installed peers, seeded alike; a peer that fails to build is left
     out with a note (its message) instead of stopping the bench."""
     torch.manual_seed(0)

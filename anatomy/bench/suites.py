@@ -10,7 +10,9 @@ measured once per contender.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,8 +69,14 @@ class Options:
 
 
 def _timed(
-    name: str, setup: str, contenders: dict, opts: Options, *, work: float | None = None, work_unit: str | None = None
-) -> dict:
+    name: str,
+    setup: str,
+    contenders: dict[str, Any],
+    opts: Options,
+    *,
+    work: float | None = None,
+    work_unit: str | None = None,
+) -> dict[str, Any]:
     stats = summarize(round_times(contenders, "ours", opts.rounds, opts.repeat), "ours")
     results = {}
     for k in contenders:
@@ -82,7 +90,7 @@ def _timed(
     return out
 
 
-def _sized(name: str, setup: str, values: dict[str, int]) -> dict:
+def _sized(name: str, setup: str, values: dict[str, int]) -> dict[str, Any]:
     ref = values["ours"]
     return {
         "name": name,
@@ -110,10 +118,11 @@ class RawSDPA(nn.Module):
         k = self.k(x).view(b, t, self.h, d // self.h).transpose(1, 2)  # (B, H, S, Dh)
         v = self.v(x).view(b, t, self.h, d // self.h).transpose(1, 2)  # (B, H, S, Dh)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)  # (B, H, T, Dh)
-        return self.o(out.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+        merged: torch.Tensor = self.o(out.transpose(1, 2).reshape(b, t, d))  # (B, T, D)
+        return merged
 
 
-def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict:
+def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict[str, Any]:
     """One attention layer (B, T, D) under a causal mask or key padding (lengths T, 3T/4, T/2, T/4 cycling)."""
     from anatomy.components import MultiHeadAttention
     from anatomy.components.masks import key_padding_to_attention, padding_mask, to_torch_nn
@@ -132,20 +141,22 @@ def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict
     raw = RawSDPA(d, h)
     mha = nn.MultiheadAttention(d, h, batch_first=True)
 
-    def run(fn):
-        def go():
+    def run(fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def go() -> None:
             if backward:
-                fn().sum().backward()
+                fn().sum().backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
             else:
                 with torch.no_grad():
                     fn()
 
         return go
 
-    def torch_mha():
+    def torch_mha() -> torch.Tensor:
         if causal:
-            return mha(x, x, x, attn_mask=to_torch_nn(tri), is_causal=True, need_weights=False)[0]
-        return mha(x, x, x, key_padding_mask=to_torch_nn(keep), need_weights=False)[0]
+            out: torch.Tensor = mha(x, x, x, attn_mask=to_torch_nn(tri), is_causal=True, need_weights=False)[0]
+        else:
+            out = mha(x, x, x, key_padding_mask=to_torch_nn(keep), need_weights=False)[0]
+        return out
 
     return {
         "ours": run(lambda: ours(x, mask=ours_mask, is_causal=causal)[0]),
@@ -155,7 +166,7 @@ def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict
     }
 
 
-def attention(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict]:
+def attention(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
     out = []
     shape = f"B={s.attn_batch} H={s.attn_heads} Dh={s.attn_head_dim} float32"
     for t in s.attn_seqs:
@@ -173,11 +184,11 @@ def attention(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[d
 # --------------------------------------------------------------------------------------------------- train step
 
 
-def _trainer(model: nn.Module, s: LMSize):
+def _trainer(model: nn.Module, s: LMSize) -> Callable[[], None]:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     ids = torch.randint(0, s.vocab, (s.batch, s.seq), generator=torch.Generator().manual_seed(0))
 
-    def step():
+    def step() -> None:
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         opt.step()
@@ -186,25 +197,27 @@ def _trainer(model: nn.Module, s: LMSize):
     return step
 
 
-def _steps(step, n: int):
+def _steps(step: Callable[[], object], n: int) -> Callable[[], list[object]]:
     return lambda: [step() for _ in range(n)]
 
 
-def _block_step(block: nn.Module, call, d: int, s: Sizes):
+def _block_step(
+    block: nn.Module, call: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor], d: int, s: Sizes
+) -> Callable[[], None]:
     opt = torch.optim.AdamW(block.parameters(), lr=1e-4)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(s.lm.batch, s.block_seq, d, generator=g)
     memory = torch.randn(s.lm.batch, s.block_seq, d, generator=g)
 
-    def step():
-        call(block, x, memory).sum().backward()
+    def step() -> None:
+        call(block, x, memory).sum().backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
         opt.step()
         opt.zero_grad(set_to_none=True)
 
     return step
 
 
-def block_contenders(s: Sizes) -> dict:
+def block_contenders(s: Sizes) -> dict[str, Any]:
     """One encoder-decoder block (causal self-attention, cross-attention, ReLU FFN, Post-LN, as in 2017):
     ours ``DecoderBlock`` against ``nn.TransformerDecoderLayer``, forward + backward + AdamW."""
     from anatomy.components.block import DecoderBlock
@@ -231,7 +244,7 @@ def block_contenders(s: Sizes) -> dict:
     }
 
 
-def train_step(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict]:
+def train_step(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
     models = language_models(s.lm, status, notes)
     tokens = s.lm.batch * s.lm.seq
     out = [
@@ -246,8 +259,8 @@ def train_step(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[
     ]
     ids = torch.randint(0, s.lm.vocab, (s.lm.batch, s.lm.seq), generator=torch.Generator().manual_seed(0))
 
-    def forward(m):
-        def go():
+    def forward(m: nn.Module) -> Callable[[], None]:
+        def go() -> None:
             with torch.no_grad():
                 m(input_ids=ids)
 
@@ -279,14 +292,14 @@ def train_step(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[
 # --------------------------------------------------------------------------------------------------- decode
 
 
-def decode(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict]:
+def decode(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
     from anatomy.generation import generate
 
     torch.manual_seed(0)
     mine = ours_lm(s.lm).eval()
     prompt = torch.randint(0, s.lm.vocab, (1, s.prompt), generator=torch.Generator().manual_seed(0))
     n = s.new_tokens
-    contenders = {
+    contenders: dict[str, Callable[[], torch.Tensor]] = {
         "ours": lambda: generate(mine, prompt, max_new_tokens=n),
         "ours fast=False": lambda: generate(mine, prompt, max_new_tokens=n, fast=False),
     }
@@ -295,9 +308,9 @@ def decode(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict
         hf = hf_gpt2(s.lm).eval()
         mask = torch.ones_like(prompt)
 
-        def hf_generate():
+        def hf_generate() -> torch.Tensor:
             with torch.inference_mode():
-                return hf.generate(
+                return hf.generate(  # type: ignore[no-any-return, operator]  # an HF model's generate
                     prompt,
                     attention_mask=mask,
                     max_new_tokens=n,
@@ -329,7 +342,7 @@ def decode(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict
 # --------------------------------------------------------------------------------------------------- memory
 
 
-def _cache_bytes(cache) -> int:
+def _cache_bytes(cache: object) -> int:
     """Bytes held by one of our KVCaches (its buffers when buffered) or by an HF cache layer (keys, values)."""
     held = [getattr(cache, n, None) for n in ("_k_buf", "_v_buf", "_pos_buf")]
     if all(t is None for t in held):
@@ -353,13 +366,14 @@ def _hf_cache_bytes(model: nn.Module, ids: torch.Tensor) -> int | None:
     layers = getattr(cache, "layers", None)
     if layers is None:  # older transformers: a tuple of (k, v) per layer
         try:
-            return sum(t.numel() * t.element_size() for layer in cache for t in layer)
+            held: int = sum(t.numel() * t.element_size() for layer in cache for t in layer)
+            return held
         except TypeError:
             return None
     return sum(_cache_bytes(layer) for layer in layers)
 
 
-def memory(s: Sizes, opts: Options, status: dict, notes: list[str]) -> list[dict]:
+def memory(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) -> list[dict[str, Any]]:
     out = []
     models = language_models(s.lm, status, notes)
     out.append(

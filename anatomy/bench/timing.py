@@ -56,7 +56,9 @@ def round_times(
     return times
 
 
-def rounds(contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int, repeat: int):
+def rounds(
+    contenders: dict[str, Callable[[], object]], reference: str, n_rounds: int, repeat: int
+) -> tuple[dict[str, float], dict[str, float]]:
     """Median seconds per contender and median ratio to ``reference`` over interleaved rounds (after one warm-up
     call each). Returns ``(seconds, ratios)``, two dicts keyed like ``contenders`` (the hand-run benchmarks' form;
     ``anatomy bench`` reports the spread, see ``summarize``)."""

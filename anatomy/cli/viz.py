@@ -131,8 +131,10 @@ def _written(path: str, write) -> None:
 def _load(args: argparse.Namespace):
     """(model in eval mode, config, a note on where the weights come from, the checkpoint's tokenizer or None)."""
     if args.checkpoint:
-        from anatomy.data.tokenizers import FILE, has_hf_tokenizer, load_tokenizer
-        from anatomy.training.checkpoint import CheckpointError, resolve
+        from anatomy.data.tokenizers import FILE, load_tokenizer
+        from anatomy.data.tokenizers_hf import has_tokenizer as has_hf_tokenizer
+        from anatomy.errors import CheckpointError
+        from anatomy.training.checkpoint import resolve
 
         if args.preset or args.overrides:
             raise ValueError("--checkpoint cannot be combined with --preset or key=value overrides")
@@ -190,7 +192,7 @@ def _tokens(args: argparse.Namespace, config: ModelConfig, tokenizer=None):
 
 
 def _cjk_hint(text: str) -> None:
-    from anatomy.inspection.viz import cjk_font, cjk_hint, needs_cjk
+    from anatomy.inspection.figures import cjk_font, cjk_hint, needs_cjk
 
     if needs_cjk(text) and not cjk_font():
         print(f"anatomy viz: hint: {cjk_hint()}", file=sys.stderr)
@@ -200,7 +202,7 @@ def _cjk_hint(text: str) -> None:
 
 
 def _attention(args: argparse.Namespace) -> int:
-    from anatomy.inspection import page, viz
+    from anatomy.inspection import figures, page, viz
     from anatomy.inspection.weights import attention_modules, attention_weights
 
     ext = _check_out(args.out, (".png", ".svg", ".html"))
@@ -235,54 +237,54 @@ def _attention(args: argparse.Namespace) -> int:
         _written(args.out, lambda: page.write_page(args.out, html))
     else:
         fig = viz.attention_figure(layer, tokens, title=title, note=note)
-        _written(args.out, lambda: viz.save_figure(fig, args.out))
+        _written(args.out, lambda: figures.save_figure(fig, args.out))
     entropy = ", ".join(f"head {h}: {e:.3f}" for h, e in zip(layer.heads, layer.entropy(0).tolist()))
     print(f"entropy (nats, max log S = {torch.tensor(float(len(tokens))).log():.3f}): {entropy}")
     return 0
 
 
 def _pe(args: argparse.Namespace) -> int:
-    from anatomy.inspection import page, viz
+    from anatomy.inspection import figures, page, viz_pe
 
-    viz.check_pe_args(args.kind, args.d_model, args.max_len, args.train_len, args.heads)
+    viz_pe.check_pe_args(args.kind, args.d_model, args.max_len, args.train_len, args.heads)
     ext = _check_out(args.out, (".png", ".svg", ".html"))
-    data = viz.positional_data(
+    data = viz_pe.positional_data(
         args.kind, d_model=args.d_model, max_len=args.max_len, train_len=args.train_len, n_heads=args.heads
     )
     if ext == ".html":
         html = page.render_page(title=f"anatomy viz pe · {data.title[0]}", subtitle=data.title[1], pe=[data])
         _written(args.out, lambda: page.write_page(args.out, html))
     else:
-        _written(args.out, lambda: viz.save_figure(viz.positional_figure(data), args.out))
+        _written(args.out, lambda: figures.save_figure(viz_pe.positional_figure(data), args.out))
     return 0
 
 
 def _mask(args: argparse.Namespace) -> int:
-    from anatomy.inspection import page, viz
+    from anatomy.inspection import figures, page, viz_masks
 
     ext = _check_out(args.out, (".png", ".svg", ".html")) if args.out else None
-    masks = viz.mask_examples(args.seq, args.pad, args.window)
-    table = viz.fill_value_table()
+    masks = viz_masks.mask_examples(args.seq, args.pad, args.window)
+    table = viz_masks.fill_value_table()
     print("What each fill value does to softmax (computed now; additive mask, softmax in the dtype):")
-    print(viz.format_table(table))
+    print(viz_masks.format_table(table))
     if ext is not None:
-        fig = viz.mask_figure(masks, table)
+        fig = viz_masks.mask_figure(masks, table)
         if ext == ".html":
             html = page.render_page(
                 title="anatomy viz mask",
                 subtitle="掩码与填充值 · masks and fill values",
-                figures=[("掩码 · masks (True = may attend)", viz.figure_svg(fig))],
+                figures=[("掩码 · masks (True = may attend)", figures.figure_svg(fig))],
                 tables=[
                     (
                         "填充值 · fill values and softmax",
-                        viz.FILL_COLUMNS,
-                        [[r[c] for c in viz.FILL_COLUMNS] for r in table],
+                        viz_masks.FILL_COLUMNS,
+                        [[r[c] for c in viz_masks.FILL_COLUMNS] for r in table],
                     )
                 ],
             )
             _written(args.out, lambda: page.write_page(args.out, html))
         else:
-            _written(args.out, lambda: viz.save_figure(fig, args.out))
+            _written(args.out, lambda: figures.save_figure(fig, args.out))
     return 0
 
 

@@ -275,6 +275,7 @@ def _unmasked_call(m: nn.Module, forward, file: str) -> tuple[int | None, str]:
 
 def _mask_line(m: nn.Module, x: torch.Tensor, file: str) -> tuple[int | None, str]:
     from anatomy.tracing import recorder as rec_mod
+    from anatomy.tracing.steps import RecordError
 
     try:
         rec = rec_mod.record(
@@ -284,7 +285,7 @@ def _mask_line(m: nn.Module, x: torch.Tensor, file: str) -> tuple[int | None, st
             module=m,
             sizes={"B": 2, "T": 5, "H": N_HEADS, "Dh": D_MODEL // N_HEADS, "D": D_MODEL},
         )
-    except rec_mod.RecordError:
+    except RecordError:
         return None, ""
     for s in rec.steps:
         if s.op in (

@@ -34,6 +34,7 @@ from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, one_line
 from anatomy.tracing import recorder as rec_mod
+from anatomy.tracing.steps import RecordError
 
 TIMEOUT = 20.0
 MARKER = "# anatomy learn · exercise:"
@@ -308,7 +309,7 @@ def run_guarded(
     except Hung as hung:
         err = CheckTimeout.from_hung(hung)
         raise LearnError(err.en, err.zh) from None
-    except rec_mod.RecordError as err:
+    except RecordError as err:
         inner = err.error
         if inner is None:
             raise LearnError(f"{what[0]}: {err}", f"{what[1]}：{err}") from None

@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 SPLITS = ("train", "val", "test")
 FRACTIONS = (0.9, 0.05, 0.05)
@@ -84,7 +85,7 @@ def load_corpus(name_or_path: str) -> tuple[str, str]:
     return read_text_file(name_or_path), "\n\n"
 
 
-def split_units(units: list, seed: int, fractions: tuple[float, float, float] = FRACTIONS) -> dict[str, list]:
+def split_units(units: list[Any], seed: int, fractions: tuple[float, float, float] = FRACTIONS) -> dict[str, list[Any]]:
     """Seeded split into train/val/test; each split keeps the units' original order."""
     if len(units) < 3:
         raise ValueError(f"need at least 3 units (poems, paragraphs, examples) to split, got {len(units)}")

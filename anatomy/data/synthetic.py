@@ -7,10 +7,12 @@ generator's state (a resumed run draws the same batches).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz"
-TASKS = {
+TASKS: dict[str, Callable[[str], str]] = {
     "copy": lambda s: s,
     "reverse": lambda s: s[::-1],
     "sort": lambda s: "".join(sorted(s)),

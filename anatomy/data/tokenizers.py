@@ -15,7 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anatomy.data.tokenizers_hf import CONFIG_FILE as HF_CONFIG_FILE
 from anatomy.data.tokenizers_hf import HFTokenizer, TokenizersBacked
@@ -90,7 +90,7 @@ class CharTokenizer(OurSpecials):
         n_special = len(self.specials)
         return "".join(self.itos[i] for i in ids if not (skip_special and i < n_special))
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"anatomy_tokenizer": "char", "unk": self.unk_id is not None, "vocab": self.itos[len(self.specials) :]}
 
     def save(self, directory: str | Path) -> Path:
@@ -133,7 +133,8 @@ class BPETokenizer(OurSpecials, TokenizersBacked):
 
     @property
     def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size()
+        size: int = self.tokenizer.get_vocab_size()
+        return size
 
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / FILE

@@ -30,7 +30,7 @@ ROLES = ("bos_token", "eos_token", "pad_token", "unk_token")
 GPT2_EOS = "<|endoftext|>"
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -40,7 +40,7 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def _content(value) -> str | None:
+def _content(value: object) -> str | None:
     """A special token as tokenizer_config.json writes it: a string, or ``{"content": "...", ...}``."""
     if isinstance(value, dict):
         value = value.get("content")
@@ -58,13 +58,15 @@ class TokenizersBacked:
     tokenizer: Any
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text).ids
+        ids: list[int] = self.tokenizer.encode(text).ids
+        return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [e.ids for e in self.tokenizer.encode_batch(texts)]
 
     def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
+        text: str = self.tokenizer.decode(list(ids), skip_special_tokens=skip_special)
+        return text
 
 
 class HFTokenizer(TokenizersBacked):
@@ -98,7 +100,8 @@ class HFTokenizer(TokenizersBacked):
 
     @property
     def vocab_size(self) -> int:
-        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+        size: int = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        return size
 
     @property
     def bos_id(self) -> int | None:
@@ -118,7 +121,7 @@ class HFTokenizer(TokenizersBacked):
                 return found
         return 0
 
-    def config_json(self) -> dict:
+    def config_json(self) -> dict[str, Any]:
         """tokenizer_config.json as transformers reads it (``AutoTokenizer.from_pretrained(dir)``)."""
         return {**self.extra, "tokenizer_class": self.tokenizer_class, **self.specials, "backend": "tokenizers"}
 
@@ -162,7 +165,7 @@ class HFTokenizer(TokenizersBacked):
         )
 
 
-def _gpt2_from_files(d: Path):
+def _gpt2_from_files(d: Path) -> Any:
     """GPT-2's byte-level BPE from ``vocab.json`` + ``merges.txt``."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
@@ -179,7 +182,7 @@ def _gpt2_from_files(d: Path):
     return tok
 
 
-def _specials(d: Path, tok) -> tuple[dict[str, str | None], str]:
+def _specials(d: Path, tok: Any) -> tuple[dict[str, str | None], str]:
     """Special tokens by role, from tokenizer_config.json, then special_tokens_map.json, then config.json's ids
     (``eos_token_id``...); GPT-2's ``<|endoftext|>`` when nothing names any."""
     config = _read_json(d / CONFIG_FILE) if (d / CONFIG_FILE).is_file() else {}

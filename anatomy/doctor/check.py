@@ -7,7 +7,7 @@
 ``target`` is ``"FILE.py:CLASS"``, a class or factory called as ``(d_model, n_heads)``, or a module instance
 (copied, never changed). A module that cannot be loaded, built or called raises :class:`CheckError` with one
 line saying what was expected; everything else is a finding in the :class:`Report`. Importing the file, building
-the module and each single forward get ``timeout`` seconds (``limits.py``); past it, :class:`CheckTimeout` (a
+the module and each single forward get ``timeout`` seconds (``loading/limits.py``); past it, :class:`CheckTimeout` (a
 ``CheckError``) says which step hung, in English (``en``) and Chinese (``zh``).
 """
 
@@ -76,7 +76,7 @@ def check(
 
     ``timeout``: seconds that importing the file, building the module, or one forward may take (None or 0: no
     limit); past it :class:`CheckTimeout`. ``seq_first``: the module takes ``(T, B, D)`` (True), ``(B, T, D)``
-    (False), or detect it (None, the default; ``contract.py``). The time limit is enforced in the main thread
+    (False), or detect it (None, the default; ``contract/``). The time limit is enforced in the main thread
     only (``limits.py`` says why).
     The tensors are tiny (B=2, T=6), so the check runs single-threaded: on a busy machine intra-op threads cost
     milliseconds per op for nothing. The previous thread count is restored on return, and the caller's RNG state

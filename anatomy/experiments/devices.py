@@ -13,7 +13,7 @@ A wall clock read on a GPU waits for the GPU first (:func:`synchronize`): kernel
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -76,7 +76,7 @@ def on(device: str | torch.device, make: Callable[..., T], *args: Any, **kwargs:
     with torch.device("cpu"):
         made: Any = make(*args, **kwargs)
     moved: Any = to_device(made, device) if isinstance(made, dict) else made.to(device)
-    return moved
+    return cast(T, moved)
 
 
 def to_device(batch: dict[str, Any], device: str | torch.device) -> dict[str, Any]:

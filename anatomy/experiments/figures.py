@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 
 def figure(
-    path, draw: Callable[[Any], None], *, grid: tuple[int, int] | None = None, size=None, sharey: bool = False
+    path: str | os.PathLike[str] | None,
+    draw: Callable[[Any], None],
+    *,
+    grid: tuple[int, int] | None = None,
+    size: tuple[float, float] | None = None,
+    sharey: bool = False,
 ) -> None:
     """Draw into ``path`` with matplotlib (Agg) if a path is given and matplotlib is installed.
 
@@ -33,7 +39,7 @@ def figure(
     plt.close(fig)
 
 
-def heatmap(ax, values, *, label_above: float) -> None:
+def heatmap(ax: Any, values: Any, *, label_above: float) -> None:
     """``values`` (rows × columns, shares in [0, 1]) as an image with its colour bar; each cell above
     ``label_above`` is labelled with its value (white on dark cells, black on light ones)."""
     import numpy as np

@@ -3,7 +3,9 @@ a head ablated, one attention layer's saturation."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -81,10 +83,10 @@ def offset_profile(weights: torch.Tensor, max_offset: int, rows: slice | None = 
 
 
 @contextmanager
-def ablate_head(attn: torch.nn.Module, head: int):
+def ablate_head(attn: torch.nn.Module, head: int) -> Iterator[torch.nn.Module]:
     """Zero one head's output ``z`` (before the heads are merged) inside the block; restored on exit."""
 
-    def hook(_module, _args, out):
+    def hook(_module: torch.nn.Module, _args: Any, out: torch.Tensor) -> torch.Tensor:
         out = out.clone()
         out[:, head] = 0.0
         return out
@@ -98,7 +100,7 @@ def ablate_head(attn: torch.nn.Module, head: int):
         handle.remove()
 
 
-def probe_attention(model, batch) -> dict[str, float]:
+def probe_attention(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, float]:  # model: a DecoderLM
     """One forward/backward at this state: ``maxp`` (mean max attention prob over rows with >= 8 keys), ``gradq``
     (‖∂L/∂W_q‖), ``score_std`` (std of the scores the softmax sees, causal part) and ``passthrough``
     (‖∂L/∂scores‖ / ‖∂L/∂weights‖ on the visible entries: how much gradient the softmax lets through)."""

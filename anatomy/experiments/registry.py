@@ -84,7 +84,7 @@ class Metric:
         }
 
 
-def _clean(x: float):
+def _clean(x: float) -> float | str:
     return x if math.isfinite(x) else str(x)
 
 
@@ -165,11 +165,13 @@ EXPERIMENTS: dict[str, Experiment] = {}
 CLAIMS: dict[str, Claim] = {}
 
 
-def experiment(name: str, units: dict[str, str] | None = None, *, cpu_only: str = ""):
+def experiment(
+    name: str, units: dict[str, str] | None = None, *, cpu_only: str = ""
+) -> Callable[[Callable[[Trial], dict[str, float]]], Callable[[Trial], dict[str, float]]]:
     """Register ``fn(trial) -> {metric: value}`` as experiment ``name``. ``cpu_only``: the reason it runs on the CPU
     whatever ``--device`` asks (said in claims.json and the report); its ``trial.device`` is then ``cpu``."""
 
-    def wrap(fn):
+    def wrap(fn: Callable[[Trial], dict[str, float]]) -> Callable[[Trial], dict[str, float]]:
         if name in EXPERIMENTS:
             raise ValueError(f"experiment {name!r} registered twice")
         EXPERIMENTS[name] = Experiment(name, fn, units or {}, cpu_only)
@@ -182,7 +184,7 @@ def _statements() -> dict[str, dict[str, str]]:
     """The claims' statements, kept as data in ``claims/statements.toml``: per claim id its ``section`` of the
     post, the post's sentence (``zh``) and our English statement (``en``)."""
     text = (resources.files("anatomy.experiments") / "claims" / "statements.toml").read_text(encoding="utf-8")
-    table = tomllib.loads(text)
+    table: dict[str, dict[str, str]] = tomllib.loads(text)
     for cid, entry in table.items():
         if sorted(entry) != ["en", "section", "zh"] or not all(isinstance(v, str) and v for v in entry.values()):
             raise ValueError(
@@ -194,7 +196,7 @@ def _statements() -> dict[str, dict[str, str]]:
 STATEMENTS: dict[str, dict[str, str]] = _statements()
 
 
-def claim(id: str, *, experiment: str, metrics: tuple[str, ...] | list[str], rule_text: str):
+def claim(id: str, *, experiment: str, metrics: tuple[str, ...] | list[str], rule_text: str) -> Callable[[Rule], Rule]:
     """Declare claim ``id`` on its rule: ``@claim(id, experiment=..., metrics=..., rule_text=...)`` above
     ``def rule(ms) -> Verdict`` (or applied to a rule a helper built). The statements come from
     ``statements.toml``; the rule is returned unchanged."""

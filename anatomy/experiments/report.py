@@ -17,7 +17,7 @@ ZH_VERDICT = {"supported": "成立", "refuted": "不成立", "nuanced": "有条�
 
 
 def _metric_cell(m: dict[str, Any]) -> str:
-    def f(x):
+    def f(x: float | str) -> str:
         return x if isinstance(x, str) else f"{x:.4g}"
 
     if m["n"] == 1:
@@ -134,7 +134,8 @@ def load(out: str | Path) -> dict[str, Any]:
     path = Path(out) / "claims.json"
     if not path.is_file():
         raise ValueError(f"{out} holds no claims.json (run `anatomy claims run ... --out {out}` first)")
-    return json.loads(path.read_text(encoding="utf-8"))
+    doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return doc
 
 
 def merge(sources: list[str | Path], out: str | Path) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from anatomy.experiments.fitting import BLOWN_UP
@@ -12,28 +12,30 @@ from anatomy.experiments.registry import Metric, Verdict
 TOL = 0.05  # nats: the smallest difference of two losses that a rule counts as a difference (§4, §5 grids)
 
 
-def per_seed(metrics: dict, *names: str) -> list[tuple[float, ...]]:
+def per_seed(metrics: dict[str, Metric], *names: str) -> list[tuple[float, ...]]:
     """Several metrics seed by seed, ``[(a0, b0), (a1, b1), ...]``, for rules that combine them per seed."""
     return list(zip(*(metrics[n].values for n in names)))
 
 
-def differences(metrics: dict, a: str, b: str) -> list[float]:
+def differences(metrics: dict[str, Metric], a: str, b: str) -> list[float]:
     """``a − b`` seed by seed."""
     return [x - y for x, y in per_seed(metrics, a, b)]
 
 
-def setting(metrics: dict, name: str) -> int:
+def setting(metrics: dict[str, Metric], name: str) -> int:
     """A setting the experiment records beside what it measures (a depth, a step cap): the same on every seed,
     as a whole number."""
     return int(metrics[name].values[0])
 
 
-def fmts(metrics: dict, *names: str) -> dict[str, str]:
+def fmts(metrics: dict[str, Metric], *names: str) -> dict[str, str]:
     """The metrics ``names``, each formatted as a reason quotes it (mean ± spread), by name."""
     return {k: metrics[k].fmt() for k in names}
 
 
-def count_seeds(metrics: dict, names: tuple[str, ...] | list[str], pred: Callable[..., bool]) -> tuple[int, int]:
+def count_seeds(
+    metrics: dict[str, Metric], names: tuple[str, ...] | list[str], pred: Callable[..., bool]
+) -> tuple[int, int]:
     """How many seeds satisfy ``pred(*values)`` (the values of ``names`` on that seed), and how many seeds."""
     rows = per_seed(metrics, *names)
     return sum(1 for row in rows if pred(*row)), len(rows)
@@ -67,7 +69,14 @@ def all_or_none(holds: list[bool], en: str, zh: str, *, refute_en: str = "", ref
 VERDICT_ZH = {"supported": "成立", "refuted": "不成立", "nuanced": "有条件成立", "inconclusive": "无定论"}
 
 
-def seed_verdict(ms, names, classify, en: str, zh: str, lead: dict | None = None) -> Verdict:
+def seed_verdict(
+    ms: dict[str, Metric],
+    names: Sequence[str],
+    classify: Callable[..., str],
+    en: str,
+    zh: str,
+    lead: dict[str, tuple[str, str]] | None = None,
+) -> Verdict:
     """``classify(*values_of_one_seed) -> verdict`` (a function, or a :class:`Ladder`, whose deciding case the
     reasons then name); the claim's verdict if every seed gives the same one, else inconclusive. ``en``/``zh`` are
     the reasons (already filled with the numbers); ``lead`` optionally maps a verdict to an opening sentence
@@ -95,7 +104,7 @@ def fmt_values(values: list[float], unit: str = "", digits: int = 3) -> str:
     return Metric("derived", [float(v) for v in values], unit).fmt(digits)
 
 
-def fmt_blown(metric, zh: bool = False) -> str:
+def fmt_blown(metric: Metric, zh: bool = False) -> str:
     """A metric that ``finite_metrics`` may have capped: say "not finite" instead of printing the cap."""
     blown = sum(abs(v) >= BLOWN_UP for v in metric.values)
     if not blown:
@@ -110,7 +119,7 @@ def fmt_blown(metric, zh: bool = False) -> str:
     )
 
 
-def fmt_count(metric) -> str:
+def fmt_count(metric: Metric) -> str:
     """A metric that is a whole number on every seed, printed as one (``3`` rather than ``3 ± 0``)."""
     vals = metric.values
     if all(float(v).is_integer() for v in vals) and len(set(vals)) == 1:

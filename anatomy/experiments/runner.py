@@ -50,7 +50,7 @@ NONDETERMINISTIC: dict[str, tuple[tuple[str, ...], str]] = {
     "head-count": (("lm_step_ms_h*", "time_ratio_*"), "wall-clock times of training steps on this machine"),
 }
 
-# Seconds per seed of each experiment at the quick preset, one thread (2-core VM, measured for issue 14): the
+# Seconds per seed of each experiment at the quick preset, one thread (measured on a 2-core VM): the
 # order in which a parallel run starts its work (longest first keeps the workers evenly loaded to the end) and
 # the weights of the progress bar's ETA. Only proportions matter; an experiment missing here gets the median.
 COST_HINTS: dict[str, float] = {

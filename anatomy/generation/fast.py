@@ -1,11 +1,11 @@
 """The decode step of ``generate``: the model's own ``forward``, run on a flat view of the model.
 
 At batch 1 a decode step of a small model is mostly Python, and much of it is ``nn.Module``'s call and attribute
-machinery. ``DecodeStep`` makes one flat view of the model (``anatomy.generation.flat``: the same classes' methods,
-sub-modules as plain attributes, hook points as the identity) and calls the view exactly as the module path calls
-the model::
+machinery. ``generate`` (``anatomy.generation.decoding``) decodes through one flat view of the model
+(``anatomy.generation.flat``: the same classes' methods, sub-modules as plain attributes, hook points as the
+identity) and calls the view exactly as the module path calls the model::
 
-    model(ids (B, 1), mask (B, S + 1), kv_caches=caches, use_cache=True, logits_to_keep=1).logits[:, -1]  # (B, V)
+    model(ids (B, 1), mask (B, S + 1), kv_caches=caches, use_cache=True).logits[:, -1]      # (B, V)
 
 so there is one copy of every order (the block's norm, attention, residual and FFN; attention's projections,
 split, rotation, cache, kernel and merge) and the view cannot drift from the modules. tests/generation/test_fast.py
@@ -18,13 +18,8 @@ vouch for, such as a parametrized weight); ``generate`` then calls the modules.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
 from torch import nn
 from torch.nn.modules import module as _module
-
-from anatomy.generation.flat import flat
 
 _OWN = ("anatomy.", "torch.nn.modules.")  # the classes a view runs: this package's and torch.nn's own
 
@@ -50,22 +45,3 @@ def refusal(model: nn.Module) -> str | None:
                 "anatomy and torch.nn"
             )
     return None
-
-
-class DecodeStep:
-    """``step(ids (B, 1), mask (B, S + 1) | None) -> logits (B, V)``: one new token per row through the model's own
-    forward on a flat view, appending to ``caches`` (one ``KVCache`` per block, filled by the prefill)."""
-
-    def __init__(self, model: nn.Module, caches: list[Any]) -> None:
-        reason = refusal(model)
-        if reason is not None:
-            raise ValueError(f"DecodeStep cannot flatten this model: {reason}")
-        blocks = getattr(getattr(model, "stack", None), "blocks", None)
-        if blocks is not None and len(caches) != len(blocks):
-            raise ValueError(f"caches must hold one entry per block ({len(blocks)}), got {len(caches)}")
-        self.view, self.caches = flat(model), caches
-
-    def __call__(self, ids: torch.Tensor, mask: torch.Tensor | None, **kwargs: Any) -> torch.Tensor:
-        out = self.view(ids, mask, kv_caches=self.caches, use_cache=True, logits_to_keep=1, **kwargs)
-        logits: torch.Tensor = out.logits[:, -1]
-        return logits  # (B, V)

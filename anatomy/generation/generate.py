@@ -8,7 +8,7 @@ weights: greedy (``do_sample=False``), sampling (temperature → top-k → top-p
 ``eos_token_id``, ``stop_strings`` (with ``tokenizer=``), ``stopping_criteria=[...]``, a ``streamer``,
 ``generation_config=`` and ``return_dict_in_generate`` (``sequences``, ``scores``, ``logits``: outputs.py).
 
-Options come as in HF (anatomy.generation.config): keyword arguments over ``generation_config=`` over the model's
+Options come as in HF (anatomy.generation.options): keyword arguments over ``generation_config=`` over the model's
 ``generation_config``, which holds the model's special tokens, so a model stops at its own eos unless told
 otherwise (``eos_token_id=None``: never). ``pad_token_id`` defaults to the first eos id.
 

@@ -8,7 +8,7 @@ an issue or a CI run. Labels are bilingual (中文 / English); the browser draws
 * 形状追踪 · shape trace: the post's §5.1 table from a real forward pass (:mod:`anatomy.inspection.trace`);
 * 注意力 · attention: choose a layer and a head; every weight is printed in its cell (3 decimals) and shown in
   full on hover; thumbnails of all heads of the layer, each with its entropy;
-* 位置编码 · positional encodings: the four views of :func:`anatomy.inspection.viz.positional_data` per scheme,
+* 位置编码 · positional encodings: the four views of :func:`anatomy.inspection.viz_pe.positional_data` per scheme,
   with hover read-outs.
 """
 
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from anatomy.inspection.trace import TraceRow, trace_model
-from anatomy.inspection.viz import PE_KINDS, PEData, positional_data
+from anatomy.inspection.viz_pe import PE_KINDS, PEData, positional_data
 from anatomy.inspection.weights import LayerWeights, attention_weights
 
 DIGITS = 3  # decimals printed in the attention cells

@@ -10,7 +10,7 @@ Source Han, ...). Without one, Chinese labels are left out and Chinese tokens ar
 with :data:`CJK_HINT` saying which package to install, never as empty boxes.
 
 One module per kind of picture: attention maps here, ``viz_pe`` (positional encodings), ``viz_masks`` (masks and
-fill values), over ``figures`` (fonts, saving). Every public name is importable from this module.
+fill values), over ``figures`` (fonts, saving); import each name from the module that defines it.
 """
 
 from __future__ import annotations
@@ -20,34 +20,14 @@ from collections.abc import Sequence
 
 import torch
 
-from anatomy.inspection.figures import (  # noqa: F401 - re-exported: viz is the pictures' one public module
-    CJK_HINT,
+from anatomy.inspection.figures import (
     _fonts,
     bi,
     cjk_font,
     cjk_hint,
     drawable,
-    figure_svg,
-    is_cjk,
     needs_cjk,
     new_figure,
-    save_figure,
-)
-from anatomy.inspection.viz_masks import (  # noqa: F401 - re-exported
-    FILL_COLUMNS,
-    FILL_DTYPES,
-    fill_value_table,
-    format_table,
-    mask_examples,
-    mask_figure,
-)
-from anatomy.inspection.viz_pe import (  # noqa: F401 - re-exported
-    PE_KINDS,
-    Panel,
-    PEData,
-    check_pe_args,
-    positional_data,
-    positional_figure,
 )
 from anatomy.inspection.weights import LayerWeights, head_entropy
 

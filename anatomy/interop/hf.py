@@ -286,7 +286,9 @@ def hf_state_dict(model: nn.Module) -> tuple[str, dict, dict[str, torch.Tensor]]
         value = ours[entry.ours[0]]
         value = value.t().contiguous() if entry.op == "conv1d" and value.dim() == 2 else value
         out.update(dict.fromkeys(entry.hf, value))
-    return arch, {**fam.write_config(config, arch), **write_tokens(config, arch)}, out
+    # every family names the vocabulary's size alike; the rest is the family's own
+    written = {"vocab_size": config.vocab_size, **fam.write_config(config, arch), **write_tokens(config, arch)}
+    return arch, written, out
 
 
 def write_tokens(config: ModelConfig, arch: str) -> dict[str, Any]:

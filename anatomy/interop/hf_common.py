@@ -43,6 +43,12 @@ def _norm(hf: str, ours: str, bias: bool) -> list[Entry]:
     return _linear(hf, ours, bias)
 
 
+def _lm_head(tied: tuple[str, ...]) -> list[Entry]:
+    """The output head's row, under the same key on both sides; none when it is tied to the embedding (``tied``: the
+    embedding's aliases)."""
+    return [] if tied else [_e("lm_head.weight", "lm_head.weight")]
+
+
 def _get(c: dict, key: str, default: Any = _REQUIRED) -> Any:
     value = c.get(key, default)
     if value is _REQUIRED:

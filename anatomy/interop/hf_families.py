@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from anatomy.components.ffn import GATED, default_d_ff
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import _ACT_TO_HF, Entry, _activation, _e, _get, _linear, _norm, _pad, _refuse
+from anatomy.interop.hf_common import _ACT_TO_HF, Entry, _activation, _e, _get, _linear, _lm_head, _norm, _pad, _refuse
 from anatomy.interop.hf_gemma import gemma_config, gemma_table, gemma_write
 from anatomy.interop.hf_llama import llama_config, llama_table, llama_write
 from anatomy.interop.hf_neox import neox_config, neox_table, neox_write
@@ -63,12 +63,11 @@ def _gpt2_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         rows += _linear(f"{h}.mlp.c_fc", f"{o}.ffn.up_proj", True, "conv1d")  # (D, F) → (F, D)
         rows += _linear(f"{h}.mlp.c_proj", f"{o}.ffn.down_proj", True, "conv1d")  # (F, D) → (D, F)
     rows += _norm("transformer.ln_f", "stack.final_norm", True)
-    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+    return rows + _lm_head(tied)
 
 
 def _gpt2_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size,
         n_embd=cfg.d_model,
         n_head=cfg.n_heads,
         n_layer=cfg.n_layers,
@@ -146,7 +145,6 @@ def _bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
 
 def _bert_write(cfg: ModelConfig, arch: str) -> dict:
     out = dict(
-        vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         num_attention_heads=cfg.n_heads,
         num_hidden_layers=cfg.n_layers,
@@ -247,12 +245,11 @@ def _t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
                         rows.append(_e(f"{h}.{j}.{name}.{p}.weight", f"{o}.{module}.{p}_proj.weight"))
                 rows.append(_e(f"{h}.{j}.layer_norm.weight", f"{o}.{add_norm}.norm.weight"))
         rows.append(_e(f"{side}.final_layer_norm.weight", f"{side}.stack.final_norm.weight"))
-    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+    return rows + _lm_head(tied)
 
 
 def _t5_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size,
         d_model=cfg.d_model,
         d_kv=cfg.dh,
         num_heads=cfg.n_heads,
@@ -282,7 +279,7 @@ class Family:
     config_class: str  # the transformers config class
     read_config: Callable[[dict, str], ModelConfig]
     table: Callable[[ModelConfig, str], list[Entry]]
-    write_config: Callable[[ModelConfig, str], dict]
+    write_config: Callable[[ModelConfig, str], dict]  # everything but vocab_size, which to_hf writes for all
     base_prefix: dict[str, str]  # arch → prefix that headless checkpoints (GPT2Model, ...) lack
     buffers: tuple[str, ...] = ()  # regexes of checkpoint keys that are buffers, not weights
     requires: dict[str, tuple] = field(default_factory=dict)  # ModelConfig fields to_hf needs

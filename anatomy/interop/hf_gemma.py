@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import math
 
-from anatomy.components.ffn import default_d_ff
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import Entry, _e, _get, _linear, _norm, _pad, _refuse, read_rope, write_rope
-from anatomy.interop.hf_llama import window_layers
+from anatomy.interop.hf_common import Entry, _e, _get, _linear, _lm_head, _norm, _pad, _refuse, read_rope, write_rope
+from anatomy.interop.hf_llama import llama_shape, llama_sizes, window_layers
 
 GEMMA2 = "Gemma2ForCausalLM"
 _TANH_GELU = ("gelu_pytorch_tanh", "gelu")  # "gelu" is Gemma's legacy spelling of the tanh GELU (transformers)
@@ -55,11 +54,7 @@ def gemma_config(c: dict, arch: str) -> ModelConfig:
             window_pattern=pattern,
         )
     return ModelConfig(
-        architecture="decoder_lm",
-        vocab_size=vocab,
-        d_model=d,
-        n_heads=h,
-        n_kv_heads=c.get("num_key_value_heads") or h,
+        **llama_shape(c, d, h, vocab),
         n_layers=n,
         head_dim=None if head_dim * h == d else head_dim,
         d_ff=_get(c, "intermediate_size"),
@@ -100,20 +95,12 @@ def gemma_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         for p in ("gate_proj", "up_proj", "down_proj"):  # down(gelu_tanh(gate(x)) * up(x))
             rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", False)
     rows += _norm("model.norm", "stack.final_norm", False)
-    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+    return rows + _lm_head(tied)
 
 
 def gemma_write(cfg: ModelConfig, arch: str) -> dict:
     out = dict(
-        vocab_size=cfg.vocab_size,
-        hidden_size=cfg.d_model,
-        num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.kv_heads,
-        num_hidden_layers=cfg.n_layers,
-        head_dim=cfg.dh,
-        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
-        max_position_embeddings=cfg.max_seq_len,
-        rms_norm_eps=cfg.norm_eps,
+        **llama_sizes(cfg),
         hidden_activation="gelu_pytorch_tanh",
         attention_bias=False,
         attention_dropout=cfg.attention_dropout,

@@ -5,9 +5,11 @@ apply. The registry in ``hf_families`` says which of our configs each can hold."
 
 from __future__ import annotations
 
+from typing import Any
+
 from anatomy.components.ffn import default_d_ff
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import Entry, _e, _get, _linear, _norm, _pad, _refuse, read_rope, write_rope
+from anatomy.interop.hf_common import Entry, _e, _get, _linear, _lm_head, _norm, _pad, _refuse, read_rope, write_rope
 
 PHI3, QWEN2, QWEN3 = "Phi3ForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
 
@@ -31,11 +33,7 @@ def llama_config(c: dict, arch: str) -> ModelConfig:
     window, pattern = _windows(c, arch)
     dropout = float(c.get("resid_pdrop", 0.0)) if arch == PHI3 else 0.0
     return ModelConfig(
-        architecture="decoder_lm",
-        vocab_size=vocab,
-        d_model=d,
-        n_heads=h,
-        n_kv_heads=c.get("num_key_value_heads") or h,
+        **llama_shape(c, d, h, vocab),
         n_layers=_get(c, "num_hidden_layers"),
         head_dim=None if c.get("head_dim") in (None, d // h) else c["head_dim"],  # decoupled heads (Qwen3, Gemma)
         d_ff=_get(c, "intermediate_size"),
@@ -114,12 +112,20 @@ def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
             for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
                 rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", cfg.bias)
     rows += _norm("model.norm", "stack.final_norm", False)
-    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+    return rows + _lm_head(tied)
 
 
-def llama_write(cfg: ModelConfig, arch: str) -> dict:
-    out = dict(
-        vocab_size=cfg.vocab_size,
+def llama_shape(c: dict[str, Any], d: int, h: int, vocab: int) -> dict[str, Any]:
+    """The fields every Llama-shaped reader (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) sets alike: a decoder LM
+    of width ``d`` with ``h`` query heads, a vocabulary of ``vocab`` and the config's key/value heads."""
+    return dict(
+        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h, n_kv_heads=c.get("num_key_value_heads") or h
+    )
+
+
+def llama_sizes(cfg: ModelConfig) -> dict[str, Any]:
+    """The sizes every Llama-shaped config.json (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) writes alike."""
+    return dict(
         hidden_size=cfg.d_model,
         num_attention_heads=cfg.n_heads,
         num_key_value_heads=cfg.kv_heads,
@@ -128,6 +134,12 @@ def llama_write(cfg: ModelConfig, arch: str) -> dict:
         head_dim=cfg.dh,
         max_position_embeddings=cfg.max_seq_len,
         rms_norm_eps=cfg.norm_eps,
+    )
+
+
+def llama_write(cfg: ModelConfig, arch: str) -> dict:
+    out = dict(
+        **llama_sizes(cfg),
         hidden_act="silu",
         attention_bias=cfg.bias,
         mlp_bias=cfg.bias,

@@ -20,6 +20,7 @@ from anatomy.interop.hf_common import (
     _e,
     _get,
     _linear,
+    _lm_head,
     _norm,
     _pad,
     _refuse,
@@ -72,12 +73,11 @@ def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
         rows += _linear(f"{h}.mlp.dense_h_to_4h", f"{o}.ffn.up_proj", True)
         rows += _linear(f"{h}.mlp.dense_4h_to_h", f"{o}.ffn.down_proj", True)
     rows += _norm("gpt_neox.final_layer_norm", "stack.final_norm", True)
-    return rows + ([] if tied else [_e("lm_head.weight", "lm_head.weight")])
+    return rows + _lm_head(tied)
 
 
 def neox_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        vocab_size=cfg.vocab_size,
         hidden_size=cfg.d_model,
         num_attention_heads=cfg.n_heads,
         num_hidden_layers=cfg.n_layers,

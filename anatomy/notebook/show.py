@@ -38,7 +38,7 @@ class Picture:
         return buf.getvalue()
 
     def save(self, path: str | Path) -> str:
-        from anatomy.inspection.viz import save_figure
+        from anatomy.inspection.figures import save_figure
 
         return save_figure(self.fig, path)
 
@@ -117,20 +117,20 @@ def pe(
     kind: str = "sinusoidal", *, d_model: int = 64, max_len: int = 128, train_len: int = 64, n_heads: int = 8
 ) -> Picture:
     """``anatomy viz pe``: a positional encoding's table, waves, similarity and behaviour past training."""
-    from anatomy.inspection import viz
+    from anatomy.inspection import viz_pe
 
-    viz.check_pe_args(kind, d_model, max_len, train_len, n_heads)
-    data = viz.positional_data(kind, d_model=d_model, max_len=max_len, train_len=train_len, n_heads=n_heads)
-    return Picture(viz.positional_figure(data), f"positional encoding · {kind}")
+    viz_pe.check_pe_args(kind, d_model, max_len, train_len, n_heads)
+    data = viz_pe.positional_data(kind, d_model=d_model, max_len=max_len, train_len=train_len, n_heads=n_heads)
+    return Picture(viz_pe.positional_figure(data), f"positional encoding · {kind}")
 
 
 def mask(seq: int = 8, pad: int = 3, window: int | None = None) -> Picture:
     """``anatomy viz mask``: the masks drawn (fully-masked rows marked) and what fill values do to softmax."""
-    from anatomy.inspection import viz
+    from anatomy.inspection import viz_masks
 
-    table = viz.fill_value_table()
-    fig = viz.mask_figure(viz.mask_examples(seq, pad, window), table)
-    return Picture(fig, "masks", ["```text\n" + viz.format_table(table) + "\n```"])
+    table = viz_masks.fill_value_table()
+    fig = viz_masks.mask_figure(viz_masks.mask_examples(seq, pad, window), table)
+    return Picture(fig, "masks", ["```text\n" + viz_masks.format_table(table) + "\n```"])
 
 
 @dataclass

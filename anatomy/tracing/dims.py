@@ -14,6 +14,7 @@ with several axes on both sides (``T, D`` → ``H, T, Dh``) moves numbers betwee
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from itertools import combinations
 
 Dims = tuple[str, ...]
@@ -47,11 +48,11 @@ class SizeNames:
         return ["=".join(v) for v in self.by_size.values() if len(v) > 1]
 
 
-def by_size(shape, names: SizeNames) -> Dims:
+def by_size(shape: Sequence[int], names: SizeNames) -> Dims:
     return tuple(names.name(int(n)) for n in shape)
 
 
-def broadcast_dims(out_shape, operands: list[tuple[tuple[int, ...], Dims]], names: SizeNames) -> Dims:
+def broadcast_dims(out_shape: Sequence[int], operands: list[tuple[tuple[int, ...], Dims]], names: SizeNames) -> Dims:
     """Elementwise ops: each output axis takes the name of an operand axis of the same size (aligned from the
     right), the first operand first."""
     out = list(by_size(out_shape, names))
@@ -65,14 +66,14 @@ def broadcast_dims(out_shape, operands: list[tuple[tuple[int, ...], Dims]], name
     return tuple(out)
 
 
-def permute(dims: Dims, order) -> Dims:
+def permute(dims: Dims, order: Sequence[int]) -> Dims:
     return tuple(dims[i] for i in order)
 
 
-def _groups(a, b):
+def _groups(a: list[int], b: list[int]) -> list[tuple[list[int], list[int]]] | None:
     """Axes of ``a`` and ``b`` grouped where their sizes multiply to the same number (size-1 axes on their own)."""
     i = j = 0
-    groups = []
+    groups: list[tuple[list[int], list[int]]] = []
     while i < len(a) or j < len(b):
         if i < len(a) and a[i] == 1 and (j >= len(b) or b[j] != 1):
             groups.append(([i], []))
@@ -137,7 +138,9 @@ def _join_names(labels: list[str], names: SizeNames, size: int) -> str:
     return "*".join(labels) if labels else "1"
 
 
-def reshape_dims(in_shape, in_dims: Dims, out_shape, names: SizeNames) -> tuple[Dims, str]:
+def reshape_dims(
+    in_shape: Sequence[int], in_dims: Dims, out_shape: Sequence[int], names: SizeNames
+) -> tuple[Dims, str]:
     """Names of a view's output axes, and a note when the view mixes axes ("" when it only splits or joins)."""
     groups = _groups(list(in_shape), list(out_shape))
     if groups is None:
@@ -169,7 +172,9 @@ def reshape_dims(in_shape, in_dims: Dims, out_shape, names: SizeNames) -> tuple[
     return tuple(out), note
 
 
-def matmul_dims(a: Dims, b: Dims, a_shape, b_shape, out_shape, names: SizeNames) -> Dims:
+def matmul_dims(
+    a: Dims, b: Dims, a_shape: Sequence[int], b_shape: Sequence[int], out_shape: Sequence[int], names: SizeNames
+) -> Dims:
     if len(a_shape) < 2 or len(b_shape) < 2 or len(out_shape) < 2:
         return by_size(out_shape, names)
     batch = broadcast_dims(out_shape[:-2], [(tuple(a_shape[:-2]), a[:-2]), (tuple(b_shape[:-2]), b[:-2])], names)
@@ -179,7 +184,9 @@ def matmul_dims(a: Dims, b: Dims, a_shape, b_shape, out_shape, names: SizeNames)
     return (*batch, rows, cols)
 
 
-def einsum_dims(equation: str, operands: list[tuple[tuple[int, ...], Dims]], out_shape, names: SizeNames) -> Dims:
+def einsum_dims(
+    equation: str, operands: list[tuple[tuple[int, ...], Dims]], out_shape: Sequence[int], names: SizeNames
+) -> Dims:
     eq = equation.replace(" ", "")
     if "..." in eq or "->" not in eq:
         return by_size(out_shape, names)

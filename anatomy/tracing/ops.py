@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -12,17 +12,21 @@ from anatomy.tracing import dims as rd
 from anatomy.tracing import steps as r
 from anatomy.tracing.projections import argument, bias, projection
 
-Recipe = Callable[[dict], torch.Tensor]  # parameters → the value of a parameter-only tensor
+Recipe = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # parameters → the value of a parameter-only tensor
+Func = Callable[..., Any]  # the torch function an op called
+Args = tuple[Any, ...]  # its positional arguments
+Kwargs = dict[str, Any]  # its keyword arguments
+Tensors = list[torch.Tensor]
 
 
-def op_name(func) -> str:
+def op_name(func: Func) -> str:
     name = getattr(func, "__name__", "") or type(func).__name__
     if name == "__get__":  # a property: Tensor.T, Tensor.mT, Tensor.shape
         name = getattr(getattr(func, "__self__", None), "__name__", name)
     return name
 
 
-def _tensors(obj, out: list) -> list:
+def _tensors(obj: object, out: Tensors) -> Tensors:
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif isinstance(obj, (list, tuple)):
@@ -35,11 +39,17 @@ def _tensors(obj, out: list) -> list:
 
 
 class Mode(TorchFunctionMode):
-    def __init__(self, rec: r.Recording):
+    def __init__(self, rec: r.Recording) -> None:
         super().__init__()
         self.rec = rec
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Func,
+        types: Any,
+        args: Args = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         if len(self.rec.steps) >= r.MAX_STEPS:  # a forward that loops for long: stop keeping steps, not running
             self.rec.truncated = True
@@ -51,7 +61,7 @@ class Mode(TorchFunctionMode):
         if name == "__iter__" and args and isinstance(args[0], torch.Tensor):  # q, k, v = qkv: an unbind(0)
             items = tuple(out)
             out, func, name, args, kwargs = iter(items), torch.unbind, "unbind", (args[0], 0), {}
-            record_out = items
+            record_out: object = items
         elif name == "__setitem__" and args and isinstance(args[0], torch.Tensor):  # out[..., i] = head(x)
             record_out = args[0]
         else:
@@ -77,7 +87,7 @@ def _param_meta(rec: r.Recording, t: torch.Tensor) -> r._Meta | None:
     if name is None:
         return None
 
-    def read(p: dict, n: str = name) -> torch.Tensor:
+    def read(p: dict[str, torch.Tensor], n: str = name) -> torch.Tensor:
         return p[n]
 
     m = r._Meta(-1, rd.by_size(t.shape, rec.names), False, f"param {name}", recipe=read, params=frozenset({name}))
@@ -85,7 +95,7 @@ def _param_meta(rec: r.Recording, t: torch.Tensor) -> r._Meta | None:
     return m
 
 
-def on_op(rec, func, name, args, kwargs, before, out) -> None:
+def on_op(rec: r.Recording, func: Func, name: str, args: Args, kwargs: Kwargs, before: r.Metas, out: object) -> None:
     outs = _tensors(out, [])
     if not outs:
         return
@@ -115,8 +125,15 @@ def on_op(rec, func, name, args, kwargs, before, out) -> None:
     recipe = None
     if not data:
 
-        def recipe(p, f=func, a=args, k=kwargs, ms=metas):
-            return _replay(f, a, k, ms, p)
+        def recipe(
+            p: dict[str, torch.Tensor],
+            f: Func = func,
+            a: Args = args,
+            k: Kwargs = kwargs,
+            ms: r.Metas = metas,
+        ) -> torch.Tensor:
+            value: torch.Tensor = _replay(f, a, k, ms, p)
+            return value
 
     for i, t in enumerate(outs):
         m = r._Meta(
@@ -145,11 +162,11 @@ def on_op(rec, func, name, args, kwargs, before, out) -> None:
         bias(rec, metas, outs[0], step)
 
 
-def _replay(func, args, kwargs, metas, params):
+def _replay(func: Func, args: Args, kwargs: Kwargs, metas: r.Metas, params: dict[str, torch.Tensor]) -> Any:
     """Recompute a parameter-only tensor from other parameter values."""
     table = {id(t): m for t, m in metas}
 
-    def sub(a):
+    def sub(a: Any) -> Any:
         if isinstance(a, torch.Tensor):
             m = table.get(id(a))
             return m.recipe(params) if m is not None and m.recipe is not None else a
@@ -160,7 +177,9 @@ def _replay(func, args, kwargs, metas, params):
     return func(*sub(args), **{k: sub(v) for k, v in kwargs.items()})
 
 
-def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
+def _dims(
+    rec: r.Recording, name: str, args: Args, kwargs: Kwargs, metas: r.Metas, outs: Tensors, step: r.Step
+) -> list[tuple[str, ...]]:
     names = rec.names
     first_t, first_m = metas[0] if metas else (None, None)
     fd = first_m.dims if first_m is not None else (rd.by_size(first_t.shape, names) if first_t is not None else ())
@@ -212,7 +231,7 @@ def _dims(rec, name, args, kwargs, metas, outs, step) -> list[tuple[str, ...]]:
     return [_align(fd, first_t, t, names) for t in outs]
 
 
-def _sdpa(kwargs, metas, o, step, names) -> tuple[str, ...]:
+def _sdpa(kwargs: Kwargs, metas: r.Metas, o: torch.Tensor, step: r.Step, names: rd.SizeNames) -> tuple[str, ...]:
     """``F.scaled_dot_product_attention(q, k, v)``: its scale (``scale=`` or 1/sqrt of q's width, times the
     scalars on q and k) and its output's names (q's rows, v's width)."""
     (q, qm), (_k, km), (v, vm) = metas[:3]
@@ -223,7 +242,7 @@ def _sdpa(kwargs, metas, o, step, names) -> tuple[str, ...]:
     return (*rows, vm.dims[-1] if vm is not None else names.name(o.shape[-1]))
 
 
-def _align(fd, first_t, t, names) -> tuple[str, ...]:
+def _align(fd: tuple[str, ...], first_t: torch.Tensor | None, t: torch.Tensor, names: rd.SizeNames) -> tuple[str, ...]:
     """Output axes take the names of input axes of the same size, in order; the rest are named by size."""
     if first_t is None:
         return rd.by_size(t.shape, names)
@@ -239,7 +258,7 @@ def _align(fd, first_t, t, names) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _perm(name, args, kwargs, ndim) -> list[int] | None:
+def _perm(name: str, args: Args, kwargs: Kwargs, ndim: int) -> list[int] | None:
     order = list(range(ndim))
     if name in ("T", "t"):
         return order[::-1]
@@ -267,7 +286,9 @@ def _perm(name, args, kwargs, ndim) -> list[int] | None:
     return None
 
 
-def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tensor | None]:
+def _feats(
+    rec: r.Recording, func: Func, name: str, args: Args, kwargs: Kwargs, metas: r.Metas, outs: Tensors, step: r.Step
+) -> list[torch.Tensor | None]:
     """Companion feature ids of the outputs (see ``recorder.py``)."""
     with_feat = [(t, m) for t, m in metas if m is not None and m.feat is not None]
     if not with_feat:
@@ -285,11 +306,15 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
             feat[args[1]] = vm.feat
         return [feat]
     if name in r.SAME_OPS:
-        return [with_feat[0][1].feat.contiguous() if tuple(with_feat[0][0].shape) == tuple(outs[0].shape) else None]
+        return [
+            cast(torch.Tensor, with_feat[0][1].feat).contiguous()
+            if tuple(with_feat[0][0].shape) == tuple(outs[0].shape)
+            else None
+        ]
     if name in r.SHAPE_OPS:
         table = {id(t): m for t, m in metas}
 
-        def sub(a):
+        def sub(a: Any) -> Any:
             if isinstance(a, torch.Tensor):
                 m = table.get(id(a))
                 if m is not None and m.data:
@@ -330,12 +355,12 @@ def _feats(rec, func, name, args, kwargs, metas, outs, step) -> list[torch.Tenso
         return [same[0]]
     t, m = with_feat[0]
     try:
-        return [m.feat.broadcast_to(outs[0].shape).clone()]
+        return [cast(torch.Tensor, m.feat).broadcast_to(outs[0].shape).clone()]
     except RuntimeError:
         return [None]
 
 
-def _einsum_feat(eq, metas, out) -> torch.Tensor | None:
+def _einsum_feat(eq: str, metas: r.Metas, out: torch.Tensor) -> torch.Tensor | None:
     """``weights @ v`` written as an einsum: each output element keeps the value feature of its letters."""
     eq = eq.replace(" ", "")
     if "->" not in eq or "..." in eq:
@@ -348,7 +373,7 @@ def _einsum_feat(eq, metas, out) -> torch.Tensor | None:
     for spec, m in with_feat:
         index = tuple(slice(None) if ch in res else 0 for ch in spec)
         kept = [ch for ch in spec if ch in res]
-        f = m.feat[index]
+        f = cast(torch.Tensor, m.feat)[index]
         perm = sorted(range(len(kept)), key=lambda i: res.index(kept[i]))
         f = f.permute(perm)
         shape = [f.shape[[kept[p] for p in perm].index(ch)] if ch in kept else 1 for ch in res]
@@ -356,7 +381,7 @@ def _einsum_feat(eq, metas, out) -> torch.Tensor | None:
     return None
 
 
-def _factor(name, args, metas) -> float:
+def _factor(name: str, args: Args, metas: r.Metas) -> float:
     """Scalar multiples since the last projection-like op: ``q / sqrt(dk)`` has factor 1/sqrt(dk)."""
     data = [(t, m) for t, m in metas if m is not None and m.data]
     base = data[0][1].factor if data else 1.0

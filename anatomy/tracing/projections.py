@@ -3,18 +3,32 @@ tensor records its matrix, and an add of a parameter-only vector right after one
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, cast
+
 import torch
 
 from anatomy.tracing import steps as r
 
+Params = dict[str, torch.Tensor]  # the learner's parameters by name
+Recipe = Callable[[Params], torch.Tensor]  # parameters → the value of a parameter-only tensor
 
-def argument(args, kwargs, i, key, default=None):
+
+def argument(args: tuple[Any, ...], kwargs: dict[str, Any], i: int, key: str, default: Any = None) -> Any:
     if key in kwargs:
         return kwargs[key]
     return args[i] if len(args) > i else default
 
 
-def projection(rec, name, args, kwargs, metas, out, step) -> None:
+def projection(
+    rec: r.Recording,
+    name: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    metas: r.Metas,
+    out: torch.Tensor,
+    step: r.Step,
+) -> None:
     """A matmul of data with a parameter-only tensor is a projection: record its matrix ``(n_features, in)``."""
     data = [(t, m) for t, m in metas if m is not None and m.data]
     weights = [(t, m) for t, m in metas if m is not None and not m.data and m.recipe is not None]
@@ -27,7 +41,7 @@ def projection(rec, name, args, kwargs, metas, out, step) -> None:
         w, wm = weights[0]
         if w.dim() != 2:
             return
-        matrix, n_feat, n_in = wm.recipe, w.shape[0], w.shape[1]
+        matrix, n_feat, n_in = cast(Recipe, wm.recipe), w.shape[0], w.shape[1]
         feat = torch.arange(n_feat).expand(out.shape).clone()
         b = argument(args, kwargs, 2, "bias")
         if isinstance(b, torch.Tensor):
@@ -53,7 +67,9 @@ def projection(rec, name, args, kwargs, metas, out, step) -> None:
         lead = tuple(w.shape[:-2])
         n_feat = cols * (int(torch.tensor(lead).prod()) if lead else 1)
 
-        def matrix(p, g=wm.recipe, n=n_in):
+        weight_recipe = cast(Recipe, wm.recipe)  # a weight: kept only with a recipe
+
+        def matrix(p: Params, g: Recipe = weight_recipe, n: int = n_in) -> torch.Tensor:
             return g(p).movedim(-2, -1).reshape(-1, n)
 
         ids = torch.arange(n_feat).view(*lead, 1, cols)
@@ -80,7 +96,9 @@ def projection(rec, name, args, kwargs, metas, out, step) -> None:
         m.factor = 1.0
 
 
-def _einsum_projection(eq, metas, x, weight, out):
+def _einsum_projection(
+    eq: object, metas: r.Metas, x: torch.Tensor, weight: tuple[torch.Tensor, r._Meta], out: torch.Tensor
+) -> tuple[Recipe, int, int, torch.Tensor] | None:
     eq = eq.replace(" ", "") if isinstance(eq, str) else ""
     if "->" not in eq or "..." in eq:
         return None
@@ -100,7 +118,9 @@ def _einsum_projection(eq, metas, x, weight, out):
     n_in = w.shape[c]
     n_feat = int(torch.tensor([w.shape[i] for i in keep]).prod()) if keep else 1
 
-    def matrix(p, g=wm.recipe, order=keep + [c], n=n_in):
+    weight_recipe = cast(Recipe, wm.recipe)  # a weight: kept only with a recipe
+
+    def matrix(p: Params, g: Recipe = weight_recipe, order: list[int] = keep + [c], n: int = n_in) -> torch.Tensor:
         return g(p).permute(order).reshape(-1, n)
 
     ids = torch.arange(n_feat).view(*[w.shape[i] for i in keep]) if keep else torch.zeros((), dtype=torch.long)
@@ -111,7 +131,7 @@ def _einsum_projection(eq, metas, x, weight, out):
     return matrix, n_feat, n_in, ids.reshape(shape).expand(out.shape).clone()
 
 
-def bias(rec, metas, out, step) -> None:
+def bias(rec: r.Recording, metas: r.Metas, out: torch.Tensor, step: r.Step) -> None:
     """``y + b`` right after a projection (a bare-Parameter bias): the projection's bias, element by element."""
     data = [(t, m) for t, m in metas if m is not None and m.data]
     params = [(t, m) for t, m in metas if m is not None and not m.data and m.recipe is not None]
@@ -122,7 +142,7 @@ def bias(rec, metas, out, step) -> None:
     proj = next((p for p in rec.projections if src is not None and p.step == src.index), None)
     if proj is None or proj.bias is not None:
         return
-    local = (m.feat - proj.index * r.FEATURE_STRIDE).reshape(-1)
+    local = (cast(torch.Tensor, m.feat) - proj.index * r.FEATURE_STRIDE).reshape(-1)
     pos = torch.full((proj.n_features,), -1, dtype=torch.long)
     flat = torch.arange(local.numel())
     pos.scatter_reduce_(0, local, flat, reduce="amin", include_self=False)

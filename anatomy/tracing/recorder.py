@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import linecache
 import os
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -36,12 +38,12 @@ from anatomy.tracing.steps import _SKIP, PROBE_SIZES, TRANSPARENT, RecordError, 
 
 
 def record(
-    target,
-    *inputs,
+    target: Callable[..., Any],
+    *inputs: Any,
     sizes: dict[str, int] | None = None,
     dims: list[str] | None = None,
     names: list[str] | None = None,
-    kwargs: dict | None = None,
+    kwargs: dict[str, Any] | None = None,
     module: nn.Module | None = None,
     tag_kwargs: bool = True,
 ) -> Recording:

@@ -12,6 +12,7 @@ import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
+from typing import Any
 
 import torch
 
@@ -112,7 +113,7 @@ class TensorInfo:
     dims: tuple[str, ...]
     source: str  # "x" (an input), "step 4", "param heads.0.query.weight", "const"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dims": rd.letters(self.dims), "source": self.source}
 
 
@@ -129,16 +130,18 @@ class Step:
     data: bool  # depends on the probe inputs (False: parameter or constant arithmetic)
     params: list[str] = field(default_factory=list)  # learner parameters used (directly or through W.T, W.view)
     note: str = ""  # a view that moves numbers between axes
-    extra: dict = field(default_factory=dict)  # dim of a softmax, an einsum's equation, scalar factors
+    extra: dict[str, Any] = field(default_factory=dict)  # dim of a softmax, an einsum's equation, scalar factors
     value: torch.Tensor | None = field(default=None, repr=False)  # the first output, as it was then
     in_value: torch.Tensor | None = field(default=None, repr=False)  # the first data input (softmax steps)
-    feats: list = field(default_factory=list, repr=False)  # each input's feature companion then (None: none)
+    feats: list[torch.Tensor | None] = field(
+        default_factory=list, repr=False
+    )  # each input's feature companion then (None: none)
 
     @property
     def where(self) -> str:
         return f"{os.path.basename(self.file)}:{self.line}" if self.line else "?"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "op": self.op,
@@ -162,10 +165,12 @@ class Projection:
     index: int
     step: int
     weight: str  # the learner's parameter
-    matrix: Callable[[dict], torch.Tensor] = field(repr=False)  # params → (n_features, in)
+    matrix: Callable[[dict[str, torch.Tensor]], torch.Tensor] = field(repr=False)  # params → (n_features, in)
     n_features: int
     n_in: int
-    bias: Callable[[dict], torch.Tensor] | None = field(default=None, repr=False)  # params → (n_features,)
+    bias: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = field(
+        default=None, repr=False
+    )  # params → (n_features,)
     bias_param: str | None = None
     module: str = ""
     applied_to: str = ""  # the source of its data input ("x", "step 12")
@@ -177,10 +182,14 @@ class _Meta:
     dims: tuple[str, ...]
     data: bool
     origin: str
-    recipe: Callable[[dict], torch.Tensor] | None = None  # parameter-only tensors: params → value
-    params: frozenset = frozenset()
+    recipe: Callable[[dict[str, torch.Tensor]], torch.Tensor] | None = None  # parameter-only tensors: params → value
+    params: frozenset[str] = frozenset()
     feat: torch.Tensor | None = None  # long, same shape: global feature id of each element (-1 none)
     factor: float = 1.0  # scalar multiples applied since the last non-scalar op
+
+
+# each tensor input of an op, with what the recorder knows of it (None: a tensor it has not seen)
+Metas = list[tuple[torch.Tensor, _Meta | None]]
 
 
 class RecordError(RuntimeError):
@@ -236,10 +245,10 @@ class Recording:
         """The projections whose features a companion tensor holds."""
         if feat is None:
             return []
-        ids = sorted({int(i) // FEATURE_STRIDE for i in feat.unique().tolist() if i >= 0})
+        ids = sorted({int(i) // FEATURE_STRIDE for i in feat.unique().tolist() if i >= 0})  # type: ignore[no-untyped-call]
         return [self.projections[i] for i in ids]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sizes": self.sizes,
             "steps": [s.to_dict() for s in self.steps],
@@ -277,7 +286,7 @@ def learner_frame() -> tuple[str, int, str]:
     return "", 0, ""
 
 
-def scalar_value(a) -> float | None:
+def scalar_value(a: object) -> float | None:
     """A Python number, or a one-element tensor that does not depend on the data."""
     if isinstance(a, bool):
         return None

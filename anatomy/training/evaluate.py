@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from anatomy.errors import CheckpointError
 from anatomy.training import checkpoint as ckpt
 from anatomy.training.distributed import device_for
 from anatomy.training.options import TrainOptions
@@ -46,7 +47,7 @@ def evaluate_checkpoint(
         raise ValueError(f"batch size must be a positive integer, got {batch_size}")
     where = ckpt.resolve(path)
     if not (where / ckpt.TRAINING).is_file():
-        raise ckpt.CheckpointError(
+        raise CheckpointError(
             f"{str(where)!r} has no {ckpt.TRAINING}: it was not written by `anatomy train`, "
             "so its data split is unknown; score a text file with --file TEXT instead"
         )
@@ -54,7 +55,7 @@ def evaluate_checkpoint(
     try:
         options = TrainOptions(**training["options"])
     except (TypeError, KeyError) as err:
-        raise ckpt.CheckpointError(f"cannot read the run's options in {str(where / ckpt.TRAINING)!r}: {err}") from None
+        raise CheckpointError(f"cannot read the run's options in {str(where / ckpt.TRAINING)!r}: {err}") from None
     run_device = device_for(device)
     model, tokenizer, _ = ckpt.load_model(where, device=run_device)
     try:
@@ -62,7 +63,7 @@ def evaluate_checkpoint(
     except FileNotFoundError as err:
         raise ValueError(f"the run's data is gone: {err}") from None
 
-    def loss_and_logits(batch):  # as training evaluates
+    def loss_and_logits(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:  # as training does
         with autocast_for(options.precision, run_device):
             out = model(**to_device(batch, run_device))
         return out.loss, out.logits

@@ -31,6 +31,7 @@ from torch import nn
 
 from anatomy.config import ModelConfig
 from anatomy.data.tokenizers import Tokenizer
+from anatomy.errors import CheckpointError
 from anatomy.training import checkpoint as ckpt
 from anatomy.training.options import TrainOptions
 from anatomy.training.tasks import ClassifyTask, LossAndLogits, Task
@@ -165,7 +166,7 @@ def load_start(path: str | Path) -> Start:
             model = hf.model_from_checkpoint(hf_config, read_tensors(d), source=str(d))
             tokenizer = tokenizer_io.read_hf_tokenizer(d)
             if tokenizer is None:
-                raise ckpt.CheckpointError(
+                raise CheckpointError(
                     f"init_from={path}: the directory holds no tokenizer (tokenizer.json, or "
                     "vocab.json + merges.txt); fine-tuning keeps the checkpoint's tokenizer"
                 )
@@ -178,7 +179,7 @@ def load_start(path: str | Path) -> Start:
             try:
                 tokenizer = load_tokenizer(where)
             except ValueError as err:
-                raise ckpt.CheckpointError(
+                raise CheckpointError(
                     f"init_from={path}: {err}; fine-tuning keeps the checkpoint's tokenizer"
                 ) from None
             training = ckpt.read_json(where / ckpt.TRAINING) if (where / ckpt.TRAINING).is_file() else {}
@@ -186,7 +187,7 @@ def load_start(path: str | Path) -> Start:
             kind, d = "anatomy", where
         tokenizer_io.check_fits(tokenizer, ckpt.config_of(model).vocab_size, source=f"init_from={path}")
     except (TypeError, ValueError) as err:
-        raise ckpt.CheckpointError(str(err) if "init_from" in str(err) else f"init_from={path}: {err}") from None
+        raise CheckpointError(str(err) if "init_from" in str(err) else f"init_from={path}: {err}") from None
     state = {k: v.float() if v.is_floating_point() else v for k, v in model.state_dict().items()}
     return Start(str(d), kind, ckpt.config_of(model), state, tokenizer, names)
 

@@ -18,13 +18,15 @@ Tied embeddings work as usual: autograd adds ``dW`` to the embedding's gradient.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int, chunk: int
+        ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int, chunk: int
     ) -> torch.Tensor:
         n_rows = hidden.shape[0]
         valid = targets != ignore_index  # (N,)
@@ -56,7 +58,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return total * scale
 
     @staticmethod
-    def backward(ctx, grad_out: torch.Tensor):
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         grad_h, grad_w = ctx.saved_tensors
         dh = None if grad_h is None else grad_h * grad_out.to(grad_h.dtype)
         dw = None if grad_w is None else (grad_w * grad_out).to(ctx.weight_dtype)
@@ -80,7 +82,10 @@ def linear_cross_entropy(
         raise ValueError(f"targets must have shape (N,)={tuple(hidden.shape[:1])}, got {tuple(targets.shape)}")
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive integer (rows per pass), got {chunk!r}")
-    return _LinearCrossEntropy.apply(hidden, weight, targets, ignore_index, chunk)
+    loss: torch.Tensor = _LinearCrossEntropy.apply(  # type: ignore[no-untyped-call]  # torch's Function.apply
+        hidden, weight, targets, ignore_index, chunk
+    )
+    return loss
 
 
 def lm_linear_cross_entropy(

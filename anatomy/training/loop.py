@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from anatomy.errors import CheckpointError
 from anatomy.training import checkpoint as ckpt
 from anatomy.training import distributed as dist
 from anatomy.training import run_dir as outputs
@@ -38,6 +39,7 @@ from anatomy.training.step import (
     to_device,
     train_step,
 )
+from anatomy.training.tasks import LossAndLogits
 
 __all__ = ["METRICS", "PLOT", "SUMMARY", "TrainResult", "TrainingError", "lr_at", "make_optimizer", "resume", "train"]
 
@@ -91,7 +93,7 @@ def resume(
     same overrides)."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise ckpt.CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
+        raise CheckpointError(f"checkpoint directory {str(path)!r} does not exist")
     root = path.parent.parent if path.parent.name == "checkpoints" else path
     lock = outputs.RunLock(root, log or _stderr)
     try:
@@ -102,13 +104,25 @@ def resume(
         lock.release()
 
 
-def _resume(path: Path, root: Path, changes, preset, log, lock) -> TrainResult:
+def _resume(
+    path: Path,
+    root: Path,
+    changes: dict[str, Any] | None,
+    preset: str | None,
+    log: Callable[[str], None] | None,
+    lock: outputs.RunLock,
+) -> TrainResult:
     last, saved, options, saved_model = checked_resume(path, changes, preset, log or _stderr)
     return _run(options, saved_model, root, (last, saved), log, lock)
 
 
 def _run(
-    options: TrainOptions, model_overrides: dict[str, Any], run_dir: Path, resumed, log, lock: outputs.RunLock
+    options: TrainOptions,
+    model_overrides: dict[str, Any],
+    run_dir: Path,
+    resumed: tuple[Path, dict[str, Any]] | None,
+    log: Callable[[str], None] | None,
+    lock: outputs.RunLock,
 ) -> TrainResult:
     run = setup(options, model_overrides, run_dir, resumed, log or _stderr, lock)
     init_val = (
@@ -160,7 +174,7 @@ def _run(
     return _finish(run, init_val)
 
 
-def _stop_if_nonfinite(run: RunState):
+def _stop_if_nonfinite(run: RunState) -> Callable[[float, float | None], None]:
     """The step's check: a non-finite loss (or gradient norm, unless fp16's scaler skips the step) stops the run."""
     return lambda loss, norm: check_finite(
         run.step, loss, norm, scaled=run.scaler.is_enabled(), last_good=run.last_saved
@@ -200,7 +214,7 @@ def _count_overflow(run: RunState, result: StepResult) -> None:
     )
 
 
-def _log_step(run: RunState, result: StepResult, lr: float, evaluate_now: bool, bar) -> dict[str, Any] | None:
+def _log_step(run: RunState, result: StepResult, lr: float, evaluate_now: bool, bar: Any) -> dict[str, Any] | None:
     """The spike watch (a line when a spike starts) and the step's metrics record when it is logged (every
     ``log_every`` steps, at evaluations, spikes and overflows, and at the end); None otherwise."""
     options, step, loss, overflow = run.options, run.step, result.loss, result.overflow
@@ -231,8 +245,9 @@ def _log_step(run: RunState, result: StepResult, lr: float, evaluate_now: bool, 
     return record
 
 
-def _loss_and_logits(run: RunState):
-    def loss_and_logits(batch):  # evaluation: the plain model, every process on the whole batch
+def _loss_and_logits(run: RunState) -> LossAndLogits:
+    # evaluation: the plain model, every process on the whole batch
+    def loss_and_logits(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         with run.autocast():
             out = run.model(**to_device(batch, run.device))
         return out.loss, out.logits

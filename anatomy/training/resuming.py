@@ -8,6 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+from anatomy.errors import CheckpointError
 from anatomy.training import checkpoint as ckpt
 from anatomy.training.options import RESUMABLE, TrainOptions, resolve
 
@@ -31,7 +32,7 @@ def checked_resume(
         have = {**{k: v for k, v in saved_options.to_dict().items() if k not in RESUMABLE}, **saved_model}
         differ = sorted(k for k in set(wanted) | set(have) if wanted.get(k) != have.get(k))
         if differ:
-            raise ckpt.CheckpointError(
+            raise CheckpointError(
                 f"{str(last)!r} comes from another configuration than --preset {preset}: "
                 + ", ".join(
                     f"{k}={have.get(k, '(preset default)')!r} there, {wanted.get(k, '(preset default)')!r} here"
@@ -42,7 +43,7 @@ def checked_resume(
     for key, value in changes.items():
         current = getattr(saved_options, key, saved_model.get(key))
         if key not in RESUMABLE and value != current:
-            raise ckpt.CheckpointError(
+            raise CheckpointError(
                 f"{str(last)!r} was trained with {key}={current!r}; {key}={value!r} cannot change on resume "
                 f"(only {', '.join(sorted(RESUMABLE))} can)"
             )
@@ -57,14 +58,14 @@ def saved_options_of(saved: dict[str, Any], last: Path) -> TrainOptions:
     known = {f.name: f.default for f in fields(TrainOptions)}
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ckpt.CheckpointError(f"{where!r}: unknown option field(s) {', '.join(unknown)} in 'options'")
+        raise CheckpointError(f"{where!r}: unknown option field(s) {', '.join(unknown)} in 'options'")
     missing = [k for k in known if k not in values]
     if missing:
-        raise ckpt.CheckpointError(
+        raise CheckpointError(
             f"{where!r}: option field(s) missing from 'options': "
             + ", ".join(f"{k!r} (would default to {known[k]!r})" for k in missing[:4])
         )
     try:
         return TrainOptions(**values)
     except (TypeError, ValueError) as err:
-        raise ckpt.CheckpointError(f"{where!r}: field of 'options': {err}") from None
+        raise CheckpointError(f"{where!r}: field of 'options': {err}") from None

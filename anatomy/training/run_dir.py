@@ -24,6 +24,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 LOCK, MARKER = ".anatomy.lock", ".anatomy-run"
 
@@ -81,7 +82,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _read_lock(path: Path) -> dict | None:
+def _read_lock(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else {}
@@ -91,7 +92,7 @@ def _read_lock(path: Path) -> dict | None:
         return {}  # unreadable or cut by a crash while it was written: treated as stale
 
 
-def holder(run_dir: Path) -> dict | None:
+def holder(run_dir: Path) -> dict[str, Any] | None:
     """The live owner of ``run_dir``'s lock (``{"pid", "host", "since"}``), or None when free or stale."""
     data = _read_lock(Path(run_dir) / LOCK)
     if not data or data.get("host") != socket.gethostname():
@@ -99,7 +100,7 @@ def holder(run_dir: Path) -> dict | None:
     return data if _alive(data["pid"]) and data["pid"] != os.getpid() else None
 
 
-def refusal(run_dir: Path, data: dict) -> RunLockedError:
+def refusal(run_dir: Path, data: dict[str, Any]) -> RunLockedError:
     here = data.get("host") == socket.gethostname()
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(data.get("since", 0)))
     return RunLockedError(

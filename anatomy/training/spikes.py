@@ -15,6 +15,7 @@ recorded, the first is said.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 ALPHA = 0.02  # weight of the newest step in the moving mean and variance (~50 steps)
 MIN_SEEN = 50
@@ -51,9 +52,9 @@ class SpikeWatch:
         self._last_spiked = spike is not None
         return spike
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"mean": self.mean, "var": self.var, "seen": self.seen, "last_spiked": self._last_spiked}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.mean, self.var, self.seen = float(state["mean"]), float(state["var"]), int(state["seen"])
         self._last_spiked = bool(state.get("last_spiked", False))

@@ -22,6 +22,7 @@ from torch import nn
 
 from anatomy.config import ModelConfig
 from anatomy.data.tokenizers import Tokenizer
+from anatomy.errors import CheckpointError
 from anatomy.models import build_model
 from anatomy.sizes import check_fits
 from anatomy.training import checkpoint as ckpt
@@ -205,7 +206,7 @@ def _data_and_config(
     config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
     if last is not None:
         if config != ckpt.load_config(last):
-            raise ckpt.CheckpointError(
+            raise CheckpointError(
                 f"{str(last / ckpt.CONFIG)!r} was saved with a different model config than "
                 f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}"
             )

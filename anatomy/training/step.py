@@ -128,7 +128,8 @@ def gradients(stepper: Stepper, batch: dict[str, torch.Tensor]) -> torch.Tensor:
                 loss = forward(**(micro if stepper.device is None else to_device(micro, stepper.device))).loss
             stepper.scaler.scale(loss / k).backward()
         losses.append(loss.detach())
-    return sum(losses[1:], losses[0]) / k  # summed in order, as 0.0 + l0 + l1 + ... was
+    total: torch.Tensor = sum(losses[1:], losses[0]) / k  # summed in order, as 0.0 + l0 + l1 + ... was
+    return total
 
 
 def train_step(

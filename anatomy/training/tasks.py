@@ -166,7 +166,7 @@ class ClassifyTask:
         out = {"majority_class": sum(y == majority for _, y in test) / len(test)}
         vocab = {c: i for i, (c, _) in enumerate(Counter(c for t, _ in train for c in set(t)).most_common(5000))}
 
-        def features(rows):
+        def features(rows: list[tuple[str, int]]) -> tuple[torch.Tensor, torch.Tensor]:
             x = torch.zeros(len(rows), len(vocab))
             for i, (t, _) in enumerate(rows):
                 for c, k in Counter(t).items():
@@ -183,13 +183,13 @@ class ClassifyTask:
             lr = nn.Linear(len(vocab), self.num_labels)
             opt = torch.optim.LBFGS(lr.parameters(), max_iter=100, line_search_fn="strong_wolfe")
 
-            def closure():
+            def closure() -> torch.Tensor:
                 opt.zero_grad()
                 loss = F.cross_entropy(lr(x), y) + 1e-3 * lr.weight.square().sum()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
                 return loss
 
-            opt.step(closure)
+            opt.step(closure)  # type: ignore[no-untyped-call]  # torch's LBFGS.step is unannotated
             with torch.no_grad():
                 out["bag_of_characters_logreg"] = float((lr(x_test).argmax(-1) == y_test).float().mean())
         return out

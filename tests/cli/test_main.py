@@ -103,3 +103,13 @@ def test_exit_codes_are_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text(encoding="utf-8")
     for code in ("`0`", "`1`", "`2`", "`130`"):
         assert code in doc
+
+
+def test_version_is_the_package_version(capsys):
+    import anatomy
+    from anatomy.cli.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"anatomy {anatomy.__version__}"

@@ -169,7 +169,7 @@ def test_viz_mask_prints_the_table_and_draws(tmp_path, capsys):
 
 def test_mask_examples_window_band_comes_from_the_library():
     from anatomy.components.masks import sliding_window_mask
-    from anatomy.inspection.viz import mask_examples
+    from anatomy.inspection.viz_masks import mask_examples
 
     masks = mask_examples(7, 2, window=3)
     assert torch.equal(masks["sliding window 3 (causal)"], sliding_window_mask(7, 7, 3))

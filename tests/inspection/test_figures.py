@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import anatomy
-from anatomy.inspection import attention_weights, viz
+from anatomy.inspection import attention_weights, figures, viz, viz_masks, viz_pe
 
 matplotlib = pytest.importorskip("matplotlib")
 Image = pytest.importorskip("PIL.Image")
@@ -67,17 +67,17 @@ def test_attention_figure_png_grid_of_heads_with_entropy(layer, tmp_path):
     for ax, h in zip(heads, range(4)):
         assert f"entropy {entropy[h]:.2f} nats" in ax.get_title()
         labels = [t.get_text() for t in ax.get_yticklabels()]
-        if viz.cjk_font():  # each branch asserted where it applies: Chinese characters, or their code points
+        if figures.cjk_font():  # each branch asserted where it applies: Chinese characters, or their code points
             assert labels == tokens
         else:
-            assert labels == [f"U+{ord(c):04X}" for c in tokens] and not any(viz.needs_cjk(t) for t in labels)
-    size = _png_ok(viz.save_figure(fig, tmp_path / "attention.png"))
+            assert labels == [f"U+{ord(c):04X}" for c in tokens] and not any(figures.needs_cjk(t) for t in labels)
+    size = _png_ok(figures.save_figure(fig, tmp_path / "attention.png"))
     assert size[0] > size[1]  # a row of four heads
 
 
 def test_attention_figure_svg_is_self_contained(layer, tmp_path):
     tokens, weights = layer
-    path = viz.save_figure(viz.attention_figure(weights, tokens), tmp_path / "attention.svg")
+    path = figures.save_figure(viz.attention_figure(weights, tokens), tmp_path / "attention.svg")
     root = ET.parse(path).getroot()
     assert root.tag.endswith("svg")
     svg = "{http://www.w3.org/2000/svg}"
@@ -90,15 +90,16 @@ def test_attention_figure_svg_is_self_contained(layer, tmp_path):
 
 
 def test_chinese_labels_have_no_missing_glyphs(layer, tmp_path):
-    if viz.cjk_font() is None:
+    if figures.cjk_font() is None:
         pytest.skip("no CJK font installed (apt-get install fonts-wqy-microhei); the no-font path is tested below")
     tokens, weights = layer
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         fig = viz.attention_figure(weights, tokens)
-        viz.save_figure(fig, tmp_path / "zh.png")
-        viz.save_figure(
-            viz.positional_figure(viz.positional_data("sinusoidal", max_len=32, train_len=16)), tmp_path / "pe.png"
+        figures.save_figure(fig, tmp_path / "zh.png")
+        figures.save_figure(
+            viz_pe.positional_figure(viz_pe.positional_data("sinusoidal", max_len=32, train_len=16)),
+            tmp_path / "pe.png",
         )
     assert not _glyph_warnings(record)
     assert any("熵" in t for t in _texts(fig)) and any("小" in t for t in _texts(fig))
@@ -109,7 +110,7 @@ def test_the_glyph_check_would_catch_boxes(tmp_path):
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         with matplotlib.rc_context({"font.family": ["DejaVu Sans"]}):
-            fig = viz.new_figure(figsize=(2, 1))
+            fig = figures.new_figure(figsize=(2, 1))
             fig.text(0.1, 0.5, "小明")
             fig.savefig(tmp_path / "boxes.png")
     assert _glyph_warnings(record)
@@ -124,18 +125,18 @@ def test_without_a_cjk_font_one_hint_and_code_points_not_boxes(layer, tmp_path, 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         fig = viz.attention_figure(weights, tokens)
-        _png_ok(viz.save_figure(fig, tmp_path / "no_cjk.png"))
+        _png_ok(figures.save_figure(fig, tmp_path / "no_cjk.png"))
     assert not _glyph_warnings(record)
     texts = _texts(fig)
     assert "U+5C0F" in texts  # 小
     hints = [t for t in texts if "fonts-wqy-microhei" in t]
     assert len(hints) == 1 and "no CJK font" in hints[0]
-    assert not any(viz.needs_cjk(t) for t in texts)
+    assert not any(figures.needs_cjk(t) for t in texts)
 
 
-@pytest.mark.parametrize("kind", viz.PE_KINDS)
+@pytest.mark.parametrize("kind", viz_pe.PE_KINDS)
 def test_positional_data_is_computed_and_shaped(kind):
-    data = viz.positional_data(kind, d_model=32, max_len=48, train_len=24, n_heads=4)
+    data = viz_pe.positional_data(kind, d_model=32, max_len=48, train_len=24, n_heads=4)
     heat, waves, sim, beyond = data.panels()
     assert heat.image is not None and len(heat.image) == 48
     assert waves.series and sim.series and beyond.series
@@ -159,37 +160,37 @@ def test_positional_data_is_computed_and_shaped(kind):
 
 
 def test_positional_figure_png_and_svg(tmp_path):
-    fig = viz.positional_figure(viz.positional_data("rope", d_model=32, max_len=64, train_len=32))
+    fig = viz_pe.positional_figure(viz_pe.positional_data("rope", d_model=32, max_len=64, train_len=32))
     assert len([ax for ax in fig.axes if ax.get_title()]) == 4
-    _png_ok(viz.save_figure(fig, tmp_path / "rope.png"), (800, 600))
-    fig = viz.positional_figure(viz.positional_data("learned", d_model=16, max_len=40, train_len=20))
-    assert ET.parse(viz.save_figure(fig, tmp_path / "learned.svg")).getroot().tag.endswith("svg")
+    _png_ok(figures.save_figure(fig, tmp_path / "rope.png"), (800, 600))
+    fig = viz_pe.positional_figure(viz_pe.positional_data("learned", d_model=16, max_len=40, train_len=20))
+    assert ET.parse(figures.save_figure(fig, tmp_path / "learned.svg")).getroot().tag.endswith("svg")
 
 
 def test_bad_positional_arguments_name_the_argument():
     with pytest.raises(ValueError, match="--kind must be one of"):
-        viz.positional_data("cosine")
+        viz_pe.positional_data("cosine")
     with pytest.raises(ValueError, match="--train-len"):
-        viz.positional_data("rope", max_len=32, train_len=32)
+        viz_pe.positional_data("rope", max_len=32, train_len=32)
     with pytest.raises(ValueError, match="--d-model must be even"):
-        viz.positional_data("sinusoidal", d_model=15)
+        viz_pe.positional_data("sinusoidal", d_model=15)
 
 
 def test_masks_mark_fully_masked_rows(tmp_path):
-    masks = viz.mask_examples(seq=8, pad=3)
+    masks = viz_masks.mask_examples(seq=8, pad=3)
     names = list(masks)
     assert masks["causal"].equal(torch.ones(8, 8, dtype=torch.bool).tril())
     assert not masks[names[0]][:, 5:].any() and masks[names[0]][:, :5].all()
     empty = (~masks[names[3]].any(-1)).nonzero().flatten().tolist()
     assert empty == [0, 1, 2]  # left padding + causal: the pad queries see nothing
-    fig = viz.mask_figure(masks, viz.fill_value_table())
+    fig = viz_masks.mask_figure(masks, viz_masks.fill_value_table())
     assert "3 fully masked row(s)" in fig.axes[3].get_title()
     assert sum("no key" in t for t in _texts(fig)) == 3
-    _png_ok(viz.save_figure(fig, tmp_path / "masks.png"), (1000, 600))
+    _png_ok(figures.save_figure(fig, tmp_path / "masks.png"), (1000, 600))
 
 
 def test_fill_value_table_is_computed():
-    rows = {(r["fill"], r["dtype"]): r for r in viz.fill_value_table()}
+    rows = {(r["fill"], r["dtype"]): r for r in viz_masks.fill_value_table()}
     assert len(rows) == 4 * 3 + 3
     for dt in ("float32", "bfloat16", "float16"):
         assert rows[("-inf", dt)]["fully masked row"] == "NaN"  # softmax of all -inf
@@ -205,7 +206,7 @@ def test_fill_value_table_is_computed():
     leak32 = float(rows[("-1e4", "float32")]["hidden weight, logit 1e4"].split()[-1])
     expected = math.exp(9990 - 1e4) / (math.exp(2) + math.exp(1) + math.exp(0.5) + math.exp(-10))  # 1.5 hidden too
     assert leak32 == pytest.approx(expected, rel=0.05)
-    text = viz.format_table(viz.fill_value_table())
+    text = viz_masks.format_table(viz_masks.fill_value_table())
     assert text.splitlines()[0].split()[:2] == ["fill", "dtype"] and "overflow" in text
 
 
@@ -238,15 +239,15 @@ print(len(data["ttflist"]))
 
 USE_IT = """
 import warnings
-from anatomy.inspection import figures, viz
+from anatomy.inspection import figures, viz, viz_masks, viz_pe
 assert figures._cached_cjk_font() is None, "the cache still lists a CJK font: the test set-up failed"
-name = viz.cjk_font()
+name = figures.cjk_font()
 with warnings.catch_warnings(record=True) as record:
     warnings.simplefilter("always")
-    with viz._fonts():  # as every picture draws its text
-        fig = viz.new_figure(figsize=(2, 1))
-        fig.text(0.1, 0.5, "小明 " + viz.bi("weight", "权重"))
-    viz.save_figure(fig, "out.png")
+    with figures._fonts():  # as every picture draws its text
+        fig = figures.new_figure(figsize=(2, 1))
+        fig.text(0.1, 0.5, "小明 " + figures.bi("weight", "权重"))
+    figures.save_figure(fig, "out.png")
 print(name, sum("missing from font" in str(w.message) for w in record))
 """
 

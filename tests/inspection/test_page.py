@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import anatomy
-from anatomy.inspection import page, viz
+from anatomy.inspection import page, viz, viz_pe
 
 TEXT = "小明把球传给了小红他跑得很快"
 LAYER, HEAD = 1, 2  # what the browser test selects
@@ -83,7 +83,7 @@ def test_page_carries_the_trace_and_every_layer_and_head(model_and_page):
         reference = model(ids, output_attentions=True).attentions
     for i, L in enumerate(layers):
         torch.testing.assert_close(torch.tensor(L["weights"], dtype=torch.float32), reference[i][0], atol=1e-6, rtol=0)
-    assert [p["kind"] for p in data["pe"]] == list(viz.PE_KINDS)
+    assert [p["kind"] for p in data["pe"]] == list(viz_pe.PE_KINDS)
     assert html.count("<tr class='kind-") == 2 * 17 + 1  # embedding + 17 rows per Post-LN layer
     assert "(B=1, H=4, T=14, S=14)" in html
 
@@ -121,7 +121,7 @@ def test_browser_shows_the_models_weights(model_and_page, tmp_path, browser):
     assert f"head {HEAD}" in readout and "「把」" in readout and "「明」" in readout
     assert float(readout.rsplit(":", 1)[1]) == pytest.approx(float(expected[2, 1]), abs=1.5e-6)
     assert "head 2" in tab.inner_text(".thumb.active")
-    tab.select_option("#pe-select", str(viz.PE_KINDS.index("rope")))
+    tab.select_option("#pe-select", str(viz_pe.PE_KINDS.index("rope")))
     assert tab.locator("#pe-panels .panel").count() == 4
     tab.locator("#pe-panels canvas").hover(position={"x": 2, "y": 2})
     assert "position p = 0" in tab.inner_text("#pe-readout")

@@ -5,7 +5,7 @@ Each preset is built at explicit small sizes (every size given, so the preset-de
 with a fixed seed; the pins are its outputs with and without padding, its attention weights, its loss and the
 norm of every parameter's gradient. They were written by ``python tests/models/test_preset_pins_speed.py --write``
 on the commit before any component changed; on the machine that wrote them the match is bit for bit (another CPU
-may round a float32 matmul differently, hence the tolerance of a few float32 ulps at these magnitudes).
+may round a float32 matmul differently, hence a tolerance relative to the magnitude pinned, ``pin_tolerance.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from pin_tolerance import assert_close_to_magnitude
 
 from anatomy import PRESETS, ModelConfig, build_model
 
@@ -92,7 +93,7 @@ def test_outputs_match_the_pins_taken_before_the_speed_work(preset):
     for name, want in pins[preset].items():
         got = now[name]
         assert got.shape == want.shape, name
-        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{preset} {n}: {m}")
+        assert_close_to_magnitude(got, want, f"{preset} {name}")
 
 
 def test_the_pins_can_fail():

@@ -1,6 +1,6 @@
 """Differential diagnosis: the learner's output next to our reference, and next to the reference under each fault.
 
-The learner's weights are copied into our ``MultiHeadAttention`` / ``EncoderBlock`` (``mapping.py``), both run in
+The learner's weights are copied into our ``MultiHeadAttention`` / ``EncoderBlock`` (``mapping/``), both run in
 float64 on the same fixed inputs (no mask; a padding mask; a causal mask or ``is_causal``), and the distance
 ``max |user - reference|`` is measured on real query rows. The correct reference matching means the learner's
 module computes what the post describes. Otherwise every fault of the bug zoo (``anatomy.pitfalls``) is switched

@@ -1,4 +1,4 @@
-"""The mapping read from the recorded dataflow, next to the one read from names (``mapping.py`` says how)."""
+"""The mapping read from the recorded dataflow, next to the one read from names (``naming.py`` says how)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The state the probes share (:class:`ProbeState`), built once by ``check.py`` and read by every probe
-(``probes.py``, ``block_probes.py``, ``scaling.py``)."""
+(``behaviour.py``, ``block.py``, ``scaling.py``)."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def found_lines(r, lang: str) -> list[tuple[str, str]]:
     if f.get("weights_shape"):
         ret = f"(out, weights {f['weights_shape']})"
     rows.append((_t(lang, "call", "调用"), f"{f.get('call', '?')} → {ret}"))
-    for note in f.get("call_notes") or []:  # what the doctor adapted to call the module (contract.py)
+    for note in f.get("call_notes") or []:  # what the doctor adapted to call the module (loading/subject.py)
         rows.append(("", note["zh" if lang == "zh" else "en"]))
     for what in f.get("ignored_returns") or []:
         rows.append(

@@ -1,4 +1,4 @@
-"""Words and numbers as the report writes them, shared by ``report.py`` and ``report_found.py``: the mask senses
+"""Words and numbers as the report writes them, shared by ``findings.py`` and ``found.py``: the mask senses
 in short and in full, a number in 4 significant digits, the English or Chinese of a pair."""
 
 from __future__ import annotations

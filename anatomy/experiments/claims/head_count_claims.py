@@ -222,21 +222,24 @@ C12_RULE = Ladder(
 )
 
 
+_C12_METRICS = (
+    "lm_val_h1",
+    "lm_val_h2",
+    "lm_val_h4",
+    "lm_val_h8",
+    "cls_acc_h1",
+    "cls_acc_h4",
+    "cls_acc_h8",
+    "lm_small_dk_penalty",
+    "cls_small_dk_penalty",
+    "lm_dk64_minus_best",
+)
+
+
 @claim(
     "C12-small-dk-degrades",
     experiment="head-count",
-    metrics=(
-        "lm_val_h1",
-        "lm_val_h2",
-        "lm_val_h4",
-        "lm_val_h8",
-        "cls_acc_h1",
-        "cls_acc_h4",
-        "cls_acc_h8",
-        "lm_small_dk_penalty",
-        "cls_small_dk_penalty",
-        "lm_dk64_minus_best",
-    ),
+    metrics=_C12_METRICS,
     rule_text=C12_RULE.text(
         "d_model = 64, h ∈ {1, 2, 4, 8} (LM) and {1, 4, 8} (sentiment). 'Clearly worse' means "
         f"the mean of d_k ∈ {{16, 8}} loses > {WORSE_NATS} nats (≈ 5% perplexity) against d_k ≥ "
@@ -245,19 +248,7 @@ C12_RULE = Ladder(
     ),
 )
 def _c12(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "lm_val_h1",
-        "lm_val_h2",
-        "lm_val_h4",
-        "lm_val_h8",
-        "cls_acc_h1",
-        "cls_acc_h4",
-        "cls_acc_h8",
-        "lm_small_dk_penalty",
-        "cls_small_dk_penalty",
-        "lm_dk64_minus_best",
-    )
+    f = fmts(ms, *_C12_METRICS)
     en = (
         f"d_model = 64, so d_k = 64, 32, 16, 8 for h = 1, 2, 4, 8. Char-LM validation loss: {f['lm_val_h1']}, "
         f"{f['lm_val_h2']}, {f['lm_val_h4']}, {f['lm_val_h8']}; sentiment accuracy at d_k = 64, 16, 8: "
@@ -303,19 +294,22 @@ C13_RULE = Ladder(
 )
 
 
+_C13_METRICS = (
+    "lm_step_ms_h1",
+    "lm_step_ms_h8",
+    "time_ratio_h8_vs_h1",
+    "cls_gap_h1",
+    "cls_gap_h8",
+    "cls_gap_h8_minus_h1",
+    "lm_val_h1",
+    "lm_val_h8",
+)
+
+
 @claim(
     "C13-more-heads-slower-overfit",
     experiment="head-count",
-    metrics=(
-        "lm_step_ms_h1",
-        "lm_step_ms_h8",
-        "time_ratio_h8_vs_h1",
-        "cls_gap_h1",
-        "cls_gap_h8",
-        "cls_gap_h8_minus_h1",
-        "lm_val_h1",
-        "lm_val_h8",
-    ),
+    metrics=_C13_METRICS,
     rule_text=C13_RULE.text(
         f"h = 8 vs h = 1 at d_model = 64. 'Slower' if a forward+backward step takes > {SLOWER}× "
         "as long; 'overfits more' if the train–validation accuracy gap on 2000 sentiment "
@@ -323,17 +317,7 @@ C13_RULE = Ladder(
     ),
 )
 def _c13(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "lm_step_ms_h1",
-        "lm_step_ms_h8",
-        "time_ratio_h8_vs_h1",
-        "cls_gap_h1",
-        "cls_gap_h8",
-        "cls_gap_h8_minus_h1",
-        "lm_val_h1",
-        "lm_val_h8",
-    )
+    f = fmts(ms, *_C13_METRICS)
     en = (
         f"At fixed d_model = 64 (same parameter count), a training step takes {f['lm_step_ms_h1']} ms with 1 head "
         f"and {f['lm_step_ms_h8']} ms with 8 (ratio {f['time_ratio_h8_vs_h1']}); per step, the LM reaches "

@@ -200,27 +200,23 @@ C10_RULE = Ladder(
 )
 
 
+_C10_METRICS = (
+    "faults_silent",
+    "faults_min_rel_err",
+    "causal_leak_split_without_transpose",
+    "causal_leak_merge_wrong_transpose",
+    "causal_leak_correct",
+)
+
+
 @claim(
     "C10-wrong-transpose-silent",
     experiment="mha-shapes",
-    metrics=(
-        "faults_silent",
-        "faults_min_rel_err",
-        "causal_leak_split_without_transpose",
-        "causal_leak_merge_wrong_transpose",
-        "causal_leak_correct",
-    ),
+    metrics=_C10_METRICS,
     rule_text=C10_RULE.text("Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module."),
 )
 def _c10(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "faults_silent",
-        "faults_min_rel_err",
-        "causal_leak_split_without_transpose",
-        "causal_leak_merge_wrong_transpose",
-        "causal_leak_correct",
-    )
+    f = fmts(ms, *_C10_METRICS)
     en = (
         "Share of the two faults (split without transpose, merge without transpose) that run without any error and "
         f"keep the output shape: {f['faults_silent']}; their outputs differ from the correct ones by at least "

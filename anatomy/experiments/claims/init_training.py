@@ -211,33 +211,26 @@ C16_RULE = Ladder(
 )
 
 
+_C16_METRICS = (
+    "step0_maxp_x1",
+    "step0_maxp_x50",
+    "step0_score_std_x50",
+    "step0_gradq_ratio_x50",
+    "step0_passthrough_ratio_x50",
+    "val_normal_scaled",
+    "val_large_scaled",
+    "large_minus_normal",
+)
+
+
 @claim(
     "C16-large-init-one-hot",
     experiment="init-training",
-    metrics=(
-        "step0_maxp_x1",
-        "step0_maxp_x50",
-        "step0_score_std_x50",
-        "step0_gradq_ratio_x50",
-        "step0_passthrough_ratio_x50",
-        "val_normal_scaled",
-        "val_large_scaled",
-        "large_minus_normal",
-    ),
+    metrics=_C16_METRICS,
     rule_text=C16_RULE.text("normal(0.02) vs the same weights ×50 on the attention projections."),
 )
 def _c16(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "step0_maxp_x1",
-        "step0_maxp_x50",
-        "step0_score_std_x50",
-        "step0_gradq_ratio_x50",
-        "step0_passthrough_ratio_x50",
-        "val_normal_scaled",
-        "val_large_scaled",
-        "large_minus_normal",
-    )
+    f = fmts(ms, *_C16_METRICS)
     en = (
         "Attention projections initialised 50× too large (std 1 instead of 0.02, bug zoo 'large_init_scale'): at "
         f"step 0 the scores have std {f['step0_score_std_x50']} and the largest attention weight averages "

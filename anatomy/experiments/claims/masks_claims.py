@@ -86,33 +86,26 @@ C18_RULE = Ladder(
 )
 
 
+_C18_METRICS = (
+    "c18_after_fwd",
+    "c18_after_rowsum",
+    "c18_after_grad_visible",
+    "c18_after_grad_hidden",
+    "c18_renorm_fwd",
+    "c18_renorm_grad_visible",
+    "c18_renorm_grad_hidden",
+    "causal_future_leak_mask_after_softmax",
+)
+
+
 @claim(
     "C18-zeroing-after-softmax",
     experiment="mask-fills",
-    metrics=(
-        "c18_after_fwd",
-        "c18_after_rowsum",
-        "c18_after_grad_visible",
-        "c18_after_grad_hidden",
-        "c18_renorm_fwd",
-        "c18_renorm_grad_visible",
-        "c18_renorm_grad_hidden",
-        "causal_future_leak_mask_after_softmax",
-    ),
+    metrics=_C18_METRICS,
     rule_text=C18_RULE.text("float64, against masking before softmax."),
 )
 def _c18(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "c18_after_fwd",
-        "c18_after_rowsum",
-        "c18_after_grad_visible",
-        "c18_after_grad_hidden",
-        "c18_renorm_fwd",
-        "c18_renorm_grad_visible",
-        "c18_renorm_grad_hidden",
-        "causal_future_leak_mask_after_softmax",
-    )
+    f = fmts(ms, *_C18_METRICS)
     en = (
         f"float64. Zeroing after softmax (no renormalisation): rows sum to {f['c18_after_rowsum']}, the output "
         f"differs by {f['c18_after_fwd']}, the gradient on visible logits by {f['c18_after_grad_visible']} and the "
@@ -210,34 +203,26 @@ C20_RULE = Ladder(
 )
 
 
+_C20_QUOTED = (
+    "leak_1e9_fp32",
+    "c20_param_maxdiff",
+    "c20_gen_agreement",
+    "c20_val_diff",
+    "leftpad_nan_inf_noguard",
+    "leftpad_nan_1e9",
+    "leftpad_nan_library",
+    "leftpad_realdiff_1e9",
+)
+
+
 @claim(
     "C20-mask-fill",
     experiment="mask-fills",
-    metrics=(
-        "leak_1e9_fp32",
-        "c20_param_maxdiff",
-        "c20_gen_agreement",
-        "c20_val_diff",
-        "leftpad_nan_inf_noguard",
-        "leftpad_nan_1e9",
-        "leftpad_nan_library",
-        "leftpad_realdiff_1e9",
-        "fp16_1e9_error",
-    ),
+    metrics=(*_C20_QUOTED, "fp16_1e9_error"),
     rule_text=C20_RULE.text(),
 )
 def _c20(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "leak_1e9_fp32",
-        "c20_param_maxdiff",
-        "c20_gen_agreement",
-        "c20_val_diff",
-        "leftpad_nan_inf_noguard",
-        "leftpad_nan_1e9",
-        "leftpad_nan_library",
-        "leftpad_realdiff_1e9",
-    )
+    f = fmts(ms, *_C20_QUOTED)
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
     en = (
         f"-1e9 leaves {f['leak_1e9_fp32']} probability on future keys in float32. Two LMs trained from one seed on "

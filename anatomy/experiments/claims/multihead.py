@@ -426,30 +426,26 @@ C8_RULE = Ladder(
 )
 
 
+_C8_METRICS = (
+    "val_torch_scaled",
+    "val_torch_unscaled",
+    "unscaled_minus_scaled",
+    "progress_after_q1_unscaled",
+    "progress_after_q1_scaled",
+)
+
+
 @claim(
     "C8-unscaled-training-stalls",
     experiment="init-training",
-    metrics=(
-        "val_torch_scaled",
-        "val_torch_unscaled",
-        "unscaled_minus_scaled",
-        "progress_after_q1_unscaled",
-        "progress_after_q1_scaled",
-    ),
+    metrics=_C8_METRICS,
     rule_text=C8_RULE.text(
         "Char LM, d_k = 64, PyTorch default init, with and without the scale (bug zoo "
         "'no_scaling'), same seed and batches."
     ),
 )
 def _c8(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "val_torch_scaled",
-        "val_torch_unscaled",
-        "unscaled_minus_scaled",
-        "progress_after_q1_unscaled",
-        "progress_after_q1_scaled",
-    )
+    f = fmts(ms, *_C8_METRICS)
     en = (
         f"Same LM (d_k=64, PyTorch default init), same batches: validation loss {f['val_torch_scaled']} with the "
         f"scale and {f['val_torch_unscaled']} without (difference {f['unscaled_minus_scaled']}). After the first "

@@ -31,17 +31,23 @@ ACCUMULATES = 1.5  # C43: residual RMS, last block ÷ first block, above this co
 # --- C33 ------------------------------------------------------------------------------------------------------
 
 
+# the per-seed rows of C33's rule: the runs that broke, by arm, and how much worse they ended
+_C33_ROWS = (
+    "nan_or_osc_no_residual",
+    "nan_or_osc_no_norm",
+    "broken_runs",
+    "nan_or_osc_pre_same_lrs",
+    "excess_no_residual",
+    "excess_no_norm",
+)
+
+
 @claim(
     "C33-six-layers-without-addnorm",
     experiment="norm-depth-grid",
     metrics=(
         "depth_deep",
-        "nan_or_osc_no_residual",
-        "nan_or_osc_no_norm",
-        "broken_runs",
-        "nan_or_osc_pre_same_lrs",
-        "excess_no_residual",
-        "excess_no_norm",
+        *_C33_ROWS,
         "final_no_residual_mid",
         "final_no_norm_mid",
         "final_pre_mid",
@@ -58,15 +64,7 @@ ACCUMULATES = 1.5  # C43: residual RMS, last block ÷ first block, above this co
 )
 def _c33(ms):
     depth = setting(ms, "depth_deep")
-    rows = per_seed(
-        ms,
-        "nan_or_osc_no_residual",
-        "nan_or_osc_no_norm",
-        "broken_runs",
-        "nan_or_osc_pre_same_lrs",
-        "excess_no_residual",
-        "excess_no_norm",
-    )
+    rows = per_seed(ms, *_C33_ROWS)
     frac = [(a + b) / n for a, b, n, *_ in rows]
     excess = [max(x, y) for *_, x, y in rows]
     nums_en = (
