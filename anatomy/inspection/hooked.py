@@ -88,6 +88,9 @@ def run_with_cache(
     if remove_batch_dim:
         raise ValueError("remove_batch_dim=True is not offered; index the batch yourself: cache[name][0]")
     keep = _filter(names_filter)
+    if callable(names_filter) and not isinstance(names_filter, str):  # a filter keeps each point under one name
+        names = {n for n, _ in filter_points(tl_points(model), hook_names(model), names_filter)}
+        keep = names.__contains__
     with capture(model, None, detach=detach) as raw:
         out = model(*args, **kwargs)
     cache = ActivationCache(model, raw, attention_mask=_mask_of(args, kwargs), keep=keep)
@@ -115,8 +118,7 @@ def _resolve(model: nn.Module, table: TLTable, ours: list[str], key: NameFilter)
         )
     if not callable(key):
         raise ValueError(f"fwd_hooks: each entry is (name or filter, fn); got {key!r} as the name")
-    picked: list[tuple[str, TLPoint | None]] = [(n, p) for n, p in table.points.items() if key(n)]
-    picked += [(n, None) for n in ours if key(n)]
+    picked = filter_points(table, ours, key)
     cache_only = [n for n, p in picked if p is not None and p.kind.startswith(CACHE_ONLY)]
     if cache_only:
         raise ValueError(
@@ -126,6 +128,14 @@ def _resolve(model: nn.Module, table: TLTable, ours: list[str], key: NameFilter)
     if not picked:
         raise ValueError("fwd_hooks: the filter selects no hook of this model")
     return picked
+
+
+def filter_points(table: TLTable, ours: list[str], key: Callable[[str], bool]) -> list[tuple[str, TLPoint | None]]:
+    """The points a filter selects, each once under one name: TransformerLens's names (its layouts) when the filter
+    accepts any of them, as in TransformerLens; else ours (our layouts), for filters written for our names. A
+    TransformerLens name and ours for the same point are never both offered, so no hook runs twice."""
+    tl: list[tuple[str, TLPoint | None]] = [(n, p) for n, p in table.points.items() if key(n)]
+    return tl if tl else [(n, None) for n in ours if key(n)]
 
 
 def _call(fn: HookFn, act: torch.Tensor, hook: LensHook) -> torch.Tensor:

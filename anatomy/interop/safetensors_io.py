@@ -28,6 +28,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -265,7 +266,8 @@ def read_generation_config(directory: str | os.PathLike) -> dict | None:
 def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None = None) -> nn.Module:
     """Read one of our checkpoints (bit-exact) or a Hugging Face directory of a supported architecture.
 
-    Returns our model in eval mode, in the checkpoint's dtype unless ``dtype`` is given.
+    Returns our model in eval mode, in the checkpoint's dtype unless ``dtype`` is given; ``model.tokenizer`` is the
+    directory's tokenizer when it holds one (a size that does not fit the vocabulary is warned about).
     """
     data = read_config(directory)
     d = Path(directory)
@@ -282,6 +284,12 @@ def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None =
         )
     if dtype is not None:
         model.to(dtype)
+    from anatomy.interop.tokenizer_io import travelling_tokenizer
+
+    config = cast(ModelConfig, model.config)
+    tokenizer = travelling_tokenizer(d, config.vocab_size)
+    if tokenizer is not None:  # TransformerLens's to_tokens/to_string read it (anatomy.inspection.tl_surface)
+        setattr(model, "tokenizer", tokenizer)  # noqa: B010 - an attribute nn.Module does not declare
     return model.eval()
 
 

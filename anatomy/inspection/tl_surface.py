@@ -1,0 +1,278 @@
+"""TransformerLens's everyday surface on our models, beside ``run_with_cache``/``run_with_hooks`` (hooked.py):
+
+    model.hook_dict["blocks.0.attn.hook_z"]          # a hook point under TransformerLens's name (its layout)
+    model.add_hook("blocks.0.attn.hook_z", fn)       # stays until model.reset_hooks(); a filter works too
+    model.add_hook(lambda n: n.endswith("hook_pattern"), fn, is_permanent=True)
+    model.reset_hooks()                              # removes the non-permanent ones (including_permanent=True: all)
+    model.mod_dict["blocks.0.attn"]                  # modules by TransformerLens's names, and by ours
+    model.to_tokens("text"), model.to_string(ids), model.to_str_tokens("text")   # with a tokenizer (below)
+
+``hook_dict`` holds one entry per hook point: its TransformerLens name where the model has one (hooking it sees
+TransformerLens's layout), ours where TransformerLens has none (an encoder-decoder's points). A name the model
+refuses (``blocks.0.ln1.hook_normalized``: computed in the cache only; the bridge's ``hook_q_input``...) raises
+``KeyError`` with the reason. Hooks added here are forward hooks that stay attached until ``reset_hooks``; the
+handles are kept in a table of this module (weakly keyed by the model), never on a module.
+
+The token calls need the tokenizer that travelled with the model: ``anatomy.load_pretrained(dir)`` sets
+``model.tokenizer`` when ``dir`` holds one; assign ``model.tokenizer`` yourself otherwise (ours, or a
+``transformers`` tokenizer). Without one they raise, naming the missing tokenizer. As in TransformerLens,
+``to_tokens`` prepends the bos token by default (``prepend_bos=False`` does not) and right-pads a batch with the
+pad token; ``to_string`` decodes keeping special tokens; ``to_str_tokens`` gives each token's own text.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from anatomy.inspection.capture import hook_names
+from anatomy.inspection.hooked import HookFn, LensHook, _attach, _resolve, filter_points
+from anatomy.inspection.tl_names import BRIDGE_ALIAS, CACHE_ONLY, TLPoint, TLTable, model_parts, tl_points
+
+_ADDED: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, bool, list]]] = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class LensHookPoint:
+    """What ``model.hook_dict[name]`` holds: TransformerLens's ``HookPoint`` calls for one point of ``model``."""
+
+    model: nn.Module
+    name: str
+    point: TLPoint | None  # None: one of our names (our layout)
+
+    def add_hook(self, hook: HookFn, dir: str = "fwd", is_permanent: bool = False, **_: Any) -> None:
+        add_hook(self.model, self.name, hook, dir=dir, is_permanent=is_permanent)
+
+    def remove_hooks(self, dir: str = "fwd", including_permanent: bool = False, **_: Any) -> None:
+        _remove(self.model, including_permanent, only=self.name)
+
+    def layer(self) -> int:
+        return LensHook(self.name).layer()
+
+
+class HookDict(dict):
+    """``name → LensHookPoint``; a name the model refuses raises ``KeyError`` with the reason."""
+
+    def __init__(self, points: dict[str, LensHookPoint], table: TLTable) -> None:
+        super().__init__(points)
+        self.table = table
+
+    def __missing__(self, name: str) -> Any:
+        raise KeyError(f"{name}: {why_not(self.table, name)}")
+
+
+def why_not(table: TLTable, name: str) -> str:
+    """Why ``name`` is not a hook point of the model: the table's reason, or what the name is."""
+    if name in table.refused:
+        return table.refused[name]
+    point = table.points.get(name)
+    if point is not None and point.kind.startswith(CACHE_ONLY):
+        return "computed from the cache only (no hook point of ours carries it): read it from run_with_cache"
+    if name.endswith((".hook_in", ".hook_out", ".hook_hidden_states")) or name == "hook_unembed":
+        return BRIDGE_ALIAS
+    if table.why_none is not None:
+        return table.why_none
+    return "no hook point of this model has this name (model.hook_dict lists them)"
+
+
+def hook_dict(model: nn.Module) -> HookDict:
+    """One entry per hook point that a hook can be put on, under one name (TransformerLens's where it has one)."""
+    table = tl_points(model)
+    chosen = filter_points(table, hook_names(model), lambda _n: True)
+    points = {n: LensHookPoint(model, n, p) for n, p in chosen if p is None or not p.kind.startswith(CACHE_ONLY)}
+    return HookDict(points, table)
+
+
+# TransformerLens's module names → ours, inside one block and around the stack
+_BLOCK_MODULES = {"attn": "attn", "mlp": "ffn", "ln1": "attn_add_norm.norm", "ln2": "ffn_add_norm.norm"}
+
+
+def mod_dict(model: nn.Module) -> dict[str, Any]:
+    """Every module by our name (``stack.blocks.0.attn``), the blocks' modules by TransformerLens's
+    (``blocks.0.attn``, ``blocks.0.mlp``, ``blocks.0.ln1``, ``embed``, ``pos_embed``, ``ln_final``, ``unembed``)
+    and every hook point of ``hook_dict``."""
+    out: dict[str, Any] = dict(model.named_modules())
+    parts = model_parts(model)
+    if parts is not None:
+        named = {
+            "embed": getattr(parts.embeddings, "embed_tokens", None),
+            "pos_embed": getattr(parts.embeddings, "positional", None),
+            "ln_final": parts.stack.final_norm,
+            "unembed": parts.lm_head,
+            "blocks": parts.stack.blocks,
+        }
+        for i, block in enumerate(parts.stack.blocks):
+            named[f"blocks.{i}"] = block
+            for tl, ours in _BLOCK_MODULES.items():
+                named[f"blocks.{i}.{tl}"] = block.get_submodule(ours)
+        out.update({k: v for k, v in named.items() if isinstance(v, nn.Module)})
+    out.update(hook_dict(model))
+    return out
+
+
+def add_hook(
+    model: nn.Module,
+    name: str | Callable[[str], bool],
+    hook: HookFn,
+    dir: str = "fwd",
+    is_permanent: bool = False,
+    **_: Any,
+) -> None:
+    """Attach ``hook(activation, hook)`` at ``name`` (a name or a filter, as in ``fwd_hooks``) until
+    ``reset_hooks``; ``is_permanent=True``: until ``reset_hooks(including_permanent=True)``."""
+    if dir != "fwd":
+        raise ValueError(
+            f"add_hook(dir={dir!r}): backward hooks are not offered; register a tensor hook "
+            "(act.register_hook) inside a forward hook instead"
+        )
+    if not callable(hook):
+        raise ValueError(f"add_hook: the hook must be a function (activation, hook) -> tensor or None, got {hook!r}")
+    modules = dict(model.named_modules())
+    handles: list = []
+    try:
+        for point_name, point in _resolve(model, tl_points(model), hook_names(model), name):
+            _attach(model, modules, point_name, point, hook, None, handles)
+    except ValueError as err:
+        for h in handles:
+            h.remove()
+        raise ValueError(str(err).replace("fwd_hooks:", "add_hook:", 1)) from None
+    _ADDED.setdefault(model, []).append((name if isinstance(name, str) else "<filter>", is_permanent, handles))
+
+
+def _remove(model: nn.Module, including_permanent: bool, only: str | None = None) -> None:
+    kept = []
+    for entry in _ADDED.get(model, []):
+        name, permanent, handles = entry
+        if (permanent and not including_permanent) or (only is not None and name != only):
+            kept.append(entry)
+            continue
+        for h in handles:
+            h.remove()
+    _ADDED[model] = kept
+
+
+def reset_hooks(
+    model: nn.Module,
+    clear_contexts: bool = True,
+    direction: str = "both",
+    including_permanent: bool = False,
+    **_: Any,
+) -> None:
+    """Remove the hooks ``add_hook`` attached (the permanent ones too with ``including_permanent=True``)."""
+    if direction not in ("fwd", "bwd", "both"):
+        raise ValueError(f"reset_hooks: direction must be 'fwd', 'bwd' or 'both', got {direction!r}")
+    _remove(model, including_permanent)
+
+
+# ------------------------------------------------------------------------------------------------ tokens
+
+
+def tokenizer_of(model: nn.Module, call: str) -> Any:
+    tok = getattr(model, "tokenizer", None)
+    if tok is None:
+        raise ValueError(
+            f"{call} needs the model's tokenizer, and {type(model).__name__} has none: no tokenizer.json travelled "
+            "with it (anatomy.load_pretrained(dir) sets model.tokenizer when dir holds one); set model.tokenizer"
+        )
+    return tok
+
+
+def _is_hf(tok: Any) -> bool:
+    return callable(getattr(tok, "convert_ids_to_tokens", None))  # a transformers tokenizer
+
+
+def _encode(tok: Any, text: str) -> list[int]:
+    if _is_hf(tok):
+        return list(tok.encode(text, add_special_tokens=False))
+    inner = getattr(tok, "tokenizer", None)
+    if inner is not None and callable(getattr(inner, "encode", None)):  # tokenizers-backed: no post-processor
+        return list(inner.encode(text, add_special_tokens=False).ids)
+    return list(tok.encode(text))
+
+
+def _decode(tok: Any, ids: list[int]) -> str:
+    if _is_hf(tok):
+        return str(tok.decode(ids, clean_up_tokenization_spaces=False))
+    return str(tok.decode(ids, skip_special=False))
+
+
+def _special(model: nn.Module, tok: Any, role: str) -> int | None:
+    found = getattr(tok, f"{role}_token_id", None) if _is_hf(tok) else getattr(tok, f"{role}_id", None)
+    if found is None and role == "bos":
+        found = getattr(getattr(model, "config", None), "bos_token_id", None)
+    return found if isinstance(found, int) else None
+
+
+def to_tokens(
+    model: nn.Module,
+    input: str | list[str],
+    prepend_bos: bool | None = None,
+    padding_side: str | None = None,
+    move_to_device: bool = True,
+    truncate: bool = True,
+) -> torch.Tensor:
+    """``(B, T)`` token ids of a text or a list of texts, TransformerLens's ``to_tokens``: the bos token first
+    (unless ``prepend_bos=False``), a batch padded on ``padding_side`` (default right) with the pad token, cut to
+    the model's ``max_seq_len`` when ``truncate``."""
+    tok = tokenizer_of(model, "to_tokens")
+    texts = [input] if isinstance(input, str) else input
+    if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError(f"to_tokens: input must be a string or a non-empty list of strings, got {input!r}")
+    if padding_side not in (None, "left", "right"):
+        raise ValueError(f"to_tokens: padding_side must be 'left' or 'right', got {padding_side!r}")
+    rows = [_encode(tok, t) for t in texts]
+    if prepend_bos is None or prepend_bos:
+        bos = _special(model, tok, "bos")
+        if bos is None and prepend_bos:
+            raise ValueError("to_tokens(prepend_bos=True): neither the tokenizer nor the model names a bos token")
+        rows = rows if bos is None else [[bos, *r] for r in rows]
+    limit = getattr(getattr(model, "config", None), "max_seq_len", None)
+    if truncate and isinstance(limit, int):
+        rows = [r[:limit] for r in rows]
+    width = max(len(r) for r in rows)
+    pad = _special(model, tok, "pad")
+    pad = pad if pad is not None else (_special(model, tok, "eos") or 0)
+    left = (padding_side or getattr(tok, "padding_side", "right")) == "left"
+    out = [([pad] * (width - len(r)) + r) if left else (r + [pad] * (width - len(r))) for r in rows]
+    ids = torch.tensor(out, dtype=torch.long)  # (B, T)
+    if move_to_device:
+        first = next(model.parameters(), None)
+        ids = ids if first is None else ids.to(first.device)
+    return ids
+
+
+def _id_rows(tokens: Any) -> tuple[list[list[int]], bool]:
+    t = tokens if isinstance(tokens, torch.Tensor) else torch.as_tensor(tokens)
+    if t.dim() > 2:
+        raise ValueError(f"token ids must be (T,) or (B, T), got shape {tuple(t.shape)}")
+    return (t.tolist() if t.dim() == 2 else [t.reshape(-1).tolist()]), t.dim() == 2
+
+
+def to_string(model: nn.Module, tokens: Any) -> str | list[str]:
+    """The text of ``(T,)`` ids (a string) or ``(B, T)`` ids (a list), special tokens kept."""
+    tok = tokenizer_of(model, "to_string")
+    rows, batched = _id_rows(tokens)
+    texts = [_decode(tok, r) for r in rows]
+    return texts if batched else texts[0]
+
+
+def to_str_tokens(
+    model: nn.Module, input: Any, prepend_bos: bool | None = None, padding_side: str | None = None
+) -> list[str] | list[list[str]]:
+    """Each token's own text: of a text (tokenized by ``to_tokens``), a list of texts (a list per text), or ids."""
+    tok = tokenizer_of(model, "to_str_tokens")
+    if isinstance(input, list) and input and all(isinstance(t, str) for t in input):
+        return [to_str_tokens(model, t, prepend_bos, padding_side) for t in input]  # type: ignore[return-value]
+    if isinstance(input, str):
+        input = to_tokens(model, input, prepend_bos=prepend_bos, padding_side=padding_side)[0]
+    t = input if isinstance(input, torch.Tensor) else torch.as_tensor(input)
+    if t.dim() == 2 and t.shape[0] == 1:
+        t = t[0]
+    if t.dim() != 1:
+        raise ValueError(f"to_str_tokens: ids must be (T,) or (1, T), got shape {tuple(t.shape)}")
+    return [_decode(tok, [i]) for i in t.tolist()]

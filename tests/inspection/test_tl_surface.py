@@ -1,0 +1,158 @@
+"""anatomy.inspection.tl_surface: TransformerLens's everyday calls (hook_dict, mod_dict, add_hook, reset_hooks,
+to_tokens, to_string, to_str_tokens) against TransformerLens 4.3's own ``TransformerBridge`` on the same weights
+and the same tokenizer (a tiny word-level one built here, saved beside the weights; nothing downloaded)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import anatomy
+
+transformers = pytest.importorskip("transformers", reason="waits for transformers (pip install transformers)")
+pytest.importorskip("transformer_lens", reason="waits for transformer-lens (pip install transformer-lens)")
+
+WORDS = ["<pad>", "<s>", "</s>", "<unk>", "the", "cat", "sat", "on", "mat", *(f"w{i}" for i in range(23))]
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """``(ours, bridge, ids)``: a random GPT-2 saved with its tokenizer, loaded by us and wrapped by TransformerLens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
+    )
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        vocab_size=len(WORDS),
+        n_positions=32,
+        n_embd=16,
+        n_layer=2,
+        n_head=4,
+        attn_implementation="eager",
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    d = tmp_path_factory.mktemp("gpt2_with_tokenizer")
+    hf.save_pretrained(d)
+    fast.save_pretrained(d)
+    ours = anatomy.load_pretrained(d)
+    bridge = build_bridge_from_module(
+        hf, "GPT2LMHeadModel", hf_config=cfg, tokenizer=transformers.AutoTokenizer.from_pretrained(d)
+    )
+    bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
+    ids = torch.randint(3, len(WORDS), (2, 7), generator=torch.Generator().manual_seed(1))
+    return ours, bridge, ids
+
+
+def test_hook_dict_holds_transformer_lens_names_and_refuses_the_rest_with_a_reason(pair):
+    ours, bridge, _ = pair
+    mine = ours.hook_dict
+    assert set(mine) <= set(bridge.hook_dict)  # one name per point, TransformerLens's
+    assert {"hook_embed", "blocks.1.attn.hook_z", "blocks.0.hook_resid_post", "ln_final.hook_scale"} <= set(mine)
+    assert not any(name.startswith("stack.") for name in mine)
+    for name in set(bridge.hook_dict) - set(mine):
+        with pytest.raises(KeyError) as err:
+            mine[name]
+        why = str(err.value)
+        assert "neither" not in why and len(why) > len(name) + 30, name
+        if "input" in name or "attn_in" in name or name.endswith(("hook_in", "hook_out")):
+            assert "not offered" in why, name  # the bridge's names and TransformerLens's split inputs
+    assert mine["blocks.1.attn.hook_z"].layer() == 1
+
+
+def test_add_hook_stays_until_reset_hooks_as_in_transformer_lens(pair):
+    ours, bridge, ids = pair
+
+    def zero_head_3(z, hook):
+        z[:, :, 3] = 0.0
+
+    plain = ours(ids).logits
+    for model in (ours, bridge):
+        model.add_hook("blocks.0.attn.hook_z", zero_head_3)
+        model.add_hook(lambda n: n.endswith("hook_resid_post"), lambda a, hook: a * 0.5, is_permanent=True)
+    torch.testing.assert_close(ours(ids).logits, bridge(ids), atol=ATOL, rtol=0)
+    assert (ours(ids).logits - plain).abs().max() > 1e-3
+    both = ours(ids).logits
+    # run_with_hooks adds its own hooks on top and removes only those
+    extra = [("blocks.1.hook_mlp_out", lambda a, hook: a * 0.0)]
+    torch.testing.assert_close(
+        ours.run_with_hooks(ids, fwd_hooks=extra), bridge.run_with_hooks(ids, fwd_hooks=extra), atol=ATOL, rtol=0
+    )
+    torch.testing.assert_close(ours(ids).logits, both, atol=0, rtol=0)
+    for model in (ours, bridge):
+        model.reset_hooks()  # the permanent one stays
+    torch.testing.assert_close(ours(ids).logits, bridge(ids), atol=ATOL, rtol=0)
+    for model in (ours, bridge):
+        model.reset_hooks(including_permanent=True)
+    torch.testing.assert_close(ours(ids).logits, plain, atol=0, rtol=0)
+    assert not any(m._forward_hooks for m in ours.modules())
+    ours.hook_dict["blocks.1.attn.hook_z"].add_hook(zero_head_3)  # TransformerLens's HookPoint.add_hook
+    assert (ours(ids).logits - plain).abs().max() > 1e-3
+    ours.hook_dict["blocks.1.attn.hook_z"].remove_hooks()
+    torch.testing.assert_close(ours(ids).logits, plain, atol=0, rtol=0)
+
+
+def test_add_hook_refuses_what_it_cannot_do_by_name(pair):
+    ours, _, _ = pair
+    with pytest.raises(ValueError, match="add_hook: blocks.0.ln1.hook_normalized is computed from the cache only"):
+        ours.add_hook("blocks.0.ln1.hook_normalized", lambda a, h: a)
+    with pytest.raises(ValueError, match="backward hooks are not offered"):
+        ours.add_hook("blocks.0.attn.hook_z", lambda a, h: a, dir="bwd")
+    with pytest.raises(ValueError, match="not offered"):
+        ours.add_hook("blocks.0.attn.hook_q_input", lambda a, h: a)
+    assert not any(m._forward_hooks for m in ours.modules())
+
+
+def test_mod_dict_names_modules_the_transformer_lens_way_and_ours(pair):
+    ours, bridge, _ = pair
+    mods = ours.mod_dict
+    assert mods["blocks.0.attn"] is ours.stack.blocks[0].attn is mods["stack.blocks.0.attn"]
+    assert mods["blocks.1.mlp"] is ours.stack.blocks[1].ffn
+    assert mods["blocks.0.ln1"] is ours.stack.blocks[0].attn_add_norm.norm
+    assert mods["ln_final"] is ours.stack.final_norm and mods["unembed"] is ours.lm_head
+    assert mods["embed"] is ours.embeddings.embed_tokens
+    tl_modules = {"embed", "pos_embed", "ln_final", "unembed", "blocks", "blocks.0"}  # the bridge's names too
+    assert tl_modules <= set(bridge.mod_dict) and tl_modules <= set(mods)
+    assert {"blocks.0.attn", "blocks.0.mlp", "blocks.0.ln2"} <= set(mods)  # HookedTransformer's inside a block
+    assert mods["blocks.0.attn.hook_z"].name == "blocks.0.attn.hook_z"
+
+
+@pytest.mark.parametrize(
+    "args, kwargs",
+    [
+        (("the cat sat",), {}),
+        ((["the cat", "the cat sat on mat"],), {}),
+        (("the cat",), {"prepend_bos": False}),
+        ((["the cat", "the cat sat on mat"],), {"padding_side": "left"}),
+    ],
+)
+def test_to_tokens_equals_transformer_lens(pair, args, kwargs):
+    ours, bridge, _ = pair
+    assert ours.to_tokens(*args, **kwargs).tolist() == bridge.to_tokens(*args, **kwargs).tolist()
+
+
+def test_to_string_and_to_str_tokens_equal_transformer_lens(pair):
+    ours, bridge, _ = pair
+    ids = bridge.to_tokens(["the cat", "the cat sat on mat"])
+    assert ours.to_string(ids) == bridge.to_string(ids) == ["<s> the cat <pad> <pad> <pad>", "<s> the cat sat on mat"]
+    assert ours.to_string(ids[1]) == bridge.to_string(ids[1])
+    assert ours.to_string(ids[1].tolist()) == bridge.to_string(ids[1].tolist())
+    for value in ("the cat sat", ids[1], ids[1:], ["the cat", "sat"]):
+        assert ours.to_str_tokens(value) == bridge.to_str_tokens(value)
+    assert ours.to_str_tokens("the cat", prepend_bos=False) == ["the", "cat"]
+
+
+def test_token_calls_without_a_tokenizer_name_the_missing_tokenizer():
+    model = anatomy.build_model(anatomy.ModelConfig.from_preset("gpt2", n_layers=1, d_model=16, n_heads=2))
+    for call, arg in (("to_tokens", "hi"), ("to_string", [1, 2]), ("to_str_tokens", "hi")):
+        with pytest.raises(ValueError, match=rf"{call} needs the model's tokenizer.*set model.tokenizer"):
+            getattr(model, call)(arg)
