@@ -110,3 +110,24 @@ def test_what_cannot_go_on_from_a_cache_is_refused_by_name(pair):
     t5 = anatomy.build_model(anatomy.ModelConfig.from_preset("t5", n_layers=1, d_model=16, n_heads=2, vocab_size=32))
     with pytest.raises(ValueError, match="encoder-decoder"):
         t5.generate(torch.ones(1, 3, dtype=torch.long), past_key_values=out.cache, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("cache_kind", ["ours", "transformers"])
+def test_a_shared_prompt_cache_copied_for_each_continuation_as_transformers_docs_do(pair, cache_kind):
+    """A forward fills a cache with a common prefix; each prompt that starts with it generates from a deep copy."""
+    import copy
+
+    hf, ours = pair
+    gen = torch.Generator().manual_seed(6)
+    prefix = torch.randint(1, 64, (1, 6), generator=gen)
+    with torch.no_grad():
+        hf_cache = hf(prefix, past_key_values=transformers.DynamicCache()).past_key_values
+        given = transformers.DynamicCache() if cache_kind == "transformers" else None
+        cache = ours(prefix, past_key_values=given, use_cache=True).past_key_values
+    for extra in (2, 4):
+        ids = torch.cat([prefix, torch.randint(1, 64, (1, extra), generator=gen)], 1)
+        want = hf.generate(
+            ids, attention_mask=torch.ones_like(ids), cache=copy.deepcopy(hf_cache), max_new_tokens=6, do_sample=False
+        )
+        assert torch.equal(ours.generate(ids, past_key_values=copy.deepcopy(cache), max_new_tokens=6), want)
+    assert cache.get_seq_length() == 6  # the shared prefix stays as it was
