@@ -50,6 +50,7 @@ def pair(tmp_path_factory):
     )
     bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
     ids = torch.randint(3, len(WORDS), (2, 7), generator=torch.Generator().manual_seed(1))
+    ours.hf_dir = d  # for the test that gives a live model transformers' own tokenizer
     return ours, bridge, ids
 
 
@@ -149,6 +150,20 @@ def test_to_string_and_to_str_tokens_equal_transformer_lens(pair):
     for value in ("the cat sat", ids[1], ids[1:], ["the cat", "sat"]):
         assert ours.to_str_tokens(value) == bridge.to_str_tokens(value)
     assert ours.to_str_tokens("the cat", prepend_bos=False) == ["the", "cat"]
+
+
+def test_a_transformers_tokenizer_set_by_hand_works_the_same(pair):
+    from anatomy.interop.hf import from_hf
+
+    ours, bridge, _ = pair
+    live = from_hf(transformers.GPT2LMHeadModel.from_pretrained(ours.hf_dir))
+    live.tokenizer = transformers.AutoTokenizer.from_pretrained(ours.hf_dir)
+    texts = ["the cat", "the cat sat on mat"]
+    for kwargs in ({}, {"prepend_bos": False}, {"padding_side": "left"}):
+        assert live.to_tokens(texts, **kwargs).tolist() == bridge.to_tokens(texts, **kwargs).tolist()
+    ids = bridge.to_tokens(texts)
+    assert live.to_string(ids) == bridge.to_string(ids)
+    assert live.to_str_tokens("the cat sat") == bridge.to_str_tokens("the cat sat")
 
 
 def test_token_calls_without_a_tokenizer_name_the_missing_tokenizer():
