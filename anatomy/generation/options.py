@@ -262,6 +262,8 @@ class GenerationConfig:
 
 
 TOKEN_OPTIONS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+# read past in a generation_config.json and never written: the tokens live in ModelConfig; the cache is always used
+_NOT_DEFAULTS = (*TOKEN_OPTIONS, "use_cache")
 
 
 def from_hf_generation(values: dict[str, Any] | None, model_config: Any) -> GenerationConfig:
@@ -272,7 +274,7 @@ def from_hf_generation(values: dict[str, Any] | None, model_config: Any) -> Gene
     ``unsupported`` so that ``generate`` refuses it by name; HF's bookkeeping fields are read past."""
     out = GenerationConfig.from_model_config(model_config)
     for name, value in (values or {}).items():
-        if name in TOKEN_OPTIONS or value is None:
+        if name in _NOT_DEFAULTS or value is None:
             continue
         if name in OPTIONS:
             setattr(out, name, copy.deepcopy(value))
@@ -290,7 +292,7 @@ def generation_options(config: Any) -> dict[str, Any]:
     if config is None or not callable(getattr(config, "to_dict", None)):
         return {}
     values = config.to_dict() if isinstance(config, GenerationConfig) else config.to_diff_dict()
-    return {k: v for k, v in values.items() if v is not None and k not in TOKEN_OPTIONS and k in OPTIONS} | dict(
+    return {k: v for k, v in values.items() if v is not None and k not in _NOT_DEFAULTS and k in OPTIONS} | dict(
         getattr(config, "unsupported", {})
     )
 
