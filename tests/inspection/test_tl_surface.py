@@ -171,3 +171,30 @@ def test_token_calls_without_a_tokenizer_name_the_missing_tokenizer():
     for call, arg in (("to_tokens", "hi"), ("to_string", [1, 2]), ("to_str_tokens", "hi")):
         with pytest.raises(ValueError, match=rf"{call} needs the model's tokenizer.*set model.tokenizer"):
             getattr(model, call)(arg)
+
+
+@pytest.mark.parametrize("return_type", ["logits", "loss", "both", None])
+def test_return_type_and_text_input_as_in_transformer_lens(pair, return_type):
+    ours, bridge, ids = pair
+    scores: dict[int, torch.Tensor] = {}
+
+    def induction_like(pattern, hook):  # the pattern per layer, found by hook.layer() as such code does
+        scores[hook.layer()] = pattern.diagonal(dim1=-2, dim2=-1, offset=-1).mean((0, 2))
+
+    hooks = [(lambda name: name.endswith("pattern"), induction_like)]
+    for call in ("run_with_hooks", "run_with_cache"):
+        kw = {"fwd_hooks": hooks} if call == "run_with_hooks" else {}
+        got = getattr(ours, call)(ids, return_type=return_type, **kw)
+        want = getattr(bridge, call)(ids, return_type=return_type, **kw)
+        if call == "run_with_cache":
+            got, want = got[0], want[0]
+        if return_type is None:
+            assert got is None and want is None
+            continue
+        for mine, theirs in zip(got if return_type == "both" else [got], want if return_type == "both" else [want]):
+            torch.testing.assert_close(mine, theirs, atol=ATOL, rtol=1e-5)
+    assert sorted(scores) == [0, 1]
+    text = "the cat sat on mat"
+    torch.testing.assert_close(ours.run_with_hooks(text), bridge.run_with_hooks(text), atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="return_type must be"):
+        ours.run_with_hooks(ids, return_type="predictions")
