@@ -30,7 +30,14 @@ from torch import nn
 from anatomy.generation.beam import beam_search
 from anatomy.generation.continued import ContinuedDecoding, check_continuation
 from anatomy.generation.decoding import CachedDecoding
-from anatomy.generation.options import GenerationConfig, check_options, ignored_options, new_token_budget, resolve
+from anatomy.generation.options import (
+    GenerationConfig,
+    check_options,
+    ignored_options,
+    new_token_budget,
+    read_options,
+    resolve,
+)
 from anatomy.generation.outputs import GenerateOutput
 from anatomy.generation.processors import Processor, build_processors, sampling_processors
 from anatomy.generation.sampling import sample
@@ -104,7 +111,8 @@ def generate(
         if past_key_values is not None:
             raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
         past_key_values = cache
-    o = ignored_options(resolve(model_generation_config(model), generation_config, kwargs))
+    said = set(kwargs) | set(read_options(generation_config))  # what the caller set: warned about when ignored
+    o = ignored_options(resolve(model_generation_config(model), generation_config, kwargs), said)
     embeds_only = inputs_embeds is not None
     if inputs_embeds is not None:
         input_ids = _embeds_prompt(model, input_ids, inputs_embeds)

@@ -49,16 +49,23 @@ def new_token_budget(max_new_tokens: Any, max_length: Any, prompt_len: int) -> i
     return n
 
 
-def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
+def ignored_options(options: dict[str, Any], said: set[str] | None = None) -> dict[str, Any]:
     """``options`` less the ones that only shape another mode, each named in one ``UserWarning`` (HF warns "The
-    following generation flags are not valid and may be ignored" and runs without them)."""
+    following generation flags are not valid and may be ignored" and runs without them). ``said``: the options the
+    caller set (arguments, a ``generation_config=``); as in HF, only those are warned about, not the model's own
+    defaults (a ``generation_config.json`` temperature under ``do_sample=False``)."""
     out = dict(options)
     ignored = []
+
+    def warned(name: str) -> bool:
+        return said is None or name in said
+
     if options.get("do_sample") is False:
         for name in ("temperature", "top_k", "top_p", "min_p"):
             value = options.get(name)
             if (
                 value is not None
+                and warned(name)
                 and not (name == "temperature" and value == 1.0)
                 and not (name == "top_p" and value == 1.0)
                 and not (name == "top_k" and value == 50)
@@ -67,7 +74,7 @@ def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
             out[name] = None
     if options.get("num_beams") == 1:
         for name in ("length_penalty", "early_stopping"):
-            if options.get(name) is not None:
+            if options.get(name) is not None and warned(name):
                 ignored.append(f"{name}={options.get(name)!r}")
             out[name] = None
     if ignored:

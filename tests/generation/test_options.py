@@ -156,6 +156,25 @@ def test_generation_defaults_travel_through_our_checkpoints_and_back_to_transfor
     assert not (tmp_path / "plain" / "generation_config.json").exists()
 
 
+def test_the_files_sampling_options_under_a_greedy_call_are_not_warned_about_but_the_callers_are(
+    gpt2_weights, tmp_path
+):
+    import json
+    import warnings
+
+    from anatomy.interop.safetensors_io import load_pretrained
+
+    _, base = gpt2_weights
+    base.save_pretrained(tmp_path)
+    (tmp_path / "generation_config.json").write_text(json.dumps(GENERATION_FILES[0]))
+    ours = load_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # as HF: the model's own defaults set aside without a word
+        ours.generate(IDS, do_sample=False, max_new_tokens=2)
+    with pytest.warns(UserWarning, match=r"generate ignores top_p=0.5: they do not shape greedy"):
+        ours.generate(IDS, do_sample=False, top_p=0.5, max_new_tokens=2)
+
+
 def test_options_the_file_sets_that_we_do_not_implement_are_refused_by_name_and_can_be_cleared(gpt2_weights, tmp_path):
     import json
 
