@@ -196,11 +196,11 @@ def model_from_checkpoint(
         config = config.replace(encoder_pooler=any(k.endswith("pooler.dense.weight") for k in tensors))
     model = build_model(config)
     load_hf_state(model, tensors, arch, source=source)
-    set_generation_defaults(model, generation)
     if rope_layout != config.rope_layout:
         from anatomy.interop.rope_layout import convert_rope_layout
 
         model = convert_rope_layout(model, rope_layout)
+    set_generation_defaults(model, generation)
     return model
 
 
