@@ -16,9 +16,23 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_readmes import _blocks
-
 ROOT = Path(__file__).parent.parent
+
+
+def _blocks(name: str, lang: str) -> list[str]:
+    """The fenced code blocks of ``name`` whose info string is ``lang``, in order."""
+    blocks, current, info = [], None, ""
+    for line in (ROOT / name).read_text(encoding="utf-8").splitlines():
+        if line.startswith("```"):
+            if current is None:
+                current, info = [], line[3:].strip()
+            else:
+                if info == lang:
+                    blocks.append("\n".join(current) + "\n")
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
 
 
 def _prelude(tmp_path: Path) -> dict:
