@@ -114,7 +114,7 @@ def _lens_inputs(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, st
         isinstance(first, list) and bool(first) and all(isinstance(t, str) for t in first)
     )
     if texts:
-        from anatomy.inspection.tl_surface import to_tokens
+        from anatomy.inspection.tl_tokens import to_tokens
 
         args = (to_tokens(model, first), *args[1:])
     if return_type in ("loss", "both") and _mask_of(args, kwargs) is not None:

@@ -89,19 +89,19 @@ class LensMethods:
 
     def to_tokens(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         """TransformerLens's ``to_tokens`` with the tokenizer that travelled with the model (``model.tokenizer``)."""
-        from anatomy.inspection.tl_surface import to_tokens
+        from anatomy.inspection.tl_tokens import to_tokens
 
         return to_tokens(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
 
     def to_string(self, *args: Any, **kwargs: Any) -> Any:
         """TransformerLens's ``to_string``: ids → text (``model.tokenizer``)."""
-        from anatomy.inspection.tl_surface import to_string
+        from anatomy.inspection.tl_tokens import to_string
 
         return to_string(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
 
     def to_str_tokens(self, *args: Any, **kwargs: Any) -> Any:
         """TransformerLens's ``to_str_tokens``: each token's text (``model.tokenizer``)."""
-        from anatomy.inspection.tl_surface import to_str_tokens
+        from anatomy.inspection.tl_tokens import to_str_tokens
 
         return to_str_tokens(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
 

@@ -1,57 +1,21 @@
-"""anatomy.inspection.tl_surface: TransformerLens's everyday calls (hook_dict, mod_dict, add_hook, reset_hooks,
-to_tokens, to_string, to_str_tokens) against TransformerLens 4.3's own ``TransformerBridge`` on the same weights
-and the same tokenizer (a tiny word-level one built here, saved beside the weights; nothing downloaded)."""
+"""anatomy.inspection.tl_surface and hooked's TransformerLens arguments: hook_dict, mod_dict, add_hook, reset_hooks,
+return_type and text input, against TransformerLens 4.3's own ``TransformerBridge`` on the same weights (the
+``tl_pair`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-import anatomy
-
-transformers = pytest.importorskip("transformers", reason="waits for transformers (pip install transformers)")
+pytest.importorskip("transformers", reason="waits for transformers (pip install transformers)")
 pytest.importorskip("transformer_lens", reason="waits for transformer-lens (pip install transformer-lens)")
 
-WORDS = ["<pad>", "<s>", "</s>", "<unk>", "the", "cat", "sat", "on", "mat", *(f"w{i}" for i in range(23))]
 ATOL = 1e-5
 
 
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """``(ours, bridge, ids)``: a random GPT-2 saved with its tokenizer, loaded by us and wrapped by TransformerLens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
-
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>", unk_token="<unk>"
-    )
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(
-        vocab_size=len(WORDS),
-        n_positions=32,
-        n_embd=16,
-        n_layer=2,
-        n_head=4,
-        attn_implementation="eager",
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    hf = transformers.GPT2LMHeadModel(cfg).eval()
-    d = tmp_path_factory.mktemp("gpt2_with_tokenizer")
-    hf.save_pretrained(d)
-    fast.save_pretrained(d)
-    ours = anatomy.load_pretrained(d)
-    bridge = build_bridge_from_module(
-        hf, "GPT2LMHeadModel", hf_config=cfg, tokenizer=transformers.AutoTokenizer.from_pretrained(d)
-    )
-    bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
-    ids = torch.randint(3, len(WORDS), (2, 7), generator=torch.Generator().manual_seed(1))
-    ours.hf_dir = d  # for the test that gives a live model transformers' own tokenizer
-    return ours, bridge, ids
+def pair(tl_pair):
+    return tl_pair
 
 
 def test_hook_dict_holds_transformer_lens_names_and_refuses_the_rest_with_a_reason(pair):
@@ -125,52 +89,6 @@ def test_mod_dict_names_modules_the_transformer_lens_way_and_ours(pair):
     assert tl_modules <= set(bridge.mod_dict) and tl_modules <= set(mods)
     assert {"blocks.0.attn", "blocks.0.mlp", "blocks.0.ln2"} <= set(mods)  # HookedTransformer's inside a block
     assert mods["blocks.0.attn.hook_z"].name == "blocks.0.attn.hook_z"
-
-
-@pytest.mark.parametrize(
-    "args, kwargs",
-    [
-        (("the cat sat",), {}),
-        ((["the cat", "the cat sat on mat"],), {}),
-        (("the cat",), {"prepend_bos": False}),
-        ((["the cat", "the cat sat on mat"],), {"padding_side": "left"}),
-    ],
-)
-def test_to_tokens_equals_transformer_lens(pair, args, kwargs):
-    ours, bridge, _ = pair
-    assert ours.to_tokens(*args, **kwargs).tolist() == bridge.to_tokens(*args, **kwargs).tolist()
-
-
-def test_to_string_and_to_str_tokens_equal_transformer_lens(pair):
-    ours, bridge, _ = pair
-    ids = bridge.to_tokens(["the cat", "the cat sat on mat"])
-    assert ours.to_string(ids) == bridge.to_string(ids) == ["<s> the cat <pad> <pad> <pad>", "<s> the cat sat on mat"]
-    assert ours.to_string(ids[1]) == bridge.to_string(ids[1])
-    assert ours.to_string(ids[1].tolist()) == bridge.to_string(ids[1].tolist())
-    for value in ("the cat sat", ids[1], ids[1:], ["the cat", "sat"]):
-        assert ours.to_str_tokens(value) == bridge.to_str_tokens(value)
-    assert ours.to_str_tokens("the cat", prepend_bos=False) == ["the", "cat"]
-
-
-def test_a_transformers_tokenizer_set_by_hand_works_the_same(pair):
-    from anatomy.interop.hf import from_hf
-
-    ours, bridge, _ = pair
-    live = from_hf(transformers.GPT2LMHeadModel.from_pretrained(ours.hf_dir))
-    live.tokenizer = transformers.AutoTokenizer.from_pretrained(ours.hf_dir)
-    texts = ["the cat", "the cat sat on mat"]
-    for kwargs in ({}, {"prepend_bos": False}, {"padding_side": "left"}):
-        assert live.to_tokens(texts, **kwargs).tolist() == bridge.to_tokens(texts, **kwargs).tolist()
-    ids = bridge.to_tokens(texts)
-    assert live.to_string(ids) == bridge.to_string(ids)
-    assert live.to_str_tokens("the cat sat") == bridge.to_str_tokens("the cat sat")
-
-
-def test_token_calls_without_a_tokenizer_name_the_missing_tokenizer():
-    model = anatomy.build_model(anatomy.ModelConfig.from_preset("gpt2", n_layers=1, d_model=16, n_heads=2))
-    for call, arg in (("to_tokens", "hi"), ("to_string", [1, 2]), ("to_str_tokens", "hi")):
-        with pytest.raises(ValueError, match=rf"{call} needs the model's tokenizer.*set model.tokenizer"):
-            getattr(model, call)(arg)
 
 
 @pytest.mark.parametrize("return_type", ["logits", "loss", "both", None])
