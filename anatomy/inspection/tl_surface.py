@@ -5,6 +5,7 @@
     model.add_hook(lambda n: n.endswith("hook_pattern"), fn, is_permanent=True)
     model.reset_hooks()                              # removes the non-permanent ones (including_permanent=True: all)
     model.mod_dict["blocks.0.attn"]                  # modules by TransformerLens's names, and by ours
+    model.cfg.n_layers, model.cfg.d_head             # TransformerLens's config names (ours: model.config)
     model.to_tokens("text"), model.to_string(ids), model.to_str_tokens("text")   # tl_tokens.py
 
 ``hook_dict`` holds one entry per hook point: its TransformerLens name where the model has one (hooking it sees
@@ -25,7 +26,7 @@ from torch import nn
 
 from anatomy.inspection.capture import hook_names
 from anatomy.inspection.hooked import HookFn, LensHook, _attach, _resolve, filter_points
-from anatomy.inspection.tl_names import BRIDGE_ALIAS, CACHE_ONLY, TLPoint, TLTable, model_parts, tl_points
+from anatomy.inspection.tl_names import BRIDGE_ALIAS, CACHE_ONLY, TLPoint, TLTable, model_parts, norm_kind, tl_points
 
 _ADDED: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, bool, list]]] = weakref.WeakKeyDictionary()
 
@@ -160,3 +161,60 @@ def reset_hooks(
     if direction not in ("fwd", "bwd", "both"):
         raise ValueError(f"reset_hooks: direction must be 'fwd', 'bwd' or 'both', got {direction!r}")
     _remove(model, including_permanent)
+
+
+# our positional schemes by TransformerLens's positional_embedding_type
+_POSITIONAL = {"learned": "standard", "rope": "rotary", "alibi": "alibi", "t5": "relative_positional_bias"}
+
+
+@dataclass(frozen=True)
+class LensConfig:
+    """``model.cfg``: the sizes TransformerLens code reads, by its names, from our ``ModelConfig`` and modules
+    (``model.config`` keeps ours). ``n_key_value_heads`` is None without GQA and ``d_mlp`` the FFN's hidden width,
+    as there; ``positional_embedding_type`` maps learned → "standard", rope → "rotary", t5 →
+    "relative_positional_bias" and keeps our name for the others ("sinusoidal", "shaw", "none")."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    d_head: int
+    d_mlp: int
+    d_vocab: int
+    d_vocab_out: int
+    n_ctx: int
+    n_key_value_heads: int | None
+    normalization_type: str
+    positional_embedding_type: str
+    gated_mlp: bool
+    eps: float
+    device: Any
+    dtype: Any
+    default_prepend_bos: bool = True
+
+
+def lens_config(model: nn.Module) -> LensConfig:
+    config: Any = getattr(model, "config", None)
+    parts = model_parts(model)
+    if config is None or parts is None or not len(parts.stack.blocks):
+        raise ValueError(
+            f"{type(model).__name__} has no TransformerLens cfg: it describes one stack of blocks; read model.config"
+        )
+    ffn = parts.stack.blocks[0].ffn
+    first = next(model.parameters())
+    return LensConfig(
+        n_layers=len(parts.stack.blocks),
+        d_model=config.d_model,
+        n_heads=config.n_heads,
+        d_head=config.dh,
+        d_mlp=ffn.up_proj.out_features,
+        d_vocab=config.vocab_size,
+        d_vocab_out=parts.lm_head.out_features if parts.lm_head is not None else config.vocab_size,
+        n_ctx=config.max_seq_len,
+        n_key_value_heads=None if config.kv_heads == config.n_heads else config.kv_heads,
+        normalization_type=norm_kind(model),
+        positional_embedding_type=_POSITIONAL.get(config.positional, config.positional),
+        gated_mlp=bool(getattr(ffn, "gated", False)),
+        eps=config.norm_eps,
+        device=first.device,
+        dtype=first.dtype,
+    )

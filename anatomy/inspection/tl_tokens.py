@@ -119,3 +119,13 @@ def to_str_tokens(
     if t.dim() != 1:
         raise ValueError(f"to_str_tokens: ids must be (T,) or (1, T), got shape {tuple(t.shape)}")
     return [_decode(tok, [i]) for i in t.tolist()]
+
+
+def to_single_token(model: nn.Module, string: str) -> int:
+    """The id of a text that is one token (no bos), TransformerLens's ``to_single_token``; more or fewer tokens are
+    a ``ValueError`` naming them."""
+    tok = tokenizer_of(model, "to_single_token")
+    ids = _encode(tok, string)
+    if len(ids) != 1:
+        raise ValueError(f"to_single_token: {string!r} is {len(ids)} tokens ({ids}), not one")
+    return ids[0]

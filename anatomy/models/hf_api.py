@@ -75,6 +75,13 @@ class LensMethods:
 
         return mod_dict(self)  # type: ignore[arg-type]  # mixed into nn.Module
 
+    @property
+    def cfg(self) -> Any:
+        """TransformerLens's ``cfg`` names for our sizes (``n_layers``, ``d_head``, ``d_mlp``...); ours: ``config``."""
+        from anatomy.inspection.tl_surface import lens_config
+
+        return lens_config(self)  # type: ignore[arg-type]  # mixed into nn.Module
+
     def add_hook(self, *args: Any, **kwargs: Any) -> None:
         """``model.add_hook(name_or_filter, fn)``: kept until ``reset_hooks()`` (anatomy.inspection.tl_surface)."""
         from anatomy.inspection.tl_surface import add_hook
@@ -92,6 +99,12 @@ class LensMethods:
         from anatomy.inspection.tl_tokens import to_tokens
 
         return to_tokens(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    def to_single_token(self, string: str) -> int:
+        """TransformerLens's ``to_single_token``: the id of a one-token text (``model.tokenizer``)."""
+        from anatomy.inspection.tl_tokens import to_single_token
+
+        return to_single_token(self, string)  # type: ignore[arg-type]  # mixed into nn.Module
 
     def to_string(self, *args: Any, **kwargs: Any) -> Any:
         """TransformerLens's ``to_string``: ids → text (``model.tokenizer``)."""

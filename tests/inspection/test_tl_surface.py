@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+import anatomy
+
 pytest.importorskip("transformers", reason="waits for transformers (pip install transformers)")
 pytest.importorskip("transformer_lens", reason="waits for transformer-lens (pip install transformer-lens)")
 
@@ -116,3 +118,36 @@ def test_return_type_and_text_input_as_in_transformer_lens(pair, return_type):
     torch.testing.assert_close(ours.run_with_hooks(text), bridge.run_with_hooks(text), atol=ATOL, rtol=0)
     with pytest.raises(ValueError, match="return_type must be"):
         ours.run_with_hooks(ids, return_type="predictions")
+
+
+CFG_NAMES = ["n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "d_vocab_out", "n_ctx"]
+CFG_NAMES += ["n_key_value_heads", "normalization_type", "positional_embedding_type", "gated_mlp", "eps", "dtype"]
+
+
+def test_cfg_gives_transformer_lens_config_names_their_values(pair):
+    import transformers
+    from transformer_lens.model_bridge.sources._bridge_builder import build_bridge_from_module
+
+    from anatomy.interop.hf import from_hf
+
+    ours, bridge, _ = pair
+    config = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=40,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        rms_norm_eps=1e-6,
+    )
+    llama = transformers.LlamaForCausalLM(config).eval()
+    ours_llama = from_hf(llama)  # before the bridge wraps the module
+    llama_bridge = build_bridge_from_module(llama, "LlamaForCausalLM", hf_config=config)
+    for mine, theirs in ((ours, bridge), (ours_llama, llama_bridge)):
+        for name in CFG_NAMES:
+            assert getattr(mine.cfg, name) == getattr(theirs.cfg, name), name
+        assert str(mine.cfg.device) == str(theirs.cfg.device)
+    t5 = anatomy.build_model(anatomy.ModelConfig.from_preset("t5", n_layers=1, d_model=16, n_heads=2, vocab_size=32))
+    with pytest.raises(ValueError, match="no TransformerLens cfg"):
+        _ = t5.cfg

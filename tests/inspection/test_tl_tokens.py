@@ -40,6 +40,9 @@ def test_to_string_and_to_str_tokens_equal_transformer_lens(pair):
     for value in ("the cat sat", ids[1], ids[1:], ["the cat", "sat"]):
         assert ours.to_str_tokens(value) == bridge.to_str_tokens(value)
     assert ours.to_str_tokens("the cat", prepend_bos=False) == ["the", "cat"]
+    assert ours.to_single_token("cat") == bridge.to_single_token("cat") == 5
+    with pytest.raises(ValueError, match=r"'the cat' is 2 tokens"):
+        ours.to_single_token("the cat")
 
 
 def test_a_transformers_tokenizer_set_by_hand_works_the_same(pair):
