@@ -39,11 +39,12 @@ __all__ = [
 ARCHITECTURES = ("encoder", "decoder_lm", "seq2seq", "classifier")
 # fields that describe tokens and labels for generation, ``predict`` and Hugging Face, never a module (the builder
 # does not read them; a checkpoint written before they existed loads with their defaults)
-TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "label_names")
+TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "label_names", "problem_type")
 # fields younger than the checkpoint format: a checkpoint without them loads with their defaults (which build the
 # model it was written from)
 OPTIONAL_FIELDS = (*TOKEN_FIELDS, "encoder_pooler")
 INITS = ("normal", "xavier", "deepnet")
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # HF's problem_type
 POOLINGS = ("cls", "mean")
 
 
@@ -133,6 +134,9 @@ class ModelConfig:
     # the end-of-sequence token(s) generate stops at by default (one id or a tuple of ids); None: it never stops early
     eos_token_id: int | tuple[int, ...] | None = None
     label_names: tuple[str, ...] | None = None  # classifier: class i's name (HF's id2label); None: "0", "1", ...
+    # classifier: the loss of labels=, HF's problem_type: "regression" (MSE), "single_label_classification" (cross
+    # entropy), "multi_label_classification" (BCE with logits); None: HF's guess from num_labels and the labels' dtype
+    problem_type: str | None = None
 
     def __post_init__(self) -> None:
         for name, choices in (
@@ -241,6 +245,8 @@ class ModelConfig:
                 f"eos_token_id must be a non-negative integer, a non-empty list of them or None, got "
                 f"{self.eos_token_id!r}"
             )
+        if self.problem_type is not None:
+            check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
         names = self.label_names
         if isinstance(names, list):
             names = tuple(names)

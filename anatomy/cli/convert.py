@@ -229,7 +229,7 @@ def verify_tokens(ours, theirs, tokenizer, hf_dir: Path, tf) -> bool:
             f"{str(err).splitlines()[0][:100]}); not compared"
         )
         return ok
-    got = generate(ours, ids, max_new_tokens=8)
+    got = generate(ours, ids, max_new_tokens=8, do_sample=False)  # greedy as HF's, whatever the file's defaults
     equal = got.shape == want.shape and torch.equal(got, want)
     start = 1 if seq2seq else ids.shape[1]
     print(

@@ -6,24 +6,13 @@ here knows a verdict in advance.
 
 from __future__ import annotations
 
-import html
 import json
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-BADGE = {"supported": "✓", "refuted": "✗", "nuanced": "≈", "inconclusive": "?"}  # plain symbols: no emoji font needed
-ZH_VERDICT = {"supported": "成立", "refuted": "不成立", "nuanced": "有条件成立", "inconclusive": "无定论"}
-
-
-def _metric_cell(m: dict[str, Any]) -> str:
-    def f(x: float | str) -> str:
-        return x if isinstance(x, str) else f"{x:.4g}"
-
-    if m["n"] == 1:
-        return f"{f(m['mean'])}{m['unit']}"
-    lo, hi = m["ci95"]
-    return f"{f(m['mean'])} ± {f(m['std'])}{m['unit']} (95% CI {f(lo)} … {f(hi)})"
+from anatomy.experiments.report_page import BADGE, ZH_VERDICT, render_page
+from anatomy.experiments.report_page import _metric_cell as _metric_cell
 
 
 def _device_line(doc: dict[str, Any], zh: bool) -> str:
@@ -90,37 +79,9 @@ def render_markdown(doc: dict[str, Any], lang: str = "en") -> str:
 
 
 def render_html(doc: dict[str, Any]) -> str:
-    e = html.escape
-    rows = []
-    for c in doc["claims"]:
-        figs = "".join(
-            f'<a href="{e(f)}"><img src="{e(f)}" alt="{e(c["id"])}" loading="lazy"></a>'
-            for f in dict.fromkeys(c["figures"])
-        )
-        metrics = "".join(
-            f"<tr><td><code>{e(n)}</code></td><td>{e(_metric_cell(m))}</td></tr>" for n, m in c["metrics"].items()
-        )
-        rows.append(f"""<section id="{e(c["id"])}" class="{e(c["verdict"])}">
-<h2>{e(c["id"])} <span class="badge">{BADGE[c["verdict"]]} {e(c["verdict"])} · {e(ZH_VERDICT[c["verdict"]])}</span></h2>
-<p class="post">{e(c["section"])} 「{e(c["statement_zh"])}」</p><p>{e(c["statement_en"])}</p>
-<p><b>{e(c["reason_en"])}</b><br>{e(c["reason_zh"])}</p>
-<details><summary>rule · metrics</summary><p>{e(c["rule"])}</p><table>{metrics}</table></details>
-<div class="figs">{figs}</div></section>""")
-    counts = Counter(c["verdict"] for c in doc["claims"])
-    summary = " · ".join(f"{BADGE[v]} {v} {counts.get(v, 0)}" for v in BADGE)
-    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
-<title>transformer-anatomy · claims report</title><style>
-body{{font-family:system-ui,"Noto Sans CJK SC","WenQuanYi Micro Hei",sans-serif;max-width:980px;
-margin:2em auto;padding:0 1em;color:#222}}
-section{{border-left:6px solid #aaa;padding:.2em 1em;margin:1.2em 0}} .supported{{border-color:#2a9d4b}}
-.refuted{{border-color:#d43c3c}} .nuanced{{border-color:#e0a31b}} .inconclusive{{border-color:#888}}
-.badge{{font-size:.7em;font-weight:normal}} .post{{color:#555}} img{{max-width:300px;margin:4px;border:1px solid #ddd}}
-table{{border-collapse:collapse}} td{{border:1px solid #ddd;padding:2px 6px;font-size:.9em}}</style></head><body>
-<h1>The post's claims, measured · 博文论断实验报告</h1>
-<p>Preset <code>{e(doc["preset"])}</code>, {doc["seeds"]} seed(s); torch {e(doc["environment"]["torch"])}.
-{summary}. <a href="report.md">report.md</a> · <a href="report.zh.md">report.zh.md</a> ·
-<a href="claims.json">claims.json</a></p>
-{"".join(rows)}</body></html>"""
+    """index.html: the post's sections as navigation, the verdicts counted and filterable, each figure once
+    (anatomy.experiments.report_page)."""
+    return render_page(doc)
 
 
 def write_reports(doc: dict[str, Any], out: str | Path) -> None:

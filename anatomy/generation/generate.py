@@ -28,12 +28,21 @@ import torch
 from torch import nn
 
 from anatomy.generation.beam import beam_search
+from anatomy.generation.continued import ContinuedDecoding, check_continuation
 from anatomy.generation.decoding import CachedDecoding
-from anatomy.generation.options import GenerationConfig, check_options, ignored_options, new_token_budget, resolve
+from anatomy.generation.options import (
+    GenerationConfig,
+    check_options,
+    ignored_options,
+    new_token_budget,
+    read_options,
+    resolve,
+)
 from anatomy.generation.outputs import GenerateOutput
 from anatomy.generation.processors import Processor, build_processors, sampling_processors
 from anatomy.generation.sampling import sample
 from anatomy.generation.stopping import StopStrings
+from anatomy.models.cache import ModelCache
 from anatomy.models.common import ids_shape, key_padding
 
 
@@ -76,6 +85,8 @@ def generate(
     streamer: Any = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     fast: bool = True,
+    past_key_values: Any = None,
+    cache: Any = None,
     **kwargs: Any,
 ) -> Any:
     """Generate up to ``max_new_tokens`` (default 20, as HF; or HF's ``max_length``, prompt included) tokens per row.
@@ -90,11 +101,18 @@ def generate(
     decoding) are warned about and ignored, as HF does; values that cannot run raise ``ValueError`` naming them. The
     model runs in eval mode (its mode is restored afterwards). ``fast=False`` always runs the modules (``fast=True``
     flattens a DecoderLM's decode step, same numbers); ``use_cache`` is accepted for HF's sake: the cache is always
-    used. Keyword options: anatomy.generation.options.OPTIONS.
+    used. ``past_key_values`` (or transformers 5's ``cache``): go on from a cache holding the first tokens of
+    ``input_ids``, as a chat loop does (anatomy.generation.continued); the dict output's ``cache`` is the cache after
+    the last step. Keyword options: anatomy.generation.options.OPTIONS.
     """
     if not hasattr(model, "new_caches"):
         raise TypeError(f"generate needs a model with a KV cache (DecoderLM or Seq2Seq), got {type(model).__name__}")
-    o = ignored_options(resolve(model_generation_config(model), generation_config, kwargs))
+    if cache is not None:
+        if past_key_values is not None:
+            raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
+        past_key_values = cache
+    said = set(kwargs) | set(read_options(generation_config))  # what the caller set: warned about when ignored
+    o = ignored_options(resolve(model_generation_config(model), generation_config, kwargs), said)
     embeds_only = inputs_embeds is not None
     if inputs_embeds is not None:
         input_ids = _embeds_prompt(model, input_ids, inputs_embeds)
@@ -139,18 +157,26 @@ def generate(
             f"num_beams={num_beams} returns sequences only"
         )
 
+    if past_key_values is not None:
+        check_continuation(model, past_key_values, copies=copies, embeds=embeds_only)
+
     was_training = model.training
     model.eval()
     try:
-        run = CachedDecoding(
-            model,
-            input_ids,
-            mask,
-            max_new_tokens,
-            fast=fast,
-            decoder_start_token_id=o["decoder_start_token_id"],
-            inputs_embeds=inputs_embeds,
-        )
+        if past_key_values is not None:
+            run: CachedDecoding = ContinuedDecoding(
+                model, input_ids, mask, max_new_tokens, past_key_values=past_key_values, fast=fast
+            )
+        else:
+            run = CachedDecoding(
+                model,
+                input_ids,
+                mask,
+                max_new_tokens,
+                fast=fast,
+                decoder_start_token_id=o["decoder_start_token_id"],
+                inputs_embeds=inputs_embeds,
+            )
         eos_ids = [] if eos is None else eos.tolist()
         processors = build_processors(
             penalty=penalty,
@@ -206,6 +232,7 @@ def generate(
                     o["return_dict_in_generate"] and o["output_logits"],
                 ),
             )
+        result.cache = run.handed_back() if isinstance(run, ContinuedDecoding) else ModelCache(run.caches)
     finally:
         model.train(was_training)
     if embeds_only and not run.seq2seq:

@@ -49,16 +49,23 @@ def new_token_budget(max_new_tokens: Any, max_length: Any, prompt_len: int) -> i
     return n
 
 
-def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
+def ignored_options(options: dict[str, Any], said: set[str] | None = None) -> dict[str, Any]:
     """``options`` less the ones that only shape another mode, each named in one ``UserWarning`` (HF warns "The
-    following generation flags are not valid and may be ignored" and runs without them)."""
+    following generation flags are not valid and may be ignored" and runs without them). ``said``: the options the
+    caller set (arguments, a ``generation_config=``); as in HF, only those are warned about, not the model's own
+    defaults (a ``generation_config.json`` temperature under ``do_sample=False``)."""
     out = dict(options)
     ignored = []
+
+    def warned(name: str) -> bool:
+        return said is None or name in said
+
     if options.get("do_sample") is False:
         for name in ("temperature", "top_k", "top_p", "min_p"):
             value = options.get(name)
             if (
                 value is not None
+                and warned(name)
                 and not (name == "temperature" and value == 1.0)
                 and not (name == "top_p" and value == 1.0)
                 and not (name == "top_k" and value == 50)
@@ -67,7 +74,7 @@ def ignored_options(options: dict[str, Any]) -> dict[str, Any]:
             out[name] = None
     if options.get("num_beams") == 1:
         for name in ("length_penalty", "early_stopping"):
-            if options.get(name) is not None:
+            if options.get(name) is not None and warned(name):
                 ignored.append(f"{name}={options.get(name)!r}")
             out[name] = None
     if ignored:
@@ -217,17 +224,26 @@ class GenerationConfig:
     def __init__(self, **options: Any) -> None:
         for name, value in OPTIONS.items():
             setattr(self, name, value)
+        # HF options a generation_config.json set that ours does not implement: kept so that generate refuses them
+        # by name (read_options); update(name=None) clears one
+        self.unsupported: dict[str, Any] = {}
         self.update(**options)
 
     def update(self, **options: Any) -> None:
-        unknown = sorted(set(options) - set(OPTIONS))
+        unknown = sorted(set(options) - set(OPTIONS) - set(self.unsupported))
         if unknown:
             raise ValueError(f"unknown generation option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
         for name, value in options.items():
-            setattr(self, name, value)
+            if name in self.unsupported:
+                if value is None:
+                    del self.unsupported[name]
+                else:
+                    self.unsupported[name] = value
+            else:
+                setattr(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: copy.deepcopy(getattr(self, name)) for name in OPTIONS}
+        return {**{name: copy.deepcopy(getattr(self, name)) for name in OPTIONS}, **self.unsupported}
 
     def to_diff_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.to_dict().items() if v is not None}
@@ -250,6 +266,42 @@ class GenerationConfig:
         if getattr(config, "architecture", None) == "seq2seq":
             out.update(decoder_start_token_id=config.pad_token_id)
         return out
+
+
+TOKEN_OPTIONS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+# read past in a generation_config.json and never written: the tokens live in ModelConfig; the cache is always used
+_NOT_DEFAULTS = (*TOKEN_OPTIONS, "use_cache")
+
+
+def from_hf_generation(values: dict[str, Any] | None, model_config: Any) -> GenerationConfig:
+    """A model's generation defaults as HF's ``from_pretrained`` makes them: the special tokens of its
+    ``ModelConfig`` (read from config.json and generation_config.json already), and every other option the
+    ``generation_config.json`` dict ``values`` sets (``do_sample``, ``temperature``, ``top_k``, ``top_p``,
+    ``max_new_tokens``...). An HF option ours does not implement, set to a value that matters, is kept in
+    ``unsupported`` so that ``generate`` refuses it by name; HF's bookkeeping fields are read past."""
+    out = GenerationConfig.from_model_config(model_config)
+    for name, value in (values or {}).items():
+        if name in _NOT_DEFAULTS or value is None:
+            continue
+        if name in OPTIONS:
+            setattr(out, name, copy.deepcopy(value))
+        elif name in _HARMLESS:
+            if _HARMLESS[name] and value not in _HARMLESS[name]:
+                out.unsupported[name] = value
+        elif value not in (False, 0, [], {}):
+            out.unsupported[name] = value
+    return out
+
+
+def generation_options(config: Any) -> dict[str, Any]:
+    """The options a generation config sets besides the special tokens (what generation_config.json keeps for the
+    model beside its tokens), HF's unsupported ones included; empty for a config that sets none."""
+    if config is None or not callable(getattr(config, "to_dict", None)):
+        return {}
+    values = config.to_dict() if isinstance(config, GenerationConfig) else config.to_diff_dict()
+    return {k: v for k, v in values.items() if v is not None and k not in _NOT_DEFAULTS and k in OPTIONS} | dict(
+        getattr(config, "unsupported", {})
+    )
 
 
 def read_options(generation_config: Any, *, where: str = "generation_config") -> dict[str, Any]:
@@ -295,12 +347,37 @@ def resolve(model_config: Any, generation_config: Any, kwargs: dict[str, Any]) -
             f"options it takes: {', '.join(OPTIONS)}"
         )
     merged = dict(OPTIONS)
-    merged.update(read_options(model_config, where="model.generation_config"))
-    merged.update(read_options(generation_config))
-    merged.update(kwargs)
+    layers = [
+        ("model.generation_config", read_options(model_config, where="model.generation_config")),
+        ("generation_config", read_options(generation_config)),
+        ("the arguments", dict(kwargs)),
+    ]
+    for i, (where, layer) in enumerate(layers):
+        _length_precedence(where, layer, layers[:i])
+    for _, layer in layers:
+        merged.update(layer)
     for name, value in DEFAULTS.items():
         if merged[name] is None:
             merged[name] = value
     if merged["top_k"] == 0 and not isinstance(merged["top_k"], bool):
         merged["top_k"] = None  # HF's way to sample without a top-k cut (None means its default of 50)
     return merged
+
+
+def _length_precedence(where: str, layer: dict[str, Any], below: list[tuple[str, dict[str, Any]]]) -> None:
+    """HF's rule for the two lengths across layers: a ``max_new_tokens`` set anywhere wins over any ``max_length``
+    (HF sets ``max_length`` from it). So a layer that sets ``max_new_tokens`` clears the ``max_length`` below it,
+    and a ``max_length`` over a ``max_new_tokens`` from below, which HF would silently overrule, is refused."""
+    if layer.get("max_new_tokens") is not None:
+        for _, lower in below:
+            lower.pop("max_length", None)
+            lower.pop("max_new_tokens", None)
+    elif layer.get("max_length") is not None:
+        for lower_where, lower in below:
+            if lower.get("max_new_tokens") is not None:
+                raise ValueError(
+                    f"max_length={layer['max_length']} ({where}) under {lower_where}'s "
+                    f"max_new_tokens={lower['max_new_tokens']}: Hugging Face's generate would use max_new_tokens; "
+                    "pass max_new_tokens instead"
+                )
+            lower.pop("max_length", None)

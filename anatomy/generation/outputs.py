@@ -1,9 +1,11 @@
 """``GenerateOutput``: what ``generate(..., return_dict_in_generate=True)`` returns, as HF's
-``GenerateDecoderOnlyOutput``: attributes and keys ``sequences``, ``scores``, ``logits``.
+``GenerateDecoderOnlyOutput``: attributes and keys ``sequences``, ``scores``, ``logits``, ``cache``.
 
     sequences  (B', T + n)   the prompt (or the decoder start) then the new tokens, as without the dict
     scores     n x (B', V)   with output_scores=True: each step's scores after every processor (None otherwise)
     logits     n x (B', V)   with output_logits=True: each step's raw float32 logits (None otherwise)
+    cache      the KV cache after the last step (a ModelCache, or the cache given as past_key_values), to go on
+               from (``past_key_values``: transformers 5's older name, as on HF's output)
 
 ``out["sequences"]``, ``out.keys()`` and ``out.to_tuple()`` list only what is not None, as HF's ``ModelOutput``.
 """
@@ -22,6 +24,11 @@ class GenerateOutput:
     sequences: torch.Tensor
     scores: tuple[torch.Tensor, ...] | None = None
     logits: tuple[torch.Tensor, ...] | None = None
+    cache: Any = None
+
+    @property
+    def past_key_values(self) -> Any:
+        return self.cache
 
     def keys(self) -> list[str]:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]

@@ -123,6 +123,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         if name in self.raw and self._keep(name):
             return self.raw[name]
         point = self.table.points.get(name)
+        if point is None and name in self.raw:
+            raise KeyError(f"{name!r} was left out by names_filter")
         if point is None:
             if name in self.table.refused:
                 raise KeyError(f"{name}: {self.table.refused[name]}")

@@ -88,10 +88,57 @@ def run_with_cache(
     if remove_batch_dim:
         raise ValueError("remove_batch_dim=True is not offered; index the batch yourself: cache[name][0]")
     keep = _filter(names_filter)
+    if callable(names_filter) and not isinstance(names_filter, str):  # a filter keeps each point under one name
+        names = {n for n, _ in filter_points(tl_points(model), hook_names(model), names_filter)}
+        keep = names.__contains__
+    args, return_type = _lens_inputs(model, args, kwargs)
     with capture(model, None, detach=detach) as raw:
         out = model(*args, **kwargs)
     cache = ActivationCache(model, raw, attention_mask=_mask_of(args, kwargs), keep=keep)
-    return _output(out), (cache if return_cache_object else dict(cache.items()))
+    return _returned(out, args, kwargs, return_type), (cache if return_cache_object else dict(cache.items()))
+
+
+RETURN_TYPES = ("logits", "loss", "both", None)
+
+
+def _lens_inputs(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, str | None]:
+    """TransformerLens's inputs: a text or a list of texts is tokenized (``model.to_tokens``), and ``return_type``
+    (``"logits"``, the default, ``"loss"``, ``"both"`` or ``None``) is taken out of the forward's arguments."""
+    return_type = kwargs.pop("return_type", "logits")
+    if return_type not in RETURN_TYPES:
+        raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+    if kwargs.pop("loss_per_token", False):
+        raise ValueError("loss_per_token=True is not offered; compute it from the logits")
+    first: Any = args[0] if args else None
+    texts = isinstance(first, str) or (
+        isinstance(first, list) and bool(first) and all(isinstance(t, str) for t in first)
+    )
+    if texts:
+        from anatomy.inspection.tl_tokens import to_tokens
+
+        args = (to_tokens(model, first), *args[1:])
+    if return_type in ("loss", "both") and _mask_of(args, kwargs) is not None:
+        raise ValueError(
+            f"return_type={return_type!r} with an attention_mask is not offered (which padded positions count is "
+            "TransformerLens's choice); take the logits and compute the loss over your positions"
+        )
+    return args, return_type
+
+
+def _returned(out: Any, args: tuple, kwargs: dict, return_type: str | None) -> Any:
+    """What TransformerLens returns for ``return_type``: the logits; the mean next-token cross entropy of the
+    input ids (``"loss"``); both; or None."""
+    logits = _output(out)
+    if return_type == "logits":
+        return logits
+    if return_type is None:
+        return None
+    ids = args[0] if args else kwargs.get("input_ids")
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or not isinstance(ids, torch.Tensor):
+        raise ValueError(f"return_type={return_type!r} needs a language model's logits and the input ids")
+    log_probs = logits[:, :-1].float().log_softmax(-1)  # (B, T-1, V): position t predicts token t+1
+    loss = -log_probs.gather(-1, ids[:, 1:, None]).mean()
+    return loss if return_type == "loss" else (logits, loss)
 
 
 def _resolve(model: nn.Module, table: TLTable, ours: list[str], key: NameFilter) -> list[tuple[str, TLPoint | None]]:
@@ -115,8 +162,7 @@ def _resolve(model: nn.Module, table: TLTable, ours: list[str], key: NameFilter)
         )
     if not callable(key):
         raise ValueError(f"fwd_hooks: each entry is (name or filter, fn); got {key!r} as the name")
-    picked: list[tuple[str, TLPoint | None]] = [(n, p) for n, p in table.points.items() if key(n)]
-    picked += [(n, None) for n in ours if key(n)]
+    picked = filter_points(table, ours, key)
     cache_only = [n for n, p in picked if p is not None and p.kind.startswith(CACHE_ONLY)]
     if cache_only:
         raise ValueError(
@@ -126,6 +172,14 @@ def _resolve(model: nn.Module, table: TLTable, ours: list[str], key: NameFilter)
     if not picked:
         raise ValueError("fwd_hooks: the filter selects no hook of this model")
     return picked
+
+
+def filter_points(table: TLTable, ours: list[str], key: Callable[[str], bool]) -> list[tuple[str, TLPoint | None]]:
+    """The points a filter selects, each once under one name: TransformerLens's names (its layouts) when the filter
+    accepts any of them, as in TransformerLens; else ours (our layouts), for filters written for our names. A
+    TransformerLens name and ours for the same point are never both offered, so no hook runs twice."""
+    tl: list[tuple[str, TLPoint | None]] = [(n, p) for n, p in table.points.items() if key(n)]
+    return tl if tl else [(n, None) for n in ours if key(n)]
 
 
 def _call(fn: HookFn, act: torch.Tensor, hook: LensHook) -> torch.Tensor:
@@ -238,9 +292,11 @@ def run_with_hooks(
     **kwargs: Any,
 ):
     """One forward ``model(*args, **kwargs)`` with ``fwd_hooks = [(name or filter, fn), ...]`` attached; returns the
-    output (the logits for a language model) and removes every hook afterwards, also when the forward raises."""
+    output (the logits for a language model; TransformerLens's ``return_type="loss"``, ``"both"`` or ``None``) and
+    removes every hook afterwards, also when the forward raises. A text (or list of texts) is tokenized first."""
+    args, return_type = _lens_inputs(model, args, kwargs)
     with hooks(model, fwd_hooks, bwd_hooks, reset_hooks_end, attention_mask=_mask_of(args, kwargs)):
-        return _output(model(*args, **kwargs))
+        return _returned(model(*args, **kwargs), args, kwargs, return_type)
 
 
 def _mask_of(args: tuple, kwargs: dict) -> torch.Tensor | None:

@@ -273,11 +273,14 @@ def tl_points(model: nn.Module) -> TLTable:
                     f"here; the norm's output is our {p}.hook_resid_"
                     f"{'mid' if ln == 'ln1' else 'post'}"
                 )
+        split = (
+            "TransformerLens's per-head/split inputs (use_attn_in, use_split_qkv_input, use_hook_mlp_in) are not "
+            f"offered; use {b}.ln1.hook_normalized (cache) or {b}.hook_resid_pre"
+        )
         for n in ("attn_in", "q_input", "k_input", "v_input", "mlp_in"):
-            refused[f"{b}.hook_{n}"] = (
-                "TransformerLens's per-head/split inputs (use_attn_in, use_split_qkv_input, "
-                f"use_hook_mlp_in) are not offered; use {b}.ln1.hook_normalized"
-            )
+            refused[f"{b}.hook_{n}"] = split
+        for n in ("attn_in", "q_input", "k_input", "v_input"):  # the bridge's copies inside the attention
+            refused[f"{b}.attn.hook_{n}"] = split
     final = parts.stack.final_norm
     if final is None:
         for n in ("scale", "normalized"):

@@ -94,8 +94,9 @@ def config_from_hf(hf_config: Any, arch: str | None = None, *, generation: Any =
     tokens = special_tokens(c, gen, config.vocab_size)
     if config.architecture == "seq2seq":  # T5's pad id is also our decoder start (read by the family)
         tokens.pop("pad_token_id")
-    if config.architecture == "classifier":
+    if config.architecture == "classifier":  # the class names, and the loss labels= computes (HF's problem_type)
         tokens["label_names"] = label_names(c, config.num_labels)
+        tokens["problem_type"] = c.get("problem_type")
     return config.replace(**tokens)
 
 
@@ -199,7 +200,18 @@ def model_from_checkpoint(
         from anatomy.interop.rope_layout import convert_rope_layout
 
         model = convert_rope_layout(model, rope_layout)
+    set_generation_defaults(model, generation)
     return model
+
+
+def set_generation_defaults(model: nn.Module, generation: dict | None) -> None:
+    """``model.generation_config`` as HF's ``from_pretrained`` sets it: the options ``generation_config.json`` sets
+    (``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``...) over the model's special tokens,
+    so ``generate`` samples where HF's samples; explicit arguments still win (anatomy.generation.options)."""
+    if generation and hasattr(model, "generate"):  # DecoderLM, Seq2Seq
+        from anatomy.generation.options import from_hf_generation
+
+        setattr(model, "generation_config", from_hf_generation(generation, getattr(model, "config", None)))  # noqa: B010
 
 
 def from_hf(model: Any, *, rope_layout: str = "half") -> nn.Module:
@@ -220,6 +232,8 @@ def from_hf(model: Any, *, rope_layout: str = "half") -> nn.Module:
         rope_layout=rope_layout,
         generation=None if generation is None else generation.to_dict(),
     )
+    if generation is not None:  # the options it sets (to_diff_dict: HF's unset defaults are None there)
+        set_generation_defaults(ours, generation.to_diff_dict())
     return ours.to(next(model.parameters()).device).train(model.training)
 
 
@@ -301,7 +315,7 @@ def write_tokens(config: ModelConfig, arch: str) -> dict[str, Any]:
     if config.architecture != "seq2seq":  # T5's writer sets pad (= our decoder start) itself
         out["pad_token_id"] = config.pad_token_id
     if config.architecture == "classifier":
-        out.update(id2label=config.id2label, label2id=config.label2id)
+        out.update(id2label=config.id2label, label2id=config.label2id, problem_type=config.problem_type)
     return out
 
 
@@ -334,4 +348,9 @@ def to_hf(model: nn.Module) -> nn.Module:
                 f"to_hf: transformers {transformers.__version__} does not keep {name!r} as written "
                 f"(it ties it to another weight); this {arch} config cannot be expressed there"
             )
+    from anatomy.generation.options import generation_options
+
+    options = generation_options(getattr(model, "generation_config", None))
+    if options and getattr(hf_model, "generation_config", None) is not None:  # travels back: HF's generate reads it
+        hf_model.generation_config.update(**options)
     return hf_model.train(model.training)

@@ -28,6 +28,7 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import cast
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -189,7 +190,9 @@ def read_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike, *, max_shard_size: int | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (sharded above ``max_shard_size`` bytes) for a model built by
-    ``anatomy.build_model``. Returns the directory."""
+    ``anatomy.build_model``, and ``generation_config.json`` when ``model.generation_config`` sets options besides
+    the special tokens (``do_sample``, ``temperature``...: HF's file, read back by ``load_pretrained``). Returns
+    the directory."""
     config = getattr(model, "config", None)
     if not isinstance(config, ModelConfig):
         raise TypeError(
@@ -215,6 +218,12 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike, *, max_shard
         stale.unlink(missing_ok=True)  # a previous save with another sharding must not leave files behind
     write_tensors(tensors, d, max_shard_size=max_shard_size)
     (d / CONFIG_NAME).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    from anatomy.generation.options import generation_options
+
+    options = generation_options(getattr(model, "generation_config", None))  # sampling defaults, as HF keeps them
+    (d / GENERATION_CONFIG_NAME).unlink(missing_ok=True)
+    if options:
+        (d / GENERATION_CONFIG_NAME).write_text(json.dumps(options, indent=2, sort_keys=True) + "\n")
     return d
 
 
@@ -265,12 +274,16 @@ def read_generation_config(directory: str | os.PathLike) -> dict | None:
 def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None = None) -> nn.Module:
     """Read one of our checkpoints (bit-exact) or a Hugging Face directory of a supported architecture.
 
-    Returns our model in eval mode, in the checkpoint's dtype unless ``dtype`` is given.
+    Returns our model in eval mode, in the checkpoint's dtype unless ``dtype`` is given; ``model.tokenizer`` is the
+    directory's tokenizer when it holds one (a size that does not fit the vocabulary is warned about).
     """
     data = read_config(directory)
     d = Path(directory)
     if data.get("format") == FORMAT:
         model = _load_ours(d, data)
+        from anatomy.interop.hf import set_generation_defaults
+
+        set_generation_defaults(model, read_generation_config(d))  # the sampling defaults save_pretrained wrote
     elif "architectures" in data or "model_type" in data:
         from anatomy.interop import hf
 
@@ -282,6 +295,12 @@ def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None =
         )
     if dtype is not None:
         model.to(dtype)
+    from anatomy.interop.tokenizer_io import travelling_tokenizer
+
+    config = cast(ModelConfig, model.config)
+    tokenizer = travelling_tokenizer(d, config.vocab_size)
+    if tokenizer is not None:  # TransformerLens's to_tokens/to_string read it (anatomy.inspection.tl_surface)
+        setattr(model, "tokenizer", tokenizer)  # noqa: B010 - an attribute nn.Module does not declare
     return model.eval()
 
 

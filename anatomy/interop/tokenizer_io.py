@@ -15,6 +15,7 @@ refuses them by name.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from anatomy.data.tokenizers import BPETokenizer, CharTokenizer, Tokenizer
@@ -42,6 +43,37 @@ def check_fits(tokenizer: Tokenizer, vocab_size: int, *, source: str = "") -> No
             f"{where}the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
             f"{vocab_size}: ids >= {vocab_size} would have no embedding"
         )
+
+
+def travelling_tokenizer(directory: str | Path, vocab_size: int) -> Tokenizer | None:
+    """The tokenizer saved beside a model's weights (ours or Hugging Face's), or None when the directory holds
+    none. One that cannot be read, or whose size does not fit the model's ``vocab_size`` (more tokens than
+    embedding rows; fewer than half of them: another model's tokenizer), is named in a ``UserWarning`` with both
+    numbers; an unreadable one is left out."""
+    from anatomy.data.tokenizers import FILE, load_tokenizer
+
+    d = Path(directory)
+    if not ((d / FILE).is_file() or has_tokenizer(d)):
+        return None
+    try:
+        tok = load_tokenizer(d)
+    except (ValueError, OSError, KeyError, CheckpointError) as err:
+        warnings.warn(f"{d}: its tokenizer cannot be read ({err}); the model loads without one", stacklevel=3)
+        return None
+    size = tok.vocab_size
+    if size > vocab_size:
+        warnings.warn(
+            f"{d}: the tokenizer has {size} tokens but the model's vocab_size is {vocab_size}: ids from "
+            f"{vocab_size} on have no embedding row",
+            stacklevel=3,
+        )
+    elif 2 * size < vocab_size:
+        warnings.warn(
+            f"{d}: the tokenizer has {size} tokens under a vocabulary of {vocab_size}: fewer than half the "
+            "embedding rows, so probably not the tokenizer these weights were trained with",
+            stacklevel=3,
+        )
+    return tok
 
 
 def char_to_hf(tokenizer: CharTokenizer) -> HFTokenizer:

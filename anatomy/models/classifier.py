@@ -28,6 +28,39 @@ def pool(hidden: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Ten
     return (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # (B, D)
 
 
+def classifier_loss(logits: torch.Tensor, labels: torch.Tensor, problem_type: str | None) -> torch.Tensor:
+    """The loss of ``labels`` as HF's ``*ForSequenceClassification`` computes it (in float32). ``problem_type``
+    (``ModelConfig.problem_type``): ``"regression"``: MSE against float labels ``(B,)`` for one output, else
+    ``(B, num_labels)``; ``"single_label_classification"``: cross entropy against class ids ``(B,)``;
+    ``"multi_label_classification"``: BCE with logits against float targets ``(B, num_labels)``. ``None``: HF's
+    guess on each call (one output: regression; integer labels: single-label; else multi-label)."""
+    b, n = logits.shape
+    kind = problem_type or (
+        "regression"
+        if n == 1
+        else "single_label_classification"
+        if labels.dtype in (torch.long, torch.int)
+        else "multi_label_classification"
+    )
+    if kind == "single_label_classification":
+        if labels.is_floating_point() or labels.numel() != b:
+            raise ValueError(
+                f"labels for single_label_classification are class ids of shape (B,)=({b},), got "
+                f"{str(labels.dtype).removeprefix('torch.')} {tuple(labels.shape)}"
+            )
+        return F.cross_entropy(logits.float(), labels.reshape(-1))
+    want = (b,) if kind == "regression" and n == 1 else (b, n)
+    if not labels.is_floating_point() or labels.numel() != b * n or (n > 1 and labels.shape != logits.shape):
+        raise ValueError(
+            f"labels for {kind} are floats of shape {want} (num_labels={n}), got "
+            f"{str(labels.dtype).removeprefix('torch.')} {tuple(labels.shape)}"
+        )
+    if kind == "regression":
+        pair = (logits.squeeze(), labels.squeeze()) if n == 1 else (logits, labels)  # HF squeezes one output
+        return F.mse_loss(pair[0].float(), pair[1].float())
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
 class Classifier(PretrainedMethods, nn.Module):
     def __init__(
         self,
@@ -67,11 +100,8 @@ class Classifier(PretrainedMethods, nn.Module):
         if self.pooler is not None:
             pooled = torch.tanh(self.pooler(pooled))
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
-        loss = None
-        if labels is not None:
-            if labels.shape != (b,):
-                raise ValueError(f"labels must have shape (B,)=({b},), got {tuple(labels.shape)}")
-            loss = F.cross_entropy(logits.float(), labels)
+        config = getattr(self, "config", None)  # set by build_model
+        loss = None if labels is None else classifier_loss(logits, labels, getattr(config, "problem_type", None))
         out = ClassifierOutput(
             logits=logits, loss=loss, pooled=pooled, attentions=enc.attentions, hidden_states=enc.hidden_states
         )

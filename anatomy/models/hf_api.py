@@ -39,7 +39,8 @@ def _lens_weight(name: str) -> property:
 
 class LensMethods:
     """TransformerLens's calls on every model (anatomy.inspection.hooked does the work, imported when called, as
-    ``generate`` below): ``run_with_cache``, ``run_with_hooks``, ``W_Q``... in TransformerLens's shapes."""
+    ``generate`` below): ``run_with_cache``, ``run_with_hooks``, ``hook_dict``, ``add_hook``, ``to_tokens``...,
+    ``W_Q``... in TransformerLens's shapes."""
 
     def run_with_cache(self, *args: Any, **kwargs: Any) -> Any:
         """``logits, cache = model.run_with_cache(ids)``; see ``anatomy.inspection.hooked.run_with_cache``."""
@@ -59,6 +60,63 @@ class LensMethods:
         from anatomy.inspection.hooked import hooks
 
         return hooks(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    @property
+    def hook_dict(self) -> Any:
+        """TransformerLens's ``hook_dict``: one hook point per name (anatomy.inspection.tl_surface)."""
+        from anatomy.inspection.tl_surface import hook_dict
+
+        return hook_dict(self)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    @property
+    def mod_dict(self) -> Any:
+        """TransformerLens's ``mod_dict``: modules by its names and ours, and the hook points."""
+        from anatomy.inspection.tl_surface import mod_dict
+
+        return mod_dict(self)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    @property
+    def cfg(self) -> Any:
+        """TransformerLens's ``cfg`` names for our sizes (``n_layers``, ``d_head``, ``d_mlp``...); ours: ``config``."""
+        from anatomy.inspection.tl_surface import lens_config
+
+        return lens_config(self)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    def add_hook(self, *args: Any, **kwargs: Any) -> None:
+        """``model.add_hook(name_or_filter, fn)``: kept until ``reset_hooks()`` (anatomy.inspection.tl_surface)."""
+        from anatomy.inspection.tl_surface import add_hook
+
+        add_hook(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    def reset_hooks(self, *args: Any, **kwargs: Any) -> None:
+        """Remove what ``add_hook`` attached (``including_permanent=True``: the permanent ones too)."""
+        from anatomy.inspection.tl_surface import reset_hooks
+
+        reset_hooks(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    def to_tokens(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """TransformerLens's ``to_tokens`` with the tokenizer that travelled with the model (``model.tokenizer``)."""
+        from anatomy.inspection.tl_tokens import to_tokens
+
+        return to_tokens(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    def to_single_token(self, string: str) -> int:
+        """TransformerLens's ``to_single_token``: the id of a one-token text (``model.tokenizer``)."""
+        from anatomy.inspection.tl_tokens import to_single_token
+
+        return to_single_token(self, string)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    def to_string(self, *args: Any, **kwargs: Any) -> Any:
+        """TransformerLens's ``to_string``: ids → text (``model.tokenizer``)."""
+        from anatomy.inspection.tl_tokens import to_string
+
+        return to_string(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
+
+    def to_str_tokens(self, *args: Any, **kwargs: Any) -> Any:
+        """TransformerLens's ``to_str_tokens``: each token's text (``model.tokenizer``)."""
+        from anatomy.inspection.tl_tokens import to_str_tokens
+
+        return to_str_tokens(self, *args, **kwargs)  # type: ignore[arg-type]  # mixed into nn.Module
 
     W_E, W_pos, W_U, b_U = (_lens_weight(n) for n in ("W_E", "W_pos", "W_U", "b_U"))
     W_Q, W_K, W_V, W_O = (_lens_weight(n) for n in ("W_Q", "W_K", "W_V", "W_O"))

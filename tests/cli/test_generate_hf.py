@@ -5,6 +5,7 @@ and ``--stop "<|endoftext|>"`` work, and HF's generate on the model ``convert --
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -156,3 +157,17 @@ def test_convert_verify_compares_the_tokens_ids_and_a_greedy_generation(hf_dir, 
     line = next(x for x in out.splitlines() if x.startswith("greedy generation"))
     assert line.endswith(": equal") and "ours [" in line
     assert out.rstrip().splitlines()[-1].startswith("OK: float32 logits")
+
+
+def test_convert_verify_stays_greedy_when_the_generation_config_asks_for_sampling(hf_dir, tmp_path, capsys):
+    """generation_config.json's sampling defaults now reach our model (docs/generation.md): --verify compares greedy
+    tokens on both sides, never one side's samples with the other's arg-max."""
+    sampled = tmp_path / "sampled"
+    shutil.copytree(hf_dir, sampled)
+    config = json.loads((sampled / "generation_config.json").read_text())
+    (sampled / "generation_config.json").write_text(json.dumps({**config, "do_sample": True, "top_k": 5}))
+    code = main(["convert", "--from-hf", str(sampled), "--out", str(tmp_path / "o"), "--verify"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert next(x for x in out.splitlines() if x.startswith("greedy generation")).endswith(": equal")
+    assert json.loads((tmp_path / "o" / "generation_config.json").read_text()) == {"do_sample": True, "top_k": 5}

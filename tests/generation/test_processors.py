@@ -118,7 +118,12 @@ def test_each_processor_and_the_returned_dict_equal_hfs(pair, name):
         **options,
     )
     want, got = _both(hf, ours, **kw)
-    assert isinstance(got, GenerateOutput) and set(got.keys()) == {"sequences", "scores", "logits"}
+    assert isinstance(got, GenerateOutput) and set(got.keys()) == set(want.keys()) == {
+        "sequences",
+        "scores",
+        "logits",
+        "cache",
+    }
     assert torch.equal(got.sequences, want.sequences), (got.sequences, want.sequences)
     _same_scores(want.scores, got.scores)
     _same_scores(want.logits, got.logits)

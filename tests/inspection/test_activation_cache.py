@@ -253,3 +253,27 @@ def test_bert_every_transformer_lens_name_is_equal_or_refused_with_a_reason():
     assert "Post-Norm" in refused["blocks.0.hook_resid_mid"]
     for name, why in refused.items():
         assert len(why) > len(name) + 20, name  # a reason, not a bare KeyError
+
+
+def test_a_filter_in_fwd_hooks_sees_each_point_once_as_in_transformer_lens(pair):
+    _, ours, bridge, ids, *_ = pair
+    for model in (bridge, ours):
+        calls: list[str] = []
+
+        def zero_head_3(z, hook, calls=calls):
+            calls.append(hook.name)
+            z[:, :, 3] = 0.0  # TransformerLens's (B, T, H, Dh): head 3, never token 3
+
+        out = model.run_with_hooks(ids, fwd_hooks=[(lambda name: name.endswith("hook_z"), zero_head_3)])
+        assert calls == ["blocks.0.attn.hook_z", "blocks.1.attn.hook_z"]
+        if model is bridge:
+            want = out
+    torch.testing.assert_close(out, want, atol=ATOL, rtol=0)
+
+    def half(act, hook):
+        return act * 0.5
+
+    halved = [(lambda name: name.endswith("hook_resid_post"), half)]  # scaled once per block, not twice
+    torch.testing.assert_close(
+        ours.run_with_hooks(ids, fwd_hooks=halved), bridge.run_with_hooks(ids, fwd_hooks=halved), atol=ATOL, rtol=0
+    )

@@ -112,6 +112,19 @@ def test_pattern_and_scores_edits_reach_the_model(model, ids):
 seen: list[torch.Tensor] = []
 
 
+def test_a_filter_sees_each_point_once_under_one_name(model, ids):
+    seen: list[tuple[str, tuple]] = []
+    model.run_with_hooks(ids, fwd_hooks=[(lambda n: n.endswith("hook_z"), lambda a, h: seen.append((h.name, a.shape)))])
+    assert seen == [("blocks.0.attn.hook_z", (2, 6, 4, 4)), ("blocks.1.attn.hook_z", (2, 6, 4, 4))]  # TL's names
+    seen.clear()  # a filter that accepts none of TransformerLens's names gets ours (our layout)
+    model.run_with_hooks(ids, fwd_hooks=[(lambda n: n.endswith("attn.hook_merged"), lambda a, h: seen.append(h.name))])
+    assert seen == ["stack.blocks.0.attn.hook_merged", "stack.blocks.1.attn.hook_merged"]
+    _, cache = model.run_with_cache(ids, names_filter=lambda n: n.endswith("hook_z"))
+    assert cache.keys() == ["blocks.0.attn.hook_z", "blocks.1.attn.hook_z"]
+    with pytest.raises(KeyError, match="left out by names_filter"):
+        cache["stack.blocks.0.attn.hook_z"]
+
+
 def test_what_cannot_be_matched_is_refused_with_the_reason(model, ids):
     with pytest.raises(ValueError, match="computed from the cache only"):
         model.run_with_hooks(ids, fwd_hooks=[("blocks.0.ln1.hook_normalized", lambda a, h: a)])

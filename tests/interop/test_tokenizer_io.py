@@ -236,3 +236,43 @@ def test_gpt2s_original_files_convert_and_generate(hf_dir, tmp_path, capsys):
         == 0
     )
     assert capsys.readouterr().out.rstrip("\n") == _greedy_hf(hf_dir, "the quick", 6)
+
+
+def test_a_tokenizer_that_does_not_fit_the_vocabulary_loads_with_a_warning_naming_both_sizes(tmp_path):
+    import warnings
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    import anatomy
+    from anatomy.interop.safetensors_io import save_pretrained
+
+    word_level = Tokenizer(models.WordLevel({f"w{i}": i for i in range(10)}, unk_token="w0"))
+    word_level.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf_tok = HFTokenizer(word_level, specials={"unk_token": "w0"})  # a transformers tokenizer.json of 10 symbols
+    tok = CharTokenizer("abcdefgh")  # 8 characters + <pad>, <eos>: 10 symbols
+    cases = [
+        (hf_tok, 6000, "10 tokens under a vocabulary of 6000"),
+        (tok, 6000, "10 tokens under a vocabulary of 6000"),
+        (tok, 8, "10 tokens but the model's vocab_size is 8"),
+    ]
+    for i, (saved, vocab, said) in enumerate(cases):
+        d = tmp_path / str(i)
+        model = anatomy.build_model(
+            anatomy.ModelConfig.from_preset("gpt2", n_layers=1, d_model=8, n_heads=2, vocab_size=vocab, max_seq_len=16)
+        )
+        save_pretrained(model, d)
+        saved.save(d)
+        with pytest.warns(UserWarning, match=said):
+            loaded = anatomy.load_pretrained(d)
+        assert loaded.tokenizer.vocab_size == 10  # it still travels with the model, as read
+    d = tmp_path / "fits"
+    save_pretrained(
+        anatomy.build_model(
+            anatomy.ModelConfig.from_preset("gpt2", n_layers=1, d_model=8, n_heads=2, vocab_size=10, max_seq_len=16)
+        ),
+        d,
+    )
+    tok.save(d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert anatomy.load_pretrained(d).to_str_tokens("bad", prepend_bos=False) == ["b", "a", "d"]

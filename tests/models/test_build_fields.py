@@ -136,7 +136,13 @@ def test_the_presets_moved_but_every_name_still_imports_from_config():
 
 
 # added since (issue 21): the special tokens, class names and BertModel's pooler (config_module.OPTIONAL_FIELDS)
-ADDED_SINCE = {"bos_token_id": None, "eos_token_id": None, "label_names": None, "encoder_pooler": False}
+ADDED_SINCE = {
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "label_names": None,
+    "encoder_pooler": False,
+    "problem_type": None,  # issue 30
+}
 
 
 def test_names_and_defaults_are_those_saved_configs_were_written_with():

@@ -308,3 +308,56 @@ def test_logits_to_keep_refuses_what_hf_would_misread():
             ours(IDS, logits_to_keep=bad)
     with pytest.raises(ValueError, match="labels need the logits of every position: give logits_to_keep=0"):
         ours(IDS, labels=IDS, logits_to_keep=1)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_left_padded_labels_give_hfs_loss_and_where_hfs_two_kernels_differ_the_one_term_is_said(kind):
+    """Left padding with ``labels`` = ids and -100 on the pads: the last pad position "predicts" the first real
+    token, a term both losses keep. That query sees no key: ours and HF's default SDPA kernel give it the same logits
+    (attention output zero), so the losses are equal; HF's eager kernel fills hidden scores with finfo.min and
+    spreads the row over the pads, so its loss differs by exactly that one term. With the first real token's
+    label also -100 the three agree."""
+    import torch.nn.functional as F
+
+    from anatomy.interop.hf import from_hf
+
+    def hf_model(impl: str):
+        torch.manual_seed(0)
+        if kind == "gpt2":
+            cfg = GPT2Config(vocab_size=64, n_positions=64, n_embd=16, n_layer=2, n_head=4, attn_implementation=impl)
+            model = GPT2LMHeadModel(cfg)
+        else:
+            cfg = LlamaConfig(
+                vocab_size=64,
+                hidden_size=16,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=64,
+                attn_implementation=impl,
+            )
+            model = LlamaForCausalLM(cfg)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.3)
+        return model.eval()
+
+    sdpa, eager = hf_model("sdpa"), hf_model("eager")
+    ours = from_hf(sdpa).eval()
+    ids = torch.randint(1, 64, (2, 8), generator=torch.Generator().manual_seed(5))
+    ids[0, :3] = 0
+    mask = (ids != 0).long()
+    labels = ids.masked_fill(mask == 0, -100)
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    got = ours(ids, attention_mask=mask, labels=labels)
+    with_sdpa = sdpa(ids, attention_mask=mask, position_ids=positions, labels=labels)
+    with_eager = eager(ids, attention_mask=mask, position_ids=positions, labels=labels)
+    torch.testing.assert_close(got.loss, with_sdpa.loss, atol=1e-6, rtol=1e-6)
+    n = int((labels[:, 1:] != -100).sum())  # the terms averaged
+    term = F.cross_entropy(got.logits[0, 2], ids[0, 3]) - F.cross_entropy(with_eager.logits[0, 2], ids[0, 3])
+    assert abs(float(term.detach())) > 1e-2  # the eager kernel's row really differs ...
+    torch.testing.assert_close(got.loss * n - with_eager.loss * n, term, atol=1e-4, rtol=0)  # ... by that term only
+    labels[0, 3] = -100  # the first real token predicted by nothing: all three equal
+    want = eager(ids, attention_mask=mask, position_ids=positions, labels=labels).loss
+    torch.testing.assert_close(ours(ids, attention_mask=mask, labels=labels).loss, want, atol=1e-6, rtol=1e-6)
