@@ -170,7 +170,9 @@ def run_claims(
         from anatomy.experiments.cluster import preflight
 
         preflight(cluster)
-    store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume, device=device)
+    store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume, device=device, units=tasks)
+    for path, why in store.rejected:  # said even with --quiet: the run does more than the user may expect
+        _stderr_line(f"--resume: {path}: {why}; running it again")
     todo = [t for t in tasks if t not in store.done]
     if resume and progress:
         print(
@@ -208,6 +210,7 @@ def run_claims(
     doc["schedule"] = schedule(timeline, began, time.monotonic())
     if resume:
         doc["schedule"]["resumed_units"] = len(tasks) - len(todo)
+        doc["schedule"]["recomputed"] = [{"unit": path.name, "why": why} for path, why in store.rejected]
     if cluster is not None:
         doc["environment"]["cluster"] = {
             k: where[k] for k in ("address", "nodes", "cpus", "cpus_per_unit", "gpus", "gpus_per_unit") if k in where
