@@ -152,6 +152,8 @@ def setup(
         scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"),
     )
     record: dict[str, Any] = {"options": options.to_dict(), "model_overrides": model_overrides}
+    if task.data_digest:  # what the run trains on, by content: a resume on other text is refused
+        record["data"] = dict(task.data_digest)
     if task.name == "classify":
         record["label_names"] = list(task.label_names)
     run = RunState(
@@ -202,6 +204,8 @@ def _data_and_config(
         tokenizer = init.tokenizer
         init.check(options, model_overrides)
     task = make_task(options, tokenizer)
+    if resumed is not None:
+        check_data(task.data_digest, resumed[1]["training"].get("data"), resumed[0])
     config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
     if last is not None:
         if config != ckpt.load_config(last):
@@ -210,6 +214,26 @@ def _data_and_config(
                 f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}"
             )
     return task, init, config
+
+
+def check_data(now: dict[str, str], saved: Any, last: Path) -> None:
+    """Refuse to resume ``last`` on other data than it was trained on: the same file name holding other text (even
+    the same characters in another order) would silently end the exact resume. A checkpoint saved before the
+    digest was recorded is not checked."""
+    if saved is None or not now:
+        return
+    where = str(last / ckpt.TRAINING)
+    if not isinstance(saved, dict) or not isinstance(saved.get("sha256"), str):
+        raise ckpt.CheckpointError(f"{where!r}: field 'data' should be an object with the data's 'sha256'")
+    if saved.get("sha256") != now["sha256"]:
+        kind = "corpus" if "corpus" in now else "dataset"
+        name = now[kind]
+        before = f" ({kind} {saved[kind]!r} then)" if saved.get(kind) not in (None, name) else ""
+        raise ckpt.CheckpointError(
+            f"{kind} {name!r} is not the text {str(last)!r} was trained on{before}: sha256 {saved['sha256'][:16]} "
+            f"then, {now['sha256'][:16]} now; restore it to resume exactly, or train on the new text from this "
+            f"checkpoint with init_from={str(last)!r}"
+        )
 
 
 def _restore(run: RunState, last: Path, saved: dict[str, Any]) -> None:
