@@ -28,6 +28,7 @@ from anatomy.training import checkpoint as ckpt
 from anatomy.training import distributed as dist
 from anatomy.training import run_dir as outputs
 from anatomy.training.options import TrainOptions
+from anatomy.training.resuming import check_data
 from anatomy.training.spikes import SpikeWatch
 from anatomy.training.step import Stepper, autocast_for, make_optimizer, maybe_compile, to_device
 from anatomy.training.tasks import make_task
@@ -214,26 +215,6 @@ def _data_and_config(
                 f"this run builds: {ckpt.config_diff(ckpt.load_config(last), config)}"
             )
     return task, init, config
-
-
-def check_data(now: dict[str, str], saved: Any, last: Path) -> None:
-    """Refuse to resume ``last`` on other data than it was trained on: the same file name holding other text (even
-    the same characters in another order) would silently end the exact resume. A checkpoint saved before the
-    digest was recorded is not checked."""
-    if saved is None or not now:
-        return
-    where = str(last / ckpt.TRAINING)
-    if not isinstance(saved, dict) or not isinstance(saved.get("sha256"), str):
-        raise ckpt.CheckpointError(f"{where!r}: field 'data' should be an object with the data's 'sha256'")
-    if saved.get("sha256") != now["sha256"]:
-        kind = "corpus" if "corpus" in now else "dataset"
-        name = now[kind]
-        before = f" ({kind} {saved[kind]!r} then)" if saved.get(kind) not in (None, name) else ""
-        raise ckpt.CheckpointError(
-            f"{kind} {name!r} is not the text {str(last)!r} was trained on{before}: sha256 {saved['sha256'][:16]} "
-            f"then, {now['sha256'][:16]} now; restore it to resume exactly, or train on the new text from this "
-            f"checkpoint with init_from={str(last)!r}"
-        )
 
 
 def _restore(run: RunState, last: Path, saved: dict[str, Any]) -> None:

@@ -207,5 +207,8 @@ def test_a_resume_on_changed_data_is_refused_naming_it_and_the_run_is_kept(tmp_p
     kind = "corpus" if task == "lm" else "dataset"
     assert err.count("\n") == 1 and f"{kind} '{data}' is not the text" in err and "sha256" in err, err
     assert _listing(run) == before  # nothing of the run changed
+    assert main(["evaluate", "--checkpoint", str(run)]) == 2  # its split of the new text is not the run's
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{kind} '{data}' is not the text" in err and "--file TEXT" in err, err
     data.write_bytes(original)
     assert main(["train", "--resume", str(run), "steps=8"]) == 0
