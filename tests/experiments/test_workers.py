@@ -27,6 +27,20 @@ def _living(processes: list[psutil.Process]) -> list[psutil.Process]:
     return alive
 
 
+def _parent(p: psutil.Process) -> int | None:
+    try:
+        return p.ppid()
+    except psutil.Error:
+        return None
+
+
+def _command(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
 def test_a_claims_run_killed_with_sigkill_leaves_no_worker_fork_server_or_tracker_behind(tmp_path):
     # C1 at quick: head-count, three seeds of about 20 s each, so that the worker is inside a unit when it is killed
     command = [sys.executable, "-m", "anatomy", "claims", "run", "C1", "--preset", "quick", "--jobs", "2", "--quiet"]
@@ -45,7 +59,7 @@ def test_a_claims_run_killed_with_sigkill_leaves_no_worker_fork_server_or_tracke
         while time.monotonic() < deadline and child.poll() is None:
             for p in run.children(recursive=True):
                 seen.setdefault(p.pid, p)
-            workers_seen = [p for p in seen.values() if p.ppid() not in (child.pid, 1) and _living([p])]
+            workers_seen = [p for p in _living(list(seen.values())) if _parent(p) not in (child.pid, 1, None)]
             if workers_seen:  # a worker forked by the fork server: it has taken its first unit
                 break
             time.sleep(0.1)
@@ -53,14 +67,14 @@ def test_a_claims_run_killed_with_sigkill_leaves_no_worker_fork_server_or_tracke
         time.sleep(1.0)  # into the unit
         for p in run.children(recursive=True):
             seen.setdefault(p.pid, p)
-        assert len(seen) >= 3, [p.cmdline()[:3] for p in seen.values()]  # tracker, fork server, worker
+        assert len(seen) >= 3, [_command(p)[:3] for p in seen.values()]  # tracker, fork server, worker
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         deadline = time.monotonic() + 15  # the workers look every WATCH_S; a unit of C1 runs longer than this
         while _living(list(seen.values())) and time.monotonic() < deadline:
             time.sleep(0.1)
         left = _living(list(seen.values()))
-        assert not left, [p.cmdline()[:4] for p in left]
+        assert not left, [_command(p)[:4] for p in left]
     finally:
         for p in _living(list(seen.values())):  # only what this test started
             p.kill()
