@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     _check_out(args.out)
     doc = _guarded(
         lambda: run_claims(ids, preset=args.preset, seeds=args.seeds, out=args.out, progress=not args.quiet, **running),
-        "claims run",
+        "claims",  # as main() names the command in its errors
     )
     if doc is None:
         return 1
@@ -170,7 +170,12 @@ def _guarded(run, command: str):
     try:
         return run()
     except (WorkerDied, ClusterError) as err:
-        print(f"anatomy {command}: error: {err}", file=sys.stderr)
+        print(f"anatomy {command}: error: {err}", file=sys.stderr, flush=True)
+        if getattr(err, "fatal", False):  # Ray's connection is broken: its shutdown at exit would wait and log
+            import os
+
+            sys.stdout.flush()
+            os._exit(1)
         return None
 
 

@@ -10,7 +10,10 @@ no poem or speech is cut in half between two splits; labelled sets are split by 
 from __future__ import annotations
 
 import gzip
+import hashlib
+import os
 import random
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import Any
 
 SPLITS = ("train", "val", "test")
 FRACTIONS = (0.9, 0.05, 0.05)
+MAX_TEXT_BYTES = 2**30  # a user's corpus or dataset file: 1 GiB of text (a char-level run holds 8 bytes per char)
 
 
 @dataclass(frozen=True)
@@ -54,12 +58,56 @@ def _read_packaged(file: str) -> str:
         return gzip.decompress(f.read()).decode("utf-8")
 
 
+def _kind(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def _read_regular(path: Path, what: str) -> bytes:
+    """The bytes of the regular file ``path`` (links followed), at most ``MAX_TEXT_BYTES``: a FIFO is not waited on
+    and a device is not read without end; ValueError naming the file and what it is otherwise."""
+    shown = repr(str(path))
+    if not path.exists():
+        link = f" (a link to {os.readlink(path)!r}, which does not exist)" if path.is_symlink() else ""
+        raise ValueError(f"{what} file {shown} does not exist{link}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise ValueError(f"{what} file {shown} cannot be read ({err.strerror})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            target = f" (a link to {os.readlink(path)!r})" if path.is_symlink() else ""
+            raise ValueError(f"{what} file {shown} is {_kind(info.st_mode)}{target}, not a regular file of text")
+        if info.st_size > MAX_TEXT_BYTES:
+            raise ValueError(
+                f"{what} file {shown} holds {info.st_size / 2**30:.1f} GiB; at most {MAX_TEXT_BYTES // 2**30} GiB "
+                "of text is read (split it, or sample it)"
+            )
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_TEXT_BYTES + 1)
+    except OSError as err:
+        raise ValueError(f"{what} file {shown} cannot be read ({err.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TEXT_BYTES:  # it grew while being read
+        raise ValueError(f"{what} file {shown} holds more than {MAX_TEXT_BYTES // 2**30} GiB of text")
+    return data
+
+
 def read_text_file(path: str | Path, *, what: str = "corpus") -> str:
-    """A user's UTF-8 text file; a ``ValueError`` that names the file when it is missing, not UTF-8, or empty."""
+    """A user's UTF-8 text file; a ``ValueError`` that names the file when it is missing, not a regular file (a
+    FIFO, a device, a folder), too big, not UTF-8, or empty."""
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{what} file {str(path)!r} does not exist")
-    data = path.read_bytes()
+    data = _read_regular(path, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -70,6 +118,11 @@ def read_text_file(path: str | Path, *, what: str = "corpus") -> str:
     if not text.strip():
         raise ValueError(f"{what} file {str(path)!r} is empty")
     return text
+
+
+def text_digest(text: str) -> str:
+    """The sha256 of ``text`` in UTF-8: for a user's file, the digest of its bytes (what ``sha256sum`` prints)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def load_corpus(name_or_path: str) -> tuple[str, str]:
@@ -99,7 +152,13 @@ def split_units(units: list[Any], seed: int, fractions: tuple[float, float, floa
 
 def corpus_splits(name_or_path: str, seed: int = 0) -> dict[str, str]:
     """Train/val/test text of a corpus, split by whole units with a seeded shuffle."""
+    return corpus_splits_and_digest(name_or_path, seed)[0]
+
+
+def corpus_splits_and_digest(name_or_path: str, seed: int = 0) -> tuple[dict[str, str], str]:
+    """:func:`corpus_splits` and the corpus's :func:`text_digest` (from the one read of the file)."""
     text, sep = load_corpus(name_or_path)
+    digest = text_digest(text)
     units = [u for u in text.split(sep) if u.strip()]
     if len(units) < 3:  # a small file without blank lines: fall back to lines
         units = [u for u in text.splitlines() if u.strip()]
@@ -109,7 +168,7 @@ def corpus_splits(name_or_path: str, seed: int = 0) -> dict[str, str]:
             f"corpus {name_or_path!r} is too small to split into train/val/test ({len(units)} non-empty lines)"
         )
     parts = split_units(units, seed)
-    return {split: sep.join(parts[split]) + sep for split in SPLITS}
+    return {split: sep.join(parts[split]) + sep for split in SPLITS}, digest
 
 
 def parse_labelled(text: str, source: str) -> list[tuple[str, int]]:
@@ -128,15 +187,27 @@ def parse_labelled(text: str, source: str) -> list[tuple[str, int]]:
 
 def load_labelled(name_or_path: str) -> list[tuple[str, int]]:
     """``(text, label)`` pairs of a shipped labelled set, or of a UTF-8 TSV file ``LABEL<TAB>TEXT``."""
+    return load_labelled_and_digest(name_or_path)[0]
+
+
+def load_labelled_and_digest(name_or_path: str) -> tuple[list[tuple[str, int]], str]:
+    """:func:`load_labelled` and the set's :func:`text_digest` (from the one read of the file)."""
     if name_or_path in LABELLED:
-        return parse_labelled(_read_packaged(LABELLED[name_or_path]), name_or_path)
+        text = _read_packaged(LABELLED[name_or_path])
+        return parse_labelled(text, name_or_path), text_digest(text)
     if "/" not in name_or_path and "." not in name_or_path and not Path(name_or_path).exists():
         raise ValueError(
             f"unknown dataset {name_or_path!r}; valid names: {', '.join(LABELLED)} (or a path to a "
             "UTF-8 TSV file LABEL<TAB>TEXT)"
         )
-    return parse_labelled(read_text_file(name_or_path, what="dataset"), repr(str(name_or_path)))
+    text = read_text_file(name_or_path, what="dataset")
+    return parse_labelled(text, repr(str(name_or_path))), text_digest(text)
 
 
 def labelled_splits(name_or_path: str, seed: int = 0) -> dict[str, list[tuple[str, int]]]:
     return split_units(load_labelled(name_or_path), seed)
+
+
+def labelled_splits_and_digest(name_or_path: str, seed: int = 0) -> tuple[dict[str, list[tuple[str, int]]], str]:
+    rows, digest = load_labelled_and_digest(name_or_path)
+    return split_units(rows, seed), digest

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,9 +46,21 @@ _WORKER_ENV = {
 }
 
 
+# How long the lab waits on a cluster before it says so in one line (rather than Ray's own minutes of retries):
+PROBE_S = 5.0  # an address must accept a connection, and answer as a gRPC (HTTP/2) server does, within this each
+HEAD_CHECK_S = 1.0  # during a run, the head's port is tried this often
+HEAD_LOST_S = 10.0  # a head that refuses connections this long is lost: the run ends (Ray itself waits 60 s)
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # + an empty SETTINGS
+
+
 class ClusterError(RuntimeError):
     """The cluster cannot run the units (unreachable, other code on the workers, a unit that keeps losing its
-    worker): said in one line by the CLI."""
+    worker): said in one line by the CLI. ``fatal``: Ray's connection is broken beyond a clean shutdown (the head
+    is gone), so the process should end at once after saying it (the CLI does; Ray would end it after 60 s)."""
+
+    def __init__(self, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.fatal = fatal
 
 
 def check_address(address: str) -> str:
@@ -62,15 +75,77 @@ def check_address(address: str) -> str:
             f"--cluster {address!r}: expected HOST:PORT of a Ray head (like 127.0.0.1:6379), ray://HOST:PORT, or auto"
         )
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
-            pass
+        connection = socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S)
     except OSError as err:
         reason = err.strerror or type(err).__name__
         raise ValueError(
             f"--cluster {address}: no Ray head answers there ({reason}); start one with "
             f"`ray start --head --port {port}` or give its address"
         ) from None
+    with connection:
+        what = _speaks_grpc(connection)
+    if what:
+        raise ValueError(
+            f"--cluster {address}: something listens there, but not a Ray head ({what}); give the HOST:PORT that "
+            "`ray start --head` printed"
+        )
     return address
+
+
+def _speaks_grpc(connection: socket.socket) -> str:
+    """``""`` when the server at the other end of ``connection`` answers the opening of an HTTP/2 connection as
+    every gRPC server (a Ray head's GCS, a Ray client server) does, with a SETTINGS frame within ``PROBE_S``; what
+    it did instead otherwise. Ray's own connection would retry for minutes against anything else."""
+    connection.settimeout(PROBE_S)
+    try:
+        connection.sendall(HTTP2_PREFACE)
+        head = b""
+        while len(head) < 9:
+            chunk = connection.recv(9 - len(head))
+            if not chunk:
+                return "it closed the connection without a word" if not head else f"it answered {head!r}"
+            head += chunk
+    except TimeoutError:
+        return f"it said nothing within {PROBE_S:g} s" if not head else f"it answered {head!r} and stopped"
+    except OSError as err:
+        return f"the connection failed: {err.strerror or type(err).__name__}"
+    if head[3] != 4 or head[5:9] != bytes(4):  # frame type 4 (SETTINGS) on stream 0
+        return f"it answered {head!r}, not an HTTP/2 SETTINGS frame"
+    return ""
+
+
+class HeadWatch:
+    """A thread that tries the head's port every ``HEAD_CHECK_S``; :attr:`lost` is set once it has refused
+    connections for ``HEAD_LOST_S`` (Ray's own client would wait 60 s, then end the process with its log lines)."""
+
+    def __init__(self, address: str) -> None:
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        self.target = (host.strip("[]"), int(port))
+        self.lost = threading.Event()
+        self.reason = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="anatomy-head-watch")
+
+    def __enter__(self) -> HeadWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        since: float | None = None
+        while not self._stop.wait(HEAD_CHECK_S):
+            try:
+                with socket.create_connection(self.target, timeout=HEAD_CHECK_S):
+                    since = None
+            except OSError as err:
+                now = time.monotonic()
+                since = now if since is None else since
+                if now - since >= HEAD_LOST_S:
+                    self.reason = err.strerror or type(err).__name__
+                    self.lost.set()
+                    return
 
 
 def anatomy_unit(
@@ -154,7 +229,12 @@ def run_on_ray(
     if not cpus > 0:
         raise ValueError(f"cluster CPUs per unit must be positive, got {cpus!r}")
     ray, connected_here = connect(address)
+    head = _head_address(ray, address)
+    watch = HeadWatch(head) if head else None
+    lost = False
     try:
+        if watch is not None:
+            watch.__enter__()
         total = float(ray.cluster_resources().get("CPU", 0.0))
         nodes = len([n for n in ray.nodes() if n.get("Alive")])
         if total < cpus:
@@ -178,7 +258,9 @@ def run_on_ray(
         if started is not None:
             started(info)
         check = ray.remote(worker_code_version).options(num_cpus=cpus, max_retries=retries)
-        theirs, ours = ray.get(check.remote()), worker_code_version()
+        version = check.remote()
+        _wait(ray, [version], watch, head)
+        theirs, ours = ray.get(version), worker_code_version()
         if theirs != ours:
             raise ClusterError(
                 f"the workers at {address} run other code (version {theirs}, here {ours}); "
@@ -199,7 +281,7 @@ def run_on_ray(
             submit(task, 1)
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready = _wait(ray, list(pending), watch, head)
                 for ref in ready:
                     task, attempt = pending.pop(ref)
                     try:
@@ -233,11 +315,40 @@ def run_on_ray(
                     if timeline is not None:
                         timeline.append((task, who, end - seconds, end))
                     finished(task, (metrics, figures, seconds))
-        except BaseException:
-            for ref in pending:
-                ray.cancel(ref, force=True)
+        except BaseException as err:
+            if not getattr(err, "fatal", False):  # with the head gone, a cancel would wait on it
+                for ref in pending:
+                    ray.cancel(ref, force=True)
             raise
         return info
+    except ClusterError as err:
+        lost = err.fatal
+        raise
     finally:
-        if connected_here:
+        if watch is not None:
+            watch.__exit__()
+        if connected_here and not lost:  # a shutdown would wait on the lost head (and print Ray's log lines)
             ray.shutdown()
+
+
+def _head_address(ray: Any, address: str) -> str:
+    """``HOST:PORT`` of the head's GCS, to watch during the run (``""``: unknown, not watched)."""
+    known = getattr(ray.get_runtime_context(), "gcs_address", "") or ""
+    if known:
+        return str(known)
+    return "" if address == "auto" or address.startswith("ray://") else address
+
+
+def _wait(ray: Any, refs: list[Any], watch: HeadWatch | None, head: str) -> list[Any]:
+    """The refs of ``refs`` that are ready (at least one), waiting in steps of ``HEAD_CHECK_S`` so that a lost head
+    ends the run (:class:`ClusterError`, ``fatal``) rather than a wait without end."""
+    while True:
+        ready, _ = ray.wait(refs, num_returns=1, timeout=HEAD_CHECK_S)
+        if watch is not None and watch.lost.is_set():
+            raise ClusterError(
+                f"the Ray head at {head} stopped answering ({watch.reason} for {HEAD_LOST_S:g} s); the units "
+                "finished so far are kept: run again with --resume once a head is up",
+                fatal=True,
+            )
+        if ready:
+            return list(ready)

@@ -9,20 +9,17 @@ the wall time went (``schedule``: each worker's busy, start-up and tail seconds)
 Every run starts from ``seed_everything(seed)`` in a process with one intra-op thread, so a metric does not
 depend on where or in which order it ran: serial and parallel runs give bit-equal numbers, except the metrics
 listed in :data:`NONDETERMINISTIC` (wall-clock timings), which ``claims.json`` names per claim with the reason.
+
+The local worker pool is :mod:`anatomy.experiments.workers`, a Ray cluster :mod:`anatomy.experiments.cluster`, the
+document written :mod:`anatomy.experiments.document`, the stored units :mod:`anatomy.experiments.store`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import multiprocessing
 import os
-import platform
-import signal
-import threading
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
@@ -30,25 +27,27 @@ import torch
 from tqdm.auto import tqdm
 
 from anatomy.experiments.devices import check_device, is_cuda
-from anatomy.experiments.registry import (
-    CLAIM_PRESETS,
-    CLAIMS,
-    DEFAULT_SEEDS,
-    EXPERIMENTS,
-    Metric,
-    Verdict,
-    claim_number,
-)
+from anatomy.experiments.document import NONDETERMINISTIC, Done, nondeterministic_metrics, schedule
+from anatomy.experiments.document import document as _document
+from anatomy.experiments.registry import CLAIM_PRESETS, CLAIMS, DEFAULT_SEEDS, claim_number
 from anatomy.experiments.store import Store
-from anatomy.experiments.units import load_all, run_one
+from anatomy.experiments.units import load_all
+from anatomy.experiments.workers import WorkerDied
+from anatomy.experiments.workers import run_pool as _run_pool
+from anatomy.experiments.workers import run_timed as _run_timed
 
-# Metrics that are not a function of the seed: they time code on this machine, at this moment (and so may the
-# verdict of a claim that reads them). Everything else an experiment records is bit-equal between runs with the
-# same seeds, serial or parallel (tests/experiments/test_runner.py). Names are fnmatch patterns.
-NONDETERMINISTIC: dict[str, tuple[tuple[str, ...], str]] = {
-    "head-loop-benchmark": (("speedup_*", "*_ms_cfg*"), "wall-clock times of attention kernels on this machine"),
-    "head-count": (("lm_step_ms_h*", "time_ratio_*"), "wall-clock times of training steps on this machine"),
-}
+__all__ = [
+    "COST_HINTS",
+    "NONDETERMINISTIC",
+    "WorkerDied",
+    "cluster_device",
+    "default_jobs",
+    "nondeterministic_metrics",
+    "plan",
+    "run_claims",
+    "schedule",
+    "select",
+]
 
 # Seconds per seed of each experiment at the quick preset, one thread (measured on a 2-core VM): the
 # order in which a parallel run starts its work (longest first keeps the workers evenly loaded to the end) and
@@ -112,14 +111,6 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def nondeterministic_metrics(experiment: str, metrics: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """``{"metrics": [...], "why": ...}`` for those of ``metrics`` (recorded by ``experiment``) that are not
-    reproducible from the seed; ``{}`` when all of them are."""
-    patterns, why = NONDETERMINISTIC.get(experiment, ((), ""))
-    odd = [m for m in metrics if any(fnmatch.fnmatchcase(m, p) for p in patterns)]
-    return {"metrics": odd, "why": why} if odd else {}
-
-
 def plan(groups: dict[str, list[str]], n_seeds: int) -> list[tuple[str, int]]:
     """The runs to do, ``(experiment, seed)``, longest first: one per experiment and seed, never one per claim."""
     median = sorted(COST_HINTS.values())[len(COST_HINTS) // 2]
@@ -170,7 +161,9 @@ def run_claims(
         from anatomy.experiments.cluster import preflight
 
         preflight(cluster)
-    store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume, device=device)
+    store = Store.start(out, preset=preset, seeds=n_seeds, claims=chosen, resume=resume, device=device, units=tasks)
+    for path, why in store.rejected:  # said even with --quiet: the run does more than the user may expect
+        _stderr_line(f"--resume: {path}: {why}; running it again")
     todo = [t for t in tasks if t not in store.done]
     if resume and progress:
         print(
@@ -208,6 +201,7 @@ def run_claims(
     doc["schedule"] = schedule(timeline, began, time.monotonic())
     if resume:
         doc["schedule"]["resumed_units"] = len(tasks) - len(todo)
+        doc["schedule"]["recomputed"] = [{"unit": path.name, "why": why} for path, why in store.rejected]
     if cluster is not None:
         doc["environment"]["cluster"] = {
             k: where[k] for k in ("address", "nodes", "cpus", "cpus_per_unit", "gpus", "gpus_per_unit") if k in where
@@ -219,37 +213,6 @@ def run_claims(
     write_reports(doc, out)
     store.finish()
     return doc
-
-
-Done = dict[tuple[str, int], tuple[dict[str, float], list[str], float]]
-
-
-def schedule(timeline: list, began: float, ended: float) -> dict[str, Any]:
-    """Where the wall time of the runs went, from ``(task, worker, start, end)`` records: each worker's busy
-    seconds, its wait before its first run (start-up) and after its last one (the tail, while others finish)."""
-    workers: dict[int, list] = {}
-    for _task, who, start, end in timeline:
-        workers.setdefault(who, []).append((start, end))
-    wall = ended - began
-    rows = []
-    for runs in workers.values():
-        busy = sum(end - start for start, end in runs)
-        first, last = min(s for s, _ in runs), max(e for _, e in runs)
-        rows.append(
-            {
-                "runs": len(runs),
-                "busy_s": round(busy, 2),
-                "start_s": round(first - began, 2),
-                "tail_s": round(ended - last, 2),
-                "idle_s": round(wall - busy, 2),
-            }
-        )
-    rows.sort(key=lambda r: -r["busy_s"])
-    return {
-        "wall_s": round(wall, 2),
-        "workers": rows,
-        "utilisation": round(sum(r["busy_s"] for r in rows) / (wall * len(rows)), 3) if rows else 0.0,
-    }
 
 
 def _run_tasks(
@@ -338,217 +301,4 @@ def _run_tasks(
 
 
 def _stderr_line(text: str) -> None:
-    import sys
-
     print(text.strip(), file=sys.stderr, flush=True)
-
-
-def _run_timed(name: str, preset: str, seed: int, out: str, device: str = "cpu"):
-    """``run_one`` and where and when it ran: ``(result, worker, start, end)`` (monotonic clock, the same in
-    every process of the machine)."""
-    start = time.monotonic()
-    result = run_one(name, preset, seed, out, device)
-    return result, os.getpid(), start, time.monotonic()
-
-
-_WORKER_ENV = {
-    "OMP_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",  # one intra-op thread
-    "MPLBACKEND": "Agg",
-}  # figures go to PNG files: the server imports pyplot without asking for a display
-_PRELOAD = [
-    "anatomy.experiments.runner",
-    "anatomy.experiments.claims",
-    "anatomy.experiments.figures",
-    "matplotlib.pyplot",
-    "anatomy.data",
-    "anatomy.interop.torch_nn",
-]
-
-
-class WorkerDied(RuntimeError):
-    """A worker process ended without an answer (killed, out of memory): the run stops, naming what ran."""
-
-
-def _run_pool(
-    tasks, preset: str, out: Path, jobs: int, finished, timeline: list | None = None, device: str = "cpu"
-) -> None:
-    """Spread ``tasks`` over this process and ``jobs - 1`` worker processes, in the given order, each taking the
-    next task when it is free. This process starts on its task at once (as a serial run would) while the workers
-    start: they fork from a fresh server process that imported torch, the claims and matplotlib once
-    ("forkserver": nothing of this process, its threads or locks, is inherited; "spawn" where there is no
-    forkserver), so neither their start nor their first imports hold up the run. An error in a run, or a worker
-    that dies (killed for memory), stops the whole run with that error (after the run under way here)."""
-    context: multiprocessing.context.BaseContext
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        server = multiprocessing.get_context("forkserver")
-        server.set_forkserver_preload(_PRELOAD)
-        context = server
-    else:
-        context = multiprocessing.get_context("spawn")
-    load_all()  # this process runs experiments too
-    where = str(Path(out).resolve())  # the workers' current directory is the server's, not necessarily ours
-    queue = list(tasks)  # longest first: whoever is free takes the head
-    helpers = min(jobs, len(queue)) - 1
-    cond = threading.Condition()
-    state: dict[str, Any] = {"left": len(queue), "error": None}
-    in_flight: dict = {}
-
-    def record(task, result, *when) -> None:
-        with cond:
-            if timeline is not None:
-                timeline.append((task, *when))
-            finished(task, result)
-            state["left"] -= 1
-            cond.notify_all()
-
-    def fail(err: BaseException) -> None:
-        with cond:
-            state["error"] = state["error"] or err
-            cond.notify_all()
-
-    def submit(task) -> None:
-        assert pool is not None  # only the workers' tasks are submitted
-        future = pool.submit(_run_timed, task[0], preset, task[1], where, device)
-        in_flight[future] = task
-        future.add_done_callback(on_done)
-
-    def on_done(future) -> None:  # in the pool's thread
-        task = in_flight.pop(future)
-        if future.cancelled():
-            return
-        try:
-            result, *when = future.result()
-        except BrokenProcessPool:
-            return fail(
-                WorkerDied(
-                    f"a worker process died during {task[0]} (seed {task[1]}) or a run beside "
-                    "it, killed from outside or for memory; try --jobs 1 or fewer jobs"
-                )
-            )
-        except BaseException as err:  # noqa: BLE001 - the run's own error, raised again in this process
-            return fail(err)
-        record(task, result, *when)
-        with cond:
-            if queue and state["error"] is None:
-                submit(queue.pop(0))
-
-    def start(first) -> None:  # in a thread: the first submit waits for the server to import everything
-        try:
-            for task in first:
-                submit(task)
-        except BaseException as err:  # noqa: BLE001
-            fail(err)
-
-    saved = {k: os.environ.get(k) for k in _WORKER_ENV}
-    os.environ.update(_WORKER_ENV)  # read by the server when it starts
-    pool = ProcessPoolExecutor(helpers, mp_context=context, initializer=_init_worker) if helpers else None
-    starter = threading.Thread(target=start, args=([queue.pop(0) for _ in range(helpers)],), daemon=True)
-    try:
-        starter.start()
-        threads = torch.get_num_threads()
-        while True:
-            with cond:
-                task = queue.pop(0) if queue and state["error"] is None else None
-            if task is None:
-                break
-            result, *when = _run_timed(task[0], preset, task[1], where, device)
-            torch.set_num_threads(threads)
-            record(task, result, *when)
-        with cond:
-            while state["left"] and state["error"] is None:
-                cond.wait()
-        starter.join()
-        if state["error"] is not None:
-            raise state["error"]
-    except BaseException:
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
-            for process in list((getattr(pool, "_processes", None) or {}).values()):  # stop the runs under way
-                process.terminate()
-        raise
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _init_worker() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the parent, which stops every worker
-    torch.set_num_threads(1)
-    load_all()
-
-
-def _document(
-    groups: dict[str, list[str]],
-    chosen: list[str],
-    done: Done,
-    preset: str,
-    n_seeds: int,
-    jobs: int,
-    wall: float,
-    device: str = "cpu",
-) -> dict[str, Any]:
-    results: dict[str, dict[str, Any]] = {}
-    for exp_name, claim_ids in groups.items():
-        exp = EXPERIMENTS[exp_name]
-        values: dict[str, list[float]] = {}
-        figures: list[str] = []
-        runtime = 0.0
-        for seed in range(n_seeds):
-            measured, figs, seconds = done[(exp_name, seed)]
-            for k, v in measured.items():
-                values.setdefault(k, []).append(v)
-            figures += figs
-            runtime += seconds
-        metrics = {k: Metric(k, v, exp.units.get(k, "")) for k, v in values.items()}
-        for cid in claim_ids:
-            c = CLAIMS[cid]
-            missing = [m for m in c.metrics if m not in metrics]
-            if missing:
-                raise RuntimeError(f"experiment {exp_name!r} did not record {missing} needed by {cid}")
-            verdict: Verdict = c.rule(metrics)
-            if n_seeds < 3 and verdict.verdict in ("supported", "refuted", "nuanced"):
-                verdict.reason_en += f" (provisional: {n_seeds} seed{'s' if n_seeds > 1 else ''}; a verdict needs ≥3)"
-                verdict.reason_zh += f"（暂定：仅 {n_seeds} 个随机种子，正式结论需要 ≥3 个）"
-            results[cid] = {
-                "id": cid,
-                "section": c.section,
-                "statement_zh": c.statement_zh,
-                "statement_en": c.statement_en,
-                "experiment": exp_name,
-                "rule": c.rule_text,
-                "verdict": verdict.verdict,
-                "reason_en": verdict.reason_en,
-                "reason_zh": verdict.reason_zh,
-                "metrics": {m: metrics[m].to_dict() for m in c.metrics},
-                "figures": figures,
-                "runtime_s": round(runtime / len(claim_ids), 3),
-            }
-            results[cid]["device"] = exp.device_for(device)
-            if exp.cpu_only:
-                results[cid]["cpu_only"] = exp.cpu_only
-            odd = nondeterministic_metrics(exp_name, c.metrics)
-            if odd:
-                results[cid]["nondeterministic"] = odd
-    return {
-        "preset": preset,
-        "seeds": n_seeds,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "environment": {
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "threads": 1,
-            "jobs": jobs,
-            "machine": platform.machine(),
-            "device": device,
-            **({"gpu": torch.cuda.get_device_name(device)} if is_cuda(device) and torch.cuda.is_available() else {}),
-        },
-        "wall_s": round(wall, 1),
-        "claims": [results[c] for c in chosen],
-    }

@@ -29,6 +29,7 @@ from anatomy.errors import CheckpointError
 from anatomy.training import checkpoint as ckpt
 from anatomy.training.distributed import device_for
 from anatomy.training.options import TrainOptions
+from anatomy.training.resuming import check_data
 from anatomy.training.step import autocast_for, to_device
 from anatomy.training.tasks import make_task
 
@@ -62,6 +63,12 @@ def evaluate_checkpoint(
         task = make_task(options, tokenizer)
     except FileNotFoundError as err:
         raise ValueError(f"the run's data is gone: {err}") from None
+    check_data(
+        task.data_digest,
+        training.get("data"),
+        where,
+        remedy=f"its {split} split would not be the run's; restore the text, or score a file with --file TEXT",
+    )
 
     def loss_and_logits(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:  # as training does
         with autocast_for(options.precision, run_device):

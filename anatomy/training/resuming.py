@@ -69,3 +69,24 @@ def saved_options_of(saved: dict[str, Any], last: Path) -> TrainOptions:
         return TrainOptions(**values)
     except (TypeError, ValueError) as err:
         raise CheckpointError(f"{where!r}: field of 'options': {err}") from None
+
+
+def check_data(now: dict[str, str], saved: Any, last: Path, *, remedy: str = "") -> None:
+    """Refuse to use ``last`` on other data than it was trained on (``saved``: its ``training.json``'s ``data``;
+    ``now``: the task's): the same file name holding other text, even the same characters in another order, would
+    silently end an exact resume (or give another split to evaluate). A checkpoint saved before the digest was
+    recorded is not checked."""
+    if saved is None or not now:
+        return
+    where = str(last / ckpt.TRAINING)
+    if not isinstance(saved, dict) or not isinstance(saved.get("sha256"), str):
+        raise CheckpointError(f"{where!r}: field 'data' should be an object with the data's 'sha256'")
+    if saved.get("sha256") != now["sha256"]:
+        kind = "corpus" if "corpus" in now else "dataset"
+        name = now[kind]
+        before = f" ({kind} {saved[kind]!r} then)" if saved.get(kind) not in (None, name) else ""
+        raise CheckpointError(
+            f"{kind} {name!r} is not the text {str(last)!r} was trained on{before}: sha256 {saved['sha256'][:16]} "
+            f"then, {now['sha256'][:16]} now; "
+            + (remedy or f"restore it to resume exactly, or train on the new text with init_from={str(last)!r}")
+        )

@@ -29,6 +29,7 @@ from anatomy.training import checkpoint as ckpt
 from anatomy.training import distributed as dist
 from anatomy.training import run_dir as outputs
 from anatomy.training.options import TrainOptions
+from anatomy.training.resuming import check_data
 from anatomy.training.spikes import SpikeWatch
 from anatomy.training.step import Stepper, autocast_for, make_optimizer, maybe_compile, to_device
 from anatomy.training.tasks import make_task
@@ -153,6 +154,8 @@ def setup(
         scaler=torch.amp.GradScaler(device.type, enabled=options.precision == "fp16"),
     )
     record: dict[str, Any] = {"options": options.to_dict(), "model_overrides": model_overrides}
+    if task.data_digest:  # what the run trains on, by content: a resume on other text is refused
+        record["data"] = dict(task.data_digest)
     if task.name == "classify":
         record["label_names"] = list(task.label_names)
     run = RunState(
@@ -203,6 +206,8 @@ def _data_and_config(
         tokenizer = init.tokenizer
         init.check(options, model_overrides)
     task = make_task(options, tokenizer)
+    if resumed is not None:
+        check_data(task.data_digest, resumed[1]["training"].get("data"), resumed[0])
     config = init.config_for(task, options, model_overrides) if init else task.model_config(model_overrides)
     if last is not None:
         if config != ckpt.load_config(last):

@@ -60,7 +60,8 @@ class LMTask:
 
     def __init__(self, options: TrainOptions, tokenizer: Tokenizer | None = None) -> None:
         self.options = options
-        splits = corpora.corpus_splits(options.corpus, seed=options.data_seed)
+        splits, digest = corpora.corpus_splits_and_digest(options.corpus, seed=options.data_seed)
+        self.data_digest = {"corpus": options.corpus, "sha256": digest}  # checked on resume (state.py)
         # the character vocabulary is the whole corpus's, so that validation text never holds an unknown one
         self.tokenizer = tokenizer or train_tokenizer(
             options,
@@ -110,7 +111,8 @@ class ClassifyTask:
 
     def __init__(self, options: TrainOptions, tokenizer: Tokenizer | None = None) -> None:
         self.options = options
-        self.splits = corpora.labelled_splits(options.dataset, seed=options.data_seed)
+        self.splits, digest = corpora.labelled_splits_and_digest(options.dataset, seed=options.data_seed)
+        self.data_digest = {"dataset": options.dataset, "sha256": digest}  # checked on resume (state.py)
         train_texts = [t for t, _ in self.splits["train"]]
         self.tokenizer = tokenizer or train_tokenizer(options, train_texts, strict_chars=False)
         self.encoded = {
@@ -211,6 +213,7 @@ class Seq2SeqTask:
                 f"max_len + 1 = {options.max_len + 1} (with <eos>) must be <= block_size={options.block_size}"
             )
         self.tokenizer = tokenizer or CharTokenizer(synthetic.ALPHABET)
+        self.data_digest: dict[str, str] = {}  # synthetic: the options and the generator's state are the data
         eos = self.tokenizer.eos_id
         if eos is None:
             raise ValueError(

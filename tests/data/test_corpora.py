@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 from importlib import resources
 
@@ -89,3 +91,39 @@ def test_bad_files_are_named(tmp_path):
         load_labelled(str(tmp_path / "bad.tsv"))
     with pytest.raises(ValueError, match="at least 3 units"):
         corpora.split_units(["a", "b"], seed=0)
+
+
+def test_a_fifo_a_device_or_a_folder_is_refused_for_what_it_is(tmp_path, monkeypatch):
+    fifo = tmp_path / "corpus.fifo"
+    os.mkfifo(fifo)  # nobody writes to it: a read would wait forever
+    with pytest.raises(ValueError, match=r"corpus file '.*corpus.fifo' is a FIFO \(named pipe\), not a regular file"):
+        load_corpus(str(fifo))
+    zero = tmp_path / "zero.txt"
+    zero.symlink_to("/dev/zero")  # a read would never end
+    with pytest.raises(ValueError, match=r"zero.txt' is a character device \(a link to '/dev/zero'\), not a regular"):
+        corpus_splits(str(zero))
+    with pytest.raises(ValueError, match=r"dataset file '.*' is a folder, not a regular file"):
+        load_labelled(str(tmp_path))
+    dangling = tmp_path / "gone.txt"
+    dangling.symlink_to(tmp_path / "nowhere.txt")
+    with pytest.raises(ValueError, match=r"gone.txt' does not exist \(a link to '.*nowhere.txt', which does not"):
+        read_text_file(dangling)
+    with pytest.raises(ValueError, match=r"missing.txt' does not exist$"):
+        read_text_file(tmp_path / "missing.txt")
+    big = tmp_path / "big.txt"
+    big.write_text("ab\n" * 10, encoding="utf-8")
+    monkeypatch.setattr(corpora, "MAX_TEXT_BYTES", 16)
+    with pytest.raises(ValueError, match=r"big.txt' holds 0.0 GiB; at most 0 GiB"):
+        read_text_file(big)
+
+
+def test_the_digest_is_the_files_and_follows_its_order_not_only_its_characters(tmp_path):
+    text = "".join(f"line {i} of the corpus\n\n" for i in range(12))
+    (tmp_path / "a.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "b.txt").write_text("".join(reversed(text.splitlines(keepends=True))), encoding="utf-8")
+    splits, digest = corpora.corpus_splits_and_digest(str(tmp_path / "a.txt"))
+    assert splits == corpus_splits(str(tmp_path / "a.txt")) and len(digest) == 64
+    assert digest == hashlib.sha256((tmp_path / "a.txt").read_bytes()).hexdigest()  # what sha256sum prints
+    assert corpora.corpus_splits_and_digest(str(tmp_path / "b.txt"))[1] != digest
+    rows, labelled = corpora.labelled_splits_and_digest("sentiment-en")
+    assert rows == labelled_splits("sentiment-en") and len(labelled) == 64

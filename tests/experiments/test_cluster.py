@@ -4,6 +4,7 @@ from outside in the middle of a unit is retried."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -43,8 +44,8 @@ def _ancestors(pid: int) -> list[int]:
     return chain
 
 
-@pytest.fixture(scope="module")
-def head():
+@contextlib.contextmanager
+def _ray_head():
     """``(address, process)`` of a Ray head with 2 CPUs, started by `ray start --head --block` and stopped (with
     every process it started) by SIGTERM at the end."""
     temp = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: Ray's socket paths must stay under 107 characters
@@ -85,6 +86,13 @@ def head():
             process.kill()
         log.close()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def head():
+    """A Ray head for the module (see :func:`_ray_head`)."""
+    with _ray_head() as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
@@ -186,3 +194,95 @@ def test_a_wrong_cluster_address_is_one_line(tmp_path, capsys):
     assert main(["report", "--preset", "smoke", "--out", str(tmp_path), "--cluster", "head-without-port"]) == 2
     assert "expected HOST:PORT of a Ray head" in capsys.readouterr().err
     assert not (tmp_path / "units").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [b"", b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", b"+OK not ray\r\n"],
+    ids=["silent", "http1", "other"],
+)
+def test_something_that_is_not_a_ray_head_at_the_address_is_one_line(tmp_path, capsys, monkeypatch, reply):
+    """A plain TCP listener where the head should be: refused after one probe (PROBE_S), not Ray's minutes of
+    retries."""
+    from anatomy.experiments import cluster
+
+    monkeypatch.setattr(cluster, "PROBE_S", 1.0)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            accepted.append(connection)
+            if reply:
+                connection.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = server.getsockname()[1]
+    try:
+        argv = ["claims", "run", "C4", "--preset", "smoke", "--quiet", "--out", str(tmp_path / "o")]
+        assert main([*argv, "--cluster", f"127.0.0.1:{port}"]) == 2
+    finally:
+        server.close()
+        for connection in accepted:
+            connection.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"anatomy claims: error: --cluster 127.0.0.1:{port}: ")
+    assert "something listens there, but not a Ray head" in err
+    assert not (tmp_path / "o" / "units").exists()
+
+
+def _command(process) -> list[str]:
+    """A process's command line; ``[]`` once it has ended (a zombie, or gone)."""
+    import psutil
+
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
+def test_a_head_killed_in_the_middle_of_a_run_ends_it_in_one_line(tmp_path):
+    """The head (and every process of it) SIGKILLed while a unit runs: the driver says so in one line within
+    HEAD_LOST_S and a few seconds, exit code 1, rather than Ray's log lines after its own 60 s."""
+    import psutil
+
+    from anatomy.experiments.cluster import HEAD_LOST_S
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with _ray_head() as (address, process):
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "anatomy", "claims", "run", "C1", "--preset", "quick", "--quiet"]
+            + ["--cluster", address, "--out", str(tmp_path / "o")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            head = psutil.Process(process.pid)
+            deadline = time.monotonic() + 240  # generous: imports and the package upload on a loaded machine
+            while time.monotonic() < deadline and driver.poll() is None:
+                if any(_command(c)[:1] == ["ray::anatomy_unit"] for c in head.children(recursive=True)):
+                    break
+                time.sleep(0.2)
+            assert driver.poll() is None, driver.communicate()[1]
+            for victim in [head, *head.children(recursive=True)]:  # the head and what it started, nothing else
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    victim.kill()
+            _, err = driver.communicate(timeout=HEAD_LOST_S + 40)  # Ray alone would take 60 s and more
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.wait()
+    last = err.strip().splitlines()[-1]
+    assert driver.returncode == 1, err
+    assert last.startswith("anatomy claims: error: the Ray head at ") and f":{address.split(':')[1]} " in last, err
+    assert "stopped answering" in last and "--resume" in last
+    notes = err.strip().splitlines()[:-1]  # a unit that lost its node may be said before the head is found lost
+    assert all(line.startswith("a worker died during") for line in notes), err

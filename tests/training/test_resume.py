@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -165,3 +166,49 @@ def test_a_non_finite_gradient_is_caught_by_the_clip(tmp_path, monkeypatch):
     with pytest.raises(loop.TrainingError, match="non-finite gradient norm at step 1"):
         loop.train(options, model, tmp_path / "run", log=lambda m: None)
     assert not ckpt.step_dirs(tmp_path / "run")
+
+
+def _listing(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("task", ["lm", "classify"])
+def test_a_resume_on_changed_data_is_refused_naming_it_and_the_run_is_kept(tmp_path, capsys, task):
+    """The same characters (the same rows) in another order: the file name and the vocabulary are the run's, but
+    not the text it was trained on, so the resume could not be exact: refused in one line naming the file."""
+    from anatomy.cli.main import main
+
+    if task == "lm":
+        words = lm_words(tmp_path, "steps=4", "save_every=2", "eval_every=2")
+        data = tmp_path / "corpus.txt"
+        reorder = "\n\n".join(reversed(data.read_text(encoding="utf-8").split("\n\n")))
+    else:
+        data = tmp_path / "labelled.tsv"
+        rows = [f"{i % 2}\t{'good fine nice' if i % 2 else 'bad poor dull'} review number {i}" for i in range(40)]
+        data.write_text("\n".join(rows) + "\n", encoding="utf-8")
+        words = ["task=classify", f"dataset={data}", "steps=4", "save_every=2", "eval_every=2"]
+        words += [w for w in lm_words(tmp_path) if w.split("=")[0] in ("d_model", "n_heads", "n_layers", "d_ff")]
+        words += [w for w in lm_words(tmp_path) if w.split("=")[0] in ("batch_size", "eval_batches", "progress")]
+        words += ["block_size=16", "warmup_steps=2", "plot=false"]
+        reorder = "\n".join(reversed(rows)) + "\n"
+    run = tmp_path / "run"
+    assert main(["train", *words, "--out", str(run)]) == 0
+    saved = ckpt.read_json(ckpt.step_dirs(run)[-1] / ckpt.TRAINING)["data"]
+    assert saved["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "steps=6"]) == 0  # the same data: resumed
+    before = _listing(run)
+    original = data.read_bytes()
+    data.write_text(reorder, encoding="utf-8")
+    assert sorted(data.read_bytes()) == sorted(original)  # the same characters
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "steps=8"]) == 2
+    err = capsys.readouterr().err
+    kind = "corpus" if task == "lm" else "dataset"
+    assert err.count("\n") == 1 and f"{kind} '{data}' is not the text" in err and "sha256" in err, err
+    assert _listing(run) == before  # nothing of the run changed
+    assert main(["evaluate", "--checkpoint", str(run)]) == 2  # its split of the new text is not the run's
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{kind} '{data}' is not the text" in err and "--file TEXT" in err, err
+    data.write_bytes(original)
+    assert main(["train", "--resume", str(run), "steps=8"]) == 0
