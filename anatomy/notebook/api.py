@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from anatomy.doctor import CheckError
 from anatomy.notebook import cells
 from anatomy.notebook.copying import copy_refusal, uncopyable
 from anatomy.notebook.process import isolated
@@ -116,6 +115,8 @@ def check(
             found = uncopyable(obj) if "pickle" in str(err) or "copy" in str(err) else None
             if found is None:
                 raise
+            from anatomy.doctor import CheckError
+
             raise CheckError(copy_refusal(_label(obj), *found)) from None
         return cells.name_cells(report)
 
