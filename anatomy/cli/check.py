@@ -4,24 +4,24 @@ Exit codes: 0 no error (warnings are printed), 1 errors (or warnings with ``--st
 loaded, built or called, did not finish within ``--timeout``, or ended the process itself (``sys.exit``,
 ``os._exit``): one line on stderr saying what was expected or which step hung. See docs/doctor.md.
 
-The check runs in a forked child process where the system has ``fork``: a learner's ``os._exit(0)`` (which no
-``except`` can catch) then ends the child, and the parent says so instead of exiting 0 with no output.
+The check runs in a forked child process where the system has ``fork`` (``doctor/loading/child.py``): a
+learner's ``os._exit(0)`` (which no ``except`` can catch) then ends the child, and the parent says so instead of
+exiting 0 with no output; what the learner's code writes to file descriptors 1 and 2 is dropped, and processes it
+leaves behind are ended, never waited for.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import pickle
 import shutil
-import signal
 import sys
 from pathlib import Path
 
 from anatomy.doctor import CheckError, CheckTimeout, check
 from anatomy.doctor.check import TIMEOUT
+from anatomy.doctor.loading.child import FORK, forked
 from anatomy.doctor.loading.limits import Step, Watchdog, grace
 from anatomy.doctor.report.short import short_answer
 
@@ -94,20 +94,25 @@ def terminal_width() -> int:
     return max(60, min(100, shutil.get_terminal_size((80, 24)).columns))
 
 
+def _overdue_line(step: Step, lang: str) -> str:
+    """The watchdog's word: the alarm could not stop the step (C code that never returns, or a module that
+    swallows every alarm), so the check was ended, exit code 2, with the same line as a timeout."""
+    en, zh = step.describe()
+    err = CheckTimeout(en, zh, step.limit)
+    late = grace(step.limit)
+    extra = (
+        f" (still running {late:g} s after the limit: the process was ended)"
+        if lang == "en"
+        else f"（超过时限 {late:g} 秒后仍在运行：进程已被终止）"
+    )
+    return f"anatomy check: error: {err.zh if lang == 'zh' else err.en}{extra}\n"
+
+
 def _overdue(lang: str):
-    """The watchdog's last word: the alarm could not stop the step (C code that never returns, or a module that
-    swallows every alarm), so the process ends here, exit code 2, with the same line as a timeout."""
+    """Without ``fork``: the watchdog says so and ends this process."""
 
     def end(step: Step) -> None:
-        en, zh = step.describe()
-        err = CheckTimeout(en, zh, step.limit)
-        late = grace(step.limit)
-        extra = (
-            f" (still running {late:g} s after the limit: the process was ended)"
-            if lang == "en"
-            else f"（超过时限 {late:g} 秒后仍在运行：进程已被终止）"
-        )
-        sys.stderr.write(f"anatomy check: error: {err.zh if lang == 'zh' else err.en}{extra}\n")
+        sys.stderr.write(_overdue_line(step, lang))
         sys.stderr.flush()
         os._exit(2)
 
@@ -117,19 +122,18 @@ def _overdue(lang: str):
 def _compute(args: argparse.Namespace) -> tuple[int, str, str]:
     """(exit code, stdout text, stderr text) of one check."""
     try:
-        with Watchdog(_overdue(args.lang)):
-            report = check(
-                args.target,
-                kind=args.kind,
-                d_model=args.d_model,
-                n_heads=args.heads,
-                causal=args.causal,
-                factory=args.factory,
-                mapping=_load_map(args.map),
-                seed=args.seed,
-                timeout=args.timeout,
-                seq_first=True if getattr(args, "seq_first", False) else None,
-            )
+        report = check(
+            args.target,
+            kind=args.kind,
+            d_model=args.d_model,
+            n_heads=args.heads,
+            causal=args.causal,
+            factory=args.factory,
+            mapping=_load_map(args.map),
+            seed=args.seed,
+            timeout=args.timeout,
+            seq_first=True if getattr(args, "seq_first", False) else None,
+        )
     except CheckError as err:  # a timeout, a module that exits, one that cannot be loaded, built or called
         text = getattr(err, "zh", None) if args.lang == "zh" else getattr(err, "en", None)
         return 2, "", f"anatomy check: error: {text or err}\n"
@@ -156,34 +160,17 @@ def _ended(args: argparse.Namespace, code: int) -> str:
 
 def _forked(args: argparse.Namespace) -> tuple[int, str, str]:
     """:func:`_compute` in a child process; a child that ends without an answer is a module that ended it."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: compute, answer, and leave without running the parent's cleanup
-        os.close(read)
-        try:
-            answer = _compute(args)
-        except BaseException as err:  # noqa: BLE001 - the parent must get an answer
-            answer = (2, "", f"anatomy check: error: {type(err).__name__}: {err}\n")
-        data = pickle.dumps(answer)
-        with os.fdopen(write, "wb") as pipe:
-            pipe.write(data)
-        os._exit(0)
-    os.close(write)
-    try:
-        with os.fdopen(read, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(pid, 0)
-    except BaseException:
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        raise
-    if data:
-        return pickle.loads(data)  # noqa: S301 - our own child's answer, through our own pipe
-    code = os.waitstatus_to_exitcode(status)
-    if code == 2:  # the watchdog ended the child after printing its line (limits.py)
-        return 2, "", ""
-    return 2, "", _ended(args, code)
+    outcome = forked(lambda: _compute(args), overdue=lambda step: (2, "", _overdue_line(step, args.lang)))
+    if outcome.answered:
+        return outcome.answer
+    if outcome.crash is not None:
+        return 2, "", f"anatomy check: error: {outcome.crash}\n"
+    return 2, "", _ended(args, outcome.code)
+
+
+def _here(args: argparse.Namespace) -> tuple[int, str, str]:
+    with Watchdog(_overdue(args.lang)):
+        return _compute(args)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -192,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
     except CheckError as err:
         print(f"anatomy check: error: {err}", file=sys.stderr)
         return 2
-    code, out, said = _forked(args) if hasattr(os, "fork") else _compute(args)
+    code, out, said = _forked(args) if FORK else _here(args)
     sys.stdout.write(out)
     sys.stderr.write(said)
     return code

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from anatomy.data.tokenizers import load_tokenizer
-    from anatomy.interop import hf, tokenizer_io
+    from anatomy.interop import hf, limits, tokenizer_io
     from anatomy.interop.error_budget import error_budget, render
     from anatomy.interop.safetensors_io import (
         FORMAT,
@@ -121,24 +121,26 @@ def run(args: argparse.Namespace) -> int:
     tf = _transformers() if args.verify or args.to_hf else None
     try:
         if args.from_hf:
+            limits.check_json_files(source)  # nested too deeply for the parser: one line, not a RecursionError
             config = read_config(source)
             if config.get("format") == FORMAT:
                 raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")
             arch = hf.arch_of(config)
+            tensors, generation = read_tensors(source), read_generation_config(source)
+            said = limits.check_files(source, config, generation, tensors)  # bos / eos ids outside the vocabulary
             ours = cast(
                 Any,
                 hf.model_from_checkpoint(
-                    config,
-                    read_tensors(source),
-                    source=str(source),
-                    rope_layout=args.rope_layout,
-                    generation=read_generation_config(source),
+                    config, tensors, source=str(source), rope_layout=args.rope_layout, generation=generation
                 ).eval(),
             )
             read: Any = tokenizer_io.read_hf_tokenizer(source)  # read and checked before anything is written
             tokenizer = read
             if read is not None:
                 tokenizer_io.check_fits(read, ours.config.vocab_size, source=str(source))
+                said += limits.special_map_problems(source, read)
+            for line in said:
+                print(f"anatomy convert: warning: {line}", file=sys.stderr)
             save_pretrained(ours, out)
             print(f"converted {arch} {source} -> anatomy {type(ours).__name__} {out}")
             _say_tokenizer(read, source, out, lambda: read.save(out))

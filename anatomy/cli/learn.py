@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 def _check(args, exercise, folder: Path, progress, lang: str) -> int:
     from anatomy.cli.usage import UsageError
     from anatomy.course import get
-    from anatomy.course.check import LearnError, check
+    from anatomy.course.check import LearnError, check_isolated
 
     if args.file:
         path = Path(args.file)
@@ -157,7 +157,7 @@ def _check(args, exercise, folder: Path, progress, lang: str) -> int:
             "progress": _progress_printer(lang),
         }
     try:
-        result = check(exercise.id, path, timeout=args.timeout or None, **options)
+        result = check_isolated(exercise.id, path, timeout=args.timeout or None, **options)
     except LearnError as err:
         progress.checked(exercise.id, path, False, "error")
         if args.format == "json":

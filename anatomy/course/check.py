@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from anatomy.course import exercises as ex
@@ -41,6 +43,53 @@ def check(exercise_id: str, path, *, timeout: float | None = 20.0, **options) ->
     exercise = ex.get(exercise_id)
     subject = load(ex.get("block") if exercise.id == "tiny_lm" else exercise, str(path), timeout)
     return grade_subject(exercise, subject, timeout=timeout, **options)
+
+
+def check_isolated(exercise_id: str, path, *, timeout: float | None = 20.0, **options) -> Result:
+    """:func:`check` in a process of its own where the system has ``fork`` (``doctor/loading/child.py``, as
+    ``anatomy check`` runs): the learner's ``os._exit``, ``atexit`` handlers, threads, signal handlers and
+    ``os.chdir`` end or change only that process; a call still running well past ``timeout`` (an ignored
+    ``SIGALRM``, C code) is ended by the doctor's watchdog. What the learner prints still shows (a learner debugs
+    with ``print``). Raises :class:`LearnError` as :func:`check` does, and when the learner's code ended the
+    process itself."""
+    from anatomy.doctor.loading.child import FORK, forked
+    from anatomy.doctor.loading.limits import grace
+    from anatomy.doctor.loading.subject import CheckTimeout
+
+    def overdue(step) -> tuple:
+        en, zh = step.describe()
+        err = CheckTimeout(en, zh, step.limit)
+        late = grace(step.limit)
+        return (
+            "error",
+            f"{err.en} (still running {late:g} s after the limit: its process was ended)",
+            f"{err.zh}（超过时限 {late:g} 秒后仍在运行：其进程已被终止）",
+        )
+
+    def compute() -> tuple:
+        try:
+            return ("result", check(exercise_id, path, timeout=timeout, **options))
+        except LearnError as err:
+            return ("error", err.en, err.zh)
+
+    if not FORK:  # no process of its own: the in-process limits only
+        kind, *value = compute()
+    else:
+        outcome = forked(compute, overdue=overdue, quiet=False)
+        if outcome.crash is not None:
+            raise LearnError(f"the check itself failed: {outcome.crash}", f"检查本身出错：{outcome.crash}") from None
+        if not outcome.answered:
+            name = os.path.basename(str(path))
+            raise LearnError(
+                f"{name}: your code ended the process itself (os._exit({outcome.code}) or a signal) before the check "
+                "finished, so nothing was checked; remove the exit (a debugging leftover?)",
+                f"{name}：检查结束前，你的代码自己结束了进程（os._exit({outcome.code}) 或一个信号），因此什么也没能"
+                "检查；请删掉这个退出（调试时留下的？）",
+            )
+        kind, *value = outcome.answer
+    if kind == "error":
+        raise LearnError(*value)
+    return value[0]
 
 
 def grade_subject(exercise: ex.Exercise, subject: Subject, *, timeout: float | None = 20.0, **options) -> Result:
@@ -282,8 +331,6 @@ def _made_at(rec, value, file: str) -> int:
 
 
 def _in_file(a: str, b: str) -> bool:
-    import os
-
     return os.path.abspath(a) == os.path.abspath(b)
 
 
@@ -352,4 +399,4 @@ def _evidence(exercise_id: str, got: list, want: list) -> tuple[str, str]:
     return "", ""
 
 
-__all__ = ["LearnError", "Result", "check"]
+__all__ = ["LearnError", "Result", "check", "check_isolated"]

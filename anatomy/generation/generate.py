@@ -30,6 +30,7 @@ from torch import nn
 from anatomy.generation.beam import beam_search
 from anatomy.generation.continued import ContinuedDecoding, check_continuation
 from anatomy.generation.decoding import CachedDecoding
+from anatomy.generation.limits import check_limits
 from anatomy.generation.options import (
     GenerationConfig,
     check_options,
@@ -134,6 +135,7 @@ def generate(
         num_return_sequences=copies_n,
         streamer=streamer,
     )
+    check_limits(model, o, input_ids, embeds_only, max_new_tokens)  # inf/NaN values, an empty prompt, rows (limits.py)
     eos = _eos_tensor(o["eos_token_id"], input_ids.device)
     pad = o["pad_token_id"]
     if attention_mask is None and not embeds_only:

@@ -188,10 +188,13 @@ def model_from_checkpoint(
 ) -> nn.Module:
     """Our model from an HF ``config.json`` dict, its tensors and its ``generation_config.json`` dict when there is
     one (no ``transformers`` needed)."""
+    from anatomy.interop import limits
     from anatomy.models import build_model
 
     arch = arch_of(hf_config)
+    limits.check_checkpoint(hf_config, tensors, generation, source)  # sizes vs the weights, NaN, ids (limits.py)
     config = config_from_hf(hf_config, arch, generation=generation)
+    limits.check_memory(hf_config, config, source=source)
     if arch == "BertModel":  # config.json does not say whether the pooler was built: its weights do
         config = config.replace(encoder_pooler=any(k.endswith("pooler.dense.weight") for k in tensors))
     model = build_model(config)

@@ -26,6 +26,7 @@ import dataclasses
 from typing import Any
 
 from anatomy.notebook import cells
+from anatomy.notebook.copying import copy_refusal, uncopyable
 from anatomy.notebook.process import isolated
 from anatomy.notebook.results import CheckResult, TraceResult
 
@@ -97,18 +98,26 @@ def check(
     def run() -> Any:
         from anatomy.doctor import check as doctor_check
 
-        report = doctor_check(
-            obj,
-            kind=kind,
-            d_model=d_model,
-            n_heads=n_heads,
-            causal=bool(causal),
-            factory=factory,
-            mapping=mapping,
-            seed=seed,
-            timeout=limit,
-            seq_first=seq_first,
-        )
+        try:
+            report = doctor_check(
+                obj,
+                kind=kind,
+                d_model=d_model,
+                n_heads=n_heads,
+                causal=bool(causal),
+                factory=factory,
+                mapping=mapping,
+                seed=seed,
+                timeout=limit,
+                seq_first=seq_first,
+            )
+        except TypeError as err:  # the doctor copies an instance: name what cannot be copied
+            found = uncopyable(obj) if "pickle" in str(err) or "copy" in str(err) else None
+            if found is None:
+                raise
+            from anatomy.doctor import CheckError
+
+            raise CheckError(copy_refusal(_label(obj), *found)) from None
         return cells.name_cells(report)
 
     answer = isolated(run, isolate=isolate)

@@ -16,13 +16,8 @@ result says so in ``isolation``.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
-import pickle
-import signal
 import sys
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -83,26 +78,21 @@ def _error_text(err: BaseException) -> tuple[str, str, str]:
     return ("crash", f"the check itself failed: {text}", f"检查本身出错：{text}")
 
 
-def _overdue(write: Callable[[bytes], None]) -> Callable[[Any], None]:
+def _overdue(step: Any) -> Answer:
+    """The watchdog ended a step still running well past its limit: the answer the child sends before it ends."""
     from anatomy.doctor import CheckTimeout
     from anatomy.doctor.loading.limits import grace
 
-    def end(step: Any) -> None:
-        en, zh = step.describe()
-        err = CheckTimeout(en, zh, step.limit)
-        late = grace(step.limit)
-        answer = Answer(
-            error=(
-                "timeout",
-                f"{err.en} (still running {late:g} s after the limit: its process was ended)",
-                f"{err.zh}（超过时限 {late:g} 秒后仍在运行：其进程已被终止）",
-            )
+    en, zh = step.describe()
+    err = CheckTimeout(en, zh, step.limit)
+    late = grace(step.limit)
+    return Answer(
+        error=(
+            "timeout",
+            f"{err.en} (still running {late:g} s after the limit: its process was ended)",
+            f"{err.zh}（超过时限 {late:g} 秒后仍在运行：其进程已被终止）",
         )
-        with contextlib.suppress(Exception):
-            write(pickle.dumps(answer))
-        os._exit(0)
-
-    return end
+    )
 
 
 def here(fn: Callable[[], Any]) -> Answer:
@@ -117,7 +107,8 @@ def here(fn: Callable[[], Any]) -> Answer:
 
 def isolated(fn: Callable[[], Any], *, isolate: bool | None = None) -> Answer:
     """``fn()`` in a forked child (``isolate`` None: where fork is available and safe; True: required; False:
-    here). The value must pickle; everything the child prints is dropped (the kernel's streams are the parent's)."""
+    here), run by ``doctor/loading/child.py``. The value must pickle; everything the child writes is dropped, at
+    the file descriptors too (the kernel's streams are the parent's); processes it starts are ended with it."""
     if isolate is False:
         return here(fn)
     if not FORK:
@@ -127,54 +118,20 @@ def isolated(fn: Callable[[], Any], *, isolate: bool | None = None) -> Answer:
                 "the check in this process, with in-process time limits only)"
             )
         return here(fn)
-    read, write = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # "multi-threaded process": the child runs no threads
-        pid = os.fork()
-    if pid == 0:  # the child: compute, answer, leave without running the parent's cleanup
-        code = 0
+    from anatomy.doctor.loading.child import forked
+
+    def compute() -> Answer:
         try:
-            os.close(read)
-            sys.stdout, sys.stderr = io.StringIO(), io.StringIO()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            out = os.fdopen(write, "wb")
+            return Answer(fn())
+        except BaseException as err:  # noqa: BLE001 - the parent must get an answer
+            return Answer(error=_error_of(err))
 
-            def send(data: bytes) -> None:
-                out.write(data)
-                out.flush()
-
-            from anatomy.doctor.loading.limits import Watchdog
-
-            try:
-                with Watchdog(_overdue(send)):
-                    answer = Answer(fn())
-            except BaseException as err:  # noqa: BLE001 - the parent must get an answer
-                answer = Answer(error=_error_of(err))
-            try:
-                data = pickle.dumps(answer)
-            except Exception as err:  # noqa: BLE001
-                data = pickle.dumps(Answer(error=_error_of(err)))
-            send(data)
-            out.close()
-        except BaseException:  # noqa: BLE001
-            code = 3
-        finally:
-            os._exit(code)
-    os.close(write)
-    try:
-        with os.fdopen(read, "rb") as pipe:
-            data = pipe.read()
-        _, status = os.waitpid(pid, 0)
-    except BaseException:  # an interrupt in the notebook: the child goes too
-        with contextlib.suppress(ProcessLookupError, ChildProcessError):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        raise
-    if data:
-        answer = pickle.loads(data)  # noqa: S301 - our own child's answer, through our own pipe
-        if isinstance(answer, Answer):
-            return answer
-    code = os.waitstatus_to_exitcode(status)
+    outcome = forked(compute, overdue=_overdue, quiet=True)
+    if outcome.answered and isinstance(outcome.answer, Answer):
+        return outcome.answer
+    if outcome.crash is not None:  # the answer did not pickle
+        return Answer(error=("crash", f"the check itself failed: {outcome.crash}", f"检查本身出错：{outcome.crash}"))
+    code = outcome.code
     return Answer(
         error=(
             "exit",

@@ -520,20 +520,26 @@ def test_config_disagreeing_with_weights_names_the_key_and_both_shapes(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     config["n_embd"] = 64
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(
+    with pytest.raises(  # checked against the weights before anything is built (interop/limits.py)
         CheckpointError,
-        match=r"'transformer\.wte\.weight' has shape \(100, 32\), but the config "
-        r"implies \(100, 64\)",
+        match=r"config\.json: n_embd is 64, but the weights' transformer\.wte\.weight has 32 columns",
     ):
         load_pretrained(tmp_path)
 
 
 def test_missing_and_extra_keys_are_listed(tmp_path):
     llama().save_pretrained(tmp_path)
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "model.safetensors")
+    del weights["model.layers.1.input_layernorm.weight"]  # a missing key (a config saying 3 layers is refused earlier)
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(CheckpointError, match=r"missing \['model\.layers\.1\.input_layernorm\.weight'"):
+        load_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
     config["num_hidden_layers"] = 3
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CheckpointError, match=r"missing \['model\.layers\.2\.input_layernorm\.weight'"):
+    with pytest.raises(CheckpointError, match=r"config\.json: num_hidden_layers is 3, but the weights hold 2"):
         load_pretrained(tmp_path)
 
 
