@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from anatomy.course.spec import ACTIVATIONS, NORM_TYPES, Finding, module_calls
+from anatomy.tracing.steps import RecordError
 
 
 def leak(m: nn.Module, call, t: int, d_model: int, tol: float = 1e-6) -> tuple[int, int] | None:
@@ -88,7 +89,7 @@ def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
     mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).tril()[None, None]
     try:
         rec = rec_mod.record(m, x, mask, module=m)
-    except rec_mod.RecordError:
+    except RecordError:
         return None
     ops = [s for s in rec.steps if s.data]
     if any(s.op in ("gelu", "erf", "tanh", "sigmoid") for s in ops):  # GELU, or one written by hand
