@@ -11,13 +11,10 @@ fell due in the microseconds while the handlers were being swapped). The handler
 module raising. After the limit the alarm repeats every ``RETRY`` seconds, so a bare ``except:`` inside a loop does
 not stop it either, unless the loop swallows every one.
 
-**Why not a worker process.** A worker can be killed wherever it hangs, but the learner's module (a class, a
-factory, an instance passed to :func:`check`, with closures and unpicklable state) would have to be built and
-probed in the child, every probe's tensors sent across, and a fork of a process holding torch's thread pools is
-fragile. The signal costs a few microseconds per forward and keeps everything in one process. What it cannot do:
-a module spinning in pure Python is stopped at its next bytecode, but Python runs signal handlers only between
-bytecodes, so inside one torch op (or any C code) the alarm waits until the op returns: the limit is late by the
-op's length (the doctor's tensors are tiny, so that is short), and C code that never returns is never stopped.
+**Where it runs.** ``anatomy check``, ``anatomy learn check`` and the notebook's ``check`` run the learner's code
+in a forked child (:mod:`anatomy.doctor.loading.child`), and this guard works inside that child. Python runs
+signal handlers only between bytecodes, so inside one torch op (or any C code) the alarm waits until the op
+returns: the limit is late by the op's length, and C code that never returns is never stopped.
 For that case (and for a module that swallows every alarm) the command line adds :class:`Watchdog`: a thread that
 ends the process, exit code 2, when a step is still running well past its limit. The library never ends the
 process; it enforces the limit only in the main thread (elsewhere ``signal`` cannot be used) and not at all when
