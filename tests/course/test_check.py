@@ -3,14 +3,10 @@ told the pitfall's name and the line (marked ``# <-- pitfall NAME`` in the file)
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from anatomy.course import EXERCISES, solution_path
 from anatomy.course.check import LearnError, check
-
-LEARNERS = Path(__file__).parent / "learners"
 
 
 @pytest.mark.parametrize("exercise", [e.id for e in EXERCISES if e.id != "tiny_lm"])
