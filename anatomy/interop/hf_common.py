@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from anatomy.components.ffn import default_d_ff
 from anatomy.config import ModelConfig
 from anatomy.errors import CheckpointError
 
@@ -47,6 +48,47 @@ def _lm_head(tied: tuple[str, ...]) -> list[Entry]:
     """The output head's row, under the same key on both sides; none when it is tied to the embedding (``tied``: the
     embedding's aliases)."""
     return [] if tied else [_e("lm_head.weight", "lm_head.weight")]
+
+
+def tied_head(cfg: ModelConfig) -> tuple[str, ...]:
+    """The token embedding's aliases: the output head's key (the same on both sides) when the two are tied."""
+    return ("lm_head.weight",) if cfg.tie_embeddings else ()
+
+
+def decoder_table(
+    cfg: ModelConfig,
+    embed: str,
+    layers: str,
+    final_norm: str,
+    norm_bias: bool,
+    layer: Callable[[str, str], list[Entry]],
+    extra: tuple[Entry, ...] = (),
+) -> list[Entry]:
+    """The key table of a decoder-only LM: the token embedding ``embed`` (with the head when tied), the ``extra``
+    rows (GPT-2's learned positions), each layer's rows from ``layer(HF prefix, our prefix)`` (``layers.{i}`` ->
+    ``stack.blocks.{i}``), the final norm and the untied head."""
+    tied = tied_head(cfg)
+    rows = [_e((embed, *tied), ("embeddings.embed_tokens.weight", *tied)), *extra]
+    for i in range(cfg.n_layers):
+        rows += layer(f"{layers}.{i}", f"stack.blocks.{i}")
+    rows += _norm(final_norm, "stack.final_norm", norm_bias)
+    return rows + _lm_head(tied)
+
+
+def ffn_width(cfg: ModelConfig) -> int:
+    """The FFN's hidden width as HF writes it: ours, or its default when the config leaves it to the activation."""
+    return cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation)
+
+
+def hf_sizes(cfg: ModelConfig) -> dict[str, int]:
+    """The sizes under the names most families' ``config.json`` share (BERT, GPT-NeoX, Llama, Gemma...)."""
+    return dict(
+        hidden_size=cfg.d_model,
+        num_attention_heads=cfg.n_heads,
+        num_hidden_layers=cfg.n_layers,
+        intermediate_size=ffn_width(cfg),
+        max_position_embeddings=cfg.max_seq_len,
+    )
 
 
 def _get(c: dict, key: str, default: Any = _REQUIRED) -> Any:

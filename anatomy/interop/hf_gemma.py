@@ -17,7 +17,17 @@ from __future__ import annotations
 import math
 
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import Entry, _e, _get, _linear, _lm_head, _norm, _pad, _refuse, read_rope, write_rope
+from anatomy.interop.hf_common import (
+    Entry,
+    _get,
+    _linear,
+    _norm,
+    _pad,
+    _refuse,
+    decoder_table,
+    read_rope,
+    write_rope,
+)
 from anatomy.interop.hf_llama import llama_shape, llama_sizes, window_layers
 
 GEMMA2 = "Gemma2ForCausalLM"
@@ -76,26 +86,31 @@ def gemma_config(c: dict, arch: str) -> ModelConfig:
     )
 
 
+def _gemma_layer(h: str, o: str, sandwich: bool) -> list[Entry]:
+    if sandwich:  # x + post(f(pre(x))) around each sub-layer
+        rows = [
+            *_norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.pre_norm", False),
+            *_norm(f"{h}.post_attention_layernorm", f"{o}.attn_add_norm.post_norm", False),
+            *_norm(f"{h}.pre_feedforward_layernorm", f"{o}.ffn_add_norm.pre_norm", False),
+            *_norm(f"{h}.post_feedforward_layernorm", f"{o}.ffn_add_norm.post_norm", False),
+        ]
+    else:
+        rows = [
+            *_norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False),
+            *_norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False),
+        ]
+    for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", False)
+    for p in ("gate_proj", "up_proj", "down_proj"):  # down(gelu_tanh(gate(x)) * up(x))
+        rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", False)
+    return rows
+
+
 def gemma_table(cfg: ModelConfig, arch: str) -> list[Entry]:
-    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
-    rows = [_e(("model.embed_tokens.weight", *tied), ("embeddings.embed_tokens.weight", *tied))]
     sandwich = arch == GEMMA2
-    for i in range(cfg.n_layers):
-        h, o = f"model.layers.{i}", f"stack.blocks.{i}"
-        if sandwich:  # x + post(f(pre(x))) around each sub-layer
-            rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.pre_norm", False)
-            rows += _norm(f"{h}.post_attention_layernorm", f"{o}.attn_add_norm.post_norm", False)
-            rows += _norm(f"{h}.pre_feedforward_layernorm", f"{o}.ffn_add_norm.pre_norm", False)
-            rows += _norm(f"{h}.post_feedforward_layernorm", f"{o}.ffn_add_norm.post_norm", False)
-        else:
-            rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False)
-            rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False)
-        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", False)
-        for p in ("gate_proj", "up_proj", "down_proj"):  # down(gelu_tanh(gate(x)) * up(x))
-            rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", False)
-    rows += _norm("model.norm", "stack.final_norm", False)
-    return rows + _lm_head(tied)
+    return decoder_table(
+        cfg, "model.embed_tokens.weight", "model.layers", "model.norm", False, lambda h, o: _gemma_layer(h, o, sandwich)
+    )
 
 
 def gemma_write(cfg: ModelConfig, arch: str) -> dict:

@@ -7,9 +7,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from anatomy.components.ffn import default_d_ff
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import Entry, _e, _get, _linear, _lm_head, _norm, _pad, _refuse, read_rope, write_rope
+from anatomy.interop.hf_common import (
+    Entry,
+    _e,
+    _get,
+    _linear,
+    _norm,
+    _pad,
+    _refuse,
+    decoder_table,
+    hf_sizes,
+    read_rope,
+    write_rope,
+)
 
 PHI3, QWEN2, QWEN3 = "Phi3ForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
 
@@ -86,33 +97,37 @@ def window_layers(c: dict, arch: str, n: int, default: list[str]) -> tuple[int |
     return int(c["sliding_window"]), (None if "G" not in letters else letters)
 
 
-def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
-    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()
+def _llama_layer(h: str, o: str, cfg: ModelConfig, arch: str) -> list[Entry]:
     qkv_bias = cfg.bias if cfg.qkv_bias is None else cfg.qkv_bias
-    rows = [_e(("model.embed_tokens.weight", *tied), ("embeddings.embed_tokens.weight", *tied))]
-    for i in range(cfg.n_layers):
-        h, o = f"model.layers.{i}", f"stack.blocks.{i}"
-        rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False)
-        if arch == PHI3:  # fused rows [q (H*Dh) | k (Hkv*Dh) | v (Hkv*Dh)]: our fused qkv_proj's order
-            rows += _linear(f"{h}.self_attn.qkv_proj", f"{o}.attn.qkv_proj", False)
-        else:
-            for p in ("q_proj", "k_proj", "v_proj"):  # q/k rows in the "half" RoPE layout
-                rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", qkv_bias)
-        rows += _linear(f"{h}.self_attn.o_proj", f"{o}.attn.o_proj", cfg.bias)
-        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's Dh, weight (Dh,), before RoPE
-            rows += _norm(f"{h}.self_attn.q_norm", f"{o}.attn.q_norm", False)
-            rows += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", False)
-        rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False)
-        if arch == PHI3:  # gate_up_proj rows [gate (F) | up (F)]: down(silu(gate) * up), split into our two
-            rows.append(
-                _e(f"{h}.mlp.gate_up_proj.weight", (f"{o}.ffn.gate_proj.weight", f"{o}.ffn.up_proj.weight"), "cat")
-            )
-            rows += _linear(f"{h}.mlp.down_proj", f"{o}.ffn.down_proj", False)
-        else:
-            for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
-                rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", cfg.bias)
-    rows += _norm("model.norm", "stack.final_norm", False)
-    return rows + _lm_head(tied)
+    rows = _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False)
+    if arch == PHI3:  # fused rows [q (H*Dh) | k (Hkv*Dh) | v (Hkv*Dh)]: our fused qkv_proj's order
+        rows += _linear(f"{h}.self_attn.qkv_proj", f"{o}.attn.qkv_proj", False)
+    else:
+        for p in ("q_proj", "k_proj", "v_proj"):  # q/k rows in the "half" RoPE layout
+            rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", qkv_bias)
+    rows += _linear(f"{h}.self_attn.o_proj", f"{o}.attn.o_proj", cfg.bias)
+    if cfg.qk_norm:  # Qwen3: RMSNorm over each head's Dh, weight (Dh,), before RoPE
+        rows += _norm(f"{h}.self_attn.q_norm", f"{o}.attn.q_norm", False)
+        rows += _norm(f"{h}.self_attn.k_norm", f"{o}.attn.k_norm", False)
+    rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False)
+    if arch == PHI3:  # gate_up_proj rows [gate (F) | up (F)]: down(silu(gate) * up), split into our two
+        rows.append(_e(f"{h}.mlp.gate_up_proj.weight", (f"{o}.ffn.gate_proj.weight", f"{o}.ffn.up_proj.weight"), "cat"))
+        rows += _linear(f"{h}.mlp.down_proj", f"{o}.ffn.down_proj", False)
+    else:
+        for p in ("gate_proj", "up_proj", "down_proj"):  # down(silu(gate(x)) * up(x))
+            rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", cfg.bias)
+    return rows
+
+
+def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+    return decoder_table(
+        cfg,
+        "model.embed_tokens.weight",
+        "model.layers",
+        "model.norm",
+        False,
+        lambda h, o: _llama_layer(h, o, cfg, arch),
+    )
 
 
 def llama_shape(c: dict[str, Any], d: int, h: int, vocab: int) -> dict[str, Any]:
@@ -125,16 +140,7 @@ def llama_shape(c: dict[str, Any], d: int, h: int, vocab: int) -> dict[str, Any]
 
 def llama_sizes(cfg: ModelConfig) -> dict[str, Any]:
     """The sizes every Llama-shaped config.json (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) writes alike."""
-    return dict(
-        hidden_size=cfg.d_model,
-        num_attention_heads=cfg.n_heads,
-        num_key_value_heads=cfg.kv_heads,
-        num_hidden_layers=cfg.n_layers,
-        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
-        head_dim=cfg.dh,
-        max_position_embeddings=cfg.max_seq_len,
-        rms_norm_eps=cfg.norm_eps,
-    )
+    return dict(**hf_sizes(cfg), num_key_value_heads=cfg.kv_heads, head_dim=cfg.dh, rms_norm_eps=cfg.norm_eps)
 
 
 def llama_write(cfg: ModelConfig, arch: str) -> dict:

@@ -11,7 +11,6 @@ untied output matrix.
 
 from __future__ import annotations
 
-from anatomy.components.ffn import default_d_ff
 from anatomy.config import ModelConfig
 from anatomy.interop.hf_common import (
     _ACT_TO_HF,
@@ -20,10 +19,11 @@ from anatomy.interop.hf_common import (
     _e,
     _get,
     _linear,
-    _lm_head,
     _norm,
     _pad,
     _refuse,
+    decoder_table,
+    hf_sizes,
     read_rope,
     write_rope,
 )
@@ -60,30 +60,29 @@ def neox_config(c: dict, arch: str) -> ModelConfig:
     )
 
 
+def _neox_layer(h: str, o: str) -> list[Entry]:
+    return [
+        *_norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", True),
+        *_norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", True),
+        _e(f"{h}.attention.query_key_value.weight", f"{o}.attn.qkv_proj.weight", "neox_qkv"),
+        _e(f"{h}.attention.query_key_value.bias", f"{o}.attn.qkv_proj.bias", "neox_qkv"),
+        *_linear(f"{h}.attention.dense", f"{o}.attn.o_proj", True),
+        *_linear(f"{h}.mlp.dense_h_to_4h", f"{o}.ffn.up_proj", True),
+        *_linear(f"{h}.mlp.dense_4h_to_h", f"{o}.ffn.down_proj", True),
+    ]
+
+
 def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
-    tied = ("lm_head.weight",) if cfg.tie_embeddings else ()  # transformers 5's name of embed_out (renames)
-    rows = [_e(("gpt_neox.embed_in.weight", *tied), ("embeddings.embed_tokens.weight", *tied))]
-    for i in range(cfg.n_layers):
-        h, o = f"gpt_neox.layers.{i}", f"stack.blocks.{i}"
-        rows += _norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", True)
-        rows += _norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", True)
-        rows.append(_e(f"{h}.attention.query_key_value.weight", f"{o}.attn.qkv_proj.weight", "neox_qkv"))
-        rows.append(_e(f"{h}.attention.query_key_value.bias", f"{o}.attn.qkv_proj.bias", "neox_qkv"))
-        rows += _linear(f"{h}.attention.dense", f"{o}.attn.o_proj", True)
-        rows += _linear(f"{h}.mlp.dense_h_to_4h", f"{o}.ffn.up_proj", True)
-        rows += _linear(f"{h}.mlp.dense_4h_to_h", f"{o}.ffn.down_proj", True)
-    rows += _norm("gpt_neox.final_layer_norm", "stack.final_norm", True)
-    return rows + _lm_head(tied)
+    # a tied head is "lm_head.weight": transformers 5's name of embed_out (Family.renames)
+    return decoder_table(
+        cfg, "gpt_neox.embed_in.weight", "gpt_neox.layers", "gpt_neox.final_layer_norm", True, _neox_layer
+    )
 
 
 def neox_write(cfg: ModelConfig, arch: str) -> dict:
     return dict(
-        hidden_size=cfg.d_model,
-        num_attention_heads=cfg.n_heads,
-        num_hidden_layers=cfg.n_layers,
-        intermediate_size=cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation),
+        **hf_sizes(cfg),
         hidden_act=_ACT_TO_HF[cfg.activation],
-        max_position_embeddings=cfg.max_seq_len,
         layer_norm_eps=cfg.norm_eps,
         hidden_dropout=cfg.dropout,
         attention_dropout=cfg.attention_dropout,
