@@ -30,16 +30,24 @@ class Row:
     diffs: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype name → (max, mean) |diff|
 
 
+def _blocks(n: int, hf: str, attn: str, ffn: str, ours: str, label: str = "block") -> list[Probe]:
+    """Two rows per block ``i`` of ``n``: its attention and its FFN output, HF's ``{hf}.{i}.{attn}`` and
+    ``{hf}.{i}.{ffn}`` against our ``{ours}.{i}``'s hooks."""
+    rows = []
+    for i in range(n):
+        rows += [
+            Probe(f"{label} {i} attention", f"{hf}.{i}.{attn}", f"{ours}.{i}.hook_attn_out"),
+            Probe(f"{label} {i} ffn", f"{hf}.{i}.{ffn}", f"{ours}.{i}.hook_ffn_out"),
+        ]
+    return rows
+
+
 def probes(config, arch: str) -> list[Probe]:
     """The rows for one architecture: embeddings, each block's attention and FFN output, final norm, output."""
     n = config.n_layers
     if arch == "GPTNeoXForCausalLM":
         rows = [Probe("embeddings", "gpt_neox.embed_in", "embeddings")]
-        for i in range(n):
-            rows += [
-                Probe(f"block {i} attention", f"gpt_neox.layers.{i}.attention", f"stack.blocks.{i}.hook_attn_out"),
-                Probe(f"block {i} ffn", f"gpt_neox.layers.{i}.mlp", f"stack.blocks.{i}.hook_ffn_out"),
-            ]
+        rows += _blocks(n, "gpt_neox.layers", "attention", "mlp", "stack.blocks")
         return rows + [
             Probe("final norm", "gpt_neox.final_layer_norm", "stack.final_norm"),
             Probe("logits", None, None),
@@ -57,15 +65,7 @@ def probes(config, arch: str) -> list[Probe]:
         gpt = arch == "GPT2LMHeadModel"
         h = "transformer.h" if gpt else "model.layers"
         rows = [Probe("embeddings", "transformer.drop" if gpt else "model.embed_tokens", "embeddings")]
-        for i in range(n):
-            rows += [
-                Probe(
-                    f"block {i} attention",
-                    f"{h}.{i}.{'attn' if gpt else 'self_attn'}",
-                    f"stack.blocks.{i}.hook_attn_out",
-                ),
-                Probe(f"block {i} ffn", f"{h}.{i}.mlp", f"stack.blocks.{i}.hook_ffn_out"),
-            ]
+        rows += _blocks(n, h, "attn" if gpt else "self_attn", "mlp", "stack.blocks")
         return rows + [
             Probe("final norm", "transformer.ln_f" if gpt else "model.norm", "stack.final_norm"),
             Probe("logits", None, None),
@@ -73,33 +73,20 @@ def probes(config, arch: str) -> list[Probe]:
     if arch in ("BertModel", "BertForSequenceClassification"):
         b, e = ("bert.", "encoder.") if arch == "BertForSequenceClassification" else ("", "")
         rows = [Probe("embeddings (after LayerNorm)", f"{b}embeddings", f"{e}embeddings")]
-        for i in range(n):
-            rows += [
-                Probe(
-                    f"block {i} attention",
-                    f"{b}encoder.layer.{i}.attention.output.dense",
-                    f"{e}stack.blocks.{i}.hook_attn_out",
-                ),
-                Probe(f"block {i} ffn", f"{b}encoder.layer.{i}.output.dense", f"{e}stack.blocks.{i}.hook_ffn_out"),
-            ]
+        rows += _blocks(n, f"{b}encoder.layer", "attention.output.dense", "output.dense", f"{e}stack.blocks")
         rows.append(Probe("last_hidden_state (last Post-LN)", f"{b}encoder", f"{e}stack.hook_out"))
         return rows + ([Probe("logits", None, None)] if b else [])
     if arch == "T5ForConditionalGeneration":
         # a T5 stack's first dropout call is on its input embeddings (identity in eval)
         rows = [Probe("encoder embeddings", "encoder.dropout", "encoder.embeddings")]
-        for i in range(n):
-            rows += [
-                Probe(
-                    f"encoder block {i} attention",
-                    f"encoder.block.{i}.layer.0.SelfAttention",
-                    f"encoder.stack.blocks.{i}.hook_attn_out",
-                ),
-                Probe(
-                    f"encoder block {i} ffn",
-                    f"encoder.block.{i}.layer.1.DenseReluDense",
-                    f"encoder.stack.blocks.{i}.hook_ffn_out",
-                ),
-            ]
+        rows += _blocks(
+            n,
+            "encoder.block",
+            "layer.0.SelfAttention",
+            "layer.1.DenseReluDense",
+            "encoder.stack.blocks",
+            "encoder block",
+        )
         rows += [
             Probe("encoder final norm", "encoder.final_layer_norm", "encoder.stack.final_norm"),
             Probe("decoder embeddings", "decoder.dropout", "decoder.embeddings"),

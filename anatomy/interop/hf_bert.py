@@ -8,7 +8,19 @@ embeddings; ``BertForSequenceClassification`` adds the pooler and a classifier u
 from __future__ import annotations
 
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import _ACT_TO_HF, Entry, _activation, _e, _get, _linear, _norm, _pad, _refuse, hf_sizes
+from anatomy.interop.hf_common import (
+    _ACT_TO_HF,
+    Entry,
+    _activation,
+    _e,
+    _get,
+    _linear,
+    _norm,
+    _pad,
+    _refuse,
+    hf_sizes,
+    read_sizes,
+)
 
 CLASSIFIER = "BertForSequenceClassification"
 
@@ -23,11 +35,7 @@ def bert_config(c: dict, arch: str) -> ModelConfig:
     return ModelConfig(
         architecture="classifier" if arch == CLASSIFIER else "encoder",
         vocab_size=vocab,
-        d_model=_get(c, "hidden_size"),
-        n_heads=_get(c, "num_attention_heads"),
-        n_layers=_get(c, "num_hidden_layers"),
-        d_ff=_get(c, "intermediate_size"),
-        max_seq_len=c.get("max_position_embeddings", 512),
+        **read_sizes(c, 512),
         positional="learned",
         norm="layernorm",
         norm_position="post",

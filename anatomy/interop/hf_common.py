@@ -80,6 +80,18 @@ def ffn_width(cfg: ModelConfig) -> int:
     return cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation)
 
 
+def read_sizes(c: dict, max_len: int) -> dict[str, Any]:
+    """The ``ModelConfig`` sizes from the names most families' ``config.json`` share (:func:`hf_sizes` read back);
+    ``max_len``: the family's default ``max_position_embeddings``."""
+    return dict(
+        d_model=_get(c, "hidden_size"),
+        n_heads=_get(c, "num_attention_heads"),
+        n_layers=_get(c, "num_hidden_layers"),
+        d_ff=_get(c, "intermediate_size"),
+        max_seq_len=c.get("max_position_embeddings", max_len),
+    )
+
+
 def hf_sizes(cfg: ModelConfig) -> dict[str, int]:
     """The sizes under the names most families' ``config.json`` share (BERT, GPT-NeoX, Llama, Gemma...)."""
     return dict(

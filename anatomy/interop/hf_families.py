@@ -68,14 +68,32 @@ def _needs(**fields: tuple | None) -> dict[str, tuple]:
     return {k: v for k, v in {**_PLAIN, **fields}.items() if v is not None}
 
 
-def _llama_like(name: str, arch: str, config_class: str, **fields: tuple | None) -> Family:
+_LLAMA_FUNCTIONS = (llama_config, llama_table, llama_write)
+# Gemma and Gemma 2 on top of Llama: the tanh-GELU gate, embeddings times sqrt(D), RMSNorm gains around 1, no bias
+_GEMMA = dict(activation=("geglu_tanh",), scale_embeddings=(True,), norm_weight_offset=(1.0,), bias=(False,))
+
+
+def _llama_like(
+    name: str,
+    arch: str,
+    config_class: str,
+    functions: tuple[
+        Callable[[dict, str], ModelConfig],
+        Callable[[ModelConfig, str], list[Entry]],
+        Callable[[ModelConfig, str], dict],
+    ] = _LLAMA_FUNCTIONS,
+    **fields: tuple | None,
+) -> Family:
+    """A family of one architecture with Llama's layout (``model.`` prefix, rotary buffers) and Llama's needs
+    (any RoPE scaling) but for ``fields``; ``functions``: its config reader, key table and config writer."""
+    read, table, write = functions
     return Family(
         name,
         (arch,),
         config_class,
-        llama_config,
-        llama_table,
-        llama_write,
+        read,
+        table,
+        write,
         {arch: "model."},
         _ROTARY,
         _needs(**{**_LLAMA, **_ROPE_SCALED, **fields}),
@@ -150,50 +168,25 @@ FAMILIES = {
         rope_scaling=(None,),
         rope_fraction=None,
     ),
-    "gemma": Family(
+    "gemma": _llama_like(
         "gemma",
-        ("GemmaForCausalLM",),
+        "GemmaForCausalLM",
         "GemmaConfig",
-        gemma_config,
-        gemma_table,
-        gemma_write,
-        {"GemmaForCausalLM": "model."},
-        _ROTARY,
-        _needs(
-            **{
-                **_LLAMA,
-                **_ROPE_SCALED,
-                "activation": ("geglu_tanh",),
-                "scale_embeddings": (True,),
-                "norm_weight_offset": (1.0,),
-                "bias": (False,),
-                "sliding_window": (None,),
-            }
-        ),
+        (gemma_config, gemma_table, gemma_write),
+        **_GEMMA,
+        sliding_window=(None,),
     ),
-    "gemma2": Family(  # Gemma + sandwich norms, soft-capping, query_pre_attn_scalar, windows on alternate layers
+    # Gemma + sandwich norms, soft-capping, query_pre_attn_scalar, windows on alternate layers
+    "gemma2": _llama_like(
         "gemma2",
-        ("Gemma2ForCausalLM",),
+        "Gemma2ForCausalLM",
         "Gemma2Config",
-        gemma_config,
-        gemma_table,
-        gemma_write,
-        {"Gemma2ForCausalLM": "model."},
-        _ROTARY,
-        _needs(
-            **{
-                **_LLAMA,
-                **_ROPE_SCALED,
-                "activation": ("geglu_tanh",),
-                "scale_embeddings": (True,),
-                "norm_weight_offset": (1.0,),
-                "bias": (False,),
-                "norm_position": ("sandwich",),
-                "attn_scale": None,
-                "attn_softcap": None,
-                "final_logit_softcap": None,
-            }
-        ),
+        (gemma_config, gemma_table, gemma_write),
+        **_GEMMA,
+        norm_position=("sandwich",),
+        attn_scale=None,
+        attn_softcap=None,
+        final_logit_softcap=None,
     ),
     "gpt_neox": Family(  # Pre-LN with biases, partial rotary, parallel residual, per-head fused qkv, untied embed_out
         "gpt_neox",

@@ -64,11 +64,8 @@ def gemma_config(c: dict, arch: str) -> ModelConfig:
             window_pattern=pattern,
         )
     return ModelConfig(
-        **llama_shape(c, d, h, vocab),
-        n_layers=n,
+        **llama_shape(c, vocab, 8192),
         head_dim=None if head_dim * h == d else head_dim,
-        d_ff=_get(c, "intermediate_size"),
-        max_seq_len=c.get("max_position_embeddings", 8192),
         positional="rope",
         rope_layout="half",
         norm="rmsnorm",

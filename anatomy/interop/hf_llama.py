@@ -19,6 +19,7 @@ from anatomy.interop.hf_common import (
     decoder_table,
     hf_sizes,
     read_rope,
+    read_sizes,
     write_rope,
 )
 
@@ -44,11 +45,8 @@ def llama_config(c: dict, arch: str) -> ModelConfig:
     window, pattern = _windows(c, arch)
     dropout = float(c.get("resid_pdrop", 0.0)) if arch == PHI3 else 0.0
     return ModelConfig(
-        **llama_shape(c, d, h, vocab),
-        n_layers=_get(c, "num_hidden_layers"),
+        **llama_shape(c, vocab, 2048),
         head_dim=None if c.get("head_dim") in (None, d // h) else c["head_dim"],  # decoupled heads (Qwen3, Gemma)
-        d_ff=_get(c, "intermediate_size"),
-        max_seq_len=c.get("max_position_embeddings", 2048),
         positional="rope",
         rope_layout="half",
         norm="rmsnorm",
@@ -130,11 +128,15 @@ def llama_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     )
 
 
-def llama_shape(c: dict[str, Any], d: int, h: int, vocab: int) -> dict[str, Any]:
+def llama_shape(c: dict[str, Any], vocab: int, max_len: int) -> dict[str, Any]:
     """The fields every Llama-shaped reader (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma) sets alike: a decoder LM
-    of width ``d`` with ``h`` query heads, a vocabulary of ``vocab`` and the config's key/value heads."""
+    with a vocabulary of ``vocab``, the config's sizes (``max_len``: the family's default length) and its key/value
+    heads."""
     return dict(
-        architecture="decoder_lm", vocab_size=vocab, d_model=d, n_heads=h, n_kv_heads=c.get("num_key_value_heads") or h
+        architecture="decoder_lm",
+        vocab_size=vocab,
+        **read_sizes(c, max_len),
+        n_kv_heads=c.get("num_key_value_heads") or _get(c, "num_attention_heads"),
     )
 
 

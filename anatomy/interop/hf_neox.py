@@ -25,6 +25,7 @@ from anatomy.interop.hf_common import (
     decoder_table,
     hf_sizes,
     read_rope,
+    read_sizes,
     write_rope,
 )
 
@@ -38,11 +39,7 @@ def neox_config(c: dict, arch: str) -> ModelConfig:
     return ModelConfig(
         architecture="decoder_lm",
         vocab_size=vocab,
-        d_model=_get(c, "hidden_size"),
-        n_heads=_get(c, "num_attention_heads"),
-        n_layers=_get(c, "num_hidden_layers"),
-        d_ff=_get(c, "intermediate_size"),
-        max_seq_len=c.get("max_position_embeddings", 2048),
+        **read_sizes(c, 2048),
         positional="rope",
         rope_layout="half",
         norm="layernorm",
