@@ -72,196 +72,31 @@ matches (compare real tokens only when the torch side came with nested tensors o
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
-import torch.nn.functional as F
 from torch import nn
 
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import DecoderBlock, EncoderBlock
-from anatomy.components.ffn import FeedForward
 from anatomy.components.norms import LayerNorm
-from anatomy.interop.torch_nn_attention import (
-    check_ours_mha,
-    check_torch_mha,
-    copy_into,
-    expect,
-    like,
-    mha_from_torch,
-    mha_into_ours,
-    mha_into_torch,
-    mha_to_torch,
-    one_bias,
+from anatomy.interop.torch_nn_attention import expect, like, mha_from_torch, mha_to_torch
+from anatomy.interop.torch_nn_layers import (
+    DECODER_LAYER_KEYS,
+    ENCODER_LAYER_KEYS,
+    activation_name,
+    check_ours_norm,
+    check_torch_norm,
+    decoder_block_to_torch,
+    decoder_layer_from_torch,
+    encoder_block_to_torch,
+    encoder_layer_from_torch,
+    transfer,
 )
 from anatomy.models.decoder import DecoderStack
 from anatomy.models.encoder import EncoderStack
 from anatomy.models.seq2seq import EncoderDecoderStack
 
 __all__ = ["DECODER_LAYER_KEYS", "ENCODER_LAYER_KEYS", "from_torch", "to_torch"]
-
-ENCODER_LAYER_KEYS = (
-    ("self_attn", "attn"),
-    ("linear1", "ffn.up_proj"),
-    ("linear2", "ffn.down_proj"),
-    ("norm1", "attn_add_norm.norm"),
-    ("norm2", "ffn_add_norm.norm"),
-    ("dropout1", "attn_add_norm.dropout"),
-    ("dropout", "ffn.dropout"),
-    ("dropout2", "ffn_add_norm.dropout"),
-)
-DECODER_LAYER_KEYS = (
-    ("self_attn", "attn"),
-    ("multihead_attn", "cross_attn"),
-    ("linear1", "ffn.up_proj"),
-    ("linear2", "ffn.down_proj"),
-    ("norm1", "attn_add_norm.norm"),
-    ("norm2", "cross_add_norm.norm"),
-    ("norm3", "ffn_add_norm.norm"),
-    ("dropout1", "attn_add_norm.dropout"),
-    ("dropout2", "cross_add_norm.dropout"),
-    ("dropout", "ffn.dropout"),
-    ("dropout3", "ffn_add_norm.dropout"),
-)
-_ACTIVATIONS = ("relu", "gelu")
-
-
-def _activation_name(act: object) -> str:
-    """torch layer's ``activation`` (function or module) → our activation name."""
-    if act is F.relu or isinstance(act, nn.ReLU):
-        return "relu"
-    if act is F.gelu or (isinstance(act, nn.GELU) and act.approximate == "none"):
-        return "gelu"
-    raise ValueError(
-        f"unsupported activation {act!r}: only relu and gelu convert "
-        "(F.relu, F.gelu, nn.ReLU(), nn.GELU(), or the strings 'relu' / 'gelu')"
-    )
-
-
-# ---------------------------------------------------------------------------------------------- layers
-
-
-def _transfer(layer: nn.Module, block: nn.Module, keys: tuple, *, to_ours: bool) -> None:
-    """Copy every ``(torch name, our name)`` pair of ``keys`` from one side to the other."""
-    for torch_name, our_name in keys:
-        t: Any = layer.get_submodule(torch_name)
-        o: Any = block.get_submodule(our_name)
-        src, dst = (t, o) if to_ours else (o, t)
-        where = f"{torch_name} / {our_name}"
-        if isinstance(t, nn.MultiheadAttention) and to_ours:
-            mha_into_ours(o, t)
-        elif isinstance(t, nn.MultiheadAttention):
-            mha_into_torch(t, o)
-        elif isinstance(t, nn.Dropout):
-            dst.p = src.p
-        else:  # nn.Linear or a LayerNorm: weight, bias (and eps) on both sides
-            if getattr(t, "weight", True) is not None:  # nn.LayerNorm(elementwise_affine=False): ours stays 1
-                copy_into(dst.weight, src.weight, f"{where}.weight")
-            copy_into(dst.bias, src.bias, f"{where}.bias")
-            if hasattr(src, "eps"):
-                dst.eps = src.eps
-
-
-def _check_torch_norm(norm: object, d_model: int, where: str) -> nn.LayerNorm:
-    if not isinstance(norm, nn.LayerNorm):
-        raise ValueError(f"{where}: {type(norm).__name__} is not an nn.LayerNorm and cannot convert")
-    if tuple(norm.normalized_shape) != (d_model,):
-        raise ValueError(f"{where}: LayerNorm over {tuple(norm.normalized_shape)}, expected ({d_model},)")
-    return norm
-
-
-def _block_kwargs_from_torch(layer: Any, attns: list, norms: list) -> dict:
-    """``EncoderBlock.build`` / ``DecoderBlock.build`` arguments for a torch layer (after checking it)."""
-    where = type(layer).__name__
-    d = attns[0].embed_dim
-    biases = [check_torch_mha(m, where) for m in attns]
-    biases += [_check_torch_norm(n, d, where).bias is not None for n in norms]
-    biases += [layer.linear1.bias is not None, layer.linear2.bias is not None]
-    return dict(
-        d_model=d,
-        n_heads=attns[0].num_heads,
-        d_ff=layer.linear1.out_features,
-        activation=_activation_name(layer.activation),
-        norm="layernorm",
-        norm_eps=norms[0].eps,
-        placement="pre" if layer.norm_first else "post",
-        bias=one_bias(where, biases),
-        dropout=layer.dropout1.p,
-        attention_dropout=attns[0].dropout,
-        kernel="auto",
-    )
-
-
-def _encoder_layer_from_torch(layer: nn.TransformerEncoderLayer) -> EncoderBlock:
-    expect(layer, nn.TransformerEncoderLayer, "encoder layer")
-    kw = _block_kwargs_from_torch(layer, [layer.self_attn], [layer.norm1, layer.norm2])
-    block = cast(EncoderBlock, EncoderBlock.build(**kw)).to(**like(layer))  # build makes an instance of cls
-    _transfer(layer, block, ENCODER_LAYER_KEYS, to_ours=True)
-    return block
-
-
-def _decoder_layer_from_torch(layer: nn.TransformerDecoderLayer) -> DecoderBlock:
-    expect(layer, nn.TransformerDecoderLayer, "decoder layer")
-    kw = _block_kwargs_from_torch(
-        layer, [layer.self_attn, layer.multihead_attn], [layer.norm1, layer.norm2, layer.norm3]
-    )
-    block = cast(DecoderBlock, DecoderBlock.build(**kw)).to(**like(layer))  # build makes an instance of cls
-    _transfer(layer, block, DECODER_LAYER_KEYS, to_ours=True)
-    return block
-
-
-def _check_ours_norm(norm: object, where: str) -> nn.Module:
-    if not isinstance(norm, (LayerNorm, nn.LayerNorm)):
-        raise ValueError(
-            f"{where}: {type(norm).__name__} has no torch.nn Transformer equivalent (torch.nn's layers use LayerNorm)"
-        )
-    return norm
-
-
-def _layer_kwargs_to_torch(block: nn.Module, attns: list, add_norms: list[Any]) -> dict:
-    """``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` arguments for our block (checked)."""
-    where = type(block).__name__
-    placements = sorted({a.placement for a in add_norms})
-    if placements not in (["post"], ["pre"]):
-        raise ValueError(
-            f"{where}: norm placement {', '.join(placements)} has no torch.nn equivalent "
-            "(only 'post', norm_first=False, and 'pre', norm_first=True)"
-        )
-    ffn = block.ffn
-    activation = getattr(ffn, "activation", type(ffn).__name__)
-    if not isinstance(ffn, FeedForward) or activation not in _ACTIVATIONS:
-        raise ValueError(
-            f"{where}: activation {activation!r} has no torch.nn equivalent (only relu and "
-            "gelu; gated FFNs such as swiglu have a third matrix)"
-        )
-    norms = [_check_ours_norm(a.norm, where) for a in add_norms]
-    biases = [check_ours_mha(a, where) for a in attns] + [n.bias is not None for n in norms]
-    biases += [ffn.up_proj.bias is not None, ffn.down_proj.bias is not None]
-    return dict(
-        d_model=attns[0].d_model,
-        nhead=attns[0].n_heads,
-        dim_feedforward=ffn.d_ff,
-        dropout=add_norms[0].dropout.p,
-        activation=activation,
-        layer_norm_eps=norms[0].eps,
-        norm_first=placements == ["pre"],
-        bias=one_bias(where, biases),
-    )
-
-
-def _encoder_block_to_torch(block: EncoderBlock) -> nn.TransformerEncoderLayer:
-    kw = _layer_kwargs_to_torch(block, [block.attn], [block.attn_add_norm, block.ffn_add_norm])
-    layer = nn.TransformerEncoderLayer(**kw, batch_first=True, **like(block))
-    _transfer(layer, block, ENCODER_LAYER_KEYS, to_ours=False)
-    return layer
-
-
-def _decoder_block_to_torch(block: DecoderBlock) -> nn.TransformerDecoderLayer:
-    kw = _layer_kwargs_to_torch(
-        block, [block.attn, block.cross_attn], [block.attn_add_norm, block.cross_add_norm, block.ffn_add_norm]
-    )
-    layer = nn.TransformerDecoderLayer(**kw, batch_first=True, **like(block))
-    _transfer(layer, block, DECODER_LAYER_KEYS, to_ours=False)
-    return layer
 
 
 # ---------------------------------------------------------------------------------------------- stacks
@@ -270,18 +105,18 @@ def _decoder_block_to_torch(block: DecoderBlock) -> nn.TransformerDecoderLayer:
 def _norm_from_torch(norm: Any, d_model: int, where: str) -> LayerNorm | None:
     if norm is None:
         return None
-    _check_torch_norm(norm, d_model, where)
+    check_torch_norm(norm, d_model, where)
     ours = LayerNorm(d_model, eps=norm.eps, bias=norm.bias is not None).to(**like(norm))
-    _transfer(norm, ours, (("", ""),), to_ours=True)
+    transfer(norm, ours, (("", ""),), to_ours=True)
     return ours
 
 
 def _norm_to_torch(norm: Any, where: str) -> nn.LayerNorm | None:
     if norm is None:
         return None
-    _check_ours_norm(norm, where)
+    check_ours_norm(norm, where)
     out = nn.LayerNorm(norm.weight.shape[0], eps=norm.eps, bias=norm.bias is not None, **like(norm))
-    _transfer(out, norm, (("", ""),), to_ours=False)
+    transfer(out, norm, (("", ""),), to_ours=False)
     return out
 
 
@@ -295,11 +130,11 @@ def _stack_from_torch(stack: Any, torch_cls: type, layer_fn: Any, cls: type) -> 
 
 
 def _encoder_from_torch(stack: nn.TransformerEncoder) -> EncoderStack:
-    return _stack_from_torch(stack, nn.TransformerEncoder, _encoder_layer_from_torch, EncoderStack)
+    return _stack_from_torch(stack, nn.TransformerEncoder, encoder_layer_from_torch, EncoderStack)
 
 
 def _decoder_from_torch(stack: nn.TransformerDecoder) -> DecoderStack:
-    return _stack_from_torch(stack, nn.TransformerDecoder, _decoder_layer_from_torch, DecoderStack)
+    return _stack_from_torch(stack, nn.TransformerDecoder, decoder_layer_from_torch, DecoderStack)
 
 
 def _seq2seq_from_torch(t: nn.Transformer) -> EncoderDecoderStack:
@@ -330,7 +165,7 @@ def _layer_config(layer: Any) -> dict:
         "d_model": attn.embed_dim,
         "nhead": attn.num_heads,
         "dim_feedforward": ffn.out_features,
-        "activation": _activation_name(layer.activation),
+        "activation": activation_name(layer.activation),
         "norm_first": layer.norm_first,
         "bias": ffn.bias is not None,
         "layer_norm_eps": layer.norm1.eps,
@@ -350,7 +185,7 @@ def _check_same_config(layers: list[nn.Module], where: str) -> None:
 
 
 def _encoder_stack_to_torch(stack: EncoderStack) -> nn.TransformerEncoder:
-    layers = _stack_layers_to_torch(stack, _encoder_block_to_torch, EncoderBlock)
+    layers = _stack_layers_to_torch(stack, encoder_block_to_torch, EncoderBlock)
     norm = _norm_to_torch(stack.final_norm, "EncoderStack.final_norm")
     # no nested tensors: they would write zeros at padded positions, where ours computes them like any other
     enc = nn.TransformerEncoder(layers[0], num_layers=len(layers), norm=norm, enable_nested_tensor=False)
@@ -359,7 +194,7 @@ def _encoder_stack_to_torch(stack: EncoderStack) -> nn.TransformerEncoder:
 
 
 def _decoder_stack_to_torch(stack: DecoderStack) -> nn.TransformerDecoder:
-    layers = _stack_layers_to_torch(stack, _decoder_block_to_torch, DecoderBlock)
+    layers = _stack_layers_to_torch(stack, decoder_block_to_torch, DecoderBlock)
     norm = _norm_to_torch(stack.final_norm, "DecoderStack.final_norm")
     dec = nn.TransformerDecoder(layers[0], num_layers=len(layers), norm=norm)
     dec.layers = nn.ModuleList(layers)
@@ -384,16 +219,16 @@ def _seq2seq_to_torch(s: EncoderDecoderStack) -> nn.Transformer:
 
 _FROM_TORCH = {
     nn.MultiheadAttention: mha_from_torch,
-    nn.TransformerEncoderLayer: _encoder_layer_from_torch,
-    nn.TransformerDecoderLayer: _decoder_layer_from_torch,
+    nn.TransformerEncoderLayer: encoder_layer_from_torch,
+    nn.TransformerDecoderLayer: decoder_layer_from_torch,
     nn.TransformerEncoder: _encoder_from_torch,
     nn.TransformerDecoder: _decoder_from_torch,
     nn.Transformer: _seq2seq_from_torch,
 }
 _TO_TORCH = {
     MultiHeadAttention: mha_to_torch,
-    EncoderBlock: _encoder_block_to_torch,
-    DecoderBlock: _decoder_block_to_torch,
+    EncoderBlock: encoder_block_to_torch,
+    DecoderBlock: decoder_block_to_torch,
     EncoderStack: _encoder_stack_to_torch,
     DecoderStack: _decoder_stack_to_torch,
     EncoderDecoderStack: _seq2seq_to_torch,
