@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from anatomy.data.tokenizers import load_tokenizer
+    from anatomy.errors import CheckpointError
     from anatomy.interop import hf, limits, tokenizer_io
     from anatomy.interop.error_budget import error_budget, render
     from anatomy.interop.safetensors_io import (
@@ -155,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             theirs.save_pretrained(str(out))
             print(f"converted anatomy {type(ours).__name__} {source} -> {arch} {out}")
             _say_tokenizer(loaded, source, out, lambda: tokenizer_io.write_hf_tokenizer(loaded, out))
-    except hf.CheckpointError as err:
+    except CheckpointError as err:
         print(f"anatomy convert: error: {err}", file=sys.stderr)
         return 1
     except BaseException:  # a full disk, Ctrl-C: no half-written folder of ours is left behind

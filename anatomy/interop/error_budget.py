@@ -10,10 +10,14 @@ in bfloat16 the numbers show how much rounding the two implementations' differen
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 from torch import nn
+
+from anatomy.config import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -42,7 +46,7 @@ def _blocks(n: int, hf: str, attn: str, ffn: str, ours: str, label: str = "block
     return rows
 
 
-def probes(config, arch: str) -> list[Probe]:
+def probes(config: ModelConfig, arch: str) -> list[Probe]:
     """The rows for one architecture: embeddings, each block's attention and FFN output, final norm, output."""
     n = config.n_layers
     if arch == "GPTNeoXForCausalLM":
@@ -116,18 +120,21 @@ def probes(config, arch: str) -> list[Probe]:
     raise ValueError(f"no error-budget probes for architecture {arch!r}")
 
 
-def _first_tensor(output) -> torch.Tensor:
+def _first_tensor(output: Any) -> torch.Tensor:
     if isinstance(output, torch.Tensor):
         return output
-    return output[0]  # tuples and transformers' ModelOutput: the hidden states come first
+    first: torch.Tensor = output[0]  # tuples and transformers' ModelOutput: the hidden states come first
+    return first
 
 
-def _run(model: nn.Module, paths: list[tuple[str, int]], call) -> tuple[dict[tuple[str, int], torch.Tensor], object]:
+def _run(
+    model: nn.Module, paths: list[tuple[str, int]], call: Callable[[nn.Module], Any]
+) -> tuple[dict[tuple[str, int], torch.Tensor], Any]:
     seen: dict[str, list[torch.Tensor]] = {}
     handles = []
     for path in {p for p, _ in paths}:
 
-        def hook(_m, _args, out, path=path):
+        def hook(_m: nn.Module, _args: Any, out: Any, path: str = path) -> None:
             seen.setdefault(path, []).append(_first_tensor(out).detach().float())
 
         handles.append(model.get_submodule(path).register_forward_hook(hook))
@@ -140,7 +147,7 @@ def _run(model: nn.Module, paths: list[tuple[str, int]], call) -> tuple[dict[tup
     return {(p, c): seen[p][c] for p, c in paths}, out
 
 
-def example_inputs(config, *, batch: int = 2, seq: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
+def example_inputs(config: ModelConfig, *, batch: int = 2, seq: int = 16, seed: int = 0) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     t = min(seq, config.max_seq_len)
     ids = torch.randint(0, config.vocab_size, (batch, t), generator=g)
@@ -149,8 +156,9 @@ def example_inputs(config, *, batch: int = 2, seq: int = 16, seed: int = 0) -> d
     return {"input_ids": ids}
 
 
-def _output(out) -> torch.Tensor:
-    return (out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state).detach().float()
+def _output(out: Any) -> torch.Tensor:
+    value: torch.Tensor = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+    return value.detach().float()
 
 
 def error_budget(
@@ -165,8 +173,9 @@ def error_budget(
 ) -> list[Row]:
     """One ``Row`` per probe, with ``(max, mean) |diff|`` per dtype. The models are copied, never changed."""
     arch = arch or type(hf_model).__name__
-    table = probes(ours.config, arch)
-    inputs = example_inputs(ours.config, batch=batch, seq=seq, seed=seed)
+    config = cast(ModelConfig, ours.config)  # our models carry the ModelConfig they were built from
+    table = probes(config, arch)
+    inputs = example_inputs(config, batch=batch, seq=seq, seed=seed)
     rows = [Row(p.name) for p in table]
     for dtype in dtypes:
         a_model = copy.deepcopy(ours).eval().to(dtype)

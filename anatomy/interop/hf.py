@@ -73,14 +73,15 @@ def family_for_arch(arch: str) -> Family:
     return ARCH_FAMILY[arch]
 
 
-def arch_of(hf_config: dict) -> str:
+def arch_of(hf_config: dict[str, Any]) -> str:
     archs = hf_config.get("architectures") or []
     if not archs:
         raise CheckpointError(
             f'Hugging Face config names no "architectures" (model_type '
             f"{hf_config.get('model_type')!r}); supported: {', '.join(SUPPORTED)}"
         )
-    return archs[0]
+    arch: str = archs[0]
+    return arch
 
 
 def config_from_hf(hf_config: Any, arch: str | None = None, *, generation: Any = None) -> ModelConfig:
@@ -179,12 +180,12 @@ def load_hf_state(model: nn.Module, tensors: dict[str, torch.Tensor], arch: str,
 
 
 def model_from_checkpoint(
-    hf_config: dict,
+    hf_config: dict[str, Any],
     tensors: dict[str, torch.Tensor],
     *,
     source: str = "",
     rope_layout: str = "half",
-    generation: dict | None = None,
+    generation: dict[str, Any] | None = None,
 ) -> nn.Module:
     """Our model from an HF ``config.json`` dict, its tensors and its ``generation_config.json`` dict when there is
     one (no ``transformers`` needed)."""
@@ -207,7 +208,7 @@ def model_from_checkpoint(
     return model
 
 
-def set_generation_defaults(model: nn.Module, generation: dict | None) -> None:
+def set_generation_defaults(model: nn.Module, generation: dict[str, Any] | None) -> None:
     """``model.generation_config`` as HF's ``from_pretrained`` sets it: the options ``generation_config.json`` sets
     (``do_sample``, ``temperature``, ``top_k``, ``top_p``, ``max_new_tokens``...) over the model's special tokens,
     so ``generate`` samples where HF's samples; explicit arguments still win (anatomy.generation.options)."""
@@ -283,7 +284,7 @@ def family_of(config: ModelConfig) -> tuple[Family, str]:
     )
 
 
-def hf_state_dict(model: nn.Module) -> tuple[str, dict, dict[str, torch.Tensor]]:
+def hf_state_dict(model: nn.Module) -> tuple[str, dict[str, Any], dict[str, torch.Tensor]]:
     """``(architecture, HF config kwargs, HF state dict)`` for one of our models (no ``transformers`` needed)."""
     config = getattr(model, "config", None)
     if not isinstance(config, ModelConfig):
@@ -356,4 +357,5 @@ def to_hf(model: nn.Module) -> nn.Module:
     options = generation_options(getattr(model, "generation_config", None))
     if options and getattr(hf_model, "generation_config", None) is not None:  # travels back: HF's generate reads it
         hf_model.generation_config.update(**options)
-    return hf_model.train(model.training)
+    out: nn.Module = hf_model.train(model.training)
+    return out

@@ -7,6 +7,8 @@ embeddings; ``BertForSequenceClassification`` adds the pooler and a classifier u
 
 from __future__ import annotations
 
+from typing import Any
+
 from anatomy.config import ModelConfig
 from anatomy.interop.hf_common import (
     _ACT_TO_HF,
@@ -25,7 +27,7 @@ from anatomy.interop.hf_common import (
 CLASSIFIER = "BertForSequenceClassification"
 
 
-def bert_config(c: dict, arch: str) -> ModelConfig:
+def bert_config(c: dict[str, Any], arch: str) -> ModelConfig:
     if c.get("position_embedding_type", "absolute") != "absolute":
         raise _refuse(arch, f"position_embedding_type={c['position_embedding_type']!r}")
     if c.get("is_decoder") or c.get("add_cross_attention"):
@@ -78,7 +80,7 @@ def bert_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     return rows + _linear("pooler.dense", "-", True, "drop")  # a headless checkpoint's pooler, read past
 
 
-def bert_write(cfg: ModelConfig, arch: str) -> dict:
+def bert_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
     out = dict(
         **hf_sizes(cfg),
         hidden_act=_ACT_TO_HF[cfg.activation],

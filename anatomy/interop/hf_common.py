@@ -80,7 +80,7 @@ def ffn_width(cfg: ModelConfig) -> int:
     return cfg.d_ff or default_d_ff(cfg.d_model, cfg.activation)
 
 
-def read_sizes(c: dict, max_len: int) -> dict[str, Any]:
+def read_sizes(c: dict[str, Any], max_len: int) -> dict[str, Any]:
     """The ``ModelConfig`` sizes from the names most families' ``config.json`` share (:func:`hf_sizes` read back);
     ``max_len``: the family's default ``max_position_embeddings``."""
     return dict(
@@ -103,14 +103,14 @@ def hf_sizes(cfg: ModelConfig) -> dict[str, int]:
     )
 
 
-def _get(c: dict, key: str, default: Any = _REQUIRED) -> Any:
+def _get(c: dict[str, Any], key: str, default: Any = _REQUIRED) -> Any:
     value = c.get(key, default)
     if value is _REQUIRED:
         raise CheckpointError(f"Hugging Face config lacks the required field {key!r}")
     return value
 
 
-def _pad(c: dict, vocab: int) -> int | None:
+def _pad(c: dict[str, Any], vocab: int) -> int | None:
     """HF's ``pad_token_id``; None when it names none (or one outside the vocabulary, which no row could hold)."""
     pad = c.get("pad_token_id")
     return pad if isinstance(pad, int) and not isinstance(pad, bool) and 0 <= pad < vocab else None
@@ -126,7 +126,7 @@ def _token_id(value: Any, key: str) -> int | None:
     return value
 
 
-def special_tokens(c: dict, generation: dict | None, vocab: int) -> dict[str, Any]:
+def special_tokens(c: dict[str, Any], generation: dict[str, Any] | None, vocab: int) -> dict[str, Any]:
     """``bos_token_id``, ``eos_token_id`` (an int or a tuple) and ``pad_token_id`` as HF's ``generate`` sees them:
     ``generation_config.json`` (``generation``) where it names a token, else ``config.json`` (``c``)."""
 
@@ -149,7 +149,7 @@ def special_tokens(c: dict, generation: dict | None, vocab: int) -> dict[str, An
     )
 
 
-def label_names(c: dict, num_labels: int) -> tuple[str, ...] | None:
+def label_names(c: dict[str, Any], num_labels: int) -> tuple[str, ...] | None:
     """A classifier's class names from HF's ``id2label`` (keys "0", "1"... in config.json); None when absent or
     HF's own placeholders ``LABEL_0``..."""
     raw = c.get("id2label") or {}
@@ -240,7 +240,7 @@ _ROPE_KEYS = {
 }
 
 
-def read_rope(c: dict, arch: str, *, fraction: float = 1.0, partial: bool = False) -> dict:
+def read_rope(c: dict[str, Any], arch: str, *, fraction: float = 1.0, partial: bool = False) -> dict[str, Any]:
     """``ModelConfig`` RoPE fields from an HF config. ``fraction``: the family's default partial rotary factor;
     ``partial``: whether the family rotates part of a head at all (Llama, Qwen, Gemma rotate all of it)."""
     rope = c.get("rope_parameters") or c.get("rope_scaling") or {}
@@ -293,7 +293,7 @@ def read_rope(c: dict, arch: str, *, fraction: float = 1.0, partial: bool = Fals
     return out
 
 
-def write_rope(cfg: ModelConfig) -> dict:
+def write_rope(cfg: ModelConfig) -> dict[str, Any]:
     """``rope_parameters`` for transformers 5 (it reads ``rope_theta`` and ``partial_rotary_factor`` there too)."""
     out: dict[str, Any] = {"rope_type": cfg.rope_scaling or "default", "rope_theta": cfg.rope_base}
     if cfg.rope_fraction != 1.0:

@@ -7,6 +7,7 @@ Gemma 2) and ``hf_neox`` (GPT-NeoX); shared rows and helpers in ``hf_common``.""
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from anatomy.config import ModelConfig
 from anatomy.interop.hf_bert import bert_config, bert_table, bert_write
@@ -23,12 +24,12 @@ class Family:
     name: str
     archs: tuple[str, ...]
     config_class: str  # the transformers config class
-    read_config: Callable[[dict, str], ModelConfig]
+    read_config: Callable[[dict[str, Any], str], ModelConfig]
     table: Callable[[ModelConfig, str], list[Entry]]
-    write_config: Callable[[ModelConfig, str], dict]  # everything but vocab_size, which to_hf writes for all
+    write_config: Callable[[ModelConfig, str], dict[str, Any]]  # everything but vocab_size, which to_hf writes for all
     base_prefix: dict[str, str]  # arch → prefix that headless checkpoints (GPT2Model, ...) lack
     buffers: tuple[str, ...] = ()  # regexes of checkpoint keys that are buffers, not weights
-    requires: dict[str, tuple] = field(default_factory=dict)  # ModelConfig fields to_hf needs
+    requires: dict[str, tuple[object, ...]] = field(default_factory=dict)  # ModelConfig fields to_hf needs
     renames: tuple[tuple[str, str], ...] = ()  # (regex, replacement): older checkpoint key spellings, read only
 
 
@@ -63,7 +64,7 @@ _LLAMA = dict(
 _ROTARY = (r"rotary_emb\.inv_freq$",)
 
 
-def _needs(**fields: tuple | None) -> dict[str, tuple]:
+def _needs(**fields: tuple[object, ...] | None) -> dict[str, tuple[object, ...]]:
     """What ``to_hf`` checks: the plain later options unless named; a field named with None takes any value."""
     return {k: v for k, v in {**_PLAIN, **fields}.items() if v is not None}
 
@@ -78,11 +79,11 @@ def _llama_like(
     arch: str,
     config_class: str,
     functions: tuple[
-        Callable[[dict, str], ModelConfig],
+        Callable[[dict[str, Any], str], ModelConfig],
         Callable[[ModelConfig, str], list[Entry]],
-        Callable[[ModelConfig, str], dict],
+        Callable[[ModelConfig, str], dict[str, Any]],
     ] = _LLAMA_FUNCTIONS,
-    **fields: tuple | None,
+    **fields: tuple[object, ...] | None,
 ) -> Family:
     """A family of one architecture with Llama's layout (``model.`` prefix, rotary buffers) and Llama's needs
     (any RoPE scaling) but for ``fields``; ``functions``: its config reader, key table and config writer."""

@@ -15,6 +15,7 @@ scores scaled by ``query_pre_attn_scalar ** -0.5`` (``attn_scale``), soft-capped
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from anatomy.config import ModelConfig
 from anatomy.interop.hf_common import (
@@ -34,7 +35,7 @@ GEMMA2 = "Gemma2ForCausalLM"
 _TANH_GELU = ("gelu_pytorch_tanh", "gelu")  # "gelu" is Gemma's legacy spelling of the tanh GELU (transformers)
 
 
-def gemma_config(c: dict, arch: str) -> ModelConfig:
+def gemma_config(c: dict[str, Any], arch: str) -> ModelConfig:
     d, h, vocab, n = (
         _get(c, "hidden_size"),
         _get(c, "num_attention_heads"),
@@ -49,7 +50,7 @@ def gemma_config(c: dict, arch: str) -> ModelConfig:
     if c.get("use_bidirectional_attention"):
         raise _refuse(arch, "use_bidirectional_attention=True")
     head_dim = c.get("head_dim", 256)
-    extra: dict = dict(norm_position="pre")
+    extra: dict[str, Any] = dict(norm_position="pre")
     if arch == GEMMA2:
         window, pattern = window_layers(
             c, arch, n, ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n)]
@@ -110,7 +111,7 @@ def gemma_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     )
 
 
-def gemma_write(cfg: ModelConfig, arch: str) -> dict:
+def gemma_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
     out = dict(
         **llama_sizes(cfg),
         hidden_activation="gelu_pytorch_tanh",

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from anatomy.config import ModelConfig
 from anatomy.interop.hf_common import (
     _ACT_TO_HF,
@@ -23,7 +25,7 @@ from anatomy.interop.hf_common import (
 )
 
 
-def gpt2_config(c: dict, arch: str) -> ModelConfig:
+def gpt2_config(c: dict[str, Any], arch: str) -> ModelConfig:
     if c.get("scale_attn_by_inverse_layer_idx"):
         raise _refuse(arch, "scale_attn_by_inverse_layer_idx=True")
     if c.get("add_cross_attention"):
@@ -70,7 +72,7 @@ def gpt2_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     )
 
 
-def gpt2_write(cfg: ModelConfig, arch: str) -> dict:
+def gpt2_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
     return dict(
         n_embd=cfg.d_model,
         n_head=cfg.n_heads,

@@ -26,7 +26,7 @@ from anatomy.interop.hf_common import (
 PHI3, QWEN2, QWEN3 = "Phi3ForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
 
 
-def llama_config(c: dict, arch: str) -> ModelConfig:
+def llama_config(c: dict[str, Any], arch: str) -> ModelConfig:
     d, h, vocab = _get(c, "hidden_size"), _get(c, "num_attention_heads"), _get(c, "vocab_size")
     if c.get("hidden_act", "silu") != "silu":
         raise _refuse(arch, f"hidden_act={c['hidden_act']!r} (anatomy's Llama FFN is SwiGLU: silu)")
@@ -67,7 +67,7 @@ def llama_config(c: dict, arch: str) -> ModelConfig:
     )
 
 
-def _windows(c: dict, arch: str) -> tuple[int | None, str | None]:
+def _windows(c: dict[str, Any], arch: str) -> tuple[int | None, str | None]:
     """(sliding_window, window_pattern). Mistral and Phi-3 window every layer (or none: sliding_window null). Qwen2
     and Qwen3 window only with use_sliding_window, on the layers its layer_types call "sliding_attention" (by
     default those from max_window_layers on), the others attend fully."""
@@ -83,7 +83,7 @@ def _windows(c: dict, arch: str) -> tuple[int | None, str | None]:
     )
 
 
-def window_layers(c: dict, arch: str, n: int, default: list[str]) -> tuple[int | None, str | None]:
+def window_layers(c: dict[str, Any], arch: str, n: int, default: list[str]) -> tuple[int | None, str | None]:
     """``layer_types`` (or ``default``) → ``(sliding_window, window_pattern)``: 'L' per sliding layer, 'G' per full
     one; pattern None when every layer slides, no window when none does."""
     types = c.get("layer_types") or default
@@ -145,7 +145,7 @@ def llama_sizes(cfg: ModelConfig) -> dict[str, Any]:
     return dict(**hf_sizes(cfg), num_key_value_heads=cfg.kv_heads, head_dim=cfg.dh, rms_norm_eps=cfg.norm_eps)
 
 
-def llama_write(cfg: ModelConfig, arch: str) -> dict:
+def llama_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
     out = dict(
         **llama_sizes(cfg),
         hidden_act="silu",

@@ -11,6 +11,8 @@ untied output matrix.
 
 from __future__ import annotations
 
+from typing import Any
+
 from anatomy.config import ModelConfig
 from anatomy.interop.hf_common import (
     _ACT_TO_HF,
@@ -30,7 +32,7 @@ from anatomy.interop.hf_common import (
 )
 
 
-def neox_config(c: dict, arch: str) -> ModelConfig:
+def neox_config(c: dict[str, Any], arch: str) -> ModelConfig:
     vocab = _get(c, "vocab_size")
     if c.get("attention_bias", True) is False:
         raise _refuse(arch, "attention_bias=False (the MLP keeps its bias; anatomy's one bias flag covers both)")
@@ -76,7 +78,7 @@ def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     )
 
 
-def neox_write(cfg: ModelConfig, arch: str) -> dict:
+def neox_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
     return dict(
         **hf_sizes(cfg),
         hidden_act=_ACT_TO_HF[cfg.activation],

@@ -11,6 +11,7 @@ position bias shared by each stack's layers.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from anatomy.components.ffn import GATED
 from anatomy.config import ModelConfig
@@ -21,7 +22,7 @@ from anatomy.interop.hf_common import Entry, _e, _get, _lm_head, _pad, _refuse, 
 T5_FFN = {"relu": "relu", "gelu": "gelu", "gated-silu": "swiglu", "gated-gelu": "geglu_tanh"}
 
 
-def t5_config(c: dict, arch: str) -> ModelConfig:
+def t5_config(c: dict[str, Any], arch: str) -> ModelConfig:
     d, h, vocab = _get(c, "d_model"), _get(c, "num_heads"), _get(c, "vocab_size")
     d_kv = c.get("d_kv", 64)
     ffn = c.get("feed_forward_proj", "relu")
@@ -100,7 +101,7 @@ def t5_table(cfg: ModelConfig, arch: str) -> list[Entry]:
     return rows + _lm_head(tied)
 
 
-def t5_write(cfg: ModelConfig, arch: str) -> dict:
+def t5_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
     return dict(
         d_model=cfg.d_model,
         d_kv=cfg.dh,

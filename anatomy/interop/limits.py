@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,7 @@ def _layers(tensors: dict[str, torch.Tensor]) -> int:
     return len({(m.group(1), m.group(2)) for m in map(LAYER.match, tensors) if m is not None})
 
 
-def _raw(hf_config: dict, ours: str) -> tuple[str, Any]:
+def _raw(hf_config: dict[str, Any], ours: str) -> tuple[str, Any]:
     """(the file's field name, its value) for our field ``ours``; (ours, None) when the file has none."""
     for name in FIELDS.get(ours, ()):
         if name in hf_config:
@@ -105,12 +106,12 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def check_sizes(hf_config: dict, tensors: dict[str, torch.Tensor], *, source: str = "") -> None:
+def check_sizes(hf_config: dict[str, Any], tensors: dict[str, torch.Tensor], *, source: str = "") -> None:
     """The sizes ``config.json`` gives against the weights' own shapes, before a ``ModelConfig`` is made from them
     (its own checks would name our fields, not the file's)."""
     where = f"{source}: " if source else ""
 
-    def check(ours: str, ok, what: str) -> None:
+    def check(ours: str, ok: Callable[[int], bool], what: str) -> None:
         name, value = _raw(hf_config, ours)
         if _int(value) and not ok(value):
             raise CheckpointError(f"{where}config.json: {name} is {value}, but {what}")
@@ -138,7 +139,7 @@ def check_sizes(hf_config: dict, tensors: dict[str, torch.Tensor], *, source: st
         )
 
 
-def check_memory(hf_config: dict, config: Any, *, source: str = "", available: int | None = None) -> None:
+def check_memory(hf_config: dict[str, Any], config: Any, *, source: str = "", available: int | None = None) -> None:
     """The model built from ``config`` must fit in memory (parameters in float32, position tables)."""
     params = parameter_count(config)
     tables = 2 * config.max_seq_len * config.dh * 4  # position tables (RoPE's cos and sin, sinusoids), float32
@@ -171,7 +172,9 @@ def _ids(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def special_id_problems(hf_config: dict, generation: dict | None, vocab: int, *, source: str = "") -> list[str]:
+def special_id_problems(
+    hf_config: dict[str, Any], generation: dict[str, Any] | None, vocab: int, *, source: str = ""
+) -> list[str]:
     """Each bos / eos / decoder-start id ``config.json`` or ``generation_config.json`` names outside the weights'
     vocabulary, as one line naming file and field. Not refused: a ``GPT2Config(vocab_size=100)`` keeps HF's
     default eos 50256, tiny test models are full of them, and HF loads them; but generation will never stop at it."""
@@ -213,7 +216,9 @@ def special_map_problems(directory: str | Path, tokenizer: Any) -> list[str]:
     return out
 
 
-def check_checkpoint(hf_config: dict, tensors: dict, generation: dict | None, source: str) -> None:
+def check_checkpoint(
+    hf_config: dict[str, Any], tensors: dict[str, torch.Tensor], generation: dict[str, Any] | None, source: str
+) -> None:
     """The checks of this module on the config and weights as read, before a ``ModelConfig`` is made, cheapest
     first. The special ids are looked at by ``anatomy convert`` (:func:`check_files`): an in-memory HF model built
     from a bare ``GPT2Config(vocab_size=100)`` keeps HF's default eos 50256, which HF accepts, and so does
@@ -222,7 +227,12 @@ def check_checkpoint(hf_config: dict, tensors: dict, generation: dict | None, so
     check_finite(tensors, source=source)
 
 
-def check_files(directory: str | Path, hf_config: dict, generation: dict | None, tensors: dict) -> list[str]:
+def check_files(
+    directory: str | Path,
+    hf_config: dict[str, Any],
+    generation: dict[str, Any] | None,
+    tensors: dict[str, torch.Tensor],
+) -> list[str]:
     """``anatomy convert``'s look at the ids ``config.json`` and ``generation_config.json`` name (bos, eos,
     decoder start) against the weights' vocabulary: the lines to warn with."""
     embedding = _find(tensors, EMBEDDINGS)

@@ -87,7 +87,7 @@ def convert_state_dict(
         elif proj == "k_proj":
             out[key] = permute_heads(value, hkv, dh, source, target)
         else:  # fused rows [q (H*Dh) | k (Hkv*Dh) | v (Hkv*Dh)]: v is not rotated
-            q, k, v = value.split([h * dh, hkv * dh, hkv * dh], dim=0)
+            q, k, v = value.split([h * dh, hkv * dh, hkv * dh], dim=0)  # type: ignore[no-untyped-call]  # torch's Tensor.split is unannotated
             out[key] = torch.cat(
                 [permute_heads(q, h, dh, source, target), permute_heads(k, hkv, dh, source, target), v], dim=0
             )

@@ -28,7 +28,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -83,7 +83,7 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
     """
     tensors: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
-    seen: dict[tuple, str] = {}
+    seen: dict[tuple[object, ...], str] = {}
     storages: set[int] = set()
     for name, t in state_dict.items():
         ident = (t.device.type, t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
@@ -157,7 +157,7 @@ def _refuse_pickle(path: Path) -> CheckpointError:
     )
 
 
-def read_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
+def read_tensors(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """Every tensor of ``model.safetensors`` or of the shards listed in ``model.safetensors.index.json``."""
     d = Path(directory)
     single, index = d / WEIGHTS_NAME, d / INDEX_NAME
@@ -188,7 +188,7 @@ def read_tensors(directory: str | os.PathLike) -> dict[str, torch.Tensor]:
 # ------------------------------------------------------------------------------------------------ our format
 
 
-def save_pretrained(model: nn.Module, directory: str | os.PathLike, *, max_shard_size: int | None = None) -> Path:
+def save_pretrained(model: nn.Module, directory: str | os.PathLike[str], *, max_shard_size: int | None = None) -> Path:
     """Write ``config.json`` + ``model.safetensors`` (sharded above ``max_shard_size`` bytes) for a model built by
     ``anatomy.build_model``, and ``generation_config.json`` when ``model.generation_config`` sets options besides
     the special tokens (``do_sample``, ``temperature``...: HF's file, read back by ``load_pretrained``). Returns
@@ -231,7 +231,7 @@ def _version() -> str:
     return __version__
 
 
-def read_config(directory: str | os.PathLike) -> dict:
+def read_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
     d = Path(directory)
     if d.is_file():
         if d.suffix in PICKLE_SUFFIXES:
@@ -257,7 +257,7 @@ def read_config(directory: str | os.PathLike) -> dict:
 GENERATION_CONFIG_NAME = "generation_config.json"
 
 
-def read_generation_config(directory: str | os.PathLike) -> dict | None:
+def read_generation_config(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
     """A Hugging Face directory's ``generation_config.json`` (the special tokens its ``generate`` uses), or None."""
     path = Path(directory) / GENERATION_CONFIG_NAME
     if not path.is_file():
@@ -271,7 +271,7 @@ def read_generation_config(directory: str | os.PathLike) -> dict | None:
     return data
 
 
-def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None = None) -> nn.Module:
+def load_pretrained(directory: str | os.PathLike[str], *, dtype: torch.dtype | None = None) -> nn.Module:
     """Read one of our checkpoints (bit-exact) or a Hugging Face directory of a supported architecture.
 
     Returns our model in eval mode, in the checkpoint's dtype unless ``dtype`` is given; ``model.tokenizer`` is the
@@ -304,7 +304,7 @@ def load_pretrained(directory: str | os.PathLike, *, dtype: torch.dtype | None =
     return model.eval()
 
 
-def _load_ours(d: Path, data: dict) -> nn.Module:
+def _load_ours(d: Path, data: dict[str, Any]) -> nn.Module:
     from anatomy.models import build_model
 
     if data.get("format_version") != FORMAT_VERSION:
@@ -354,7 +354,7 @@ def _load_ours(d: Path, data: dict) -> nn.Module:
     return model
 
 
-def config_from(data: dict, path: Path) -> ModelConfig:
+def config_from(data: dict[str, Any], path: Path) -> ModelConfig:
     """The ``ModelConfig`` of our ``config.json`` (``data``), every field required: a missing field would load with
     its default and change the model silently (``activation`` moves the logits, ``d_model`` a shape), so it is named
     with the default it would take. The fields younger than the format (``OPTIONAL_FIELDS``: the tokens, the labels,

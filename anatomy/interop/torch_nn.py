@@ -72,7 +72,8 @@ matches (compare real tokens only when the torch side came with nested tensors o
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from torch import nn
 
@@ -98,6 +99,8 @@ from anatomy.models.seq2seq import EncoderDecoderStack
 
 __all__ = ["DECODER_LAYER_KEYS", "ENCODER_LAYER_KEYS", "from_torch", "to_torch"]
 
+_Stack = TypeVar("_Stack", EncoderStack, DecoderStack)
+
 
 # ---------------------------------------------------------------------------------------------- stacks
 
@@ -120,7 +123,9 @@ def _norm_to_torch(norm: Any, where: str) -> nn.LayerNorm | None:
     return out
 
 
-def _stack_from_torch(stack: Any, torch_cls: type, layer_fn: Any, cls: type) -> Any:
+def _stack_from_torch(
+    stack: Any, torch_cls: type[nn.Module], layer_fn: Callable[[Any], EncoderBlock | DecoderBlock], cls: type[_Stack]
+) -> _Stack:
     expect(stack, torch_cls, torch_cls.__name__)
     if not len(stack.layers):
         raise ValueError(f"{torch_cls.__name__} has no layers; nothing to take d_model from")
@@ -141,7 +146,7 @@ def _seq2seq_from_torch(t: nn.Transformer) -> EncoderDecoderStack:
     return EncoderDecoderStack(encoder=_encoder_from_torch(t.encoder), decoder=_decoder_from_torch(t.decoder))
 
 
-def _stack_layers_to_torch(stack: Any, block_fn: Any, block_cls: type) -> list[Any]:
+def _stack_layers_to_torch(stack: Any, block_fn: Callable[[Any], nn.Module], block_cls: type[nn.Module]) -> list[Any]:
     """Convert each block, refusing a stack whose blocks differ (torch.nn's stacks clone one layer)."""
     where = type(stack).__name__
     if stack.position_bias is not None:
@@ -158,7 +163,7 @@ def _stack_layers_to_torch(stack: Any, block_fn: Any, block_cls: type) -> list[A
     return layers
 
 
-def _layer_config(layer: Any) -> dict:
+def _layer_config(layer: Any) -> dict[str, Any]:
     """What torch.nn's layer constructor fixes; the blocks of one stack must agree on it."""
     attn, ffn = layer.self_attn, layer.linear1
     return {
@@ -217,7 +222,7 @@ def _seq2seq_to_torch(s: EncoderDecoderStack) -> nn.Transformer:
 
 # ---------------------------------------------------------------------------------------------- public
 
-_FROM_TORCH = {
+_FROM_TORCH: dict[type[nn.Module], Callable[[Any], nn.Module]] = {
     nn.MultiheadAttention: mha_from_torch,
     nn.TransformerEncoderLayer: encoder_layer_from_torch,
     nn.TransformerDecoderLayer: decoder_layer_from_torch,
@@ -225,7 +230,7 @@ _FROM_TORCH = {
     nn.TransformerDecoder: _decoder_from_torch,
     nn.Transformer: _seq2seq_from_torch,
 }
-_TO_TORCH = {
+_TO_TORCH: dict[type[nn.Module], Callable[[Any], nn.Module]] = {
     MultiHeadAttention: mha_to_torch,
     EncoderBlock: encoder_block_to_torch,
     DecoderBlock: decoder_block_to_torch,
@@ -235,7 +240,7 @@ _TO_TORCH = {
 }
 
 
-def _dispatch(module: object, table: dict, prefix: str):
+def _dispatch(module: nn.Module, table: dict[type[nn.Module], Callable[[Any], nn.Module]], prefix: str) -> nn.Module:
     for cls, fn in table.items():
         if isinstance(module, cls):
             return fn(module).train(module.training)  # same mode as the source

@@ -5,6 +5,7 @@ conversions build on."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -14,7 +15,7 @@ from anatomy.components.attention import MultiHeadAttention
 # ---------------------------------------------------------------------------------------------- small helpers
 
 
-def like(module: nn.Module) -> dict:
+def like(module: nn.Module) -> dict[str, Any]:
     """``device`` and ``dtype`` of the module's first parameter (empty when it has none)."""
     p = next(module.parameters(), None)
     return {} if p is None else {"device": p.device, "dtype": p.dtype}

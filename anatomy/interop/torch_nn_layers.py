@@ -62,7 +62,7 @@ def activation_name(act: object) -> str:
     )
 
 
-def transfer(layer: nn.Module, block: nn.Module, keys: tuple, *, to_ours: bool) -> None:
+def transfer(layer: nn.Module, block: nn.Module, keys: tuple[tuple[str, str], ...], *, to_ours: bool) -> None:
     """Copy every ``(torch name, our name)`` pair of ``keys`` from one side to the other."""
     for torch_name, our_name in keys:
         t: Any = layer.get_submodule(torch_name)
@@ -91,7 +91,7 @@ def check_torch_norm(norm: object, d_model: int, where: str) -> nn.LayerNorm:
     return norm
 
 
-def _block_kwargs_from_torch(layer: Any, attns: list, norms: list) -> dict:
+def _block_kwargs_from_torch(layer: Any, attns: list[nn.MultiheadAttention], norms: list[Any]) -> dict[str, Any]:
     """``EncoderBlock.build`` / ``DecoderBlock.build`` arguments for a torch layer (after checking it)."""
     where = type(layer).__name__
     d = attns[0].embed_dim
@@ -139,7 +139,7 @@ def check_ours_norm(norm: object, where: str) -> nn.Module:
     return norm
 
 
-def _layer_kwargs_to_torch(block: nn.Module, attns: list, add_norms: list[Any]) -> dict:
+def _layer_kwargs_to_torch(block: nn.Module, attns: list[Any], add_norms: list[Any]) -> dict[str, Any]:
     """``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` arguments for our block (checked)."""
     where = type(block).__name__
     placements = sorted({a.placement for a in add_norms})
