@@ -17,7 +17,9 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from anatomy.doctor import CheckError, CheckTimeout, check
 from anatomy.doctor.check import TIMEOUT
@@ -71,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _load_map(value: str | None) -> dict | None:
+def _load_map(value: str | None) -> dict[str, Any] | None:
     if value is None:
         return None
     text = value if value.lstrip().startswith("{") else None
@@ -108,7 +110,7 @@ def _overdue_line(step: Step, lang: str) -> str:
     return f"anatomy check: error: {err.zh if lang == 'zh' else err.en}{extra}\n"
 
 
-def _overdue(lang: str):
+def _overdue(lang: str) -> Callable[[Step], None]:
     """Without ``fork``: the watchdog says so and ends this process."""
 
     def end(step: Step) -> None:
@@ -162,7 +164,8 @@ def _forked(args: argparse.Namespace) -> tuple[int, str, str]:
     """:func:`_compute` in a child process; a child that ends without an answer is a module that ended it."""
     outcome = forked(lambda: _compute(args), overdue=lambda step: (2, "", _overdue_line(step, args.lang)))
     if outcome.answered:
-        return outcome.answer
+        answer: tuple[int, str, str] = outcome.answer
+        return answer
     if outcome.crash is not None:
         return 2, "", f"anatomy check: error: {outcome.crash}\n"
     return 2, "", _ended(args, outcome.code)

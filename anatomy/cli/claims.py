@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from anatomy.experiments.registry import CLAIM_PRESETS
+
+_T = TypeVar("_T")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -115,7 +119,7 @@ def _jobs_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _running(args: argparse.Namespace) -> dict:
+def _running(args: argparse.Namespace) -> dict[str, Any]:
     """The running options of ``claims run`` and ``report`` as keywords of ``run_claims``."""
     if args.cluster_cpus <= 0:
         raise ValueError(f"--cluster-cpus must be positive (CPUs per unit), got {args.cluster_cpus:g}")
@@ -136,7 +140,8 @@ def _device(args: argparse.Namespace) -> str:
 def _jobs(args: argparse.Namespace) -> int | None:
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be a positive integer (worker processes), got {args.jobs}")
-    return args.jobs
+    jobs: int | None = args.jobs
+    return jobs
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -160,7 +165,7 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(run, command: str):
+def _guarded(run: Callable[[], _T], command: str) -> _T | None:
     """``run()``, or ``None`` after one line on stderr when a worker process died (exit code 1)."""
     import sys
 
@@ -209,7 +214,7 @@ def _check_out(out: str) -> None:
         raise ValueError(f"--out {out} is not writable ({err.strerror})") from None
 
 
-def _summary(doc: dict, out: str) -> None:
+def _summary(doc: dict[str, Any], out: str) -> None:
     from collections import Counter
 
     counts = Counter(c["verdict"] for c in doc["claims"])

@@ -25,8 +25,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from anatomy.data.tokenizers import Tokenizer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -59,13 +65,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=16, help="sequence length of the --verify inputs (default 16)")
 
 
-def _transformers():
+def _transformers() -> Any:  # the transformers module (an optional dependency)
     try:
         import transformers
     except ImportError:
         raise ValueError("--to-hf and --verify need transformers: pip install 'transformer-anatomy[hf]'") from None
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()  # one table on stdout, no bars on stderr
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]  # transformers' logging is unannotated
+    transformers.utils.logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no bars on stderr
     return transformers
 
 
@@ -76,7 +82,7 @@ def has_tokenizer(directory: Path) -> bool:
     return (directory / FILE).is_file() or has_hf_files(directory)
 
 
-def _say_tokenizer(tokenizer, source: Path, out: Path, write) -> None:
+def _say_tokenizer(tokenizer: Tokenizer | None, source: Path, out: Path, write: Callable[[], object]) -> None:
     """Write the tokenizer (when the source has one) and say so; without one, say what that means."""
     from anatomy.interop.tokenizer_io import describe
 
@@ -183,21 +189,25 @@ def run(args: argparse.Namespace) -> int:
 SAMPLES = ("hello world, the quick brown fox", "  spaces\tand\nnewlines  ", "naïve café")
 
 
-def _tokens(bos, eos, pad) -> tuple:
+def _tokens(
+    bos: int | None, eos: int | list[int] | tuple[int, ...] | None, pad: int | None
+) -> tuple[int | None, int | tuple[int, ...] | None, int | None]:
     """``(bos, eos, pad)`` with eos as HF writes it: one id as an int, several as a tuple."""
     if isinstance(eos, (list, tuple)):
         eos = eos[0] if len(eos) == 1 else tuple(eos) if eos else None
     return bos, eos, pad
 
 
-def verify_tokens(ours, theirs, tokenizer, hf_dir: Path, tf) -> bool:
+def verify_tokens(ours: nn.Module, theirs: Any, tokenizer: Tokenizer | None, hf_dir: Path, tf: Any) -> bool:
+    # theirs: a transformers PreTrainedModel; tf: the transformers module (both optional, read duck-typed)
     """Print and check the special tokens, the tokenizers' ids and 8 greedy tokens, ours against HF's."""
     import torch
 
     from anatomy.generation import generate
+    from anatomy.training.checkpoint import config_of
 
     gen = theirs.generation_config if theirs.can_generate() else theirs.config
-    mine = ours.config
+    mine = config_of(ours)
     seq2seq = mine.architecture == "seq2seq"  # its pad is the decoder start, compared by the logits
     a = _tokens(mine.bos_token_id, mine.eos_token_id, None if seq2seq else mine.pad_token_id)
     b = _tokens(gen.bos_token_id, gen.eos_token_id, None if seq2seq else gen.pad_token_id)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -38,19 +40,24 @@ from anatomy.cli.generate_options import (  # the options, their checks (generat
     check_sizes,
 )
 
+if TYPE_CHECKING:
+    from anatomy.cli.generate_options import Usage
+    from anatomy.data.tokenizers import Tokenizer
+    from anatomy.generation import TerminalStreamer
+
 __all__ = ["add_generate_arguments", "add_predict_arguments", "run_generate", "run_predict"]
 
 
-def _load(path: str):
+def _load(path: str) -> tuple[Any, Tokenizer, Path]:  # Any: a model of anatomy.models, read through .config
     from anatomy.training.checkpoint import load_model
 
     return load_model(path)
 
 
-def _options(args, tokenizer) -> dict:
+def _options(args: argparse.Namespace, tokenizer: Tokenizer) -> dict[str, Any]:
     """The ``generate`` keyword arguments the command line asks for."""
     sample = not args.greedy and args.num_beams == 1
-    kw: dict = dict(
+    kw: dict[str, Any] = dict(
         do_sample=sample,
         num_beams=args.num_beams,
         num_return_sequences=args.num_return_sequences,
@@ -79,17 +86,17 @@ class Visible:
     """The tokenizer, decoding special tokens as their text (``<|endoftext|>``): what is printed, and what
     ``--stop`` matches."""
 
-    def __init__(self, tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: list[int]) -> str:
         try:
             return self.tokenizer.decode(ids, skip_special=False)
         except TypeError:  # a tokenizer without the keyword
             return self.tokenizer.decode(ids)
 
 
-def eos_ids(args, model, tokenizer, usage) -> list[int]:
+def eos_ids(args: argparse.Namespace, model: Any, tokenizer: Tokenizer, usage: Usage) -> list[int]:
     """The ids generation stops at: ``--eos`` (ids or none), else the model's eos (a seq2seq model without one:
     its tokenizer's)."""
     vocab = model.config.vocab_size
@@ -105,12 +112,15 @@ def eos_ids(args, model, tokenizer, usage) -> list[int]:
             raise usage(f"--eos {args.eos}: id {bad[0]} is outside the vocabulary [0, {vocab})")
         return ids
     ids = list(model.config.eos_ids)
-    if not ids and model.config.architecture == "seq2seq" and getattr(tokenizer, "eos_id", None) is not None:
-        ids = [tokenizer.eos_id]
+    own = getattr(tokenizer, "eos_id", None)
+    if not ids and model.config.architecture == "seq2seq" and own is not None:
+        ids = [own]
     return ids
 
 
-def _finish(ids: list[int], kw: dict, eos: list[int], budget: int, show: Visible) -> tuple[list[int], str | None]:
+def _finish(
+    ids: list[int], kw: dict[str, Any], eos: list[int], budget: int, show: Visible
+) -> tuple[list[int], str | None]:
     """A row's new tokens up to where it finished (an eos kept, a completed stop string kept, the pads after
     them cut off), and why it finished (None: it did not)."""
     from anatomy.generation import StopStrings
@@ -133,7 +143,14 @@ def _generators(seed: int, rows: int) -> list[torch.Generator]:
 
 
 def _lm_window(
-    model, context: list[int], kw: dict, n: int, generator, streamer, eos: list[int], show: Visible
+    model: Any,
+    context: list[int],
+    kw: dict[str, Any],
+    n: int,
+    generator: torch.Generator,
+    streamer: TerminalStreamer | None,
+    eos: list[int],
+    show: Visible,
 ) -> tuple[list[int], str]:
     """Generate in windows of ``max_seq_len`` tokens: when the window is full, keep its last half and go on."""
     from anatomy.generation import generate
@@ -164,7 +181,15 @@ def _lm_window(
     return ids[len(context) :], reason
 
 
-def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], usage) -> list[list[tuple[str, str]]]:
+def _lm(
+    model: Any,
+    tokenizer: Tokenizer,
+    prompts: list[str],
+    args: argparse.Namespace,
+    kw: dict[str, Any],
+    eos: list[int],
+    usage: Usage,
+) -> list[list[tuple[str, str]]]:
     from anatomy.generation import TerminalStreamer, generate
 
     limit = model.config.max_seq_len
@@ -201,8 +226,8 @@ def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], us
             f"tokens (got {width} + {args.max_new_tokens}): beam search does not slide its window"
         )
     results = []
-    for i, (prompt, ids) in enumerate(zip(prompts, encoded)):
-        context = ids if len(ids) < limit else ids[-(limit // 2) :]
+    for i, (prompt, prompt_ids) in enumerate(zip(prompts, encoded)):
+        context = prompt_ids if len(prompt_ids) < limit else prompt_ids[-(limit // 2) :]
         streamer = None
         if args.stream:
             if len(prompts) > 1:
@@ -221,7 +246,13 @@ def _lm(model, tokenizer, prompts: list[str], args, kw: dict, eos: list[int], us
 
 
 def _seq2seq(
-    model, tokenizer, prompts: list[str], args, kw: dict, eos_list: list[int], usage
+    model: Any,
+    tokenizer: Tokenizer,
+    prompts: list[str],
+    args: argparse.Namespace,
+    kw: dict[str, Any],
+    eos_list: list[int],
+    usage: Usage,
 ) -> list[list[tuple[str, str]]]:
     from anatomy.generation import generate
 

@@ -7,9 +7,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from anatomy.generation import limits
+
+if TYPE_CHECKING:
+    from anatomy.config import ModelConfig
+
+Usage = Callable[[str], Exception]  # makes the error a bad option raises (UsageError)
 
 SAMPLING = ("temperature", "top_k", "top_p", "min_p")  # options that only shape sampling
 
@@ -87,7 +94,7 @@ def add_predict_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=("text", "json"), default="text")
 
 
-def _check_options(args, usage) -> None:
+def _check_options(args: argparse.Namespace, usage: Usage) -> None:
     """Contradictions and out-of-range values: one line naming the options."""
     if (args.prompt is None) == (args.prompts_file is None):
         raise usage(
@@ -100,7 +107,7 @@ def _check_options(args, usage) -> None:
     for name in ("num_beams", "num_return_sequences"):
         if getattr(args, name) < 1:
             raise usage(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
-    ranges = {
+    ranges: dict[str, tuple[Callable[[float], bool], str]] = {
         "temperature": (lambda v: v > 0, "> 0"),
         "top_k": (lambda v: v >= 0, ">= 0 (0: no cut)"),
         "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
@@ -144,7 +151,7 @@ def _check_options(args, usage) -> None:
         raise usage("--stream and --format json contradict: JSON is printed once, at the end")
 
 
-def _prompts(args, usage) -> list[str]:
+def _prompts(args: argparse.Namespace, usage: Usage) -> list[str]:
     if args.prompt is not None:
         return [args.prompt]
     path = Path(args.prompts_file)
@@ -171,7 +178,7 @@ def _prompts(args, usage) -> list[str]:
     return prompts
 
 
-def check_sizes(args, usage, config, rows: int, width: int) -> None:
+def check_sizes(args: argparse.Namespace, usage: Usage, config: ModelConfig, rows: int, width: int) -> None:
     """``rows`` outputs (prompts x --num-return-sequences) of a ``width``-token prompt: every row's seed is one a
     generator takes, and their KV cache (at most one window of ``max_seq_len``), the per-row generators and the
     tokens kept must fit in memory; refused before any of them is made (10**7 rows once ended in

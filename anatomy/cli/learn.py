@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from anatomy.course.exercises import Exercise
+    from anatomy.course.progress import Progress
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(folder)
     zh = lang == "zh"
     if command == "list":
-        rows: list[dict] = [
+        rows: list[dict[str, Any]] = [
             {
                 "id": e.id,
                 "section": e.section,
@@ -132,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     return _check(args, exercise, folder, progress, lang)
 
 
-def _check(args, exercise, folder: Path, progress, lang: str) -> int:
+def _check(args: argparse.Namespace, exercise: Exercise, folder: Path, progress: Progress, lang: str) -> int:
     from anatomy.cli.usage import UsageError
     from anatomy.course import get
     from anatomy.course.check import LearnError, check_isolated
@@ -193,7 +199,7 @@ def _check(args, exercise, folder: Path, progress, lang: str) -> int:
     return 0 if result.passed else 1
 
 
-def _progress_printer(lang: str):
+def _progress_printer(lang: str) -> Callable[[tuple[str, str]], None]:
     """tiny_lm's progress, on stderr (stdout stays the answer, or JSON)."""
 
     def show(text: tuple[str, str]) -> None:

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _text_inputs(checkpoint: str, text: str, config: ModelConfig):
+def _text_inputs(checkpoint: str, text: str, config: ModelConfig) -> tuple[dict[str, torch.Tensor], str]:
     """``({"input_ids": (1, T)}, note)``: ``text`` through the checkpoint's tokenizer."""
     import torch
 

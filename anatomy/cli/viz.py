@@ -18,14 +18,20 @@ import argparse
 import dataclasses
 import os
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 import anatomy
 from anatomy.config import LOOK_VOCAB, PRESETS, ModelConfig, large_vocab_presets
 from anatomy.models import build_model
 from anatomy.sizes import check_fits
 from anatomy.words import parse_words
+
+if TYPE_CHECKING:
+    from anatomy.data.tokenizers import Tokenizer
 
 MODEL_FIELDS = {f.name: f for f in dataclasses.fields(ModelConfig)}
 
@@ -120,7 +126,7 @@ def _check_out(path: str, allowed: tuple[str, ...]) -> str:
     return ext
 
 
-def _written(path: str, write) -> None:
+def _written(path: str, write: Callable[[], object]) -> None:
     try:
         write()
     except OSError as err:
@@ -128,13 +134,13 @@ def _written(path: str, write) -> None:
     print(f"wrote {path}")
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace) -> tuple[nn.Module, ModelConfig, str, Tokenizer | None]:
     """(model in eval mode, config, a note on where the weights come from, the checkpoint's tokenizer or None)."""
     if args.checkpoint:
         from anatomy.data.tokenizers import FILE, load_tokenizer
         from anatomy.data.tokenizers_hf import has_tokenizer as has_hf_tokenizer
         from anatomy.errors import CheckpointError
-        from anatomy.training.checkpoint import resolve
+        from anatomy.training.checkpoint import config_of, resolve
 
         if args.preset or args.overrides:
             raise ValueError("--checkpoint cannot be combined with --preset or key=value overrides")
@@ -146,7 +152,7 @@ def _load(args: argparse.Namespace):
             raise ValueError(f"--checkpoint: {err}") from None
         model = anatomy.load_pretrained(ckpt)
         tokenizer = load_tokenizer(ckpt) if (ckpt / FILE).is_file() or has_hf_tokenizer(ckpt) else None
-        return model.eval(), model.config, f"weights from {ckpt}", tokenizer
+        return model.eval(), config_of(model), f"weights from {ckpt}", tokenizer
     preset = args.preset or "seed-block"
     overrides = {"vocab_size": LOOK_VOCAB} if preset in large_vocab_presets() else {}  # char ids mod V: small
     overrides.update(parse_words(args.overrides, MODEL_FIELDS))
@@ -164,7 +170,9 @@ def _load(args: argparse.Namespace):
     return model, config, f"preset {preset}, untrained (random init, seed 0)", None
 
 
-def _tokens(args: argparse.Namespace, config: ModelConfig, tokenizer=None):
+def _tokens(
+    args: argparse.Namespace, config: ModelConfig, tokenizer: Tokenizer | None = None
+) -> tuple[list[str], dict[str, torch.Tensor], str]:
     """(token labels, model inputs, a note on how the text became ids)."""
     from anatomy.inspection.viz import TOKENIZER_NOTE, char_tokens
 
