@@ -11,9 +11,14 @@ From Python: :func:`skeleton`, :func:`anatomy.course.check.check`, :class:`anato
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from anatomy.course.exercises import BY_ID, EXERCISES, Exercise, get
 from anatomy.course.grader import MARKER
+
+if TYPE_CHECKING:
+    from anatomy.course.grader import Result
+    from anatomy.course.progress import Progress
 
 __all__ = ["BY_ID", "EXERCISES", "Exercise", "get", "grade", "language", "skeleton", "solution_text"]
 
@@ -37,7 +42,9 @@ def language(choice: str | None = None) -> str:
     return "en"
 
 
-def grade(exercise_id: str, obj, *, timeout: float | None = 20.0, lang: str | None = None, **options):
+def grade(
+    exercise_id: str, obj: object, *, timeout: float | None = 20.0, lang: str | None = None, **options: Any
+) -> Result:
     """Grade ``obj`` (a function or class, or a module instance, defined anywhere: a notebook cell, a test) as
     exercise ``exercise_id``; for the two-name exercises (heads, masks, add_norm) a dict, module or tuple.
 
@@ -100,7 +107,7 @@ def solution_path(exercise: Exercise) -> str:
     return str(resources.files("anatomy.course.solutions").joinpath(f"{name}.py"))
 
 
-def page(progress=None, lang: str = "zh") -> str:  # noqa: ANN001 - a Progress
+def page(progress: Progress | None = None, lang: str = "zh") -> str:
     """The exercises as one self-contained HTML page (the post's lines, shapes, what must hold, your status)."""
     from anatomy.inspection.page import render_page
 

@@ -4,6 +4,8 @@ where a record has none; ``unexplained`` says by how much the output differs and
 
 from __future__ import annotations
 
+from typing import Any
+
 from anatomy.course.spec import Finding
 
 BLOCK = (
@@ -53,7 +55,7 @@ DETAILS = {
 }
 
 
-def finding(name: str, line: int | None, source: str, *args) -> Finding:
+def finding(name: str, line: int | None, source: str, *args: Any) -> Finding:  # args: the numbers DETAILS formats
     """The finding ``name`` at the learner's ``line``: its record's words (``anatomy.pitfalls.records``), else
     the course's own (:data:`WORDS`, for the few the records do not hold yet), with the finding's numbers."""
     from anatomy.pitfalls import records
@@ -71,7 +73,14 @@ def finding(name: str, line: int | None, source: str, *args) -> Finding:
     return Finding(name, line, source, (en + extra[0], zh + extra[1]), post, (hint_en, hint_zh))
 
 
-def _unexplained(line, source, size, where, mha: bool, diag: dict) -> Finding:
+def _unexplained(
+    line: int | None,
+    source: str,
+    size: float | None,
+    where: tuple[str, str] | None,
+    mha: bool,
+    diag: dict[str, Any],
+) -> Finding:
     what = "multi-head attention" if mha else "block"
     what_zh = "多头注意力" if mha else "Block"
     if diag.get("status") == "unavailable":

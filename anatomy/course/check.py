@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from anatomy.course import exercises as ex
 from anatomy.course import function_grader
 from anatomy.course import functions as fx
 from anatomy.course.grader import LearnError, Result, Subject, load
 
+if TYPE_CHECKING:
+    from anatomy.doctor.loading.limits import Step
 
-def check(exercise_id: str, path, *, timeout: float | None = 20.0, **options) -> Result:
+
+def check(exercise_id: str, path: str | os.PathLike[str], *, timeout: float | None = 20.0, **options: Any) -> Result:
     """Grade the file ``path`` as exercise ``exercise_id``; :class:`LearnError` when it cannot be graded."""
     exercise = ex.get(exercise_id)
     subject = load(ex.get("block") if exercise.id == "tiny_lm" else exercise, str(path), timeout)
     return grade_subject(exercise, subject, timeout=timeout, **options)
 
 
-def check_isolated(exercise_id: str, path, *, timeout: float | None = 20.0, **options) -> Result:
+def check_isolated(
+    exercise_id: str, path: str | os.PathLike[str], *, timeout: float | None = 20.0, **options: Any
+) -> Result:
     """:func:`check` in a process of its own where the system has ``fork`` (``doctor/loading/child.py``, as
     ``anatomy check`` runs): the learner's ``os._exit``, ``atexit`` handlers, threads, signal handlers and
     ``os.chdir`` end or change only that process; a call still running well past ``timeout`` (an ignored
@@ -28,7 +34,7 @@ def check_isolated(exercise_id: str, path, *, timeout: float | None = 20.0, **op
     from anatomy.doctor.loading.limits import grace
     from anatomy.doctor.loading.subject import CheckTimeout
 
-    def overdue(step) -> tuple:
+    def overdue(step: Step) -> tuple[str, str, str]:
         en, zh = step.describe()
         err = CheckTimeout(en, zh, step.limit)
         late = grace(step.limit)
@@ -38,7 +44,7 @@ def check_isolated(exercise_id: str, path, *, timeout: float | None = 20.0, **op
             f"{err.zh}（超过时限 {late:g} 秒后仍在运行：其进程已被终止）",
         )
 
-    def compute() -> tuple:
+    def compute() -> tuple[Any, ...]:  # ("result", Result) or ("error", en, zh)
         try:
             return ("result", check(exercise_id, path, timeout=timeout, **options))
         except LearnError as err:
@@ -61,10 +67,11 @@ def check_isolated(exercise_id: str, path, *, timeout: float | None = 20.0, **op
         kind, *value = outcome.answer
     if kind == "error":
         raise LearnError(*value)
-    return value[0]
+    result: Result = value[0]
+    return result
 
 
-def grade_subject(exercise: ex.Exercise, subject: Subject, *, timeout: float | None = 20.0, **options) -> Result:
+def grade_subject(exercise: ex.Exercise, subject: Subject, *, timeout: float | None = 20.0, **options: Any) -> Result:
     """Grade the learner's names (from a file or from Python) as ``exercise``."""
     if exercise.id in fx.FUNCTION_EXERCISES:
         return function_grader.grade(exercise, subject, timeout)

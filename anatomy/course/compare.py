@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from anatomy.tracing import dims as rd
+from anatomy.tracing.steps import Recording, Step
 
 
-def as_tensors(out) -> list:
+def as_tensors(out: object) -> list[Any]:
+    """The learner's output as a list of values (a tuple or list unpacked; anything else alone)."""
     if isinstance(out, (tuple, list)):
         return [o for o in out]
     return [out]
@@ -22,7 +26,7 @@ def tolerance(t: torch.Tensor) -> float:
     return {torch.float64: 1e-7, torch.float32: 2e-5}.get(t.dtype, 2e-2)
 
 
-def lowered_tol(rec) -> float | None:
+def lowered_tol(rec: Recording | None) -> float | None:
     """The tolerance of the lowest precision the learner's code computed in, when it cast below float64 on purpose
     (``softmax(x.float())``, a LayerNorm in float32): None when everything stayed float64."""
     if rec is None:
@@ -37,7 +41,7 @@ def lowered_tol(rec) -> float | None:
     return worst
 
 
-def same(a, b, tol: float | None = None) -> bool:
+def same(a: object, b: object, tol: float | None = None) -> bool:
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return False
     tol = max(tolerance(a), tolerance(b)) if tol is None else tol
@@ -51,22 +55,24 @@ def same(a, b, tol: float | None = None) -> bool:
     return bool((diff.nan_to_num(nan=float("inf")) <= tol * (1 + b.abs().nan_to_num())).all())
 
 
-def max_diff(a, b) -> float:
+def max_diff(a: Any, b: Any) -> float:  # Any: the learner's values, anything
     try:
         return float((a.detach().double() - b.detach().double()).abs().nan_to_num(nan=float("inf")).max())
     except (RuntimeError, AttributeError, TypeError):
         return float("inf")
 
 
-def dim_names(shape, sizes: dict) -> tuple[str, ...]:
+def dim_names(shape: Sequence[int], sizes: dict[str, int]) -> tuple[str, ...]:
     return rd.by_size(tuple(shape), rd.SizeNames(sizes))
 
 
-def dims_of(shape, sizes: dict) -> str:
+def dims_of(shape: Sequence[int], sizes: dict[str, int]) -> str:
     return rd.letters(dim_names(shape, sizes))
 
 
-def first_step(rec, ops: tuple[str, ...] | None, out_dims: tuple[str, ...] | None, file: str):
+def first_step(
+    rec: Recording | None, ops: tuple[str, ...] | None, out_dims: tuple[str, ...] | None, file: str
+) -> Step | None:
     """The learner's first recorded step with one of ``ops`` (None: any op) and output dims ``out_dims`` (None: any),
     in their file; failing the dims, the first with one of ``ops``."""
     if rec is None:
@@ -78,7 +84,7 @@ def first_step(rec, ops: tuple[str, ...] | None, out_dims: tuple[str, ...] | Non
     return mine[0] if mine else None
 
 
-def source_line(module, entry: str, pattern: str) -> tuple[int | None, str]:
+def source_line(module: object, entry: str, pattern: str) -> tuple[int | None, str]:
     """The first line of ``entry``'s own source (after its ``def``) matching ``pattern``: for code the recorder
     cannot see (Python arithmetic, tensors made from numbers alone)."""
     import re
@@ -94,7 +100,7 @@ def source_line(module, entry: str, pattern: str) -> tuple[int | None, str]:
     return None, ""
 
 
-def table_of(rec, file: str) -> list[dict]:
+def table_of(rec: Recording | None, file: str) -> list[dict[str, Any]]:
     if rec is None:
         return []
     return [
@@ -110,7 +116,7 @@ def table_of(rec, file: str) -> list[dict]:
     ]
 
 
-def render_table(rows: list[dict]) -> list[str]:
+def render_table(rows: list[dict[str, Any]]) -> list[str]:
     if not rows:
         return []
     width = min(max(len(r["code"]) for r in rows), 60)

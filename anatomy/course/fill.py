@@ -72,7 +72,7 @@ def _constants(source: str) -> list[tuple[int, float]]:
     return out
 
 
-def _value(node) -> float | None:
+def _value(node: object) -> float | None:  # an ast node
     """The number an expression of literals makes (+ - * / ** and float('...')), else None."""
     import ast
 

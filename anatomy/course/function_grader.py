@@ -5,28 +5,28 @@ them named at the learner's line."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
 from anatomy.course import exercises as ex
 from anatomy.course import fill
 from anatomy.course import functions as fx
-from anatomy.course.grader import (
-    Result,
-    Subject,
+from anatomy.course.compare import (
     as_tensors,
-    check_signature,
     dim_names,
     dims_of,
     first_step,
     lowered_tol,
     max_diff,
-    run_guarded,
     same,
     source_line,
     table_of,
     tolerance,
 )
+from anatomy.course.grader import Result, Subject, check_signature, run_guarded
+from anatomy.course.probe import Run
+from anatomy.tracing.steps import Recording
 
 SIGNATURES = {  # entry -> (arguments the grader passes, how many are required)
     "attention": (["q", "k", "v", "mask"], 3),
@@ -53,7 +53,7 @@ def grade(exercise: ex.Exercise, module: Subject, timeout: float | None) -> Resu
         check_signature(getattr(module, name), name, *SIGNATURES[name])
     result = Result(exercise.id, path, passed=False)
     calls = spec.calls()
-    runs = []  # (call, learner outputs, reference outputs, recording)
+    runs: list[Run] = []  # (call, learner outputs, reference outputs, recording)
     for call in calls:
         what = (f"{call.entry} (called as {_call_text(call)})", f"{call.entry}（调用 {_call_text(call)}）")
         out, rec = run_guarded(getattr(module, call.entry), call.args, what, timeout, dims=call.dims, sizes=fx.SIZES)
@@ -178,7 +178,7 @@ PASSED = {
 }
 
 
-def _matches(got: list, variant: list, low: float | None = None) -> bool:
+def _matches(got: list[Any], variant: list[Any], low: float | None = None) -> bool:
     """The learner's outputs equal a pitfall's, leaving out the rows the pitfall's mask hides entirely (there the
     variant says 0, while ``-inf`` code says NaN and ``-1e9`` code spreads the weight evenly: neither is the
     pitfall's business)."""
@@ -195,7 +195,7 @@ def _matches(got: list, variant: list, low: float | None = None) -> bool:
     return all(same(g, v, max(tolerance(g), low) if low else None) for g, v in zip(got, variant))
 
 
-def _unexplained(result: Result, exercise: ex.Exercise, runs: list, module: Subject) -> Result:
+def _unexplained(result: Result, exercise: ex.Exercise, runs: list[Run], module: Subject) -> Result:
     """No pitfall reproduces the output: say plainly what differs, and where the learner made that value."""
     call, got, want, rec = next(r for r in runs if not all(same(g, w) for g, w in zip(r[1], r[2])))
     differing = [i for i, (g, w) in enumerate(zip(got, want)) if not same(g, w)]
@@ -252,7 +252,7 @@ def _unexplained(result: Result, exercise: ex.Exercise, runs: list, module: Subj
     return result
 
 
-def _made_at(rec, value, file: str) -> int:
+def _made_at(rec: Recording | None, value: torch.Tensor, file: str) -> int:
     """The index of the learner's last step that made a tensor of ``value``'s shape (a large number: none)."""
     steps = [
         s.index
@@ -266,7 +266,7 @@ def _in_file(a: str, b: str) -> bool:
     return os.path.abspath(a) == os.path.abspath(b)
 
 
-def _named(result: Result, exercise: ex.Exercise, p: fx.Pitfall, runs, path: str, module) -> Result:
+def _named(result: Result, exercise: ex.Exercise, p: fx.Pitfall, runs: list[Run], path: str, module: Subject) -> Result:
     affected = [r for r in runs if p.variant(r[0].entry) is not None]  # the calls of the entry with the mistake
     call, got, want, rec = next((r for r in affected if not all(same(g, w) for g, w in zip(r[1], r[2]))), affected[0])
     step = None
@@ -311,7 +311,7 @@ def _matches_text(source: str, pattern: str) -> bool:
     return bool(re.search(pattern, source.split("#")[0]))
 
 
-def _evidence(exercise_id: str, got: list, want: list) -> tuple[str, str]:
+def _evidence(exercise_id: str, got: list[Any], want: list[Any]) -> tuple[str, str]:
     """One more number in the post's terms, where one says more than the difference."""
     if exercise_id == "attention" and len(got) == 2:
         sums = got[1].sum(-1)  # (B, H, T): over the keys

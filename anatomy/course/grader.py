@@ -10,31 +10,22 @@ from __future__ import annotations
 
 import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import CodeType
+from typing import Any
 
 import torch
 from torch import nn
 
 from anatomy.course import exercises as ex
-from anatomy.course.compare import (  # noqa: F401 - re-exported: the graders import them from here
-    as_tensors,
-    dim_names,
-    dims_of,
-    first_step,
-    lowered_tol,
-    max_diff,
-    render_table,
-    same,
-    source_line,
-    table_of,
-    tolerance,
-)
+from anatomy.course.compare import render_table
 from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, one_line
 from anatomy.tracing import recorder as rec_mod
-from anatomy.tracing.steps import RecordError
+from anatomy.tracing.steps import RecordError, Recording
 
 TIMEOUT = 20.0
 MARKER = "# anatomy learn · exercise:"
@@ -64,8 +55,8 @@ class Result:
     pitfall: str | None = None
     line: int | None = None
     messages: dict[str, list[str]] = field(default_factory=lambda: {"en": [], "zh": []})  # the full report
-    table: list[dict] = field(default_factory=list)
-    extra: dict = field(default_factory=dict)
+    table: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the learner's line of code pointed at
     short: dict[str, list[str]] = field(default_factory=lambda: {"en": [], "zh": []})  # what, the post, a hint
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (en, zh), shown on a pass too
@@ -112,7 +103,7 @@ class Result:
     def __str__(self) -> str:
         return self.render(self.lang or _locale())
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "exercise": self.exercise,
             "file": self.file,
@@ -171,10 +162,10 @@ class Subject:
     """What is graded: the learner's names (a loaded file, or objects given from Python) and the file their code
     is in (the recorder keeps the steps of that file)."""
 
-    def __init__(self, names: dict, file: str):
+    def __init__(self, names: dict[str, Any], file: str) -> None:
         self.names, self.file = names, file
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:  # the learner's function, class or value: anything
         try:
             return self.__dict__["names"][name]
         except KeyError:
@@ -184,7 +175,7 @@ class Subject:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def load(exercise: ex.Exercise, path: str | Path, timeout: float | None = TIMEOUT):
+def load(exercise: ex.Exercise, path: str | Path, timeout: float | None = TIMEOUT) -> Subject:
     """Import the learner's file (no bytecode written) and return it; refuse a file of another exercise."""
     path = Path(path)
     if not path.is_file():
@@ -225,7 +216,7 @@ def load(exercise: ex.Exercise, path: str | Path, timeout: float | None = TIMEOU
     return Subject({name: getattr(module, name) for name in exercise.entries}, str(path))
 
 
-def subject_of(exercise: ex.Exercise, obj) -> Subject:
+def subject_of(exercise: ex.Exercise, obj: object) -> Subject:
     """The learner's objects given from Python (a notebook): a function or class (an ``nn.Module`` instance stands
     for its class) for a one-name exercise; for two names (heads, masks, add_norm) a dict, a module, a namespace
     or a tuple in the exercise's order."""
@@ -251,22 +242,22 @@ def subject_of(exercise: ex.Exercise, obj) -> Subject:
     return Subject(found, file or "<python>")
 
 
-def _code_file(obj) -> str:
+def _code_file(obj: Any) -> str:  # the learner's function or class
     """The file (or notebook cell name) the code of a function or class was compiled from."""
-    code = getattr(obj, "__code__", None)
+    code: CodeType | None = getattr(obj, "__code__", None)
     if code is not None:
         return code.co_filename
     for value in vars(obj).values() if isinstance(obj, type) else ():
-        code = getattr(value, "__code__", None)
-        if code is not None:
-            return code.co_filename
+        inner: CodeType | None = getattr(value, "__code__", None)
+        if inner is not None:
+            return inner.co_filename
     try:
         return inspect.getsourcefile(obj) or ""
     except (TypeError, OSError):
         return ""
 
 
-def check_signature(fn, name: str, want: list[str], required: int) -> None:
+def check_signature(fn: Callable[..., Any], name: str, want: list[str], required: int) -> None:
     """The learner's function or ``__init__`` takes ``want`` (by position) with ``required`` of them needed."""
     try:
         sig = inspect.signature(fn)
@@ -287,17 +278,17 @@ def check_signature(fn, name: str, want: list[str], required: int) -> None:
 
 
 def run_guarded(
-    fn,
-    args: tuple,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
     what: tuple[str, str],
     timeout: float | None = TIMEOUT,
     *,
     record: bool = True,
     dims: tuple[str, ...] = (),
-    sizes: dict | None = None,
-    module=None,
+    sizes: dict[str, int] | None = None,
+    module: nn.Module | None = None,
     grad: bool = False,
-):
+) -> tuple[Any, Recording | None]:
     """``(output, recording or None)``; any failure of the learner's code becomes a :class:`LearnError`."""
     try:
         with guard(timeout, lambda: what):

@@ -15,7 +15,8 @@ import math
 import torch
 
 from anatomy.course import exercises as ex
-from anatomy.course.grader import Result, Subject, check_signature, lowered_tol, max_diff, run_guarded, same, table_of
+from anatomy.course.compare import lowered_tol, max_diff, same, table_of
+from anatomy.course.grader import Result, Subject, check_signature, run_guarded
 from anatomy.course.module_probe import EPS, SIZES, Wrong, _build, _probe, _say_wrong, _source_at
 
 _LN_POST = (

@@ -4,12 +4,16 @@ wrong formula (:class:`Wrong`) and how a finding of one is said."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-from anatomy.course.grader import LearnError, Result, first_step, run_guarded
+from anatomy.course.compare import first_step
+from anatomy.course.grader import LearnError, Result, run_guarded
+from anatomy.tracing.steps import Recording
 
 SIZES = {"B": 2, "T": 5, "D": 6}
 EPS = 1e-5
@@ -32,7 +36,7 @@ def _probe(seed: int = 0) -> torch.Tensor:
     return x
 
 
-def _build(cls, args: tuple, name: str, timeout):
+def _build(cls: Callable[..., Any], args: tuple[Any, ...], name: str, timeout: float | None) -> nn.Module:
     what = (f"building {name}{args}", f"构造 {name}{args} 时")
     module, _ = run_guarded(lambda: cls(*args), (), what, timeout, record=False)
     if not isinstance(module, nn.Module):
@@ -49,7 +53,7 @@ def _source_at(path: str, line: int) -> str:
     return linecache.getline(path, line).strip()
 
 
-def _say_wrong(result: Result, wrong: Wrong, rec, path: str, diff: float, who: str = "") -> Result:
+def _say_wrong(result: Result, wrong: Wrong, rec: Recording | None, path: str, diff: float, who: str = "") -> Result:
     step = first_step(rec, wrong.ops, wrong.out_dims, path)
     result.pitfall = wrong.name
     result.point(step.line if step else None, step.source if step else "")

@@ -15,17 +15,8 @@ from torch import nn
 
 from anatomy.course import exercises as ex
 from anatomy.course import spec
-from anatomy.course.grader import (
-    Result,
-    Subject,
-    check_signature,
-    first_step,
-    lowered_tol,
-    max_diff,
-    run_guarded,
-    same,
-    table_of,
-)
+from anatomy.course.compare import first_step, lowered_tol, max_diff, same, table_of
+from anatomy.course.grader import Result, Subject, check_signature, run_guarded
 from anatomy.course.module_probe import EPS, SIZES, Wrong, _build, _probe, _say_wrong, _source_at  # noqa: F401
 
 # ------------------------------------------------------------------------------------------------ Add & Norm

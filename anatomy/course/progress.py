@@ -19,6 +19,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 FILE = ".anatomy-learn.json"
 LOCK = ".anatomy-learn.lock"
@@ -29,13 +30,13 @@ class Progress:
     def __init__(self, folder: str | Path = "."):
         self.folder = Path(folder)  # as given: the files it names are shown relative to it
         self.path = Path(os.path.abspath(folder)) / FILE
-        self.data: dict = self._read()
+        self.data: dict[str, Any] = self._read()  # the file's JSON: version, exercises
 
-    def _read(self) -> dict:
+    def _read(self) -> dict[str, Any]:
         if not self.path.is_file():
             return {"version": 1, "exercises": {}}
         try:
-            loaded = json.loads(self.path.read_text(encoding="utf-8"))
+            loaded: Any = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError) as err:
             raise ValueError(
                 f"{self.folder / FILE}: not a progress file anatomy learn can read ({err}); move it away to start afresh"
@@ -62,23 +63,25 @@ class Progress:
         finally:
             os.close(fd)  # closing releases the lock
 
-    def _update(self, change: Callable[[dict], None]) -> None:
+    def _update(self, change: Callable[[dict[str, Any]], None]) -> None:
         """Apply ``change`` to the file as it is now on disk, under the lock, and write it back atomically."""
         with self._locked():
             self.data = self._read()
             change(self.data["exercises"])
             self.save()
 
-    def entry(self, exercise_id: str) -> dict:
-        return self.data["exercises"].get(exercise_id, {})
+    def entry(self, exercise_id: str) -> dict[str, Any]:
+        entry: dict[str, Any] = self.data["exercises"].get(exercise_id, {})
+        return entry
 
     def status(self, exercise_id: str) -> str:
-        return self.entry(exercise_id).get("status", "not started")
+        status: str = self.entry(exercise_id).get("status", "not started")
+        return status
 
     def started(self, exercise_id: str, file: Path) -> None:
         rel = self._rel(file)
 
-        def change(exercises: dict) -> None:
+        def change(exercises: dict[str, Any]) -> None:
             exercises.setdefault(exercise_id, {})["file"] = rel
 
         self._update(change)
@@ -86,7 +89,7 @@ class Progress:
     def checked(self, exercise_id: str, file: Path, passed: bool, pitfall: str | None) -> None:
         rel = self._rel(file)
 
-        def change(exercises: dict) -> None:
+        def change(exercises: dict[str, Any]) -> None:
             e = exercises.setdefault(exercise_id, {})
             e.setdefault("file", rel)
             e["checks"] = e.get("checks", 0) + 1
@@ -99,7 +102,7 @@ class Progress:
         """The exercise is (also) worked in the notebook ``path`` (``anatomy learn start --notebook``)."""
         rel = self._rel(path)
 
-        def change(exercises: dict) -> None:
+        def change(exercises: dict[str, Any]) -> None:
             exercises.setdefault(exercise_id, {})["notebook"] = rel
 
         self._update(change)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import torch
 
-from anatomy.course.grader import Result, as_tensors, run_guarded, source_line
+from anatomy.course.compare import as_tensors, source_line
+from anatomy.course.grader import Result, Subject, run_guarded
+from anatomy.course.probe import Run
 
 
-def random_outputs(result: Result, module, runs: list, timeout) -> Result | None:
+def random_outputs(result: Result, module: Subject, runs: list[Run], timeout: float | None) -> Result | None:
     """The finding when a call of the learner's function gives two different outputs under two seeds, else None."""
     from anatomy.course import block_words
 
