@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from anatomy.course import block_words as W
 from anatomy.course.spec import Finding, _same_file, definition_line
+from anatomy.tracing.steps import Recording, Step
+
+if TYPE_CHECKING:
+    from anatomy.doctor.report.findings import Report
 
 SIZES = {"B": 2, "T": 5, "H": 3, "Dh": 4, "D": 12}
 ADDS = ("add", "__add__", "__radd__", "add_", "__iadd__")
@@ -33,7 +39,7 @@ def _causal(t: int = 5) -> torch.Tensor:
     return torch.ones(t, t, dtype=torch.bool).tril()[None, None]
 
 
-def record(m: nn.Module, x: torch.Tensor):
+def record(m: nn.Module, x: torch.Tensor) -> Recording | None:
     """The learner's forward on ``x`` under a causal mask, recorded step by step (None when it cannot be)."""
     from anatomy.tracing import recorder as rec_mod
 
@@ -43,22 +49,22 @@ def record(m: nn.Module, x: torch.Tensor):
         return None
 
 
-def _mine(rec, file: str) -> list:
+def _mine(rec: Recording | None, file: str) -> list[Step]:
     return [s for s in rec.steps if s.data and _same_file(s.file, file)] if rec is not None else []
 
 
-def _by_index(rec) -> dict:
-    return {f"step {s.index}": s for s in rec.steps}
+def _by_index(rec: Recording | None) -> dict[str, Step]:
+    return {f"step {s.index}": s for s in rec.steps} if rec is not None else {}
 
 
-def _find(name: str, step, what_args: tuple = ()) -> Finding:
+def _find(name: str, step: Step | None, what_args: tuple[Any, ...] = ()) -> Finding:
     return W.finding(name, step.line if step is not None else None, step.source if step is not None else "", *what_args)
 
 
 # ------------------------------------------------------------------------------------------------ always: rules
 
 
-def eval_random(call, file: str, rec) -> Finding | None:
+def eval_random(call: Callable[[], Any], file: str, rec: Recording | None) -> Finding | None:
     """Two evaluations of the same input differ: dropout left on at evaluation (``F.dropout(w, 0.1)`` trains by
     default)."""
     torch.manual_seed(1)
@@ -74,7 +80,7 @@ def eval_random(call, file: str, rec) -> Finding | None:
     return _find("dropout_at_eval", step)
 
 
-def variant(found: dict, d_model: int, m: nn.Module, file: str, rec) -> Finding | None:
+def variant(found: dict[str, Any], d_model: int, m: nn.Module, file: str, rec: Recording | None) -> Finding | None:
     """The block's design the doctor found, against the exercise's: FFN width, norms with parameters."""
     mine = _mine(rec, file)
     steps = _by_index(rec) if rec is not None else {}
@@ -96,7 +102,7 @@ def variant(found: dict, d_model: int, m: nn.Module, file: str, rec) -> Finding 
     return None
 
 
-def _ffn_width(m: nn.Module, file: str, rec, d_ff: int, d_model: int) -> Finding:
+def _ffn_width(m: nn.Module, file: str, rec: Recording | None, d_ff: int, d_model: int) -> Finding:
     """Where the FFN's first Linear is defined (its width is what is wrong), else where it runs."""
     mine = _mine(rec, file)
     norms = [s for s in rec.steps if s.op in ("layer_norm", "rms_norm")] if rec is not None else []
@@ -114,7 +120,7 @@ def _ffn_width(m: nn.Module, file: str, rec, d_ff: int, d_model: int) -> Finding
     return W.finding("ffn_ignores_d_ff", line, source, d_ff, d_model)
 
 
-def initial_values(found: dict, m: nn.Module, file: str) -> Finding | None:
+def initial_values(found: dict[str, Any], m: nn.Module, file: str) -> Finding | None:
     """Each norm's gamma starts at ones and beta at zeros (the doctor's seeded weights hide any initialisation)."""
     params = dict(m.named_parameters())
     pairs = (found.get("mapping") or {}).get("pairs") or []
@@ -172,7 +178,7 @@ def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
 SPECIFIC = frozenset({"softmax_wrong_axis", "softmax_over_queries", "scale_after_softmax", "scale_from_wrong_size"})
 
 
-def named(rec, file: str, mha: bool, only: frozenset[str] | None = None) -> Finding | None:
+def named(rec: Recording | None, file: str, mha: bool, only: frozenset[str] | None = None) -> Finding | None:
     """The learner's step that makes the output differ from the reference, read from the dataflow (``only``: the
     names to accept)."""
     mine = _mine(rec, file)
@@ -186,12 +192,12 @@ def named(rec, file: str, mha: bool, only: frozenset[str] | None = None) -> Find
     return None
 
 
-def _residual_twice(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _residual_twice(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
     adds = [s for s in mine if s.op in ADDS and any(i.source == "x" for i in s.inputs)]
     return None if mha or len(adds) < 2 else _find("second_residual_from_input", adds[1])
 
 
-def _extra_activation(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _extra_activation(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
     for s in mine:
         src = steps.get(s.inputs[0].source) if s.op in ACTS and s.inputs else None
         if src is not None and src.op == "linear" and src.outputs and src.outputs[0].dims[-1:] == ("D",):
@@ -201,15 +207,15 @@ def _extra_activation(mine: list, steps: dict, mha: bool) -> Finding | None:
     return None
 
 
-def _dropout_on_input(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _dropout_on_input(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
     s = next((s for s in mine if s.op in DROPS and s.inputs and s.inputs[0].source == "x"), None)
     return None if s is None else _find("dropout_on_residual", s)
 
 
-def _no_projection(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _no_projection(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
     """The heads merged to (B, T, D) and never through a Linear: added to the residual or returned as they are."""
 
-    def heads_in(s) -> bool:
+    def heads_in(s: Step) -> bool:
         src = steps.get(s.inputs[0].source) if s.inputs else None
         return src is not None and bool(src.outputs) and "H" in src.outputs[0].dims
 
@@ -223,7 +229,7 @@ def _no_projection(mine: list, steps: dict, mha: bool) -> Finding | None:
     return _find("no_output_projection", last)
 
 
-def _interleaved(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _interleaved(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
     for s in mine:
         dims = s.outputs[0].dims if s.op in ("view", "reshape", "unflatten") and s.outputs else ()
         if any(a == "Dh" and b == "H" for a, b in zip(dims, dims[1:])):
@@ -231,7 +237,7 @@ def _interleaved(mine: list, steps: dict, mha: bool) -> Finding | None:
     return None
 
 
-def _softmax(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _softmax(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
     soft = next((s for s in mine if s.op in ("softmax", "_softmax") and s.inputs), None)
     if soft is None:
         return None
@@ -250,7 +256,7 @@ def _softmax(mine: list, steps: dict, mha: bool) -> Finding | None:
     return _scale_size(soft, steps)
 
 
-def _scale_size(soft, steps: dict) -> Finding | None:
+def _scale_size(soft: Step, steps: dict[str, Step]) -> Finding | None:
     """The effective scale of the scores (the softmax's input over q·k), against the sizes it could be made of."""
     made = [s for s in steps.values() if s.index < soft.index and s.op in ("matmul", "__matmul__", "einsum", "bmm")]
     qk = next((s for s in reversed(made) if s.outputs and s.outputs[0].dims[-2:] in (("T", "S"), ("T", "T"))), None)
@@ -271,7 +277,7 @@ def _scale_size(soft, steps: dict) -> Finding | None:
     return None
 
 
-def _scale_step(soft, steps: dict):
+def _scale_step(soft: Step, steps: dict[str, Step]) -> Step:
     """The step that scaled the scores on their way to the softmax (through the mask), else the softmax."""
     step = steps.get(soft.inputs[0].source) if soft.inputs else None
     while step is not None and step.op not in SCALES and step.op in ("masked_fill", "masked_fill_", "where", "add"):
@@ -279,12 +285,12 @@ def _scale_step(soft, steps: dict):
     return step if step is not None and step.op in SCALES else soft
 
 
-def reads_raw_input(rec, file: str):
+def reads_raw_input(rec: Recording | None, file: str) -> Step | None:
     """The learner's first projection applied to the block's raw input x (a Pre-Norm block projects norm(x))."""
     return next((s for s in _mine(rec, file) if s.op == "linear" and s.inputs and s.inputs[0].source == "x"), None)
 
 
-def confirmed(fault: str, report, rec, file: str) -> bool:
+def confirmed(fault: str, report: Report, rec: Recording | None, file: str) -> bool:
     """A block fault a probe named while the diagnosis found no reference that reproduces the output: kept only
     when the dataflow shows it (a normalised tensor added back as the residual)."""
     if fault != "norm_on_residual_path" or report.diagnosis.get("status") in ("fault", "ambiguous"):
@@ -298,7 +304,7 @@ def confirmed(fault: str, report, rec, file: str) -> bool:
     )
 
 
-def differs(report, rec, file: str, mha: bool) -> Finding:
+def differs(report: Report, rec: Recording | None, file: str, mha: bool) -> Finding:
     """What differs from the reference, by how much, and the learner's line where it first appears."""
     diag = report.diagnosis
     first = diag.get("first_difference") or {}

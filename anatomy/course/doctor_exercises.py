@@ -9,6 +9,9 @@ against the ``-inf`` fill, which this exercise's own hint prescribes, is left ou
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 
@@ -17,6 +20,10 @@ from anatomy.course import exercises as ex
 from anatomy.course import fill, spec, spec_block
 from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
 from anatomy.pitfalls import records
+from anatomy.tracing.steps import Recording
+
+if TYPE_CHECKING:
+    from anatomy.doctor.report.findings import Finding, Report
 
 D_MODEL, N_HEADS = 12, 3  # Dh = 4: every named size differs
 PRESCRIBED = {"inf_fill_no_guard"}  # the exercise's hint asks for the -inf fill: no warning against it
@@ -30,7 +37,7 @@ PRE_NORM = (
 )
 
 
-def _build(cls, args: tuple, timeout) -> nn.Module:
+def _build(cls: Callable[..., Any], args: tuple[Any, ...], timeout: float | None) -> nn.Module:
     name = getattr(cls, "__name__", "the class")
     m, _ = run_guarded(
         lambda: cls(*args), (), (f"building {name}{args}", f"构造 {name}{args} 时"), timeout, record=False
@@ -60,7 +67,7 @@ def _finding(result: Result, f: spec.Finding) -> Result:
     return result
 
 
-def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
+def grade(exercise: ex.Exercise, subject: Subject, timeout: float | None) -> Result:
     name = exercise.entries[0]
     cls = getattr(subject, name)
     mha = exercise.id == "mha"
@@ -76,12 +83,12 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     causal = torch.ones(5, 5, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
     what = (f"{name}.forward(x (2, 5, {D_MODEL}), mask)", f"{name}.forward(x (2, 5, {D_MODEL}), mask)")
 
-    def call(inp, mask=causal, module=m, grad=False):
+    def call(inp: torch.Tensor, mask: torch.Tensor | None = causal, module: nn.Module = m, grad: bool = False) -> Any:
         return run_guarded(lambda: module(inp, mask), (), what, timeout, record=False, grad=grad)[0]
 
     torch.manual_seed(0)
     m32 = _build(cls, args, timeout).float()  # globals stay float32: the audit runs where they fit
-    calls: list = []
+    calls: list[spec.Call] = []
     found = spec.audit_structure(
         m32, lambda: call(x.float(), causal, m32, True), subject.file, D_MODEL, exercise.id, seen=calls
     )
@@ -126,12 +133,14 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
     return _pass(result, subject, mha)
 
 
-def _doctor(cls, name: str, mha: bool, timeout):
+def _doctor(
+    cls: Callable[..., Any], name: str, mha: bool, timeout: float | None
+) -> tuple[Report, Callable[[int, int], Any]]:
     """The doctor's report on the learner's class (built at the doctor's sizes), and the builder it used."""
     from anatomy.doctor import check as doctor_check
     from anatomy.doctor.loading.subject import CheckError
 
-    def build(d_model: int, n_heads: int):
+    def build(d_model: int, n_heads: int) -> Any:  # the learner's module
         return cls(d_model, n_heads) if mha else cls(d_model, n_heads, 4 * d_model)
 
     build.__name__ = f"{name}(d_model, n_heads)" if mha else f"{name}(d_model, n_heads, 4 * d_model)"
@@ -163,7 +172,7 @@ def _pass(result: Result, subject: Subject, mha: bool) -> Result:
     return result
 
 
-def _lined(result: Result, report, rec, mha: bool) -> Result:
+def _lined(result: Result, report: Report, rec: Recording | None, mha: bool) -> Result:
     """A doctor's finding that points at no line gets the learner's line where the difference first shows."""
     if result.pitfall == "norm_on_query_only":  # the projection that reads the raw x, not the norm's line
         raw = rules.reads_raw_input(rec, result.file)
@@ -175,7 +184,7 @@ def _lined(result: Result, report, rec, mha: bool) -> Result:
     return result
 
 
-def _spec(report, m: nn.Module, x: torch.Tensor, file: str, rec) -> spec.Finding | None:
+def _spec(report: Report, m: nn.Module, x: torch.Tensor, file: str, rec: Recording | None) -> spec.Finding | None:
     """The exercise's design against what the doctor found, the norms' initial values, training mode."""
     return (
         rules.variant(report.found, D_MODEL, m, file, rec)
@@ -184,7 +193,9 @@ def _spec(report, m: nn.Module, x: torch.Tensor, file: str, rec) -> spec.Finding
     )
 
 
-def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool, timeout) -> spec.Finding | None:
+def _behaviour(
+    m: nn.Module, call: Callable[..., Any], subject: Subject, x: torch.Tensor, mha: bool, timeout: float | None
+) -> spec.Finding | None:
     """The rules tested by behaviour: the mask's sense, Pre-Norm, GELU, dropout's place, the fill in float16."""
     seen = spec_block.leak(m, lambda inp, mask: call(inp, mask), 5, D_MODEL)
     if seen is not None:
@@ -250,13 +261,13 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
     )
 
 
-def _mask_has_no_effect(call, x: torch.Tensor) -> bool:
+def _mask_has_no_effect(call: Callable[..., Any], x: torch.Tensor) -> bool:
     with_mask, without = call(x), call(x, None)
     with_mask, without = (t[0] if isinstance(t, (tuple, list)) else t for t in (with_mask, without))
     return isinstance(with_mask, torch.Tensor) and isinstance(without, torch.Tensor) and torch.equal(with_mask, without)
 
 
-def _unmasked_call(m: nn.Module, forward, file: str) -> tuple[int | None, str]:
+def _unmasked_call(m: nn.Module, forward: Callable[..., Any], file: str) -> tuple[int | None, str]:
     """The forward's line that calls a sub-module taking a mask without passing it one."""
     import inspect
     import re
@@ -299,10 +310,12 @@ def _mask_line(m: nn.Module, x: torch.Tensor, file: str) -> tuple[int | None, st
     return None, ""
 
 
-def _unadded(forward, line, source) -> tuple:
+def _unadded(forward: Callable[..., Any] | None, line: int | None, source: str) -> tuple[int | None, str]:
     import inspect
     import re
 
+    if forward is None:  # no forward to read: the doctor's line stands
+        return line, source
     try:
         lines, start = inspect.getsourcelines(forward)
     except (OSError, TypeError):
@@ -321,7 +334,12 @@ def _unadded(forward, line, source) -> tuple:
 
 
 def _doctor_fault(
-    result: Result, report, errors: list, fault: str | None, exercise: ex.Exercise, forward_of=None
+    result: Result,
+    report: Report,
+    errors: list[Finding],
+    fault: str | None,
+    exercise: ex.Exercise,
+    forward_of: Callable[..., Any] | None = None,
 ) -> Result:
     from anatomy.pitfalls import FAULTS
 
@@ -360,7 +378,7 @@ def _transposes_first(source: str) -> bool:
     return bool(re.search(r"(transpose|permute|\.mT|\.T\b).*\.(reshape|view)\(", source.split("#")[0]))
 
 
-def _shape_table(factory, timeout) -> list[dict]:
+def _shape_table(factory: Callable[[int, int], Any], timeout: float | None) -> list[dict[str, Any]]:
     """The learner's rows of ``anatomy trace FILE.py:CLASS`` (empty when the trace cannot follow the module)."""
     try:
         from anatomy.doctor.trace.learner_trace import trace_learner

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -31,8 +32,18 @@ from anatomy.course.probe import SIZES, Call, Pitfall, _g, from_record
 
 
 def _ref_attention(
-    q, k, v, mask=None, *, scale=None, softmax_dim=-1, after=False, invert=False, ignore=False, late=False
-):
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    scale: float | None = None,
+    softmax_dim: int = -1,
+    after: bool = False,
+    invert: bool = False,
+    ignore: bool = False,
+    late: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The reference (no keyword) and its wrong variants; ``late``: the scale applied to the weights."""
     scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * (1.0 if late else scale)  # (B, H, T, S)
@@ -204,7 +215,7 @@ ATTENTION += (
 # ------------------------------------------------------------------------------------------------ heads
 
 
-def _split(x, n_heads, *, bad=None):
+def _split(x: torch.Tensor, n_heads: int, *, bad: str | None = None) -> torch.Tensor:
     b, t, d = x.shape
     if bad == "interleaved":
         return x.reshape(b, t, d // n_heads, n_heads).permute(0, 3, 1, 2)  # head h: features h, h+H, h+2H, ...
@@ -215,7 +226,7 @@ def _split(x, n_heads, *, bad=None):
     return x.reshape(b, t, n_heads, d // n_heads).transpose(1, 2)  # (B, H, T, Dh)
 
 
-def _merge(x, *, bad=None):
+def _merge(x: torch.Tensor, *, bad: str | None = None) -> torch.Tensor:
     b, h, t, dh = x.shape
     if bad == "interleaved":
         return x.permute(0, 2, 3, 1).reshape(b, t, h * dh)  # (B, T, Dh, H) flattened: the heads interleaved
@@ -348,7 +359,7 @@ HEADS += (
 @dataclass(frozen=True)
 class FunctionExercise:
     calls: Callable[[], list[Call]]
-    reference: dict[str, Callable]
+    reference: dict[str, Callable[..., Any]]
     pitfalls: tuple[Pitfall, ...]
 
 

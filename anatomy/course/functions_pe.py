@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import torch
 
 from anatomy.course.probe import SIZES, Call, Pitfall, from_record
@@ -9,7 +11,7 @@ from anatomy.course.probe import SIZES, Call, Pitfall, from_record
 # ------------------------------------------------------------------------------------------------ masks
 
 
-def _padding(lengths, max_len, *, bad=None):
+def _padding(lengths: torch.Tensor | Sequence[int], max_len: int, *, bad: str | None = None) -> torch.Tensor:
     lengths = torch.as_tensor(lengths)
     real = torch.arange(max_len)[None, :] < lengths[:, None]  # (B, S)
     if bad == "inverted":
@@ -23,7 +25,7 @@ def _padding(lengths, max_len, *, bad=None):
     return real
 
 
-def _causal(t, *, diagonal=0, upper=False):
+def _causal(t: int, *, diagonal: int = 0, upper: bool = False) -> torch.Tensor:
     ones = torch.ones(t, t, dtype=torch.bool)
     return ones.triu(diagonal) if upper else ones.tril(diagonal)
 
@@ -148,7 +150,7 @@ MASKS: tuple[Pitfall, ...] = (
 # ------------------------------------------------------------------------------------------------ sinusoidal
 
 
-def _sinusoidal(max_len, d_model, *, bad=None):
+def _sinusoidal(max_len: int, d_model: int, *, bad: str | None = None) -> torch.Tensor:
     pos = torch.arange(max_len, dtype=torch.float64)[:, None] + (1 if bad == "from_one" else 0)  # (P, 1)
     pos = {"squashed": pos / max_len, "squashed_1": pos / max(max_len - 1, 1)}.get(bad or "", pos)
     k = torch.arange(d_model, dtype=torch.float64)  # (D,)
@@ -164,7 +166,7 @@ def _sinusoidal(max_len, d_model, *, bad=None):
     return torch.where(even, angle.sin(), angle.cos())
 
 
-def _angle(pos, pair, d_model, bad):
+def _angle(pos: torch.Tensor, pair: torch.Tensor, d_model: int, bad: str | None) -> torch.Tensor:
     """pos / 10000^(2i/d), or one of the slips: precedence, the base 10e4, a product, another grid."""
     if bad == "precedence":
         return pos / 10000**2 * pair / d_model  # pos / 10000 ** 2 * i / d
@@ -314,7 +316,7 @@ MASKS += (
 )
 
 
-def _slip(bad: str):
+def _slip(bad: str) -> Callable[[str], Callable[[int, int], torch.Tensor]]:
     return lambda e: lambda max_len, d_model: _sinusoidal(max_len, d_model, bad=bad)
 
 

@@ -11,13 +11,16 @@ start at ones (gamma) and zeros (beta). A pitfall is the named wrong formula tha
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
+from torch import nn
 
 from anatomy.course import exercises as ex
 from anatomy.course.compare import lowered_tol, max_diff, same, table_of
 from anatomy.course.grader import Result, Subject, check_signature, run_guarded
 from anatomy.course.module_probe import EPS, SIZES, Wrong, _build, _probe, _say_wrong, _source_at
+from anatomy.tracing.steps import Recording
 
 _LN_POST = (
     "LayerNorm(x) = gamma * (x - mean) / sqrt(var + eps) + beta……大家在复现时最好确认一下标准化是在最后一个维度上做的。",
@@ -26,7 +29,18 @@ _LN_POST = (
 )
 
 
-def _layer_norm(x, g, b, *, dims=(-1,), unbiased=False, eps_outside=False, eps=EPS, var_dims=None, running=False):
+def _layer_norm(
+    x: torch.Tensor,
+    g: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    dims: tuple[int, ...] = (-1,),
+    unbiased: bool = False,
+    eps_outside: bool = False,
+    eps: float = EPS,
+    var_dims: tuple[int, ...] | None = None,
+    running: bool = False,
+) -> torch.Tensor:
     """The post's LayerNorm, or a wrong one: statistics over other ``dims`` (the variance over ``var_dims``), the
     unbiased variance, eps outside the root, or BatchNorm's running statistics at evaluation (``running``)."""
     if running:  # a fresh BatchNorm in eval: running mean 0, running variance 1
@@ -37,7 +51,7 @@ def _layer_norm(x, g, b, *, dims=(-1,), unbiased=False, eps_outside=False, eps=E
     return g * (x - mean) / scale + b
 
 
-LN_WRONG: tuple[tuple[Wrong, dict], ...] = (
+LN_WRONG: tuple[tuple[Wrong, dict[str, Any]], ...] = (
     (
         Wrong(
             "unbiased_variance",
@@ -170,7 +184,7 @@ TRAIN_WRONG = (  # what training mode may compute instead (the statistics of a b
 )
 
 
-def _no_affine(result: Result, cls, path: str, count: int) -> Result:
+def _no_affine(result: Result, cls: type[nn.Module], path: str, count: int) -> Result:
     import inspect
 
     try:
@@ -198,18 +212,18 @@ def _no_affine(result: Result, cls, path: str, count: int) -> Result:
     return result
 
 
-def _vectors(ln) -> list:
+def _vectors(ln: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """The parameters that hold one value per feature: (D,), or (1, 1, D) for broadcasting."""
     return [(n, p) for n, p in ln.named_parameters() if p.numel() == SIZES["D"] and p.shape[-1] == SIZES["D"]]
 
 
-def _set(vectors: list, values: list) -> None:
+def _set(vectors: list[tuple[str, nn.Parameter]], values: list[torch.Tensor]) -> None:
     with torch.no_grad():
         for (_, p), v in zip(vectors, values):
             p.copy_(v.reshape(p.shape))
 
 
-def _run(ln, x, timeout, train: bool):
+def _run(ln: nn.Module, x: torch.Tensor, timeout: float | None, train: bool) -> tuple[Any, Recording | None]:
     what = ("LayerNorm.forward(x (2, 5, 6))", "LayerNorm.forward(x (2, 5, 6))")
     ln.train(train)
     try:
@@ -220,7 +234,7 @@ def _run(ln, x, timeout, train: bool):
         ln.eval()
 
 
-def grade_layernorm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
+def grade_layernorm(exercise: ex.Exercise, module: Subject, timeout: float | None) -> Result:
     path, cls = module.file, module.LayerNorm
     check_signature(cls.__init__, "LayerNorm.__init__", ["d_model", "eps"], 1)
     ln = _build(cls, (SIZES["D"],), "LayerNorm", timeout)
@@ -265,7 +279,17 @@ def grade_layernorm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
     return _unexplained(result, exercise, out, trained, x, values, eps, rec, path)
 
 
-def _rules(result: Result, cls, path: str, rec, timeout, roles, initial, values, tol) -> Result | None:
+def _rules(
+    result: Result,
+    cls: type[nn.Module],
+    path: str,
+    rec: Recording | None,
+    timeout: float | None,
+    roles: tuple[int, int],
+    initial: list[torch.Tensor],
+    values: list[torch.Tensor],
+    tol: float,
+) -> Result | None:
     """Right on the probe: the eps it is built with is the one it uses, and gamma and beta start at 1 and 0."""
     other = _build(cls, (SIZES["D"], 0.1), "LayerNorm", timeout)  # eps = 0.1: far from any default
     vectors = _vectors(other)
@@ -284,7 +308,7 @@ def _rules(result: Result, cls, path: str, rec, timeout, roles, initial, values,
     return _init(result, cls, path, "norm_init_swapped" if swapped else "norm_init_wrong")
 
 
-def _init(result: Result, cls, path: str, name: str) -> Result:
+def _init(result: Result, cls: type[nn.Module], path: str, name: str) -> Result:
     """gamma or beta started at the wrong values: the line in __init__ that makes them."""
     import inspect
     import re
@@ -328,7 +352,17 @@ def _passed(result: Result, eps: float) -> Result:
     return result
 
 
-def _unexplained(result: Result, exercise, out, trained, x, values, eps, rec, path: str) -> Result:
+def _unexplained(
+    result: Result,
+    exercise: ex.Exercise,
+    out: torch.Tensor,
+    trained: object,
+    x: torch.Tensor,
+    values: list[torch.Tensor],
+    eps: float,
+    rec: Recording | None,
+    path: str,
+) -> Result:
     from anatomy.course.compare import first_step
 
     roles = [(values[0], values[1]), (values[1], values[0])]

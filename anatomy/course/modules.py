@@ -9,6 +9,8 @@ that reproduces the learner's output; the line is the learner's step that comput
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -17,7 +19,11 @@ from anatomy.course import exercises as ex
 from anatomy.course import spec
 from anatomy.course.compare import first_step, lowered_tol, max_diff, same, table_of
 from anatomy.course.grader import Result, Subject, check_signature, run_guarded
-from anatomy.course.module_probe import EPS, SIZES, Wrong, _build, _probe, _say_wrong, _source_at  # noqa: F401
+from anatomy.course.module_probe import SIZES, Wrong, _build, _probe, _say_wrong
+from anatomy.tracing.steps import Recording
+
+# the output a known mistake gives, from the probe x, the sub-layer f and the norm
+Formula = Callable[[torch.Tensor, nn.Module, nn.Module], torch.Tensor]
 
 # ------------------------------------------------------------------------------------------------ Add & Norm
 
@@ -39,7 +45,7 @@ _TWICE = (
 )
 
 
-def _add_norm_wrong(placement: str):
+def _add_norm_wrong(placement: str) -> list[tuple[Wrong, Formula]]:
     """(Wrong, formula(x, f, norm)) pairs for a PostNorm or PreNorm module."""
     post = placement == "post"
     right = _POST_NORM if post else _PRE_NORM
@@ -120,7 +126,7 @@ def _add_norm_wrong(placement: str):
     return [(w, fn) for w, fn in table if w.name != ("post_norm_instead" if post else "pre_norm_instead")]
 
 
-def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
+def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout: float | None) -> Result:
     path = module.file
     result = Result(exercise.id, path, passed=False)
     x = _probe(1)
@@ -134,14 +140,11 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
         sub32 = copy.deepcopy(sub).float()
         m32 = _build(cls, (SIZES["D"], sub32), name, timeout).float()  # a global norm stays float32: audit there
         what = (f"{name}.forward(x (2, 5, 6))", f"{name}.forward(x (2, 5, 6))")
-        found = spec.audit_structure(
-            m32,
-            lambda m32=m32, what=what: run_guarded(m32, (x.float(),), what, timeout, record=False, grad=True)[0],
-            path,
-            SIZES["D"],
-            "add_norm",
-            sub32,
-        )
+
+        def forward(m32: nn.Module = m32, what: tuple[str, str] = what) -> Any:
+            return run_guarded(m32, (x.float(),), what, timeout, record=False, grad=True)[0]
+
+        found = spec.audit_structure(m32, forward, path, SIZES["D"], "add_norm", sub32)
         if found is not None:
             from anatomy.course.doctor_exercises import _finding
 
@@ -204,7 +207,7 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
     return result
 
 
-def _batchnorm(norm: nn.Module, rec, path: str, name: str) -> spec.Finding | None:
+def _batchnorm(norm: nn.Module, rec: Recording | None, path: str, name: str) -> spec.Finding | None:
     """A BatchNorm where the exercise asks for LayerNorm (its statistics are a batch's, per feature)."""
     from anatomy.course import block_words
 
@@ -217,7 +220,9 @@ def _batchnorm(norm: nn.Module, rec, path: str, name: str) -> spec.Finding | Non
     return f
 
 
-def _norm_rules(m: nn.Module, norm: nn.Module, own: bool, rec, path: str, name: str) -> spec.Finding | None:
+def _norm_rules(
+    m: nn.Module, norm: nn.Module, own: bool, rec: Recording | None, path: str, name: str
+) -> spec.Finding | None:
     """Right on the probe: the norm is the module's own, with gamma and beta, started at ones and zeros."""
     from anatomy.course import block_words
 
@@ -243,7 +248,16 @@ def _norm_rules(m: nn.Module, norm: nn.Module, own: bool, rec, path: str, name: 
     return f
 
 
-def _differs(result: Result, exercise: ex.Exercise, name: str, placement: str, out, reference, rec, path: str):
+def _differs(
+    result: Result,
+    exercise: ex.Exercise,
+    name: str,
+    placement: str,
+    out: object,
+    reference: torch.Tensor,
+    rec: Recording | None,
+    path: str,
+) -> Result:
     """No known pitfall: by how much it differs, and the learner's last step that made the output."""
     from anatomy.course.spec import _same_file
 
@@ -262,7 +276,7 @@ def _differs(result: Result, exercise: ex.Exercise, name: str, placement: str, o
     return result
 
 
-def _bias_index(norm: nn.Module, params: list) -> int:
+def _bias_index(norm: nn.Module, params: list[torch.Tensor]) -> int:
     """Which of a norm's two (D,) parameters is the bias: with the other at 0, the output is the bias itself."""
     probe = copy.deepcopy(norm)
     x = _probe(2)
@@ -286,7 +300,7 @@ def _learner_norm(m: nn.Module, sub: nn.Module) -> tuple[nn.Module, bool]:
     return nn.LayerNorm(SIZES["D"]).double(), False
 
 
-def grade(exercise: ex.Exercise, subject: Subject, timeout) -> Result:
+def grade(exercise: ex.Exercise, subject: Subject, timeout: float | None) -> Result:
     if exercise.id == "layernorm":
         from anatomy.course.layernorm import grade_layernorm
 

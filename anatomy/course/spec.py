@@ -15,7 +15,9 @@ import os
 import re
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -71,11 +73,11 @@ def _caller(file: str) -> tuple[int, str]:
     return 0, ""
 
 
-def module_calls(run, file: str) -> list[Call]:
+def module_calls(run: Callable[[], object], file: str) -> list[Call]:
     """Every module called while ``run()`` runs (globals included), with the learner's line that called it."""
     calls: list[Call] = []
 
-    def hook(module, args, out):
+    def hook(module: nn.Module, args: tuple[Any, ...], out: object) -> None:
         line, source = _caller(file)
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         scale = float(first.detach().abs().double().mean()) if first is not None and first.numel() else 0.0
@@ -127,14 +129,20 @@ def norms_own_and_apart(calls: list[Call], m: nn.Module) -> bool:
 
 
 def audit_structure(
-    m: nn.Module, run, file: str, d_model: int, kind: str, given: nn.Module | None = None, seen: list | None = None
+    m: nn.Module,
+    run: Callable[[], Any],
+    file: str,
+    d_model: int,
+    kind: str,
+    given: nn.Module | None = None,
+    seen: list[Call] | None = None,
 ) -> Finding | None:
     """Unused parameters, a projection or norm called twice, a norm that is not the module's own (``given``: a
     module the exercise hands in, the sub-layer of Add & Norm)."""
     m.zero_grad(set_to_none=True)
-    holder: dict = {}
+    holder: dict[str, Any] = {}
 
-    def forward():
+    def forward() -> None:
         holder["out"] = run()
 
     with torch.enable_grad():
@@ -145,7 +153,7 @@ def audit_structure(
         out = out[0] if isinstance(out, (tuple, list)) else out
         if isinstance(out, torch.Tensor) and out.requires_grad:
             g = torch.Generator().manual_seed(7)
-            (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum().backward()
+            (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum().backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward is unannotated
     owned = {id(x) for x in m.modules()} | ({id(x) for x in given.modules()} if given is not None else set())
     stranger = [c for c in own_parameters_calls(calls) if id(c.module) not in owned]
     if stranger:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import linecache
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -12,16 +14,22 @@ from torch import nn
 from anatomy.course.spec import ACTIVATIONS, NORM_TYPES, Finding, module_calls
 from anatomy.tracing.steps import RecordError
 
+# the learner's forward: (x, mask) -> its output (a tensor, or a tuple whose first item is one)
+Forward = Callable[[torch.Tensor, torch.Tensor | None], Any]
 
-def leak(m: nn.Module, call, t: int, d_model: int, tol: float = 1e-6) -> tuple[int, int] | None:
+
+def leak(
+    m: nn.Module, call: Callable[[torch.Tensor, torch.Tensor], Any], t: int, d_model: int, tol: float = 1e-6
+) -> tuple[int, int] | None:
     """(query, key) of the first earlier output a later token moves under a causal mask (True = may attend)."""
     g = torch.Generator().manual_seed(5)
     x = torch.randn(2, t, d_model, generator=g, dtype=torch.float64)
     mask = torch.ones(t, t, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
 
-    def out(inp):
+    def out(inp: torch.Tensor) -> torch.Tensor:
         y = call(inp, mask)
-        return (y[0] if isinstance(y, (tuple, list)) else y).detach().nan_to_num(nan=1e30)
+        first: torch.Tensor = y[0] if isinstance(y, (tuple, list)) else y
+        return first.detach().nan_to_num(nan=1e30)
 
     base = out(x)
     finite = base[base.abs() < 1e29]  # rows a mask left empty are NaN (1e30 here): not the scale of the output
@@ -47,11 +55,11 @@ def _stream(d_model: int, b: int = 2, t: int = 5, seed: int = 11) -> torch.Tenso
     return 50 * sign + torch.randn(b, t, d_model, generator=g, dtype=torch.float64)
 
 
-def placement(m: nn.Module, call, file: str, d_model: int, post: tuple[str, str]) -> Finding | None:
+def placement(m: nn.Module, call: Forward, file: str, d_model: int, post: tuple[str, str]) -> Finding | None:
     """Pre-Norm keeps the residual stream: block(x) - x stays small next to a large x. A Post-Norm block returns a
     normalised tensor instead (each token's features with mean 0 and variance 1)."""
     x = _stream(d_model)
-    holder: dict = {}
+    holder: dict[str, Any] = {}
     calls = module_calls(lambda: holder.update(out=call(x, None)), file)
     out = holder["out"]
     out = out[0] if isinstance(out, (tuple, list)) else out
@@ -120,7 +128,7 @@ def dropout_place(m: nn.Module, file: str, d_model: int) -> Finding | None:
             d.p = 0.5
     x = _stream(d_model, 4, 8)
     mask = torch.ones(8, 8, dtype=torch.bool).tril()[None, None]
-    holder: dict = {}
+    holder: dict[str, Any] = {}
     torch.manual_seed(0)
     try:
         calls = module_calls(lambda: holder.update(out=probe(x, mask)), file)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from anatomy.doctor.loading.subject import one_line
 REFERENCE_FILE = Path(__file__).with_name("tiny_lm_reference.json")  # the reference block's curve per setup
 
 MARGIN = 0.05  # nats
+
+MakeBlock = Callable[[], nn.Module]  # a fresh block (learner's or reference), built at the setup's sizes
+ProgressFn = Callable[[tuple[str, str]], None]  # one (en, zh) line of training progress
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,7 @@ class TinyLM(nn.Module):
     pe: torch.Tensor
     causal: torch.Tensor
 
-    def __init__(self, vocab: int, setup: Setup, make_block):
+    def __init__(self, vocab: int, setup: Setup, make_block: MakeBlock) -> None:
         super().__init__()
         from anatomy.components.positional.sinusoidal import sinusoidal_table
 
@@ -78,20 +82,24 @@ class TinyLM(nn.Module):
             x = block(x, mask)
             if isinstance(x, tuple):  # a block that also returns its weights
                 x = x[0]
-        return self.head(self.norm(x))  # (B, T, V)
+        logits: torch.Tensor = self.head(self.norm(x))  # (B, T, V)
+        return logits
 
 
-def _data(setup: Setup):
+def _data(setup: Setup) -> tuple[int, torch.Tensor, torch.Tensor]:
     from anatomy.data.corpora import corpus_splits
 
     splits = corpus_splits("shakespeare", seed=0)
     chars = sorted(set(splits["train"]) | set(splits["val"]))
     index = {c: i for i, c in enumerate(chars)}
-    encode = lambda s: torch.tensor([index[c] for c in s], dtype=torch.long)  # noqa: E731
+
+    def encode(s: str) -> torch.Tensor:
+        return torch.tensor([index[c] for c in s], dtype=torch.long)
+
     return len(chars), encode(splits["train"]), encode(splits["val"])
 
 
-def _batch(data: torch.Tensor, setup: Setup, g: torch.Generator):
+def _batch(data: torch.Tensor, setup: Setup, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     starts = torch.randint(0, len(data) - setup.block - 1, (setup.batch,), generator=g)
     x = torch.stack([data[s : s + setup.block] for s in starts.tolist()])  # (B, T)
     y = torch.stack([data[s + 1 : s + setup.block + 1] for s in starts.tolist()])  # (B, T)
@@ -99,7 +107,12 @@ def _batch(data: torch.Tensor, setup: Setup, g: torch.Generator):
 
 
 def train(
-    make_block, setup: Setup = Setup(), *, deadline: float | None = None, progress=None, against: Curve | None = None
+    make_block: MakeBlock,
+    setup: Setup = Setup(),
+    *,
+    deadline: float | None = None,
+    progress: ProgressFn | None = None,
+    against: Curve | None = None,
 ) -> Curve:
     """Train a :class:`TinyLM` of ``make_block()`` blocks; the same batches for every block at the same seed."""
     threads = torch.get_num_threads()
@@ -112,7 +125,9 @@ def train(
         torch.set_num_threads(threads)
 
 
-def _train(make_block, setup: Setup, deadline: float | None, progress, against: Curve | None) -> Curve:
+def _train(
+    make_block: MakeBlock, setup: Setup, deadline: float | None, progress: ProgressFn | None, against: Curve | None
+) -> Curve:
     vocab, train_ids, val_ids = _data(setup)
     torch.manual_seed(setup.seed)
     model = TinyLM(vocab, setup, make_block)
@@ -189,17 +204,18 @@ def write_reference(setup: Setup = Setup()) -> Path:
     return REFERENCE_FILE
 
 
-def reference_block(setup: Setup):
+def reference_block(setup: Setup) -> MakeBlock:
     from anatomy.course.solutions.block import TransformerBlock
 
-    return lambda: TransformerBlock(setup.d_model, setup.n_heads, 4 * setup.d_model)
+    # the reference solution keeps the exercise's unannotated signatures (it is what `anatomy learn solution` shows)
+    return lambda: TransformerBlock(setup.d_model, setup.n_heads, 4 * setup.d_model)  # type: ignore[no-untyped-call]
 
 
 def figure(curves: dict[str, Curve], path: str | Path) -> str:
     from anatomy.inspection.figures import _fonts, bi, new_figure, save_figure
 
     with _fonts():
-        fig = new_figure(figsize=(7, 4))
+        fig = new_figure(figsize=(7, 4))  # type: ignore[no-untyped-call, unused-ignore]  # inspection: typed apart
         ax = fig.add_subplot(1, 1, 1)
         for (label, curve), style in zip(curves.items(), ("-", "--", ":")):
             ax.plot(curve.steps, curve.val, style, marker="o", ms=3, label=label)
@@ -210,7 +226,7 @@ def figure(curves: dict[str, Curve], path: str | Path) -> str:
     return save_figure(fig, path)
 
 
-def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
+def _future_leak(make: MakeBlock, setup: Setup, timeout: float | None) -> tuple[int, int] | None:
     """(query, key) of the first earlier output a later token moves under the causal mask, or None."""
     torch.manual_seed(setup.seed)
     block = make().eval()
@@ -218,7 +234,7 @@ def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
     x = torch.randn(1, t, setup.d_model, generator=torch.Generator().manual_seed(5))
     mask = torch.ones(t, t, dtype=torch.bool).tril()[None, None]  # (1, 1, T, S)
 
-    def run(inp):
+    def run(inp: torch.Tensor) -> torch.Tensor:
         out, _ = run_guarded(
             lambda: block(inp, mask),
             (),
@@ -226,7 +242,8 @@ def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
             timeout,
             record=False,
         )
-        return out[0] if isinstance(out, tuple) else out
+        first: torch.Tensor = out[0] if isinstance(out, tuple) else out
+        return first
 
     base = run(x)
     for j in range(t - 1, 0, -1):
@@ -240,14 +257,23 @@ def _future_leak(make, setup: Setup, timeout) -> tuple[int, int] | None:
 
 
 def grade(
-    exercise: ex.Exercise, subject: Subject, timeout, *, steps: int | None = None, figure_path=None, progress=None
+    exercise: ex.Exercise,
+    subject: Subject,
+    timeout: float | None,
+    *,
+    steps: int | None = None,
+    figure_path: str | Path | None = None,
+    progress: ProgressFn | None = None,
 ) -> Result:
     path = subject.file
     cls = subject.TransformerBlock
     check_signature(cls.__init__, "TransformerBlock.__init__", ["d_model", "n_heads", "d_ff"], 3)
     check_signature(cls.forward, "TransformerBlock.forward", ["x", "mask"], 1)
     setup = Setup() if steps is None else Setup(steps=steps, eval_every=max(1, min(50, steps // 4)))
-    make = lambda: cls(setup.d_model, setup.n_heads, 4 * setup.d_model)  # noqa: E731
+
+    def make() -> nn.Module:
+        return cls(setup.d_model, setup.n_heads, 4 * setup.d_model)  # type: ignore[no-any-return]  # the learner's class
+
     probe = torch.zeros(2, 5, setup.d_model)
     out, _ = run_guarded(
         lambda: make()(probe, torch.ones(5, 5, dtype=torch.bool).tril()[None, None]),
