@@ -18,7 +18,7 @@ from torch import nn
 from anatomy.course import block_rules as rules
 from anatomy.course import exercises as ex
 from anatomy.course import fill, spec, spec_block
-from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
+from anatomy.course.grader import LearnError, Result, Subject, at_line, check_signature, run_guarded
 from anatomy.pitfalls import records
 from anatomy.tracing.steps import Recording
 
@@ -51,19 +51,10 @@ def _build(cls: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
 
 
 def _finding(result: Result, f: spec.Finding) -> Result:
-    result.passed, result.pitfall = False, f.pitfall
+    result.passed = False
     result.point(f.line, f.source)
     result.more_lines = list(f.more_lines)
-    result.brief(*f.what)
-    if f.post[0]:  # the post says nothing of some pitfalls
-        result.brief(f"the post: 「{f.post[0]}」", f"原文：「{f.post[0]}」")
-    result.brief(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")
-    where_en = f"line {f.line} `{f.source}`: " if f.line else ""
-    where_zh = f"第 {f.line} 行 `{f.source}`：" if f.line else ""
-    result.say(f"pitfall `{f.pitfall}` — {where_en}{f.what[0]}", f"坑 `{f.pitfall}` —— {where_zh}{f.what[1]}")
-    if f.post[0]:  # the post says nothing of some pitfalls
-        result.say(f"the post: 「{f.post[0]}」" + (f" ({f.post[1]})" if f.post[1] else ""), f"原文：「{f.post[0]}」")
-    result.say(f"hint: {f.hint[0]}", f"提示：{f.hint[1]}")
+    result.tell(f.pitfall, f.what, f.post, f.hint, where=at_line(f.line, f.source))
     return result
 
 

@@ -160,7 +160,7 @@ def float16_outcome(run: Callable[[], object]) -> tuple[str, str]:
 
 def name_it(result: Result, found: tuple[int, str, float], outcome: tuple[str, str]) -> Result:
     line, source, value = found
-    result.passed, result.pitfall = False, "fill_minus_1e9"
+    result.passed = False
     result.point(line, source)
     what = (
         f"the mask fill {shown(value)} is not a float16 number (float16 stops at -65504); {outcome[0]}",
@@ -170,18 +170,11 @@ def name_it(result: Result, found: tuple[int, str, float], outcome: tuple[str, s
         "fill with float('-inf') (the post's advice) or torch.finfo(scores.dtype).min, which follow the dtype",
         "用 float('-inf')（原文的建议）或 torch.finfo(scores.dtype).min 填充，它们随数据类型变化",
     )
-    result.brief(*what)
-    result.brief(f"the post: 「{POST[0]}」", f"原文：「{POST[0]}」")
-    result.brief(f"hint: {hint[0]}", f"提示：{hint[1]}")
-    result.say(
-        f"pitfall `fill_minus_1e9` — line {line} `{source}`: {what[0]}",
-        f"坑 `fill_minus_1e9` —— 第 {line} 行 `{source}`：{what[1]}",
-    )
-    result.say(f"the post: 「{POST[0]}」 ({POST[1]})", f"原文：「{POST[0]}」")
-    result.say(
+    numbers = (
         "numbers: in float64 your output equals the reference (exp(-1e9) is exactly 0 there); the check ran "
         "your code once more in float16",
         "数字：在 float64 下你的输出与参考实现一致（exp(-1e9) 在那里正好是 0）；检查又在 float16 下运行了一次你的代码",
     )
-    result.say(f"hint: {hint[0]}", f"提示：{hint[1]}")
+    where = (f"line {line} `{source}`: ", f"第 {line} 行 `{source}`：")
+    result.tell("fill_minus_1e9", what, POST, hint, where=where, numbers=numbers)
     return result

@@ -24,7 +24,7 @@ from anatomy.course.compare import (
     table_of,
     tolerance,
 )
-from anatomy.course.grader import Result, Subject, check_signature, run_guarded
+from anatomy.course.grader import Result, Subject, at_line, check_signature, run_guarded
 from anatomy.course.probe import Run
 from anatomy.tracing.steps import Recording
 
@@ -280,25 +280,15 @@ def _named(result: Result, exercise: ex.Exercise, p: fx.Pitfall, runs: list[Run]
         text_line, text_source = source_line(module, call.entry, p.text)
         if text_line and (step is None or p.name in TEXT_FIRST):
             line, source = text_line, text_source
-    result.pitfall = p.name
     result.point(line, source)
-    where_en = f"line {line} `{source}`: " if line else ""
-    where_zh = f"第 {line} 行 `{source}`：" if line else ""
-    result.brief(p.what[0], p.what[1])
-    if p.post[0]:  # the post says nothing of some pitfalls
-        result.brief(f"the post: 「{p.post[0]}」", f"原文：「{p.post[0]}」")
-    result.brief(f"hint: {p.hint[0]}", f"提示：{p.hint[1]}")
-    result.say(f"pitfall `{p.name}` — {where_en}{p.what[0]}", f"坑 `{p.name}` —— {where_zh}{p.what[1]}")
-    if p.post[0]:  # the post says nothing of some pitfalls
-        result.say(f"the post: 「{p.post[0]}」" + (f" ({p.post[1]})" if p.post[1] else ""), f"原文：「{p.post[0]}」")
     diff = max(max_diff(g, w) for g, w in zip(got, want))
     more_en, more_zh = _evidence(exercise.id, got, want)
-    result.say(
+    numbers = (
         f"numbers: on {_call_text(call)} your output differs from the reference by up to {diff:.3g} and "
         f"equals the `{p.name}` version exactly{more_en}",
         f"数字：在 {_call_text(call)} 上，你的输出与参考实现最多相差 {diff:.3g}，而与 `{p.name}` 版本完全一致{more_zh}",
     )
-    result.say(f"hint: {p.hint[0]}", f"提示：{p.hint[1]}")
+    result.tell(p.name, p.what, p.post, p.hint, where=at_line(line, source), numbers=numbers)
     return result
 
 

@@ -79,6 +79,34 @@ class Result:
     def point(self, line: int | None, source: str = "") -> None:
         self.line, self.source = line, source.strip()
 
+    def tell(
+        self,
+        name: str,
+        what: tuple[str, str],
+        post: tuple[str, str],
+        hint: tuple[str, str],
+        *,
+        where: tuple[str, str] = ("", ""),
+        numbers: tuple[str, str] | None = None,
+        who: str = "",
+    ) -> None:
+        """A named pitfall in the course's words: the short answer (what the code does, the post's sentence, the
+        hint) and the full report (the pitfall ``where`` it is, the post, the ``numbers`` that show it, the hint).
+        ``post``: the post's sentence and an English gloss ("": none; no sentence: the post says nothing of it);
+        ``who``: the class the short answer names first."""
+        self.pitfall = name
+        lead = (f"{who}: ", f"{who}：") if who else ("", "")
+        self.brief(lead[0] + what[0], lead[1] + what[1])
+        if post[0]:
+            self.brief(f"the post: 「{post[0]}」", f"原文：「{post[0]}」")
+        self.brief(f"hint: {hint[0]}", f"提示：{hint[1]}")
+        self.say(f"pitfall `{name}` — {where[0]}{what[0]}", f"坑 `{name}` —— {where[1]}{what[1]}")
+        if post[0]:
+            self.say(f"the post: 「{post[0]}」" + (f" ({post[1]})" if post[1] else ""), f"原文：「{post[0]}」")
+        if numbers is not None:
+            self.say(*numbers)
+        self.say(f"hint: {hint[0]}", f"提示：{hint[1]}")
+
     @property
     def ok(self) -> bool:
         return self.passed
@@ -149,6 +177,11 @@ class Result:
         if len(out) < 8:
             out.append("  （完整报告：加上 --details）" if zh else "  (the full report: add --details)")
         return "\n".join(out[:8])
+
+
+def at_line(line: int | None, source: str) -> tuple[str, str]:
+    """``line N `code`: `` (en, zh) to put before a finding; nothing when there is no line."""
+    return (f"line {line} `{source}`: ", f"第 {line} 行 `{source}`：") if line else ("", "")
 
 
 def _locale() -> str:
@@ -304,13 +337,7 @@ def run_guarded(
         inner = err.error
         if inner is None:
             raise LearnError(f"{what[0]}: {err}", f"{what[1]}：{err}") from None
-        at = raised_at(inner)
-        raise LearnError(
-            f"{what[0]} raised {one_line(inner)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
-            f"{what[1]}抛出了错误 {one_line(inner)}"
-            + zh_gloss(inner)
-            + (f"（第 {at[0]} 行：`{at[1]}`）" if at else ""),
-        ) from None
+        raise learner_raised(inner, f"{what[0]} raised ", f"{what[1]}抛出了错误 ") from None
     except SystemExit as err:
         raise LearnError(
             f"{what[0]} called sys.exit({err.code!r}): nothing could be checked",
@@ -319,11 +346,17 @@ def run_guarded(
     except KeyboardInterrupt:
         raise
     except BaseException as err:  # noqa: BLE001 - the learner's code may raise anything
-        at = raised_at(err)
-        raise LearnError(
-            f"{what[0]} raised {one_line(err)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
-            f"{what[1]}抛出了错误 {one_line(err)}" + zh_gloss(err) + (f"（第 {at[0]} 行：`{at[1]}`）" if at else ""),
-        ) from None
+        raise learner_raised(err, f"{what[0]} raised ", f"{what[1]}抛出了错误 ") from None
+
+
+def learner_raised(err: BaseException, en: str, zh: str, *, gloss: bool = True) -> LearnError:
+    """The one line for an error the learner's code raised: ``en``/``zh`` lead, the error, (in Chinese, what a
+    common torch error means,) and the learner's line it came from."""
+    at = raised_at(err)
+    return LearnError(
+        f"{en}{one_line(err)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
+        f"{zh}{one_line(err)}" + (zh_gloss(err) if gloss else "") + (f"（第 {at[0]} 行：`{at[1]}`）" if at else ""),
+    )
 
 
 def raised_at(err: BaseException) -> tuple[int, str] | None:

@@ -55,23 +55,13 @@ def _source_at(path: str, line: int) -> str:
 
 def _say_wrong(result: Result, wrong: Wrong, rec: Recording | None, path: str, diff: float, who: str = "") -> Result:
     step = first_step(rec, wrong.ops, wrong.out_dims, path)
-    result.pitfall = wrong.name
     result.point(step.line if step else None, step.source if step else "")
-    result.brief((f"{who}: " if who else "") + wrong.what[0], (f"{who}：" if who else "") + wrong.what[1])
-    result.brief(f"the post: 「{wrong.post[0]}」", f"原文：「{wrong.post[0]}」")
-    result.brief(f"hint: {wrong.hint[0]}", f"提示：{wrong.hint[1]}")
-    where_en = f"line {step.line} `{step.source}`: " if step else ""
-    where_zh = f"第 {step.line} 行 `{step.source}`：" if step else ""
-    result.say(f"pitfall `{wrong.name}` — {where_en}{wrong.what[0]}", f"坑 `{wrong.name}` —— {where_zh}{wrong.what[1]}")
-    result.say(
-        f"the post: 「{wrong.post[0]}」" + (f" ({wrong.post[1]})" if wrong.post[1] else ""),
-        f"原文：「{wrong.post[0]}」",
-    )
     shown = "inf/NaN" if math.isinf(diff) else f"{diff:.3g}"
-    result.say(
+    numbers = (
         f"numbers: your output differs from the reference by up to {shown} and equals the `{wrong.name}` "
         "version exactly",
         f"数字：你的输出与参考实现最多相差 {shown}，而与 `{wrong.name}` 版本完全一致",
     )
-    result.say(f"hint: {wrong.hint[0]}", f"提示：{wrong.hint[1]}")
+    where = (f"line {step.line} `{step.source}`: ", f"第 {step.line} 行 `{step.source}`：") if step else ("", "")
+    result.tell(wrong.name, wrong.what, wrong.post, wrong.hint, where=where, numbers=numbers, who=who)
     return result

@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from anatomy.course import exercises as ex
-from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
-from anatomy.doctor.loading.subject import one_line
+from anatomy.course.grader import LearnError, Result, Subject, check_signature, learner_raised, run_guarded
 
 REFERENCE_FILE = Path(__file__).with_name("tiny_lm_reference.json")  # the reference block's curve per setup
 
@@ -325,12 +324,8 @@ def grade(
     except LearnError:
         raise
     except Exception as err:  # noqa: BLE001 - the learner's block failed during training
-        from anatomy.course.grader import raised_at
-
-        at = raised_at(err)
-        raise LearnError(
-            f"your block failed while training: {one_line(err)}" + (f" (at line {at[0]}: `{at[1]}`)" if at else ""),
-            f"你的 Block 在训练中出错：{one_line(err)}" + (f"（第 {at[0]} 行：`{at[1]}`）" if at else ""),
+        raise learner_raised(
+            err, "your block failed while training: ", "你的 Block 在训练中出错：", gloss=False
         ) from None
     result = Result(exercise.id, path, passed=False)
     gap = mine.val[-1] - ref.val[-1]

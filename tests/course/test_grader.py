@@ -124,3 +124,22 @@ def test_no_warning_against_the_inf_fill_the_hint_prescribes():
         r = check(exercise, solution_path(get(exercise)))
         assert r.passed and r.warnings == [], r.render()
         assert "-inf" not in r.render("en").split("\n", 1)[1]
+
+
+def test_an_error_of_the_learners_code_names_its_line_and_glosses_only_when_asked(tmp_path):
+    from anatomy.course.grader import learner_raised
+    from anatomy.doctor.loading.building import import_file
+
+    path = tmp_path / "mine.py"
+    path.write_text("import torch\n\n\ndef f():\n    return torch.ones(2, 3) @ torch.ones(2, 3)\n", encoding="utf-8")
+    try:
+        import_file(path, None).f()
+    except RuntimeError as caught:
+        err = caught
+    told = learner_raised(err, "f raised ", "f抛出了错误 ")
+    assert told.en.startswith("f raised RuntimeError") and told.en.endswith(
+        "(at line 5: `return torch.ones(2, 3) @ torch.ones(2, 3)`)"
+    )
+    assert "乘不到一起" in told.zh and "第 5 行" in told.zh  # what the torch error means, in Chinese
+    plain = learner_raised(err, "training: ", "训练中出错：", gloss=False)
+    assert "乘不到一起" not in plain.zh and "第 5 行" in plain.zh and plain.en.startswith("training: RuntimeError")
