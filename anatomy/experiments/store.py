@@ -46,6 +46,7 @@ IDENTITY = {
 
 Unit = tuple[str, int]  # (experiment, seed)
 Result = tuple[dict[str, float], list[str], float]  # (metrics, figures written, seconds)
+Run = tuple[Unit, "int | str", float, float]  # (unit, worker: a pid, or host:pid on a cluster, start, end)
 
 
 class BadUnit(ValueError):

@@ -10,6 +10,8 @@ here are the three smaller ones:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -18,7 +20,7 @@ from anatomy.components.norms import LayerNorm
 from anatomy.experiments.devices import cpu_draws, on, to_device
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, count_seeds, num, per_seed, setting
 from anatomy.experiments.tasks import MarkovTask
 
@@ -32,7 +34,7 @@ class _ResidualMLP(nn.Module):
             nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)) for _ in range(blocks)
         )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for f in self.blocks:
             x = x + f(x)
         return x
@@ -43,7 +45,7 @@ FASTER = 2  # C35: the residual stack must get there in at most 1/FASTER of the 
 
 
 @experiment("identity-mlp", units={"steps_plain": " steps", "steps_residual": " steps"})
-def identity_mlp(trial):
+def identity_mlp(trial: Trial) -> dict[str, float]:
     width, blocks = 32, budget(trial.preset, 3, 4, 6)
     steps, eps = budget(trial.preset, 80, 400, 2000), IDENTITY_EPS
     dev = trial.device
@@ -79,7 +81,7 @@ def identity_mlp(trial):
         curves[name] = curve
     out["steps_cap"] = steps
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         for name, c in curves.items():
             ax.plot(c, label=f"{name} MLP ({2 * blocks} Linear layers)")
         ax.axhline(eps, color="k", ls=":", lw=0.8, label=f"ε = {eps}")
@@ -112,7 +114,7 @@ def identity_mlp(trial):
     f"reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
     "refuted if it is not faster on any seed; otherwise inconclusive.",
 )
-def _c35(ms):
+def _c35(ms: dict[str, Metric]) -> Verdict:
     sp, sr = ms["steps_plain"], ms["steps_residual"]
     cap = setting(ms, "steps_cap")
     nums_en = (
@@ -153,7 +155,7 @@ PER_SAMPLE = 1e-6  # C38: below this: independent of the batch (float32 noise)
 RISE = 0.2  # C38: nats: BN's training curve rising this much more than LN's counts as unstable
 
 
-def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator, device: str = "cpu") -> dict:
+def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator, device: str = "cpu") -> dict[str, torch.Tensor]:
     with cpu_draws():
         ids = task.sample(n, T, g)
         lengths = torch.randint(T // 4, T + 1, (n,), generator=g)
@@ -164,7 +166,7 @@ def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator, device: str = 
     return to_device(batch, device)
 
 
-def _dependence(model: nn.Module, a: dict, b: dict, train_mode: bool) -> float:
+def _dependence(model: nn.Module, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], train_mode: bool) -> float:
     """Put sequence 0 of ``a`` into batch ``b`` (other sentences, other padding): how much do its logits move?"""
     mixed = {k: torch.cat([a[k][:1], b[k][1:]]) for k in ("input_ids", "attention_mask")}
     model.train(train_mode)
@@ -173,11 +175,11 @@ def _dependence(model: nn.Module, a: dict, b: dict, train_mode: bool) -> float:
         y = model(**mixed).logits[0]
     valid = a["attention_mask"][0].bool()
     model.eval()
-    return ((x - y)[valid].abs().max() / x[valid].abs().max()).item()
+    return float(((x - y)[valid].abs().max() / x[valid].abs().max()).item())
 
 
 @experiment("bn-vs-ln")
-def bn_vs_ln(trial):
+def bn_vs_ln(trial: Trial) -> dict[str, float]:
     T, steps = budget(trial.preset, 16, 32, 32, POST_SIZES["T"]), budget(trial.preset, 30, 200, 800)
     batch = 4  # small batches (§4.2)
     d_model = budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"])
@@ -217,7 +219,7 @@ def bn_vs_ln(trial):
         out[f"dep_train_{arm}"] = _dependence(model, val[0], val[1], True)
         out[f"dep_eval_{arm}"] = _dependence(model, val[0], val[1], False)
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         for arm, label in (("ln", "LayerNorm"), ("bn", "BatchNorm over tokens")):
             ax.plot(curves[arm], label=f"{label}: val {out[f'val_{arm}']:.3f}")
         ax.axhline(task.floor, color="k", ls=":", lw=0.8)
@@ -252,7 +254,7 @@ def bn_vs_ln(trial):
     f"or its curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running "
     "statistics; nuanced if none of these on any seed; otherwise inconclusive.",
 )
-def _c38(ms):
+def _c38(ms: dict[str, Metric]) -> Verdict:
     exact = all(b > BATCH_DEPENDENT and a < PER_SAMPLE for a, b in per_seed(ms, "dep_train_ln", "dep_train_bn"))
     nums_en = (
         f"Moving one sentence into another batch changes its logits by {ms['dep_train_bn'].fmt()} (relative) "
@@ -314,7 +316,7 @@ def _c38(ms):
 
 
 @experiment("layernorm-reference")
-def layernorm_reference(trial):
+def layernorm_reference(trial: Trial) -> dict[str, float]:
     from anatomy.interop.torch_nn import from_torch
 
     g = torch.Generator().manual_seed(trial.seed)
@@ -330,6 +332,7 @@ def layernorm_reference(trial):
     with torch.no_grad():
         for m in (ours, theirs):
             m.weight.copy_(gamma)
+            assert m.bias is not None  # both are built with a bias
             m.bias.copy_(beta)
         out = {
             "err_ours_vs_formula": (ours(x) - formula).abs().max().item(),
@@ -350,7 +353,7 @@ def layernorm_reference(trial):
     torch.manual_seed(trial.seed)
     with cpu_draws():
         layer = nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True).double().eval()
-        block = from_torch(layer).eval()
+        block: Any = from_torch(layer).eval()  # an EncoderBlock
         h = torch.randn(2, 10, 16, generator=g, dtype=torch.float64)
     layer, block, h = layer.to(dev), block.to(dev), h.to(dev)
     with torch.no_grad():
@@ -369,7 +372,7 @@ def layernorm_reference(trial):
     rule_text="Supported if the formula (biased variance, last dimension) matches both our LayerNorm and "
     "torch.nn.LayerNorm to < 1e-10 in float64; refuted otherwise.",
 )
-def _c40(ms):
+def _c40(ms: dict[str, Metric]) -> Verdict:
     a, b = ms["err_ours_vs_formula"], ms["err_torch_vs_formula"]
     if max(a.values) < 1e-10 and max(b.values) < 1e-10:
         return Verdict(
@@ -397,7 +400,7 @@ def _c40(ms):
     rule_text="Unverifiable as stated (no source is named): always inconclusive, with the nearest measurable "
     "variants reported.",
 )
-def _c41(ms):
+def _c41(ms: dict[str, Metric]) -> Verdict:
     v, o = ms["diff_std_plus_eps_variant"], ms["diff_mean_order_fp32"]
     return Verdict(
         "inconclusive",
@@ -421,7 +424,7 @@ def _c41(ms):
     "default equals LN(x + Sublayer(x)) by hand and our 'post' block to < 1e-10 (float64), else "
     "inconclusive.",
 )
-def _c42(ms):
+def _c42(ms: dict[str, Metric]) -> Verdict:
     par, form, post = ms["post_norm_parity_err"], ms["post_norm_formula_err"], ms["placement_is_post"]
     lit_en = (
         'Vaswani et al. (2017), §3.1: "the output of each sub-layer is LayerNorm(x + Sublayer(x))" — Post-Norm '

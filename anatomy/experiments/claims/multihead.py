@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import torch
+from torch import nn
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention
@@ -23,7 +24,7 @@ from anatomy.experiments.devices import cpu_draws, on
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, tiny_model
 from anatomy.experiments.probes import probe_attention
-from anatomy.experiments.registry import Verdict, claim, experiment, holds_on_every_seed
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment, holds_on_every_seed
 from anatomy.experiments.rules import Case, Ladder, fmts, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 
@@ -36,14 +37,14 @@ STALL = 0.05  # C8: nats: an improvement below this after the first quarter of t
 
 
 @experiment("head-parameters")
-def head_parameters(trial):
+def head_parameters(trial: Trial) -> dict[str, float]:
     """Parameters of one attention layer at D=512 for h in {1, 8, 64}: the projections do not depend on h."""
     counts = {
         h: sum(p.numel() for p in on(trial.device, MultiHeadAttention, d_model=512, n_heads=h).parameters())
         for h in (1, 8, 64)
     }
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         ax.bar([str(h) for h in counts], list(counts.values()))
         ax.set(xlabel="heads h (D = 512)", ylabel="parameters", title="Attention parameters vs number of heads")
 
@@ -74,7 +75,7 @@ claim(
 
 
 @experiment("dot-product-variance")
-def dot_product_variance(trial):
+def dot_product_variance(trial: Trial) -> dict[str, float]:
     """Monte-Carlo: q, k with iid unit-variance entries; Var(q.k) and Var(q.k/sqrt(d_k)) for d_k in {16, 64, 256}."""
     n = budget(trial.preset, 2_000, 50_000, 200_000)
     g = torch.Generator().manual_seed(trial.seed)
@@ -89,7 +90,7 @@ def dot_product_variance(trial):
             out["frac_beyond_8_dk64"] = (dots.abs() > 8).double().mean().item()
             sample = dots[:2000].cpu()
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         ax.hist(sample.numpy(), bins=60, alpha=0.6, label="q·k (d_k=64)")
         ax.hist((sample / 8).numpy(), bins=60, alpha=0.6, label="q·k / sqrt(64)")
         ax.axvline(8, color="k", ls=":")
@@ -109,7 +110,7 @@ def dot_product_variance(trial):
     f"{BEYOND_8:.0%} of the dot products exceed ±8 at d_k=64; nuanced if the variance holds but fewer "
     "exceed ±8; refuted otherwise.",
 )
-def _c5(ms):
+def _c5(ms: dict[str, Metric]) -> Verdict:
     from anatomy.experiments.registry import Verdict
 
     ratios_ok = all(
@@ -194,7 +195,7 @@ def _monte_carlo(
     return {tag: tuple((t / n).tolist()) for tag, t in totals.items()}
 
 
-def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool, device: str = "cpu"):
+def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool, device: str = "cpu") -> nn.Module:
     torch.manual_seed(seed)
     with cpu_draws():  # every init on the CPU's generator, then moved
         model = tiny_model(
@@ -211,7 +212,7 @@ def _model_at_init(dk: int, vocab: int, seed: int, torch_init: bool, device: str
 @experiment(
     "softmax-saturation", units={"real_gradq_ratio_dk64_torchinit": "×", "real_passthrough_ratio_dk64_torchinit": "×"}
 )
-def softmax_saturation(trial):
+def softmax_saturation(trial: Trial) -> dict[str, float]:
     """Monte-Carlo softmax on unit-variance q, k; then a real 1-layer LM at initialisation across d_k and init scale."""
     g = torch.Generator().manual_seed(trial.seed)
     n = budget(trial.preset, 1_000, 5_000, 20_000)
@@ -227,7 +228,7 @@ def softmax_saturation(trial):
     batch = lm_batch(
         val, LM_T, budget(trial.preset, 4, 8, 16), torch.Generator().manual_seed(1000 + trial.seed), trial.device
     )
-    real = {}
+    real: dict[tuple[int, int | str, bool], dict[str, float]] = {}  # (d_k, init factor or "torch", scaled)
     for dk in SAT_DK:
         model = _model_at_init(dk, len(vocab), trial.seed, torch_init=False, device=trial.device)
         for f in SAT_FACTORS:
@@ -256,10 +257,17 @@ def softmax_saturation(trial):
     return out
 
 
-def _draw_saturation(trial, mc, real, uniform):
+def _draw_saturation(
+    trial: Trial,
+    mc: dict[int, dict[str, tuple[float, float, float]]],
+    real: dict[tuple[int, int | str, bool], dict[str, float]],
+    uniform: float,
+) -> None:
     path = trial.figure_path("C5-C8-C16-score-saturation")
 
-    def by_factor(ax, key):  # the real LM's ``key`` against the init factor: one colour per d_k, scaled vs not
+    def by_factor(
+        ax: Any, key: str
+    ) -> None:  # the real LM's ``key`` against the init factor: one colour per d_k, scaled vs not
         for i, dk in enumerate(SAT_DK):
             for scaled, style, tag in ((True, "o-", "scaled"), (False, "x--", "unscaled")):
                 ax.plot(
@@ -270,7 +278,7 @@ def _draw_saturation(trial, mc, real, uniform):
                     label=f"d_k={dk} {tag}",
                 )
 
-    def draw(axes):
+    def draw(axes: list[Any]) -> None:
         ax = axes[0]
         for tag, c in (("scaled", "C0"), ("unscaled", "C3")):
             ax.plot(MC_DK, [mc[d][tag][0] for d in MC_DK], "o-", color=c, label=f"max p, {tag}")
@@ -355,7 +363,7 @@ C7_RULE = Ladder(
     ),
     rule_text=C7_RULE.text(),
 )
-def _c7(ms) -> Verdict:
+def _c7(ms: dict[str, Metric]) -> Verdict:
     f = fmts(
         ms,
         "mc_maxp_unscaled_dk64",
@@ -444,7 +452,7 @@ _C8_METRICS = (
         "'no_scaling'), same seed and batches."
     ),
 )
-def _c8(ms) -> Verdict:
+def _c8(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, *_C8_METRICS)
     en = (
         f"Same LM (d_k=64, PyTorch default init), same batches: validation loss {f['val_torch_scaled']} with the "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from anatomy.experiments.claims.norm_depth import OSCILLATION
-from anatomy.experiments.registry import Verdict, claim
+from anatomy.experiments.registry import Metric, Verdict, claim
 from anatomy.experiments.rules import (
     TOL,
     all_or_none,
@@ -62,7 +62,7 @@ _C33_ROWS = (
     f"every seed; nuanced if fewer do but they still end > {TOL} nats worse than Pre-Norm (failure by "
     "stalling); refuted if none does and they match Pre-Norm; otherwise inconclusive.",
 )
-def _c33(ms):
+def _c33(ms: dict[str, Metric]) -> Verdict:
     depth = setting(ms, "depth_deep")
     rows = per_seed(ms, *_C33_ROWS)
     frac = [(a + b) / n for a, b, n, *_ in rows]
@@ -132,7 +132,7 @@ def _c33(ms):
     "degradation and no vanishing on every seed; nuanced if both (residuals fix both); refuted if no "
     "degradation on any seed; otherwise inconclusive.",
 )
-def _c34(ms):
+def _c34(ms: dict[str, Metric]) -> Verdict:
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     deg_plain, deg_res = ms["degradation_no_residual"], ms["degradation_residual"]
     g0, g1 = ms["grad_ratio_no_residual_init"], ms["grad_ratio_no_residual_trained"]
@@ -209,7 +209,7 @@ def _undamped(r: float) -> bool:
     "Supported if Post-Norm's is undamped on every seed; refuted if it is not on any seed; otherwise "
     "inconclusive. The total gradient ratio (sub-layers included) is reported alongside.",
 )
-def _c36(ms):
+def _c36(ms: dict[str, Metric]) -> Verdict:
     depth = setting(ms, "depth_deep")
     hw, hw0, hw_pre = ms["highway_gain_post"], ms["highway_gain_post_init"], ms["highway_gain_pre"]
     total, total_pre = ms["grad_ratio_post_trained"], ms["grad_ratio_pre_trained"]
@@ -268,7 +268,7 @@ def _c36(ms):
     "run failed; nuanced if Pre-Norm holds but Post-Norm failed at some learning rate on every seed; "
     "refuted if Pre-Norm got worse with depth on every seed; otherwise inconclusive.",
 )
-def _c37(ms):
+def _c37(ms: dict[str, Metric]) -> Verdict:
     depth, shallow = setting(ms, "depth_deep"), setting(ms, "depth_shallow")
     nums_en = (
         f"Best final loss over the learning rates at {depth} layers: Pre-Norm {ms['best_pre'].fmt()} ({shallow} "
@@ -319,7 +319,7 @@ def _c37(ms):
     f"std is > {SCORE_BLOWUP}× the LayerNorm one (or non-finite) or the no-norm stack failed at more "
     "learning rates; refuted if neither on any seed; otherwise inconclusive.",
 )
-def _c39(ms):
+def _c39(ms: dict[str, Metric]) -> Verdict:
     ln, raw = ms["score_std_layernorm"], ms["score_std_no_norm"]
     depth = setting(ms, "depth_deep")
     nums_en = (
@@ -368,7 +368,7 @@ def _c39(ms):
     "Supported if both on every seed; nuanced if unstable but no accumulation on every seed; refuted if "
     "not unstable on any seed; otherwise inconclusive.",
 )
-def _c43(ms):
+def _c43(ms: dict[str, Metric]) -> Verdict:
     depth = setting(ms, "depth_deep")
     post_g, pre_g = ms["rms_growth_post"], ms["rms_growth_pre"]
     unstable = [
@@ -438,7 +438,7 @@ def _c43(ms):
     f"if one on every seed, refuted if neither on any seed and Pre-Norm is rougher by > {TOL} on every "
     "seed; otherwise inconclusive.",
 )
-def _c44(ms):
+def _c44(ms: dict[str, Metric]) -> Verdict:
     depth = setting(ms, "depth_deep")
     less_sensitive = [
         a + TOL < b or fa < fb
@@ -488,7 +488,7 @@ def _c44(ms):
     f"least as robust as Post-Norm (no more failed runs, spread over learning rates not larger by > {TOL} "
     "nats) on every seed, nuanced otherwise, naming which of the two failed.",
 )
-def _c45(ms):
+def _c45(ms: dict[str, Metric]) -> Verdict:
     lit_en = (
         "From the sources: the 2017 paper and BERT used Post-Norm; GPT-2 (Radford et al. 2019) moved the norm to "
         "the input of each sub-block, and GPT-3, PaLM, LLaMA 1–3, Mistral, Qwen and DeepSeek are Pre-Norm "
