@@ -1,6 +1,6 @@
 """§2.3: initialisation (claims C15, C16).
 
-``init-training``        C8 (multihead.py), C15, C16: one character LM (d_k = 64) trained from several inits, with and
+``init-training``        C8 (saturation.py), C15, C16: one character LM (d_k = 64) trained from several inits, with and
                          without the 1/sqrt(d_k) scale; attention and gradients at step 0.
 """
 

@@ -1,5 +1,5 @@
 """§4: the norm-depth grid, the central experiment of residuals and normalisation (judged by the claims C33, C34,
-C36, C37, C39, C43, C44, C45 in ``norm_depth_claims``, and C55 of §5 in ``block``).
+C36, C37, C39 in ``norm_depth_claims``, C43, C44, C45 in ``placement_claims``, and C55 of §5 in ``block``).
 
 ``norm-depth-grid``      one causal LM task (the lag-2 Markov language of ``tasks.MarkovTask``), Pre-Norm /
                          Post-Norm / DeepNorm across depth and learning rate with no warm-up and no gradient
