@@ -32,17 +32,27 @@ C1_RULE = Ladder(
 )
 
 
+_C1_METRICS = (
+    "ent_lm_h1",
+    "ent_pair_h1",
+    "ent_lm_h4_mean",
+    "ent_lm_h4_min",
+    "ent_pair_h4_mean",
+    "ent_lm_init",
+)
+
+
 @claim(
     "C1-single-head-diffuse",
     experiment="head-count",
-    metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
+    metrics=_C1_METRICS,
     rule_text=C1_RULE.text(
         "The trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the "
         f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."
     ),
 )
 def _c1(ms: dict[str, Metric]) -> Verdict:
-    f = fmts(ms, "ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init")
+    f = fmts(ms, *_C1_METRICS)
     en = (
         f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} on a "
         f"character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
@@ -156,27 +166,23 @@ C3_RULE = Ladder(
 )
 
 
+_C3_METRICS = (
+    "pair_h4_covers",
+    "pair_h4_specialised_heads",
+    "pair_h4_ablation_min_drop",
+    "lm_h4_prev_char_mass",
+    "lm_h4_prev_head_ablation_dloss",
+)
+
+
 @claim(
     "C3-heads-specialise",
     experiment="head-count",
-    metrics=(
-        "pair_h4_covers",
-        "pair_h4_specialised_heads",
-        "pair_h4_ablation_min_drop",
-        "lm_h4_prev_char_mass",
-        "lm_h4_prev_head_ablation_dloss",
-    ),
+    metrics=_C3_METRICS,
     rule_text=C3_RULE.text("A role is attributed only if ablating the head hurts that relation."),
 )
 def _c3(ms: dict[str, Metric]) -> Verdict:
-    f = fmts(
-        ms,
-        "pair_h4_covers",
-        "pair_h4_ablation_min_drop",
-        "pair_h4_specialised_heads",
-        "lm_h4_prev_char_mass",
-        "lm_h4_prev_head_ablation_dloss",
-    )
+    f = fmts(ms, *_C3_METRICS)
     en = (
         f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ {SPECIALISED} of their mass) on a fraction "
         f"{f['pair_h4_covers']} of the seeds, {f['pair_h4_specialised_heads']} specialised heads; zeroing the "

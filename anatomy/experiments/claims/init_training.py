@@ -172,14 +172,22 @@ C15_RULE = Ladder(
 )
 
 
+_C15_METRICS = (
+    "val_torch_scaled",
+    "val_normal_scaled",
+    "val_xavier_scaled",
+    "torch_minus_best",
+)
+
+
 @claim(
     "C15-default-init-enough",
     experiment="init-training",
-    metrics=("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best"),
+    metrics=_C15_METRICS,
     rule_text=C15_RULE.text("Char LM, one head, same seed and batches."),
 )
 def _c15(ms: dict[str, Metric]) -> Verdict:
-    f = fmts(ms, "val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best")
+    f = fmts(ms, *_C15_METRICS)
     en = (
         f"Char LM after the same steps: PyTorch default init {f['val_torch_scaled']}, normal(0.02) "
         f"{f['val_normal_scaled']}, Xavier {f['val_xavier_scaled']}; the default is {f['torch_minus_best']} from the "

@@ -143,25 +143,22 @@ C19_RULE = Ladder(
 )
 
 
+_C19_METRICS = (
+    "causal_future_leak",
+    "causal_upper_weight_max",
+    "causal_future_leak_causal_off_by_one",
+    "causal_future_leak_mask_after_softmax",
+)
+
+
 @claim(
     "C19-causal-mask",
     experiment="mask-fills",
-    metrics=(
-        "causal_future_leak",
-        "causal_upper_weight_max",
-        "causal_future_leak_causal_off_by_one",
-        "causal_future_leak_mask_after_softmax",
-    ),
+    metrics=_C19_METRICS,
     rule_text=C19_RULE.text("Future-token perturbation on a trained LM."),
 )
 def _c19(ms: dict[str, Metric]) -> Verdict:
-    f = fmts(
-        ms,
-        "causal_future_leak",
-        "causal_upper_weight_max",
-        "causal_future_leak_causal_off_by_one",
-        "causal_future_leak_mask_after_softmax",
-    )
+    f = fmts(ms, *_C19_METRICS)
     en = (
         "A trained 2-layer LM with the library's causal mask (-inf above the diagonal, before softmax): changing the "
         f"last token moves earlier logits by {f['causal_future_leak']}, and the largest weight above the diagonal is "

@@ -217,37 +217,28 @@ C7_RULE = Ladder(
 )
 
 
+_C7_METRICS = (
+    "mc_maxp_unscaled_dk64",
+    "mc_maxp_scaled_dk64",
+    "mc_onehot_rows_unscaled_dk64",
+    "mc_jac_ratio_dk64",
+    "mc_jac_ratio_dk256",
+    "real_maxp_unscaled_dk64_torchinit",
+    "real_maxp_scaled_dk64_torchinit",
+    "real_gradq_ratio_dk64_torchinit",
+    "real_passthrough_ratio_dk64_torchinit",
+    "real_score_std_unscaled_dk64_torchinit",
+)
+
+
 @claim(
     "C7-unscaled-softmax-saturates",
     experiment="softmax-saturation",
-    metrics=(
-        "mc_maxp_unscaled_dk64",
-        "mc_maxp_scaled_dk64",
-        "mc_onehot_rows_unscaled_dk64",
-        "mc_jac_ratio_dk64",
-        "mc_jac_ratio_dk256",
-        "real_maxp_unscaled_dk64_torchinit",
-        "real_maxp_scaled_dk64_torchinit",
-        "real_gradq_ratio_dk64_torchinit",
-        "real_passthrough_ratio_dk64_torchinit",
-        "real_score_std_unscaled_dk64_torchinit",
-    ),
+    metrics=_C7_METRICS,
     rule_text=C7_RULE.text(),
 )
 def _c7(ms: dict[str, Metric]) -> Verdict:
-    f = fmts(
-        ms,
-        "mc_maxp_unscaled_dk64",
-        "mc_maxp_scaled_dk64",
-        "mc_jac_ratio_dk64",
-        "mc_jac_ratio_dk256",
-        "mc_onehot_rows_unscaled_dk64",
-        "real_maxp_unscaled_dk64_torchinit",
-        "real_maxp_scaled_dk64_torchinit",
-        "real_gradq_ratio_dk64_torchinit",
-        "real_passthrough_ratio_dk64_torchinit",
-        "real_score_std_unscaled_dk64_torchinit",
-    )
+    f = fmts(ms, *_C7_METRICS)
     en = (
         "With unit-variance q, k at d_k=64 (32 keys), the unscaled softmax's largest weight averages "
         f"{f['mc_maxp_unscaled_dk64']} (scaled: {f['mc_maxp_scaled_dk64']}) and {f['mc_onehot_rows_unscaled_dk64']} "
