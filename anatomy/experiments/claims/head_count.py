@@ -355,28 +355,22 @@ def _draw_heads(
 def _draw_head_count(trial: Trial, out: dict[str, float]) -> None:
     path = trial.figure_path("C12-C14-head-count")
 
+    def by_head_size(ax: Any, heads: tuple[int, ...], **labels: str) -> list[int]:
+        """A log axis of d_k = d_model / h, each tick also naming h; returns the d_k values."""
+        dks = [LM_D // h for h in heads]
+        ax.set(xscale="log", xticks=dks, xticklabels=[f"{d}\n(h={LM_D // d})" for d in dks], **labels)
+        return dks
+
     def draw(axes: list[Any]) -> None:
-        dks = [LM_D // h for h in LM_HEADS]
-        axes[0].plot(dks, [out[f"lm_val_h{h}"] for h in LM_HEADS], "o-")
-        axes[0].set(
-            xscale="log",
-            xticks=dks,
-            xticklabels=[f"{d}\n(h={LM_D // d})" for d in dks],
-            xlabel="d_k (heads) at d_model = 64",
-            ylabel="validation loss (nats/char)",
-            title="Char LM: loss vs head size",
+        dks = by_head_size(
+            axes[0], LM_HEADS, xlabel="d_k (heads) at d_model = 64", ylabel="validation loss (nats/char)"
         )
-        cdks = [LM_D // h for h in CLS_HEADS]
+        axes[0].plot(dks, [out[f"lm_val_h{h}"] for h in LM_HEADS], "o-")
+        axes[0].set(title="Char LM: loss vs head size")
+        cdks = by_head_size(axes[1], CLS_HEADS, xlabel="d_k (heads)", ylabel="accuracy (%)")
         axes[1].plot(cdks, [out[f"cls_acc_h{h}"] for h in CLS_HEADS], "o-", label="validation")
         axes[1].plot(cdks, [out[f"cls_acc_h{h}"] + out[f"cls_gap_h{h}"] for h in CLS_HEADS], "s--", label="train")
-        axes[1].set(
-            xscale="log",
-            xticks=cdks,
-            xticklabels=[f"{d}\n(h={LM_D // d})" for d in cdks],
-            xlabel="d_k (heads)",
-            ylabel="accuracy (%)",
-            title="Sentiment (zh), 2000 training reviews:\ntrain vs validation accuracy",
-        )
+        axes[1].set(title="Sentiment (zh), 2000 training reviews:\ntrain vs validation accuracy")
         axes[1].legend(fontsize=8)
         axes[2].bar([f"h={h}" for h in LM_HEADS], [out[f"lm_step_ms_h{h}"] for h in LM_HEADS])
         axes[2].set(
