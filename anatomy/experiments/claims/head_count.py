@@ -18,7 +18,7 @@ from torch import nn
 from anatomy import ModelConfig
 from anatomy.experiments.devices import cpu_draws, synchronize
 from anatomy.experiments.figures import figure, heatmap
-from anatomy.experiments.fitting import Batches, budget, build, fit, fit_decayed, model_device, tiny_model
+from anatomy.experiments.fitting import Batches, budget, build, fit, model_device, tiny_model
 from anatomy.experiments.probes import ablate_head, attention_entropy, hook_output, offset_profile
 from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import char_corpus, lm_batch
@@ -251,7 +251,7 @@ def head_count(trial: Trial) -> dict[str, float]:
             j = torch.randint(0, n_train, (32,), generator=g, device="cpu")
             return {"input_ids": tr[0][j], "attention_mask": tr[1][j], "labels": tr[2][j]}
 
-        fit_decayed(model, batch, cls_steps, lr=2e-3)
+        fit(model, batch, cls_steps, lr=2e-3, warmup=20, decay=True)
         cls[h] = (100 * _cls_accuracy(model, train_eval_cls), 100 * _cls_accuracy(model, va))
         out[f"cls_acc_h{h}"] = cls[h][1]
         out[f"cls_gap_h{h}"] = cls[h][0] - cls[h][1]
