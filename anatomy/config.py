@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -17,7 +16,8 @@ from anatomy.components.add_norm import PLACEMENTS
 from anatomy.components.ffn import ACTIVATION_NAMES
 from anatomy.components.kernels import KERNEL_NAMES
 from anatomy.components.norms import NORMS
-from anatomy.components.positional import POSITIONAL, ROPE_LAYOUTS, ROPE_SCALINGS
+from anatomy.components.positional import POSITIONAL, ROPE_LAYOUTS
+from anatomy.config_checks import check_family_options, check_tokens, is_type
 from anatomy.presets import LOOK_VOCAB, PRESET_RULES, PRESETS, large_vocab_presets, preset_sizes
 from anatomy.shapes import check_choice
 
@@ -44,7 +44,6 @@ TOKEN_FIELDS = ("bos_token_id", "eos_token_id", "label_names", "problem_type")
 # model it was written from)
 OPTIONAL_FIELDS = (*TOKEN_FIELDS, "encoder_pooler")
 INITS = ("normal", "xavier", "deepnet")
-PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")  # HF's problem_type
 POOLINGS = ("cls", "mean")
 
 
@@ -154,7 +153,7 @@ class ModelConfig:
         for f in fields(self):
             value = getattr(self, f.name)
             want = _FIELD_TYPES.get(f.name)
-            if want is not None and value is not None and not _is_type(value, want):
+            if want is not None and value is not None and not is_type(value, want):
                 raise TypeError(f"{f.name} must be {want.__name__}, got {value!r} ({type(value).__name__})")
         positive = [
             "vocab_size",
@@ -225,107 +224,10 @@ class ModelConfig:
             )
         if self.pad_token_id is None and self.architecture == "seq2seq":
             raise ValueError("pad_token_id=None with architecture='seq2seq': the decoder starts from pad_token_id")
-        self._check_tokens()
+        check_tokens(self)
         if self.type_vocab_size < 0:
             raise ValueError(f"type_vocab_size must be >= 0, got {self.type_vocab_size}")
-        self._check_family_options()
-
-    def _check_tokens(self) -> None:
-        """bos/eos: non-negative ids (eos: one or a non-empty tuple, a JSON list read back as a tuple); the label
-        names: one string per class."""
-        if self.bos_token_id is not None and not (_is_type(self.bos_token_id, int) and self.bos_token_id >= 0):
-            raise ValueError(f"bos_token_id must be a non-negative integer or None, got {self.bos_token_id!r}")
-        eos = self.eos_token_id
-        if isinstance(eos, list):
-            eos = tuple(eos)
-            object.__setattr__(self, "eos_token_id", eos)
-        ids: tuple[object, ...] = () if eos is None else eos if isinstance(eos, tuple) else (eos,)
-        if eos is not None and (not ids or not all(isinstance(i, int) and _is_type(i, int) and i >= 0 for i in ids)):
-            raise ValueError(
-                f"eos_token_id must be a non-negative integer, a non-empty list of them or None, got "
-                f"{self.eos_token_id!r}"
-            )
-        if self.problem_type is not None:
-            check_choice("problem_type", self.problem_type, PROBLEM_TYPES)
-        names = self.label_names
-        if isinstance(names, list):
-            names = tuple(names)
-            object.__setattr__(self, "label_names", names)
-        if names is not None:
-            if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
-                raise ValueError(f"label_names must be a list of strings or None, got {names!r}")
-            if len(names) != self.num_labels or len(set(names)) != len(names):
-                raise ValueError(
-                    f"label_names must name each of the num_labels={self.num_labels} classes once, got {list(names)}"
-                )
-
-    def _check_family_options(self) -> None:
-        """The fields of the families beyond Llama: each error names the field, its value and what it needs."""
-        rope = self.positional == "rope"
-        if self.rope_scaling is not None:
-            check_choice("rope_scaling", self.rope_scaling, tuple(ROPE_SCALINGS))
-            if not rope:
-                raise ValueError(
-                    f"rope_scaling={self.rope_scaling!r} needs positional='rope', got positional={self.positional!r}"
-                )
-        if not (math.isfinite(self.rope_factor) and self.rope_factor >= 1.0):
-            raise ValueError(f"rope_factor must be a finite number >= 1 (the context stretch), got {self.rope_factor}")
-        if self.rope_scaling is None and self.rope_factor != 1.0:
-            raise ValueError(f"rope_factor={self.rope_factor} needs rope_scaling (linear, dynamic, llama3 or yarn)")
-        if self.rope_original_max_len is not None and self.rope_original_max_len <= 0:
-            raise ValueError(
-                f"rope_original_max_len must be a positive integer or None, got {self.rope_original_max_len}"
-            )
-        if self.rope_scaling == "llama3" and not self.rope_high_freq_factor > self.rope_low_freq_factor > 0:
-            raise ValueError(
-                f"rope_scaling='llama3' needs rope_high_freq_factor > rope_low_freq_factor > 0, got "
-                f"{self.rope_high_freq_factor} and {self.rope_low_freq_factor}"
-            )
-        if self.rope_scaling == "yarn" and not self.rope_beta_fast > self.rope_beta_slow > 0:
-            raise ValueError(
-                f"rope_scaling='yarn' needs rope_beta_fast > rope_beta_slow > 0, got "
-                f"{self.rope_beta_fast} and {self.rope_beta_slow}"
-            )
-        if self.rope_attention_factor is not None and not self.rope_attention_factor > 0:
-            raise ValueError(f"rope_attention_factor must be > 0 or None, got {self.rope_attention_factor}")
-        if not 0.0 < self.rope_fraction <= 1.0:
-            raise ValueError(
-                f"rope_fraction must be in (0, 1] (the share of each head RoPE rotates), got {self.rope_fraction}"
-            )
-        if self.rope_fraction != 1.0:
-            if not rope:
-                raise ValueError(
-                    f"rope_fraction={self.rope_fraction} needs positional='rope', got positional={self.positional!r}"
-                )
-            if self.rotary_dim < 2 or self.rotary_dim % 2:
-                raise ValueError(
-                    f"rope_fraction={self.rope_fraction} rotates int(Dh * rope_fraction) = "
-                    f"{self.rotary_dim} dims of Dh={self.dh}; that must be an even number >= 2"
-                )
-        if self.parallel_residual and (self.norm_position != "pre" or self.architecture == "seq2seq"):
-            raise ValueError(
-                f"parallel_residual=True needs norm_position='pre' and a stack of encoder-style blocks "
-                f"(not seq2seq), got norm_position={self.norm_position!r}, "
-                f"architecture={self.architecture!r}"
-            )
-        if not math.isfinite(self.norm_weight_offset):
-            raise ValueError(f"norm_weight_offset must be a finite number, got {self.norm_weight_offset}")
-        if self.norm_weight_offset and self.norm != "rmsnorm":
-            raise ValueError(
-                f"norm_weight_offset={self.norm_weight_offset} needs norm='rmsnorm' (Gemma's "
-                f"(1 + weight) RMSNorm), got norm={self.norm!r}"
-            )
-        for name in ("attn_softcap", "final_logit_softcap"):
-            value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number or None, got {value}")
-        if self.attn_softcap is not None and self.kernel == "sdpa":
-            raise ValueError(
-                f"attn_softcap={self.attn_softcap} needs a kernel that materialises the scores: "
-                "kernel='math', 'loop' or 'auto', not 'sdpa'"
-            )
-        if self.final_logit_softcap is not None and self.architecture != "decoder_lm":
-            raise ValueError(f"final_logit_softcap needs architecture='decoder_lm', got {self.architecture!r}")
+        check_family_options(self)
 
     # derived values -------------------------------------------------------------------------------------------
     @property
@@ -413,18 +315,10 @@ class ModelConfig:
 _FIELD_TYPES: dict[str, type] = {}  # filled below from the annotations
 
 
-def _is_type(value: Any, want: type) -> bool:
-    if want is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if want is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, want)
-
-
 def _field_types() -> dict[str, type]:
     out = {}
     for f in fields(ModelConfig):
-        if f.name in ("eos_token_id", "label_names"):  # checked by _check_tokens
+        if f.name in ("eos_token_id", "label_names"):  # checked by check_tokens
             continue
         base = str(f.type).split("|")[0].strip()
         out[f.name] = {"int": int, "float": float, "bool": bool, "str": str}[base]

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from anatomy.bench.peers import peer_status, quiet_peers
-from anatomy.bench.suites import FULL, QUICK, SUITES, Options
-from anatomy.bench.timing import environment, load_average, load_warning, peak_memory, rounds, timed
+from anatomy.bench.suites import FULL, QUICK, SUITES
+from anatomy.bench.timing import Options, environment, load_average, load_warning, peak_memory, rounds, timed
 
 SCHEMA = "anatomy-bench/1"
 

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from anatomy.bench.peers import LMSize, hf_gpt2, language_models, ours_lm
-from anatomy.bench.timing import peak_memory, round_times, summarize
+from anatomy.bench.timing import Options, peak_memory, sized_comparison, timed_comparison
 
 
 @dataclass(frozen=True)
@@ -60,45 +60,6 @@ QUICK = Sizes(
     window=4,
     cache_new=24,
 )
-
-
-@dataclass(frozen=True)
-class Options:
-    rounds: int
-    repeat: int
-
-
-def _timed(
-    name: str,
-    setup: str,
-    contenders: dict[str, Any],
-    opts: Options,
-    *,
-    work: float | None = None,
-    work_unit: str | None = None,
-) -> dict[str, Any]:
-    stats = summarize(round_times(contenders, "ours", opts.rounds, opts.repeat), "ours")
-    results = {}
-    for k in contenders:
-        row: dict[str, float] = {"value": stats[k]["median"], **stats[k]}
-        if work is not None:
-            row["throughput"] = work / row["value"]
-        results[k] = row
-    out = {"name": name, "setup": setup, "unit": "s", "reference": "ours", "results": results}
-    if work_unit is not None:
-        out["throughput_unit"] = work_unit
-    return out
-
-
-def _sized(name: str, setup: str, values: dict[str, int]) -> dict[str, Any]:
-    ref = values["ours"]
-    return {
-        "name": name,
-        "setup": setup,
-        "unit": "bytes",
-        "reference": "ours",
-        "results": {k: {"value": v, "ratio": v / ref if ref else None} for k, v in values.items()},
-    }
 
 
 # --------------------------------------------------------------------------------------------------- attention
@@ -174,7 +135,7 @@ def attention(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str])
             for backward in (False, True):
                 what = "forward+backward" if backward else "forward"
                 out.append(
-                    _timed(
+                    timed_comparison(
                         f"attention T={t} {setting}, {what}", shape, attention_contenders(s, t, setting, backward), opts
                     )
                 )
@@ -248,7 +209,7 @@ def train_step(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]
     models = language_models(s.lm, status, notes)
     tokens = s.lm.batch * s.lm.seq
     out = [
-        _timed(
+        timed_comparison(
             "LM train step (forward + backward + AdamW)",
             s.lm.describe(),
             {k: _trainer(m, s.lm) for k, m in models.items()},
@@ -267,7 +228,7 @@ def train_step(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]
         return go
 
     out.append(
-        _timed(
+        timed_comparison(
             "LM forward (no grad)",
             s.lm.describe(),
             {k: forward(m) for k, m in models.items()},
@@ -277,7 +238,7 @@ def train_step(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]
         )
     )
     out.append(
-        _timed(
+        timed_comparison(
             "decoder block step (forward + backward + AdamW)",
             f"d {s.lm.d_model}, {s.lm.n_heads} heads, T {s.block_seq}, batch {s.lm.batch}, Post-LN, ReLU",
             block_contenders(s),
@@ -328,7 +289,7 @@ def decode(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) ->
         notes.append("x_transformers is not in the decode comparison (its sampler wrapper is a different loop)")
     with torch.inference_mode():
         return [
-            _timed(
+            timed_comparison(
                 f"greedy decode, batch 1, prompt {s.prompt}, {n} new tokens",
                 s.lm.design(),
                 contenders,
@@ -377,7 +338,7 @@ def memory(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) ->
     out = []
     models = language_models(s.lm, status, notes)
     out.append(
-        _sized(
+        sized_comparison(
             "peak memory of 3 LM train steps",
             s.lm.describe(),
             {k: peak_memory(_steps(_trainer(m, s.lm), 3)) for k, m in models.items()},
@@ -386,7 +347,7 @@ def memory(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) ->
     t = s.attn_seqs[-1]
     fns = attention_contenders(s, t, "causal", backward=True)
     out.append(
-        _sized(
+        sized_comparison(
             f"peak memory of attention forward+backward, T={t} causal",
             f"B={s.attn_batch} H={s.attn_heads} Dh={s.attn_head_dim} float32",
             {k: peak_memory(fn) for k, fn in fns.items()},
@@ -408,7 +369,7 @@ def memory(s: Sizes, opts: Options, status: dict[str, Any], notes: list[str]) ->
         else:
             held["hf_gpt2"] = got
     out.append(
-        _sized(
+        sized_comparison(
             f"KV-cache bytes after a {s.prompt}-token prompt and {s.cache_new} new tokens",
             s.lm.design() + ", batch 1 (ours: k, v and positions; HF: k and v)",
             held,

@@ -9,6 +9,8 @@ ratios' spread beside it, and warns when the load average says the machine was b
 Freed memory: glibc hands large freed blocks back to the kernel, and re-touching fresh pages costs up to ~2 ms/MiB
 on small VMs, which swamps kernel timings. ``keep_freed_memory_mapped()`` asks glibc (``mallopt``) to keep them,
 like ``GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736`` does at start-up.
+
+A suite's rows: ``timed_comparison`` (medians of the rounds) and ``sized_comparison`` (bytes, measured once).
 """
 
 from __future__ import annotations
@@ -21,10 +23,20 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+
+
+@dataclass(frozen=True)
+class Options:
+    """How each timing comparison is measured: interleaved ``rounds``, each the best of ``repeat`` calls."""
+
+    rounds: int
+    repeat: int
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -173,3 +185,39 @@ def environment() -> str:
     tunables = os.environ.get("GLIBC_TUNABLES", "")
     note = "" if "mmap_max=0" in tunables else "  (GLIBC_TUNABLES not set: timings include page re-touching)"
     return f"torch {torch.__version__}, threads {torch.get_num_threads()}{note}"
+
+
+def timed_comparison(
+    name: str,
+    setup: str,
+    contenders: dict[str, Any],
+    opts: Options,
+    *,
+    work: float | None = None,
+    work_unit: str | None = None,
+) -> dict[str, Any]:
+    """One timing comparison (unit ``"s"``): ``contenders`` timed in ``opts.rounds`` interleaved rounds against
+    ``"ours"``; ``work`` per call gives each row a ``throughput`` in ``work_unit``."""
+    stats = summarize(round_times(contenders, "ours", opts.rounds, opts.repeat), "ours")
+    results = {}
+    for k in contenders:
+        row: dict[str, float] = {"value": stats[k]["median"], **stats[k]}
+        if work is not None:
+            row["throughput"] = work / row["value"]
+        results[k] = row
+    out = {"name": name, "setup": setup, "unit": "s", "reference": "ours", "results": results}
+    if work_unit is not None:
+        out["throughput_unit"] = work_unit
+    return out
+
+
+def sized_comparison(name: str, setup: str, values: dict[str, int]) -> dict[str, Any]:
+    """One memory comparison (unit ``"bytes"``), measured once per contender, against ``"ours"``."""
+    ref = values["ours"]
+    return {
+        "name": name,
+        "setup": setup,
+        "unit": "bytes",
+        "reference": "ours",
+        "results": {k: {"value": v, "ratio": v / ref if ref else None} for k, v in values.items()},
+    }

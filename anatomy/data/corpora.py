@@ -13,11 +13,12 @@ import gzip
 import hashlib
 import os
 import random
-import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from anatomy.files import FileTooBig, NotRegularFile, read_regular
 
 SPLITS = ("train", "val", "test")
 FRACTIONS = (0.9, 0.05, 0.05)
@@ -58,19 +59,6 @@ def _read_packaged(file: str) -> str:
         return gzip.decompress(f.read()).decode("utf-8")
 
 
-def _kind(mode: int) -> str:
-    for test, what in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return what
-    return "not a regular file"
-
-
 def _read_regular(path: Path, what: str) -> bytes:
     """The bytes of the regular file ``path`` (links followed), at most ``MAX_TEXT_BYTES``: a FIFO is not waited on
     and a device is not read without end; ValueError naming the file and what it is otherwise."""
@@ -79,28 +67,19 @@ def _read_regular(path: Path, what: str) -> bytes:
         link = f" (a link to {os.readlink(path)!r}, which does not exist)" if path.is_symlink() else ""
         raise ValueError(f"{what} file {shown} does not exist{link}")
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        return read_regular(path, MAX_TEXT_BYTES)
+    except NotRegularFile as err:
+        target = f" (a link to {os.readlink(path)!r})" if path.is_symlink() else ""
+        raise ValueError(f"{what} file {shown} is {err.kind}{target}, not a regular file of text") from None
+    except FileTooBig as err:
+        if err.size is None:  # it grew while being read
+            raise ValueError(f"{what} file {shown} holds more than {MAX_TEXT_BYTES // 2**30} GiB of text") from None
+        raise ValueError(
+            f"{what} file {shown} holds {err.size / 2**30:.1f} GiB; at most {MAX_TEXT_BYTES // 2**30} GiB "
+            "of text is read (split it, or sample it)"
+        ) from None
     except OSError as err:
         raise ValueError(f"{what} file {shown} cannot be read ({err.strerror})") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            target = f" (a link to {os.readlink(path)!r})" if path.is_symlink() else ""
-            raise ValueError(f"{what} file {shown} is {_kind(info.st_mode)}{target}, not a regular file of text")
-        if info.st_size > MAX_TEXT_BYTES:
-            raise ValueError(
-                f"{what} file {shown} holds {info.st_size / 2**30:.1f} GiB; at most {MAX_TEXT_BYTES // 2**30} GiB "
-                "of text is read (split it, or sample it)"
-            )
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_TEXT_BYTES + 1)
-    except OSError as err:
-        raise ValueError(f"{what} file {shown} cannot be read ({err.strerror})") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_TEXT_BYTES:  # it grew while being read
-        raise ValueError(f"{what} file {shown} holds more than {MAX_TEXT_BYTES // 2**30} GiB of text")
-    return data
 
 
 def read_text_file(path: str | Path, *, what: str = "corpus") -> str:

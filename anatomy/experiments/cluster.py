@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from anatomy.experiments.store import Result, Unit, atomic_write
+from anatomy.experiments.store import Result, Run, Unit, atomic_write
 
 RETRIES = 3
 # One intra-op thread per unit, figures to PNG files, and the workers at the ordinary priority: Ray starts its
@@ -215,9 +215,9 @@ def run_on_ray(
     *,
     cpus: float = 1.0,
     retries: int = RETRIES,
-    timeline: list | None = None,
+    timeline: list[Run] | None = None,
     note: Callable[[str], None] = print,
-    retried: list | None = None,
+    retried: list[dict[str, Any]] | None = None,
     started: Callable[[dict[str, Any]], None] | None = None,
     device: str = "cpu",
 ) -> dict[str, Any]:

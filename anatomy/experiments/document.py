@@ -13,6 +13,7 @@ import torch
 
 from anatomy.experiments.devices import is_cuda
 from anatomy.experiments.registry import CLAIMS, EXPERIMENTS, Metric, Verdict
+from anatomy.experiments.store import Result, Run, Unit
 
 # Metrics that are not a function of the seed: they time code on this machine, at this moment (and so may the
 # verdict of a claim that reads them). Everything else an experiment records is bit-equal between runs with the
@@ -31,13 +32,13 @@ def nondeterministic_metrics(experiment: str, metrics: list[str] | tuple[str, ..
     return {"metrics": odd, "why": why} if odd else {}
 
 
-Done = dict[tuple[str, int], tuple[dict[str, float], list[str], float]]
+Done = dict[Unit, Result]
 
 
-def schedule(timeline: list, began: float, ended: float) -> dict[str, Any]:
+def schedule(timeline: list[Run], began: float, ended: float) -> dict[str, Any]:
     """Where the wall time of the runs went, from ``(task, worker, start, end)`` records: each worker's busy
     seconds, its wait before its first run (start-up) and after its last one (the tail, while others finish)."""
-    workers: dict[int, list] = {}
+    workers: dict[int | str, list[tuple[float, float]]] = {}
     for _task, who, start, end in timeline:
         workers.setdefault(who, []).append((start, end))
     wall = ended - began

@@ -102,7 +102,9 @@ def fit(
     """AdamW for ``steps`` steps on ``batch(step)``, each one :func:`anatomy.training.step.train_step` (the step of
     ``anatomy train``: fp32, one micro-batch, one process); returns the loss per step (NaN stays NaN: no silent
     skip; the NaN step is taken as it is, and training stops there). Each batch is moved to ``device`` (default:
-    the model's); on the CPU nothing moves."""
+    the model's); on the CPU nothing moves. ``decay``: the learning rate falls linearly to 0 after the ``warmup``
+    steps, so the final weights do not depend on where the last noisy step happened to land and comparisons
+    between short runs are steadier."""
     where = model_device(model) if device is None else torch.device(device)
     stepper = Stepper(
         model,
@@ -140,21 +142,6 @@ def fit(
         probe.seconds += sum(timed)
         losses += [losses[-1]] * (asked - len(losses))
     return losses
-
-
-def fit_decayed(
-    model: torch.nn.Module,
-    batch: Callable[[int], dict[str, torch.Tensor]],
-    steps: int,
-    *,
-    lr: float = 3e-3,
-    warmup: int = 20,
-    clip: float | None = 1.0,
-    device: str | torch.device | None = None,
-) -> list[float]:
-    """Like :func:`fit`, with the learning rate decayed linearly to 0 after ``warmup`` steps: the final weights do
-    not depend on where the last noisy step happened to land, so comparisons between short runs are steadier."""
-    return fit(model, batch, steps, lr=lr, warmup=warmup, clip=clip, decay=True, device=device)
 
 
 def mean_tail(values: list[float], frac: float = 0.1) -> float:

@@ -30,7 +30,7 @@ from anatomy.experiments.devices import check_device, is_cuda
 from anatomy.experiments.document import NONDETERMINISTIC, Done, nondeterministic_metrics, schedule
 from anatomy.experiments.document import document as _document
 from anatomy.experiments.registry import CLAIM_PRESETS, CLAIMS, DEFAULT_SEEDS, claim_number
-from anatomy.experiments.store import Store
+from anatomy.experiments.store import Result, Run, Store, Unit
 from anatomy.experiments.units import load_all
 from anatomy.experiments.workers import WorkerDied
 from anatomy.experiments.workers import run_pool as _run_pool
@@ -178,7 +178,7 @@ def run_claims(
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     t0, began = time.perf_counter(), time.monotonic()
-    timeline: list = []
+    timeline: list[Run] = []
     try:
         _run_tasks(
             todo,
@@ -222,7 +222,7 @@ def _run_tasks(
     out: Path,
     progress: bool,
     jobs: int,
-    timeline: list | None = None,
+    timeline: list[Run] | None = None,
     *,
     store: Store | None = None,
     cluster: str | None = None,
@@ -245,7 +245,7 @@ def _run_tasks(
     n_seeds = {name: len([t for t in done if t[0] == name]) + left[name] for name in groups}
     count = [0]
 
-    def finished(task, result) -> None:
+    def finished(task: Unit, result: Result) -> None:
         if store is not None:
             store.put(task, result)  # first: a run killed after this line has the unit
         done[task] = result
@@ -269,7 +269,7 @@ def _run_tasks(
         elif cluster is not None:
             from anatomy.experiments.cluster import run_on_ray
 
-            retried: list = []
+            retried: list[dict[str, Any]] = []
             info = run_on_ray(
                 tasks,
                 preset,
@@ -288,10 +288,10 @@ def _run_tasks(
         elif jobs == 1:
             threads = torch.get_num_threads()
             for task in tasks:
-                result, *when = _run_timed(task[0], preset, task[1], str(out), device)
+                result, worker, start, end = _run_timed(task[0], preset, task[1], str(out), device)
                 torch.set_num_threads(threads)
                 if timeline is not None:
-                    timeline.append((task, *when))
+                    timeline.append((task, worker, start, end))
                 finished(task, result)
         else:
             _run_pool(tasks, preset, out, jobs, finished, timeline, device)

@@ -24,11 +24,12 @@ import hashlib
 import json
 import math
 import os
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from anatomy.files import read_regular
 
 UNITS = "units"
 RUN_FILE = "run.json"
@@ -46,6 +47,7 @@ IDENTITY = {
 
 Unit = tuple[str, int]  # (experiment, seed)
 Result = tuple[dict[str, float], list[str], float]  # (metrics, figures written, seconds)
+Run = tuple[Unit, "int | str", float, float]  # (unit, worker: a pid, or host:pid on a cluster, start, end)
 
 
 class BadUnit(ValueError):
@@ -85,42 +87,10 @@ def unit_file(name: str, seed: int) -> str:
     return f"{name}.seed{seed}.json"
 
 
-def _kind(mode: int) -> str:
-    for test, what in (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-    ):
-        if test(mode):
-            return what
-    return "not a regular file"
-
-
-def read_bounded(path: Path, limit: int) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them: OSError naming what it is otherwise (a
-    FIFO is never waited on, a device never read without end)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(f"{_kind(info.st_mode)}, not a regular file")
-        if info.st_size > limit:
-            raise OSError(f"{info.st_size} bytes, more than the {limit} expected at most")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(limit + 1)
-        if len(data) > limit:
-            raise OSError(f"more than the {limit} bytes expected at most")
-        return data
-    finally:
-        os.close(fd)
-
-
 def _json_object(path: Path) -> dict[str, Any]:
     """The JSON object stored in ``path``; ValueError with the reason in words (not prefixed by the path)."""
     try:
-        data = read_bounded(path, MAX_RECORD_BYTES)
+        data = read_regular(path, MAX_RECORD_BYTES)
     except OSError as err:
         raise ValueError(f"cannot be read ({err.strerror or err})") from None
     try:
@@ -193,7 +163,7 @@ def check_unit(record: dict[str, Any], unit: Unit, want: dict[str, Any], out: Pa
 def _check_figure(out: Path, rel: str, sha: Any) -> None:
     path = out / rel
     try:
-        data = read_bounded(path, FIGURE_LIMIT)
+        data = read_regular(path, FIGURE_LIMIT)
     except FileNotFoundError:
         raise BadUnit(f"its figure {rel} is missing") from None
     except OSError as err:

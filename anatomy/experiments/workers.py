@@ -11,17 +11,19 @@ import signal
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from anatomy.experiments.store import Result, Run, Unit
 from anatomy.experiments.units import load_all, run_one
 
 
-def run_timed(name: str, preset: str, seed: int, out: str, device: str = "cpu"):
+def run_timed(name: str, preset: str, seed: int, out: str, device: str = "cpu") -> tuple[Result, int, float, float]:
     """``run_one`` and where and when it ran: ``(result, worker, start, end)`` (monotonic clock, the same in
     every process of the machine)."""
     start = time.monotonic()
@@ -51,7 +53,13 @@ class WorkerDied(RuntimeError):
 
 
 def run_pool(
-    tasks, preset: str, out: Path, jobs: int, finished, timeline: list | None = None, device: str = "cpu"
+    tasks: list[Unit],
+    preset: str,
+    out: Path,
+    jobs: int,
+    finished: Callable[[Unit, Result], None],
+    timeline: list[Run] | None = None,
+    device: str = "cpu",
 ) -> None:
     """Spread ``tasks`` over this process and ``jobs - 1`` worker processes, in the given order, each taking the
     next task when it is free. This process starts on its task at once (as a serial run would) while the workers
@@ -72,12 +80,12 @@ def run_pool(
     helpers = min(jobs, len(queue)) - 1
     cond = threading.Condition()
     state: dict[str, Any] = {"left": len(queue), "error": None}
-    in_flight: dict = {}
+    in_flight: dict[Future[tuple[Result, int, float, float]], Unit] = {}
 
-    def record(task, result, *when) -> None:
+    def record(task: Unit, result: Result, worker: int, start: float, end: float) -> None:
         with cond:
             if timeline is not None:
-                timeline.append((task, *when))
+                timeline.append((task, worker, start, end))
             finished(task, result)
             state["left"] -= 1
             cond.notify_all()
@@ -87,18 +95,18 @@ def run_pool(
             state["error"] = state["error"] or err
             cond.notify_all()
 
-    def submit(task) -> None:
+    def submit(task: Unit) -> None:
         assert pool is not None  # only the workers' tasks are submitted
         future = pool.submit(run_timed, task[0], preset, task[1], where, device)
         in_flight[future] = task
         future.add_done_callback(on_done)
 
-    def on_done(future) -> None:  # in the pool's thread
+    def on_done(future: Future[tuple[Result, int, float, float]]) -> None:  # in the pool's thread
         task = in_flight.pop(future)
         if future.cancelled():
             return
         try:
-            result, *when = future.result()
+            result, who, t0, t1 = future.result()
         except BrokenProcessPool:
             return fail(
                 WorkerDied(
@@ -108,12 +116,12 @@ def run_pool(
             )
         except BaseException as err:  # noqa: BLE001 - the run's own error, raised again in this process
             return fail(err)
-        record(task, result, *when)
+        record(task, result, who, t0, t1)
         with cond:
             if queue and state["error"] is None:
                 submit(queue.pop(0))
 
-    def start(first) -> None:  # in a thread: the first submit waits for the server to import everything
+    def start(first: list[Unit]) -> None:  # in a thread: the first submit waits for the server to import everything
         try:
             for task in first:
                 submit(task)
@@ -136,9 +144,9 @@ def run_pool(
                 task = queue.pop(0) if queue and state["error"] is None else None
             if task is None:
                 break
-            result, *when = run_timed(task[0], preset, task[1], where, device)
+            result, who, t0, t1 = run_timed(task[0], preset, task[1], where, device)
             torch.set_num_threads(threads)
-            record(task, result, *when)
+            record(task, result, who, t0, t1)
         with cond:
             while state["left"] and state["error"] is None:
                 cond.wait()

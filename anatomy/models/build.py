@@ -188,13 +188,22 @@ def _decoder_lm(
     return model, {stack: deep["decoder"][1]}
 
 
+def _encoder_of(
+    config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]], *, pooler: bool
+) -> Encoder:
+    """The bidirectional encoder of an encoder-only model, a classifier or a seq2seq model (BERT's pooler on
+    ``pooler``)."""
+    return Encoder(
+        embeddings=_embeddings(config, embed_tokens),
+        stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
+        pooler=nn.Linear(config.d_model, config.d_model) if pooler else None,
+    )
+
+
 def _seq2seq(
     config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
 ) -> tuple[nn.Module, dict[nn.Module, float]]:
-    encoder = Encoder(
-        embeddings=_embeddings(config, embed_tokens),
-        stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
-    )
+    encoder = _encoder_of(config, embed_tokens, deep, pooler=False)
     decoder = Decoder(
         embeddings=_embeddings(config, embed_tokens, with_types=False),
         stack=_stack(config, "decoder", config.decoder_layers, deep["decoder"][0], bidirectional=False),
@@ -213,13 +222,7 @@ def _seq2seq(
 def _encoder(
     config: ModelConfig, embed_tokens: TokenEmbedding, deep: dict[str, tuple[float, float]]
 ) -> tuple[nn.Module, dict[nn.Module, float]]:
-    encoder = Encoder(
-        embeddings=_embeddings(config, embed_tokens),
-        stack=_stack(config, "encoder", config.n_layers, deep["encoder"][0], bidirectional=True),
-        pooler=nn.Linear(config.d_model, config.d_model)
-        if config.encoder_pooler and config.architecture == "encoder"
-        else None,
-    )
+    encoder = _encoder_of(config, embed_tokens, deep, pooler=config.encoder_pooler and config.architecture == "encoder")
     betas: dict[nn.Module, float] = {encoder.stack: deep["encoder"][1]}
     if config.architecture == "encoder":
         return encoder, betas

@@ -1,5 +1,6 @@
 """What a resume reads and may change: the saved options, checked field by field, and the words of the command line
-checked against them (only ``RESUMABLE`` options may change; ``--preset`` must be the run's own)."""
+checked against them (only ``RESUMABLE`` options may change; ``--preset`` must be the run's own); the trainer,
+optimizer and RNG state a checkpoint saved for it, each file checked before anything is restored."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import torch
+from torch import nn
+
 from anatomy.errors import CheckpointError
 from anatomy.training import checkpoint as ckpt
+from anatomy.training.checkpoint import OPTIMIZER, RNG, STATE, TOKENIZER, TRAINING, read_json
 from anatomy.training.options import RESUMABLE, TrainOptions, resolve
 
 
@@ -19,7 +24,7 @@ def checked_resume(
     """``(checkpoint, its saved state, the options to continue with, the model overrides)`` for resuming ``path``
     with ``changes`` (``RESUMABLE`` options only) and, when given, the ``preset`` the run must come from."""
     last = ckpt.resolve(path, log=log, need=ckpt.COMPLETE)
-    saved = ckpt.load_training_state(last)
+    saved = load_training_state(last)
     saved_options = saved_options_of(saved, last)
     saved_model = saved["training"]["model_overrides"]
     changes = dict(changes or {})
@@ -90,3 +95,86 @@ def check_data(now: dict[str, str], saved: Any, last: Path, *, remedy: str = "")
             f"then, {now['sha256'][:16]} now; "
             + (remedy or f"restore it to resume exactly, or train on the new text with init_from={str(last)!r}")
         )
+
+
+def load_training_state(directory: Path) -> dict[str, Any]:
+    """Everything but the weights of a training checkpoint: options, trainer state, optimizer and RNG state, each
+    file checked by key and type here (``check_optimizer`` checks shapes against the model)."""
+    for name in (TRAINING, STATE, OPTIMIZER, RNG):
+        if not (directory / name).is_file():
+            raise CheckpointError(f"{str(directory)!r} is not a training checkpoint: {name} is missing")
+    if not (directory / TOKENIZER).is_file():
+        raise CheckpointError(
+            f"{str(directory / TOKENIZER)!r} is missing: a resume needs the tokenizer the run was trained with"
+        )
+    loaded = {}
+    for name in (OPTIMIZER, RNG):
+        try:
+            loaded[name] = torch.load(directory / name, map_location="cpu", weights_only=True)
+        except Exception as err:  # a truncated or foreign file: say which
+            first = (str(err).strip().splitlines() or [""])[0][:200]
+            raise CheckpointError(f"cannot read {str(directory / name)!r}: {first}") from None
+    training, state, rng = read_json(directory / TRAINING), read_json(directory / STATE), loaded[RNG]
+    for key, kind in (("options", dict), ("model_overrides", dict)):
+        if not isinstance(training.get(key), kind):
+            raise CheckpointError(f"{str(directory / TRAINING)!r}: field {key!r} is missing or not a JSON object")
+    if not isinstance(state.get("step"), int) or isinstance(state["step"], bool) or state["step"] < 0:
+        raise CheckpointError(
+            f"{str(directory / STATE)!r}: field 'step' is missing or not a step number (got {state.get('step')!r})"
+        )
+    if not isinstance(rng, dict):
+        raise CheckpointError(
+            f"{str(directory / RNG)!r}: expected a dict of generator states, got {type(rng).__name__}"
+        )
+    for key in ("torch", "data"):
+        value = rng.get(key)
+        if not (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1):
+            raise CheckpointError(
+                f"{str(directory / RNG)!r}: key {key!r} is missing or not a generator state (a 1-D "
+                f"uint8 tensor), got {type(value).__name__}"
+            )
+    return {"training": training, "state": state, "optimizer": loaded[OPTIMIZER], "rng": rng}
+
+
+def check_optimizer(saved: Any, optimizer: torch.optim.Optimizer, model: nn.Module, directory: Path) -> None:
+    """``optimizer.pt`` against the optimizer this run built: groups, parameter counts, and every state tensor's
+    key and shape, so a mismatch is named here rather than as a size error at the first step."""
+    where = str(directory / OPTIMIZER)
+    if (
+        not isinstance(saved, dict)
+        or not isinstance(saved.get("state"), dict)
+        or not isinstance(saved.get("param_groups"), list)
+    ):
+        raise CheckpointError(f"{where!r}: expected an optimizer state dict with 'state' and 'param_groups'")
+    groups = optimizer.param_groups
+    if len(saved["param_groups"]) != len(groups):
+        raise CheckpointError(
+            f"{where!r}: field 'param_groups' has {len(saved['param_groups'])} groups, this run's "
+            f"AdamW has {len(groups)}"
+        )
+    names = {id(p): n for n, p in model.named_parameters()}
+    params: list[tuple[Any, torch.Tensor]] = []
+    for g, (theirs, ours) in enumerate(zip(saved["param_groups"], groups)):
+        if not isinstance(theirs, dict) or len(theirs.get("params", ())) != len(ours["params"]):
+            raise CheckpointError(
+                f"{where!r}: field 'param_groups[{g}].params' lists "
+                f"{len(theirs.get('params', ())) if isinstance(theirs, dict) else '?'} parameters, "
+                f"this run's model has {len(ours['params'])} in that group"
+            )
+        params.extend(zip(theirs["params"], ours["params"]))
+    by_index = dict(params)
+    for index, entry in saved["state"].items():
+        param = by_index.get(index)
+        if param is None or not isinstance(entry, dict):
+            raise CheckpointError(f"{where!r}: field 'state[{index}]' belongs to no parameter of this run's model")
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            if key not in entry:
+                raise CheckpointError(f"{where!r}: field 'state[{index}].{key}' ({names.get(id(param))}) is missing")
+        for key in ("exp_avg", "exp_avg_sq"):
+            value = entry[key]
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != tuple(param.shape):
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise CheckpointError(
+                    f"{where!r}: field 'state[{index}].{key}' has shape {shape}, this run's "
+                    f"parameter {names.get(id(param))!r} has {tuple(param.shape)}"
+                )

@@ -29,7 +29,7 @@ from anatomy.training import checkpoint as ckpt
 from anatomy.training import distributed as dist
 from anatomy.training import run_dir as outputs
 from anatomy.training.options import TrainOptions
-from anatomy.training.resuming import check_data
+from anatomy.training.resuming import check_data, check_optimizer
 from anatomy.training.spikes import SpikeWatch
 from anatomy.training.step import Stepper, autocast_for, make_optimizer, maybe_compile, to_device
 from anatomy.training.tasks import make_task
@@ -102,7 +102,7 @@ def restore_rng(state: dict[str, torch.Tensor], data_generator: torch.Generator)
         torch.cuda.set_rng_state(state["cuda"])
 
 
-Resumed = tuple[Path, dict[str, Any]]  # a checkpoint directory and its saved state (load_training_state)
+Resumed = tuple[Path, dict[str, Any]]  # a checkpoint directory and its saved state (resuming.load_training_state)
 
 
 def setup(
@@ -221,7 +221,7 @@ def _data_and_config(
 def _restore(run: RunState, last: Path, saved: dict[str, Any]) -> None:
     """Weights, AdamW's moments, RNG and counters from the checkpoint ``last``."""
     ckpt.load_weights(run.model, last)
-    ckpt.check_optimizer(saved["optimizer"], run.optimizer, run.model, last)
+    check_optimizer(saved["optimizer"], run.optimizer, run.model, last)
     run.optimizer.load_state_dict(saved["optimizer"])
     restore_rng(saved["rng"], run.data_generator)
     run.start = run.step = int(saved["state"]["step"])

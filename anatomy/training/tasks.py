@@ -37,9 +37,14 @@ def train_tokenizer(options: TrainOptions, texts: list[str], *, strict_chars: bo
     return CharTokenizer.train(texts, unk=not strict_chars)
 
 
-def _model_config(options: TrainOptions, overrides: dict[str, Any], **data_fields: Any) -> ModelConfig:
-    values = {**overrides, **data_fields}
-    return ModelConfig.from_preset(options.model, **values)
+def _model_config(
+    options: TrainOptions, tokenizer: Tokenizer, overrides: dict[str, Any], architecture: str, **data_fields: Any
+) -> ModelConfig:
+    """The model preset ``options.model`` with the user's ``overrides`` (``max_seq_len``: the block size unless
+    given) and what the task's data sets: the architecture, the tokenizer's vocabulary and pad id, ``data_fields``."""
+    values = {"max_seq_len": options.block_size, **overrides}
+    values.update(architecture=architecture, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_id)
+    return ModelConfig.from_preset(options.model, **{**values, **data_fields})
 
 
 def _pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,13 +83,7 @@ class LMTask:
                 )
 
     def model_config(self, overrides: dict[str, Any]) -> ModelConfig:
-        return _model_config(
-            self.options,
-            {"max_seq_len": self.options.block_size, **overrides},
-            architecture="decoder_lm",
-            vocab_size=self.tokenizer.vocab_size,
-            pad_token_id=self.tokenizer.pad_id,
-        )
+        return _model_config(self.options, self.tokenizer, overrides, "decoder_lm")
 
     def batch(self, split: str, generator: torch.Generator, batch_size: int) -> dict[str, torch.Tensor]:
         data, t = self.data[split], self.options.block_size
@@ -129,14 +128,7 @@ class ClassifyTask:
         self.label_names = corpora.LABEL_NAMES.get(options.dataset, tuple(str(i) for i in range(self.num_labels)))
 
     def model_config(self, overrides: dict[str, Any]) -> ModelConfig:
-        return _model_config(
-            self.options,
-            {"max_seq_len": self.options.block_size, **overrides},
-            architecture="classifier",
-            vocab_size=self.tokenizer.vocab_size,
-            num_labels=self.num_labels,
-            pad_token_id=self.tokenizer.pad_id,
-        )
+        return _model_config(self.options, self.tokenizer, overrides, "classifier", num_labels=self.num_labels)
 
     def _rows(self, split: str, index: list[int]) -> dict[str, torch.Tensor]:
         ids, mask = _pad([self.encoded[split][i] for i in index], self.tokenizer.pad_id)
@@ -223,13 +215,7 @@ class Seq2SeqTask:
         self.eos_id: int = eos
 
     def model_config(self, overrides: dict[str, Any]) -> ModelConfig:
-        return _model_config(
-            self.options,
-            {"max_seq_len": self.options.block_size, **overrides},
-            architecture="seq2seq",
-            vocab_size=self.tokenizer.vocab_size,
-            pad_token_id=self.tokenizer.pad_id,
-        )
+        return _model_config(self.options, self.tokenizer, overrides, "seq2seq")
 
     def encode_source(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         return _pad([self.tokenizer.encode(s) + [self.eos_id] for s in texts], self.tokenizer.pad_id)

@@ -9,7 +9,8 @@ import pytest
 
 from anatomy.bench import RATIO_RULE
 from anatomy.bench.peers import peer_status
-from anatomy.bench.suites import QUICK, SUITES, Options, train_step
+from anatomy.bench.suites import QUICK, SUITES, train_step
+from anatomy.bench.timing import Options
 from anatomy.cli.main import build_parser, main
 
 

@@ -16,6 +16,7 @@ import torch
 
 from anatomy.cli.main import main
 from anatomy.training import checkpoint as ckpt
+from anatomy.training import resuming
 
 TINY = [
     "d_model=16",
@@ -322,7 +323,7 @@ def test_full_disk_gives_one_line_keeps_every_checkpoint_and_resume_is_bit_exact
         assert [d.name for d in ckpt.step_dirs(run)] == ["step-000002", "step-000004"]
         for d in ckpt.step_dirs(run):  # every earlier checkpoint loads, weights and training state
             ckpt.load_model(d)
-            assert ckpt.load_training_state(d)["state"]["step"] == int(d.name[-6:])
+            assert resuming.load_training_state(d)["state"]["step"] == int(d.name[-6:])
 
         assert main(["train", "--resume", str(run)]) == 1  # resume on the still-full disk: one line again
         assert "no space left" in _one_error_line(capsys)

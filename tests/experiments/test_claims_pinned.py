@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anatomy.experiments.claims import head_count_claims, norm_depth, norm_depth_claims
+from anatomy.experiments.claims import head_count_claims, norm_depth, norm_depth_claims, placement_claims
 from anatomy.experiments.registry import CLAIMS, Metric
 from anatomy.experiments.rules import TOL, Case, Ladder, seed_verdict
 from anatomy.experiments.runner import run_claims
@@ -129,7 +129,7 @@ def test_rule_texts_of_the_norm_depth_grid_quote_its_constants():
     assert f"rise of > {norm_depth.OSCILLATION} nats" in texts["C33-six-layers-without-addnorm"]
     assert f"< {norm_depth_claims.VANISHED}×" in texts["C34-residual-degradation-not-vanishing"]
     assert "within [0.5, 2]" in texts["C36-post-norm-gradient-highway"]
-    assert f"> {norm_depth_claims.ACCUMULATES}×" in texts["C43-post-norm-unstable-accumulation"]
+    assert f"> {placement_claims.ACCUMULATES}×" in texts["C43-post-norm-unstable-accumulation"]
 
 
 def test_ladder_first_case_decides_and_seed_verdict_names_every_deciding_case():

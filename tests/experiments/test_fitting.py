@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from anatomy.experiments import fitting
-from anatomy.experiments.fitting import fit, fit_decayed, tiny_model
+from anatomy.experiments.fitting import fit, tiny_model
 from anatomy.training import step as training_step
 
 
@@ -60,9 +60,9 @@ def test_fit_equals_the_plain_loop_bit_for_bit(kwargs):
         assert torch.equal(p, q), name
 
 
-def test_fit_decayed_is_fit_with_a_linear_decay():
+def test_fit_with_decay_falls_linearly_after_the_warmup():
     ours, plain = _pair()
-    assert fit_decayed(ours, _batches(), 10, warmup=3) == _plain_fit(plain, _batches(), 10, warmup=3, decay=True)
+    assert fit(ours, _batches(), 10, warmup=3, decay=True) == _plain_fit(plain, _batches(), 10, warmup=3, decay=True)
 
 
 def test_fit_takes_train_step_and_its_hook_sees_the_gradients(monkeypatch):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from anatomy.training import checkpoint as ckpt
-from anatomy.training import loop, state
+from anatomy.training import loop, resuming, state
 from anatomy.training.options import parse_words, resolve
 
 from .helpers import ANATOMY, env, lm_words, losses
@@ -108,7 +108,7 @@ def test_a_crash_inside_a_save_keeps_the_previous_checkpoint(tmp_path, monkeypat
     assert any(p.name.startswith(".tmp-step-000006") for p in (tmp_path / "run" / "checkpoints").iterdir())
     model_, tokenizer, where = ckpt.load_model(tmp_path / "run")  # the previous checkpoint loads
     assert where == kept[0] and model_.config.architecture == "decoder_lm"
-    state = ckpt.load_training_state(where)
+    state = resuming.load_training_state(where)
     assert state["state"]["step"] == 3
     from anatomy.interop.safetensors_io import load_pretrained
 

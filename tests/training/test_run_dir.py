@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from anatomy.training import checkpoint as ckpt
-from anatomy.training import loop
+from anatomy.training import loop, resuming
 from anatomy.training import run_dir as rd
 from anatomy.training.options import parse_words, resolve
 
@@ -250,7 +250,7 @@ def test_ctrl_c_exits_130_with_one_line_and_leaves_the_run_resumable(tmp_path):
     assert not (run / rd.LOCK).exists()
     assert not [p for p in (run / "checkpoints").iterdir() if p.name.startswith((".tmp", ".trash", ".old"))]
     _every_step_dir_complete(run)
-    ckpt.load_training_state(ckpt.resolve(run, need=ckpt.COMPLETE))
+    resuming.load_training_state(ckpt.resolve(run, need=ckpt.COMPLETE))
 
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, lambda: RuntimeError("No space left on device (os error 28)")])
@@ -273,4 +273,4 @@ def test_a_save_that_fails_removes_its_temporary_directory(tmp_path, monkeypatch
     monkeypatch.undo()
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["latest.json", "step-000002"]
     assert not (tmp_path / "run" / rd.LOCK).exists()
-    ckpt.load_training_state(ckpt.resolve(tmp_path / "run", need=ckpt.COMPLETE))
+    resuming.load_training_state(ckpt.resolve(tmp_path / "run", need=ckpt.COMPLETE))

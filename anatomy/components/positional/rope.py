@@ -123,52 +123,43 @@ class RopeScaling:
         self, dim: int, base: float, *, max_len: int, length: int, dtype: torch.dtype, device: torch.device
     ) -> tuple[torch.Tensor, float]:
         """``(Dh/2,)`` frequencies and the cos/sin multiplier for a call whose positions end at ``length - 1``."""
-        return ROPE_SCALINGS[self.kind](self, dim, base, max_len, length, dtype, device)
+        return ROPE_SCALINGS[self.kind](self, Table(dim, base, max_len, length, dtype, device))
 
 
-def _exponents(dim: int, dtype: torch.dtype, device: torch.device | str | None) -> torch.Tensor:
-    return torch.arange(0, dim, 2, dtype=torch.int64, device=device).to(dtype) / dim  # (Dh/2,)
+@dataclass(frozen=True)
+class Table:
+    """One call's frequency table: ``dim`` rotated dims of RoPE's ``base``, the trained length ``max_len``, positions
+    that end at ``length - 1``, in ``dtype`` on ``device``. Each entry of ``ROPE_SCALINGS`` maps a
+    :class:`RopeScaling` and a table to ``(frequencies (dim/2,), cos/sin multiplier)``."""
+
+    dim: int
+    base: float
+    max_len: int
+    length: int
+    dtype: torch.dtype
+    device: torch.device | str | None
+
+    def exponents(self) -> torch.Tensor:
+        return torch.arange(0, self.dim, 2, dtype=torch.int64, device=self.device).to(self.dtype) / self.dim  # (Dh/2,)
 
 
-def _linear(
-    s: RopeScaling,
-    dim: int,
-    base: float,
-    max_len: int,
-    length: int,
-    dtype: torch.dtype,
-    device: torch.device | str | None,
-) -> tuple[torch.Tensor, float]:
-    return 1.0 / (base ** _exponents(dim, dtype, device)) / s.factor, 1.0
+def _linear(s: RopeScaling, r: Table) -> tuple[torch.Tensor, float]:
+    return 1.0 / (r.base ** r.exponents()) / s.factor, 1.0
 
 
-def _dynamic(
-    s: RopeScaling,
-    dim: int,
-    base: float,
-    max_len: int,
-    length: int,
-    dtype: torch.dtype,
-    device: torch.device | str | None,
-) -> tuple[torch.Tensor, float]:
-    if length <= max_len:  # the trained range: the plain table
-        return base ** -_exponents(dim, dtype, device), 1.0
+def _dynamic(s: RopeScaling, r: Table) -> tuple[torch.Tensor, float]:
+    if r.length <= r.max_len:  # the trained range: the plain table
+        return r.base ** -r.exponents(), 1.0
     # the grown base in the table's dtype, as Hugging Face computes it from a length tensor
-    grown = base * ((s.factor * torch.tensor(length, dtype=dtype) / max_len) - (s.factor - 1)) ** (dim / (dim - 2))
-    return 1.0 / (grown.to(device) ** _exponents(dim, dtype, device)), 1.0
+    grown = r.base * ((s.factor * torch.tensor(r.length, dtype=r.dtype) / r.max_len) - (s.factor - 1)) ** (
+        r.dim / (r.dim - 2)
+    )
+    return 1.0 / (grown.to(r.device) ** r.exponents()), 1.0
 
 
-def _llama3(
-    s: RopeScaling,
-    dim: int,
-    base: float,
-    max_len: int,
-    length: int,
-    dtype: torch.dtype,
-    device: torch.device | str | None,
-) -> tuple[torch.Tensor, float]:
-    inv_freq = 1.0 / (base ** _exponents(dim, dtype, device))
-    old = s.original_max_len or max_len
+def _llama3(s: RopeScaling, r: Table) -> tuple[torch.Tensor, float]:
+    inv_freq = 1.0 / (r.base ** r.exponents())
+    old = s.original_max_len or r.max_len
     low_wavelen, high_wavelen = old / s.low_freq_factor, old / s.high_freq_factor
     wavelen = 2 * math.pi / inv_freq
     scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)  # long waves: interpolated
@@ -178,37 +169,29 @@ def _llama3(
     return torch.where(medium, blended, scaled), 1.0
 
 
-def _yarn(
-    s: RopeScaling,
-    dim: int,
-    base: float,
-    max_len: int,
-    length: int,
-    dtype: torch.dtype,
-    device: torch.device | str | None,
-) -> tuple[torch.Tensor, float]:
-    old = s.original_max_len or max_len
+def _yarn(s: RopeScaling, r: Table) -> tuple[torch.Tensor, float]:
+    old = s.original_max_len or r.max_len
     attention = s.attention_factor
     if attention is None:
         attention = 1.0 if s.factor <= 1 else 0.1 * math.log(s.factor) + 1.0
 
     def correction_dim(rotations: float) -> float:  # the dimension that turns `rotations` times over `old` positions
-        return dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(base))
+        return r.dim * math.log(old / (rotations * 2 * math.pi)) / (2 * math.log(r.base))
 
     low, high = correction_dim(s.beta_fast), correction_dim(s.beta_slow)
     if s.truncate:
         low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
+    low, high = max(low, 0), min(high, r.dim - 1)
     if low == high:
         high += 0.001  # no zero-width ramp
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1).to(device, dtype)
-    pos_freqs = base ** _exponents(dim, dtype, device)
+    ramp = ((torch.arange(r.dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1).to(r.device, r.dtype)
+    pos_freqs = r.base ** r.exponents()
     extrapolate = 1 - ramp  # 1: keep the trained frequency (fast dims), 0: interpolate (slow dims)
     inv_freq = (1.0 / (s.factor * pos_freqs)) * (1 - extrapolate) + (1.0 / pos_freqs) * extrapolate
     return inv_freq, float(attention)
 
 
-ROPE_SCALINGS: dict[str, Callable[..., tuple[torch.Tensor, float]]] = {
+ROPE_SCALINGS: dict[str, Callable[[RopeScaling, Table], tuple[torch.Tensor, float]]] = {
     "linear": _linear,
     "dynamic": _dynamic,
     "llama3": _llama3,

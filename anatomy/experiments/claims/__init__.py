@@ -1,7 +1,8 @@
 """The claims by section of the post, one module per group of experiments; importing this package registers
 every claim.
 
-multihead       §1      C1–C8     heads, the sqrt(d_k) scale
+multihead       §1      C4–C6     heads, the sqrt(d_k) scale
+saturation      §1      C7, C8    softmax saturation without the scale
 head_count      §1      the head-count sweep on three tasks ...
 head_count_claims §1–2  C1–C3, C12–C14   ... and the claims judged on it
 implementation  §2      C9–C11    shapes, the per-head loop
@@ -12,8 +13,10 @@ positional      §3      order blindness, extrapolation, add vs concat: the trai
 positional_claims §3    C21, C22, C27, C29–C31   ... and the claims judged on them
 sinusoidal      §3      C23–C26, C28, C32   the sinusoidal table's and RoPE's algebra, exactly
 norm_depth      §4      the norm-depth grid: Pre- vs Post-Norm vs DeepNorm across depth (most of §4) ...
-norm_depth_claims §4    C33–C45   ... and the claims judged on it
-add_norm        §4      C35, C38, C40–C42   residual vs plain MLP, LayerNorm vs BatchNorm, the LayerNorm formula
+norm_depth_claims §4    C33, C34, C36, C37, C39   ... and the claims judged on it
+placement_claims §4     C43–C45   ... and those on Pre- vs Post-Norm
+add_norm        §4      C35, C38  residual vs plain MLP, LayerNorm vs BatchNorm
+layernorm_reference §4  C40–C42   the LayerNorm formula and Post-Norm against torch
 block           §5      C46, C47, C49, C53   the block's shape table, tiny heads, padding, parameters
 block_faults    §5      C48, C50, C51, C55   the silent bugs trained, the debugging order
 ffn_width       §5.3    C52, C54  the FFN's width and overfitting
@@ -28,13 +31,16 @@ from anatomy.experiments.claims import (  # noqa: F401
     head_count_claims,
     implementation,
     init_training,
+    layernorm_reference,
     masks,
     masks_claims,
     multihead,
     norm_depth,
     norm_depth_claims,
+    placement_claims,
     positional,
     positional_claims,
+    saturation,
     sinusoidal,
 )
 from anatomy.experiments.registry import check_statements  # noqa: E402

@@ -1,24 +1,23 @@
 """§4: residual connections and normalisation (claims C33–C45). The central experiment, ``norm-depth-grid``
 (Pre-/Post-Norm/DeepNorm across depth and learning rate; C33, C34, C36, C37, C39, C43–C45), is in ``norm_depth``;
-here are the three smaller ones:
+here are two of the smaller ones (the third, ``layernorm-reference``, C40–C42, is in ``layernorm_reference``):
 
 ``identity-mlp``         learning F(x) = 0 (residual MLP) vs learning the identity (plain MLP) (C35).
 ``bn-vs-ln``             BatchNorm vs LayerNorm on padded variable-length batches (C38).
-``layernorm-reference``  the LayerNorm formula against the library and torch (C40), the variants C41 might mean,
-                         and Post-Norm against torch's paper-default encoder layer (C42).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
 
 from anatomy import ModelConfig, build_model, pitfalls
-from anatomy.components.norms import LayerNorm
-from anatomy.experiments.devices import cpu_draws, on, to_device
+from anatomy.experiments.devices import cpu_draws, to_device
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, budget, curve_stats, finite_metrics, fit
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, count_seeds, num, per_seed, setting
 from anatomy.experiments.tasks import MarkovTask
 
@@ -32,7 +31,7 @@ class _ResidualMLP(nn.Module):
             nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width)) for _ in range(blocks)
         )
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         for f in self.blocks:
             x = x + f(x)
         return x
@@ -43,7 +42,7 @@ FASTER = 2  # C35: the residual stack must get there in at most 1/FASTER of the 
 
 
 @experiment("identity-mlp", units={"steps_plain": " steps", "steps_residual": " steps"})
-def identity_mlp(trial):
+def identity_mlp(trial: Trial) -> dict[str, float]:
     width, blocks = 32, budget(trial.preset, 3, 4, 6)
     steps, eps = budget(trial.preset, 80, 400, 2000), IDENTITY_EPS
     dev = trial.device
@@ -79,7 +78,7 @@ def identity_mlp(trial):
         curves[name] = curve
     out["steps_cap"] = steps
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         for name, c in curves.items():
             ax.plot(c, label=f"{name} MLP ({2 * blocks} Linear layers)")
         ax.axhline(eps, color="k", ls=":", lw=0.8, label=f"ε = {eps}")
@@ -112,7 +111,7 @@ def identity_mlp(trial):
     f"reaches MSE < {IDENTITY_EPS} in at most 1/{FASTER} of the steps and ends lower on every seed; "
     "refuted if it is not faster on any seed; otherwise inconclusive.",
 )
-def _c35(ms):
+def _c35(ms: dict[str, Metric]) -> Verdict:
     sp, sr = ms["steps_plain"], ms["steps_residual"]
     cap = setting(ms, "steps_cap")
     nums_en = (
@@ -153,7 +152,7 @@ PER_SAMPLE = 1e-6  # C38: below this: independent of the batch (float32 noise)
 RISE = 0.2  # C38: nats: BN's training curve rising this much more than LN's counts as unstable
 
 
-def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator, device: str = "cpu") -> dict:
+def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator, device: str = "cpu") -> dict[str, torch.Tensor]:
     with cpu_draws():
         ids = task.sample(n, T, g)
         lengths = torch.randint(T // 4, T + 1, (n,), generator=g)
@@ -164,7 +163,7 @@ def _padded(task: MarkovTask, n: int, T: int, g: torch.Generator, device: str = 
     return to_device(batch, device)
 
 
-def _dependence(model: nn.Module, a: dict, b: dict, train_mode: bool) -> float:
+def _dependence(model: nn.Module, a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], train_mode: bool) -> float:
     """Put sequence 0 of ``a`` into batch ``b`` (other sentences, other padding): how much do its logits move?"""
     mixed = {k: torch.cat([a[k][:1], b[k][1:]]) for k in ("input_ids", "attention_mask")}
     model.train(train_mode)
@@ -173,11 +172,11 @@ def _dependence(model: nn.Module, a: dict, b: dict, train_mode: bool) -> float:
         y = model(**mixed).logits[0]
     valid = a["attention_mask"][0].bool()
     model.eval()
-    return ((x - y)[valid].abs().max() / x[valid].abs().max()).item()
+    return float(((x - y)[valid].abs().max() / x[valid].abs().max()).item())
 
 
 @experiment("bn-vs-ln")
-def bn_vs_ln(trial):
+def bn_vs_ln(trial: Trial) -> dict[str, float]:
     T, steps = budget(trial.preset, 16, 32, 32, POST_SIZES["T"]), budget(trial.preset, 30, 200, 800)
     batch = 4  # small batches (§4.2)
     d_model = budget(trial.preset, 32, 32, 32, POST_SIZES["d_model"])
@@ -217,7 +216,7 @@ def bn_vs_ln(trial):
         out[f"dep_train_{arm}"] = _dependence(model, val[0], val[1], True)
         out[f"dep_eval_{arm}"] = _dependence(model, val[0], val[1], False)
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         for arm, label in (("ln", "LayerNorm"), ("bn", "BatchNorm over tokens")):
             ax.plot(curves[arm], label=f"{label}: val {out[f'val_{arm}']:.3f}")
         ax.axhline(task.floor, color="k", ls=":", lw=0.8)
@@ -252,7 +251,7 @@ def bn_vs_ln(trial):
     f"or its curve rises > {RISE} nats more, or its loss differs by > {TOL} between batch and running "
     "statistics; nuanced if none of these on any seed; otherwise inconclusive.",
 )
-def _c38(ms):
+def _c38(ms: dict[str, Metric]) -> Verdict:
     exact = all(b > BATCH_DEPENDENT and a < PER_SAMPLE for a, b in per_seed(ms, "dep_train_ln", "dep_train_bn"))
     nums_en = (
         f"Moving one sentence into another batch changes its logits by {ms['dep_train_bn'].fmt()} (relative) "
@@ -307,141 +306,4 @@ def _c38(ms):
         "inconclusive",
         nums_en + " The seeds disagree on the training effect.",
         nums_zh + "各种子对训练影响的结论不一致。",
-    )
-
-
-# --- C40, C41, C42: LayerNorm and Post-Norm against the references --------------------------------------------
-
-
-@experiment("layernorm-reference")
-def layernorm_reference(trial):
-    from anatomy.interop.torch_nn import from_torch
-
-    g = torch.Generator().manual_seed(trial.seed)
-    d, eps, dev = 64, 1e-5, trial.device
-    with cpu_draws():
-        x = (torch.randn(4, 10, d, generator=g, dtype=torch.float64) * 3 + 2).to(dev)
-        gamma = torch.randn(d, generator=g, dtype=torch.float64).to(dev)
-        beta = torch.randn(d, generator=g, dtype=torch.float64).to(dev)
-    mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)
-    formula = gamma * (x - mean) / torch.sqrt(var + eps) + beta
-    ours = on(dev, lambda: LayerNorm(d, eps=eps).double())
-    theirs = on(dev, lambda: nn.LayerNorm(d, eps=eps).double())
-    with torch.no_grad():
-        for m in (ours, theirs):
-            m.weight.copy_(gamma)
-            m.bias.copy_(beta)
-        out = {
-            "err_ours_vs_formula": (ours(x) - formula).abs().max().item(),
-            "err_torch_vs_formula": (theirs(x) - formula).abs().max().item(),
-        }
-    unbiased = gamma * (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps) + beta
-    out["diff_unbiased_variance"] = (unbiased - formula).abs().max().item()
-    m1, v1 = x.mean(1, keepdim=True), x.var(1, unbiased=False, keepdim=True)
-    out["diff_wrong_dim"] = (gamma * (x - m1) / torch.sqrt(v1 + eps) + beta - formula).abs().max().item()
-    # C41: the documented variant of a famous re-implementation (Annotated Transformer: unbiased std, eps outside)
-    annotated = gamma * (x - mean) / (x.std(-1, keepdim=True) + eps) + beta
-    out["diff_std_plus_eps_variant"] = (annotated - formula).abs().max().item()
-    # C41: the only 'order of the mean' effect we can measure: float32 rounding of different summation orders
-    x32 = x.float()
-    orders = [x32.mean(-1), x32.sum(-1) / d, x32.flip(-1).cumsum(-1)[..., -1] / d, (x32 / d).sum(-1)]
-    out["diff_mean_order_fp32"] = max((a - orders[0]).abs().max().item() for a in orders[1:])
-    # C42: Post-Norm = LayerNorm(x + Sublayer(x)), against torch's encoder layer (norm_first=False, the paper's)
-    torch.manual_seed(trial.seed)
-    with cpu_draws():
-        layer = nn.TransformerEncoderLayer(16, 4, 64, dropout=0.0, batch_first=True).double().eval()
-        block = from_torch(layer).eval()
-        h = torch.randn(2, 10, 16, generator=g, dtype=torch.float64)
-    layer, block, h = layer.to(dev), block.to(dev), h.to(dev)
-    with torch.no_grad():
-        sub = layer.norm1(h + layer.self_attn(h, h, h, need_weights=False)[0])
-        by_hand = layer.norm2(sub + layer.linear2(torch.relu(layer.linear1(sub))))
-        out["post_norm_parity_err"] = (block(h)[0] - layer(h)).abs().max().item()
-        out["post_norm_formula_err"] = (layer(h) - by_hand).abs().max().item()
-    out["placement_is_post"] = float(block.attn_add_norm.placement == "post")
-    return finite_metrics(out)
-
-
-@claim(
-    "C40-layernorm-formula",
-    experiment="layernorm-reference",
-    metrics=("err_ours_vs_formula", "err_torch_vs_formula", "diff_unbiased_variance", "diff_wrong_dim"),
-    rule_text="Supported if the formula (biased variance, last dimension) matches both our LayerNorm and "
-    "torch.nn.LayerNorm to < 1e-10 in float64; refuted otherwise.",
-)
-def _c40(ms):
-    a, b = ms["err_ours_vs_formula"], ms["err_torch_vs_formula"]
-    if max(a.values) < 1e-10 and max(b.values) < 1e-10:
-        return Verdict(
-            "supported",
-            "The formula with the biased variance over the last dimension equals our LayerNorm "
-            f"to {a.fmt()} and torch's to {b.fmt()} (float64). Using the unbiased variance would change "
-            f"outputs by {ms['diff_unbiased_variance'].fmt()}; normalising over the sequence dimension "
-            f"instead by {ms['diff_wrong_dim'].fmt()}.",
-            f"按最后一维、有偏方差计算的公式与本库 LayerNorm 相差 {a.fmt()}，与 torch 相差 {b.fmt()}（"
-            "float64）。"
-            f"改用无偏方差会使输出变化 {ms['diff_unbiased_variance'].fmt()}；改在序列维上归一化会变化 "
-            f"{ms['diff_wrong_dim'].fmt()}。",
-        )
-    return Verdict(
-        "refuted",
-        f"The formula differs from the implementations by {a.fmt()} / {b.fmt()}.",
-        f"公式与实现相差 {a.fmt()} / {b.fmt()}。",
-    )
-
-
-@claim(
-    "C41-original-layernorm-mean-order",
-    experiment="layernorm-reference",
-    metrics=("diff_std_plus_eps_variant", "diff_mean_order_fp32"),
-    rule_text="Unverifiable as stated (no source is named): always inconclusive, with the nearest measurable "
-    "variants reported.",
-)
-def _c41(ms):
-    v, o = ms["diff_std_plus_eps_variant"], ms["diff_mean_order_fp32"]
-    return Verdict(
-        "inconclusive",
-        "The post names no code, version or line, so there is nothing to audit. What we can measure: "
-        f"the best-known deviation in a popular re-implementation (Harvard's Annotated Transformer "
-        f"divides by the unbiased std plus eps) changes outputs by {v.fmt()}, and computing the mean in "
-        f"another order changes it only by float32 rounding ({o.fmt()}). Neither is a 'mean-ordering "
-        "issue' of the original paper's code.",
-        "原文没有指明代码、版本或行号，因此无从核查。能测量的是：一个流行复现（哈佛 Annotated Transformer 用"
-        "无偏标准差加 eps"
-        f"作分母）与公式的输出差 {v.fmt()}；换一种顺序计算均值只带来 float32 舍入误差（{o.fmt()}）。"
-        "两者都不是原论文代码的“均值计算顺序问题”。",
-    )
-
-
-@claim(
-    "C42-paper-is-post-norm",
-    experiment="layernorm-reference",
-    metrics=("post_norm_parity_err", "post_norm_formula_err", "placement_is_post"),
-    rule_text="A fact about the paper (quoted in the reason); supported if torch's encoder layer with the paper's "
-    "default equals LN(x + Sublayer(x)) by hand and our 'post' block to < 1e-10 (float64), else "
-    "inconclusive.",
-)
-def _c42(ms):
-    par, form, post = ms["post_norm_parity_err"], ms["post_norm_formula_err"], ms["placement_is_post"]
-    lit_en = (
-        'Vaswani et al. (2017), §3.1: "the output of each sub-layer is LayerNorm(x + Sublayer(x))" — Post-Norm '
-        "(the later tensor2tensor code switched its default to normalising the sub-layer input)."
-    )
-    lit_zh = (
-        "Vaswani 等（2017）§3.1：“每个子层的输出是 LayerNorm(x + Sublayer(x))”——即 Post-Norm（后来 tensor2tensor "
-        "代码的默认改成了先归一化子层输入）。"
-    )
-    if max(par.values) < 1e-10 and max(form.values) < 1e-10 and min(post.values) == 1:
-        return Verdict(
-            "supported",
-            lit_en + " Measured: torch's paper-default layer equals LN(x + Sublayer(x)) "
-            f"written by hand ({form.fmt()}) and our 'post' block ({par.fmt()}).",
-            lit_zh + f"实测：torch 按论文默认的编码层等于手写的 LN(x + Sublayer(x))（{form.fmt()}），也等于"
-            "本库的"
-            f" post 结构（{par.fmt()}）。",
-        )
-    return Verdict(
-        "inconclusive",
-        lit_en + f" But our parity check failed ({par.fmt()}, {form.fmt()}).",
-        lit_zh + f"但我们的一致性检查未通过（{par.fmt()}，{form.fmt()}）。",
     )

@@ -12,6 +12,8 @@ width and overfitting (C52, C54) in ``ffn_width``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy import ModelConfig
@@ -19,7 +21,7 @@ from anatomy.components.block import EncoderBlock
 from anatomy.experiments.devices import cpu_draws, on
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, build, finite_metrics, fit
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import decide, fmt_count, fmt_values, num, per_seed
 from anatomy.inspection import capture, trace_model
 
@@ -52,7 +54,7 @@ POST_TABLE = {
 
 
 @experiment("block-anatomy")
-def block_anatomy(trial):
+def block_anatomy(trial: Trial) -> dict[str, float]:
     torch.manual_seed(trial.seed)
     model = build(
         ModelConfig(
@@ -93,7 +95,7 @@ def block_anatomy(trial):
     block = on(trial.device, lambda: EncoderBlock.build(d_model=512, n_heads=8))
     out["norm_share_d512"] = _n(block.attn_add_norm) * 2 / _n(block)
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         labels = ["D=512, d_ff=4D", "D=512, SwiGLU", "D=512, d_ff=D"]
         tags = ["d512", "d512_swiglu", "d512_ff1x"]
         ffn = [out[f"ffn_share_{t}"] for t in tags]
@@ -118,7 +120,7 @@ def block_anatomy(trial):
     "must have the table's shape. Supported if none differs, none is missing and output shape = input "
     "shape; refuted otherwise.",
 )
-def _c46(ms):
+def _c46(ms: dict[str, Metric]) -> Verdict:
     mis, miss, n = ms["shape_mismatches"], ms["steps_missing"], ms["rows_checked"]
     if max(mis.values) == 0 and max(miss.values) == 0 and min(ms["output_equals_input_shape"].values) == 1:
         return Verdict(
@@ -153,7 +155,7 @@ def _c46(ms):
     rule_text=f"Counted: supported if the FFN holds more than {FFN_SHARE:.0%} of the block's parameters and more "
     "than attention at d_ff = 4D; refuted otherwise.",
 )
-def _c53(ms):
+def _c53(ms: dict[str, Metric]) -> Verdict:
     f, a = ms["ffn_share_d512"], ms["attn_share_d512"]
     en = (
         f"At d_ff = 4D the FFN holds {f.fmt()} of a block's parameters, attention {a.fmt()} (the same at D=16: "
@@ -173,7 +175,7 @@ def _c53(ms):
 # --- C47 ------------------------------------------------------------------------------------------------------
 
 
-def _pair_task(n: int, length: int, k: int, g: torch.Generator) -> dict:
+def _pair_task(n: int, length: int, k: int, g: torch.Generator) -> dict[str, torch.Tensor]:
     """Tokens in [0, k); at position t the model must name the ordered pair (x[t-1], x[t-2]) (k*k classes)."""
     x = torch.randint(0, k, (n, length), generator=g)
     labels = torch.full((n, length), -100)
@@ -182,7 +184,7 @@ def _pair_task(n: int, length: int, k: int, g: torch.Generator) -> dict:
 
 
 @experiment("tiny-heads")
-def tiny_heads(trial):
+def tiny_heads(trial: Trial) -> dict[str, float]:
     k, T, batch = 8, 24, 32
     steps = budget(trial.preset, 40, 300, 1200)
     heads = budget(trial.preset, (1, 2, 8), (1, 2, 8), (1, 2, 4, 8, 16))
@@ -217,7 +219,7 @@ def tiny_heads(trial):
             maps = w.cpu()
     if maps is not None:
 
-        def draw(axes):
+        def draw(axes: list[Any]) -> None:
             for i, ax in enumerate(axes):
                 ax.imshow(maps[i, :12, :12].numpy(), cmap="Blues", vmin=0, vmax=1)
                 ax.set(title=f"head {i}", xticks=[], yticks=[])
@@ -241,7 +243,7 @@ def tiny_heads(trial):
     f"nuanced if they reach {WORKS} but do not beat it on any seed; refuted if they are worse by > "
     f"{BEATS} on every seed; otherwise inconclusive.",
 )
-def _c47(ms):
+def _c47(ms: dict[str, Metric]) -> Verdict:
     div = ms["head_diversity_h8"]
     same = all(v < 0.2 for v in div.values)
     nums_en = (
@@ -287,10 +289,12 @@ def _c47(ms):
 
 
 @experiment("padding-pe")
-def padding_pe(trial):
+def padding_pe(trial: Trial) -> dict[str, float]:
     dev = trial.device
     torch.manual_seed(trial.seed)
-    cfg = dict(vocab_size=32, d_model=32, n_heads=4, n_layers=2, max_seq_len=32, positional="sinusoidal")
+    cfg: dict[str, Any] = dict(
+        vocab_size=32, d_model=32, n_heads=4, n_layers=2, max_seq_len=32, positional="sinusoidal"
+    )
     lm = build(ModelConfig(architecture="decoder_lm", **cfg), dev).double().eval()
     torch.manual_seed(trial.seed)
     enc = build(ModelConfig(architecture="encoder", **cfg), dev).double().eval()
@@ -300,8 +304,8 @@ def padding_pe(trial):
         seq = torch.randint(1, 32, (1, n), generator=g).to(dev)
         other = torch.randint(1, 32, (1, n + pad), generator=g).to(dev)
 
-    def rel(a, b):
-        return ((a - b).abs().max() / a.abs().max()).item()
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return float(((a - b).abs().max() / a.abs().max()).item())
 
     with torch.no_grad():
         alone = lm(input_ids=seq).logits[0]
@@ -347,7 +351,7 @@ def padding_pe(trial):
     f"the encoder, on every seed; refuted if they change by > {num(CHANGED)} on every seed; otherwise "
     "inconclusive.",
 )
-def _c49(ms):
+def _c49(ms: dict[str, Metric]) -> Verdict:
     names = ("right_pad_diff", "pad_content_diff", "left_pad_diff", "encoder_pad_diff")
     worst = [max(v) for v in per_seed(ms, *names)]
     en = (

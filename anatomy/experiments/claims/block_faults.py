@@ -8,13 +8,15 @@ C55 (debugging order) is judged on ``norm-depth-grid`` (norm_depth.py), which tr
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy import ModelConfig, pitfalls
 from anatomy.experiments.devices import on
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import POST_SIZES, budget, build, curve_stats, finite_metrics, fit
-from anatomy.experiments.registry import Trial, Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, differences, fmt_count, fmt_values, per_seed
 from anatomy.experiments.tasks import MarkovTask
 
@@ -43,7 +45,7 @@ def _future_leak(model: torch.nn.Module, ids: torch.Tensor, g: torch.Generator) 
     model.eval()
     with torch.no_grad():
         a, b = model(input_ids=ids).logits[:, :half], model(input_ids=other).logits[:, :half]
-    return ((a - b).abs().max() / a.abs().max()).item()
+    return float(((a - b).abs().max() / a.abs().max()).item())
 
 
 @experiment("block-faults")
@@ -59,7 +61,7 @@ def block_faults(trial: Trial) -> dict[str, float]:
     train = task.sample(steps * batch, T, g, trial.device)
     held = task.sample(64, T, g, trial.device)
 
-    def batches(step):
+    def batches(step: int) -> dict[str, torch.Tensor]:
         return task.batch(train[step * batch : (step + 1) * batch])
 
     out: dict[str, float] = {"floor": task.floor, "uniform": task.uniform, "n_layers": layers}
@@ -118,7 +120,7 @@ def block_faults(trial: Trial) -> dict[str, float]:
         except Exception:  # noqa: BLE001 — any error at all means the bug is not silent
             out[f"raised_{key}"], out[f"same_shape_{key}"], out[f"output_change_{key}"] = 1.0, 0.0, float("nan")
 
-    def draw(ax):
+    def draw(ax: Any) -> None:
         for arm, losses in curves.items():
             if arm == "correct":
                 ax.plot(losses, color="k", ls="--", lw=1.6, zorder=3, label="correct block")
@@ -160,7 +162,7 @@ def block_faults(trial: Trial) -> dict[str, float]:
     "and flatters the usual metric); refuted if the prefix loss is not worse on any seed; else "
     "inconclusive.",
 )
-def _c48(ms):
+def _c48(ms: dict[str, Metric]) -> Verdict:
     if max(ms["raised_split"].values) or max(ms["raised_merge"].values):
         return Verdict(
             "refuted",
@@ -221,7 +223,7 @@ def _c48(ms):
     f"seed but > {TOL} nats worse at the end on every seed; refuted if neither on any seed; else "
     "inconclusive.",
 )
-def _c50(ms):
+def _c50(ms: dict[str, Metric]) -> Verdict:
     nums_en = (
         f"{fmt_count(ms['n_layers'])} layers: the Pre-Norm block wired as x = norm(x); x = x + f(x) ends at "
         f"{ms['final_miswired'].fmt()} vs {ms['final_correct'].fmt()} for the correct wiring; roughness (climb-"
@@ -266,7 +268,7 @@ def _c50(ms):
     f"nats worse on every seed; refuted if the difference stays within ±{TOL} (no clear drop) or sharing "
     f"is better by > {TOL} on every seed; otherwise inconclusive.",
 )
-def _c51(ms):
+def _c51(ms: dict[str, Metric]) -> Verdict:
     diffs = differences(ms, "final_shared", "final_correct")
     d = fmt_values(diffs, " nats")
     saved = differences(ms, "params_correct", "params_shared")
@@ -315,7 +317,7 @@ def _c51(ms):
     "uniform guessing. Supported if all three fail on every seed; nuanced if the same 1–2 do on every "
     "seed; refuted if none does; inconclusive if the baseline failed or the seeds disagree.",
 )
-def _c55(ms):
+def _c55(ms: dict[str, Metric]) -> Verdict:
     init = [f for f in ms["failed_large_init"].values]
     lr = [f for f in ms["failed_high_lr"].values]
     order = [f for f in ms["failed_post_any_lr"].values]

@@ -6,13 +6,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import nn
 
 from anatomy import ModelConfig
 from anatomy.experiments.devices import on
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, build, finite_metrics, fit
-from anatomy.experiments.registry import Trial, Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import TOL, decide, fmt_count, per_seed
 from anatomy.experiments.tasks import MarkovTask
 
@@ -36,7 +39,7 @@ def ffn_width(trial: Trial) -> dict[str, float]:
     small_steps = budget(trial.preset, 30, 200, 600)
     pick = on(dev, lambda: torch.randint(0, len(small_ids), (small_steps, batch), generator=g))
 
-    def model(d_ff, attn_drop=0.0, ffn_drop=0.0):
+    def model(d_ff: int, attn_drop: float = 0.0, ffn_drop: float = 0.0) -> nn.Module:
         torch.manual_seed(trial.seed)
         m = build(
             ModelConfig(
@@ -51,14 +54,15 @@ def ffn_width(trial: Trial) -> dict[str, float]:
             ),
             dev,
         )
-        for block in m.stack.blocks:  # dropout on one sub-layer's output only, same rate
+        stack: Any = m.stack  # torch's stubs read a sub-module as Tensor | Module
+        for block in stack.blocks:  # dropout on one sub-layer's output only, same rate
             block.attn_add_norm.dropout.p, block.ffn_add_norm.dropout.p = attn_drop, ffn_drop
         return m
 
-    def evaluate(m, batch_):
+    def evaluate(m: nn.Module, batch_: dict[str, torch.Tensor]) -> float:
         m.eval()
         with torch.no_grad():
-            return m(**batch_).loss.item()
+            return float(m(**batch_).loss.item())
 
     out: dict[str, float] = {"floor": task.floor}
     for w in widths:
@@ -79,7 +83,7 @@ def ffn_width(trial: Trial) -> dict[str, float]:
         gaps[name] = (tr, va)
     out["n_train_tokens_small"] = float(small["input_ids"].numel())
 
-    def draw(axes):
+    def draw(axes: list[Any]) -> None:
         ax, gx = axes
         ax.plot(list(widths), [out[f"val_ff{w}x"] for w in widths], "o-")
         ax.axhline(task.floor, color="k", ls=":", lw=0.8, label="best possible")
@@ -123,7 +127,7 @@ def ffn_width(trial: Trial) -> dict[str, float]:
     f"{TOL} better than 1× on every seed; refuted if neither on any seed; nuanced if one of the two holds "
     "on every seed; otherwise inconclusive. The literature half is cited in the reason.",
 )
-def _c52(ms):
+def _c52(ms: dict[str, Metric]) -> Verdict:
     widths = [k for k in ("val_ff1x", "val_ff2x", "val_ff4x", "val_ff8x") if k in ms]
     rows = per_seed(ms, *widths)
     i4, i1 = widths.index("val_ff4x"), widths.index("val_ff1x")
@@ -177,7 +181,7 @@ def _c52(ms):
     "output. Supported if both on every seed, nuanced if one on every seed, refuted if neither on any "
     "seed; else inconclusive.",
 )
-def _c54(ms):
+def _c54(ms: dict[str, Metric]) -> Verdict:
     g1, g4 = ms["gap_ff1x"], ms["gap_ff4x"]
     ga, gf = ms["gap_ff4x_attn_dropout"], ms["gap_ff4x_ffn_dropout"]
     rows = per_seed(ms, "gap_ff1x", "gap_ff4x", "gap_ff4x_attn_dropout", "gap_ff4x_ffn_dropout")

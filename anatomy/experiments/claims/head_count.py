@@ -13,11 +13,12 @@ import time
 from typing import Any, cast
 
 import torch
+from torch import nn
 
 from anatomy import ModelConfig
 from anatomy.experiments.devices import cpu_draws, synchronize
 from anatomy.experiments.figures import figure, heatmap
-from anatomy.experiments.fitting import Batches, budget, build, fit, fit_decayed, model_device, tiny_model
+from anatomy.experiments.fitting import Batches, budget, build, fit, model_device, tiny_model
 from anatomy.experiments.probes import ablate_head, attention_entropy, hook_output, offset_profile
 from anatomy.experiments.registry import Trial, experiment
 from anatomy.experiments.tasks import char_corpus, lm_batch
@@ -32,6 +33,7 @@ LM_HEADS = (1, 2, 4, 8)  # at d_model = 64: d_k = 64, 32, 16, 8
 CLS_HEADS = (1, 4, 8)  # classification: d_k = 64, 16, 8
 LM_D, LM_T = 64, 32
 CLS_T = 40
+Encoded = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # token ids, padding mask, labels
 SPECIALISED = 0.5  # a head with at least this share of its mass on one offset is specialised on it (C3)
 
 
@@ -48,18 +50,18 @@ def pair_batch(n: int, g: torch.Generator, device: str = "cpu") -> tuple[dict[st
     return {"input_ids": x.to(device), "labels": labels.to(device)}, y.to(device)
 
 
-def _pair_accuracy(model, batch, y) -> float:
+def _pair_accuracy(model: nn.Module, batch: dict[str, torch.Tensor], y: torch.Tensor) -> float:
     with torch.no_grad():
         pred = model(input_ids=batch["input_ids"]).logits.argmax(-1)  # (N, T)
     rows = slice(3, PAIR_T - 1)  # y_t defined from t = 3; y_{T-1} has no label slot and is never trained
-    return (pred[:, rows] == y[:, rows]).float().mean().item()
+    return float((pred[:, rows] == y[:, rows]).float().mean().item())
 
 
-def _weights(model, inputs) -> torch.Tensor:
+def _weights(model: nn.Module, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     return hook_output(model, "stack.blocks.0.attn.hook_weights", **inputs).float()  # (B, H, T, T)
 
 
-def _sentiment(n_train: int, seed: int):
+def _sentiment(n_train: int, seed: int) -> tuple[Encoded, Encoded, int]:
     """Chinese product reviews (embedded): a seeded subset of ``n_train`` training examples, validation = the
     val + test splits; characters seen at least twice in the subset, others -> <unk> (1), pad 0."""
     from anatomy.data import labelled_splits
@@ -71,7 +73,9 @@ def _sentiment(n_train: int, seed: int):
     counts = collections.Counter(c for text, _ in train for c in text)
     stoi = {c: i + 2 for i, c in enumerate(sorted(c for c, n in counts.items() if n >= 2))}
 
-    def encode(rows):  # on the CPU: the batches are drawn from it (fit and _cls_accuracy move them)
+    def encode(
+        rows: list[tuple[str, int]],
+    ) -> Encoded:  # on the CPU: the batches are drawn from it (fit and _cls_accuracy move them)
         with cpu_draws():
             ids = torch.zeros(len(rows), CLS_T, dtype=torch.long)
             mask = torch.zeros(len(rows), CLS_T, dtype=torch.bool)
@@ -84,14 +88,14 @@ def _sentiment(n_train: int, seed: int):
     return encode(train), encode(val), len(stoi) + 2
 
 
-def _cls_accuracy(model, data) -> float:
+def _cls_accuracy(model: nn.Module, data: Encoded) -> float:
     ids, mask, labels = (t.to(model_device(model)) for t in data)
     with torch.no_grad():
         pred = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
-    return (pred == labels).float().mean().item()
+    return float((pred == labels).float().mean().item())
 
 
-def _step_time(models: dict, batch: dict, repeats: int) -> dict:
+def _step_time(models: dict[int, nn.Module], batch: dict[str, torch.Tensor], repeats: int) -> dict[int, float]:
     """Seconds per forward + backward, min over interleaved repeats (the min is robust to a busy machine). On a
     GPU the clock is read after the queued kernels are done."""
     best = {h: float("inf") for h in models}
@@ -222,7 +226,7 @@ def head_count(trial: Trial) -> dict[str, float]:
     n_train = budget(trial.preset, 300, 2000, 2000)
     tr, va, v_size = _sentiment(n_train, seed)
     cls_steps = budget(trial.preset, 30, 200, 800)
-    train_eval_cls = tuple(t[:1000] for t in tr)
+    train_eval_cls = (tr[0][:1000], tr[1][:1000], tr[2][:1000])
     cls = {}
     for h in CLS_HEADS:
         torch.manual_seed(100 * seed + 20 + h)
@@ -243,11 +247,11 @@ def head_count(trial: Trial) -> dict[str, float]:
         )
         g = torch.Generator().manual_seed(seed)
 
-        def batch(_s, g=g):
+        def batch(_s: int, g: torch.Generator = g) -> dict[str, torch.Tensor]:
             j = torch.randint(0, n_train, (32,), generator=g, device="cpu")
             return {"input_ids": tr[0][j], "attention_mask": tr[1][j], "labels": tr[2][j]}
 
-        fit_decayed(model, batch, cls_steps, lr=2e-3)
+        fit(model, batch, cls_steps, lr=2e-3, warmup=20, decay=True)
         cls[h] = (100 * _cls_accuracy(model, train_eval_cls), 100 * _cls_accuracy(model, va))
         out[f"cls_acc_h{h}"] = cls[h][1]
         out[f"cls_gap_h{h}"] = cls[h][0] - cls[h][1]
@@ -260,15 +264,23 @@ def head_count(trial: Trial) -> dict[str, float]:
     return out
 
 
-def _mean_loss(model, batches) -> float:
+def _mean_loss(model: nn.Module, batches: list[dict[str, torch.Tensor]]) -> float:
     with torch.no_grad():
-        return sum(model(**b).loss.item() for b in batches) / len(batches)
+        return float(sum(model(**b).loss.item() for b in batches) / len(batches))
 
 
-def _draw_heads(trial, out, pair, lm_ent, lm_prof, drops, head_for):
+def _draw_heads(
+    trial: Trial,
+    out: dict[str, float],
+    pair: dict[int, dict[str, Any]],
+    lm_ent: dict[int, torch.Tensor],
+    lm_prof: dict[int, torch.Tensor],
+    drops: list[float],
+    head_for: dict[int, int],
+) -> None:
     path = trial.figure_path("C1-C3-attention-per-head")
 
-    def draw(axes):
+    def draw(axes: list[Any]) -> None:
         import numpy as np
 
         ax = axes[0]
@@ -307,8 +319,8 @@ def _draw_heads(trial, out, pair, lm_ent, lm_prof, drops, head_for):
         ax.legend(fontsize=8, loc="center right")
         ax = axes[3]
         rows = torch.cat([pair[1]["profile"][:, :6], pair[4]["profile"][:, :6]])
-        rows = torch.cat([rows, (1 - rows.sum(-1, keepdim=True)).clamp_min(0)], dim=-1).numpy()
-        heatmap(ax, rows, label_above=0.05)
+        shares = torch.cat([rows, (1 - rows.sum(-1, keepdim=True)).clamp_min(0)], dim=-1).numpy()
+        heatmap(ax, shares, label_above=0.05)
         ax.set(
             xticks=range(7),
             xticklabels=[*map(str, range(6)), "other"],
@@ -340,31 +352,25 @@ def _draw_heads(trial, out, pair, lm_ent, lm_prof, drops, head_for):
     figure(path, draw, grid=(2, 3), size=(15, 8.5))
 
 
-def _draw_head_count(trial, out):
+def _draw_head_count(trial: Trial, out: dict[str, float]) -> None:
     path = trial.figure_path("C12-C14-head-count")
 
-    def draw(axes):
-        dks = [LM_D // h for h in LM_HEADS]
-        axes[0].plot(dks, [out[f"lm_val_h{h}"] for h in LM_HEADS], "o-")
-        axes[0].set(
-            xscale="log",
-            xticks=dks,
-            xticklabels=[f"{d}\n(h={LM_D // d})" for d in dks],
-            xlabel="d_k (heads) at d_model = 64",
-            ylabel="validation loss (nats/char)",
-            title="Char LM: loss vs head size",
+    def by_head_size(ax: Any, heads: tuple[int, ...], **labels: str) -> list[int]:
+        """A log axis of d_k = d_model / h, each tick also naming h; returns the d_k values."""
+        dks = [LM_D // h for h in heads]
+        ax.set(xscale="log", xticks=dks, xticklabels=[f"{d}\n(h={LM_D // d})" for d in dks], **labels)
+        return dks
+
+    def draw(axes: list[Any]) -> None:
+        dks = by_head_size(
+            axes[0], LM_HEADS, xlabel="d_k (heads) at d_model = 64", ylabel="validation loss (nats/char)"
         )
-        cdks = [LM_D // h for h in CLS_HEADS]
+        axes[0].plot(dks, [out[f"lm_val_h{h}"] for h in LM_HEADS], "o-")
+        axes[0].set(title="Char LM: loss vs head size")
+        cdks = by_head_size(axes[1], CLS_HEADS, xlabel="d_k (heads)", ylabel="accuracy (%)")
         axes[1].plot(cdks, [out[f"cls_acc_h{h}"] for h in CLS_HEADS], "o-", label="validation")
         axes[1].plot(cdks, [out[f"cls_acc_h{h}"] + out[f"cls_gap_h{h}"] for h in CLS_HEADS], "s--", label="train")
-        axes[1].set(
-            xscale="log",
-            xticks=cdks,
-            xticklabels=[f"{d}\n(h={LM_D // d})" for d in cdks],
-            xlabel="d_k (heads)",
-            ylabel="accuracy (%)",
-            title="Sentiment (zh), 2000 training reviews:\ntrain vs validation accuracy",
-        )
+        axes[1].set(title="Sentiment (zh), 2000 training reviews:\ntrain vs validation accuracy")
         axes[1].legend(fontsize=8)
         axes[2].bar([f"h={h}" for h in LM_HEADS], [out[f"lm_step_ms_h{h}"] for h in LM_HEADS])
         axes[2].set(

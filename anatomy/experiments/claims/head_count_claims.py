@@ -4,7 +4,7 @@ rule's thresholds are constants written once into the rule text, the reasons and
 from __future__ import annotations
 
 from anatomy.experiments.claims.head_count import PAIR_CEILING, SPECIALISED
-from anatomy.experiments.registry import Verdict, claim
+from anatomy.experiments.registry import Metric, Verdict, claim
 from anatomy.experiments.rules import Case, Ladder, fmts, seed_verdict
 
 DIFFUSE = 0.8  # C1: a mean normalised entropy at or above this is 'almost uniform'
@@ -32,17 +32,27 @@ C1_RULE = Ladder(
 )
 
 
+_C1_METRICS = (
+    "ent_lm_h1",
+    "ent_pair_h1",
+    "ent_lm_h4_mean",
+    "ent_lm_h4_min",
+    "ent_pair_h4_mean",
+    "ent_lm_init",
+)
+
+
 @claim(
     "C1-single-head-diffuse",
     experiment="head-count",
-    metrics=("ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init"),
+    metrics=_C1_METRICS,
     rule_text=C1_RULE.text(
         "The trained single head's mean normalised entropy H/log(n) (rows with ≥ 8 keys on the "
         f"LM, rows t ≥ 3 on the pair task) counts as 'almost uniform' if ≥ {DIFFUSE}."
     ),
 )
-def _c1(ms) -> Verdict:
-    f = fmts(ms, "ent_lm_h1", "ent_pair_h1", "ent_lm_h4_mean", "ent_lm_h4_min", "ent_pair_h4_mean", "ent_lm_init")
+def _c1(ms: dict[str, Metric]) -> Verdict:
+    f = fmts(ms, *_C1_METRICS)
     en = (
         f"Normalised attention entropy of the single head (1 = uniform over the visible keys): {f['ent_lm_h1']} on a "
         f"character LM and {f['ent_pair_h1']} on the ordered-pair task; the heads of the 4-head models give "
@@ -101,7 +111,7 @@ C2_RULE = Ladder(
         f"{CEILING_PCT:.0f}% (the test set's sampling error is ≈ 0.3 points)."
     ),
 )
-def _c2(ms) -> Verdict:
+def _c2(ms: dict[str, Metric]) -> Verdict:
     ceil = CEILING_PCT
     a1, a4 = ms["acc_pair_h1"].fmt(), ms["acc_pair_h4"].fmt()
     m1, m3, r = ms["pair_h1_mass_t1"].fmt(), ms["pair_h1_mass_t3"].fmt(), ms["pair_h1_order_ratio"].fmt()
@@ -156,27 +166,23 @@ C3_RULE = Ladder(
 )
 
 
+_C3_METRICS = (
+    "pair_h4_covers",
+    "pair_h4_specialised_heads",
+    "pair_h4_ablation_min_drop",
+    "lm_h4_prev_char_mass",
+    "lm_h4_prev_head_ablation_dloss",
+)
+
+
 @claim(
     "C3-heads-specialise",
     experiment="head-count",
-    metrics=(
-        "pair_h4_covers",
-        "pair_h4_specialised_heads",
-        "pair_h4_ablation_min_drop",
-        "lm_h4_prev_char_mass",
-        "lm_h4_prev_head_ablation_dloss",
-    ),
+    metrics=_C3_METRICS,
     rule_text=C3_RULE.text("A role is attributed only if ablating the head hurts that relation."),
 )
-def _c3(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "pair_h4_covers",
-        "pair_h4_ablation_min_drop",
-        "pair_h4_specialised_heads",
-        "lm_h4_prev_char_mass",
-        "lm_h4_prev_head_ablation_dloss",
-    )
+def _c3(ms: dict[str, Metric]) -> Verdict:
+    f = fmts(ms, *_C3_METRICS)
     en = (
         f"Ordered pairs, 4 heads: distinct heads for offsets 1 and 3 (≥ {SPECIALISED} of their mass) on a fraction "
         f"{f['pair_h4_covers']} of the seeds, {f['pair_h4_specialised_heads']} specialised heads; zeroing the "
@@ -247,7 +253,7 @@ _C12_METRICS = (
         "set's sampling error, ≈ 1.1 points at n = 1736)."
     ),
 )
-def _c12(ms) -> Verdict:
+def _c12(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, *_C12_METRICS)
     en = (
         f"d_model = 64, so d_k = 64, 32, 16, 8 for h = 1, 2, 4, 8. Char-LM validation loss: {f['lm_val_h1']}, "
@@ -316,7 +322,7 @@ _C13_METRICS = (
         f"reviews is > {OVERFITS} points larger."
     ),
 )
-def _c13(ms) -> Verdict:
+def _c13(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, *_C13_METRICS)
     en = (
         f"At fixed d_model = 64 (same parameter count), a training step takes {f['lm_step_ms_h1']} ms with 1 head "
@@ -343,7 +349,7 @@ def _c13(ms) -> Verdict:
     "interval lies within ±3 points; refuted if |mean| ≥ 1 point and the interval excludes 0; "
     "inconclusive otherwise.",
 )
-def _c14(ms) -> Verdict:
+def _c14(ms: dict[str, Metric]) -> Verdict:
     d = ms["cls_diff_h8_minus_h4"]
     lo, hi = d.ci95
     a4, a8 = ms["cls_acc_h4"].fmt(), ms["cls_acc_h8"].fmt()

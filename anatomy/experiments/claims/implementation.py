@@ -13,14 +13,16 @@ Head count and size (C12–C14) are in ``head_count_claims``, initialisation (C1
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from anatomy import pitfalls
 from anatomy.components import MultiHeadAttention, kernels
 from anatomy.experiments.devices import on, synchronize
 from anatomy.experiments.fitting import budget
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import Case, Ladder, fmts, num, seed_verdict, setting
 from anatomy.inspection import capture
 
@@ -50,18 +52,18 @@ def _torch_reference(mha: MultiHeadAttention) -> torch.nn.MultiheadAttention:
     return ref
 
 
-def _future_leak(fn, x: torch.Tensor) -> float:
+def _future_leak(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> float:
     """Largest change of the outputs at positions < T-1 when only the last input position changes."""
     y = fn(x)
     x2 = x.clone()
     x2[:, -1] = on(
         x.device, lambda: torch.randn(x2[:, -1].shape, generator=torch.Generator().manual_seed(3), dtype=x.dtype)
     )
-    return (fn(x2)[:, :-1] - y[:, :-1]).abs().max().item()
+    return float((fn(x2)[:, :-1] - y[:, :-1]).abs().max().item())
 
 
 @experiment("mha-shapes")
-def mha_shapes(trial):
+def mha_shapes(trial: Trial) -> dict[str, float]:
     torch.manual_seed(trial.seed)
     b, s, d, h = 2, 10, 512, 8
     dev = trial.device
@@ -101,7 +103,7 @@ def mha_shapes(trial):
         )
 
         # C10: the wrong split and the wrong merge, from the bug zoo
-        def causal(module):
+        def causal(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
             return lambda inp: module(inp, is_causal=True)[0]
 
         out["causal_leak_correct"] = _future_leak(causal(mha), x)
@@ -156,7 +158,7 @@ C9_RULE = Ladder(
     ),
     rule_text=C9_RULE.text(),
 )
-def _c9(ms) -> Verdict:
+def _c9(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, "maxdiff_vs_torch_fp64", "maxdiff_vs_torch_fp32", "maxdiff_loop_math_sdpa_fp64")
     ok = all(v == 1 for v in ms["shapes_match"].values)
     en = (
@@ -215,7 +217,7 @@ _C10_METRICS = (
     metrics=_C10_METRICS,
     rule_text=C10_RULE.text("Bug zoo 'split_without_transpose' and 'merge_wrong_transpose' on the same module."),
 )
-def _c10(ms) -> Verdict:
+def _c10(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, *_C10_METRICS)
     en = (
         "Share of the two faults (split without transpose, merge without transpose) that run without any error and "
@@ -251,11 +253,11 @@ BENCH_CONFIGS = ((8, 64, 256, 8), (2, 256, 512, 8), (32, 32, 128, 16))  # (B, S,
         **{f"{k}_ms_cfg{i}": " ms" for i in range(len(BENCH_CONFIGS)) for k in ("loop", "math", "sdpa")},
     },
 )
-def head_loop_benchmark(trial):
+def head_loop_benchmark(trial: Trial) -> dict[str, float]:
     """Forward time of the attention kernel alone (no projections): per-head loop vs batched heads."""
     repeats = budget(trial.preset, 3, 30, 60)
     g, dev = torch.Generator().manual_seed(trial.seed), trial.device
-    speed = {"math": [], "sdpa": []}
+    speed: dict[str, list[float]] = {"math": [], "sdpa": []}
     out = {}
     for i, (b, s, d, h) in enumerate(BENCH_CONFIGS):
         q, k, v = (on(dev, torch.randn, b, h, s, d // h, generator=g) for _ in range(3))
@@ -319,7 +321,7 @@ C11_RULE = Ladder(
         "configurations."
     ),
 )
-def _c11(ms) -> Verdict:
+def _c11(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, "speedup_math_min", "speedup_math_max", "speedup_sdpa_min", "speedup_sdpa_max")
     cfgs = ", ".join(f"(B={b}, S={s}, D={d}, h={h})" for b, s, d, h in BENCH_CONFIGS)
     threads = setting(ms, "threads")

@@ -1,19 +1,22 @@
 """§2.3: initialisation (claims C15, C16).
 
-``init-training``        C8 (multihead.py), C15, C16: one character LM (d_k = 64) trained from several inits, with and
+``init-training``        C8 (saturation.py), C15, C16: one character LM (d_k = 64) trained from several inits, with and
                          without the 1/sqrt(d_k) scale; attention and gradients at step 0.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+from torch import nn
 
 from anatomy import pitfalls
 from anatomy.experiments.devices import cpu_draws
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import budget, fit, mean_tail, tiny_model
 from anatomy.experiments.probes import probe_attention
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import Case, Ladder, fmts, seed_verdict
 from anatomy.experiments.tasks import LM_T, char_corpus, lm_batch
 
@@ -31,7 +34,7 @@ INIT_LABELS = {
 }
 
 
-def _init_model(arm: str, vocab: int, seed: int, device: str = "cpu"):
+def _init_model(arm: str, vocab: int, seed: int, device: str = "cpu") -> nn.Module:
     torch.manual_seed(seed)
     with cpu_draws():  # every init on the CPU's generator, then moved
         model = tiny_model(
@@ -68,7 +71,7 @@ def _init_model(arm: str, vocab: int, seed: int, device: str = "cpu"):
         "step0_passthrough_ratio_x50": "×",
     },
 )
-def init_training(trial):
+def init_training(trial: Trial) -> dict[str, float]:
     train, val, vocab = char_corpus("shakespeare")
     steps = budget(trial.preset, 30, 250, 1500)
     dev = trial.device
@@ -82,7 +85,11 @@ def init_training(trial):
         model = _init_model(arm, len(vocab), 100 * trial.seed + 7, dev)
         step0[arm] = probe_attention(model, probe)  # (max p, ‖∂L/∂W_q‖, score std) before any update
         g = torch.Generator().manual_seed(trial.seed)
-        curves[arm] = fit(model, lambda _s, g=g: lm_batch(train, LM_T, 32, g), steps, lr=3e-3)
+
+        def batch(_s: int, g: torch.Generator = g) -> dict[str, torch.Tensor]:
+            return lm_batch(train, LM_T, 32, g)
+
+        curves[arm] = fit(model, batch, steps, lr=3e-3)
         with torch.no_grad():
             out[f"val_{arm}"] = sum(model(**b).loss.item() for b in val_batches) / len(val_batches)
     n = len(curves["torch_scaled"])
@@ -105,10 +112,10 @@ def init_training(trial):
     return out
 
 
-def _draw_init(trial, curves, step0):
+def _draw_init(trial: Trial, curves: dict[str, list[float]], step0: dict[str, dict[str, float]]) -> None:
     path = trial.figure_path("C8-C15-C16-init-and-scale-training")
 
-    def draw(axes):
+    def draw(axes: list[Any]) -> None:
         ax = axes[0]
         for i, (arm, c) in enumerate(curves.items()):
             w = max(1, len(c) // 30)
@@ -165,14 +172,22 @@ C15_RULE = Ladder(
 )
 
 
+_C15_METRICS = (
+    "val_torch_scaled",
+    "val_normal_scaled",
+    "val_xavier_scaled",
+    "torch_minus_best",
+)
+
+
 @claim(
     "C15-default-init-enough",
     experiment="init-training",
-    metrics=("val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best"),
+    metrics=_C15_METRICS,
     rule_text=C15_RULE.text("Char LM, one head, same seed and batches."),
 )
-def _c15(ms) -> Verdict:
-    f = fmts(ms, "val_torch_scaled", "val_normal_scaled", "val_xavier_scaled", "torch_minus_best")
+def _c15(ms: dict[str, Metric]) -> Verdict:
+    f = fmts(ms, *_C15_METRICS)
     en = (
         f"Char LM after the same steps: PyTorch default init {f['val_torch_scaled']}, normal(0.02) "
         f"{f['val_normal_scaled']}, Xavier {f['val_xavier_scaled']}; the default is {f['torch_minus_best']} from the "
@@ -229,7 +244,7 @@ _C16_METRICS = (
     metrics=_C16_METRICS,
     rule_text=C16_RULE.text("normal(0.02) vs the same weights ×50 on the attention projections."),
 )
-def _c16(ms) -> Verdict:
+def _c16(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, *_C16_METRICS)
     en = (
         "Attention projections initialised 50× too large (std 1 instead of 0.02, bug zoo 'large_init_scale'): at "

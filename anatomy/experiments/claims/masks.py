@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import torch
+from torch import nn
 
 from anatomy import pitfalls
 from anatomy.experiments.devices import cpu_draws
@@ -23,10 +24,11 @@ from anatomy.inspection import capture
 # =============================================================================================================
 
 FILLS = ("-inf", "-1e9", "-1e4", "finfo.min", "zero after softmax")
+Grid = dict[tuple[str, str], dict[str, Any]]  # (fill, dtype) → leak, sum, full, error
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def _fill_grid(g: torch.Generator, device: str = "cpu") -> dict:
+def _fill_grid(g: torch.Generator, device: str = "cpu") -> Grid:
     """For every fill × dtype: masked_fill then softmax *in that dtype*. ``leak``: largest probability on a hidden
     key in rows that see ≥ 1 key; ``sum``: mean row sum there; ``full``: what a row that sees no key gets
     ('NaN', 'uniform', 'zeros'); ``error``: the message if masked_fill refused the value."""
@@ -76,7 +78,7 @@ def _fill_grid(g: torch.Generator, device: str = "cpu") -> dict:
     return grid
 
 
-def _mask_gradients(device: str = "cpu") -> dict:
+def _mask_gradients(device: str = "cpu") -> dict[str, float]:
     """float64: mask before softmax vs zeroing after softmax, without and with renormalising the row."""
     g = torch.Generator().manual_seed(11)
     r, n, dv = 32, 12, 8
@@ -88,7 +90,7 @@ def _mask_gradients(device: str = "cpu") -> dict:
         upstream = torch.randn(r, dv, generator=g, dtype=torch.float64)
     s0, mask, v, upstream = (t.to(device) for t in (s0, mask, v, upstream))
 
-    def run(kind):
+    def run(kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         s = s0.clone().requires_grad_(True)
         if kind == "before":
             p = s.masked_fill(~mask, float("-inf")).softmax(-1)
@@ -97,7 +99,8 @@ def _mask_gradients(device: str = "cpu") -> dict:
             if kind == "renorm":
                 p = p / p.sum(-1, keepdim=True)
         out = p @ v
-        (out * upstream).sum().backward()
+        torch.autograd.backward((out * upstream).sum())
+        assert s.grad is not None
         return out.detach(), s.grad, p.detach()
 
     ref, g_ref, _ = run("before")
@@ -111,7 +114,7 @@ def _mask_gradients(device: str = "cpu") -> dict:
     return res
 
 
-def _greedy(model, prompts: torch.Tensor, new: int) -> torch.Tensor:
+def _greedy(model: nn.Module, prompts: torch.Tensor, new: int) -> torch.Tensor:
     """Greedy decoding by full recomputation (so the causal mask and its fill are used at every step)."""
     ids = prompts
     with torch.no_grad():
@@ -121,7 +124,9 @@ def _greedy(model, prompts: torch.Tensor, new: int) -> torch.Tensor:
     return ids[:, prompts.shape[1] :]
 
 
-def _left_padded(data: torch.Tensor, g: torch.Generator, t: int = 16, device: str = "cpu"):
+def _left_padded(
+    data: torch.Tensor, g: torch.Generator, t: int = 16, device: str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     lengths = [t, t - 3, t - 7, t - 12]
     with cpu_draws():  # made on the CPU (the data's device), then moved
         ids = torch.zeros(len(lengths), t, dtype=torch.long)
@@ -134,7 +139,9 @@ def _left_padded(data: torch.Tensor, g: torch.Generator, t: int = 16, device: st
     return ids.to(device), mask.to(device), alone
 
 
-def _leftpad_stats(model, ids, mask, alone) -> tuple[float, float]:
+def _leftpad_stats(
+    model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, alone: list[torch.Tensor]
+) -> tuple[float, float]:
     """(share of real-token logits that are NaN, largest |difference| of real-token logits vs each row alone)."""
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask).logits  # (B, T, V)
@@ -203,9 +210,9 @@ def mask_fills(trial: Trial) -> dict[str, float]:
     x2 = x.clone()
     x2[:, -1] = (x2[:, -1] + 1) % len(vocab)
 
-    def leak(model):
+    def leak(model: nn.Module) -> float:
         with torch.no_grad():
-            return (model(input_ids=x2).logits[:, :-1] - model(input_ids=x).logits[:, :-1]).abs().max().item()
+            return float((model(input_ids=x2).logits[:, :-1] - model(input_ids=x).logits[:, :-1]).abs().max().item())
 
     out["causal_future_leak"] = leak(lib)
     with torch.no_grad(), capture(lib, "stack.blocks.*.attn.hook_weights") as cache:
@@ -219,7 +226,7 @@ def mask_fills(trial: Trial) -> dict[str, float]:
     return out
 
 
-def _cell_text(cell: dict) -> tuple[str, float]:
+def _cell_text(cell: dict[str, Any]) -> tuple[str, float]:
     """(text, colour value 0 good … 1 bad) for the ordinary-row panel."""
     if cell["error"]:
         return "error:\ncannot store\nthe fill", 1.0
@@ -230,10 +237,10 @@ def _cell_text(cell: dict) -> tuple[str, float]:
     return f"leak {cell['leak']:.1e}", 0.5
 
 
-def _draw_masks(trial, grid, out):
+def _draw_masks(trial: Trial, grid: Grid, out: dict[str, float]) -> None:
     path = trial.figure_path("C17-C20-mask-fills")
 
-    def draw(axes):
+    def draw(axes: list[Any]) -> None:
         import numpy as np
 
         full_colour = {"zeros": 0.0, "uniform": 0.6, "NaN": 1.0, "error": 1.0, "other": 0.6}

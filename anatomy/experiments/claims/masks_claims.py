@@ -3,7 +3,7 @@ constants below, written once into the rule text, the reasons and the decision."
 
 from __future__ import annotations
 
-from anatomy.experiments.registry import Verdict, claim
+from anatomy.experiments.registry import Metric, Verdict, claim
 from anatomy.experiments.rules import Case, Ladder, fmts, num, seed_verdict
 
 HIDDEN = 1e-6  # C17-C20: probability (or logit change) at or below this on a hidden key is "≈ 0"
@@ -37,7 +37,7 @@ C17_RULE = Ladder(
     metrics=("leak_1e9_fp32", "leak_1e9_bf16", "fp16_1e9_error", "leak_1e4_fp16", "full_row_1e9_pad_mass"),
     rule_text=C17_RULE.text("Softmax computed in each dtype on realistic logits (std 4)."),
 )
-def _c17(ms) -> Verdict:
+def _c17(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, "leak_1e9_fp32", "leak_1e9_bf16", "leak_1e4_fp16", "full_row_1e9_pad_mass")
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
     en = (
@@ -104,7 +104,7 @@ _C18_METRICS = (
     metrics=_C18_METRICS,
     rule_text=C18_RULE.text("float64, against masking before softmax."),
 )
-def _c18(ms) -> Verdict:
+def _c18(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, *_C18_METRICS)
     en = (
         f"float64. Zeroing after softmax (no renormalisation): rows sum to {f['c18_after_rowsum']}, the output "
@@ -143,25 +143,22 @@ C19_RULE = Ladder(
 )
 
 
+_C19_METRICS = (
+    "causal_future_leak",
+    "causal_upper_weight_max",
+    "causal_future_leak_causal_off_by_one",
+    "causal_future_leak_mask_after_softmax",
+)
+
+
 @claim(
     "C19-causal-mask",
     experiment="mask-fills",
-    metrics=(
-        "causal_future_leak",
-        "causal_upper_weight_max",
-        "causal_future_leak_causal_off_by_one",
-        "causal_future_leak_mask_after_softmax",
-    ),
+    metrics=_C19_METRICS,
     rule_text=C19_RULE.text("Future-token perturbation on a trained LM."),
 )
-def _c19(ms) -> Verdict:
-    f = fmts(
-        ms,
-        "causal_future_leak",
-        "causal_upper_weight_max",
-        "causal_future_leak_causal_off_by_one",
-        "causal_future_leak_mask_after_softmax",
-    )
+def _c19(ms: dict[str, Metric]) -> Verdict:
+    f = fmts(ms, *_C19_METRICS)
     en = (
         "A trained 2-layer LM with the library's causal mask (-inf above the diagonal, before softmax): changing the "
         f"last token moves earlier logits by {f['causal_future_leak']}, and the largest weight above the diagonal is "
@@ -221,7 +218,7 @@ _C20_QUOTED = (
     metrics=(*_C20_QUOTED, "fp16_1e9_error"),
     rule_text=C20_RULE.text(),
 )
-def _c20(ms) -> Verdict:
+def _c20(ms: dict[str, Metric]) -> Verdict:
     f = fmts(ms, *_C20_QUOTED)
     err = all(v == 1 for v in ms["fp16_1e9_error"].values)
     en = (

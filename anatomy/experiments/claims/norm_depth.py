@@ -1,5 +1,5 @@
 """§4: the norm-depth grid, the central experiment of residuals and normalisation (judged by the claims C33, C34,
-C36, C37, C39, C43, C44, C45 in ``norm_depth_claims``, and C55 of §5 in ``block``).
+C36, C37, C39 in ``norm_depth_claims``, C43, C44, C45 in ``placement_claims``, and C55 of §5 in ``block``).
 
 ``norm-depth-grid``      one causal LM task (the lag-2 Markov language of ``tasks.MarkovTask``), Pre-Norm /
                          Post-Norm / DeepNorm across depth and learning rate with no warm-up and no gradient
@@ -13,6 +13,7 @@ The other experiments of §4 are in ``add_norm``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ ARM_STYLE = {
     "large_init": ("tab:purple", ":"),
     "high_lr": ("tab:brown", ":"),
 }
+Runs = dict[tuple[str, int, float], dict[str, Any]]  # (arm, depth, learning rate) → what one training run recorded
 OSCILLATION = 0.5  # nats: a rise of the smoothed loss above its running minimum that counts as oscillating (C33)
 
 
@@ -56,7 +58,7 @@ def _capped(stats: dict[str, float], uniform: float) -> float:
     return stats["final"] if math.isfinite(stats["final"]) else uniform
 
 
-def _token_cos(model: nn.Module, inputs: dict, depth: int) -> float:
+def _token_cos(model: nn.Module, inputs: dict[str, torch.Tensor], depth: int) -> float:
     """Mean cosine between the token vectors of one sequence after the last block (1 = all tokens alike)."""
     model.eval()
     last = hook_output(model, f"stack.blocks.{depth - 1}.hook_resid_post", **inputs)
@@ -66,14 +68,14 @@ def _token_cos(model: nn.Module, inputs: dict, depth: int) -> float:
     return ((sim.sum((1, 2)) - t) / (t * (t - 1))).mean().item()
 
 
-def _score_std(model: nn.Module, inputs: dict, depth: int) -> float:
+def _score_std(model: nn.Module, inputs: dict[str, torch.Tensor], depth: int) -> float:
     model.eval()
     s = hook_output(model, f"stack.blocks.{depth - 1}.attn.hook_scores", **inputs)  # (B, H, T, T), pre-mask
     i, j = torch.tril_indices(s.shape[-1], s.shape[-1], device=s.device)
     return s[..., i, j].float().std().item()
 
 
-def _highway_grads(model: nn.Module, batch: dict) -> list[float]:
+def _highway_grads(model: nn.Module, batch: dict[str, torch.Tensor]) -> list[float]:
     """The gradient along the residual path alone: every sub-layer output is held constant (detached), so
     ∂loss/∂x reaches the lower layers only through the skip connections (and whatever norm sits on them).
     Returns ‖∂/∂x‖ into each block; the ratio first ÷ last is exactly 1 for Pre-Norm's x + f(norm(x)), and for
@@ -91,7 +93,7 @@ def _highway_grads(model: nn.Module, batch: dict) -> list[float]:
     return grads
 
 
-def _grid_settings(preset: str) -> dict:
+def _grid_settings(preset: str) -> dict[str, Any]:
     return dict(
         depths=budget(preset, (2, 3), (2, 6), (2, 6, 12)),
         lrs=budget(preset, (3e-3, 1e-2), (1e-3, 3e-3, 1e-2), (3e-4, 1e-3, 3e-3, 1e-2)),
@@ -105,8 +107,16 @@ def _grid_settings(preset: str) -> dict:
 
 
 def _train_arm(
-    arm: str, depth: int, lr: float, s: dict, task: MarkovTask, batches, held: dict, seed: int, measure: bool
-) -> dict:
+    arm: str,
+    depth: int,
+    lr: float,
+    s: dict[str, Any],
+    task: MarkovTask,
+    batches: Callable[[int], dict[str, torch.Tensor]],
+    held: dict[str, torch.Tensor],
+    seed: int,
+    measure: bool,
+) -> dict[str, Any]:
     placement = arm if arm in PLACEMENTS else "pre"
     torch.manual_seed(seed)
     model = build(
@@ -128,7 +138,7 @@ def _train_arm(
         pitfalls.apply(model, "no_residual")  # stays on: this model is only ever the broken one
     elif arm == "large_init":
         pitfalls.apply(model, "large_init_scale", factor=10.0)
-    rec: dict = {}
+    rec: dict[str, Any] = {}
     if measure:
         rec["rms_init"] = residual_rms(model, {"input_ids": held["input_ids"]})
         rec["grad_init"] = residual_grad_norms(model, held)
@@ -153,11 +163,11 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
     train = task.sample(s["steps"] * s["batch"], s["T"], g, trial.device)
     held = task.batch(task.sample(64, s["T"], g, trial.device))
 
-    def batches(step):
+    def batches(step: int) -> dict[str, torch.Tensor]:
         return task.batch(train[step * s["batch"] : (step + 1) * s["batch"]])
 
     shallow, deeps, lrs, mid = s["depths"][0], s["depths"][1:], s["lrs"], s["mid_lr"]
-    runs: dict[tuple, dict] = {}
+    runs: Runs = {}
     for depth in deeps:
         for arm in PLACEMENTS:
             for lr in lrs:
@@ -180,7 +190,7 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
         "n_lrs": len(lrs),
     }
 
-    def at(arm, depth=deep, lr=mid):
+    def at(arm: str, depth: int = deep, lr: float = mid) -> dict[str, Any]:
         return runs[arm, depth, lr]
 
     for arm in PLACEMENTS:
@@ -240,12 +250,14 @@ def norm_depth_grid(trial: Trial) -> dict[str, float]:
     return finite_metrics(out)
 
 
-def _draw_grid(trial, runs, s, task, deeps, shallow):
+def _draw_grid(
+    trial: Trial, runs: Runs, s: dict[str, Any], task: MarkovTask, deeps: Sequence[int], shallow: int
+) -> None:
     lrs, mid, deep = s["lrs"], s["mid_lr"], deeps[-1]
     path = trial.figure_path("C44-loss-curves-by-depth-and-lr")
     if path is not None:
 
-        def draw(axes):
+        def draw(axes: list[Any]) -> None:
             for r, depth in enumerate(deeps):
                 for c, lr in enumerate(lrs):
                     ax = axes[r * len(lrs) + c]
@@ -271,7 +283,7 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
     path = trial.figure_path("C43-residual-rms-and-gradient-per-layer")
     if path is not None:
 
-        def draw_layers(axes):
+        def draw_layers(axes: list[Any]) -> None:
             rms_ax, grad_ax, hw_ax = axes
             layers = list(range(1, deep + 1))
             for arm in (*PLACEMENTS, "no_residual"):
@@ -311,7 +323,7 @@ def _draw_grid(trial, runs, s, task, deeps, shallow):
     path = trial.figure_path("C44-lr-sensitivity")
     if path is not None:
 
-        def draw_lr(ax):
+        def draw_lr(ax: Any) -> None:
             for arm in PLACEMENTS:
                 color, _ = ARM_STYLE[arm]
                 for depth, marker in zip(deeps, "os^"):

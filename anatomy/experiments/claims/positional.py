@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch import nn
 
 from anatomy import ModelConfig
 from anatomy.components.positional import sinusoidal_table
@@ -150,7 +151,7 @@ def pe_lm(trial: Trial) -> dict[str, float]:
     train = task.sample(steps * batch, T, g, dev)
     held = task.batch(task.sample(budget(trial.preset, 16, 64, 128), 4 * T, g, dev))
 
-    def batches(step):
+    def batches(step: int) -> dict[str, torch.Tensor]:
         return task.batch(train[step * batch : (step + 1) * batch])
 
     base = dict(
@@ -164,7 +165,8 @@ def pe_lm(trial: Trial) -> dict[str, float]:
         scale_embeddings=True,
     )  # the 2017 recipe: embeddings ~ N(0, 1/D) times sqrt(D)
     out: dict[str, float] = {"train_length": T, "train_steps": steps, "floor": task.floor, "uniform": task.uniform}
-    curves, models = {}, {}
+    curves: dict[str, torch.Tensor] = {}
+    models: dict[str, nn.Module] = {}
     for kind in (*PE_KINDS, "concat"):
         torch.manual_seed(trial.seed)  # same initial weights wherever the architectures agree
         model = build(ModelConfig(positional="none" if kind == "concat" else kind, **base), dev)
@@ -204,11 +206,18 @@ def pe_lm(trial: Trial) -> dict[str, float]:
     return finite_metrics(out)
 
 
-def _draw_pe_lm(trial, curves, task, T, out, models):
+def _draw_pe_lm(
+    trial: Trial,
+    curves: dict[str, torch.Tensor],
+    task: MarkovTask,
+    T: int,
+    out: dict[str, float],
+    models: dict[str, nn.Module],
+) -> None:
     path = trial.figure_path("C29-loss-by-position")
     if path is not None:
 
-        def draw(axes):
+        def draw(axes: list[Any]) -> None:
             ax, bars = axes
             w = max(1, T // 8)
             for kind, lp in curves.items():
@@ -270,7 +279,7 @@ def _draw_pe_lm(trial, curves, task, T, out, models):
             s[torch.triu(torch.ones(T, T, dtype=torch.bool, device="cpu"), 1)] = float("nan")
             mats[kind] = s
 
-        def draw_mats(axes):
+        def draw_mats(axes: list[Any]) -> None:
             for ax, (kind, s) in zip(axes, mats.items()):
                 ax.imshow(s.numpy(), cmap="viridis")
                 ax.set(

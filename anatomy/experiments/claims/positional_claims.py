@@ -3,7 +3,7 @@ thresholds are the constants below, written once into the rule text, the reasons
 
 from __future__ import annotations
 
-from anatomy.experiments.registry import Verdict, claim
+from anatomy.experiments.registry import Metric, Verdict, claim
 from anatomy.experiments.rules import count_seeds, differences, fmt_count, fmt_values, num, per_seed, setting
 
 TOL_LOSS = 0.05  # nats: "about the same loss"
@@ -34,7 +34,7 @@ EXTRAPOLATES, FAILS = 0.1, 0.5  # C29, C30: share of the learnt gain lost past T
     f"encoder is blind but the causal decoder is not (reordering changes its logits by > {num(MOVED)} and "
     f"it recovers > {GAIN:.0%} of the gain); otherwise inconclusive.",
 )
-def _c21(ms):
+def _c21(ms: dict[str, Metric]) -> Verdict:
     eq, pair, pair_pe = ms["nope_equivariance_err"], ms["wo_da_ni_diff_nope"], ms["wo_da_ni_diff_sinusoidal"]
     causal, gain = ms["causal_nope_order_diff"], ms["nope_gain"]
     blind, n = count_seeds(ms, ("nope_equivariance_err", "wo_da_ni_diff_nope"), lambda e, p: e < EXACT and p < EXACT)
@@ -98,7 +98,7 @@ def _c21(ms):
     "training length on every seed; refuted if it is worse by more on every seed; otherwise inconclusive. "
     "The cost side is the parameter ratio of a concat model that keeps all D token features (width 2D).",
 )
-def _c22(ms):
+def _c22(ms: dict[str, Metric]) -> Verdict:
     rows = per_seed(ms, "in_sinusoidal", "in_concat")
     diffs = [a - c for a, c in rows]
     ratio = ms["concat_params_ratio"]
@@ -150,7 +150,7 @@ def _c22(ms):
     f"constant-token input, R² explained by the offset i−j alone; supported if ≥ {OFFSET_R2} on every "
     f"seed, nuanced if < {OFFSET_R2} on every seed, inconclusive if the seeds disagree.",
 )
-def _c27(ms):
+def _c27(ms: dict[str, Metric]) -> Verdict:
     rot, spread = ms["rotation_residual"], ms["dot_shift_spread"]
     r2, r2_rope = ms["offset_r2_sinusoidal"], ms["offset_r2_rope"]
     if max(rot.values) > EXACT or max(spread.values) > EXACT:
@@ -218,7 +218,7 @@ def _c27(ms):
     f"{EXTRAPOLATES} (so the task can be extrapolated); nuanced if {EXTRAPOLATES}–{FAILS} on every seed; "
     "otherwise inconclusive.",
 )
-def _c29(ms):
+def _c29(ms: dict[str, Metric]) -> Verdict:
     deg, deg_a = ms["deg_sinusoidal"], ms["deg_alibi"]
     T = setting(ms, "train_length")
     facts_en = (
@@ -261,7 +261,7 @@ def _c29(ms):
     f"loses > {FAILS:.0%} of its gain past T (deg > {FAILS}) on every seed; nuanced if it refuses but deg "
     f"≤ {FAILS} on every seed; refuted if it does not refuse; otherwise inconclusive.",
 )
-def _c30(ms):
+def _c30(ms: dict[str, Metric]) -> Verdict:
     raises, deg = ms["learned_raises_past_table"], ms["deg_learned"]
     bad, n = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d > FAILS)
     ok, _ = count_seeds(ms, ("learned_raises_past_table", "deg_learned"), lambda r, d: r == 1 and d <= FAILS)
@@ -294,7 +294,7 @@ def _c30(ms):
     rule_text=f"Supported if |loss(sinusoidal) − loss(learned)| ≤ {TOL_LOSS} nats inside the training length on "
     "every seed; refuted if one is better by more than that on every seed; otherwise inconclusive.",
 )
-def _c31(ms):
+def _c31(ms: dict[str, Metric]) -> Verdict:
     diffs = differences(ms, "in_sinusoidal", "in_learned")
     d = fmt_values(diffs, " nats")
     en = (

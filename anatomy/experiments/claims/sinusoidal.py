@@ -7,13 +7,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from anatomy.components.positional import apply_rope, rope_angles, sinusoidal_table
 from anatomy.experiments.figures import figure
 from anatomy.experiments.fitting import finite_metrics
-from anatomy.experiments.registry import Verdict, claim, experiment
+from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
 from anatomy.experiments.rules import num, per_seed
 
 SEPARATES = 0.99  # C23: probe accuracy at or above this separates the part
@@ -35,7 +36,7 @@ def _probe_accuracy(x: torch.Tensor, labels: torch.Tensor, classes: int) -> floa
     # driver gelsd (SVD): at D=256 the system is rank-deficient, and the default gelsy's answer then varied from
     # run to run and with what the process had run before (0.61-1.0 position accuracy for one seed)
     w = torch.linalg.lstsq(xb, torch.nn.functional.one_hot(labels, classes).double(), driver="gelsd").solution
-    return ((xb @ w).argmax(1) == labels).double().mean().item()
+    return float(((xb @ w).argmax(1) == labels).double().mean().item())
 
 
 CPU_ONLY = (
@@ -45,12 +46,12 @@ CPU_ONLY = (
 
 
 @experiment("sinusoidal-algebra", cpu_only=CPU_ONLY)
-def sinusoidal_algebra(trial):
+def sinusoidal_algebra(trial: Trial) -> dict[str, float]:
     with torch.device(trial.device):  # always the CPU (cpu_only): every tensor below is made there
         return _algebra(trial)
 
 
-def _algebra(trial):
+def _algebra(trial: Trial) -> dict[str, float]:
     d, n = 64, 512
     pos = torch.arange(n)
     ref = _closed_form(pos, d)
@@ -106,7 +107,7 @@ def _algebra(trial):
     path = trial.figure_path("C25-sinusoidal-table")
     if path is not None:
 
-        def draw(axes):
+        def draw(axes: list[Any]) -> None:
             ax, gm = axes
             im = ax.imshow(ref[:128].T.numpy(), aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
             ax.set(xlabel="position", ylabel="dimension (0 = fastest)", title="Sinusoidal PE, D=64: low dims turn fast")
@@ -139,8 +140,8 @@ def _algebra(trial):
     "64 on every seed; nuanced if that holds only at D = 256 (D ≥ number of tokens + positions); refuted "
     "if not even at D = 256.",
 )
-def _c23(ms):
-    def ok(width):
+def _c23(ms: dict[str, Metric]) -> Verdict:
+    def ok(width: int) -> bool:
         return all(
             a >= SEPARATES and b >= SEPARATES
             for a, b in per_seed(ms, f"probe_token_acc_d{width}", f"probe_pos_acc_d{width}")
@@ -181,7 +182,7 @@ def _c23(ms):
     rule_text=f"Supported if the library's table equals the closed form to < {num(EXACT_FP64)} in float64 and < "
     f"{num(EXACT_FP32)} in float32 (positions < 512, D = 64); refuted otherwise.",
 )
-def _c24(ms):
+def _c24(ms: dict[str, Metric]) -> Verdict:
     e64, e32, far = ms["formula_err_fp64"], ms["formula_err_fp32"], ms["formula_err_fp32_pos10k"]
     if max(e64.values) < EXACT_FP64 and max(e32.values) < EXACT_FP32:
         return Verdict(
@@ -207,7 +208,7 @@ def _c24(ms):
     metrics=("freq_decreasing", "wavelength_dim0", "wavelength_last"),
     rule_text="Supported if the frequency 10000^(-2i/D) strictly decreases with i (D = 64).",
 )
-def _c25(ms):
+def _c25(ms: dict[str, Metric]) -> Verdict:
     dec, w0, wl = ms["freq_decreasing"], ms["wavelength_dim0"], ms["wavelength_last"]
     if min(dec.values) == 1:
         return Verdict(
@@ -229,7 +230,7 @@ def _c25(ms):
     "range. Supported if the slowest pair moves more per step AND has the shorter wavelength; refuted if "
     "both are the other way round; nuanced if one holds.",
 )
-def _c26(ms):
+def _c26(ms: dict[str, Metric]) -> Verdict:
     hi, lo = ms["step_change_high_freq"], ms["step_change_low_freq"]
     w_hi, w_lo = ms["wavelength_dim0"], ms["wavelength_last"]
     sens = all(a > b for a, b in per_seed(ms, "step_change_low_freq", "step_change_high_freq"))
@@ -261,7 +262,7 @@ def _c26(ms):
     rule_text=f"Cosine between the D = 64 columns over 512 positions. Supported if < {FEW:.0%} of the pairs have "
     f"|cos| > {COS}; nuanced if < {MANY:.0%}; refuted otherwise.",
 )
-def _c28(ms):
+def _c28(ms: dict[str, Metric]) -> Verdict:
     frac, mx = ms[f"frac_pairs_cos_above_{COS}"], ms["max_offdiag_cos"]
     en = (
         f"Over 512 positions, {frac.fmt()} of the pairs of PE columns have |cos| > {COS} (max {mx.fmt()}); a Fourier "
@@ -287,7 +288,7 @@ def _c28(ms):
     rule_text="A fact about the literature (model papers cited in the reason), plus a measured check that RoPE "
     f"scores depend only on the offset (float64 error < {num(EXACT_FP64)}; nuanced if not).",
 )
-def _c32(ms):
+def _c32(ms: dict[str, Metric]) -> Verdict:
     err = ms["rope_offset_only_err"]
     ok = max(err.values) < EXACT_FP64
     lit_en = (
