@@ -137,16 +137,22 @@ def trace(
     timeout: float | None = 60.0,
     lang: str = "en",
     isolate: bool | None = None,
+    kind: str = "auto",
 ) -> TraceResult:
     """The post's §5.1 shape table for ``obj``'s own forward, as ``anatomy trace FILE.py:CLASS`` prints it; each
-    row names the notebook cell of its line. Sizes default to the command line's (D=20, H=5, B=2, T=7)."""
+    row names the notebook cell of its line. Sizes default to the command line's (D=20, H=5, B=2, T=7). A whole
+    language model (``kind="lm"``, or found as one) gets the model's table (``doctor/trace/model_trace.py``)."""
+    if kind not in ("auto", "module", "lm"):
+        raise ValueError(f"kind must be one of auto, module, lm, got {kind!r}")
     limit = _timeout(timeout)
     n_heads = _options(lang, d_model, n_heads, heads, batch=batch, seq=seq)
 
     def run() -> Any:
         from anatomy.doctor import trace_learner
+        from anatomy.doctor.trace.model_trace import ModelSizes, trace_if_model
 
-        table = trace_learner(
+        sizes = ModelSizes(d_model=d_model, n_heads=n_heads, batch=batch, seq=seq, block_size=max(11, seq + 4))
+        table = trace_if_model(obj, kind, factory, sizes=sizes, seed=seed, timeout=limit) or trace_learner(
             obj, factory=factory, d_model=d_model, n_heads=n_heads, batch=batch, seq=seq, seed=seed, timeout=limit
         )
         where = cells.trace_cells(table)

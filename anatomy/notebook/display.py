@@ -112,7 +112,7 @@ def check_html(result: Any) -> str:
 
 
 def _trace_rows(rows: list[dict], lang: str) -> tuple[list[list[str]], set[int]]:
-    from anatomy.doctor.trace.learner_trace_text import kind_text
+    from anatomy.doctor.trace.model_trace_text import step_text
 
     out, marked = [], set()
     for i, r in enumerate(rows):
@@ -124,7 +124,7 @@ def _trace_rows(rows: list[dict], lang: str) -> tuple[list[list[str]], set[int]]
                 esc(r.get("where") or r.get("line")),
                 code(r.get("source")),
                 code(r.get("op")),
-                esc(kind_text(r.get("kind", ""), r.get("role", ""), lang)),
+                esc(step_text(r, lang)),
                 code(shape),
                 "&lt;&lt;" if r.get("deviation") == "first" else ("&lt;" if r.get("deviation") else ""),
             ]

@@ -200,8 +200,8 @@ def _trace(model: nn.Module, label: str, z: ModelSizes, seed: int, timeout: floa
 
 
 def _dims(dims: tuple[str, ...]) -> str:
-    """``(B*T-1, V)`` → ``(B*(T-1), V)``."""
-    return letters(tuple(f"({d})" if "*" in d and "T-1" in d else d for d in dims)).replace("(T-1)", "T-1", 0)
+    """``(B*T-1, V)`` → ``(B*(T-1), V)``: a product with T-1 in it keeps T-1 whole."""
+    return letters(tuple("*".join(f"({p})" if "-" in p else p for p in d.split("*")) if "*" in d else d for d in dims))
 
 
 def _plain(model: nn.Module, ids: torch.Tensor, kwargs: dict[str, Any]) -> Any:
@@ -314,3 +314,29 @@ def _rows(
             )
         )
     return rows
+
+
+def trace_if_model(target: Any, kind: str = "auto", factory: str | None = None, **options: Any) -> ModelTrace | None:
+    """The model's table when ``target`` is a whole language model (``kind="lm"``, or ``"auto"`` and it is built
+    as one: ``model_build.is_model``, then holds a token embedding); ``None`` for a module (``kind="module"``, or
+    found so): the learner trace applies. ``options``: :func:`trace_model`'s."""
+    if kind not in ("auto", "module", "lm"):
+        raise CheckError(f"kind must be auto, module or lm, got {kind!r}")
+    if kind == "module":
+        return None
+    if kind == "auto":
+        from anatomy.doctor.loading.building import resolve_target
+        from anatomy.doctor.trace.model_build import is_model
+
+        try:
+            obj, _label, _name = resolve_target(target, factory, options.get("timeout"))
+        except CheckError:
+            return None  # the module trace says what is wrong, as before
+        if not is_model(obj):
+            return None
+    try:
+        return trace_model(target, factory=factory, **options)
+    except NotAModel:
+        if kind == "auto":
+            return None
+        raise

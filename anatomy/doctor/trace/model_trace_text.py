@@ -26,10 +26,15 @@ LABELS = {  # the model-level steps (model_parts.label_outside)
 
 
 def step_text(row: Any, lang: str) -> str:
-    if row.label:
-        en, zh = LABELS[row.label]
-        return _t(lang, en, zh) + (f" {row.detail}" if row.detail else "")
-    return kind_text(row.kind, row.role, lang)
+    """The step column of a row (a ``Row``/``ModelRow`` or its dict): the model-level label, else the post's step."""
+
+    def get(key: str) -> str:
+        return str((row.get(key) if isinstance(row, dict) else getattr(row, key, "")) or "")
+
+    if get("label") in LABELS:
+        en, zh = LABELS[get("label")]
+        return _t(lang, en, zh) + (f" {get('detail')}" if get("detail") else "")
+    return kind_text(get("kind"), get("role"), lang)
 
 
 def group_title(group: Any, lang: str) -> str:
