@@ -65,6 +65,8 @@ def _config(cls: type | None, sizes: dict[str, Any]) -> Any:
     else:
         fields = [p.name for p in _params(cls)] + [n for n in vars(cls) if not n.startswith("_")]
     values = {n: sizes[k] for n in fields if (k := role(n)) is not None and k != "dropout"}
+    if not values:  # a config that takes anything (minGPT's CfgNode(**kwargs)): every name people use
+        values = {n: sizes[k] for k, names in NAMES.items() if k != "dropout" for n in names}
     accepted = {p.name for p in _params(cls)}
     try:
         cfg = cls(**{n: v for n, v in values.items() if n in accepted})

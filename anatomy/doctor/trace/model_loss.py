@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
+NO_LOSS = "the forward returned no loss"
+NO_TARGETS = "the forward takes no targets"
 TARGET_NAMES = ("targets", "target", "labels", "label", "y", "tgt", "targets_ids", "target_ids")
 
 
@@ -97,7 +99,7 @@ def loss_pairs(
         with torch.enable_grad():
             logits, loss = split_output(run())
             if loss is None:
-                return "the forward returned no loss"
+                return NO_LOSS
             if not loss.requires_grad:
                 return "the loss does not depend on the logits (no gradient reaches them)"
             grad = None
@@ -158,7 +160,7 @@ def _length(n: int, seq: int) -> str:
 def describe(pairs: dict[tuple[int, int], int] | str, seq: int, name: str) -> Loss:
     """The pairs as the table shows them."""
     if isinstance(pairs, str):
-        return Loss(found=pairs != "the forward returned no loss", read=False, targets_name=name, why=pairs)
+        return Loss(found=pairs not in (NO_LOSS, NO_TARGETS), read=False, targets_name=name, why=pairs)
     shifts = {j - i for (_b, i), j in pairs.items()}
     row0 = sorted((i, j) for (b, i), j in pairs.items() if b == 0)
     shown = ", ".join(f"{i}→{j}" for i, j in row0[:8]) + (", ..." if len(row0) > 8 else "")

@@ -36,7 +36,7 @@ from anatomy.doctor.trace.model_groups import Group, block_groups, learner_file,
 from anatomy.doctor.trace.model_trace_text import render
 from anatomy.tracing import steps as r
 from anatomy.tracing.dims import letters
-from anatomy.tracing.recorder import record
+from anatomy.tracing.recorder import _raised_at, record
 
 SCHEMA = "anatomy.trace.model/1"
 
@@ -141,11 +141,16 @@ def _has_embedding(model: nn.Module, vocab: int) -> bool:
 
 
 def _guarded(what: tuple[str, str], timeout: float | None, fn: Any) -> Any:
+    """``fn()`` under the time limit; the learner's exception as one line naming its own line."""
     try:
         with _quiet(), guard(timeout, lambda: what):
             return fn()
     except Hung as hung:
         raise CheckTimeout.from_hung(hung) from None
+    except (CheckError, r.RecordError):
+        raise
+    except (Exception, SystemExit) as err:  # noqa: BLE001 - the learner's forward
+        raise CheckError(f"{what[0]} raised {one_line(err)}{_raised_at(err)}") from None
 
 
 def _trace(model: nn.Module, label: str, z: ModelSizes, seed: int, timeout: float | None) -> ModelTrace:
@@ -185,7 +190,7 @@ def _trace(model: nn.Module, label: str, z: ModelSizes, seed: int, timeout: floa
         devs += dev
     rows = _rows(rec, file, calls, labels, devs, z)
     groups = block_groups(rows, calls, rec.module_types, z.n_heads)
-    pairs: dict[tuple[int, int], int] | str = "the forward takes no targets"
+    pairs: dict[tuple[int, int], int] | str = ml.NO_TARGETS
     if name:
         pairs = _guarded(
             what,
