@@ -19,9 +19,10 @@ from typing import Any
 import torch
 
 from anatomy.doctor.loading.subject import CheckError
-from anatomy.doctor.model import causal, loss, probes
-from anatomy.doctor.model.blocks import Calls, Stack, capture, diagnose_layers, find_stack
+from anatomy.doctor.model import causal, loss, positions, probes
+from anatomy.doctor.model.blocks import capture, diagnose_layers, find_stack
 from anatomy.doctor.model.build import Sizes, build_model
+from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import BATCH, LM, SEQ, ForwardError, first_call
 from anatomy.doctor.model.found import ModelFinding, fold
 from anatomy.doctor.model.report import ModelReport
@@ -29,20 +30,7 @@ from anatomy.doctor.report.findings import Report
 
 __anatomy_transparent__ = True
 
-Probe = Callable[["Context"], list[ModelFinding]]
-
-
-class Context:
-    """What every model probe reads: the model and its call, its stack, one capture of the blocks' calls."""
-
-    def __init__(self, lm: LM, stack: Stack | None, calls: Calls | None, base: torch.Tensor) -> None:
-        self.lm, self.stack, self.calls, self.base = lm, stack, calls, base
-        self.found: dict[str, Any] = {}
-        self.skipped: list[dict[str, str]] = []
-        self.layer_reports: list[Report | str] = []
-
-    def skip(self, probe: str, en: str, zh: str) -> None:
-        self.skipped.append({"probe": probe, "en": en, "zh": zh})
+Probe = Callable[[Context], list[ModelFinding]]
 
 
 def check_model(
@@ -172,6 +160,7 @@ def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
 PROBES: list[tuple[str, Probe]] = [
     ("lm_causal_leak", lambda c: causal.causal_findings(c.lm, c.stack, c.calls, SEQ)),
     ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, SEQ)] if f is not None]),
-    ("lm_loss", lambda c: loss.loss_findings(c.lm, c.found)),
+    ("lm_loss", loss.loss_findings),
+    ("lm_positions", positions.positions_findings),
     *probes.PROBES,
 ]

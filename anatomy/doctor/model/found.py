@@ -120,15 +120,18 @@ class _Log(TorchFunctionMode):
 
 
 @contextmanager
-def op_log() -> Iterator[list[Op]]:
-    """Every torch call made inside, with the learner's line that made it."""
-    ops: list[Op] = []
+def op_log(ops: list[Op] | None = None) -> Iterator[list[Op]]:
+    """Every torch call made inside (appended to ``ops`` when given), with the learner's line that made it."""
+    ops = [] if ops is None else ops
     with _Log(ops):
         yield ops
 
 
 def at(file: str, line: int, source: str, en: str, zh: str) -> dict[str, Any]:
-    """A ``where`` entry, as ``doctor/report/pointers.py`` makes them."""
+    """A ``where`` entry, as ``doctor/report/pointers.py`` makes them (the source quoted after "line N")."""
+    if source:
+        en = en.replace(f"line {line} ", f"line {line} `{source}` ", 1)
+        zh = zh.replace(f"第 {line} 行", f"第 {line} 行 `{source}` ", 1)
     return {
         "line": line,
         "file": file,

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from anatomy.doctor.model.contract import LM, ForwardError
+from anatomy.doctor.model.context import Context
+from anatomy.doctor.model.contract import ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at_op, first_op, op_log
 
 __anatomy_transparent__ = True
@@ -38,10 +39,12 @@ def _loss_line(ops: list[Op]) -> Op | None:
     return first_op(ops, LOSS_OPS) or first_op(ops, {"nll_loss", "log_softmax", "mean", "sum"})
 
 
-def loss_findings(lm: LM, found: dict[str, object]) -> list[ModelFinding]:
+def loss_findings(ctx: Context) -> list[ModelFinding]:
     """What the model's own loss compares (``found["loss"]``), and a finding when it is misaligned."""
+    lm, found = ctx.lm, ctx.found
     if lm.target_arg is None:
         found["loss"] = {"examined": False, "reason": "forward takes no targets"}
+        ctx.skip("lm_loss", "forward takes no targets", "forward 不接受目标")
         return []
     ids, targets = lm.ids(), lm.ids(seed=2)
     try:
@@ -49,9 +52,11 @@ def loss_findings(lm: LM, found: dict[str, object]) -> list[ModelFinding]:
             logits, loss = lm.with_targets(ids, targets)
     except ForwardError as err:
         found["loss"] = {"examined": False, "reason": f"forward with targets raised {err}"}
+        ctx.skip("lm_loss", f"forward with targets raised {err}", f"传入目标时 forward 出错：{err}")
         return []
     if loss is None:
         found["loss"] = {"examined": False, "reason": "no loss returned"}
+        ctx.skip("lm_loss", "forward with targets returned no loss", "传入目标时 forward 没有返回损失")
         return []
     k = alignment(logits.double(), targets, float(loss))
     found["loss"] = {"examined": True, "argument": lm.target_arg or "(positional)", "shift": k}
