@@ -1,32 +1,25 @@
 """``anatomy trace my_gpt.py:GPT``: the shape table of a learner's whole language model (``--kind lm``, or found
 when the class is built as a model: ``CLASS(vocab_size, d_model, n_heads, n_layers, block_size)``, ``CLASS(config)``
-or ``--factory``). ``anatomy.doctor.trace.model_trace`` makes the table; ``cli/trace.py`` sends the learner's file
-here first. Exit codes as for a module: 0 printed, 1 a block leaves the post's flow, 2 bad usage or a model that
-could not be built, run or followed."""
+or ``--factory``, by the doctor's ``doctor/model/build.py``). ``anatomy.doctor.trace.model_trace`` makes the table;
+``cli/trace.py`` sends the learner's file here first. Exit codes as for a module: 0 printed, 1 a block leaves the
+post's flow, 2 bad usage or a model that could not be built, run or followed."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-MODEL_FLAGS = ("d_model", "heads", "layers", "vocab")  # the size options that apply to a learner's model
-
 
 def wants_model(args: argparse.Namespace) -> bool:
-    """``--kind lm``; with ``--kind auto`` (the default), a target built as a whole model (``model_build.is_model``)."""
+    """``--kind lm``; with ``--kind auto`` (the default), a target whose constructor reads as a model's (the doctor's
+    ``doctor/model/dispatch.py``, from the file's text: the file is not run twice)."""
     kind = getattr(args, "kind", "auto")
     if kind != "auto":
         return bool(kind == "lm")
-    from anatomy.doctor import CheckError
-    from anatomy.doctor.loading.building import resolve_target
-    from anatomy.doctor.trace.model_build import is_model
+    from anatomy.doctor.model.dispatch import is_model_target
 
     target = args.target if args.factory is None or ":" in args.target else f"{args.target}:{args.factory}"
-    try:
-        obj, _label, _name = resolve_target(target, args.factory, args.timeout or None)
-    except CheckError:
-        return False  # the module trace says what is wrong with the file, as before
-    return is_model(obj)
+    return is_model_target(target, args.factory)
 
 
 def run_model(args: argparse.Namespace) -> int | None:

@@ -6,12 +6,13 @@
     t.loss.logits, t.loss.targets, t.loss.shift                  # "logits[:, :-1]", "targets[:, 1:]", 1
     print(t.render("table", lang="zh"))
 
-The model is built as GPT.md's contract says (``model_build.py``) with sizes that are all different (B=2, T=7, D=20,
-H=5, Dh=4, V=29, three layers, block_size=11), called once as ``forward(ids, targets=...)`` under the recorder
-(``anatomy.tracing``), each block's calls delimited by hooks, and each block recorded once more on its own input so
-that its rows get the learner trace's labels (projections, scores, softmax, merge, FFN...). Blocks whose rows are
-the same (same lines, ops and shapes) are shown once, "× L". The loss's pairing comes from a gradient probe
-(``model_loss.py``), so ``logits[:, :-1]`` against ``targets[:, 1:]`` is read from what the model does.
+The model is built as ``anatomy check`` builds it (``doctor/model/build.py``) with sizes that are all different
+(B=2, T=7, D=20, H=5, Dh=4, V=29, three layers, block_size=11), called once as ``forward(ids, targets=...)``
+under the recorder (``anatomy.tracing``), each block's calls delimited by hooks, and each block recorded once more
+on its own input so that its rows get the learner trace's labels (projections, scores, softmax, merge, FFN...).
+Blocks whose rows are the same (same lines, ops and shapes) are shown once, "× L". The loss's pairing comes from a
+gradient probe (``model_loss.py``), so ``logits[:, :-1]`` against ``targets[:, 1:]`` is read from what the model
+does.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from torch import nn
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, _quiet, one_line
+from anatomy.doctor.model.build import Sizes, build_model
+from anatomy.doctor.model.dispatch import is_model_target
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.trace import model_loss as ml
 from anatomy.doctor.trace import model_parts as mp
 from anatomy.doctor.trace.learner_labels import label_steps
-from anatomy.doctor.trace.model_build import build_model
 from anatomy.doctor.trace.model_groups import Group, block_groups, learner_file, notes_for
 from anatomy.doctor.trace.model_trace_text import render
 from anatomy.tracing import steps as r
@@ -100,9 +102,9 @@ class ModelSizes:
     batch: int = 2
     seq: int = 7
 
-    def build(self) -> dict[str, Any]:
-        keys = ("vocab_size", "d_model", "n_heads", "n_layers", "block_size")
-        return {**{k: getattr(self, k) for k in keys}, "dropout": 0.1}
+    def build(self) -> Sizes:
+        """The doctor's sizes (``doctor/model/build.py``): the model is built as ``anatomy check`` builds it."""
+        return Sizes(self.vocab_size, self.d_model, self.n_heads, self.n_layers, self.block_size)
 
     def named(self) -> dict[str, int]:
         out = r.sizes_for(self.d_model, self.n_heads, self.batch, self.seq, V=self.vocab_size)
@@ -323,22 +325,14 @@ def _rows(
 
 def trace_if_model(target: Any, kind: str = "auto", factory: str | None = None, **options: Any) -> ModelTrace | None:
     """The model's table when ``target`` is a whole language model (``kind="lm"``, or ``"auto"`` and it is built
-    as one: ``model_build.is_model``, then holds a token embedding); ``None`` for a module (``kind="module"``, or
+    as one: ``doctor/model/dispatch.py``, then holds a token embedding); ``None`` for a module (``kind="module"``, or
     found so): the learner trace applies. ``options``: :func:`trace_model`'s."""
     if kind not in ("auto", "module", "lm"):
         raise CheckError(f"kind must be auto, module or lm, got {kind!r}")
     if kind == "module":
         return None
-    if kind == "auto":
-        from anatomy.doctor.loading.building import resolve_target
-        from anatomy.doctor.trace.model_build import is_model
-
-        try:
-            obj, _label, _name = resolve_target(target, factory, options.get("timeout"))
-        except CheckError:
-            return None  # the module trace says what is wrong, as before
-        if not is_model(obj):
-            return None
+    if kind == "auto" and not is_model_target(target, factory):
+        return None  # read without running the file (doctor/model/dispatch.py): the module trace's turn
     try:
         return trace_model(target, factory=factory, **options)
     except NotAModel:

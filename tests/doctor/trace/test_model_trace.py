@@ -197,6 +197,12 @@ from torch.nn import functional as F
 
 
 class CfgNode:
+    vocab_size = None
+    block_size = None
+    n_layer = 12
+    n_head = 12
+    n_embd = 768
+
     def __init__(self, **kwargs):
         self.__dict__.update(kwargs)
 
