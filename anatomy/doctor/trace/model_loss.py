@@ -200,10 +200,10 @@ def meaning(loss: Loss) -> tuple[str, str]:
     if loss.shift == 0:
         return (
             f"the loss compares position t with {name}[t]: no shift inside the model, so {name} must already be the "
-            "next tokens (y = ids shifted by one, as nanoGPT's get_batch makes them); given the ids themselves, "
-            "the model learns to copy its input",
+            "next tokens (the ids shifted left by one, as nanoGPT's get_batch makes them); given the ids "
+            "themselves, the model learns to copy its input",
             f"损失把位置 t 和 {name}[t] 比较：模型内部没有错位，所以传入的 {name} 必须已经是下一个词元"
-            "（y = ids 右移一位，就像 nanoGPT 的 get_batch 那样）；如果直接传 ids，模型学会的是复制输入",
+            "（ids 向左错一位，就像 nanoGPT 的 get_batch 那样）；如果直接传 ids，模型学会的是复制输入",
         )
     if loss.shift > 1:
         return (
