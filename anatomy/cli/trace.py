@@ -53,11 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kind",
-        choices=("auto", "module", "lm"),
+        choices=("auto", "module", "attention", "block", "lm"),
         default="auto",
-        help="with FILE.py: your module (an attention or a block) or your whole language model (lm: built as "
-        "CLASS(vocab_size, d_model, n_heads, n_layers, block_size) or CLASS(config), called as forward(ids, "
-        "targets)); default: found from how the class is built",
+        help="with FILE.py: your module (module, attention or block: the same table) or your whole language "
+        "model (lm: built as CLASS(vocab_size, d_model, n_heads, n_layers, block_size) or CLASS(config), called "
+        "as forward(ids, targets)); default: found from how the class is built",
     )
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the table (your module)")
     p.add_argument("--preset", default=None, help=f"model preset ({', '.join(PRESETS)}); default seed-block")

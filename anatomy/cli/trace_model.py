@@ -15,7 +15,7 @@ def wants_model(args: argparse.Namespace) -> bool:
     ``doctor/model/dispatch.py``, from the file's text: the file is not run twice)."""
     kind = getattr(args, "kind", "auto")
     if kind != "auto":
-        return bool(kind == "lm")
+        return bool(kind == "lm")  # module, attention, block: the module trace
     from anatomy.doctor.model.dispatch import is_model_target
 
     target = args.target if args.factory is None or ":" in args.target else f"{args.target}:{args.factory}"

@@ -41,6 +41,7 @@ from anatomy.tracing.dims import letters
 from anatomy.tracing.recorder import _raised_at, record
 
 SCHEMA = "anatomy.trace.model/1"
+MODULE_KINDS = ("module", "attention", "block")  # the learner trace's (``anatomy check --kind``'s names too)
 
 
 class NotAModel(CheckError):
@@ -327,9 +328,9 @@ def trace_if_model(target: Any, kind: str = "auto", factory: str | None = None, 
     """The model's table when ``target`` is a whole language model (``kind="lm"``, or ``"auto"`` and it is built
     as one: ``doctor/model/dispatch.py``, then holds a token embedding); ``None`` for a module (``kind="module"``, or
     found so): the learner trace applies. ``options``: :func:`trace_model`'s."""
-    if kind not in ("auto", "module", "lm"):
-        raise CheckError(f"kind must be auto, module or lm, got {kind!r}")
-    if kind == "module":
+    if kind not in MODULE_KINDS + ("auto", "lm"):
+        raise CheckError(f"kind must be one of auto, {', '.join(MODULE_KINDS)}, lm, got {kind!r}")
+    if kind in MODULE_KINDS:
         return None
     if kind == "auto" and not is_model_target(target, factory):
         return None  # read without running the file (doctor/model/dispatch.py): the module trace's turn
