@@ -108,9 +108,9 @@ def align_labels(
     model_steps: list[r.Step], block_steps: list[r.Step], labels: dict[int, tuple[str, str]]
 ) -> tuple[dict[int, tuple[str, str]], dict[int, int]]:
     """The labels of a block recorded on its own, carried to the same steps of the model's recording (matched by
-    line and op, in order): ``{model step index: (kind, role)}`` and ``{block step index: model step index}``."""
-    a = [(s.line, s.op) for s in model_steps]
-    b = [(s.line, s.op) for s in block_steps]
+    op and output shape, in order): ``{model step: (kind, role)}`` and ``{block step: model step}`` (indices)."""
+    a = [(s.op, s.outputs[0].shape) for s in model_steps]  # not the line: torch's own layers have none of theirs
+    b = [(s.op, s.outputs[0].shape) for s in block_steps]
     out: dict[int, tuple[str, str]] = {}
     where: dict[int, int] = {}
     for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():

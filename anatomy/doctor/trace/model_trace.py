@@ -248,8 +248,10 @@ def _block_labels(
     devs = []
     for dev in ob.deviations(brec):
         at = where.get(dev["step"])
-        if at is not None:
-            devs.append({**dev, "step": at, "layer": got.layer})
+        if at is not None:  # the model's step: its line is the one the learner reads in the table
+            step = rec.steps[at]
+            devs.append({**dev, "step": at, "layer": got.layer, "line": step.line, "file": step.file})
+            devs[-1]["source"] = step.source
     return labels, devs
 
 
@@ -302,6 +304,8 @@ def _rows(
         lab, detail = model_labels.get(s.index, ("", ""))
         if part == "block" and not lab and kind in ("", "cast") and mp.position_enters(s, rec, data):
             lab = "pos_in"
+        if part == "block" and not kind and s.op == "multi_head_attention_forward":
+            kind = "fused"  # torch's nn.MultiheadAttention: one call
         out = s.outputs[0]
         rows.append(
             mp.ModelRow(
