@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 NO_LOSS = "the forward returned no loss"
+KEPT_LOSS = ("last_loss", "loss", "_loss")  # where a forward that returns logits only may keep its loss
 NO_TARGETS = "the forward takes no targets"
 TARGET_NAMES = ("targets", "target", "labels", "label", "y", "tgt", "targets_ids", "target_ids")
 
@@ -82,12 +83,22 @@ class Loss:
         return asdict(self)
 
 
+def kept_loss(model: nn.Module) -> torch.Tensor | None:
+    """A loss the forward keeps on the model instead of returning it (llama2.c's ``self.last_loss``)."""
+    for name in KEPT_LOSS:
+        value = getattr(model, name, None)
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and value.is_floating_point():
+            return value
+    return None
+
+
 def loss_pairs(
-    run: Callable[[], Any], modules: list[nn.Module], targets: torch.Tensor, vocab: int
+    run: Callable[[], Any], model: nn.Module, targets: torch.Tensor, vocab: int
 ) -> dict[tuple[int, int], int] | str:
     """Run the forward with gradients on; ``{(b, i): j}``: logits position i of row b compared with target j. A
-    string says why the pairs cannot be read. ``modules``: where the head's output may be caught when the returned
-    logits are not the tensor the loss was computed from."""
+    string says why the pairs cannot be read. The head's output is caught on the model's modules for when the
+    returned logits are not the tensor the loss was computed from."""
+    modules = list(model.modules())
     caught: list[torch.Tensor] = []
 
     def keep(_m: nn.Module, _a: Any, out: Any) -> None:
@@ -98,6 +109,7 @@ def loss_pairs(
     try:
         with torch.enable_grad():
             logits, loss = split_output(run())
+            loss = kept_loss(model) if loss is None else loss
             if loss is None:
                 return NO_LOSS
             if not loss.requires_grad:

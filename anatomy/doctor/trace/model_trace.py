@@ -198,7 +198,7 @@ def _trace(model: nn.Module, label: str, z: ModelSizes, seed: int, timeout: floa
         pairs = _guarded(
             what,
             timeout,
-            lambda: ml.loss_pairs(lambda: model(ids, **kwargs), list(model.modules()), targets, z.vocab_size),
+            lambda: ml.loss_pairs(lambda: model(ids, **kwargs), model, targets, z.vocab_size),
         )
     loss = ml.describe(pairs, z.seq, name or "targets")
     notes = notes_for(rec, blocks, calls, loss, z.named())

@@ -370,6 +370,14 @@ def test_targets_shifted_twice_and_a_model_without_targets(tmp_path):
     assert "no loss: the forward takes no targets" in t.render()
 
 
+def test_a_loss_kept_on_the_model_instead_of_returned(tmp_path):
+    # llama2.c's Transformer returns the logits only and keeps the loss in self.last_loss
+    kept = NANO.replace("        return logits, loss\n", "        self.last_loss = loss\n        return logits\n")
+    t = trace_model(_file(tmp_path, "kept", kept) + ":GPT")
+    assert t.loss.found and (t.loss.shift, t.loss.logits, t.loss.targets) == (0, "logits", "targets")
+    assert "loss" in _labels(t.groups[-1])
+
+
 def test_json_and_markdown_and_sizes(tmp_path):
     path = _file(tmp_path, "nano", NANO) + ":GPT"
     t = trace_model(path, sizes=ModelSizes(vocab_size=31, d_model=24, n_heads=6, n_layers=2, batch=3, seq=5))
