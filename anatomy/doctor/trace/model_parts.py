@@ -166,7 +166,7 @@ def label_outside(rec: r.Recording, steps: list[r.Step], part: str, vocab: int, 
             out[s.index] = ("tok", "")
         elif not s.data:
             out[s.index] = ("pos", "")
-        elif part == "embed" and position_enters(s, rec, data):
+        elif position_enters(s, rec, data):  # after the blocks too: positions added too late show there
             out[s.index] = ("pos_in", "")
         elif s.op in SLICES and ("targets" in sources or part == "loss"):
             out[s.index] = ("shift", "")

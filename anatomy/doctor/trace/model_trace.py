@@ -273,12 +273,9 @@ def _rows(
     folder = os.path.dirname(file)
     mine = [s for s in rec.steps if not file or s.file == file or (folder and s.file.startswith(folder + os.sep))]
     used = {int(i.source.split()[1]) for s in rec.data_steps() for i in s.inputs if i.source.startswith("step ")}
-    embed = [
-        s
-        for s in mine
-        if (first is None or s.index < first) and (s.data or (s.index in used and "T" in s.outputs[0].dims))
-    ]
-    after = [s for s in mine if s.data and last is not None and s.index >= last]
+    shown = [s for s in mine if s.data or (s.index in used and s.outputs[0].dims.count("T") == 1)]  # + positions
+    embed = [s for s in shown if first is None or s.index < first]
+    after = [s for s in shown if last is not None and s.index >= last]
     in_embed, in_after = {s.index for s in embed}, {s.index for s in after}
     model_labels = mp.label_outside(rec, embed, "embed", z.vocab_size, z.d_model)
     tail = mp.label_outside(rec, after, "final", z.vocab_size, z.d_model)

@@ -370,6 +370,24 @@ def test_targets_shifted_twice_and_a_model_without_targets(tmp_path):
     assert "no loss: the forward takes no targets" in t.render()
 
 
+def test_positions_added_after_the_blocks_and_an_embedding_scaled_twice_show_where(tmp_path):
+    late = NANO.replace("x = self.wte(idx) + self.wpe(pos)", "x = self.wte(idx)").replace(
+        "logits = self.head(self.ln_f(x))", "logits = self.head(self.ln_f(x + self.wpe(pos)))"
+    )
+    t = trace_model(_file(tmp_path, "late", late) + ":GPT")
+    embed, _blocks, final = t.groups[:3]
+    assert _labels(embed) == ["tok"] and _labels(final) == ["pos", "pos_in", "final_norm", "tied_head"]
+    assert final.rows[1].line == _line(late, "logits = self.head(self.ln_f(x + self.wpe(pos)))")
+    twice = NANO.replace(
+        "x = self.wte(idx) + self.wpe(pos)",
+        "x = self.wte(idx) * math.sqrt(self.wte.embedding_dim)\n        x = x * math.sqrt(x.shape[-1]) + self.wpe(pos)",
+    )
+    t = trace_model(_file(tmp_path, "twice", twice) + ":GPT")
+    scales = [row for row in t.groups[0].rows if row.label == "scale"]
+    assert [row.detail for row in scales] == ["×4.47 (√D)", "×4.47 (√D)"]
+    assert "scale ×4.47 (√D)" in t.render() and "缩放 ×4.47 (√D)" in t.render(lang="zh")
+
+
 def test_a_loss_kept_on_the_model_instead_of_returned(tmp_path):
     # llama2.c's Transformer returns the logits only and keeps the loss in self.last_loss
     kept = NANO.replace("        return logits, loss\n", "        self.last_loss = loss\n        return logits\n")
