@@ -396,6 +396,21 @@ def test_a_loss_kept_on_the_model_instead_of_returned(tmp_path):
     assert "loss" in _labels(t.groups[-1])
 
 
+def test_a_block_that_leaves_the_posts_flow_is_marked_with_its_layer(tmp_path):
+    slip = NANO.replace("y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)", "y = (att @ v).reshape(b, t, c)")
+    t = trace_model(_file(tmp_path, "slip", slip) + ":GPT")
+    line = _line(slip, "y = (att @ v).reshape(b, t, c)")
+    assert t.deviation is not None and (t.deviation["layer"], t.deviation["line"]) == (0, line)
+    assert t.deviation["kind"] == "view" and {d["layer"] for d in t.deviations} == {0, 1, 2}
+    blocks = next(g for g in t.groups if g.part == "block")
+    assert blocks.layers == [0, 1, 2]  # the same slip in every layer: still alike
+    assert [row.line for row in blocks.rows if row.deviation == "first"] == [line]
+    text = t.render()
+    assert f"<< first step that leaves the post's flow: layer 0, line {line}" in text
+    assert "seen: axes (H, T, Dh) become (T, D) in one view" in text
+    assert "merge: transpose(1, 2) then reshape → (B, T, D)" in text
+
+
 def test_json_and_markdown_and_sizes(tmp_path):
     path = _file(tmp_path, "nano", NANO) + ":GPT"
     t = trace_model(path, sizes=ModelSizes(vocab_size=31, d_model=24, n_heads=6, n_layers=2, batch=3, seq=5))
