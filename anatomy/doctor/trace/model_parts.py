@@ -34,12 +34,12 @@ class ModelRow(Row):
 
 
 def find_blocks(model: nn.Module, n_layers: int) -> tuple[str, list[tuple[str, nn.Module]]]:
-    """The stack: the ``ModuleList``/``Sequential`` whose children hold sub-modules (blocks, not a Linear or an
-    activation), preferring one of ``n_layers`` such children, then the one with the most parameters. ``("", [])``
-    when the model has none."""
+    """The stack: the ``ModuleList``/``Sequential``/``ModuleDict`` whose children hold sub-modules (blocks, not a
+    Linear or an activation), preferring one of ``n_layers`` such children, then the one with the most parameters.
+    ``("", [])`` when the model has none."""
     best: tuple[tuple[bool, int, int], str, list[tuple[str, nn.Module]]] | None = None
     for path, m in model.named_modules():
-        if not isinstance(m, (nn.ModuleList, nn.Sequential)):
+        if not isinstance(m, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
             continue
         kids = [(f"{path}.{n}" if path else n, k) for n, k in m.named_children() if any(True for _ in k.children())]
         if len(kids) < 2:

@@ -268,12 +268,15 @@ def _rows(
     z: ModelSizes,
 ) -> list[mp.ModelRow]:
     """Every data step of the learner's files (and the position tables before the first block), with its part."""
-    first = calls[0].start if calls else None
-    last = max((c.end for c in calls), default=None)
     folder = os.path.dirname(file)
     mine = [s for s in rec.steps if not file or s.file == file or (folder and s.file.startswith(folder + os.sep))]
     used = {int(i.source.split()[1]) for s in rec.data_steps() for i in s.inputs if i.source.startswith("step ")}
     shown = [s for s in mine if s.data or (s.index in used and s.outputs[0].dims.count("T") == 1)]  # + positions
+    first = calls[0].start if calls else None
+    last = max((c.end for c in calls), default=None)
+    if not calls:  # no stack found: everything before the head, then the head and the loss
+        to_v = [s.index for s in shown if s.data and s.op in r.MATMUL_OPS and s.outputs[0].shape[-1] == z.vocab_size]
+        first = last = to_v[0] if to_v else None
     embed = [s for s in shown if first is None or s.index < first]
     after = [s for s in shown if last is not None and s.index >= last]
     in_embed, in_after = {s.index for s in embed}, {s.index for s in after}

@@ -37,7 +37,7 @@ def step_text(row: Any, lang: str) -> str:
     return kind_text(get("kind"), get("role"), lang)
 
 
-def group_title(group: Any, lang: str) -> str:
+def group_title(group: Any, lang: str, stack: bool = True) -> str:
     if group.part == "block":
         layers = span(group.layers)
         kind = f" ({group.block_type})" if group.block_type else ""
@@ -45,6 +45,10 @@ def group_title(group: Any, lang: str) -> str:
         en = f"blocks {layers}{kind} × {len(group.layers)}: alike" if many else f"block {layers}{kind}"
         zh = f"第 {layers} 层{kind} × {len(group.layers)}：完全相同" if many else f"第 {layers} 层{kind}"
         return _t(lang, en, zh)
+    if group.part == "embed" and not stack:
+        return _t(lang, "before the head (no stack of blocks found)", "输出头之前（没有找到块的堆叠）")
+    if group.part == "final" and not stack:
+        return _t(lang, "the head", "输出头")
     en, zh = {
         "embed": ("embedding", "嵌入"),
         "final": ("after the blocks", "所有块之后"),
@@ -103,7 +107,8 @@ def render(trace: Any, fmt: str, lang: str) -> str:
         _t(lang, "shape", "形状"),
         "",
     ]
-    parts = [(group_title(g, lang), g, [_cells(x, lang) for x in g.rows]) for g in trace.groups]
+    stack = any(g.part == "block" for g in trace.groups)
+    parts = [(group_title(g, lang, stack), g, [_cells(x, lang) for x in g.rows]) for g in trace.groups]
     body = [c for _t_, _g, cells in parts for c in cells]
     out: list[str] = []
     if fmt == "markdown":

@@ -411,6 +411,17 @@ def test_a_block_that_leaves_the_posts_flow_is_marked_with_its_layer(tmp_path):
     assert "merge: transpose(1, 2) then reshape → (B, T, D)" in text
 
 
+def test_a_model_without_a_stack_of_blocks(tmp_path):
+    flat = NANO.replace("self.h = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])", "self.h = Block(cfg)")
+    flat = flat.replace("for block in self.h:\n            x = block(x)", "x = self.h(x)")
+    t = trace_model(_file(tmp_path, "flat", flat) + ":GPT")
+    assert [g.part for g in t.groups] == ["embed", "final", "loss"]
+    assert _labels(t.groups[1]) == ["tied_head"] and "softmax" in [row.op for row in t.groups[0].rows]
+    text = t.render()
+    assert "── before the head (no stack of blocks found) ──" in text and "── the head ──" in text
+    assert "note: no stack of blocks" in text and t.loss.shift == 0
+
+
 def test_json_and_markdown_and_sizes(tmp_path):
     path = _file(tmp_path, "nano", NANO) + ":GPT"
     t = trace_model(path, sizes=ModelSizes(vocab_size=31, d_model=24, n_heads=6, n_layers=2, batch=3, seq=5))
