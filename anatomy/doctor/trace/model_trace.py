@@ -220,8 +220,8 @@ def _plain(model: nn.Module, ids: torch.Tensor, kwargs: dict[str, Any]) -> Any:
 def _record(model: nn.Module, ids: torch.Tensor, kwargs: dict[str, Any], named: dict[str, int]) -> r.Recording:
     try:
         return record(model, ids, sizes=named, dims=["B T", "B T"], names=["ids"], kwargs=kwargs)
-    except r.RecordError as err:
-        raise CheckError(f"the forward raised while being traced: {err}") from None
+    except r.RecordError as err:  # it ran once already: what differs under the recorder is said by the error
+        raise CheckError(f"while being traced, {err}") from None
 
 
 def _block_labels(
@@ -241,8 +241,8 @@ def _block_labels(
                 block, *given.args, sizes=z.named(), dims=["B T D"], names=["x"], kwargs=given.kwargs, tag_kwargs=False
             ),
         )
-    except r.RecordError as err:
-        return {}, [_note_dev(got, f"recorded on its own, the block raised: {one_line(err)}")]
+    except (r.RecordError, CheckError):
+        return {}, []  # a block that needs more than its input (a cache, a state): its rows stay unlabelled
     steps = [s for s in rec.data_steps() if got.start <= s.index < got.end]
     labels, where = mp.align_labels(steps, brec.data_steps(), label_steps(brec))
     devs = []
@@ -253,10 +253,6 @@ def _block_labels(
             devs.append({**dev, "step": at, "layer": got.layer, "line": step.line, "file": step.file})
             devs[-1]["source"] = step.source
     return labels, devs
-
-
-def _note_dev(got: mp.Call, text: str) -> dict[str, Any]:
-    return {"step": got.start, "kind": "block", "layer": got.layer, "seen": text, "seen_zh": text}
 
 
 def _rows(
