@@ -131,10 +131,10 @@ def _new_tokens(out: Any) -> torch.Tensor | None:
         out = torch.tensor(out)
     if not isinstance(out, torch.Tensor) or out.dtype.is_floating_point:
         return None
-    out = out.reshape(1, -1)
-    if out.shape[1] == PROMPT + NEW:
-        return out[:, PROMPT:]
-    return out if out.shape[1] == NEW else None
+    flat: torch.Tensor = out.reshape(1, -1)
+    if flat.shape[1] == PROMPT + NEW:
+        return flat[:, PROMPT:]
+    return flat if flat.shape[1] == NEW else None
 
 
 def _greedy(lm: LM, position: int) -> torch.Tensor:
@@ -149,12 +149,13 @@ def _greedy(lm: LM, position: int) -> torch.Tensor:
 
 def generate_findings(ctx: Context) -> list[ModelFinding]:
     lm = ctx.lm
-    sig = _signature(getattr(lm.module, "generate", None)) if callable(getattr(lm.module, "generate", None)) else None
+    gen = getattr(lm.module, "generate", None)
+    sig = _signature(gen) if callable(gen) else None
     if sig is None:
         ctx.skip("lm_generate", "the model has no generate(ids, n) to compare", "模型没有可比较的 generate(ids, n)")
         return []
     count, temp = sig
-    run = _run(lm, count, temp, 1.0)
+    run = _run(lm, count or "", temp, 1.0)
     if run is None:
         ctx.skip("lm_generate", f"generate(ids, {NEW}) could not be run", f"无法运行 generate(ids, {NEW})")
         return []
