@@ -141,7 +141,9 @@ def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dic
     if stack is None:
         ctx.skip("lm_blocks", "no stack of repeated blocks found", "没有找到重复的 block 堆叠")
         return [], [], {"status": "unavailable", "reason": "no stack of repeated blocks"}
-    reports = diagnose_layers(ctx.lm, stack)
+    leaky = ctx.found.get("leaking_layers") or []
+    unmasked = frozenset(leaky) if len(leaky) < len(stack.blocks) else frozenset()
+    reports = diagnose_layers(ctx.lm, stack, unmasked)
     ctx.layer_reports = reports
     rows = []
     for i, (block, rep) in enumerate(zip(stack.blocks, reports)):
@@ -192,7 +194,7 @@ def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
 
 PROBES: list[tuple[str, Probe]] = [
     ("lm_eval", hygiene.eval_findings),  # first: the others need a deterministic model
-    ("lm_causal_leak", lambda c: causal.causal_findings(c.lm, c.stack, c.calls, c.lm.seq)),
+    ("lm_causal_leak", causal.causal_findings),
     ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, c.lm.short)] if f is not None]),
     ("lm_loss", loss.loss_findings),
     ("lm_positions", positions.positions_findings),

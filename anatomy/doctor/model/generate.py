@@ -150,6 +150,9 @@ def _greedy(lm: LM, position: int) -> torch.Tensor:
 def generate_findings(ctx: Context) -> list[ModelFinding]:
     lm = ctx.lm
     gen = getattr(lm.module, "generate", None)
+    if ctx.found.get("deterministic") is False:
+        ctx.skip("lm_generate", "the model is not deterministic in eval()", "模型在 eval() 下结果不确定")
+        return []
     sig = _signature(gen) if callable(gen) else None
     if sig is None:
         ctx.skip("lm_generate", "the model has no generate(ids, n) to compare", "模型没有可比较的 generate(ids, n)")
@@ -214,6 +217,19 @@ def _caller(run: Run) -> list[dict[str, object]]:
     return [at(file, line, source, f"line {line} feeds the new token", f"第 {line} 行送入新 token")]
 
 
+DIV_OPS = ("div", "__truediv__", "__itruediv__", "div_", "true_divide")
+
+
+def _div_after_softmax(ops: list[Op]) -> Op | None:
+    """A division right after a softmax (the next op or the one after)."""
+    for i, o in enumerate(ops):
+        if o.op in ("softmax", "_softmax"):
+            nxt = next((n for n in ops[i + 1 : i + 3] if n.op in DIV_OPS and n.line), None)
+            if nxt is not None:
+                return nxt
+    return None
+
+
 def _arange_zero(ops: list[Op]) -> bool:
     return any(
         o.op == "arange" and o.shape == (1,) and o.source and "arange(" in o.source and "0" in o.source for o in ops
@@ -236,11 +252,7 @@ def _temperature(lm: LM, count: str | None, temp: str) -> list[ModelFinding]:
     a, b = cold.probs[0].double(), hot.probs[0].double()
     if a.shape != b.shape or not torch.allclose(a * 0.5, b * 2.0, rtol=1e-6, atol=0):
         return []
-    soft = next((i for i, o in enumerate(cold.ops) if o.op in ("softmax", "_softmax")), None)
-    div = next(
-        (o for o in cold.ops[(soft or 0) + 1 :] if o.op in ("div", "__truediv__", "__itruediv__", "div_") and o.line),
-        None,
-    )
+    div = _div_after_softmax(cold.ops)
     where = (
         []
         if div is None
