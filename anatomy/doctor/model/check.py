@@ -76,13 +76,14 @@ def _first_call(lm: LM) -> torch.Tensor:
     block_size (the mask-lengths probe says why), else the first error stands."""
     try:
         return first_call(lm)
+    except CheckError as short:
+        first = short
+    lm.full_length_only = True
+    try:
+        base = first_call(lm)
     except CheckError:
-        lm.full_length_only = True
-        try:
-            base = first_call(lm)
-        except CheckError:
-            lm.full_length_only = False
-            raise
+        lm.full_length_only = False
+        raise first from None
         lm.notes.append(
             {
                 "en": f"forward raises below T = block_size = {lm.sizes.block_size}: every probe runs at that length",
