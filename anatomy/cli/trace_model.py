@@ -66,9 +66,12 @@ def run_model(args: argparse.Namespace) -> int | None:
         seq=seq,
     )
     target = args.target if args.factory is None or ":" in args.target else f"{args.target}:{args.factory}"
+    chosen = (
+        any(getattr(args, f) is not None for f in ("vocab", "d_model", "heads", "layers", "seq")) or args.batch != 2
+    )
     try:
         with Watchdog(_overdue(args.lang)):
-            trace = trace_model(target, factory=args.factory, sizes=sizes, timeout=args.timeout)
+            trace = trace_model(target, factory=args.factory, sizes=sizes if chosen else None, timeout=args.timeout)
     except NotAModel as err:
         if getattr(args, "kind", "auto") == "auto":
             return None

@@ -204,19 +204,33 @@ def meaning(loss: Loss) -> tuple[str, str]:
         why = loss.why or "unknown"
         return (f"the loss's pairing could not be read: {why}", f"读不出损失的对齐方式：{why}")
     name = loss.targets_name
+    labels = name.lower() in ("labels", "label")
     if loss.shift == 1:
+        en = f"position t predicts token t+1: the shift is inside the model, so {name} must be the ids themselves"
+        zh = f"位置 t 预测第 t+1 个词元：错位在模型内部完成，所以 {name} 应当直接是 ids 本身"
+        if labels:
+            return (en + " (Hugging Face's convention for labels)", zh + "（Hugging Face 对 labels 的约定）")
         return (
-            f"position t predicts token t+1: the shift is inside the model (pass the ids themselves as {name})",
-            f"位置 t 预测第 t+1 个词元：错位在模型内部完成（{name} 直接传入 ids 本身）",
+            en + f"; given {name} that already hold the next tokens (nanoGPT's convention for targets: y = ids "
+            "shifted by one), the pair is shifted twice",
+            zh + f"；如果传入的 {name} 已经是下一个词元（nanoGPT 对 targets 的约定：y = ids 错一位），就错位了两次",
         )
     if loss.shift == 0:
-        return (
+        en = (
             f"the loss compares position t with {name}[t]: no shift inside the model, so {name} must already be the "
             "next tokens (the ids shifted left by one, as nanoGPT's get_batch makes them); given the ids "
-            "themselves, the model learns to copy its input",
-            f"损失把位置 t 和 {name}[t] 比较：模型内部没有错位，所以传入的 {name} 必须已经是下一个词元"
-            "（ids 向左错一位，就像 nanoGPT 的 get_batch 那样）；如果直接传 ids，模型学会的是复制输入",
+            "themselves, the model learns to copy its input"
         )
+        zh = (
+            f"损失把位置 t 和 {name}[t] 比较：模型内部没有错位，所以传入的 {name} 必须已经是下一个词元"
+            "（ids 向左错一位，就像 nanoGPT 的 get_batch 那样）；如果直接传 ids，模型学会的是复制输入"
+        )
+        if labels:
+            return (
+                en + "; Hugging Face's convention for labels is the ids themselves, shifted inside the model",
+                zh + "；Hugging Face 对 labels 的约定是直接传 ids、由模型内部错位",
+            )
+        return en, zh
     if loss.shift > 1:
         return (
             f"position t is compared with {name}[t+{loss.shift}]: shifted {loss.shift} times (once is right)",

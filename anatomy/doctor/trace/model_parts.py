@@ -162,7 +162,7 @@ def label_outside(rec: r.Recording, steps: list[r.Step], part: str, vocab: int, 
     tok_params = {p for s in rec.steps if s.op == "embedding" and s.data for p in s.params}
     for s in steps:
         sources = {i.source for i in s.inputs}
-        if s.op == "embedding" and s.data and sources & {"ids", "x"}:
+        if s.op == "embedding" and s.data:  # looked up by the ids (a position table is looked up by positions)
             out[s.index] = ("tok", "")
         elif not s.data:
             out[s.index] = ("pos", "")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -28,7 +28,7 @@ from torch import nn
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, _quiet, one_line
-from anatomy.doctor.model.build import Sizes, build_model
+from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
 from anatomy.doctor.model.dispatch import is_model_target
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.trace import model_loss as ml
@@ -114,6 +114,9 @@ class ModelSizes:
         return out
 
 
+DOCTOR_SIZES = ModelSizes(vocab_size=29, d_model=16, n_heads=4, n_layers=3, block_size=12)  # ``anatomy check``'s
+
+
 def trace_model(
     target: Any,
     *,
@@ -123,18 +126,62 @@ def trace_model(
     timeout: float | None = 60.0,
 ) -> ModelTrace:
     """Build ``target`` (``FILE.py:CLASS``, a class, a factory or a model) as a whole language model, run it once
-    under the recorder and return the table. :class:`NotAModel` when it builds but holds no token embedding;
-    :class:`CheckError` (one line) when it cannot be built, run or followed; :class:`CheckTimeout` past
+    under the recorder and return the table. A factory's model keeps its own sizes (read from it). Without
+    ``sizes``, a model that cannot be built or run with the trace's (D=20, H=5: all sizes different) is built with
+    ``anatomy check``'s (D=16, H=4), and a note says why. :class:`NotAModel` when it builds but holds no token
+    embedding; :class:`CheckError` (one line) when it cannot be built, run or followed; :class:`CheckTimeout` past
     ``timeout`` seconds."""
     z = sizes or ModelSizes()
     require_sizes(z.d_model, z.n_heads, batch=z.batch, seq=z.seq, vocab_size=z.vocab_size, n_layers=z.n_layers)
     if z.seq > z.block_size:
         raise CheckError(f"seq={z.seq} is longer than block_size={z.block_size}")
     with isolated(seed):
-        model, label = build_model(target, factory, z.build(), seed, timeout or None)
-        if not _has_embedding(model, z.vocab_size):
-            raise NotAModel(f"{label}: no embedding of {z.vocab_size} token ids in it: not a language model")
-        return _trace(model, label, z, seed, timeout or None)
+        try:
+            return _build_and_trace(target, factory, z, seed, timeout or None)
+        except (NotAModel, CheckTimeout):
+            raise
+        except CheckError as err:
+            if sizes is not None:
+                raise
+            first = err
+        try:
+            t = _build_and_trace(target, factory, DOCTOR_SIZES, seed, timeout or None)
+        except CheckError:
+            raise first from None  # the first error stands
+    why = " ".join(str(first).split())
+    t.notes.insert(
+        0,
+        (
+            "built with anatomy check's sizes (d_model=16, n_heads=4, so H and Dh are both 4) because with "
+            f"d_model=20, n_heads=5: {why}",
+            f"改用 anatomy check 的大小构造（d_model=16、n_heads=4，所以 H 和 Dh 都是 4）：用 d_model=20、"
+            f"n_heads=5 时 {why}",
+        ),
+    )
+    return t
+
+
+def _build_and_trace(target: Any, factory: str | None, z: ModelSizes, seed: int, timeout: float | None) -> ModelTrace:
+    model, label = build_model(target, factory, z.build(), seed, timeout)
+    if not _has_embedding(model, z.vocab_size):
+        raise NotAModel(f"{label}: no embedding of {z.vocab_size} token ids in it: not a language model")
+    return _trace(model, label, _own_sizes(model, z), seed, timeout)
+
+
+def _own_sizes(model: nn.Module, z: ModelSizes) -> ModelSizes:
+    """The sizes the built model has (a factory keeps its own: ``infer_sizes``), the input no longer than it takes."""
+    _stack, blocks = mp.find_blocks(model, z.n_layers)
+    got = infer_sizes(model, z.build(), len(blocks) or None)
+    seq = z.seq if got.block_size >= z.seq else max(2, got.block_size - 1)
+    return replace(
+        z,
+        vocab_size=got.vocab_size,
+        d_model=got.d_model,
+        n_heads=got.n_heads,
+        n_layers=got.n_layers,
+        block_size=got.block_size,
+        seq=seq,
+    )
 
 
 def _has_embedding(model: nn.Module, vocab: int) -> bool:
@@ -244,9 +291,13 @@ def _block_labels(
     except (r.RecordError, CheckError):
         return {}, []  # a block that needs more than its input (a cache, a state): its rows stay unlabelled
     steps = [s for s in rec.data_steps() if got.start <= s.index < got.end]
-    labels, where = mp.align_labels(steps, brec.data_steps(), label_steps(brec))
+    try:
+        labels, where = mp.align_labels(steps, brec.data_steps(), label_steps(brec))
+        found = ob.deviations(brec)
+    except Exception:  # noqa: BLE001 - a recording the labeller cannot read: the rows stay, unlabelled
+        return {}, []
     devs = []
-    for dev in ob.deviations(brec):
+    for dev in found:
         at = where.get(dev["step"])
         if at is not None:  # the model's step: its line is the one the learner reads in the table
             step = rec.steps[at]

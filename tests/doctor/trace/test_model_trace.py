@@ -422,6 +422,39 @@ def test_a_model_without_a_stack_of_blocks(tmp_path):
     assert "note: no stack of blocks" in text and t.loss.shift == 0
 
 
+def test_a_factory_keeps_its_sizes_and_a_model_that_needs_the_doctors_sizes_gets_them(tmp_path):
+    own = (
+        NANO
+        + "\n\ndef tiny():\n    return GPT(GPTConfig(block_size=16, vocab_size=50, n_layer=2, n_head=4, n_embd=24))\n"
+    )
+    t = trace_model(_file(tmp_path, "own", own) + ":tiny")
+    assert (t.sizes["V"], t.sizes["D"], t.sizes["H"]) == (50, 24, 4) and t.groups[1].layers == [0, 1]
+    assert t.groups[2].rows[-1].shape == [2, 7, 50]
+    # grouped heads with a fixed number of key/value heads: 5 heads cannot share 2, 4 can
+    gqa = NANO.replace("    n_embd: int = 384\n", "    n_embd: int = 384\n    n_kv_head: int = 2\n").replace(
+        "        self.heads = cfg.n_head\n",
+        "        self.heads = cfg.n_head\n        assert cfg.n_head % cfg.n_kv_head == 0\n",
+    )
+    t = trace_model(_file(tmp_path, "gqa", gqa) + ":GPT")
+    assert (t.sizes["D"], t.sizes["H"]) == (16, 4)
+    assert t.notes[0][0].startswith("built with anatomy check's sizes (d_model=16, n_heads=4, so H and Dh are both 4)")
+    assert "AssertionError" in t.notes[0][0]
+    with pytest.raises(CheckError, match="AssertionError"):  # sizes asked for: no second try
+        trace_model(_file(tmp_path, "gqa", gqa) + ":GPT", sizes=ModelSizes())
+
+
+def test_the_convention_of_the_targets_name_is_said(tmp_path):
+    labels = NANO.replace("targets", "labels")
+    assert (
+        "Hugging Face's convention for labels is the ids themselves"
+        in trace_model(_file(tmp_path, "labels", labels) + ":GPT").render()
+    )
+    inside = LLAMA.replace("MASK_ARG", "mask")
+    text = trace_model(_file(tmp_path, "inside", inside) + ":Transformer").render()
+    assert "so targets must be the ids themselves; given targets that already hold the next tokens" in text
+    assert "the pair is shifted twice" in text
+
+
 def test_json_and_markdown_and_sizes(tmp_path):
     path = _file(tmp_path, "nano", NANO) + ":GPT"
     t = trace_model(path, sizes=ModelSizes(vocab_size=31, d_model=24, n_heads=6, n_layers=2, batch=3, seq=5))
