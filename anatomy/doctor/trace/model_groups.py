@@ -152,7 +152,7 @@ def notes_for(
         notes.append(
             (
                 f"no loss: {loss.why} (the trace passes targets as `targets`, `labels` or `y`)",
-                f"没有损失：{loss.why}（追踪时以 `targets`、`labels` 或 `y` 传入目标）",
+                f"没有损失：{ml.why_zh(loss.why)}（追踪时以 `targets`、`labels` 或 `y` 传入目标）",
             )
         )
     if rec.truncated:

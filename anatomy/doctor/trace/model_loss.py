@@ -23,6 +23,31 @@ from torch import nn
 NO_LOSS = "the forward returned no loss"
 KEPT_LOSS = ("last_loss", "loss", "_loss")  # where a forward that returns logits only may keep its loss
 NO_TARGETS = "the forward takes no targets"
+WHY_ZH = {  # the reasons above and below, in Chinese (why_zh)
+    NO_LOSS: "forward 没有返回损失",
+    NO_TARGETS: "forward 不接受目标",
+    "the loss does not depend on the logits (no gradient reaches them)": "损失不依赖 logits（梯度传不到它们）",
+    "the loss is not computed from the logits the model returns or from its head's output": (
+        "损失不是由模型返回的 logits 或输出头的输出算出来的"
+    ),
+    "the loss's gradient with respect to the logits is zero everywhere": "损失对 logits 的梯度处处为零",
+    "no logits position reaches the loss": "没有哪个 logits 位置进入损失",
+    "the pairs do not follow one shift": "配对不是同一个错位",
+    "the positions in the loss have gaps": "进入损失的位置不连续",
+}
+
+
+def why_zh(why: str) -> str:
+    """A reason of :class:`Loss` in Chinese (a shape or a position inside it kept as is)."""
+    if why in WHY_ZH:
+        return WHY_ZH[why]
+    if why.startswith("the logits the loss reads have the shape"):
+        return "损失读取的 logits 形状是 " + why.split("shape ", 1)[1].replace(", not", "，而不是")
+    if why.startswith("at logits position"):
+        return f"在 logits 的第 {why.split()[3]} 个位置，梯度在目标词元处没有负值：损失不是 logits 对目标的交叉熵"
+    return why
+
+
 TARGET_NAMES = ("targets", "target", "labels", "label", "y", "tgt", "targets_ids", "target_ids")
 
 
@@ -144,8 +169,8 @@ def _pairs(grad: torch.Tensor, targets: torch.Tensor) -> dict[tuple[int, int], i
             g = grad[b, i]
             if float(g.abs().max()) <= 1e-9 * scale:
                 continue
-            c = int(g.argmin())
-            if float(g[c]) >= 0 or c not in where:
+            c = int(g.argmin())  # a cross-entropy's row is softmax - onehot: it sums to zero, its target is its minimum
+            if float(g[c]) >= 0 or c not in where or abs(float(g.sum())) > 1e-6 * float(g.abs().max()):
                 return (
                     f"at logits position {i} the gradient has no negative entry at a target token: the loss is not "
                     "a cross-entropy of the logits against the targets"
@@ -202,7 +227,7 @@ def meaning(loss: Loss) -> tuple[str, str]:
     """What the pairing means for the learner, (en, zh)."""
     if not loss.read or loss.shift is None:
         why = loss.why or "unknown"
-        return (f"the loss's pairing could not be read: {why}", f"读不出损失的对齐方式：{why}")
+        return (f"the loss's pairing could not be read: {why}", f"读不出损失的对齐方式：{why_zh(why)}")
     name = loss.targets_name
     labels = name.lower() in ("labels", "label")
     if loss.shift == 1:

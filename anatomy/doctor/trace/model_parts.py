@@ -170,7 +170,7 @@ def label_outside(rec: r.Recording, steps: list[r.Step], part: str, vocab: int, 
             out[s.index] = ("pos_in", "")
         elif s.op in SLICES and ("targets" in sources or part == "loss"):
             out[s.index] = ("shift", "")
-        elif s.op in r.SCALE_OPS and part == "embed":
+        elif s.op in r.SCALE_OPS and part == "embed" and all(i.shape == () for i in s.inputs[1:]):
             out[s.index] = ("scale", _scale(s, rec, d))
     head = next(
         (s for s in steps if part != "embed" and s.data and s.op in r.MATMUL_OPS and s.outputs[0].shape[-1] == vocab),

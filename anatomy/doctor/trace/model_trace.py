@@ -173,11 +173,12 @@ def _own_sizes(model: nn.Module, z: ModelSizes) -> ModelSizes:
     _stack, blocks = mp.find_blocks(model, z.n_layers)
     got = infer_sizes(model, z.build(), len(blocks) or None)
     seq = z.seq if got.block_size >= z.seq else max(2, got.block_size - 1)
+    heads = z.n_heads if got.d_model == z.d_model else got.n_heads  # built with ours: ours (its guess may be off)
     return replace(
         z,
         vocab_size=got.vocab_size,
         d_model=got.d_model,
-        n_heads=got.n_heads,
+        n_heads=heads,
         n_layers=got.n_layers,
         block_size=got.block_size,
         seq=seq,

@@ -455,6 +455,20 @@ def test_the_convention_of_the_targets_name_is_said(tmp_path):
     assert "the pair is shifted twice" in text
 
 
+def test_a_loss_that_is_not_a_cross_entropy_is_said_not_guessed(tmp_path):
+    mse = NANO.replace(
+        "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))",
+        "loss = (logits - F.one_hot(targets, logits.size(-1))).pow(2).mean()",
+    )
+    t = trace_model(_file(tmp_path, "mse", mse) + ":GPT")
+    assert t.loss.found and not t.loss.read and t.loss.shift is None
+    assert "the loss's pairing could not be read: at logits position 0" in t.render()
+    assert "读不出损失的对齐方式：在 logits 的第 0 个位置" in t.render(lang="zh")
+    plain = NANO.replace("def forward(self, idx, targets=None):", "def forward(self, idx):")
+    plain = plain.replace("if targets is None:", "if True:")
+    assert "没有损失：forward 不接受目标" in trace_model(_file(tmp_path, "plain", plain) + ":GPT").render(lang="zh")
+
+
 def test_json_and_markdown_and_sizes(tmp_path):
     path = _file(tmp_path, "nano", NANO) + ":GPT"
     t = trace_model(path, sizes=ModelSizes(vocab_size=31, d_model=24, n_heads=6, n_layers=2, batch=3, seq=5))
