@@ -84,6 +84,21 @@ def test_check_of_a_model_in_a_cell_points_at_the_cell(monkeypatch):
         assert {w["cell"] for w in r.lines} == {6}
 
 
+def test_model_options_are_checked_before_anything_runs():
+    import pytest
+
+    import anatomy
+
+    for call, said in (
+        (lambda: anatomy.check(object, n_layers=0), "n_layers must be a positive integer"),
+        (lambda: anatomy.check(object, kind="model"), "kind must be one of auto, attention, block, lm"),
+        (lambda: anatomy.trace(object, vocab_size=-3), "vocab_size must be a positive integer"),
+        (lambda: anatomy.trace(object, kind="lmm"), "kind must be one of auto, module, attention, block, lm"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            call()
+
+
 CELLS = [
     IMPORTS,
     NO_POSITIONS,
