@@ -29,6 +29,7 @@ from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, _quiet, one_line
 from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
+from anatomy.doctor.model.contract import _required_starts
 from anatomy.doctor.model.dispatch import is_model_target
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.trace import model_loss as ml
@@ -209,8 +210,8 @@ def _trace(model: nn.Module, label: str, z: ModelSizes, seed: int, timeout: floa
     ids = torch.randint(0, z.vocab_size, (z.batch, z.seq), generator=gen)
     targets = ml.make_targets(z.batch, z.seq, z.vocab_size)
     name = ml.targets_parameter(model)
-    kwargs = {name: targets} if name else {}
-    call = f"forward(ids, {name}={name})" if name else "forward(ids)"
+    kwargs: dict[str, Any] = {**_required_starts(model), **({name: targets} if name else {})}  # start_pos=0
+    call = "forward(" + ", ".join(["ids"] + [f"{k}={k if k == name else v}" for k, v in kwargs.items()]) + ")"
     what = (
         f"{label}: {call} with ids of shape {tuple(ids.shape)}",
         f"{label}：{call}（ids 形状 {tuple(ids.shape)}）时",

@@ -469,6 +469,14 @@ def test_a_loss_that_is_not_a_cross_entropy_is_said_not_guessed(tmp_path):
     assert "没有损失：forward 不接受目标" in trace_model(_file(tmp_path, "plain", plain) + ":GPT").render(lang="zh")
 
 
+def test_a_required_start_position_is_given_zero(tmp_path):
+    cached = LLAMA.replace("MASK_ARG", "mask").replace(
+        "def forward(self, tokens, targets=None):", "def forward(self, tokens, start_pos, targets=None):"
+    )
+    t = trace_model(_file(tmp_path, "cached", cached) + ":Transformer")
+    assert t.call == "forward(ids, start_pos=0, targets=targets)" and t.loss.shift == 1
+
+
 def test_json_and_markdown_and_sizes(tmp_path):
     path = _file(tmp_path, "nano", NANO) + ":GPT"
     t = trace_model(path, sizes=ModelSizes(vocab_size=31, d_model=24, n_heads=6, n_layers=2, batch=3, seq=5))
