@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from anatomy.doctor.loading.subject import CheckError
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout, ModuleExited
 from anatomy.doctor.model.blocks import BlockCheck
 from anatomy.doctor.model.build import SYNONYMS, Sizes, looks_like_model
 from anatomy.doctor.model.report import ModelReport
@@ -103,6 +103,8 @@ def model_check(
         return None
     try:
         return check_model(target, factory=factory, sizes=sizes, seed=seed, timeout=timeout, block_check=block_check)
+    except (CheckTimeout, ModuleExited):
+        raise  # the file hung or ended the process: trying it again as a block would only do it again
     except CheckError as err:
         if kind == "lm" or getattr(err, "model_built", False):
             raise

@@ -69,3 +69,19 @@ def test_a_forward_that_requires_a_start_position_gets_zero(tmp_path):
     )
     report = run(path, "Transformer")
     assert report.errors == [] and report.found["stack"]["count"] == 3
+
+
+def test_a_finding_names_its_line(tmp_path):
+    path = variant(
+        tmp_path, "nano_style.py", "x = self.transformer.drop(tok_emb + pos_emb)", "x = self.transformer.drop(tok_emb)"
+    )
+    (f,) = run(path).errors
+    assert f.lineno == 93 and f.line == "tok_emb = self.transformer.wte(idx)"
+
+
+def test_the_notebook_api_takes_a_model_class():
+    import anatomy
+    from tests.doctor.model import nano_style
+
+    result = anatomy.check(nano_style.GPT, kind="lm", isolate=False)
+    assert str(result).startswith("✓ PASS")
