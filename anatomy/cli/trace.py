@@ -51,6 +51,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="with FILE.py: time limit for importing, building and the forward (default 60; 0: none)",
     )
+    p.add_argument(
+        "--kind",
+        choices=("auto", "module", "attention", "block", "lm"),
+        default="auto",
+        help="with FILE.py: your module (module, attention or block: the same table) or your whole language "
+        "model (lm: built as CLASS(vocab_size, d_model, n_heads, n_layers, block_size) or CLASS(config), called "
+        "as forward(ids, targets)); default: found from how the class is built",
+    )
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the table (your module)")
     p.add_argument("--preset", default=None, help=f"model preset ({', '.join(PRESETS)}); default seed-block")
     p.add_argument(
@@ -175,6 +183,12 @@ def run_learner(args: argparse.Namespace) -> int:
 
     if args.target is None:
         raise ValueError("--factory FUNC needs FILE.py (anatomy trace FILE.py --factory FUNC)")
+    from anatomy.cli.trace_model import run_model, wants_model
+
+    if wants_model(args):  # a whole language model (cli/trace_model.py)
+        code = run_model(args)
+        if code is not None:
+            return code
     if args.preset is not None or args.checkpoint is not None:
         raise ValueError("give FILE.py:CLASS or --preset/--checkpoint, not both")
     others = [flag for flag in SIZE_FLAGS if flag not in LEARNER_FLAGS and getattr(args, flag) is not None]

@@ -11,9 +11,10 @@
 ``obj`` is a class or factory called as ``(d_model, n_heads)``, a module instance (copied, never changed), or the
 command line's ``"FILE.py:CLASS"``. The keywords are the command line's options (``anatomy check --help``):
 ``kind``, ``d_model``, ``n_heads`` (``heads`` too), ``causal``, ``seq_first``, ``factory``, ``mapping``, ``seed``,
-``timeout``, ``lang``, ``strict``. Bad options raise ``ValueError`` with one line naming the option; a module that
-cannot be checked (it fails to build or run, a step hangs past ``timeout``, it ends its process) gives a result
-whose ``verdict`` is ``"error"`` and whose text is the command line's one line.
+``timeout``, ``lang``, ``strict``; for a whole language model (``kind="lm"``, or found as one, as on the command
+line) ``vocab_size``, ``n_layers``, ``block_size``. Bad options raise ``ValueError`` with one line naming the
+option; a module that cannot be checked (it fails to build or run, a step hangs past ``timeout``, it ends its
+process) gives a result whose ``verdict`` is ``"error"`` and whose text is the command line's one line.
 
 The check runs in a process of its own (``process.py``: a fork, so a class that exists only in the notebook's
 memory is there too), under the doctor's time limits, with a watchdog that stops a forward hung in C code.
@@ -30,7 +31,7 @@ from anatomy.notebook.copying import copy_refusal, uncopyable
 from anatomy.notebook.process import isolated
 from anatomy.notebook.results import CheckResult, TraceResult
 
-KINDS = ("auto", "attention", "block")
+KINDS = ("auto", "attention", "block", "lm")  # lm: a whole language model (doctor/model/)
 LANGS = ("en", "zh")
 
 
@@ -82,6 +83,9 @@ def check(
     lang: str = "en",
     strict: bool = False,
     isolate: bool | None = None,
+    vocab_size: int | None = None,
+    n_layers: int | None = None,
+    block_size: int | None = None,
 ) -> CheckResult:
     """Diagnose ``obj`` as ``anatomy check`` does (see the module docstring); the result prints as its text."""
     if kind not in KINDS:
@@ -93,7 +97,8 @@ def check(
             f"mapping must be a dict {{reference parameter: your parameter}}, got {type(mapping).__name__}"
         )
     limit = _timeout(timeout)
-    n_heads = _options(lang, d_model, n_heads, heads)
+    lm = {"vocab_size": vocab_size, "n_layers": n_layers, "block_size": block_size}
+    n_heads = _options(lang, d_model, n_heads, heads, **{k: v for k, v in lm.items() if v is not None})
 
     def run() -> Any:
         from anatomy.doctor import check as doctor_check
@@ -110,6 +115,9 @@ def check(
                 seed=seed,
                 timeout=limit,
                 seq_first=seq_first,
+                vocab_size=vocab_size,
+                n_layers=n_layers,
+                block_size=block_size,
             )
         except TypeError as err:  # the doctor copies an instance: name what cannot be copied
             found = uncopyable(obj) if "pickle" in str(err) or "copy" in str(err) else None
@@ -137,16 +145,25 @@ def trace(
     timeout: float | None = 60.0,
     lang: str = "en",
     isolate: bool | None = None,
+    kind: str = "auto",
+    vocab_size: int = 29,
+    n_layers: int = 3,
 ) -> TraceResult:
     """The post's §5.1 shape table for ``obj``'s own forward, as ``anatomy trace FILE.py:CLASS`` prints it; each
-    row names the notebook cell of its line. Sizes default to the command line's (D=20, H=5, B=2, T=7)."""
+    row names the notebook cell of its line. Sizes default to the command line's (D=20, H=5, B=2, T=7). A whole
+    language model (``kind="lm"``, or found as one) gets the model's table (``doctor/trace/model_trace.py``),
+    built with ``vocab_size`` and ``n_layers`` too."""
+    if kind not in ("auto", "module", "attention", "block", "lm"):
+        raise ValueError(f"kind must be one of auto, module, attention, block, lm, got {kind!r}")
     limit = _timeout(timeout)
-    n_heads = _options(lang, d_model, n_heads, heads, batch=batch, seq=seq)
+    n_heads = _options(lang, d_model, n_heads, heads, batch=batch, seq=seq, vocab_size=vocab_size, n_layers=n_layers)
 
     def run() -> Any:
         from anatomy.doctor import trace_learner
+        from anatomy.doctor.trace.model_trace import ModelSizes, trace_if_model
 
-        table = trace_learner(
+        sizes = ModelSizes(vocab_size, d_model, n_heads, n_layers, max(11, seq + 4), batch, seq)
+        table = trace_if_model(obj, kind, factory, sizes=sizes, seed=seed, timeout=limit) or trace_learner(
             obj, factory=factory, d_model=d_model, n_heads=n_heads, batch=batch, seq=seq, seed=seed, timeout=limit
         )
         where = cells.trace_cells(table)

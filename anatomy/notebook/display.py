@@ -115,6 +115,8 @@ def _trace_rows(rows: list[dict], lang: str) -> tuple[list[list[str]], set[int]]
     from anatomy.doctor.trace.learner_trace_text import kind_text
 
     out, marked = [], set()
+    from anatomy.doctor.trace.model_trace_text import step_text  # a whole model's rows: its own steps (label)
+
     for i, r in enumerate(rows):
         if r.get("deviation"):
             marked.add(i)
@@ -124,7 +126,7 @@ def _trace_rows(rows: list[dict], lang: str) -> tuple[list[list[str]], set[int]]
                 esc(r.get("where") or r.get("line")),
                 code(r.get("source")),
                 code(r.get("op")),
-                esc(kind_text(r.get("kind", ""), r.get("role", ""), lang)),
+                esc(step_text(r, lang) if r.get("label") else kind_text(r.get("kind", ""), r.get("role", ""), lang)),
                 code(shape),
                 "&lt;&lt;" if r.get("deviation") == "first" else ("&lt;" if r.get("deviation") else ""),
             ]
