@@ -24,8 +24,9 @@ from importlib import resources
 import torch
 from torch import nn
 
+from anatomy.inspection.pe_views import PEData
 from anatomy.inspection.trace import TraceRow, trace_model
-from anatomy.inspection.viz_pe import PE_KINDS, PEData, positional_data
+from anatomy.inspection.viz_pe import PE_KINDS, positional_data
 from anatomy.inspection.weights import LayerWeights, attention_weights
 
 DIGITS = 3  # decimals printed in the attention cells
