@@ -104,30 +104,30 @@ def _check(
         base, base_w = _sequence_first(subject, x, base, base_w)
     settings = _settings(subject, d, h, x, seed, causal, floor)
     found = _found_call(subject, base_w, h)
-    ctx, scope, attn_hyps, own = _what_it_is(subject, kind, h, x, base, base_w, found)
+    state, scope, attn_hyps, own = _what_it_is(subject, kind, h, x, base, base_w, found)
     if tuple(base.shape) != (BATCH, x.shape[1], d):
-        return _wrong_shape(ctx, settings, found, causal)
-    found.update(conventions(ctx, causal))
-    hyps, complete = hypotheses(ctx, attn_hyps, scope, mapping, found)
+        return _wrong_shape(state, settings, found, causal)
+    found.update(conventions(state, causal))
+    hyps, complete = hypotheses(state, attn_hyps, scope, mapping, found)
     subject.stage = (
         "position dependence (two tokens swapped, every position shifted)",
         "位置依赖检测（交换两个 token、整体平移位置）",
     )
-    ctx.positions = positions(ctx) if bool(torch.isfinite(base).all()) else "none"
-    found["positions"] = ctx.positions
+    state.positions = positions(state) if bool(torch.isfinite(base).all()) else "none"
+    found["positions"] = state.positions
     refs = References(
-        ctx.kind,
+        state.kind,
         d,
         h,
-        ctx.parts,
+        state.parts,
         dict(subject.module.named_parameters()),
-        positional=ctx.positions in ("relative", "dependent"),
+        positional=state.positions in ("relative", "dependent"),
     )
     refs.own_norm = own
-    diag, design = diagnosis(ctx, refs, hyps, complete, found)
-    findings, passed, skipped = run_all(ctx)
-    findings = pointed_findings(ctx, diag, design, findings)
-    return Report(subject.label, ctx.kind, settings, found, findings, passed, skipped, diag.to_dict())
+    diag, design = diagnosis(state, refs, hyps, complete, found)
+    findings, passed, skipped = run_all(state)
+    findings = pointed_findings(state, diag, design, findings)
+    return Report(subject.label, state.kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 
 def _start(target, factory, d: int, h: int, seed: int, timeout: float | None, seq_first: bool | None):
@@ -252,22 +252,22 @@ def _what_it_is(subject: Subject, kind: str, h: int, x: torch.Tensor, base: torc
     )
     if own is not None:  # an attention holding its own norm, no feed-forward: checked as an attention
         kind = "attention"
-    ctx = ProbeState(subject, kind, d, h, x, base, base_w)
-    ctx.norms = norms
-    ctx.observation = obs
-    return ctx, scope, attn_hyps, own
+    state = ProbeState(subject, kind, d, h, x, base, base_w)
+    state.norms = norms
+    state.observation = obs
+    return state, scope, attn_hyps, own
 
 
-def _wrong_shape(ctx: ProbeState, settings: dict, found: dict, causal: bool) -> Report:
+def _wrong_shape(state: ProbeState, settings: dict, found: dict, causal: bool) -> Report:
     """The report of a module whose output is not ``(B, T, D)``: the shape finding, nothing else examined."""
-    findings, _ = shape(ctx)
+    findings, _ = shape(state)
     found.update(
         mask={"sense": None, "examined": False},
         causal={"value": causal, "source": "flag" if causal else "none", "layout": None},
     )
     return Report(
-        ctx.subject.label,
-        ctx.kind,
+        state.subject.label,
+        state.kind,
         settings,
         found,
         findings,

@@ -26,55 +26,55 @@ from anatomy.doctor.recording.dataflow import (
 from anatomy.doctor.report.pointers import point
 
 
-def diagnosis(ctx: ProbeState, refs: References, hyps: list, complete: list, found: dict):
+def diagnosis(state: ProbeState, refs: References, hyps: list, complete: list, found: dict):
     """The differential diagnosis (a second, causal reading when a fault that mixes tokens hid causality), a named
     design in place of "unexplained", and what the probes take from it (mapping, activation, the raw scores)."""
-    subject, x, d, h = ctx.subject, ctx.x, ctx.d, ctx.h
+    subject, x, d, h = state.subject, state.x, state.d, state.h
     subject.stage = ("the differential diagnosis", "差分诊断")
     if complete:
-        diag = dg.diagnose(subject, refs, complete, scenarios(ctx))
-        if diag.status == "unexplained" and not ctx.causal and ctx.causal_mask is None:
+        diag = dg.diagnose(subject, refs, complete, scenarios(state))
+        if diag.status == "unexplained" and not state.causal and state.causal_mask is None:
             # a fault that mixes tokens also hides causality from the detection: try the causal reading
-            alt = dg.diagnose(subject, refs, complete, scenarios(ctx, causal=True))
+            alt = dg.diagnose(subject, refs, complete, scenarios(state, causal=True))
             if alt.status in ("fault", "ambiguous"):
-                diag, ctx.causal = alt, True  # the probes then treat it as the decoder it is
+                diag, state.causal = alt, True  # the probes then treat it as the decoder it is
                 found["causal"] = {"value": True, "source": "diagnosis", "layout": None}
     else:
-        miss = ", ".join(mp.missing(hyps[0], required(ctx.kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
-        assert ctx.observation is not None  # set by check.py (_what_it_is)
-        diag = dg.Diagnosis("unavailable", unmapped(miss, ctx.observation))
-    design = named_design(ctx)
+        miss = ", ".join(mp.missing(hyps[0], required(state.kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
+        assert state.observation is not None  # set by check.py (_what_it_is)
+        diag = dg.Diagnosis("unavailable", unmapped(miss, state.observation))
+    design = named_design(state)
     if design is not None and diag.status in ("unexplained", "unavailable"):  # named: the authors chose it
         diag = dg.Diagnosis("unavailable", design[1])
     if diag.hypothesis is not None:
-        ctx.hyp = diag.hypothesis
+        state.hyp = diag.hypothesis
         found["mapping"] = mapping_found(diag.hypothesis, [], refs.params, d, h)
-        if ctx.parts is not None:
-            ctx.found_block["activation"] = diag.variant.get("activation")
+        if state.parts is not None:
+            state.found_block["activation"] = diag.variant.get("activation")
         if diag.status == "matches" or diag.status in ("fault", "ambiguous"):
-            ctx.positional = diag.variant.get("positional")
+            state.positional = diag.variant.get("positional")
         key = diag.key
         assert key is not None  # diagnose() sets it with every hypothesis
         ref = refs.build(key[0], diag.hypothesis, key[1])
-        plain = Scenario("plain", x, None, ctx.causal, None, torch.ones(ctx.b, ctx.t, dtype=torch.bool))
+        plain = Scenario("plain", x, None, state.causal, None, torch.ones(state.b, state.t, dtype=torch.bool))
         hyp = diag.hypothesis
-        ctx.raw_scores = lambda: hyp.learner_heads(raw_scores(ref, plain))
+        state.raw_scores = lambda: hyp.learner_heads(raw_scores(ref, plain))
     elif complete:
-        ctx.hyp = complete[0]
+        state.hyp = complete[0]
     return diag, (design if design is not None and diag.reason == design[1] else None)
 
 
-def pointed_findings(ctx: ProbeState, diag, design, findings: list) -> list:
+def pointed_findings(state: ProbeState, diag, design, findings: list) -> list:
     """The probes' findings with the diagnosis' and a named design's, faults the recorded flow shows, each pointed
     at the learner's lines, and the symptoms a named fault explains."""
-    subject, x, d, h = ctx.subject, ctx.x, ctx.d, ctx.h
-    obs = ctx.observation
+    subject, x, d, h = state.subject, state.x, state.d, state.h
+    obs = state.observation
     assert obs is not None  # set by check.py (_what_it_is)
     placed = diag.variant.get("placement")
-    if ctx.found_block.get("placement") in (None, "unknown") and (
+    if state.found_block.get("placement") in (None, "unknown") and (
         placed == RES_POST or placed and diag.status == "matches"
     ):
-        ctx.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
+        state.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
     findings += diagnosis_findings(diag) + ([design[0]] if design is not None else [])
     if design is not None and design[0].evidence.get("design") == "attention_sub_layers":
         _mask_on_one_sub_layer(findings)
@@ -87,12 +87,12 @@ def pointed_findings(ctx: ProbeState, diag, design, findings: list) -> list:
     for f in findings:  # a mask form that leaks beside the right one: its lines run only with that form
         form = f.evidence.get("form") if f.probe == "padding_leak" else None
         if form:
-            keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
+            keep, _ = padding_keep(state.b, state.t, state.causal)
             point([f], record_masked(subject, x, MaskFormat(form["sense"], form["layout"]).make(keep, x.dtype), d, h))
     masked = [f for f in findings if about_the_mask(f)]
-    if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
-        keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
-        masked_rec = record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h)
+    if masked and state.mask is not None:  # the masking lines run only when a mask is passed: record that forward
+        keep, _ = padding_keep(state.b, state.t, state.causal)
+        masked_rec = record_masked(subject, x, state.mask.make(keep, x.dtype), d, h)
         leak = any(f.probe == "padding_leak" and f.severity == "error" and f.fault is None for f in findings)
         after = (
             mask_after_softmax_flow(obs.rec, masked_rec) if leak and "mask_after_softmax" not in named_faults else None

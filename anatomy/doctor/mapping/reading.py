@@ -25,21 +25,23 @@ def required(kind: str) -> list[str]:
 
 
 def hypotheses(
-    ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None, found: dict
+    state: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None, found: dict
 ) -> tuple[list[mp.Hypothesis], list[mp.Hypothesis]]:
     """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
-    module, d, h = ctx.subject.module, ctx.d, ctx.h
-    if ctx.kind == "block":
-        ctx.call_order, ctx.attn_scope = call_order(ctx), scope
-        ctx.parts = parts = mp.block_parts(module, d, scope, attention_paths(attn_hyps), ctx.call_order, ctx.norms)
+    module, d, h = state.subject.module, state.d, state.h
+    if state.kind == "block":
+        state.call_order, state.attn_scope = call_order(state), scope
+        state.parts = parts = mp.block_parts(
+            module, d, scope, attention_paths(attn_hyps), state.call_order, state.norms
+        )
         hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
         if not hyps:  # norms without parameters, called as functions (functional_norms.py)
-            hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(ctx.observation, "rec", None), d)
+            hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(state.observation, "rec", None), d)
         hyps = with_layer_scale(hyps, module, d, scope)  # LayerScale gains folded in (layer_scale.py)
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
             hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
-        found["block"] = ctx.found_block
-        ctx.found_block.update(
+        found["block"] = state.found_block
+        state.found_block.update(
             {
                 "norms": parts.norms,
                 "d_ff": parts.d_ff,
@@ -56,10 +58,10 @@ def hypotheses(
             hyps,
             mapping,
             dict(module.named_parameters()),
-            ref_names(ctx.kind, d, h, ctx.parts),
+            ref_names(state.kind, d, h, state.parts),
             dict(module.named_modules()),
         )
-    needed = required(ctx.kind)
+    needed = required(state.kind)
     complete = [hp for hp in hyps if not mp.missing(hp, needed)]
     shown = complete[0] if complete else (hyps[0] if hyps else None)
     params = dict(module.named_parameters())
@@ -85,15 +87,15 @@ def attention_paths(hyps: list[mp.Hypothesis]) -> set[str]:
     return paths
 
 
-def call_order(ctx: ProbeState) -> list[str]:
+def call_order(state: ProbeState) -> list[str]:
     """Sub-module paths in the order one plain forward calls them (a shared module appears once per call)."""
     order, handles = [], []
-    ctx.subject.stage = ("the walk through your sub-modules", "子模块调用顺序的记录")
-    for p, m in ctx.subject.module.named_modules():
+    state.subject.stage = ("the walk through your sub-modules", "子模块调用顺序的记录")
+    for p, m in state.subject.module.named_modules():
         if p:
             handles.append(m.register_forward_hook(lambda mod, a, o, p=p: order.append(p)))
     try:
-        ctx.subject.run(ctx.x)
+        state.subject.run(state.x)
     except CallError:
         pass
     finally:

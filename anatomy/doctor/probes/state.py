@@ -69,6 +69,6 @@ class ProbeState:
         return max(1.0, float(self.base.abs().nan_to_num(0).max()))
 
 
-def leak(v: float, ctx: ProbeState) -> bool:
+def leak(v: float, state: ProbeState) -> bool:
     """Does a change of ``v`` count (relative to the output's scale, at the precision the module computes in)?"""
-    return v > tol(LEAK_TOL) * ctx.scale
+    return v > tol(LEAK_TOL) * state.scale
