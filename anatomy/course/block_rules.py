@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from anatomy.course import block_words as W
-from anatomy.course.spec import Finding, _same_file, definition_line
+from anatomy.course.spec import BrokenRule, _same_file, definition_line
 
 SIZES = {"B": 2, "T": 5, "H": 3, "Dh": 4, "D": 12}
 ADDS = ("add", "__add__", "__radd__", "add_", "__iadd__")
@@ -51,14 +51,14 @@ def _by_index(rec) -> dict:
     return {f"step {s.index}": s for s in rec.steps}
 
 
-def _find(name: str, step, what_args: tuple = ()) -> Finding:
+def _find(name: str, step, what_args: tuple = ()) -> BrokenRule:
     return W.finding(name, step.line if step is not None else None, step.source if step is not None else "", *what_args)
 
 
 # ------------------------------------------------------------------------------------------------ always: rules
 
 
-def eval_random(call, file: str, rec) -> Finding | None:
+def eval_random(call, file: str, rec) -> BrokenRule | None:
     """Two evaluations of the same input differ: dropout left on at evaluation (``F.dropout(w, 0.1)`` trains by
     default)."""
     torch.manual_seed(1)
@@ -74,7 +74,7 @@ def eval_random(call, file: str, rec) -> Finding | None:
     return _find("dropout_at_eval", step)
 
 
-def variant(found: dict, d_model: int, m: nn.Module, file: str, rec) -> Finding | None:
+def variant(found: dict, d_model: int, m: nn.Module, file: str, rec) -> BrokenRule | None:
     """The block's design the doctor found, against the exercise's: FFN width, norms with parameters."""
     mine = _mine(rec, file)
     steps = _by_index(rec) if rec is not None else {}
@@ -96,7 +96,7 @@ def variant(found: dict, d_model: int, m: nn.Module, file: str, rec) -> Finding 
     return None
 
 
-def _ffn_width(m: nn.Module, file: str, rec, d_ff: int, d_model: int) -> Finding:
+def _ffn_width(m: nn.Module, file: str, rec, d_ff: int, d_model: int) -> BrokenRule:
     """Where the FFN's first Linear is defined (its width is what is wrong), else where it runs."""
     mine = _mine(rec, file)
     norms = [s for s in rec.steps if s.op in ("layer_norm", "rms_norm")] if rec is not None else []
@@ -114,7 +114,7 @@ def _ffn_width(m: nn.Module, file: str, rec, d_ff: int, d_model: int) -> Finding
     return W.finding("ffn_ignores_d_ff", line, source, d_ff, d_model)
 
 
-def initial_values(found: dict, m: nn.Module, file: str) -> Finding | None:
+def initial_values(found: dict, m: nn.Module, file: str) -> BrokenRule | None:
     """Each norm's gamma starts at ones and beta at zeros (the doctor's seeded weights hide any initialisation)."""
     params = dict(m.named_parameters())
     pairs = (found.get("mapping") or {}).get("pairs") or []
@@ -137,7 +137,7 @@ def initial_values(found: dict, m: nn.Module, file: str) -> Finding | None:
     return None
 
 
-def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
+def training(m: nn.Module, x: torch.Tensor, file: str) -> BrokenRule | None:
     """In training mode with every ``nn.Dropout`` at p = 0 the block computes what it computes in evaluation (the
     reference has nothing else that trains): a BatchNorm, or a norm with running statistics, does not."""
     probe = copy.deepcopy(m)
@@ -172,7 +172,7 @@ def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
 SPECIFIC = frozenset({"softmax_wrong_axis", "softmax_over_queries", "scale_after_softmax", "scale_from_wrong_size"})
 
 
-def named(rec, file: str, mha: bool, only: frozenset[str] | None = None) -> Finding | None:
+def named(rec, file: str, mha: bool, only: frozenset[str] | None = None) -> BrokenRule | None:
     """The learner's step that makes the output differ from the reference, read from the dataflow (``only``: the
     names to accept)."""
     mine = _mine(rec, file)
@@ -186,12 +186,12 @@ def named(rec, file: str, mha: bool, only: frozenset[str] | None = None) -> Find
     return None
 
 
-def _residual_twice(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _residual_twice(mine: list, steps: dict, mha: bool) -> BrokenRule | None:
     adds = [s for s in mine if s.op in ADDS and any(i.source == "x" for i in s.inputs)]
     return None if mha or len(adds) < 2 else _find("second_residual_from_input", adds[1])
 
 
-def _extra_activation(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _extra_activation(mine: list, steps: dict, mha: bool) -> BrokenRule | None:
     for s in mine:
         src = steps.get(s.inputs[0].source) if s.op in ACTS and s.inputs else None
         if src is not None and src.op == "linear" and src.outputs and src.outputs[0].dims[-1:] == ("D",):
@@ -201,12 +201,12 @@ def _extra_activation(mine: list, steps: dict, mha: bool) -> Finding | None:
     return None
 
 
-def _dropout_on_input(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _dropout_on_input(mine: list, steps: dict, mha: bool) -> BrokenRule | None:
     s = next((s for s in mine if s.op in DROPS and s.inputs and s.inputs[0].source == "x"), None)
     return None if s is None else _find("dropout_on_residual", s)
 
 
-def _no_projection(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _no_projection(mine: list, steps: dict, mha: bool) -> BrokenRule | None:
     """The heads merged to (B, T, D) and never through a Linear: added to the residual or returned as they are."""
 
     def heads_in(s) -> bool:
@@ -223,7 +223,7 @@ def _no_projection(mine: list, steps: dict, mha: bool) -> Finding | None:
     return _find("no_output_projection", last)
 
 
-def _interleaved(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _interleaved(mine: list, steps: dict, mha: bool) -> BrokenRule | None:
     for s in mine:
         dims = s.outputs[0].dims if s.op in ("view", "reshape", "unflatten") and s.outputs else ()
         if any(a == "Dh" and b == "H" for a, b in zip(dims, dims[1:])):
@@ -231,7 +231,7 @@ def _interleaved(mine: list, steps: dict, mha: bool) -> Finding | None:
     return None
 
 
-def _softmax(mine: list, steps: dict, mha: bool) -> Finding | None:
+def _softmax(mine: list, steps: dict, mha: bool) -> BrokenRule | None:
     soft = next((s for s in mine if s.op in ("softmax", "_softmax") and s.inputs), None)
     if soft is None:
         return None
@@ -250,7 +250,7 @@ def _softmax(mine: list, steps: dict, mha: bool) -> Finding | None:
     return _scale_size(soft, steps)
 
 
-def _scale_size(soft, steps: dict) -> Finding | None:
+def _scale_size(soft, steps: dict) -> BrokenRule | None:
     """The effective scale of the scores (the softmax's input over q·k), against the sizes it could be made of."""
     made = [s for s in steps.values() if s.index < soft.index and s.op in ("matmul", "__matmul__", "einsum", "bmm")]
     qk = next((s for s in reversed(made) if s.outputs and s.outputs[0].dims[-2:] in (("T", "S"), ("T", "T"))), None)
@@ -298,7 +298,7 @@ def confirmed(fault: str, report, rec, file: str) -> bool:
     )
 
 
-def differs(report, rec, file: str, mha: bool) -> Finding:
+def differs(report, rec, file: str, mha: bool) -> BrokenRule:
     """What differs from the reference, by how much, and the learner's line where it first appears."""
     diag = report.diagnosis
     first = diag.get("first_difference") or {}

@@ -43,7 +43,7 @@ def _build(cls, args: tuple, timeout) -> nn.Module:
     return m.double().eval()
 
 
-def _finding(result: Result, f: spec.Finding) -> Result:
+def _finding(result: Result, f: spec.BrokenRule) -> Result:
     result.passed, result.pitfall = False, f.pitfall
     result.point(f.line, f.source)
     result.more_lines = list(f.more_lines)
@@ -175,7 +175,7 @@ def _lined(result: Result, report, rec, mha: bool) -> Result:
     return result
 
 
-def _spec(report, m: nn.Module, x: torch.Tensor, file: str, rec) -> spec.Finding | None:
+def _spec(report, m: nn.Module, x: torch.Tensor, file: str, rec) -> spec.BrokenRule | None:
     """The exercise's design against what the doctor found, the norms' initial values, training mode."""
     return (
         rules.variant(report.found, D_MODEL, m, file, rec)
@@ -184,7 +184,7 @@ def _spec(report, m: nn.Module, x: torch.Tensor, file: str, rec) -> spec.Finding
     )
 
 
-def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool, timeout) -> spec.Finding | None:
+def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool, timeout) -> spec.BrokenRule | None:
     """The rules tested by behaviour: the mask's sense, Pre-Norm, GELU, dropout's place, the fill in float16."""
     seen = spec_block.leak(m, lambda inp, mask: call(inp, mask), 5, D_MODEL)
     if seen is not None:
@@ -198,7 +198,7 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
             line, source = _unmasked_call(m, type(m).forward, subject.file) if line is None else (line, source)
         elif not inverted:
             return None  # positions mixed some other way: the doctor's verdict stands
-        return spec.Finding(
+        return spec.BrokenRule(
             "mask_inverted" if inverted else "mask_ignored",
             line,
             source,
@@ -227,7 +227,7 @@ def _behaviour(m: nn.Module, call, subject: Subject, x: torch.Tensor, mha: bool,
         half = spec_block.half_copy(m)
         outcome = fill.float16_outcome(lambda: half(x.half(), torch.ones(5, 5, dtype=torch.bool).tril()[None, None]))
         line, source, value = big
-        return spec.Finding(
+        return spec.BrokenRule(
             "fill_minus_1e9",
             line,
             source,

@@ -213,7 +213,7 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout) -> Result:
     return result
 
 
-def _batchnorm(norm: nn.Module, rec, path: str, name: str) -> spec.Finding | None:
+def _batchnorm(norm: nn.Module, rec, path: str, name: str) -> spec.BrokenRule | None:
     """A BatchNorm where the exercise asks for LayerNorm (its statistics are a batch's, per feature)."""
     from anatomy.course import block_words
 
@@ -226,7 +226,7 @@ def _batchnorm(norm: nn.Module, rec, path: str, name: str) -> spec.Finding | Non
     return f
 
 
-def _norm_rules(m: nn.Module, norm: nn.Module, own: bool, rec, path: str, name: str) -> spec.Finding | None:
+def _norm_rules(m: nn.Module, norm: nn.Module, own: bool, rec, path: str, name: str) -> spec.BrokenRule | None:
     """Right on the probe: the norm is the module's own, with gamma and beta, started at ones and zeros."""
     from anatomy.course import block_words
 
