@@ -24,7 +24,7 @@ from anatomy.doctor.diagnosis.own_norm import find_own_norm
 from anatomy.doctor.diagnosis.references import References
 from anatomy.doctor.loading.building import build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
-from anatomy.doctor.loading.subject import CallError, CheckError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError
 from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.mapping.layouts import linear_after_mha
 from anatomy.doctor.mapping.norm_fit import find_norms
@@ -133,7 +133,7 @@ def _check(
 def _start(target, factory, d: int, h: int, seed: int, timeout: float | None, seq_first: bool | None):
     """The learner's module built and inspected, and the probe input ``x`` (float64, ``(B, T, D)``)."""
     module, label = build(target, factory, d, h, seed, timeout)
-    subject = Subject.inspect(module, label)
+    subject = CheckedModule.inspect(module, label)
     subject.timeout = timeout
     subject.seq_first = bool(seq_first)
     t = _seq_len(d, h)
@@ -141,7 +141,7 @@ def _start(target, factory, d: int, h: int, seed: int, timeout: float | None, se
     return subject, x
 
 
-def _first_run(subject: Subject, x: torch.Tensor, seed: int):
+def _first_run(subject: CheckedModule, x: torch.Tensor, seed: int):
     """The first calls (lazy parameters materialised, a failing ``mask=None`` default replaced, a tuple input found),
     the weights seeded, and the plain output; a module that cannot be called is a :class:`CheckError`."""
     try:
@@ -157,7 +157,7 @@ def _first_run(subject: Subject, x: torch.Tensor, seed: int):
         ) from None
 
 
-def _precision_notes(subject: Subject) -> float:
+def _precision_notes(subject: CheckedModule) -> float:
     """The tolerance floor the dtypes the module computed in call for, and the notes that say so."""
     floor = precision.floor_for(subject.seen_dtypes)
     precision.FLOOR.set(floor)  # reset when check() returns (precision.tolerating)
@@ -179,7 +179,7 @@ def _precision_notes(subject: Subject) -> float:
     return floor
 
 
-def _sequence_first(subject: Subject, x: torch.Tensor, base: torch.Tensor, base_w):
+def _sequence_first(subject: CheckedModule, x: torch.Tensor, base: torch.Tensor, base_w):
     """A sequence-first module detected (and said); its plain output read again in its own layout."""
     if detect_seq_first(subject, x, base, precision.tol(1e-9) * max(1.0, float(base.abs().nan_to_num(0).max()))):
         base, base_w = subject.run(x)
@@ -192,7 +192,7 @@ def _sequence_first(subject: Subject, x: torch.Tensor, base: torch.Tensor, base_
     return base, base_w
 
 
-def _settings(subject: Subject, d: int, h: int, x: torch.Tensor, seed: int, causal: bool, floor: float) -> dict:
+def _settings(subject: CheckedModule, d: int, h: int, x: torch.Tensor, seed: int, causal: bool, floor: float) -> dict:
     return {
         "d_model": d,
         "n_heads": h,
@@ -208,7 +208,7 @@ def _settings(subject: Subject, d: int, h: int, x: torch.Tensor, seed: int, caus
     }
 
 
-def _found_call(subject: Subject, base_w, h: int) -> dict:
+def _found_call(subject: CheckedModule, base_w, h: int) -> dict:
     """What the report's "found" says of the call."""
     return {
         "call": subject.call,
@@ -221,7 +221,7 @@ def _found_call(subject: Subject, base_w, h: int) -> dict:
     }
 
 
-def _what_it_is(subject: Subject, kind: str, h: int, x: torch.Tensor, base: torch.Tensor, base_w, found: dict):
+def _what_it_is(subject: CheckedModule, kind: str, h: int, x: torch.Tensor, base: torch.Tensor, base_w, found: dict):
     """Which kind of module (attention or block), its attention found by names and by the recorded dataflow, its
     norms found by behaviour: the probes' shared state, the attention's scope, its readings, an own norm."""
     module, d = subject.module, x.shape[-1]

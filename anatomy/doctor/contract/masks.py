@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from anatomy.doctor.contract import precision
-from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule
 
 # --- masks ----------------------------------------------------------------------------------------------------
 
@@ -119,7 +119,7 @@ class MaskCandidate:
     )  # how far the mask moved the real query rows' outputs (0: it acts on padded rows only)
 
 
-def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: tuple) -> list[MaskCandidate]:
+def discover_mask(subject: CheckedModule, x: torch.Tensor, base: torch.Tensor, shape: tuple) -> list[MaskCandidate]:
     """Try every (sense, layout) on a padding mask. A format is accepted when it is neutral while hiding nothing;
     the accepted ones come first, best first: the mask changes the output, its hidden keys leak least, then the
     order of SENSES and PAD_LAYOUTS. Rejected candidates follow, each with its reason."""
@@ -196,7 +196,7 @@ def leaking_forms(cands: list[MaskCandidate], floor: float) -> list[MaskCandidat
 
 
 def discover_causal_format(
-    subject: Subject, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor, shape: tuple
+    subject: CheckedModule, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor, shape: tuple
 ) -> MaskFormat | None:
     """A layout (in the discovered sense) that can carry a causal mask, or None (e.g. the module takes (B, S))."""
     b, t, _ = x.shape
@@ -217,7 +217,7 @@ def discover_causal_format(
     return None
 
 
-def dependency(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def dependency(subject: CheckedModule, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``dep[i, j]``: how far output row ``i`` moves (max over batch and features) when token ``j`` changes."""
     base, _ = subject.run(x, mask)
     t = x.shape[1]

@@ -4,12 +4,12 @@ The doctor runs everything in float64, but real code computes parts in float32 o
 ``qk.float()``, LayerNorm subclasses that cast to float32 and back, RoPE tables built in float32). Three things
 follow, all here:
 
-* :class:`Islands` (a ``TorchFunctionMode`` around every learner forward, ``Subject.run``) notes the floating dtypes
-  the module computed in, and when an op fails only because its tensors disagree in dtype (a float32 input meeting
-  the float64 parameters the doctor gave the module: ``mixed dtype``, ``expected both ... same dtype``) it runs the
-  op again with its floating tensors in float64: a module that casts never crashes the check. The forward also runs
-  with float64 as the default dtype (``torch.full(..., finfo.min)`` or ``torch.zeros`` without a dtype follow the
-  check's dtype, as they follow the training dtype in the author's runs).
+* :class:`Islands` (a ``TorchFunctionMode`` around every learner forward, ``CheckedModule.run``) notes the
+  floating dtypes the module computed in, and when an op fails only because its tensors disagree in dtype (a float32
+  input meeting the float64 parameters the doctor gave the module: ``mixed dtype``, ``expected both ... same
+  dtype``) it runs the op again with its floating tensors in float64: a module that casts never crashes the check.
+  The forward also runs with float64 as the default dtype (``torch.full(..., finfo.min)`` or ``torch.zeros``
+  without a dtype follow the check's dtype, as they follow the training dtype in the author's runs).
 * :func:`floor_for` turns the narrowest dtype seen into a relative tolerance floor (a few hundred of its epsilons:
   float32 gives ~4e-5, still far below the > 1e-3 the post's faults make).
 * :func:`tol` is what every comparison uses: ``max(its float64 tolerance, the floor)``; the floor is set for the

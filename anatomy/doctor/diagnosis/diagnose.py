@@ -24,7 +24,7 @@ from anatomy.doctor.contract.masks import max_diff
 from anatomy.doctor.diagnosis.difference import first_difference
 from anatomy.doctor.diagnosis.references import References, Scenario
 from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, key_of, split
-from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule
 from anatomy.doctor.mapping.projections import Hypothesis
 from anatomy.pitfalls import records
 
@@ -162,7 +162,7 @@ def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1 :] if not sets[a] & sets[b]]
 
 
-def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
+def user_outputs(subject: CheckedModule, scenarios: list[Scenario]) -> list[Scenario]:
     done = []
     for sc in scenarios:
         try:
@@ -174,7 +174,7 @@ def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
 
 
 def diagnose(
-    subject: Subject,
+    subject: CheckedModule,
     refs: References,
     hyps: list[Hypothesis],
     scenarios: list[Scenario],
@@ -342,7 +342,7 @@ def _relaid(refs: References, hyp: Hypothesis, v: tuple, distance: float) -> Dia
 RANDOM = "dropout_at_eval"  # the pitfall whose output changes from call to call in eval mode
 
 
-def random_at_eval(subject: Subject, sc: Scenario, tol: float) -> float | None:
+def random_at_eval(subject: CheckedModule, sc: Scenario, tol: float) -> float | None:
     """How much a second identical call (the module in eval mode) differs from the first, when by more than
     ``tol``: randomness left on at evaluation (functional dropout without ``training=self.training``). No
     reference can reproduce a random output, so no fault is tried then. NaN in the same places is equal."""

@@ -9,7 +9,7 @@ from torch import nn
 from anatomy.components.kernels import repeat_kv
 from anatomy.doctor.contract.masks import max_diff
 from anatomy.doctor.diagnosis.references import References, Scenario
-from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule
 from anatomy.doctor.mapping.projections import Hypothesis
 
 # --- where the first difference appears ---------------------------------------------------------------------------
@@ -23,7 +23,9 @@ def _record(module: nn.Module, log: list, name: str):
     return module.register_forward_hook(hook)
 
 
-def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenarios: list[Scenario], tol: float) -> dict:
+def first_difference(
+    subject: CheckedModule, ref: nn.Module, hyp: Hypothesis, scenarios: list[Scenario], tol: float
+) -> dict:
     """Walk the reference's mapped sub-modules in call order; the first input or output that differs is named."""
     sc = next((s for s in scenarios if max_diff(s.out, References.run(ref, s), s.rows) > tol), scenarios[0])
     user_named, ref_named = dict(subject.module.named_modules()), dict(ref.named_modules())

@@ -122,8 +122,9 @@ def _ordered_qkv(params: list, kinds) -> tuple[str, str, str] | None:
 
 
 @dataclass
-class Subject:
-    """How to call the learner's module: ``run(x, mask)`` → ``(out, weights or None)``, ``x`` always (B, T, D).
+class CheckedModule:
+    """The module under check and how to call it: ``run(x, mask)`` → ``(out, weights or None)``, ``x`` always
+    (B, T, D).
 
     The contract is read from ``forward``'s signature (:meth:`inspect`) and completed on the first calls
     (``check.py``): a sequence-first module gets ``x`` transposed to (T, B, D) and its output transposed back
@@ -151,7 +152,7 @@ class Subject:
     promoted: int = 0  # ops rerun in float64 because a float32 island met float64 tensors (precision.py)
 
     @classmethod
-    def inspect(cls, module: nn.Module, label: str) -> Subject:
+    def inspect(cls, module: nn.Module, label: str) -> CheckedModule:
         try:
             params = list(inspect.signature(module.forward).parameters.values())
         except (TypeError, ValueError):

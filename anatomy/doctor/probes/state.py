@@ -11,7 +11,7 @@ import torch
 
 from anatomy.doctor.contract.masks import MaskFormat
 from anatomy.doctor.contract.precision import tol
-from anatomy.doctor.loading.subject import Subject
+from anatomy.doctor.loading.subject import CheckedModule
 from anatomy.doctor.mapping.projections import BlockParts, Hypothesis
 
 LEAK_TOL = 1e-9  # relative: hidden tokens must have *no* effect (a -1e9 or -inf fill gives exactly 0 in float64)
@@ -26,7 +26,7 @@ class ProbeState:
     """What every probe reads: the learner's module and how to call it, the probe input and its plain output, the
     conventions found (mask, causality, positions, norms), the mapping, and earlier probes' verdicts."""
 
-    subject: Subject
+    subject: CheckedModule
     kind: str
     d: int
     h: int

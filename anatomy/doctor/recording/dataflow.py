@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anatomy.doctor.loading.subject import CallError, CheckError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError
 from anatomy.doctor.mapping.naming import Hypothesis, Source
 from anatomy.doctor.recording import observed as ob
 from anatomy.pitfalls import records
@@ -35,7 +35,7 @@ class Observation:
         return {"recorded": True, **self.summary}
 
 
-def observe(subject: Subject, x: torch.Tensor, d: int, h: int) -> Observation:
+def observe(subject: CheckedModule, x: torch.Tensor, d: int, h: int) -> Observation:
     """Record one plain forward of the learner's module (through its call contract) and read what it shows."""
     b, t = x.shape[:2]
     try:
@@ -64,7 +64,9 @@ def about_the_mask(finding) -> bool:
     return (finding.fault or finding.explained_by) in records.mask_faults() or finding.probe in MASK_PROBES
 
 
-def record_masked(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None, d: int, h: int) -> Recording | None:
+def record_masked(
+    subject: CheckedModule, x: torch.Tensor, mask: torch.Tensor | None, d: int, h: int
+) -> Recording | None:
     """A recording of one forward with ``mask`` (the plain one never runs the learner's masking lines)."""
     if mask is None:
         return None

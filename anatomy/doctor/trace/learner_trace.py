@@ -25,7 +25,7 @@ from anatomy.doctor.contract.calls import detect_seq_first, first_call
 from anatomy.doctor.loading.building import build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.limits import Hung, guard
-from anatomy.doctor.loading.subject import CallError, CheckError, CheckTimeout, Subject, _quiet
+from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError, CheckTimeout, _quiet
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.trace.learner_labels import Row, _notes, collapse_heads, label_steps
 from anatomy.doctor.trace.learner_trace_text import render
@@ -93,7 +93,7 @@ def trace_learner(
 
 def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
     module, label = build(target, factory, d, h, seed, timeout)
-    subject = Subject.inspect(module, label)
+    subject = CheckedModule.inspect(module, label)
     x = torch.randn(b, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
         try:  # nn.LazyLinear: its shapes come from a first forward
@@ -126,7 +126,7 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
 MASK_LAYOUTS = ("(B, 1, 1, S)", "(B, 1, T, S)", "(B, T, S)", "(B, S)")
 
 
-def _seq_first(subject: Subject, x: torch.Tensor, timeout) -> bool:
+def _seq_first(subject: CheckedModule, x: torch.Tensor, timeout) -> bool:
     """Does the module take ``(T, B, D)``? The check's own detection (``contract/calls.py``): fed ``(B, T, D)`` it
     mixes the batch's sequences, fed ``(T, B, D)`` it does not."""
     subject.timeout = timeout
@@ -139,7 +139,7 @@ def _seq_first(subject: Subject, x: torch.Tensor, timeout) -> bool:
     return detect_seq_first(subject, x, base, 1e-9 * max(1.0, float(base.abs().nan_to_num(0).max())))
 
 
-def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, timeout, x_dims: str = "B T D"):
+def _record(module, subject: CheckedModule, label: str, x: torch.Tensor, sizes: dict, timeout, x_dims: str = "B T D"):
     """Record ``forward(x)`` (q = k = v = x for ``forward(query, key, value)``; ``mask=None`` when the mask has no
     default); when that raises and the forward takes a mask, once more with an all-visible boolean mask."""
     b, t = (x.shape[1], x.shape[0]) if x_dims == "T B D" else x.shape[:2]
