@@ -13,6 +13,8 @@ the module and each single forward get ``timeout`` seconds (``loading/limits.py`
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy.doctor.conclusion import diagnosis, pointed_findings
@@ -20,14 +22,17 @@ from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.calls import detect_seq_first, first_call
 from anatomy.doctor.contract.conventions import conventions
 from anatomy.doctor.diagnosis import diagnose as dg
-from anatomy.doctor.diagnosis.own_norm import find_own_norm
+from anatomy.doctor.diagnosis.own_norm import OwnNorm, find_own_norm
 from anatomy.doctor.diagnosis.references import References
-from anatomy.doctor.loading.building import build, randomize
+from anatomy.doctor.loading.building import Target, build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
-from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError
+from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError, Output
 from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.from_recording import with_observed
 from anatomy.doctor.mapping.layouts import linear_after_mha
+from anatomy.doctor.mapping.naming import Hypothesis
 from anatomy.doctor.mapping.norm_fit import find_norms
+from anatomy.doctor.mapping.norms import is_norm
 from anatomy.doctor.mapping.reading import attention_paths, hypotheses
 from anatomy.doctor.probes.behaviour import positions, run_all, shape
 from anatomy.doctor.probes.state import ProbeState
@@ -45,14 +50,14 @@ def _seq_len(d: int, h: int) -> int:
 
 
 def check(
-    target,
+    target: Target,
     *,
     kind: str = "auto",
     d_model: int = 16,
     n_heads: int = 4,
     causal: bool = False,
     factory: str | None = None,
-    mapping: dict | None = None,
+    mapping: dict[str, str] | None = None,
     seed: int = 0,
     timeout: float | None = TIMEOUT,
     seq_first: bool | None = None,
@@ -79,13 +84,13 @@ def check(
 
 
 def _check(
-    target,
+    target: Target,
     kind: str,
     d_model: int,
     n_heads: int,
     causal: bool,
     factory: str | None,
-    mapping: dict | None,
+    mapping: dict[str, str] | None,
     seed: int,
     timeout: float | None,
     seq_first: bool | None = None,
@@ -130,7 +135,9 @@ def _check(
     return Report(subject.label, state.kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 
-def _start(target, factory, d: int, h: int, seed: int, timeout: float | None, seq_first: bool | None):
+def _start(
+    target: Target, factory: str | None, d: int, h: int, seed: int, timeout: float | None, seq_first: bool | None
+) -> tuple[CheckedModule, torch.Tensor]:
     """The learner's module built and inspected, and the probe input ``x`` (float64, ``(B, T, D)``)."""
     module, label = build(target, factory, d, h, seed, timeout)
     subject = CheckedModule.inspect(module, label)
@@ -141,7 +148,7 @@ def _start(target, factory, d: int, h: int, seed: int, timeout: float | None, se
     return subject, x
 
 
-def _first_run(subject: CheckedModule, x: torch.Tensor, seed: int):
+def _first_run(subject: CheckedModule, x: torch.Tensor, seed: int) -> Output:
     """The first calls (lazy parameters materialised, a failing ``mask=None`` default replaced, a tuple input found),
     the weights seeded, and the plain output; a module that cannot be called is a :class:`CheckError`."""
     try:
@@ -179,7 +186,7 @@ def _precision_notes(subject: CheckedModule) -> float:
     return floor
 
 
-def _sequence_first(subject: CheckedModule, x: torch.Tensor, base: torch.Tensor, base_w):
+def _sequence_first(subject: CheckedModule, x: torch.Tensor, base: torch.Tensor, base_w: torch.Tensor | None) -> Output:
     """A sequence-first module detected (and said); its plain output read again in its own layout."""
     if detect_seq_first(subject, x, base, precision.tol(1e-9) * max(1.0, float(base.abs().nan_to_num(0).max()))):
         base, base_w = subject.run(x)
@@ -192,7 +199,9 @@ def _sequence_first(subject: CheckedModule, x: torch.Tensor, base: torch.Tensor,
     return base, base_w
 
 
-def _settings(subject: CheckedModule, d: int, h: int, x: torch.Tensor, seed: int, causal: bool, floor: float) -> dict:
+def _settings(
+    subject: CheckedModule, d: int, h: int, x: torch.Tensor, seed: int, causal: bool, floor: float
+) -> dict[str, Any]:
     return {
         "d_model": d,
         "n_heads": h,
@@ -208,7 +217,7 @@ def _settings(subject: CheckedModule, d: int, h: int, x: torch.Tensor, seed: int
     }
 
 
-def _found_call(subject: CheckedModule, base_w, h: int) -> dict:
+def _found_call(subject: CheckedModule, base_w: torch.Tensor | None, h: int) -> dict[str, Any]:
     """What the report's "found" says of the call."""
     return {
         "call": subject.call,
@@ -221,14 +230,25 @@ def _found_call(subject: CheckedModule, base_w, h: int) -> dict:
     }
 
 
-def _what_it_is(subject: CheckedModule, kind: str, h: int, x: torch.Tensor, base: torch.Tensor, base_w, found: dict):
+def _what_it_is(
+    subject: CheckedModule,
+    kind: str,
+    h: int,
+    x: torch.Tensor,
+    base: torch.Tensor,
+    base_w: torch.Tensor | None,
+    found: dict[str, Any],
+) -> tuple[ProbeState, str | None, list[Hypothesis], OwnNorm | None]:
     """Which kind of module (attention or block), its attention found by names and by the recorded dataflow, its
     norms found by behaviour: the probes' shared state, the attention's scope, its readings, an own norm."""
     module, d = subject.module, x.shape[-1]
     attn_hyps, scope = mp.find_attention(module, d, h)
     attn_hyps = linear_after_mha(subject, x, attn_hyps, scope, d)  # nn.MultiheadAttention, then one more Linear
     named = dict(module.named_modules())
-    inside = (lambda p: bool(scope) and (p == scope or p.startswith(f"{scope}."))) if scope else (lambda p: False)
+
+    def inside(p: str) -> bool:  # in the attention's scope (read when called: the dataflow may set it below)
+        return bool(scope) and (p == scope or p.startswith(f"{scope}."))
+
     qk_paths = {p for hp in attn_hyps if hp.qk_norm is not None for p in (hp.qk_norm.q, hp.qk_norm.k)}
     subject.stage = (
         "the search for norms (each sub-module's output against its standardised input)",
@@ -238,11 +258,10 @@ def _what_it_is(subject: CheckedModule, kind: str, h: int, x: torch.Tensor, base
     subject.stage = ("the recording of one forward (every tensor operation)", "记录一次 forward（每个张量运算）")
     obs = observe(subject, x, d, h)
     found["observed"] = obs.to_found()
-    attn_hyps = mp.with_observed(attn_hyps, obs.hyp, dict(module.named_parameters()))  # names, dataflow
+    attn_hyps = with_observed(attn_hyps, obs.hyp, dict(module.named_parameters()))  # names, dataflow
     if scope is None and attn_hyps and attn_hyps[0] is obs.hyp:  # names gave nothing: the dataflow's scope
         scope = scope_of(obs.hyp, set(named))
-        inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
-    has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
+    has_norms = bool(norms) or any(is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
     auto = kind == "auto"
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
     own = (
@@ -258,7 +277,7 @@ def _what_it_is(subject: CheckedModule, kind: str, h: int, x: torch.Tensor, base
     return state, scope, attn_hyps, own
 
 
-def _wrong_shape(state: ProbeState, settings: dict, found: dict, causal: bool) -> Report:
+def _wrong_shape(state: ProbeState, settings: dict[str, Any], found: dict[str, Any], causal: bool) -> Report:
     """The report of a module whose output is not ``(B, T, D)``: the shape finding, nothing else examined."""
     findings, _ = shape(state)
     found.update(

@@ -4,6 +4,8 @@ after it has found what the module is and how it is called."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anatomy.doctor.contract.conventions import scenarios
@@ -13,6 +15,7 @@ from anatomy.doctor.diagnosis.difference import raw_scores
 from anatomy.doctor.diagnosis.references import RES_POST, References, Scenario
 from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
 from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.naming import Hypothesis
 from anatomy.doctor.mapping.reading import mapping_found, required
 from anatomy.doctor.probes.designs import named_design
 from anatomy.doctor.probes.state import ProbeState
@@ -23,10 +26,19 @@ from anatomy.doctor.recording.dataflow import (
     record_masked,
     unmapped,
 )
+from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.pointers import point
 
+Design = tuple[Finding, str]  # a named design (probes/designs.py): its warning, and the diagnosis' reason
 
-def diagnosis(state: ProbeState, refs: References, hyps: list, complete: list, found: dict):
+
+def diagnosis(
+    state: ProbeState,
+    refs: References,
+    hyps: list[Hypothesis],
+    complete: list[Hypothesis],
+    found: dict[str, Any],
+) -> tuple[dg.Diagnosis, Design | None]:
     """The differential diagnosis (a second, causal reading when a fault that mixes tokens hid causality), a named
     design in place of "unexplained", and what the probes take from it (mapping, activation, the raw scores)."""
     subject, x, d, h = state.subject, state.x, state.d, state.h
@@ -64,7 +76,9 @@ def diagnosis(state: ProbeState, refs: References, hyps: list, complete: list, f
     return diag, (design if design is not None and diag.reason == design[1] else None)
 
 
-def pointed_findings(state: ProbeState, diag, design, findings: list) -> list:
+def pointed_findings(
+    state: ProbeState, diag: dg.Diagnosis, design: Design | None, findings: list[Finding]
+) -> list[Finding]:
     """The probes' findings with the diagnosis' and a named design's, faults the recorded flow shows, each pointed
     at the learner's lines, and the symptoms a named fault explains."""
     subject, x, d, h = state.subject, state.x, state.d, state.h
@@ -110,7 +124,7 @@ def pointed_findings(state: ProbeState, diag, design, findings: list) -> list:
     return findings
 
 
-def _mask_on_one_sub_layer(findings: list) -> None:
+def _mask_on_one_sub_layer(findings: list[Finding]) -> None:
     """In a block of two attention sub-layers (diffusers' BasicTransformerBlock), the mask a caller passes reaches
     the first: the second attends over every token by design (it takes the context's own mask). Its leaks are said
     as warnings of that design, not errors of the code."""

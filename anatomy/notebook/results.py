@@ -226,7 +226,7 @@ class TraceResult(_Printed):
         return ("行号：" if lang == "zh" else "lines: ") + "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
-        base = self.trace.to_dict() if self.trace is not None else {"target": self.target}
+        base: dict[str, Any] = self.trace.to_dict() if self.trace is not None else {"target": self.target}
         if self.trace is not None:
             base["rows"] = self.rows
         return self._with_outcome(base)

@@ -21,7 +21,7 @@ from anatomy.doctor.diagnosis.references import Scenario
 from anatomy.doctor.probes.state import ProbeState
 
 
-def conventions(state: ProbeState, causal_flag: bool) -> dict:
+def conventions(state: ProbeState, causal_flag: bool) -> dict[str, Any]:
     """Is the module causal by itself? Which mask does it take (sense, layout), and can it take a causal one?"""
     subject, x, base = state.subject, state.x, state.base
     shape_ = tuple(x.shape)

@@ -21,7 +21,7 @@ from anatomy.doctor.loading.subject import CallError
 from anatomy.doctor.probes.block import BLOCK_PROBES
 from anatomy.doctor.probes.masking import float16_fill, fully_masked, padding_leak
 from anatomy.doctor.probes.scaling import scaling
-from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.probes.state import Probe, ProbeResult, ProbeState
 from anatomy.doctor.probes.state import leak as _leak
 from anatomy.doctor.report.findings import PROBE_TITLES, Finding
 from anatomy.doctor.report.words import fmt
@@ -29,7 +29,7 @@ from anatomy.doctor.report.words import fmt
 # --- attention and blocks alike --------------------------------------------------------------------------------
 
 
-def shape(state: ProbeState):
+def shape(state: ProbeState) -> ProbeResult:
     findings = []
     want = (state.b, state.t, state.d)
     if tuple(state.base.shape) != want:
@@ -73,7 +73,7 @@ def shape(state: ProbeState):
     return findings, None
 
 
-def finite(state: ProbeState):
+def finite(state: ProbeState) -> ProbeResult:
     bad = int((~torch.isfinite(state.base)).sum())
     if bad:
         return [
@@ -96,7 +96,7 @@ def _worst_future(dep: torch.Tensor) -> tuple[float, int, int, int]:
     return float(vals.max()), idx // t, idx % t, int((vals > 0).sum())
 
 
-def causal_leak(state: ProbeState):
+def causal_leak(state: ProbeState) -> ProbeResult:
     if state.causal:
         dep, how = state.dep, "plain"
     elif state.causal_mask is not None:
@@ -168,7 +168,7 @@ def positions(state: ProbeState) -> str:
     return "absolute" if _leak(max_diff(shifted[:, 2:], state.base), state) else "relative"
 
 
-def token_order(state: ProbeState):
+def token_order(state: ProbeState) -> ProbeResult:
     if state.positional is not None:
         return [], (
             f"positions enter attention ({state.positional}): permuting the tokens changes the outputs by "
@@ -206,7 +206,7 @@ def token_order(state: ProbeState):
     return [], None
 
 
-def batch_independence(state: ProbeState):
+def batch_independence(state: ProbeState) -> ProbeResult:
     x2 = state.x.clone()
     x2[1:] = torch.randn(x2[1:].shape, generator=torch.Generator().manual_seed(3), dtype=x2.dtype)
     try:
@@ -228,7 +228,8 @@ def batch_independence(state: ProbeState):
     return [], None
 
 
-ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports ProbeState from here); run_all puts it in its place
+# "scaling" lives in scaling.py (it imports ProbeState from here); run_all puts it in its place
+ATTENTION_PROBES: dict[str, Probe | None] = {
     "shape": shape,
     "finite": finite,
     "causal_leak": causal_leak,
@@ -241,7 +242,7 @@ ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports ProbeState fro
 }
 
 
-def run_all(state: ProbeState) -> tuple[list[Finding], list[str], list[dict]]:
+def run_all(state: ProbeState) -> tuple[list[Finding], list[str], list[dict[str, str]]]:
 
     probes = {**ATTENTION_PROBES, "scaling": scaling}  # scaling.py keeps its place in the order
     if state.kind == "block":

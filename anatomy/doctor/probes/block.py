@@ -9,14 +9,14 @@ import torch
 from anatomy.doctor.contract.masks import close, max_diff
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.loading.subject import CallError
-from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.probes.state import Probe, ProbeResult, ProbeState
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
 
 # --- blocks -------------------------------------------------------------------------------------------------------
 
 
-def norm_parameters(state: ProbeState):
+def norm_parameters(state: ProbeState) -> ProbeResult:
     parts = state.parts
     if parts is None or not parts.norms:
         return [], (
@@ -82,7 +82,7 @@ def _zeroed(state: ProbeState) -> list[str]:
     return names if any("o_proj.weight" in r for r in state.hyp.sources) else []
 
 
-def residual(state: ProbeState):
+def residual(state: ProbeState) -> ProbeResult:
     names, hyp = _zeroed(state), state.hyp
     if not names or hyp is None or not any("down_proj" in r for r in hyp.sources):  # names: hyp is set
         return [], ("the attention output and FFN projections were not mapped", "未能对应注意力输出投影和 FFN 投影")
@@ -122,7 +122,7 @@ def residual(state: ProbeState):
     return [], None
 
 
-def norm_placement(state: ProbeState):
+def norm_placement(state: ProbeState) -> ProbeResult:
     parts = state.parts
     if parts is None or not parts.norms:
         return [], ("no norm module found", "没有找到 norm 模块")
@@ -180,7 +180,7 @@ def norm_placement(state: ProbeState):
     return [], None
 
 
-def ffn_width(state: ProbeState):
+def ffn_width(state: ProbeState) -> ProbeResult:
     parts = state.parts
     if parts is None or not parts.d_ff:
         return [], ("no feed-forward pair of Linears (D → F → D) found", "没有找到前馈网络的两个 Linear（D → F → D）")
@@ -200,7 +200,7 @@ def ffn_width(state: ProbeState):
     return [], None
 
 
-BLOCK_PROBES = {
+BLOCK_PROBES: dict[str, Probe] = {
     "norm_parameters": norm_parameters,
     "residual": residual,
     "norm_placement": norm_placement,

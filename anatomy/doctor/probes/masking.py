@@ -10,16 +10,16 @@ import math
 import torch
 from torch import nn
 
-from anatomy.doctor.contract.masks import max_diff, pad_keep, padding_keep
+from anatomy.doctor.contract.masks import MaskCandidate, max_diff, pad_keep, padding_keep
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.loading.subject import CallError
-from anatomy.doctor.probes.state import ProbeState, Skip
+from anatomy.doctor.probes.state import ProbeResult, ProbeState, Skip
 from anatomy.doctor.probes.state import leak as _leak
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import SENSE_SHORT, fmt
 
 
-def padding_leak(state: ProbeState):
+def padding_leak(state: ProbeState) -> ProbeResult:
     if state.mask is None:
         return [], _no_mask(state)
     t = state.t
@@ -115,7 +115,7 @@ def _on_queries(state: ProbeState, out: torch.Tensor, real: torch.Tensor, no_eff
     return "padding_mask_on_queries"
 
 
-def _form_leak(cand, state: ProbeState) -> Finding:
+def _form_leak(cand: MaskCandidate, state: ProbeState) -> Finding:
     """One accepted mask form that leaks beside the right one the probes use: an error naming the form. When that
     form leaves every real query's output as it was and moves only the padded rows, it masks the queries."""
     sense_en, sense_zh = SENSE_SHORT[cand.fmt.sense]
@@ -152,7 +152,7 @@ def _no_mask(state: ProbeState) -> Skip:
     return ("no mask format was accepted", "没有任何 mask 格式被接受")
 
 
-def fully_masked(state: ProbeState):
+def fully_masked(state: ProbeState) -> ProbeResult:
     if state.mask is None:
         return [], _no_mask(state)
     keep = pad_keep(state.b, state.t, [state.t, 0])  # sequence 1 is all padding: its queries see no key
@@ -192,7 +192,7 @@ def fully_masked(state: ProbeState):
     return findings, None
 
 
-def float16_fill(state: ProbeState):
+def float16_fill(state: ProbeState) -> ProbeResult:
     if state.mask is None:
         return [], _no_mask(state)
     try:

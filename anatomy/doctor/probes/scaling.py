@@ -8,13 +8,13 @@ import math
 
 import torch
 
-from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.probes.state import ProbeResult, ProbeState
 from anatomy.doctor.recording.dataflow import scale_verdict
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
 
 
-def observed_scaling(state: ProbeState):
+def observed_scaling(state: ProbeState) -> ProbeResult | None:
     """The scale read from the recorded forward: the softmax's input ÷ the q·kᵀ that produced it."""
     verdict = scale_verdict(state.observation, state.d, state.h) if state.observation is not None else None
     if verdict is None:
@@ -36,12 +36,12 @@ def observed_scaling(state: ProbeState):
     return [Finding("scaling", "error", en, zh, ev, fault=None if fault == "other" else fault)], None
 
 
-def scaling(state: ProbeState):
+def scaling(state: ProbeState) -> ProbeResult:
     w = state.base_w
     if w is None or w.dim() != 4 or tuple(w.shape) != (state.b, state.h, state.t, state.t):
-        seen = observed_scaling(state)
-        if seen is not None:
-            return seen
+        observed = observed_scaling(state)  # None: the recording shows no scale either
+        if observed is not None:
+            return observed
         return [], (
             "needs per-head weights (B, H, T, S) from forward; the diagnosis checks the scale instead",
             "需要 forward 返回每个头的权重 (B, H, T, S)；缩放改由差分诊断检查",
