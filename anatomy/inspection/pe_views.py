@@ -6,7 +6,9 @@ page (``page.py``) embeds them."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -36,8 +38,8 @@ class Panel:
     hline: float | None = None  # a row marker on heatmaps
     note: str = ""
 
-    def to_dict(self) -> dict:
-        def clean(v):
+    def to_dict(self) -> dict[str, Any]:
+        def clean(v: float) -> float | None:
             return None if isinstance(v, float) and not math.isfinite(v) else v
 
         return {
@@ -66,7 +68,7 @@ class PEData:
     def panels(self) -> list[Panel]:
         return [self.heatmap, self.waves, self.similarity, self.beyond]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "title": list(self.title),
@@ -93,7 +95,9 @@ def _pick_dims(count: int, k: int = 4) -> list[int]:
     return sorted({0, count // 8, count // 4, count - 1} if k == 4 else set(range(min(k, count))))
 
 
-def _pe_sinusoidal(*, pos, offsets, d, max_len, train_len, n_heads):
+def _pe_sinusoidal(
+    *, pos: torch.Tensor, offsets: torch.Tensor, d: int, max_len: int, train_len: int, n_heads: int
+) -> PEData:
     table = sinusoidal_table(pos, d).double()  # (P, D)
     dims = sorted({0, 2 * (d // 16), 2 * (d // 8), d - 2})
     p0 = max_len // 2
@@ -137,7 +141,9 @@ def _pe_sinusoidal(*, pos, offsets, d, max_len, train_len, n_heads):
     )
 
 
-def _pe_learned(*, pos, offsets, d, max_len, train_len, n_heads):
+def _pe_learned(
+    *, pos: torch.Tensor, offsets: torch.Tensor, d: int, max_len: int, train_len: int, n_heads: int
+) -> PEData:
     module = LearnedPositional(d_model=d, max_seq_len=train_len)
     table = torch.full((max_len, d), float("nan"), dtype=torch.float64)
     table[:train_len] = module.weight.detach().double()
@@ -190,7 +196,7 @@ def _pe_learned(*, pos, offsets, d, max_len, train_len, n_heads):
     )
 
 
-def _pe_rope(*, pos, offsets, d, max_len, train_len, n_heads):
+def _pe_rope(*, pos: torch.Tensor, offsets: torch.Tensor, d: int, max_len: int, train_len: int, n_heads: int) -> PEData:
     angles = rope_angles(pos[None], d, 10000.0, torch.float64)[0, 0]  # (P, Dh/2)
     pairs = _pick_dims(d // 2)
     ones = torch.ones(1, 1, max_len, d, dtype=torch.float64)
@@ -238,7 +244,9 @@ def _pe_rope(*, pos, offsets, d, max_len, train_len, n_heads):
     )
 
 
-def _pe_alibi(*, pos, offsets, d, max_len, train_len, n_heads):
+def _pe_alibi(
+    *, pos: torch.Tensor, offsets: torch.Tensor, d: int, max_len: int, train_len: int, n_heads: int
+) -> PEData:
     slopes = alibi_slopes(n_heads).double()
     module = ALiBiPositional(n_heads=n_heads)
     bias = module.score_bias(None, pos[None], pos[None], 1.0)[0].double()  # (H, P, P)
@@ -290,7 +298,7 @@ def _pe_alibi(*, pos, offsets, d, max_len, train_len, n_heads):
     )
 
 
-def _pe_t5(*, pos, offsets, d, max_len, train_len, n_heads):
+def _pe_t5(*, pos: torch.Tensor, offsets: torch.Tensor, d: int, max_len: int, train_len: int, n_heads: int) -> PEData:
     buckets, max_distance = 32, max(train_len, 9)
     module = T5RelativeBias(n_heads=n_heads, num_buckets=buckets, max_distance=max_distance)
     rel = pos[None, :] - pos[:, None]  # (P, P): j - i
@@ -336,7 +344,7 @@ def _pe_t5(*, pos, offsets, d, max_len, train_len, n_heads):
     )
 
 
-BUILDERS = {  # kind -> the builder of its four views
+BUILDERS: dict[str, Callable[..., PEData]] = {  # kind -> the builder of its four views (keyword arguments)
     "sinusoidal": _pe_sinusoidal,
     "learned": _pe_learned,
     "rope": _pe_rope,

@@ -4,11 +4,15 @@ the relative offset, and what happens past the training length (computed in ``pe
 from __future__ import annotations
 
 import textwrap
+from typing import TYPE_CHECKING
 
 import torch
 
 from anatomy.inspection.figures import _fonts, bi, new_figure
 from anatomy.inspection.pe_views import BUILDERS, PEData
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PE_KINDS = tuple(BUILDERS)  # sinusoidal, learned, rope, alibi, t5
 
@@ -49,7 +53,7 @@ def positional_data(
         )
 
 
-def positional_figure(data: PEData):
+def positional_figure(data: PEData) -> Figure:
     """Heatmap, waves, similarity vs offset and behaviour past the training length, in one 2 × 2 figure."""
     import matplotlib as mpl
 
