@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from anatomy.course import block_words as W
-from anatomy.course.spec import Finding, _same_file, definition_line
+from anatomy.course.spec import BrokenRule, _same_file, definition_line
 from anatomy.tracing.steps import Recording, Step
 
 if TYPE_CHECKING:
@@ -57,14 +57,14 @@ def _by_index(rec: Recording | None) -> dict[str, Step]:
     return {f"step {s.index}": s for s in rec.steps} if rec is not None else {}
 
 
-def _find(name: str, step: Step | None, what_args: tuple[Any, ...] = ()) -> Finding:
+def _find(name: str, step: Step | None, what_args: tuple[Any, ...] = ()) -> BrokenRule:
     return W.finding(name, step.line if step is not None else None, step.source if step is not None else "", *what_args)
 
 
 # ------------------------------------------------------------------------------------------------ always: rules
 
 
-def eval_random(call: Callable[[], Any], file: str, rec: Recording | None) -> Finding | None:
+def eval_random(call: Callable[[], Any], file: str, rec: Recording | None) -> BrokenRule | None:
     """Two evaluations of the same input differ: dropout left on at evaluation (``F.dropout(w, 0.1)`` trains by
     default)."""
     torch.manual_seed(1)
@@ -80,7 +80,7 @@ def eval_random(call: Callable[[], Any], file: str, rec: Recording | None) -> Fi
     return _find("dropout_at_eval", step)
 
 
-def variant(found: dict[str, Any], d_model: int, m: nn.Module, file: str, rec: Recording | None) -> Finding | None:
+def variant(found: dict[str, Any], d_model: int, m: nn.Module, file: str, rec: Recording | None) -> BrokenRule | None:
     """The block's design the doctor found, against the exercise's: FFN width, norms with parameters."""
     mine = _mine(rec, file)
     steps = _by_index(rec) if rec is not None else {}
@@ -102,7 +102,7 @@ def variant(found: dict[str, Any], d_model: int, m: nn.Module, file: str, rec: R
     return None
 
 
-def _ffn_width(m: nn.Module, file: str, rec: Recording | None, d_ff: int, d_model: int) -> Finding:
+def _ffn_width(m: nn.Module, file: str, rec: Recording | None, d_ff: int, d_model: int) -> BrokenRule:
     """Where the FFN's first Linear is defined (its width is what is wrong), else where it runs."""
     mine = _mine(rec, file)
     norms = [s for s in rec.steps if s.op in ("layer_norm", "rms_norm")] if rec is not None else []
@@ -120,7 +120,7 @@ def _ffn_width(m: nn.Module, file: str, rec: Recording | None, d_ff: int, d_mode
     return W.finding("ffn_ignores_d_ff", line, source, d_ff, d_model)
 
 
-def initial_values(found: dict[str, Any], m: nn.Module, file: str) -> Finding | None:
+def initial_values(found: dict[str, Any], m: nn.Module, file: str) -> BrokenRule | None:
     """Each norm's gamma starts at ones and beta at zeros (the doctor's seeded weights hide any initialisation)."""
     params = dict(m.named_parameters())
     pairs = (found.get("mapping") or {}).get("pairs") or []
@@ -143,7 +143,7 @@ def initial_values(found: dict[str, Any], m: nn.Module, file: str) -> Finding | 
     return None
 
 
-def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
+def training(m: nn.Module, x: torch.Tensor, file: str) -> BrokenRule | None:
     """In training mode with every ``nn.Dropout`` at p = 0 the block computes what it computes in evaluation (the
     reference has nothing else that trains): a BatchNorm, or a norm with running statistics, does not."""
     probe = copy.deepcopy(m)
@@ -178,7 +178,7 @@ def training(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
 SPECIFIC = frozenset({"softmax_wrong_axis", "softmax_over_queries", "scale_after_softmax", "scale_from_wrong_size"})
 
 
-def named(rec: Recording | None, file: str, mha: bool, only: frozenset[str] | None = None) -> Finding | None:
+def named(rec: Recording | None, file: str, mha: bool, only: frozenset[str] | None = None) -> BrokenRule | None:
     """The learner's step that makes the output differ from the reference, read from the dataflow (``only``: the
     names to accept)."""
     mine = _mine(rec, file)
@@ -192,12 +192,12 @@ def named(rec: Recording | None, file: str, mha: bool, only: frozenset[str] | No
     return None
 
 
-def _residual_twice(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
+def _residual_twice(mine: list[Step], steps: dict[str, Step], mha: bool) -> BrokenRule | None:
     adds = [s for s in mine if s.op in ADDS and any(i.source == "x" for i in s.inputs)]
     return None if mha or len(adds) < 2 else _find("second_residual_from_input", adds[1])
 
 
-def _extra_activation(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
+def _extra_activation(mine: list[Step], steps: dict[str, Step], mha: bool) -> BrokenRule | None:
     for s in mine:
         src = steps.get(s.inputs[0].source) if s.op in ACTS and s.inputs else None
         if src is not None and src.op == "linear" and src.outputs and src.outputs[0].dims[-1:] == ("D",):
@@ -207,12 +207,12 @@ def _extra_activation(mine: list[Step], steps: dict[str, Step], mha: bool) -> Fi
     return None
 
 
-def _dropout_on_input(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
+def _dropout_on_input(mine: list[Step], steps: dict[str, Step], mha: bool) -> BrokenRule | None:
     s = next((s for s in mine if s.op in DROPS and s.inputs and s.inputs[0].source == "x"), None)
     return None if s is None else _find("dropout_on_residual", s)
 
 
-def _no_projection(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
+def _no_projection(mine: list[Step], steps: dict[str, Step], mha: bool) -> BrokenRule | None:
     """The heads merged to (B, T, D) and never through a Linear: added to the residual or returned as they are."""
 
     def heads_in(s: Step) -> bool:
@@ -229,7 +229,7 @@ def _no_projection(mine: list[Step], steps: dict[str, Step], mha: bool) -> Findi
     return _find("no_output_projection", last)
 
 
-def _interleaved(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
+def _interleaved(mine: list[Step], steps: dict[str, Step], mha: bool) -> BrokenRule | None:
     for s in mine:
         dims = s.outputs[0].dims if s.op in ("view", "reshape", "unflatten") and s.outputs else ()
         if any(a == "Dh" and b == "H" for a, b in zip(dims, dims[1:])):
@@ -237,7 +237,7 @@ def _interleaved(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding
     return None
 
 
-def _softmax(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | None:
+def _softmax(mine: list[Step], steps: dict[str, Step], mha: bool) -> BrokenRule | None:
     soft = next((s for s in mine if s.op in ("softmax", "_softmax") and s.inputs), None)
     if soft is None:
         return None
@@ -256,7 +256,7 @@ def _softmax(mine: list[Step], steps: dict[str, Step], mha: bool) -> Finding | N
     return _scale_size(soft, steps)
 
 
-def _scale_size(soft: Step, steps: dict[str, Step]) -> Finding | None:
+def _scale_size(soft: Step, steps: dict[str, Step]) -> BrokenRule | None:
     """The effective scale of the scores (the softmax's input over q·k), against the sizes it could be made of."""
     made = [s for s in steps.values() if s.index < soft.index and s.op in ("matmul", "__matmul__", "einsum", "bmm")]
     qk = next((s for s in reversed(made) if s.outputs and s.outputs[0].dims[-2:] in (("T", "S"), ("T", "T"))), None)
@@ -304,7 +304,7 @@ def confirmed(fault: str, report: Report, rec: Recording | None, file: str) -> b
     )
 
 
-def differs(report: Report, rec: Recording | None, file: str, mha: bool) -> Finding:
+def differs(report: Report, rec: Recording | None, file: str, mha: bool) -> BrokenRule:
     """What differs from the reference, by how much, and the learner's line where it first appears."""
     diag = report.diagnosis
     first = diag.get("first_difference") or {}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from anatomy.course.spec import Finding
+from anatomy.course.spec import BrokenRule
 
 BLOCK = (
     "结构里同时包含Multi-Head、前馈网络、两个残差和两个LayerNorm……每一个LayerNorm都需要分别拥有自己的可学习参数gamma和beta。",
@@ -55,7 +55,7 @@ DETAILS = {
 }
 
 
-def finding(name: str, line: int | None, source: str, *args: Any) -> Finding:  # args: the numbers DETAILS formats
+def finding(name: str, line: int | None, source: str, *args: Any) -> BrokenRule:  # args: the numbers DETAILS formats
     """The finding ``name`` at the learner's ``line``: its record's words (``anatomy.pitfalls.records``), else
     the course's own (:data:`WORDS`, for the few the records do not hold yet), with the finding's numbers."""
     from anatomy.pitfalls import records
@@ -68,9 +68,9 @@ def finding(name: str, line: int | None, source: str, *args: Any) -> Finding:  #
     hint = (r.hint_en, r.hint_zh) if r is not None and r.hint_en and r.hint_zh else HINTS.get(name)
     if r is not None and hint is not None:
         what = (r.summary_en.rstrip(".") + extra[0], r.summary_zh.rstrip("。") + extra[1])
-        return Finding(name, line, source, what, (r.post_zh or "", ""), hint)
+        return BrokenRule(name, line, source, what, (r.post_zh or "", ""), hint)
     en, zh, post, hint_en, hint_zh = WORDS[name]
-    return Finding(name, line, source, (en + extra[0], zh + extra[1]), post, (hint_en, hint_zh))
+    return BrokenRule(name, line, source, (en + extra[0], zh + extra[1]), post, (hint_en, hint_zh))
 
 
 def _unexplained(
@@ -80,7 +80,7 @@ def _unexplained(
     where: tuple[str, str] | None,
     mha: bool,
     diag: dict[str, Any],
-) -> Finding:
+) -> BrokenRule:
     what = "multi-head attention" if mha else "block"
     what_zh = "多头注意力" if mha else "Block"
     if diag.get("status") == "unavailable":
@@ -101,7 +101,7 @@ def _unexplained(
             + (f"（最多相差 {size:.3g}）" if isinstance(size, (int, float)) else "")
             + at_zh
         )
-    return Finding(
+    return BrokenRule(
         "unexplained",
         line,
         source,

@@ -50,7 +50,7 @@ def _build(cls: Callable[..., Any], args: tuple[Any, ...], timeout: float | None
     return m.double().eval()
 
 
-def _finding(result: Result, f: spec.Finding) -> Result:
+def _finding(result: Result, f: spec.BrokenRule) -> Result:
     result.passed = False
     result.point(f.line, f.source)
     result.more_lines = list(f.more_lines)
@@ -79,7 +79,7 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout: float | None) -> Res
 
     torch.manual_seed(0)
     m32 = _build(cls, args, timeout).float()  # globals stay float32: the audit runs where they fit
-    calls: list[spec.Call] = []
+    calls: list[spec.ModuleCall] = []
     found = spec.audit_structure(
         m32, lambda: call(x.float(), causal, m32, True), subject.file, D_MODEL, exercise.id, seen=calls
     )
@@ -175,7 +175,7 @@ def _lined(result: Result, report: Report, rec: Recording | None, mha: bool) -> 
     return result
 
 
-def _spec(report: Report, m: nn.Module, x: torch.Tensor, file: str, rec: Recording | None) -> spec.Finding | None:
+def _spec(report: Report, m: nn.Module, x: torch.Tensor, file: str, rec: Recording | None) -> spec.BrokenRule | None:
     """The exercise's design against what the doctor found, the norms' initial values, training mode."""
     return (
         rules.variant(report.found, D_MODEL, m, file, rec)
@@ -186,7 +186,7 @@ def _spec(report: Report, m: nn.Module, x: torch.Tensor, file: str, rec: Recordi
 
 def _behaviour(
     m: nn.Module, call: Callable[..., Any], subject: Subject, x: torch.Tensor, mha: bool, timeout: float | None
-) -> spec.Finding | None:
+) -> spec.BrokenRule | None:
     """The rules tested by behaviour: the mask's sense, Pre-Norm, GELU, dropout's place, the fill in float16."""
     seen = spec_block.leak(m, lambda inp, mask: call(inp, mask), 5, D_MODEL)
     if seen is not None:
@@ -200,7 +200,7 @@ def _behaviour(
             line, source = _unmasked_call(m, type(m).forward, subject.file) if line is None else (line, source)
         elif not inverted:
             return None  # positions mixed some other way: the doctor's verdict stands
-        return spec.Finding(
+        return spec.BrokenRule(
             "mask_inverted" if inverted else "mask_ignored",
             line,
             source,
@@ -229,7 +229,7 @@ def _behaviour(
         half = spec_block.half_copy(m)
         outcome = fill.float16_outcome(lambda: half(x.half(), torch.ones(5, 5, dtype=torch.bool).tril()[None, None]))
         line, source, value = big
-        return spec.Finding(
+        return spec.BrokenRule(
             "fill_minus_1e9",
             line,
             source,

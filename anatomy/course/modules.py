@@ -207,7 +207,7 @@ def _grade_add_norm(exercise: ex.Exercise, module: Subject, timeout: float | Non
     return result
 
 
-def _batchnorm(norm: nn.Module, rec: Recording | None, path: str, name: str) -> spec.Finding | None:
+def _batchnorm(norm: nn.Module, rec: Recording | None, path: str, name: str) -> spec.BrokenRule | None:
     """A BatchNorm where the exercise asks for LayerNorm (its statistics are a batch's, per feature)."""
     from anatomy.course import block_words
 
@@ -222,7 +222,7 @@ def _batchnorm(norm: nn.Module, rec: Recording | None, path: str, name: str) -> 
 
 def _norm_rules(
     m: nn.Module, norm: nn.Module, own: bool, rec: Recording | None, path: str, name: str
-) -> spec.Finding | None:
+) -> spec.BrokenRule | None:
     """Right on the probe: the norm is the module's own, with gamma and beta, started at ones and zeros."""
     from anatomy.course import block_words
 

@@ -38,7 +38,7 @@ NORM_TYPES = (nn.LayerNorm, getattr(nn, "RMSNorm", nn.LayerNorm))
 
 
 @dataclass
-class Finding:
+class BrokenRule:
     """One broken rule: the pitfall, the learner's line, what is wrong and what to do, (en, zh) each."""
 
     pitfall: str
@@ -51,7 +51,7 @@ class Finding:
 
 
 @dataclass
-class Call:
+class ModuleCall:
     module: nn.Module
     line: int
     source: str
@@ -73,16 +73,16 @@ def _caller(file: str) -> tuple[int, str]:
     return 0, ""
 
 
-def module_calls(run: Callable[[], object], file: str) -> list[Call]:
+def module_calls(run: Callable[[], object], file: str) -> list[ModuleCall]:
     """Every module called while ``run()`` runs (globals included), with the learner's line that called it."""
-    calls: list[Call] = []
+    calls: list[ModuleCall] = []
 
     def hook(module: nn.Module, args: tuple[Any, ...], out: object) -> None:
         line, source = _caller(file)
         first = next((a for a in args if isinstance(a, torch.Tensor)), None)
         scale = float(first.detach().abs().double().mean()) if first is not None and first.numel() else 0.0
         kept = out.detach() if isinstance(out, torch.Tensor) else None
-        calls.append(Call(module, line, source, scale, None if first is None else first.detach().clone(), kept))
+        calls.append(ModuleCall(module, line, source, scale, None if first is None else first.detach().clone(), kept))
 
     handle = nn.modules.module.register_module_forward_hook(hook)
     try:
@@ -106,22 +106,22 @@ def definition_line(cls: type, attr: str, file: str) -> tuple[int, str]:
     return 0, ""
 
 
-def own_parameters_calls(calls: list[Call]) -> list[Call]:
+def own_parameters_calls(calls: list[ModuleCall]) -> list[ModuleCall]:
     return [c for c in calls if any(True for _ in c.module.parameters(recurse=False))]
 
 
-def _same_inputs(group: list[Call]) -> bool:
+def _same_inputs(group: list[ModuleCall]) -> bool:
     a = group[0].first
     return a is not None and all(
         c.first is not None and c.first.shape == a.shape and torch.equal(c.first, a) for c in group[1:]
     )
 
 
-def norms_own_and_apart(calls: list[Call], m: nn.Module) -> bool:
+def norms_own_and_apart(calls: list[ModuleCall], m: nn.Module) -> bool:
     """At least two norms of the module's own ran, and none of them on two different inputs: direct evidence that
     the norms are not shared (whatever the output alone suggests)."""
     owned = {id(x) for x in m.modules()}
-    groups: dict[int, list[Call]] = {}
+    groups: dict[int, list[ModuleCall]] = {}
     for c in calls:
         if isinstance(c.module, NORM_TYPES):
             groups.setdefault(id(c.module), []).append(c)
@@ -135,8 +135,8 @@ def audit_structure(
     d_model: int,
     kind: str,
     given: nn.Module | None = None,
-    seen: list[Call] | None = None,
-) -> Finding | None:
+    seen: list[ModuleCall] | None = None,
+) -> BrokenRule | None:
     """Unused parameters, a projection or norm called twice, a norm that is not the module's own (``given``: a
     module the exercise hands in, the sub-layer of Add & Norm)."""
     m.zero_grad(set_to_none=True)
@@ -161,7 +161,7 @@ def audit_structure(
         name = type(c.module).__name__
         lines = sorted({s.line for s in stranger if s.line})
         is_norm = isinstance(c.module, NORM_TYPES)
-        return Finding(
+        return BrokenRule(
             "shared_layernorm" if is_norm else "module_not_owned",
             c.line,
             c.source,
@@ -201,7 +201,7 @@ def audit_structure(
             for c in calls
         )
         if square and kind == "mha" and not projected:
-            return Finding(
+            return BrokenRule(
                 "output_projection_unused",
                 line or None,
                 source,
@@ -220,7 +220,7 @@ def audit_structure(
                     f"return self.{attr}(merged), weights：第四个 Linear 把各个头的结果混合起来",
                 ),
             )
-        return Finding(
+        return BrokenRule(
             "unused_parameter",
             line or None,
             source,
@@ -231,7 +231,7 @@ def audit_structure(
             ),
             ("use every layer you define in forward, or remove it", "forward 里用上你定义的每一层，或者删掉它"),
         )
-    twice: dict[int, list[Call]] = {}
+    twice: dict[int, list[ModuleCall]] = {}
     for c in own_parameters_calls(calls):
         twice.setdefault(id(c.module), []).append(c)
     for group in twice.values():
@@ -240,7 +240,7 @@ def audit_structure(
         c, mod = group[0], group[0].module
         lines = sorted({g.line for g in group if g.line})
         if isinstance(mod, NORM_TYPES) and not _same_inputs(group):  # the same norm of the same x is no sharing
-            return Finding(
+            return BrokenRule(
                 "shared_layernorm",
                 c.line,
                 c.source,
@@ -263,7 +263,7 @@ def audit_structure(
         linears = {id(c.module): c.module for c in calls if isinstance(c.module, nn.Linear)}
         fused = any(lin.out_features >= 2 * d_model for lin in linears.values())
         if isinstance(mod, nn.Linear) and len(group) >= 3 and len(linears) < 4 and not fused and kind != "add_norm":
-            return Finding(
+            return BrokenRule(
                 "shared_qkv_projection",
                 c.line,
                 c.source,

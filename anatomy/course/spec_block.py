@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from anatomy.course.spec import ACTIVATIONS, NORM_TYPES, Finding, module_calls
+from anatomy.course.spec import ACTIVATIONS, NORM_TYPES, BrokenRule, module_calls
 from anatomy.tracing.steps import RecordError
 
 # the learner's forward: (x, mask) -> its output (a tensor, or a tuple whose first item is one)
@@ -55,7 +55,7 @@ def _stream(d_model: int, b: int = 2, t: int = 5, seed: int = 11) -> torch.Tenso
     return 50 * sign + torch.randn(b, t, d_model, generator=g, dtype=torch.float64)
 
 
-def placement(m: nn.Module, call: Forward, file: str, d_model: int, post: tuple[str, str]) -> Finding | None:
+def placement(m: nn.Module, call: Forward, file: str, d_model: int, post: tuple[str, str]) -> BrokenRule | None:
     """Pre-Norm keeps the residual stream: block(x) - x stays small next to a large x. A Post-Norm block returns a
     normalised tensor instead (each token's features with mean 0 and variance 1)."""
     x = _stream(d_model)
@@ -71,7 +71,7 @@ def placement(m: nn.Module, call: Forward, file: str, d_model: int, post: tuple[
     norms = [c for c in calls if isinstance(c.module, NORM_TYPES) and c.line]
     pick = next((c for c in norms if "+" in c.source.split("#")[0]), None) or (norms[-1] if norms else None)
     spread = float(out.std(-1).mean())
-    return Finding(
+    return BrokenRule(
         "post_norm_instead",
         pick.line if pick else None,
         pick.source if pick else "",
@@ -90,7 +90,7 @@ def placement(m: nn.Module, call: Forward, file: str, d_model: int, post: tuple[
     )
 
 
-def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
+def activation(m: nn.Module, x: torch.Tensor, file: str) -> BrokenRule | None:
     """The feed-forward network's activation is GELU (exact or tanh-approximated)."""
     from anatomy.tracing import recorder as rec_mod
 
@@ -106,7 +106,7 @@ def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
     if other is None:
         return None  # a hand-written GELU (0.5 x (1 + erf(...))) or none the recorder can name: can't tell
     name = ACTIVATIONS[other.op]
-    return Finding(
+    return BrokenRule(
         "relu_instead_of_gelu" if name == "ReLU" else "activation_not_gelu",
         other.line,
         other.source,
@@ -119,7 +119,7 @@ def activation(m: nn.Module, x: torch.Tensor, file: str) -> Finding | None:
     )
 
 
-def dropout_place(m: nn.Module, file: str, d_model: int) -> Finding | None:
+def dropout_place(m: nn.Module, file: str, d_model: int) -> BrokenRule | None:
     """Dropout belongs on a sub-layer's output, before the residual add: in training mode the residual stream
     itself must never be dropped. Every ``nn.Dropout`` is set to p = 0.5 on a copy for the probe."""
     probe = copy.deepcopy(m).train()
@@ -156,7 +156,7 @@ def dropout_place(m: nn.Module, file: str, d_model: int) -> Finding | None:
         line, source = (n, lines[n - 1].strip()) if n else (None, "")
     else:
         line, source = pick.line, pick.source
-    return Finding(
+    return BrokenRule(
         "dropout_after_residual",
         line,
         source,

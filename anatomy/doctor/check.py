@@ -13,42 +13,32 @@ the module and each single forward get ``timeout`` seconds (``loading/limits.py`
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from anatomy.doctor.conclusion import diagnosis, pointed_findings
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.calls import detect_seq_first, first_call
-from anatomy.doctor.contract.conventions import conventions, scenarios
-from anatomy.doctor.contract.masks import (
-    MaskFormat,
-    padding_keep,
-)
+from anatomy.doctor.contract.conventions import conventions
 from anatomy.doctor.diagnosis import diagnose as dg
-from anatomy.doctor.diagnosis.difference import raw_scores
-from anatomy.doctor.diagnosis.own_norm import find_own_norm
-from anatomy.doctor.diagnosis.references import RES_POST, References, Scenario
-from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
-from anatomy.doctor.loading.building import build, randomize
+from anatomy.doctor.diagnosis.own_norm import OwnNorm, find_own_norm
+from anatomy.doctor.diagnosis.references import References
+from anatomy.doctor.loading.building import Target, build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
-from anatomy.doctor.loading.subject import CallError, CheckError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError, Output
 from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.from_recording import with_observed
 from anatomy.doctor.mapping.layouts import linear_after_mha
+from anatomy.doctor.mapping.naming import Hypothesis
 from anatomy.doctor.mapping.norm_fit import find_norms
-from anatomy.doctor.mapping.reading import attention_paths, hypotheses, mapping_found, required
+from anatomy.doctor.mapping.norms import is_norm
+from anatomy.doctor.mapping.reading import attention_paths, hypotheses
 from anatomy.doctor.model.dispatch import model_check, model_sizes
 from anatomy.doctor.probes.behaviour import positions, run_all, shape
-from anatomy.doctor.probes.designs import named_design
 from anatomy.doctor.probes.state import ProbeState
-from anatomy.doctor.recording.dataflow import (
-    about_the_mask,
-    deviation_faults,
-    mask_after_softmax_flow,
-    observe,
-    record_masked,
-    scope_of,
-    unmapped,
-)
+from anatomy.doctor.recording.dataflow import observe, scope_of
 from anatomy.doctor.report.findings import Report
-from anatomy.doctor.report.pointers import point
 
 KINDS = ("auto", "attention", "block", "lm")
 TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
@@ -61,14 +51,14 @@ def _seq_len(d: int, h: int) -> int:
 
 
 def check(
-    target,
+    target: Target,
     *,
     kind: str = "auto",
     d_model: int = 16,
     n_heads: int = 4,
     causal: bool = False,
     factory: str | None = None,
-    mapping: dict | None = None,
+    mapping: dict[str, str] | None = None,
     seed: int = 0,
     timeout: float | None = TIMEOUT,
     seq_first: bool | None = None,
@@ -113,13 +103,13 @@ def check(
 
 
 def _check(
-    target,
+    target: Target,
     kind: str,
     d_model: int,
     n_heads: int,
     causal: bool,
     factory: str | None,
-    mapping: dict | None,
+    mapping: dict[str, str] | None,
     seed: int,
     timeout: float | None,
     seq_first: bool | None = None,
@@ -138,36 +128,38 @@ def _check(
         base, base_w = _sequence_first(subject, x, base, base_w)
     settings = _settings(subject, d, h, x, seed, causal, floor)
     found = _found_call(subject, base_w, h)
-    ctx, scope, attn_hyps, own = _what_it_is(subject, kind, h, x, base, base_w, found)
+    state, scope, attn_hyps, own = _what_it_is(subject, kind, h, x, base, base_w, found)
     if tuple(base.shape) != (BATCH, x.shape[1], d):
-        return _wrong_shape(ctx, settings, found, causal)
-    found.update(conventions(ctx, causal))
-    hyps, complete = hypotheses(ctx, attn_hyps, scope, mapping, found)
+        return _wrong_shape(state, settings, found, causal)
+    found.update(conventions(state, causal))
+    hyps, complete = hypotheses(state, attn_hyps, scope, mapping, found)
     subject.stage = (
         "position dependence (two tokens swapped, every position shifted)",
         "位置依赖检测（交换两个 token、整体平移位置）",
     )
-    ctx.positions = positions(ctx) if bool(torch.isfinite(base).all()) else "none"
-    found["positions"] = ctx.positions
+    state.positions = positions(state) if bool(torch.isfinite(base).all()) else "none"
+    found["positions"] = state.positions
     refs = References(
-        ctx.kind,
+        state.kind,
         d,
         h,
-        ctx.parts,
+        state.parts,
         dict(subject.module.named_parameters()),
-        positional=ctx.positions in ("relative", "dependent"),
+        positional=state.positions in ("relative", "dependent"),
     )
     refs.own_norm = own
-    diag, design = _diagnose(ctx, refs, hyps, complete, found)
-    findings, passed, skipped = run_all(ctx)
-    findings = _findings(ctx, diag, design, findings)
-    return Report(subject.label, ctx.kind, settings, found, findings, passed, skipped, diag.to_dict())
+    diag, design = diagnosis(state, refs, hyps, complete, found)
+    findings, passed, skipped = run_all(state)
+    findings = pointed_findings(state, diag, design, findings)
+    return Report(subject.label, state.kind, settings, found, findings, passed, skipped, diag.to_dict())
 
 
-def _start(target, factory, d: int, h: int, seed: int, timeout: float | None, seq_first: bool | None):
+def _start(
+    target: Target, factory: str | None, d: int, h: int, seed: int, timeout: float | None, seq_first: bool | None
+) -> tuple[CheckedModule, torch.Tensor]:
     """The learner's module built and inspected, and the probe input ``x`` (float64, ``(B, T, D)``)."""
     module, label = build(target, factory, d, h, seed, timeout)
-    subject = Subject.inspect(module, label)
+    subject = CheckedModule.inspect(module, label)
     subject.timeout = timeout
     subject.seq_first = bool(seq_first)
     t = _seq_len(d, h)
@@ -175,7 +167,7 @@ def _start(target, factory, d: int, h: int, seed: int, timeout: float | None, se
     return subject, x
 
 
-def _first_run(subject: Subject, x: torch.Tensor, seed: int):
+def _first_run(subject: CheckedModule, x: torch.Tensor, seed: int) -> Output:
     """The first calls (lazy parameters materialised, a failing ``mask=None`` default replaced, a tuple input found),
     the weights seeded, and the plain output; a module that cannot be called is a :class:`CheckError`."""
     try:
@@ -191,7 +183,7 @@ def _first_run(subject: Subject, x: torch.Tensor, seed: int):
         ) from None
 
 
-def _precision_notes(subject: Subject) -> float:
+def _precision_notes(subject: CheckedModule) -> float:
     """The tolerance floor the dtypes the module computed in call for, and the notes that say so."""
     floor = precision.floor_for(subject.seen_dtypes)
     precision.FLOOR.set(floor)  # reset when check() returns (precision.tolerating)
@@ -213,7 +205,7 @@ def _precision_notes(subject: Subject) -> float:
     return floor
 
 
-def _sequence_first(subject: Subject, x: torch.Tensor, base: torch.Tensor, base_w):
+def _sequence_first(subject: CheckedModule, x: torch.Tensor, base: torch.Tensor, base_w: torch.Tensor | None) -> Output:
     """A sequence-first module detected (and said); its plain output read again in its own layout."""
     if detect_seq_first(subject, x, base, precision.tol(1e-9) * max(1.0, float(base.abs().nan_to_num(0).max()))):
         base, base_w = subject.run(x)
@@ -226,7 +218,9 @@ def _sequence_first(subject: Subject, x: torch.Tensor, base: torch.Tensor, base_
     return base, base_w
 
 
-def _settings(subject: Subject, d: int, h: int, x: torch.Tensor, seed: int, causal: bool, floor: float) -> dict:
+def _settings(
+    subject: CheckedModule, d: int, h: int, x: torch.Tensor, seed: int, causal: bool, floor: float
+) -> dict[str, Any]:
     return {
         "d_model": d,
         "n_heads": h,
@@ -242,7 +236,7 @@ def _settings(subject: Subject, d: int, h: int, x: torch.Tensor, seed: int, caus
     }
 
 
-def _found_call(subject: Subject, base_w, h: int) -> dict:
+def _found_call(subject: CheckedModule, base_w: torch.Tensor | None, h: int) -> dict[str, Any]:
     """What the report's "found" says of the call."""
     return {
         "call": subject.call,
@@ -255,14 +249,25 @@ def _found_call(subject: Subject, base_w, h: int) -> dict:
     }
 
 
-def _what_it_is(subject: Subject, kind: str, h: int, x: torch.Tensor, base: torch.Tensor, base_w, found: dict):
+def _what_it_is(
+    subject: CheckedModule,
+    kind: str,
+    h: int,
+    x: torch.Tensor,
+    base: torch.Tensor,
+    base_w: torch.Tensor | None,
+    found: dict[str, Any],
+) -> tuple[ProbeState, str | None, list[Hypothesis], OwnNorm | None]:
     """Which kind of module (attention or block), its attention found by names and by the recorded dataflow, its
     norms found by behaviour: the probes' shared state, the attention's scope, its readings, an own norm."""
     module, d = subject.module, x.shape[-1]
     attn_hyps, scope = mp.find_attention(module, d, h)
     attn_hyps = linear_after_mha(subject, x, attn_hyps, scope, d)  # nn.MultiheadAttention, then one more Linear
     named = dict(module.named_modules())
-    inside = (lambda p: bool(scope) and (p == scope or p.startswith(f"{scope}."))) if scope else (lambda p: False)
+
+    def inside(p: str) -> bool:  # in the attention's scope (read when called: the dataflow may set it below)
+        return bool(scope) and (p == scope or p.startswith(f"{scope}."))
+
     qk_paths = {p for hp in attn_hyps if hp.qk_norm is not None for p in (hp.qk_norm.q, hp.qk_norm.k)}
     subject.stage = (
         "the search for norms (each sub-module's output against its standardised input)",
@@ -272,11 +277,10 @@ def _what_it_is(subject: Subject, kind: str, h: int, x: torch.Tensor, base: torc
     subject.stage = ("the recording of one forward (every tensor operation)", "记录一次 forward（每个张量运算）")
     obs = observe(subject, x, d, h)
     found["observed"] = obs.to_found()
-    attn_hyps = mp.with_observed(attn_hyps, obs.hyp, dict(module.named_parameters()))  # names, dataflow
+    attn_hyps = with_observed(attn_hyps, obs.hyp, dict(module.named_parameters()))  # names, dataflow
     if scope is None and attn_hyps and attn_hyps[0] is obs.hyp:  # names gave nothing: the dataflow's scope
         scope = scope_of(obs.hyp, set(named))
-        inside = (lambda p: bool(scope) and (p == scope or p.startswith(scope + "."))) if scope else (lambda p: False)
-    has_norms = bool(norms) or any(mp.is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
+    has_norms = bool(norms) or any(is_norm(m, d) and not inside(p) and p not in qk_paths for p, m in named.items())
     auto = kind == "auto"
     kind = ("block" if has_norms else "attention") if kind == "auto" else kind
     own = (
@@ -286,22 +290,22 @@ def _what_it_is(subject: Subject, kind: str, h: int, x: torch.Tensor, base: torc
     )
     if own is not None:  # an attention holding its own norm, no feed-forward: checked as an attention
         kind = "attention"
-    ctx = ProbeState(subject, kind, d, h, x, base, base_w)
-    ctx.norms = norms
-    ctx.observation = obs
-    return ctx, scope, attn_hyps, own
+    state = ProbeState(subject, kind, d, h, x, base, base_w)
+    state.norms = norms
+    state.observation = obs
+    return state, scope, attn_hyps, own
 
 
-def _wrong_shape(ctx: ProbeState, settings: dict, found: dict, causal: bool) -> Report:
+def _wrong_shape(state: ProbeState, settings: dict[str, Any], found: dict[str, Any], causal: bool) -> Report:
     """The report of a module whose output is not ``(B, T, D)``: the shape finding, nothing else examined."""
-    findings, _ = shape(ctx)
+    findings, _ = shape(state)
     found.update(
         mask={"sense": None, "examined": False},
         causal={"value": causal, "source": "flag" if causal else "none", "layout": None},
     )
     return Report(
-        ctx.subject.label,
-        ctx.kind,
+        state.subject.label,
+        state.kind,
         settings,
         found,
         findings,
@@ -309,107 +313,6 @@ def _wrong_shape(ctx: ProbeState, settings: dict, found: dict, causal: bool) -> 
         [{"probe": "*", "en": "the output shape is wrong", "zh": "输出形状不对"}],
         {"status": "unavailable", "reason": "the output shape is wrong"},
     )
-
-
-def _diagnose(ctx: ProbeState, refs: References, hyps: list, complete: list, found: dict):
-    """The differential diagnosis (a second, causal reading when a fault that mixes tokens hid causality), a named
-    design in place of "unexplained", and what the probes take from it (mapping, activation, the raw scores)."""
-    subject, x, d, h = ctx.subject, ctx.x, ctx.d, ctx.h
-    subject.stage = ("the differential diagnosis", "差分诊断")
-    if complete:
-        diag = dg.diagnose(subject, refs, complete, scenarios(ctx))
-        if diag.status == "unexplained" and not ctx.causal and ctx.causal_mask is None:
-            # a fault that mixes tokens also hides causality from the detection: try the causal reading
-            alt = dg.diagnose(subject, refs, complete, scenarios(ctx, causal=True))
-            if alt.status in ("fault", "ambiguous"):
-                diag, ctx.causal = alt, True  # the probes then treat it as the decoder it is
-                found["causal"] = {"value": True, "source": "diagnosis", "layout": None}
-    else:
-        miss = ", ".join(mp.missing(hyps[0], required(ctx.kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
-        assert ctx.observation is not None  # set by _what_it_is
-        diag = dg.Diagnosis("unavailable", unmapped(miss, ctx.observation))
-    design = named_design(ctx)
-    if design is not None and diag.status in ("unexplained", "unavailable"):  # named: the authors chose it
-        diag = dg.Diagnosis("unavailable", design[1])
-    if diag.hypothesis is not None:
-        ctx.hyp = diag.hypothesis
-        found["mapping"] = mapping_found(diag.hypothesis, [], refs.params, d, h)
-        if ctx.parts is not None:
-            ctx.found_block["activation"] = diag.variant.get("activation")
-        if diag.status == "matches" or diag.status in ("fault", "ambiguous"):
-            ctx.positional = diag.variant.get("positional")
-        key = diag.key
-        assert key is not None  # diagnose() sets it with every hypothesis
-        ref = refs.build(key[0], diag.hypothesis, key[1])
-        plain = Scenario("plain", x, None, ctx.causal, None, torch.ones(BATCH, ctx.t, dtype=torch.bool))
-        hyp = diag.hypothesis
-        ctx.raw_scores = lambda: hyp.learner_heads(raw_scores(ref, plain))
-    elif complete:
-        ctx.hyp = complete[0]
-    return diag, (design if design is not None and diag.reason == design[1] else None)
-
-
-def _findings(ctx: ProbeState, diag, design, findings: list) -> list:
-    """The probes' findings with the diagnosis' and a named design's, faults the recorded flow shows, each pointed
-    at the learner's lines, and the symptoms a named fault explains."""
-    subject, x, d, h = ctx.subject, ctx.x, ctx.d, ctx.h
-    obs = ctx.observation
-    assert obs is not None  # set by _what_it_is
-    placed = diag.variant.get("placement")
-    if ctx.found_block.get("placement") in (None, "unknown") and (
-        placed == RES_POST or placed and diag.status == "matches"
-    ):
-        ctx.found_block["placement"] = placed  # the probe knows pre and post of norm modules; the reference knew
-    findings += diagnosis_findings(diag) + ([design[0]] if design is not None else [])
-    if design is not None and design[0].evidence.get("design") == "attention_sub_layers":
-        _mask_on_one_sub_layer(findings)
-    named_faults = list(diag.faults) if diag.status in ("fault", "ambiguous") else []
-    symptoms = any(f.severity == "error" and f.fault is None and f.probe in SYMPTOM_PROBES for f in findings)
-    if not named_faults and symptoms:
-        for fault, dev in deviation_faults(obs):  # the flow shows a known pitfall the comparison could not isolate
-            findings.append(flow_finding(fault, dev))
-            named_faults.append(fault)
-    for f in findings:  # a mask form that leaks beside the right one: its lines run only with that form
-        form = f.evidence.get("form") if f.probe == "padding_leak" else None
-        if form:
-            keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
-            point([f], record_masked(subject, x, MaskFormat(form["sense"], form["layout"]).make(keep, x.dtype), d, h))
-    masked = [f for f in findings if about_the_mask(f)]
-    if masked and ctx.mask is not None:  # the masking lines run only when a mask is passed: record that forward
-        keep, _ = padding_keep(ctx.b, ctx.t, ctx.causal)
-        masked_rec = record_masked(subject, x, ctx.mask.make(keep, x.dtype), d, h)
-        leak = any(f.probe == "padding_leak" and f.severity == "error" and f.fault is None for f in findings)
-        after = (
-            mask_after_softmax_flow(obs.rec, masked_rec) if leak and "mask_after_softmax" not in named_faults else None
-        )
-        if after is not None:  # named from the flow whatever the fill (a -inf after the softmax gives NaN)
-            findings.append(flow_finding("mask_after_softmax", after))
-            named_faults.append("mask_after_softmax")
-            masked.append(findings[-1])
-        point(masked, masked_rec)
-    point(findings, obs.rec)  # the learner's lines behind each finding (pointers.py)
-    if named_faults:
-        for f in findings:  # the leaks and mixing the fault causes are its symptoms
-            if f.fault is None and f.severity == "error":
-                f.explained_by = cause(f.probe, named_faults)
-    return findings
-
-
-def _mask_on_one_sub_layer(findings: list) -> None:
-    """In a block of two attention sub-layers (diffusers' BasicTransformerBlock), the mask a caller passes reaches
-    the first: the second attends over every token by design (it takes the context's own mask). Its leaks are said
-    as warnings of that design, not errors of the code."""
-    for f in findings:
-        if f.probe in ("padding_leak", "causal_leak") and f.severity == "error" and f.fault is None:
-            f.severity = "warning"
-            f.en += (
-                "; the block's second attention sub-layer does not take this mask (it attends over every token, "
-                "as a cross-attention given no context does), so what it hides in the first leaks through the second"
-            )
-            f.zh += (
-                "；这个 block 的第二个注意力子层不接收这个 mask（像没有 context 的交叉注意力那样关注所有 token），"
-                "所以第一个子层遮住的内容会经由第二个子层泄漏"
-            )
 
 
 def _legend(w: torch.Tensor, h: int) -> str:

@@ -167,7 +167,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
             proj = point.kind.split(":")[1]
             linear: nn.Module = self.model.get_submodule(point.source.rsplit(".", 1)[0] + f".ffn.{proj}")
             with torch.set_grad_enabled(x.requires_grad):
-                return linear(x)  # (B, T, F)
+                pre: torch.Tensor = linear(x)  # (B, T, F)
+                return pre
         if point.kind.startswith("unrotated_"):
             attn = self.model.get_submodule(point.source.rsplit(".", 1)[0] + ".attn")
             w, b = heads_in(attn, point.kind[-1])  # (H|Hkv, D, Dh), (H|Hkv, Dh)
@@ -195,7 +196,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         pos_slice: Any = None,
         mlp_input: bool = False,
         return_labels: bool = False,
-    ):
+    ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
         """The residual stream at the input of each layer up to ``layer`` (then the final one): ``(n, B, T, D)``,
         labels ``0_pre, 1_pre, ..., final_post`` (``i_mid`` with ``incl_mid``; ``layer``'s own mid with
         ``mlp_input``)."""
@@ -227,7 +228,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         pos_slice: Any = None,
         incl_embeds: bool = True,
         return_labels: bool = False,
-    ):
+    ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
         """The residual stream at the input of ``layer`` as the sum of its parts: ``embed``, ``pos_embed``, then
         ``i_attn_out`` and ``i_mlp_out`` per earlier layer (``mode`` ``"attn"`` or ``"mlp"`` keeps one kind)."""
         if mode not in ("all", "mlp", "attn"):
@@ -264,7 +265,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         incl_remainder: bool = False,
         pos_slice: Any = None,
         apply_ln: bool = False,
-    ):
+    ) -> torch.Tensor | tuple[torch.Tensor, list[str]]:
         """Every head's output before ``layer``: ``(layer·H, B, T, D)``, labels ``L0H0, L0H1, ...``
         (``remainder``: the rest of the residual stream)."""
         layer = self._layer(layer)

@@ -12,7 +12,7 @@ makes ``kernel="auto"`` attention layers use the math kernel for that layer only
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -47,8 +47,8 @@ def capture(
     cache: dict[str, torch.Tensor] = {}
     handles = []
 
-    def recorder(name: str):
-        def hook(_module, _args, output):
+    def recorder(name: str) -> Callable[[nn.Module, tuple[object, ...], torch.Tensor], None]:
+        def hook(_module: nn.Module, _args: tuple[object, ...], output: torch.Tensor) -> None:
             cache[name] = output.detach() if detach else output
 
         return hook

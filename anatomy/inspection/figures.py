@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 CJK_HINT = (
     "no CJK font found, so Chinese text is drawn as U+XXXX code points; install one, e.g. "
@@ -176,7 +181,7 @@ def drawable(token: str) -> str:
 
 
 @contextmanager
-def _fonts():
+def _fonts() -> Iterator[None]:
     """rcParams for one figure: DejaVu Sans for Latin text, falling back per glyph to the CJK font."""
     import matplotlib as mpl
 
@@ -185,13 +190,13 @@ def _fonts():
         yield
 
 
-def new_figure(**kwargs):
+def new_figure(**kwargs: Any) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(**kwargs)
 
 
-def save_figure(fig, path: str | os.PathLike) -> str:
+def save_figure(fig: Figure, path: str | os.PathLike[str]) -> str:
     """Save ``fig`` as PNG or SVG (by extension); returns the path. Errors name the path."""
     path = os.fspath(path)
     ext = os.path.splitext(path)[1].lower()
@@ -202,7 +207,7 @@ def save_figure(fig, path: str | os.PathLike) -> str:
     return path
 
 
-def figure_svg(fig) -> str:
+def figure_svg(fig: Figure) -> str:
     """The figure as an SVG string (glyphs as paths: self-contained)."""
     import io
 

@@ -22,10 +22,11 @@ import fnmatch
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from anatomy.inspection.activation_cache import ActivationCache, causal_scores_mask
 from anatomy.inspection.capture import capture, hook_names
@@ -41,7 +42,7 @@ class LensHook:
     """What a hook function receives as its second argument: TransformerLens's ``HookPoint`` surface."""
 
     name: str
-    ctx: dict = field(default_factory=dict)
+    ctx: dict[str, Any] = field(default_factory=dict)  # TransformerLens's HookPoint.ctx: the hook's scratch space
 
     def layer(self) -> int:
         """The block index in ``name`` (``blocks.3.attn.hook_z`` → 3), as TransformerLens's ``hook.layer()``."""
@@ -66,7 +67,7 @@ def _filter(names_filter: Any) -> Callable[[str], bool]:
     if isinstance(names_filter, str):
         return lambda name: name == names_filter
     if callable(names_filter):
-        return names_filter
+        return cast(Callable[[str], bool], names_filter)
     if isinstance(names_filter, Iterable):
         chosen = set(names_filter)
         return lambda name: name in chosen
@@ -81,7 +82,7 @@ def run_with_cache(
     remove_batch_dim: bool = False,
     detach: bool = True,
     **kwargs: Any,
-):
+) -> tuple[Any, ActivationCache | dict[str, torch.Tensor]]:
     """``(output, cache)``: one forward ``model(*args, **kwargs)`` with every hook point recorded; the cache answers
     TransformerLens names (its layouts) and ours (our layouts). ``names_filter`` keeps the names it accepts;
     ``return_cache_object=False`` gives a plain dict."""
@@ -101,7 +102,7 @@ def run_with_cache(
 RETURN_TYPES = ("logits", "loss", "both", None)
 
 
-def _lens_inputs(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, str | None]:
+def _lens_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], str | None]:
     """TransformerLens's inputs: a text or a list of texts is tokenized (``model.to_tokens``), and ``return_type``
     (``"logits"``, the default, ``"loss"``, ``"both"`` or ``None``) is taken out of the forward's arguments."""
     return_type = kwargs.pop("return_type", "logits")
@@ -125,7 +126,7 @@ def _lens_inputs(model: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, st
     return args, return_type
 
 
-def _returned(out: Any, args: tuple, kwargs: dict, return_type: str | None) -> Any:
+def _returned(out: Any, args: tuple[Any, ...], kwargs: dict[str, Any], return_type: str | None) -> Any:
     """What TransformerLens returns for ``return_type``: the logits; the mean next-token cross entropy of the
     input ids (``"loss"``); both; or None."""
     logits = _output(out)
@@ -202,7 +203,7 @@ def _attach(
     point: TLPoint | None,
     fn: HookFn,
     attention_mask: torch.Tensor | None,
-    handles: list,
+    handles: list[RemovableHandle],
 ) -> None:
     hook = LensHook(name)
     if point is None:  # ours: our layout, our name
@@ -218,13 +219,13 @@ def _attach(
         attn = model.get_submodule(attn_prefix)
         seen: dict[str, torch.Tensor] = {}
 
-        def keep_z(_m, _a, out):
+        def keep_z(_m: nn.Module, _a: tuple[object, ...], out: torch.Tensor) -> None:
             seen["z"] = out
 
-        def put(_m, _a, out):
+        def put(_m: nn.Module, _a: tuple[object, ...], out: torch.Tensor) -> torch.Tensor:
             result = torch.einsum("bthd,hdm->bthm", heads_last(seen["z"]), w_o(attn))  # (B, T, H, D)
             new = _call(fn, result, hook)
-            bias = attn.o_proj.bias
+            bias: torch.Tensor | None = cast(nn.Linear, attn.o_proj).bias
             return new.sum(2) if bias is None else new.sum(2) + bias  # (B, T, D)
 
         handles.append(modules[f"{attn_prefix}.hook_z"].register_forward_hook(keep_z))
@@ -232,7 +233,7 @@ def _attach(
         return
     if point.kind == "scores":
 
-        def scored(_m, _a, out):
+        def scored(_m: nn.Module, _a: tuple[object, ...], out: torch.Tensor) -> torch.Tensor:
             allowed = causal_scores_mask(model, out, attention_mask)  # (B|1, 1, T, S)
             shown = out if allowed is None else out.masked_fill(~allowed, float("-inf"))
             return _call(fn, shown, hook)  # the kernel masks the hidden keys again after this hook
@@ -240,7 +241,7 @@ def _attach(
         handles.append(modules[point.source].register_forward_hook(scored))
         return
 
-    def plain(_m, _a, out):
+    def plain(_m: nn.Module, _a: tuple[object, ...], out: torch.Tensor) -> torch.Tensor:
         return point.from_tl(_call(fn, point.to_tl(out), hook))
 
     handles.append(modules[point.source].register_forward_hook(plain))
@@ -269,7 +270,7 @@ def hooks(
     table = tl_points(model)
     ours = hook_names(model)
     modules = dict(model.named_modules())
-    handles: list = []
+    handles: list[RemovableHandle] = []
     try:
         for entry in fwd_hooks:
             if not isinstance(entry, (tuple, list)) or len(entry) != 2 or not callable(entry[1]):
@@ -290,7 +291,7 @@ def run_with_hooks(
     bwd_hooks: Sequence[Any] = (),
     reset_hooks_end: bool = True,
     **kwargs: Any,
-):
+) -> Any:
     """One forward ``model(*args, **kwargs)`` with ``fwd_hooks = [(name or filter, fn), ...]`` attached; returns the
     output (the logits for a language model; TransformerLens's ``return_type="loss"``, ``"both"`` or ``None``) and
     removes every hook afterwards, also when the forward raises. A text (or list of texts) is tokenized first."""
@@ -299,7 +300,7 @@ def run_with_hooks(
         return _returned(model(*args, **kwargs), args, kwargs, return_type)
 
 
-def _mask_of(args: tuple, kwargs: dict) -> torch.Tensor | None:
+def _mask_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor | None:
     """The ``attention_mask`` of a ``model(ids, attention_mask)`` call, by keyword or second position."""
     mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
     return mask if isinstance(mask, torch.Tensor) else None

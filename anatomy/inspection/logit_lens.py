@@ -13,15 +13,22 @@ a Post-Norm model (no final norm) how little the earlier residuals look like the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 
 from anatomy.inspection.figures import _fonts, bi, drawable, new_figure
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def _parts(model: nn.Module):
+    from anatomy.models.stack import TransformerStack
+
+
+def _parts(model: nn.Module) -> tuple[str, TransformerStack, float]:
     """``(hook-name prefix, stack, output scale)`` of a model with an output head; anything else is refused."""
     if not isinstance(getattr(model, "lm_head", None), nn.Linear):
         raise ValueError(
@@ -29,7 +36,7 @@ def _parts(model: nn.Module):
             "seq2seq model: DecoderLM, Seq2Seq)"
         )
     if hasattr(model, "stack") and hasattr(model.stack, "blocks"):
-        return "stack", model.stack, 1.0
+        return "stack", cast("TransformerStack", model.stack), 1.0
     decoder = getattr(model, "decoder", None)
     if decoder is not None and hasattr(getattr(decoder, "stack", None), "blocks"):
         return "decoder.stack", decoder.stack, float(getattr(model, "output_scale", 1.0))
@@ -65,7 +72,7 @@ def unembed(model: nn.Module, resid: torch.Tensor) -> torch.Tensor:
     _, stack, out_scale = _parts(model)
     x = resid if stack.final_norm is None else stack.final_norm(resid)
     head: nn.Module = model.lm_head  # type: ignore[assignment]  # checked by _parts
-    logits = head(x * out_scale if out_scale != 1.0 else x)
+    logits: torch.Tensor = head(x * out_scale if out_scale != 1.0 else x)
     cap = getattr(model, "final_logit_softcap", None)
     return logits if cap is None else torch.tanh(logits / cap) * cap
 
@@ -95,9 +102,9 @@ def lens_figure(
     tokens: list[str] | None = None,
     *,
     batch: int = 0,
-    decode=None,
+    decode: Callable[[int], object] | None = None,
     targets: torch.Tensor | None = None,
-):
+) -> Figure:
     """A layers × positions grid: colour = probability of the top-1 token (of ``targets[t]`` when given, e.g.
     the next input token), text = the top-1 token (``decode(id)``, else its id). ``tokens`` label the columns."""
     ids, p = lens.top()
@@ -129,7 +136,7 @@ def lens_figure(
         ax.set_yticks(range(rows), lens.labels)
         ax.set_xticks(
             range(cols),
-            [drawable(t) for t in tokens] if tokens is not None else range(cols),
+            [drawable(t) for t in tokens] if tokens is not None else [str(c) for c in range(cols)],
             rotation=45 if tokens is not None else 0,
             ha="right" if tokens is not None else "center",
         )

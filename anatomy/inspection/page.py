@@ -20,12 +20,14 @@ import json
 import os
 from collections.abc import Sequence
 from importlib import resources
+from typing import Any
 
 import torch
 from torch import nn
 
+from anatomy.inspection.pe_views import PEData
 from anatomy.inspection.trace import TraceRow, trace_model
-from anatomy.inspection.viz_pe import PE_KINDS, PEData, positional_data
+from anatomy.inspection.viz_pe import PE_KINDS, positional_data
 from anatomy.inspection.weights import LayerWeights, attention_weights
 
 DIGITS = 3  # decimals printed in the attention cells
@@ -40,7 +42,7 @@ def asset(name: str) -> str:
 
 def attention_payload(
     layers: Sequence[LayerWeights], q_tokens: Sequence[str], k_tokens: Sequence[str] | None = None, *, batch: int = 0
-) -> dict:
+) -> dict[str, Any]:
     """JSON-ready weights of batch row ``batch``: per layer, per head, ``T × S`` (6 decimals kept)."""
     k_tokens = list(q_tokens) if k_tokens is None else list(k_tokens)
     out = []
@@ -83,10 +85,10 @@ def render_page(
     subtitle: str = "",
     notes: Sequence[str] = (),
     trace: Sequence[TraceRow] | None = None,
-    attention: dict | None = None,
+    attention: dict[str, Any] | None = None,
     pe: Sequence[PEData] | None = None,
     figures: Sequence[tuple[str, str]] = (),
-    tables: Sequence[tuple[str, Sequence[str], list]] = (),
+    tables: Sequence[tuple[str, Sequence[str], list[list[str]]]] = (),
 ) -> str:
     """Assemble the page. ``figures``: (caption, inline SVG); ``tables``: (caption, header, rows of strings)."""
     data = {"attention": attention, "pe": None if pe is None else [p.to_dict() for p in pe]}
@@ -122,7 +124,7 @@ def render_page(
     )
 
 
-def write_page(path: str | os.PathLike, page: str) -> str:
+def write_page(path: str | os.PathLike[str], page: str) -> str:
     path = os.fspath(path)
     if not path.lower().endswith(".html"):
         raise ValueError(f"--out must end in .html for a page, got {path!r}")
@@ -140,7 +142,7 @@ def model_page(
     subtitle: str = "",
     notes: Sequence[str] = (),
     pe_kinds: Sequence[str] = PE_KINDS,
-    pe_size: dict | None = None,
+    pe_size: dict[str, int] | None = None,
 ) -> str:
     """Trace ``model`` on ``inputs``, recompute every layer's attention weights beside its own kernel, and add the
     positional-encoding explorer. ``tokens`` label the weights (batch row 0)."""

@@ -76,7 +76,7 @@ def replace(value: torch.Tensor | float, index: Index = None) -> Edit:
         target = x if index is None else x[index]
         v = torch.as_tensor(value, dtype=x.dtype, device=x.device)
         try:
-            torch.broadcast_shapes(v.shape, target.shape)
+            torch.broadcast_shapes(v.shape, target.shape)  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         except RuntimeError:
             raise ValueError(
                 f"replace: value of shape {tuple(v.shape)} does not broadcast to {name}"
@@ -133,7 +133,9 @@ def patch_from(cache: Mapping[str, torch.Tensor], index: Index = None, *, name: 
     return edit
 
 
-def _edits_by_hook(model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]]):
+def _edits_by_hook(
+    model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]]
+) -> dict[str, tuple[nn.Module, list[Edit]]]:
     if not isinstance(edits, Mapping) or not edits:
         raise ValueError(
             f"edits must be a non-empty mapping {{hook name or pattern: edit or list of edits}}, got {edits!r}"
@@ -157,8 +159,8 @@ def patching(model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]]) -> It
     fired = dict.fromkeys(plan, 0)
     handles = []
 
-    def editor(name: str, fns: list[Edit]):
-        def hook(_module, _args, output):
+    def editor(name: str, fns: list[Edit]) -> Callable[[nn.Module, tuple[object, ...], torch.Tensor], torch.Tensor]:
+        def hook(_module: nn.Module, _args: tuple[object, ...], output: torch.Tensor) -> torch.Tensor:
             x = output
             for fn in fns:
                 new = fn(x, name)
@@ -185,7 +187,7 @@ def patching(model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]]) -> It
             h.remove()
 
 
-def run_patched(model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]], *args: Any, **kwargs: Any):
+def run_patched(model: nn.Module, edits: Mapping[str, Edit | Iterable[Edit]], *args: Any, **kwargs: Any) -> Any:
     """One forward ``model(*args, **kwargs)`` with ``edits`` applied; nothing stays attached afterwards."""
     with patching(model, edits):
         return model(*args, **kwargs)

@@ -172,7 +172,7 @@ def tl_points(model: nn.Module) -> TLTable:
         return table
     pts, refused = table.points, table.refused
 
-    def add(name: str, source: str, **kw) -> None:
+    def add(name: str, source: str, **kw: Any) -> None:
         pts[name] = TLPoint(name, source, **kw)
 
     emb = parts.embeddings

@@ -23,12 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from anatomy.inspection.capture import hook_names
 from anatomy.inspection.hooked import HookFn, LensHook, _attach, _resolve, filter_points
 from anatomy.inspection.tl_names import BRIDGE_ALIAS, CACHE_ONLY, TLPoint, TLTable, model_parts, norm_kind, tl_points
 
-_ADDED: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, bool, list]]] = weakref.WeakKeyDictionary()
+_ADDED: weakref.WeakKeyDictionary[nn.Module, list[tuple[str, bool, list[RemovableHandle]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @dataclass
@@ -49,7 +52,7 @@ class LensHookPoint:
         return LensHook(self.name).layer()
 
 
-class HookDict(dict):
+class HookDict(dict[str, LensHookPoint]):
     """``name → LensHookPoint``; a name the model refuses raises ``KeyError`` with the reason."""
 
     def __init__(self, points: dict[str, LensHookPoint], table: TLTable) -> None:
@@ -127,7 +130,7 @@ def add_hook(
     if not callable(hook):
         raise ValueError(f"add_hook: the hook must be a function (activation, hook) -> tensor or None, got {hook!r}")
     modules = dict(model.named_modules())
-    handles: list = []
+    handles: list[RemovableHandle] = []
     try:
         for point_name, point in _resolve(model, tl_points(model), hook_names(model), name):
             _attach(model, modules, point_name, point, hook, None, handles)

@@ -82,7 +82,7 @@ def heads_in(attn: Any, which: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def w_o(attn: Any) -> torch.Tensor:
     """``(H, Dh, D)``: the rows of ``o_proj`` each head writes through."""
-    w = attn.o_proj.weight  # (D, H·Dh)
+    w: torch.Tensor = attn.o_proj.weight  # (D, H·Dh)
     return w.T.reshape(attn.n_heads, attn.head_dim, w.shape[0])  # (H, Dh, D)
 
 
@@ -91,7 +91,7 @@ def _bias(linear: nn.Linear) -> torch.Tensor:
     return torch.zeros(w.shape[0], dtype=w.dtype, device=w.device) if linear.bias is None else linear.bias
 
 
-def _need_bias(blocks: list, name: str) -> None:
+def _need_bias(blocks: list[nn.Module], name: str) -> None:
     """TransformerLens refuses a bias the checkpoint does not have; so do we (b_U excepted: zeros, as there)."""
 
     def has(block: Any) -> bool:
@@ -115,10 +115,11 @@ def tl_weight(model: nn.Module, name: str) -> torch.Tensor:
     parts = _parts(model, name)
     blocks = list(parts.stack.blocks)
     if name == "W_E":
-        return parts.embeddings.embed_tokens.weight
+        embed: torch.Tensor = parts.embeddings.embed_tokens.weight
+        return embed
     if name == "W_pos":
         pos = getattr(parts.embeddings, "positional", None)
-        table = getattr(pos, "weight", None)
+        table: torch.Tensor | None = getattr(pos, "weight", None)
         if table is None:
             raise ValueError(
                 f"W_pos: {type(model).__name__} has no learned positions table (its positions: {type(pos).__name__})"

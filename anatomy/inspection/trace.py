@@ -7,7 +7,7 @@ produces. Nothing here is typed by hand: change the model and the table changes 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ class TraceRow:
     params: int
     module: str
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -99,7 +99,7 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
 
     def emit(
         kind: str, name: str, tensor: torch.Tensor, params: int = 0, which: str = "", label: str = "", step: str = ""
-    ):
+    ) -> None:
         op, zh, _ = KINDS[kind]
         shape = tuple(tensor.shape)
         rows.append(
@@ -117,10 +117,12 @@ def trace_model(model: nn.Module, inputs: dict[str, torch.Tensor]) -> list[Trace
 
     def on(
         module: nn.Module, kind: str, which: str = "", label: str = "", with_input: str | None = None, step: str = ""
-    ):
+    ) -> None:
         name = names[module]
 
-        def hook(_m, args, output):
+        def hook(
+            _m: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor | tuple[torch.Tensor, ...]
+        ) -> None:
             if with_input:
                 emit(with_input, name, args[0])
             emit(

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +31,9 @@ from anatomy.inspection.figures import (
     new_figure,
 )
 from anatomy.inspection.weights import LayerWeights, head_entropy
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TOKENIZER_NOTE = (
     "tokens: one per character, id = ord(char) mod vocab_size={vocab} (character-level, no trained tokenizer)"
@@ -62,7 +66,7 @@ def attention_figure(
     batch: int = 0,
     title: str = "",
     note: str = "",
-):
+) -> Figure:
     """A grid of the heads of one layer: rows are queries, columns keys, each title with the head's entropy."""
     k_tokens = list(q_tokens) if k_tokens is None else list(k_tokens)
     weights = layer.weights[batch].float()  # (h, T, S)
@@ -98,6 +102,7 @@ def attention_figure(
                 ax.set_ylabel(bi("query", "查询"))
             if i // cols == rows - 1:
                 ax.set_xlabel(bi("key", "键"))
+        assert image is not None  # n >= 1 heads: the first axis drew one
         fig.colorbar(image, ax=axes, shrink=0.8, label=bi("attention weight", "注意力权重"))
         head = title or f"layer {layer.index} ({layer.name})"
         fig.suptitle(head + f" · max entropy log(S) = {math.log(s):.2f} nats", fontsize=12)

@@ -4,7 +4,8 @@ computed on the spot of what each fill value (-inf, finfo.min, -1e9, -1e4, a boo
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,10 @@ from anatomy.components.masks import (
     sliding_window_mask,
 )
 from anatomy.inspection.figures import _fonts, bi, new_figure
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
 
 # --------------------------------------------------------------------------------------------------- masks
 
@@ -49,7 +54,7 @@ def mask_examples(seq: int = 8, pad: int = 3, window: int | None = None) -> dict
     return {name: m for name, m in out.items() if m is not None}  # combine() of two masks is never None
 
 
-_FILLS = (
+_FILLS: tuple[tuple[str, Callable[[torch.dtype], float]], ...] = (
     ("-inf", lambda dt: float("-inf")),
     ("finfo.min", lambda dt: torch.finfo(dt).min),
     ("-1e9", lambda dt: -1e9),
@@ -120,7 +125,8 @@ def fill_value_table() -> list[dict[str, str]]:
             except RuntimeError as err:
                 masked_fill = "RuntimeError: overflow" if "overflow" in str(err) else f"RuntimeError: {err}"[:40]
 
-            def additive(k: torch.Tensor, dt=dt, fill=fill) -> torch.Tensor:  # 0 where kept, fill (in dt) elsewhere
+            # 0 where kept, fill (in dt) elsewhere
+            def additive(k: torch.Tensor, dt: torch.dtype = dt, fill: float = fill) -> torch.Tensor:
                 return torch.where(k, torch.zeros((), dtype=dt), torch.tensor(fill, dtype=dt))
 
             big = torch.tensor((2.0, 1.0, 0.5, 9990.0, 1.5), dtype=dt)
@@ -138,7 +144,7 @@ def fill_value_table() -> list[dict[str, str]]:
             )
     for dt in FILL_DTYPES:  # our kernels: boolean mask, -inf, softmax in float32, empty rows zeroed
 
-        def ours(scores: torch.Tensor, k: torch.Tensor | None, dt=dt) -> torch.Tensor:
+        def ours(scores: torch.Tensor, k: torch.Tensor | None, dt: torch.dtype = dt) -> torch.Tensor:
             q, key = torch.zeros(1, 1, 1, 1, dtype=dt), torch.zeros(1, 1, scores.numel(), 1, dtype=dt)
             _, w = math_attention(
                 q,
@@ -177,7 +183,7 @@ def format_table(rows: list[dict[str, str]], columns: Sequence[str] = FILL_COLUM
     return "\n".join(out)
 
 
-def mask_figure(masks: dict[str, torch.Tensor], table: list[dict[str, str]]):
+def mask_figure(masks: dict[str, torch.Tensor], table: list[dict[str, str]]) -> Figure:
     """The masks as grids (allowed / hidden), fully hidden rows marked, and the fill-value table below."""
     from matplotlib.colors import ListedColormap
 
@@ -250,7 +256,7 @@ def mask_figure(masks: dict[str, torch.Tensor], table: list[dict[str, str]]):
     return fig
 
 
-def _rect(row: int, s: int):
+def _rect(row: int, s: int) -> Rectangle:
     from matplotlib.patches import Rectangle
 
     return Rectangle((-0.5, row - 0.5), s, 1, fill=False, edgecolor="#c53030", lw=2)

@@ -77,7 +77,7 @@ def check(
     causal: bool = False,
     seq_first: bool | None = None,
     factory: str | None = None,
-    mapping: dict | None = None,
+    mapping: dict[str, str] | None = None,
     seed: int = 0,
     timeout: float | None = 60.0,
     lang: str = "en",

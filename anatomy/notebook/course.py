@@ -25,14 +25,14 @@ KERNEL = {
 }
 
 
-def _cell(kind: str, text: str, n: int) -> dict:
+def _cell(kind: str, text: str, n: int) -> dict[str, Any]:
     cell: dict[str, Any] = {"cell_type": kind, "id": f"anatomy-{n}", "metadata": {}, "source": text.splitlines(True)}
     if kind == "code":
         cell.update(execution_count=None, outputs=[])
     return cell
 
 
-def notebook(cells: list[tuple[str, str]], lang: str = "en") -> dict:
+def notebook(cells: list[tuple[str, str]], lang: str = "en") -> dict[str, Any]:
     """An nbformat-4 notebook (a dict) from ``(kind, text)`` cells, outputs empty."""
     return {
         **NBFORMAT,
@@ -140,7 +140,7 @@ class NotGraded:
 
     ok, verdict, pitfall = False, "error", "error"
     pitfalls: list[str] = []
-    lines: list[dict] = []
+    lines: list[dict[str, Any]] = []
 
     def __init__(self, exercise_id: str, error: Any):
         self.exercise, self.error = exercise_id, error

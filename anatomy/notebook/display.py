@@ -63,7 +63,7 @@ def code(text: Any) -> str:
     return f'<code style="{CODE}">{esc(text)}</code>'
 
 
-def _lines_table(lines: list[dict], lang: str) -> str:
+def _lines_table(lines: list[dict[str, Any]], lang: str) -> str:
     if not lines:
         return ""
     rows = [[esc(w.get("where")), code(w.get("source")), esc(w.get("zh" if lang == "zh" else "en"))] for w in lines]
@@ -111,7 +111,7 @@ def check_html(result: Any) -> str:
     return "".join(parts) + "</div>"
 
 
-def _trace_rows(rows: list[dict], lang: str) -> tuple[list[list[str]], set[int]]:
+def _trace_rows(rows: list[dict[str, Any]], lang: str) -> tuple[list[list[str]], set[int]]:
     from anatomy.doctor.trace.learner_trace_text import kind_text
 
     out, marked = [], set()
@@ -211,7 +211,7 @@ def verdict_html(verdict: Any, lang: str = "en") -> str:
     return f'<div style="{BOX}">{badge(verdict.verdict)} {esc(reason)}</div>'
 
 
-def claims_html(doc: dict, lang: str = "en") -> str:
+def claims_html(doc: dict[str, Any], lang: str = "en") -> str:
     """The claims lab's document (``run_claims``'s return, ``claims.json``): one row per claim and its verdict."""
     zh = lang == "zh"
     rows = []

@@ -17,9 +17,13 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from anatomy.notebook import cells
+
+if TYPE_CHECKING:
+    from anatomy.doctor.report.findings import Report
+    from anatomy.doctor.trace.learner_trace import LearnerTrace
 
 
 def width() -> int:
@@ -37,7 +41,7 @@ class _Printed:
     def text(self) -> str:
         raise NotImplementedError
 
-    def _with_outcome(self, base: dict) -> dict:
+    def _with_outcome(self, base: dict[str, Any]) -> dict[str, Any]:
         me: Any = self  # a CheckResult or TraceResult: ok, verdict, pitfalls, lines, isolation, error
         return {
             **base,
@@ -59,7 +63,7 @@ class _Printed:
 @dataclass(repr=False)  # prints as the command line does (_Printed)
 class CheckResult(_Printed):
     target: str
-    report: Any  # anatomy.doctor.Report, or None when the module could not be checked
+    report: Report | None  # None when the module could not be checked
     error: tuple[str, str, str] | None = None  # (kind: check | timeout | exit | crash, en, zh)
     isolation: str = "process"  # "process": a forked child; "none": this process (no fork here)
     lang: str = "en"
@@ -81,7 +85,7 @@ class CheckResult(_Printed):
         return [] if self.report is None else sorted(self.report.faults)
 
     @property
-    def lines(self) -> list[dict]:
+    def lines(self) -> list[dict[str, Any]]:
         """The learner's lines the findings point at, once each, in the report's order: ``where`` (``cell [3],
         line 12`` or ``my.py:12``), ``cell`` (None for a file), ``line``, ``source``, ``en``, ``zh``, ``probe``,
         ``fault``."""
@@ -113,7 +117,7 @@ class CheckResult(_Printed):
             return self.report.render(lang=lang, width=width_ or width(), strict=self.strict)
         return "\n".join(short_answer(self.report, lang=lang, width=width_ or width(), strict=self.strict))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         base = self.report.to_dict(strict=self.strict) if self.report is not None else {"target": self.target}
         return self._with_outcome(base)
 
@@ -129,7 +133,7 @@ class CheckResult(_Printed):
 @dataclass(repr=False)
 class TraceResult(_Printed):
     target: str
-    trace: Any  # anatomy.doctor.trace.learner_trace.LearnerTrace (without its recording), or None
+    trace: LearnerTrace | None  # without its recording; None when the table could not be made
     cells: list[int | None] = field(default_factory=list)  # the cell of each row (None: a file)
     error: tuple[str, str, str] | None = None
     isolation: str = "process"
@@ -152,7 +156,7 @@ class TraceResult(_Printed):
         return [] if self.trace is None else list(dict.fromkeys(d.get("kind", "") for d in self.trace.deviations))
 
     @property
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         """One dict per recorded step: ``line``, ``cell``, ``where``, ``source``, ``op``, ``kind``, ``dims``,
         ``shape``, ``deviation``."""
         if self.trace is None:
@@ -171,7 +175,7 @@ class TraceResult(_Printed):
         return out
 
     @property
-    def lines(self) -> list[dict]:
+    def lines(self) -> list[dict[str, Any]]:
         """The steps that leave the post's flow, first the first: ``where``, ``cell``, ``line``, ``source``, ``en``
         (what was seen), ``expected``."""
         if self.trace is None:
@@ -205,8 +209,10 @@ class TraceResult(_Printed):
         """``lines are in cell [3]`` (or, spread over cells, which lines are in which)."""
         if not any(c is not None for c in self.cells):
             return ""
+        trace = self.trace
+        assert trace is not None  # text() answered before without a table
         by: dict[int | None, list[int]] = {}
-        for row, cell in zip(self.trace.rows, self.cells):
+        for row, cell in zip(trace.rows, self.cells):
             by.setdefault(cell, []).append(row.line)
         if len(by) == 1:
             (cell,) = by
@@ -214,13 +220,13 @@ class TraceResult(_Printed):
         parts = [
             f"{'cell' if lang != 'zh' else '单元格'} [{c}]: {', '.join(map(str, sorted(set(ls))))}"
             if c is not None
-            else f"{os.path.basename(self.trace.file)}: {', '.join(map(str, sorted(set(ls))))}"
+            else f"{os.path.basename(trace.file)}: {', '.join(map(str, sorted(set(ls))))}"
             for c, ls in by.items()
         ]
         return ("行号：" if lang == "zh" else "lines: ") + "; ".join(parts)
 
-    def to_dict(self) -> dict:
-        base = self.trace.to_dict() if self.trace is not None else {"target": self.target}
+    def to_dict(self) -> dict[str, Any]:
+        base: dict[str, Any] = self.trace.to_dict() if self.trace is not None else {"target": self.target}
         if self.trace is not None:
             base["rows"] = self.rows
         return self._with_outcome(base)
@@ -234,14 +240,14 @@ class TraceResult(_Printed):
         return self.text(fmt="markdown")
 
 
-def report_html(report: Any, lang: str = "en") -> str:
+def report_html(report: Report, lang: str = "en") -> str:
     """A doctor's ``Report`` by itself (from ``anatomy.doctor.check``)."""
     from anatomy.notebook.display import check_html
 
     return check_html(CheckResult(report.target, report, lang=lang, isolation="process"))
 
 
-def learner_trace_html(trace: Any, lang: str = "en") -> str:
+def learner_trace_html(trace: LearnerTrace, lang: str = "en") -> str:
     """A ``LearnerTrace`` by itself (from ``anatomy.doctor.trace_learner``)."""
     from anatomy.notebook.display import trace_html
 

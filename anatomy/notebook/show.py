@@ -174,7 +174,7 @@ def trace(model: Any = None, *, preset: str = "seed-block", batch: int = 2, seq:
 
 @dataclass
 class Claims:
-    doc: dict
+    doc: dict[str, Any]
     lang: str = "en"
 
     def __repr__(self) -> str:
@@ -188,7 +188,7 @@ class Claims:
         return claims_html(self.doc, self.lang)
 
 
-def claims(doc: dict | str | Path, lang: str = "en") -> Claims:
+def claims(doc: dict[str, Any] | str | Path, lang: str = "en") -> Claims:
     """The claims lab's verdicts: ``run_claims``'s return value, or the path of its ``claims.json``."""
     if isinstance(doc, (str, Path)):
         path = Path(doc)

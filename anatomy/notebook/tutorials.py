@@ -15,6 +15,7 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from anatomy.notebook.course import notebook
 
@@ -61,7 +62,7 @@ def python_blocks(markdown: str) -> list[str]:
     return [text for kind, text in split(markdown) if kind == "code"]
 
 
-def to_notebook(markdown: str, lang: str) -> dict:
+def to_notebook(markdown: str, lang: str) -> dict[str, Any]:
     return notebook(split(markdown), lang)
 
 

@@ -23,17 +23,17 @@ from anatomy.components.norms import TokenBatchNorm
 Undo = Callable[[], None]
 
 
-def _set(obj: nn.Module, attr: str, value, undo: list[Undo]) -> None:
+def _set(obj: nn.Module, attr: str, value: object, undo: list[Undo]) -> None:
     """Shadow ``obj.attr`` on this instance only; the undo restores the previous state exactly."""
     if isinstance(value, nn.Module) or attr in obj._modules:
         old = obj._modules[attr]
-        obj._modules[attr] = value
+        obj._modules[attr] = cast("nn.Module | None", value)  # a module, or None in a module's slot
         undo.append(lambda: obj._modules.__setitem__(attr, old))
         return
     had, old = attr in obj.__dict__, obj.__dict__.get(attr)
     object.__setattr__(obj, attr, value)
 
-    def restore():
+    def restore() -> None:
         if had:
             object.__setattr__(obj, attr, old)
         else:
@@ -226,11 +226,15 @@ def share_norms(root: nn.Module, undo: list[Undo]) -> None:
 
 
 def no_residual(root: nn.Module, undo: list[Undo]) -> None:
-    def after(an: AddNorm, x, out):
+    def after(an: AddNorm, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         out = an.dropout(out)
         if an.placement in ("post", "deepnorm"):
-            return an.norm(out)
-        return an.post_norm(out) if an.placement == "sandwich" else out
+            normed: torch.Tensor = an.norm(out)
+            return normed
+        if an.placement == "sandwich":
+            normed = an.post_norm(out)
+            return normed
+        return out
 
     for an in _instances(root, AddNorm):
         _set(an, "after", partial(after, an), undo)
@@ -239,7 +243,7 @@ def no_residual(root: nn.Module, undo: list[Undo]) -> None:
 def norm_on_residual_path(root: nn.Module, undo: list[Undo]) -> None:
     """x = norm(x); x = x + f(x): the residual carries the *normalised* input (the post's §5.2 third bug)."""
 
-    def norm_of(an: AddNorm):
+    def norm_of(an: AddNorm) -> nn.Module:
         return an.norm if "norm" in an._modules else an.pre_norm
 
     for an in _instances(root, AddNorm):
@@ -277,7 +281,7 @@ def large_init_scale(root: nn.Module, undo: list[Undo], *, factor: float = 10.0)
         for w, _ in saved:
             w.mul_(factor)
 
-    def restore():
+    def restore() -> None:
         with torch.no_grad():
             for w, original in saved:
                 w.copy_(original)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor.contract.calls import detect_seq_first, first_call, is_lazy
-from anatomy.doctor.loading.subject import Subject, looks_like_weights
+from anatomy.doctor.loading.subject import CheckedModule, looks_like_weights
 
 X = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
 
@@ -35,7 +35,7 @@ class NeedsMask(nn.Module):
 
 def test_a_lazy_module_is_materialised_by_the_first_call_and_said_so():
     m = Lazy().double()
-    s = Subject.inspect(m, "Lazy")
+    s = CheckedModule.inspect(m, "Lazy")
     assert is_lazy(m) == ["lin.weight", "lin.bias"]
     first_call(s, X)
     assert is_lazy(m) == [] and m.lin.weight.shape == (8, 8)
@@ -43,14 +43,14 @@ def test_a_lazy_module_is_materialised_by_the_first_call_and_said_so():
 
 
 def test_keyword_only_query_key_value():
-    s = Subject.inspect(KeywordQKV(), "KeywordQKV")
+    s = CheckedModule.inspect(KeywordQKV(), "KeywordQKV")
     assert s.qkv_kw == ("query", "key", "value") and s.mask_kw == "attn_mask"
     assert s.call == "forward(query=x, key=x, value=x, attn_mask=mask)"
     assert torch.equal(s.run(X)[0], X)
 
 
 def test_a_failing_mask_none_is_replaced_by_an_all_visible_mask():
-    s = Subject.inspect(NeedsMask(), "NeedsMask")
+    s = CheckedModule.inspect(NeedsMask(), "NeedsMask")
     first_call(s, X)
     assert s.no_mask is not None and s.fields["no_mask_format"] == {"sense": "bool_keep", "layout": "(B, S)"}
     assert s.mask_required  # from now on every call passes a mask
@@ -61,7 +61,7 @@ def test_sequence_first_is_detected_and_batch_first_is_not():
     seq = nn.MultiheadAttention(8, 2).double().eval()
     batch = nn.MultiheadAttention(8, 2, batch_first=True).double().eval()
     for m, want in ((seq, True), (batch, False)):
-        s = Subject.inspect(m, "mha")
+        s = CheckedModule.inspect(m, "mha")
         s.qkv = True  # forward(query, key, value)
         base, _ = s.run(X)
         assert detect_seq_first(s, X, base, 1e-9) is want and s.seq_first is want
@@ -81,7 +81,7 @@ def test_varargs_is_only_tentatively_a_mask():
         def forward(self, x, *args):
             return x
 
-    s = Subject.inspect(VarArgs(), "VarArgs")
+    s = CheckedModule.inspect(VarArgs(), "VarArgs")
     assert s.takes_mask and s.mask_tentative and s.call == "forward(x, *args)"
 
 

@@ -1,5 +1,6 @@
 """The doctor's and the recorder's packages: no import cycle among their modules (imports inside functions
-included: a lazy import is still a cycle), and no module that only re-exports another's names."""
+included: a lazy import is still a cycle; imports under ``if TYPE_CHECKING:`` never run and are not edges, as in
+tests/test_imports.py), and no module that only re-exports another's names."""
 
 from __future__ import annotations
 
@@ -15,10 +16,21 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of ``tree`` but the bodies of ``if TYPE_CHECKING:`` (annotations only, never run)."""
+    out, stack = [], [tree]
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        skip = node.body if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING" else []
+        stack.extend(c for c in ast.iter_child_nodes(node) if c not in skip)
+    return out
+
+
 def imports_of(path: Path, known: set[str]) -> set[str]:
     """The package's modules that ``path`` imports (``from a.b import c`` counts ``a.b.c`` when it is a module)."""
     out = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in known}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:

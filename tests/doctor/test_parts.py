@@ -15,7 +15,9 @@ from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
 from anatomy.doctor.diagnosis import sublayer
 from anatomy.doctor.diagnosis.diagnose import attention_faults, block_faults, compatible_pairs
 from anatomy.doctor.loading.building import randomize
-from anatomy.doctor.mapping.projections import find_attention, find_qk_norm, qk_role, role_of
+from anatomy.doctor.mapping.naming import role_of
+from anatomy.doctor.mapping.norms import find_qk_norm, qk_role
+from anatomy.doctor.mapping.projections import find_attention
 from anatomy.doctor.report.findings import display_width, wrap
 from anatomy.doctor.report.words import fmt
 

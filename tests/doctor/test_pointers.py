@@ -7,6 +7,7 @@ from torch import nn
 
 from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.mapping import projections as mp
+from anatomy.doctor.mapping.from_recording import agrees, from_dataflow, with_observed
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.report.findings import Finding, Report
 from anatomy.doctor.report.pointers import point, pointers
@@ -112,12 +113,12 @@ def test_with_observed_confirms_names_or_adds_the_dataflow_reading():
     m, rec = rec_of("trace_split_no_transpose.py", "MultiHeadAttention")
     params = dict(m.named_parameters())
     names, _ = mp.find_attention(m, 12, 3)
-    obs = mp.from_dataflow(rec, 12, 3)
-    assert names and mp.agrees(names[0], obs, params)
-    assert mp.with_observed(names, obs, params) == names  # confirmed: the names' readings stay as they were
+    obs = from_dataflow(rec, 12, 3)
+    assert names and agrees(names[0], obs, params)
+    assert with_observed(names, obs, params) == names  # confirmed: the names' readings stay as they were
     m, rec = rec_of("trace_heads_loop.py", "MultiHeadAttention")
     obs = ob.hypothesis(rec, 12, 3)
-    assert mp.find_attention(m, 12, 3)[0] == [] and mp.with_observed([], obs, dict(m.named_parameters())) == [obs]
+    assert mp.find_attention(m, 12, 3)[0] == [] and with_observed([], obs, dict(m.named_parameters())) == [obs]
 
 
 def test_a_key_used_as_the_query_is_mapped_by_what_it_feeds():
@@ -140,6 +141,6 @@ def test_a_key_used_as_the_query_is_mapped_by_what_it_feeds():
     rec = record(m, torch.randn(2, 7, 12, dtype=torch.float64), sizes=SIZES)
     params = dict(m.named_parameters())
     names, _ = mp.find_attention(m, 12, 3)
-    hyps = mp.with_observed(names, mp.from_dataflow(rec, 12, 3), params)
+    hyps = with_observed(names, from_dataflow(rec, 12, 3), params)
     assert hyps[0].style.startswith("observed") and len(hyps) == len(names) + 1
     assert hyps[0].sources["q_proj.weight"].user == "k_proj.weight"

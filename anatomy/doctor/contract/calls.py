@@ -17,7 +17,7 @@ from torch import nn
 
 from anatomy.doctor.contract.masks import PAD_LAYOUTS, SENSES, MaskFormat, max_diff
 from anatomy.doctor.contract.precision import tol
-from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule
 
 
 def is_lazy(module: nn.Module) -> list[str]:
@@ -26,7 +26,7 @@ def is_lazy(module: nn.Module) -> list[str]:
     return [n for n, p in (*module.named_parameters(), *module.named_buffers()) if isinstance(p, lazy)]
 
 
-def first_call(subject: Subject, x: torch.Tensor) -> None:
+def first_call(subject: CheckedModule, x: torch.Tensor) -> None:
     """Call the module once as the signature says; when that fails and it takes a mask, retry with an
     all-visible mask in each format until one runs. Lazy parameters are materialised by this call (in ``x``'s
     dtype). Raises :class:`CallError` (the first error) when nothing runs."""
@@ -73,7 +73,7 @@ def first_call(subject: Subject, x: torch.Tensor) -> None:
         )
 
 
-def _packs(subject: Subject) -> bool:
+def _packs(subject: CheckedModule) -> bool:
     """``forward(inputs)`` with one positional parameter that failed on a tensor: tried as ``forward((x, mask))``
     (``x, mask = inputs``), the tuple blocks of an ``nn.Sequential`` stack. Leaves the subject set for it."""
     try:
@@ -88,7 +88,7 @@ def _packs(subject: Subject) -> bool:
     return True
 
 
-def _all_visible_format(subject: Subject, x: torch.Tensor) -> MaskFormat | None:
+def _all_visible_format(subject: CheckedModule, x: torch.Tensor) -> MaskFormat | None:
     """The mask format that stands for "no mask" when ``mask=None`` fails, settled from evidence, never assumed:
     among the formats the module runs with, one where hiding the last key makes every other output independent of
     the last token (an all-True mask means "all padding" to a module whose True is padding: the wrong sense hides
@@ -121,7 +121,7 @@ def _all_visible_format(subject: Subject, x: torch.Tensor) -> MaskFormat | None:
     return first
 
 
-def _qkv_roles(subject: Subject, x: torch.Tensor) -> None:
+def _qkv_roles(subject: CheckedModule, x: torch.Tensor) -> None:
     """Which of the three tensor arguments is the query, found by behaviour: the output has as many tokens as the
     query (one argument made 2 tokens longer, the other two as they are). Stored in ``fields["qkv_roles"]``."""
     b, t, d = x.shape
@@ -143,7 +143,7 @@ def _qkv_roles(subject: Subject, x: torch.Tensor) -> None:
             return
 
 
-def detect_seq_first(subject: Subject, x: torch.Tensor, base: torch.Tensor, tol: float) -> bool:
+def detect_seq_first(subject: CheckedModule, x: torch.Tensor, base: torch.Tensor, tol: float) -> bool:
     """Does the module take ``(T, B, D)``? True when, fed ``(B, T, D)``, sequence 0's outputs move with sequence 1,
     and fed ``(T, B, D)`` (and read back) they do not. Leaves ``subject.seq_first`` set to the answer."""
     if x.shape[0] < 2 or tuple(base.shape) != tuple(x.shape):

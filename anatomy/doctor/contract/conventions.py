@@ -21,14 +21,14 @@ from anatomy.doctor.diagnosis.references import Scenario
 from anatomy.doctor.probes.state import ProbeState
 
 
-def conventions(ctx: ProbeState, causal_flag: bool) -> dict:
+def conventions(state: ProbeState, causal_flag: bool) -> dict[str, Any]:
     """Is the module causal by itself? Which mask does it take (sense, layout), and can it take a causal one?"""
-    subject, x, base = ctx.subject, ctx.x, ctx.base
+    subject, x, base = state.subject, state.x, state.base
     shape_ = tuple(x.shape)
     subject.stage = ("causal detection (one token changed at a time)", "因果检测（每次改一个 token）")
-    ctx.dep = dependency(subject, x) if bool(torch.isfinite(base).all()) else None
-    detected = not causal_flag and ctx.dep is not None and looks_causal(ctx.dep)
-    ctx.causal = causal_flag or detected
+    state.dep = dependency(subject, x) if bool(torch.isfinite(base).all()) else None
+    detected = not causal_flag and state.dep is not None and looks_causal(state.dep)
+    state.causal = causal_flag or detected
     mask: dict[str, Any] | None = None  # the "mask" entry of found (JSON)
     if subject.takes_mask:
         subject.stage = ("mask discovery", "mask 格式探测")
@@ -48,7 +48,7 @@ def conventions(ctx: ProbeState, causal_flag: bool) -> dict:
             return {
                 "mask": None,
                 "causal": {
-                    "value": ctx.causal,
+                    "value": state.causal,
                     "source": "flag" if causal_flag else "detected" if detected else "none",
                     "layout": None,
                 },
@@ -56,7 +56,7 @@ def conventions(ctx: ProbeState, causal_flag: bool) -> dict:
         if not best.ok:
             mask = {"sense": None, "tried": len(cands), "last_error": cands[-1].reason}
         else:
-            ctx.mask = best.fmt
+            state.mask = best.fmt
             also = [
                 c.fmt.sense
                 for c in cands[1:]
@@ -65,34 +65,34 @@ def conventions(ctx: ProbeState, causal_flag: bool) -> dict:
                 and (c.effect > 0) == (best.effect > 0)
                 and abs(c.leak - best.leak) <= 1e-12
             ]
-            if not ctx.causal:
+            if not state.causal:
                 subject.stage = ("causal mask discovery", "因果 mask 格式探测")
-                ctx.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
+                state.causal_mask = discover_causal_format(subject, best.fmt, x, base, shape_)
             mask = {
                 "sense": best.fmt.sense,
                 "layout": best.fmt.layout,
                 "also": list(dict.fromkeys(also)),
-                "causal_layout": ctx.causal_mask.layout if ctx.causal_mask else None,
+                "causal_layout": state.causal_mask.layout if state.causal_mask else None,
             }
             acting = [c for c in cands if c.ok and c.effect > tol(1e-9) * scale]
             mask["ignored"] = not acting  # no convention changes anything: the module ignores its mask
             if acting and all(c.leak > tol(1e-9) * scale for c in acting):  # no convention hides the padding
                 mask["all_leak"] = True
                 mask["leaks"] = [{"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in acting]
-                ctx.mask_leaks = mask["leaks"]
-            ctx.mask_ignored = mask["ignored"]
-            ctx.form_leaks = leaking_forms(cands, tol(1e-9) * scale)
-            if ctx.form_leaks:
+                state.mask_leaks = mask["leaks"]
+            state.mask_ignored = mask["ignored"]
+            state.form_leaks = leaking_forms(cands, tol(1e-9) * scale)
+            if state.form_leaks:
                 mask["leaking_forms"] = [
-                    {"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in ctx.form_leaks
+                    {"sense": c.fmt.sense, "layout": c.fmt.layout, "leak": c.leak} for c in state.form_leaks
                 ]
-    source = "flag" if causal_flag else "detected" if detected else "mask" if ctx.causal_mask else "none"
+    source = "flag" if causal_flag else "detected" if detected else "mask" if state.causal_mask else "none"
     return {
         "mask": mask,
         "causal": {
-            "value": ctx.causal,
+            "value": state.causal,
             "source": source,
-            "layout": ctx.causal_mask.layout if ctx.causal_mask else None,
+            "layout": state.causal_mask.layout if state.causal_mask else None,
         },
     }
 
@@ -109,19 +109,19 @@ def looks_causal(dep: torch.Tensor) -> bool:
     return float(dep[far_future].max()) == 0.0 and float(dep[past].min()) > 0.0
 
 
-def scenarios(ctx: ProbeState, causal: bool | None = None) -> list[Scenario]:
+def scenarios(state: ProbeState, causal: bool | None = None) -> list[Scenario]:
     """The diagnosis' runs; ``causal=True``: the reference masks the future itself (a second reading of a module
     whose mixing hid its causality from the detection)."""
-    b, t = ctx.b, ctx.t
-    causal = ctx.causal if causal is None else causal
+    b, t = state.b, state.t
+    causal = state.causal if causal is None else causal
     every = torch.ones(b, t, dtype=torch.bool)
-    out = [Scenario("plain", ctx.x, None, causal, None, every)]
-    if ctx.mask is not None and not ctx.mask_ignored:  # an ignored mask is the padding probe's finding
+    out = [Scenario("plain", state.x, None, causal, None, every)]
+    if state.mask is not None and not state.mask_ignored:  # an ignored mask is the padding probe's finding
         keep, _ = padding_keep(b, t, causal)  # the side the padding probe pads, so the two agree
         out.append(
-            Scenario("padding", ctx.x, keep[:, :1][:, None], causal, ctx.mask.make(keep, ctx.x.dtype), keep[:, 0])
+            Scenario("padding", state.x, keep[:, :1][:, None], causal, state.mask.make(keep, state.x.dtype), keep[:, 0])
         )
-    if ctx.causal_mask is not None and not (causal and not ctx.causal):
+    if state.causal_mask is not None and not (causal and not state.causal):
         keep = causal_keep(b, t)
-        out.append(Scenario("causal_mask", ctx.x, keep[0], False, ctx.causal_mask.make(keep, ctx.x.dtype), every))
+        out.append(Scenario("causal_mask", state.x, keep[0], False, state.causal_mask.make(keep, state.x.dtype), every))
     return out

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from anatomy.doctor.contract import precision
-from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule
 
 # --- masks ----------------------------------------------------------------------------------------------------
 
@@ -102,7 +102,7 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor | None = None)
     return float(d.max())
 
 
-def close(a: torch.Tensor, b: torch.Tensor, rows=None, tol: float = 1e-9) -> bool:
+def close(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor | None = None, tol: float = 1e-9) -> bool:
     scale = max(1.0, float(b.abs().nan_to_num(0).max()) if b.numel() else 1.0)
     return max_diff(a, b, rows) <= precision.tol(tol) * scale
 
@@ -114,12 +114,13 @@ class MaskCandidate:
     reason: str = ""
     effect: float = 0.0
     leak: float = math.inf
-    real_effect: float = (
-        math.inf
-    )  # how far the mask moved the real query rows' outputs (0: it acts on padded rows only)
+    # how far the mask moved the real query rows' outputs (0: it acts on padded rows only)
+    real_effect: float = math.inf
 
 
-def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: tuple) -> list[MaskCandidate]:
+def discover_mask(
+    subject: CheckedModule, x: torch.Tensor, base: torch.Tensor, shape: tuple[int, ...]
+) -> list[MaskCandidate]:
     """Try every (sense, layout) on a padding mask. A format is accepted when it is neutral while hiding nothing;
     the accepted ones come first, best first: the mask changes the output, its hidden keys leak least, then the
     order of SENSES and PAD_LAYOUTS. Rejected candidates follow, each with its reason."""
@@ -170,7 +171,7 @@ def discover_mask(subject: Subject, x: torch.Tensor, base: torch.Tensor, shape: 
     scale = max(1.0, float(base.abs().max()))
     order = {s: i for i, s in enumerate(SENSES)}
 
-    def rank(c: MaskCandidate):
+    def rank(c: MaskCandidate) -> tuple[bool, bool, bool, int, int]:
         floor = precision.tol(1e-9) * scale
         return (not c.ok, c.effect <= floor, c.leak > floor, order[c.fmt.sense], PAD_LAYOUTS.index(c.fmt.layout))
 
@@ -196,7 +197,7 @@ def leaking_forms(cands: list[MaskCandidate], floor: float) -> list[MaskCandidat
 
 
 def discover_causal_format(
-    subject: Subject, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor, shape: tuple
+    subject: CheckedModule, fmt: MaskFormat, x: torch.Tensor, base: torch.Tensor, shape: tuple[int, ...]
 ) -> MaskFormat | None:
     """A layout (in the discovered sense) that can carry a causal mask, or None (e.g. the module takes (B, S))."""
     b, t, _ = x.shape
@@ -217,7 +218,7 @@ def discover_causal_format(
     return None
 
 
-def dependency(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def dependency(subject: CheckedModule, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """``dep[i, j]``: how far output row ``i`` moves (max over batch and features) when token ``j`` changes."""
     base, _ = subject.run(x, mask)
     t = x.shape[1]

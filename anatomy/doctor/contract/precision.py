@@ -4,12 +4,12 @@ The doctor runs everything in float64, but real code computes parts in float32 o
 ``qk.float()``, LayerNorm subclasses that cast to float32 and back, RoPE tables built in float32). Three things
 follow, all here:
 
-* :class:`Islands` (a ``TorchFunctionMode`` around every learner forward, ``Subject.run``) notes the floating dtypes
-  the module computed in, and when an op fails only because its tensors disagree in dtype (a float32 input meeting
-  the float64 parameters the doctor gave the module: ``mixed dtype``, ``expected both ... same dtype``) it runs the
-  op again with its floating tensors in float64: a module that casts never crashes the check. The forward also runs
-  with float64 as the default dtype (``torch.full(..., finfo.min)`` or ``torch.zeros`` without a dtype follow the
-  check's dtype, as they follow the training dtype in the author's runs).
+* :class:`Islands` (a ``TorchFunctionMode`` around every learner forward, ``CheckedModule.run``) notes the
+  floating dtypes the module computed in, and when an op fails only because its tensors disagree in dtype (a float32
+  input meeting the float64 parameters the doctor gave the module: ``mixed dtype``, ``expected both ... same
+  dtype``) it runs the op again with its floating tensors in float64: a module that casts never crashes the check.
+  The forward also runs with float64 as the default dtype (``torch.full(..., finfo.min)`` or ``torch.zeros``
+  without a dtype follow the check's dtype, as they follow the training dtype in the author's runs).
 * :func:`floor_for` turns the narrowest dtype seen into a relative tolerance floor (a few hundred of its epsilons:
   float32 gives ~4e-5, still far below the > 1e-3 the post's faults make).
 * :func:`tol` is what every comparison uses: ``max(its float64 tolerance, the floor)``; the floor is set for the
@@ -18,9 +18,10 @@ follow, all here:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import cast
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -53,7 +54,7 @@ def floor_for(dtypes: set[torch.dtype]) -> float:
     return EPS_FACTOR * max(torch.finfo(d).eps for d in narrow)
 
 
-def _tensors(tree) -> Iterator[torch.Tensor]:
+def _tensors(tree: object) -> Iterator[torch.Tensor]:
     if isinstance(tree, torch.Tensor):
         yield tree
     elif isinstance(tree, (list, tuple)):
@@ -64,7 +65,7 @@ def _tensors(tree) -> Iterator[torch.Tensor]:
             yield from _tensors(item)
 
 
-def _promote(tree, dtype: torch.dtype):
+def _promote(tree: object, dtype: torch.dtype) -> object:
     if isinstance(tree, torch.Tensor):
         return tree.to(dtype) if tree.is_floating_point() and tree.dtype != dtype else tree
     if isinstance(tree, list):
@@ -86,7 +87,13 @@ class Islands(TorchFunctionMode):
         self.seen: set[torch.dtype] = set()
         self.promoted = 0
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Callable[..., object],
+        types: Collection[type],
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+    ) -> object:
         kwargs = kwargs or {}
         try:
             out = func(*args, **kwargs)
@@ -96,7 +103,9 @@ class Islands(TorchFunctionMode):
             if len(floats) < 2 or name.endswith("_") or not any(w in str(err) for w in _DTYPE_WORDS):
                 raise
             widest = max(floats, key=lambda d: torch.finfo(d).bits)
-            out = func(*_promote(args, widest), **_promote(kwargs, widest))
+            promoted_args = cast(tuple[object, ...], _promote(args, widest))  # _promote keeps the structure
+            promoted_kwargs = cast(dict[str, object], _promote(kwargs, widest))
+            out = func(*promoted_args, **promoted_kwargs)
             self.promoted += 1
         for t in _tensors(out):
             if t.is_floating_point():

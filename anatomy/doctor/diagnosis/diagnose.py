@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,10 +23,10 @@ from torch import nn
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.masks import max_diff
 from anatomy.doctor.diagnosis.difference import first_difference
-from anatomy.doctor.diagnosis.references import References, Scenario
+from anatomy.doctor.diagnosis.references import References, Scenario, Variant
 from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, key_of, split
-from anatomy.doctor.loading.subject import CallError, Subject
-from anatomy.doctor.mapping.projections import Hypothesis
+from anatomy.doctor.loading.subject import CallError, CheckedModule
+from anatomy.doctor.mapping.naming import Hypothesis
 from anatomy.pitfalls import records
 
 TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to ~1e-13, faults differ by > 1e-3
@@ -49,10 +50,10 @@ def block_faults() -> list[str]:
 @dataclass
 class Candidate:
     hyp: int
-    variant: tuple
+    variant: Variant
     faults: tuple[str, ...]  # () for the correct reference, one fault, or a pair (keys: ``name[@sub-layer]``)
     distance: float
-    per: dict = field(default_factory=dict)  # scenario name → distance
+    per: dict[str, float] = field(default_factory=dict)  # scenario name → distance
 
     @property
     def fault(self) -> str | None:
@@ -68,17 +69,19 @@ class Diagnosis:
     also: list[str] = field(default_factory=list)  # other single faults that reproduce it too
     also_pairs: list[list[str]] = field(default_factory=list)  # other pairs that reproduce it too
     hypothesis: Hypothesis | None = None
-    variant: dict = field(default_factory=dict)
+    variant: dict[str, Any] = field(default_factory=dict)
     distance_correct: float | None = None
     distance_fault: float | None = None
     scale: float = 1.0
-    nearest: list[dict] = field(default_factory=list)
-    first_difference: dict | None = None
-    key: tuple | None = None  # (hypothesis index, variant) of the reference that explains the output best
+    nearest: list[dict[str, Any]] = field(default_factory=list)
+    first_difference: dict[str, Any] | None = None
+    key: tuple[int, Variant] | None = None  # (hypothesis index, variant) of the reference that explains the output best
     sub_layer: str | None = None  # "attn" | "ffn": the block fault sits in that sub-layer only
-    unexplained: dict | None = None  # a known fault named, and what it still leaves different (scenarios, size)
+    unexplained: dict[str, Any] | None = (
+        None  # a known fault named, and what it still leaves different (scenarios, size)
+    )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "status": self.status,
             "reason": self.reason or None,
@@ -98,7 +101,7 @@ class Diagnosis:
         }
 
 
-def _num(v):
+def _num(v: float | None) -> float | None:
     if v is None:
         return None
     return None if math.isinf(v) or math.isnan(v) else float(v)
@@ -133,12 +136,12 @@ def consistent(fault: str, scenarios: list[Scenario]) -> bool:
     return bool(padded.any()) and max_diff(padding.out.nan_to_num(1e30), plain.out, padded) > 0
 
 
-def _shadowed(ref: nn.Module, name: str) -> frozenset | None:
+def _shadowed(ref: nn.Module, name: str) -> frozenset[tuple[str, str]] | None:
     """The attributes and sub-modules (``(module path, name)``) fault ``name`` shadows on ``ref``; None when it
     changes nothing there, or changes values in place (then it is never paired)."""
     modules = list(ref.named_modules(remove_duplicate=False))
 
-    def state() -> dict:
+    def state() -> dict[tuple[str, str], int]:
         return {(p, k): id(v) for p, m in modules for k, v in (*vars(m).items(), *m._modules.items())}
 
     before = state()
@@ -162,7 +165,7 @@ def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
     return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1 :] if not sets[a] & sets[b]]
 
 
-def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
+def user_outputs(subject: CheckedModule, scenarios: list[Scenario]) -> list[Scenario]:
     done = []
     for sc in scenarios:
         try:
@@ -174,7 +177,7 @@ def user_outputs(subject: Subject, scenarios: list[Scenario]) -> list[Scenario]:
 
 
 def diagnose(
-    subject: Subject,
+    subject: CheckedModule,
     refs: References,
     hyps: list[Hypothesis],
     scenarios: list[Scenario],
@@ -198,11 +201,11 @@ def diagnose(
             scale=scale,
         )
 
-    def distance(ref: nn.Module) -> tuple[float, dict]:
+    def distance(ref: nn.Module) -> tuple[float, dict[str, Any]]:
         per = {sc.name: max_diff(sc.out, refs.run(ref, sc), sc.rows) for sc in scenarios}
         return max(per.values()), per
 
-    def cand(i: int, v: tuple, faults: tuple, ref: nn.Module) -> Candidate:
+    def cand(i: int, v: Variant, faults: tuple[str, ...], ref: nn.Module) -> Candidate:
         worst, per = distance(ref)
         return Candidate(i, v, faults, worst, per)
 
@@ -305,7 +308,7 @@ def diagnose(
 LAYOUT = "heads_interleaved"  # a valid attention, but only with its weights laid out in another order
 
 
-def _relaid(refs: References, hyp: Hypothesis, v: tuple, distance: float) -> Diagnosis | None:
+def _relaid(refs: References, hyp: Hypothesis, v: Variant, distance: float) -> Diagnosis | None:
     """A match whose mapping reads the learner's q projection with its rows interleaved (feature ``j·H + h`` in
     head ``h``, from the dataflow): the module computes an attention, but a checkpoint laid out as the post's would
     feed other heads. Named as the layout pitfall, beside the match."""
@@ -342,7 +345,7 @@ def _relaid(refs: References, hyp: Hypothesis, v: tuple, distance: float) -> Dia
 RANDOM = "dropout_at_eval"  # the pitfall whose output changes from call to call in eval mode
 
 
-def random_at_eval(subject: Subject, sc: Scenario, tol: float) -> float | None:
+def random_at_eval(subject: CheckedModule, sc: Scenario, tol: float) -> float | None:
     """How much a second identical call (the module in eval mode) differs from the first, when by more than
     ``tol``: randomness left on at evaluation (functional dropout without ``training=self.training``). No
     reference can reproduce a random output, so no fault is tried then. NaN in the same places is equal."""
@@ -358,11 +361,11 @@ def random_at_eval(subject: Subject, sc: Scenario, tol: float) -> float | None:
     return worst if worst > tol else None
 
 
-def names_of(keys: tuple) -> list[str]:
+def names_of(keys: tuple[str, ...]) -> list[str]:
     return [split(k)[0] for k in keys]
 
 
-def where_of(keys: tuple) -> str | None:
+def where_of(keys: tuple[str, ...]) -> str | None:
     return next((split(k)[1] for k in keys if split(k)[1]), None)
 
 

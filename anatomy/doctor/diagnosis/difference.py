@@ -3,32 +3,40 @@ the reference's raw scores ``q kᵀ`` for the scaling probe."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from anatomy.components.kernels import repeat_kv
 from anatomy.doctor.contract.masks import max_diff
 from anatomy.doctor.diagnosis.references import References, Scenario
-from anatomy.doctor.loading.subject import CallError, Subject
-from anatomy.doctor.mapping.projections import Hypothesis
+from anatomy.doctor.loading.subject import CallError, CheckedModule
+from anatomy.doctor.mapping.naming import Hypothesis
 
 # --- where the first difference appears ---------------------------------------------------------------------------
 
 
-def _record(module: nn.Module, log: list, name: str):
-    def hook(_mod, args, out):
+Log = list[tuple[str, torch.Tensor | None, torch.Tensor | None]]  # (module, first input, output) per call
+
+
+def _record(module: nn.Module, log: Log, name: str) -> RemovableHandle:
+    def hook(_mod: nn.Module, args: tuple[object, ...], out: object) -> None:
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         log.append((name, first, out if isinstance(out, torch.Tensor) else None))
 
     return module.register_forward_hook(hook)
 
 
-def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenarios: list[Scenario], tol: float) -> dict:
+def first_difference(
+    subject: CheckedModule, ref: nn.Module, hyp: Hypothesis, scenarios: list[Scenario], tol: float
+) -> dict[str, Any]:
     """Walk the reference's mapped sub-modules in call order; the first input or output that differs is named."""
     sc = next((s for s in scenarios if max_diff(s.out, References.run(ref, s), s.rows) > tol), scenarios[0])
     user_named, ref_named = dict(subject.module.named_modules()), dict(ref.named_modules())
-    user_log: list[tuple[str, torch.Tensor | None, torch.Tensor | None]] = []
-    ref_log: list[tuple[str, torch.Tensor | None, torch.Tensor | None]] = []
+    user_log: Log = []
+    ref_log: Log = []
     handles = []
     try:
         for r, u in hyp.modules.items():
@@ -43,14 +51,14 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
         try:
             user_out, user_w = subject.run(sc.x, sc.user_mask)
         except CallError:
-            user_out, user_w = sc.user_out, sc.user_weights
+            user_out, user_w = sc.out, sc.user_weights
     finally:
         for hd in handles:
             hd.remove()
     rows = sc.rows
     matched: list[str] = []
     used: dict[str, int] = {}
-    user_calls: dict[str, list] = {}
+    user_calls: dict[str, list[tuple[torch.Tensor | None, torch.Tensor | None]]] = {}
     for name, i, o in user_log:
         user_calls.setdefault(name, []).append((i, o))
     for name, ref_in, ref_o in ref_log:
@@ -117,7 +125,9 @@ def first_difference(subject: Subject, ref: nn.Module, hyp: Hypothesis, scenario
     }
 
 
-def _learner_layout(hyp: Hypothesis, name: str, ref: torch.Tensor | None, user: torch.Tensor | None):
+def _learner_layout(
+    hyp: Hypothesis, name: str, ref: torch.Tensor | None, user: torch.Tensor | None
+) -> torch.Tensor | None:
     """A reference q/k ``(B, H, T, Dh)`` in the learner's layout: as is when the shapes agree, else read token-major
     (``(B, T, H, Dh)``, or ``(B, T, H·Dh)`` for a norm over all heads) when the sizes do."""
     if ref is None or user is None or ref.dim() != 4:

@@ -64,9 +64,10 @@ class NormedAttention(nn.Module):
         super().__init__()
         self.attn, self.norm, self.placement = attn, norm, placement
 
-    def forward(self, x: torch.Tensor, **kw) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(self, x: torch.Tensor, **kw: object) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.placement == "inner-pre":
-            return self.attn(self.norm(x), **kw)
+            result: tuple[torch.Tensor, torch.Tensor | None] = self.attn(self.norm(x), **kw)
+            return result
         out, weights = self.attn(x, **kw)
         return self.norm(x + out), weights
 

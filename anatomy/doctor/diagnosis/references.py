@@ -6,7 +6,7 @@ first difference; both use this module."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -14,10 +14,16 @@ from torch import nn
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
+from anatomy.components.positional.base import PositionalScheme
 from anatomy.components.positional.t5_bias import T5RelativeBias
 from anatomy.doctor.diagnosis.own_norm import INSIDE, OwnNorm, wrap, wrapped_hypothesis
+from anatomy.doctor.mapping.head_layouts import kv_heads
+from anatomy.doctor.mapping.naming import Hypothesis
 from anatomy.doctor.mapping.norm_fit import StdNorm
-from anatomy.doctor.mapping.projections import BlockParts, Hypothesis, kv_heads, load_reference
+from anatomy.doctor.mapping.norms import BlockParts
+from anatomy.doctor.mapping.projections import load_reference
+
+Variant = tuple[str, ...]  # a reference's options: placement, activation, norm inside, positional scheme
 
 
 @dataclass
@@ -112,9 +118,9 @@ class References:
         self.positional = positional
         self.t5 = t5_table(params, h) if positional else None  # T5's bias table, tried as a scheme when found
         self.own_norm: OwnNorm | None = None  # an attention holding its own norm (own_norm.py), set by the caller
-        self._cache: dict = {}
+        self._cache: dict[tuple[int, Variant], nn.Module] = {}
 
-    def variants(self, placement_hint: str | None = None) -> list[tuple]:
+    def variants(self, placement_hint: str | None = None) -> list[Variant]:
         schemes = (
             [None, *(s for s in POSITIONAL_VARIANTS if s not in T5_SCHEMES or self.t5)] if self.positional else [None]
         )
@@ -134,7 +140,7 @@ class References:
             raise ValueError("an attention's references have no block parts")
         return self.parts
 
-    def _positional(self, variant: tuple):
+    def _positional(self, variant: Variant) -> PositionalScheme | None:
         scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
         if scheme is None:
             return None
@@ -147,7 +153,7 @@ class References:
         layout, base = scheme.removeprefix("rope-").split("@")
         return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base))
 
-    def build(self, hyp_index: int, hyp: Hypothesis, variant: tuple) -> nn.Module:
+    def build(self, hyp_index: int, hyp: Hypothesis, variant: Variant) -> nn.Module:
         key = (hyp_index, variant)
         if key not in self._cache:
             kv = kv_heads(hyp, self.params, self.d, self.h)  # fewer than H: grouped-query attention
@@ -205,9 +211,10 @@ class References:
     @staticmethod
     def run(ref: nn.Module, sc: Scenario) -> torch.Tensor:
         with torch.no_grad():
-            return ref(sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)[0]
+            out: torch.Tensor = ref(sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)[0]
+            return out
 
-    def describe(self, variant: tuple) -> dict:
+    def describe(self, variant: Variant) -> dict[str, Any]:
         out = (
             {}
             if self.kind == "attention"

@@ -86,7 +86,7 @@ def _query_only(ref: nn.Module) -> Iterator[None]:
     attn, an = getattr(ref, "attn", None), getattr(ref, "attn_add_norm", None)
     if attn is None or an is None or getattr(an, "placement", None) != "pre":
         raise ValueError("norm_on_query_only needs a Pre-Norm block")
-    seen: dict = {}
+    seen: dict[str, Any] = {}
     hook = ref.register_forward_pre_hook(lambda _m, args: seen.__setitem__("x", args[0]) if args else None)
     original = attn._project
     attn._project = lambda h, source: original(h, seen.get("x", source))  # keys and values from the raw x

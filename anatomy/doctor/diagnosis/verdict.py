@@ -4,6 +4,8 @@ which named fault explains each probe's symptom (the records' ``symptoms``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.sublayer import severity
 from anatomy.doctor.report.findings import Finding
@@ -137,7 +139,7 @@ def _random_finding(diag: dg.Diagnosis) -> Finding:
 SYMPTOM_PROBES = {"token_order", "padding_leak", "causal_leak", "batch_independence"}
 
 
-def flow_finding(fault: str, dev: dict) -> Finding:
+def flow_finding(fault: str, dev: dict[str, Any]) -> Finding:
     """A fault the recorded flow shows (``dataflow.deviation_faults``), named beside an output the comparison
     could not reproduce (a valid variation next to it, say)."""
     where = f"line {dev['line']} `{dev['source']}`" if dev.get("line") else "one step"

@@ -10,6 +10,7 @@ import importlib.util
 import inspect
 import math
 import sys
+import types
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -20,8 +21,10 @@ from torch import nn
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, ModuleExited, _quiet, one_line
 
+Target = str | nn.Module | Callable[..., object]  # "FILE.py:CLASS", a module instance, a class or a factory
 
-def import_file(path: str | Path, timeout: float | None = None):
+
+def import_file(path: str | Path, timeout: float | None = None) -> types.ModuleType:
     """Execute a Python file as a fresh module without writing bytecode next to it and without registering it.
     Its top-level code runs under the time limit ``timeout`` (seconds; :class:`CheckTimeout` past it)."""
     path = Path(path)
@@ -64,7 +67,9 @@ def import_file(path: str | Path, timeout: float | None = None):
     return module
 
 
-def resolve_target(target, factory: str | None = None, timeout: float | None = None) -> tuple[Callable, str, str]:
+def resolve_target(
+    target: Target, factory: str | None = None, timeout: float | None = None
+) -> tuple[Callable[..., object] | nn.Module, str, str]:
     """``target`` → (the thing to call with ``(d_model, n_heads)`` or a module instance, label, its name)."""
     if isinstance(target, nn.Module):
         return target, type(target).__name__, type(target).__name__
@@ -94,14 +99,15 @@ def resolve_target(target, factory: str | None = None, timeout: float | None = N
 
 
 def build(
-    target, factory: str | None, d_model: int, n_heads: int, seed: int = 0, timeout: float | None = None
+    target: Target, factory: str | None, d_model: int, n_heads: int, seed: int = 0, timeout: float | None = None
 ) -> tuple[nn.Module, str]:
     """The learner's module in float64 and eval mode. It is built under a forked, seeded RNG: the same module every
     time (its initial values stay as built where :func:`randomize` leaves them), and the caller's RNG untouched.
     Importing the file and building the module each run under the time limit ``timeout`` (seconds)."""
     obj, label, name = resolve_target(target, factory, timeout)
+    built: object
     if isinstance(obj, nn.Module):
-        module = copy.deepcopy(obj)  # never change the caller's instance
+        built = copy.deepcopy(obj)  # never change the caller's instance
     else:
         how = "FUNC(d_model, n_heads)" if factory else "CLASS(d_model, n_heads)"
         step = (
@@ -111,7 +117,7 @@ def build(
         try:
             with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
                 torch.manual_seed(seed)
-                module = obj(d_model, n_heads)
+                built = obj(d_model, n_heads)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
         except SystemExit as err:
@@ -123,12 +129,13 @@ def build(
                 f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
                 "(use --factory FUNC for another signature)"
             ) from None
-        if not isinstance(module, nn.Module):
+        if not isinstance(built, nn.Module):
             raise CheckError(
-                f"{name}({d_model}, {n_heads}) returned {type(module).__name__}; expected a torch.nn.Module"
+                f"{name}({d_model}, {n_heads}) returned {type(built).__name__}; expected a torch.nn.Module"
             )
+    assert isinstance(built, nn.Module)  # a copied instance, or checked above
     try:
-        module = module.double().eval()
+        module = built.double().eval()
     except Exception as err:  # noqa: BLE001
         raise CheckError(f"could not move {name} to float64: {one_line(err)}") from None
     return module, label

@@ -89,7 +89,9 @@ def forked(compute: Callable[[], Any], *, overdue: Callable[[Step], Any] | None 
     return Outcome(code=os.waitstatus_to_exitcode(status))
 
 
-def _child(compute, overdue, quiet: bool, read: int, write: int) -> None:
+def _child(
+    compute: Callable[[], Any], overdue: Callable[[Step], Any] | None, quiet: bool, read: int, write: int
+) -> None:
     code = 0
     try:
         os.close(read)
@@ -117,6 +119,7 @@ def _child(compute, overdue, quiet: bool, read: int, write: int) -> None:
                 _write_all(write, HEADER.pack(len(data)) + data)
 
         def end(step: Step) -> None:
+            assert overdue is not None  # the watchdog runs only with it
             with contextlib.suppress(BaseException):
                 send("answer", overdue(step))
             os._exit(0)

@@ -3,6 +3,7 @@ with the sizes checked first. ``check`` and ``trace_learner`` both run this way.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
@@ -21,7 +22,7 @@ def require_sizes(d_model: int, n_heads: int, **more: int) -> None:
 
 
 @contextmanager
-def isolated(seed: int):
+def isolated(seed: int) -> Iterator[None]:
     """One thread (on a busy machine intra-op threads cost milliseconds per op for nothing) and a forked RNG
     seeded with ``seed``; the caller's thread count and RNG state are restored on leaving. A :class:`Hung` alarm
     that lands between the learner's code and the doctor's own becomes :class:`CheckTimeout`."""

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import FrameType
 from typing import Literal
 
 RETRY = 0.1  # seconds between repeated alarms once a step is over its limit
@@ -103,7 +104,7 @@ class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe)
     def _arm(self, when: float, now: float) -> None:
         signal.setitimer(signal.ITIMER_REAL, max(when - now, 1e-6), RETRY)
 
-    def _alarm(self, signum, frame) -> None:
+    def _alarm(self, signum: int, frame: FrameType | None) -> None:
         if not self.on:
             return
         now = time.monotonic()
@@ -121,7 +122,7 @@ class guard:  # noqa: N801 - used like a function: ``with guard(limit, describe)
             return
         raise Hung(self.step)
 
-    def _pass_on(self, signum, frame) -> None:
+    def _pass_on(self, signum: int, frame: FrameType | None) -> None:
         old = self.old_handler
         if callable(old):
             old(signum, frame)

@@ -16,14 +16,17 @@ import contextlib
 import inspect
 import io
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
 from anatomy.doctor.contract.precision import islands
 from anatomy.doctor.loading.limits import Hung, guard
+
+Output = tuple[torch.Tensor, torch.Tensor | None]  # what a forward returned: out (B, T, D), weights or None
 
 
 class CheckError(ValueError):
@@ -72,7 +75,7 @@ def one_line(err: BaseException, limit: int = 240) -> str:
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet() -> Iterator[None]:
     """The learner's prints and warnings must not garble the report (or the JSON)."""
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")
@@ -98,7 +101,7 @@ MASKISH = ("mask", "pad", "keep", "valid", "len", "attend", "visible")  # pieces
 class ModuleExited(CheckError):
     """The learner's code ended the process itself (``sys.exit``, ``exit()``, ``os._exit``): never a pass."""
 
-    def __init__(self, where: str, code, where_zh: str | None = None):
+    def __init__(self, where: str, code: object, where_zh: str | None = None):
         self.code = code
         self.en = (
             f"{where} called sys.exit({code!r}) (SystemExit): the module ended the process instead of "
@@ -111,7 +114,9 @@ class ModuleExited(CheckError):
         super().__init__(self.en)
 
 
-def _ordered_qkv(params: list, kinds) -> tuple[str, str, str] | None:
+def _ordered_qkv(
+    params: list[inspect.Parameter], kinds: tuple[inspect._ParameterKind, ...]
+) -> tuple[str, str, str] | None:
     """The names of the q/k/v parameters among ``params`` (in q, k, v order), when they are named so."""
     names = [p.name for p in params if p.kind in kinds]
     for group in QKV_NAMES:
@@ -122,8 +127,9 @@ def _ordered_qkv(params: list, kinds) -> tuple[str, str, str] | None:
 
 
 @dataclass
-class Subject:
-    """How to call the learner's module: ``run(x, mask)`` → ``(out, weights or None)``, ``x`` always (B, T, D).
+class CheckedModule:
+    """The module under check and how to call it: ``run(x, mask)`` → ``(out, weights or None)``, ``x`` always
+    (B, T, D).
 
     The contract is read from ``forward``'s signature (:meth:`inspect`) and completed on the first calls
     (``check.py``): a sequence-first module gets ``x`` transposed to (T, B, D) and its output transposed back
@@ -137,7 +143,7 @@ class Subject:
     mask_kw: str | None = None  # keyword-only mask parameter
     takes_mask: bool = False
     mask_required: bool = False
-    fields: dict = field(default_factory=dict)
+    fields: dict[str, Any] = field(default_factory=dict)  # what the first calls found: no_mask_format, qkv_roles
     timeout: float | None = None  # seconds one forward may take (None: no limit)
     stage: tuple[str, str] = ("the first call", "首次调用")  # what the doctor is doing, for the timeout message
     qkv_kw: tuple[str, str, str] | None = None  # keyword-only q/k/v names: forward(query=x, key=x, value=x)
@@ -145,13 +151,15 @@ class Subject:
     no_mask: Callable[[torch.Tensor], torch.Tensor] | None = None  # the all-visible mask that stands for "none"
     mask_tentative: bool = False  # forward(x, *args): a mask is tried, kept only when it changes something
     packed: bool = False  # forward(inputs) with inputs = (x, mask): blocks written for nn.Sequential
-    notes: list[dict] = field(default_factory=list)  # what the doctor adapted: {"en": ..., "zh": ...}
+    notes: list[dict[str, str]] = field(default_factory=list)  # what the doctor adapted: {"en": ..., "zh": ...}
     ignored_returns: list[str] = field(default_factory=list)  # returned values not taken as weights
-    seen_dtypes: set = field(default_factory=set)  # floating dtypes the module computed in on float64 inputs
+    seen_dtypes: set[torch.dtype] = field(
+        default_factory=set
+    )  # floating dtypes the module computed in on float64 inputs
     promoted: int = 0  # ops rerun in float64 because a float32 island met float64 tensors (precision.py)
 
     @classmethod
-    def inspect(cls, module: nn.Module, label: str) -> Subject:
+    def inspect(cls, module: nn.Module, label: str) -> CheckedModule:
         try:
             params = list(inspect.signature(module.forward).parameters.values())
         except (TypeError, ValueError):
@@ -229,7 +237,7 @@ class Subject:
             return cls(module, label, "forward(x, *args)", takes_mask=True, mask_tentative=True)
         return cls(module, label, "forward(x)")
 
-    def batch_first(self, t):
+    def batch_first(self, t: torch.Tensor) -> torch.Tensor:
         """A tensor seen inside the module (a hook) in the doctor's ``(B, T, D)`` layout."""
         if self.seq_first and isinstance(t, torch.Tensor) and t.dim() == 3:
             return t.transpose(0, 1)
@@ -239,7 +247,7 @@ class Subject:
         if {"en": en, "zh": zh} not in self.notes:
             self.notes.append({"en": en, "zh": zh})
 
-    def run(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, module: nn.Module | None = None):
+    def run(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, module: nn.Module | None = None) -> Output:
         module = self.module if module is None else module
         b, t = x.shape[:2]
         x = x.clone()  # a forward that writes into its input (x += ...) must not change the doctor's inputs
@@ -248,7 +256,7 @@ class Subject:
         mask = None if mask is None else mask.clone()
         if self.seq_first:
             x = x.transpose(0, 1)  # (T, B, D)
-        args: list = [x, x, x] if self.qkv else [] if self.qkv_kw else [x]
+        args: list[object] = [x, x, x] if self.qkv else [] if self.qkv_kw else [x]
         kwargs: dict[str, torch.Tensor | None] = dict.fromkeys(self.qkv_kw, x) if self.qkv_kw else {}
         if self.packed:  # one tuple in, as nn.Sequential passes it from block to block
             args = [(x, mask)]
@@ -324,7 +332,7 @@ def _zh_join(*parts: str) -> str:
     return out
 
 
-def parse_output(result) -> tuple[torch.Tensor, torch.Tensor | None]:
+def parse_output(result: object) -> Output:
     if isinstance(result, torch.Tensor):
         return result, None
     if isinstance(result, (tuple, list)) and result and isinstance(result[0], torch.Tensor):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from anatomy.doctor.mapping.naming import ATTN_KEYS, Hypothesis
+from anatomy.tracing.steps import Recording
 
 
 def with_observed(
@@ -37,7 +38,7 @@ def agrees(hyp: Hypothesis, observed: Hypothesis, params: dict[str, torch.Tensor
     return True
 
 
-def from_dataflow(recording, d: int, h: int) -> Hypothesis | None:
+def from_dataflow(recording: Recording, d: int, h: int) -> Hypothesis | None:
     """The q/k/v/o reading of a recording (``recorder.record``), or None when it does not show them all."""
     from anatomy.doctor.recording.observed import hypothesis
 

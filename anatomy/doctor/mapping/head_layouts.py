@@ -77,7 +77,7 @@ def _gqa_style(kv: int, h: int) -> str:
     return "multi-query attention, 1 key/value head" if kv == 1 else f"grouped-query attention, {kv} key/value heads"
 
 
-def _fused(d: int, h: int, weight: str, bias: str | None, *, transpose: bool) -> list[tuple[str, dict]]:
+def _fused(d: int, h: int, weight: str, bias: str | None, *, transpose: bool) -> list[tuple[str, dict[str, Source]]]:
     """Fused q/k/v weight (``(3D, D)`` Linear-style, or ``(D, 3D)`` used as ``x @ W``) → two chunk layouts."""
     hyps = []
     for layout in ("q|k|v", "per head"):

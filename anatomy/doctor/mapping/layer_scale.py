@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from anatomy.doctor.mapping.naming import Hypothesis, Source
+from anatomy.doctor.mapping.naming import Hypothesis, Reader, Source
 
 BRANCH_OUTPUTS = {
     "attn": ("attn.o_proj.weight", "attn.o_proj.bias"),
@@ -37,9 +37,10 @@ def _scaled(src: Source, gain: str, ref: str) -> Source:
     """``src`` multiplied by ``gain`` along the output channels."""
     rows = ref.endswith("weight")
 
-    def fn(params: dict[str, torch.Tensor], f=src.fn, g=gain, rows=rows) -> torch.Tensor:
+    def fn(params: dict[str, torch.Tensor], f: Reader = src.fn, g: str = gain, rows: bool = rows) -> torch.Tensor:
         value, scale = f(params), params[g]
-        return value * (scale[:, None] if rows else scale)
+        scaled: torch.Tensor = value * (scale[:, None] if rows else scale)
+        return scaled
 
     return Source(src.user, (src.note + ", " if src.note else "") + f"× {gain} (LayerScale)", fn)
 

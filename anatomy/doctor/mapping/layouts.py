@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from anatomy.doctor.loading.subject import CallError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule
 from anatomy.doctor.mapping.naming import Hypothesis, Source
 
 
@@ -19,10 +19,10 @@ def _composed(path: str, lin: nn.Linear, mha_path: str) -> tuple[Source, Source]
     pre = f"{mha_path}." if mha_path else ""
     note = f"{path} · {pre}out_proj (two projections in a row, multiplied)"
 
-    def weight(params):
+    def weight(params: dict[str, torch.Tensor]) -> torch.Tensor:
         return params[f"{path}.weight"] @ params[f"{pre}out_proj.weight"]
 
-    def bias(params):
+    def bias(params: dict[str, torch.Tensor]) -> torch.Tensor:
         bo = params.get(f"{pre}out_proj.bias")
         b = params[f"{path}.weight"] @ bo if bo is not None else torch.zeros(lin.out_features, dtype=torch.float64)
         return b + params[f"{path}.bias"] if lin.bias is not None else b
@@ -31,7 +31,7 @@ def _composed(path: str, lin: nn.Linear, mha_path: str) -> tuple[Source, Source]
 
 
 def linear_after_mha(
-    subject: Subject, x: torch.Tensor, hyps: list[Hypothesis], scope: str | None, d: int
+    subject: CheckedModule, x: torch.Tensor, hyps: list[Hypothesis], scope: str | None, d: int
 ) -> list[Hypothesis]:
     """The torch-MHA hypotheses with a following square Linear folded into ``o_proj`` (first), or ``hyps``."""
     if not hyps or scope is None or not hyps[0].style.startswith("torch.nn.MultiheadAttention"):

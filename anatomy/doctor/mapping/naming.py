@@ -89,7 +89,7 @@ class QKNorm:
     k: str | None
     width: int  # Dh: per head, weights mapped; D: over all heads before the split, which ours cannot carry
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {"kind": self.kind, "eps": self.eps, "q_norm": self.q, "k_norm": self.k, "width": self.width}
 
 
@@ -122,13 +122,14 @@ class Hypothesis:
         """``(..., H*Dh)`` query features (q_proj's output, o_proj's input) in our head order → the learner's."""
         if self.heads is None:
             return t
-        ours = t.unflatten(-1, (len(self.heads), -1))  # (..., H, Dh)
+        ours = t.unflatten(-1, (len(self.heads), -1))  # type: ignore[no-untyped-call]  # (..., H, Dh); torch's Tensor.unflatten is unannotated
         out = torch.empty_like(ours)
         out[..., self.heads, :] = ours
         return out.flatten(-2)
 
 
-def _p(name: str, f=lambda t: t, note: str = "") -> Source:
+def _p(name: str, f: Callable[..., torch.Tensor] = lambda t: t, note: str = "") -> Source:
+    """The learner's parameter ``name`` read through ``f(tensor)`` (its other arguments, if any, have defaults)."""
     return Source(name, note, lambda params: f(params[name]))
 
 

@@ -22,7 +22,7 @@ reference.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +33,7 @@ from anatomy.doctor.contract import precision
 EPS_GRID = (1e-5, 1e-6, 1e-12, 1e-8, 1e-9, 1e-10, 1e-7, 1e-4, 1e-3, 1e-11, 1e-14, 0.0)
 FIT_TOL = 1e-9  # relative residual of the per-feature affine fit: float64 norms fit to ~1e-15
 FORMS = ("layernorm", "rmsnorm", "unbiased_std")
+Fit = tuple[str, float, torch.Tensor, torch.Tensor, float]  # form, eps, gain, bias, relative residual
 
 
 @dataclass
@@ -47,7 +48,7 @@ class NormInfo:
     width: int = 0
     offset: float = 0.0  # the gain is offset + weight (Gemma's (1 + weight) RMSNorm: 1.0)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         return {
             "path": self.path,
             "kind": self.kind,
@@ -84,7 +85,7 @@ def _fit(z: torch.Tensor, y: torch.Tensor, with_bias: bool) -> tuple[torch.Tenso
 
 def fit_norm(
     x: torch.Tensor, y: torch.Tensor, eps_hints: Sequence[float] = (), forms: Sequence[str] = FORMS
-) -> tuple[str, float, torch.Tensor, torch.Tensor, float] | None:
+) -> Fit | None:
     """The form and eps that make ``y`` an affine function (per feature) of standardised ``x``, or None."""
     if x.shape != y.shape or x.dim() < 2 or not x.is_floating_point() or x.shape[-1] < 3:
         return None
@@ -108,12 +109,12 @@ def fit_norm(
     return best if best is not None and best[4] <= limit else None
 
 
-def _refine(x: torch.Tensor, y: torch.Tensor, best: tuple) -> tuple:
+def _refine(x: torch.Tensor, y: torch.Tensor, best: Fit) -> Fit:
     """Ternary search of log10(eps) within a decade either side of the best grid value (the residual is unimodal
     there): an eps like 3e-7 is fitted, not rounded to the grid."""
     form = best[0]
 
-    def at(log_eps: float) -> tuple:
+    def at(log_eps: float) -> Fit:
         eps = 10.0**log_eps
         return (form, eps, *_fit(standardise(x, form, eps), y, with_bias=form != "rmsnorm"))
 
@@ -142,16 +143,16 @@ def _by_value(m: nn.Module, prefix: str, value: torch.Tensor, used: set[str]) ->
     return None
 
 
-def find_norms(module: nn.Module, run, d: int) -> dict[str, NormInfo]:
+def find_norms(module: nn.Module, run: Callable[[], object], d: int) -> dict[str, NormInfo]:
     """Every sub-module of ``module`` that behaves as a norm over ``d`` features on the plain forward ``run()``,
     in call order; a wrapper that only returns its child norm's output is left out (the child is the norm)."""
-    calls: dict[str, tuple] = {}
+    calls: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     handles = []
     for p, m in module.named_modules():
         if not p or isinstance(m, (nn.ModuleList, nn.ModuleDict)):
             continue
 
-        def hook(mod, args, out, p=p):
+        def hook(mod: nn.Module, args: tuple[object, ...], out: object, p: str = p) -> None:
             if p not in calls and args and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor):
                 calls[p] = (args[0].detach(), out.detach())
 

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
 
 from anatomy.doctor.mapping.naming import Hypothesis, QKNorm, Reader, Source, _linear, _p, role_of
+
+if TYPE_CHECKING:
+    from anatomy.doctor.mapping.norm_fit import NormInfo
 
 # --- QK-norm --------------------------------------------------------------------------------------------------
 
@@ -136,9 +139,9 @@ class BlockParts:
     norm: str = "layernorm"
     eps: float = 1e-5
     form: str = "layernorm"  # "layernorm" | "rmsnorm" | "unbiased_std" (the annotated transformer's variant)
-    found: dict = field(default_factory=dict)  # path → NormInfo of the norms found by behaviour (norm_fit.py)
+    found: dict[str, NormInfo] = field(default_factory=dict)  # the norms found by behaviour (norm_fit.py), by path
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str]:
         """What the reference carries of the learner's norm beyond ours: its eps, the unbiased-std form."""
         out = {}
         default = 1e-6 if self.norm == "rmsnorm" else 1e-5
@@ -180,7 +183,7 @@ def block_parts(
     attn_scope: str | None,
     attn_paths: set[str],
     call_order: list[str],
-    found: dict | None = None,
+    found: dict[str, NormInfo] | None = None,
 ) -> BlockParts:
     """``found``: the norms found by behaviour (``norm_fit.find_norms``), path → NormInfo; they count wherever they
     sit (inside the attention module too: a pre-norm that lives in the attention sub-layer)."""
@@ -294,7 +297,8 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
             extra[f"{ref}.weight"] = _p(f"{pre}weight")
         if isinstance(getattr(m, "bias", None), torch.Tensor):
             extra[f"{ref}.bias"] = _p(f"{pre}bias")
-    halves: list[dict] = [{}]  # a fused gate|up Linear: the two orders of its halves are two readings
+    # a fused gate|up Linear: the two orders of its halves are two readings, (order, sources) each
+    halves: list[tuple[str, dict[str, Source]]] = [("", {})]
     for role, path in parts.ffn.items():
         if role == "gate_up":
             halves = [_halves(path, named[path], first) for first in ("ffn.up_proj", "ffn.gate_proj")]
@@ -310,28 +314,28 @@ def block_hypotheses(attn: list[Hypothesis], parts: BlockParts, module: nn.Modul
         mods[ref] = path
     return [
         Hypothesis(
-            h.style if not half else f"{h.style}; fused gate|up FFN, {half['order']}",
-            {**h.prefixed("attn.").sources, **extra, **{k: v for k, v in half.items() if k != "order"}},
+            h.style if not order else f"{h.style}; fused gate|up FFN, {order}",
+            {**h.prefixed("attn.").sources, **extra, **half},
             {**h.prefixed("attn.").modules, **mods},
             h.heads,
             h.qk_norm,
         )
         for h in attn
-        for half in halves
+        for order, half in halves
     ]
 
 
-def _halves(path: str, lin: nn.Module, first: str) -> dict:
+def _halves(path: str, lin: nn.Module, first: str) -> tuple[str, dict[str, Source]]:
     """``ffn.up_proj``/``ffn.gate_proj`` read from the two halves of one Linear's rows, ``first`` taking rows
     ``[:F]``."""
     f = cast(torch.Tensor, lin.weight).shape[0] // 2
     second = "ffn.gate_proj" if first == "ffn.up_proj" else "ffn.up_proj"
-    out: dict = {"order": f"{first.rpartition('.')[2].removesuffix('_proj')} first"}
+    out: dict[str, Source] = {}
     for ref, rows in ((first, slice(0, f)), (second, slice(f, 2 * f))):
         out[f"{ref}.weight"] = _p(f"{path}.weight", lambda t, r=rows: t[r], f"rows {rows.start}:{rows.stop}")
         if isinstance(getattr(lin, "bias", None), torch.Tensor):
             out[f"{ref}.bias"] = _p(f"{path}.bias", lambda t, r=rows: t[r], f"{rows.start}:{rows.stop}")
-    return out
+    return f"{first.rpartition('.')[2].removesuffix('_proj')} first", out
 
 
 # --- user maps --------------------------------------------------------------------------------------------------

@@ -34,8 +34,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor.loading.subject import CheckError
-from anatomy.doctor.mapping.from_recording import agrees, from_dataflow, with_observed  # noqa: F401 - re-exported
-from anatomy.doctor.mapping.head_layouts import (  # noqa: F401 - kv_dims, kv_heads re-exported
+from anatomy.doctor.mapping.head_layouts import (
     _fused,
     _fused_gqa,
     _fused_gqa_grouped,
@@ -45,28 +44,21 @@ from anatomy.doctor.mapping.head_layouts import (  # noqa: F401 - kv_dims, kv_he
     interleave,
     interleaved,
     kv_dims,
-    kv_heads,
 )
-from anatomy.doctor.mapping.naming import (  # noqa: F401 - re-exported: the doctor's modules read them from here
+from anatomy.doctor.mapping.naming import (
     ATTN_KEYS,
     Hypothesis,
     QKNorm,
-    Reader,
     Source,
     _linear,
     _p,
     role_of,
 )
-from anatomy.doctor.mapping.norms import (  # noqa: F401 - re-exported as above
-    BlockParts,
-    block_hypotheses,
-    block_parts,
+from anatomy.doctor.mapping.norms import (
     find_qk_norm,
-    is_norm,
     norm_eps,
     norm_width,
     qk_norm_kind,
-    qk_role,
 )
 
 
@@ -98,7 +90,7 @@ def _find_projections(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesi
                 Hypothesis("torch.nn.MultiheadAttention (in_proj_weight rows q|k|v)", src, {"o_proj": f"{pre}out_proj"})
             ], path
 
-    linears = {p: m for p, m in named.items() if isinstance(m, nn.Linear)}
+    linears: dict[str, nn.Linear] = {p: m for p, m in named.items() if isinstance(m, nn.Linear)}
 
     def parent(p: str) -> str:
         return p.rpartition(".")[0]
@@ -306,7 +298,7 @@ def _find_einsum(module: nn.Module, d: int, h: int) -> tuple[list[Hypothesis], s
 
 def apply_user_map(
     hyps: list[Hypothesis],
-    user_map: dict,
+    user_map: dict[str, str],
     params: dict[str, torch.Tensor],
     ref_names: list[str],
     modules: dict[str, nn.Module] | None = None,

@@ -4,15 +4,23 @@ the mapping, and the names ``--map`` may fill."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
 from anatomy.doctor.loading.subject import CallError
 from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.mapping.functional_norms import functional_norm_hypotheses
+from anatomy.doctor.mapping.head_layouts import kv_heads
 from anatomy.doctor.mapping.layer_scale import with_layer_scale
+from anatomy.doctor.mapping.naming import ATTN_KEYS, Hypothesis
+from anatomy.doctor.mapping.norms import BlockParts, block_hypotheses, block_parts
 from anatomy.doctor.probes.state import ProbeState
 
-ATTN_REQUIRED = [f"{k}.weight" for k in mp.ATTN_KEYS]
+ATTN_REQUIRED = [f"{k}.weight" for k in ATTN_KEYS]
 BLOCK_REQUIRED = [f"attn.{r}" for r in ATTN_REQUIRED] + [
     "attn_add_norm.norm.weight",
     "ffn.up_proj.weight",
@@ -25,21 +33,25 @@ def required(kind: str) -> list[str]:
 
 
 def hypotheses(
-    ctx: ProbeState, attn_hyps: list[mp.Hypothesis], scope: str | None, mapping: dict | None, found: dict
-) -> tuple[list[mp.Hypothesis], list[mp.Hypothesis]]:
+    state: ProbeState,
+    attn_hyps: list[Hypothesis],
+    scope: str | None,
+    mapping: dict[str, str] | None,
+    found: dict[str, Any],
+) -> tuple[list[Hypothesis], list[Hypothesis]]:
     """Every reading of the learner's parameters as ours, and those that fill every required reference weight."""
-    module, d, h = ctx.subject.module, ctx.d, ctx.h
-    if ctx.kind == "block":
-        ctx.call_order, ctx.attn_scope = call_order(ctx), scope
-        ctx.parts = parts = mp.block_parts(module, d, scope, attention_paths(attn_hyps), ctx.call_order, ctx.norms)
-        hyps = mp.block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
+    module, d, h = state.subject.module, state.d, state.h
+    if state.kind == "block":
+        state.call_order, state.attn_scope = call_order(state), scope
+        state.parts = parts = block_parts(module, d, scope, attention_paths(attn_hyps), state.call_order, state.norms)
+        hyps = block_hypotheses(attn_hyps, parts, module) if parts.norms and parts.ffn else []
         if not hyps:  # norms without parameters, called as functions (functional_norms.py)
-            hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(ctx.observation, "rec", None), d)
+            hyps = functional_norm_hypotheses(attn_hyps, parts, module, getattr(state.observation, "rec", None), d)
         hyps = with_layer_scale(hyps, module, d, scope)  # LayerScale gains folded in (layer_scale.py)
         if not hyps and attn_hyps:  # attention found, norms or FFN not: say what is missing
-            hyps = [mp.Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
-        found["block"] = ctx.found_block
-        ctx.found_block.update(
+            hyps = [Hypothesis(attn_hyps[0].style, attn_hyps[0].prefixed("attn.").sources)]
+        found["block"] = state.found_block
+        state.found_block.update(
             {
                 "norms": parts.norms,
                 "d_ff": parts.d_ff,
@@ -56,10 +68,10 @@ def hypotheses(
             hyps,
             mapping,
             dict(module.named_parameters()),
-            ref_names(ctx.kind, d, h, ctx.parts),
+            ref_names(state.kind, d, h, state.parts),
             dict(module.named_modules()),
         )
-    needed = required(ctx.kind)
+    needed = required(state.kind)
     complete = [hp for hp in hyps if not mp.missing(hp, needed)]
     shown = complete[0] if complete else (hyps[0] if hyps else None)
     params = dict(module.named_parameters())
@@ -67,17 +79,19 @@ def hypotheses(
     return hyps, complete
 
 
-def mapping_found(hyp: mp.Hypothesis, missing: list[str], params: dict, d: int, h: int) -> dict:
+def mapping_found(
+    hyp: Hypothesis, missing: list[str], params: Mapping[str, torch.Tensor], d: int, h: int
+) -> dict[str, Any]:
     return {
         "style": hyp.style,
         "pairs": [[r, s.user, s.note] for r, s in hyp.sources.items()],
         "missing": missing,
-        "n_kv_heads": mp.kv_heads(hyp, params, d, h),
+        "n_kv_heads": kv_heads(hyp, dict(params), d, h),
         "qk_norm": None if hyp.qk_norm is None else hyp.qk_norm.to_dict(),
     }
 
 
-def attention_paths(hyps: list[mp.Hypothesis]) -> set[str]:
+def attention_paths(hyps: list[Hypothesis]) -> set[str]:
     paths = set()
     for hp in hyps:
         paths |= set(hp.modules.values())
@@ -85,15 +99,15 @@ def attention_paths(hyps: list[mp.Hypothesis]) -> set[str]:
     return paths
 
 
-def call_order(ctx: ProbeState) -> list[str]:
+def call_order(state: ProbeState) -> list[str]:
     """Sub-module paths in the order one plain forward calls them (a shared module appears once per call)."""
     order, handles = [], []
-    ctx.subject.stage = ("the walk through your sub-modules", "子模块调用顺序的记录")
-    for p, m in ctx.subject.module.named_modules():
+    state.subject.stage = ("the walk through your sub-modules", "子模块调用顺序的记录")
+    for p, m in state.subject.module.named_modules():
         if p:
             handles.append(m.register_forward_hook(lambda mod, a, o, p=p: order.append(p)))
     try:
-        ctx.subject.run(ctx.x)
+        state.subject.run(state.x)
     except CallError:
         pass
     finally:
@@ -102,7 +116,7 @@ def call_order(ctx: ProbeState) -> list[str]:
     return order
 
 
-def ref_names(kind: str, d: int, h: int, parts) -> list[str]:
+def ref_names(kind: str, d: int, h: int, parts: BlockParts | None) -> list[str]:
     """Every name ``--map`` may fill: the reference's parameters, QK-norm (``q_norm``/``k_norm``) included."""
     if kind == "attention":
         return [n for n, _ in MultiHeadAttention(d_model=d, n_heads=h, qk_norm="layernorm").named_parameters()]

@@ -21,7 +21,7 @@ from anatomy.doctor.loading.subject import CallError
 from anatomy.doctor.probes.block import BLOCK_PROBES
 from anatomy.doctor.probes.masking import float16_fill, fully_masked, padding_leak
 from anatomy.doctor.probes.scaling import scaling
-from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.probes.state import Probe, ProbeResult, ProbeState
 from anatomy.doctor.probes.state import leak as _leak
 from anatomy.doctor.report.findings import PROBE_TITLES, Finding
 from anatomy.doctor.report.words import fmt
@@ -29,22 +29,23 @@ from anatomy.doctor.report.words import fmt
 # --- attention and blocks alike --------------------------------------------------------------------------------
 
 
-def shape(ctx: ProbeState):
+def shape(state: ProbeState) -> ProbeResult:
     findings = []
-    want = (ctx.b, ctx.t, ctx.d)
-    if tuple(ctx.base.shape) != want:
+    want = (state.b, state.t, state.d)
+    if tuple(state.base.shape) != want:
         return [
             Finding(
                 "shape",
                 "error",
-                f"output has shape {tuple(ctx.base.shape)}; the input was {want} and the output must keep it (B, T, D)",
-                f"输出形状是 {tuple(ctx.base.shape)}；输入是 {want}，输出必须保持 (B, T, D)",
-                {"input_shape": list(want), "output_shape": list(ctx.base.shape)},
+                f"output has shape {tuple(state.base.shape)}; the input was {want} and the output must keep it "
+                "(B, T, D)",
+                f"输出形状是 {tuple(state.base.shape)}；输入是 {want}，输出必须保持 (B, T, D)",
+                {"input_shape": list(want), "output_shape": list(state.base.shape)},
             )
         ], None
-    w = ctx.base_w
+    w = state.base_w
     if w is not None:
-        full, avg = (ctx.b, ctx.h, ctx.t, ctx.t), (ctx.b, ctx.t, ctx.t)
+        full, avg = (state.b, state.h, state.t, state.t), (state.b, state.t, state.t)
         if tuple(w.shape) not in (full, avg):
             findings.append(
                 Finding(
@@ -55,7 +56,7 @@ def shape(ctx: ProbeState):
                     {"weights_shape": list(w.shape), "expected": list(full)},
                 )
             )
-        elif not ctx.causal:
+        elif not state.causal:
             sums = w.sum(-1)
             worst = float((sums - 1).abs().max())
             if not worst <= tol(1e-6):
@@ -72,16 +73,16 @@ def shape(ctx: ProbeState):
     return findings, None
 
 
-def finite(ctx: ProbeState):
-    bad = int((~torch.isfinite(ctx.base)).sum())
+def finite(state: ProbeState) -> ProbeResult:
+    bad = int((~torch.isfinite(state.base)).sum())
     if bad:
         return [
             Finding(
                 "finite",
                 "error",
-                f"{bad} of {ctx.base.numel()} outputs are NaN or inf without any mask",
-                f"不加 mask 时 {ctx.base.numel()} 个输出中有 {bad} 个是 NaN 或 inf",
-                {"non_finite": bad, "of": ctx.base.numel()},
+                f"{bad} of {state.base.numel()} outputs are NaN or inf without any mask",
+                f"不加 mask 时 {state.base.numel()} 个输出中有 {bad} 个是 NaN 或 inf",
+                {"non_finite": bad, "of": state.base.numel()},
             )
         ], None
     return [], None
@@ -95,13 +96,13 @@ def _worst_future(dep: torch.Tensor) -> tuple[float, int, int, int]:
     return float(vals.max()), idx // t, idx % t, int((vals > 0).sum())
 
 
-def causal_leak(ctx: ProbeState):
-    if ctx.causal:
-        dep, how = ctx.dep, "plain"
-    elif ctx.causal_mask is not None:
-        mask = ctx.causal_mask.make(causal_keep(ctx.b, ctx.t), ctx.x.dtype)
+def causal_leak(state: ProbeState) -> ProbeResult:
+    if state.causal:
+        dep, how = state.dep, "plain"
+    elif state.causal_mask is not None:
+        mask = state.causal_mask.make(causal_keep(state.b, state.t), state.x.dtype)
         try:
-            dep, how = dependency(ctx.subject, ctx.x, mask), "mask"
+            dep, how = dependency(state.subject, state.x, mask), "mask"
         except CallError as err:
             return [], (f"forward raised with a causal mask: {err}", f"传入因果 mask 时 forward 报错：{err}")
     else:
@@ -115,7 +116,7 @@ def causal_leak(ctx: ProbeState):
             "无法判断：普通前向的输出不是有限值，无法测量改变未来 token 的影响",
         )
     worst, i, j, n = _worst_future(dep)
-    if _leak(worst, ctx):
+    if _leak(worst, state):
         where = "" if how == "plain" else " under a causal mask"
         return [
             Finding(
@@ -131,66 +132,66 @@ def causal_leak(ctx: ProbeState):
     return [], None
 
 
-def positions(ctx: ProbeState) -> str:
+def positions(state: ProbeState) -> str:
     """Do the outputs depend on where the tokens sit, and how? Swap tokens 0 and 1: without positions inside,
     every later query sees the same *set* of keys (causal or not), so outputs 2.. do not move ("none"). When they
     move, put two hidden keys in front (a left-padding mask): every position shifts by 2, and a relative scheme
     (RoPE, ALiBi) leaves the real outputs unchanged ("relative"); an absolute one, or tokens mixed by a reshape,
     does not ("absolute"). Without a mask that hides the new keys (none, or one the module ignores): "dependent"."""
-    t = ctx.t
+    t = state.t
     if t < 3:
         return "none"
     swap = torch.arange(t)
     swap[0], swap[1] = 1, 0
     try:
-        out, _ = ctx.subject.run(ctx.x[:, swap])
+        out, _ = state.subject.run(state.x[:, swap])
     except CallError:
         return "dependent"
-    if not _leak(max_diff(out[:, 2:], ctx.base[:, 2:]), ctx):
+    if not _leak(max_diff(out[:, 2:], state.base[:, 2:]), state):
         return "none"
-    if ctx.mask is None:
+    if state.mask is None:
         return "dependent"
-    keep = torch.ones(ctx.b, t + 2, t + 2, dtype=torch.bool)
+    keep = torch.ones(state.b, t + 2, t + 2, dtype=torch.bool)
     keep[:, :, :2] = False  # the two new keys are hidden from every query
-    mask = ctx.mask.make(keep, ctx.x.dtype)
+    mask = state.mask.make(keep, state.x.dtype)
     if mask is None:
         return "dependent"
-    pads = torch.randn(ctx.b, 2, ctx.d, generator=torch.Generator().manual_seed(11), dtype=ctx.x.dtype)
-    longer = torch.cat([pads, ctx.x], 1)
+    pads = torch.randn(state.b, 2, state.d, generator=torch.Generator().manual_seed(11), dtype=state.x.dtype)
+    longer = torch.cat([pads, state.x], 1)
     try:
-        shifted, _ = ctx.subject.run(longer, mask)
-        unmasked, _ = ctx.subject.run(longer)
+        shifted, _ = state.subject.run(longer, mask)
+        unmasked, _ = state.subject.run(longer)
     except CallError:
         return "dependent"
     if max_diff(shifted, unmasked) == 0.0:  # the mask is ignored: the new keys were not hidden, nothing learned
         return "dependent"
-    return "absolute" if _leak(max_diff(shifted[:, 2:], ctx.base), ctx) else "relative"
+    return "absolute" if _leak(max_diff(shifted[:, 2:], state.base), state) else "relative"
 
 
-def token_order(ctx: ProbeState):
-    if ctx.positional is not None:
+def token_order(state: ProbeState) -> ProbeResult:
+    if state.positional is not None:
         return [], (
-            f"positions enter attention ({ctx.positional}): permuting the tokens changes the outputs by "
+            f"positions enter attention ({state.positional}): permuting the tokens changes the outputs by "
             "design, and the reference with that scheme matches",
-            f"位置信息进入了注意力（{ctx.positional}）：打乱 token 顺序本来就会改变输出，"
+            f"位置信息进入了注意力（{state.positional}）：打乱 token 顺序本来就会改变输出，"
             "且带该位置方案的参考实现与之吻合",
         )
-    if ctx.positions == "relative":
+    if state.positions == "relative":
         return [], (
             "positions enter attention relatively (shifting every position by 2 leaves the outputs "
             "unchanged, as RoPE or ALiBi would): permuting the tokens changes the outputs by design",
             "位置信息以相对方式进入注意力（所有位置整体平移 2 时输出不变，与 RoPE、ALiBi 一致）：打乱 token "
             "顺序本来就会改变输出",
         )
-    if ctx.causal:
+    if state.causal:
         return [], ("a causal module is not permutation-equivariant", "因果模块本来就不满足置换等变")
-    perm = torch.roll(torch.arange(ctx.t), 2)
+    perm = torch.roll(torch.arange(state.t), 2)
     try:
-        out, _ = ctx.subject.run(ctx.x[:, perm])
+        out, _ = state.subject.run(state.x[:, perm])
     except CallError as err:
         return [], (str(err), str(err))
-    diff = max_diff(out, ctx.base[:, perm])
-    if _leak(diff, ctx):
+    diff = max_diff(out, state.base[:, perm])
+    if _leak(diff, state):
         return [
             Finding(
                 "token_order",
@@ -205,15 +206,15 @@ def token_order(ctx: ProbeState):
     return [], None
 
 
-def batch_independence(ctx: ProbeState):
-    x2 = ctx.x.clone()
+def batch_independence(state: ProbeState) -> ProbeResult:
+    x2 = state.x.clone()
     x2[1:] = torch.randn(x2[1:].shape, generator=torch.Generator().manual_seed(3), dtype=x2.dtype)
     try:
-        out, _ = ctx.subject.run(x2)
+        out, _ = state.subject.run(x2)
     except CallError as err:
         return [], (str(err), str(err))
-    diff = max_diff(out[:1], ctx.base[:1])
-    if _leak(diff, ctx):
+    diff = max_diff(out[:1], state.base[:1])
+    if _leak(diff, state):
         return [
             Finding(
                 "batch_independence",
@@ -227,7 +228,8 @@ def batch_independence(ctx: ProbeState):
     return [], None
 
 
-ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports ProbeState from here); run_all puts it in its place
+# "scaling" lives in scaling.py (it imports ProbeState from here); run_all puts it in its place
+ATTENTION_PROBES: dict[str, Probe | None] = {
     "shape": shape,
     "finite": finite,
     "causal_leak": causal_leak,
@@ -240,17 +242,17 @@ ATTENTION_PROBES = {  # "scaling" lives in scaling.py (it imports ProbeState fro
 }
 
 
-def run_all(ctx: ProbeState) -> tuple[list[Finding], list[str], list[dict]]:
+def run_all(state: ProbeState) -> tuple[list[Finding], list[str], list[dict[str, str]]]:
 
     probes = {**ATTENTION_PROBES, "scaling": scaling}  # scaling.py keeps its place in the order
-    if ctx.kind == "block":
+    if state.kind == "block":
         probes.update(BLOCK_PROBES)
     findings, passed, skipped = [], [], []
     for name, probe in probes.items():
         title = PROBE_TITLES.get(name, (name, name))
-        ctx.subject.stage = (f"the {title[0]} probe", f"{title[1]}探针")
+        state.subject.stage = (f"the {title[0]} probe", f"{title[1]}探针")
         assert probe is not None  # the one None in ATTENTION_PROBES ("scaling") was replaced above
-        found, skip = probe(ctx)
+        found, skip = probe(state)
         findings += found
         if skip is not None:
             skipped.append({"probe": name, "en": skip[0], "zh": skip[1]})

@@ -9,25 +9,25 @@ import torch
 from anatomy.doctor.contract.masks import close, max_diff
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.loading.subject import CallError
-from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.probes.state import Probe, ProbeResult, ProbeState
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
 
 # --- blocks -------------------------------------------------------------------------------------------------------
 
 
-def norm_parameters(ctx: ProbeState):
-    parts = ctx.parts
+def norm_parameters(state: ProbeState) -> ProbeResult:
+    parts = state.parts
     if parts is None or not parts.norms:
         return [], (
             "no norm module found (nn.LayerNorm, nn.RMSNorm or a class named *Norm)",
             "没有找到 norm 模块（nn.LayerNorm、nn.RMSNorm 或名为 *Norm 的类）",
         )
-    named = dict(ctx.subject.module.named_modules())
+    named = dict(state.subject.module.named_modules())
     counts = {p: parts.norm_calls.count(p) for p in parts.norms}
     # a norm without parameters has nothing to share (F.layer_norm in a module, used twice), and one norm called on
     # a sub-layer's query and its key/value inputs serves one sub-layer: shared means calls in two sub-layers
-    shared = [p for p, n in counts.items() if n > 1 and _owns_parameters(named[p]) and _serves_two(ctx, p)]
+    shared = [p for p, n in counts.items() if n > 1 and _owns_parameters(named[p]) and _serves_two(state, p)]
     params = [
         (p, id(getattr(named[p], "weight", None)))
         for p in parts.norms
@@ -56,43 +56,43 @@ def _owns_parameters(m: torch.nn.Module) -> bool:
     return any(True for _ in m.parameters())
 
 
-def _serves_two(ctx: ProbeState, norm: str) -> bool:
+def _serves_two(state: ProbeState, norm: str) -> bool:
     """Do the calls of ``norm`` fall in two sub-layers? The forward's finishing order splits into: up to the
     attention's end, up to the feed-forward's last projection, after it (pre-norm calls sit in the first two,
     post-norm calls in the last two). Without the attention or the feed-forward found, two calls say it."""
-    order, parts = ctx.call_order, ctx.parts
+    order, parts = state.call_order, state.parts
     down = parts.ffn.get("down") if parts is not None else None
-    if not ctx.attn_scope or ctx.attn_scope not in order or down is None or down not in order:
+    if not state.attn_scope or state.attn_scope not in order or down is None or down not in order:
         return True
-    attn_end = order.index(ctx.attn_scope)
+    attn_end = order.index(state.attn_scope)
     ffn_end = next((i for i, p in enumerate(order) if p == down and i > attn_end), len(order))
     regions = {0 if i <= attn_end else 1 if i <= ffn_end else 2 for i, p in enumerate(order) if p == norm}
     return len(regions) > 1
 
 
-def _zeroed(ctx: ProbeState) -> list[str]:
+def _zeroed(state: ProbeState) -> list[str]:
     """Learner parameters that make the attention and FFN outputs 0 when zeroed (their last projections)."""
-    if ctx.hyp is None:
+    if state.hyp is None:
         return []
     names = []
     for ref in ("attn.o_proj.weight", "attn.o_proj.bias", "ffn.down_proj.weight", "ffn.down_proj.bias"):
-        src = ctx.hyp.sources.get(ref)
+        src = state.hyp.sources.get(ref)
         if src is not None:
             names.append(src.user)
-    return names if any("o_proj.weight" in r for r in ctx.hyp.sources) else []
+    return names if any("o_proj.weight" in r for r in state.hyp.sources) else []
 
 
-def residual(ctx: ProbeState):
-    names, hyp = _zeroed(ctx), ctx.hyp
+def residual(state: ProbeState) -> ProbeResult:
+    names, hyp = _zeroed(state), state.hyp
     if not names or hyp is None or not any("down_proj" in r for r in hyp.sources):  # names: hyp is set
         return [], ("the attention output and FFN projections were not mapped", "未能对应注意力输出投影和 FFN 投影")
-    params = dict(ctx.subject.module.named_parameters())
+    params = dict(state.subject.module.named_parameters())
     saved = {n: params[n].detach().clone() for n in names}
     try:
         with torch.no_grad():
             for n in names:
                 params[n].zero_()
-        out, _ = ctx.subject.run(ctx.x)
+        out, _ = state.subject.run(state.x)
     except CallError as err:
         return [], (str(err), str(err))
     finally:
@@ -100,11 +100,11 @@ def residual(ctx: ProbeState):
             for n, v in saved.items():
                 params[n].copy_(v)
     spread = float(out.std(dim=1).max())  # does anything of x survive?
-    ev = {"silenced_output_std_over_tokens": spread, "max_diff_from_input": max_diff(out, ctx.x)}
-    if close(out, ctx.x):
-        ctx.silenced = "identity"
-    elif spread <= tol(1e-9) * ctx.scale:
-        ctx.silenced = "constant"
+    ev = {"silenced_output_std_over_tokens": spread, "max_diff_from_input": max_diff(out, state.x)}
+    if close(out, state.x):
+        state.silenced = "identity"
+    elif spread <= tol(1e-9) * state.scale:
+        state.silenced = "constant"
         return [
             Finding(
                 "residual",
@@ -118,26 +118,26 @@ def residual(ctx: ProbeState):
             )
         ], None
     else:
-        ctx.silenced = "normed"
+        state.silenced = "normed"
     return [], None
 
 
-def norm_placement(ctx: ProbeState):
-    parts = ctx.parts
+def norm_placement(state: ProbeState) -> ProbeResult:
+    parts = state.parts
     if parts is None or not parts.norms:
         return [], ("no norm module found", "没有找到 norm 模块")
-    named = dict(ctx.subject.module.named_modules())
+    named = dict(state.subject.module.named_modules())
     calls: list[tuple[str, torch.Tensor | None, torch.Tensor]] = []
     handles = [
         named[p].register_forward_hook(
             lambda m, a, o, p=p: calls.append(
-                (p, ctx.subject.batch_first(a[0]) if a else None, ctx.subject.batch_first(o))
+                (p, state.subject.batch_first(a[0]) if a else None, state.subject.batch_first(o))
             )
         )
         for p in parts.norms
     ]
     try:
-        out, _ = ctx.subject.run(ctx.x)
+        out, _ = state.subject.run(state.x)
     except CallError as err:
         return [], (str(err), str(err))
     finally:
@@ -145,25 +145,25 @@ def norm_placement(ctx: ProbeState):
             hd.remove()
     if not calls:
         return [], ("no norm was called", "没有 norm 被调用")
-    first_in_is_x = calls[0][1] is not None and close(calls[0][1], ctx.x)
+    first_in_is_x = calls[0][1] is not None and close(calls[0][1], state.x)
     ends_with_norm = isinstance(calls[-1][2], torch.Tensor) and close(out, calls[-1][2])
     ev = {
         "first_norm_input_is_x": first_in_is_x,
         "output_is_last_norm_output": ends_with_norm,
         "norm_calls": [c[0] for c in calls],
-        "silenced_block": ctx.silenced,
+        "silenced_block": state.silenced,
     }
     if ends_with_norm and not first_in_is_x:
         placement = "post"
     elif first_in_is_x and ends_with_norm:
         placement = "pre+final"
-    elif first_in_is_x and ctx.silenced in ("identity", "constant", None):
+    elif first_in_is_x and state.silenced in ("identity", "constant", None):
         placement = "pre"
-    elif first_in_is_x and ctx.silenced == "normed":
+    elif first_in_is_x and state.silenced == "normed":
         placement = "norm_on_residual_path"
     else:
         placement = "unknown"
-    ctx.found_block["placement"] = placement
+    state.found_block["placement"] = placement
     if placement == "norm_on_residual_path":
         return [
             Finding(
@@ -180,11 +180,11 @@ def norm_placement(ctx: ProbeState):
     return [], None
 
 
-def ffn_width(ctx: ProbeState):
-    parts = ctx.parts
+def ffn_width(state: ProbeState) -> ProbeResult:
+    parts = state.parts
     if parts is None or not parts.d_ff:
         return [], ("no feed-forward pair of Linears (D → F → D) found", "没有找到前馈网络的两个 Linear（D → F → D）")
-    ratio = parts.d_ff / ctx.d
+    ratio = parts.d_ff / state.d
     if not 2 <= ratio <= 8:
         return [
             Finding(
@@ -200,7 +200,7 @@ def ffn_width(ctx: ProbeState):
     return [], None
 
 
-BLOCK_PROBES = {
+BLOCK_PROBES: dict[str, Probe] = {
     "norm_parameters": norm_parameters,
     "residual": residual,
     "norm_placement": norm_placement,

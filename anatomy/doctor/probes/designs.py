@@ -21,16 +21,17 @@ def batchnorm_norms(module: nn.Module, norms: list[str]) -> list[str]:
     return [p for p in norms if isinstance(named.get(p), _BatchNorm)]
 
 
-def named_design(ctx: ProbeState) -> tuple[Finding, str] | None:
+def named_design(state: ProbeState) -> tuple[Finding, str] | None:
     """The first design of this module the reference cannot carry: a warning naming it, and the diagnosis' reason."""
-    return batchnorm_block(ctx) or two_attention_block(ctx)
+    return batchnorm_block(state) or two_attention_block(state)
 
 
-def two_attention_block(ctx: ProbeState) -> tuple[Finding, str] | None:
+def two_attention_block(state: ProbeState) -> tuple[Finding, str] | None:
     """A block whose one forward runs two softmaxes over the tokens: two attention sub-layers."""
-    obs = ctx.observation
+    obs = state.observation
     n = obs.summary.get("softmaxes", 0) if obs is not None else 0
-    if ctx.kind != "block" or n < 2 or (n >= ctx.h and n % ctx.h == 0):  # H softmaxes: one per head, one sub-layer
+    # H softmaxes: one per head, one sub-layer
+    if state.kind != "block" or n < 2 or (n >= state.h and n % state.h == 0):
         return None
     en = (
         f"the block runs {n} attention sub-layers in one forward (softmax {n} times): Stable Diffusion's "
@@ -47,11 +48,11 @@ def two_attention_block(ctx: ProbeState) -> tuple[Finding, str] | None:
     return Finding("block_design", "warning", en, zh, {"design": "attention_sub_layers", "softmaxes": n}), reason
 
 
-def batchnorm_block(ctx: ProbeState) -> tuple[Finding, str] | None:
+def batchnorm_block(state: ProbeState) -> tuple[Finding, str] | None:
     """A warning naming the BatchNorm design, and the diagnosis' reason, when the block's norms are BatchNorm."""
-    if ctx.kind != "block" or ctx.parts is None:
+    if state.kind != "block" or state.parts is None:
         return None
-    found = batchnorm_norms(ctx.subject.module, ctx.parts.norms)
+    found = batchnorm_norms(state.subject.module, state.parts.norms)
     if not found:
         return None
     names = ", ".join(f"`{p}`" for p in found)

@@ -10,27 +10,27 @@ import math
 import torch
 from torch import nn
 
-from anatomy.doctor.contract.masks import max_diff, pad_keep, padding_keep
+from anatomy.doctor.contract.masks import MaskCandidate, max_diff, pad_keep, padding_keep
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.loading.subject import CallError
-from anatomy.doctor.probes.state import ProbeState, Skip
+from anatomy.doctor.probes.state import ProbeResult, ProbeState, Skip
 from anatomy.doctor.probes.state import leak as _leak
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import SENSE_SHORT, fmt
 
 
-def padding_leak(ctx: ProbeState):
-    if ctx.mask is None:
-        return [], _no_mask(ctx)
-    t = ctx.t
-    keep, padded = padding_keep(ctx.b, t, ctx.causal)  # the diagnosis pads the same side (masks.py)
+def padding_leak(state: ProbeState) -> ProbeResult:
+    if state.mask is None:
+        return [], _no_mask(state)
+    t = state.t
+    keep, padded = padding_keep(state.b, t, state.causal)  # the diagnosis pads the same side (masks.py)
     real = keep[:, 0]  # (B, T)
-    mask = ctx.mask.make(keep, ctx.x.dtype)
-    x2 = ctx.x.clone()
-    x2[1, padded] += 3.0 * torch.randn(2, ctx.d, generator=torch.Generator().manual_seed(5), dtype=ctx.x.dtype)
+    mask = state.mask.make(keep, state.x.dtype)
+    x2 = state.x.clone()
+    x2[1, padded] += 3.0 * torch.randn(2, state.d, generator=torch.Generator().manual_seed(5), dtype=state.x.dtype)
     try:
-        out, w = ctx.subject.run(ctx.x, mask)
-        out2, _ = ctx.subject.run(x2, mask)
+        out, w = state.subject.run(state.x, mask)
+        out2, _ = state.subject.run(x2, mask)
     except CallError as err:
         return [], (f"forward raised with a padding mask: {err}", f"传入 padding mask 时 forward 报错：{err}")
     findings = []
@@ -38,7 +38,7 @@ def padding_leak(ctx: ProbeState):
     ev = {
         "max_change_of_real_outputs": leak,
         "padded_tokens": [1, padded.start, padded.stop - 1],
-        "padding": "left" if ctx.causal else "right",
+        "padding": "left" if state.causal else "right",
     }
     hidden_w = None
     if w is not None and w.shape[-2:] == (t, t):
@@ -47,25 +47,25 @@ def padding_leak(ctx: ProbeState):
         cols = (~keep[:, None]).expand_as(w4)  # hidden keys
         hidden_w = float(w4[rows & cols].abs().nan_to_num(math.inf).max())
         ev["max_weight_on_padded_keys"] = hidden_w
-    no_effect = max_diff(out, ctx.base) == 0.0
+    no_effect = max_diff(out, state.base) == 0.0
     ev["mask_has_effect"] = not no_effect
-    if ctx.mask_leaks:
-        ev["every_convention_leaks"] = ctx.mask_leaks
+    if state.mask_leaks:
+        ev["every_convention_leaks"] = state.mask_leaks
     every = (
-        f"every mask convention the module accepts leaks (all {len(ctx.mask_leaks)} that change the output): "
+        f"every mask convention the module accepts leaks (all {len(state.mask_leaks)} that change the output): "
         "the mask itself does not hide the padding (a fill too small to matter, applied after the softmax, "
         "or tokens mixed by a reshape?); "
-        if ctx.mask_leaks
+        if state.mask_leaks
         else ""
     )
     every_zh = (
-        f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(ctx.mask_leaks)} 种全部如此）："
+        f"模块接受的每一种 mask 约定都泄漏（起作用的 {len(state.mask_leaks)} 种全部如此）："
         "mask 本身没有遮住 padding（填充值太小不起作用，"
         "在 softmax 之后才施加，或 reshape 把 token 混在了一起？）；"
-        if ctx.mask_leaks
+        if state.mask_leaks
         else ""
     )
-    if _leak(leak, ctx) or (hidden_w is not None and hidden_w > 0):
+    if _leak(leak, state) or (hidden_w is not None and hidden_w > 0):
         findings.append(
             Finding(
                 "padding_leak",
@@ -87,10 +87,10 @@ def padding_leak(ctx: ProbeState):
                 + f"改变第 1 个序列里的 padding token，使它的真实输出变化了 {fmt(leak)}"
                 + (f"；真实 query 在 padding key 上的权重最大为 {fmt(hidden_w)}（必须恰好为 0）" if hidden_w else ""),
                 ev,
-                fault=_on_queries(ctx, out, real, no_effect),
+                fault=_on_queries(state, out, real, no_effect),
             )
         )
-    if w is not None and w.shape[-2:] == (t, t) and not ctx.causal:
+    if w is not None and w.shape[-2:] == (t, t) and not state.causal:
         sums = (w if w.dim() == 4 else w[:, None]).sum(-1)  # (B, H|1, T)
         sums = sums.permute(0, 2, 1)[real]  # real query rows
         lo, hi = float(sums.min()), float(sums.max())
@@ -104,23 +104,23 @@ def padding_leak(ctx: ProbeState):
                     {"row_sum_min": lo, "row_sum_max": hi},
                 )
             )
-    return findings + [_form_leak(c, ctx) for c in ctx.form_leaks], None
+    return findings + [_form_leak(c, state) for c in state.form_leaks], None
 
 
-def _on_queries(ctx: ProbeState, out: torch.Tensor, real: torch.Tensor, no_effect: bool) -> str | None:
+def _on_queries(state: ProbeState, out: torch.Tensor, real: torch.Tensor, no_effect: bool) -> str | None:
     """``padding_mask_on_queries`` when the mask leaves every real query's output as it was and moves only the
     padded rows: it hides padded queries (rows), not padded keys (columns)."""
-    if no_effect or _leak(max_diff(out, ctx.base, real), ctx) or not _leak(max_diff(out, ctx.base, ~real), ctx):
+    if no_effect or _leak(max_diff(out, state.base, real), state) or not _leak(max_diff(out, state.base, ~real), state):
         return None
     return "padding_mask_on_queries"
 
 
-def _form_leak(cand, ctx: ProbeState) -> Finding:
+def _form_leak(cand: MaskCandidate, state: ProbeState) -> Finding:
     """One accepted mask form that leaks beside the right one the probes use: an error naming the form. When that
     form leaves every real query's output as it was and moves only the padded rows, it masks the queries."""
     sense_en, sense_zh = SENSE_SHORT[cand.fmt.sense]
-    layout, best = cand.fmt.layout, ctx.mask.layout if ctx.mask is not None else "?"
-    on_queries = not _leak(cand.real_effect, ctx)
+    layout, best = cand.fmt.layout, state.mask.layout if state.mask is not None else "?"
+    on_queries = not _leak(cand.real_effect, state)
     what = (
         "it leaves every real query's output as it was and changes only the padded rows: it masks the queries "
         "(rows), not the keys (columns)"
@@ -146,18 +146,18 @@ def _form_leak(cand, ctx: ProbeState) -> Finding:
     )
 
 
-def _no_mask(ctx: ProbeState) -> Skip:
-    if not ctx.subject.takes_mask:
+def _no_mask(state: ProbeState) -> Skip:
+    if not state.subject.takes_mask:
         return ("forward takes no mask", "forward 不接受 mask")
     return ("no mask format was accepted", "没有任何 mask 格式被接受")
 
 
-def fully_masked(ctx: ProbeState):
-    if ctx.mask is None:
-        return [], _no_mask(ctx)
-    keep = pad_keep(ctx.b, ctx.t, [ctx.t, 0])  # sequence 1 is all padding: its queries see no key
+def fully_masked(state: ProbeState) -> ProbeResult:
+    if state.mask is None:
+        return [], _no_mask(state)
+    keep = pad_keep(state.b, state.t, [state.t, 0])  # sequence 1 is all padding: its queries see no key
     try:
-        out, w = ctx.subject.run(ctx.x, ctx.mask.make(keep, ctx.x.dtype))
+        out, w = state.subject.run(state.x, state.mask.make(keep, state.x.dtype))
     except CallError as err:
         return [], (f"forward raised on an all-padding sequence: {err}", f"全是 padding 的序列让 forward 报错：{err}")
     nan_empty = int(torch.isnan(out[1]).sum())
@@ -174,7 +174,7 @@ def fully_masked(ctx: ProbeState):
             )
         )
     if nan_empty:
-        torch_nn = any(isinstance(m, nn.MultiheadAttention) for m in ctx.subject.module.modules())
+        torch_nn = any(isinstance(m, nn.MultiheadAttention) for m in state.subject.module.modules())
         note_en = " (a known behaviour of torch.nn.MultiheadAttention)" if torch_nn else ""
         note_zh = "（torch.nn.MultiheadAttention 的已知行为）" if torch_nn else ""
         findings.append(
@@ -192,16 +192,16 @@ def fully_masked(ctx: ProbeState):
     return findings, None
 
 
-def float16_fill(ctx: ProbeState):
-    if ctx.mask is None:
-        return [], _no_mask(ctx)
+def float16_fill(state: ProbeState) -> ProbeResult:
+    if state.mask is None:
+        return [], _no_mask(state)
     try:
-        half = copy.deepcopy(ctx.subject.module).half()
+        half = copy.deepcopy(state.subject.module).half()
     except Exception as err:  # noqa: BLE001
         return [], (f"could not copy the module to float16: {err}", f"无法把模块复制为 float16：{err}")
-    keep = pad_keep(ctx.b, ctx.t, [ctx.t, ctx.t - 2])
+    keep = pad_keep(state.b, state.t, [state.t, state.t - 2])
     try:
-        ctx.subject.run(ctx.x.half(), ctx.mask.make(keep, torch.float16), module=half)
+        state.subject.run(state.x.half(), state.mask.make(keep, torch.float16), module=half)
     except CallError as err:
         if "overflow" in str(err):
             return [

@@ -8,15 +8,15 @@ import math
 
 import torch
 
-from anatomy.doctor.probes.state import ProbeState
+from anatomy.doctor.probes.state import ProbeResult, ProbeState
 from anatomy.doctor.recording.dataflow import scale_verdict
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
 
 
-def observed_scaling(ctx: ProbeState):
+def observed_scaling(state: ProbeState) -> ProbeResult | None:
     """The scale read from the recorded forward: the softmax's input ÷ the q·kᵀ that produced it."""
-    verdict = scale_verdict(ctx.observation, ctx.d, ctx.h) if ctx.observation is not None else None
+    verdict = scale_verdict(state.observation, state.d, state.h) if state.observation is not None else None
     if verdict is None:
         return None
     fault, ev = verdict
@@ -36,19 +36,19 @@ def observed_scaling(ctx: ProbeState):
     return [Finding("scaling", "error", en, zh, ev, fault=None if fault == "other" else fault)], None
 
 
-def scaling(ctx: ProbeState):
-    w = ctx.base_w
-    if w is None or w.dim() != 4 or tuple(w.shape) != (ctx.b, ctx.h, ctx.t, ctx.t):
-        seen = observed_scaling(ctx)
-        if seen is not None:
-            return seen
+def scaling(state: ProbeState) -> ProbeResult:
+    w = state.base_w
+    if w is None or w.dim() != 4 or tuple(w.shape) != (state.b, state.h, state.t, state.t):
+        observed = observed_scaling(state)  # None: the recording shows no scale either
+        if observed is not None:
+            return observed
         return [], (
             "needs per-head weights (B, H, T, S) from forward; the diagnosis checks the scale instead",
             "需要 forward 返回每个头的权重 (B, H, T, S)；缩放改由差分诊断检查",
         )
-    if ctx.dh == 1 or ctx.h == 1:
+    if state.dh == 1 or state.h == 1:
         return [], ("d_k and d_model give the same scale here", "此处 d_k 与 d_model 给出相同的缩放")
-    raw = ctx.raw_scores() if ctx.raw_scores is not None else None
+    raw = state.raw_scores() if state.raw_scores is not None else None
     if raw is None:
         return [], ("your q/k projections were not mapped", "未能对应你的 q/k 投影")
     seen = w > 0  # log w is the logit up to a per-row constant wherever the weight is positive
@@ -65,10 +65,10 @@ def scaling(ctx: ProbeState):
     resid = float(((logits - s * r) ** 2).sum() / (logits**2).sum().clamp_min(1e-300))
     ev = {
         "fitted_scale": s,
-        "one_over_sqrt_d_k": 1 / math.sqrt(ctx.dh),
-        "one_over_sqrt_d_model": 1 / math.sqrt(ctx.d),
+        "one_over_sqrt_d_k": 1 / math.sqrt(state.dh),
+        "one_over_sqrt_d_model": 1 / math.sqrt(state.d),
         "logit_std": float(logits.std()),
-        "logit_std_with_1_over_sqrt_d_k": float(r.std()) / math.sqrt(ctx.dh),
+        "logit_std_with_1_over_sqrt_d_k": float(r.std()) / math.sqrt(state.dh),
         "fit_r2": 1 - resid,
     }
     if resid > 1e-3:
@@ -76,9 +76,9 @@ def scaling(ctx: ProbeState):
             f"inconclusive: log-weights do not follow q·k of the mapped projections (R² = {fmt(1 - resid)})",
             f"无法判断：log 权重与对应投影的 q·k 不成比例（R² = {fmt(1 - resid)}）",
         )
-    verdicts = ((1 / math.sqrt(ctx.dh), None), (1.0, "no_scaling"), (1 / math.sqrt(ctx.d), "scale_by_d_model"))
+    verdicts = ((1 / math.sqrt(state.dh), None), (1.0, "no_scaling"), (1 / math.sqrt(state.d), "scale_by_d_model"))
     want_s, got_std, want_std = (
-        fmt(1 / math.sqrt(ctx.dh)),
+        fmt(1 / math.sqrt(state.dh)),
         fmt(ev["logit_std"]),
         fmt(ev["logit_std_with_1_over_sqrt_d_k"]),
     )

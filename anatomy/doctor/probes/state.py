@@ -5,19 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from anatomy.doctor.contract.masks import MaskFormat
 from anatomy.doctor.contract.precision import tol
-from anatomy.doctor.loading.subject import Subject
-from anatomy.doctor.mapping.projections import BlockParts, Hypothesis
+from anatomy.doctor.loading.subject import CheckedModule
+from anatomy.doctor.mapping.naming import Hypothesis
+from anatomy.doctor.mapping.norms import BlockParts
+from anatomy.doctor.report.findings import Finding
 
 LEAK_TOL = 1e-9  # relative: hidden tokens must have *no* effect (a -1e9 or -inf fill gives exactly 0 in float64)
 Skip = tuple[str, str]  # a probe's reason for skipping (en, zh)
+ProbeResult = tuple[list[Finding], Skip | None]  # what a probe found, or why it was skipped
+Probe = Callable[["ProbeState"], ProbeResult]
 
 if TYPE_CHECKING:
+    from anatomy.doctor.contract.masks import MaskCandidate
+    from anatomy.doctor.mapping.norm_fit import NormInfo
     from anatomy.doctor.recording.dataflow import Observation
 
 
@@ -26,7 +32,7 @@ class ProbeState:
     """What every probe reads: the learner's module and how to call it, the probe input and its plain output, the
     conventions found (mask, causality, positions, norms), the mapping, and earlier probes' verdicts."""
 
-    subject: Subject
+    subject: CheckedModule
     kind: str
     d: int
     h: int
@@ -40,14 +46,14 @@ class ProbeState:
     parts: BlockParts | None = None
     hyp: Hypothesis | None = None
     raw_scores: Callable[[], torch.Tensor | None] | None = None  # q k^T of the mapped reference, plain input
-    found_block: dict = field(default_factory=dict)
+    found_block: dict[str, Any] = field(default_factory=dict)
     silenced: str | None = None  # residual probe's verdict: "identity" | "constant" | "normed"
     positions: str | None = None  # what :func:`positions` found: "none" | "relative" | "absolute" | "dependent"
     positional: str | None = None  # the positional scheme the diagnosis matched inside attention ("RoPE, ...")
-    norms: dict = field(default_factory=dict)  # path → NormInfo: the norms found by behaviour (norm_fit.py)
+    norms: dict[str, NormInfo] = field(default_factory=dict)  # path → the norm found by behaviour (norm_fit.py)
     mask_ignored: bool = False  # no mask convention changes the output
-    mask_leaks: list | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
-    form_leaks: list = field(default_factory=list)  # accepted mask forms (MaskCandidate) that leak beside a right one
+    mask_leaks: list[dict[str, Any]] | None = None  # every mask convention that acts leaks: [{sense, layout, leak}]
+    form_leaks: list[MaskCandidate] = field(default_factory=list)  # accepted mask forms that leak beside a right one
     call_order: list[str] = field(default_factory=list)  # sub-module paths as one plain forward finishes them
     attn_scope: str | None = None  # the learner's attention module (blocks)
     observation: Observation | None = None  # the recorded forward (scale, mapping, lines)
@@ -69,6 +75,6 @@ class ProbeState:
         return max(1.0, float(self.base.abs().nan_to_num(0).max()))
 
 
-def leak(v: float, ctx: ProbeState) -> bool:
+def leak(v: float, state: ProbeState) -> bool:
     """Does a change of ``v`` count (relative to the output's scale, at the precision the module computes in)?"""
-    return v > tol(LEAK_TOL) * ctx.scale
+    return v > tol(LEAK_TOL) * state.scale

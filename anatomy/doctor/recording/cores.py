@@ -62,7 +62,9 @@ class Core:
     v_feat: torch.Tensor | None = None
 
 
-def _data_input(rec: r.Recording, step: r.Step, prefer_shape=None) -> tuple[int, r.Step | None]:
+def _data_input(
+    rec: r.Recording, step: r.Step, prefer_shape: tuple[int, ...] | None = None
+) -> tuple[int, r.Step | None]:
     for i, t in enumerate(step.inputs):
         if t.source.startswith("step ") and (prefer_shape is None or t.shape == prefer_shape):
             return i, rec.steps[int(t.source.split()[1])]

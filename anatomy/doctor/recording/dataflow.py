@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from anatomy.doctor.loading.subject import CallError, CheckError, Subject
+from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError
 from anatomy.doctor.mapping.naming import Hypothesis, Source
 from anatomy.doctor.recording import observed as ob
+from anatomy.doctor.recording.cores import attention_cores
 from anatomy.pitfalls import records
 from anatomy.tracing.recorder import record
 from anatomy.tracing.steps import SOFTMAX_OPS, RecordError, Recording, sizes_for
+
+if TYPE_CHECKING:
+    from anatomy.doctor.report.findings import Finding
 
 
 @dataclass
@@ -27,15 +32,15 @@ class Observation:
     hyp: Hypothesis | None = None
     scale: ob.Scale | None = None
     error: str | None = None  # why nothing was recorded
-    summary: dict = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
 
-    def to_found(self) -> dict | None:
+    def to_found(self) -> dict[str, Any] | None:
         if self.rec is None:
             return {"recorded": False, "reason": self.error}
         return {"recorded": True, **self.summary}
 
 
-def observe(subject: Subject, x: torch.Tensor, d: int, h: int) -> Observation:
+def observe(subject: CheckedModule, x: torch.Tensor, d: int, h: int) -> Observation:
     """Record one plain forward of the learner's module (through its call contract) and read what it shows."""
     b, t = x.shape[:2]
     try:
@@ -59,12 +64,14 @@ def observe(subject: Subject, x: torch.Tensor, d: int, h: int) -> Observation:
 MASK_PROBES = {"padding_leak", "fully_masked", "float16_fill", "causal_leak"}
 
 
-def about_the_mask(finding) -> bool:
+def about_the_mask(finding: Finding) -> bool:
     """A finding about the mask: a mask pitfall's (``kind="mask"`` in its record) or a mask probe's."""
     return (finding.fault or finding.explained_by) in records.mask_faults() or finding.probe in MASK_PROBES
 
 
-def record_masked(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None, d: int, h: int) -> Recording | None:
+def record_masked(
+    subject: CheckedModule, x: torch.Tensor, mask: torch.Tensor | None, d: int, h: int
+) -> Recording | None:
     """A recording of one forward with ``mask`` (the plain one never runs the learner's masking lines)."""
     if mask is None:
         return None
@@ -80,7 +87,7 @@ def record_masked(subject: Subject, x: torch.Tensor, mask: torch.Tensor | None, 
 def without_projection(rec: Recording, d: int) -> Hypothesis | None:
     """A module with no output projection (the heads concatenated and returned, BERT's self-attention): the
     reference's ``o_proj`` is the identity, its columns in the order the output holds the heads' v features."""
-    cores = ob.attention_cores(rec)
+    cores = attention_cores(rec)
     if (
         not cores
         or ob.roles(rec)["o"] is not None
@@ -123,7 +130,7 @@ def scope_of(hyp: Hypothesis, module_paths: set[str]) -> str:
     return ".".join(common)
 
 
-def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict] | None:
+def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict[str, Any]] | None:
     """``(fault or None, evidence)`` from the observed scale, or None when it was not seen as a constant.
     ``no_scaling`` for 1 (``scale_after_softmax`` when the softmax's output is then scaled), ``scale_by_d_model``
     for 1/sqrt(D), ``scale_from_wrong_size`` for 1/sqrt(T) (the key length); None as the fault for 1/sqrt(Dh)."""
@@ -154,7 +161,7 @@ SCALE_OPS = {"div", "div_", "mul", "mul_", "__truediv__", "__mul__", "__rmul__",
 def scaled_after_softmax(rec: Recording) -> bool:
     """The first attention's weights multiplied or divided by something between the softmax and the weighted sum
     of the values (``softmax(q @ kᵀ) / sqrt(d_k)``)."""
-    cores = ob.attention_cores(rec)
+    cores = attention_cores(rec)
     if not cores or cores[0].weighted is None:
         return False
     core = cores[0]
@@ -185,15 +192,15 @@ def unmapped(missing: str, obs: Observation) -> str:
     )
 
 
-def deviation_faults(obs: Observation) -> list[tuple[str, dict]]:
+def deviation_faults(obs: Observation) -> list[tuple[str, dict[str, Any]]]:
     """Bug-zoo faults the recorded flow itself shows (``observed.deviations``): scores not ``(B, H, T, S)`` or a
     view that moves numbers between axes before the softmax is a split without transpose, after it a merge
     without transpose. First first, one per fault."""
     if obs.rec is None:
         return []
-    cores = ob.attention_cores(obs.rec)
+    cores = attention_cores(obs.rec)
     first_softmax = cores[0].softmax.index if cores else None
-    out: dict[str, dict] = {}
+    out: dict[str, dict[str, Any]] = {}
     for dev in obs.summary.get("deviations") or []:
         if dev["kind"] == "scores":
             fault = "split_without_transpose"
@@ -226,7 +233,7 @@ MASKING_OPS = {
 }
 
 
-def mask_after_softmax_flow(plain: Recording | None, masked: Recording | None) -> dict | None:
+def mask_after_softmax_flow(plain: Recording | None, masked: Recording | None) -> dict[str, Any] | None:
     """The flow of ``mask_after_softmax``, whatever the fill (0, a product with the mask, -inf giving NaN): the
     steps that run only when a mask is passed (their lines absent from the plain forward) all come after the first
     softmax over the scores, none before it. Evidence with the first such step's line, else None."""

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import torch
 
 from anatomy.doctor.mapping.naming import Hypothesis, Reader, Source
-from anatomy.doctor.recording.cores import PASS_OPS, SCORE_OPS, Core, attention_cores  # noqa: F401  (re-exported)
+from anatomy.doctor.recording.cores import PASS_OPS, Core, attention_cores
 from anatomy.tracing import steps as r
 from anatomy.tracing.dims import letters
 
@@ -43,7 +43,7 @@ class Scale:
     source: str = ""
     note: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "value": self.value,
             "expected": self.expected,
@@ -112,7 +112,7 @@ def observed_scale(rec: r.Recording) -> Scale | None:
     return Scale(v, expected, by, where.line, where.file, where.source)
 
 
-def _by(v: float, sizes: dict) -> str:
+def _by(v: float, sizes: dict[str, Any]) -> str:
     if abs(v - 1) < 1e-9:
         return "1 (no scaling)"
     names = ("Dh", "D", "H", "T")
@@ -127,10 +127,10 @@ def _by(v: float, sizes: dict) -> str:
     return f"{v**-2:.6g}" if v > 0 else str(v)
 
 
-def roles(rec: r.Recording) -> dict:
+def roles(rec: r.Recording) -> dict[str, Any]:
     """``{"q": [...], "k": [...], "v": [...], "o": Projection | None}`` from the first attention's dataflow."""
     cores = attention_cores(rec)
-    out: dict = {"q": [], "k": [], "v": [], "o": None}
+    out: dict[str, Any] = {"q": [], "k": [], "v": [], "o": None}
     vs: set[int] = set()
     for core in cores:
         for role, feat in (("q", core.q_feat), ("k", core.k_feat), ("v", core.v_feat)):
@@ -156,8 +156,8 @@ def _rows_source(rec: r.Recording, feats: torch.Tensor, what: str) -> tuple[Sour
     picks = [(rec.projections[int(f) // r.FEATURE_STRIDE], int(f) % r.FEATURE_STRIDE) for f in feats.tolist()]
     users = list(dict.fromkeys(p.weight for p, _ in picks))
 
-    def weight(params, picks=picks):
-        mats = {}
+    def weight(params: dict[str, torch.Tensor], picks: list[tuple[r.Projection, int]] = picks) -> torch.Tensor:
+        mats: dict[int, torch.Tensor] = {}
         return torch.stack([mats.setdefault(p.index, p.matrix(params))[f] for p, f in picks])
 
     note = f"observed: {what} reads {', '.join(users)}"
@@ -166,8 +166,8 @@ def _rows_source(rec: r.Recording, feats: torch.Tensor, what: str) -> tuple[Sour
         return w, None
     bias_users = list(dict.fromkeys(p.bias_param for p, _ in picks if p.bias_param))
 
-    def bias(params, picks=picks):
-        vals = {}
+    def bias(params: dict[str, torch.Tensor], picks: list[tuple[r.Projection, int]] = picks) -> torch.Tensor:
+        vals: dict[int, torch.Tensor] = {}
         return torch.stack(
             [
                 vals.setdefault(p.index, p.bias(params))[f]
@@ -204,7 +204,9 @@ def hypothesis(rec: r.Recording, d: int, h: int) -> Hypothesis | None:
     cols = _columns(f_in, v)
     note = "observed: o reads " + o.weight + ("" if cols is not None else " (columns in order)")
 
-    def o_weight(params, o=o, cols=cols):
+    def o_weight(
+        params: dict[str, torch.Tensor], o: r.Projection = o, cols: torch.Tensor | None = cols
+    ) -> torch.Tensor:
         m = o.matrix(params)  # (D, D): rows out, columns in
         return m if cols is None else m[:, cols]
 
@@ -240,7 +242,7 @@ def _style(rec: r.Recording, cores: list[Core]) -> str:
     )
 
 
-def deviations(rec: r.Recording) -> list[dict]:
+def deviations(rec: r.Recording) -> list[dict[str, Any]]:
     """Steps where the flow leaves the post's §5.1, first first: each with the learner's line, what was seen and
     what the post expected there (``seen``/``expected`` in English, ``seen_zh``/``expected_zh`` in Chinese)."""
     out = []
@@ -336,7 +338,7 @@ def _operand_lines(rec: r.Recording, step: r.Step) -> tuple[str, str]:
     return "", ""
 
 
-def _dev(step: r.Step, kind: str, seen: str, seen_zh: str, expected: str, expected_zh: str) -> dict:
+def _dev(step: r.Step, kind: str, seen: str, seen_zh: str, expected: str, expected_zh: str) -> dict[str, Any]:
     return {
         "step": step.index,
         "kind": kind,
@@ -352,7 +354,7 @@ def _dev(step: r.Step, kind: str, seen: str, seen_zh: str, expected: str, expect
     }
 
 
-def summary(rec: r.Recording) -> dict:
+def summary(rec: r.Recording) -> dict[str, Any]:
     """What the doctor's JSON report carries under ``found.observed`` (new fields; docs/doctor.md)."""
     sc = observed_scale(rec)
     rl = roles(rec)

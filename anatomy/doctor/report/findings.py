@@ -47,16 +47,17 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     fault: str | None = None  # a bug-zoo name when the probe identifies the fault itself
     explained_by: str | None = None  # a symptom of the fault the diagnosis named
-    where: list = field(default_factory=list)  # the learner's lines behind it (pointers.py): {line, source, en, zh}
+    # the learner's lines behind it (pointers.py): {line, source, en, zh}
+    where: list[dict[str, Any]] = field(default_factory=list)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity must be one of {SEVERITIES}, got {self.severity!r}")
 
     def text(self, lang: str) -> str:
         return self.zh if lang == "zh" else self.en
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "probe": self.probe,
             "severity": self.severity,
@@ -68,7 +69,7 @@ class Finding:
         }
 
 
-def _jsonable(v):
+def _jsonable(v: object) -> object:
     if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
         return None
     if isinstance(v, (list, tuple)):
@@ -82,12 +83,12 @@ def _jsonable(v):
 class Report:
     target: str
     kind: str
-    settings: dict
-    found: dict
+    settings: dict[str, Any]
+    found: dict[str, Any]
     findings: list[Finding]
     passed: list[str]
-    skipped: list[dict]  # {"probe", "en", "zh"}
-    diagnosis: dict
+    skipped: list[dict[str, Any]]  # {"probe", "en", "zh"}
+    diagnosis: dict[str, Any]
 
     @property
     def faults(self) -> set[str]:
@@ -125,7 +126,7 @@ class Report:
         errors, warnings = self.counts()
         return 1 if errors or (strict and warnings) else 0
 
-    def to_dict(self, strict: bool = False) -> dict:
+    def to_dict(self, strict: bool = False) -> dict[str, Any]:
         errors, warnings = self.counts()
         return {
             "schema": SCHEMA,
@@ -226,7 +227,7 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
         pad = key + " " * max(1, 10 - display_width(key))
         out += wrap(text, width, first="  " + pad, rest=" " * 12)
     for fault, fs in r.groups():
-        shown: set = set()
+        shown: set[tuple[int, str]] = set()
         out.append("")
         sev = "error" if any(f.severity == "error" for f in fs) else "warning"
         mark = ("✗ " + _t(lang, "error", "错误")) if sev == "error" else ("! " + _t(lang, "warning", "警告"))

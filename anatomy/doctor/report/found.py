@@ -4,11 +4,15 @@ the diagnosis in one line each, in English or Chinese (``report.py`` renders the
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING, Any
 
 from anatomy.doctor.report.words import SENSE_SHORT, SENSE_TEXT, _t, fmt
 
+if TYPE_CHECKING:
+    from anatomy.doctor.report.findings import Report
 
-def _mapping_text(mapping: dict | None, lang: str) -> str:
+
+def _mapping_text(mapping: dict[str, Any] | None, lang: str) -> str:
     """``q_proj/k_proj/v_proj ← qkv [rows q|k|v], o_proj ← proj``: weights only, fused sources grouped."""
     if not mapping:
         return _t(lang, "not mapped", "未能对应")
@@ -22,8 +26,8 @@ def _mapping_text(mapping: dict | None, lang: str) -> str:
     return f"{mapping['style']}: " + ", ".join(pairs)
 
 
-def found_lines(r, lang: str) -> list[tuple[str, str]]:
-    """``(key, text)`` rows for the report ``r`` (a ``report.Report``)."""
+def found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
+    """``(key, text)`` rows for the report ``r``."""
     f = r.found
     rows = []
     ret = f.get("returns", "out")

@@ -17,19 +17,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from anatomy.doctor.recording import observed as ob
+from anatomy.doctor.recording.cores import PASS_OPS, attention_cores
 from anatomy.pitfalls import records
 from anatomy.tracing import steps as r
+
+if TYPE_CHECKING:
+    from anatomy.doctor.report.findings import Finding
 
 FILL_OPS = {"masked_fill", "masked_fill_", "where", "add", "add_", "__add__", "__iadd__", "sub"}
 ADD_OPS = {"add", "__add__", "add_", "__iadd__", "__radd__"}
 NORM_OPS = {"layer_norm", "rms_norm", "batch_norm", "group_norm"}
 
 
-def _at(step: r.Step, en: str, zh: str) -> dict:
+def _at(step: r.Step, en: str, zh: str) -> dict[str, Any]:
     return {
         "line": step.line,
         "file": step.file,
@@ -41,13 +46,13 @@ def _at(step: r.Step, en: str, zh: str) -> dict:
     }
 
 
-def _scale(rec: r.Recording, fault: str) -> list[dict]:
+def _scale(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
     sc = ob.observed_scale(rec)
-    cores = ob.attention_cores(rec)
+    cores = attention_cores(rec)
     if not cores:
         return []
     core = cores[0]
-    scaling = [s for s in core.chain if s.op in ob.PASS_OPS and s.op not in FILL_OPS]
+    scaling = [s for s in core.chain if s.op in PASS_OPS and s.op not in FILL_OPS]
     if scaling:
         s = scaling[0]
         value = f" = {sc.value:.4g}" if sc is not None and sc.value is not None else ""
@@ -71,7 +76,7 @@ def _scale(rec: r.Recording, fault: str) -> list[dict]:
     ]
 
 
-def _split(rec: r.Recording) -> list[dict]:
+def _split(rec: r.Recording) -> list[dict[str, Any]]:
     out = []
     for dev in ob.deviations(rec):
         if dev["kind"] in ("scores", "view"):
@@ -101,7 +106,7 @@ def _view_before(rec: r.Recording, step: r.Step) -> r.Step | None:
     return None
 
 
-def _merge(rec: r.Recording) -> list[dict]:
+def _merge(rec: r.Recording) -> list[dict[str, Any]]:
     for dev in ob.deviations(rec):
         if dev["kind"] in ("merge", "view"):
             return [_at(rec.steps[dev["step"]], dev["seen"], dev["seen_zh"])]
@@ -120,8 +125,8 @@ def _merge(rec: r.Recording) -> list[dict]:
     return []
 
 
-def _mask(rec: r.Recording, fault: str) -> list[dict]:
-    cores = ob.attention_cores(rec)
+def _mask(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
+    cores = attention_cores(rec)
     if not cores:
         return []
     core = cores[0]
@@ -164,10 +169,10 @@ def _mask(rec: r.Recording, fault: str) -> list[dict]:
     return out
 
 
-def _norms(rec: r.Recording, fault: str) -> list[dict]:
+def _norms(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
     norms = [s for s in rec.data_steps() if s.op in NORM_OPS]
     if fault == "shared_layernorm":
-        by_params: dict[tuple, list[r.Step]] = {}
+        by_params: dict[tuple[str, ...], list[r.Step]] = {}
         for s in norms:
             by_params.setdefault(tuple(s.params), []).append(s)
         shared = next((v for k, v in by_params.items() if k and len(v) > 1), None)
@@ -220,7 +225,7 @@ def _norms(rec: r.Recording, fault: str) -> list[dict]:
 
 
 def _residual_adds(rec: r.Recording) -> list[r.Step]:
-    cores = ob.attention_cores(rec)
+    cores = attention_cores(rec)
     last = max((c.weighted.index for c in cores if c.weighted is not None), default=-1)
     return [
         s
@@ -231,7 +236,7 @@ def _residual_adds(rec: r.Recording) -> list[r.Step]:
     ]
 
 
-def pointers(rec: r.Recording | None, fault: str | None, probe: str | None = None) -> list[dict]:
+def pointers(rec: r.Recording | None, fault: str | None, probe: str | None = None) -> list[dict[str, Any]]:
     """The learner's lines for a bug-zoo fault (or, without one, for a probe), first the cause."""
     if rec is None:
         return []
@@ -242,7 +247,7 @@ def pointers(rec: r.Recording | None, fault: str | None, probe: str | None = Non
     return RULES[p.pointer](rec, p.name)
 
 
-def _init(rec: r.Recording, fault: str) -> list[dict]:
+def _init(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
     return [
         _at(
             rec.steps[p.step],
@@ -268,7 +273,7 @@ SCALE_OPS = {
 }
 
 
-def _softmax(rec: r.Recording, fault: str) -> list[dict]:
+def _softmax(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
     """The softmax over scores whose axis is not the last (the keys)."""
     for s in rec.data_steps():
         if s.op in ("softmax", "softmax_", "_softmax", "log_softmax") and s.extra.get("dim") not in (None, -1):
@@ -287,9 +292,9 @@ def _softmax(rec: r.Recording, fault: str) -> list[dict]:
     return []
 
 
-def _scale_after(rec: r.Recording, fault: str) -> list[dict]:
+def _scale_after(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
     """The step that multiplies or divides the softmax's output before the weighted sum."""
-    for core in ob.attention_cores(rec):
+    for core in attention_cores(rec):
         end = core.weighted.index if core.weighted is not None else len(rec.steps)
         for s in rec.data_steps():
             if core.softmax.index < s.index < end and s.op in SCALE_OPS:
@@ -305,7 +310,7 @@ def _scale_after(rec: r.Recording, fault: str) -> list[dict]:
     return []
 
 
-def _dropout(rec: r.Recording, fault: str) -> list[dict]:
+def _dropout(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
     """The dropout that changed its input in eval mode (a module's nn.Dropout in eval is the identity)."""
     for s in rec.data_steps():
         if s.op not in DROPOUT_OPS:
@@ -326,7 +331,9 @@ def _dropout(rec: r.Recording, fault: str) -> list[dict]:
     return []
 
 
-RULES: dict[str, Callable[[r.Recording, str], list[dict]]] = {  # a record's ``pointer`` -> how to find its lines
+RULES: dict[
+    str, Callable[[r.Recording, str], list[dict[str, Any]]]
+] = {  # a record's ``pointer`` -> how to find its lines
     "scale": _scale,
     "scale_after": _scale_after,
     "softmax": _softmax,
@@ -339,11 +346,11 @@ RULES: dict[str, Callable[[r.Recording, str], list[dict]]] = {  # a record's ``p
 }
 
 
-def point(findings: list, rec: r.Recording | None) -> None:
+def point(findings: list[Finding], rec: r.Recording | None) -> None:
     """Fill ``where`` on each finding (``report.Finding``) that the recording can place; the rest stay empty."""
     if rec is None:
         return
-    cache: dict = {}
+    cache: dict[tuple[str | None, str], list[dict[str, Any]]] = {}
     for f in findings:
         key = (f.fault or f.explained_by, f.probe)
         if key not in cache:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from anatomy.doctor.recording import observed as ob
+from anatomy.doctor.recording.cores import attention_cores
 from anatomy.tracing import steps as r
 
 NORM_OPS = {"layer_norm", "rms_norm", "group_norm", "batch_norm"}
@@ -29,7 +31,7 @@ class Row:
     deviation: str = ""  # "first" on the first step that leaves the post's flow, "also" on later ones
     repeat: int = 1  # H for one module per head: the same step in heads.0 .. heads.{H-1}, shown once "× H"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -42,11 +44,11 @@ def collapse_heads(rows: list[Row], h: int) -> list[Row]:
     shape); the other heads' rows go. Only exactly ``h`` copies count (``sublayer.0``/``.1`` or the annotated
     transformer's ``linears.0..3`` are not heads). A row that leaves the post's flow is kept wherever it is."""
 
-    def key(row: Row):
+    def key(row: Row) -> tuple[str, str, int, str, str] | None:
         m = _HEAD.match(row.module)
         return None if m is None else (m["pre"], m["post"], row.line, row.op, row.dims)
 
-    count: dict = {}
+    count: dict[tuple[str, str, int, str, str] | None, int] = {}
     for row in rows:
         k = key(row)
         if k is not None:
@@ -71,7 +73,7 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
     adds, norms and the FFN."""
     out: dict[int, tuple[str, str]] = {}
     roles = ob.roles(rec)
-    cores = ob.attention_cores(rec)
+    cores = attention_cores(rec)
     for role in ("q", "k", "v"):
         for p in roles[role]:
             before = out.get(p.step, ("", ""))[1]
@@ -142,7 +144,7 @@ def label_steps(rec: r.Recording) -> dict[int, tuple[str, str]]:
     return out
 
 
-def _hand_written_norms(rec: r.Recording, out: dict) -> None:
+def _hand_written_norms(rec: r.Recording, out: dict[int, tuple[str, str]]) -> None:
     """A norm written by hand (``a_2 * (x - mean) / (std + eps) + b_2`` in a class named ``LayerNorm``): the last
     step of each call of a module whose class name says norm is the norm's output."""
     steps = rec.data_steps()
@@ -155,7 +157,7 @@ def _hand_written_norms(rec: r.Recording, out: dict) -> None:
             out[s.index] = ("norm", "")
 
 
-def _notes(rec: r.Recording, sizes: dict) -> list[tuple[str, str]]:
+def _notes(rec: r.Recording, sizes: dict[str, int]) -> list[tuple[str, str]]:
     notes = []
     same = rec.names.ambiguous()
     if same:
@@ -179,7 +181,7 @@ def _notes(rec: r.Recording, sizes: dict) -> list[tuple[str, str]]:
                 "（in_proj_weight、out_proj）",
             )
         )
-    elif not ob.attention_cores(rec):
+    elif not attention_cores(rec):
         notes.append(
             (
                 "no softmax was recorded: this module has no attention the recorder could follow (computed "

@@ -18,14 +18,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+from torch import nn
 
 from anatomy.doctor.contract.calls import detect_seq_first, first_call
-from anatomy.doctor.loading.building import build, randomize
+from anatomy.doctor.loading.building import Target, build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.limits import Hung, guard
-from anatomy.doctor.loading.subject import CallError, CheckError, CheckTimeout, Subject, _quiet
+from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError, CheckTimeout, _quiet
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.trace.learner_labels import Row, _notes, collapse_heads, label_steps
 from anatomy.doctor.trace.learner_trace_text import render
@@ -40,19 +42,19 @@ SCHEMA = "anatomy.trace.learner/1"
 class LearnerTrace:
     target: str
     file: str
-    sizes: dict
+    sizes: dict[str, Any]
     call: str
     rows: list[Row]
-    deviations: list[dict]
+    deviations: list[dict[str, Any]]
     unfollowed: list[str]
     notes: list[tuple[str, str]]  # (en, zh): what the reader should know (ambiguous sizes, a fused call)
     recording: r.Recording = field(repr=False)
 
     @property
-    def deviation(self) -> dict | None:
+    def deviation(self) -> dict[str, Any] | None:
         return self.deviations[0] if self.deviations else None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "target": self.target,
@@ -73,7 +75,7 @@ class LearnerTrace:
 
 
 def trace_learner(
-    target,
+    target: Target,
     *,
     factory: str | None = None,
     d_model: int = 20,
@@ -91,9 +93,11 @@ def trace_learner(
         return _trace(target, factory, d_model, n_heads, batch, seq, seed, timeout or None)
 
 
-def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
+def _trace(
+    target: Target, factory: str | None, d: int, h: int, b: int, t: int, seed: int, timeout: float | None
+) -> LearnerTrace:
     module, label = build(target, factory, d, h, seed, timeout)
-    subject = Subject.inspect(module, label)
+    subject = CheckedModule.inspect(module, label)
     x = torch.randn(b, t, d, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
     if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in module.parameters()):
         try:  # nn.LazyLinear: its shapes come from a first forward
@@ -126,7 +130,7 @@ def _trace(target, factory, d, h, b, t, seed, timeout) -> LearnerTrace:
 MASK_LAYOUTS = ("(B, 1, 1, S)", "(B, 1, T, S)", "(B, T, S)", "(B, S)")
 
 
-def _seq_first(subject: Subject, x: torch.Tensor, timeout) -> bool:
+def _seq_first(subject: CheckedModule, x: torch.Tensor, timeout: float | None) -> bool:
     """Does the module take ``(T, B, D)``? The check's own detection (``contract/calls.py``): fed ``(B, T, D)`` it
     mixes the batch's sequences, fed ``(T, B, D)`` it does not."""
     subject.timeout = timeout
@@ -139,13 +143,21 @@ def _seq_first(subject: Subject, x: torch.Tensor, timeout) -> bool:
     return detect_seq_first(subject, x, base, 1e-9 * max(1.0, float(base.abs().nan_to_num(0).max())))
 
 
-def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, timeout, x_dims: str = "B T D"):
+def _record(
+    module: nn.Module,
+    subject: CheckedModule,
+    label: str,
+    x: torch.Tensor,
+    sizes: dict[str, Any],
+    timeout: float | None,
+    x_dims: str = "B T D",
+) -> tuple[r.Recording, str, tuple[str, str] | None]:
     """Record ``forward(x)`` (q = k = v = x for ``forward(query, key, value)``; ``mask=None`` when the mask has no
     default); when that raises and the forward takes a mask, once more with an all-visible boolean mask."""
     b, t = (x.shape[1], x.shape[0]) if x_dims == "T B D" else x.shape[:2]
-    args = [x, x, x] if subject.qkv else [x]
+    args: list[object] = [x, x, x] if subject.qkv else [x]
     base = "forward(x, x, x" if subject.qkv else "forward(x"
-    tries: list[tuple[str, list, dict, torch.Tensor | None]] = []
+    tries: list[tuple[str, list[object], dict[str, Any], torch.Tensor | None]] = []
     if subject.mask_required:
         tries.append((base + (f", {subject.mask_kw}=None)" if subject.mask_kw else ", None)"), args, {}, None))
     else:
@@ -164,7 +176,7 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
         if mask is not None or subject.mask_required:
             kw, a = ({subject.mask_kw: mask}, a) if subject.mask_kw else ({}, [*a, mask])
 
-        def describe(call=call) -> tuple[str, str]:
+        def describe(call: str = call) -> tuple[str, str]:
             return (
                 f"{label}: {call} on x of shape {tuple(x.shape)}, while tracing,",
                 f"{label}：追踪时 {call}（x 形状 {tuple(x.shape)}）",
@@ -212,7 +224,7 @@ def _record(module, subject: Subject, label: str, x: torch.Tensor, sizes: dict, 
     raise CheckError(first_error)
 
 
-def _extra_transposes(rec: r.Recording, devs: list[dict]) -> list[dict]:
+def _extra_transposes(rec: r.Recording, devs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A view that moves numbers between axes right after two transposes that undo each other is not a missing
     transpose but one too many: say so (``.transpose(1, 2).transpose(1, 2)`` before the merge)."""
     out = []
@@ -240,7 +252,7 @@ def _extra_transposes(rec: r.Recording, devs: list[dict]) -> list[dict]:
     return out
 
 
-def _output_deviation(rec: r.Recording, steps: list[r.Step], shape: tuple) -> list[dict]:
+def _output_deviation(rec: r.Recording, steps: list[r.Step], shape: tuple[int, ...]) -> list[dict[str, Any]]:
     """The output must keep the input's shape (B, T, D): every sub-layer of the post's block does."""
     out = rec.output[0] if isinstance(rec.output, (tuple, list)) and rec.output else rec.output
     if not isinstance(out, torch.Tensor) or tuple(out.shape) == shape:
@@ -271,7 +283,7 @@ def _learner_file(rec: r.Recording) -> str:
     return max(set(files), key=files.count) if files else ""
 
 
-def _rows(rec: r.Recording, steps: list[r.Step], devs: list[dict]) -> list[Row]:
+def _rows(rec: r.Recording, steps: list[r.Step], devs: list[dict[str, Any]]) -> list[Row]:
     kinds = label_steps(rec)
     first = devs[0]["step"] if devs else None
     also = {d["step"] for d in devs[1:]}

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
+from anatomy.doctor.trace.learner_labels import Row
 from anatomy.inspection.trace import KINDS
 from anatomy.shapes import LEGEND
+
+if TYPE_CHECKING:
+    from anatomy.doctor.trace.learner_trace import LearnerTrace
 
 MARK = "<<"
 SOURCE_WIDTH = 48
@@ -20,12 +24,12 @@ def _short(text: str, width: int = SOURCE_WIDTH) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _shape(row) -> str:
+def _shape(row: Row) -> str:
     return f"{row.dims} = ({', '.join(str(n) for n in row.shape)})"
 
 
-def render(trace: Any, fmt: str, lang: str) -> str:
-    """``trace``: a ``learner_trace.LearnerTrace`` (its own ``render`` calls this)."""
+def render(trace: LearnerTrace, fmt: str, lang: str) -> str:
+    """The table of ``trace`` (its own ``render`` calls this)."""
     sizes = ", ".join(f"{k}={v}" for k, v in trace.sizes.items())
     title = _t(
         lang,
