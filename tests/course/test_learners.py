@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 LEARNERS = Path(__file__).parent / "learners"
-EXERCISE_OF = re.compile(r"^(attention|heads|masks|sinusoidal|layernorm|add_norm|mha|block)_")
+EXERCISE_OF = re.compile(r"^(attention|heads|masks|sinusoidal|layernorm|add_norm|mha|block|gpt)_")
 
 
 def expected(path: Path) -> tuple[str, str | None, int | None]:
