@@ -349,7 +349,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "gpt",
         "§5",
         ("Your GPT: your block in a whole language model", "你的 GPT：把你的 Block 装进完整的语言模型"),
-        ("TransformerBlock", "GPT"),
+        ("GPT", "TransformerBlock"),  # the GPT first: its file is the one graded (a notebook, a test)
         "PAD = 0  # the padding token: ids and targets are padded with it, after the real tokens\n\n\n"
         "# your TransformerBlock from 08_block.py (it passes `anatomy learn check block`), pasted here\n"
         "class TransformerBlock(nn.Module):\n    def __init__(self, d_model, n_heads, d_ff):\n"

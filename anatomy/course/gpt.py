@@ -12,26 +12,21 @@ pitfall reproduces is said plainly. Last, both models train from the same weight
 
 from __future__ import annotations
 
-import inspect
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 
 from anatomy.course import exercises as ex
+from anatomy.course import gpt_lines as gl
 from anatomy.course import gpt_parts as gp
 from anatomy.course import gpt_words
 from anatomy.course.compare import lowered_tol
 from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
 from anatomy.course.spec import Finding, _same_file, definition_line
-from anatomy.tracing.steps import MATMUL_OPS, SCALE_OPS, Recording, Step
+from anatomy.tracing.steps import Recording, Step
 
-ADDS = ("add", "__add__", "__radd__", "add_", "__iadd__")
-DROPS = ("dropout", "dropout_", "feature_dropout", "alpha_dropout")
-SLICES = ("__getitem__", "narrow", "roll", "select")
-LOSSES = ("cross_entropy", "nll_loss")
 EXACT = 1e-9  # float64 code agrees with the reference to ~1e-15 of the logits' size
 
 
@@ -86,20 +81,30 @@ class Probe:
     def findings(self) -> Finding | Result | None:
         """The first thing that differs from the spec (None: nothing does)."""
         for check in (self.shape, self.random_in_eval, self.leak, self.tying, self.logits, self.loss):
-            found = check()
+            with torch.no_grad():
+                found = check()
             if found is not None:
                 return found
         return None
 
-    def record(self) -> Recording | None:
+    def record(self, ids: torch.Tensor | None = None, train: bool = False) -> Recording | None:
+        """The forward on ``ids`` (default: the probe's, kept) with targets, recorded (None: it cannot be)."""
         from anatomy.tracing import recorder as rec_mod
 
-        if self.rec is None:
-            try:
-                self.rec = rec_mod.record(self.model, self.ids, self.ids.clone(), module=self.model, sizes=gp.SIZES)
-            except Exception:  # noqa: BLE001 - the verdict stands without the recording; only the line is lost
-                return None
-        return self.rec
+        if ids is None and not train and self.rec is not None:
+            return self.rec
+        ids = self.ids if ids is None else ids
+        try:
+            with gl.neutral_dropout(self.model):
+                self.model.train(train)
+                rec = rec_mod.record(self.model, ids, ids.clone(), module=self.model, sizes=gp.SIZES)
+        except Exception:  # noqa: BLE001 - the verdict stands without the recording; only the line is lost
+            return None
+        finally:
+            self.model.eval()
+        if ids is self.ids and not train:
+            self.rec = rec
+        return rec
 
     def table(self) -> list[dict[str, Any]]:
         from anatomy.course.compare import table_of
@@ -118,7 +123,7 @@ class Probe:
             return None
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         result = Result("gpt", self.file, passed=False, pitfall="wrong_shape")
-        line, source = _return_line(self.subject.GPT)
+        line, source = gl.return_line(self.subject.GPT)
         result.point(line, source)
         en = f"GPT(ids (2, {gp.T})) returned logits {got}; the exercise wants (B, T, V) = {want}"
         zh = f"GPT(ids (2, {gp.T})) 返回的 logits 是 {got}；练习要的是 (B, T, V) = {want}"
@@ -135,8 +140,8 @@ class Probe:
             return None
         rec = self.record()
         types = rec.module_types if rec is not None else {}
-        step = next((s for s in self._steps() if s.op in DROPS and types.get(s.module) != "Dropout"), None)
-        return gpt_words.finding("functional_dropout_in_eval", *_at(step))
+        step = next((s for s in self._steps() if s.op in gl.DROPS and types.get(s.module) != "Dropout"), None)
+        return gpt_words.finding("functional_dropout_in_eval", *gl.at(step))
 
     def leak(self) -> Finding | None:
         """A later token moving an earlier position's logits; then the first layer called without the mask."""
@@ -154,9 +159,9 @@ class Probe:
         if moved_at is None:
             return None
         calls = self.calls()
-        bad = [(k, c) for k, c in enumerate(calls) if not _is_causal(c[1], gp.T)]
+        bad = [(k, c) for k, c in enumerate(calls) if not gl.is_causal(c[1], gp.T)]
         if not bad:
-            line, source = _head_line(self)
+            line, source = gl.head_line(self._steps())
             return Finding(
                 "unexplained",
                 line,
@@ -210,7 +215,7 @@ class Probe:
         name, head = next((n, p) for n, p in heads if n != self.parts.tok_name)
         copied = torch.equal(tok.detach(), head.detach())
         owner = name.rpartition(".")[0].rpartition(".")[2] or name
-        line, source = _copy_line(self.subject.GPT, owner, self.file) if copied else (0, "")
+        line, source = gl.copy_line(self.subject.GPT, owner, self.file) if copied else (0, "")
         if not line:
             line, source = definition_line(self.subject.GPT, owner, self.file)
         return gpt_words.finding("tied_by_copy" if copied else "head_not_tied", line or None, source)
@@ -231,9 +236,11 @@ class Probe:
         real = torch.arange(gp.T)[None, :] < torch.tensor(gp.LENGTHS)[:, None]  # (B, T)
         if gp.relative_gap(padded[real], want[real]) > tol:
             return self._unexplained(
-                "on a padded batch the real tokens' logits differ", "带 padding 的批次里真实 token 的 logits 不同"
+                "on a padded batch the real tokens' logits differ",
+                "带 padding 的批次里真实 token 的 logits 不同",
+                rec=self.record(self.padded),
             )
-        with neutral_dropout(self.model), neutral_dropout(self.ref):
+        with gl.neutral_dropout(self.model), gl.neutral_dropout(self.ref):
             self.model.train(), self.ref.train()
             try:
                 trained, want = gp.logits_of(self.run(self.ids)), gp.logits_of(self.ref(self.ids))
@@ -241,7 +248,9 @@ class Probe:
                 self.model.eval(), self.ref.eval()
         if gp.relative_gap(trained, want) > tol:
             return self._unexplained(
-                "in train() mode (dropout off) the logits differ", "train() 模式下（关掉 dropout）logits 不同"
+                "in train() mode (dropout off) the logits differ",
+                "train() 模式下（关掉 dropout）logits 不同",
+                rec=self.record(train=True),
             )
         return None
 
@@ -253,7 +262,7 @@ class Probe:
                     with torch.no_grad():
                         variant = gp.wrong(ref, self.ids, **args)
                     if gp.relative_gap(mine, variant) <= tol:
-                        return gpt_words.finding(name, *_at(self._pointer(name)))
+                        return gpt_words.finding(name, *gl.at(self._pointer(name)))
         return self._unexplained(
             f"the logits differ from the reference's by up to {min(gaps):.3g} of their size",
             f"logits 与参考实现最多相差其大小的 {min(gaps):.3g}",
@@ -265,7 +274,7 @@ class Probe:
             out = self.run(ids, ids.clone())
             logits, loss = gp.logits_of(out), gp.loss_of(out)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-                line, source = _return_line(self.subject.GPT)
+                line, source = gl.return_line(self.subject.GPT)
                 return Finding(
                     "wrong_return",
                     line,
@@ -280,7 +289,9 @@ class Probe:
                 )
             if gp.relative_gap(logits, gp.logits_of(self.run(ids))) > tol:
                 return self._unexplained(
-                    "with targets the logits differ from those without", "传入 targets 时 logits 与不传时不同"
+                    "with targets the logits differ from those without",
+                    "传入 targets 时 logits 与不传时不同",
+                    rec=self.record(ids),
                 )
             want = gp.loss_of(self.ref(ids, ids.clone()))  # the solution's loss on the same logits
             if gp.relative_gap(loss.reshape(()), want) <= tol:
@@ -296,19 +307,20 @@ class Probe:
                         f" (your loss {float(loss):.4f}, the spec's {float(want):.4f})",
                         f"（你的损失 {float(loss):.4f}，规定的 {float(want):.4f}）",
                     )
-                    return gpt_words.finding(name, *_at(self._pointer(name)), extra)
+                    return gpt_words.finding(name, *gl.at(self._pointer(name)), extra)
             return self._unexplained(
                 f"the loss is {float(loss):.6g}, the spec's {float(want):.6g}"
                 + (" on a padded batch" if padded else ""),
                 f"损失是 {float(loss):.6g}，规定的是 {float(want):.6g}" + ("（带 padding 的批次）" if padded else ""),
+                rec=self.record(ids),
                 loss=True,
             )
         return None
 
     # ------------------------------------------------------------------------------------------------ the lines
 
-    def _steps(self) -> list[Step]:
-        rec = self.record()
+    def _steps(self, rec: Recording | None = None) -> list[Step]:
+        rec = rec or self.record()
         return [s for s in rec.steps if s.data and _same_file(s.file, self.file)] if rec is not None else []
 
     def _inside(self) -> Any:
@@ -317,31 +329,9 @@ class Probe:
 
     def _pointer(self, name: str) -> Step | None:
         """The learner's step a finding points at, read from the recorded forward (outside the blocks)."""
-        inside = self._inside()
-        steps = self._steps()
-        within = [s.index for s in steps if inside(s)]
-        first, last = (min(within), max(within)) if within else (1 << 30, -1)
-        outside = [s for s in steps if not inside(s)]
-        stream = [s for s in outside if s.outputs and tuple(s.outputs[0].shape) == (2, gp.T, gp.PROBE.d)]
-        adds = [s for s in stream if s.op in ADDS]
-        if name == "positions_missing":
-            return next((s for s in outside if s.op == "embedding"), None)
-        if name == "positions_added_twice":
-            return adds[1] if len(adds) > 1 else (adds[0] if adds else None)
-        if name == "positions_after_blocks":
-            return next((s for s in adds if s.index > last), None)
-        if name == "embedding_scaled_twice":
-            scales = [s for s in stream if s.op in SCALE_OPS and s.index < first]
-            return scales[-1] if scales else None
-        if name == "targets_shifted_twice":
-            return _last_slice_of_targets(outside)
-        if name in ("targets_not_shifted", "pads_in_loss"):
-            if name == "pads_in_loss":
-                loss_module = self._loss_module()
-                if loss_module is not None:
-                    return loss_module
-            return next((s for s in outside if s.op in LOSSES), None) or _last(outside)
-        return next((s for s in outside if s.op in MATMUL_OPS and _makes_logits(s)), None)
+        if name == "pads_in_loss" and (loss_module := self._loss_module()) is not None:
+            return loss_module
+        return gl.pointer(name, self._steps(), self._inside())
 
     def _loss_module(self) -> Step | None:
         for attr, m in self.model.named_modules():
@@ -351,9 +341,11 @@ class Probe:
                     return Step(0, "CrossEntropyLoss", self.file, line, source, attr, [], [], True)
         return None
 
-    def _unexplained(self, en: str, zh: str, loss: bool = False) -> Finding:
-        step = next((s for s in self._steps() if s.op in LOSSES), None) if loss else None
-        line, source = _at(step) if step is not None else _head_line(self)
+    def _unexplained(self, en: str, zh: str, loss: bool = False, rec: Recording | None = None) -> Finding:
+        steps = self._steps(rec)
+        scalars = [s for s in steps if s.outputs and not s.outputs[0].shape]
+        step = next((s for s in scalars if s.op in gl.LOSSES), None) or gl.last(scalars) if loss else None
+        line, source = gl.at(step) if step is not None else gl.head_line(steps)
         return Finding(
             "unexplained",
             line,
@@ -366,34 +358,6 @@ class Probe:
                 "把你的 forward 与上面的形状对照：词嵌入 + 位置、每个 Block 都带掩码、最后的 Norm、共享权重的输出头、错开一位的损失",
             ),
         )
-
-
-def neutral_dropout(model: nn.Module) -> Any:
-    """Dropout off in training mode: every ``nn.Dropout`` at p = 0 and ``F.dropout``/``torch.dropout`` the
-    identity while the block runs (restored after)."""
-    from contextlib import contextmanager
-
-    import torch.nn.functional as F
-
-    @contextmanager
-    def off() -> Iterator[None]:
-        drops = [(m, m.p) for m in model.modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
-        saved = (F.dropout, torch.dropout)
-        for m, _ in drops:
-            m.p = 0.0
-        vars(F)["dropout"] = vars(torch)["dropout"] = _identity
-        try:
-            yield
-        finally:
-            vars(F)["dropout"], vars(torch)["dropout"] = saved
-            for m, p in drops:
-                m.p = p
-
-    return off()
-
-
-def _identity(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return x
 
 
 def said(result: Result, found: Finding) -> Result:
@@ -431,59 +395,3 @@ def _not_the_block(exercise: ex.Exercise, block: Result) -> Result:
         result.short[lang] = [lead] + (block.short[lang] or block.messages[lang][:2])
         result.messages[lang] = [lead + " (anatomy learn check block):"] + block.messages[lang]
     return result
-
-
-def _at(step: Step | None) -> tuple[int | None, str]:
-    return (step.line, step.source) if step is not None and step.line else (None, "")
-
-
-def _last(steps: list[Step]) -> Step | None:
-    return steps[-1] if steps else None
-
-
-def _makes_logits(s: Step) -> bool:
-    return bool(s.outputs) and tuple(s.outputs[0].shape)[-1:] == (gp.PROBE.v,) and len(s.outputs[0].shape) == 3
-
-
-def _head_line(probe: Probe) -> tuple[int | None, str]:
-    steps = probe._steps()
-    return _at(next((s for s in steps if s.op in MATMUL_OPS and _makes_logits(s)), None))
-
-
-def _last_slice_of_targets(steps: list[Step]) -> Step | None:
-    """The last slice of the targets (the recorder's second input, ``x1``) or of what was made from them."""
-    seen, slices = {"x1"}, []
-    for s in steps:
-        if any(i.source in seen for i in s.inputs):
-            seen.add(f"step {s.index}")
-            if s.op in SLICES:
-                slices.append(s)
-    return slices[-1] if slices else None
-
-
-def _is_causal(mask: Any, t: int) -> bool:
-    if not isinstance(mask, torch.Tensor) or tuple(mask.shape[-2:]) != (t, t):
-        return False
-    want = torch.ones(t, t, dtype=torch.bool).tril()
-    rows = mask.detach().reshape(-1, t, t)
-    rows = rows if rows.dtype == torch.bool else rows != 0
-    return bool((rows == want).all())
-
-
-def _return_line(cls: Any) -> tuple[int | None, str]:
-    from anatomy.course.compare import source_line
-
-    return source_line(type("S", (), {"forward": cls.forward}), "forward", r"\breturn\b")
-
-
-def _copy_line(cls: Any, attr: str, file: str) -> tuple[int, str]:
-    """The line of ``__init__`` that copies the embedding into the head (``copy_``, ``clone``, ``.data``...)."""
-    try:
-        lines, start = inspect.getsourcelines(cls.__init__)
-    except (OSError, TypeError):
-        return 0, ""
-    for number, text in enumerate(lines, start=start):
-        code = text.split("#")[0]
-        if f"{attr}.weight" in code and any(w in code for w in ("copy_", "clone", ".data", "Parameter(", "detach")):
-            return number, text.strip()
-    return 0, ""

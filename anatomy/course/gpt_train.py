@@ -68,7 +68,7 @@ def beside(
     progress: Any = None,
 ) -> Result:
     """Train both; PASS when the learner's ends within MARGIN nats of the reference's."""
-    from anatomy.course.gpt import neutral_dropout
+    from anatomy.course.gpt_lines import neutral_dropout
 
     setup = setup_for(steps)
     vocab, train_ids, val_ids = corpus(setup)
