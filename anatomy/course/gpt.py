@@ -12,6 +12,7 @@ pitfall reproduces is said plainly. Last, both models train from the same weight
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -95,7 +96,7 @@ class Probe:
             return self.rec
         ids = self.ids if ids is None else ids
         try:
-            with gl.neutral_dropout(self.model):
+            with gl.neutral_dropout(self.model) if train else contextlib.nullcontext():
                 self.model.train(train)
                 rec = rec_mod.record(self.model, ids, ids.clone(), module=self.model, sizes=gp.SIZES)
         except Exception:  # noqa: BLE001 - the verdict stands without the recording; only the line is lost

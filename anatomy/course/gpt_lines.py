@@ -31,8 +31,9 @@ def pointer(name: str, steps: list[Step], inside: Callable[[Step], bool]) -> Ste
     adds = [s for s in stream if s.op in ADDS]
     if name == "positions_missing":
         return next((s for s in outside if s.op == "embedding"), None)
-    if name == "positions_added_twice":
-        return adds[1] if len(adds) > 1 else (adds[0] if adds else None)
+    if name == "positions_added_twice":  # the model's own forward's last add (else the second): the one to remove
+        own = [s for s in adds if s.module == ""]
+        return own[-1] if own and len(adds) > 1 else (adds[1] if len(adds) > 1 else last(adds))
     if name == "positions_after_blocks":
         return next((s for s in adds if s.index > end), None)
     if name == "embedding_scaled_twice":
