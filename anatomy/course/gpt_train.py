@@ -146,10 +146,12 @@ def _verdict(exercise: ex.Exercise, result: Result, mine: Curve, ref: Curve, fig
     result.brief(en, zh)
     if not result.passed:
         result.pitfall = "learns_worse"
-        result.say(
-            "the same forward learns differently: look for a gradient that cannot flow (.detach(), .data, "
-            "requires_grad=False, a table that should train)",
-            "同样的前向却学得不一样：找一找梯度流不过去的地方（.detach()、.data、requires_grad=False、本该训练的位置表）",
+        hint = (
+            "hint: the same forward learns differently, so a gradient does not flow where the reference's does: "
+            "look for .detach(), .data, requires_grad=False, or a table that should train",
+            "提示：前向完全相同却学得不一样，说明有梯度没流到参考实现流到的地方：找一找 .detach()、.data、"
+            "requires_grad=False，或本该训练的位置表",
         )
-        result.brief(f"hint: {exercise.hint[0]}", f"提示：{exercise.hint[1]}")
+        result.say(*hint)
+        result.brief(*hint)
     return result
