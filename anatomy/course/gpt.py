@@ -181,13 +181,13 @@ class Probe:
             )
         k, (_, mask, line, source) = bad[0]
         how = "no mask" if mask is None else "a mask that is not causal"
-        how_zh = "没有掩码" if mask is None else "一个不是因果的掩码"
+        how_zh = "没有拿到掩码" if mask is None else "拿到的掩码不是因果的"
         every = len(bad) == len(calls)
         extra = (
             f" (layer {k} of {len(calls)} gets {how}"
             + ("; so does every layer" if every and len(calls) > 1 else "")
             + f": position {moved_at[0]} sees token {moved_at[1]})",
-            f"（第 {k} 层（共 {len(calls)} 层）拿到的是{how_zh}"
+            f"（第 {k} 层（共 {len(calls)} 层）{how_zh}"
             + ("；每一层都是这样" if every and len(calls) > 1 else "")
             + f"：位置 {moved_at[0]} 看得到第 {moved_at[1]} 个 token）",
         )

@@ -86,66 +86,19 @@ COURSE: dict[str, tuple[tuple[str, str], str, str]] = {
     ),
 }
 
-# what a finding says when no record holds the name yet (the doctor's catalogue merged later takes over)
-WHAT: dict[str, tuple[str, str]] = {
-    "targets_not_shifted": (
-        "the loss compares position t with token t, which the model already sees: it learns to copy its input",
-        "损失把位置 t 与第 t 个 token 比较，而模型本来就看得见它：它学会的是复制输入",
-    ),
-    "targets_shifted_twice": (
-        "the targets are shifted twice: position t is scored against token t+2",
-        "目标被错开了两次：位置 t 与第 t+2 个 token 比较",
-    ),
-    "pads_in_loss": (
-        "the pads are counted in the loss: the model is trained to predict padding",
-        "pad 被算进了损失：模型被训练去预测 padding",
-    ),
-    "positions_missing": (
-        "no positions reach the blocks: the model cannot tell the order of its tokens",
-        "位置信息没有进入 Block：模型分不清 token 的顺序",
-    ),
-    "positions_added_twice": ("the positions are added more than once", "位置被加了不止一次"),
-    "positions_after_blocks": (
-        "the positions are added after the blocks: the attention never sees them",
-        "位置在 Block 之后才加：注意力根本看不到它们",
-    ),
-    "embedding_scaled_twice": (
-        "the token embedding is multiplied by sqrt(d_model) twice",
-        "词嵌入被乘了两次 sqrt(d_model)",
-    ),
-    "final_norm_missing": (
-        "no final norm: the Pre-Norm stack's output reaches the head un-normalised",
-        "没有最后的 Norm：Pre-Norm 堆叠的输出没有归一化就进了输出头",
-    ),
-    "tied_by_copy": (
-        "the head is a copy of the embedding, not the same Parameter: they drift apart as soon as training starts",
-        "输出头是词嵌入的一份拷贝，而不是同一个 Parameter：一开始训练两者就分开了",
-    ),
-    "causal_mask_missing_in_layer": (
-        "a layer runs without the causal mask: its positions see the future",
-        "有一层没有拿到因果掩码：那一层的位置能看到未来",
-    ),
-    "functional_dropout_in_eval": (
-        "functional dropout stays on in eval(): two evaluations of the same input differ",
-        "函数式 dropout 在 eval() 下仍然开着：同一个输入评估两次结果不同",
-    ),
-}
-
 
 def finding(name: str, line: int | None, source: str, extra: tuple[str, str] = NONE) -> Finding:
-    """The finding ``name`` at the learner's line: the record's summary (else :data:`WHAT`) with ``extra``
-    (the numbers, the layer) added, the post's sentence, the record's hint or the course's."""
+    """The finding ``name`` at the learner's line: its record's summary with ``extra`` (the numbers, the layer)
+    added, the post's sentence, the record's hint or else the course's (:data:`COURSE`)."""
     from anatomy.pitfalls import records
 
     r = records.get(name)
+    if r is None:
+        raise KeyError(f"no pitfall record named {name!r}")
     post, hint_en, hint_zh = COURSE.get(name, (NONE, "", ""))
-    if r is not None:
-        what = (r.summary_en.rstrip(".") + extra[0], r.summary_zh.rstrip("。") + extra[1])
-        if r.hint_en and r.hint_zh:
-            hint_en, hint_zh = r.hint_en, r.hint_zh
-        if r.post_zh and not post[0]:
-            post = (r.post_zh, "")
-    else:
-        en, zh = WHAT[name]
-        what = (en + extra[0], zh + extra[1])
+    what = (r.summary_en.rstrip(".") + extra[0], r.summary_zh.rstrip("。") + extra[1])
+    if r.hint_en and r.hint_zh:
+        hint_en, hint_zh = r.hint_en, r.hint_zh
+    if r.post_zh and not post[0]:
+        post = (r.post_zh, "")
     return Finding(name, line, source, what, post, (hint_en, hint_zh))
