@@ -123,3 +123,12 @@ def test_the_probe_leaves_functional_dropout_as_it_was():
         x = torch.ones(4)
         assert torch.equal(F.dropout(x, 0.9), x)
     assert (F.dropout, torch.dropout) == before
+
+
+def test_every_finding_of_the_exercise_is_a_pitfall_record():
+    from anatomy.course import gpt_parts, gpt_words
+    from anatomy.pitfalls import records
+
+    names = set(gpt_parts.WRONG) | set(gpt_words.COURSE) | {"head_not_tied"}
+    assert {n for n in names if records.get(n) is None} == set()
+    assert all(gpt_words.COURSE[n][1] and gpt_words.COURSE[n][2] for n in gpt_words.COURSE)  # a hint, en and zh
