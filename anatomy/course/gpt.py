@@ -40,7 +40,7 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout: float | None, **opti
 
     as_block = grade_block(ex.get("block"), subject, timeout)  # the exercise's block first, as tiny_lm does
     if not as_block.passed:
-        return _not_the_block(exercise, as_block)
+        return gpt_words.not_the_block(exercise.id, as_block)
     probe = Probe(subject, timeout)
     found = probe.findings()
     if isinstance(found, Result):
@@ -48,7 +48,7 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout: float | None, **opti
     result = Result(exercise.id, path, passed=False)
     result.table = probe.table()
     if found is not None:
-        return said(result, found)
+        return gpt_words.said(result, found)
     from anatomy.course.gpt_train import beside
 
     return beside(exercise, subject, result, timeout, scaled=probe.scaled, **options)
@@ -88,22 +88,23 @@ class Probe:
                 return found
         return None
 
-    def record(self, ids: torch.Tensor | None = None, train: bool = False) -> Recording | None:
+    def record(self, ids: torch.Tensor | None = None, train: bool = False, targets: bool = True) -> Recording | None:
         """The forward on ``ids`` (default: the probe's, kept) with targets, recorded (None: it cannot be)."""
         from anatomy.tracing import recorder as rec_mod
 
-        if ids is None and not train and self.rec is not None:
+        if ids is None and not train and targets and self.rec is not None:
             return self.rec
         ids = self.ids if ids is None else ids
         try:
             with gl.neutral_dropout(self.model) if train else contextlib.nullcontext():
                 self.model.train(train)
-                rec = rec_mod.record(self.model, ids, ids.clone(), module=self.model, sizes=gp.SIZES)
+                inputs = (ids, ids.clone()) if targets else (ids,)
+                rec = rec_mod.record(self.model, *inputs, module=self.model, sizes=gp.SIZES)
         except Exception:  # noqa: BLE001 - the verdict stands without the recording; only the line is lost
             return None
         finally:
             self.model.eval()
-        if ids is self.ids and not train:
+        if ids is self.ids and not train and targets:
             self.rec = rec
         return rec
 
@@ -124,12 +125,19 @@ class Probe:
             return None
         got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         result = Result("gpt", self.file, passed=False, pitfall="wrong_shape")
-        line, source = gl.return_line(self.subject.GPT)
+        line, source = gl.head_line(self._steps(self.record(targets=False)))
+        line, source = (line, source) if line else gl.return_line(self.subject.GPT)
         result.point(line, source)
         en = f"GPT(ids (2, {gp.T})) returned logits {got}; the exercise wants (B, T, V) = {want}"
         zh = f"GPT(ids (2, {gp.T})) 返回的 logits 是 {got}；练习要的是 (B, T, V) = {want}"
-        result.brief(en, zh)
-        result.say(en, zh)
+        hint = (
+            "hint: forward(ids) returns every position's logits, self.head(self.norm(x)) on all of x (a generate "
+            "loop takes logits[:, -1] itself)",
+            "提示：forward(ids) 要返回每个位置的 logits：对整个 x 做 self.head(self.norm(x))（生成时再自己取 logits[:, -1]）",
+        )
+        for line_of in (result.brief, result.say):
+            line_of(en, zh)
+            line_of(*hint)
         return result
 
     def random_in_eval(self) -> Finding | None:
@@ -359,40 +367,3 @@ class Probe:
                 "把你的 forward 与上面的形状对照：词嵌入 + 位置、每个 Block 都带掩码、最后的 Norm、共享权重的输出头、错开一位的损失",
             ),
         )
-
-
-def said(result: Result, found: Finding) -> Result:
-    """A finding as the short answer and the full report."""
-    result.pitfall = found.pitfall
-    result.point(found.line, found.source)
-    result.more_lines = list(found.more_lines)
-    result.brief(found.what[0], found.what[1])
-    if found.post[0]:
-        result.brief(f"the post: 「{found.post[0]}」", f"原文：「{found.post[0]}」")
-    result.brief(f"hint: {found.hint[0]}", f"提示：{found.hint[1]}")
-    where_en = f"line {found.line} `{found.source}`: " if found.line else ""
-    where_zh = f"第 {found.line} 行 `{found.source}`：" if found.line else ""
-    result.say(
-        f"pitfall `{found.pitfall}` — {where_en}{found.what[0]}", f"坑 `{found.pitfall}` —— {where_zh}{found.what[1]}"
-    )
-    if found.post[0]:
-        result.say(
-            f"the post: 「{found.post[0]}」" + (f" ({found.post[1]})" if found.post[1] else ""),
-            f"原文：「{found.post[0]}」",
-        )
-    result.say(f"hint: {found.hint[0]}", f"提示：{found.hint[1]}")
-    return result
-
-
-def _not_the_block(exercise: ex.Exercise, block: Result) -> Result:
-    """The block is not yet the block exercise's: its finding, said as the block exercise says it."""
-    result = Result(exercise.id, block.file, passed=False, pitfall=block.pitfall)
-    result.point(block.line, block.source)
-    result.more_lines, result.table, result.warnings = list(block.more_lines), block.table, list(block.warnings)
-    for lang, lead in (
-        ("en", "your TransformerBlock is not yet the block exercise's"),
-        ("zh", "你的 TransformerBlock 还不是 block 练习要的"),
-    ):
-        result.short[lang] = [lead] + (block.short[lang] or block.messages[lang][:2])
-        result.messages[lang] = [lead + " (anatomy learn check block):"] + block.messages[lang]
-    return result

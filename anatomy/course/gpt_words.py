@@ -4,6 +4,7 @@ sentence where it has one, and the course's hint in the exercise's terms where t
 
 from __future__ import annotations
 
+from anatomy.course.grader import Result
 from anatomy.course.spec import Finding
 
 ADDED = (
@@ -102,3 +103,40 @@ def finding(name: str, line: int | None, source: str, extra: tuple[str, str] = N
     if r.post_zh and not post[0]:
         post = (r.post_zh, "")
     return Finding(name, line, source, what, post, (hint_en, hint_zh))
+
+
+def said(result: Result, found: Finding) -> Result:
+    """A finding as the short answer and the full report."""
+    result.pitfall = found.pitfall
+    result.point(found.line, found.source)
+    result.more_lines = list(found.more_lines)
+    result.brief(found.what[0], found.what[1])
+    if found.post[0]:
+        result.brief(f"the post: 「{found.post[0]}」", f"原文：「{found.post[0]}」")
+    result.brief(f"hint: {found.hint[0]}", f"提示：{found.hint[1]}")
+    where_en = f"line {found.line} `{found.source}`: " if found.line else ""
+    where_zh = f"第 {found.line} 行 `{found.source}`：" if found.line else ""
+    result.say(
+        f"pitfall `{found.pitfall}` — {where_en}{found.what[0]}", f"坑 `{found.pitfall}` —— {where_zh}{found.what[1]}"
+    )
+    if found.post[0]:
+        result.say(
+            f"the post: 「{found.post[0]}」" + (f" ({found.post[1]})" if found.post[1] else ""),
+            f"原文：「{found.post[0]}」",
+        )
+    result.say(f"hint: {found.hint[0]}", f"提示：{found.hint[1]}")
+    return result
+
+
+def not_the_block(exercise: str, block: Result) -> Result:
+    """The block is not yet the block exercise's: its finding, said as the block exercise says it."""
+    result = Result(exercise, block.file, passed=False, pitfall=block.pitfall)
+    result.point(block.line, block.source)
+    result.more_lines, result.table, result.warnings = list(block.more_lines), block.table, list(block.warnings)
+    for lang, lead in (
+        ("en", "your TransformerBlock is not yet the block exercise's"),
+        ("zh", "你的 TransformerBlock 还不是 block 练习要的"),
+    ):
+        result.short[lang] = [lead] + (block.short[lang] or block.messages[lang][:2])
+        result.messages[lang] = [lead + " (anatomy learn check block):"] + block.messages[lang]
+    return result
