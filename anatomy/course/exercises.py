@@ -419,6 +419,17 @@ SHAPES_ZH = {
     "损失：logits[:, :-1] (B, T-1, V) 对 targets[:, 1:] (B, T-1)，忽略 PAD",
 }
 
+SIGNATURE_ZH = {  # a skeleton's comments in Chinese, where its code carries some
+    "gpt": "PAD = 0  # 填充用的 token：ids 和 targets 在真实 token 之后用它补齐\n\n\n"
+    "# 把 08_block.py 里你的 TransformerBlock（能通过 `anatomy learn check block` 的那个）粘贴到这里\n"
+    "class TransformerBlock(nn.Module):\n    def __init__(self, d_model, n_heads, d_ff):\n"
+    "        super().__init__()\n        ...\n\n    def forward(self, x, mask=None):\n        ...\n\n\n"
+    "class GPT(nn.Module):\n    def __init__(self, vocab_size, d_model, n_heads, n_layers, block_size):\n"
+    "        super().__init__()\n        ...\n\n    def forward(self, ids, targets=None):\n"
+    "        # ids: (B, T) 的 token id；targets: (B, T)，就是同一串 id（真实 token 之后是 PAD）：在这里错开\n"
+    "        # 返回 logits (B, T, V) 和 loss（不传 targets 时为 None）\n        ...\n",
+}
+
 BY_ID = {e.id: e for e in EXERCISES}
 
 

@@ -99,7 +99,9 @@ def test_code_that_cannot_be_graded_gets_one_clear_message(tmp_path):
 def test_start_and_check_from_the_command_line(tmp_path, capsys):
     assert main(["learn", "start", "gpt", "--dir", str(tmp_path), "--lang", "zh"]) == 0
     skeleton = (tmp_path / "10_gpt.py").read_text(encoding="utf-8")
-    assert skeleton.startswith("# anatomy learn · exercise: gpt") and "忽略 PAD" in skeleton
+    assert (
+        skeleton.startswith("# anatomy learn · exercise: gpt") and "忽略 PAD" in skeleton and "粘贴到这里" in skeleton
+    )
     assert "class GPT(nn.Module)" in skeleton and "class TransformerBlock(nn.Module)" in skeleton
     capsys.readouterr()
     assert main(["learn", "check", "gpt", "--dir", str(tmp_path)]) == 1  # the skeleton's block returns None
