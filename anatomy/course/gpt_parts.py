@@ -146,10 +146,10 @@ def find(model: nn.Module, calls: list[Call], sz: Sizes = PROBE) -> Parts:
 
 
 def _positions(model: nn.Module, params: list[tuple[str, nn.Parameter]], sz: Sizes) -> tuple[torch.Tensor, str]:
-    for _, p in params:
+    for _, p in params:  # a learned table: block_size rows (or more: the first ones are used), not the vocabulary
         rows = _rows(p.detach(), sz.d)
-        if rows is not None and rows.shape[0] == sz.p:
-            return rows.double().clone(), "learned"
+        if rows is not None and rows.shape[0] >= sz.p and tuple(p.shape) != (sz.v, sz.d):
+            return rows[: sz.p].double().clone(), "learned"
     exact = sinusoids(sz.p, sz.d)
     for _, b in model.named_buffers():
         rows = _rows(b, sz.d) if b.is_floating_point() else None
@@ -210,7 +210,8 @@ def reference(parts: Parts, scale: float = 1.0, sz: Sizes = PROBE) -> nn.Module:
     ref = make(sz.v, sz.d, sz.h, len(parts.blocks), sz.p).double()
     with torch.no_grad():
         ref.tok.weight.copy_(parts.tok)
-        ref.pe = parts.table.clone()
+        learned = parts.table_kind == "learned"  # a learned table trains in the reference too
+        ref.pe = nn.Parameter(parts.table.clone()) if learned else parts.table.clone()
         if parts.norm is not None:
             ref.norm.weight.copy_(parts.norm[0])
             ref.norm.bias.copy_(parts.norm[1])
