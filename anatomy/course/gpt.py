@@ -364,7 +364,7 @@ class Probe:
             line,
             source,
             (en + "; no known pitfall makes this output", zh + "；已知的坑都解释不了"),
-            gpt_words.ADDED,
+            gpt_words.NONE if loss else gpt_words.ADDED,
             (
                 "compare your forward with the shapes above: embedding + positions, every block with the mask, "
                 "the final norm, the tied head, the shifted loss",
