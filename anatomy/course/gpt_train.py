@@ -52,7 +52,10 @@ def pair(
         lambda: run_guarded(mine, (ids,), ("GPT.forward", "GPT.forward"), timeout, record=False),
         subject.file,
     )
-    ref = gp.reference(gp.find(mine, calls, sz), scale, sz).float()
+    try:
+        ref = gp.reference(gp.find(mine, calls, sz), scale, sz).float()
+    except ValueError as err:  # the probe found the parts; at the training's sizes they must be there too
+        raise LearnError(f"GPT at d_model {sz.d}: {err}", f"GPT（d_model {sz.d}）：{err}") from None
     return mine, ref
 
 
