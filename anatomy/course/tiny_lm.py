@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -118,13 +119,27 @@ def _train(make_block, setup: Setup, deadline: float | None, progress, against: 
     model = TinyLM(vocab, setup, make_block)
     loss_fn = nn.CrossEntropyLoss()
 
-    def next_token(m, x, y):
-        return loss_fn(m(x).flatten(0, 1), y.flatten())
+    def next_token(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = loss_fn(m(x).flatten(0, 1), y.flatten())
+        return out
 
     return fit(model, setup, train_ids, val_ids, next_token, next_token, deadline, progress, against)
 
 
-def fit(model, setup: Setup, train_ids, val_ids, train_loss, val_loss, deadline=None, progress=None, against=None):
+LossOf = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]  # (model, x, y) -> the batch's loss
+
+
+def fit(
+    model: nn.Module,
+    setup: Setup,
+    train_ids: torch.Tensor,
+    val_ids: torch.Tensor,
+    train_loss: LossOf,
+    val_loss: LossOf,
+    deadline: float | None = None,
+    progress: Callable[[tuple[str, str]], None] | None = None,
+    against: Curve | None = None,
+) -> Curve:
     """The loop every trained exercise shares (tiny_lm, gpt): AdamW, a 30-step warm-up, clipped gradients, the same
     batches at the same seed; ``train_loss(model, x, y)`` and ``val_loss(model, x, y)`` on a batch (x, y = x
     shifted by one). Returns the :class:`Curve`."""
