@@ -155,7 +155,7 @@ def fit(
             group["lr"] = setup.lr * warm
         loss = train_loss(model, x, y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        torch.autograd.backward(loss)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % setup.eval_every == 0 or step == setup.steps:

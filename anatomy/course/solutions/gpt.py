@@ -11,6 +11,9 @@ PAD = 0  # the padding token: ids and targets are padded with it after the real 
 class GPT(nn.Module):
     """Token embedding + positions -> n_layers of your block (causal mask) -> final LayerNorm -> tied head."""
 
+    pe: torch.Tensor  # the buffers registered below
+    causal: torch.Tensor
+
     def __init__(self, vocab_size, d_model, n_heads, n_layers, block_size):
         super().__init__()
         self.tok = nn.Embedding(vocab_size, d_model)
