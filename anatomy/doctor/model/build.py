@@ -23,7 +23,19 @@ from anatomy.doctor.loading.subject import CheckError, CheckTimeout, ModuleExite
 __anatomy_transparent__ = True
 
 SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give it (lower case)
-    "vocab_size": ("vocab_size", "vocab", "n_vocab", "num_tokens", "ntoken", "ntokens", "vocab_len", "n_tokens"),
+    "vocab_size": (
+        "vocab_size",
+        "vocab",
+        "n_vocab",
+        "num_tokens",
+        "ntoken",
+        "ntokens",
+        "vocab_len",
+        "n_tokens",
+        "vocab_sz",
+        "num_embeddings",
+        "token_size",
+    ),
     "d_model": (
         "d_model",
         "n_embd",
@@ -41,7 +53,19 @@ SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give 
         "embed_size",
         "emb_size",
     ),
-    "n_heads": ("n_heads", "n_head", "num_heads", "nhead", "heads", "num_attention_heads", "n_attn_heads", "h"),
+    "n_heads": (
+        "n_heads",
+        "n_head",
+        "num_heads",
+        "nhead",
+        "heads",
+        "num_attention_heads",
+        "n_attn_heads",
+        "h",
+        "head_num",
+        "num_head",
+        "nheads",
+    ),
     "n_layers": (
         "n_layers",
         "n_layer",
@@ -53,6 +77,9 @@ SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give 
         "num_blocks",
         "n_blocks",
         "n",
+        "layer_num",
+        "num_layer",
+        "nlayer",
     ),
     "block_size": (
         "block_size",
@@ -70,6 +97,11 @@ SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give 
         "n_positions",
         "max_seq",
         "seq_length",
+        "context_window",
+        "ctx_size",
+        "max_position",
+        "max_positions",
+        "maxlen",
     ),
     "dropout": ("dropout", "dropout_rate", "drop", "p_drop", "pdrop", "resid_pdrop", "attn_pdrop", "embd_pdrop"),
 }
@@ -132,13 +164,20 @@ def looks_like_model(obj: Any) -> bool:
 
 
 class _AnyConfig(dict[str, Any]):
-    """A config the learner's code reads by attribute or by key, under any of the names in :data:`SYNONYMS`."""
+    """A config the learner's code reads by attribute or by key, under any of the names in :data:`SYNONYMS`; a
+    name it does not know reads as a neutral default (an ``eps``: 1e-5, a ``bias``: True, anything else: None)."""
 
     def __getattr__(self, name: str) -> Any:
-        try:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in self:
             return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        low = name.lower()
+        if "eps" in low:
+            return 1e-5
+        if low == "bias" or low.startswith("use_bias"):
+            return True
+        return None
 
 
 def _config_values(sizes: Sizes) -> dict[str, Any]:
@@ -194,6 +233,24 @@ def make_config(cls: type | None, sizes: Sizes) -> Any:
     return cfg
 
 
+def _call_default(default: Callable[[], Any]) -> Any:
+    try:
+        return default()
+    except Exception as err:  # noqa: BLE001 - the learner's own
+        raise CheckError(f"get_default_config() failed: {one_line(err)}") from None
+
+
+def _filled(cfg: Any, sizes: Sizes) -> Any:
+    """The config with our sizes on every field it names (a ``model_type`` that would override them cleared)."""
+    for name in list(vars(cfg)):
+        role = _role(name)
+        if role is not None and role != "dropout":
+            setattr(cfg, name, sizes.value(role))
+    if hasattr(cfg, "model_type"):
+        cfg.model_type = None
+    return cfg
+
+
 def arguments(fn: Callable[..., Any], sizes: Sizes, module_vars: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """How to call ``fn`` (a class or a factory) with our sizes: (args, kwargs); a :class:`CheckError` when no
     rule fits its signature."""
@@ -203,6 +260,9 @@ def arguments(fn: Callable[..., Any], sizes: Sizes, module_vars: dict[str, Any])
     req = _required(params)
     roles = {p.name: _role(p.name) for p in params}
     if len(req) == 1 and roles[req[0].name] is None:
+        default = getattr(fn, "get_default_config", None)  # minGPT: GPT.get_default_config() gives its CfgNode
+        if inspect.isclass(fn) and callable(default):
+            return [_filled(_call_default(default), sizes)], {}
         return [make_config(_config_class(module_vars, req[0]), sizes)], {}
     if all(roles[p.name] is not None for p in req):
         kw = {p.name: sizes.value(r) for p in params if (r := roles[p.name]) is not None and r != "dropout"}

@@ -20,7 +20,7 @@ import torch
 
 from anatomy.doctor.loading.subject import CheckError
 from anatomy.doctor.model import causal, generate, hygiene, loss, padding, positions
-from anatomy.doctor.model.blocks import capture, diagnose_layers, find_stack
+from anatomy.doctor.model.blocks import BlockCheck, capture, diagnose_layers, find_stack
 from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import BATCH, LM, ForwardError, first_call
@@ -40,8 +40,10 @@ def check_model(
     sizes: Sizes | None = None,
     seed: int = 0,
     timeout: float | None = None,
+    block_check: BlockCheck,
 ) -> ModelReport:
-    """The model's report (the module docstring); :class:`CheckError` when it cannot be built or called."""
+    """The model's report (the module docstring); :class:`CheckError` when it cannot be built or called.
+    ``block_check``: the block doctor's ``check`` (``anatomy.doctor.check.check``), run on each block."""
     sizes = sizes or Sizes()
     problem = None
     if sizes.d_model % sizes.n_heads:
@@ -67,7 +69,7 @@ def check_model(
             calls = capture(lm, stack, lm.ids())
         except ForwardError:
             calls = None
-    ctx = Context(lm, stack, calls, base)
+    ctx = Context(lm, stack, calls, base, block_check)
     return _report(ctx)
 
 
@@ -76,20 +78,21 @@ def _first_call(lm: LM) -> torch.Tensor:
     block_size (the mask-lengths probe says why), else the first error stands."""
     try:
         return first_call(lm)
+    except CheckError as short:
+        first = short
+    lm.full_length_only = True
+    try:
+        base = first_call(lm)
     except CheckError:
-        lm.full_length_only = True
-        try:
-            base = first_call(lm)
-        except CheckError:
-            lm.full_length_only = False
-            raise
-        lm.notes.append(
-            {
-                "en": f"forward raises below T = block_size = {lm.sizes.block_size}: every probe runs at that length",
-                "zh": f"T 小于 block_size = {lm.sizes.block_size} 时 forward 出错：所有探针都在这个长度上运行",
-            }
-        )
-        return base
+        lm.full_length_only = False
+        raise first from None
+    lm.notes.append(
+        {
+            "en": f"forward raises below T = block_size = {lm.sizes.block_size}: every probe runs at that length",
+            "zh": f"T 小于 block_size = {lm.sizes.block_size} 时 forward 出错：所有探针都在这个长度上运行",
+        }
+    )
+    return base
 
 
 def _report(ctx: Context) -> ModelReport:
@@ -141,7 +144,9 @@ def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dic
     if stack is None:
         ctx.skip("lm_blocks", "no stack of repeated blocks found", "没有找到重复的 block 堆叠")
         return [], [], {"status": "unavailable", "reason": "no stack of repeated blocks"}
-    reports = diagnose_layers(ctx.lm, stack)
+    leaky = ctx.found.get("leaking_layers") or []
+    unmasked = frozenset(leaky) if len(leaky) < len(stack.blocks) else frozenset()
+    reports = diagnose_layers(ctx.lm, stack, ctx.block_check, unmasked)
     ctx.layer_reports = reports
     rows = []
     for i, (block, rep) in enumerate(zip(stack.blocks, reports)):
@@ -179,6 +184,10 @@ def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
             elif f.explained_by == "dropout_at_eval" or (f.fault is None and f.layers and f.severity == "error"):
                 f.explained_by = "functional_dropout_in_eval"
     model_mask = next((f for f in findings if f.fault in MASK_FAULTS), None)
+    leak = model_mask or next((f for f in findings if f.probe in ("lm_causal_leak", "causal_leak")), None)
+    for f in findings:  # a full forward that sees the future differs from cached decoding that does not
+        if leak is not None and f.probe == "lm_generate" and f.fault is None:
+            f.explained_by = leak.fault or leak.explained_by or None
     block_leak = next((f for f in findings if f.probe == "causal_leak" and f.severity == "error" and f.layers), None)
     for f in findings:
         if model_mask is not None and f.probe in ("causal_leak", "diagnosis") and f.fault is None:
@@ -192,7 +201,7 @@ def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
 
 PROBES: list[tuple[str, Probe]] = [
     ("lm_eval", hygiene.eval_findings),  # first: the others need a deterministic model
-    ("lm_causal_leak", lambda c: causal.causal_findings(c.lm, c.stack, c.calls, c.lm.seq)),
+    ("lm_causal_leak", causal.causal_findings),
     ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, c.lm.short)] if f is not None]),
     ("lm_loss", loss.loss_findings),
     ("lm_positions", positions.positions_findings),

@@ -44,6 +44,8 @@ class LM:
     notes: list[dict[str, str]] = field(default_factory=list)
 
     full_length_only: bool = False  # forward fails below block_size: the probes run at block_size
+    fixed: dict[str, Any] = field(default_factory=dict)  # required arguments given a fixed value (start_pos=0)
+    last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
 
     @property
     def short(self) -> int:
@@ -67,6 +69,7 @@ class LM:
             f"{self.label}：对形状为 {tuple(ids.shape)} 的 ids 调用 forward 时",
         )
         args: tuple[Any, ...] = ()
+        kwargs = {**self.fixed, **kwargs}
         if "" in kwargs:  # the targets, positionally
             args = (kwargs.pop(""),)
         try:
@@ -78,6 +81,8 @@ class LM:
             raise ForwardError(one_line(err)) from err
 
     def logits(self, ids: torch.Tensor, *, seed: int = 0, **kwargs: Any) -> torch.Tensor:
+        if self.last_only and self.target_arg is not None and self.target_arg not in kwargs:
+            kwargs[self.target_arg] = self.ids(ids.shape[1], seed=2, b=ids.shape[0])
         out = self.forward(ids, seed=seed, **kwargs)
         found = read_logits(out, ids.shape[0], ids.shape[1], self.sizes.vocab_size)
         if found is None:
@@ -153,6 +158,7 @@ def _returns(out: Any) -> str:
 def first_call(lm: LM) -> torch.Tensor:
     """The plain logits of ``forward(ids)``; a :class:`CheckError` saying what was expected when it fails."""
     ids = lm.ids()
+    lm.fixed = _required_starts(lm.module)
     try:
         out = lm.forward(ids)
     except ForwardError as err:
@@ -161,14 +167,47 @@ def first_call(lm: LM) -> torch.Tensor:
             f"return logits (B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} or (logits, loss)"
         ) from None
     logits = read_logits(out, BATCH, lm.seq, lm.sizes.vocab_size)
+    lm.returns = _returns(out)
+    if logits is None and read_logits(out, BATCH, 1, lm.sizes.vocab_size) is not None:
+        logits = _last_only(lm, ids)
     if logits is None:
         raise CheckError(
             f"{lm.label}: forward(ids) on ids of shape {tuple(ids.shape)} returned {describe(out)}; expected logits "
             f"(B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} (vocab_size={lm.sizes.vocab_size})"
         )
-    lm.returns = _returns(out)
-    lm.target_arg = _target_arg(lm, ids)
+    if lm.target_arg is None:
+        lm.target_arg = _target_arg(lm, ids)
     return logits
+
+
+START_NAMES = ("start_pos", "pos", "offset", "position", "past_length", "past_len", "start", "start_position")
+
+
+def _required_starts(module: nn.Module) -> dict[str, Any]:
+    """A forward that requires a start position (a KV-cache model's ``start_pos``) gets 0: a forward from the start."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: 0 for p in params if p.default is inspect.Parameter.empty and p.name in START_NAMES}
+
+
+def _last_only(lm: LM, ids: torch.Tensor) -> torch.Tensor | None:
+    """Logits of the last position only without targets (nanoGPT's inference shortcut): every position's with them."""
+    lm.target_arg = _target_arg(lm, ids)
+    if lm.target_arg is None:
+        return None
+    lm.last_only = True
+    lm.notes.append(
+        {
+            "en": "forward(ids) returns the last position's logits only; every position's are read with targets",
+            "zh": "forward(ids) 只返回最后一个位置的 logits；各位置的 logits 通过传入目标读取",
+        }
+    )
+    try:
+        return lm.logits(ids)
+    except ForwardError:
+        return None
 
 
 def _target_arg(lm: LM, ids: torch.Tensor) -> str | None:

@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckTimeout, _quiet
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import LM, ForwardError
+from anatomy.doctor.model.contract import LM, ForwardError, seeded
 from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, op_log
 from anatomy.tracing.steps import learner_frame
 
@@ -49,6 +49,7 @@ class Run:
     lengths: list[int] = field(default_factory=list)  # the length of each forward's input
     starts: list[Any] = field(default_factory=list)  # the start position each forward was given (if it takes one)
     callers: list[tuple[str, int, str]] = field(default_factory=list)  # the line that called each forward
+    marks: list[int] = field(default_factory=list)  # where each forward's ops start in ``ops``
 
 
 class _Greedy(TorchFunctionMode):
@@ -82,18 +83,21 @@ def _signature(fn: Callable[..., Any]) -> tuple[str | None, str | None] | None:
     return (count, temp) if count is not None else None
 
 
-def _run(lm: LM, count: str, temp: str | None, t: float | None) -> Run | None:
+def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -> Run | None:
     prompt = lm.ids(PROMPT, b=1)
     probs: list[torch.Tensor] = []
     lengths: list[int] = []
     starts: list[Any] = []
     callers: list[tuple[str, int, str]] = []
+    log: list[Op] = []
+    marks: list[int] = []
     start_name = _start_name(lm)
 
     def pre(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         x = args[0] if args else None
         lengths.append(int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() >= 1 else -1)
         callers.append(learner_frame())
+        marks.append(len(log))
         if start_name is not None:
             starts.append(kwargs.get(start_name[0], args[start_name[1]] if len(args) > start_name[1] else None))
 
@@ -104,7 +108,14 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None) -> Run | None:
     handle = lm.module.register_forward_pre_hook(pre, with_kwargs=True)
     step = (f"{lm.label}: generate(ids, {NEW})", f"{lm.label}：调用 generate(ids, {NEW}) 时")
     try:
-        with _quiet(), guard(lm.timeout, lambda: step), torch.no_grad(), op_log() as ops, _Greedy(probs):
+        with (
+            _quiet(),
+            seeded(lm.seed + seed),
+            guard(lm.timeout, lambda: step),
+            torch.no_grad(),
+            op_log(log),
+            _Greedy(probs),
+        ):
             out = lm.module.generate(*args, **kw)  # type: ignore[operator]
     except Hung as hung:
         raise CheckTimeout.from_hung(hung) from None
@@ -113,7 +124,7 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None) -> Run | None:
     finally:
         handle.remove()
     tokens = _new_tokens(out)
-    return None if tokens is None else Run(tokens, probs, ops, lengths, starts, callers)
+    return None if tokens is None else Run(tokens, probs, log, lengths, starts, callers, marks)
 
 
 def _start_name(lm: LM) -> tuple[str, int] | None:
@@ -150,14 +161,24 @@ def _greedy(lm: LM, position: int) -> torch.Tensor:
 def generate_findings(ctx: Context) -> list[ModelFinding]:
     lm = ctx.lm
     gen = getattr(lm.module, "generate", None)
+    if ctx.found.get("deterministic") is False:
+        ctx.skip("lm_generate", "the model is not deterministic in eval()", "模型在 eval() 下结果不确定")
+        return []
     sig = _signature(gen) if callable(gen) else None
     if sig is None:
         ctx.skip("lm_generate", "the model has no generate(ids, n) to compare", "模型没有可比较的 generate(ids, n)")
         return []
     count, temp = sig
-    run = _run(lm, count or "", temp, 1.0)
-    if run is None:
+    run, again = _run(lm, count or "", temp, 1.0), _run(lm, count or "", temp, 1.0, seed=1)
+    if run is None or again is None:
         ctx.skip("lm_generate", f"generate(ids, {NEW}) could not be run", f"无法运行 generate(ids, {NEW})")
+        return []
+    if not torch.equal(run.tokens, again.tokens):  # it samples without multinomial: it cannot be made greedy
+        ctx.skip(
+            "lm_generate",
+            "generate picks other tokens under another seed (it samples without torch.multinomial)",
+            "换一个随机种子 generate 就选出不同的 token（它不是用 torch.multinomial 采样的）",
+        )
         return []
     try:
         want = _greedy(lm, -1)
@@ -187,7 +208,7 @@ def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
         )
     restart = cached and step > 0 or cached and step == 0 and run.lengths[0] == 1
     zero_start = bool(run.starts[1:]) and all(s == 0 for s in run.starts[1:] if s is not None)
-    named = restart and (zero_start or _arange_zero(run.ops))
+    named = restart and (zero_start or _zero_after_first(run))
     return _finding(
         f"generate's token {step} differs from argmax(logits[:, -1]) of a full forward on the same sequence"
         + (
@@ -202,22 +223,48 @@ def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
             else ("（它带缓存逐个送入新 token）" if cached else "")
         ),
         "positions_restart_with_cache" if named else None,
-        _caller(run) if named else [],
+        _caller(run, zero_start) if named else [],
     )
 
 
-def _caller(run: Run) -> list[dict[str, object]]:
-    """The line that calls forward with the one new token (the second call)."""
+def _caller(run: Run, zero_start: bool) -> list[dict[str, object]]:
+    """The line that calls forward with the new token when it passes start position 0, else the line that reads
+    position 0 in a cached step."""
+    zero = next((o for o in run.ops[_first_forward_end(run) :] if o.at_zero and o.line), None)
+    if zero is not None and not zero_start:
+        return [
+            at_op(
+                zero, f"line {zero.line} reads position 0 for the new token", f"第 {zero.line} 行为新 token 读取位置 0"
+            )
+        ]
     if len(run.callers) < 2 or not run.callers[1][1]:
         return []
     file, line, source = run.callers[1]
     return [at(file, line, source, f"line {line} feeds the new token", f"第 {line} 行送入新 token")]
 
 
-def _arange_zero(ops: list[Op]) -> bool:
-    return any(
-        o.op == "arange" and o.shape == (1,) and o.source and "arange(" in o.source and "0" in o.source for o in ops
-    )
+DIV_OPS = ("div", "__truediv__", "__itruediv__", "div_", "true_divide")
+
+
+def _div_after_softmax(ops: list[Op]) -> Op | None:
+    """A division right after a softmax (the next op or the one after)."""
+    for i, o in enumerate(ops):
+        if o.op in ("softmax", "_softmax"):
+            nxt = next((n for n in ops[i + 1 : i + 3] if n.op in DIV_OPS and n.line), None)
+            if nxt is not None:
+                return nxt
+    return None
+
+
+def _zero_after_first(run: Run) -> bool:
+    """A forward after the prompt's reads position 0 (``arange`` from 0, or row 0 of a table)."""
+    first = run.lengths[0] if run.lengths else 0
+    return first > 1 and any(o.at_zero for o in run.ops[_first_forward_end(run) :])
+
+
+def _first_forward_end(run: Run) -> int:
+    """The index of the first op after the first forward (the prompt's): its ops come first in the log."""
+    return run.marks[1] if len(run.marks) > 1 else len(run.ops)
 
 
 def _index_line(ops: list[Op]) -> list[dict[str, object]]:
@@ -236,11 +283,7 @@ def _temperature(lm: LM, count: str | None, temp: str) -> list[ModelFinding]:
     a, b = cold.probs[0].double(), hot.probs[0].double()
     if a.shape != b.shape or not torch.allclose(a * 0.5, b * 2.0, rtol=1e-6, atol=0):
         return []
-    soft = next((i for i, o in enumerate(cold.ops) if o.op in ("softmax", "_softmax")), None)
-    div = next(
-        (o for o in cold.ops[(soft or 0) + 1 :] if o.op in ("div", "__truediv__", "__itruediv__", "div_") and o.line),
-        None,
-    )
+    div = _div_after_softmax(cold.ops)
     where = (
         []
         if div is None

@@ -152,7 +152,7 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
     ids, targets = lm.ids(), targets_for(lm)
     ignored = [v for v in (-100, -1, pad) if v is not None and _ignores(ctx, ids, targets, k, v)]
     ctx.found["loss_ignores"] = ignored
-    if ignored or pad is None:
+    if pad is None or pad in ignored:  # no pad id: ignoring -100 or -1 is the caller's way to mark pads
         return []
     marked = targets.clone()
     marked[0, -PADS:] = pad
@@ -168,9 +168,9 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
         ModelFinding(
             "lm_loss",
             "error",
-            f"targets holding the pad id {pad} are scored like any token: the loss counts the pads (it ignores "
-            "neither -100, -1 nor the pad id)",
-            f"值为 pad id {pad} 的目标与普通 token 一样计分：损失把 pad 也算了进去（-100、-1 和 pad id 都没有被忽略）",
+            f"targets holding the pad id {pad} are scored like any token: the loss counts the pads (pass "
+            f"ignore_index={pad})",
+            f"值为 pad id {pad} 的目标与普通 token 一样计分：损失把 pad 也算了进去（应传入 ignore_index={pad}）",
             {"pad_id": pad},
             fault="pads_in_loss",
             where=[]
