@@ -35,9 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     ck.add_argument("--format", choices=("text", "json"), default="text")
     ck.add_argument("--details", action="store_true", help="the full report (default: the short answer)")
     ck.add_argument("--timeout", type=float, default=20.0, help="seconds one call of your code may take (default 20)")
-    ck.add_argument("--steps", type=int, default=None, help="tiny_lm: training steps (default 300, under a minute)")
     ck.add_argument(
-        "--figure", default=None, help="tiny_lm: where to draw the two loss curves (default tiny_lm_loss.png in --dir)"
+        "--steps", type=int, default=None, help="tiny_lm, gpt: training steps (default 300, under a minute)"
+    )
+    ck.add_argument(
+        "--figure",
+        default=None,
+        help="tiny_lm, gpt: where to draw the two loss curves (default ID_loss.png in --dir)",
     )
     pg = sub.add_parser("page", parents=[common], help="the exercises and your progress as one HTML page")
     pg.add_argument("--out", required=True, help="FILE.html")
@@ -154,12 +158,12 @@ def _check(args: argparse.Namespace, exercise: Exercise, folder: Path, progress:
             f"no such file: {str(path)!r} (write it with `anatomy learn start {exercise.id}` or give FILE)"
         )
     options = {}
-    if exercise.id == "tiny_lm":
+    if exercise.id in ("tiny_lm", "gpt"):
         if args.steps is not None and args.steps < 1:
             raise UsageError(f"--steps must be a positive integer, got {args.steps}")
         options = {
             "steps": args.steps,
-            "figure_path": args.figure or str(folder / "tiny_lm_loss.png"),
+            "figure_path": args.figure or str(folder / f"{exercise.id}_loss.png"),
             "progress": _progress_printer(lang),
         }
     try:

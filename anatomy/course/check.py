@@ -83,6 +83,10 @@ def grade_subject(exercise: ex.Exercise, subject: Subject, *, timeout: float | N
         from anatomy.course import doctor_exercises
 
         return doctor_exercises.grade(exercise, subject, timeout)
+    if exercise.id == "gpt":
+        from anatomy.course import gpt
+
+        return gpt.grade(exercise, subject, timeout, **options)
     from anatomy.course import tiny_lm
 
     return tiny_lm.grade(exercise, subject, timeout, **options)

@@ -130,26 +130,51 @@ def _train(
     vocab, train_ids, val_ids = _data(setup)
     torch.manual_seed(setup.seed)
     model = TinyLM(vocab, setup, make_block)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def next_token(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = loss_fn(m(x).flatten(0, 1), y.flatten())
+        return out
+
+    return fit(model, setup, train_ids, val_ids, next_token, next_token, deadline, progress, against)
+
+
+LossOf = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]  # (model, x, y) -> the batch's loss
+
+
+def fit(
+    model: nn.Module,
+    setup: Setup,
+    train_ids: torch.Tensor,
+    val_ids: torch.Tensor,
+    train_loss: LossOf,
+    val_loss: LossOf,
+    deadline: float | None = None,
+    progress: Callable[[tuple[str, str]], None] | None = None,
+    against: Curve | None = None,
+) -> Curve:
+    """The loop every trained exercise shares (tiny_lm, gpt): AdamW, a 30-step warm-up, clipped gradients, the same
+    batches at the same seed; ``train_loss(model, x, y)`` and ``val_loss(model, x, y)`` on a batch (x, y = x
+    shifted by one). Returns the :class:`Curve`."""
     opt = torch.optim.AdamW(model.parameters(), lr=setup.lr, weight_decay=0.0)
     g, gv = torch.Generator().manual_seed(setup.seed), torch.Generator().manual_seed(setup.seed + 1)
     val_batches = [_batch(val_ids, setup, gv) for _ in range(setup.eval_batches)]
     curve, start = Curve(), time.monotonic()
-    loss_fn = nn.CrossEntropyLoss()
     for step in range(1, setup.steps + 1):
         model.train()
         x, y = _batch(train_ids, setup, g)
         warm = min(1.0, step / 30)
         for group in opt.param_groups:
             group["lr"] = setup.lr * warm
-        loss = loss_fn(model(x).flatten(0, 1), y.flatten())
+        loss = train_loss(model, x, y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        torch.autograd.backward(loss)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step % setup.eval_every == 0 or step == setup.steps:
             model.eval()
             with torch.no_grad():
-                val = sum(float(loss_fn(model(a).flatten(0, 1), b.flatten())) for a, b in val_batches)
+                val = sum(float(val_loss(model, a, b)) for a, b in val_batches)
             curve.steps.append(step)
             curve.train.append(float(loss.detach()))
             curve.val.append(val / len(val_batches))

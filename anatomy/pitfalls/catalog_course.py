@@ -1,5 +1,6 @@
 """The records of the pitfalls the course names (``anatomy learn``) that the doctor does not diagnose: slips in the
-sinusoidal table, the length mask, a hand-written LayerNorm, and block designs other than the exercise's."""
+sinusoidal table, the length mask, a hand-written LayerNorm, block designs other than the exercise's, and a GPT's
+head not tied to its embedding."""
 
 from __future__ import annotations
 
@@ -281,6 +282,24 @@ PITFALLS = (
         *(
             "nn.LayerNorm(d_model): the same computation in training and evaluation",
             "nn.LayerNorm(d_model)：训练和评估时的计算完全相同",
+        ),
+    ),
+    Pitfall(
+        "head_not_tied",
+        "model",
+        "error",
+        "the head is not tied to the embedding",
+        "输出头没有与词嵌入共享权重",
+        "The head has a weight of its own where the exercise ties it to the token embedding: one (vocab_size, "
+        "d_model) Parameter read by both, as GPT-2 and the paper do.",
+        "输出头有自己的一份权重，而练习要求它与词嵌入共享：同一个 (vocab_size, d_model) 的 Parameter 被两者使用，"
+        "GPT-2 和原论文都是这样做的。",
+        "",
+        None,
+        "`self.head = nn.Linear(d_model, vocab_size)` with no `self.head.weight = self.tok.weight` after it",
+        *(
+            "self.head.weight = self.tok.weight after creating both: one Parameter, not a copy",
+            "两者都建好之后写 self.head.weight = self.tok.weight：同一个 Parameter，而不是拷贝",
         ),
     ),
 )

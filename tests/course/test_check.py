@@ -11,7 +11,8 @@ from anatomy.course.check import LearnError, check
 
 @pytest.mark.parametrize("exercise", [e.id for e in EXERCISES if e.id != "tiny_lm"])
 def test_the_reference_solution_passes(exercise):
-    result = check(exercise, solution_path(next(e for e in EXERCISES if e.id == exercise)))
+    options = {"steps": 8} if exercise == "gpt" else {}  # gpt's full training: tests/course/test_gpt.py
+    result = check(exercise, solution_path(next(e for e in EXERCISES if e.id == exercise)), **options)
     assert result.passed, result.render()
     assert result.pitfall is None
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from anatomy.course import grade
-from anatomy.course.solutions import add_norm, attention, block, heads, layernorm, masks, mha, sinusoidal
+from anatomy.course.solutions import add_norm, attention, block, gpt, heads, layernorm, masks, mha, sinusoidal
 
 DELTA = 1e-5  # float64 code agrees with the reference to ~1e-13; every tolerance is below 1e-6
 
@@ -51,6 +51,43 @@ class NudgedBlock(block.TransformerBlock):
         return _nudge(out[0] if isinstance(out, tuple) else out)
 
 
+class NudgedGPT(gpt.GPT):
+    def forward(self, ids, targets=None):
+        logits, loss = super().forward(ids, targets)
+        return _nudge(logits), loss
+
+
+class NudgedLossGPT(gpt.GPT):
+    def forward(self, ids, targets=None):
+        logits, loss = super().forward(ids, targets)
+        return logits, _nudge(loss)
+
+
+class NudgedWhenPaddedGPT(gpt.GPT):
+    def forward(self, ids, targets=None):
+        logits, loss = super().forward(ids, targets)
+        padded = bool((ids == gpt.PAD).any())
+        return (_nudge(logits), loss) if padded else (logits, loss)
+
+
+class NudgedPaddedLossGPT(gpt.GPT):
+    def forward(self, ids, targets=None):
+        logits, loss = super().forward(ids, targets)
+        return logits, _nudge(loss) if bool((ids == gpt.PAD).any()) else loss
+
+
+class NudgedInTrainingGPT(gpt.GPT):
+    def forward(self, ids, targets=None):
+        logits, loss = super().forward(ids, targets)
+        return (_nudge(logits) if self.training else logits), loss
+
+
+class NudgedWithTargetsGPT(gpt.GPT):
+    def forward(self, ids, targets=None):
+        logits, loss = super().forward(ids, targets)
+        return (logits if targets is None else _nudge(logits)), loss
+
+
 def _attention_out(q, k, v, mask=None):
     out, w = attention.attention(q, k, v, mask)
     return _nudge(out), w
@@ -90,6 +127,7 @@ RIGHT = {
     "add_norm": (add_norm.PostNorm, add_norm.PreNorm),
     "mha": mha.MultiHeadAttention,
     "block": block.TransformerBlock,
+    "gpt": {"GPT": gpt.GPT, "TransformerBlock": block.TransformerBlock},
 }
 NUDGED = [
     ("attention", _attention_out),
@@ -104,18 +142,30 @@ NUDGED = [
     ("mha", NudgedMHA),
     ("mha", NudgedWeightsMHA),
     ("block", NudgedBlock),
+    *[
+        ("gpt", {"GPT": cls, "TransformerBlock": block.TransformerBlock})
+        for cls in (
+            NudgedGPT,
+            NudgedLossGPT,
+            NudgedWhenPaddedGPT,
+            NudgedPaddedLossGPT,
+            NudgedInTrainingGPT,
+            NudgedWithTargetsGPT,
+        )
+    ],
 ]
+OPTIONS = {"gpt": {"steps": 8}}  # its training from the same weights: a nudge is caught before it
 
 
 @pytest.mark.parametrize("exercise", sorted(RIGHT))
 def test_the_solution_passes(exercise):
-    r = grade(exercise, RIGHT[exercise])
+    r = grade(exercise, RIGHT[exercise], **OPTIONS.get(exercise, {}))
     assert r.ok, str(r)
 
 
 @pytest.mark.parametrize("exercise, obj", NUDGED, ids=[f"{e}-{i}" for i, (e, _) in enumerate(NUDGED)])
 def test_an_output_that_differs_from_the_reference_never_passes(exercise, obj):
-    r = grade(exercise, obj, lang="en")
+    r = grade(exercise, obj, lang="en", **OPTIONS.get(exercise, {}))
     assert not r.ok, str(r)
     assert r.pitfall and r.line, str(r)  # what differs, named or said, and the learner's line
     assert f"line {r.line}" in str(r)

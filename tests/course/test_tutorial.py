@@ -29,12 +29,12 @@ def _snippets(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", TUTORIALS)
 def test_both_tutorials_follow_the_post_with_the_same_snippets(name):
-    assert len(_snippets(name)) == 10
+    assert len(_snippets(name)) == 11
     code = lambda s: [line.split("#")[0].rstrip() for line in s.splitlines() if not line.lstrip().startswith("print")]  # noqa: E731
     assert [code(s) for s in _snippets(name)] == [code(s) for s in _snippets("tutorial.md")]
 
 
-@pytest.mark.parametrize("index", range(10))
+@pytest.mark.parametrize("index", range(11))
 @pytest.mark.parametrize("name", TUTORIALS)
 def test_every_snippet_runs(name, index, capsys):
     exec(compile(_snippets(name)[index], f"{name}[{index}]", "exec"), {"__name__": "__tutorial__"})  # noqa: S102
