@@ -25,7 +25,7 @@ from anatomy.course import gpt_parts as gp
 from anatomy.course import gpt_words
 from anatomy.course.compare import lowered_tol
 from anatomy.course.grader import LearnError, Result, Subject, check_signature, run_guarded
-from anatomy.course.spec import Finding, _same_file, definition_line
+from anatomy.course.spec import BrokenRule, _same_file, definition_line
 from anatomy.tracing.steps import Recording, Step
 
 EXACT = 1e-9  # float64 code agrees with the reference to ~1e-15 of the logits' size
@@ -83,7 +83,7 @@ class Probe:
         what = ("GPT.forward on ids (2, 6)", "GPT.forward（ids 形状 (2, 6)）")
         return run_guarded(model or self.model, args, what, self.timeout, record=False)[0]
 
-    def findings(self) -> Finding | Result | None:
+    def findings(self) -> BrokenRule | Result | None:
         """The first thing that differs from the spec (None: nothing does)."""
         for check in (self.shape, self.random_in_eval, self.leak, self.tying, self.logits, self.loss):
             with torch.no_grad():
@@ -144,7 +144,7 @@ class Probe:
             line_of(*hint)
         return result
 
-    def random_in_eval(self) -> Finding | None:
+    def random_in_eval(self) -> BrokenRule | None:
         torch.manual_seed(1)
         a = gp.logits_of(self.run(self.ids))
         torch.manual_seed(2)
@@ -156,7 +156,7 @@ class Probe:
         step = next((s for s in self._steps() if s.op in gl.DROPS and types.get(s.module) != "Dropout"), None)
         return gpt_words.finding("functional_dropout_in_eval", *gl.at(step))
 
-    def leak(self) -> Finding | None:
+    def leak(self) -> BrokenRule | None:
         """A later token moving an earlier position's logits; then the first layer called without the mask."""
         base = gp.logits_of(self.run(self.ids))
         scale = 1 + float(base.abs().max())
@@ -175,7 +175,7 @@ class Probe:
         bad = [(k, c) for k, c in enumerate(calls) if not gl.is_causal(c[1], gp.T)]
         if not bad:
             line, source = gl.head_line(self._steps())
-            return Finding(
+            return BrokenRule(
                 "unexplained",
                 line,
                 source,
@@ -210,7 +210,7 @@ class Probe:
     def calls(self) -> list[gp.Call]:
         return gp.block_calls(self.model, self.subject.TransformerBlock, lambda: self.run(self.ids), self.file)
 
-    def tying(self) -> Finding | None:
+    def tying(self) -> BrokenRule | None:
         calls = self.calls()
         if not calls:
             raise LearnError(
@@ -233,7 +233,7 @@ class Probe:
             line, source = definition_line(self.subject.GPT, owner, self.file)
         return gpt_words.finding("tied_by_copy" if copied else "head_not_tied", line or None, source)
 
-    def logits(self) -> Finding | None:
+    def logits(self) -> BrokenRule | None:
         gp.randomize(self.model)
         self.parts = gp.find(self.model, self.calls())
         tol = max(CLOSE, lowered_tol(self.record()) or 0.0)
@@ -267,7 +267,7 @@ class Probe:
             )
         return None
 
-    def _assembly(self, mine: torch.Tensor, ref: nn.Module, tol: float, gaps: list[float]) -> Finding:
+    def _assembly(self, mine: torch.Tensor, ref: nn.Module, tol: float, gaps: list[float]) -> BrokenRule:
         for name, tries in gp.WRONG.items():
             for kw in tries:
                 for s in (kw["scale"],) if "scale" in kw else (1.0, math.sqrt(gp.PROBE.d)):
@@ -281,14 +281,14 @@ class Probe:
             f"logits 与参考实现最多相差其大小的 {min(gaps):.3g}",
         )
 
-    def loss(self) -> Finding | None:
+    def loss(self) -> BrokenRule | None:
         tol = max(CLOSE, lowered_tol(self.record()) or 0.0)
         for ids, padded in ((self.ids, False), (self.padded, True)):
             out = self.run(ids, ids.clone())
             logits, loss = gp.logits_of(out), gp.loss_of(out)
             if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
                 line, source = gl.return_line(self.subject.GPT)
-                return Finding(
+                return BrokenRule(
                     "wrong_return",
                     line,
                     source,
@@ -354,12 +354,12 @@ class Probe:
                     return Step(0, "CrossEntropyLoss", self.file, line, source, attr, [], [], True)
         return None
 
-    def _unexplained(self, en: str, zh: str, loss: bool = False, rec: Recording | None = None) -> Finding:
+    def _unexplained(self, en: str, zh: str, loss: bool = False, rec: Recording | None = None) -> BrokenRule:
         steps = self._steps(rec)
         scalars = [s for s in steps if s.outputs and not s.outputs[0].shape]
         step = next((s for s in scalars if s.op in gl.LOSSES), None) or gl.last(scalars) if loss else None
         line, source = gl.at(step) if step is not None else gl.head_line(steps)
-        return Finding(
+        return BrokenRule(
             "unexplained",
             line,
             source,

@@ -5,7 +5,7 @@ sentence where it has one, and the course's hint in the exercise's terms where t
 from __future__ import annotations
 
 from anatomy.course.grader import Result
-from anatomy.course.spec import Finding
+from anatomy.course.spec import BrokenRule
 
 ADDED = (
     "Transformer采用的是直接相加——把位置向量加到词向量上。",
@@ -88,7 +88,7 @@ COURSE: dict[str, tuple[tuple[str, str], str, str]] = {
 }
 
 
-def finding(name: str, line: int | None, source: str, extra: tuple[str, str] = NONE) -> Finding:
+def finding(name: str, line: int | None, source: str, extra: tuple[str, str] = NONE) -> BrokenRule:
     """The finding ``name`` at the learner's line: its record's summary with ``extra`` (the numbers, the layer)
     added, the post's sentence, the record's hint or else the course's (:data:`COURSE`)."""
     from anatomy.pitfalls import records
@@ -102,10 +102,10 @@ def finding(name: str, line: int | None, source: str, extra: tuple[str, str] = N
         hint_en, hint_zh = r.hint_en, r.hint_zh
     if r.post_zh and not post[0]:
         post = (r.post_zh, "")
-    return Finding(name, line, source, what, post, (hint_en, hint_zh))
+    return BrokenRule(name, line, source, what, post, (hint_en, hint_zh))
 
 
-def said(result: Result, found: Finding) -> Result:
+def said(result: Result, found: BrokenRule) -> Result:
     """A finding as the short answer and the full report."""
     result.pitfall = found.pitfall
     result.point(found.line, found.source)
