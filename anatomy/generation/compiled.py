@@ -1,0 +1,267 @@
+"""The compiled decode step: the model's own ``forward`` on static caches, through ``torch.compile``.
+
+After the prefill (the modules, eagerly, into the ordinary caches) ``generate`` can move every layer's
+self-attention cache into a :class:`~anatomy.components.kv_cache.StaticKVCache` of the generation's final length
+``L`` (rounded up to a bucket, :func:`bucket`, so that calls of nearby lengths share one graph) and decode each
+token with one compiled call of::
+
+    model(ids (B, 1), mask (B, L), kv_caches=static, use_cache=True, logits_to_keep=1).logits[:, -1]   # (B, V)
+
+the same forward the module path runs (no second copy of any order): the caches write by index and the attention
+context reads the query's slot from a tensor (``AttentionContext.slots``), so every step has the same shapes and no
+Python number changes between steps: ``torch.compile(fullgraph=True)`` captures the whole step as one graph, and the
+graph is kept (per model and shapes, :func:`compiled_step`) for the next ``generate`` call.
+
+When it is used, ``compile=`` of ``generate`` (:func:`decide`): ``False`` never; ``True`` whenever it can run;
+``"auto"`` (the default) when it pays: a graph for the same model and shapes is already compiled, or the
+generation is long enough to repay the warm-up (``AUTO_MIN_TOKENS`` new tokens times rows, per device type).
+It cannot run, and the step stays eager, when hooks are attached or a module's class is not ours (``fast.refusal``;
+inspection needs the modules), with RoPE's ``"dynamic"`` scaling (its table depends on the positions' values), when
+a cache is given to go on from, and when ``torch.compile`` is unavailable (no C++ compiler for the CPU, no Triton for
+CUDA) or fails: then one line says so (a warning for ``compile=True``, the log for ``"auto"``). Faults from the bug
+zoo are wrapped methods on instances; they compile too, but ``"auto"`` leaves a model with a fault eager, because a
+fault that replaces the masked softmax may read the static cache's unwritten slots (tests/generation/
+test_compiled.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import time
+import types
+import warnings
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from anatomy.components.kv_cache import KVCache, StaticKVCache
+from anatomy.generation.fast import refusal
+
+log = logging.getLogger("anatomy")
+
+COMPILE_CHOICES = ("auto", True, False)
+# "auto" compiles a new graph when new tokens x rows reach this (measured in docs/performance.md: the warm-up
+# against the time saved per token). None: never on this device type unless a graph is already compiled.
+AUTO_MIN_TOKENS: dict[str, int | None] = {"cpu": 20_000, "cuda": 2_000}
+BACKEND = "inductor"
+
+Step = Callable[..., torch.Tensor]
+
+
+@dataclass
+class Stats:
+    """What this process compiled: ``compilations`` (graphs made), ``reuses`` (generations that found one),
+    ``seconds`` (warm-up of each compilation: the first call, tracing and code generation)."""
+
+    compilations: int = 0
+    reuses: int = 0
+    seconds: list[float] = field(default_factory=list)
+
+
+STATS = Stats()
+_STEPS: weakref.WeakKeyDictionary[nn.Module, dict[tuple[Any, ...], Step]] = weakref.WeakKeyDictionary()
+_FAILED: weakref.WeakKeyDictionary[nn.Module, set[tuple[Any, ...]]] = weakref.WeakKeyDictionary()
+
+
+def check_compile(value: Any) -> None:
+    if not (value == "auto" or value is True or value is False):
+        raise ValueError(f"compile must be 'auto', True or False, got {value!r}")
+
+
+def bucket(length: int) -> int:
+    """The static caches' width for a final length: the next power of two from 64 (up to 2x the slots, so that
+    generations of nearby lengths share one compiled graph), past 4096 the next multiple of 1024."""
+    if length <= 4096:
+        return max(64, 1 << (max(length, 1) - 1).bit_length())
+    return -(-length // 1024) * 1024
+
+
+def unavailable(device: torch.device) -> str | None:
+    """Why ``torch.compile`` cannot make code for ``device`` here (None: it can)."""
+    if not hasattr(torch, "compile"):
+        return "this torch has no torch.compile"
+    if device.type == "cpu":
+        names = [os.environ.get("CXX", ""), "c++", "g++", "clang++"]
+        if not any(name and shutil.which(name) for name in names):
+            return "no C++ compiler found (torch.compile's CPU code needs one: install g++ or set CXX)"
+    elif device.type == "cuda":
+        if importlib.util.find_spec("triton") is None:
+            return "Triton is not installed (torch.compile's CUDA code needs it)"
+    else:
+        return f"the compiled step is made for CPU and CUDA, not {device.type}"
+    return None
+
+
+def _blocked(model: nn.Module) -> str | None:
+    """Why this model's step cannot be compiled, whatever the length (None: it can)."""
+    why = refusal(model)
+    if why is not None:
+        return why
+    for name, m in model.named_modules():
+        scaling = getattr(m, "scaling", None)
+        if getattr(scaling, "kind", None) == "dynamic":
+            return f"{name} uses RoPE's 'dynamic' scaling, whose table depends on the positions' values"
+    return None
+
+
+def _wrapped(model: nn.Module) -> str | None:
+    for name, m in model.named_modules():
+        if hasattr(type(m), "_unwrapped"):  # anatomy.components.wrapping: a method changed on this instance
+            return f"{name or 'the model'} has a wrapped method (a bug-zoo fault)"
+    return None
+
+
+def key_of(model: nn.Module, b: int, length: int, device: torch.device, memory: int | None, padded: bool) -> tuple:
+    """What one compiled graph is for: the shapes and kinds of its inputs (dynamo's guards check the rest)."""
+    dtype = next(model.parameters()).dtype
+    return (b, length, str(device), dtype, memory, padded, BACKEND)
+
+
+def decide(
+    model: nn.Module,
+    choice: Any,
+    *,
+    rows: int,
+    new_tokens: int,
+    key: tuple[Any, ...],
+    device: torch.device,
+    continued: bool = False,
+) -> tuple[bool, str]:
+    """``(compile?, why)`` for one generation (the module docstring's rules)."""
+    if choice is False:
+        return False, "compile=False"
+    blocked = (
+        "generate goes on from a given cache (past_key_values): the step stays eager" if continued else None
+    ) or _blocked(model)
+    if blocked is None:
+        blocked = unavailable(device)
+    if blocked is None and key in _FAILED.get(model, set()):
+        blocked = "torch.compile failed for this model and shape earlier in this process"
+    if blocked is not None:
+        return False, blocked
+    if choice is True:
+        return True, "compile=True"
+    if key in _STEPS.get(model, {}):
+        return True, "a compiled step for this model and shape is cached"
+    fault = _wrapped(model)
+    if fault is not None:
+        return False, f"{fault}: compile='auto' leaves it eager"
+    floor = AUTO_MIN_TOKENS.get(device.type)
+    if floor is None or new_tokens * rows < floor:
+        return False, f"{new_tokens} new tokens x {rows} rows on {device.type}: too few to repay the warm-up"
+    return True, f"{new_tokens} new tokens x {rows} rows on {device.type}"
+
+
+def _decoder_only(model: nn.Module, caches: list[Any], ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    logits: torch.Tensor = model(ids, mask, kv_caches=caches, use_cache=True, logits_to_keep=1).logits[:, -1]
+    return logits  # (B, V)
+
+
+def _seq2seq(
+    model: nn.Module, caches: list[Any], ids: torch.Tensor, mask: torch.Tensor | None, encoded: torch.Tensor
+) -> torch.Tensor:
+    out = model(
+        attention_mask=mask,
+        decoder_input_ids=ids,
+        encoder_outputs=encoded,
+        kv_caches=caches,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    logits: torch.Tensor = out.logits[:, -1]
+    return logits  # (B, V)
+
+
+def compiled_step(model: nn.Module, key: tuple[Any, ...], seq2seq: bool) -> tuple[Step, bool]:
+    """The compiled step for ``model`` and ``key``: ``(step, new)``; ``new`` when it is made now (it compiles on
+    its first call). Each is compiled from its own copy of the step's code, so dynamo's per-code cache holds one
+    graph per model and shape and no model's graphs evict another's."""
+    steps = _STEPS.setdefault(model, {})
+    hit = steps.get(key)
+    if hit is not None:
+        return hit, False
+    template = _seq2seq if seq2seq else _decoder_only
+    code = template.__code__.replace()  # a code object of its own: its own dynamo cache entry
+    fn = types.FunctionType(code, template.__globals__, template.__name__)
+    step: Step = torch.compile(fn, fullgraph=True, dynamic=False, backend=BACKEND)
+    steps[key] = step
+    return step, True
+
+
+def forget(model: nn.Module, key: tuple[Any, ...]) -> None:
+    """Drop a step whose compilation failed, and remember not to try it again in this process."""
+    _STEPS.get(model, {}).pop(key, None)
+    _FAILED.setdefault(model, set()).add(key)
+
+
+class StaticDecoding:
+    """The decode steps of one generation on static caches, compiled: made from the caches the prefill filled."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        caches: list[Any],
+        mask: torch.Tensor | None,
+        *,
+        length: int,
+        key: tuple[Any, ...],
+        seq2seq: bool,
+        encoded: torch.Tensor | None,
+    ) -> None:
+        self.model, self.key, self.seq2seq, self.encoded = model, key, seq2seq, encoded
+        self.caches: list[Any] = [
+            (StaticKVCache.from_cache(c[0], length), c[1]) if isinstance(c, tuple) else StaticKVCache.from_cache(c, length)
+            for c in caches
+        ]
+        if seq2seq or mask is None:
+            self.mask = mask  # seq2seq: the encoder's mask (the decoder has no padding)
+        else:  # the prompt's padding, then every slot to come is a real token (unwritten ones: the slot rule hides)
+            self.mask = torch.cat([mask, mask.new_ones(mask.shape[0], length - mask.shape[1])], dim=1)  # (B, L)
+        self.step_fn, self.new = compiled_step(model, key, seq2seq)
+        if not self.new:
+            STATS.reuses += 1
+
+    def step(self, ids: torch.Tensor) -> torch.Tensor | None:
+        """Next logits ``(B, V)`` for ``ids (B, 1)``; None when the compilation failed (the caller goes on
+        eagerly from ``eager_caches()``)."""
+        args: tuple[Any, ...] = (self.model, self.caches, ids, self.mask)
+        if self.seq2seq:
+            args += (self.encoded,)
+        if not self.new:
+            return self.step_fn(*args)
+        start = time.perf_counter()
+        cursors = [c[0].cursor.clone() if isinstance(c, tuple) else c.cursor.clone() for c in self.caches]
+        try:
+            logits = self.step_fn(*args)
+        except Exception as error:  # noqa: BLE001 - any failure of the compiler: fall back, say it in one line
+            for c, cursor in zip(self.caches, cursors):
+                (c[0] if isinstance(c, tuple) else c).cursor.copy_(cursor)  # a partial trace may have advanced it
+            forget(self.model, self.key)
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            warnings.warn(f"torch.compile failed, the decode step runs eagerly: {first[:300]}", stacklevel=4)
+            return None
+        self.new = False
+        STATS.compilations += 1
+        STATS.seconds.append(time.perf_counter() - start)
+        log.info("anatomy: compiled the decode step in %.1f s (%s)", STATS.seconds[-1], self.key)
+        return logits
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        for layer in self.caches:
+            for cache in layer if isinstance(layer, tuple) else (layer,):
+                cache.batch_select(rows)
+
+    def eager_caches(self) -> list[Any]:
+        """The caches as ordinary ``KVCache`` s (the written slots), for the eager steps or the caller."""
+
+        def back(c: Any) -> KVCache:
+            return c.to_cache() if isinstance(c, StaticKVCache) else c
+
+        return [(back(c[0]), c[1]) if isinstance(c, tuple) else back(c) for c in self.caches]
