@@ -323,6 +323,8 @@ def standalone_context(
         is_causal=is_causal,
         cross=cross,
         bias=attn_bias,
-        cache_positions=None if kv_cache is None or cross else (kv_cache.positions if static is None else static.pos_buf),
+        cache_positions=None
+        if kv_cache is None or cross
+        else (kv_cache.positions if static is None else static.pos_buf),
         slots=None if static is None else static.slots(t),
     )

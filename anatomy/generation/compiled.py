@@ -19,13 +19,14 @@ It cannot run, and the step stays eager, when hooks are attached or a module's c
 inspection needs the modules), with RoPE's ``"dynamic"`` scaling (its table depends on the positions' values), when
 a cache is given to go on from, and when ``torch.compile`` is unavailable (no C++ compiler for the CPU, no Triton for
 CUDA) or fails: then one line says so (a warning for ``compile=True``, the log for ``"auto"``). Faults from the bug
-zoo are wrapped methods on instances; they compile too, but ``"auto"`` leaves a model with a fault eager, because a
-fault that replaces the masked softmax may read the static cache's unwritten slots (tests/generation/
-test_compiled.py).
+zoo are wrapped methods on instances, and they compile too (the graph is made per set of faults), except a fault that
+replaces ``attend``: its own softmax may read the static cache's unwritten slots (``mask_after_softmax`` normalises
+over every slot before it masks), so such a model decodes eagerly.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -41,6 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from anatomy.components import wrapping
+from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.generation.fast import refusal
 
@@ -83,19 +86,21 @@ def bucket(length: int) -> int:
     return -(-length // 1024) * 1024
 
 
-def unavailable(device: torch.device) -> str | None:
-    """Why ``torch.compile`` cannot make code for ``device`` here (None: it can)."""
+@functools.cache
+def unavailable(kind: str) -> str | None:
+    """Why ``torch.compile`` cannot make code for a device of type ``kind`` here (None: it can); asked once per
+    process and type (``unavailable.cache_clear()`` asks again)."""
     if not hasattr(torch, "compile"):
         return "this torch has no torch.compile"
-    if device.type == "cpu":
+    if kind == "cpu":
         names = [os.environ.get("CXX", ""), "c++", "g++", "clang++"]
         if not any(name and shutil.which(name) for name in names):
             return "no C++ compiler found (torch.compile's CPU code needs one: install g++ or set CXX)"
-    elif device.type == "cuda":
+    elif kind == "cuda":
         if importlib.util.find_spec("triton") is None:
             return "Triton is not installed (torch.compile's CUDA code needs it)"
     else:
-        return f"the compiled step is made for CPU and CUDA, not {device.type}"
+        return f"the compiled step is made for CPU and CUDA, not {kind}"
     return None
 
 
@@ -108,20 +113,49 @@ def _blocked(model: nn.Module) -> str | None:
         scaling = getattr(m, "scaling", None)
         if getattr(scaling, "kind", None) == "dynamic":
             return f"{name} uses RoPE's 'dynamic' scaling, whose table depends on the positions' values"
+        if isinstance(m, MultiHeadAttention) and "replace" in wrapping.wrapped_steps(m, "attend"):
+            return (
+                f"{name}.attend is replaced (a bug-zoo fault): a replaced attention may read the static cache's "
+                "unwritten slots, so it decodes eagerly"
+            )
     return None
 
 
-def _wrapped(model: nn.Module) -> str | None:
+def _changes(model: nn.Module) -> tuple[Any, ...]:
+    """The methods wrapped on the model's instances (bug-zoo faults) and the kernels chosen: a graph is made for
+    one such state (dynamo's guards would otherwise recompile the same graph for each)."""
+    out: list[Any] = []
     for name, m in model.named_modules():
-        if hasattr(type(m), "_unwrapped"):  # anatomy.components.wrapping: a method changed on this instance
-            return f"{name or 'the model'} has a wrapped method (a bug-zoo fault)"
-    return None
+        if hasattr(type(m), "_unwrapped"):
+            out.append(
+                (
+                    name,
+                    type(m).__qualname__,
+                    tuple(sorted((k, id(v)) for k, v in vars(m).items() if k.startswith("_") and isinstance(v, tuple))),
+                )
+            )
+        kernel = getattr(m, "_kernel", None)
+        if isinstance(kernel, str):
+            out.append((name, kernel, repr(getattr(m, "_kernel_args", None))))
+    return tuple(out)
 
 
-def key_of(model: nn.Module, b: int, length: int, device: torch.device, memory: int | None, padded: bool) -> tuple:
-    """What one compiled graph is for: the shapes and kinds of its inputs (dynamo's guards check the rest)."""
+def key_of(
+    model: nn.Module, b: int, length: int, device: torch.device, memory: int | None, padded: bool
+) -> tuple[Any, ...]:
+    """What one compiled graph is for: the shapes and kinds of its inputs, the model's faults and kernels
+    (dynamo's guards check the rest)."""
     dtype = next(model.parameters()).dtype
-    return (b, length, str(device), dtype, memory, padded, BACKEND)
+    return (b, length, str(device), dtype, memory, padded, BACKEND, _changes(model))
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One generation's choice: ``compile`` or not, ``why`` (one line), and the graph's ``key`` when compiled."""
+
+    compile: bool
+    why: str
+    key: tuple[Any, ...] | None = None
 
 
 def decide(
@@ -130,33 +164,39 @@ def decide(
     *,
     rows: int,
     new_tokens: int,
-    key: tuple[Any, ...],
+    length: int,
     device: torch.device,
+    memory: int | None = None,
+    padded: bool = False,
     continued: bool = False,
-) -> tuple[bool, str]:
-    """``(compile?, why)`` for one generation (the module docstring's rules)."""
+) -> Decision:
+    """Whether one generation decodes through the compiled step (the module docstring's rules): ``rows`` x
+    ``new_tokens`` to decode into static caches of ``length`` slots on ``device`` (``memory``: an encoder-decoder
+    model's source length; ``padded``: a left-padding mask; ``continued``: going on from a given cache)."""
     if choice is False:
-        return False, "compile=False"
+        return Decision(False, "compile=False")
+    floor = AUTO_MIN_TOKENS.get(device.type)
+    short = floor is None or new_tokens * rows < floor
+    too_few = f"{new_tokens} new tokens x {rows} rows on {device.type}: too few to repay the warm-up"
+    if choice == "auto" and short and not _STEPS.get(model):  # the common case, decided without a look around
+        return Decision(False, too_few)
     blocked = (
         "generate goes on from a given cache (past_key_values): the step stays eager" if continued else None
     ) or _blocked(model)
     if blocked is None:
-        blocked = unavailable(device)
+        blocked = unavailable(device.type)
+    key = key_of(model, rows, length, device, memory, padded)
     if blocked is None and key in _FAILED.get(model, set()):
         blocked = "torch.compile failed for this model and shape earlier in this process"
     if blocked is not None:
-        return False, blocked
+        return Decision(False, blocked)
     if choice is True:
-        return True, "compile=True"
+        return Decision(True, "compile=True", key)
     if key in _STEPS.get(model, {}):
-        return True, "a compiled step for this model and shape is cached"
-    fault = _wrapped(model)
-    if fault is not None:
-        return False, f"{fault}: compile='auto' leaves it eager"
-    floor = AUTO_MIN_TOKENS.get(device.type)
-    if floor is None or new_tokens * rows < floor:
-        return False, f"{new_tokens} new tokens x {rows} rows on {device.type}: too few to repay the warm-up"
-    return True, f"{new_tokens} new tokens x {rows} rows on {device.type}"
+        return Decision(True, "a compiled step for this model and shape is cached", key)
+    if short:
+        return Decision(False, too_few)
+    return Decision(True, f"{new_tokens} new tokens x {rows} rows on {device.type}", key)
 
 
 def _decoder_only(model: nn.Module, caches: list[Any], ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -217,7 +257,9 @@ class StaticDecoding:
     ) -> None:
         self.model, self.key, self.seq2seq, self.encoded = model, key, seq2seq, encoded
         self.caches: list[Any] = [
-            (StaticKVCache.from_cache(c[0], length), c[1]) if isinstance(c, tuple) else StaticKVCache.from_cache(c, length)
+            (StaticKVCache.from_cache(c[0], length), c[1])
+            if isinstance(c, tuple)
+            else StaticKVCache.from_cache(c, length)
             for c in caches
         ]
         if seq2seq or mask is None:

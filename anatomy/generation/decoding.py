@@ -72,11 +72,18 @@ class CachedDecoding:
         self.static_steps = 0
         self.length = compiled.bucket(capacity)
         device = input_ids.device
-        memory = input_ids.shape[1] if self.seq2seq else None
-        self.key = compiled.key_of(model, b, self.length, device, memory, mask is not None)
-        self.compiled, self.compile_reason = compiled.decide(
-            model, compile, rows=b, new_tokens=max_new_tokens, key=self.key, device=device, continued=continued
+        self.decision = compiled.decide(
+            model,
+            compile,
+            rows=b,
+            new_tokens=max_new_tokens,
+            length=self.length,
+            device=device,
+            memory=input_ids.shape[1] if self.seq2seq else None,
+            padded=mask is not None,
+            continued=continued,
         )
+        self.compiled, self.compile_reason = self.decision.compile, self.decision.why
         if self.compiled and self.length > capacity:
             try:  # the static caches hold up to twice the slots: refuse (stay eager) before allocating
                 check_cache_fits(
@@ -134,7 +141,7 @@ class CachedDecoding:
                 self.caches,
                 self.mask,
                 length=self.length,
-                key=self.key,
+                key=cast(tuple[Any, ...], self.decision.key),
                 seq2seq=self.seq2seq,
                 encoded=self.encoded if self.seq2seq else None,
             )

@@ -106,7 +106,8 @@ def generate(
     flattens a DecoderLM's decode step, same numbers); ``compile`` (``"auto"``, ``True``, ``False``): decode with
     one compiled call of the forward on static caches per step (anatomy.generation.compiled: ``"auto"``
     compiles when the generation is long enough to repay the warm-up, or a graph for the same model and shapes is
-    cached; the same tokens as eager decoding). ``use_cache`` is accepted for HF's sake: the cache is always used. ``past_key_values`` (or transformers 5's ``cache``): go on from a cache holding the first tokens of
+    cached; the same tokens as eager decoding). ``use_cache`` is accepted for HF's sake: the cache is always used.
+    ``past_key_values`` (or transformers 5's ``cache``): go on from a cache holding the first tokens of
     ``input_ids``, as a chat loop does (anatomy.generation.continued); the dict output's ``cache`` is the cache after
     the last step. Keyword options: anatomy.generation.options.OPTIONS.
     """
