@@ -78,6 +78,7 @@ def main() -> None:
         if compiled.STATS.compilations == before:
             sys.exit("the decode step did not compile here (see the warning above)")
         warm_up = compiled.STATS.seconds[-1]
+        print(f"compile warm-up (first compiled call, once per model and shape): {warm_up:.1f} s", flush=True)
         assert torch.equal(got, eager), "compiled and eager decoding disagree"
         assert torch.equal(generate(mine, prompt, max_new_tokens=new, fast=False, compile=False), eager)
         run = CachedDecoding(mine, prompt, None, new, compile=True)
@@ -140,6 +141,8 @@ def main() -> None:
         hf_over = sorted(a / b for a, b in zip(times["hf_gpt2_generate"], times["ours"]))
         print(f"  HF generate time / ours: {statistics.median(hf_over):.2f} [{hf_over[0]:.2f}–{hf_over[-1]:.2f}]")
     print(f"  compile warm-up (first compiled call, once per model and shape): {warm_up:.1f} s")
+    if "hf_gpt2_generate" in times:
+        print(f"  tokens: compiled = eager = modules (asserted); HF peer: {hf.config.n_layer} layers, same sizes")
     print(f"load average at the end: {load_average()}")
 
     if args.no_tiny:

@@ -72,6 +72,7 @@ def _options(args, tokenizer) -> dict:
         kw.update(stop_strings=[s.replace("\\n", "\n") for s in args.stop], tokenizer=Visible(tokenizer))
     pad = getattr(tokenizer, "pad_id", None)
     kw["pad_token_id"] = 0 if pad is None else pad
+    kw["compile"] = {"auto": "auto", "on": True, "off": False}[getattr(args, "compile", "auto")]
     return kw
 
 
