@@ -50,9 +50,12 @@ from anatomy.generation.fast import refusal
 log = logging.getLogger("anatomy")
 
 COMPILE_CHOICES = ("auto", True, False)
-# "auto" compiles a new graph when new tokens x rows reach this (measured in docs/performance.md: the warm-up
-# against the time saved per token). None: never on this device type unless a graph is already compiled.
-AUTO_MIN_TOKENS: dict[str, int | None] = {"cpu": 20_000, "cuda": 2_000}
+# "auto" compiles a new graph when new tokens x rows reach this: the warm-up over the time a compiled step saves
+# per token. CPU: ~20 s of warm-up on a quiet 2-core VM (35 s on a busy one) against ~0.35 ms saved per token at
+# the benchmark size (eager 0.93 ms, the weight floor 0.38 ms, a compiled step at 1.5x the floor): ~55,000. CUDA
+# (an estimate, no GPU measured here): ~40 s against ~3 ms of launches saved per token. docs/performance.md.
+# None: never on that device type, unless a graph is already compiled.
+AUTO_MIN_TOKENS: dict[str, int | None] = {"cpu": 50_000, "cuda": 10_000}
 BACKEND = "inductor"
 
 Step = Callable[..., torch.Tensor]

@@ -162,9 +162,9 @@ def test_auto_compiles_only_when_it_pays(monkeypatch):
     cpu = torch.device("cpu")
     short = compiled.decide(model, "auto", rows=1, new_tokens=20, length=64, device=cpu)
     assert not short.compile and "too few to repay the warm-up" in short.why
-    long = compiled.decide(model, "auto", rows=4, new_tokens=10_000, length=16384, device=cpu)
+    long = compiled.decide(model, "auto", rows=8, new_tokens=10_000, length=16384, device=cpu)
     assert long.compile and long.key is not None
-    assert not compiled.decide(model, False, rows=4, new_tokens=10_000, length=16384, device=cpu).compile
+    assert not compiled.decide(model, False, rows=8, new_tokens=10_000, length=16384, device=cpu).compile
     compiled.unavailable.cache_clear()
     monkeypatch.setattr(compiled.shutil, "which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
