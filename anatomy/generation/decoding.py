@@ -14,6 +14,7 @@ unless ``fast.refusal(model)`` names a reason (hooks attached), or, when ``compi
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any, cast
 
@@ -25,6 +26,8 @@ from anatomy.generation.fast import refusal
 from anatomy.generation.flat import flat
 from anatomy.models.cache import ModelCache
 from anatomy.sizes import check_cache_fits
+
+log = logging.getLogger("anatomy")
 
 
 class CachedDecoding:
@@ -98,6 +101,10 @@ class CachedDecoding:
                 self.compiled, self.compile_reason = False, str(error).splitlines()[0]
         if compile is True and not self.compiled:
             warnings.warn(f"compile=True: the decode step runs eagerly ({self.compile_reason})", stacklevel=4)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "anatomy: the decode step runs %s (%s)", "compiled" if self.compiled else "eagerly", self.compile_reason
+            )
 
     def _logits(self, ids: torch.Tensor, step: bool = True) -> torch.Tensor:
         """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache: the head runs on the

@@ -157,9 +157,12 @@ def test_a_failing_compiler_falls_back_with_one_warning(monkeypatch):
     assert not later.compile and "failed for this model and shape earlier" in later.why
 
 
-def test_auto_compiles_only_when_it_pays(monkeypatch):
+def test_auto_compiles_only_when_it_pays(monkeypatch, caplog):
     model = _model("gpt2")
     cpu = torch.device("cpu")
+    with caplog.at_level("INFO", logger="anatomy"):
+        generate(model, torch.tensor([[1, 2, 3]]), max_new_tokens=20)
+    assert "the decode step runs eagerly (20 new tokens x 1 rows on cpu: too few to repay the warm-up)" in caplog.text
     short = compiled.decide(model, "auto", rows=1, new_tokens=20, length=64, device=cpu)
     assert not short.compile and "too few to repay the warm-up" in short.why
     long = compiled.decide(model, "auto", rows=8, new_tokens=10_000, length=16384, device=cpu)
