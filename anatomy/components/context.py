@@ -9,6 +9,8 @@ the layer, so the model (or the stack, or a standalone attention call) answers t
     past           entries the self-attention cache had seen before this call (0 without a cache)
     mask           ONE validated boolean mask ``(B|1, H|1, T, S)`` (key padding and an explicit attention mask,
                    True = may attend), or ``None``; ``S = past + T`` for self-attention
+    slots          ``(T,)`` the queries' slots in a static cache (``kv_cache.StaticKVCache``: ``S`` is its fixed
+                   width and the mask plan hides what is not written yet), or ``None``: the last T of S
     is_causal      the causal rule, folded in by :meth:`AttentionContext.kernel_mask`
     bias           a score bias shared by every layer (T5's, computed by the stack), or ``None``
     cross_ctx      the cross-attention context of a decoder: the encoder memory's mask, ``S`` = memory length
@@ -173,7 +175,8 @@ class AttentionContext:
 
     def key_mask(self, s: int, heads: int = 1) -> torch.Tensor | None:
         """The context's mask (no causal rule, no window) over the ``s`` keys a layer holds: cut to the last ``s``
-        slots when a rolling cache holds fewer than it covers."""
+        slots when a rolling cache holds fewer than it covers. With a static cache (``slots``) it also hides the
+        slots not written yet, which for a causal context is the causal rule by slot (key ``j`` <= query slot)."""
         mask = self.mask
         if self.slots is not None:  # a static cache: what is written, in causal order, by slot
             keys = torch.arange(s, device=self.slots.device)  # (S,)
