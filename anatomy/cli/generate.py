@@ -79,6 +79,7 @@ def _options(args: argparse.Namespace, tokenizer: Tokenizer) -> dict[str, Any]:
         kw.update(stop_strings=[s.replace("\\n", "\n") for s in args.stop], tokenizer=Visible(tokenizer))
     pad = getattr(tokenizer, "pad_id", None)
     kw["pad_token_id"] = 0 if pad is None else pad
+    kw["compile"] = {"auto": "auto", "on": True, "off": False}[getattr(args, "compile", "auto")]
     return kw
 
 

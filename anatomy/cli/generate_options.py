@@ -84,6 +84,13 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the text as it is generated (the same samples as without it, for the same --seed)",
     )
+    p.add_argument(
+        "--compile",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="decode with the torch.compile'd step on static caches: auto (default) when the generation is long "
+        "enough to repay the warm-up; on, off (the same tokens either way)",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--seed", type=int, default=0, help="the sampling generator's seed (default 0)")
 

@@ -34,7 +34,7 @@ from torch import nn
 from anatomy.components import kernels
 from anatomy.components.context import AttentionContext, standalone_context
 from anatomy.components.hook_point import HookPoint, hooked
-from anatomy.components.kv_cache import KVCache
+from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_choice, check_divisible, check_positive
@@ -274,7 +274,7 @@ class MultiHeadAttention(nn.Module):
         context: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         is_causal: bool = False,
-        kv_cache: KVCache | None = None,
+        kv_cache: KVCache | StaticKVCache | None = None,
         need_weights: bool = False,
         positions: torch.Tensor | None = None,
         attn_bias: torch.Tensor | None = None,

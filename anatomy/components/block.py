@@ -28,12 +28,12 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.context import AttentionContext, standalone_context
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
-from anatomy.components.kv_cache import KVCache
+from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.components.masks import as_attention_mask
 from anatomy.components.norms import make_norm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 
-BlockCache = KVCache | tuple[KVCache, KVCache] | None  # a block's cache: self-attention's, or (self, cross)
+BlockCache = KVCache | StaticKVCache | tuple[KVCache | StaticKVCache, KVCache] | None  # self's, or (self, cross)
 
 
 class TransformerBlock(nn.Module):
@@ -173,7 +173,7 @@ class TransformerBlock(nn.Module):
         return out, weights
 
 
-def split_cache(kv_cache: BlockCache) -> tuple[KVCache | None, KVCache | None]:
+def split_cache(kv_cache: BlockCache) -> tuple[KVCache | StaticKVCache | None, KVCache | None]:
     """A block's ``kv_cache``: a ``KVCache`` (self-attention only) or a ``(self, cross)`` pair."""
     if isinstance(kv_cache, tuple):
         return kv_cache

@@ -9,6 +9,8 @@ the layer, so the model (or the stack, or a standalone attention call) answers t
     past           entries the self-attention cache had seen before this call (0 without a cache)
     mask           ONE validated boolean mask ``(B|1, H|1, T, S)`` (key padding and an explicit attention mask,
                    True = may attend), or ``None``; ``S = past + T`` for self-attention
+    slots          ``(T,)`` the queries' slots in a static cache (``kv_cache.StaticKVCache``: ``S`` is its fixed
+                   width and the mask plan hides what is not written yet), or ``None``: the last T of S
     is_causal      the causal rule, folded in by :meth:`AttentionContext.kernel_mask`
     bias           a score bias shared by every layer (T5's, computed by the stack), or ``None``
     cross_ctx      the cross-attention context of a decoder: the encoder memory's mask, ``S`` = memory length
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anatomy.components.kv_cache import KVCache
+from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.components.masks import (
     as_attention_mask,
     causal_mask,
@@ -56,24 +58,48 @@ def check_positions(name: str, given: torch.Tensor | None, b: int, t: int) -> to
 
 
 def query_positions(
-    t: int, past: int, device: torch.device | str | None, *, given: torch.Tensor | None, counted: torch.Tensor | None
+    t: int,
+    past: int,
+    device: torch.device | str | None,
+    *,
+    given: torch.Tensor | None,
+    counted: torch.Tensor | None,
+    slots: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Query positions ``(B|1, T)``, decided in this one place: ``given`` ids (checked), else counted from a
     ``(B, S)`` padding mask (left padding: a padded prompt sees the positions of the prompt alone), else
-    ``past + arange(T)``."""
+    ``past + arange(T)``. With a static cache the queries sit in the key ``slots (T,)``, not in the last T."""
     if given is not None:
         return given
     if counted is not None:
-        return positions_from_mask(counted)[:, -t:]  # (B, T)
+        counts = positions_from_mask(counted)  # (B, S)
+        return counts[:, -t:] if slots is None else counts.index_select(1, slots)  # (B, T)
+    if slots is not None:
+        return slots[None]  # (1, T): no padding, so a slot is a position
     return torch.arange(past, past + t, device=device)[None]  # (1, T)
 
 
-def cache_seen(kv_caches: Sequence[KVCache | tuple[KVCache, KVCache]] | None) -> int:
-    """Entries the first layer's self-attention cache has seen (a seq2seq layer holds a ``(self, cross)`` pair)."""
+AnyCache = KVCache | StaticKVCache
+
+
+def first_cache(kv_caches: Sequence[AnyCache | tuple[AnyCache, AnyCache]] | None) -> AnyCache | None:
+    """The first layer's self-attention cache (a seq2seq layer holds a ``(self, cross)`` pair), or None."""
     if not kv_caches:
-        return 0
+        return None
     first = kv_caches[0]
-    return (first[0] if isinstance(first, tuple) else first).seen
+    return first[0] if isinstance(first, tuple) else first
+
+
+def cache_seen(kv_caches: Sequence[AnyCache | tuple[AnyCache, AnyCache]] | None, t: int = 0) -> int:
+    """The key slots before a call's ``t`` new ones: the entries the first layer's self-attention cache has seen,
+    or for a static cache every slot but the ``t`` new (its width is fixed: ``S = L``, the mask plan hides the slots
+    not written yet)."""
+    first = first_cache(kv_caches)
+    if first is None:
+        return 0
+    if isinstance(first, StaticKVCache):
+        return first.capacity - t
+    return first.seen
 
 
 def hf_padding(name: str, attention_mask: torch.Tensor | None, b: int, s: int) -> torch.Tensor | None:
@@ -122,6 +148,7 @@ class AttentionContext:
     bias: torch.Tensor | None = None  # (B|1, H, T, S), shared by every layer (T5)
     cross_ctx: AttentionContext | None = None  # a decoder's cross-attention context (over the memory)
     cache_positions: torch.Tensor | None = None  # (B|1, past): key positions the cache held before this call
+    slots: torch.Tensor | None = None  # (T,) a static cache's slots of the queries (None: the last T of S)
     _masks: dict[tuple[int | None, int, bool], tuple[torch.Tensor | None, bool]] = field(
         default_factory=dict, repr=False
     )
@@ -134,6 +161,9 @@ class AttentionContext:
         if self._key_positions is None:
             if self.cross:
                 self._key_positions = torch.arange(self.s, device=self.positions.device)[None]  # (1, S)
+            elif self.slots is not None and self.cache_positions is not None:  # a static cache: (B, L) by slot
+                b, t = self.cache_positions.shape[0], self.t
+                self._key_positions = self.cache_positions.index_copy(1, self.slots, self.positions.expand(b, t))
             elif not self.past or self.cache_positions is None:
                 self._key_positions = self.positions
             else:
@@ -145,8 +175,14 @@ class AttentionContext:
 
     def key_mask(self, s: int, heads: int = 1) -> torch.Tensor | None:
         """The context's mask (no causal rule, no window) over the ``s`` keys a layer holds: cut to the last ``s``
-        slots when a rolling cache holds fewer than it covers."""
+        slots when a rolling cache holds fewer than it covers. With a static cache (``slots``) it also hides the
+        slots not written yet, which for a causal context is the causal rule by slot (key ``j`` <= query slot)."""
         mask = self.mask
+        if self.slots is not None:  # a static cache: what is written, in causal order, by slot
+            keys = torch.arange(s, device=self.slots.device)  # (S,)
+            last = self.slots if self.is_causal else self.slots[-1:].expand(self.t)
+            written = (keys[None, :] <= last[:, None])[None, None]  # (1, 1, T, S)
+            return written if mask is None else mask & written
         if mask is not None and mask.shape[-1] != s:
             if mask.shape[-1] > s:
                 return mask[..., -s:]  # a rolling cache holds the last S of the slots the mask covers
@@ -167,6 +203,15 @@ class AttentionContext:
             return hit
         mask, causal = self.key_mask(s, heads), self.is_causal and self.t > 1  # one query at the end sees all
         device = self.positions.device
+        if self.slots is not None:  # a static cache: key_mask holds the causal rule; the band is by slot too
+            if window is not None:
+                keys = torch.arange(s, device=device)  # (S,)
+                band = keys[None, :] > self.slots[:, None] - window  # (T, S)
+                if not self.is_causal:
+                    band = band & (keys[None, :] < self.slots[:, None] + window)
+                mask = band[None, None] if mask is None else mask & band[None, None]
+            hit = self._masks[key] = (mask, False)
+            return hit
         if window is not None:  # local attention: a band of key slots, causal or not
             band = sliding_window_mask(self.t, s, window, causal=self.is_causal, device=device)[None, None]
             # ^ (1, 1, T, S), the rank every kernel mask has
@@ -202,6 +247,7 @@ def build_context(
     bias: torch.Tensor | None = None,
     cache_positions: torch.Tensor | None = None,
     shared_positions: torch.Tensor | None = None,
+    slots: torch.Tensor | None = None,
 ) -> AttentionContext:
     """The one place a forward's mask and positions are combined, from inputs the callers have checked (each
     under its own argument's name: :func:`hf_padding`, :func:`key_padding`, :func:`check_positions`,
@@ -222,7 +268,7 @@ def build_context(
     if padding is not None:
         mask = padding[:, None, None, :] if mask is None else mask & padding[:, None, None, :]  # (B|1, H|1, T, S)
     if shared_positions is None:
-        positions = query_positions(t, past, device, given=positions, counted=counted)
+        positions = query_positions(t, past, device, given=positions, counted=counted, slots=slots)
     else:
         positions = shared_positions
     return AttentionContext(
@@ -236,6 +282,7 @@ def build_context(
         cross=cross,
         bias=bias,
         cache_positions=cache_positions,
+        slots=slots,
     )
 
 
@@ -247,7 +294,7 @@ def standalone_context(
     d_model: int,
     mask: torch.Tensor | None = None,
     is_causal: bool = False,
-    kv_cache: KVCache | None = None,
+    kv_cache: AnyCache | None = None,
     positions: torch.Tensor | None = None,
     attn_bias: torch.Tensor | None = None,
     key_padding_mask: torch.Tensor | None = None,
@@ -264,8 +311,9 @@ def standalone_context(
             raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
         s = len(kv_cache) if kv_cache is not None and len(kv_cache) else context.shape[1]
     else:
-        past = cache_seen(None if kv_cache is None else [kv_cache])  # positions continue after every cached entry
+        past = cache_seen(None if kv_cache is None else [kv_cache], t)  # positions continue after every cached entry
         s = past + t
+    static = kv_cache if isinstance(kv_cache, StaticKVCache) and not cross else None
     return build_context(
         b=b,
         t=t,
@@ -278,5 +326,8 @@ def standalone_context(
         is_causal=is_causal,
         cross=cross,
         bias=attn_bias,
-        cache_positions=None if kv_cache is None or cross else kv_cache.positions,
+        cache_positions=None
+        if kv_cache is None or cross
+        else (kv_cache.positions if static is None else static.pos_buf),
+        slots=None if static is None else static.slots(t),
     )

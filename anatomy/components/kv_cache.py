@@ -174,3 +174,110 @@ class KVCache:
             b = max(self.positions.shape[0], positions.shape[0])
             self.positions = torch.cat([self.positions.expand(b, -1), positions.expand(b, -1)], dim=-1)  # (B|1, S + T)
         return self.k, self.v, self.positions
+
+
+class StaticKVCache:
+    """A KV cache of fixed shape for a compiled decode step: ``k, v: (B, Hkv, L, Dh)`` and key positions
+    ``(B, L)`` reserved once for the generation's final length ``L``, written by index.
+
+    ``cursor`` (a one-element long tensor) is the next free slot. ``update`` writes the ``T`` new entries at slots
+    ``cursor + arange(T)`` (``index_copy_``), advances the cursor in place and returns the *whole* buffers, so
+    every call sees tensors of one shape and no Python number changes between steps: a compiled step runs the
+    same graph for every token. Which slots a query may read is the attention context's business
+    (``AttentionContext.slots``): key slot ``j`` is visible to the query in slot ``i`` when ``j <= i`` (written
+    already, and causal at once), and with a window ``W`` when also ``j > i - W``; slots not written yet hold zeros
+    (finite, so a weight of exactly 0 on them adds exactly 0). A sliding-window layer keeps all ``L`` slots here
+    (memory O(L), not the rolling cache's O(W)): the band in the mask, not the buffer, limits what it reads.
+
+    Made from a filled :class:`KVCache` (``from_cache``, after the prefill) and turned back into one
+    (``to_cache``) when the generation ends, so what a caller gets back is the ordinary cache."""
+
+    def __init__(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        positions: torch.Tensor,
+        cursor: torch.Tensor,
+        *,
+        window: int | None = None,
+    ) -> None:
+        self.k_buf, self.v_buf, self.pos_buf = k, v, positions  # (B, Hkv, L, Dh) twice, (B, L)
+        self.cursor = cursor  # (1,) long: the next slot to write
+        self.window = window
+        self.capacity = k.shape[-2]
+
+    @classmethod
+    def from_cache(cls, cache: KVCache, capacity: int) -> StaticKVCache:
+        """Buffers of ``capacity`` slots holding ``cache``'s entries in the slots they were written to (a rolling
+        cache's dropped slots stay zero: no query of a windowed layer reaches them again)."""
+        k, v, positions = cache.k, cache.v, cache.positions
+        if k is None or v is None or positions is None:
+            raise ValueError("a static cache is made from a filled cache (run the prefill first)")
+        if cache.seen > capacity:
+            raise ValueError(f"capacity must be >= the {cache.seen} entries seen, got {capacity}")
+        b, hkv, held, dh = k.shape
+        first = cache.seen - held  # the slot of the oldest held entry
+        k_buf = k.new_zeros(b, hkv, capacity, dh)
+        v_buf = v.new_zeros(b, hkv, capacity, v.shape[-1])
+        pos_buf = positions.new_zeros(b, capacity)
+        k_buf[..., first : cache.seen, :] = k
+        v_buf[..., first : cache.seen, :] = v
+        pos_buf[:, first : cache.seen] = positions  # (B|1, held) broadcast over the rows
+        cursor = torch.full((1,), cache.seen, dtype=torch.long, device=k.device)
+        return cls(k_buf, v_buf, pos_buf, cursor, window=cache.window)
+
+    @property
+    def seen(self) -> int:
+        """Entries written so far (reads the cursor: outside a compiled step only)."""
+        return int(self.cursor)
+
+    def __len__(self) -> int:
+        return self.seen
+
+    def slots(self, t: int) -> torch.Tensor:
+        """``(T,)`` the slots the next ``t`` entries go to."""
+        return self.cursor + torch.arange(t, device=self.cursor.device)
+
+    def update(
+        self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Write ``k, v: (B, Hkv, T, Dh)`` and ``positions: (B|1, T)`` at the cursor, advance it; return the whole
+        buffers ``(B, Hkv, L, Dh)`` twice and ``(B, L)``."""
+        t = k.shape[-2]
+        slots = self.slots(t)
+        self.k_buf.index_copy_(2, slots, k.to(self.k_buf.dtype))
+        self.v_buf.index_copy_(2, slots, v.to(self.v_buf.dtype))
+        self.pos_buf.index_copy_(1, slots, positions.expand(self.pos_buf.shape[0], t).to(self.pos_buf.dtype))
+        self.cursor.add_(t)
+        return self.k_buf, self.v_buf, self.pos_buf
+
+    @property
+    def k(self) -> torch.Tensor:
+        """The written slots ``(B, Hkv, S, Dh)`` (reads the cursor: outside a compiled step only)."""
+        return self.k_buf[..., : self.seen, :]
+
+    @property
+    def v(self) -> torch.Tensor:
+        return self.v_buf[..., : self.seen, :]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self.pos_buf[:, : self.seen]
+
+    keys = k
+    values = v
+
+    def batch_select(self, indices: torch.Tensor) -> None:
+        """Keep the batch rows ``indices: (B,)`` in that order (beam search), in place: the buffers keep their
+        identity and shape, so a compiled step keeps its graph."""
+        indices = indices.to(self.k_buf.device)
+        for buf in (self.k_buf, self.v_buf, self.pos_buf):
+            buf.copy_(buf.index_select(0, indices))
+
+    def to_cache(self) -> KVCache:
+        """The written entries in an ordinary :class:`KVCache` (what ``generate`` hands back)."""
+        cache = KVCache(window=self.window)
+        seen = self.seen
+        if seen:
+            cache.update(self.k_buf[..., :seen, :], self.v_buf[..., :seen, :], self.pos_buf[:, :seen])
+        return cache

@@ -58,6 +58,11 @@ def wrappers(obj: object, name: str) -> dict[str, Wrapper]:
     return {label: wrapper for _, label, wrapper in _slots(obj, name)}
 
 
+def wrapped_steps(obj: object, name: str) -> set[str]:
+    """The steps (of :data:`STEPS`) at which ``obj``'s method ``name`` is wrapped (empty when it is not)."""
+    return {STEPS[rank] for rank, _, _ in _slots(obj, name)}
+
+
 def _dispatch(base: type, name: str) -> Fn:
     original: Fn = getattr(base, name)
 

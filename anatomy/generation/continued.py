@@ -59,6 +59,7 @@ class ContinuedDecoding(CachedDecoding):
         *,
         past_key_values: Any,
         fast: bool = True,
+        compile: Any = False,
     ) -> None:
         caches, self.given = open_cache(model, past_key_values, None, True, mask)
         assert caches is not None  # a cache was given
@@ -72,7 +73,7 @@ class ContinuedDecoding(CachedDecoding):
         held = next((c.k.shape[0] for c in caches if getattr(c, "k", None) is not None), None)
         if held is not None and held != input_ids.shape[0]:
             raise ValueError(f"past_key_values holds a batch of {held} rows, input_ids has {input_ids.shape[0]}")
-        super().__init__(model, input_ids, mask, max_new_tokens, fast=fast)
+        super().__init__(model, input_ids, mask, max_new_tokens, fast=fast, compile=compile, continued=True)
         self.caches = caches
 
     def prefill(self) -> torch.Tensor:

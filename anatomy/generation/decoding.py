@@ -8,20 +8,26 @@ A decoder-only mask covers the cache and grows by one real column per step. Enco
 source once; the decoder starts from ``decoder_start_token_id`` and each step's cross-attention reuses the memory
 keys and values its cache projected at step 0. The decode steps call a flat view of the model
 (``anatomy.generation.fast``: the same forward code without ``nn.Module``'s machinery, less Python per token)
-unless ``fast.refusal(model)`` names a reason (hooks attached).
+unless ``fast.refusal(model)`` names a reason (hooks attached), or, when ``compile`` says so
+(``anatomy.generation.compiled.decide``), one compiled call of the model's forward on static caches per step.
 """
 
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Any, cast
 
 import torch
 from torch import nn
 
+from anatomy.generation import compiled
 from anatomy.generation.fast import refusal
 from anatomy.generation.flat import flat
 from anatomy.models.cache import ModelCache
 from anatomy.sizes import check_cache_fits
+
+log = logging.getLogger("anatomy")
 
 
 class CachedDecoding:
@@ -35,6 +41,8 @@ class CachedDecoding:
         fast: bool = True,
         decoder_start_token_id: int | None = None,
         inputs_embeds: torch.Tensor | None = None,
+        compile: Any = False,
+        continued: bool = False,
     ) -> None:
         b = input_ids.shape[0]
         self.model = cast(Any, model)  # DecoderLM or Seq2Seq (their attributes are read below)
@@ -62,6 +70,41 @@ class CachedDecoding:
             self.prefix = input_ids
         self.grow = mask is not None and not self.seq2seq  # a decoder-only mask covers the cache
         self._ones = None if mask is None else mask.new_ones(b, 1)
+        # the compiled step on static caches (compiled.py), when `compile` asks for it and it can run
+        self.static: compiled.StaticDecoding | None = None
+        self.static_steps = 0
+        self.length = compiled.bucket(capacity)
+        device = input_ids.device
+        self.decision = compiled.decide(
+            model,
+            compile,
+            rows=b,
+            new_tokens=max_new_tokens,
+            length=self.length,
+            device=device,
+            memory=input_ids.shape[1] if self.seq2seq else None,
+            padded=mask is not None,
+            continued=continued,
+        )
+        self.compiled, self.compile_reason = self.decision.compile, self.decision.why
+        if self.compiled and self.length > capacity:
+            try:  # the static caches hold up to twice the slots: refuse (stay eager) before allocating
+                check_cache_fits(
+                    self.model.config,
+                    b,
+                    self.length,
+                    flags="max_new_tokens (or the batch)",
+                    device=str(device),
+                    element_size=next(model.parameters()).element_size(),
+                )
+            except (ValueError, MemoryError) as error:
+                self.compiled, self.compile_reason = False, str(error).splitlines()[0]
+        if compile is True and not self.compiled:
+            warnings.warn(f"compile=True: the decode step runs eagerly ({self.compile_reason})", stacklevel=4)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "anatomy: the decode step runs %s (%s)", "compiled" if self.compiled else "eagerly", self.compile_reason
+            )
 
     def _logits(self, ids: torch.Tensor, step: bool = True) -> torch.Tensor:
         """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache: the head runs on the
@@ -99,11 +142,40 @@ class CachedDecoding:
 
     def step(self, token: torch.Tensor) -> torch.Tensor:
         """Feed one new token per row ``(B,)``; return the next logits ``(B, V)``."""
+        if self.compiled and self.static is None:
+            self.static = compiled.StaticDecoding(
+                self.model,
+                self.caches,
+                self.mask,
+                length=self.length,
+                key=cast(tuple[Any, ...], self.decision.key),
+                seq2seq=self.seq2seq,
+                encoded=self.encoded if self.seq2seq else None,
+            )
+        if self.static is not None:
+            logits = self.static.step(token[:, None])
+            if logits is not None:
+                self.static_steps += 1
+                return logits
+            self._leave_static()  # the compilation failed: go on eagerly from what the static caches hold
         if self.grow and self.mask is not None and self._ones is not None:
             self.mask = torch.cat([self.mask, self._ones], dim=1)  # (B, S + 1)
         return self._logits(token[:, None])
 
+    def _leave_static(self) -> None:
+        assert self.static is not None
+        self.caches, self.static, self.compiled = self.static.eager_caches(), None, False
+        if self.grow and self.mask is not None and self.static_steps:
+            self.mask = torch.cat([self.mask, self.mask.new_ones(self.mask.shape[0], self.static_steps)], dim=1)
+
+    def final_caches(self) -> list[Any]:
+        """The caches after the last step, as ordinary ``KVCache`` s (what ``generate`` hands back)."""
+        return self.caches if self.static is None else self.static.eager_caches()
+
     def reorder(self, rows: torch.Tensor) -> None:
         """Row ``i`` continues from row ``rows[i]`` (beam search). The masks and the encoder memory are equal
         within a prompt's beams (running beams hold no padding), so only the caches move."""
-        ModelCache(self.caches).reorder_cache(rows)
+        if self.static is not None:
+            self.static.reorder(rows)
+        else:
+            ModelCache(self.caches).reorder_cache(rows)

@@ -25,6 +25,11 @@ _OWN = ("anatomy.", "torch.nn.modules.")  # the classes a view runs: this packag
 
 
 def _hooked(model: nn.Module) -> str | None:
+    # The one private name left here: torch has no public way to ask whether a global module hook is registered
+    # (``register_module_forward_hook`` returns a handle and nothing lists them), and a view never enters
+    # ``nn.Module.__call__``, where those hooks run, so without this check a global hook would silently miss every
+    # decode step (tests/generation/test_fast.py registers one). The compiled step needs no view: it traces the
+    # modules' own ``__call__``; the view stays for the eager steps ``compile="auto"`` picks for short generations.
     if _module._global_forward_hooks or _module._global_forward_pre_hooks or _module._global_backward_hooks:
         return "a global module hook is registered"
     for name, m in model.named_modules():

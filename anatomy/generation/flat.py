@@ -15,8 +15,10 @@ before ``_modules`` / ``_parameters`` are searched), a few microseconds per modu
   all ``Linear.forward`` does) and its ``weight`` / ``bias`` / ``in_features`` / ``out_features`` kept.
 
 No arithmetic is written here: a view does what its module does, in the order the module's code says, so there is
-no second copy of the block's order to keep in step. ``isinstance(view, cls)`` and ``super()`` see the module's class
-(a view reports it as ``__class__``). A view is a snapshot: it reads the parameter *tensors* (so training or
+no second copy of the block's order to keep in step. A view's class is a subclass of the module's class, made once
+per class, whose ``__call__`` is the class's ``forward`` and whose attribute access is ``object``'s (``FlatView``
+comes first in its bases), so ``isinstance(view, cls)``, ``super()``, properties and methods are the class's own
+with no lookup of ours. A view is a snapshot: it reads the parameter *tensors* (so training or
 ``load_state_dict`` in place is seen) but not later reassignments of sub-modules or attributes; make it for one
 ``generate`` call, when ``fast.refusal`` says the model holds no hooks.
 """
@@ -24,10 +26,10 @@ no second copy of the block's order to keep in step. ``isinstance(view, cls)`` a
 from __future__ import annotations
 
 import functools
-import types
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from anatomy.components.hook_point import HookPoint
@@ -58,81 +60,44 @@ class _LinearOp(functools.partial):  # type: ignore[type-arg]
 
 
 def _linear(module: nn.Linear) -> _LinearOp:
-    op = _LinearOp(torch._C._nn.linear, weight=module.weight, bias=module.bias)
+    op = _LinearOp(F.linear, weight=module.weight, bias=module.bias)
     op.weight, op.bias = module.weight, module.bias
     op.in_features, op.out_features = module.in_features, module.out_features
     return op
 
 
-def _static(cls: type, name: str) -> Any:
-    """``name`` as stored in the first class of ``cls``'s MRO that defines it (descriptors unbound)."""
-    for klass in cls.__mro__:
-        if name in klass.__dict__:
-            return klass.__dict__[name]
-    raise AttributeError(name)
-
-
 class FlatView:
-    """The view of one module (see the module docstring); made by :func:`flat`. Each module class gets its own
-    subclass (:func:`_view_class`) whose ``__call__`` *is* the class's ``forward``, so a view's call is one frame."""
+    """What every view class has first in its bases (:func:`_view_class`): plain attribute access and assignment
+    (``object``'s, not ``nn.Module``'s), and a miss is an ``AttributeError`` at once."""
 
     _view_of: type = nn.Module
 
-    def __init__(self, module: nn.Module, children: dict[str, Any]) -> None:
-        state = self.__dict__
-        state.update(module.__dict__)  # training, sizes, settings, mirrored hook points (replaced below)
-        state.update(module._parameters)
-        state.update(module._buffers)
-        state.update(children)
-        state["_modules"] = children
-
-    @property  # type: ignore[misc]  # a view stands for its module's class (isinstance, super())
-    def __class__(self) -> type:
-        return type(self)._view_of
-
     def __getattr__(self, name: str) -> Any:
-        """A name of the module's class (a method, a property, a class attribute), bound to this view. Methods
-        and class constants are kept in the view's ``__dict__`` after the first lookup."""
-        if name.startswith("__"):
-            raise AttributeError(name)
-        cls = type(self)._view_of
-        try:
-            found = _static(cls, name)
-        except AttributeError:
-            raise AttributeError(f"{cls.__name__} view has no attribute {name!r}") from None
-        if isinstance(found, types.FunctionType):
-            bound = types.MethodType(found, self)
-            self.__dict__[name] = bound
-            return bound
-        if hasattr(found, "__get__"):  # property, staticmethod, classmethod, a settings descriptor: not cached
-            return found.__get__(self, cls)
-        self.__dict__[name] = found
-        return found
+        raise AttributeError(f"{type(self)._view_of.__name__} view has no attribute {name!r}")
+
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
 
     def __repr__(self) -> str:
         return f"<flat view of {type(self)._view_of.__name__}>"
 
 
 _CLASSES: dict[type, type] = {}
-_CONTAINER = ("__iter__", "__len__", "__getitem__", "__bool__", "__contains__")  # ModuleList, Sequential, ...
 
 
 def _view_class(cls: type) -> type:
-    """The view class of module class ``cls``: ``__call__`` is ``cls.forward`` (or ``cls``'s own ``__call__``) and
-    a container's ``__iter__`` / ``__len__`` / ``__getitem__`` are ``cls``'s."""
+    """The view class of module class ``cls``: a subclass of ``cls`` (so ``isinstance``, ``super()``, methods,
+    properties and containers' ``__iter__`` / ``__len__`` / ``__getitem__`` are ``cls``'s own) whose ``__call__`` is
+    ``cls.forward`` (or ``cls``'s own ``__call__``), after :class:`FlatView`."""
     view = _CLASSES.get(cls)
     if view is None:
-        call = _static(cls, "__call__")
+        call = cls.__call__
         namespace: dict[str, Any] = {
             "_view_of": cls,
-            "__call__": _static(cls, "forward") if call is nn.Module.__call__ else call,
+            "__call__": cls.forward if call is nn.Module.__call__ else call,  # type: ignore[attr-defined]
+            "__module__": __name__,
         }
-        for name in _CONTAINER:
-            for klass in cls.__mro__:
-                if name in klass.__dict__ and klass is not object:
-                    namespace[name] = klass.__dict__[name]
-                    break
-        view = _CLASSES[cls] = type(f"Flat{cls.__name__}", (FlatView,), namespace)
+        view = _CLASSES[cls] = type(f"Flat{cls.__name__}", (FlatView, cls), namespace)
     return view
 
 
@@ -143,5 +108,11 @@ def flat(module: nn.Module) -> Any:
     if type(module) is nn.Linear:
         return _linear(module)
     children = {name: (None if child is None else flat(child)) for name, child in module._modules.items()}
-    view: FlatView = _view_class(type(module))(module, children)
+    view: Any = object.__new__(_view_class(type(module)))  # no __init__: the module's state is copied below
+    state = view.__dict__
+    state.update(module.__dict__)  # training, sizes, settings, mirrored hook points (replaced below)
+    state.update(module._parameters)
+    state.update(module._buffers)
+    state.update(children)
+    state["_modules"] = children
     return view

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from anatomy.generation.beam import beam_search
+from anatomy.generation.compiled import check_compile
 from anatomy.generation.continued import ContinuedDecoding, check_continuation
 from anatomy.generation.decoding import CachedDecoding
 from anatomy.generation.limits import check_limits
@@ -86,6 +87,7 @@ def generate(
     streamer: Any = None,
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     fast: bool = True,
+    compile: Any = "auto",
     past_key_values: Any = None,
     cache: Any = None,
     **kwargs: Any,
@@ -101,8 +103,11 @@ def generate(
     sequences then hold only the new tokens, as in HF. Options that only shape another mode (``top_p`` under greedy
     decoding) are warned about and ignored, as HF does; values that cannot run raise ``ValueError`` naming them. The
     model runs in eval mode (its mode is restored afterwards). ``fast=False`` always runs the modules (``fast=True``
-    flattens a DecoderLM's decode step, same numbers); ``use_cache`` is accepted for HF's sake: the cache is always
-    used. ``past_key_values`` (or transformers 5's ``cache``): go on from a cache holding the first tokens of
+    flattens a DecoderLM's decode step, same numbers); ``compile`` (``"auto"``, ``True``, ``False``): decode with
+    one compiled call of the forward on static caches per step (anatomy.generation.compiled: ``"auto"``
+    compiles when the generation is long enough to repay the warm-up, or a graph for the same model and shapes is
+    cached; the same tokens as eager decoding). ``use_cache`` is accepted for HF's sake: the cache is always used.
+    ``past_key_values`` (or transformers 5's ``cache``): go on from a cache holding the first tokens of
     ``input_ids``, as a chat loop does (anatomy.generation.continued); the dict output's ``cache`` is the cache after
     the last step. Keyword options: anatomy.generation.options.OPTIONS.
     """
@@ -161,13 +166,14 @@ def generate(
 
     if past_key_values is not None:
         check_continuation(model, past_key_values, copies=copies, embeds=embeds_only)
+    check_compile(compile)
 
     was_training = model.training
     model.eval()
     try:
         if past_key_values is not None:
             run: CachedDecoding = ContinuedDecoding(
-                model, input_ids, mask, max_new_tokens, past_key_values=past_key_values, fast=fast
+                model, input_ids, mask, max_new_tokens, past_key_values=past_key_values, fast=fast, compile=compile
             )
         else:
             run = CachedDecoding(
@@ -176,6 +182,7 @@ def generate(
                 mask,
                 max_new_tokens,
                 fast=fast,
+                compile=compile,
                 decoder_start_token_id=o["decoder_start_token_id"],
                 inputs_embeds=inputs_embeds,
             )
@@ -234,7 +241,7 @@ def generate(
                     o["return_dict_in_generate"] and o["output_logits"],
                 ),
             )
-        result.cache = run.handed_back() if isinstance(run, ContinuedDecoding) else ModelCache(run.caches)
+        result.cache = run.handed_back() if isinstance(run, ContinuedDecoding) else ModelCache(run.final_caches())
     finally:
         model.train(was_training)
     if embeds_only and not run.seq2seq:

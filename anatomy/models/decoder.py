@@ -43,7 +43,7 @@ class Decoder(nn.Module):
         boolean, True on real tokens, with Hugging Face's meaning, checked by the caller under its own argument
         names (``Seq2Seq``: ``decoder_attention_mask``, ``attention_mask``, by ``context.hf_padding``)."""
         b, t = ids_shape(input_ids, "decoder_input_ids")
-        past = self.stack.seen(kv_caches)
+        past = self.stack.seen(kv_caches, t)
         ctx = self.stack.attention_context(
             b,
             t,

@@ -81,7 +81,7 @@ class DecoderLM(GenerationMethods, nn.Module):
                 raise ValueError("give past_key_values or cache, not both (transformers 5 renamed one to the other)")
             past_key_values = cache
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, attention_mask)
-        past = self.stack.seen(kv_caches)
+        past = self.stack.seen(kv_caches, t)
         ctx = self.stack.attention_context(
             b,
             t,

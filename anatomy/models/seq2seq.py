@@ -121,7 +121,7 @@ class Seq2Seq(GenerationMethods, nn.Module):
         kv_caches, foreign = open_cache(self, past_key_values, kv_caches, use_cache, decoder_attention_mask)
         b, t = decoder_input_ids.shape
         memory = cast(torch.Tensor, encoder_outputs.last_hidden_state)
-        seen = self.decoder.stack.seen(kv_caches)
+        seen = self.decoder.stack.seen(kv_caches, t)
         decoder_attention_mask = hf_padding("decoder_attention_mask", decoder_attention_mask, b, seen + t)
         attention_mask = hf_padding("attention_mask", attention_mask, b, memory.shape[1])
         hidden_list: list[torch.Tensor] | None = [] if output_hidden_states else None

@@ -20,9 +20,16 @@ from torch import nn
 
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
-from anatomy.components.context import AttentionContext, build_context, cache_seen, check_positions, key_padding
+from anatomy.components.context import (
+    AttentionContext,
+    build_context,
+    cache_seen,
+    check_positions,
+    first_cache,
+    key_padding,
+)
 from anatomy.components.hook_point import HookPoint
-from anatomy.components.kv_cache import KVCache
+from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.components.masks import as_attention_mask
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_hidden
@@ -59,12 +66,13 @@ class TransformerStack(nn.Module):
         caches = [KVCache(capacity, window=attn.sliding_window) for attn in self.attentions()]
         return [(c, KVCache()) for c in caches] if self.cross else caches
 
-    def seen(self, kv_caches: list[Any] | None) -> int:
-        """Entries the caches saw before this call (0 without caches), once they are checked: one per block."""
+    def seen(self, kv_caches: list[Any] | None, t: int = 0) -> int:
+        """Key slots before this call's ``t`` new ones (0 without caches), once the caches are checked: one per
+        block. That is the entries the caches saw, or for static caches their fixed width less ``t``."""
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             what = "one (self, cross) pair" if self.cross else "one cache"
             raise ValueError(f"kv_caches must hold {what} per block ({len(self.blocks)}), got {len(kv_caches)}")
-        return cache_seen(kv_caches)
+        return cache_seen(kv_caches, t)
 
     @property
     def heads(self) -> int:
@@ -93,7 +101,8 @@ class TransformerStack(nn.Module):
         Hugging Face's meaning when ``hf_mask``: positions counted from it, dropped when it hides nothing;
         ``mask`` boolean ``(B|1, H|1, T, S)``; ``positions (B|1, T)``, default ``past + arange(T)``): T5's shared
         bias, and for cross-attention the memory's context (``ctx.cross_ctx``, ``memory_len`` keys)."""
-        first = None if not kv_caches else (kv_caches[0][0] if self.cross else kv_caches[0])
+        first = first_cache(kv_caches)
+        static = first if isinstance(first, StaticKVCache) else None
         ctx = build_context(
             b=b,
             t=t,
@@ -105,7 +114,8 @@ class TransformerStack(nn.Module):
             hf_mask=hf_mask,
             mask=mask,
             is_causal=self.default_causal if is_causal is None else is_causal,
-            cache_positions=None if first is None else first.positions,
+            cache_positions=None if first is None else (first.positions if static is None else static.pos_buf),
+            slots=None if static is None else static.slots(t),
         )
         if self.position_bias is not None:
             ctx.bias = self.position_bias.score_bias(None, ctx.positions, ctx.key_positions, 1.0)  # (B|1, H, T, S)
@@ -151,7 +161,7 @@ class TransformerStack(nn.Module):
             check_hidden("memory", memory, d_model)
         if ctx is None:  # a call of the stack alone: its own arguments, checked under their names
             b, t = x.shape[0], x.shape[1]
-            past = self.seen(kv_caches)
+            past = self.seen(kv_caches, t)
             s, m = past + t, None if memory is None else memory.shape[1]
             ctx = self.attention_context(
                 b,

@@ -195,3 +195,18 @@ def test_seq2seq_prompts_file_with_beams(tmp_path, capsys):
     for row in rows:  # a batch of right-padded sources gives each source's own beams
         code, alone, _ = _run(capsys, *base, "--prompt", row["prompt"], "--num-return-sequences", "2")
         assert json.loads(alone)[0]["outputs"] == row["outputs"]
+
+
+def test_compile_flag_prints_the_eager_text(ckpt, capsys, monkeypatch):
+    from anatomy.generation import compiled
+
+    monkeypatch.setattr(compiled, "BACKEND", "aot_eager")  # the graph capture, without the inductor's C++ build
+    args = ["--checkpoint", ckpt, "--prompt", "the", "--max-new-tokens", "12", "--greedy"]
+    before = compiled.STATS.compilations
+    code, on, _ = _run(capsys, *args, "--compile", "on")
+    assert code == 0 and compiled.STATS.compilations == before + 1
+    code, off, _ = _run(capsys, *args, "--compile", "off")
+    assert code == 0 and on == off
+    with pytest.raises(SystemExit):
+        main(["generate", "--checkpoint", str(ckpt), "--prompt", "the", "--compile", "yes"])
+    assert "--compile: invalid choice: 'yes'" in capsys.readouterr().err

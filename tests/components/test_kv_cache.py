@@ -87,3 +87,39 @@ def test_window_cache_rolls_and_holds_the_last_entries(capacity):
             assert torch.equal(a, b[..., -held:, :] if a.dim() == 4 else b[..., -held:])
         assert rolling._k_buf.shape[-2] <= max(2 * w, 16, held)  # memory O(W), not O(S)
     assert s == 30
+
+
+# --------------------------------------------------------------------------------------- the static cache
+
+
+def test_static_cache_writes_by_index_and_keeps_its_buffers():
+    from anatomy.components.kv_cache import StaticKVCache
+
+    growing = KVCache()
+    k, v = _entries(2, 5, 0)
+    growing.update(k, v, torch.arange(5)[None])
+    static = StaticKVCache.from_cache(growing, 8)
+    buffers = (static.k_buf.data_ptr(), static.v_buf.data_ptr(), static.pos_buf.data_ptr())
+    assert static.seen == 5 and static.capacity == 8 and torch.equal(static.slots(2), torch.tensor([5, 6]))
+    k1, v1 = _entries(2, 2, 1)
+    k_all, v_all, pos = static.update(k1, v1, torch.tensor([[5, 6]]))
+    assert k_all.shape == (2, 2, 8, 4) and pos.shape == (2, 8)  # the whole width, every call
+    assert torch.equal(k_all[..., :5, :], k) and torch.equal(k_all[..., 5:7, :], k1)
+    assert not k_all[..., 7:, :].any() and torch.equal(pos[0, :7], torch.arange(7))  # unwritten: zeros
+    assert int(static.cursor) == 7 and torch.equal(static.k, k_all[..., :7, :])
+    static.batch_select(torch.tensor([1, 0]))  # beams: reordered in place
+    assert (static.k_buf.data_ptr(), static.v_buf.data_ptr(), static.pos_buf.data_ptr()) == buffers
+    assert torch.equal(static.k_buf[0, :, :5], k[1]) and torch.equal(static.v_buf[1, :, 5:7], v1[0])
+    back = static.to_cache()
+    assert isinstance(back, KVCache) and back.seen == 7 and torch.equal(back.k, static.k)
+
+
+def test_static_cache_refuses_an_empty_or_too_full_cache():
+    from anatomy.components.kv_cache import StaticKVCache
+
+    with pytest.raises(ValueError, match="made from a filled cache"):
+        StaticKVCache.from_cache(KVCache(), 8)
+    full = KVCache()
+    full.update(*_entries(1, 9, 0), torch.arange(9)[None])
+    with pytest.raises(ValueError, match="capacity must be >= the 9 entries seen, got 8"):
+        StaticKVCache.from_cache(full, 8)
