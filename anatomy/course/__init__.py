@@ -88,7 +88,7 @@ def skeleton(exercise: Exercise, lang: str = "en", hint: bool = False) -> str:
             if zh
             else "# A hint: anatomy learn start --hint (or read what check says)",
         ]
-    from anatomy.course.exercises import SIGNATURE_ZH
+    from anatomy.course.skeleton_texts import SIGNATURE_ZH
 
     signature = TINY_LM_ZH if zh and exercise.id == "tiny_lm" else exercise.signature
     signature = SIGNATURE_ZH.get(exercise.id, signature) if zh else signature
