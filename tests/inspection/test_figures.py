@@ -6,6 +6,7 @@ import math
 import os
 import warnings
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 import torch
@@ -233,7 +234,9 @@ def test_a_cjk_font_missing_from_a_stale_matplotlib_cache_is_found_and_used(tmp_
     import sys
 
     _a_cjk_font_file()
-    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    root = str(Path(anatomy.__file__).resolve().parents[1])  # the package under test, whatever is installed
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl"), "PYTHONPATH": path}
     kept = subprocess.run([sys.executable, "-c", STALE_CACHE], env=env, capture_output=True, text=True, check=True)
     assert int(kept.stdout) > 0  # the Latin fonts stay cached
     run = subprocess.run([sys.executable, "-c", USE_IT], env=env, capture_output=True, text=True, cwd=tmp_path)
