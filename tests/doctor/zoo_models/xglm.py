@@ -83,7 +83,7 @@ class XGLMAttention(nn.Module):
         past_key_value = (key_states, value_states)
         attn_weights = torch.matmul(query_states, key_states.transpose(2, 3))
         attn_weights = attn_weights + attention_mask
-        attn_weights = F.softmax(attn_weights, dim=-1, dtype=torch.float32)
+        attn_weights = F.softmax(attn_weights, dim=-1)
         attn_output = torch.matmul(attn_weights, value_states)
         attn_output = attn_output.transpose(1, 2).reshape(bsz, tgt_len, self.embed_dim)
         return self.out_proj(attn_output), past_key_value
