@@ -1,6 +1,7 @@
 # Re-typed after karpathy/nanoGPT model.py (GPTConfig dataclass, transformer ModuleDict wte/wpe/h/ln_f, the lm_head
 # tied to wte by assigning the same Parameter, a `bias` tril buffer when scaled_dot_product_attention is off,
-# forward(idx, targets) with targets already shifted by get_batch, generate() reading logits[:, -1, :]).
+# forward(idx, targets) with targets already shifted by get_batch -- without targets only the last position's
+# logits (B, 1, V), as nanoGPT's inference shortcut --, generate() reading logits[:, -1, :]).
 # Variants:
 #   GPTMaskIndexed      injected: `self.bias[:, :, T, :T]` (an index where a slice belongs) -- the same typo is in a
 #                       public hand-written T5 file (`attn.masked_fill(self.bias[:,:,T,:T]==0, ...)`): one row of the
@@ -151,7 +152,8 @@ class GPT(nn.Module):
             logits = self.lm_head(x)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
         else:
-            logits = self.lm_head(x)
+            # inference-time mini-optimization: only forward the lm_head on the very last position
+            logits = self.lm_head(x[:, [-1], :])  # note: using list [-1] to preserve the time dim
             loss = None
         return logits, loss
 
