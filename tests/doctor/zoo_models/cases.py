@@ -85,6 +85,8 @@ CASES = [
     M("mingpt.py:GPT", "ok", style="CfgNode from get_default_config(), model_type=None, NewGELU, untied head"),
     M("ng_lecture.py:GPTLanguageModel", "ok",
       style="positional sizes, one module per head, logits.view(B*T, C) when targets are given"),
+    M("ng_lecture_globals.py:GPTLanguageModel", "ok",
+      style="the lecture script's own style: module-level hyperparameters, GPTLanguageModel() takes no argument"),
     M("ng_lecture.py:BigramLanguageModel", "scale_by_d_model", "wei = q @ k.transpose(-2, -1) * C**-0.5",
       style="ng-video-lecture before PR #6: scaled by the embedding width"),
     M("build_nanogpt.py:GPT", "ok", style="GPT-2 124M reproduction, SDPA is_causal=True, NANOGPT_SCALE_INIT"),
