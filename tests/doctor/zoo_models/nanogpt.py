@@ -10,6 +10,10 @@
 #                       the temperature was applied to the exponentiated logits and cancelled by the normalisation);
 #                       the same slip was fixed in pytorch/translate PR #508 ("applied the temperature after the
 #                       softmax").
+#   GPTFlashDropout     real bug: karpathy/nanoGPT before commit 7399dfe ("dont always dropout!", PR #240): the
+#                       flash path called scaled_dot_product_attention(..., dropout_p=self.dropout, is_causal=True), and
+#                       SDPA drops whenever dropout_p > 0, eval() or not (pytorch/pytorch issue #124464); built with
+#                       dropout=0.1 by `tiny_flash_dropout`.
 #   GPTFunctionalDropout real bug, transplanted: delip/PyTorchNLPBook issue #28 (`F.dropout(x, p)` keeps dropping in
 #                       eval(); should pass training=self.training); built with dropout=0.1 by `tiny_functional_dropout`.
 import math
@@ -226,3 +230,25 @@ class GPTFunctionalDropout(GPT):
 
 def tiny_functional_dropout():
     return GPTFunctionalDropout(GPTConfig(block_size=16, vocab_size=50, n_layer=2, n_head=2, n_embd=16, dropout=0.1))
+
+
+# --- real (nanoGPT 7399dfe, PR #240): SDPA's dropout_p passed in eval() too ---------------------------------------------
+class AttentionFlashDropout(CausalSelfAttention):
+    def forward(self, x):
+        B, T, C = x.size()
+        q, k, v = self.heads(x)
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=self.dropout, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class BlockFlashDropout(Block):
+    attn_class = AttentionFlashDropout
+
+
+class GPTFlashDropout(GPT):
+    block_class = BlockFlashDropout
+
+
+def tiny_flash_dropout():
+    return GPTFlashDropout(GPTConfig(block_size=16, vocab_size=50, n_layer=2, n_head=2, n_embd=16, dropout=0.1))
