@@ -34,12 +34,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kind",
-        choices=("auto", "attention", "block"),
+        choices=("auto", "attention", "block", "lm"),
         default="auto",
-        help="attention or a whole block (auto: a block when it holds a norm outside its attention)",
+        help="attention, a whole block, or a whole language model (auto: a model when built as one and forward(ids) "
+        "returns logits; a block when it holds a norm outside its attention)",
     )
     p.add_argument("--d-model", type=int, default=16, help="d_model passed to your constructor (default 16)")
     p.add_argument("--heads", type=int, default=4, help="n_heads passed to your constructor (default 4)")
+    p.add_argument("--vocab-size", type=int, help="a language model's vocab_size (default 29)")
+    p.add_argument("--layers", type=int, help="a language model's n_layers (default 3)")
+    p.add_argument("--block-size", type=int, help="a language model's block_size, its longest input (default 12)")
     p.add_argument("--causal", action="store_true", help="your module masks the future itself (a decoder)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--lang", choices=("en", "zh"), default="en", help="language of the text report")
@@ -49,7 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the full report (every probe, finding and number) instead of the short answer",
     )
-    p.add_argument("--factory", metavar="FUNC", help="build with FUNC(d_model, n_heads) from the same file instead")
+    p.add_argument(
+        "--factory",
+        metavar="FUNC",
+        help="build with FUNC(d_model, n_heads) (a model: FUNC() or FUNC(vocab_size, ...)) from the same file instead",
+    )
     p.add_argument(
         "--map",
         metavar="JSON",
@@ -133,6 +141,9 @@ def _compute(args: argparse.Namespace) -> tuple[int, str, str]:
             seed=args.seed,
             timeout=args.timeout,
             seq_first=True if getattr(args, "seq_first", False) else None,
+            vocab_size=getattr(args, "vocab_size", None),
+            n_layers=getattr(args, "layers", None),
+            block_size=getattr(args, "block_size", None),
         )
     except CheckError as err:  # a timeout, a module that exits, one that cannot be loaded, built or called
         text = getattr(err, "zh", None) if args.lang == "zh" else getattr(err, "en", None)

@@ -34,6 +34,7 @@ from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.mapping.layouts import linear_after_mha
 from anatomy.doctor.mapping.norm_fit import find_norms
 from anatomy.doctor.mapping.reading import attention_paths, hypotheses, mapping_found, required
+from anatomy.doctor.model.dispatch import model_check, model_sizes
 from anatomy.doctor.probes.behaviour import positions, run_all, shape
 from anatomy.doctor.probes.designs import named_design
 from anatomy.doctor.probes.state import ProbeState
@@ -49,7 +50,7 @@ from anatomy.doctor.recording.dataflow import (
 from anatomy.doctor.report.findings import Report
 from anatomy.doctor.report.pointers import point
 
-KINDS = ("auto", "attention", "block")
+KINDS = ("auto", "attention", "block", "lm")
 TIMEOUT = 60.0  # seconds for importing the file, building the module, and each single forward
 BATCH = 2
 
@@ -71,12 +72,17 @@ def check(
     seed: int = 0,
     timeout: float | None = TIMEOUT,
     seq_first: bool | None = None,
+    vocab_size: int | None = None,
+    n_layers: int | None = None,
+    block_size: int | None = None,
 ) -> Report:
     """Probe and diagnose ``target`` (see the module docstring); raises :class:`CheckError` when it cannot run.
 
     ``timeout``: seconds that importing the file, building the module, or one forward may take (None or 0: no
     limit); past it :class:`CheckTimeout`. ``seq_first``: the module takes ``(T, B, D)`` (True), ``(B, T, D)``
-    (False), or detect it (None, the default; ``contract/``). The time limit is enforced in the main thread
+    (False), or detect it (None, the default; ``contract/``). ``kind="lm"`` (or a target found to be a whole
+    language model) checks the model (``doctor/model/``) with ``vocab_size``, ``n_layers`` and ``block_size``.
+    The time limit is enforced in the main thread
     only (``limits.py`` says why).
     The tensors are tiny (B=2, T=6), so the check runs single-threaded: on a busy machine intra-op threads cost
     milliseconds per op for nothing. The previous thread count is restored on return, and the caller's RNG state
@@ -89,6 +95,18 @@ def check(
         or timeout == float("inf")
     ):
         raise CheckError(f"timeout must be a number of seconds >= 0 (0 or None: no limit), got {timeout!r}")
+    if kind in ("auto", "lm"):  # a whole language model (doctor/model/; None: not one, the block doctor's turn)
+        with isolated(seed):
+            lm = model_check(
+                target,
+                kind=kind,
+                factory=factory,
+                seed=seed,
+                timeout=timeout or None,
+                sizes=model_sizes(vocab_size, d_model, n_heads, n_layers, block_size),
+            )
+        if lm is not None:
+            return lm
     with isolated(seed), precision.tolerating(0.0):
         return _check(target, kind, d_model, n_heads, causal, factory, mapping, seed, timeout or None, seq_first)
 

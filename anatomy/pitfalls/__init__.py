@@ -22,11 +22,19 @@ from typing import Any
 
 from torch import nn
 
-from anatomy.pitfalls import catalog_attention, catalog_block, catalog_course, catalog_learners, records
+from anatomy.pitfalls import (
+    catalog_attention,
+    catalog_block,
+    catalog_course,
+    catalog_learners,
+    catalog_model,
+    records,
+)
 from anatomy.pitfalls.records import Pitfall
 
 records.add(*catalog_attention.PITFALLS, *catalog_learners.PITFALLS, *catalog_block.PITFALLS)
 records.add(*catalog_course.PITFALLS)  # the course's own (anatomy learn), pitfalls/catalog_course.py
+records.add(*catalog_model.PITFALLS)  # between the blocks of a whole model (doctor/model/)
 
 Fault = Pitfall  # the bug zoo's name for a record it can switch on
 

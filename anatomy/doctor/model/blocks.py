@@ -1,0 +1,201 @@
+"""The blocks inside a model: the ``ModuleList`` (or ``Sequential``) of repeated modules, what the model passes to
+each (captured by a pre-hook on a forward of every length: a mask, RoPE's frequencies, a start position), the line
+that calls it, and each block diagnosed by the block doctor (``doctor/check.py``) behind a wrapper that takes the
+hidden states alone and supplies the rest as the model would."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from anatomy.doctor.loading.subject import CheckError
+from anatomy.doctor.model.contract import LM, ForwardError
+from anatomy.doctor.report.findings import Report
+from anatomy.tracing.steps import learner_frame
+
+__anatomy_transparent__ = True
+
+Extras = tuple[tuple[Any, ...], dict[str, Any]]  # the arguments after the hidden states, and the keywords
+
+
+@dataclass
+class Stack:
+    """The repeated blocks: their container's path and the blocks in order."""
+
+    path: str
+    blocks: list[nn.Module]
+
+    def name(self, i: int) -> str:
+        return f"{self.path}.{i}" if self.path else str(i)
+
+
+@dataclass
+class Calls:
+    """What one forward of the model gave each block: its input, its output, its extra arguments, its call line."""
+
+    inputs: list[torch.Tensor | None] = field(default_factory=list)
+    outputs: list[torch.Tensor | None] = field(default_factory=list)
+    extras: list[Extras | None] = field(default_factory=list)
+    lines: list[tuple[str, int, str] | None] = field(default_factory=list)
+
+
+def find_stack(model: nn.Module, d_model: int) -> Stack | None:
+    """The container of repeated blocks holding the most parameters (a ModuleList or Sequential whose children
+    share one class), None when the model has none."""
+    best: tuple[int, Stack] | None = None
+    for path, m in model.named_modules():
+        if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0:
+            continue
+        kids = list(m)
+        kinds = {type(k) for k in kids}
+        if len(kinds) != 1 or isinstance(kids[0], (nn.Linear, nn.Embedding, nn.Dropout, nn.LayerNorm)):
+            continue
+        size = sum(p.numel() for p in m.parameters())
+        if size and (best is None or size > best[0]):
+            best = (size, Stack(path, kids))
+    return None if best is None else best[1]
+
+
+def hidden(out: Any) -> torch.Tensor | None:
+    """A block's hidden states in what it returned (the first tensor of a tuple)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    return None
+
+
+def capture(lm: LM, stack: Stack, ids: torch.Tensor, **kwargs: Any) -> Calls:
+    """One forward of the model on ``ids``, with what each block was given and gave back (first call of each)."""
+    calls = Calls(*([None] * len(stack.blocks) for _ in range(4)))  # type: ignore[arg-type]
+    handles = []
+    for i, block in enumerate(stack.blocks):
+        handles.append(block.register_forward_pre_hook(_pre(calls, i), with_kwargs=True))
+        handles.append(block.register_forward_hook(_post(calls, i)))
+    try:
+        lm.forward(ids, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return calls
+
+
+def _pre(calls: Calls, i: int) -> Callable[..., None]:
+    def hook(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        if calls.extras[i] is not None:
+            return
+        x = args[0] if args else None
+        calls.inputs[i] = x.detach().clone() if isinstance(x, torch.Tensor) else None
+        calls.extras[i] = (tuple(args[1:]), dict(kwargs))
+        calls.lines[i] = learner_frame()
+
+    return hook
+
+
+def _post(calls: Calls, i: int) -> Callable[..., None]:
+    def hook(_m: nn.Module, _args: Any, out: Any) -> None:
+        if calls.outputs[i] is None:
+            h = hidden(out)
+            calls.outputs[i] = h.detach().clone() if h is not None else None
+
+    return hook
+
+
+class Layer(nn.Module):
+    """One block taking the hidden states alone: the model's other arguments for a length-T input supplied as the
+    model gave them (captured for every T up to block_size)."""
+
+    def __init__(self, block: nn.Module, extras: dict[int, Extras]) -> None:
+        super().__init__()
+        self.block = block
+        self.extras = extras
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        got = self.extras.get(x.shape[1])
+        if got is None:
+            raise ValueError(f"the model takes no input of {x.shape[1]} tokens")
+        args, kwargs = got
+        out = hidden(self.block(x, *args, **kwargs))
+        if out is None:
+            raise ValueError("the block returned no tensor")
+        return out
+
+
+def layer_extras(lm: LM, stack: Stack) -> list[dict[int, Extras]]:
+    """Per block, its extra arguments for every input length 1..block_size the model accepts."""
+    out: list[dict[int, Extras]] = [{} for _ in stack.blocks]
+    for t in range(1, lm.sizes.block_size + 1):
+        try:
+            calls = capture(lm, stack, lm.ids(t))
+        except ForwardError:
+            continue
+        for i, e in enumerate(calls.extras):
+            if e is not None and calls.inputs[i] is not None:
+                out[i][t] = e
+    return out
+
+
+def diagnose_layers(lm: LM, stack: Stack, causal: bool = True) -> list[Report | str]:
+    """The block doctor's report on each block (or the one line saying why it could not check it)."""
+    from anatomy.doctor.check import check  # the block doctor; imported here, it imports this package
+
+    extras = layer_extras(lm, stack)
+    out: list[Report | str] = []
+    seen: list[tuple[nn.Module, dict[int, Extras], Report | str]] = []
+    for block, ex in zip(stack.blocks, extras):
+        if not ex:
+            out.append("the model never called it with the hidden states first")
+            continue
+        twin = next((rep for b, e, rep in seen if alike(b, block) and same_extras(e, ex)), None)
+        if twin is not None:  # the same code, configuration and arguments: the same block check
+            out.append(twin)
+            continue
+        try:
+            out.append(
+                check(
+                    Layer(block, ex),
+                    kind="block",
+                    d_model=lm.sizes.d_model,
+                    n_heads=lm.sizes.n_heads,
+                    causal=causal,
+                    seed=lm.seed,
+                    timeout=lm.timeout,
+                )
+            )
+        except CheckError as err:
+            out.append(str(err))
+        seen.append((block, ex, out[-1]))
+    return out
+
+
+def alike(a: nn.Module, b: nn.Module) -> bool:
+    """The same class and configuration (``repr`` lists every sub-module and its sizes)."""
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
+def same_extras(a: dict[int, Extras], b: dict[int, Extras]) -> bool:
+    """The model passes both blocks the same arguments, at every length."""
+    return a.keys() == b.keys() and all(_same(a[t], b[t]) for t in a)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(torch.equal(a, b))
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    try:
+        return bool(a == b) and type(a) is type(b)
+    except Exception:  # noqa: BLE001 - an object that cannot be compared: not the same
+        return a is b

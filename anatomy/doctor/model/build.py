@@ -1,0 +1,280 @@
+"""Building the learner's language model: ``CLASS(vocab_size, d_model, n_heads, n_layers, block_size)`` by keyword
+(under the names people use: ``n_embd``, ``dim``, ``n_layer``, ``max_seq_len``...) or by position, a config
+class found in the same file when ``__init__`` takes one argument (nanoGPT's ``GPTConfig``, LLaMA's ``ModelArgs``),
+or a ``--factory`` function. The file is loaded by the block doctor's loader (``doctor/loading/building.py``)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from anatomy.doctor.loading.building import resolve_target
+from anatomy.doctor.loading.limits import Hung, guard
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout, ModuleExited, _quiet, one_line
+
+__anatomy_transparent__ = True
+
+SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give it (lower case)
+    "vocab_size": ("vocab_size", "vocab", "n_vocab", "num_tokens", "ntoken", "ntokens", "vocab_len", "n_tokens"),
+    "d_model": (
+        "d_model",
+        "n_embd",
+        "n_embed",
+        "embed_dim",
+        "emb_dim",
+        "dim",
+        "hidden_size",
+        "d_emb",
+        "embedding_dim",
+        "model_dim",
+        "hidden_dim",
+        "d_embed",
+        "n_embedding",
+        "embed_size",
+        "emb_size",
+    ),
+    "n_heads": ("n_heads", "n_head", "num_heads", "nhead", "heads", "num_attention_heads", "n_attn_heads", "h"),
+    "n_layers": (
+        "n_layers",
+        "n_layer",
+        "num_layers",
+        "nlayers",
+        "layers",
+        "depth",
+        "num_hidden_layers",
+        "num_blocks",
+        "n_blocks",
+        "n",
+    ),
+    "block_size": (
+        "block_size",
+        "max_len",
+        "max_seq_len",
+        "context_length",
+        "context_len",
+        "seq_len",
+        "max_seq_length",
+        "max_position_embeddings",
+        "n_ctx",
+        "ctx_len",
+        "context_size",
+        "max_length",
+        "n_positions",
+        "max_seq",
+        "seq_length",
+    ),
+    "dropout": ("dropout", "dropout_rate", "drop", "p_drop", "pdrop", "resid_pdrop", "attn_pdrop", "embd_pdrop"),
+}
+ORDER = ("vocab_size", "d_model", "n_heads", "n_layers", "block_size")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The model the doctor builds: every size distinct, so that an axis mixed up cannot broadcast by luck."""
+
+    vocab_size: int = 29
+    d_model: int = 16
+    n_heads: int = 4
+    n_layers: int = 3
+    block_size: int = 12
+    dropout: float = 0.1  # passed where a dropout is required: a functional dropout left on in eval() shows
+
+    def value(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def describe(self) -> str:
+        return ", ".join(f"{k}={self.value(k)}" for k in ORDER)
+
+
+def _role(name: str) -> str | None:
+    low = name.lower()
+    return next((role for role, names in SYNONYMS.items() if low in names), None)
+
+
+def _params(fn: Callable[..., Any]) -> list[inspect.Parameter] | None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return [
+        p
+        for p in sig.parameters.values()
+        if p.name != "self" and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+
+
+def _required(params: list[inspect.Parameter]) -> list[inspect.Parameter]:
+    return [p for p in params if p.default is inspect.Parameter.empty]
+
+
+def looks_like_model(obj: Any) -> bool:
+    """Is ``obj`` (a class, a factory or a module) worth trying as a whole language model? A module holding an
+    ``nn.Embedding``; a constructor that takes one argument (a config), a vocabulary size, or three or more."""
+    if isinstance(obj, nn.Module):
+        return any(isinstance(m, nn.Embedding) for m in obj.modules())
+    params = _params(obj)
+    if params is None:
+        return False
+    req = _required(params)
+    if not req:
+        return not inspect.isclass(obj)  # a factory of no arguments
+    if any(_role(p.name) == "vocab_size" for p in params):
+        return True
+    return len(req) == 1 and _role(req[0].name) is None or len(req) >= 3
+
+
+class _AnyConfig(dict[str, Any]):
+    """A config the learner's code reads by attribute or by key, under any of the names in :data:`SYNONYMS`."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _config_values(sizes: Sizes) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for role, names in SYNONYMS.items():
+        for n in names:
+            out.setdefault(n, sizes.value(role))
+    return out
+
+
+def _config_class(module_vars: dict[str, Any], param: inspect.Parameter) -> type | None:
+    ann = param.annotation
+    if isinstance(ann, str):
+        ann = module_vars.get(ann)
+    if inspect.isclass(ann) and ann is not inspect.Parameter.empty and ann.__module__ not in ("builtins", "typing"):
+        return ann
+    found = [
+        v
+        for n, v in module_vars.items()
+        if inspect.isclass(v)
+        and not issubclass(v, nn.Module)
+        and (dataclasses.is_dataclass(v) or any(w in n.lower() for w in ("config", "args", "cfg", "hparams")))
+        and getattr(v, "__module__", None) == module_vars.get("__name__")
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def make_config(cls: type | None, sizes: Sizes) -> Any:
+    """An instance of the learner's config class with our sizes set on every field it names, or a namespace."""
+    if cls is None:
+        return _AnyConfig(_config_values(sizes))
+    values = {}
+    fields = (
+        [f.name for f in dataclasses.fields(cls)]
+        if dataclasses.is_dataclass(cls)
+        else [p.name for p in _params(cls) or []]
+        + [n for n in vars(cls) if not n.startswith("_") and not callable(getattr(cls, n))]
+    )
+    for name in fields:
+        role = _role(name)
+        if role is not None and role != "dropout":
+            values[name] = sizes.value(role)
+    init = {n: v for n, v in values.items() if n in {p.name for p in _params(cls) or []}}
+    try:
+        cfg = cls(**init)
+    except Exception as err:  # noqa: BLE001 - the learner's config class
+        raise CheckError(f"could not build the config {cls.__name__}(...): {one_line(err)}") from None
+    for name, value in values.items():
+        try:
+            setattr(cfg, name, value)
+        except Exception:  # noqa: BLE001, S112 - a frozen config keeps what its constructor was given
+            continue
+    return cfg
+
+
+def arguments(fn: Callable[..., Any], sizes: Sizes, module_vars: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """How to call ``fn`` (a class or a factory) with our sizes: (args, kwargs); a :class:`CheckError` when no
+    rule fits its signature."""
+    params = _params(fn)
+    if params is None:
+        return [], {}
+    req = _required(params)
+    roles = {p.name: _role(p.name) for p in params}
+    if len(req) == 1 and roles[req[0].name] is None:
+        return [make_config(_config_class(module_vars, req[0]), sizes)], {}
+    if all(roles[p.name] is not None for p in req):
+        kw = {p.name: sizes.value(r) for p in params if (r := roles[p.name]) is not None and r != "dropout"}
+        kw.update({p.name: sizes.dropout for p in req if roles[p.name] == "dropout"})
+        return [], kw
+    if len(req) == 5:
+        return [sizes.value(k) for k in ORDER], {}
+    names = ", ".join(p.name for p in req)
+    raise CheckError(
+        f"cannot tell how to build it from ({names}); expected CLASS(vocab_size, d_model, n_heads, n_layers, "
+        "block_size), one config argument, or --factory FUNC"
+    )
+
+
+def build_model(
+    target: Any, factory: str | None, sizes: Sizes, seed: int, timeout: float | None
+) -> tuple[nn.Module, str]:
+    """The learner's model in float64 and eval mode, built under a forked seeded RNG; :class:`CheckError` when it
+    cannot be built."""
+    obj, label, name = resolve_target(target, factory, timeout)
+    if isinstance(obj, nn.Module):
+        module = copy.deepcopy(obj)
+    else:
+        module_vars = vars(sys.modules[obj.__module__]) if obj.__module__ in sys.modules else {}
+        module_vars = module_vars or getattr(obj, "__globals__", None) or _globals_of(obj)
+        args, kwargs = arguments(obj, sizes, module_vars)
+        module = _call(obj, name, label, args, kwargs, seed, timeout)
+    try:
+        return module.double().eval(), label
+    except Exception as err:  # noqa: BLE001
+        raise CheckError(f"could not move {name} to float64: {one_line(err)}") from None
+
+
+def _globals_of(obj: Any) -> dict[str, Any]:
+    init = getattr(obj, "__init__", None)
+    return dict(getattr(init, "__globals__", {}) or {})
+
+
+def _call(
+    obj: Callable[..., Any],
+    name: str,
+    label: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    seed: int,
+    timeout: float | None,
+) -> nn.Module:
+    shown = ", ".join([_show(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+    step = (f"{label}: {name}({shown}) (building the model)", f"{label}：构造模型 {name}({shown}) 时")
+    try:
+        with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
+            torch.manual_seed(seed)
+            module = obj(*args, **kwargs)
+    except Hung as hung:
+        raise CheckTimeout.from_hung(hung) from None
+    except SystemExit as err:
+        raise ModuleExited(
+            step[0].replace(" (building the model)", ", building the model,"), err.code, step[1]
+        ) from None
+    except Exception as err:  # noqa: BLE001
+        raise CheckError(
+            f"{name}({shown}) failed: {one_line(err)}; the doctor builds CLASS(vocab_size, d_model, n_heads, "
+            "n_layers, block_size) or CLASS(config) (use --factory FUNC for another signature)"
+        ) from None
+    if not isinstance(module, nn.Module):
+        raise CheckError(f"{name}({shown}) returned {type(module).__name__}; expected a torch.nn.Module")
+    return module
+
+
+def _show(a: Any) -> str:
+    if isinstance(a, _AnyConfig):
+        return "config"
+    if dataclasses.is_dataclass(a) or hasattr(a, "__dict__"):
+        return f"{type(a).__name__}(...)"
+    return repr(a)

@@ -1,0 +1,166 @@
+"""``check(target, kind="lm")``: the doctor on a whole language model (docs/doctor.md, "Checking a whole model").
+
+    from anatomy.doctor import check
+    report = check("my_gpt.py:GPT")            # found to be a model by behaviour, or kind="lm"
+    report.faults                              # {"targets_shifted_twice"}, block faults folded across layers
+    report.layers                              # one row per block
+
+Build the model (``build.py``), find its forward's contract (``contract.py``), find its blocks and diagnose each
+with the block doctor (``blocks.py``, findings folded across layers), then the model-level probes, each a pitfall
+record of kind "model" (``anatomy/pitfalls/catalog_model.py``). A probe that cannot decide says so in
+``skipped``; it never guesses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from anatomy.doctor.loading.subject import CheckError
+from anatomy.doctor.model import causal, loss, positions, probes
+from anatomy.doctor.model.blocks import capture, diagnose_layers, find_stack
+from anatomy.doctor.model.build import Sizes, build_model
+from anatomy.doctor.model.context import Context
+from anatomy.doctor.model.contract import BATCH, LM, SEQ, ForwardError, first_call
+from anatomy.doctor.model.found import ModelFinding, fold
+from anatomy.doctor.model.report import ModelReport
+from anatomy.doctor.report.findings import Report
+
+__anatomy_transparent__ = True
+
+Probe = Callable[[Context], list[ModelFinding]]
+
+
+def check_model(
+    target: Any,
+    *,
+    factory: str | None = None,
+    sizes: Sizes | None = None,
+    seed: int = 0,
+    timeout: float | None = None,
+) -> ModelReport:
+    """The model's report (the module docstring); :class:`CheckError` when it cannot be built or called."""
+    sizes = sizes or Sizes()
+    problem = None
+    if sizes.d_model % sizes.n_heads:
+        problem = f"d_model ({sizes.d_model}) must be divisible by n_heads ({sizes.n_heads})"
+    elif sizes.block_size <= SEQ:
+        problem = f"block_size must be more than {SEQ} (the probes' length), got {sizes.block_size}"
+    if problem is not None:
+        err = CheckError(problem)
+        err.model_built = True  # type: ignore[attr-defined]  # the caller's sizes: said, not handed to the block doctor
+        raise err
+    module, label = build_model(target, factory, sizes, seed, timeout)
+    lm = LM(module, label, sizes, timeout, seed)
+    try:
+        base = first_call(lm)
+    except CheckError as err:
+        err.model_built = any(isinstance(m, torch.nn.Embedding) for m in module.modules())  # type: ignore[attr-defined]
+        raise
+    stack = find_stack(module, sizes.d_model)
+    calls = None
+    if stack is not None:
+        try:
+            calls = capture(lm, stack, lm.ids())
+        except ForwardError:
+            calls = None
+    ctx = Context(lm, stack, calls, base)
+    return _report(ctx)
+
+
+def _report(ctx: Context) -> ModelReport:
+    lm, stack = ctx.lm, ctx.stack
+    findings: list[ModelFinding] = []
+    passed = []
+    for name, probe in PROBES:
+        got = probe(ctx)
+        findings += got
+        if not got and not any(s["probe"] == name for s in ctx.skipped):
+            passed.append(name)
+    layers, block_findings, diag = _blocks(ctx)
+    findings = _explain(findings + block_findings)
+    found = {
+        "call": f"forward(ids{_targets_shown(lm)})",
+        "returns": lm.returns,
+        "targets": lm.target_arg,
+        "stack": None
+        if stack is None
+        else {"path": stack.path, "count": len(stack.blocks), "class": type(stack.blocks[0]).__name__},
+        "call_notes": lm.notes,
+        **ctx.found,
+    }
+    settings = {
+        **{k: lm.sizes.value(k) for k in ("vocab_size", "d_model", "n_heads", "n_layers", "block_size")},
+        "head_dim": lm.sizes.d_model // lm.sizes.n_heads,
+        "batch": BATCH,
+        "seq": SEQ,
+        "seed": lm.seed,
+        "dtype": "float64",
+    }
+    return ModelReport(lm.label, "lm", settings, found, list(findings), passed, ctx.skipped, diag, layers)
+
+
+def _targets_shown(lm: LM) -> str:
+    if lm.target_arg is None:
+        return ")"[:0]
+    return ", targets" if lm.target_arg == "" else f", {lm.target_arg}=targets"
+
+
+def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dict[str, Any]]:
+    """Each block through the block doctor: the rows of ``layers``, the folded findings, the diagnosis line."""
+    stack = ctx.stack
+    if stack is None:
+        ctx.skip("lm_blocks", "no stack of repeated blocks found", "没有找到重复的 block 堆叠")
+        return [], [], {"status": "unavailable", "reason": "no stack of repeated blocks"}
+    reports = diagnose_layers(ctx.lm, stack)
+    ctx.layer_reports = reports
+    rows = []
+    for i, (block, rep) in enumerate(zip(stack.blocks, reports)):
+        row: dict[str, Any] = {"index": i, "path": stack.name(i), "class": type(block).__name__}
+        if isinstance(rep, Report):
+            row.update(status="checked", faults=sorted(rep.faults), diagnosis=rep.diagnosis.get("status"))
+            row["errors"] = len(rep.errors)
+        else:
+            row.update(status=f"not checked: {rep}", faults=[], diagnosis=None, errors=0)
+        rows.append(row)
+    checked = [r for r in reports if isinstance(r, Report)]
+    if len(checked) < len(reports):
+        ctx.skip(
+            "lm_blocks",
+            f"{len(reports) - len(checked)} of {len(reports)} blocks could not be checked alone: "
+            + next(r for r in reports if isinstance(r, str)),
+            f"{len(reports)} 个 block 中有 {len(reports) - len(checked)} 个无法单独检查",
+        )
+    folded = fold([r if isinstance(r, Report) else None for r in reports], len(reports))
+    statuses = {r.diagnosis.get("status") for r in checked}
+    diag = {"status": "matches" if checked and statuses == {"matches"} else "per_layer", "layers": len(reports)}
+    return rows, folded, diag
+
+
+MASK_FAULTS = ("causal_mask_sliced_wrong", "causal_mask_missing_in_layer")
+
+
+def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
+    """Symptoms said once: the blocks' causal leaks are the symptom of a model-level mask fault (whose finding
+    takes their line), and the end-to-end leak the symptom of the blocks' own when every layer leaks."""
+    model_mask = next((f for f in findings if f.fault in MASK_FAULTS), None)
+    block_leak = next((f for f in findings if f.probe == "causal_leak" and f.severity == "error" and f.layers), None)
+    for f in findings:
+        if model_mask is not None and f.probe in ("causal_leak", "diagnosis") and f.fault is None:
+            f.explained_by = model_mask.fault
+            if not model_mask.where:
+                model_mask.where = list(f.where)
+        elif f.probe == "lm_causal_leak" and f.fault is None and block_leak is not None:
+            f.explained_by = block_leak.fault or block_leak.explained_by
+    return findings
+
+
+PROBES: list[tuple[str, Probe]] = [
+    ("lm_causal_leak", lambda c: causal.causal_findings(c.lm, c.stack, c.calls, SEQ)),
+    ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, SEQ)] if f is not None]),
+    ("lm_loss", loss.loss_findings),
+    ("lm_positions", positions.positions_findings),
+    *probes.PROBES,
+]

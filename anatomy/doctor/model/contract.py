@@ -1,0 +1,183 @@
+"""The model's forward contract, found by calling it: ``forward(ids)`` returns logits ``(B, T, V)`` (a tensor, the
+first of a tuple, a dict's or an object's ``logits``), and with targets (keyword ``targets``/``labels``/``y``, or
+the second positional argument) also a scalar loss. Every forward runs under the time limit and a fixed seed, so a
+dropout left on draws the same mask each time (``probes`` vary the seed on purpose)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from anatomy.doctor.loading.limits import Hung, guard
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout, _quiet, one_line
+from anatomy.doctor.model.build import Sizes
+
+__anatomy_transparent__ = True
+
+TARGET_NAMES = ("targets", "labels", "y", "target", "tgt", "label", "targets_ids", "target_ids")
+NOT_TARGETS = ("mask", "attention_mask", "attn_mask", "padding_mask", "start_pos", "pos", "cache", "kv_cache")
+BATCH = 2
+SEQ = 7
+
+
+class ForwardError(Exception):
+    """One forward of the learner's model raised (the learner's own error, said in one line)."""
+
+
+@dataclass
+class LM:
+    """The learner's model and how to call it."""
+
+    module: nn.Module
+    label: str
+    sizes: Sizes
+    timeout: float | None
+    seed: int = 0
+    target_arg: str | None = None  # a keyword name, "" for the second positional argument, None: takes none
+    returns: str = "logits"  # "logits" | "(logits, loss)" | "dict" | "object"
+    notes: list[dict[str, str]] = field(default_factory=list)
+
+    def ids(self, t: int = SEQ, seed: int = 1, b: int = BATCH) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed + seed)
+        return torch.randint(0, self.sizes.vocab_size, (b, t), generator=gen)
+
+    def forward(self, ids: torch.Tensor, *, seed: int = 0, **kwargs: Any) -> Any:
+        """The raw output of ``module(ids, **kwargs)`` under the time limit, with a fixed RNG seed."""
+        step = (
+            f"{self.label}: forward(ids) on ids of shape {tuple(ids.shape)}",
+            f"{self.label}：对形状为 {tuple(ids.shape)} 的 ids 调用 forward 时",
+        )
+        args: tuple[Any, ...] = ()
+        if "" in kwargs:  # the targets, positionally
+            args = (kwargs.pop(""),)
+        try:
+            with _quiet(), seeded(self.seed + 1000 + seed), guard(self.timeout, lambda: step), torch.no_grad():
+                return self.module(ids, *args, **kwargs)
+        except Hung as hung:
+            raise CheckTimeout.from_hung(hung) from None
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - the learner's forward
+            raise ForwardError(one_line(err)) from err
+
+    def logits(self, ids: torch.Tensor, *, seed: int = 0, **kwargs: Any) -> torch.Tensor:
+        out = self.forward(ids, seed=seed, **kwargs)
+        found = read_logits(out, ids.shape[0], ids.shape[1], self.sizes.vocab_size)
+        if found is None:
+            raise ForwardError(f"returned {describe(out)}, not logits of shape (B, T, V)")
+        return found
+
+    def with_targets(self, ids: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(logits, loss) of a call with ``targets`` (the loss None when it returns none)."""
+        assert self.target_arg is not None
+        extra: dict[str, Any] = {self.target_arg: targets}
+        out = self.forward(ids, **extra)
+        logits = read_logits(out, ids.shape[0], ids.shape[1], self.sizes.vocab_size)
+        if logits is None:
+            raise ForwardError(f"with targets it returned {describe(out)}, not logits")
+        return logits, read_loss(out)
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def _candidates(out: Any) -> list[Any]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    if isinstance(out, dict):
+        return [out.get("logits"), *out.values()]
+    return [getattr(out, "logits", None)]
+
+
+def read_logits(out: Any, b: int, t: int, v: int) -> torch.Tensor | None:
+    """The logits ``(B, T, V)`` in what forward returned (``(B*T, V)`` read back as ``(B, T, V)``), or None."""
+    for c in _candidates(out):
+        if not isinstance(c, torch.Tensor) or not c.is_floating_point():
+            continue
+        if tuple(c.shape) == (b, t, v):
+            return c
+        if tuple(c.shape) == (b * t, v):
+            return c.view(b, t, v)
+    return None
+
+
+def read_loss(out: Any) -> torch.Tensor | None:
+    if isinstance(out, dict):
+        loss = out.get("loss")
+    elif isinstance(out, (tuple, list)):
+        loss = next((c for c in out[1:] if isinstance(c, torch.Tensor) and c.dim() == 0), None)
+    else:
+        loss = getattr(out, "loss", None)
+    return loss if isinstance(loss, torch.Tensor) and loss.dim() == 0 else None
+
+
+def describe(out: Any) -> str:
+    if isinstance(out, torch.Tensor):
+        return f"a tensor of shape {tuple(out.shape)}"
+    if isinstance(out, (tuple, list)):
+        return f"a {type(out).__name__} of {len(out)} ({', '.join(describe(o) for o in out[:3])})"
+    return type(out).__name__
+
+
+def _returns(out: Any) -> str:
+    if isinstance(out, torch.Tensor):
+        return "logits"
+    if isinstance(out, (tuple, list)):
+        return "(logits, loss)" if len(out) == 2 else f"({', '.join(['logits'] + ['...'] * (len(out) - 1))})"
+    return "dict" if isinstance(out, dict) else "object with .logits"
+
+
+def first_call(lm: LM) -> torch.Tensor:
+    """The plain logits of ``forward(ids)``; a :class:`CheckError` saying what was expected when it fails."""
+    ids = lm.ids()
+    try:
+        out = lm.forward(ids)
+    except ForwardError as err:
+        raise CheckError(
+            f"{lm.label}: forward(ids) on ids of shape (B, T) = {tuple(ids.shape)} raised {err}; expected it to "
+            f"return logits (B, T, V) = {(BATCH, SEQ, lm.sizes.vocab_size)} or (logits, loss)"
+        ) from None
+    logits = read_logits(out, BATCH, SEQ, lm.sizes.vocab_size)
+    if logits is None:
+        raise CheckError(
+            f"{lm.label}: forward(ids) on ids of shape {tuple(ids.shape)} returned {describe(out)}; expected logits "
+            f"(B, T, V) = {(BATCH, SEQ, lm.sizes.vocab_size)} (vocab_size={lm.sizes.vocab_size})"
+        )
+    lm.returns = _returns(out)
+    lm.target_arg = _target_arg(lm, ids)
+    return logits
+
+
+def _target_arg(lm: LM, ids: torch.Tensor) -> str | None:
+    """The name under which forward takes targets (``""``: positionally), checked by a call that returns a loss."""
+    try:
+        params = list(inspect.signature(lm.module.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    names = [p.name for p in params]
+    tries = [n for n in TARGET_NAMES if n in names]
+    positional = [
+        p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) >= 2 and positional[1].name not in tries and positional[1].name.lower() not in NOT_TARGETS:
+        tries.append("")
+    targets = lm.ids(seed=2)
+    for name in tries:
+        try:
+            extra: dict[str, Any] = {name: targets}
+            out = lm.forward(ids, **extra)
+        except ForwardError:
+            continue
+        if read_loss(out) is not None:
+            return name
+    return None

@@ -1,0 +1,169 @@
+"""Model findings: a :class:`~anatomy.doctor.report.findings.Finding` that also says which layers it holds in, the
+block doctor's findings folded across layers ("layers 0-5"), and the learner's lines behind a model-level finding
+(an op log of one forward: every torch call with the learner's file and line, ``anatomy.tracing``'s frame rule)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from anatomy.doctor.report.findings import PROBE_TITLES, Finding, Report
+from anatomy.tracing.ops import op_name
+from anatomy.tracing.steps import learner_frame
+
+__anatomy_transparent__ = True
+
+PROBE_TITLES.update(  # the model's probes, titled in the report as the block doctor's are
+    {
+        "lm_causal_leak": ("causal leak through the model", "整个模型的因果泄漏"),
+        "lm_loss": ("the model's loss", "模型的损失"),
+        "lm_positions": ("positions", "位置"),
+        "lm_mask_lengths": ("causal mask at every length", "各长度下的因果 mask"),
+        "lm_padding": ("padding", "padding"),
+        "lm_eval": ("deterministic in eval()", "eval() 下结果确定"),
+        "lm_tying": ("tied embedding and head", "嵌入与输出头绑定"),
+        "lm_final_norm": ("final norm", "最后的 Norm"),
+        "lm_generate": ("the model's own generate", "模型自带的 generate"),
+        "lm_blocks": ("the blocks", "各个 block"),
+    }
+)
+
+
+@dataclass
+class ModelFinding(Finding):
+    layers: list[int] = field(default_factory=list)  # the blocks it holds in (empty: the model as a whole)
+    layer: int | None = None  # the first layer where it appears (a causal leak)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "layers": self.layers, "layer": self.layer}
+
+
+def span(layers: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
+    parts: list[str] = []
+    for i in sorted(layers):
+        if parts and parts[-1].split("-")[-1] == str(i - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{i}"
+        else:
+            parts.append(str(i))
+    return ", ".join(parts)
+
+
+def layer_words(layers: list[int], n: int) -> tuple[str, str]:
+    if len(layers) == 1:
+        return f"layer {layers[0]}", f"第 {layers[0]} 层"
+    every = len(layers) == n and n > 1
+    return (
+        f"layers {span(layers)}" + (" (every layer)" if every else ""),
+        f"第 {span(layers)} 层" + ("（每一层）" if every else ""),
+    )
+
+
+def fold(reports: list[Report | None], n: int) -> list[ModelFinding]:
+    """The block doctor's findings of every layer, identical ones (same probe, fault, severity) folded into one
+    that names its layers."""
+    groups: dict[tuple[Any, ...], tuple[Finding, list[int]]] = {}
+    for i, rep in enumerate(reports):
+        if rep is None:
+            continue
+        for f in rep.findings:
+            key = (f.probe, f.severity, f.fault, f.explained_by)
+            groups.setdefault(key, (f, []))[1].append(i)
+    out = []
+    for f, layers in groups.values():
+        en, zh = layer_words(layers, n)
+        out.append(
+            ModelFinding(
+                f.probe,
+                f.severity,
+                f"{en}: {f.en}",
+                f"{zh}：{f.zh}",
+                dict(f.evidence),
+                fault=f.fault,
+                explained_by=f.explained_by,
+                where=list(f.where),
+                layers=layers,
+            )
+        )
+    return out
+
+
+@dataclass
+class Op:
+    op: str
+    file: str
+    line: int
+    source: str
+    shape: tuple[int, ...]
+
+
+class _Log(TorchFunctionMode):
+    def __init__(self, ops: list[Op]) -> None:
+        super().__init__()
+        self.ops = ops
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if len(self.ops) < 20_000:
+            file, line, source = learner_frame()
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else ()
+            self.ops.append(Op(op_name(func), file, line, source, shape))
+        return out
+
+
+@contextmanager
+def op_log(ops: list[Op] | None = None) -> Iterator[list[Op]]:
+    """Every torch call made inside (appended to ``ops`` when given), with the learner's line that made it."""
+    ops = [] if ops is None else ops
+    with _Log(ops):
+        yield ops
+
+
+def at(file: str, line: int, source: str, en: str, zh: str) -> dict[str, Any]:
+    """A ``where`` entry, as ``doctor/report/pointers.py`` makes them (the source quoted after "line N")."""
+    if source:
+        en = en.replace(f"line {line} ", f"line {line} `{source}` ", 1)
+        zh = zh.replace(f"第 {line} 行", f"第 {line} 行 `{source}` ", 1)
+    return {
+        "line": line,
+        "file": file,
+        "where": f"{os.path.basename(file)}:{line}",
+        "source": source,
+        "op": "",
+        "en": en,
+        "zh": zh,
+    }
+
+
+def at_op(op: Op, en: str, zh: str) -> dict[str, Any]:
+    return at(op.file, op.line, op.source, en, zh)
+
+
+def first_op(ops: list[Op], names: set[str], pred: Callable[[Op], bool] = lambda o: True) -> Op | None:
+    return next((o for o in ops if o.op in names and o.line and pred(o)), None)
+
+
+def raised_at(err: BaseException) -> tuple[str, int, str] | None:
+    """The learner's innermost frame of the traceback of ``err`` (or of its cause): (file, line, source)."""
+    import linecache
+
+    from anatomy.tracing.steps import _SKIP, TRANSPARENT
+
+    cause = err.__cause__ or err
+    tb, found = cause.__traceback__, None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not fn.startswith(_SKIP) and not fn.startswith("<") and not tb.tb_frame.f_globals.get(TRANSPARENT):
+            found = (fn, tb.tb_lineno)
+        tb = tb.tb_next
+    if found is None:
+        return None
+    return found[0], found[1], linecache.getline(found[0], found[1]).strip()

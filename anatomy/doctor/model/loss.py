@@ -1,0 +1,114 @@
+"""The alignment of the model's own loss: its loss compared with the cross-entropy of ``logits[:, t]`` against
+``targets[:, t + k]`` for k = 0 (the caller shifts), 1 (the model shifts), 2 (shifted twice) and -1 (backwards);
+and the pads: a target marked -100 (or the model's pad id) must not count."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from anatomy.doctor.model.context import Context
+from anatomy.doctor.model.contract import ForwardError
+from anatomy.doctor.model.found import ModelFinding, Op, at_op, first_op, op_log
+
+__anatomy_transparent__ = True
+
+LOSS_OPS = {"cross_entropy", "nll_loss", "log_softmax", "CrossEntropyLoss"}
+REL = 1e-6
+
+
+def _ce(logits: torch.Tensor, targets: torch.Tensor, k: int) -> float:
+    t = logits.shape[1]
+    if k >= 0:
+        lg, tg = logits[:, : t - k], targets[:, k:]
+    else:
+        lg, tg = logits[:, -k:], targets[:, : t + k]
+    return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tg.reshape(-1)))
+
+
+def alignment(logits: torch.Tensor, targets: torch.Tensor, loss: float) -> int | None:
+    """The shift k whose cross-entropy equals the model's loss (None: none does)."""
+    for k in (0, 1, 2, -1):
+        ce = _ce(logits, targets, k)
+        if abs(ce - loss) <= REL * max(1.0, abs(loss)):
+            return k
+    return None
+
+
+def _loss_line(ops: list[Op]) -> Op | None:
+    return first_op(ops, LOSS_OPS) or first_op(ops, {"nll_loss", "log_softmax", "mean", "sum"})
+
+
+def loss_findings(ctx: Context) -> list[ModelFinding]:
+    """What the model's own loss compares (``found["loss"]``), and a finding when it is misaligned."""
+    lm, found = ctx.lm, ctx.found
+    if lm.target_arg is None:
+        found["loss"] = {"examined": False, "reason": "forward takes no targets"}
+        ctx.skip("lm_loss", "forward takes no targets", "forward 不接受目标")
+        return []
+    ids, targets = lm.ids(), lm.ids(seed=2)
+    try:
+        with op_log() as ops:
+            logits, loss = lm.with_targets(ids, targets)
+    except ForwardError as err:
+        found["loss"] = {"examined": False, "reason": f"forward with targets raised {err}"}
+        ctx.skip("lm_loss", f"forward with targets raised {err}", f"传入目标时 forward 出错：{err}")
+        return []
+    if loss is None:
+        found["loss"] = {"examined": False, "reason": "no loss returned"}
+        ctx.skip("lm_loss", "forward with targets returned no loss", "传入目标时 forward 没有返回损失")
+        return []
+    k = alignment(logits.double(), targets, float(loss))
+    found["loss"] = {"examined": True, "argument": lm.target_arg or "(positional)", "shift": k}
+    line = _loss_line(ops)
+    if k == 2:
+        return [_twice(line)]
+    if k == -1:
+        return [_backwards(line)]
+    if k == 0 and lm.target_arg == "labels":
+        return [_labels_unshifted(line)]
+    return []
+
+
+def _where(line: Op | None, en: str, zh: str) -> list[dict[str, object]]:
+    return [] if line is None else [at_op(line, f"line {line.line} {en}", f"第 {line.line} 行{zh}")]
+
+
+def _twice(line: Op | None) -> ModelFinding:
+    return ModelFinding(
+        "lm_loss",
+        "error",
+        "the model's loss scores logits[:, t] against targets[:, t + 2]: the targets are shifted twice (the "
+        "loss skips the next token and trains the one after it)",
+        "模型的损失把 logits[:, t] 与 targets[:, t + 2] 比较：目标被错开了两次（跳过下一个 token，训练的是再后一个）",
+        {"shift": 2},
+        fault="targets_shifted_twice",
+        where=_where(line, "computes the loss", " 计算损失"),
+    )
+
+
+def _backwards(line: Op | None) -> ModelFinding:
+    return ModelFinding(
+        "lm_loss",
+        "error",
+        "the model's loss scores logits[:, t] against targets[:, t - 1]: shifted the wrong way, a token the model "
+        "already sees, so it learns to copy",
+        "模型的损失把 logits[:, t] 与 targets[:, t - 1] 比较：错开的方向反了，模型已经看得见那个 token，于是学会复制",
+        {"shift": -1},
+        fault="targets_not_shifted",
+        where=_where(line, "computes the loss", " 计算损失"),
+    )
+
+
+def _labels_unshifted(line: Op | None) -> ModelFinding:
+    return ModelFinding(
+        "lm_loss",
+        "warning",
+        "the model's loss scores logits[:, t] against labels[:, t] with no shift; called the usual way, "
+        "labels=input_ids, it learns to copy its input (shift inside: logits[:, :-1] against labels[:, 1:])",
+        "模型的损失把 logits[:, t] 与 labels[:, t] 直接比较，没有错位；按惯例传入 labels=input_ids 时，模型会学会"
+        "复制输入（在模型内错位：logits[:, :-1] 对 labels[:, 1:]）",
+        {"shift": 0, "argument": "labels"},
+        fault="targets_not_shifted",
+        where=_where(line, "computes the loss", " 计算损失"),
+    )

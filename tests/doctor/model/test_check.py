@@ -1,0 +1,93 @@
+"""The doctor on a whole model: found by behaviour, built, its blocks diagnosed and folded, and the model-level
+probes, on models in several styles (tests/doctor/model/*_style.py), each correct as written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from anatomy.doctor import CheckError, check
+from anatomy.doctor.model.report import ModelReport
+from tests.doctor.model.styles import HERE, line_of, lines, run, variant
+
+STYLES = ["nano_style.py"]
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_a_correct_model_gets_no_error(style):
+    report = check(f"{HERE / style}:GPT")
+    assert isinstance(report, ModelReport) and report.kind == "lm"
+    assert report.errors == [], report.render()
+    assert report.faults == set()
+    assert report.layers and all(row["status"] == "checked" for row in report.layers)
+
+
+def test_the_kind_is_found_by_behaviour_and_can_be_named():
+    auto = check(f"{HERE / 'nano_style.py'}:GPT")
+    named = check(f"{HERE / 'nano_style.py'}:GPT", kind="lm")
+    assert auto.to_dict() == named.to_dict()
+    assert auto.found["stack"] == {"path": "transformer.h", "count": 3, "class": "Block"}
+    assert auto.found["loss"]["shift"] == 0 and auto.found["targets"] == "targets"
+
+
+def test_a_block_is_still_a_block():
+    from tests.doctor.model import nano_style
+
+    rep = check(nano_style.Block(nano_style.GPTConfig(n_embd=16, n_head=4)), d_model=16, n_heads=4, causal=True)
+    assert rep.kind == "block" and rep.errors == []
+
+
+def test_sizes_are_the_callers(tmp_path):
+    report = check(f"{HERE / 'nano_style.py'}:GPT", n_layers=6, vocab_size=31, block_size=10)
+    assert len(report.layers) == 6 and report.settings["vocab_size"] == 31
+    assert report.errors == []
+
+
+def test_targets_shifted_twice(tmp_path):
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)",
+        "loss = F.cross_entropy(logits[:, :-2].reshape(-1, 29), targets[:, 2:].reshape(-1))",
+    )
+    report = run(path)
+    assert report.faults == {"targets_shifted_twice"}
+    assert line_of(path, "logits[:, :-2]") in lines(report, "targets_shifted_twice")
+
+
+def test_targets_shifted_backwards_is_not_shifted(tmp_path):
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)",
+        "loss = F.cross_entropy(logits[:, 1:].reshape(-1, 29), targets[:, :-1].reshape(-1))",
+    )
+    assert run(path).faults == {"targets_not_shifted"}
+
+
+def test_causal_mask_sliced_wrong_for_a_shorter_input(tmp_path):
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        "att = att.masked_fill(self.bias[:, :, :T, :T] == 0",
+        "att = att.masked_fill(self.bias[:, :, -T:, :T] == 0",
+    )
+    report = run(path)
+    assert report.faults == {"causal_mask_sliced_wrong"}
+    assert line_of(path, "self.bias[:, :, -T:, :T]") in lines(report, "causal_mask_sliced_wrong")
+    (leak,) = [f for f in report.findings if f.probe == "causal_leak"]
+    assert leak.layers == [0, 1, 2] and "layers 0-2" in leak.en and leak.explained_by == "causal_mask_sliced_wrong"
+
+
+def test_json_has_the_model_additions(tmp_path):
+    d = json.loads(check(f"{HERE / 'nano_style.py'}:GPT").to_json())
+    assert d["kind"] == "lm" and len(d["layers"]) == 3
+    assert {"index", "path", "class", "status", "faults"} <= set(d["layers"][0])
+
+
+def test_bad_sizes_are_one_line_errors():
+    with pytest.raises(CheckError, match="n_layers must be a positive integer"):
+        check(f"{HERE / 'nano_style.py'}:GPT", n_layers=0)
+    with pytest.raises(CheckError, match="block_size must be more than"):
+        check(f"{HERE / 'nano_style.py'}:GPT", block_size=4)
