@@ -116,6 +116,8 @@ CASES = [
       style="ModelArgs, complex RoPE, cache_k/cache_v, forward(tokens, start_pos) under inference_mode"),
     M("llama_meta.py:TransformerFirstLogit", "generate_reads_first_position",
       "next_token = torch.argmax(logits[:, 0], dim=-1)", style="run-llama-locally before PR #1"),
+    M("hkproj_llama.py:Transformer", "refused", refusal="Only one token at a time",
+      style="forward(tokens, start_pos) asserts seq_len == 1: an inference-only model, nothing to compare in one call"),
     M("llama2c.py:Transformer", "ok",
       style="forward(tokens) returns only the last position's logits; the loss in self.last_loss"),
     M("lit_gpt.py:GPT", "ok", style="Config dataclass with padded_vocab_size (logits wider than the vocabulary)"),
