@@ -19,6 +19,7 @@ from anatomy.tracing.steps import learner_frame
 
 __anatomy_transparent__ = True
 
+MAX_CAPTURED = 16  # the longest input whose arguments are captured for the block doctor (it probes T <= 11)
 Extras = tuple[tuple[Any, ...], dict[str, Any]]  # the arguments after the hidden states, and the keywords
 
 
@@ -128,7 +129,7 @@ class Layer(nn.Module):
 def layer_extras(lm: LM, stack: Stack) -> list[dict[int, Extras]]:
     """Per block, its extra arguments for every input length 1..block_size the model accepts."""
     out: list[dict[int, Extras]] = [{} for _ in stack.blocks]
-    for t in range(1, lm.sizes.block_size + 1):
+    for t in range(1, min(lm.sizes.block_size, MAX_CAPTURED) + 1):
         try:
             calls = capture(lm, stack, lm.ids(t))
         except ForwardError:

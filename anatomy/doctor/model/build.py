@@ -278,3 +278,47 @@ def _show(a: Any) -> str:
     if dataclasses.is_dataclass(a) or hasattr(a, "__dict__"):
         return f"{type(a).__name__}(...)"
     return repr(a)
+
+
+def infer_sizes(module: nn.Module, asked: Sizes, n_layers: int | None) -> Sizes:
+    """The sizes the built model really has (a factory or a zero-argument class keeps its own): the vocabulary and
+    width of the embedding the head reads into, the longest input (a positional table, a square mask buffer), the
+    heads (an attribute ``n_head``... of a block, or a ModuleList of heads); the asked sizes where nothing says."""
+    embs = [m for m in module.modules() if isinstance(m, nn.Embedding)]
+    heads = [m.out_features for m in module.modules() if isinstance(m, nn.Linear)]
+    tok = next((e for e in embs if e.num_embeddings in heads), embs[0] if embs else None)
+    if tok is None:
+        return asked
+    v, d = tok.num_embeddings, tok.embedding_dim
+    longest = [e.num_embeddings for e in embs if e is not tok and e.embedding_dim == d]
+    longest += [
+        b.shape[-1] for b in module.buffers() if b.dim() >= 2 and b.shape[-1] == b.shape[-2] and b.shape[-1] > 1
+    ]
+    block = min(longest) if longest else asked.block_size
+    return Sizes(
+        vocab_size=v,
+        d_model=d,
+        n_heads=_heads(module, d) or asked.n_heads,
+        n_layers=n_layers or asked.n_layers,
+        block_size=block,
+        dropout=asked.dropout,
+    )
+
+
+def _heads(module: nn.Module, d: int) -> int | None:
+    for m in module.modules():
+        for n in SYNONYMS["n_heads"]:
+            v = getattr(m, n, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0 and d % v == 0:
+                return v
+        cfg = getattr(m, "config", None)
+        for n in SYNONYMS["n_heads"] if cfg is not None else ():
+            v = getattr(cfg, n, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0 and d % v == 0:
+                return v
+    for m in module.modules():
+        if isinstance(m, nn.ModuleList) and len(m) > 1 and len({type(k) for k in m}) == 1 and d % len(m) == 0:
+            kid = m[0]
+            if any(isinstance(x, nn.Linear) and x.out_features == d // len(m) for x in kid.modules()):
+                return len(m)
+    return None

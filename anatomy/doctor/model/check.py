@@ -19,11 +19,11 @@ from typing import Any
 import torch
 
 from anatomy.doctor.loading.subject import CheckError
-from anatomy.doctor.model import causal, loss, positions, probes
+from anatomy.doctor.model import causal, hygiene, loss, padding, positions
 from anatomy.doctor.model.blocks import capture, diagnose_layers, find_stack
-from anatomy.doctor.model.build import Sizes, build_model
+from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import BATCH, LM, SEQ, ForwardError, first_call
+from anatomy.doctor.model.contract import BATCH, LM, ForwardError, first_call
 from anatomy.doctor.model.found import ModelFinding, fold
 from anatomy.doctor.model.report import ModelReport
 from anatomy.doctor.report.findings import Report
@@ -46,20 +46,21 @@ def check_model(
     problem = None
     if sizes.d_model % sizes.n_heads:
         problem = f"d_model ({sizes.d_model}) must be divisible by n_heads ({sizes.n_heads})"
-    elif sizes.block_size <= SEQ:
-        problem = f"block_size must be more than {SEQ} (the probes' length), got {sizes.block_size}"
+    elif sizes.block_size < 3:
+        problem = f"block_size must be at least 3, got {sizes.block_size}"
     if problem is not None:
         err = CheckError(problem)
         err.model_built = True  # type: ignore[attr-defined]  # the caller's sizes: said, not handed to the block doctor
         raise err
     module, label = build_model(target, factory, sizes, seed, timeout)
+    stack = find_stack(module, sizes.d_model)
+    sizes = infer_sizes(module, sizes, len(stack.blocks) if stack is not None else None)
     lm = LM(module, label, sizes, timeout, seed)
     try:
         base = first_call(lm)
     except CheckError as err:
         err.model_built = any(isinstance(m, torch.nn.Embedding) for m in module.modules())  # type: ignore[attr-defined]
         raise
-    stack = find_stack(module, sizes.d_model)
     calls = None
     if stack is not None:
         try:
@@ -80,6 +81,11 @@ def _report(ctx: Context) -> ModelReport:
         if not got and not any(s["probe"] == name for s in ctx.skipped):
             passed.append(name)
     layers, block_findings, diag = _blocks(ctx)
+    for name, probe in AFTER_BLOCKS:
+        got = probe(ctx)
+        findings += got
+        if not got and not any(s["probe"] == name for s in ctx.skipped):
+            passed.append(name)
     findings = _explain(findings + block_findings)
     found = {
         "call": f"forward(ids{_targets_shown(lm)})",
@@ -95,7 +101,7 @@ def _report(ctx: Context) -> ModelReport:
         **{k: lm.sizes.value(k) for k in ("vocab_size", "d_model", "n_heads", "n_layers", "block_size")},
         "head_dim": lm.sizes.d_model // lm.sizes.n_heads,
         "batch": BATCH,
-        "seq": SEQ,
+        "seq": lm.seq,
         "seed": lm.seed,
         "dtype": "float64",
     }
@@ -145,6 +151,12 @@ MASK_FAULTS = ("causal_mask_sliced_wrong", "causal_mask_missing_in_layer")
 def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
     """Symptoms said once: the blocks' causal leaks are the symptom of a model-level mask fault (whose finding
     takes their line), and the end-to-end leak the symptom of the blocks' own when every layer leaks."""
+    if any(f.fault == "functional_dropout_in_eval" for f in findings):
+        for f in findings:  # the block doctor's name for the same dropout, and its symptoms: one group
+            if f.fault == "dropout_at_eval":
+                f.fault, f.explained_by = None, "functional_dropout_in_eval"
+            elif f.explained_by == "dropout_at_eval" or (f.fault is None and f.layers and f.severity == "error"):
+                f.explained_by = "functional_dropout_in_eval"
     model_mask = next((f for f in findings if f.fault in MASK_FAULTS), None)
     block_leak = next((f for f in findings if f.probe == "causal_leak" and f.severity == "error" and f.layers), None)
     for f in findings:
@@ -158,9 +170,15 @@ def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
 
 
 PROBES: list[tuple[str, Probe]] = [
-    ("lm_causal_leak", lambda c: causal.causal_findings(c.lm, c.stack, c.calls, SEQ)),
-    ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, SEQ)] if f is not None]),
+    ("lm_eval", hygiene.eval_findings),  # first: the others need a deterministic model
+    ("lm_causal_leak", lambda c: causal.causal_findings(c.lm, c.stack, c.calls, c.lm.seq)),
+    ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, c.lm.seq)] if f is not None]),
     ("lm_loss", loss.loss_findings),
     ("lm_positions", positions.positions_findings),
-    *probes.PROBES,
+    ("lm_tying", hygiene.tying_findings),
+    ("lm_padding", padding.padding_findings),
+    ("lm_pads_in_loss", padding.pads_in_loss_findings),
+]
+AFTER_BLOCKS: list[tuple[str, Probe]] = [  # probes that read the block doctor's reports
+    ("lm_final_norm", hygiene.final_norm_findings),
 ]

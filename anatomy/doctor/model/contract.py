@@ -43,7 +43,13 @@ class LM:
     returns: str = "logits"  # "logits" | "(logits, loss)" | "dict" | "object"
     notes: list[dict[str, str]] = field(default_factory=list)
 
-    def ids(self, t: int = SEQ, seed: int = 1, b: int = BATCH) -> torch.Tensor:
+    @property
+    def seq(self) -> int:
+        """The probes' length: 7, or less for a model whose block_size is no longer."""
+        return max(2, min(SEQ, self.sizes.block_size - 1))
+
+    def ids(self, t: int | None = None, seed: int = 1, b: int = BATCH) -> torch.Tensor:
+        t = self.seq if t is None else t
         gen = torch.Generator().manual_seed(self.seed + seed)
         return torch.randint(0, self.sizes.vocab_size, (b, t), generator=gen)
 
@@ -145,13 +151,13 @@ def first_call(lm: LM) -> torch.Tensor:
     except ForwardError as err:
         raise CheckError(
             f"{lm.label}: forward(ids) on ids of shape (B, T) = {tuple(ids.shape)} raised {err}; expected it to "
-            f"return logits (B, T, V) = {(BATCH, SEQ, lm.sizes.vocab_size)} or (logits, loss)"
+            f"return logits (B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} or (logits, loss)"
         ) from None
-    logits = read_logits(out, BATCH, SEQ, lm.sizes.vocab_size)
+    logits = read_logits(out, BATCH, lm.seq, lm.sizes.vocab_size)
     if logits is None:
         raise CheckError(
             f"{lm.label}: forward(ids) on ids of shape {tuple(ids.shape)} returned {describe(out)}; expected logits "
-            f"(B, T, V) = {(BATCH, SEQ, lm.sizes.vocab_size)} (vocab_size={lm.sizes.vocab_size})"
+            f"(B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} (vocab_size={lm.sizes.vocab_size})"
         )
     lm.returns = _returns(out)
     lm.target_arg = _target_arg(lm, ids)

@@ -55,7 +55,7 @@ def _looks_like(args: list[tuple[str, bool]], is_class: bool) -> bool:
         return True
     req = [n for n, d in args if not d]
     if not req:
-        return not is_class
+        return True  # a class or factory of no arguments: its own sizes (a block needs d_model and n_heads)
     size_names = {n for role in SYNONYMS.values() for n in role}
     return (len(req) == 1 and req[0].lower() not in size_names) or len(req) >= 3
 

@@ -26,6 +26,7 @@ PROBE_TITLES.update(  # the model's probes, titled in the report as the block do
         "lm_positions": ("positions", "位置"),
         "lm_mask_lengths": ("causal mask at every length", "各长度下的因果 mask"),
         "lm_padding": ("padding", "padding"),
+        "lm_pads_in_loss": ("pads in the loss", "损失中的 pad"),
         "lm_eval": ("deterministic in eval()", "eval() 下结果确定"),
         "lm_tying": ("tied embedding and head", "嵌入与输出头绑定"),
         "lm_final_norm": ("final norm", "最后的 Norm"),
@@ -101,6 +102,7 @@ class Op:
     line: int
     source: str
     shape: tuple[int, ...]
+    changed: bool | None = None  # a dropout: did it change its input (None: not a dropout)
 
 
 class _Log(TorchFunctionMode):
@@ -115,7 +117,11 @@ class _Log(TorchFunctionMode):
         if len(self.ops) < 20_000:
             file, line, source = learner_frame()
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else ()
-            self.ops.append(Op(op_name(func), file, line, source, shape))
+            name = op_name(func)
+            changed = None
+            if "dropout" in name and args and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor):
+                changed = not (args[0].shape == out.shape and bool(torch.equal(args[0], out)))
+            self.ops.append(Op(name, file, line, source, shape, changed))
         return out
 
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from anatomy.doctor.model.blocks import Calls, capture, hidden
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import BATCH, SEQ, ForwardError
+from anatomy.doctor.model.contract import BATCH, ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at_op
 
 __anatomy_transparent__ = True
@@ -27,7 +27,7 @@ def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     return float((a - b).abs().max()) > REL * scale
 
 
-def _same_token(t: int = SEQ, token: int = 3) -> torch.Tensor:
+def _same_token(t: int, token: int = 3) -> torch.Tensor:
     return torch.full((BATCH, t), token, dtype=torch.long)
 
 
@@ -55,9 +55,9 @@ def positions_findings(ctx: Context) -> list[ModelFinding]:
         ctx.skip("lm_positions", why, "没有找到 block 堆叠" if stack is None else "模型在 eval() 下结果不确定")
         return []
     try:
-        same = capture(lm, stack, _same_token())
+        same = capture(lm, stack, _same_token(lm.seq))
         plain = capture(lm, stack, lm.ids())
-        logits = lm.logits(_same_token())
+        logits = lm.logits(_same_token(lm.seq))
     except ForwardError as err:
         ctx.skip("lm_positions", f"a forward raised {err}", f"一次 forward 出错：{err}")
         return []
@@ -170,12 +170,12 @@ def _fit(y: torch.Tensor, x: torch.Tensor) -> float | None:
 def _scales(ctx: Context, ops: list[Op]) -> list[ModelFinding]:
     lm, stack = ctx.lm, ctx.stack
     assert stack is not None
-    v, d, t = lm.sizes.vocab_size, lm.sizes.d_model, SEQ
+    v, d, t = lm.sizes.vocab_size, lm.sizes.d_model, lm.seq
     tok, pos = _tables(lm.module, v, d, t)
     out: list[ModelFinding] = []
     try:
         a, b = capture(lm, stack, lm.ids()), capture(lm, stack, lm.ids(seed=5))
-        same = capture(lm, stack, _same_token())
+        same = capture(lm, stack, _same_token(lm.seq))
     except ForwardError:
         return []
     xa, xb, xs = a.inputs[0], b.inputs[0], same.inputs[0]

@@ -89,5 +89,5 @@ def test_json_has_the_model_additions(tmp_path):
 def test_bad_sizes_are_one_line_errors():
     with pytest.raises(CheckError, match="n_layers must be a positive integer"):
         check(f"{HERE / 'nano_style.py'}:GPT", n_layers=0)
-    with pytest.raises(CheckError, match="block_size must be more than"):
-        check(f"{HERE / 'nano_style.py'}:GPT", block_size=4)
+    with pytest.raises(CheckError, match="block_size must be at least 3"):
+        check(f"{HERE / 'nano_style.py'}:GPT", block_size=2)

@@ -1,0 +1,213 @@
+"""Padding through the model and in its loss. A model whose forward takes a padding mask: the first two tokens of
+one sequence are pads (left padding), and the real tokens' logits must not change with what the pads hold, in
+any layer (the first layer where they do is the one the mask does not reach). A model with a padding notion (a
+mask argument, a pad id): its loss must ignore the pads (-100, -1 or the pad id as ``ignore_index``)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from anatomy.doctor.model.blocks import capture
+from anatomy.doctor.model.context import Context
+from anatomy.doctor.model.contract import ForwardError
+from anatomy.doctor.model.found import ModelFinding, at, at_op, first_op, layer_words
+from anatomy.doctor.model.loss import LOSS_OPS
+from anatomy.doctor.model.positions import _differs
+
+__anatomy_transparent__ = True
+
+MASK_NAMES = ("attention_mask", "padding_mask", "pad_mask", "key_padding_mask", "attn_mask", "mask", "src_mask")
+PAD_NAMES = ("pad_id", "pad_token_id", "pad_idx", "padding_idx", "pad_token", "pad_index")
+PADS = 2
+
+
+def mask_argument(model: nn.Module) -> str | None:
+    try:
+        names = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    return next((n for n in MASK_NAMES if n in names), None)
+
+
+def pad_id(model: nn.Module) -> int | None:
+    """The model's pad id: an embedding's ``padding_idx``, or an int attribute (of the model or its config)."""
+    for m in model.modules():
+        if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+            return int(m.padding_idx)
+    for owner in (model, getattr(model, "config", None), getattr(model, "params", None), getattr(model, "args", None)):
+        for n in PAD_NAMES:
+            v = getattr(owner, n, None) if owner is not None else None
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                return v
+    return None
+
+
+def _formats(keep: torch.Tensor) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+    return [
+        ("1 = keep (long)", lambda: keep.long()),
+        ("True = keep", lambda: keep.clone()),
+        ("True = pad", lambda: ~keep),
+    ]
+
+
+def padding_findings(ctx: Context) -> list[ModelFinding]:
+    lm = ctx.lm
+    arg = mask_argument(lm.module)
+    if arg is None:
+        ctx.found["padding"] = None
+        ctx.skip("lm_padding", "forward takes no padding mask", "forward 不接受 padding mask")
+        return []
+    ids = lm.ids()
+    other = ids.clone()
+    other[0, :PADS] = (other[0, :PADS] + 5) % lm.sizes.vocab_size
+    keep = torch.ones(ids.shape, dtype=torch.bool)
+    keep[0, :PADS] = False
+    for name, make in _formats(keep):
+        kw: dict[str, Any] = {arg: make()}
+        try:
+            a, b = lm.logits(ids, **kw), lm.logits(other, **kw)
+        except ForwardError:
+            continue
+        if not _differs(a[0, PADS:], b[0, PADS:]):
+            ctx.found["padding"] = {"argument": arg, "format": name}
+            return []
+        layer = _first_layer(ctx, ids, other, kw)
+        if layer is not None or _ignored(ctx, ids, arg, make()):
+            return [_not_passed(ctx, arg, layer)]
+    ctx.skip(
+        "lm_padding",
+        f"no mask format given as {arg}= keeps the real tokens from the pads (tried 1 = keep, True = keep, True = pad)",
+        f"以 {arg}= 传入的各种 mask 格式都没能让真实 token 不受 pad 影响",
+    )
+    return []
+
+
+def _ignored(ctx: Context, ids: torch.Tensor, arg: str, mask: torch.Tensor) -> bool:
+    """The mask changes nothing at all: forward takes it and drops it."""
+    kw: dict[str, Any] = {arg: mask}
+    try:
+        with_mask, without = ctx.lm.logits(ids, **kw), ctx.lm.logits(ids)
+    except ForwardError:
+        return False
+    return not _differs(with_mask, without)
+
+
+def _first_layer(ctx: Context, ids: torch.Tensor, other: torch.Tensor, kw: dict[str, Any]) -> int | None:
+    """The first block whose real-token outputs change with the pads after an earlier block kept them out."""
+    if ctx.stack is None:
+        return None
+    try:
+        a, b = capture(ctx.lm, ctx.stack, ids, **kw), capture(ctx.lm, ctx.stack, other, **kw)
+    except ForwardError:
+        return None
+    for i, (x, y) in enumerate(zip(a.outputs, b.outputs)):
+        if x is None or y is None:
+            return None
+        if _differs(x[0, PADS:], y[0, PADS:]):
+            return i if i > 0 else None
+    return None
+
+
+def _not_passed(ctx: Context, arg: str, layer: int | None) -> ModelFinding:
+    n = len(ctx.stack.blocks) if ctx.stack is not None else 0
+    first = layer if layer is not None else 0
+    en, zh = layer_words([first], n)
+    calls = ctx.calls
+    line = calls.lines[first] if calls is not None and first < len(calls.lines) else None
+    where = (
+        []
+        if line is None or not line[1]
+        else [at(*line, f"line {line[1]} calls {en} without the mask", f"第 {line[1]} 行调用{zh}时没有传入 mask")]
+    )
+    said = f"from {en} on" if layer is not None else "in every layer (forward takes the mask and drops it)"
+    said_zh = f"从{zh}起" if layer is not None else "在每一层（forward 接收了 mask 却丢掉了）"
+    return ModelFinding(
+        "lm_padding",
+        "error",
+        f"with {arg}= marking two pads, the real tokens' outputs still change with what the pads hold, {said}: "
+        "the padding mask does not reach the layers",
+        f"用 {arg}= 标出两个 pad 后，真实 token 的输出仍随 pad 的内容而变，{said_zh}：padding mask 没有传到各层",
+        {"argument": arg, "layer": layer},
+        fault="padding_mask_not_passed",
+        where=where,
+        layers=[first] if layer is not None else [],
+        layer=layer,
+    )
+
+
+def _ce(logits: torch.Tensor, targets: torch.Tensor, k: int, ignore: int) -> float:
+    t = logits.shape[1]
+    lg, tg = (logits[:, : t - k], targets[:, k:]) if k >= 0 else (logits[:, -k:], targets[:, : t + k])
+    return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tg.reshape(-1), ignore_index=ignore))
+
+
+def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
+    lm = ctx.lm
+    pad, arg = pad_id(lm.module), mask_argument(lm.module)
+    loss = ctx.found.get("loss") or {}
+    k = loss.get("shift")
+    if lm.target_arg is None or not isinstance(k, int) or (pad is None and arg is None):
+        why = (
+            (
+                "the model has no padding (no mask argument, no pad id)",
+                "模型没有 padding（没有 mask 参数，也没有 pad id）",
+            )
+            if pad is None and arg is None
+            else ("the model's loss was not examined", "模型的损失未被检查")
+        )
+        ctx.skip("lm_pads_in_loss", *why)
+        return []
+    ids, targets = lm.ids(), lm.ids(seed=2)
+    ignored = [v for v in (-100, -1, pad) if v is not None and _ignores(ctx, ids, targets, k, v)]
+    ctx.found["loss_ignores"] = ignored
+    if ignored or pad is None:
+        return []
+    marked = targets.clone()
+    marked[0, -PADS:] = pad
+    try:
+        _, got = lm.with_targets(ids, marked)
+    except ForwardError:
+        return []
+    if got is None or abs(float(got) - _ce(lm.logits(ids), marked, k, -12345)) > 1e-6 * max(1.0, abs(float(got))):
+        return []
+    with_targets: dict[str, Any] = {lm.target_arg: marked}
+    op = first_op(ctx.ops(ids, **with_targets), LOSS_OPS)
+    return [
+        ModelFinding(
+            "lm_loss",
+            "error",
+            f"targets holding the pad id {pad} are scored like any token: the loss counts the pads (it ignores "
+            "neither -100, -1 nor the pad id)",
+            f"值为 pad id {pad} 的目标与普通 token 一样计分：损失把 pad 也算了进去（-100、-1 和 pad id 都没有被忽略）",
+            {"pad_id": pad},
+            fault="pads_in_loss",
+            where=[]
+            if op is None
+            else [
+                at_op(
+                    op,
+                    f"line {op.line} computes the loss with no ignore_index",
+                    f"第 {op.line} 行计算损失时没有 ignore_index",
+                )
+            ],
+        )
+    ]
+
+
+def _ignores(ctx: Context, ids: torch.Tensor, targets: torch.Tensor, k: int, v: int) -> bool:
+    marked = targets.clone()
+    marked[0, -PADS:] = v
+    try:
+        logits, got = ctx.lm.with_targets(ids, marked)
+    except ForwardError:
+        return False
+    if got is None:
+        return False
+    want = _ce(logits.double(), marked, k, v)
+    return abs(float(got) - want) <= 1e-6 * max(1.0, abs(want))
