@@ -49,8 +49,9 @@ def judge(case: ModelCase, report, err) -> str | None:
         return None if any(f.probe == probe for f in errors) else f"no {probe} error; faults {sorted(report.faults)}"
     if case.expect not in report.faults:
         return f"{case.expect} not named; faults {sorted(report.faults)}"
-    if report.exit_code() != 1:
-        return "exit code 0 for an error"
+    want = 1 if case.severity == "error" else 0
+    if report.exit_code() != want:
+        return f"exit code {report.exit_code()} for {'an error' if want else 'a warning'}"
     return None
 
 

@@ -7,7 +7,8 @@ message contains ``refusal``). ``point``: a piece of the pitfall's line in the c
 the target's definition, else the first in the file); ``runs``: pieces of further lines where the faulty step runs
 (a helper the class calls, the line that uses a constant), also right. ``source``: ``"real"`` when the bug (or the
 whole model) is as published -- the file's header names the repository, file and the fixing commit, PR or issue --
-and ``"injected"`` when the bug is ours. ``construct``: the name of a factory in the file when the model is built
+and ``"injected"`` when the bug is ours. ``severity``: the level the pitfall's record gives it (a missing final norm
+is a warning: the model still trains). ``construct``: the name of a factory in the file when the model is built
 from something the doctor is not asked to guess (a plain dict config, a dropout rate above zero); otherwise the
 doctor builds it from the standard sizes or the file's config class.
 """
@@ -31,6 +32,7 @@ class ModelCase:
     construct: str | None = None
     runs: tuple = ()
     refusal: str = ""
+    severity: str = "error"  # the finding's level for a bug: "error" (exit 1) or "warning" (exit 0, named)
 
     @property
     def file(self) -> Path:
@@ -152,7 +154,7 @@ CASES = [
     # --- other designs ----------------------------------------------------------------------------------------------------
     M("nemo_decoder.py:NemoLM", "ok", style="pre-LN decoder with the final LayerNorm, (B, T) input_mask"),
     M("nemo_decoder.py:NemoLMNoFinalNorm", "final_norm_missing", "return self.log_softmax(hidden_states)",
-      runs=("final_norm = False",), style="NeMo before PR #2197"),
+      runs=("final_norm = False",), severity="warning", style="NeMo before PR #2197"),
     M("dalle_text.py:TextTransformer", "ok", style="lucidrains layout, GEGLU, pads (id 0) ignored in the loss"),
     M("dalle_text.py:TextTransformerPadLoss", "pads_in_loss", "return F.cross_entropy(logits.transpose(1, 2), labels)\n",
       style="DALLE-pytorch #57: ignore_index stored, never passed"),
