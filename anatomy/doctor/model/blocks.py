@@ -140,18 +140,21 @@ def layer_extras(lm: LM, stack: Stack) -> list[dict[int, Extras]]:
     return out
 
 
-def diagnose_layers(lm: LM, stack: Stack, causal: bool = True) -> list[Report | str]:
-    """The block doctor's report on each block (or the one line saying why it could not check it)."""
+def diagnose_layers(lm: LM, stack: Stack, unmasked: frozenset[int] = frozenset()) -> list[Report | str]:
+    """The block doctor's report on each block (or the one line saying why it could not check it). The blocks in
+    ``unmasked`` get no causal mask from the model while the others do (a model-level fault, said by the model's
+    probe): they are checked as the bidirectional blocks the model makes of them."""
     from anatomy.doctor.check import check  # the block doctor; imported here, it imports this package
 
     extras = layer_extras(lm, stack)
     out: list[Report | str] = []
-    seen: list[tuple[nn.Module, dict[int, Extras], Report | str]] = []
-    for block, ex in zip(stack.blocks, extras):
+    seen: list[tuple[nn.Module, dict[int, Extras], bool, Report | str]] = []
+    for i, (block, ex) in enumerate(zip(stack.blocks, extras)):
+        causal = i not in unmasked
         if not ex:
             out.append("the model never called it with the hidden states first")
             continue
-        twin = next((rep for b, e, rep in seen if alike(b, block) and same_extras(e, ex)), None)
+        twin = next((rep for b, e, c, rep in seen if c == causal and alike(b, block) and same_extras(e, ex)), None)
         if twin is not None:  # the same code, configuration and arguments: the same block check
             out.append(twin)
             continue
@@ -169,7 +172,7 @@ def diagnose_layers(lm: LM, stack: Stack, causal: bool = True) -> list[Report | 
             )
         except CheckError as err:
             out.append(str(err))
-        seen.append((block, ex, out[-1]))
+        seen.append((block, ex, causal, out[-1]))
     return out
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from anatomy.doctor.model.blocks import Calls, Stack, capture, hidden
+from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import LM, ForwardError
 from anatomy.doctor.model.found import ModelFinding, at, layer_words, raised_at
 
@@ -107,8 +108,10 @@ def _block_leaks(block: torch.nn.Module, calls: Calls, i: int, t: int) -> bool |
     return _changed(a[:, :p], b[:, :p])
 
 
-def causal_findings(lm: LM, stack: Stack | None, calls: Calls | None, t: int) -> list[ModelFinding]:
-    """The end-to-end leak at length ``t`` and at block_size, with the pitfall it points at when it can tell."""
+def causal_findings(ctx: Context) -> list[ModelFinding]:
+    """The end-to-end leak at the probes' length and at block_size, with the pitfall it points at when it can
+    tell; the blocks that leak alone go to ``found["leaking_layers"]``."""
+    lm, stack, calls, t = ctx.lm, ctx.stack, ctx.calls, ctx.lm.seq
     short = leak_at(lm, stack, t)
     full = leak_at(lm, stack, lm.sizes.block_size) if t != lm.sizes.block_size else short
     if short is None or full is None:
@@ -117,6 +120,7 @@ def causal_findings(lm: LM, stack: Stack | None, calls: Calls | None, t: int) ->
         return []
     n = len(stack.blocks) if stack is not None else 0
     leaky = leaking_layers(lm, stack, t) if stack is not None else None
+    ctx.found["leaking_layers"] = leaky
     if short.leaks and not full.leaks:
         return [_sliced(lm, short, calls)]
     leak = short if short.leaks else full

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from anatomy.doctor.loading.subject import CheckError
-from anatomy.doctor.model import causal, hygiene, loss, padding, positions
+from anatomy.doctor.model import causal, generate, hygiene, loss, padding, positions
 from anatomy.doctor.model.blocks import capture, diagnose_layers, find_stack
 from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
 from anatomy.doctor.model.context import Context
@@ -57,8 +57,8 @@ def check_model(
     sizes = infer_sizes(module, sizes, len(stack.blocks) if stack is not None else None)
     lm = LM(module, label, sizes, timeout, seed)
     try:
-        base = first_call(lm)
-    except CheckError as err:
+        base = _first_call(lm)
+    except CheckError as err:  # said as the model's own error when it was built as one
         err.model_built = any(isinstance(m, torch.nn.Embedding) for m in module.modules())  # type: ignore[attr-defined]
         raise
     calls = None
@@ -69,6 +69,27 @@ def check_model(
             calls = None
     ctx = Context(lm, stack, calls, base)
     return _report(ctx)
+
+
+def _first_call(lm: LM) -> torch.Tensor:
+    """The plain logits at the probes' length; a model that raises there but not at block_size is probed at
+    block_size (the mask-lengths probe says why), else the first error stands."""
+    try:
+        return first_call(lm)
+    except CheckError:
+        lm.full_length_only = True
+        try:
+            base = first_call(lm)
+        except CheckError:
+            lm.full_length_only = False
+            raise
+        lm.notes.append(
+            {
+                "en": f"forward raises below T = block_size = {lm.sizes.block_size}: every probe runs at that length",
+                "zh": f"T 小于 block_size = {lm.sizes.block_size} 时 forward 出错：所有探针都在这个长度上运行",
+            }
+        )
+        return base
 
 
 def _report(ctx: Context) -> ModelReport:
@@ -120,7 +141,9 @@ def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dic
     if stack is None:
         ctx.skip("lm_blocks", "no stack of repeated blocks found", "没有找到重复的 block 堆叠")
         return [], [], {"status": "unavailable", "reason": "no stack of repeated blocks"}
-    reports = diagnose_layers(ctx.lm, stack)
+    leaky = ctx.found.get("leaking_layers") or []
+    unmasked = frozenset(leaky) if len(leaky) < len(stack.blocks) else frozenset()
+    reports = diagnose_layers(ctx.lm, stack, unmasked)
     ctx.layer_reports = reports
     rows = []
     for i, (block, rep) in enumerate(zip(stack.blocks, reports)):
@@ -171,13 +194,14 @@ def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
 
 PROBES: list[tuple[str, Probe]] = [
     ("lm_eval", hygiene.eval_findings),  # first: the others need a deterministic model
-    ("lm_causal_leak", lambda c: causal.causal_findings(c.lm, c.stack, c.calls, c.lm.seq)),
-    ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, c.lm.seq)] if f is not None]),
+    ("lm_causal_leak", causal.causal_findings),
+    ("lm_mask_lengths", lambda c: [f for f in [causal.short_input_failure(c.lm, c.lm.short)] if f is not None]),
     ("lm_loss", loss.loss_findings),
     ("lm_positions", positions.positions_findings),
     ("lm_tying", hygiene.tying_findings),
     ("lm_padding", padding.padding_findings),
     ("lm_pads_in_loss", padding.pads_in_loss_findings),
+    ("lm_generate", generate.generate_findings),
 ]
 AFTER_BLOCKS: list[tuple[str, Probe]] = [  # probes that read the block doctor's reports
     ("lm_final_norm", hygiene.final_norm_findings),

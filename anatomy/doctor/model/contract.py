@@ -43,10 +43,17 @@ class LM:
     returns: str = "logits"  # "logits" | "(logits, loss)" | "dict" | "object"
     notes: list[dict[str, str]] = field(default_factory=list)
 
+    full_length_only: bool = False  # forward fails below block_size: the probes run at block_size
+
+    @property
+    def short(self) -> int:
+        """A length below block_size: 7, or less for a model whose block_size is no longer."""
+        return max(2, min(SEQ, self.sizes.block_size - 1))
+
     @property
     def seq(self) -> int:
-        """The probes' length: 7, or less for a model whose block_size is no longer."""
-        return max(2, min(SEQ, self.sizes.block_size - 1))
+        """The probes' length: :attr:`short`, or block_size for a model that takes nothing shorter."""
+        return self.sizes.block_size if self.full_length_only else self.short
 
     def ids(self, t: int | None = None, seed: int = 1, b: int = BATCH) -> torch.Tensor:
         t = self.seq if t is None else t

@@ -105,9 +105,13 @@ def tying_findings(ctx: Context) -> list[ModelFinding]:
 
 def _source_lines(model: nn.Module, head: str, emb: str) -> list[dict[str, Any]]:
     """The line of the model's class that copies one weight into the other (both names on one line)."""
+    init = getattr(type(model), "__init__", None)
+    code = getattr(init, "__code__", None)
+    if code is None:
+        return []
     try:
-        file = inspect.getsourcefile(type(model))
-        lines, start = inspect.getsourcelines(type(model))
+        file = code.co_filename
+        lines, start = inspect.getsourcelines(code)
     except (OSError, TypeError):
         return []
     h, e = head.split(".")[-1], emb.split(".")[-1]
@@ -136,8 +140,8 @@ def _pre_norm(reports: list[Report | str]) -> bool | None:
 def final_norm_findings(ctx: Context) -> list[ModelFinding]:
     """A Pre-Norm stack: scale the last block's output by 3; a final norm leaves the logits as they were."""
     stack = ctx.stack
-    if stack is None or not ctx.layer_reports or _pre_norm(ctx.layer_reports) is not True:
-        ctx.found["final_norm"] = None
+    if stack is None or not ctx.layer_reports or _pre_norm(ctx.layer_reports) is not True or _norm_after(ctx):
+        ctx.found["final_norm"] = None if stack is None or not ctx.layer_reports else _norm_after(ctx) or None
         return []
     handle = stack.blocks[-1].register_forward_hook(lambda _m, _a, out: _scaled(out))
     ids = ctx.lm.ids()
@@ -174,6 +178,14 @@ def final_norm_findings(ctx: Context) -> list[ModelFinding]:
             ],
         )
     ]
+
+
+NORM_OPS = {"layer_norm", "rms_norm", "group_norm", "batch_norm", "rsqrt", "norm", "std", "var", "normalize"}
+
+
+def _norm_after(ctx: Context) -> bool:
+    """A norm's op (or an RMSNorm's rsqrt) runs after the last block: there is a final norm."""
+    return any(o.op in NORM_OPS for o in _after_last_block(ctx.ops(ctx.lm.ids())))
 
 
 def _scaled(out: Any) -> Any:

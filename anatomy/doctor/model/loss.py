@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import ForwardError
+from anatomy.doctor.model.contract import LM, ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at_op, first_op, op_log
 
 __anatomy_transparent__ = True
 
 LOSS_OPS = {"cross_entropy", "nll_loss", "log_softmax", "CrossEntropyLoss"}
 REL = 1e-6
+PAD_NAMES = ("pad_id", "pad_token_id", "pad_idx", "padding_idx", "pad_token", "pad_index")
 
 
 def _ce(logits: torch.Tensor, targets: torch.Tensor, k: int) -> float:
@@ -35,6 +37,28 @@ def alignment(logits: torch.Tensor, targets: torch.Tensor, loss: float) -> int |
     return None
 
 
+def pad_id(model: nn.Module) -> int | None:
+    """The model's pad id: an embedding's ``padding_idx``, or an int attribute (of the model or its config)."""
+    for m in model.modules():
+        if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+            return int(m.padding_idx)
+    for owner in (model, getattr(model, "config", None), getattr(model, "params", None), getattr(model, "args", None)):
+        for n in PAD_NAMES:
+            v = getattr(owner, n, None) if owner is not None else None
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+                return v
+    return None
+
+
+def targets_for(lm: LM) -> torch.Tensor:
+    """Random targets that never hold the model's pad id (a loss that ignores the pads scores every one)."""
+    targets = lm.ids(seed=2)
+    pad = pad_id(lm.module)
+    if pad is not None:
+        targets[targets == pad] = (pad + 1) % lm.sizes.vocab_size
+    return targets
+
+
 def _loss_line(ops: list[Op]) -> Op | None:
     return first_op(ops, LOSS_OPS) or first_op(ops, {"nll_loss", "log_softmax", "mean", "sum"})
 
@@ -46,7 +70,7 @@ def loss_findings(ctx: Context) -> list[ModelFinding]:
         found["loss"] = {"examined": False, "reason": "forward takes no targets"}
         ctx.skip("lm_loss", "forward takes no targets", "forward 不接受目标")
         return []
-    ids, targets = lm.ids(), lm.ids(seed=2)
+    ids, targets = lm.ids(), targets_for(lm)
     try:
         with op_log() as ops:
             logits, loss = lm.with_targets(ids, targets)

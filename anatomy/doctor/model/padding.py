@@ -17,13 +17,12 @@ from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import ForwardError
 from anatomy.doctor.model.found import ModelFinding, at, at_op, first_op, layer_words
-from anatomy.doctor.model.loss import LOSS_OPS
+from anatomy.doctor.model.loss import LOSS_OPS, pad_id, targets_for
 from anatomy.doctor.model.positions import _differs
 
 __anatomy_transparent__ = True
 
 MASK_NAMES = ("attention_mask", "padding_mask", "pad_mask", "key_padding_mask", "attn_mask", "mask", "src_mask")
-PAD_NAMES = ("pad_id", "pad_token_id", "pad_idx", "padding_idx", "pad_token", "pad_index")
 PADS = 2
 
 
@@ -33,19 +32,6 @@ def mask_argument(model: nn.Module) -> str | None:
     except (TypeError, ValueError):
         return None
     return next((n for n in MASK_NAMES if n in names), None)
-
-
-def pad_id(model: nn.Module) -> int | None:
-    """The model's pad id: an embedding's ``padding_idx``, or an int attribute (of the model or its config)."""
-    for m in model.modules():
-        if isinstance(m, nn.Embedding) and m.padding_idx is not None:
-            return int(m.padding_idx)
-    for owner in (model, getattr(model, "config", None), getattr(model, "params", None), getattr(model, "args", None)):
-        for n in PAD_NAMES:
-            v = getattr(owner, n, None) if owner is not None else None
-            if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-                return v
-    return None
 
 
 def _formats(keep: torch.Tensor) -> list[tuple[str, Callable[[], torch.Tensor]]]:
@@ -163,10 +149,10 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
         )
         ctx.skip("lm_pads_in_loss", *why)
         return []
-    ids, targets = lm.ids(), lm.ids(seed=2)
+    ids, targets = lm.ids(), targets_for(lm)
     ignored = [v for v in (-100, -1, pad) if v is not None and _ignores(ctx, ids, targets, k, v)]
     ctx.found["loss_ignores"] = ignored
-    if ignored or pad is None:
+    if pad is None or pad in ignored:  # no pad id: ignoring -100 or -1 is the caller's way to mark pads
         return []
     marked = targets.clone()
     marked[0, -PADS:] = pad
@@ -182,9 +168,9 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
         ModelFinding(
             "lm_loss",
             "error",
-            f"targets holding the pad id {pad} are scored like any token: the loss counts the pads (it ignores "
-            "neither -100, -1 nor the pad id)",
-            f"值为 pad id {pad} 的目标与普通 token 一样计分：损失把 pad 也算了进去（-100、-1 和 pad id 都没有被忽略）",
+            f"targets holding the pad id {pad} are scored like any token: the loss counts the pads (pass "
+            f"ignore_index={pad})",
+            f"值为 pad id {pad} 的目标与普通 token 一样计分：损失把 pad 也算了进去（应传入 ignore_index={pad}）",
             {"pad_id": pad},
             fault="pads_in_loss",
             where=[]

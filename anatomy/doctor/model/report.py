@@ -26,6 +26,7 @@ class ModelReport(Report):
 def _found(r: ModelReport, lang: str) -> list[tuple[str, str]]:
     f = r.found
     rows = [(_t(lang, "call", "调用"), f"{f.get('call', '?')} → {f.get('returns', '?')}")]
+    rows += [("", note["zh" if lang == "zh" else "en"]) for note in f.get("call_notes") or []]
     loss = f.get("loss") or {}
     if loss.get("examined"):
         k = loss.get("shift")

@@ -1,0 +1,270 @@
+"""The model's own ``generate`` against full forwards. Sampling is made greedy while it runs (``torch.multinomial``
+answers the argmax of the probabilities it is given, which are kept), so the tokens it picks can be compared with
+``argmax(logits[:, -1])`` of a full forward on the sequence so far: reading the first position's logits, or a KV
+cache whose new tokens restart at position 0, pick other tokens. The probabilities it samples from at two
+temperatures show a temperature applied after the softmax (they differ by the ratio of the temperatures)."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from anatomy.doctor.loading.limits import Hung, guard
+from anatomy.doctor.loading.subject import CheckTimeout, _quiet
+from anatomy.doctor.model.context import Context
+from anatomy.doctor.model.contract import LM, ForwardError
+from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, op_log
+from anatomy.tracing.steps import learner_frame
+
+__anatomy_transparent__ = True
+
+COUNT_NAMES = (
+    "max_new_tokens",
+    "max_tokens",
+    "max_gen_len",
+    "num_tokens",
+    "new_tokens",
+    "n_tokens",
+    "max_len",
+    "max_length",
+    "steps",
+    "length",
+    "n",
+)
+TEMP_NAMES = ("temperature", "temp")
+START_NAMES = ("start_pos", "pos", "offset", "position", "past_length", "past_len", "start")
+PROMPT, NEW = 3, 3
+
+
+@dataclass
+class Run:
+    tokens: torch.Tensor  # the new tokens (1, NEW)
+    probs: list[torch.Tensor] = field(default_factory=list)  # what multinomial was given, step by step
+    ops: list[Op] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)  # the length of each forward's input
+    starts: list[Any] = field(default_factory=list)  # the start position each forward was given (if it takes one)
+    callers: list[tuple[str, int, str]] = field(default_factory=list)  # the line that called each forward
+
+
+class _Greedy(TorchFunctionMode):
+    def __init__(self, probs: list[torch.Tensor]) -> None:
+        super().__init__()
+        self.probs = probs
+
+    def __torch_function__(
+        self, func: Callable[..., Any], types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        if getattr(func, "__name__", "") == "multinomial" and args and isinstance(args[0], torch.Tensor):
+            p = args[0]
+            self.probs.append(p.detach().clone())
+            return p.argmax(-1, keepdim=True)
+        return func(*args, **(kwargs or {}))
+
+
+def _signature(fn: Callable[..., Any]) -> tuple[str | None, str | None] | None:
+    """(the name of the new-token count, of the temperature) in generate's signature; None: not callable so."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    names = [p.name for p in params]
+    if not params:
+        return None
+    count = next((n for n in COUNT_NAMES if n in names), None)
+    if count is None and len(params) >= 2 and params[1].default is inspect.Parameter.empty:
+        count = ""  # positionally
+    temp = next((n for n in TEMP_NAMES if n in names), None)
+    return (count, temp) if count is not None else None
+
+
+def _run(lm: LM, count: str, temp: str | None, t: float | None) -> Run | None:
+    prompt = lm.ids(PROMPT, b=1)
+    probs: list[torch.Tensor] = []
+    lengths: list[int] = []
+    starts: list[Any] = []
+    callers: list[tuple[str, int, str]] = []
+    start_name = _start_name(lm)
+
+    def pre(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        x = args[0] if args else None
+        lengths.append(int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() >= 1 else -1)
+        callers.append(learner_frame())
+        if start_name is not None:
+            starts.append(kwargs.get(start_name[0], args[start_name[1]] if len(args) > start_name[1] else None))
+
+    kw: dict[str, Any] = {} if temp is None or t is None else {temp: t}
+    args: tuple[Any, ...] = (prompt, NEW) if count == "" else (prompt,)
+    if count:
+        kw[count] = NEW
+    handle = lm.module.register_forward_pre_hook(pre, with_kwargs=True)
+    step = (f"{lm.label}: generate(ids, {NEW})", f"{lm.label}：调用 generate(ids, {NEW}) 时")
+    try:
+        with _quiet(), guard(lm.timeout, lambda: step), torch.no_grad(), op_log() as ops, _Greedy(probs):
+            out = lm.module.generate(*args, **kw)  # type: ignore[operator]
+    except Hung as hung:
+        raise CheckTimeout.from_hung(hung) from None
+    except Exception:  # noqa: BLE001 - a generate we cannot call so: not examined
+        return None
+    finally:
+        handle.remove()
+    tokens = _new_tokens(out)
+    return None if tokens is None else Run(tokens, probs, ops, lengths, starts, callers)
+
+
+def _start_name(lm: LM) -> tuple[str, int] | None:
+    try:
+        names = list(inspect.signature(lm.module.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    return next(((n, i) for i, n in enumerate(names) if n in START_NAMES), None)
+
+
+def _new_tokens(out: Any) -> torch.Tensor | None:
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        out = out[0]
+    if isinstance(out, list):
+        out = torch.tensor(out)
+    if not isinstance(out, torch.Tensor) or out.dtype.is_floating_point:
+        return None
+    flat: torch.Tensor = out.reshape(1, -1)
+    if flat.shape[1] == PROMPT + NEW:
+        return flat[:, PROMPT:]
+    return flat if flat.shape[1] == NEW else None
+
+
+def _greedy(lm: LM, position: int) -> torch.Tensor:
+    seq = lm.ids(PROMPT, b=1)
+    new = []
+    for _ in range(NEW):
+        nxt = lm.logits(seq)[:, position].argmax(-1, keepdim=True)
+        new.append(nxt)
+        seq = torch.cat([seq, nxt], dim=1)
+    return torch.cat(new, dim=1)
+
+
+def generate_findings(ctx: Context) -> list[ModelFinding]:
+    lm = ctx.lm
+    gen = getattr(lm.module, "generate", None)
+    if ctx.found.get("deterministic") is False:
+        ctx.skip("lm_generate", "the model is not deterministic in eval()", "模型在 eval() 下结果不确定")
+        return []
+    sig = _signature(gen) if callable(gen) else None
+    if sig is None:
+        ctx.skip("lm_generate", "the model has no generate(ids, n) to compare", "模型没有可比较的 generate(ids, n)")
+        return []
+    count, temp = sig
+    run = _run(lm, count or "", temp, 1.0)
+    if run is None:
+        ctx.skip("lm_generate", f"generate(ids, {NEW}) could not be run", f"无法运行 generate(ids, {NEW})")
+        return []
+    try:
+        want = _greedy(lm, -1)
+    except ForwardError:
+        return []
+    ctx.found["generate"] = {"cached": any(n == 1 for n in run.lengths[1:]), "temperature": temp}
+    out = []
+    if not torch.equal(run.tokens, want):
+        out.append(_mismatch(lm, run, want))
+    if temp is not None:
+        out += _temperature(lm, count, temp)
+    return out
+
+
+def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
+    first = _greedy(lm, 0)
+    step = int((run.tokens != want).int().argmax())
+    cached = any(n == 1 for n in run.lengths[1:])
+    if torch.equal(run.tokens, first):
+        return _finding(
+            "generate picks the tokens that argmax(logits[:, 0]) of full forwards picks, not argmax(logits[:, -1]): "
+            "it reads the first position's logits",
+            "generate 选出的 token 与完整前向的 argmax(logits[:, 0]) 一致，而不是 argmax(logits[:, -1])：它读的是"
+            "第一个位置的 logits",
+            "generate_reads_first_position",
+            _index_line(run.ops),
+        )
+    restart = cached and step > 0 or cached and step == 0 and run.lengths[0] == 1
+    zero_start = bool(run.starts[1:]) and all(s == 0 for s in run.starts[1:] if s is not None)
+    named = restart and (zero_start or _arange_zero(run.ops))
+    return _finding(
+        f"generate's token {step} differs from argmax(logits[:, -1]) of a full forward on the same sequence"
+        + (
+            " (it feeds one new token at a time with a cache, and each new token is given position 0)"
+            if named
+            else (" (it feeds one new token at a time with a cache)" if cached else "")
+        ),
+        f"generate 的第 {step} 个 token 与同一序列完整前向的 argmax(logits[:, -1]) 不同"
+        + (
+            "（它带缓存逐个送入新 token，每个新 token 的位置都是 0）"
+            if named
+            else ("（它带缓存逐个送入新 token）" if cached else "")
+        ),
+        "positions_restart_with_cache" if named else None,
+        _caller(run) if named else [],
+    )
+
+
+def _caller(run: Run) -> list[dict[str, object]]:
+    """The line that calls forward with the one new token (the second call)."""
+    if len(run.callers) < 2 or not run.callers[1][1]:
+        return []
+    file, line, source = run.callers[1]
+    return [at(file, line, source, f"line {line} feeds the new token", f"第 {line} 行送入新 token")]
+
+
+DIV_OPS = ("div", "__truediv__", "__itruediv__", "div_", "true_divide")
+
+
+def _div_after_softmax(ops: list[Op]) -> Op | None:
+    """A division right after a softmax (the next op or the one after)."""
+    for i, o in enumerate(ops):
+        if o.op in ("softmax", "_softmax"):
+            nxt = next((n for n in ops[i + 1 : i + 3] if n.op in DIV_OPS and n.line), None)
+            if nxt is not None:
+                return nxt
+    return None
+
+
+def _arange_zero(ops: list[Op]) -> bool:
+    return any(
+        o.op == "arange" and o.shape == (1,) and o.source and "arange(" in o.source and "0" in o.source for o in ops
+    )
+
+
+def _index_line(ops: list[Op]) -> list[dict[str, object]]:
+    op = next((o for o in ops if o.op == "__getitem__" and o.line and "0" in o.source and "logits" in o.source), None)
+    return [] if op is None else [at_op(op, f"line {op.line} reads position 0", f"第 {op.line} 行读取位置 0")]
+
+
+def _finding(en: str, zh: str, fault: str | None, where: list[dict[str, object]]) -> ModelFinding:
+    return ModelFinding("lm_generate", "error", en, zh, {}, fault=fault, where=where)
+
+
+def _temperature(lm: LM, count: str | None, temp: str) -> list[ModelFinding]:
+    cold, hot = _run(lm, count or "", temp, 0.5), _run(lm, count or "", temp, 2.0)
+    if cold is None or hot is None or not cold.probs or not hot.probs:
+        return []
+    a, b = cold.probs[0].double(), hot.probs[0].double()
+    if a.shape != b.shape or not torch.allclose(a * 0.5, b * 2.0, rtol=1e-6, atol=0):
+        return []
+    div = _div_after_softmax(cold.ops)
+    where = (
+        []
+        if div is None
+        else [at_op(div, f"line {div.line} divides after the softmax", f"第 {div.line} 行在 softmax 之后做除法")]
+    )
+    return [
+        _finding(
+            "the probabilities generate samples from at temperature 0.5 and at 2 differ by the factor 4 only: the "
+            "temperature divides the probabilities after the softmax (multinomial renormalises, so it does nothing)",
+            "generate 在温度 0.5 和 2 下采样所用的概率只差 4 倍：温度是在 softmax 之后除的（multinomial 会重新归一化，"
+            "温度不起作用）",
+            "temperature_after_softmax",
+            where,
+        )
+    ]

@@ -1,0 +1,63 @@
+"""The causal mask across the model: a buffer sliced wrongly for a shorter input (a leak, or a crash below
+block_size), one layer of the stack without the mask (named, with its layer), every layer leaking (folded)."""
+
+from __future__ import annotations
+
+from tests.doctor.model.styles import line_of, lines, run, variant
+
+
+def test_a_mask_buffer_sliced_wrongly_leaks_only_below_block_size(tmp_path):
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        "att = att.masked_fill(self.bias[:, :, :T, :T] == 0",
+        "att = att.masked_fill(self.bias[:, :, -T:, :T] == 0",
+    )
+    report = run(path)
+    assert report.faults == {"causal_mask_sliced_wrong"}
+    assert line_of(path, "self.bias[:, :, -T:, :T]") in lines(report, "causal_mask_sliced_wrong")
+    (leak,) = [f for f in report.findings if f.probe == "causal_leak"]
+    assert leak.layers == [0, 1, 2] and "layers 0-2" in leak.en and leak.explained_by == "causal_mask_sliced_wrong"
+
+
+def test_a_mask_buffer_that_fits_only_block_size_tokens(tmp_path):
+    path = variant(
+        tmp_path,
+        "lecture_style.py",
+        "wei = wei.masked_fill(self.tril[:T, :T] == 0",
+        "wei = wei.masked_fill(self.tril[:, :T] == 0",
+    )
+    report = run(path, "GPTLanguageModel")
+    assert report.faults == {"causal_mask_sliced_wrong"}
+    assert line_of(path, "self.tril[:, :T]") in lines(report, "causal_mask_sliced_wrong")
+    assert report.settings["seq"] == report.settings["block_size"]  # probed at the length it takes
+
+
+def test_the_mask_built_for_the_first_layer_only(tmp_path):
+    path = variant(
+        tmp_path,
+        "llama_style.py",
+        "            h = layer(h, start_pos, freqs_cis, mask)",
+        "            h = layer(h, start_pos, freqs_cis, mask if layer is self.layers[0] else None)",
+    )
+    report = run(path, "Transformer")
+    assert report.faults == {"causal_mask_missing_in_layer"}
+    (f,) = [f for f in report.findings if f.fault == "causal_mask_missing_in_layer"]
+    assert f.layers == [1, 2] and f.layer == 1 and "layers 1-2 of 3" in f.en
+    assert line_of(path, "mask if layer is self.layers[0] else None") in lines(report, "causal_mask_missing_in_layer")
+    assert f.to_dict()["layers"] == [1, 2]
+
+
+def test_every_layer_leaking_is_one_folded_finding_and_the_first_layer(tmp_path):
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        '        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))\n',
+        "",
+    )
+    report = run(path)
+    leaks = [f for f in report.findings if f.probe == "causal_leak"]
+    assert len(leaks) == 1 and leaks[0].layers == [0, 1, 2]
+    (model,) = [f for f in report.findings if f.probe == "lm_causal_leak"]
+    assert model.layer == 0 and model.severity == "error"
+    assert "causal_mask_missing_in_layer" not in report.faults  # every layer: the blocks' own fault

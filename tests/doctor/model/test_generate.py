@@ -1,0 +1,56 @@
+"""The model's own generate against full forwards."""
+
+from __future__ import annotations
+
+from tests.doctor.model.styles import HERE, line_of, lines, run, variant
+
+
+def test_generate_reads_the_first_position(tmp_path):
+    path = variant(tmp_path, "lecture_style.py", "logits = logits[:, -1, :]", "logits = logits[:, 0, :]")
+    report = run(path, "GPTLanguageModel")
+    assert report.faults == {"generate_reads_first_position"}
+    assert line_of(path, "logits = logits[:, 0, :]") in lines(report, "generate_reads_first_position")
+
+
+def test_temperature_after_softmax(tmp_path):
+    path = variant(
+        tmp_path,
+        "course_style.py",
+        "probs = F.softmax(logits[:, -1] / temperature, dim=-1)",
+        "probs = F.softmax(logits[:, -1], dim=-1) / temperature",
+    )
+    report = run(path)
+    assert report.faults == {"temperature_after_softmax"}
+    assert line_of(path, "probs = F.softmax(logits[:, -1], dim=-1) / temperature") in lines(
+        report, "temperature_after_softmax"
+    )
+
+
+def test_positions_restart_with_the_cache(tmp_path):
+    path = variant(
+        tmp_path,
+        "llama_style.py",
+        "            logits = self(next_token, pos)",
+        "            logits = self(next_token, 0)",
+    )
+    report = run(path, "Transformer")
+    assert report.faults == {"positions_restart_with_cache"}
+    assert line_of(path, "logits = self(next_token, 0)") in lines(report, "positions_restart_with_cache")
+
+
+def test_a_cache_that_disagrees_for_another_reason_is_an_unnamed_error(tmp_path):
+    path = variant(
+        tmp_path,
+        "llama_style.py",
+        "            self.cache_k = torch.cat([self.cache_k[:bsz, :start_pos], xk], dim=1)",
+        "            self.cache_k = xk",
+    )
+    path.write_text(path.read_text().replace("torch.cat([self.cache_v[:bsz, :start_pos], xv], dim=1)", "xv"))
+    report = run(path, "Transformer")
+    (f,) = [f for f in report.findings if f.probe == "lm_generate"]
+    assert f.severity == "error" and f.fault is None and report.faults == set()
+
+
+def test_generate_found():
+    assert run(HERE / "llama_style.py", "Transformer").found["generate"]["cached"] is True
+    assert run(HERE / "nano_style.py").found["generate"]["cached"] is False

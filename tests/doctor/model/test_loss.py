@@ -1,0 +1,58 @@
+"""The alignment of the model's own loss: shifted twice, shifted backwards, labels never shifted."""
+
+from __future__ import annotations
+
+from tests.doctor.model.styles import line_of, lines, run, variant
+
+LOSS = "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)"
+
+
+def test_targets_shifted_twice(tmp_path):
+    new = "loss = F.cross_entropy(logits[:, :-2].reshape(-1, 29), targets[:, 2:].reshape(-1))"
+    path = variant(tmp_path, "nano_style.py", LOSS, new)
+    report = run(path)
+    assert report.faults == {"targets_shifted_twice"}
+    assert line_of(path, "logits[:, :-2]") in lines(report, "targets_shifted_twice")
+    assert report.found["loss"]["shift"] == 2
+
+
+def test_targets_shifted_the_wrong_way_are_not_shifted(tmp_path):
+    new = "loss = F.cross_entropy(logits[:, 1:].reshape(-1, 29), targets[:, :-1].reshape(-1))"
+    path = variant(tmp_path, "nano_style.py", LOSS, new)
+    report = run(path)
+    assert report.faults == {"targets_not_shifted"}
+    assert line_of(path, "logits[:, 1:]") in lines(report, "targets_not_shifted")
+
+
+def test_labels_scored_without_a_shift(tmp_path):
+    path = variant(
+        tmp_path, "nano_style.py", "def forward(self, idx, targets=None):", "def forward(self, idx, labels=None):"
+    )
+    src = (
+        path.read_text()
+        .replace("if targets is not None:", "if labels is not None:")
+        .replace("targets.view(-1), ignore_index=-1)", "labels.view(-1))")
+    )
+    path.write_text(src)
+    report = run(path)
+    assert report.faults == {"targets_not_shifted"}
+    (f,) = report.findings
+    assert f.severity == "warning" and report.found["loss"]["argument"] == "labels"
+
+
+def test_labels_shifted_inside_pass(tmp_path):
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        LOSS,
+        "loss = F.cross_entropy(logits[:, :-1].reshape(-1, 29), targets[:, 1:].reshape(-1))",
+    )
+    report = run(path)
+    assert report.errors == [] and report.found["loss"]["shift"] == 1
+
+
+def test_a_model_without_targets_is_not_examined():
+    from tests.doctor.model.styles import HERE
+
+    report = run(HERE / "llama_style.py", "Transformer")
+    assert any(s["probe"] == "lm_loss" for s in report.skipped) and "lm_loss" not in report.passed
