@@ -17,7 +17,11 @@ from zoo_models.cases import CASES, LINE_GAPS, ModelCase, line_of, lines_of  # n
 
 # case id -> why the doctor still cannot name the bug; allowed only while it says "can't tell" (no error on a
 # correct model, no wrong error); a gap fixed shows as XPASS and must leave this table
-GAPS: dict[str, str] = {}
+GAPS: dict[str, str] = {
+    "models.dalle_text.TextTransformerPadLoss": "the loss is made inside from the text (forward(text, "
+    "return_loss=True) returns the loss alone): the doctor does not call that convention yet, so it cannot examine "
+    "the loss and says so",
+}
 
 
 def run(case: ModelCase):

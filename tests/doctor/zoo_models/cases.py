@@ -160,7 +160,7 @@ CASES = [
       runs=("final_norm = False",), severity="warning", style="NeMo before PR #2197"),
     M("dalle_text.py:TextTransformer", "ok", style="lucidrains layout, GEGLU, pads (id 0) ignored in the loss"),
     M("dalle_text.py:TextTransformerPadLoss", "pads_in_loss", "return F.cross_entropy(logits.transpose(1, 2), labels)\n",
-      style="DALLE-pytorch #57: ignore_index stored, never passed"),
+      style="DALLE-pytorch #57: ignore_index stored, never passed; forward(text, return_loss=True) -> loss"),
     M("annotated_decoder.py:DecoderOnlyLM", "ok",
       style="a_2/b_2 LayerNorm (unbiased std), sinusoidal PE, Embeddings * sqrt(d_model), log_softmax Generator"),
     M("annotated_decoder.py:DecoderOnlyNoPE", "positions_missing", "x = self.embed[0](tgt)", source="injected",

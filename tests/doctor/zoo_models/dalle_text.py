@@ -1,8 +1,9 @@
 # Re-typed after lucidrains/DALLE-pytorch dalle_pytorch.py, its text half only: token ids padded with 0, a learned
 # position embedding per text position, an einops-free pre-norm Transformer (lucidrains' PreNorm/Attention/FeedForward
 # with GEGLU), a to_logits = Sequential(LayerNorm, Linear) head, positional sizes (num_text_tokens, dim, heads, depth,
-# text_seq_len), forward(text, labels): as DALLE's forward takes `labels = text[:, 1:]` against `logits[:, :-1]`, the
-# shift is inside (labels = the text itself), and pads must not count.
+# text_seq_len). As DALLE's forward(text, image, return_loss=False), the loss is made inside from the text itself
+# (`labels = text[:, 1:]` against `logits[:, :-1]`) and only the loss is returned when return_loss=True: the caller
+# cannot mark the pads, the model must leave them out.
 #   TextTransformer         the loss after lucidrains/DALLE-pytorch PR #58 ("just set ignore index to 0, which is
 #                           padding by convention").
 #   TextTransformerPadLoss  real bug: lucidrains/DALLE-pytorch issue #57 ("ignore_index defined but not used":
@@ -102,22 +103,21 @@ class TextTransformer(nn.Module):
         self.ignore_index = ignore_index  # 0: the tokenizer's padding id
 
     def text_loss(self, logits, labels):
-        logits, labels = logits[:, :-1], labels[:, 1:]
         return F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=self.ignore_index)
 
-    def forward(self, text, labels=None, mask=None):
+    def forward(self, text, mask=None, return_loss=False):
         if mask is None:
             mask = text != 0
         tokens = self.text_emb(text)
         tokens = tokens + self.text_pos_emb(torch.arange(text.shape[1], device=text.device))
         out = self.transformer(tokens, mask=mask)
         logits = self.to_logits(out)
-        if labels is None:
+        if not return_loss:
             return logits
-        return logits, self.text_loss(logits, labels)
+        labels = text[:, 1:]
+        return self.text_loss(logits[:, :-1], labels)
 
 
 class TextTransformerPadLoss(TextTransformer):
     def text_loss(self, logits, labels):
-        logits, labels = logits[:, :-1], labels[:, 1:]
         return F.cross_entropy(logits.transpose(1, 2), labels)
