@@ -87,7 +87,7 @@ def test_model_gets_its_verdict(case):
         if why is not None:
             pytest.xfail(GAPS[case.id])
     assert why is None, why + "\n" + (report.render() if report else "")
-    if not case.correct and case.id not in LINE_GAPS:
+    if case.bug and case.id not in LINE_GAPS:
         assert pointed(case, report), f"line {line_of(case)} not among {sorted(lines(report))}\n" + report.render()
 
 
@@ -95,20 +95,32 @@ def test_the_model_zoo_is_big_enough():
     files = {c.target.partition(":")[0] for c in CASES}
     assert len(CASES) >= 30 and len(files) >= 10
     assert sum(c.correct for c in CASES) >= 15
-    real_bugs = [c for c in CASES if not c.correct and c.source == "real"]
+    real_bugs = [c for c in CASES if c.bug and c.source == "real"]
     assert len(real_bugs) >= 10
     for c in CASES:  # every bug's line resolves in its file, every header names its source
         assert c.source in ("real", "injected"), c.id
-        if not c.correct:
+        if c.bug:
             assert c.point is not None and line_of(c) > 0, c.id
         head = c.file.read_text(encoding="utf-8").split("\nimport", 1)[0]
         assert "Re-typed after" in head or "Not re-typed" in head, c.file.name
-        if not c.correct:
+        if c.bug:
             assert c.name in head or c.construct, f"{c.id}: the header does not say where the bug comes from"
 
 
 def score() -> dict:
-    counts = dict(correct=0, correct_ok=0, bugs=0, bugs_named=0, false_alarms=0, refused=0, crashes=0, lines=0)
+    counts = dict(
+        correct=0,
+        correct_ok=0,
+        bugs=0,
+        bugs_named=0,
+        false_alarms=0,
+        refused=0,
+        refusals=0,
+        refusals_right=0,
+        crashes=0,
+        lines=0,
+        gaps=0,
+    )
     for case in CASES:
         try:
             report, err = run(case)
@@ -116,26 +128,33 @@ def score() -> dict:
         except Exception as crash:  # noqa: BLE001 - the score goes on
             report, err, why = None, None, f"CRASH {type(crash).__name__}: {crash}"[:200]
             counts["crashes"] += 1
-        counts["refused"] += err is not None
+        counts["refused"] += err is not None and case.expect != "refused"
         point = ""
         if case.correct:
             counts["correct"] += 1
             counts["correct_ok"] += why is None
             counts["false_alarms"] += bool(why and why.startswith("errors"))
-        else:
+        elif case.bug:
             counts["bugs"] += 1
             counts["bugs_named"] += why is None
+            counts["gaps"] += why is not None and case.id in GAPS and report is not None and can_tell(case, report, err)
+            counts["false_alarms"] += report is not None and why is not None and bool(report.errors)
             hit = report is not None and pointed(case, report)
             counts["lines"] += hit
             if why is None and not hit:
                 point = f" (line {line_of(case)} not pointed at; got {sorted(n for _, n in lines(report))})"
-        mark = "ok " if why is None and not point else "BAD" if why else "~  "
+        else:
+            counts["refusals"] += 1
+            counts["refusals_right"] += why is None
+        mark = "ok " if why is None and not point else "gap" if case.id in GAPS else "BAD" if why else "~  "
         print(f"{mark} {case.id:48s} {case.expect:30s} {(why or '')[:160]}{point}")
+    real = sum(c.bug and c.source == "real" for c in CASES)
     print(
         f"correct models passing {counts['correct_ok']}/{counts['correct']}, bugs named {counts['bugs_named']}/"
-        f"{counts['bugs']} ({sum(not c.correct and c.source == 'real' for c in CASES)} real), false alarms "
-        f"{counts['false_alarms']}, refused {counts['refused']}, crashes {counts['crashes']}, bug lines pointed at "
-        f"{counts['lines']}/{counts['bugs']}"
+        f"{counts['bugs']} ({real} of them real; {counts['gaps']} honest can't-tell), false alarms (an error on a "
+        f"correct model, or only other errors on a buggy one) "
+        f"{counts['false_alarms']}, refused {counts['refused']}, expected refusals right {counts['refusals_right']}/"
+        f"{counts['refusals']}, crashes {counts['crashes']}, bug lines pointed at {counts['lines']}/{counts['bugs']}"
     )
     return counts
 

@@ -47,6 +47,10 @@ class ModelCase:
         return self.expect == "ok"
 
     @property
+    def bug(self) -> bool:
+        return self.expect not in ("ok", "refused")
+
+    @property
     def id(self) -> str:
         return "models." + self.target.replace(".py:", ".")
 
