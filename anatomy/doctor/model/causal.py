@@ -133,7 +133,7 @@ def _where_layer(calls: Calls | None, i: int, en: str, zh: str) -> list[dict[str
     if calls is None or i >= len(calls.lines) or calls.lines[i] is None:
         return []
     file, line, source = calls.lines[i]  # type: ignore[misc]
-    return [at(file, line, source, en, zh)] if line else []
+    return [at(file, line, source, f"line {line} {en}", f"第 {line} 行{zh}")] if line else []
 
 
 def _missing_in_layer(lm: LM, leak: Leak, leaky: list[int], n: int, calls: Calls | None) -> ModelFinding:
@@ -151,8 +151,8 @@ def _missing_in_layer(lm: LM, leak: Leak, leaky: list[int], n: int, calls: Calls
         where=_where_layer(
             calls,
             first,
-            f"this line calls layer {first}, which gets no causal mask",
-            f"这一行调用第 {first} 层，它没有得到因果 mask",
+            f"calls layer {first}, which gets no causal mask",
+            f"调用第 {first} 层，它没有得到因果 mask",
         ),
         layers=leaky,
         layer=leak.layer if leak.layer is not None else first,

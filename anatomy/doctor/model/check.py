@@ -76,13 +76,14 @@ def _first_call(lm: LM) -> torch.Tensor:
     block_size (the mask-lengths probe says why), else the first error stands."""
     try:
         return first_call(lm)
+    except CheckError as short:
+        first = short
+    lm.full_length_only = True
+    try:
+        base = first_call(lm)
     except CheckError:
-        lm.full_length_only = True
-        try:
-            base = first_call(lm)
-        except CheckError:
-            lm.full_length_only = False
-            raise
+        lm.full_length_only = False
+        raise first from None
         lm.notes.append(
             {
                 "en": f"forward raises below T = block_size = {lm.sizes.block_size}: every probe runs at that length",
@@ -181,6 +182,10 @@ def _explain(findings: list[ModelFinding]) -> list[ModelFinding]:
             elif f.explained_by == "dropout_at_eval" or (f.fault is None and f.layers and f.severity == "error"):
                 f.explained_by = "functional_dropout_in_eval"
     model_mask = next((f for f in findings if f.fault in MASK_FAULTS), None)
+    leak = model_mask or next((f for f in findings if f.probe in ("lm_causal_leak", "causal_leak")), None)
+    for f in findings:  # a full forward that sees the future differs from cached decoding that does not
+        if leak is not None and f.probe == "lm_generate" and f.fault is None:
+            f.explained_by = leak.fault or leak.explained_by or None
     block_leak = next((f for f in findings if f.probe == "causal_leak" and f.severity == "error" and f.layers), None)
     for f in findings:
         if model_mask is not None and f.probe in ("causal_leak", "diagnosis") and f.fault is None:
