@@ -56,18 +56,23 @@ class ModelCase:
 
 
 def line_of(case: ModelCase, point: str | None = None) -> int | None:
-    """The 1-based line of ``point`` (default ``case.point``) in the case's file: the first match after the
-    target's ``class``/``def`` line, else the first in the file."""
+    """The 1-based line of ``point`` (default ``case.point``) in the case's file, comments left out: the first match
+    after the target's ``class``/``def`` line, else the first in the file."""
     point = point or case.point
     if point is None:
         return None
     text = case.file.read_text(encoding="utf-8")
     found = re.search(rf"^(class|def) {re.escape(case.name)}\b", text, re.M)
-    at = text.find(point, found.start() if found else 0)
-    at = text.find(point) if at < 0 else at
-    if at < 0:
+    code = []  # offsets of the matches outside comment lines
+    at = text.find(point)
+    while at >= 0:
+        if not text[text.rfind("\n", 0, at) + 1 : at].lstrip().startswith("#"):
+            code.append(at)
+        at = text.find(point, at + 1)
+    if not code:
         raise LookupError(f"{point!r} is not in {case.file.name}")
-    return text.count("\n", 0, at) + 1
+    after = [at for at in code if found and at >= found.start()]
+    return text.count("\n", 0, (after or code)[0]) + 1
 
 
 def lines_of(case: ModelCase) -> set[int]:
