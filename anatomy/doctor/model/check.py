@@ -84,13 +84,13 @@ def _first_call(lm: LM) -> torch.Tensor:
     except CheckError:
         lm.full_length_only = False
         raise first from None
-        lm.notes.append(
-            {
-                "en": f"forward raises below T = block_size = {lm.sizes.block_size}: every probe runs at that length",
-                "zh": f"T 小于 block_size = {lm.sizes.block_size} 时 forward 出错：所有探针都在这个长度上运行",
-            }
-        )
-        return base
+    lm.notes.append(
+        {
+            "en": f"forward raises below T = block_size = {lm.sizes.block_size}: every probe runs at that length",
+            "zh": f"T 小于 block_size = {lm.sizes.block_size} 时 forward 出错：所有探针都在这个长度上运行",
+        }
+    )
+    return base
 
 
 def _report(ctx: Context) -> ModelReport:

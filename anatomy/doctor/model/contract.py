@@ -44,6 +44,7 @@ class LM:
     notes: list[dict[str, str]] = field(default_factory=list)
 
     full_length_only: bool = False  # forward fails below block_size: the probes run at block_size
+    last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
 
     @property
     def short(self) -> int:
@@ -78,6 +79,8 @@ class LM:
             raise ForwardError(one_line(err)) from err
 
     def logits(self, ids: torch.Tensor, *, seed: int = 0, **kwargs: Any) -> torch.Tensor:
+        if self.last_only and self.target_arg is not None and self.target_arg not in kwargs:
+            kwargs[self.target_arg] = self.ids(ids.shape[1], seed=2, b=ids.shape[0])
         out = self.forward(ids, seed=seed, **kwargs)
         found = read_logits(out, ids.shape[0], ids.shape[1], self.sizes.vocab_size)
         if found is None:
@@ -161,14 +164,35 @@ def first_call(lm: LM) -> torch.Tensor:
             f"return logits (B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} or (logits, loss)"
         ) from None
     logits = read_logits(out, BATCH, lm.seq, lm.sizes.vocab_size)
+    lm.returns = _returns(out)
+    if logits is None and read_logits(out, BATCH, 1, lm.sizes.vocab_size) is not None:
+        logits = _last_only(lm, ids)
     if logits is None:
         raise CheckError(
             f"{lm.label}: forward(ids) on ids of shape {tuple(ids.shape)} returned {describe(out)}; expected logits "
             f"(B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} (vocab_size={lm.sizes.vocab_size})"
         )
-    lm.returns = _returns(out)
-    lm.target_arg = _target_arg(lm, ids)
+    if lm.target_arg is None:
+        lm.target_arg = _target_arg(lm, ids)
     return logits
+
+
+def _last_only(lm: LM, ids: torch.Tensor) -> torch.Tensor | None:
+    """Logits of the last position only without targets (nanoGPT's inference shortcut): every position's with them."""
+    lm.target_arg = _target_arg(lm, ids)
+    if lm.target_arg is None:
+        return None
+    lm.last_only = True
+    lm.notes.append(
+        {
+            "en": "forward(ids) returns the last position's logits only; every position's are read with targets",
+            "zh": "forward(ids) 只返回最后一个位置的 logits；各位置的 logits 通过传入目标读取",
+        }
+    )
+    try:
+        return lm.logits(ids)
+    except ForwardError:
+        return None
 
 
 def _target_arg(lm: LM, ids: torch.Tensor) -> str | None:

@@ -31,6 +31,7 @@ def test_a_mask_buffer_that_fits_only_block_size_tokens(tmp_path):
     assert report.faults == {"causal_mask_sliced_wrong"}
     assert line_of(path, "self.tril[:, :T]") in lines(report, "causal_mask_sliced_wrong")
     assert report.settings["seq"] == report.settings["block_size"]  # probed at the length it takes
+    assert "every probe runs at that length" in report.found["call_notes"][0]["en"]
 
 
 def test_the_mask_built_for_the_first_layer_only(tmp_path):
