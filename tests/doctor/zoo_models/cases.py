@@ -139,6 +139,8 @@ CASES = [
     M("minimind_zh.py:MiniMindNoPadMask", "padding_mask_not_passed",
       "h, past_kv = layer(h, pos_cis, past_key_value=past_key_values[l], use_cache=use_cache)",
       style="minimind-v #76: attention_mask accepted, never handed on"),
+    M("happy_llm_zh.py:Transformer", "ok",
+      style="中文注释, returns an output object (.logits, .last_loss), per-token loss ignoring id 0, last position only"),
     M("tiny_llm_zh.py:TinyllmForCausalLM", "ok", style="中文注释, HF-style labels shifted inside, q/k/v bias"),
     M("tiny_llm_zh.py:TinyllmShiftedTwice", "targets_shifted_twice", "shift_labels = targets[..., 1:].contiguous()",
       style="tiny-llm-zh #10: Y = sample[1:] shifted again"),
