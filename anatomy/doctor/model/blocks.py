@@ -161,7 +161,7 @@ def diagnose_layers(lm: LM, stack: Stack, unmasked: frozenset[int] = frozenset()
         try:
             out.append(
                 check(
-                    Layer(block, ex),
+                    _factory(Layer(block, ex), stack.name(i)),
                     kind="block",
                     d_model=lm.sizes.d_model,
                     n_heads=lm.sizes.n_heads,
@@ -174,6 +174,19 @@ def diagnose_layers(lm: LM, stack: Stack, unmasked: frozenset[int] = frozenset()
             out.append(str(err))
         seen.append((block, ex, causal, out[-1]))
     return out
+
+
+def _factory(layer: Layer, name: str) -> Callable[[int, int], nn.Module]:
+    """The block doctor gets a factory of the layer itself, not a copy: a block whose forward reaches its
+    sub-modules through a closure (minGPT's ``self.mlpf = lambda x: m.c_proj(...)``) would, deep-copied, still
+    call the original's. The model is ours (built, or copied from the caller's instance), so the block doctor's
+    seeded weights may land in it."""
+
+    def make(_d: int, _h: int) -> nn.Module:
+        return layer
+
+    make.__name__ = make.__qualname__ = name
+    return make
 
 
 def alike(a: nn.Module, b: nn.Module) -> bool:

@@ -132,13 +132,20 @@ def looks_like_model(obj: Any) -> bool:
 
 
 class _AnyConfig(dict[str, Any]):
-    """A config the learner's code reads by attribute or by key, under any of the names in :data:`SYNONYMS`."""
+    """A config the learner's code reads by attribute or by key, under any of the names in :data:`SYNONYMS`; a
+    name it does not know reads as a neutral default (an ``eps``: 1e-5, a ``bias``: True, anything else: None)."""
 
     def __getattr__(self, name: str) -> Any:
-        try:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name in self:
             return self[name]
-        except KeyError:
-            raise AttributeError(name) from None
+        low = name.lower()
+        if "eps" in low:
+            return 1e-5
+        if low == "bias" or low.startswith("use_bias"):
+            return True
+        return None
 
 
 def _config_values(sizes: Sizes) -> dict[str, Any]:
@@ -194,6 +201,24 @@ def make_config(cls: type | None, sizes: Sizes) -> Any:
     return cfg
 
 
+def _call_default(default: Callable[[], Any]) -> Any:
+    try:
+        return default()
+    except Exception as err:  # noqa: BLE001 - the learner's own
+        raise CheckError(f"get_default_config() failed: {one_line(err)}") from None
+
+
+def _filled(cfg: Any, sizes: Sizes) -> Any:
+    """The config with our sizes on every field it names (a ``model_type`` that would override them cleared)."""
+    for name in list(vars(cfg)):
+        role = _role(name)
+        if role is not None and role != "dropout":
+            setattr(cfg, name, sizes.value(role))
+    if hasattr(cfg, "model_type"):
+        cfg.model_type = None
+    return cfg
+
+
 def arguments(fn: Callable[..., Any], sizes: Sizes, module_vars: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """How to call ``fn`` (a class or a factory) with our sizes: (args, kwargs); a :class:`CheckError` when no
     rule fits its signature."""
@@ -203,6 +228,9 @@ def arguments(fn: Callable[..., Any], sizes: Sizes, module_vars: dict[str, Any])
     req = _required(params)
     roles = {p.name: _role(p.name) for p in params}
     if len(req) == 1 and roles[req[0].name] is None:
+        default = getattr(fn, "get_default_config", None)  # minGPT: GPT.get_default_config() gives its CfgNode
+        if inspect.isclass(fn) and callable(default):
+            return [_filled(_call_default(default), sizes)], {}
         return [make_config(_config_class(module_vars, req[0]), sizes)], {}
     if all(roles[p.name] is not None for p in req):
         kw = {p.name: sizes.value(r) for p in params if (r := roles[p.name]) is not None and r != "dropout"}

@@ -44,6 +44,7 @@ class LM:
     notes: list[dict[str, str]] = field(default_factory=list)
 
     full_length_only: bool = False  # forward fails below block_size: the probes run at block_size
+    fixed: dict[str, Any] = field(default_factory=dict)  # required arguments given a fixed value (start_pos=0)
     last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
 
     @property
@@ -68,6 +69,7 @@ class LM:
             f"{self.label}：对形状为 {tuple(ids.shape)} 的 ids 调用 forward 时",
         )
         args: tuple[Any, ...] = ()
+        kwargs = {**self.fixed, **kwargs}
         if "" in kwargs:  # the targets, positionally
             args = (kwargs.pop(""),)
         try:
@@ -156,6 +158,7 @@ def _returns(out: Any) -> str:
 def first_call(lm: LM) -> torch.Tensor:
     """The plain logits of ``forward(ids)``; a :class:`CheckError` saying what was expected when it fails."""
     ids = lm.ids()
+    lm.fixed = _required_starts(lm.module)
     try:
         out = lm.forward(ids)
     except ForwardError as err:
@@ -175,6 +178,18 @@ def first_call(lm: LM) -> torch.Tensor:
     if lm.target_arg is None:
         lm.target_arg = _target_arg(lm, ids)
     return logits
+
+
+START_NAMES = ("start_pos", "pos", "offset", "position", "past_length", "past_len", "start", "start_position")
+
+
+def _required_starts(module: nn.Module) -> dict[str, Any]:
+    """A forward that requires a start position (a KV-cache model's ``start_pos``) gets 0: a forward from the start."""
+    try:
+        params = list(inspect.signature(module.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return {}
+    return {p.name: 0 for p in params if p.default is inspect.Parameter.empty and p.name in START_NAMES}
 
 
 def _last_only(lm: LM, ids: torch.Tensor) -> torch.Tensor | None:

@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.doctor.model import callers
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import LM, ForwardError
-from anatomy.doctor.model.found import ModelFinding, Op, at_op, first_op, op_log
+from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, first_op, op_log
 
 __anatomy_transparent__ = True
 
@@ -89,8 +90,49 @@ def loss_findings(ctx: Context) -> list[ModelFinding]:
         return [_twice(line)]
     if k == -1:
         return [_backwards(line)]
+    said = _with_caller(lm, k, line)
+    if said:
+        return said
     if k == 0 and lm.target_arg == "labels":
         return [_labels_unshifted(line)]
+    return []
+
+
+def _with_caller(lm: LM, k: int | None, line: Op | None) -> list[ModelFinding]:
+    """The model's shift with what its own file passes as targets: shifted twice, or never."""
+    code = getattr(getattr(type(lm.module), "forward", None), "__code__", None)
+    said = callers.evidence(code.co_filename) if code is not None else []
+    kinds = {e.kind for e in said}
+    if len(kinds) != 1:  # nothing said, or both: the file does not decide
+        return []
+    where = [at(e.file, e.line, e.source, f"line {e.line} builds the targets", f"第 {e.line} 行构造目标") for e in said]
+    loss_at = _where(line, "computes the loss", " 计算损失")
+    if k == 1 and kinds == {"shifted"}:
+        f = _twice(line)
+        f.en = (
+            "the model's loss shifts the targets by one (logits[:, t] against targets[:, t + 1]) and this file "
+            "already builds them shifted by one: together position t is scored against the token at t + 2"
+        )
+        f.zh = (
+            "模型的损失把目标错开一位（logits[:, t] 对 targets[:, t + 1]），而这个文件构造的目标已经错开了一位："
+            "合起来位置 t 与第 t + 2 个 token 比较"
+        )
+        f.where = where + loss_at
+        return [f]
+    if k == 0 and kinds == {"same"}:
+        return [
+            ModelFinding(
+                "lm_loss",
+                "error",
+                "the model's loss scores logits[:, t] against targets[:, t], and this file passes the inputs "
+                "themselves as the targets: each position is trained to output the token it already sees",
+                "模型的损失把 logits[:, t] 与 targets[:, t] 比较，而这个文件把输入本身当作目标传入：每个位置被训练去"
+                "输出它已经看见的 token",
+                {"shift": 0, "caller": "same"},
+                fault="targets_not_shifted",
+                where=where + loss_at,
+            )
+        ]
     return []
 
 

@@ -9,13 +9,14 @@ import pytest
 
 from anatomy.doctor import CheckError, check
 from anatomy.doctor.model.report import ModelReport
-from tests.doctor.model.styles import HERE
+from tests.doctor.model.styles import HERE, run, variant
 
 STYLES = [
     ("nano_style.py", "GPT"),
     ("llama_style.py", "Transformer"),
     ("lecture_style.py", "GPTLanguageModel"),
     ("course_style.py", "GPT"),
+    ("mingpt_style.py", "GPT"),  # get_default_config(), a block reaching its MLP through a closure
 ]
 
 
@@ -60,3 +61,11 @@ def test_bad_sizes_are_one_line_errors():
         check(f"{HERE / 'nano_style.py'}:GPT", n_layers=0)
     with pytest.raises(CheckError, match="block_size must be at least 3"):
         check(f"{HERE / 'nano_style.py'}:GPT", block_size=2)
+
+
+def test_a_forward_that_requires_a_start_position_gets_zero(tmp_path):
+    path = variant(
+        tmp_path, "llama_style.py", "def forward(self, tokens, start_pos=0):", "def forward(self, tokens, start_pos):"
+    )
+    report = run(path, "Transformer")
+    assert report.errors == [] and report.found["stack"]["count"] == 3

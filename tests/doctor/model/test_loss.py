@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.doctor.model.styles import line_of, lines, run, variant
+from tests.doctor.model.styles import HERE, line_of, lines, run, variant
 
 LOSS = "loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)"
 
@@ -52,7 +52,41 @@ def test_labels_shifted_inside_pass(tmp_path):
 
 
 def test_a_model_without_targets_is_not_examined():
-    from tests.doctor.model.styles import HERE
-
     report = run(HERE / "llama_style.py", "Transformer")
     assert any(s["probe"] == "lm_loss" for s in report.skipped) and "lm_loss" not in report.passed
+
+
+BATCHES = """
+
+def get_batch(data, i, block_size):
+    x = data[i : i + block_size]
+    y = data[i + 1 : i + block_size + 1]
+    return x, y
+"""
+
+
+def test_a_model_that_shifts_fed_by_a_batch_that_shifts(tmp_path):
+    new = "loss = F.cross_entropy(logits[:, :-1].reshape(-1, 29), targets[:, 1:].reshape(-1))"
+    path = variant(tmp_path, "nano_style.py", LOSS, new)
+    path.write_text(path.read_text() + BATCHES)
+    report = run(path)
+    assert report.faults == {"targets_shifted_twice"}
+    got = lines(report, "targets_shifted_twice")
+    assert {line_of(path, "y = data[i + 1 : i + block_size + 1]"), line_of(path, "logits[:, :-1]")} <= got
+
+
+def test_a_model_that_does_not_shift_fed_by_a_batch_that_shifts_passes(tmp_path):
+    path = tmp_path / "my_gpt.py"
+    path.write_text((HERE / "nano_style.py").read_text() + BATCHES)
+    assert run(path).errors == []
+
+
+def test_targets_that_are_the_inputs(tmp_path):
+    path = tmp_path / "my_gpt.py"
+    path.write_text(
+        (HERE / "nano_style.py").read_text()
+        + "\n\ndef train_step(model, xb):\n    logits, loss = model(xb, xb)\n    return loss\n"
+    )
+    report = run(path)
+    assert report.faults == {"targets_not_shifted"} and report.errors
+    assert line_of(path, "logits, loss = model(xb, xb)") in lines(report, "targets_not_shifted")
