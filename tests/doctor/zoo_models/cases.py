@@ -142,8 +142,8 @@ CASES = [
     M("happy_llm_zh.py:Transformer", "ok",
       style="中文注释, returns an output object (.logits, .last_loss), per-token loss ignoring id 0, last position only"),
     M("tiny_llm_zh.py:TinyllmForCausalLM", "ok", style="中文注释, HF-style labels shifted inside, q/k/v bias"),
-    M("tiny_llm_zh.py:TinyllmShiftedTwice", "targets_shifted_twice", "shift_labels = targets[..., 1:].contiguous()",
-      style="tiny-llm-zh #10: Y = sample[1:] shifted again"),
+    M("tiny_llm_zh_ptm.py:TinyllmForCausalLM", "targets_shifted_twice", "Y = np.array(sample[1:]).astype(np.int64)",
+      style="tiny-llm-zh #10: the dataset's Y = sample[1:], then the model's own shift"),
     # --- Hugging Face-style models -----------------------------------------------------------------------------------
     M("hf_gpt2.py:GPT2LMHeadModel", "ok", style="Conv1D, past_key_values, attention_mask, labels shifted inside"),
     M("hf_gpt2.py:GPT2LMHeadUnshifted", "targets_not_shifted",

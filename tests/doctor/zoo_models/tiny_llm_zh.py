@@ -1,15 +1,15 @@
 # Re-typed after wdndev/tiny-llm-zh (a Qwen2-like modeling_tinyllm.py for a Chinese course; comments in Chinese):
 # TinyllmConfig with HF field names (hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
 # intermediate_size, max_position_embeddings, rope_theta), rotate_half RoPE from position_ids, q/k/v with bias,
-# SwiGLU MLP, RMSNorm, untied lm_head, the loss shifted inside forward (HF convention: labels = input_ids).
-#   TinyllmForCausalLM   labels == input_ids, the model shifts: correct.
-#   TinyllmShiftedTwice  real bug: wdndev/tiny-llm-zh issue #10 ("关于labels的问题": PTMDataset already returns
-#                        Y = sample[1:] as the target of X = sample[:-1], and forward shifts it once more:
-#                        shift_logits = logits[..., :-1, :], shift_labels = labels[..., 1:]; the author: "确实，真的有点
-#                        重复了"). Here the pre-shifted argument is named `targets`, as the dataset hands it over.
+# SwiGLU MLP, RMSNorm, untied lm_head, the loss shifted inside forward (HF convention: labels = input_ids), and the
+# course's pretraining dataset PTMDataset after the fix of issue #10 (labels are a copy of the inputs).
+#   TinyllmForCausalLM   correct, fed by the fixed PTMDataset.
+# The dataset before the fix, with this same model, is tiny_llm_zh_ptm.py.
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data import Dataset
 
 
 class TinyllmConfig:
@@ -170,14 +170,18 @@ class TinyllmForCausalLM(nn.Module):
         return logits, loss
 
 
-class TinyllmShiftedTwice(TinyllmForCausalLM):
-    def forward(self, input_ids, attention_mask=None, targets=None):
-        """targets: PTMDataset's Y = sample[1:], already one step ahead of X = sample[:-1]."""
-        hidden_states = self.model(input_ids, attention_mask)
-        logits = self.lm_head(hidden_states).float()
-        loss = None
-        if targets is not None:
-            shift_logits = logits[..., :-1, :].contiguous()
-            shift_labels = targets[..., 1:].contiguous()
-            loss = F.cross_entropy(shift_logits.view(-1, self.config.vocab_size), shift_labels.view(-1))
-        return logits, loss
+class PTMDataset(Dataset):
+    """预训练数据集：每条样本是定长的 token 序列（已切好块）。"""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        sample = self.samples[index]
+        X = np.array(sample).astype(np.int64)
+        input_ids = torch.LongTensor(X)
+        labels = input_ids.clone()  # 标签就是输入的拷贝，错位在模型里做
+        return {"input_ids": input_ids, "labels": labels}
