@@ -103,6 +103,7 @@ def check(
                 factory=factory,
                 seed=seed,
                 timeout=timeout or None,
+                block_check=check,
                 sizes=model_sizes(vocab_size, d_model, n_heads, n_layers, block_size),
             )
         if lm is not None:

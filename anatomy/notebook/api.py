@@ -30,7 +30,7 @@ from anatomy.notebook.copying import copy_refusal, uncopyable
 from anatomy.notebook.process import isolated
 from anatomy.notebook.results import CheckResult, TraceResult
 
-KINDS = ("auto", "attention", "block")
+KINDS = ("auto", "attention", "block", "lm")  # lm: a whole language model (doctor/model/)
 LANGS = ("en", "zh")
 
 

@@ -140,11 +140,15 @@ def layer_extras(lm: LM, stack: Stack) -> list[dict[int, Extras]]:
     return out
 
 
-def diagnose_layers(lm: LM, stack: Stack, unmasked: frozenset[int] = frozenset()) -> list[Report | str]:
+BlockCheck = Callable[..., Report]  # the block doctor's check(), handed in by doctor/check.py (no import cycle)
+
+
+def diagnose_layers(
+    lm: LM, stack: Stack, check: BlockCheck, unmasked: frozenset[int] = frozenset()
+) -> list[Report | str]:
     """The block doctor's report on each block (or the one line saying why it could not check it). The blocks in
     ``unmasked`` get no causal mask from the model while the others do (a model-level fault, said by the model's
     probe): they are checked as the bidirectional blocks the model makes of them."""
-    from anatomy.doctor.check import check  # the block doctor; imported here, it imports this package
 
     extras = layer_extras(lm, stack)
     out: list[Report | str] = []

@@ -23,7 +23,19 @@ from anatomy.doctor.loading.subject import CheckError, CheckTimeout, ModuleExite
 __anatomy_transparent__ = True
 
 SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give it (lower case)
-    "vocab_size": ("vocab_size", "vocab", "n_vocab", "num_tokens", "ntoken", "ntokens", "vocab_len", "n_tokens"),
+    "vocab_size": (
+        "vocab_size",
+        "vocab",
+        "n_vocab",
+        "num_tokens",
+        "ntoken",
+        "ntokens",
+        "vocab_len",
+        "n_tokens",
+        "vocab_sz",
+        "num_embeddings",
+        "token_size",
+    ),
     "d_model": (
         "d_model",
         "n_embd",
@@ -41,7 +53,19 @@ SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give 
         "embed_size",
         "emb_size",
     ),
-    "n_heads": ("n_heads", "n_head", "num_heads", "nhead", "heads", "num_attention_heads", "n_attn_heads", "h"),
+    "n_heads": (
+        "n_heads",
+        "n_head",
+        "num_heads",
+        "nhead",
+        "heads",
+        "num_attention_heads",
+        "n_attn_heads",
+        "h",
+        "head_num",
+        "num_head",
+        "nheads",
+    ),
     "n_layers": (
         "n_layers",
         "n_layer",
@@ -53,6 +77,9 @@ SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give 
         "num_blocks",
         "n_blocks",
         "n",
+        "layer_num",
+        "num_layer",
+        "nlayer",
     ),
     "block_size": (
         "block_size",
@@ -70,6 +97,11 @@ SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give 
         "n_positions",
         "max_seq",
         "seq_length",
+        "context_window",
+        "ctx_size",
+        "max_position",
+        "max_positions",
+        "maxlen",
     ),
     "dropout": ("dropout", "dropout_rate", "drop", "p_drop", "pdrop", "resid_pdrop", "attn_pdrop", "embd_pdrop"),
 }

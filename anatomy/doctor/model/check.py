@@ -20,7 +20,7 @@ import torch
 
 from anatomy.doctor.loading.subject import CheckError
 from anatomy.doctor.model import causal, generate, hygiene, loss, padding, positions
-from anatomy.doctor.model.blocks import capture, diagnose_layers, find_stack
+from anatomy.doctor.model.blocks import BlockCheck, capture, diagnose_layers, find_stack
 from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import BATCH, LM, ForwardError, first_call
@@ -40,8 +40,10 @@ def check_model(
     sizes: Sizes | None = None,
     seed: int = 0,
     timeout: float | None = None,
+    block_check: BlockCheck,
 ) -> ModelReport:
-    """The model's report (the module docstring); :class:`CheckError` when it cannot be built or called."""
+    """The model's report (the module docstring); :class:`CheckError` when it cannot be built or called.
+    ``block_check``: the block doctor's ``check`` (``anatomy.doctor.check.check``), run on each block."""
     sizes = sizes or Sizes()
     problem = None
     if sizes.d_model % sizes.n_heads:
@@ -67,7 +69,7 @@ def check_model(
             calls = capture(lm, stack, lm.ids())
         except ForwardError:
             calls = None
-    ctx = Context(lm, stack, calls, base)
+    ctx = Context(lm, stack, calls, base, block_check)
     return _report(ctx)
 
 
@@ -144,7 +146,7 @@ def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dic
         return [], [], {"status": "unavailable", "reason": "no stack of repeated blocks"}
     leaky = ctx.found.get("leaking_layers") or []
     unmasked = frozenset(leaky) if len(leaky) < len(stack.blocks) else frozenset()
-    reports = diagnose_layers(ctx.lm, stack, unmasked)
+    reports = diagnose_layers(ctx.lm, stack, ctx.block_check, unmasked)
     ctx.layer_reports = reports
     rows = []
     for i, (block, rep) in enumerate(zip(stack.blocks, reports)):

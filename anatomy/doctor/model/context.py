@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from anatomy.doctor.model.blocks import Calls, Stack
+from anatomy.doctor.model.blocks import BlockCheck, Calls, Stack
 from anatomy.doctor.model.contract import LM, ForwardError
 from anatomy.doctor.model.found import Op, op_log
 from anatomy.doctor.report.findings import Report
@@ -18,8 +18,11 @@ __anatomy_transparent__ = True
 class Context:
     """What every model probe reads: the model and its call, its stack, one capture of the blocks' calls."""
 
-    def __init__(self, lm: LM, stack: Stack | None, calls: Calls | None, base: torch.Tensor) -> None:
+    def __init__(
+        self, lm: LM, stack: Stack | None, calls: Calls | None, base: torch.Tensor, block_check: BlockCheck
+    ) -> None:
         self.lm, self.stack, self.calls, self.base = lm, stack, calls, base
+        self.block_check = block_check
         self.found: dict[str, Any] = {}
         self.skipped: list[dict[str, str]] = []
         self.layer_reports: list[Report | str] = []

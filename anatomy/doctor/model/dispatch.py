@@ -9,7 +9,8 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from anatomy.doctor.loading.subject import CheckError
+from anatomy.doctor.loading.subject import CheckError, CheckTimeout, ModuleExited
+from anatomy.doctor.model.blocks import BlockCheck
 from anatomy.doctor.model.build import SYNONYMS, Sizes, looks_like_model
 from anatomy.doctor.model.report import ModelReport
 
@@ -92,14 +93,18 @@ def model_check(
     sizes: Sizes,
     seed: int,
     timeout: float | None,
+    block_check: BlockCheck,
 ) -> ModelReport | None:
-    """The model's report, or None when ``kind="auto"`` and the target is not a model (the block doctor's turn)."""
+    """The model's report, or None when ``kind="auto"`` and the target is not a model (the block doctor's turn).
+    ``block_check`` is the block doctor's ``check``, handed in (the block doctor imports this package)."""
     from anatomy.doctor.model.check import check_model
 
     if kind == "auto" and not is_model_target(target, factory):
         return None
     try:
-        return check_model(target, factory=factory, sizes=sizes, seed=seed, timeout=timeout)
+        return check_model(target, factory=factory, sizes=sizes, seed=seed, timeout=timeout, block_check=block_check)
+    except (CheckTimeout, ModuleExited):
+        raise  # the file hung or ended the process: trying it again as a block would only do it again
     except CheckError as err:
         if kind == "lm" or getattr(err, "model_built", False):
             raise

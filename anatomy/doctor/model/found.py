@@ -41,6 +41,16 @@ class ModelFinding(Finding):
     layers: list[int] = field(default_factory=list)  # the blocks it holds in (empty: the model as a whole)
     layer: int | None = None  # the first layer where it appears (a causal leak)
 
+    @property
+    def lineno(self) -> int | None:
+        """The learner's first line behind it (None: no pointer)."""
+        return next((int(w["line"]) for w in self.where if w.get("line")), None)
+
+    @property
+    def line(self) -> str | None:
+        """The source text of :attr:`lineno`."""
+        return next((str(w.get("source") or "") for w in self.where if w.get("line")), None)
+
     def to_dict(self) -> dict[str, Any]:
         return {**super().to_dict(), "layers": self.layers, "layer": self.layer}
 

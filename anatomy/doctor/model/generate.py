@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckTimeout, _quiet
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import LM, ForwardError
+from anatomy.doctor.model.contract import LM, ForwardError, seeded
 from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, op_log
 from anatomy.tracing.steps import learner_frame
 
@@ -82,7 +82,7 @@ def _signature(fn: Callable[..., Any]) -> tuple[str | None, str | None] | None:
     return (count, temp) if count is not None else None
 
 
-def _run(lm: LM, count: str, temp: str | None, t: float | None) -> Run | None:
+def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -> Run | None:
     prompt = lm.ids(PROMPT, b=1)
     probs: list[torch.Tensor] = []
     lengths: list[int] = []
@@ -104,7 +104,14 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None) -> Run | None:
     handle = lm.module.register_forward_pre_hook(pre, with_kwargs=True)
     step = (f"{lm.label}: generate(ids, {NEW})", f"{lm.label}：调用 generate(ids, {NEW}) 时")
     try:
-        with _quiet(), guard(lm.timeout, lambda: step), torch.no_grad(), op_log() as ops, _Greedy(probs):
+        with (
+            _quiet(),
+            seeded(lm.seed + seed),
+            guard(lm.timeout, lambda: step),
+            torch.no_grad(),
+            op_log() as ops,
+            _Greedy(probs),
+        ):
             out = lm.module.generate(*args, **kw)  # type: ignore[operator]
     except Hung as hung:
         raise CheckTimeout.from_hung(hung) from None
@@ -158,9 +165,16 @@ def generate_findings(ctx: Context) -> list[ModelFinding]:
         ctx.skip("lm_generate", "the model has no generate(ids, n) to compare", "模型没有可比较的 generate(ids, n)")
         return []
     count, temp = sig
-    run = _run(lm, count or "", temp, 1.0)
-    if run is None:
+    run, again = _run(lm, count or "", temp, 1.0), _run(lm, count or "", temp, 1.0, seed=1)
+    if run is None or again is None:
         ctx.skip("lm_generate", f"generate(ids, {NEW}) could not be run", f"无法运行 generate(ids, {NEW})")
+        return []
+    if not torch.equal(run.tokens, again.tokens):  # it samples without multinomial: it cannot be made greedy
+        ctx.skip(
+            "lm_generate",
+            "generate picks other tokens under another seed (it samples without torch.multinomial)",
+            "换一个随机种子 generate 就选出不同的 token（它不是用 torch.multinomial 采样的）",
+        )
         return []
     try:
         want = _greedy(lm, -1)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from anatomy.doctor.report.findings import PROBE_TITLES, Report, _fault_lines, wrap
+from anatomy.doctor.report.findings import PROBE_TITLES, Finding, Report, _fault_lines, wrap
 from anatomy.doctor.report.words import _t
 
 __anatomy_transparent__ = True
@@ -18,6 +18,21 @@ class ModelReport(Report):
 
     def to_dict(self, strict: bool = False) -> dict[str, Any]:
         return {**super().to_dict(strict), "layers": self.layers}
+
+    def groups(self) -> list[tuple[str | None, list[Finding]]]:
+        """As the block doctor's, with the end-to-end causal leak and the blocks' own (no fault named for either)
+        in one group: one mistake, counted once."""
+        out = super().groups()
+        lead = next((g for g in out if g[0] is None and g[1][0].probe == "lm_causal_leak"), None)
+        if lead is None:
+            return out
+        rest = []
+        for g in out:
+            if g is not lead and g[0] is None and g[1][0].probe == "causal_leak" and g[1][0].severity == "error":
+                lead[1].extend(g[1])
+            else:
+                rest.append(g)
+        return rest
 
     def render(self, lang: str = "en", width: int = 80, strict: bool = False) -> str:
         return "\n".join(_render(self, lang, width, strict))

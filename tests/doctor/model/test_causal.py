@@ -62,3 +62,4 @@ def test_every_layer_leaking_is_one_folded_finding_and_the_first_layer(tmp_path)
     (model,) = [f for f in report.findings if f.probe == "lm_causal_leak"]
     assert model.layer == 0 and model.severity == "error"
     assert "causal_mask_missing_in_layer" not in report.faults  # every layer: the blocks' own fault
+    assert report.counts()[0] == 1  # the end-to-end leak and the blocks' leak: one mistake, one group

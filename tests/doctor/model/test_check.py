@@ -69,3 +69,33 @@ def test_a_forward_that_requires_a_start_position_gets_zero(tmp_path):
     )
     report = run(path, "Transformer")
     assert report.errors == [] and report.found["stack"]["count"] == 3
+
+
+def test_a_finding_names_its_line(tmp_path):
+    path = variant(
+        tmp_path, "nano_style.py", "x = self.transformer.drop(tok_emb + pos_emb)", "x = self.transformer.drop(tok_emb)"
+    )
+    (f,) = run(path).errors
+    assert f.lineno == 93 and f.line == "tok_emb = self.transformer.wte(idx)"
+
+
+def test_the_notebook_api_takes_a_model_class():
+    import anatomy
+    from tests.doctor.model import nano_style
+
+    result = anatomy.check(nano_style.GPT, kind="lm", isolate=False)
+    assert str(result).startswith("✓ PASS")
+
+
+def test_the_last_position_only_without_targets(tmp_path):
+    """karpathy/nanoGPT model.py (3adf61e): forward(idx) without targets runs the head on the last position only
+    (an inference shortcut); every position's logits come with targets."""
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        "        logits = self.lm_head(x)\n",
+        "        logits = self.lm_head(x) if targets is not None else self.lm_head(x[:, [-1], :])\n",
+    )
+    report = run(path)
+    assert report.errors == [] and report.warnings == []
+    assert "last position's logits only" in report.found["call_notes"][0]["en"]

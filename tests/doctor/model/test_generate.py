@@ -54,3 +54,14 @@ def test_a_cache_that_disagrees_for_another_reason_is_an_unnamed_error(tmp_path)
 def test_generate_found():
     assert run(HERE / "llama_style.py", "Transformer").found["generate"]["cached"] is True
     assert run(HERE / "nano_style.py").found["generate"]["cached"] is False
+
+
+def test_sampling_the_doctor_cannot_make_greedy_is_not_judged(tmp_path):
+    path = variant(
+        tmp_path,
+        "lecture_style.py",
+        "idx_next = torch.multinomial(probs, num_samples=1)",
+        "idx_next = (probs.log() - torch.log(-torch.log(torch.rand_like(probs)))).argmax(-1, keepdim=True)",
+    )
+    report = run(path, "GPTLanguageModel")
+    assert report.errors == [] and any(s["probe"] == "lm_generate" for s in report.skipped)
