@@ -22,6 +22,15 @@ GAPS: dict[str, str] = {
     "models.dalle_text.TextTransformerPadLoss": "the loss is made inside from the text (forward(text, "
     "return_loss=True) returns the loss alone): the doctor does not call that convention yet, so it cannot examine "
     "the loss and says so",
+    "models.llama2c.Transformer": "refused: without targets llama2.c returns a bare (B, 1, V) tensor (its inference "
+    "shortcut), with targets the full logits and the loss in self.last_loss; the doctor reads the shortcut only from "
+    "a (logits, loss) tuple",
+    "models.llms_from_scratch.tiny_llama3": "refused: the book's Llama 3 casts to cfg['dtype'] before out_head, which "
+    "fails once the doctor runs the model in float64",
+    "models.llms_from_scratch.tiny_llama3_copy_tied": "refused: the book's Llama 3 casts to cfg['dtype'] before "
+    "out_head, which fails once the doctor runs the model in float64",
+    "models.happy_llm_zh.Transformer": "refused: the doctor sets n_heads=4 in ModelConfig and leaves n_kv_heads at its "
+    "default 8, so the model's own assert n_heads % n_kv_heads == 0 fails",
 }
 
 
