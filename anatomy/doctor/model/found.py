@@ -113,6 +113,7 @@ class Op:
     source: str
     shape: tuple[int, ...]
     changed: bool | None = None  # a dropout: did it change its input (None: not a dropout)
+    at_zero: bool = False  # one position read at 0: arange(0, 1), or row 0 of a table (a positional one?)
 
 
 class _Log(TorchFunctionMode):
@@ -131,8 +132,22 @@ class _Log(TorchFunctionMode):
             changed = None
             if "dropout" in name and args and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor):
                 changed = not (args[0].shape == out.shape and bool(torch.equal(args[0], out)))
-            self.ops.append(Op(name, file, line, source, shape, changed))
+            self.ops.append(Op(name, file, line, source, shape, changed, _at_zero(name, args, out)))
         return out
+
+
+def _at_zero(name: str, args: tuple[Any, ...], out: Any) -> bool:
+    """``arange`` giving ``[0]``, or one row sliced from a table of at least 4 rows that is its row 0."""
+    if not isinstance(out, torch.Tensor):
+        return False
+    if name == "arange":
+        return out.numel() == 1 and float(out.reshape(-1)[0]) == 0
+    if name != "__getitem__" or not args or not isinstance(args[0], torch.Tensor) or args[0].dim() < 1:
+        return False
+    table = args[0]
+    if table.shape[0] < 4 or out.dim() != table.dim() or out.shape[0] != 1 or out.shape[1:] != table.shape[1:]:
+        return False
+    return bool(torch.equal(out, table[:1]))
 
 
 @contextmanager

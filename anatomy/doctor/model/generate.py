@@ -49,6 +49,7 @@ class Run:
     lengths: list[int] = field(default_factory=list)  # the length of each forward's input
     starts: list[Any] = field(default_factory=list)  # the start position each forward was given (if it takes one)
     callers: list[tuple[str, int, str]] = field(default_factory=list)  # the line that called each forward
+    marks: list[int] = field(default_factory=list)  # where each forward's ops start in ``ops``
 
 
 class _Greedy(TorchFunctionMode):
@@ -88,12 +89,15 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -
     lengths: list[int] = []
     starts: list[Any] = []
     callers: list[tuple[str, int, str]] = []
+    log: list[Op] = []
+    marks: list[int] = []
     start_name = _start_name(lm)
 
     def pre(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         x = args[0] if args else None
         lengths.append(int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() >= 1 else -1)
         callers.append(learner_frame())
+        marks.append(len(log))
         if start_name is not None:
             starts.append(kwargs.get(start_name[0], args[start_name[1]] if len(args) > start_name[1] else None))
 
@@ -109,7 +113,7 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -
             seeded(lm.seed + seed),
             guard(lm.timeout, lambda: step),
             torch.no_grad(),
-            op_log() as ops,
+            op_log(log),
             _Greedy(probs),
         ):
             out = lm.module.generate(*args, **kw)  # type: ignore[operator]
@@ -120,7 +124,7 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -
     finally:
         handle.remove()
     tokens = _new_tokens(out)
-    return None if tokens is None else Run(tokens, probs, ops, lengths, starts, callers)
+    return None if tokens is None else Run(tokens, probs, log, lengths, starts, callers, marks)
 
 
 def _start_name(lm: LM) -> tuple[str, int] | None:
@@ -204,7 +208,7 @@ def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
         )
     restart = cached and step > 0 or cached and step == 0 and run.lengths[0] == 1
     zero_start = bool(run.starts[1:]) and all(s == 0 for s in run.starts[1:] if s is not None)
-    named = restart and (zero_start or _arange_zero(run.ops))
+    named = restart and (zero_start or _zero_after_first(run))
     return _finding(
         f"generate's token {step} differs from argmax(logits[:, -1]) of a full forward on the same sequence"
         + (
@@ -219,12 +223,20 @@ def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
             else ("（它带缓存逐个送入新 token）" if cached else "")
         ),
         "positions_restart_with_cache" if named else None,
-        _caller(run) if named else [],
+        _caller(run, zero_start) if named else [],
     )
 
 
-def _caller(run: Run) -> list[dict[str, object]]:
-    """The line that calls forward with the one new token (the second call)."""
+def _caller(run: Run, zero_start: bool) -> list[dict[str, object]]:
+    """The line that calls forward with the new token when it passes start position 0, else the line that reads
+    position 0 in a cached step."""
+    zero = next((o for o in run.ops[_first_forward_end(run) :] if o.at_zero and o.line), None)
+    if zero is not None and not zero_start:
+        return [
+            at_op(
+                zero, f"line {zero.line} reads position 0 for the new token", f"第 {zero.line} 行为新 token 读取位置 0"
+            )
+        ]
     if len(run.callers) < 2 or not run.callers[1][1]:
         return []
     file, line, source = run.callers[1]
@@ -244,10 +256,15 @@ def _div_after_softmax(ops: list[Op]) -> Op | None:
     return None
 
 
-def _arange_zero(ops: list[Op]) -> bool:
-    return any(
-        o.op == "arange" and o.shape == (1,) and o.source and "arange(" in o.source and "0" in o.source for o in ops
-    )
+def _zero_after_first(run: Run) -> bool:
+    """A forward after the prompt's reads position 0 (``arange`` from 0, or row 0 of a table)."""
+    first = run.lengths[0] if run.lengths else 0
+    return first > 1 and any(o.at_zero for o in run.ops[_first_forward_end(run) :])
+
+
+def _first_forward_end(run: Run) -> int:
+    """The index of the first op after the first forward (the prompt's): its ops come first in the log."""
+    return run.marks[1] if len(run.marks) > 1 else len(run.ops)
 
 
 def _index_line(ops: list[Op]) -> list[dict[str, object]]:

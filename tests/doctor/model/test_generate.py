@@ -65,3 +65,15 @@ def test_sampling_the_doctor_cannot_make_greedy_is_not_judged(tmp_path):
     )
     report = run(path, "GPTLanguageModel")
     assert report.errors == [] and any(s["probe"] == "lm_generate" for s in report.skipped)
+
+
+def test_rotary_positions_restart_with_the_cache(tmp_path):
+    path = variant(
+        tmp_path,
+        "llama_style.py",
+        "        freqs_cis = self.freqs_cis[start_pos : start_pos + seqlen]",
+        "        freqs_cis = self.freqs_cis[:seqlen]",
+    )
+    report = run(path, "Transformer")
+    assert report.faults == {"positions_restart_with_cache"}
+    assert line_of(path, "freqs_cis = self.freqs_cis[:seqlen]") in lines(report, "positions_restart_with_cache")
