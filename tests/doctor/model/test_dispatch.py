@@ -139,7 +139,8 @@ def test_bad_sizes_on_the_cli(capsys):
 def test_a_class_inheriting_its_init_is_a_model_target(tmp_path):
     path = tmp_path / "child.py"
     path.write_text(
-        "from torch import nn\n\n\nclass Base(nn.Module):\n    def __init__(self, config):\n        super().__init__()\n"
+        "from torch import nn\n\n\nclass Base(nn.Module):\n    def __init__(self, config):\n"
+        "        super().__init__()\n"
         "\n\nclass Child(Base):\n    def forward(self, ids):\n        return ids\n\n\nclass Grandchild(Child):\n"
         "    pass\n"
     )
