@@ -130,7 +130,10 @@ def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict] |
     sc = obs.scale
     if sc is None or sc.value is None or h == 1:
         return None
-    dk = head_width(obs, h) or d // h
+    dk = d // h
+    seen = head_width(obs, h)  # an explicit head_dim (Gemma): clears a scale of 1/sqrt(its width), never raises one
+    if seen and seen != dk and abs(sc.value * math.sqrt(seen) - 1) < 1e-6:
+        dk = seen
     ev = {
         "observed_scale": sc.value,
         "d_k": dk,
