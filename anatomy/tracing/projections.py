@@ -37,6 +37,7 @@ def projection(
     x, xm = data[0]
     index = len(rec.projections)
     bias = bias_param = None
+    owner = weights[0][1]  # the matrix's meta (addmm/baddbmm: the last parameter-only operand, after the bias)
     if name == "linear":
         w, wm = weights[0]
         if w.dim() != 2:
@@ -55,6 +56,7 @@ def projection(
         matrix, n_feat, n_in, feat = got
     else:
         w, wm = weights[-1]
+        owner = wm
         ts = [t for t, _ in metas]
         if name in ("addmm", "baddbmm"):
             ts = ts[1:]
@@ -80,7 +82,7 @@ def projection(
     proj = r.Projection(
         index,
         step.index,
-        next(iter(sorted(weights[0][1].params)), "?"),
+        next(iter(sorted(owner.params)), "?"),
         matrix,
         int(n_feat),
         int(n_in),

@@ -162,3 +162,30 @@ def test_scale_inside_baddbmm_alpha():
 
     sc = ob.observed_scale(record(Baddbmm().double(), x_probe(), sizes=SIZES))
     assert sc.value == pytest.approx(12**-0.5) and sc.by == "D"
+
+
+class WideHeads(torch.nn.Module):
+    """Heads of their own width (Gemma's explicit head_dim): 3 heads of 8 for d_model 12, scaled by 8 ** -0.5."""
+
+    def __init__(self, scale: float, d: int = 12, h: int = 3, dh: int = 8):
+        super().__init__()
+        self.h, self.dh, self.scale = h, dh, scale
+        self.q, self.k, self.v = (torch.nn.Linear(d, h * dh) for _ in range(3))
+        self.o = torch.nn.Linear(h * dh, d)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, self.h, self.dh).transpose(1, 2) for p in (self.q, self.k, self.v))
+        w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1)
+        return self.o(torch.matmul(w, v).transpose(1, 2).reshape(b, t, -1))
+
+
+@pytest.mark.parametrize("scale, fault", [(8**-0.5, None), (1.0, "no_scaling"), (12**-0.5, "scale_by_d_model")])
+def test_an_explicit_head_width_is_read_from_q(scale, fault):
+    from anatomy.doctor.recording.dataflow import Observation, scale_verdict
+
+    torch.manual_seed(0)
+    rec = record(WideHeads(scale).double().eval(), x_probe())
+    verdict = scale_verdict(Observation(rec=rec, scale=ob.observed_scale(rec)), 12, 3)
+    assert verdict is not None and verdict[0] == fault
+    assert verdict[1]["d_k"] == (8 if fault is None else 4)  # the seen width clears its own scale, never accuses

@@ -102,6 +102,24 @@ def test_lazy_linear_gets_a_warm_up_and_bare_parameter_bias_is_found():
     assert torch.equal(rec.projections[1].bias(params), params["b"])
 
 
+def test_addmm_projection_is_named_after_its_matrix_not_its_bias():
+    class Conv1D(nn.Module):  # GPT-2's layer: addmm(bias, x, weight), weight stored (in, out)
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(20, 12))
+            self.bias = nn.Parameter(torch.randn(12))
+
+        def forward(self, x):
+            return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(*x.shape[:-1], 12)
+
+    mod = Conv1D().double()
+    rec = record(mod, x_probe())
+    (proj,) = rec.projections
+    params = dict(mod.named_parameters())
+    assert proj.weight == "weight" and proj.bias_param == "bias"
+    assert torch.equal(proj.matrix(params), params["weight"].T)
+
+
 def test_a_forward_that_raises_names_its_line():
     class Broken(nn.Module):
         def __init__(self):

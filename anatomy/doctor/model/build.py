@@ -103,6 +103,17 @@ SYNONYMS: dict[str, tuple[str, ...]] = {  # our size -> the names learners give 
         "max_positions",
         "maxlen",
     ),
+    # key/value heads (grouped-query attention): set to n_heads, a divisor of itself; a default left larger than
+    # our n_heads (tiny-llm-zh's 8, happy-llm's 8) makes n_heads // n_kv_heads = 0 groups: no keys at all
+    "n_kv_heads": (
+        "n_kv_heads",
+        "num_key_value_heads",
+        "num_kv_heads",
+        "n_kv_head",
+        "n_kv_groups",
+        "n_query_groups",
+        "num_kv_groups",
+    ),
     "dropout": ("dropout", "dropout_rate", "drop", "p_drop", "pdrop", "resid_pdrop", "attn_pdrop", "embd_pdrop"),
 }
 ORDER = ("vocab_size", "d_model", "n_heads", "n_layers", "block_size")
@@ -120,7 +131,7 @@ class Sizes:
     dropout: float = 0.1  # passed where a dropout is required: a functional dropout left on in eval() shows
 
     def value(self, key: str) -> Any:
-        return getattr(self, key)
+        return self.n_heads if key == "n_kv_heads" else getattr(self, key)
 
     def describe(self) -> str:
         return ", ".join(f"{k}={self.value(k)}" for k in ORDER)

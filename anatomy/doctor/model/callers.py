@@ -62,9 +62,14 @@ def _strip(e: ast.expr, slices: list[ast.Slice]) -> ast.expr:
 
 
 def _outside_classes(tree: ast.Module) -> ast.Module:
-    """The file without its classes: the model's own code (``self.attn(x, x, x)``, a shift inside forward) is the
-    model's, not its caller's."""
-    return ast.Module(body=[n for n in tree.body if not isinstance(n, ast.ClassDef)], type_ignores=[])
+    """The file without its modules' classes (those defining ``forward``): the model's own code
+    (``self.attn(x, x, x)``, a shift inside forward) is the model's, not its caller's; a Dataset's ``__getitem__``
+    is the caller's."""
+    return ast.Module(body=[n for n in tree.body if not _is_module_class(n)], type_ignores=[])
+
+
+def _is_module_class(n: ast.stmt) -> bool:
+    return isinstance(n, ast.ClassDef) and any(isinstance(f, ast.FunctionDef) and f.name == "forward" for f in n.body)
 
 
 def _pairs(tree: ast.AST) -> list[tuple[ast.expr, ast.expr, int]]:

@@ -114,7 +114,18 @@ def causal_findings(ctx: Context) -> list[ModelFinding]:
     lm, stack, calls, t = ctx.lm, ctx.stack, ctx.calls, ctx.lm.seq
     short = leak_at(lm, stack, t)
     full = leak_at(lm, stack, lm.sizes.block_size) if t != lm.sizes.block_size else short
-    if short is None or full is None:
+    if short is None:
+        ctx.skip("lm_causal_leak", f"forward fails at T = {t}", f"T = {t} 时 forward 出错")
+        return []
+    if full is None:  # fails at block_size: a short input that leaks is the mask indexed by length (nanoGPT's
+        # bias[:, :, T, :T], one row broadcast over every query, out of range at T = block_size)
+        if short.leaks:
+            return [_sliced(lm, short, calls, _failure(lm, lm.sizes.block_size))]
+        ctx.skip(
+            "lm_causal_leak",
+            f"forward fails at T = block_size = {lm.sizes.block_size}",
+            f"T = block_size = {lm.sizes.block_size} 时 forward 出错",
+        )
         return []
     if not short.leaks and not full.leaks:
         return []
@@ -159,17 +170,30 @@ def _missing_in_layer(lm: LM, leak: Leak, leaky: list[int], n: int, calls: Calls
     )
 
 
-def _sliced(lm: LM, leak: Leak, calls: Calls | None) -> ModelFinding:
+def _failure(lm: LM, t: int) -> str:
+    try:
+        lm.logits(lm.ids(t))
+    except ForwardError as err:
+        return str(err)
+    return ""
+
+
+def _sliced(lm: LM, leak: Leak, calls: Calls | None, raised: str | None = None) -> ModelFinding:
     bs = lm.sizes.block_size
     layer = leak.layer if leak.layer is not None else 0
+    at_full = "the model is causal" if raised is None else f"forward raises ({raised})"
+    at_full_zh = "模型是因果的" if raised is None else f"forward 出错（{raised}）"
+    ev: dict[str, object] = {"length": leak.t, "block_size": bs, "position": leak.p}
+    if raised is not None:
+        ev["error_at_block_size"] = raised
     return ModelFinding(
         "lm_mask_lengths",
         "error",
-        f"at T = block_size = {bs} the model is causal, at T = {leak.t} changing token {leak.p} moves earlier "
+        f"at T = block_size = {bs} {at_full}, at T = {leak.t} changing token {leak.p} moves earlier "
         f"logits (first in layer {layer}): the mask registered for {bs} tokens is sliced wrongly for fewer",
-        f"T = block_size = {bs} 时模型是因果的；T = {leak.t} 时改变第 {leak.p} 个 token 会改变更早位置的 logits"
+        f"T = block_size = {bs} 时{at_full_zh}；T = {leak.t} 时改变第 {leak.p} 个 token 会改变更早位置的 logits"
         f"（最早在第 {layer} 层）：按 {bs} 个 token 注册的 mask 在较短输入上切错了",
-        {"length": leak.t, "block_size": bs, "position": leak.p},
+        ev,
         fault="causal_mask_sliced_wrong",
         layer=layer,
     )

@@ -13,6 +13,7 @@ record of kind "model" (``anatomy/pitfalls/catalog_model.py``). A probe that can
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -58,6 +59,8 @@ def check_model(
     stack = find_stack(module, sizes.d_model)
     sizes = infer_sizes(module, sizes, len(stack.blocks) if stack is not None else None)
     lm = LM(module, label, sizes, timeout, seed)
+    if isinstance(target, (str, os.PathLike)):
+        lm.source_file = str(target).rpartition(":")[0] if ":" in str(target) else str(target)
     try:
         base = _first_call(lm)
     except CheckError as err:  # said as the model's own error when it was built as one

@@ -46,6 +46,7 @@ class LM:
     full_length_only: bool = False  # forward fails below block_size: the probes run at block_size
     fixed: dict[str, Any] = field(default_factory=dict)  # required arguments given a fixed value (start_pos=0)
     last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
+    source_file: str | None = None  # the file checked (FILE.py:CLASS), where its caller's code may be
 
     @property
     def short(self) -> int:

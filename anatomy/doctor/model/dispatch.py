@@ -17,8 +17,9 @@ from anatomy.doctor.model.report import ModelReport
 __anatomy_transparent__ = True
 
 
-def _init_args(tree: ast.Module, name: str) -> list[tuple[str, bool]] | None:
-    """(argument, has a default) of ``name``'s ``__init__`` (a class) or of ``name`` (a function), without self."""
+def _init_args(tree: ast.Module, name: str, depth: int = 0) -> list[tuple[str, bool]] | None:
+    """(argument, has a default) of ``name``'s ``__init__`` (a class) or of ``name`` (a function), without self; a
+    class without one inherits its first base's that this file defines (``class ScaledTwice(Gemma3ForCausalLM)``)."""
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == name:
             init = next(
@@ -26,7 +27,11 @@ def _init_args(tree: ast.Module, name: str) -> list[tuple[str, bool]] | None:
                 None,
             )
             if init is None:
-                return _dataclass_args(node)
+                got = _dataclass_args(node)
+                if got is None and depth < 8:
+                    bases = (b.id for b in node.bases if isinstance(b, ast.Name))
+                    got = next((a for b in bases if (a := _init_args(tree, b, depth + 1)) is not None), None)
+                return got
             return _args(init.args, skip_first=True)
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return _args(node.args, skip_first=False)

@@ -112,7 +112,7 @@ class Op:
     line: int
     source: str
     shape: tuple[int, ...]
-    changed: bool | None = None  # a dropout: did it change its input (None: not a dropout)
+    changed: bool | None = None  # a dropout: did it change its input; SDPA: dropout_p > 0 (None: neither)
     at_zero: bool = False  # one position read at 0: arange(0, 1), or row 0 of a table (a positional one?)
 
 
@@ -132,6 +132,9 @@ class _Log(TorchFunctionMode):
             changed = None
             if "dropout" in name and args and isinstance(args[0], torch.Tensor) and isinstance(out, torch.Tensor):
                 changed = not (args[0].shape == out.shape and bool(torch.equal(args[0], out)))
+            elif name == "scaled_dot_product_attention":  # its own dropout: on whenever dropout_p > 0
+                p = (kwargs or {}).get("dropout_p", args[4] if len(args) > 4 else 0.0)
+                changed = isinstance(p, (int, float)) and p > 0
             self.ops.append(Op(name, file, line, source, shape, changed, _at_zero(name, args, out)))
         return out
 

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckTimeout, _quiet
+from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import LM, ForwardError, seeded
+from anatomy.doctor.model.contract import LM, ForwardError, read_logits, seeded
 from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, op_log
 from anatomy.tracing.steps import learner_frame
 
@@ -50,6 +52,9 @@ class Run:
     starts: list[Any] = field(default_factory=list)  # the start position each forward was given (if it takes one)
     callers: list[tuple[str, int, str]] = field(default_factory=list)  # the line that called each forward
     marks: list[int] = field(default_factory=list)  # where each forward's ops start in ``ops``
+    last: list[torch.Tensor | None] = field(default_factory=list)  # each forward's last-position logits (1, V)
+    entered: list[torch.Tensor | None] = field(default_factory=list)  # the first block's last input row, per call
+    firsts: list[int] = field(default_factory=list)  # where each forward's first block starts in ``ops``
 
 
 class _Greedy(TorchFunctionMode):
@@ -83,8 +88,13 @@ def _signature(fn: Callable[..., Any]) -> tuple[str | None, str | None] | None:
     return (count, temp) if count is not None else None
 
 
-def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -> Run | None:
+def _run(
+    lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0, first_block: nn.Module | None = None
+) -> Run | None:
     prompt = lm.ids(PROMPT, b=1)
+    last: list[torch.Tensor | None] = []
+    entered: list[torch.Tensor | None] = []
+    firsts: list[int] = []
     probs: list[torch.Tensor] = []
     lengths: list[int] = []
     starts: list[Any] = []
@@ -105,7 +115,22 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -
     args: tuple[Any, ...] = (prompt, NEW) if count == "" else (prompt,)
     if count:
         kw[count] = NEW
+
+    def post(_m: Any, args: tuple[Any, ...], _out: Any) -> None:
+        x = args[0] if args else None
+        n = int(x.shape[-1]) if isinstance(x, torch.Tensor) and x.dim() >= 1 else -1
+        got = read_logits(_out, 1, n, lm.sizes.vocab_size) if n > 0 else None
+        last.append(None if got is None else got[:, -1].detach().clone())
+
+    def enter(_m: Any, args: tuple[Any, ...]) -> None:
+        x = args[0] if args else None
+        entered.append(x[:, -1].detach().clone() if isinstance(x, torch.Tensor) and x.dim() == 3 else None)
+        firsts.append(len(log))
+
     handle = lm.module.register_forward_pre_hook(pre, with_kwargs=True)
+    handles = [lm.module.register_forward_hook(post)]
+    if first_block is not None:
+        handles.append(first_block.register_forward_pre_hook(enter))
     step = (f"{lm.label}: generate(ids, {NEW})", f"{lm.label}：调用 generate(ids, {NEW}) 时")
     try:
         with (
@@ -123,8 +148,15 @@ def _run(lm: LM, count: str, temp: str | None, t: float | None, seed: int = 0) -
         return None
     finally:
         handle.remove()
+        for h in handles:
+            h.remove()
     tokens = _new_tokens(out)
-    return None if tokens is None else Run(tokens, probs, log, lengths, starts, callers, marks)
+    if tokens is None:
+        return None
+    same = len(entered) == len(last)
+    return Run(
+        tokens, probs, log, lengths, starts, callers, marks, last, entered if same else [], firsts if same else []
+    )
 
 
 def _start_name(lm: LM) -> tuple[str, int] | None:
@@ -169,7 +201,8 @@ def generate_findings(ctx: Context) -> list[ModelFinding]:
         ctx.skip("lm_generate", "the model has no generate(ids, n) to compare", "模型没有可比较的 generate(ids, n)")
         return []
     count, temp = sig
-    run, again = _run(lm, count or "", temp, 1.0), _run(lm, count or "", temp, 1.0, seed=1)
+    first = ctx.stack.blocks[0] if ctx.stack is not None and ctx.stack.blocks else None
+    run, again = _run(lm, count or "", temp, 1.0, first_block=first), _run(lm, count or "", temp, 1.0, seed=1)
     if run is None or again is None:
         ctx.skip("lm_generate", f"generate(ids, {NEW}) could not be run", f"无法运行 generate(ids, {NEW})")
         return []
@@ -188,6 +221,10 @@ def generate_findings(ctx: Context) -> list[ModelFinding]:
     out = []
     if not torch.equal(run.tokens, want):
         out.append(_mismatch(lm, run, want))
+    else:
+        stepped = _cached_logits(ctx, run)
+        if stepped is not None:
+            out.append(stepped)
     if temp is not None:
         out += _temperature(lm, count, temp)
     return out
@@ -225,6 +262,113 @@ def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
         "positions_restart_with_cache" if named else None,
         _caller(run, zero_start) if named else [],
     )
+
+
+CACHE_REL = 1e-5  # a cached step's logits against the full forward's, relative to their magnitude
+
+
+def _cached_logits(ctx: Context, run: Run) -> ModelFinding | None:
+    """At random init the greedy tokens of a cached and a full decode often agree even when the cache is wrong, so
+    each cached step's last logits are compared with a full forward's on the same sequence; where they differ, the
+    first block's input row for the new token tells whether its position is the cause (the same token, another
+    positional vector: positions_restart_with_cache)."""
+    lm = ctx.lm
+    prompt = lm.ids(PROMPT, b=1)
+    for i, (n, got) in enumerate(zip(run.lengths, run.last)):
+        if i == 0 or i > NEW or got is None or n != 1:
+            continue
+        seq = torch.cat([prompt, run.tokens[:, :i]], dim=1)
+        try:
+            full = lm.logits(seq)[:, -1]
+        except ForwardError:
+            return None
+        scale = max(float(full.abs().max()), float(got.abs().max()), 1e-30)
+        diff = float((full.double() - got.double()).abs().max())
+        if diff <= CACHE_REL * scale:
+            continue
+        why = _position_row(ctx, run, i, seq)
+        ev = {"step": i, "max_abs_diff": diff, "max_abs_logit": scale}
+        if why is not None:
+            ctx.found["generate"]["cache"] = why
+            return ModelFinding(
+                "lm_generate",
+                "error",
+                f"generate feeds token {i} alone with a cache; its logits differ from a full forward's on the same "
+                f"sequence by {diff:.3g} (logits up to {scale:.3g}), and {why[0]}: the new token is not given its "
+                "position (the positions restart with the cache)",
+                f"generate 带缓存单独送入第 {i} 个 token；它的 logits 与同一序列完整前向的相差 {diff:.3g}（logits "
+                f"最大 {scale:.3g}），并且{why[1]}：新 token 没有得到它的位置（有缓存时位置从头开始）",
+                ev,
+                fault="positions_restart_with_cache",
+                where=_position_line(run, i)
+                or _caller(run, bool(run.starts[1:]) and all(s == 0 for s in run.starts[1:] if s is not None)),
+            )
+        return ModelFinding(
+            "lm_generate",
+            "error",
+            f"generate feeds token {i} alone with a cache; its logits differ from a full forward's on the same "
+            f"sequence by {diff:.3g} (logits up to {scale:.3g}): the cache does not give what the full forward gives",
+            f"generate 带缓存单独送入第 {i} 个 token；它的 logits 与同一序列完整前向的相差 {diff:.3g}（logits 最大 "
+            f"{scale:.3g}）：缓存给出的结果与完整前向不同",
+            ev,
+        )
+    return None
+
+
+def _position_row(ctx: Context, run: Run, i: int, seq: torch.Tensor) -> tuple[str, str] | None:
+    """Why the cached step's positions are wrong, or None when it cannot tell: the new token enters the first block
+    as another vector than in a full forward (positions added before the blocks), or it reads position 0."""
+    if run.entered and ctx.stack is not None and ctx.found.get("positions") == "added before the blocks":
+        row = run.entered[i]
+        try:
+            calls = capture(ctx.lm, ctx.stack, seq)
+        except ForwardError:
+            return None
+        x = calls.inputs[0]
+        if row is not None and x is not None and x.dim() == 3:
+            want = x[:, -1]
+            scale = max(float(want.abs().max()), 1e-30)
+            if float((want.double() - row.double()).abs().max()) > CACHE_REL * scale:
+                return (
+                    "the new token enters the first block as another vector than at its position in the full forward",
+                    "新 token 进入第一个 block 时的向量与完整前向中它所在位置的不同",
+                )
+            return None
+    if _zero_after_first(run):
+        return ("the cached step reads position 0", "带缓存的那一步读取的是位置 0")
+    return None
+
+
+POSITION_OPS = ("arange", "cumsum")
+
+
+def _position_line(run: Run, i: int) -> list[dict[str, object]]:
+    """The line that gives the new token its position in cached step ``i`` (before the first block): an ``arange``
+    the prompt's forward ran and the cached step skips, else the cached step's own ``arange``/``cumsum``."""
+    if len(run.firsts) <= i or len(run.marks) <= i:
+        return []
+    prompt = [o for o in run.ops[run.marks[0] : run.firsts[0]] if o.line]
+    step = [o for o in run.ops[run.marks[i] : run.firsts[i]] if o.line]
+    ran = {(o.file, o.line) for o in step}
+    skipped = next((o for o in prompt if o.op in POSITION_OPS and (o.file, o.line) not in ran), None)
+    if skipped is not None:
+        return [
+            at_op(
+                skipped,
+                f"line {skipped.line} gives the prompt its positions; the cached step skips it",
+                f"第 {skipped.line} 行为提示词计算位置；带缓存的那一步跳过了它",
+            )
+        ]
+    own = next((o for o in step if o.op in POSITION_OPS), None)
+    if own is None:
+        return []
+    return [
+        at_op(
+            own,
+            f"line {own.line} computes the new token's position in the cached step",
+            f"第 {own.line} 行在带缓存的那一步计算新 token 的位置",
+        )
+    ]
 
 
 def _caller(run: Run, zero_start: bool) -> list[dict[str, object]]:

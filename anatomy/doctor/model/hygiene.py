@@ -19,7 +19,16 @@ from anatomy.doctor.report.findings import Report
 __anatomy_transparent__ = True
 
 REL = 1e-7
-DROPOUT_OPS = {"dropout", "dropout_", "feature_dropout", "alpha_dropout", "dropout1d", "dropout2d", "dropout3d"}
+DROPOUT_OPS = {
+    "dropout",
+    "dropout_",
+    "feature_dropout",
+    "alpha_dropout",
+    "dropout1d",
+    "dropout2d",
+    "dropout3d",
+    "scaled_dot_product_attention",  # with dropout_p > 0 in eval() (nanoGPT before 7399dfe)
+}
 
 
 def eval_findings(ctx: Context) -> list[ModelFinding]:
@@ -49,6 +58,14 @@ def eval_findings(ctx: Context) -> list[ModelFinding]:
             if drop is None
             else [
                 at_op(
+                    drop,
+                    f"line {drop.line} drops attention weights in eval(): pass dropout_p=self.dropout if "
+                    "self.training else 0",
+                    f"第 {drop.line} 行在 eval() 下仍丢弃注意力权重：传入 dropout_p=self.dropout if self.training "
+                    "else 0",
+                )
+                if drop.op == "scaled_dot_product_attention"
+                else at_op(
                     drop,
                     f"line {drop.line} drops values in eval(): pass training=self.training, or use nn.Dropout",
                     f"第 {drop.line} 行在 eval() 下仍丢弃数值：传入 training=self.training，或使用 nn.Dropout",

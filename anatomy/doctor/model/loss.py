@@ -4,6 +4,8 @@ and the pads: a target marked -100 (or the model's pad id) must not count."""
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -98,10 +100,23 @@ def loss_findings(ctx: Context) -> list[ModelFinding]:
     return []
 
 
+def _files(lm: LM) -> list[str]:
+    """The file that defines the model's class (the one checked: a training script may subclass or import the
+    model) and the file of its forward, when another."""
+    out = [lm.source_file] if lm.source_file else []
+    try:
+        out.append(inspect.getfile(type(lm.module)))
+    except (TypeError, OSError):
+        pass
+    code = getattr(getattr(type(lm.module), "forward", None), "__code__", None)
+    if code is not None:
+        out.append(code.co_filename)
+    return list(dict.fromkeys(out))
+
+
 def _with_caller(lm: LM, k: int | None, line: Op | None) -> list[ModelFinding]:
     """The model's shift with what its own file passes as targets: shifted twice, or never."""
-    code = getattr(getattr(type(lm.module), "forward", None), "__code__", None)
-    said = callers.evidence(code.co_filename) if code is not None else []
+    said = next((got for f in _files(lm) if (got := callers.evidence(f))), [])  # the checked file first
     kinds = {e.kind for e in said}
     if len(kinds) != 1:  # nothing said, or both: the file does not decide
         return []

@@ -154,6 +154,10 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
     ctx.found["loss_ignores"] = ignored
     if pad is None or pad in ignored:  # no pad id: ignoring -100 or -1 is the caller's way to mark pads
         return []
+    if lm.target_arg == "labels" and -100 in ignored:  # Hugging Face's convention: the caller's collator writes
+        # -100 at the pads of ``labels`` and the loss ignores -100, so it need not know the pad id
+        ctx.found["pads_in_loss"] = "labels: the caller marks the pads -100 (Hugging Face's convention)"
+        return []
     marked = targets.clone()
     marked[0, -PADS:] = pad
     try:

@@ -73,7 +73,7 @@ def positions_findings(ctx: Context) -> list[ModelFinding]:
         return _scales(ctx, ops)
     if inside:
         ctx.found["positions"] = "inside the attention (rotary or relative)"
-        return []
+        return _scales(ctx, ops)  # no positional table to read, but the token embedding's scale still shows
     if inside is None:
         ctx.skip("lm_positions", "the first block cannot run alone", "第一个 block 无法单独运行")
         return []

@@ -137,15 +137,20 @@ def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict[st
     sc = obs.scale
     if sc is None or sc.value is None or h == 1:
         return None
+    dk = d // h
+    seen = head_width(obs, h)  # an explicit head_dim (Gemma): clears a scale of 1/sqrt(its width), never raises one
+    if seen and seen != dk and abs(sc.value * math.sqrt(seen) - 1) < 1e-6:
+        dk = seen
     ev = {
         "observed_scale": sc.value,
-        "one_over_sqrt_d_k": 1 / math.sqrt(d // h),
+        "d_k": dk,
+        "one_over_sqrt_d_k": 1 / math.sqrt(dk),
         "one_over_sqrt_d_model": 1 / math.sqrt(d),
         "line": sc.line,
         "source": sc.source,
         "by": sc.by,
     }
-    for want, fault in ((1 / math.sqrt(d // h), None), (1.0, "no_scaling"), (1 / math.sqrt(d), "scale_by_d_model")):
+    for want, fault in ((1 / math.sqrt(dk), None), (1.0, "no_scaling"), (1 / math.sqrt(d), "scale_by_d_model")):
         if abs(sc.value / want - 1) < 1e-6:
             if fault == "no_scaling" and obs.rec is not None and scaled_after_softmax(obs.rec):
                 return "scale_after_softmax", ev
@@ -153,6 +158,24 @@ def scale_verdict(obs: Observation, d: int, h: int) -> tuple[str | None, dict[st
     if sc.by == "T":  # T is neither Dh nor D in the probe (named sizes differ): the key length S = T
         return "scale_from_wrong_size", ev
     return "other", ev
+
+
+def head_width(obs: Observation, h: int) -> int | None:
+    """The width of one head as the first attention's ``q @ kᵀ`` shows it, when q is ``(B, h, T, Dh)`` (``h`` heads
+    on dim 1) and the product contracts Dh: a model whose config sets ``head_dim`` apart from ``d_model / n_heads``
+    (Gemma: 256 for d_model 16) is scaled by 1/sqrt(Dh). None when the recording does not show it so plainly."""
+    if obs.rec is None:
+        return None
+    cores = ob.attention_cores(obs.rec)
+    if not cores or cores[0].scores is None or cores[0].scores.op not in ("matmul", "__matmul__", "bmm"):
+        return None
+    ins = cores[0].scores.inputs
+    if len(ins) != 2:
+        return None
+    q, k = tuple(ins[0].shape), tuple(ins[1].shape)
+    if len(q) != 4 or len(k) != 4 or q[1] != h or q[-1] != k[-2] or q[-1] < 1:
+        return None
+    return int(q[-1])
 
 
 SCALE_OPS = {"div", "div_", "mul", "mul_", "__truediv__", "__mul__", "__rmul__", "__itruediv__", "__imul__"}

@@ -57,3 +57,14 @@ def test_sizes_read_back_from_the_model():
     model = nano_style.GPT(nano_style.GPTConfig(vocab_size=40, n_embd=24, n_head=3, n_layer=2, block_size=9))
     got = infer_sizes(model, Sizes(), 2)
     assert (got.vocab_size, got.d_model, got.n_heads, got.n_layers, got.block_size) == (40, 24, 3, 2, 9)
+
+
+class _KVConfig:  # a plain config class whose key/value heads default above our n_heads (tiny-llm-zh, happy-llm)
+    def __init__(self, vocab_size=6400, hidden_size=512, num_attention_heads=8, num_key_value_heads=8):
+        self.vocab_size, self.hidden_size = vocab_size, hidden_size
+        self.num_attention_heads, self.num_key_value_heads = num_attention_heads, num_key_value_heads
+
+
+def test_key_value_heads_follow_our_n_heads():
+    cfg = make_config(_KVConfig, Sizes())
+    assert cfg.num_attention_heads == 4 and cfg.num_key_value_heads == 4

@@ -44,3 +44,17 @@ def test_the_models_own_code_is_not_its_caller(tmp_path):
         "        return self.attn(x, x, x)\n"
     )
     assert evidence(str(path)) == []
+
+
+def test_a_dataset_class_is_the_callers_code(tmp_path):
+    """tiny-llm-zh's PTMDataset before issue #10: X/Y upper case, the slices inside np.array(...).astype(...)."""
+    path = tmp_path / "ptm.py"
+    path.write_text(
+        "import numpy as np\n\n\nclass PTMDataset:\n    def __getitem__(self, index):\n"
+        "        sample = self.samples[index]\n"
+        "        X = np.array(sample[:-1]).astype(np.int64)\n"
+        "        Y = np.array(sample[1:]).astype(np.int64)\n"
+        "        return {'input_ids': X, 'labels': Y}\n"
+    )
+    (e,) = evidence(str(path))
+    assert e.kind == "shifted" and e.line == 8

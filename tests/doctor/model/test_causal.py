@@ -20,6 +20,20 @@ def test_a_mask_buffer_sliced_wrongly_leaks_only_below_block_size(tmp_path):
     assert leak.layers == [0, 1, 2] and "layers 0-2" in leak.en and leak.explained_by == "causal_mask_sliced_wrong"
 
 
+def test_a_mask_row_indexed_by_length_leaks_below_and_fails_at_block_size(tmp_path):
+    """nanoGPT's bias[:, :, T, :T]: one row broadcast over every query, out of range at T = block_size."""
+    path = variant(
+        tmp_path,
+        "nano_style.py",
+        "att = att.masked_fill(self.bias[:, :, :T, :T] == 0",
+        "att = att.masked_fill(self.bias[:, :, T, :T] == 0",
+    )
+    report = run(path)
+    assert "causal_mask_sliced_wrong" in report.faults
+    (f,) = [f for f in report.findings if f.fault == "causal_mask_sliced_wrong"]
+    assert "error_at_block_size" in f.evidence
+
+
 def test_a_mask_buffer_that_fits_only_block_size_tokens(tmp_path):
     path = variant(
         tmp_path,

@@ -134,3 +134,14 @@ def test_bad_sizes_on_the_cli(capsys):
     assert code == 2 and "n_layers must be a positive integer, got 0" in err
     code, _, err = _main(capsys, f"{NANO}:Nope", "--kind", "lm")
     assert code == 2 and "has no 'Nope'" in err
+
+
+def test_a_class_inheriting_its_init_is_a_model_target(tmp_path):
+    path = tmp_path / "child.py"
+    path.write_text(
+        "from torch import nn\n\n\nclass Base(nn.Module):\n    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        "\n\nclass Child(Base):\n    def forward(self, ids):\n        return ids\n\n\nclass Grandchild(Child):\n"
+        "    pass\n"
+    )
+    assert is_model_target(f"{path}:Child", None) and is_model_target(f"{path}:Grandchild", None)

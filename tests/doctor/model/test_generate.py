@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.doctor.model.styles import HERE, line_of, lines, run, variant
 
 
@@ -77,3 +79,14 @@ def test_rotary_positions_restart_with_the_cache(tmp_path):
     report = run(path, "Transformer")
     assert report.faults == {"positions_restart_with_cache"}
     assert line_of(path, "freqs_cis = self.freqs_cis[:seqlen]") in lines(report, "positions_restart_with_cache")
+
+
+def test_a_cached_step_whose_tokens_agree_is_judged_by_its_logits():
+    """At random init the greedy tokens of a cached and a full decode often agree even when the cache is wrong
+    (mlx-lm PR #93: no position for a one-token input): the cached step's logits are compared."""
+    zoo = Path(__file__).parents[1] / "zoo_models" / "hf_gpt2.py"
+    report = run(zoo, "GPT2CachePositions")
+    assert report.faults == {"positions_restart_with_cache"}
+    (f,) = [f for f in report.findings if f.probe == "lm_generate"]
+    assert f.evidence["max_abs_diff"] > 1e-3 * f.evidence["max_abs_logit"]
+    assert run(zoo, "GPT2LMHeadModel").errors == []

@@ -16,6 +16,21 @@ def test_functional_dropout_in_eval(tmp_path):
     assert [e for e in report.errors if e.fault is None and e.explained_by is None] == []
 
 
+def test_sdpa_dropout_p_in_eval(tmp_path):
+    """nanoGPT before 7399dfe: scaled_dot_product_attention(..., dropout_p=self.dropout) drops in eval() too."""
+    path = variant(
+        tmp_path, "nano_style.py", "        att = (q @ k.transpose(-2, -1))", "        att0 = (q @ k.transpose(-2, -1))"
+    )
+    text = path.read_text()
+    start = text.index("        att0 = ")
+    end = text.index("        y = att @ v\n")
+    sdpa = "        y = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1, is_causal=True)\n"
+    path.write_text(text[:start] + sdpa + text[end + len("        y = att @ v\n") :])
+    report = run(path)
+    assert report.faults == {"functional_dropout_in_eval"}
+    assert line_of(path, "y = F.scaled_dot_product_attention(") in lines(report, "functional_dropout_in_eval")
+
+
 def test_tied_by_copy(tmp_path):
     path = variant(
         tmp_path,

@@ -43,3 +43,13 @@ def test_pads_in_the_loss(tmp_path):
     report = run(path)
     assert report.faults == {"pads_in_loss"}
     assert line_of(path, "loss = F.cross_entropy(") in lines(report, "pads_in_loss")
+
+
+def test_hf_labels_whose_pads_the_caller_marks_minus_100(tmp_path):
+    """Hugging Face's convention: ``labels`` come from a collator that writes -100 at the pads, and the default
+    cross_entropy ignores -100, so a loss that does not name the pad id is right (tiny-llm-zh, LlamaForCausalLM)."""
+    path = variant(tmp_path, "course_style.py", ", ignore_index=self.pad_id)", ")")
+    text = path.read_text().replace("def forward(self, x, y=None,", "def forward(self, x, labels=None,")
+    path.write_text(text.replace("y.reshape(-1))", "labels.reshape(-1))").replace("if y is None", "if labels is None"))
+    report = run(path)
+    assert report.errors == [] and report.found["pads_in_loss"].startswith("labels")
