@@ -32,6 +32,9 @@ GAPS: dict[str, str] = {
     "models.happy_llm_zh.Transformer": "refused: the model is built now (n_kv_heads follows n_heads), but without "
     "targets it returns an output object holding the last position's logits only (B, 1, V), and the doctor reads "
     "that shortcut only from a (logits, loss) tuple",
+    "models.hf_gpt2.GPT2LMHeadUnshifted": "named as a warning, not an error: with Hugging Face's `labels` the model "
+    "should shift, but nothing in the file says how the caller fills labels (already shifted would be right), so "
+    "the doctor says targets_not_shifted and leaves the exit code at 0",
 }
 
 
