@@ -166,7 +166,7 @@ def head_width(obs: Observation, h: int) -> int | None:
     (Gemma: 256 for d_model 16) is scaled by 1/sqrt(Dh). None when the recording does not show it so plainly."""
     if obs.rec is None:
         return None
-    cores = ob.attention_cores(obs.rec)
+    cores = attention_cores(obs.rec)
     if not cores or cores[0].scores is None or cores[0].scores.op not in ("matmul", "__matmul__", "bmm"):
         return None
     ins = cores[0].scores.inputs
