@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from anatomy.doctor.report.findings import PROBE_TITLES, Finding, Report, _fault_lines, wrap
+from anatomy.doctor.report.findings import PROBE_TITLES, Finding, Report, _fault_lines, passed_lines, where_lines, wrap
 from anatomy.doctor.report.words import _t
 
 __anatomy_transparent__ = True
@@ -104,21 +104,9 @@ def _render(r: ModelReport, lang: str, width: int, strict: bool) -> list[str]:
         shown: set[tuple[Any, ...]] = set()
         for f in fs:
             out += wrap(f.text(lang), width, first="    - ", rest="      ")
-            for w in f.where:
-                if (w["line"], w["en"]) not in shown:
-                    shown.add((w["line"], w["en"]))
-                    out += wrap(w["zh" if lang == "zh" else "en"], width, first="      → ", rest="        ")
+            out += where_lines(f, shown, lang, width)
     out.append("")
-    passed = _t(lang, ", ", "、").join(PROBE_TITLES.get(p, (p, p))[1 if lang == "zh" else 0] for p in r.passed) or "-"
-    out += wrap(passed, width, first=_t(lang, "passed   ", "通过     "), rest=" " * 9)
-    for sk in r.skipped:
-        title = PROBE_TITLES.get(sk["probe"], (sk["probe"], sk["probe"]))[1 if lang == "zh" else 0]
-        out += wrap(
-            title + _t(lang, ": ", "：") + sk["zh" if lang == "zh" else "en"],
-            width,
-            first=_t(lang, "skipped  ", "跳过     "),
-            rest=" " * 11,
-        )
+    out += passed_lines(r.passed, r.skipped, lang, width)
     errors, warnings = r.counts()
     out += [
         "",

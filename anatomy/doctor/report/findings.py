@@ -213,6 +213,31 @@ def _fault_lines(fault: str, mark: str, lang: str, width: int) -> list[str]:
     return out
 
 
+def where_lines(f: Finding, shown: set[tuple[Any, ...]], lang: str, width: int) -> list[str]:
+    """The learner's lines of a finding (``f.where``), each once per group: ``shown`` holds those already written."""
+    out: list[str] = []
+    for w in f.where:
+        if (w["line"], w["en"]) not in shown:
+            shown.add((w["line"], w["en"]))
+            out += wrap(w["zh" if lang == "zh" else "en"], width, first="      → ", rest="        ")
+    return out
+
+
+def passed_lines(passed: list[str], skipped: list[dict[str, Any]], lang: str, width: int) -> list[str]:
+    """The report's "passed" line and one line per skipped probe, with its reason."""
+    joined = _t(lang, ", ", "、").join(PROBE_TITLES.get(p, (p, p))[1 if lang == "zh" else 0] for p in passed) or "-"
+    out = wrap(joined, width, first=_t(lang, "passed   ", "通过     "), rest=" " * 9)
+    for sk in skipped:
+        title = PROBE_TITLES.get(sk["probe"], (sk["probe"], sk["probe"]))[1 if lang == "zh" else 0]
+        out += wrap(
+            title + _t(lang, ": ", "：") + sk["zh" if lang == "zh" else "en"],
+            width,
+            first=_t(lang, "skipped  ", "跳过     "),
+            rest=" " * 11,
+        )
+    return out
+
+
 def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
     s = r.settings
     out = [f"anatomy check · {r.target}"]
@@ -248,21 +273,9 @@ def _render(r: Report, lang: str, width: int, strict: bool) -> list[str]:
                 first="    - ",
                 rest="      ",
             )
-            for w in f.where:  # the learner's line, from the recorded forward (once per group)
-                if (w["line"], w["en"]) not in shown:
-                    shown.add((w["line"], w["en"]))
-                    out += wrap(w["zh" if lang == "zh" else "en"], width, first="      → ", rest="        ")
+            out += where_lines(f, shown, lang, width)  # the learner's line, from the recorded forward
     out.append("")
-    passed = _t(lang, ", ", "、").join(PROBE_TITLES.get(p, (p, p))[1 if lang == "zh" else 0] for p in r.passed) or "-"
-    out += wrap(passed, width, first=_t(lang, "passed   ", "通过     "), rest=" " * 9)
-    for sk in r.skipped:
-        title = PROBE_TITLES.get(sk["probe"], (sk["probe"], sk["probe"]))[1 if lang == "zh" else 0]
-        out += wrap(
-            title + _t(lang, ": ", "：") + sk["zh" if lang == "zh" else "en"],
-            width,
-            first=_t(lang, "skipped  ", "跳过     "),
-            rest=" " * 11,
-        )
+    out += passed_lines(r.passed, r.skipped, lang, width)
     errors, warnings = r.counts()
     code = r.exit_code(strict)
     out.append("")
