@@ -190,6 +190,12 @@ def _notes(rec: r.Recording, sizes: dict[str, int]) -> list[tuple[str, str]]:
                 "模块）；`anatomy check --map` 仍可指定它的权重",
             )
         )
+    return notes + recording_notes(rec)
+
+
+def recording_notes(rec: r.Recording) -> list[tuple[str, str]]:
+    """What the recording could not hold: operations past the cap, operations it could not read; (en, zh) each."""
+    notes: list[tuple[str, str]] = []
     if rec.truncated:
         notes.append(
             (

@@ -12,7 +12,7 @@ from torch import nn
 
 from anatomy.doctor.trace import model_loss as ml
 from anatomy.doctor.trace import model_parts as mp
-from anatomy.doctor.trace.learner_labels import Row, collapse_heads
+from anatomy.doctor.trace.learner_labels import Row, collapse_heads, recording_notes
 from anatomy.tracing import steps as r
 
 PARTS = ("embed", "block", "final", "loss")
@@ -155,18 +155,4 @@ def notes_for(
                 f"没有损失：{ml.why_zh(loss.why)}（追踪时以 `targets`、`labels` 或 `y` 传入目标）",
             )
         )
-    if rec.truncated:
-        notes.append(
-            (
-                f"the forward ran more than {r.MAX_STEPS} tensor operations: only the first were recorded",
-                f"forward 执行了超过 {r.MAX_STEPS} 个张量运算：只记录了前面这些",
-            )
-        )
-    if rec.unfollowed:
-        notes.append(
-            (
-                f"{len(rec.unfollowed)} operation(s) could not be read: {rec.unfollowed[0]}",
-                f"有 {len(rec.unfollowed)} 个操作无法读取：{rec.unfollowed[0]}",
-            )
-        )
-    return notes
+    return notes + recording_notes(rec)
