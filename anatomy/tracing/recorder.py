@@ -89,8 +89,8 @@ def record(
     return rec
 
 
-def _raised_at(err: BaseException) -> str:
-    """`` (at line 12 of my.py: `x.view(5, -1)`)``: the learner's innermost frame of the traceback."""
+def learner_frame(err: BaseException) -> tuple[str, int, str] | None:
+    """The learner's innermost frame of ``err``'s traceback (not torch's, not ours): (file, line, source)."""
     tb, found = err.__traceback__, None
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
@@ -98,6 +98,13 @@ def _raised_at(err: BaseException) -> str:
             found = (fn, tb.tb_lineno)
         tb = tb.tb_next
     if found is None:
+        return None
+    return found[0], found[1], linecache.getline(found[0], found[1]).strip()
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` (at line 12 of my.py: `x.view(5, -1)`)``: the learner's innermost frame of the traceback."""
+    frame = learner_frame(err)
+    if frame is None:
         return ""
-    text = linecache.getline(found[0], found[1]).strip()
-    return f" (at line {found[1]} of {os.path.basename(found[0])}: `{text}`)"
+    return f" (at line {frame[1]} of {os.path.basename(frame[0])}: `{frame[2]}`)"

@@ -187,17 +187,6 @@ def first_op(ops: list[Op], names: set[str], pred: Callable[[Op], bool] = lambda
 
 def raised_at(err: BaseException) -> tuple[str, int, str] | None:
     """The learner's innermost frame of the traceback of ``err`` (or of its cause): (file, line, source)."""
-    import linecache
+    from anatomy.tracing.recorder import learner_frame
 
-    from anatomy.tracing.steps import _SKIP, TRANSPARENT
-
-    cause = err.__cause__ or err
-    tb, found = cause.__traceback__, None
-    while tb is not None:
-        fn = tb.tb_frame.f_code.co_filename
-        if not fn.startswith(_SKIP) and not fn.startswith("<") and not tb.tb_frame.f_globals.get(TRANSPARENT):
-            found = (fn, tb.tb_lineno)
-        tb = tb.tb_next
-    if found is None:
-        return None
-    return found[0], found[1], linecache.getline(found[0], found[1]).strip()
+    return learner_frame(err.__cause__ or err)
