@@ -174,16 +174,11 @@ LEARNER_FLAGS = ("d_model", "heads", "batch", "seq")  # the only size options th
 
 def run_learner(args: argparse.Namespace) -> int:
     """``anatomy trace FILE.py:CLASS``: the learner's own module (docs/seeing.md, docs/doctor.md)."""
-    import sys
-
-    from anatomy.cli.check import _overdue
-    from anatomy.doctor import CheckError, CheckTimeout
-    from anatomy.doctor.loading.limits import Watchdog
     from anatomy.doctor.trace.learner_trace import trace_learner
 
     if args.target is None:
         raise ValueError("--factory FUNC needs FILE.py (anatomy trace FILE.py --factory FUNC)")
-    from anatomy.cli.trace_model import run_model, wants_model
+    from anatomy.cli.trace_model import print_trace, run_model, wants_model
 
     if wants_model(args):  # a whole language model (cli/trace_model.py)
         code = run_model(args)
@@ -207,22 +202,15 @@ def run_learner(args: argparse.Namespace) -> int:
         if value <= 0:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
     check_learner_fits(args.batch, args.seq or 7, args.d_model or 20, args.heads or 5, flags="--seq or --batch")
-    try:
-        with Watchdog(_overdue(args.lang)):
-            trace = trace_learner(
-                target,
-                factory=args.factory,
-                d_model=args.d_model or 20,
-                n_heads=args.heads or 5,
-                batch=args.batch,
-                seq=args.seq or 7,
-                timeout=args.timeout,
-            )
-    except CheckTimeout as err:
-        print(f"anatomy trace: error: {err.zh if args.lang == 'zh' else err.en}", file=sys.stderr)
-        return 2
-    except CheckError as err:
-        print(f"anatomy trace: error: {err}", file=sys.stderr)
-        return 2
-    print(trace.render(args.format, lang=args.lang))
-    return 1 if trace.deviation is not None else 0
+    return print_trace(
+        args,
+        lambda: trace_learner(
+            target,
+            factory=args.factory,
+            d_model=args.d_model or 20,
+            n_heads=args.heads or 5,
+            batch=args.batch,
+            seq=args.seq or 7,
+            timeout=args.timeout,
+        ),
+    )

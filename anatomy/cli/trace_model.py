@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any, Protocol
 
 
 def wants_model(args: argparse.Namespace) -> bool:
@@ -25,9 +27,6 @@ def wants_model(args: argparse.Namespace) -> bool:
 def run_model(args: argparse.Namespace) -> int | None:
     """Print the model's table; ``None`` when, found by ``--kind auto``, the target is not a model after all (no
     token embedding in it): the module trace takes over."""
-    from anatomy.cli.check import _overdue
-    from anatomy.doctor import CheckError, CheckTimeout
-    from anatomy.doctor.loading.limits import Watchdog
     from anatomy.doctor.trace.model_trace import ModelSizes, NotAModel, trace_model
 
     if args.preset is not None or args.checkpoint is not None:
@@ -70,17 +69,41 @@ def run_model(args: argparse.Namespace) -> int | None:
         any(getattr(args, f) is not None for f in ("vocab", "d_model", "heads", "layers", "seq")) or args.batch != 2
     )
     try:
-        with Watchdog(_overdue(args.lang)):
-            trace = trace_model(target, factory=args.factory, sizes=sizes if chosen else None, timeout=args.timeout)
+        return print_trace(
+            args,
+            lambda: trace_model(target, factory=args.factory, sizes=sizes if chosen else None, timeout=args.timeout),
+            passes=(NotAModel,),
+        )
     except NotAModel as err:
         if getattr(args, "kind", "auto") == "auto":
             return None
         print(f"anatomy trace: error: {err}", file=sys.stderr)
         return 2
+
+
+class _Trace(Protocol):
+    @property
+    def deviation(self) -> dict[str, Any] | None: ...
+
+    def render(self, fmt: str = ..., lang: str = ...) -> str: ...
+
+
+def print_trace(args: argparse.Namespace, make: Callable[[], _Trace], passes: tuple[type[Exception], ...] = ()) -> int:
+    """Run ``make`` under the watchdog and print its table: exit 1 when a row leaves the post's flow, 2 with one
+    line when the module cannot be traced (errors in ``passes`` are raised for the caller)."""
+    from anatomy.cli.check import _overdue
+    from anatomy.doctor import CheckError, CheckTimeout
+    from anatomy.doctor.loading.limits import Watchdog
+
+    try:
+        with Watchdog(_overdue(args.lang)):
+            trace = make()
     except CheckTimeout as err:
         print(f"anatomy trace: error: {err.zh if args.lang == 'zh' else err.en}", file=sys.stderr)
         return 2
     except CheckError as err:
+        if isinstance(err, passes):
+            raise
         print(f"anatomy trace: error: {err}", file=sys.stderr)
         return 2
     print(trace.render(args.format, lang=args.lang))

@@ -18,17 +18,7 @@ import math
 from typing import Any
 
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import (
-    Entry,
-    _get,
-    _linear,
-    _norm,
-    _pad,
-    _refuse,
-    decoder_table,
-    read_rope,
-    write_rope,
-)
+from anatomy.interop import hf_common as hc
 from anatomy.interop.hf_llama import llama_shape, llama_sizes, window_layers
 
 GEMMA2 = "Gemma2ForCausalLM"
@@ -37,18 +27,18 @@ _TANH_GELU = ("gelu_pytorch_tanh", "gelu")  # "gelu" is Gemma's legacy spelling 
 
 def gemma_config(c: dict[str, Any], arch: str) -> ModelConfig:
     d, h, vocab, n = (
-        _get(c, "hidden_size"),
-        _get(c, "num_attention_heads"),
-        _get(c, "vocab_size"),
-        _get(c, "num_hidden_layers"),
+        hc._get(c, "hidden_size"),
+        hc._get(c, "num_attention_heads"),
+        hc._get(c, "vocab_size"),
+        hc._get(c, "num_hidden_layers"),
     )
     act = c.get("hidden_activation") or c.get("hidden_act") or "gelu_pytorch_tanh"
     if act not in _TANH_GELU:
-        raise _refuse(arch, f"hidden_activation={act!r} (Gemma's gated FFN: gelu_pytorch_tanh)")
+        raise hc._refuse(arch, f"hidden_activation={act!r} (Gemma's gated FFN: gelu_pytorch_tanh)")
     if c.get("attention_bias"):
-        raise _refuse(arch, "attention_bias=True (Gemma's MLP has no bias; anatomy's one bias flag covers both)")
+        raise hc._refuse(arch, "attention_bias=True (Gemma's MLP has no bias; anatomy's one bias flag covers both)")
     if c.get("use_bidirectional_attention"):
-        raise _refuse(arch, "use_bidirectional_attention=True")
+        raise hc._refuse(arch, "use_bidirectional_attention=True")
     head_dim = c.get("head_dim", 256)
     extra: dict[str, Any] = dict(norm_position="pre")
     if arch == GEMMA2:
@@ -76,37 +66,37 @@ def gemma_config(c: dict[str, Any], arch: str) -> ModelConfig:
         bias=False,
         tie_embeddings=c.get("tie_word_embeddings", True),
         norm_eps=c.get("rms_norm_eps", 1e-6),
-        pad_token_id=_pad(c, vocab),
+        pad_token_id=hc._pad(c, vocab),
         scale_embeddings=True,
         norm_weight_offset=1.0,
-        **read_rope(c, arch),
+        **hc.read_rope(c, arch),
         **extra,
     )
 
 
-def _gemma_layer(h: str, o: str, sandwich: bool) -> list[Entry]:
+def _gemma_layer(h: str, o: str, sandwich: bool) -> list[hc.Entry]:
     if sandwich:  # x + post(f(pre(x))) around each sub-layer
         rows = [
-            *_norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.pre_norm", False),
-            *_norm(f"{h}.post_attention_layernorm", f"{o}.attn_add_norm.post_norm", False),
-            *_norm(f"{h}.pre_feedforward_layernorm", f"{o}.ffn_add_norm.pre_norm", False),
-            *_norm(f"{h}.post_feedforward_layernorm", f"{o}.ffn_add_norm.post_norm", False),
+            *hc._norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.pre_norm", False),
+            *hc._norm(f"{h}.post_attention_layernorm", f"{o}.attn_add_norm.post_norm", False),
+            *hc._norm(f"{h}.pre_feedforward_layernorm", f"{o}.ffn_add_norm.pre_norm", False),
+            *hc._norm(f"{h}.post_feedforward_layernorm", f"{o}.ffn_add_norm.post_norm", False),
         ]
     else:
         rows = [
-            *_norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False),
-            *_norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False),
+            *hc._norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", False),
+            *hc._norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", False),
         ]
     for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
-        rows += _linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", False)
+        rows += hc._linear(f"{h}.self_attn.{p}", f"{o}.attn.{p}", False)
     for p in ("gate_proj", "up_proj", "down_proj"):  # down(gelu_tanh(gate(x)) * up(x))
-        rows += _linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", False)
+        rows += hc._linear(f"{h}.mlp.{p}", f"{o}.ffn.{p}", False)
     return rows
 
 
-def gemma_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+def gemma_table(cfg: ModelConfig, arch: str) -> list[hc.Entry]:
     sandwich = arch == GEMMA2
-    return decoder_table(
+    return hc.decoder_table(
         cfg, "model.embed_tokens.weight", "model.layers", "model.norm", False, lambda h, o: _gemma_layer(h, o, sandwich)
     )
 
@@ -118,7 +108,7 @@ def gemma_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
         attention_bias=False,
         attention_dropout=cfg.attention_dropout,
         tie_word_embeddings=cfg.tie_embeddings,
-        rope_parameters=write_rope(cfg),
+        rope_parameters=hc.write_rope(cfg),
         pad_token_id=cfg.pad_token_id,
     )
     if arch != GEMMA2:

@@ -10,39 +10,27 @@ from __future__ import annotations
 from typing import Any
 
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import (
-    _ACT_TO_HF,
-    Entry,
-    _activation,
-    _e,
-    _get,
-    _linear,
-    _norm,
-    _pad,
-    _refuse,
-    decoder_table,
-    ffn_width,
-)
+from anatomy.interop import hf_common as hc
 
 
 def gpt2_config(c: dict[str, Any], arch: str) -> ModelConfig:
     if c.get("scale_attn_by_inverse_layer_idx"):
-        raise _refuse(arch, "scale_attn_by_inverse_layer_idx=True")
+        raise hc._refuse(arch, "scale_attn_by_inverse_layer_idx=True")
     if c.get("add_cross_attention"):
-        raise _refuse(arch, "add_cross_attention=True")
-    d, vocab = _get(c, "n_embd"), _get(c, "vocab_size")
+        raise hc._refuse(arch, "add_cross_attention=True")
+    d, vocab = hc._get(c, "n_embd"), hc._get(c, "vocab_size")
     return ModelConfig(
         architecture="decoder_lm",
         vocab_size=vocab,
         d_model=d,
-        n_heads=_get(c, "n_head"),
-        n_layers=_get(c, "n_layer"),
+        n_heads=hc._get(c, "n_head"),
+        n_layers=hc._get(c, "n_layer"),
         d_ff=c.get("n_inner") or 4 * d,
         max_seq_len=c.get("n_positions", 1024),
         positional="learned",
         norm="layernorm",
         norm_position="pre",
-        activation=_activation(arch, c.get("activation_function", "gelu_new")),
+        activation=hc._activation(arch, c.get("activation_function", "gelu_new")),
         dropout=c.get("resid_pdrop", 0.1),
         attention_dropout=c.get("attn_pdrop", 0.1),
         bias=True,
@@ -50,24 +38,24 @@ def gpt2_config(c: dict[str, Any], arch: str) -> ModelConfig:
         fused_qkv=True,
         norm_eps=c.get("layer_norm_epsilon", 1e-5),
         attn_scale=None if c.get("scale_attn_weights", True) else 1.0,
-        pad_token_id=_pad(c, vocab),
+        pad_token_id=hc._pad(c, vocab),
     )
 
 
-def _gpt2_layer(h: str, o: str) -> list[Entry]:
+def _gpt2_layer(h: str, o: str) -> list[hc.Entry]:
     return [
-        *_norm(f"{h}.ln_1", f"{o}.attn_add_norm.norm", True),
-        *_linear(f"{h}.attn.c_attn", f"{o}.attn.qkv_proj", True, "conv1d"),  # (D, 3D) → (3D, D)
-        *_linear(f"{h}.attn.c_proj", f"{o}.attn.o_proj", True, "conv1d"),  # (D, D) → (D, D)^T
-        *_norm(f"{h}.ln_2", f"{o}.ffn_add_norm.norm", True),
-        *_linear(f"{h}.mlp.c_fc", f"{o}.ffn.up_proj", True, "conv1d"),  # (D, F) → (F, D)
-        *_linear(f"{h}.mlp.c_proj", f"{o}.ffn.down_proj", True, "conv1d"),  # (F, D) → (D, F)
+        *hc._norm(f"{h}.ln_1", f"{o}.attn_add_norm.norm", True),
+        *hc._linear(f"{h}.attn.c_attn", f"{o}.attn.qkv_proj", True, "conv1d"),  # (D, 3D) → (3D, D)
+        *hc._linear(f"{h}.attn.c_proj", f"{o}.attn.o_proj", True, "conv1d"),  # (D, D) → (D, D)^T
+        *hc._norm(f"{h}.ln_2", f"{o}.ffn_add_norm.norm", True),
+        *hc._linear(f"{h}.mlp.c_fc", f"{o}.ffn.up_proj", True, "conv1d"),  # (D, F) → (F, D)
+        *hc._linear(f"{h}.mlp.c_proj", f"{o}.ffn.down_proj", True, "conv1d"),  # (F, D) → (D, F)
     ]
 
 
-def gpt2_table(cfg: ModelConfig, arch: str) -> list[Entry]:
-    positions = _e("transformer.wpe.weight", "embeddings.positional.weight")
-    return decoder_table(
+def gpt2_table(cfg: ModelConfig, arch: str) -> list[hc.Entry]:
+    positions = hc._e("transformer.wpe.weight", "embeddings.positional.weight")
+    return hc.decoder_table(
         cfg, "transformer.wte.weight", "transformer.h", "transformer.ln_f", True, _gpt2_layer, (positions,)
     )
 
@@ -77,9 +65,9 @@ def gpt2_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
         n_embd=cfg.d_model,
         n_head=cfg.n_heads,
         n_layer=cfg.n_layers,
-        n_inner=ffn_width(cfg),
+        n_inner=hc.ffn_width(cfg),
         n_positions=cfg.max_seq_len,
-        activation_function=_ACT_TO_HF[cfg.activation],
+        activation_function=hc._ACT_TO_HF[cfg.activation],
         layer_norm_epsilon=cfg.norm_eps,
         resid_pdrop=cfg.dropout,
         embd_pdrop=cfg.dropout,

@@ -14,79 +14,64 @@ from __future__ import annotations
 from typing import Any
 
 from anatomy.config import ModelConfig
-from anatomy.interop.hf_common import (
-    _ACT_TO_HF,
-    Entry,
-    _activation,
-    _e,
-    _get,
-    _linear,
-    _norm,
-    _pad,
-    _refuse,
-    decoder_table,
-    hf_sizes,
-    read_rope,
-    read_sizes,
-    write_rope,
-)
+from anatomy.interop import hf_common as hc
 
 
 def neox_config(c: dict[str, Any], arch: str) -> ModelConfig:
-    vocab = _get(c, "vocab_size")
+    vocab = hc._get(c, "vocab_size")
     if c.get("attention_bias", True) is False:
-        raise _refuse(arch, "attention_bias=False (the MLP keeps its bias; anatomy's one bias flag covers both)")
+        raise hc._refuse(arch, "attention_bias=False (the MLP keeps its bias; anatomy's one bias flag covers both)")
     if c.get("add_cross_attention"):
-        raise _refuse(arch, "add_cross_attention=True")
+        raise hc._refuse(arch, "add_cross_attention=True")
     return ModelConfig(
         architecture="decoder_lm",
         vocab_size=vocab,
-        **read_sizes(c, 2048),
+        **hc.read_sizes(c, 2048),
         positional="rope",
         rope_layout="half",
         norm="layernorm",
         norm_position="pre",
-        activation=_activation(arch, c.get("hidden_act", "gelu")),
+        activation=hc._activation(arch, c.get("hidden_act", "gelu")),
         dropout=float(c.get("hidden_dropout", 0.0)),
         attention_dropout=float(c.get("attention_dropout", 0.0)),
         bias=True,
         tie_embeddings=c.get("tie_word_embeddings", False),
         fused_qkv=True,
         norm_eps=c.get("layer_norm_eps", 1e-5),
-        pad_token_id=_pad(c, vocab),
+        pad_token_id=hc._pad(c, vocab),
         parallel_residual=bool(c.get("use_parallel_residual", True)),
-        **read_rope(c, arch, fraction=0.25, partial=True),
+        **hc.read_rope(c, arch, fraction=0.25, partial=True),
     )
 
 
-def _neox_layer(h: str, o: str) -> list[Entry]:
+def _neox_layer(h: str, o: str) -> list[hc.Entry]:
     return [
-        *_norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", True),
-        *_norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", True),
-        _e(f"{h}.attention.query_key_value.weight", f"{o}.attn.qkv_proj.weight", "neox_qkv"),
-        _e(f"{h}.attention.query_key_value.bias", f"{o}.attn.qkv_proj.bias", "neox_qkv"),
-        *_linear(f"{h}.attention.dense", f"{o}.attn.o_proj", True),
-        *_linear(f"{h}.mlp.dense_h_to_4h", f"{o}.ffn.up_proj", True),
-        *_linear(f"{h}.mlp.dense_4h_to_h", f"{o}.ffn.down_proj", True),
+        *hc._norm(f"{h}.input_layernorm", f"{o}.attn_add_norm.norm", True),
+        *hc._norm(f"{h}.post_attention_layernorm", f"{o}.ffn_add_norm.norm", True),
+        hc._e(f"{h}.attention.query_key_value.weight", f"{o}.attn.qkv_proj.weight", "neox_qkv"),
+        hc._e(f"{h}.attention.query_key_value.bias", f"{o}.attn.qkv_proj.bias", "neox_qkv"),
+        *hc._linear(f"{h}.attention.dense", f"{o}.attn.o_proj", True),
+        *hc._linear(f"{h}.mlp.dense_h_to_4h", f"{o}.ffn.up_proj", True),
+        *hc._linear(f"{h}.mlp.dense_4h_to_h", f"{o}.ffn.down_proj", True),
     ]
 
 
-def neox_table(cfg: ModelConfig, arch: str) -> list[Entry]:
+def neox_table(cfg: ModelConfig, arch: str) -> list[hc.Entry]:
     # a tied head is "lm_head.weight": transformers 5's name of embed_out (Family.renames)
-    return decoder_table(
+    return hc.decoder_table(
         cfg, "gpt_neox.embed_in.weight", "gpt_neox.layers", "gpt_neox.final_layer_norm", True, _neox_layer
     )
 
 
 def neox_write(cfg: ModelConfig, arch: str) -> dict[str, Any]:
     return dict(
-        **hf_sizes(cfg),
-        hidden_act=_ACT_TO_HF[cfg.activation],
+        **hc.hf_sizes(cfg),
+        hidden_act=hc._ACT_TO_HF[cfg.activation],
         layer_norm_eps=cfg.norm_eps,
         hidden_dropout=cfg.dropout,
         attention_dropout=cfg.attention_dropout,
         attention_bias=True,
         use_parallel_residual=cfg.parallel_residual,
         tie_word_embeddings=cfg.tie_embeddings,
-        rope_parameters=write_rope(cfg) | {"partial_rotary_factor": cfg.rope_fraction},
+        rope_parameters=hc.write_rope(cfg) | {"partial_rotary_factor": cfg.rope_fraction},
     )
