@@ -14,6 +14,7 @@ import types
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -98,6 +99,42 @@ def resolve_target(
     return getattr(module, name), f"{Path(path).name}:{name}", name
 
 
+def construct(
+    obj: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    shown: str,
+    name: str,
+    label: str,
+    what: tuple[str, str],
+    how: str,
+    seed: int,
+    timeout: float | None,
+) -> nn.Module:
+    """``obj(*args, **kwargs)`` under a forked RNG seeded with ``seed`` and the time limit ``timeout``; a hang, an exit
+    or an error is one line naming the call (``shown``: its arguments as written) and ``how`` the doctor builds
+    ``what`` (en, zh: the module, the model)."""
+    step = (f"{label}: {name}({shown}) (building the {what[0]})", f"{label}：构造{what[1]} {name}({shown}) 时")
+    try:
+        with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
+            torch.manual_seed(seed)
+            built = obj(*args, **kwargs)
+    except Hung as hung:
+        raise CheckTimeout.from_hung(hung) from None
+    except SystemExit as err:
+        raise ModuleExited(
+            step[0].replace(f" (building the {what[0]})", f", building the {what[0]},"), err.code, step[1]
+        ) from None
+    except Exception as err:  # noqa: BLE001
+        raise CheckError(
+            f"{name}({shown}) failed: {one_line(err)}; the doctor builds {how} "
+            "(use --factory FUNC for another signature)"
+        ) from None
+    if not isinstance(built, nn.Module):
+        raise CheckError(f"{name}({shown}) returned {type(built).__name__}; expected a torch.nn.Module")
+    return built
+
+
 def build(
     target: Target, factory: str | None, d_model: int, n_heads: int, seed: int = 0, timeout: float | None = None
 ) -> tuple[nn.Module, str]:
@@ -110,29 +147,9 @@ def build(
         built = copy.deepcopy(obj)  # never change the caller's instance
     else:
         how = "FUNC(d_model, n_heads)" if factory else "CLASS(d_model, n_heads)"
-        step = (
-            f"{label}: {name}({d_model}, {n_heads}) (building the module)",
-            f"{label}：构造模块 {name}({d_model}, {n_heads}) 时",
+        built = construct(
+            obj, (d_model, n_heads), {}, f"{d_model}, {n_heads}", name, label, ("module", "模块"), how, seed, timeout
         )
-        try:
-            with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
-                torch.manual_seed(seed)
-                built = obj(d_model, n_heads)
-        except Hung as hung:
-            raise CheckTimeout.from_hung(hung) from None
-        except SystemExit as err:
-            raise ModuleExited(
-                step[0].replace(" (building the module)", ", building the module,"), err.code, step[1]
-            ) from None
-        except Exception as err:  # noqa: BLE001
-            raise CheckError(
-                f"{name}({d_model}, {n_heads}) failed: {one_line(err)}; the doctor builds {how} "
-                "(use --factory FUNC for another signature)"
-            ) from None
-        if not isinstance(built, nn.Module):
-            raise CheckError(
-                f"{name}({d_model}, {n_heads}) returned {type(built).__name__}; expected a torch.nn.Module"
-            )
     assert isinstance(built, nn.Module)  # a copied instance, or checked above
     try:
         module = built.double().eval()

@@ -13,12 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import nn
 
-from anatomy.doctor.loading.building import resolve_target
-from anatomy.doctor.loading.limits import Hung, guard
-from anatomy.doctor.loading.subject import CheckError, CheckTimeout, ModuleExited, _quiet, one_line
+from anatomy.doctor.loading.building import construct, resolve_target
+from anatomy.doctor.loading.subject import CheckError, one_line
 
 __anatomy_transparent__ = True
 
@@ -322,25 +320,8 @@ def _call(
     timeout: float | None,
 ) -> nn.Module:
     shown = ", ".join([_show(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-    step = (f"{label}: {name}({shown}) (building the model)", f"{label}：构造模型 {name}({shown}) 时")
-    try:
-        with _quiet(), torch.random.fork_rng(devices=[]), guard(timeout, lambda: step):
-            torch.manual_seed(seed)
-            module = obj(*args, **kwargs)
-    except Hung as hung:
-        raise CheckTimeout.from_hung(hung) from None
-    except SystemExit as err:
-        raise ModuleExited(
-            step[0].replace(" (building the model)", ", building the model,"), err.code, step[1]
-        ) from None
-    except Exception as err:  # noqa: BLE001
-        raise CheckError(
-            f"{name}({shown}) failed: {one_line(err)}; the doctor builds CLASS(vocab_size, d_model, n_heads, "
-            "n_layers, block_size) or CLASS(config) (use --factory FUNC for another signature)"
-        ) from None
-    if not isinstance(module, nn.Module):
-        raise CheckError(f"{name}({shown}) returned {type(module).__name__}; expected a torch.nn.Module")
-    return module
+    how = "CLASS(vocab_size, d_model, n_heads, n_layers, block_size) or CLASS(config)"
+    return construct(obj, tuple(args), kwargs, shown, name, label, ("model", "模型"), how, seed, timeout)
 
 
 def _show(a: Any) -> str:
