@@ -55,23 +55,29 @@ class LearnerTrace:
         return self.deviations[0] if self.deviations else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "target": self.target,
-            "file": self.file,
-            "sizes": self.sizes,
-            "call": self.call,
-            "rows": [row.to_dict() for row in self.rows],
-            "deviation": self.deviation,
-            "deviations": self.deviations,
-            "unfollowed": self.unfollowed,
-            "notes": [{"en": en, "zh": zh} for en, zh in self.notes],
-        }
+        return trace_dict(self, {"schema": SCHEMA}, {"rows": [row.to_dict() for row in self.rows]})
 
     def render(self, fmt: str = "table", lang: str = "en") -> str:
         if fmt == "json":
             return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
         return render(self, fmt, lang)
+
+
+def trace_dict(trace: Any, head: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """The JSON of a module's or a model's trace: ``head`` (schema, kind), what was called, ``body`` (the rows), then
+    the deviations and notes, in that order."""
+    return {
+        **head,
+        "target": trace.target,
+        "file": trace.file,
+        "sizes": trace.sizes,
+        "call": trace.call,
+        **body,
+        "deviation": trace.deviation,
+        "deviations": trace.deviations,
+        "unfollowed": trace.unfollowed,
+        "notes": [{"en": en, "zh": zh} for en, zh in trace.notes],
+    }
 
 
 def trace_learner(

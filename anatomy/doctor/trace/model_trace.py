@@ -35,6 +35,7 @@ from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.trace import model_loss as ml
 from anatomy.doctor.trace import model_parts as mp
 from anatomy.doctor.trace.learner_labels import label_steps
+from anatomy.doctor.trace.learner_trace import trace_dict
 from anatomy.doctor.trace.model_groups import Group, block_groups, learner_file, notes_for
 from anatomy.doctor.trace.model_trace_text import render
 from anatomy.tracing import steps as r
@@ -72,21 +73,9 @@ class ModelTrace:
         return self.deviations[0] if self.deviations else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEMA,
-            "kind": self.kind,
-            "target": self.target,
-            "file": self.file,
-            "sizes": self.sizes,
-            "call": self.call,
-            "groups": [g.to_dict() for g in self.groups],
-            "rows": [row.to_dict() for row in self.rows],
-            "loss": self.loss.to_dict(),
-            "deviation": self.deviation,
-            "deviations": self.deviations,
-            "unfollowed": self.unfollowed,
-            "notes": [{"en": en, "zh": zh} for en, zh in self.notes],
-        }
+        rows = [row.to_dict() for row in self.rows]
+        body = {"groups": [g.to_dict() for g in self.groups], "rows": rows, "loss": self.loss.to_dict()}
+        return trace_dict(self, {"schema": SCHEMA, "kind": self.kind}, body)
 
     def render(self, fmt: str = "table", lang: str = "en") -> str:
         if fmt == "json":
