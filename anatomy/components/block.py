@@ -18,18 +18,18 @@ after attention, ``x + attn(norm_1(x)) + ffn(norm_2(x))``; ``hook_resid_mid`` is
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import torch
 from torch import nn
 
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.context import AttentionContext, standalone_context
+from anatomy.components.context import AttentionContext
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
+from anatomy.components.inputs import Given, own_context, refuse_keywords
 from anatomy.components.kv_cache import KVCache, StaticKVCache
-from anatomy.components.masks import as_attention_mask
 from anatomy.components.norms import make_norm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 
@@ -89,38 +89,18 @@ class TransformerBlock(nn.Module):
         uses for every block)."""
         return build_block(cls, **kwargs)
 
-    def standalone_context(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None,
-        *,
-        mask: torch.Tensor | None,
-        memory_mask: torch.Tensor | None,
-        is_causal: bool,
-        kv_cache: BlockCache,
-        positions: torch.Tensor | None,
-        attn_bias: torch.Tensor | None,
-    ) -> AttentionContext:
-        """The context of a standalone block call: self-attention's, and the memory's as its ``cross_ctx``."""
-        self_cache, cross_cache = split_cache(kv_cache)
+    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, given: Given) -> AttentionContext:
+        """This block's context for :func:`~anatomy.components.inputs.attention_inputs`: self-attention's, and the
+        memory's (``memory_mask``, ``memory_key_padding_mask``) as its ``cross_ctx``."""
+        self_cache, cross_cache = split_cache(given.kv_cache)
         heads, d_model = self.attn.n_heads, self.attn.d_model
-        ctx = standalone_context(
-            x,
-            None,
-            heads=heads,
-            d_model=d_model,
-            mask=mask,
-            is_causal=is_causal,
-            kv_cache=self_cache,
-            positions=positions,
-            attn_bias=attn_bias,
-        )
-        if self.cross_attn is not None and memory is not None:
-            if memory_mask is not None:  # checked under its own name before it becomes the memory context's mask
-                s = len(cross_cache) if cross_cache is not None and len(cross_cache) else memory.shape[1]
-                as_attention_mask(memory_mask, x.shape[0], heads, x.shape[1], s, name="memory_mask")
-            ctx.cross_ctx = standalone_context(
-                x, memory, heads=heads, d_model=d_model, mask=memory_mask, kv_cache=cross_cache
+        causal = self.default_causal if given.is_causal is None else given.is_causal
+        ctx = own_context(x, None, given, heads=heads, d_model=d_model, cache=self_cache, is_causal=causal)
+        if self.cross_attn is None:
+            given.refuse_memory(self, "has no cross-attention")
+        elif memory is not None:
+            ctx.cross_ctx = own_context(
+                x, memory, given, heads=heads, d_model=d_model, cache=cross_cache, is_causal=False, memory_masks=True
             )
         return ctx
 
@@ -128,42 +108,43 @@ class TransformerBlock(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor | None = None,
+        ctx: AttentionContext | None = None,
         *,
-        mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-        is_causal: bool | None = None,
         kv_cache: BlockCache = None,
         need_weights: bool = False,
-        positions: torch.Tensor | None = None,
-        attn_bias: torch.Tensor | None = None,
-        ctx: AttentionContext | None = None,
+        **removed: NoReturn,
     ) -> tuple[torch.Tensor, Any]:
         """``x: (B, T, D)`` (and, with cross-attention, ``memory: (B, S, D)``) → ``(x, weights)``; weights are
         ``self_weights`` or, with cross-attention, ``(self_weights, cross_weights)``. ``kv_cache`` is a
-        ``KVCache`` or a ``(self, cross)`` pair. Inside a stack ``ctx`` replaces the mask/position arguments."""
+        ``KVCache`` or a ``(self, cross)`` pair. ``ctx`` is the forward's :class:`AttentionContext` (a stack's, or
+        ``attention_inputs(block, x, memory, mask=...)`` for a call on its own); ``None`` is the plain call: no
+        mask, the block's causal default."""
+        if removed:
+            form = (
+                ("block(x, memory, {ctx})", "block, x, memory")
+                if self.cross_attn is not None
+                else ("block(x, ctx={ctx})", "block, x")
+            )
+            refuse_keywords(self, *form, removed)
         cross = self.cross_attn is not None
         if cross and memory is None:
             raise ValueError(f"{type(self).__name__} attends to an encoder memory: give memory (B, S, D)")
-        if ctx is None:
-            ctx = self.standalone_context(
-                x,
-                memory,
-                mask=mask,
-                memory_mask=memory_mask,
-                is_causal=self.default_causal if is_causal is None else is_causal,
-                kv_cache=kv_cache,
-                positions=positions,
-                attn_bias=attn_bias,
+        if isinstance(memory, AttentionContext):
+            raise TypeError(
+                f"{type(self).__name__}'s second argument is the encoder memory; give the context as ctx: "
+                "block(x, ctx=attention_inputs(block, x, ...))"
             )
+        if ctx is None:
+            ctx = self.standalone_context(x, memory, Given(kv_cache=kv_cache))
         self_cache, cross_cache = split_cache(kv_cache)
         x = block_in = self.hook_resid_pre(x)  # (B, T, D)
         h = self.hook_attn_in(self.attn_add_norm.before(x))
-        a, weights = self.attn(h, kv_cache=self_cache, need_weights=need_weights, ctx=ctx)
+        a, weights = self.attn(h, ctx, kv_cache=self_cache, need_weights=need_weights)
         x = self.hook_resid_mid(self.attn_add_norm.after(x, self.hook_attn_out(a)))  # (B, T, D)
         if self.cross_attn is not None:
             h = self.hook_cross_in(self.cross_add_norm.before(x))
             c, cross_w = self.cross_attn(
-                h, context=memory, kv_cache=cross_cache, need_weights=need_weights, ctx=ctx.cross_ctx
+                h, ctx.cross_ctx, context=memory, kv_cache=cross_cache, need_weights=need_weights
             )
             x = self.hook_resid_cross(self.cross_add_norm.after(x, self.hook_cross_out(c)))  # (B, T, D)
             weights = (weights, cross_w)
