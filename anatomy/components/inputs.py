@@ -17,9 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import torch
+from torch import nn
 
 from anatomy.components.context import (
     AnyCache,
@@ -96,14 +97,8 @@ class Given:
                 raise ValueError(f"{name} masks an encoder memory; {type(layer).__name__} {why}")
 
 
-class TakesContext(Protocol):
-    """A layer whose forward takes an :class:`AttentionContext`: it builds its standalone one from :class:`Given`."""
-
-    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, given: Given) -> AttentionContext: ...
-
-
 def attention_inputs(
-    layer: TakesContext,
+    layer: nn.Module,
     x: torch.Tensor,
     memory: torch.Tensor | None = None,
     *,

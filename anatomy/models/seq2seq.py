@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from anatomy.components.context import hf_padding
+from anatomy.components.context import hf_padding, key_padding
+from anatomy.components.masks import as_attention_mask
 from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape, keep_positions
 from anatomy.models.decoder import Decoder, DecoderStack
@@ -42,16 +43,25 @@ class EncoderDecoderStack(nn.Module):
         src_mask: torch.Tensor | None = None,
         tgt_is_causal: bool = True,
     ) -> torch.Tensor:
-        """``src: (B, S, D)``, ``tgt: (B, T, D)`` → ``(B, T, D)``; masks boolean, True = may attend."""
-        memory, _ = self.encoder(src, key_padding_mask=src_key_padding_mask, attn_mask=src_mask)
-        out: torch.Tensor
-        out, _ = self.decoder(
-            tgt,
-            memory,
-            key_padding_mask=tgt_key_padding_mask,
-            memory_key_padding_mask=memory_key_padding_mask,
+        """``src: (B, S, D)``, ``tgt: (B, T, D)`` → ``(B, T, D)``; masks boolean, True = may attend, each checked
+        under its own name here (``nn.Transformer``'s)."""
+        self.encoder.check_inputs(src, None)
+        b, s, t = src.shape[0], src.shape[1], tgt.shape[1]
+        heads = self.encoder.heads
+        mask = None if src_mask is None else as_attention_mask(src_mask, b, heads, s, s, name="src_mask")
+        padding = key_padding("src_key_padding_mask", src_key_padding_mask, b, s)
+        memory, _ = self.encoder(src, ctx=self.encoder.attention_context(b, s, src.device, padding=padding, mask=mask))
+        ctx = self.decoder.attention_context(
+            b,
+            t,
+            tgt.device,
+            padding=key_padding("tgt_key_padding_mask", tgt_key_padding_mask, b, t),
+            memory_len=s,
+            memory_padding=key_padding("memory_key_padding_mask", memory_key_padding_mask, b, s),
             is_causal=tgt_is_causal,
         )
+        out: torch.Tensor
+        out, _ = self.decoder(tgt, memory, ctx)
         return out
 
 

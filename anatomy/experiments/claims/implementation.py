@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from anatomy import pitfalls
-from anatomy.components import MultiHeadAttention, kernels
+from anatomy.components import MultiHeadAttention, attention_inputs, kernels
 from anatomy.experiments.devices import on, synchronize
 from anatomy.experiments.fitting import budget
 from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
@@ -104,7 +104,7 @@ def mha_shapes(trial: Trial) -> dict[str, float]:
 
         # C10: the wrong split and the wrong merge, from the bug zoo
         def causal(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-            return lambda inp: module(inp, is_causal=True)[0]
+            return lambda inp: module(inp, attention_inputs(module, inp, is_causal=True))[0]
 
         out["causal_leak_correct"] = _future_leak(causal(mha), x)
         silent, errs = 0, []
