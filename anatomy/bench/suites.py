@@ -121,7 +121,9 @@ def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict
 
     return {
         "ours": run(lambda: ours(x, attention_inputs(ours, x, mask=ours_mask, is_causal=causal))[0]),
-        "ours kernel=math": run(lambda: ours_math(x, attention_inputs(ours_math, x, mask=ours_mask, is_causal=causal))[0]),
+        "ours kernel=math": run(
+            lambda: ours_math(x, attention_inputs(ours_math, x, mask=ours_mask, is_causal=causal))[0]
+        ),
         "raw sdpa (floor)": run(lambda: raw(x, ours_mask, causal)),
         "nn.MultiheadAttention": run(torch_mha),
     }

@@ -34,7 +34,7 @@ from torch import nn
 from anatomy.components import kernels
 from anatomy.components.context import AttentionContext
 from anatomy.components.hook_point import HookPoint, hooked
-from anatomy.components.inputs import Given, own_context, refuse_keywords
+from anatomy.components.inputs import Given, check_memory, own_context, refuse_keywords
 from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
@@ -274,6 +274,8 @@ class MultiHeadAttention(nn.Module):
         """This layer's context for :func:`~anatomy.components.inputs.attention_inputs`: over ``x`` itself, or over
         ``memory`` (its keys, masked by ``mask`` / ``key_padding_mask``), the cache ``given.kv_cache`` included."""
         given.refuse_memory(self, "attends to one set of keys: give their masks as mask / key_padding_mask")
+        if memory is not None:
+            check_memory("memory", memory, x, self.d_model)
         return own_context(
             x,
             memory,
@@ -305,6 +307,8 @@ class MultiHeadAttention(nn.Module):
             refuse_keywords(self, "attn(x, {ctx})", "attn, x", removed)
         cross = context is not None
         if ctx is None:
+            if context is not None:
+                check_memory("context", context, x, self.d_model)
             ctx = own_context(
                 x, context, _PLAIN, heads=self.n_heads, d_model=self.d_model, cache=kv_cache, is_causal=False
             )

@@ -28,7 +28,7 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.context import AttentionContext
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
-from anatomy.components.inputs import Given, own_context, refuse_keywords
+from anatomy.components.inputs import Given, check_memory, own_context, refuse_keywords
 from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.components.norms import make_norm, norm_class
 from anatomy.components.positional.base import PositionalScheme
@@ -99,6 +99,7 @@ class TransformerBlock(nn.Module):
         if self.cross_attn is None:
             given.refuse_memory(self, "has no cross-attention")
         elif memory is not None:
+            check_memory("memory", memory, x, d_model)
             ctx.cross_ctx = own_context(
                 x, memory, given, heads=heads, d_model=d_model, cache=cross_cache, is_causal=False, memory_masks=True
             )

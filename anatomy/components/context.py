@@ -284,4 +284,3 @@ def build_context(
         cache_positions=cache_positions,
         slots=slots,
     )
-

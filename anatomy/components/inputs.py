@@ -145,6 +145,13 @@ def attention_inputs(
     return ctx
 
 
+def check_memory(name: str, memory: torch.Tensor, x: torch.Tensor, d_model: int) -> None:
+    """The memory a cross-attention reads, given as the caller's argument ``name``: ``(B, S, D)`` with ``x``'s B."""
+    check_hidden(name, memory, d_model)
+    if memory.shape[0] != x.shape[0]:
+        raise ValueError(f"{name} must have batch size B={x.shape[0]} like x, got shape {tuple(memory.shape)}")
+
+
 def own_context(
     x: torch.Tensor,
     memory: torch.Tensor | None,
@@ -156,16 +163,14 @@ def own_context(
     is_causal: bool,
     memory_masks: bool = False,
 ) -> AttentionContext:
-    """The context of one attention over ``x`` (self) or over ``memory`` (cross), ``cache`` included: the key count
-    ``S``, positions after every entry the cache saw, ``given``'s masks over those keys (the memory's own masks when
-    ``memory_masks``: a block's cross-attention) and its positions and bias."""
+    """The context of one attention over ``x`` (self) or over ``memory`` (cross; checked by the caller,
+    :func:`check_memory`), ``cache`` included: the key count ``S``, positions after every entry the cache saw,
+    ``given``'s masks over those keys (the memory's own masks when ``memory_masks``: a block's cross-attention) and its
+    positions and bias."""
     check_hidden("x", x, d_model)
     b, t, _ = x.shape
     past, cross = 0, memory is not None
     if memory is not None:
-        check_hidden("memory", memory, d_model)
-        if memory.shape[0] != b:
-            raise ValueError(f"memory must have batch size B={b} like x, got shape {tuple(memory.shape)}")
         s = len(cache) if cache is not None and len(cache) else memory.shape[1]
     else:
         past = cache_seen(None if cache is None else [cache], t)  # positions continue after every cached entry
