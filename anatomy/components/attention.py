@@ -228,42 +228,28 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, heads, self.head_dim).transpose(1, 2)
 
+    def window(self, ctx: AttentionContext) -> int | None:
+        """The sliding window of this call: the layer's on self-attention, none on cross-attention."""
+        return None if ctx.cross else self.sliding_window
+
+    def kernel_mask(self, ctx: AttentionContext, s: int, causal_flag: bool = False) -> tuple[torch.Tensor | None, bool]:
+        """This layer's entry in the forward's mask plan for ``s`` held keys: ``(mask, is_causal)``
+        (``AttentionContext.kernel_mask`` with the layer's window and heads; memoised in the context)."""
+        return ctx.kernel_mask(self.window(ctx), s, self.n_heads, causal_flag)
+
     def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        ctx: AttentionContext,
-        *,
-        window: int | None,
-        scale: float,
-        dropout_p: float,
-        bias: torch.Tensor | None,
-        value_bias: torch.Tensor | None,
-        need_weights: bool,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext, args: kernels.AttentionArgs
     ) -> kernels.Weights:
-        """Step 3: ``softmax(q k^T * scale + bias) v`` by the kernel, over this layer's entry in the forward's mask
-        plan (its ``window`` and key count, memoised in the context). ``q (B, H, T, Dh)``, ``k, v (B, Hkv, S, Dh)``
-        → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
+        """Step 3: ``softmax(q k^T * scale + bias) v`` by the kernel. ``q (B, H, T, Dh)``, ``k, v (B, Hkv, S, Dh)``;
+        ``args`` holds the scale, bias, value term, dropout and ``need_weights`` and gets here this layer's entry in
+        the forward's mask plan (:meth:`kernel_mask`) and the score/weight hooks (for the kernels that materialise
+        the scores) → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
         hooked_scores = hooked(self, "hook_scores") or hooked(self, "hook_weights")
-        kernel = self._kernel_for(need_weights, hooked_scores, value_bias is not None)
-        mask, is_causal = ctx.kernel_mask(window, k.shape[-2], self.n_heads, kernel.causal_flag and bias is None)
-        hooks = kernel.returns_weights  # the score/weight hooks go to the kernels that materialise the scores
-        return kernel.fn(
-            q,
-            k,
-            v,
-            mask=mask,
-            is_causal=is_causal,
-            scale=scale,
-            bias=bias,
-            value_bias=value_bias,
-            dropout_p=dropout_p,
-            need_weights=need_weights,
-            score_hook=self.hook_scores if hooks else None,
-            weight_hook=self.hook_weights if hooks else None,
-            softcap=self.softcap,
-        )
+        kernel = self._kernel_for(args.need_weights, hooked_scores, args.value_bias is not None)
+        args.mask, args.is_causal = self.kernel_mask(ctx, k.shape[-2], kernel.causal_flag and args.bias is None)
+        if kernel.returns_weights:
+            args.score_hook, args.weight_hook = self.hook_scores, self.hook_weights
+        return kernel.fn(q, k, v, args)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """Step 4: ``(B, H, T, Dh)`` → transpose back to ``(B, T, H, Dh)`` → reshape ``(B, T, H·Dh)``."""
@@ -343,18 +329,15 @@ class MultiHeadAttention(nn.Module):
             if extra is not None:
                 bias = extra if bias is None else bias + extra
             value_bias = positional.value_bias(ctx.positions, k_pos) if positional.has_value_term else None
-        out, weights = self.attend(
-            q,
-            k,
-            v,
-            ctx,
-            window=None if cross else self.sliding_window,
+        args = kernels.AttentionArgs(
             scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
             bias=bias,
             value_bias=value_bias,
+            dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
-        )  # (B, H, T, Dh)
+            softcap=self.softcap,
+        )
+        out, weights = self.attend(q, k, v, ctx, args)  # (B, H, T, Dh)
         out = self.merge_heads(self.hook_z(out))  # (B, T, H·Dh), H·Dh = D by default
         return self.hook_out(self.o_proj(self.hook_merged(out))), weights
 

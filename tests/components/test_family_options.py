@@ -33,21 +33,28 @@ def test_soft_capped_scores_are_bounded_and_equal_in_math_and_loop():
     mask = torch.rand(2, 1, 5, 5, generator=G) > 0.3
     seen = {}
     out, w = kernels.math_attention(
-        q, k, v, mask=mask, scale=0.5, softcap=2.0, need_weights=True, score_hook=lambda x: seen.setdefault("scores", x)
+        q,
+        k,
+        v,
+        kernels.AttentionArgs(
+            mask=mask, scale=0.5, softcap=2.0, need_weights=True, score_hook=lambda x: seen.setdefault("scores", x)
+        ),
     )
     assert seen["scores"].abs().max() < 2.0  # every logit inside (-cap, cap)
     ref_scores = torch.tanh(q @ kernels.repeat_kv(k, 4).transpose(-2, -1) * 0.5 / 2.0) * 2.0
     assert torch.allclose(seen["scores"], ref_scores)
-    loop, wl = kernels.loop_attention(q, k, v, mask=mask, scale=0.5, softcap=2.0, need_weights=True)
+    loop, wl = kernels.loop_attention(
+        q, k, v, kernels.AttentionArgs(mask=mask, scale=0.5, softcap=2.0, need_weights=True)
+    )
     assert torch.allclose(out, loop) and torch.allclose(w, wl)
-    plain, _ = kernels.math_attention(q, k, v, mask=mask, scale=0.5)
+    plain, _ = kernels.math_attention(q, k, v, kernels.AttentionArgs(mask=mask, scale=0.5))
     assert (plain - out).abs().max() > 1e-2  # the cap changes the answer on these scores
 
 
 def test_sdpa_refuses_soft_capping_and_auto_picks_math():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="cannot soft-cap attention logits"):
-        kernels.sdpa_attention(q, k, v, scale=0.5, softcap=2.0)
+        kernels.sdpa_attention(q, k, v, kernels.AttentionArgs(scale=0.5, softcap=2.0))
     assert kernels.resolve("auto", need_weights=False, value_bias=False, hooked=False, softcap=True).name == "math"
     with pytest.raises(ValueError, match="kernel='sdpa' cannot soft-cap"):
         kernels.resolve("sdpa", need_weights=False, value_bias=False, hooked=False, softcap=True)

@@ -494,44 +494,9 @@ def test_the_kernel_function_gets_every_argument_explicitly(monkeypatch):
     and the soft-cap as arguments, and the module's ``kernel_args`` bound."""
     seen = {}
 
-    def mine(
-        q,
-        k,
-        v,
-        *,
-        mask=None,
-        is_causal=False,
-        scale,
-        bias=None,
-        value_bias=None,
-        dropout_p=0.0,
-        need_weights=False,
-        score_hook=None,
-        weight_hook=None,
-        softcap=None,
-        tag=None,
-    ):
-        seen.update(
-            mask=mask,
-            is_causal=is_causal,
-            scale=scale,
-            dropout_p=dropout_p,
-            score_hook=score_hook,
-            softcap=softcap,
-            tag=tag,
-        )
-        return kernels.math_attention(
-            q,
-            k,
-            v,
-            mask=mask,
-            is_causal=is_causal,
-            scale=scale,
-            softcap=softcap,
-            score_hook=score_hook,
-            weight_hook=weight_hook,
-            need_weights=need_weights,
-        )
+    def mine(q, k, v, args, *, tag=None):
+        seen.update(vars(args), tag=tag)
+        return kernels.math_attention(q, k, v, args)
 
     monkeypatch.setitem(kernels.KERNELS, "mine", kernels.Kernel("mine", mine, True, False))
     attn = MultiHeadAttention(d_model=D, n_heads=H, dropout=0.25, scale=0.3, softcap=5.0).eval()

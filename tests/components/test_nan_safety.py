@@ -277,10 +277,12 @@ def test_non_finite_keys_at_masked_positions(dtype, value):
     (NaN + -inf = NaN, and an Inf key makes +inf or NaN scores), so it does not contain it."""
     q, k, v, keep = qkv(dtype)
     for name in ("loop", "math"):
-        out, _ = kernels.KERNELS[name].fn(q, poisoned(k, value), v, mask=keep, scale=0.5, need_weights=True)
-        clean, _ = kernels.KERNELS[name].fn(q, k, v, mask=keep, scale=0.5)
+        out, _ = kernels.KERNELS[name].fn(
+            q, poisoned(k, value), v, kernels.AttentionArgs(mask=keep, scale=0.5, need_weights=True)
+        )
+        clean, _ = kernels.KERNELS[name].fn(q, k, v, kernels.AttentionArgs(mask=keep, scale=0.5))
         assert torch.equal(out, clean), f"{name}: a non-finite masked key changed valid outputs"
-    out, _ = kernels.sdpa_attention(q, poisoned(k, value), v, mask=keep, scale=0.5)
+    out, _ = kernels.sdpa_attention(q, poisoned(k, value), v, kernels.AttentionArgs(mask=keep, scale=0.5))
     # NaN poisons every score of row 0; Inf gives +-inf scores (-inf ones are harmless) or NaN where q mixes signs
     broken = torch.isnan(out[0]).all() if value != value else not torch.isfinite(out[0]).all()
     assert broken, "sdpa now contains non-finite masked keys: update this test and the docs"
@@ -296,7 +298,7 @@ def test_non_finite_values_at_masked_positions_leak(dtype, kernel, value):
     mean zeroing masked values on every call; the kernels do not pay for that. Inputs must be finite at padding
     (which they are when padding comes from token ids: embeddings are finite)."""
     q, k, v, keep = qkv(dtype)
-    out, _ = kernels.KERNELS[kernel].fn(q, k, poisoned(v, value), mask=keep, scale=0.5)
+    out, _ = kernels.KERNELS[kernel].fn(q, k, poisoned(v, value), kernels.AttentionArgs(mask=keep, scale=0.5))
     assert torch.isnan(out[0]).all()
     assert torch.isfinite(out[1]).all(), "the other batch row is unaffected"
 

@@ -94,9 +94,9 @@ def test_faults_change_one_step_of_the_instance(monkeypatch):
     faults are the straight reshapes; the recorder hands on exactly what it receives."""
     seen = []
 
-    def spy(q, k, v, **kw):
-        seen.append(kw)
-        return kernels.math_attention(q, k, v, **kw)
+    def spy(q, k, v, args):
+        seen.append(dict(vars(args)))
+        return kernels.math_attention(q, k, v, args)
 
     monkeypatch.setitem(kernels.KERNELS, "spy", kernels.Kernel("spy", spy, True, True))
     torch.manual_seed(0)
@@ -346,8 +346,7 @@ def _wrapped(name, **params):
 
     def call(q, k, v, *, scale, need_weights=False):
         ctx = build_context(b=q.shape[0], t=q.shape[-2], s=k.shape[-2], device="cpu", cross=True)
-        kw = dict(window=None, scale=scale, dropout_p=0.0, bias=None, value_bias=None, need_weights=need_weights)
-        return step(attn, q, k, v, ctx, **kw)
+        return step(attn, q, k, v, ctx, kernels.AttentionArgs(scale=scale, need_weights=need_weights))
 
     return call
 
@@ -364,14 +363,14 @@ def test_softmax_wrong_axis_normalises_over_heads_or_queries(dim, over):
 def test_scale_after_softmax_scales_the_weights_not_the_scores():
     q, k, v = _qkv()
     out, w = _wrapped("scale_after_softmax")(q, k, v, scale=0.3, need_weights=True)
-    ref, w1 = kernels.math_attention(q, k, v, scale=1.0, need_weights=True)
+    ref, w1 = kernels.math_attention(q, k, v, kernels.AttentionArgs(scale=1.0, need_weights=True))
     assert torch.allclose(w, 0.3 * w1) and torch.allclose(out, 0.3 * ref)
 
 
 def test_scale_from_wrong_size_uses_the_key_length():
     q, k, v = _qkv(s=7)
     out, _ = _wrapped("scale_from_wrong_size")(q, k, v, scale=0.3)
-    ref, _ = kernels.math_attention(q, k, v, scale=1 / math.sqrt(7))
+    ref, _ = kernels.math_attention(q, k, v, kernels.AttentionArgs(scale=1 / math.sqrt(7)))
     assert torch.allclose(out, ref)
 
 

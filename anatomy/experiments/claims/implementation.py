@@ -263,12 +263,13 @@ def head_loop_benchmark(trial: Trial) -> dict[str, float]:
         q, k, v = (on(dev, torch.randn, b, h, s, d // h, generator=g) for _ in range(3))
         fns = {name: kernels.KERNELS[name].fn for name in ("loop", "math", "sdpa")}
         best = dict.fromkeys(fns, float("inf"))
+        args = kernels.AttentionArgs(is_causal=True, scale=(d // h) ** -0.5)
         with torch.no_grad():
             for _ in range(repeats):
                 for name, fn in fns.items():
                     synchronize(dev)  # on a GPU: time the kernels, not their launch
                     t0 = time.perf_counter()
-                    fn(q, k, v, is_causal=True, scale=(d // h) ** -0.5)
+                    fn(q, k, v, args)
                     synchronize(dev)
                     best[name] = min(best[name], time.perf_counter() - t0)
         for name in ("math", "sdpa"):
