@@ -40,11 +40,11 @@ class TransformerBlock(nn.Module):
     """Self-attention, optional cross-attention to a memory, FFN; each sub-layer wrapped in Add & Norm.
 
     Without ``cross_attn`` it is the encoder block and the block of decoder-only LMs; with it, the decoder block
-    of an encoder-decoder model. ``EncoderBlock`` and ``DecoderBlock`` are its two forms with their own
-    constructor signatures (and the causal default: off for the first, on for the second)."""
+    of an encoder-decoder model. ``EncoderBlock`` and ``DecoderBlock`` are its two forms: each refuses the other's
+    parts, and the causal default is off for the first, on for the second."""
 
-    default_causal: ClassVar[bool] = False  # is_causal when a standalone call does not say
-    builds_cross_attention: ClassVar[bool] = False  # whether ``build`` adds cross-attention
+    default_causal: ClassVar[bool] = False  # is_causal when a call does not say
+    cross_attention: ClassVar[bool | None] = None  # the form a subclass is (with or without); None: either
 
     def __init__(
         self,
@@ -64,6 +64,10 @@ class TransformerBlock(nn.Module):
             raise ValueError("parallel_residual is for blocks without cross-attention")
         if (cross_attn is None) != (cross_add_norm is None):
             raise ValueError("cross_attn and cross_add_norm come together (both or neither)")
+        form = type(self).cross_attention
+        if form is not None and form != (cross_attn is not None):
+            need = "needs cross_attn and cross_add_norm" if form else "takes no cross_attn and cross_add_norm"
+            raise TypeError(f"{type(self).__name__} {need} (TransformerBlock takes either form)")
         self.attn_add_norm, self.attn = attn_add_norm, attn
         if cross_add_norm is not None:  # registered before cross_attn: the parameters' order is pinned
             self.cross_add_norm: AddNorm = cross_add_norm
@@ -163,50 +167,18 @@ def split_cache(kv_cache: BlockCache) -> tuple[KVCache | StaticKVCache | None, K
 
 
 class EncoderBlock(TransformerBlock):
-    """Self-attention then FFN (bidirectional by default; ``is_causal=True`` in decoder-only LMs)."""
+    """Self-attention then FFN (bidirectional by default; ``is_causal=True`` in decoder-only LMs): a
+    ``TransformerBlock`` without ``cross_attn`` / ``cross_add_norm``."""
 
-    def __init__(
-        self,
-        *,
-        attn: MultiHeadAttention,
-        ffn: nn.Module,
-        attn_add_norm: AddNorm,
-        ffn_add_norm: AddNorm,
-        parallel_residual: bool = False,
-    ) -> None:
-        super().__init__(
-            attn=attn,
-            ffn=ffn,
-            attn_add_norm=attn_add_norm,
-            ffn_add_norm=ffn_add_norm,
-            parallel_residual=parallel_residual,
-        )
+    cross_attention = False
 
 
 class DecoderBlock(TransformerBlock):
-    """Masked self-attention, cross-attention to the encoder memory, FFN (Vaswani et al. 2017, Fig. 1 right)."""
+    """Masked self-attention, cross-attention to the encoder memory, FFN (Vaswani et al. 2017, Fig. 1 right): a
+    ``TransformerBlock`` with ``cross_attn`` and ``cross_add_norm``."""
 
     default_causal = True
-    builds_cross_attention = True
-
-    def __init__(
-        self,
-        *,
-        attn: MultiHeadAttention,
-        cross_attn: MultiHeadAttention,
-        ffn: nn.Module,
-        attn_add_norm: AddNorm,
-        cross_add_norm: AddNorm,
-        ffn_add_norm: AddNorm,
-    ) -> None:
-        super().__init__(
-            attn=attn,
-            ffn=ffn,
-            attn_add_norm=attn_add_norm,
-            ffn_add_norm=ffn_add_norm,
-            cross_attn=cross_attn,
-            cross_add_norm=cross_add_norm,
-        )
+    cross_attention = True
 
 
 def build_block(
@@ -267,7 +239,7 @@ def build_block(
 
     norm_class(norm)  # an unknown norm is named before any part is made
     ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
-    if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
+    if cls.cross_attention:  # the decoder's form: cross-attention to the memory
         if parallel_residual:
             raise ValueError("parallel_residual is for blocks without cross-attention")
         return cls(
