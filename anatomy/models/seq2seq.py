@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +15,10 @@ from anatomy.models.common import ids_shape, keep_positions
 from anatomy.models.decoder import Decoder, DecoderStack
 from anatomy.models.encoder import Encoder, EncoderStack
 from anatomy.models.hf_api import GenerationMethods
-from anatomy.models.outputs import EncoderOutput, Seq2SeqOutput
+from anatomy.models.outputs import EncoderOutput, OutputFlags, Seq2SeqOutput, output_flags
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def shift_right(labels: torch.Tensor, start_token_id: int) -> torch.Tensor:
@@ -96,16 +99,15 @@ class Seq2Seq(GenerationMethods, nn.Module):
         encoder_outputs: EncoderOutput | None = None,
         kv_caches: list[Any] | None = None,
         use_cache: bool = False,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
         past_key_values: Any = None,
         cache: Any = None,
-        return_dict: bool = True,
         logits_to_keep: int | torch.Tensor = 0,
+        **flags: Unpack[OutputFlags],
     ) -> Seq2SeqOutput | tuple[Any, ...]:
         """HF's ``past_key_values`` / ``cache`` / ``use_cache`` / ``output_hidden_states`` / ``return_dict`` work
         as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer), and ``logits_to_keep``: the
         head runs on the decoder positions kept only (``models.common.keep_positions``; 0, the default: all)."""
+        output_attentions, output_hidden_states, return_dict = output_flags(self, flags)
         if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
             raise ValueError("labels need the logits of every position: give logits_to_keep=0 (the default)")
         if encoder_outputs is None:
