@@ -7,6 +7,7 @@
 import sys
 
 from anatomy._version import __version__
+from anatomy.components.inputs import attention_inputs
 from anatomy.config import PRESETS, ModelConfig
 from anatomy.interop.safetensors_io import load_pretrained, save_pretrained
 from anatomy.models import build_model
@@ -15,6 +16,7 @@ __all__ = [
     "PRESETS",
     "ModelConfig",
     "__version__",
+    "attention_inputs",
     "build_model",
     "check",
     "load_pretrained",

@@ -22,6 +22,7 @@ from _common import environment, peak_memory, rounds  # noqa: E402
 
 from anatomy.bench.suites import RawSDPA  # noqa: E402 - the floor: 4 Linears + one SDPA call
 from anatomy.components import MultiHeadAttention  # noqa: E402
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import key_padding_to_attention, padding_mask, to_torch_nn  # noqa: E402
 
 B, H, DH = 4, 8, 64
@@ -53,7 +54,7 @@ def contenders(t: int, setting: str, backward: bool, skip_loop: bool):
         if kernel == "loop" and skip_loop:
             continue
         m = MultiHeadAttention(d_model=D, n_heads=H, kernel=kernel)
-        fns[f"ours {kernel}"] = run(lambda m=m: m(x, mask=ours_mask, is_causal=causal)[0])
+        fns[f"ours {kernel}"] = run(lambda m=m: m(x, ctx=attention_inputs(m, x, mask=ours_mask, is_causal=causal))[0])
 
     def torch_mha(need: bool):
         if causal:

@@ -74,6 +74,8 @@ from pathlib import Path
 
 import torch
 
+from anatomy.components.inputs import attention_inputs
+
 HERE = Path(__file__).resolve().parent
 for _p in (str(HERE), str(HERE.parent)):  # _common, and the package without an install
     if _p not in sys.path:
@@ -308,7 +310,7 @@ def _run_attention(module: MultiHeadAttention, x: torch.Tensor, gout: torch.Tens
     module.zero_grad(set_to_none=True)
     x = x.detach().requires_grad_(True)
     with SdpaRecorder() as rec:
-        out, _ = module(x, mask=case["mask"], is_causal=case["causal"])
+        out, _ = module(x, ctx=attention_inputs(module, x, mask=case["mask"], is_causal=case["causal"]))
     out.backward(gout)
     return out.detach(), x.grad.detach(), rec.backend
 

@@ -73,7 +73,7 @@ def contenders(q, k, v, mask):
         )
 
     def ours():
-        return kernels.sdpa_attention(q, k, v, mask=mask, is_causal=True, scale=scale)[0]
+        return kernels.sdpa_attention(q, k, v, kernels.AttentionArgs(mask=mask, is_causal=True, scale=scale))[0]
 
     return {"native": native, "repeat": repeat, "anatomy": ours}, full
 

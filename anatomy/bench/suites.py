@@ -85,7 +85,7 @@ class RawSDPA(nn.Module):
 
 def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict[str, Any]:
     """One attention layer (B, T, D) under a causal mask or key padding (lengths T, 3T/4, T/2, T/4 cycling)."""
-    from anatomy.components import MultiHeadAttention
+    from anatomy.components import MultiHeadAttention, attention_inputs
     from anatomy.components.masks import key_padding_to_attention, padding_mask, to_torch_nn
 
     b, h = s.attn_batch, s.attn_heads
@@ -120,8 +120,10 @@ def attention_contenders(s: Sizes, t: int, setting: str, backward: bool) -> dict
         return out
 
     return {
-        "ours": run(lambda: ours(x, mask=ours_mask, is_causal=causal)[0]),
-        "ours kernel=math": run(lambda: ours_math(x, mask=ours_mask, is_causal=causal)[0]),
+        "ours": run(lambda: ours(x, attention_inputs(ours, x, mask=ours_mask, is_causal=causal))[0]),
+        "ours kernel=math": run(
+            lambda: ours_math(x, attention_inputs(ours_math, x, mask=ours_mask, is_causal=causal))[0]
+        ),
         "raw sdpa (floor)": run(lambda: raw(x, ours_mask, causal)),
         "nn.MultiheadAttention": run(torch_mha),
     }
@@ -198,7 +200,7 @@ def block_contenders(s: Sizes) -> dict[str, Any]:
     peer = nn.TransformerDecoderLayer(d, h, dim_feedforward=4 * d, dropout=0.0, batch_first=True)
     tri = nn.Transformer.generate_square_subsequent_mask(s.block_seq)  # (T, T) float -inf above the diagonal
     return {
-        "ours": _block_step(ours, lambda m, x, mem: m(x, mem, is_causal=True)[0], d, s),
+        "ours": _block_step(ours, lambda m, x, mem: m(x, mem)[0], d, s),  # a DecoderBlock is causal by default
         "nn.TransformerDecoderLayer": _block_step(
             peer, lambda m, x, mem: m(x, mem, tgt_mask=tri, tgt_is_causal=True), d, s
         ),

@@ -8,6 +8,7 @@ from anatomy.components.context import AttentionContext, build_context
 from anatomy.components.embedding import TokenEmbedding, make_lm_head
 from anatomy.components.ffn import ACTIVATION_NAMES, FeedForward, default_d_ff
 from anatomy.components.hook_point import HookPoint
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.kv_cache import KVCache
 from anatomy.components.norms import NORMS, LayerNorm, RMSNorm, TokenBatchNorm
 from anatomy.components.positional import POSITIONAL
@@ -30,6 +31,7 @@ __all__ = [
     "TokenBatchNorm",
     "TokenEmbedding",
     "TransformerBlock",
+    "attention_inputs",
     "build_context",
     "deepnorm_constants",
     "default_d_ff",

@@ -26,18 +26,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from functools import partial
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import torch
 from torch import nn
 
 from anatomy.components import kernels
-from anatomy.components.context import AttentionContext, standalone_context
+from anatomy.components.context import AttentionContext
 from anatomy.components.hook_point import HookPoint, hooked
+from anatomy.components.inputs import Given, check_memory, own_context, refuse_keywords
 from anatomy.components.kv_cache import KVCache, StaticKVCache
 from anatomy.components.norms import TokenBatchNorm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_choice, check_divisible, check_positive
+
+_PLAIN = Given()  # a call with ctx=None: no mask, no positions, no bias
 
 
 class kernel_setting:  # noqa: N801 (used like ``property``)
@@ -225,98 +228,81 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, heads, self.head_dim).transpose(1, 2)
 
+    def window(self, ctx: AttentionContext) -> int | None:
+        """The sliding window of this call: the layer's on self-attention, none on cross-attention."""
+        return None if ctx.cross else self.sliding_window
+
+    def kernel_mask(self, ctx: AttentionContext, s: int, causal_flag: bool = False) -> tuple[torch.Tensor | None, bool]:
+        """This layer's entry in the forward's mask plan for ``s`` held keys: ``(mask, is_causal)``
+        (``AttentionContext.kernel_mask`` with the layer's window and heads; memoised in the context)."""
+        return ctx.kernel_mask(self.window(ctx), s, self.n_heads, causal_flag)
+
     def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        ctx: AttentionContext,
-        *,
-        window: int | None,
-        scale: float,
-        dropout_p: float,
-        bias: torch.Tensor | None,
-        value_bias: torch.Tensor | None,
-        need_weights: bool,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: AttentionContext, args: kernels.AttentionArgs
     ) -> kernels.Weights:
-        """Step 3: ``softmax(q k^T * scale + bias) v`` by the kernel, over this layer's entry in the forward's mask
-        plan (its ``window`` and key count, memoised in the context). ``q (B, H, T, Dh)``, ``k, v (B, Hkv, S, Dh)``
-        → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
+        """Step 3: ``softmax(q k^T * scale + bias) v`` by the kernel. ``q (B, H, T, Dh)``, ``k, v (B, Hkv, S, Dh)``;
+        ``args`` holds the scale, bias, value term, dropout and ``need_weights`` and gets here this layer's entry in
+        the forward's mask plan (:meth:`kernel_mask`) and the score/weight hooks (for the kernels that materialise
+        the scores) → ``(out (B, H, T, Dh), weights (B, H, T, S) or None)``."""
         hooked_scores = hooked(self, "hook_scores") or hooked(self, "hook_weights")
-        kernel = self._kernel_for(need_weights, hooked_scores, value_bias is not None)
-        mask, is_causal = ctx.kernel_mask(window, k.shape[-2], self.n_heads, kernel.causal_flag and bias is None)
-        hooks = kernel.returns_weights  # the score/weight hooks go to the kernels that materialise the scores
-        return kernel.fn(
-            q,
-            k,
-            v,
-            mask=mask,
-            is_causal=is_causal,
-            scale=scale,
-            bias=bias,
-            value_bias=value_bias,
-            dropout_p=dropout_p,
-            need_weights=need_weights,
-            score_hook=self.hook_scores if hooks else None,
-            weight_hook=self.hook_weights if hooks else None,
-            softcap=self.softcap,
-        )
+        kernel = self._kernel_for(args.need_weights, hooked_scores, args.value_bias is not None)
+        args.mask, args.is_causal = self.kernel_mask(ctx, k.shape[-2], kernel.causal_flag and args.bias is None)
+        if kernel.returns_weights:
+            args.score_hook, args.weight_hook = self.hook_scores, self.hook_weights
+        return kernel.fn(q, k, v, args)
 
     def merge_heads(self, out: torch.Tensor) -> torch.Tensor:
         """Step 4: ``(B, H, T, Dh)`` → transpose back to ``(B, T, H, Dh)`` → reshape ``(B, T, H·Dh)``."""
         b, _, t, _ = out.shape
         return out.transpose(1, 2).reshape(b, t, self.inner_dim)
 
+    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, given: Given) -> AttentionContext:
+        """This layer's context for :func:`~anatomy.components.inputs.attention_inputs`: over ``x`` itself, or over
+        ``memory`` (its keys, masked by ``mask`` / ``key_padding_mask``), the cache ``given.kv_cache`` included."""
+        given.refuse_memory(self, "attends to one set of keys: give their masks as mask / key_padding_mask")
+        if memory is not None:
+            check_memory("memory", memory, x, self.d_model)
+        return own_context(
+            x,
+            memory,
+            given,
+            heads=self.n_heads,
+            d_model=self.d_model,
+            cache=given.kv_cache,
+            is_causal=bool(given.is_causal),
+        )
+
     def forward(
         self,
         x: torch.Tensor,
+        ctx: AttentionContext | None = None,
         *,
         context: torch.Tensor | None = None,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
         kv_cache: KVCache | StaticKVCache | None = None,
         need_weights: bool = False,
-        positions: torch.Tensor | None = None,
-        attn_bias: torch.Tensor | None = None,
-        key_padding_mask: torch.Tensor | None = None,
-        ctx: AttentionContext | None = None,
+        **removed: NoReturn,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attend from ``x: (B, T, D)`` to ``context: (B, S, D)`` (default: ``x`` itself).
+        """Attend from ``x: (B, T, D)`` to ``context: (B, S, D)`` (default: ``x`` itself). Returns
+        ``(output (B, T, D), weights (B, H, T, S) or None)``.
 
-        ``mask`` is boolean, True = may attend, broadcastable to ``(B, H, T, S)``: a 2-D mask is always ``(T, S)``,
-        even when B == T. A ``(B, S)`` key-padding mask (True on real keys) goes to ``key_padding_mask``, as in
-        ``nn.MultiheadAttention`` (which uses the opposite sense); given both, they are combined. ``is_causal`` adds
-        the causal mask (bottom-right aligned when a cache makes S > T). ``positions: (B|1, T)`` are the query positions
-        (default: ``arange(T)`` after every entry the cache has seen). ``attn_bias`` is a float bias broadcastable to
-        ``(B, H, T, S)`` computed by the stack (T5). Returns ``(output (B, T, D), weights (B, H, T, S) or None)``.
-
-        Inside a model, the stack passes the forward's ``ctx`` (an :class:`AttentionContext`, checked once for every
-        layer) instead of ``mask``/``is_causal``/``positions``/``attn_bias``/``key_padding_mask``.
+        ``ctx`` is the forward's :class:`AttentionContext` (masks, causal rule, positions, shared bias), built once
+        by the model, or for a call on its own by ``attention_inputs(attn, x, mask=..., is_causal=...)``
+        (components/inputs.py); ``None`` is the plain call: no mask, positions after what ``kv_cache`` holds.
         """
+        if removed:
+            refuse_keywords(self, "attn(x, {ctx})", "attn, x", removed)
         cross = context is not None
-        if ctx is None:  # a standalone call: the same context a model builds, from the raw arguments
-            ctx = standalone_context(
-                x,
-                context,
-                heads=self.n_heads,
-                d_model=self.d_model,
-                mask=mask,
-                is_causal=is_causal,
-                kv_cache=kv_cache,
-                positions=positions,
-                attn_bias=attn_bias,
-                key_padding_mask=key_padding_mask,
+        if ctx is None:
+            if context is not None:
+                check_memory("context", context, x, self.d_model)
+            ctx = own_context(
+                x, context, _PLAIN, heads=self.n_heads, d_model=self.d_model, cache=kv_cache, is_causal=False
             )
-        elif (
-            mask is not None
-            or is_causal
-            or positions is not None
-            or attn_bias is not None
-            or key_padding_mask is not None
-        ):
+        elif ctx.cross != cross:
             raise ValueError(
-                "give ctx or mask/is_causal/positions/attn_bias/key_padding_mask, not both: the "
-                "context already holds them"
+                "ctx is a cross-attention context but no context (memory) was given"
+                if ctx.cross
+                else "context (memory) given with a self-attention ctx: build it with attention_inputs(attn, x, memory)"
             )
         positional = None if cross else self.positional
         h, hkv = self.n_heads, self.n_kv_heads
@@ -343,18 +329,15 @@ class MultiHeadAttention(nn.Module):
             if extra is not None:
                 bias = extra if bias is None else bias + extra
             value_bias = positional.value_bias(ctx.positions, k_pos) if positional.has_value_term else None
-        out, weights = self.attend(
-            q,
-            k,
-            v,
-            ctx,
-            window=None if cross else self.sliding_window,
+        args = kernels.AttentionArgs(
             scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
             bias=bias,
             value_bias=value_bias,
+            dropout_p=self.dropout if self.training else 0.0,
             need_weights=need_weights,
-        )  # (B, H, T, Dh)
+            softcap=self.softcap,
+        )
+        out, weights = self.attend(q, k, v, ctx, args)  # (B, H, T, Dh)
         out = self.merge_heads(self.hook_z(out))  # (B, T, H·Dh), H·Dh = D by default
         return self.hook_out(self.o_proj(self.hook_merged(out))), weights
 

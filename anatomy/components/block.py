@@ -18,18 +18,18 @@ after attention, ``x + attn(norm_1(x)) + ffn(norm_2(x))``; ``hook_resid_mid`` is
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import torch
 from torch import nn
 
 from anatomy.components.add_norm import AddNorm
 from anatomy.components.attention import MultiHeadAttention
-from anatomy.components.context import AttentionContext, standalone_context
+from anatomy.components.context import AttentionContext
 from anatomy.components.ffn import FeedForward
 from anatomy.components.hook_point import HookPoint
+from anatomy.components.inputs import Given, check_memory, own_context, refuse_keywords
 from anatomy.components.kv_cache import KVCache, StaticKVCache
-from anatomy.components.masks import as_attention_mask
 from anatomy.components.norms import make_norm, norm_class
 from anatomy.components.positional.base import PositionalScheme
 
@@ -40,11 +40,11 @@ class TransformerBlock(nn.Module):
     """Self-attention, optional cross-attention to a memory, FFN; each sub-layer wrapped in Add & Norm.
 
     Without ``cross_attn`` it is the encoder block and the block of decoder-only LMs; with it, the decoder block
-    of an encoder-decoder model. ``EncoderBlock`` and ``DecoderBlock`` are its two forms with their own
-    constructor signatures (and the causal default: off for the first, on for the second)."""
+    of an encoder-decoder model. ``EncoderBlock`` and ``DecoderBlock`` are its two forms: each refuses the other's
+    parts, and the causal default is off for the first, on for the second."""
 
-    default_causal: ClassVar[bool] = False  # is_causal when a standalone call does not say
-    builds_cross_attention: ClassVar[bool] = False  # whether ``build`` adds cross-attention
+    default_causal: ClassVar[bool] = False  # is_causal when a call does not say
+    cross_attention: ClassVar[bool | None] = None  # the form a subclass is (with or without); None: either
 
     def __init__(
         self,
@@ -64,6 +64,10 @@ class TransformerBlock(nn.Module):
             raise ValueError("parallel_residual is for blocks without cross-attention")
         if (cross_attn is None) != (cross_add_norm is None):
             raise ValueError("cross_attn and cross_add_norm come together (both or neither)")
+        form = type(self).cross_attention
+        if form is not None and form != (cross_attn is not None):
+            need = "needs cross_attn and cross_add_norm" if form else "takes no cross_attn and cross_add_norm"
+            raise TypeError(f"{type(self).__name__} {need} (TransformerBlock takes either form)")
         self.attn_add_norm, self.attn = attn_add_norm, attn
         if cross_add_norm is not None:  # registered before cross_attn: the parameters' order is pinned
             self.cross_add_norm: AddNorm = cross_add_norm
@@ -89,38 +93,19 @@ class TransformerBlock(nn.Module):
         uses for every block)."""
         return build_block(cls, **kwargs)
 
-    def standalone_context(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None,
-        *,
-        mask: torch.Tensor | None,
-        memory_mask: torch.Tensor | None,
-        is_causal: bool,
-        kv_cache: BlockCache,
-        positions: torch.Tensor | None,
-        attn_bias: torch.Tensor | None,
-    ) -> AttentionContext:
-        """The context of a standalone block call: self-attention's, and the memory's as its ``cross_ctx``."""
-        self_cache, cross_cache = split_cache(kv_cache)
+    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, given: Given) -> AttentionContext:
+        """This block's context for :func:`~anatomy.components.inputs.attention_inputs`: self-attention's, and the
+        memory's (``memory_mask``, ``memory_key_padding_mask``) as its ``cross_ctx``."""
+        self_cache, cross_cache = split_cache(given.kv_cache)
         heads, d_model = self.attn.n_heads, self.attn.d_model
-        ctx = standalone_context(
-            x,
-            None,
-            heads=heads,
-            d_model=d_model,
-            mask=mask,
-            is_causal=is_causal,
-            kv_cache=self_cache,
-            positions=positions,
-            attn_bias=attn_bias,
-        )
-        if self.cross_attn is not None and memory is not None:
-            if memory_mask is not None:  # checked under its own name before it becomes the memory context's mask
-                s = len(cross_cache) if cross_cache is not None and len(cross_cache) else memory.shape[1]
-                as_attention_mask(memory_mask, x.shape[0], heads, x.shape[1], s, name="memory_mask")
-            ctx.cross_ctx = standalone_context(
-                x, memory, heads=heads, d_model=d_model, mask=memory_mask, kv_cache=cross_cache
+        causal = self.default_causal if given.is_causal is None else given.is_causal
+        ctx = own_context(x, None, given, heads=heads, d_model=d_model, cache=self_cache, is_causal=causal)
+        if self.cross_attn is None:
+            given.refuse_memory(self, "has no cross-attention")
+        elif memory is not None:
+            check_memory("memory", memory, x, d_model)
+            ctx.cross_ctx = own_context(
+                x, memory, given, heads=heads, d_model=d_model, cache=cross_cache, is_causal=False, memory_masks=True
             )
         return ctx
 
@@ -128,42 +113,43 @@ class TransformerBlock(nn.Module):
         self,
         x: torch.Tensor,
         memory: torch.Tensor | None = None,
+        ctx: AttentionContext | None = None,
         *,
-        mask: torch.Tensor | None = None,
-        memory_mask: torch.Tensor | None = None,
-        is_causal: bool | None = None,
         kv_cache: BlockCache = None,
         need_weights: bool = False,
-        positions: torch.Tensor | None = None,
-        attn_bias: torch.Tensor | None = None,
-        ctx: AttentionContext | None = None,
+        **removed: NoReturn,
     ) -> tuple[torch.Tensor, Any]:
         """``x: (B, T, D)`` (and, with cross-attention, ``memory: (B, S, D)``) → ``(x, weights)``; weights are
         ``self_weights`` or, with cross-attention, ``(self_weights, cross_weights)``. ``kv_cache`` is a
-        ``KVCache`` or a ``(self, cross)`` pair. Inside a stack ``ctx`` replaces the mask/position arguments."""
+        ``KVCache`` or a ``(self, cross)`` pair. ``ctx`` is the forward's :class:`AttentionContext` (a stack's, or
+        ``attention_inputs(block, x, memory, mask=...)`` for a call on its own); ``None`` is the plain call: no
+        mask, the block's causal default."""
+        if removed:
+            form = (
+                ("block(x, memory, {ctx})", "block, x, memory")
+                if self.cross_attn is not None
+                else ("block(x, ctx={ctx})", "block, x")
+            )
+            refuse_keywords(self, *form, removed)
         cross = self.cross_attn is not None
         if cross and memory is None:
             raise ValueError(f"{type(self).__name__} attends to an encoder memory: give memory (B, S, D)")
-        if ctx is None:
-            ctx = self.standalone_context(
-                x,
-                memory,
-                mask=mask,
-                memory_mask=memory_mask,
-                is_causal=self.default_causal if is_causal is None else is_causal,
-                kv_cache=kv_cache,
-                positions=positions,
-                attn_bias=attn_bias,
+        if isinstance(memory, AttentionContext):
+            raise TypeError(
+                f"{type(self).__name__}'s second argument is the encoder memory; give the context as ctx: "
+                "block(x, ctx=attention_inputs(block, x, ...))"
             )
+        if ctx is None:
+            ctx = self.standalone_context(x, memory, Given(kv_cache=kv_cache))
         self_cache, cross_cache = split_cache(kv_cache)
         x = block_in = self.hook_resid_pre(x)  # (B, T, D)
         h = self.hook_attn_in(self.attn_add_norm.before(x))
-        a, weights = self.attn(h, kv_cache=self_cache, need_weights=need_weights, ctx=ctx)
+        a, weights = self.attn(h, ctx, kv_cache=self_cache, need_weights=need_weights)
         x = self.hook_resid_mid(self.attn_add_norm.after(x, self.hook_attn_out(a)))  # (B, T, D)
         if self.cross_attn is not None:
             h = self.hook_cross_in(self.cross_add_norm.before(x))
             c, cross_w = self.cross_attn(
-                h, context=memory, kv_cache=cross_cache, need_weights=need_weights, ctx=ctx.cross_ctx
+                h, ctx.cross_ctx, context=memory, kv_cache=cross_cache, need_weights=need_weights
             )
             x = self.hook_resid_cross(self.cross_add_norm.after(x, self.hook_cross_out(c)))  # (B, T, D)
             weights = (weights, cross_w)
@@ -181,50 +167,18 @@ def split_cache(kv_cache: BlockCache) -> tuple[KVCache | StaticKVCache | None, K
 
 
 class EncoderBlock(TransformerBlock):
-    """Self-attention then FFN (bidirectional by default; ``is_causal=True`` in decoder-only LMs)."""
+    """Self-attention then FFN (bidirectional by default; ``is_causal=True`` in decoder-only LMs): a
+    ``TransformerBlock`` without ``cross_attn`` / ``cross_add_norm``."""
 
-    def __init__(
-        self,
-        *,
-        attn: MultiHeadAttention,
-        ffn: nn.Module,
-        attn_add_norm: AddNorm,
-        ffn_add_norm: AddNorm,
-        parallel_residual: bool = False,
-    ) -> None:
-        super().__init__(
-            attn=attn,
-            ffn=ffn,
-            attn_add_norm=attn_add_norm,
-            ffn_add_norm=ffn_add_norm,
-            parallel_residual=parallel_residual,
-        )
+    cross_attention = False
 
 
 class DecoderBlock(TransformerBlock):
-    """Masked self-attention, cross-attention to the encoder memory, FFN (Vaswani et al. 2017, Fig. 1 right)."""
+    """Masked self-attention, cross-attention to the encoder memory, FFN (Vaswani et al. 2017, Fig. 1 right): a
+    ``TransformerBlock`` with ``cross_attn`` and ``cross_add_norm``."""
 
     default_causal = True
-    builds_cross_attention = True
-
-    def __init__(
-        self,
-        *,
-        attn: MultiHeadAttention,
-        cross_attn: MultiHeadAttention,
-        ffn: nn.Module,
-        attn_add_norm: AddNorm,
-        cross_add_norm: AddNorm,
-        ffn_add_norm: AddNorm,
-    ) -> None:
-        super().__init__(
-            attn=attn,
-            ffn=ffn,
-            attn_add_norm=attn_add_norm,
-            ffn_add_norm=ffn_add_norm,
-            cross_attn=cross_attn,
-            cross_add_norm=cross_add_norm,
-        )
+    cross_attention = True
 
 
 def build_block(
@@ -285,7 +239,7 @@ def build_block(
 
     norm_class(norm)  # an unknown norm is named before any part is made
     ffn = FeedForward(d_model=d_model, d_ff=d_ff, activation=activation, bias=bias)
-    if cls.builds_cross_attention:  # the decoder's form: cross-attention to the memory
+    if cls.cross_attention:  # the decoder's form: cross-attention to the memory
         if parallel_residual:
             raise ValueError("parallel_residual is for blocks without cross-attention")
         return cls(

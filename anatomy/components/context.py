@@ -20,8 +20,8 @@ rule and a layer's sliding window into the mask (and cuts it to a rolling cache'
 ``(window, S)``; :meth:`table` memoises per-forward tables of the positional schemes (RoPE's cos/sin, ALiBi's
 bias) under the scheme's own key, so four layers with equal schemes share one table.
 
-Layers never fill in defaults: a standalone ``MultiHeadAttention(x, mask=...)`` or block call builds its context
-through the same :func:`build_context` the models use.
+Layers never fill in defaults: a layer called on its own takes the context ``attention_inputs(layer, x, mask=...)``
+builds (components/inputs.py) through the same :func:`build_context` the models use.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from anatomy.components.masks import (
     positions_from_mask,
     sliding_window_mask,
 )
-from anatomy.shapes import check_hidden, check_rank
+from anatomy.shapes import check_rank
 
 
 def check_positions(name: str, given: torch.Tensor | None, b: int, t: int) -> torch.Tensor | None:
@@ -283,51 +283,4 @@ def build_context(
         bias=bias,
         cache_positions=cache_positions,
         slots=slots,
-    )
-
-
-def standalone_context(
-    x: torch.Tensor,
-    context: torch.Tensor | None,
-    *,
-    heads: int,
-    d_model: int,
-    mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    kv_cache: AnyCache | None = None,
-    positions: torch.Tensor | None = None,
-    attn_bias: torch.Tensor | None = None,
-    key_padding_mask: torch.Tensor | None = None,
-) -> AttentionContext:
-    """The context of a layer called on its own (no model around it), built by :func:`build_context` as a model
-    builds its forward's: the inputs checked, the key count ``S`` (cache included), positions after every entry the
-    cache saw. ``context`` is the memory of a cross-attention call (``None``: self-attention)."""
-    check_hidden("x", x, d_model)
-    b, t, _ = x.shape
-    past, cross = 0, context is not None
-    if context is not None:
-        check_hidden("context", context, d_model)
-        if context.shape[0] != b:
-            raise ValueError(f"context must have batch size B={b} like x, got shape {tuple(context.shape)}")
-        s = len(kv_cache) if kv_cache is not None and len(kv_cache) else context.shape[1]
-    else:
-        past = cache_seen(None if kv_cache is None else [kv_cache], t)  # positions continue after every cached entry
-        s = past + t
-    static = kv_cache if isinstance(kv_cache, StaticKVCache) and not cross else None
-    return build_context(
-        b=b,
-        t=t,
-        s=s,
-        device=x.device,
-        past=past,
-        mask=None if mask is None else as_attention_mask(mask, b, heads, t, s, name="mask"),
-        padding=key_padding("key_padding_mask", key_padding_mask, b, s),
-        positions=check_positions("positions", positions, b, t),
-        is_causal=is_causal,
-        cross=cross,
-        bias=attn_bias,
-        cache_positions=None
-        if kv_cache is None or cross
-        else (kv_cache.positions if static is None else static.pos_buf),
-        slots=None if static is None else static.slots(t),
     )

@@ -23,9 +23,9 @@ nothing gets weights 0 and output 0 — never NaN — in every kernel and dtype,
 ``softcap`` (Gemma 2's attention logit soft-capping, ``math`` and ``loop`` only): the scaled scores become
 ``softcap * tanh(scores / softcap)`` before the bias and the mask, so no logit leaves ``(-softcap, softcap)``.
 
-Every kernel function has one signature, :class:`AttentionFunction`; a module passes every argument explicitly
-and the function reads nothing else. The math kernel is written as its two halves, :func:`math_scores` and
-:func:`weighted_values`, around the masked softmax.
+Every kernel function has one signature, :class:`AttentionFunction`: ``fn(q, k, v, args)``, with the one
+definition of the step's arguments, :class:`AttentionArgs`; the function reads nothing else. The math kernel is
+written as its two halves, :func:`math_scores` and :func:`weighted_values`, around the masked softmax.
 """
 
 from __future__ import annotations
@@ -48,29 +48,32 @@ Hook = Callable[[torch.Tensor], torch.Tensor]
 Weights = tuple[torch.Tensor, torch.Tensor | None]  # (out (B, H, T, Dh), weights (B, H, T, S) or None)
 
 
-class AttentionFunction(Protocol):
-    """What a registry entry's ``fn`` is: the attention arithmetic on heads already split (``q (B, H, T, Dh)``,
-    ``k, v (B, Hkv, S, Dh)``), the mask already final (the forward's mask plan, ``AttentionContext.kernel_mask``).
-    ``score_hook``, ``weight_hook`` and ``softcap`` are used by the kernels that materialise the scores (``math``,
-    ``loop``); ``sdpa`` refuses them when they are not None. Returns ``(out (B, H, T, Dh), weights or None)``."""
+@dataclass(kw_only=True)
+class AttentionArgs:
+    """Everything a kernel takes besides ``q (B, H, T, Dh)`` and ``k, v (B, Hkv, S, Dh)``: the one definition of the
+    attention step's arguments, built by ``MultiHeadAttention`` once per call (its ``attend`` step fills in the mask
+    plan's entry and the hooks) and by whoever calls a kernel on its own (``math_attention(q, k, v,
+    AttentionArgs(scale=0.125, mask=keep))``). ``mask`` is final (a module's comes from the forward's mask plan,
+    ``AttentionContext.kernel_mask``); ``score_hook``, ``weight_hook`` and ``softcap`` are used by the kernels that
+    materialise the scores (``math``, ``loop``); ``sdpa`` refuses them when they are not None."""
 
-    def __call__(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        *,
-        mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-        scale: float,
-        bias: torch.Tensor | None = None,
-        value_bias: torch.Tensor | None = None,
-        dropout_p: float = 0.0,
-        need_weights: bool = False,
-        score_hook: Hook | None = None,
-        weight_hook: Hook | None = None,
-        softcap: float | None = None,
-    ) -> Weights: ...
+    scale: float
+    mask: torch.Tensor | None = None
+    is_causal: bool = False
+    bias: torch.Tensor | None = None
+    value_bias: torch.Tensor | None = None
+    dropout_p: float = 0.0
+    need_weights: bool = False
+    score_hook: Hook | None = None
+    weight_hook: Hook | None = None
+    softcap: float | None = None
+
+
+class AttentionFunction(Protocol):
+    """What a registry entry's ``fn`` is: ``fn(q, k, v, args)`` → ``(out (B, H, T, Dh), weights or None)``, the
+    attention arithmetic on heads already split, reading nothing but its arguments."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, args: AttentionArgs, /) -> Weights: ...
 
 
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -163,25 +166,21 @@ def math_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    scale: float,
-    bias: torch.Tensor | None = None,
-    value_bias: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    need_weights: bool = False,
-    score_hook: Hook | None = None,
-    weight_hook: Hook | None = None,
-    softcap: float | None = None,
+    args: AttentionArgs,
 ) -> Weights:
     """All heads at once: scores, the masked softmax, the weighted values."""
     t, s = q.shape[-2], k.shape[-2]
     k, v = repeat_kv(k, q.shape[1]), repeat_kv(v, q.shape[1])  # (B, H, S, Dh)
-    scores = math_scores(q, k, scale=scale, softcap=softcap, bias=bias, score_hook=score_hook)  # (B, H, T, S)
-    weights = masked_softmax(scores, full_mask(mask, is_causal, t, s, q.device)).to(v.dtype)  # (B, H, T, S)
+    a = args
+    scores = math_scores(q, k, scale=a.scale, softcap=a.softcap, bias=a.bias, score_hook=a.score_hook)  # (B, H, T, S)
+    weights = masked_softmax(scores, full_mask(a.mask, a.is_causal, t, s, q.device)).to(v.dtype)  # (B, H, T, S)
     return weighted_values(
-        weights, v, value_bias=value_bias, dropout_p=dropout_p, need_weights=need_weights, weight_hook=weight_hook
+        weights,
+        v,
+        value_bias=a.value_bias,
+        dropout_p=a.dropout_p,
+        need_weights=a.need_weights,
+        weight_hook=a.weight_hook,
     )
 
 
@@ -189,22 +188,13 @@ def loop_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    scale: float,
-    bias: torch.Tensor | None = None,
-    value_bias: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    need_weights: bool = False,
-    score_hook: Hook | None = None,
-    weight_hook: Hook | None = None,
-    softcap: float | None = None,
+    args: AttentionArgs,
 ) -> Weights:
     """The post's description, one head at a time: for each head, its own Q_h K_h^T, softmax, and weights @ V_h."""
     b, h, t, dh = q.shape
     hkv, s = k.shape[1], k.shape[-2]
-    full = full_mask(mask, is_causal, t, s, q.device)
+    scale, bias, value_bias, dropout_p, softcap = args.scale, args.bias, args.value_bias, args.dropout_p, args.softcap
+    full = full_mask(args.mask, args.is_causal, t, s, q.device)
     outs, all_weights = [], []
     for head in range(h):
         kv_head = head // (h // hkv)
@@ -219,6 +209,7 @@ def loop_attention(
             out = out + torch.einsum("bts,btsd->btd", dropped, value_bias.to(v.dtype))  # (B, T, Dh)
         outs.append(out)
     weights = torch.stack(all_weights, dim=1)  # (B, H, T, S)
+    score_hook, weight_hook = args.score_hook, args.weight_hook
     if score_hook is not None or weight_hook is not None:
         # hooks observe the stacked tensors; the loop itself is the teaching path, not an editing point
         if score_hook is not None:
@@ -227,36 +218,27 @@ def loop_attention(
             score_hook(scores_all + bias if bias is not None else scores_all)
         if weight_hook is not None:
             weight_hook(weights)
-    return torch.stack(outs, dim=1), (weights if need_weights else None)  # (B, H, T, Dh)
+    return torch.stack(outs, dim=1), (weights if args.need_weights else None)  # (B, H, T, Dh)
 
 
 def sdpa_attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    *,
-    mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-    scale: float,
-    bias: torch.Tensor | None = None,
-    value_bias: torch.Tensor | None = None,
-    dropout_p: float = 0.0,
-    need_weights: bool = False,
-    score_hook: Hook | None = None,
-    weight_hook: Hook | None = None,
-    softcap: float | None = None,
+    args: AttentionArgs,
 ) -> Weights:
-    if softcap is not None:
+    mask, is_causal, bias, dropout_p = args.mask, args.is_causal, args.bias, args.dropout_p
+    if args.softcap is not None:
         raise ValueError(
             "kernel='sdpa' cannot soft-cap attention logits (attn_softcap); use kernel='math' "
             "(or 'auto', which picks 'math' when the logits are soft-capped)"
         )
-    if need_weights or score_hook is not None or weight_hook is not None:
+    if args.need_weights or args.score_hook is not None or args.weight_hook is not None:
         raise ValueError(
             "kernel='sdpa' cannot return attention weights or fire score/weight hooks; "
             "use kernel='math' (or 'auto', which switches when weights are asked for)"
         )
-    if value_bias is not None:
+    if args.value_bias is not None:
         raise ValueError(
             "kernel='sdpa' cannot express Shaw relative attention's value term; "
             "use kernel='math' (or 'auto', which picks 'math' for positional='shaw')"
@@ -280,7 +262,7 @@ def sdpa_attention(
         attn_mask=attn_mask,
         dropout_p=dropout_p,
         is_causal=use_flag,
-        scale=scale,
+        scale=args.scale,
         enable_gqa=grouped,
     )  # (B, H, T, Dh)
     if full is not None:

@@ -4,7 +4,7 @@ The bug zoo's faults (``anatomy.pitfalls``) and the attention-weight recorder (`
 this; no component imports it, and a module nobody wrapped runs its class's methods and nothing else. ::
 
     def unscaled(inner):
-        return lambda self, *args, scale, **kw: inner(self, *args, scale=1.0, **kw)
+        return lambda self, q, k, v, ctx, args: inner(self, q, k, v, ctx, replace(args, scale=1.0))
 
     undo = wrap_method(attn, "attend", "change", unscaled)
     ...                  # attn, and only attn, attends with scale 1

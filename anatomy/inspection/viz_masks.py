@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from anatomy.components.kernels import math_attention
+from anatomy.components.kernels import AttentionArgs, math_attention
 from anatomy.components.masks import (
     causal_mask,
     combine,
@@ -146,15 +146,9 @@ def fill_value_table() -> list[dict[str, str]]:
 
         def ours(scores: torch.Tensor, k: torch.Tensor | None, dt: torch.dtype = dt) -> torch.Tensor:
             q, key = torch.zeros(1, 1, 1, 1, dtype=dt), torch.zeros(1, 1, scores.numel(), 1, dtype=dt)
-            _, w = math_attention(
-                q,
-                key,
-                key,
-                mask=None if k is None else k[None, None, None],
-                scale=1.0,
-                bias=scores.to(dt)[None, None, None],
-                need_weights=True,
-            )
+            mask = None if k is None else k[None, None, None]
+            bias = scores.to(dt)[None, None, None]
+            _, w = math_attention(q, key, key, AttentionArgs(mask=mask, scale=1.0, bias=bias, need_weights=True))
             assert w is not None  # need_weights=True
             return w[0, 0, 0]
 

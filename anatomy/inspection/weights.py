@@ -93,29 +93,23 @@ def recorder(heads: Sequence[int], sink: Callable[[torch.Tensor], None]) -> wrap
             k: torch.Tensor,
             v: torch.Tensor,
             ctx: AttentionContext,
-            *,
-            window: int | None,
-            scale: float,
-            bias: torch.Tensor | None,
-            **kw: Any,
+            args: kernels.AttentionArgs,
         ) -> kernels.Weights:
-            mask, is_causal = ctx.kernel_mask(window, k.shape[-2], self.n_heads)
+            mask, is_causal = self.kernel_mask(ctx, k.shape[-2])
             with torch.no_grad():
                 k_sel = kernels.repeat_kv(k, q.shape[1])[:, rows]  # (B, h, S, Dh)
-                _, weights = kernels.math_attention(
-                    q[:, rows],
-                    k_sel,
-                    k_sel,
+                mine = kernels.AttentionArgs(
                     mask=_head_rows(mask, rows),
                     is_causal=is_causal,
-                    scale=scale,
-                    bias=_head_rows(bias, rows),
+                    scale=args.scale,
+                    bias=_head_rows(args.bias, rows),
                     need_weights=True,
                     softcap=self.softcap,
-                )  # output discarded
+                )
+                _, weights = kernels.math_attention(q[:, rows], k_sel, k_sel, mine)  # output discarded
             assert weights is not None  # need_weights=True
             sink(weights)
-            return inner(self, q, k, v, ctx, window=window, scale=scale, bias=bias, **kw)
+            return inner(self, q, k, v, ctx, args)
 
         return record
 

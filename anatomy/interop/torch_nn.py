@@ -45,22 +45,22 @@ biases; ours follows the same single switch, and a module that mixes the two is 
 Masks: the one place where the sense flips
 ------------------------------------------
 torch.nn's masks say True = *ignore* (or are additive floats); ours say True = *may attend*.
-``anatomy.components.masks.from_torch_nn`` / ``to_torch_nn`` flip them. Our blocks take one combined attention
-mask; the stacks take the key-padding mask ``(B, S)`` and the attention mask apart, as torch does. With
-``kp = key_padding_to_attention`` and ``flip = from_torch_nn`` (both from ``anatomy.components.masks``)::
+``anatomy.components.masks.from_torch_nn`` / ``to_torch_nn`` flip them. Our layers take their masks in one
+form, a context: ``attention_inputs`` (``anatomy.components``) builds it from the key-padding mask ``(B, S)`` and the
+attention mask, apart as torch takes them. With ``flip = from_torch_nn`` and ``inputs = attention_inputs``::
 
     torch  mha(x, c, c, key_padding_mask=kpm, attn_mask=am)
-    ours   attn(x, context=c, mask=combine(kp(flip(kpm)), flip(am)))       # context=None for self-attention
+    ours   attn(x, inputs(attn, x, c, key_padding_mask=flip(kpm), mask=flip(am)), context=c)   # c=None: self
     torch  enc_layer(x, src_mask=am, src_key_padding_mask=kpm)
-    ours   block(x, mask=combine(kp(flip(kpm)), flip(am)))
+    ours   block(x, ctx=inputs(block, x, mask=flip(am), key_padding_mask=flip(kpm)))
     torch  dec_layer(y, mem, tgt_mask=causal, tgt_key_padding_mask=tkpm, memory_key_padding_mask=mkpm)
-    ours   block(y, mem, mask=kp(flip(tkpm)), memory_mask=kp(flip(mkpm)), is_causal=True)
+    ours   block(y, mem, inputs(block, y, mem, key_padding_mask=flip(tkpm), memory_key_padding_mask=flip(mkpm)))
     torch  encoder(x, mask=am, src_key_padding_mask=kpm)
-    ours   stack(x, key_padding_mask=flip(kpm), attn_mask=flip(am))
+    ours   stack(x, ctx=inputs(stack, x, key_padding_mask=flip(kpm), mask=flip(am)))
     torch  transformer(x, y, tgt_mask=causal, src_key_padding_mask=skpm, tgt_key_padding_mask=tkpm,
                        memory_key_padding_mask=mkpm)
     ours   stack(x, y, src_key_padding_mask=flip(skpm), tgt_key_padding_mask=flip(tkpm),
-                 memory_key_padding_mask=flip(mkpm), tgt_is_causal=True)
+                 memory_key_padding_mask=flip(mkpm), tgt_is_causal=True)              # torch's names, as torch
 
 Ours reads keys and values from one tensor (``context``), so a torch call with ``key is not value`` has no
 equivalent call. A torch 3-D ``attn_mask`` is ``(B*H, T, S)``: view it as ``(B, H, T, S)`` before flipping.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,10 @@ from torch import nn
 from anatomy.models.common import ids_shape, key_padding
 from anatomy.models.encoder import Encoder
 from anatomy.models.hf_api import PretrainedMethods
-from anatomy.models.outputs import ClassifierOutput
+from anatomy.models.outputs import ClassifierOutput, OutputFlags, output_flags
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def pool(hidden: torch.Tensor, mask: torch.Tensor | None, how: str) -> torch.Tensor:
@@ -84,10 +87,9 @@ class Classifier(PretrainedMethods, nn.Module):
         *,
         token_type_ids: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        return_dict: bool = True,
+        **flags: Unpack[OutputFlags],
     ) -> ClassifierOutput | tuple[Any, ...]:
+        output_attentions, output_hidden_states, return_dict = output_flags(self, flags)
         b, t = ids_shape(input_ids)
         enc = self.encoder(
             input_ids,

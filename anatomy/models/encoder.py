@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -11,8 +11,11 @@ from anatomy.components.context import check_positions, hf_padding
 from anatomy.components.embedding import InputEmbeddings
 from anatomy.models.common import ids_shape
 from anatomy.models.hf_api import PretrainedMethods
-from anatomy.models.outputs import EncoderOutput
+from anatomy.models.outputs import EncoderOutput, OutputFlags, output_flags
 from anatomy.models.stack import TransformerStack
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class EncoderStack(TransformerStack):
@@ -37,10 +40,9 @@ class Encoder(PretrainedMethods, nn.Module):
         *,
         token_type_ids: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        return_dict: bool = True,
+        **flags: Unpack[OutputFlags],
     ) -> EncoderOutput | tuple[Any, ...]:
+        output_attentions, output_hidden_states, return_dict = output_flags(self, flags)
         b, t = ids_shape(input_ids)
         ctx = self.stack.attention_context(
             b,

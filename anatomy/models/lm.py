@@ -3,7 +3,7 @@ output head."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -15,8 +15,11 @@ from anatomy.components.kv_cache import KVCache
 from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape, keep_positions
 from anatomy.models.hf_api import GenerationMethods
-from anatomy.models.outputs import LMOutput
+from anatomy.models.outputs import LMOutput, OutputFlags, output_flags
 from anatomy.models.stack import TransformerStack
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -57,12 +60,10 @@ class DecoderLM(GenerationMethods, nn.Module):
         position_ids: torch.Tensor | None = None,
         kv_caches: list[KVCache] | None = None,
         use_cache: bool = False,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
         past_key_values: Any = None,
         cache: Any = None,
-        return_dict: bool = True,
         logits_to_keep: int | torch.Tensor = 0,
+        **flags: Unpack[OutputFlags],
     ) -> LMOutput | tuple[Any, ...]:
         """``input_ids: (B, T)``. With a cache, ``attention_mask`` covers the cached *and* the new tokens
         ``(B, S + T)`` and positions continue from the mask (left-padded batches decode correctly).
@@ -73,6 +74,7 @@ class DecoderLM(GenerationMethods, nn.Module):
         last one after the final norm, as HF); ``return_dict=False`` gives ``out.to_tuple()``. ``logits_to_keep``
         (HF's): the head runs on the last N positions only (0: all), or on the positions a tensor names
         (``models.common.keep_positions``); the loss needs them all."""
+        output_attentions, output_hidden_states, return_dict = output_flags(self, flags)
         b, t = ids_shape(input_ids)
         if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
             raise ValueError("labels need the logits of every position: give logits_to_keep=0 (the default)")

@@ -9,14 +9,34 @@ the tuple, so ``out[i]`` means what it means in HF.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, cast
 
 import torch
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
+
+
+class OutputFlags(TypedDict, total=False):
+    """Hugging Face's output switches, which every model's forward takes as ``**flags: Unpack[OutputFlags]`` (as
+    transformers 5 passes them in ``**kwargs``): the attention weights of every layer, the hidden states of every
+    block, and ``return_dict=False`` for ``out.to_tuple()``. ``None`` is the default, as in HF."""
+
+    output_attentions: bool | None
+    output_hidden_states: bool | None
+    return_dict: bool | None
+
+
+def output_flags(model: object, flags: Mapping[str, object]) -> tuple[bool, bool, bool]:
+    """``(output_attentions, output_hidden_states, return_dict)`` of a forward's ``**flags`` (defaults False, False,
+    True); a keyword the forward does not take gets Python's one line."""
+    for name in flags:
+        if name not in OutputFlags.__annotations__:
+            raise TypeError(f"{type(model).__name__}.forward() got an unexpected keyword argument {name!r}")
+    attentions, hidden, as_dict = (flags.get(n) for n in ("output_attentions", "output_hidden_states", "return_dict"))
+    return bool(attentions), bool(hidden), as_dict is None or bool(as_dict)
 
 
 class ModelOutput:

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from anatomy.components.context import hf_padding
+from anatomy.components.context import hf_padding, key_padding
+from anatomy.components.masks import as_attention_mask
 from anatomy.models.cache import close_cache, open_cache
 from anatomy.models.common import ids_shape, keep_positions
 from anatomy.models.decoder import Decoder, DecoderStack
 from anatomy.models.encoder import Encoder, EncoderStack
 from anatomy.models.hf_api import GenerationMethods
-from anatomy.models.outputs import EncoderOutput, Seq2SeqOutput
+from anatomy.models.outputs import EncoderOutput, OutputFlags, Seq2SeqOutput, output_flags
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def shift_right(labels: torch.Tensor, start_token_id: int) -> torch.Tensor:
@@ -42,16 +46,25 @@ class EncoderDecoderStack(nn.Module):
         src_mask: torch.Tensor | None = None,
         tgt_is_causal: bool = True,
     ) -> torch.Tensor:
-        """``src: (B, S, D)``, ``tgt: (B, T, D)`` → ``(B, T, D)``; masks boolean, True = may attend."""
-        memory, _ = self.encoder(src, key_padding_mask=src_key_padding_mask, attn_mask=src_mask)
-        out: torch.Tensor
-        out, _ = self.decoder(
-            tgt,
-            memory,
-            key_padding_mask=tgt_key_padding_mask,
-            memory_key_padding_mask=memory_key_padding_mask,
+        """``src: (B, S, D)``, ``tgt: (B, T, D)`` → ``(B, T, D)``; masks boolean, True = may attend, each checked
+        under its own name here (``nn.Transformer``'s)."""
+        self.encoder.check_inputs(src, None)
+        b, s, t = src.shape[0], src.shape[1], tgt.shape[1]
+        heads = self.encoder.heads
+        mask = None if src_mask is None else as_attention_mask(src_mask, b, heads, s, s, name="src_mask")
+        padding = key_padding("src_key_padding_mask", src_key_padding_mask, b, s)
+        memory, _ = self.encoder(src, ctx=self.encoder.attention_context(b, s, src.device, padding=padding, mask=mask))
+        ctx = self.decoder.attention_context(
+            b,
+            t,
+            tgt.device,
+            padding=key_padding("tgt_key_padding_mask", tgt_key_padding_mask, b, t),
+            memory_len=s,
+            memory_padding=key_padding("memory_key_padding_mask", memory_key_padding_mask, b, s),
             is_causal=tgt_is_causal,
         )
+        out: torch.Tensor
+        out, _ = self.decoder(tgt, memory, ctx)
         return out
 
 
@@ -86,16 +99,15 @@ class Seq2Seq(GenerationMethods, nn.Module):
         encoder_outputs: EncoderOutput | None = None,
         kv_caches: list[Any] | None = None,
         use_cache: bool = False,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
         past_key_values: Any = None,
         cache: Any = None,
-        return_dict: bool = True,
         logits_to_keep: int | torch.Tensor = 0,
+        **flags: Unpack[OutputFlags],
     ) -> Seq2SeqOutput | tuple[Any, ...]:
         """HF's ``past_key_values`` / ``cache`` / ``use_cache`` / ``output_hidden_states`` / ``return_dict`` work
         as on ``DecoderLM`` (a cache holds a ``(self, cross)`` pair per decoder layer), and ``logits_to_keep``: the
         head runs on the decoder positions kept only (``models.common.keep_positions``; 0, the default: all)."""
+        output_attentions, output_hidden_states, return_dict = output_flags(self, flags)
         if labels is not None and not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
             raise ValueError("labels need the logits of every position: give logits_to_keep=0 (the default)")
         if encoder_outputs is None:

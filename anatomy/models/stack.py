@@ -13,24 +13,17 @@ first) and hands it to every block.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, NoReturn, cast
 
 import torch
 from torch import nn
 
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
-from anatomy.components.context import (
-    AttentionContext,
-    build_context,
-    cache_seen,
-    check_positions,
-    first_cache,
-    key_padding,
-)
+from anatomy.components.context import AttentionContext, build_context, cache_seen, first_cache
 from anatomy.components.hook_point import HookPoint
+from anatomy.components.inputs import Given, refuse_keywords
 from anatomy.components.kv_cache import KVCache, StaticKVCache
-from anatomy.components.masks import as_attention_mask
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.shapes import check_hidden
 
@@ -66,12 +59,13 @@ class TransformerStack(nn.Module):
         caches = [KVCache(capacity, window=attn.sliding_window) for attn in self.attentions()]
         return [(c, KVCache()) for c in caches] if self.cross else caches
 
-    def seen(self, kv_caches: list[Any] | None, t: int = 0) -> int:
-        """Key slots before this call's ``t`` new ones (0 without caches), once the caches are checked: one per
-        block. That is the entries the caches saw, or for static caches their fixed width less ``t``."""
+    def seen(self, kv_caches: list[Any] | None, t: int = 0, name: str = "kv_caches") -> int:
+        """Key slots before this call's ``t`` new ones (0 without caches), once the caches (the caller's argument
+        ``name``) are checked: one per block. That is the entries the caches saw, or for static caches their fixed
+        width less ``t``."""
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             what = "one (self, cross) pair" if self.cross else "one cache"
-            raise ValueError(f"kv_caches must hold {what} per block ({len(self.blocks)}), got {len(kv_caches)}")
+            raise ValueError(f"{name} must hold {what} per block ({len(self.blocks)}), got {len(kv_caches)}")
         return cache_seen(kv_caches, t)
 
     @property
@@ -133,60 +127,86 @@ class TransformerStack(nn.Module):
             )
         return ctx
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        memory: torch.Tensor | None = None,
-        *,
-        key_padding_mask: torch.Tensor | None = None,
-        attn_mask: torch.Tensor | None = None,
-        memory_key_padding_mask: torch.Tensor | None = None,
-        memory_attn_mask: torch.Tensor | None = None,
-        is_causal: bool | None = None,
-        positions: torch.Tensor | None = None,
-        kv_caches: list[Any] | None = None,
-        need_weights: bool = False,
-        hidden_states: list[torch.Tensor] | None = None,
-        ctx: AttentionContext | None = None,
-    ) -> tuple[torch.Tensor, tuple[Any, ...] | None]:
-        """``x: (B, T, D)`` (and ``memory: (B, S, D)`` for blocks with cross-attention) → ``(hidden (B, T, D),
-        weights per layer or None)``; a layer's weights are ``(self, cross)`` with cross-attention. A
-        ``hidden_states`` list receives each block's input and then the returned output (HF's
-        ``output_hidden_states``). ``ctx`` (from :meth:`attention_context`) replaces the mask/position arguments."""
+    def standalone_context(self, x: torch.Tensor, memory: torch.Tensor | None, given: Given) -> AttentionContext:
+        """This stack's context for :func:`~anatomy.components.inputs.attention_inputs` (:meth:`attention_context`
+        from the call's own arguments; ``given.kv_cache`` holds one cache per block)."""
+        self.check_inputs(x, memory)
+        b, t = x.shape[0], x.shape[1]
+        kv_caches = given.kv_cache
+        past = self.seen(kv_caches, t, "kv_cache")
+        mask, padding = given.keys(b, self.heads, t, past + t)
+        memory_len = memory_padding = memory_mask = None
+        if not self.cross:
+            given.refuse_memory(self, "has no cross-attention")
+        elif memory is not None:
+            memory_len = memory.shape[1]
+            memory_mask, memory_padding = given.memory_keys(b, self.heads, t, memory_len)
+        ctx = self.attention_context(
+            b,
+            t,
+            x.device,
+            past=past,
+            kv_caches=kv_caches,
+            padding=padding,
+            mask=mask,
+            memory_len=memory_len,
+            memory_padding=memory_padding,
+            memory_mask=memory_mask,
+            is_causal=given.is_causal,
+            positions=given.query_positions(b, t),
+        )
+        bias = given.bias(b, self.heads, t, past + t)
+        if bias is not None:
+            ctx.bias = bias if ctx.bias is None else ctx.bias + bias
+        return ctx
+
+    def check_inputs(self, x: torch.Tensor, memory: torch.Tensor | None) -> None:
+        """``x (B, T, D)`` and, for blocks with cross-attention, ``memory (B, S, D)``, at the blocks' width."""
         d_model = cast(TransformerBlock, self.blocks[0]).attn.d_model if len(self.blocks) else x.shape[-1]
         check_hidden("x", x, d_model)
         if self.cross:
             if memory is None:
                 raise ValueError("this stack's blocks attend to an encoder memory: give memory (B, S, D)")
             check_hidden("memory", memory, d_model)
-        if ctx is None:  # a call of the stack alone: its own arguments, checked under their names
-            b, t = x.shape[0], x.shape[1]
-            past = self.seen(kv_caches, t)
-            s, m = past + t, None if memory is None else memory.shape[1]
-            ctx = self.attention_context(
-                b,
-                t,
-                x.device,
-                past=past,
-                kv_caches=kv_caches,
-                padding=key_padding("key_padding_mask", key_padding_mask, b, s),
-                mask=None if attn_mask is None else as_attention_mask(attn_mask, b, self.heads, t, s, "attn_mask"),
-                memory_len=m,
-                memory_padding=None
-                if m is None
-                else key_padding("memory_key_padding_mask", memory_key_padding_mask, b, m),
-                memory_mask=None
-                if m is None or memory_attn_mask is None
-                else as_attention_mask(memory_attn_mask, b, self.heads, t, m, "memory_attn_mask"),
-                is_causal=is_causal,
-                positions=check_positions("positions", positions, b, t),
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor | None = None,
+        ctx: AttentionContext | None = None,
+        *,
+        kv_caches: list[Any] | None = None,
+        need_weights: bool = False,
+        hidden_states: list[torch.Tensor] | None = None,
+        **removed: NoReturn,
+    ) -> tuple[torch.Tensor, tuple[Any, ...] | None]:
+        """``x: (B, T, D)`` (and ``memory: (B, S, D)`` for blocks with cross-attention) → ``(hidden (B, T, D),
+        weights per layer or None)``; a layer's weights are ``(self, cross)`` with cross-attention. A
+        ``hidden_states`` list receives each block's input and then the returned output (HF's
+        ``output_hidden_states``). ``ctx`` is the forward's context (a model's, from :meth:`attention_context`, or
+        ``attention_inputs(stack, x, memory, mask=..., kv_cache=kv_caches)`` for a call on its own); ``None`` is
+        the plain call: no mask, the stack's causal default."""
+        if removed:
+            form = (
+                ("stack(x, memory, {ctx})", "stack, x, memory") if self.cross else ("stack(x, ctx={ctx})", "stack, x")
             )
+            refuse_keywords(self, *form, removed)
+        if isinstance(memory, AttentionContext):
+            raise TypeError(
+                f"{type(self).__name__}'s second argument is the encoder memory; give the context as ctx: "
+                "stack(x, ctx=attention_inputs(stack, x, ...))"
+            )
+        if ctx is None:
+            self.seen(kv_caches)  # the count checked under this call's name
+            ctx = self.standalone_context(x, memory, Given(kv_cache=kv_caches))
+        else:
+            self.check_inputs(x, memory)
         weights: list[Any] = []
         for i, block in enumerate(self.blocks):
             if hidden_states is not None:
                 hidden_states.append(x)
             x, w = block(
-                x, memory, kv_cache=None if kv_caches is None else kv_caches[i], need_weights=need_weights, ctx=ctx
+                x, memory, ctx, kv_cache=None if kv_caches is None else kv_caches[i], need_weights=need_weights
             )
             weights.append(w)
         if self.final_norm is not None:

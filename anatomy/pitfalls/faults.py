@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any, TypeVar, cast
 
@@ -17,6 +18,7 @@ from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import TransformerBlock
 from anatomy.components.context import AttentionContext
 from anatomy.components.embedding import InputEmbeddings
+from anatomy.components.kernels import AttentionArgs
 from anatomy.components.masks import combine
 from anatomy.components.norms import TokenBatchNorm
 
@@ -55,15 +57,19 @@ def _instances(root: nn.Module, cls: type[_M]) -> list[_M]:
 # or the math kernel with one step changed in place of the module's kernel). Faults of different steps compose; a
 # second fault of the same step takes the place of the first until it is undone.
 
-Attend = Callable[..., kernels.Weights]  # MultiHeadAttention.attend, ``self`` first
+Tensor = torch.Tensor
+Attend = Callable[[MultiHeadAttention, Tensor, Tensor, Tensor, AttentionContext, AttentionArgs], kernels.Weights]
+# ^ MultiHeadAttention.attend, ``self`` first
 
 
 def _another_scale(scale_of: Callable[[MultiHeadAttention, float], float]) -> Callable[[Attend], Attend]:
     """``attend`` in place, called with ``scale_of(module, scale)`` instead of ``scale``."""
 
     def wrap(inner: Attend) -> Attend:
-        def scaled(self: MultiHeadAttention, *args: Any, scale: float, **kw: Any) -> kernels.Weights:
-            return inner(self, *args, scale=scale_of(self, scale), **kw)
+        def scaled(
+            self: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, args: AttentionArgs
+        ) -> kernels.Weights:
+            return inner(self, q, k, v, ctx, replace(args, scale=scale_of(self, args.scale)))
 
         return scaled
 
@@ -89,21 +95,21 @@ def merge_without_transpose(attn: MultiHeadAttention, out: torch.Tensor) -> torc
     return out.reshape(b, t, h * dh)
 
 
-MaskOf = Callable[[AttentionContext, "int | None", int, int], tuple["torch.Tensor | None", bool]]
+MaskOf = Callable[[MultiHeadAttention, AttentionContext, int], tuple["torch.Tensor | None", bool]]
 Softmax = Callable[[torch.Tensor, "torch.Tensor | None", torch.dtype], torch.Tensor]
 
 
-def _folded(ctx: AttentionContext, window: int | None, s: int, heads: int) -> tuple[torch.Tensor | None, bool]:
+def _folded(attn: MultiHeadAttention, ctx: AttentionContext, s: int) -> tuple[torch.Tensor | None, bool]:
     """The layer's final mask, the causal rule folded in (what the math kernel gets)."""
-    return ctx.kernel_mask(window, s, heads)
+    return attn.kernel_mask(ctx, s)
 
 
-def _unfolded(ctx: AttentionContext, window: int | None, s: int, heads: int) -> tuple[torch.Tensor | None, bool]:
+def _unfolded(attn: MultiHeadAttention, ctx: AttentionContext, s: int) -> tuple[torch.Tensor | None, bool]:
     """The layer's mask with the causal rule kept apart (``is_causal``), for a fault that builds its own; a
     windowed layer's band holds the causal part."""
-    if window is not None:
-        return ctx.kernel_mask(window, s, heads)
-    return ctx.key_mask(s, heads), ctx.is_causal and ctx.t > 1
+    if attn.window(ctx) is not None:
+        return attn.kernel_mask(ctx, s)
+    return ctx.key_mask(s, attn.n_heads), ctx.is_causal and ctx.t > 1
 
 
 def _softmax(scores: torch.Tensor, mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
@@ -151,29 +157,20 @@ def _math_with(
     ``final(mask, is_causal, t, s, device)``) or the softmax."""
 
     def attend(
-        self: MultiHeadAttention,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        ctx: AttentionContext,
-        *,
-        window: int | None,
-        scale: float,
-        dropout_p: float,
-        bias: torch.Tensor | None,
-        value_bias: torch.Tensor | None,
-        need_weights: bool,
+        self: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, args: AttentionArgs
     ) -> kernels.Weights:
         t, s = q.shape[-2], k.shape[-2]
-        mask = final(*mask_of(ctx, window, s, self.n_heads), t, s, q.device)
+        mask = final(*mask_of(self, ctx, s), t, s, q.device)
         k, v = kernels.repeat_kv(k, q.shape[1]), kernels.repeat_kv(v, q.shape[1])  # (B, H, S, Dh)
-        scores = kernels.math_scores(q, k, scale=scale, softcap=self.softcap, bias=bias, score_hook=self.hook_scores)
+        scores = kernels.math_scores(
+            q, k, scale=args.scale, softcap=self.softcap, bias=args.bias, score_hook=self.hook_scores
+        )
         return kernels.weighted_values(
             softmax(scores, mask, q.dtype).to(v.dtype),
             v,
-            value_bias=value_bias,
-            dropout_p=dropout_p,
-            need_weights=need_weights,
+            value_bias=args.value_bias,
+            dropout_p=args.dropout_p,
+            need_weights=args.need_weights,
             weight_hook=self.hook_weights,
         )
 
@@ -320,9 +317,11 @@ def _softmax_over(dim: int) -> Softmax:
 def _scaled_after(inner: Attend) -> Attend:
     """``attend`` in place, unscaled, with its weights (and so its output) multiplied by the scale after."""
 
-    def after(self: MultiHeadAttention, *args: Any, scale: float, **kw: Any) -> kernels.Weights:
-        out, weights = inner(self, *args, scale=1.0, **kw)
-        return out * scale, (None if weights is None else weights * scale)
+    def after(
+        self: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, args: AttentionArgs
+    ) -> kernels.Weights:
+        out, weights = inner(self, q, k, v, ctx, replace(args, scale=1.0))
+        return out * args.scale, (None if weights is None else weights * args.scale)
 
     return after
 
@@ -330,8 +329,10 @@ def _scaled_after(inner: Attend) -> Attend:
 def _scale_by_keys(inner: Attend) -> Attend:
     """``attend`` in place scaled by 1/sqrt(S), the key length (``k.size(-1)`` after the transpose)."""
 
-    def by_keys(self: MultiHeadAttention, q: torch.Tensor, k: torch.Tensor, *args: Any, **kw: Any) -> kernels.Weights:
-        return inner(self, q, k, *args, **{**kw, "scale": 1.0 / math.sqrt(k.shape[-2])})
+    def by_keys(
+        self: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, args: AttentionArgs
+    ) -> kernels.Weights:
+        return inner(self, q, k, v, ctx, replace(args, scale=1.0 / math.sqrt(k.shape[-2])))
 
     return by_keys
 
@@ -340,8 +341,10 @@ def _dropout_always(p: float) -> Callable[[Attend], Attend]:
     """``attend`` in place with dropout ``p`` on its weights whatever the module's mode (``F.dropout(w, p)``)."""
 
     def wrap(inner: Attend) -> Attend:
-        def dropped(self: MultiHeadAttention, *args: Any, **kw: Any) -> kernels.Weights:
-            return inner(self, *args, **{**kw, "dropout_p": p})
+        def dropped(
+            self: MultiHeadAttention, q: Tensor, k: Tensor, v: Tensor, ctx: AttentionContext, args: AttentionArgs
+        ) -> kernels.Weights:
+            return inner(self, q, k, v, ctx, replace(args, dropout_p=p))
 
         return dropped
 

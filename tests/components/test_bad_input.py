@@ -7,6 +7,7 @@ import torch
 
 from anatomy import ModelConfig, build_model
 from anatomy.components import AddNorm, FeedForward, LayerNorm, MultiHeadAttention
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import padding_mask
 from anatomy.components.positional import RotaryPositional
 
@@ -49,12 +50,12 @@ def test_context_with_wrong_width():
 
 def test_mask_of_wrong_shape():
     with pytest.raises(ValueError, match=r"mask of shape \(2, 7\) does not broadcast to \(B=2, H=4, T=10, S=10\)"):
-        attn()(torch.randn(2, 10, 16), mask=torch.ones(2, 7, dtype=torch.bool))
+        attention_inputs(attn(), torch.randn(2, 10, 16), mask=torch.ones(2, 7, dtype=torch.bool))
 
 
 def test_mask_of_non_bool_dtype_hints_from_additive():
     with pytest.raises(TypeError, match=r"mask must be a boolean mask.*float32.*masks.from_additive"):
-        attn()(torch.randn(2, 10, 16), mask=torch.zeros(10, 10))
+        attention_inputs(attn(), torch.randn(2, 10, 16), mask=torch.zeros(10, 10))
 
 
 def test_sequence_longer_than_learned_table():

@@ -18,6 +18,7 @@ from anatomy.components import (
     default_d_ff,
 )
 from anatomy.components.embedding import TokenEmbedding, make_lm_head
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import (
     causal_mask,
     from_additive,
@@ -199,12 +200,12 @@ def test_b_equal_t_a_key_padding_mask_has_its_own_argument():
     m = MultiHeadAttention(d_model=8, n_heads=2, kernel="math").eval()
     x = torch.randn(4, 4, 8)  # B == T == 4
     pad = padding_mask(torch.tensor([4, 3, 2, 1]), 4)  # (B, S)
-    explicit, _ = m(x, mask=key_padding_to_attention(pad))
-    given, _ = m(x, key_padding_mask=pad)
-    as_ts, _ = m(x, mask=pad)  # read as (T, S): a different mask, by definition
+    explicit, _ = m(x, ctx=attention_inputs(m, x, mask=key_padding_to_attention(pad)))
+    given, _ = m(x, ctx=attention_inputs(m, x, key_padding_mask=pad))
+    as_ts, _ = m(x, ctx=attention_inputs(m, x, mask=pad))  # read as (T, S): a different mask, by definition
     assert torch.equal(given, explicit) and not torch.allclose(as_ts, explicit)
-    both, _ = m(x, mask=causal_mask(4), key_padding_mask=pad)
-    want, _ = m(x, mask=combine(causal_mask(4)[None, None], key_padding_to_attention(pad)))
+    both, _ = m(x, ctx=attention_inputs(m, x, mask=causal_mask(4), key_padding_mask=pad))
+    want, _ = m(x, ctx=attention_inputs(m, x, mask=combine(causal_mask(4)[None, None], key_padding_to_attention(pad))))
     assert torch.equal(both, want)
     with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B=4, S=4\)"):
-        m(x, key_padding_mask=pad[:, :3])
+        m(x, ctx=attention_inputs(m, x, key_padding_mask=pad[:, :3]))

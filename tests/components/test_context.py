@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from anatomy import ModelConfig, build_model, shapes
-from anatomy.components import MultiHeadAttention, context, masks
-from anatomy.components.context import AttentionContext, build_context, standalone_context
+from anatomy.components import context, masks
+from anatomy.components.context import build_context
 from anatomy.components.positional.rope import RotaryPositional
 
 V = 50
@@ -106,18 +106,6 @@ def test_kernel_masks_are_built_once_per_window_and_key_count():
     assert flag is False and band.shape == (2, 1, 5, 5)  # the band holds the causal rule
     assert ctx.kernel_mask(2, 5)[0] is band
     assert band[0, 0].sum(-1).tolist() == [1, 2, 2, 2, 2]
-
-
-def test_a_standalone_call_builds_its_context_with_the_same_function_and_refuses_both_forms():
-    attn = MultiHeadAttention(d_model=16, n_heads=4)
-    x = torch.randn(2, 5, 16)
-    ctx = standalone_context(x, None, heads=4, d_model=16, is_causal=True)
-    assert isinstance(ctx, AttentionContext) and ctx.positions.tolist() == [[0, 1, 2, 3, 4]]
-    torch.testing.assert_close(attn(x, ctx=ctx)[0], attn(x, is_causal=True)[0], atol=0, rtol=0)
-    with pytest.raises(ValueError, match="give ctx or mask"):
-        attn(x, ctx=ctx, is_causal=True)
-    with pytest.raises(ValueError, match=r"key_padding_mask must have shape \(B=2, S=5\)"):
-        attn(x, key_padding_mask=torch.ones(2, 4, dtype=torch.bool))
 
 
 def _plan_calls(model, *args, **kwargs) -> Counter:

@@ -13,6 +13,7 @@ from anatomy import ModelConfig, build_model
 from anatomy.components import kernels
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.norms import RMSNorm
 from anatomy.components.positional import RopeScaling, RotaryPositional, apply_rope, rope_angles
 
@@ -32,29 +33,36 @@ def test_soft_capped_scores_are_bounded_and_equal_in_math_and_loop():
     mask = torch.rand(2, 1, 5, 5, generator=G) > 0.3
     seen = {}
     out, w = kernels.math_attention(
-        q, k, v, mask=mask, scale=0.5, softcap=2.0, need_weights=True, score_hook=lambda x: seen.setdefault("scores", x)
+        q,
+        k,
+        v,
+        kernels.AttentionArgs(
+            mask=mask, scale=0.5, softcap=2.0, need_weights=True, score_hook=lambda x: seen.setdefault("scores", x)
+        ),
     )
     assert seen["scores"].abs().max() < 2.0  # every logit inside (-cap, cap)
     ref_scores = torch.tanh(q @ kernels.repeat_kv(k, 4).transpose(-2, -1) * 0.5 / 2.0) * 2.0
     assert torch.allclose(seen["scores"], ref_scores)
-    loop, wl = kernels.loop_attention(q, k, v, mask=mask, scale=0.5, softcap=2.0, need_weights=True)
+    loop, wl = kernels.loop_attention(
+        q, k, v, kernels.AttentionArgs(mask=mask, scale=0.5, softcap=2.0, need_weights=True)
+    )
     assert torch.allclose(out, loop) and torch.allclose(w, wl)
-    plain, _ = kernels.math_attention(q, k, v, mask=mask, scale=0.5)
+    plain, _ = kernels.math_attention(q, k, v, kernels.AttentionArgs(mask=mask, scale=0.5))
     assert (plain - out).abs().max() > 1e-2  # the cap changes the answer on these scores
 
 
 def test_sdpa_refuses_soft_capping_and_auto_picks_math():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="cannot soft-cap attention logits"):
-        kernels.sdpa_attention(q, k, v, scale=0.5, softcap=2.0)
+        kernels.sdpa_attention(q, k, v, kernels.AttentionArgs(scale=0.5, softcap=2.0))
     assert kernels.resolve("auto", need_weights=False, value_bias=False, hooked=False, softcap=True).name == "math"
     with pytest.raises(ValueError, match="kernel='sdpa' cannot soft-cap"):
         kernels.resolve("sdpa", need_weights=False, value_bias=False, hooked=False, softcap=True)
     attn = MultiHeadAttention(d_model=16, n_heads=4, softcap=1.5).double()
     x = torch.randn(2, 6, 16, generator=G, dtype=torch.float64) * 5
-    a, _ = attn(x, is_causal=True)
+    a, _ = attn(x, ctx=attention_inputs(attn, x, is_causal=True))
     attn.kernel = "loop"
-    assert torch.allclose(a, attn(x, is_causal=True)[0])
+    assert torch.allclose(a, attn(x, ctx=attention_inputs(attn, x, is_causal=True))[0])
     with pytest.raises(ValueError, match="softcap must be > 0"):
         MultiHeadAttention(d_model=16, n_heads=4, softcap=0.0)
 
@@ -82,12 +90,13 @@ def test_parallel_residual_adds_both_sublayers_to_the_block_input():
     torch.manual_seed(0)
     block = EncoderBlock.build(d_model=16, n_heads=4, d_ff=32, placement="pre", parallel_residual=True).double()
     x = torch.randn(2, 5, 16, generator=G, dtype=torch.float64)
-    out, _ = block(x, is_causal=True)
-    a, _ = block.attn(block.attn_add_norm.norm(x), is_causal=True)
+    out, _ = block(x, ctx=attention_inputs(block, x, is_causal=True))
+    h = block.attn_add_norm.norm(x)
+    a, _ = block.attn(h, attention_inputs(block.attn, h, is_causal=True))
     expected = x + a + block.ffn(block.ffn_add_norm.norm(x))
     assert torch.allclose(out, expected)
     block.parallel_residual = False
-    assert (block(x, is_causal=True)[0] - out).abs().max() > 1e-3
+    assert (block(x, ctx=attention_inputs(block, x, is_causal=True))[0] - out).abs().max() > 1e-3
     with pytest.raises(ValueError, match="parallel_residual needs norm_position='pre'"):
         EncoderBlock.build(d_model=16, n_heads=4, placement="post", parallel_residual=True)
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from anatomy.components import MultiHeadAttention, kernels
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import causal_mask, combine, key_padding_to_attention, padding_mask
 from anatomy.components.positional import (
     ALiBiPositional,
@@ -55,7 +56,7 @@ def _run(attn, kernel, x, mask, is_causal, bias):
     attn.kernel = kernel
     x = x.clone().requires_grad_(True)
     attn.zero_grad()
-    out, _ = attn(x, mask=mask, is_causal=is_causal, attn_bias=bias)
+    out, _ = attn(x, ctx=attention_inputs(attn, x, mask=mask, is_causal=is_causal, attn_bias=bias))
     (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
     grads = [x.grad] + [p.grad.clone() for p in attn.parameters()]
     return out.detach(), grads
@@ -90,7 +91,7 @@ def test_kernels_agree_forward_and_backward(mask_name, scheme, n_kv_heads):
         with torch.no_grad():
             z = {}
             h = attn.hook_z.register_forward_hook(lambda m, a, o: z.setdefault("z", o))
-            attn(x, mask=mask)
+            attn(x, ctx=attention_inputs(attn, x, mask=mask))
             h.remove()
         assert torch.count_nonzero(z["z"][2]) == 0
         assert torch.count_nonzero(z["z"][1, :, 3:5]) == 0
@@ -149,8 +150,8 @@ def test_sliding_window_is_a_band_every_kernel_obeys(causal):
     with torch.no_grad():
         moved = x.clone()
         moved[0, : 7 - w] += 5.0
-        out_a, _ = attn(x, mask=pad, is_causal=causal)
-        out_b, _ = attn(moved, mask=pad, is_causal=causal)
+        out_a, _ = attn(x, ctx=attention_inputs(attn, x, mask=pad, is_causal=causal))
+        out_b, _ = attn(moved, ctx=attention_inputs(attn, moved, mask=pad, is_causal=causal))
     assert torch.equal(out_a[0, 6], out_b[0, 6]) and not torch.equal(out_a[0, 5], out_b[0, 5])
 
 
@@ -192,10 +193,11 @@ def test_sdpa_gets_is_causal_flag_for_a_purely_causal_square_mask(monkeypatch):
 
     monkeypatch.setattr(kernels.F, "scaled_dot_product_attention", spy)
     attn = MultiHeadAttention(d_model=D, n_heads=H, kernel="sdpa")
-    attn(torch.randn(B, T, D), is_causal=True)
+    x = torch.randn(B, T, D)
+    attn(x, attention_inputs(attn, x, is_causal=True))
     assert seen["is_causal"] is True and seen["attn_mask"] is None
     pad = key_padding_to_attention(padding_mask([7, 4, 2], T))
-    attn(torch.randn(B, T, D), is_causal=True, mask=pad)
+    attn(x, attention_inputs(attn, x, is_causal=True, mask=pad))
     assert seen["is_causal"] is False and seen["attn_mask"].shape == (B, 1, T, T)
 
 
@@ -295,10 +297,13 @@ def test_batch_equal_to_sequence_length_keeps_the_axes_apart():
     torch.manual_seed(0)
     attn = MultiHeadAttention(d_model=D, n_heads=H, kernel="math").double()
     x = torch.randn(5, 5, D, dtype=torch.float64)
-    out, _ = attn(x, is_causal=True)
-    alone = torch.cat([attn(x[i : i + 1], is_causal=True)[0] for i in range(5)])
+    out, _ = attn(x, ctx=attention_inputs(attn, x, is_causal=True))
+    alone = torch.cat(
+        [attn(x[i : i + 1], ctx=attention_inputs(attn, x[i : i + 1], is_causal=True))[0] for i in range(5)]
+    )
     torch.testing.assert_close(out, alone, rtol=0, atol=1e-12)
-    swapped, _ = attn(x.transpose(0, 1).contiguous(), is_causal=True)  # the other reading of the same numbers
+    other = x.transpose(0, 1).contiguous()  # the other reading of the same numbers
+    swapped, _ = attn(other, attention_inputs(attn, other, is_causal=True))
     assert not torch.allclose(swapped.transpose(0, 1), out)
 
 
@@ -314,8 +319,8 @@ def test_non_contiguous_inputs_give_the_same_output(kernel):
     x = base.transpose(0, 1)  # (B, T, D), not contiguous
     assert not x.is_contiguous()
     mask = key_padding_to_attention(padding_mask([7, 4, 2], T)).expand(B, 1, T, T)  # stride 0 on the query axis
-    out, _ = attn(x, mask=mask, is_causal=True)
-    ref, _ = attn(x.contiguous(), mask=mask.contiguous(), is_causal=True)
+    out, _ = attn(x, ctx=attention_inputs(attn, x, mask=mask, is_causal=True))
+    ref, _ = attn(x.contiguous(), ctx=attention_inputs(attn, x.contiguous(), mask=mask.contiguous(), is_causal=True))
     torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
     cross = MultiHeadAttention(d_model=D, n_heads=H, kernel=kernel).double()
     memory = torch.randn(B, 2 * T + 1, D, dtype=torch.float64)[:, ::2]  # (B, T + 1, D), every other row
@@ -374,7 +379,7 @@ def test_float16_kernels_agree_and_stay_finite_at_large_input_scales(scale, seed
             .to(dtype)
         )
         xi = x.to(dtype).clone().requires_grad_(True)
-        out, _ = m(xi, is_causal=causal)
+        out, _ = m(xi, ctx=attention_inputs(m, xi, is_causal=causal))
         (out * upstream.to(dtype)).sum().backward()
         assert torch.isfinite(out).all(), f"{kernel}: inf/NaN in the float16 output at input scale {scale}"
         outs[kernel], grads[kernel] = out.detach().double(), xi.grad.double()
@@ -446,7 +451,13 @@ def test_the_teaching_kernels_give_finite_float16_output_at_input_scale_100_and_
         padding[1, :4] = False
         with torch.no_grad():
             out, _ = attn(
-                x, is_causal=masking in ("causal", "window"), key_padding_mask=padding if masking == "padding" else None
+                x,
+                ctx=attention_inputs(
+                    attn,
+                    x,
+                    is_causal=masking in ("causal", "window"),
+                    key_padding_mask=padding if masking == "padding" else None,
+                ),
             )
         if not torch.isfinite(out).all():
             bad.append((scale, positional, masking, seed))
@@ -460,7 +471,7 @@ def test_the_kernel_is_resolved_once_per_setting_not_per_call(monkeypatch):
     attn = MultiHeadAttention(d_model=D, n_heads=H)
     x = torch.randn(B, T, D)
     for _ in range(3):
-        attn(x, is_causal=True)
+        attn(x, ctx=attention_inputs(attn, x, is_causal=True))
     assert calls == ["auto"]
     attn(x, need_weights=True)  # another kind of call: resolved once more, then memoised too
     attn(x, need_weights=True)
@@ -483,50 +494,15 @@ def test_the_kernel_function_gets_every_argument_explicitly(monkeypatch):
     and the soft-cap as arguments, and the module's ``kernel_args`` bound."""
     seen = {}
 
-    def mine(
-        q,
-        k,
-        v,
-        *,
-        mask=None,
-        is_causal=False,
-        scale,
-        bias=None,
-        value_bias=None,
-        dropout_p=0.0,
-        need_weights=False,
-        score_hook=None,
-        weight_hook=None,
-        softcap=None,
-        tag=None,
-    ):
-        seen.update(
-            mask=mask,
-            is_causal=is_causal,
-            scale=scale,
-            dropout_p=dropout_p,
-            score_hook=score_hook,
-            softcap=softcap,
-            tag=tag,
-        )
-        return kernels.math_attention(
-            q,
-            k,
-            v,
-            mask=mask,
-            is_causal=is_causal,
-            scale=scale,
-            softcap=softcap,
-            score_hook=score_hook,
-            weight_hook=weight_hook,
-            need_weights=need_weights,
-        )
+    def mine(q, k, v, args, *, tag=None):
+        seen.update(vars(args), tag=tag)
+        return kernels.math_attention(q, k, v, args)
 
     monkeypatch.setitem(kernels.KERNELS, "mine", kernels.Kernel("mine", mine, True, False))
     attn = MultiHeadAttention(d_model=D, n_heads=H, dropout=0.25, scale=0.3, softcap=5.0).eval()
     attn.kernel, attn.kernel_args = "mine", {"tag": 7}
     x = torch.randn(B, T, D)
-    attn(x, is_causal=True)
+    attn(x, ctx=attention_inputs(attn, x, is_causal=True))
     assert (seen["scale"], seen["dropout_p"], seen["softcap"], seen["tag"]) == (0.3, 0.0, 5.0, 7)
     assert seen["score_hook"] is attn.hook_scores and not seen["is_causal"]
     assert torch.equal(seen["mask"], causal_mask(T, T)[None, None])  # the plan folded the causal rule in

@@ -14,6 +14,7 @@ import torch
 
 import anatomy
 from anatomy.components import MultiHeadAttention, kernels
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import causal_mask, combine, padding_mask
 from anatomy.components.positional import ALiBiPositional, RotaryPositional, ShawRelativePositional, T5RelativeBias
 
@@ -105,7 +106,9 @@ def test_rows_without_keys_are_zero_and_finite(dtype, kernel, mask_name, device)
             bias = t5.score_bias(None, positions, positions, 1.0).to(dtype)
         seen: dict[str, torch.Tensor] = {}
         m.hook_z.register_forward_hook(recorder(seen, "z"))
-        out, weights = m(x, mask=mask, is_causal=is_causal, attn_bias=bias, need_weights=kernel != "sdpa")
+        out, weights = m(
+            x, ctx=attention_inputs(m, x, mask=mask, is_causal=is_causal, attn_bias=bias), need_weights=kernel != "sdpa"
+        )
         where = positional
         assert_finite(f"output ({where})", out)
         assert torch.all(seen["z"][hidden] == 0), f"rows with no key must give exactly 0 ({where})"
@@ -132,7 +135,7 @@ def test_rows_without_keys_under_autocast(dtype, kernel):
     seen: dict[str, torch.Tensor] = {}
     m.hook_z.register_forward_hook(recorder(seen, "z"))
     with torch.autocast("cpu", dtype=dtype):
-        out, _ = m(x, mask=mask, is_causal=is_causal)
+        out, _ = m(x, ctx=attention_inputs(m, x, mask=mask, is_causal=is_causal))
     assert_finite("output", out)
     assert torch.all(seen["z"][hidden_rows(mask, is_causal)] == 0)
     out.float().sum().backward()
@@ -149,7 +152,7 @@ def test_masked_keys_get_no_gradient(dtype, kernel):
     keep = padding_mask(torch.tensor([6, 3, 1]), S)  # (B, S)
     m = module(kernel, "none", dtype)
     x = torch.randn(B, T, H * DH, generator=torch.Generator().manual_seed(2)).to(dtype).requires_grad_(True)
-    out, _ = m(x, mask=keep[:, None, None])
+    out, _ = m(x, ctx=attention_inputs(m, x, mask=keep[:, None, None]))
     (out.float() * keep[..., None]).sum().backward()  # only real tokens' outputs enter the loss
     assert_finite("input gradient", x.grad)
     assert torch.all(x.grad[~keep] == 0), "a padded key received gradient from a real token"
@@ -274,10 +277,12 @@ def test_non_finite_keys_at_masked_positions(dtype, value):
     (NaN + -inf = NaN, and an Inf key makes +inf or NaN scores), so it does not contain it."""
     q, k, v, keep = qkv(dtype)
     for name in ("loop", "math"):
-        out, _ = kernels.KERNELS[name].fn(q, poisoned(k, value), v, mask=keep, scale=0.5, need_weights=True)
-        clean, _ = kernels.KERNELS[name].fn(q, k, v, mask=keep, scale=0.5)
+        out, _ = kernels.KERNELS[name].fn(
+            q, poisoned(k, value), v, kernels.AttentionArgs(mask=keep, scale=0.5, need_weights=True)
+        )
+        clean, _ = kernels.KERNELS[name].fn(q, k, v, kernels.AttentionArgs(mask=keep, scale=0.5))
         assert torch.equal(out, clean), f"{name}: a non-finite masked key changed valid outputs"
-    out, _ = kernels.sdpa_attention(q, poisoned(k, value), v, mask=keep, scale=0.5)
+    out, _ = kernels.sdpa_attention(q, poisoned(k, value), v, kernels.AttentionArgs(mask=keep, scale=0.5))
     # NaN poisons every score of row 0; Inf gives +-inf scores (-inf ones are harmless) or NaN where q mixes signs
     broken = torch.isnan(out[0]).all() if value != value else not torch.isfinite(out[0]).all()
     assert broken, "sdpa now contains non-finite masked keys: update this test and the docs"
@@ -293,7 +298,7 @@ def test_non_finite_values_at_masked_positions_leak(dtype, kernel, value):
     mean zeroing masked values on every call; the kernels do not pay for that. Inputs must be finite at padding
     (which they are when padding comes from token ids: embeddings are finite)."""
     q, k, v, keep = qkv(dtype)
-    out, _ = kernels.KERNELS[kernel].fn(q, k, poisoned(v, value), mask=keep, scale=0.5)
+    out, _ = kernels.KERNELS[kernel].fn(q, k, poisoned(v, value), kernels.AttentionArgs(mask=keep, scale=0.5))
     assert torch.isnan(out[0]).all()
     assert torch.isfinite(out[1]).all(), "the other batch row is unaffected"
 
@@ -306,6 +311,6 @@ def test_non_finite_hidden_state_at_a_padded_token_leaks_through_attention(kerne
     m = module(kernel, "none", torch.float32)
     x = torch.randn(2, T, H * DH, generator=torch.Generator().manual_seed(7))
     x[0, 4:] = float("nan")
-    out, _ = m(x, mask=keep[:, None, None])
+    out, _ = m(x, ctx=attention_inputs(m, x, mask=keep[:, None, None]))
     assert torch.isnan(out[0, :4]).all()
     assert torch.isfinite(out[1]).all()

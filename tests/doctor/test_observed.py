@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from anatomy.components.attention import MultiHeadAttention
+from anatomy.components.inputs import attention_inputs
 from anatomy.doctor.loading.building import import_file
 from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.recording import observed as ob
@@ -144,7 +145,9 @@ def test_manual_softmax_bmm_heads_and_a_finite_fill():
     ref = MultiHeadAttention(d_model=12, n_heads=3).double().eval()
     mp.load_reference(ref, hyp, dict(m.named_parameters()))
     with torch.no_grad():
-        diff = float((ref(x, mask=torch.ones(7, 7, dtype=torch.bool).tril())[0] - m(x)).abs().max())
+        diff = float(
+            (ref(x, ctx=attention_inputs(ref, x, mask=torch.ones(7, 7, dtype=torch.bool).tril()))[0] - m(x)).abs().max()
+        )
     assert diff < 1e-12
 
 

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from anatomy.components import EncoderBlock, MultiHeadAttention
+from anatomy.components.inputs import attention_inputs
 from anatomy.doctor import check
 from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
 from anatomy.doctor.diagnosis import sublayer
@@ -286,7 +287,7 @@ def test_paired_faults_are_both_active_and_both_undone():
 
     def out():
         with torch.no_grad():
-            return ref(x, mask=mask, is_causal=True)[0]
+            return ref(x, ctx=attention_inputs(ref, x, mask=mask, is_causal=True))[0]
 
     base = out()
     for a, b in compatible_pairs(ref, attention_faults() + block_faults()):

@@ -19,6 +19,7 @@ from pin_tolerance import assert_matches_summary
 
 from anatomy import PRESETS, ModelConfig, build_model, pitfalls
 from anatomy.components.attention import MultiHeadAttention
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.kv_cache import KVCache
 from anatomy.generation import generate
 
@@ -84,22 +85,28 @@ def attention_output(kernel: str, case: str) -> torch.Tensor:
         if case == "self":
             return attn(x)[0]
         if case == "causal":
-            return attn(x, is_causal=True)[0]
+            return attn(x, ctx=attention_inputs(attn, x, is_causal=True))[0]
         if case == "padding":
-            return attn(x, key_padding_mask=padding)[0]
+            return attn(x, ctx=attention_inputs(attn, x, key_padding_mask=padding))[0]
         if case == "causal+padding":
-            return attn(x, key_padding_mask=padding, is_causal=True)[0]
+            return attn(x, ctx=attention_inputs(attn, x, key_padding_mask=padding, is_causal=True))[0]
         if case == "window":
-            return attn(x, is_causal=True)[0]
+            return attn(x, ctx=attention_inputs(attn, x, is_causal=True))[0]
         if case == "mask3d":
-            return attn(x, mask=torch.rand(2, 6, 6, generator=g) > 0.3, is_causal=True)[0]
+            return attn(x, ctx=attention_inputs(attn, x, mask=torch.rand(2, 6, 6, generator=g) > 0.3, is_causal=True))[
+                0
+            ]
         if case == "cache":
             cache = KVCache()
-            first = attn(x[:, :4], is_causal=True, kv_cache=cache)[0]
-            rest = attn(x[:, 4:], is_causal=True, kv_cache=cache)[0]
+            first = attn(
+                x[:, :4], ctx=attention_inputs(attn, x[:, :4], is_causal=True, kv_cache=cache), kv_cache=cache
+            )[0]
+            rest = attn(x[:, 4:], ctx=attention_inputs(attn, x[:, 4:], is_causal=True, kv_cache=cache), kv_cache=cache)[
+                0
+            ]
             return torch.cat([first, rest], dim=1)
         memory = torch.randn(2, 5, 16, generator=g)
-        return attn(x, context=memory, key_padding_mask=padding[:, :5])[0]
+        return attn(x, ctx=attention_inputs(attn, x, memory, key_padding_mask=padding[:, :5]), context=memory)[0]
 
 
 FAULT_PRESETS = ("gpt2", "llama", "bert")

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from anatomy.components import MultiHeadAttention
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import causal_mask, combine, padding_mask
 from anatomy.components.positional import ALiBiPositional, RotaryPositional, ShawRelativePositional, T5RelativeBias
 
@@ -122,11 +123,16 @@ def forward_backward(m: MultiHeadAttention, case: dict, dtype: torch.dtype):
     m.hook_z.register_forward_hook(lambda mod, args, out: seen.__setitem__("z", out.detach()))
     out, _ = m(
         x,
+        ctx=attention_inputs(
+            m,
+            x,
+            context,
+            mask=case["mask"],
+            is_causal=case["is_causal"],
+            positions=None if case["cross"] else positions,
+            attn_bias=bias,
+        ),
         context=context,
-        mask=case["mask"],
-        is_causal=case["is_causal"],
-        positions=None if case["cross"] else positions,
-        attn_bias=bias,
     )
     (out * upstream).sum().backward()
     grads = {"x": x.grad, **({"context": context.grad} if context is not None else {})}

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import anatomy
 from anatomy.components import MultiHeadAttention
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import causal_mask, combine, padding_mask
 from anatomy.components.positional import (
     ALiBiPositional,
@@ -438,7 +439,7 @@ def attention_module(case: dict, kernel: str, dtype=torch.float64, bias: bool = 
     return m.to(dtype)
 
 
-def attention_inputs(case: dict, dtype=torch.float64) -> dict:
+def case_inputs(case: dict, dtype=torch.float64) -> dict:
     g = torch.Generator().manual_seed(case["seed"] + 1)
     d = case["h"] * case["dh"]
     x = torch.randn(case["b"], case["t"], d, generator=g).to(dtype)
@@ -462,11 +463,16 @@ def run_attention(m: MultiHeadAttention, case: dict, inputs: dict, need_weights:
     try:
         out, weights = m(
             x,
+            ctx=attention_inputs(
+                m,
+                x,
+                context,
+                mask=case["mask"],
+                is_causal=case["is_causal"],
+                positions=None if case["cross"] else inputs["positions"],
+                attn_bias=inputs["attn_bias"],
+            ),
             context=context,
-            mask=case["mask"],
-            is_causal=case["is_causal"],
-            positions=None if case["cross"] else inputs["positions"],
-            attn_bias=inputs["attn_bias"],
             need_weights=need_weights,
         )
     finally:
@@ -492,7 +498,7 @@ def visible_rows(case: dict) -> torch.Tensor:
 @given(case=attention_cases())
 def test_kernels_agree_forward_and_backward(case):
     ref = attention_module(case, "math")
-    inputs = attention_inputs(case)
+    inputs = case_inputs(case)
     want_out, want_z, want_w, want_grads = run_attention(ref, case, inputs, need_weights=True)
     hidden = ~visible_rows(case)
     assert torch.all(want_z.masked_select(hidden[..., None]) == 0), "a row with no visible key must be 0"
@@ -518,4 +524,4 @@ def test_kernels_agree_forward_and_backward(case):
 def test_shaw_refuses_the_sdpa_kernel(case):
     m = attention_module(case, "sdpa")
     with pytest.raises(ValueError, match="kernel='sdpa'"):
-        run_attention(m, case, attention_inputs(case))
+        run_attention(m, case, case_inputs(case))

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from anatomy.components import DecoderBlock, EncoderBlock, LayerNorm, MultiHeadAttention
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.masks import causal_mask, combine, key_padding_to_attention, padding_mask, to_torch_nn
 from anatomy.components.positional import RotaryPositional, T5RelativeBias
 from anatomy.interop.torch_nn import from_torch, to_torch
@@ -89,8 +90,15 @@ def _check_mha(m: nn.MultiheadAttention, ours: MultiHeadAttention, cross: bool, 
     mask = combine(None if kp is None else key_padding_to_attention(kp), am)  # (B|1, 1, T, S)
     visible = torch.ones(B, T, dtype=torch.bool) if mask is None else mask.any(-1).expand(B, 1, T)[:, 0]
     with torch.no_grad():
-        out, _ = ours(x, context=c if cross else None, mask=mask)  # sdpa kernel
-        out_w, w = ours(x, context=c if cross else None, mask=mask, need_weights=True)  # math kernel
+        out, _ = ours(
+            x, ctx=attention_inputs(ours, x, c if cross else None, mask=mask), context=c if cross else None
+        )  # sdpa kernel
+        out_w, w = ours(
+            x,
+            ctx=attention_inputs(ours, x, c if cross else None, mask=mask),
+            context=c if cross else None,
+            need_weights=True,
+        )  # math kernel
     fast, slow = _torch_runs(lambda: _torch_mha(m, x, c, kp, am, need_weights=False))
     _, ref_w = _torch_runs(lambda: _torch_mha(m, x, c, kp, am, need_weights=True))[1]
     for name, ref in (("fast path", fast[0]), ("reference path", slow[0])):
@@ -194,7 +202,7 @@ def test_encoder_layer(direction, norm_first, activation):
     x = torch.randn(B, T, D)  # (B, T, D)
     keep = _keep([T, 4, 6], T)  # (B, T)
     with torch.no_grad():
-        out, _ = block(x, mask=key_padding_to_attention(keep))
+        out, _ = block(x, ctx=attention_inputs(block, x, mask=key_padding_to_attention(keep)))
     for ref in _torch_runs(lambda: layer(x, src_key_padding_mask=to_torch_nn(keep))):
         _close(out[keep], ref[keep], "encoder layer, real tokens")
 
@@ -208,7 +216,16 @@ def test_decoder_layer(direction, norm_first, activation):
     tkeep, mkeep = _keep([T, 5, 3], T), _keep([S, 2, 4], S)  # (B, T), (B, S)
     with torch.no_grad():
         out, _ = block(
-            y, mem, mask=key_padding_to_attention(tkeep), memory_mask=key_padding_to_attention(mkeep), is_causal=True
+            y,
+            mem,
+            ctx=attention_inputs(
+                block,
+                y,
+                mem,
+                mask=key_padding_to_attention(tkeep),
+                memory_mask=key_padding_to_attention(mkeep),
+                is_causal=True,
+            ),
         )
     for ref in _torch_runs(
         lambda: layer(
@@ -294,7 +311,7 @@ def test_encoder_stack_with_src_mask(nested):
     # next layer's matmul spreads that NaN to real tokens (0 * NaN). Causal + right padding keeps key 0.
     src_mask = causal_mask(T)  # (T, T)
     with torch.no_grad():
-        out, _ = ours(x, key_padding_mask=keep, attn_mask=src_mask)
+        out, _ = ours(x, ctx=attention_inputs(ours, x, key_padding_mask=keep, mask=src_mask))
     for ref in _torch_runs(lambda: enc(x, mask=to_torch_nn(src_mask), src_key_padding_mask=to_torch_nn(keep))):
         _close(out[keep], ref[keep], "nn.TransformerEncoder, real tokens")
 
@@ -305,7 +322,7 @@ def test_encoder_stack_to_torch_matches_every_position():
     assert isinstance(enc, nn.TransformerEncoder) and enc.norm is None and not enc.enable_nested_tensor
     x, keep = torch.randn(B, T, D), _keep([T, 3, 5], T)
     with torch.no_grad():
-        out, _ = ours(x, key_padding_mask=keep)
+        out, _ = ours(x, ctx=attention_inputs(ours, x, key_padding_mask=keep))
         ref = enc(x, src_key_padding_mask=to_torch_nn(keep))
     _close(out, ref, "every position, padded ones included")
 

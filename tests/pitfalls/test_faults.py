@@ -10,6 +10,7 @@ import torch
 
 from anatomy import ModelConfig, build_model, pitfalls
 from anatomy.components import MultiHeadAttention, build_context, kernels, wrapping
+from anatomy.components.inputs import attention_inputs
 from anatomy.pitfalls import faults
 
 V = 30
@@ -78,13 +79,13 @@ def test_an_arithmetic_fault_is_the_math_kernel_with_one_step_changed():
     math_twin.load_state_dict(attn.state_dict())
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     mask = (torch.rand(2, 1, 5, 5) > 0.3) | torch.eye(5, dtype=torch.bool)  # every row sees its own key
-    ref, w_ref = math_twin(x, mask=mask, is_causal=True, need_weights=True)
+    ref, w_ref = math_twin(x, ctx=attention_inputs(math_twin, x, mask=mask, is_causal=True), need_weights=True)
     for name, params in [("inf_fill_no_guard", {}), ("causal_off_by_one", {"causal_offset": 0})]:
         with pitfalls.inject(attn, name, **params):
-            a, wa = attn(x, mask=mask, is_causal=True, need_weights=True)
+            a, wa = attn(x, ctx=attention_inputs(attn, x, mask=mask, is_causal=True), need_weights=True)
         assert torch.equal(a, ref) and torch.equal(wa, w_ref), name
     with pitfalls.inject(attn, "causal_off_by_one", causal_offset=1):
-        shifted, _ = attn(x, mask=mask, is_causal=True)
+        shifted, _ = attn(x, ctx=attention_inputs(attn, x, mask=mask, is_causal=True))
     assert not torch.allclose(shifted, ref)
 
 
@@ -93,19 +94,19 @@ def test_faults_change_one_step_of_the_instance(monkeypatch):
     faults are the straight reshapes; the recorder hands on exactly what it receives."""
     seen = []
 
-    def spy(q, k, v, **kw):
-        seen.append(kw)
-        return kernels.math_attention(q, k, v, **kw)
+    def spy(q, k, v, args):
+        seen.append(dict(vars(args)))
+        return kernels.math_attention(q, k, v, args)
 
     monkeypatch.setitem(kernels.KERNELS, "spy", kernels.Kernel("spy", spy, True, True))
     torch.manual_seed(0)
     attn = MultiHeadAttention(d_model=16, n_heads=4, scale=0.3).double()
     attn.kernel = "spy"
     x = torch.randn(2, 5, 16, dtype=torch.float64)
-    ref = attn(x, is_causal=True)[0]
+    ref = attn(x, ctx=attention_inputs(attn, x, is_causal=True))[0]
     for name in ("no_scaling", "scale_by_d_model"):
         with pitfalls.inject(attn, name):
-            attn(x, is_causal=True)
+            attn(x, ctx=attention_inputs(attn, x, is_causal=True))
     assert [kw["scale"] for kw in seen] == [0.3, 1.0, 0.25]
     rest = [{**kw, "scale": 0, "mask": 0} for kw in seen]
     assert all(torch.equal(kw["mask"], seen[0]["mask"]) for kw in seen) and all(r == rest[0] for r in rest)
@@ -116,11 +117,11 @@ def test_faults_change_one_step_of_the_instance(monkeypatch):
     from anatomy.inspection.weights import attention_weights
 
     with attention_weights(attn, heads=[2, 0]) as maps:
-        out = attn(x, is_causal=True)[0]
+        out = attn(x, ctx=attention_inputs(attn, x, is_causal=True))[0]
     assert torch.equal(out, ref) and torch.equal(seen[-1]["mask"], seen[0]["mask"])
     twin = MultiHeadAttention(d_model=16, n_heads=4, kernel="math", scale=0.3).double()
     twin.load_state_dict(attn.state_dict())
-    _, w_all = twin(x, is_causal=True, need_weights=True)
+    _, w_all = twin(x, ctx=attention_inputs(twin, x, is_causal=True), need_weights=True)
     assert torch.equal(maps[0].weights, w_all[:, [2, 0]])
 
 
@@ -160,10 +161,10 @@ def test_composed_faults_equal_both_changes_at_once():
     unscaled = MultiHeadAttention(d_model=16, n_heads=4, scale=1.0).double()
     unscaled.load_state_dict(attn.state_dict())
     with pitfalls.inject(unscaled, "causal_off_by_one"):
-        want = unscaled(x, is_causal=True)[0]
+        want = unscaled(x, ctx=attention_inputs(unscaled, x, is_causal=True))[0]
     for first, second in [("no_scaling", "causal_off_by_one"), ("causal_off_by_one", "no_scaling")]:
         with pitfalls.inject(attn, first), pitfalls.inject(attn, second):
-            assert torch.equal(attn(x, is_causal=True)[0], want), (first, second)
+            assert torch.equal(attn(x, ctx=attention_inputs(attn, x, is_causal=True))[0], want), (first, second)
 
 
 @pytest.mark.parametrize("name, scale", [("no_scaling", 1.0), ("scale_by_d_model", 1 / math.sqrt(16))])
@@ -202,10 +203,10 @@ def test_mask_after_softmax_leaves_rows_that_do_not_sum_to_one():
     attn = MultiHeadAttention(d_model=16, n_heads=4, kernel="math").double()
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     mask = MASK.bool()[:, None, None, :]
-    _, w_ok = attn(x, mask=mask, need_weights=True)
-    check_isolation("mask_after_softmax", attn, lambda m: m(x, mask=mask)[0])
+    _, w_ok = attn(x, ctx=attention_inputs(attn, x, mask=mask), need_weights=True)
+    check_isolation("mask_after_softmax", attn, lambda m: m(x, ctx=attention_inputs(m, x, mask=mask))[0])
     with pitfalls.inject(attn, "mask_after_softmax"):
-        _, w = attn(x, mask=mask, need_weights=True)
+        _, w = attn(x, ctx=attention_inputs(attn, x, mask=mask), need_weights=True)
     assert torch.allclose(w_ok.sum(-1), torch.ones(2, 4, 6, dtype=torch.float64))
     assert w[1].sum(-1).max() < 1 - 1e-3 and torch.allclose(w[0].sum(-1), torch.ones(4, 6, dtype=torch.float64))
 
@@ -216,16 +217,16 @@ def test_finite_fill_makes_empty_rows_uniform_and_overflows_float16():
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     mask = torch.ones(2, 1, 6, 6, dtype=torch.bool)
     mask[1] = False  # the second sequence sees nothing
-    ok = attn(x, mask=mask)[0]
+    ok = attn(x, ctx=attention_inputs(attn, x, mask=mask))[0]
     assert torch.allclose(ok[1], attn.o_proj.bias.expand(6, 16))  # zero attention output, only the out bias
-    check_isolation("finite_mask_fill", attn, lambda m: m(x, mask=mask)[0], fill=-1e4)
+    check_isolation("finite_mask_fill", attn, lambda m: m(x, ctx=attention_inputs(m, x, mask=mask))[0], fill=-1e4)
     for fill in (-1e9, -1e4):
         with pitfalls.inject(attn, "finite_mask_fill", fill=fill):
-            bad = attn(x, mask=mask)[0]
+            bad = attn(x, ctx=attention_inputs(attn, x, mask=mask))[0]
         assert torch.isfinite(bad).all() and (bad[1] - ok[1]).abs().max() > 1e-3  # uniform over hidden keys
     half = MultiHeadAttention(d_model=16, n_heads=4).half()
     with pitfalls.inject(half, "finite_mask_fill", fill=-1e9), pytest.raises(RuntimeError, match="overflow"):
-        half(x.half(), mask=mask)
+        half(x.half(), ctx=attention_inputs(half, x.half(), mask=mask))
 
 
 def test_inf_fill_without_guard_gives_nan_on_empty_rows():
@@ -234,7 +235,7 @@ def test_inf_fill_without_guard_gives_nan_on_empty_rows():
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     mask = torch.ones(2, 1, 6, 6, dtype=torch.bool)
     mask[1, :, :2] = False
-    _, bad = check_isolation("inf_fill_no_guard", attn, lambda m: m(x, mask=mask)[0])
+    _, bad = check_isolation("inf_fill_no_guard", attn, lambda m: m(x, ctx=attention_inputs(m, x, mask=mask))[0])
     assert torch.isnan(bad[1, :2]).all() and torch.isfinite(bad[0]).all()
 
 
@@ -345,8 +346,7 @@ def _wrapped(name, **params):
 
     def call(q, k, v, *, scale, need_weights=False):
         ctx = build_context(b=q.shape[0], t=q.shape[-2], s=k.shape[-2], device="cpu", cross=True)
-        kw = dict(window=None, scale=scale, dropout_p=0.0, bias=None, value_bias=None, need_weights=need_weights)
-        return step(attn, q, k, v, ctx, **kw)
+        return step(attn, q, k, v, ctx, kernels.AttentionArgs(scale=scale, need_weights=need_weights))
 
     return call
 
@@ -363,14 +363,14 @@ def test_softmax_wrong_axis_normalises_over_heads_or_queries(dim, over):
 def test_scale_after_softmax_scales_the_weights_not_the_scores():
     q, k, v = _qkv()
     out, w = _wrapped("scale_after_softmax")(q, k, v, scale=0.3, need_weights=True)
-    ref, w1 = kernels.math_attention(q, k, v, scale=1.0, need_weights=True)
+    ref, w1 = kernels.math_attention(q, k, v, kernels.AttentionArgs(scale=1.0, need_weights=True))
     assert torch.allclose(w, 0.3 * w1) and torch.allclose(out, 0.3 * ref)
 
 
 def test_scale_from_wrong_size_uses_the_key_length():
     q, k, v = _qkv(s=7)
     out, _ = _wrapped("scale_from_wrong_size")(q, k, v, scale=0.3)
-    ref, _ = kernels.math_attention(q, k, v, scale=1 / math.sqrt(7))
+    ref, _ = kernels.math_attention(q, k, v, kernels.AttentionArgs(scale=1 / math.sqrt(7)))
     assert torch.allclose(out, ref)
 
 

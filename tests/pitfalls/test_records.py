@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,8 @@ def _triple_scale(root, undo, factor=3.0):
     """The bug zoo's switch for it: every attention module's scale multiplied by ``factor``."""
 
     def wrap(inner):
-        def tripled(self, *args, scale, **kw):
-            return inner(self, *args, scale=scale * factor, **kw)
+        def tripled(self, q, k, v, ctx, args):
+            return inner(self, q, k, v, ctx, replace(args, scale=args.scale * factor))
 
         return tripled
 

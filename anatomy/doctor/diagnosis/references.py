@@ -13,6 +13,7 @@ from torch import nn
 
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.block import EncoderBlock
+from anatomy.components.inputs import attention_inputs
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
 from anatomy.components.positional.base import PositionalScheme
 from anatomy.components.positional.t5_bias import T5RelativeBias
@@ -211,7 +212,9 @@ class References:
     @staticmethod
     def run(ref: nn.Module, sc: Scenario) -> torch.Tensor:
         with torch.no_grad():
-            out: torch.Tensor = ref(sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)[0]
+            layer = ref if isinstance(ref, EncoderBlock) else References.attention(ref)  # inside its own norm, say
+            ctx = attention_inputs(layer, sc.x, mask=sc.ref_mask, is_causal=sc.ref_causal)
+            out: torch.Tensor = ref(sc.x, ctx=ctx)[0]
             return out
 
     def describe(self, variant: Variant) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from anatomy import pitfalls
-from anatomy.components import MultiHeadAttention, kernels
+from anatomy.components import MultiHeadAttention, attention_inputs, kernels
 from anatomy.experiments.devices import on, synchronize
 from anatomy.experiments.fitting import budget
 from anatomy.experiments.registry import Metric, Trial, Verdict, claim, experiment
@@ -104,7 +104,7 @@ def mha_shapes(trial: Trial) -> dict[str, float]:
 
         # C10: the wrong split and the wrong merge, from the bug zoo
         def causal(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-            return lambda inp: module(inp, is_causal=True)[0]
+            return lambda inp: module(inp, attention_inputs(module, inp, is_causal=True))[0]
 
         out["causal_leak_correct"] = _future_leak(causal(mha), x)
         silent, errs = 0, []
@@ -263,12 +263,13 @@ def head_loop_benchmark(trial: Trial) -> dict[str, float]:
         q, k, v = (on(dev, torch.randn, b, h, s, d // h, generator=g) for _ in range(3))
         fns = {name: kernels.KERNELS[name].fn for name in ("loop", "math", "sdpa")}
         best = dict.fromkeys(fns, float("inf"))
+        args = kernels.AttentionArgs(is_causal=True, scale=(d // h) ** -0.5)
         with torch.no_grad():
             for _ in range(repeats):
                 for name, fn in fns.items():
                     synchronize(dev)  # on a GPU: time the kernels, not their launch
                     t0 = time.perf_counter()
-                    fn(q, k, v, is_causal=True, scale=(d // h) ** -0.5)
+                    fn(q, k, v, args)
                     synchronize(dev)
                     best[name] = min(best[name], time.perf_counter() - t0)
         for name in ("math", "sdpa"):

@@ -2,7 +2,7 @@
 
 import torch.nn as nn
 
-from anatomy.components import EncoderBlock, MultiHeadAttention
+from anatomy.components import EncoderBlock, MultiHeadAttention, attention_inputs
 
 
 class OurAttention(nn.Module):
@@ -11,12 +11,12 @@ class OurAttention(nn.Module):
         self.attn = MultiHeadAttention(d_model=d_model, n_heads=n_heads)
 
     def forward(self, x, mask=None):
-        return self.attn(x, mask=mask, need_weights=True)
+        return self.attn(x, attention_inputs(self.attn, x, mask=mask), need_weights=True)
 
 
 class OurCausalAttention(OurAttention):
     def forward(self, x, mask=None):
-        return self.attn(x, mask=mask, is_causal=True, need_weights=True)
+        return self.attn(x, attention_inputs(self.attn, x, mask=mask, is_causal=True), need_weights=True)
 
 
 class OurBlock(nn.Module):
@@ -27,7 +27,7 @@ class OurBlock(nn.Module):
         self.block = EncoderBlock.build(d_model=d_model, n_heads=n_heads, placement=self.placement)
 
     def forward(self, x, mask=None):
-        return self.block(x, mask=mask)[0]
+        return self.block(x, ctx=attention_inputs(self.block, x, mask=mask))[0]
 
 
 class OurPreNormBlock(OurBlock):
