@@ -12,6 +12,13 @@ context reads the query's slot from a tensor (``AttentionContext.slots``), so ev
 Python number changes between steps: ``torch.compile(fullgraph=True)`` captures the whole step as one graph, and the
 graph is kept (per model and shapes, :func:`compiled_step`) for the next ``generate`` call.
 
+What a step costs besides the weights (docs/performance.md, "Round 6"): calling a compiled function checks
+dynamo's guards and gathers the graph's inputs from the modules (about a third of the weight-read floor per token
+at d 256), so only each generation's first step goes through it and the later ones call the graph it ran
+(:class:`Capture`); the inductor freezes the weights (on CPU the Linears' weights are packed for MKL once, a copy
+kept with the graph; a changed weight makes a new graph, :func:`weights_state`), launches the kernels from C++
+(``cpp_wrapper``) and makes its own small fused kernels serial loops (``INDUCTOR_OPTIONS``).
+
 When it is used, ``compile=`` of ``generate`` (:func:`decide`): ``False`` never; ``True`` whenever it can run;
 ``"auto"`` (the default) when it pays: a graph for the same model and shapes is already compiled, or the
 generation is long enough to repay the warm-up (``AUTO_MIN_TOKENS`` new tokens times rows, per device type).
