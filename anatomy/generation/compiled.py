@@ -33,6 +33,7 @@ over every slot before it masks), so such a model decodes eagerly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
@@ -42,7 +43,7 @@ import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,6 +76,11 @@ INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp.threads": 1}
 # does not see later changes to the weights, so the graph's key holds every weight's address and version
 # (``weights_state``): a changed weight makes a new graph. False: the weights stay inputs of the graph.
 FREEZE = True
+# On CPU the step's ``scaled_dot_product_attention`` is traced as its math (two matmuls and a softmax), which the
+# inductor fuses with the cache writes into its own loops, instead of ATen's flash kernel for CPU: one OpenMP fork
+# and join less per layer, and less time at one thread too (docs/performance.md, round 6). The same function:
+# logits within 1e-6 of the eager flash kernel's, the tokens identical (tests/generation/test_compiled.py).
+SDPA_MATH_ON_CPU = True
 
 Step = Callable[..., torch.Tensor]
 
@@ -182,6 +188,22 @@ def weights_state(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
 
 def _frozen(key: tuple[Any, ...]) -> bool:
     return FREEZE and key[6] == "inductor" and key[-1] is not None and not torch.is_grad_enabled()
+
+
+@contextlib.contextmanager
+def _tracing(key: tuple[Any, ...]) -> Iterator[None]:
+    """The settings the step is traced and compiled under: ``FREEZE`` (dynamo reads it while tracing, to hold the
+    weights static, and the inductor after) and on CPU ``SDPA_MATH_ON_CPU``."""
+    with contextlib.ExitStack() as stack:
+        if _frozen(key):
+            import torch._inductor.config as inductor_config
+
+            stack.enter_context(inductor_config.patch(freezing=True))
+        if SDPA_MATH_ON_CPU and key[2] == "cpu":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        yield
 
 
 @dataclass(frozen=True)
@@ -365,12 +387,7 @@ class StaticDecoding:
         start = time.perf_counter()
         cursors = [c[0].cursor.clone() if isinstance(c, tuple) else c.cursor.clone() for c in self.caches]
         try:
-            if _frozen(self.key):  # dynamo reads it while tracing (the weights become static), the inductor after
-                import torch._inductor.config as inductor_config
-
-                with inductor_config.patch(freezing=True):
-                    logits = self.step_fn(*args)
-            else:
+            with _tracing(self.key):
                 logits = self.step_fn(*args)
         except Exception as error:  # noqa: BLE001 - any failure of the compiler: fall back, say it in one line
             for c, cursor in zip(self.caches, cursors):
