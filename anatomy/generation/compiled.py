@@ -60,10 +60,10 @@ log = logging.getLogger("anatomy")
 COMPILE_CHOICES = ("auto", True, False)
 # "auto" compiles a new graph when new tokens x rows reach this: the warm-up over the time a compiled step saves
 # per token. CPU: ~20 s of warm-up on a quiet 2-core VM (before freezing), 33-54 s on a busy one (frozen weights
-# and the C++ wrapper, the inductor's on-disk cache cold; 5-12 s warm), against ~0.4-0.5 ms saved per token at the benchmark size
-# (eager ~2.2x the floor, the compiled step ~1.0-1.1x at 1 thread; the floor ~0.4 ms quiet): ~50,000; if the step
-# saves less, auto compiles too early, never wrongly. CUDA
-# (an estimate, no GPU measured here): ~40 s against ~3 ms of launches saved per token. docs/performance.md.
+# and the C++ wrapper, the inductor's on-disk cache cold; 5-12 s warm), against ~0.4-0.5 ms saved per token at the
+# benchmark size (eager ~2.2x the floor, the compiled step ~1.0-1.1x at 1 thread; the floor ~0.4 ms quiet):
+# ~50,000; if the step saves less, auto compiles too early, never wrongly. CUDA (an estimate, no GPU measured
+# here): ~40 s against ~3 ms of launches saved per token. docs/performance.md.
 # None: never on that device type, unless a graph is already compiled.
 AUTO_MIN_TOKENS: dict[str, int | None] = {"cpu": 50_000, "cuda": 10_000}
 BACKEND: Any = "inductor"  # a backend's name, or a callable backend (the tests use "aot_eager")
