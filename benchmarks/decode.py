@@ -12,10 +12,12 @@ vector, ``--new`` times, nothing else (16.8 MB of float32 per token at d 256). E
 the floor's *in the same round*, and the report quotes the median of those per-round ratios with their min–max
 (the ratio travels between machines; tokens/s do not). Contenders: ``ours`` (``generate(compile=True)``: the
 compiled step on static caches, anatomy.generation.compiled), ``ours_step`` (the compiled step alone, ``--new``
-calls, no sampling loop), ``ours_eager`` (``compile=False``: the flat view, anatomy.generation.fast),
-``ours_modules`` (``fast=False, compile=False``: every module called), ``hf_gpt2_generate``. The compile warm-up
-(the first compiled call: tracing and code generation) is printed beside them; it is paid once per model and shape
-in a process (a second ``generate`` reuses the graph).
+calls, no sampling loop), ``ours_step_1thread`` (the same with torch's threads set to 1 around it, against the
+floor on ``--threads``: on a busy machine the attention kernel's OpenMP fork and join per layer, not the work,
+decides the step's time, docs/performance.md), ``ours_eager`` (``compile=False``: the flat view,
+anatomy.generation.fast), ``ours_modules`` (``fast=False, compile=False``: every module called),
+``hf_gpt2_generate``. The compile warm-up (the first compiled call: tracing and code generation) is printed beside
+them; it is paid once per model and shape in a process (a second ``generate`` reuses the graph).
 
 Then the short case ``compile="auto"`` must not slow: ``--tiny-new`` (20) tokens from a tiny model (2 layers, d 32,
 vocab 64), where compiling never pays: ``auto`` (the default) against ``compile=False``, interleaved the same way.
@@ -28,6 +30,7 @@ import argparse
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -107,16 +110,25 @@ def main() -> None:
                     out = torch.nn.functional.linear(x, w, b)
             return out
 
+        def step_one_thread() -> torch.Tensor:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                return step_alone()
+            finally:
+                torch.set_num_threads(threads)
+
         contenders = {
             "weights_alone": weights_alone,
             "ours": lambda: generate(mine, prompt, max_new_tokens=new, compile=True),
             "ours_step": step_alone,
+            "ours_step_1thread": step_one_thread,
             "ours_eager": lambda: generate(mine, prompt, max_new_tokens=new, compile=False),
             "ours_modules": lambda: generate(mine, prompt, max_new_tokens=new, fast=False, compile=False),
         }
     if peer_status()["transformers"]["installed"]:
         torch.manual_seed(0)
-        hf = hf_gpt2(size).eval()
+        hf: Any = hf_gpt2(size).eval()  # a transformers GPT2LMHeadModel (generate, config)
         mask = torch.ones_like(prompt)
         contenders["hf_gpt2_generate"] = lambda: hf.generate(
             prompt,

@@ -12,6 +12,13 @@ context reads the query's slot from a tensor (``AttentionContext.slots``), so ev
 Python number changes between steps: ``torch.compile(fullgraph=True)`` captures the whole step as one graph, and the
 graph is kept (per model and shapes, :func:`compiled_step`) for the next ``generate`` call.
 
+What a step costs besides the weights (docs/performance.md, "Round 6"): calling a compiled function checks
+dynamo's guards and gathers the graph's inputs from the modules (about a third of the weight-read floor per token
+at d 256), so only each generation's first step goes through it and the later ones call the graph it ran
+(:class:`Capture`); the inductor freezes the weights (on CPU the Linears' weights are packed for MKL once, a copy
+kept with the graph; a changed weight makes a new graph, :func:`weights_state`), launches the kernels from C++
+(``cpp_wrapper``) and makes its own small fused kernels serial loops (``INDUCTOR_OPTIONS``).
+
 When it is used, ``compile=`` of ``generate`` (:func:`decide`): ``False`` never; ``True`` whenever it can run;
 ``"auto"`` (the default) when it pays: a graph for the same model and shapes is already compiled, or the
 generation is long enough to repay the warm-up (``AUTO_MIN_TOKENS`` new tokens times rows, per device type).
@@ -26,6 +33,7 @@ over every slot before it masks), so such a model decodes eagerly.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import logging
@@ -35,7 +43,7 @@ import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,13 +59,29 @@ log = logging.getLogger("anatomy")
 
 COMPILE_CHOICES = ("auto", True, False)
 # "auto" compiles a new graph when new tokens x rows reach this: the warm-up over the time a compiled step saves
-# per token. CPU: ~20 s of warm-up on a quiet 2-core VM (35 s on a busy one) against ~0.35 ms saved per token at
-# the benchmark size (eager 0.93 ms, the floor 0.38 ms, a compiled step at issue 32's 1.5x the floor, not shown on
-# the busy VM this was written on): ~55,000; if the step saves less, auto compiles too early, never wrongly. CUDA
-# (an estimate, no GPU measured here): ~40 s against ~3 ms of launches saved per token. docs/performance.md.
+# per token. CPU: ~20 s of warm-up on a quiet 2-core VM (before freezing), 33-54 s on a busy one (frozen weights
+# and the C++ wrapper, the inductor's on-disk cache cold; 5-12 s warm), against ~0.4-0.5 ms saved per token at the
+# benchmark size (eager ~2.2x the floor, the compiled step ~1.0-1.1x at 1 thread; the floor ~0.4 ms quiet):
+# ~50,000; if the step saves less, auto compiles too early, never wrongly. CUDA (an estimate, no GPU measured
+# here): ~40 s against ~3 ms of launches saved per token. docs/performance.md.
 # None: never on that device type, unless a graph is already compiled.
 AUTO_MIN_TOKENS: dict[str, int | None] = {"cpu": 50_000, "cuda": 10_000}
-BACKEND = "inductor"
+BACKEND: Any = "inductor"  # a backend's name, or a callable backend (the tests use "aot_eager")
+# the inductor's options for the step (docs/performance.md, "Where a compiled step's time goes"): cpp_wrapper
+# launches the graph's kernels from C++ instead of a Python function of ~200 lines per call; cpp.threads 1 makes
+# the graph's own fused kernels (norms, GELU, residual adds: at most a few thousand elements a token) loops
+# without an OpenMP fork and join (the matmuls and attention keep torch's threads)
+INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp.threads": 1}
+# freezing (inductor's): the weights become the graph's constants, and on CPU the Linears' weights are packed
+# for MKL's GEMM once (a copy of each weight, kept with the graph): the largest saving measured. A frozen graph
+# does not see later changes to the weights, so the graph's key holds every weight's address and version
+# (``weights_state``): a changed weight makes a new graph. False: the weights stay inputs of the graph.
+FREEZE = True
+# On CPU the step's ``scaled_dot_product_attention`` is traced as its math (two matmuls and a softmax), which the
+# inductor fuses with the cache writes into its own loops, instead of ATen's flash kernel for CPU: one OpenMP fork
+# and join less per layer, and less time at one thread too (docs/performance.md, round 6). The same function:
+# logits within 1e-6 of the eager flash kernel's, the tokens identical (tests/generation/test_compiled.py).
+SDPA_MATH_ON_CPU = True
 
 Step = Callable[..., torch.Tensor]
 
@@ -150,7 +174,37 @@ def key_of(
     """What one compiled graph is for: the shapes and kinds of its inputs, the model's faults and kernels
     (dynamo's guards check the rest)."""
     dtype = next(model.parameters()).dtype
-    return (b, length, str(device), dtype, memory, padded, BACKEND, _changes(model))
+    return (b, length, str(device), dtype, memory, padded, BACKEND, _changes(model), weights_state(model))
+
+
+def weights_state(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
+    """Every parameter's and buffer's ``(address, version)``: an in-place update (an optimiser's step,
+    ``load_state_dict``) bumps the version, a new tensor changes the address. None when a tensor keeps no
+    version (made under ``torch.inference_mode``): such a model's graph is not frozen."""
+    try:
+        return tuple((t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
+    except RuntimeError:  # "Inference tensors do not track version counter"
+        return None
+
+
+def _frozen(key: tuple[Any, ...]) -> bool:
+    return FREEZE and key[6] == "inductor" and key[-1] is not None and not torch.is_grad_enabled()
+
+
+@contextlib.contextmanager
+def _tracing(key: tuple[Any, ...]) -> Iterator[None]:
+    """The settings the step is traced and compiled under: ``FREEZE`` (dynamo reads it while tracing, to hold the
+    weights static, and the inductor after) and on CPU ``SDPA_MATH_ON_CPU``."""
+    with contextlib.ExitStack() as stack:
+        if _frozen(key):
+            import torch._inductor.config as inductor_config
+
+            stack.enter_context(inductor_config.patch(freezing=True))
+        if SDPA_MATH_ON_CPU and key[2] == "cpu":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        yield
 
 
 @dataclass(frozen=True)
@@ -223,6 +277,38 @@ def _seq2seq(
     return logits  # (B, V)
 
 
+class Capture:
+    """The backend of one compiled step, wrapped so that it keeps the flat inputs of the compiled graph's latest
+    call (``last``: the graph and its arguments, the model's weights and the caches' tensors).
+
+    Calling a ``torch.compile`` d function costs more than the graph it runs at this size: dynamo checks ~1,100
+    guards (every module's attributes, every tensor's shape and strides) and pulls ~70 tensors out of the
+    modules, about a third of the weight-read floor per token on CPU. Within one generation none of that can
+    change (the same model, the same cache objects, the token written into one buffer), so the first step of
+    each generation goes through dynamo (guards checked, a recompilation if anything changed) and the later steps
+    call the graph it ran with the same arguments. Dynamo's code around the graph only gathers its inputs and
+    returns its output (nothing runs after it), so the two calls do the same work."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.last: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        if isinstance(self.backend, str):
+            from torch._dynamo import lookup_backend  # how torch's custom-backend guide composes a named backend
+
+            options = {"config_patches": dict(INDUCTOR_OPTIONS)} if self.backend == "inductor" else {}
+            graph = lookup_backend(self.backend)(gm, example_inputs, **options)
+        else:
+            graph = self.backend(gm, example_inputs)
+
+        def run(*args: Any) -> Any:
+            self.last = (graph, args)
+            return graph(*args)
+
+        return run
+
+
 def compiled_step(model: nn.Module, key: tuple[Any, ...], seq2seq: bool) -> tuple[Step, bool]:
     """The compiled step for ``model`` and ``key``: ``(step, new)``; ``new`` when it is made now (it compiles on
     its first call). Each is compiled from its own copy of the step's code, so dynamo's per-code cache holds one
@@ -231,10 +317,14 @@ def compiled_step(model: nn.Module, key: tuple[Any, ...], seq2seq: bool) -> tupl
     hit = steps.get(key)
     if hit is not None:
         return hit, False
+    for old in [k for k in steps if k[-1] != key[-1]]:  # graphs made for other weights (frozen copies of them)
+        del steps[old]
     template = _seq2seq if seq2seq else _decoder_only
     code = template.__code__.replace()  # a code object of its own: its own dynamo cache entry
     fn = types.FunctionType(code, template.__globals__, template.__name__)
-    step: Step = torch.compile(fn, fullgraph=True, dynamic=False, backend=BACKEND)
+    capture = Capture(BACKEND)
+    step: Step = torch.compile(fn, fullgraph=True, dynamic=False, backend=capture)
+    step.capture = capture  # type: ignore[attr-defined]
     steps[key] = step
     return step, True
 
@@ -273,19 +363,33 @@ class StaticDecoding:
         self.step_fn, self.new = compiled_step(model, key, seq2seq)
         if not self.new:
             STATS.reuses += 1
+        self.ids: torch.Tensor | None = None  # (B, 1): every step's token, written into one buffer
+        self.direct: tuple[Callable[..., Any], tuple[Any, ...]] | None = None  # the graph and its inputs
 
     def step(self, ids: torch.Tensor) -> torch.Tensor | None:
         """Next logits ``(B, V)`` for ``ids (B, 1)``; None when the compilation failed (the caller goes on
-        eagerly from ``eager_caches()``)."""
-        args: tuple[Any, ...] = (self.model, self.caches, ids, self.mask)
+        eagerly from ``eager_caches()``). The first step goes through dynamo, the later ones call the graph it
+        ran (:class:`Capture`)."""
+        if self.direct is not None and self.ids is not None:
+            self.ids.copy_(ids)
+            graph, inputs = self.direct
+            out: torch.Tensor = graph(*inputs)[0]
+            return out
+        self.ids = ids.clone()
+        args: tuple[Any, ...] = (self.model, self.caches, self.ids, self.mask)
         if self.seq2seq:
             args += (self.encoded,)
+        capture: Capture = self.step_fn.capture  # type: ignore[attr-defined]
         if not self.new:
-            return self.step_fn(*args)
+            capture.last = None
+            logits = self.step_fn(*args)
+            self.direct, capture.last = capture.last, None  # the caches are this generation's: not kept there
+            return logits
         start = time.perf_counter()
         cursors = [c[0].cursor.clone() if isinstance(c, tuple) else c.cursor.clone() for c in self.caches]
         try:
-            logits = self.step_fn(*args)
+            with _tracing(self.key):
+                logits = self.step_fn(*args)
         except Exception as error:  # noqa: BLE001 - any failure of the compiler: fall back, say it in one line
             for c, cursor in zip(self.caches, cursors):
                 (c[0] if isinstance(c, tuple) else c).cursor.copy_(cursor)  # a partial trace may have advanced it
@@ -294,6 +398,7 @@ class StaticDecoding:
             warnings.warn(f"torch.compile failed, the decode step runs eagerly: {first[:300]}", stacklevel=4)
             return None
         self.new = False
+        self.direct, capture.last = capture.last, None
         STATS.compilations += 1
         STATS.seconds.append(time.perf_counter() - start)
         log.info("anatomy: compiled the decode step in %.1f s (%s)", STATS.seconds[-1], self.key)

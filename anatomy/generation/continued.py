@@ -50,30 +50,21 @@ def check_continuation(model: nn.Module, past_key_values: Any, *, copies: int, e
 class ContinuedDecoding(CachedDecoding):
     """``CachedDecoding`` whose cache already holds the first ``cached`` tokens of ``input_ids``."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        input_ids: torch.Tensor,
-        mask: torch.Tensor | None,
-        max_new_tokens: int,
-        *,
-        past_key_values: Any,
-        fast: bool = True,
-        compile: Any = False,
-    ) -> None:
-        caches, self.given = open_cache(model, past_key_values, None, True, mask)
+    def __init__(self, *args: Any, past_key_values: Any, **options: Any) -> None:
+        """``args`` and ``options``: ``CachedDecoding`` 's (model, input_ids, mask, max_new_tokens; fast, compile)."""
+        super().__init__(*args, continued=True, **options)
+        caches, self.given = open_cache(self.model, past_key_values, None, True, self.mask)
         assert caches is not None  # a cache was given
         self.cached = ModelCache(caches).get_seq_length()
-        t = input_ids.shape[1]
+        rows, t = self.prefix.shape  # input_ids (a decoder-only model's prefix)
         if self.cached >= t:
             raise ValueError(
                 f"past_key_values already holds {self.cached} tokens and input_ids has {t}: give input_ids that "
                 "extend what the cache holds (every token so far, then at least one new one)"
             )
         held = next((c.k.shape[0] for c in caches if getattr(c, "k", None) is not None), None)
-        if held is not None and held != input_ids.shape[0]:
-            raise ValueError(f"past_key_values holds a batch of {held} rows, input_ids has {input_ids.shape[0]}")
-        super().__init__(model, input_ids, mask, max_new_tokens, fast=fast, compile=compile, continued=True)
+        if held is not None and held != rows:
+            raise ValueError(f"past_key_values holds a batch of {held} rows, input_ids has {rows}")
         self.caches = caches
 
     def prefill(self) -> torch.Tensor:

@@ -116,6 +116,48 @@ def test_a_second_call_reuses_the_compiled_step_without_recompiling(aot_eager):
     ).why.startswith("a compiled step for this model and shape is cached")
 
 
+def test_later_steps_call_the_graph_without_dynamo_and_give_the_same_tokens(aot_eager):
+    """Only each generation's first step enters the compiled function (guards checked); the later ones call the
+    graph it ran, with the same inputs (the token written into one buffer), and decode the eager tokens."""
+    model = _model("gpt2")
+    ids, mask = _prompt()
+    _both(model, ids, mask)  # compiles
+    (key, step), *_ = compiled._STEPS[model].items()
+    entered = []
+
+    def counting(*args):
+        entered.append(args[2].shape)
+        return step(*args)
+
+    counting.capture = step.capture
+    compiled._STEPS[model][key] = counting
+    try:
+        for _ in range(2):
+            got = generate(model, ids, mask, max_new_tokens=10, compile=True)
+    finally:
+        compiled._STEPS[model][key] = step
+    assert entered == [(3, 1), (3, 1)]  # one entry per generation, 9 decode steps each
+    assert torch.equal(got, generate(model, ids, mask, max_new_tokens=10, compile=False))
+    assert step.capture.last is None  # the generation's caches are not kept after it
+
+
+def test_changed_weights_make_a_new_graph(aot_eager):
+    """A graph is made for the weights as they were (a frozen graph holds them as constants): an in-place update
+    of a weight makes a new one (and drops the old), so the compiled step never decodes with stale weights."""
+    model = _model("gpt2")
+    ids, mask = _prompt()
+    _assert_same(*_both(model, ids, mask))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1.0)  # an optimiser's step, load_state_dict: the same tensor, a new version
+    got, want = _both(model, ids, mask)  # _both asserts it compiled again
+    _assert_same(got, want)
+    assert len(compiled._STEPS[model]) == 1
+    with torch.inference_mode():  # a model made under inference_mode keeps no versions: its graph is not frozen
+        frozen_less = build_model(ModelConfig.from_preset("gpt2", **SMALL)).eval()
+    assert compiled.weights_state(frozen_less) is None
+    assert compiled.weights_state(model) is not None
+
+
 def test_faults_compile_per_set_and_a_replaced_attention_stays_eager(aot_eager):
     model = _model("gpt2")
     ids, mask = _prompt()
@@ -242,7 +284,12 @@ def test_static_caches_give_the_growing_caches_logits(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["global-gqa-rope-local-layers", "alibi-sliding-window"])
 def test_the_inductor_gives_the_eager_tokens(name):
+    """The inductor's graph (frozen weights, MKL-packed linears on CPU, the C++ wrapper) decodes the eager tokens,
+    with logits within 1e-5, and after an in-place change of a weight it is made again from the new weights."""
     preset, overrides = GROUPS[name]
     model = _model(preset, **overrides)
     ids, mask = _prompt()
+    _assert_same(*_both(model, ids, mask, output_logits=True))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1.0)
     _assert_same(*_both(model, ids, mask, output_logits=True))
