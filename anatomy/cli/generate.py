@@ -383,7 +383,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_predict(args: argparse.Namespace) -> int:
     from anatomy.cli.usage import UsageError
-    from anatomy.training.checkpoint import TRAINING
+    from anatomy.training.checkpoint import TRAINING, read_json
 
     model, tokenizer, ckpt = _load(args.checkpoint)
     if model.config.architecture != "classifier":
@@ -395,7 +395,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if model.config.label_names is not None:  # the model's own (HF's id2label, read by convert)
         names = list(model.config.label_names)
     elif (ckpt / TRAINING).is_file():  # the run's data set
-        names = json.loads((ckpt / TRAINING).read_text(encoding="utf-8")).get("label_names", names)
+        names = read_json(ckpt / TRAINING).get("label_names", names)  # bounded, one line when bad
     results = []
     for text in args.text:
         ids = tokenizer.encode(text)[: model.config.max_seq_len] or [tokenizer.pad_id]
