@@ -200,7 +200,7 @@ WAVE3 = [
     # --- diffusion U-Nets (DDPM: labml.ai / pdearena, pesser/pytorch_diffusion), the residual inside the block -------
     RealCase("diffusion.py:DDPMAttentionQueries", "softmax_wrong_axis", point="w = w.softmax(dim=1)",
              style="softmax over the queries of (B, T, S, H), res += x inside: as published before the fix"),
-    RealCase("diffusion.py:DDPMAttention", "ok", style="softmax over dim=2 of (B, T, S, H), res += x, unused GroupNorm"),
+    RealCase("diffusion.py:DDPMAttention", "ok", style="softmax over dim=2 of (B, T, S, H), res += x, idle GroupNorm"),
     RealCase("diffusion.py:DDPMConvAttnBlock", "ok", {"n_heads": 1}, also=("status:unexplained",),
              style="GroupNorm over channels and positions (no reference carries it), x + h: an honest can't-tell"),
     RealCase("diffusion.py:DDPMConvAttnBlockQueries", "softmax_wrong_axis", {"n_heads": 1},
