@@ -72,8 +72,8 @@ def fault_before_output(
     its output projection differs from the correct reference's and the faults named (``fault``, then ``also``)
     reproduce it on every run (distances at that input; ``rel_tol`` scales with its size), or, with ``fault`` None,
     when the correct reference agrees there; else None. ``residual``: the distance of the learner's output less its
-    input from that reference's output, when within ``out_tol`` (the residual inside explains the rest), else
-    None; with ``fault`` None it is never None."""
+    input from that reference's output projection's output, when within ``out_tol`` (the residual inside explains
+    the rest), else None."""
     name = next((r for r in hyp.modules if r == OUTPUT or r.endswith("." + OUTPUT)), None)
     user_named = dict(subject.module.named_modules())
     if name is None or hyp.modules[name] not in user_named:
@@ -120,10 +120,7 @@ def fault_before_output(
     correct = at_input()
     where = hyp.modules[name]
     if not correct > tol:  # the attention's own work agrees: only the residual inside may explain the rest
-        inside = residual()
-        if inside is None:
-            return None
-        return {"fault": None, "also": [], "distance_correct": correct, "where": where, "residual": inside}
+        return {"fault": None, "also": [], "distance_correct": correct, "where": where, "residual": residual()}
     hits: list[tuple[float, str]] = []
     for key in faults:
         try:

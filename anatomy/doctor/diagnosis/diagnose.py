@@ -340,6 +340,8 @@ def _before_output(
     (``before_output``: a residual added inside the attention, say), named with what it leaves unexplained after
     the projection; None when there is none. ``sizes``: the output's scale and the tolerance on it."""
     scale, tol = sizes
+    if refs.kind != "attention":  # a block's faults move its attention's input too: no single point to compare
+        return None
     tried = []
     for c in sorted((c for c in cands if not c.faults), key=lambda c: c.distance):  # every mapping and variant
         one = fault_before_output(
@@ -347,9 +349,10 @@ def _before_output(
         )
         if one is not None:
             tried.append((c, one))
-    # a mapping under which the attention agrees wins over a fault under another (that would be a false alarm)
+    # where the correct reference agrees under some mapping or variant, the difference starts after the attention:
+    # a fault that agrees under another would be a false alarm, so none is named then
     tried.sort(key=lambda t: t[1]["fault"] is not None)
-    if not tried:
+    if not tried or (tried[0][1]["fault"] is None and tried[0][1]["residual"] is None):
         return None
     best, found = tried[0]
     variant = refs.describe(best.variant)

@@ -31,6 +31,8 @@ def cause(probe: str, faults: list[str]) -> str:
 
 
 def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
+    if diag.status == "matches" and diag.variant.get("residual"):  # right, and a design to say beside it
+        return [_residual_inside(diag)]
     if diag.status == "fault" and diag.fault == dg.RANDOM:
         return [_random_finding(diag)]
     if diag.status in ("fault", "ambiguous") and len(diag.faults) == 2:  # one finding per fault, same numbers
@@ -123,6 +125,20 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
             )
         ]
     return []
+
+
+def _residual_inside(diag: dg.Diagnosis) -> Finding:
+    return Finding(
+        "diagnosis",
+        "warning",
+        "your module returns its input plus the attention (x + attention(x)), which equals the reference "
+        f"(max |Δ| {fmt(diag.distance_correct)}): a diffusion U-Net's AttentionBlock is called this way, but inside a "
+        "transformer block that adds x again the residual is counted twice",
+        "你的模块返回输入加注意力（x + attention(x)），与参考一致（最大 |Δ| "
+        f"{fmt(diag.distance_correct)}）：扩散 U-Net 的 AttentionBlock 就是这样调用的，但如果外面的 Transformer 块"
+        "还会再加一次 x，残差就被加了两次",
+        {"max_abs_diff_vs_reference": diag.distance_correct, "variant": diag.variant},
+    )
 
 
 def _before_output_findings(
