@@ -113,9 +113,12 @@ def _walk(value: object) -> tuple[int, list[str | int] | None, str]:
     return deepest, None, ""
 
 
-def read_json(path: Path, *, expect: type | None = dict, what: str | None = None, limit: int = JSON_LIMIT) -> Any:
+def read_json(
+    path: Path, *, expect: type | None = dict, what: str | None = None, limit: int = JSON_LIMIT, finite: bool = False
+) -> Any:
     """The JSON value of the regular file ``path`` (at most ``limit`` bytes, UTF-8, nested at most ``DEPTH`` deep,
-    no NaN/Infinity, the top level of type ``expect`` when given), or :class:`BadJSON` with one line naming the path,
+    with ``finite`` no NaN/Infinity (which Python's ``json`` writes and reads, and our trainer state holds: a best
+    loss of Infinity), the top level of type ``expect`` when given), or :class:`BadJSON` with one line naming the path,
     what is wrong and ``what`` was expected (default: from ``expect``). A key written twice keeps its last value,
     as Python's ``json`` and Hugging Face read it, with a warning naming it. A missing file is the
     ``FileNotFoundError`` of opening it, left to the caller."""
@@ -144,7 +147,8 @@ def read_json(path: Path, *, expect: type | None = dict, what: str | None = None
         return out
 
     try:
-        value = json.loads(text.removeprefix("\ufeff"), object_pairs_hook=pairs, parse_constant=_Constant)
+        constant_hook = _Constant if finite else None  # without it, NaN and Infinity read as Python's json reads them
+        value = json.loads(text.removeprefix("\ufeff"), object_pairs_hook=pairs, parse_constant=constant_hook)
     except json.JSONDecodeError as err:
         raise BadJSON(
             f"{path}: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); expected {expected}"

@@ -251,7 +251,7 @@ def read_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
 def _json(path: Path, what: str) -> dict[str, Any]:
     """A checkpoint's JSON file, or a one-line ``CheckpointError`` naming it (anatomy.files.read_json)."""
     try:
-        data: dict[str, Any] = read_json(path, what=what)
+        data: dict[str, Any] = read_json(path, what=what, finite=True)  # a NaN size or eps is no configuration
     except BadJSON as err:
         raise CheckpointError(str(err)) from None
     except OSError as err:  # vanished between the look and the read
