@@ -94,6 +94,8 @@ def _load_map(value: str | None) -> dict[str, Any] | None:
         mapping = json.loads(text)
     except json.JSONDecodeError as err:
         raise CheckError(f"--map: not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+    except RecursionError:
+        raise CheckError("--map: nested too deeply to be a mapping; expected a JSON object") from None
     if not isinstance(mapping, dict):
         raise CheckError("--map must be a JSON object {reference parameter: your parameter}")
     return mapping

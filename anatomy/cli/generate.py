@@ -12,7 +12,10 @@
 ``eos_token_id``, read from Hugging Face's config by ``convert``; a seq2seq model without one: the tokenizer's), as
 HF's ``generate`` does; ``--eos ID[,ID...]`` names others, ``--eos none`` never stops early. The eos stays visible
 in the printed text (as its token text, ``<|endoftext|>``), ``--stop TEXT`` matches special-token text too, and one
-line on stderr per output says why it stopped (eos, a stop string, or the token budget). Sampling is the default
+line on stderr per output says why it stopped (eos, a stop string, or the token budget). The checkpoint's
+``generation_config.json`` gives the defaults, as to HF's ``generate`` (``do_sample``, ``num_beams``,
+``max_new_tokens``/``max_length``, ``repetition_penalty``, ``temperature``...: each flag given wins; a line on stderr
+names the file's options used; ``generate_options.resolve_decoding``). Without one, sampling is the default
 (temperature 0.8; each output row draws from its own generator seeded ``--seed + row``, so a prompt gets the same
 samples batched, alone or ``--stream``-ed); ``--greedy`` takes the arg-max and ``--num-beams K`` runs beam search;
 options that only shape another mode are refused by name (``--greedy --top-p 0.9`` is an error, not a silently
@@ -33,11 +36,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from anatomy.cli.generate_options import (  # the options, their checks (generate_options.py)
+    DEFAULT_TEMPERATURE,
+    SAMPLING,
     _check_options,
     _prompts,
     add_generate_arguments,
     add_predict_arguments,
     check_sizes,
+    resolve_decoding,
 )
 
 if TYPE_CHECKING:
@@ -55,28 +61,32 @@ def _load(path: str) -> tuple[Any, Tokenizer, Path]:  # Any: a model of anatomy.
 
 
 def _options(args: argparse.Namespace, tokenizer: Tokenizer) -> dict[str, Any]:
-    """The ``generate`` keyword arguments the command line asks for."""
-    sample = not args.greedy and args.num_beams == 1
+    """The ``generate`` keyword arguments the command line asks for (``args`` settled by ``resolve_decoding``):
+    the mode and each flag given (the budget is passed where it runs). An option no flag names is left out, so
+    that ``generate`` takes it from the model's ``generation_config`` (its ``generation_config.json``), as HF's
+    does; sampling without a temperature from either runs at 0.8."""
+    file: dict[str, Any] = getattr(args, "file_options", {})
     kw: dict[str, Any] = dict(
-        do_sample=sample,
+        do_sample=args.sample,
         num_beams=args.num_beams,
         num_return_sequences=args.num_return_sequences,
-        repetition_penalty=args.repetition_penalty,
     )
-    if sample:
-        kw.update(
-            temperature=0.8 if args.temperature is None else args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            min_p=args.min_p,
-        )
+    if args.repetition_penalty is not None:
+        kw["repetition_penalty"] = args.repetition_penalty
+    if args.sample:
+        if args.temperature is None and "temperature" not in file:
+            kw["temperature"] = DEFAULT_TEMPERATURE
+        kw.update({name: getattr(args, name) for name in SAMPLING if getattr(args, name) is not None})
     if args.num_beams > 1:
-        kw.update(
-            length_penalty=args.length_penalty,
-            early_stopping={"true": True, "false": False, "never": "never", None: None}[args.early_stopping],
-        )
+        if args.length_penalty is not None:
+            kw["length_penalty"] = args.length_penalty
+        if args.early_stopping is not None:
+            kw["early_stopping"] = {"true": True, "false": False, "never": "never"}[args.early_stopping]
+    stops = file.get("stop_strings")
     if args.stop:
-        kw.update(stop_strings=[s.replace("\\n", "\n") for s in args.stop], tokenizer=Visible(tokenizer))
+        stops = [s.replace("\\n", "\n") for s in args.stop]
+    if stops:  # the file's stop strings, as HF's generate reads them (a string or a list)
+        kw.update(stop_strings=[stops] if isinstance(stops, str) else list(stops), tokenizer=Visible(tokenizer))
     pad = getattr(tokenizer, "pad_id", None)
     kw["pad_token_id"] = 0 if pad is None else pad
     kw["compile"] = {"auto": "auto", "on": True, "off": False}[getattr(args, "compile", "auto")]
@@ -299,12 +309,36 @@ def _seq2seq(
     return results
 
 
+def _settle(args: argparse.Namespace, model: Any, ckpt: Path, width: int) -> argparse.Namespace:
+    """``args`` with the decoding settled over the checkpoint's ``generation_config.json`` (HF's defaults for
+    ``generate``: ``resolve_decoding``), and one line on stderr naming the file's options in effect."""
+    from anatomy.cli.usage import UsageError
+    from anatomy.generation.options import OPTIONS, generation_options
+    from anatomy.interop.safetensors_io import GENERATION_CONFIG_NAME
+
+    where = str(ckpt / GENERATION_CONFIG_NAME)
+    defaults = getattr(model, "generation_config", None)
+    unsupported = dict(getattr(defaults, "unsupported", {}))
+    if unsupported:
+        name, value = next(iter(unsupported.items()))
+        raise UsageError(
+            f"{where}: field {name!r} is {json.dumps(value)}, a Hugging Face option anatomy's generate does not "
+            "implement; remove it from the file (or set it to its default)"
+        )
+    file = {k: v for k, v in generation_options(defaults).items() if k in OPTIONS}
+    seq2seq = model.config.architecture == "seq2seq"
+    settled, used = resolve_decoding(args, file, where, UsageError, width=width, seq2seq=seq2seq)
+    if used:
+        print(f"{where}: {', '.join(used)} (a flag overrides each)", file=sys.stderr)
+    return settled
+
+
 def run_generate(args: argparse.Namespace) -> int:
     from anatomy.cli.usage import UsageError
 
     _check_options(args, UsageError)
     prompts = _prompts(args, UsageError)
-    model, tokenizer, _ = _load(args.checkpoint)
+    model, tokenizer, ckpt = _load(args.checkpoint)
     arch = model.config.architecture
     if arch not in ("decoder_lm", "seq2seq"):
         raise UsageError(
@@ -313,9 +347,10 @@ def run_generate(args: argparse.Namespace) -> int:
         )
     if args.stream and arch == "seq2seq" and len(prompts) > 1:
         raise UsageError("--stream with a seq2seq model takes one --prompt: the prompts of a file run as a batch")
+    width = max(len(tokenizer.encode(p)) for p in prompts)  # seeds, rows and memory before anything is made
+    args = _settle(args, model, ckpt, width)
     kw = _options(args, tokenizer)
     eos = eos_ids(args, model, tokenizer, UsageError)
-    width = max(len(tokenizer.encode(p)) for p in prompts)  # seeds, rows and memory before anything is made
     check_sizes(args, UsageError, model.config, len(prompts) * args.num_return_sequences, width)
     if arch == "seq2seq":
         results = _seq2seq(model, tokenizer, prompts, args, kw, eos, UsageError)
@@ -348,7 +383,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
 def run_predict(args: argparse.Namespace) -> int:
     from anatomy.cli.usage import UsageError
-    from anatomy.training.checkpoint import TRAINING
+    from anatomy.training.checkpoint import TRAINING, read_json
 
     model, tokenizer, ckpt = _load(args.checkpoint)
     if model.config.architecture != "classifier":
@@ -360,7 +395,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if model.config.label_names is not None:  # the model's own (HF's id2label, read by convert)
         names = list(model.config.label_names)
     elif (ckpt / TRAINING).is_file():  # the run's data set
-        names = json.loads((ckpt / TRAINING).read_text(encoding="utf-8")).get("label_names", names)
+        names = read_json(ckpt / TRAINING).get("label_names", names)  # bounded, one line when bad
     results = []
     for text in args.text:
         ids = tokenizer.encode(text)[: model.config.max_seq_len] or [tokenizer.pad_id]

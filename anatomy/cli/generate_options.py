@@ -9,7 +9,7 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from anatomy.generation import limits
 
@@ -33,9 +33,24 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="UTF-8 text, one prompt per line (or a JSON string per line); run as one batch",
     )
-    p.add_argument("--max-new-tokens", type=int, default=200)
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="the token budget (default: the checkpoint's generation_config.json, else 200)",
+    )
     p.add_argument("--greedy", action="store_true", help="arg-max decoding instead of sampling")
-    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.8)")
+    p.add_argument(
+        "--sample",
+        action="store_true",
+        help="sample (the default unless the checkpoint's generation_config.json says do_sample false or num_beams)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature (default: generation_config.json's, else 0.8)",
+    )
     p.add_argument(
         "--top-k",
         type=int,
@@ -52,7 +67,12 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="> 1 makes tokens already in the text less likely (CTRL; HF's repetition_penalty)",
     )
-    p.add_argument("--num-beams", type=int, default=1, help="beam search with this many beams (no sampling)")
+    p.add_argument(
+        "--num-beams",
+        type=int,
+        default=None,
+        help="beam search with this many beams (no sampling; default: generation_config.json's, else 1)",
+    )
     p.add_argument(
         "--length-penalty",
         type=float,
@@ -65,7 +85,12 @@ def add_generate_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="beam search: when to stop (HF's early_stopping; default false)",
     )
-    p.add_argument("--num-return-sequences", type=int, default=1, help="outputs per prompt (sampled or beams)")
+    p.add_argument(
+        "--num-return-sequences",
+        type=int,
+        default=None,
+        help="outputs per prompt, sampled or beams (default: generation_config.json's, else 1)",
+    )
     p.add_argument(
         "--stop",
         action="append",
@@ -109,10 +134,10 @@ def _check_options(args: argparse.Namespace, usage: Usage) -> None:
             if args.prompt is None
             else "give --prompt or --prompts-file, not both"
         )
-    if args.max_new_tokens < 0:
+    if args.max_new_tokens is not None and args.max_new_tokens < 0:
         raise usage(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     for name in ("num_beams", "num_return_sequences"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise usage(f"{_flag(name)} must be >= 1, got {getattr(args, name)}")
     ranges: dict[str, tuple[Callable[[float], bool], str]] = {
         "temperature": (lambda v: v > 0, "> 0"),
@@ -129,33 +154,134 @@ def _check_options(args: argparse.Namespace, usage: Usage) -> None:
         limits.check_values(vars(args), prefix="--")  # inf and NaN (limits.py)
     except ValueError as err:
         raise usage(str(err)) from None
+    beams = args.num_beams is not None and args.num_beams > 1
+    if args.greedy and args.sample:
+        raise usage("--greedy and --sample contradict: drop one")
+    for mode, on in (("--greedy", args.greedy), ("--sample", args.sample)):
+        if on and beams:
+            raise usage(
+                f"{mode} and --num-beams {args.num_beams} contradict: "
+                + ("greedy is one beam; drop one" if mode == "--greedy" else "beam sampling is not implemented")
+            )
     sampling = [(n, getattr(args, n)) for n in SAMPLING if getattr(args, n) is not None]
-    if args.greedy and args.num_beams > 1:
-        raise usage(f"--greedy and --num-beams {args.num_beams} contradict: greedy is one beam; drop one")
-    for mode, on in (("--greedy", args.greedy), (f"--num-beams {args.num_beams}", args.num_beams > 1)):
+    for mode, on in (("--greedy", args.greedy), (f"--num-beams {args.num_beams}", beams)):
         if on and sampling:
             name, value = sampling[0]
             raise usage(f"{mode} and {_flag(name)} {value:g} contradict: {_flag(name)} only shapes sampling; drop one")
-    if args.num_beams == 1:
-        for name in ("length_penalty", "early_stopping"):
-            if getattr(args, name) is not None:
-                raise usage(f"{_flag(name)} only shapes beam search: add --num-beams K (K > 1) or drop it")
-        if args.greedy and args.num_return_sequences > 1:
-            raise usage(
-                f"--greedy and --num-return-sequences {args.num_return_sequences} contradict: greedy "
-                "decoding gives one sequence per prompt"
-            )
-    elif args.num_return_sequences > args.num_beams:
-        raise usage(f"--num-return-sequences {args.num_return_sequences} must be <= --num-beams {args.num_beams}")
-    if args.stream and args.num_beams > 1:
-        raise usage(f"--stream and --num-beams {args.num_beams} contradict: beams change until the end; drop one")
-    if args.stream and args.num_return_sequences > 1:
-        raise usage(
-            f"--stream and --num-return-sequences {args.num_return_sequences} contradict: the terminal "
-            "shows one sequence as it grows"
-        )
     if args.stream and args.format == "json":
         raise usage("--stream and --format json contradict: JSON is printed once, at the end")
+
+
+DEFAULT_BUDGET, DEFAULT_TEMPERATURE = 200, 0.8  # the command line's own defaults, under generation_config.json's
+
+
+class _Layers:
+    """The flags over the checkpoint's generation defaults (``file``, read from ``where``): ``take`` a value,
+    noting the file's in ``used``; ``said`` names where a value came from, for a refusal."""
+
+    def __init__(self, args: argparse.Namespace, file: dict[str, Any], where: str) -> None:
+        self.args, self.file, self.where = args, file, where
+        self.used: dict[str, Any] = {}
+
+    def take(self, name: str, fallback: Any) -> Any:
+        if getattr(self.args, name, None) is not None:
+            return getattr(self.args, name)
+        if name in self.file:
+            self.used[name] = self.file[name]
+            return self.file[name]
+        return fallback
+
+    def said(self, name: str) -> str:
+        value = getattr(self.args, name, None)
+        if value is not None and value is not False:
+            return _flag(name) + ("" if value is True else f" {value:g}" if isinstance(value, float) else f" {value}")
+        if name in self.file:
+            return f"{self.where}'s {name} {json.dumps(self.file[name])}"
+        return f"the default {name}"
+
+    def mode(self, usage: Usage) -> tuple[bool, int]:
+        """(sample, num_beams): --greedy / --sample / --num-beams, else the file's, else sampling."""
+        args = self.args
+        if args.greedy or args.sample:
+            return bool(args.sample), 1
+        if args.num_beams is not None:
+            return args.num_beams == 1 and bool(self.take("do_sample", True)), args.num_beams
+        beams = int(self.take("num_beams", 1))
+        sample = bool(self.take("do_sample", beams == 1))
+        if sample and beams > 1:
+            raise usage(
+                f"{self.where} sets do_sample true with num_beams {beams} (beam sampling), which anatomy's generate "
+                "does not implement: pass --greedy, --sample or --num-beams K"
+            )
+        return sample, beams
+
+    def budget(self, usage: Usage, counted: int) -> int:
+        """--max-new-tokens, else the file's max_new_tokens, else its max_length less the ``counted`` tokens it
+        counts (HF's rule), else 200."""
+        if self.args.max_new_tokens is None and "max_new_tokens" not in self.file and "max_length" in self.file:
+            budget = int(self.take("max_length", 0)) - counted
+            if budget < 0:
+                raise usage(
+                    f"{self.where} sets max_length {self.file['max_length']}, which counts the prompt, but the "
+                    f"prompt is {counted} tokens: pass --max-new-tokens N"
+                )
+            return budget
+        return int(self.take("max_new_tokens", DEFAULT_BUDGET))
+
+    def note_in_effect(self, sample: bool, beams: int) -> None:
+        """The file's options that shape this decoding without a flag over them (HF ignores the others)."""
+        names = ["repetition_penalty", "no_repeat_ngram_size", "min_new_tokens", "min_length"]
+        names += list(SAMPLING) if sample else ["length_penalty", "early_stopping"] if beams > 1 else []
+        names += ["bad_words_ids", "suppress_tokens"] + ([] if self.args.stop else ["stop_strings"])
+        for name in names:
+            if getattr(self.args, name, None) is None and name in self.file:
+                self.used[name] = self.file[name]
+
+
+def resolve_decoding(
+    args: argparse.Namespace, file: dict[str, Any], where: str, usage: Usage, *, width: int, seq2seq: bool
+) -> tuple[argparse.Namespace, list[str]]:
+    """The decoding the command runs, as Hugging Face's ``generate`` resolves it: each flag given, over what the
+    checkpoint's ``generation_config.json`` sets (``file``: the options ``model.generation_config`` holds besides
+    the special tokens, read from ``where``), over the command line's defaults (sampling at temperature 0.8, 200
+    new tokens). Returns ``args`` with ``greedy``, ``sample``, ``num_beams``, ``num_return_sequences`` and
+    ``max_new_tokens`` settled (``file_options``: the file's options in effect), and those as ``name=value``, for
+    the line that says so. A flag that shapes a mode the file's defaults do not run, or a contradiction between
+    flags and the file, is refused in one line naming both. ``width``: the prompt's tokens (HF's ``max_length``
+    counts them; a seq2seq model's counts its decoder start)."""
+    layers = _Layers(args, file, where)
+    sample, beams = layers.mode(usage)
+    sampling = [n for n in SAMPLING if getattr(args, n) is not None]
+    if sampling and not sample:
+        mode = layers.said("do_sample" if "do_sample" in layers.used else "num_beams")
+        raise usage(
+            f"{_flag(sampling[0])} only shapes sampling, and {mode} asks for "
+            f"{'beam search' if beams > 1 else 'greedy decoding'}: add --sample or drop {_flag(sampling[0])}"
+        )
+    for name in ("length_penalty", "early_stopping"):
+        if getattr(args, name) is not None and beams == 1:
+            raise usage(f"{_flag(name)} only shapes beam search: add --num-beams K (K > 1) or drop it")
+    rows = int(layers.take("num_return_sequences", 1))
+    if beams == 1 and not sample and rows > 1:
+        mode = "--greedy" if args.greedy else layers.said("do_sample")
+        raise usage(
+            f"{mode} and {layers.said('num_return_sequences')} contradict: greedy decoding gives one sequence per "
+            "prompt (add --sample or --num-beams K)"
+        )
+    if beams > 1 and rows > beams:
+        raise usage(f"{layers.said('num_return_sequences')} must be <= {layers.said('num_beams')}")
+    if args.stream and beams > 1:
+        raise usage(f"--stream and {layers.said('num_beams')} contradict: beams change until the end")
+    if args.stream and rows > 1:
+        raise usage(
+            f"--stream and {layers.said('num_return_sequences')} contradict: the terminal shows one sequence as "
+            "it grows"
+        )
+    budget = layers.budget(usage, 1 if seq2seq else width)
+    layers.note_in_effect(sample, beams)
+    settled: dict[str, Any] = {"greedy": not sample and beams == 1, "sample": sample, "num_beams": beams}
+    settled.update(num_return_sequences=rows, max_new_tokens=budget, file_options=layers.used)
+    return argparse.Namespace(**{**vars(args), **settled}), [f"{k}={json.dumps(v)}" for k, v in layers.used.items()]
 
 
 def _prompts(args: argparse.Namespace, usage: Usage) -> list[str]:

@@ -163,10 +163,10 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
             f"no {FILE} in {str(directory)!r} (a model converted with `anatomy convert --from-hf DIR` "
             "keeps DIR's tokenizer when DIR holds one)"
         )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{str(path)!r} is not a JSON tokenizer file: {err}") from None
+    from anatomy.data.tokenizers_hf import TOKENIZER_LIMIT
+    from anatomy.files import read_json
+
+    data = read_json(path, what="a JSON tokenizer file (an object)", limit=TOKENIZER_LIMIT)  # BadJSON: one line
     if data.get("anatomy_tokenizer") == "char":
         return CharTokenizer(data["vocab"], unk=bool(data.get("unk")))
     if (d / HF_CONFIG_FILE).is_file():

@@ -28,15 +28,13 @@ FILE, CONFIG_FILE = "tokenizer.json", "tokenizer_config.json"
 VOCAB_FILE, MERGES_FILE, SP_FILE, SPECIAL_MAP = "vocab.json", "merges.txt", "tokenizer.model", "special_tokens_map.json"
 ROLES = ("bos_token", "eos_token", "pad_token", "unk_token")
 GPT2_EOS = "<|endoftext|>"
+TOKENIZER_LIMIT = 1 << 30  # bytes: a tokenizer.json of a large vocabulary runs to tens of MB, never a GB
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{str(path)!r} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"{str(path)!r} must hold a JSON object, got {type(data).__name__}")
+    from anatomy.files import read_json
+
+    data: dict[str, Any] = read_json(path, limit=TOKENIZER_LIMIT)  # BadJSON (a ValueError): one line naming it
     return data
 
 

@@ -24,6 +24,7 @@ from anatomy.doctor.recording.dataflow import (
     deviation_faults,
     mask_after_softmax_flow,
     record_masked,
+    softmax_off_the_keys,
     unmapped,
 )
 from anatomy.doctor.report.findings import Finding
@@ -98,6 +99,10 @@ def pointed_findings(
         for fault, dev in deviation_faults(obs):  # the flow shows a known pitfall the comparison could not isolate
             findings.append(flow_finding(fault, dev))
             named_faults.append(fault)
+    off_keys = softmax_off_the_keys(obs) if diag.status in ("unexplained", "unavailable") else None
+    if off_keys is not None and "softmax_wrong_axis" not in named_faults:  # never a silent pass over the queries
+        findings.append(flow_finding("softmax_wrong_axis", off_keys))
+        named_faults.append("softmax_wrong_axis")
     for f in findings:  # a mask form that leaks beside the right one: its lines run only with that form
         form = f.evidence.get("form") if f.probe == "padding_leak" else None
         if form:

@@ -95,7 +95,9 @@ def load(out: str | Path) -> dict[str, Any]:
     path = Path(out) / "claims.json"
     if not path.is_file():
         raise ValueError(f"{out} holds no claims.json (run `anatomy claims run ... --out {out}` first)")
-    doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    from anatomy.files import read_json
+
+    doc: dict[str, Any] = read_json(path, what="the claims lab's document (a JSON object)")  # BadJSON: one line
     return doc
 
 

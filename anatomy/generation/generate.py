@@ -126,7 +126,9 @@ def generate(
         raise ValueError("generate needs input_ids (B, T) or inputs_embeds (B, T, D)")
     b, t = ids_shape(input_ids)
     num_beams, copies_n = o["num_beams"], o["num_return_sequences"]
-    max_new_tokens = new_token_budget(o["max_new_tokens"], o["max_length"], t)
+    # HF counts an encoder-decoder's max_length in decoder tokens (its start token), a decoder-only's in prompt + new
+    counted = 1 if getattr(model, "is_encoder_decoder", False) else t
+    max_new_tokens = new_token_budget(o["max_new_tokens"], o["max_length"], counted)
     check_options(
         do_sample=o["do_sample"],
         temperature=o["temperature"],

@@ -16,7 +16,6 @@ special ids outside the vocabulary are warned about, one line each (HF loads the
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -199,12 +198,12 @@ def special_map_problems(directory: str | Path, tokenizer: Any) -> list[str]:
     inner = getattr(tokenizer, "tokenizer", None)
     if not path.is_file() or inner is None or not hasattr(inner, "token_to_id"):
         return []
+    from anatomy.files import read_json
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        data = read_json(path)
+    except (OSError, ValueError) as err:  # BadJSON: one line naming the file
+        raise CheckpointError(str(err) if str(path) in str(err) else f"{path}: cannot be read ({err})") from None
     out = []
     for role in ("bos_token", "eos_token", "pad_token", "unk_token"):
         value = data.get(role)

@@ -38,6 +38,7 @@ from torch import nn
 from anatomy._version import __version__
 from anatomy.config import ModelConfig
 from anatomy.errors import CheckpointError
+from anatomy.files import BadJSON, read_json
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -164,10 +165,9 @@ def read_tensors(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     if single.is_file():
         return _read_file(single)
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{index}: not a valid safetensors index ({err!r})") from None
+        weight_map = _json(index, "a safetensors index (a JSON object with a weight_map)").get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index}: field 'weight_map' must be an object {{tensor name: shard file}}")
         by_file: dict[str, list[str]] = {}
         for name, file in weight_map.items():
             if not isinstance(file, str) or Path(file).name != file:
@@ -245,12 +245,17 @@ def read_config(directory: str | os.PathLike[str]) -> dict[str, Any]:
         if pickles:
             raise _refuse_pickle(pickles[0])
         raise CheckpointError(f"{path}: missing; a checkpoint directory holds config.json + model.safetensors")
+    return _json(path, "a JSON object (the model's configuration)")
+
+
+def _json(path: Path, what: str) -> dict[str, Any]:
+    """A checkpoint's JSON file, or a one-line ``CheckpointError`` naming it (anatomy.files.read_json)."""
     try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        data: dict[str, Any] = read_json(path, what=what, finite=True)  # a NaN size or eps is no configuration
+    except BadJSON as err:
+        raise CheckpointError(str(err)) from None
+    except OSError as err:  # vanished between the look and the read
+        raise CheckpointError(f"{path}: cannot be read ({err.strerror or err})") from None
     return data
 
 
@@ -258,17 +263,14 @@ GENERATION_CONFIG_NAME = "generation_config.json"
 
 
 def read_generation_config(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
-    """A Hugging Face directory's ``generation_config.json`` (the special tokens its ``generate`` uses), or None."""
+    """A directory's ``generation_config.json`` (the tokens and defaults HF's ``generate`` uses), checked field by
+    field (``interop.generation_file``), or None when there is none."""
     path = Path(directory) / GENERATION_CONFIG_NAME
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    from anatomy.interop.generation_file import check_generation_file
+
+    return check_generation_file(_json(path, "a JSON object (Hugging Face's generation defaults)"), path)
 
 
 def load_pretrained(directory: str | os.PathLike[str], *, dtype: torch.dtype | None = None) -> nn.Module:

@@ -194,7 +194,7 @@ def claims(doc: dict[str, Any] | str | Path, lang: str = "en") -> Claims:
         path = Path(doc)
         try:
             doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:  # RecursionError: nested past the parser
             raise ValueError(f"claims: cannot read {str(path)!r} as claims.json ({err})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
         raise ValueError("claims: expected the claims lab's document (a dict with a 'claims' list)")

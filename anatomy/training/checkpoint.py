@@ -319,14 +319,15 @@ def resolve(path: str | Path, *, log: Callable[[str], None] | None = None, need:
 
 
 def read_json(path: Path) -> dict[str, Any]:
+    from anatomy.files import BadJSON
+    from anatomy.files import read_json as read_bounded
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data: dict[str, Any] = read_bounded(path)  # bounded, depth-checked, one line (anatomy.files)
     except FileNotFoundError:
         raise CheckpointError(f"{str(path)!r} is missing") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{str(path)!r} is not valid JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{str(path)!r}: expected a JSON object, got {type(data).__name__}")
+    except BadJSON as err:
+        raise CheckpointError(str(err)) from None
     return data
 
 

@@ -88,8 +88,8 @@ def _read_lock(path: Path) -> dict[str, Any] | None:
         return data if isinstance(data, dict) and isinstance(data.get("pid"), int) else {}
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return {}  # unreadable or cut by a crash while it was written: treated as stale
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return {}  # unreadable, cut by a crash while it was written, or nested past the parser: treated as stale
 
 
 def holder(run_dir: Path) -> dict[str, Any] | None:
@@ -258,8 +258,8 @@ def truncate_metrics(path: Path, after: int) -> None:
         try:
             if json.loads(line)["step"] <= after:
                 keep.append(line)
-        except (json.JSONDecodeError, KeyError, TypeError):
-            continue  # a line cut by the crash
+        except (json.JSONDecodeError, KeyError, TypeError, RecursionError):
+            continue  # a line cut by the crash (or no record of ours)
     write_atomic(path, "".join(line + "\n" for line in keep))
 
 

@@ -49,6 +49,7 @@ def test_exit_codes(capsys):
         (["fused_attention.py:FusedAttention", "--heads", "5"], "d_model=16 must be divisible by n_heads=5"),
         (["other_styles.py:Renamed", "--map", "{oops"], "--map: not valid JSON"),
         (["other_styles.py:Renamed", "--map", "/nonexistent/map.json"], "--map: cannot read"),
+        (["other_styles.py:Renamed", "--map", '{"a": ' + "[" * 50_000], "--map: nested too deeply"),
     ],
 )
 def test_unusable_input_exits_2_with_one_line(capsys, argv, expected):

@@ -210,3 +210,40 @@ def test_compile_flag_prints_the_eager_text(ckpt, capsys, monkeypatch):
     with pytest.raises(SystemExit):
         main(["generate", "--checkpoint", str(ckpt), "--prompt", "the", "--compile", "yes"])
     assert "--compile: invalid choice: 'yes'" in capsys.readouterr().err
+
+
+def test_seq2seq_takes_its_generation_config_json_as_generate_does(tmp_path, capsys):
+    """A seq2seq checkpoint whose generation_config.json asks for 3 beams and max_length 6 (which counts the
+    decoder start, as in HF): the command line without flags prints what load_pretrained(...).generate gives."""
+    from anatomy import load_pretrained
+    from anatomy.cli.generate import Visible
+
+    tok = CharTokenizer.train([TEXT])
+    torch.manual_seed(0)
+    model = build_model(
+        ModelConfig.from_preset(
+            "t5", vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=32
+        )
+    )
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn_like(p))
+    model.generation_config.update(num_beams=3, max_length=6, length_penalty=0.5)
+    save_pretrained(model, tmp_path / "s2s")
+    tok.save(tmp_path / "s2s")
+    written = json.loads((tmp_path / "s2s" / "generation_config.json").read_text())
+    assert written == {"length_penalty": 0.5, "max_length": 6, "num_beams": 3}
+    src = tok.encode("the cat") + ([tok.eos_id] if tok.eos_id is not None else [])
+    out = load_pretrained(tmp_path / "s2s").generate(torch.tensor([src]), eos_token_id=None)
+    want = Visible(tok).decode(out[0, 1:].tolist())
+    assert out.shape[1] == 6
+    code, printed, err = _run(capsys, "--checkpoint", tmp_path / "s2s", "--prompt", "the cat", "--eos", "none")
+    assert code == 0 and printed == want + "\n"
+    assert "generation_config.json: num_beams=3, max_length=6, length_penalty=0.5 (a flag overrides each)" in err
+    code, printed, _ = _run(
+        capsys, "--checkpoint", tmp_path / "s2s", "--prompt", "the cat", "--eos", "none", "--greedy"
+    )
+    greedy = load_pretrained(tmp_path / "s2s").generate(
+        torch.tensor([src]), eos_token_id=None, do_sample=False, num_beams=1
+    )
+    assert code == 0 and printed == Visible(tok).decode(greedy[0, 1:].tolist()) + "\n"

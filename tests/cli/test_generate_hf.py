@@ -171,3 +171,91 @@ def test_convert_verify_stays_greedy_when_the_generation_config_asks_for_samplin
     assert code == 0, out
     assert next(x for x in out.splitlines() if x.startswith("greedy generation")).endswith(": equal")
     assert json.loads((tmp_path / "o" / "generation_config.json").read_text()) == {"do_sample": True, "top_k": 5}
+
+
+def _with_generation_config(hf_dir, tmp_path, values) -> object:
+    d = tmp_path / "with-config"
+    shutil.copytree(hf_dir, d)
+    (d / "generation_config.json").write_text(json.dumps(values))
+    return d
+
+
+def _hf_default(d, **kw) -> list[int]:
+    """HF's generate with the directory's generation_config.json as its defaults, as from_pretrained loads it."""
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    model = transformers.GPT2LMHeadModel.from_pretrained(d).eval()
+    ids = torch.tensor([tok(PROMPT)["input_ids"]])
+    return model.generate(ids, attention_mask=torch.ones_like(ids), **kw)[0, ids.shape[1] :].tolist()
+
+
+def test_generation_config_json_gives_the_defaults_hfs_generate_takes(hf_dir, tmp_path, capsys):
+    """A list of eos ids, do_sample false, max_new_tokens 7 and a repetition penalty in generation_config.json:
+    the CLI (on the HF directory and on its conversion) and load_pretrained(...).generate give HF's tokens and
+    stop where HF stops; the CLI says which of the file's options it used. (It once sampled 200 tokens.)"""
+    from anatomy import load_pretrained
+
+    base = {"bos_token_id": 0, "do_sample": False, "max_new_tokens": 7, "repetition_penalty": 1.3}
+    free = _hf_default(_with_generation_config(hf_dir, tmp_path / "a", {**base, "eos_token_id": [0]}))
+    stop = next(t for i, t in enumerate(free) if i >= 2 and t not in free[:i] and t != 0)
+    d = _with_generation_config(hf_dir, tmp_path / "b", {**base, "eos_token_id": [0, stop]})
+    want = _hf_default(d)
+    assert want[-1] == stop and len(want) < 7 and want == free[: len(want)]  # the second eos ends it early
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    ids = torch.tensor([tok(PROMPT)["input_ids"]])
+    assert load_pretrained(d).generate(ids)[0, ids.shape[1] :].tolist() == want
+    converted = tmp_path / "converted"
+    assert main(["convert", "--from-hf", str(d), "--out", str(converted)]) == 0
+    capsys.readouterr()
+    for ckpt in (d, converted):
+        code, out, err = _gen(capsys, ckpt)
+        assert code == 0, err
+        assert out == PROMPT + tok.decode(want) + "\n"
+        lines = err.strip().splitlines()
+        assert lines[0] == (
+            f"{ckpt / 'generation_config.json'}: do_sample=false, max_new_tokens=7, repetition_penalty=1.3 "
+            "(a flag overrides each)"
+        )
+        assert lines[-1] == f"prompt 1/1: stopped: eos {tok.decode([stop])!r} (id {stop}) after {len(want)} tokens"
+    assert _hf_default(d, max_new_tokens=2) == want[:2]  # a flag overrides the file, as an argument does in HF
+    code, out, err = _gen(capsys, d, "--max-new-tokens", "2")
+    assert out == PROMPT + tok.decode(want[:2]) + "\n" and "max_new_tokens=7" not in err
+
+
+def test_the_files_beam_search_and_max_length_run_as_in_hf(hf_dir, tmp_path, capsys):
+    tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+    width = len(tok(PROMPT)["input_ids"])
+    cases = [
+        {"num_beams": 3, "max_new_tokens": 6, "length_penalty": 0.5, "eos_token_id": None},
+        {"do_sample": False, "max_length": width + 5, "eos_token_id": None},
+        {"do_sample": True, "top_k": 1, "max_new_tokens": 6, "eos_token_id": None},  # top-k 1: the arg-max
+    ]
+    for i, values in enumerate(cases):
+        d = _with_generation_config(hf_dir, tmp_path / str(i), values)
+        want = _hf_default(d)
+        assert len(want) in (5, 6)
+        code, out, err = _gen(capsys, d, "--eos", "none")
+        assert code == 0, err
+        assert out == PROMPT + tok.decode(want) + "\n", values
+
+
+def test_flags_against_the_files_defaults_are_refused_naming_both(hf_dir, tmp_path, capsys):
+    d = _with_generation_config(hf_dir, tmp_path, {"do_sample": False, "typical_p": 1.0})
+    code, out, err = _gen(capsys, d, "--temperature", "0.7")
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        f"anatomy generate: error: --temperature only shapes sampling, and {d / 'generation_config.json'}'s "
+        "do_sample false asks for greedy decoding: add --sample or drop --temperature"
+    )
+    assert _gen(capsys, d, "--sample", "--temperature", "0.7", "--max-new-tokens", "3")[0] == 0
+    (d / "generation_config.json").write_text(json.dumps({"typical_p": 0.9}))
+    code, _, err = _gen(capsys, d)
+    assert code == 2 and "field 'typical_p' is 0.9, a Hugging Face option anatomy's generate does not implement" in err
+    (d / "generation_config.json").write_text(json.dumps({"num_beams": 2, "do_sample": True}))
+    code, _, err = _gen(capsys, d)
+    assert code == 2 and "sets do_sample true with num_beams 2 (beam sampling)" in err
+    assert _gen(capsys, d, "--greedy", "--max-new-tokens", "2")[0] == 0
+    (d / "generation_config.json").write_text(json.dumps({"max_new_tokens": "7"}))
+    code, _, err = _gen(capsys, d)
+    assert code != 0 and err.strip().endswith(
+        f"{d / 'generation_config.json'}: field 'max_new_tokens' must be a positive integer, got '7'"
+    )

@@ -167,7 +167,7 @@ def test_grouped_query_attention_faults_are_named_exactly(fault, cls, d_model, n
 def test_tiled_key_value_heads_are_compared_in_the_learners_head_order():
     """The walk to the first difference compares q_proj's output, the weights and o_proj's input per head in the
     learner's order; a tiled module with an unknown mistake after o_proj matches everywhere up to it."""
-    report = run("gqa_attention.py:TiledResidualInside")
+    report = run("gqa_attention.py:TiledHalfResidualInside")
     assert report.diagnosis["status"] == "unexplained" and "tiled" in report.diagnosis["mapping"]
     first = report.diagnosis["first_difference"]
     assert first["where"] == "after the last mapped sub-module (the output)"
@@ -601,3 +601,12 @@ def test_a_llama_layer_in_metas_naming_with_rope_matches():
         "w2.weight",
     )
     assert report.errors == []
+
+
+def test_an_attention_returning_x_plus_its_output_matches_with_the_residual_named():
+    """x + attention(x) (a diffusion U-Net's AttentionBlock) equals the reference plus its input: it matches, the
+    residual inside is named in the variant, and a warning says a block adding x again would count it twice."""
+    report = run("gqa_attention.py:TiledResidualInside")
+    assert report.diagnosis["status"] == "matches" and "x + attention(x)" in report.diagnosis["variant"]["residual"]
+    assert report.errors == [] and report.exit_code() == 0
+    assert any("counted twice" in f.en for f in report.findings if f.severity == "warning")

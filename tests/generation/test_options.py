@@ -204,3 +204,23 @@ def test_explicit_max_length_under_a_default_max_new_tokens_is_refused_as_transf
         assert model.generate(IDS, max_new_tokens=1).shape == (2, 4)  # max_new_tokens wins over a default length
     finally:
         model.generation_config = saved
+
+
+def test_an_encoder_decoders_max_length_counts_its_decoder_tokens_as_in_hf():
+    """HF's max_length counts a T5's decoder tokens (its start token included), not the source: max_length=6 on an
+    8-token source gives 6 tokens. It was once measured from the source and refused as shorter than the prompt."""
+    transformers = pytest.importorskip("transformers")
+    from anatomy.interop.hf import from_hf
+
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        vocab_size=40, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=4, decoder_start_token_id=0, pad_token_id=0
+    )
+    hf = transformers.T5ForConditionalGeneration(config).eval()
+    ours = from_hf(hf)
+    src = torch.randint(2, 40, (1, 8), generator=torch.Generator().manual_seed(1))
+    for length in (6, 12):
+        want = hf.generate(src, max_length=length, eos_token_id=None)
+        got = generate(ours, src, max_length=length, eos_token_id=None)
+        assert want.shape == (1, length) and torch.equal(got, want)

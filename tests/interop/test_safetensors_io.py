@@ -187,3 +187,25 @@ def test_other_bad_directories(tmp_path):
         load_pretrained(tmp_path)
     with pytest.raises(TypeError, match="built by anatomy.build_model"):
         save_pretrained(torch.nn.Linear(2, 2), tmp_path / "x")
+
+
+@pytest.mark.parametrize("name", ["config.json", "generation_config.json", "model.safetensors.index.json"])
+def test_hostile_json_files_of_a_checkpoint_are_refused_in_one_line_naming_them(tmp_path, name):
+    """A config nested 100000 levels deep once ended in a raw RecursionError; every JSON file load_pretrained
+    reads is now refused in one line naming it: too deep, not JSON, NaN, not UTF-8, the wrong top-level type."""
+    d = tmp_path / "ckpt"
+    save_pretrained(_model("gpt2"), d, max_shard_size=20_000 if name.startswith("model.") else None)
+    path = d / name
+    hostile = {
+        "[" * 100_000: "nested more than 200 levels deep",
+        '{"a": ': "not valid JSON (Expecting value at line 1, column 7)",
+        '{"a": NaN}': "field 'a' is NaN, which JSON does not allow",
+        "[1]": "got an array",
+        b'{"a": "\xff"}': "not UTF-8 text (invalid start byte at byte 7)",
+    }
+    for text, said in hostile.items():
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        with pytest.raises(CheckpointError) as got:
+            load_pretrained(d)
+        message = str(got.value)
+        assert message.startswith(f"{path}: ") and said in message and "\n" not in message, message

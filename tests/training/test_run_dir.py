@@ -274,3 +274,8 @@ def test_a_save_that_fails_removes_its_temporary_directory(tmp_path, monkeypatch
     assert sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir()) == ["latest.json", "step-000002"]
     assert not (tmp_path / "run" / rd.LOCK).exists()
     resuming.load_training_state(ckpt.resolve(tmp_path / "run", need=ckpt.COMPLETE))
+
+
+def test_a_lock_file_nested_past_the_parser_is_stale_not_a_crash(tmp_path):
+    (tmp_path / rd.LOCK).write_text("[" * 100_000)
+    assert rd._read_lock(tmp_path / rd.LOCK) == {}

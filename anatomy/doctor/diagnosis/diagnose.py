@@ -22,6 +22,7 @@ from torch import nn
 
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.masks import max_diff
+from anatomy.doctor.diagnosis.before_output import fault_before_output
 from anatomy.doctor.diagnosis.difference import first_difference
 from anatomy.doctor.diagnosis.references import References, Scenario, Variant
 from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, key_of, split
@@ -291,17 +292,118 @@ def diagnose(
             sub_layer=where_of(best.faults),
             unexplained=left,
         )
-    ref = refs.build(best_correct.hyp, hyps[best_correct.hyp], best_correct.variant)
-    first = first_difference(subject, ref, hyps[best_correct.hyp], scenarios, tol)
+    inside = _before_output(subject, refs, hyps, best_correct, scenarios, fault_names, cands, (scale, tol), nearest)
+    return inside or _unexplained(subject, refs, hyps, best_correct, scenarios, tol, scale, nearest)
+
+
+def _unexplained(
+    subject: CheckedModule,
+    refs: References,
+    hyps: list[Hypothesis],
+    best: Candidate,
+    scenarios: list[Scenario],
+    tol: float,
+    scale: float,
+    nearest: list[dict[str, Any]],
+) -> Diagnosis:
+    """Nothing reproduces the output: where the first difference appears, next to the nearest references."""
+    ref = refs.build(best.hyp, hyps[best.hyp], best.variant)
+    first = first_difference(subject, ref, hyps[best.hyp], scenarios, tol)
     return Diagnosis(
         "unexplained",
-        hypothesis=hyps[best_correct.hyp],
-        variant=refs.describe(best_correct.variant),
-        distance_correct=best_correct.distance,
+        hypothesis=hyps[best.hyp],
+        variant=refs.describe(best.variant),
+        distance_correct=best.distance,
         scale=scale,
         nearest=nearest,
         first_difference=first,
-        key=(best_correct.hyp, best_correct.variant),
+        key=(best.hyp, best.variant),
+    )
+
+
+RESIDUAL_INSIDE = "x + attention(x): the residual added inside the module (as DDPM's U-Net AttentionBlock does)"
+RESIDUAL_INSIDE_PRE = "x + attention(norm(x)): the pre-norm and the residual inside the module"
+
+
+def _before_output(
+    subject: CheckedModule,
+    refs: References,
+    hyps: list[Hypothesis],
+    best: Candidate,
+    scenarios: list[Scenario],
+    fault_names: list[str],
+    cands: list[Candidate],
+    sizes: tuple[float, float],
+    nearest: list[dict[str, Any]],
+) -> Diagnosis | None:
+    """A fault that reproduces the input of the learner's output projection when nothing reproduces the output
+    (``before_output``: a residual added inside the attention, say), named with what it leaves unexplained after
+    the projection; None when there is none. ``sizes``: the output's scale and the tolerance on it."""
+    scale, tol = sizes
+    if refs.kind != "attention":  # a block's faults move its attention's input too: no single point to compare
+        return None
+    tried = []
+    for c in sorted((c for c in cands if not c.faults), key=lambda c: c.distance):  # every mapping and variant
+        one = fault_before_output(
+            subject, refs, hyps[c.hyp], c.variant, c.hyp, scenarios, fault_names, precision.tol(TOL), tol
+        )
+        if one is not None:
+            tried.append((c, one))
+    # where the correct reference agrees under some mapping or variant, the difference starts after the attention:
+    # a fault that agrees under another would be a false alarm, so none is named then
+    tried.sort(key=lambda t: t[1]["fault"] is not None)
+    if not tried or (tried[0][1]["fault"] is None and tried[0][1]["residual"] is None):
+        return None
+    best, found = tried[0]
+    variant = refs.describe(best.variant)
+    if found["residual"] is not None:  # x + attention(x): the design, named beside the reference
+        # the output was checked as x + the projection's output: a norm the variant put after it is not there
+        pre = variant.pop("norm_inside", None) is not None and best.variant[:1] == ("inner-pre",)
+        variant["residual"] = RESIDUAL_INSIDE_PRE if pre else RESIDUAL_INSIDE
+    if found["fault"] is None:
+        return Diagnosis(
+            "matches",
+            hypothesis=hyps[best.hyp],
+            variant=variant,
+            distance_correct=found["residual"],
+            scale=scale,
+            key=(best.hyp, best.variant),
+        )
+    if found["residual"] is not None:  # the fault and the residual reproduce the whole output
+        return Diagnosis(
+            "fault" if not found["also"] else "ambiguous",
+            fault=found["fault"],
+            faults=[found["fault"]],
+            also=found["also"],
+            hypothesis=hyps[best.hyp],
+            variant=variant,
+            distance_correct=best.distance,
+            distance_fault=found["residual"],
+            scale=scale,
+            nearest=nearest,
+            key=(best.hyp, best.variant),
+        )
+    at_output = [c for c in cands if c.hyp == best.hyp and c.variant == best.variant and names_of(c.faults)]
+    left = min((c.distance for c in at_output if names_of(c.faults) == [found["fault"]]), default=best.distance)
+    return Diagnosis(
+        "fault" if not found["also"] else "ambiguous",
+        fault=found["fault"],
+        faults=[found["fault"]],
+        also=found["also"],
+        hypothesis=hyps[best.hyp],
+        variant=variant,
+        distance_correct=found["distance_correct"],
+        distance_fault=found["distance_fault"],
+        scale=scale,
+        nearest=nearest,
+        key=(best.hyp, best.variant),
+        unexplained={
+            "after": found["where"],
+            "scenarios": sorted(sc.name for sc in scenarios),
+            "matched": [],
+            "max_abs_diff": _num(left),
+            "output_vs_reference": _num(best.distance),
+        },
     )
 
 

@@ -31,6 +31,8 @@ def cause(probe: str, faults: list[str]) -> str:
 
 
 def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
+    if diag.status == "matches" and diag.variant.get("residual"):  # right, and a design to say beside it
+        return [_residual_inside(diag)]
     if diag.status == "fault" and diag.fault == dg.RANDOM:
         return [_random_finding(diag)]
     if diag.status in ("fault", "ambiguous") and len(diag.faults) == 2:  # one finding per fault, same numbers
@@ -66,6 +68,8 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
             "output_scale": diag.scale,
             **({"variant": diag.variant} if diag.variant else {}),
         }
+        if diag.unexplained and diag.unexplained.get("after"):
+            return _before_output_findings(diag, f, ev, also_en, also_zh)
         where_en, where_zh = SUB_LAYER_TEXT.get(diag.sub_layer or "", ("", ""))
         out = [
             Finding(
@@ -121,6 +125,51 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
             )
         ]
     return []
+
+
+def _residual_inside(diag: dg.Diagnosis) -> Finding:
+    return Finding(
+        "diagnosis",
+        "warning",
+        "your module returns its input plus the attention (x + attention(x)), which equals the reference "
+        f"(max |Δ| {fmt(diag.distance_correct)}): a diffusion U-Net's AttentionBlock is called this way, but inside a "
+        "transformer block that adds x again the residual is counted twice",
+        "你的模块返回输入加注意力（x + attention(x)），与参考一致（最大 |Δ| "
+        f"{fmt(diag.distance_correct)}）：扩散 U-Net 的 AttentionBlock 就是这样调用的，但如果外面的 Transformer 块"
+        "还会再加一次 x，残差就被加了两次",
+        {"max_abs_diff_vs_reference": diag.distance_correct, "variant": diag.variant},
+    )
+
+
+def _before_output_findings(
+    diag: dg.Diagnosis, f: str, ev: dict[str, object], also_en: str, also_zh: str
+) -> list[Finding]:
+    """A fault reproduced at the input of the output projection (``before_output``), and what differs after it."""
+    left = diag.unexplained or {}
+    proj = left["after"]
+    return [
+        Finding(
+            "diagnosis",
+            severity(f),
+            f"the input of your output projection ({proj}) differs from the reference's by "
+            f"{fmt(diag.distance_correct)}; with {f} switched on in the reference it is reproduced there "
+            f"({fmt(diag.distance_fault)}){also_en}",
+            f"你的输出投影（{proj}）的输入与参考相差 {fmt(diag.distance_correct)}；在参考实现里打开 {f} 后，"
+            f"那里完全吻合（{fmt(diag.distance_fault)}）{also_zh}",
+            {**ev, "compared_at": f"input of {proj}"},
+            fault=f,
+        ),
+        Finding(
+            "diagnosis",
+            "warning",
+            f"after {proj} your output still differs from the reference with {f} (max |Δ| "
+            f"{fmt(left.get('max_abs_diff'))}): the module does more than the attention there (a residual added "
+            "inside, say), which the doctor does not compare",
+            f"在 {proj} 之后，你的输出与打开 {f} 的参考仍不同（最大 |Δ| {fmt(left.get('max_abs_diff'))}）：模块在那里"
+            "做了注意力之外的事（例如在内部加了残差），医生不比较这一部分",
+            {"unexplained": left},
+        ),
+    ]
 
 
 def _random_finding(diag: dg.Diagnosis) -> Finding:

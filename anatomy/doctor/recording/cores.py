@@ -177,3 +177,22 @@ def _einsum_heads(eq: str, feat: torch.Tensor | None, which: int, value: bool = 
     else:
         dh = [i for i, ch in enumerate(spec) if ch in other and ch not in res]  # contracted: q·k over Dh
     return _heads(feat, dh[-1]) if dh else None
+
+
+def key_axis(rec: r.Recording, softmax: r.Step) -> int | None:
+    """The axis of ``softmax``'s scores that holds the keys: the one its weighted sum adds up (an einsum's letter
+    of the weights that the values share and the output drops: ``bijh,bjhd->bihd`` gives 2; a matmul's last
+    axis), or None when the recording does not say."""
+    core = next((c for c in attention_cores(rec) if c.softmax.index == softmax.index), None)
+    w = None if core is None else core.weighted
+    dims = len(softmax.inputs[0].shape) if softmax.inputs else 0
+    if w is None or not dims:
+        return None
+    if w.op in ("matmul", "__matmul__", "bmm"):
+        return dims - 1
+    eq = str(w.extra.get("equation", "")).replace(" ", "")
+    if w.op != "einsum" or "->" not in eq or eq.count(",") != 1:
+        return None
+    (a, b), out = eq.split("->")[0].split(","), eq.split("->")[1]
+    summed = [ch for ch in a if ch in b and ch not in out]
+    return a.index(summed[0]) if len(summed) == 1 and len(a) == dims and "." not in a else None

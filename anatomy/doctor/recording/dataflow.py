@@ -17,7 +17,7 @@ import torch
 from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError
 from anatomy.doctor.mapping.naming import Hypothesis, Source
 from anatomy.doctor.recording import observed as ob
-from anatomy.doctor.recording.cores import attention_cores
+from anatomy.doctor.recording.cores import attention_cores, key_axis
 from anatomy.pitfalls import records
 from anatomy.tracing.recorder import record
 from anatomy.tracing.steps import SOFTMAX_OPS, RecordError, Recording, sizes_for
@@ -235,6 +235,46 @@ def deviation_faults(obs: Observation) -> list[tuple[str, dict[str, Any]]]:
             continue
         out.setdefault(fault, dev)
     return list(out.items())
+
+
+def softmax_off_the_keys(obs: Observation) -> dict[str, Any] | None:
+    """The first softmax of the recorded flow taken over another axis than the keys, as a deviation
+    (``observed._dev``'s fields), or None. The keys are the axis the weighted sum adds up (an einsum's contracted
+    letter, a direct ``weights @ v``'s last axis: ``cores.key_axis``), else the one axis the recording names S;
+    where neither says, nothing is claimed. A diffusion U-Net's AttentionBlock normalised over the queries this way
+    (``softmax(dim=1)`` on (B, T, S)); beside a residual or a norm the reference cannot carry, the comparison cannot
+    isolate it, and the flow names it instead of a silent pass."""
+    if obs.rec is None:
+        return None
+    for core in attention_cores(obs.rec):
+        s = core.softmax
+        dim = s.extra.get("dim")
+        dims = s.inputs[0].dims if s.inputs else ()
+        if s.op not in ("softmax", "_softmax", "log_softmax") or not isinstance(dim, int) or not dims:
+            continue
+        keys = key_axis(obs.rec, s)
+        if keys is None and dims.count("S") == 1:
+            keys = dims.index("S")
+        if keys is None or dim % len(dims) == keys:
+            continue
+        over = dims[dim % len(dims)]
+        what = {"T": "the queries", "H": "the heads", "B": "the batch"}.get(over, f"axis {over}")
+        what_zh = {"T": "查询", "H": "各个头", "B": "batch"}.get(over, f"{over} 轴")
+        shown = "(" + ", ".join(dims) + ")"
+        return {
+            "step": s.index,
+            "kind": "softmax",
+            "line": s.line,
+            "file": s.file,
+            "source": s.source,
+            "op": s.op,
+            "dims": shown,
+            "seen": f"the softmax normalises over dim={dim} of the scores {shown}: {what}, not the keys (dim={keys})",
+            "seen_zh": f"softmax 在分数 {shown} 的 dim={dim} 上归一化：那是{what_zh}，不是键（dim={keys}）",
+            "expected": f"the softmax over the keys, dim={keys}: each query's weights sum to 1",
+            "expected_zh": f"沿键的维度（dim={keys}）做 softmax：每个查询的权重之和为 1",
+        }
+    return None
 
 
 MASKING_OPS = {

@@ -185,6 +185,20 @@ def found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
                 ),
             )
         )
+    elif st in ("fault", "ambiguous") and (d.get("unexplained") or {}).get("after"):
+        proj = d["unexplained"]["after"]
+        rows.append(
+            (
+                _t(lang, "reference", "参考"),
+                _t(
+                    lang,
+                    f"reproduced by the bug-zoo fault {d.get('fault')} (below) up to your output projection "
+                    f"{proj}; after it your module does more than the attention",
+                    f"在你的输出投影 {proj} 之前与 bug zoo 中的 {d.get('fault')} 吻合（见下）；之后你的模块做了注意力"
+                    "之外的事",
+                ),
+            )
+        )
     elif st in ("fault", "ambiguous") and d.get("unexplained"):
         runs = {
             "plain": ("plain", "不加 mask 的"),

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from anatomy.doctor.recording import observed as ob
-from anatomy.doctor.recording.cores import PASS_OPS, attention_cores
+from anatomy.doctor.recording.cores import PASS_OPS, attention_cores, key_axis
 from anatomy.pitfalls import records
 from anatomy.tracing import steps as r
 
@@ -278,15 +278,18 @@ def _softmax(rec: r.Recording, fault: str) -> list[dict[str, Any]]:
     for s in rec.data_steps():
         if s.op in ("softmax", "softmax_", "_softmax", "log_softmax") and s.extra.get("dim") not in (None, -1):
             dims = s.inputs[0].shape if s.inputs else ()
-            if len(dims) and s.extra["dim"] in (len(dims) - 1,):
-                continue  # the last axis, counted from the front
+            keys = key_axis(rec, s)  # the axis the weighted sum adds up (an einsum's (B, T, S, H): 2)
+            keys = len(dims) - 1 if keys is None and len(dims) else keys
+            if len(dims) and s.extra["dim"] % len(dims) == keys:
+                continue  # over the keys, counted either way
+            last = keys == len(dims) - 1
             return [
                 _at(
                     s,
                     f"line {s.line} `{s.source}` takes the softmax over dim={s.extra['dim']} of the {len(dims)}-D "
-                    "scores; the keys are the last axis (dim=-1)",
+                    + ("scores; the keys are the last axis (dim=-1)" if last else f"scores; the keys are dim={keys}"),
                     f"第 {s.line} 行 `{s.source}` 在 {len(dims)} 维分数的 dim={s.extra['dim']} 上做 softmax；"
-                    "键是最后一维（dim=-1）",
+                    + ("键是最后一维（dim=-1）" if last else f"键是 dim={keys}"),
                 )
             ]
     return []

@@ -78,12 +78,19 @@ def short_answer(report: Report, lang: str = "en", width: int = 80, strict: bool
         if more:
             lines.append(_t(lang, "  also: ", "  另外：") + _t(lang, "; ", "；").join(more))
     else:
-        matches = report.diagnosis.get("status") == "matches"
+        status = report.diagnosis.get("status")
         lines.append(
             _t(lang, "✓ PASS: none of the post's pitfalls found", "✓ 通过：没有发现原文列出的坑")
             + (
                 _t(lang, " (your output equals the reference's)", "（输出与参考实现一致）")
-                if matches
+                if status == "matches"
+                else _t(
+                    lang,
+                    " (but your output differs from the reference's and no known pitfall reproduces it: the doctor "
+                    "can't tell whether that is a design or a bug; see the diagnosis warning)",
+                    "（但你的输出与参考实现不同，且没有已知的坑能复现：医生无法判断这是设计还是错误；见诊断警告）",
+                )
+                if status == "unexplained"
                 else _t(
                     lang,
                     " (not compared with the reference: the doctor could not map your weights)",

@@ -135,3 +135,11 @@ class Renamed(nn.Module):
                 for f in (self.beta, self.gamma))
         w = (q @ k.transpose(-2, -1) / math.sqrt(self.d_k)).softmax(-1)
         return self.delta((w @ v).transpose(1, 2).reshape(B, T, D))
+
+
+class TiledHalfResidualInside(TiledGroups):
+    """A mistake the zoo does not know: half the input added back after the output projection."""
+
+    def forward(self, x, mask=None):
+        out, attn = super().forward(x, mask)
+        return 0.5 * x + out, attn

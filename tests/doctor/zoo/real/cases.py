@@ -197,6 +197,15 @@ WAVE3 = [
     RealCase("wave3.py:DiffusersAttentionByDModel", "scale_by_d_model",
              point="h = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, scale=d**-0.5)",
              source="injected"),
+    # --- diffusion U-Nets (DDPM: labml.ai / pdearena, pesser/pytorch_diffusion), the residual inside the block -------
+    RealCase("diffusion.py:DDPMAttentionQueries", "softmax_wrong_axis", point="w = w.softmax(dim=1)",
+             style="softmax over the queries of (B, T, S, H), res += x inside: as published before the fix"),
+    RealCase("diffusion.py:DDPMAttention", "ok", style="softmax over dim=2 of (B, T, S, H), res += x, idle GroupNorm"),
+    RealCase("diffusion.py:DDPMConvAttnBlock", "ok", {"n_heads": 1}, also=("status:unexplained",),
+             style="GroupNorm over channels and positions (no reference carries it), x + h: an honest can't-tell"),
+    RealCase("diffusion.py:DDPMConvAttnBlockQueries", "softmax_wrong_axis", {"n_heads": 1},
+             point="w = torch.nn.functional.softmax(w, dim=1)", source="injected",
+             style="the same with softmax over the queries of (B, T, S): named from the recorded flow"),
     # --- time series (Informer) and a repository's first published attention ---------------------------------------
     RealCase("wave3.py:InformerAttentionLayer", "ok", style="einsum blhe,bshe->bhls, triangular mask built inside"),
     RealCase("wave3.py:InformerMixAttention", "merge_wrong_transpose", C,
