@@ -25,10 +25,6 @@ GAPS: dict[str, str] = {
     "models.llama2c.Transformer": "refused: without targets llama2.c returns a bare (B, 1, V) tensor (its inference "
     "shortcut), with targets the full logits and the loss in self.last_loss; the doctor reads the shortcut only from "
     "a (logits, loss) tuple",
-    "models.llms_from_scratch.tiny_llama3": "refused: the book's Llama 3 casts to cfg['dtype'] before out_head, which "
-    "fails once the doctor runs the model in float64",
-    "models.llms_from_scratch.tiny_llama3_copy_tied": "refused: the book's Llama 3 casts to cfg['dtype'] before "
-    "out_head, which fails once the doctor runs the model in float64",
     "models.happy_llm_zh.Transformer": "refused: the model is built now (n_kv_heads follows n_heads), but without "
     "targets it returns an output object holding the last position's logits only (B, 1, V), and the doctor reads "
     "that shortcut only from a (logits, loss) tuple",

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from anatomy.doctor.contract.precision import floor_for, tolerating
 from anatomy.doctor.loading.subject import CheckError
 from anatomy.doctor.model import causal, generate, hygiene, loss, padding, positions
 from anatomy.doctor.model.blocks import BlockCheck, capture, diagnose_layers, find_stack
@@ -73,7 +74,8 @@ def check_model(
         except ForwardError:
             calls = None
     ctx = Context(lm, stack, calls, base, block_check)
-    return _report(ctx)
+    with tolerating(floor_for(lm.dtypes)):  # a model that computes in float32 somewhere is compared at that precision
+        return _report(ctx)
 
 
 def _first_call(lm: LM) -> torch.Tensor:

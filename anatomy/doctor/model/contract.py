@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from anatomy.doctor.contract.precision import floor_for, islands
+from anatomy.doctor.loading.kernels import reference_kernels
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, _quiet, one_line
 from anatomy.doctor.model.build import Sizes
@@ -47,6 +49,24 @@ class LM:
     fixed: dict[str, Any] = field(default_factory=dict)  # required arguments given a fixed value (start_pos=0)
     last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
     source_file: str | None = None  # the file checked (FILE.py:CLASS), where its caller's code may be
+    dtypes: set[torch.dtype] = field(default_factory=set)  # the floating dtypes its forwards computed in
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Around every run of the learner's code: the reference attention kernel (the same on every CPU,
+        ``loading/kernels.py``), float64 as the default dtype (a mask made without a dtype follows the model's, as
+        it follows the training dtype), an op that fails on mixed floating dtypes (a model that casts to a dtype
+        of its own, ``x.to(cfg["dtype"])``) run again in float64; the dtypes it computed in are noted."""
+        with reference_kernels(), islands(torch.float64) as mode:
+            try:
+                yield
+            finally:
+                self.dtypes |= mode.seen
+
+    def tol(self, base: float) -> float:
+        """``base`` (a relative tolerance for float64), raised to the precision of the narrowest floating dtype the
+        model computed in (a model that casts to float32 somewhere rounds at float32's precision)."""
+        return max(base, floor_for(self.dtypes))
 
     @property
     def short(self) -> int:
@@ -74,7 +94,13 @@ class LM:
         if "" in kwargs:  # the targets, positionally
             args = (kwargs.pop(""),)
         try:
-            with _quiet(), seeded(self.seed + 1000 + seed), guard(self.timeout, lambda: step), torch.no_grad():
+            with (
+                _quiet(),
+                seeded(self.seed + 1000 + seed),
+                guard(self.timeout, lambda: step),
+                torch.no_grad(),
+                self.running(),
+            ):
                 return self.module(ids, *args, **kwargs)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckTimeout, _quiet
 from anatomy.doctor.model.blocks import capture
@@ -140,6 +141,7 @@ def _run(
             torch.no_grad(),
             op_log(log),
             _Greedy(probs),
+            lm.running(),
         ):
             out = lm.module.generate(*args, **kw)  # type: ignore[operator]
     except Hung as hung:
@@ -284,7 +286,7 @@ def _cached_logits(ctx: Context, run: Run) -> ModelFinding | None:
             return None
         scale = max(float(full.abs().max()), float(got.abs().max()), 1e-30)
         diff = float((full.double() - got.double()).abs().max())
-        if diff <= CACHE_REL * scale:
+        if diff <= tol(CACHE_REL) * scale:
             continue
         why = _position_row(ctx, run, i, seq)
         ev = {"step": i, "max_abs_diff": diff, "max_abs_logit": scale}
@@ -328,7 +330,7 @@ def _position_row(ctx: Context, run: Run, i: int, seq: torch.Tensor) -> tuple[st
         if row is not None and x is not None and x.dim() == 3:
             want = x[:, -1]
             scale = max(float(want.abs().max()), 1e-30)
-            if float((want.double() - row.double()).abs().max()) > CACHE_REL * scale:
+            if float((want.double() - row.double()).abs().max()) > tol(CACHE_REL) * scale:
                 return (
                     "the new token enters the first block as another vector than at its position in the full forward",
                     "新 token 进入第一个 block 时的向量与完整前向中它所在位置的不同",

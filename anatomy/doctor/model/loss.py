@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model import callers
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import LM, ForwardError
@@ -35,7 +36,7 @@ def alignment(logits: torch.Tensor, targets: torch.Tensor, loss: float) -> int |
     """The shift k whose cross-entropy equals the model's loss (None: none does)."""
     for k in (0, 1, 2, -1):
         ce = _ce(logits, targets, k)
-        if abs(ce - loss) <= REL * max(1.0, abs(loss)):
+        if abs(ce - loss) <= tol(REL) * max(1.0, abs(loss)):
             return k
     return None
 

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import ForwardError
@@ -164,7 +165,7 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
         _, got = lm.with_targets(ids, marked)
     except ForwardError:
         return []
-    if got is None or abs(float(got) - _ce(lm.logits(ids), marked, k, -12345)) > 1e-6 * max(1.0, abs(float(got))):
+    if got is None or abs(float(got) - _ce(lm.logits(ids), marked, k, -12345)) > tol(1e-6) * max(1.0, abs(float(got))):
         return []
     with_targets: dict[str, Any] = {lm.target_arg: marked}
     op = first_op(ctx.ops(ids, **with_targets), LOSS_OPS)
@@ -200,4 +201,4 @@ def _ignores(ctx: Context, ids: torch.Tensor, targets: torch.Tensor, k: int, v: 
     if got is None:
         return False
     want = _ce(logits.double(), marked, k, v)
-    return abs(float(got) - want) <= 1e-6 * max(1.0, abs(want))
+    return abs(float(got) - want) <= tol(1e-6) * max(1.0, abs(want))

@@ -121,7 +121,8 @@ CASES = [
       style="Llama 3.2: RoPE cos/sin, GQA, RMSNorm, out_head.weight = tok_emb.weight"),
     M("llms_from_scratch.py:tiny_llama3_copy_tied", "tied_by_copy",
       "self.out_head.weight = assign(self.out_head.weight, self.tok_emb.weight)", construct="tiny_llama3_copy_tied",
-      runs=("return torch.nn.Parameter(right.clone().detach()",), style="issue #822: a Parameter made of a copy"),
+      runs=("return torch.nn.Parameter(right.clone().detach()",), style="issue #822: a Parameter made of a copy",
+      severity="warning"),
     # --- LLaMA family ----------------------------------------------------------------------------------------------------
     M("llama_meta.py:Transformer", "ok",
       style="ModelArgs, complex RoPE, cache_k/cache_v, forward(tokens, start_pos) under inference_mode"),
