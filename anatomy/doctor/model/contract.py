@@ -50,18 +50,28 @@ class LM:
     last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
     source_file: str | None = None  # the file checked (FILE.py:CLASS), where its caller's code may be
     dtypes: set[torch.dtype] = field(default_factory=set)  # the floating dtypes its forwards computed in
+    _inside: int = 0  # running() entered and not left: a nested one adds nothing
 
     @contextmanager
     def running(self) -> Iterator[None]:
         """Around every run of the learner's code: the reference attention kernel (the same on every CPU,
         ``loading/kernels.py``), float64 as the default dtype (a mask made without a dtype follows the model's, as
         it follows the training dtype), an op that fails on mixed floating dtypes (a model that casts to a dtype
-        of its own, ``x.to(cfg["dtype"])``) run again in float64; the dtypes it computed in are noted."""
-        with reference_kernels(), islands(torch.float64) as mode:
-            try:
-                yield
-            finally:
-                self.dtypes |= mode.seen
+        of its own, ``x.to(cfg["dtype"])``) run again in float64; the dtypes it computed in are noted. A probe that
+        logs the forward's ops enters it outside its log (``op_log``): the dtype watcher's own tensor reads then stay
+        out of the log."""
+        if self._inside:
+            yield
+            return
+        self._inside += 1
+        try:
+            with reference_kernels(), islands(torch.float64) as mode:
+                try:
+                    yield
+                finally:
+                    self.dtypes |= mode.seen
+        finally:
+            self._inside -= 1
 
     def tol(self, base: float) -> float:
         """``base`` (a relative tolerance for float64), raised to the precision of the narrowest floating dtype the

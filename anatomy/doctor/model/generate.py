@@ -139,9 +139,9 @@ def _run(
             seeded(lm.seed + seed),
             guard(lm.timeout, lambda: step),
             torch.no_grad(),
+            lm.running(),
             op_log(log),
             _Greedy(probs),
-            lm.running(),
         ):
             out = lm.module.generate(*args, **kw)  # type: ignore[operator]
     except Hung as hung:

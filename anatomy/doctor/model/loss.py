@@ -76,7 +76,7 @@ def loss_findings(ctx: Context) -> list[ModelFinding]:
         return []
     ids, targets = lm.ids(), targets_for(lm)
     try:
-        with op_log() as ops:
+        with lm.running(), op_log() as ops:  # the dtype watcher outside the log (LM.running)
             logits, loss = lm.with_targets(ids, targets)
     except ForwardError as err:
         found["loss"] = {"examined": False, "reason": f"forward with targets raised {err}"}
