@@ -140,6 +140,8 @@ def _report(ctx: Context) -> ModelReport:
 def _targets_shown(lm: LM) -> str:
     if lm.target_arg is None:
         return ")"[:0]
+    if lm.labels_inside:
+        return f", {lm.target_arg}=True"
     return ", targets" if lm.target_arg == "" else f", {lm.target_arg}=targets"
 
 

@@ -62,6 +62,10 @@ def _found(r: ModelReport, lang: str) -> list[tuple[str, str]]:
             k if isinstance(k, int) else 99,
             _t(lang, "not a plain cross-entropy of any shift", "不是任何错位下的普通交叉熵"),
         )
+        if loss.get("labels") == "ids":  # made inside from the ids (return_loss=True)
+            text = text.replace("targets", "ids") + _t(
+                lang, "; the labels are the ids themselves", "；标签就是 ids 本身"
+            )
         rows.append((_t(lang, "loss", "损失"), text))
     elif loss:
         rows.append((_t(lang, "loss", "损失"), _t(lang, "not examined: ", "未检查：") + str(loss.get("reason"))))
