@@ -5,6 +5,7 @@ dropout left on draws the same mask each time (``probes`` vary the seed on purpo
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -50,15 +51,18 @@ class LM:
     last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
     loss_kept: str | None = None  # the loss is not returned but kept on the model under this name (llama2.c)
     labels_inside: bool = False  # target_arg is a flag (return_loss=True): the loss is made from the ids themselves
+    loss_only: bool = False  # forward with targets returns the loss alone (a scalar), no logits
     source_file: str | None = None  # the file checked (FILE.py:CLASS), where its caller's code may be
     dtypes: set[torch.dtype] = field(default_factory=set)  # the floating dtypes its forwards computed in
     _inside: int = 0  # running() entered and not left: a nested one adds nothing
+    dtype: torch.dtype = torch.float64  # the dtype the model runs in (float32 for one that refuses float64)
 
     @contextmanager
     def running(self) -> Iterator[None]:
         """Around every run of the learner's code: the reference attention kernel (the same on every CPU,
         ``loading/kernels.py``), float64 as the default dtype (a mask made without a dtype follows the model's, as
-        it follows the training dtype), an op that fails on mixed floating dtypes (a model that casts to a dtype
+        it follows the training dtype; float32 for a model run in float32), an op that fails on mixed floating
+        dtypes (a model that casts to a dtype
         of its own, ``x.to(cfg["dtype"])``) run again in float64; the dtypes it computed in are noted. A probe that
         logs the forward's ops enters it outside its log (``op_log``): the dtype watcher's own tensor reads then stay
         out of the log."""
@@ -67,7 +71,7 @@ class LM:
             return
         self._inside += 1
         try:
-            with reference_kernels(), islands(torch.float64) as mode:
+            with reference_kernels(), islands(self.dtype) as mode:
                 try:
                     yield
                 finally:
@@ -132,8 +136,8 @@ class LM:
         """(logits, loss) of a call with ``targets`` (the loss None when it returns none)."""
         assert self.target_arg is not None
         out, loss = self.forward_loss(ids, self.target_arg, targets)
-        if self.labels_inside:  # the flagged call returns the loss alone (and targets are the ids themselves)
-            out = self.forward(ids)
+        if self.labels_inside or (self.loss_only and not self.last_only):  # the call with targets returns the
+            out = self.forward(ids)  # loss alone (nanochat; DALLE's return_loss=True): the logits of a plain call
         logits = read_logits(out, ids.shape[0], ids.shape[1], self.sizes.vocab_size)
         if logits is None:
             raise ForwardError(f"with targets it returned {describe(out)}, not logits")
@@ -148,6 +152,7 @@ class LM:
         extra: dict[str, Any] = {name: True if name in LOSS_FLAGS else targets}
         out = self.forward(ids, **extra)
         loss = read_loss(out, ids.numel())
+        self.loss_only = isinstance(out, torch.Tensor) and out.dim() == 0
         if loss is None:
             for n in LOSS_ATTRS:
                 kept = getattr(self.module, n, None)
@@ -253,6 +258,8 @@ def first_call(lm: LM) -> torch.Tensor:
             f"return logits (B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} or (logits, loss)"
         ) from None
     logits = read_logits(out, BATCH, lm.seq, lm.sizes.vocab_size)
+    if logits is None:
+        logits = _cropped(lm, out)
     lm.returns = _returns(out)
     if logits is None and read_logits(out, BATCH, 1, lm.sizes.vocab_size) is not None:
         logits = _last_only(lm, ids)
@@ -271,6 +278,27 @@ def first_call(lm: LM) -> torch.Tensor:
             }
         )
     return logits
+
+
+def _cropped(lm: LM, out: Any) -> torch.Tensor | None:
+    """Logits narrower than the embedding's rows: a vocabulary padded for speed and cropped in forward (nanochat's
+    ``logits[..., :vocab_size]``). The vocabulary is then the logits' width (ids drawn below it)."""
+    for c in _candidates(out):
+        if not isinstance(c, torch.Tensor) or not c.is_floating_point() or c.dim() != 3:
+            continue
+        b, t, v = c.shape
+        if (b, t) == (BATCH, lm.seq) and 1 < v < lm.sizes.vocab_size and v != lm.sizes.d_model:
+            padded = lm.sizes.vocab_size
+            lm.sizes = dataclasses.replace(lm.sizes, vocab_size=v)
+            lm.notes.append(
+                {
+                    "en": f"the embedding has {padded} rows and the logits {v} columns (a vocabulary padded and "
+                    f"cropped): vocab_size = {v}",
+                    "zh": f"嵌入有 {padded} 行而 logits 有 {v} 列（词表经过填充再裁剪）：vocab_size = {v}",
+                }
+            )
+            return c
+    return None
 
 
 START_NAMES = ("start_pos", "pos", "offset", "position", "past_length", "past_len", "start", "start_position")

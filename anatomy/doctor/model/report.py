@@ -92,7 +92,8 @@ def _render(r: ModelReport, lang: str, width: int, strict: bool) -> list[str]:
     out = [f"anatomy check · {r.target}"]
     out += wrap(
         f"lm · vocab_size={s['vocab_size']}, d_model={s['d_model']}, n_heads={s['n_heads']}, "
-        f"n_layers={s['n_layers']}, block_size={s['block_size']} · float64, B={s['batch']}, T={s['seq']}, "
+        f"n_layers={s['n_layers']}, block_size={s['block_size']} · {s.get('dtype', 'float64')}, B={s['batch']}, "
+        f"T={s['seq']}, "
         f"seed {s['seed']}",
         width,
     )
