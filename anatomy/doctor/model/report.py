@@ -73,7 +73,7 @@ def _found(r: ModelReport, lang: str) -> list[tuple[str, str]]:
     rows.append(
         (
             "blocks",
-            f"{stack['path']}: {stack['count']} × {stack['class']}"
+            f"{stack['path'] or _t(lang, '(the model)', '（模型本身）')}: {stack['count']} × {stack['class']}"
             if stack
             else _t(lang, "no stack of repeated blocks found", "没有找到重复的 block 堆叠"),
         )
