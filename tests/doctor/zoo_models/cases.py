@@ -177,6 +177,18 @@ CASES = [
       style="a_2/b_2 LayerNorm (unbiased std), sinusoidal PE, Embeddings * sqrt(d_model), log_softmax Generator"),
     M("annotated_decoder.py:DecoderOnlyNoPE", "positions_missing", "x = self.embed[0](tgt)", source="injected",
       style="the PositionalEncoding built, never called"),
+    # --- gathered by gptdoc2 (each checked verbatim first, /tmp/gptdoc2-scratch) ------------------------------------------
+    M("palm_lucidrains.py:tiny_palm", "ok", construct="tiny_palm",
+      style="a function returning nn.Sequential(Embedding, *Residual(parallel block), LayerNorm, Linear); multi-query"),
+    M("llmc_llama3.py:LLaMA", "ok",
+      style="llm.c: config __init__(**kwargs), multiple_of=1024, complex freqs_cis on x.float(), float32 KV cache"),
+    M("llmc_gpt2.py:GPT", "ok", style="llm.c: SDPA is_causal, return_logits flag, (B, 1, V) without targets"),
+    M("makemore_gpt.py:Transformer", "ok", style="ModelConfig with None sizes, ignore_index=-1, mlpf closure"),
+    M("rasbt_qwen3.py:tiny_qwen3", "ok", construct="tiny_qwen3",
+      style="dict config with dtype: x.to(cfg['dtype']) before the head, QK-RMSNorm, explicit head_dim, GQA"),
+    M("rasbt_qwen3.py:tiny_qwen3_moe", "ok", construct="tiny_qwen3_moe", style="the same with a top-2 MoE FFN"),
+    M("rasbt_swa.py:tiny_swa", "ok", construct="tiny_swa",
+      style="sliding-window mask from absolute positions, KV cache trimmed to the window, use_cache flag"),
 ]
 
 # case id -> why a finding's line cannot be the bug's own line (the doctor may still be right about the bug)
