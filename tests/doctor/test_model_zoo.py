@@ -81,7 +81,9 @@ def can_tell(case: ModelCase, report, err) -> bool:
     return err is not None or report.errors == []
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, marks=pytest.mark.slow) if c.slow else c for c in CASES], ids=[c.id for c in CASES]
+)
 def test_model_gets_its_verdict(case):
     report, err = run(case)
     why = judge(case, report, err)

@@ -33,6 +33,7 @@ class ModelCase:
     runs: tuple = ()
     refusal: str = ""
     severity: str = "error"  # the finding's level for a bug: "error" (exit 1) or "warning" (exit 0, named)
+    slow: str = ""  # why the case is left to `-m slow` (the block doctor's diagnosis takes tens of seconds on it)
 
     @property
     def file(self) -> Path:
@@ -83,6 +84,7 @@ def lines_of(case: ModelCase) -> set[int]:
 
 
 M = ModelCase
+SLOW_DIAGNOSIS = "its block matches no reference, and the block doctor's diagnosis tries ~20000 fault pairs (40-80 s)"
 
 CASES = [
     # --- karpathy: nanoGPT, minGPT, build-nanogpt, the "Let's build GPT" lecture ------------------------------------
@@ -181,14 +183,17 @@ CASES = [
     M("palm_lucidrains.py:tiny_palm", "ok", construct="tiny_palm",
       style="a function returning nn.Sequential(Embedding, *Residual(parallel block), LayerNorm, Linear); multi-query"),
     M("llmc_llama3.py:LLaMA", "ok",
-      style="llm.c: config __init__(**kwargs), multiple_of=1024, complex freqs_cis on x.float(), float32 KV cache"),
+      style="llm.c: config __init__(**kwargs), multiple_of=1024, complex freqs_cis on x.float(), float32 KV cache",
+      slow=SLOW_DIAGNOSIS),
     M("llmc_gpt2.py:GPT", "ok", style="llm.c: SDPA is_causal, return_logits flag, (B, 1, V) without targets"),
     M("makemore_gpt.py:Transformer", "ok", style="ModelConfig with None sizes, ignore_index=-1, mlpf closure"),
     M("rasbt_qwen3.py:tiny_qwen3", "ok", construct="tiny_qwen3",
-      style="dict config with dtype: x.to(cfg['dtype']) before the head, QK-RMSNorm, explicit head_dim, GQA"),
+      style="dict config with dtype: x.to(cfg['dtype']) before the head, QK-RMSNorm, explicit head_dim, GQA",
+      slow=SLOW_DIAGNOSIS),
     M("rasbt_qwen3.py:tiny_qwen3_moe", "ok", construct="tiny_qwen3_moe", style="the same with a top-2 MoE FFN"),
     M("rasbt_swa.py:tiny_swa", "ok", construct="tiny_swa",
-      style="sliding-window mask from absolute positions, KV cache trimmed to the window, use_cache flag"),
+      style="sliding-window mask from absolute positions, KV cache trimmed to the window, use_cache flag",
+      slow=SLOW_DIAGNOSIS),
 ]
 
 # case id -> why a finding's line cannot be the bug's own line (the doctor may still be right about the bug)
