@@ -274,6 +274,7 @@ PROBES: list[tuple[str, Probe]] = [
     ("lm_padding", padding.padding_findings),
     ("lm_pads_in_loss", padding.pads_in_loss_findings),
     ("lm_generate", generate.generate_findings),
+    ("lm_cache", generate.cache_flag_findings),
 ]
 AFTER_BLOCKS: list[tuple[str, Probe]] = [  # probes that read the block doctor's reports
     ("lm_final_norm", hygiene.final_norm_findings),

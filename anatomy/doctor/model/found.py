@@ -31,6 +31,7 @@ PROBE_TITLES.update(  # the model's probes, titled in the report as the block do
         "lm_tying": ("tied embedding and head", "嵌入与输出头绑定"),
         "lm_final_norm": ("final norm", "最后的 Norm"),
         "lm_generate": ("the model's own generate", "模型自带的 generate"),
+        "lm_cache": ("forward through its cache (use_cache=True)", "经过缓存的前向（use_cache=True）"),
         "lm_blocks": ("the blocks", "各个 block"),
     }
 )

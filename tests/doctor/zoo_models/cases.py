@@ -194,10 +194,16 @@ CASES = [
     M("rasbt_swa.py:tiny_swa", "ok", construct="tiny_swa",
       style="sliding-window mask from absolute positions, KV cache trimmed to the window, use_cache flag",
       slow=SLOW_DIAGNOSIS),
+    M("rasbt_swa.py:tiny_swa_trim_first", "error:lm_cache",
+      "self.cache_k, self.cache_v = self.cache_k[:, -self.window:], self.cache_v[:, -self.window:]",
+      construct="tiny_swa_trim_first", style="LLMs-from-scratch PR #1013: the cache trimmed before attention",
+      slow=SLOW_DIAGNOSIS),
 ]
 
 # case id -> why a finding's line cannot be the bug's own line (the doctor may still be right about the bug)
 LINE_GAPS: dict[str, str] = {
+    "models.rasbt_swa.tiny_swa_trim_first": "the cache probe compares the logits of a prefill through the cache with "
+    "a plain forward's and says which positions differ; it does not follow the cache to the line that trims it",
     "models.annotated_decoder.DecoderOnlyNoPE": "positions_missing is named, but the finding points at Embeddings."
     "forward's `return self.lut(x) * math.sqrt(self.d_model)` (where the tokens are embedded, a line the correct model "
     "shares) rather than the forward line that skips the PositionalEncoding",

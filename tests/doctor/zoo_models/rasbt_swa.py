@@ -4,7 +4,11 @@
 # global), the mask built from absolute query and key positions (key after query, or farther back than the window),
 # -inf fill and softmax of scores / sqrt(head_dim), a cache trimmed to the window, forward(in_idx, use_cache=False)
 # with the positions continuing from self.current_pos when the cache is used; the book's own LayerNorm and tanh GELU.
-#   tiny_swa   correct: window 4 in the first two of every three layers.
+#   tiny_swa              correct: window 4 in the first two of every three layers (the file after
+#                         rasbt/LLMs-from-scratch PR #1013, "Fix SWA").
+#   tiny_swa_trim_first   real bug: the file before PR #1013 -- the new keys are appended to the cache and the cache
+#                         trimmed to the window *before* attention, so a prompt longer than the window fed through
+#                         the cache (chunked prefill) leaves its first queries without their keys.
 import torch
 import torch.nn as nn
 
@@ -125,6 +129,49 @@ class GPTModel(nn.Module):
         self.current_pos = 0
 
 
+class WindowedAttentionTrimFirst(WindowedAttention):
+    def forward(self, x, use_cache=False):
+        if not use_cache:
+            return super().forward(x)
+        b, n, _ = x.shape
+        split = lambda t: t.view(b, n, self.num_heads, self.head_dim)  # noqa: E731
+        q, k_new, v_new = split(self.W_query(x)), split(self.W_key(x)), split(self.W_value(x))
+        old = 0 if self.cache_k is None else self.cache_k.size(1)
+        if self.cache_k is None:
+            self.cache_k, self.cache_v = k_new, v_new
+        else:
+            self.cache_k = torch.cat([self.cache_k, k_new], dim=1)
+            self.cache_v = torch.cat([self.cache_v, v_new], dim=1)
+        if self.window is not None and self.cache_k.size(1) > self.window:
+            self.cache_k, self.cache_v = self.cache_k[:, -self.window:], self.cache_v[:, -self.window:]
+        k, v = self.cache_k, self.cache_v
+        k_start = (self.pos - old) + max(0, old + n - k.size(1))
+        q_start = self.pos
+        self.pos += n
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        scores = q @ k.transpose(2, 3)
+        q_pos = torch.arange(q_start, q_start + q.shape[-2], device=x.device)
+        k_pos = torch.arange(k_start, k_start + k.shape[-2], device=x.device)
+        width = k.shape[-2] + 1 if self.window is None else int(self.window)
+        behind = q_pos.unsqueeze(-1) - k_pos.unsqueeze(0)
+        scores.masked_fill_((behind < 0) | (behind >= width), -torch.inf)
+        weights = self.dropout(torch.softmax(scores / k.shape[-1] ** 0.5, dim=-1))
+        return self.out_proj((weights @ v).transpose(1, 2).contiguous().view(b, n, self.d_out))
+
+
+def _tiny_cfg():
+    return {"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 3, "drop_rate": 0.0,
+            "qkv_bias": False, "sliding_window_size": 4, "sliding_window_stride": 2}
+
+
 def tiny_swa():
-    return GPTModel({"vocab_size": 50, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 3,
-                     "drop_rate": 0.0, "qkv_bias": False, "sliding_window_size": 4, "sliding_window_stride": 2})
+    return GPTModel(_tiny_cfg())
+
+
+def tiny_swa_trim_first():
+    model = GPTModel(_tiny_cfg())
+    for block in model.trf_blocks:
+        old = block.att
+        block.att = WindowedAttentionTrimFirst(32, 32, 0.0, 4, False, old.window)
+        block.att.load_state_dict(old.state_dict())
+    return model
