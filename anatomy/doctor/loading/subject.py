@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor.contract.precision import islands
+from anatomy.doctor.loading.kernels import reference_kernels
 from anatomy.doctor.loading.limits import Hung, guard
 
 Output = tuple[torch.Tensor, torch.Tensor | None]  # what a forward returned: out (B, T, D), weights or None
@@ -271,6 +272,7 @@ class CheckedModule:
                 _quiet(),
                 guard(self.timeout, lambda: self._describe(x, mask, module)),
                 islands(x.dtype) as watched,
+                reference_kernels(),
             ):
                 result = module(*args, **kwargs)
             if module is self.module and x.dtype == torch.float64:

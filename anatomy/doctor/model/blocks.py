@@ -29,9 +29,10 @@ class Stack:
 
     path: str
     blocks: list[nn.Module]
+    start: int = 0  # the index of the first block in its container (a run inside an nn.Sequential)
 
     def name(self, i: int) -> str:
-        return f"{self.path}.{i}" if self.path else str(i)
+        return f"{self.path}.{self.start + i}" if self.path else str(self.start + i)
 
 
 @dataclass
@@ -45,20 +46,33 @@ class Calls:
 
 
 def find_stack(model: nn.Module, d_model: int) -> Stack | None:
-    """The container of repeated blocks holding the most parameters (a ModuleList or Sequential whose children
-    share one class), None when the model has none."""
+    """The repeated blocks holding the most parameters: the children of a ModuleList or Sequential that share one
+    class, or a run of two or more such children inside one (PaLM's ``nn.Sequential(Embedding, *blocks, LayerNorm,
+    Linear)``); None when the model has none."""
     best: tuple[int, Stack] | None = None
     for path, m in model.named_modules():
         if not isinstance(m, (nn.ModuleList, nn.Sequential)) or len(m) == 0:
             continue
-        kids = list(m)
-        kinds = {type(k) for k in kids}
-        if len(kinds) != 1 or isinstance(kids[0], (nn.Linear, nn.Embedding, nn.Dropout, nn.LayerNorm)):
-            continue
-        size = sum(p.numel() for p in m.parameters())
-        if size and (best is None or size > best[0]):
-            best = (size, Stack(path, kids))
+        for start, kids in _runs(list(m)):
+            if isinstance(kids[0], (nn.Linear, nn.Embedding, nn.Dropout, nn.LayerNorm)):
+                continue
+            size = sum(p.numel() for k in kids for p in k.parameters())
+            if size and (best is None or size > best[0]):
+                best = (size, Stack(path, kids, start))
     return None if best is None else best[1]
+
+
+def _runs(kids: list[nn.Module]) -> list[tuple[int, list[nn.Module]]]:
+    """All the children when they share one class, else each run of two or more consecutive alike ones."""
+    if len({type(k) for k in kids}) == 1:
+        return [(0, kids)]
+    out, start = [], 0
+    for i in range(1, len(kids) + 1):
+        if i == len(kids) or type(kids[i]) is not type(kids[start]):
+            if i - start >= 2:
+                out.append((start, kids[start:i]))
+            start = i
+    return out
 
 
 def hidden(out: Any) -> torch.Tensor | None:

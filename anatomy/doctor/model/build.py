@@ -135,6 +135,9 @@ class Sizes:
         return ", ".join(f"{k}={self.value(k)}" for k in ORDER)
 
 
+ROUNDING = {"multiple_of": 8}  # config fields that round a width up, set to what suits the doctor's small sizes
+
+
 def _role(name: str) -> str | None:
     low = name.lower()
     return next((role for role, names in SYNONYMS.items() if low in names), None)
@@ -229,6 +232,8 @@ def make_config(cls: type | None, sizes: Sizes) -> Any:
         role = _role(name)
         if role is not None and role != "dropout":
             values[name] = sizes.value(role)
+        elif name.lower() in ROUNDING:  # LLaMA's FFN width rounded up to a multiple of 256 (llm.c: 1024) would be
+            values[name] = ROUNDING[name.lower()]  # 16-64 x d_model at the doctor's sizes
     init = {n: v for n, v in values.items() if n in {p.name for p in _params(cls) or []}}
     try:
         cfg = cls(**init)

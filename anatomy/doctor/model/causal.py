@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import Calls, Stack, capture, hidden
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import LM, ForwardError
@@ -20,7 +21,7 @@ REL = 1e-7  # float64: a change this small relative to the logits is rounding, n
 
 def _changed(a: torch.Tensor, b: torch.Tensor) -> bool:
     scale = max(float(a.abs().max()), float(b.abs().max()), 1e-30)
-    return float((a - b).abs().max()) > REL * scale
+    return float((a - b).abs().max()) > tol(REL) * scale
 
 
 def _perturbed(lm: LM, ids: torch.Tensor, p: int) -> torch.Tensor:
@@ -79,7 +80,7 @@ def leaking_layers(lm: LM, stack: Stack, t: int) -> list[int] | None:
         return None
     out = []
     for i, block in enumerate(stack.blocks):
-        moved = _block_leaks(block, calls, i, t)
+        moved = _block_leaks(lm, block, calls, i, t)
         if moved is None:
             return None
         if moved:
@@ -87,7 +88,7 @@ def leaking_layers(lm: LM, stack: Stack, t: int) -> list[int] | None:
     return out
 
 
-def _block_leaks(block: torch.nn.Module, calls: Calls, i: int, t: int) -> bool | None:
+def _block_leaks(lm: LM, block: torch.nn.Module, calls: Calls, i: int, t: int) -> bool | None:
     x, extras = calls.inputs[i], calls.extras[i]
     if x is None or extras is None or x.dim() != 3:
         return None
@@ -96,7 +97,7 @@ def _block_leaks(block: torch.nn.Module, calls: Calls, i: int, t: int) -> bool |
     y = x.clone()
     y[:, p] = y[:, p] + torch.randn(y[:, p].shape, generator=torch.Generator().manual_seed(i), dtype=y.dtype)
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with torch.no_grad(), torch.random.fork_rng(devices=[]), lm.running():
             torch.manual_seed(0)
             a = hidden(block(x, *args, **kwargs))
             torch.manual_seed(0)

@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from anatomy.doctor.contract.precision import floor_for, tolerating
 from anatomy.doctor.loading.subject import CheckError
 from anatomy.doctor.model import causal, generate, hygiene, loss, padding, positions
-from anatomy.doctor.model.blocks import BlockCheck, capture, diagnose_layers, find_stack
+from anatomy.doctor.model.blocks import BlockCheck, Stack, capture, diagnose_layers, find_stack
 from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import BATCH, LM, ForwardError, first_call
@@ -55,17 +56,22 @@ def check_model(
         err = CheckError(problem)
         err.model_built = True  # type: ignore[attr-defined]  # the caller's sizes: said, not handed to the block doctor
         raise err
-    module, label = build_model(target, factory, sizes, seed, timeout)
-    stack = find_stack(module, sizes.d_model)
-    sizes = infer_sizes(module, sizes, len(stack.blocks) if stack is not None else None)
-    lm = LM(module, label, sizes, timeout, seed)
-    if isinstance(target, (str, os.PathLike)):
-        lm.source_file = str(target).rpartition(":")[0] if ":" in str(target) else str(target)
     try:
-        base = _first_call(lm)
-    except CheckError as err:  # said as the model's own error when it was built as one
-        err.model_built = any(isinstance(m, torch.nn.Embedding) for m in module.modules())  # type: ignore[attr-defined]
-        raise
+        lm, stack, base = _built(target, factory, sizes, seed, timeout)
+    except CheckError as small:
+        if sizes != Sizes() or not getattr(small, "model_built", False):
+            raise
+        try:  # a model with a width of its own (nanochat's smear gate reads 24 channels): checked wider
+            lm, stack, base = _built(target, factory, WIDER, seed, timeout)
+        except CheckError:
+            raise small from None
+        lm.notes.append(
+            {
+                "en": f"at d_model = {sizes.d_model} the model fails ({_cause(small)}): checked at d_model = "
+                f"{WIDER.d_model}",
+                "zh": f"d_model = {sizes.d_model} 时模型出错（{_cause(small)}）：改用 d_model = {WIDER.d_model} 检查",
+            }
+        )
     calls = None
     if stack is not None:
         try:
@@ -73,10 +79,64 @@ def check_model(
         except ForwardError:
             calls = None
     ctx = Context(lm, stack, calls, base, block_check)
-    return _report(ctx)
+    with tolerating(floor_for(lm.dtypes)):  # a model that computes in float32 somewhere is compared at that precision
+        return _report(ctx)
+
+
+WIDER = Sizes(d_model=64)  # the sizes tried when the standard ones fail (a model that needs a wider residual stream)
+
+
+def _built(
+    target: Any, factory: str | None, sizes: Sizes, seed: int, timeout: float | None
+) -> tuple[LM, Stack | None, torch.Tensor]:
+    """The model built at ``sizes``, its stack and its first logits; :class:`CheckError` when it cannot be built
+    or called (``model_built``: it was built as a language model, and its own error is said)."""
+    module, label = build_model(target, factory, sizes, seed, timeout)
+    stack = find_stack(module, sizes.d_model)
+    sizes = infer_sizes(module, sizes, len(stack.blocks) if stack is not None else None)
+    lm = LM(module, label, sizes, timeout, seed)
+    if isinstance(target, (str, os.PathLike)):
+        lm.source_file = str(target).rpartition(":")[0] if ":" in str(target) else str(target)
+    try:
+        return lm, stack, _first_call(lm)
+    except CheckError as err:  # said as the model's own error when it was built as one
+        err.model_built = any(isinstance(m, torch.nn.Embedding) for m in module.modules())  # type: ignore[attr-defined]
+        raise
 
 
 def _first_call(lm: LM) -> torch.Tensor:
+    """The plain logits at the probes' length, in float64 or else in float32 (a model that insists on its dtype:
+    ``assert self.cos.dtype == torch.float32``), else the float64 error stands."""
+    try:
+        return _first_call_at_lengths(lm)
+    except CheckError as wide:
+        first = wide
+    try:
+        lm.module.float()
+    except Exception:  # noqa: BLE001 - a model that cannot be moved: the float64 error stands
+        raise first from None
+    lm.dtype = torch.float32
+    try:
+        base = _first_call_at_lengths(lm)
+    except CheckError:
+        raise first from None
+    lm.dtypes.add(torch.float32)  # compared at float32's precision
+    lm.notes.append(
+        {
+            "en": f"forward fails in float64 ({_cause(first)}): the model runs in float32 and is compared at float32's "
+            "precision",
+            "zh": f"float64 下 forward 出错（{_cause(first)}）：模型以 float32 运行，按 float32 的精度比较",
+        }
+    )
+    return base
+
+
+def _cause(err: CheckError) -> str:
+    text = str(err)
+    return text.split(" raised ", 1)[1].split("; expected", 1)[0] if " raised " in text else text
+
+
+def _first_call_at_lengths(lm: LM) -> torch.Tensor:
     """The plain logits at the probes' length; a model that raises there but not at block_size is probed at
     block_size (the mask-lengths probe says why), else the first error stands."""
     try:
@@ -130,7 +190,7 @@ def _report(ctx: Context) -> ModelReport:
         "batch": BATCH,
         "seq": lm.seq,
         "seed": lm.seed,
-        "dtype": "float64",
+        "dtype": str(lm.dtype).removeprefix("torch."),
     }
     return ModelReport(lm.label, "lm", settings, found, list(findings), passed, ctx.skipped, diag, layers)
 
@@ -138,6 +198,8 @@ def _report(ctx: Context) -> ModelReport:
 def _targets_shown(lm: LM) -> str:
     if lm.target_arg is None:
         return ")"[:0]
+    if lm.labels_inside:
+        return f", {lm.target_arg}=True"
     return ", targets" if lm.target_arg == "" else f", {lm.target_arg}=targets"
 
 
@@ -212,6 +274,7 @@ PROBES: list[tuple[str, Probe]] = [
     ("lm_padding", padding.padding_findings),
     ("lm_pads_in_loss", padding.pads_in_loss_findings),
     ("lm_generate", generate.generate_findings),
+    ("lm_cache", generate.cache_flag_findings),
 ]
 AFTER_BLOCKS: list[tuple[str, Probe]] = [  # probes that read the block doctor's reports
     ("lm_final_norm", hygiene.final_norm_findings),

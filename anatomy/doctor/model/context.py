@@ -39,7 +39,7 @@ class Context:
             handles.append(block.register_forward_pre_hook(lambda *_: log.append(Op("<block>", "", 0, "", ()))))
             handles.append(block.register_forward_hook(lambda *_: log.append(Op("</block>", "", 0, "", ()))))
         try:
-            with op_log(log):
+            with self.lm.running(), op_log(log):
                 self.lm.forward(ids, **kwargs)
         except ForwardError:
             return []

@@ -5,6 +5,7 @@ dropout left on draws the same mask each time (``probes`` vary the seed on purpo
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from anatomy.doctor.contract.precision import floor_for, islands
+from anatomy.doctor.loading.kernels import reference_kernels
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, _quiet, one_line
 from anatomy.doctor.model.build import Sizes
@@ -46,7 +49,40 @@ class LM:
     full_length_only: bool = False  # forward fails below block_size: the probes run at block_size
     fixed: dict[str, Any] = field(default_factory=dict)  # required arguments given a fixed value (start_pos=0)
     last_only: bool = False  # forward(ids) gives the last position's logits only (nanoGPT): read them with targets
+    loss_kept: str | None = None  # the loss is not returned but kept on the model under this name (llama2.c)
+    labels_inside: bool = False  # target_arg is a flag (return_loss=True): the loss is made from the ids themselves
+    loss_only: bool = False  # forward with targets returns the loss alone (a scalar), no logits
     source_file: str | None = None  # the file checked (FILE.py:CLASS), where its caller's code may be
+    dtypes: set[torch.dtype] = field(default_factory=set)  # the floating dtypes its forwards computed in
+    _inside: int = 0  # running() entered and not left: a nested one adds nothing
+    dtype: torch.dtype = torch.float64  # the dtype the model runs in (float32 for one that refuses float64)
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Around every run of the learner's code: the reference attention kernel (the same on every CPU,
+        ``loading/kernels.py``), float64 as the default dtype (a mask made without a dtype follows the model's, as
+        it follows the training dtype; float32 for a model run in float32), an op that fails on mixed floating
+        dtypes (a model that casts to a dtype
+        of its own, ``x.to(cfg["dtype"])``) run again in float64; the dtypes it computed in are noted. A probe that
+        logs the forward's ops enters it outside its log (``op_log``): the dtype watcher's own tensor reads then stay
+        out of the log."""
+        if self._inside:
+            yield
+            return
+        self._inside += 1
+        try:
+            with reference_kernels(), islands(self.dtype) as mode:
+                try:
+                    yield
+                finally:
+                    self.dtypes |= mode.seen
+        finally:
+            self._inside -= 1
+
+    def tol(self, base: float) -> float:
+        """``base`` (a relative tolerance for float64), raised to the precision of the narrowest floating dtype the
+        model computed in (a model that casts to float32 somewhere rounds at float32's precision)."""
+        return max(base, floor_for(self.dtypes))
 
     @property
     def short(self) -> int:
@@ -74,7 +110,13 @@ class LM:
         if "" in kwargs:  # the targets, positionally
             args = (kwargs.pop(""),)
         try:
-            with _quiet(), seeded(self.seed + 1000 + seed), guard(self.timeout, lambda: step), torch.no_grad():
+            with (
+                _quiet(),
+                seeded(self.seed + 1000 + seed),
+                guard(self.timeout, lambda: step),
+                torch.no_grad(),
+                self.running(),
+            ):
                 return self.module(ids, *args, **kwargs)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
@@ -93,12 +135,33 @@ class LM:
     def with_targets(self, ids: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(logits, loss) of a call with ``targets`` (the loss None when it returns none)."""
         assert self.target_arg is not None
-        extra: dict[str, Any] = {self.target_arg: targets}
-        out = self.forward(ids, **extra)
+        out, loss = self.forward_loss(ids, self.target_arg, targets)
+        if self.labels_inside or (self.loss_only and not self.last_only):  # the call with targets returns the
+            out = self.forward(ids)  # loss alone (nanochat; DALLE's return_loss=True): the logits of a plain call
         logits = read_logits(out, ids.shape[0], ids.shape[1], self.sizes.vocab_size)
         if logits is None:
             raise ForwardError(f"with targets it returned {describe(out)}, not logits")
-        return logits, read_loss(out)
+        return logits, loss
+
+    def forward_loss(self, ids: torch.Tensor, name: str, targets: torch.Tensor) -> tuple[Any, torch.Tensor | None]:
+        """The raw output of a call with ``targets`` under ``name``, and the loss it made: returned (``(logits,
+        loss)``, ``out.loss``, ``out["last_loss"]``...) or kept on the model during the call (llama2.c's
+        ``self.last_loss``); a per-token loss (``reduction="none"``) read as the mean of its scored tokens. ``name``
+        a flag (``return_loss``): set to True, the model makes its labels from ``ids`` (``targets`` unused)."""
+        before = {n: getattr(self.module, n, None) for n in LOSS_ATTRS}
+        extra: dict[str, Any] = {name: True if name in LOSS_FLAGS else targets}
+        out = self.forward(ids, **extra)
+        loss = read_loss(out, ids.numel())
+        self.loss_only = isinstance(out, torch.Tensor) and out.dim() == 0
+        if loss is None:
+            for n in LOSS_ATTRS:
+                kept = getattr(self.module, n, None)
+                if isinstance(kept, torch.Tensor) and kept is not before[n]:
+                    loss = scalar_loss(kept, ids.numel())
+                    if loss is not None:
+                        self.loss_kept = n
+                        break
+        return out, loss
 
 
 @contextmanager
@@ -130,14 +193,41 @@ def read_logits(out: Any, b: int, t: int, v: int) -> torch.Tensor | None:
     return None
 
 
-def read_loss(out: Any) -> torch.Tensor | None:
-    if isinstance(out, dict):
-        loss = out.get("loss")
+LOSS_ATTRS = ("loss", "last_loss")  # where a model keeps its loss: in what it returns, or on itself
+LOSS_FLAGS = (
+    "return_loss",
+)  # forward(ids, return_loss=True) -> the loss of ids against ids shifted (DALLE, x-transformers)
+
+
+def read_loss(out: Any, n_tokens: int | None = None) -> torch.Tensor | None:
+    """The loss in what forward returned: a scalar (the second of a tuple, ``out.loss``, ``out["last_loss"]``),
+    or a per-token loss of ``n_tokens`` (or one fewer per row) entries read by :func:`scalar_loss`."""
+    if isinstance(out, torch.Tensor):
+        found = [out if out.dim() == 0 else None]
+    elif isinstance(out, dict):
+        found = [out.get(n) for n in LOSS_ATTRS]
     elif isinstance(out, (tuple, list)):
-        loss = next((c for c in out[1:] if isinstance(c, torch.Tensor) and c.dim() == 0), None)
+        found = [next((c for c in out[1:] if isinstance(c, torch.Tensor) and c.dim() == 0), None)]
     else:
-        loss = getattr(out, "loss", None)
-    return loss if isinstance(loss, torch.Tensor) and loss.dim() == 0 else None
+        found = [getattr(out, n, None) for n in LOSS_ATTRS]
+    for loss in found:
+        if isinstance(loss, torch.Tensor) and (got := scalar_loss(loss, n_tokens)) is not None:
+            return got
+    return None
+
+
+def scalar_loss(loss: torch.Tensor, n_tokens: int | None) -> torch.Tensor | None:
+    """A scalar loss as it is, a per-token one (``reduction="none"``: one entry per scored position) as the mean
+    of its nonzero entries: the tokens it ignores (``ignore_index``) are exactly 0, a scored token's cross-entropy
+    never is. None for anything else."""
+    if not loss.is_floating_point():
+        return None
+    if loss.dim() == 0:
+        return loss
+    if n_tokens is None or loss.numel() > n_tokens or loss.numel() < n_tokens // 2:
+        return None
+    scored = loss.reshape(-1)[loss.reshape(-1) != 0]
+    return scored.mean() if scored.numel() else None
 
 
 def describe(out: Any) -> str:
@@ -168,6 +258,8 @@ def first_call(lm: LM) -> torch.Tensor:
             f"return logits (B, T, V) = {(BATCH, lm.seq, lm.sizes.vocab_size)} or (logits, loss)"
         ) from None
     logits = read_logits(out, BATCH, lm.seq, lm.sizes.vocab_size)
+    if logits is None:
+        logits = _cropped(lm, out)
     lm.returns = _returns(out)
     if logits is None and read_logits(out, BATCH, 1, lm.sizes.vocab_size) is not None:
         logits = _last_only(lm, ids)
@@ -178,7 +270,35 @@ def first_call(lm: LM) -> torch.Tensor:
         )
     if lm.target_arg is None:
         lm.target_arg = _target_arg(lm, ids)
+    if lm.loss_kept is not None:
+        lm.notes.append(
+            {
+                "en": f"forward with targets keeps its loss in self.{lm.loss_kept} (not returned): read from there",
+                "zh": f"传入目标时 forward 把损失存在 self.{lm.loss_kept} 里（不返回）：从那里读取",
+            }
+        )
     return logits
+
+
+def _cropped(lm: LM, out: Any) -> torch.Tensor | None:
+    """Logits narrower than the embedding's rows: a vocabulary padded for speed and cropped in forward (nanochat's
+    ``logits[..., :vocab_size]``). The vocabulary is then the logits' width (ids drawn below it)."""
+    for c in _candidates(out):
+        if not isinstance(c, torch.Tensor) or not c.is_floating_point() or c.dim() != 3:
+            continue
+        b, t, v = c.shape
+        if (b, t) == (BATCH, lm.seq) and 1 < v < lm.sizes.vocab_size and v != lm.sizes.d_model:
+            padded = lm.sizes.vocab_size
+            lm.sizes = dataclasses.replace(lm.sizes, vocab_size=v)
+            lm.notes.append(
+                {
+                    "en": f"the embedding has {padded} rows and the logits {v} columns (a vocabulary padded and "
+                    f"cropped): vocab_size = {v}",
+                    "zh": f"嵌入有 {padded} 行而 logits 有 {v} 列（词表经过填充再裁剪）：vocab_size = {v}",
+                }
+            )
+            return c
+    return None
 
 
 START_NAMES = ("start_pos", "pos", "offset", "position", "past_length", "past_len", "start", "start_position")
@@ -196,7 +316,7 @@ def _required_starts(module: nn.Module) -> dict[str, Any]:
 def _last_only(lm: LM, ids: torch.Tensor) -> torch.Tensor | None:
     """Logits of the last position only without targets (nanoGPT's inference shortcut): every position's with them."""
     lm.target_arg = _target_arg(lm, ids)
-    if lm.target_arg is None:
+    if lm.target_arg is None or lm.labels_inside:
         return None
     lm.last_only = True
     lm.notes.append(
@@ -227,10 +347,17 @@ def _target_arg(lm: LM, ids: torch.Tensor) -> str | None:
     targets = lm.ids(seed=2)
     for name in tries:
         try:
-            extra: dict[str, Any] = {name: targets}
-            out = lm.forward(ids, **extra)
+            _, loss = lm.forward_loss(ids, name, targets)
         except ForwardError:
             continue
-        if read_loss(out) is not None:
+        if loss is not None:
             return name
+    for flag in (f for f in LOSS_FLAGS if f in names):
+        try:
+            _, loss = lm.forward_loss(ids, flag, ids)
+        except ForwardError:
+            continue
+        if loss is not None:
+            lm.labels_inside = True
+            return flag
     return None

@@ -31,6 +31,7 @@ PROBE_TITLES.update(  # the model's probes, titled in the report as the block do
         "lm_tying": ("tied embedding and head", "嵌入与输出头绑定"),
         "lm_final_norm": ("final norm", "最后的 Norm"),
         "lm_generate": ("the model's own generate", "模型自带的 generate"),
+        "lm_cache": ("forward through its cache (use_cache=True)", "经过缓存的前向（use_cache=True）"),
         "lm_blocks": ("the blocks", "各个 block"),
     }
 )
@@ -114,6 +115,7 @@ class Op:
     shape: tuple[int, ...]
     changed: bool | None = None  # a dropout: did it change its input; SDPA: dropout_p > 0 (None: neither)
     at_zero: bool = False  # one position read at 0: arange(0, 1), or row 0 of a table (a positional one?)
+    ignore_index: int | None = None  # a cross_entropy / nll_loss: the target id it ignores
 
 
 class _Log(TorchFunctionMode):
@@ -135,7 +137,9 @@ class _Log(TorchFunctionMode):
             elif name == "scaled_dot_product_attention":  # its own dropout: on whenever dropout_p > 0
                 p = (kwargs or {}).get("dropout_p", args[4] if len(args) > 4 else 0.0)
                 changed = isinstance(p, (int, float)) and p > 0
-            self.ops.append(Op(name, file, line, source, shape, changed, _at_zero(name, args, out)))
+            ignore = (kwargs or {}).get("ignore_index", -100) if name in ("cross_entropy", "nll_loss") else None
+            ignore = ignore if isinstance(ignore, int) else None
+            self.ops.append(Op(name, file, line, source, shape, changed, _at_zero(name, args, out), ignore))
         return out
 
 

@@ -5,12 +5,15 @@ ends in a norm (the logits do not change when the last block's output is scaled,
 from __future__ import annotations
 
 import inspect
+import re
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 import torch
 from torch import nn
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at, at_op
@@ -40,7 +43,7 @@ def eval_findings(ctx: Context) -> list[ModelFinding]:
         ctx.skip("lm_eval", f"a forward raised {err}", f"一次 forward 出错：{err}")
         return []
     scale = max(float(a.abs().max()), 1e-30)
-    same = float((a - b).abs().max()) <= REL * scale
+    same = float((a - b).abs().max()) <= tol(REL) * scale
     ctx.found["deterministic"] = same
     if same:
         return []
@@ -121,30 +124,46 @@ def tying_findings(ctx: Context) -> list[ModelFinding]:
 
 
 def _source_lines(model: nn.Module, head: str, emb: str) -> list[dict[str, Any]]:
-    """The line of the model's class that copies one weight into the other (both names on one line)."""
-    init = getattr(type(model), "__init__", None)
-    code = getattr(init, "__code__", None)
-    if code is None:
-        return []
-    try:
-        file = code.co_filename
-        lines, start = inspect.getsourcelines(code)
-    except (OSError, TypeError):
-        return []
+    """The line of the model's classes (the class first, then those it inherits from, torch's left out) that copies
+    one weight into the other: both names and ``weight`` on one line, a plain sharing assignment left out."""
     h, e = head.split(".")[-1], emb.split(".")[-1]
-    for i, text in enumerate(lines):
-        if h in text and e in text and "weight" in text:
-            line = start + i
-            return [
-                at(
-                    str(Path(file or "")),
-                    line,
-                    text.strip(),
-                    f"line {line} copies the values; the two Parameters stay separate",
-                    f"第 {line} 行复制了数值；两个 Parameter 仍是分开的",
-                )
-            ]
+    shares = re.compile(
+        rf"^\s*self\.({re.escape(h)}|{re.escape(e)})\.weight\s*=\s*self\.({re.escape(h)}|{re.escape(e)})\.weight\s*$"
+    )
+    for cls in type(model).__mro__:
+        if cls.__module__.startswith("torch") or cls is object:
+            continue
+        for code in sorted(_codes(cls), key=lambda c: c.co_firstlineno):
+            try:
+                lines, start = inspect.getsourcelines(code)
+            except (OSError, TypeError):
+                continue
+            for i, text in enumerate(lines):
+                body = text.split("#", 1)[0]
+                if h in body and e in body and "weight" in body and not shares.match(body):
+                    line = start + i
+                    return [
+                        at(
+                            str(Path(code.co_filename or "")),
+                            line,
+                            text.strip(),
+                            f"line {line} copies the values; the two Parameters stay separate",
+                            f"第 {line} 行复制了数值；两个 Parameter 仍是分开的",
+                        )
+                    ]
     return []
+
+
+def _codes(cls: type) -> list[CodeType]:
+    """The code of the functions a class defines itself (its source is read through them: the file the doctor
+    loaded need not be a module Python can find again)."""
+    out = []
+    for value in vars(cls).values():
+        func = getattr(value, "__func__", value)  # a staticmethod or classmethod's function
+        code = getattr(func, "__code__", None)
+        if isinstance(code, CodeType):
+            out.append(code)
+    return out
 
 
 def _pre_norm(reports: list[Report | str]) -> bool | None:

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model import callers
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import LM, ForwardError
@@ -19,23 +20,24 @@ __anatomy_transparent__ = True
 
 LOSS_OPS = {"cross_entropy", "nll_loss", "log_softmax", "CrossEntropyLoss"}
 REL = 1e-6
-PAD_NAMES = ("pad_id", "pad_token_id", "pad_idx", "padding_idx", "pad_token", "pad_index")
+PAD_NAMES = ("pad_id", "pad_token_id", "pad_idx", "padding_idx", "pad_token", "pad_index", "ignore_index")
 
 
-def _ce(logits: torch.Tensor, targets: torch.Tensor, k: int) -> float:
+def _ce(logits: torch.Tensor, targets: torch.Tensor, k: int, ignore: int = -100) -> float:
     t = logits.shape[1]
     if k >= 0:
         lg, tg = logits[:, : t - k], targets[:, k:]
     else:
         lg, tg = logits[:, -k:], targets[:, : t + k]
-    return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tg.reshape(-1)))
+    return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tg.reshape(-1), ignore_index=ignore))
 
 
-def alignment(logits: torch.Tensor, targets: torch.Tensor, loss: float) -> int | None:
-    """The shift k whose cross-entropy equals the model's loss (None: none does)."""
+def alignment(logits: torch.Tensor, targets: torch.Tensor, loss: float, ignore: int = -100) -> int | None:
+    """The shift k whose cross-entropy (ignoring the target id ``ignore``, as the model's loss does) equals the
+    model's loss (None: none does)."""
     for k in (0, 1, 2, -1):
-        ce = _ce(logits, targets, k)
-        if abs(ce - loss) <= REL * max(1.0, abs(loss)):
+        ce = _ce(logits, targets, k, ignore)
+        if abs(ce - loss) <= tol(REL) * max(1.0, abs(loss)):
             return k
     return None
 
@@ -74,8 +76,10 @@ def loss_findings(ctx: Context) -> list[ModelFinding]:
         ctx.skip("lm_loss", "forward takes no targets", "forward 不接受目标")
         return []
     ids, targets = lm.ids(), targets_for(lm)
+    if lm.labels_inside:  # the model scores the ids against themselves: they hold no pad
+        ids = targets
     try:
-        with op_log() as ops:
+        with lm.running(), op_log() as ops:  # the dtype watcher outside the log (LM.running)
             logits, loss = lm.with_targets(ids, targets)
     except ForwardError as err:
         found["loss"] = {"examined": False, "reason": f"forward with targets raised {err}"}
@@ -85,13 +89,19 @@ def loss_findings(ctx: Context) -> list[ModelFinding]:
         found["loss"] = {"examined": False, "reason": "no loss returned"}
         ctx.skip("lm_loss", "forward with targets returned no loss", "传入目标时 forward 没有返回损失")
         return []
-    k = alignment(logits.double(), targets, float(loss))
-    found["loss"] = {"examined": True, "argument": lm.target_arg or "(positional)", "shift": k}
     line = _loss_line(ops)
+    ignores = {o.ignore_index for o in ops if o.ignore_index is not None}
+    ignore = ignores.pop() if len(ignores) == 1 else -100  # the id the model's own cross_entropy ignores
+    k = alignment(logits.double(), targets, float(loss), ignore)
+    found["loss"] = {"examined": True, "argument": lm.target_arg or "(positional)", "shift": k}
+    if lm.labels_inside:
+        found["loss"]["labels"] = "ids"
     if k == 2:
         return [_twice(line)]
     if k == -1:
         return [_backwards(line)]
+    if lm.labels_inside:  # no caller's targets to weigh: the model's own labels decide
+        return [_inside_unshifted(lm, line)] if k == 0 else []
     said = _with_caller(lm, k, line)
     if said:
         return said
@@ -176,6 +186,22 @@ def _backwards(line: Op | None) -> ModelFinding:
         "already sees, so it learns to copy",
         "模型的损失把 logits[:, t] 与 targets[:, t - 1] 比较：错开的方向反了，模型已经看得见那个 token，于是学会复制",
         {"shift": -1},
+        fault="targets_not_shifted",
+        where=_where(line, "computes the loss", " 计算损失"),
+    )
+
+
+def _inside_unshifted(lm: LM, line: Op | None) -> ModelFinding:
+    flag = lm.target_arg
+    return ModelFinding(
+        "lm_loss",
+        "error",
+        f"with {flag}=True the model scores logits[:, t] against its own input ids[:, t]: each position is trained "
+        "to output the token it already sees (labels from the ids must be shifted: logits[:, :-1] against "
+        "ids[:, 1:])",
+        f"{flag}=True 时模型把 logits[:, t] 与它自己的输入 ids[:, t] 比较：每个位置被训练去输出它已经看见的 token"
+        "（由 ids 得到的标签必须错位：logits[:, :-1] 对 ids[:, 1:]）",
+        {"shift": 0, "argument": flag},
         fault="targets_not_shifted",
         where=_where(line, "computes the loss", " 计算损失"),
     )

@@ -13,10 +13,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import ForwardError
-from anatomy.doctor.model.found import ModelFinding, at, at_op, first_op, layer_words
+from anatomy.doctor.model.found import ModelFinding, at, at_op, first_op, layer_words, op_log
 from anatomy.doctor.model.loss import LOSS_OPS, pad_id, targets_for
 from anatomy.doctor.model.positions import _differs
 
@@ -149,6 +150,8 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
         )
         ctx.skip("lm_pads_in_loss", *why)
         return []
+    if lm.labels_inside:
+        return _inside(ctx, pad, k)
     ids, targets = lm.ids(), targets_for(lm)
     ignored = [v for v in (-100, -1, pad) if v is not None and _ignores(ctx, ids, targets, k, v)]
     ctx.found["loss_ignores"] = ignored
@@ -164,7 +167,7 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
         _, got = lm.with_targets(ids, marked)
     except ForwardError:
         return []
-    if got is None or abs(float(got) - _ce(lm.logits(ids), marked, k, -12345)) > 1e-6 * max(1.0, abs(float(got))):
+    if got is None or abs(float(got) - _ce(lm.logits(ids), marked, k, -12345)) > tol(1e-6) * max(1.0, abs(float(got))):
         return []
     with_targets: dict[str, Any] = {lm.target_arg: marked}
     op = first_op(ctx.ops(ids, **with_targets), LOSS_OPS)
@@ -190,6 +193,60 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
     ]
 
 
+def _inside(ctx: Context, pad: int | None, k: int) -> list[ModelFinding]:
+    """The loss made inside from the ids (``return_loss=True``): the caller cannot mark the pads, so pads in the
+    ids must not be scored. Two pads at the end of the first row: the loss equals the cross-entropy that leaves
+    them out (right), or the one that counts them (pads_in_loss); anything else: can't tell."""
+    lm = ctx.lm
+    if pad is None:
+        ctx.skip("lm_pads_in_loss", "the model's pad id is not found", "没有找到模型的 pad id")
+        return []
+    marked = targets_for(lm)
+    marked[0, -PADS:] = pad
+    try:
+        logits, got = lm.with_targets(marked, marked)
+    except ForwardError:
+        return []
+    if got is None:
+        return []
+    left_out, counted = _ce(logits.double(), marked, k, pad), _ce(logits.double(), marked, k, -12345)
+    near = tol(1e-6) * max(1.0, abs(float(got)))
+    if abs(float(got) - left_out) <= near:
+        ctx.found["loss_ignores"] = [pad]
+        return []
+    if abs(float(got) - counted) > near:
+        ctx.skip(
+            "lm_pads_in_loss",
+            "the loss is neither the cross-entropy with the pads nor without them",
+            "损失既不等于计入 pad 的交叉熵，也不等于不计 pad 的交叉熵",
+        )
+        return []
+    with lm.running(), op_log() as ops:
+        lm.with_targets(marked, marked)
+    op = first_op(ops, LOSS_OPS)
+    return [
+        ModelFinding(
+            "lm_loss",
+            "error",
+            f"with {lm.target_arg}=True the model makes its labels from the ids, and ids holding the pad id {pad} "
+            f"are scored like any token: the loss counts the pads (pass ignore_index={pad})",
+            f"{lm.target_arg}=True 时模型用 ids 构造标签，值为 pad id {pad} 的 id 与普通 token 一样计分：损失把 pad "
+            f"也算了进去（应传入 ignore_index={pad}）",
+            {"pad_id": pad, "labels": "inside"},
+            fault="pads_in_loss",
+            where=[]
+            if op is None
+            else [
+                at_op(
+                    op,
+                    f"line {op.line} computes the loss with no ignore_index",
+                    f"第 {op.line} 行计算损失时没有 ignore_index",
+                )
+            ],
+        )
+    ]
+
+
 def _ignores(ctx: Context, ids: torch.Tensor, targets: torch.Tensor, k: int, v: int) -> bool:
     marked = targets.clone()
     marked[0, -PADS:] = v
@@ -200,4 +257,4 @@ def _ignores(ctx: Context, ids: torch.Tensor, targets: torch.Tensor, k: int, v: 
     if got is None:
         return False
     want = _ce(logits.double(), marked, k, v)
-    return abs(float(got) - want) <= 1e-6 * max(1.0, abs(want))
+    return abs(float(got) - want) <= tol(1e-6) * max(1.0, abs(want))

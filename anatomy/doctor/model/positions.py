@@ -9,9 +9,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import Calls, capture, hidden
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import BATCH, ForwardError
+from anatomy.doctor.model.contract import BATCH, LM, ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at_op
 
 __anatomy_transparent__ = True
@@ -24,14 +25,14 @@ MUL_OPS = {"mul", "__mul__", "__rmul__", "__imul__", "mul_", "div", "__truediv__
 
 def _differs(a: torch.Tensor, b: torch.Tensor) -> bool:
     scale = max(float(a.abs().max()), float(b.abs().max()), 1e-30)
-    return float((a - b).abs().max()) > REL * scale
+    return float((a - b).abs().max()) > tol(REL) * scale
 
 
 def _same_token(t: int, token: int = 3) -> torch.Tensor:
     return torch.full((BATCH, t), token, dtype=torch.long)
 
 
-def _block0_sees_order(calls: Calls, block: nn.Module) -> bool | None:
+def _block0_sees_order(lm: LM, calls: Calls, block: nn.Module) -> bool | None:
     """Does the first block, alone, move the last position's output when two earlier rows of its input swap?"""
     x, extras = calls.inputs[0], calls.extras[0]
     if x is None or extras is None or x.dim() != 3 or x.shape[1] < 3:
@@ -39,7 +40,7 @@ def _block0_sees_order(calls: Calls, block: nn.Module) -> bool | None:
     y = x.clone()
     y[:, [0, 1]] = x[:, [1, 0]]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), lm.running():
             a, b = hidden(block(x, *extras[0], **extras[1])), hidden(block(y, *extras[0], **extras[1]))
     except Exception:  # noqa: BLE001 - a block that cannot run alone: can't tell
         return None
@@ -66,7 +67,7 @@ def positions_findings(ctx: Context) -> list[ModelFinding]:
         ctx.skip("lm_positions", "the first block's input is not a tensor", "第一个 block 的输入不是张量")
         return []
     before = _differs(x0[:, 1:], x0[:, :1].expand_as(x0[:, 1:]))
-    inside = _block0_sees_order(plain, stack.blocks[0])
+    inside = _block0_sees_order(lm, plain, stack.blocks[0])
     ops = ctx.ops(lm.ids())
     if before:
         ctx.found["positions"] = "added before the blocks"
@@ -164,7 +165,7 @@ def _fit(y: torch.Tensor, x: torch.Tensor) -> float | None:
         return None
     c = float((y * x).sum()) / xx
     resid = float((y - c * x).abs().max())
-    return c if resid <= FIT * max(float(y.abs().max()), 1e-30) else None
+    return c if resid <= tol(FIT) * max(float(y.abs().max()), 1e-30) else None
 
 
 def _scales(ctx: Context, ops: list[Op]) -> list[ModelFinding]:
@@ -183,12 +184,12 @@ def _scales(ctx: Context, ops: list[Op]) -> list[ModelFinding]:
     if tok is not None and xa is not None and xb is not None:
         s = _fit((xa - xb).to(tok.dtype), tok[ia] - tok[ib])
         ctx.found["embedding_scale"] = s
-        if s is not None and abs(s - d) <= 1e-6 * d and d != 1:
+        if s is not None and abs(s - d) <= tol(1e-6) * d and d != 1:
             out.append(_scaled_twice(s, d, ops))
     if pos is not None and xs is not None:
         c = _fit((xs[:, 1:] - xs[:, :1]).to(pos.dtype), (pos[1:t] - pos[:1]).expand_as(xs[:, 1:]))
         ctx.found["positions_scale"] = c
-        if c is not None and abs(c - 2) <= 1e-6:
+        if c is not None and abs(c - 2) <= tol(1e-6):
             out.append(_twice(ops))
     return out
 

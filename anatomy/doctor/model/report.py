@@ -62,6 +62,10 @@ def _found(r: ModelReport, lang: str) -> list[tuple[str, str]]:
             k if isinstance(k, int) else 99,
             _t(lang, "not a plain cross-entropy of any shift", "不是任何错位下的普通交叉熵"),
         )
+        if loss.get("labels") == "ids":  # made inside from the ids (return_loss=True)
+            text = text.replace("targets", "ids") + _t(
+                lang, "; the labels are the ids themselves", "；标签就是 ids 本身"
+            )
         rows.append((_t(lang, "loss", "损失"), text))
     elif loss:
         rows.append((_t(lang, "loss", "损失"), _t(lang, "not examined: ", "未检查：") + str(loss.get("reason"))))
@@ -69,7 +73,7 @@ def _found(r: ModelReport, lang: str) -> list[tuple[str, str]]:
     rows.append(
         (
             "blocks",
-            f"{stack['path']}: {stack['count']} × {stack['class']}"
+            f"{stack['path'] or _t(lang, '(the model)', '（模型本身）')}: {stack['count']} × {stack['class']}"
             if stack
             else _t(lang, "no stack of repeated blocks found", "没有找到重复的 block 堆叠"),
         )
@@ -88,7 +92,8 @@ def _render(r: ModelReport, lang: str, width: int, strict: bool) -> list[str]:
     out = [f"anatomy check · {r.target}"]
     out += wrap(
         f"lm · vocab_size={s['vocab_size']}, d_model={s['d_model']}, n_heads={s['n_heads']}, "
-        f"n_layers={s['n_layers']}, block_size={s['block_size']} · float64, B={s['batch']}, T={s['seq']}, "
+        f"n_layers={s['n_layers']}, block_size={s['block_size']} · {s.get('dtype', 'float64')}, B={s['batch']}, "
+        f"T={s['seq']}, "
         f"seed {s['seed']}",
         width,
     )

@@ -77,3 +77,48 @@ def test_every_layer_leaking_is_one_folded_finding_and_the_first_layer(tmp_path)
     assert model.layer == 0 and model.severity == "error"
     assert "causal_mask_missing_in_layer" not in report.faults  # every layer: the blocks' own fault
     assert report.counts()[0] == 1  # the end-to-end leak and the blocks' leak: one mistake, one group
+
+
+CAPABILITY_SCRIPT = """
+import json, sys
+from anatomy.doctor.model import causal
+from anatomy.doctor.model.blocks import find_stack
+from anatomy.doctor.model.build import Sizes, build_model
+from anatomy.doctor.model.contract import LM, first_call
+out = {}
+for path in sys.argv[1:]:
+    module, label = build_model(path + ":CausalLM", None, Sizes(), 0, None)
+    lm = LM(module, label, Sizes(), None)
+    first_call(lm)
+    leaks = [causal.leak_at(lm, find_stack(module, 16), t) for t in (7, 12)]
+    out[path] = [leak.leaks for leak in leaks]
+print(json.dumps(out))
+"""
+
+
+def test_a_float32_additive_mask_is_causal_on_every_cpu(tmp_path):
+    """hf_style.py builds its masks in float32 (finfo(float32).min) for SDPA; the doctor runs it in float64, where
+    PyTorch's fused CPU kernel misreads such a mask at ATen's baseline capability (a false "sees the future" at
+    T = 12 there, none with AVX-512): the causal probe says the same on both, and still finds the leak of a causal
+    mask made of zeros. (The whole check of hf_style.py, on this CPU's kernels: test_check.py.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.doctor.model.styles import HERE
+
+    good = str(HERE / "hf_style.py")
+    bad = variant(tmp_path, "hf_style.py", "torch.full((t, t), min_value,", "torch.full((t, t), 0.0,")
+    root = HERE.parents[2]
+    for capability in ("default", None):
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        env.pop("ATEN_CPU_CAPABILITY", None)
+        if capability is not None:
+            env["ATEN_CPU_CAPABILITY"] = capability
+        proc = subprocess.run(
+            [sys.executable, "-c", CAPABILITY_SCRIPT, good, str(bad)], env=env, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert got == {good: [False, False], str(bad): [True, True]}, capability

@@ -16,6 +16,7 @@ STYLES = [
     ("llama_style.py", "Transformer"),
     ("lecture_style.py", "GPTLanguageModel"),
     ("course_style.py", "GPT"),
+    ("hf_style.py", "CausalLM"),  # float32 additive masks for SDPA, the loss shifted inside
     ("mingpt_style.py", "GPT"),  # get_default_config(), a block reaching its MLP through a closure
 ]
 

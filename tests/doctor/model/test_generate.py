@@ -90,3 +90,32 @@ def test_a_cached_step_whose_tokens_agree_is_judged_by_its_logits():
     (f,) = [f for f in report.findings if f.probe == "lm_generate"]
     assert f.evidence["max_abs_diff"] > 1e-3 * f.evidence["max_abs_logit"]
     assert run(zoo, "GPT2LMHeadModel").errors == []
+
+
+def _swa(factory: str):
+    import sys
+
+    from anatomy.doctor.model.build import Sizes
+    from anatomy.doctor.model.context import Context
+    from anatomy.doctor.model.contract import LM, first_call
+    from tests.doctor.model.styles import HERE
+
+    sys.path.insert(0, str(HERE.parent))
+    from zoo_models import rasbt_swa
+
+    module = getattr(rasbt_swa, factory)().double().eval()
+    lm = LM(module, factory, Sizes(vocab_size=50, d_model=32, n_heads=4, n_layers=3, block_size=16), None)
+    ctx = Context(lm, None, None, first_call(lm), block_check=lambda *a, **k: None)
+    return ctx
+
+
+def test_a_prefill_through_the_cache_must_equal_a_plain_forward():
+    """LLMs-from-scratch PR #1013: the sliding-window cache trimmed before attention leaves a long prompt's first
+    queries without keys when it goes through the cache; the fixed file passes (the zoo's slow cases run the whole
+    check on both)."""
+    from anatomy.doctor.model.generate import cache_flag_findings
+
+    ctx = _swa("tiny_swa")
+    assert cache_flag_findings(ctx) == [] and ctx.found["cache_flag"] == "use_cache"
+    (f,) = cache_flag_findings(_swa("tiny_swa_trim_first"))
+    assert f.probe == "lm_cache" and f.severity == "error" and "the prompt" in f.en

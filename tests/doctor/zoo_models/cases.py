@@ -33,6 +33,7 @@ class ModelCase:
     runs: tuple = ()
     refusal: str = ""
     severity: str = "error"  # the finding's level for a bug: "error" (exit 1) or "warning" (exit 0, named)
+    slow: str = ""  # why the case is left to `-m slow` (the block doctor's diagnosis takes tens of seconds on it)
 
     @property
     def file(self) -> Path:
@@ -83,6 +84,7 @@ def lines_of(case: ModelCase) -> set[int]:
 
 
 M = ModelCase
+SLOW_DIAGNOSIS = "its block matches no reference, and the block doctor's diagnosis tries ~20000 fault pairs (40-80 s)"
 
 CASES = [
     # --- karpathy: nanoGPT, minGPT, build-nanogpt, the "Let's build GPT" lecture ------------------------------------
@@ -121,7 +123,8 @@ CASES = [
       style="Llama 3.2: RoPE cos/sin, GQA, RMSNorm, out_head.weight = tok_emb.weight"),
     M("llms_from_scratch.py:tiny_llama3_copy_tied", "tied_by_copy",
       "self.out_head.weight = assign(self.out_head.weight, self.tok_emb.weight)", construct="tiny_llama3_copy_tied",
-      runs=("return torch.nn.Parameter(right.clone().detach()",), style="issue #822: a Parameter made of a copy"),
+      runs=("return torch.nn.Parameter(right.clone().detach()",), style="issue #822: a Parameter made of a copy",
+      severity="warning"),
     # --- LLaMA family ----------------------------------------------------------------------------------------------------
     M("llama_meta.py:Transformer", "ok",
       style="ModelArgs, complex RoPE, cache_k/cache_v, forward(tokens, start_pos) under inference_mode"),
@@ -176,10 +179,31 @@ CASES = [
       style="a_2/b_2 LayerNorm (unbiased std), sinusoidal PE, Embeddings * sqrt(d_model), log_softmax Generator"),
     M("annotated_decoder.py:DecoderOnlyNoPE", "positions_missing", "x = self.embed[0](tgt)", source="injected",
       style="the PositionalEncoding built, never called"),
+    # --- gathered by gptdoc2 (each checked verbatim first, /tmp/gptdoc2-scratch) ------------------------------------------
+    M("palm_lucidrains.py:tiny_palm", "ok", construct="tiny_palm",
+      style="a function returning nn.Sequential(Embedding, *Residual(parallel block), LayerNorm, Linear); multi-query"),
+    M("llmc_llama3.py:LLaMA", "ok",
+      style="llm.c: config __init__(**kwargs), multiple_of=1024, complex freqs_cis on x.float(), float32 KV cache",
+      slow=SLOW_DIAGNOSIS),
+    M("llmc_gpt2.py:GPT", "ok", style="llm.c: SDPA is_causal, return_logits flag, (B, 1, V) without targets"),
+    M("makemore_gpt.py:Transformer", "ok", style="ModelConfig with None sizes, ignore_index=-1, mlpf closure"),
+    M("rasbt_qwen3.py:tiny_qwen3", "ok", construct="tiny_qwen3",
+      style="dict config with dtype: x.to(cfg['dtype']) before the head, QK-RMSNorm, explicit head_dim, GQA",
+      slow=SLOW_DIAGNOSIS),
+    M("rasbt_qwen3.py:tiny_qwen3_moe", "ok", construct="tiny_qwen3_moe", style="the same with a top-2 MoE FFN"),
+    M("rasbt_swa.py:tiny_swa", "ok", construct="tiny_swa",
+      style="sliding-window mask from absolute positions, KV cache trimmed to the window, use_cache flag",
+      slow=SLOW_DIAGNOSIS),
+    M("rasbt_swa.py:tiny_swa_trim_first", "error:lm_cache",
+      "self.cache_k, self.cache_v = self.cache_k[:, -self.window:], self.cache_v[:, -self.window:]",
+      construct="tiny_swa_trim_first", style="LLMs-from-scratch PR #1013: the cache trimmed before attention",
+      slow=SLOW_DIAGNOSIS),
 ]
 
 # case id -> why a finding's line cannot be the bug's own line (the doctor may still be right about the bug)
 LINE_GAPS: dict[str, str] = {
+    "models.rasbt_swa.tiny_swa_trim_first": "the cache probe compares the logits of a prefill through the cache with "
+    "a plain forward's and says which positions differ; it does not follow the cache to the line that trims it",
     "models.annotated_decoder.DecoderOnlyNoPE": "positions_missing is named, but the finding points at Embeddings."
     "forward's `return self.lut(x) * math.sqrt(self.d_model)` (where the tokens are embedded, a line the correct model "
     "shares) rather than the forward line that skips the PositionalEncoding",
