@@ -10,7 +10,7 @@ float64 mask, or float32 queries, are right on all): a correct model "sees the f
 not on another. The math backend is the op's definition, computes
 the mixed-dtype mask right on every CPU, and gives fully masked rows the same zeros the fused kernel gives, so
 every run of the learner's forward (the block doctor's and the model doctor's) goes through it.
-tests/doctor/test_kernels.py reproduces the kernel's error and checks the fix under both capabilities.
+tests/doctor/test_reference_kernel.py reproduces the kernel's error and checks the fix under both capabilities.
 """
 
 from __future__ import annotations
