@@ -21,7 +21,7 @@ import torch
 
 from anatomy.doctor.contract.precision import floor_for, tolerating
 from anatomy.doctor.loading.subject import CheckError
-from anatomy.doctor.model import causal, generate, hygiene, loss, padding, positions
+from anatomy.doctor.model import cache_flag, causal, generate, hygiene, loss, padding, positions
 from anatomy.doctor.model.blocks import BlockCheck, Stack, capture, diagnose_layers, find_stack
 from anatomy.doctor.model.build import Sizes, build_model, infer_sizes
 from anatomy.doctor.model.context import Context
@@ -274,7 +274,7 @@ PROBES: list[tuple[str, Probe]] = [
     ("lm_padding", padding.padding_findings),
     ("lm_pads_in_loss", padding.pads_in_loss_findings),
     ("lm_generate", generate.generate_findings),
-    ("lm_cache", generate.cache_flag_findings),
+    ("lm_cache", cache_flag.cache_flag_findings),
 ]
 AFTER_BLOCKS: list[tuple[str, Probe]] = [  # probes that read the block doctor's reports
     ("lm_final_norm", hygiene.final_norm_findings),

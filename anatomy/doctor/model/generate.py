@@ -21,7 +21,14 @@ from anatomy.doctor.loading.subject import CheckTimeout, _quiet
 from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import LM, ForwardError, read_logits, seeded
-from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, op_log
+from anatomy.doctor.model.found import ModelFinding, Op, at_op, op_log
+from anatomy.doctor.model.generate_lines import (
+    caller_line,
+    div_after_softmax,
+    first_forward_end,
+    index_line,
+    position_line,
+)
 from anatomy.tracing.steps import learner_frame
 
 __anatomy_transparent__ = True
@@ -243,7 +250,7 @@ def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
             "generate 选出的 token 与完整前向的 argmax(logits[:, 0]) 一致，而不是 argmax(logits[:, -1])：它读的是"
             "第一个位置的 logits",
             "generate_reads_first_position",
-            _index_line(run.ops),
+            index_line(run.ops),
         )
     restart = cached and step > 0 or cached and step == 0 and run.lengths[0] == 1
     zero_start = bool(run.starts[1:]) and all(s == 0 for s in run.starts[1:] if s is not None)
@@ -262,7 +269,7 @@ def _mismatch(lm: LM, run: Run, want: torch.Tensor) -> ModelFinding:
             else ("（它带缓存逐个送入新 token）" if cached else "")
         ),
         "positions_restart_with_cache" if named else None,
-        _caller(run, zero_start) if named else [],
+        caller_line(run, zero_start) if named else [],
     )
 
 
@@ -302,8 +309,8 @@ def _cached_logits(ctx: Context, run: Run) -> ModelFinding | None:
                 f"最大 {scale:.3g}），并且{why[1]}：新 token 没有得到它的位置（有缓存时位置从头开始）",
                 ev,
                 fault="positions_restart_with_cache",
-                where=_position_line(run, i)
-                or _caller(run, bool(run.starts[1:]) and all(s == 0 for s in run.starts[1:] if s is not None)),
+                where=position_line(run, i)
+                or caller_line(run, bool(run.starts[1:]) and all(s == 0 for s in run.starts[1:] if s is not None)),
             )
         return ModelFinding(
             "lm_generate",
@@ -341,81 +348,10 @@ def _position_row(ctx: Context, run: Run, i: int, seq: torch.Tensor) -> tuple[st
     return None
 
 
-POSITION_OPS = ("arange", "cumsum")
-
-
-def _position_line(run: Run, i: int) -> list[dict[str, object]]:
-    """The line that gives the new token its position in cached step ``i`` (before the first block): an ``arange``
-    the prompt's forward ran and the cached step skips, else the cached step's own ``arange``/``cumsum``."""
-    if len(run.firsts) <= i or len(run.marks) <= i:
-        return []
-    prompt = [o for o in run.ops[run.marks[0] : run.firsts[0]] if o.line]
-    step = [o for o in run.ops[run.marks[i] : run.firsts[i]] if o.line]
-    ran = {(o.file, o.line) for o in step}
-    skipped = next((o for o in prompt if o.op in POSITION_OPS and (o.file, o.line) not in ran), None)
-    if skipped is not None:
-        return [
-            at_op(
-                skipped,
-                f"line {skipped.line} gives the prompt its positions; the cached step skips it",
-                f"第 {skipped.line} 行为提示词计算位置；带缓存的那一步跳过了它",
-            )
-        ]
-    own = next((o for o in step if o.op in POSITION_OPS), None)
-    if own is None:
-        return []
-    return [
-        at_op(
-            own,
-            f"line {own.line} computes the new token's position in the cached step",
-            f"第 {own.line} 行在带缓存的那一步计算新 token 的位置",
-        )
-    ]
-
-
-def _caller(run: Run, zero_start: bool) -> list[dict[str, object]]:
-    """The line that calls forward with the new token when it passes start position 0, else the line that reads
-    position 0 in a cached step."""
-    zero = next((o for o in run.ops[_first_forward_end(run) :] if o.at_zero and o.line), None)
-    if zero is not None and not zero_start:
-        return [
-            at_op(
-                zero, f"line {zero.line} reads position 0 for the new token", f"第 {zero.line} 行为新 token 读取位置 0"
-            )
-        ]
-    if len(run.callers) < 2 or not run.callers[1][1]:
-        return []
-    file, line, source = run.callers[1]
-    return [at(file, line, source, f"line {line} feeds the new token", f"第 {line} 行送入新 token")]
-
-
-DIV_OPS = ("div", "__truediv__", "__itruediv__", "div_", "true_divide")
-
-
-def _div_after_softmax(ops: list[Op]) -> Op | None:
-    """A division right after a softmax (the next op or the one after)."""
-    for i, o in enumerate(ops):
-        if o.op in ("softmax", "_softmax"):
-            nxt = next((n for n in ops[i + 1 : i + 3] if n.op in DIV_OPS and n.line), None)
-            if nxt is not None:
-                return nxt
-    return None
-
-
 def _zero_after_first(run: Run) -> bool:
     """A forward after the prompt's reads position 0 (``arange`` from 0, or row 0 of a table)."""
     first = run.lengths[0] if run.lengths else 0
-    return first > 1 and any(o.at_zero for o in run.ops[_first_forward_end(run) :])
-
-
-def _first_forward_end(run: Run) -> int:
-    """The index of the first op after the first forward (the prompt's): its ops come first in the log."""
-    return run.marks[1] if len(run.marks) > 1 else len(run.ops)
-
-
-def _index_line(ops: list[Op]) -> list[dict[str, object]]:
-    op = next((o for o in ops if o.op == "__getitem__" and o.line and "0" in o.source and "logits" in o.source), None)
-    return [] if op is None else [at_op(op, f"line {op.line} reads position 0", f"第 {op.line} 行读取位置 0")]
+    return first > 1 and any(o.at_zero for o in run.ops[first_forward_end(run) :])
 
 
 def _finding(en: str, zh: str, fault: str | None, where: list[dict[str, object]]) -> ModelFinding:
@@ -429,7 +365,7 @@ def _temperature(lm: LM, count: str | None, temp: str) -> list[ModelFinding]:
     a, b = cold.probs[0].double(), hot.probs[0].double()
     if a.shape != b.shape or not torch.allclose(a * 0.5, b * 2.0, rtol=1e-6, atol=0):
         return []
-    div = _div_after_softmax(cold.ops)
+    div = div_after_softmax(cold.ops)
     where = (
         []
         if div is None
@@ -445,62 +381,3 @@ def _temperature(lm: LM, count: str | None, temp: str) -> list[ModelFinding]:
             where,
         )
     ]
-
-
-CACHE_FLAGS = ("use_cache",)  # forward(ids, use_cache=True): keys and values kept on the model between calls
-RESETS = ("reset_kv_cache", "reset_cache", "clear_cache", "clear_kv_cache")
-
-
-def cache_flag_findings(ctx: Context) -> list[ModelFinding]:
-    """A forward with a ``use_cache`` flag and a method that empties the cache (LLMs-from-scratch's GPTModelKV):
-    from an empty cache, the prompt through the cache must give the logits of a plain forward, and one more token
-    through the cache the last logits of a plain forward on the longer sequence."""
-    lm = ctx.lm
-    try:
-        names = inspect.signature(lm.module.forward).parameters
-    except (TypeError, ValueError):
-        names = {}  # type: ignore[assignment]
-    flag = next((n for n in CACHE_FLAGS if n in names), None)
-    reset = next((getattr(lm.module, n) for n in RESETS if callable(getattr(lm.module, n, None))), None)
-    if flag is None or reset is None or lm.last_only or lm.labels_inside:
-        ctx.skip("lm_cache", "forward has no use_cache flag with a reset", "forward 没有可重置的 use_cache 开关")
-        return []
-    ids = lm.ids()
-    nxt = lm.ids(1, seed=5)
-    try:
-        full, longer = lm.logits(ids), lm.logits(torch.cat([ids, nxt], dim=1))[:, -1]
-        reset()
-        prefill = lm.logits(ids, **{flag: True})
-        step = lm.logits(nxt, **{flag: True})[:, -1]
-    except ForwardError as err:
-        ctx.skip("lm_cache", f"forward with {flag}=True raised {err}", f"{flag}=True 时 forward 出错：{err}")
-        return []
-    finally:
-        reset()
-    for what, want, got in (("the prompt", full, prefill), ("one more token", longer, step)):
-        scale = max(float(want.abs().max()), float(got.abs().max()), 1e-30)
-        diff = float((want.double() - got.double()).abs().max())
-        if not diff <= tol(CACHE_REL) * scale:  # NaN (a row masked whole) differs too
-            rows = "" if want.dim() < 3 else _rows_that_differ(want, got)
-            said = "NaN where it is not" if diff != diff else f"{diff:.3g}"  # NaN: a query left with no key
-            return [
-                ModelFinding(
-                    "lm_cache",
-                    "error",
-                    f"{what} through the cache ({flag}=True, from an empty cache) gives other logits than a plain "
-                    f"forward: they differ by {said} (logits up to {scale:.3g}){rows}",
-                    f"{what if what == 'the prompt' else '再多一个 token'}经过缓存（{flag}=True，从空缓存开始）得到的 "
-                    f"logits 与普通前向不同：相差 {said}（logits 最大 {scale:.3g}）{rows}",
-                    {"flag": flag, "step": what, "max_abs_diff": diff, "max_abs_logit": scale},
-                )
-            ]
-    ctx.found["cache_flag"] = flag
-    return []
-
-
-def _rows_that_differ(want: torch.Tensor, got: torch.Tensor) -> str:
-    off = ((want.double() - got.double()).abs().amax(dim=(0, 2)) > tol(CACHE_REL) * float(want.abs().max())) | (
-        got.isnan().any(dim=(0, 2))
-    )
-    at = [i for i, bad in enumerate(off.tolist()) if bad]
-    return f"; positions {at}" if at else ""

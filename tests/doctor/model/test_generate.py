@@ -113,7 +113,7 @@ def test_a_prefill_through_the_cache_must_equal_a_plain_forward():
     """LLMs-from-scratch PR #1013: the sliding-window cache trimmed before attention leaves a long prompt's first
     queries without keys when it goes through the cache; the fixed file passes (the zoo's slow cases run the whole
     check on both)."""
-    from anatomy.doctor.model.generate import cache_flag_findings
+    from anatomy.doctor.model.cache_flag import cache_flag_findings
 
     ctx = _swa("tiny_swa")
     assert cache_flag_findings(ctx) == [] and ctx.found["cache_flag"] == "use_cache"
