@@ -17,7 +17,7 @@ from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import ForwardError
-from anatomy.doctor.model.found import ModelFinding, at, at_op, first_op, layer_words, op_log
+from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, first_op, layer_words, op_log
 from anatomy.doctor.model.loss import LOSS_OPS, pad_id, targets_for
 from anatomy.doctor.model.positions import _differs
 
@@ -180,15 +180,7 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
             f"值为 pad id {pad} 的目标与普通 token 一样计分：损失把 pad 也算了进去（应传入 ignore_index={pad}）",
             {"pad_id": pad},
             fault="pads_in_loss",
-            where=[]
-            if op is None
-            else [
-                at_op(
-                    op,
-                    f"line {op.line} computes the loss with no ignore_index",
-                    f"第 {op.line} 行计算损失时没有 ignore_index",
-                )
-            ],
+            where=_no_ignore_index(op),
         )
     ]
 
@@ -234,15 +226,7 @@ def _inside(ctx: Context, pad: int | None, k: int) -> list[ModelFinding]:
             f"也算了进去（应传入 ignore_index={pad}）",
             {"pad_id": pad, "labels": "inside"},
             fault="pads_in_loss",
-            where=[]
-            if op is None
-            else [
-                at_op(
-                    op,
-                    f"line {op.line} computes the loss with no ignore_index",
-                    f"第 {op.line} 行计算损失时没有 ignore_index",
-                )
-            ],
+            where=_no_ignore_index(op),
         )
     ]
 
@@ -258,3 +242,14 @@ def _ignores(ctx: Context, ids: torch.Tensor, targets: torch.Tensor, k: int, v: 
         return False
     want = _ce(logits.double(), marked, k, v)
     return abs(float(got) - want) <= tol(1e-6) * max(1.0, abs(want))
+
+
+def _no_ignore_index(op: Op | None) -> list[dict[str, object]]:
+    """The loss's line, when the op log found it."""
+    if op is None:
+        return []
+    return [
+        at_op(
+            op, f"line {op.line} computes the loss with no ignore_index", f"第 {op.line} 行计算损失时没有 ignore_index"
+        )
+    ]

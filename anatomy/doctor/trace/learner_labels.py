@@ -5,8 +5,9 @@ scores, scale, mask, softmax, weighted sum, merge, residual, norms), heads of a 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from anatomy.doctor.recording import observed as ob
 from anatomy.doctor.recording.cores import attention_cores
@@ -14,6 +15,9 @@ from anatomy.tracing import steps as r
 
 NORM_OPS = {"layer_norm", "rms_norm", "group_norm", "batch_norm"}
 ACT_OPS = {"relu", "gelu", "silu", "tanh", "sigmoid", "elu", "leaky_relu", "mish", "softplus"}
+
+
+R = TypeVar("R", bound="Row")
 
 
 @dataclass
@@ -33,6 +37,15 @@ class Row:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def of_step(
+        cls: type[R], s: Any, kind: str, role: str, deviation: str, dims: Callable[[Any], str], **extra: Any
+    ) -> R:
+        """The row of recorded step ``s``: its first output's shape, named by ``dims``."""
+        out = s.outputs[0]
+        shape, named = list(out.shape), dims(out.dims)
+        return cls(s.index, s.line, s.source, s.op, kind, role, shape, named, s.params, s.module, deviation, **extra)
 
 
 _HEAD = re.compile(r"^(?P<pre>.*?)\.(?P<i>\d+)(?P<post>(\..*)?)$")

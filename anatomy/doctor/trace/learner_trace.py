@@ -296,20 +296,6 @@ def _rows(rec: r.Recording, steps: list[r.Step], devs: list[dict[str, Any]]) -> 
     rows = []
     for s in steps:
         kind, role = kinds.get(s.index, ("", ""))
-        out = s.outputs[0]
-        rows.append(
-            Row(
-                s.index,
-                s.line,
-                s.source,
-                s.op,
-                kind,
-                role,
-                list(out.shape),
-                letters(out.dims),
-                s.params,
-                s.module,
-                "first" if s.index == first else "also" if s.index in also else "",
-            )
-        )
+        deviation = "first" if s.index == first else "also" if s.index in also else ""
+        rows.append(Row.of_step(s, kind, role, deviation, letters))
     return collapse_heads(rows, rec.sizes.get("H", 0))

@@ -344,25 +344,8 @@ def _rows(
             lab = "pos_in"
         if part == "block" and not kind and s.op == "multi_head_attention_forward":
             kind = "fused"  # torch's nn.MultiheadAttention: one call
-        out = s.outputs[0]
-        rows.append(
-            mp.ModelRow(
-                s.index,
-                s.line,
-                s.source,
-                s.op,
-                kind,
-                role,
-                list(out.shape),
-                _dims(out.dims),
-                s.params,
-                s.module,
-                "first" if s.index == first_dev else "also" if s.index in also else "",
-                part=part,
-                label=lab,
-                detail=detail,
-            )
-        )
+        deviation = "first" if s.index == first_dev else "also" if s.index in also else ""
+        rows.append(mp.ModelRow.of_step(s, kind, role, deviation, _dims, part=part, label=lab, detail=detail))
     return rows
 
 
