@@ -17,7 +17,7 @@ dynamo's guards and gathers the graph's inputs from the modules (about a third o
 at d 256), so only each generation's first step goes through it and the later ones call the graph it ran
 (:class:`Capture`); the inductor freezes the weights (on CPU the Linears' weights are packed for MKL once, a copy
 kept with the graph; a changed weight makes a new graph, :func:`weights_state`), launches the kernels from C++
-(``cpp_wrapper``) and makes its own small fused kernels serial loops (``INDUCTOR_OPTIONS``).
+(``cpp_wrapper``) and makes its own small fused kernels serial loops (``compile_backend.INDUCTOR_OPTIONS``).
 
 When it is used, ``compile=`` of ``generate`` (:func:`decide`): ``False`` never; ``True`` whenever it can run;
 ``"auto"`` (the default) when it pays: a graph for the same model and shapes is already compiled, or the
@@ -33,7 +33,6 @@ over every slot before it masks), so such a model decodes eagerly.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import logging
@@ -43,7 +42,7 @@ import time
 import types
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +52,7 @@ from torch import nn
 from anatomy.components import wrapping
 from anatomy.components.attention import MultiHeadAttention
 from anatomy.components.kv_cache import KVCache, StaticKVCache
+from anatomy.generation.compile_backend import Capture, tracing, weights_state
 from anatomy.generation.fast import refusal
 
 log = logging.getLogger("anatomy")
@@ -67,21 +67,6 @@ COMPILE_CHOICES = ("auto", True, False)
 # None: never on that device type, unless a graph is already compiled.
 AUTO_MIN_TOKENS: dict[str, int | None] = {"cpu": 50_000, "cuda": 10_000}
 BACKEND: Any = "inductor"  # a backend's name, or a callable backend (the tests use "aot_eager")
-# the inductor's options for the step (docs/performance.md, "Where a compiled step's time goes"): cpp_wrapper
-# launches the graph's kernels from C++ instead of a Python function of ~200 lines per call; cpp.threads 1 makes
-# the graph's own fused kernels (norms, GELU, residual adds: at most a few thousand elements a token) loops
-# without an OpenMP fork and join (the matmuls and attention keep torch's threads)
-INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "cpp.threads": 1}
-# freezing (inductor's): the weights become the graph's constants, and on CPU the Linears' weights are packed
-# for MKL's GEMM once (a copy of each weight, kept with the graph): the largest saving measured. A frozen graph
-# does not see later changes to the weights, so the graph's key holds every weight's address and version
-# (``weights_state``): a changed weight makes a new graph. False: the weights stay inputs of the graph.
-FREEZE = True
-# On CPU the step's ``scaled_dot_product_attention`` is traced as its math (two matmuls and a softmax), which the
-# inductor fuses with the cache writes into its own loops, instead of ATen's flash kernel for CPU: one OpenMP fork
-# and join less per layer, and less time at one thread too (docs/performance.md, round 6). The same function:
-# logits within 1e-6 of the eager flash kernel's, the tokens identical (tests/generation/test_compiled.py).
-SDPA_MATH_ON_CPU = True
 
 Step = Callable[..., torch.Tensor]
 
@@ -177,36 +162,6 @@ def key_of(
     return (b, length, str(device), dtype, memory, padded, BACKEND, _changes(model), weights_state(model))
 
 
-def weights_state(model: nn.Module) -> tuple[tuple[int, int], ...] | None:
-    """Every parameter's and buffer's ``(address, version)``: an in-place update (an optimiser's step,
-    ``load_state_dict``) bumps the version, a new tensor changes the address. None when a tensor keeps no
-    version (made under ``torch.inference_mode``): such a model's graph is not frozen."""
-    try:
-        return tuple((t.data_ptr(), t._version) for t in (*model.parameters(), *model.buffers()))
-    except RuntimeError:  # "Inference tensors do not track version counter"
-        return None
-
-
-def _frozen(key: tuple[Any, ...]) -> bool:
-    return FREEZE and key[6] == "inductor" and key[-1] is not None and not torch.is_grad_enabled()
-
-
-@contextlib.contextmanager
-def _tracing(key: tuple[Any, ...]) -> Iterator[None]:
-    """The settings the step is traced and compiled under: ``FREEZE`` (dynamo reads it while tracing, to hold the
-    weights static, and the inductor after) and on CPU ``SDPA_MATH_ON_CPU``."""
-    with contextlib.ExitStack() as stack:
-        if _frozen(key):
-            import torch._inductor.config as inductor_config
-
-            stack.enter_context(inductor_config.patch(freezing=True))
-        if SDPA_MATH_ON_CPU and key[2] == "cpu":
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
-        yield
-
-
 @dataclass(frozen=True)
 class Decision:
     """One generation's choice: ``compile`` or not, ``why`` (one line), and the graph's ``key`` when compiled."""
@@ -275,38 +230,6 @@ def _seq2seq(
     )
     logits: torch.Tensor = out.logits[:, -1]
     return logits  # (B, V)
-
-
-class Capture:
-    """The backend of one compiled step, wrapped so that it keeps the flat inputs of the compiled graph's latest
-    call (``last``: the graph and its arguments, the model's weights and the caches' tensors).
-
-    Calling a ``torch.compile`` d function costs more than the graph it runs at this size: dynamo checks ~1,100
-    guards (every module's attributes, every tensor's shape and strides) and pulls ~70 tensors out of the
-    modules, about a third of the weight-read floor per token on CPU. Within one generation none of that can
-    change (the same model, the same cache objects, the token written into one buffer), so the first step of
-    each generation goes through dynamo (guards checked, a recompilation if anything changed) and the later steps
-    call the graph it ran with the same arguments. Dynamo's code around the graph only gathers its inputs and
-    returns its output (nothing runs after it), so the two calls do the same work."""
-
-    def __init__(self, backend: Any) -> None:
-        self.backend = backend
-        self.last: tuple[Callable[..., Any], tuple[Any, ...]] | None = None
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        if isinstance(self.backend, str):
-            from torch._dynamo import lookup_backend  # how torch's custom-backend guide composes a named backend
-
-            options = {"config_patches": dict(INDUCTOR_OPTIONS)} if self.backend == "inductor" else {}
-            graph = lookup_backend(self.backend)(gm, example_inputs, **options)
-        else:
-            graph = self.backend(gm, example_inputs)
-
-        def run(*args: Any) -> Any:
-            self.last = (graph, args)
-            return graph(*args)
-
-        return run
 
 
 def compiled_step(model: nn.Module, key: tuple[Any, ...], seq2seq: bool) -> tuple[Step, bool]:
@@ -388,7 +311,7 @@ class StaticDecoding:
         start = time.perf_counter()
         cursors = [c[0].cursor.clone() if isinstance(c, tuple) else c.cursor.clone() for c in self.caches]
         try:
-            with _tracing(self.key):
+            with tracing(self.key):
                 logits = self.step_fn(*args)
         except Exception as error:  # noqa: BLE001 - any failure of the compiler: fall back, say it in one line
             for c, cursor in zip(self.caches, cursors):
