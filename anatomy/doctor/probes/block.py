@@ -122,6 +122,45 @@ def residual(state: ProbeState) -> ProbeResult:
     return [], None
 
 
+def unused_norms(state: ProbeState, called: list[str], out: torch.Tensor) -> list[str]:
+    """The norms that run but whose output reaches nothing: noise added to every output of one leaves the block's
+    output as it was (PaLM-pytorch before 49232e1 projected q, k, v from x and normalised x only afterwards)."""
+    named = dict(state.subject.module.named_modules())
+    gen = torch.Generator().manual_seed(0)
+    dead = []
+    for p in called:
+
+        def noisy(_m: torch.nn.Module, _a: object, o: object) -> object:
+            if not isinstance(o, torch.Tensor) or not o.is_floating_point():
+                return o
+            noise = torch.randn(o.shape, generator=gen, dtype=o.dtype)
+            return o + noise.to(o.device) * (1 + float(o.detach().abs().max()))
+
+        handle = named[p].register_forward_hook(noisy)
+        try:
+            moved, _ = state.subject.run(state.x)
+        except CallError:
+            continue
+        finally:
+            handle.remove()
+        if isinstance(moved, torch.Tensor) and moved.shape == out.shape and bool(torch.equal(moved, out)):
+            dead.append(p)
+    return dead
+
+
+def unused_norm_finding(dead: list[str]) -> Finding:
+    names = ", ".join(f"`{p}`" for p in dead)
+    return Finding(
+        "norm_placement",
+        "error",
+        f"{names} runs but its output is never used: noise added to it leaves the block's output unchanged, so "
+        "the sub-layer reads the un-normalised x (for Pre-Norm, project q, k, v from norm(x), not from x)",
+        f"{names} 被调用了，但它的输出没有被使用：给它的输出加噪声后 block 的输出不变，说明子层读的是未归一化的 x"
+        "（Pre-Norm 应由 norm(x) 计算 q、k、v，而不是由 x）",
+        {"unused_norms": dead},
+    )
+
+
 def norm_placement(state: ProbeState) -> ProbeResult:
     parts = state.parts
     if parts is None or not parts.norms:
@@ -145,6 +184,10 @@ def norm_placement(state: ProbeState) -> ProbeResult:
             hd.remove()
     if not calls:
         return [], ("no norm was called", "没有 norm 被调用")
+    dead = unused_norms(state, sorted({c[0] for c in calls}), out)
+    if dead:
+        state.found_block["placement"] = "unknown"
+        return [unused_norm_finding(dead)], None
     first_in_is_x = calls[0][1] is not None and close(calls[0][1], state.x)
     ends_with_norm = isinstance(calls[-1][2], torch.Tensor) and close(out, calls[-1][2])
     ev = {

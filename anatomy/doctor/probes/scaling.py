@@ -5,13 +5,100 @@ the recorded forward (the softmax's input ÷ the ``q·kᵀ`` that produced it, `
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from anatomy.doctor.probes.state import ProbeResult, ProbeState
-from anatomy.doctor.recording.dataflow import scale_verdict
+from anatomy.doctor.recording.cores import Core, attention_cores
+from anatomy.doctor.recording.dataflow import Observation, scale_verdict
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
+from anatomy.tracing.steps import MATMUL_OPS, Recording, Step
+
+NORM_OPS = {"rms_norm", "layer_norm", "group_norm", "normalize", "rsqrt", "norm", "linalg_vector_norm", "vector_norm"}
+PROJECTION_OPS = {"linear", "addmm"}
+
+
+def _contracted(rec: Recording, core: Core) -> list[tuple[Step | None, int, int]]:
+    """``(producer, which input, contracted axis)`` of q and of k in the first attention's scores."""
+    if core.scores is None:  # fused sdpa: q, k are its first two inputs, each contracted over its last axis
+        return [(rec.producer(core.softmax, i), i, -1) for i in (0, 1)]
+    sc = core.scores
+    n = len(sc.inputs)
+    if sc.op == "einsum":
+        eq = str(sc.extra.get("equation", "")).replace(" ", "")
+        if "->" not in eq or "..." in eq or n != 2:
+            return []
+        lhs, out = eq.split("->")
+        parts = lhs.split(",")
+        if len(parts) != 2:
+            return []
+        shared = [c for c in parts[0] if c in parts[1] and c not in out]
+        if len(shared) != 1:
+            return []
+        return [(rec.producer(sc, i), i, parts[i].index(shared[0])) for i in (0, 1)]
+    if n < 2:
+        return []
+    return [(rec.producer(sc, n - 2), n - 2, -1), (rec.producer(sc, n - 1), n - 1, -2)]
+
+
+def _normed_by_op(rec: Recording, step: Step | None) -> bool:
+    """A norm (``rms_norm``, ``layer_norm``, ``normalize``, a hand-written ``rsqrt``) on the way back from ``step``
+    to the projection that made it."""
+    for _ in range(40):
+        if step is None or step.op in PROJECTION_OPS or (step.op in MATMUL_OPS and step.params):
+            return False
+        if step.op in NORM_OPS:
+            return True
+        step = rec.producer(step, next((i for i, t in enumerate(step.inputs) if t.source.startswith("step ")), 0))
+    return False
+
+
+def _normed_by_value(step: Step | None, shape: tuple[int, ...], axis: int) -> bool:
+    """Every row of the tensor, over the contracted axis, has the same length (within 2%): a norm fixed it."""
+    if step is None or len(step.outputs) != 1 or step.value is None or tuple(step.value.shape) != shape:
+        return False
+    lengths = step.value.double().norm(dim=axis)
+    top = float(lengths.max())
+    return top > 0 and float(lengths.min()) > 0.98 * top
+
+
+def qk_normed(obs: Observation | None) -> bool:
+    """QK-norm: both q and k are normalised before the scores (Qwen3, OLMo2, nanochat), so ``|q|`` and ``|k|`` are
+    fixed and the scale of the scores is a temperature the design picks, not a forgotten ``sqrt(d_k)``."""
+    rec = obs.rec if obs is not None else None
+    if rec is None:
+        return False
+    cores = attention_cores(rec)
+    if not cores:
+        return False
+    core = cores[0]
+    sides = _contracted(rec, core)
+    if len(sides) != 2:
+        return False
+    at = core.scores or core.softmax
+    return all(
+        _normed_by_op(rec, prod) or _normed_by_value(prod, tuple(at.inputs[i].shape), axis) for prod, i, axis in sides
+    )
+
+
+def temperature(s: float, state: ProbeState, ev: dict[str, Any], how: str, how_zh: str) -> Finding:
+    """A non-standard scale on QK-normed q and k: a named design (a temperature), a warning, never an error."""
+    unit = 1 / math.sqrt(state.dh)
+    ev = {**ev, "qk_norm": True, "times_one_over_sqrt_d_k": s / unit}
+    en = (
+        f"q and k are normalised before the scores (QK-norm), and the scores are scaled by {fmt(s)} ({how}) = "
+        f"{fmt(s / unit)} × 1/sqrt(d_k) (1/sqrt(d_k) = {fmt(unit)}): with |q| and |k| fixed by the norm, the scale "
+        "is a temperature the design chooses (nanochat multiplies q and k by 1.2 each), not a forgotten sqrt(d_k); "
+        "make sure it is the one you meant"
+    )
+    zh = (
+        f"q 与 k 在计算分数前已归一化（QK-norm），分数的缩放系数为 {fmt(s)}（{how_zh}）= {fmt(s / unit)} × 1/sqrt(d_k)"
+        f"（1/sqrt(d_k) = {fmt(unit)}）：|q| 与 |k| 已由归一化固定，缩放是设计选择的温度"
+        "（nanochat 把 q、k 各乘以 1.2），并非漏除 sqrt(d_k)；请确认这是你想要的值"
+    )
+    return Finding("scaling", "warning", en, zh, ev)
 
 
 def observed_scaling(state: ProbeState) -> ProbeResult | None:
@@ -33,6 +120,8 @@ def observed_scaling(state: ProbeState) -> ProbeResult | None:
         f"分数的缩放系数为 {fmt(s)}{at_zh}（由记录的 forward 读出：softmax 的输入 ÷ q·kᵀ）；"
         f"1/sqrt(d_k) = {fmt(ev['one_over_sqrt_d_k'])}，1/sqrt(d_model) = {fmt(ev['one_over_sqrt_d_model'])}"
     )
+    if fault == "other" and qk_normed(state.observation):
+        return [temperature(s, state, ev, f"read from the recorded forward{at}", f"由记录的 forward 读出{at_zh}")], None
     return [Finding("scaling", "error", en, zh, ev, fault=None if fault == "other" else fault)], None
 
 
@@ -72,6 +161,9 @@ def scaling(state: ProbeState) -> ProbeResult:
         "fit_r2": 1 - resid,
     }
     if resid > 1e-3:
+        observed = observed_scaling(state) if qk_normed(state.observation) else None
+        if observed is not None:  # the mapped projections' q·k is not the normed one: the recording shows the scale
+            return observed
         return [], (
             f"inconclusive: log-weights do not follow q·k of the mapped projections (R² = {fmt(1 - resid)})",
             f"无法判断：log 权重与对应投影的 q·k 不成比例（R² = {fmt(1 - resid)}）",
@@ -93,4 +185,6 @@ def scaling(state: ProbeState) -> ProbeResult:
     for want, fault in verdicts:
         if abs(s / want - 1) < 1e-4:
             return ([], None) if fault is None else ([Finding("scaling", "error", en, zh, ev, fault=fault)], None)
+    if qk_normed(state.observation):
+        return [temperature(s, state, ev, "fitted from log-weights", "由 log 权重拟合")], None
     return [Finding("scaling", "error", en, zh, ev)], None
