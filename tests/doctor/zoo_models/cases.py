@@ -198,10 +198,19 @@ CASES = [
       "self.cache_k, self.cache_v = self.cache_k[:, -self.window:], self.cache_v[:, -self.window:]",
       construct="tiny_swa_trim_first", style="LLMs-from-scratch PR #1013: the cache trimmed before attention",
       slow=SLOW_DIAGNOSIS),
+    # --- gathered by falsealarm ---------------------------------------------------------------------------------------
+    M("nanochat_like.py:GPT", "ok", style="nanochat: parameter-free QK RMS-norm, then q and k times a constant gain"),
+    M("nanochat_like.py:GPTGainNoNorm", "error:scaling", "y = F.scaled_dot_product_attention(q, k,", source="injected",
+      style="the same gains with the QK-norm removed: the scale is no longer a temperature of unit vectors"),
+    M("palm_unnormed_qkv.py:tiny_palm_unnormed", "error:norm_placement", construct="tiny_palm_unnormed",
+      style="PaLM-pytorch before 49232e1: q, k, v projected from x, the norm's output unused"),
+    M("palm_unnormed_qkv.py:tiny_palm_normed", "ok", construct="tiny_palm_normed", style="the same, after the fix"),
 ]
 
 # case id -> why a finding's line cannot be the bug's own line (the doctor may still be right about the bug)
 LINE_GAPS: dict[str, str] = {
+    "models.palm_unnormed_qkv.tiny_palm_unnormed": "the unused norm is found by perturbing its output (nothing "
+    "changes downstream), which names the norm's module but no line of the file",
     "models.rasbt_swa.tiny_swa_trim_first": "the cache probe compares the logits of a prefill through the cache with "
     "a plain forward's and says which positions differ; it does not follow the cache to the line that trims it",
     "models.annotated_decoder.DecoderOnlyNoPE": "positions_missing is named, but the finding points at Embeddings."
