@@ -21,9 +21,9 @@ from anatomy.doctor.conclusion import diagnosis, pointed_findings
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.calls import detect_seq_first, first_call
 from anatomy.doctor.contract.conventions import conventions
-from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.own_norm import OwnNorm, find_own_norm
 from anatomy.doctor.diagnosis.references import References
+from anatomy.doctor.diagnosis.verdicts import TOL
 from anatomy.doctor.loading.building import Target, build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
 from anatomy.doctor.loading.subject import CallError, CheckedModule, CheckError, Output
@@ -230,7 +230,7 @@ def _settings(
         "seed": seed,
         "dtype": "float64",
         "causal_flag": causal,
-        "tolerance": precision.tol(dg.TOL),
+        "tolerance": precision.tol(TOL),
         "computed_in": sorted(str(t).replace("torch.", "") for t in subject.seen_dtypes),
         "tolerance_floor": floor,
     }

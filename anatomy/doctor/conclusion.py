@@ -14,6 +14,7 @@ from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.difference import raw_scores
 from anatomy.doctor.diagnosis.references import RES_POST, References, Scenario
 from anatomy.doctor.diagnosis.verdict import SYMPTOM_PROBES, cause, diagnosis_findings, flow_finding
+from anatomy.doctor.diagnosis.verdicts import Diagnosis
 from anatomy.doctor.mapping import projections as mp
 from anatomy.doctor.mapping.naming import Hypothesis
 from anatomy.doctor.mapping.reading import mapping_found, required
@@ -39,7 +40,7 @@ def diagnosis(
     hyps: list[Hypothesis],
     complete: list[Hypothesis],
     found: dict[str, Any],
-) -> tuple[dg.Diagnosis, Design | None]:
+) -> tuple[Diagnosis, Design | None]:
     """The differential diagnosis (a second, causal reading when a fault that mixes tokens hid causality), a named
     design in place of "unexplained", and what the probes take from it (mapping, activation, the raw scores)."""
     subject, x, d, h = state.subject, state.x, state.d, state.h
@@ -55,10 +56,10 @@ def diagnosis(
     else:
         miss = ", ".join(mp.missing(hyps[0], required(state.kind))) if hyps else "q_proj, k_proj, v_proj, o_proj"
         assert state.observation is not None  # set by check.py (_what_it_is)
-        diag = dg.Diagnosis("unavailable", unmapped(miss, state.observation))
+        diag = Diagnosis("unavailable", unmapped(miss, state.observation))
     design = named_design(state)
     if design is not None and diag.status in ("unexplained", "unavailable"):  # named: the authors chose it
-        diag = dg.Diagnosis("unavailable", design[1])
+        diag = Diagnosis("unavailable", design[1])
     if diag.hypothesis is not None:
         state.hyp = diag.hypothesis
         found["mapping"] = mapping_found(diag.hypothesis, [], refs.params, d, h)
@@ -78,7 +79,7 @@ def diagnosis(
 
 
 def pointed_findings(
-    state: ProbeState, diag: dg.Diagnosis, design: Design | None, findings: list[Finding]
+    state: ProbeState, diag: Diagnosis, design: Design | None, findings: list[Finding]
 ) -> list[Finding]:
     """The probes' findings with the diagnosis' and a named design's, faults the recorded flow shows, each pointed
     at the learner's lines, and the symptoms a named fault explains."""

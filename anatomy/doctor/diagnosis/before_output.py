@@ -22,9 +22,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.masks import max_diff
 from anatomy.doctor.diagnosis.references import References, Scenario, Variant
 from anatomy.doctor.diagnosis.sublayer import inject, split
+from anatomy.doctor.diagnosis.verdicts import TOL, Candidate, Diagnosis, _num, names_of
 from anatomy.doctor.loading.subject import CallError, CheckedModule
 from anatomy.doctor.mapping.naming import Hypothesis
 
@@ -143,3 +145,81 @@ def fault_before_output(
         "where": where,
         "residual": inside,
     }
+
+
+RESIDUAL_INSIDE = "x + attention(x): the residual added inside the module (as DDPM's U-Net AttentionBlock does)"
+RESIDUAL_INSIDE_PRE = "x + attention(norm(x)): the pre-norm and the residual inside the module"
+
+
+def diagnose_before_output(
+    subject: CheckedModule,
+    refs: References,
+    hyps: list[Hypothesis],
+    best: Candidate,
+    scenarios: list[Scenario],
+    fault_names: list[str],
+    cands: list[Candidate],
+    sizes: tuple[float, float],
+    nearest: list[dict[str, Any]],
+) -> Diagnosis | None:
+    """A fault that reproduces the input of the learner's output projection when nothing reproduces the output
+    (``before_output``: a residual added inside the attention, say), named with what it leaves unexplained after
+    the projection; None when there is none. ``sizes``: the output's scale and the tolerance on it."""
+    scale, tol = sizes
+    if refs.kind != "attention":  # a block's faults move its attention's input too: no single point to compare
+        return None
+    tried = []
+    for c in sorted((c for c in cands if not c.faults), key=lambda c: c.distance):  # every mapping and variant
+        one = fault_before_output(
+            subject, refs, hyps[c.hyp], c.variant, c.hyp, scenarios, fault_names, precision.tol(TOL), tol
+        )
+        if one is not None:
+            tried.append((c, one))
+    # where the correct reference agrees under some mapping or variant, the difference starts after the attention:
+    # a fault that agrees under another would be a false alarm, so none is named then
+    tried.sort(key=lambda t: t[1]["fault"] is not None)
+    if not tried or (tried[0][1]["fault"] is None and tried[0][1]["residual"] is None):
+        return None
+    best, found = tried[0]
+    variant = refs.describe(best.variant)
+    if found["residual"] is not None:  # x + attention(x): the design, named beside the reference
+        # the output was checked as x + the projection's output: a norm the variant put after it is not there
+        pre = variant.pop("norm_inside", None) is not None and best.variant[:1] == ("inner-pre",)
+        variant["residual"] = RESIDUAL_INSIDE_PRE if pre else RESIDUAL_INSIDE
+    if found["fault"] is None:
+        return Diagnosis(
+            "matches",
+            hypothesis=hyps[best.hyp],
+            variant=variant,
+            distance_correct=found["residual"],
+            scale=scale,
+            key=(best.hyp, best.variant),
+        )
+    named: dict[str, Any] = {
+        "fault": found["fault"],
+        "faults": [found["fault"]],
+        "also": found["also"],
+        "hypothesis": hyps[best.hyp],
+        "variant": variant,
+        "scale": scale,
+        "nearest": nearest,
+        "key": (best.hyp, best.variant),
+    }
+    status = "fault" if not found["also"] else "ambiguous"
+    if found["residual"] is not None:  # the fault and the residual reproduce the whole output
+        return Diagnosis(status, distance_correct=best.distance, distance_fault=found["residual"], **named)
+    at_output = [c for c in cands if c.hyp == best.hyp and c.variant == best.variant and names_of(c.faults)]
+    left = min((c.distance for c in at_output if names_of(c.faults) == [found["fault"]]), default=best.distance)
+    return Diagnosis(
+        status,
+        distance_correct=found["distance_correct"],
+        distance_fault=found["distance_fault"],
+        **named,
+        unexplained={
+            "after": found["where"],
+            "scenarios": sorted(sc.name for sc in scenarios),
+            "matched": [],
+            "max_abs_diff": _num(left),
+            "output_vs_reference": _num(best.distance),
+        },
+    )

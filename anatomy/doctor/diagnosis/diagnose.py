@@ -14,7 +14,6 @@ that reproduces the output is named. When nothing does, the doctor says where th
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,15 +21,14 @@ from torch import nn
 
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.masks import max_diff
-from anatomy.doctor.diagnosis.before_output import fault_before_output
+from anatomy.doctor.diagnosis.before_output import diagnose_before_output
 from anatomy.doctor.diagnosis.difference import first_difference
 from anatomy.doctor.diagnosis.references import References, Scenario, Variant
 from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, key_of, split
+from anatomy.doctor.diagnosis.verdicts import TOL, Candidate, Diagnosis, _num, names_of, where_of
 from anatomy.doctor.loading.subject import CallError, CheckedModule
 from anatomy.doctor.mapping.naming import Hypothesis
 from anatomy.pitfalls import records
-
-TOL = 1e-6  # relative to max(1, max |output|); faithful float64 code agrees to ~1e-13, faults differ by > 1e-3
 
 
 def attention_faults() -> list[str]:
@@ -46,66 +44,6 @@ def _keys(p: records.Pitfall) -> list[str]:
 def block_faults() -> list[str]:
     """The bug-zoo faults a block's diagnosis tries on the whole block (records with ``diagnosis="block"``)."""
     return [p.name for p in records.every(diagnosis="block") if p.zoo]
-
-
-@dataclass
-class Candidate:
-    hyp: int
-    variant: Variant
-    faults: tuple[str, ...]  # () for the correct reference, one fault, or a pair (keys: ``name[@sub-layer]``)
-    distance: float
-    per: dict[str, float] = field(default_factory=dict)  # scenario name → distance
-
-    @property
-    def fault(self) -> str | None:
-        return self.faults[0] if self.faults else None
-
-
-@dataclass
-class Diagnosis:
-    status: str  # "matches" | "fault" | "ambiguous" | "unexplained" | "unavailable"
-    reason: str = ""
-    fault: str | None = None  # the reproducing fault (with a pair: its first)
-    faults: list[str] = field(default_factory=list)  # every fault of the reproducing combination: one, or a pair
-    also: list[str] = field(default_factory=list)  # other single faults that reproduce it too
-    also_pairs: list[list[str]] = field(default_factory=list)  # other pairs that reproduce it too
-    hypothesis: Hypothesis | None = None
-    variant: dict[str, Any] = field(default_factory=dict)
-    distance_correct: float | None = None
-    distance_fault: float | None = None
-    scale: float = 1.0
-    nearest: list[dict[str, Any]] = field(default_factory=list)
-    first_difference: dict[str, Any] | None = None
-    key: tuple[int, Variant] | None = None  # (hypothesis index, variant) of the reference that explains the output best
-    sub_layer: str | None = None  # "attn" | "ffn": the block fault sits in that sub-layer only
-    unexplained: dict[str, Any] | None = (
-        None  # a known fault named, and what it still leaves different (scenarios, size)
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "reason": self.reason or None,
-            "fault": self.fault,
-            "also": self.also,
-            "mapping": None if self.hypothesis is None else self.hypothesis.style,
-            "variant": self.variant,
-            "max_abs_diff_vs_reference": _num(self.distance_correct),
-            "max_abs_diff_vs_faulty_reference": _num(self.distance_fault),
-            "output_scale": _num(self.scale),
-            "nearest": self.nearest,
-            "first_difference": self.first_difference,
-            "faults": self.faults,
-            "also_pairs": self.also_pairs,
-            "sub_layer": self.sub_layer,
-            "unexplained": self.unexplained,
-        }
-
-
-def _num(v: float | None) -> float | None:
-    if v is None:
-        return None
-    return None if math.isinf(v) or math.isnan(v) else float(v)
 
 
 def faults_for(kind: str, scenarios: list[Scenario]) -> list[str]:
@@ -292,7 +230,9 @@ def diagnose(
             sub_layer=where_of(best.faults),
             unexplained=left,
         )
-    inside = _before_output(subject, refs, hyps, best_correct, scenarios, fault_names, cands, (scale, tol), nearest)
+    inside = diagnose_before_output(
+        subject, refs, hyps, best_correct, scenarios, fault_names, cands, (scale, tol), nearest
+    )
     return inside or _unexplained(subject, refs, hyps, best_correct, scenarios, tol, scale, nearest)
 
 
@@ -318,92 +258,6 @@ def _unexplained(
         nearest=nearest,
         first_difference=first,
         key=(best.hyp, best.variant),
-    )
-
-
-RESIDUAL_INSIDE = "x + attention(x): the residual added inside the module (as DDPM's U-Net AttentionBlock does)"
-RESIDUAL_INSIDE_PRE = "x + attention(norm(x)): the pre-norm and the residual inside the module"
-
-
-def _before_output(
-    subject: CheckedModule,
-    refs: References,
-    hyps: list[Hypothesis],
-    best: Candidate,
-    scenarios: list[Scenario],
-    fault_names: list[str],
-    cands: list[Candidate],
-    sizes: tuple[float, float],
-    nearest: list[dict[str, Any]],
-) -> Diagnosis | None:
-    """A fault that reproduces the input of the learner's output projection when nothing reproduces the output
-    (``before_output``: a residual added inside the attention, say), named with what it leaves unexplained after
-    the projection; None when there is none. ``sizes``: the output's scale and the tolerance on it."""
-    scale, tol = sizes
-    if refs.kind != "attention":  # a block's faults move its attention's input too: no single point to compare
-        return None
-    tried = []
-    for c in sorted((c for c in cands if not c.faults), key=lambda c: c.distance):  # every mapping and variant
-        one = fault_before_output(
-            subject, refs, hyps[c.hyp], c.variant, c.hyp, scenarios, fault_names, precision.tol(TOL), tol
-        )
-        if one is not None:
-            tried.append((c, one))
-    # where the correct reference agrees under some mapping or variant, the difference starts after the attention:
-    # a fault that agrees under another would be a false alarm, so none is named then
-    tried.sort(key=lambda t: t[1]["fault"] is not None)
-    if not tried or (tried[0][1]["fault"] is None and tried[0][1]["residual"] is None):
-        return None
-    best, found = tried[0]
-    variant = refs.describe(best.variant)
-    if found["residual"] is not None:  # x + attention(x): the design, named beside the reference
-        # the output was checked as x + the projection's output: a norm the variant put after it is not there
-        pre = variant.pop("norm_inside", None) is not None and best.variant[:1] == ("inner-pre",)
-        variant["residual"] = RESIDUAL_INSIDE_PRE if pre else RESIDUAL_INSIDE
-    if found["fault"] is None:
-        return Diagnosis(
-            "matches",
-            hypothesis=hyps[best.hyp],
-            variant=variant,
-            distance_correct=found["residual"],
-            scale=scale,
-            key=(best.hyp, best.variant),
-        )
-    if found["residual"] is not None:  # the fault and the residual reproduce the whole output
-        return Diagnosis(
-            "fault" if not found["also"] else "ambiguous",
-            fault=found["fault"],
-            faults=[found["fault"]],
-            also=found["also"],
-            hypothesis=hyps[best.hyp],
-            variant=variant,
-            distance_correct=best.distance,
-            distance_fault=found["residual"],
-            scale=scale,
-            nearest=nearest,
-            key=(best.hyp, best.variant),
-        )
-    at_output = [c for c in cands if c.hyp == best.hyp and c.variant == best.variant and names_of(c.faults)]
-    left = min((c.distance for c in at_output if names_of(c.faults) == [found["fault"]]), default=best.distance)
-    return Diagnosis(
-        "fault" if not found["also"] else "ambiguous",
-        fault=found["fault"],
-        faults=[found["fault"]],
-        also=found["also"],
-        hypothesis=hyps[best.hyp],
-        variant=variant,
-        distance_correct=found["distance_correct"],
-        distance_fault=found["distance_fault"],
-        scale=scale,
-        nearest=nearest,
-        key=(best.hyp, best.variant),
-        unexplained={
-            "after": found["where"],
-            "scenarios": sorted(sc.name for sc in scenarios),
-            "matched": [],
-            "max_abs_diff": _num(left),
-            "output_vs_reference": _num(best.distance),
-        },
     )
 
 
@@ -461,14 +315,6 @@ def random_at_eval(subject: CheckedModule, sc: Scenario, tol: float) -> float | 
     d = (a - b).abs().masked_fill(a.isnan() & b.isnan(), 0.0).nan_to_num(math.inf)
     worst = float(d.max()) if d.numel() else 0.0
     return worst if worst > tol else None
-
-
-def names_of(keys: tuple[str, ...]) -> list[str]:
-    return [split(k)[0] for k in keys]
-
-
-def where_of(keys: tuple[str, ...]) -> str | None:
-    return next((split(k)[1] for k in keys if split(k)[1]), None)
 
 
 def _partial(cands: list[Candidate], tol: float) -> Candidate | None:

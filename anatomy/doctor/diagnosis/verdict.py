@@ -8,6 +8,7 @@ from typing import Any
 
 from anatomy.doctor.diagnosis import diagnose as dg
 from anatomy.doctor.diagnosis.sublayer import severity
+from anatomy.doctor.diagnosis.verdicts import Diagnosis
 from anatomy.doctor.report.findings import Finding
 from anatomy.doctor.report.words import fmt
 from anatomy.pitfalls import records
@@ -30,7 +31,7 @@ def cause(probe: str, faults: list[str]) -> str:
     return min(causes, key=lambda f: len(records.symptoms(f))) if causes else faults[0]
 
 
-def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
+def diagnosis_findings(diag: Diagnosis) -> list[Finding]:
     if diag.status == "matches" and diag.variant.get("residual"):  # right, and a design to say beside it
         return [_residual_inside(diag)]
     if diag.status == "fault" and diag.fault == dg.RANDOM:
@@ -127,7 +128,7 @@ def diagnosis_findings(diag: dg.Diagnosis) -> list[Finding]:
     return []
 
 
-def _residual_inside(diag: dg.Diagnosis) -> Finding:
+def _residual_inside(diag: Diagnosis) -> Finding:
     return Finding(
         "diagnosis",
         "warning",
@@ -142,7 +143,7 @@ def _residual_inside(diag: dg.Diagnosis) -> Finding:
 
 
 def _before_output_findings(
-    diag: dg.Diagnosis, f: str, ev: dict[str, object], also_en: str, also_zh: str
+    diag: Diagnosis, f: str, ev: dict[str, object], also_en: str, also_zh: str
 ) -> list[Finding]:
     """A fault reproduced at the input of the output projection (``before_output``), and what differs after it."""
     left = diag.unexplained or {}
@@ -172,7 +173,7 @@ def _before_output_findings(
     ]
 
 
-def _random_finding(diag: dg.Diagnosis) -> Finding:
+def _random_finding(diag: Diagnosis) -> Finding:
     d = fmt(diag.distance_correct)
     return Finding(
         "diagnosis",
