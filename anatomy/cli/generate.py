@@ -41,7 +41,6 @@ from anatomy.cli.generate_options import (  # the options, their checks (generat
     _check_options,
     _prompts,
     add_generate_arguments,
-    add_predict_arguments,
     check_sizes,
     resolve_decoding,
 )
@@ -51,7 +50,7 @@ if TYPE_CHECKING:
     from anatomy.data.tokenizers import Tokenizer
     from anatomy.generation import TerminalStreamer
 
-__all__ = ["add_generate_arguments", "add_predict_arguments", "run_generate", "run_predict"]
+__all__ = ["add_generate_arguments", "run_generate"]
 
 
 def _load(path: str) -> tuple[Any, Tokenizer, Path]:  # Any: a model of anatomy.models, read through .config
@@ -378,34 +377,4 @@ def run_generate(args: argparse.Namespace) -> int:
             print((prompt if arch == "decoder_lm" else "") + text)
             print(f"{label}: stopped: {why}", file=sys.stderr)
     sys.stdout.flush()
-    return 0
-
-
-def run_predict(args: argparse.Namespace) -> int:
-    from anatomy.cli.usage import UsageError
-    from anatomy.training.checkpoint import TRAINING, read_json
-
-    model, tokenizer, ckpt = _load(args.checkpoint)
-    if model.config.architecture != "classifier":
-        raise UsageError(
-            f"{args.checkpoint!r} holds a {model.config.architecture} model; `anatomy predict` needs a "
-            "classifier (use `anatomy generate` for text)"
-        )
-    names = [str(i) for i in range(model.config.num_labels)]
-    if model.config.label_names is not None:  # the model's own (HF's id2label, read by convert)
-        names = list(model.config.label_names)
-    elif (ckpt / TRAINING).is_file():  # the run's data set
-        names = read_json(ckpt / TRAINING).get("label_names", names)  # bounded, one line when bad
-    results = []
-    for text in args.text:
-        ids = tokenizer.encode(text)[: model.config.max_seq_len] or [tokenizer.pad_id]
-        with torch.no_grad():
-            probs = model(torch.tensor([ids])).logits.float().softmax(-1)[0]
-        results.append({"text": text, "probabilities": {n: float(p) for n, p in zip(names, probs)}})
-    if args.format == "json":
-        print(json.dumps(results, ensure_ascii=False, indent=2))
-        return 0
-    for r in results:
-        ranked = sorted(r["probabilities"].items(), key=lambda kv: -kv[1])
-        print(f"{r['text']}\n" + "\n".join(f"  {name:>10s}  {p:.3f}" for name, p in ranked))
     return 0

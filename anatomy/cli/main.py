@@ -21,6 +21,7 @@ from anatomy.cli import convert as convert_cmd
 from anatomy.cli import evaluate as evaluate_cmd
 from anatomy.cli import generate as generate_cmd
 from anatomy.cli import learn as learn_cmd
+from anatomy.cli import predict as predict_cmd
 from anatomy.cli import trace as trace_cmd
 from anatomy.cli import train as train_cmd
 from anatomy.cli import viz as viz_cmd
@@ -60,8 +61,8 @@ COMMANDS: dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[[a
         "continue a prompt with a trained language or seq2seq model",
     ),
     "predict": (
-        generate_cmd.add_predict_arguments,
-        generate_cmd.run_predict,
+        predict_cmd.add_predict_arguments,
+        predict_cmd.run_predict,
         "label probabilities of a trained classifier",
     ),
     "bench": (bench_cmd.add_arguments, bench_cmd.run, "speed and memory against every installed peer, in one run"),
