@@ -202,7 +202,7 @@ CASES = [
     M("nanochat_like.py:GPT", "ok", style="nanochat: parameter-free QK RMS-norm, then q and k times a constant gain"),
     M("nanochat_like.py:GPTGainNoNorm", "error:scaling", "y = F.scaled_dot_product_attention(q, k,", source="injected",
       style="the same gains with the QK-norm removed: the scale is no longer a temperature of unit vectors"),
-    M("palm_unnormed_qkv.py:tiny_palm_unnormed", "error:norm_placement", construct="tiny_palm_unnormed",
+    M("palm_unnormed_qkv.py:tiny_palm_unnormed", "error:norm_placement", "q, k, v = self.project(x)", construct="tiny_palm_unnormed",
       style="PaLM-pytorch before 49232e1: q, k, v projected from x, the norm's output unused"),
     M("palm_unnormed_qkv.py:tiny_palm_normed", "ok", construct="tiny_palm_normed", style="the same, after the fix"),
 ]
