@@ -81,10 +81,22 @@ def _found(r: ModelReport, lang: str) -> list[tuple[str, str]]:
     for row in r.layers:
         status = row["status"]
         if status == "checked":
-            errors = f"{row['errors']} error(s)" if row["errors"] else "ok"
+            errors = f"{row['errors']} error(s)" if row["errors"] else _clean(row, lang)
             status = ", ".join(row["faults"]) or errors
         rows.append(("", f"{row['index']} {row['class']}: {status}"))
     return rows
+
+
+def _clean(row: dict[str, Any], lang: str) -> str:
+    """A layer with no error: "ok" only when the diagnosis compared it with the reference; a layer whose weights
+    could not be mapped passed the probes but was not compared."""
+    if row.get("diagnosis") == "unavailable":
+        return _t(
+            lang,
+            "no error found; not compared with the reference (weights not mapped)",
+            "未发现错误；未与参考实现比较（无法映射权重）",
+        )
+    return "ok"
 
 
 def _render(r: ModelReport, lang: str, width: int, strict: bool) -> list[str]:

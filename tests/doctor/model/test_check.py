@@ -100,3 +100,14 @@ def test_the_last_position_only_without_targets(tmp_path):
     report = run(path)
     assert report.errors == [] and report.warnings == []
     assert "last position's logits only" in report.found["call_notes"][0]["en"]
+
+
+def test_a_layer_whose_weights_were_not_mapped_is_not_called_ok():
+    zoo = HERE.parent / "zoo_models" / "palm_lucidrains.py"
+    report = check(f"{zoo}:tiny_palm", factory="tiny_palm")
+    assert report.errors == [] and {row["diagnosis"] for row in report.layers} == {"unavailable"}
+    text = report.render(width=200)
+    assert "not compared with the reference" in text and ": ok" not in text
+    assert "未与参考实现比较" in report.render(lang="zh", width=200)
+    mapped = check(f"{HERE / 'nano_style.py'}:GPT").render(width=200)
+    assert "0 Block: ok" in mapped and "not compared" not in mapped
