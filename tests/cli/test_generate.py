@@ -172,7 +172,8 @@ def test_bad_prompts_file_and_beams_past_the_window(ckpt, tmp_path, capsys):
     assert code == 2 and "--num-beams needs the prompt and --max-new-tokens inside one window" in err
 
 
-def test_seq2seq_prompts_file_with_beams(tmp_path, capsys):
+def _seq2seq_model() -> tuple[CharTokenizer, torch.nn.Module]:
+    """A small T5-style model with weights moved off their initialisation (so beams differ), and its tokenizer."""
     tok = CharTokenizer.train([TEXT])
     torch.manual_seed(0)
     model = build_model(
@@ -183,6 +184,11 @@ def test_seq2seq_prompts_file_with_beams(tmp_path, capsys):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.5 * torch.randn_like(p))
+    return tok, model
+
+
+def test_seq2seq_prompts_file_with_beams(tmp_path, capsys):
+    tok, model = _seq2seq_model()
     save_pretrained(model, tmp_path / "s2s")
     tok.save(tmp_path / "s2s")
     prompts = tmp_path / "p.txt"
@@ -218,16 +224,7 @@ def test_seq2seq_takes_its_generation_config_json_as_generate_does(tmp_path, cap
     from anatomy import load_pretrained
     from anatomy.cli.generate import Visible
 
-    tok = CharTokenizer.train([TEXT])
-    torch.manual_seed(0)
-    model = build_model(
-        ModelConfig.from_preset(
-            "t5", vocab_size=tok.vocab_size, d_model=32, n_heads=4, n_layers=2, d_ff=64, max_seq_len=32
-        )
-    )
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.5 * torch.randn_like(p))
+    tok, model = _seq2seq_model()
     model.generation_config.update(num_beams=3, max_length=6, length_penalty=0.5)
     save_pretrained(model, tmp_path / "s2s")
     tok.save(tmp_path / "s2s")
