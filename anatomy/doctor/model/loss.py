@@ -23,7 +23,8 @@ REL = 1e-6
 PAD_NAMES = ("pad_id", "pad_token_id", "pad_idx", "padding_idx", "pad_token", "pad_index", "ignore_index")
 
 
-def _ce(logits: torch.Tensor, targets: torch.Tensor, k: int, ignore: int = -100) -> float:
+def shifted_ce(logits: torch.Tensor, targets: torch.Tensor, k: int, ignore: int = -100) -> float:
+    """Cross-entropy of ``logits (B, T, V)`` at position t against ``targets (B, T)`` at t + k (k < 0: t - |k|)."""
     t = logits.shape[1]
     if k >= 0:
         lg, tg = logits[:, : t - k], targets[:, k:]
@@ -36,7 +37,7 @@ def alignment(logits: torch.Tensor, targets: torch.Tensor, loss: float, ignore: 
     """The shift k whose cross-entropy (ignoring the target id ``ignore``, as the model's loss does) equals the
     model's loss (None: none does)."""
     for k in (0, 1, 2, -1):
-        ce = _ce(logits, targets, k, ignore)
+        ce = shifted_ce(logits, targets, k, ignore)
         if abs(ce - loss) <= tol(REL) * max(1.0, abs(loss)):
             return k
     return None

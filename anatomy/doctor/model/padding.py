@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from anatomy.doctor.contract.precision import tol
@@ -18,7 +17,7 @@ from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, first_op, layer_words, op_log
-from anatomy.doctor.model.loss import LOSS_OPS, pad_id, targets_for
+from anatomy.doctor.model.loss import LOSS_OPS, pad_id, shifted_ce, targets_for
 from anatomy.doctor.model.positions import _differs
 
 __anatomy_transparent__ = True
@@ -128,12 +127,6 @@ def _not_passed(ctx: Context, arg: str, layer: int | None) -> ModelFinding:
     )
 
 
-def _ce(logits: torch.Tensor, targets: torch.Tensor, k: int, ignore: int) -> float:
-    t = logits.shape[1]
-    lg, tg = (logits[:, : t - k], targets[:, k:]) if k >= 0 else (logits[:, -k:], targets[:, : t + k])
-    return float(F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tg.reshape(-1), ignore_index=ignore))
-
-
 def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
     lm = ctx.lm
     pad, arg = pad_id(lm.module), mask_argument(lm.module)
@@ -167,7 +160,9 @@ def pads_in_loss_findings(ctx: Context) -> list[ModelFinding]:
         _, got = lm.with_targets(ids, marked)
     except ForwardError:
         return []
-    if got is None or abs(float(got) - _ce(lm.logits(ids), marked, k, -12345)) > tol(1e-6) * max(1.0, abs(float(got))):
+    if got is None or abs(float(got) - shifted_ce(lm.logits(ids), marked, k, -12345)) > tol(1e-6) * max(
+        1.0, abs(float(got))
+    ):
         return []
     with_targets: dict[str, Any] = {lm.target_arg: marked}
     op = first_op(ctx.ops(ids, **with_targets), LOSS_OPS)
@@ -201,7 +196,7 @@ def _inside(ctx: Context, pad: int | None, k: int) -> list[ModelFinding]:
         return []
     if got is None:
         return []
-    left_out, counted = _ce(logits.double(), marked, k, pad), _ce(logits.double(), marked, k, -12345)
+    left_out, counted = shifted_ce(logits.double(), marked, k, pad), shifted_ce(logits.double(), marked, k, -12345)
     near = tol(1e-6) * max(1.0, abs(float(got)))
     if abs(float(got) - left_out) <= near:
         ctx.found["loss_ignores"] = [pad]
@@ -240,7 +235,7 @@ def _ignores(ctx: Context, ids: torch.Tensor, targets: torch.Tensor, k: int, v: 
         return False
     if got is None:
         return False
-    want = _ce(logits.double(), marked, k, v)
+    want = shifted_ce(logits.double(), marked, k, v)
     return abs(float(got) - want) <= tol(1e-6) * max(1.0, abs(want))
 
 
