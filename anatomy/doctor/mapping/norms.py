@@ -44,16 +44,24 @@ def qk_role(name: str) -> str | None:
     return role if role in ("q", "k") else None
 
 
+GAIN_NAMES = ("weight", "scale", "gamma", "g", "gain")  # a hand-written norm's gain, as people name it
+SHIFT_NAMES = ("bias", "shift", "beta", "b")  # and its bias
+
+
+def _vector(m: nn.Module, names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` that is a 1-d tensor attribute of ``m``."""
+    return next((n for n in names if isinstance(t := getattr(m, n, None), torch.Tensor) and t.dim() == 1), None)
+
+
 def norm_width(m: nn.Module) -> int | None:
     """The width a norm module normalises over (``nn.LayerNorm``/``nn.RMSNorm``, or a class named ``*Norm`` with a
-    1-d weight); None for anything else."""
+    1-d gain: ``weight``, or ``scale``/``gamma``/``g``/``gain`` as hand-written norms name it); None for anything
+    else."""
     if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
         shape = tuple(m.normalized_shape)
         return shape[0] if len(shape) == 1 else None
-    w = getattr(m, "weight", None)
-    if "norm" in type(m).__name__.lower() and isinstance(w, torch.Tensor) and w.dim() == 1:
-        return w.shape[0]
-    return None
+    gain = _vector(m, GAIN_NAMES) if "norm" in type(m).__name__.lower() else None
+    return None if gain is None else int(getattr(m, gain).shape[0])
 
 
 def qk_norm_kind(m: nn.Module) -> str:
@@ -61,16 +69,17 @@ def qk_norm_kind(m: nn.Module) -> str:
     with a bias → layernorm."""
     if isinstance(m, nn.RMSNorm) or "rms" in type(m).__name__.lower():
         return "rmsnorm"
-    if isinstance(m, nn.LayerNorm) or isinstance(getattr(m, "bias", None), torch.Tensor):
+    if isinstance(m, nn.LayerNorm) or _vector(m, SHIFT_NAMES) is not None:
         return "layernorm"
     return "rmsnorm"
 
 
 def _norm_sources(ref: str, path: str, m: nn.Module) -> dict[str, Source]:
     out = {}
-    for p in ("weight", "bias"):
-        if isinstance(getattr(m, p, None), torch.Tensor):
-            out[f"{ref}.{p}"] = _p(f"{path}.{p}" if path else p)
+    for p, names in (("weight", GAIN_NAMES), ("bias", SHIFT_NAMES)):
+        own = _vector(m, names)
+        if own is not None:
+            out[f"{ref}.{p}"] = _p(f"{path}.{own}" if path else own)
     return out
 
 
