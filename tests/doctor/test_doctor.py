@@ -543,6 +543,11 @@ def test_qk_norm_through_a_user_map_and_in_the_json_report(capsys):
         ("RoPEAttention", "RoPE, interleaved layout (pairs 2i, 2i+1)", "relative"),
         ("HalfRoPEAttention", "RoPE, half layout (pairs i, i + Dh/2)", "relative"),
         ("Llama3RoPE", "RoPE, half layout (pairs i, i + Dh/2), base 500,000", "relative"),
+        (
+            "Llama31RoPE",
+            "RoPE, interleaved layout (pairs 2i, 2i+1), base 500,000, Llama 3.1 frequency scaling",
+            "relative",
+        ),
         ("CausalRoPE", "RoPE, half layout (pairs i, i + Dh/2)", "dependent"),  # no mask: the shift cannot be tried
         ("ALiBiAttention", "ALiBi", "relative"),
         ("CausalALiBi", "ALiBi", "dependent"),  # the one-sided bias of decoders: under the causal mask the same
@@ -606,6 +611,16 @@ def test_a_llama_layer_in_metas_naming_with_rope_matches():
         "w2.weight",
     )
     assert report.errors == []
+
+
+def test_a_gate_called_second_under_neutral_names_is_found_by_behaviour():
+    """llm.c's SwiGLU: ``c_proj(c_fc(x) * silu(c_fc2(x)))``, no "gate" in a name and the gate's Linear called second:
+    the FFN run alone shows which input goes through the activation (before: read as the gate by call order, and
+    the block matched nothing)."""
+    report = run("rope_attention.py:GateCalledSecond")
+    assert report.diagnosis["status"] == "matches" and report.errors == [], report.render()
+    pairs = {ref: yours for ref, yours, _ in report.found["mapping"]["pairs"]}
+    assert (pairs["ffn.gate_proj.weight"], pairs["ffn.up_proj.weight"]) == ("c_fc2.weight", "c_fc.weight")
 
 
 def test_an_attention_returning_x_plus_its_output_matches_with_the_residual_named():
