@@ -1,17 +1,22 @@
 """How long `anatomy check my_gpt.py:GPT` takes on a 6-layer model (target: at most 10 s on 2 cores).
 
-    python benchmarks/doctor_model.py            # a correct nanoGPT-style model and one with a mask sliced wrongly
+    python benchmarks/doctor_model.py            # every model below, once, in this process and as the command
     python benchmarks/doctor_model.py --runs 3   # the median of 3 runs each
 
-The models are tests/doctor/model/nano_style.py (a correct one) and the same file with its causal mask buffer
-sliced wrongly (every layer leaks below block_size: the block doctor's differential diagnosis runs on a faulty
-block, the slow path). Each check runs in this process, one intra-op thread (as the doctor sets it), 6 layers.
+The models: tests/doctor/model/nano_style.py (a correct nanoGPT-style GPT) and the same file with its causal mask
+buffer sliced wrongly (every layer leaks below block_size: the block doctor's differential diagnosis runs on a
+faulty block); from the real-model zoo (tests/doctor/zoo_models/), the book's Qwen3 (QK-norm on a gain called
+`scale`, grouped-query attention, RoPE at base 10^6), its sliding-window GPT (a window of 4 in two of every three
+layers) and llm.c's Llama 3 (a block no reference matches: the diagnosis tries every single fault and the likeliest
+pairs, the slowest path there is). Each is checked with 6 layers: in this process (the doctor sets one intra-op
+thread), and as a user runs it (`python -m anatomy check ...`, a new process: imports and start-up included).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -24,17 +29,50 @@ if str(ROOT) not in sys.path:
 from anatomy.doctor import check  # noqa: E402
 
 NANO = ROOT / "tests" / "doctor" / "model" / "nano_style.py"
+ZOO = ROOT / "tests" / "doctor" / "zoo_models"
 SLICED = ("self.bias[:, :, :T, :T] == 0", "self.bias[:, :, -T:, :T] == 0")
+SIX = """import sys
+sys.path.insert(0, {zoo!r})
+import rasbt_qwen3, rasbt_swa
 
 
-def _time(target: str, layers: int, runs: int) -> tuple[float, set[str]]:
-    times, faults = [], set()
-    for _ in range(runs):
-        start = time.perf_counter()
-        report = check(target, n_layers=layers)
-        times.append(time.perf_counter() - start)
-        faults = report.faults
-    return statistics.median(times), faults
+def qwen3():
+    return rasbt_qwen3.Qwen3Model(rasbt_qwen3._tiny(n_layers=6))
+
+
+def swa():
+    return rasbt_swa.GPTModel({{**rasbt_swa._tiny_cfg(), "n_layers": 6}})
+"""
+
+
+def _cases(tmp: Path) -> list[tuple[str, str, str | None]]:
+    sliced = tmp / "sliced.py"
+    sliced.write_text(NANO.read_text().replace(*SLICED))
+    six = tmp / "six_layers.py"
+    six.write_text(SIX.format(zoo=str(ZOO)))
+    return [
+        ("nanoGPT style, correct", f"{NANO}:GPT", None),
+        ("nanoGPT, mask sliced wrongly", f"{sliced}:GPT", None),
+        ("Qwen3 (QK-norm, GQA)", f"{six}:qwen3", "qwen3"),
+        ("sliding-window GPT", f"{six}:swa", "swa"),
+        ("llm.c Llama 3 (no match)", f"{ZOO / 'llmc_llama3.py'}:LLaMA", None),
+    ]
+
+
+def _in_process(target: str, factory: str | None, layers: int) -> tuple[float, str]:
+    start = time.perf_counter()
+    report = check(target, factory=factory) if factory else check(target, n_layers=layers)
+    seconds = time.perf_counter() - start
+    errors, warnings = report.counts()
+    return seconds, f"{errors} errors, {warnings} warnings, faults={sorted(report.faults)}"
+
+
+def _command(target: str, factory: str | None, layers: int) -> float:
+    cmd = [sys.executable, "-m", "anatomy", "check", target]
+    cmd += ["--factory", factory] if factory else ["--layers", str(layers)]
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, capture_output=True, check=False)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -44,11 +82,17 @@ def main() -> None:
     args = parser.parse_args()
     check(f"{NANO}:GPT", n_layers=1)  # warm-up: imports, first-call costs
     with tempfile.TemporaryDirectory() as tmp:
-        sliced = Path(tmp) / "sliced.py"
-        sliced.write_text(NANO.read_text().replace(*SLICED))
-        for name, target in (("correct", f"{NANO}:GPT"), ("mask sliced wrongly", f"{sliced}:GPT")):
-            seconds, faults = _time(target, args.layers, args.runs)
-            print(f"{name:>20}: {seconds:6.2f} s for {args.layers} layers  faults={sorted(faults)}")
+        for name, target, factory in _cases(Path(tmp)):
+            inside, said = [], ""
+            for _ in range(args.runs):
+                seconds, said = _in_process(target, factory, args.layers)
+                inside.append(seconds)
+            outside = [_command(target, factory, args.layers) for _ in range(args.runs)]
+            print(
+                f"{name:>30}: {statistics.median(inside):6.2f} s in process, {statistics.median(outside):6.2f} s "
+                f"as the command ({args.layers} layers; {said})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -60,6 +60,8 @@ def diagnosis(
     design = named_design(state)
     if design is not None and diag.status in ("unexplained", "unavailable"):  # named: the authors chose it
         diag = Diagnosis("unavailable", design[1])
+    if state.window is not None and diag.status in ("matches", "fault", "ambiguous"):
+        diag.variant["window"] = f"sliding window: each query sees itself and the {state.window - 1} tokens before it"
     if diag.hypothesis is not None:
         state.hyp = diag.hypothesis
         found["mapping"] = mapping_found(diag.hypothesis, [], refs.params, d, h)

@@ -14,7 +14,8 @@ from anatomy.components.inputs import attention_inputs
 from anatomy.doctor import check
 from anatomy.doctor.contract.masks import MaskFormat, make_layout, pad_keep
 from anatomy.doctor.diagnosis import sublayer
-from anatomy.doctor.diagnosis.diagnose import attention_faults, block_faults, compatible_pairs
+from anatomy.doctor.diagnosis.diagnose import attention_faults, block_faults
+from anatomy.doctor.diagnosis.pairs import compatible_pairs
 from anatomy.doctor.loading.building import randomize
 from anatomy.doctor.mapping.naming import role_of
 from anatomy.doctor.mapping.norms import find_qk_norm, qk_role

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from anatomy.components.masks import sliding_window_mask
 from anatomy.doctor.contract.masks import (
     causal_keep,
     dependency,
@@ -109,17 +110,45 @@ def looks_causal(dep: torch.Tensor) -> bool:
     return float(dep[far_future].max()) == 0.0 and float(dep[past].min()) > 0.0
 
 
+def causal_window(dep: torch.Tensor | None) -> int | None:
+    """The window ``w`` of a causal module that attends only to the last ``w`` tokens (sliding-window attention,
+    Mistral's and Gemma's local layers): every output depends on itself and the ``w - 1`` tokens before it, and on
+    nothing farther back or ahead (exactly: a masked key adds nothing). None for anything else, and when the window
+    covers every token of the run."""
+    if dep is None or dep.shape[0] < 4:
+        return None
+    t = dep.shape[0]
+    gap = torch.arange(t)[:, None] - torch.arange(t)[None, :]  # query i minus key j
+    if float(dep[gap < 0].max()) != 0.0:
+        return None
+    for w in range(2, t):
+        if float(dep[(gap >= 0) & (gap < w)].min()) > 0.0 and float(dep[gap >= w].max()) == 0.0:
+            return w
+    return None
+
+
 def scenarios(state: ProbeState, causal: bool | None = None) -> list[Scenario]:
     """The diagnosis' runs; ``causal=True``: the reference masks the future itself (a second reading of a module
-    whose mixing hid its causality from the detection)."""
+    whose mixing hid its causality from the detection). A causal module seen to attend to a window of the last
+    ``w`` tokens (:func:`causal_window`) is compared with the reference under that band (``state.window``)."""
     b, t = state.b, state.t
     causal = state.causal if causal is None else causal
     every = torch.ones(b, t, dtype=torch.bool)
-    out = [Scenario("plain", state.x, None, causal, None, every)]
+    state.window = causal_window(state.dep) if causal else None
+    band = None if state.window is None else sliding_window_mask(t, t, state.window)[None, None]  # (1, 1, T, T)
+    out = [Scenario("plain", state.x, band, causal and band is None, None, every)]
     if state.mask is not None and not state.mask_ignored:  # an ignored mask is the padding probe's finding
         keep, _ = padding_keep(b, t, causal)  # the side the padding probe pads, so the two agree
+        keys = keep[:, :1][:, None]
         out.append(
-            Scenario("padding", state.x, keep[:, :1][:, None], causal, state.mask.make(keep, state.x.dtype), keep[:, 0])
+            Scenario(
+                "padding",
+                state.x,
+                keys if band is None else keys & band,
+                causal and band is None,
+                state.mask.make(keep, state.x.dtype),
+                keep[:, 0],
+            )
         )
     if state.causal_mask is not None and not (causal and not state.causal):
         keep = causal_keep(b, t)

@@ -5,15 +5,17 @@ float64 on the same fixed inputs (no mask; a padding mask; a causal mask or ``is
 ``max |user - reference|`` is measured on real query rows. The correct reference matching means the learner's
 module computes what the post describes. Otherwise every fault of the bug zoo (``anatomy.pitfalls``) is switched
 on in turn; the one that reproduces the learner's output to tolerance is named. When no single fault does, every
-pair of faults that the zoo can switch on together on one reference is tried, with the same tolerance (two faults
-can be on together when they shadow different attributes of the reference: :func:`compatible_pairs`), and a pair
-that reproduces the output is named. When nothing does, the doctor says where the first difference appears
-(inputs and outputs of each mapped sub-module, then the attention weights, then the output) instead of guessing.
+pair of faults that the zoo can switch on together on one reference is tried, likeliest first and at most
+:data:`pairs.PAIR_BUDGET` of them, with the same tolerance (two faults can be on together when they shadow different
+attributes of the reference: :func:`pairs.compatible_pairs`), and a pair that reproduces the output is named. When
+nothing does, the doctor says where the first difference appears (inputs and outputs of each mapped sub-module, then
+the attention weights, then the output) instead of guessing, and how many pairs it left untried.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -21,6 +23,7 @@ from torch import nn
 
 from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.masks import max_diff
+from anatomy.doctor.diagnosis import pairs
 from anatomy.doctor.diagnosis.before_output import diagnose_before_output
 from anatomy.doctor.diagnosis.difference import first_difference
 from anatomy.doctor.diagnosis.references import References, Scenario, Variant
@@ -75,35 +78,6 @@ def consistent(fault: str, scenarios: list[Scenario]) -> bool:
     return bool(padded.any()) and max_diff(padding.out.nan_to_num(1e30), plain.out, padded) > 0
 
 
-def _shadowed(ref: nn.Module, name: str) -> frozenset[tuple[str, str]] | None:
-    """The attributes and sub-modules (``(module path, name)``) fault ``name`` shadows on ``ref``; None when it
-    changes nothing there, or changes values in place (then it is never paired)."""
-    modules = list(ref.named_modules(remove_duplicate=False))
-
-    def state() -> dict[tuple[str, str], int]:
-        return {(p, k): id(v) for p, m in modules for k, v in (*vars(m).items(), *m._modules.items())}
-
-    before = state()
-    try:
-        with inject(ref, name):
-            after = state()
-    except ValueError:  # nothing to change in this reference
-        return None
-    changed = frozenset(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
-    return changed or None
-
-
-def compatible_pairs(ref: nn.Module, names: list[str]) -> list[tuple[str, str]]:
-    """Pairs of faults the zoo can switch on together on ``ref``: each shadows attributes of the reference's
-    instances (``pitfalls.apply``) and undoes exactly that, so two that shadow different attributes compose, in
-    either order. Two that shadow the same one (both scales; two attention faults of the same step, which each take
-    that step's wrapper slot; two rewirings of the residual) would silently keep only the second, and are not paired."""
-    shadowed = {n: _shadowed(ref, n) for n in names}
-    usable = [n for n in names if shadowed[n] is not None]
-    sets = {n: s for n, s in shadowed.items() if s is not None}
-    return [(a, b) for i, a in enumerate(usable) for b in usable[i + 1 :] if not sets[a] & sets[b]]
-
-
 def user_outputs(subject: CheckedModule, scenarios: list[Scenario]) -> list[Scenario]:
     done = []
     for sc in scenarios:
@@ -148,6 +122,21 @@ def diagnose(
         worst, per = distance(ref)
         return Candidate(i, v, faults, worst, per)
 
+    def until_off(i: int, v: Variant, faults: tuple[str, ...], ref: nn.Module) -> Candidate:
+        # a pair's runs, stopped at the first past the tolerance: only a hit or one of the nearest needs them all
+        per: dict[str, float] = {}
+        for sc in scenarios:
+            per[sc.name] = max_diff(sc.out, refs.run(ref, sc), sc.rows)
+            if per[sc.name] > tol:
+                break
+        return Candidate(i, v, faults, max(per.values()), per, complete=len(per) == len(scenarios))
+
+    def completed(c: Candidate) -> None:
+        ref = refs.build(c.hyp, hyps[c.hyp], c.variant)
+        with inject(ref, c.faults[0]), inject(ref, c.faults[1]):
+            c.distance, c.per = distance(ref)
+        c.complete = True
+
     variants = refs.variants(placement_hint)
     cands: list[Candidate] = []
     for i, hyp in enumerate(hyps):
@@ -168,37 +157,15 @@ def diagnose(
                     key=(i, v),
                 )
     fault_names = [f for f in faults_for(refs.kind, scenarios) if consistent(split(f)[0], scenarios)]
-    for i, hyp in enumerate(hyps):
-        for v in variants:
-            ref = refs.build(i, hyp, v)
-            for name in fault_names:
-                try:
-                    with inject(ref, name):
-                        cands.append(cand(i, v, (name,), ref))
-                except ValueError:  # the fault has nothing to change in this variant
-                    continue
+    cands += _single_faults(refs, hyps, variants, fault_names, cand)
+    search = None
     if not any(c.faults and c.distance <= tol for c in cands):  # no single fault: two at once?
-        for i, hyp in enumerate(hyps):
-            for v in variants:
-                ref = refs.build(i, hyp, v)
-                for a, b in compatible_pairs(ref, fault_names):
-                    with inject(ref, a), inject(ref, b):
-                        cands.append(cand(i, v, (a, b), ref))
+        found, search = pairs.try_pairs(cands, fault_names, lambda i, v: refs.build(i, hyps[i], v), until_off)
+        cands += found
     correct = sorted((c for c in cands if not c.faults), key=lambda c: c.distance)
     best_correct = correct[0]
     hits = sorted((c for c in cands if c.faults and c.distance <= tol), key=lambda c: (c.distance, len(c.faults)))
-    ranked = sorted(cands, key=lambda c: c.distance)
-    nearest = [
-        {
-            "fault": split(c.fault)[0] if c.fault else None,
-            "mapping": hyps[c.hyp].style,
-            **refs.describe(c.variant),
-            "max_abs_diff": _num(c.distance),
-            "faults": names_of(c.faults),
-            **({"sub_layer": where_of(c.faults)} if where_of(c.faults) else {}),
-        }
-        for c in ranked[:3]
-    ]
+    nearest = _nearest(cands, refs, hyps, completed)
     partial = None if hits else _partial(cands, tol)
     if hits or partial is not None:
         best = hits[0] if hits else partial
@@ -214,7 +181,7 @@ def diagnose(
                 "matched": sorted(k for k in best.per if k not in still),
             }
         # hits and partials carry a fault: best.faults[0] is best.fault
-        return Diagnosis(
+        found_diag = Diagnosis(
             "fault" if len(combos) == 1 else "ambiguous",
             fault=split(best.faults[0])[0],
             faults=names_of(best.faults),
@@ -230,10 +197,59 @@ def diagnose(
             sub_layer=where_of(best.faults),
             unexplained=left,
         )
-    inside = diagnose_before_output(
-        subject, refs, hyps, best_correct, scenarios, fault_names, cands, (scale, tol), nearest
-    )
-    return inside or _unexplained(subject, refs, hyps, best_correct, scenarios, tol, scale, nearest)
+    else:
+        inside = diagnose_before_output(
+            subject, refs, hyps, best_correct, scenarios, fault_names, cands, (scale, tol), nearest
+        )
+        found_diag = inside or _unexplained(subject, refs, hyps, best_correct, scenarios, tol, scale, nearest)
+    found_diag.pairs = None if search is None else search.to_dict()
+    return found_diag
+
+
+def _single_faults(
+    refs: References,
+    hyps: list[Hypothesis],
+    variants: list[Variant],
+    names: list[str],
+    cand: Callable[[int, Variant, tuple[str, ...], nn.Module], Candidate],
+) -> list[Candidate]:
+    """Every fault alone on every reference (mapping hypothesis × variant) it has something to change in."""
+    out = []
+    for i, hyp in enumerate(hyps):
+        for v in variants:
+            ref = refs.build(i, hyp, v)
+            for name in names:
+                try:
+                    with inject(ref, name):
+                        out.append(cand(i, v, (name,), ref))
+                except ValueError:  # the fault has nothing to change in this variant
+                    continue
+    return out
+
+
+def _nearest(
+    cands: list[Candidate], refs: References, hyps: list[Hypothesis], completed: Callable[[Candidate], None]
+) -> list[dict[str, Any]]:
+    """The three candidates nearest the learner's output, for the report. A pair's candidate may hold only its
+    runs up to the first past the tolerance (a lower bound): those among the three are run whole and the ranking
+    taken again, until the three are exact, so the answer is the one every run would give."""
+    ranked = sorted(cands, key=lambda c: c.distance)
+    while any(not c.complete for c in ranked[:3]):
+        for c in ranked[:3]:
+            if not c.complete:
+                completed(c)
+        ranked = sorted(cands, key=lambda c: c.distance)
+    return [
+        {
+            "fault": split(c.fault)[0] if c.fault else None,
+            "mapping": hyps[c.hyp].style,
+            **refs.describe(c.variant),
+            "max_abs_diff": _num(c.distance),
+            "faults": names_of(c.faults),
+            **({"sub_layer": where_of(c.faults)} if where_of(c.faults) else {}),
+        }
+        for c in ranked[:3]
+    ]
 
 
 def _unexplained(

@@ -16,6 +16,7 @@ from anatomy.components.block import EncoderBlock
 from anatomy.components.inputs import attention_inputs
 from anatomy.components.positional import ALiBiPositional, RotaryPositional
 from anatomy.components.positional.base import PositionalScheme
+from anatomy.components.positional.rope import RopeScaling
 from anatomy.components.positional.t5_bias import T5RelativeBias
 from anatomy.doctor.diagnosis.own_norm import INSIDE, OwnNorm, wrap, wrapped_hypothesis
 from anatomy.doctor.mapping.head_layouts import kv_heads
@@ -54,6 +55,12 @@ POSITIONAL_VARIANTS = {
         for base in ROPE_BASES
         for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))
     },
+    # Llama 3.1 (Meta's code, llm.c, HF's rope_type "llama3"): base 500,000 with the long wavelengths slowed by 8,
+    # a smooth band between (low 1, high 4, pretraining context 8,192): it changes angles at every position.
+    **{
+        f"rope-{layout}@500000+llama3": f"RoPE, {layout} layout ({pairs}), base 500,000, Llama 3.1 frequency scaling"
+        for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))
+    },
     "alibi": "ALiBi",
     # T5 (Raffel et al. 2020): a learned bias per (distance bucket, head) added to the scores, and no 1/sqrt(Dh):
     # the scale is folded into the initialisation by design. Tried only when the module holds a (buckets, H)
@@ -62,6 +69,7 @@ POSITIONAL_VARIANTS = {
     "t5-causal": "T5 relative position bias (learned, bucketed, looking back), unscaled by design, as T5",
 }
 T5_SCHEMES = ("t5", "t5-causal")
+LLAMA31_SCALING = RopeScaling("llama3", factor=8.0, original_max_len=8192, low_freq_factor=1.0, high_freq_factor=4.0)
 
 
 class T5InAttention(T5RelativeBias):
@@ -151,8 +159,10 @@ class References:
             return T5InAttention(
                 n_heads=self.h, bidirectional=scheme == "t5", num_buckets=self.params[self.t5].shape[0]
             )
-        layout, base = scheme.removeprefix("rope-").split("@")
-        return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base))
+        layout, rest = scheme.removeprefix("rope-").split("@")
+        base, _, scaled = rest.partition("+")
+        scaling = LLAMA31_SCALING if scaled == "llama3" else None
+        return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base), scaling=scaling)
 
     def build(self, hyp_index: int, hyp: Hypothesis, variant: Variant) -> nn.Module:
         key = (hyp_index, variant)

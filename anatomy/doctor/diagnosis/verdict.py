@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from anatomy.doctor.diagnosis import diagnose as dg
+from anatomy.doctor.diagnosis import pairs
 from anatomy.doctor.diagnosis.sublayer import severity
 from anatomy.doctor.diagnosis.verdicts import Diagnosis
 from anatomy.doctor.report.findings import Finding
@@ -38,8 +39,9 @@ def diagnosis_findings(diag: Diagnosis) -> list[Finding]:
         return [_random_finding(diag)]
     if diag.status in ("fault", "ambiguous") and len(diag.faults) == 2:  # one finding per fault, same numbers
         a, b = diag.faults
-        also_en = "".join(f"; also reproduced by {x} + {y}" for x, y in diag.also_pairs)
-        also_zh = "".join(f"；{x} + {y} 也能复现" for x, y in diag.also_pairs)
+        untried_en, untried_zh = pairs.untried_note(diag.pairs)
+        also_en = "".join(f"; also reproduced by {x} + {y}" for x, y in diag.also_pairs) + untried_en
+        also_zh = "".join(f"；{x} + {y} 也能复现" for x, y in diag.also_pairs) + untried_zh
         ev: dict[str, object]  # JSON evidence
         ev = {
             "max_abs_diff_vs_reference": diag.distance_correct,
@@ -111,15 +113,15 @@ def diagnosis_findings(diag: Diagnosis) -> list[Finding]:
         nearest = " + ".join(near.get("faults") or []) or "correct"
         nearest_zh = " + ".join(near.get("faults") or []) or "正确实现"
         before = ", ".join(fd.get("matching_before") or []) or "-"
+        tried_en, tried_zh = pairs.which_pairs(diag.pairs)
         return [
             Finding(
                 "diagnosis",
                 "warning",
                 f"your output differs from the reference by {fmt(diag.distance_correct)} and neither a single fault "
-                f"of the "
-                f"bug zoo nor a pair of them reproduces it (nearest: {nearest} at {fmt(near.get('max_abs_diff'))}); "
+                f"of the bug zoo nor {tried_en} reproduces it (nearest: {nearest} at {fmt(near.get('max_abs_diff'))}); "
                 f"first difference: {where} (max |Δ| {fmt(fd.get('max_abs_diff'))}); matching before it: {before}",
-                f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误、也没有两个错误的组合能复现"
+                f"你的输出与参考相差 {fmt(diag.distance_correct)}，bug zoo 中没有单个错误、也没有{tried_zh}能复现"
                 f"（最接近：{nearest_zh}，差 {fmt(near.get('max_abs_diff'))}）；最早的差异：{where_zh}"
                 f"（最大 |Δ| {fmt(fd.get('max_abs_diff'))}）；在它之前一致的：{before}",
                 {"max_abs_diff_vs_reference": diag.distance_correct, "first_difference": fd, "nearest": diag.nearest},

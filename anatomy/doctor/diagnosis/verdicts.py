@@ -21,6 +21,7 @@ class Candidate:
     faults: tuple[str, ...]  # () for the correct reference, one fault, or a pair (keys: ``name[@sub-layer]``)
     distance: float
     per: dict[str, float] = field(default_factory=dict)  # scenario name → distance
+    complete: bool = True  # False: runs stopped at the first past the tolerance (``distance`` a lower bound)
 
     @property
     def fault(self) -> str | None:
@@ -47,6 +48,7 @@ class Diagnosis:
     unexplained: dict[str, Any] | None = (
         None  # a known fault named, and what it still leaves different (scenarios, size)
     )
+    pairs: dict[str, Any] | None = None  # the pair stage, when it ran: {tried, untried, every_pair}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +67,7 @@ class Diagnosis:
             "also_pairs": self.also_pairs,
             "sub_layer": self.sub_layer,
             "unexplained": self.unexplained,
+            "pairs": self.pairs,
         }
 
 

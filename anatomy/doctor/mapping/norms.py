@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from anatomy.doctor.mapping.naming import Hypothesis, QKNorm, Reader, Source, _linear, _p, role_of
 
@@ -44,16 +45,24 @@ def qk_role(name: str) -> str | None:
     return role if role in ("q", "k") else None
 
 
+GAIN_NAMES = ("weight", "scale", "gamma", "g", "gain")  # a hand-written norm's gain, as people name it
+SHIFT_NAMES = ("bias", "shift", "beta", "b")  # and its bias
+
+
+def _vector(m: nn.Module, names: tuple[str, ...]) -> str | None:
+    """The first of ``names`` that is a 1-d tensor attribute of ``m``."""
+    return next((n for n in names if isinstance(t := getattr(m, n, None), torch.Tensor) and t.dim() == 1), None)
+
+
 def norm_width(m: nn.Module) -> int | None:
     """The width a norm module normalises over (``nn.LayerNorm``/``nn.RMSNorm``, or a class named ``*Norm`` with a
-    1-d weight); None for anything else."""
+    1-d gain: ``weight``, or ``scale``/``gamma``/``g``/``gain`` as hand-written norms name it); None for anything
+    else."""
     if isinstance(m, (nn.LayerNorm, nn.RMSNorm)):
         shape = tuple(m.normalized_shape)
         return shape[0] if len(shape) == 1 else None
-    w = getattr(m, "weight", None)
-    if "norm" in type(m).__name__.lower() and isinstance(w, torch.Tensor) and w.dim() == 1:
-        return w.shape[0]
-    return None
+    gain = _vector(m, GAIN_NAMES) if "norm" in type(m).__name__.lower() else None
+    return None if gain is None else int(getattr(m, gain).shape[0])
 
 
 def qk_norm_kind(m: nn.Module) -> str:
@@ -61,16 +70,17 @@ def qk_norm_kind(m: nn.Module) -> str:
     with a bias → layernorm."""
     if isinstance(m, nn.RMSNorm) or "rms" in type(m).__name__.lower():
         return "rmsnorm"
-    if isinstance(m, nn.LayerNorm) or isinstance(getattr(m, "bias", None), torch.Tensor):
+    if isinstance(m, nn.LayerNorm) or _vector(m, SHIFT_NAMES) is not None:
         return "layernorm"
     return "rmsnorm"
 
 
 def _norm_sources(ref: str, path: str, m: nn.Module) -> dict[str, Source]:
     out = {}
-    for p in ("weight", "bias"):
-        if isinstance(getattr(m, p, None), torch.Tensor):
-            out[f"{ref}.{p}"] = _p(f"{path}.{p}" if path else p)
+    for p, names in (("weight", GAIN_NAMES), ("bias", SHIFT_NAMES)):
+        own = _vector(m, names)
+        if own is not None:
+            out[f"{ref}.{p}"] = _p(f"{path}.{own}" if path else own)
     return out
 
 
@@ -177,6 +187,57 @@ def gpt_conv1d(m: nn.Module | None) -> bool:
     return type(m).__name__ == "Conv1D" and isinstance(w, torch.Tensor) and w.dim() == 2 and hasattr(m, "nf")
 
 
+GATES = (F.silu, F.gelu, lambda t: F.gelu(t, approximate="tanh"))  # the activations a gated FFN's gate goes through
+
+
+def gate_by_behaviour(module: nn.Module, pair: list[str], down: str) -> str | None:
+    """Which of two unnamed Linears of a gated FFN is the gate: the FFN (the modules' closest common parent) is run
+    on random tokens, and the down projection's input is ``act(gate(x)) * up(x)`` for exactly one of the two
+    readings (``c_proj(c_fc(x) * silu(c_fc2(x)))`` in llm.c: the gate is called second); Linears held by the block
+    itself are read by running the block. None when that cannot run on ``x`` alone, or neither or both readings
+    hold."""
+    named = dict(module.named_modules())
+    parent = _common_parent([*pair, down])
+    ffn = named.get(parent)
+    first = named.get(pair[0])
+    if ffn is None or not isinstance(first, nn.Linear):
+        return None
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [named[p].register_forward_hook(lambda _m, _i, o, p=p: seen.__setitem__(p, o)) for p in pair]
+    hooks.append(named[down].register_forward_pre_hook(lambda _m, i: seen.__setitem__(down, i[0])))
+    x = torch.randn(2, 3, first.in_features, generator=torch.Generator().manual_seed(5))
+    try:
+        with torch.no_grad():
+            ffn(x.to(first.weight.dtype))
+    except Exception:  # noqa: BLE001 - an FFN that takes more than x says nothing here
+        return None
+    finally:
+        for h in hooks:
+            h.remove()
+    if not {*pair, down} <= seen.keys():
+        return None
+    a, b, u = (seen[p].double() for p in (*pair, down))
+    if a.shape != b.shape or a.shape != u.shape:
+        return None
+    tol = 1e-5 * max(1.0, float(u.abs().max()))
+
+    def reads(gate: torch.Tensor, up: torch.Tensor) -> bool:
+        return any(float((act(gate) * up - u).abs().max()) <= tol for act in GATES)
+
+    first_gate, second_gate = reads(a, b), reads(b, a)
+    return pair[0] if first_gate and not second_gate else pair[1] if second_gate and not first_gate else None
+
+
+def _common_parent(paths: list[str]) -> str:
+    parts = [p.split(".")[:-1] for p in paths]
+    common: list[str] = []
+    for names in zip(*parts):
+        if len(set(names)) != 1:
+            break
+        common.append(names[0])
+    return ".".join(common)
+
+
 def block_parts(
     module: nn.Module,
     d: int,
@@ -239,7 +300,8 @@ def block_parts(
             # the one called first (down(act(gate(x)) * up(x)) in both conventions)
             pair = [p for p in linear_calls if p != down[0]]
             ends = [p.rpartition(".")[2].lower() for p in pair]
-            gate = [pair[ends.index("w1")]] if sorted(ends) == ["w1", "w3"] else pair[:1]
+            seen = gate_by_behaviour(module, pair, down[0])
+            gate = [pair[ends.index("w1")]] if sorted(ends) == ["w1", "w3"] else [seen] if seen else pair[:1]
         rest = [p for p in linear_calls if p not in gate]
         if len(gate) == 1 and len(down) == 1 and down[0] in rest:
             up = [p for p in rest if p != down[0]][0]

@@ -43,6 +43,7 @@ class ProbeState:
     causal: bool = False
     causal_mask: MaskFormat | None = None
     dep: torch.Tensor | None = None
+    window: int | None = None  # a causal module's sliding window, seen in ``dep`` (contract/conventions.py)
     parts: BlockParts | None = None
     hyp: Hypothesis | None = None
     raw_scores: Callable[[], torch.Tensor | None] | None = None  # q k^T of the mapped reference, plain input

@@ -248,14 +248,15 @@ def found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
         )
     elif st == "unexplained":
         fd = d.get("first_difference") or {}
+        tried_en, tried_zh = _pairs_tried(d.get("pairs"))
         rows.append(
             (
                 _t(lang, "reference", "参考"),
                 _t(
                     lang,
-                    f"differs by {fmt(d.get('max_abs_diff_vs_reference'))}; no single fault or pair of "
-                    f"faults reproduces it; first difference: {fd.get('where')}",
-                    f"相差 {fmt(d.get('max_abs_diff_vs_reference'))}；没有单个已知错误或两个错误的组合能复现；"
+                    f"differs by {fmt(d.get('max_abs_diff_vs_reference'))}; no single fault"
+                    f"{tried_en} reproduces it; first difference: {fd.get('where')}",
+                    f"相差 {fmt(d.get('max_abs_diff_vs_reference'))}；没有单个已知错误或{tried_zh}能复现；"
                     f"最早的差异：{fd.get('where_zh')}",
                 ),
             )
@@ -263,3 +264,15 @@ def found_lines(r: Report, lang: str) -> list[tuple[str, str]]:
     elif st == "unavailable":
         rows.append((_t(lang, "reference", "参考"), _t(lang, "not compared: ", "未比较：") + str(d.get("reason"))))
     return rows
+
+
+def _pairs_tried(search: dict[str, Any] | None) -> tuple[str, str]:
+    """The pairs the diagnosis tried (en after "no single fault", zh): every pair, or the likeliest when the pair
+    search stopped at its budget (``diagnosis.pairs``)."""
+    if not search or search.get("every_pair", True):
+        return " or pair of faults", "两个错误的组合"
+    tried, left = search["tried"], search["untried"]
+    return (
+        f", nor any of the {tried:,} likeliest pairs ({left:,} untried),",
+        f"最可能的 {tried:,} 个组合（{left:,} 个未试）",
+    )

@@ -164,3 +164,44 @@ class QKNormBlock(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), mask)[0]
         h = self.post_attention_layernorm(x)
         return x + self.down_proj(nn.functional.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class ScaledRMSNorm(nn.Module):
+    """The gain called `scale` (LLMs-from-scratch's Qwen3), computed in float32 and cast back."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.scale = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        dtype = x.dtype
+        x = x.to(torch.float32)
+        return (x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.scale).to(dtype)
+
+
+class GammaBetaLayerNorm(nn.Module):
+    """A LayerNorm written out with `gamma` and `beta`."""
+
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gamma = nn.Parameter(torch.ones(dim))
+        self.beta = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        mu = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, unbiased=False)
+        return self.gamma * (x - mu) / torch.sqrt(var + self.eps) + self.beta
+
+
+class ScaleNamedGain(QKNormAttention):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.q_norm, self.k_norm = ScaledRMSNorm(self.d_k), ScaledRMSNorm(self.d_k)
+
+
+class GammaBetaNorms(QKNormAttention):
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        self.q_norm, self.k_norm = GammaBetaLayerNorm(self.d_k), GammaBetaLayerNorm(self.d_k)

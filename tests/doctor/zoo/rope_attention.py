@@ -163,3 +163,39 @@ class CausalALiBi(nn.Module):
         s = q @ k.transpose(-2, -1) / math.sqrt(self.dk) + bias
         s = s.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
         return self.out((s.softmax(-1) @ v).transpose(1, 2).reshape(b, t, d))
+
+
+def llama31_inv(d_k, base=500000.0):
+    """Llama 3.1's frequencies: wavelengths past 8192 tokens slowed 8 times, those under 2048 kept, a blend between."""
+    inv = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
+    wavelen = 2 * math.pi / inv
+    blend = ((8192 / wavelen - 1.0) / (4.0 - 1.0)).clamp(0, 1)
+    mid = (1 - blend) * inv / 8 + blend * inv
+    return torch.where(wavelen < 8192 / 4, inv, torch.where(wavelen > 8192, inv / 8, mid))
+
+
+def rotate_pairs_llama31(x):
+    b, h, t, d = x.shape
+    a = torch.arange(t, dtype=torch.float64)[:, None] * llama31_inv(d)[None, :]
+    z = torch.view_as_complex(x.double().reshape(b, h, t, d // 2, 2).contiguous()) * torch.polar(torch.ones_like(a), a)
+    return torch.view_as_real(z).reshape(b, h, t, d).to(x.dtype)
+
+
+class Llama31RoPE(RoPEAttention):
+    rotate = staticmethod(rotate_pairs_llama31)
+
+
+class GateCalledSecond(RoPEBlock):
+    """llm.c's SwiGLU names: c_fc (up), c_fc2 (gate), c_proj (down), the gate's Linear called second."""
+
+    def __init__(self, d_model, n_heads):
+        super().__init__(d_model, n_heads)
+        del self.w1, self.w2, self.w3
+        self.c_fc = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.c_fc2 = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.c_proj = nn.Linear(3 * d_model, d_model, bias=False)
+
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.attn_norm(x), mask)[0]
+        h = self.ffn_norm(x)
+        return x + self.c_proj(self.c_fc(h) * nn.functional.silu(self.c_fc2(h)))
