@@ -111,9 +111,24 @@ def model_check(
     except (CheckTimeout, ModuleExited):
         raise  # the file hung or ended the process: trying it again as a block would only do it again
     except CheckError as err:
-        if kind == "lm" or getattr(err, "model_built", False):
+        if kind == "lm" or getattr(err, "model_built", False) or _config_only(target, factory):
             raise
         return None
+
+
+def _config_only(target: Any, factory: str | None) -> bool:
+    """A class built from one config argument named so (``GemmaForCausalLM(config)``): the block doctor's
+    ``CLASS(d_model, n_heads)`` cannot build it either, so the model's own error is the one to say."""
+    if not isinstance(target, str) or factory:
+        return False
+    path, sep, name = target.rpartition(":")
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    args = _init_args(tree, name) if sep and name else None
+    req = [n for n, d in args or [] if not d]
+    return len(req) == 1 and any(w in req[0].lower() for w in ("config", "cfg", "args", "params", "hparams"))
 
 
 def model_sizes(
