@@ -80,10 +80,19 @@ def import_file(path: str | Path, timeout: float | None = None) -> types.ModuleT
             with contextlib.suppress(ValueError):
                 sys.path.remove(one)
         sys.modules.pop(name, None)
-        for other in set(sys.modules) - before:  # the package's modules, under the name of this import only
-            if other == prefix or other.startswith(prefix + "."):
-                sys.modules.pop(other, None)
+        _forget(set(sys.modules) - before, prefix, Path(folders[-1]))
     return module
+
+
+def _forget(new: set[str], prefix: str, root: Path) -> None:
+    """Drop the modules this import added from the learner's folders (the package under ``prefix``, and what its
+    code imported by name: ``from src import norm``), so that the next file checked finds its own, not these."""
+    for name in new:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        inside = where is not None and Path(where).resolve().is_relative_to(root.resolve())
+        if name == prefix or name.startswith(prefix + ".") or inside:
+            sys.modules.pop(name, None)
 
 
 def _packages_above(path: Path) -> list[Path]:

@@ -33,6 +33,8 @@ def feature_maps(module: nn.Module) -> str | None:
         if isinstance(m, SPATIAL):
             return f"it holds {type(m).__name__} {name}" if name else f"it is a {type(m).__name__}"
     forward = getattr(type(module), "forward", None)
+    if forward is None:
+        return None
     try:
         params = [p for p in inspect.signature(forward).parameters if p != "self"]
     except (TypeError, ValueError):

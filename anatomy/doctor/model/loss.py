@@ -40,7 +40,7 @@ def alignment(logits: torch.Tensor, targets: torch.Tensor, loss: float, ignore: 
     (ten times closer than the next), else the loss cannot be told."""
     off = {k: abs(shifted_ce(logits, targets, k, ignore) - loss) for k in (0, 1, 2, -1)}
     near = sorted((d, k) for k, d in off.items() if d <= tol(REL) * max(1.0, abs(loss)))
-    if len(near) == 1 or (len(near) > 1 and near[0][0] * 10 <= near[1][0]):
+    if len(near) == 1 or (len(near) > 1 and near[0][0] * 10 < near[1][0]):
         return near[0][1]
     return None
 
