@@ -155,7 +155,8 @@ def test_a_model_built_from_a_config_says_its_own_build_error(tmp_path):
     path.write_text(
         "from dataclasses import dataclass\nimport torch\n\n\n@dataclass\nclass SamplerConfig:\n"
         "    vocab_size: int = 100\n    hidden_size: int = 32\n    tokenizer: str = 'tokenizer/tokenizer.model'\n\n\n"
-        "class SamplerLM(torch.nn.Module):\n    def __init__(self, config: SamplerConfig):\n        super().__init__()\n"
+        "class SamplerLM(torch.nn.Module):\n    def __init__(self, config: SamplerConfig):\n"
+        "        super().__init__()\n"
         "        assert config.tokenizer is None, config.tokenizer\n"
         "        self.embedder = torch.nn.Embedding(config.vocab_size, config.hidden_size)\n"
     )
