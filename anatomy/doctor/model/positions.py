@@ -33,12 +33,15 @@ def _same_token(t: int, token: int = 3) -> torch.Tensor:
 
 
 def _block0_sees_order(lm: LM, calls: Calls, block: nn.Module) -> bool | None:
-    """Does the first block, alone, move the last position's output when two earlier rows of its input swap?"""
+    """Does the first block, alone, move the last position's output when two earlier rows of its input swap? The
+    two rows just before the last: a sliding-window attention (Mistral's, Gemma 2's local layers) never lets the
+    last position see the first ones."""
     x, extras = calls.inputs[0], calls.extras[0]
     if x is None or extras is None or x.dim() != 3 or x.shape[1] < 3:
         return None
+    t = x.shape[1]
     y = x.clone()
-    y[:, [0, 1]] = x[:, [1, 0]]
+    y[:, [t - 3, t - 2]] = x[:, [t - 2, t - 3]]
     try:
         with torch.no_grad(), lm.running():
             a, b = hidden(block(x, *extras[0], **extras[1])), hidden(block(y, *extras[0], **extras[1]))
