@@ -210,6 +210,11 @@ CASES = [
       style="中文课程 (base-nlp): a package src/ of five files importing each other relatively, forward(tokens, start_pos)"),
     M("falcon_alibi.py:FalconLM", "ok",
       style="Falcon: multi-query, parallel attention + MLP, ALiBi slopes multiplied in bfloat16, labels shifted inside"),
+    M("minimind_flash_mask.py:MiniMindLM", "ok",
+      style="中文注释, MiniMind2: SDPA only for an all-ones mask, the padded batch through (1 - mask) * -1e9"),
+    M("minimind_flash_mask.py:MiniMindFlashMask", "error:lm_padding",
+      'pads = (1.0 - attention_mask.unsqueeze(1).unsqueeze(2)) * float("-inf")',
+      style="minimind before f5374dc: (1 - mask) * -inf, 0 * -inf = NaN in every row of a padded batch"),
 ]
 
 # case id -> why a finding's line cannot be the bug's own line (the doctor may still be right about the bug)
