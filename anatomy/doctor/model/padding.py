@@ -5,6 +5,8 @@ mask argument, a pad id): its loss must ignore the pads (-100, -1 or the pad id 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import ForwardError
+from anatomy.doctor.model.contract import LM, ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, first_op, layer_words, op_log
 from anatomy.doctor.model.loss import LOSS_OPS, pad_id, shifted_ce, targets_for
 from anatomy.doctor.model.positions import _differs
@@ -63,7 +65,16 @@ def padding_findings(ctx: Context) -> list[ModelFinding]:
         except ForwardError:
             continue
         if not torch.isfinite(a[:, PADS:]).all() and torch.isfinite(lm.logits(ids)).all():
-            return [_not_finite(ctx, ids, arg, name, kw, a)]  # NaN compares unequal to nothing: never "passed"
+            single = _in_float32(lm)
+            try:
+                a32, b32 = (single.logits(ids, **kw), single.logits(other, **kw)) if single else (a, a)
+            except ForwardError:
+                a32 = b32 = a
+            if not torch.isfinite(a32[:, PADS:]).all():
+                return [_not_finite(ctx, ids, arg, name, kw, a)]  # NaN compares unequal to nothing: never "passed"
+            # NaN in float64 only: a mask filled with finfo(float64).min plus a bias overflows to -inf, and a row of
+            # pads alone turns NaN (transformers' BLOOM); in float32, the dtype it runs in, the mask holds
+            a, b = a32, b32
         if not _differs(a[0, PADS:], b[0, PADS:]):
             ctx.found["padding"] = {"argument": arg, "format": name}
             return []
@@ -76,6 +87,15 @@ def padding_findings(ctx: Context) -> list[ModelFinding]:
         f"以 {arg}= 传入的各种 mask 格式都没能让真实 token 不受 pad 影响",
     )
     return []
+
+
+def _in_float32(lm: LM) -> LM | None:
+    """A float32 copy of the model, to tell a NaN of the model's own from one of float64's range."""
+    try:
+        module = copy.deepcopy(lm.module).float()
+    except Exception:  # noqa: BLE001 - a model that cannot be copied: the float64 result stands
+        return None
+    return dataclasses.replace(lm, module=module, dtype=torch.float32, dtypes=set(), notes=[])
 
 
 class _FirstNaN(TorchFunctionMode):

@@ -210,6 +210,8 @@ CASES = [
       style="中文课程 (base-nlp): a package src/ of five files importing each other relatively, forward(tokens, start_pos)"),
     M("falcon_alibi.py:FalconLM", "ok",
       style="Falcon: multi-query, parallel attention + MLP, ALiBi slopes multiplied in bfloat16, labels shifted inside"),
+    M("hf_library.py:tiny_bloom", "ok", construct="tiny_bloom",
+      style="transformers' own BloomForCausalLM: ALiBi; NaN in float64 only (finfo.min + bias), none in float32"),
     M("minimind_flash_mask.py:MiniMindLM", "ok",
       style="中文注释, MiniMind2: SDPA only for an all-ones mask, the padded batch through (1 - mask) * -1e9"),
     M("minimind_flash_mask.py:MiniMindFlashMask", "error:lm_padding",
