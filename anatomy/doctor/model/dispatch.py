@@ -111,9 +111,15 @@ def model_check(
     except (CheckTimeout, ModuleExited):
         raise  # the file hung or ended the process: trying it again as a block would only do it again
     except CheckError as err:
-        if kind == "lm" or getattr(err, "model_built", False) or _config_only(target, factory):
+        if kind == "lm" or getattr(err, "model_built", False) or (_built_badly(err) and _config_only(target, factory)):
             raise
         return None
+
+
+def _built_badly(err: CheckError) -> bool:
+    """The error was raised by the model's constructor (``construct``'s message), not by its forward: a block taking a
+    config, built as a model and then fed ids, is the block doctor's to say."""
+    return " failed: " in str(err) and "the doctor builds" in str(err)
 
 
 def _config_only(target: Any, factory: str | None) -> bool:
