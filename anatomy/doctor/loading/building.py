@@ -33,15 +33,24 @@ def import_file(path: str | Path, timeout: float | None = None) -> types.ModuleT
         raise CheckError(f"expected a Python file FILE.py, got {str(path)!r}")
     if not path.is_file():
         raise CheckError(f"no such file: {str(path)!r}")
-    name = f"_anatomy_doctor_{path.stem}_{uuid.uuid4().hex[:8]}"
+    packages = _packages_above(path)
+    prefix = f"_anatomy_doctor_{uuid.uuid4().hex[:8]}"
+    if packages:  # a module of a package (`from .attention import ...`): imported as one, under a name of its own
+        name = ".".join([prefix, *(p.name for p in packages[1:]), path.stem])
+    else:
+        name = f"_anatomy_doctor_{path.stem}_{uuid.uuid4().hex[:8]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise CheckError(f"cannot import {str(path)!r} as a Python module")
     module = importlib.util.module_from_spec(spec)
     saved_flag, folder = sys.dont_write_bytecode, str(path.resolve().parent)
+    # the learner's file may import its neighbours, and a package's module its own package by name (`from gemma import
+    # config`): the folder above the outermost package is searched too
+    folders = [folder] + ([str(packages[0].parent)] if packages else [])
     sys.dont_write_bytecode = True
-    sys.path.insert(0, folder)  # the learner's file may import its neighbours
-    sys.modules[name] = module  # dataclasses and typing look the module up while it executes
+    for one in reversed(folders):
+        sys.path.insert(0, one)
+    before = set(sys.modules)
     try:
         with (
             _quiet(),
@@ -53,7 +62,12 @@ def import_file(path: str | Path, timeout: float | None = None) -> types.ModuleT
                 ),
             ),
         ):
-            spec.loader.exec_module(module)
+            _register_packages(prefix, packages)
+            if name in sys.modules:  # the package's __init__.py imported it already: that copy is the one
+                module = sys.modules[name]
+            else:
+                sys.modules[name] = module  # dataclasses and typing look the module up while it executes
+                spec.loader.exec_module(module)
     except Hung as hung:
         raise CheckTimeout.from_hung(hung) from None
     except KeyboardInterrupt:
@@ -62,10 +76,49 @@ def import_file(path: str | Path, timeout: float | None = None) -> types.ModuleT
         raise CheckError(f"could not import {path.name}: {one_line(err)}") from None
     finally:
         sys.dont_write_bytecode = saved_flag
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
+        for one in folders:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(one)
         sys.modules.pop(name, None)
+        _forget(set(sys.modules) - before, prefix, Path(folders[-1]))
     return module
+
+
+def _forget(new: set[str], prefix: str, root: Path) -> None:
+    """Drop the modules this import added from the learner's folders (the package under ``prefix``, and what its
+    code imported by name: ``from src import norm``), so that the next file checked finds its own, not these."""
+    for name in new:
+        module = sys.modules.get(name)
+        where = getattr(module, "__file__", None)
+        inside = where is not None and Path(where).resolve().is_relative_to(root.resolve())
+        if name == prefix or name.startswith(prefix + ".") or inside:
+            sys.modules.pop(name, None)
+
+
+def _packages_above(path: Path) -> list[Path]:
+    """The folders holding ``path`` that are packages (an ``__init__.py`` each), outermost first; empty for a plain
+    script."""
+    chain: list[Path] = []
+    folder = path.resolve().parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        chain.insert(0, folder)
+        folder = folder.parent
+    return chain
+
+
+def _register_packages(prefix: str, packages: list[Path]) -> None:
+    """Make ``prefix`` (and ``prefix.sub`` ...) the packages of ``packages``, so that the module's relative imports
+    find their neighbours there, each executed once like any package (its ``__init__.py`` included)."""
+    for depth, folder in enumerate(packages):
+        dotted = ".".join([prefix, *(p.name for p in packages[1 : depth + 1])])
+        spec = importlib.util.spec_from_file_location(
+            dotted, folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        if spec is None or spec.loader is None:
+            raise CheckError(f"cannot import the package {str(folder)!r}")
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[dotted] = package
+        spec.loader.exec_module(package)
 
 
 def resolve_target(

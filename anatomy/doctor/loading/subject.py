@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from anatomy.doctor.contract.precision import islands
+from anatomy.doctor.loading.feature_maps import feature_maps, refusal
 from anatomy.doctor.loading.kernels import reference_kernels
 from anatomy.doctor.loading.limits import Hung, guard
 
@@ -158,6 +159,7 @@ class CheckedModule:
         default_factory=set
     )  # floating dtypes the module computed in on float64 inputs
     promoted: int = 0  # ops rerun in float64 because a float32 island met float64 tensors (precision.py)
+    ran: bool = False  # one call has returned: a later failure is the probe's, not the contract's
 
     @classmethod
     def inspect(cls, module: nn.Module, label: str) -> CheckedModule:
@@ -284,7 +286,10 @@ class CheckedModule:
             en, zh = self._describe(x, mask, module)
             raise ModuleExited(en.rstrip(","), err.code, zh) from None
         except Exception as err:  # noqa: BLE001 - whatever the learner's code raises
+            if not self.ran and module is self.module and (why := feature_maps(module)) is not None:
+                raise CheckError(refusal(self.label, why, tuple(x.shape), one_line(err))) from None
             raise CallError(one_line(err)) from None
+        self.ran = True
         out, second = parse_output(result)
         if self.seq_first and out.dim() == 3:
             out = out.transpose(0, 1)  # (B, T, D)

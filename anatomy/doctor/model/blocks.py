@@ -5,6 +5,7 @@ hidden states alone and supplies the rest as the model would."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,11 @@ def hidden(out: Any) -> torch.Tensor | None:
 
 
 def capture(lm: LM, stack: Stack, ids: torch.Tensor, **kwargs: Any) -> Calls:
-    """One forward of the model on ``ids``, with what each block was given and gave back (first call of each)."""
+    """One forward of the model on ``ids``, with what each block was given and gave back (first call of each).
+    Without the model's cache unless asked (``use_cache``): a cache object handed to every block (transformers'
+    DynamicCache) is filled during the forward, so a block replayed with it would attend over its own keys twice."""
+    if "use_cache" not in kwargs and _takes(lm.module, "use_cache"):
+        kwargs["use_cache"] = False
     calls = Calls(*([None] * len(stack.blocks) for _ in range(4)))  # type: ignore[arg-type]
     handles = []
     for i, block in enumerate(stack.blocks):
@@ -154,6 +159,13 @@ def layer_extras(lm: LM, stack: Stack) -> list[dict[int, Extras]]:
     return out
 
 
+def _takes(module: nn.Module, name: str) -> bool:
+    try:
+        return name in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 BlockCheck = Callable[..., Report]  # the block doctor's check(), handed in by doctor/check.py (no import cycle)
 
 
@@ -166,15 +178,18 @@ def diagnose_layers(
 
     extras = layer_extras(lm, stack)
     out: list[Report | str] = []
-    seen: list[tuple[nn.Module, dict[int, Extras], bool, Report | str]] = []
+    seen: list[tuple[int, nn.Module, dict[int, Extras], bool, Report | str]] = []
     for i, (block, ex) in enumerate(zip(stack.blocks, extras)):
         causal = i not in unmasked
         if not ex:
             out.append("the model never called it with the hidden states first")
             continue
-        twin = next((rep for b, e, c, rep in seen if c == causal and alike(b, block) and same_extras(e, ex)), None)
+        twin = next(
+            ((j, rep) for j, b, e, c, rep in seen if c == causal and alike(b, block) and same_extras(e, ex)), None
+        )
         if twin is not None:  # the same code, configuration and arguments: the same block check
-            out.append(twin)
+            j, rep = twin
+            out.append(rep.replace(stack.name(j), stack.name(i)) if isinstance(rep, str) else rep)
             continue
         try:
             out.append(
@@ -190,7 +205,7 @@ def diagnose_layers(
             )
         except CheckError as err:
             out.append(str(err))
-        seen.append((block, ex, causal, out[-1]))
+        seen.append((i, block, ex, causal, out[-1]))
     return out
 
 

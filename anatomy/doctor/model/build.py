@@ -347,7 +347,7 @@ def infer_sizes(module: nn.Module, asked: Sizes, n_layers: int | None) -> Sizes:
     if tok is None:
         return asked
     v, d = tok.num_embeddings, tok.embedding_dim
-    longest = [e.num_embeddings for e in embs if e is not tok and e.embedding_dim == d]
+    longest = [e.num_embeddings - _offset(e) for e in embs if e is not tok and e.embedding_dim == d]
     longest += [
         b.shape[-1] for b in module.buffers() if b.dim() >= 2 and b.shape[-1] == b.shape[-2] and b.shape[-1] > 1
     ]
@@ -360,6 +360,17 @@ def infer_sizes(module: nn.Module, asked: Sizes, n_layers: int | None) -> Sizes:
         block_size=block,
         dropout=asked.dropout,
     )
+
+
+def _offset(table: nn.Embedding) -> int:
+    """Rows of a position table that no position uses: OPT's and BART's ``offset`` (2), fairseq's positions that
+    start after ``padding_idx``."""
+    offset = getattr(table, "offset", None)
+    if isinstance(offset, int) and not isinstance(offset, bool) and 0 < offset < table.num_embeddings:
+        return offset
+    if table.padding_idx is not None and 0 <= table.padding_idx < table.num_embeddings - 1:
+        return table.padding_idx + 1
+    return 0
 
 
 def _heads(module: nn.Module, d: int) -> int | None:

@@ -79,8 +79,30 @@ def check_model(
         except ForwardError:
             calls = None
     ctx = Context(lm, stack, calls, base, block_check)
-    with tolerating(floor_for(lm.dtypes)):  # a model that computes in float32 somewhere is compared at that precision
+    with tolerating(_floor(lm)):  # a model that computes in float32 somewhere is compared at that precision
         return _report(ctx)
+
+
+HALF = (torch.bfloat16, torch.float16)
+
+
+def _floor(lm: LM) -> float:
+    """The tolerance floor of the dtypes the model computed in. A half-precision island (Falcon's ALiBi slopes
+    multiplied in bfloat16) would raise it to 300 bfloat16 epsilons, 2.3 relative, where every comparison passes
+    (every loss shift "matched", no position "moved" anything): the model-level probes compare outputs of the same
+    model, whose rounding is the same in both, so they keep float32's floor and the report says so."""
+    half = sorted(str(d).removeprefix("torch.") for d in lm.dtypes if d in HALF)
+    if not half:
+        return floor_for(lm.dtypes)
+    lm.notes.append(
+        {
+            "en": f"parts of the model compute in {', '.join(half)}: its outputs are compared with each other at "
+            "float32's precision (a difference that rounding alone makes could show)",
+            "zh": f"模型有部分计算使用 {', '.join(half)}：它的各次输出之间按 float32 的精度比较"
+            "（仅由舍入造成的差异也可能显现）",
+        }
+    )
+    return floor_for((set(lm.dtypes) - set(HALF)) | {torch.float32})
 
 
 WIDER = Sizes(d_model=64)  # the sizes tried when the standard ones fail (a model that needs a wider residual stream)

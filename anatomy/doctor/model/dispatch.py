@@ -111,9 +111,30 @@ def model_check(
     except (CheckTimeout, ModuleExited):
         raise  # the file hung or ended the process: trying it again as a block would only do it again
     except CheckError as err:
-        if kind == "lm" or getattr(err, "model_built", False):
+        if kind == "lm" or getattr(err, "model_built", False) or (_built_badly(err) and _config_only(target, factory)):
             raise
         return None
+
+
+def _built_badly(err: CheckError) -> bool:
+    """The error was raised by the model's constructor (``construct``'s message), not by its forward: a block taking a
+    config, built as a model and then fed ids, is the block doctor's to say."""
+    return " failed: " in str(err) and "the doctor builds" in str(err)
+
+
+def _config_only(target: Any, factory: str | None) -> bool:
+    """A class built from one config argument named so (``GemmaForCausalLM(config)``): the block doctor's
+    ``CLASS(d_model, n_heads)`` cannot build it either, so the model's own error is the one to say."""
+    if not isinstance(target, str) or factory:
+        return False
+    path, sep, name = target.rpartition(":")
+    try:
+        tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+    args = _init_args(tree, name) if sep and name else None
+    req = [n for n, d in args or [] if not d]
+    return len(req) == 1 and any(w in req[0].lower() for w in ("config", "cfg", "args", "params", "hparams"))
 
 
 def model_sizes(

@@ -5,20 +5,24 @@ mask argument, a pad id): its loss must ignore the pads (-100, -1 or the pad id 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import capture
 from anatomy.doctor.model.context import Context
-from anatomy.doctor.model.contract import ForwardError
+from anatomy.doctor.model.contract import LM, ForwardError
 from anatomy.doctor.model.found import ModelFinding, Op, at, at_op, first_op, layer_words, op_log
 from anatomy.doctor.model.loss import LOSS_OPS, pad_id, shifted_ce, targets_for
 from anatomy.doctor.model.positions import _differs
+from anatomy.tracing.steps import learner_frame
 
 __anatomy_transparent__ = True
 
@@ -60,6 +64,17 @@ def padding_findings(ctx: Context) -> list[ModelFinding]:
             a, b = lm.logits(ids, **kw), lm.logits(other, **kw)
         except ForwardError:
             continue
+        if not torch.isfinite(a[:, PADS:]).all() and torch.isfinite(lm.logits(ids)).all():
+            single = _in_float32(lm)
+            try:
+                a32, b32 = (single.logits(ids, **kw), single.logits(other, **kw)) if single else (a, a)
+            except ForwardError:
+                a32 = b32 = a
+            if not torch.isfinite(a32[:, PADS:]).all():
+                return [_not_finite(ctx, ids, arg, name, kw, a)]  # NaN compares unequal to nothing: never "passed"
+            # NaN in float64 only: a mask filled with finfo(float64).min plus a bias overflows to -inf, and a row of
+            # pads alone turns NaN (transformers' BLOOM); in float32, the dtype it runs in, the mask holds
+            a, b = a32, b32
         if not _differs(a[0, PADS:], b[0, PADS:]):
             ctx.found["padding"] = {"argument": arg, "format": name}
             return []
@@ -72,6 +87,67 @@ def padding_findings(ctx: Context) -> list[ModelFinding]:
         f"以 {arg}= 传入的各种 mask 格式都没能让真实 token 不受 pad 影响",
     )
     return []
+
+
+def _in_float32(lm: LM) -> LM | None:
+    """A float32 copy of the model, to tell a NaN of the model's own from one of float64's range."""
+    try:
+        module = copy.deepcopy(lm.module).float()
+    except Exception:  # noqa: BLE001 - a model that cannot be copied: the float64 result stands
+        return None
+    return dataclasses.replace(lm, module=module, dtype=torch.float32, dtypes=set(), notes=[])
+
+
+class _FirstNaN(TorchFunctionMode):
+    """The learner's line of the first op whose output holds a NaN or an infinity its inputs did not hold (the
+    ``(1.0 - mask) * float("-inf")`` that makes 0 * -inf = NaN at every kept token)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.line: tuple[str, int, str] | None = None
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if self.line is None and _nan(out) and not any(_nan(a) for a in (*args, *(kwargs or {}).values())):
+            self.line = learner_frame()
+        return out
+
+
+def _nan(x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return x.is_floating_point() and bool(torch.isnan(x).any())
+    if isinstance(x, (tuple, list)):
+        return any(_nan(v) for v in x)
+    return False
+
+
+def _not_finite(
+    ctx: Context, ids: torch.Tensor, arg: str, fmt: str, kw: dict[str, Any], logits: torch.Tensor
+) -> ModelFinding:
+    """A padding mask that turns the real tokens' outputs into NaN (minimind before f5374dc: the pads' additive
+    mask built as ``(1.0 - mask) * float("-inf")``, where a kept token gives 0 * -inf = NaN)."""
+    finder = _FirstNaN()
+    try:
+        with finder:
+            ctx.lm.logits(ids, **kw)
+    except ForwardError:
+        pass
+    rows = sorted({int(r) for r in torch.nonzero(~torch.isfinite(logits[:, PADS:]))[:, 0]})
+    where = []
+    if finder.line is not None and finder.line[1]:
+        file, line, source = finder.line
+        where = [at(file, line, source, f"line {line} makes the first NaN", f"第 {line} 行产生了第一个 NaN")]
+    return ModelFinding(
+        "lm_padding",
+        "error",
+        f"with {arg}= marking two pads ({fmt}), the real tokens' logits are NaN (rows {rows} of the batch): the "
+        "padding mask itself breaks the attention (0 * -inf is NaN: build the additive mask with masked_fill, or "
+        "multiply by a large negative number)",
+        f"用 {arg}= 标出两个 pad（{fmt}）后，真实 token 的 logits 变成 NaN（batch 的第 {rows} 行）：padding mask "
+        "本身破坏了注意力（0 * -inf 是 NaN：用 masked_fill 构造加性 mask，或乘以一个很大的负数）",
+        {"argument": arg, "format": fmt, "rows": rows},
+        where=where,
+    )
 
 
 def _ignored(ctx: Context, ids: torch.Tensor, arg: str, mask: torch.Tensor) -> bool:

@@ -33,20 +33,27 @@ def _same_token(t: int, token: int = 3) -> torch.Tensor:
 
 
 def _block0_sees_order(lm: LM, calls: Calls, block: nn.Module) -> bool | None:
-    """Does the first block, alone, move the last position's output when two earlier rows of its input swap?"""
+    """Does the first block, alone, move the last position's output when two earlier rows of its input swap? The
+    first two rows (the farthest apart from the last, where rotary angles differ most), and the two just before
+    the last: a sliding-window attention (Mistral's, Gemma 2's local layers) never lets the last position see the
+    first ones."""
     x, extras = calls.inputs[0], calls.extras[0]
     if x is None or extras is None or x.dim() != 3 or x.shape[1] < 3:
         return None
-    y = x.clone()
-    y[:, [0, 1]] = x[:, [1, 0]]
-    try:
-        with torch.no_grad(), lm.running():
-            a, b = hidden(block(x, *extras[0], **extras[1])), hidden(block(y, *extras[0], **extras[1]))
-    except Exception:  # noqa: BLE001 - a block that cannot run alone: can't tell
-        return None
-    if a is None or b is None:
-        return None
-    return _differs(a[:, -1], b[:, -1])
+    t = x.shape[1]
+    seen = False
+    for i, j in dict.fromkeys([(0, 1), (t - 3, t - 2)]):
+        y = x.clone()
+        y[:, [i, j]] = x[:, [j, i]]
+        try:
+            with torch.no_grad(), lm.running():
+                a, b = hidden(block(x, *extras[0], **extras[1])), hidden(block(y, *extras[0], **extras[1]))
+        except Exception:  # noqa: BLE001 - a block that cannot run alone: can't tell
+            return None
+        if a is None or b is None:
+            return None
+        seen = seen or _differs(a[:, -1], b[:, -1])
+    return seen
 
 
 def positions_findings(ctx: Context) -> list[ModelFinding]:

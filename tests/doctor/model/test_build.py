@@ -68,3 +68,26 @@ class _KVConfig:  # a plain config class whose key/value heads default above our
 def test_key_value_heads_follow_our_n_heads():
     cfg = make_config(_KVConfig, Sizes())
     assert cfg.num_attention_heads == 4 and cfg.num_key_value_heads == 4
+
+
+def test_a_position_table_with_an_offset_is_read_without_it():
+    """OPT's and BART's learned positions keep two rows no position uses (``offset = 2``), fairseq's start after
+    ``padding_idx``: the longest input is the table's length less those rows (reading 18 for a 16-position table
+    made every probe at block_size fail)."""
+    from torch import nn
+
+    class Offset(nn.Embedding):
+        def __init__(self, n, d):
+            self.offset = 2
+            super().__init__(n + self.offset, d)
+
+    class LM(nn.Module):
+        def __init__(self, positions):
+            super().__init__()
+            self.tok = nn.Embedding(40, 24)
+            self.pos = positions
+            self.head = nn.Linear(24, 40)
+
+    assert infer_sizes(LM(Offset(16, 24)), Sizes(), 2).block_size == 16
+    assert infer_sizes(LM(nn.Embedding(16 + 2, 24, padding_idx=1)), Sizes(), 2).block_size == 16
+    assert infer_sizes(LM(nn.Embedding(16, 24)), Sizes(), 2).block_size == 16

@@ -145,3 +145,21 @@ def test_a_class_inheriting_its_init_is_a_model_target(tmp_path):
         "    pass\n"
     )
     assert is_model_target(f"{path}:Child", None) and is_model_target(f"{path}:Grandchild", None)
+
+
+def test_a_model_built_from_a_config_says_its_own_build_error(tmp_path):
+    """google/gemma_pytorch's GemmaForCausalLM(config) fails to build without its tokenizer file: in auto mode the
+    model's error is said (the block doctor's CLASS(d_model, n_heads) cannot build a config-only class either, and
+    its "takes 2 positional arguments" said nothing useful)."""
+    path = tmp_path / "sampler_lm.py"
+    path.write_text(
+        "from dataclasses import dataclass\nimport torch\n\n\n@dataclass\nclass SamplerConfig:\n"
+        "    vocab_size: int = 100\n    hidden_size: int = 32\n    tokenizer: str = 'tokenizer/tokenizer.model'\n\n\n"
+        "class SamplerLM(torch.nn.Module):\n    def __init__(self, config: SamplerConfig):\n"
+        "        super().__init__()\n"
+        "        assert config.tokenizer is None, config.tokenizer\n"
+        "        self.embedder = torch.nn.Embedding(config.vocab_size, config.hidden_size)\n"
+    )
+    with pytest.raises(CheckError) as err:
+        check(f"{path}:SamplerLM")
+    assert "SamplerLM(SamplerConfig(...)) failed: AssertionError: tokenizer/tokenizer.model" in str(err.value)

@@ -90,3 +90,22 @@ def test_targets_that_are_the_inputs(tmp_path):
     report = run(path)
     assert report.faults == {"targets_not_shifted"} and report.errors
     assert line_of(path, "logits, loss = model(xb, xb)") in lines(report, "targets_not_shifted")
+
+
+def test_a_shift_that_stands_out_among_shifts_tolerated_alike():
+    """A model that computes part of itself in bfloat16 (Falcon's ALiBi) widens every tolerance until all the shifts
+    "match" the loss: the closest is taken when it is ten times closer than the next, else the loss is not told."""
+    import torch
+
+    from anatomy.doctor.contract.precision import tolerating
+    from anatomy.doctor.model.loss import alignment, shifted_ce
+
+    torch.manual_seed(0)
+    logits = torch.randn(2, 7, 29, dtype=torch.float64) * 0.1
+    targets = torch.randint(0, 29, (2, 7))
+    inside = shifted_ce(logits, targets, 1) + 2e-7  # the model's float32 loss, shifted inside
+    with tolerating(2.3):  # bfloat16's floor: every shift is within it
+        assert alignment(logits, targets, inside) == 1
+        same = torch.zeros(2, 7, 29, dtype=torch.float64)  # uniform logits: every shift gives log(V) exactly
+        assert alignment(same, targets, shifted_ce(same, targets, 0)) is None
+    assert alignment(logits, targets, inside) == 1  # float64 tolerance: only the true shift matches

@@ -53,3 +53,19 @@ def test_where_the_positions_enter():
     assert run(HERE / "llama_style.py", "Transformer").found["positions"].startswith("inside the attention")
     course = run(HERE / "course_style.py")
     assert abs(course.found["embedding_scale"] - 4.0) < 1e-9 and abs(course.found["positions_scale"] - 1) < 1e-9
+
+
+def test_rotary_positions_under_a_sliding_window_are_found(tmp_path):
+    """Mistral's and Gemma 2's local attention: with a window of 3 the last position never sees the first tokens,
+    so swapping those showed nothing and the rotary model was said to have no positions; the two tokens just
+    before the last are swapped instead."""
+    window = "            mask = torch.triu(mask, diagonal=1)\n"
+    path = variant(
+        tmp_path,
+        "llama_style.py",
+        window,
+        window + "            mask = mask + torch.tril(torch.full((seqlen, seqlen), float('-inf')), diagonal=-3)\n",
+    )
+    report = run(path, "Transformer")  # (its decoding steps get no window: the generate probe's error is right)
+    assert "positions_missing" not in report.faults
+    assert report.found["positions"] == "inside the attention (rotary or relative)"

@@ -205,6 +205,18 @@ CASES = [
     M("palm_unnormed_qkv.py:tiny_palm_unnormed", "error:norm_placement", "q, k, v = self.project(x)", construct="tiny_palm_unnormed",
       style="PaLM-pytorch before 49232e1: q, k, v projected from x, the norm's output unused"),
     M("palm_unnormed_qkv.py:tiny_palm_normed", "ok", construct="tiny_palm_normed", style="the same, after the fix"),
+    # --- gathered by fresh33 (models nobody had shown the doctor; each checked verbatim first, /tmp/fresh33-scratch) ----
+    M("llama_src_zh/model.py:LlamaTransformer", "ok",
+      style="中文课程 (base-nlp): a package src/ of five files importing each other relatively, forward(tokens, start_pos)"),
+    M("falcon_alibi.py:FalconLM", "ok",
+      style="Falcon: multi-query, parallel attention + MLP, ALiBi slopes multiplied in bfloat16, labels shifted inside"),
+    M("hf_library.py:tiny_bloom", "ok", construct="tiny_bloom",
+      style="transformers' own BloomForCausalLM: ALiBi; NaN in float64 only (finfo.min + bias), none in float32"),
+    M("minimind_flash_mask.py:MiniMindLM", "ok",
+      style="中文注释, MiniMind2: SDPA only for an all-ones mask, the padded batch through (1 - mask) * -1e9"),
+    M("minimind_flash_mask.py:MiniMindFlashMask", "error:lm_padding",
+      'pads = (1.0 - attention_mask.unsqueeze(1).unsqueeze(2)) * float("-inf")',
+      style="minimind before f5374dc: (1 - mask) * -inf, 0 * -inf = NaN in every row of a padded batch"),
 ]
 
 # case id -> why a finding's line cannot be the bug's own line (the doctor may still be right about the bug)

@@ -5,6 +5,9 @@
 #   tiny_gpt2    GPT2LMHeadModel (learned positions, Conv1D, tied head).
 #   tiny_llama   LlamaForCausalLM (RoPE, RMSNorm, SwiGLU, grouped-query attention, untied head).
 #   tiny_qwen2   Qwen2ForCausalLM (q/k/v bias, RoPE, tied head).
+#   tiny_bloom   BloomForCausalLM (ALiBi, no position table, fused query_key_value): in float64 its additive mask
+#                (finfo(float64).min plus the ALiBi bias) overflows to -inf and a row of left pads turns NaN, which then
+#                reaches the real tokens through the next layer; in float32 it does not (gathered by fresh33).
 import torch
 
 
@@ -30,6 +33,12 @@ def tiny_qwen2():
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
                          tie_word_embeddings=True)
     return _eager(Qwen2ForCausalLM, config)
+
+
+def tiny_bloom():
+    from transformers import BloomConfig, BloomForCausalLM
+
+    return _eager(BloomForCausalLM, BloomConfig(vocab_size=50, hidden_size=32, n_layer=2, n_head=4))
 
 
 def _eager(cls, config):
