@@ -124,7 +124,7 @@ def _blocked(model: nn.Module) -> str | None:
     if why is not None:
         return why
     for name, m in model.named_modules():
-        scaling = getattr(m, "scaling", None)
+        scaling = m.__dict__.get("scaling")  # a plain attribute (RoPE's); getattr on a module without it raises inside
         if getattr(scaling, "kind", None) == "dynamic":
             return f"{name} uses RoPE's 'dynamic' scaling, whose table depends on the positions' values"
         if isinstance(m, MultiHeadAttention) and "replace" in wrapping.wrapped_steps(m, "attend"):
@@ -148,7 +148,7 @@ def _changes(model: nn.Module) -> tuple[Any, ...]:
                     tuple(sorted((k, id(v)) for k, v in vars(m).items() if k.startswith("_") and isinstance(v, tuple))),
                 )
             )
-        kernel = getattr(m, "_kernel", None)
+        kernel = m.__dict__.get("_kernel")  # a plain attribute (attention's), read without nn.Module's __getattr__
         if isinstance(kernel, str):
             out.append((name, kernel, repr(getattr(m, "_kernel_args", None))))
     return tuple(out)
