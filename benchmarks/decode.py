@@ -3,6 +3,7 @@ and Hugging Face GPT-2 ``generate`` (its own KV cache) at the same size, in one 
 
     GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736 \\
         python benchmarks/decode.py [--rounds 11] [--repeat 3] [--threads 2] [--new 200] [--d-model 256] [--vocab 4096]
+        [--no-tiny] [--cpu-time]
 
 Batch 1, a 16-token prompt, ``--new`` new tokens (no EOS: every run emits exactly that many), 4 layers, 4 heads,
 d 256, vocab 4096, context 256 (``--d-model 128 --vocab 65``: the char-shakespeare model).
@@ -19,6 +20,11 @@ anatomy.generation.fast), ``ours_modules`` (``fast=False, compile=False``: every
 ``hf_gpt2_generate``. The compile warm-up (the first compiled call: tracing and code generation) is printed beside
 them; it is paid once per model and shape in a process (a second ``generate`` reuses the graph).
 
+``--cpu-time`` (with ``--threads 1``): every call timed in process CPU time instead of wall-clock time, so a
+thread descheduled by a busy machine's other processes does not count (docs/performance.md, rounds 6 and 7; the
+same interleaved rounds). The line ``the loop around the step`` is ``ours - ours_step`` per round over the floor:
+``generate``'s own cost (options, prefill, the first step through dynamo, the sampling loop), apart from the step.
+
 Then the short case ``compile="auto"`` must not slow: ``--tiny-new`` (20) tokens from a tiny model (2 layers, d 32,
 vocab 64), where compiling never pays: ``auto`` (the default) against ``compile=False``, interleaved the same way.
 All three decoders give the same tokens (asserted here).
@@ -29,6 +35,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +61,23 @@ def _table(times: dict[str, list[float]], reference: str, new: int) -> None:
         )
 
 
+def cpu_round_times(contenders: dict[str, Callable[[], object]], n_rounds: int, repeat: int) -> dict[str, list[float]]:
+    """``round_times`` (the same rotating order, one warm-up call each, best of ``repeat``) in process CPU time."""
+    names = list(contenders)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for fn in contenders.values():
+        fn()
+    for r in range(n_rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            best = float("inf")
+            for _ in range(repeat):
+                start = time.process_time()
+                contenders[name]()
+                best = min(best, time.process_time() - start)
+            times[name].append(best)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=11)
@@ -63,7 +88,10 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=4096)
     parser.add_argument("--tiny-new", type=int, default=20)
     parser.add_argument("--no-tiny", action="store_true", help="skip the 20-token tiny-model check")
+    parser.add_argument("--cpu-time", action="store_true", help="time in process CPU time (with --threads 1)")
     args = parser.parse_args()
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time needs --threads 1 (process CPU time adds up every thread's)")
     if args.threads:
         torch.set_num_threads(args.threads)
     print(environment())
@@ -142,13 +170,22 @@ def main() -> None:
         with torch.no_grad():
             assert contenders["hf_gpt2_generate"]().shape[1] == 16 + new
     with torch.inference_mode():
-        times = round_times(contenders, "weights_alone", args.rounds, args.repeat)
+        if args.cpu_time:
+            times = cpu_round_times(contenders, args.rounds, args.repeat)
+        else:
+            times = round_times(contenders, "weights_alone", args.rounds, args.repeat)
     print(
         f"greedy, batch 1, prompt 16, {new} new tokens, d {args.d_model}, vocab {args.vocab}, "
-        f"{torch.get_num_threads()} threads: median over {args.rounds} interleaved rounds (best of {args.repeat} "
-        "each) of the per-round time ratios [min–max]"
+        f"{torch.get_num_threads()} threads, {'process CPU' if args.cpu_time else 'wall-clock'} time: median over "
+        f"{args.rounds} interleaved rounds (best of {args.repeat} each) of the per-round time ratios [min–max]"
     )
     _table(times, "weights_alone", new)
+    loop = sorted((a - b) / c for a, b, c in zip(times["ours"], times["ours_step"], times["weights_alone"]))
+    per_token = statistics.median(a - b for a, b in zip(times["ours"], times["ours_step"])) / new
+    print(
+        f"  the loop around the step (ours - ours_step): {per_token * 1e6:.1f} µs a token, "
+        f"{statistics.median(loop):.2f} [{loop[0]:.2f}–{loop[-1]:.2f}] × the floor"
+    )
     if "hf_gpt2_generate" in times:
         hf_over = sorted(a / b for a, b in zip(times["hf_gpt2_generate"], times["ours"]))
         print(f"  HF generate time / ours: {statistics.median(hf_over):.2f} [{hf_over[0]:.2f}–{hf_over[-1]:.2f}]")
@@ -170,7 +207,10 @@ def main() -> None:
     }
     assert torch.equal(short["auto"](), short["compile_false"]())
     with torch.inference_mode():
-        tiny_times = round_times(short, "compile_false", args.rounds, args.repeat)
+        if args.cpu_time:
+            tiny_times = cpu_round_times(short, args.rounds, args.repeat)
+        else:
+            tiny_times = round_times(short, "compile_false", args.rounds, args.repeat)
     assert compiled.STATS.compilations == before, "compile='auto' compiled a 20-token generation"
     print(f"{n} new tokens, tiny model (2 layers, d 32, vocab 64), auto never compiles here:")
     _table(tiny_times, "compile_false", n)

@@ -15,9 +15,10 @@ graph is kept (per model and shapes, :func:`compiled_step`) for the next ``gener
 What a step costs besides the weights (docs/performance.md, "Round 6"): calling a compiled function checks
 dynamo's guards and gathers the graph's inputs from the modules (about a third of the weight-read floor per token
 at d 256), so only each generation's first step goes through it and the later ones call the graph it ran
-(:class:`Capture`); the inductor freezes the weights (on CPU the Linears' weights are packed for MKL once, a copy
-kept with the graph; a changed weight makes a new graph, :func:`weights_state`), launches the kernels from C++
-(``cpp_wrapper``) and makes its own small fused kernels serial loops (``compile_backend.INDUCTOR_OPTIONS``).
+(:class:`Capture`); the inductor freezes the weights (a changed weight makes a new graph, :func:`weights_state`),
+on CPU makes the Linears its own C++ GEMMs on weights packed once (a copy kept with the graph; round 7: half the
+step of MKL's GEMMs), launches the kernels from C++ (``cpp_wrapper``) and keeps the step on one thread
+(``compile_backend.INDUCTOR_OPTIONS``).
 
 When it is used, ``compile=`` of ``generate`` (:func:`decide`): ``False`` never; ``True`` whenever it can run;
 ``"auto"`` (the default) when it pays: a graph for the same model and shapes is already compiled, or the
@@ -123,7 +124,7 @@ def _blocked(model: nn.Module) -> str | None:
     if why is not None:
         return why
     for name, m in model.named_modules():
-        scaling = getattr(m, "scaling", None)
+        scaling = m.__dict__.get("scaling")  # a plain attribute (RoPE's); getattr on a module without it raises inside
         if getattr(scaling, "kind", None) == "dynamic":
             return f"{name} uses RoPE's 'dynamic' scaling, whose table depends on the positions' values"
         if isinstance(m, MultiHeadAttention) and "replace" in wrapping.wrapped_steps(m, "attend"):
@@ -147,7 +148,7 @@ def _changes(model: nn.Module) -> tuple[Any, ...]:
                     tuple(sorted((k, id(v)) for k, v in vars(m).items() if k.startswith("_") and isinstance(v, tuple))),
                 )
             )
-        kernel = getattr(m, "_kernel", None)
+        kernel = m.__dict__.get("_kernel")  # a plain attribute (attention's), read without nn.Module's __getattr__
         if isinstance(kernel, str):
             out.append((name, kernel, repr(getattr(m, "_kernel_args", None))))
     return tuple(out)

@@ -25,7 +25,7 @@ from anatomy.generation import compiled
 from anatomy.generation.fast import refusal
 from anatomy.generation.flat import flat
 from anatomy.models.cache import ModelCache
-from anatomy.sizes import check_cache_fits
+from anatomy.sizes import available_bytes, check_cache_fits
 
 log = logging.getLogger("anatomy")
 
@@ -51,6 +51,7 @@ class CachedDecoding:
         self.visible_from = 0 if inputs_embeds is None else input_ids.shape[1]  # ids[:, :this] are placeholders
         self.seq2seq = bool(getattr(model, "is_encoder_decoder", False))  # Seq2Seq (HF's flag)
         capacity = (1 if self.seq2seq else input_ids.shape[1]) + max_new_tokens
+        available = available_bytes(str(input_ids.device))  # read once for both checks below
         check_cache_fits(
             self.model.config,
             input_ids.shape[0],
@@ -58,10 +59,11 @@ class CachedDecoding:
             flags="max_new_tokens (or the batch)",
             device=str(input_ids.device),
             element_size=next(model.parameters()).element_size(),
+            available=available,
         )
         self.caches = self.model.new_caches(capacity=capacity)  # reserved once, after the size check
-        # the decode steps' model: a flat view (same code, no module machinery) unless hooks need the modules
-        self.stepper = flat(model) if fast and refusal(model) is None else self.model
+        self.fast = fast
+        self._stepper: Any = None  # the eager steps' model, made at the first eager step (``stepper``)
         if self.seq2seq:
             self.encoded = self.model.encoder(input_ids, mask)  # (B, S, D), computed once
             start = self.model.decoder_start_token_id if decoder_start_token_id is None else decoder_start_token_id
@@ -96,6 +98,7 @@ class CachedDecoding:
                     flags="max_new_tokens (or the batch)",
                     device=str(device),
                     element_size=next(model.parameters()).element_size(),
+                    available=available,
                 )
             except (ValueError, MemoryError) as error:
                 self.compiled, self.compile_reason = False, str(error).splitlines()[0]
@@ -105,6 +108,14 @@ class CachedDecoding:
             log.info(
                 "anatomy: the decode step runs %s (%s)", "compiled" if self.compiled else "eagerly", self.compile_reason
             )
+
+    @property
+    def stepper(self) -> Any:
+        """The eager decode steps' model: a flat view (same code, no module machinery) unless hooks need the
+        modules; made once, at the first eager step (a compiled generation never needs it)."""
+        if self._stepper is None:
+            self._stepper = flat(self.model) if self.fast and refusal(self.model) is None else self.model
+        return self._stepper
 
     def _logits(self, ids: torch.Tensor, step: bool = True) -> torch.Tensor:
         """Last-position logits ``(B, V)`` after feeding ``ids: (B, T)`` on top of the cache: the head runs on the

@@ -284,7 +284,7 @@ def test_static_caches_give_the_growing_caches_logits(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["global-gqa-rope-local-layers", "alibi-sliding-window"])
 def test_the_inductor_gives_the_eager_tokens(name):
-    """The inductor's graph (frozen weights, MKL-packed linears on CPU, the C++ wrapper) decodes the eager tokens,
+    """The inductor's graph (frozen weights, its own C++ GEMMs on CPU, the C++ wrapper) decodes the eager tokens,
     with logits within 1e-5, and after an in-place change of a weight it is made again from the new weights."""
     preset, overrides = GROUPS[name]
     model = _model(preset, **overrides)

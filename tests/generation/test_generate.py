@@ -183,6 +183,25 @@ def test_sampled_generation_is_reproducible_and_restores_training_mode():
     assert torch.equal(a, b) and a.shape == (1, 11) and model.training
 
 
+def test_a_submodule_left_in_training_mode_decodes_in_eval_mode_and_an_eval_model_is_not_switched():
+    model = _model("gpt2").eval()
+    ids = torch.tensor([[4, 5, 6]])
+    want = generate(model, ids, max_new_tokens=6)
+    block = model.stack.blocks[0]
+    block.train()  # one submodule in training mode: generate switches the whole model to eval, then back
+    seen: list[bool] = []
+    handle = block.register_forward_pre_hook(lambda m, args: seen.append(m.training))
+    try:
+        got = generate(model, ids, max_new_tokens=6)
+    finally:
+        handle.remove()
+    assert torch.equal(got, want) and seen and not any(seen)
+    assert not model.training and not block.training  # the root's mode, as before
+    switched: list[bool] = []
+    model.train = lambda mode=True: switched.append(mode)  # an eval model throughout: its modes are left alone
+    assert torch.equal(generate(model, ids, max_new_tokens=6), want) and switched == []
+
+
 def test_bad_input():
     model = _model("gpt2")
     ids = torch.tensor([[1, 2, 3]])
