@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     tf = _transformers() if args.verify or args.to_hf else None
     try:
         if args.from_hf:
-            limits.check_json_files(source)  # nested too deeply for the parser: one line, not a RecursionError
+            limits.check_json_files(source)  # every JSON file through anatomy.files.read_json: one line each
             config = read_config(source)
             if config.get("format") == FORMAT:
                 raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")

@@ -127,3 +127,30 @@ def test_read_only_and_full_disks_give_one_line_and_leave_no_folder(dirs, tmp_pa
         assert f"{str(disk / 'ours')!r} is on a read-only file system" in line, line
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.parametrize(
+    "name,what",
+    [
+        ("config.json", "a JSON object (the model's configuration)"),
+        ("generation_config.json", "a JSON object (Hugging Face's generation defaults)"),
+        ("tokenizer_config.json", "a JSON object"),
+    ],
+)
+def test_a_deeply_nested_json_file_is_refused_as_read_json_refuses_it(dirs, tmp_path, capsys, name, what):
+    """convert reads the source's JSON files through anatomy.files.read_json, as load_pretrained does: one
+    behaviour, one wording (its own depth check once said "not a configuration file")."""
+    import shutil
+
+    from anatomy.files import BadJSON, read_json
+
+    source = tmp_path / "hf"
+    shutil.copytree(dirs["hf"], source)
+    path = source / name
+    path.write_text('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(BadJSON) as said:
+        read_json(path, what=what)
+    assert main(["convert", "--from-hf", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert _one_line(capsys) == f"anatomy convert: error: {said.value}"
+    assert str(said.value) == f"{path}: nested more than 200 levels deep; expected {what}"
+    assert not (tmp_path / "out").exists()
