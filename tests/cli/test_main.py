@@ -136,20 +136,26 @@ HUGE = "10000000000000000000000"
         (["bench", "--quick", "--threads", HUGE], ["--threads must be an integer from 1 to", HUGE]),
         (["bench", "--quick", "--rounds", HUGE], ["--rounds must be an integer from 1 to 1000", HUGE]),
         (["bench", "--quick", "--repeat", "0"], ["--repeat must be an integer from 1 to 1000"]),
+        (["train", "task=lm", "corpus=c.txt", f"seed={HUGE}", "--out", "run"], ["seed must be an integer in", HUGE]),
+        (["learn", "check", "attention", "mine.py", "--timeout", "nan"], ["--timeout must be a number of seconds"]),
+        (["learn", "check", "attention", "mine.py", "--timeout", "inf"], ["--timeout must be a number of seconds"]),
+        (["learn", "check", "attention", "mine.py", "--steps", "-1"], ["--steps must be a positive integer"]),
+        (["learn", "check", "attention", "mine.py", "--steps", "3"], ["--steps applies to the exercises that train"]),
     ],
 )
 def test_hostile_numbers_are_one_line_naming_the_argument(argv, words, tmp_path, monkeypatch, capsys):
     """Found by a sweep of every command with wrong, negative, zero, huge and non-finite numbers: each once ended
     in a traceback (--tgt-seq -1: torch's "negative dimension"; --threads 10**22: "Overflow when unpacking long
     long"), ran on without end (--seeds 10**22 in a dry run, ALiBi with --heads 10**22) or passed without a word
-    (--timeout nan, --cluster-cpus nan)."""
+    (--timeout nan, --cluster-cpus nan; learn check blamed the learner's file for --timeout nan)."""
     monkeypatch.chdir(tmp_path)  # a command that wrongly went on writes here, not into the project
+    (tmp_path / "mine.py").write_text("import torch.nn as nn\n\n\nclass A(nn.Module):\n    pass\n")
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "Traceback" not in err and err.startswith(f"anatomy {argv[0]}: error: "), err
     for word in words:
         assert word in err, (word, err)
-    assert not any(tmp_path.iterdir())
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.py"]  # nothing written
 
 
 def test_a_checkpoint_in_a_folder_whose_name_is_not_utf8_reads_back(tmp_path, capsys):
