@@ -154,3 +154,28 @@ def test_a_deeply_nested_json_file_is_refused_as_read_json_refuses_it(dirs, tmp_
     assert _one_line(capsys) == f"anatomy convert: error: {said.value}"
     assert str(said.value) == f"{path}: nested more than 200 levels deep; expected {what}"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_path_transformers_cannot_use_is_refused_by_name_and_ours_reads_back(dirs, tmp_path, capsys, monkeypatch):
+    """A folder whose name is not UTF-8: transformers cannot write or read it (it once failed after "converted"
+    was printed, with "surrogates not allowed"), so --to-hf's --out and --from-hf --verify's source are refused
+    naming the flag; our own checkpoint and tokenizer go there and read back."""
+    import io
+    import sys
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")  # as Python's own stdout
+    monkeypatch.setattr(sys, "stdout", stdout)
+    weird = Path(os.fsdecode(os.fsencode(tmp_path) + b"/\xff-latin1"))
+    assert main(["convert", "--to-hf", str(dirs["step"]), "--out", str(weird / "hf")]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"anatomy convert: error: --out {str(weird / 'hf')!r}: the path is not valid UTF-8"), line
+    assert not weird.exists()
+    code = main(["convert", "--from-hf", str(dirs["hf"]), "--out", str(weird / "ours")])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(weird / "ours"), "--prompt", "the", "--max-new-tokens", "4"]) == 0
+    stdout.flush()
+    assert stdout.buffer.getvalue().decode("utf-8", "surrogateescape").splitlines()[-1].startswith("the")
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(weird / "ours"), "--out", str(tmp_path / "o"), "--verify"]) == 2
+    assert "the path is not valid UTF-8, which transformers cannot read" in _one_line(capsys)
