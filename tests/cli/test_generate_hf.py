@@ -277,6 +277,25 @@ def test_a_generation_config_json_without_a_decoding_mode_takes_hfs_defaults(hf_
     assert main(["generate", "--checkpoint", str(d), "--prompt", longer, "--max-new-tokens", "3"]) == 0  # slides
 
 
+def test_a_files_do_sample_without_a_temperature_samples_at_hfs_1_0(hf_dir, tmp_path, capsys):
+    """do_sample true and no temperature in generation_config.json: HF samples at its default temperature 1.0 (the
+    command line once put its own 0.8 under the file); the same seed gives HF's draws."""
+    d = _with_generation_config(hf_dir, tmp_path, {"do_sample": True, "max_new_tokens": 8, "eos_token_id": None})
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    torch.manual_seed(3)
+    want = _hf_default(d)
+    torch.manual_seed(3)
+    assert _hf_default(d, temperature=0.8) != want  # this seed tells the two temperatures apart
+    code, out, err = _gen(capsys, d, "--seed", "3")
+    assert code == 0, err
+    assert out == PROMPT + tok.decode(want) + "\n"
+    assert err.strip().splitlines()[0] == (
+        f"{d / 'generation_config.json'}: do_sample=true, max_new_tokens=8; Hugging Face's GenerationConfig "
+        "defaults for what it leaves unset: temperature=1.0, top_k=50 (a flag overrides each)"
+    )
+    assert err.strip().splitlines()[-1] == "prompt 1/1: stopped: max_new_tokens 8 from generation_config.json reached"
+
+
 def test_the_files_beam_search_and_max_length_run_as_in_hf(hf_dir, tmp_path, capsys):
     tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
     width = len(tok(PROMPT)["input_ids"])
