@@ -8,6 +8,7 @@ anatomy bench --only attention decode --threads 1 --rounds 7
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
 
 
+MAX_ROUNDS = 1000
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -43,10 +47,17 @@ def run(args: argparse.Namespace) -> int:
     from anatomy.bench.timing import keep_freed_memory_mapped
     from anatomy.cli.usage import UsageError
 
-    for name in ("rounds", "repeat", "threads"):
+    cores = os.cpu_count() or 1
+    # --threads 10**22 once ended in torch's "Overflow when unpacking long long", 100000 in a segfault at exit;
+    # rounds and calls past a thousand only make the run endless (a median of 1000 rounds is already stable)
+    for name, most, why in (
+        ("rounds", MAX_ROUNDS, "rounds"),
+        ("repeat", MAX_ROUNDS, "calls per round"),
+        ("threads", cores, f"the {cores} cores here"),
+    ):
         value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise UsageError(f"--{name} must be a positive integer, got {value}")
+        if value is not None and not 1 <= value <= most:
+            raise UsageError(f"--{name} must be an integer from 1 to {most} ({why}), got {value}")
     out = None
     if args.out is not None:
         out = Path(args.out)

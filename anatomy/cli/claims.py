@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -119,10 +120,21 @@ def _jobs_argument(p: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_SEEDS = 1000  # each seed runs every experiment again: 1000 is already thousands of CPU-hours at the quick preset
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """``--seeds`` and ``--cluster-cpus`` in range, for a run and a dry run alike (``--seeds 10**22`` once built
+    its plan until memory ran out; ``--cluster-cpus nan`` passed)."""
+    if args.seeds is not None and not 1 <= args.seeds <= MAX_SEEDS:
+        raise ValueError(f"--seeds must be an integer from 1 to {MAX_SEEDS} (seeds per experiment), got {args.seeds}")
+    if not (math.isfinite(args.cluster_cpus) and args.cluster_cpus > 0):
+        raise ValueError(f"--cluster-cpus must be positive (CPUs per unit), got {args.cluster_cpus:g}")
+
+
 def _running(args: argparse.Namespace) -> dict[str, Any]:
     """The running options of ``claims run`` and ``report`` as keywords of ``run_claims``."""
-    if args.cluster_cpus <= 0:
-        raise ValueError(f"--cluster-cpus must be positive (CPUs per unit), got {args.cluster_cpus:g}")
+    _check_numbers(args)
     return dict(
         jobs=_jobs(args), resume=args.resume, cluster=args.cluster, cluster_cpus=args.cluster_cpus, device=_device(args)
     )
@@ -186,6 +198,8 @@ def _guarded(run: Callable[[], _T], command: str) -> _T | None:
 
 def _dry_run(ids: list[str] | None, args: argparse.Namespace) -> int:
     from anatomy.experiments.estimate import dry_run
+
+    _check_numbers(args)
 
     print(
         dry_run(

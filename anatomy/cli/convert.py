@@ -121,6 +121,13 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.resolve() == source.resolve():
         raise ValueError(f"--out {out} must differ from the source directory")
+    # transformers reads and writes only UTF-8 paths ("surrogates not allowed", after the conversion was printed)
+    for name, path, hf_side in (("--out", out, args.to_hf), (flag, source, args.from_hf and args.verify)):
+        if hf_side and not _utf8(path):
+            raise ValueError(
+                f"{name} {str(path)!r}: the path is not valid UTF-8, which transformers cannot "
+                f"{'write' if name == '--out' else 'read'}; choose a folder with a UTF-8 name"
+            )
     from anatomy.training.run_dir import output_folder
 
     output_folder(out, overwrite=args.overwrite)  # never into a checkpoint; a non-empty folder only if asked
@@ -128,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     tf = _transformers() if args.verify or args.to_hf else None
     try:
         if args.from_hf:
-            limits.check_json_files(source)  # nested too deeply for the parser: one line, not a RecursionError
+            limits.check_json_files(source)  # every JSON file through anatomy.files.read_json: one line each
             config = read_config(source)
             if config.get("format") == FORMAT:
                 raise ValueError(f"--from-hf {source} is an anatomy checkpoint; use --to-hf to write it for HF")
@@ -184,6 +191,14 @@ def run(args: argparse.Namespace) -> int:
         + ("" if same else "; tokens or generation differ (above)")
     )
     return 0 if ok else 1
+
+
+def _utf8(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 SAMPLES = ("hello world, the quick brown fox", "  spaces\tand\nnewlines  ", "naïve café")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -157,10 +158,15 @@ def _check(args: argparse.Namespace, exercise: Exercise, folder: Path, progress:
         raise UsageError(
             f"no such file: {str(path)!r} (write it with `anatomy learn start {exercise.id}` or give FILE)"
         )
+    if not (math.isfinite(args.timeout) and args.timeout >= 0):  # nan and inf were blamed on the learner's file
+        raise UsageError(f"--timeout must be a number of seconds >= 0 (0: no limit), got {args.timeout:g}")
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps must be a positive integer, got {args.steps}")
+    if exercise.id not in ("tiny_lm", "gpt") and (args.steps is not None or args.figure is not None):
+        flag = "--steps" if args.steps is not None else "--figure"
+        raise UsageError(f"{flag} applies to the exercises that train (tiny_lm, gpt), not to {exercise.id}")
     options = {}
     if exercise.id in ("tiny_lm", "gpt"):
-        if args.steps is not None and args.steps < 1:
-            raise UsageError(f"--steps must be a positive integer, got {args.steps}")
         options = {
             "steps": args.steps,
             "figure_path": args.figure or str(folder / f"{exercise.id}_loss.png"),

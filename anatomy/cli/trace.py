@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import cast
 
@@ -91,13 +92,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not (math.isfinite(args.timeout) and args.timeout >= 0):  # nan, inf and -1 once passed without a word
+        raise ValueError(f"--timeout must be a number of seconds >= 0 (0: no limit), got {args.timeout:g}")
     if args.target is not None or args.factory is not None:
         return run_learner(args)
     if args.seq is None:
         args.seq = 10
-    for name in ("batch", "seq"):
-        if getattr(args, name) <= 0:
-            raise ValueError(f"--{name} must be a positive integer, got {getattr(args, name)}")
+    for name in ("batch", "seq", "tgt_seq"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:  # --tgt-seq -1 once ended in torch's "negative dimension"
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     overrides = {field: getattr(args, flag) for flag, field in SIZE_FLAGS.items() if getattr(args, flag) is not None}
     if args.checkpoint is not None:
         if args.preset is not None or overrides:
@@ -127,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
         with torch.device("meta"):
             model = build_model(config).eval()
         source = f"preset {preset}"
+    if args.tgt_seq is not None and config.architecture != "seq2seq":
+        raise ValueError(
+            f"--tgt-seq is the decoder length of a seq2seq model; this {config.architecture} model reads --seq only"
+        )
     if args.seq > config.max_seq_len and config.positional == "learned":
         raise ValueError(
             f"--seq {args.seq} is longer than the learned positional table (max_seq_len={config.max_seq_len})"

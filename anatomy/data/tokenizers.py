@@ -138,7 +138,7 @@ class BPETokenizer(OurSpecials, TokenizersBacked):
 
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / FILE
-        self.tokenizer.save(str(path))
+        path.write_text(self.tokenizer.to_str(pretty=True), encoding="utf-8")  # tokenizers' save needs a UTF-8 path
         return path
 
 
@@ -174,7 +174,7 @@ def load_tokenizer(directory: str | Path) -> Tokenizer:
     from tokenizers import Tokenizer as HFTokenizerFile
 
     try:
-        tok = HFTokenizerFile.from_file(str(path))
+        tok = HFTokenizerFile.from_str(json.dumps(data))  # read bounded above; from_file needs a UTF-8 path
     except Exception as err:  # tokenizers raises its own Exception type on a malformed file
         raise ValueError(f"{str(path)!r} is not a Hugging Face tokenizer file: {err}") from None
     if all(tok.token_to_id(s) == i for i, s in enumerate(SPECIALS)):

@@ -125,7 +125,8 @@ class HFTokenizer(TokenizersBacked):
 
     def save(self, directory: str | Path) -> Path:
         d = Path(directory)
-        self.tokenizer.save(str(d / FILE))
+        # through Python's file, not tokenizers' save(path), which refuses a path that is not valid UTF-8
+        (d / FILE).write_text(self.tokenizer.to_str(pretty=True), encoding="utf-8")
         (d / CONFIG_FILE).write_text(
             json.dumps(self.config_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
@@ -140,7 +141,7 @@ class HFTokenizer(TokenizersBacked):
         d = Path(directory)
         if (d / FILE).is_file():
             try:
-                tok = Tokenizer.from_file(str(d / FILE))
+                tok = Tokenizer.from_str((d / FILE).read_text(encoding="utf-8"))  # any path, UTF-8 or not
             except Exception as err:  # tokenizers raises its own Exception type on a malformed file
                 raise ValueError(f"{str(d / FILE)!r} is not a Hugging Face tokenizer file: {err}") from None
         elif (d / VOCAB_FILE).is_file() and (d / MERGES_FILE).is_file():

@@ -32,6 +32,8 @@ def check_pe_args(kind: str, d_model: int, max_len: int, train_len: int, n_heads
         raise ValueError(f"--d-model must be even (sin/cos and rotation pairs), got {d_model}")
     if d_model > 1024 or max_len > 4096:
         raise ValueError(f"--d-model <= 1024 and --max-len <= 4096 keep the picture readable, got {d_model}, {max_len}")
+    if n_heads > 64:  # --heads 10**22 once ran on for ALiBi and ended in a C++ error for T5
+        raise ValueError(f"--heads <= 64 keeps the picture readable, got {n_heads}")
     if train_len >= max_len:
         raise ValueError(
             f"--train-len must be smaller than --max-len={max_len} to show what happens past it, got {train_len}"

@@ -1,6 +1,6 @@
 """What a Hugging Face directory's files say, checked before ``anatomy convert`` builds anything from them.
 
-    check_json_files(hf_dir)                                # config.json etc. nested too deeply for the parser
+    check_json_files(hf_dir)                                # config.json etc. read by anatomy.files.read_json
     check_sizes(hf_config, tensors, source=...)             # sizes against the weights' own shapes
     check_memory(hf_config, config, source=...)             # the model built from them fits in memory
     check_finite(tensors, source=...)                       # NaN / inf in a weight, named
@@ -26,7 +26,6 @@ import torch
 from anatomy.errors import CheckpointError
 from anatomy.sizes import SizeError, _refuse_over, human, parameter_count
 
-DEPTH = 200  # JSON nesting deeper than this is no config (the parser's recursion ends near 1000)
 JSON_FILES = ("config.json", "generation_config.json", "special_tokens_map.json", "tokenizer_config.json")
 FIELDS = {  # our field -> the names Hugging Face's configs give it, in the order they are looked for
     "vocab_size": ("vocab_size",),
@@ -41,44 +40,29 @@ POSITIONS = ("wpe.weight", "position_embeddings.weight", "embed_positions.weight
 LAYER = re.compile(r"^(.*?\.(?:h|layers|layer|block))\.(\d+)\.")
 
 
-def _depth(text: str) -> int:
-    """The deepest nesting of ``[`` and ``{`` outside strings."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            if depth > deepest:
-                deepest = depth
-                if deepest > DEPTH:
-                    return deepest
-        elif ch in "]}":
-            depth -= 1
-    return deepest
+JSON_WHAT = {  # what each file must be, in the words load_pretrained's read of it uses (safetensors_io)
+    "config.json": "a JSON object (the model's configuration)",
+    "generation_config.json": "a JSON object (Hugging Face's generation defaults)",
+}
 
 
 def check_json_files(directory: str | Path) -> None:
-    """Each small JSON file of the directory nests at most ``DEPTH`` deep (deeper, Python's parser ends in a
-    ``RecursionError`` instead of a message)."""
+    """Each small JSON file of the directory read as every JSON file is read (``anatomy.files.read_json``: bounded,
+    UTF-8, nested at most ``DEPTH`` deep, an object), before anything is built from them: a ``CheckpointError``
+    with read_json's one line naming the file (nested 100000 deep, Python's parser once ended in a
+    ``RecursionError``)."""
+    from anatomy.files import BadJSON, read_json
+
     for name in JSON_FILES:
         path = Path(directory) / name
         if not path.is_file():
             continue
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as err:
-            raise CheckpointError(f"{path}: cannot be read ({err.strerror})") from None
-        if _depth(text) > DEPTH:
-            raise CheckpointError(f"{path}: nested more than {DEPTH} levels deep; not a configuration file")
+            read_json(path, what=JSON_WHAT.get(name), finite=name == "config.json")
+        except BadJSON as err:
+            raise CheckpointError(str(err)) from None
+        except OSError as err:  # vanished between the look and the read
+            raise CheckpointError(f"{path}: cannot be read ({err.strerror or err})") from None
 
 
 def _find(tensors: dict[str, torch.Tensor], endings: tuple[str, ...]) -> tuple[str, torch.Tensor] | None:

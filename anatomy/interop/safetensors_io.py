@@ -22,11 +22,13 @@ Our ``config.json``::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -138,7 +140,7 @@ def write_tensors(tensors: dict[str, torch.Tensor], directory: Path, *, max_shar
 
 def _read_file(path: Path, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
     try:
-        with safe_open(str(path), framework="pt") as f:
+        with _utf8_name(path) as name, safe_open(name, framework="pt") as f:
             names = list(f.keys()) if keys is None else keys
             missing = sorted(set(names) - set(f.keys()))
             if missing:
@@ -148,6 +150,32 @@ def _read_file(path: Path, keys: list[str] | None = None) -> dict[str, torch.Ten
         raise CheckpointError(
             f"{path}: not a readable safetensors file, it may be truncated or corrupted ({err})"
         ) from None
+
+
+@contextlib.contextmanager
+def _utf8_name(path: Path) -> Iterator[str]:
+    """A name the safetensors library can open for ``path``: the path itself, or, for a path that is not valid
+    UTF-8 (a folder named in another encoding), which the library refuses to open though it writes there, the
+    file opened here and named through ``/proc/self/fd`` (Linux); elsewhere such a path is refused in words."""
+    name = str(path)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield name
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        alias = f"/proc/self/fd/{fd}"
+        if not os.path.exists(alias):
+            raise CheckpointError(
+                f"{path}: the path is not valid UTF-8, which the safetensors library cannot open here; rename the "
+                "folder or file with a UTF-8 name"
+            )
+        yield alias
+    finally:
+        os.close(fd)
 
 
 def _refuse_pickle(path: Path) -> CheckpointError:

@@ -97,6 +97,8 @@ class TrainOptions:
         for name in ("warmup_steps", "patience", "spike_z"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not -(2**63) <= self.seed < 2**64:  # seed=10**20 once ended in torch's "Overflow when unpacking long long"
+            raise ValueError(f"seed must be an integer in [-2**63, 2**64 - 1] (torch's seeds), got {self.seed}")
         if not self.lr > 0 or not 0 <= self.min_lr <= self.lr:
             raise ValueError(f"need lr > 0 and 0 <= min_lr <= lr, got lr={self.lr}, min_lr={self.min_lr}")
         if self.weight_decay < 0 or self.grad_clip <= 0:

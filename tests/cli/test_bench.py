@@ -69,7 +69,7 @@ def test_bad_input_is_one_line_and_nothing_is_overwritten(tmp_path, capsys):
     assert err.count("\n") == 1 and "--out" in err and "--force" in err
     assert main(["bench", "--quick", "--out", str(tmp_path / "b.txt")]) == 2
     assert main(["bench", "--quick", "--rounds", "0"]) == 2
-    assert "--rounds must be a positive integer" in capsys.readouterr().err
+    assert "--rounds must be an integer from 1 to 1000" in capsys.readouterr().err
     assert main(["bench", "--quick", "--out", str(tmp_path / "no" / "b.json")]) == 2
     assert main(["bench", "--quick", "--only", "decode", "--out", str(existing), "--force"]) == 0
     assert list(json.loads(existing.read_text())["suites"]) == ["decode"]

@@ -127,3 +127,55 @@ def test_read_only_and_full_disks_give_one_line_and_leave_no_folder(dirs, tmp_pa
         assert f"{str(disk / 'ours')!r} is on a read-only file system" in line, line
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+@pytest.mark.parametrize(
+    "name,what",
+    [
+        ("config.json", "a JSON object (the model's configuration)"),
+        ("generation_config.json", "a JSON object (Hugging Face's generation defaults)"),
+        ("tokenizer_config.json", "a JSON object"),
+    ],
+)
+def test_a_deeply_nested_json_file_is_refused_as_read_json_refuses_it(dirs, tmp_path, capsys, name, what):
+    """convert reads the source's JSON files through anatomy.files.read_json, as load_pretrained does: one
+    behaviour, one wording (its own depth check once said "not a configuration file")."""
+    import shutil
+
+    from anatomy.files import BadJSON, read_json
+
+    source = tmp_path / "hf"
+    shutil.copytree(dirs["hf"], source)
+    path = source / name
+    path.write_text('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    with pytest.raises(BadJSON) as said:
+        read_json(path, what=what)
+    assert main(["convert", "--from-hf", str(source), "--out", str(tmp_path / "out")]) == 1
+    assert _one_line(capsys) == f"anatomy convert: error: {said.value}"
+    assert str(said.value) == f"{path}: nested more than 200 levels deep; expected {what}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_path_transformers_cannot_use_is_refused_by_name_and_ours_reads_back(dirs, tmp_path, capsys, monkeypatch):
+    """A folder whose name is not UTF-8: transformers cannot write or read it (it once failed after "converted"
+    was printed, with "surrogates not allowed"), so --to-hf's --out and --from-hf --verify's source are refused
+    naming the flag; our own checkpoint and tokenizer go there and read back."""
+    import io
+    import sys
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="surrogateescape")  # as Python's own stdout
+    monkeypatch.setattr(sys, "stdout", stdout)
+    weird = Path(os.fsdecode(os.fsencode(tmp_path) + b"/\xff-latin1"))
+    assert main(["convert", "--to-hf", str(dirs["step"]), "--out", str(weird / "hf")]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"anatomy convert: error: --out {str(weird / 'hf')!r}: the path is not valid UTF-8"), line
+    assert not weird.exists()
+    code = main(["convert", "--from-hf", str(dirs["hf"]), "--out", str(weird / "ours")])
+    assert code == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(["generate", "--checkpoint", str(weird / "ours"), "--prompt", "the", "--max-new-tokens", "4"]) == 0
+    stdout.flush()
+    assert stdout.buffer.getvalue().decode("utf-8", "surrogateescape").splitlines()[-1].startswith("the")
+    capsys.readouterr()
+    assert main(["convert", "--from-hf", str(weird / "ours"), "--out", str(tmp_path / "o"), "--verify"]) == 2
+    assert "the path is not valid UTF-8, which transformers cannot read" in _one_line(capsys)

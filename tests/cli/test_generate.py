@@ -244,3 +244,15 @@ def test_seq2seq_takes_its_generation_config_json_as_generate_does(tmp_path, cap
         torch.tensor([src]), eos_token_id=None, do_sample=False, num_beams=1
     )
     assert code == 0 and printed == Visible(tok).decode(greedy[0, 1:].tolist()) + "\n"
+
+
+def test_without_a_generation_config_json_the_command_lines_defaults_stay(ckpt, capsys):
+    """No generation_config.json (our own checkpoints): sampling at temperature 0.8, 200 new tokens, no line about
+    defaults; HF's GenerationConfig defaults apply only under such a file (tests/cli/test_generate_hf.py)."""
+    assert not (ckpt / "generation_config.json").exists()
+    code, out, err = _run(capsys, "--checkpoint", ckpt, "--prompt", "the", "--eos", "none", "--seed", "1")
+    assert code == 0 and len(out) == len("the") + 200 + 1
+    assert err.strip() == "prompt 1/1: stopped: --max-new-tokens 200 reached"
+    same = ["--eos", "none", "--seed", "1", "--max-new-tokens", "200"]
+    assert _run(capsys, "--checkpoint", ckpt, "--prompt", "the", *same, "--temperature", "0.8")[1] == out
+    assert _run(capsys, "--checkpoint", ckpt, "--prompt", "the", *same, "--temperature", "1.0")[1] != out

@@ -221,6 +221,81 @@ def test_generation_config_json_gives_the_defaults_hfs_generate_takes(hf_dir, tm
     assert out == PROMPT + tok.decode(want[:2]) + "\n" and "max_new_tokens=7" not in err
 
 
+def test_a_generation_config_json_without_a_decoding_mode_takes_hfs_defaults(hf_dir, tmp_path, capsys):
+    """The generation_config.json transformers writes (tokens only): what it leaves unset takes HF's
+    GenerationConfig defaults, as in HF's generate: greedy, max_length 20 read as 20 new tokens (cut at the
+    positions), temperature 1.0 when sampling. The CLI once sampled at temperature 0.8 for 200 tokens."""
+    d = tmp_path / "hf"
+    shutil.copytree(hf_dir, d)
+    assert "do_sample" not in json.loads((d / "generation_config.json").read_text())
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    line = (
+        f"{d / 'generation_config.json'}: sets no decoding option, so Hugging Face's GenerationConfig defaults "
+        "apply: do_sample=false, max_length=20 (20 new tokens) (a flag overrides each)"
+    )
+    want = _hf_default(d)  # greedy, stops at the file's eos 0
+    assert want[-1] == 0 and len(want) < 20
+    code, out, err = _gen(capsys, d)
+    assert code == 0, err
+    assert out == PROMPT + tok.decode(want) + "\n"
+    assert err.strip().splitlines() == [line, f"prompt 1/1: stopped: eos {EOT!r} (id 0) after {len(want)} tokens"]
+    want = _hf_default(d, eos_token_id=None)
+    assert len(want) == 20
+    code, out, err = _gen(capsys, d, "--eos", "none")
+    assert out == PROMPT + tok.decode(want) + "\n"
+    assert err.strip().splitlines()[-1] == (
+        "prompt 1/1: stopped: Hugging Face's default max_length 20 (20 new tokens) reached"
+    )
+    torch.manual_seed(3)
+    want = _hf_default(d, eos_token_id=None, do_sample=True)  # temperature 1.0, top-k 50: HF's draws
+    code, out, err = _gen(capsys, d, "--eos", "none", "--sample", "--seed", "3")
+    assert out == PROMPT + tok.decode(want) + "\n"
+    assert err.strip().splitlines()[0] == (
+        f"{d / 'generation_config.json'}: sets no decoding option, so Hugging Face's GenerationConfig defaults "
+        "apply: max_length=20 (20 new tokens), temperature=1.0, top_k=50 (a flag overrides each)"
+    )
+    long = "the quick brown fox jumps over the lazy dog. " * 5  # HF's default length stops at the 64 positions
+    model = transformers.GPT2LMHeadModel.from_pretrained(d).eval()
+    ids = torch.tensor([tok(long)["input_ids"]])
+    assert 44 < ids.shape[1] < 64
+    want = model.generate(ids, attention_mask=torch.ones_like(ids), eos_token_id=None)[0, ids.shape[1] :].tolist()
+    assert len(want) == 64 - ids.shape[1]
+    code = main(["generate", "--checkpoint", str(d), "--prompt", long, "--eos", "none"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out == long + tok.decode(want) + "\n"
+    assert err.strip().splitlines()[-1] == (
+        "prompt 1/1: stopped: Hugging Face's default max_length 20 (20 new tokens, cut to the 64 positions) reached"
+    )
+    longer = long * 2
+    with pytest.raises(ValueError, match="Input length"):  # HF refuses a prompt that fills the positions
+        ids = torch.tensor([tok(longer)["input_ids"]])
+        model.generate(ids, attention_mask=torch.ones_like(ids))
+    code = main(["generate", "--checkpoint", str(d), "--prompt", longer])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and "\n" not in err.strip()
+    assert "fills this model's 64 positions" in err and "pass --max-new-tokens N" in err
+    assert main(["generate", "--checkpoint", str(d), "--prompt", longer, "--max-new-tokens", "3"]) == 0  # slides
+
+
+def test_a_files_do_sample_without_a_temperature_samples_at_hfs_1_0(hf_dir, tmp_path, capsys):
+    """do_sample true and no temperature in generation_config.json: HF samples at its default temperature 1.0 (the
+    command line once put its own 0.8 under the file); the same seed gives HF's draws."""
+    d = _with_generation_config(hf_dir, tmp_path, {"do_sample": True, "max_new_tokens": 8, "eos_token_id": None})
+    tok = transformers.AutoTokenizer.from_pretrained(d)
+    torch.manual_seed(3)
+    want = _hf_default(d)
+    torch.manual_seed(3)
+    assert _hf_default(d, temperature=0.8) != want  # this seed tells the two temperatures apart
+    code, out, err = _gen(capsys, d, "--seed", "3")
+    assert code == 0, err
+    assert out == PROMPT + tok.decode(want) + "\n"
+    assert err.strip().splitlines()[0] == (
+        f"{d / 'generation_config.json'}: do_sample=true, max_new_tokens=8; Hugging Face's GenerationConfig "
+        "defaults for what it leaves unset: temperature=1.0, top_k=50 (a flag overrides each)"
+    )
+    assert err.strip().splitlines()[-1] == "prompt 1/1: stopped: max_new_tokens 8 from generation_config.json reached"
+
+
 def test_the_files_beam_search_and_max_length_run_as_in_hf(hf_dir, tmp_path, capsys):
     tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
     width = len(tok(PROMPT)["input_ids"])
@@ -228,14 +303,26 @@ def test_the_files_beam_search_and_max_length_run_as_in_hf(hf_dir, tmp_path, cap
         {"num_beams": 3, "max_new_tokens": 6, "length_penalty": 0.5, "eos_token_id": None},
         {"do_sample": False, "max_length": width + 5, "eos_token_id": None},
         {"do_sample": True, "top_k": 1, "max_new_tokens": 6, "eos_token_id": None},  # top-k 1: the arg-max
+        {"repetition_penalty": 1.3, "eos_token_id": None},  # no mode, no length: HF's greedy and max_length 20
     ]
-    for i, values in enumerate(cases):
+    reasons = [  # the stop reason names where the budget came from (it once read "--max-new-tokens 6 reached")
+        "max_new_tokens 6 from generation_config.json reached",
+        f"max_length {width + 5} from generation_config.json reached",
+        "max_new_tokens 6 from generation_config.json reached",
+        "Hugging Face's default max_length 20 (20 new tokens) reached",
+    ]
+    for i, (values, reason) in enumerate(zip(cases, reasons)):
         d = _with_generation_config(hf_dir, tmp_path / str(i), values)
         want = _hf_default(d)
-        assert len(want) in (5, 6)
+        assert len(want) in (5, 6, 20)
         code, out, err = _gen(capsys, d, "--eos", "none")
         assert code == 0, err
         assert out == PROMPT + tok.decode(want) + "\n", values
+        assert err.strip().splitlines()[-1] == f"prompt 1/1: stopped: {reason}", values
+    assert err.strip().splitlines()[0] == (
+        f"{d / 'generation_config.json'}: repetition_penalty=1.3; Hugging Face's GenerationConfig defaults for what "
+        "it leaves unset: do_sample=false, max_length=20 (20 new tokens) (a flag overrides each)"
+    )
 
 
 def test_flags_against_the_files_defaults_are_refused_naming_both(hf_dir, tmp_path, capsys):

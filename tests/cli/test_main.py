@@ -113,3 +113,72 @@ def test_version_is_the_package_version(capsys):
         main(["--version"])
     assert stop.value.code == 0
     assert capsys.readouterr().out.strip() == f"anatomy {anatomy.__version__}"
+
+
+# ------------------------------------------------- hostile input to every command: one line naming the argument
+HUGE = "10000000000000000000000"
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["trace", "--preset", "t5", "--tgt-seq", "-1"], ["--tgt-seq must be a positive integer, got -1"]),
+        (["trace", "--preset", "gpt2", "--tgt-seq", "3"], ["--tgt-seq is the decoder length of a seq2seq model"]),
+        (["trace", "--preset", "gpt2", "--timeout", "nan"], ["--timeout must be a number of seconds >= 0", "nan"]),
+        (["trace", "--preset", "gpt2", "--timeout", "-1"], ["--timeout must be a number of seconds >= 0", "-1"]),
+        (["trace", "--preset", "gpt2", "--timeout", "inf"], ["--timeout must be a number of seconds >= 0", "inf"]),
+        (["viz", "pe", "--kind", "alibi", "--heads", HUGE, "--out", "pe.png"], ["--heads <= 64", HUGE]),
+        (["viz", "pe", "--kind", "t5", "--heads", HUGE, "--out", "pe.png"], ["--heads <= 64", HUGE]),
+        (["report", "--dry-run", "--seeds", HUGE], ["--seeds must be an integer from 1 to 1000", HUGE]),
+        (["claims", "run", "C1", "--dry-run", "--seeds", "0"], ["--seeds must be an integer from 1 to 1000"]),
+        (["report", "--dry-run", "--cluster-cpus", "nan"], ["--cluster-cpus must be positive", "nan"]),
+        (["claims", "run", "C1", "--dry-run", "--cluster-cpus", "-1"], ["--cluster-cpus must be positive"]),
+        (["bench", "--quick", "--threads", HUGE], ["--threads must be an integer from 1 to", HUGE]),
+        (["bench", "--quick", "--rounds", HUGE], ["--rounds must be an integer from 1 to 1000", HUGE]),
+        (["bench", "--quick", "--repeat", "0"], ["--repeat must be an integer from 1 to 1000"]),
+        (["train", "task=lm", "corpus=c.txt", f"seed={HUGE}", "--out", "run"], ["seed must be an integer in", HUGE]),
+        (["learn", "check", "attention", "mine.py", "--timeout", "nan"], ["--timeout must be a number of seconds"]),
+        (["learn", "check", "attention", "mine.py", "--timeout", "inf"], ["--timeout must be a number of seconds"]),
+        (["learn", "check", "attention", "mine.py", "--steps", "-1"], ["--steps must be a positive integer"]),
+        (["learn", "check", "attention", "mine.py", "--steps", "3"], ["--steps applies to the exercises that train"]),
+    ],
+)
+def test_hostile_numbers_are_one_line_naming_the_argument(argv, words, tmp_path, monkeypatch, capsys):
+    """Found by a sweep of every command with wrong, negative, zero, huge and non-finite numbers: each once ended
+    in a traceback (--tgt-seq -1: torch's "negative dimension"; --threads 10**22: "Overflow when unpacking long
+    long"), ran on without end (--seeds 10**22 in a dry run, ALiBi with --heads 10**22) or passed without a word
+    (--timeout nan, --cluster-cpus nan; learn check blamed the learner's file for --timeout nan)."""
+    monkeypatch.chdir(tmp_path)  # a command that wrongly went on writes here, not into the project
+    (tmp_path / "mine.py").write_text("import torch.nn as nn\n\n\nclass A(nn.Module):\n    pass\n")
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err and err.startswith(f"anatomy {argv[0]}: error: "), err
+    for word in words:
+        assert word in err, (word, err)
+    assert [p.name for p in tmp_path.iterdir()] == ["mine.py"]  # nothing written
+
+
+def test_a_checkpoint_in_a_folder_whose_name_is_not_utf8_reads_back(tmp_path, capsys):
+    """Our writer puts a checkpoint (and a BPE tokenizer) into a folder named in another encoding; the safetensors
+    and tokenizers libraries then refused to open it ("Path ... is not valid UTF-8", read as "it may be truncated
+    or corrupted"): the tokenizer and generate now read it back."""
+    import os
+
+    import torch
+
+    from anatomy import ModelConfig, build_model, save_pretrained
+    from anatomy.data.tokenizers import BPETokenizer, load_tokenizer
+
+    folder = Path(os.fsdecode(os.fsencode(tmp_path) + b"/r\xe9sum\xe9-latin1"))  # 'résumé' in Latin-1
+    tok = BPETokenizer.train(["the cat sat on the mat. " * 20], vocab_size=300)
+    torch.manual_seed(0)
+    model = build_model(
+        ModelConfig.from_preset("gpt2", vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, max_seq_len=32)
+    )
+    save_pretrained(model, folder)
+    tok.save(folder)
+    assert load_tokenizer(folder).encode("the cat") == tok.encode("the cat")
+    code = cli.main(["generate", "--checkpoint", str(folder), "--prompt", "the", "--max-new-tokens", "3", "--greedy"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.startswith("the") and captured.err.strip().endswith("--max-new-tokens 3 reached")

@@ -25,30 +25,34 @@ LIMIT = 0.3
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
 
+SAFETY = 300.0  # seconds: only a broken limit takes this long, however loaded the machine
+
+
 @pytest.fixture(autouse=True)
 def safety_net():
-    """Should the limit ever break, these tests fail after 20 s instead of hanging the suite."""
+    """Should the limit ever break, these tests fail after SAFETY seconds instead of hanging the suite (a net, not
+    a measure: no test here asserts how long anything took, which a loaded machine would break)."""
 
     def stop(signum, frame):
-        pytest.fail("the check was still running after 20 s: the time limit did not stop it")
+        pytest.fail(f"the check was still running after {SAFETY:g} s: the time limit did not stop it")
 
     previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, 20.0)
+    signal.setitimer(signal.ITIMER_REAL, SAFETY)
     yield
     signal.setitimer(signal.ITIMER_REAL, 0)
     signal.signal(signal.SIGALRM, previous)
 
 
-def hang(target: str, **kw) -> tuple[CheckTimeout, float]:
-    start = time.monotonic()
+def hang(target: str, **kw) -> CheckTimeout:
+    """The error that stopped a step that never ends by itself: raised at all, it is the limit that stopped it (the
+    mechanism; how long that took is the machine's business, not the test's)."""
     with pytest.raises(CheckTimeout) as info:
         check(str(ZOO / target), timeout=LIMIT, **kw)
-    return info.value, time.monotonic() - start
+    return info.value
 
 
 def test_a_forward_that_loops_forever_is_stopped_and_named():
-    err, took = hang("hangs.py:LoopsForever")
-    assert took < LIMIT + 2.0  # stopped near the limit, not after a full check
+    err = hang("hangs.py:LoopsForever")
     assert isinstance(err, CheckError) and err.limit == LIMIT and str(err) == err.en
     assert err.en.startswith(
         "hangs.py:LoopsForever: forward(x) on x of shape (2, 6, 16), during the first call, "
@@ -74,8 +78,8 @@ def test_a_forward_that_loops_forever_is_stopped_and_named():
     ],
 )
 def test_the_step_that_hung_is_named(target, step_en, step_zh):
-    err, took = hang(target)
-    assert took < LIMIT + 2.0
+    err = hang(target)
+    assert err.limit == LIMIT
     assert step_en in err.en and step_zh in err.zh, (err.en, err.zh)
 
 
@@ -107,7 +111,7 @@ class SlowFirstCall(nn.Module):
         return self.proj(x)
 
 
-@pytest.mark.parametrize("timeout, stops", [(0.05, True), (0, False), (None, False), (5, False)])
+@pytest.mark.parametrize("timeout, stops", [(0.05, True), (0, False), (None, False), (120, False)])
 def test_the_limit_is_the_one_asked_for(timeout, stops):
     SlowFirstCall.calls = 0
     if stops:
@@ -127,28 +131,45 @@ def test_default_is_sixty_seconds():
     assert inspect.signature(check).parameters["timeout"].default == 60.0
 
 
-def test_the_callers_alarm_and_handler_come_back():
+def test_the_callers_alarm_and_handler_come_back(monkeypatch):
     """A caller's own alarm (pytest-timeout's signal method, say) that falls due inside a guarded step is delivered
-    when it falls due; afterwards the caller's handler is back, and a timer still running resumes with what it had
-    left."""
-    fired = []
+    when it falls due, before the limit stops the hang (not held back until the step ends); afterwards the caller's
+    handler is back, and a timer still running resumes with what it had left. Asserted by the order of events and
+    by bounds the clock itself guarantees, so that a loaded machine cannot break it (it once asserted the alarm came
+    within 0.3 s of the start)."""
+    events: list[tuple[str, float]] = []
+    hung_init = Hung.__init__
+
+    def hung(self, *args, **kwargs):
+        events.append(("the limit stopped the hang", time.monotonic()))
+        hung_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Hung, "__init__", hung)
 
     def mine(signum, frame):
-        fired.append(time.monotonic())
+        events.append(("the caller's alarm", time.monotonic()))
 
     previous = signal.signal(signal.SIGALRM, mine)
     try:
         start = time.monotonic()
-        signal.setitimer(signal.ITIMER_REAL, 0.1)  # falls due inside the hanging forward
+        signal.setitimer(signal.ITIMER_REAL, 0.1)  # falls due before the hanging forward's limit can
         with pytest.raises(CheckTimeout):
             check(str(ZOO / "hangs.py:LoopsForever"), timeout=LIMIT)
-        assert len(fired) == 1 and 0.09 <= fired[0] - start < LIMIT
+        assert [what for what, _ in events] == ["the caller's alarm", "the limit stopped the hang"], events
+        assert events[0][1] - start >= 0.099  # never early
         assert signal.getsignal(signal.SIGALRM) is mine and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 
+        before = time.monotonic()
         signal.setitimer(signal.ITIMER_REAL, 30.0)  # still running after a whole check
+        after_set = time.monotonic()
         check(str(ZOO / "separate_attention.py:MultiHeadAttention"), timeout=LIMIT)
+        before_get = time.monotonic()
         left = signal.getitimer(signal.ITIMER_REAL)[0]
-        assert signal.getsignal(signal.SIGALRM) is mine and 25.0 < left <= 30.0 and len(fired) == 1
+        after = time.monotonic()
+        assert signal.getsignal(signal.SIGALRM) is mine and len(events) == 2
+        # the timer ran all along: what is left is 30 s less the time between setting and reading it, which the
+        # clock brackets (not reset to 30 s, not cleared), however long the check took
+        assert 30.0 - (after - before) - 0.01 <= left <= 30.0 - (before_get - after_set) + 0.01, left
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -176,9 +197,10 @@ def test_a_sigalrm_from_elsewhere_goes_to_the_caller_and_the_limit_still_holds()
 def test_a_callers_alarm_falling_due_as_steps_begin_and_end_arrives_exactly_once():
     """The caller's alarm set to fall due within microseconds of a guard's start or end (where the doctor's steps
     follow each other): never lost (the CI flake this test pins: Linux reads a timer whose signal is on its way as
-    1 µs left) and delivered twice at most a couple of times (before the fix: ~25 of 600). Under heavy CPU contention
+    1 µs left) and delivered twice at most a few times (before the fix: ~25 of 600). Under heavy CPU contention
     an alarm can still reach the caller twice (measured 5 in 60,000 on a loaded 2-core VM): a signal sent to the
-    process can be on its way while the handlers are swapped, and Python cannot tell whose it was."""
+    process can be on its way while the handlers are swapped, and Python cannot tell whose it was. The bound (1% of
+    the tries) leaves room for a loaded machine and still catches the old ~4%."""
     counts = {}
     fired = []
     previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
@@ -196,7 +218,7 @@ def test_a_callers_alarm_falling_due_as_steps_begin_and_end_arrives_exactly_once
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    assert set(counts) <= {1, 2} and counts.get(2, 0) <= 2, counts
+    assert set(counts) <= {1, 2} and counts.get(2, 0) <= 6, counts
 
 
 # --- the command line ---------------------------------------------------------------------------------------------
@@ -219,9 +241,7 @@ def test_a_callers_alarm_falling_due_as_steps_begin_and_end_arrives_exactly_once
     ],
 )
 def test_the_command_line_exits_2_naming_the_step(capsys, lang, expected):
-    start = time.monotonic()
     assert main(["check", str(ZOO / "hangs.py:LoopsForever"), "--timeout", "0.3", "--lang", lang]) == 2
-    assert time.monotonic() - start < 5
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(expected) and captured.out == ""
@@ -234,7 +254,7 @@ def test_the_watchdog_ends_what_the_alarm_cannot_stop():
         [sys.executable, "-m", "anatomy", "check", str(ZOO / "hangs.py:IgnoresAlarms"), "--timeout", "0.3"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=SAFETY,  # a net for a broken watchdog, not a measure: importing torch alone is slow under load
     )
     assert proc.returncode == 2 and proc.stdout == "", proc.stderr
     [line] = proc.stderr.strip().splitlines()

@@ -110,7 +110,7 @@ def test_convert_refuses_a_deep_config_in_one_line(tmp_path, capsys):
 
     hf_dir = tmp_path / "hf"
     hf_dir.mkdir()
-    (hf_dir / "config.json").write_text("{" + '"a":[' * 50_000 + "]" * 50_000 + "}")
+    (hf_dir / "config.json").write_text('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}")  # JSON, 50001 deep
     assert main(["convert", "--from-hf", str(hf_dir), "--out", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "config.json: nested more than 200 levels deep" in err
