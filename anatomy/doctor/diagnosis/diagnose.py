@@ -26,6 +26,7 @@ from anatomy.doctor.contract.masks import max_diff
 from anatomy.doctor.diagnosis import pairs
 from anatomy.doctor.diagnosis.before_output import diagnose_before_output
 from anatomy.doctor.diagnosis.difference import first_difference
+from anatomy.doctor.diagnosis.parallel import split_map
 from anatomy.doctor.diagnosis.references import References, Scenario, Variant
 from anatomy.doctor.diagnosis.sublayer import block_fault_keys, inject, key_of, split
 from anatomy.doctor.diagnosis.verdicts import TOL, Candidate, Diagnosis, _num, names_of, where_of
@@ -213,18 +214,23 @@ def _single_faults(
     names: list[str],
     cand: Callable[[int, Variant, tuple[str, ...], nn.Module], Candidate],
 ) -> list[Candidate]:
-    """Every fault alone on every reference (mapping hypothesis × variant) it has something to change in."""
-    out = []
-    for i, hyp in enumerate(hyps):
-        for v in variants:
-            ref = refs.build(i, hyp, v)
-            for name in names:
-                try:
-                    with inject(ref, name):
-                        out.append(cand(i, v, (name,), ref))
-                except ValueError:  # the fault has nothing to change in this variant
-                    continue
-    return out
+    """Every fault alone on every reference (mapping hypothesis × variant) it has something to change in; the
+    references split over two cores (``parallel.split_map``), the candidates in the same order."""
+
+    def on(key: tuple[int, Variant]) -> list[Candidate]:
+        i, v = key
+        ref = refs.build(i, hyps[i], v)
+        out = []
+        for name in names:
+            try:
+                with inject(ref, name):
+                    out.append(cand(i, v, (name,), ref))
+            except ValueError:  # the fault has nothing to change in this variant
+                continue
+        return out
+
+    keys = [(i, v) for i in range(len(hyps)) for v in variants]
+    return [c for per_ref in split_map(on, keys) for c in per_ref]
 
 
 def _nearest(

@@ -19,6 +19,7 @@ from typing import Any
 
 from torch import nn
 
+from anatomy.doctor.diagnosis.parallel import split_map
 from anatomy.doctor.diagnosis.references import Variant
 from anatomy.doctor.diagnosis.sublayer import inject
 from anatomy.doctor.diagnosis.verdicts import Candidate
@@ -132,17 +133,22 @@ def try_pairs(
             shadows[i, v, name] = _shadowed(build(i, v), name)
         return shadows[i, v, name]
 
-    done: list[tuple[int, Candidate]] = []
+    chosen: list[tuple[int, int, Variant, str, str]] = []
     examined = 0
     for _, k, i, v, a, b in ranked:
-        if len(done) >= budget:
+        if len(chosen) >= budget:
             break
         examined += 1
         sa, sb = shadow(i, v, a), shadow(i, v, b)
         if sa is None or sb is None or sa & sb:
             continue
+        chosen.append((k, i, v, a, b))
+    chosen.sort(key=lambda t: t[0])  # the exhaustive search's order: ties break as they did when every pair ran
+
+    def one(pick: tuple[int, int, Variant, str, str]) -> Candidate:
+        _, i, v, a, b = pick
         ref = build(i, v)
         with inject(ref, a), inject(ref, b):
-            done.append((k, run(i, v, (a, b), ref)))
-    done.sort(key=lambda t: t[0])
-    return [c for _, c in done], PairSearch(len(done), len(ranked) - examined)
+            return run(i, v, (a, b), ref)
+
+    return split_map(one, chosen), PairSearch(len(chosen), len(ranked) - examined)
