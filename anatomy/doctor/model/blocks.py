@@ -177,6 +177,7 @@ def diagnose_layers(
     probe): they are checked as the bidirectional blocks the model makes of them."""
 
     extras = layer_extras(lm, stack)
+    plain = layer_settings(stack.blocks)
     out: list[Report | str] = []
     seen: list[tuple[int, nn.Module, dict[int, Extras], bool, Report | str]] = []
     for i, (block, ex) in enumerate(zip(stack.blocks, extras)):
@@ -185,7 +186,12 @@ def diagnose_layers(
             out.append("the model never called it with the hidden states first")
             continue
         twin = next(
-            ((j, rep) for j, b, e, c, rep in seen if c == causal and alike(b, block) and same_extras(e, ex)), None
+            (
+                (j, rep)
+                for j, b, e, c, rep in seen
+                if c == causal and alike(b, block) and plain[j] == plain[i] and same_extras(e, ex)
+            ),
+            None,
         )
         if twin is not None:  # the same code, configuration and arguments: the same block check
             j, rep = twin
@@ -220,6 +226,34 @@ def _factory(layer: Layer, name: str) -> Callable[[int, int], nn.Module]:
 
     make.__name__ = make.__qualname__ = name
     return make
+
+
+Setting = dict[tuple[str, str], object]
+PLAIN = (int, float, str, bool, type(None))
+
+
+def layer_settings(blocks: list[nn.Module]) -> list[Setting]:
+    """Each block's plain attributes (numbers, strings, flags, None, in every sub-module), which ``repr`` does not
+    show: a sliding window set on some layers only (``self.window = 4``, Gemma's ``is_sliding``) makes those
+    blocks differ from the others. An attribute that numbers the layers (``layer_idx`` 0, 1, 2 ... or from 1) is
+    left out: it is not a setting the computation differs by."""
+    per: list[Setting] = [
+        {
+            (path, k): v
+            for path, sub in block.named_modules()
+            for k, v in vars(sub).items()
+            if not k.startswith("_") and k != "training" and type(v) in PLAIN
+        }
+        for block in blocks
+    ]
+    n = len(per)
+    numbering = {
+        key
+        for key in set().union(*per)
+        if all(type(p.get(key)) is int for p in per)  # not a flag: [False, True] == [0, 1]
+        and [p.get(key) for p in per] in (list(range(n)), list(range(1, n + 1)))
+    }
+    return [{k: v for k, v in p.items() if k not in numbering} for p in per]
 
 
 def alike(a: nn.Module, b: nn.Module) -> bool:

@@ -35,3 +35,46 @@ def test_a_layer_not_checked_is_said_under_its_own_name(monkeypatch):
     lm = SimpleNamespace(sizes=SimpleNamespace(d_model=4, n_heads=1), seed=0, timeout=None)
     stack = blocks.Stack("h", [nn.Linear(4, 4), nn.Linear(4, 4)])
     assert blocks.diagnose_layers(lm, stack, failing) == ["h.0: it failed", "h.1: it failed"]
+
+
+def test_blocks_that_differ_only_in_a_plain_attribute_are_checked_apart():
+    """A window set on some layers only is not in ``repr``: those layers are not twins of the global ones. A layer
+    number (``layer_idx``) is not a difference, nor does a flag read as one."""
+    from torch import nn
+
+    from anatomy.doctor.model.blocks import layer_settings
+
+    class Block(nn.Module):
+        def __init__(self, i: int, window: int | None, sliding: bool):
+            super().__init__()
+            self.proj = nn.Linear(4, 4)
+            self.layer_idx, self.window, self.is_sliding = i, window, sliding
+
+    blocks = [Block(0, 4, True), Block(1, 4, True), Block(2, None, False)]
+    settings = layer_settings(blocks)
+    assert settings[0] == settings[1] != settings[2]
+    assert all(("", "layer_idx") not in s for s in settings) and ("", "window") in settings[0]
+    two = layer_settings([Block(0, None, False), Block(1, None, True)])
+    assert two[0] != two[1]  # the flag stays a setting though its values read as 0, 1
+
+
+def test_a_sliding_window_model_checks_its_global_layer_apart(monkeypatch):
+    from anatomy.doctor import check as doctor_check
+    from anatomy.doctor.model import blocks
+    from anatomy.doctor.model import check as model_check
+
+    checked: list[str] = []
+    original = blocks.diagnose_layers
+
+    def counting(lm, stack, check, unmasked=frozenset()):
+        def recording(factory, **kw):
+            checked.append(factory.__name__)
+            return check(factory, **kw)
+
+        return original(lm, stack, recording, unmasked)
+
+    monkeypatch.setattr(model_check, "diagnose_layers", counting)
+    zoo = Path(__file__).parents[1] / "zoo_models" / "rasbt_swa.py"
+    report = doctor_check(f"{zoo}:tiny_swa", factory="tiny_swa")
+    assert report.counts() == (0, 0), report.render()
+    assert len(checked) == 2  # layer 0 (window 4; layer 1 its twin) and layer 2 (global)
