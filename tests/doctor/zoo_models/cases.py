@@ -84,7 +84,6 @@ def lines_of(case: ModelCase) -> set[int]:
 
 
 M = ModelCase
-SLOW_DIAGNOSIS = "its block matches no reference, and the block doctor's diagnosis tries ~20000 fault pairs (40-80 s)"
 
 CASES = [
     # --- karpathy: nanoGPT, minGPT, build-nanogpt, the "Let's build GPT" lecture ------------------------------------
@@ -183,21 +182,17 @@ CASES = [
     M("palm_lucidrains.py:tiny_palm", "ok", construct="tiny_palm",
       style="a function returning nn.Sequential(Embedding, *Residual(parallel block), LayerNorm, Linear); multi-query"),
     M("llmc_llama3.py:LLaMA", "ok",
-      style="llm.c: config __init__(**kwargs), multiple_of=1024, complex freqs_cis on x.float(), float32 KV cache",
-      slow=SLOW_DIAGNOSIS),
+      style="llm.c: config __init__(**kwargs), multiple_of=1024, complex freqs_cis on x.float(), float32 KV cache"),
     M("llmc_gpt2.py:GPT", "ok", style="llm.c: SDPA is_causal, return_logits flag, (B, 1, V) without targets"),
     M("makemore_gpt.py:Transformer", "ok", style="ModelConfig with None sizes, ignore_index=-1, mlpf closure"),
     M("rasbt_qwen3.py:tiny_qwen3", "ok", construct="tiny_qwen3",
-      style="dict config with dtype: x.to(cfg['dtype']) before the head, QK-RMSNorm, explicit head_dim, GQA",
-      slow=SLOW_DIAGNOSIS),
+      style="dict config with dtype: x.to(cfg['dtype']) before the head, QK-RMSNorm, explicit head_dim, GQA"),
     M("rasbt_qwen3.py:tiny_qwen3_moe", "ok", construct="tiny_qwen3_moe", style="the same with a top-2 MoE FFN"),
     M("rasbt_swa.py:tiny_swa", "ok", construct="tiny_swa",
-      style="sliding-window mask from absolute positions, KV cache trimmed to the window, use_cache flag",
-      slow=SLOW_DIAGNOSIS),
+      style="sliding-window mask from absolute positions, KV cache trimmed to the window, use_cache flag"),
     M("rasbt_swa.py:tiny_swa_trim_first", "error:lm_cache",
       "self.cache_k, self.cache_v = self.cache_k[:, -self.window:], self.cache_v[:, -self.window:]",
-      construct="tiny_swa_trim_first", style="LLMs-from-scratch PR #1013: the cache trimmed before attention",
-      slow=SLOW_DIAGNOSIS),
+      construct="tiny_swa_trim_first", style="LLMs-from-scratch PR #1013: the cache trimmed before attention"),
     # --- gathered by falsealarm ---------------------------------------------------------------------------------------
     M("nanochat_like.py:GPT", "ok", style="nanochat: parameter-free QK RMS-norm, then q and k times a constant gain"),
     M("nanochat_like.py:GPTGainNoNorm", "error:scaling", "y = F.scaled_dot_product_attention(q, k,", source="injected",
