@@ -7,9 +7,11 @@ The models: tests/doctor/model/nano_style.py (a correct nanoGPT-style GPT) and t
 buffer sliced wrongly (every layer leaks below block_size: the block doctor's differential diagnosis runs on a
 faulty block); from the real-model zoo (tests/doctor/zoo_models/), the book's Qwen3 (QK-norm on a gain called
 `scale`, grouped-query attention, RoPE at base 10^6), its sliding-window GPT (a window of 4 in two of every three
-layers) and llm.c's Llama 3 (a block no reference matches: the diagnosis tries every single fault and the likeliest
-pairs, the slowest path there is). Each is checked with 6 layers: in this process (the doctor sets one intra-op
-thread), and as a user runs it (`python -m anatomy check ...`, a new process: imports and start-up included).
+layers), llm.c's Llama 3 (Llama 3.1's scaled RoPE, the FFN's gate called second), and the Qwen3 with a sigmoid in
+place of the softmax (a block no reference matches: the diagnosis tries every single fault on every reference and
+the 1,000 likeliest pairs, the slowest path there is). Each is checked with 6 layers: in this process (the doctor
+sets one intra-op thread; the diagnosis splits its runs over two cores), and as a user runs it (`python -m anatomy
+check ...`, a new process: imports and start-up included).
 """
 
 from __future__ import annotations
@@ -31,13 +33,22 @@ from anatomy.doctor import check  # noqa: E402
 NANO = ROOT / "tests" / "doctor" / "model" / "nano_style.py"
 ZOO = ROOT / "tests" / "doctor" / "zoo_models"
 SLICED = ("self.bias[:, :, :T, :T] == 0", "self.bias[:, :, -T:, :T] == 0")
+SIGMOID = (
+    "weights = torch.softmax(scores / self.head_dim ** 0.5, dim=-1)",
+    "weights = torch.sigmoid(scores / self.head_dim ** 0.5)",
+)
 SIX = """import sys
 sys.path.insert(0, {zoo!r})
-import rasbt_qwen3, rasbt_swa
+sys.path.insert(0, {tmp!r})
+import rasbt_qwen3, rasbt_swa, qwen3_sigmoid
 
 
 def qwen3():
     return rasbt_qwen3.Qwen3Model(rasbt_qwen3._tiny(n_layers=6))
+
+
+def qwen3_sigmoid_attention():
+    return qwen3_sigmoid.Qwen3Model(qwen3_sigmoid._tiny(n_layers=6))
 
 
 def swa():
@@ -48,14 +59,18 @@ def swa():
 def _cases(tmp: Path) -> list[tuple[str, str, str | None]]:
     sliced = tmp / "sliced.py"
     sliced.write_text(NANO.read_text().replace(*SLICED))
+    sigmoid = (ZOO / "rasbt_qwen3.py").read_text()
+    assert SIGMOID[0] in sigmoid
+    (tmp / "qwen3_sigmoid.py").write_text(sigmoid.replace(*SIGMOID))
     six = tmp / "six_layers.py"
-    six.write_text(SIX.format(zoo=str(ZOO)))
+    six.write_text(SIX.format(zoo=str(ZOO), tmp=str(tmp)))
     return [
         ("nanoGPT style, correct", f"{NANO}:GPT", None),
         ("nanoGPT, mask sliced wrongly", f"{sliced}:GPT", None),
         ("Qwen3 (QK-norm, GQA)", f"{six}:qwen3", "qwen3"),
         ("sliding-window GPT", f"{six}:swa", "swa"),
-        ("llm.c Llama 3 (no match)", f"{ZOO / 'llmc_llama3.py'}:LLaMA", None),
+        ("llm.c Llama 3", f"{ZOO / 'llmc_llama3.py'}:LLaMA", None),
+        ("Qwen3, sigmoid attention", f"{six}:qwen3_sigmoid_attention", "qwen3_sigmoid_attention"),
     ]
 
 
