@@ -16,7 +16,7 @@ stderr per output says why it stopped (eos, a stop string, or the token budget).
 ``generation_config.json`` gives the defaults, as to HF's ``generate`` (``do_sample``, ``num_beams``,
 ``max_new_tokens``/``max_length``, ``repetition_penalty``, ``temperature``...: each flag given wins), and what the file
 leaves unset takes Hugging Face's GenerationConfig defaults, as in HF (greedy, 20 new tokens); a line on stderr names
-the file's options used and HF's defaults taken (``generate_options.resolve_decoding``). Without the file, sampling is
+the file's options used and HF's defaults taken (``decoding_defaults.resolve_decoding``). Without the file, sampling is
 the default (temperature 0.8, 200 new tokens; each output row draws from its own generator seeded ``--seed + row``, so a
 prompt gets the same samples batched, alone or ``--stream``-ed); ``--greedy`` takes the arg-max and ``--num-beams K``
 runs beam search; options that only shape another mode are refused by name (``--greedy --top-p 0.9`` is an error, not a
@@ -36,13 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from anatomy.cli.decoding_defaults import SAMPLING, resolve_decoding  # where the decoding settings come from
 from anatomy.cli.generate_options import (  # the options, their checks (generate_options.py)
-    SAMPLING,
     _check_options,
     _prompts,
     add_generate_arguments,
     check_sizes,
-    resolve_decoding,
 )
 
 if TYPE_CHECKING:

@@ -22,25 +22,20 @@ Our ``config.json``::
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import errno
 import json
 import os
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 from torch import nn
 
 from anatomy._version import __version__
 from anatomy.config import ModelConfig
 from anatomy.errors import CheckpointError
 from anatomy.files import BadJSON, read_json
+from anatomy.interop.tensor_files import read_tensor_file, save_tensor_file
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -51,16 +46,6 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 # Pickles beside the weights of a training checkpoint that hold training state, never weights: their presence does
 # not make a directory "a pickle checkpoint" (anatomy.training.checkpoint reads them with weights_only=True).
 TRAINING_STATE_PICKLES = ("optimizer.pt", "rng.pt")
-
-
-def os_error_from(err: BaseException, path: Path) -> OSError | None:
-    """An ``OSError`` naming ``path`` for a library error that wraps one in its text (safetensors and tokenizers
-    say "... (os error 28)"), so the command line can say "no space left" like for any other write; else None."""
-    found = re.search(r"os error (\d+)", str(err))
-    if found is None:
-        return None
-    code = int(found.group(1))
-    return OSError(code, os.strerror(code) if code in errno.errorcode else str(err), str(path))
 
 
 def _weight_pickles(d: Path) -> list[Path]:
@@ -102,23 +87,12 @@ def unique_tensors(state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch
     return tensors, aliases
 
 
-def _save_file(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    try:
-        save_file(tensors, str(path), metadata={"format": "pt"})
-    except SafetensorError as err:  # a full disk comes as "I/O error: No space left on device (os error 28)"
-        os_error = os_error_from(err, path)
-        if os_error is None:
-            raise
-        path.unlink(missing_ok=True)
-        raise os_error from None
-
-
 def write_tensors(tensors: dict[str, torch.Tensor], directory: Path, *, max_shard_size: int | None = None) -> None:
     """``model.safetensors``, or shards + ``model.safetensors.index.json`` when larger than ``max_shard_size`` bytes."""
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     if max_shard_size is None or total <= max_shard_size:
-        _save_file(tensors, directory / WEIGHTS_NAME)
+        save_tensor_file(tensors, directory / WEIGHTS_NAME)
         return
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
@@ -132,50 +106,10 @@ def write_tensors(tensors: dict[str, torch.Tensor], directory: Path, *, max_shar
     weight_map = {}
     for k, shard in enumerate(shards, start=1):
         file = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        _save_file(shard, directory / file)
+        save_tensor_file(shard, directory / file)
         weight_map.update(dict.fromkeys(shard, file))
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (directory / INDEX_NAME).write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
-
-
-def _read_file(path: Path, keys: list[str] | None = None) -> dict[str, torch.Tensor]:
-    try:
-        with _utf8_name(path) as name, safe_open(name, framework="pt") as f:
-            names = list(f.keys()) if keys is None else keys
-            missing = sorted(set(names) - set(f.keys()))
-            if missing:
-                raise CheckpointError(f"{path}: the index names tensor(s) {missing[:5]} that this shard lacks")
-            return {name: f.get_tensor(name) for name in names}
-    except (SafetensorError, OSError, RuntimeError) as err:
-        raise CheckpointError(
-            f"{path}: not a readable safetensors file, it may be truncated or corrupted ({err})"
-        ) from None
-
-
-@contextlib.contextmanager
-def _utf8_name(path: Path) -> Iterator[str]:
-    """A name the safetensors library can open for ``path``: the path itself, or, for a path that is not valid
-    UTF-8 (a folder named in another encoding), which the library refuses to open though it writes there, the
-    file opened here and named through ``/proc/self/fd`` (Linux); elsewhere such a path is refused in words."""
-    name = str(path)
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    else:
-        yield name
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        alias = f"/proc/self/fd/{fd}"
-        if not os.path.exists(alias):
-            raise CheckpointError(
-                f"{path}: the path is not valid UTF-8, which the safetensors library cannot open here; rename the "
-                "folder or file with a UTF-8 name"
-            )
-        yield alias
-    finally:
-        os.close(fd)
 
 
 def _refuse_pickle(path: Path) -> CheckpointError:
@@ -191,7 +125,7 @@ def read_tensors(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     d = Path(directory)
     single, index = d / WEIGHTS_NAME, d / INDEX_NAME
     if single.is_file():
-        return _read_file(single)
+        return read_tensor_file(single)
     if index.is_file():
         weight_map = _json(index, "a safetensors index (a JSON object with a weight_map)").get("weight_map")
         if not isinstance(weight_map, dict):
@@ -205,7 +139,7 @@ def read_tensors(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
         for file, names in by_file.items():
             if not (d / file).is_file():
                 raise CheckpointError(f"{d / file}: shard listed in {index.name} is missing")
-            tensors.update(_read_file(d / file, names))
+            tensors.update(read_tensor_file(d / file, names))
         return tensors
     pickles = _weight_pickles(d) if d.is_dir() else []
     if pickles:

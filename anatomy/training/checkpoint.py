@@ -46,10 +46,10 @@ from anatomy.interop.safetensors_io import (
     INDEX_NAME,
     config_from,
     load_pretrained,
-    os_error_from,
     read_config,
     save_pretrained,
 )
+from anatomy.interop.tensor_files import os_error_from
 from anatomy.training.run_dir import fault, fsync_dir, write_atomic
 
 CONFIG, WEIGHTS, TRAINING, STATE, OPTIMIZER, RNG = (
