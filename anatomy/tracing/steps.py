@@ -279,11 +279,45 @@ def learner_frame() -> tuple[str, int, str]:
     """The innermost frame outside torch, the standard library and the doctor: (file, line, source)."""
     f: FrameType | None = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not fn.startswith(_SKIP) and not fn.startswith("<frozen") and not f.f_globals.get(TRANSPARENT):
-            return fn, f.f_lineno, linecache.getline(fn, f.f_lineno).strip()
+        if _is_learner(f):
+            return _frame(f)
         f = f.f_back
     return "", 0, ""
+
+
+Frame = tuple[str, int, str]  # (file, line, source)
+
+
+def _is_learner(f: FrameType) -> bool:
+    fn = f.f_code.co_filename
+    return not fn.startswith(_SKIP) and not fn.startswith("<frozen") and not f.f_globals.get(TRANSPARENT)
+
+
+def learner_frames() -> tuple[Frame, Frame | None]:
+    """The innermost learner frame (as :func:`learner_frame`) and the learner's frame that called it, when that is
+    in the same file and says more: the caller of a helper (``create_position_ids(...)`` called from the model), or
+    the forward that calls a submodule's forward (``x = self.embed[0](tgt)``); not the code that called the model's
+    own forward. Frames between the two that are torch's (``Module.__call__``) are passed over."""
+    f: FrameType | None = sys._getframe(1)
+    while f is not None and not _is_learner(f):
+        f = f.f_back
+    if f is None:
+        return ("", 0, ""), None
+    inner = f
+    f = f.f_back
+    while f is not None and not _is_learner(f):
+        f = f.f_back
+    if (
+        f is None
+        or f.f_code.co_filename != inner.f_code.co_filename
+        or (inner.f_code.co_name == "forward" and f.f_code.co_name != "forward")
+    ):
+        return _frame(inner), None
+    return _frame(inner), _frame(f)
+
+
+def _frame(f: FrameType) -> Frame:
+    return f.f_code.co_filename, f.f_lineno, linecache.getline(f.f_code.co_filename, f.f_lineno).strip()
 
 
 def scalar_value(a: object) -> float | None:

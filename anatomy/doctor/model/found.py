@@ -15,7 +15,7 @@ from torch.overrides import TorchFunctionMode
 
 from anatomy.doctor.report.findings import PROBE_TITLES, Finding, Report
 from anatomy.tracing.ops import op_name
-from anatomy.tracing.steps import learner_frame
+from anatomy.tracing.steps import Frame, learner_frames
 
 __anatomy_transparent__ = True
 
@@ -116,6 +116,7 @@ class Op:
     changed: bool | None = None  # a dropout: did it change its input; SDPA: dropout_p > 0 (None: neither)
     at_zero: bool = False  # one position read at 0: arange(0, 1), or row 0 of a table (a positional one?)
     ignore_index: int | None = None  # a cross_entropy / nll_loss: the target id it ignores
+    caller: Frame | None = None  # the learner's line in the same file that called the function holding ``line``
 
 
 class _Log(TorchFunctionMode):
@@ -128,7 +129,7 @@ class _Log(TorchFunctionMode):
     ) -> Any:
         out = func(*args, **(kwargs or {}))
         if len(self.ops) < 20_000:
-            file, line, source = learner_frame()
+            (file, line, source), caller = learner_frames()
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else ()
             name = op_name(func)
             changed = None
@@ -139,7 +140,8 @@ class _Log(TorchFunctionMode):
                 changed = isinstance(p, (int, float)) and p > 0
             ignore = (kwargs or {}).get("ignore_index", -100) if name in ("cross_entropy", "nll_loss") else None
             ignore = ignore if isinstance(ignore, int) else None
-            self.ops.append(Op(name, file, line, source, shape, changed, _at_zero(name, args, out), ignore))
+            zero = _at_zero(name, args, out)
+            self.ops.append(Op(name, file, line, source, shape, changed, zero, ignore, caller))
         return out
 
 
@@ -183,6 +185,15 @@ def at(file: str, line: int, source: str, en: str, zh: str) -> dict[str, Any]:
 
 def at_op(op: Op, en: str, zh: str) -> dict[str, Any]:
     return at(op.file, op.line, op.source, en, zh)
+
+
+def at_caller(op: Op, en: str, zh: str) -> list[dict[str, Any]]:
+    """A ``where`` entry at the line that called the function holding ``op`` (``{line}`` in ``en``/``zh`` is its
+    number), or nothing when the op has no such caller."""
+    if op.caller is None:
+        return []
+    file, line, source = op.caller
+    return [at(file, line, source, en.format(line=line), zh.format(line=line))]
 
 
 def first_op(ops: list[Op], names: set[str], pred: Callable[[Op], bool] = lambda o: True) -> Op | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from anatomy.doctor.model.found import Op, at, at_op
+from anatomy.doctor.model.found import Op, at, at_caller, at_op
 
 if TYPE_CHECKING:
     from anatomy.doctor.model.generate import Run
@@ -37,11 +37,16 @@ def position_line(run: Run, i: int) -> list[dict[str, object]]:
     if own is None:
         return []
     return [
+        *at_caller(
+            own,
+            "line {line} calls it for the cached step (does the call pass how many tokens came before?)",
+            "第 {line} 行在带缓存的那一步调用它（调用时传入了之前已有多少个 token 吗？）",
+        ),
         at_op(
             own,
             f"line {own.line} computes the new token's position in the cached step",
             f"第 {own.line} 行在带缓存的那一步计算新 token 的位置",
-        )
+        ),
     ]
 
 

@@ -13,7 +13,7 @@ from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.model.blocks import Calls, capture, hidden
 from anatomy.doctor.model.context import Context
 from anatomy.doctor.model.contract import BATCH, LM, ForwardError
-from anatomy.doctor.model.found import ModelFinding, Op, at_op
+from anatomy.doctor.model.found import ModelFinding, Op, at_caller, at_op
 
 __anatomy_transparent__ = True
 
@@ -106,11 +106,16 @@ def _missing(ops: list[Op]) -> ModelFinding:
         []
         if emb is None
         else [
+            *at_caller(
+                emb,
+                "line {line} takes the embedded tokens on to the blocks without their positions",
+                "第 {line} 行把嵌入后的 token 直接送往 block，没有加上位置",
+            ),
             at_op(
                 emb,
                 f"line {emb.line} embeds the tokens; nothing adds their positions before the blocks",
                 f"第 {emb.line} 行嵌入 token；进入 block 之前没有加上位置",
-            )
+            ),
         ]
     )
     return ModelFinding(

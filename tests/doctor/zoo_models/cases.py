@@ -220,13 +220,7 @@ LINE_GAPS: dict[str, str] = {
     "changes downstream), which names the norm's module but no line of the file",
     "models.rasbt_swa.tiny_swa_trim_first": "the cache probe compares the logits of a prefill through the cache with "
     "a plain forward's and says which positions differ; it does not follow the cache to the line that trims it",
-    "models.annotated_decoder.DecoderOnlyNoPE": "positions_missing is named, but the finding points at Embeddings."
-    "forward's `return self.lut(x) * math.sqrt(self.d_model)` (where the tokens are embedded, a line the correct model "
-    "shares) rather than the forward line that skips the PositionalEncoding",
     "models.hf_gpt2.GPT2PastFromHeads": "positions_restart_with_cache is named, but the finding points at the arange "
     "that turns the past length into positions (line 149, shared with the correct model) rather than the line that "
     "reads the past length from the heads axis (a tuple index, no torch op to see)",
-    "models.xglm.XGLMPastIgnored": "positions_restart_with_cache is named, but the finding points at the cumsum inside "
-    "create_position_ids_from_input_ids (where the positions are computed) rather than the caller that leaves out "
-    "past_key_values_length",
 }
