@@ -34,7 +34,16 @@ from torch import nn
 
 from anatomy.tracing import dims as rd
 from anatomy.tracing import ops as recorder_ops
-from anatomy.tracing.steps import _SKIP, PROBE_SIZES, TRANSPARENT, RecordError, Recording, _Meta
+from anatomy.tracing.steps import (
+    _BOUNDARY,
+    _SKIP,
+    PROBE_SIZES,
+    TRANSPARENT,
+    RecordError,
+    Recording,
+    _Meta,
+    call_learner,
+)
 
 
 def record(
@@ -78,7 +87,7 @@ def record(
     mode = recorder_ops.Mode(rec)
     try:
         with torch.no_grad(), mode:
-            rec.output = target(*inputs, **kwargs)
+            rec.output = call_learner(target, *inputs, **kwargs)
     except (Exception, SystemExit) as err:  # noqa: BLE001 - the learner's forward raised (even sys.exit): say where
         raise RecordError(
             f"the forward raised {type(err).__name__}: {' '.join(str(err).split())[:200]}{_raised_at(err)}", err
@@ -93,6 +102,8 @@ def learner_frame(err: BaseException) -> tuple[str, int, str] | None:
     """The learner's innermost frame of ``err``'s traceback (not torch's, not ours): (file, line, source)."""
     tb, found = err.__traceback__, None
     while tb is not None:
+        if tb.tb_frame.f_code is _BOUNDARY:  # the frames so far called the doctor: not the learner's
+            found = None
         fn = tb.tb_frame.f_code.co_filename
         if not fn.startswith(_SKIP) and not fn.startswith("<") and not tb.tb_frame.f_globals.get(TRANSPARENT):
             found = (fn, tb.tb_lineno)

@@ -100,6 +100,7 @@ _SKIP = tuple(
         os.path.dirname(torch.__file__),
         os.path.dirname(__file__),
         os.path.join(os.path.dirname(os.path.dirname(__file__)), "cli"),
+        os.path.join(os.path.dirname(os.path.dirname(__file__)), "doctor"),  # its own call of the forward
         sysconfig.get_paths()["stdlib"],
         os.path.dirname(os.__file__),
     }
@@ -275,10 +276,21 @@ def sizes_for(d_model: int, n_heads: int, batch: int, seq: int, **more: int) -> 
     return {"B": batch, "T": seq, "H": n_heads, "Dh": d_model // n_heads, "D": d_model, **more}
 
 
+def call_learner(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``: the doctor's and the trace's call of the learner's module. The frames outside it are
+    whoever called the doctor (the ``anatomy`` script, a notebook cell, a test), never the learner's line: the walks
+    below stop here. A model from an installed package (transformers) then has no learner line at all."""
+    return fn(*args, **kwargs)
+
+
+_BOUNDARY = call_learner.__code__
+
+
 def learner_frame() -> tuple[str, int, str]:
-    """The innermost frame outside torch, the standard library and the doctor: (file, line, source)."""
+    """The innermost frame outside torch, the standard library and the doctor, inside the doctor's call of the
+    learner's module: (file, line, source); empty when there is none."""
     f: FrameType | None = sys._getframe(1)
-    while f is not None:
+    while f is not None and f.f_code is not _BOUNDARY:
         if _is_learner(f):
             return _frame(f)
         f = f.f_back
@@ -299,16 +311,17 @@ def learner_frames() -> tuple[Frame, Frame | None]:
     the forward that calls a submodule's forward (``x = self.embed[0](tgt)``); not the code that called the model's
     own forward. Frames between the two that are torch's (``Module.__call__``) are passed over."""
     f: FrameType | None = sys._getframe(1)
-    while f is not None and not _is_learner(f):
+    while f is not None and f.f_code is not _BOUNDARY and not _is_learner(f):
         f = f.f_back
-    if f is None:
+    if f is None or f.f_code is _BOUNDARY:
         return ("", 0, ""), None
     inner = f
     f = f.f_back
-    while f is not None and not _is_learner(f):
+    while f is not None and f.f_code is not _BOUNDARY and not _is_learner(f):
         f = f.f_back
     if (
         f is None
+        or f.f_code is _BOUNDARY
         or f.f_code.co_filename != inner.f_code.co_filename
         or (inner.f_code.co_name == "forward" and f.f_code.co_name != "forward")
     ):

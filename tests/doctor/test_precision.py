@@ -35,6 +35,20 @@ def test_mixed_dtype_op_is_rerun_in_float64_and_the_island_is_seen():
     assert torch.allclose(out, F.linear(x.float().double(), w))
 
 
+def test_an_op_without_a_float64_kernel_runs_in_float32_and_the_island_is_seen():
+    """torch._grouped_mm (transformers' mixture-of-experts layers) refuses float64: run in float32, put back."""
+    a = torch.randn(6, 4, dtype=torch.float64)
+    b = torch.randn(2, 4, 4, dtype=torch.float64)
+    offs = torch.tensor([2, 6], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="got Double"):
+        torch._grouped_mm(a, b, offs=offs)
+    with Islands() as mode:
+        out = torch._grouped_mm(a, b, offs=offs)
+    assert out.dtype == torch.float64 and mode.narrowed == 1 and torch.float32 in mode.seen
+    ref = torch.cat([a[:2] @ b[0], a[2:] @ b[1]])
+    assert torch.allclose(out, ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
+
+
 def test_the_forward_runs_with_its_inputs_dtype_as_default():
     before = torch.get_default_dtype()
     with islands(torch.float64):

@@ -92,3 +92,31 @@ def test_the_model_forward_has_no_caller_from_another_file(tmp_path):
     here, caller = next((h, c) for name, h, c in _run(tmp_path) if name in ("add", "__add__"))
     assert here[1] == _line("return self.embed(ids) + pos")
     assert caller is None
+
+
+CALLER = """
+from anatomy.tracing.steps import call_learner
+
+
+def check_it(library_forward):
+    return library_forward()
+
+
+def check_it_bounded(library_forward):
+    return call_learner(library_forward)
+"""
+
+
+def test_the_walk_stops_at_the_doctors_call_of_the_module(tmp_path):
+    """Frames outside ``call_learner`` called the doctor (the ``anatomy`` script, a notebook cell, a script): a model
+    whose code is all a library's (here: this file's transparent frames) has no line, not its caller's."""
+    from anatomy.tracing.steps import learner_frame, learner_frames
+
+    (tmp_path / "caller_script.py").write_text(CALLER)
+    spec = importlib.util.spec_from_file_location("caller_script", tmp_path / "caller_script.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.check_it(lambda: learner_frame())[1] == 6  # unbounded, the walk reaches the caller's line
+    assert mod.check_it_bounded(lambda: learner_frame()) == ("", 0, "")
+    assert mod.check_it_bounded(lambda: learner_frames()) == (("", 0, ""), None)

@@ -18,6 +18,7 @@ from torch import nn
 from anatomy.doctor.contract.masks import PAD_LAYOUTS, SENSES, MaskFormat, max_diff
 from anatomy.doctor.contract.precision import tol
 from anatomy.doctor.loading.subject import CallError, CheckedModule
+from anatomy.tracing.steps import call_learner
 
 
 def is_lazy(module: nn.Module) -> list[str]:
@@ -132,7 +133,9 @@ def _qkv_roles(subject: CheckedModule, x: torch.Tensor) -> None:
         args[i] = longer
         try:
             with torch.no_grad():
-                out = subject.module(*[a.transpose(0, 1) if subject.seq_first else a for a in args], *extra)
+                out = call_learner(
+                    subject.module, *[a.transpose(0, 1) if subject.seq_first else a for a in args], *extra
+                )
         except Exception:  # noqa: BLE001 - the learner's code; a failing slot is simply not the query
             continue
         out = out[0] if isinstance(out, (tuple, list)) else out

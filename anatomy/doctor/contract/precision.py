@@ -30,6 +30,7 @@ __anatomy_transparent__ = True  # the recorder looks through these frames to the
 FLOOR: ContextVar[float] = ContextVar("anatomy_doctor_precision_floor", default=0.0)
 EPS_FACTOR = 300.0  # the floor in epsilons of the narrowest dtype seen: float32's 1.2e-7 gives 3.6e-5
 _DTYPE_WORDS = ("dtype", "scalar type", "Double", "same type")
+_NO_DOUBLE = "got Double"  # an op without a float64 kernel says so
 
 
 def tol(base: float) -> float:
@@ -86,6 +87,7 @@ class Islands(TorchFunctionMode):
         super().__init__()
         self.seen: set[torch.dtype] = set()
         self.promoted = 0
+        self.narrowed = 0  # ops with no float64 kernel, run in float32 (_narrowed)
 
     def __torch_function__(
         self,
@@ -100,17 +102,39 @@ class Islands(TorchFunctionMode):
         except RuntimeError as err:
             name = getattr(func, "__name__", "")
             floats = {t.dtype for t in _tensors((args, kwargs)) if t.is_floating_point()}
-            if len(floats) < 2 or name.endswith("_") or not any(w in str(err) for w in _DTYPE_WORDS):
+            if name.endswith("_") or not any(w in str(err) for w in _DTYPE_WORDS):
                 raise
-            widest = max(floats, key=lambda d: torch.finfo(d).bits)
-            promoted_args = cast(tuple[object, ...], _promote(args, widest))  # _promote keeps the structure
-            promoted_kwargs = cast(dict[str, object], _promote(kwargs, widest))
-            out = func(*promoted_args, **promoted_kwargs)
-            self.promoted += 1
+            if floats == {torch.float64} and _NO_DOUBLE in str(err):
+                out = self._narrowed(func, args, kwargs, err)
+            elif len(floats) < 2:
+                raise
+            else:
+                widest = max(floats, key=lambda d: torch.finfo(d).bits)
+                promoted_args = cast(tuple[object, ...], _promote(args, widest))  # _promote keeps the structure
+                promoted_kwargs = cast(dict[str, object], _promote(kwargs, widest))
+                out = func(*promoted_args, **promoted_kwargs)
+                self.promoted += 1
         for t in _tensors(out):
             if t.is_floating_point():
                 self.seen.add(t.dtype)
         return out
+
+    def _narrowed(
+        self, func: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object], err: RuntimeError
+    ) -> object:
+        """An op with no float64 kernel (``torch._grouped_mm`` in transformers' mixture-of-experts layers: "Expected
+        mat_a to be Float32, BFloat16 or Float16 matrix, got Double") run in float32 and its result put back in
+        float64: a float32 island, as a cast in the learner's code would make one (the floor follows)."""
+        try:
+            out = func(
+                *cast(tuple[object, ...], _promote(args, torch.float32)),
+                **cast(dict[str, object], _promote(kwargs, torch.float32)),
+            )
+        except RuntimeError:
+            raise err from None
+        self.seen.add(torch.float32)
+        self.narrowed += 1
+        return _promote(out, torch.float64)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ from anatomy.doctor.contract.precision import islands
 from anatomy.doctor.loading.feature_maps import feature_maps, refusal
 from anatomy.doctor.loading.kernels import reference_kernels
 from anatomy.doctor.loading.limits import Hung, guard
+from anatomy.tracing.steps import call_learner
 
 Output = tuple[torch.Tensor, torch.Tensor | None]  # what a forward returned: out (B, T, D), weights or None
 
@@ -276,7 +277,7 @@ class CheckedModule:
                 islands(x.dtype) as watched,
                 reference_kernels(),
             ):
-                result = module(*args, **kwargs)
+                result = call_learner(module, *args, **kwargs)
             if module is self.module and x.dtype == torch.float64:
                 self.seen_dtypes |= watched.seen
                 self.promoted += watched.promoted

@@ -89,7 +89,7 @@ def capture(lm: LM, stack: Stack, ids: torch.Tensor, **kwargs: Any) -> Calls:
     """One forward of the model on ``ids``, with what each block was given and gave back (first call of each).
     Without the model's cache unless asked (``use_cache``): a cache object handed to every block (transformers'
     DynamicCache) is filled during the forward, so a block replayed with it would attend over its own keys twice."""
-    if "use_cache" not in kwargs and _takes(lm.module, "use_cache"):
+    if "use_cache" not in kwargs and (_takes(lm.module, "use_cache") or _hf_cache(lm.module)):
         kwargs["use_cache"] = False
     calls = Calls(*([None] * len(stack.blocks) for _ in range(4)))  # type: ignore[arg-type]
     handles = []
@@ -157,6 +157,18 @@ def layer_extras(lm: LM, stack: Stack) -> list[dict[int, Extras]]:
             if e is not None and calls.inputs[i] is not None:
                 out[i][t] = e
     return out
+
+
+def _hf_cache(module: nn.Module) -> bool:
+    """A transformers model whose forward takes ``use_cache`` through ``**kwargs`` (GraniteMoe's): its config says
+    it caches."""
+    if not isinstance(getattr(getattr(module, "config", None), "use_cache", None), bool):
+        return False
+    try:
+        params = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _takes(module: nn.Module, name: str) -> bool:

@@ -254,7 +254,14 @@ def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dic
         )
     folded = fold([r if isinstance(r, Report) else None for r in reports], len(reports))
     statuses = {r.diagnosis.get("status") for r in checked}
-    diag = {"status": "matches" if checked and statuses == {"matches"} else "per_layer", "layers": len(reports)}
+    status = "matches" if checked and statuses == {"matches"} else "per_layer"
+    if "unexplained" in statuses:
+        status = "unexplained"
+    elif not checked:
+        status = "unchecked"
+    diag: dict[str, Any] = {"status": status, "layers": len(reports), "checked": len(checked)}
+    if len(checked) < len(reports):
+        diag["reason"] = next(r for r in reports if isinstance(r, str))
     return rows, folded, diag
 
 

@@ -20,6 +20,7 @@ from anatomy.doctor.loading.kernels import reference_kernels
 from anatomy.doctor.loading.limits import Hung, guard
 from anatomy.doctor.loading.subject import CheckError, CheckTimeout, _quiet, one_line
 from anatomy.doctor.model.build import Sizes
+from anatomy.tracing.steps import call_learner
 
 __anatomy_transparent__ = True
 
@@ -117,7 +118,7 @@ class LM:
                 torch.no_grad(),
                 self.running(),
             ):
-                return self.module(ids, *args, **kwargs)
+                return call_learner(self.module, ids, *args, **kwargs)
         except Hung as hung:
             raise CheckTimeout.from_hung(hung) from None
         except (Exception, SystemExit) as err:  # noqa: BLE001 - the learner's forward

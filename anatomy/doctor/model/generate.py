@@ -29,7 +29,7 @@ from anatomy.doctor.model.generate_lines import (
     index_line,
     position_line,
 )
-from anatomy.tracing.steps import learner_frame
+from anatomy.tracing.steps import call_learner, learner_frame
 
 __anatomy_transparent__ = True
 
@@ -150,7 +150,7 @@ def _run(
             op_log(log),
             _Greedy(probs),
         ):
-            out = lm.module.generate(*args, **kw)  # type: ignore[operator]
+            out = call_learner(lm.module.generate, *args, **kw)  # type: ignore[arg-type]
     except Hung as hung:
         raise CheckTimeout.from_hung(hung) from None
     except Exception:  # noqa: BLE001 - a generate we cannot call so: not examined

@@ -157,8 +157,15 @@ def attention_cores(rec: r.Recording) -> list[Core]:
             if passed is None:
                 break
             nxt = passed
+        if scores is None and core.weighted is None and _routes(rec, soft, s):
+            continue  # a mixture of experts' router: a softmax over experts, not over keys
         cores.append(core)
     return cores
+
+
+def _routes(rec: r.Recording, soft: r.Step, before: r.Step | None) -> bool:
+    """The softmax picks experts: ``topk`` right after it (Mixtral's router) or right before it (GPT-OSS's)."""
+    return (before is not None and before.op == "topk") or any(u.op == "topk" for u in _consumers(rec, soft))
 
 
 def _einsum_heads(eq: str, feat: torch.Tensor | None, which: int, value: bool = False) -> torch.Tensor | None:

@@ -54,6 +54,28 @@ def _where(fs: list[Finding], lang: str) -> str | None:
     return None
 
 
+def _unchecked(report: Report, lang: str) -> str:
+    """A model's blocks the block doctor could not run alone: what the PASS does not cover, said first."""
+    d = report.diagnosis
+    n, checked = d.get("layers"), d.get("checked")
+    if report.kind != "lm" or not isinstance(n, int) or not isinstance(checked, int) or checked >= n:
+        return ""
+    why = str(d.get("reason") or "")
+    why = why.split(" raised ", 1)[1].split("; expected", 1)[0] if " raised " in why else why
+    if checked == 0:
+        return _t(
+            lang,
+            f" in the model as a whole; its {n} blocks could not be run alone ({why}), so the doctor can't tell "
+            "whether they hold one",
+            f"（只检查了整个模型；它的 {n} 个 block 无法单独运行（{why}），医生无法判断 block 里是否有坑）",
+        )
+    return _t(
+        lang,
+        f" ({n - checked} of {n} blocks could not be run alone ({why}): the doctor can't tell about those)",
+        f"（{n} 个 block 中有 {n - checked} 个无法单独运行（{why}）：医生无法判断它们）",
+    )
+
+
 def short_answer(report: Report, lang: str = "en", width: int = 80, strict: bool = False) -> list[str]:
     """At most :data:`MAX_LINES` logical lines (each wrapped to ``width``): the verdict first."""
     groups = report.groups()
@@ -81,6 +103,7 @@ def short_answer(report: Report, lang: str = "en", width: int = 80, strict: bool
         status = report.diagnosis.get("status")
         lines.append(
             _t(lang, "✓ PASS: none of the post's pitfalls found", "✓ 通过：没有发现原文列出的坑")
+            + _unchecked(report, lang)
             + (
                 _t(lang, " (your output equals the reference's)", "（输出与参考实现一致）")
                 if status == "matches"
@@ -91,6 +114,8 @@ def short_answer(report: Report, lang: str = "en", width: int = 80, strict: bool
                     "（但你的输出与参考实现不同，且没有已知的坑能复现：医生无法判断这是设计还是错误；见诊断警告）",
                 )
                 if status == "unexplained"
+                else ""
+                if status == "unchecked"
                 else _t(
                     lang,
                     " (not compared with the reference: the doctor could not map your weights)",

@@ -41,6 +41,7 @@ from anatomy.doctor.trace.model_trace_text import render
 from anatomy.tracing import steps as r
 from anatomy.tracing.dims import letters
 from anatomy.tracing.recorder import _raised_at, record
+from anatomy.tracing.steps import call_learner
 
 SCHEMA = "anatomy.trace.model/1"
 MODULE_KINDS = ("module", "attention", "block")  # the learner trace's (``anatomy check --kind``'s names too)
@@ -236,7 +237,7 @@ def _trace(model: nn.Module, label: str, z: ModelSizes, seed: int, timeout: floa
         pairs = _guarded(
             what,
             timeout,
-            lambda: ml.loss_pairs(lambda: model(ids, **kwargs), model, targets, z.vocab_size),
+            lambda: ml.loss_pairs(lambda: call_learner(model, ids, **kwargs), model, targets, z.vocab_size),
         )
     loss = ml.describe(pairs, z.seq, name or "targets")
     notes = notes_for(rec, blocks, calls, loss, z.named())
@@ -252,7 +253,7 @@ def _dims(dims: tuple[str, ...]) -> str:
 
 def _plain(model: nn.Module, ids: torch.Tensor, kwargs: dict[str, Any]) -> Any:
     with torch.no_grad():
-        return model(ids, **kwargs)
+        return call_learner(model, ids, **kwargs)
 
 
 def _record(model: nn.Module, ids: torch.Tensor, kwargs: dict[str, Any], named: dict[str, int]) -> r.Recording:

@@ -18,6 +18,85 @@ def test_transformers_layers_are_checked_alone():
     assert report.found["positions"] == "inside the attention (rotary or relative)"
 
 
+def test_a_mixture_of_experts_layer_is_checked_alone():
+    """Mixtral's experts run torch._grouped_mm, which has no float64 kernel (run in float32, a float island), and its
+    router's softmax over the experts is not a second attention sub-layer."""
+    report = check(str(ZOO / "hf_library.py"), kind="lm", factory="tiny_mixtral")
+    assert [row["status"] for row in report.layers] == ["checked", "checked"]
+    assert report.errors == [] and report.exit_code() == 0
+    assert not [f for f in report.findings if f.probe == "block_design"]
+
+
+def test_a_model_taking_use_cache_through_kwargs_has_its_layers_checked():
+    """GraniteMoe's forward takes ``use_cache`` in ``**kwargs``: still captured without the cache (a block replayed
+    with the filled cache would attend over its own keys twice)."""
+    report = check(str(ZOO / "hf_library.py"), kind="lm", factory="tiny_granitemoe")
+    assert [row["status"] for row in report.layers] == ["checked", "checked"]
+    assert report.errors == []
+
+
+def test_a_library_model_is_diagnosed_without_a_line_of_ours():
+    """GPT-Neo does not scale its scores: the fault is named, and no line is given (the code is transformers', not
+    the learner's), never the doctor's own call of the forward nor the ``anatomy`` script that called the doctor."""
+    import anatomy
+
+    report = check(str(ZOO / "hf_library.py"), kind="lm", factory="tiny_gpt_neo")
+    assert "no_scaling" in report.faults
+    ours = str(Path(anatomy.__file__).parent)
+    files = [w.get("file") or "" for f in report.findings for w in f.where]
+    assert not [f for f in files if f.startswith(ours)]
+    assert not [w for f in report.findings for w in f.where if w.get("line")]
+
+
+BOUND = """
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.ff = nn.Linear(d, d)
+        self.inside = False
+
+    def forward(self, x):
+        assert self.inside, "only the model calls me"
+        return x + self.ff(x)
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size, d_model, n_heads, n_layers, block_size):
+        super().__init__()
+        self.emb = nn.Embedding(vocab_size, d_model)
+        self.blocks = nn.ModuleList(Block(d_model) for _ in range(n_layers))
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, ids):
+        x = self.emb(ids)
+        for b in self.blocks:
+            b.inside = True
+            x = b(x)
+            b.inside = False
+        return self.head(x)
+"""
+
+
+def test_blocks_that_cannot_run_alone_are_said_in_the_short_answer(tmp_path):
+    """A PASS that covers the model as a whole only says so on its first line: the doctor can't tell about blocks
+    it could not run alone."""
+    from anatomy.doctor.report.short import short_answer
+
+    path = tmp_path / "bound_gpt.py"
+    path.write_text(BOUND)
+    report = check(f"{path}:GPT", kind="lm")
+    assert report.diagnosis["status"] == "unchecked" and report.diagnosis["checked"] == 0
+    assert "only the model calls me" in report.diagnosis["reason"]
+    first = " ".join(short_answer(report, width=400)[:1])
+    assert "can't tell" in first and "3 blocks could not be run alone" in first
+    zh = " ".join(short_answer(report, lang="zh", width=400)[:1])
+    assert "无法单独运行" in zh
+
+
 def test_a_layer_not_checked_is_said_under_its_own_name(monkeypatch):
     """Two alike blocks share one check; when it fails, each row names its own block (layer 1 said "h.0")."""
     from types import SimpleNamespace

@@ -207,6 +207,8 @@ CASES = [
       style="Falcon: multi-query, parallel attention + MLP, ALiBi slopes multiplied in bfloat16, labels shifted inside"),
     M("hf_library.py:tiny_bloom", "ok", construct="tiny_bloom",
       style="transformers' own BloomForCausalLM: ALiBi; NaN in float64 only (finfo.min + bias), none in float32"),
+    M("hf_library.py:tiny_mixtral", "ok", construct="tiny_mixtral",
+      style="transformers' own MixtralForCausalLM: a router softmax over experts, grouped_mm with no float64 kernel"),
     M("minimind_flash_mask.py:MiniMindLM", "ok",
       style="中文注释, MiniMind2: SDPA only for an all-ones mask, the padded batch through (1 - mask) * -1e9"),
     M("minimind_flash_mask.py:MiniMindFlashMask", "error:lm_padding",

@@ -8,6 +8,13 @@
 #   tiny_bloom   BloomForCausalLM (ALiBi, no position table, fused query_key_value): in float64 its additive mask
 #                (finfo(float64).min plus the ALiBi bias) overflows to -inf and a row of left pads turns NaN, which then
 #                reaches the real tokens through the next layer; in float32 it does not (gathered by fresh33).
+#   tiny_mixtral MixtralForCausalLM (a mixture of experts: a router's softmax over experts, then top-k, and the
+#                experts' torch._grouped_mm, which has no float64 kernel; gathered by fresh39).
+#   tiny_granitemoe GraniteMoeForCausalLM (use_cache only through **kwargs: the blocks' arguments must be taken
+#                from a forward without the cache, as for the others; gathered by fresh39).
+#   tiny_gpt_neo GPTNeoForCausalLM (global and local layers; its attention does not divide the scores by sqrt(d_k),
+#                as EleutherAI's Mesh TensorFlow original did not: the doctor names no_scaling, and no line, since the
+#                code is the library's, not the learner's; gathered by fresh39).
 import torch
 
 
@@ -39,6 +46,33 @@ def tiny_bloom():
     from transformers import BloomConfig, BloomForCausalLM
 
     return _eager(BloomForCausalLM, BloomConfig(vocab_size=50, hidden_size=32, n_layer=2, n_head=4))
+
+
+def tiny_mixtral():
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                           num_local_experts=4, num_experts_per_tok=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return _eager(MixtralForCausalLM, config)
+
+
+def tiny_granitemoe():
+    from transformers import GraniteMoeConfig, GraniteMoeForCausalLM
+
+    config = GraniteMoeConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=16,
+                              num_local_experts=4, num_experts_per_tok=2, attention_multiplier=8**-0.5,
+                              pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return _eager(GraniteMoeForCausalLM, config)
+
+
+def tiny_gpt_neo():
+    from transformers import GPTNeoConfig, GPTNeoForCausalLM
+
+    config = GPTNeoConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=16,
+                          attention_types=[[["global", "local"], 1]], window_size=4, bos_token_id=0, eos_token_id=0)
+    return _eager(GPTNeoForCausalLM, config)
 
 
 def _eager(cls, config):
