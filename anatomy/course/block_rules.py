@@ -304,6 +304,14 @@ def confirmed(fault: str, report: Report, rec: Recording | None, file: str) -> b
     )
 
 
+def parallel(rec: Recording | None, file: str) -> BrokenRule:
+    """The block matches the parallel reference (the FFN reads the block's input): the learner's FFN-side norm line,
+    the last norm call of their file."""
+    norms = [s for s in _mine(rec, file) if s.op in ("layer_norm", "rms_norm")]
+    step = norms[-1] if norms else None
+    return W.finding("parallel_residual_instead", step.line if step else None, step.source if step else "")
+
+
 def differs(report: Report, rec: Recording | None, file: str, mha: bool) -> BrokenRule:
     """What differs from the reference, by how much, and the learner's line where it first appears."""
     diag = report.diagnosis

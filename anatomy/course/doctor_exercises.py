@@ -19,6 +19,7 @@ from anatomy.course import block_rules as rules
 from anatomy.course import exercises as ex
 from anatomy.course import fill, spec, spec_block
 from anatomy.course.grader import LearnError, Result, Subject, at_line, check_signature, run_guarded
+from anatomy.doctor.diagnosis.references import PARALLEL
 from anatomy.pitfalls import records
 from anatomy.tracing.steps import Recording
 
@@ -114,7 +115,10 @@ def grade(exercise: ex.Exercise, subject: Subject, timeout: float | None) -> Res
     if rule is not None:
         return _finding(result, rule)
     diag = report.diagnosis
-    if errors or diag.get("status") != "matches" or diag.get("variant", {}).get("positional"):
+    variant = diag.get("variant", {})
+    if not errors and diag.get("status") == "matches" and variant.get("placement") == PARALLEL:
+        return _finding(result, rules.parallel(rec, subject.file))
+    if errors or diag.get("status") != "matches" or variant.get("positional"):
         named = rules.named(rec, subject.file, mha)
         if named is not None:
             return _finding(result, named)

@@ -185,6 +185,25 @@ PITFALLS = (
         ),
     ),
     Pitfall(
+        "parallel_residual_instead",
+        "block",
+        "error",
+        "the FFN reads the block's input (a parallel block)",
+        "FFN 读的是 block 的输入（并行 block）",
+        "The FFN reads the block's input instead of the stream after the attention's residual: "
+        "x + attn(norm1(x)) + ffn(norm2(x)) is the parallel block of GPT-J and GPT-NeoX, not the post's block, where "
+        "the FFN sees what the attention added.",
+        "FFN 读的是 block 的输入，而不是注意力残差之后的结果：x + attn(norm1(x)) + ffn(norm2(x)) 是 GPT-J、"
+        "GPT-NeoX 的并行 block，不是原文的 block；原文里 FFN 看到的是注意力加进来的内容。",
+        "§5.3",
+        _BLOCK,
+        "`x_in = x` kept before the attention and `self.ffn(self.norm2(x_in))` after it",
+        *(
+            "x = x + attn(norm1(x)); x = x + ffn(norm2(x)): the FFN's norm reads the updated x",
+            "x = x + attn(norm1(x))；x = x + ffn(norm2(x))：FFN 的 norm 读的是更新后的 x",
+        ),
+    ),
+    Pitfall(
         "ffn_ignores_d_ff",
         "block",
         "error",

@@ -61,6 +61,13 @@ POSITIONAL_VARIANTS = {
         f"rope-{layout}@500000+llama3": f"RoPE, {layout} layout ({pairs}), base 500,000, Llama 3.1 frequency scaling"
         for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))
     },
+    # Partial rotary: only the first Dh/4 or Dh/2 dims of each head rotate, the rest pass as they are (GPT-NeoX,
+    # StableLM and Persimmon in the half layout; GPT-J and CodeGen interleaved; Phi half with Dh/2).
+    **{
+        f"rope-{layout}@10000/{part}": f"RoPE, {layout} layout ({pairs}), on the first Dh/{part} dims of each head"
+        for part in (4, 2)
+        for layout, pairs in (("half", "pairs i, i + r/2"), ("interleaved", "pairs 2i, 2i+1"))
+    },
     "alibi": "ALiBi",
     # T5 (Raffel et al. 2020): a learned bias per (distance bucket, head) added to the scores, and no 1/sqrt(Dh):
     # the scale is folded into the initialisation by design. Tried only when the module holds a (buckets, H)
@@ -92,6 +99,8 @@ def t5_table(params: dict[str, torch.Tensor], h: int) -> str | None:
 # res-post-norm (Swin Transformer v2): x + norm(f(x)), the stream itself never normalised; built as our
 # "sandwich" placement with its input norm taken out, the learner's norms feeding the output norms
 RES_POST = "res_post"
+# parallel residual (GPT-J, GPT-NeoX, Falcon, Phi, PaLM): attention and FFN both read the block's input, one sum
+PARALLEL = "parallel"
 
 
 def res_post_hypothesis(hyp: Hypothesis) -> Hypothesis:
@@ -131,7 +140,9 @@ class References:
 
     def variants(self, placement_hint: str | None = None) -> list[Variant]:
         schemes = (
-            [None, *(s for s in POSITIONAL_VARIANTS if s not in T5_SCHEMES or self.t5)] if self.positional else [None]
+            [None, *(s for s in POSITIONAL_VARIANTS if (s not in T5_SCHEMES or self.t5) and self._fits(s))]
+            if self.positional
+            else [None]
         )
         if self.kind == "attention" and self.own_norm is not None:
             return [(inside,) + (() if s is None else (s,)) for s in schemes for inside in INSIDE]
@@ -139,9 +150,18 @@ class References:
             return [() if s is None else (s,) for s in schemes]
         placements = ["pre", "post"] if placement_hint in ("pre", "norm_on_residual_path") else ["post", "pre"]
         placements.append(RES_POST)  # Swin v2's x + norm(f(x)), a named placement, tried last
+        placements.append(PARALLEL)  # GPT-NeoX, GPT-J, Falcon, Phi: x + attn(norm1(x)) + ffn(norm2(x))
         return [
             (p, a) + (() if s is None else (s,)) for s in schemes for p in placements for a in self._parts().activations
         ]
+
+    def _fits(self, scheme: str) -> bool:
+        """A partial rotary scheme needs an even number of rotated dims, fewer than the head's."""
+        part = scheme.partition("/")[2]
+        if not part:
+            return True
+        r = self.d // self.h // int(part)
+        return r >= 2 and r % 2 == 0 and (self.d // self.h) % int(part) == 0
 
     def _parts(self) -> BlockParts:
         """The block's parts (a block's references only: attention has none)."""
@@ -160,9 +180,13 @@ class References:
                 n_heads=self.h, bidirectional=scheme == "t5", num_buckets=self.params[self.t5].shape[0]
             )
         layout, rest = scheme.removeprefix("rope-").split("@")
+        rest, _, part = rest.partition("/")
         base, _, scaled = rest.partition("+")
         scaling = LLAMA31_SCALING if scaled == "llama3" else None
-        return RotaryPositional(head_dim=self.d // self.h, layout=layout, base=float(base), scaling=scaling)
+        dh = self.d // self.h
+        return RotaryPositional(
+            head_dim=dh, layout=layout, base=float(base), scaling=scaling, rotary_dim=dh // int(part) if part else None
+        )
 
     def build(self, hyp_index: int, hyp: Hypothesis, variant: Variant) -> nn.Module:
         key = (hyp_index, variant)
@@ -189,11 +213,14 @@ class References:
                     activation=activation,
                     norm=parts.norm,
                     norm_eps=parts.eps,
-                    placement="sandwich" if placement == RES_POST else placement,
+                    placement="sandwich" if placement == RES_POST else "pre" if placement == PARALLEL else placement,
                     kernel="math",
                     qk_norm=qk,
                     positional=positional,
+                    parallel_residual=placement == PARALLEL,
                 )
+                if placement == PARALLEL and len(parts.norms) == 1:  # GPT-J, Phi, Falcon-7B: one norm, read once
+                    block.ffn_add_norm.norm = block.attn_add_norm.norm
                 if placement == RES_POST:  # sandwich without its input norm: x + post_norm(f(x))
                     for an in (block.attn_add_norm, block.ffn_add_norm):
                         an.pre_norm = nn.Identity()
