@@ -22,7 +22,7 @@ from anatomy.doctor.contract import precision
 from anatomy.doctor.contract.calls import detect_seq_first, first_call
 from anatomy.doctor.contract.conventions import conventions
 from anatomy.doctor.diagnosis.own_norm import OwnNorm, find_own_norm
-from anatomy.doctor.diagnosis.references import References
+from anatomy.doctor.diagnosis.references import References, stated_rope_bases
 from anatomy.doctor.diagnosis.verdicts import TOL
 from anatomy.doctor.loading.building import Target, build, randomize
 from anatomy.doctor.loading.isolation import isolated, require_sizes
@@ -148,6 +148,8 @@ def _check(
         positional=state.positions in ("relative", "dependent"),
     )
     refs.own_norm = own
+    if refs.positional:
+        refs.state_bases(stated_rope_bases(subject.module))
     diag, design = diagnosis(state, refs, hyps, complete, found)
     findings, passed, skipped = run_all(state)
     findings = pointed_findings(state, diag, design, findings)

@@ -76,6 +76,41 @@ POSITIONAL_VARIANTS = {
     "t5-causal": "T5 relative position bias (learned, bucketed, looking back), unscaled by design, as T5",
 }
 T5_SCHEMES = ("t5", "t5-causal")
+BASE_NAMES = ("rope_theta", "rope_base", "theta", "base")  # attributes (and config keys) that state a RoPE base
+MAX_STATED = 2  # bases a module states beyond ROPE_BASES that are tried
+
+
+def stated_rope_bases(module: nn.Module) -> list[int]:
+    """RoPE bases the module itself states, beyond :data:`ROPE_BASES`: an ``inv_freq`` buffer (``base^(-2i/r)``:
+    the base is ``inv_freq[1] ** -len``), a ``config`` with ``rope_theta`` (or ``rope_parameters["rope_theta"]``,
+    transformers 5), or an attribute of that name (``self.rope_theta = 100000``). Helium's 100,000 and SmolLM3's
+    2,000,000 are then tried as the bases in use are; a number that is no base only costs a reference that never
+    matches."""
+    found: list[int] = []
+
+    def add(value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1000 <= value <= 1e9:
+            return
+        b = int(float(f"{float(value):.4g}"))
+        if b not in ROPE_BASES and b not in found and len(found) < MAX_STATED:
+            found.append(b)
+
+    for m in module.modules():
+        for name, buf in m.named_buffers(recurse=False):
+            if "inv_freq" in name and buf.dim() == 1 and len(buf) >= 2 and buf.is_floating_point():
+                step = float(buf[1])
+                if 0 < step < 1:
+                    add(step ** (-len(buf)))
+        config = getattr(m, "config", None)
+        rope = getattr(config, "rope_parameters", None) if config is not None else None
+        for source in (m, config):
+            for key in BASE_NAMES:
+                add(getattr(source, key, None) if source is not None else None)
+        if isinstance(rope, dict):
+            add(rope.get("rope_theta"))
+    return found
+
+
 LLAMA31_SCALING = RopeScaling("llama3", factor=8.0, original_max_len=8192, low_freq_factor=1.0, high_freq_factor=4.0)
 
 
@@ -137,10 +172,19 @@ class References:
         self.t5 = t5_table(params, h) if positional else None  # T5's bias table, tried as a scheme when found
         self.own_norm: OwnNorm | None = None  # an attention holding its own norm (own_norm.py), set by the caller
         self._cache: dict[tuple[int, Variant], nn.Module] = {}
+        self.schemes: dict[str, str] = dict(POSITIONAL_VARIANTS)  # with the bases the module states (state_bases)
+
+    def state_bases(self, bases: list[int]) -> None:
+        """RoPE at the bases the learner's module states (:func:`stated_rope_bases`), tried after the usual ones."""
+        for base in bases:
+            for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1")):
+                self.schemes[f"rope-{layout}@{base}"] = (
+                    f"RoPE, {layout} layout ({pairs}), base {base:,} (your module's)"
+                )
 
     def variants(self, placement_hint: str | None = None) -> list[Variant]:
         schemes = (
-            [None, *(s for s in POSITIONAL_VARIANTS if (s not in T5_SCHEMES or self.t5) and self._fits(s))]
+            [None, *(s for s in self.schemes if (s not in T5_SCHEMES or self.t5) and self._fits(s))]
             if self.positional
             else [None]
         )
@@ -170,7 +214,7 @@ class References:
         return self.parts
 
     def _positional(self, variant: Variant) -> PositionalScheme | None:
-        scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
+        scheme = variant[-1] if variant and variant[-1] in self.schemes else None
         if scheme is None:
             return None
         if scheme == "alibi":
@@ -262,7 +306,7 @@ class References:
         )
         if self.kind == "attention" and variant and variant[0] in INSIDE:
             out["norm_inside"] = INSIDE[variant[0]]
-        scheme = variant[-1] if variant and variant[-1] in POSITIONAL_VARIANTS else None
+        scheme = variant[-1] if variant and variant[-1] in self.schemes else None
         if scheme is not None:
-            out["positional"] = POSITIONAL_VARIANTS[scheme]
+            out["positional"] = self.schemes[scheme]
         return out

@@ -240,6 +240,7 @@ def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dic
         row: dict[str, Any] = {"index": i, "path": stack.name(i), "class": type(block).__name__}
         if isinstance(rep, Report):
             row.update(status="checked", faults=sorted(rep.faults), diagnosis=rep.diagnosis.get("status"))
+            row["variant"] = rep.diagnosis.get("variant") or {}  # the reference's design that matched (or nearest)
             row["errors"] = len(rep.errors)
         else:
             row.update(status=f"not checked: {rep}", faults=[], diagnosis=None, errors=0)

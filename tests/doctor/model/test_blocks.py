@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from anatomy.doctor import check
 
 ZOO = Path(__file__).resolve().parents[1] / "zoo_models"
@@ -33,6 +35,26 @@ def test_a_model_taking_use_cache_through_kwargs_has_its_layers_checked():
     report = check(str(ZOO / "hf_library.py"), kind="lm", factory="tiny_granitemoe")
     assert [row["status"] for row in report.layers] == ["checked", "checked"]
     assert report.errors == []
+
+
+@pytest.mark.parametrize(
+    ("factory", "positional"),
+    [
+        ("tiny_gpt_neox", "on the first Dh/4 dims of each head"),  # parallel, two norms, partial rotary
+        ("tiny_gptj", "on the first Dh/2 dims of each head"),  # parallel, one norm read once, interleaved
+        ("tiny_helium", "base 100,000 (your module's)"),  # a base its config states
+    ],
+)
+def test_published_designs_match_the_reference_that_carries_them(factory, positional):
+    """Designs of published models, not faults: matched, not "unexplained" (and never shared_layernorm)."""
+    report = check(str(ZOO / "hf_library.py"), kind="lm", factory=factory)
+    assert report.errors == [] and report.warnings == []
+    assert report.diagnosis["status"] == "matches"
+    rows = [r for r in report.layers if r["status"] == "checked"]
+    assert len(rows) == 2 and all(r["diagnosis"] == "matches" for r in rows)
+    assert all(positional in r["variant"]["positional"] for r in rows)
+    if factory != "tiny_helium":
+        assert all(r["variant"]["placement"] == "parallel" for r in rows)
 
 
 def test_a_library_model_is_diagnosed_without_a_line_of_ours():

@@ -12,6 +12,9 @@
 #                experts' torch._grouped_mm, which has no float64 kernel; gathered by fresh39).
 #   tiny_granitemoe GraniteMoeForCausalLM (use_cache only through **kwargs: the blocks' arguments must be taken
 #                from a forward without the cache, as for the others; gathered by fresh39).
+#   tiny_gpt_neox GPTNeoXForCausalLM (a parallel block, two norms, RoPE on the first quarter of each head).
+#   tiny_gptj    GPTJForCausalLM (a parallel block reading one norm, interleaved RoPE on half of each head).
+#   tiny_helium  HeliumForCausalLM (Llama-like, RoPE base 100,000: stated by its config, not a usual base).
 #   tiny_gpt_neo GPTNeoForCausalLM (global and local layers; its attention does not divide the scores by sqrt(d_k),
 #                as EleutherAI's Mesh TensorFlow original did not: the doctor names no_scaling, and no line, since the
 #                code is the library's, not the learner's; gathered by fresh39).
@@ -65,6 +68,32 @@ def tiny_granitemoe():
                               num_local_experts=4, num_experts_per_tok=2, attention_multiplier=8**-0.5,
                               pad_token_id=0, bos_token_id=1, eos_token_id=2)
     return _eager(GraniteMoeForCausalLM, config)
+
+
+def tiny_gpt_neox():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, max_position_embeddings=16, rotary_pct=0.25,
+                           bos_token_id=0, eos_token_id=0)
+    return _eager(GPTNeoXForCausalLM, config)
+
+
+def tiny_gptj():
+    from transformers import GPTJConfig, GPTJForCausalLM
+
+    config = GPTJConfig(vocab_size=50, n_embd=32, n_layer=2, n_head=4, n_positions=16, rotary_dim=4,
+                        bos_token_id=0, eos_token_id=0)
+    return _eager(GPTJForCausalLM, config)
+
+
+def tiny_helium():
+    from transformers import HeliumConfig, HeliumForCausalLM
+
+    config = HeliumConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=16,
+                          pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return _eager(HeliumForCausalLM, config)
 
 
 def tiny_gpt_neo():
