@@ -26,6 +26,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "gelu": F.gelu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),  # GPT-2's "gelu_new"
     "silu": F.silu,
+    "relu2": lambda x: F.relu(x).square(),  # squared ReLU (So et al. 2021, Primer): Nemotron, Arcee, nanochat
 }
 GATED: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "swiglu": F.silu,

@@ -70,7 +70,7 @@ def test_sequence_longer_than_learned_table():
         ("positional", "cosine", "alibi, learned, none, rope, shaw, sinusoidal, t5"),
         ("norm", "groupnorm", "batchnorm, layernorm, rmsnorm"),
         ("norm_position", "middle", "deepnorm, post, pre, sandwich"),
-        ("activation", "tanh", "geglu, geglu_tanh, gelu, gelu_tanh, relu, silu, swiglu"),
+        ("activation", "tanh", "geglu, geglu_tanh, gelu, gelu_tanh, relu, relu2, silu, swiglu"),
         ("kernel", "flash", "auto, loop, math, sdpa"),
         ("architecture", "rnn", "classifier, decoder_lm, encoder, seq2seq"),
     ],

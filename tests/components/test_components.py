@@ -103,6 +103,16 @@ def test_ffn_widths_and_swiglu_formula():
     assert relu.up_proj.out_features == 20 and not hasattr(relu, "gate_proj")
 
 
+def test_relu2_is_the_square_of_relu():
+    """Primer's squared ReLU (Nemotron, Arcee, nanochat): not gated, 4 D wide."""
+    assert default_d_ff(512, "relu2") == 2048
+    ffn = FeedForward(d_model=8, activation="relu2").double()
+    assert not ffn.gated
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    h = ffn.up_proj(x)
+    assert torch.allclose(ffn(x), ffn.down_proj(torch.where(h > 0, h * h, torch.zeros_like(h))), atol=1e-12)
+
+
 def test_geglu_tanh_is_a_tanh_gelu_gate():
     assert default_d_ff(512, "geglu_tanh") == 1368  # gated: the 2/3 * 4 * D rule
     torch.manual_seed(0)

@@ -155,7 +155,12 @@ def test_the_callers_alarm_and_handler_come_back(monkeypatch):
         signal.setitimer(signal.ITIMER_REAL, 0.1)  # falls due before the hanging forward's limit can
         with pytest.raises(CheckTimeout):
             check(str(ZOO / "hangs.py:LoopsForever"), timeout=LIMIT)
-        assert [what for what, _ in events] == ["the caller's alarm", "the limit stopped the hang"], events
+        names = [what for what, _ in events]
+        # the guard's timer repeats (limits.RETRY) until the hang is gone: on a loaded machine the unwinding can
+        # outlast one period, and the limit fires again; never the caller's alarm again, never before it
+        assert names[:2] == ["the caller's alarm", "the limit stopped the hang"], events
+        assert set(names[2:]) <= {"the limit stopped the hang"}, events
+        events[2:] = []
         assert events[0][1] - start >= 0.099  # never early
         assert signal.getsignal(signal.SIGALRM) is mine and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
 

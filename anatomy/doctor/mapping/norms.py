@@ -137,6 +137,15 @@ def norm_eps(m: nn.Module) -> float:
 
 
 ACTIVATION_MODULES = ((nn.ReLU, "relu"), (nn.SiLU, "silu"))
+# transformers' activation modules, by class name (the library is not imported): ACT2FN["relu2"], ["gelu_new"]...
+ACTIVATION_CLASS_NAMES = {
+    "ReLUSquaredActivation": "relu2",
+    "NewGELUActivation": "gelu_tanh",
+    "GELUTanh": "gelu_tanh",
+    "PytorchGELUTanh": "gelu_tanh",
+    "GELUActivation": "gelu",
+    "SiLUActivation": "silu",
+}
 
 
 @dataclass
@@ -264,10 +273,12 @@ def block_parts(
         for cls, name in ACTIVATION_MODULES:
             if isinstance(m, cls):
                 acts.append(name)
+        if type(m).__name__ in ACTIVATION_CLASS_NAMES:  # a library's own module (transformers' ACT2FN)
+            acts.append(ACTIVATION_CLASS_NAMES[type(m).__name__])
     if "gate" in ffn or "gate_up" in ffn:
         acts = ["swiglu", "geglu", "geglu_tanh"]  # the gate's activation is tried by the hypotheses
     elif not acts:
-        acts = ["relu", "gelu", "gelu_tanh", "silu"]
+        acts = ["relu", "gelu", "gelu_tanh", "silu", "relu2"]
     first = named[norms[0]] if norms else None
     info = found.get(norms[0]) if norms else None
     if info is not None:

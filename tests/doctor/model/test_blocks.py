@@ -43,6 +43,7 @@ def test_a_model_taking_use_cache_through_kwargs_has_its_layers_checked():
         ("tiny_gpt_neox", "on the first Dh/4 dims of each head"),  # parallel, two norms, partial rotary
         ("tiny_gptj", "on the first Dh/2 dims of each head"),  # parallel, one norm read once, interleaved
         ("tiny_helium", "base 100,000 (your module's)"),  # a base its config states
+        ("tiny_arcee", "RoPE, half layout"),  # squared ReLU, below
     ],
 )
 def test_published_designs_match_the_reference_that_carries_them(factory, positional):
@@ -53,8 +54,10 @@ def test_published_designs_match_the_reference_that_carries_them(factory, positi
     rows = [r for r in report.layers if r["status"] == "checked"]
     assert len(rows) == 2 and all(r["diagnosis"] == "matches" for r in rows)
     assert all(positional in r["variant"]["positional"] for r in rows)
-    if factory != "tiny_helium":
+    if factory in ("tiny_gpt_neox", "tiny_gptj"):
         assert all(r["variant"]["placement"] == "parallel" for r in rows)
+    if factory == "tiny_arcee":
+        assert all(r["variant"]["activation"] == "relu2" for r in rows)
 
 
 def test_a_library_model_is_diagnosed_without_a_line_of_ours():

@@ -15,6 +15,7 @@
 #   tiny_gpt_neox GPTNeoXForCausalLM (a parallel block, two norms, RoPE on the first quarter of each head).
 #   tiny_gptj    GPTJForCausalLM (a parallel block reading one norm, interleaved RoPE on half of each head).
 #   tiny_helium  HeliumForCausalLM (Llama-like, RoPE base 100,000: stated by its config, not a usual base).
+#   tiny_arcee   ArceeForCausalLM (an up/down FFN with squared ReLU, transformers' ReLUSquaredActivation module).
 #   tiny_gpt_neo GPTNeoForCausalLM (global and local layers; its attention does not divide the scores by sqrt(d_k),
 #                as EleutherAI's Mesh TensorFlow original did not: the doctor names no_scaling, and no line, since the
 #                code is the library's, not the learner's; gathered by fresh39).
@@ -94,6 +95,15 @@ def tiny_helium():
                           num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=16,
                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
     return _eager(HeliumForCausalLM, config)
+
+
+def tiny_arcee():
+    from transformers import ArceeConfig, ArceeForCausalLM
+
+    config = ArceeConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=16,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return _eager(ArceeForCausalLM, config)
 
 
 def tiny_gpt_neo():
