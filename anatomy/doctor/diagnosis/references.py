@@ -173,11 +173,13 @@ class References:
         self.own_norm: OwnNorm | None = None  # an attention holding its own norm (own_norm.py), set by the caller
         self._cache: dict[tuple[int, Variant], nn.Module] = {}
         self.schemes: dict[str, str] = dict(POSITIONAL_VARIANTS)  # with the bases the module states (state_bases)
+        self.stated: set[str] = set()  # the schemes of those bases
 
     def state_bases(self, bases: list[int]) -> None:
         """RoPE at the bases the learner's module states (:func:`stated_rope_bases`), tried after the usual ones."""
         for base in bases:
             for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1")):
+                self.stated.add(f"rope-{layout}@{base}")
                 self.schemes[f"rope-{layout}@{base}"] = (
                     f"RoPE, {layout} layout ({pairs}), base {base:,} (your module's)"
                 )
@@ -196,8 +198,20 @@ class References:
         placements.append(RES_POST)  # Swin v2's x + norm(f(x)), a named placement, tried last
         placements.append(PARALLEL)  # GPT-NeoX, GPT-J, Falcon, Phi: x + attn(norm1(x)) + ffn(norm2(x))
         return [
-            (p, a) + (() if s is None else (s,)) for s in schemes for p in placements for a in self._parts().activations
+            (p, a) + (() if s is None else (s,))
+            for s in schemes
+            for p in placements
+            for a in self._parts().activations
+            if p in ("pre", PARALLEL) or s is None or not self.design_only((s,))  # partial RoPE: Pre-Norm models
         ]
+
+    def design_only(self, variant: Variant) -> bool:
+        """A variant for published designs (a parallel block, partial RoPE, a base the module states): compared
+        plain, but searched for faults only when it is the nearest design (``diagnose``), which keeps the fault
+        search, the diagnosis' slowest stage, at the size it had before these designs."""
+        scheme = variant[-1] if variant and variant[-1] in self.schemes else None
+        placed = self.kind != "attention" and bool(variant) and variant[0] == PARALLEL
+        return placed or (scheme is not None and ("/" in scheme or scheme in self.stated))
 
     def _fits(self, scheme: str) -> bool:
         """A partial rotary scheme needs an even number of rotated dims, fewer than the head's."""
