@@ -100,7 +100,7 @@ def sweep_one(model_type: str, timeout: float = 600) -> dict[str, object]:
     checked = sum(1 for r in layers if r.get("status") == "checked")
     expected = EXPECTED.get(model_type)
     if expected:
-        outcome = "named" if expected in errors and len(errors) <= 2 else "missed"
+        outcome = "named" if errors == [expected] else "missed"
     else:
         outcome = "false alarm" if errors else "ok"
     return {**row, "outcome": outcome, "errors": errors, "warnings": warnings, "blocks": f"{checked}/{len(layers)}"}

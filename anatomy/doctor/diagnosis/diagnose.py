@@ -141,9 +141,10 @@ def diagnose(
     variants = refs.variants(placement_hint)
     cands: list[Candidate] = []
     usual = [v for v in variants if not refs.design_only(v)]
-    for stage in (usual, None):  # the usual references, then the published designs (_designs) near the nearest
+    designs = [v for v in variants if refs.design_only(v)]  # compared once the usual references matched nothing
+    for stage in (usual, designs):
         for i, hyp in enumerate(hyps):
-            for v in stage if stage is not None else _designs(refs, variants):
+            for v in stage:
                 cands.append(cand(i, v, (), refs.build(i, hyp, v)))
                 if cands[-1].distance <= tol:
                     c = cands[-1]
@@ -160,7 +161,7 @@ def diagnose(
                         key=(i, v),
                     )
     fault_names = [f for f in faults_for(refs.kind, scenarios) if consistent(split(f)[0], scenarios)]
-    cands += _single_faults(refs, hyps, _searched(refs, variants, cands), fault_names, cand)
+    cands += _single_faults(refs, hyps, _searched(refs, usual, cands), fault_names, cand)
     search = None
     if not any(c.faults and c.distance <= tol for c in cands):  # no single fault: two at once?
         found, search = pairs.try_pairs(cands, fault_names, lambda i, v: refs.build(i, hyps[i], v), until_off)
@@ -209,20 +210,11 @@ def diagnose(
     return found_diag
 
 
-def _designs(refs: References, variants: list[Variant]) -> list[Variant]:
-    """The published designs' variants (``refs.design_only``), compared after the usual references matched
-    nothing (with every activation: Cohere 2's gated FFN is found among them)."""
-    return [v for v in variants if refs.design_only(v)]
-
-
-def _searched(refs: References, variants: list[Variant], plain: list[Candidate]) -> list[Variant]:
+def _searched(refs: References, usual: list[Variant], plain: list[Candidate]) -> list[Variant]:
     """The variants the fault search runs on: the usual ones, and a published design's (``refs.design_only``)
     only when it came nearer than all of them with no fault (a bug inside a GPT-J block is still named)."""
-    usual = [v for v in variants if not refs.design_only(v)]
     near = min(plain, key=lambda c: c.distance, default=None)
-    if near is not None and refs.design_only(near.variant):
-        usual.append(near.variant)
-    return usual
+    return usual + [near.variant] if near is not None and refs.design_only(near.variant) else usual
 
 
 def _single_faults(

@@ -49,17 +49,18 @@ class Scenario:
 # 0..T-1 in both pairings at the bases in use (10000: the paper, GPT-NeoX, Llama 1-2; 500000: Llama 3; 1000000:
 # Qwen), then ALiBi with the paper's slopes.
 ROPE_BASES = (10000, 500000, 1000000)
+LAYOUTS = (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))  # RoPE's two pairings, as named
 POSITIONAL_VARIANTS = {
     **{
         f"rope-{layout}@{base}": f"RoPE, {layout} layout ({pairs})" + ("" if base == 10000 else f", base {base:,}")
         for base in ROPE_BASES
-        for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))
+        for layout, pairs in LAYOUTS
     },
     # Llama 3.1 (Meta's code, llm.c, HF's rope_type "llama3"): base 500,000 with the long wavelengths slowed by 8,
     # a smooth band between (low 1, high 4, pretraining context 8,192): it changes angles at every position.
     **{
         f"rope-{layout}@500000+llama3": f"RoPE, {layout} layout ({pairs}), base 500,000, Llama 3.1 frequency scaling"
-        for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1"))
+        for layout, pairs in LAYOUTS
     },
     # Partial rotary: only the first Dh/4 or Dh/2 dims of each head rotate, the rest pass as they are (GPT-NeoX,
     # StableLM and Persimmon in the half layout; GPT-J and CodeGen interleaved; Phi half with Dh/2).
@@ -178,7 +179,7 @@ class References:
     def state_bases(self, bases: list[int]) -> None:
         """RoPE at the bases the learner's module states (:func:`stated_rope_bases`), tried after the usual ones."""
         for base in bases:
-            for layout, pairs in (("half", "pairs i, i + Dh/2"), ("interleaved", "pairs 2i, 2i+1")):
+            for layout, pairs in LAYOUTS:
                 self.stated.add(f"rope-{layout}@{base}")
                 self.schemes[f"rope-{layout}@{base}"] = (
                     f"RoPE, {layout} layout ({pairs}), base {base:,} (your module's)"
@@ -202,16 +203,19 @@ class References:
             for s in schemes
             for p in placements
             for a in self._parts().activations
-            if p in ("pre", PARALLEL) or s is None or not self.design_only((s,))  # partial RoPE: Pre-Norm models
+            if p in ("pre", PARALLEL) or not self._design_scheme(s)  # partial RoPE, stated bases: Pre-Norm models
         ]
 
     def design_only(self, variant: Variant) -> bool:
         """A variant for published designs (a parallel block, partial RoPE, a base the module states): compared
         plain, but searched for faults only when it is the nearest design (``diagnose``), which keeps the fault
         search, the diagnosis' slowest stage, at the size it had before these designs."""
-        scheme = variant[-1] if variant and variant[-1] in self.schemes else None
         placed = self.kind != "attention" and bool(variant) and variant[0] == PARALLEL
-        return placed or (scheme is not None and ("/" in scheme or scheme in self.stated))
+        return placed or (bool(variant) and self._design_scheme(variant[-1]))
+
+    def _design_scheme(self, scheme: object) -> bool:
+        """Partial RoPE (``rope-half@10000/4``) or a base the module states."""
+        return isinstance(scheme, str) and ("/" in scheme or scheme in self.stated)
 
     def _fits(self, scheme: str) -> bool:
         """A partial rotary scheme needs an even number of rotated dims, fewer than the head's."""

@@ -89,7 +89,7 @@ def capture(lm: LM, stack: Stack, ids: torch.Tensor, **kwargs: Any) -> Calls:
     """One forward of the model on ``ids``, with what each block was given and gave back (first call of each).
     Without the model's cache unless asked (``use_cache``): a cache object handed to every block (transformers'
     DynamicCache) is filled during the forward, so a block replayed with it would attend over its own keys twice."""
-    if "use_cache" not in kwargs and (_takes(lm.module, "use_cache") or _hf_cache(lm.module)):
+    if "use_cache" not in kwargs and _takes_use_cache(lm.module):
         kwargs["use_cache"] = False
     calls = Calls(*([None] * len(stack.blocks) for _ in range(4)))  # type: ignore[arg-type]
     handles = []
@@ -159,23 +159,15 @@ def layer_extras(lm: LM, stack: Stack) -> list[dict[int, Extras]]:
     return out
 
 
-def _hf_cache(module: nn.Module) -> bool:
-    """A transformers model whose forward takes ``use_cache`` through ``**kwargs`` (GraniteMoe's): its config says
-    it caches."""
-    if not isinstance(getattr(getattr(module, "config", None), "use_cache", None), bool):
-        return False
+def _takes_use_cache(module: nn.Module) -> bool:
+    """``forward`` names ``use_cache``, or takes ``**kwargs`` on a transformers model whose config says it caches
+    (GraniteMoe's)."""
     try:
-        params = inspect.signature(module.forward).parameters.values()
+        params = inspect.signature(module.forward).parameters
     except (TypeError, ValueError):
         return False
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def _takes(module: nn.Module, name: str) -> bool:
-    try:
-        return name in inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return False
+    hf = isinstance(getattr(getattr(module, "config", None), "use_cache", None), bool)
+    return "use_cache" in params or (hf and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()))
 
 
 BlockCheck = Callable[..., Report]  # the block doctor's check(), handed in by doctor/check.py (no import cycle)

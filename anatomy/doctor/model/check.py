@@ -153,7 +153,8 @@ def _first_call(lm: LM) -> torch.Tensor:
     return base
 
 
-def _cause(err: CheckError) -> str:
+def _cause(err: CheckError | str) -> str:
+    """What the learner's code raised, out of the doctor's sentence around it."""
     text = str(err)
     return text.split(" raised ", 1)[1].split("; expected", 1)[0] if " raised " in text else text
 
@@ -262,7 +263,7 @@ def _blocks(ctx: Context) -> tuple[list[dict[str, Any]], list[ModelFinding], dic
         status = "unchecked"
     diag: dict[str, Any] = {"status": status, "layers": len(reports), "checked": len(checked)}
     if len(checked) < len(reports):
-        diag["reason"] = next(r for r in reports if isinstance(r, str))
+        diag["reason"] = _cause(next(r for r in reports if isinstance(r, str)))  # the error, as the notes say it
     return rows, folded, diag
 
 

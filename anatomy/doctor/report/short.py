@@ -60,8 +60,7 @@ def _unchecked(report: Report, lang: str) -> str:
     n, checked = d.get("layers"), d.get("checked")
     if report.kind != "lm" or not isinstance(n, int) or not isinstance(checked, int) or checked >= n:
         return ""
-    why = str(d.get("reason") or "")
-    why = why.split(" raised ", 1)[1].split("; expected", 1)[0] if " raised " in why else why
+    why = d.get("reason") or ""
     if checked == 0:
         return _t(
             lang,
